@@ -1,0 +1,56 @@
+# Set-up is part of every target and idempotent: a fresh machine needs only `make test` or `make demo`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_VERSION := 2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test demo bench clean system-deps
+
+# Prometheus and Alertmanager come from Debian; Chromium drives the web-page test;
+# docker-compose (1.29) validates the compose file without an engine.
+system-deps:
+	@missing=""; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing:$$missing (run as root or: sudo apt-get install -y$$missing)"; \
+	  fi; \
+	fi
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	@# The CPU build of torch unless a CUDA GPU is present: an unpinned torch pulls GBs of CUDA wheels.
+	@if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then \
+	  $(PIP) install -q "torch==$(TORCH_VERSION)"; \
+	else \
+	  $(PIP) install -q "torch==$(TORCH_VERSION)" --index-url https://download.pytorch.org/whl/cpu 2>/dev/null \
+	    || $(PIP) install -q "torch==$(TORCH_VERSION)"; \
+	fi
+	$(PIP) install -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: system-deps $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q
+
+demo: setup
+	$(VENV)/bin/otel-grpo demo
+
+bench: setup
+	$(PY) benchmarks/signals.py
+	$(PY) benchmarks/emit.py
+	$(PY) benchmarks/sidecar.py
+	$(PY) benchmarks/trainer.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

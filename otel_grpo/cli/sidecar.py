@@ -1,0 +1,3 @@
+"""`otel-grpo sidecar` commands (placeholder until the sidecar issue lands)."""
+
+from ._app import app

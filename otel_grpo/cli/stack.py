@@ -1,0 +1,3 @@
+"""`otel-grpo stack` commands (placeholder until the stack issue lands)."""
+
+from ._app import app

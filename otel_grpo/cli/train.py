@@ -1,0 +1,3 @@
+"""`otel-grpo train` commands (placeholder until the train issue lands)."""
+
+from ._app import app
