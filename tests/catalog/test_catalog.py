@@ -1,0 +1,121 @@
+"""The catalog is the contract every other part derives from: check its invariants."""
+
+import re
+
+import pytest
+
+from otel_grpo import catalog
+from otel_grpo.catalog import Kind, Reduction, Signal
+
+SEED_004_KEYS = {
+    # rollout IS correction metrics of the verl-derived helper, without `mismatch/`
+    "rollout_is_mean", "rollout_is_std", "rollout_is_min", "rollout_is_max",
+    "rollout_is_eff_sample_size", "rollout_is_ratio_fraction_high", "rollout_is_ratio_fraction_low",
+    "rollout_is_veto_fraction", "rollout_is_catastrophic_token_fraction", "rollout_is_masked_fraction",
+    "rollout_is_seq_masked_fraction", "rollout_is_seq_mean", "rollout_is_seq_std", "rollout_is_seq_min",
+    "rollout_is_seq_max", "rollout_is_seq_max_deviation", "rollout_is_seq_fraction_high",
+    "rollout_is_seq_fraction_low",
+    # mismatch metrics
+    "mismatch_training_ppl", "mismatch_training_log_ppl", "mismatch_kl", "mismatch_k3_kl",
+    "mismatch_rollout_ppl", "mismatch_rollout_log_ppl", "mismatch_log_ppl_diff",
+    "mismatch_log_ppl_abs_diff", "mismatch_log_ppl_diff_max", "mismatch_log_ppl_diff_min",
+    "mismatch_ppl_ratio", "mismatch_logprob_abs_diff",
+}
+
+TRL_GRPO_NAMES = [
+    # TRL's GRPO logging docs, plus entropy, step_time and the vLLM IS metrics
+    "num_tokens", "completions/mean_length", "completions/min_length", "completions/max_length",
+    "completions/clipped_ratio", "completions/mean_terminated_length",
+    "completions/min_terminated_length", "completions/max_terminated_length",
+    "rewards/accuracy/mean", "rewards/accuracy/std", "reward", "reward_std", "kl",
+    "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max",
+    "clip_ratio/region_mean", "frac_reward_zero_std", "entropy", "step_time",
+    "sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
+    "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
+    "sampling/importance_sampling_ratio/max", "loss", "grad_norm", "learning_rate",
+]
+
+
+def test_every_trl_grpo_metric_resolves():
+    unresolved = [name for name in TRL_GRPO_NAMES if catalog.resolve(name) is None]
+    assert unresolved == []
+
+
+def test_seed_004_metrics_are_keys_with_verl_aliases():
+    keys = {s.key for s in catalog.SIGNALS}
+    assert SEED_004_KEYS <= keys
+    for key in SEED_004_KEYS:
+        assert catalog.get(key).verl == f"mismatch/{key}"
+        assert catalog.resolve(f"mismatch/{key}")[0].key == key
+
+
+def test_chi_square_and_maxent_coverage():
+    for key in ["mismatch_chi2_token", "mismatch_chi2_seq", "reward_p05", "reward_p50", "reward_p95",
+                "reward_fn_mean", "reward_fn_std", "advantage_mean", "advantage_std",
+                "terminated_length_mean", "kl_seq_mean", "loss", "grad_norm", "learning_rate",
+                "num_tokens", "distinct_1", "distinct_2", "entropy", "step_time"]:
+        catalog.get(key)
+
+
+def test_templated_alias_carries_its_label():
+    signal, attrs = catalog.resolve("rewards/format_reward/std")
+    assert (signal.key, attrs) == ("reward_fn_std", {"reward_fn": "format_reward"})
+    assert catalog.resolve("reward_fn_mean/format_reward")[1] == {"reward_fn": "format_reward"}
+    # a templated key without its label value is not a stat of its own
+    assert catalog.resolve("reward_fn_mean") is None
+
+
+def test_resolve_returns_a_fresh_dict_each_time():
+    first = catalog.resolve("rewards/a/mean")
+    first[1]["reward_fn"] = "mutated"
+    assert catalog.resolve("rewards/a/mean")[1] == {"reward_fn": "a"}
+
+
+def test_unknown_names_do_not_resolve():
+    assert catalog.resolve("no/such/metric") is None
+    with pytest.raises(KeyError, match="no_such"):
+        catalog.get("no_such")
+
+
+def test_names_units_and_prometheus_names_follow_the_conventions():
+    prom_names = set()
+    for s in catalog.SIGNALS:
+        assert s.name.startswith("grpo.")
+        assert s.unit != "1"
+        assert re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", s.prometheus_name)
+        prom_names.add(s.prometheus_name)
+        if s.kind is Kind.HISTOGRAM:
+            assert s.buckets and list(s.buckets) == sorted(s.buckets)
+    assert len(prom_names) == len(catalog.SIGNALS)
+    assert catalog.get("steps").prometheus_name == "grpo_steps_total"
+    assert catalog.get("phase_duration").prometheus_name == "grpo_phase_duration_seconds"
+    assert catalog.get("clip_ratio_low_mean").prometheus_name == "grpo_clip_ratio_low"
+
+
+def test_is_ratio_histogram_is_log_spaced_around_one():
+    buckets = catalog.get("sample_is_ratio").buckets
+    assert 1.0 in buckets and min(buckets) <= 0.01 and max(buckets) >= 100
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(unit="1"), "unit"),
+        (dict(name="kl"), "grpo"),
+        (dict(key="Bad-Key"), "snake_case"),
+        (dict(kind=Kind.HISTOGRAM), "buckets"),
+        (dict(trl="rewards/{fn}/mean"), "alias"),
+    ],
+)
+def test_invalid_signal_definitions_are_rejected(kwargs, message):
+    base = dict(key="x", name="grpo.x", kind=Kind.GAUGE, unit="{ratio}", description="d",
+                reduction=Reduction.MEAN, group=catalog.Group.POLICY)
+    with pytest.raises(ValueError, match=message):
+        Signal(**{**base, **kwargs})
+
+
+def test_sanitize_key():
+    assert catalog.sanitize_key("train/foo-Bar") == "train_foo_bar"
+    assert catalog.sanitize_key("9lives") == "m_9lives"
+    with pytest.raises(ValueError, match="name"):
+        catalog.sanitize_key("///")
