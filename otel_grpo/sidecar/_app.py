@@ -1,0 +1,95 @@
+"""The app factory: `create_app(settings)` builds a FastAPI app whose lifespan owns the store.
+
+    app = create_app(SidecarSettings(db="run.db"))
+    uvicorn.run(app)
+
+Nothing is configured at import time; tests build as many apps as they like.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CollectorRegistry
+from starlette.concurrency import run_in_threadpool
+
+from ._metrics import LatencyMiddleware, SidecarMetrics
+from ._settings import SidecarSettings
+from .api.deps import IngestGate
+from .api.routes import alerts, ingest, ops, runs, samples, web
+from .store import Store
+
+log = logging.getLogger("otel_grpo.sidecar")
+
+
+def _retain(app: FastAPI) -> None:
+    s: SidecarSettings = app.state.settings
+    if s.retention_max_runs or s.retention_max_steps or s.retention_max_age_s:
+        deleted = app.state.store.apply_retention(s.retention_max_runs, s.retention_max_steps, s.retention_max_age_s)
+        if any(deleted.values()):
+            log.info("retention deleted %s", deleted)
+
+
+async def _retention_loop(app: FastAPI) -> None:
+    while True:
+        await asyncio.sleep(app.state.settings.retention_interval_s)
+        try:
+            await run_in_threadpool(_retain, app)
+        except Exception:  # keep the loop alive: retention retries next interval
+            log.exception("retention failed")
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI):
+    settings: SidecarSettings = app.state.settings
+    store = await run_in_threadpool(Store.open, settings.db, settings.synchronous)
+    app.state.store = store
+    await run_in_threadpool(_retain, app)
+    task = asyncio.create_task(_retention_loop(app))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        store.close()
+
+
+class _StoreSize:
+    """Store size for the gauge; 0 before the lifespan has opened the store."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    def __call__(self) -> float:
+        store = getattr(self.app.state, "store", None)
+        return float(store.size_bytes()) if store is not None else 0.0
+
+
+def create_app(settings: SidecarSettings | None = None, registry: CollectorRegistry | None = None) -> FastAPI:
+    """Build the sidecar app; `registry` receives its metrics (a fresh one by default)."""
+    settings = settings or SidecarSettings()
+    registry = registry if registry is not None else CollectorRegistry()
+    app = FastAPI(
+        title="otel-grpo sidecar",
+        version="1",
+        summary="OTLP/HTTP trace ingest, GRPO step history and sample tables.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.registry = registry
+    app.state.metrics = SidecarMetrics(registry, _StoreSize(app))
+    app.state.gate = IngestGate(settings.max_concurrent_ingest)
+    for module in (ingest, runs, samples, alerts, ops, web):
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=web.WEB_DIR), name="static")
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type", "Content-Encoding"])
+    app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
+    return app

@@ -1,0 +1,56 @@
+"""The sidecar's one settings class: flags, environment (`OTEL_GRPO_SIDECAR_*`) and defaults.
+
+    >>> SidecarSettings(db="/tmp/s.db", ingest_token="secret").ingest_token
+    'secret'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+class SidecarSettings(BaseSettings):
+    """Everything the sidecar can be told; each field is also `OTEL_GRPO_SIDECAR_<FIELD>`."""
+
+    model_config = SettingsConfigDict(env_prefix="OTEL_GRPO_SIDECAR_", extra="ignore", populate_by_name=True)
+
+    host: str = "127.0.0.1"
+    """Bind address; loopback by default so nothing is exposed by accident."""
+    port: int = Field(8000, ge=0, le=65535)
+    db: Path = Path("otel-grpo-sidecar.db")
+    """SQLite database file (WAL mode); created with its parent folder if missing."""
+    ingest_token: str | None = Field(None, validation_alias=AliasChoices("ingest_token", "OTEL_GRPO_SIDECAR_TOKEN", "OTEL_GRPO_SIDECAR_INGEST_TOKEN"))
+    """Bearer token required on `POST /v1/traces` and `POST /api/alerts`; none: open."""
+    read_token: str | None = None
+    """Bearer token required on the read API (`/api/...` GETs); none: open."""
+    max_body_bytes: int = Field(64 * MiB, ge=1024)
+    """Largest request body after decompression; larger gets 413, inflation stops there."""
+    max_concurrent_ingest: int = Field(4, ge=1)
+    """Ingest requests processed at once; more are answered 503 with Retry-After."""
+    retry_after_s: int = Field(1, ge=1)
+    synchronous: Literal["NORMAL", "FULL"] = "FULL"
+    """SQLite `synchronous`: FULL survives power loss, NORMAL only process crashes."""
+    retention_max_runs: int | None = Field(None, ge=1)
+    """Keep this many most recently updated runs; none: all."""
+    retention_max_steps: int | None = Field(None, ge=1)
+    """Keep this many latest steps per run (with their samples); none: all."""
+    retention_max_age_s: float | None = Field(None, gt=0)
+    """Drop steps, samples and alerts older than this many seconds; none: keep."""
+    retention_interval_s: float = Field(60.0, gt=0)
+    cors_origins: list[str] = []
+    """Origins allowed by CORS; empty (the default) adds no CORS headers at all."""
+    read_workers: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _tokens_not_blank(self) -> "SidecarSettings":
+        for name in ("ingest_token", "read_token"):
+            value = getattr(self, name)
+            if value is not None and not value.strip():
+                raise ValueError(f"{name} must not be blank (leave it unset to disable)")
+        return self

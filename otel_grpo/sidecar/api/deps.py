@@ -1,0 +1,93 @@
+"""Dependency aliases: the store, settings, metrics and the two bearer-token checks."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, Response
+
+from .._metrics import SidecarMetrics
+from .._settings import SidecarSettings
+from ..store import Store
+
+
+class IngestGate:
+    """Bounded ingest concurrency: a request that finds every slot taken is turned away (503)."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.busy = 0
+        self._lock = threading.Lock()  # a plain lock: callable from any thread or event loop
+
+    def try_acquire(self) -> bool:
+        with self._lock:
+            if self.busy >= self.slots:
+                return False
+            self.busy += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self.busy -= 1
+
+
+def get_store(request: Request) -> Store:
+    return request.app.state.store
+
+
+def get_settings(request: Request) -> SidecarSettings:
+    return request.app.state.settings
+
+
+def get_metrics(request: Request) -> SidecarMetrics:
+    return request.app.state.metrics
+
+
+def get_gate(request: Request) -> IngestGate:
+    return request.app.state.gate
+
+
+StoreDep = Annotated[Store, Depends(get_store)]
+SettingsDep = Annotated[SidecarSettings, Depends(get_settings)]
+MetricsDep = Annotated[SidecarMetrics, Depends(get_metrics)]
+GateDep = Annotated[IngestGate, Depends(get_gate)]
+
+
+def _check_bearer(request: Request, expected: str | None, metrics: SidecarMetrics) -> None:
+    if expected is None:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), expected.encode()):
+        metrics.rejected.labels("unauthorized").inc()
+        raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+
+def require_read(request: Request, settings: SettingsDep, metrics: MetricsDep) -> None:
+    """Read API guard: open unless `read_token` is set."""
+    _check_bearer(request, settings.read_token, metrics)
+
+
+def require_ingest(request: Request, settings: SettingsDep, metrics: MetricsDep) -> None:
+    """Ingest guard (traces and alerts): open unless `ingest_token` is set."""
+    _check_bearer(request, settings.ingest_token, metrics)
+
+
+def bad_param(name: str, message: str, where: str = "query") -> HTTPException:
+    """A 422 shaped like FastAPI's own validation errors, naming the parameter."""
+    return HTTPException(422, [{"loc": [where, name], "msg": f"{name}: {message}", "type": "value_error"}])
+
+
+def not_found_run(run_id: str) -> HTTPException:
+    return HTTPException(404, f"run {run_id!r} not found")
+
+
+class FastJSON(Response):
+    """JSON without FastAPI's per-field encoding pass: rows are already plain dicts."""
+
+    media_type = "application/json"
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, separators=(",", ":"), allow_nan=False).encode()

@@ -1,0 +1,87 @@
+"""`POST /v1/traces`: OTLP/HTTP trace ingest (protobuf or JSON, optionally gzip)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from fastapi import APIRouter, Depends, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from ...otlp import PROTOBUF, BodyError, DecodeError, decode_request, encode_response, encode_status, extract, read_body
+from ...otlp._decode import media_type
+from ...otlp._status import INVALID_ARGUMENT, UNAVAILABLE
+from ..deps import GateDep, MetricsDep, SettingsDep, StoreDep, require_ingest
+
+router = APIRouter(tags=["ingest"])
+
+_BODY_DOC = {
+    "requestBody": {
+        "required": True,
+        "description": "An OTLP ExportTraceServiceRequest; `Content-Encoding: gzip` is accepted.",
+        "content": {
+            "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+            "application/json": {"schema": {"type": "object", "description": "OTLP/JSON (hex trace/span ids)"}},
+        },
+    }
+}
+_RESPONSES = {
+    200: {"description": "Stored and committed; `partialSuccess` lists spans that were rejected.",
+          "content": {"application/x-protobuf": {}, "application/json": {}}},
+    400: {"description": "Malformed body: a google.rpc.Status in the request's encoding."},
+    401: {"description": "Missing or wrong bearer token."},
+    413: {"description": "Body larger than `max_body_bytes` after decompression."},
+    415: {"description": "Content-Type other than application/x-protobuf or application/json, "
+                         "or a Content-Encoding other than gzip."},
+    503: {"description": "Overloaded or the store is busy; retry after `Retry-After` seconds."},
+}
+
+
+def _error(media: str, status: int, code: int, message: str, retry_after: int | None = None) -> Response:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return Response(encode_status(media, code, message), status_code=status, media_type=media, headers=headers)
+
+
+def _decode_and_store(store, body: bytes, media: str):
+    # Decode and extract off the event loop too: a 64 MiB body takes a while to parse.
+    batch = extract(decode_request(body, media))
+    inserted = store.write_batch(batch)
+    return batch, inserted
+
+
+@router.post("/v1/traces", dependencies=[Depends(require_ingest)], openapi_extra=_BODY_DOC,
+             responses=_RESPONSES, response_class=Response, summary="OTLP/HTTP trace export")
+async def export_traces(request: Request, store: StoreDep, settings: SettingsDep, metrics: MetricsDep,
+                        gate: GateDep) -> Response:
+    media = media_type(request.headers.get("content-type"))
+    if media is None:
+        metrics.rejected.labels("unsupported_media_type").inc()
+        return _error(PROTOBUF, 415, INVALID_ARGUMENT,
+                      "Content-Type must be application/x-protobuf or application/json")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > settings.max_body_bytes:
+        metrics.rejected.labels("too_large").inc()  # refused before reading a byte
+        return _error(media, 413, INVALID_ARGUMENT, f"request body exceeds the limit of {settings.max_body_bytes} bytes")
+    if not gate.try_acquire():
+        metrics.rejected.labels("overloaded").inc()
+        return _error(media, 503, UNAVAILABLE, "ingest is at capacity", settings.retry_after_s)
+    try:
+        body, wire = await read_body(request.stream(), request.headers.get("content-encoding"), settings.max_body_bytes)
+        batch, inserted = await run_in_threadpool(_decode_and_store, store, body, media)
+    except BodyError as exc:
+        metrics.rejected.labels(exc.reason).inc()
+        return _error(media, exc.status, INVALID_ARGUMENT, exc.message)
+    except DecodeError as exc:
+        metrics.rejected.labels("malformed").inc()
+        return _error(media, 400, INVALID_ARGUMENT, str(exc))
+    except sqlite3.OperationalError as exc:
+        # Locked or full database: transient from the client's side, so retryable (503).
+        metrics.rejected.labels("store_unavailable").inc()
+        return _error(media, 503, UNAVAILABLE, f"store unavailable: {exc}", settings.retry_after_s)
+    finally:
+        gate.release()
+    metrics.bytes.labels(media).inc(wire)
+    metrics.spans.inc(batch.spans)
+    metrics.events.inc(inserted)
+    metrics.spans_rejected.inc(batch.rejected)
+    message = "; ".join(batch.errors)
+    return Response(encode_response(media, batch.rejected, message), media_type=media)

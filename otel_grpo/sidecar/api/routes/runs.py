@@ -1,0 +1,66 @@
+"""`/api/runs`: runs and their per-step scalar history."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from ...schemas import Message, RunPublic, StepRow
+from ..deps import FastJSON, StoreDep, bad_param, not_found_run, require_read
+
+router = APIRouter(prefix="/api/runs", tags=["runs"], dependencies=[Depends(require_read)])
+_404 = {404: {"model": Message, "description": "Unknown run."}}
+
+
+@router.get("", response_model=list[RunPublic], response_class=FastJSON)
+def list_runs(store: StoreDep) -> FastJSON:
+    """Every run: id, first and last step, last update, sample count; most recently updated first."""
+    return FastJSON(store.runs())
+
+
+@router.get("/{run_id}", response_model=RunPublic, response_class=FastJSON, responses=_404)
+def get_run(run_id: str, store: StoreDep) -> FastJSON:
+    """One run."""
+    for run in store.runs():
+        if run["run_id"] == run_id:
+            return FastJSON(run)
+    raise not_found_run(run_id)
+
+
+def split_list(values: list[str] | None) -> list[str] | None:
+    """`metrics=a,b&metrics=c` -> [a, b, c]; None when not given."""
+    if not values:
+        return None
+    out = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    return out or None
+
+
+@router.get("/{run_id}/steps", response_model=list[StepRow], response_class=FastJSON, responses=_404)
+def list_steps(
+    run_id: str,
+    store: StoreDep,
+    metrics: Annotated[list[str] | None, Query(description="Columns to return (comma-separated or repeated); default: all.")] = None,
+    step_min: Annotated[int | None, Query(description="First step (inclusive).")] = None,
+    step_max: Annotated[int | None, Query(description="Last step (inclusive).")] = None,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+) -> FastJSON:
+    """Per-step scalar history, one flat row per step, ordered by step.
+
+    Columns: `run_id`, `step`, `time`, every stat key of the step span (`kl`, `reward`,
+    `reward_fn_mean/<fn>`, ...) and `phase_duration/<phase>` in seconds.
+    """
+    if step_min is not None and step_max is not None and step_min > step_max:
+        raise bad_param("step_min", "must not exceed step_max")
+    if not store.run_exists(run_id):
+        raise not_found_run(run_id)
+    return FastJSON(store.steps(run_id, split_list(metrics), step_min, step_max, limit, offset))
+
+
+@router.get("/{run_id}/metrics", response_model=list[str], response_class=FastJSON, responses=_404)
+def list_metric_keys(run_id: str, store: StoreDep) -> FastJSON:
+    """The scalar column names the run's steps carry."""
+    if not store.run_exists(run_id):
+        raise not_found_run(run_id)
+    return FastJSON(store.metric_keys(run_id))

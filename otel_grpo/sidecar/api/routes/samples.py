@@ -1,0 +1,96 @@
+"""`/api/runs/{run_id}/samples` (JSON, CSV, JSONL): the sample table of a run."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Response
+
+from ...schemas import Message, SampleRow
+from ...store import SAMPLE_CORE_COLUMNS, SampleQuery
+from ...store._queries import COLUMN_RE
+from ..deps import FastJSON, StoreDep, bad_param, not_found_run, require_read
+
+router = APIRouter(prefix="/api/runs/{run_id}", tags=["samples"], dependencies=[Depends(require_read)])
+_404 = {404: {"model": Message, "description": "Unknown run."}}
+_EXPORT_MAX = 1_000_000
+
+
+def sample_query(
+    step: Annotated[int | None, Query(description="One step; default: the latest step with samples (unless a range is given).")] = None,
+    step_min: Annotated[int | None, Query(description="First step (inclusive).")] = None,
+    step_max: Annotated[int | None, Query(description="Last step (inclusive).")] = None,
+    reward_min: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+    reward_max: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+    q: Annotated[str | None, Query(max_length=1000, description="Substring of prompt or completion (case-insensitive for ASCII).")] = None,
+    order_by: Annotated[str | None, Query(max_length=128, description="Any column: step, reward, advantage, completion_length, sample_index, prompt, completion, time, or a dynamic one such as `reward.format`.")] = None,
+    desc: bool = False,
+    limit: Annotated[int, Query(ge=1, le=_EXPORT_MAX)] = 100,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+) -> SampleQuery:
+    if step_min is not None and step_max is not None and step_min > step_max:
+        raise bad_param("step_min", "must not exceed step_max")
+    if reward_min is not None and reward_max is not None and reward_min > reward_max:
+        raise bad_param("reward_min", "must not exceed reward_max")
+    if order_by is not None and not COLUMN_RE.match(order_by):
+        raise bad_param("order_by", "column names are letters, digits and _ . : / - only")
+    return SampleQuery(step=step, step_min=step_min, step_max=step_max, reward_min=reward_min,
+                       reward_max=reward_max, q=q, order_by=order_by, desc=desc, limit=limit, offset=offset)
+
+
+QueryDep = Annotated[SampleQuery, Depends(sample_query)]
+
+
+def _rows(store, run_id: str, query: SampleQuery, max_limit: int) -> list[dict]:
+    if query.limit > max_limit:
+        raise bad_param("limit", f"must be at most {max_limit} here")
+    if not store.run_exists(run_id):
+        raise not_found_run(run_id)
+    return store.samples(run_id, query)
+
+
+@router.get("/samples", response_model=list[SampleRow], response_class=FastJSON, responses=_404)
+def list_samples(run_id: str, store: StoreDep, query: QueryDep) -> FastJSON:
+    """Samples as flat rows (every event attribute is a column), filtered and ordered."""
+    return FastJSON(_rows(store, run_id, query, 10_000))
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    seen = dict.fromkeys(SAMPLE_CORE_COLUMNS)
+    for row in rows:
+        seen.update(dict.fromkeys(row))
+    return list(seen)
+
+
+@router.get("/samples.csv", response_class=Response, responses={**_404, 200: {"content": {"text/csv": {}}}})
+def export_csv(run_id: str, store: StoreDep, query: QueryDep) -> Response:
+    """The same rows as CSV; the header is the union of all columns."""
+    rows = _rows(store, run_id, query, _EXPORT_MAX)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=_columns(rows), extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
+    return Response(buf.getvalue(), media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="samples.csv"'})
+
+
+@router.get("/samples.jsonl", response_class=Response,
+            responses={**_404, 200: {"content": {"application/x-ndjson": {}}}})
+def export_jsonl(run_id: str, store: StoreDep, query: QueryDep) -> Response:
+    """The same rows as JSON Lines, one sample per line."""
+    rows = _rows(store, run_id, query, _EXPORT_MAX)
+    body = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)
+    return Response(body, media_type="application/x-ndjson")
+
+
+@router.get("/sample-steps", response_model=list[int], response_class=FastJSON, responses=_404)
+def list_sample_steps(run_id: str, store: StoreDep,
+                      limit: Annotated[int, Query(ge=1, le=100_000)] = 5000) -> FastJSON:
+    """Steps that have samples, newest first (the web page's step picker)."""
+    if not store.run_exists(run_id):
+        raise not_found_run(run_id)
+    return FastJSON(store.sample_steps(run_id, limit))

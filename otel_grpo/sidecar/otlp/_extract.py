@@ -1,0 +1,212 @@
+"""From a decoded ExportTraceServiceRequest to the records the store keeps.
+
+The span contract (written by `otel_grpo.telemetry`):
+- `grpo.step`: attributes `grpo.run_id`, `grpo.step`, `grpo.metric.<stat_key>` (the step's scalars);
+- `grpo.phase.<name>`: child of the step span, attribute `grpo.phase`; duration = end - start;
+- `grpo.samples`: attributes `grpo.run_id`, `grpo.step`; one `grpo.sample` event per sample.
+run_id falls back to the resource's `grpo.run_id`. Other spans are accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+STEP_SPAN = "grpo.step"
+SAMPLES_SPAN = "grpo.samples"
+PHASE_PREFIX = "grpo.phase."
+SAMPLE_EVENT = "grpo.sample"
+METRIC_PREFIX = "grpo.metric."
+PHASE_COLUMN = "phase_duration/"
+# Sample columns kept in their own SQL columns (indexed or searched); the rest go to JSON.
+CORE_NUMERIC = ("reward", "advantage", "completion_length")
+CORE_TEXT = ("prompt", "completion")
+
+
+@dataclass(slots=True)
+class StepRecord:
+    run_id: str
+    step: int
+    span_id: bytes
+    start: float
+    end: float
+    metrics: dict[str, float | None]
+
+
+@dataclass(slots=True)
+class PhaseRecord:
+    span_id: bytes
+    parent_span_id: bytes
+    name: str
+    duration: float
+    run_id: str | None
+    step: int | None
+
+
+@dataclass(slots=True)
+class SampleRecord:
+    run_id: str
+    step: int
+    uid: str
+    sample_index: int | None
+    reward: float | None
+    advantage: float | None
+    completion_length: float | None
+    prompt: str | None
+    completion: str | None
+    time: float
+    data: dict
+
+
+@dataclass(slots=True)
+class Batch:
+    """What one request contributes; `rejected` spans could not be taken (reasons in `errors`)."""
+
+    runs: dict[str, dict[str, str]] = field(default_factory=dict)
+    steps: list[StepRecord] = field(default_factory=list)
+    phases: list[PhaseRecord] = field(default_factory=list)
+    samples: list[SampleRecord] = field(default_factory=list)
+    spans: int = 0
+    rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def reject(self, message: str) -> None:
+        self.rejected += 1
+        if len(self.errors) < 5:  # the partial-success message stays short
+            self.errors.append(message)
+
+
+def _finite(x: float) -> float | None:
+    # JSON (and the browser) cannot carry NaN/inf; the telemetry layer never sends them anyway.
+    return x if math.isfinite(x) else None
+
+
+def value_of(v):
+    """AnyValue -> a JSON-able Python value."""
+    kind = v.WhichOneof("value")
+    if kind == "string_value":
+        return v.string_value
+    if kind == "double_value":
+        return _finite(v.double_value)
+    if kind == "int_value":
+        return v.int_value
+    if kind == "bool_value":
+        return v.bool_value
+    if kind == "array_value":
+        return [value_of(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: value_of(kv.value) for kv in v.kvlist_value.values}
+    if kind == "bytes_value":
+        return v.bytes_value.hex()
+    return None
+
+
+def _attrs(kvs) -> dict:
+    return {kv.key: value_of(kv.value) for kv in kvs}
+
+
+def _int(value) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _num(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def extract(request) -> Batch:
+    """Walk every span of the request once and collect runs, steps, phases and samples."""
+    batch = Batch()
+    for rs in request.resource_spans:
+        resource = _attrs(rs.resource.attributes)
+        default_run = resource.get("grpo.run_id")
+        default_run = str(default_run) if default_run not in (None, "") else None
+        info = {k: str(resource[k]) for k in ("service.name", "grpo.model", "host.name") if k in resource}
+        n_steps, n_samples = len(batch.steps), len(batch.samples)
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                batch.spans += 1
+                name = span.name
+                if name == STEP_SPAN:
+                    _step_span(batch, span, default_run)
+                elif name == SAMPLES_SPAN:
+                    _samples_span(batch, span, default_run)
+                elif name.startswith(PHASE_PREFIX):
+                    _phase_span(batch, span)
+        for record in (*batch.steps[n_steps:], *batch.samples[n_samples:]):
+            if record.run_id not in batch.runs:
+                batch.runs[record.run_id] = info
+    return batch
+
+
+def _run_and_step(batch: Batch, span, attrs: dict, default_run: str | None) -> tuple[str, int] | None:
+    run_id = attrs.get("grpo.run_id") or default_run
+    step = _int(attrs.get("grpo.step"))
+    if not run_id or step is None:
+        batch.reject(f"span {span.name!r} {span.span_id.hex()} lacks grpo.run_id or an integer grpo.step")
+        return None
+    return str(run_id), step
+
+
+def _step_span(batch: Batch, span, default_run: str | None) -> None:
+    attrs = _attrs(span.attributes)
+    key = _run_and_step(batch, span, attrs, default_run)
+    if key is None:
+        return
+    metrics = {}
+    for name, value in attrs.items():
+        if name.startswith(METRIC_PREFIX):
+            metrics[name[len(METRIC_PREFIX):]] = _num(value)
+    batch.steps.append(StepRecord(key[0], key[1], bytes(span.span_id), span.start_time_unix_nano / 1e9,
+                                  span.end_time_unix_nano / 1e9, metrics))
+
+
+def _phase_span(batch: Batch, span) -> None:
+    attrs = _attrs(span.attributes)
+    phase = attrs.get("grpo.phase") or span.name[len(PHASE_PREFIX):]
+    step = _int(attrs.get("grpo.step"))
+    run_id = attrs.get("grpo.run_id")
+    if not span.parent_span_id and (step is None or not run_id):
+        batch.reject(f"phase span {span.span_id.hex()} has no parent step span")
+        return
+    duration = max(0.0, (span.end_time_unix_nano - span.start_time_unix_nano) / 1e9)
+    batch.phases.append(PhaseRecord(bytes(span.span_id), bytes(span.parent_span_id), str(phase), duration,
+                                    str(run_id) if run_id and step is not None else None,
+                                    step if run_id else None))
+
+
+def _samples_span(batch: Batch, span, default_run: str | None) -> None:
+    attrs = _attrs(span.attributes)
+    key = _run_and_step(batch, span, attrs, default_run)
+    if key is None:
+        return
+    run_id, step = key
+    span_hex = None
+    for i, event in enumerate(span.events):
+        if event.name != SAMPLE_EVENT:
+            continue
+        data = _attrs(event.attributes)
+        index = _int(data.pop("sample_index", None))
+        if index is None:
+            span_hex = span_hex or span.span_id.hex()
+            uid = f"{span_hex}:{i}"  # stable across retries of the same export
+        else:
+            uid = str(index)
+        core = {c: _num(data.get(c)) for c in CORE_NUMERIC}
+        for c in CORE_NUMERIC:
+            if core[c] is not None:
+                del data[c]
+        text = {c: data.pop(c) if isinstance(data.get(c), str) else None for c in CORE_TEXT}
+        batch.samples.append(SampleRecord(
+            run_id, step, uid, index, core["reward"], core["advantage"], core["completion_length"],
+            text["prompt"], text["completion"], event.time_unix_nano / 1e9, data,
+        ))

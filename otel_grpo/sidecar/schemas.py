@@ -1,0 +1,100 @@
+"""Request and response models of the read API and the alert webhook (OpenAPI documents these)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RunPublic(BaseModel):
+    run_id: str
+    service_name: str | None = None
+    model: str | None = None
+    host: str | None = None
+    first_step: int | None = Field(None, description="Smallest step with data.")
+    last_step: int | None = Field(None, description="Largest step with data.")
+    first_seen: str = Field(description="When the sidecar first heard of the run (ISO 8601, UTC).")
+    last_update: str = Field(description="When the run last sent data (ISO 8601, UTC).")
+    sample_count: int
+
+
+class StepRow(BaseModel):
+    """One step: `run_id`, `step`, `time`, then one column per scalar (`kl`, `reward`, ...) and
+    `phase_duration/<phase>` in seconds."""
+
+    model_config = ConfigDict(extra="allow")
+    run_id: str
+    step: int
+    time: str | None = Field(None, description="End of the step span (ISO 8601, UTC).")
+
+
+class SampleRow(BaseModel):
+    """One sample; besides these, every other attribute of its `grpo.sample` event is a column."""
+
+    model_config = ConfigDict(extra="allow")
+    run_id: str
+    step: int
+    sample_index: int | None = None
+    reward: float | None = None
+    advantage: float | None = None
+    completion_length: float | None = None
+    prompt: str | None = None
+    completion: str | None = None
+    time: str | None = None
+
+
+class AlertmanagerAlert(BaseModel):
+    """One alert of an Alertmanager webhook (version 4)."""
+
+    status: Literal["firing", "resolved"]
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    startsAt: str = Field(min_length=1, max_length=64)
+    endsAt: str | None = Field(None, max_length=64)
+    generatorURL: str | None = None
+    fingerprint: str = Field(min_length=1, max_length=128)
+
+
+class AlertmanagerWebhook(BaseModel):
+    """Alertmanager's webhook payload, version 4."""
+
+    version: Literal["4"]
+    groupKey: str | None = None
+    truncatedAlerts: int = 0
+    status: Literal["firing", "resolved"] | None = None
+    receiver: str | None = None
+    groupLabels: dict[str, str] = {}
+    commonLabels: dict[str, str] = {}
+    commonAnnotations: dict[str, str] = {}
+    externalURL: str | None = None
+    alerts: list[AlertmanagerAlert] = Field(max_length=10000)
+
+
+class AlertsAccepted(BaseModel):
+    stored: int
+
+
+class AlertPublic(BaseModel):
+    fingerprint: str
+    status: str
+    alertname: str | None = None
+    run_id: str | None = None
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    starts_at: str
+    ends_at: str | None = None
+    generator_url: str | None = None
+    received_at: str
+
+
+class Panel(BaseModel):
+    """A plot of the web page: catalog keys (or key prefixes for templated signals) against step."""
+
+    title: str
+    group: str
+    series: list[dict[str, str]]
+
+
+class Message(BaseModel):
+    detail: str | list

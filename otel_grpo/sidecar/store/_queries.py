@@ -1,0 +1,153 @@
+"""Read queries. Rows come back flat (one dict per row) for the API and Grafana's Infinity."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+SAMPLE_CORE_COLUMNS = ("run_id", "step", "sample_index", "reward", "advantage", "completion_length",
+                       "prompt", "completion", "time")
+_SAMPLE_SELECT = "SELECT " + ", ".join(SAMPLE_CORE_COLUMNS) + ", data FROM samples"
+# Dynamic sample columns are JSON keys; this pattern keeps the JSON path a plain quoted key.
+COLUMN_RE = re.compile(r"^[A-Za-z0-9_.:/\- ]{1,128}$")
+
+
+def iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(kw_only=True)
+class SampleQuery:
+    """Filters and ordering for samples; `step=None` with no range means the latest step."""
+
+    step: int | None = None
+    step_min: int | None = None
+    step_max: int | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    q: str | None = None
+    """Case-insensitive substring of the prompt or completion."""
+    order_by: str | None = None
+    desc: bool = False
+    limit: int = 100
+    offset: int = 0
+
+
+def _order_sql(column: str | None, desc: bool, params: list) -> str:
+    d = " DESC" if desc else ""
+    if column is None:
+        return f"step{d}, sample_index{d}, id{d}"
+    if column in SAMPLE_CORE_COLUMNS:
+        expr = column
+    else:
+        params += [f'$."{column}"'] * 2
+        expr = "json_extract(data, ?)"
+    return f"{expr} IS NULL, {expr}{d}, id"  # nulls last in both directions; id breaks ties stably
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _sample_row(row) -> dict:
+    out = dict(zip(SAMPLE_CORE_COLUMNS, row[:-1]))
+    out["time"] = iso(out["time"])
+    extra = json.loads(row[-1])
+    for key, value in extra.items():
+        out.setdefault(key, value)
+    return out
+
+
+class Reads:
+    """Mixed into Store: every query runs on the calling thread's read connection."""
+
+    def reader(self):  # pragma: no cover - provided by Store
+        raise NotImplementedError
+
+    def ping(self) -> bool:
+        return self.reader().execute("SELECT 1").fetchone()[0] == 1
+
+    def runs(self) -> list[dict]:
+        rows = self.reader().execute("""SELECT run_id, service_name, model, host, first_step, last_step,
+            first_seen, last_update, sample_count FROM runs ORDER BY last_update DESC""").fetchall()
+        return [{"run_id": r[0], "service_name": r[1], "model": r[2], "host": r[3], "first_step": r[4],
+                 "last_step": r[5], "first_seen": iso(r[6]), "last_update": iso(r[7]), "sample_count": r[8]}
+                for r in rows]
+
+    def run_exists(self, run_id: str) -> bool:
+        return self.reader().execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
+
+    def steps(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
+              step_max: int | None = None, limit: int = 10000, offset: int = 0) -> list[dict]:
+        """Per-step rows: run_id, step, time (ISO, step end), then every scalar (or just `metrics`)."""
+        rows = self.reader().execute("""SELECT step, end_time, metrics FROM steps
+            WHERE run_id = ? AND step >= ? AND step <= ? ORDER BY step LIMIT ? OFFSET ?""",
+            (run_id, -(2**63) if step_min is None else step_min, 2**63 - 1 if step_max is None else step_max,
+             limit, offset)).fetchall()
+        out = []
+        for step, end, blob in rows:
+            row = {"run_id": run_id, "step": step, "time": iso(end)}
+            values = json.loads(blob)
+            if metrics is None:
+                row.update(values)
+            else:
+                for key in metrics:
+                    row[key] = values.get(key)
+            out.append(row)
+        return out
+
+    def metric_keys(self, run_id: str) -> list[str]:
+        """Every scalar key the run's steps carry (from the latest 200 steps, enough to see them all)."""
+        keys: set[str] = set()
+        for (blob,) in self.reader().execute(
+                "SELECT metrics FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT 200", (run_id,)):
+            keys.update(json.loads(blob))
+        return sorted(keys)
+
+    def latest_sample_step(self, run_id: str) -> int | None:
+        return self.reader().execute("SELECT max(step) FROM samples WHERE run_id = ?", (run_id,)).fetchone()[0]
+
+    def sample_steps(self, run_id: str, limit: int = 5000) -> list[int]:
+        """Steps that have samples, newest first."""
+        rows = self.reader().execute(
+            "SELECT DISTINCT step FROM samples WHERE run_id = ? ORDER BY step DESC LIMIT ?", (run_id, limit))
+        return [r[0] for r in rows]
+
+    def samples(self, run_id: str, query: SampleQuery) -> list[dict]:
+        where, params = ["run_id = ?"], [run_id]
+        step = query.step
+        if step is None and query.step_min is None and query.step_max is None:
+            step = self.latest_sample_step(run_id)
+            if step is None:
+                return []
+        for clause, value in (("step = ?", step), ("step >= ?", query.step_min), ("step <= ?", query.step_max),
+                              ("reward >= ?", query.reward_min), ("reward <= ?", query.reward_max)):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        if query.q:
+            where.append("(prompt LIKE ? ESCAPE '\\' OR completion LIKE ? ESCAPE '\\')")
+            params += [_like(query.q)] * 2
+        order_params: list = []
+        order = _order_sql(query.order_by, query.desc, order_params)
+        sql = f"{_SAMPLE_SELECT} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
+        rows = self.reader().execute(sql, [*params, *order_params, query.limit, query.offset]).fetchall()
+        return [_sample_row(r) for r in rows]
+
+    def alerts(self, run_id: str | None = None, status: str | None = None, limit: int = 1000) -> list[dict]:
+        where, params = [], []
+        if run_id is not None:
+            where.append("run_id = ?")
+            params.append(run_id)
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        sql = ("SELECT fingerprint, status, alertname, run_id, labels, annotations, starts_at, ends_at, "
+               "generator_url, received_at FROM alerts" + (" WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY starts_at DESC LIMIT ?")
+        rows = self.reader().execute(sql, [*params, limit]).fetchall()
+        return [{"fingerprint": r[0], "status": r[1], "alertname": r[2], "run_id": r[3],
+                 "labels": json.loads(r[4]), "annotations": json.loads(r[5]), "starts_at": r[6],
+                 "ends_at": r[7], "generator_url": r[8], "received_at": iso(r[9])} for r in rows]

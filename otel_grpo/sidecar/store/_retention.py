@@ -1,0 +1,66 @@
+"""Retention: by number of runs, steps per run, and age. Runs inside the writer's transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+
+_ORPHAN_PHASE_S = 3600.0  # a phase whose step span never came is kept this long, then dropped
+
+
+def _delete_run(conn: sqlite3.Connection, run_id: str, counts: dict[str, int]) -> None:
+    for table in ("samples", "steps", "step_spans", "phases", "runs"):
+        counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,)).rowcount
+
+
+def _delete_before(conn: sqlite3.Connection, run_id: str, step: int, counts: dict[str, int]) -> None:
+    for table in ("samples", "steps", "step_spans", "phases"):
+        counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ? AND step < ?", (run_id, step)).rowcount
+
+
+def _refresh_run(conn: sqlite3.Connection, run_id: str) -> None:
+    """Recount a run's step range and sample count after deletions."""
+    conn.execute("""
+        UPDATE runs SET
+            first_step = (SELECT min(s) FROM (SELECT min(step) AS s FROM steps WHERE run_id = ?1
+                                              UNION ALL SELECT min(step) FROM samples WHERE run_id = ?1)),
+            last_step = (SELECT max(s) FROM (SELECT max(step) AS s FROM steps WHERE run_id = ?1
+                                             UNION ALL SELECT max(step) FROM samples WHERE run_id = ?1)),
+            sample_count = (SELECT count(*) FROM samples WHERE run_id = ?1)
+        WHERE run_id = ?1""", (run_id,))
+
+
+def apply(conn: sqlite3.Connection, max_runs: int | None, max_steps: int | None,
+          max_age_s: float | None, now: float) -> dict[str, int]:
+    counts = dict.fromkeys(("samples", "steps", "step_spans", "phases", "runs", "alerts"), 0)
+    if max_runs is not None:
+        old = conn.execute("SELECT run_id FROM runs ORDER BY last_update DESC LIMIT -1 OFFSET ?", (max_runs,)).fetchall()
+        for (run_id,) in old:
+            _delete_run(conn, run_id, counts)
+    touched: set[str] = set()
+    if max_age_s is not None:
+        cutoff = now - max_age_s
+        for (run_id,) in conn.execute("SELECT run_id FROM runs WHERE last_update < ?", (cutoff,)).fetchall():
+            _delete_run(conn, run_id, counts)
+        n = conn.execute("DELETE FROM samples WHERE time < ?", (cutoff,)).rowcount
+        m = conn.execute("DELETE FROM steps WHERE coalesce(end_time, updated_at) < ?", (cutoff,)).rowcount
+        counts["samples"] += n
+        counts["steps"] += m
+        counts["alerts"] += conn.execute("DELETE FROM alerts WHERE received_at < ?", (cutoff,)).rowcount
+        if n or m:
+            touched.update(r for (r,) in conn.execute("SELECT run_id FROM runs"))
+    if max_steps is not None:
+        for (run_id,) in conn.execute("SELECT run_id FROM runs").fetchall():
+            row = conn.execute("""
+                SELECT step FROM (SELECT step FROM steps WHERE run_id = ?1
+                                  UNION SELECT DISTINCT step FROM samples WHERE run_id = ?1)
+                ORDER BY step DESC LIMIT 1 OFFSET ?2""", (run_id, max_steps - 1)).fetchone()
+            if row is not None:
+                before = dict(counts)
+                _delete_before(conn, run_id, row[0], counts)
+                if counts != before:
+                    touched.add(run_id)
+    counts["phases"] += conn.execute("DELETE FROM phases WHERE run_id IS NULL AND received_at < ?",
+                                     (now - _ORPHAN_PHASE_S,)).rowcount
+    for run_id in touched:
+        _refresh_run(conn, run_id)
+    return counts

@@ -1,0 +1,223 @@
+"""The store: one writer connection behind a lock, one read connection per thread.
+
+    store = Store.open("sidecar.db")
+    store.write_batch(extract(request))      # commits before returning
+    store.runs()
+
+SQLite in WAL mode lets readers run while the writer commits. Every write
+method holds `_wlock` for its whole transaction: one writer, as SQLite wants,
+whichever thread calls.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from ..otlp._extract import PHASE_COLUMN, Batch
+from . import _queries, _retention
+from ._schema import migrate
+
+_SAMPLE_INSERT = """
+INSERT INTO samples (run_id, step, uid, sample_index, reward, advantage, completion_length,
+                     prompt, completion, time, data)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, step, uid) DO NOTHING
+"""
+_STEP_UPSERT = """
+INSERT INTO steps (run_id, step, start_time, end_time, updated_at, metrics) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, step) DO UPDATE SET
+    start_time = coalesce(excluded.start_time, start_time),
+    end_time = coalesce(excluded.end_time, end_time),
+    updated_at = excluded.updated_at,
+    metrics = json_patch(metrics, excluded.metrics)
+"""
+_RUN_UPSERT = """
+INSERT INTO runs (run_id, service_name, model, host, first_seen, last_update) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id) DO UPDATE SET
+    service_name = coalesce(excluded.service_name, service_name),
+    model = coalesce(excluded.model, model),
+    host = coalesce(excluded.host, host),
+    last_update = excluded.last_update
+"""
+_RUN_PROGRESS = """
+UPDATE runs SET first_step = min(coalesce(first_step, ?1), ?1), last_step = max(coalesce(last_step, ?2), ?2),
+                sample_count = sample_count + ?3
+WHERE run_id = ?4
+"""
+
+
+class Store(_queries.Reads):
+    """Runs, steps, phases, samples and alerts in one SQLite file."""
+
+    def __init__(self, path: Path, synchronous: str = "FULL") -> None:
+        self.path = Path(path)
+        self.synchronous = synchronous
+        self._wlock = threading.Lock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._writer: sqlite3.Connection | None = None
+        self.found_version: int | None = None
+
+    @classmethod
+    def open(cls, path: str | Path, synchronous: str = "FULL") -> "Store":
+        """Open (creating if needed) and migrate; the writer connection is ready on return."""
+        store = cls(Path(path), synchronous)
+        store.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = store._connect()
+        conn.execute("PRAGMA journal_mode = WAL")
+        store.found_version = migrate(conn)
+        store._writer = conn
+        return store
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves, so "committed" means committed.
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        conn.execute("PRAGMA foreign_keys = OFF")
+        conn.execute("PRAGMA cache_size = -32768")  # 32 MiB page cache per connection
+        return conn
+
+    def reader(self) -> sqlite3.Connection:
+        """This thread's read connection (WAL: sees the last committed state)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            conn.execute("PRAGMA query_only = ON")
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._wlock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+
+    def _tx(self):
+        """Context: the write lock plus one IMMEDIATE transaction, committed on success."""
+        return _Transaction(self)
+
+    # ---- writes -------------------------------------------------------------------------
+    def write_batch(self, batch: Batch, now: float | None = None) -> int:
+        """Store one request's records in one transaction; returns samples newly inserted."""
+        now = time.time() if now is None else now
+        if not (batch.steps or batch.phases or batch.samples):
+            return 0
+        with self._tx() as conn:
+            for run_id, info in batch.runs.items():
+                conn.execute(_RUN_UPSERT, (run_id, info.get("service.name"), info.get("grpo.model"),
+                                           info.get("host.name"), now, now))
+            conn.executemany(_STEP_UPSERT, [
+                (s.run_id, s.step, s.start, s.end, now, json.dumps(s.metrics)) for s in batch.steps])
+            conn.executemany("INSERT OR REPLACE INTO step_spans VALUES (?, ?, ?)",
+                             [(s.span_id, s.run_id, s.step) for s in batch.steps])
+            self._write_phases(conn, batch, now)
+            inserted = self._write_samples(conn, batch)
+            self._write_progress(conn, batch, inserted)
+        return sum(inserted.values())
+
+    def _write_phases(self, conn: sqlite3.Connection, batch: Batch, now: float) -> None:
+        conn.executemany("INSERT OR REPLACE INTO phases VALUES (?, ?, ?, ?, ?, ?, ?)", [
+            (p.span_id, p.parent_span_id, p.name, p.duration, p.run_id, p.step, now) for p in batch.phases])
+        if batch.phases or batch.steps:
+            conn.execute("""UPDATE phases SET run_id = s.run_id, step = s.step FROM step_spans AS s
+                            WHERE phases.run_id IS NULL AND phases.parent_span_id = s.span_id""")
+        touched = {(s.run_id, s.step) for s in batch.steps}
+        for p in batch.phases:
+            row = conn.execute("SELECT run_id, step FROM phases WHERE span_id = ?", (p.span_id,)).fetchone()
+            if row[0] is not None:
+                touched.add((row[0], row[1]))
+        # Sum per phase name over the step's phase spans: idempotent under re-delivery.
+        for run_id, step in touched:
+            sums = conn.execute("SELECT name, sum(duration) FROM phases WHERE run_id = ? AND step = ? GROUP BY name",
+                                (run_id, step)).fetchall()
+            if sums:
+                metrics = json.dumps({PHASE_COLUMN + name: total for name, total in sums})
+                conn.execute(_STEP_UPSERT, (run_id, step, None, None, now, metrics))
+                conn.execute(_RUN_UPSERT, (run_id, None, None, None, now, now))
+
+    def _write_samples(self, conn: sqlite3.Connection, batch: Batch) -> dict[str, int]:
+        by_run: dict[str, list] = defaultdict(list)
+        for s in batch.samples:
+            by_run[s.run_id].append((s.run_id, s.step, s.uid, s.sample_index, s.reward, s.advantage,
+                                     s.completion_length, s.prompt, s.completion, s.time,
+                                     json.dumps(s.data, separators=(",", ":"))))
+        inserted = {}
+        for run_id, rows in by_run.items():
+            before = conn.total_changes
+            conn.executemany(_SAMPLE_INSERT, rows)
+            inserted[run_id] = conn.total_changes - before
+        return inserted
+
+    def _write_progress(self, conn: sqlite3.Connection, batch: Batch, inserted: dict[str, int]) -> None:
+        steps: dict[str, list[int]] = defaultdict(list)
+        for record in (*batch.steps, *batch.samples):
+            steps[record.run_id].append(record.step)
+        for p in batch.phases:
+            if p.run_id is not None:
+                steps[p.run_id].append(p.step)
+        for run_id, values in steps.items():
+            conn.execute(_RUN_PROGRESS, (min(values), max(values), inserted.get(run_id, 0), run_id))
+
+    def upsert_alerts(self, alerts: list[dict], now: float | None = None) -> int:
+        """Insert or update alerts keyed by (fingerprint, startsAt); returns how many were given."""
+        now = time.time() if now is None else now
+        rows = [(a["fingerprint"], a["startsAt"], a["status"], a.get("labels", {}).get("alertname"),
+                 a.get("labels", {}).get("run_id"), json.dumps(a.get("labels", {})),
+                 json.dumps(a.get("annotations", {})), a.get("endsAt"), a.get("generatorURL"), now)
+                for a in alerts]
+        with self._tx() as conn:
+            conn.executemany("""
+                INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (fingerprint, starts_at) DO UPDATE SET
+                    status = excluded.status, alertname = excluded.alertname, run_id = excluded.run_id,
+                    labels = excluded.labels, annotations = excluded.annotations, ends_at = excluded.ends_at,
+                    generator_url = excluded.generator_url, received_at = excluded.received_at""", rows)
+        return len(rows)
+
+    def apply_retention(self, max_runs: int | None = None, max_steps: int | None = None,
+                        max_age_s: float | None = None, now: float | None = None) -> dict[str, int]:
+        """Delete what the retention settings exclude; returns rows deleted per table."""
+        now = time.time() if now is None else now
+        with self._tx() as conn:
+            return _retention.apply(conn, max_runs, max_steps, max_age_s, now)
+
+    def size_bytes(self) -> int:
+        """Database plus WAL file size on disk."""
+        total = 0
+        for suffix in ("", "-wal"):
+            p = Path(str(self.path) + suffix)
+            if p.exists():
+                total += p.stat().st_size
+        return total
+
+
+class _Transaction:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.store._wlock.acquire()
+        conn = self.store._writer
+        if conn is None:
+            self.store._wlock.release()
+            raise RuntimeError("store is closed")
+        conn.execute("BEGIN IMMEDIATE")
+        return conn
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.store._writer.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        finally:
+            self.store._wlock.release()
