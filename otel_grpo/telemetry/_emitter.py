@@ -1,0 +1,152 @@
+"""The background thread that turns a finished step into metrics, span attributes, sample events and spill lines.
+
+The training thread only converts values to floats and hands a `StepRecord`
+over (one queue put per step). Recording into the SDK costs several microseconds
+per value (thousands per step with per-sample histograms), so it happens here,
+while the training thread is back on the GPU. Nothing in here raises: a failing
+step is logged once and the thread goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, Tracer
+
+from ._instruments import Instruments
+from ._samples import ColumnTracker, event_attributes, flatten_row, select_samples
+from ._settings import TelemetrySettings
+from ._spill import SampleSpill
+
+logger = logging.getLogger("otel_grpo.telemetry")
+
+METRIC_ATTR_PREFIX = "grpo.metric."
+_STOP = object()
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """Everything one step (or one `log_metrics` call) recorded, as the training thread left it."""
+
+    step: int
+    span: Span | None
+    steps_done: int
+    """Increment of the `grpo.steps` counter."""
+    scalars: list[dict[str, float]] = field(default_factory=list)
+    samples: list[dict[str, list[float]]] = field(default_factory=list)
+    rows: list[tuple[int, list[Mapping[str, Any]]]] = field(default_factory=list)
+    """(time in ns when handed over, rows) per `samples()` call."""
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    end_ns: int | None = None
+    skipped: bool = False
+
+
+class Emitter:
+    """One daemon thread per `Telemetry`, fed through an unbounded queue."""
+
+    def __init__(
+        self, settings: TelemetrySettings, instruments: Instruments, tracer: Tracer, spill: SampleSpill | None
+    ) -> None:
+        self._settings = settings
+        self._instruments = instruments
+        self._tracer = tracer
+        self._spill = spill
+        self._rng = random.Random(settings.seed)
+        self._columns = ColumnTracker()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._failed_kinds: set[str] = set()
+        self._warned_span_limit = False
+        self._thread = threading.Thread(target=self._run, name="otel-grpo-emit", daemon=True)
+        self._thread.start()
+
+    def submit(self, record: StepRecord) -> None:
+        self._queue.put(record)
+
+    def drain(self, timeout_s: float | None) -> bool:
+        """Wait until everything submitted so far is processed; False on timeout."""
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout_s)
+
+    def close(self, timeout_s: float) -> bool:
+        """Process what is queued, then stop; False if that took longer than `timeout_s`."""
+        self._queue.put(_STOP)
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is _STOP:
+                return
+            if isinstance(job, threading.Event):
+                job.set()
+                continue
+            try:
+                self._process(job)
+            except Exception as exc:  # keep the thread (and the next steps) alive
+                kind = type(exc).__name__
+                if kind not in self._failed_kinds:
+                    self._failed_kinds.add(kind)
+                    logger.exception("otel-grpo: emitting step %s failed; later %s errors not logged", job.step, kind)
+
+    def _process(self, rec: StepRecord) -> None:
+        instruments = self._instruments
+        finite: dict[str, float] = {}
+        for values in rec.scalars:
+            finite.update(instruments.record_scalars(values))
+        for samples in rec.samples:
+            instruments.record_samples(samples)
+        for phase, seconds in rec.phases:
+            instruments.record_phase(phase, seconds)
+        instruments.count_steps(rec.steps_done, rec.step, rec.skipped)
+        span = rec.span
+        if span is not None:
+            span.set_attributes({METRIC_ATTR_PREFIX + k: v for k, v in finite.items()})
+            self._check_span_limit(span)
+        for handed_ns, rows in rec.rows:
+            self._emit_samples(rec, handed_ns, rows)
+        if span is not None:
+            span.end(end_time=rec.end_ns)
+
+    def _check_span_limit(self, span: Span) -> None:
+        dropped = getattr(span, "dropped_attributes", 0)
+        if dropped and not self._warned_span_limit:
+            self._warned_span_limit = True
+            logger.warning(
+                "otel-grpo: the tracer provider dropped %d step attributes; raise its span attribute "
+                "limit (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT) so the sidecar gets every scalar", dropped
+            )
+
+    def _emit_samples(self, rec: StepRecord, handed_ns: int, rows: list[Mapping[str, Any]]) -> None:
+        s = self._settings
+        picked = select_samples(
+            rows, score=s.score, top_k=s.top_k, bottom_k=s.bottom_k, random_k=s.random_k, rng=self._rng
+        )
+        if not picked:
+            return
+        flats = [flatten_row(p.row) for p in picked]
+        self._columns.observe(set().union(*flats), rec.step)
+        # The spill first: it is the copy that must be complete whatever the exporters do.
+        if self._spill is not None:
+            self._spill.write(rec.step, (
+                {"run_id": s.run_id, "step": rec.step, "sample_index": p.index, "selection": p.selection, **flat}
+                for p, flat in zip(picked, flats)
+            ))
+        parent = trace.set_span_in_context(rec.span) if rec.span is not None else None
+        end_ns = max(rec.end_ns or handed_ns, handed_ns)
+        per_span = s.max_events_per_span
+        for chunk, start in enumerate(range(0, len(picked), per_span)):
+            part = range(start, min(start + per_span, len(picked)))
+            attrs = {"grpo.run_id": s.run_id, "grpo.step": rec.step, "grpo.samples.chunk": chunk,
+                     "grpo.samples.count": len(part)}
+            span = self._tracer.start_span("grpo.samples", context=parent, start_time=handed_ns, attributes=attrs)
+            for i in part:
+                span.add_event("grpo.sample", event_attributes(flats[i], picked[i], s.max_text_chars), handed_ns)
+            span.end(end_time=end_ns)

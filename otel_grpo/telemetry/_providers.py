@@ -1,0 +1,162 @@
+"""Meter and tracer providers built from `TelemetrySettings` (and the standard `OTEL_*` variables).
+
+    resource = build_resource(settings, rank=0, world_size=1)
+    tracer_provider = build_tracer_provider(settings, resource)
+    meter_provider, owned = build_meter_provider(settings, resource, local_rank=0)
+
+Every exporter runs on the SDK's background threads (periodic metric reader,
+batch span processor) and is wrapped so that a failing endpoint logs once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+from ._quiet import QuietMetricExporter, QuietSpanExporter, logger
+from ._settings import SDK_EVENT_LIMIT, TelemetrySettings
+
+
+def detect_rank() -> tuple[int, int]:
+    """(rank, world size): torch.distributed when initialized, else `RANK` / `WORLD_SIZE`."""
+    # Only look at torch if the program imported it: importing it here costs seconds.
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def git_revision() -> str | None:
+    """HEAD of the working directory's git checkout, or None outside one."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=2, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rev = out.stdout.strip()
+    return rev if out.returncode == 0 and rev else None
+
+
+def build_resource(settings: TelemetrySettings, rank: int, world_size: int) -> Resource:
+    """Resource of the run; `Resource.create` merges `OTEL_RESOURCE_ATTRIBUTES` underneath."""
+    attrs: dict[str, Any] = {
+        "service.name": settings.service_name,
+        "grpo.run_id": settings.run_id,
+        "host.name": socket.gethostname(),
+        "grpo.rank": rank,
+        "grpo.world_size": world_size,
+    }
+    if settings.model_name:
+        attrs["grpo.model"] = settings.model_name
+    revision = settings.git_revision or git_revision()
+    if revision:
+        attrs["vcs.revision"] = revision
+    attrs.update(settings.resource_attributes)
+    return Resource.create(attrs)
+
+
+def _otlp_target(settings: TelemetrySettings, signal: str) -> str | None:
+    """Endpoint for one signal: the per-signal one as is, else the base (+ `/v1/<signal>` for HTTP)."""
+    specific = settings.otlp_traces_endpoint if signal == "traces" else settings.otlp_metrics_endpoint
+    if specific:
+        return specific
+    base = settings.otlp_endpoint
+    if settings.otlp_protocol == "http/protobuf":
+        return f"{(base or 'http://localhost:4318').rstrip('/')}/v1/{signal}"
+    return base  # grpc: host:port, None -> the SDK's localhost:4317
+
+
+def _otlp_span_exporter(settings: TelemetrySettings) -> QuietSpanExporter:
+    endpoint = _otlp_target(settings, "traces")
+    if settings.otlp_protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    return QuietSpanExporter(OTLPSpanExporter(endpoint=endpoint), endpoint or "localhost:4317")
+
+
+def _otlp_metric_exporter(settings: TelemetrySettings) -> QuietMetricExporter:
+    endpoint = _otlp_target(settings, "metrics")
+    if settings.otlp_protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    return QuietMetricExporter(OTLPMetricExporter(endpoint=endpoint), endpoint or "localhost:4317")
+
+
+@dataclass
+class Owned:
+    """What a builder made and must close again: the provider, plus servers it started."""
+
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    prometheus_port: int | None = None
+    """Port the Prometheus endpoint listens on (resolved when 0 was asked for)."""
+
+
+def _prometheus_reader(settings: TelemetrySettings, local_rank: int, out: Owned) -> MetricReader:
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    # A registry per Telemetry: two instances in one process (tests, notebooks) stay apart.
+    registry = CollectorRegistry(auto_describe=True)
+    reader = PrometheusMetricReader(registry=registry)
+    port = settings.prometheus_port
+    if settings.export_all_ranks and port:
+        port += local_rank  # one endpoint per rank on a node
+    server, _thread = start_http_server(port, addr=settings.prometheus_host, registry=registry)
+    out.prometheus_port = server.server_address[1]
+    logger.info("otel-grpo: Prometheus metrics on http://%s:%d/metrics", settings.prometheus_host, out.prometheus_port)
+
+    def close() -> None:
+        server.shutdown()
+        server.server_close()
+
+    out.closers.append(close)
+    return reader
+
+
+def build_meter_provider(settings: TelemetrySettings, resource: Resource, local_rank: int) -> tuple[MeterProvider, Owned]:
+    """A meter provider with one reader per configured metrics exporter; not made global."""
+    owned = Owned()
+    readers: list[MetricReader] = []
+    interval = settings.metric_export_interval_ms
+    for name in settings.metrics_exporters:
+        if name == "otlp":
+            readers.append(PeriodicExportingMetricReader(_otlp_metric_exporter(settings), interval))
+        elif name == "console":
+            exporter = QuietMetricExporter(ConsoleMetricExporter(), "console")
+            readers.append(PeriodicExportingMetricReader(exporter, interval))
+        elif name == "prometheus":
+            readers.append(_prometheus_reader(settings, local_rank, owned))
+    # Exemplars would attach trace ids to each measurement: a cost nobody reads here.
+    provider = MeterProvider(
+        metric_readers=readers, resource=resource, exemplar_filter=AlwaysOffExemplarFilter(), shutdown_on_exit=False
+    )
+    return provider, owned
+
+
+def build_tracer_provider(settings: TelemetrySettings, resource: Resource) -> TracerProvider:
+    """A tracer provider with a batch processor per configured traces exporter; not made global."""
+    limits = SpanLimits(
+        max_span_attributes=settings.max_span_attributes,  # a step span carries every scalar
+        max_events=SDK_EVENT_LIMIT,
+        max_event_attributes=512,  # a sample row is one event; keep all of its columns
+    )
+    provider = TracerProvider(resource=resource, span_limits=limits, shutdown_on_exit=False)
+    for name in settings.traces_exporters:
+        if name == "otlp":
+            provider.add_span_processor(BatchSpanProcessor(_otlp_span_exporter(settings)))
+        elif name == "console":
+            provider.add_span_processor(BatchSpanProcessor(QuietSpanExporter(ConsoleSpanExporter(), "console")))
+    return provider

@@ -1,0 +1,198 @@
+"""Exporter wrappers that keep a down or slow endpoint from flooding the training log.
+
+The OTLP exporters log every failed batch (and every retry), and the batch
+processor logs every dropped span; with the collector down that is a warning per
+export interval for the whole run. The wrappers here catch everything the inner
+exporter raises, report the first failure as ONE warning (and the recovery as one
+info line), and `_LogGate` mutes the SDK's own export-path records while an
+export fails, so the training log shows one line instead of thousands.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
+
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+logger = logging.getLogger("otel_grpo.telemetry")
+
+# SDK loggers on the export path: exporters, their HTTP client, the batch processor.
+_NOISY_PREFIXES = ("opentelemetry.exporter", "opentelemetry.sdk._shared_internal", "opentelemetry.sdk.metrics")
+
+
+class _LogGate(logging.Filter):
+    """Drops export-path records of the SDK while one of our exporters is failing.
+
+    A logger's filters see only that logger's own records, so the gate is added to
+    every existing SDK logger on the export path (they are created at import time).
+    """
+
+    def __init__(self) -> None:
+        super().__init__("otel_grpo.gate")
+        self._failing: set[int] = set()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self.muted = 0
+
+    def set_failing(self, owner: int, failing: bool) -> None:
+        with self._lock:
+            (self._failing.add if failing else self._failing.discard)(owner)
+
+    @contextmanager
+    def capturing(self) -> Iterator[list[logging.LogRecord]]:
+        """Hold back what the SDK logs on this thread during one export call.
+
+        The inner exporter logs its failure (and each retry) before it returns, so
+        the first failure would otherwise reach the log next to our own warning.
+        """
+        captured: list[logging.LogRecord] = []
+        self._local.captured = captured
+        try:
+            yield captured
+        finally:
+            self._local.captured = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        captured = getattr(self._local, "captured", None)
+        if captured is not None:
+            captured.append(record)
+            return False
+        if self._failing and record.levelno <= logging.ERROR:
+            self.muted += 1
+            return False
+        return True
+
+    def install(self) -> None:
+        names = [n for n in logging.root.manager.loggerDict if n.startswith(_NOISY_PREFIXES)]
+        for name in names:
+            target = logging.getLogger(name)
+            if self not in target.filters:
+                target.addFilter(self)
+
+
+GATE = _LogGate()  # process-wide, as the loggers it filters are
+
+
+def _as_record(exc: BaseException) -> logging.LogRecord:
+    return logging.LogRecord("otel_grpo.telemetry", logging.ERROR, __file__, 0, repr(exc), None, None)
+
+
+def _detail(captured: list[logging.LogRecord]) -> str:
+    """The SDK's own last word on the failure, for our one warning."""
+    for record in reversed(captured):
+        if record.levelno >= logging.WARNING:
+            return record.getMessage()[:300]
+    return "the endpoint did not accept the batch"
+
+
+class _FailureReport:
+    """One warning when exports start failing, one info line when they recover."""
+
+    def __init__(self, signal: str, target: str) -> None:
+        self._signal, self._target = signal, target
+        self._lock = threading.Lock()
+        self._failing = False
+        self.failures = 0
+
+    def failed(self, detail: str) -> None:
+        with self._lock:
+            self.failures += 1
+            first = self.failures == 1
+            self._failing = True
+        # Mute the SDK's own failure records first, so ours is the only one in the log.
+        GATE.set_failing(id(self), True)
+        if first:
+            logger.warning(
+                "otel-grpo: exporting %s to %s failed (%s); training continues, further failures "
+                "are counted, not logged; samples stay in the local spill",
+                self._signal, self._target, detail,
+            )
+
+    def succeeded(self) -> None:
+        with self._lock:
+            recovered, self._failing = self._failing, False
+        if recovered:
+            GATE.set_failing(id(self), False)
+            logger.info("otel-grpo: exporting %s to %s works again (%d failed exports)",
+                        self._signal, self._target, self.failures)
+
+    def close(self) -> None:
+        GATE.set_failing(id(self), False)
+
+
+class QuietSpanExporter(SpanExporter):
+    """Wraps a span exporter: never raises, reports failures once."""
+
+    def __init__(self, inner: SpanExporter, target: str) -> None:
+        self._inner = inner
+        self.report = _FailureReport("traces", target)
+        GATE.install()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        with GATE.capturing() as captured:
+            try:
+                result = self._inner.export(spans)
+            except Exception as exc:  # an exporter bug must not kill the batch thread
+                result, captured[:] = SpanExportResult.FAILURE, [_as_record(exc)]
+        if result is SpanExportResult.SUCCESS:
+            self.report.succeeded()
+        else:
+            self.report.failed(_detail(captured))
+        return result
+
+    def shutdown(self) -> None:
+        try:
+            self._inner.shutdown()
+        except Exception as exc:
+            logger.debug("span exporter shutdown failed: %r", exc)
+        self.report.close()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        try:
+            return self._inner.force_flush(timeout_millis)
+        except Exception:
+            return False
+
+
+class QuietMetricExporter(MetricExporter):
+    """Wraps a push metric exporter: never raises, reports failures once."""
+
+    def __init__(self, inner: MetricExporter, target: str) -> None:
+        # Temporality and aggregation preferences are the inner exporter's.
+        super().__init__(
+            preferred_temporality=inner._preferred_temporality,
+            preferred_aggregation=inner._preferred_aggregation,
+        )
+        self._inner = inner
+        self.report = _FailureReport("metrics", target)
+        GATE.install()
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        with GATE.capturing() as captured:
+            try:
+                result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+            except Exception as exc:
+                result, captured[:] = MetricExportResult.FAILURE, [_as_record(exc)]
+        if result is MetricExportResult.SUCCESS:
+            self.report.succeeded()
+        else:
+            self.report.failed(_detail(captured))
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        try:
+            return self._inner.force_flush(timeout_millis=timeout_millis)
+        except Exception:
+            return False
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        try:
+            self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+        except Exception as exc:
+            logger.debug("metric exporter shutdown failed: %r", exc)
+        self.report.close()

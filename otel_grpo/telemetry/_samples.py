@@ -1,0 +1,154 @@
+"""Sample records: which rows of a step are kept, and how a row becomes OTel attributes.
+
+    picked = select_samples(rows, score="reward", top_k=4, bottom_k=4, random_k=4, rng=random.Random(0))
+    flat = flatten_row(picked[0].row)                  # rewards={"format": 1} -> reward.format
+    attrs = event_attributes(flat, picked[0], max_chars=4096)
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+logger = logging.getLogger("otel_grpo.telemetry")
+
+TRUNCATION_MARKER = "…[truncated]"
+_PRIMITIVES = (bool, int, float, str)
+
+
+@dataclass(frozen=True, slots=True)
+class Selected:
+    """One kept row: its position in the step's rows and why it was kept."""
+
+    index: int
+    selection: str
+    """"top", "bottom" or "random"."""
+    row: Mapping[str, Any]
+
+
+def _score(row: Mapping[str, Any], column: str) -> float | None:
+    value = row.get(column)
+    try:
+        score = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return score if math.isfinite(score) else None
+
+
+def select_samples(
+    rows: Sequence[Mapping[str, Any]], *, score: str, top_k: int, bottom_k: int, random_k: int, rng: random.Random
+) -> list[Selected]:
+    """Top-k and bottom-k rows by `score` plus `random_k` others drawn uniformly; always a list.
+
+    One pass with two bounded heaps, O(log k) per row. Ties go to the earlier row.
+    Rows without a finite score can only be drawn at random. Output order: top
+    (best first), bottom (worst first), random (by position).
+    """
+    top: list[tuple[float, int]] = []  # min-heap on (score, -index): root = weakest kept
+    bottom: list[tuple[float, int]] = []  # min-heap on (-score, -index): root = best kept
+    for index, row in enumerate(rows):
+        value = _score(row, score)
+        if value is None:
+            continue
+        if top_k:
+            item = (value, -index)
+            if len(top) < top_k:
+                heapq.heappush(top, item)
+            elif item > top[0]:
+                heapq.heapreplace(top, item)
+        if bottom_k:
+            item = (-value, -index)
+            if len(bottom) < bottom_k:
+                heapq.heappush(bottom, item)
+            elif item > bottom[0]:
+                heapq.heapreplace(bottom, item)
+    top_idx = [-i for _, i in sorted(top, reverse=True)]
+    # With fewer rows than top_k + bottom_k the heaps overlap; a row is listed once, as "top".
+    taken = set(top_idx)
+    bottom_idx = [-i for _, i in sorted(bottom, reverse=True) if -i not in taken]
+    taken.update(bottom_idx)
+    rest = [i for i in range(len(rows)) if i not in taken]
+    random_idx = sorted(rng.sample(rest, min(random_k, len(rest))))
+    return (
+        [Selected(i, "top", rows[i]) for i in top_idx]
+        + [Selected(i, "bottom", rows[i]) for i in bottom_idx]
+        + [Selected(i, "random", rows[i]) for i in random_idx]
+    )
+
+
+def _attribute_value(value: Any) -> Any:
+    """An OTel-valid attribute value (str, bool, int, float or a homogeneous tuple); None to drop."""
+    if value is None or isinstance(value, _PRIMITIVES):
+        return value
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", 0) == 0:  # torch / numpy scalars
+        return item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):
+        kinds = {type(v) for v in value}
+        if len(kinds) == 1 and kinds <= set(_PRIMITIVES):
+            return tuple(value)
+        if kinds and kinds <= {int, float}:
+            return tuple(float(v) for v in value)
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return str(value)
+
+
+def flatten_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Columns of one row as flat OTel-valid values.
+
+    A `rewards` dict becomes `reward.<fn>` columns (the catalog's reward_fn label);
+    any other dict column `x` becomes `x.<key>`. None values are dropped.
+    """
+    flat: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, Mapping):
+            prefix = "reward" if key == "rewards" else str(key)
+            for sub, inner in value.items():
+                converted = _attribute_value(inner)
+                if converted is not None:
+                    flat[f"{prefix}.{sub}"] = converted
+            continue
+        converted = _attribute_value(value)
+        if converted is not None:
+            flat[str(key)] = converted
+    return flat
+
+
+def event_attributes(flat: Mapping[str, Any], picked: Selected, max_chars: int) -> dict[str, Any]:
+    """Attributes of one `grpo.sample` event: the flat row, text cut at `max_chars`, and bookkeeping."""
+    attrs: dict[str, Any] = {}
+    truncated = False
+    for key, value in flat.items():
+        if isinstance(value, str) and len(value) > max_chars:
+            attrs[key] = value[:max_chars] + TRUNCATION_MARKER
+            attrs[f"{key}_original_length"] = len(value)
+            truncated = True
+        else:
+            attrs[key] = value
+    attrs["sample_index"] = picked.index
+    attrs["selection"] = picked.selection
+    attrs["truncated"] = truncated
+    return attrs
+
+
+class ColumnTracker:
+    """Notices columns that appear after the first sampled step, and says so once per column."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] | None = None
+
+    def observe(self, columns: set[str], step: int) -> None:
+        if self._seen is None:
+            self._seen = set(columns)
+            return
+        new = columns - self._seen
+        if new:
+            self._seen |= new
+            logger.warning("otel-grpo: sample rows gained column(s) %s at step %d; they are kept", sorted(new), step)

@@ -1,0 +1,169 @@
+"""`TelemetrySettings`: every knob of the emission layer, from code or `OTEL_GRPO_*` / `OTEL_*` variables.
+
+    settings = TelemetrySettings(run_id="exp-42", metrics_exporters=["prometheus"])
+    settings = TelemetrySettings()          # everything from the environment
+
+Fields read `OTEL_GRPO_<FIELD>`; the fields that mirror a standard OpenTelemetry
+variable (`otlp_endpoint`, `otlp_protocol`, ...) read that variable as well, so a
+collector configured the usual way needs no otel-grpo specific set-up.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+Exporter = Literal["otlp", "prometheus", "console", "none"]
+Protocol = Literal["grpc", "http/protobuf"]
+
+# The SDK drops span events beyond 128 per span (oldest first); chunks stay below it.
+SDK_EVENT_LIMIT = 128
+
+
+def _new_run_id() -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"run-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def _env_alias(field: str, *standard: str) -> AliasChoices:
+    """Our prefixed variable first, then the standard OTel ones (the first set wins)."""
+    return AliasChoices(f"OTEL_GRPO_{field.upper()}", *standard)
+
+
+def _split_list(value: object) -> object:
+    # Environment values arrive as "otlp,prometheus"; code passes lists.
+    if isinstance(value, str):
+        return [part.strip().lower() for part in value.split(",") if part.strip()]
+    return value
+
+
+def _parse_pairs(value: object) -> object:
+    # Same syntax as OTEL_RESOURCE_ATTRIBUTES: "key=value,key2=value2".
+    if isinstance(value, str):
+        pairs = (item.split("=", 1) for item in value.split(",") if "=" in item)
+        return {k.strip(): v.strip() for k, v in pairs if k.strip()}
+    return value
+
+
+class TelemetrySettings(BaseSettings):
+    """Configuration of `Telemetry`; see each field. Validated on construction."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="OTEL_GRPO_", extra="ignore", populate_by_name=True, validate_default=True
+    )
+
+    run_id: str = Field(default_factory=_new_run_id, min_length=1, max_length=128)
+    """Identifies the run: attribute `run_id` on every data point, `grpo.run_id` on spans."""
+    service_name: str = Field(
+        default_factory=lambda: os.environ.get("OTEL_SERVICE_NAME") or "grpo-trainer",
+        validation_alias=_env_alias("service_name"),
+    )
+    """Resource `service.name`; defaults to `OTEL_SERVICE_NAME`, else "grpo-trainer"."""
+    model_name: str | None = None
+    """Resource `grpo.model` (the policy being trained), when known."""
+
+    metrics_exporters: Annotated[list[Exporter], NoDecode] = ["otlp"]
+    """Where metrics go: any of otlp, prometheus (pull endpoint), console; or ["none"]."""
+    traces_exporters: Annotated[list[Exporter], NoDecode] = ["otlp"]
+    """Where spans (step history, phases, samples) go: any of otlp, console; or ["none"]."""
+
+    otlp_endpoint: str | None = Field(
+        None, validation_alias=_env_alias("otlp_endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+    """Base OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`). HTTP appends `/v1/traces`, `/v1/metrics`.
+    None: the SDK default (localhost:4317 for grpc, localhost:4318 for HTTP)."""
+    otlp_traces_endpoint: str | None = Field(
+        None, validation_alias=_env_alias("otlp_traces_endpoint", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    )
+    """Full traces endpoint, used as is (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); wins over the base."""
+    otlp_metrics_endpoint: str | None = Field(
+        None, validation_alias=_env_alias("otlp_metrics_endpoint", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    )
+    """Full metrics endpoint, used as is (`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`)."""
+    otlp_protocol: Protocol = Field(
+        "grpc", validation_alias=_env_alias("otlp_protocol", "OTEL_EXPORTER_OTLP_PROTOCOL")
+    )
+    """OTLP transport (`OTEL_EXPORTER_OTLP_PROTOCOL`): grpc or http/protobuf."""
+    resource_attributes: Annotated[dict[str, str], NoDecode] = {}
+    """Extra resource attributes ("k=v,k2=v2"); merged over `OTEL_RESOURCE_ATTRIBUTES`, which
+    the SDK reads as well."""
+    metric_export_interval_ms: int = Field(
+        10_000, ge=100, validation_alias=_env_alias("metric_export_interval_ms", "OTEL_METRIC_EXPORT_INTERVAL")
+    )
+    """Push interval of the OTLP / console metric readers in ms (`OTEL_METRIC_EXPORT_INTERVAL`)."""
+
+    prometheus_host: str = "127.0.0.1"
+    """Bind address of the Prometheus pull endpoint (`/metrics`)."""
+    prometheus_port: int = Field(9464, ge=0, le=65535)
+    """Port of the Prometheus pull endpoint; with `export_all_ranks` each rank adds its local rank."""
+
+    output_dir: Path | None = None
+    """Run directory; samples spill to `<output_dir>/samples/step_<step>.jsonl`. None: `runs/<run_id>`."""
+    spill_samples: bool = True
+    """Append every selected sample to the local JSONL spill (nothing is lost when export fails)."""
+
+    top_k: int = Field(4, ge=0)
+    """Samples with the highest `score` kept per step."""
+    bottom_k: int = Field(4, ge=0)
+    """Samples with the lowest `score` kept per step."""
+    random_k: int = Field(4, ge=0)
+    """Further samples drawn uniformly from the rest of the step."""
+    score: str = "reward"
+    """Column that ranks samples for top/bottom-k (rows without a finite score are only drawn at random)."""
+    seed: int | None = None
+    """Seed of the random sample draw (None: nondeterministic)."""
+    max_text_chars: int = Field(4096, ge=16)
+    """Text columns longer than this are cut on spans (not in the spill) and marked `truncated`."""
+    max_events_per_span: int = Field(64, ge=1, lt=SDK_EVENT_LIMIT)
+    """Sample events per `grpo.samples` chunk span; below the SDK's 128-event limit."""
+    max_span_attributes: int = Field(2048, ge=128)
+    """Attribute limit of the tracer provider we build (a step carries every scalar it recorded)."""
+
+    export_all_ranks: bool = False
+    """Export from every rank (data points get a `rank` attribute). Default: rank 0 only."""
+    shutdown_timeout_s: float = Field(10.0, gt=0)
+    """Upper bound on `Telemetry.shutdown()`: drain, flush and close the exporters."""
+    git_revision: str | None = None
+    """Resource `vcs.revision`; None: `git rev-parse HEAD` of the working directory, if any."""
+
+    @field_validator("metrics_exporters", "traces_exporters", mode="before")
+    @classmethod
+    def _lists_from_env(cls, value: object) -> object:
+        return _split_list(value)
+
+    @field_validator("resource_attributes", mode="before")
+    @classmethod
+    def _pairs_from_env(cls, value: object) -> object:
+        return _parse_pairs(value)
+
+    @field_validator("otlp_protocol", mode="before")
+    @classmethod
+    def _protocol_lower(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _check_exporters(self) -> TelemetrySettings:
+        for field in ("metrics_exporters", "traces_exporters"):
+            chosen = getattr(self, field)
+            if not chosen:
+                raise ValueError(f"{field} is empty: use ['none'] to disable export")
+            if "none" in chosen and len(chosen) > 1:
+                raise ValueError(f"{field}: 'none' cannot be combined with {chosen}")
+            if len(set(chosen)) != len(chosen):
+                raise ValueError(f"{field} lists an exporter twice: {chosen}")
+        if "prometheus" in self.traces_exporters:
+            raise ValueError("traces_exporters: prometheus exports metrics only")
+        if self.output_dir is None:
+            self.output_dir = Path("runs") / self.run_id
+        return self
+
+    @property
+    def samples_per_step(self) -> int:
+        """Most samples selected per step: top_k + bottom_k + random_k."""
+        return self.top_k + self.bottom_k + self.random_k

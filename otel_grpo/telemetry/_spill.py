@@ -1,0 +1,51 @@
+"""Local JSONL spill of every selected sample: the copy that survives a dead collector or sidecar.
+
+    spill = SampleSpill(Path("runs/exp-42"))
+    spill.write(7, [{"run_id": "exp-42", "step": 7, "prompt": "...", ...}])   # -> runs/exp-42/samples/step_7.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+logger = logging.getLogger("otel_grpo.telemetry")
+
+
+def _json_safe(value: Any) -> Any:
+    # JSON has no NaN / Infinity; strict readers (jq, browsers) reject Python's spelling.
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+class SampleSpill:
+    """Appends sample records to `<output_dir>/samples/step_<step>.jsonl`; never raises."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.directory = Path(output_dir) / "samples"
+        self._failed = False
+        self.written = 0
+
+    def path(self, step: int) -> Path:
+        return self.directory / f"step_{step}.jsonl"
+
+    def write(self, step: int, records: Iterable[Mapping[str, Any]]) -> None:
+        lines = [
+            json.dumps({k: _json_safe(v) for k, v in r.items()}, ensure_ascii=False, default=str) for r in records
+        ]
+        if not lines:
+            return
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with self.path(step).open("a", encoding="utf-8") as fh:
+                fh.write("\n".join(lines) + "\n")
+        except OSError as exc:
+            if not self._failed:  # a full disk must not stop training, nor flood the log
+                self._failed = True
+                logger.warning("otel-grpo: sample spill to %s failed (%s); further failures not logged", self.directory, exc)
+            return
+        self.written += len(lines)

@@ -1,0 +1,263 @@
+"""`Telemetry`: what a training loop holds; `Step`: what it writes into each step.
+
+    tel = Telemetry.from_env(run_id="exp-42", output_dir="runs/exp-42")
+    for step, batch in enumerate(loader):
+        with tel.step(step) as s:
+            with s.phase("rollout"): ...
+            s.record(stats)            # ReducedStats or any Mapping[str, float]
+            s.samples(rows)            # list of dicts: prompt, completion, reward, rewards, ...
+    tel.shutdown()
+
+On the training thread a step costs a span start/end, one float conversion per
+value and one queue put; everything else runs on `Emitter`'s thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
+from opentelemetry.trace import Status, StatusCode, TracerProvider
+
+from ._emitter import Emitter, StepRecord
+from ._instruments import Instruments
+from ._providers import Owned, build_meter_provider, build_resource, build_tracer_provider, detect_rank
+from ._settings import TelemetrySettings
+from ._spill import SampleSpill
+
+logger = logging.getLogger("otel_grpo.telemetry")
+_SCOPE = "otel_grpo"
+
+
+def _to_floats(stats: Mapping[str, Any]) -> dict[str, float]:
+    """The one float conversion of the step (a 0-d tensor here is a host sync: reduce first)."""
+    try:
+        return {k: float(v) for k, v in stats.items()}
+    except (TypeError, ValueError):
+        pass
+    out: dict[str, float] = {}
+    for key, value in stats.items():
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            logger.debug("otel-grpo: %r is not a number (%r); dropped", key, type(value).__name__)
+    return out
+
+
+class Step:
+    """One training step: phases, stats and sample rows. Use through `Telemetry.step`."""
+
+    __slots__ = ("_tel", "_record")
+
+    def __init__(self, tel: Telemetry, record: StepRecord) -> None:
+        self._tel = tel
+        self._record = record
+
+    @property
+    def step(self) -> int:
+        return self._record.step
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase: child span `grpo.phase.<name>` and a `grpo.phase.duration` observation."""
+        tracer = self._tel._tracer
+        span = tracer.start_span(f"grpo.phase.{name}", attributes={"grpo.phase": name, "grpo.step": self.step})
+        token = otel_context.attach(trace.set_span_in_context(span))
+        start = time.perf_counter()
+        try:
+            yield
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+        finally:
+            self._record.phases.append((name, time.perf_counter() - start))
+            otel_context.detach(token)
+            span.end()
+
+    def record(self, stats: Mapping[str, Any]) -> None:
+        """Scalars of the step (stat keys, TRL or verl names); per-sample vectors from `ReducedStats.samples`."""
+        self._record.scalars.append(_to_floats(stats))
+        samples = getattr(stats, "samples", None)
+        if samples:
+            # Copies: the caller may reuse its lists once this returns.
+            self._record.samples.append({k: list(v) for k, v in samples.items()})
+
+    def samples(self, rows: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> None:
+        """Candidate sample rows; the configured top/bottom/random selection is kept.
+
+        Rows are read later on the background thread: pass dicts you do not mutate afterwards.
+        """
+        listed = [rows] if isinstance(rows, Mapping) else list(rows)
+        self._record.rows.append((time.time_ns(), listed))
+
+    def skip(self) -> None:
+        """Mark the step's update as skipped (counted by `grpo.skipped_steps`)."""
+        self._record.skipped = True
+
+
+class _NullStep(Step):
+    """What non-exporting ranks get: same calls, nothing recorded."""
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        yield
+
+    def record(self, stats: Mapping[str, Any]) -> None:
+        pass
+
+    def samples(self, rows: Any) -> None:
+        pass
+
+
+class Telemetry:
+    """Emits a GRPO run's metrics, step/phase spans and sample records through OpenTelemetry.
+
+    Providers default to ones built from `settings` (exporters, resource, limits);
+    pass your own to attach to an existing set-up (they are flushed, not shut down).
+    Only rank 0 exports unless `settings.export_all_ranks`.
+    """
+
+    def __init__(
+        self,
+        settings: TelemetrySettings | None = None,
+        *,
+        meter_provider: MeterProvider | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self.settings = settings = settings or TelemetrySettings()
+        self.rank, self.world_size = detect_rank()
+        self.exporting = settings.export_all_ranks or self.rank == 0
+        self._closed = False
+        self._lock = threading.Lock()
+        self._last_step: int | None = None
+        self._closers: list[Callable[[int], None]] = []
+        self.prometheus_port: int | None = None
+        if not self.exporting:
+            meter_provider, tracer_provider = NoOpMeterProvider(), trace.NoOpTracerProvider()
+        self._meter_provider, self._tracer_provider = self._providers(meter_provider, tracer_provider)
+        base: dict[str, Any] = {"run_id": settings.run_id}
+        if settings.export_all_ranks and self.world_size > 1:
+            base["rank"] = self.rank  # per-rank series would otherwise collide
+        self._tracer = self._tracer_provider.get_tracer(_SCOPE)
+        instruments = Instruments(self._meter_provider.get_meter(_SCOPE), base)
+        spill = SampleSpill(settings.output_dir) if settings.spill_samples and self.exporting else None
+        self.spill = spill
+        self._emitter = Emitter(settings, instruments, self._tracer, spill)
+        atexit.register(self.shutdown)
+
+    def _providers(
+        self, meter_provider: MeterProvider | None, tracer_provider: TracerProvider | None
+    ) -> tuple[MeterProvider, TracerProvider]:
+        """The given providers (flushed at shutdown), else ones built from settings (shut down)."""
+        resource = None
+        if tracer_provider is None:
+            resource = build_resource(self.settings, self.rank, self.world_size)
+            tracer_provider = build_tracer_provider(self.settings, resource)
+            self._closers.append(lambda ms, tp=tracer_provider: (tp.force_flush(ms), tp.shutdown()))
+        else:
+            self._closers.append(lambda ms, tp=tracer_provider: _flush(tp, ms))
+        if meter_provider is None:
+            resource = resource or build_resource(self.settings, self.rank, self.world_size)
+            local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+            meter_provider, owned = build_meter_provider(self.settings, resource, local_rank)
+            self.prometheus_port = owned.prometheus_port
+            self._closers.append(lambda ms, mp=meter_provider, o=owned: _close_meter(mp, o, ms))
+        else:
+            self._closers.append(lambda ms, mp=meter_provider: _flush(mp, ms))
+        return meter_provider, tracer_provider
+
+    @classmethod
+    def from_env(cls, run_id: str | None = None, output_dir: str | None = None, **overrides: Any) -> Telemetry:
+        """Settings from `OTEL_GRPO_*` / `OTEL_*` variables; the arguments given here win."""
+        given = {"run_id": run_id, "output_dir": output_dir, **overrides}
+        return cls(TelemetrySettings(**{k: v for k, v in given.items() if v is not None}))
+
+    @property
+    def run_id(self) -> str:
+        return self.settings.run_id
+
+    def _advance(self, step: int, count_one: bool) -> int:
+        """Increment of `grpo.steps`: 1 per `step()`; `log_metrics` adds the steps since the last call."""
+        with self._lock:
+            last = self._last_step
+            self._last_step = step if last is None else max(step, last)
+        if count_one or last is None:
+            return 1
+        return max(step - last, 0)
+
+    @contextmanager
+    def step(self, step: int, *, _count_one: bool = True) -> Iterator[Step]:
+        """One training step: the `grpo.step` span, current for everything inside."""
+        step = int(step)
+        if self._closed or not self.exporting:
+            yield _NullStep(self, StepRecord(step, None, 0))
+            return
+        span = self._tracer.start_span("grpo.step", attributes={"grpo.run_id": self.run_id, "grpo.step": step})
+        record = StepRecord(step, span, self._advance(step, _count_one))
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            yield Step(self, record)
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            record.skipped = True
+            raise
+        finally:
+            otel_context.detach(token)
+            record.end_ns = time.time_ns()
+            self._emitter.submit(record)  # the span ends on the emitter, after its attributes are set
+
+    def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Record a metrics dict outside a `step()` block (TRL- or verl-named keys map through aliases)."""
+        with self.step(step, _count_one=False) as s:
+            s.record(metrics)
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Process everything recorded so far and push it to the exporters; False on timeout."""
+        timeout_s = self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        if not self._closed and not self._emitter.drain(timeout_s):
+            return False
+        ms = max(int((deadline - time.monotonic()) * 1000), 1)
+        return all([_flush(self._tracer_provider, ms), _flush(self._meter_provider, ms)])
+
+    def shutdown(self) -> None:
+        """Drain the queue (the spill is complete after this), flush, close; bounded by `shutdown_timeout_s`."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self.shutdown)
+        timeout = self.settings.shutdown_timeout_s
+        deadline = time.monotonic() + timeout
+        if not self._emitter.close(timeout / 2):
+            logger.warning("otel-grpo: shutdown: the emit queue did not drain within %.1fs", timeout / 2)
+        closers = self._closers
+        remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
+        # Exporters may block on a dead endpoint; a daemon thread keeps the bound.
+        worker = threading.Thread(
+            target=lambda: [close(remaining_ms) for close in closers], name="otel-grpo-shutdown", daemon=True
+        )
+        worker.start()
+        worker.join(remaining_ms / 1000)
+        if worker.is_alive():
+            logger.warning("otel-grpo: shutdown: exporters did not finish within %.1fs; giving up on them", timeout)
+
+def _flush(provider: Any, timeout_ms: int) -> bool:
+    flush = getattr(provider, "force_flush", None)  # the API's no-op providers have none
+    return bool(flush(timeout_ms)) if flush is not None else True
+
+
+def _close_meter(provider: Any, owned: Owned, timeout_ms: int) -> None:
+    provider.shutdown(timeout_millis=timeout_ms)
+    for close in owned.closers:
+        close()
