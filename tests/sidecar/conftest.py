@@ -1,0 +1,179 @@
+"""Fixtures for the sidecar tests: contract-shaped spans from the real OTel SDK, an in-process
+app (TestClient) and a real sidecar process (uvicorn) on a free port."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from google.protobuf import json_format
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_grpo.sidecar import SidecarSettings, create_app
+
+ROOT = Path(__file__).resolve().parents[2]
+PHASES = ("rollout", "reward", "update")
+
+
+def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completion=None, resource_run: bool = True):
+    """Finished SDK spans exactly as the telemetry layer writes them (the span contract)."""
+    exporter = InMemorySpanExporter()
+    attrs = {"service.name": "trainer", "grpo.model": "tiny", "host.name": "h", "grpo.rank": 0}
+    if resource_run:
+        attrs["grpo.run_id"] = run_id
+    provider = TracerProvider(resource=Resource.create(attrs))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("otel_grpo.telemetry")
+    for step in steps:
+        with tracer.start_as_current_span("grpo.step", attributes={"grpo.run_id": run_id, "grpo.step": step}) as span:
+            for phase in PHASES:
+                with tracer.start_as_current_span(f"grpo.phase.{phase}", attributes={"grpo.phase": phase}):
+                    pass
+            with tracer.start_as_current_span("grpo.samples", attributes={"grpo.run_id": run_id, "grpo.step": step}) as s:
+                for i in range(samples):
+                    s.add_event("grpo.sample", attributes={
+                        "prompt": f"prompt {step}/{i}",
+                        "completion": completion(step, i) if completion else f"answer {i} of step {step}",
+                        "reward": float(i) / 2, "reward.format": float(i % 2), "advantage": i - 1.5,
+                        "completion_length": 10.0 + i, "sample_index": i, "selection": "top",
+                        "truncated": i == 3, "completion_original_length": 100 + i,
+                    })
+            with tracer.start_as_current_span("unrelated.span"):
+                pass
+            span.set_attributes({
+                "grpo.metric.kl": 0.01 * step, "grpo.metric.reward": 0.5 + step,
+                "grpo.metric.clip_ratio_low_mean": 0.1, "grpo.metric.reward_fn_mean/format": 0.25,
+                "grpo.metric.rollout_is_mean": 1.0, "grpo.metric.rollout_is_eff_sample_size": 0.9,
+            })
+    provider.shutdown()
+    return exporter.get_finished_spans()
+
+
+def request_pb(spans):
+    return encode_spans(spans)
+
+
+def to_otlp_json(message) -> bytes:
+    """OTLP/JSON: protobuf's JSON mapping with trace and span ids as hex, as the spec says."""
+    doc = json_format.MessageToDict(message)
+    for rs in doc.get("resourceSpans", []):
+        for ss in rs.get("scopeSpans", []):
+            for span in ss.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    import json
+    return json.dumps(doc).encode()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class SidecarProcess:
+    """`otel-grpo sidecar` as a real subprocess; start() waits until /readyz answers 200."""
+
+    def __init__(self, db: Path, env: dict[str, str] | None = None) -> None:
+        self.db = db
+        self.env = env or {}
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "SidecarProcess":
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--port", str(self.port), "--db", str(self.db),
+               "--log-level", "warning"]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **self.env})
+        deadline = time.monotonic() + 60  # a bound on start-up, not an assertion on speed
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "sidecar exited during start-up"
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("sidecar did not become ready")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def otlp():
+    return SimpleNamespace(spans=grpo_spans, request=request_pb, to_json=to_otlp_json)
+
+
+@pytest.fixture
+def settings(tmp_path) -> SidecarSettings:
+    return SidecarSettings(db=tmp_path / "sidecar.db")
+
+
+@pytest.fixture
+def make_client(tmp_path):
+    clients = []
+
+    def make(**overrides) -> TestClient:
+        s = SidecarSettings(**{"db": tmp_path / "sidecar.db", **overrides})
+        client = TestClient(create_app(s))
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client) -> TestClient:
+    return make_client()
+
+
+@pytest.fixture
+def sidecar_factory(tmp_path):
+    procs: list[SidecarProcess] = []
+
+    def make(db: Path | None = None, env: dict[str, str] | None = None) -> SidecarProcess:
+        proc = SidecarProcess(db or tmp_path / "proc.db", env)
+        procs.append(proc)
+        return proc.start()
+
+    yield make
+    for proc in procs:
+        proc.stop()
+
+
+@pytest.fixture
+def sidecar(sidecar_factory) -> SidecarProcess:
+    return sidecar_factory()

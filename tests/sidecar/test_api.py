@@ -1,0 +1,141 @@
+"""The read API, alerts webhook, ops endpoints and CORS through TestClient."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from otel_grpo import catalog
+
+PB = {"Content-Type": "application/x-protobuf"}
+
+
+@pytest.fixture
+def loaded(client, otlp):
+    spans = otlp.spans("run-a", range(4), samples=6, completion=lambda s, i: f"step {s} <b>answer</b> 50%_{i}")
+    assert client.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
+    return client
+
+
+def test_steps_select_metrics_and_range(loaded):
+    rows = loaded.get("/api/runs/run-a/steps", params={"metrics": "kl,reward", "step_min": 1, "step_max": 2}).json()
+    assert rows == [
+        {"run_id": "run-a", "step": 1, "time": rows[0]["time"], "kl": 0.01, "reward": 1.5},
+        {"run_id": "run-a", "step": 2, "time": rows[1]["time"], "kl": 0.02, "reward": 2.5},
+    ]
+    assert rows[0]["time"].endswith("Z")
+    repeated = loaded.get("/api/runs/run-a/steps?metrics=kl&metrics=missing").json()
+    assert repeated[0] == {"run_id": "run-a", "step": 0, "time": repeated[0]["time"], "kl": 0.0, "missing": None}
+    assert "kl" in loaded.get("/api/runs/run-a/metrics").json()
+
+
+def test_samples_filters_and_ordering(loaded):
+    get = lambda **p: loaded.get("/api/runs/run-a/samples", params=p).json()  # noqa: E731
+    assert {s["step"] for s in get()} == {3}
+    assert {s["step"] for s in get(step=1)} == {1}
+    assert {s["step"] for s in get(step_min=1, step_max=2)} == {1, 2}
+    assert [s["reward"] for s in get(step=0, reward_min=1.0, reward_max=2.0)] == [1.0, 1.5, 2.0]
+    by_reward = get(step_min=0, order_by="reward", desc=True, limit=3)
+    assert [s["reward"] for s in by_reward] == [2.5] * 3
+    by_dynamic = get(step=0, order_by="completion_original_length", desc=True)
+    assert [s["completion_original_length"] for s in by_dynamic] == [105, 104, 103, 102, 101, 100]
+    by_text = get(step=0, order_by="completion")
+    assert [s["sample_index"] for s in by_text] == [0, 1, 2, 3, 4, 5]
+    assert [s["sample_index"] for s in get(step=2, q="50%_4")] == [4]  # % and _ are literal
+    assert get(step=2, q="nothing like it") == []
+    page = get(step_min=0, limit=5, offset=5)
+    assert [(s["step"], s["sample_index"]) for s in page] == [(0, 5), (1, 0), (1, 1), (1, 2), (1, 3)]
+
+
+def test_csv_and_jsonl_exports(loaded):
+    text = loaded.get("/api/runs/run-a/samples.csv", params={"step": 1}).text
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == 6 and rows[0]["completion"] == "step 1 <b>answer</b> 50%_0"
+    assert {"reward.format", "selection", "truncated"} <= rows[0].keys()
+    lines = loaded.get("/api/runs/run-a/samples.jsonl", params={"step_min": 0}).text.splitlines()
+    assert len(lines) == 24 and json.loads(lines[0])["step"] == 0
+
+
+@pytest.mark.parametrize("path", ["/api/runs/nope/steps", "/api/runs/nope/samples", "/api/runs/nope/samples.csv",
+                                  "/api/runs/nope", "/api/runs/nope/metrics", "/api/runs/nope/sample-steps"])
+def test_unknown_run_is_404_with_a_message(loaded, path):
+    r = loaded.get(path)
+    assert r.status_code == 404 and r.json() == {"detail": "run 'nope' not found"}
+
+
+@pytest.mark.parametrize("params,name", [
+    ({"limit": 0}, "limit"), ({"limit": "x"}, "limit"), ({"step": "one"}, "step"),
+    ({"step_min": 3, "step_max": 1}, "step_min"), ({"reward_min": 2, "reward_max": 1}, "reward_min"),
+    ({"order_by": "x'); DROP TABLE samples; --"}, "order_by"), ({"reward_min": "nan"}, "reward_min"),
+    ({"desc": "maybe"}, "desc"), ({"offset": -1}, "offset"),
+])
+def test_bad_parameters_are_422_naming_the_parameter(loaded, params, name):
+    r = loaded.get("/api/runs/run-a/samples", params=params)
+    assert r.status_code == 422
+    assert any(e["loc"][-1] == name for e in r.json()["detail"]), r.json()
+
+
+def test_alertmanager_webhook_upserts_and_lists(client):
+    alert = {"status": "firing", "labels": {"alertname": "GrpoKlDrift", "run_id": "run-a", "severity": "warning"},
+             "annotations": {"summary": "KL 0.4 on run-a"}, "startsAt": "2026-11-22T05:00:00Z",
+             "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://prom/graph", "fingerprint": "abc123"}
+    payload = {"version": "4", "groupKey": "{}:{}", "truncatedAlerts": 0, "status": "firing", "receiver": "sidecar",
+               "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am",
+               "alerts": [alert]}
+    assert client.post("/api/alerts", json=payload).json() == {"stored": 1}
+    resolved = {**alert, "status": "resolved", "endsAt": "2026-11-22T05:10:00Z"}
+    assert client.post("/api/alerts", json={**payload, "status": "resolved", "alerts": [resolved]}).status_code == 200
+    rows = client.get("/api/alerts", params={"run_id": "run-a"}).json()
+    assert len(rows) == 1 and rows[0]["status"] == "resolved" and rows[0]["alertname"] == "GrpoKlDrift"
+    assert rows[0]["annotations"]["summary"] == "KL 0.4 on run-a"
+    assert client.get("/api/alerts", params={"status": "firing"}).json() == []
+    assert client.post("/api/alerts", json={**payload, "version": "3"}).status_code == 422
+    assert client.get("/api/alerts", params={"status": "bogus"}).status_code == 422
+
+
+def test_ops_endpoints_and_metrics(loaded):
+    assert loaded.get("/healthz").json() == {"status": "ok"}
+    assert loaded.get("/readyz").json() == {"status": "ready"}
+    text = loaded.get("/metrics").text
+    assert "otel_grpo_sidecar_spans_ingested_total 24.0" in text  # 4 steps x (step, 3 phases, samples, other)
+    assert "otel_grpo_sidecar_sample_events_ingested_total 24.0" in text
+    assert 'otel_grpo_sidecar_bytes_ingested_total{content_type="application/x-protobuf"}' in text
+    assert 'otel_grpo_sidecar_request_duration_seconds_count{method="POST",route="/v1/traces",status="200"} 1.0' in text
+    size = [line for line in text.splitlines() if line.startswith("otel_grpo_sidecar_store_size_bytes")]
+    assert float(size[0].split()[1]) > 0
+
+
+def test_each_app_has_its_own_registry(make_client, tmp_path):
+    from prometheus_client import REGISTRY
+
+    a, b = make_client(), make_client(db=tmp_path / "other.db")  # same metric names, no clash
+    assert a.app.state.registry is not b.app.state.registry
+    assert REGISTRY.get_sample_value("otel_grpo_sidecar_spans_ingested_total") is None
+
+
+def test_cors_only_when_configured(make_client):
+    plain = make_client()
+    assert "access-control-allow-origin" not in plain.get("/api/runs", headers={"Origin": "http://x"}).headers
+    cors = make_client(cors_origins=["http://grafana:3000"])
+    r = cors.get("/api/runs", headers={"Origin": "http://grafana:3000"})
+    assert r.headers["access-control-allow-origin"] == "http://grafana:3000"
+
+
+def test_panels_name_catalog_signals(client):
+    panels = client.get("/api/panels").json()
+    titles = [p["title"] for p in panels]
+    assert "Phase durations (s)" in titles and "Effective sample size" in titles
+    for panel in panels:
+        for series in panel["series"]:
+            key = series.get("key") or series["prefix"].rstrip("/")
+            assert series["description"] == catalog.get(key).description
+
+
+def test_openapi_documents_ingest_content_types(client):
+    spec = client.get("/openapi.json").json()
+    body = spec["paths"]["/v1/traces"]["post"]["requestBody"]["content"]
+    assert {"application/x-protobuf", "application/json"} <= body.keys()
+    assert "/api/runs/{run_id}/samples" in spec["paths"] and "/api/alerts" in spec["paths"]
