@@ -1,3 +1,142 @@
-"""`otel-grpo stack` commands (placeholder until the stack issue lands)."""
+"""`otel-grpo up`, `otel-grpo demo` and `otel-grpo dashboards`: the stack without Docker."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import List, Optional
+
+import typer
 
 from ._app import app
+
+_DIR = typer.Option(Path(".demo"), "--dir", help="Generated configs, data and logs.")
+_SIDECAR = typer.Option(8000, help="Sidecar port.")
+_PROM = typer.Option(9090, help="Prometheus port.")
+_AM = typer.Option(9093, help="Alertmanager port.")
+_TRAINER = typer.Option(9464, help="Port of the trainer's /metrics endpoint (scraped by Prometheus).")
+
+
+def _settings(dir: Path, sidecar_port: int, prometheus_port: int, alertmanager_port: int, trainer_port: int):
+    from otel_grpo.stack import StackSettings
+
+    try:
+        return StackSettings(dir=dir, sidecar_port=sidecar_port, prometheus_port=prometheus_port,
+                             alertmanager_port=alertmanager_port, trainer_metrics_port=trainer_port)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+def _start(settings):
+    """Start the stack, or exit 1 with the one-line reason (e.g. how to install Prometheus)."""
+    from otel_grpo.stack import LocalStack, StackError
+
+    stack = LocalStack(settings)
+    try:
+        return stack.start()
+    except StackError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _print_urls(stack) -> None:
+    for name, url in stack.urls.items():
+        typer.echo(f"  {name:<16} {url}")
+
+
+def _serve_until_interrupted(stack) -> None:
+    """Block until Ctrl-C or SIGTERM, checking that the components stay up."""
+    from otel_grpo.stack import StackError
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    typer.echo("Ctrl-C stops the stack.")
+    try:
+        while not stop.wait(1.0):
+            stack.check_alive()
+    except KeyboardInterrupt:
+        pass
+    except StackError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def up(dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _PROM,
+       alertmanager_port: int = _AM, trainer_metrics_port: int = _TRAINER) -> None:
+    """Start the sidecar, Prometheus and Alertmanager on 127.0.0.1 until Ctrl-C.
+
+    Point a trainer at it with OTEL_GRPO_METRICS_EXPORTERS=prometheus and
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:<sidecar port>/v1/traces.
+    """
+    stack = _start(_settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port))
+    try:
+        typer.echo("otel-grpo stack is up:")
+        _print_urls(stack)
+        _serve_until_interrupted(stack)
+    finally:
+        stack.stop()
+        typer.echo("stopped.")
+
+
+@app.command()
+def demo(
+    steps: Optional[int] = typer.Option(None, help="Training steps [default: the preset's]."),
+    fault: List[str] = typer.Option([], "--fault", help="Inject a fault, KIND@STEP (kl-spike, rollout-drift, stall, nan); repeatable."),
+    run_id: Optional[str] = typer.Option(None, help="Run id [default: demo-<UTC time>]."),
+    exit_: bool = typer.Option(False, "--exit", help="Stop the stack when the run ends instead of waiting for Ctrl-C."),
+    trainer_log: Optional[Path] = typer.Option(None, help="Write the trainer's output here instead of the terminal."),
+    dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _PROM,
+    alertmanager_port: int = _AM, trainer_metrics_port: int = _TRAINER,
+) -> None:
+    """Start the stack, train the demo GRPO model against it, print a summary."""
+    from otel_grpo.stack import DemoSettings, format_summary, run_demo
+
+    settings = _settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port)
+    try:
+        demo_settings = DemoSettings(steps=steps, faults=tuple(fault), trainer_log=trainer_log,
+                                     **({"run_id": run_id} if run_id else {}))
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    stack = _start(settings)
+    try:
+        typer.echo("otel-grpo stack is up:")
+        _print_urls(stack)
+        summary = run_demo(stack, demo_settings)
+        typer.echo("")
+        typer.echo(format_summary(summary))
+        if not exit_:
+            typer.echo("The stack stays up for a look:")
+            _print_urls(stack)
+            _serve_until_interrupted(stack)
+        if summary.trainer_exit_code != 0:
+            raise typer.Exit(summary.trainer_exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted.")
+    finally:
+        stack.stop()
+
+
+@app.command()
+def dashboards(
+    root: Path = typer.Option(Path("."), help="Repository root to write into."),
+    check: bool = typer.Option(False, help="Only compare; exit 1 if a committed file is out of date."),
+) -> None:
+    """Regenerate the Grafana dashboards and the Prometheus/Alertmanager files from the catalog."""
+    from otel_grpo.stack import generated_files
+
+    stale = []
+    for rel, text in generated_files().items():
+        path = root / rel
+        current = path.read_text() if path.exists() else None
+        if current == text:
+            continue
+        stale.append(rel)
+        if not check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    verb = "out of date" if check else "written"
+    typer.echo(f"{len(stale)} file(s) {verb}" + (": " + ", ".join(stale) if stale else ""))
+    if check and stale:
+        raise typer.Exit(1)

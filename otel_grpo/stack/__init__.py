@@ -4,10 +4,43 @@
     otel-grpo demo        # the same plus the demo trainer, then a summary
     otel-grpo dashboards  # regenerate the committed dashboards and rule files
 
+    from otel_grpo.stack import LocalStack, StackSettings
+    with LocalStack(StackSettings(dir=Path(".demo"))) as stack:
+        print(stack.urls)
+
 Compose mode uses the committed files under `prometheus/`, `alertmanager/` and
 `grafana/`; local mode renders the same configuration with local addresses.
 """
 
+from ._configs import compose_files
+from ._demo import DemoSettings, DemoSummary, format_summary, run_demo, trainer_command
+from ._local import LocalStack, StackSettings, write_local_configs
+from ._process import StackError, find_binary
 from ._rules import RuleSettings, alert_rules, recording_rules, rule_metric_names
+from .dashboards import dashboard_files
 
-__all__ = ["RuleSettings", "alert_rules", "recording_rules", "rule_metric_names"]
+
+def generated_files() -> dict[str, str]:
+    """Every committed generated file by repository path: dashboards, rules, configs."""
+    return {**dashboard_files(), **compose_files()}
+
+
+__all__ = [
+    "DemoSettings",
+    "DemoSummary",
+    "LocalStack",
+    "RuleSettings",
+    "StackError",
+    "StackSettings",
+    "alert_rules",
+    "compose_files",
+    "dashboard_files",
+    "find_binary",
+    "format_summary",
+    "generated_files",
+    "recording_rules",
+    "rule_metric_names",
+    "run_demo",
+    "trainer_command",
+    "write_local_configs",
+]

@@ -1,0 +1,214 @@
+"""`otel-grpo demo`: the demo trainer against the local stack, then what happened.
+
+The trainer runs as a subprocess exporting metrics on its own /metrics (scraped by
+the local Prometheus) and traces over OTLP/HTTP straight to the sidecar. While it
+runs, a watcher records which alerts Prometheus fires and which reach
+Alertmanager and the sidecar: Alertmanager forgets resolved alerts, so looking
+only at the end would miss an alert that fired and resolved during the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+from ._local import LocalStack, StackSettings
+
+FAULT_KINDS = ("kl-spike", "rollout-drift", "stall", "nan")
+
+
+@dataclass(kw_only=True, slots=True)
+class DemoSettings:
+    """What the demo trainer does."""
+
+    run_id: str = field(default_factory=lambda: "demo-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
+    preset: str = "demo"
+    steps: int | None = None
+    """Training steps; None keeps the preset's."""
+    faults: tuple[str, ...] = ()
+    """`KIND@STEP`, as the trainer's --fault takes them."""
+    settle_s: float = 20.0
+    """After the trainer exits, how long to wait for fired alerts to reach the sidecar."""
+    trainer_log: Path | None = None
+    """Send the trainer's output here instead of the terminal."""
+
+    def __post_init__(self) -> None:
+        for fault in self.faults:
+            kind, _, step = fault.partition("@")
+            if kind not in FAULT_KINDS or not step.isdigit():
+                raise ValueError(f"fault {fault!r}: expected KIND@STEP with KIND one of {', '.join(FAULT_KINDS)}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError("steps must be at least 1")
+
+
+@dataclass(slots=True)
+class DemoSummary:
+    """What the run produced; also written to `<dir>/runs/<run_id>/summary.json`."""
+
+    run_id: str
+    trainer_exit_code: int
+    steps: int
+    reward_first: float | None
+    reward_last: float | None
+    alerts_fired: list[str]
+    """Alert names Prometheus held as firing for this run."""
+    alerts_in_alertmanager: list[str]
+    alerts_in_sidecar: list[str]
+    samples_url: str
+    samples_spill: str
+    urls: dict[str, str]
+    started_at: float
+    finished_at: float
+
+
+class AlertWatcher:
+    """Polls Prometheus and Alertmanager for this run's alerts on a background thread."""
+
+    def __init__(self, settings: StackSettings, run_id: str, period_s: float = 0.5) -> None:
+        self.settings, self.run_id, self.period_s = settings, run_id, period_s
+        self.prometheus: set[str] = set()
+        self.alertmanager: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="alert-watcher", daemon=True)
+
+    def __enter__(self) -> "AlertWatcher":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def poll(self, client: httpx.Client) -> None:
+        s, run = self.settings, self.run_id
+        try:
+            r = client.get(f"{s.prometheus_url}/api/v1/query",
+                           params={"query": f'ALERTS{{alertstate="firing", run_id="{run}"}}'})
+            self.prometheus.update(x["metric"]["alertname"] for x in r.json()["data"]["result"])
+            r = client.get(f"{s.alertmanager_url}/api/v2/alerts", params={"filter": f'run_id="{run}"'})
+            self.alertmanager.update(a["labels"]["alertname"] for a in r.json())
+        except (httpx.HTTPError, KeyError, ValueError):
+            pass  # a slow answer costs one poll; the next one catches up
+
+    def _loop(self) -> None:
+        with httpx.Client(timeout=5.0) as client:
+            while not self._stop.wait(self.period_s):
+                self.poll(client)
+
+
+def trainer_command(settings: StackSettings, demo: DemoSettings) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of the demo trainer, per the trainer's CLI contract."""
+    out = run_dir(settings, demo)
+    argv = [sys.executable, "-m", "otel_grpo.cli", "train", "--preset", demo.preset,
+            "--output-dir", str(out), "--run-id", demo.run_id]
+    if demo.steps is not None:
+        argv += ["--steps", str(demo.steps)]
+    for fault in demo.faults:
+        argv += ["--fault", fault]
+    env = {
+        "OTEL_GRPO_METRICS_EXPORTERS": "prometheus",
+        "OTEL_GRPO_PROMETHEUS_PORT": str(settings.trainer_metrics_port),
+        "OTEL_GRPO_PROMETHEUS_HOST": settings.host,
+        "OTEL_GRPO_TRACES_EXPORTERS": "otlp",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{settings.sidecar_url}/v1/traces",
+    }
+    return argv, env
+
+
+def run_dir(settings: StackSettings, demo: DemoSettings) -> Path:
+    return settings.dir / "runs" / demo.run_id
+
+
+def _rewards(path: Path) -> tuple[int, float | None, float | None]:
+    """Steps, first and last mean reward from the trainer's metrics.jsonl."""
+    rewards = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return 0, None, None
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("reward"), (int, float)):
+            rewards.append(float(row["reward"]))
+    return len(lines), (rewards[0] if rewards else None), (rewards[-1] if rewards else None)
+
+
+def _sidecar_alerts(client: httpx.Client, settings: StackSettings, run_id: str) -> set[str]:
+    try:
+        r = client.get(f"{settings.sidecar_url}/api/alerts", params={"run_id": run_id})
+        return {a["alertname"] for a in r.json() if a.get("alertname")}
+    except (httpx.HTTPError, KeyError, ValueError, TypeError):
+        return set()
+
+
+def _settle(watcher: AlertWatcher, settings: StackSettings, run_id: str, timeout_s: float) -> set[str]:
+    """Wait until every alert Prometheus fired has reached the sidecar (or timeout_s passes)."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=5.0) as client:
+        while True:
+            in_sidecar = _sidecar_alerts(client, settings, run_id)
+            if watcher.prometheus <= in_sidecar or time.monotonic() > deadline:
+                return in_sidecar
+            time.sleep(0.5)
+
+
+def run_demo(stack: LocalStack, demo: DemoSettings) -> DemoSummary:
+    """Run the trainer to completion against a started stack and summarize."""
+    settings = stack.settings
+    out = run_dir(settings, demo)
+    out.mkdir(parents=True, exist_ok=True)
+    argv, env = trainer_command(settings, demo)
+    started = time.time()
+    log = open(demo.trainer_log, "ab") if demo.trainer_log else None
+    try:
+        with AlertWatcher(settings, demo.run_id) as watcher:
+            proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=log)
+            try:
+                code = proc.wait()
+            except KeyboardInterrupt:
+                proc.terminate()  # the trainer flushes telemetry on SIGTERM / Ctrl-C
+                code = proc.wait()
+                raise
+            in_sidecar = _settle(watcher, settings, demo.run_id, demo.settle_s)
+    finally:
+        if log:
+            log.close()
+    steps, first, last = _rewards(out / "metrics.jsonl")
+    summary = DemoSummary(
+        run_id=demo.run_id, trainer_exit_code=code, steps=steps, reward_first=first, reward_last=last,
+        alerts_fired=sorted(watcher.prometheus), alerts_in_alertmanager=sorted(watcher.alertmanager),
+        alerts_in_sidecar=sorted(in_sidecar),
+        samples_url=f"{settings.sidecar_url}/api/runs/{demo.run_id}/samples",
+        samples_spill=str(out / "samples"), urls=stack.urls, started_at=started, finished_at=time.time(),
+    )
+    (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
+    return summary
+
+
+def format_summary(s: DemoSummary) -> str:
+    """The human summary printed after the demo."""
+    def num(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.3f}"
+
+    lines = [
+        f"run {s.run_id}: {s.steps} steps, trainer exit code {s.trainer_exit_code}",
+        f"reward (mean): {num(s.reward_first)} -> {num(s.reward_last)}",
+        f"alerts fired:  {', '.join(s.alerts_fired) or 'none'}",
+        f"  reached Alertmanager: {', '.join(s.alerts_in_alertmanager) or 'none'};"
+        f" reached the sidecar: {', '.join(s.alerts_in_sidecar) or 'none'}",
+        f"samples: {s.samples_url} (also spilled to {s.samples_spill})",
+    ]
+    return "\n".join(lines)

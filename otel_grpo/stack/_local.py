@@ -1,0 +1,150 @@
+"""The local stack without Docker: sidecar, Prometheus and Alertmanager on 127.0.0.1.
+
+    with LocalStack(StackSettings(dir=Path(".demo"))) as stack:
+        print(stack.urls)
+
+Configuration is rendered into `dir` from the same code as the compose files,
+with one-second scrape and evaluation intervals and `RuleSettings.fast()` windows
+so that a demo run of a minute can fire alerts.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._configs import Targets, alertmanager_config, dump, prometheus_config, rule_files, write_files
+from ._process import Managed, StackError, find_binary
+from ._rules import RuleSettings
+
+
+@dataclass(kw_only=True, slots=True)
+class StackSettings:
+    """Where the local stack lives and listens."""
+
+    dir: Path = Path(".demo")
+    """Generated configs, data (TSDB, Alertmanager state, sidecar database) and logs."""
+    host: str = "127.0.0.1"
+    """Every component binds here; local mode never listens on all interfaces."""
+    sidecar_port: int = 8000
+    prometheus_port: int = 9090
+    alertmanager_port: int = 9093
+    trainer_metrics_port: int = 9464
+    """Where the trainer serves /metrics for Prometheus to scrape."""
+    scrape_interval: str = "1s"
+    evaluation_interval: str = "1s"
+    rules: RuleSettings = field(default_factory=RuleSettings.fast)
+    ready_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        self.dir = Path(self.dir)
+        ports = [self.sidecar_port, self.prometheus_port, self.alertmanager_port, self.trainer_metrics_port]
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"ports must differ, got {ports}")
+        if any(not 0 < p < 65536 for p in ports):
+            raise ValueError(f"ports must be in 1..65535, got {ports}")
+
+    def url(self, port: int) -> str:
+        return f"http://{self.host}:{port}"
+
+    @property
+    def sidecar_url(self) -> str:
+        return self.url(self.sidecar_port)
+
+    @property
+    def prometheus_url(self) -> str:
+        return self.url(self.prometheus_port)
+
+    @property
+    def alertmanager_url(self) -> str:
+        return self.url(self.alertmanager_port)
+
+
+def write_local_configs(s: StackSettings) -> dict[str, Path]:
+    """Render prometheus.yml, its rules and alertmanager.yml into s.dir; returns their paths."""
+    hostport = lambda port: f"{s.host}:{port}"  # noqa: E731
+    targets = Targets(
+        metrics=hostport(s.trainer_metrics_port), metrics_job="trainer", sidecar=hostport(s.sidecar_port),
+        alertmanager=hostport(s.alertmanager_port), prometheus=hostport(s.prometheus_port),
+        scrape_interval=s.scrape_interval, evaluation_interval=s.evaluation_interval,
+    )
+    files = {f"prometheus/{rel}": text for rel, text in rule_files(s.rules).items()}
+    files["prometheus/prometheus.yml"] = dump(prometheus_config(targets))
+    # Short grouping so the demo's alert reaches the sidecar within seconds.
+    files["alertmanager/alertmanager.yml"] = dump(
+        alertmanager_config(s.sidecar_url, group_wait="1s", group_interval="5s"))
+    write_files(s.dir, files)
+    return {"prometheus": s.dir / "prometheus/prometheus.yml", "alertmanager": s.dir / "alertmanager/alertmanager.yml"}
+
+
+class LocalStack:
+    """Starts the three components in dependency order and stops them in reverse."""
+
+    def __init__(self, settings: StackSettings) -> None:
+        self.settings = settings
+        self.components: list[Managed] = []
+
+    @property
+    def urls(self) -> dict[str, str]:
+        s = self.settings
+        return {
+            "sidecar": s.sidecar_url + "/",
+            "prometheus": s.prometheus_url + "/",
+            "alertmanager": s.alertmanager_url + "/",
+            "trainer metrics": s.url(s.trainer_metrics_port) + "/metrics",
+        }
+
+    def _plan(self) -> list[Managed]:
+        s, d = self.settings, self.settings.dir
+        # Binaries first: a missing one fails before anything has started.
+        prometheus, alertmanager = find_binary("prometheus"), find_binary("alertmanager")
+        configs = write_local_configs(s)
+        logs = d / "logs"
+        return [
+            Managed("sidecar", [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--host", s.host,
+                                "--port", str(s.sidecar_port), "--db", str(d / "sidecar" / "sidecar.db")],
+                    s.sidecar_url + "/readyz", logs / "sidecar.log"),
+            Managed("alertmanager", [alertmanager, f"--config.file={configs['alertmanager']}",
+                                     f"--storage.path={d / 'alertmanager' / 'data'}",
+                                     f"--web.listen-address={s.host}:{s.alertmanager_port}",
+                                     # No HA gossip: it would listen on 0.0.0.0:9094.
+                                     "--cluster.listen-address="],
+                    s.alertmanager_url + "/-/ready", logs / "alertmanager.log"),
+            Managed("prometheus", [prometheus, f"--config.file={configs['prometheus']}",
+                                   f"--storage.tsdb.path={d / 'prometheus' / 'data'}",
+                                   f"--web.listen-address={s.host}:{s.prometheus_port}",
+                                   # Re-send firing alerts every second so Alertmanager sees
+                                   # a short demo's alert before it resolves.
+                                   "--rules.alert.resend-delay=1s"],
+                    s.prometheus_url + "/-/ready", logs / "prometheus.log"),
+        ]
+
+    def start(self) -> "LocalStack":
+        plan = self._plan()
+        (self.settings.dir / "sidecar").mkdir(parents=True, exist_ok=True)
+        try:
+            for component in plan:
+                component.start()
+                self.components.append(component)
+                component.wait_ready(self.settings.ready_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        while self.components:
+            self.components.pop().stop()
+
+    def check_alive(self) -> None:
+        """StackError if a component died while we were running."""
+        for c in self.components:
+            if c.proc is not None and c.proc.poll() is not None:
+                raise StackError(f"{c.name} exited with {c.proc.returncode}: {c.log_tail()}")
+
+    def __enter__(self) -> "LocalStack":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

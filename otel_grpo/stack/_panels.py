@@ -1,0 +1,122 @@
+"""Grafana panel JSON and the PromQL for one catalog signal, kept apart from the layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from otel_grpo.catalog import Kind, Signal
+
+PROM = {"type": "prometheus", "uid": "prom"}
+INFINITY = {"type": "yesoreyeram-infinity-datasource", "uid": "infinity"}
+RUN = 'run_id="$run_id"'
+RATE = "$__rate_interval"
+# Quantiles drawn from the per-sample histograms (the exact p05/p50/p95 gauges of the
+# reward come from the trainer; these cover every histogram the same way).
+QUANTILES = (0.1, 0.5, 0.9)
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One PromQL target of a panel."""
+
+    expr: str
+    legend: str
+    instant: bool = False
+
+
+@dataclass(slots=True)
+class Panel:
+    """A panel before layout: a title, its queries and how to draw them."""
+
+    title: str
+    queries: list[Query] = field(default_factory=list)
+    kind: str = "timeseries"
+    unit: str = "short"
+    description: str = ""
+    width: int = 12
+    height: int = 8
+    infinity: dict | None = None
+    """An Infinity (sidecar JSON) target instead of PromQL queries."""
+
+
+def unit_of(signal: Signal) -> str:
+    """Grafana unit for a catalog unit."""
+    return {"s": "s", "By": "bytes", "{ratio}": "percentunit"}.get(signal.unit, "short")
+
+
+def signal_queries(signal: Signal) -> list[Query]:
+    """The default way to draw one signal: the gauge, the counter's rate, or histogram quantiles."""
+    name, label = signal.prometheus_name, signal.label
+    legend = f"{signal.key} {{{{{label}}}}}" if label else signal.key
+    if signal.kind is Kind.GAUGE:
+        by = f"run_id, {label}" if label else "run_id"
+        return [Query(f"max by ({by}) ({name}{{{RUN}}})", legend)]
+    if signal.kind is Kind.COUNTER:
+        by = f"run_id, {label}" if label else "run_id"
+        return [Query(f"sum by ({by}) (rate({name}{{{RUN}}}[{RATE}]))", f"{legend} /s")]
+    return histogram_queries(signal)
+
+
+def histogram_queries(signal: Signal) -> list[Query]:
+    """Quantiles from the recorded bucket rates, and the mean from `_sum / _count`."""
+    name = signal.prometheus_name
+    if signal.label:
+        rec = f"run_id_{signal.label}_le:{name}_bucket:rate"
+        by, tag = f"{signal.label}, le", f" {{{{{signal.label}}}}}"
+    else:
+        rec = f"run_id_le:{name}_bucket:rate"
+        by, tag = "le", ""
+    queries = [
+        Query(f"histogram_quantile({q}, sum by ({by}) ({rec}{{{RUN}}}))", f"p{int(q * 100):02d}{tag}")
+        for q in QUANTILES
+    ]
+    mean_by = f"run_id, {signal.label}" if signal.label else "run_id"
+    queries.append(Query(
+        f"sum by ({mean_by}) (rate({name}_sum{{{RUN}}}[{RATE}]))"
+        f" / sum by ({mean_by}) (rate({name}_count{{{RUN}}}[{RATE}]))",
+        f"mean{tag}",
+    ))
+    return queries
+
+
+def _prom_target(i: int, q: Query) -> dict:
+    target = {"refId": chr(ord("A") + i), "datasource": PROM, "expr": q.expr, "legendFormat": q.legend}
+    if q.instant:
+        target.update(instant=True, range=False, format="table")
+    return target
+
+
+def render(panel: Panel, panel_id: int, x: int, y: int) -> dict:
+    """Grafana panel JSON at grid position (x, y)."""
+    out: dict = {
+        "id": panel_id,
+        "type": panel.kind,
+        "title": panel.title,
+        "description": panel.description,
+        "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
+    }
+    if panel.infinity is not None:
+        out["datasource"] = INFINITY
+        out["targets"] = [{"refId": "A", "datasource": INFINITY, **panel.infinity}]
+        out["options"] = {"showHeader": True, "cellHeight": "sm"}
+        return out
+    out["datasource"] = PROM
+    out["targets"] = [_prom_target(i, q) for i, q in enumerate(panel.queries)]
+    if panel.kind == "timeseries":
+        out["fieldConfig"] = {
+            "defaults": {"unit": panel.unit, "custom": {"lineWidth": 1, "fillOpacity": 0, "showPoints": "never"}},
+            "overrides": [],
+        }
+        out["options"] = {
+            "legend": {"displayMode": "table", "placement": "right", "calcs": ["lastNotNull"]},
+            "tooltip": {"mode": "multi", "sort": "none"},
+        }
+    return out
+
+
+def row(title: str, panel_id: int, y: int) -> dict:
+    """A collapsible row header spanning the full width."""
+    return {
+        "id": panel_id, "type": "row", "title": title, "collapsed": False,
+        "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": [],
+    }

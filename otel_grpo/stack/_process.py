@@ -1,0 +1,92 @@
+"""One managed child process: find its binary, start it with a log file, wait until ready, stop it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+# Debian names first: that is what `apt-get install prometheus prometheus-alertmanager` ships.
+BINARIES = {
+    "prometheus": (("prometheus",), "sudo apt-get install -y prometheus"),
+    "alertmanager": (("prometheus-alertmanager", "alertmanager"), "sudo apt-get install -y prometheus-alertmanager"),
+}
+
+
+class StackError(RuntimeError):
+    """A component is missing or failed to start; the message is one line for the user."""
+
+
+def find_binary(component: str) -> str:
+    """Absolute path of a component's binary, or StackError saying how to install it."""
+    names, install = BINARIES[component]
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    raise StackError(f"{component}: none of {', '.join(names)} is on PATH; install it with: {install}")
+
+
+@dataclass(slots=True)
+class Managed:
+    """A child process with a readiness URL and a log file."""
+
+    name: str
+    argv: list[str]
+    ready_url: str
+    log_path: Path
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen | None = field(default=None, init=False)
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            # A new session: Ctrl-C in the terminal reaches only us, and we stop
+            # children in order (Prometheus before Alertmanager before the sidecar).
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **(self.env or {})}, start_new_session=True,
+            )
+        finally:
+            log.close()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Poll the readiness URL until 200; fail early if the process exits."""
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise StackError(f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}")
+                try:
+                    if client.get(self.ready_url).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass  # not listening yet
+                if time.monotonic() > deadline:
+                    raise StackError(f"{self.name} not ready at {self.ready_url} after {timeout_s:.0f}s: {self.log_tail()}")
+                time.sleep(0.2)
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after timeout_s; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        return " | ".join(text[-lines:]) + f" (log: {self.log_path})"

@@ -1,0 +1,222 @@
+"""Grafana dashboards generated from the catalog; `otel-grpo dashboards` writes them.
+
+    >>> from otel_grpo.stack.dashboards import overview
+    >>> overview()["uid"]
+    'grpo-overview'
+
+Panels name the signals they draw by catalog key; any catalog signal no curated
+panel names lands in a "more" panel of its group, so every signal is on the
+dashboard even after the catalog grows. Layout is computed, so panels never
+overlap.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable, Iterator
+
+from otel_grpo import catalog
+from otel_grpo.catalog import Group
+
+from ._panels import INFINITY, PROM, RATE, RUN, Panel, Query, render, row, signal_queries, unit_of
+
+SIDECAR_PAGE_LIMIT = 200
+
+
+def _signals(title: str, keys: Iterable[str], *, unit: str | None = None, extra: Iterable[Query] = (),
+             description: str = "") -> Panel:
+    """A panel drawing the named catalog signals (and any extra queries)."""
+    signals = [catalog.get(k) for k in keys]
+    queries = [q for s in signals for q in signal_queries(s)] + list(extra)
+    panel_unit = unit or (unit_of(signals[0]) if signals else "short")
+    desc = description or " ".join(f"{s.key}: {s.description}" for s in signals)
+    return Panel(title, queries, unit=panel_unit, description=desc)
+
+
+def _rec(expr: str, legend: str) -> Query:
+    return Query(expr, legend)
+
+
+# (row title, group(s) whose leftover signals join the row, panels)
+def _sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
+    return [
+        ("Health and alerts", Group.HEALTH, [
+            _signals("Non-finite values and skipped steps", ["nonfinite", "skipped_steps"]),
+            Panel("Firing alerts", [Query('ALERTS{alertstate="firing"}', "{{alertname}} {{run_id}}", instant=True)],
+                  kind="table", description="Alerts Prometheus holds as firing right now, for every run."),
+        ]),
+        ("Reward", Group.REWARD, [
+            _signals("Reward mean, std, min, max", ["reward", "reward_std", "reward_min", "reward_max"]),
+            _signals("Reward quantiles (exact gauges and per-sample histogram)",
+                     ["reward_p05", "reward_p50", "reward_p95", "sample_reward"]),
+            _signals("Reward per function", ["reward_fn_mean", "reward_fn_std"]),
+            _signals("Learning signal: within-group reward std, groups with zero std",
+                     ["reward_group_std", "frac_reward_zero_std"], unit="short"),
+        ]),
+        ("Advantage", Group.ADVANTAGE, [
+            _signals("Advantage mean, std, min, max", ["advantage_mean", "advantage_std", "advantage_min", "advantage_max"]),
+            _signals("Advantage per sample (histogram)", ["sample_advantage"]),
+        ]),
+        ("KL and policy", (Group.KL, Group.POLICY), [
+            _signals("KL to the reference", ["kl", "kl_k1", "kl_max", "kl_seq_mean"],
+                     extra=[_rec(f"run_id:grpo_kl:baseline_mean{{{RUN}}}", "kl baseline (alert)")]),
+            Panel("KL z-score against its baseline (alert GRPOKLJump above 4)",
+                  [Query(f"run_id:grpo_kl:zscore{{{RUN}}}", "z-score")],
+                  description="(KL - baseline mean) / (baseline std + floor); the baseline window ends before the recent window."),
+            _signals("Clip ratios (low, high, region)",
+                     ["clip_ratio_low_mean", "clip_ratio_low_min", "clip_ratio_high_mean", "clip_ratio_high_max",
+                      "clip_ratio_region_mean"]),
+            _signals("Policy ratio pi_theta / pi_old and approx KL",
+                     ["policy_ratio_mean", "policy_ratio_min", "policy_ratio_max", "approx_kl"], unit="short"),
+            _signals("Entropy", ["entropy"]),
+        ]),
+        ("Rollout vs training mismatch", Group.MISMATCH, [
+            _signals("Mismatch KL (direct and k3) and chi-square",
+                     ["mismatch_kl", "mismatch_k3_kl", "mismatch_chi2_token", "mismatch_chi2_seq"], unit="short"),
+            _signals("IS ratio pi_train / pi_rollout: mean, min, max", ["is_ratio_mean", "is_ratio_min", "is_ratio_max"],
+                     unit="short"),
+            _signals("Perplexity: training, rollout, ratio",
+                     ["mismatch_training_ppl", "mismatch_rollout_ppl", "mismatch_ppl_ratio"], unit="short"),
+            _signals("Log perplexity and its differences",
+                     ["mismatch_training_log_ppl", "mismatch_rollout_log_ppl", "mismatch_log_ppl_diff",
+                      "mismatch_log_ppl_abs_diff", "mismatch_log_ppl_diff_max", "mismatch_log_ppl_diff_min"]),
+            _signals("Token log-prob |train - rollout|", ["mismatch_logprob_abs_diff", "mismatch_logprob_abs_diff_max"]),
+            _signals("IS ratio per completion (histogram)", ["sample_is_ratio"], unit="short"),
+        ]),
+        ("Rollout IS correction", Group.ROLLOUT_IS, [
+            _signals("IS weight mean, std, min, max",
+                     ["rollout_is_mean", "rollout_is_std", "rollout_is_min", "rollout_is_max"], unit="short"),
+            _signals("Effective sample size, masked and vetoed fractions",
+                     ["rollout_is_eff_sample_size", "rollout_is_masked_fraction", "rollout_is_seq_masked_fraction",
+                      "rollout_is_veto_fraction", "rollout_is_catastrophic_token_fraction"]),
+            _signals("Weights beyond the thresholds", ["rollout_is_ratio_fraction_high", "rollout_is_ratio_fraction_low",
+                                                       "rollout_is_seq_fraction_high", "rollout_is_seq_fraction_low"]),
+            _signals("Per-sequence IS weight",
+                     ["rollout_is_seq_mean", "rollout_is_seq_std", "rollout_is_seq_min", "rollout_is_seq_max",
+                      "rollout_is_seq_max_deviation"], unit="short"),
+        ]),
+        ("Completions", Group.LENGTH, [
+            _signals("Completion length", ["completion_length_mean", "completion_length_std", "completion_length_min",
+                                           "completion_length_max"]),
+            _signals("Terminated (EOS) length", ["terminated_length_mean", "terminated_length_min",
+                                                 "terminated_length_max"]),
+            _signals("Clipped completions (no EOS)", ["completions_clipped_ratio"]),
+            _signals("Completion length per sample (histogram)", ["sample_completion_length"]),
+            _signals("Diversity: distinct n-grams", ["distinct_1", "distinct_2"]),
+        ]),
+        ("Optimisation", Group.OPTIM, [
+            _signals("Loss and gradient norm", ["loss", "grad_norm"]),
+            _signals("Learning rate and KL coefficient", ["learning_rate", "beta"]),
+        ]),
+        ("Throughput and progress", Group.THROUGHPUT, [
+            _signals("Step index and steps per second", ["step", "steps"],
+                     extra=[_rec(f"run_id:grpo_steps:rate{{{RUN}}}", "steps /s (recorded)")]),
+            _signals("Tokens per second", ["tokens_per_second", "tokens"],
+                     extra=[_rec(f"run_id:grpo_tokens:rate{{{RUN}}}", "tokens /s (recorded)")]),
+            _signals("Tokens so far, completions per second", ["num_tokens", "samples"],
+                     extra=[_rec(f"run_id:grpo_samples:rate{{{RUN}}}", "samples /s (recorded)")]),
+            _signals("Step time", ["step_time"]),
+            _signals("Phase durations (quantiles per phase)", ["phase_duration"], unit="s"),
+        ]),
+    ]
+
+
+def _samples_panels() -> list[Panel]:
+    """Tables read from the sidecar's JSON API through the Infinity datasource."""
+    def table(title: str, url: str, params: dict[str, str], width: int, height: int) -> Panel:
+        return Panel(title, kind="table", width=width, height=height, infinity={
+            "type": "json", "source": "url", "format": "table", "parser": "backend", "root_selector": "",
+            "url": url, "url_options": {"method": "GET", "params": [{"key": k, "value": v} for k, v in params.items()]},
+            "columns": [],
+        }, description=f"From the sidecar: GET {url}")
+
+    return [
+        table("Samples of the latest step (sidecar)", "/api/runs/${run_id}/samples",
+              {"limit": str(SIDECAR_PAGE_LIMIT), "order_by": "reward", "desc": "true"}, 24, 12),
+        table("Alerts received by the sidecar", "/api/alerts", {"run_id": "${run_id}"}, 12, 8),
+        table("Runs (sidecar)", "/api/runs", {}, 12, 8),
+    ]
+
+
+def _with_leftovers(sections: list[tuple[str, Group | tuple[Group, ...], list[Panel]]]
+                    ) -> Iterator[tuple[str, list[Panel]]]:
+    """Append a 'more' panel for each row's signals that no curated panel names."""
+    named = {q.expr for _, _, panels in sections for p in panels for q in p.queries}
+    placed: set[Group] = set()
+    for title, groups, panels in sections:
+        groups = groups if isinstance(groups, tuple) else (groups,)
+        placed.update(groups)
+        left = [s.key for s in catalog.SIGNALS if s.group in groups
+                and not any(q.expr in named for q in signal_queries(s))]
+        if left:
+            panels = panels + [_signals(f"More {title.lower()} signals", left, unit="short")]
+        yield title, panels
+    if set(Group) - placed:  # a new group must get a row, or its signals vanish
+        raise RuntimeError(f"dashboard rows miss catalog groups {sorted(g.value for g in set(Group) - placed)}")
+
+
+def _layout(sections: Iterable[tuple[str, list[Panel]]]) -> list[dict]:
+    """Place rows and panels left to right, top to bottom, on the 24-column grid."""
+    out: list[dict] = []
+    y, next_id = 0, 1
+    for title, panels in sections:
+        out.append(row(title, next_id, y))
+        next_id, y = next_id + 1, y + 1
+        x, line_height = 0, 0
+        for panel in panels:
+            if x + panel.width > 24:
+                x, y, line_height = 0, y + line_height, 0
+            out.append(render(panel, next_id, x, y))
+            next_id += 1
+            x += panel.width
+            line_height = max(line_height, panel.height)
+        y += line_height
+    return out
+
+
+def overview() -> dict:
+    """The GRPO overview dashboard (one `run_id` picked from Prometheus)."""
+    sections = list(_with_leftovers(_sections())) + [("Samples and alerts (sidecar)", _samples_panels())]
+    return {
+        "uid": "grpo-overview",
+        "title": "GRPO overview",
+        "description": "Reward, KL, clipping, rollout-vs-training IS mismatch, lengths, throughput and alerts of one run.",
+        "tags": ["grpo", "otel-grpo"],
+        "timezone": "browser",
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "templating": {"list": [{
+            "name": "run_id", "label": "run", "type": "query", "datasource": PROM,
+            "query": {"query": "label_values(grpo_step_index, run_id)", "refId": "run_id"},
+            "definition": "label_values(grpo_step_index, run_id)",
+            "refresh": 2, "sort": 1, "multi": False, "includeAll": False, "current": {},
+        }]},
+        "annotations": {"list": [{
+            "name": "Firing alerts", "enable": True, "datasource": PROM, "iconColor": "red",
+            "expr": f'ALERTS{{alertstate="firing", {RUN}}}', "titleFormat": "{{alertname}}",
+            "textFormat": "{{alertname}} ({{severity}})", "step": "30s",
+        }]},
+        "panels": _layout(sections),
+    }
+
+
+def dashboards() -> dict[str, dict]:
+    """Every generated dashboard by file name under `grafana/dashboards/`."""
+    return {"grpo-overview.json": overview()}
+
+
+def render_json(dashboard: dict) -> str:
+    """The committed form: stable key order, two-space indent, trailing newline."""
+    return json.dumps(dashboard, indent=2) + "\n"
+
+
+def dashboard_files() -> dict[str, str]:
+    """Committed dashboard files by repository path."""
+    return {f"grafana/dashboards/{name}": render_json(d) for name, d in dashboards().items()}
+
+
+__all__ = ["INFINITY", "PROM", "RATE", "dashboard_files", "dashboards", "overview", "render_json"]
