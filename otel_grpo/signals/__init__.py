@@ -1,5 +1,38 @@
-"""Pure-torch GRPO signals: tensors in, partial aggregates out, reduced exactly across ranks."""
+"""Pure-torch GRPO signals: tensors in, partial aggregates out, reduced exactly across ranks.
 
+    >>> from otel_grpo import signals
+    >>> stats = signals.reward_stats(rewards, group_size=8) | signals.length_stats(mask, truncated)
+    >>> weights, new_mask, is_stats = signals.rollout_correction(train_lp, rollout_lp, mask, threshold=(0.5, 2.0))
+    >>> stats = stats | is_stats | signals.mismatch_stats(train_lp, rollout_lp, mask)
+    >>> reduced = signals.reduce_stats(stats, accelerator)   # one collective, one host copy
+    >>> reduced["reward"], reduced.samples["sample_reward"], reduced.invalid
+
+Stat functions take padded `[B, T]` tensors with a `[B, T]` mask, never read a
+value on the host, and return `Stats`; every key is a catalog key.
+"""
+
+from ._diversity import diversity_stats
+from ._lengths import length_stats
+from ._mismatch import mismatch_stats
+from ._partial import Stats
+from ._policy import policy_stats
+from ._reduce import reduce_stats
 from ._reduced import ReducedStats
+from ._rewards import reward_stats
+from ._rollout_is import LEVELS, MODES, SAFETY_BOUND, RolloutCorrection, rollout_correction
 
-__all__ = ["ReducedStats"]
+__all__ = [
+    "LEVELS",
+    "MODES",
+    "SAFETY_BOUND",
+    "ReducedStats",
+    "RolloutCorrection",
+    "Stats",
+    "diversity_stats",
+    "length_stats",
+    "mismatch_stats",
+    "policy_stats",
+    "reduce_stats",
+    "reward_stats",
+    "rollout_correction",
+]

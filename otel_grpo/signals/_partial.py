@@ -1,0 +1,234 @@
+"""Partial aggregates: what every stat function returns, mergeable across micro-batches.
+
+    >>> s = length_stats(mask, truncated) | reward_stats(rewards, group_size=8)
+    >>> s = s | policy_stats(...)           # a second micro-batch merges the same way
+    >>> reduce_stats(s, accelerator)        # -> ReducedStats, exact across ranks
+
+A `Stats` holds, per stat key, only parts that combine by SUM, MIN or MAX (sums,
+sums of squares, counts, extrema) plus fixed-length per-sample vectors for
+quantiles and histograms. Finalizing (mean = sum / count, std, ESS, quantiles,
+distinct-n) happens once, after the parts of every rank are combined, so the
+result equals one process computing on the concatenated batch.
+
+All tensors stay on their device; nothing here reads a value on the host.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..catalog import Reduction, get, split_stat_key
+
+_F64 = torch.float64
+
+
+class Part(str, enum.Enum):
+    """How one stat key is finalized from its combined parts."""
+
+    MEAN = "mean"  # sum / count
+    STD = "std"  # from sum, sum of squares, count
+    MIN = "min"
+    MAX = "max"
+    SUM = "sum"
+    ESS = "ess"  # (mean w)^2 / mean(w^2) from sum, sum of squares, count
+    QUANTILE = "quantile"  # from a gathered per-sample vector
+    DISTINCT = "distinct"  # distinct / total of gathered int64 n-gram ids
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """Finalization recipe of one stat key (identical on every rank)."""
+
+    part: Part
+    unbiased: bool = False
+    """STD only: divide by n - 1 (torch's default) instead of n."""
+    source: str = ""
+    """QUANTILE: the per-sample vector key; DISTINCT: the id payload key."""
+    q: float = 0.0
+    """QUANTILE only: the quantile in [0, 1]."""
+
+
+# Slot fields that live in the SUM-combined part of the pack.
+_FIELDS = {
+    Part.MEAN: ("sum", "count"),
+    Part.STD: ("sum", "sumsq", "count"),
+    Part.ESS: ("sum", "sumsq", "count"),
+    Part.MIN: ("count",),
+    Part.MAX: ("count",),
+    Part.SUM: ("sum",),
+    Part.QUANTILE: (),
+    Part.DISTINCT: (),
+}
+
+
+def _scalar(x: Tensor | float, like: Tensor | None = None) -> Tensor:
+    """A 0-d float64 tensor; floats become tensors on `like`'s device (a host->device copy)."""
+    if isinstance(x, Tensor):
+        return x.detach().reshape(()).to(_F64)
+    return torch.tensor(float(x), dtype=_F64, device=None if like is None else like.device)
+
+
+def _check_key(key: str, kinds: tuple[Reduction, ...] | None = None) -> None:
+    base, label = split_stat_key(key)
+    signal = get(base)  # KeyError names a key the catalog lacks
+    if (label is not None) != (signal.label is not None) or label == "":
+        raise ValueError(f"stat key {key!r}: templated signals need exactly one '/<value>'")
+    if kinds is not None and signal.reduction not in kinds:
+        raise ValueError(f"stat key {key!r} is a {signal.reduction.value} signal in the catalog")
+
+
+class Stats:
+    """Per-rank partial aggregates of one step (or several micro-batches merged with `|`).
+
+    Build one with the `add_*` methods (stat functions do), combine with `a | b`
+    or `Stats.merge(...)`, finalize with `reduce_stats`. Adding a part to a key that
+    already exists combines them (sums add, extrema take the min / max, vectors
+    concatenate); adding it with a different recipe raises `ValueError`.
+    """
+
+    __slots__ = ("specs", "sums", "mins", "maxs", "vectors", "ids", "checks")
+
+    def __init__(self) -> None:
+        self.specs: dict[str, Spec] = {}
+        self.sums: dict[tuple[str, str], Tensor] = {}  # (key, field) -> 0-d float64
+        self.mins: dict[str, Tensor] = {}  # key -> 0-d float64 (+inf when empty)
+        self.maxs: dict[str, Tensor] = {}  # key -> 0-d float64 (-inf when empty)
+        self.vectors: dict[str, Tensor] = {}  # per-sample key -> [N] float64, NaN = invalid row
+        self.ids: dict[str, Tensor] = {}  # id payload key -> [N] int64, -1 = invalid
+        self.checks: dict[str, tuple[Tensor, str]] = {}  # argument -> (bad count, message)
+
+    # ---- building --------------------------------------------------------------
+    def add_mean(self, key: str, total: Tensor | float, count: Tensor | float) -> Stats:
+        """`key` = total / count after combining ranks; invalid when count is 0."""
+        return self._add(key, Spec(Part.MEAN), sum=total, count=count)
+
+    def add_std(self, key: str, total: Tensor, sumsq: Tensor, count: Tensor, *, unbiased: bool) -> Stats:
+        """`key` = standard deviation from sum x, sum x^2 and n; 0 when n == 1."""
+        return self._add(key, Spec(Part.STD, unbiased=unbiased), sum=total, sumsq=sumsq, count=count)
+
+    def add_ess(self, key: str, total: Tensor, sumsq: Tensor, count: Tensor) -> Stats:
+        """`key` = (mean w + 1e-8)^2 / mean(w^2): seed 004's effective sample size fraction."""
+        return self._add(key, Spec(Part.ESS), sum=total, sumsq=sumsq, count=count)
+
+    def add_min(self, key: str, value: Tensor, count: Tensor | float) -> Stats:
+        """`key` = min over ranks of `value`; `count` elements behind it (0: invalid)."""
+        self._add(key, Spec(Part.MIN), count=count)
+        self._extreme(self.mins, key, value, torch.minimum)
+        return self
+
+    def add_max(self, key: str, value: Tensor, count: Tensor | float) -> Stats:
+        """`key` = max over ranks of `value`; `count` elements behind it (0: invalid)."""
+        self._add(key, Spec(Part.MAX), count=count)
+        self._extreme(self.maxs, key, value, torch.maximum)
+        return self
+
+    def add_sum(self, key: str, value: Tensor | float) -> Stats:
+        """`key` = sum over ranks (counters: tokens, samples)."""
+        return self._add(key, Spec(Part.SUM), sum=value)
+
+    def add_samples(self, key: str, values: Tensor, quantiles: dict[str, float] | None = None) -> Stats:
+        """Per-sample vector `values` [N] (NaN: invalid row), gathered for histograms.
+
+        `quantiles` maps stat keys to q in [0, 1] computed from the gathered vector
+        (linear interpolation, NaN rows ignored).
+        """
+        _check_key(key, (Reduction.SAMPLES,))
+        if values.dim() != 1:
+            raise ValueError(f"samples {key!r} must be 1-D, got shape {tuple(values.shape)}")
+        values = values.detach().to(_F64)
+        self.vectors[key] = torch.cat([self.vectors[key], values]) if key in self.vectors else values
+        for qkey, q in (quantiles or {}).items():
+            if not 0.0 <= q <= 1.0:
+                raise ValueError(f"quantile {qkey!r}: q={q} is outside [0, 1]")
+            self._add(qkey, Spec(Part.QUANTILE, source=key, q=q))
+        return self
+
+    def add_distinct(self, key: str, ids: Tensor) -> Stats:
+        """`key` = distinct / total over the gathered int64 `ids` [N] of every rank (-1: none)."""
+        if ids.dim() != 1 or ids.dtype != torch.int64:
+            raise ValueError(f"distinct {key!r} needs 1-D int64 ids, got {ids.dtype} {tuple(ids.shape)}")
+        self._add(key, Spec(Part.DISTINCT, source=key))
+        self.ids[key] = torch.cat([self.ids[key], ids]) if key in self.ids else ids.detach()
+        return self
+
+    def add_check(self, argument: str, bad: Tensor, message: str) -> Stats:
+        """A data check evaluated on device: `reduce_stats` raises ValueError(message) if bad > 0.
+
+        Used where checking the values eagerly would cost a host sync (on GPUs).
+        """
+        bad = _scalar(bad)
+        if argument in self.checks:
+            bad = bad + self.checks[argument][0]
+        self.checks[argument] = (bad, message)
+        return self
+
+    # ---- combining -------------------------------------------------------------
+    def __or__(self, other: Stats) -> Stats:
+        if not isinstance(other, Stats):
+            return NotImplemented
+        return Stats.merge(self, other)
+
+    @staticmethod
+    def merge(*parts: Stats) -> Stats:
+        """One `Stats` holding the combined parts of all `parts` (none is modified)."""
+        out = Stats()
+        for p in parts:
+            out._absorb(p)
+        return out
+
+    def _absorb(self, other: Stats) -> None:
+        for key, spec in other.specs.items():
+            self._claim(key, spec)
+        for slot, value in other.sums.items():
+            self.sums[slot] = self.sums[slot] + value if slot in self.sums else value
+        for key, value in other.mins.items():
+            self._extreme(self.mins, key, value, torch.minimum)
+        for key, value in other.maxs.items():
+            self._extreme(self.maxs, key, value, torch.maximum)
+        for key, vec in other.vectors.items():
+            self.vectors[key] = torch.cat([self.vectors[key], vec]) if key in self.vectors else vec
+        for key, ids in other.ids.items():
+            self.ids[key] = torch.cat([self.ids[key], ids]) if key in self.ids else ids
+        for arg, (bad, message) in other.checks.items():
+            self.add_check(arg, bad, message)
+
+    # ---- internals -------------------------------------------------------------
+    def _claim(self, key: str, spec: Spec) -> None:
+        held = self.specs.get(key)
+        if held is None:
+            self.specs[key] = spec
+        elif held != spec:
+            raise ValueError(f"stat key {key!r} combined with two recipes: {held} and {spec}")
+
+    def _add(self, key: str, spec: Spec, **fields: Tensor | float) -> Stats:
+        if key not in self.specs:
+            _check_key(key)
+        self._claim(key, spec)
+        like = next((v for v in fields.values() if isinstance(v, Tensor)), None)
+        for name, value in fields.items():
+            value = _scalar(value, like)
+            slot = (key, name)
+            self.sums[slot] = self.sums[slot] + value if slot in self.sums else value
+        return self
+
+    @staticmethod
+    def _extreme(store: dict[str, Tensor], key: str, value: Tensor, pick) -> None:
+        value = _scalar(value)
+        store[key] = pick(store[key], value) if key in store else value
+
+    def keys(self) -> list[str]:
+        """Stat keys this holds (finalized keys; per-sample vector keys are in `vectors`)."""
+        return sorted(self.specs)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.specs or key in self.vectors
+
+    def __len__(self) -> int:
+        return len(self.specs) + len(self.vectors)
+
+    def __repr__(self) -> str:
+        return f"Stats(keys={self.keys()}, samples={ {k: v.numel() for k, v in self.vectors.items()} })"

@@ -1,0 +1,84 @@
+"""Reward and advantage signals: means, spreads, quantiles, per-function stats, group health."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+from torch import Tensor
+
+from . import _validate as v
+from ._masked import count, describe
+from ._partial import Stats
+
+_QUANTILES = {"reward_p05": 0.05, "reward_p50": 0.50, "reward_p95": 0.95}
+# torch.isclose(std, 0) as TRL's frac_reward_zero_std uses it: |std| <= atol (rtol * 0 = 0).
+_ZERO_STD_ATOL = 1e-8
+
+
+@torch.no_grad()
+def reward_stats(
+    rewards: Tensor,
+    group_size: int,
+    components: Mapping[str, Tensor] | None = None,
+    advantages: Tensor | None = None,
+) -> Stats:
+    """Reward, per-reward-function and advantage stats of one batch of completions.
+
+    Args:
+        rewards: [B] float, total (weighted) reward per completion; NaN marks a
+            completion without a reward (excluded, as TRL's nan-aware means do).
+        group_size: completions per prompt; B must be a multiple, and this rank's
+            batch must hold whole groups (rows g*G .. g*G+G-1 share a prompt).
+        components: reward function name -> [B] float, that function's reward
+            (NaN where it does not apply). Keys become `reward_fn_mean/<name>`.
+        advantages: [B] float, the advantage of each completion.
+
+    Adds `reward`, `reward_std`, `reward_min`, `reward_max`, `reward_p05/p50/p95`,
+    `reward_group_std`, `frac_reward_zero_std`, `reward_fn_mean/<fn>`,
+    `reward_fn_std/<fn>`, `advantage_mean/std/min/max`, the per-sample vectors
+    `sample_reward` and `sample_advantage`, and the counter `samples` (B).
+    Standard deviations are unbiased (n - 1), as torch's and TRL's.
+    """
+    stats = Stats()
+    rewards = v.floating(rewards, "rewards", dim=1)
+    (batch,) = rewards.shape
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+    if batch % group_size:
+        raise ValueError(f"group_size {group_size} does not divide the batch size {batch} of rewards")
+
+    valid = ~torch.isnan(rewards)
+    describe(stats, rewards, valid, mean="reward", std="reward_std", min="reward_min", max="reward_max")
+    stats.add_samples("sample_reward", rewards, _QUANTILES)
+    _group_stats(stats, rewards.view(-1, group_size), valid.view(-1, group_size))
+
+    for name, values in (components or {}).items():
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"components keys must be non-empty names without '/', got {name!r}")
+        values = v.floating(values, f"components[{name!r}]", shape=(batch,))
+        describe(
+            stats, values, ~torch.isnan(values), mean=f"reward_fn_mean/{name}", std=f"reward_fn_std/{name}"
+        )
+    if advantages is not None:
+        advantages = v.floating(advantages, "advantages", shape=(batch,))
+        ok = ~torch.isnan(advantages)
+        describe(
+            stats, advantages, ok, mean="advantage_mean", std="advantage_std", min="advantage_min", max="advantage_max"
+        )
+        stats.add_samples("sample_advantage", advantages)
+    stats.add_sum("samples", torch.full((), batch, dtype=torch.float64, device=rewards.device))
+    return stats
+
+
+def _group_stats(stats: Stats, grouped: Tensor, valid: Tensor) -> None:
+    """Within-group std (unbiased, 0 for one member) averaged over groups: [G_count, G]."""
+    n = valid.sum(-1, dtype=grouped.dtype)
+    x = torch.where(valid, grouped, 0.0)
+    mean = x.sum(-1) / n.clamp(min=1)
+    dev = torch.where(valid, grouped - mean.unsqueeze(-1), 0.0)
+    std = ((dev * dev).sum(-1) / (n - 1).clamp(min=1)).sqrt()
+    has = n > 0
+    groups = count(has)
+    stats.add_mean("reward_group_std", torch.where(has, std, 0.0).sum(), groups)
+    stats.add_mean("frac_reward_zero_std", count(has & (std <= _ZERO_STD_ATOL)), groups)
