@@ -1,8 +1,9 @@
 """Meter and tracer providers built from `TelemetrySettings` (and the standard `OTEL_*` variables).
 
     resource = build_resource(settings, rank=0, world_size=1)
-    tracer_provider = build_tracer_provider(settings, resource)
-    meter_provider, owned = build_meter_provider(settings, resource, local_rank=0)
+    health = ExportHealth()
+    tracer_provider = build_tracer_provider(settings, resource, health)
+    meter_provider, owned = build_meter_provider(settings, resource, local_rank=0, health=health)
 
 Every exporter runs on the SDK's background threads (periodic metric reader,
 batch span processor) and is wrapped so that a failing endpoint logs once.
@@ -23,7 +24,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-from ._quiet import QuietMetricExporter, QuietSpanExporter, logger
+from ._quiet import ExportHealth, QuietMetricExporter, QuietSpanExporter, logger
 from ._settings import SDK_EVENT_LIMIT, TelemetrySettings
 
 
@@ -77,22 +78,22 @@ def _otlp_target(settings: TelemetrySettings, signal: str) -> str | None:
     return base  # grpc: host:port, None -> the SDK's localhost:4317
 
 
-def _otlp_span_exporter(settings: TelemetrySettings) -> QuietSpanExporter:
+def _otlp_span_exporter(settings: TelemetrySettings, health: ExportHealth) -> QuietSpanExporter:
     endpoint = _otlp_target(settings, "traces")
     if settings.otlp_protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     else:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    return QuietSpanExporter(OTLPSpanExporter(endpoint=endpoint), endpoint or "localhost:4317")
+    return QuietSpanExporter(OTLPSpanExporter(endpoint=endpoint), endpoint or "localhost:4317", health)
 
 
-def _otlp_metric_exporter(settings: TelemetrySettings) -> QuietMetricExporter:
+def _otlp_metric_exporter(settings: TelemetrySettings, health: ExportHealth) -> QuietMetricExporter:
     endpoint = _otlp_target(settings, "metrics")
     if settings.otlp_protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     else:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-    return QuietMetricExporter(OTLPMetricExporter(endpoint=endpoint), endpoint or "localhost:4317")
+    return QuietMetricExporter(OTLPMetricExporter(endpoint=endpoint), endpoint or "localhost:4317", health)
 
 
 @dataclass
@@ -126,16 +127,18 @@ def _prometheus_reader(settings: TelemetrySettings, local_rank: int, out: Owned)
     return reader
 
 
-def build_meter_provider(settings: TelemetrySettings, resource: Resource, local_rank: int) -> tuple[MeterProvider, Owned]:
+def build_meter_provider(
+    settings: TelemetrySettings, resource: Resource, local_rank: int, health: ExportHealth
+) -> tuple[MeterProvider, Owned]:
     """A meter provider with one reader per configured metrics exporter; not made global."""
     owned = Owned()
     readers: list[MetricReader] = []
     interval = settings.metric_export_interval_ms
     for name in settings.metrics_exporters:
         if name == "otlp":
-            readers.append(PeriodicExportingMetricReader(_otlp_metric_exporter(settings), interval))
+            readers.append(PeriodicExportingMetricReader(_otlp_metric_exporter(settings, health), interval))
         elif name == "console":
-            exporter = QuietMetricExporter(ConsoleMetricExporter(), "console")
+            exporter = QuietMetricExporter(ConsoleMetricExporter(), "console", health)
             readers.append(PeriodicExportingMetricReader(exporter, interval))
         elif name == "prometheus":
             readers.append(_prometheus_reader(settings, local_rank, owned))
@@ -146,7 +149,7 @@ def build_meter_provider(settings: TelemetrySettings, resource: Resource, local_
     return provider, owned
 
 
-def build_tracer_provider(settings: TelemetrySettings, resource: Resource) -> TracerProvider:
+def build_tracer_provider(settings: TelemetrySettings, resource: Resource, health: ExportHealth) -> TracerProvider:
     """A tracer provider with a batch processor per configured traces exporter; not made global."""
     limits = SpanLimits(
         max_span_attributes=settings.max_span_attributes,  # a step span carries every scalar
@@ -156,7 +159,8 @@ def build_tracer_provider(settings: TelemetrySettings, resource: Resource) -> Tr
     provider = TracerProvider(resource=resource, span_limits=limits, shutdown_on_exit=False)
     for name in settings.traces_exporters:
         if name == "otlp":
-            provider.add_span_processor(BatchSpanProcessor(_otlp_span_exporter(settings)))
+            provider.add_span_processor(BatchSpanProcessor(_otlp_span_exporter(settings, health)))
         elif name == "console":
-            provider.add_span_processor(BatchSpanProcessor(QuietSpanExporter(ConsoleSpanExporter(), "console")))
+            exporter = QuietSpanExporter(ConsoleSpanExporter(), "console", health)
+            provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider

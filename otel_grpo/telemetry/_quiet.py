@@ -90,36 +90,45 @@ def _detail(captured: list[logging.LogRecord]) -> str:
     return "the endpoint did not accept the batch"
 
 
-class _FailureReport:
-    """One warning when exports start failing, one info line when they recover."""
+class ExportHealth:
+    """Export failures of one `Telemetry`: ONE warning at the first, one info line per recovery.
 
-    def __init__(self, signal: str, target: str) -> None:
-        self._signal, self._target = signal, target
+    Shared by all of its exporters, so a collector that is down (traces and metrics
+    both failing) still gives a single warning for the whole run.
+    """
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._failing = False
+        self._failing: set[str] = set()
         self.failures = 0
 
-    def failed(self, detail: str) -> None:
+    @property
+    def failing(self) -> bool:
+        return bool(self._failing)
+
+    def failed(self, signal: str, target: str, detail: str) -> None:
         with self._lock:
             self.failures += 1
             first = self.failures == 1
-            self._failing = True
+            self._failing.add(signal)
         # Mute the SDK's own failure records first, so ours is the only one in the log.
         GATE.set_failing(id(self), True)
         if first:
             logger.warning(
                 "otel-grpo: exporting %s to %s failed (%s); training continues, further failures "
                 "are counted, not logged; samples stay in the local spill",
-                self._signal, self._target, detail,
+                signal, target, detail,
             )
 
-    def succeeded(self) -> None:
+    def succeeded(self, signal: str, target: str) -> None:
         with self._lock:
-            recovered, self._failing = self._failing, False
+            recovered = signal in self._failing
+            self._failing.discard(signal)
+            still_failing = bool(self._failing)
         if recovered:
-            GATE.set_failing(id(self), False)
-            logger.info("otel-grpo: exporting %s to %s works again (%d failed exports)",
-                        self._signal, self._target, self.failures)
+            GATE.set_failing(id(self), still_failing)
+            logger.info("otel-grpo: exporting %s to %s works again (%d failed exports so far)",
+                        signal, target, self.failures)
 
     def close(self) -> None:
         GATE.set_failing(id(self), False)
@@ -128,9 +137,10 @@ class _FailureReport:
 class QuietSpanExporter(SpanExporter):
     """Wraps a span exporter: never raises, reports failures once."""
 
-    def __init__(self, inner: SpanExporter, target: str) -> None:
+    def __init__(self, inner: SpanExporter, target: str, health: ExportHealth) -> None:
         self._inner = inner
-        self.report = _FailureReport("traces", target)
+        self._target = target
+        self.health = health
         GATE.install()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -140,9 +150,9 @@ class QuietSpanExporter(SpanExporter):
             except Exception as exc:  # an exporter bug must not kill the batch thread
                 result, captured[:] = SpanExportResult.FAILURE, [_as_record(exc)]
         if result is SpanExportResult.SUCCESS:
-            self.report.succeeded()
+            self.health.succeeded("traces", self._target)
         else:
-            self.report.failed(_detail(captured))
+            self.health.failed("traces", self._target, _detail(captured))
         return result
 
     def shutdown(self) -> None:
@@ -150,7 +160,7 @@ class QuietSpanExporter(SpanExporter):
             self._inner.shutdown()
         except Exception as exc:
             logger.debug("span exporter shutdown failed: %r", exc)
-        self.report.close()
+        self.health.close()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         try:
@@ -162,14 +172,15 @@ class QuietSpanExporter(SpanExporter):
 class QuietMetricExporter(MetricExporter):
     """Wraps a push metric exporter: never raises, reports failures once."""
 
-    def __init__(self, inner: MetricExporter, target: str) -> None:
+    def __init__(self, inner: MetricExporter, target: str, health: ExportHealth) -> None:
         # Temporality and aggregation preferences are the inner exporter's.
         super().__init__(
             preferred_temporality=inner._preferred_temporality,
             preferred_aggregation=inner._preferred_aggregation,
         )
         self._inner = inner
-        self.report = _FailureReport("metrics", target)
+        self._target = target
+        self.health = health
         GATE.install()
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
@@ -179,9 +190,9 @@ class QuietMetricExporter(MetricExporter):
             except Exception as exc:
                 result, captured[:] = MetricExportResult.FAILURE, [_as_record(exc)]
         if result is MetricExportResult.SUCCESS:
-            self.report.succeeded()
+            self.health.succeeded("metrics", self._target)
         else:
-            self.report.failed(_detail(captured))
+            self.health.failed("metrics", self._target, _detail(captured))
         return result
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
@@ -195,4 +206,4 @@ class QuietMetricExporter(MetricExporter):
             self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
         except Exception as exc:
             logger.debug("metric exporter shutdown failed: %r", exc)
-        self.report.close()
+        self.health.close()

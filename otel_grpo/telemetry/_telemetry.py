@@ -30,6 +30,7 @@ from opentelemetry.trace import Status, StatusCode, TracerProvider
 from ._emitter import Emitter, StepRecord
 from ._instruments import Instruments
 from ._providers import Owned, build_meter_provider, build_resource, build_tracer_provider, detect_rank
+from ._quiet import ExportHealth
 from ._settings import TelemetrySettings
 from ._spill import SampleSpill
 
@@ -141,6 +142,7 @@ class Telemetry:
         self._last_step: int | None = None
         self._closers: list[Callable[[int], None]] = []
         self.prometheus_port: int | None = None
+        self.export_health = ExportHealth()
         if not self.exporting:
             meter_provider, tracer_provider = NoOpMeterProvider(), trace.NoOpTracerProvider()
         self._meter_provider, self._tracer_provider = self._providers(meter_provider, tracer_provider)
@@ -161,14 +163,14 @@ class Telemetry:
         resource = None
         if tracer_provider is None:
             resource = build_resource(self.settings, self.rank, self.world_size)
-            tracer_provider = build_tracer_provider(self.settings, resource)
+            tracer_provider = build_tracer_provider(self.settings, resource, self.export_health)
             self._closers.append(lambda ms, tp=tracer_provider: (tp.force_flush(ms), tp.shutdown()))
         else:
             self._closers.append(lambda ms, tp=tracer_provider: _flush(tp, ms))
         if meter_provider is None:
             resource = resource or build_resource(self.settings, self.rank, self.world_size)
             local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
-            meter_provider, owned = build_meter_provider(self.settings, resource, local_rank)
+            meter_provider, owned = build_meter_provider(self.settings, resource, local_rank, self.export_health)
             self.prometheus_port = owned.prometheus_port
             self._closers.append(lambda ms, mp=meter_provider, o=owned: _close_meter(mp, o, ms))
         else:
@@ -250,7 +252,9 @@ class Telemetry:
         worker.start()
         worker.join(remaining_ms / 1000)
         if worker.is_alive():
-            logger.warning("otel-grpo: shutdown: exporters did not finish within %.1fs; giving up on them", timeout)
+            # Expected when the endpoint is already reported down: no second warning for it.
+            level = logging.INFO if self.export_health.failing else logging.WARNING
+            logger.log(level, "otel-grpo: shutdown: exporters did not finish within %.1fs; giving up on them", timeout)
 
 def _flush(provider: Any, timeout_ms: int) -> bool:
     flush = getattr(provider, "force_flush", None)  # the API's no-op providers have none

@@ -1,0 +1,161 @@
+"""What reaches an InMemoryMetricReader: names, units, attributes, buckets, counters, non-finite values."""
+
+from __future__ import annotations
+
+import math
+
+from opentelemetry.sdk.metrics.export import Gauge, Histogram, Sum
+
+from otel_grpo.catalog import get
+from otel_grpo.signals import ReducedStats
+
+from .conftest import points
+
+
+def test_gauges_use_catalog_names_units_and_run_id(captured):
+    with captured.tel.step(0) as s:
+        s.record(ReducedStats({"kl": 0.25, "reward": 0.5, "reward_fn_mean/format": 0.75}))
+    metrics = captured.metrics()
+    for key in ("kl", "reward", "reward_fn_mean"):
+        signal = get(key)
+        metric = metrics[signal.name]
+        assert isinstance(metric.data, Gauge)
+        assert metric.unit == signal.unit
+    assert [p.value for p in metrics["grpo.kl"].data.data_points] == [0.25]
+    (fmt,) = metrics["grpo.reward_fn.mean"].data.data_points
+    assert dict(fmt.attributes) == {"run_id": "test-run", "reward_fn": "format"}
+    for metric in metrics.values():
+        for point in metric.data.data_points:
+            assert point.attributes["run_id"] == "test-run", metric.name
+
+
+def test_gauges_hold_the_latest_value_per_attribute_set(captured):
+    for step, kl in enumerate([0.1, 0.2, 0.3]):
+        with captured.tel.step(step) as s:
+            s.record({"kl": kl, "rewards/acc/mean": step})
+    metrics = captured.metrics()
+    assert [p.value for p in metrics["grpo.kl"].data.data_points] == [0.3]
+    # Nothing recorded since: the value is still there at the next collection.
+    again = captured.metrics()
+    assert [p.value for p in again["grpo.kl"].data.data_points] == [0.3]
+    assert [p.value for p in again["grpo.reward_fn.mean"].data.data_points] == [2.0]
+    assert [p.value for p in again["grpo.step_index"].data.data_points] == [2.0]
+
+
+def test_trl_and_verl_aliases_map_to_catalog_instruments(captured):
+    captured.tel.log_metrics(3, {"clip_ratio/high_mean": 0.02, "actor/entropy": 1.5, "rewards/format/mean": 0.9})
+    metrics = captured.metrics()
+    assert metrics["grpo.clip_ratio.high"].data.data_points[0].value == 0.02
+    assert metrics["grpo.policy.entropy"].data.data_points[0].value == 1.5
+    assert dict(metrics["grpo.reward_fn.mean"].data.data_points[0].attributes)["reward_fn"] == "format"
+    assert not any(name.startswith("grpo.extra.") for name in metrics)
+
+
+def test_unknown_keys_become_sanitized_extra_gauges(captured):
+    captured.tel.log_metrics(1, {"train/My-Metric": 7, "KL": 0.5})
+    metrics = captured.metrics()
+    extra = metrics["grpo.extra.train_my_metric"]
+    assert extra.unit == "{value}" and extra.data.data_points[0].value == 7.0
+    assert metrics["grpo.kl"].data.data_points[0].value == 0.5  # sanitized "kl" is a catalog key
+
+
+def test_per_sample_histograms_use_catalog_buckets(captured):
+    rewards = [0.0, 0.05, 0.5, 1.0, 1.0, 3.0]
+    with captured.tel.step(0) as s:
+        s.record(ReducedStats({"reward": 0.9}, samples={"sample_reward": rewards, "sample_completion_length": [3.0, 700.0]}))
+    metrics = captured.metrics()
+    signal = get("sample_reward")
+    hist = metrics[signal.name]
+    assert isinstance(hist.data, Histogram) and hist.unit == signal.unit
+    (point,) = hist.data.data_points
+    assert tuple(point.explicit_bounds) == signal.buckets
+    assert point.count == len(rewards) and math.isclose(point.sum, sum(rewards))
+    assert dict(point.attributes) == {"run_id": "test-run"}
+    # 0.05 falls in (0.0, 0.1]: bucket index 5 of the boundaries.
+    assert point.bucket_counts[signal.buckets.index(0.1)] == 1
+    lengths = metrics["grpo.sample.completion_length"].data.data_points[0]
+    assert tuple(lengths.explicit_bounds) == get("sample_completion_length").buckets
+
+
+def test_phase_durations_histogram_and_counters(captured):
+    for step in range(3):
+        with captured.tel.step(step) as s:
+            with s.phase("rollout"):
+                pass
+            with s.phase("update"):
+                pass
+            s.record({"tokens": 100, "samples": 8})
+    metrics = captured.metrics()
+    phase = metrics["grpo.phase.duration"]
+    assert phase.unit == "s"
+    by_phase = {p.attributes["phase"]: p for p in phase.data.data_points}
+    assert set(by_phase) == {"rollout", "update"} and by_phase["rollout"].count == 3
+    assert tuple(by_phase["rollout"].explicit_bounds) == get("phase_duration").buckets
+    for name, total in (("grpo.steps", 3), ("grpo.tokens", 300), ("grpo.samples", 24)):
+        assert isinstance(metrics[name].data, Sum) and metrics[name].data.is_monotonic
+        assert metrics[name].data.data_points[0].value == total, name
+
+
+def test_nonfinite_values_are_counted_not_exported(captured):
+    with captured.tel.step(0) as s:
+        s.record({"kl": 0.1})
+    with captured.tel.step(1) as s:
+        s.record(ReducedStats({"kl": math.nan, "loss": math.inf}, samples={"sample_advantage": [0.5, math.nan, -math.inf]}))
+    metrics = captured.metrics()
+    assert [p.value for p in metrics["grpo.kl"].data.data_points] == [0.1]  # the last finite value stays
+    assert "grpo.loss" not in metrics
+    counts = {p.attributes["signal"]: p.value for p in metrics["grpo.nonfinite"].data.data_points}
+    assert counts == {"kl": 1, "loss": 1, "sample_advantage": 2}
+    assert metrics["grpo.sample.advantage"].data.data_points[0].count == 1
+    (step1,) = [s for s in captured.spans("grpo.step") if s.attributes["grpo.step"] == 1]
+    assert "grpo.metric.kl" not in step1.attributes
+
+
+def test_skipped_steps_and_failed_steps_are_counted(captured):
+    with captured.tel.step(0) as s:
+        s.skip()
+    try:
+        with captured.tel.step(1):
+            raise RuntimeError("bad batch")
+    except RuntimeError:
+        pass
+    metrics = captured.metrics()
+    assert metrics["grpo.skipped_steps"].data.data_points[0].value == 2
+    failed = [s for s in captured.spans("grpo.step") if s.attributes["grpo.step"] == 1][0]
+    assert failed.status.status_code.name == "ERROR"
+
+
+def test_non_numeric_values_are_dropped_without_raising(captured):
+    with captured.tel.step(0) as s:
+        s.record({"kl": 0.1, "note": "hello", "loss": None})
+    metrics = captured.metrics()
+    assert metrics["grpo.kl"].data.data_points[0].value == 0.1
+    assert "grpo.loss" not in metrics and "grpo.extra.note" not in metrics
+
+
+def test_log_metrics_counts_progress_between_calls(captured):
+    captured.tel.log_metrics(10, {"kl": 0.1})
+    captured.tel.log_metrics(20, {"kl": 0.1})
+    captured.tel.log_metrics(20, {"kl": 0.1})
+    metrics = captured.metrics()
+    assert metrics["grpo.steps"].data.data_points[0].value == 11  # 1 (first call) + 10
+    assert metrics["grpo.step_index"].data.data_points[0].value == 20
+
+
+def test_rank_attribute_only_when_every_rank_exports(make_captured, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    quiet = make_captured()
+    with quiet.tel.step(0) as s:
+        s.record({"kl": 0.1})
+        s.samples([{"reward": 1.0}])
+    assert not quiet.tel.exporting
+    assert quiet.spans() == []
+    data = quiet.reader.get_metrics_data()
+    assert data is None or not data.resource_metrics
+    assert not quiet.output_dir.exists()
+    loud = make_captured(export_all_ranks=True)
+    with loud.tel.step(0) as s:
+        s.record({"kl": 0.1})
+    (point,) = loud.metrics()["grpo.kl"].data.data_points
+    assert dict(point.attributes) == {"run_id": "test-run", "rank": 1}

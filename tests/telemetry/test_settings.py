@@ -1,0 +1,97 @@
+"""TelemetrySettings: environment names, defaults, validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from otel_grpo.telemetry import TelemetrySettings
+from otel_grpo.telemetry._providers import _otlp_target
+
+_OTEL_VARS = (
+    "OTEL_SERVICE_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_METRIC_EXPORT_INTERVAL",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in _OTEL_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_defaults():
+    s = TelemetrySettings()
+    assert s.run_id.startswith("run-")
+    assert s.service_name == "grpo-trainer"
+    assert s.metrics_exporters == ["otlp"] and s.traces_exporters == ["otlp"]
+    assert (s.prometheus_host, s.prometheus_port) == ("127.0.0.1", 9464)
+    assert s.output_dir == Path("runs") / s.run_id
+    assert s.score == "reward"
+    assert TelemetrySettings().run_id != s.run_id
+
+
+def test_local_stack_environment(monkeypatch):
+    # Exactly what the local stack sets for the trainer.
+    monkeypatch.setenv("OTEL_GRPO_METRICS_EXPORTERS", "prometheus")
+    monkeypatch.setenv("OTEL_GRPO_TRACES_EXPORTERS", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:8000/v1/traces")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "demo")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "2500")
+    s = TelemetrySettings(run_id="exp-1")
+    assert s.metrics_exporters == ["prometheus"] and s.traces_exporters == ["otlp"]
+    assert s.otlp_protocol == "http/protobuf"
+    assert s.service_name == "demo"
+    assert s.metric_export_interval_ms == 2500
+    assert _otlp_target(s, "traces") == "http://127.0.0.1:8000/v1/traces"
+    assert _otlp_target(s, "metrics") == "http://localhost:4318/v1/metrics"
+
+
+def test_compose_environment(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel-collector:4317")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    s = TelemetrySettings()
+    assert _otlp_target(s, "traces") == "http://otel-collector:4317"  # grpc: no signal path
+    http = TelemetrySettings(otlp_protocol="http/protobuf", otlp_endpoint="http://c:4318/")
+    assert _otlp_target(http, "metrics") == "http://c:4318/v1/metrics"
+
+
+def test_prefixed_variables_and_lists(monkeypatch):
+    monkeypatch.setenv("OTEL_GRPO_METRICS_EXPORTERS", "Prometheus, console")
+    monkeypatch.setenv("OTEL_GRPO_TOP_K", "2")
+    monkeypatch.setenv("OTEL_GRPO_RESOURCE_ATTRIBUTES", "team=rl,cluster=a")
+    monkeypatch.setenv("OTEL_GRPO_EXPORT_ALL_RANKS", "true")
+    s = TelemetrySettings()
+    assert s.metrics_exporters == ["prometheus", "console"]
+    assert s.top_k == 2 and s.export_all_ranks
+    assert s.resource_attributes == {"team": "rl", "cluster": "a"}
+
+
+def test_unprefixed_field_names_are_not_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SERVICE_NAME", "wrong")
+    monkeypatch.setenv("TOP_K", "99")
+    s = TelemetrySettings()
+    assert s.service_name == "grpo-trainer" and s.top_k == 4
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"metrics_exporters": ["none", "otlp"]},
+        {"metrics_exporters": []},
+        {"metrics_exporters": ["otlp", "otlp"]},
+        {"metrics_exporters": ["statsd"]},
+        {"traces_exporters": ["prometheus"]},
+        {"otlp_protocol": "http/json"},
+        {"max_events_per_span": 128},
+        {"top_k": -1},
+        {"max_text_chars": 0},
+        {"shutdown_timeout_s": 0},
+    ],
+)
+def test_invalid_settings_are_rejected(kwargs):
+    with pytest.raises(ValidationError):
+        TelemetrySettings(**kwargs)
