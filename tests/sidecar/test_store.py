@@ -1,0 +1,57 @@
+"""The SQLite store: migrations on start, idempotent upserts, retention."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from otel_grpo.sidecar.otlp import extract
+from otel_grpo.sidecar.store import SCHEMA_VERSION, SampleQuery, SchemaError, Store
+
+
+def _load(store, otlp, run_id, steps, samples=2):
+    return store.write_batch(extract(otlp.request(otlp.spans(run_id, steps, samples=samples))))
+
+
+def test_fresh_database_is_migrated_and_in_wal_mode(tmp_path):
+    store = Store.open(tmp_path / "a" / "s.db")
+    conn = sqlite3.connect(tmp_path / "a" / "s.db")
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.found_version == 0
+    store.close()
+    assert Store.open(tmp_path / "a" / "s.db").found_version == SCHEMA_VERSION  # reopening migrates nothing
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    conn = sqlite3.connect(tmp_path / "s.db")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(SchemaError, match="newer"):
+        Store.open(tmp_path / "s.db")
+
+
+def test_redelivery_counts_samples_once(tmp_path, otlp):
+    store = Store.open(tmp_path / "s.db")
+    batch = extract(otlp.request(otlp.spans("r", range(3), samples=5)))
+    assert store.write_batch(batch) == 15
+    assert store.write_batch(batch) == 0
+    (run,) = store.runs()
+    assert run["sample_count"] == 15 and (run["first_step"], run["last_step"]) == (0, 2)
+    assert len(store.samples("r", SampleQuery(step_min=0, limit=100))) == 15
+
+
+def test_retention_by_steps_runs_and_age(tmp_path, otlp):
+    store = Store.open(tmp_path / "s.db")
+    _load(store, otlp, "old", range(5))
+    _load(store, otlp, "new", range(5))
+    store.apply_retention(max_steps=2)
+    assert [r["step"] for r in store.steps("new")] == [3, 4]
+    run = {r["run_id"]: r for r in store.runs()}["new"]
+    assert (run["first_step"], run["sample_count"]) == (3, 4)
+    store.apply_retention(max_runs=1)
+    assert [r["run_id"] for r in store.runs()] == ["new"]
+    assert store.apply_retention(max_age_s=3600)["runs"] == 0  # nothing is an hour old
+    assert store.apply_retention(max_age_s=1, now=10**10)["runs"] == 1  # everything is old by then
+    assert store.runs() == []
