@@ -1,0 +1,79 @@
+"""What the tests (and a curious user) check dashboards and rules with.
+
+    >>> sorted(metric_names('sum by (run_id) (rate(grpo_steps_total{run_id="a"}[1m])) > 0'))
+    ['grpo_steps_total']
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from otel_grpo import catalog
+from otel_grpo.catalog import Kind
+
+from ._rules import RuleSettings, alert_rules, recording_rules
+
+# Names that are PromQL syntax, not series, when they stand alone.
+_KEYWORDS = frozenset({
+    "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
+    "offset", "bool", "inf", "nan", "atan2", "start", "end",
+})
+_IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+BUILTIN_SERIES = frozenset({"ALERTS", "ALERTS_FOR_STATE", "up"})
+
+
+def metric_names(expr: str) -> set[str]:
+    """Series names an expression selects (functions, keywords, labels and strings removed)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)  # ranges and subqueries
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    text = re.sub(r"\boffset\s+\w+", " ", text)
+    names = set()
+    for m in _IDENT.finditer(text):
+        name, rest = m.group(), text[m.end():].lstrip()
+        if rest.startswith("(") or name in _KEYWORDS or re.fullmatch(r"\d.*", name):
+            continue
+        names.add(name)
+    return names
+
+
+def catalog_series() -> dict[str, str]:
+    """Every Prometheus series name the catalog produces -> the signal key."""
+    out = {}
+    for s in catalog.SIGNALS:
+        name = s.prometheus_name
+        if s.kind is Kind.HISTOGRAM:
+            for suffix in ("_bucket", "_sum", "_count"):
+                out[name + suffix] = s.key
+        else:
+            out[name] = s.key
+    return out
+
+
+def allowed_series() -> set[str]:
+    """Names a dashboard or rule may query: catalog series, recording rules, Prometheus built-ins."""
+    records = {r["record"] for r in recording_rules(RuleSettings())["groups"][0]["rules"]}
+    return set(catalog_series()) | records | BUILTIN_SERIES
+
+
+def dashboard_exprs(dashboard: dict) -> Iterator[tuple[str, str]]:
+    """(panel title, PromQL expression) for every Prometheus target of a dashboard."""
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            if target.get("datasource", {}).get("uid") == "prom":
+                yield panel["title"], target["expr"]
+
+
+def rule_exprs(settings: RuleSettings | None = None) -> Iterator[tuple[str, str]]:
+    """(rule name, expression) for every recording and alert rule."""
+    s = settings or RuleSettings()
+    for doc in (recording_rules(s), alert_rules(s)):
+        for rule in doc["groups"][0]["rules"]:
+            yield rule.get("record") or rule["alert"], rule["expr"]
+
+
+def concrete(expr: str, run_id: str, rate_interval: str = "1m") -> str:
+    """A dashboard expression with Grafana's variables filled in, ready for /api/v1/query."""
+    return expr.replace("$__rate_interval", rate_interval).replace("$run_id", run_id)
