@@ -1,0 +1,89 @@
+"""`otel-grpo up`: the real sidecar, Prometheus and Alertmanager on free local ports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+
+import httpx
+import pytest
+
+from otel_grpo.stack import LocalStack, RuleSettings, StackSettings, alert_rules
+
+pytestmark = pytest.mark.integration
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "otel_grpo.cli", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_missing_binary_is_one_line_saying_how_to_install(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    out = _cli("up", "--dir", str(tmp_path / "stack"), env={**os.environ, "PATH": str(empty)})
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "apt-get install -y prometheus" in lines[0], out.stderr
+    assert not (tmp_path / "stack" / "logs").exists()  # nothing was started
+
+
+def test_demo_rejects_a_bad_fault_before_starting(tmp_path):
+    out = _cli("demo", "--dir", str(tmp_path), "--fault", "meltdown@3")
+    assert out.returncode == 2 and "meltdown@3" in out.stderr
+
+
+def _wait_for(fetch, deadline_s: float = 60.0):
+    """Poll until fetch() returns something truthy; the last value either way (no timing asserted)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        value = fetch()
+        if value or time.monotonic() > end:
+            return value
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, free_port_factory):
+    ports = {k: free_port_factory() for k in ("sidecar_port", "prometheus_port", "alertmanager_port",
+                                              "trainer_metrics_port")}
+    with LocalStack(StackSettings(dir=tmp_path_factory.mktemp("stack"), **ports)) as s:
+        yield s
+
+
+def test_up_loads_every_rule_and_scrapes_the_sidecar(stack):
+    s = stack.settings
+    with httpx.Client(timeout=10) as http:
+        groups = http.get(f"{s.prometheus_url}/api/v1/rules").json()["data"]["groups"]
+        loaded = {r["name"] for g in groups for r in g["rules"] if r["type"] == "alerting"}
+        assert loaded == {r["alert"] for r in alert_rules(RuleSettings())["groups"][0]["rules"]}
+
+        def sidecar_up():
+            targets = http.get(f"{s.prometheus_url}/api/v1/targets").json()["data"]["activeTargets"]
+            return [t for t in targets if t["labels"]["job"] == "sidecar" and t["health"] == "up"]
+
+        assert _wait_for(sidecar_up)
+        assert http.get(f"{s.alertmanager_url}/api/v2/status").json()["cluster"]["status"] == "disabled"
+
+
+def test_alertmanager_delivers_to_the_sidecar(stack):
+    s = stack.settings
+    now = datetime.now(timezone.utc)
+    alert = {
+        "labels": {"alertname": "GRPOKLHigh", "severity": "critical", "run_id": "local-up-test"},
+        "annotations": {"summary": "KL to the reference is 0.5 in run local-up-test (threshold 0.1)"},
+        "startsAt": now.isoformat(), "endsAt": (now + timedelta(minutes=5)).isoformat(),
+    }
+    with httpx.Client(timeout=10) as http:
+        assert http.post(f"{s.alertmanager_url}/api/v2/alerts", json=[alert]).status_code == 200
+        got = _wait_for(lambda: http.get(f"{s.sidecar_url}/api/alerts", params={"run_id": "local-up-test"}).json())
+    assert [a["alertname"] for a in got] == ["GRPOKLHigh"]
+    assert got[0]["labels"]["severity"] == "critical" and got[0]["status"] == "firing"
+
+
+def test_components_bind_to_localhost_only(stack):
+    for c in stack.components:
+        assert any("127.0.0.1" in a for a in c.argv), c.name
