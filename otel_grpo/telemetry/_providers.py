@@ -101,6 +101,9 @@ class Owned:
     """What a builder made and must close again: the provider, plus servers it started."""
 
     closers: list[Callable[[], None]] = field(default_factory=list)
+    push_readers: list[MetricReader] = field(default_factory=list)
+    """Readers that export on their own schedule; `flush()` must collect only these: a collect
+    on the Prometheus reader queues a second copy of every series for the next scrape."""
     prometheus_port: int | None = None
     """Port the Prometheus endpoint listens on (resolved when 0 was asked for)."""
 
@@ -135,11 +138,14 @@ def build_meter_provider(
     readers: list[MetricReader] = []
     interval = settings.metric_export_interval_ms
     for name in settings.metrics_exporters:
-        if name == "otlp":
-            readers.append(PeriodicExportingMetricReader(_otlp_metric_exporter(settings, health), interval))
-        elif name == "console":
-            exporter = QuietMetricExporter(ConsoleMetricExporter(), "console", health)
-            readers.append(PeriodicExportingMetricReader(exporter, interval))
+        if name in ("otlp", "console"):
+            exporter = (
+                _otlp_metric_exporter(settings, health) if name == "otlp"
+                else QuietMetricExporter(ConsoleMetricExporter(), "console", health)
+            )
+            reader = PeriodicExportingMetricReader(exporter, interval)
+            readers.append(reader)
+            owned.push_readers.append(reader)
         elif name == "prometheus":
             readers.append(_prometheus_reader(settings, local_rank, owned))
     # Exemplars would attach trace ids to each measurement: a cost nobody reads here.

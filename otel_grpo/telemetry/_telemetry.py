@@ -141,6 +141,7 @@ class Telemetry:
         self._lock = threading.Lock()
         self._last_step: int | None = None
         self._closers: list[Callable[[int], None]] = []
+        self._flushers: list[Callable[[int], bool]] = []
         self.prometheus_port: int | None = None
         self.export_health = ExportHealth()
         if not self.exporting:
@@ -167,14 +168,17 @@ class Telemetry:
             self._closers.append(lambda ms, tp=tracer_provider: (tp.force_flush(ms), tp.shutdown()))
         else:
             self._closers.append(lambda ms, tp=tracer_provider: _flush(tp, ms))
+        self._flushers.append(lambda ms, tp=tracer_provider: _flush(tp, ms))
         if meter_provider is None:
             resource = resource or build_resource(self.settings, self.rank, self.world_size)
             local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
             meter_provider, owned = build_meter_provider(self.settings, resource, local_rank, self.export_health)
             self.prometheus_port = owned.prometheus_port
             self._closers.append(lambda ms, mp=meter_provider, o=owned: _close_meter(mp, o, ms))
+            self._flushers.append(lambda ms, o=owned: all([_flush(r, ms) for r in o.push_readers]))
         else:
             self._closers.append(lambda ms, mp=meter_provider: _flush(mp, ms))
+            self._flushers.append(lambda ms, mp=meter_provider: _flush(mp, ms))
         return meter_provider, tracer_provider
 
     @classmethod
@@ -230,7 +234,7 @@ class Telemetry:
         if not self._closed and not self._emitter.drain(timeout_s):
             return False
         ms = max(int((deadline - time.monotonic()) * 1000), 1)
-        return all([_flush(self._tracer_provider, ms), _flush(self._meter_provider, ms)])
+        return all([flush(ms) for flush in self._flushers])
 
     def shutdown(self) -> None:
         """Drain the queue (the spill is complete after this), flush, close; bounded by `shutdown_timeout_s`."""

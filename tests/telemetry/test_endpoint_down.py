@@ -1,0 +1,42 @@
+"""The collector is down for the whole run: training finishes, one warning, the spill is complete."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+
+from .conftest import free_port
+
+
+def test_200_steps_against_a_closed_port(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # the SDK's per-request deadline, in seconds
+    closed = free_port()
+    settings = TelemetrySettings(
+        run_id="down", otlp_protocol="http/protobuf", otlp_endpoint=f"http://127.0.0.1:{closed}",
+        metrics_exporters=["otlp"], traces_exporters=["otlp"], metric_export_interval_ms=100,
+        output_dir=tmp_path, top_k=3, bottom_k=3, random_k=2, shutdown_timeout_s=4,
+    )
+    caplog.set_level(logging.WARNING)
+    tel = Telemetry(settings)
+    for step in range(200):
+        with tel.step(step) as s:
+            with s.phase("rollout"):
+                pass
+            s.record({"kl": 0.01 * step, "reward": 0.5, "tokens": 64})
+            s.samples([{"prompt": f"{step}-{i}", "completion": "x", "reward": (i * 7 % 16) / 16} for i in range(16)])
+    tel.shutdown()
+
+    assert tel.export_health.failures >= 1
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith(("opentelemetry", "otel_grpo"))]
+    assert len(noisy) == 1, [r.getMessage() for r in noisy]
+    assert "failed" in noisy[0].getMessage() and f":{closed}" in noisy[0].getMessage()
+
+    files = sorted((tmp_path / "samples").glob("step_*.jsonl"))
+    assert len(files) == 200
+    for step in (0, 99, 199):
+        rows = [json.loads(line) for line in (tmp_path / "samples" / f"step_{step}.jsonl").read_text().splitlines()]
+        assert len(rows) == 8
+        assert {r["prompt"].split("-")[0] for r in rows} == {str(step)}
+        assert len({r["sample_index"] for r in rows}) == 8

@@ -1,0 +1,137 @@
+"""The pull endpoint scraped by a real Prometheus (Debian 2.42); series read back through its HTTP API."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from otel_grpo.catalog import get
+from otel_grpo.signals import ReducedStats
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+
+from .conftest import free_port
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+needs_prometheus = pytest.mark.skipif(not Path(PROMETHEUS).exists(), reason="prometheus binary not installed")
+
+
+def _query(port: int, expr: str) -> list[dict]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        body = json.load(resp)
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+@pytest.fixture
+def prometheus(tmp_path):
+    """Start Prometheus scraping a target port every second; yields (target_port, api_port)."""
+    target, api = free_port(), free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"scrape_configs:\n  - job_name: trainer\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+    )
+    proc = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{api}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield target, api
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _wait_for(port: int, expr: str, deadline: float) -> list[dict]:
+    while time.monotonic() < deadline:
+        try:
+            found = _query(port, expr)
+        except OSError:  # Prometheus still starting
+            found = []
+        if found:
+            return found
+        time.sleep(0.5)
+    return []
+
+
+@pytest.mark.integration
+@needs_prometheus
+def test_series_names_match_the_catalog(prometheus, tmp_path):
+    target, api = prometheus
+    settings = TelemetrySettings(
+        run_id="prom-1", metrics_exporters=["prometheus"], traces_exporters=["none"],
+        prometheus_port=target, output_dir=tmp_path,
+    )
+    tel = Telemetry(settings)
+    try:
+        assert tel.prometheus_port == target
+        with tel.step(5) as s:
+            with s.phase("rollout"):
+                pass
+            s.record(ReducedStats(
+                {"kl": 0.5, "reward_fn_mean/format": 0.25, "step_time": 1.5, "tokens": 128, "my/custom": 2},
+                samples={"sample_reward": [0.0, 1.0], "sample_completion_length": [10.0, 20.0, 30.0]},
+            ))
+        assert tel.flush(10)
+        deadline = time.monotonic() + 60
+        assert _wait_for(api, 'up{job="trainer"} == 1', deadline), "Prometheus never scraped the trainer"
+        run = 'run_id="prom-1"'
+        expected = {
+            get("kl").prometheus_name: 0.5,
+            get("reward_fn_mean").prometheus_name: 0.25,
+            get("step_time").prometheus_name: 1.5,  # unit s -> _seconds
+            get("tokens").prometheus_name: 128,  # counter -> _total
+            get("steps").prometheus_name: 1,
+            get("step").prometheus_name: 5,
+            get("sample_completion_length").prometheus_name + "_count": 3,
+            get("sample_completion_length").prometheus_name + "_sum": 60,
+            get("phase_duration").prometheus_name + "_count": 1,
+            "grpo_extra_my_custom": 2,
+        }
+        exprs = {f"{name}{{{run}}}": value for name, value in expected.items()}
+        # prometheus_client leaves out _count and _sum of histograms with a negative bucket
+        # (reward, advantage); the collector's exporter keeps them. le="+Inf" is the count in both.
+        exprs[get("sample_reward").prometheus_name + f'_bucket{{le="+Inf",{run}}}'] = 2
+        for expr, value in exprs.items():
+            found = _wait_for(api, expr, deadline)
+            assert found, f"no series {expr} in Prometheus"
+            assert float(found[0]["value"][1]) == value, expr
+        (fmt,) = _query(api, get("reward_fn_mean").prometheus_name)
+        assert fmt["metric"]["reward_fn"] == "format"
+        (phase,) = _query(api, get("phase_duration").prometheus_name + "_count")
+        assert phase["metric"]["phase"] == "rollout"
+        le = {r["metric"]["le"] for r in _query(api, get("sample_reward").prometheus_name + "_bucket")}
+        assert len(le) == len(get("sample_reward").buckets) + 1  # + "+Inf"
+        # Every grpo series carries run_id (resource attributes alone would not reach Prometheus).
+        grpo = _query(api, '{__name__=~"grpo_.+"}')
+        assert grpo and all(r["metric"].get("run_id") == "prom-1" for r in grpo)
+    finally:
+        tel.shutdown()
+
+
+def test_flush_does_not_duplicate_series_on_the_pull_endpoint(tmp_path):
+    settings = TelemetrySettings(
+        run_id="dup", metrics_exporters=["prometheus"], traces_exporters=["none"], prometheus_port=0,
+        output_dir=tmp_path,
+    )
+    tel = Telemetry(settings)
+    try:
+        tel.log_metrics(1, {"kl": 0.5})
+        assert tel.flush(5) and tel.flush(5)
+        with urllib.request.urlopen(f"http://127.0.0.1:{tel.prometheus_port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    finally:
+        tel.shutdown()
+    # A duplicated series makes Prometheus reject the sample ("duplicate sample for timestamp").
+    assert [line for line in text.splitlines() if line.startswith("grpo_kl{")] == [
+        'grpo_kl{otel_scope_name="otel_grpo",otel_scope_schema_url="",otel_scope_version="",run_id="dup"} 0.5'
+    ]
