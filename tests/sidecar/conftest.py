@@ -57,7 +57,11 @@ def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completi
             span.set_attributes({
                 "grpo.metric.kl": 0.01 * step, "grpo.metric.reward": 0.5 + step,
                 "grpo.metric.clip_ratio_low_mean": 0.1, "grpo.metric.reward_fn_mean/format": 0.25,
-                "grpo.metric.rollout_is_mean": 1.0, "grpo.metric.rollout_is_eff_sample_size": 0.9,
+                "grpo.metric.rollout_is_mean": 1.0, "grpo.metric.rollout_is_eff_sample_size": 0.9 - 0.01 * step,
+                "grpo.metric.rollout_is_min": 0.7, "grpo.metric.rollout_is_max": 1.4 + 0.1 * step,
+                "grpo.metric.reward_p05": step * 0.8, "grpo.metric.reward_p95": 1.0 + step * 1.2,
+                "grpo.metric.mismatch_kl": 0.001 * (step % 3), "grpo.metric.clip_ratio_high_mean": 0.05,
+                "grpo.metric.completion_length_mean": 120.0 + step, "grpo.metric.completions_clipped_ratio": 0.1,
             })
     provider.shutdown()
     return exporter.get_finished_spans()
@@ -127,6 +131,11 @@ class SidecarProcess:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
 
 
 @pytest.fixture
