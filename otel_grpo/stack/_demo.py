@@ -77,6 +77,8 @@ class AlertWatcher:
         self.settings, self.run_id, self.period_s = settings, run_id, period_s
         self.prometheus: set[str] = set()
         self.alertmanager: set[str] = set()
+        self.suppressed: set[str] = set()
+        """Inhibited or silenced in Alertmanager: never delivered to a receiver."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="alert-watcher", daemon=True)
 
@@ -95,7 +97,10 @@ class AlertWatcher:
                            params={"query": f'ALERTS{{alertstate="firing", run_id="{run}"}}'})
             self.prometheus.update(x["metric"]["alertname"] for x in r.json()["data"]["result"])
             r = client.get(f"{s.alertmanager_url}/api/v2/alerts", params={"filter": f'run_id="{run}"'})
-            self.alertmanager.update(a["labels"]["alertname"] for a in r.json())
+            for a in r.json():
+                self.alertmanager.add(a["labels"]["alertname"])
+                if a["status"]["state"] == "suppressed":
+                    self.suppressed.add(a["labels"]["alertname"])
         except (httpx.HTTPError, KeyError, ValueError):
             pass  # a slow answer costs one poll; the next one catches up
 
@@ -155,12 +160,12 @@ def _sidecar_alerts(client: httpx.Client, settings: StackSettings, run_id: str) 
 
 
 def _settle(watcher: AlertWatcher, settings: StackSettings, run_id: str, timeout_s: float) -> set[str]:
-    """Wait until every alert Prometheus fired has reached the sidecar (or timeout_s passes)."""
+    """Wait until every alert Prometheus fired and Alertmanager did not suppress reached the sidecar."""
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=5.0) as client:
         while True:
             in_sidecar = _sidecar_alerts(client, settings, run_id)
-            if watcher.prometheus <= in_sidecar or time.monotonic() > deadline:
+            if watcher.prometheus - watcher.suppressed <= in_sidecar or time.monotonic() > deadline:
                 return in_sidecar
             time.sleep(0.5)
 

@@ -58,7 +58,7 @@ def signal_queries(signal: Signal) -> list[Query]:
 
 
 def histogram_queries(signal: Signal) -> list[Query]:
-    """Quantiles from the recorded bucket rates, and the mean from `_sum / _count`."""
+    """Quantiles from the recorded bucket rates, and the observation rate."""
     name = signal.prometheus_name
     if signal.label:
         rec = f"run_id_{signal.label}_le:{name}_bucket:rate"
@@ -70,11 +70,13 @@ def histogram_queries(signal: Signal) -> list[Query]:
         Query(f"histogram_quantile({q}, sum by ({by}) ({rec}{{{RUN}}}))", f"p{int(q * 100):02d}{tag}")
         for q in QUANTILES
     ]
-    mean_by = f"run_id, {signal.label}" if signal.label else "run_id"
+    # Observations per second from the +Inf bucket, not a mean from _sum/_count: the
+    # Python Prometheus exporter omits _sum and _count of histograms whose buckets go
+    # below zero (reward, advantage), so only _bucket exists in both modes.
+    count_by = f"run_id, {signal.label}" if signal.label else "run_id"
     queries.append(Query(
-        f"sum by ({mean_by}) (rate({name}_sum{{{RUN}}}[{RATE}]))"
-        f" / sum by ({mean_by}) (rate({name}_count{{{RUN}}}[{RATE}]))",
-        f"mean{tag}",
+        f'sum by ({count_by}) (rate({name}_bucket{{{RUN}, le="+Inf"}}[{RATE}]))',
+        f"observations /s{tag}",
     ))
     return queries
 
