@@ -103,7 +103,7 @@ def _pack(stats: Stats, lay: _Layout) -> Tensor:
     # int64 ids travel bit for bit inside the float64 pack (cat and gather copy bytes)
     pieces += [stats.ids[k].contiguous().view(_F64) for k, _ in lay.ids]
     pieces.append(torch.full((1,), lay.fingerprint(), dtype=_F64, device=device))
-    return torch.cat([p.to(device) for p in pieces])
+    return torch.cat(pieces)
 
 
 def _device(stats: Stats) -> torch.device:

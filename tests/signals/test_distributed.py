@@ -1,0 +1,47 @@
+"""Two real ranks (torchrun, gloo on CPU) give what one process gives on the concatenated batch."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from otel_grpo.signals import reduce_stats
+from signal_batches import everything
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("ranks")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(HERE / "dist_worker.py"), str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def test_two_ranks_equal_one_process_on_the_concatenated_batch(two_ranks):
+    from dist_worker import B, SEED, T
+
+    single = reduce_stats(everything(B, T, SEED))
+    for rank in two_ranks:
+        for path in ("accelerate", "torch_distributed"):
+            got = rank[path]
+            assert set(got["values"]) == set(single), path
+            assert got["invalid"] == sorted(single.invalid)
+            for key, value in single.items():
+                assert got["values"][key] == pytest.approx(value, rel=1e-6, abs=1e-9), (path, key)
+            assert set(got["samples"]) == set(single.samples)
+            for key, values in single.samples.items():  # rank 0's rows, then rank 1's
+                assert got["samples"][key] == pytest.approx(values), (path, key)
+
+
+def test_every_rank_gets_identical_numbers(two_ranks):
+    assert two_ranks[0]["accelerate"] == two_ranks[1]["accelerate"]
+    assert two_ranks[0]["torch_distributed"] == two_ranks[1]["torch_distributed"]
+    assert two_ranks[0]["accelerate"] == two_ranks[0]["torch_distributed"]

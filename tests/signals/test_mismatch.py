@@ -1,0 +1,61 @@
+"""mismatch_stats: seed 004's keys against its formulas, our additions by hand."""
+
+import math
+
+import pytest
+import torch
+
+import seed004_reference as seed
+from otel_grpo.signals import mismatch_stats, reduce_stats
+
+SEED_KEYS = {
+    "mismatch_training_ppl", "mismatch_training_log_ppl", "mismatch_kl", "mismatch_k3_kl",
+    "mismatch_rollout_ppl", "mismatch_rollout_log_ppl", "mismatch_log_ppl_diff",
+    "mismatch_log_ppl_abs_diff", "mismatch_log_ppl_diff_max", "mismatch_log_ppl_diff_min",
+    "mismatch_ppl_ratio", "mismatch_logprob_abs_diff",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("seed_value", range(4))
+def test_matches_seed_formulas(seed_value):
+    g = torch.Generator().manual_seed(seed_value)
+    B, T = 10, 17
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    lengths[2] = 0  # an all-padded row counts in the seed's all-row means
+    mask = (torch.arange(T) < lengths.unsqueeze(-1)).float()
+    rollout = (-torch.rand(B, T, generator=g) * 4) * mask
+    train = (rollout + torch.randn(B, T, generator=g) * 0.4) * mask
+    expected = seed.mismatch(train, rollout, mask)
+    garbage = torch.full((B, T), float("nan"))
+    got = reduce_stats(
+        mismatch_stats(torch.where(mask.bool(), train, garbage), torch.where(mask.bool(), rollout, -garbage), mask)
+    )
+    assert SEED_KEYS == set(expected)
+    for key in SEED_KEYS:
+        assert got[key] == pytest.approx(expected[key].item(), rel=2e-5, abs=2e-6), key
+
+
+def test_additions_by_hand():
+    # log ratios: row 0 [ln 2, ln 0.5], row 1 [ln 4, pad]
+    train = torch.tensor([[math.log(2), math.log(0.5)], [math.log(4), 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True], [True, False]])
+    r = reduce_stats(mismatch_stats(train, torch.zeros(2, 2, dtype=torch.float64), mask))
+    assert r["is_ratio_mean"] == pytest.approx((2 + 0.5 + 4) / 3)
+    assert (r["is_ratio_min"], r["is_ratio_max"]) == (pytest.approx(0.5), pytest.approx(4.0))
+    assert r["mismatch_logprob_abs_diff_max"] == pytest.approx(math.log(4))
+    assert r["mismatch_chi2_token"] == pytest.approx((1 + 0.25 + 9) / 3)
+    # sequence ratios: 1 and 4
+    assert r["mismatch_chi2_seq"] == pytest.approx((0 + 9) / 2)
+    assert r.samples["sample_is_ratio"] == pytest.approx([1.0, 4.0])
+    assert r["mismatch_kl"] == pytest.approx(-math.log(4) / 3)
+
+
+def test_safety_bound_and_rows_without_tokens():
+    train = torch.tensor([[50.0, 0.0], [0.0, 0.0]])
+    mask = torch.tensor([[1, 0], [0, 0]])
+    r = reduce_stats(mismatch_stats(train, torch.zeros(2, 2), mask))
+    assert r["is_ratio_max"] == pytest.approx(math.exp(20), rel=1e-6)
+    assert r["mismatch_chi2_seq"] == pytest.approx((math.exp(20) - 1) ** 2, rel=1e-5)
+    assert len(r.samples["sample_is_ratio"]) == 1  # the empty row is NaN, dropped from samples
+    # the seed's all-row means include the empty row (mean log-prob 0, ppl 1)
+    assert r["mismatch_training_ppl"] == pytest.approx((math.exp(-50) + 1) / 2)

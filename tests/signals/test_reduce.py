@@ -1,0 +1,83 @@
+"""Stats merging, reduce_stats finalization, degenerate batches and the catalog contract."""
+
+import math
+
+import pytest
+import torch
+
+from signal_batches import everything as _everything
+from otel_grpo import catalog
+from otel_grpo.signals import Stats, reduce_stats, reward_stats, rollout_correction
+
+
+def test_every_key_is_a_catalog_key_and_finite():
+    reduced = reduce_stats(_everything(6, 9))
+    for key in list(reduced) + list(reduced.samples) + list(reduced.invalid):
+        base, label = catalog.split_stat_key(key)
+        assert (catalog.get(base).label is None) == (label is None), key
+    assert all(math.isfinite(v) for v in reduced.values())
+    assert not reduced.invalid
+
+
+def test_merged_micro_batches_equal_one_batch():
+    """Two halves merged with | give the one-batch numbers (token-weighted, true extrema)."""
+    whole = reduce_stats(_everything(8, 11, seed=3))
+    halves = reduce_stats(Stats.merge(*(_everything(8, 11, seed=3, rows=r) for r in (slice(0, 4), slice(4, 8)))))
+    assert set(whole) == set(halves) and whole.invalid == halves.invalid
+    for key in whole:  # float32 partial sums add in a different order: not bit-identical
+        assert halves[key] == pytest.approx(whole[key], rel=1e-6, abs=1e-9), key
+    assert whole.samples == halves.samples
+
+
+@pytest.mark.parametrize("B,T", [(1, 1), (1, 7), (5, 1)])
+def test_tiny_batches_are_finite(B, T):
+    reduced = reduce_stats(_everything(B, T))
+    assert reduced and all(math.isfinite(v) for v in reduced.values())
+
+
+def test_no_valid_token_gives_invalid_not_nan():
+    B, T = 3, 4
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    reduced = reduce_stats(_everything(B, T, mask=mask))
+    assert all(math.isfinite(v) for v in reduced.values())
+    for key in ("kl", "rollout_is_mean", "mismatch_training_ppl", "is_ratio_max", "clip_ratio_low_min",
+                "rollout_is_seq_std", "rollout_is_eff_sample_size", "distinct_1", "entropy"):  # fmt: skip
+        assert key in reduced.invalid and key not in reduced
+    assert reduced["tokens"] == 0 and reduced["completion_length_max"] == 0
+    assert reduced.samples["sample_is_ratio"] == []
+
+
+def test_single_token_std_is_zero_not_nan():
+    _, _, stats = rollout_correction(torch.tensor([[0.3]]), torch.zeros(1, 1), torch.ones(1, 1))
+    r = reduce_stats(stats)
+    assert r["rollout_is_std"] == 0.0 and r["rollout_is_seq_std"] == 0.0
+
+
+def test_nan_rewards_are_excluded_and_all_nan_is_invalid():
+    r = reduce_stats(reward_stats(torch.tensor([float("nan")] * 2), 2))
+    assert {"reward", "reward_min", "reward_p50", "reward_group_std", "frac_reward_zero_std"} <= r.invalid
+    assert r.samples["sample_reward"] == [] and r["samples"] == 2
+
+
+def test_merging_a_key_with_two_recipes_fails():
+    a = Stats().add_mean("kl", torch.tensor(1.0), torch.tensor(1.0))
+    b = Stats().add_sum("kl", torch.tensor(1.0))
+    with pytest.raises(ValueError, match="kl"):
+        a | b
+
+
+def test_unknown_or_malformed_keys_fail():
+    with pytest.raises(KeyError, match="not_a_signal"):
+        Stats().add_mean("not_a_signal", torch.tensor(1.0), torch.tensor(1.0))
+    with pytest.raises(ValueError, match="reward_fn_mean"):
+        Stats().add_mean("reward_fn_mean", torch.tensor(1.0), torch.tensor(1.0))  # needs /<fn>
+
+
+def test_empty_stats_reduce_to_nothing():
+    assert reduce_stats(Stats()) == {}
+
+
+def test_float64_inputs_stay_float64():
+    lp = torch.zeros(2, 3, dtype=torch.float64)
+    weights, _, _ = rollout_correction(lp, lp - 1e-12, torch.ones(2, 3))
+    assert weights.dtype == torch.float64
