@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 from opentelemetry.sdk.metrics.export import Gauge, Histogram, Sum
@@ -159,3 +160,22 @@ def test_rank_attribute_only_when_every_rank_exports(make_captured, monkeypatch)
         s.record({"kl": 0.1})
     (point,) = loud.metrics()["grpo.kl"].data.data_points
     assert dict(point.attributes) == {"run_id": "test-run", "rank": 1}
+
+
+def test_negative_per_sample_values_reach_signed_histograms(captured, caplog):
+    # The SDK's Histogram.record drops negatives; advantages and rewards are signed.
+    advantages = [-2.5, -0.75, -0.1, 0.0, 0.3, 1.2]
+    with caplog.at_level(logging.WARNING):
+        with captured.tel.step(0) as s:
+            s.record(ReducedStats({}, samples={"sample_advantage": advantages, "sample_reward": [-1.0, 1.0]}))
+        metrics = captured.metrics()
+    assert not [r for r in caplog.records if "non-negative" in r.getMessage()]
+    (point,) = metrics["grpo.sample.advantage"].data.data_points
+    assert point.count == 6 and math.isclose(point.sum, sum(advantages))
+    assert point.min == -2.5 and point.max == 1.2
+    bounds = get("sample_advantage").buckets
+    expected = [0] * (len(bounds) + 1)
+    for value in advantages:
+        expected[next((i for i, b in enumerate(bounds) if value <= b), len(bounds))] += 1
+    assert list(point.bucket_counts) == expected
+    assert metrics["grpo.sample.reward"].data.data_points[0].count == 2

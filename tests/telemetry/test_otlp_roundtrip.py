@@ -23,7 +23,7 @@ def test_traces_and_metrics_arrive_decodable(tmp_path, monkeypatch):
             with tel.step(step) as s:
                 with s.phase("rollout"):
                     pass
-                s.record(ReducedStats(scalars, samples={"sample_reward": [0.0, 0.5, 1.0]}))
+                s.record(ReducedStats(scalars, samples={"sample_reward": [0.0, 0.5, 1.0], "sample_advantage": [-1.0, 0.0, 1.0]}))
                 s.samples([{"prompt": f"p{i}", "completion": "c", "reward": i / 10} for i in range(10)])
         tel.shutdown()
 
@@ -57,3 +57,5 @@ def test_traces_and_metrics_arrive_decodable(tmp_path, monkeypatch):
     assert tuple(hist.explicit_bounds) == get("sample_reward").buckets and hist.count == 9
     _, steps_counter = rx.metric_points("grpo.steps")[-1]
     assert steps_counter.as_double == 3 or steps_counter.as_int == 3
+    _, adv = rx.metric_points("grpo.sample.advantage")[-1]
+    assert adv.count == 9 and adv.min == -1.0 and adv.sum == 0.0  # negatives survive the SDK and OTLP
