@@ -72,6 +72,7 @@ def test_compose_pins_images_uses_volumes_and_health_ordering(root):
             want = "service_healthy" if dep in healthy else "service_started"
             assert cond["condition"] == want, (name, dep)
     env = services["grafana"]["environment"]
+    assert "yesoreyeram-infinity-datasource" in env["GF_PLUGINS_PREINSTALL"]
     assert "yesoreyeram-infinity-datasource" in env["GF_INSTALL_PLUGINS"]
     assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer" and env["GF_SECURITY_ADMIN_PASSWORD"] == "test-only"
     trainer = services["trainer-cpu"]["environment"]
