@@ -39,6 +39,11 @@ def _rec(expr: str, legend: str) -> Query:
 
 # (row title, group(s) whose leftover signals join the row, panels)
 def _sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
+    return _learning_sections() + _rollout_sections()
+
+
+def _learning_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
+    """Rows about what the policy learns: alerts first, then reward, advantage, KL and policy."""
     return [
         ("Health and alerts", Group.HEALTH, [
             _signals("Non-finite values and skipped steps", ["nonfinite", "skipped_steps"]),
@@ -70,6 +75,12 @@ def _sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
                      ["policy_ratio_mean", "policy_ratio_min", "policy_ratio_max", "approx_kl"], unit="short"),
             _signals("Entropy", ["entropy"]),
         ]),
+    ]
+
+
+def _rollout_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
+    """Rows about the rollout engine: mismatch, IS correction, completions, optimiser, throughput."""
+    return [
         ("Rollout vs training mismatch", Group.MISMATCH, [
             _signals("Mismatch KL (direct and k3) and chi-square",
                      ["mismatch_kl", "mismatch_k3_kl", "mismatch_chi2_token", "mismatch_chi2_seq"], unit="short"),
