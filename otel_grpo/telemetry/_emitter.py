@@ -27,6 +27,7 @@ from ._spill import SampleSpill
 logger = logging.getLogger("otel_grpo.telemetry")
 
 METRIC_ATTR_PREFIX = "grpo.metric."
+BACKLOG_WARNING = 256  # steps queued: the emitter falls behind the training loop
 _STOP = object()
 
 
@@ -62,11 +63,16 @@ class Emitter:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._failed_kinds: set[str] = set()
         self._warned_span_limit = False
+        self._warned_backlog = False
         self._thread = threading.Thread(target=self._run, name="otel-grpo-emit", daemon=True)
         self._thread.start()
 
     def submit(self, record: StepRecord) -> None:
         self._queue.put(record)
+        if not self._warned_backlog and self._queue.qsize() > BACKLOG_WARNING:
+            # Steps far shorter than the emit work (~ms per 1000 histogram values): memory grows.
+            self._warned_backlog = True
+            logger.warning("otel-grpo: %d steps wait to be emitted; the emitter thread falls behind", BACKLOG_WARNING)
 
     def drain(self, timeout_s: float | None) -> bool:
         """Wait until everything submitted so far is processed; False on timeout."""
