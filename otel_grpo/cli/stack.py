@@ -82,11 +82,12 @@ def up(dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _P
 
 @app.command()
 def demo(
-    steps: Optional[int] = typer.Option(None, help="Training steps [default: the preset's]."),
+    steps: Optional[int] = typer.Option(None, help="Training steps (default: the preset's)."),
     fault: List[str] = typer.Option([], "--fault", help="Inject a fault, KIND@STEP (kl-spike, rollout-drift, stall, nan); repeatable."),
-    run_id: Optional[str] = typer.Option(None, help="Run id [default: demo-<UTC time>]."),
+    run_id: Optional[str] = typer.Option(None, help="Run id (default: demo-<UTC time>)."),
     exit_: bool = typer.Option(False, "--exit", help="Stop the stack when the run ends instead of waiting for Ctrl-C."),
     trainer_log: Optional[Path] = typer.Option(None, help="Write the trainer's output here instead of the terminal."),
+    trainer_arg: List[str] = typer.Option([], "--trainer-arg", help="Pass an argument on to `otel-grpo train` (write --trainer-arg=--flag); repeatable."),
     dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _PROM,
     alertmanager_port: int = _AM, trainer_metrics_port: int = _TRAINER,
 ) -> None:
@@ -96,6 +97,7 @@ def demo(
     settings = _settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port)
     try:
         demo_settings = DemoSettings(steps=steps, faults=tuple(fault), trainer_log=trainer_log,
+                                     trainer_args=tuple(trainer_arg),
                                      **({"run_id": run_id} if run_id else {}))
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None

@@ -36,6 +36,8 @@ class DemoSettings:
     """Training steps; None keeps the preset's."""
     faults: tuple[str, ...] = ()
     """`KIND@STEP`, as the trainer's --fault takes them."""
+    trainer_args: tuple[str, ...] = ()
+    """Further arguments for `otel-grpo train` (for example a config override)."""
     settle_s: float = 20.0
     """After the trainer exits, how long to wait for fired alerts to reach the sidecar."""
     trainer_log: Path | None = None
@@ -119,6 +121,7 @@ def trainer_command(settings: StackSettings, demo: DemoSettings) -> tuple[list[s
         argv += ["--steps", str(demo.steps)]
     for fault in demo.faults:
         argv += ["--fault", fault]
+    argv += list(demo.trainer_args)
     env = {
         "OTEL_GRPO_METRICS_EXPORTERS": "prometheus",
         "OTEL_GRPO_PROMETHEUS_PORT": str(settings.trainer_metrics_port),
