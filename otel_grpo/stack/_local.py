@@ -10,6 +10,7 @@ so that a demo run of a minute can fire alerts.
 
 from __future__ import annotations
 
+import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,10 +96,24 @@ class LocalStack:
             "trainer metrics": s.url(s.trainer_metrics_port) + "/metrics",
         }
 
+    def _check_ports(self) -> None:
+        """StackError naming a port something else holds: a stray Prometheus answering
+        /-/ready there would otherwise pass for ours."""
+        s = self.settings
+        for name, port in (("sidecar", s.sidecar_port), ("prometheus", s.prometheus_port),
+                           ("alertmanager", s.alertmanager_port), ("trainer metrics", s.trainer_metrics_port)):
+            with socket.socket() as sock:
+                try:
+                    sock.bind((s.host, port))
+                except OSError:
+                    raise StackError(f"{name}: port {s.host}:{port} is in use (another `otel-grpo up`?); "
+                                     f"pick another with --{name.replace(' ', '-')}-port") from None
+
     def _plan(self) -> list[Managed]:
         s, d = self.settings, self.settings.dir
-        # Binaries first: a missing one fails before anything has started.
+        # Binaries and ports first: fail before anything has started.
         prometheus, alertmanager = find_binary("prometheus"), find_binary("alertmanager")
+        self._check_ports()
         configs = write_local_configs(s)
         logs = d / "logs"
         return [

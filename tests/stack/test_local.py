@@ -84,6 +84,17 @@ def test_alertmanager_delivers_to_the_sidecar(stack):
     assert got[0]["labels"]["severity"] == "critical" and got[0]["status"] == "firing"
 
 
+def test_a_port_in_use_is_one_line_before_anything_starts(stack, tmp_path, free_port_factory):
+    taken = stack.settings.prometheus_port  # held by the running stack
+    out = _cli("up", "--dir", str(tmp_path), "--prometheus-port", str(taken),
+               "--sidecar-port", str(free_port_factory()), "--alertmanager-port", str(free_port_factory()),
+               "--trainer-metrics-port", str(free_port_factory()))
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        f"error: prometheus: port 127.0.0.1:{taken} is in use (another `otel-grpo up`?); pick another with --prometheus-port"]
+    assert not (tmp_path / "logs").exists()
+
+
 def test_components_bind_to_localhost_only(stack):
     for c in stack.components:
         assert any("127.0.0.1" in a for a in c.argv), c.name
