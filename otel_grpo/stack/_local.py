@@ -103,6 +103,9 @@ class LocalStack:
         for name, port in (("sidecar", s.sidecar_port), ("prometheus", s.prometheus_port),
                            ("alertmanager", s.alertmanager_port), ("trainer metrics", s.trainer_metrics_port)):
             with socket.socket() as sock:
+                # As Go and uvicorn do: connections in TIME_WAIT from a stack that
+                # just stopped must not count, only a live listener.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     sock.bind((s.host, port))
                 except OSError:
