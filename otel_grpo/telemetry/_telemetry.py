@@ -70,7 +70,9 @@ class Step:
     def phase(self, name: str) -> Iterator[None]:
         """Time a phase: child span `grpo.phase.<name>` and a `grpo.phase.duration` observation."""
         tracer = self._tel._tracer
-        span = tracer.start_span(f"grpo.phase.{name}", attributes={"grpo.phase": name, "grpo.step": self.step})
+        # run_id and step too: phase spans may reach the sidecar in an earlier batch than their step span.
+        attrs = {"grpo.phase": name, "grpo.run_id": self._tel.run_id, "grpo.step": self.step}
+        span = tracer.start_span(f"grpo.phase.{name}", attributes=attrs)
         token = otel_context.attach(trace.set_span_in_context(span))
         start = time.perf_counter()
         try:

@@ -74,6 +74,7 @@ def test_phase_spans_are_children_of_the_step(captured):
     for name, span in phases.items():
         assert span.parent.span_id == step.context.span_id
         assert span.attributes["grpo.phase"] == name.rsplit(".", 1)[1]
+        assert span.attributes["grpo.run_id"] == "test-run" and span.attributes["grpo.step"] == 1
         assert step.start_time <= span.start_time <= span.end_time <= step.end_time
     # Inside a phase, the phase span is current: user spans nest under it.
     assert user_span_parent == phases["grpo.phase.rollout"].context.span_id
