@@ -35,13 +35,19 @@ def _retain(app: FastAPI) -> None:
             log.info("retention deleted %s", deleted)
 
 
-async def _retention_loop(app: FastAPI) -> None:
+def _maintain(app: FastAPI) -> None:
+    _retain(app)
+    app.state.store.optimize()
+
+
+async def _maintenance_loop(app: FastAPI) -> None:
+    """Retention and planner statistics, every `retention_interval_s`."""
     while True:
         await asyncio.sleep(app.state.settings.retention_interval_s)
         try:
-            await run_in_threadpool(_retain, app)
-        except Exception:  # keep the loop alive: retention retries next interval
-            log.exception("retention failed")
+            await run_in_threadpool(_maintain, app)
+        except Exception:  # keep the loop alive: maintenance retries next interval
+            log.exception("store maintenance failed")
 
 
 @contextlib.asynccontextmanager
@@ -50,7 +56,7 @@ async def lifespan(app: FastAPI):
     store = await run_in_threadpool(Store.open, settings.db, settings.synchronous)
     app.state.store = store
     await run_in_threadpool(_retain, app)
-    task = asyncio.create_task(_retention_loop(app))
+    task = asyncio.create_task(_maintenance_loop(app))
     try:
         yield
     finally:

@@ -43,6 +43,7 @@ class SidecarSettings(BaseSettings):
     retention_max_age_s: float | None = Field(None, gt=0)
     """Drop steps, samples and alerts older than this many seconds; none: keep."""
     retention_interval_s: float = Field(60.0, gt=0)
+    """How often retention runs and the query planner statistics are refreshed."""
     cors_origins: list[str] = []
     """Origins allowed by CORS; empty (the default) adds no CORS headers at all."""
     read_workers: int = Field(4, ge=1)

@@ -102,7 +102,22 @@ def value_of(v):
 
 
 def _attrs(kvs) -> dict:
-    return {kv.key: value_of(kv.value) for kv in kvs}
+    """Attributes -> dict. The hot loop of ingest (every sample event), so the common scalar
+    kinds are read inline rather than through value_of."""
+    out = {}
+    for kv in kvs:
+        v = kv.value
+        kind = v.WhichOneof("value")
+        if kind == "string_value":
+            out[kv.key] = v.string_value
+        elif kind == "double_value":
+            x = v.double_value
+            out[kv.key] = x if x - x == 0.0 else None  # x - x is nan for nan and inf
+        elif kind == "int_value":
+            out[kv.key] = v.int_value
+        else:
+            out[kv.key] = value_of(v)
+    return out
 
 
 def _int(value) -> int | None:

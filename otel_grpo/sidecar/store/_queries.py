@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 SAMPLE_CORE_COLUMNS = ("run_id", "step", "sample_index", "reward", "advantage", "completion_length",
                        "prompt", "completion", "time")
-_SAMPLE_SELECT = "SELECT " + ", ".join(SAMPLE_CORE_COLUMNS) + ", data FROM samples"
+_SAMPLE_SELECT = "SELECT id, " + ", ".join(SAMPLE_CORE_COLUMNS) + ", data FROM samples"
 # Dynamic sample columns are JSON keys; this pattern keeps the JSON path a plain quoted key.
 COLUMN_RE = re.compile(r"^[A-Za-z0-9_.:/\- ]{1,128}$")
 
@@ -42,9 +42,10 @@ def _order_sql(column: str | None, desc: bool, params: list) -> str:
     if column in SAMPLE_CORE_COLUMNS:
         expr = column
     else:
-        params += [f'$."{column}"'] * 2
+        params.append(f'$."{column}"')
         expr = "json_extract(data, ?)"
-    return f"{expr} IS NULL, {expr}{d}, id"  # nulls last in both directions; id breaks ties stably
+    # NULLS LAST both ways; id breaks ties stably. This form still walks (run_id, reward) in order.
+    return f"{expr}{d or ' ASC'} NULLS LAST, id{d}"
 
 
 def _like(text: str) -> str:
@@ -52,7 +53,7 @@ def _like(text: str) -> str:
 
 
 def _sample_row(row) -> dict:
-    out = dict(zip(SAMPLE_CORE_COLUMNS, row[:-1]))
+    out = dict(zip(SAMPLE_CORE_COLUMNS, row[1:-1]))
     out["time"] = iso(out["time"])
     extra = json.loads(row[-1])
     for key, value in extra.items():
@@ -132,9 +133,19 @@ class Reads:
             params += [_like(query.q)] * 2
         order_params: list = []
         order = _order_sql(query.order_by, query.desc, order_params)
-        sql = f"{_SAMPLE_SELECT} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
-        rows = self.reader().execute(sql, [*params, *order_params, query.limit, query.offset]).fetchall()
-        return [_sample_row(r) for r in rows]
+        # Two phases: order and page over ids first, so the sorter never carries the long
+        # prompt/completion text (they sit last in the row, in overflow pages); then fetch the page.
+        sql = f"SELECT id FROM samples WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
+        conn = self.reader()
+        ids = [r[0] for r in conn.execute(sql, [*params, *order_params, query.limit, query.offset])]
+        if not ids:
+            return []
+        rows = []
+        for i in range(0, len(ids), 10_000):  # stay under SQLite's bound-variable limit
+            chunk = ids[i:i + 10_000]
+            rows += conn.execute(f"{_SAMPLE_SELECT} WHERE id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+        by_id = {r[0]: r for r in rows}
+        return [_sample_row(by_id[i]) for i in ids if i in by_id]
 
     def alerts(self, run_id: str | None = None, status: str | None = None, limit: int = 1000) -> list[dict]:
         where, params = [], []

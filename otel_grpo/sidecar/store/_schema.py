@@ -37,11 +37,12 @@ CREATE INDEX phases_step ON phases (run_id, step);
 CREATE TABLE samples (
     id INTEGER PRIMARY KEY,
     run_id TEXT NOT NULL, step INTEGER NOT NULL, uid TEXT NOT NULL,
-    sample_index INTEGER, reward REAL, advantage REAL, completion_length REAL,
-    prompt TEXT, completion TEXT, time REAL,
+    sample_index INTEGER, reward REAL, advantage REAL, completion_length REAL, time REAL,
     data TEXT NOT NULL,                    -- JSON object: every other column of the sample
+    prompt TEXT, completion TEXT,          -- last: long text sits in overflow pages, read only when needed
     UNIQUE (run_id, step, uid)
 );
+CREATE INDEX samples_run_step_index ON samples (run_id, step, sample_index);
 CREATE INDEX samples_run_reward ON samples (run_id, reward);
 CREATE TABLE alerts (
     fingerprint TEXT NOT NULL, starts_at TEXT NOT NULL,

@@ -73,6 +73,7 @@ class Store(_queries.Reads):
         conn.execute("PRAGMA journal_mode = WAL")
         store.found_version = migrate(conn)
         store._writer = conn
+        store.optimize()
         return store
 
     def _connect(self) -> sqlite3.Connection:
@@ -192,6 +193,17 @@ class Store(_queries.Reads):
         now = time.time() if now is None else now
         with self._tx() as conn:
             return _retention.apply(conn, max_runs, max_steps, max_age_s, now)
+
+    def optimize(self) -> None:
+        """Refresh the query planner's statistics (bounded sampling, so cheap at any size).
+
+        Without them SQLite walks the step index for `step >= 0 ORDER BY reward` instead of the
+        reward index, which is 100x slower at a million samples.
+        """
+        with self._wlock:
+            if self._writer is not None:
+                self._writer.execute("PRAGMA analysis_limit = 1000")
+                self._writer.execute("ANALYZE")
 
     def size_bytes(self) -> int:
         """Database plus WAL file size on disk."""

@@ -1,0 +1,272 @@
+"""Sidecar benchmark: ingest throughput vs raw OTLP decode, query latency at 1M samples, memory.
+
+    .venv/bin/python benchmarks/sidecar.py            # full run (1,000,000 stored samples)
+    .venv/bin/python benchmarks/sidecar.py --quick    # smoke run
+
+Ingest: pre-built OTLP/HTTP protobuf requests (64 `grpo.sample` events per `grpo.samples`
+span, completions of 1-4 KB) are POSTed to a real sidecar process (uvicorn, SQLite WAL,
+synchronous=FULL); events/s counts committed samples. The peer is
+`ExportTraceServiceRequest.FromString` on the same bodies in this process (opentelemetry-proto
+alone), and the same plus reading every attribute value, which any consumer must do.
+Queries: the store is bulk-loaded through `Store.write_batch` to 1,000,000 samples, then
+the samples and steps endpoints are timed over HTTP (keep-alive) from this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import signal
+import socket
+import statistics
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from otel_grpo.sidecar.otlp._extract import Batch, SampleRecord, StepRecord, value_of  # noqa: E402
+from otel_grpo.sidecar.store import Store  # noqa: E402
+
+EVENTS_PER_SPAN = 64
+WORDS = ["".join(random.Random(i).choices(string.ascii_lowercase, k=random.Random(i).randint(2, 9))) for i in range(2000)]
+
+
+def _text(rng: random.Random, lo: int, hi: int) -> str:
+    n = rng.randint(lo, hi)
+    out, size = [], 0
+    while size < n:
+        w = rng.choice(WORDS)
+        out.append(w)
+        size += len(w) + 1
+    return " ".join(out)[:n]
+
+
+def _kv(container, key: str, value) -> None:
+    v = container.add(key=key).value
+    if isinstance(value, bool):
+        v.bool_value = value
+    elif isinstance(value, int):
+        v.int_value = value
+    elif isinstance(value, float):
+        v.double_value = value
+    else:
+        v.string_value = value
+
+
+def build_request(rng: random.Random, run_id: str, step: int, spans: int) -> bytes:
+    """One export: `spans` grpo.samples spans of 64 sample events each, as the telemetry layer writes them."""
+    req = ExportTraceServiceRequest()
+    rs = req.resource_spans.add()
+    for k, v in {"service.name": "trainer", "grpo.run_id": run_id, "grpo.model": "bench", "host.name": "h"}.items():
+        _kv(rs.resource.attributes, k, v)
+    ss = rs.scope_spans.add()
+    ss.scope.name = "otel_grpo.telemetry"
+    t0 = time.time_ns()
+    for j in range(spans):
+        span = ss.spans.add(name="grpo.samples", trace_id=rng.randbytes(16), span_id=rng.randbytes(8),
+                            parent_span_id=rng.randbytes(8), start_time_unix_nano=t0, end_time_unix_nano=t0 + 1000)
+        _kv(span.attributes, "grpo.run_id", run_id)
+        _kv(span.attributes, "grpo.step", step)
+        for i in range(EVENTS_PER_SPAN):
+            ev = span.events.add(name="grpo.sample", time_unix_nano=t0 + i)
+            completion = _text(rng, 1024, 4096)
+            for k, v in (("prompt", _text(rng, 100, 400)), ("completion", completion), ("reward", rng.random()),
+                         ("reward.format", float(rng.random() > 0.5)), ("reward.accuracy", rng.random()),
+                         ("advantage", rng.gauss(0, 1)), ("completion_length", len(completion) // 4),
+                         ("sample_index", j * EVENTS_PER_SPAN + i), ("selection", "random"),
+                         ("truncated", rng.random() > 0.9), ("completion_original_length", len(completion))):
+                _kv(ev.attributes, k, v)
+    return req.SerializeToString()
+
+
+def _walk(req) -> int:
+    n = 0
+    for rs in req.resource_spans:
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                for ev in span.events:
+                    {kv.key: value_of(kv.value) for kv in ev.attributes}
+                    n += 1
+    return n
+
+
+def decode_rates(bodies: list[bytes], events: int) -> tuple[float, float]:
+    """events/s for FromString alone, and for FromString plus reading every attribute."""
+    t = time.perf_counter()
+    for b in bodies:
+        ExportTraceServiceRequest.FromString(b)
+    parse = events / (time.perf_counter() - t)
+    t = time.perf_counter()
+    for b in bodies:
+        _walk(ExportTraceServiceRequest.FromString(b))
+    walk = events / (time.perf_counter() - t)
+    return parse, walk
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_sidecar(db: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "otel_grpo.cli", "sidecar", "--port", str(port), "--db", str(db),
+                             "--log-level", "warning"], cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(url + "/readyz").status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError("sidecar did not start")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def ingest(url: str, bodies: list[bytes], events: int, clients: int = 2) -> float:
+    """POST every body once, from `clients` concurrent connections (a collector exports with several)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    headers = {"Content-Type": "application/x-protobuf"}
+
+    def send(share: list[bytes]) -> None:
+        with httpx.Client(timeout=120) as client:
+            for b in share:
+                r = client.post(url + "/v1/traces", content=b, headers=headers)
+                r.raise_for_status()
+
+    t = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(send, [bodies[i::clients] for i in range(clients)]))
+    return events / (time.perf_counter() - t)
+
+
+def bulk_load(db: Path, target: int, per_step: int, rng: random.Random) -> int:
+    """Fill the store to `target` samples through the store API (no HTTP), in step-sized batches."""
+    store = Store.open(db, "NORMAL")  # loading only: FULL fsyncs would just slow the set-up down
+    texts = [_text(rng, 1024, 4096) for _ in range(512)]
+    steps = target // per_step
+    now = time.time()
+    for step in range(steps):
+        batch = Batch()
+        batch.runs["big"] = {"grpo.model": "bench"}
+        metrics = {f"m{k}": rng.random() for k in range(60)} | {"kl": rng.random() * 0.1, "reward": rng.random()}
+        batch.steps.append(StepRecord("big", step, rng.randbytes(8), now, now, metrics))
+        for i in range(per_step):
+            c = texts[(step * per_step + i) % len(texts)]
+            batch.samples.append(SampleRecord("big", step, str(i), i, rng.random(), rng.gauss(0, 1), len(c) / 4,
+                                              "prompt " + str(i), c, now,
+                                              {"reward.format": 1.0, "selection": "random", "truncated": False}))
+        store.write_batch(batch, now)
+    store.close()
+    return steps
+
+
+def latency(client: httpx.Client, path: str, params: dict, n: int) -> tuple[float, float]:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        client.get(path, params=params).raise_for_status()
+        times.append((time.perf_counter() - t) * 1000)
+    times.sort()
+    return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
+
+
+def run_ingest(tmp: Path, requests: int, spans: int) -> dict:
+    rng = random.Random(0)
+    bodies = [build_request(rng, "ingest", step, spans) for step in range(requests)]
+    events = requests * spans * EVENTS_PER_SPAN
+    parse, walk = decode_rates(bodies, events)
+    proc, url = start_sidecar(tmp / "ingest.db")
+    try:
+        ingest(url, bodies[:2], 2 * spans * EVENTS_PER_SPAN)  # warm-up (into the same run: idempotent re-send)
+        rate = ingest(url, bodies, events)
+        stored = httpx.get(url + "/api/runs").json()[0]["sample_count"]
+        rss = rss_mib(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
+    assert stored == events, (stored, events)
+    return {"events": events, "mb": sum(map(len, bodies)) / 2**20, "parse": parse, "walk": walk, "ingest": rate,
+            "rss_after_ingest": rss}
+
+
+def run_queries(tmp: Path, samples: int, per_step: int, n: int) -> dict:
+    db = tmp / "query.db"
+    t = time.perf_counter()
+    steps = bulk_load(db, samples, per_step, random.Random(1))
+    load_s = time.perf_counter() - t
+    proc, url = start_sidecar(db)
+    out = {"samples": samples, "steps": steps, "load_s": load_s, "db_mib": os.path.getsize(db) / 2**20}
+    mid = steps // 2
+    cases = {
+        "samples: latest step (default), 100 rows": ("/api/runs/big/samples", {}),
+        "samples: one step, order_by=reward desc": ("/api/runs/big/samples", {"step": mid, "order_by": "reward", "desc": "true"}),
+        "samples: one step, order_by=<dynamic JSON column>": ("/api/runs/big/samples", {"step": mid, "order_by": "reward.format"}),
+        "samples: whole run, order_by=reward desc, 100 rows": ("/api/runs/big/samples", {"step_min": 0, "order_by": "reward", "desc": "true"}),
+        "samples: step range of 10, reward range": ("/api/runs/big/samples", {"step_min": mid, "step_max": mid + 9, "reward_min": 0.5}),
+        f"steps: all {steps} steps, metrics=kl,reward": ("/api/runs/big/steps", {"metrics": "kl,reward"}),
+        "steps: 100-step range, all 62 columns": ("/api/runs/big/steps", {"step_min": mid, "step_max": mid + 99}),
+    }
+    try:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for name, (path, params) in cases.items():
+                latency(client, path, params, 5)  # warm the page cache and connection
+                out[name] = latency(client, path, params, n)
+        out["rss_after_queries"] = rss_mib(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    ap.add_argument("--samples", type=int, default=1_000_000)
+    ap.add_argument("--dir", type=Path, default=None, help="where the databases go (default: a temp folder)")
+    args = ap.parse_args()
+    requests, spans, samples, n = (4, 4, 20_000, 50) if args.quick else (40, 8, args.samples, 400)
+    with tempfile.TemporaryDirectory(dir=args.dir) as d:
+        tmp = Path(d)
+        ing = run_ingest(tmp, requests, spans)
+        q = run_queries(tmp, samples, 1000, n)
+    print(f"# sidecar benchmark  {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC  {platform.node()}  "
+          f"{os.cpu_count()} cpus  python {platform.python_version()}")
+    print(f"\ningest: {ing['events']} events in {requests} requests of {spans} spans x 64 events ({ing['mb']:.1f} MiB)")
+    print("| measure | events/s |\n| --- | ---: |")
+    print(f"| sidecar ingest over HTTP (decode + extract + commit) | {ing['ingest']:,.0f} |")
+    print(f"| opentelemetry-proto `FromString` alone | {ing['parse']:,.0f} |")
+    print(f"| `FromString` + reading every attribute | {ing['walk']:,.0f} |")
+    print(f"\nratio ingest / FromString: {ing['ingest'] / ing['parse']:.2f}; "
+          f"ingest / (FromString + read attributes): {ing['ingest'] / ing['walk']:.2f}")
+    print(f"sidecar RSS after ingest: {ing['rss_after_ingest']:.0f} MiB")
+    print(f"\nqueries: {q['samples']:,} samples over {q['steps']} steps, db {q['db_mib']:,.0f} MiB "
+          f"(bulk load {q['load_s']:.0f} s); {n} requests each, HTTP keep-alive")
+    print("| query | p50 ms | p99 ms |\n| --- | ---: | ---: |")
+    for name, value in q.items():
+        if isinstance(value, tuple):
+            print(f"| {name} | {value[0]:.1f} | {value[1]:.1f} |")
+    print(f"\nsidecar RSS after queries on the 1M-sample store: {q['rss_after_queries']:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
