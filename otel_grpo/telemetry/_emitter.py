@@ -103,6 +103,19 @@ class Emitter:
                     logger.exception("otel-grpo: emitting step %s failed; later %s errors not logged", job.step, kind)
 
     def _process(self, rec: StepRecord) -> None:
+        span = rec.span
+        try:
+            finite = self._record_metrics(rec)
+            if span is not None:
+                span.set_attributes({METRIC_ATTR_PREFIX + k: v for k, v in finite.items()})
+                self._check_span_limit(span)
+            for handed_ns, rows in rec.rows:
+                self._emit_samples(rec, handed_ns, rows)
+        finally:
+            if span is not None:  # even after an error: an unended span is never exported
+                span.end(end_time=rec.end_ns)
+
+    def _record_metrics(self, rec: StepRecord) -> dict[str, float]:
         instruments = self._instruments
         finite: dict[str, float] = {}
         for values in rec.scalars:
@@ -112,14 +125,7 @@ class Emitter:
         for phase, seconds in rec.phases:
             instruments.record_phase(phase, seconds)
         instruments.count_steps(rec.steps_done, rec.step, rec.skipped)
-        span = rec.span
-        if span is not None:
-            span.set_attributes({METRIC_ATTR_PREFIX + k: v for k, v in finite.items()})
-            self._check_span_limit(span)
-        for handed_ns, rows in rec.rows:
-            self._emit_samples(rec, handed_ns, rows)
-        if span is not None:
-            span.end(end_time=rec.end_ns)
+        return finite
 
     def _check_span_limit(self, span: Span) -> None:
         dropped = getattr(span, "dropped_attributes", 0)
@@ -142,7 +148,7 @@ class Emitter:
         # The spill first: it is the copy that must be complete whatever the exporters do.
         if self._spill is not None:
             self._spill.write(rec.step, (
-                {"run_id": s.run_id, "step": rec.step, "sample_index": p.index, "selection": p.selection, **flat}
+                {**flat, "run_id": s.run_id, "step": rec.step, "sample_index": p.index, "selection": p.selection}
                 for p, flat in zip(picked, flats)
             ))
         parent = trace.set_span_in_context(rec.span) if rec.span is not None else None

@@ -176,3 +176,15 @@ def test_a_single_row_dict_and_odd_values_are_accepted(captured):
     attrs = event.attributes
     assert attrs["reward"] == 0.5 and attrs["tokens"] == (1, 2, 3)
     assert attrs["meta.src"] == "gsm8k" and attrs["mixed"] == '[1, "a"]'
+
+
+def test_a_broken_row_costs_its_samples_not_the_step_or_the_loop(captured, caplog):
+    with caplog.at_level(logging.ERROR, logger="otel_grpo.telemetry"):
+        for step in range(3):
+            with captured.tel.step(step) as s:
+                s.record({"kl": 0.1})
+                s.samples([["not", "a", "dict"]])
+        steps = captured.spans("grpo.step")
+    assert sorted(sp.attributes["grpo.step"] for sp in steps) == [0, 1, 2]
+    assert all(sp.attributes["grpo.metric.kl"] == 0.1 for sp in steps)
+    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
