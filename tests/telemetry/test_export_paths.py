@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -12,14 +14,15 @@ import pytest
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
 
-def test_console_exporters_print_spans_and_metrics(tmp_path, capfd):
-    settings = TelemetrySettings(
-        run_id="console-1", metrics_exporters=["console"], traces_exporters=["console"], output_dir=tmp_path
+def test_console_exporters_print_spans_and_metrics(tmp_path):
+    # A child process: the SDK's console exporters bind sys.stdout at import, past pytest's capture.
+    script = (
+        "from otel_grpo.telemetry import Telemetry, TelemetrySettings\n"
+        f"s = TelemetrySettings(run_id='console-1', metrics_exporters=['console'], "
+        f"traces_exporters=['console'], output_dir={str(tmp_path)!r})\n"
+        "tel = Telemetry(s)\ntel.log_metrics(1, {'kl': 0.5})\ntel.shutdown()\n"
     )
-    tel = Telemetry(settings)
-    tel.log_metrics(1, {"kl": 0.5})
-    tel.shutdown()
-    out = capfd.readouterr().out  # the SDK bound sys.stdout at import: capture the fd
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True).stdout
     assert '"name": "grpo.step"' in out and '"grpo.metric.kl": 0.5' in out
     assert '"name": "grpo.kl"' in out
 
