@@ -1,3 +1,62 @@
-"""`otel-grpo train` commands (placeholder until the train issue lands)."""
+"""`otel-grpo train`: run the demo GRPO trainer (single process, or under torchrun)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
 
 from ._app import app
+
+
+def _overrides(
+    sets: list[str], preset_steps: int | None, output_dir: Path | None, run_id: str | None, resume: bool,
+    faults: list[str], telemetry: bool | None, seed: int | None, progress: bool | None, step_delay: float | None,
+) -> list[str]:
+    """Common flags as `key=value` overrides, applied after `--config` and before `--set`."""
+    out: list[str] = []
+    flags = {"steps": preset_steps, "output_dir": output_dir, "run_id": run_id, "seed": seed,
+             "telemetry": telemetry, "progress": progress, "min_step_seconds": step_delay}
+    for key, value in flags.items():
+        if value is not None:
+            out.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
+    if resume:
+        out.append("resume=true")
+    if faults:
+        out.append("faults.inject=[" + ",".join(repr(f) for f in faults) + "]")
+    return out + list(sets)
+
+
+@app.command()
+def train(
+    preset: Annotated[Optional[str], typer.Option(help="Starting point: demo (CPU, ~2 min), gpu, or tiny (tests).")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file of TrainConfig fields.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Override KEY=VALUE (dotted, repeatable): --set grpo.beta=0.04")] = [],
+    steps: Annotated[Optional[int], typer.Option(help="GRPO steps.")] = None,
+    output_dir: Annotated[Optional[Path], typer.Option(help="Run directory: metrics.jsonl, samples, checkpoint.")] = None,
+    run_id: Annotated[Optional[str], typer.Option(help="Run id (default: generated, or the checkpoint's).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the checkpoint in --output-dir.")] = False,
+    fault: Annotated[list[str], typer.Option(help="Inject KIND@STEP (repeatable): kl-spike, rollout-drift, stall, nan.")] = [],
+    telemetry: Annotated[Optional[bool], typer.Option("--telemetry/--no-telemetry", help="Emit through OpenTelemetry.")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed.")] = None,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Show the progress bar.")] = None,
+    step_delay: Annotated[Optional[float], typer.Option(help="Minimum seconds per step (so scrapers see each step).")] = None,
+) -> None:
+    """Train a small transformer with GRPO on a verifiable digit task, fully instrumented."""
+    from otel_grpo.trainer import ConfigError, GRPOTrainer, load_config
+
+    overrides = _overrides(set_, steps, output_dir, run_id, resume, fault, telemetry, seed, progress, step_delay)
+    try:
+        cfg = load_config(preset=preset, yaml_path=config, overrides=overrides)
+    except ConfigError as exc:
+        typer.echo(f"otel-grpo train: invalid config: {exc}", err=True)
+        raise typer.Exit(2) from None
+    result = GRPOTrainer(cfg).train()
+    if result.history:
+        last = result.history[-1]
+        typer.echo(
+            f"run {result.run_id}: steps {result.start_step}..{result.last_step}, reward {last.get('reward', float('nan')):.3f}, "
+            f"kl {last.get('kl', float('nan')):.4f}{' (interrupted)' if result.interrupted else ''} -> {result.output_dir}",
+            err=True,
+        )

@@ -1,0 +1,136 @@
+"""Run plumbing kept out of the loop: checkpoints, metrics.jsonl, Ctrl-C, progress bar, null telemetry."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import torch
+
+CHECKPOINT = "checkpoint.pt"
+METRICS = "metrics.jsonl"
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Write atomically (tmp file + rename): a crash mid-save keeps the previous checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def append_metrics(path: Path, step: int, values: Mapping[str, float]) -> None:
+    """One JSON line per step; non-finite values are written as null."""
+    row = {"step": step, **{k: (v if math.isfinite(v) else None) for k, v in values.items()}}
+    with path.open("a") as fh:
+        fh.write(json.dumps(row, allow_nan=False) + "\n")
+
+
+class StopFlag:
+    """Set by the first Ctrl-C (SIGINT/SIGTERM): the loop finishes the step, flushes and exits.
+    A second Ctrl-C raises KeyboardInterrupt as usual."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.event.set()
+
+    @contextmanager
+    def installed(self) -> Iterator[StopFlag]:
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        try:
+            yield self
+        finally:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, waking early when stopped; seconds <= 0 sleeps until stopped."""
+        self.event.wait(None if seconds <= 0 else seconds)
+
+
+class NullStep:
+    """The `telemetry.Step` surface doing nothing (telemetry off)."""
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        yield
+
+    def record(self, stats: Any) -> None: ...
+
+    def samples(self, rows: Any) -> None: ...
+
+    def skip(self) -> None: ...
+
+
+class NullTelemetry:
+    """The `telemetry.Telemetry` surface doing nothing (telemetry off)."""
+
+    exporting = False
+
+    @contextmanager
+    def step(self, step: int) -> Iterator[NullStep]:
+        yield NullStep()
+
+    def shutdown(self) -> None: ...
+
+
+class Progress:
+    """Progress bar (rich) with live reward, KL and clip ratio; a no-op when disabled."""
+
+    def __init__(self, total: int, start: int, enabled: bool) -> None:
+        self._bar = None
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as RichProgress
+
+        self._bar = RichProgress(
+            TextColumn("[bold]grpo"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[live]}"), console=Console(stderr=True), transient=False,
+        )
+        self._task = self._bar.add_task("train", total=total, completed=start, live="")
+        self._bar.start()
+
+    def update(self, values: Mapping[str, float]) -> None:
+        if self._bar is None:
+            return
+        live = "reward {:.3f}  kl {:.4f}  clip {:.3f}".format(
+            values.get("reward", math.nan), values.get("kl", math.nan), values.get("clip_ratio_region_mean", math.nan)
+        )
+        self._bar.update(self._task, advance=1, live=live)
+
+    def note(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(text)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def monotonic() -> float:
+    return time.perf_counter()
