@@ -37,7 +37,6 @@ class _LogGate(logging.Filter):
         self._failing: set[int] = set()
         self._lock = threading.Lock()
         self._local = threading.local()
-        self.muted = 0
 
     def set_failing(self, owner: int, failing: bool) -> None:
         with self._lock:
@@ -62,10 +61,7 @@ class _LogGate(logging.Filter):
         if captured is not None:
             captured.append(record)
             return False
-        if self._failing and record.levelno <= logging.ERROR:
-            self.muted += 1
-            return False
-        return True
+        return not (self._failing and record.levelno <= logging.ERROR)
 
     def install(self) -> None:
         names = [n for n in logging.root.manager.loggerDict if n.startswith(_NOISY_PREFIXES)]

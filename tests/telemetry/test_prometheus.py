@@ -135,3 +135,19 @@ def test_flush_does_not_duplicate_series_on_the_pull_endpoint(tmp_path):
     assert [line for line in text.splitlines() if line.startswith("grpo_kl{")] == [
         'grpo_kl{otel_scope_name="otel_grpo",otel_scope_schema_url="",otel_scope_version="",run_id="dup"} 0.5'
     ]
+
+
+def test_a_busy_port_warns_and_training_goes_on(tmp_path, caplog):
+    import logging
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        settings = TelemetrySettings(run_id="busy", metrics_exporters=["prometheus"], traces_exporters=["none"],
+                                     prometheus_port=port, output_dir=tmp_path)
+        with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+            tel = Telemetry(settings)
+        tel.log_metrics(0, {"kl": 0.1})
+        tel.shutdown()
+    assert tel.prometheus_port is None
+    assert [r.getMessage() for r in caplog.records if str(port) in r.getMessage()]
