@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricReader, PeriodicExportingMetricReader
@@ -67,20 +67,20 @@ def build_resource(settings: TelemetrySettings, rank: int, world_size: int) -> R
     return Resource.create(attrs)
 
 
-def _otlp_target(settings: TelemetrySettings, signal: str) -> str | None:
+def _otlp_target(settings: TelemetrySettings, signal: Literal["traces", "metrics"]) -> str | None:
     """Endpoint for one signal: the per-signal one as is, else the base (+ `/v1/<signal>` for HTTP)."""
     specific = settings.otlp_traces_endpoint if signal == "traces" else settings.otlp_metrics_endpoint
     if specific:
         return specific
     base = settings.otlp_endpoint
-    if settings.otlp_protocol == "http/protobuf":
+    if settings.protocol_for(signal) == "http/protobuf":
         return f"{(base or 'http://localhost:4318').rstrip('/')}/v1/{signal}"
     return base  # grpc: host:port, None -> the SDK's localhost:4317
 
 
 def _otlp_span_exporter(settings: TelemetrySettings, health: ExportHealth) -> QuietSpanExporter:
     endpoint = _otlp_target(settings, "traces")
-    if settings.otlp_protocol == "http/protobuf":
+    if settings.protocol_for("traces") == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     else:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -89,7 +89,7 @@ def _otlp_span_exporter(settings: TelemetrySettings, health: ExportHealth) -> Qu
 
 def _otlp_metric_exporter(settings: TelemetrySettings, health: ExportHealth) -> QuietMetricExporter:
     endpoint = _otlp_target(settings, "metrics")
-    if settings.otlp_protocol == "http/protobuf":
+    if settings.protocol_for("metrics") == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     else:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter

@@ -90,6 +90,14 @@ class TelemetrySettings(BaseSettings):
         "grpc", validation_alias=_env_alias("otlp_protocol", "OTEL_EXPORTER_OTLP_PROTOCOL")
     )
     """OTLP transport (`OTEL_EXPORTER_OTLP_PROTOCOL`): grpc or http/protobuf."""
+    otlp_traces_protocol: Protocol | None = Field(
+        None, validation_alias=_env_alias("otlp_traces_protocol", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+    )
+    """Traces-only transport (`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`); None: `otlp_protocol`."""
+    otlp_metrics_protocol: Protocol | None = Field(
+        None, validation_alias=_env_alias("otlp_metrics_protocol", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
+    )
+    """Metrics-only transport (`OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`); None: `otlp_protocol`."""
     resource_attributes: Annotated[dict[str, str], NoDecode] = {}
     """Extra resource attributes ("k=v,k2=v2"); merged over `OTEL_RESOURCE_ATTRIBUTES`, which
     the SDK reads as well."""
@@ -142,7 +150,7 @@ class TelemetrySettings(BaseSettings):
     def _pairs_from_env(cls, value: object) -> object:
         return _parse_pairs(value)
 
-    @field_validator("otlp_protocol", mode="before")
+    @field_validator("otlp_protocol", "otlp_traces_protocol", "otlp_metrics_protocol", mode="before")
     @classmethod
     def _protocol_lower(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
@@ -162,6 +170,11 @@ class TelemetrySettings(BaseSettings):
         if self.output_dir is None:
             self.output_dir = Path("runs") / self.run_id
         return self
+
+    def protocol_for(self, signal: Literal["traces", "metrics"]) -> Protocol:
+        """The OTLP transport of one signal: its own setting, else `otlp_protocol`."""
+        own = self.otlp_traces_protocol if signal == "traces" else self.otlp_metrics_protocol
+        return own or self.otlp_protocol
 
     @property
     def samples_per_step(self) -> int:

@@ -13,6 +13,7 @@ from otel_grpo.telemetry._providers import _otlp_target
 _OTEL_VARS = (
     "OTEL_SERVICE_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
 )
 
 
@@ -57,6 +58,15 @@ def test_compose_environment(monkeypatch):
     assert _otlp_target(s, "traces") == "http://otel-collector:4317"  # grpc: no signal path
     http = TelemetrySettings(otlp_protocol="http/protobuf", otlp_endpoint="http://c:4318/")
     assert _otlp_target(http, "metrics") == "http://c:4318/v1/metrics"
+
+
+def test_per_signal_protocol(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf")
+    s = TelemetrySettings()
+    assert s.protocol_for("traces") == "grpc" and s.protocol_for("metrics") == "http/protobuf"
+    assert _otlp_target(s, "traces") == "http://c:4317"
+    assert _otlp_target(s, "metrics") == "http://c:4317/v1/metrics"
 
 
 def test_prefixed_variables_and_lists(monkeypatch):
