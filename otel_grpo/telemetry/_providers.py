@@ -24,7 +24,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-from ._quiet import ExportHealth, QuietMetricExporter, QuietSpanExporter, logger
+from ._prometheus import prometheus_reader
+from ._quiet import ExportHealth, QuietMetricExporter, QuietSpanExporter
 from ._settings import SDK_EVENT_LIMIT, TelemetrySettings
 
 
@@ -108,34 +109,6 @@ class Owned:
     """Port the Prometheus endpoint listens on (resolved when 0 was asked for)."""
 
 
-def _prometheus_reader(settings: TelemetrySettings, local_rank: int, out: Owned) -> MetricReader | None:
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from prometheus_client import CollectorRegistry, start_http_server
-
-    port = settings.prometheus_port
-    if settings.export_all_ranks and port:
-        port += local_rank  # one endpoint per rank on a node
-    # A registry per Telemetry: two instances in one process (tests, notebooks) stay apart.
-    registry = CollectorRegistry(auto_describe=True)
-    try:
-        server, _thread = start_http_server(port, addr=settings.prometheus_host, registry=registry)
-    except OSError as exc:
-        # A busy port must not stop a training run from starting; the spans and spill still work.
-        logger.warning("otel-grpo: cannot serve Prometheus metrics on %s:%d (%s); set OTEL_GRPO_PROMETHEUS_PORT",
-                       settings.prometheus_host, port, exc)
-        return None
-    reader = PrometheusMetricReader(registry=registry)
-    out.prometheus_port = server.server_address[1]
-    logger.info("otel-grpo: Prometheus metrics on http://%s:%d/metrics", settings.prometheus_host, out.prometheus_port)
-
-    def close() -> None:
-        server.shutdown()
-        server.server_close()
-
-    out.closers.append(close)
-    return reader
-
-
 def build_meter_provider(
     settings: TelemetrySettings, resource: Resource, local_rank: int, health: ExportHealth
 ) -> tuple[MeterProvider, Owned]:
@@ -153,9 +126,11 @@ def build_meter_provider(
             readers.append(reader)
             owned.push_readers.append(reader)
         elif name == "prometheus":
-            reader = _prometheus_reader(settings, local_rank, owned)
-            if reader is not None:
-                readers.append(reader)
+            served = prometheus_reader(settings, local_rank)
+            if served is not None:
+                readers.append(served.reader)
+                owned.prometheus_port = served.port
+                owned.closers.append(served.close)
     # Exemplars would attach trace ids to each measurement: a cost nobody reads here.
     provider = MeterProvider(
         metric_readers=readers, resource=resource, exemplar_filter=AlwaysOffExemplarFilter(), shutdown_on_exit=False

@@ -9,7 +9,7 @@ import pytest
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from otel_grpo.telemetry import Telemetry, TelemetrySettings
+from otel_grpo.telemetry import Telemetry
 
 from ._receiver import attrs
 

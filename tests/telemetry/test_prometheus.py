@@ -97,9 +97,10 @@ def test_series_names_match_the_catalog(prometheus, tmp_path):
             get("phase_duration").prometheus_name + "_count": 1,
             "grpo_extra_my_custom": 2,
         }
+        # Reward buckets start below zero: prometheus_client drops such a histogram's _count
+        # (and _sum); Telemetry adds _count back so that compose and local mode agree.
+        expected[get("sample_reward").prometheus_name + "_count"] = 2
         exprs = {f"{name}{{{run}}}": value for name, value in expected.items()}
-        # prometheus_client leaves out _count and _sum of histograms with a negative bucket
-        # (reward, advantage); the collector's exporter keeps them. le="+Inf" is the count in both.
         exprs[get("sample_reward").prometheus_name + f'_bucket{{le="+Inf",{run}}}'] = 2
         for expr, value in exprs.items():
             found = _wait_for(api, expr, deadline)

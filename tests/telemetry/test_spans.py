@@ -62,7 +62,6 @@ def test_a_provider_with_the_default_attribute_limit_is_reported_once(caplog):
 
 
 def test_phase_spans_are_children_of_the_step(captured):
-    tracer = trace.get_tracer("user")
     with captured.tel.step(1) as s:
         with s.phase("rollout"):
             user_span_parent = trace.get_current_span().get_span_context().span_id
@@ -78,7 +77,6 @@ def test_phase_spans_are_children_of_the_step(captured):
         assert step.start_time <= span.start_time <= span.end_time <= step.end_time
     # Inside a phase, the phase span is current: user spans nest under it.
     assert user_span_parent == phases["grpo.phase.rollout"].context.span_id
-    del tracer
 
 
 def test_sample_events_with_flattened_columns(captured):

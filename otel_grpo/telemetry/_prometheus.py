@@ -1,0 +1,85 @@
+"""The Prometheus pull endpoint (local mode): `/metrics` served from the trainer process.
+
+    served = prometheus_reader(settings, local_rank=0)   # None if the port is busy
+    MeterProvider(metric_readers=[served.reader])
+    ...
+    served.close()
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from opentelemetry.sdk.metrics.export import MetricReader
+
+from ._settings import TelemetrySettings
+
+logger = logging.getLogger("otel_grpo.telemetry")
+
+
+class _HistogramCounts:
+    """Serves the reader's families, adding `_count` to histograms that lack it.
+
+    prometheus_client leaves out `_count` and `_sum` of a histogram whose first
+    bucket is negative (reward, advantage), while the collector's exporter keeps
+    them, so `grpo_sample_reward_count` would exist in compose mode only. The count
+    is the `+Inf` bucket, so it is added back; `_sum` stays out, as OpenMetrics
+    requires for histograms with negative buckets.
+    """
+
+    def __init__(self, source: Any) -> None:
+        self._source = source  # the registry the OTel reader registered itself in
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.samples import Sample
+
+        for family in self._source.collect():
+            if family.type == "histogram" and not any(s.name.endswith("_count") for s in family.samples):
+                samples = []
+                for sample in family.samples:
+                    samples.append(sample)
+                    if sample.name.endswith("_bucket") and sample.labels.get("le") == "+Inf":
+                        # Right after its last bucket: OpenMetrics keeps a histogram's samples together.
+                        labels = {k: v for k, v in sample.labels.items() if k != "le"}
+                        samples.append(Sample(family.name + "_count", labels, sample.value, sample.timestamp))
+                family.samples = samples
+            yield family
+
+
+@dataclass
+class ServedReader:
+    reader: MetricReader
+    port: int
+    close: Callable[[], None]
+
+
+def prometheus_reader(settings: TelemetrySettings, local_rank: int) -> ServedReader | None:
+    """A `PrometheusMetricReader` and its HTTP server; None (and a warning) if the port is busy."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    port = settings.prometheus_port
+    if settings.export_all_ranks and port:
+        port += local_rank  # one endpoint per rank on a node
+    # Registries per Telemetry: two instances in one process (tests, notebooks) stay apart.
+    served = CollectorRegistry(auto_describe=False)
+    try:
+        server, _thread = start_http_server(port, addr=settings.prometheus_host, registry=served)
+    except OSError as exc:
+        # A busy port must not stop a training run from starting; the spans and spill still work.
+        logger.warning("otel-grpo: cannot serve Prometheus metrics on %s:%d (%s); set OTEL_GRPO_PROMETHEUS_PORT",
+                       settings.prometheus_host, port, exc)
+        return None
+    inner = CollectorRegistry(auto_describe=False)
+    reader = PrometheusMetricReader(registry=inner)
+    served.register(_HistogramCounts(inner))
+    bound = server.server_address[1]
+    logger.info("otel-grpo: Prometheus metrics on http://%s:%d/metrics", settings.prometheus_host, bound)
+
+    def close() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return ServedReader(reader, bound, close)
