@@ -179,3 +179,50 @@ def test_negative_per_sample_values_reach_signed_histograms(captured, caplog):
         expected[next((i for i, b in enumerate(bounds) if value <= b), len(bounds))] += 1
     assert list(point.bucket_counts) == expected
     assert metrics["grpo.sample.reward"].data.data_points[0].count == 2
+
+
+class _MeterWithoutSyncGauge:
+    """A real SDK meter seen through the API of SDKs before synchronous gauges (no `create_gauge`)."""
+
+    def __init__(self, meter) -> None:
+        self._meter = meter
+
+    def __getattr__(self, name):
+        if name == "create_gauge":
+            raise AttributeError(name)
+        return getattr(self._meter, name)
+
+
+class _ProviderWithoutSyncGauge:
+    def __init__(self, provider) -> None:
+        self._provider = provider
+
+    def get_meter(self, *args, **kwargs):
+        return _MeterWithoutSyncGauge(self._provider.get_meter(*args, **kwargs))
+
+    def force_flush(self, timeout_millis: int = 10_000) -> bool:
+        return self._provider.force_flush(timeout_millis)
+
+
+def test_observable_gauges_where_the_sdk_has_no_synchronous_ones(tmp_path):
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from otel_grpo.telemetry import Telemetry, TelemetrySettings
+
+    reader = InMemoryMetricReader()
+    provider = _ProviderWithoutSyncGauge(MeterProvider(metric_readers=[reader]))
+    settings = TelemetrySettings(run_id="old-sdk", output_dir=tmp_path, traces_exporters=["none"])
+    tel = Telemetry(settings, meter_provider=provider)
+    try:
+        tel.log_metrics(0, {"kl": 0.1, "rewards/a/mean": 1.0, "rewards/b/mean": 2.0})
+        tel.log_metrics(1, {"kl": 0.2})
+        assert tel.flush(5)
+        for _ in range(2):  # the latest value per attribute set, at every collection
+            data = reader.get_metrics_data()
+            metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+            assert [p.value for p in metrics["grpo.kl"].data.data_points] == [0.2]
+            by_fn = {p.attributes["reward_fn"]: p.value for p in metrics["grpo.reward_fn.mean"].data.data_points}
+            assert by_fn == {"a": 1.0, "b": 2.0}
+    finally:
+        tel.shutdown()
