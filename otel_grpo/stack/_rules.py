@@ -35,10 +35,14 @@ COUNTERS = ("steps", "tokens", "samples")
 class RuleSettings:
     """Thresholds and windows of the rules. Defaults suit real runs of hours."""
 
-    kl_threshold: float = 0.1
-    """KL to the reference (k3, nats per token) above which a run has drifted."""
+    kl_threshold: float = 1.0
+    """KL to the reference (k3, nats per token) above which a run has drifted.
+
+    One nat per token means the policy's token distribution is far from the
+    reference; real runs with a KL penalty stay well below it.
+    """
     kl_zscore: float = 4.0
-    """Standard deviations above the KL baseline that count as a sudden jump."""
+    """Robust standard deviations (from the IQR) above the KL baseline median that count as a jump."""
     is_deviation: float = 0.1
     """|mean IS weight - 1| above which rollout and training policies disagree."""
     mismatch_kl_threshold: float = 0.01
@@ -92,22 +96,39 @@ def _baseline(s: RuleSettings, metric: str, fn: str) -> str:
     return f"max by (run_id) ({fn}({metric}[{s.baseline_window}] offset {s.baseline_offset}))"
 
 
+def _kl_baseline(s: RuleSettings) -> list[dict]:
+    """Median and IQR of KL over the baseline window, and the robust z-score against them.
+
+    Median and IQR rather than mean and std: one absurd step (a 1e11 KL the step a
+    learning rate explodes) inside the window would otherwise inflate the std so
+    much that no later jump counts.
+    """
+    def q(p: float) -> str:
+        return f"max by (run_id) (quantile_over_time({p}, {KL}[{s.baseline_window}] offset {s.baseline_offset}))"
+
+    return [
+        {"record": "run_id:grpo_kl:baseline_median", "expr": q(0.5)},
+        {"record": "run_id:grpo_kl:baseline_iqr", "expr": f"{q(0.75)} - {q(0.25)}"},
+        # 0.741 * IQR estimates the std of a normal distribution. The divisor is floored
+        # by 10 % of the median plus a constant: a flat baseline must not turn every
+        # wiggle into an infinite z-score.
+        {"record": "run_id:grpo_kl:zscore",
+         "expr": f"(max by (run_id) ({KL}) - run_id:grpo_kl:baseline_median)"
+                 " / (0.741 * run_id:grpo_kl:baseline_iqr + 0.1 * abs(run_id:grpo_kl:baseline_median) + 0.001)"},
+    ]
+
+
 def recording_rules(s: RuleSettings) -> dict:
     """Baselines (used by alerts) and bucket/counter rates (used by dashboards), per run."""
     rules: list[dict] = []
-    for metric, name in ((KL, "grpo_kl"), (REWARD, "grpo_reward_mean"), (ENTROPY, "grpo_policy_entropy")):
+    rules += [{"record": "run_id:grpo_kl:baseline_samples", "expr": _baseline(s, KL, "count_over_time")}]
+    rules += _kl_baseline(s)
+    for metric, name in ((REWARD, "grpo_reward_mean"), (ENTROPY, "grpo_policy_entropy")):
         rules += [
             {"record": f"run_id:{name}:baseline_mean", "expr": _baseline(s, metric, "avg_over_time")},
             {"record": f"run_id:{name}:baseline_stddev", "expr": _baseline(s, metric, "stddev_over_time")},
             {"record": f"run_id:{name}:baseline_samples", "expr": _baseline(s, metric, "count_over_time")},
         ]
-    # Divisor floored by 10 % of the mean plus a constant: a flat baseline must not
-    # turn every wiggle into an infinite z-score.
-    rules.append({
-        "record": "run_id:grpo_kl:zscore",
-        "expr": f"(max by (run_id) ({KL}) - run_id:grpo_kl:baseline_mean)"
-                " / (run_id:grpo_kl:baseline_stddev + 0.1 * abs(run_id:grpo_kl:baseline_mean) + 0.001)",
-    })
     for key in HISTOGRAMS:
         base = _m(key)
         rules.append({
@@ -156,7 +177,7 @@ def _drift_alerts(s: RuleSettings) -> list[dict]:
                f"run_id:grpo_kl:zscore > {s.kl_zscore}"
                f" and on (run_id) run_id:grpo_kl:baseline_samples >= {s.baseline_min_samples}",
                s.for_fast, "warning",
-               f"KL jumped {_VAL} standard deviations above its {s.baseline_window} baseline in {_RUN}",
+               f"KL jumped {_VAL} robust standard deviations above its {s.baseline_window} baseline median in {_RUN}",
                f"KL rose suddenly against its own history (the baseline ends {s.baseline_offset} ago, so the jump is not part of it)."),
         _alert("GRPORolloutISDrift",
                f"max by (run_id) (abs({rollout_is} - 1)) > {s.is_deviation}"

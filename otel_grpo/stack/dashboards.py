@@ -64,10 +64,10 @@ def _learning_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Pane
         ]),
         ("KL and policy", (Group.KL, Group.POLICY), [
             _signals("KL to the reference", ["kl", "kl_k1", "kl_max", "kl_seq_mean"],
-                     extra=[_rec(f"run_id:grpo_kl:baseline_mean{{{RUN}}}", "kl baseline (alert)")]),
+                     extra=[_rec(f"run_id:grpo_kl:baseline_median{{{RUN}}}", "kl baseline median (alert)")]),
             Panel("KL z-score against its baseline (alert GRPOKLJump above 4)",
                   [Query(f"run_id:grpo_kl:zscore{{{RUN}}}", "z-score")],
-                  description="(KL - baseline mean) / (baseline std + floor); the baseline window ends before the recent window."),
+                  description="(KL - baseline median) / (0.741 IQR + floor); the baseline window ends `offset` ago so a jump is not part of it."),
             _signals("Clip ratios (low, high, region)",
                      ["clip_ratio_low_mean", "clip_ratio_low_min", "clip_ratio_high_mean", "clip_ratio_high_max",
                       "clip_ratio_region_mean"]),

@@ -60,7 +60,7 @@ def test_alerts_carry_severity_and_name_run_and_value():
 
 def test_kl_jump_baseline_is_offset_so_a_jump_is_not_absorbed():
     s = RuleSettings()
-    baseline = dict(rule_exprs(s))["run_id:grpo_kl:baseline_mean"]
+    baseline = dict(rule_exprs(s))["run_id:grpo_kl:baseline_median"]
     assert f"[{s.baseline_window}] offset {s.baseline_offset}" in baseline
 
 
