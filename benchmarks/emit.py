@@ -4,8 +4,8 @@
 
 Each step logs ~150 scalars, four per-sample histograms over 512 completions and
 16 sample records (chosen from 512 rows) through
-  - otel-grpo: `Telemetry` exporting metrics and spans over OTLP/HTTP to a local
-    receiver that accepts and discards (SDK background threads, 1 s metric interval);
+  - otel-grpo: `Telemetry` exporting metrics and spans over OTLP/HTTP to a receiver
+    process that accepts and discards (SDK background threads, 1 s metric interval);
   - TensorBoard: `add_scalar` per scalar, `add_histogram` per vector, `add_text` per
     sample (its event-file writer is also a background thread).
 The loop sleeps `--gpu-ms` per step to stand in for the GPU work a real step waits
@@ -21,10 +21,10 @@ import platform
 import random
 import statistics
 import string
+import subprocess
+import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -36,16 +36,22 @@ from otel_grpo.telemetry import Telemetry, TelemetrySettings
 N_SCALARS, N_SAMPLES, N_EVENTS = 150, 512, 16
 
 
-class _Sink(BaseHTTPRequestHandler):
-    """OTLP/HTTP endpoint that reads and discards, as a collector would accept."""
-
-    def do_POST(self) -> None:  # noqa: N802
+# OTLP/HTTP endpoint that reads and discards, as a collector would accept. A separate
+# process, so that its CPU is not counted as ours.
+_SINK = """
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class Sink(BaseHTTPRequestHandler):
+    def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.send_response(200)
         self.end_headers()
-
-    def log_message(self, *args: object) -> None:
+    def log_message(self, *args):
         pass
+server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
 
 
 def make_step_data(rng: random.Random) -> tuple[ReducedStats, list[dict]]:
@@ -127,14 +133,16 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(0)
     data = [make_step_data(rng) for _ in range(args.steps + 10)]
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sink = subprocess.Popen([sys.executable, "-c", _SINK], stdout=subprocess.PIPE, text=True)
+    port = int(sink.stdout.readline())
     print(f"{platform.node()} {platform.processor() or platform.machine()} python {platform.python_version()}, "
           f"{args.steps} steps, {N_SCALARS} scalars, 4x{N_SAMPLES} histogram values, {N_EVENTS} sample records")
     with tempfile.TemporaryDirectory() as tmp:
-        otel, _ = measure("otel-grpo", run_otel, data, args.gpu_ms / 1e3, Path(tmp) / "otel", server.server_address[1])
+        try:
+            otel, _ = measure("otel-grpo", run_otel, data, args.gpu_ms / 1e3, Path(tmp) / "otel", port)
+        finally:
+            sink.terminate()
         tb, _ = measure("tensorboard", run_tensorboard, data, args.gpu_ms / 1e3, Path(tmp) / "tb")
-    server.shutdown()
     print(f"ratio tensorboard / otel-grpo (median): {tb / otel:.1f}x")
 
 
