@@ -99,6 +99,8 @@ class Step:
 
         Rows are read later on the background thread: pass dicts you do not mutate afterwards.
         """
+        if rows is None:
+            return
         listed = [rows] if isinstance(rows, Mapping) else list(rows)
         self._record.rows.append((time.time_ns(), listed))
 

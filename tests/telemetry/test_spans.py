@@ -186,3 +186,17 @@ def test_a_broken_row_costs_its_samples_not_the_step_or_the_loop(captured, caplo
     assert sorted(sp.attributes["grpo.step"] for sp in steps) == [0, 1, 2]
     assert all(sp.attributes["grpo.metric.kl"] == 0.1 for sp in steps)
     assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
+
+
+def test_calls_after_shutdown_do_nothing_and_do_not_raise(captured):
+    captured.tel.log_metrics(0, {"kl": 0.1})
+    captured.tel.shutdown()
+    before = len(captured.spans_exporter.get_finished_spans())
+    with captured.tel.step(1) as s:
+        with s.phase("rollout"):
+            s.record({"kl": 0.2})
+            s.samples([{"reward": 1.0}])
+            s.samples(None)
+    captured.tel.log_metrics(2, {"kl": 0.3})
+    captured.tel.shutdown()
+    assert len(captured.spans_exporter.get_finished_spans()) == before == 1
