@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from opentelemetry import context as otel_context
@@ -204,15 +204,22 @@ class Telemetry:
             return 1
         return max(step - last, 0)
 
+    def step(self, step: int) -> AbstractContextManager[Step]:
+        """One training step: the `grpo.step` span, current for everything inside.
+
+        An exception escaping the block marks the span as an error and the step as
+        skipped (`grpo.skipped_steps`), and propagates.
+        """
+        return self._open(step, count_one=True)
+
     @contextmanager
-    def step(self, step: int, *, _count_one: bool = True) -> Iterator[Step]:
-        """One training step: the `grpo.step` span, current for everything inside."""
+    def _open(self, step: int, count_one: bool) -> Iterator[Step]:
         step = int(step)
         if self._closed or not self.exporting:
             yield _NullStep(self, StepRecord(step, None, 0))
             return
         span = self._tracer.start_span("grpo.step", attributes={"grpo.run_id": self.run_id, "grpo.step": step})
-        record = StepRecord(step, span, self._advance(step, _count_one))
+        record = StepRecord(step, span, self._advance(step, count_one))
         token = otel_context.attach(trace.set_span_in_context(span))
         try:
             yield Step(self, record)
@@ -228,7 +235,7 @@ class Telemetry:
 
     def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Record a metrics dict outside a `step()` block (TRL- or verl-named keys map through aliases)."""
-        with self.step(step, _count_one=False) as s:
+        with self._open(step, count_one=False) as s:
             s.record(metrics)
 
     def flush(self, timeout_s: float | None = None) -> bool:
@@ -263,6 +270,7 @@ class Telemetry:
             # Expected when the endpoint is already reported down: no second warning for it.
             level = logging.INFO if self.export_health.failing else logging.WARNING
             logger.log(level, "otel-grpo: shutdown: exporters did not finish within %.1fs; giving up on them", timeout)
+
 
 def _flush(provider: Any, timeout_ms: int) -> bool:
     flush = getattr(provider, "force_flush", None)  # the API's no-op providers have none
