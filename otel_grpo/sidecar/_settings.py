@@ -46,7 +46,6 @@ class SidecarSettings(BaseSettings):
     """How often retention runs and the query planner statistics are refreshed."""
     cors_origins: list[str] = []
     """Origins allowed by CORS; empty (the default) adds no CORS headers at all."""
-    read_workers: int = Field(4, ge=1)
 
     @model_validator(mode="after")
     def _tokens_not_blank(self) -> "SidecarSettings":

@@ -70,11 +70,16 @@ def test_run_id_falls_back_to_resource_and_bad_spans_are_partial_success(client,
         span.attributes.extend(kept)
     broken = spans.add(name="grpo.step", span_id=b"\x01" * 8, trace_id=b"\x02" * 16, kind=Span.SPAN_KIND_INTERNAL)
     broken.attributes.add(key="grpo.step").value.string_value = "not a number"
+    step_span = next(s for s in spans if s.name == "grpo.step")
+    step_span.attributes.add(key="grpo.metric.step").value.double_value = 1.0  # the catalog's `step` signal
+    huge = spans.add(name="grpo.samples", span_id=b"\x03" * 8, trace_id=b"\x02" * 16)
+    huge.attributes.add(key="grpo.step").value.string_value = "9" * 20  # beyond int64: rejected, not a 500
     r = client.post("/v1/traces", content=request.SerializeToString(), headers=PB)
     assert r.status_code == 200
     partial = ExportTraceServiceResponse.FromString(r.content).partial_success
-    assert partial.rejected_spans == 1 and "grpo.step" in partial.error_message
-    assert client.get("/api/runs/run-r/steps").json()[0]["step"] == 1
+    assert partial.rejected_spans == 2 and "grpo.step" in partial.error_message
+    (row,) = client.get("/api/runs/run-r/steps").json()
+    assert row["step"] == 1 and row["stat.step"] == 1.0  # a stat named like a column is renamed
 
 
 def test_malformed_inputs_get_spec_answers_and_the_service_keeps_serving(make_client, otlp):
@@ -86,6 +91,7 @@ def test_malformed_inputs_get_spec_answers_and_the_service_keeps_serving(make_cl
         (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}', JS, 400),
         (b'{"resourceSpans": 3}', JS, 400),
         (b"[]", JS, 400),
+        (b"[" * 50_000, JS, 400),  # nesting deeper than the JSON parser's recursion limit
         (b"\x1f\x8b\x08garbage", {**PB, "Content-Encoding": "gzip"}, 400),
         (gzip.compress(b"abc")[:-6], {**PB, "Content-Encoding": "gzip"}, 400),
         (bomb, {**PB, "Content-Encoding": "gzip"}, 413),
@@ -108,7 +114,7 @@ def test_malformed_inputs_get_spec_answers_and_the_service_keeps_serving(make_cl
     assert client.get("/api/runs/after/samples").json()[1]["sample_index"] == 1
     metrics = client.get("/metrics").text
     assert 'otel_grpo_sidecar_requests_rejected_total{reason="too_large"} 2.0' in metrics
-    assert 'otel_grpo_sidecar_requests_rejected_total{reason="malformed"} 7.0' in metrics
+    assert 'otel_grpo_sidecar_requests_rejected_total{reason="malformed"} 8.0' in metrics
 
 
 def test_overload_answers_503_with_retry_after(make_client, otlp):

@@ -87,7 +87,7 @@ def decode_request(body: bytes, media: str) -> ExportTraceServiceRequest:
         return request
     try:
         doc = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise DecodeError(f"invalid JSON: {exc}") from None
     _hex_ids_to_b64(doc)
     try:

@@ -17,6 +17,9 @@ SAMPLES_SPAN = "grpo.samples"
 PHASE_PREFIX = "grpo.phase."
 SAMPLE_EVENT = "grpo.sample"
 METRIC_PREFIX = "grpo.metric."
+# Columns every step row carries; a stat key of the same name (the catalog has `step`) is
+# stored as `stat.<key>` so a row never has two fields of one name.
+RESERVED_STEP_KEYS = frozenset({"run_id", "step", "time"})
 PHASE_COLUMN = "phase_duration/"
 # Sample columns kept in their own SQL columns (indexed or searched); the rest go to JSON.
 CORE_NUMERIC = ("reward", "advantage", "completion_length")
@@ -121,14 +124,15 @@ def _attrs(kvs) -> dict:
 
 
 def _int(value) -> int | None:
+    """An int64 from an int, an integral float or a decimal string; None otherwise (SQLite's range)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
+        value = int(value)
+    elif isinstance(value, str) and value.lstrip("-").isdigit() and len(value) < 21:
+        value = int(value)
+    if isinstance(value, int) and -(2**63) <= value < 2**63:
+        return value
     return None
 
 
@@ -180,7 +184,8 @@ def _step_span(batch: Batch, span, default_run: str | None) -> None:
     metrics = {}
     for name, value in attrs.items():
         if name.startswith(METRIC_PREFIX):
-            metrics[name[len(METRIC_PREFIX):]] = _num(value)
+            stat = name[len(METRIC_PREFIX):]
+            metrics["stat." + stat if stat in RESERVED_STEP_KEYS else stat] = _num(value)
     batch.steps.append(StepRecord(key[0], key[1], bytes(span.span_id), span.start_time_unix_nano / 1e9,
                                   span.end_time_unix_nano / 1e9, metrics))
 

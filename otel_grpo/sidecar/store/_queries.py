@@ -80,24 +80,35 @@ class Reads:
     def run_exists(self, run_id: str) -> bool:
         return self.reader().execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
 
+    def steps_json(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
+                   step_max: int | None = None, limit: int = 10000, offset: int = 0) -> bytes:
+        """Per-step rows as a JSON array: every scalar of the step (or just `metrics`), then
+        `run_id`, `step`, `time` (ISO, step end).
+
+        Built without parsing the stored JSON objects in Python: each row is the stored object
+        with the three fields appended (stat keys never collide with them, see RESERVED_STEP_KEYS).
+        Selected metrics are read with SQLite's json_extract.
+        """
+        bounds = (run_id, -(2**63) if step_min is None else step_min, 2**63 - 1 if step_max is None else step_max)
+        where = "FROM steps WHERE run_id = ? AND step >= ? AND step <= ? ORDER BY step LIMIT ? OFFSET ?"
+        conn = self.reader()
+        if metrics is None:
+            rows = conn.execute(f"SELECT step, end_time, metrics {where}", (*bounds, limit, offset))
+        else:
+            pairs = [x for m in metrics for x in (m, f'$."{m}"')]
+            select = ", ".join("?, json_extract(metrics, ?)" for _ in metrics)
+            rows = conn.execute(f"SELECT step, end_time, json_object({select}) {where}", (*pairs, *bounds, limit, offset))
+        tail = json.dumps(run_id)
+        parts = []
+        for step, end, blob in rows:
+            fields = f'"run_id":{tail},"step":{step},"time":{json.dumps(iso(end))}}}'
+            parts.append(blob[:-1] + ("," if len(blob) > 2 else "") + fields)
+        return ("[" + ",".join(parts) + "]").encode()
+
     def steps(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
               step_max: int | None = None, limit: int = 10000, offset: int = 0) -> list[dict]:
-        """Per-step rows: run_id, step, time (ISO, step end), then every scalar (or just `metrics`)."""
-        rows = self.reader().execute("""SELECT step, end_time, metrics FROM steps
-            WHERE run_id = ? AND step >= ? AND step <= ? ORDER BY step LIMIT ? OFFSET ?""",
-            (run_id, -(2**63) if step_min is None else step_min, 2**63 - 1 if step_max is None else step_max,
-             limit, offset)).fetchall()
-        out = []
-        for step, end, blob in rows:
-            row = {"run_id": run_id, "step": step, "time": iso(end)}
-            values = json.loads(blob)
-            if metrics is None:
-                row.update(values)
-            else:
-                for key in metrics:
-                    row[key] = values.get(key)
-            out.append(row)
-        return out
+        """`steps_json` parsed: one dict per step."""
+        return json.loads(self.steps_json(run_id, metrics, step_min, step_max, limit, offset))
 
     def metric_keys(self, run_id: str) -> list[str]:
         """Every scalar key the run's steps carry (from the latest 200 steps, enough to see them all)."""
@@ -135,7 +146,11 @@ class Reads:
         order = _order_sql(query.order_by, query.desc, order_params)
         # Two phases: order and page over ids first, so the sorter never carries the long
         # prompt/completion text (they sit last in the row, in overflow pages); then fetch the page.
-        sql = f"SELECT id FROM samples WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
+        # A step or a closed step range bounds the rows: filter through the step index and sort
+        # those. Left alone, the planner may walk the whole run in reward order instead (seconds).
+        bounded = step is not None or (query.step_min is not None and query.step_max is not None)
+        hint = " INDEXED BY samples_run_step_index" if bounded else ""
+        sql = f"SELECT id FROM samples{hint} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
         conn = self.reader()
         ids = [r[0] for r in conn.execute(sql, [*params, *order_params, query.limit, query.offset])]
         if not ids:

@@ -120,7 +120,7 @@ class Store(_queries.Reads):
                 conn.execute(_RUN_UPSERT, (run_id, info.get("service.name"), info.get("grpo.model"),
                                            info.get("host.name"), now, now))
             conn.executemany(_STEP_UPSERT, [
-                (s.run_id, s.step, s.start, s.end, now, json.dumps(s.metrics)) for s in batch.steps])
+                (s.run_id, s.step, s.start, s.end, now, json.dumps(s.metrics, separators=(",", ":"))) for s in batch.steps])
             conn.executemany("INSERT OR REPLACE INTO step_spans VALUES (?, ?, ?)",
                              [(s.span_id, s.run_id, s.step) for s in batch.steps])
             self._write_phases(conn, batch, now)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 
 from ...schemas import Message, RunPublic, StepRow
 from ..deps import FastJSON, StoreDep, bad_param, not_found_run, require_read
@@ -49,13 +49,15 @@ def list_steps(
     """Per-step scalar history, one flat row per step, ordered by step.
 
     Columns: `run_id`, `step`, `time`, every stat key of the step span (`kl`, `reward`,
-    `reward_fn_mean/<fn>`, ...) and `phase_duration/<phase>` in seconds.
+    `reward_fn_mean/<fn>`, ...) and `phase_duration/<phase>` in seconds. A stat key named
+    `run_id`, `step` or `time` appears as `stat.<key>`.
     """
     if step_min is not None and step_max is not None and step_min > step_max:
         raise bad_param("step_min", "must not exceed step_max")
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
-    return FastJSON(store.steps(run_id, split_list(metrics), step_min, step_max, limit, offset))
+    body = store.steps_json(run_id, split_list(metrics), step_min, step_max, limit, offset)
+    return Response(body, media_type="application/json")
 
 
 @router.get("/{run_id}/metrics", response_model=list[str], response_class=FastJSON, responses=_404)

@@ -75,7 +75,7 @@ def export_csv(run_id: str, store: StoreDep, query: QueryDep) -> Response:
     for row in rows:
         writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
     return Response(buf.getvalue(), media_type="text/csv; charset=utf-8",
-                    headers={"Content-Disposition": f'attachment; filename="samples.csv"'})
+                    headers={"Content-Disposition": 'attachment; filename="samples.csv"'})
 
 
 @router.get("/samples.jsonl", response_class=Response,
