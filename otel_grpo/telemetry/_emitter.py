@@ -64,6 +64,7 @@ class Emitter:
         self._failed_kinds: set[str] = set()
         self._warned_span_limit = False
         self._warned_backlog = False
+        self._warned_score = False
         self._thread = threading.Thread(target=self._run, name="otel-grpo-emit", daemon=True)
         self._thread.start()
 
@@ -143,6 +144,9 @@ class Emitter:
         )
         if not picked:
             return
+        if (s.top_k or s.bottom_k) and picked[0].selection == "random" and not self._warned_score:
+            self._warned_score = True  # top/bottom come first: none means no row had a finite score
+            logger.warning("otel-grpo: no sample row has a numeric %r column; only random samples are kept", s.score)
         flats = [flatten_row(p.row) for p in picked]
         self._columns.observe(set().union(*flats), rec.step)
         # The spill first: it is the copy that must be complete whatever the exporters do.

@@ -200,3 +200,14 @@ def test_calls_after_shutdown_do_nothing_and_do_not_raise(captured):
     captured.tel.log_metrics(2, {"kl": 0.3})
     captured.tel.shutdown()
     assert len(captured.spans_exporter.get_finished_spans()) == before == 1
+
+
+def test_a_missing_score_column_keeps_random_samples_and_warns_once(make_captured, caplog):
+    cap = make_captured(score="accuracy", top_k=2, bottom_k=2, random_k=3)
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+        for step in range(2):
+            with cap.tel.step(step) as s:
+                s.samples([{"reward": float(i)} for i in range(10)])
+        events = [e.attributes for sp in cap.spans("grpo.samples") for e in sp.events]
+    assert [e["selection"] for e in events] == ["random"] * 6
+    assert len([r for r in caplog.records if "accuracy" in r.getMessage()]) == 1
