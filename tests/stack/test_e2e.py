@@ -26,7 +26,7 @@ from otel_grpo.stack.dashboards import dashboards
 pytestmark = pytest.mark.integration
 
 RUN_ID = "e2e-kl-spike"
-STEPS, SPIKE_AT, NAN_AT = 24, 10, 4
+STEPS, SPIKE_AT, NAN_AT = 24, 8, 4
 KL_ALERT = "GRPOKLHigh"
 
 
@@ -44,7 +44,11 @@ def demo(tmp_path_factory, free_port_factory):
                                               "trainer-metrics-port")}
     argv = [sys.executable, "-m", "otel_grpo.cli", "demo", "--exit", "--dir", str(d), "--run-id", RUN_ID,
             "--steps", str(STEPS), "--fault", f"kl-spike@{SPIKE_AT}", "--fault", f"nan@{NAN_AT}",
-            "--trainer-log", str(d / "trainer.log")]
+            "--trainer-log", str(d / "trainer.log"),
+            # Rollout IS correction is off by default; on (mask mode, so the masked
+            # fractions exist too), every rollout-IS panel has data.
+            "--trainer-arg=--set", "--trainer-arg=rollout_correction.enabled=true",
+            "--trainer-arg=--set", "--trainer-arg=rollout_correction.mode=mask"]
     for flag, port in ports.items():
         argv += [f"--{flag}", str(port)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=900)
