@@ -45,12 +45,13 @@ def select_samples(
 ) -> list[Selected]:
     """Top-k and bottom-k rows by `score` plus `random_k` others drawn uniformly; always a list.
 
-    One pass with two bounded heaps, O(log k) per row. Ties go to the earlier row.
-    Rows without a finite score can only be drawn at random. Output order: top
+    One pass with two bounded heaps, O(log k) per row. On ties top-k keeps earlier
+    rows and bottom-k later ones, so the two never share a row while there are at
+    least top_k + bottom_k scored rows (e.g. all rewards equal). Rows without a finite score can only be drawn at random. Output order: top
     (best first), bottom (worst first), random (by position).
     """
     top: list[tuple[float, int]] = []  # min-heap on (score, -index): root = weakest kept
-    bottom: list[tuple[float, int]] = []  # min-heap on (-score, -index): root = best kept
+    bottom: list[tuple[float, int]] = []  # min-heap on (-score, index): root = best kept
     for index, row in enumerate(rows):
         value = _score(row, score)
         if value is None:
@@ -62,7 +63,7 @@ def select_samples(
             elif item > top[0]:
                 heapq.heapreplace(top, item)
         if bottom_k:
-            item = (-value, -index)
+            item = (-value, index)
             if len(bottom) < bottom_k:
                 heapq.heappush(bottom, item)
             elif item > bottom[0]:
@@ -70,7 +71,7 @@ def select_samples(
     top_idx = [-i for _, i in sorted(top, reverse=True)]
     # With fewer rows than top_k + bottom_k the heaps overlap; a row is listed once, as "top".
     taken = set(top_idx)
-    bottom_idx = [-i for _, i in sorted(bottom, reverse=True) if -i not in taken]
+    bottom_idx = [i for _, i in sorted(bottom, reverse=True) if i not in taken]
     taken.update(bottom_idx)
     rest = [i for i in range(len(rows)) if i not in taken]
     random_idx = sorted(rng.sample(rest, min(random_k, len(rest))))
