@@ -79,11 +79,11 @@ def _as_record(exc: BaseException) -> logging.LogRecord:
 
 
 def _detail(captured: list[logging.LogRecord]) -> str:
-    """The SDK's own last word on the failure, for our one warning."""
-    for record in reversed(captured):
-        if record.levelno >= logging.WARNING:
-            return record.getMessage()[:300]
-    return "the endpoint did not accept the batch"
+    """The SDK's own words on the failure, for our one warning: the first (the cause) and the last."""
+    messages = [r.getMessage()[:200] for r in captured if r.levelno >= logging.WARNING]
+    if not messages:
+        return "the endpoint did not accept the batch"
+    return messages[0] if len(messages) == 1 else f"{messages[0]} ... {messages[-1]}"
 
 
 class ExportHealth:
