@@ -53,7 +53,7 @@ def train(
         typer.echo(f"otel-grpo train: invalid config: {exc}", err=True)
         raise typer.Exit(2) from None
     result = GRPOTrainer(cfg).train()
-    if result.history:
+    if result.history and result.is_main:
         last = result.history[-1]
         typer.echo(
             f"run {result.run_id}: steps {result.start_step}..{result.last_step}, reward {last.get('reward', float('nan')):.3f}, "

@@ -47,6 +47,8 @@ class TrainResult:
     last_step: int
     history: list[dict[str, float]]
     interrupted: bool
+    is_main: bool = True
+    """Whether this process is rank 0 (the one that exports and writes files)."""
 
 
 def _new_run_id() -> str:
@@ -156,7 +158,7 @@ class GRPOTrainer:
             progress.close()
             self.save(step + 1)
             self.telemetry.shutdown()
-        return TrainResult(self.run_id, self.output_dir, self.start_step, step, history, bool(self.stop))
+        return TrainResult(self.run_id, self.output_dir, self.start_step, step, history, bool(self.stop), self.is_main)
 
     def train_step(self, step: int) -> dict[str, float]:
         """One GRPO step; returns the step's scalars (identical on every rank)."""

@@ -1,0 +1,73 @@
+"""Each injected fault produces the signal it is meant to."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_kl_spike_makes_kl_jump(train_run):
+    h = train_run("steps=6", "faults.inject=[kl-spike@3]").result.history
+    assert h[3]["learning_rate"] == 100 * h[2]["learning_rate"]
+    assert max(x["kl"] for x in h[4:]) > 5 * max(x["kl"] for x in h[:3])
+
+
+def test_rollout_drift_moves_is_ratio_and_mismatch(train_run):
+    h = train_run("steps=6", "faults.inject=[rollout-drift@2]").result.history
+    before = max(x["mismatch_k3_kl"] for x in h[:3])  # step 2's rollout still came from a clean copy
+    assert min(x["mismatch_k3_kl"] for x in h[4:]) > 10 * before
+    assert max(abs(x["is_ratio_max"] - 1) for x in h[4:]) > 10 * max(abs(x["is_ratio_max"] - 1) for x in h[:3])
+
+
+def test_nan_step_is_skipped_counted_and_training_goes_on(train_run, tmp_path):
+    run = train_run("steps=5", "faults.inject=[nan@2]")
+    h = run.result.history
+    assert run.counter("grpo.skipped_steps") == 1
+    assert run.counter("grpo.nonfinite") >= 1  # the NaN loss was counted, not exported
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert lines[2]["loss"] is None and lines[3]["loss"] is not None
+    assert all(torch.isfinite(torch.tensor(x["kl"])) for x in h)
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+
+
+def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen, deadline_s: float = 120) -> list[str]:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) >= n:
+            return lines
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never reached {n} lines")
+
+
+def test_stall_stops_progress_until_ctrl_c_then_exits_cleanly(tmp_path):
+    out = tmp_path / "run"
+    env = {"OTEL_GRPO_METRICS_EXPORTERS": "none", "OTEL_GRPO_TRACES_EXPORTERS": "none",
+           "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "otel_grpo.cli", "train", "--preset", "tiny", "--steps", "6", "--fault", "stall@2",
+         "--output-dir", str(out), "--no-progress"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_lines(out / "metrics.jsonl", 2, proc)
+        ckpt = out / "checkpoint.pt"
+        time.sleep(1.0)  # the stall: the process is alive and step 2 does not come
+        assert proc.poll() is None
+        assert len((out / "metrics.jsonl").read_text().splitlines()) == 2 and not ckpt.exists()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "interrupted" in err
+    assert torch.load(ckpt, weights_only=False)["next_step"] == 2  # nothing lost, resumable

@@ -1,0 +1,87 @@
+"""Whole runs through the CLI: resume, bad config, and two processes under torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from otel_grpo.trainer import GRPOTrainer, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+QUIET = {"OTEL_GRPO_METRICS_EXPORTERS": "none", "OTEL_GRPO_TRACES_EXPORTERS": "none"}
+
+
+def _cli(*args: str, extra_env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = {**os.environ, **QUIET, **(extra_env or {})}
+    return subprocess.run([sys.executable, "-m", "otel_grpo.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").open()]
+
+
+def test_resume_continues_step_count_and_run_id(tmp_path, monkeypatch):
+    for key, value in QUIET.items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "run"
+    base = [f"output_dir={out}", "progress=false"]
+    first = GRPOTrainer(load_config(preset="tiny", overrides=[*base, "steps=3"])).train()
+    second = GRPOTrainer(load_config(preset="tiny", overrides=[*base, "steps=5", "resume=true"])).train()
+    assert (first.start_step, first.last_step) == (0, 2)
+    assert (second.start_step, second.last_step) == (3, 4)
+    assert second.run_id == first.run_id
+    assert [m["step"] for m in _metrics(out)] == [0, 1, 2, 3, 4]
+    state = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert state["next_step"] == 5 and state["run_id"] == first.run_id
+
+
+def test_bad_config_fails_before_training_with_one_line(tmp_path):
+    out = tmp_path / "never"
+    proc = _cli("train", "--preset", "tiny", "--output-dir", str(out), "--set", "grpo.epsilon_high=-1")
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "grpo.epsilon_high" in lines[0], proc.stderr
+    assert not out.exists()
+
+
+def test_cli_yaml_and_flags(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("task:\n  kind: reverse\noptim:\n  lr: 0.005\n")
+    out = tmp_path / "run"
+    proc = _cli("train", "--preset", "tiny", "--config", str(cfg), "--steps", "2", "--output-dir", str(out),
+                "--run-id", "cli-run", "--seed", "3", "--no-progress", "--set", "grpo.beta=0.02")
+    assert proc.returncode == 0, proc.stderr
+    rows = _metrics(out)
+    assert [r["step"] for r in rows] == [0, 1] and rows[0]["beta"] == 0.02 and rows[0]["learning_rate"] == 0.005
+    assert "run cli-run" in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="no torchrun")
+def test_two_processes_match_one_and_only_rank0_exports(tmp_path):
+    single, multi = tmp_path / "single", tmp_path / "multi"
+    env = {**os.environ, **QUIET, "OTEL_GRPO_SPILL_SAMPLES": "true"}
+    args = ["train", "--preset", "tiny", "--steps", "2", "--no-progress", "--telemetry", "--set", "device=cpu"]
+    one = subprocess.run([sys.executable, "-m", "otel_grpo.cli", *args, "--output-dir", str(single)], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=180)
+    assert one.returncode == 0, one.stderr
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    two = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "otel_grpo.cli", *args,
+                          "--output-dir", str(multi)], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert two.returncode == 0, two.stderr[-3000:]
+    m1, m2 = _metrics(single), _metrics(multi)
+    assert len(m2) == 2  # rank 0 alone writes metrics.jsonl
+    assert set(m1[0]) == set(m2[0])
+    # Exact across ranks: counters cover both ranks' completions.
+    assert m2[0]["samples"] == 2 * m1[0]["samples"]
+    # Only rank 0 spilled samples: one selection per step, not one per rank.
+    per_step = [len((multi / "samples" / f"step_{s}.jsonl").read_text().splitlines()) for s in (0, 1)]
+    single_rows = [len((single / "samples" / f"step_{s}.jsonl").read_text().splitlines()) for s in (0, 1)]
+    assert per_step == single_rows
