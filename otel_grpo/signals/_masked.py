@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from ._partial import Stats
+from ._validate import value_check
 
 _F64 = torch.float64
 INF = float("inf")
@@ -60,3 +61,81 @@ def masked_max(x: Tensor, pad: Tensor) -> Tensor:
 def masked_min(x: Tensor, pad: Tensor) -> Tensor:
     """Min of `x` where `pad` is False (+inf if none): [B, T] -> 0-d."""
     return x.masked_fill(pad, INF).min()
+
+
+# ---- float-mask primitives for [B, T] token tensors -------------------------------
+# On CPU, selecting with a bool mask (torch.where, masked_fill) or counting a bool
+# tensor costs several times a float multiply; the IS and mismatch paths (the hot
+# ones, over every rollout token) therefore mask with arithmetic and bit operations.
+
+_INT_OF = {torch.float32: torch.int32, torch.float64: torch.int64}
+_INF_BITS = {torch.int32: 0x7F800000, torch.int64: 0x7FF0000000000000}
+
+
+class TokenMask:
+    """A [B, T] 0/1 float mask, validated, and what masking by arithmetic needs from it.
+
+    Built once per call; also owns one [B, T] scratch buffer, because on CPU a fresh
+    multi-megabyte tensor costs page faults that exceed the arithmetic on it.
+
+    Attributes:
+        mf: [B, T] the mask as 0.0 / 1.0 (float32 or float64).
+        n_row: [B] tokens per row (mf's dtype); rows: [B] bool, row has a token.
+        n: 0-d float64, tokens in the batch.
+        scratch: [B, T] buffer of mf's dtype, free for any intermediate.
+    """
+
+    __slots__ = ("mf", "n_row", "rows", "n", "scratch", "_bits", "_inf")
+
+    def __init__(self, mask: Tensor, name: str, stats: Stats, dtype: torch.dtype) -> None:
+        self.scratch = torch.empty(mask.shape, dtype=dtype, device=mask.device)
+        if mask.dtype != torch.bool:
+            # |t * (1 - t)| sums to 0 exactly when every t is 0 or 1 (NaN and inf included)
+            bad = total(torch.mul(mask, -1, out=self.scratch).add_(1).mul_(mask).abs_()) != 0
+            value_check(mask, name, bad, stats)
+        self.mf = mask if mask.dtype == dtype else mask.to(dtype)
+        self.n_row = self.mf.sum(-1)
+        self.rows = self.n_row > 0
+        self.n = self.n_row.sum(dtype=_F64)
+        self._bits = self.mf.to(_INT_OF[dtype]).neg_()  # all bits set on tokens, 0 on padding
+        self._inf = False
+
+    def zero_(self, x: Tensor) -> Tensor:
+        """Set the padding of `x` (contiguous, mf's dtype) to exactly +0.0 in place; returns `x`.
+
+        A bitwise AND of the float's bits, where `x * mask` would turn NaN * 0 into NaN.
+        """
+        if self._inf:
+            raise RuntimeError("TokenMask.zero_() after inf_()")  # a programming error, not bad input
+        x.view(self._bits.dtype).bitwise_and_(self._bits)
+        return x
+
+    def inf_(self, x: Tensor) -> Tensor:
+        """Set the padding of `x` to +inf in place, where it holds +0.0 or 1.0; returns `x`.
+
+        Both bit patterns are contained in +inf's, so a bitwise OR yields +inf.
+        """
+        if not self._inf:  # the same integer buffer: all-ones on tokens -> inf bits on padding
+            self._bits.bitwise_not_().bitwise_and_(_INF_BITS[self._bits.dtype])
+            self._inf = True
+        x.view(self._bits.dtype).bitwise_or_(self._bits)
+        return x
+
+
+def total(x: Tensor) -> Tensor:
+    """Sum of [B, T] `x` as 0-d float64: per-row sums in `x`'s dtype, then float64 across rows.
+
+    Rows are never split across ranks, so the per-row sums are the same however the
+    batch is split, and the result differs across splits only by float64 rounding.
+    """
+    return x.sum(-1).sum(dtype=_F64)
+
+
+def count_above(x: Tensor, c: float, out: Tensor) -> Tensor:
+    """Number of elements of [B, T] `x` strictly above `c`, via `out` (0-d float64)."""
+    return total(torch.sub(x, c, out=out).sign_().clamp_(min=0))
+
+
+def count_below(x: Tensor, c: float, out: Tensor) -> Tensor:
+    """Number of elements of [B, T] `x` strictly below `c`, via `out` (0-d float64)."""
+    return -total(torch.sub(x, c, out=out).sign_().clamp_(max=0))

@@ -9,10 +9,16 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import count, masked_max, masked_min
+from ._masked import TokenMask, count, total
 from ._partial import Stats
 from ._rollout_is import SAFETY_BOUND
 
+# exp(-20) and exp(20) as torch rounds them in each dtype (Python floats: clamping to
+# tensor bounds is ten times slower on CPU). Computed once, on CPU, at import.
+_EXP_BOUNDS = {
+    dt: tuple(torch.tensor([-SAFETY_BOUND, SAFETY_BOUND], dtype=dt).exp().tolist())
+    for dt in (torch.float32, torch.float64)
+}
 _EPS = 1e-8  # the seed's masked_mean epsilon (per-row means of rows without tokens are 0)
 _F64 = torch.float64
 
@@ -41,30 +47,30 @@ def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tenso
     train = v.floating(train_logprobs, "train_logprobs", dim=2)
     shape = tuple(train.shape)
     rollout = v.floating(rollout_logprobs, "rollout_logprobs", shape=shape)
-    m = v.binary(mask, "mask", stats, shape=shape)
     dtype = v.compute_dtype(train, rollout)
-    pad = ~m
-    n = count(m)
-    n_row = m.sum(-1, dtype=dtype)
-    rows = n_row > 0
+    tm = TokenMask(v.mask_like(mask, "mask", shape), "mask", stats, dtype)
+    n, n_row, rows, s = tm.n, tm.n_row, tm.rows, tm.scratch
 
-    train_row = train.to(dtype).masked_fill(pad, 0.0).sum(-1)  # [B]
-    log_ratio = (train.to(dtype) - rollout.to(dtype)).masked_fill_(pad, 0.0)  # train - rollout
-    ratio_row = log_ratio.sum(-1)  # [B]
+    # exactly 0 on padding whatever it held, as the seed's zero-padded tensors; in place
+    # on two buffers besides the scratch (fresh multi-MB tensors cost page faults on CPU)
+    train_tok = tm.zero_(train.to(dtype, copy=True).contiguous())
+    log_ratio = tm.zero_(torch.sub(train_tok, rollout, out=torch.empty_like(train_tok)))  # train - rollout
+    train_row = train_tok.sum(-1)
+    ratio_row = log_ratio.sum(-1)
     _perplexities(stats, train_row, train_row - ratio_row, n_row, rows)
-
     stats.add_mean("mismatch_kl", -ratio_row.sum(dtype=_F64), n)
-    k3 = log_ratio.exp().sub_(log_ratio).sub_(1.0)  # 0 on padding; unbounded, as the seed
-    stats.add_mean("mismatch_k3_kl", k3.sum(dtype=_F64), n)
-    abs_diff = log_ratio.abs()
-    stats.add_mean("mismatch_logprob_abs_diff", abs_diff.sum(dtype=_F64), n)
+    abs_diff = torch.abs(log_ratio, out=s)
+    stats.add_mean("mismatch_logprob_abs_diff", total(abs_diff), n)
     stats.add_max("mismatch_logprob_abs_diff_max", abs_diff.max(), n)  # padding's 0 never exceeds a valid |x|
 
-    rho = log_ratio.clamp_(-SAFETY_BOUND, SAFETY_BOUND).exp_()  # reuses log_ratio's memory; 1 on padding
-    stats.add_mean("is_ratio_mean", rho.masked_fill(pad, 0.0).sum(dtype=_F64), n)
-    stats.add_max("is_ratio_max", masked_max(rho, pad), n)
-    stats.add_min("is_ratio_min", masked_min(rho, pad), n)
-    stats.add_mean("mismatch_chi2_token", rho.sub_(1.0).square_().sum(dtype=_F64), n)  # 0 on padding
+    ratio = torch.exp(log_ratio, out=train_tok)  # 1 on padding; unbounded for k3, as the seed
+    stats.add_mean("mismatch_k3_kl", total(torch.sub(ratio, log_ratio, out=s).sub_(1.0)), n)  # 0 on padding
+    # exp is monotonic: clamping exp(x) to exp(+-20) equals exp(clamp(x, +-20)), one exp fewer
+    rho_tok = ratio.clamp_(*_EXP_BOUNDS[dtype]).mul_(tm.mf)  # +0 on padding
+    stats.add_mean("is_ratio_mean", total(rho_tok), n)
+    stats.add_max("is_ratio_max", rho_tok.max(), n)
+    stats.add_mean("mismatch_chi2_token", total(torch.sub(rho_tok, tm.mf, out=s).square_()), n)  # (rho-1)^2
+    stats.add_min("is_ratio_min", tm.inf_(rho_tok).min(), n)
 
     rho_seq = ratio_row.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
     stats.add_mean("mismatch_chi2_seq", torch.where(rows, (rho_seq - 1.0).square(), 0.0).sum(dtype=_F64), count(rows))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -52,8 +53,8 @@ class Spec:
     """QUANTILE only: the quantile in [0, 1]."""
 
 
-# Slot fields that live in the SUM-combined part of the pack.
-_FIELDS = {
+# Slot fields each part keeps in the SUM-combined part of the pack, in pack order.
+FIELDS = {
     Part.MEAN: ("sum", "count"),
     Part.STD: ("sum", "sumsq", "count"),
     Part.ESS: ("sum", "sumsq", "count"),
@@ -68,10 +69,13 @@ _FIELDS = {
 def _scalar(x: Tensor | float, like: Tensor | None = None) -> Tensor:
     """A 0-d float64 tensor; floats become tensors on `like`'s device (a host->device copy)."""
     if isinstance(x, Tensor):
+        if x.dtype == _F64 and x.dim() == 0 and not x.requires_grad:
+            return x  # the common case: stat functions hand over float64 sums and counts
         return x.detach().reshape(()).to(_F64)
     return torch.tensor(float(x), dtype=_F64, device=None if like is None else like.device)
 
 
+@lru_cache(maxsize=1024)  # the same few hundred keys every step
 def _check_key(key: str, kinds: tuple[Reduction, ...] | None = None) -> None:
     base, label = split_stat_key(key)
     signal = get(base)  # KeyError names a key the catalog lacks
@@ -205,8 +209,7 @@ class Stats:
             raise ValueError(f"stat key {key!r} combined with two recipes: {held} and {spec}")
 
     def _add(self, key: str, spec: Spec, **fields: Tensor | float) -> Stats:
-        if key not in self.specs:
-            _check_key(key)
+        _check_key(key)
         self._claim(key, spec)
         like = next((v for v in fields.values() if isinstance(v, Tensor)), None)
         for name, value in fields.items():

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import INF, count, describe, masked_max
+from ._masked import INF, count, describe, masked_max, total
 from ._partial import Stats
 
 
@@ -65,14 +65,14 @@ def policy_stats(
     stats.add_mean("clip_ratio_region_mean", count(low | high), n)
     _per_sequence_clip(stats, low, high, m)
     describe(stats, ratio, m, mean="policy_ratio_mean", min="policy_ratio_min", max="policy_ratio_max")
-    stats.add_mean("approx_kl", 0.5 * log_ratio.square().sum(dtype=torch.float64), n)
+    stats.add_mean("approx_kl", 0.5 * total(log_ratio.square()), n)
 
     if ref_logprobs is not None:
         ref = v.floating(ref_logprobs, "ref_logprobs", shape=shape)
         _reference_kl(stats, (ref - logprobs).masked_fill_(pad, 0.0), pad, n)
     if entropy is not None:
         ent = v.floating(entropy, "entropy", shape=shape)
-        stats.add_mean("entropy", torch.where(m, ent, 0.0).sum(dtype=torch.float64), n)
+        stats.add_mean("entropy", total(torch.where(m, ent, 0.0)), n)
     return stats
 
 
@@ -91,8 +91,8 @@ def _per_sequence_clip(stats: Stats, low: Tensor, high: Tensor, m: Tensor) -> No
 def _reference_kl(stats: Stats, r: Tensor, pad: Tensor, n: Tensor) -> None:
     """k3 / k1 KL to the reference from r = log pi_ref - log pi_theta ([B, T], 0 on padding)."""
     k3 = r.exp().sub_(r).sub_(1.0)  # exactly 0 where r == 0, so padding adds nothing
-    stats.add_mean("kl", k3.sum(dtype=torch.float64), n)
-    stats.add_mean("kl_k1", -r.sum(dtype=torch.float64), n)
+    stats.add_mean("kl", total(k3), n)
+    stats.add_mean("kl_k1", -total(r), n)
     stats.add_max("kl_max", masked_max(k3, pad), n)
     rows = ~pad.all(-1)
     stats.add_mean("kl_seq_mean", torch.where(rows, k3.sum(-1), 0.0).sum(dtype=torch.float64), count(rows))

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._partial import Part, Stats
+from ._partial import FIELDS, Part, Stats
 from ._reduced import ReducedStats
 
 _F64 = torch.float64
@@ -52,11 +52,10 @@ class _Layout:
         lay = cls()
         for part in Part:
             lay.keys[part] = sorted(k for k, s in stats.specs.items() if s.part is part)
-        # slots grouped by field so that finalizing is a handful of vector ops
+        # slots grouped by part, then field: finalizing is one vector op per part
         for part in _BY_PART:
-            fields = ("sum", "sumsq", "count") if part in (Part.STD, Part.ESS) else ("sum", "count")
-            for name in fields:
-                lay.sum_slots += [(k, name) for k in lay.keys[part] if (k, name) in stats.sums]
+            for name in FIELDS[part]:
+                lay.sum_slots += [(k, name) for k in lay.keys[part]]
         lay.vectors = [(k, stats.vectors[k].numel()) for k in sorted(stats.vectors)]
         lay.ids = [(k, stats.ids[k].numel()) for k in sorted(stats.ids)]
         lay.checks = sorted(stats.checks)
@@ -140,7 +139,7 @@ class _Reader:
 def _finalize(gathered: Tensor, lay: _Layout) -> Tensor:
     """[W, L] -> [values (K), valid (K), check counts, layout ok, vectors] on device."""
     read = _Reader(gathered)
-    sums = dict(zip(lay.sum_slots, read.take(len(lay.sum_slots)).sum(0).unbind()))
+    sums = read.take(len(lay.sum_slots)).sum(0)
     checks = read.take(len(lay.checks)).sum(0)
     mins = read.take(len(lay.keys[Part.MIN])).amin(0)
     maxs = read.take(len(lay.keys[Part.MAX])).amax(0)
@@ -149,40 +148,40 @@ def _finalize(gathered: Tensor, lay: _Layout) -> Tensor:
     prints = read.take(1)
     values: list[Tensor] = []
     valid: list[Tensor] = []
-    _finalize_sums(sums, lay, values, valid, mins, maxs)
+    _finalize_sums(_Reader(sums.unsqueeze(0)), lay, values, valid, mins, maxs)
     _finalize_gathered(vectors, ids, lay, values, valid)
     layout_ok = (prints == prints[0]).all().to(_F64).reshape(1)
-    out = [torch.stack(values), torch.stack(valid).to(_F64)] if values else []
+    out = [torch.cat(values), torch.cat(valid).to(_F64)] if values else []
     out += [checks, layout_ok] + [vectors[k] for k, _ in lay.vectors]
     return torch.cat(out)
 
 
-def _finalize_sums(sums, lay: _Layout, values: list, valid: list, mins: Tensor, maxs: Tensor) -> None:
-    """Means, stds, ESS, extrema and sums from the combined parts, in layout key order."""
-    for key in lay.keys[Part.MEAN]:
-        n = sums[key, "count"]
-        values.append(sums[key, "sum"] / n.clamp(min=1))
-        valid.append(n > 0)
-    for key in lay.keys[Part.STD]:
-        n, total, sumsq = sums[key, "count"], sums[key, "sum"], sums[key, "sumsq"]
-        var = (sumsq / n.clamp(min=1) - (total / n.clamp(min=1)) ** 2).clamp(min=0)
-        if key in lay.unbiased:
-            var = var * n / (n - 1).clamp(min=1)
-        values.append(torch.where(n > 1, var.sqrt(), 0.0))  # one element: 0, as the seed
-        valid.append(n > 0)
-    for key in lay.keys[Part.ESS]:
-        n, total, sumsq = sums[key, "count"], sums[key, "sum"], sums[key, "sumsq"]
-        mean_sq = sumsq / n.clamp(min=1)
-        values.append((total / n.clamp(min=1) + _ESS_EPS) ** 2 / mean_sq.clamp(min=1e-300))
-        valid.append((n > 0) & (sumsq > 0))
+def _finalize_sums(sums: _Reader, lay: _Layout, values: list, valid: list, mins: Tensor, maxs: Tensor) -> None:
+    """Means, stds, ESS, extrema and sums, one vector op per part (layout groups the slots)."""
+
+    def block(part: Part) -> Tensor:
+        return sums.take(len(lay.keys[part]))[0]
+
+    total, n = block(Part.MEAN), block(Part.MEAN)
+    values.append(total / n.clamp(min=1))
+    valid.append(n > 0)
+    total, sumsq, n = block(Part.STD), block(Part.STD), block(Part.STD)
+    var = (sumsq / n.clamp(min=1) - (total / n.clamp(min=1)) ** 2).clamp(min=0)
+    flags = [k in lay.unbiased for k in lay.keys[Part.STD]]
+    unbiased = torch.tensor(flags, dtype=torch.bool, device=var.device)
+    var = torch.where(unbiased, var * n / (n - 1).clamp(min=1), var)
+    values.append(torch.where(n > 1, var.sqrt(), 0.0))  # one element: 0, as the seed
+    valid.append(n > 0)
+    total, sumsq, n = block(Part.ESS), block(Part.ESS), block(Part.ESS)
+    values.append((total / n.clamp(min=1) + _ESS_EPS) ** 2 / (sumsq / n.clamp(min=1)).clamp(min=1e-300))
+    valid.append((n > 0) & (sumsq > 0))
     for part, extreme in ((Part.MIN, mins), (Part.MAX, maxs)):
-        for i, key in enumerate(lay.keys[part]):
-            n = sums[key, "count"]
-            values.append(torch.where(n > 0, extreme[i], 0.0))
-            valid.append(n > 0)
-    for key in lay.keys[Part.SUM]:
-        values.append(sums[key, "sum"])
-        valid.append(torch.ones((), dtype=torch.bool, device=values[-1].device))
+        n = block(part)
+        values.append(torch.where(n > 0, extreme, 0.0))
+        valid.append(n > 0)
+    total = block(Part.SUM)
+    values.append(total)
+    valid.append(torch.ones_like(total, dtype=torch.bool))
 
 
 def _finalize_gathered(vectors: dict, ids: dict, lay: _Layout, values: list, valid: list) -> None:
@@ -199,16 +198,16 @@ def _finalize_gathered(vectors: dict, ids: dict, lay: _Layout, values: list, val
         found = torch.where(torch.isnan(found), 0.0, found)  # all-NaN: marked invalid below
         quantile.update({k: (found[i], any_ok) for i, k in enumerate(keys)})
     for key in lay.keys[Part.QUANTILE]:
-        values.append(quantile[key][0])
-        valid.append(quantile[key][1])
+        values.append(quantile[key][0].reshape(1))
+        valid.append(quantile[key][1].reshape(1))
     for key in lay.keys[Part.DISTINCT]:
         sorted_ids = torch.sort(ids[key]).values
         real = sorted_ids != -1
         new = torch.ones_like(real)
         new[1:] = sorted_ids[1:] != sorted_ids[:-1]
         total = real.sum(dtype=_F64)
-        values.append((new & real).sum(dtype=_F64) / total.clamp(min=1))
-        valid.append(total > 0)
+        values.append(((new & real).sum(dtype=_F64) / total.clamp(min=1)).reshape(1))
+        valid.append((total > 0).reshape(1))
 
 
 def _unpack(host: list[float], lay: _Layout) -> ReducedStats:

@@ -17,13 +17,14 @@ sequences padded with 0): log ratios are 0 there, whatever the inputs hold.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import INF, count, masked_max, masked_min
+from ._masked import INF, TokenMask, count, count_above, count_below, total
 from ._partial import Stats
 
 SAFETY_BOUND = 20.0  # exp(20) ~ 4.9e8: no overflow in float32
@@ -74,81 +75,102 @@ def rollout_correction(
     train = v.floating(train_logprobs, "train_logprobs", dim=2)
     shape = tuple(train.shape)
     rollout = v.floating(rollout_logprobs, "rollout_logprobs", shape=shape)
-    m = v.binary(mask, "mask", stats, shape=shape)
+    dtype = v.compute_dtype(train, rollout)
+    m = v.mask_like(mask, "mask", shape)
     v.choice(level, "level", LEVELS)
     v.choice(mode, "mode", MODES)
     bounds = v.bounds(threshold, "threshold")
     mask_bounds = bounds if mask_threshold is None else v.bounds(mask_threshold, "mask_threshold")
     veto = None if veto_threshold is None else v.bounds(veto_threshold, "veto_threshold")
 
-    dtype = v.compute_dtype(train, rollout)
-    pad = ~m
-    log_ratio = (train.to(dtype) - rollout.to(dtype)).masked_fill_(pad, 0.0)
-    n_row = m.sum(-1, dtype=dtype)  # [B]
-    has_rows = n_row > 0
-    # Seed denominators "over all rows" count a rank only if it has any valid token,
-    # as the seed's merge drops ranks whose batch has none.
-    all_rows = count(has_rows.any()) * len(n_row)
-    n = count(m)
-    vetoed = _veto(stats, log_ratio, m, has_rows, n, veto)
-    if level == "token":
-        weights, keep = _token_level(stats, log_ratio, m, pad, n, n_row, has_rows, all_rows, bounds, mask_bounds, mode)
-    else:
-        weights, keep = _row_level(stats, log_ratio, m, n, n_row, has_rows, all_rows, bounds, mask_bounds, mode, level)
-    out_mask = m if keep is None else m & keep
+    tok = _Tokens.of(train, rollout, TokenMask(m, "mask", stats, dtype))
+    vetoed = _veto(stats, tok, veto)
+    step = _token_level if level == "token" else _row_level
+    weights, keep = step(stats, tok, bounds, mask_bounds, mode, level)  # 0 on padding
+    if keep is None and vetoed is None:
+        return RolloutCorrection(weights, mask, stats)  # nothing rejected: the caller's mask as is
+    out = tok.tm.mf if keep is None else tok.tm.mf * keep
     if vetoed is not None:
-        out_mask = out_mask & ~vetoed.unsqueeze(-1)
-    weights = weights.masked_fill_(pad, 0.0)
-    corrected = out_mask if mask.dtype == torch.bool else out_mask.to(mask.dtype)
-    return RolloutCorrection(weights, corrected, stats)
+        out = out * (~vetoed).unsqueeze(-1)
+    return RolloutCorrection(weights, out.to(mask.dtype), stats)
 
 
-def _veto(stats: Stats, log_ratio: Tensor, m: Tensor, has_rows: Tensor, n: Tensor, veto) -> Tensor | None:
+@dataclass(slots=True)
+class _Tokens:
+    """The shared [B, T] / [B] intermediates of one call."""
+
+    log_ratio: Tensor  # [B, T] log pi_train - log pi_rollout, exactly 0 on padding
+    tm: TokenMask
+    all_rows: Tensor  # 0-d float64: B, or 0 when no row has a token
+
+    @classmethod
+    def of(cls, train: Tensor, rollout: Tensor, tm: TokenMask) -> _Tokens:
+        # the seed sees 0 on padding (packed sequences padded with 0): so do we
+        log_ratio = tm.zero_(torch.sub(train, rollout, out=torch.empty_like(tm.mf)))
+        # The seed's "over all rows" means count a rank only when it has a valid token,
+        # as the seed's merge drops ranks whose batch has none.
+        all_rows = (tm.n > 0).to(_F64) * len(tm.n_row)
+        return cls(log_ratio, tm, all_rows)
+
+
+def _veto(stats: Stats, tok: _Tokens, veto) -> Tensor | None:
     """Veto stats; [B] True for sequences with a token ratio outside `veto` (None: no veto)."""
+    tm = tok.tm
+    rows = count(tm.rows)
     if veto is None:  # the seed reports zeros without a veto
-        stats.add_mean("rollout_is_veto_fraction", 0.0 * n, count(has_rows))
-        stats.add_mean("rollout_is_catastrophic_token_fraction", 0.0 * n, n)
+        stats.add_mean("rollout_is_veto_fraction", 0.0 * rows, rows)
+        stats.add_mean("rollout_is_catastrophic_token_fraction", 0.0 * tm.n, tm.n)
         return None
-    lower, upper = veto
-    log_lower = math.log(lower) if lower > 0 else -INF
-    bad = ((log_ratio < log_lower) | (log_ratio > math.log(upper))) & m
-    vetoed = bad.any(-1)
-    stats.add_mean("rollout_is_veto_fraction", count(vetoed), count(has_rows))
-    stats.add_mean("rollout_is_catastrophic_token_fraction", count(bad), n)
+    log_lower = math.log(veto[0]) if veto[0] > 0 else -INF
+    log_upper = math.log(veto[1])
+    x = tok.log_ratio
+    if not log_lower <= 0.0 <= log_upper:  # padding's 0 would be catastrophic: move it inside
+        x = torch.sub(1.0, tm.mf).mul_((max(log_lower, -1e30) + log_upper) / 2).add_(x)
+    bad_tokens = count_above(x, log_upper, tm.scratch) + count_below(x, log_lower, tm.scratch)
+    vetoed = (x.amax(-1) > log_upper) | (x.amin(-1) < log_lower)  # [B]
+    stats.add_mean("rollout_is_veto_fraction", count(vetoed), rows)
+    stats.add_mean("rollout_is_catastrophic_token_fraction", bad_tokens, tm.n)
     return vetoed
 
 
-def _token_level(stats, log_ratio, m, pad, n, n_row, has_rows, all_rows, bounds, mask_bounds, mode):
-    """rho_t = exp(clamp(log ratio, +-20)); metrics straight from the weights."""
-    lower, upper = bounds
-    w = log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp_()  # 1 on padding
-    w_masked = w.masked_fill(pad, 0.0)
-    stats.add_mean("rollout_is_mean", w_masked.sum(dtype=_F64), n)
-    stats.add_mean("rollout_is_ratio_fraction_high", count((w > upper) & m), n)
-    stats.add_mean("rollout_is_ratio_fraction_low", count((w < lower) & m), n)
-    stats.add_max("rollout_is_max", masked_max(w, pad), n)
-    stats.add_min("rollout_is_min", masked_min(w, pad), n)
-    clamped = w.clamp(lower, upper)
-    clamped_masked = clamped.masked_fill(pad, 0.0)
-    _spread(stats, clamped_masked.sum(dtype=_F64), (clamped_masked * clamped).sum(dtype=_F64), n)
-    _per_sequence(stats, w_masked.sum(-1) / (n_row + _EPS), has_rows, bounds)
+def _token_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, level: str):
+    """rho_t = exp(clamp(log ratio, +-20)); metrics straight from the weights.
 
+    Works in place on the log ratios' buffer and the mask's scratch buffer: two
+    [B, T] allocations (the weights and the token weights) for the whole call.
+    """
+    lower, upper = bounds
+    tm, s = tok.tm, tok.tm.scratch
+    n = tm.n
+    w = tok.log_ratio.clamp_(-SAFETY_BOUND, SAFETY_BOUND).exp_()  # 1 on padding
+    w_tok = w * tm.mf  # +0 on padding: never above a (positive) upper bound
+    row_sum = w_tok.sum(-1)
+    stats.add_mean("rollout_is_mean", row_sum.sum(dtype=_F64), n)
+    stats.add_mean("rollout_is_ratio_fraction_high", count_above(w_tok, upper, s), n)
+    stats.add_max("rollout_is_max", w_tok.max(), n)
+    tm.inf_(w)  # +inf on padding: never below a lower bound
+    stats.add_mean("rollout_is_ratio_fraction_low", count_below(w, lower, s), n)
+    stats.add_min("rollout_is_min", w.min(), n)
     keep = None
     if mode in ("mask", "both"):
         mlow, mup = mask_bounds
-        keep = (w >= mlow) & (w <= mup)
-        rejected = m & ~keep
-        stats.add_mean("rollout_is_masked_fraction", count(rejected), n)
-        # the seed: any token of the row rejected, averaged over all rows
-        stats.add_mean("rollout_is_seq_masked_fraction", count(rejected.any(-1)), all_rows)
-    weights = clamped if mode in ("truncate", "both") else w
-    return weights, keep
+        row_rejected = (w_tok.amax(-1) > mup) | (w.amin(-1) < mlow)
+        stats.add_mean("rollout_is_masked_fraction", count_above(w_tok, mup, s) + count_below(w, mlow, s), n)
+        # the seed: a row with any rejected token, averaged over all rows
+        stats.add_mean("rollout_is_seq_masked_fraction", count(row_rejected), tok.all_rows)
+        keep = (w >= mlow) & (w_tok <= mup)  # padding kept; the mask zeroes it anyway
+    clamped_tok = w.clamp_(lower, upper).mul_(tm.mf)  # in place; w_tok keeps the unclamped weights
+    _spread(stats, total(clamped_tok), total(torch.mul(clamped_tok, clamped_tok, out=s)), n)
+    _per_sequence(stats, row_sum / (tm.n_row + _EPS), tm.rows, bounds)
+    # mask mode: weights stay safety-bounded only (the seed clamps in truncate modes)
+    return (w_tok if mode == "mask" else clamped_tok), keep
 
 
-def _row_level(stats, log_ratio, m, n, n_row, has_rows, all_rows, bounds, mask_bounds, mode, level):
+def _row_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, level: str):
     """One weight per sequence from the summed (sequence) or averaged (geometric) log ratio."""
     lower, upper = bounds
-    log_w = log_ratio.sum(-1)  # [B]; 0 for rows without tokens
+    n, n_row, all_rows = tok.tm.n, tok.tm.n_row, tok.all_rows
+    log_w = tok.log_ratio.sum(-1)  # [B]; 0 for rows without tokens
     if level == "geometric":
         log_w = log_w / (n_row + _EPS)
     w = log_w.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()  # [B]
@@ -165,7 +187,7 @@ def _row_level(stats, log_ratio, m, n, n_row, has_rows, all_rows, bounds, mask_b
         stats.add_mean("rollout_is_ratio_fraction_low", (low * n_row).sum(dtype=_F64), n)
     clamped = w.clamp(lower, upper)
     _spread(stats, (clamped * n_row).sum(dtype=_F64), (clamped * clamped * n_row).sum(dtype=_F64), n)
-    _per_sequence(stats, w * n_row / (n_row + _EPS), has_rows, bounds)
+    _per_sequence(stats, w * n_row / (n_row + _EPS), tok.tm.rows, bounds)
 
     keep = None
     if mode in ("mask", "both"):
@@ -175,7 +197,7 @@ def _row_level(stats, log_ratio, m, n, n_row, has_rows, all_rows, bounds, mask_b
         stats.add_mean("rollout_is_seq_masked_fraction", count(~keep_row), all_rows)
         keep = keep_row.unsqueeze(-1)
     weights = clamped if mode in ("truncate", "both") else w
-    return weights.unsqueeze(-1).expand_as(log_ratio).clone(), keep
+    return weights.unsqueeze(-1) * tok.tm.mf, keep
 
 
 def _spread(stats: Stats, total: Tensor, sumsq: Tensor, n: Tensor) -> None:

@@ -51,14 +51,27 @@ def binary(x: object, name: str, stats: Stats, shape: Sequence[int] | None = Non
     _shape(t, name, shape, dim)
     if t.dtype == torch.bool:
         return t
-    bad = (t != 0) & (t != 1)
+    value_check(t, name, (t * (1 - t)).abs_().sum() != 0, stats)
+    return t != 0
+
+
+def mask_like(x: object, name: str, shape: Sequence[int]) -> Tensor:
+    """`x` as a bool or numeric mask tensor of `shape` (its values are checked by TokenMask)."""
+    t = tensor(x, name)
+    if t.is_complex():
+        raise ValueError(f"{name} must be bool or 0/1 numbers, got {t.dtype}")
+    _shape(t, name, shape, None)
+    return t
+
+
+def value_check(t: Tensor, name: str, bad: Tensor, stats: Stats) -> None:
+    """`name` fails its 0/1 check if `bad`: raised now on CPU, else by reduce_stats."""
     message = f"{name} must contain only 0 and 1 (or be bool)"
     if t.device.type in EAGER_VALUE_CHECK_DEVICES:
-        if bad.any():  # CPU tensor: no device-to-host transfer involved
+        if bad:  # a CPU tensor: no device-to-host transfer involved
             raise ValueError(message)
     else:
-        stats.add_check(name, bad.sum(), message)
-    return t != 0
+        stats.add_check(name, bad, message)
 
 
 def _shape(t: Tensor, name: str, shape: Sequence[int] | None, dim: int | None) -> None:

@@ -1,0 +1,130 @@
+"""IS correction + mismatch metrics: otel_grpo.signals vs the seed-004 way, same inputs, same numbers.
+
+    .venv/bin/python benchmarks/signals.py [--repeat N] [--quick]
+
+Ours: rollout_correction + mismatch_stats + reduce_stats (one all_gather, one
+host copy). The reference does it the way verl's mismatch helper (seed 004) does:
+metrics one tensor expression at a time, one `.item()` per metric, then one
+all-reduce (and `.item()`) per key to merge across ranks. Both sides run in one
+process on a 1-rank gloo group, so each pays for its real collectives. The
+script asserts that both produce the same numbers, then prints per-configuration
+medians and the speed ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "signals"))
+import seed004_reference as seed  # noqa: E402  (the seed's formulas, shared with the tests)
+
+from otel_grpo.signals import mismatch_stats, reduce_stats, rollout_correction  # noqa: E402
+
+SHAPES = ((64, 2048), (256, 4096))
+# (level, mode, veto): TIS as usually run, sequence-level rejection, everything at once
+CONFIGS = (("token", "truncate", None), ("sequence", "mask", None), ("geometric", "both", (1e-4, 1e4)))
+THRESHOLD = (0.5, 2.0)
+
+
+def make_inputs(B: int, T: int, seed_value: int = 0):
+    g = torch.Generator().manual_seed(seed_value)
+    lengths = torch.randint(T // 4, T + 1, (B,), generator=g)
+    mask = (torch.arange(T) < lengths.unsqueeze(-1)).float()
+    rollout = (-torch.rand(B, T, generator=g) * 3) * mask
+    train = (rollout + 0.05 * torch.randn(B, T, generator=g)) * mask
+    return train, rollout, mask
+
+
+def ours(train, rollout, mask, level, mode, veto):
+    weights, new_mask, stats = rollout_correction(
+        train, rollout, mask, level=level, mode=mode, threshold=THRESHOLD, veto_threshold=veto
+    )
+    reduced = reduce_stats(stats | mismatch_stats(train, rollout, mask))
+    return weights, new_mask, dict(reduced)
+
+
+def seed_way(train, rollout, mask, level, mode, veto):
+    """What the seed does per step on one rank: metrics, .item() each, then a collective per key."""
+    local = {"valid": mask.any().item()}
+    local.update({k: v.item() for k, v in seed.mismatch(train, rollout, mask).items()})
+    weights, new_mask, metrics = seed.rollout_is(
+        train, rollout, mask, level, mode, THRESHOLD[::-1], None, None if veto is None else veto[::-1]
+    )
+    local.update({k: v.item() for k, v in metrics.items()})
+    local.pop("valid")
+    return weights, new_mask, seed.merge_per_key([local], dist)
+
+
+def check_same(a: dict, b: dict, label: str) -> None:
+    """Every seed metric is ours too, with the same value (ours adds is_ratio_*, chi2, abs-diff max)."""
+    assert set(b) <= set(a), (label, set(b) - set(a))
+    for key in b:
+        x, y = a[key], b[key]
+        if key == "rollout_is_std":
+            # the seed's float32 E[w^2] - E[w]^2 cancels for weights near 1: compare variances
+            x, y = x * x, y * y
+        assert abs(x - y) <= 1e-4 * max(abs(x), abs(y)) + 1e-5, (label, key, x, y)
+
+
+def median_seconds(fn, repeat: int) -> float:
+    fn()  # warm-up: allocator, thread pool
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--quick", action="store_true", help="smallest shape only, 3 repeats")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
+    args = parser.parse_args()
+    # One thread by default: on a shared 2-core machine a second intra-op thread mostly
+    # waits for a core, which adds noise to both sides rather than speed.
+    torch.set_num_threads(args.threads)
+    shapes, repeat = (SHAPES[:1], 3) if args.quick else (SHAPES, args.repeat)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", world_size=1, rank=0)
+    print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads")  # fmt: skip
+    print(f"{'B x T':>11} {'level':>9} {'mode':>8} {'veto':>5} {'seed-way ms':>12} {'ours ms':>8} {'ratio':>6}")
+    ratios = []
+    for B, T in shapes:
+        inputs = make_inputs(B, T)
+        for level, mode, veto in CONFIGS:
+            w1, m1, a = ours(*inputs, level, mode, veto)
+            w2, m2, b = seed_way(*inputs, level, mode, veto)
+            torch.testing.assert_close(w1, w2, rtol=1e-5, atol=0)
+            assert torch.equal(m1, m2)
+            check_same(a, b, f"{B}x{T} {level}/{mode}")
+            t_seed = median_seconds(lambda: seed_way(*inputs, level, mode, veto), repeat)
+            t_ours = median_seconds(lambda: ours(*inputs, level, mode, veto), repeat)
+            ratios.append(t_seed / t_ours)
+            print(f"{B:>4} x {T:<4} {level:>9} {mode:>8} {'yes' if veto else 'no':>5} "
+                  f"{t_seed * 1e3:>12.1f} {t_ours * 1e3:>8.1f} {ratios[-1]:>5.1f}x")  # fmt: skip
+    print(f"same numbers: yes; median ratio {statistics.median(ratios):.1f}x (min {min(ratios):.1f}x)")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
