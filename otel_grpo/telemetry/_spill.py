@@ -23,15 +23,19 @@ def _json_safe(value: Any) -> Any:
 
 
 class SampleSpill:
-    """Appends sample records to `<output_dir>/samples/step_<step>.jsonl`; never raises."""
+    """Appends sample records to `<output_dir>/samples/step_<step>.jsonl`; never raises.
 
-    def __init__(self, output_dir: Path) -> None:
+    `suffix` keeps ranks apart when every rank exports (`step_3_rank1.jsonl`).
+    """
+
+    def __init__(self, output_dir: Path, suffix: str = "") -> None:
         self.directory = Path(output_dir) / "samples"
+        self._suffix = suffix
         self._failed = False
         self.written = 0
 
     def path(self, step: int) -> Path:
-        return self.directory / f"step_{step}.jsonl"
+        return self.directory / f"step_{step}{self._suffix}.jsonl"
 
     def write(self, step: int, records: Iterable[Mapping[str, Any]]) -> None:
         lines = [

@@ -156,7 +156,8 @@ class Telemetry:
             base["rank"] = self.rank  # per-rank series would otherwise collide
         self._tracer = self._tracer_provider.get_tracer(_SCOPE)
         instruments = Instruments(self._meter_provider.get_meter(_SCOPE), base)
-        spill = SampleSpill(settings.output_dir) if settings.spill_samples and self.exporting else None
+        suffix = f"_rank{self.rank}" if "rank" in base else ""  # ranks must not append to one file
+        spill = SampleSpill(settings.output_dir, suffix) if settings.spill_samples and self.exporting else None
         self.spill = spill
         self._emitter = Emitter(settings, instruments, self._tracer, spill)
         atexit.register(self.shutdown)

@@ -158,8 +158,10 @@ def test_rank_attribute_only_when_every_rank_exports(make_captured, monkeypatch)
     loud = make_captured(export_all_ranks=True)
     with loud.tel.step(0) as s:
         s.record({"kl": 0.1})
+        s.samples([{"reward": 1.0}])
     (point,) = loud.metrics()["grpo.kl"].data.data_points
     assert dict(point.attributes) == {"run_id": "test-run", "rank": 1}
+    assert [p.name for p in (loud.output_dir / "samples").iterdir()] == ["step_0_rank1.jsonl"]
 
 
 def test_negative_per_sample_values_reach_signed_histograms(captured, caplog):
