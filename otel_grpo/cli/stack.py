@@ -50,7 +50,9 @@ def _serve_until_interrupted(stack) -> None:
     from otel_grpo.stack import StackError
 
     stop = threading.Event()
+    # Both explicitly: a shell starting us in the background leaves SIGINT ignored.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     typer.echo("Ctrl-C stops the stack.")
     try:
         while not stop.wait(1.0):
@@ -118,6 +120,7 @@ def demo(
         typer.echo("interrupted.")
     finally:
         stack.stop()
+        typer.echo("stopped.")
 
 
 @app.command()

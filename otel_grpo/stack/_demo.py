@@ -24,6 +24,7 @@ import httpx
 from ._local import LocalStack, StackSettings
 
 FAULT_KINDS = ("kl-spike", "rollout-drift", "stall", "nan")
+RECORD_GRACE_S = 3.0
 
 
 @dataclass(kw_only=True, slots=True)
@@ -38,7 +39,7 @@ class DemoSettings:
     """`KIND@STEP`, as the trainer's --fault takes them."""
     trainer_args: tuple[str, ...] = ()
     """Further arguments for `otel-grpo train` (for example a config override)."""
-    settle_s: float = 20.0
+    settle_s: float = 10.0
     """After the trainer exits, how long to wait for fired alerts to reach the sidecar."""
     trainer_log: Path | None = None
     """Send the trainer's output here instead of the terminal."""
@@ -82,7 +83,13 @@ class AlertWatcher:
         self.suppressed: set[str] = set()
         """Inhibited or silenced in Alertmanager: never delivered to a receiver."""
         self._stop = threading.Event()
+        self._recording = True
         self._thread = threading.Thread(target=self._loop, name="alert-watcher", daemon=True)
+
+    def freeze(self) -> None:
+        """Stop recording: alerts after the run (GRPOMetricsAbsent, once the trainer is
+        gone) say nothing about the run itself."""
+        self._recording = False
 
     def __enter__(self) -> "AlertWatcher":
         self._thread.start()
@@ -94,6 +101,8 @@ class AlertWatcher:
 
     def poll(self, client: httpx.Client) -> None:
         s, run = self.settings, self.run_id
+        if not self._recording:
+            return
         try:
             r = client.get(f"{s.prometheus_url}/api/v1/query",
                            params={"query": f'ALERTS{{alertstate="firing", run_id="{run}"}}'})
@@ -190,7 +199,10 @@ def run_demo(stack: LocalStack, demo: DemoSettings) -> DemoSummary:
                 proc.terminate()  # the trainer flushes telemetry on SIGTERM / Ctrl-C
                 code = proc.wait()
                 raise
-            in_sidecar = _settle(watcher, settings, demo.run_id, demo.settle_s)
+            # A few evaluations more: an alert whose `for:` ends with the last step still counts.
+            time.sleep(RECORD_GRACE_S)
+            watcher.freeze()
+            in_sidecar = _settle(watcher, settings, demo.run_id, demo.settle_s) & watcher.prometheus
     finally:
         if log:
             log.close()
