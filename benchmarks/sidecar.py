@@ -209,10 +209,15 @@ def run_ingest(tmp: Path, requests: int, spans: int) -> dict:
             "rss_after_ingest": rss}
 
 
-def run_queries(tmp: Path, samples: int, per_step: int, n: int) -> dict:
-    db = tmp / "query.db"
+def run_queries(db: Path, samples: int, per_step: int, n: int) -> dict:
     t = time.perf_counter()
-    steps = bulk_load(db, samples, per_step, random.Random(1))
+    if db.exists():  # --query-db: a store loaded by an earlier run (loading 1M samples takes minutes)
+        store = Store.open(db)
+        steps = len(store.steps("big", ["kl"]))
+        assert store.runs()[0]["sample_count"] >= samples, "the kept store has fewer samples than asked"
+        store.close()
+    else:
+        steps = bulk_load(db, samples, per_step, random.Random(1))
     load_s = time.perf_counter() - t
     proc, url = start_sidecar(db)
     out = {"samples": samples, "steps": steps, "load_s": load_s, "db_mib": os.path.getsize(db) / 2**20}
@@ -243,12 +248,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     ap.add_argument("--samples", type=int, default=1_000_000)
     ap.add_argument("--dir", type=Path, default=None, help="where the databases go (default: a temp folder)")
+    ap.add_argument("--query-db", type=Path, default=None,
+                    help="keep the query store here and reuse it if it exists (skips the bulk load)")
     args = ap.parse_args()
     requests, spans, samples, n = (4, 4, 20_000, 50) if args.quick else (40, 8, args.samples, 400)
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         tmp = Path(d)
         ing = run_ingest(tmp, requests, spans)
-        q = run_queries(tmp, samples, 1000, n)
+        q = run_queries(args.query_db or tmp / "query.db", samples, 1000, n)
     print(f"# sidecar benchmark  {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC  {platform.node()}  "
           f"{os.cpu_count()} cpus  python {platform.python_version()}")
     print(f"\ningest: {ing['events']} events in {requests} requests of {spans} spans x 64 events ({ing['mb']:.1f} MiB)")

@@ -55,3 +55,18 @@ def test_retention_by_steps_runs_and_age(tmp_path, otlp):
     assert store.apply_retention(max_age_s=3600)["runs"] == 0  # nothing is an hour old
     assert store.apply_retention(max_age_s=1, now=10**10)["runs"] == 1  # everything is old by then
     assert store.runs() == []
+
+
+def test_v1_database_is_migrated_and_backfilled(tmp_path):
+    from otel_grpo.sidecar.store._schema import MIGRATIONS, _split
+
+    conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    for statement in _split(MIGRATIONS[0]):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("INSERT INTO runs (run_id, first_seen, last_update) VALUES ('r', 0, 0)")
+    conn.execute("""INSERT INTO steps (run_id, step, end_time, updated_at, metrics) VALUES ('r', 3, 1, 1, '{"kl": 0.5}')""")
+    conn.close()
+    store = Store.open(tmp_path / "old.db")
+    assert store.found_version == 1
+    assert store.steps("r", ["kl"]) == [{"kl": 0.5, "run_id": "r", "step": 3, "time": "1970-01-01T00:00:01.000Z"}]

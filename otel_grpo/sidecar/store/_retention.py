@@ -8,12 +8,12 @@ _ORPHAN_PHASE_S = 3600.0  # a phase whose step span never came is kept this long
 
 
 def _delete_run(conn: sqlite3.Connection, run_id: str, counts: dict[str, int]) -> None:
-    for table in ("samples", "steps", "step_spans", "phases", "runs"):
+    for table in ("samples", "steps", "step_values", "step_spans", "phases", "runs"):
         counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,)).rowcount
 
 
 def _delete_before(conn: sqlite3.Connection, run_id: str, step: int, counts: dict[str, int]) -> None:
-    for table in ("samples", "steps", "step_spans", "phases"):
+    for table in ("samples", "steps", "step_values", "step_spans", "phases"):
         counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ? AND step < ?", (run_id, step)).rowcount
 
 
@@ -31,7 +31,7 @@ def _refresh_run(conn: sqlite3.Connection, run_id: str) -> None:
 
 def apply(conn: sqlite3.Connection, max_runs: int | None, max_steps: int | None,
           max_age_s: float | None, now: float) -> dict[str, int]:
-    counts = dict.fromkeys(("samples", "steps", "step_spans", "phases", "runs", "alerts"), 0)
+    counts = dict.fromkeys(("samples", "steps", "step_values", "step_spans", "phases", "runs", "alerts"), 0)
     if max_runs is not None:
         old = conn.execute("SELECT run_id FROM runs ORDER BY last_update DESC LIMIT -1 OFFSET ?", (max_runs,)).fetchall()
         for (run_id,) in old:
@@ -43,6 +43,10 @@ def apply(conn: sqlite3.Connection, max_runs: int | None, max_steps: int | None,
             _delete_run(conn, run_id, counts)
         n = conn.execute("DELETE FROM samples WHERE time < ?", (cutoff,)).rowcount
         m = conn.execute("DELETE FROM steps WHERE coalesce(end_time, updated_at) < ?", (cutoff,)).rowcount
+        if m:
+            counts["step_values"] += conn.execute(
+                "DELETE FROM step_values WHERE NOT EXISTS (SELECT 1 FROM steps AS s WHERE s.run_id = "
+                "step_values.run_id AND s.step = step_values.step)").rowcount
         counts["samples"] += n
         counts["steps"] += m
         counts["alerts"] += conn.execute("DELETE FROM alerts WHERE received_at < ?", (cutoff,)).rowcount

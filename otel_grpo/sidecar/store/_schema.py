@@ -54,7 +54,18 @@ CREATE TABLE alerts (
 CREATE INDEX alerts_run ON alerts (run_id, status);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+# v2: one row per (step, scalar) as well, so selecting a few metrics over many steps reads an
+# index instead of parsing every step's JSON object. Backfilled from the v1 objects.
+_V2 = """
+CREATE TABLE step_values (
+    run_id TEXT NOT NULL, key TEXT NOT NULL, step INTEGER NOT NULL, value REAL,
+    PRIMARY KEY (run_id, key, step)
+) WITHOUT ROWID;
+INSERT INTO step_values (run_id, key, step, value)
+    SELECT s.run_id, j.key, s.step, j.value FROM steps AS s, json_each(s.metrics) AS j;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

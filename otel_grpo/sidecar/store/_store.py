@@ -36,6 +36,10 @@ ON CONFLICT (run_id, step) DO UPDATE SET
     updated_at = excluded.updated_at,
     metrics = json_patch(metrics, excluded.metrics)
 """
+_VALUE_UPSERT = """
+INSERT INTO step_values (run_id, key, step, value) VALUES (?, ?, ?, ?)
+ON CONFLICT (run_id, key, step) DO UPDATE SET value = excluded.value
+"""
 _RUN_UPSERT = """
 INSERT INTO runs (run_id, service_name, model, host, first_seen, last_update) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET
@@ -121,6 +125,8 @@ class Store(_queries.Reads):
                                            info.get("host.name"), now, now))
             conn.executemany(_STEP_UPSERT, [
                 (s.run_id, s.step, s.start, s.end, now, json.dumps(s.metrics, separators=(",", ":"))) for s in batch.steps])
+            conn.executemany(_VALUE_UPSERT, [
+                (s.run_id, key, s.step, value) for s in batch.steps for key, value in s.metrics.items()])
             conn.executemany("INSERT OR REPLACE INTO step_spans VALUES (?, ?, ?)",
                              [(s.span_id, s.run_id, s.step) for s in batch.steps])
             self._write_phases(conn, batch, now)
@@ -144,8 +150,9 @@ class Store(_queries.Reads):
             sums = conn.execute("SELECT name, sum(duration) FROM phases WHERE run_id = ? AND step = ? GROUP BY name",
                                 (run_id, step)).fetchall()
             if sums:
-                metrics = json.dumps({PHASE_COLUMN + name: total for name, total in sums})
-                conn.execute(_STEP_UPSERT, (run_id, step, None, None, now, metrics))
+                values = {PHASE_COLUMN + name: total for name, total in sums}
+                conn.execute(_STEP_UPSERT, (run_id, step, None, None, now, json.dumps(values)))
+                conn.executemany(_VALUE_UPSERT, [(run_id, k, step, v) for k, v in values.items()])
                 conn.execute(_RUN_UPSERT, (run_id, None, None, None, now, now))
 
     def _write_samples(self, conn: sqlite3.Connection, batch: Batch) -> dict[str, int]:
