@@ -110,6 +110,15 @@ class TokenMask:
         x.view(self._bits.dtype).bitwise_and_(self._bits)
         return x
 
+    def zeroed(self, x: Tensor) -> Tensor:
+        """A copy of `x` (mf's dtype) with padding +0.0: the copy and the AND in one pass."""
+        if self._inf:
+            raise RuntimeError("TokenMask.zeroed() after inf_()")
+        x = x.to(self.mf.dtype)
+        out = torch.empty_like(self.mf)
+        torch.bitwise_and(x.view(self._bits.dtype), self._bits, out=out.view(self._bits.dtype))
+        return out
+
     def inf_(self, x: Tensor) -> Tensor:
         """Set the padding of `x` to +inf in place, where it holds +0.0 or 1.0; returns `x`.
 

@@ -53,7 +53,7 @@ def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tenso
 
     # exactly 0 on padding whatever it held, as the seed's zero-padded tensors; in place
     # on two buffers besides the scratch (fresh multi-MB tensors cost page faults on CPU)
-    train_tok = tm.zero_(train.to(dtype, copy=True).contiguous())
+    train_tok = tm.zeroed(train)
     log_ratio = tm.zero_(torch.sub(train_tok, rollout, out=torch.empty_like(train_tok)))  # train - rollout
     train_row = train_tok.sum(-1)
     ratio_row = log_ratio.sum(-1)

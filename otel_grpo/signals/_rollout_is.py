@@ -89,10 +89,10 @@ def rollout_correction(
     weights, keep = step(stats, tok, bounds, mask_bounds, mode, level)  # 0 on padding
     if keep is None and vetoed is None:
         return RolloutCorrection(weights, mask, stats)  # nothing rejected: the caller's mask as is
-    out = tok.tm.mf if keep is None else tok.tm.mf * keep
-    if vetoed is not None:
-        out = out * (~vetoed).unsqueeze(-1)
-    return RolloutCorrection(weights, out.to(mask.dtype), stats)
+    if vetoed is not None:  # fold the per-sequence veto into the keep factor: one [B, T] pass
+        kept_rows = (~vetoed).unsqueeze(-1).to(tok.tm.mf.dtype)
+        keep = kept_rows if keep is None else keep * kept_rows
+    return RolloutCorrection(weights, (tok.tm.mf * keep).to(mask.dtype), stats)
 
 
 @dataclass(slots=True)
@@ -195,7 +195,7 @@ def _row_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, level
         keep_row = (w >= mlow) & (w <= mup)
         stats.add_mean("rollout_is_masked_fraction", (~keep_row * n_row).sum(dtype=_F64), n)
         stats.add_mean("rollout_is_seq_masked_fraction", count(~keep_row), all_rows)
-        keep = keep_row.unsqueeze(-1)
+        keep = keep_row.unsqueeze(-1).to(n_row.dtype)  # [B, 1]
     weights = clamped if mode in ("truncate", "both") else w
     return weights.unsqueeze(-1) * tok.tm.mf, keep
 
