@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 from otel_grpo import catalog
 from otel_grpo.catalog import Group
 
-from ._panels import INFINITY, PROM, RATE, RUN, Panel, Query, render, row, signal_queries, unit_of
+from ._panels import PROM, RUN, Panel, Query, render, row, signal_queries, unit_of
 
 SIDECAR_PAGE_LIMIT = 200
 
@@ -230,4 +230,4 @@ def dashboard_files() -> dict[str, str]:
     return {f"grafana/dashboards/{name}": render_json(d) for name, d in dashboards().items()}
 
 
-__all__ = ["INFINITY", "PROM", "RATE", "dashboard_files", "dashboards", "overview", "render_json"]
+__all__ = ["dashboard_files", "dashboards", "overview", "render_json"]
