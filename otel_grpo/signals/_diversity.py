@@ -35,13 +35,8 @@ def diversity_stats(completion_ids: Tensor, mask: Tensor, *, width: int | None =
     if width < length:
         raise ValueError(f"width {width} is smaller than the completion length T={length}")
     ids = ids.to(torch.int64)
-    out_of_range = ((ids < 0) | (ids >= _ID_LIMIT)) & m
-    message = f"completion_ids must lie in [0, 2**31) on valid tokens"
-    if ids.device.type in v.EAGER_VALUE_CHECK_DEVICES:
-        if out_of_range.any():  # CPU tensor: no device-to-host transfer involved
-            raise ValueError(message)
-    else:
-        stats.add_check("completion_ids", out_of_range.sum(), message)
+    out_of_range = (((ids < 0) | (ids >= _ID_LIMIT)) & m).sum()
+    v.value_check(ids, "completion_ids", out_of_range, stats, "completion_ids must lie in [0, 2**31) on valid tokens")
 
     unigrams = torch.where(m, ids, -1)
     pair_ok = m[:, :-1] & m[:, 1:]

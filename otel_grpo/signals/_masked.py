@@ -48,19 +48,9 @@ def describe(
     return stats
 
 
-def row_counts(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """Valid tokens per row: [B, T] bool -> [B] of `dtype`."""
-    return mask.sum(-1, dtype=dtype)
-
-
 def masked_max(x: Tensor, pad: Tensor) -> Tensor:
     """Max of `x` where `pad` is False (-inf if none): [B, T] -> 0-d."""
     return x.masked_fill(pad, -INF).max()
-
-
-def masked_min(x: Tensor, pad: Tensor) -> Tensor:
-    """Min of `x` where `pad` is False (+inf if none): [B, T] -> 0-d."""
-    return x.masked_fill(pad, INF).min()
 
 
 # ---- float-mask primitives for [B, T] token tensors -------------------------------

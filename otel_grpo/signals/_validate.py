@@ -64,9 +64,9 @@ def mask_like(x: object, name: str, shape: Sequence[int]) -> Tensor:
     return t
 
 
-def value_check(t: Tensor, name: str, bad: Tensor, stats: Stats) -> None:
-    """`name` fails its 0/1 check if `bad`: raised now on CPU, else by reduce_stats."""
-    message = f"{name} must contain only 0 and 1 (or be bool)"
+def value_check(t: Tensor, name: str, bad: Tensor, stats: Stats, message: str | None = None) -> None:
+    """`name` fails a check on its values if `bad`: raised now on CPU, else by reduce_stats."""
+    message = message or f"{name} must contain only 0 and 1 (or be bool)"
     if t.device.type in EAGER_VALUE_CHECK_DEVICES:
         if bad:  # a CPU tensor: no device-to-host transfer involved
             raise ValueError(message)

@@ -113,3 +113,16 @@ def test_veto_rejects_whole_sequences():
     r = reduce_stats(stats)
     assert r["rollout_is_veto_fraction"] == 0.5
     assert r["rollout_is_catastrophic_token_fraction"] == pytest.approx(1 / 6)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_unusual_bounds_match_the_seed(level):
+    """A veto band that excludes ratio 1 (padding's) and a lower threshold of 0."""
+    (train, rollout), (train0, rollout0), mask = _batch(5, scale=0.8)
+    weights, new_mask, stats = rollout_correction(
+        train, rollout, mask, level=level, mode="both", threshold=(0.0, 1.5), veto_threshold=(1.1, 50.0)
+    )
+    ref_w, ref_mask, ref_metrics = seed.rollout_is(train0, rollout0, mask, level, "both", (1.5, 0.0), None, (50.0, 1.1))
+    torch.testing.assert_close(weights, ref_w, rtol=1e-6, atol=0)
+    torch.testing.assert_close(new_mask, ref_mask)
+    _assert_matches(reduce_stats(stats), ref_metrics)
