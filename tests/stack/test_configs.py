@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -109,3 +110,18 @@ def test_collector_pipelines(root):
     collector_job = next(j for j in prom["scrape_configs"] if j["job_name"] == "otel-collector")
     assert collector_job["honor_labels"] is True
     assert collector_job["static_configs"][0]["targets"] == ["otel-collector:8889"]
+
+
+def test_compose_commands_use_flags_the_cli_has(root):
+    """Every `--flag` a compose service passes to `otel-grpo` exists on that command."""
+    compose = yaml.safe_load((root / "docker-compose.yml").read_text())
+    for name, svc in compose["services"].items():
+        command = svc.get("command")
+        if not command or not svc["image"].startswith("otel-grpo"):
+            continue
+        sub, flags = command[0], [a for a in command[1:] if a.startswith("--")]
+        out = subprocess.run([sys.executable, "-m", "otel_grpo.cli", sub, "--help"], capture_output=True,
+                             text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+        assert out.returncode == 0, (name, out.stderr)
+        for flag in flags:
+            assert flag in out.stdout, (name, sub, flag)
