@@ -80,6 +80,8 @@ class GRPOTrainer:
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
         self.start_step, self.num_tokens, state = 0, 0.0, None
         self.run_id, self.output_dir = self._resolve_run()
+        if self.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
         if cfg.resume and (self.output_dir / CHECKPOINT).exists():
             state = load_checkpoint(self.output_dir / CHECKPOINT)
             policy.load_state_dict(state["model"])
@@ -131,8 +133,6 @@ class GRPOTrainer:
     # ---- the loop ----------------------------------------------------------------------
     def train(self) -> TrainResult:
         cfg, history = self.cfg, []
-        if self.is_main:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
         progress = Progress(cfg.steps, self.start_step, cfg.progress and self.is_main)
         step = self.start_step - 1
         try:
