@@ -210,12 +210,19 @@ class Stats:
 
     def _add(self, key: str, spec: Spec, **fields: Tensor | float) -> Stats:
         _check_key(key)
-        self._claim(key, spec)
-        like = next((v for v in fields.values() if isinstance(v, Tensor)), None)
+        held = self.specs.setdefault(key, spec)
+        if held != spec:
+            raise ValueError(f"stat key {key!r} combined with two recipes: {held} and {spec}")
+        like = None  # plain floats go to the device of a tensor field
+        for value in fields.values():
+            if isinstance(value, Tensor):
+                like = value
+                break
+        sums = self.sums
         for name, value in fields.items():
             value = _scalar(value, like)
             slot = (key, name)
-            self.sums[slot] = self.sums[slot] + value if slot in self.sums else value
+            sums[slot] = sums[slot] + value if slot in sums else value
         return self
 
     @staticmethod
