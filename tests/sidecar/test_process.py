@@ -81,7 +81,7 @@ def test_cli_flags_and_environment(sidecar_factory, tmp_path, otlp):
 
 
 def test_schemathesis_finds_no_server_errors(sidecar, otlp):
-    body = otlp.request(otlp.spans("st-run", range(3), samples=3)).SerializeToString()
+    body = otlp.request(otlp.spans("run-a", range(3), samples=3)).SerializeToString()  # the schema's example
     assert httpx.post(sidecar.url + "/v1/traces", content=body, headers=PB).status_code == 200
     cli = shutil.which("schemathesis", path=str(__import__("pathlib").Path(sys.executable).parent))
     result = subprocess.run(

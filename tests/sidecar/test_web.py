@@ -12,7 +12,8 @@ import time
 
 import httpx
 import pytest
-import websocket
+
+websocket = pytest.importorskip("websocket", reason="needs websocket-client (the dev extra)")
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (make system-deps)")]

@@ -7,7 +7,7 @@ import secrets
 import threading
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, Response
+from fastapi import Depends, HTTPException, Path, Request, Response
 
 from .._metrics import SidecarMetrics
 from .._settings import SidecarSettings
@@ -54,6 +54,7 @@ StoreDep = Annotated[Store, Depends(get_store)]
 SettingsDep = Annotated[SidecarSettings, Depends(get_settings)]
 MetricsDep = Annotated[SidecarMetrics, Depends(get_metrics)]
 GateDep = Annotated[IngestGate, Depends(get_gate)]
+RunId = Annotated[str, Path(description="The run's `grpo.run_id`.", examples=["run-a"])]
 
 
 def _check_bearer(request: Request, expected: str | None, metrics: SidecarMetrics) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Response
 
 from ...schemas import Message, RunPublic, StepRow
-from ..deps import FastJSON, StoreDep, bad_param, not_found_run, require_read
+from ..deps import FastJSON, RunId, StoreDep, bad_param, not_found_run, require_read
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], dependencies=[Depends(require_read)])
 _404 = {404: {"model": Message, "description": "Unknown run."}}
@@ -20,7 +20,7 @@ def list_runs(store: StoreDep) -> FastJSON:
 
 
 @router.get("/{run_id}", response_model=RunPublic, response_class=FastJSON, responses=_404)
-def get_run(run_id: str, store: StoreDep) -> FastJSON:
+def get_run(run_id: RunId, store: StoreDep) -> FastJSON:
     """One run."""
     for run in store.runs():
         if run["run_id"] == run_id:
@@ -38,7 +38,7 @@ def split_list(values: list[str] | None) -> list[str] | None:
 
 @router.get("/{run_id}/steps", response_model=list[StepRow], response_class=FastJSON, responses=_404)
 def list_steps(
-    run_id: str,
+    run_id: RunId,
     store: StoreDep,
     metrics: Annotated[list[str] | None, Query(description="Columns to return (comma-separated or repeated); default: all.")] = None,
     step_min: Annotated[int | None, Query(description="First step (inclusive).")] = None,
@@ -61,7 +61,7 @@ def list_steps(
 
 
 @router.get("/{run_id}/metrics", response_model=list[str], response_class=FastJSON, responses=_404)
-def list_metric_keys(run_id: str, store: StoreDep) -> FastJSON:
+def list_metric_keys(run_id: RunId, store: StoreDep) -> FastJSON:
     """The scalar column names the run's steps carry."""
     if not store.run_exists(run_id):
         raise not_found_run(run_id)

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from ...schemas import Message, SampleRow
 from ...store import SAMPLE_CORE_COLUMNS, SampleQuery
 from ...store._queries import COLUMN_RE
-from ..deps import FastJSON, StoreDep, bad_param, not_found_run, require_read
+from ..deps import FastJSON, RunId, StoreDep, bad_param, not_found_run, require_read
 
 router = APIRouter(prefix="/api/runs/{run_id}", tags=["samples"], dependencies=[Depends(require_read)])
 _404 = {404: {"model": Message, "description": "Unknown run."}}
@@ -53,7 +53,7 @@ def _rows(store, run_id: str, query: SampleQuery, max_limit: int) -> list[dict]:
 
 
 @router.get("/samples", response_model=list[SampleRow], response_class=FastJSON, responses=_404)
-def list_samples(run_id: str, store: StoreDep, query: QueryDep) -> FastJSON:
+def list_samples(run_id: RunId, store: StoreDep, query: QueryDep) -> FastJSON:
     """Samples as flat rows (every event attribute is a column), filtered and ordered."""
     return FastJSON(_rows(store, run_id, query, 10_000))
 
@@ -66,7 +66,7 @@ def _columns(rows: list[dict]) -> list[str]:
 
 
 @router.get("/samples.csv", response_class=Response, responses={**_404, 200: {"content": {"text/csv": {}}}})
-def export_csv(run_id: str, store: StoreDep, query: QueryDep) -> Response:
+def export_csv(run_id: RunId, store: StoreDep, query: QueryDep) -> Response:
     """The same rows as CSV; the header is the union of all columns."""
     rows = _rows(store, run_id, query, _EXPORT_MAX)
     buf = io.StringIO()
@@ -80,7 +80,7 @@ def export_csv(run_id: str, store: StoreDep, query: QueryDep) -> Response:
 
 @router.get("/samples.jsonl", response_class=Response,
             responses={**_404, 200: {"content": {"application/x-ndjson": {}}}})
-def export_jsonl(run_id: str, store: StoreDep, query: QueryDep) -> Response:
+def export_jsonl(run_id: RunId, store: StoreDep, query: QueryDep) -> Response:
     """The same rows as JSON Lines, one sample per line."""
     rows = _rows(store, run_id, query, _EXPORT_MAX)
     body = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)
@@ -88,7 +88,7 @@ def export_jsonl(run_id: str, store: StoreDep, query: QueryDep) -> Response:
 
 
 @router.get("/sample-steps", response_model=list[int], response_class=FastJSON, responses=_404)
-def list_sample_steps(run_id: str, store: StoreDep,
+def list_sample_steps(run_id: RunId, store: StoreDep,
                       limit: Annotated[int, Query(ge=1, le=100_000)] = 5000) -> FastJSON:
     """Steps that have samples, newest first (the web page's step picker)."""
     if not store.run_exists(run_id):
