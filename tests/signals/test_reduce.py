@@ -81,3 +81,26 @@ def test_float64_inputs_stay_float64():
     lp = torch.zeros(2, 3, dtype=torch.float64)
     weights, _, _ = rollout_correction(lp, lp - 1e-12, torch.ones(2, 3))
     assert weights.dtype == torch.float64
+
+
+def test_finalize_formulas_on_hand_made_parts():
+    """Two 'micro-batches' of the values [1, 2] and [3, 6] built by hand, merged, finalized."""
+    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    parts = []
+    for xs in ([1.0, 2.0], [3.0, 6.0]):
+        x = t(xs)
+        s = Stats().add_mean("kl", x.sum(), len(xs))
+        s.add_std("reward_std", x.sum(), (x * x).sum(), t(2.0), unbiased=True)
+        s.add_std("rollout_is_std", x.sum(), (x * x).sum(), t(2.0), unbiased=False)
+        s.add_ess("rollout_is_eff_sample_size", x.sum(), (x * x).sum(), t(2.0))
+        s.add_min("reward_min", x.min(), 2).add_max("reward_max", x.max(), 2).add_sum("tokens", x.sum())
+        parts.append(s.add_samples("sample_reward", x, {"reward_p50": 0.5, "reward_p95": 0.95}))
+    r = reduce_stats(Stats.merge(*parts))
+    values = torch.tensor([1.0, 2.0, 3.0, 6.0], dtype=torch.float64)
+    assert r["kl"] == 3.0 and r["tokens"] == 12.0
+    assert r["reward_std"] == pytest.approx(values.std().item())  # n - 1
+    assert r["rollout_is_std"] == pytest.approx(values.std(unbiased=False).item())  # n
+    assert r["rollout_is_eff_sample_size"] == pytest.approx((3.0 + 1e-8) ** 2 / (50 / 4))
+    assert (r["reward_min"], r["reward_max"]) == (1.0, 6.0)
+    assert r["reward_p50"] == pytest.approx(2.5) and r["reward_p95"] == pytest.approx(values.quantile(0.95).item())
+    assert r.samples["sample_reward"] == [1.0, 2.0, 3.0, 6.0]
