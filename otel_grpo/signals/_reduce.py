@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import torch
 import torch.distributed as dist
@@ -45,28 +46,43 @@ class _Layout:
     messages: dict[str, str] = field(default_factory=dict)
     unbiased: set[str] = field(default_factory=set)
     quantiles: dict[str, tuple[str, float]] = field(default_factory=dict)
-    world: int = 1
+    fingerprint: float = 0.0
+
+    @staticmethod
+    def of(stats: Stats) -> _Layout:
+        """The layout of `stats`' structure; cached, as every step has the same structure."""
+        signature = (
+            tuple(sorted(stats.specs.items())),
+            tuple(sorted((k, v.numel()) for k, v in stats.vectors.items())),
+            tuple(sorted((k, v.numel()) for k, v in stats.ids.items())),
+            tuple(sorted((a, message) for a, (_, message) in stats.checks.items())),
+        )
+        return _layout_of(signature)
 
     @classmethod
-    def of(cls, stats: Stats) -> _Layout:
+    def build(cls, signature: tuple) -> _Layout:
+        specs_items, vectors, ids, checks = signature
+        specs = dict(specs_items)
         lay = cls()
         for part in Part:
-            lay.keys[part] = sorted(k for k, s in stats.specs.items() if s.part is part)
+            lay.keys[part] = sorted(k for k, s in specs.items() if s.part is part)
         # slots grouped by part, then field: finalizing is one vector op per part
         for part in _BY_PART:
             for name in FIELDS[part]:
                 lay.sum_slots += [(k, name) for k in lay.keys[part]]
-        lay.vectors = [(k, stats.vectors[k].numel()) for k in sorted(stats.vectors)]
-        lay.ids = [(k, stats.ids[k].numel()) for k in sorted(stats.ids)]
-        lay.checks = sorted(stats.checks)
-        lay.messages = {a: stats.checks[a][1] for a in lay.checks}
-        lay.unbiased = {k for k in lay.keys[Part.STD] if stats.specs[k].unbiased}
-        lay.quantiles = {k: (stats.specs[k].source, stats.specs[k].q) for k in lay.keys[Part.QUANTILE]}
+        lay.vectors, lay.ids = list(vectors), list(ids)
+        lay.checks = [a for a, _ in checks]
+        lay.messages = dict(checks)
+        lay.unbiased = {k for k in lay.keys[Part.STD] if specs[k].unbiased}
+        lay.quantiles = {k: (specs[k].source, specs[k].q) for k in lay.keys[Part.QUANTILE]}
+        text = repr((lay.keys, lay.sum_slots, lay.vectors, lay.ids, lay.checks))
+        lay.fingerprint = float(zlib.crc32(text.encode()))  # < 2**32: exact in float64
         return lay
 
-    def fingerprint(self) -> float:
-        text = repr((self.keys, self.sum_slots, self.vectors, self.ids, self.checks))
-        return float(zlib.crc32(text.encode()))  # < 2**32: exact in float64
+
+@lru_cache(maxsize=64)
+def _layout_of(signature: tuple) -> _Layout:
+    return _Layout.build(signature)
 
 
 def reduce_stats(stats: Stats, accelerator=None) -> ReducedStats:
@@ -85,10 +101,9 @@ def reduce_stats(stats: Stats, accelerator=None) -> ReducedStats:
         return ReducedStats()
     layout = _Layout.of(stats)
     gathered = _all_gather(_pack(stats, layout), accelerator)  # [W, L]
-    layout.world = gathered.shape[0]
     result = _finalize(gathered, layout)
     host = result.tolist()  # the step's one device-to-host transfer
-    return _unpack(host, layout)
+    return _unpack(host, layout, world=gathered.shape[0])
 
 
 def _pack(stats: Stats, lay: _Layout) -> Tensor:
@@ -101,7 +116,7 @@ def _pack(stats: Stats, lay: _Layout) -> Tensor:
     pieces += [stats.vectors[k] for k, _ in lay.vectors]
     # int64 ids travel bit for bit inside the float64 pack (cat and gather copy bytes)
     pieces += [stats.ids[k].contiguous().view(_F64) for k, _ in lay.ids]
-    pieces.append(torch.full((1,), lay.fingerprint(), dtype=_F64, device=device))
+    pieces.append(torch.full((1,), lay.fingerprint, dtype=_F64, device=device))
     return torch.cat(pieces)
 
 
@@ -210,7 +225,7 @@ def _finalize_gathered(vectors: dict, ids: dict, lay: _Layout, values: list, val
         valid.append((total > 0).reshape(1))
 
 
-def _unpack(host: list[float], lay: _Layout) -> ReducedStats:
+def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     order = [k for part in _BY_PART + (Part.QUANTILE, Part.DISTINCT) for k in lay.keys[part]]
     k = len(order)
     values, valid = host[:k], host[k : 2 * k]
@@ -225,8 +240,8 @@ def _unpack(host: list[float], lay: _Layout) -> ReducedStats:
     at += 1
     samples = {}
     for key, n in lay.vectors:
-        samples[key] = [x for x in host[at : at + n * lay.world] if x == x]  # x == x: not NaN
-        at += n * lay.world
+        samples[key] = [x for x in host[at : at + n * world] if x == x]  # x == x: not NaN
+        at += n * world
     result = {key: val for key, val, ok in zip(order, values, valid) if ok}
     invalid = frozenset(key for key, ok in zip(order, valid) if not ok)
     return ReducedStats(result, samples=samples, invalid=invalid)
