@@ -81,9 +81,12 @@ class TokenMask:
         self.scratch = torch.empty(mask.shape, dtype=dtype, device=mask.device)
         if mask.dtype != torch.bool:
             # |t * (1 - t)| sums to 0 exactly when every t is 0 or 1 (NaN and inf included)
-            bad = total(torch.mul(mask, -1, out=self.scratch).add_(1).mul_(mask).abs_()) != 0
+            t = mask if mask.dtype == dtype else mask.to(dtype)
+            bad = total(torch.addcmul(t, t, t, value=-1, out=self.scratch).abs_()) != 0  # |t - t*t|
             value_check(mask, name, bad, stats)
-        self.mf = mask if mask.dtype == dtype else mask.to(dtype)
+            self.mf = t
+        else:
+            self.mf = mask.to(dtype)
         self.n_row = self.mf.sum(-1)
         self.rows = self.n_row > 0
         self.n = self.n_row.sum(dtype=_F64)
