@@ -34,7 +34,13 @@ class GRPOConfig:
     epsilon_high: float = 0.28
     """Upper clip range: the ratio is clipped at 1 + epsilon_high (DAPO's clip-higher)."""
     beta: float = 0.01
-    """Coefficient of the k3 KL penalty to the frozen reference policy (0 disables it)."""
+    """Coefficient of the k3 KL penalty to the reference policy (0 disables it)."""
+    ref_sync_steps: int = 0
+    """0: the reference stays frozen (the initial / warm-started policy). N > 0: every N
+    steps it moves toward the policy, ref = alpha * policy + (1 - alpha) * ref (TRL's
+    `sync_ref_model`), so the KL measures recent drift rather than distance from init."""
+    ref_mixup_alpha: float = 0.6
+    """alpha of the reference update when `ref_sync_steps` > 0 (TRL's `ref_model_mixup_alpha`)."""
     loss_type: str = "grpo"
     """Aggregation over tokens: grpo (sequence mean, then batch mean) or dapo (token mean)."""
     scale_rewards: bool = True
@@ -56,6 +62,8 @@ class GRPOConfig:
             raise ValueError(f"grpo.epsilon_high must be in (0, 10], got {self.epsilon_high}")
         if self.beta < 0:
             raise ValueError(f"grpo.beta must be >= 0, got {self.beta}")
+        if self.ref_sync_steps < 0 or not 0.0 < self.ref_mixup_alpha <= 1.0:
+            raise ValueError("grpo.ref_sync_steps must be >= 0 and grpo.ref_mixup_alpha in (0, 1]")
         if self.temperature <= 0:
             raise ValueError(f"grpo.temperature must be positive, got {self.temperature}")
         from ._loss import LOSSES

@@ -55,6 +55,10 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
             raise ConfigError(f"{path}: expected a number, got {value!r}")
         return float(value)
     if annotation is str:
+        if isinstance(value, bool):  # YAML 1.1 reads a bare no / yes as a boolean
+            value = "yes" if value else "no"
+        elif isinstance(value, (int, float)):
+            value = str(value)
         if not isinstance(value, str):
             raise ConfigError(f"{path}: expected a string, got {value!r}")
         return value

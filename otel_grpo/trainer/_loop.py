@@ -80,12 +80,14 @@ class GRPOTrainer:
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
         self.start_step, self.num_tokens, state = 0, 0.0, None
         self.run_id, self.output_dir = self._resolve_run()
-        if self.is_main:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
         if cfg.resume and (self.output_dir / CHECKPOINT).exists():
             state = load_checkpoint(self.output_dir / CHECKPOINT)
             policy.load_state_dict(state["model"])
             self.start_step, self.num_tokens = state["next_step"], state["num_tokens"]
+        if self.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            if self.start_step == 0:  # a fresh run: no stale lines from an earlier one
+                (self.output_dir / METRICS).unlink(missing_ok=True)
         self.policy, self.optimizer = self.acc.prepare(policy, self.optimizer)
         if state is not None:
             self.optimizer.load_state_dict(state["optimizer"])
@@ -193,6 +195,8 @@ class GRPOTrainer:
                 update_stats, skipped = self.update(step, ro, old_lp, ref_lp, advantages.to(self.device), gen_cpu)
             stats = stats | update_stats
             self.rollout.sync(self.unwrapped, drift=cfg.faults.rollout_drift(step), generator=gen_dev)
+            if cfg.grpo.ref_sync_steps and (step + 1) % cfg.grpo.ref_sync_steps == 0:
+                self.sync_reference(cfg.grpo.ref_mixup_alpha)
             reduced = signals.reduce_stats(stats, self.acc)  # the step's one device-to-host copy
             reduced.update(self.host_scalars(step, reduced, monotonic() - t0))
             if skipped:
@@ -311,6 +315,12 @@ class GRPOTrainer:
                 stats.add_mean("loss", loss.detach(), 1.0)
                 stats.add_mean("grad_norm", grad_norm.detach(), 1.0)
         return stats, skipped
+
+    @torch.no_grad()
+    def sync_reference(self, alpha: float) -> None:
+        """ref = alpha * policy + (1 - alpha) * ref (TRL's reference-model sync)."""
+        for ref, pol in zip(self.reference.parameters(), self.unwrapped.parameters()):
+            ref.lerp_(pol.detach(), alpha)
 
     def learning_rate(self, step: int) -> float:
         """Linear warm-up to `optim.lr`, then constant; times the kl-spike fault's factor."""

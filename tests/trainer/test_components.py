@@ -89,3 +89,18 @@ def test_bad_config_is_one_readable_line(override, needle):
     with pytest.raises(ConfigError) as info:
         load_config(preset="tiny", overrides=[override])
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_reference_sync_moves_the_reference_toward_the_policy(tmp_path, monkeypatch):
+    from otel_grpo.trainer import GRPOTrainer
+
+    monkeypatch.setenv("OTEL_GRPO_METRICS_EXPORTERS", "none")
+    cfg = load_config(preset="tiny", overrides=[f"output_dir={tmp_path}", "telemetry=false", "progress=false"])
+    trainer = GRPOTrainer(cfg)
+    with torch.no_grad():
+        for p in trainer.unwrapped.parameters():
+            p.add_(1.0)
+    before = [r.clone() for r in trainer.reference.parameters()]
+    trainer.sync_reference(0.25)
+    for b, r, p in zip(before, trainer.reference.parameters(), trainer.unwrapped.parameters()):
+        assert torch.allclose(r, 0.75 * b + 0.25 * p)
