@@ -257,7 +257,8 @@ def main() -> None:
         ing = run_ingest(tmp, requests, spans)
         q = run_queries(args.query_db or tmp / "query.db", samples, 1000, n)
     print(f"# sidecar benchmark  {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC  {platform.node()}  "
-          f"{os.cpu_count()} cpus  python {platform.python_version()}")
+          f"{os.cpu_count()} cpus  python {platform.python_version()}  "
+          f"load average at the end {os.getloadavg()[0]:.1f} (shared machine)")
     print(f"\ningest: {ing['events']} events in {requests} requests of {spans} spans x 64 events ({ing['mb']:.1f} MiB)")
     print("| measure | events/s |\n| --- | ---: |")
     print(f"| sidecar ingest over HTTP (decode + extract + commit) | {ing['ingest']:,.0f} |")

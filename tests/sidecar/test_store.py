@@ -70,3 +70,18 @@ def test_v1_database_is_migrated_and_backfilled(tmp_path):
     store = Store.open(tmp_path / "old.db")
     assert store.found_version == 1
     assert store.steps("r", ["kl"]) == [{"kl": 0.5, "run_id": "r", "step": 3, "time": "1970-01-01T00:00:01.000Z"}]
+
+
+def test_step_scalars_keep_full_double_precision_across_merges(tmp_path, otlp):
+    store = Store.open(tmp_path / "s.db")
+    spans = otlp.spans("p", [0], samples=0)
+    step_span = [s for s in spans if s.name == "grpo.step"]
+    phases = [s for s in spans if s.name.startswith("grpo.phase.")]
+    request = otlp.request(step_span)
+    attrs = request.resource_spans[0].scope_spans[0].spans[0].attributes
+    attrs.add(key="grpo.metric.entropy").value.double_value = 0.033807298927905176  # needs 17 digits
+    store.write_batch(extract(request))
+    store.write_batch(extract(otlp.request(phases)))  # merged into the stored step afterwards
+    (row,) = store.steps("p")
+    assert row["entropy"] == 0.033807298927905176 and "phase_duration/rollout" in row
+    assert store.steps("p", ["entropy"])[0]["entropy"] == 0.033807298927905176

@@ -34,7 +34,7 @@ ON CONFLICT (run_id, step) DO UPDATE SET
     start_time = coalesce(excluded.start_time, start_time),
     end_time = coalesce(excluded.end_time, end_time),
     updated_at = excluded.updated_at,
-    metrics = json_patch(metrics, excluded.metrics)
+    metrics = excluded.metrics
 """
 _VALUE_UPSERT = """
 INSERT INTO step_values (run_id, key, step, value) VALUES (?, ?, ?, ?)
@@ -53,6 +53,18 @@ UPDATE runs SET first_step = min(coalesce(first_step, ?1), ?1), last_step = max(
                 sample_count = sample_count + ?3
 WHERE run_id = ?4
 """
+
+
+def _merge_step(conn: sqlite3.Connection, run_id: str, step: int, start: float | None, end: float | None,
+                now: float, metrics: dict) -> None:
+    """Upsert a step, merging its scalars into what earlier exports stored.
+
+    Merged here rather than with SQLite's json_patch, which re-renders every number with 15
+    significant digits: Python's json keeps each double exact (17 digits where needed).
+    """
+    row = conn.execute("SELECT metrics FROM steps WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
+    merged = {**json.loads(row[0]), **metrics} if row else metrics
+    conn.execute(_STEP_UPSERT, (run_id, step, start, end, now, json.dumps(merged, separators=(",", ":"))))
 
 
 class Store(_queries.Reads):
@@ -123,8 +135,8 @@ class Store(_queries.Reads):
             for run_id, info in batch.runs.items():
                 conn.execute(_RUN_UPSERT, (run_id, info.get("service.name"), info.get("grpo.model"),
                                            info.get("host.name"), now, now))
-            conn.executemany(_STEP_UPSERT, [
-                (s.run_id, s.step, s.start, s.end, now, json.dumps(s.metrics, separators=(",", ":"))) for s in batch.steps])
+            for st in batch.steps:
+                _merge_step(conn, st.run_id, st.step, st.start, st.end, now, st.metrics)
             conn.executemany(_VALUE_UPSERT, [
                 (s.run_id, key, s.step, value) for s in batch.steps for key, value in s.metrics.items()])
             conn.executemany("INSERT OR REPLACE INTO step_spans VALUES (?, ?, ?)",
@@ -151,7 +163,7 @@ class Store(_queries.Reads):
                                 (run_id, step)).fetchall()
             if sums:
                 values = {PHASE_COLUMN + name: total for name, total in sums}
-                conn.execute(_STEP_UPSERT, (run_id, step, None, None, now, json.dumps(values)))
+                _merge_step(conn, run_id, step, None, None, now, values)
                 conn.executemany(_VALUE_UPSERT, [(run_id, k, step, v) for k, v in values.items()])
                 conn.execute(_RUN_UPSERT, (run_id, None, None, None, now, now))
 
