@@ -1,7 +1,18 @@
 """The sidecar: OTLP/HTTP trace ingest into SQLite, a read API, a web page and its own metrics.
 
     from otel_grpo.sidecar import SidecarSettings, create_app
-    app = create_app(SidecarSettings(db="sidecar.db"))
+    app = create_app(SidecarSettings(db="sidecar.db"))      # or: otel-grpo sidecar --db sidecar.db
+
+Endpoints:
+    POST /v1/traces                        OTLP/HTTP (protobuf or JSON, gzip); ingest token
+    POST /api/alerts                       Alertmanager webhook (version 4); ingest token
+    GET  /api/runs, /api/runs/{run_id}     runs: steps range, last update, sample count
+    GET  /api/runs/{run_id}/steps          per-step scalars and phase_duration/<phase>
+    GET  /api/runs/{run_id}/metrics        the scalar column names of a run
+    GET  /api/runs/{run_id}/samples[.csv|.jsonl], /sample-steps
+    GET  /api/alerts, /api/panels          stored alerts; the web page's plot layout
+    GET  /, /static/...                    the web page
+    GET  /metrics, /healthz, /readyz       the sidecar's own health
 """
 
 from ._app import create_app
