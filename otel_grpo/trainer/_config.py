@@ -16,7 +16,7 @@ from ._model import ModelConfig
 from ._task import TaskConfig
 
 ROLLOUT_IS_LEVELS = ("token", "sequence", "geometric")
-ROLLOUT_IS_MODES = ("truncate", "mask")
+ROLLOUT_IS_MODES = ("truncate", "mask", "both")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -117,7 +117,7 @@ class RolloutCorrectionConfig:
     level: str = "token"
     """token, sequence or geometric (per-sequence geometric mean)."""
     mode: str = "truncate"
-    """truncate (clamp weights at the upper threshold) or mask (drop tokens outside the thresholds)."""
+    """truncate (clamp weights into the thresholds), mask (drop tokens outside them) or both."""
     threshold_lower: float = 0.5
     """Lower IS threshold (mask mode; also the low fraction metric)."""
     threshold_upper: float = 2.0

@@ -241,10 +241,11 @@ class GRPOTrainer:
         (a device-to-host copy inherent to text rewards, as in any GRPO trainer).
         """
         G = self.cfg.grpo.group_size
-        ids = ro.completion_ids.cpu()  # host sync: decode completions for the reward functions
-        lengths = ro.completion_mask.sum(1).cpu().long().tolist()
-        texts = [self.tok.decode(row) for row in ids]
-        terminated = [not t for t in ro.truncated.cpu().tolist()]
+        lengths = ro.completion_mask.sum(1, keepdim=True).long()
+        # Host sync: one copy of completion ids, lengths and truncation flags for the reward functions.
+        packed = torch.cat([ro.completion_ids, lengths, ro.truncated[:, None].long()], 1).cpu()
+        texts = [self.tok.decode(row) for row in packed[:, :-2]]
+        lengths, terminated = packed[:, -2].tolist(), (packed[:, -1] == 0).tolist()
         targets = [t for t in batch.targets for _ in range(G)]
         components = self.task.score(texts, terminated, targets)
         total = self.task.total_reward(components).tolist()
