@@ -139,3 +139,15 @@ def test_openapi_documents_ingest_content_types(client):
     body = spec["paths"]["/v1/traces"]["post"]["requestBody"]["content"]
     assert {"application/x-protobuf", "application/json"} <= body.keys()
     assert "/api/runs/{run_id}/samples" in spec["paths"] and "/api/alerts" in spec["paths"]
+
+
+def test_retention_settings_apply_when_the_app_starts(make_client, otlp, tmp_path):
+    first = make_client(db=tmp_path / "keep.db")
+    for run in ("old-run", "new-run"):
+        body = otlp.request(otlp.spans(run, range(4), samples=2)).SerializeToString()
+        assert first.post("/v1/traces", content=body, headers=PB).status_code == 200
+    first.__exit__(None, None, None)  # shut down; the next app starts on the same file
+    again = make_client(db=tmp_path / "keep.db", retention_max_runs=1, retention_max_steps=2)
+    runs = again.get("/api/runs").json()
+    assert [(r["run_id"], r["first_step"], r["sample_count"]) for r in runs] == [("new-run", 2, 4)]
+    assert [s["step"] for s in again.get("/api/runs/new-run/steps").json()] == [2, 3]
