@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/signals.py [--repeat N] [--quick]
 
-Ours: rollout_correction + mismatch_stats + reduce_stats (one all_gather, one
-host copy). The reference does it the way verl's mismatch helper (seed 004) does:
+Ours: rollout_correction(..., with_mismatch=True) + reduce_stats (one all_gather,
+one host copy); `--separate` times rollout_correction + mismatch_stats instead. The reference does it the way verl's mismatch helper (seed 004) does:
 metrics one tensor expression at a time, one `.item()` per metric, then one
 all-reduce (and `.item()`) per key to merge across ranks. Both sides run in one
 process on a 1-rank gloo group, so each pays for its real collectives. The
@@ -48,6 +48,16 @@ def make_inputs(B: int, T: int, seed_value: int = 0):
 
 
 def ours(train, rollout, mask, level, mode, veto):
+    """One call for correction + mismatch (`with_mismatch=True` shares the mask check, log ratios, exp)."""
+    weights, new_mask, stats = rollout_correction(
+        train, rollout, mask, level=level, mode=mode, threshold=THRESHOLD, veto_threshold=veto, with_mismatch=True
+    )
+    reduced = reduce_stats(stats)
+    return weights, new_mask, dict(reduced)
+
+
+def ours_separate(train, rollout, mask, level, mode, veto):
+    """The two public calls one after the other (what a caller without `with_mismatch` pays)."""
     weights, new_mask, stats = rollout_correction(
         train, rollout, mask, level=level, mode=mode, threshold=THRESHOLD, veto_threshold=veto
     )
@@ -101,12 +111,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--quick", action="store_true", help="smallest shape only, 3 repeats")
+    parser.add_argument("--separate", action="store_true", help="ours as two calls (no with_mismatch)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
     args = parser.parse_args()
     # One thread by default: on a shared 2-core machine a second intra-op thread mostly
     # waits for a core, which adds noise to both sides rather than speed.
     torch.set_num_threads(args.threads)
     shapes, repeat = (SHAPES[:1], 3) if args.quick else (SHAPES, args.repeat)
+    ours_fn = ours_separate if args.separate else ours
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", world_size=1, rank=0)
     print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
@@ -117,13 +129,13 @@ def main() -> None:
     for B, T in shapes:
         inputs = make_inputs(B, T)
         for level, mode, veto in CONFIGS:
-            w1, m1, a = ours(*inputs, level, mode, veto)
+            w1, m1, a = ours_fn(*inputs, level, mode, veto)
             w2, m2, b = seed_way(*inputs, level, mode, veto)
             torch.testing.assert_close(w1, w2, rtol=1e-5, atol=0)
             assert torch.equal(m1, m2)
             check_same(a, b, f"{B}x{T} {level}/{mode}")
             t = paired_medians(
-                lambda: seed_way(*inputs, level, mode, veto), lambda: ours(*inputs, level, mode, veto), repeat
+                lambda: seed_way(*inputs, level, mode, veto), lambda: ours_fn(*inputs, level, mode, veto), repeat
             )
             wall_ratios.append(t["seed_wall"] / t["ours_wall"])
             cpu_ratios.append(t["seed_cpu"] / t["ours_cpu"])

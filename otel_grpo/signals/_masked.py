@@ -10,6 +10,7 @@ from ._validate import value_check
 
 _F64 = torch.float64
 INF = float("inf")
+SAFETY_BOUND = 20.0  # IS ratios are exp(clamp(log ratio, +-20)); exp(20) ~ 4.9e8: no overflow in float32
 
 
 def count(valid: Tensor) -> Tensor:
@@ -103,12 +104,12 @@ class TokenMask:
         x.view(self._bits.dtype).bitwise_and_(self._bits)
         return x
 
-    def zeroed(self, x: Tensor) -> Tensor:
-        """A copy of `x` (mf's dtype) with padding +0.0: the copy and the AND in one pass."""
+    def zeroed(self, x: Tensor, out: Tensor | None = None) -> Tensor:
+        """A copy of `x` (mf's dtype) with padding +0.0 (into `out` if given): copy and AND in one pass."""
         if self._inf:
             raise RuntimeError("TokenMask.zeroed() after inf_()")
         x = x.to(self.mf.dtype)
-        out = torch.empty_like(self.mf)
+        out = torch.empty_like(self.mf) if out is None else out
         torch.bitwise_and(x.view(self._bits.dtype), self._bits, out=out.view(self._bits.dtype))
         return out
 

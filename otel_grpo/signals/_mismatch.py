@@ -5,13 +5,14 @@ Measured whenever rollout log-probs exist, whether or not a correction is applie
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import TokenMask, count, total
+from ._masked import SAFETY_BOUND, TokenMask, count, total
 from ._partial import Stats
-from ._rollout_is import SAFETY_BOUND
 
 # exp(-20) and exp(20) as torch rounds them in each dtype (Python floats: clamping to
 # tensor bounds is ten times slower on CPU). Computed once, on CPU, at import.
@@ -49,13 +50,32 @@ def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tenso
     rollout = v.floating(rollout_logprobs, "rollout_logprobs", shape=shape)
     dtype = v.compute_dtype(train, rollout)
     tm = TokenMask(v.mask_like(mask, "mask", shape), "mask", stats, dtype)
-    n, n_row, rows, s = tm.n, tm.n_row, tm.rows, tm.scratch
+    # exactly 0 on padding whatever it held, as the seed's zero-padded tensors
+    log_ratio = tm.zero_(torch.sub(train, rollout, out=torch.empty_like(tm.mf)))  # train - rollout
+    shared = add_mismatch(stats, tm, train, log_ratio)
+    rho_tok = shared.weights.mul_(tm.mf)  # in place: +0 on padding
+    add_token_ratio(stats, tm, rho_tok, total(rho_tok), rho_tok.max(), None)
+    return stats
 
-    # exactly 0 on padding whatever it held, as the seed's zero-padded tensors; in place
-    # on two buffers besides the scratch (fresh multi-MB tensors cost page faults on CPU)
-    train_tok = tm.zeroed(train)
-    log_ratio = tm.zero_(torch.sub(train_tok, rollout, out=torch.empty_like(train_tok)))  # train - rollout
-    train_row = train_tok.sum(-1)
+
+class Shared(NamedTuple):
+    """What `add_mismatch` computed that the IS correction needs too (`rollout_correction(with_mismatch=True)`)."""
+
+    ratio_row: Tensor
+    """[B] summed log ratios (0 for rows without tokens)."""
+    weights: Tensor
+    """[B, T] exp(clamp(log ratio, +-20)), 1 on padding: a fresh buffer the caller may overwrite."""
+
+
+def add_mismatch(stats: Stats, tm: TokenMask, train: Tensor, log_ratio: Tensor) -> Shared:
+    """Every mismatch stat but the token IS-ratio ones (see `add_token_ratio`).
+
+    `log_ratio` ([B, T] train - rollout, exactly 0 on padding) is left untouched; the
+    mask's scratch buffer is used; `tm` must not have had `inf_()` yet.
+    """
+    n, n_row, rows, s = tm.n, tm.n_row, tm.rows, tm.scratch
+    # in place on the scratch buffer (fresh multi-MB tensors cost page faults on CPU)
+    train_row = tm.zeroed(train, out=s).sum(-1)
     ratio_row = log_ratio.sum(-1)
     _perplexities(stats, train_row, train_row - ratio_row, n_row, rows)
     stats.add_mean("mismatch_kl", -ratio_row.sum(dtype=_F64), n)
@@ -63,20 +83,30 @@ def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tenso
     stats.add_mean("mismatch_logprob_abs_diff", total(abs_diff), n)
     stats.add_max("mismatch_logprob_abs_diff_max", abs_diff.max(), n)  # padding's 0 never exceeds a valid |x|
 
-    ratio = torch.exp(log_ratio, out=train_tok)  # 1 on padding; unbounded for k3, as the seed
+    ratio = torch.exp(log_ratio)  # 1 on padding; unbounded for k3, as the seed
     stats.add_mean("mismatch_k3_kl", total(torch.sub(ratio, log_ratio, out=s).sub_(1.0)), n)  # 0 on padding
     # exp is monotonic: clamping exp(x) to exp(+-20) equals exp(clamp(x, +-20)), one exp fewer
-    rho_tok = ratio.clamp_(*_EXP_BOUNDS[dtype]).mul_(tm.mf)  # +0 on padding
-    stats.add_mean("is_ratio_mean", total(rho_tok), n)
-    stats.add_max("is_ratio_max", rho_tok.max(), n)
-    stats.add_mean("mismatch_chi2_token", total(torch.sub(rho_tok, tm.mf, out=s).square_()), n)  # (rho-1)^2
-    stats.add_min("is_ratio_min", tm.inf_(rho_tok).min(), n)
+    weights = ratio.clamp_(*_EXP_BOUNDS[ratio.dtype])
 
     rho_seq = ratio_row.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
     stats.add_mean("mismatch_chi2_seq", torch.where(rows, (rho_seq - 1.0).square(), 0.0).sum(dtype=_F64), count(rows))
     geometric = (ratio_row / n_row.clamp(min=1)).clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
     stats.add_samples("sample_is_ratio", torch.where(rows, geometric, float("nan")))
-    return stats
+    return Shared(ratio_row, weights)
+
+
+def add_token_ratio(stats: Stats, tm: TokenMask, rho_tok: Tensor, rho_sum: Tensor, rho_max: Tensor, rho_min) -> None:
+    """is_ratio_mean / max / min and mismatch_chi2_token from the masked token ratios.
+
+    `rho_tok`: [B, T] safety-bounded ratios, +0 on padding; `rho_sum`, `rho_max`: its
+    total and max; `rho_min`: its min over tokens, or None to compute it here
+    (lifting `rho_tok`'s padding to +inf in place).
+    """
+    n, s = tm.n, tm.scratch
+    stats.add_mean("is_ratio_mean", rho_sum, n)
+    stats.add_max("is_ratio_max", rho_max, n)
+    stats.add_mean("mismatch_chi2_token", total(torch.sub(rho_tok, tm.mf, out=s).square_()), n)  # (rho-1)^2
+    stats.add_min("is_ratio_min", tm.inf_(rho_tok).min() if rho_min is None else rho_min, n)
 
 
 def _perplexities(stats: Stats, train_row: Tensor, rollout_row: Tensor, n_row: Tensor, rows: Tensor) -> None:

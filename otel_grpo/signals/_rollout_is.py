@@ -24,10 +24,9 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import INF, TokenMask, count, count_above, count_below, total
+from ._masked import INF, SAFETY_BOUND, TokenMask, count, count_above, count_below, total
+from ._mismatch import Shared, add_mismatch, add_token_ratio
 from ._partial import Stats
-
-SAFETY_BOUND = 20.0  # exp(20) ~ 4.9e8: no overflow in float32
 LEVELS = ("token", "sequence", "geometric")
 MODES = ("truncate", "mask", "both")
 _EPS = 1e-8  # the seed's masked_mean denominator epsilon, kept where it changes a per-row value
@@ -56,6 +55,7 @@ def rollout_correction(
     threshold: tuple[float, float] = (0.5, 2.0),
     mask_threshold: tuple[float, float] | None = None,
     veto_threshold: tuple[float, float] | None = None,
+    with_mismatch: bool = False,
 ) -> RolloutCorrection:
     """IS weights, rejection mask and `rollout_is_*` stats for rollout/training mismatch.
 
@@ -70,6 +70,9 @@ def rollout_correction(
         mask_threshold: (lower, upper) for mask mode; defaults to `threshold`.
         veto_threshold: (lower, upper); a sequence with any token ratio outside
             it is rejected in every mode. None disables the veto.
+        with_mismatch: also add `mismatch_stats(train_logprobs, rollout_logprobs, mask)`'s
+            stats (the same values) to `stats`, sharing the mask check, the log ratios
+            and the token ratios instead of computing them a second time.
     """
     stats = Stats()
     train = v.floating(train_logprobs, "train_logprobs", dim=2)
@@ -84,9 +87,14 @@ def rollout_correction(
     veto = None if veto_threshold is None else v.bounds(veto_threshold, "veto_threshold")
 
     tok = _Tokens.of(train, rollout, TokenMask(m, "mask", stats, dtype))
+    if with_mismatch:  # before anything overwrites the log ratios or lifts padding to inf
+        tok.shared = add_mismatch(stats, tok.tm, train, tok.log_ratio)
     vetoed = _veto(stats, tok, veto)
     step = _token_level if level == "token" else _row_level
     weights, keep = step(stats, tok, bounds, mask_bounds, mode, level)  # 0 on padding
+    if tok.shared is not None and level != "token":  # the token path adds them from its own weights
+        rho_tok = tok.shared.weights.mul_(tok.tm.mf)
+        add_token_ratio(stats, tok.tm, rho_tok, total(rho_tok), rho_tok.max(), None)
     if keep is None and vetoed is None:
         return RolloutCorrection(weights, mask, stats)  # nothing rejected: the caller's mask as is
     if vetoed is not None:  # fold the per-sequence veto into the keep factor: one [B, T] pass
@@ -102,6 +110,7 @@ class _Tokens:
     log_ratio: Tensor  # [B, T] log pi_train - log pi_rollout, exactly 0 on padding
     tm: TokenMask
     all_rows: Tensor  # 0-d float64: B, or 0 when no row has a token
+    shared: Shared | None = None  # with_mismatch: the mismatch pass's row sums and token ratios
 
     @classmethod
     def of(cls, train: Tensor, rollout: Tensor, tm: TokenMask) -> _Tokens:
@@ -142,15 +151,22 @@ def _token_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, lev
     lower, upper = bounds
     tm, s = tok.tm, tok.tm.scratch
     n = tm.n
-    w = tok.log_ratio.clamp_(-SAFETY_BOUND, SAFETY_BOUND).exp_()  # 1 on padding
+    if tok.shared is None:
+        w = tok.log_ratio.clamp_(-SAFETY_BOUND, SAFETY_BOUND).exp_()  # 1 on padding
+    else:  # the same values (exp is monotonic), computed once by the mismatch pass
+        w = tok.shared.weights
     w_tok = w * tm.mf  # +0 on padding: never above a (positive) upper bound
     row_sum = w_tok.sum(-1)
-    stats.add_mean("rollout_is_mean", row_sum.sum(dtype=_F64), n)
+    w_total, w_max = row_sum.sum(dtype=_F64), w_tok.max()
+    stats.add_mean("rollout_is_mean", w_total, n)
     stats.add_mean("rollout_is_ratio_fraction_high", count_above(w_tok, upper, s), n)
-    stats.add_max("rollout_is_max", w_tok.max(), n)
+    stats.add_max("rollout_is_max", w_max, n)
     tm.inf_(w)  # +inf on padding: never below a lower bound
     stats.add_mean("rollout_is_ratio_fraction_low", count_below(w, lower, s), n)
-    stats.add_min("rollout_is_min", w.min(), n)
+    w_min = w.min()
+    stats.add_min("rollout_is_min", w_min, n)
+    if tok.shared is not None:  # over tokens, rollout_is_mean/max/min are is_ratio_mean/max/min
+        add_token_ratio(stats, tm, w_tok, w_total, w_max, w_min)
     keep = None
     if mode in ("mask", "both"):
         mlow, mup = mask_bounds
@@ -170,7 +186,7 @@ def _row_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, level
     """One weight per sequence from the summed (sequence) or averaged (geometric) log ratio."""
     lower, upper = bounds
     n, n_row, all_rows = tok.tm.n, tok.tm.n_row, tok.all_rows
-    log_w = tok.log_ratio.sum(-1)  # [B]; 0 for rows without tokens
+    log_w = tok.log_ratio.sum(-1) if tok.shared is None else tok.shared.ratio_row  # [B]; 0 for rows without tokens
     if level == "geometric":
         log_w = log_w / (n_row + _EPS)
     w = log_w.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()  # [B]
