@@ -104,7 +104,7 @@ def test_run_page_plots_sorts_escapes_and_screenshots(sidecar, otlp, tmp_path, p
                       "IS weights (mean, min, max)", "Effective sample size"):
             assert title in titles
         assert chrome.eval("document.querySelectorAll('svg.plot path.series').length") >= 8
-        assert chrome.eval("document.querySelector('#alerts-table').textContent").count("GrpoKlDrift") == 1
+        assert chrome.eval("document.querySelector('#alerts').textContent").count("GrpoKlDrift") == 1
 
         # Sorting: click the reward header (ascending), then again (descending).
         column = "[...document.querySelectorAll('#samples-table tbody tr')].map(r => +r.children[%d].textContent)"
@@ -119,7 +119,7 @@ def test_run_page_plots_sorts_escapes_and_screenshots(sidecar, otlp, tmp_path, p
 
         # Escaping: the completion's markup is text, nothing ran, nothing was parsed into elements.
         assert chrome.eval("window.__pwned") is None
-        assert chrome.eval("document.querySelectorAll('#samples-table script, #samples-table img, #alerts-table b').length") == 0
+        assert chrome.eval("document.querySelectorAll('#samples-table script, #samples-table img, #alerts b').length") == 0
         assert XSS in chrome.eval("document.querySelector('#samples-table').textContent")
 
         # Long text is cut, and expands on click.
@@ -130,6 +130,16 @@ def test_run_page_plots_sorts_escapes_and_screenshots(sidecar, otlp, tmp_path, p
         # Picking another step reloads the table.
         chrome.eval("const s = document.querySelector('#step-select'); s.value = '0'; s.dispatchEvent(new Event('change'))")
         chrome.wait_for("document.querySelector('#samples-table').textContent.includes('answer 0 of step 0')")
+
+        # Live refresh: a new step shows up in the plots, the samples table stays as arranged.
+        assert chrome.eval("document.querySelector('#plots').dataset.steps") == "6"
+        more = otlp.request(otlp.spans("web-run", [6], samples=5)).SerializeToString()
+        assert httpx.post(sidecar.url + "/v1/traces", content=more,
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+        chrome.eval("window.otelGrpoRefresh()")
+        chrome.wait_for("document.querySelector('#plots').dataset.steps === '7'")
+        assert chrome.eval("document.querySelectorAll('#step-select option').length") == 7
+        assert chrome.eval("document.querySelector('#samples-table').textContent.includes('answer 0 of step 0')")
 
         shot = chrome.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         png = base64.b64decode(shot["data"])

@@ -6,6 +6,8 @@
 const main = document.getElementById("main");
 const TEXT_PREVIEW = 240;
 const state = { run: null, step: null, orderBy: null, desc: false, q: "" };
+const REFRESH_MS = 10000;
+let refreshTimer = null;
 
 function h(tag, props, ...children) {
   const node = document.createElement(tag);
@@ -76,7 +78,7 @@ function seriesFor(panel, steps) {
 }
 
 function plotsSection(panels, steps) {
-  const grid = h("div", { class: "grid", id: "plots" });
+  const grid = h("div", { class: "grid", id: "plots", "data-steps": String(steps.length) });
   for (const panel of panels) {
     const series = seriesFor(panel, steps).filter((s) => s.points.length);
     if (!series.length) continue;
@@ -88,8 +90,8 @@ function plotsSection(panels, steps) {
 }
 
 function alertsSection(alerts) {
-  if (!alerts.length) return h("p", { class: "muted", id: "alerts-empty", text: "no alerts for this run" });
-  const table = h("table", { id: "alerts-table" }, h("thead", {}, h("tr", {},
+  if (!alerts.length) return h("p", { class: "muted", id: "alerts", text: "no alerts for this run" });
+  const table = h("table", { id: "alerts" }, h("thead", {}, h("tr", {},
     ...["status", "alert", "severity", "summary", "started", "ended"].map((c) => h("th", { text: c })))));
   const body = h("tbody");
   for (const a of alerts) {
@@ -153,12 +155,28 @@ function samplesControls(sampleSteps) {
   return h("div", { class: "controls" }, h("label", { text: "step " }), select, search);
 }
 
+async function fetchRunData(runId) {
+  const enc = encodeURIComponent(runId);
+  return Promise.all([api("/api/panels"), api(`/api/runs/${enc}/steps`), api(`/api/alerts?run_id=${enc}`),
+    api(`/api/runs/${enc}/sample-steps`)]);
+}
+
+// Live view: plots, alerts and the step list follow the run; the samples table is left as the
+// user arranged it (sort, step, expanded cells).
+async function refreshRun() {
+  if (!state.run || !document.getElementById("plots")) return;
+  const [panels, steps, alerts, sampleSteps] = await fetchRunData(state.run);
+  document.getElementById("plots").replaceWith(plotsSection(panels, steps));
+  document.getElementById("alerts").replaceWith(alertsSection(alerts));
+  const select = document.getElementById("step-select");
+  if (select && select.options.length !== sampleSteps.length) select.replaceWith(samplesControls(sampleSteps).querySelector("select"));
+}
+window.otelGrpoRefresh = refreshRun;
+
 async function showRun(runId) {
   if (state.run !== runId) Object.assign(state, { run: runId, step: null, orderBy: null, desc: false, q: "" });
   document.getElementById("crumb").textContent = "run " + runId;
-  const enc = encodeURIComponent(runId);
-  const [panels, steps, alerts, sampleSteps] = await Promise.all([
-    api("/api/panels"), api(`/api/runs/${enc}/steps`), api(`/api/alerts?run_id=${enc}`), api(`/api/runs/${enc}/sample-steps`)]);
+  const [panels, steps, alerts, sampleSteps] = await fetchRunData(runId);
   if (state.step === null && sampleSteps.length) state.step = String(sampleSteps[0]);
   main.replaceChildren(
     h("h2", { text: "Run " + runId }),
@@ -167,11 +185,13 @@ async function showRun(runId) {
     h("h2", { text: "Samples" }), samplesControls(sampleSteps),
     h("div", { class: "table-wrap", id: "samples" }));
   await loadSamples();
+  refreshTimer = setInterval(() => refreshRun().catch(() => {}), REFRESH_MS);
   document.body.setAttribute("data-ready", "run");
 }
 
 async function route() {
   document.body.removeAttribute("data-ready");
+  if (refreshTimer !== null) { clearInterval(refreshTimer); refreshTimer = null; }
   const m = location.hash.match(/^#\/run\/(.+)$/);
   try {
     if (m) await showRun(decodeURIComponent(m[1]));
