@@ -30,7 +30,7 @@ def _overrides(
 
 @app.command()
 def train(
-    preset: Annotated[Optional[str], typer.Option(help="Starting point: demo (CPU, ~2 min), gpu, or tiny (tests).")] = None,
+    preset: Annotated[Optional[str], typer.Option(help="Starting point: demo (CPU, ~1-2 min), gpu (bigger, bf16), or tiny (tests).")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file of TrainConfig fields.")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override KEY=VALUE (dotted, repeatable): --set grpo.beta=0.04")] = [],
     steps: Annotated[Optional[int], typer.Option(help="GRPO steps.")] = None,

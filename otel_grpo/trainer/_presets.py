@@ -3,7 +3,7 @@
 - `tiny`: seconds on CPU; for tests.
 - `demo`: CPU, 1 thread, about 1-2 minutes (at least 0.5 s a step, so scrapers see
   the curves); the reward rises from ~0.1 to ~0.75 (learned from scratch: sort 4 digits).
-- `gpu`: a bigger model and batch with bf16 autocast.
+- `gpu`: a bigger model and batch with bf16 autocast (not yet run on a GPU).
 """
 
 from __future__ import annotations
@@ -46,9 +46,11 @@ def gpu() -> dict[str, Any]:
         "device": "cuda",
         "mixed_precision": "bf16",
         "model": {"n_layer": 4, "n_head": 8, "d_model": 256, "max_len": 48},
-        "task": {"kind": "sort", "num_digits": 6},
-        "grpo": {"prompts_per_step": 128, "group_size": 16, "num_iterations": 2, "num_minibatches": 4},
-        "optim": {"lr": 3e-3, "sft_steps": 50, "sft_batch_size": 256, "warmup_steps": 5},
+        "task": {"kind": "sort", "num_digits": 5},
+        "grpo": {"prompts_per_step": 128, "group_size": 16, "num_iterations": 2, "num_minibatches": 4,
+                 "ref_sync_steps": 1, "ref_mixup_alpha": 0.1},
+        "optim": {"lr": 1e-3, "warmup_steps": 5},
+        "faults": {"kl_spike_lr_factor": 10.0},
     }
 
 
