@@ -164,11 +164,17 @@ class TrainConfig:
     progress: bool = True
     """Show a progress bar with live reward, KL and clip ratio (rank 0)."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """Shape of the policy transformer."""
     task: TaskConfig = field(default_factory=TaskConfig)
+    """The digit task and its reward weights."""
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    """Sampling, advantages, the clipped loss, KL and the reference."""
     optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer, learning rate and the optional warm-start."""
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    """Rollout-vs-training IS correction (off by default; the mismatch is always measured)."""
     faults: FaultConfig = field(default_factory=FaultConfig)
+    """Faults to inject (`--fault KIND@STEP`)."""
 
     def __post_init__(self) -> None:
         if self.steps <= 0:
