@@ -8,8 +8,9 @@ Every rank packs its parts into one flat float64 tensor: the SUM-combined parts
 per-sample vectors and the n-gram id payloads (int64, carried bit for bit as
 float64). One `all_gather` brings every rank's pack to every rank; each rank
 combines them in rank order (so all ranks get bit-identical results), finalizes
-on device (means, std, ESS, nanquantile, distinct-n) and copies one packed
-result tensor to the host. That is one collective, where the seed's merge runs one
+what needs the gathered vectors on device (nanquantile, distinct-n) and copies one
+packed result tensor to the host, where means, std and ESS are a few float64
+operations per key. That is one collective, where the seed's merge runs one
 all-reduce per key, and one device-to-host transfer per step.
 
 Ranks must pass the same keys with per-sample vectors of the same length; a
@@ -18,6 +19,7 @@ layout fingerprint travels in the pack and a mismatch raises `RuntimeError`.
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -152,69 +154,43 @@ class _Reader:
 
 
 def _finalize(gathered: Tensor, lay: _Layout) -> Tensor:
-    """[W, L] -> [values (K), valid (K), check counts, layout ok, vectors] on device."""
+    """[W, L] -> [sums, check counts, mins, maxs, layout ok, vectors, gathered values, their valid flags].
+
+    Only what needs the gathered vectors (quantiles, distinct-n) is finalized on
+    device; means, stds, ESS and extrema are a few float operations per key, done
+    on the host by `_unpack` (IEEE float64 either way), as some 40 tiny device ops
+    cost more than the arithmetic.
+    """
     read = _Reader(gathered)
-    sums = read.take(len(lay.sum_slots)).sum(0)
-    checks = read.take(len(lay.checks)).sum(0)
-    mins = read.take(len(lay.keys[Part.MIN])).amin(0)
-    maxs = read.take(len(lay.keys[Part.MAX])).amax(0)
+    world = gathered.shape[0]
+    width = len(lay.sum_slots) + len(lay.checks)
+    k_min, k_max = len(lay.keys[Part.MIN]), len(lay.keys[Part.MAX])
+    if world == 1:  # one rank's parts are already the combined parts: one view, no reductions
+        head = read.take(width + k_min + k_max)[0]
+    else:
+        sums_checks = read.take(width).sum(0)
+        head = torch.cat([sums_checks, read.take(k_min).amin(0), read.take(k_max).amax(0)])
     vectors = {k: read.take(n).reshape(-1) for k, n in lay.vectors}
     ids = {k: read.take(n).contiguous().view(torch.int64).reshape(-1) for k, n in lay.ids}
     prints = read.take(1)
+    layout_ok = (prints == prints[0]).all().to(_F64).reshape(1)
+    out = [head, layout_ok] + [vectors[k] for k, _ in lay.vectors]
+    return torch.cat(out + _finalize_gathered(vectors, ids, lay))
+
+
+def _finalize_gathered(vectors: dict, ids: dict, lay: _Layout) -> list[Tensor]:
+    """Quantiles of the gathered per-sample vectors and distinct-n of the gathered ids: [values, valid]."""
     values: list[Tensor] = []
     valid: list[Tensor] = []
-    _finalize_sums(_Reader(sums.unsqueeze(0)), lay, values, valid, mins, maxs)
-    _finalize_gathered(vectors, ids, lay, values, valid)
-    layout_ok = (prints == prints[0]).all().to(_F64).reshape(1)
-    out = [torch.cat(values), torch.cat(valid).to(_F64)] if values else []
-    out += [checks, layout_ok] + [vectors[k] for k, _ in lay.vectors]
-    return torch.cat(out)
-
-
-def _finalize_sums(sums: _Reader, lay: _Layout, values: list, valid: list, mins: Tensor, maxs: Tensor) -> None:
-    """Means, stds, ESS, extrema and sums, one vector op per part (layout groups the slots)."""
-
-    def block(part: Part) -> Tensor:
-        return sums.take(len(lay.keys[part]))[0]
-
-    total, n = block(Part.MEAN), block(Part.MEAN)
-    values.append(total / n.clamp(min=1))
-    valid.append(n > 0)
-    total, sumsq, n = block(Part.STD), block(Part.STD), block(Part.STD)
-    var = (sumsq / n.clamp(min=1) - (total / n.clamp(min=1)) ** 2).clamp(min=0)
-    flags = [k in lay.unbiased for k in lay.keys[Part.STD]]
-    unbiased = torch.tensor(flags, dtype=torch.bool, device=var.device)
-    var = torch.where(unbiased, var * n / (n - 1).clamp(min=1), var)
-    values.append(torch.where(n > 1, var.sqrt(), 0.0))  # one element: 0, as the seed
-    valid.append(n > 0)
-    total, sumsq, n = block(Part.ESS), block(Part.ESS), block(Part.ESS)
-    values.append((total / n.clamp(min=1) + _ESS_EPS) ** 2 / (sumsq / n.clamp(min=1)).clamp(min=1e-300))
-    valid.append((n > 0) & (sumsq > 0))
-    for part, extreme in ((Part.MIN, mins), (Part.MAX, maxs)):
-        n = block(part)
-        values.append(torch.where(n > 0, extreme, 0.0))
-        valid.append(n > 0)
-    total = block(Part.SUM)
-    values.append(total)
-    valid.append(torch.ones_like(total, dtype=torch.bool))
-
-
-def _finalize_gathered(vectors: dict, ids: dict, lay: _Layout, values: list, valid: list) -> None:
-    """Quantiles of the gathered per-sample vectors and distinct-n of the gathered ids."""
     by_source: dict[str, list[str]] = {}
     for key in lay.keys[Part.QUANTILE]:
         by_source.setdefault(lay.quantiles[key][0], []).append(key)
-    quantile: dict[str, tuple[Tensor, Tensor]] = {}
     for source, keys in by_source.items():  # one nanquantile call per vector
         vec = vectors[source]
         qs = torch.tensor([lay.quantiles[k][1] for k in keys], dtype=_F64, device=vec.device)
-        any_ok = (~torch.isnan(vec)).any()
         found = torch.nanquantile(vec, qs)
-        found = torch.where(torch.isnan(found), 0.0, found)  # all-NaN: marked invalid below
-        quantile.update({k: (found[i], any_ok) for i, k in enumerate(keys)})
-    for key in lay.keys[Part.QUANTILE]:
-        values.append(quantile[key][0].reshape(1))
-        valid.append(quantile[key][1].reshape(1))
+        values.append(torch.where(torch.isnan(found), 0.0, found))  # all-NaN: marked invalid
+        valid.append((~torch.isnan(vec)).any().to(_F64).expand(len(keys)))
     for key in lay.keys[Part.DISTINCT]:
         sorted_ids = torch.sort(ids[key]).values
         real = sorted_ids != -1
@@ -222,26 +198,74 @@ def _finalize_gathered(vectors: dict, ids: dict, lay: _Layout, values: list, val
         new[1:] = sorted_ids[1:] != sorted_ids[:-1]
         total = real.sum(dtype=_F64)
         values.append(((new & real).sum(dtype=_F64) / total.clamp(min=1)).reshape(1))
-        valid.append((total > 0).reshape(1))
+        valid.append((total > 0).to(_F64).reshape(1))
+    return values + valid
+
+
+def _gathered_order(lay: _Layout) -> list[str]:
+    """Keys finalized on device, in `_finalize_gathered`'s order (quantiles grouped by source)."""
+    by_source: dict[str, list[str]] = {}
+    for key in lay.keys[Part.QUANTILE]:
+        by_source.setdefault(lay.quantiles[key][0], []).append(key)
+    return [k for keys in by_source.values() for k in keys] + list(lay.keys[Part.DISTINCT])
+
+
+def _finalize_sums(h: list[float], lay: _Layout, mins: list[float], maxs: list[float]) -> tuple[list, list]:
+    """Means, stds, ESS, extrema and sums on the host, in `_BY_PART` order: (keys, (value, valid) pairs).
+
+    The same float64 operations, in the same order, as torch would run on device
+    (x * x for squares; max(x, c) for clamp), so the same values, except that
+    math.sqrt is correctly rounded where torch's vectorized sqrt may be 1 ulp off.
+    """
+    keys, out, at = [], [], 0
+
+    def block(part: Part) -> list[float]:
+        nonlocal at
+        width = len(lay.keys[part])
+        at += width
+        return h[at - width : at]
+
+    total, n = block(Part.MEAN), block(Part.MEAN)
+    out += [(t / max(c, 1.0), c > 0) for t, c in zip(total, n)]
+    total, sumsq, n = block(Part.STD), block(Part.STD), block(Part.STD)
+    for key, t, q, c in zip(lay.keys[Part.STD], total, sumsq, n):
+        c1, mean = max(c, 1.0), t / max(c, 1.0)
+        var = max(q / c1 - mean * mean, 0.0)  # a NaN stays NaN, as with clamp
+        if key in lay.unbiased:
+            var = var * c / max(c - 1, 1.0)
+        out.append((math.sqrt(var) if c > 1 else 0.0, c > 0))  # one element: 0, as the seed
+    total, sumsq, n = block(Part.ESS), block(Part.ESS), block(Part.ESS)
+    for t, q, c in zip(total, sumsq, n):
+        m = t / max(c, 1.0) + _ESS_EPS
+        out.append((m * m / max(q / max(c, 1.0), 1e-300), c > 0 and q > 0))
+    for part, extreme in ((Part.MIN, mins), (Part.MAX, maxs)):
+        out += [(x if c > 0 else 0.0, c > 0) for x, c in zip(extreme, block(part))]
+    out += [(t, True) for t in block(Part.SUM)]
+    for part in _BY_PART:
+        keys += lay.keys[part]
+    return keys, out
 
 
 def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
-    order = [k for part in _BY_PART + (Part.QUANTILE, Part.DISTINCT) for k in lay.keys[part]]
-    k = len(order)
-    values, valid = host[:k], host[k : 2 * k]
-    at = 2 * k
-    bad = host[at : at + len(lay.checks)]
-    at += len(lay.checks)
+    n_sums, n_checks = len(lay.sum_slots), len(lay.checks)
+    k_min, k_max = len(lay.keys[Part.MIN]), len(lay.keys[Part.MAX])
+    at = n_sums + n_checks + k_min + k_max
     if host[at] != 1.0:
         raise RuntimeError("ranks passed different stats to reduce_stats (keys or sample counts differ)")
-    for argument, count in zip(lay.checks, bad):
+    for argument, count in zip(lay.checks, host[n_sums : n_sums + n_checks]):
         if count > 0:
             raise ValueError(lay.messages[argument])
+    mins = host[n_sums + n_checks : n_sums + n_checks + k_min]
+    keys, pairs = _finalize_sums(host[:n_sums], lay, mins, host[at - k_max : at])
     at += 1
     samples = {}
     for key, n in lay.vectors:
         samples[key] = [x for x in host[at : at + n * world] if x == x]  # x == x: not NaN
         at += n * world
-    result = {key: val for key, val, ok in zip(order, values, valid) if ok}
-    invalid = frozenset(key for key, ok in zip(order, valid) if not ok)
+    gathered = _gathered_order(lay)
+    k = len(gathered)
+    pairs += zip(host[at : at + k], (ok > 0 for ok in host[at + k : at + 2 * k]))
+    keys += gathered
+    result = {key: val for key, (val, ok) in zip(keys, pairs) if ok}
+    invalid = frozenset(key for key, (_, ok) in zip(keys, pairs) if not ok)
     return ReducedStats(result, samples=samples, invalid=invalid)
