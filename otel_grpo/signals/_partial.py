@@ -53,6 +53,10 @@ class Spec:
     """QUANTILE only: the quantile in [0, 1]."""
 
 
+# The recipes of the plain parts, built once: stat functions add dozens of parts per call
+_MEAN, _ESS, _MIN, _MAX, _SUM = (Spec(p) for p in (Part.MEAN, Part.ESS, Part.MIN, Part.MAX, Part.SUM))
+_STD = {True: Spec(Part.STD, unbiased=True), False: Spec(Part.STD, unbiased=False)}
+
 # Slot fields each part keeps in the SUM-combined part of the pack, in pack order.
 FIELDS = {
     Part.MEAN: ("sum", "count"),
@@ -108,31 +112,36 @@ class Stats:
     # ---- building --------------------------------------------------------------
     def add_mean(self, key: str, total: Tensor | float, count: Tensor | float) -> Stats:
         """`key` = total / count after combining ranks; invalid when count is 0."""
-        return self._add(key, Spec(Part.MEAN), sum=total, count=count)
+        self._claim_new(key, _MEAN)
+        self._slot(key, "sum", total, count)
+        self._slot(key, "count", count, total)
+        return self
 
     def add_std(self, key: str, total: Tensor, sumsq: Tensor, count: Tensor, *, unbiased: bool) -> Stats:
         """`key` = standard deviation from sum x, sum x^2 and n; 0 when n == 1."""
-        return self._add(key, Spec(Part.STD, unbiased=unbiased), sum=total, sumsq=sumsq, count=count)
+        return self._add(key, _STD[bool(unbiased)], sum=total, sumsq=sumsq, count=count)
 
     def add_ess(self, key: str, total: Tensor, sumsq: Tensor, count: Tensor) -> Stats:
         """`key` = (mean w + 1e-8)^2 / mean(w^2): seed 004's effective sample size fraction."""
-        return self._add(key, Spec(Part.ESS), sum=total, sumsq=sumsq, count=count)
+        return self._add(key, _ESS, sum=total, sumsq=sumsq, count=count)
 
     def add_min(self, key: str, value: Tensor, count: Tensor | float) -> Stats:
         """`key` = min over ranks of `value`; `count` elements behind it (0: invalid)."""
-        self._add(key, Spec(Part.MIN), count=count)
+        self._claim_new(key, _MIN)
+        self._slot(key, "count", count, value)
         self._extreme(self.mins, key, value, torch.minimum)
         return self
 
     def add_max(self, key: str, value: Tensor, count: Tensor | float) -> Stats:
         """`key` = max over ranks of `value`; `count` elements behind it (0: invalid)."""
-        self._add(key, Spec(Part.MAX), count=count)
+        self._claim_new(key, _MAX)
+        self._slot(key, "count", count, value)
         self._extreme(self.maxs, key, value, torch.maximum)
         return self
 
     def add_sum(self, key: str, value: Tensor | float) -> Stats:
         """`key` = sum over ranks (counters: tokens, samples)."""
-        return self._add(key, Spec(Part.SUM), sum=value)
+        return self._add(key, _SUM, sum=value)
 
     def add_samples(self, key: str, values: Tensor, quantiles: dict[str, float] | None = None) -> Stats:
         """Per-sample vector `values` [N] (NaN: invalid row), gathered for histograms.
@@ -208,11 +217,23 @@ class Stats:
         elif held != spec:
             raise ValueError(f"stat key {key!r} combined with two recipes: {held} and {spec}")
 
-    def _add(self, key: str, spec: Spec, **fields: Tensor | float) -> Stats:
+    def _claim_new(self, key: str, spec: Spec) -> None:
+        """`_claim` for a part being added: the catalog check too (cached per key)."""
         _check_key(key)
         held = self.specs.setdefault(key, spec)
-        if held != spec:
+        if held is not spec and held != spec:  # the shared recipe objects: identity in the common case
             raise ValueError(f"stat key {key!r} combined with two recipes: {held} and {spec}")
+
+    def _slot(self, key: str, name: str, value: Tensor | float, like: Tensor | float) -> None:
+        """Add `value` to slot (key, name); a float goes to the device of `like` if that is a tensor."""
+        if not (isinstance(value, Tensor) and value.dtype == _F64 and value.dim() == 0 and not value.requires_grad):
+            value = _scalar(value, like if isinstance(like, Tensor) else None)
+        slot = (key, name)
+        sums = self.sums
+        sums[slot] = sums[slot] + value if slot in sums else value
+
+    def _add(self, key: str, spec: Spec, **fields: Tensor | float) -> Stats:
+        self._claim_new(key, spec)
         like = None  # plain floats go to the device of a tensor field
         for value in fields.values():
             if isinstance(value, Tensor):
