@@ -7,13 +7,14 @@
 - `stall@S`: before step S the loop stops making progress while the process stays
   alive (for `stall_seconds`, 0: until interrupted).
 - `nan@S`: the loss of step S is NaN; the update is skipped and reported.
+- `bad-batch@S`: scoring the batch of step S fails; the step is skipped, not fatal.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FAULT_KINDS = ("kl-spike", "rollout-drift", "stall", "nan")
+FAULT_KINDS = ("kl-spike", "rollout-drift", "stall", "nan", "bad-batch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,7 @@ class FaultConfig:
     """Faults to inject and their strength."""
 
     inject: list[str] = field(default_factory=list)
-    """Faults as KIND@STEP strings: kl-spike, rollout-drift, stall, nan."""
+    """Faults as KIND@STEP strings: kl-spike, rollout-drift, stall, nan, bad-batch."""
     kl_spike_lr_factor: float = 100.0
     """kl-spike: learning-rate multiplier."""
     kl_spike_steps: int = 0
@@ -77,3 +78,6 @@ class FaultConfig:
 
     def nan_at(self, step: int) -> bool:
         return any(f.kind == "nan" and f.step == step for f in self.parsed())
+
+    def bad_batch_at(self, step: int) -> bool:
+        return any(f.kind == "bad-batch" and f.step == step for f in self.parsed())

@@ -35,6 +35,8 @@ from ._task import Batch, DigitTask
 from ._tokenizer import CharTokenizer
 
 logger = logging.getLogger("otel_grpo.trainer")
+MAX_FAILED_BATCHES = 3
+"""Consecutive failed batches after which training stops (a bug, not a bad batch)."""
 
 
 @dataclass(slots=True)
@@ -100,6 +102,7 @@ class GRPOTrainer:
         self.loss_fn = LOSSES[g.loss_type](epsilon_low=g.epsilon_low, epsilon_high=g.epsilon_high, beta=g.beta)
         self.telemetry = telemetry if telemetry is not None else self._build_telemetry()
         self.stop = StopFlag()
+        self.failed_in_a_row = 0
 
     @property
     def unwrapped(self) -> TinyGPT:
@@ -171,19 +174,31 @@ class GRPOTrainer:
             if step == 0 and cfg.optim.sft_steps:
                 with s.phase("warmup"):
                     self.warm_start(gen_cpu)
-            with s.phase("rollout"):
-                batch = self.task.sample_batch(cfg.grpo.prompts_per_step, gen_cpu)
-                ro = self.rollout.generate(
-                    batch.prompt_ids.to(self.device), G, cfg.task.max_new_tokens, eos_id=self.tok.eos_id,
-                    pad_id=self.tok.pad_id, temperature=cfg.grpo.temperature, generator=gen_dev)
-            with s.phase("reward"):
-                rows, components = self.score(batch, ro)
-                rewards = self.task.total_reward(components)
-                advantages = group_advantages(rewards, G, scale=cfg.grpo.scale_rewards)
-                for row, adv in zip(rows, advantages.tolist()):
-                    row["advantage"] = adv
-            with s.phase("reference"):
-                old_lp, ref_lp = self.score_logprobs(ro)
+            failure = None
+            try:
+                with s.phase("rollout"):
+                    batch = self.task.sample_batch(cfg.grpo.prompts_per_step, gen_cpu)
+                    ro = self.rollout.generate(
+                        batch.prompt_ids.to(self.device), G, cfg.task.max_new_tokens, eos_id=self.tok.eos_id,
+                        pad_id=self.tok.pad_id, temperature=cfg.grpo.temperature, generator=gen_dev)
+                with s.phase("reward"):
+                    if cfg.faults.bad_batch_at(step):
+                        raise RuntimeError(f"fault bad-batch: scoring the batch of step {step} failed")
+                    rows, components = self.score(batch, ro)
+                    rewards = self.task.total_reward(components)
+                    advantages = group_advantages(rewards, G, scale=cfg.grpo.scale_rewards)
+                    for row, adv in zip(rows, advantages.tolist()):
+                        row["advantage"] = adv
+                with s.phase("reference"):
+                    old_lp, ref_lp = self.score_logprobs(ro)
+            except Exception as exc:  # a failed batch is skipped, not fatal (the phase span has the error)
+                failure = exc
+            if self.batch_failed(failure):
+                s.skip()
+                s.record({"step": float(step)})
+                if self.is_main:
+                    append_metrics(self.output_dir / METRICS, step, {"skipped": 1.0})
+                return {"step": float(step), "skipped": 1.0}
             stats = (
                 signals.reward_stats(rewards.to(self.device), G, {k: v.to(self.device) for k, v in components.items()},
                                      advantages.to(self.device))
@@ -206,6 +221,23 @@ class GRPOTrainer:
         if self.is_main:
             append_metrics(self.output_dir / METRICS, step, reduced)
         return dict(reduced)
+
+    def batch_failed(self, failure: Exception | None) -> bool:
+        """Whether any rank failed to prepare its batch; all ranks then skip the step together.
+
+        Raises after `MAX_FAILED_BATCHES` failures in a row: a bug, not a bad batch.
+        """
+        failed = failure is not None
+        if self.acc.num_processes > 1:
+            flag = torch.tensor([float(failed)], device=self.device)
+            # Host sync (multi-process only): every rank must agree before the update's collectives.
+            failed = bool(self.acc.reduce(flag, reduction="sum").item() > 0)
+        self.failed_in_a_row = self.failed_in_a_row + 1 if failed else 0
+        if failure is not None:
+            logger.warning("otel-grpo train: skipping the step, its batch failed: %s", failure)
+        if self.failed_in_a_row >= MAX_FAILED_BATCHES:
+            raise RuntimeError(f"{MAX_FAILED_BATCHES} batches in a row failed; stopping") from failure
+        return failed
 
     def _generators(self, step: int) -> tuple[torch.Generator, torch.Generator]:
         """Per-step RNGs derived from (seed, rank, step): a resumed run draws the same data."""

@@ -71,3 +71,14 @@ def test_stall_stops_progress_until_ctrl_c_then_exits_cleanly(tmp_path):
     assert proc.returncode == 0, err
     assert "interrupted" in err
     assert torch.load(ckpt, weights_only=False)["next_step"] == 2  # nothing lost, resumable
+
+
+def test_failed_batch_is_skipped_not_fatal(train_run, tmp_path):
+    run = train_run("steps=4", "faults.inject=[bad-batch@2]")
+    h = run.result.history
+    assert len(h) == 4 and h[2].get("skipped") == 1.0 and "reward" in h[3]
+    assert run.counter("grpo.skipped_steps") == 1
+    failed = [s for s in run.spans("grpo.phase.reward") if not s.status.is_ok]
+    assert [s.attributes["grpo.step"] for s in failed] == [2]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert [line["step"] for line in lines] == [0, 1, 2, 3] and lines[2].get("skipped") == 1.0
