@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch import Tensor
 
@@ -54,6 +56,34 @@ def masked_max(x: Tensor, pad: Tensor) -> Tensor:
     return x.masked_fill(pad, -INF).max()
 
 
+# ---- a per-thread workspace for [B, T] intermediates ------------------------------
+# On CPU a fresh multi-megabyte tensor costs a page fault per 4 KiB page whenever other
+# code has churned the heap since the last call (glibc hands freed memory back to the
+# OS): in a training step, the model's own allocations do. Intermediates that never
+# leave a call therefore live in buffers kept across calls. GPUs have caching
+# allocators, and huge buffers are not worth pinning: those get a plain torch.empty.
+
+_WORKSPACE = threading.local()
+_WORKSPACE_MAX_BYTES = 64 << 20  # per buffer
+
+
+def workspace(name: str, like: Tensor, dtype: torch.dtype) -> Tensor:
+    """An uninitialized buffer shaped like `like`, reused by the next call asking for `name`.
+
+    The caller must not let it escape the call (return it, or keep it in a result).
+    """
+    n = like.numel()
+    if like.device.type != "cpu" or n * dtype.itemsize > _WORKSPACE_MAX_BYTES:
+        return torch.empty(like.shape, dtype=dtype, device=like.device)
+    store = getattr(_WORKSPACE, "buffers", None)
+    if store is None:
+        store = _WORKSPACE.buffers = {}
+    buf = store.get((name, dtype))
+    if buf is None or buf.numel() < n:
+        buf = store[name, dtype] = torch.empty(n, dtype=dtype)
+    return buf[:n].view(like.shape)
+
+
 # ---- float-mask primitives for [B, T] token tensors -------------------------------
 # On CPU, selecting with a bool mask (torch.where, masked_fill) or counting a bool
 # tensor costs several times a float multiply; the IS and mismatch paths (the hot
@@ -67,7 +97,9 @@ class TokenMask:
     """A [B, T] 0/1 float mask, validated, and what masking by arithmetic needs from it.
 
     Built once per call; also owns one [B, T] scratch buffer, because on CPU a fresh
-    multi-megabyte tensor costs page faults that exceed the arithmetic on it.
+    multi-megabyte tensor costs page faults that exceed the arithmetic on it. The
+    scratch, integer and converted-mask buffers are workspace buffers: none may leave
+    the call that built this.
 
     Attributes:
         mf: [B, T] the mask as 0.0 / 1.0 (float32 or float64).
@@ -79,19 +111,20 @@ class TokenMask:
     __slots__ = ("mf", "n_row", "rows", "n", "scratch", "_bits", "_inf")
 
     def __init__(self, mask: Tensor, name: str, stats: Stats, dtype: torch.dtype) -> None:
-        self.scratch = torch.empty(mask.shape, dtype=dtype, device=mask.device)
+        self.scratch = workspace("scratch", mask, dtype)
         if mask.dtype != torch.bool:
             # |t * (1 - t)| sums to 0 exactly when every t is 0 or 1 (NaN and inf included)
-            t = mask if mask.dtype == dtype else mask.to(dtype)
+            t = mask if mask.dtype == dtype else workspace("mask", mask, dtype).copy_(mask)
             bad = total(torch.addcmul(t, t, t, value=-1, out=self.scratch).abs_()) != 0  # |t - t*t|
             value_check(mask, name, bad, stats)
             self.mf = t
         else:
-            self.mf = mask.to(dtype)
+            self.mf = workspace("mask", mask, dtype).copy_(mask)
         self.n_row = self.mf.sum(-1)
         self.rows = self.n_row > 0
         self.n = self.n_row.sum(dtype=_F64)
-        self._bits = self.mf.to(_INT_OF[dtype]).neg_()  # all bits set on tokens, 0 on padding
+        # all bits set on tokens, 0 on padding
+        self._bits = workspace("bits", mask, _INT_OF[dtype]).copy_(self.mf).neg_()
         self._inf = False
 
     def zero_(self, x: Tensor) -> Tensor:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import SAFETY_BOUND, TokenMask, count, total
+from ._masked import SAFETY_BOUND, TokenMask, count, total, workspace
 from ._partial import Stats
 
 # exp(-20) and exp(20) as torch rounds them in each dtype (Python floats: clamping to
@@ -51,8 +51,8 @@ def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tenso
     dtype = v.compute_dtype(train, rollout)
     tm = TokenMask(v.mask_like(mask, "mask", shape), "mask", stats, dtype)
     # exactly 0 on padding whatever it held, as the seed's zero-padded tensors
-    log_ratio = tm.zero_(torch.sub(train, rollout, out=torch.empty_like(tm.mf)))  # train - rollout
-    shared = add_mismatch(stats, tm, train, log_ratio)
+    log_ratio = tm.zero_(torch.sub(train, rollout, out=workspace("log_ratio", tm.mf, dtype)))  # train - rollout
+    shared = add_mismatch(stats, tm, train, log_ratio, workspace("ratio", tm.mf, dtype))  # neither leaves
     rho_tok = shared.weights.mul_(tm.mf)  # in place: +0 on padding
     add_token_ratio(stats, tm, rho_tok, total(rho_tok), rho_tok.max(), None)
     return stats
@@ -67,11 +67,12 @@ class Shared(NamedTuple):
     """[B, T] exp(clamp(log ratio, +-20)), 1 on padding: a fresh buffer the caller may overwrite."""
 
 
-def add_mismatch(stats: Stats, tm: TokenMask, train: Tensor, log_ratio: Tensor) -> Shared:
+def add_mismatch(stats: Stats, tm: TokenMask, train: Tensor, log_ratio: Tensor, out: Tensor | None) -> Shared:
     """Every mismatch stat but the token IS-ratio ones (see `add_token_ratio`).
 
     `log_ratio` ([B, T] train - rollout, exactly 0 on padding) is left untouched; the
-    mask's scratch buffer is used; `tm` must not have had `inf_()` yet.
+    mask's scratch buffer is used; `tm` must not have had `inf_()` yet. The token
+    ratios go to `out` (None: a fresh tensor).
     """
     n, n_row, rows, s = tm.n, tm.n_row, tm.rows, tm.scratch
     # in place on the scratch buffer (fresh multi-MB tensors cost page faults on CPU)
@@ -83,7 +84,7 @@ def add_mismatch(stats: Stats, tm: TokenMask, train: Tensor, log_ratio: Tensor) 
     stats.add_mean("mismatch_logprob_abs_diff", total(abs_diff), n)
     stats.add_max("mismatch_logprob_abs_diff_max", abs_diff.max(), n)  # padding's 0 never exceeds a valid |x|
 
-    ratio = torch.exp(log_ratio)  # 1 on padding; unbounded for k3, as the seed
+    ratio = torch.exp(log_ratio, out=out)  # 1 on padding; unbounded for k3, as the seed
     stats.add_mean("mismatch_k3_kl", total(torch.sub(ratio, log_ratio, out=s).sub_(1.0)), n)  # 0 on padding
     # exp is monotonic: clamping exp(x) to exp(+-20) equals exp(clamp(x, +-20)), one exp fewer
     weights = ratio.clamp_(*_EXP_BOUNDS[ratio.dtype])

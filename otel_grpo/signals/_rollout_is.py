@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import INF, SAFETY_BOUND, TokenMask, count, count_above, count_below, total
+from ._masked import INF, SAFETY_BOUND, TokenMask, count, count_above, count_below, total, workspace
 from ._mismatch import Shared, add_mismatch, add_token_ratio
 from ._partial import Stats
 LEVELS = ("token", "sequence", "geometric")
@@ -86,9 +86,12 @@ def rollout_correction(
     mask_bounds = bounds if mask_threshold is None else v.bounds(mask_threshold, "mask_threshold")
     veto = None if veto_threshold is None else v.bounds(veto_threshold, "veto_threshold")
 
-    tok = _Tokens.of(train, rollout, TokenMask(m, "mask", stats, dtype))
+    # the token path without the mismatch pass turns the log ratios into the returned weights
+    tok = _Tokens.of(train, rollout, TokenMask(m, "mask", stats, dtype), internal=with_mismatch or level != "token")
     if with_mismatch:  # before anything overwrites the log ratios or lifts padding to inf
-        tok.shared = add_mismatch(stats, tok.tm, train, tok.log_ratio)
+        # the token path returns the ratios' buffer as its weights; the row paths do not
+        out = None if level == "token" else workspace("ratio", tok.tm.mf, dtype)
+        tok.shared = add_mismatch(stats, tok.tm, train, tok.log_ratio, out)
     vetoed = _veto(stats, tok, veto)
     step = _token_level if level == "token" else _row_level
     weights, keep = step(stats, tok, bounds, mask_bounds, mode, level)  # 0 on padding
@@ -113,9 +116,11 @@ class _Tokens:
     shared: Shared | None = None  # with_mismatch: the mismatch pass's row sums and token ratios
 
     @classmethod
-    def of(cls, train: Tensor, rollout: Tensor, tm: TokenMask) -> _Tokens:
+    def of(cls, train: Tensor, rollout: Tensor, tm: TokenMask, internal: bool) -> _Tokens:
+        """`internal`: the log ratios' buffer never leaves the call (a workspace buffer)."""
+        out = workspace("log_ratio", tm.mf, tm.mf.dtype) if internal else torch.empty_like(tm.mf)
         # the seed sees 0 on padding (packed sequences padded with 0): so do we
-        log_ratio = tm.zero_(torch.sub(train, rollout, out=torch.empty_like(tm.mf)))
+        log_ratio = tm.zero_(torch.sub(train, rollout, out=out))
         # The seed's "over all rows" means count a rank only when it has a valid token,
         # as the seed's merge drops ranks whose batch has none.
         all_rows = (tm.n > 0).to(_F64) * len(tm.n_row)
@@ -155,7 +160,8 @@ def _token_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, lev
         w = tok.log_ratio.clamp_(-SAFETY_BOUND, SAFETY_BOUND).exp_()  # 1 on padding
     else:  # the same values (exp is monotonic), computed once by the mismatch pass
         w = tok.shared.weights
-    w_tok = w * tm.mf  # +0 on padding: never above a (positive) upper bound
+    # +0 on padding: never above a (positive) upper bound; returned as the weights in mask mode only
+    w_tok = torch.mul(w, tm.mf, out=torch.empty_like(w) if mode == "mask" else workspace("w_tok", w, w.dtype))
     row_sum = w_tok.sum(-1)
     w_total, w_max = row_sum.sum(dtype=_F64), w_tok.max()
     stats.add_mean("rollout_is_mean", w_total, n)

@@ -59,3 +59,19 @@ def test_combined_inputs_untouched_and_mask_checked():
     bad[0, 0] = 0.5
     with pytest.raises(ValueError, match="mask"):
         rollout_correction(train, rollout, bad, with_mismatch=True)
+
+
+@pytest.mark.parametrize("with_mismatch", (False, True))
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("level", LEVELS)
+def test_results_survive_later_calls(level, mode, with_mismatch):
+    """Nothing returned lives in the reused CPU workspace: a second call leaves the first results alone."""
+    for mask_dtype in (torch.float32, torch.bool):
+        train, rollout, mask = _batch(1, torch.float32, mask_dtype)
+        kw = dict(level=level, mode=mode, veto_threshold=(1e-3, 1e3), with_mismatch=with_mismatch)
+        w, m, _ = rollout_correction(train, rollout, mask, **kw)
+        w_copy, m_copy = w.clone(), m.clone()
+        other = _batch(2, torch.float32, mask_dtype)
+        rollout_correction(*other, **kw)
+        mismatch_stats(*other)
+        assert torch.equal(w, w_copy) and torch.equal(m, m_copy)
