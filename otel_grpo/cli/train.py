@@ -37,7 +37,7 @@ def train(
     output_dir: Annotated[Optional[Path], typer.Option(help="Run directory: metrics.jsonl, samples, checkpoint.")] = None,
     run_id: Annotated[Optional[str], typer.Option(help="Run id (default: generated, or the checkpoint's).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the checkpoint in --output-dir.")] = False,
-    fault: Annotated[list[str], typer.Option(help="Inject KIND@STEP (repeatable): kl-spike, rollout-drift, stall, nan.")] = [],
+    fault: Annotated[list[str], typer.Option(help="Inject KIND@STEP (repeatable): kl-spike, rollout-drift, stall, nan, bad-batch.")] = [],
     telemetry: Annotated[Optional[bool], typer.Option("--telemetry/--no-telemetry", help="Emit through OpenTelemetry.")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Random seed.")] = None,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Show the progress bar.")] = None,

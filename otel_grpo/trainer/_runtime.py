@@ -32,7 +32,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 def append_metrics(path: Path, step: int, values: Mapping[str, float]) -> None:
     """One JSON line per step; non-finite values are written as null."""
-    row = {"step": step, **{k: (v if math.isfinite(v) else None) for k, v in values.items()}}
+    row: dict[str, Any] = {"step": step}
+    row.update((k, v if math.isfinite(v) else None) for k, v in values.items() if k != "step")
     with path.open("a") as fh:
         fh.write(json.dumps(row, allow_nan=False) + "\n")
 
