@@ -18,8 +18,11 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import orjson
+
 from ..otlp._extract import PHASE_COLUMN, Batch
 from . import _queries, _retention
+from ._checkpoint import VALVE_PAGES, Checkpointer
 from ._schema import migrate
 
 _SAMPLE_INSERT = """
@@ -70,7 +73,7 @@ def _merge_step(conn: sqlite3.Connection, run_id: str, step: int, start: float |
 class Store(_queries.Reads):
     """Runs, steps, phases, samples and alerts in one SQLite file."""
 
-    def __init__(self, path: Path, synchronous: str = "FULL") -> None:
+    def __init__(self, path: Path, synchronous: str = "NORMAL") -> None:
         self.path = Path(path)
         self.synchronous = synchronous
         self._wlock = threading.Lock()
@@ -78,17 +81,20 @@ class Store(_queries.Reads):
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._writer: sqlite3.Connection | None = None
+        self._checkpointer: Checkpointer | None = None
         self.found_version: int | None = None
 
     @classmethod
-    def open(cls, path: str | Path, synchronous: str = "FULL") -> "Store":
+    def open(cls, path: str | Path, synchronous: str = "NORMAL") -> "Store":
         """Open (creating if needed) and migrate; the writer connection is ready on return."""
         store = cls(Path(path), synchronous)
         store.path.parent.mkdir(parents=True, exist_ok=True)
         conn = store._connect()
         conn.execute("PRAGMA journal_mode = WAL")
         store.found_version = migrate(conn)
+        conn.execute(f"PRAGMA wal_autocheckpoint = {VALVE_PAGES}")  # checkpoints: see _checkpoint
         store._writer = conn
+        store._checkpointer = Checkpointer(store.path, synchronous)
         store.optimize()
         return store
 
@@ -112,6 +118,9 @@ class Store(_queries.Reads):
         return conn
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
         with self._wlock:
             if self._writer is not None:
                 self._writer.close()
@@ -168,11 +177,14 @@ class Store(_queries.Reads):
                 conn.execute(_RUN_UPSERT, (run_id, None, None, None, now, now))
 
     def _write_samples(self, conn: sqlite3.Connection, batch: Batch) -> dict[str, int]:
+        # orjson: the per-row JSON of the dynamic columns was ~4 us a row with json.dumps, 0.4 here;
+        # output is the same compact JSON (UTF-8 rather than \u escapes; ints are int64 by OTLP).
+        dumps = orjson.dumps
         by_run: dict[str, list] = defaultdict(list)
         for s in batch.samples:
             by_run[s.run_id].append((s.run_id, s.step, s.uid, s.sample_index, s.reward, s.advantage,
                                      s.completion_length, s.prompt, s.completion, s.time,
-                                     json.dumps(s.data, separators=(",", ":"))))
+                                     dumps(s.data).decode()))
         inserted = {}
         for run_id, rows in by_run.items():
             before = conn.total_changes
@@ -252,3 +264,5 @@ class _Transaction:
             self.store._writer.execute("COMMIT" if exc_type is None else "ROLLBACK")
         finally:
             self.store._wlock.release()
+        if exc_type is None and self.store._checkpointer is not None:
+            self.store._checkpointer.committed()
