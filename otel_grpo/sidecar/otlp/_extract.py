@@ -104,20 +104,21 @@ def value_of(v):
     return None
 
 
+_PLAIN = frozenset(("string_value", "int_value", "bool_value"))
+
+
 def _attrs(kvs) -> dict:
-    """Attributes -> dict. The hot loop of ingest (every sample event), so the common scalar
-    kinds are read inline rather than through value_of."""
+    """Attributes -> dict. The hot loop of ingest (every attribute of every sample event), so
+    the scalar kinds are read inline (one WhichOneof, one getattr) rather than through value_of."""
     out = {}
     for kv in kvs:
         v = kv.value
         kind = v.WhichOneof("value")
-        if kind == "string_value":
-            out[kv.key] = v.string_value
+        if kind in _PLAIN:
+            out[kv.key] = getattr(v, kind)
         elif kind == "double_value":
             x = v.double_value
             out[kv.key] = x if x - x == 0.0 else None  # x - x is nan for nan and inf
-        elif kind == "int_value":
-            out[kv.key] = v.int_value
         else:
             out[kv.key] = value_of(v)
     return out
@@ -211,22 +212,39 @@ def _samples_span(batch: Batch, span, default_run: str | None) -> None:
         return
     run_id, step = key
     span_hex = None
+    append = batch.samples.append
     for i, event in enumerate(span.events):
         if event.name != SAMPLE_EVENT:
             continue
         data = _attrs(event.attributes)
-        index = _int(data.pop("sample_index", None))
+        index = data.pop("sample_index", None)
+        if type(index) is not int:  # the telemetry layer sends an int; anything else goes the slow way
+            index = _int(index)
         if index is None:
             span_hex = span_hex or span.span_id.hex()
             uid = f"{span_hex}:{i}"  # stable across retries of the same export
         else:
             uid = str(index)
-        core = {c: _num(data.get(c)) for c in CORE_NUMERIC}
-        for c in CORE_NUMERIC:
-            if core[c] is not None:
-                del data[c]
-        text = {c: data.pop(c) if isinstance(data.get(c), str) else None for c in CORE_TEXT}
-        batch.samples.append(SampleRecord(
-            run_id, step, uid, index, core["reward"], core["advantage"], core["completion_length"],
-            text["prompt"], text["completion"], event.time_unix_nano / 1e9, data,
+        append(SampleRecord(
+            run_id, step, uid, index, _take_num(data, "reward"), _take_num(data, "advantage"),
+            _take_num(data, "completion_length"), _take_text(data, "prompt"), _take_text(data, "completion"),
+            event.time_unix_nano / 1e9, data,
         ))
+
+
+def _take_num(data: dict, key: str) -> float | None:
+    """Move a numeric attribute out of `data` into its own column (bools and the rest stay in JSON)."""
+    value = data.get(key)
+    kind = type(value)
+    if kind is float or kind is int:
+        del data[key]
+        return float(value)
+    return None
+
+
+def _take_text(data: dict, key: str) -> str | None:
+    value = data.get(key)
+    if type(value) is str:
+        del data[key]
+        return value
+    return None
