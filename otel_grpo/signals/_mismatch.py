@@ -112,21 +112,22 @@ def add_token_ratio(stats: Stats, tm: TokenMask, rho_tok: Tensor, rho_sum: Tenso
 
 def _perplexities(stats: Stats, train_row: Tensor, rollout_row: Tensor, n_row: Tensor, rows: Tensor) -> None:
     """Seed 004's per-sequence perplexity stats, averaged over all rows ([B] inputs)."""
-    mean_train = train_row / (n_row + _EPS)
-    mean_rollout = rollout_row / (n_row + _EPS)
+    # one [7, B] tensor summed once: a dozen fewer small ops than one reduction per stat
+    means = torch.stack([train_row, rollout_row]).div_(n_row + _EPS)  # mean_train, mean_rollout
+    diff = means[1] - means[0]  # = log(training ppl / rollout ppl)
+    logs = torch.cat([means.neg_(), diff.unsqueeze(0)])  # -mean_train, -mean_rollout, diff
+    totals = torch.cat([logs.exp(), logs, diff.abs().unsqueeze(0)]).sum(-1, dtype=_F64)
     # a rank without any valid token is left out, as the seed's merge leaves it out
     all_rows = count(rows.any()) * len(n_row)
-    diff = mean_rollout - mean_train  # = log(training ppl / rollout ppl)
+    for key, total_ in zip(_PPL_KEYS, totals.unbind()):
+        stats.add_mean(key, total_, all_rows)
+    low, high = torch.aminmax(diff)
+    stats.add_max("mismatch_log_ppl_diff_max", high, all_rows)
+    stats.add_min("mismatch_log_ppl_diff_min", low, all_rows)
 
-    def mean(key: str, x: Tensor) -> None:
-        stats.add_mean(key, x.sum(dtype=_F64), all_rows)
 
-    mean("mismatch_training_ppl", (-mean_train).exp())
-    mean("mismatch_training_log_ppl", -mean_train)
-    mean("mismatch_rollout_ppl", (-mean_rollout).exp())
-    mean("mismatch_rollout_log_ppl", -mean_rollout)
-    mean("mismatch_log_ppl_diff", diff)
-    mean("mismatch_log_ppl_abs_diff", diff.abs())
-    mean("mismatch_ppl_ratio", diff.exp())
-    stats.add_max("mismatch_log_ppl_diff_max", diff.max(), all_rows)
-    stats.add_min("mismatch_log_ppl_diff_min", diff.min(), all_rows)
+# the rows of _perplexities' [7, B] tensor
+_PPL_KEYS = (
+    "mismatch_training_ppl", "mismatch_rollout_ppl", "mismatch_ppl_ratio",
+    "mismatch_training_log_ppl", "mismatch_rollout_log_ppl", "mismatch_log_ppl_diff", "mismatch_log_ppl_abs_diff",
+)  # fmt: skip

@@ -140,10 +140,13 @@ def _veto(stats: Stats, tok: _Tokens, veto) -> Tensor | None:
     x = tok.log_ratio
     if not log_lower <= 0.0 <= log_upper:  # padding's 0 would be catastrophic: move it inside
         x = torch.sub(1.0, tm.mf).mul_((max(log_lower, -1e30) + log_upper) / 2).add_(x)
-    bad_tokens = count_above(x, log_upper, tm.scratch) + count_below(x, log_lower, tm.scratch)
-    vetoed = (x.amax(-1) > log_upper) | (x.amin(-1) < log_lower)  # [B]
+    # per-row counts of tokens above / below (exact integers in float): one pass each
+    s = tm.scratch
+    bad_row = torch.sub(x, log_upper, out=s).sign_().clamp_(min=0).sum(-1)
+    bad_row -= torch.sub(x, log_lower, out=s).sign_().clamp_(max=0).sum(-1)
+    vetoed = bad_row > 0  # [B]
     stats.add_mean("rollout_is_veto_fraction", count(vetoed), rows)
-    stats.add_mean("rollout_is_catastrophic_token_fraction", bad_tokens, tm.n)
+    stats.add_mean("rollout_is_catastrophic_token_fraction", bad_row.sum(dtype=_F64), tm.n)
     return vetoed
 
 
@@ -231,12 +234,17 @@ def _spread(stats: Stats, total: Tensor, sumsq: Tensor, n: Tensor) -> None:
 def _per_sequence(stats: Stats, seq_w: Tensor, rows: Tensor, bounds: tuple[float, float]) -> None:
     """Stats over sequences with tokens of the per-sequence mean weight [B] (unbiased std)."""
     lower, upper = bounds
-    k = count(rows)
+    # stacked [K, B] reductions: a few ops instead of one (or three) per stat
     x = torch.where(rows, seq_w, 0.0).to(_F64)
-    stats.add_mean("rollout_is_seq_mean", x.sum(), k)
-    stats.add_std("rollout_is_seq_std", x.sum(), (x * x).sum(), k, unbiased=True)
-    stats.add_max("rollout_is_seq_max", torch.where(rows, seq_w, -INF).max(), k)
-    stats.add_min("rollout_is_seq_min", torch.where(rows, seq_w, INF).min(), k)
-    stats.add_max("rollout_is_seq_max_deviation", torch.where(rows, (seq_w - 1.0).abs(), -INF).max(), k)
-    stats.add_mean("rollout_is_seq_fraction_high", count((seq_w > upper) & rows), k)
-    stats.add_mean("rollout_is_seq_fraction_low", count((seq_w < lower) & rows), k)
+    total_, sumsq = torch.stack([x, x * x]).sum(-1).unbind()
+    k, high, low = torch.stack([rows, (seq_w > upper) & rows, (seq_w < lower) & rows]).sum(-1, dtype=_F64).unbind()
+    # max of -w is -(min of w), exactly
+    extremes = torch.stack([seq_w, seq_w.neg(), (seq_w - 1.0).abs()]).where(rows, -INF).amax(-1).to(_F64)
+    seq_max, neg_min, deviation = extremes.unbind()
+    stats.add_mean("rollout_is_seq_mean", total_, k)
+    stats.add_std("rollout_is_seq_std", total_, sumsq, k, unbiased=True)
+    stats.add_max("rollout_is_seq_max", seq_max, k)
+    stats.add_min("rollout_is_seq_min", -neg_min, k)
+    stats.add_max("rollout_is_seq_max_deviation", deviation, k)
+    stats.add_mean("rollout_is_seq_fraction_high", high, k)
+    stats.add_mean("rollout_is_seq_fraction_low", low, k)
