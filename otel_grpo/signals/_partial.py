@@ -75,6 +75,8 @@ def _scalar(x: Tensor | float, like: Tensor | None = None) -> Tensor:
     if isinstance(x, Tensor):
         if x.dtype == _F64 and x.dim() == 0 and not x.requires_grad:
             return x  # the common case: stat functions hand over float64 sums and counts
+        if x.dim() == 0 and not x.requires_grad:  # a float32 max or min: one op, not three
+            return x.to(_F64)
         return x.detach().reshape(()).to(_F64)
     return torch.tensor(float(x), dtype=_F64, device=None if like is None else like.device)
 

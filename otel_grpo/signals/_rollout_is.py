@@ -202,25 +202,35 @@ def _row_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, level
     # max / min / fractions from the unclamped log ratios, over all rows (the seed's choice)
     stats.add_max("rollout_is_max", log_w.max().clamp(max=SAFETY_BOUND).exp(), all_rows)
     stats.add_min("rollout_is_min", log_w.min().exp(), all_rows)
-    stats.add_mean("rollout_is_mean", (w * n_row).sum(dtype=_F64), n)
     high, low = log_w > math.log(upper), log_w < (math.log(lower) if lower > 0 else -INF)
-    if level == "sequence":
-        stats.add_mean("rollout_is_ratio_fraction_high", count(high), all_rows)
-        stats.add_mean("rollout_is_ratio_fraction_low", count(low), all_rows)
-    else:  # geometric: token-weighted over valid tokens
-        stats.add_mean("rollout_is_ratio_fraction_high", (high * n_row).sum(dtype=_F64), n)
-        stats.add_mean("rollout_is_ratio_fraction_low", (low * n_row).sum(dtype=_F64), n)
     clamped = w.clamp(lower, upper)
-    _spread(stats, (clamped * n_row).sum(dtype=_F64), (clamped * clamped * n_row).sum(dtype=_F64), n)
-    _per_sequence(stats, w * n_row / (n_row + _EPS), tok.tm.rows, bounds)
-
+    # token-weighted sums over rows as one [K, B] product and reduction; counts over all rows likewise
+    weighted, counted = [w, clamped, clamped * clamped], []
+    if level == "sequence":
+        counted += [high, low]
+    else:  # geometric: the fractions are token-weighted over valid tokens
+        weighted += [high.to(w.dtype), low.to(w.dtype)]
     keep = None
     if mode in ("mask", "both"):
         mlow, mup = mask_bounds
         keep_row = (w >= mlow) & (w <= mup)
-        stats.add_mean("rollout_is_masked_fraction", (~keep_row * n_row).sum(dtype=_F64), n)
-        stats.add_mean("rollout_is_seq_masked_fraction", count(~keep_row), all_rows)
+        weighted.append((~keep_row).to(w.dtype))
+        counted.append(~keep_row)
         keep = keep_row.unsqueeze(-1).to(n_row.dtype)  # [B, 1]
+    sums = list(torch.stack(weighted).mul_(n_row).sum(-1, dtype=_F64).unbind())
+    counts = list(torch.stack(counted).sum(-1, dtype=_F64).unbind()) if counted else []
+    stats.add_mean("rollout_is_mean", sums[0], n)
+    _spread(stats, sums[1], sums[2], n)
+    if level == "sequence":
+        stats.add_mean("rollout_is_ratio_fraction_high", counts[0], all_rows)
+        stats.add_mean("rollout_is_ratio_fraction_low", counts[1], all_rows)
+    else:
+        stats.add_mean("rollout_is_ratio_fraction_high", sums[3], n)
+        stats.add_mean("rollout_is_ratio_fraction_low", sums[4], n)
+    _per_sequence(stats, w * n_row / (n_row + _EPS), tok.tm.rows, bounds)
+    if keep is not None:
+        stats.add_mean("rollout_is_masked_fraction", sums[-1], n)
+        stats.add_mean("rollout_is_seq_masked_fraction", counts[-1], all_rows)
     weights = clamped if mode in ("truncate", "both") else w
     return weights.unsqueeze(-1) * tok.tm.mf, keep
 
