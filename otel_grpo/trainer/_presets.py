@@ -36,7 +36,9 @@ def demo() -> dict[str, Any]:
         "grpo": {"prompts_per_step": 32, "group_size": 8, "num_iterations": 4, "num_minibatches": 1,
                  "ref_sync_steps": 1, "ref_mixup_alpha": 0.1},
         "optim": {"lr": 3e-3, "sft_steps": 0},
-        "faults": {"kl_spike_lr_factor": 10.0},
+        # kl-spike keeps the default x100: at x10 the trailing reference absorbs the jump
+        # within a step (KL 1.9 for one 0.5 s step), too brief for a scrape-based alert;
+        # x100 holds KL above 1 nat for ~9 steps and collapses the reward, as a real blow-up does.
     }
 
 
