@@ -4,10 +4,13 @@
     .venv/bin/python benchmarks/sidecar.py --quick    # smoke run
 
 Ingest: pre-built OTLP/HTTP protobuf requests (64 `grpo.sample` events per `grpo.samples`
-span, completions of 1-4 KB) are POSTed to a real sidecar process (uvicorn, SQLite WAL,
-synchronous=FULL); events/s counts committed samples. The peer is
-`ExportTraceServiceRequest.FromString` on the same bodies in this process (opentelemetry-proto
-alone), and the same plus reading every attribute value, which any consumer must do.
+span, completions of 1-4 KB) are pre-encoded, then POSTed from 2 keep-alive connections to a
+real sidecar process (uvicorn, SQLite WAL, `--synchronous`, NORMAL by default); events/s
+counts committed samples, each round into a fresh process and database, medians over
+`--rounds`. The ratio's peer is what any consumer of the payloads must do at least:
+`ExportTraceServiceRequest.FromString` plus reading every attribute into a Python value, in
+this process on one core. Bare `FromString` is reported too: upb parses lazily and builds no
+Python objects, so it is a parse-only bound, not a consumer.
 Queries: the store is bulk-loaded through `Store.write_batch` to 1,000,000 samples, then
 the samples and steps endpoints are timed over HTTP (keep-alive) from this process.
 """
@@ -120,10 +123,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SYNCHRONOUS = "NORMAL"  # --synchronous
+
+
 def start_sidecar(db: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
+    env = os.environ | {"OTEL_GRPO_SIDECAR_SYNCHRONOUS": SYNCHRONOUS}
     proc = subprocess.Popen([sys.executable, "-m", "otel_grpo.cli", "sidecar", "--port", str(port), "--db", str(db),
-                             "--log-level", "warning"], cwd=ROOT)
+                             "--log-level", "warning"], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:
@@ -141,8 +148,15 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def ingest(url: str, bodies: list[bytes], events: int, clients: int = 2) -> float:
-    """POST every body once, from `clients` concurrent connections (a collector exports with several)."""
+    """POST every body once, from `clients` concurrent keep-alive connections (a collector
+    exports with several). Bodies are encoded beforehand, so the client only sends bytes."""
     from concurrent.futures import ThreadPoolExecutor
 
     headers = {"Content-Type": "application/x-protobuf"}
@@ -190,23 +204,44 @@ def latency(client: httpx.Client, path: str, params: dict, n: int) -> tuple[floa
     return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
 
 
-def run_ingest(tmp: Path, requests: int, spans: int) -> dict:
-    rng = random.Random(0)
-    bodies = [build_request(rng, "ingest", step, spans) for step in range(requests)]
-    events = requests * spans * EVENTS_PER_SPAN
-    parse, walk = decode_rates(bodies, events)
-    proc, url = start_sidecar(tmp / "ingest.db")
+def ingest_round(tmp: Path, bodies: list[bytes], events: int, clients: int) -> dict:
+    """One timed ingest into a fresh sidecar process and database, with the server's and this
+    process's CPU time over the same interval (is the figure server-bound or client-bound?)."""
+    db = tmp / f"ingest-{time.monotonic_ns()}.db"
+    proc, url = start_sidecar(db)
     try:
-        ingest(url, bodies[:2], 2 * spans * EVENTS_PER_SPAN)  # warm-up (into the same run: idempotent re-send)
-        rate = ingest(url, bodies, events)
+        ingest(url, bodies[:2], len(bodies[:2]) * events // len(bodies))  # warm-up: the same run, idempotent
+        server0, client0, t = cpu_s(proc.pid), time.process_time(), time.perf_counter()
+        rate = ingest(url, bodies, events, clients)
+        wall = time.perf_counter() - t
+        out = {"ingest": rate, "server_cores": (cpu_s(proc.pid) - server0) / wall,
+               "client_cores": (time.process_time() - client0) / wall}
         stored = httpx.get(url + "/api/runs").json()[0]["sample_count"]
-        rss = rss_mib(proc.pid)
+        out["rss_after_ingest"] = rss_mib(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait()
     assert stored == events, (stored, events)
-    return {"events": events, "mb": sum(map(len, bodies)) / 2**20, "parse": parse, "walk": walk, "ingest": rate,
-            "rss_after_ingest": rss}
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    return out
+
+
+def run_ingest(tmp: Path, requests: int, spans: int, rounds: int, clients: int) -> dict:
+    """`rounds` ingest rounds, each next to a fresh timing of the two decode peers (the machine
+    is shared: interleaving keeps a ratio's two sides under the same load); medians reported."""
+    rng = random.Random(0)
+    bodies = [build_request(rng, "ingest", step, spans) for step in range(requests)]
+    events = requests * spans * EVENTS_PER_SPAN
+    per_round = []
+    for _ in range(rounds):
+        parse, walk = decode_rates(bodies, events)
+        r = ingest_round(tmp, bodies, events, clients) | {"parse": parse, "walk": walk}
+        r["ratio_walk"], r["ratio_parse"] = r["ingest"] / walk, r["ingest"] / parse
+        per_round.append(r)
+    out = {k: statistics.median(r[k] for r in per_round) for k in per_round[0]}
+    out |= {"events": events, "mb": sum(map(len, bodies)) / 2**20, "rounds": per_round}
+    return out
 
 
 def run_queries(db: Path, samples: int, per_step: int, n: int) -> dict:
@@ -248,25 +283,37 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     ap.add_argument("--samples", type=int, default=1_000_000)
     ap.add_argument("--dir", type=Path, default=None, help="where the databases go (default: a temp folder)")
+    ap.add_argument("--rounds", type=int, default=5, help="ingest rounds (medians are reported)")
+    ap.add_argument("--clients", type=int, default=2, help="concurrent HTTP connections for ingest")
+    ap.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL", help="the sidecar's setting")
+    ap.add_argument("--ingest-only", action="store_true", help="skip the 1M-sample query part")
     ap.add_argument("--query-db", type=Path, default=None,
                     help="keep the query store here and reuse it if it exists (skips the bulk load)")
     args = ap.parse_args()
+    global SYNCHRONOUS
+    SYNCHRONOUS = args.synchronous
     requests, spans, samples, n = (4, 4, 20_000, 50) if args.quick else (40, 8, args.samples, 400)
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         tmp = Path(d)
-        ing = run_ingest(tmp, requests, spans)
-        q = run_queries(args.query_db or tmp / "query.db", samples, 1000, n)
+        ing = run_ingest(tmp, requests, spans, 2 if args.quick else args.rounds, args.clients)
+        q = None if args.ingest_only else run_queries(args.query_db or tmp / "query.db", samples, 1000, n)
     print(f"# sidecar benchmark  {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC  {platform.node()}  "
           f"{os.cpu_count()} cpus  python {platform.python_version()}  "
           f"load average at the end {os.getloadavg()[0]:.1f} (shared machine)")
-    print(f"\ningest: {ing['events']} events in {requests} requests of {spans} spans x 64 events ({ing['mb']:.1f} MiB)")
+    print(f"\ningest: {ing['events']} events in {requests} requests of {spans} spans x 64 events "
+          f"({ing['mb']:.1f} MiB), {args.clients} clients, synchronous={args.synchronous}; medians of {len(ing['rounds'])} rounds")
     print("| measure | events/s |\n| --- | ---: |")
     print(f"| sidecar ingest over HTTP (decode + extract + commit) | {ing['ingest']:,.0f} |")
-    print(f"| opentelemetry-proto `FromString` alone | {ing['parse']:,.0f} |")
-    print(f"| `FromString` + reading every attribute | {ing['walk']:,.0f} |")
-    print(f"\nratio ingest / FromString: {ing['ingest'] / ing['parse']:.2f}; "
-          f"ingest / (FromString + read attributes): {ing['ingest'] / ing['walk']:.2f}")
+    print(f"| peer: `FromString` + reading every attribute into Python values | {ing['walk']:,.0f} |")
+    print(f"| bare `FromString` (lazy upb parse, no Python objects) | {ing['parse']:,.0f} |")
+    print(f"\nratio ingest / peer (parse + read attributes): {ing['ratio_walk']:.2f} "
+          f"(per round: {', '.join(format(r['ratio_walk'], '.2f') for r in ing['rounds'])}); "
+          f"ingest / bare FromString: {ing['ratio_parse']:.3f}")
+    print(f"per round ingest events/s: {', '.join(format(r['ingest'], ',.0f') for r in ing['rounds'])}")
+    print(f"CPU during ingest: sidecar {ing['server_cores']:.2f} cores, benchmark client {ing['client_cores']:.2f} cores")
     print(f"sidecar RSS after ingest: {ing['rss_after_ingest']:.0f} MiB")
+    if q is None:
+        return
     print(f"\nqueries: {q['samples']:,} samples over {q['steps']} steps, db {q['db_mib']:,.0f} MiB "
           f"(bulk load {q['load_s']:.0f} s); {n} requests each, HTTP keep-alive")
     print("| query | p50 ms | p99 ms |\n| --- | ---: | ---: |")
