@@ -153,8 +153,9 @@ def _veto(stats: Stats, tok: _Tokens, veto) -> Tensor | None:
 def _token_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, level: str):
     """rho_t = exp(clamp(log ratio, +-20)); metrics straight from the weights.
 
-    Works in place on the log ratios' buffer and the mask's scratch buffer: two
-    [B, T] allocations (the weights and the token weights) for the whole call.
+    Works in place on the ratios' buffer (which becomes the returned weights) and
+    the mask's scratch buffer; the token weights get a fresh tensor only in mask
+    mode, where they are returned, and a workspace buffer otherwise.
     """
     lower, upper = bounds
     tm, s = tok.tm, tok.tm.scratch
