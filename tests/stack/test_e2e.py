@@ -26,7 +26,8 @@ from otel_grpo.stack.dashboards import dashboards
 pytestmark = pytest.mark.integration
 
 RUN_ID = "e2e-kl-spike"
-STEPS, SPIKE_AT, NAN_AT = 24, 8, 4
+# 40 steps of >= 0.5 s: the local baseline window ends 10 s back and needs samples in it
+STEPS, SPIKE_AT, NAN_AT = 40, 8, 4
 KL_ALERT = "GRPOKLHigh"
 
 
