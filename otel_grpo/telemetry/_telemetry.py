@@ -86,9 +86,16 @@ class Step:
             otel_context.detach(token)
             span.end()
 
-    def record(self, stats: Mapping[str, Any]) -> None:
-        """Scalars of the step (stat keys, TRL or verl names); per-sample vectors from `ReducedStats.samples`."""
+    def record(self, stats: Mapping[str, Any], **scalars: Any) -> None:
+        """Scalars of the step (stat keys, TRL or verl names); per-sample vectors from `ReducedStats.samples`.
+
+        Host-side scalars go in as keywords, `s.record(reduced, learning_rate=lr)`, so
+        that `reduced` keeps its `.samples` (a `{**reduced, ...}` copy would drop them).
+        May be called several times per step.
+        """
         self._record.scalars.append(_to_floats(stats))
+        if scalars:
+            self._record.scalars.append(_to_floats(scalars))
         samples = getattr(stats, "samples", None)
         if samples:
             # Copies: the caller may reuse its lists once this returns.
@@ -116,7 +123,7 @@ class _NullStep(Step):
     def phase(self, name: str) -> Iterator[None]:
         yield
 
-    def record(self, stats: Mapping[str, Any]) -> None:
+    def record(self, stats: Mapping[str, Any], **scalars: Any) -> None:
         pass
 
     def samples(self, rows: Any) -> None:
