@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import sys
+
+from pydantic import ValidationError
+
 from ._app import app
 from . import sidecar as _sidecar, stack as _stack, train as _train  # noqa: F401  (register commands)
 
 __all__ = ["app", "main"]
 
 
+def _one_line(error: ValidationError) -> str:
+    """The first problem of a settings error, as `name: message` (flags and env vars share names)."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or error.title
+    return f"invalid setting {where}: {first['msg']}"
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: bad settings end in one readable line and exit 2, not a traceback."""
+    try:
+        app()
+    except ValidationError as error:
+        print(f"otel-grpo: {_one_line(error)}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -12,9 +12,9 @@ from ._app import app
 
 @app.command()
 def sidecar(
-    host: Optional[str] = typer.Option(None, help="Bind address [default: 127.0.0.1]."),
-    port: Optional[int] = typer.Option(None, help="Port [default: 8000]."),
-    db: Optional[Path] = typer.Option(None, help="SQLite database path [default: otel-grpo-sidecar.db]."),
+    host: Optional[str] = typer.Option(None, help="Bind address (default 127.0.0.1)."),
+    port: Optional[int] = typer.Option(None, help="Port (default 8000)."),
+    db: Optional[Path] = typer.Option(None, help="SQLite database path (default otel-grpo-sidecar.db)."),
     token: Optional[str] = typer.Option(None, help="Bearer token required for ingest (traces, alerts)."),
     read_token: Optional[str] = typer.Option(None, help="Bearer token required for the read API."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
