@@ -4,6 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_VERSION := 2.13.0
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.installed
 
 .PHONY: setup test demo bench clean system-deps
@@ -27,13 +28,18 @@ system-deps:
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	@# The CPU build of torch unless a CUDA GPU is present: an unpinned torch pulls GBs of CUDA wheels.
-	@if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then \
+	@# torch: the CPU build unless a CUDA GPU is present (an unpinned torch pulls GBs of CUDA
+	@# wheels). A wheel provided locally (PIP_FIND_LINKS) wins; the CPU index is tried with a
+	@# short timeout, since pip otherwise waits minutes on an index it cannot reach.
+	@if $(PY) -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$(TORCH_VERSION)')" 2>/dev/null; then \
+	  echo "torch $(TORCH_VERSION) already installed"; \
+	elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then \
 	  $(PIP) install -q "torch==$(TORCH_VERSION)"; \
+	elif $(PIP) install -q --no-deps --no-index "torch==$(TORCH_VERSION)" 2>/dev/null; then \
+	  echo "torch $(TORCH_VERSION) from a local wheel"; \
 	else \
-	  $(PIP) install -q "torch==$(TORCH_VERSION)" --index-url https://download.pytorch.org/whl/cpu 2>/dev/null \
-	    || $(PIP) install -q "torch==$(TORCH_VERSION)"; \
+	  $(PIP) install -q --no-deps --timeout 20 --retries 1 "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX) \
+	    || $(PIP) install -q --no-deps "torch==$(TORCH_VERSION)"; \
 	fi
 	$(PIP) install -q -e ".[dev]"
 	touch $(STAMP)
