@@ -4,6 +4,8 @@
     >>> stats = signals.reward_stats(rewards, group_size=8) | signals.length_stats(mask, truncated)
     >>> weights, new_mask, is_stats = signals.rollout_correction(train_lp, rollout_lp, mask, threshold=(0.5, 2.0))
     >>> stats = stats | is_stats | signals.mismatch_stats(train_lp, rollout_lp, mask)
+    >>> # or both families in one call, sharing the log ratios and the exp (same numbers):
+    >>> # signals.rollout_correction(train_lp, rollout_lp, mask, with_mismatch=True)
     >>> reduced = signals.reduce_stats(stats, accelerator)   # one collective, one host copy
     >>> reduced["reward"], reduced.samples["sample_reward"], reduced.invalid
 
