@@ -85,3 +85,25 @@ def test_step_scalars_keep_full_double_precision_across_merges(tmp_path, otlp):
     (row,) = store.steps("p")
     assert row["entropy"] == 0.033807298927905176 and "phase_duration/rollout" in row
     assert store.steps("p", ["entropy"])[0]["entropy"] == 0.033807298927905176
+
+
+
+def test_wal_is_checkpointed_in_the_background_and_close_stops_the_thread(tmp_path, otlp):
+    import time
+
+    store = Store.open(tmp_path / "s.db")
+    assert store._writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0] > 1000  # commits do not checkpoint
+    db = tmp_path / "s.db"
+    before = db.stat().st_size
+    _load(store, otlp, "r", range(20), samples=20)
+    # In WAL mode only a checkpoint writes the database file itself; nobody else runs one here.
+    deadline = time.monotonic() + 10
+    while db.stat().st_size <= before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert db.stat().st_size > before
+    thread = store._checkpointer._thread
+    store.close()
+    assert not thread.is_alive()
+    reopened = Store.open(db)
+    assert reopened.runs()[0]["sample_count"] == 400
+    reopened.close()

@@ -22,7 +22,7 @@ import orjson
 
 from ..otlp._extract import PHASE_COLUMN, Batch
 from . import _queries, _retention
-from ._checkpoint import VALVE_PAGES, Checkpointer
+from ._checkpoint import TRUNCATE_BYTES, VALVE_PAGES, Checkpointer
 from ._schema import migrate
 
 _SAMPLE_INSERT = """
@@ -93,6 +93,7 @@ class Store(_queries.Reads):
         conn.execute("PRAGMA journal_mode = WAL")
         store.found_version = migrate(conn)
         conn.execute(f"PRAGMA wal_autocheckpoint = {VALVE_PAGES}")  # checkpoints: see _checkpoint
+        conn.execute(f"PRAGMA journal_size_limit = {TRUNCATE_BYTES}")  # the writer is who restarts the WAL
         store._writer = conn
         store._checkpointer = Checkpointer(store.path, synchronous)
         store.optimize()
