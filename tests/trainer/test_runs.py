@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from otel_grpo.trainer import GRPOTrainer, load_config
+from tests._support.process_group import run_group
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = {"OTEL_GRPO_METRICS_EXPORTERS": "none", "OTEL_GRPO_TRACES_EXPORTERS": "none"}
@@ -73,8 +74,8 @@ def test_two_processes_match_one_and_only_rank0_exports(tmp_path):
                          env=env, capture_output=True, text=True, timeout=180)
     assert one.returncode == 0, one.stderr
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    two = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "otel_grpo.cli", *args,
-                          "--output-dir", str(multi)], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    two = run_group([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "otel_grpo.cli", *args,
+                     "--output-dir", str(multi)], cwd=REPO, env=env, timeout=240)
     assert two.returncode == 0, two.stderr[-3000:]
     m1, m2 = _metrics(single), _metrics(multi)
     assert len(m2) == 2  # rank 0 alone writes metrics.jsonl
