@@ -73,7 +73,11 @@ class GRPOTrainer:
         self.cfg = cfg
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
-        self.acc = accelerator or Accelerator(cpu=cfg.device == "cpu", mixed_precision=cfg.mixed_precision)
+        # "auto" must become cpu=True on a machine without CUDA: accelerate only joins a
+        # torchrun process group on CPU (gloo) when told cpu=True; otherwise every
+        # process trains alone as its own rank 0.
+        on_cpu = cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available())
+        self.acc = accelerator or Accelerator(cpu=on_cpu, mixed_precision=cfg.mixed_precision)
         self.device = self.acc.device
         self.tok = CharTokenizer()
         self.task = DigitTask(cfg.task, self.tok)

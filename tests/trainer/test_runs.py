@@ -69,7 +69,8 @@ def test_cli_yaml_and_flags(tmp_path):
 def test_two_processes_match_one_and_only_rank0_exports(tmp_path):
     single, multi = tmp_path / "single", tmp_path / "multi"
     env = {**os.environ, **QUIET, "OTEL_GRPO_SPILL_SAMPLES": "true"}
-    args = ["train", "--preset", "tiny", "--steps", "2", "--no-progress", "--telemetry", "--set", "device=cpu"]
+    # the documented command as is: device "auto" must join the process group on a CPU-only machine
+    args = ["train", "--preset", "tiny", "--steps", "2", "--no-progress", "--telemetry"]
     one = subprocess.run([sys.executable, "-m", "otel_grpo.cli", *args, "--output-dir", str(single)], cwd=REPO,
                          env=env, capture_output=True, text=True, timeout=180)
     assert one.returncode == 0, one.stderr
