@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import SAFETY_BOUND, TokenMask, count, total, workspace
+from ._masked import SAFETY_BOUND, TokenMask, count, tmax, tmin, total, workspace
 from ._partial import Stats
 
 # exp(-20) and exp(20) as torch rounds them in each dtype (Python floats: clamping to
@@ -54,7 +54,7 @@ def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tenso
     log_ratio = tm.zero_(torch.sub(train, rollout, out=workspace("log_ratio", tm.mf, dtype)))  # train - rollout
     shared = add_mismatch(stats, tm, train, log_ratio, workspace("ratio", tm.mf, dtype))  # neither leaves
     rho_tok = shared.weights.mul_(tm.mf)  # in place: +0 on padding
-    add_token_ratio(stats, tm, rho_tok, total(rho_tok), rho_tok.max(), None)
+    add_token_ratio(stats, tm, rho_tok, total(rho_tok), tmax(rho_tok), None)
     return stats
 
 
@@ -82,7 +82,7 @@ def add_mismatch(stats: Stats, tm: TokenMask, train: Tensor, log_ratio: Tensor, 
     stats.add_mean("mismatch_kl", -ratio_row.sum(dtype=_F64), n)
     abs_diff = torch.abs(log_ratio, out=s)
     stats.add_mean("mismatch_logprob_abs_diff", total(abs_diff), n)
-    stats.add_max("mismatch_logprob_abs_diff_max", abs_diff.max(), n)  # padding's 0 never exceeds a valid |x|
+    stats.add_max("mismatch_logprob_abs_diff_max", tmax(abs_diff), n)  # padding's 0 never exceeds a valid |x|
 
     ratio = torch.exp(log_ratio, out=out)  # 1 on padding; unbounded for k3, as the seed
     stats.add_mean("mismatch_k3_kl", total(torch.sub(ratio, log_ratio, out=s).sub_(1.0)), n)  # 0 on padding
@@ -107,7 +107,7 @@ def add_token_ratio(stats: Stats, tm: TokenMask, rho_tok: Tensor, rho_sum: Tenso
     stats.add_mean("is_ratio_mean", rho_sum, n)
     stats.add_max("is_ratio_max", rho_max, n)
     stats.add_mean("mismatch_chi2_token", total(torch.sub(rho_tok, tm.mf, out=s).square_()), n)  # (rho-1)^2
-    stats.add_min("is_ratio_min", tm.inf_(rho_tok).min() if rho_min is None else rho_min, n)
+    stats.add_min("is_ratio_min", tmin(tm.inf_(rho_tok)) if rho_min is None else rho_min, n)
 
 
 def _perplexities(stats: Stats, train_row: Tensor, rollout_row: Tensor, n_row: Tensor, rows: Tensor) -> None:

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import INF, SAFETY_BOUND, TokenMask, count, count_above, count_below, total, workspace
+from ._masked import INF, SAFETY_BOUND, TokenMask, count, count_above, count_below, tmax, tmin, total, workspace
 from ._mismatch import Shared, add_mismatch, add_token_ratio
 from ._partial import Stats
 LEVELS = ("token", "sequence", "geometric")
@@ -97,7 +97,7 @@ def rollout_correction(
     weights, keep = step(stats, tok, bounds, mask_bounds, mode, level)  # 0 on padding
     if tok.shared is not None and level != "token":  # the token path adds them from its own weights
         rho_tok = tok.shared.weights.mul_(tok.tm.mf)
-        add_token_ratio(stats, tok.tm, rho_tok, total(rho_tok), rho_tok.max(), None)
+        add_token_ratio(stats, tok.tm, rho_tok, total(rho_tok), tmax(rho_tok), None)
     if keep is None and vetoed is None:
         return RolloutCorrection(weights, mask, stats)  # nothing rejected: the caller's mask as is
     if vetoed is not None:  # fold the per-sequence veto into the keep factor: one [B, T] pass
@@ -140,10 +140,10 @@ def _veto(stats: Stats, tok: _Tokens, veto) -> Tensor | None:
     x = tok.log_ratio
     if not log_lower <= 0.0 <= log_upper:  # padding's 0 would be catastrophic: move it inside
         x = torch.sub(1.0, tm.mf).mul_((max(log_lower, -1e30) + log_upper) / 2).add_(x)
-    # per-row counts of tokens above / below (exact integers in float): one pass each
+    # per-row counts of tokens outside [log_lower, log_upper] (exact integers in float): x differs
+    # from its clamp exactly there; NaN stays NaN (as the row's count), like -inf - -inf with no lower bound
     s = tm.scratch
-    bad_row = torch.sub(x, log_upper, out=s).sign_().clamp_(min=0).sum(-1)
-    bad_row -= torch.sub(x, log_lower, out=s).sign_().clamp_(max=0).sum(-1)
+    bad_row = torch.sub(x, torch.clamp(x, log_lower, log_upper, out=s), out=s).abs_().sign_().sum(-1)
     vetoed = bad_row > 0  # [B]
     stats.add_mean("rollout_is_veto_fraction", count(vetoed), rows)
     stats.add_mean("rollout_is_catastrophic_token_fraction", bad_row.sum(dtype=_F64), tm.n)
@@ -167,13 +167,13 @@ def _token_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, lev
     # +0 on padding: never above a (positive) upper bound; returned as the weights in mask mode only
     w_tok = torch.mul(w, tm.mf, out=torch.empty_like(w) if mode == "mask" else workspace("w_tok", w, w.dtype))
     row_sum = w_tok.sum(-1)
-    w_total, w_max = row_sum.sum(dtype=_F64), w_tok.max()
+    w_total, w_max = row_sum.sum(dtype=_F64), tmax(w_tok)
     stats.add_mean("rollout_is_mean", w_total, n)
     stats.add_mean("rollout_is_ratio_fraction_high", count_above(w_tok, upper, s), n)
     stats.add_max("rollout_is_max", w_max, n)
     tm.inf_(w)  # +inf on padding: never below a lower bound
     stats.add_mean("rollout_is_ratio_fraction_low", count_below(w, lower, s), n)
-    w_min = w.min()
+    w_min = tmin(w)
     stats.add_min("rollout_is_min", w_min, n)
     if tok.shared is not None:  # over tokens, rollout_is_mean/max/min are is_ratio_mean/max/min
         add_token_ratio(stats, tm, w_tok, w_total, w_max, w_min)
