@@ -214,7 +214,10 @@ class GRPOTrainer:
                 update_stats, skipped = self.update(step, ro, old_lp, ref_lp, advantages.to(self.device), gen_cpu)
             stats = stats | update_stats
             self.rollout.sync(self.unwrapped, drift=cfg.faults.rollout_drift(step), generator=gen_dev)
-            if cfg.grpo.ref_sync_steps and (step + 1) % cfg.grpo.ref_sync_steps == 0:
+            # No reference sync during a kl-spike fault: the sync tracks slow drift, and
+            # following a blown-up policy would erase the very KL the fault demonstrates.
+            spiking = cfg.faults.lr_factor(step) != 1.0
+            if cfg.grpo.ref_sync_steps and (step + 1) % cfg.grpo.ref_sync_steps == 0 and not spiking:
                 self.sync_reference(cfg.grpo.ref_mixup_alpha)
             reduced = signals.reduce_stats(stats, self.acc)  # the step's one device-to-host copy
             reduced.update(self.host_scalars(step, reduced, monotonic() - t0))
