@@ -165,6 +165,7 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str, descrip
 
 _RUN = "run {{ $labels.run_id }}"
 _VAL = '{{ $value | printf "%.3g" }}'  # humanize would print 0.5 as "500m"
+_PCT = "{{ $value | humanizePercentage }}"  # fractions read as "65%", not "0.65 of"
 
 
 def _drift_alerts(s: RuleSettings) -> list[dict]:
@@ -198,7 +199,7 @@ def _training_alerts(s: RuleSettings) -> list[dict]:
     return [
         _alert("GRPOClipRatioHigh", f"max by (run_id) ({_m('clip_ratio_region_mean')}) > {s.clip_ratio_threshold}",
                s.for_slow, "warning",
-               f"{_VAL} of tokens are clipped in {_RUN} (threshold {s.clip_ratio_threshold})",
+               f"{_PCT} of tokens are clipped in {_RUN} (threshold {s.clip_ratio_threshold:.0%})",
                "Updates push the ratio outside the trust region: too many optimizer steps per batch or a learning rate too high."),
         _alert("GRPORewardCollapse",
                f"(run_id:grpo_reward_mean:baseline_mean - {recent_reward})"
@@ -217,7 +218,7 @@ def _training_alerts(s: RuleSettings) -> list[dict]:
         _alert("GRPOCompletionsClipped",
                f"max by (run_id) ({_m('completions_clipped_ratio')}) > {s.completions_clipped_threshold}",
                s.for_slow, "warning",
-               f"{_VAL} of completions hit the length limit in {_RUN}",
+               f"{_PCT} of completions hit the length limit in {_RUN}",
                "Completions are truncated without EOS: raise max length or penalize length; rewards on truncated text mislead."),
     ]
 
