@@ -13,6 +13,8 @@ which makes the step's one device-to-host copy (exact across ranks).
 
 from __future__ import annotations
 
+import os
+
 import copy
 import logging
 import uuid
@@ -137,7 +139,9 @@ class GRPOTrainer:
             return NullTelemetry()
         from ..telemetry import Telemetry
 
-        return Telemetry.from_env(run_id=self.run_id, output_dir=str(self.output_dir))
+        m = self.cfg.model  # the resource's grpo.model; OTEL_GRPO_MODEL_NAME still wins
+        model = os.environ.get("OTEL_GRPO_MODEL_NAME") or f"demo-gpt-{m.n_layer}x{m.d_model}-{self.cfg.task.kind}"
+        return Telemetry.from_env(run_id=self.run_id, output_dir=str(self.output_dir), model_name=model)
 
     # ---- the loop ----------------------------------------------------------------------
     def train(self) -> TrainResult:
