@@ -13,10 +13,9 @@ which makes the step's one device-to-host copy (exact across ranks).
 
 from __future__ import annotations
 
-import os
-
 import copy
 import logging
+import os
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
