@@ -100,7 +100,10 @@ def rollout_correction(
         add_token_ratio(stats, tok.tm, rho_tok, total(rho_tok), tmax(rho_tok), None)
     if keep is None and vetoed is None:
         return RolloutCorrection(weights, mask, stats)  # nothing rejected: the caller's mask as is
-    if vetoed is not None:  # fold the per-sequence veto into the keep factor: one [B, T] pass
+    if level != "token":  # [B] kept rows, the veto folded in: one [B, T] pass
+        kept = ~vetoed if keep is None else keep if vetoed is None else keep & ~vetoed
+        keep = kept.unsqueeze(-1).to(tok.tm.mf.dtype)
+    elif vetoed is not None:  # fold the per-sequence veto into the keep factor: one [B, T] pass
         kept_rows = (~vetoed).unsqueeze(-1).to(tok.tm.mf.dtype)
         keep = kept_rows if keep is None else keep * kept_rows
     return RolloutCorrection(weights, (tok.tm.mf * keep).to(mask.dtype), stats)
@@ -193,45 +196,50 @@ def _token_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, lev
 
 
 def _row_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, level: str):
-    """One weight per sequence from the summed (sequence) or averaged (geometric) log ratio."""
+    """One weight per sequence from the summed (sequence) or averaged (geometric) log ratio.
+
+    Everything here is [B]: the per-row log-ratio sums come from the log-ratio pass (or the
+    mismatch pass), every sum over rows is one row of a single [K, B] float64 reduction,
+    and the weights become [B, T] only once, as the returned tensor.
+    """
     lower, upper = bounds
     n, n_row, all_rows = tok.tm.n, tok.tm.n_row, tok.all_rows
     log_w = tok.log_ratio.sum(-1) if tok.shared is None else tok.shared.ratio_row  # [B]; 0 for rows without tokens
+    den = n_row + _EPS
     if level == "geometric":
-        log_w = log_w / (n_row + _EPS)
+        log_w = log_w / den
     w = log_w.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()  # [B]
     # max / min / fractions from the unclamped log ratios, over all rows (the seed's choice)
-    stats.add_max("rollout_is_max", log_w.max().clamp(max=SAFETY_BOUND).exp(), all_rows)
-    stats.add_min("rollout_is_min", log_w.min().exp(), all_rows)
-    high, low = log_w > math.log(upper), log_w < (math.log(lower) if lower > 0 else -INF)
+    log_min, log_max = torch.aminmax(log_w)
+    stats.add_max("rollout_is_max", log_max.clamp(max=SAFETY_BOUND).exp(), all_rows)
+    stats.add_min("rollout_is_min", log_min.exp(), all_rows)
+    flags = [log_w > math.log(upper), log_w < (math.log(lower) if lower > 0 else -INF)]  # high, low
     clamped = w.clamp(lower, upper)
-    # token-weighted sums over rows as one [K, B] product and reduction; counts over all rows likewise
-    weighted, counted = [w, clamped, clamped * clamped], []
-    if level == "sequence":
-        counted += [high, low]
-    else:  # geometric: the fractions are token-weighted over valid tokens
-        weighted += [high.to(w.dtype), low.to(w.dtype)]
     keep = None
     if mode in ("mask", "both"):
         mlow, mup = mask_bounds
-        keep_row = (w >= mlow) & (w <= mup)
-        weighted.append((~keep_row).to(w.dtype))
-        counted.append(~keep_row)
-        keep = keep_row.unsqueeze(-1).to(n_row.dtype)  # [B, 1]
-    sums = list(torch.stack(weighted).mul_(n_row).sum(-1, dtype=_F64).unbind())
-    counts = list(torch.stack(counted).sum(-1, dtype=_F64).unbind()) if counted else []
-    stats.add_mean("rollout_is_mean", sums[0], n)
-    _spread(stats, sums[1], sums[2], n)
+        keep = (w >= mlow) & (w <= mup)  # [B]
+        flags.append(~keep)  # rejected
+    flags_f = torch.stack(flags).to(w.dtype)  # [F, B]: high, low (, rejected)
+    # token-weighted rows: w, clamped, clamped^2, then the geometric fractions and the rejections
+    weighted = [torch.stack([w, clamped, clamped * clamped])]
+    weighted.append(flags_f if level == "geometric" else flags_f[2:])
+    weighted = torch.cat(weighted).mul_(n_row).to(_F64)
+    counted = flags_f.to(_F64) if level == "sequence" else flags_f[2:].to(_F64)  # counts over all rows
+    sums = _per_sequence(stats, w * n_row / den, tok.tm.rows, bounds, torch.cat([weighted, counted]))
+    k_w = weighted.shape[0]
+    ws, cs = sums[:k_w], sums[k_w:]
+    stats.add_mean("rollout_is_mean", ws[0], n)
+    _spread(stats, ws[1], ws[2], n)
     if level == "sequence":
-        stats.add_mean("rollout_is_ratio_fraction_high", counts[0], all_rows)
-        stats.add_mean("rollout_is_ratio_fraction_low", counts[1], all_rows)
+        stats.add_mean("rollout_is_ratio_fraction_high", cs[0], all_rows)
+        stats.add_mean("rollout_is_ratio_fraction_low", cs[1], all_rows)
     else:
-        stats.add_mean("rollout_is_ratio_fraction_high", sums[3], n)
-        stats.add_mean("rollout_is_ratio_fraction_low", sums[4], n)
-    _per_sequence(stats, w * n_row / (n_row + _EPS), tok.tm.rows, bounds)
+        stats.add_mean("rollout_is_ratio_fraction_high", ws[3], n)
+        stats.add_mean("rollout_is_ratio_fraction_low", ws[4], n)
     if keep is not None:
-        stats.add_mean("rollout_is_masked_fraction", sums[-1], n)
-        stats.add_mean("rollout_is_seq_masked_fraction", counts[-1], all_rows)
+        stats.add_mean("rollout_is_masked_fraction", ws[-1], n)
+        stats.add_mean("rollout_is_seq_masked_fraction", cs[-1], all_rows)
     weights = clamped if mode in ("truncate", "both") else w
     return weights.unsqueeze(-1) * tok.tm.mf, keep
 
@@ -242,13 +250,19 @@ def _spread(stats: Stats, total: Tensor, sumsq: Tensor, n: Tensor) -> None:
     stats.add_ess("rollout_is_eff_sample_size", total, sumsq, n)
 
 
-def _per_sequence(stats: Stats, seq_w: Tensor, rows: Tensor, bounds: tuple[float, float]) -> None:
-    """Stats over sequences with tokens of the per-sequence mean weight [B] (unbiased std)."""
+def _per_sequence(
+    stats: Stats, seq_w: Tensor, rows: Tensor, bounds: tuple[float, float], extra: Tensor | None = None
+) -> tuple[Tensor, ...]:
+    """Stats over sequences with tokens of the per-sequence mean weight [B] (unbiased std).
+
+    `extra`: [K, B] float64 rows summed in the same reduction; returns their K sums.
+    """
     lower, upper = bounds
-    # stacked [K, B] reductions: a few ops instead of one (or three) per stat
+    # one stacked [K, B] float64 sum for every sum and count, one [3, B] max for the extrema
     x = torch.where(rows, seq_w, 0.0).to(_F64)
-    total_, sumsq = torch.stack([x, x * x]).sum(-1).unbind()
-    k, high, low = torch.stack([rows, (seq_w > upper) & rows, (seq_w < lower) & rows]).sum(-1, dtype=_F64).unbind()
+    flags = torch.stack([rows, (seq_w > upper) & rows, (seq_w < lower) & rows]).to(_F64)
+    parts = [torch.stack([x, x * x]), flags] + ([] if extra is None else [extra])
+    total_, sumsq, k, high, low, *rest = torch.cat(parts).sum(-1).unbind()
     # max of -w is -(min of w), exactly
     extremes = torch.stack([seq_w, seq_w.neg(), (seq_w - 1.0).abs()]).where(rows, -INF).amax(-1).to(_F64)
     seq_max, neg_min, deviation = extremes.unbind()
@@ -259,3 +273,4 @@ def _per_sequence(stats: Stats, seq_w: Tensor, rows: Tensor, bounds: tuple[float
     stats.add_max("rollout_is_seq_max_deviation", deviation, k)
     stats.add_mean("rollout_is_seq_fraction_high", high, k)
     stats.add_mean("rollout_is_seq_fraction_low", low, k)
+    return tuple(rest)
