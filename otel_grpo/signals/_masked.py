@@ -108,7 +108,7 @@ class TokenMask:
         scratch: [B, T] buffer of mf's dtype, free for any intermediate.
     """
 
-    __slots__ = ("mf", "n_row", "rows", "n", "scratch", "_bits", "_inf")
+    __slots__ = ("mf", "n_row", "rows", "n", "scratch", "_bits", "_inf", "_all_rows")
 
     def __init__(self, mask: Tensor, name: str, stats: Stats, dtype: torch.dtype) -> None:
         self.scratch = workspace("scratch", mask, dtype)
@@ -126,6 +126,14 @@ class TokenMask:
         # all bits set on tokens, 0 on padding
         self._bits = workspace("bits", mask, _INT_OF[dtype]).copy_(self.mf).neg_()
         self._inf = False
+        self._all_rows: Tensor | None = None
+
+    def all_rows(self) -> Tensor:
+        """0-d float64: B, or 0 when no row has a token (the seed's "over all rows": its merge
+        drops a rank whose batch has no valid token). Computed once, on first use."""
+        if self._all_rows is None:
+            self._all_rows = (self.n > 0).to(_F64) * len(self.n_row)
+        return self._all_rows
 
     def zero_(self, x: Tensor) -> Tensor:
         """Set the padding of `x` (contiguous, mf's dtype) to exactly +0.0 in place; returns `x`.

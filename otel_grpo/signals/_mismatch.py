@@ -78,7 +78,7 @@ def add_mismatch(stats: Stats, tm: TokenMask, train: Tensor, log_ratio: Tensor, 
     # in place on the scratch buffer (fresh multi-MB tensors cost page faults on CPU)
     train_row = tm.zeroed(train, out=s).sum(-1)
     ratio_row = log_ratio.sum(-1)
-    _perplexities(stats, train_row, train_row - ratio_row, n_row, rows)
+    _perplexities(stats, train_row, train_row - ratio_row, n_row, tm.all_rows())
     stats.add_mean("mismatch_kl", -ratio_row.sum(dtype=_F64), n)
     abs_diff = torch.abs(log_ratio, out=s)
     stats.add_mean("mismatch_logprob_abs_diff", total(abs_diff), n)
@@ -90,7 +90,8 @@ def add_mismatch(stats: Stats, tm: TokenMask, train: Tensor, log_ratio: Tensor, 
     weights = ratio.clamp_(*_EXP_BOUNDS[ratio.dtype])
 
     rho_seq = ratio_row.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
-    stats.add_mean("mismatch_chi2_seq", torch.where(rows, (rho_seq - 1.0).square(), 0.0).sum(dtype=_F64), count(rows))
+    # a row without tokens has ratio_row exactly 0, so (rho_seq - 1)^2 exactly 0: no selection needed
+    stats.add_mean("mismatch_chi2_seq", (rho_seq - 1.0).square().sum(dtype=_F64), count(rows))
     geometric = (ratio_row / n_row.clamp(min=1)).clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
     stats.add_samples("sample_is_ratio", torch.where(rows, geometric, float("nan")))
     return Shared(ratio_row, weights)
@@ -110,15 +111,14 @@ def add_token_ratio(stats: Stats, tm: TokenMask, rho_tok: Tensor, rho_sum: Tenso
     stats.add_min("is_ratio_min", tmin(tm.inf_(rho_tok)) if rho_min is None else rho_min, n)
 
 
-def _perplexities(stats: Stats, train_row: Tensor, rollout_row: Tensor, n_row: Tensor, rows: Tensor) -> None:
+def _perplexities(stats: Stats, train_row: Tensor, rollout_row: Tensor, n_row: Tensor, all_rows: Tensor) -> None:
     """Seed 004's per-sequence perplexity stats, averaged over all rows ([B] inputs)."""
     # one [7, B] tensor summed once: a dozen fewer small ops than one reduction per stat
     means = torch.stack([train_row, rollout_row]).div_(n_row + _EPS)  # mean_train, mean_rollout
     diff = means[1] - means[0]  # = log(training ppl / rollout ppl)
     logs = torch.cat([means.neg_(), diff.unsqueeze(0)])  # -mean_train, -mean_rollout, diff
     totals = torch.cat([logs.exp(), logs, diff.abs().unsqueeze(0)]).sum(-1, dtype=_F64)
-    # a rank without any valid token is left out, as the seed's merge leaves it out
-    all_rows = count(rows.any()) * len(n_row)
+    # all_rows: 0 on a rank without any valid token, which the seed's merge leaves out
     for key, total_ in zip(_PPL_KEYS, totals.unbind()):
         stats.add_mean(key, total_, all_rows)
     low, high = torch.aminmax(diff)

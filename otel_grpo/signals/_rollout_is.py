@@ -124,10 +124,7 @@ class _Tokens:
         out = workspace("log_ratio", tm.mf, tm.mf.dtype) if internal else torch.empty_like(tm.mf)
         # the seed sees 0 on padding (packed sequences padded with 0): so do we
         log_ratio = tm.zero_(torch.sub(train, rollout, out=out))
-        # The seed's "over all rows" means count a rank only when it has a valid token,
-        # as the seed's merge drops ranks whose batch has none.
-        all_rows = (tm.n > 0).to(_F64) * len(tm.n_row)
-        return cls(log_ratio, tm, all_rows)
+        return cls(log_ratio, tm, tm.all_rows())
 
 
 def _veto(stats: Stats, tok: _Tokens, veto) -> Tensor | None:
