@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from opentelemetry.context import get_current
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from otel_grpo.catalog import Kind, Signal, get, resolve, sanitize_key
+
+from ._bulk_histogram import HistogramRecorder
 
 logger = logging.getLogger("otel_grpo.telemetry")
 
@@ -38,8 +38,8 @@ class Route:
     record: Callable[[float, Mapping[str, Any]], None]
     attributes: Mapping[str, Any]
     """Data-point attributes: run_id (+ rank) + the signal's label, if templated."""
-    takes_negative: bool = True
-    """False for a histogram of a meter provider that drops negative values."""
+    histogram: HistogramRecorder | None = None
+    """Batch recording, for histogram signals."""
 
 
 class _ObservedGauge:
@@ -56,34 +56,6 @@ class _ObservedGauge:
         return [Observation(v, dict(a)) for v, a in list(self._last.values())]
 
 
-def _signed_recorder(histogram: Any) -> Callable[[float, Mapping[str, Any]], None] | None:
-    """A `record` that keeps negative values, for SDK histograms; None where that is not possible.
-
-    The Python SDK's `Histogram.record` drops negative values (one warning each),
-    yet rewards and advantages are signed and their catalog buckets are too. The
-    SDK's aggregation handles negatives fine (OTLP allows them), so negative
-    values go straight to the histogram's measurement consumer, as `record` would
-    after its check. This leans on SDK internals; without them, negatives are
-    counted as dropped instead (see `Instruments.record_samples`).
-    """
-    consumer = getattr(histogram, "_measurement_consumer", None)
-    try:
-        from opentelemetry.sdk.metrics._internal.measurement import Measurement
-    except ImportError:  # pragma: no cover - SDK layout changed
-        return None
-    if consumer is None:
-        return None
-    record = histogram.record
-
-    def signed(value: float, attributes: Mapping[str, Any]) -> None:
-        if value >= 0:
-            record(value, attributes)
-        else:
-            consumer.consume_measurement(Measurement(value, time.time_ns(), histogram, get_current(), attributes))
-
-    return signed
-
-
 class Instruments:
     """Instruments of one `Telemetry`, created lazily from the catalog on first use."""
 
@@ -93,7 +65,7 @@ class Instruments:
         self._by_name: dict[str, Any] = {}
         self._routes: dict[str, Route | None] = {}
         self._warned: set[str] = set()
-        self._signed: dict[str, Callable[[float, Mapping[str, Any]], None]] = {}
+        self._histograms: dict[str, HistogramRecorder] = {}
         self._steps = self._instrument(get("steps"))
         self._skipped = self._instrument(get("skipped_steps"))
         self._nonfinite = self._instrument(get("nonfinite"))
@@ -116,9 +88,7 @@ class Instruments:
             histogram = meter.create_histogram(
                 name, unit=unit, description=desc, explicit_bucket_boundaries_advisory=list(buckets or ())
             )
-            signed = _signed_recorder(histogram)
-            if signed is not None:
-                self._signed[name] = signed
+            self._histograms[name] = HistogramRecorder(histogram)
             return histogram
         if hasattr(meter, "create_gauge"):
             return meter.create_gauge(name, unit=unit, description=desc)
@@ -126,14 +96,13 @@ class Instruments:
 
     def _route_for(self, signal: Signal, labels: Mapping[str, str]) -> Route:
         instrument = self._instrument(signal)
-        kind, signed = signal.kind, self._signed.get(signal.name)
-        if kind is Kind.HISTOGRAM:
-            record = signed or instrument.record
+        kind, histogram = signal.kind, self._histograms.get(signal.name)
+        if histogram is not None:
+            record = lambda value, attributes: histogram.record_many((value,), attributes)  # noqa: E731
         else:
             record = instrument.set if kind is Kind.GAUGE else instrument.add
         stat_key = f"{signal.key}/{labels[signal.label]}" if signal.label and signal.label in labels else signal.key
-        takes_negative = kind is not Kind.HISTOGRAM or signed is not None
-        return Route(stat_key, kind, record, {**self._base, **labels}, takes_negative)
+        return Route(stat_key, kind, record, {**self._base, **labels}, histogram)
 
     def _extra_route(self, key: str, original: str) -> Route:
         name = (EXTRA_PREFIX + key)[:_MAX_NAME]
@@ -198,18 +167,12 @@ class Instruments:
             route = self._routes.get(name) or self.route(name)
             if route is None:
                 continue
-            if route.kind is not Kind.HISTOGRAM:
+            if route.histogram is None:
                 self._warn_once(name, "samples of %r: not a histogram signal; dropped", name)
                 continue
-            record, attrs, bad, dropped = route.record, route.attributes, 0, 0
-            signed = route.takes_negative
-            for value in values:
-                if not math.isfinite(value):
-                    bad += 1
-                elif value < 0 and not signed:
-                    dropped += 1
-                else:
-                    record(value, attrs)
+            finite = [v for v in values if math.isfinite(v)]
+            bad = len(values) - len(finite)
+            dropped = route.histogram.record_many(finite, route.attributes)
             if bad:
                 self.count_nonfinite(route.stat_key, bad)
             if dropped:
