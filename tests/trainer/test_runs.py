@@ -1,4 +1,4 @@
-"""Whole runs through the CLI: resume, bad config, and two processes under torchrun."""
+"""Whole runs: resume, bad config, two processes under torchrun, and the gpu preset (bf16) on the CPU."""
 
 from __future__ import annotations
 
@@ -87,3 +87,25 @@ def test_two_processes_match_one_and_only_rank0_exports(tmp_path):
     per_step = [len((multi / "samples" / f"step_{s}.jsonl").read_text().splitlines()) for s in (0, 1)]
     single_rows = [len((single / "samples" / f"step_{s}.jsonl").read_text().splitlines()) for s in (0, 1)]
     assert per_step == single_rows
+
+
+def test_gpu_preset_with_bf16_autocast_trains_on_cpu(tmp_path):
+    # No GPU here: the gpu preset's model, task and bf16 autocast (through accelerate) on the CPU,
+    # with a smaller batch, so its shapes and mixed-precision path are exercised in every CI run.
+    cfg = load_config(preset="gpu", overrides=[
+        f"output_dir={tmp_path}", "device=cpu", "steps=2", "progress=false", "telemetry=false",
+        "grpo.prompts_per_step=8", "grpo.group_size=4", "grpo.num_minibatches=2"])
+    trainer = GRPOTrainer(cfg)
+    assert trainer.acc.mixed_precision == "bf16"
+    ids = torch.zeros(2, 8, dtype=torch.long)
+    with trainer.acc.autocast():
+        logits = trainer.unwrapped(ids)
+    # accelerate hands outputs back in fp32, but computed in bf16: every value is a bf16 number ...
+    assert torch.equal(logits, logits.bfloat16().float())
+    assert all(p.dtype == torch.float32 for p in trainer.unwrapped.parameters())  # ... over fp32 weights
+    result = trainer.train()
+    history = _metrics(tmp_path)
+    assert [h["step"] for h in history] == [0, 1] and result.last_step == 1
+    for row in history:
+        assert all(torch.isfinite(torch.tensor(v)) for v in row.values() if isinstance(v, float)), row
+        assert row["grad_norm"] > 0
