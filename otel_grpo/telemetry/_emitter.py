@@ -2,8 +2,9 @@
 
 The training thread only converts values to floats and hands a `StepRecord`
 over (one queue put per step). Recording into the SDK costs several microseconds
-per value (thousands per step with per-sample histograms), so it happens here,
-while the training thread is back on the GPU. Nothing in here raises: a failing
+per call (per-sample vectors go in one batch per histogram, see
+`_bulk_histogram`), building sample events and spilling them more, so it happens
+here, while the training thread is back on the GPU. Nothing in here raises: a failing
 step is logged once and the thread goes on.
 """
 
