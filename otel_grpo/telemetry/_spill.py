@@ -44,12 +44,19 @@ class SampleSpill:
         if not lines:
             return
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with self.path(step).open("a", encoding="utf-8") as fh:
-                fh.write("\n".join(lines) + "\n")
+            self._append(self.path(step), "\n".join(lines) + "\n")
         except OSError as exc:
             if not self._failed:  # a full disk must not stop training, nor flood the log
                 self._failed = True
                 logger.warning("otel-grpo: sample spill to %s failed (%s); further failures not logged", self.directory, exc)
             return
         self.written += len(lines)
+
+    def _append(self, path: Path, text: str) -> None:
+        try:
+            fh = path.open("a", encoding="utf-8")
+        except FileNotFoundError:  # first write, or the directory was removed: a mkdir only then (~1 ms here)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fh = path.open("a", encoding="utf-8")
+        with fh:
+            fh.write(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import logging
 import math
 import random
@@ -149,6 +150,19 @@ def test_spill_holds_every_selected_sample(make_captured):
         assert {r["run_id"] for r in lines} == {"test-run"} and {r["step"] for r in lines} == {step}
         assert [r["selection"] for r in lines] == ["top", "top", "bottom", "bottom", "random", "random"]
         assert all(r["reward.format"] == 1.0 for r in lines)
+
+
+def test_spill_directory_removed_mid_run_is_made_again(make_captured):
+    cap = make_captured(random_k=2, seed=7)
+    with cap.tel.step(0) as s:
+        s.samples(_rows(5, seed=0))
+    assert cap.tel.flush(10)
+    shutil.rmtree(cap.output_dir / "samples")  # e.g. a cleanup job on the run directory
+    with cap.tel.step(1) as s:
+        s.samples(_rows(5, seed=1))
+    cap.tel.shutdown()
+    assert [p.name for p in (cap.output_dir / "samples").iterdir()] == ["step_1.jsonl"]
+    assert len((cap.output_dir / "samples" / "step_1.jsonl").read_text().splitlines()) == 2
 
 
 def test_new_column_is_kept_and_warned_once(captured, caplog):
