@@ -153,7 +153,7 @@ def test_spill_holds_every_selected_sample(make_captured):
 
 
 def test_spill_directory_removed_mid_run_is_made_again(make_captured):
-    cap = make_captured(random_k=2, seed=7)
+    cap = make_captured(top_k=0, bottom_k=0, random_k=2, seed=7)
     with cap.tel.step(0) as s:
         s.samples(_rows(5, seed=0))
     assert cap.tel.flush(10)
