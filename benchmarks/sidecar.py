@@ -124,11 +124,14 @@ def free_port() -> int:
 
 
 SYNCHRONOUS = "NORMAL"  # --synchronous
+WORKERS: int | None = None  # --workers; None: the sidecar's default
 
 
 def start_sidecar(db: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = os.environ | {"OTEL_GRPO_SIDECAR_SYNCHRONOUS": SYNCHRONOUS}
+    if WORKERS is not None:
+        env["OTEL_GRPO_SIDECAR_INGEST_WORKERS"] = str(WORKERS)
     proc = subprocess.Popen([sys.executable, "-m", "otel_grpo.cli", "sidecar", "--port", str(port), "--db", str(db),
                              "--log-level", "warning"], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -141,17 +144,46 @@ def start_sidecar(db: Path) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("sidecar did not start")
 
 
+def tree(pid: int) -> list[int]:
+    """`pid` and its descendants (the sidecar's ingest workers sit under its forkserver)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += parents.get(p, [])
+    return out
+
+
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """Resident memory of the sidecar and its worker processes (shared pages counted in each)."""
+    total = 0.0
+    for p in tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return total
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (from /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds so far of a process and its live descendants (from /proc)."""
+    total = 0
+    for p in tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def ingest(url: str, bodies: list[bytes], events: int, clients: int = 2) -> float:
@@ -286,12 +318,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="ingest rounds (medians are reported)")
     ap.add_argument("--clients", type=int, default=2, help="concurrent HTTP connections for ingest")
     ap.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL", help="the sidecar's setting")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="the sidecar's ingest_workers (default: its own default; 0: in process)")
     ap.add_argument("--ingest-only", action="store_true", help="skip the 1M-sample query part")
     ap.add_argument("--query-db", type=Path, default=None,
                     help="keep the query store here and reuse it if it exists (skips the bulk load)")
     args = ap.parse_args()
-    global SYNCHRONOUS
-    SYNCHRONOUS = args.synchronous
+    global SYNCHRONOUS, WORKERS
+    SYNCHRONOUS, WORKERS = args.synchronous, args.workers
     requests, spans, samples, n = (4, 4, 20_000, 50) if args.quick else (40, 8, args.samples, 400)
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         tmp = Path(d)
@@ -301,7 +335,8 @@ def main() -> None:
           f"{os.cpu_count()} cpus  python {platform.python_version()}  "
           f"load average at the end {os.getloadavg()[0]:.1f} (shared machine)")
     print(f"\ningest: {ing['events']} events in {requests} requests of {spans} spans x 64 events "
-          f"({ing['mb']:.1f} MiB), {args.clients} clients, synchronous={args.synchronous}; medians of {len(ing['rounds'])} rounds")
+          f"({ing['mb']:.1f} MiB), {args.clients} clients, synchronous={args.synchronous}, "
+          f"ingest_workers={'default' if args.workers is None else args.workers}; medians of {len(ing['rounds'])} rounds")
     print("| measure | events/s |\n| --- | ---: |")
     print(f"| sidecar ingest over HTTP (decode + extract + commit) | {ing['ingest']:,.0f} |")
     print(f"| peer: `FromString` + reading every attribute into Python values | {ing['walk']:,.0f} |")
@@ -310,8 +345,8 @@ def main() -> None:
           f"(per round: {', '.join(format(r['ratio_walk'], '.2f') for r in ing['rounds'])}); "
           f"ingest / bare FromString: {ing['ratio_parse']:.3f}")
     print(f"per round ingest events/s: {', '.join(format(r['ingest'], ',.0f') for r in ing['rounds'])}")
-    print(f"CPU during ingest: sidecar {ing['server_cores']:.2f} cores, benchmark client {ing['client_cores']:.2f} cores")
-    print(f"sidecar RSS after ingest: {ing['rss_after_ingest']:.0f} MiB")
+    print(f"CPU during ingest: sidecar (with its workers) {ing['server_cores']:.2f} cores, benchmark client {ing['client_cores']:.2f} cores")
+    print(f"sidecar RSS after ingest (server + workers): {ing['rss_after_ingest']:.0f} MiB")
     if q is None:
         return
     print(f"\nqueries: {q['samples']:,} samples over {q['steps']} steps, db {q['db_mib']:,.0f} MiB "

@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ._metrics import LatencyMiddleware, SidecarMetrics
 from ._settings import SidecarSettings
+from ._workers import IngestPool
 from .api.deps import IngestGate
 from .api.routes import alerts, ingest, ops, runs, samples, web
 from .store import Store
@@ -56,6 +57,11 @@ async def lifespan(app: FastAPI):
     store = await run_in_threadpool(Store.open, settings.db, settings.synchronous)
     app.state.store = store
     await run_in_threadpool(_retain, app)
+    pool = None
+    if settings.ingest_workers:
+        pool = IngestPool(settings.ingest_workers, settings.db, settings.synchronous, settings.ingest_worker_timeout_s)
+        await pool.open()
+    app.state.pool = pool
     task = asyncio.create_task(_maintenance_loop(app))
     try:
         yield
@@ -63,6 +69,8 @@ async def lifespan(app: FastAPI):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        if pool is not None:
+            await run_in_threadpool(pool.close)
         store.close()
 
 

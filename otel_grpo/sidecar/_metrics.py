@@ -13,7 +13,7 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REJECT_REASONS = ("unsupported_media_type", "unsupported_encoding", "too_large", "malformed",
-                  "overloaded", "unauthorized", "store_unavailable")
+                  "overloaded", "unauthorized", "store_unavailable", "worker_lost")
 
 
 class SidecarMetrics:

@@ -6,6 +6,8 @@ import gzip
 import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,6 +18,27 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 pytestmark = pytest.mark.integration
 PB = {"Content-Type": "application/x-protobuf"}
 JS = {"Content-Type": "application/json"}
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            pass
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        out.append(todo.pop())
+        todo += children.get(out[-1], [])
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 @pytest.mark.parametrize("compression", [Compression.NoCompression, Compression.Gzip])
@@ -61,7 +84,13 @@ def test_sigkill_right_after_200_loses_nothing(sidecar_factory, otlp, tmp_path):
     for step in range(5):
         body = otlp.request(otlp.spans("durable", [step], samples=8)).SerializeToString()
         assert httpx.post(proc.url + "/v1/traces", content=body, headers=PB).status_code == 200
+    workers = _descendants(proc.proc.pid)
+    assert workers  # the default settings ingest in worker processes
     proc.kill()  # SIGKILL: no shutdown hooks, no checkpoint
+    deadline = time.monotonic() + 60  # a bound on the wait, not an assertion on speed
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_running(pid) for pid in workers)  # orphaned workers exit on their own
     again = sidecar_factory(db=db)
     run = httpx.get(again.url + "/api/runs").json()[0]
     assert (run["run_id"], run["last_step"], run["sample_count"]) == ("durable", 4, 40)

@@ -99,6 +99,26 @@ class Store(_queries.Reads):
         store.optimize()
         return store
 
+    @classmethod
+    def open_writer(cls, path: str | Path, synchronous: str = "NORMAL") -> "Store":
+        """A write-only handle on a store that `Store.open` has already created and migrated.
+
+        For ingest worker processes: no migration, no planner statistics and no checkpoint
+        thread (the opening process runs those; call its `wake_checkpointer` after a commit
+        made here). Commits are as durable as `write_batch` on the opening handle.
+        """
+        store = cls(Path(path), synchronous)
+        conn = store._connect()
+        conn.execute(f"PRAGMA wal_autocheckpoint = {VALVE_PAGES}")
+        conn.execute(f"PRAGMA journal_size_limit = {TRUNCATE_BYTES}")
+        store._writer = conn
+        return store
+
+    def wake_checkpointer(self) -> None:
+        """Another connection (a worker process) committed: copy its WAL frames in the background."""
+        if self._checkpointer is not None:
+            self._checkpointer.committed()
+
     def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so "committed" means committed.
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)

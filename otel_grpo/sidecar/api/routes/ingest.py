@@ -7,6 +7,7 @@ import sqlite3
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from ..._workers import WorkerLost
 from ...otlp import PROTOBUF, BodyError, DecodeError, decode_request, encode_response, encode_status, extract, read_body
 from ...otlp._decode import media_type
 from ...otlp._status import INVALID_ARGUMENT, UNAVAILABLE
@@ -41,11 +42,11 @@ def _error(media: str, status: int, code: int, message: str, retry_after: int | 
     return Response(encode_status(media, code, message), status_code=status, media_type=media, headers=headers)
 
 
-def _decode_and_store(store, body: bytes, media: str):
-    # Decode and extract off the event loop too: a 64 MiB body takes a while to parse.
+def _decode_and_store(store, body: bytes, media: str) -> tuple[int, int, list[str], int]:
+    # In process (ingest_workers = 0): off the event loop, a 64 MiB body takes a while to parse.
     batch = extract(decode_request(body, media))
     inserted = store.write_batch(batch)
-    return batch, inserted
+    return batch.spans, batch.rejected, batch.errors, inserted
 
 
 @router.post("/v1/traces", dependencies=[Depends(require_ingest)], openapi_extra=_BODY_DOC,
@@ -66,7 +67,13 @@ async def export_traces(request: Request, store: StoreDep, settings: SettingsDep
         return _error(media, 503, UNAVAILABLE, "ingest is at capacity", settings.retry_after_s)
     try:
         body, wire = await read_body(request.stream(), request.headers.get("content-encoding"), settings.max_body_bytes)
-        batch, inserted = await run_in_threadpool(_decode_and_store, store, body, media)
+        pool = request.app.state.pool
+        if pool is None:
+            spans, rejected, errors, inserted = await run_in_threadpool(_decode_and_store, store, body, media)
+        else:
+            done = await pool.ingest(media, body)  # committed by a worker process
+            spans, rejected, errors, inserted = done.spans, done.rejected, done.errors, done.inserted
+            store.wake_checkpointer()
     except BodyError as exc:
         metrics.rejected.labels(exc.reason).inc()
         return _error(media, exc.status, INVALID_ARGUMENT, exc.message)
@@ -77,11 +84,13 @@ async def export_traces(request: Request, store: StoreDep, settings: SettingsDep
         # Locked or full database: transient from the client's side, so retryable (503).
         metrics.rejected.labels("store_unavailable").inc()
         return _error(media, 503, UNAVAILABLE, f"store unavailable: {exc}", settings.retry_after_s)
+    except WorkerLost as exc:
+        metrics.rejected.labels("worker_lost").inc()  # logged by the pool; the worker is replaced
+        return _error(media, 503, UNAVAILABLE, f"ingest worker lost ({exc}); retry", settings.retry_after_s)
     finally:
         gate.release()
     metrics.bytes.labels(media).inc(wire)
-    metrics.spans.inc(batch.spans)
+    metrics.spans.inc(spans)
     metrics.events.inc(inserted)
-    metrics.spans_rejected.inc(batch.rejected)
-    message = "; ".join(batch.errors)
-    return Response(encode_response(media, batch.rejected, message), media_type=media)
+    metrics.spans_rejected.inc(rejected)
+    return Response(encode_response(media, rejected, "; ".join(errors)), media_type=media)

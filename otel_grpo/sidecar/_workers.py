@@ -1,0 +1,219 @@
+"""Ingest worker processes: decode, extract and commit OTLP bodies on other cores.
+
+    pool = IngestPool(2, "sidecar.db", "NORMAL", timeout_s=120)
+    pool.start()                                   # once, at app start-up
+    result = await pool.ingest(PROTOBUF, body)     # after the worker's COMMIT
+    pool.close()
+
+Decoding a request and reading its attributes is pure Python work under the GIL; in one
+process it caps ingest near one core. Each worker is a process started once (forkserver:
+never a fork of the threaded server) that takes the inflated body bytes over a pipe,
+decodes and extracts them with opentelemetry-proto and commits them to the SQLite store
+itself, then answers with a few counts. The HTTP process answers 200 only after that
+answer, so the durability rule (200 only after the commit) holds as in process.
+
+Workers serialize their transactions on an `flock` of `<db>-ingest.lock` (the kernel
+drops it if the holder dies), so they take turns at the WAL without SQLite's busy
+sleeps. A worker that dies or does not answer within `timeout_s` is killed, logged once
+and replaced; the request it held gets `WorkerLost` (the route answers 503 + Retry-After).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import multiprocessing
+import signal
+import sqlite3
+import threading
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from starlette.concurrency import run_in_threadpool
+
+from .otlp import DecodeError, decode_request, extract
+from .store import Store
+
+log = logging.getLogger("otel_grpo.sidecar")
+
+
+class WorkerLost(Exception):
+    """The worker holding the request died or hung; the request may be retried."""
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What a committed request contributed (the route's answer and counters)."""
+
+    spans: int
+    rejected: int
+    errors: tuple[str, ...]
+    inserted: int
+
+
+def lock_path(db: Path) -> Path:
+    return Path(str(db) + "-ingest.lock")
+
+
+def _serve(conn, db: str, synchronous: str) -> None:
+    """A worker's loop: (media, body) in, a reply tuple out, until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group; the server closes us
+    store = Store.open_writer(db, synchronous)
+    lock = open(lock_path(Path(db)), "a+b")
+    try:
+        while True:
+            try:
+                media = conn.recv_bytes().decode()
+                body = conn.recv_bytes()
+            except (EOFError, OSError):
+                return  # the server closed the pipe or died
+            try:
+                batch = extract(decode_request(body, media))
+                del body
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    inserted = store.write_batch(batch)
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+                reply = ("ok", batch.spans, batch.rejected, tuple(batch.errors), inserted)
+            except DecodeError as exc:
+                reply = ("malformed", str(exc))
+            except sqlite3.OperationalError as exc:
+                reply = ("store", str(exc))
+            except Exception:  # a bug: the server answers 500, as it would in process
+                reply = ("error", traceback.format_exc())
+            try:
+                conn.send(reply)
+            except (BrokenPipeError, OSError):
+                return
+    finally:
+        lock.close()
+        store.close()
+
+
+class _Worker:
+    def __init__(self, ctx, db: Path, synchronous: str) -> None:
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_serve, args=(child, str(db), synchronous), name="otel-grpo-ingest",
+                                   daemon=True)
+        self.process.start()
+        child.close()  # only the worker holds its end: its death reads as EOF here
+
+    def exchange(self, media: str, body: bytes, timeout_s: float):
+        """Send one request and wait for the reply; WorkerLost if the worker dies or hangs."""
+        hung = threading.Event()
+
+        def kill() -> None:
+            hung.set()
+            self.process.kill()  # unblocks our send or recv below (EPIPE / EOF)
+
+        watchdog = threading.Timer(timeout_s, kill)
+        watchdog.start()
+        try:
+            self.conn.send_bytes(media.encode())
+            self.conn.send_bytes(body)
+            return self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise WorkerLost("hung" if hung.is_set() else "died") from exc
+        finally:
+            watchdog.cancel()
+
+    def stop(self, timeout_s: float) -> None:
+        self.conn.close()  # the worker reads EOF and exits after its current request
+        self.process.join(timeout_s)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+class IngestPool:
+    """`size` worker processes for ingest; see the module docstring."""
+
+    def __init__(self, size: int, db: Path, synchronous: str, timeout_s: float) -> None:
+        if size < 1:
+            raise ValueError("an ingest pool needs at least one worker (0 workers means: ingest in process)")
+        self.size = size
+        self.db = Path(db)
+        self.synchronous = synchronous
+        self.timeout_s = timeout_s
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload([__name__])  # workers fork from a server with these imported
+        self._idle: asyncio.Queue[_Worker] | None = None
+        self._live = 0
+        self._closed = False
+
+    def start(self) -> None:
+        """Start every worker (blocking: call it off the event loop); the store must exist."""
+        lock_path(self.db).touch()
+        self._workers = [_Worker(self._ctx, self.db, self.synchronous) for _ in range(self.size)]
+
+    async def open(self) -> None:
+        """Start the workers from the event loop that will use them."""
+        self._idle = asyncio.Queue()
+        self._starting = asyncio.Lock()
+        await run_in_threadpool(self.start)
+        for worker in self._workers:
+            self._idle.put_nowait(worker)
+        self._live = len(self._workers)
+
+    async def ingest(self, media: str, body: bytes) -> IngestResult:
+        """Decode, extract and commit `body` in a worker. Raises DecodeError (malformed),
+        sqlite3.OperationalError (store busy or full), WorkerLost (retry later)."""
+        assert self._idle is not None, "IngestPool.open() first"
+        if self._live < self.size:
+            await self._replace(None, None)
+        if self._live == 0:
+            raise WorkerLost("no ingest worker could be started")
+        worker = await self._idle.get()
+        while not worker.process.is_alive():  # died while idle: replace it, the request goes on
+            await self._replace(worker, "died")
+            if self._live == 0:
+                raise WorkerLost("no ingest worker could be started")
+            worker = await self._idle.get()
+        try:
+            reply = await run_in_threadpool(worker.exchange, media, body, self.timeout_s)
+        except WorkerLost as exc:
+            await self._replace(worker, str(exc))
+            raise
+        self._idle.put_nowait(worker)
+        kind = reply[0]
+        if kind == "ok":
+            return IngestResult(reply[1], reply[2], reply[3], reply[4])
+        if kind == "malformed":
+            raise DecodeError(reply[1])
+        if kind == "store":
+            raise sqlite3.OperationalError(reply[1])
+        raise RuntimeError(f"ingest worker failed:\n{reply[1]}")
+
+    async def _replace(self, lost: _Worker | None, how: str | None) -> None:
+        if lost is not None:
+            self._live -= 1
+            await run_in_threadpool(lost.process.join, 5)
+            self._workers.remove(lost)
+            log.warning("ingest worker pid %s %s (exit code %s); starting a new one", lost.process.pid,
+                        f"did not answer within {self.timeout_s:g} s and was killed" if how == "hung" else "died",
+                        lost.process.exitcode)
+            lost.conn.close()
+        async with self._starting:  # one starter at a time, or two requests would both top the pool up
+            while self._live < self.size and not self._closed:
+                try:
+                    worker = await run_in_threadpool(_Worker, self._ctx, self.db, self.synchronous)
+                except Exception:
+                    log.exception("could not start an ingest worker; will try again on the next request")
+                    return
+                self._live += 1
+                self._workers.append(worker)
+                self._idle.put_nowait(worker)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Close every worker's pipe and wait for them to exit (killing any that do not)."""
+        self._closed = True
+        for worker in self._workers:
+            worker.stop(timeout_s)
+        self._workers.clear()
+
+    def pids(self) -> list[int]:
+        """Process ids of the workers started and not yet known to be lost."""
+        return [w.process.pid for w in self._workers if w.process.is_alive()]
