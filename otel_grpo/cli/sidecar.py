@@ -22,7 +22,8 @@ def sidecar(
     """Run the sidecar: OTLP/HTTP ingest on /v1/traces, API on /api, web page on /.
 
     Every setting can also come from the environment (OTEL_GRPO_SIDECAR_HOST, _PORT, _DB,
-    _TOKEN, _READ_TOKEN, _MAX_BODY_BYTES, _RETENTION_MAX_RUNS, ...); flags win.
+    _TOKEN, _READ_TOKEN, _MAX_BODY_BYTES, _INGEST_WORKERS (ingest processes, default 2;
+    0: in the server process), _RETENTION_MAX_RUNS, ...); flags win.
     """
     import uvicorn
 

@@ -37,7 +37,9 @@ class SidecarSettings(BaseSettings):
     ingest_workers: int = Field(2, ge=0, le=64)
     """Worker processes that decode, extract and commit ingest requests, so ingest is not held to
     the one core of the server's GIL. 2 suits a 2-core host (use about the number of cores);
-    0 does it all in the server process (no extra processes; fine for tests and small runs)."""
+    0 does it all in the server process (no extra processes; fine for tests and small runs).
+    Workers start from a multiprocessing forkserver, so a script that builds the app itself needs
+    the usual `if __name__ == "__main__":` guard (`otel-grpo sidecar` and uvicorn have it)."""
     ingest_worker_timeout_s: float = Field(120.0, gt=0)
     """A worker that has not answered a request after this long is killed and replaced; the request
     gets 503 with Retry-After. Must exceed the time a `max_body_bytes` body takes to store."""
