@@ -78,10 +78,14 @@ def workspace(name: str, like: Tensor, dtype: torch.dtype) -> Tensor:
     store = getattr(_WORKSPACE, "buffers", None)
     if store is None:
         store = _WORKSPACE.buffers = {}
+    last = store.get((name, dtype, "view"))
+    if last is not None and last.shape == like.shape:  # as the last call: no slice / view ops (~5 us each)
+        return last
     buf = store.get((name, dtype))
     if buf is None or buf.numel() < n:
         buf = store[name, dtype] = torch.empty(n, dtype=dtype)
-    return buf[:n].view(like.shape)
+    view = store[name, dtype, "view"] = buf[:n].view(like.shape)
+    return view
 
 
 # ---- float-mask primitives for [B, T] token tensors -------------------------------
@@ -108,14 +112,14 @@ class TokenMask:
         scratch: [B, T] buffer of mf's dtype, free for any intermediate.
     """
 
-    __slots__ = ("mf", "n_row", "rows", "n", "scratch", "_bits", "_inf", "_all_rows")
+    __slots__ = ("mf", "n_row", "rows", "n", "scratch", "_bits", "_inf", "_all_rows", "_k", "_den")
 
     def __init__(self, mask: Tensor, name: str, stats: Stats, dtype: torch.dtype) -> None:
         self.scratch = workspace("scratch", mask, dtype)
         if mask.dtype != torch.bool:
             # |t * (1 - t)| sums to 0 exactly when every t is 0 or 1 (NaN and inf included)
             t = mask if mask.dtype == dtype else workspace("mask", mask, dtype).copy_(mask)
-            bad = total(torch.addcmul(t, t, t, value=-1, out=self.scratch).abs_()) != 0  # |t - t*t|
+            bad = torch.addcmul(t, t, t, value=-1, out=self.scratch).abs_().sum() != 0  # |t - t*t|
             value_check(mask, name, bad, stats)
             self.mf = t
         else:
@@ -127,13 +131,27 @@ class TokenMask:
         self._bits = workspace("bits", mask, _INT_OF[dtype]).copy_(self.mf).neg_()
         self._inf = False
         self._all_rows: Tensor | None = None
+        self._k: Tensor | None = None
+        self._den: Tensor | None = None
 
     def all_rows(self) -> Tensor:
         """0-d float64: B, or 0 when no row has a token (the seed's "over all rows": its merge
         drops a rank whose batch has no valid token). Computed once, on first use."""
-        if self._all_rows is None:
-            self._all_rows = (self.n > 0).to(_F64) * len(self.n_row)
+        if self._all_rows is None:  # n is a whole number: clamped to 1, it is 0 or 1
+            self._all_rows = torch.clamp(self.n, max=1.0).mul_(len(self.n_row))
         return self._all_rows
+
+    def k(self) -> Tensor:
+        """0-d float64: rows with a token. Computed once, on first use."""
+        if self._k is None:
+            self._k = count(self.rows)
+        return self._k
+
+    def den(self) -> Tensor:
+        """[B] n_row + 1e-8: the seed's masked_mean denominators. Computed once, on first use."""
+        if self._den is None:
+            self._den = self.n_row + 1e-8
+        return self._den
 
     def zero_(self, x: Tensor) -> Tensor:
         """Set the padding of `x` (contiguous, mf's dtype) to exactly +0.0 in place; returns `x`.
@@ -149,7 +167,8 @@ class TokenMask:
         """A copy of `x` (mf's dtype) with padding +0.0 (into `out` if given): copy and AND in one pass."""
         if self._inf:
             raise RuntimeError("TokenMask.zeroed() after inf_()")
-        x = x.to(self.mf.dtype)
+        if x.dtype != self.mf.dtype:
+            x = x.to(self.mf.dtype)
         out = torch.empty_like(self.mf) if out is None else out
         torch.bitwise_and(x.view(self._bits.dtype), self._bits, out=out.view(self._bits.dtype))
         return out
@@ -186,11 +205,63 @@ def tmin(x: Tensor) -> Tensor:
     return x.amin(-1).amin()
 
 
-def count_above(x: Tensor, c: float, out: Tensor) -> Tensor:
-    """Number of elements of [B, T] `x` strictly above `c`, via `out` (0-d float64)."""
-    return total(torch.sub(x, c, out=out).sign_().clamp_(min=0))
+def rows_above(x: Tensor, c: float, out: Tensor) -> Tensor:
+    """Per-row numbers of elements of [B, T] `x` strictly above `c`, via `out` ([B], x's dtype)."""
+    return torch.sub(x, c, out=out).sign_().clamp_(min=0).sum(-1)
 
 
-def count_below(x: Tensor, c: float, out: Tensor) -> Tensor:
-    """Number of elements of [B, T] `x` strictly below `c`, via `out` (0-d float64)."""
-    return -total(torch.sub(x, c, out=out).sign_().clamp_(max=0))
+def rows_below(x: Tensor, c: float, out: Tensor) -> Tensor:
+    """Per-row numbers of elements of [B, T] `x` strictly below `c`, via `out` ([B], x's dtype)."""
+    return torch.sub(x, c, out=out).sign_().clamp_(max=0).sum(-1).neg_()
+
+
+class RowSums:
+    """Sums over rows of [B] vectors, all of one call's in a few float64 reductions.
+
+        >>> rs = RowSums(stats)
+        >>> rs.mean("mismatch_k3_kl", k3.sum(-1), n)   # queued: [B] per-row sums
+        >>> rs.flush()                                 # one stack + sum per dtype, then the add_* calls
+
+    Each stat summed on its own would cost one or two more tiny torch ops, and
+    tiny ops (2-10 us each on CPU) are what the hot path spends most on. Rows may
+    be float32, float64 or bool ([B] each); all are summed in float64, grouped by
+    dtype (stacking mixed dtypes costs more than the sums it saves). Rows are never
+    split across ranks, so the per-row values are the same however the batch is split.
+    """
+
+    __slots__ = ("stats", "groups", "calls")
+
+    def __init__(self, stats: Stats) -> None:
+        self.stats = stats
+        self.groups: dict[torch.dtype, list[Tensor]] = {}
+        self.calls: list[tuple] = []
+
+    def mean(self, key: str, row: Tensor, count: Tensor) -> None:
+        """`stats.add_mean(key, sum of row, count)` at `flush`."""
+        self.call(lambda total_: self.stats.add_mean(key, total_, count), row)
+
+    def call(self, fn, *rows: Tensor) -> None:
+        """`fn(*sums of rows)` at `flush`."""
+        at = []
+        for row in rows:
+            group = self.groups.setdefault(row.dtype, [])
+            at.append((row.dtype, len(group)))
+            group.append(row)
+        self.calls.append((fn, at))
+
+    def block(self, fn, rows: Tensor) -> None:
+        """`fn(*sums)` of the rows of a [K, B] tensor at `flush`."""
+        self.call(fn, *rows.unbind())
+
+    def flush(self) -> None:
+        if not self.calls:
+            return
+        start, parts, n = {}, [], 0
+        for dtype, group in self.groups.items():
+            start[dtype] = n
+            parts.append(torch.stack(group).sum(-1, dtype=_F64))
+            n += len(group)
+        sums = (torch.cat(parts) if len(parts) > 1 else parts[0]).unbind()
+        for fn, at in self.calls:
+            fn(*(sums[start[dtype] + i] for dtype, i in at))
+        self.groups, self.calls = {}, []

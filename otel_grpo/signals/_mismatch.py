@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import SAFETY_BOUND, TokenMask, count, tmax, tmin, total, workspace
+from ._masked import SAFETY_BOUND, RowSums, TokenMask, tmax, tmin, workspace
 from ._partial import Stats
 
 # exp(-20) and exp(20) as torch rounds them in each dtype (Python floats: clamping to
@@ -20,8 +20,6 @@ _EXP_BOUNDS = {
     dt: tuple(torch.tensor([-SAFETY_BOUND, SAFETY_BOUND], dtype=dt).exp().tolist())
     for dt in (torch.float32, torch.float64)
 }
-_EPS = 1e-8  # the seed's masked_mean epsilon (per-row means of rows without tokens are 0)
-_F64 = torch.float64
 
 
 @torch.no_grad()
@@ -52,9 +50,11 @@ def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tenso
     tm = TokenMask(v.mask_like(mask, "mask", shape), "mask", stats, dtype)
     # exactly 0 on padding whatever it held, as the seed's zero-padded tensors
     log_ratio = tm.zero_(torch.sub(train, rollout, out=workspace("log_ratio", tm.mf, dtype)))  # train - rollout
-    shared = add_mismatch(stats, tm, train, log_ratio, workspace("ratio", tm.mf, dtype))  # neither leaves
+    rs = RowSums(stats)
+    shared = add_mismatch(rs, tm, train, log_ratio, fresh=False)  # neither buffer leaves the call
     rho_tok = shared.weights.mul_(tm.mf)  # in place: +0 on padding
-    add_token_ratio(stats, tm, rho_tok, total(rho_tok), tmax(rho_tok), None)
+    add_token_ratio(rs, tm, rho_tok, rho_tok.sum(-1), tmax(rho_tok), None)
+    rs.flush()
     return stats
 
 
@@ -64,66 +64,74 @@ class Shared(NamedTuple):
     ratio_row: Tensor
     """[B] summed log ratios (0 for rows without tokens)."""
     weights: Tensor
-    """[B, T] exp(clamp(log ratio, +-20)), 1 on padding: a fresh buffer the caller may overwrite."""
+    """[B, T] exp(clamp(log ratio, +-20)), 1 on padding: a buffer (fresh, or the former scratch) the caller may overwrite."""
 
 
-def add_mismatch(stats: Stats, tm: TokenMask, train: Tensor, log_ratio: Tensor, out: Tensor | None) -> Shared:
+def add_mismatch(rs: RowSums, tm: TokenMask, train: Tensor, log_ratio: Tensor, fresh: bool) -> Shared:
     """Every mismatch stat but the token IS-ratio ones (see `add_token_ratio`).
 
-    `log_ratio` ([B, T] train - rollout, exactly 0 on padding) is left untouched; the
-    mask's scratch buffer is used; `tm` must not have had `inf_()` yet. The token
-    ratios go to `out` (None: a fresh tensor).
+    `log_ratio` ([B, T] train - rollout, exactly 0 on padding) is used up: its buffer
+    ends up holding the k3 terms. The token ratios go to a fresh tensor if `fresh`,
+    else to the mask's scratch buffer, and the spent log-ratio buffer becomes the
+    scratch (one [B, T] buffer fewer to touch per call). `tm` must not have had
+    `inf_()` yet. Sums over rows are queued on `rs`.
     """
-    n, n_row, rows, s = tm.n, tm.n_row, tm.rows, tm.scratch
+    stats, n, n_row, rows, s = rs.stats, tm.n, tm.n_row, tm.rows, tm.scratch
     # in place on the scratch buffer (fresh multi-MB tensors cost page faults on CPU)
     train_row = tm.zeroed(train, out=s).sum(-1)
     ratio_row = log_ratio.sum(-1)
-    _perplexities(stats, train_row, train_row - ratio_row, n_row, tm.all_rows())
-    stats.add_mean("mismatch_kl", -ratio_row.sum(dtype=_F64), n)
+    _perplexities(rs, train_row, train_row - ratio_row, tm)
+    rs.call(lambda total_: stats.add_mean("mismatch_kl", -total_, n), ratio_row)
     abs_diff = torch.abs(log_ratio, out=s)
-    stats.add_mean("mismatch_logprob_abs_diff", total(abs_diff), n)
+    rs.mean("mismatch_logprob_abs_diff", abs_diff.sum(-1), n)
     stats.add_max("mismatch_logprob_abs_diff_max", tmax(abs_diff), n)  # padding's 0 never exceeds a valid |x|
 
-    ratio = torch.exp(log_ratio, out=out)  # 1 on padding; unbounded for k3, as the seed
-    stats.add_mean("mismatch_k3_kl", total(torch.sub(ratio, log_ratio, out=s).sub_(1.0)), n)  # 0 on padding
+    ratio = torch.exp(log_ratio) if fresh else torch.exp(log_ratio, out=s)  # 1 on padding; unbounded for k3
+    k3 = torch.sub(ratio, log_ratio, out=log_ratio).sub_(1.0)  # 0 on padding; the log ratios are spent
+    rs.mean("mismatch_k3_kl", k3.sum(-1), n)
+    if not fresh:
+        tm.scratch = log_ratio
     # exp is monotonic: clamping exp(x) to exp(+-20) equals exp(clamp(x, +-20)), one exp fewer
     weights = ratio.clamp_(*_EXP_BOUNDS[ratio.dtype])
 
     rho_seq = ratio_row.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
     # a row without tokens has ratio_row exactly 0, so (rho_seq - 1)^2 exactly 0: no selection needed
-    stats.add_mean("mismatch_chi2_seq", (rho_seq - 1.0).square().sum(dtype=_F64), count(rows))
+    rs.mean("mismatch_chi2_seq", (rho_seq - 1.0).square(), tm.k())
     geometric = (ratio_row / n_row.clamp(min=1)).clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
     stats.add_samples("sample_is_ratio", torch.where(rows, geometric, float("nan")))
     return Shared(ratio_row, weights)
 
 
-def add_token_ratio(stats: Stats, tm: TokenMask, rho_tok: Tensor, rho_sum: Tensor, rho_max: Tensor, rho_min) -> None:
+def add_token_ratio(rs: RowSums, tm: TokenMask, rho_tok: Tensor, rho_rows: Tensor, rho_max: Tensor, rho_min) -> None:
     """is_ratio_mean / max / min and mismatch_chi2_token from the masked token ratios.
 
-    `rho_tok`: [B, T] safety-bounded ratios, +0 on padding; `rho_sum`, `rho_max`: its
-    total and max; `rho_min`: its min over tokens, or None to compute it here
+    `rho_tok`: [B, T] safety-bounded ratios, +0 on padding; `rho_rows`, `rho_max`: its
+    per-row sums and max; `rho_min`: its min over tokens, or None to compute it here
     (lifting `rho_tok`'s padding to +inf in place).
     """
-    n, s = tm.n, tm.scratch
-    stats.add_mean("is_ratio_mean", rho_sum, n)
+    stats, n, s = rs.stats, tm.n, tm.scratch
+    rs.mean("is_ratio_mean", rho_rows, n)
     stats.add_max("is_ratio_max", rho_max, n)
-    stats.add_mean("mismatch_chi2_token", total(torch.sub(rho_tok, tm.mf, out=s).square_()), n)  # (rho-1)^2
+    rs.mean("mismatch_chi2_token", torch.sub(rho_tok, tm.mf, out=s).square_().sum(-1), n)  # (rho-1)^2
     stats.add_min("is_ratio_min", tmin(tm.inf_(rho_tok)) if rho_min is None else rho_min, n)
 
 
-def _perplexities(stats: Stats, train_row: Tensor, rollout_row: Tensor, n_row: Tensor, all_rows: Tensor) -> None:
-    """Seed 004's per-sequence perplexity stats, averaged over all rows ([B] inputs)."""
-    # one [7, B] tensor summed once: a dozen fewer small ops than one reduction per stat
-    means = torch.stack([train_row, rollout_row]).div_(n_row + _EPS)  # mean_train, mean_rollout
-    diff = means[1] - means[0]  # = log(training ppl / rollout ppl)
-    logs = torch.cat([means.neg_(), diff.unsqueeze(0)])  # -mean_train, -mean_rollout, diff
-    totals = torch.cat([logs.exp(), logs, diff.abs().unsqueeze(0)]).sum(-1, dtype=_F64)
+def _perplexities(rs: RowSums, train_row: Tensor, rollout_row: Tensor, tm: TokenMask) -> None:
+    """Seed 004's per-sequence perplexity stats, averaged over all rows ([B] row sums in)."""
+    stats, all_rows = rs.stats, tm.all_rows()
+    means = torch.stack([train_row, rollout_row]).div_(tm.den())  # mean_train, mean_rollout
+    diff = means.diff(dim=0)  # [1, B] mean_rollout - mean_train = log(training ppl / rollout ppl)
+    logs = torch.cat([means.neg_(), diff])  # -mean_train, -mean_rollout, diff
     # all_rows: 0 on a rank without any valid token, which the seed's merge leaves out
-    for key, total_ in zip(_PPL_KEYS, totals.unbind()):
-        stats.add_mean(key, total_, all_rows)
+    rs.block(lambda *totals: _add_means(stats, _PPL_KEYS, totals, all_rows), torch.cat([logs.exp(), logs, diff.abs()]))
     low, high = torch.aminmax(diff)
     stats.add_max("mismatch_log_ppl_diff_max", high, all_rows)
     stats.add_min("mismatch_log_ppl_diff_min", low, all_rows)
+
+
+def _add_means(stats: Stats, keys, totals, count: Tensor) -> None:
+    for key, total_ in zip(keys, totals):
+        stats.add_mean(key, total_, count)
 
 
 # the rows of _perplexities' [7, B] tensor

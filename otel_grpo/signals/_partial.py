@@ -154,7 +154,10 @@ class Stats:
         _check_key(key, (Reduction.SAMPLES,))
         if values.dim() != 1:
             raise ValueError(f"samples {key!r} must be 1-D, got shape {tuple(values.shape)}")
-        values = values.detach().to(_F64)
+        if values.requires_grad:
+            values = values.detach()
+        if values.dtype != _F64:
+            values = values.to(_F64)
         self.vectors[key] = torch.cat([self.vectors[key], values]) if key in self.vectors else values
         for qkey, q in (quantiles or {}).items():
             if not 0.0 <= q <= 1.0:

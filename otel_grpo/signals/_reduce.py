@@ -109,16 +109,15 @@ def reduce_stats(stats: Stats, accelerator=None) -> ReducedStats:
 
 
 def _pack(stats: Stats, lay: _Layout) -> Tensor:
+    """[sums, check counts, mins, maxs, layout fingerprint, vectors, ids]."""
     device = _device(stats)
-    pieces = [torch.stack([stats.sums[s] for s in lay.sum_slots])] if lay.sum_slots else []
-    pieces += [torch.stack([stats.checks[a][0] for a in lay.checks])] if lay.checks else []
-    for store, keys in ((stats.mins, lay.keys[Part.MIN]), (stats.maxs, lay.keys[Part.MAX])):
-        if keys:
-            pieces.append(torch.stack([store[k] for k in keys]))
+    scalars = [stats.sums[s] for s in lay.sum_slots] + [stats.checks[a][0] for a in lay.checks]
+    scalars += [stats.mins[k] for k in lay.keys[Part.MIN]] + [stats.maxs[k] for k in lay.keys[Part.MAX]]
+    pieces = [torch.stack(scalars)] if scalars else []  # one stack: each is a few us on CPU
+    pieces.append(torch.full((1,), lay.fingerprint, dtype=_F64, device=device))
     pieces += [stats.vectors[k] for k, _ in lay.vectors]
     # int64 ids travel bit for bit inside the float64 pack (cat and gather copy bytes)
     pieces += [stats.ids[k].contiguous().view(_F64) for k, _ in lay.ids]
-    pieces.append(torch.full((1,), lay.fingerprint, dtype=_F64, device=device))
     return torch.cat(pieces)
 
 
@@ -161,20 +160,24 @@ def _finalize(gathered: Tensor, lay: _Layout) -> Tensor:
     on the host by `_unpack` (IEEE float64 either way), as some 40 tiny device ops
     cost more than the arithmetic.
     """
-    read = _Reader(gathered)
     world = gathered.shape[0]
     width = len(lay.sum_slots) + len(lay.checks)
     k_min, k_max = len(lay.keys[Part.MIN]), len(lay.keys[Part.MAX])
-    if world == 1:  # one rank's parts are already the combined parts: one view, no reductions
-        head = read.take(width + k_min + k_max)[0]
+    if world == 1 and not lay.ids and not lay.keys[Part.QUANTILE]:
+        # one rank's parts are the combined parts, its fingerprint stands for "layout ok"
+        # (checked only across ranks) and there is nothing to finalize: the pack as is
+        return gathered[0]
+    read = _Reader(gathered)
+    if world == 1:
+        head = read.take(width + k_min + k_max + 1)[0]
     else:
         sums_checks = read.take(width).sum(0)
         head = torch.cat([sums_checks, read.take(k_min).amin(0), read.take(k_max).amax(0)])
+        prints = read.take(1)
+        head = torch.cat([head, (prints == prints[0]).all().to(_F64).reshape(1)])
     vectors = {k: read.take(n).reshape(-1) for k, n in lay.vectors}
     ids = {k: read.take(n).contiguous().view(torch.int64).reshape(-1) for k, n in lay.ids}
-    prints = read.take(1)
-    layout_ok = (prints == prints[0]).all().to(_F64).reshape(1)
-    out = [head, layout_ok] + [vectors[k] for k, _ in lay.vectors]
+    out = [head] + [vectors[k] for k, _ in lay.vectors]
     return torch.cat(out + _finalize_gathered(vectors, ids, lay))
 
 
@@ -250,7 +253,7 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     n_sums, n_checks = len(lay.sum_slots), len(lay.checks)
     k_min, k_max = len(lay.keys[Part.MIN]), len(lay.keys[Part.MAX])
     at = n_sums + n_checks + k_min + k_max
-    if host[at] != 1.0:
+    if world > 1 and host[at] != 1.0:  # one rank: its own fingerprint, nothing to compare
         raise RuntimeError("ranks passed different stats to reduce_stats (keys or sample counts differ)")
     for argument, count in zip(lay.checks, host[n_sums : n_sums + n_checks]):
         if count > 0:

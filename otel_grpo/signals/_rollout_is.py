@@ -24,12 +24,11 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import INF, SAFETY_BOUND, TokenMask, count, count_above, count_below, tmax, tmin, total, workspace
+from ._masked import INF, SAFETY_BOUND, RowSums, TokenMask, rows_above, rows_below, tmax, tmin, workspace
 from ._mismatch import Shared, add_mismatch, add_token_ratio
 from ._partial import Stats
 LEVELS = ("token", "sequence", "geometric")
 MODES = ("truncate", "mask", "both")
-_EPS = 1e-8  # the seed's masked_mean denominator epsilon, kept where it changes a per-row value
 _F64 = torch.float64
 
 
@@ -88,16 +87,17 @@ def rollout_correction(
 
     # the token path without the mismatch pass turns the log ratios into the returned weights
     tok = _Tokens.of(train, rollout, TokenMask(m, "mask", stats, dtype), internal=with_mismatch or level != "token")
-    if with_mismatch:  # before anything overwrites the log ratios or lifts padding to inf
-        # the token path returns the ratios' buffer as its weights; the row paths do not
-        out = None if level == "token" else workspace("ratio", tok.tm.mf, dtype)
-        tok.shared = add_mismatch(stats, tok.tm, train, tok.log_ratio, out)
-    vetoed = _veto(stats, tok, veto)
+    rs = RowSums(stats)  # every sum over rows of the call in a few reductions, at the end
+    vetoed = _veto(rs, tok, veto)  # first: the mismatch pass uses up the log ratios
+    if with_mismatch:  # before anything lifts padding to inf
+        # the token path returns the ratios as its weights (a fresh tensor); the row paths do not
+        tok.shared = add_mismatch(rs, tok.tm, train, tok.log_ratio, fresh=level == "token")
     step = _token_level if level == "token" else _row_level
-    weights, keep = step(stats, tok, bounds, mask_bounds, mode, level)  # 0 on padding
+    weights, keep = step(rs, tok, bounds, mask_bounds, mode, level)  # 0 on padding
     if tok.shared is not None and level != "token":  # the token path adds them from its own weights
         rho_tok = tok.shared.weights.mul_(tok.tm.mf)
-        add_token_ratio(stats, tok.tm, rho_tok, total(rho_tok), tmax(rho_tok), None)
+        add_token_ratio(rs, tok.tm, rho_tok, rho_tok.sum(-1), tmax(rho_tok), None)
+    rs.flush()
     if keep is None and vetoed is None:
         return RolloutCorrection(weights, mask, stats)  # nothing rejected: the caller's mask as is
     if level != "token":  # [B] kept rows, the veto folded in: one [B, T] pass
@@ -106,14 +106,15 @@ def rollout_correction(
     elif vetoed is not None:  # fold the per-sequence veto into the keep factor: one [B, T] pass
         kept_rows = (~vetoed).unsqueeze(-1).to(tok.tm.mf.dtype)
         keep = kept_rows if keep is None else keep * kept_rows
-    return RolloutCorrection(weights, (tok.tm.mf * keep).to(mask.dtype), stats)
+    new_mask = tok.tm.mf * keep
+    return RolloutCorrection(weights, new_mask if new_mask.dtype == mask.dtype else new_mask.to(mask.dtype), stats)
 
 
 @dataclass(slots=True)
 class _Tokens:
     """The shared [B, T] / [B] intermediates of one call."""
 
-    log_ratio: Tensor  # [B, T] log pi_train - log pi_rollout, exactly 0 on padding
+    log_ratio: Tensor  # [B, T] log pi_train - log pi_rollout, exactly 0 on padding (used up by add_mismatch)
     tm: TokenMask
     all_rows: Tensor  # 0-d float64: B, or 0 when no row has a token
     shared: Shared | None = None  # with_mismatch: the mismatch pass's row sums and token ratios
@@ -127,13 +128,14 @@ class _Tokens:
         return cls(log_ratio, tm, tm.all_rows())
 
 
-def _veto(stats: Stats, tok: _Tokens, veto) -> Tensor | None:
+def _veto(rs: RowSums, tok: _Tokens, veto) -> Tensor | None:
     """Veto stats; [B] True for sequences with a token ratio outside `veto` (None: no veto)."""
-    tm = tok.tm
-    rows = count(tm.rows)
+    stats, tm = rs.stats, tok.tm
+    rows = tm.k()
     if veto is None:  # the seed reports zeros without a veto
-        stats.add_mean("rollout_is_veto_fraction", 0.0 * rows, rows)
-        stats.add_mean("rollout_is_catastrophic_token_fraction", 0.0 * tm.n, tm.n)
+        zero = 0.0 * tm.n
+        stats.add_mean("rollout_is_veto_fraction", zero, rows)
+        stats.add_mean("rollout_is_catastrophic_token_fraction", zero, tm.n)
         return None
     log_lower = math.log(veto[0]) if veto[0] > 0 else -INF
     log_upper = math.log(veto[1])
@@ -145,12 +147,12 @@ def _veto(stats: Stats, tok: _Tokens, veto) -> Tensor | None:
     s = tm.scratch
     bad_row = torch.sub(x, torch.clamp(x, log_lower, log_upper, out=s), out=s).abs_().sign_().sum(-1)
     vetoed = bad_row > 0  # [B]
-    stats.add_mean("rollout_is_veto_fraction", count(vetoed), rows)
-    stats.add_mean("rollout_is_catastrophic_token_fraction", bad_row.sum(dtype=_F64), tm.n)
+    rs.mean("rollout_is_veto_fraction", vetoed, rows)
+    rs.mean("rollout_is_catastrophic_token_fraction", bad_row, tm.n)
     return vetoed
 
 
-def _token_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, level: str):
+def _token_level(rs: RowSums, tok: _Tokens, bounds, mask_bounds, mode: str, level: str):
     """rho_t = exp(clamp(log ratio, +-20)); metrics straight from the weights.
 
     Works in place on the ratios' buffer (which becomes the returned weights) and
@@ -158,7 +160,7 @@ def _token_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, lev
     mode, where they are returned, and a workspace buffer otherwise.
     """
     lower, upper = bounds
-    tm, s = tok.tm, tok.tm.scratch
+    stats, tm, s = rs.stats, tok.tm, tok.tm.scratch
     n = tm.n
     if tok.shared is None:
         w = tok.log_ratio.clamp_(-SAFETY_BOUND, SAFETY_BOUND).exp_()  # 1 on padding
@@ -167,42 +169,43 @@ def _token_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, lev
     # +0 on padding: never above a (positive) upper bound; returned as the weights in mask mode only
     w_tok = torch.mul(w, tm.mf, out=torch.empty_like(w) if mode == "mask" else workspace("w_tok", w, w.dtype))
     row_sum = w_tok.sum(-1)
-    w_total, w_max = row_sum.sum(dtype=_F64), tmax(w_tok)
-    stats.add_mean("rollout_is_mean", w_total, n)
-    stats.add_mean("rollout_is_ratio_fraction_high", count_above(w_tok, upper, s), n)
+    w_max = tmax(w_tok)
+    rs.mean("rollout_is_mean", row_sum, n)
+    rs.mean("rollout_is_ratio_fraction_high", rows_above(w_tok, upper, s), n)
     stats.add_max("rollout_is_max", w_max, n)
     tm.inf_(w)  # +inf on padding: never below a lower bound
-    stats.add_mean("rollout_is_ratio_fraction_low", count_below(w, lower, s), n)
+    rs.mean("rollout_is_ratio_fraction_low", rows_below(w, lower, s), n)
     w_min = tmin(w)
     stats.add_min("rollout_is_min", w_min, n)
     if tok.shared is not None:  # over tokens, rollout_is_mean/max/min are is_ratio_mean/max/min
-        add_token_ratio(stats, tm, w_tok, w_total, w_max, w_min)
+        add_token_ratio(rs, tm, w_tok, row_sum, w_max, w_min)
     keep = None
     if mode in ("mask", "both"):
         mlow, mup = mask_bounds
         row_rejected = (w_tok.amax(-1) > mup) | (w.amin(-1) < mlow)
-        stats.add_mean("rollout_is_masked_fraction", count_above(w_tok, mup, s) + count_below(w, mlow, s), n)
+        rs.mean("rollout_is_masked_fraction", rows_above(w_tok, mup, s) + rows_below(w, mlow, s), n)
         # the seed: a row with any rejected token, averaged over all rows
-        stats.add_mean("rollout_is_seq_masked_fraction", count(row_rejected), tok.all_rows)
+        rs.mean("rollout_is_seq_masked_fraction", row_rejected, tok.all_rows)
         keep = (w >= mlow) & (w_tok <= mup)  # padding kept; the mask zeroes it anyway
     clamped_tok = w.clamp_(lower, upper).mul_(tm.mf)  # in place; w_tok keeps the unclamped weights
-    _spread(stats, total(clamped_tok), total(torch.mul(clamped_tok, clamped_tok, out=s)), n)
-    _per_sequence(stats, row_sum / (tm.n_row + _EPS), tm.rows, bounds)
+    _spread(rs, clamped_tok.sum(-1), torch.mul(clamped_tok, clamped_tok, out=s).sum(-1), n)
+    _per_sequence(rs, row_sum / tm.den(), tm, bounds)
     # mask mode: weights stay safety-bounded only (the seed clamps in truncate modes)
     return (w_tok if mode == "mask" else clamped_tok), keep
 
 
-def _row_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, level: str):
+def _row_level(rs: RowSums, tok: _Tokens, bounds, mask_bounds, mode: str, level: str):
     """One weight per sequence from the summed (sequence) or averaged (geometric) log ratio.
 
     Everything here is [B]: the per-row log-ratio sums come from the log-ratio pass (or the
-    mismatch pass), every sum over rows is one row of a single [K, B] float64 reduction,
-    and the weights become [B, T] only once, as the returned tensor.
+    mismatch pass), every sum over rows is queued on `rs` (one float64 reduction), and the
+    weights become [B, T] only once, as the returned tensor.
     """
     lower, upper = bounds
-    n, n_row, all_rows = tok.tm.n, tok.tm.n_row, tok.all_rows
+    stats, tm = rs.stats, tok.tm
+    n, n_row, all_rows = tm.n, tm.n_row, tok.all_rows
     log_w = tok.log_ratio.sum(-1) if tok.shared is None else tok.shared.ratio_row  # [B]; 0 for rows without tokens
-    den = n_row + _EPS
+    den = tm.den()
     if level == "geometric":
         log_w = log_w / den
     w = log_w.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()  # [B]
@@ -221,53 +224,58 @@ def _row_level(stats: Stats, tok: _Tokens, bounds, mask_bounds, mode: str, level
     # token-weighted rows: w, clamped, clamped^2, then the geometric fractions and the rejections
     weighted = [torch.stack([w, clamped, clamped * clamped])]
     weighted.append(flags_f if level == "geometric" else flags_f[2:])
-    weighted = torch.cat(weighted).mul_(n_row).to(_F64)
-    counted = flags_f.to(_F64) if level == "sequence" else flags_f[2:].to(_F64)  # counts over all rows
-    sums = _per_sequence(stats, w * n_row / den, tok.tm.rows, bounds, torch.cat([weighted, counted]))
-    k_w = weighted.shape[0]
-    ws, cs = sums[:k_w], sums[k_w:]
-    stats.add_mean("rollout_is_mean", ws[0], n)
-    _spread(stats, ws[1], ws[2], n)
-    if level == "sequence":
-        stats.add_mean("rollout_is_ratio_fraction_high", cs[0], all_rows)
-        stats.add_mean("rollout_is_ratio_fraction_low", cs[1], all_rows)
-    else:
-        stats.add_mean("rollout_is_ratio_fraction_high", ws[3], n)
-        stats.add_mean("rollout_is_ratio_fraction_low", ws[4], n)
+    weighted = torch.cat(weighted).mul_(n_row)
+    masked = keep is not None
+    rs.block(lambda *sums: _add_row_level(stats, tm, level, masked, sums), weighted)
+    if level == "sequence":  # the fractions over all rows
+        rs.mean("rollout_is_ratio_fraction_high", flags[0], all_rows)
+        rs.mean("rollout_is_ratio_fraction_low", flags[1], all_rows)
     if keep is not None:
-        stats.add_mean("rollout_is_masked_fraction", ws[-1], n)
-        stats.add_mean("rollout_is_seq_masked_fraction", cs[-1], all_rows)
+        rs.mean("rollout_is_seq_masked_fraction", flags[2], all_rows)
+    _per_sequence(rs, w * n_row / den, tm, bounds)
     weights = clamped if mode in ("truncate", "both") else w
-    return weights.unsqueeze(-1) * tok.tm.mf, keep
+    return weights.unsqueeze(-1) * tm.mf, keep
 
 
-def _spread(stats: Stats, total: Tensor, sumsq: Tensor, n: Tensor) -> None:
-    """Population std and ESS of the threshold-clamped weights (from the same sums)."""
-    stats.add_std("rollout_is_std", total, sumsq, n, unbiased=False)
-    stats.add_ess("rollout_is_eff_sample_size", total, sumsq, n)
+def _add_row_level(stats: Stats, tm: TokenMask, level: str, masked: bool, sums) -> None:
+    """The token-weighted row-level stats from the sums of `_row_level`'s weighted rows."""
+    n = tm.n
+    stats.add_mean("rollout_is_mean", sums[0], n)
+    _add_spread(stats, sums[1], sums[2], n)
+    if level == "geometric":
+        stats.add_mean("rollout_is_ratio_fraction_high", sums[3], n)
+        stats.add_mean("rollout_is_ratio_fraction_low", sums[4], n)
+    if masked:
+        stats.add_mean("rollout_is_masked_fraction", sums[-1], n)
 
 
-def _per_sequence(
-    stats: Stats, seq_w: Tensor, rows: Tensor, bounds: tuple[float, float], extra: Tensor | None = None
-) -> tuple[Tensor, ...]:
-    """Stats over sequences with tokens of the per-sequence mean weight [B] (unbiased std).
+def _spread(rs: RowSums, rows: Tensor, squares: Tensor, n: Tensor) -> None:
+    """Population std and ESS of the threshold-clamped weights ([B] per-row sums in)."""
+    rs.call(lambda total_, sumsq: _add_spread(rs.stats, total_, sumsq, n), rows, squares)
 
-    `extra`: [K, B] float64 rows summed in the same reduction; returns their K sums.
-    """
+
+def _add_spread(stats: Stats, total_: Tensor, sumsq: Tensor, n: Tensor) -> None:
+    stats.add_std("rollout_is_std", total_, sumsq, n, unbiased=False)
+    stats.add_ess("rollout_is_eff_sample_size", total_, sumsq, n)
+
+
+def _per_sequence(rs: RowSums, seq_w: Tensor, tm: TokenMask, bounds: tuple[float, float]) -> None:
+    """Stats over sequences with tokens of the per-sequence mean weight [B] (unbiased std)."""
     lower, upper = bounds
-    # one stacked [K, B] float64 sum for every sum and count, one [3, B] max for the extrema
+    stats, rows, k = rs.stats, tm.rows, tm.k()
     x = torch.where(rows, seq_w, 0.0).to(_F64)
-    flags = torch.stack([rows, (seq_w > upper) & rows, (seq_w < lower) & rows]).to(_F64)
-    parts = [torch.stack([x, x * x]), flags] + ([] if extra is None else [extra])
-    total_, sumsq, k, high, low, *rest = torch.cat(parts).sum(-1).unbind()
+    # sums and squares (float64) and the fractions (bool), summed with the call's other rows
+    rs.call(lambda *sums: _add_per_sequence(stats, k, *sums), x, x * x, (seq_w > upper) & rows, (seq_w < lower) & rows)
     # max of -w is -(min of w), exactly
     extremes = torch.stack([seq_w, seq_w.neg(), (seq_w - 1.0).abs()]).where(rows, -INF).amax(-1).to(_F64)
     seq_max, neg_min, deviation = extremes.unbind()
-    stats.add_mean("rollout_is_seq_mean", total_, k)
-    stats.add_std("rollout_is_seq_std", total_, sumsq, k, unbiased=True)
     stats.add_max("rollout_is_seq_max", seq_max, k)
     stats.add_min("rollout_is_seq_min", -neg_min, k)
     stats.add_max("rollout_is_seq_max_deviation", deviation, k)
+
+
+def _add_per_sequence(stats: Stats, k: Tensor, total_: Tensor, sumsq: Tensor, high: Tensor, low: Tensor) -> None:
+    stats.add_mean("rollout_is_seq_mean", total_, k)
+    stats.add_std("rollout_is_seq_std", total_, sumsq, k, unbiased=True)
     stats.add_mean("rollout_is_seq_fraction_high", high, k)
     stats.add_mean("rollout_is_seq_fraction_low", low, k)
-    return tuple(rest)
