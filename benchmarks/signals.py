@@ -1,9 +1,10 @@
 """IS correction + mismatch metrics: otel_grpo.signals vs the seed-004 way, same inputs, same numbers.
 
-    .venv/bin/python benchmarks/signals.py [--repeat N] [--quick]
+    .venv/bin/python benchmarks/signals.py [--repeat N] [--quick] [--separate] [--threads N]
 
 Ours: rollout_correction(..., with_mismatch=True) + reduce_stats (one all_gather,
-one host copy); `--separate` times rollout_correction + mismatch_stats instead. The reference does it the way verl's mismatch helper (seed 004) does:
+one host copy); `--separate` times rollout_correction + mismatch_stats instead.
+The reference does it the way verl's mismatch helper (seed 004) does:
 metrics one tensor expression at a time, one `.item()` per metric, then one
 all-reduce (and `.item()`) per key to merge across ranks. Both sides run in one
 process on a 1-rank gloo group, so each pays for its real collectives. The
@@ -109,7 +110,8 @@ def free_port() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=9)
+    # 15 pairs: at 64x2048 single runs swing 2x with the shared machine's load; fewer made medians jumpy
+    parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--quick", action="store_true", help="smallest shape only, 3 repeats")
     parser.add_argument("--separate", action="store_true", help="ours as two calls (no with_mismatch)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
