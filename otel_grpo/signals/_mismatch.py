@@ -64,7 +64,7 @@ class Shared(NamedTuple):
     ratio_row: Tensor
     """[B] summed log ratios (0 for rows without tokens)."""
     weights: Tensor
-    """[B, T] exp(clamp(log ratio, +-20)), 1 on padding: a buffer (fresh, or the former scratch) the caller may overwrite."""
+    """[B, T] exp(clamp(log ratio, +-20)), 1 on padding: fresh or the former scratch; the caller may overwrite it."""
 
 
 def add_mismatch(rs: RowSums, tm: TokenMask, train: Tensor, log_ratio: Tensor, fresh: bool) -> Shared:
