@@ -89,7 +89,18 @@ def test_two_processes_match_one_and_only_rank0_exports(tmp_path):
     assert per_step == single_rows
 
 
-def test_gpu_preset_with_bf16_autocast_trains_on_cpu(tmp_path):
+@pytest.fixture
+def fresh_accelerator_state():
+    # accelerate keeps one process-wide state: an earlier test's Accelerator (mixed precision "no")
+    # would refuse bf16. Reset it around the test, as a new process would start.
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_gpu_preset_with_bf16_autocast_trains_on_cpu(tmp_path, fresh_accelerator_state):
     # No GPU here: the gpu preset's model, task and bf16 autocast (through accelerate) on the CPU,
     # with a smaller batch, so its shapes and mixed-precision path are exercised in every CI run.
     cfg = load_config(preset="gpu", overrides=[
