@@ -133,11 +133,12 @@ def _all_gather(local: Tensor, accelerator) -> Tensor:
     if accelerator is not None:
         world = accelerator.num_processes
         return local.unsqueeze(0) if world == 1 else accelerator.gather(local).view(world, -1)
-    if dist.is_available() and dist.is_initialized():
-        parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, local)
-        return torch.stack(parts)
-    return local.unsqueeze(0)
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if world == 1:  # as with an accelerator: a group of one has nothing to exchange
+        return local.unsqueeze(0)
+    parts = [torch.empty_like(local) for _ in range(world)]
+    dist.all_gather(parts, local)
+    return torch.stack(parts)
 
 
 class _Reader:

@@ -1,13 +1,16 @@
 """Run under `torchrun --nproc_per_node 2`: each rank reduces its half of one batch.
 
 Writes `<out>/rank<r>.json` with the reduction through an `accelerate.Accelerator`
-and through the plain `torch.distributed` group it set up. Not a test module.
+and through the plain `torch.distributed` group it set up, and the collectives each
+made. Not a test module.
 """
 
 import json
 import sys
+from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
 from accelerate import Accelerator
 
 from otel_grpo.signals import reduce_stats
@@ -16,8 +19,37 @@ from signal_batches import everything
 B, T, SEED = 8, 13, 7
 
 
-def as_json(reduced) -> dict:
-    return {"values": dict(reduced), "samples": reduced.samples, "invalid": sorted(reduced.invalid)}
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+               "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather", "scatter",
+               "barrier", "all_to_all")
+
+
+@contextmanager
+def counting_collectives():
+    """Every torch.distributed collective called inside, by name (accelerate calls them too)."""
+    calls: list[str] = []
+    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            calls.append(name)
+            return fn(*args, **kwargs)
+        return call
+
+    for name, fn in originals.items():
+        setattr(dist, name, counted(name, fn))
+    try:
+        yield calls
+    finally:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
+
+
+def reduced_json(stats, accelerator=None) -> dict:
+    with counting_collectives() as calls:
+        reduced = reduce_stats(stats, accelerator)
+    return {"values": dict(reduced), "samples": reduced.samples, "invalid": sorted(reduced.invalid),
+            "collectives": calls}
 
 
 def main(out: str) -> None:
@@ -30,8 +62,8 @@ def main(out: str) -> None:
     stats = everything(B, T, SEED, rows=slice(rank * half, (rank + 1) * half))
     result = {
         "world": world,
-        "accelerate": as_json(reduce_stats(stats, accelerator)),
-        "torch_distributed": as_json(reduce_stats(stats)),  # the group accelerate initialized
+        "accelerate": reduced_json(stats, accelerator),
+        "torch_distributed": reduced_json(stats),  # the group accelerate initialized
     }
     with open(f"{out}/rank{rank}.json", "w") as f:
         json.dump(result, f)

@@ -46,3 +46,10 @@ def test_every_rank_gets_identical_numbers(two_ranks):
     assert two_ranks[0]["accelerate"] == two_ranks[1]["accelerate"]
     assert two_ranks[0]["torch_distributed"] == two_ranks[1]["torch_distributed"]
     assert two_ranks[0]["accelerate"] == two_ranks[0]["torch_distributed"]
+
+
+def test_one_collective_per_reduction_for_every_family(two_ranks):
+    # Every signal family of a step in one reduce_stats call: one gather, whatever the number of keys.
+    for rank in two_ranks:
+        for path in ("accelerate", "torch_distributed"):
+            assert rank[path]["collectives"] in (["all_gather"], ["all_gather_into_tensor"]), path

@@ -104,3 +104,22 @@ def test_finalize_formulas_on_hand_made_parts():
     assert (r["reward_min"], r["reward_max"]) == (1.0, 6.0)
     assert r["reward_p50"] == pytest.approx(2.5) and r["reward_p95"] == pytest.approx(values.quantile(0.95).item())
     assert r.samples["sample_reward"] == [1.0, 2.0, 3.0, 6.0]
+
+
+def test_a_group_of_one_exchanges_nothing():
+    # A single-process run inside an initialized group (as torchrun --nproc_per_node 1 makes):
+    # the same numbers as without a group, and no collective at all.
+    import torch.distributed as dist
+    from dist_worker import counting_collectives
+
+    stats = _everything(8, 13, 7)
+    alone = reduce_stats(stats)
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        with counting_collectives() as calls:
+            in_group = reduce_stats(stats)
+    finally:
+        dist.destroy_process_group()
+    assert calls == []
+    assert dict(in_group) == dict(alone) and in_group.samples == alone.samples
