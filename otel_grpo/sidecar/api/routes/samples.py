@@ -19,7 +19,7 @@ _404 = {404: {"model": Message, "description": "Unknown run."}}
 _EXPORT_MAX = 1_000_000
 
 
-def sample_query(
+async def sample_query(  # async: pure validation, no reason for a thread-pool hop (see deps)
     step: Annotated[int | None, Query(description="One step; default: the latest step with samples (unless a range is given).")] = None,
     step_min: Annotated[int | None, Query(description="First step (inclusive).")] = None,
     step_max: Annotated[int | None, Query(description="Last step (inclusive).")] = None,
