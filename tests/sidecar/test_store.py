@@ -8,6 +8,7 @@ import pytest
 
 from otel_grpo.sidecar.otlp import extract
 from otel_grpo.sidecar.store import SCHEMA_VERSION, SampleQuery, SchemaError, Store
+from otel_grpo.sidecar.store._store import PAGE_BYTES
 
 
 def _load(store, otlp, run_id, steps, samples=2):
@@ -19,9 +20,21 @@ def test_fresh_database_is_migrated_and_in_wal_mode(tmp_path):
     conn = sqlite3.connect(tmp_path / "a" / "s.db")
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_BYTES  # rows of 1-4 KiB pack
     assert store.found_version == 0
     store.close()
     assert Store.open(tmp_path / "a" / "s.db").found_version == SCHEMA_VERSION  # reopening migrates nothing
+
+
+def test_an_existing_database_keeps_its_page_size(tmp_path, otlp):
+    conn = sqlite3.connect(tmp_path / "old.db")
+    conn.execute("PRAGMA page_size = 4096")
+    conn.execute("CREATE TABLE t (x)")  # the page size is fixed once the file has a table
+    conn.close()
+    store = Store.open(tmp_path / "old.db")
+    assert _load(store, otlp, "r", steps=range(2)) == 4
+    assert store.reader().execute("PRAGMA page_size").fetchone()[0] == 4096
+    store.close()
 
 
 def test_a_newer_schema_is_refused(tmp_path):

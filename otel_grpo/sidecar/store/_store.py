@@ -25,6 +25,12 @@ from . import _queries, _retention
 from ._checkpoint import TRUNCATE_BYTES, VALVE_PAGES, Checkpointer
 from ._schema import migrate
 
+# Sample rows are 1-4 KiB (prompt + completion), so with SQLite's default 4 KiB pages most
+# rows take a page of their own: a new store was 26% padding and every byte is written twice
+# (WAL, then the checkpoint). 32 KiB pages pack ten rows a page; ingest's write and checkpoint
+# cost fell ~30% (benchmarks/README.md). An existing database keeps the page size it has.
+PAGE_BYTES = 32768
+
 _SAMPLE_INSERT = """
 INSERT INTO samples (run_id, step, uid, sample_index, reward, advantage, completion_length,
                      prompt, completion, time, data)
@@ -90,6 +96,7 @@ class Store(_queries.Reads):
         store = cls(Path(path), synchronous)
         store.path.parent.mkdir(parents=True, exist_ok=True)
         conn = store._connect()
+        conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # takes effect only in a new database
         conn.execute("PRAGMA journal_mode = WAL")
         store.found_version = migrate(conn)
         conn.execute(f"PRAGMA wal_autocheckpoint = {VALVE_PAGES}")  # checkpoints: see _checkpoint
