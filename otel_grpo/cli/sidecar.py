@@ -28,7 +28,9 @@ def sidecar(
     import uvicorn
 
     from otel_grpo.sidecar import SidecarSettings, create_app
+    from otel_grpo.sidecar._heap import keep_freed_heap
 
+    keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
     given = {"host": host, "port": port, "db": db, "ingest_token": token, "read_token": read_token}
     settings = SidecarSettings(**{k: v for k, v in given.items() if v is not None})
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level,
