@@ -29,7 +29,6 @@ import multiprocessing
 import os
 import signal
 import sqlite3
-import threading
 import traceback
 from dataclasses import dataclass
 from multiprocessing import reduction
@@ -37,6 +36,7 @@ from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 
+from ._heap import keep_freed_heap
 from .otlp import PROTOBUF, DecodeError, decode_request, extract
 from .store import Store
 
@@ -66,6 +66,7 @@ def lock_path(db: Path) -> Path:
 def _serve(conn, db: str, synchronous: str) -> None:
     """A worker's loop: a body in the shared buffer in, a reply tuple out, until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group; the server closes us
+    keep_freed_heap()  # each request parses a multi-MiB body: keep its pages (see _heap)
     store = Store.open_writer(db, synchronous)
     lock = open(lock_path(Path(db)), "a+b")
     shared = None
@@ -141,14 +142,6 @@ class _Worker:
 
     def exchange(self, media: str, body: bytes, timeout_s: float):
         """Send one request and wait for the reply; WorkerLost if the worker dies or hangs."""
-        hung = threading.Event()
-
-        def kill() -> None:
-            hung.set()
-            self.process.kill()  # unblocks our send or recv below (EPIPE / EOF)
-
-        watchdog = threading.Timer(timeout_s, kill)
-        watchdog.start()
         try:
             # The body goes through shared memory (one copy; a socket moved ~0.5 GB/s here), sized
             # for the usual request and grown for a larger one, then shrunk back after it.
@@ -156,12 +149,15 @@ class _Worker:
             if self.shared is None or len(self.shared) != size:
                 self._share(size)
             self.shared[:len(body)] = body
+            # Only small messages go over the pipe and one is outstanding at a time, so the send
+            # cannot block on a stopped worker; the wait is bounded by poll (no timer thread).
             self.conn.send(("body", media, len(body)))
+            if not self.conn.poll(timeout_s):
+                self.process.kill()
+                raise WorkerLost("hung")
             return self.conn.recv()
         except (EOFError, OSError) as exc:
-            raise WorkerLost("hung" if hung.is_set() else "died") from exc
-        finally:
-            watchdog.cancel()
+            raise WorkerLost("died") from exc
 
     def stop(self, timeout_s: float) -> None:
         self.conn.close()  # the worker reads EOF and exits after its current request
