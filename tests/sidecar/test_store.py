@@ -8,6 +8,7 @@ import pytest
 
 from otel_grpo.sidecar.otlp import extract
 from otel_grpo.sidecar.store import SCHEMA_VERSION, SampleQuery, SchemaError, Store
+from otel_grpo.sidecar.store._queries import SAMPLES_STEP_INDEX
 from otel_grpo.sidecar.store._store import PAGE_BYTES
 
 
@@ -82,6 +83,8 @@ def test_v1_database_is_migrated_and_backfilled(tmp_path):
     conn.close()
     store = Store.open(tmp_path / "old.db")
     assert store.found_version == 1
+    indexes = {r[0] for r in store.reader().execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "samples_run_step_index" not in indexes and SAMPLES_STEP_INDEX in indexes  # v3 dropped it
     assert store.steps("r", ["kl"]) == [{"kl": 0.5, "run_id": "r", "step": 3, "time": "1970-01-01T00:00:01.000Z"}]
 
 
@@ -120,3 +123,30 @@ def test_wal_is_checkpointed_in_the_background_and_close_stops_the_thread(tmp_pa
     reopened = Store.open(db)
     assert reopened.runs()[0]["sample_count"] == 400
     reopened.close()
+
+
+@pytest.mark.parametrize("query", [SampleQuery(step=1, order_by="reward", desc=True),
+                                   SampleQuery(step_min=0, step_max=1, reward_min=0.5), SampleQuery(step=1)])
+def test_step_filtered_sample_queries_search_the_step_index(tmp_path, otlp, query):
+    store = Store.open(tmp_path / "s.db")
+    _load(store, otlp, "r", range(3), samples=4)
+    plans = []
+    conn = store.reader()
+    # Record the plan of the id query the store runs; a scan here is seconds at a million samples.
+    store._local.conn = _Explaining(conn, plans)
+    assert store.samples("r", query)
+    store._local.conn = conn
+    assert any(f"SEARCH samples USING INDEX {SAMPLES_STEP_INDEX} (run_id=? AND step" in p for p in plans), plans
+    store.close()
+
+
+class _Explaining:
+    """A read connection that records EXPLAIN QUERY PLAN for each `SELECT id FROM samples` it runs."""
+
+    def __init__(self, conn, plans: list) -> None:
+        self.conn, self.plans = conn, plans
+
+    def execute(self, sql, params=()):
+        if sql.startswith("SELECT id FROM samples"):
+            self.plans += [row[3] for row in self.conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+        return self.conn.execute(sql, params)

@@ -7,6 +7,9 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+# The index SQLite builds for the samples table's UNIQUE (run_id, step, uid) constraint (its
+# first and only one, hence the name); it serves every step filter.
+SAMPLES_STEP_INDEX = "sqlite_autoindex_samples_1"
 SAMPLE_CORE_COLUMNS = ("run_id", "step", "sample_index", "reward", "advantage", "completion_length",
                        "prompt", "completion", "time")
 _SAMPLE_SELECT = "SELECT id, " + ", ".join(SAMPLE_CORE_COLUMNS) + ", data FROM samples"
@@ -161,11 +164,11 @@ class Reads:
         order_params: list = []
         order = _order_sql(query.order_by, query.desc, order_params)
         # Two phases: order and page over ids first, so the sorter never carries the long
-        # prompt/completion text (they sit last in the row, in overflow pages); then fetch the page.
-        # A step or a closed step range bounds the rows: filter through the step index and sort
+        # prompt/completion text (they sit last in the row); then fetch the page.
+        # A step or a closed step range bounds the rows: filter through the (run, step) index and sort
         # those. Left alone, the planner may walk the whole run in reward order instead (seconds).
         bounded = step is not None or (query.step_min is not None and query.step_max is not None)
-        hint = " INDEXED BY samples_run_step_index" if bounded else ""
+        hint = f" INDEXED BY {SAMPLES_STEP_INDEX}" if bounded else ""
         sql = f"SELECT id FROM samples{hint} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
         conn = self.reader()
         ids = [r[0] for r in conn.execute(sql, [*params, *order_params, query.limit, query.offset])]
