@@ -32,14 +32,20 @@ def _series(entry: str) -> dict[str, str]:
     return {"key": signal.key, "label": signal.key, "description": signal.description}
 
 
+# KL estimates run over orders of magnitude (1e-4 while healthy, 1 and more in a blow-up); on a
+# linear axis one spike flattens the rest of the run into the floor, so these plot on log10.
+_LOG_SCALE = frozenset({"KL to the reference", "IS mismatch: KL"})
+
+
 def _build() -> list[dict]:
     panels = []
     for title, entries in _LAYOUT:
         series = [_series(e) for e in entries]
         group = catalog.get(entries[0].rstrip("/")).group.value
-        panels.append({"title": title, "group": group, "series": series})
+        panels.append({"title": title, "group": group, "scale": "log" if title in _LOG_SCALE else "linear",
+                       "series": series})
     phase = catalog.get("phase_duration")
-    panels.append({"title": "Phase durations (s)", "group": phase.group.value,
+    panels.append({"title": "Phase durations (s)", "group": phase.group.value, "scale": "linear",
                    "series": [{"prefix": "phase_duration/", "label": "phase", "description": phase.description}]})
     return panels
 

@@ -100,10 +100,19 @@ def test_run_page_plots_sorts_escapes_and_screenshots(sidecar, otlp, tmp_path, p
         chrome.call("Page.navigate", url=sidecar.url + "/#/run/web-run")
         chrome.wait_for("document.body.dataset.ready === 'run'")
         titles = chrome.eval("[...document.querySelectorAll('.plot-card h3')].map(e => e.textContent)")
-        for title in ("Reward (mean and quantiles)", "KL to the reference", "Clip ratios", "Phase durations (s)",
-                      "IS weights (mean, min, max)", "Effective sample size"):
+        for title in ("Reward (mean and quantiles)", "KL to the reference (log scale)", "Clip ratios",
+                      "Phase durations (s)", "IS weights (mean, min, max)", "Effective sample size"):
             assert title in titles
         assert chrome.eval("document.querySelectorAll('svg.plot path.series').length") >= 8
+        # KL on log10: step 0's KL of exactly 0 is left out rather than drawn at -infinity.
+        card = "[...document.querySelectorAll('.plot-card')].find(c => c.querySelector('h3').textContent.startsWith('%s'))"
+        kl, reward = card % "KL to the reference", card % "Reward (mean"
+        assert chrome.eval(f"{kl}.querySelector('svg').dataset.scale") == "log"
+        assert chrome.eval(f"{reward}.querySelector('svg').dataset.scale") == "linear"
+        paths = chrome.eval(f"[...{kl}.querySelectorAll('path.series')].map(p => p.getAttribute('d'))")
+        assert paths and all("NaN" not in d and "Infinity" not in d for d in paths)
+        ticks = chrome.eval(f"[...{kl}.querySelectorAll('text.y-tick')].map(t => +t.textContent)")
+        assert len(ticks) >= 2 and all(t > 0 for t in ticks) and ticks == sorted(ticks)
         assert chrome.eval("document.querySelector('#alerts').textContent").count("GrpoKlDrift") == 1
 
         # Sorting: click the reward header (ascending), then again (descending).

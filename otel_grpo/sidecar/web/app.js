@@ -83,7 +83,8 @@ function plotsSection(panels, steps) {
     const series = seriesFor(panel, steps).filter((s) => s.points.length);
     if (!series.length) continue;
     grid.appendChild(h("div", { class: "card plot-card", "data-group": panel.group },
-      h("h3", { text: panel.title }), Plot.draw(series), Plot.legend(series)));
+      h("h3", { text: panel.title + (panel.scale === "log" ? " (log scale)" : "") }),
+      Plot.draw(series, panel.scale), Plot.legend(series)));
   }
   if (!grid.children.length) grid.appendChild(h("p", { class: "muted", text: "no step history yet" }));
   return grid;

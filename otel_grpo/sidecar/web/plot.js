@@ -29,9 +29,29 @@ const Plot = (() => {
     return String(+v.toPrecision(4));
   }
 
-  // series: [{label, description, points: [[step, value], ...]}]
-  function draw(series) {
-    const svg = el("svg", { class: "plot", viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none" });
+  // Log axis: values go through log10 and only positive ones can be drawn (a KL of exactly 0,
+  // the first step's, has no place on it). Ticks at decades, or at 1-2-5 when under one decade.
+  function toLog(series) {
+    return series.map((s) => ({ ...s, points: s.points.filter((p) => p[1] > 0).map((p) => [p[0], Math.log10(p[1])]) }));
+  }
+
+  function logTicks(lo, hi) {
+    const out = [];
+    for (let e = Math.floor(lo); e <= Math.ceil(hi); e++) {
+      for (const m of hi - lo < 1.5 ? [1, 2, 5] : [1]) {
+        const t = e + Math.log10(m);
+        if (t >= lo && t <= hi) out.push(t);
+      }
+    }
+    return out.length ? out : [lo];
+  }
+
+  // series: [{label, description, points: [[step, value], ...]}]; scale: "linear" or "log"
+  function draw(series, scale) {
+    const log = scale === "log" && series.some((s) => s.points.some((p) => p[1] > 0));
+    if (log) series = toLog(series);
+    const svg = el("svg", { class: "plot", viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none",
+                            "data-scale": log ? "log" : "linear" });
     const pts = series.flatMap((s) => s.points);
     if (!pts.length) {
       const t = el("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "no-data" }, svg);
@@ -45,9 +65,10 @@ const Plot = (() => {
     const pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad;
     const sx = (x) => M.l + ((x - x0) / (x1 - x0)) * (W - M.l - M.r);
     const sy = (y) => H - M.b - ((y - y0) / (y1 - y0)) * (H - M.t - M.b);
-    for (const v of ticks(y0, y1, 4)) {
+    for (const v of log ? logTicks(y0, y1) : ticks(y0, y1, 4)) {
       el("line", { class: "grid-line", x1: M.l, x2: W - M.r, y1: sy(v), y2: sy(v) }, svg);
-      el("text", { x: M.l - 4, y: sy(v) + 3, "text-anchor": "end" }, svg).textContent = fmt(v);
+      el("text", { x: M.l - 4, y: sy(v) + 3, "text-anchor": "end", class: "y-tick" }, svg).textContent =
+        fmt(log ? +Math.pow(10, v).toPrecision(12) : v);
     }
     for (const v of ticks(x0, x1, 5).filter(Number.isInteger)) {
       el("text", { x: sx(v), y: H - 6, "text-anchor": "middle" }, svg).textContent = String(v);
