@@ -76,6 +76,13 @@ def _merge_step(conn: sqlite3.Connection, run_id: str, step: int, start: float |
     conn.execute(_STEP_UPSERT, (run_id, step, start, end, now, json.dumps(merged, separators=(",", ":"))))
 
 
+def _as_writer(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """Checkpoint settings of a writing connection (the store's own or a worker's)."""
+    conn.execute(f"PRAGMA wal_autocheckpoint = {VALVE_PAGES}")  # checkpoints: see _checkpoint
+    conn.execute(f"PRAGMA journal_size_limit = {TRUNCATE_BYTES}")  # the writer is who restarts the WAL
+    return conn
+
+
 class Store(_queries.Reads):
     """Runs, steps, phases, samples and alerts in one SQLite file."""
 
@@ -99,9 +106,7 @@ class Store(_queries.Reads):
         conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # takes effect only in a new database
         conn.execute("PRAGMA journal_mode = WAL")
         store.found_version = migrate(conn)
-        conn.execute(f"PRAGMA wal_autocheckpoint = {VALVE_PAGES}")  # checkpoints: see _checkpoint
-        conn.execute(f"PRAGMA journal_size_limit = {TRUNCATE_BYTES}")  # the writer is who restarts the WAL
-        store._writer = conn
+        store._writer = _as_writer(conn)
         store._checkpointer = Checkpointer(store.path, synchronous)
         store.optimize()
         return store
@@ -115,10 +120,7 @@ class Store(_queries.Reads):
         made here). Commits are as durable as `write_batch` on the opening handle.
         """
         store = cls(Path(path), synchronous)
-        conn = store._connect()
-        conn.execute(f"PRAGMA wal_autocheckpoint = {VALVE_PAGES}")
-        conn.execute(f"PRAGMA journal_size_limit = {TRUNCATE_BYTES}")
-        store._writer = conn
+        store._writer = _as_writer(store._connect())
         return store
 
     def wake_checkpointer(self) -> None:
