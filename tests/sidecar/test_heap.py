@@ -35,6 +35,8 @@ def _faults(mode: str) -> int:
 
 def test_freed_request_buffers_are_reused_without_page_faults():
     default, kept = _faults("default"), _faults("keep")
-    # glibc's defaults hand each freed body back to the kernel: every request faults ~750 pages in
-    assert default > 50 * 300
+    # The control: glibc's defaults hand freed bodies back to the kernel, so requests fault
+    # pages in again. How many varies with glibc's dynamic mmap threshold (6.6k to 37k seen for
+    # these 50 bodies), so it is only required to be well above the kept bound.
+    assert default > 4 * 500
     assert kept < 500
