@@ -30,7 +30,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	@# torch: the CPU build unless a CUDA GPU is present (an unpinned torch pulls GBs of CUDA
 	@# wheels). A wheel provided locally (PIP_FIND_LINKS) wins; the CPU index is tried with a
-	@# short timeout, since pip otherwise waits minutes on an index it cannot reach.
+	@# short timeout, since pip otherwise waits minutes on an index it cannot reach. Where the
+	@# CPU index is out of reach, PyPI's build needs its nvidia-* dependencies (--no-deps
+	@# would leave them out and `import torch` fails).
 	@if $(PY) -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$(TORCH_VERSION)')" 2>/dev/null; then \
 	  echo "torch $(TORCH_VERSION) already installed"; \
 	elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then \
@@ -39,7 +41,8 @@ $(STAMP): pyproject.toml
 	  echo "torch $(TORCH_VERSION) from a local wheel"; \
 	else \
 	  $(PIP) install -q --no-deps --timeout 20 --retries 1 "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX) \
-	    || $(PIP) install -q --no-deps "torch==$(TORCH_VERSION)"; \
+	    || { echo "CPU index unreachable: PyPI's torch $(TORCH_VERSION) with its CUDA libraries (~3 GB; runs on the CPU)"; \
+	         $(PIP) install -q "torch==$(TORCH_VERSION)"; }; \
 	fi
 	$(PIP) install -q -e ".[dev]"
 	touch $(STAMP)
