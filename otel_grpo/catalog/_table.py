@@ -130,4 +130,5 @@ SIGNALS: tuple[Signal, ...] = (
     # ---- health -------------------------------------------------------------------
     Signal("nonfinite", "grpo.nonfinite", C, "{value}", "Non-finite (NaN or infinite) values seen and not exported (attribute `signal`: the key).", R.HOST, Group.HEALTH, label="signal"),
     Signal("skipped_steps", "grpo.skipped_steps", C, "{step}", "Steps whose update was skipped (non-finite loss or a failed batch).", R.HOST, Group.HEALTH),
+    _g("run_finished", "grpo.run.finished", "{bool}", "1 once the run has ended on purpose: training completed, or the user stopped it (Ctrl-C, SIGTERM). Never set by a crash, so a run whose series stop without it crashed or lost its exporter.", R.HOST, Group.HEALTH),
 )

@@ -7,7 +7,7 @@
             ...
         s.record({"kl": 0.1, "clip_ratio/high_mean": 0.02})
         s.samples([{"prompt": "2+2?", "completion": "4", "reward": 1.0}])
-    tel.shutdown()
+    tel.finish()                       # grpo.run.finished = 1, flush, close
 """
 
 from ._settings import TelemetrySettings

@@ -49,6 +49,11 @@ class StepRecord:
     skipped: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class _Scalars:
+    values: dict[str, float]
+
+
 class Emitter:
     """One daemon thread per `Telemetry`, fed through an unbounded queue."""
 
@@ -76,6 +81,10 @@ class Emitter:
             self._warned_backlog = True
             logger.warning("otel-grpo: %d steps wait to be emitted; the emitter thread falls behind", BACKLOG_WARNING)
 
+    def submit_scalars(self, values: dict[str, float]) -> None:
+        """Gauge values outside any step (no span, no step count): the end-of-run marker."""
+        self._queue.put(_Scalars(values))
+
     def drain(self, timeout_s: float | None) -> bool:
         """Wait until everything submitted so far is processed; False on timeout."""
         done = threading.Event()
@@ -95,6 +104,9 @@ class Emitter:
                 return
             if isinstance(job, threading.Event):
                 job.set()
+                continue
+            if isinstance(job, _Scalars):
+                self._instruments.record_scalars(job.values)
                 continue
             try:
                 self._process(job)

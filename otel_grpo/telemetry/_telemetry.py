@@ -6,7 +6,7 @@
             with s.phase("rollout"): ...
             s.record(stats)            # ReducedStats or any Mapping[str, float]
             s.samples(rows)            # list of dicts: prompt, completion, reward, rewards, ...
-    tel.shutdown()
+    tel.finish()                       # grpo.run.finished = 1, flush, close
 
 On the training thread a step costs a span start/end, one float conversion per
 value and one queue put; everything else runs on `Emitter`'s thread.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import threading
 import time
@@ -111,6 +112,25 @@ class Step:
         listed = [rows] if isinstance(rows, Mapping) else list(rows)
         self._record.rows.append((time.time_ns(), listed))
 
+    def record_phase(self, name: str, seconds: float, *, end_ns: int | None = None) -> None:
+        """A phase measured elsewhere (a framework's own timer): the same span and histogram as `phase`.
+
+        The span ends at `end_ns` (default: now) and starts `seconds` earlier.
+        """
+        if not name:
+            raise ValueError("name: a phase needs a name")
+        seconds = float(seconds)
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"seconds: a phase duration must be finite and >= 0, got {seconds!r}")
+        self._record_measured_phase(name, seconds, time.time_ns() if end_ns is None else int(end_ns))
+
+    def _record_measured_phase(self, name: str, seconds: float, end_ns: int) -> None:
+        attrs = {"grpo.phase": name, "grpo.run_id": self._tel.run_id, "grpo.step": self.step}
+        span = self._tel._tracer.start_span(f"grpo.phase.{name}", attributes=attrs,
+                                            start_time=end_ns - int(seconds * 1e9))
+        span.end(end_time=end_ns)
+        self._record.phases.append((name, seconds))
+
     def skip(self) -> None:
         """Mark the step's update as skipped (counted by `grpo.skipped_steps`)."""
         self._record.skipped = True
@@ -127,6 +147,9 @@ class _NullStep(Step):
         pass
 
     def samples(self, rows: Any) -> None:
+        pass
+
+    def _record_measured_phase(self, name: str, seconds: float, end_ns: int) -> None:
         pass
 
 
@@ -255,13 +278,27 @@ class Telemetry:
         ms = max(int((deadline - time.monotonic()) * 1000), 1)
         return all([flush(ms) for flush in self._flushers])
 
-    def shutdown(self) -> None:
-        """Drain the queue (the spill is complete after this), flush, close; bounded by `shutdown_timeout_s`."""
+    def finish(self) -> None:
+        """The run ended on purpose (completed, or stopped by the user): `grpo.run.finished` = 1, then `shutdown`.
+
+        Alerts tell a finished run from one that stopped exporting (a crash) by this
+        gauge, so call it on every deliberate end and never on an error path.
+        """
+        self.shutdown(finished=True)
+
+    def shutdown(self, finished: bool = False) -> None:
+        """Drain the queue (the spill is complete after this), flush, close; bounded by `shutdown_timeout_s`.
+
+        `finished=True` is `finish()`. The exit hook calls this with False: a process
+        that exits without finishing its run did not end it on purpose.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         atexit.unregister(self.shutdown)
+        if finished and self.exporting:
+            self._emitter.submit_scalars({"run_finished": 1.0})
         timeout = self.settings.shutdown_timeout_s
         deadline = time.monotonic() + timeout
         if not self._emitter.close(timeout / 2):

@@ -147,6 +147,7 @@ class GRPOTrainer:
         cfg, history = self.cfg, []
         progress = Progress(cfg.steps, self.start_step, cfg.progress and self.is_main)
         step = self.start_step - 1
+        ended = False  # completed or stopped by the user; an exception leaves the run unfinished
         try:
             with self.stop.installed():
                 for step in range(self.start_step, cfg.steps):
@@ -166,10 +167,11 @@ class GRPOTrainer:
                         self.stop.sleep(max(cfg.min_step_seconds - (monotonic() - t0), 1e-3))
                     if self.stop:
                         break
+            ended = True
         finally:
             progress.close()
             self.save(step + 1)
-            self.telemetry.shutdown()
+            self.telemetry.shutdown(finished=ended)
         return TrainResult(self.run_id, self.output_dir, self.start_step, step, history, bool(self.stop), self.is_main)
 
     def train_step(self, step: int) -> dict[str, float]:

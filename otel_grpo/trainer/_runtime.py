@@ -95,7 +95,7 @@ class NullTelemetry:
     def step(self, step: int) -> Iterator[NullStep]:
         yield NullStep()
 
-    def shutdown(self) -> None: ...
+    def shutdown(self, finished: bool = False) -> None: ...
 
 
 class Progress:

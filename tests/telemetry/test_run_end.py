@@ -1,0 +1,48 @@
+"""The end of a run (`finish` vs `shutdown`) and phases measured by someone else's timer."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .conftest import points
+
+
+def test_finish_exports_run_finished_for_the_run(captured):
+    with captured.tel.step(0) as s:
+        s.record({"kl": 0.1})
+    captured.tel.finish()
+    metric = captured.metrics()["grpo.run.finished"]
+    (point,) = points(metric).values()
+    assert point.value == 1.0 and dict(point.attributes) == {"run_id": "test-run"}
+
+
+def test_shutdown_without_finish_leaves_the_run_unfinished(captured):
+    # What the exit hook does after a crash: absent-metric alerts must still fire for it.
+    with captured.tel.step(0) as s:
+        s.record({"kl": 0.1})
+    captured.tel.shutdown()
+    assert "grpo.run.finished" not in captured.metrics()
+
+
+def test_a_measured_phase_is_a_child_span_of_that_length_and_a_duration_observation(captured):
+    end = time.time_ns()
+    with captured.tel.step(3) as s:
+        s.record_phase("generation", 2.5, end_ns=end)
+    (step,) = captured.spans("grpo.step")
+    (phase,) = captured.spans("grpo.phase.generation")
+    assert phase.parent.span_id == step.context.span_id
+    assert phase.end_time == end and phase.end_time - phase.start_time == 2_500_000_000
+    assert phase.attributes["grpo.step"] == 3 and phase.attributes["grpo.phase"] == "generation"
+    histogram = captured.metrics()["grpo.phase.duration"]
+    (point,) = [p for p in histogram.data.data_points if p.attributes["phase"] == "generation"]
+    assert point.count == 1 and point.sum == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize("seconds", [-1.0, float("nan"), float("inf")])
+def test_a_bad_phase_duration_names_the_argument_and_records_nothing(captured, seconds):
+    with captured.tel.step(0) as s:
+        with pytest.raises(ValueError, match="seconds"):
+            s.record_phase("update", seconds)
+    assert captured.spans("grpo.phase.update") == []
