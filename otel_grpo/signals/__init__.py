@@ -17,7 +17,7 @@ from ._diversity import diversity_stats
 from ._lengths import length_stats
 from ._mismatch import mismatch_stats
 from ._partial import Stats
-from ._policy import policy_stats
+from ._policy import loss_stats, policy_stats
 from ._reduce import reduce_stats
 from ._reduced import ReducedStats
 from ._rewards import reward_stats
@@ -32,6 +32,7 @@ __all__ = [
     "Stats",
     "diversity_stats",
     "length_stats",
+    "loss_stats",
     "mismatch_stats",
     "policy_stats",
     "reduce_stats",
