@@ -229,7 +229,7 @@ class GRPOTrainer:
             if skipped:
                 s.skip()
             s.record(reduced)
-            s.samples(rows)
+            s.samples(rows, group_size=G)
         if self.is_main:
             append_metrics(self.output_dir / METRICS, step, reduced)
         return dict(reduced)
