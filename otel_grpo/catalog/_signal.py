@@ -62,7 +62,7 @@ _FORBIDDEN_UNITS = frozenset({"1", ""})
 _UNIT_RE = re.compile(r"^(\{[a-z_]+\}|s|By)$")
 _KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _NAME_RE = re.compile(r"^grpo(\.[a-z][a-z0-9_]*)+$")
-_PEERS = ("trl", "verl", "maxent")
+_PEERS = ("trl", "verl", "maxent", "other")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +97,9 @@ class Signal:
     aliases: tuple[str, ...] = ()
     """Further names that resolve here: verl 0.9.1's `rollout_corr/*`, TRL's PPO names, MaxEnt duplicates."""
     differs: tuple[tuple[str, str], ...] = ()
-    """(peer, how) for each of `trl`, `verl`, `maxent` whose value is not computed as ours; a peer
-    with an alias and no entry here computes the same number (docs/signals.md says "same")."""
+    """(peer, how) for each of `trl`, `verl`, `maxent` and `other` (the `aliases`) whose value is not
+    computed as ours; a peer with an alias and no entry here computes the same number
+    (docs/signals.md says "same")."""
 
     def __post_init__(self) -> None:
         if not _KEY_RE.match(self.key):
