@@ -23,12 +23,15 @@ _EXP_BOUNDS = {
 
 
 @torch.no_grad()
-def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tensor) -> Stats:
+def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor | None, mask: Tensor) -> Stats:
     """Mismatch between the training and the rollout policy on the sampled tokens.
 
     Args:
         train_logprobs: [B, T] float, log pi_train.
-        rollout_logprobs: [B, T] float, log pi_rollout.
+        rollout_logprobs: [B, T] float, log pi_rollout; None when the rollout engine
+            returned none: then only the training policy's perplexity,
+            `mismatch_training_ppl` and `mismatch_training_log_ppl` (as seed 004 and
+            verl, which compute it always).
         mask: [B, T] bool or 0/1, completion tokens.
 
     Seed 004's keys with its definitions: token means for `mismatch_kl`,
@@ -44,6 +47,8 @@ def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tenso
     stats = Stats()
     train = v.floating(train_logprobs, "train_logprobs", dim=2)
     shape = tuple(train.shape)
+    if rollout_logprobs is None:
+        return _training_perplexity(stats, train, mask, shape)
     rollout = v.floating(rollout_logprobs, "rollout_logprobs", shape=shape)
     dtype = v.compute_dtype(train, rollout)
     tm = TokenMask(v.mask_like(mask, "mask", shape), "mask", stats, dtype)
@@ -126,6 +131,17 @@ def _perplexities(rs: RowSums, train_row: Tensor, rollout_row: Tensor, tm: Token
     low, high = torch.aminmax(diff)
     stats.add_max("mismatch_log_ppl_diff_max", high, all_rows)
     stats.add_min("mismatch_log_ppl_diff_min", low, all_rows)
+
+
+def _training_perplexity(stats: Stats, train: Tensor, mask: Tensor, shape: tuple) -> Stats:
+    """Seed 004's training perplexity alone: mean over all rows of exp(-mean log pi_train)."""
+    tm = TokenMask(v.mask_like(mask, "mask", shape), "mask", stats, train.dtype)
+    neg_mean = tm.zeroed(train, out=tm.scratch).sum(-1).div_(tm.den()).neg_()  # [B] -mean log pi_train
+    rs = RowSums(stats)
+    keys = ("mismatch_training_ppl", "mismatch_training_log_ppl")
+    rs.block(lambda *totals: _add_means(stats, keys, totals, tm.all_rows()), torch.stack([neg_mean.exp(), neg_mean]))
+    rs.flush()
+    return stats
 
 
 def _add_means(stats: Stats, keys, totals, count: Tensor) -> None:

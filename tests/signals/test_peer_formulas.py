@@ -238,6 +238,16 @@ def test_every_trl_grpo_and_verl_alias_has_a_formula_here():
     assert untested == {"actor/pg_loss", "loss"}  # passed through by loss_stats: no formula of ours
 
 
+def test_training_perplexity_without_rollout_logprobs(batch):
+    # verl computes training_ppl always, the rest only with rollout log-probs; padding may hold anything
+    garbage = torch.where(batch["mask"].bool(), batch["old"], float("nan"))
+    alone = reduce_stats(mismatch_stats(garbage, None, batch["mask"]))
+    assert set(alone) == {"mismatch_training_ppl", "mismatch_training_log_ppl"}
+    for key in ("training_ppl", "training_log_ppl"):
+        peer = float(_verl_offpolicy(batch, key))
+        assert alone[f"mismatch_{key}"] == pytest.approx(peer, rel=1e-9) == _ours(batch)[f"mismatch_{key}"]
+
+
 def test_verl_kl_loss_differs_only_past_its_clamp():
     # one token with k3 > 10: verl clamps it, ours does not (the catalog says so)
     logp = torch.zeros(1, 2, dtype=torch.float64)
