@@ -212,7 +212,7 @@ class GRPOTrainer:
                 signals.reward_stats(rewards.to(self.device), G, {k: v.to(self.device) for k, v in components.items()},
                                      advantages.to(self.device))
                 | signals.length_stats(ro.completion_mask, ro.truncated)
-                | signals.diversity_stats(ro.completion_ids, ro.completion_mask)
+                | signals.diversity_stats(ro.completion_ids, ro.completion_mask, group_size=G)
                 | signals.mismatch_stats(old_lp, ro.rollout_logprobs, ro.completion_mask)
             )
             with s.phase("update"):
