@@ -286,14 +286,15 @@ class Telemetry:
             self._emitter.submit(record)  # the span ends on the emitter, after its attributes are set
 
     def _select_across_ranks(self, record: StepRecord) -> list | None:
-        """The step's kept rows of every rank on rank 0 (None elsewhere, or with one process / per-rank selection)."""
+        """The step's kept rows of every rank on rank 0, [] on the others; None with one process or per-rank selection."""
         if self.settings.sample_reduce != "global":
             return None
         group = current_group()
         if group is None:
             return None
         try:
-            return select_across_ranks(record.rows, self.settings, self._select_rng, group)
+            kept = select_across_ranks(record.rows, self.settings, self._select_rng, group)
+            return [] if kept is None else kept  # only rank 0 emits them, even when every rank exports
         except Exception:  # telemetry never stops training; the rows of this step are lost, said once
             if not self._warned_exchange:
                 self._warned_exchange = True

@@ -59,8 +59,15 @@ def main(out: str) -> None:
         handed.append([first, second])
         collectives.append(calls)
     tel.finish()
+    # per-rank selection (torchforge's per_rank_reduce), every rank exporting: no collective
+    own = Telemetry(TelemetrySettings(run_id="per-rank", output_dir=f"{out}/per_rank", sample_reduce="per_rank",
+                                      export_all_ranks=True, **SETTINGS))
+    with counting() as per_rank_calls:
+        with own.step(0) as s:
+            s.samples(handed[0][0] + handed[0][1], group_size=GROUP)
+    own.finish()
     with open(f"{out}/rank{rank}.json", "w") as f:
-        json.dump({"handed": handed, "collectives": collectives}, f)
+        json.dump({"handed": handed, "collectives": collectives, "per_rank_collectives": per_rank_calls}, f)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -68,3 +68,17 @@ def test_a_fixed_small_number_of_collectives_per_step(two_ranks):
     for rank in ranks:
         for calls in rank["collectives"]:
             assert calls == ["all_gather_object", "gather_object"]
+
+
+def test_per_rank_selection_keeps_each_ranks_own_rows_without_collectives(two_ranks):
+    from tests.telemetry.dist_samples_worker import SETTINGS
+
+    out, ranks = two_ranks
+    for rank, data in enumerate(ranks):
+        assert data["per_rank_collectives"] == []
+        rows = [row for call in data["handed"][0] for row in call]
+        kept = [json.loads(x) for x in (out / "per_rank" / "samples" / f"step_0_rank{rank}.jsonl").read_text().splitlines()]
+        tops = select_indices([r["reward"] for r in rows], top_k=SETTINGS["top_k"], bottom_k=SETTINGS["bottom_k"],
+                              random_k=0, rng=random.Random(0))
+        assert [r["sample_index"] for r in kept if r["selection"] != "random"] == [i for i, _ in tops]
+        assert {r["source_rank"] for r in kept} == {rank}
