@@ -42,6 +42,11 @@ names are those of the mismatch helper of seed 004), TRL's former PPOTrainer (na
   every micro-batch merged into the step's stats (equal with one micro-batch per step).
 - **Sample standard deviation.** Ours divide by n - 1, as torch and TRL; MaxEnt-GRPO's
   are population standard deviations (divide by n).
+- **TRL PPO names without a GRPO quantity.** `objective/entropy` (summed negative
+  log-probability of the sampled tokens), `objective/non_score_reward` and
+  `objective/rlhf_reward` (the KL-shaped reward GRPO does not use), `loss/value_avg`,
+  `val/clipfrac_avg`, `val/ratio_var`, `val/num_eos_tokens`, `episode` and `eps` have no
+  catalog signal; logged, they become `grpo.extra.*` gauges.
 - **Empty inputs.** A statistic with no element (a mean over no token, the minimum of no
   terminated completion) is invalid: not exported that step and listed in
   `ReducedStats.invalid`. TRL and verl report 0.0 or NaN there.
