@@ -120,11 +120,12 @@ def _reference_kl(stats: Stats, r: Tensor, pad: Tensor, n: Tensor) -> None:
 
 def _kl_by_length(stats: Stats, k3_row: Tensor, lengths: Tensor) -> None:
     """k3 per token over the completions of each length bucket (every bucket, so ranks share keys)."""
-    bucket = torch.bucketize(lengths, torch.tensor(LENGTH_BUCKETS, device=lengths.device))  # le: right=False
-    for i, label in enumerate(bucket_labels()):
-        inside = bucket == i
-        tokens = torch.where(inside, lengths, 0).sum(dtype=torch.float64)
-        stats.add_mean(f"kl_by_length/{label}", torch.where(inside, k3_row, 0.0).sum(dtype=torch.float64), tokens)
+    edges = torch.tensor(LENGTH_BUCKETS, device=lengths.device)
+    one_hot = torch.nn.functional.one_hot(torch.bucketize(lengths, edges), len(LENGTH_BUCKETS) + 1)  # [B, K]
+    # one product for every bucket's KL and token sums: [K, B] @ [B, 2] (few tiny ops per call)
+    sums = one_hot.T.to(torch.float64) @ torch.stack([k3_row.to(torch.float64), lengths.to(torch.float64)], -1)
+    for label, (kl, tokens) in zip(bucket_labels(), sums.unbind()):
+        stats.add_mean(f"kl_by_length/{label}", kl, tokens)
         stats.add_sum(f"kl_by_length_tokens/{label}", tokens)
 
 

@@ -9,7 +9,9 @@
     tel.finish()                       # grpo.run.finished = 1, flush, close
 
 On the training thread a step costs a span start/end, one float conversion per
-value and one queue put; everything else runs on `Emitter`'s thread.
+value and one queue put (with several processes and `sample_reduce="global"`, also
+the step's two sample-selection collectives: scores, then the kept rows); everything
+else runs on `Emitter`'s thread.
 """
 
 from __future__ import annotations

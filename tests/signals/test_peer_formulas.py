@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from otel_grpo import catalog
-from otel_grpo.signals import diversity_stats, length_stats, mismatch_stats, policy_stats, reduce_stats, reward_stats
+from otel_grpo.signals import length_stats, mismatch_stats, policy_stats, reduce_stats, reward_stats
 
 B, T, G, EPS_LOW, EPS_HIGH, CLIP_C = 12, 9, 4, 0.2, 0.28, 3.0
 
@@ -265,12 +265,3 @@ def test_maxent_std_is_population_ours_is_sample():
     assert ours == pytest.approx(float(x.std()))  # n - 1
     assert ours * math.sqrt(3 / 4) == pytest.approx(0.5)  # the seed's population std
     assert "population" in catalog.get("reward_std").difference("maxent")
-
-
-def test_group_diversity_by_hand():
-    ids = torch.tensor([[1, 2, 3, 0], [1, 2, 4, 0], [5, 5, 5, 5], [6, 7, 0, 0]])
-    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
-    r = reduce_stats(diversity_stats(ids, mask, group_size=2))
-    assert r["distinct_1_group"] == pytest.approx((4 / 6 + 3 / 6) / 2)  # {1,2,3,4} of 6; {5,6,7} of 6
-    assert r["distinct_2_group"] == pytest.approx((3 / 4 + 2 / 4) / 2)
-    assert r["jaccard_group"] == pytest.approx((2 / 4 + 0) / 2)  # {1,2,3} vs {1,2,4}; {5} vs {6,7}
