@@ -30,7 +30,10 @@ and how. Peer names resolve to the signal: `Telemetry.log_metrics` and `Step.rec
 accept them as they are. Checked against the peers' code: TRL 1.16 (`grpo_trainer.py`),
 verl 0.9.1 (`core_algos.py`, `metric_utils.py`, `rollout_corr_helper.py`; its `mismatch/*`
 names are those of the mismatch helper of seed 004), TRL's former PPOTrainer (names in
-"Other names") and the MaxEnt-GRPO metrics module (`train/*`).
+"Other names") and the MaxEnt-GRPO metrics module (`train/*`). That module formats values
+its batch pipeline computes; where seed 000 does not show the computation (clip ratios,
+lengths, KL, entropy: "scalars that mirror the TRL trainer"), **same** means the quantity
+its name and TRL's definition state.
 
 ## Differences that hold for many signals
 
