@@ -289,8 +289,8 @@ class Telemetry:
 
     def _select_across_ranks(self, record: StepRecord) -> list | None:
         """The step's kept rows of every rank on rank 0, [] on the others; None with one process or per-rank selection."""
-        if self.settings.sample_reduce != "global":
-            return None
+        if self.settings.sample_reduce != "global" or not self.settings.samples_per_step:
+            return None  # every rank has the same settings: all skip the collectives together
         group = current_group()
         if group is None:
             return None
