@@ -39,8 +39,11 @@ its name and TRL's definition state.
 
 - **Pooled across ranks.** Our means pool every element of every rank (one all-gather,
   exact: two ranks give what one process gives on the concatenated batch). The seed-004
-  helper and verl average per-rank values; with unequal token counts the numbers differ
-  (two ranks: `rollout_is_mean` 1.083 pooled vs 1.048 averaged, `rollout_is_std` 0.440 vs 0.255).
+  helper (verl's `mismatch/*` names) averages per-rank values; with unequal token counts the
+  numbers differ (two ranks: `rollout_is_mean` 1.083 pooled vs 1.048 averaged,
+  `rollout_is_std` 0.440 vs 0.255). verl 0.9.1 computes `critic/*`, `response_length/*` and
+  `rollout_corr/*` on the driver over the whole batch, as ours; its `actor/*` values are per
+  micro-batch and rank, then averaged.
 - **Micro-batches.** TRL and verl log per-micro-batch values and average them; ours pool
   every micro-batch merged into the step's stats (equal with one micro-batch per step).
 - **Sample standard deviation.** Ours divide by n - 1, as torch and TRL; MaxEnt-GRPO's
