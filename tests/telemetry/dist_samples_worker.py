@@ -66,6 +66,12 @@ def main(out: str) -> None:
         with own.step(0) as s:
             s.samples(handed[0][0] + handed[0][1], group_size=GROUP)
     own.finish()
+    # global selection with every rank exporting: rank 0 alone emits the kept rows
+    every = Telemetry(TelemetrySettings(run_id="all-export", output_dir=f"{out}/all_export", export_all_ranks=True,
+                                        **SETTINGS))
+    with every.step(0) as s:
+        s.samples(handed[0][0] + handed[0][1], group_size=GROUP)
+    every.finish()
     with open(f"{out}/rank{rank}.json", "w") as f:
         json.dump({"handed": handed, "collectives": collectives, "per_rank_collectives": per_rank_calls}, f)
     dist.barrier()

@@ -82,3 +82,11 @@ def test_per_rank_selection_keeps_each_ranks_own_rows_without_collectives(two_ra
                               random_k=0, rng=random.Random(0))
         assert [r["sample_index"] for r in kept if r["selection"] != "random"] == [i for i, _ in tops]
         assert {r["source_rank"] for r in kept} == {rank}
+
+
+def test_with_every_rank_exporting_only_rank_0_emits_the_global_selection(two_ranks):
+    out, _ = two_ranks
+    spilled = sorted(p.name for p in (out / "all_export" / "samples").iterdir())
+    assert spilled == ["step_0_rank0.jsonl"]
+    kept = [json.loads(x) for x in (out / "all_export" / "samples" / spilled[0]).read_text().splitlines()]
+    assert {r["source_rank"] for r in kept} == {0, 1}
