@@ -6,6 +6,7 @@
     >>> stats = stats | is_stats | signals.mismatch_stats(train_lp, rollout_lp, mask)
     >>> # or both families in one call, sharing the log ratios and the exp (same numbers):
     >>> # signals.rollout_correction(train_lp, rollout_lp, mask, with_mismatch=True)
+    >>> stats = stats | signals.loss_stats(loss, policy_term, beta_kl_term)  # per micro-batch: the loss and its parts
     >>> reduced = signals.reduce_stats(stats, accelerator)   # one collective, one host copy
     >>> reduced["reward"], reduced.samples["sample_reward"], reduced.invalid
 
