@@ -358,7 +358,7 @@ class GRPOTrainer:
                 stats = stats | signals.policy_stats(
                     logp.detach(), old_lp[idx], advantages[idx], mask[idx], g.epsilon_low, g.epsilon_high,
                     ref_logprobs=ref_lp[idx], entropy=entropy.detach().float())
-                stats |= signals.loss_stats(loss.detach(), policy_term.detach(), kl_term.detach())
+                stats |= signals.loss_stats(loss.detach(), policy_term.detach(), kl_term.detach(), entropy=0.0)  # no bonus
                 stats.add_mean("grad_norm", grad_norm.detach(), 1.0)
         return stats, skipped
 
