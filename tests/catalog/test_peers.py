@@ -30,11 +30,6 @@ def test_peer_names_resolve_to_the_signal_computed_their_way(name, key):
     assert catalog.resolve(name)[0].key == key
 
 
-def test_verl_rollout_is_names_with_other_definitions_do_not_resolve():
-    # verl 0.9.1's rollout_corr/rollout_is_mean averages the truncated weights: not seed 004's number
-    assert catalog.resolve("rollout_corr/rollout_is_mean") is None
-
-
 def test_differences_name_a_peer_the_signal_has():
     for s in catalog.SIGNALS:
         for peer, how in s.differs:

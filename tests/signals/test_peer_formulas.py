@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from otel_grpo import catalog
-from otel_grpo.signals import length_stats, mismatch_stats, policy_stats, reduce_stats, reward_stats
+from otel_grpo.signals import length_stats, mismatch_stats, policy_stats, reduce_stats, reward_stats, rollout_correction
 
 B, T, G, EPS_LOW, EPS_HIGH, CLIP_C = 12, 9, 4, 0.2, 0.28, 3.0
 
@@ -265,3 +265,16 @@ def test_maxent_std_is_population_ours_is_sample():
     assert ours == pytest.approx(float(x.std()))  # n - 1
     assert ours * math.sqrt(3 / 4) == pytest.approx(0.5)  # the seed's population std
     assert "population" in catalog.get("reward_std").difference("maxent")
+
+
+def test_verl_091_rollout_is_mean_is_another_number_than_seed_004s(batch):
+    # verl 0.9.1 compute_rollout_correction_weights (token level, TIS): the mean of the truncated weights;
+    # seed 004 (verl's older mismatch helper), ours: the mean before truncation. No alias joins them.
+    upper, mask = 1.2, batch["mask"]
+    log_ratio = batch["logp"] - batch["rollout"]
+    raw = torch.exp(torch.clamp(log_ratio, min=-20, max=20)) * mask
+    verl_091 = float(verl_masked_mean(raw.clamp(max=upper), mask))
+    ours = reduce_stats(rollout_correction(batch["logp"], batch["rollout"], mask, threshold=(1 / upper, upper)).stats)
+    assert ours["rollout_is_mean"] == pytest.approx(float(verl_masked_mean(raw, mask)), rel=1e-6)
+    assert ours["rollout_is_mean"] > verl_091 + 1e-3
+    assert catalog.resolve("rollout_corr/rollout_is_mean") is None
