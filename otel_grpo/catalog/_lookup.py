@@ -1,4 +1,4 @@
-"""Finding signals by key, OTel name or a TRL / verl metric name."""
+"""Finding signals by key, OTel name or a TRL / verl / MaxEnt-GRPO metric name."""
 
 from __future__ import annotations
 
@@ -19,9 +19,7 @@ if len(_BY_KEY) != len(SIGNALS) or len(_BY_NAME) != len(SIGNALS):
 _EXACT_ALIASES: dict[str, Signal] = {}
 _TEMPLATE_ALIASES: list[tuple[re.Pattern[str], Signal]] = []
 for _s in SIGNALS:
-    for _alias in (_s.trl, _s.verl):
-        if not _alias:
-            continue
+    for _alias in _s.all_aliases:
         if _s.label:
             pattern = re.escape(_alias).replace(re.escape("{" + _s.label + "}"), r"([^/]+)")
             _TEMPLATE_ALIASES.append((re.compile(f"^{pattern}$"), _s))

@@ -53,6 +53,7 @@ class Group(str, enum.Enum):
     OPTIM = "optim"
     THROUGHPUT = "throughput"
     HEALTH = "health"
+    MAXENT = "maxent"
 
 
 # Units that the two Prometheus paths (collector exporter, Python PrometheusMetricReader)
@@ -61,6 +62,7 @@ _FORBIDDEN_UNITS = frozenset({"1", ""})
 _UNIT_RE = re.compile(r"^(\{[a-z_]+\}|s|By)$")
 _KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _NAME_RE = re.compile(r"^grpo(\.[a-z][a-z0-9_]*)+$")
+_PEERS = ("trl", "verl", "maxent", "other")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,14 @@ class Signal:
     label: str | None = None
     buckets: tuple[float, ...] | None = None
     """Explicit histogram bucket boundaries (histograms only)."""
+    maxent: str | None = None
+    """The name the MaxEnt-GRPO metrics module (seed 000) logs this under, `train/` included."""
+    aliases: tuple[str, ...] = ()
+    """Further names that resolve here: verl 0.9.1's `rollout_corr/*`, TRL's PPO names, MaxEnt duplicates."""
+    differs: tuple[tuple[str, str], ...] = ()
+    """(peer, how) for each of `trl`, `verl`, `maxent` and `other` (the `aliases`) whose value is not
+    computed as ours; a peer with an alias and no entry here computes the same number
+    (docs/signals.md says "same")."""
 
     def __post_init__(self) -> None:
         if not _KEY_RE.match(self.key):
@@ -104,9 +114,21 @@ class Signal:
             raise ValueError(f"{self.key!r}: buckets are required for histograms and only for them")
         if self.buckets is not None and list(self.buckets) != sorted(set(self.buckets)):
             raise ValueError(f"{self.key!r}: buckets must be strictly increasing")
-        for alias in (self.trl, self.verl):
-            if alias and ("{" in alias) != (self.label is not None):
+        for alias in self.all_aliases:
+            if ("{" in alias) != (self.label is not None):
                 raise ValueError(f"{self.key!r}: alias {alias!r} and label {self.label!r} disagree")
+        for peer, how in self.differs:
+            if peer not in _PEERS or not how:
+                raise ValueError(f"{self.key!r}: differs entries are (peer in {_PEERS}, how), got {(peer, how)!r}")
+
+    @property
+    def all_aliases(self) -> tuple[str, ...]:
+        """Every peer name that resolves to this signal: trl, verl, maxent, then `aliases`."""
+        return tuple(a for a in (self.trl, self.verl, self.maxent) if a) + self.aliases
+
+    def difference(self, peer: str) -> str | None:
+        """How `peer`'s value differs from ours, or None when it is the same number."""
+        return dict(self.differs).get(peer)
 
     @property
     def prometheus_name(self) -> str:

@@ -7,6 +7,7 @@ peer's (for exactness across ranks), the description says so.
 
 from __future__ import annotations
 
+from ._peers import seed_signals, with_notes
 from ._signal import Group, Kind, Reduction, Signal
 
 G, H, C = Kind.GAUGE, Kind.HISTOGRAM, Kind.COUNTER
@@ -21,8 +22,8 @@ IS_RATIO_BUCKETS = (0.01, 0.1, 0.25, 0.5, 0.8, 0.9, 0.95, 0.99, 1.0, 1.0101, 1.0
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
-def _g(key, name, unit, desc, red, group, trl=None, verl=None, label=None):
-    return Signal(key, name, G, unit, desc, red, group, trl, verl, label)
+def _g(key, name, unit, desc, red, group, trl=None, verl=None, label=None, **more):
+    return Signal(key, name, G, unit, desc, red, group, trl, verl, label, **more)
 
 
 SIGNALS: tuple[Signal, ...] = (
@@ -39,7 +40,7 @@ SIGNALS: tuple[Signal, ...] = (
     _g("reward_fn_mean", "grpo.reward_fn.mean", "{reward}", "Mean reward of one reward function (attribute `reward_fn`).", R.MEAN, Group.REWARD, "rewards/{reward_fn}/mean", None, "reward_fn"),
     _g("reward_fn_std", "grpo.reward_fn.std", "{reward}", "Standard deviation of one reward function's reward (attribute `reward_fn`).", R.STD, Group.REWARD, "rewards/{reward_fn}/std", None, "reward_fn"),
     # ---- advantages ---------------------------------------------------------------
-    _g("advantage_mean", "grpo.advantage.mean", "{advantage}", "Mean advantage over completions.", R.MEAN, Group.ADVANTAGE, None, "critic/advantages/mean"),
+    _g("advantage_mean", "grpo.advantage.mean", "{advantage}", "Mean advantage over completions (each completion counts once; verl's token-weighted mean is `advantage_token_mean`).", R.MEAN, Group.ADVANTAGE),
     _g("advantage_std", "grpo.advantage.std", "{advantage}", "Standard deviation of the advantage over completions.", R.STD, Group.ADVANTAGE),
     _g("advantage_min", "grpo.advantage.min", "{advantage}", "Minimum advantage.", R.MIN, Group.ADVANTAGE, None, "critic/advantages/min"),
     _g("advantage_max", "grpo.advantage.max", "{advantage}", "Maximum advantage.", R.MAX, Group.ADVANTAGE, None, "critic/advantages/max"),
@@ -55,15 +56,15 @@ SIGNALS: tuple[Signal, ...] = (
     _g("distinct_1", "grpo.completion.distinct_1", "{ratio}", "Distinct unigrams / total unigrams over the step's completions (diversity).", R.DERIVED, Group.LENGTH),
     _g("distinct_2", "grpo.completion.distinct_2", "{ratio}", "Distinct bigrams / total bigrams over the step's completions (diversity).", R.DERIVED, Group.LENGTH),
     # ---- policy / clipping --------------------------------------------------------
-    _g("clip_ratio_low_mean", "grpo.clip_ratio.low", "{ratio}", "Token fraction with ratio < 1 - epsilon_low where the advantage is negative (TRL's definition).", R.MEAN, Group.POLICY, "clip_ratio/low_mean", "actor/pg_clipfrac_lower"),
-    _g("clip_ratio_low_min", "grpo.clip_ratio.low_min", "{ratio}", "Minimum over sequences of the per-sequence low clip fraction (TRL takes the minimum over processes; ours does not depend on how the batch is split).", R.MIN, Group.POLICY, "clip_ratio/low_min"),
+    _g("clip_ratio_low_mean", "grpo.clip_ratio.low", "{ratio}", "Token fraction with ratio < 1 - epsilon_low where the advantage is negative (TRL's definition; verl's `actor/pg_clipfrac_lower` is the dual-clip fraction, `dual_clip_fraction`).", R.MEAN, Group.POLICY, "clip_ratio/low_mean"),
+    _g("clip_ratio_low_min", "grpo.clip_ratio.low_min", "{ratio}", "Minimum over sequences of every rank of the per-sequence low clip fraction (token fraction with ratio < 1 - epsilon_low and negative advantage; sequences without tokens skipped). TRL 1.16 computes exactly this per micro-batch (nanmin of the gathered per-sequence fractions).", R.MIN, Group.POLICY, "clip_ratio/low_min"),
     _g("clip_ratio_high_mean", "grpo.clip_ratio.high", "{ratio}", "Token fraction with ratio > 1 + epsilon_high where the advantage is positive.", R.MEAN, Group.POLICY, "clip_ratio/high_mean"),
-    _g("clip_ratio_high_max", "grpo.clip_ratio.high_max", "{ratio}", "Maximum over sequences of the per-sequence high clip fraction (TRL: maximum over processes).", R.MAX, Group.POLICY, "clip_ratio/high_max"),
+    _g("clip_ratio_high_max", "grpo.clip_ratio.high_max", "{ratio}", "Maximum over sequences of every rank of the per-sequence high clip fraction (token fraction with ratio > 1 + epsilon_high and positive advantage). TRL 1.16 computes exactly this per micro-batch (nanmax of the gathered per-sequence fractions).", R.MAX, Group.POLICY, "clip_ratio/high_max"),
     _g("clip_ratio_region_mean", "grpo.clip_ratio.region", "{ratio}", "Token fraction clipped at either bound (low or high).", R.MEAN, Group.POLICY, "clip_ratio/region_mean", "actor/pg_clipfrac"),
     _g("policy_ratio_mean", "grpo.policy.ratio.mean", "{ratio}", "Mean token probability ratio pi_theta / pi_old.", R.MEAN, Group.POLICY, None, None),
     _g("policy_ratio_max", "grpo.policy.ratio.max", "{ratio}", "Maximum token probability ratio pi_theta / pi_old.", R.MAX, Group.POLICY),
     _g("policy_ratio_min", "grpo.policy.ratio.min", "{ratio}", "Minimum token probability ratio pi_theta / pi_old.", R.MIN, Group.POLICY),
-    _g("approx_kl", "grpo.policy.approx_kl", "{nat}", "Approximate KL between old and current policy, mean over tokens of 0.5 * (log ratio)^2.", R.MEAN, Group.POLICY, None, "actor/ppo_kl"),
+    _g("approx_kl", "grpo.policy.approx_kl", "{nat}", "Approximate KL between old and current policy, k2: mean over tokens of 0.5 * (log pi_theta - log pi_old)^2 (verl's `actor/ppo_kl` is k1: `ppo_kl`).", R.MEAN, Group.POLICY),
     _g("entropy", "grpo.policy.entropy", "{nat}", "Mean per-token entropy of the current policy over completion tokens.", R.MEAN, Group.POLICY, "entropy", "actor/entropy"),
     # ---- KL to the reference ------------------------------------------------------
     _g("kl", "grpo.kl", "{nat}", "KL to the reference policy, k3 estimator exp(r) - r - 1 with r = log pi_ref - log pi_theta, mean over completion tokens (TRL's `kl`).", R.MEAN, Group.KL, "kl", "actor/kl_loss"),
@@ -87,8 +88,8 @@ SIGNALS: tuple[Signal, ...] = (
     _g("is_ratio_mean", "grpo.mismatch.is_ratio.mean", "{ratio}", "Mean token IS ratio pi_train / pi_rollout (uncorrected, safety-bounded at exp(+-20)).", R.MEAN, Group.MISMATCH, "sampling/importance_sampling_ratio/mean"),
     _g("is_ratio_min", "grpo.mismatch.is_ratio.min", "{ratio}", "Minimum token IS ratio pi_train / pi_rollout.", R.MIN, Group.MISMATCH, "sampling/importance_sampling_ratio/min"),
     _g("is_ratio_max", "grpo.mismatch.is_ratio.max", "{ratio}", "Maximum token IS ratio pi_train / pi_rollout.", R.MAX, Group.MISMATCH, "sampling/importance_sampling_ratio/max"),
-    _g("mismatch_chi2_token", "grpo.mismatch.chi2_token", "{ratio}", "Token-level chi-square divergence estimate: mean over tokens of (rho_t - 1)^2, rho safety-bounded.", R.MEAN, Group.MISMATCH, None, "rollout_corr/chi2_token"),
-    _g("mismatch_chi2_seq", "grpo.mismatch.chi2_seq", "{ratio}", "Sequence-level chi-square divergence estimate: mean over sequences of (rho_seq - 1)^2, rho_seq = exp(clamp(sum log rho, +-20)).", R.MEAN, Group.MISMATCH, None, "rollout_corr/chi2_seq"),
+    _g("mismatch_chi2_token", "grpo.mismatch.chi2_token", "{ratio}", "Token-level chi-square divergence chi2(pi_train || pi_rollout) = E[rho_t^2] - 1: mean over tokens of rho_t^2, minus 1; rho_t = exp(clamp(log pi_train - log pi_rollout, +-20)) (verl 0.9.1's rollout_corr/chi2_token).", R.MEAN, Group.MISMATCH, None, "rollout_corr/chi2_token"),
+    _g("mismatch_chi2_seq", "grpo.mismatch.chi2_seq", "{ratio}", "Sequence-level chi-square divergence E[rho_seq^2] - 1: mean over all rows of exp(2 * clamp(sum of token log ratios, +-20)), minus 1 (a row without tokens adds 0; verl 0.9.1's rollout_corr/chi2_seq).", R.MEAN, Group.MISMATCH, None, "rollout_corr/chi2_seq"),
     # ---- rollout IS correction (seed 004 semantics; computed when correction runs) -
     _g("rollout_is_mean", "grpo.rollout_is.mean", "{ratio}", "Mean IS weight over valid tokens (safety-bounded, before truncation).", R.MEAN, Group.ROLLOUT_IS, None, "mismatch/rollout_is_mean"),
     _g("rollout_is_std", "grpo.rollout_is.std", "{ratio}", "Standard deviation of IS weights clamped to the thresholds.", R.STD, Group.ROLLOUT_IS, None, "mismatch/rollout_is_std"),
@@ -109,7 +110,7 @@ SIGNALS: tuple[Signal, ...] = (
     _g("rollout_is_seq_fraction_high", "grpo.rollout_is.seq.fraction_high", "{ratio}", "Fraction of valid sequences whose mean IS weight exceeds the upper threshold.", R.MEAN, Group.ROLLOUT_IS, None, "mismatch/rollout_is_seq_fraction_high"),
     _g("rollout_is_seq_fraction_low", "grpo.rollout_is.seq.fraction_low", "{ratio}", "Fraction of valid sequences whose mean IS weight is below the lower threshold.", R.MEAN, Group.ROLLOUT_IS, None, "mismatch/rollout_is_seq_fraction_low"),
     # ---- optimisation -------------------------------------------------------------
-    _g("loss", "grpo.loss", "{loss}", "Policy loss of the step (mean over optimizer steps).", R.MEAN, Group.OPTIM, "loss", "actor/pg_loss"),
+    _g("loss", "grpo.loss", "{loss}", "Total training loss of the step, the value backpropagated (policy term + beta * KL - entropy bonus), mean over micro-batches; its parts are `loss_policy`, `loss_kl`, `loss_entropy`.", R.MEAN, Group.OPTIM, "loss"),
     _g("grad_norm", "grpo.grad_norm", "{norm}", "Global gradient norm before clipping.", R.HOST, Group.OPTIM, "grad_norm", "actor/grad_norm"),
     _g("learning_rate", "grpo.learning_rate", "{lr}", "Learning rate of the optimizer.", R.HOST, Group.OPTIM, "learning_rate", "actor/lr"),
     _g("beta", "grpo.kl_coef", "{coef}", "KL penalty coefficient beta.", R.HOST, Group.OPTIM, "beta", "actor/kl_coef"),
@@ -117,7 +118,7 @@ SIGNALS: tuple[Signal, ...] = (
     _g("step", "grpo.step_index", "{step}", "Index of the last completed training step.", R.HOST, Group.THROUGHPUT, "global_step", "training/global_step"),
     _g("num_tokens", "grpo.num_tokens", "{token}", "Tokens processed so far (prompt + completion), cumulative, as TRL's `num_tokens`.", R.HOST, Group.THROUGHPUT, "num_tokens"),
     _g("step_time", "grpo.step_time", "s", "Wall time of the training step.", R.HOST, Group.THROUGHPUT, "step_time", "timing_s/step"),
-    _g("tokens_per_second", "grpo.throughput", "{token_per_s}", "Tokens processed per second of step wall time.", R.HOST, Group.THROUGHPUT, None, "perf/throughput"),
+    _g("tokens_per_second", "grpo.throughput", "{token_per_s}", "Tokens processed per second of step wall time, all ranks together (verl's per-GPU `perf/throughput` is `tokens_per_second_per_gpu`).", R.HOST, Group.THROUGHPUT),
     Signal("steps", "grpo.steps", C, "{step}", "Training steps completed (counter; its rate is step progress).", R.HOST, Group.THROUGHPUT),
     Signal("tokens", "grpo.tokens", C, "{token}", "Tokens processed (counter).", R.SUM, Group.THROUGHPUT),
     Signal("samples", "grpo.samples", C, "{sample}", "Completions generated (counter).", R.SUM, Group.THROUGHPUT),
@@ -132,3 +133,6 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("skipped_steps", "grpo.skipped_steps", C, "{step}", "Steps whose update was skipped (non-finite loss or a failed batch).", R.HOST, Group.HEALTH),
     _g("run_finished", "grpo.run.finished", "{bool}", "1 once the run has ended on purpose: training completed, or the user stopped it (Ctrl-C, SIGTERM). Never set by a crash, so a run whose series stop without it crashed or lost its exporter.", R.HOST, Group.HEALTH),
 )
+
+# ---- issue 14: signals the seeds name, peers' names and differences (see _peers) ----
+SIGNALS = with_notes(SIGNALS + seed_signals(REWARD_BUCKETS))

@@ -6,6 +6,7 @@
     >>> stats = stats | is_stats | signals.mismatch_stats(train_lp, rollout_lp, mask)
     >>> # or both families in one call, sharing the log ratios and the exp (same numbers):
     >>> # signals.rollout_correction(train_lp, rollout_lp, mask, with_mismatch=True)
+    >>> stats = stats | signals.loss_stats(loss, policy_term, beta_kl_term)  # per micro-batch: the loss and its parts
     >>> reduced = signals.reduce_stats(stats, accelerator)   # one collective, one host copy
     >>> reduced["reward"], reduced.samples["sample_reward"], reduced.invalid
 
@@ -17,7 +18,7 @@ from ._diversity import diversity_stats
 from ._lengths import length_stats
 from ._mismatch import mismatch_stats
 from ._partial import Stats
-from ._policy import policy_stats
+from ._policy import loss_stats, policy_stats
 from ._reduce import reduce_stats
 from ._reduced import ReducedStats
 from ._rewards import reward_stats
@@ -32,6 +33,7 @@ __all__ = [
     "Stats",
     "diversity_stats",
     "length_stats",
+    "loss_stats",
     "mismatch_stats",
     "policy_stats",
     "reduce_stats",

@@ -23,12 +23,15 @@ _EXP_BOUNDS = {
 
 
 @torch.no_grad()
-def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tensor) -> Stats:
+def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor | None, mask: Tensor) -> Stats:
     """Mismatch between the training and the rollout policy on the sampled tokens.
 
     Args:
         train_logprobs: [B, T] float, log pi_train.
-        rollout_logprobs: [B, T] float, log pi_rollout.
+        rollout_logprobs: [B, T] float, log pi_rollout; None when the rollout engine
+            returned none: then only the training policy's perplexity,
+            `mismatch_training_ppl` and `mismatch_training_log_ppl` (as seed 004 and
+            verl, which compute it always).
         mask: [B, T] bool or 0/1, completion tokens.
 
     Seed 004's keys with its definitions: token means for `mismatch_kl`,
@@ -37,14 +40,15 @@ def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tenso
     and ppl ratio (a row without tokens counts with mean log-prob 0, as there).
     Ours besides: `mismatch_logprob_abs_diff_max`, the token IS ratio
     rho = exp(clamp(log ratio, +-20)) as `is_ratio_mean/min/max`,
-    `mismatch_chi2_token` (mean of (rho - 1)^2 over tokens), `mismatch_chi2_seq`
-    (mean over sequences with tokens of (rho_seq - 1)^2, rho_seq the safety-bounded
-    sequence ratio) and the per-sample geometric-mean ratio `sample_is_ratio`
+    `mismatch_chi2_token` (verl 0.9.1's E[rho^2] - 1 over tokens), `mismatch_chi2_seq`
+    (verl's E[rho_seq^2] - 1 over all rows, rho_seq the safety-bounded sequence ratio) and the per-sample geometric-mean ratio `sample_is_ratio`
     (NaN for rows without tokens).
     """
     stats = Stats()
     train = v.floating(train_logprobs, "train_logprobs", dim=2)
     shape = tuple(train.shape)
+    if rollout_logprobs is None:
+        return _training_perplexity(stats, train, mask, shape)
     rollout = v.floating(rollout_logprobs, "rollout_logprobs", shape=shape)
     dtype = v.compute_dtype(train, rollout)
     tm = TokenMask(v.mask_like(mask, "mask", shape), "mask", stats, dtype)
@@ -95,8 +99,8 @@ def add_mismatch(rs: RowSums, tm: TokenMask, train: Tensor, log_ratio: Tensor, f
     weights = ratio.clamp_(*_EXP_BOUNDS[ratio.dtype])
 
     rho_seq = ratio_row.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
-    # a row without tokens has ratio_row exactly 0, so (rho_seq - 1)^2 exactly 0: no selection needed
-    rs.mean("mismatch_chi2_seq", (rho_seq - 1.0).square(), tm.k())
+    # verl's E[rho_seq^2] - 1 over all rows: a row without tokens has ratio_row exactly 0, so it adds 1 - 1 = 0
+    rs.mean("mismatch_chi2_seq", rho_seq.square_().sub_(1.0), tm.all_rows())
     geometric = (ratio_row / n_row.clamp(min=1)).clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
     stats.add_samples("sample_is_ratio", torch.where(rows, geometric, float("nan")))
     return Shared(ratio_row, weights)
@@ -112,7 +116,7 @@ def add_token_ratio(rs: RowSums, tm: TokenMask, rho_tok: Tensor, rho_rows: Tenso
     stats, n, s = rs.stats, tm.n, tm.scratch
     rs.mean("is_ratio_mean", rho_rows, n)
     stats.add_max("is_ratio_max", rho_max, n)
-    rs.mean("mismatch_chi2_token", torch.sub(rho_tok, tm.mf, out=s).square_().sum(-1), n)  # (rho-1)^2
+    rs.mean("mismatch_chi2_token", torch.mul(rho_tok, rho_tok, out=s).sum(-1) - tm.n_row, n)  # E[rho^2] - 1
     stats.add_min("is_ratio_min", tmin(tm.inf_(rho_tok)) if rho_min is None else rho_min, n)
 
 
@@ -127,6 +131,17 @@ def _perplexities(rs: RowSums, train_row: Tensor, rollout_row: Tensor, tm: Token
     low, high = torch.aminmax(diff)
     stats.add_max("mismatch_log_ppl_diff_max", high, all_rows)
     stats.add_min("mismatch_log_ppl_diff_min", low, all_rows)
+
+
+def _training_perplexity(stats: Stats, train: Tensor, mask: Tensor, shape: tuple) -> Stats:
+    """Seed 004's training perplexity alone: mean over all rows of exp(-mean log pi_train)."""
+    tm = TokenMask(v.mask_like(mask, "mask", shape), "mask", stats, train.dtype)
+    neg_mean = tm.zeroed(train, out=tm.scratch).sum(-1).div_(tm.den()).neg_()  # [B] -mean log pi_train
+    rs = RowSums(stats)
+    keys = ("mismatch_training_ppl", "mismatch_training_log_ppl")
+    rs.block(lambda *totals: _add_means(stats, keys, totals, tm.all_rows()), torch.stack([neg_mean.exp(), neg_mean]))
+    rs.flush()
+    return stats
 
 
 def _add_means(stats: Stats, keys, totals, count: Tensor) -> None:

@@ -11,7 +11,8 @@ from . import _validate as v
 from ._masked import count, describe
 from ._partial import Stats
 
-_QUANTILES = {"reward_p05": 0.05, "reward_p50": 0.50, "reward_p95": 0.95}
+_Q = {"p00": 0.0, "p05": 0.05, "p25": 0.25, "p50": 0.50, "p75": 0.75, "p95": 0.95, "p100": 1.0}
+_QUANTILES = {f"reward_{name}": q for name, q in _Q.items()}
 # torch.isclose(std, 0) as TRL's frac_reward_zero_std uses it: |std| <= atol (rtol * 0 = 0).
 _ZERO_STD_ATOL = 1e-8
 
@@ -34,9 +35,10 @@ def reward_stats(
             (NaN where it does not apply). Keys become `reward_fn_mean/<name>`.
         advantages: [B] float, the advantage of each completion.
 
-    Adds `reward`, `reward_std`, `reward_min`, `reward_max`, `reward_p05/p50/p95`,
-    `reward_group_std`, `frac_reward_zero_std`, `reward_fn_mean/<fn>`,
-    `reward_fn_std/<fn>`, `advantage_mean/std/min/max`, the per-sample vectors
+    Adds `reward`, `reward_std`, `reward_min`, `reward_max`, `reward_p00/p05/p25/p50/
+    p75/p95/p100`, `reward_group_std`, `frac_reward_zero_std`, `reward_fn_mean/<fn>`,
+    `reward_fn_std/<fn>`, the same quantiles per function (`reward_fn_p25/<fn>`, ...)
+    with the per-sample vector `sample_reward_fn/<fn>`, `advantage_mean/std/min/max`, the per-sample vectors
     `sample_reward` and `sample_advantage`, and the counter `samples` (B).
     Standard deviations are unbiased (n - 1), as torch's and TRL's.
     """
@@ -60,6 +62,7 @@ def reward_stats(
         describe(
             stats, values, ~torch.isnan(values), mean=f"reward_fn_mean/{name}", std=f"reward_fn_std/{name}"
         )
+        stats.add_samples(f"sample_reward_fn/{name}", values, {f"reward_fn_{q}/{name}": x for q, x in _Q.items()})
     if advantages is not None:
         advantages = v.floating(advantages, "advantages", shape=(batch,))
         ok = ~torch.isnan(advantages)

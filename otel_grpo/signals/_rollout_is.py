@@ -88,6 +88,8 @@ def rollout_correction(
     # the token path without the mismatch pass turns the log ratios into the returned weights
     tok = _Tokens.of(train, rollout, TokenMask(m, "mask", stats, dtype), internal=with_mismatch or level != "token")
     rs = RowSums(stats)  # every sum over rows of the call in a few reductions, at the end
+    # seed 004's per-rank `valid` (this rank has a token), as a fraction of ranks
+    stats.add_mean("rollout_is_valid", torch.clamp(tok.tm.n, max=1.0), 1.0)
     vetoed = _veto(rs, tok, veto)  # first: the mismatch pass uses up the log ratios
     if with_mismatch:  # before anything lifts padding to inf
         # the token path returns the ratios as its weights (a fresh tensor); the row paths do not

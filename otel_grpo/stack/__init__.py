@@ -13,6 +13,7 @@ Compose mode uses the committed files under `prometheus/`, `alertmanager/` and
 """
 
 from ._configs import compose_files
+from ._docs import doc_files
 from ._demo import DemoSettings, DemoSummary, format_summary, run_demo, trainer_command
 from ._local import LocalStack, StackSettings, write_local_configs
 from ._process import StackError, find_binary
@@ -21,8 +22,8 @@ from .dashboards import dashboard_files
 
 
 def generated_files() -> dict[str, str]:
-    """Every committed generated file by repository path: dashboards, rules, configs."""
-    return {**dashboard_files(), **compose_files()}
+    """Every committed generated file by repository path: dashboards, rules, configs, docs."""
+    return {**dashboard_files(), **compose_files(), **doc_files()}
 
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "alert_rules",
     "compose_files",
     "dashboard_files",
+    "doc_files",
     "find_binary",
     "format_summary",
     "generated_files",

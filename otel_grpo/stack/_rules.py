@@ -28,6 +28,7 @@ KL, REWARD, ENTROPY = _m("kl"), _m("reward"), _m("entropy")
 STEP_INDEX, NONFINITE, SKIPPED = _m("step"), _m("nonfinite"), _m("skipped_steps")
 # Histograms whose rates the dashboards turn into quantiles (heavy: one series per bucket).
 HISTOGRAMS = ("sample_reward", "sample_advantage", "sample_completion_length", "sample_is_ratio")
+LABELLED_HISTOGRAMS = ("phase_duration", "sample_reward_fn")
 COUNTERS = ("steps", "tokens", "samples")
 
 
@@ -135,11 +136,12 @@ def recording_rules(s: RuleSettings) -> dict:
             "record": f"run_id_le:{base}_bucket:rate",
             "expr": f"sum by (run_id, le) (rate({base}_bucket[{s.rate_window}]))",
         })
-    phase = _m("phase_duration")
-    rules.append({
-        "record": f"run_id_phase_le:{phase}_bucket:rate",
-        "expr": f"sum by (run_id, phase, le) (rate({phase}_bucket[{s.rate_window}]))",
-    })
+    for key in LABELLED_HISTOGRAMS:  # one quantile per label value: the label stays
+        base, label = _m(key), catalog.get(key).label
+        rules.append({
+            "record": f"run_id_{label}_le:{base}_bucket:rate",
+            "expr": f"sum by (run_id, {label}, le) (rate({base}_bucket[{s.rate_window}]))",
+        })
     for key in COUNTERS:
         name = _m(key)
         rules.append({

@@ -21,7 +21,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Tracer
 
 from ._instruments import Instruments
-from ._samples import ColumnTracker, event_attributes, flatten_row, select_samples
+from ._samples import ColumnTracker, Selected, StepRows, event_attributes, flatten_row, select_indices
 from ._settings import TelemetrySettings
 from ._spill import SampleSpill
 
@@ -42,8 +42,10 @@ class StepRecord:
     """Increment of the `grpo.steps` counter."""
     scalars: list[dict[str, float]] = field(default_factory=list)
     samples: list[dict[str, list[float]]] = field(default_factory=list)
-    rows: list[tuple[int, list[Mapping[str, Any]]]] = field(default_factory=list)
-    """(time in ns when handed over, rows) per `samples()` call."""
+    rows: list[tuple[int, list[Mapping[str, Any]], int | None]] = field(default_factory=list)
+    """(time in ns when handed over, rows, group size) per `samples()` call."""
+    picked: list[Selected] | None = None
+    """The rows kept across ranks (`select_across_ranks`); None: select among `rows` here."""
     phases: list[tuple[str, float]] = field(default_factory=list)
     end_ns: int | None = None
     skipped: bool = False
@@ -58,8 +60,10 @@ class Emitter:
     """One daemon thread per `Telemetry`, fed through an unbounded queue."""
 
     def __init__(
-        self, settings: TelemetrySettings, instruments: Instruments, tracer: Tracer, spill: SampleSpill | None
+        self, settings: TelemetrySettings, instruments: Instruments, tracer: Tracer, spill: SampleSpill | None,
+        rank: int = 0,
     ) -> None:
+        self._rank = rank
         self._settings = settings
         self._instruments = instruments
         self._tracer = tracer
@@ -123,8 +127,8 @@ class Emitter:
             if span is not None:
                 span.set_attributes({METRIC_ATTR_PREFIX + k: v for k, v in finite.items()})
                 self._check_span_limit(span)
-            for handed_ns, rows in rec.rows:
-                self._emit_samples(rec, handed_ns, rows)
+            if rec.rows or rec.picked:
+                self._emit_samples(rec)
         finally:
             if span is not None:  # even after an error: an unended span is never exported
                 span.end(end_time=rec.end_ns)
@@ -150,11 +154,15 @@ class Emitter:
                 "limit (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT) so the sidecar gets every scalar", dropped
             )
 
-    def _emit_samples(self, rec: StepRecord, handed_ns: int, rows: list[Mapping[str, Any]]) -> None:
+    def _emit_samples(self, rec: StepRecord) -> None:
+        """The step's kept rows: selected once over every row of every `samples()` call (or across ranks)."""
         s = self._settings
-        picked = select_samples(
-            rows, score=s.score, top_k=s.top_k, bottom_k=s.bottom_k, random_k=s.random_k, rng=self._rng
-        )
+        handed_ns = min((ns for ns, _, _ in rec.rows), default=rec.end_ns or 0)
+        picked = rec.picked
+        if picked is None:
+            rows = StepRows(rec.rows, s.score)
+            kept = select_indices(rows.scores, top_k=s.top_k, bottom_k=s.bottom_k, random_k=s.random_k, rng=self._rng)
+            picked = [Selected(i, selection, rows.annotated(i, self._rank)) for i, selection in kept]
         if not picked:
             return
         if (s.top_k or s.bottom_k) and picked[0].selection == "random" and not self._warned_score:

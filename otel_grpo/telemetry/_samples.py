@@ -1,6 +1,7 @@
 """Sample records: which rows of a step are kept, and how a row becomes OTel attributes.
 
     picked = select_samples(rows, score="reward", top_k=4, bottom_k=4, random_k=4, rng=random.Random(0))
+    kept = select_indices(scores_of(rows, "reward"), top_k=4, bottom_k=4, random_k=4, rng=random.Random(0))
     flat = flatten_row(picked[0].row)                  # rewards={"format": 1} -> reward.format
     attrs = event_attributes(flat, picked[0], max_chars=4096)
 """
@@ -45,15 +46,32 @@ def select_samples(
 ) -> list[Selected]:
     """Top-k and bottom-k rows by `score` plus `random_k` others drawn uniformly; always a list.
 
+    Output order: top (best first), bottom (worst first), random (by position). See `select_indices`.
+    """
+    scores = [_score(row, score) for row in rows]
+    picked = select_indices(scores, top_k=top_k, bottom_k=bottom_k, random_k=random_k, rng=rng)
+    return [Selected(i, selection, rows[i]) for i, selection in picked]
+
+
+def scores_of(rows: Sequence[Mapping[str, Any]], score: str) -> list[float | None]:
+    """The finite `score` of each row, None where it has none."""
+    return [_score(row, score) for row in rows]
+
+
+def select_indices(
+    scores: Sequence[float | None], *, top_k: int, bottom_k: int, random_k: int, rng: random.Random
+) -> list[tuple[int, str]]:
+    """(index, "top" / "bottom" / "random") of the kept positions of `scores` (None: no score).
+
     One pass with two bounded heaps, O(log k) per row. On ties top-k keeps earlier
     rows and bottom-k later ones, so the two never share a row while there are at
-    least top_k + bottom_k scored rows (e.g. all rewards equal). Rows without a finite score can only be drawn at random. Output order: top
-    (best first), bottom (worst first), random (by position).
+    least top_k + bottom_k scored rows (e.g. all rewards equal). Rows without a finite
+    score can only be drawn at random. Output order: top (best first), bottom (worst
+    first), random (by position).
     """
     top: list[tuple[float, int]] = []  # min-heap on (score, -index): root = weakest kept
     bottom: list[tuple[float, int]] = []  # min-heap on (-score, index): root = best kept
-    for index, row in enumerate(rows):
-        value = _score(row, score)
+    for index, value in enumerate(scores):
         if value is None:
             continue
         if top_k:
@@ -73,13 +91,45 @@ def select_samples(
     taken = set(top_idx)
     bottom_idx = [i for _, i in sorted(bottom, reverse=True) if i not in taken]
     taken.update(bottom_idx)
-    rest = [i for i in range(len(rows)) if i not in taken]
+    rest = [i for i in range(len(scores)) if i not in taken]
     random_idx = sorted(rng.sample(rest, min(random_k, len(rest))))
-    return (
-        [Selected(i, "top", rows[i]) for i in top_idx]
-        + [Selected(i, "bottom", rows[i]) for i in bottom_idx]
-        + [Selected(i, "random", rows[i]) for i in random_idx]
-    )
+    return [(i, "top") for i in top_idx] + [(i, "bottom") for i in bottom_idx] + [(i, "random") for i in random_idx]
+
+
+class StepRows:
+    """Every row a step handed to `samples()`, in call order, with the scores that rank them.
+
+    `calls`: (time handed over in ns, rows, group_size) per `samples()` call.
+    """
+
+    __slots__ = ("rows", "scores", "_origin")
+
+    def __init__(self, calls: Sequence[tuple[int, Sequence[Mapping[str, Any]], int | None]], score: str) -> None:
+        self.rows: list[Mapping[str, Any]] = []
+        self.scores: list[float | None] = []
+        self._origin: list[tuple[int, int, int | None]] = []  # (call start, call length, group size) per row
+        for _, rows, group_size in calls:
+            start = len(self.rows)
+            self.rows += rows
+            self.scores += scores_of(rows, score)
+            self._origin += [(start, len(rows), group_size)] * len(rows)
+
+    def annotated(self, index: int, source_rank: int) -> dict[str, Any]:
+        """Row `index` with its group context: `source_rank`, and with a group size
+        `completion_index`, `group_size` and `reward_rank` (1: the group's best score; ties share it).
+        Rows g*G .. g*G+G-1 of one call share a prompt. The row's own columns win."""
+        start, length, group_size = self._origin[index]
+        context: dict[str, Any] = {"source_rank": source_rank}
+        if group_size:
+            at = index - start
+            first = start + at - at % group_size
+            context["completion_index"] = at % group_size
+            context["group_size"] = group_size
+            mine = self.scores[index]
+            if mine is not None:
+                group = self.scores[first : min(first + group_size, start + length)]
+                context["reward_rank"] = 1 + sum(1 for other in group if other is not None and other > mine)
+        return {**context, **self.rows[index]}
 
 
 def _attribute_value(value: Any) -> Any:

@@ -126,6 +126,11 @@ class TelemetrySettings(BaseSettings):
     """Column that ranks samples for top/bottom-k (rows without a finite score are only drawn at random)."""
     seed: int | None = None
     """Seed of the random sample draw (None: nondeterministic)."""
+    sample_reduce: Literal["global", "per_rank"] = "global"
+    """Which rows compete for top/bottom/random: "global" selects once per step over every row of
+    every rank (torchforge's global_reduce: every rank must enter `step()`, which then runs two
+    small collectives; rank 0 exports the kept rows); "per_rank" selects among each exporting
+    rank's own rows (torchforge's per_rank_reduce), with no collective."""
     max_text_chars: int = Field(4096, ge=16)
     """Text columns longer than this are cut on spans (not in the spill) and marked `truncated`."""
     max_events_per_span: int = Field(64, ge=1, lt=SDK_EVENT_LIMIT)

@@ -5,11 +5,13 @@
         with tel.step(step) as s:
             with s.phase("rollout"): ...
             s.record(stats)            # ReducedStats or any Mapping[str, float]
-            s.samples(rows)            # list of dicts: prompt, completion, reward, rewards, ...
+            s.samples(rows, group_size=8)  # list of dicts: prompt, completion, reward, rewards, ...
     tel.finish()                       # grpo.run.finished = 1, flush, close
 
 On the training thread a step costs a span start/end, one float conversion per
-value and one queue put; everything else runs on `Emitter`'s thread.
+value and one queue put (with several processes and `sample_reduce="global"`, also
+the step's two sample-selection collectives: scores, then the kept rows); everything
+else runs on `Emitter`'s thread.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import atexit
 import logging
 import math
 import os
+import random
 import threading
 import time
 from contextlib import AbstractContextManager, contextmanager
@@ -29,6 +32,7 @@ from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.trace import Status, StatusCode, TracerProvider
 
 from ._emitter import Emitter, StepRecord
+from ._exchange import current_group, select_across_ranks
 from ._instruments import Instruments
 from ._providers import Owned, build_meter_provider, build_resource, build_tracer_provider, detect_rank
 from ._quiet import ExportHealth
@@ -102,15 +106,23 @@ class Step:
             # Copies: the caller may reuse its lists once this returns.
             self._record.samples.append({k: list(v) for k, v in samples.items()})
 
-    def samples(self, rows: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> None:
-        """Candidate sample rows; the configured top/bottom/random selection is kept.
+    def samples(
+        self, rows: Sequence[Mapping[str, Any]] | Mapping[str, Any], *, group_size: int | None = None
+    ) -> None:
+        """Candidate sample rows; the step's top/bottom/random selection runs once over every call's rows
+        (and, with `sample_reduce="global"`, every rank's).
 
-        Rows are read later on the background thread: pass dicts you do not mutate afterwards.
+        `group_size`: rows g*G .. g*G+G-1 of this call share a prompt; kept rows then carry
+        `completion_index`, `group_size` and `reward_rank` (1: best in its group). Every kept
+        row carries `source_rank`. Rows are read later: pass dicts you do not mutate afterwards.
         """
         if rows is None:
             return
+        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
+                                       or group_size < 1):
+            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
         listed = [rows] if isinstance(rows, Mapping) else list(rows)
-        self._record.rows.append((time.time_ns(), listed))
+        self._record.rows.append((time.time_ns(), listed, group_size))
 
     def record_phase(self, name: str, seconds: float, *, end_ns: int | None = None) -> None:
         """A phase measured elsewhere (a framework's own timer): the same span and histogram as `phase`.
@@ -137,16 +149,14 @@ class Step:
 
 
 class _NullStep(Step):
-    """What non-exporting ranks get: same calls, nothing recorded."""
+    """What non-exporting ranks get: same calls, nothing exported; sample rows are kept for the
+    step's selection across ranks."""
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         yield
 
     def record(self, stats: Mapping[str, Any], **scalars: Any) -> None:
-        pass
-
-    def samples(self, rows: Any) -> None:
         pass
 
     def _record_measured_phase(self, name: str, seconds: float, end_ns: int) -> None:
@@ -189,7 +199,9 @@ class Telemetry:
         suffix = f"_rank{self.rank}" if "rank" in base else ""  # ranks must not append to one file
         spill = SampleSpill(settings.output_dir, suffix) if settings.spill_samples and self.exporting else None
         self.spill = spill
-        self._emitter = Emitter(settings, instruments, self._tracer, spill)
+        self._emitter = Emitter(settings, instruments, self._tracer, spill, rank=self.rank)
+        self._select_rng = random.Random(settings.seed)  # the training thread's: rank 0 seeds every rank's draw
+        self._warned_exchange = False
         atexit.register(self.shutdown)
 
     def _providers(
@@ -239,21 +251,30 @@ class Telemetry:
         """One training step: the `grpo.step` span, current for everything inside.
 
         An exception escaping the block marks the span as an error and the step as
-        skipped (`grpo.skipped_steps`), and propagates.
+        skipped (`grpo.skipped_steps`), and propagates. With `sample_reduce="global"`
+        and several processes, every rank must enter it: leaving the block runs the
+        step's sample selection across ranks (two collectives, on this thread).
         """
         return self._open(step, count_one=True)
 
     @contextmanager
-    def _open(self, step: int, count_one: bool) -> Iterator[Step]:
+    def _open(self, step: int, count_one: bool, gather_samples: bool | None = None) -> Iterator[Step]:
+        """`gather_samples` (default: `count_one`) runs the cross-rank sample selection on a clean exit."""
         step = int(step)
+        gather = count_one if gather_samples is None else gather_samples
         if self._closed or not self.exporting:
-            yield _NullStep(self, StepRecord(step, None, 0))
+            record = StepRecord(step, None, 0)
+            yield _NullStep(self, record)
+            if gather:
+                self._select_across_ranks(record)  # this rank's rows compete; rank 0 exports the kept ones
             return
         span = self._tracer.start_span("grpo.step", attributes={"grpo.run_id": self.run_id, "grpo.step": step})
         record = StepRecord(step, span, self._advance(step, count_one))
         token = otel_context.attach(trace.set_span_in_context(span))
+        clean = False
         try:
             yield Step(self, record)
+            clean = True
         except BaseException as exc:
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
@@ -261,8 +282,27 @@ class Telemetry:
             raise
         finally:
             otel_context.detach(token)
+            if clean and gather:
+                record.picked = self._select_across_ranks(record)
             record.end_ns = time.time_ns()
             self._emitter.submit(record)  # the span ends on the emitter, after its attributes are set
+
+    def _select_across_ranks(self, record: StepRecord) -> list | None:
+        """The step's kept rows of every rank on rank 0, [] on the others; None with one process or per-rank selection."""
+        if self.settings.sample_reduce != "global" or not self.settings.samples_per_step:
+            return None  # every rank has the same settings: all skip the collectives together
+        group = current_group()
+        if group is None:
+            return None
+        try:
+            kept = select_across_ranks(record.rows, self.settings, self._select_rng, group)
+            return [] if kept is None else kept  # only rank 0 emits them, even when every rank exports
+        except Exception:  # telemetry never stops training; the rows of this step are lost, said once
+            if not self._warned_exchange:
+                self._warned_exchange = True
+                logger.warning("otel-grpo: selecting samples across ranks failed; this step's samples are lost",
+                               exc_info=True)
+            return []
 
     def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Record a metrics dict outside a `step()` block (TRL- or verl-named keys map through aliases)."""

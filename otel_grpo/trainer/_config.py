@@ -123,8 +123,29 @@ class RolloutCorrectionConfig:
     """Lower IS threshold (mask mode; also the low fraction metric)."""
     threshold_upper: float = 2.0
     """Upper IS threshold."""
+    mask_threshold_lower: float | None = None
+    """Lower bound of mask mode (tokens with a ratio below it are dropped); None: `threshold_lower`."""
+    mask_threshold_upper: float | None = None
+    """Upper bound of mask mode; None: `threshold_upper`."""
     veto_threshold: float | None = None
-    """Drop a whole sequence when any token ratio falls below this (None: no veto)."""
+    """Drop a whole sequence when any token ratio falls below this (None: no lower veto)."""
+    veto_threshold_upper: float | None = None
+    """Drop a whole sequence when any token ratio rises above this (None: no upper veto)."""
+
+    def mask_bounds(self) -> tuple[float, float] | None:
+        """(lower, upper) of mask mode, or None to use the IS thresholds."""
+        if self.mask_threshold_lower is None and self.mask_threshold_upper is None:
+            return None
+        lower = self.threshold_lower if self.mask_threshold_lower is None else self.mask_threshold_lower
+        upper = self.threshold_upper if self.mask_threshold_upper is None else self.mask_threshold_upper
+        return lower, upper
+
+    def veto_bounds(self) -> tuple[float, float] | None:
+        """(lower, upper) of the veto (0 / inf for a side not set), or None without a veto."""
+        if self.veto_threshold is None and self.veto_threshold_upper is None:
+            return None
+        lower = 0.0 if self.veto_threshold is None else self.veto_threshold
+        return lower, float("inf") if self.veto_threshold_upper is None else self.veto_threshold_upper
 
     def __post_init__(self) -> None:
         if self.level not in ROLLOUT_IS_LEVELS:
@@ -133,6 +154,12 @@ class RolloutCorrectionConfig:
             raise ValueError(f"rollout_correction.mode must be one of {ROLLOUT_IS_MODES}, got {self.mode!r}")
         if not 0 < self.threshold_lower < 1 < self.threshold_upper:
             raise ValueError("rollout_correction needs 0 < threshold_lower < 1 < threshold_upper")
+        mask = self.mask_bounds()
+        if mask is not None and not 0 < mask[0] < 1 < mask[1]:
+            raise ValueError("rollout_correction needs 0 < mask_threshold_lower < 1 < mask_threshold_upper")
+        veto = self.veto_bounds()
+        if veto is not None and not 0 <= veto[0] < 1 < veto[1]:
+            raise ValueError("rollout_correction needs 0 <= veto_threshold < 1 < veto_threshold_upper")
 
 
 @dataclass(kw_only=True, slots=True)

@@ -212,7 +212,7 @@ class GRPOTrainer:
                 signals.reward_stats(rewards.to(self.device), G, {k: v.to(self.device) for k, v in components.items()},
                                      advantages.to(self.device))
                 | signals.length_stats(ro.completion_mask, ro.truncated)
-                | signals.diversity_stats(ro.completion_ids, ro.completion_mask)
+                | signals.diversity_stats(ro.completion_ids, ro.completion_mask, group_size=G)
                 | signals.mismatch_stats(old_lp, ro.rollout_logprobs, ro.completion_mask)
             )
             with s.phase("update"):
@@ -229,7 +229,7 @@ class GRPOTrainer:
             if skipped:
                 s.skip()
             s.record(reduced)
-            s.samples(rows)
+            s.samples(rows, group_size=G)
         if self.is_main:
             append_metrics(self.output_dir / METRICS, step, reduced)
         return dict(reduced)
@@ -330,7 +330,7 @@ class GRPOTrainer:
             is_weights, mask, is_stats = signals.rollout_correction(
                 old_lp, ro.rollout_logprobs, mask, level=rc.level, mode=rc.mode,
                 threshold=(rc.threshold_lower, rc.threshold_upper),
-                veto_threshold=None if rc.veto_threshold is None else (rc.veto_threshold, float("inf")))
+                mask_threshold=rc.mask_bounds(), veto_threshold=rc.veto_bounds())
             stats = stats | is_stats
         skipped = False
         inject_nan = cfg.faults.nan_at(step)
@@ -342,7 +342,8 @@ class GRPOTrainer:
                                                    with_entropy=True)
                 logp = logp.float()
                 w = None if is_weights is None else is_weights[idx]
-                loss = self.loss_fn(logp, old_lp[idx], ref_lp[idx], advantages[idx], mask[idx], w)
+                loss, policy_term, kl_term = self.loss_fn.terms(logp, old_lp[idx], ref_lp[idx], advantages[idx],
+                                                                mask[idx], w)
                 if inject_nan:
                     loss = loss * float("nan")  # fault `nan`: a non-finite loss
                 self.acc.backward(loss)
@@ -357,7 +358,7 @@ class GRPOTrainer:
                 stats = stats | signals.policy_stats(
                     logp.detach(), old_lp[idx], advantages[idx], mask[idx], g.epsilon_low, g.epsilon_high,
                     ref_logprobs=ref_lp[idx], entropy=entropy.detach().float())
-                stats.add_mean("loss", loss.detach(), 1.0)
+                stats |= signals.loss_stats(loss.detach(), policy_term.detach(), kl_term.detach(), entropy=0.0)  # no bonus
                 stats.add_mean("grad_norm", grad_norm.detach(), 1.0)
         return stats, skipped
 
@@ -381,6 +382,7 @@ class GRPOTrainer:
         return {
             "learning_rate": self.learning_rate(step), "beta": self.cfg.grpo.beta, "step": float(step),
             "num_tokens": self.num_tokens, "step_time": elapsed, "tokens_per_second": step_tokens / max(elapsed, 1e-9),
+            "tokens_per_second_per_gpu": step_tokens / max(elapsed * self.acc.num_processes, 1e-9),
         }
 
     def save(self, next_step: int) -> None:

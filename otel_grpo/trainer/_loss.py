@@ -26,15 +26,25 @@ class ClippedPolicyLoss:
         self.epsilon_low, self.epsilon_high, self.beta = epsilon_low, epsilon_high, beta
 
     def __call__(self, logprobs, old_logprobs, ref_logprobs, advantages, mask, is_weights=None) -> torch.Tensor:
+        return self.terms(logprobs, old_logprobs, ref_logprobs, advantages, mask, is_weights)[0]
+
+    def terms(
+        self, logprobs, old_logprobs, ref_logprobs, advantages, mask, is_weights=None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(loss, its policy-gradient term, its KL term beta * KL): every aggregation is linear,
+        so the two terms, each aggregated as the loss is, add up to it."""
         ratio = torch.exp(logprobs - old_logprobs)
         clipped = torch.clamp(ratio, 1 - self.epsilon_low, 1 + self.epsilon_high)
         adv = advantages[:, None]
         per_token = -torch.min(ratio * adv, clipped * adv)
         if is_weights is not None:
             per_token = per_token * is_weights
+        policy = self.aggregate(per_token, mask)
         if self.beta > 0:
-            per_token = per_token + self.beta * k3_kl(logprobs, ref_logprobs)
-        return self.aggregate(per_token, mask)
+            kl = self.aggregate(self.beta * k3_kl(logprobs, ref_logprobs), mask)
+        else:
+            kl = torch.zeros((), dtype=policy.dtype, device=policy.device)
+        return policy + kl, policy, kl
 
     def aggregate(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

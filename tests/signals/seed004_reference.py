@@ -70,6 +70,7 @@ def rollout_is(old, rollout, mask, level, mode, threshold, mask_threshold=None, 
 def _is_metrics(w, log_m, mask, level, upper, lower, log_upper, log_lower, has_cat, cat):
     metrics = {}
     seq_valid = mask.sum(dim=-1, keepdim=True) > 0
+    metrics["rollout_is_valid"] = mask.any().float()  # the seed's `valid`, as a number
     metrics["rollout_is_veto_fraction"] = masked_mean(has_cat.float(), seq_valid)
     metrics["rollout_is_catastrophic_token_fraction"] = masked_mean(cat.float(), mask)
     if level in ("sequence", "geometric"):

@@ -25,9 +25,10 @@ def everything(B: int, T: int, seed: int = 0, mask: torch.Tensor | None = None, 
     truncated = torch.rand(B, generator=g) < 0.3
     ids = torch.randint(0, 50, (B, T), generator=g)
     m, lp, old, rw, truncated, ids = (t[rows] for t in (mask, lp, old, rewards, truncated, ids))
-    stats = reward_stats(rw, 1 if len(rw) % 2 else 2, {"acc": rw.round()}, advantages=rw - 0.5)
+    group = 1 if len(rw) % 2 else 2
+    stats = reward_stats(rw, group, {"acc": rw.round()}, advantages=rw - 0.5)
     stats |= length_stats(m, truncated)
     stats |= policy_stats(lp, old, rw - 0.5, m, 0.2, 0.28, ref_logprobs=old, entropy=-lp)
     stats |= rollout_correction(lp, old, m, level="token", mode="both", veto_threshold=(1e-3, 1e3)).stats
     stats |= mismatch_stats(lp, old, m)
-    return stats | diversity_stats(ids, m)
+    return stats | diversity_stats(ids, m, group_size=group)

@@ -43,9 +43,9 @@ def test_additions_by_hand():
     assert r["is_ratio_mean"] == pytest.approx((2 + 0.5 + 4) / 3)
     assert (r["is_ratio_min"], r["is_ratio_max"]) == (pytest.approx(0.5), pytest.approx(4.0))
     assert r["mismatch_logprob_abs_diff_max"] == pytest.approx(math.log(4))
-    assert r["mismatch_chi2_token"] == pytest.approx((1 + 0.25 + 9) / 3)
+    assert r["mismatch_chi2_token"] == pytest.approx((4 + 0.25 + 16) / 3 - 1)  # verl's E[rho^2] - 1
     # sequence ratios: 1 and 4
-    assert r["mismatch_chi2_seq"] == pytest.approx((0 + 9) / 2)
+    assert r["mismatch_chi2_seq"] == pytest.approx((1 + 16) / 2 - 1)
     assert r.samples["sample_is_ratio"] == pytest.approx([1.0, 4.0])
     assert r["mismatch_kl"] == pytest.approx(-math.log(4) / 3)
 
@@ -55,7 +55,8 @@ def test_safety_bound_and_rows_without_tokens():
     mask = torch.tensor([[1, 0], [0, 0]])
     r = reduce_stats(mismatch_stats(train, torch.zeros(2, 2), mask))
     assert r["is_ratio_max"] == pytest.approx(math.exp(20), rel=1e-6)
-    assert r["mismatch_chi2_seq"] == pytest.approx((math.exp(20) - 1) ** 2, rel=1e-5)
+    # over all rows, as verl: the empty row adds exp(0)^2 - 1 = 0
+    assert r["mismatch_chi2_seq"] == pytest.approx((math.exp(40) - 1) / 2, rel=1e-5)
     assert len(r.samples["sample_is_ratio"]) == 1  # the empty row is NaN, dropped from samples
     # the seed's all-row means include the empty row (mean log-prob 0, ppl 1)
     assert r["mismatch_training_ppl"] == pytest.approx((math.exp(-50) + 1) / 2)

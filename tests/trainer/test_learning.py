@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from statistics import mean
 
+import pytest
+
 PHASES = {"rollout", "reward", "reference", "update"}
 
 
@@ -40,7 +42,8 @@ def test_warm_start_is_its_own_phase_and_samples_carry_their_columns(train_run, 
     rows = [__import__("json").loads(line) for line in (tmp_path / "run" / "samples" / "step_1.jsonl").open()]
     assert rows
     for column in ("prompt", "completion", "reward", "reward.correct", "reward.format", "advantage",
-                   "completion_length", "prompt_length", "policy_version", "group"):
+                   "completion_length", "prompt_length", "policy_version", "group",
+                   "completion_index", "group_size", "reward_rank", "source_rank"):
         assert column in rows[0], column
     assert {r["policy_version"] for r in rows} == {2}  # the warm-start sync, then step 0's
 
@@ -49,3 +52,19 @@ def test_rollout_correction_reports_is_weights(train_run):
     run = train_run("steps=2", "rollout_correction.enabled=true", "rollout_correction.mode=mask")
     last = run.result.history[-1]
     assert "rollout_is_mean" in last and "rollout_is_masked_fraction" in last
+
+
+@pytest.mark.parametrize("bounds, masked, vetoed", [
+    # bf16 rollout copy vs fp32 policy: token ratios off 1 by ~1e-2 while the IS thresholds stay wide
+    (("mask_threshold_lower=0.999", "mask_threshold_upper=1.001"), True, False),
+    (("veto_threshold_upper=1.0001",), False, True),  # the upper veto bound alone
+    (("veto_threshold=0.9999",), False, True),  # the lower one alone
+])
+def test_mask_bounds_and_both_veto_bounds_reach_the_correction(train_run, bounds, masked, vetoed):
+    run = train_run("steps=1", "rollout_correction.enabled=true", "rollout_correction.mode=mask",
+                    *(f"rollout_correction.{b}" for b in bounds))
+    last = run.result.history[-1]
+    assert (last["rollout_is_masked_fraction"] > 0) == masked
+    assert (last["rollout_is_veto_fraction"] > 0) == vetoed
+    assert last["rollout_is_valid"] == 1.0 and "grpo.rollout_is.valid" in run.metrics()
+    assert last["loss"] == pytest.approx(last["loss_policy"] + last["loss_kl"], abs=1e-6)

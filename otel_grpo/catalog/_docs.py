@@ -1,0 +1,96 @@
+"""docs/signals.md, generated from the catalog: every signal, its definition and what TRL, verl and MaxEnt-GRPO call it.
+
+    >>> from otel_grpo.catalog._docs import render_signals_md
+    >>> render_signals_md().startswith("# Signals")
+    True
+
+`otel-grpo dashboards` writes it; a test checks the committed file equals this.
+"""
+
+from __future__ import annotations
+
+from ._signal import Group, Signal
+from ._table import SIGNALS
+
+_PEERS = (("trl", "TRL"), ("verl", "verl"), ("maxent", "MaxEnt-GRPO"))
+_TITLES = {
+    Group.REWARD: "Reward", Group.ADVANTAGE: "Advantage", Group.POLICY: "Policy update and clipping",
+    Group.KL: "KL to the reference", Group.MISMATCH: "Rollout vs training mismatch",
+    Group.ROLLOUT_IS: "Rollout IS correction", Group.LENGTH: "Completions", Group.OPTIM: "Optimisation",
+    Group.THROUGHPUT: "Throughput and progress", Group.HEALTH: "Health", Group.MAXENT: "MaxEnt-GRPO",
+}
+
+_HEADER = """# Signals
+
+Generated from the catalog (`otel_grpo/catalog`) by `otel-grpo dashboards`; do not edit by hand.
+
+Every signal otel-grpo exports, how it is computed, and the name each peer logs it under.
+A peer cell says **same** when the peer's code computes the same number, or **differs**
+and how. Peer names resolve to the signal: `Telemetry.log_metrics` and `Step.record`
+accept them as they are. Checked against the peers' code: TRL 1.16 (`grpo_trainer.py`),
+verl 0.9.1 (`core_algos.py`, `metric_utils.py`, `rollout_corr_helper.py`; its `mismatch/*`
+names are those of the mismatch helper of seed 004), TRL's former PPOTrainer (names in
+"Other names") and the MaxEnt-GRPO metrics module (`train/*`). That module formats values
+its batch pipeline computes; where seed 000 does not show the computation (clip ratios,
+lengths, KL, entropy: "scalars that mirror the TRL trainer"), **same** means the quantity
+its name and TRL's definition state.
+
+## Differences that hold for many signals
+
+- **Pooled across ranks.** Our means pool every element of every rank (one all-gather,
+  exact: two ranks give what one process gives on the concatenated batch). The seed-004
+  helper (verl's `mismatch/*` names) averages per-rank values; with unequal token counts the
+  numbers differ (two ranks: `rollout_is_mean` 1.083 pooled vs 1.048 averaged,
+  `rollout_is_std` 0.440 vs 0.255). verl 0.9.1 computes `critic/*`, `response_length/*` and
+  `rollout_corr/*` on the driver over the whole batch, as ours; its `actor/*` values are per
+  micro-batch and rank, then averaged.
+- **Micro-batches.** TRL and verl log per-micro-batch values and average them; ours pool
+  every micro-batch merged into the step's stats (equal with one micro-batch per step).
+- **Sample standard deviation.** Ours divide by n - 1, as torch and TRL; MaxEnt-GRPO's
+  are population standard deviations (divide by n).
+- **TRL PPO names without a GRPO quantity.** `objective/entropy` (summed negative
+  log-probability of the sampled tokens), `objective/non_score_reward` and
+  `objective/rlhf_reward` (the KL-shaped reward GRPO does not use), `loss/value_avg`,
+  `val/clipfrac_avg`, `val/ratio_var`, `val/num_eos_tokens`, `episode` and `eps` have no
+  catalog signal; logged, they become `grpo.extra.*` gauges.
+- **Empty inputs.** A statistic with no element (a mean over no token, the minimum of no
+  terminated completion) is invalid: not exported that step and listed in
+  `ReducedStats.invalid`. TRL and verl report 0.0 or NaN there.
+"""
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _peer(signal: Signal, peer: str) -> str:
+    name = getattr(signal, peer)
+    if not name:
+        return ""
+    how = signal.difference(peer)
+    return f"`{name}` same" if how is None else f"`{name}` differs: {_cell(how)}"
+
+
+def _row(signal: Signal) -> str:
+    label = f" (attribute `{signal.label}`)" if signal.label else ""
+    cells = [f"`{signal.key}`{label}<br>`{signal.prometheus_name}`", f"{signal.kind.value}, `{signal.unit}`",
+             _cell(signal.description)]
+    cells += [_peer(signal, peer) for peer, _ in _PEERS]
+    other = ", ".join(f"`{a}`" for a in signal.aliases)
+    if other and signal.difference("other"):
+        other += f" differs: {_cell(signal.difference('other'))}"
+    cells.append(other)
+    return "| " + " | ".join(cells) + " |"
+
+
+def render_signals_md() -> str:
+    """The whole of docs/signals.md."""
+    head = "| signal | kind, unit | definition | " + " | ".join(t for _, t in _PEERS) + " | other names |"
+    rule = "|" + " --- |" * (len(_PEERS) + 4)
+    parts = [_HEADER]
+    for group in Group:
+        members = [s for s in SIGNALS if s.group is group]
+        if members:
+            parts.append(f"\n## {_TITLES.get(group, group.value)}\n\n{head}\n{rule}\n" +
+                         "\n".join(_row(s) for s in members) + "\n")
+    return "".join(parts)

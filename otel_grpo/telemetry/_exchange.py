@@ -1,0 +1,75 @@
+"""Sample selection per step over every rank (torchforge's `global_reduce`): scores travel, then only the kept rows.
+
+    kept = select_across_ranks(calls, settings, rng, group)   # every rank, on the training thread
+    # rank 0: the step's kept rows of every rank (Selected); other ranks: None
+
+Two object collectives per step, whatever the number of rows or `samples()` calls:
+an all-gather of each rank's scores (floats, never text) with rank 0's random seed,
+after which every rank computes the same selection, and a gather to rank 0 of the
+rows each rank holds among the kept ones.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from ._samples import Selected, StepRows, select_indices
+from ._settings import TelemetrySettings
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessGroup:
+    """The torch.distributed default group as the exchange uses it."""
+
+    dist: Any
+    rank: int
+    world: int
+
+
+def current_group() -> ProcessGroup | None:
+    """The initialized torch.distributed default group when it has more than one process."""
+    torch = sys.modules.get("torch")  # a run without torch has no process group: never import it here
+    if torch is None:
+        return None
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    world = dist.get_world_size()
+    return ProcessGroup(dist, dist.get_rank(), world) if world > 1 else None
+
+
+def select_across_ranks(
+    calls: Sequence[tuple[int, Sequence[Mapping[str, Any]], int | None]],
+    settings: TelemetrySettings,
+    rng: random.Random,
+    group: ProcessGroup,
+) -> list[Selected] | None:
+    """Top / bottom / random rows of the step over every rank; the kept rows on rank 0, None elsewhere.
+
+    Every rank must call this once per step (with no rows if it has none). `Selected.index`
+    is the row's position among every rank's rows, rank by rank; rows carry their group
+    context (`StepRows.annotated`) and `source_rank`.
+    """
+    dist, rank, world = group.dist, group.rank, group.world
+    rows = StepRows(calls, settings.score)
+    seed = rng.getrandbits(63) if rank == 0 else None  # rank 0's draw: the same random picks everywhere
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, (rows.scores, seed))  # collective 1: scores only
+    starts, flat = [], []
+    for scores, _ in gathered:
+        starts.append(len(flat))
+        flat += scores
+    picked = select_indices(flat, top_k=settings.top_k, bottom_k=settings.bottom_k, random_k=settings.random_k,
+                            rng=random.Random(gathered[0][1]))
+    mine_from, mine_to = starts[rank], starts[rank] + len(rows.rows)
+    mine = [(order, index, selection, rows.annotated(index - mine_from, rank))
+            for order, (index, selection) in enumerate(picked) if mine_from <= index < mine_to]
+    received: list[Any] | None = [None] * world if rank == 0 else None
+    dist.gather_object(mine, received, dst=0)  # collective 2: the kept rows only
+    if received is None:
+        return None
+    kept = sorted((item for part in received for item in part), key=lambda item: item[0])
+    return [Selected(index, selection, row) for _, index, selection, row in kept]
