@@ -179,7 +179,7 @@ def test_a_crash_shuts_down_without_finishing(tmp_path):
                 raise RuntimeError("reward server down")
             return super()._calculate_rewards(*args, **kwargs)
 
-    from tiny_trl import make_grpo_trainer
+    from tests._support.tiny_trl import make_grpo_trainer
 
     trainer = make_grpo_trainer(tmp_path / "train", trainer_class=Failing, model_dir=tmp_path / "model", max_steps=3)
     trainer.records = {"generations": [], "micro_batches": []}
