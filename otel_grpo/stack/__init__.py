@@ -20,9 +20,16 @@ from ._rules import RuleSettings, alert_rules, recording_rules, rule_metric_name
 from .dashboards import dashboard_files
 
 
+def doc_files() -> dict[str, str]:
+    """Docs generated from the catalog: the TRL-to-catalog mapping."""
+    from otel_grpo.integrations.trl import render_markdown
+
+    return {"docs/integrations.md": render_markdown()}
+
+
 def generated_files() -> dict[str, str]:
-    """Every committed generated file by repository path: dashboards, rules, configs."""
-    return {**dashboard_files(), **compose_files()}
+    """Every committed generated file by repository path: dashboards, rules, configs, catalog docs."""
+    return {**dashboard_files(), **compose_files(), **doc_files()}
 
 
 __all__ = [
@@ -35,6 +42,7 @@ __all__ = [
     "alert_rules",
     "compose_files",
     "dashboard_files",
+    "doc_files",
     "find_binary",
     "format_summary",
     "generated_files",

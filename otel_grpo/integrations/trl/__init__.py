@@ -13,13 +13,14 @@ imports neither transformers nor TRL.
 
 from typing import Any
 
-__all__ = ["SUPPORTED_TRL", "OtelGrpoCallback", "instrument", "trl_mapping"]
+__all__ = ["SUPPORTED_TRL", "OtelGrpoCallback", "instrument", "render_markdown", "trl_mapping"]
 
 _WHERE = {
     "SUPPORTED_TRL": "._compat",
     "OtelGrpoCallback": "._callback",
     "instrument": "._instrument",
     "trl_mapping": "._keys",
+    "render_markdown": "._keys",
 }
 
 
