@@ -84,9 +84,9 @@ class InstrumentedCallback(TrainerCallback):
             logger.warning("otel-grpo: reducing TRL's stats failed; exporting TRL's logged values only", exc_info=True)
             logged = None
         mapped = map_logs(logs)
-        computed = set(logged.stats) | logged.stats.invalid if logged is not None else set()
+        computed = _bases(set(logged.stats) | logged.stats.invalid) if logged is not None else set()
         # TRL's own (mean-of-means) value of a key computed exactly from its tensors is dropped
-        scalars = {k: v for k, v in mapped.items() if k.partition("/")[0] not in _bases(computed)}
+        scalars = {k: v for k, v in mapped.items() if k.partition("/")[0] not in computed}
         scalars.update(self._host_scalars(step, mapped))
         with self.telemetry._open(step, count_one=False) as s:  # a logged step covers logging_steps steps
             if logged is not None:

@@ -68,10 +68,10 @@ def generation_stats(trainer: Any, out: dict, cap: Captured) -> tuple[signals.St
 
     lengths, truncated = _lengths(trainer, cap.completion_ids, out)
     length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < torch.tensor(lengths, device=ids.device)[:, None]
-    stats = stats | signals.length_stats(length_mask, torch.tensor(truncated, device=ids.device))
     max_len = max(int(getattr(trainer, "max_completion_length", 0) or 0), width)
-    stats = stats | signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len)
-    stats = _sampling_stats(trainer, out, stats)
+    stats = signals.Stats.merge(  # one merge: each `|` copies every part so far
+        stats, signals.length_stats(length_mask, torch.tensor(truncated, device=ids.device)),
+        signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len), *_sampling_stats(trainer, out))
     values = torch.cat([local, total[:, None], advantages[:, None].to(local.dtype)], dim=1).detach()
     step = int(trainer.state.global_step)
     return stats, SampleBatch(cap, values, lengths, truncated, rank * batch, step)
@@ -88,8 +88,9 @@ def _lengths(trainer: Any, completion_ids: Sequence[Sequence[int]], out: dict) -
     return [len(ids) for ids in completion_ids], truncated
 
 
-def _sampling_stats(trainer: Any, out: dict, stats: signals.Stats) -> signals.Stats:
+def _sampling_stats(trainer: Any, out: dict) -> list[signals.Stats]:
     """Mismatch and rollout-IS sets whenever TRL holds the sampler's log-probs; TRL's corrected IS ratio."""
+    found = []
     mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
     sampling, train = out.get("sampling_per_token_logps"), out.get("old_per_token_logps")
     if sampling is not None and train is not None:
@@ -100,11 +101,11 @@ def _sampling_stats(trainer: Any, out: dict, stats: signals.Stats) -> signals.St
         high = getattr(args, "vllm_importance_sampling_clip_max", None) or math.inf
         _, _, is_stats = signals.rollout_correction(train, sampling, mask, level=level, mode=mode,
                                                     threshold=(low, high), with_mismatch=True)
-        stats = stats | is_stats
+        found.append(is_stats)
     ratio = out.get("importance_sampling_ratio")
     if ratio is not None:
-        stats = stats | _trl_is_ratio(ratio, mask)
-    return stats
+        found.append(_trl_is_ratio(ratio, mask))
+    return found
 
 
 def _trl_is_ratio(ratio: Tensor, mask: Tensor) -> signals.Stats:

@@ -125,5 +125,18 @@ def render_markdown() -> str:
         "`reward.<function>`, `old_logprobs`, `reference`, `update`) and, whenever the trainer holds",
         "sampling log-probs (vLLM), the `grpo.mismatch.*` and `grpo.rollout_is.*` sets.",
         "",
+        "Notes:",
+        "",
+        "- Partial aggregates stay on the device between logged steps; a logged step costs one",
+        "  collective and one device-to-host copy for the stats, plus one copy per generation batch",
+        "  for its sample rows' rewards and advantages.",
+        "- Reward group std and `frac_zero_std` need whole groups on each rank (per-device generation",
+        "  batch a multiple of `num_generations`); otherwise they are per completion, with a warning.",
+        "- The policy ratio and clip ratios are token-level (TRL's `importance_sampling_level=\"token\"`,",
+        "  its default); with `\"sequence\"` TRL clips a sequence-level ratio and its clip ratios differ.",
+        "- Sample rows are offered on every rank; which of them are kept follows `Telemetry`'s selection",
+        "  (only the exporting rank's rows until it selects across ranks).",
+        "- Only `train()` is instrumented; evaluation keeps TRL's logged `eval_*` values.",
+        "",
     ]
     return "\n".join(lines)
