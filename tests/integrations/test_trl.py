@@ -74,7 +74,8 @@ def test_one_process_equals_trl_and_tensors(tmp_path):
                 assert close(steps[step][key], expected[key]), (step, key)
         # TRL's kl is bias-corrected k3; grpo.kl is plain k3, so they differ once the policy moved
     assert steps[4]["trl_kl"] != steps[4]["kl"]
-    assert steps[4]["beta"] == 0.04
+    assert steps[4]["beta"] == 0.04 and steps[3]["num_tokens"] > steps[2]["num_tokens"] > 0
+    assert steps[3]["tokens_per_second"] > 0 and steps[2]["tokens_per_second"] == 0  # step 2 reuses the batch
 
     # no grpo.extra.* from TRL's own keys; the run is marked finished
     assert not [n for n in metrics if n.startswith("grpo.extra.")]
@@ -190,3 +191,25 @@ def test_a_crash_shuts_down_without_finishing(tmp_path):
     assert tel._closed
     names = {m.name for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
     assert "grpo.reward.mean" in names and "grpo.run.finished" not in names
+
+
+def test_ctrl_c_finishes_the_run(tmp_path):
+    from trl_run import recording_class
+
+    class Interrupted(recording_class()):
+        def _calculate_rewards(self, *args, **kwargs):
+            if self.state.global_step == 1:
+                raise KeyboardInterrupt
+            return super()._calculate_rewards(*args, **kwargs)
+
+    from tests._support.tiny_trl import make_grpo_trainer
+
+    trainer = make_grpo_trainer(tmp_path / "train", trainer_class=Interrupted, model_dir=tmp_path / "model", max_steps=3)
+    trainer.records = {"generations": [], "micro_batches": []}
+    tel, reader, _ = in_memory_telemetry(tmp_path / "telemetry")
+    instrument(trainer, telemetry=tel)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+               for m in sm.metrics}
+    assert tel._closed and metrics["grpo.run.finished"].data.data_points[0].value == 1.0

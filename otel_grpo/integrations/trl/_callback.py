@@ -62,7 +62,7 @@ class InstrumentedCallback(TrainerCallback):
 
     def __init__(self, trainer: Any, telemetry: Telemetry, acc: Accumulator, hooks: Any) -> None:
         self.trainer, self.telemetry, self.acc, self.hooks = trainer, telemetry, acc, hooks
-        self._last = (time.perf_counter(), None)  # (time, num_tokens) at the last logged step
+        self._last: tuple[float, float | None] = (time.perf_counter(), None)  # (time, tokens seen) at the last log
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -100,11 +100,12 @@ class InstrumentedCallback(TrainerCallback):
                 s.record(scalars)
 
     def _host_scalars(self, step: int, mapped: dict[str, float]) -> dict[str, float]:
-        now, tokens = time.perf_counter(), mapped.get("num_tokens")
+        """Step, beta, tokens seen (TRL logs `num_tokens` only on generation steps) and throughput since the last log."""
+        now, tokens = time.perf_counter(), float(self.trainer.state.num_input_tokens_seen)
         then, before = self._last
         self._last = (now, tokens)
-        out = {"step": float(step), "beta": float(getattr(self.trainer, "beta", 0.0))}
-        if tokens is not None and before is not None and now > then:
+        out = {"step": float(step), "beta": float(getattr(self.trainer, "beta", 0.0)), "num_tokens": tokens}
+        if before is not None and now > then:
             out["tokens_per_second"] = (tokens - before) / (now - then)
         return out
 
