@@ -22,7 +22,6 @@ class Logged:
     stats: signals.ReducedStats
     batches: list[SampleBatch]
     phases: list[tuple[str, float, int]]
-    micro_steps: int
 
 
 @dataclass(slots=True)
@@ -30,7 +29,6 @@ class Accumulator:
     stats: list[signals.Stats] = field(default_factory=list)
     batches: list[SampleBatch] = field(default_factory=list)
     phases: list[tuple[str, float, int]] = field(default_factory=list)
-    micro_steps: int = 0
 
     def add(self, stats: signals.Stats) -> None:
         self.stats.append(stats)  # merged once, at the logged step
@@ -46,6 +44,6 @@ class Accumulator:
         """Reduce what was added since the last call (a collective: every rank calls it) and start afresh."""
         merged = signals.Stats.merge(*self.stats) if self.stats else signals.Stats()
         reduced = signals.reduce_stats(merged, accelerator)  # the logged step's one device-to-host copy
-        logged = Logged(reduced, self.batches, self.phases, self.micro_steps)
-        self.stats, self.batches, self.phases, self.micro_steps = [], [], [], 0
+        logged = Logged(reduced, self.batches, self.phases)
+        self.stats, self.batches, self.phases = [], [], []
         return logged

@@ -79,9 +79,8 @@ def generation_stats(trainer: Any, out: dict, cap: Captured) -> tuple[signals.St
 
 def _lengths(trainer: Any, completion_ids: Sequence[Sequence[int]], out: dict) -> tuple[list[int], list[bool]]:
     """TRL's completion lengths and truncation flags, from the host-side id lists TRL scored."""
-    eos_and_pad = {*trainer.eos_token_ids, trainer.processing_class.pad_token_id
-                   if not hasattr(trainer.processing_class, "tokenizer")
-                   else trainer.processing_class.tokenizer.pad_token_id}
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)  # a processor's
+    eos_and_pad = {*trainer.eos_token_ids, tokenizer.pad_token_id}
     truncated = [bool(ids) and ids[-1] not in eos_and_pad for ids in completion_ids]
     if "tool_mask" in out:  # TRL counts only model-generated tokens then
         return out["tool_mask"].sum(-1).tolist(), truncated

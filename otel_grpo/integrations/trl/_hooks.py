@@ -138,7 +138,6 @@ class Hooks:
         self._generation_s = 0.0
         loss = original(model, inputs, *args, **kwargs)
         self.acc.phase("update", max(time.perf_counter() - t0 - self._generation_s, 0.0))
-        self.acc.micro_steps += 1
 
         def add_loss() -> None:
             st = signals.Stats()
