@@ -213,3 +213,28 @@ def test_ctrl_c_finishes_the_run(tmp_path):
     metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
                for m in sm.metrics}
     assert tel._closed and metrics["grpo.run.finished"].data.data_points[0].value == 1.0
+
+
+def test_a_reward_function_without_values_is_counted_nonfinite(tmp_path):
+    from trl_run import recording_class
+
+    class NoShortReward(recording_class()):
+        def _calculate_rewards(self, *args, **kwargs):
+            rewards = super()._calculate_rewards(*args, **kwargs)
+            rewards[:, 1] = float("nan")  # as when reward_short returns None for every completion
+            return rewards
+
+    from tests._support.tiny_trl import make_grpo_trainer
+
+    trainer = make_grpo_trainer(tmp_path / "train", trainer_class=NoShortReward, model_dir=tmp_path / "model",
+                                max_steps=1)
+    trainer.records = {"generations": [], "micro_batches": []}
+    tel, reader, exporter = in_memory_telemetry(tmp_path / "telemetry")
+    instrument(trainer, telemetry=tel)
+    trainer.train()
+    assert trainer.state.log_history[0]["rewards/reward_short/mean"] is None  # TRL's all-NaN mean
+    metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+               for m in sm.metrics}
+    nonfinite = {(p.attributes["signal"]): p.value for p in metrics["grpo.nonfinite"].data.data_points}
+    assert nonfinite == {"reward_fn_mean/reward_short": 1, "reward_fn_std/reward_short": 1}
+    assert "reward_fn_mean/reward_words" in exported(exporter)["steps"]["1"]

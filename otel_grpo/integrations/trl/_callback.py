@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -85,8 +86,11 @@ class InstrumentedCallback(TrainerCallback):
             logged = None
         mapped = map_logs(logs)
         computed = _bases(set(logged.stats) | logged.stats.invalid) if logged is not None else set()
-        # TRL's own (mean-of-means) value of a key computed exactly from its tensors is dropped
-        scalars = {k: v for k, v in mapped.items() if k.partition("/")[0] not in computed}
+        invalid = logged.stats.invalid if logged is not None else frozenset()
+        # TRL's own (mean-of-means) value of a key computed exactly from its tensors is dropped, unless
+        # both found no valid value (TRL's None): that NaN goes on to be counted in grpo.nonfinite
+        scalars = {k: v for k, v in mapped.items()
+                   if k.partition("/")[0] not in computed or (k in invalid and math.isnan(v))}
         scalars.update(self._host_scalars(step, mapped))
         with self.telemetry._open(step, count_one=False) as s:  # a logged step covers logging_steps steps
             if logged is not None:
