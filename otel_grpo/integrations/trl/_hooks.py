@@ -90,21 +90,30 @@ class Hooks:
     def _rewards(self, original, inputs, prompts, completions, completion_ids_list, *args, **kwargs):
         t0 = time.perf_counter()
         rewards = original(inputs, prompts, completions, completion_ids_list, *args, **kwargs)
-        if self._training():
-            self.acc.phase("reward", time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+
+        def capture() -> None:
+            self.acc.phase("reward", seconds)
             self._captured = Captured(list(prompts), list(completions), [list(c) for c in completion_ids_list],
                                       rewards.detach())
+        if self._training():
+            self._guard("rewards", capture)
         return rewards
 
     def _logps(self, original, model, *args, **kwargs):
         t0 = time.perf_counter()
-        logps, entropies, aux = original(model, *args, **kwargs)
-        if kwargs.get("compute_entropy"):  # the loss's forward pass: read by _loss
-            self._loss_logps = (logps.detach(), None if entropies is None else entropies.detach())
-        elif self._training():
-            ref = model is getattr(self.trainer, "ref_model", None)
-            self.acc.phase("reference" if ref else "old_logprobs", time.perf_counter() - t0)
-        return logps, entropies, aux
+        result = original(model, *args, **kwargs)
+        seconds = time.perf_counter() - t0
+
+        def capture() -> None:
+            logps, entropies, _ = result
+            if kwargs.get("compute_entropy"):  # the loss's forward pass: read by _loss
+                self._loss_logps = (logps.detach(), None if entropies is None else entropies.detach())
+            elif self._training():
+                ref = model is getattr(self.trainer, "ref_model", None)
+                self.acc.phase("reference" if ref else "old_logprobs", seconds)
+        self._guard("log-probs", capture)
+        return result
 
     def _generation(self, original, inputs, *args, **kwargs):
         t0 = time.perf_counter()
@@ -137,9 +146,10 @@ class Hooks:
         t0 = time.perf_counter()
         self._generation_s = 0.0
         loss = original(model, inputs, *args, **kwargs)
-        self.acc.phase("update", max(time.perf_counter() - t0 - self._generation_s, 0.0))
+        seconds = max(time.perf_counter() - t0 - self._generation_s, 0.0)
 
         def add_loss() -> None:
+            self.acc.phase("update", seconds)
             st = signals.Stats()
             # transformers logs sum(training_step losses) / optimizer steps, averaged over ranks
             st.add_mean("loss", loss.detach() * self.trainer.current_gradient_accumulation_steps, 1.0)

@@ -40,14 +40,19 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
             settings["model_name"] = getattr(getattr(trainer.model, "config", None), "_name_or_path", None)
         telemetry = telemetry_for(trainer.args, **settings)
     reason = unsupported(trainer)
+    if reason is None:
+        acc = Accumulator()
+        hooks = Hooks(trainer, acc)
+        try:
+            hooks.install()
+        except Exception as exc:  # a member that passed the check but cannot be wrapped
+            hooks.enabled = False
+            reason = f"wrapping {type(trainer).__name__} failed ({exc})"
+        else:
+            trainer.add_callback(InstrumentedCallback(trainer, telemetry, acc, hooks))
     if reason is not None:
         logger.warning("otel-grpo: %s; exporting TRL's logged values only", reason)
         trainer.add_callback(OtelGrpoCallback(telemetry))
-    else:
-        acc = Accumulator()
-        hooks = Hooks(trainer, acc)
-        hooks.install()
-        trainer.add_callback(InstrumentedCallback(trainer, telemetry, acc, hooks))
     _own_lifecycle(trainer, telemetry)
     return telemetry
 
