@@ -60,6 +60,7 @@ bench: setup
 	$(PY) benchmarks/emit.py
 	$(PY) benchmarks/sidecar.py
 	$(PY) benchmarks/trainer.py
+	$(PY) benchmarks/trl.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

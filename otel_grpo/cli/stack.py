@@ -128,7 +128,7 @@ def dashboards(
     root: Path = typer.Option(Path("."), help="Repository root to write into."),
     check: bool = typer.Option(False, help="Only compare; exit 1 if a committed file is out of date."),
 ) -> None:
-    """Regenerate the Grafana dashboards, the Prometheus/Alertmanager files and docs/signals.md from the catalog."""
+    """Regenerate the Grafana dashboards, the Prometheus/Alertmanager files, docs/signals.md and docs/integrations.md from the catalog."""
     from otel_grpo.stack import generated_files
 
     stale = []

@@ -257,6 +257,14 @@ class Telemetry:
         """
         return self._open(step, count_one=True)
 
+    def logged_step(self, step: int) -> AbstractContextManager[Step]:
+        """A step that stands for every step since the last one (a trainer that logs every N steps).
+
+        As `step()`, except that `grpo.steps` advances by the steps since the previous
+        call; every rank must enter it (it runs the same sample selection across ranks).
+        """
+        return self._open(step, count_one=False, gather_samples=True)
+
     @contextmanager
     def _open(self, step: int, count_one: bool, gather_samples: bool | None = None) -> Iterator[Step]:
         """`gather_samples` (default: `count_one`) runs the cross-rank sample selection on a clean exit."""

@@ -1,0 +1,32 @@
+"""TRL's GRPOTrainer, instrumented from its own tensors: `instrument(trainer)`.
+
+    trainer = GRPOTrainer(model=..., reward_funcs=[...], args=GRPOConfig(...), train_dataset=...)
+    instrument(trainer)     # run id and output dir from `args`; finish at train end
+    trainer.train()
+
+`OtelGrpoCallback` is the log-dict path for any `transformers.Trainer` (and the
+fallback when the installed TRL is outside `SUPPORTED_TRL`). `trl_mapping()` is the
+table of every key TRL and transformers log and the catalog signal it becomes.
+Names are resolved lazily so that `_keys` (the mapping, used by the docs generator)
+imports neither transformers nor TRL.
+"""
+
+from typing import Any
+
+__all__ = ["SUPPORTED_TRL", "OtelGrpoCallback", "instrument", "render_markdown", "trl_mapping"]
+
+_WHERE = {
+    "SUPPORTED_TRL": "._compat",
+    "OtelGrpoCallback": "._callback",
+    "instrument": "._instrument",
+    "trl_mapping": "._keys",
+    "render_markdown": "._keys",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_WHERE[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,120 @@
+"""Trainer callbacks: the log-dict path (`OtelGrpoCallback`) and the logged-step flush of `instrument`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+from transformers import TrainerCallback
+
+from ...telemetry import Telemetry
+from ._accumulate import Accumulator
+from ._generation import fn_name, sample_rows
+from ._keys import map_logs
+
+logger = logging.getLogger("otel_grpo.integrations.trl")
+# transformers' end-of-training summary arrives in one log call with these keys
+_SUMMARY = "train_runtime"
+
+
+class OtelGrpoCallback(TrainerCallback):
+    """Exports what any `transformers.Trainer` logs: `Trainer(..., callbacks=[OtelGrpoCallback()])`.
+
+    TRL and transformers keys map to catalog signals (TRL's names first: its `kl` is
+    `grpo.trl.kl`), `eval_<name>` to `grpo.eval{metric="<name>"}`, None and NaN to
+    `grpo.nonfinite`, anything else to `grpo.extra.<key>`. `telemetry`: the one to
+    export through; None builds one from the environment with `settings` (run id and
+    output dir default from the trainer's `args`), finished at train end.
+    """
+
+    def __init__(self, telemetry: Telemetry | None = None, **settings: Any) -> None:
+        self.telemetry = telemetry
+        self._settings = settings
+        self._owned = telemetry is None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.telemetry is None:
+            self.telemetry = telemetry_for(args, **self._settings)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.telemetry is None:
+            self.telemetry = telemetry_for(args, **self._settings)
+        self.telemetry.log_metrics(state.global_step, map_logs(logs or {}))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._owned and self.telemetry is not None:
+            self.telemetry.finish()
+
+
+def telemetry_for(args: Any, **settings: Any) -> Telemetry:
+    """A Telemetry from the environment; run id and output dir from the trainer's `args` unless given."""
+    from pathlib import Path
+
+    out = getattr(args, "output_dir", None)
+    settings.setdefault("run_id", getattr(args, "run_name", None) or (Path(out).name if out else None))
+    settings.setdefault("output_dir", out)
+    return Telemetry.from_env(**settings)
+
+
+class InstrumentedCallback(TrainerCallback):
+    """`instrument`'s: at each logged step, reduce the accumulated tensors' stats and export them with TRL's logs."""
+
+    def __init__(self, trainer: Any, telemetry: Telemetry, acc: Accumulator, hooks: Any) -> None:
+        self.trainer, self.telemetry, self.acc, self.hooks = trainer, telemetry, acc, hooks
+        self._last: tuple[float, float | None] = (time.perf_counter(), None)  # (time, tokens seen) at the last log
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if _SUMMARY in logs or any(k.startswith("eval_") for k in logs):
+            self.telemetry.log_metrics(state.global_step, map_logs(logs))  # host values only: no collective
+            return
+        self.flush(state.global_step, logs)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.acc.pending:  # steps after the last logged one
+            self.flush(state.global_step, {})
+
+    def flush(self, step: int, logs: dict) -> None:
+        """One logged step: every rank reduces (a collective); rank 0's Telemetry exports."""
+        try:
+            logged = self.acc.take(self.trainer.accelerator) if self.hooks.enabled else None
+        except Exception:
+            self.hooks.enabled = False
+            logger.warning("otel-grpo: reducing TRL's stats failed; exporting TRL's logged values only", exc_info=True)
+            logged = None
+        mapped = map_logs(logs)
+        computed = _bases(set(logged.stats) | logged.stats.invalid) if logged is not None else set()
+        invalid = logged.stats.invalid if logged is not None else frozenset()
+        # TRL's own (mean-of-means) value of a key computed exactly from its tensors is dropped, unless
+        # both found no valid value (TRL's None): that NaN goes on to be counted in grpo.nonfinite
+        scalars = {k: v for k, v in mapped.items()
+                   if k.partition("/")[0] not in computed or (k in invalid and math.isnan(v))}
+        scalars.update(self._host_scalars(step, mapped))
+        # A logged step covers logging_steps steps; every rank is here (the reduction above is
+        # collective), so every rank's rows compete in the step's sample selection.
+        with self.telemetry.logged_step(step) as s:
+            if logged is not None:
+                for name, seconds, end_ns in logged.phases:
+                    s.record_phase(name, seconds, end_ns=end_ns)
+                s.record(logged.stats, **scalars)
+                names = [fn_name(n) for n in self.trainer.reward_func_names]
+                for batch in logged.batches:
+                    s.samples(sample_rows(batch, names, self.trainer.num_generations))
+            else:
+                s.record(scalars)
+
+    def _host_scalars(self, step: int, mapped: dict[str, float]) -> dict[str, float]:
+        """Step, beta, tokens seen (TRL logs `num_tokens` only on generation steps) and throughput since the last log."""
+        now, tokens = time.perf_counter(), float(self.trainer.state.num_input_tokens_seen)
+        then, before = self._last
+        self._last = (now, tokens)
+        out = {"step": float(step), "beta": float(getattr(self.trainer, "beta", 0.0)), "num_tokens": tokens}
+        if before is not None and now > then:
+            out["tokens_per_second"] = (tokens - before) / (now - then)
+        return out
+
+
+def _bases(keys: set[str]) -> set[str]:
+    return {k.partition("/")[0] for k in keys}

@@ -1,0 +1,154 @@
+"""One generation batch of a GRPOTrainer -> partial stats and its sample rows (still on device).
+
+Called once per `_generate_and_score_completions`, so a batch that TRL reuses for
+`num_iterations` passes or splits over `steps_per_generation` steps is counted once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from ... import signals
+
+# TRL's vllm_importance_sampling_mode -> (level, mode) of signals.rollout_correction
+_IS_MODES = {
+    "token_truncate": ("token", "truncate"), "token_mask": ("token", "mask"),
+    "sequence_truncate": ("sequence", "truncate"), "sequence_mask": ("sequence", "mask"),
+}
+
+
+@dataclass(slots=True)
+class Captured:
+    """What `_calculate_rewards` saw: this rank's prompts and completions, and every rank's rewards."""
+
+    prompts: list[Any]
+    completions: list[Any]
+    completion_ids: list[list[int]]
+    rewards_per_func: Tensor
+    """[N_all, F] gathered over ranks (TRL gathers it for group normalization)."""
+
+
+@dataclass(slots=True)
+class SampleBatch:
+    """A generation batch's rows, kept on device until the logged step converts them."""
+
+    captured: Captured
+    values: Tensor
+    """[B, F + 2]: per-function rewards, total weighted reward, advantage (this rank's rows)."""
+    lengths: list[int]
+    truncated: list[bool]
+    first_index: int
+    """Global index of this rank's first row (groups are global)."""
+    policy_version: int
+
+
+def fn_name(name: str) -> str:
+    """A reward function's name as a stat-key label (no '/': model rewards are named after their path)."""
+    return name.replace("/", "_") or "reward"
+
+
+def generation_stats(trainer: Any, out: dict, cap: Captured) -> tuple[signals.Stats, SampleBatch]:
+    """Reward, advantage, length, diversity, mismatch and rollout-IS stats of one generation batch."""
+    ids, mask = out["completion_ids"], out["completion_mask"]
+    batch, width = ids.shape
+    rank = trainer.accelerator.process_index
+    local = cap.rewards_per_func[rank * batch : (rank + 1) * batch]
+    total = (local * trainer.reward_weights.to(local.device).unsqueeze(0)).nansum(dim=1)
+    total = torch.where(torch.isnan(local).all(dim=1), math.nan, total)  # TRL's unscorable rows
+    names = [fn_name(n) for n in trainer.reward_func_names]
+    advantages = out["advantages"].reshape(batch, -1)[:, 0]
+    group = trainer.num_generations
+    stats = signals.reward_stats(total, group if batch % group == 0 else 1,
+                                 {n: local[:, i] for i, n in enumerate(names)}, advantages)
+
+    lengths, truncated = _lengths(trainer, cap.completion_ids, out)
+    length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < torch.tensor(lengths, device=ids.device)[:, None]
+    max_len = max(int(getattr(trainer, "max_completion_length", 0) or 0), width)
+    stats = signals.Stats.merge(  # one merge: each `|` copies every part so far
+        stats, signals.length_stats(length_mask, torch.tensor(truncated, device=ids.device)),
+        signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len), *_sampling_stats(trainer, out))
+    values = torch.cat([local, total[:, None], advantages[:, None].to(local.dtype)], dim=1).detach()
+    step = int(trainer.state.global_step)
+    return stats, SampleBatch(cap, values, lengths, truncated, rank * batch, step)
+
+
+def _lengths(trainer: Any, completion_ids: Sequence[Sequence[int]], out: dict) -> tuple[list[int], list[bool]]:
+    """TRL's completion lengths and truncation flags, from the host-side id lists TRL scored."""
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)  # a processor's
+    eos_and_pad = {*trainer.eos_token_ids, tokenizer.pad_token_id}
+    truncated = [bool(ids) and ids[-1] not in eos_and_pad for ids in completion_ids]
+    if "tool_mask" in out:  # TRL counts only model-generated tokens then
+        return out["tool_mask"].sum(-1).tolist(), truncated
+    return [len(ids) for ids in completion_ids], truncated
+
+
+def _sampling_stats(trainer: Any, out: dict) -> list[signals.Stats]:
+    """Mismatch and rollout-IS sets whenever TRL holds the sampler's log-probs; TRL's corrected IS ratio."""
+    found = []
+    mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
+    sampling, train = out.get("sampling_per_token_logps"), out.get("old_per_token_logps")
+    if sampling is not None and train is not None:
+        sampling = torch.where(torch.isnan(sampling), train, sampling)  # vLLM's unscored tokens: no mismatch, as TRL
+        args = trainer.args
+        level, mode = _IS_MODES.get(getattr(args, "vllm_importance_sampling_mode", ""), ("token", "truncate"))
+        low = getattr(args, "vllm_importance_sampling_clip_min", None) or 0.0
+        high = getattr(args, "vllm_importance_sampling_clip_max", None) or math.inf
+        _, _, is_stats = signals.rollout_correction(train, sampling, mask, level=level, mode=mode,
+                                                    threshold=(low, high), with_mismatch=True)
+        found.append(is_stats)
+    ratio = out.get("importance_sampling_ratio")
+    if ratio is not None:
+        found.append(_trl_is_ratio(ratio, mask))
+    return found
+
+
+def _trl_is_ratio(ratio: Tensor, mask: Tensor) -> signals.Stats:
+    """TRL's corrected ratio as it logs it: over completion tokens, or over rows in sequence modes ([B, 1])."""
+    valid = torch.ones_like(ratio, dtype=torch.bool) if ratio.shape[-1] == 1 else mask.bool()
+    r = ratio.detach().double()
+    n = valid.sum(dtype=torch.float64)
+    st = signals.Stats()
+    st.add_mean("trl_is_ratio_mean", torch.where(valid, r, 0.0).sum(), n)
+    st.add_min("trl_is_ratio_min", torch.where(valid, r, math.inf).min(), n)
+    st.add_max("trl_is_ratio_max", torch.where(valid, r, -math.inf).max(), n)
+    return st
+
+
+def render(value: Any) -> str:
+    """A prompt or completion as text: chat messages as `role: content` lines, content parts' text joined."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        value = [value]
+    if isinstance(value, list):
+        lines = []
+        for m in value:
+            if not isinstance(m, dict):
+                lines.append(str(m))
+                continue
+            content = m.get("content", "")
+            if isinstance(content, list):
+                content = " ".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+            lines.append(f"{m.get('role', '')}: {content}")
+        return "\n".join(lines)
+    return str(value)
+
+
+def sample_rows(batch: SampleBatch, names: list[str], group: int) -> list[dict[str, Any]]:
+    """The rows of one generation batch (one device-to-host copy of its values)."""
+    values = batch.values.tolist()  # host sync: this batch's rewards and advantages, at the logged step
+    cap, n = batch.captured, len(names)
+    rows = []
+    for i, row in enumerate(values):
+        rows.append({
+            "prompt": render(cap.prompts[i]), "completion": render(cap.completions[i]),
+            "reward": row[n], "rewards": dict(zip(names, row[:n])), "advantage": row[n + 1],
+            "completion_length": batch.lengths[i], "terminated": not batch.truncated[i],
+            "group": (batch.first_index + i) // group, "policy_version": batch.policy_version,
+        })
+    return rows

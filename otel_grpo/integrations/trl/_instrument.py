@@ -1,0 +1,76 @@
+"""`instrument(trainer)`: one line after constructing a TRL GRPOTrainer."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from ...telemetry import Telemetry
+from ._accumulate import Accumulator
+from ._callback import InstrumentedCallback, OtelGrpoCallback, telemetry_for
+from ._compat import unsupported
+from ._hooks import Hooks
+
+logger = logging.getLogger("otel_grpo.integrations.trl")
+
+
+def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any) -> Telemetry:
+    """Export every GRPO signal, the samples and the phases of `trainer` (a `trl.GRPOTrainer` or subclass).
+
+        trainer = GRPOTrainer(...)
+        instrument(trainer)          # or instrument(trainer, top_k=8, model_name="qwen-0.5b")
+        trainer.train()
+
+    Args:
+        trainer: the constructed trainer; its methods are wrapped on the instance.
+        telemetry: the Telemetry to export through; None builds one from the
+            environment (`OTEL_GRPO_*`, `OTEL_*`) and `settings`, with the run id
+            (`args.run_name`, else the output dir's name) and output dir from `args`.
+        settings: `TelemetrySettings` fields.
+
+    The returned Telemetry is owned by the run: `train()` finishes it when it returns
+    or is interrupted (Ctrl-C: `grpo.run.finished` = 1) and shuts it down without
+    finishing when it raises. With a TRL outside `SUPPORTED_TRL`, or a trainer that
+    lacks a member the hooks need, one warning is logged and only the logged values
+    are exported (`OtelGrpoCallback`). Never raises because of telemetry.
+    """
+    if telemetry is None:
+        if "model_name" not in settings:
+            settings["model_name"] = getattr(getattr(trainer.model, "config", None), "_name_or_path", None)
+        telemetry = telemetry_for(trainer.args, **settings)
+    reason = unsupported(trainer)
+    if reason is None:
+        acc = Accumulator()
+        hooks = Hooks(trainer, acc)
+        try:
+            hooks.install()
+        except Exception as exc:  # a member that passed the check but cannot be wrapped
+            hooks.enabled = False
+            reason = f"wrapping {type(trainer).__name__} failed ({exc})"
+        else:
+            trainer.add_callback(InstrumentedCallback(trainer, telemetry, acc, hooks))
+    if reason is not None:
+        logger.warning("otel-grpo: %s; exporting TRL's logged values only", reason)
+        trainer.add_callback(OtelGrpoCallback(telemetry))
+    _own_lifecycle(trainer, telemetry)
+    return telemetry
+
+
+def _own_lifecycle(trainer: Any, telemetry: Telemetry) -> None:
+    original = trainer.train
+
+    @functools.wraps(original)
+    def train(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = original(*args, **kwargs)
+        except KeyboardInterrupt:
+            telemetry.finish()  # stopped by the user: a deliberate end
+            raise
+        except BaseException:
+            telemetry.shutdown()  # a crash: the series stop without grpo.run.finished
+            raise
+        telemetry.finish()
+        return result
+
+    trainer.train = train

@@ -1,0 +1,142 @@
+"""TRL's and transformers' log keys -> catalog stat keys, and the mapping table the docs are generated from.
+
+    >>> stat_key("kl"), stat_key("rewards/fmt/mean"), stat_key("eval_reward")
+    ('trl_kl', 'reward_fn_mean/fmt', 'eval_metric/reward')
+
+TRL names are looked up among the catalog's TRL aliases before its keys: TRL's `kl`
+is its own bias-corrected estimator (`trl_kl`), not the catalog's plain k3 `kl`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+from typing import Any, Mapping
+
+from ...catalog import SIGNALS, Signal
+
+EVAL_PREFIX = "eval_"
+
+
+@lru_cache(maxsize=1)
+def _aliases() -> tuple[dict[str, Signal], list[tuple[re.Pattern[str], Signal]]]:
+    exact: dict[str, Signal] = {}
+    templated: list[tuple[re.Pattern[str], Signal]] = []
+    for s in SIGNALS:
+        if not s.trl:
+            continue
+        if s.label:
+            pattern = re.escape(s.trl).replace(re.escape("{" + s.label + "}"), "(.+)")
+            templated.append((re.compile(f"^{pattern}$"), s))
+        else:
+            exact[s.trl] = s
+    return exact, templated
+
+
+@lru_cache(maxsize=1024)
+def stat_key(name: str) -> str:
+    """The stat key `Telemetry.record` resolves to the signal TRL means by `name` (unknown names as they are)."""
+    if name.startswith(EVAL_PREFIX) and len(name) > len(EVAL_PREFIX):
+        return f"eval_metric/{name[len(EVAL_PREFIX):]}"
+    exact, templated = _aliases()
+    if name in exact:
+        return exact[name].key
+    for pattern, signal in templated:
+        match = pattern.match(name)
+        if match:
+            return f"{signal.key}/{match.group(1)}"
+    return name
+
+
+def map_logs(logs: Mapping[str, Any]) -> dict[str, float]:
+    """A TRL / transformers log dict as stat keys and floats; None (TRL's all-NaN mean) becomes NaN.
+
+    NaN reaches the emitter, which counts it in `grpo.nonfinite` instead of exporting it;
+    values that are not numbers (strings) are left out.
+    """
+    out: dict[str, float] = {}
+    for name, value in logs.items():
+        if value is None:
+            out[stat_key(name)] = math.nan
+            continue
+        try:
+            out[stat_key(name)] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def trl_mapping() -> list[tuple[str, Signal]]:
+    """(TRL / transformers key, catalog signal) for every signal with a TRL name, in catalog order."""
+    return [(s.trl, s) for s in SIGNALS if s.trl]
+
+
+_COMPUTED_NOTE = {
+    "kl": "TRL's own estimator (bias-corrected by default); the plain k3 KL is `grpo.kl`, computed from TRL's tensors by `instrument`",
+    "sampling/importance_sampling_ratio/mean": "after TRL's truncation or masking; the raw ratios are `grpo.mismatch.is_ratio.*`",
+}
+
+
+def render_markdown() -> str:
+    """docs/integrations.md: how TRL runs are instrumented and where each TRL key goes (from the catalog)."""
+    lines = [
+        "# Integrations",
+        "",
+        "<!-- Generated from the catalog by `otel-grpo dashboards`; do not edit by hand. -->",
+        "",
+        "## TRL",
+        "",
+        "One line after constructing a `trl.GRPOTrainer` (or a subclass):",
+        "",
+        "```python",
+        "from otel_grpo.integrations import instrument",
+        "",
+        "trainer = GRPOTrainer(model=..., reward_funcs=[...], args=GRPOConfig(...), train_dataset=...)",
+        "instrument(trainer)   # run id and output dir from args; grpo.run.finished at train end",
+        "trainer.train()",
+        "```",
+        "",
+        "`instrument` computes every signal from TRL's own tensors (rewards per function, advantages,",
+        "completion lengths and ids, per-token log-probs of the policy, the old policy, the reference",
+        "and, with vLLM, the sampler) through `otel_grpo.signals`, with one `reduce_stats` per logged",
+        "step: exact (token-weighted) across micro-batches, gradient accumulation, `logging_steps` and",
+        "ranks. Samples are sent once per generation batch. The keys TRL logs that it computes itself",
+        "are replaced by the exact values; the others (`grad_norm`, `learning_rate`, `epoch`, ...) pass",
+        "through the mapping below. Any `transformers.Trainer` can use the log-dict path instead:",
+        "`Trainer(..., callbacks=[OtelGrpoCallback()])`.",
+        "",
+        "`eval_<name>` keys become `grpo.eval{metric=\"<name>\"}`. A `None` (TRL's mean of only NaN)",
+        "or NaN value is counted in `grpo.nonfinite{signal=...}` instead of being exported. Keys the",
+        "catalog does not know (your own `log_metric`s) become `grpo.extra.<key>` gauges.",
+        "",
+        "| TRL / transformers key | signal | Prometheus | meaning |",
+        "| --- | --- | --- | --- |",
+    ]
+    for key, s in trl_mapping():
+        note = _COMPUTED_NOTE.get(key)
+        meaning = s.description + (f" ({note})" if note else "")
+        lines.append(f"| `{key}` | `{s.name}` | `{s.prometheus_name}` | {meaning.replace('|', '/')} |")
+    lines += [
+        "",
+        "Signals `instrument` adds that TRL does not log: reward quantiles (`grpo.reward.p05/p50/p95`),",
+        "min/max, group std, advantages, length std and distinct-n, policy ratio and `approx_kl`, KL",
+        "k1/k3/max/per-sequence, per-sample histograms, phase spans (`rollout`, `reward`,",
+        "`reward.<function>`, `old_logprobs`, `reference`, `update`) and, whenever the trainer holds",
+        "sampling log-probs (vLLM), the `grpo.mismatch.*` and `grpo.rollout_is.*` sets.",
+        "",
+        "Notes:",
+        "",
+        "- Partial aggregates stay on the device between logged steps; a logged step costs one",
+        "  collective and one device-to-host copy for the stats, plus one copy per generation batch",
+        "  for its sample rows' rewards and advantages.",
+        "- Reward group std and `frac_zero_std` need whole groups on each rank (per-device generation",
+        "  batch a multiple of `num_generations`); otherwise they are per completion, with a warning.",
+        "- The policy ratio and clip ratios are token-level (TRL's `importance_sampling_level=\"token\"`,",
+        "  its default); with `\"sequence\"` TRL clips a sequence-level ratio and its clip ratios differ.",
+        "- Sample rows are offered on every rank; which of them are kept follows `Telemetry`'s selection",
+        "  (only the exporting rank's rows until it selects across ranks).",
+        "- Only `train()` is instrumented; evaluation keeps TRL's logged `eval_*` values.",
+        "",
+    ]
+    return "\n".join(lines)

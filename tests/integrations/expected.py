@@ -1,0 +1,56 @@
+"""Expected values from the tensors TRL produced (recorded by `trl_run.Recording`), through otel_grpo.signals.
+
+One process, the concatenated batch: what `instrument` must export for a logged step
+whatever the split over micro-batches, logged steps and ranks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from otel_grpo import signals
+
+
+def _pad(tensors: list[torch.Tensor], value: float = 0.0) -> torch.Tensor:
+    width = max(t.shape[1] for t in tensors)
+    return torch.cat([F.pad(t, (0, width - t.shape[1]), value=value) for t in tensors])
+
+
+def generation_stats(gens: list[dict], weights: list[float], names: list[str], group: int, eos: int,
+                     sampling: tuple[str, str, tuple[float, float]] | None = None) -> signals.Stats:
+    """`gens`: per rank, the same generation batch's records, in rank order."""
+    rank_rows = [g["completion_ids"].shape[0] for g in gens]
+    local = torch.cat([g["rewards_per_func"][r * n:(r + 1) * n] for r, (g, n) in enumerate(zip(gens, rank_rows))])
+    total = (local * torch.tensor(weights)).nansum(1)
+    stats = signals.reward_stats(total, group, {n: local[:, i] for i, n in enumerate(names)},
+                                 torch.cat([g["advantages"] for g in gens]))
+    mask = _pad([g["completion_mask"] for g in gens]).bool()
+    ids = _pad([g["completion_ids"] for g in gens])
+    lengths = mask.sum(-1)
+    last = ids.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]
+    stats = stats | signals.length_stats(mask, last != eos)
+    stats = stats | signals.diversity_stats(ids, mask)
+    if sampling is not None:
+        level, mode, threshold = sampling
+        old, samp = _pad([g["old_per_token_logps"] for g in gens]), _pad([g["sampling_per_token_logps"] for g in gens])
+        stats = stats | signals.rollout_correction(old, samp, mask, level=level, mode=mode, threshold=threshold,
+                                                   with_mismatch=True).stats
+    return stats
+
+
+def micro_batch_stats(mbs: list[dict], eps: tuple[float, float], beta: float) -> signals.Stats:
+    """Policy stats of the micro-batches of one step (all ranks), as one batch."""
+    mask = _pad([m["completion_mask"] for m in mbs])
+    logps = _pad([m["logps"] for m in mbs])
+    old = _pad([m["old_per_token_logps"] if "old_per_token_logps" in m else m["logps"] for m in mbs])
+    ref = _pad([m["ref_per_token_logps"] for m in mbs]) if beta else None
+    ent = _pad([m["entropies"] for m in mbs])
+    adv = torch.cat([m["advantages"] for m in mbs])
+    return signals.policy_stats(logps, old, adv, mask, eps[0], eps[1], ref_logprobs=ref, entropy=ent)
+
+
+def close(a: float, b: float, rel: float = 1e-5, abs_: float = 1e-6) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=abs_)

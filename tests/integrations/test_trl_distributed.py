@@ -1,0 +1,56 @@
+"""Two real ranks (torchrun, gloo on CPU) running an instrumented TRL GRPOTrainer: rank 0 exports what
+one process computes on the concatenated batch of both ranks; rank 1 exports nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from otel_grpo import signals
+from expected import close, generation_stats, micro_batch_stats
+from tests._support.process_group import run_group
+from tests._support.tiny_trl import save_tiny_model
+
+HERE = Path(__file__).parent
+
+
+def test_two_ranks_equal_one_process_on_the_concatenated_batch(tmp_path):
+    save_tiny_model(tmp_path / "model")  # once, before the ranks load it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+            str(HERE / "trl_run.py"), str(tmp_path), "max_steps=2", "num_iterations=2"]
+    done = run_group(argv, timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    rank0, rank1 = (json.loads((tmp_path / f"exported{r}.json").read_text()) for r in (0, 1))
+    assert rank0["exporting"] and not rank1["exporting"]
+    assert rank1["steps"] == {} and rank1["samples"] == []
+
+    from transformers import PreTrainedTokenizerFast
+
+    eos = PreTrainedTokenizerFast.from_pretrained(tmp_path / "model").eos_token_id
+    gens = [generation_stats([r["generations"][0] for r in ranks], [1.0, 0.5], ["reward_words", "reward_short"], 4, eos)]
+    mbs = [m for r in ranks for m in r["micro_batches"] if m["step"] == 0]
+    expected = dict(signals.reduce_stats(signals.Stats.merge(*gens, micro_batch_stats(mbs, (0.2, 0.2), 0.04))))
+    got = rank0["steps"]["1"]
+    for key in ("reward", "reward_std", "reward_p05", "reward_p50", "reward_group_std", "frac_reward_zero_std",
+                "reward_fn_mean/reward_words", "advantage_std", "completion_length_mean", "completion_length_std",
+                "distinct_1", "distinct_2", "entropy", "clip_ratio_region_mean", "policy_ratio_max", "approx_kl",
+                "kl", "kl_k1", "kl_max", "kl_seq_mean"):
+        assert close(got[key], expected[key]), (key, got[key], expected[key])
+    trl = rank0["log_history"][0]
+    for trl_key, key in (("reward", "reward"), ("reward_std", "reward_std"), ("entropy", "entropy"),
+                         ("completions/mean_length", "completion_length_mean"), ("loss", "loss")):
+        assert close(got[key], trl[trl_key]), key
+    # The step's selection ran over both ranks' rows: rank 0 exports rows of each, each once
+    every = {(p, c, r) for r, rank in enumerate(ranks)
+             for p, c in zip(rank["generations"][0]["prompts"], rank["generations"][0]["completions"])}
+    rows = [(s["prompt"], s["completion"], s["source_rank"]) for s in rank0["samples"]]
+    assert len(set(rows)) == len(rows) and set(rows) <= every
+    assert {r for _, _, r in rows} == {0, 1}
