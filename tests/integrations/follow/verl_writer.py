@@ -1,7 +1,10 @@
 """A stand-in verl job: verl 0.9.1's own `Tracking`/`FileLogger` (from the installed wheel) writes the
 metrics file, and each step's generations are dumped in `_write_generations`' format.
 
-    python verl_writer.py VERL_SITE METRICS_FILE ROLLOUT_DIR FIRST LAST [DELAY_S]
+    python verl_writer.py VERL_SITE METRICS_FILE ROLLOUT_DIR FIRST LAST [DELAY_S [PAUSE_AFTER GO_FILE]]
+
+With PAUSE_AFTER, the job stops after that step until GO_FILE exists, with its file still
+open (verl's FileLogger opens with "wb": a second writer would truncate the file).
 
 `verl/__init__.py` imports `verl.protocol` (torch, tensordict, ray, ...), so the package
 cannot be imported without verl's heavy dependencies; `verl/utils/tracking.py` itself
@@ -68,7 +71,8 @@ def dump_generations(directory: str, step: int) -> None:
             fp.write(json.dumps({k: v[i] for k, v in columns.items()}, ensure_ascii=False) + "\n")
 
 
-def main(site: str, metrics: str, rollouts: str, first: int, last: int, delay: float = 0.0) -> None:
+def main(site: str, metrics: str, rollouts: str, first: int, last: int, delay: float = 0.0,
+         pause_after: int | None = None, go_file: str | None = None) -> None:
     tracking = load_tracking(site)
     os.environ["VERL_FILE_LOGGER_PATH"] = metrics
     logger = tracking.Tracking("proj", "exp", default_backend=["file"])
@@ -78,9 +82,13 @@ def main(site: str, metrics: str, rollouts: str, first: int, last: int, delay: f
         logger.log(data=step_metrics(step), step=step)
         if delay:
             time.sleep(delay)
+        if step == pause_after:
+            while not os.path.exists(go_file):
+                time.sleep(0.05)
     logger.finish()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
-         float(sys.argv[6]) if len(sys.argv) > 6 else 0.0)
+    args = sys.argv[1:]
+    main(args[0], args[1], args[2], int(args[3]), int(args[4]), float(args[5]) if len(args) > 5 else 0.0,
+         int(args[6]) if len(args) > 6 else None, args[7] if len(args) > 7 else None)
