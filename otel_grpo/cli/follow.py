@@ -48,7 +48,7 @@ def follow(
     jsonl: Annotated[Optional[Path], typer.Option(help="Any JSONL of {\"step\": N, name: number, ...} lines.")] = None,
     run_id: Annotated[Optional[str], typer.Option(help="Run id (default: the verl experiment / JSONL file name, or the TRL output dir's name).")] = None,
     from_start: Annotated[bool, typer.Option("--from-start", help="Read what the files already hold; by default only what is written from now on (a saved state always wins).")] = False,
-    finished: Annotated[bool, typer.Option("--finished", help="The run is over: read everything, mark it finished (grpo.run.finished) and exit.")] = False,
+    finished: Annotated[bool, typer.Option("--finished", help="The run is over: read everything (implies --from-start), mark it finished (grpo.run.finished) and exit.")] = False,
     state: Annotated[Optional[Path], typer.Option(help="Where the resume offsets are kept (default .otel-grpo-follow/<run id>.json).")] = None,
     poll: Annotated[float, typer.Option(min=0.01, help="Seconds between polls when nothing is new.")] = 0.5,
     pair_wait: Annotated[float, typer.Option(min=0.0, help="Seconds a verl step's metrics wait for its rollout dump (and the reverse).")] = 10.0,
@@ -89,7 +89,8 @@ def follow(
         _fail(f"state file {state_path} belongs to run {saved.run_id!r}, not {run!r} (give --state)")
     saved.run_id = run
     tel = Telemetry.from_env(run_id=run, output_dir=str(state_path.parent / run))
-    follower = Follower(tel, sources, saved, FollowOptions(poll_s=poll, pair_wait_s=pair_wait), from_start=from_start)
+    follower = Follower(tel, sources, saved, FollowOptions(poll_s=poll, pair_wait_s=pair_wait),
+                        from_start=from_start or finished)
     stop = threading.Event()
     # Both explicitly: a shell starting us in the background leaves SIGINT ignored.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
