@@ -40,18 +40,18 @@ def _fail(message: str) -> None:
 
 @app.command()
 def follow(
-    verl_metrics: Annotated[Optional[Path], typer.Option(help="verl's file-logger JSONL (trainer.logger=[...,'file']; VERL_FILE_LOGGER_PATH, or <VERL_FILE_LOGGER_ROOT>/<project>/<experiment>.jsonl).")] = None,
-    verl_rollouts: Annotated[Optional[Path], typer.Option(help="verl's trainer.rollout_data_dir: <step>.jsonl generation dumps, sent as sample records.")] = None,
-    verl_total_steps: Annotated[Optional[int], typer.Option(min=1, help="The job's total training steps (verl prints 'Total training steps: N'): the run is finished once its metrics reach this step.")] = None,
-    trl_output: Annotated[Optional[Path], typer.Option(help="A TRL GRPOConfig.output_dir: completions/*.parquet (log_completions=True) and trainer_state.json.")] = None,
-    trl_reward_weights: Annotated[Optional[str], typer.Option(help="TRL's reward_weights, comma-separated, for the total reward of a sample (default: 1 each, TRL's default).")] = None,
-    jsonl: Annotated[Optional[Path], typer.Option(help="Any JSONL of {\"step\": N, name: number, ...} lines.")] = None,
-    run_id: Annotated[Optional[str], typer.Option(help="Run id (default: the verl experiment / JSONL file name, or the TRL output dir's name).")] = None,
-    from_start: Annotated[bool, typer.Option("--from-start", help="Read what the files already hold; by default only what is written from now on (a saved state always wins).")] = False,
-    finished: Annotated[bool, typer.Option("--finished", help="The run is over: read everything (implies --from-start), mark it finished (grpo.run.finished) and exit.")] = False,
-    state: Annotated[Optional[Path], typer.Option(help="Where the resume offsets are kept (default .otel-grpo-follow/<run id>.json).")] = None,
-    poll: Annotated[float, typer.Option(min=0.01, help="Seconds between polls when nothing is new.")] = 0.5,
-    pair_wait: Annotated[float, typer.Option(min=0.0, help="Seconds a verl step's metrics wait for its rollout dump (and the reverse).")] = 10.0,
+    verl_metrics: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_VERL_METRICS", help="verl's file-logger JSONL (trainer.logger=[...,'file']; VERL_FILE_LOGGER_PATH, or <VERL_FILE_LOGGER_ROOT>/<project>/<experiment>.jsonl).")] = None,
+    verl_rollouts: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_VERL_ROLLOUTS", help="verl's trainer.rollout_data_dir: <step>.jsonl generation dumps, sent as sample records.")] = None,
+    verl_total_steps: Annotated[Optional[int], typer.Option(envvar="OTEL_GRPO_FOLLOW_VERL_TOTAL_STEPS", min=1, help="The job's total training steps (verl prints 'Total training steps: N'): the run is finished once its metrics reach this step.")] = None,
+    trl_output: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_OUTPUT", help="A TRL GRPOConfig.output_dir: completions/*.parquet (log_completions=True) and trainer_state.json.")] = None,
+    trl_reward_weights: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_REWARD_WEIGHTS", help="TRL's reward_weights, comma-separated, for the total reward of a sample (default: 1 each, TRL's default).")] = None,
+    jsonl: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_JSONL", help="Any JSONL of {\"step\": N, name: number, ...} lines.")] = None,
+    run_id: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_RUN_ID", help="Run id (default: the verl experiment / JSONL file name, or the TRL output dir's name).")] = None,
+    from_start: Annotated[bool, typer.Option("--from-start", envvar="OTEL_GRPO_FOLLOW_FROM_START", help="Read what the files already hold; by default only what is written from now on (a saved state always wins).")] = False,
+    finished: Annotated[bool, typer.Option("--finished", envvar="OTEL_GRPO_FOLLOW_FINISHED", help="The run is over: read everything (implies --from-start), mark it finished (grpo.run.finished) and exit.")] = False,
+    state: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_STATE", help="Where the resume offsets are kept (default .otel-grpo-follow/<run id>.json).")] = None,
+    poll: Annotated[float, typer.Option(envvar="OTEL_GRPO_FOLLOW_POLL", min=0.01, help="Seconds between polls when nothing is new.")] = 0.5,
+    pair_wait: Annotated[float, typer.Option(envvar="OTEL_GRPO_FOLLOW_PAIR_WAIT", min=0.0, help="Seconds a verl step's metrics wait for its rollout dump (and the reverse).")] = 10.0,
 ) -> None:
     """Follow a job's own log files and re-emit them through Telemetry, with no change to its code.
 
@@ -61,6 +61,7 @@ def follow(
     Resumes from the saved state after a restart; Ctrl-C or SIGTERM stops after flushing.
     The run is marked finished only when the files show it ended (verl reaching
     --verl-total-steps, TRL's end-of-training summary or final checkpoint) or with --finished.
+    Every option can also come from OTEL_GRPO_FOLLOW_<OPTION> (e.g. OTEL_GRPO_FOLLOW_VERL_METRICS).
     """
     from otel_grpo.integrations.follow import (FollowOptions, Follower, JsonlStream, State, TrlOutput, VerlMetrics,
                                                VerlRollouts)
@@ -70,13 +71,20 @@ def follow(
         _fail("nothing to follow: give --verl-metrics, --verl-rollouts, --trl-output or --jsonl")
     if verl_rollouts and not (verl_metrics or run_id):
         _fail("--verl-rollouts alone needs --run-id")
+    if finished:
+        for given in (verl_metrics, verl_rollouts, trl_output, jsonl):
+            if given is not None and not given.exists():
+                _fail(f"--finished: {given} does not exist (a finished run's files are all there)")
     sources = []
     if verl_metrics:
         sources.append(VerlMetrics(verl_metrics, total_steps=verl_total_steps))
     if verl_rollouts:
         sources.append(VerlRollouts(verl_rollouts))
     if trl_output:
-        sources.append(TrlOutput(trl_output, _weights(trl_reward_weights)))
+        try:
+            sources.append(TrlOutput(trl_output, _weights(trl_reward_weights)))
+        except ValueError as exc:
+            _fail(str(exc))
     if jsonl:
         sources.append(JsonlStream("jsonl", jsonl))
     run = run_id or _default_run_id(verl_metrics, trl_output, jsonl)

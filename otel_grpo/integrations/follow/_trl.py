@@ -17,6 +17,7 @@ The run has ended when a trainer state holds the end-of-training summary
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -68,6 +69,8 @@ class TrlOutput:
     name = "trl-output"
 
     def __init__(self, output_dir: str | os.PathLike[str], reward_weights: Sequence[float] | None = None) -> None:
+        if importlib.util.find_spec("pyarrow") is None:
+            raise ValueError("output_dir: reading TRL's parquet needs pyarrow (pip install 'otel-grpo[follow]')")
         self.dir = Path(output_dir)
         self.weights = list(reward_weights) if reward_weights else None
         self.bad = BadInput(self.name)
