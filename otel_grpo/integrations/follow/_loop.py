@@ -60,6 +60,9 @@ class FollowOptions:
     """Seconds between polls when nothing new was read."""
     batch: int = 1000
     """Most records emitted between two flushes (and state saves)."""
+    max_spans: int = 1024
+    """Most spans started between two flushes: below the SDK's span queue (2048 by default), which
+    drops spans when full (reading a backlog emits far faster than its exporter drains)."""
     pair_wait_s: float = 10.0
     """How long a step's scalars wait for its samples file (and samples for scalars) before going alone."""
 
@@ -128,16 +131,16 @@ class Follower:
         now = time.monotonic()
         wait = 0.0 if force else self.options.pair_wait_s
         done: list[tuple[Source, Record]] = []
-        emitted = 0
+        emitted = spans = 0
         for source in self.sources:
             queue = self._pending[source.name]
-            while queue and emitted < self.options.batch:
+            while queue and emitted < self.options.batch and spans < self.options.max_spans:
                 record = queue[0]
                 partner = self._partner(record, source) if pairing else None
                 if pairing and partner is None and now - record.read_at < wait and not self._passed(record, source):
                     break
                 queue.popleft()
-                self._emit(record, partner)
+                spans += self._emit(record, partner)
                 done.append((source, record))
                 emitted += 1
                 if partner is not None:
@@ -170,7 +173,8 @@ class Follower:
         other = "verl-rollouts" if source.name == "verl-metrics" else "verl-metrics"
         return any(r.step > record.step for r in self._pending.get(other, ()))
 
-    def _emit(self, record: Record, partner: tuple[Source, Record] | None) -> None:
+    def _emit(self, record: Record, partner: tuple[Source, Record] | None) -> int:
+        """One `grpo.step` span with the record's (and its partner's) content; returns the spans it started."""
         scalars, phases, rows = dict(record.scalars), list(record.phases), record.rows
         if partner is not None:
             other = partner[1]
@@ -178,7 +182,7 @@ class Follower:
             phases += other.phases
             rows = rows if rows is not None else other.rows
         if not scalars and not phases and not rows:
-            return  # e.g. a TRL parquet repeating the previous generation batch
+            return 0  # e.g. a TRL parquet repeating the previous generation batch
         with self.tel.step(record.step) as s:
             if scalars or rows:
                 s.record(_Values(scalars, _histograms(rows or ())))
@@ -190,6 +194,8 @@ class Follower:
             if rows:
                 s.samples(rows)
         self.emitted += 1
+        chunks = -(-len(rows or ()) // self.tel.settings.max_events_per_span)
+        return 1 + len(phases) + chunks
 
     def _commit(self) -> None:
         """Flush to the exporters, then save where each source stands (never the other way round)."""
