@@ -79,7 +79,7 @@ def follow(
     if verl_metrics:
         sources.append(VerlMetrics(verl_metrics, total_steps=verl_total_steps))
     if verl_rollouts:
-        sources.append(VerlRollouts(verl_rollouts))
+        sources.append(VerlRollouts(verl_rollouts, settle_s=0.0 if finished else 2.0))
     if trl_output:
         try:
             sources.append(TrlOutput(trl_output, _weights(trl_reward_weights)))

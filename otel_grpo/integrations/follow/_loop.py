@@ -19,7 +19,7 @@ from typing import Any, Protocol, Sequence
 
 from otel_grpo.telemetry import Telemetry
 
-from ._records import Record, finite_or_none
+from ._records import BadInput, Record, finite_or_none
 from ._state import State
 
 logger = logging.getLogger("otel_grpo.follow")
@@ -28,6 +28,8 @@ logger = logging.getLogger("otel_grpo.follow")
 class Source(Protocol):
     name: str
     ended: bool
+    """The files show the run ended."""
+    bad: BadInput
 
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None: ...
     def poll(self, max_records: int) -> list[Record]: ...
@@ -87,7 +89,7 @@ class Follower:
 
     @property
     def malformed(self) -> int:
-        return sum(getattr(s, "bad").count for s in self.sources)
+        return sum(s.bad.count for s in self.sources)
 
     def run(self, stop: threading.Event, *, drain: bool = False) -> bool:
         """Follow until `stop` is set or the run ended; True if it ended (the caller then finishes the run).

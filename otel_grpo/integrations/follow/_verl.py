@@ -134,7 +134,8 @@ def rollout_row(entry: dict[str, Any]) -> dict[str, Any]:
 
 class VerlRollouts:
     """`<dir>/<step>.jsonl` generation dumps. A file is read once it ends in a newline and either a
-    later step's file exists or its size has not changed for `settle_s` (verl writes it in one go)."""
+    later step's file exists or its size has not changed for `settle_s` (verl writes it in one go);
+    `settle_s=0` reads the newest file at once (the run is over: `--finished`)."""
 
     name = "verl-rollouts"
     KEEP = 256  # files remembered individually; older steps count as done by number
@@ -179,6 +180,8 @@ class VerlRollouts:
                 del self._done[old]
 
     def _settled(self, name: str, size: int) -> bool:
+        if self.settle_s <= 0:
+            return True
         now = time.monotonic()
         seen = self._sizes.get(name)
         if seen is None or seen[0] != size:

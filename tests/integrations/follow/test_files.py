@@ -175,6 +175,17 @@ def test_metrics_and_rollouts_pair_into_one_step_with_phases_and_samples(tmp_pat
     assert run.gauge("grpo.run.finished") == 1.0
 
 
+def test_finished_reads_the_last_dump_too(tmp_path, verl):
+    """`--finished`: no waiting for the newest dump file to settle, and every step keeps its samples."""
+    path, rollouts = tmp_path / "exp.jsonl", tmp_path / "rollouts"
+    write_verl(verl, path, 1, 3, rollouts)
+    run = Run(tmp_path, [VerlMetrics(path), VerlRollouts(rollouts, settle_s=0.0)], pair_wait_s=30)
+    assert run.follower.run(threading.Event(), drain=True) is True
+    spans = run.spans.get_finished_spans()
+    assert run.steps() == [1, 2, 3]
+    assert sorted(s.attributes["grpo.step"] for s in spans if s.name == "grpo.samples") == [1, 2, 3]
+
+
 def test_files_that_stop_growing_stay_live(tmp_path, verl):
     path = tmp_path / "exp.jsonl"
     write_verl(verl, path, 1, 3)
