@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,15 +20,19 @@ STEPS = 4
 WRITER = Path(__file__).with_name("trl_writer.py")
 
 
-@pytest.fixture(scope="module")
-def trl_output(tmp_path_factory) -> Path:
+def _train(tmp_path_factory, mode: str) -> Path:
     pytest.importorskip("trl")
     out = tmp_path_factory.mktemp("trl") / "grpo-run"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, str(WRITER), str(out), str(STEPS)], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, str(WRITER), str(out), str(STEPS), mode], env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="module")
+def trl_output(tmp_path_factory) -> Path:
+    return _train(tmp_path_factory, "checkpoint")
 
 
 def test_trl_completions_become_samples_once_per_generation_batch(tmp_path, trl_output):
@@ -67,3 +72,15 @@ def test_trl_files_without_an_end_stay_live(tmp_path, trl_output):
     run.tel.shutdown()
     assert {s.attributes["grpo.step"] for s in run.spans.get_finished_spans() if s.name == "grpo.samples"} == {1, 3}
     assert run.gauge("grpo.run.finished") is None
+
+
+def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, tmp_path_factory):
+    """No checkpoint at all: the summary `trainer.save_state()` writes (train_runtime) is the end."""
+    out = _train(tmp_path_factory, "save_state")
+    assert not list(out.glob("checkpoint-*"))
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert "train_runtime" in history[-1]
+    run = Run(tmp_path, [TrlOutput(out, reward_weights=[1.0, 0.5])])
+    assert run.follower.run(threading.Event()) is True
+    run.tel.finish()
+    assert run.gauge("grpo.run.finished") == 1.0

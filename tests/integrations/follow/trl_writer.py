@@ -1,7 +1,12 @@
 """A real TRL job for the follower: `trl.GRPOTrainer` on the tiny local model (tests/_support/tiny_trl.py)
 with `log_completions=True`, writing TRL's own completions parquet and its final checkpoint.
 
-    python trl_writer.py OUTPUT_DIR STEPS
+    python trl_writer.py OUTPUT_DIR STEPS [checkpoint|save_state]
+
+`checkpoint` (default): a checkpoint at the last step (`trainer_state.json` with
+`global_step == max_steps`). `save_state`: no checkpoint; the script calls
+`trainer.save_state()` after training, as TRL's example scripts do, which writes the
+end-of-training summary (`train_runtime`) into `<output_dir>/trainer_state.json`.
 
 `steps_per_generation=2`: every generation batch serves two steps, so TRL writes the same
 rows into two consecutive parquet files (the follower must send them once).
@@ -22,5 +27,10 @@ REWARD_WEIGHTS = (1.0, 0.5)  # tiny_trl's reward_weights for reward_words, rewar
 
 if __name__ == "__main__":
     steps = int(sys.argv[2])
-    tiny_trl.make_grpo_trainer(sys.argv[1], log_completions=True, max_steps=steps, steps_per_generation=2,
-                               save_strategy="steps", save_steps=steps, reward_weights=list(REWARD_WEIGHTS)).train()
+    mode = sys.argv[3] if len(sys.argv) > 3 else "checkpoint"
+    saving = {"save_strategy": "steps", "save_steps": steps} if mode == "checkpoint" else {"save_strategy": "no"}
+    trainer = tiny_trl.make_grpo_trainer(sys.argv[1], log_completions=True, max_steps=steps, steps_per_generation=2,
+                                         reward_weights=list(REWARD_WEIGHTS), **saving)
+    trainer.train()
+    if mode == "save_state":
+        trainer.save_state()
