@@ -20,7 +20,7 @@ RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"
 
 COPY pyproject.toml README.md ./
 COPY otel_grpo ./otel_grpo
-RUN pip install ".[trainer,sidecar]"
+RUN pip install ".[trainer,sidecar,follow]"
 
 RUN useradd --create-home --uid 10001 grpo \
     && mkdir -p /data /runs \

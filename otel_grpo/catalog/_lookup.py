@@ -7,7 +7,7 @@ from functools import lru_cache
 from typing import Mapping
 
 from ._signal import Signal
-from ._table import SIGNALS
+from ._table import SIGNALS, VERL_ALIASES
 
 _BY_KEY: Mapping[str, Signal] = {s.key: s for s in SIGNALS}
 _BY_NAME: Mapping[str, Signal] = {s.name: s for s in SIGNALS}
@@ -25,6 +25,8 @@ for _s in SIGNALS:
             _TEMPLATE_ALIASES.append((re.compile(f"^{pattern}$"), _s))
         else:
             _EXACT_ALIASES[_alias] = _s
+for _alias, _key in VERL_ALIASES.items():  # names verl 0.9.1 uses besides a signal's own `verl`
+    _EXACT_ALIASES.setdefault(_alias, _BY_KEY[_key])
 
 
 def get(key: str) -> Signal:

@@ -110,7 +110,7 @@ SIGNALS: tuple[Signal, ...] = (
     _g("rollout_is_seq_fraction_high", "grpo.rollout_is.seq.fraction_high", "{ratio}", "Fraction of valid sequences whose mean IS weight exceeds the upper threshold.", R.MEAN, Group.ROLLOUT_IS, None, "mismatch/rollout_is_seq_fraction_high"),
     _g("rollout_is_seq_fraction_low", "grpo.rollout_is.seq.fraction_low", "{ratio}", "Fraction of valid sequences whose mean IS weight is below the lower threshold.", R.MEAN, Group.ROLLOUT_IS, None, "mismatch/rollout_is_seq_fraction_low"),
     # ---- optimisation -------------------------------------------------------------
-    _g("loss", "grpo.loss", "{loss}", "Total training loss of the step, the value backpropagated (policy term + beta * KL - entropy bonus), mean over micro-batches; its parts are `loss_policy`, `loss_kl`, `loss_entropy`.", R.MEAN, Group.OPTIM, "loss"),
+    _g("loss", "grpo.loss", "{loss}", "Total training loss of the step, the value backpropagated (policy term + beta * KL - entropy bonus), mean over micro-batches; its parts are `loss_policy`, `loss_kl`, `loss_entropy` (verl's `actor/loss`: the same sum, pg_loss - entropy_coeff * entropy + kl_loss_coef * kl).", R.MEAN, Group.OPTIM, "loss", "actor/loss"),
     _g("grad_norm", "grpo.grad_norm", "{norm}", "Global gradient norm before clipping.", R.HOST, Group.OPTIM, "grad_norm", "actor/grad_norm"),
     _g("learning_rate", "grpo.learning_rate", "{lr}", "Learning rate of the optimizer.", R.HOST, Group.OPTIM, "learning_rate", "actor/lr"),
     _g("beta", "grpo.kl_coef", "{coef}", "KL penalty coefficient beta.", R.HOST, Group.OPTIM, "beta", "actor/kl_coef"),
@@ -140,7 +140,7 @@ SIGNALS: tuple[Signal, ...] = (
     _g("trl_vespo_phi_seq_mean", "grpo.trl.vespo_phi_seq", "{ratio}", "TRL's `vespo/phi_seq_mean` (loss_type vespo): mean over tokens of the sequence gamma weight.", R.HOST, Group.POLICY, "vespo/phi_seq_mean"),
     _g("tools_call_frequency", "grpo.tools.call_frequency", "{ratio}", "TRL's `tools/call_frequency`: tool calls per completion.", R.HOST, Group.LENGTH, "tools/call_frequency"),
     _g("tools_failure_frequency", "grpo.tools.failure_frequency", "{ratio}", "TRL's `tools/failure_frequency`: failed tool calls per tool call.", R.HOST, Group.LENGTH, "tools/failure_frequency"),
-    _g("epoch", "grpo.epoch", "{epoch}", "Training progress in epochs (transformers' `epoch`, fractional).", R.HOST, Group.THROUGHPUT, "epoch"),
+    _g("epoch", "grpo.epoch", "{epoch}", "Training progress in epochs (transformers' `epoch`, fractional; verl's `training/epoch` counts whole epochs).", R.HOST, Group.THROUGHPUT, "epoch", "training/epoch"),
     _g("num_input_tokens_seen", "grpo.num_input_tokens_seen", "{token}", "transformers' `num_input_tokens_seen` (with `include_num_input_tokens_seen`), cumulative.", R.HOST, Group.THROUGHPUT, "num_input_tokens_seen"),
     _g("train_tokens_per_second", "grpo.train.tokens_per_second", "{token_per_s}", "transformers' `train_tokens_per_second`: input tokens of this session per second of training.", R.HOST, Group.THROUGHPUT, "train_tokens_per_second"),
     _g("train_runtime", "grpo.train.runtime", "s", "End-of-training summary: wall time of `train()` (transformers' `train_runtime`).", R.HOST, Group.THROUGHPUT, "train_runtime"),
@@ -155,5 +155,69 @@ SIGNALS: tuple[Signal, ...] = (
     _g("run_finished", "grpo.run.finished", "{bool}", "1 once the run has ended on purpose: training completed, or the user stopped it (Ctrl-C, SIGTERM). Never set by a crash, so a run whose series stop without it crashed or lost its exporter.", R.HOST, Group.HEALTH),
 )
 
+# ---- verl 0.9.1 (`otel-grpo follow`) ------------------------------------------------
+# What verl 0.9.1 logs that no entry above holds, taken from its source: metric_utils.py
+# (compute_data_metrics, compute_throughout_metrics), ray_trainer.py (apply_kl_penalty,
+# the engine worker's `loss`/`mfu` renames), workers/utils/losses.py, engine_workers.py.
+_VERL_SIGNALS = (
+    _g("prompt_length_mean", "grpo.prompt.length.mean", "{token}", "Mean prompt length in tokens (verl: prompt_length/mean, over the step's batch).", R.MEAN, Group.LENGTH, None, "prompt_length/mean"),
+    _g("prompt_length_min", "grpo.prompt.length.min", "{token}", "Minimum prompt length in tokens.", R.MIN, Group.LENGTH, None, "prompt_length/min"),
+    _g("prompt_length_max", "grpo.prompt.length.max", "{token}", "Maximum prompt length in tokens.", R.MAX, Group.LENGTH, None, "prompt_length/max"),
+    _g("prompt_clipped_ratio", "grpo.prompt.clipped_ratio", "{ratio}", "Fraction of prompts exactly at the maximum prompt length (verl: prompt_length/clip_ratio; likely truncated).", R.MEAN, Group.LENGTH, None, "prompt_length/clip_ratio"),
+    _g("reward_penalized_mean", "grpo.reward.penalized.mean", "{reward}", "Mean over sequences of the summed token-level reward after the in-reward KL penalty (verl: critic/rewards/mean); equals the score unless verl's algorithm.use_kl_in_reward is on.", R.MEAN, Group.REWARD, None, "critic/rewards/mean"),
+    _g("reward_penalized_min", "grpo.reward.penalized.min", "{reward}", "Minimum per-sequence reward after the in-reward KL penalty (verl: critic/rewards/min).", R.MIN, Group.REWARD, None, "critic/rewards/min"),
+    _g("reward_penalized_max", "grpo.reward.penalized.max", "{reward}", "Maximum per-sequence reward after the in-reward KL penalty (verl: critic/rewards/max).", R.MAX, Group.REWARD, None, "critic/rewards/max"),
+    _g("return_mean", "grpo.return.mean", "{advantage}", "Mean over response tokens of the return (verl: critic/returns/mean; for GRPO's outcome advantage the return equals the advantage).", R.MEAN, Group.ADVANTAGE, None, "critic/returns/mean"),
+    _g("return_min", "grpo.return.min", "{advantage}", "Minimum token return (verl: critic/returns/min).", R.MIN, Group.ADVANTAGE, None, "critic/returns/min"),
+    _g("return_max", "grpo.return.max", "{advantage}", "Maximum token return (verl: critic/returns/max).", R.MAX, Group.ADVANTAGE, None, "critic/returns/max"),
+    _g("kl_in_reward", "grpo.kl.in_reward", "{nat}", "KL to the reference subtracted from the reward (verl: actor/reward_kl_penalty, with algorithm.use_kl_in_reward): batch mean of the per-sequence token-mean KL.", R.MEAN, Group.KL, None, "actor/reward_kl_penalty"),
+    _g("kl_in_reward_coef", "grpo.kl_in_reward_coef", "{coef}", "Coefficient of the in-reward KL penalty (verl: actor/reward_kl_penalty_coeff; adaptive or fixed controller).", R.HOST, Group.OPTIM, None, "actor/reward_kl_penalty_coeff"),
+    _g("entropy_loss", "grpo.policy.entropy_loss", "{nat}", "Policy entropy aggregated as the loss is (verl: actor/entropy_loss, by its loss_agg_mode), before entropy_coeff.", R.MEAN, Group.POLICY, None, "actor/entropy_loss"),
+    _g("mfu", "grpo.mfu", "{ratio}", "Model FLOPs utilization of one role (attribute `role`: actor, critic, actor_infer; verl: perf/mfu/<role>).", R.HOST, Group.THROUGHPUT, None, "perf/mfu/{role}", "role"),
+    _g("device_memory_allocated_max", "grpo.memory.device_allocated_max", "{gibibyte}", "Peak accelerator memory allocated by the training worker, GiB (verl: perf/max_memory_allocated_gb).", R.HOST, Group.THROUGHPUT, None, "perf/max_memory_allocated_gb"),
+    _g("device_memory_reserved_max", "grpo.memory.device_reserved_max", "{gibibyte}", "Peak accelerator memory reserved by the allocator, GiB (verl: perf/max_memory_reserved_gb).", R.HOST, Group.THROUGHPUT, None, "perf/max_memory_reserved_gb"),
+    _g("host_memory_used", "grpo.memory.host_used", "{gibibyte}", "Host memory in use on the training worker's machine, GiB (verl: perf/cpu_memory_used_gb).", R.HOST, Group.THROUGHPUT, None, "perf/cpu_memory_used_gb"),
+    _g("step_tokens", "grpo.step_tokens", "{token}", "Tokens (prompt + response) in the step's batch (verl: perf/total_num_tokens).", R.SUM, Group.THROUGHPUT, None, "perf/total_num_tokens"),
+    _g("rollout_is_oob_ratio", "grpo.rollout_is.oob_ratio", "{ratio}", "Fraction of valid tokens whose IS weight falls outside [lower, upper] before truncation (verl: rollout_corr/rollout_is_oob_ratio).", R.MEAN, Group.ROLLOUT_IS, None, "rollout_corr/rollout_is_oob_ratio"),
+    _g("rollout_is_batch_norm_factor", "grpo.rollout_is.batch_norm_factor", "{ratio}", "Mean IS weight the batch was divided by when verl normalizes weights per batch (1 when it does not; verl: rollout_corr/rollout_is_batch_norm_factor).", R.MEAN, Group.ROLLOUT_IS, None, "rollout_corr/rollout_is_batch_norm_factor"),
+)
+SIGNALS += _VERL_SIGNALS
+
 # ---- issue 14: signals the seeds name, peers' names and differences (see _peers) ----
 SIGNALS = with_notes(SIGNALS + seed_signals(REWARD_BUCKETS))
+FOLLOW_ONLY: frozenset[str] = frozenset(s.key for s in _VERL_SIGNALS)
+"""Keys only verl's own files carry (via `otel-grpo follow`): the demo trainer computes none of them."""
+
+# verl 0.9.1 names for entries above whose `verl` field holds another name: the mismatch set
+# moved to `rollout_corr/` (rollout_corr_helper.py adds the prefix), and `perf/time_per_step`
+# repeats `timing_s/step`. A signal's own aliases win over these.
+VERL_ALIASES: dict[str, str] = {
+    "perf/time_per_step": "step_time",
+    **{f"rollout_corr/{name}": f"mismatch_{name}" for name in (
+        "kl", "k3_kl", "training_ppl", "training_log_ppl", "rollout_ppl", "rollout_log_ppl", "log_ppl_diff",
+        "log_ppl_abs_diff", "log_ppl_diff_max", "log_ppl_diff_min", "ppl_ratio", "chi2_token", "chi2_seq")},
+}
+
+# verl 0.9.1 names (glob patterns) that stay `grpo.extra.*` gauges, and why. `timing_s/<phase>`
+# needs no entry: `otel-grpo follow` records it as a phase (`grpo.phase.duration`).
+VERL_EXTRAS: dict[str, str] = {
+    "critic/values/*": "PPO value-model diagnostics; GRPO trains no critic.",
+    "critic/vf_*": "PPO value-model loss and clipping; GRPO trains no critic.",
+    "critic/vpred_mean": "PPO value-model prediction; GRPO trains no critic.",
+    "critic/loss": "PPO value-model loss; GRPO trains no critic.",
+    "critic/grad_norm": "PPO value-model gradient norm; GRPO trains no critic.",
+    "critic/lr": "PPO value-model learning rate; GRPO trains no critic.",
+    "actor/mfu": "ray_trainer renames it to perf/mfu/actor before logging (grpo.mfu).",
+    "critic/mfu": "ray_trainer renames it to perf/mfu/critic before logging (grpo.mfu).",
+    "timing_s/agent_loop/*": "Per-request tool-call time statistics of verl's agent loop, not a phase of the step.",
+    "rollout_corr/rollout_is_*": "verl 0.9.1 computes these from its truncated (and optionally batch-normalized) weights, not seed 004's safety-bounded ones (tests/signals/test_peer_formulas.py shows the gap): a grpo.rollout_is.* series must not change meaning with the trainer.",
+    "rollout_corr/rollout_rs_masked_fraction": "verl 0.9.1's rejection-sampling mask counts the options configured in the job; grpo.rollout_is.masked_fraction is seed 004's mask mode.",
+    "rollout_corr/rollout_rs_seq_masked_fraction": "As rollout_rs_masked_fraction, per sequence.",
+    "rollout_corr/rollout_rs_*_*": "Rejection-sampling statistics per configured option; the option names come from the job's config.",
+    "training/num_turns/*": "Multi-turn agent-loop turn counts; no GRPO signal of ours.",
+    "training/filter_groups/*": "DAPO dynamic-sampling bookkeeping (groups filtered, samples evicted).",
+    "training/off_policy/*": "Fully-async trainer staleness bookkeeping.",
+    "training/rollout_failure/*": "Fully-async trainer: samples evicted after failed rollouts.",
+    "training/rollout_probs_diff_*": "verl's debug comparison in probability space; grpo.mismatch.* measures the gap in log space.",
+    "training/rollout_actor_probs_pearson_corr": "verl's debug correlation of rollout and actor probabilities; no signal of ours.",
+}

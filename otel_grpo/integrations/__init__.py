@@ -6,6 +6,10 @@
     trainer.train()
 
     trainer = transformers.Trainer(..., callbacks=[OtelGrpoCallback()])   # any Trainer: its log dicts
+
+`otel_grpo.integrations.follow` (`otel-grpo follow`) re-emits a framework's own log files
+(verl's file logger and generation dumps, TRL's completions parquet, any `{"step": ...}`
+JSONL) through `Telemetry`.
 """
 
 from typing import Any

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from otel_grpo import catalog
+from otel_grpo.catalog._table import FOLLOW_ONLY
 from otel_grpo.signals import length_stats, mismatch_stats, policy_stats, reduce_stats, reward_stats, rollout_correction
 
 B, T, G, EPS_LOW, EPS_HIGH, CLIP_C = 12, 9, 4, 0.2, 0.28, 3.0
@@ -231,11 +232,13 @@ def test_peer_formula_equals_ours(name, batch):
 def test_every_trl_grpo_and_verl_alias_has_a_formula_here():
     # TRL's sampling/* and the seed-004 mismatch/* names have their own tests (issue 11's
     # integration, test_rollout_is / test_mismatch); host values (loss, grad_norm, lr, ...) are passed through.
-    host = {s.key for s in catalog.SIGNALS if s.reduction is catalog.Reduction.HOST}
-    names = {a.replace("{reward_fn}", "acc") for s in catalog.SIGNALS if s.key not in host
+    # FOLLOW_ONLY signals only ever hold verl's own logged values (`otel-grpo follow`): nothing to re-type.
+    passed_through = {s.key for s in catalog.SIGNALS if s.reduction is catalog.Reduction.HOST} | FOLLOW_ONLY
+    names = {a.replace("{reward_fn}", "acc") for s in catalog.SIGNALS if s.key not in passed_through
              for a in (s.trl, s.verl) if a}
     untested = {n for n in names - set(PEERS) if not n.startswith(("sampling/", "mismatch/"))}
-    assert untested == {"actor/pg_loss", "loss"}  # passed through by loss_stats: no formula of ours
+    # passed through by loss_stats (and TRL's own policy_loss as TRL logs it): no formula of ours
+    assert untested == {"actor/pg_loss", "actor/loss", "loss", "policy_loss"}
 
 
 def test_training_perplexity_without_rollout_logprobs(batch):

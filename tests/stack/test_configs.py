@@ -54,7 +54,10 @@ def test_compose_file_is_valid_with_each_profile(root):
     # docker-compose 1.29's `config` lists every service; the profiles decide what `up` starts.
     services = _compose_config(root)["services"]
     assert services["trainer"]["profiles"] == ["gpu"] and services["trainer-cpu"]["profiles"] == ["cpu"]
-    assert all("profiles" not in s for n, s in services.items() if not n.startswith("trainer"))
+    assert services["follower"]["profiles"] == ["follow"]
+    assert services["follower"]["command"] == ["follow"]
+    assert any(v.endswith(":/follow:ro") for v in services["follower"]["volumes"])  # the job's files, read-only
+    assert all("profiles" not in s for n, s in services.items() if not n.startswith("trainer") and n != "follower")
     gpu = _compose_config(root, "gpu")["services"]
     assert gpu["trainer"]["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     cpu = _compose_config(root, "cpu")["services"]

@@ -1,0 +1,113 @@
+"""`otel-grpo follow`: re-emit a running job's own log files (verl, TRL, any step JSONL) as otel-grpo telemetry."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ._app import app
+
+_STATE_DIR = Path(".otel-grpo-follow")
+
+
+def _weights(text: str | None) -> list[float] | None:
+    if not text:
+        return None
+    try:
+        return [float(w) for w in text.split(",")]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of numbers",
+                                 param_hint="--trl-reward-weights") from None
+
+
+def _default_run_id(verl_metrics: Path | None, trl_output: Path | None, jsonl: Path | None) -> str:
+    """verl's experiment name (its file logger writes `<experiment>.jsonl`), else the TRL dir's or JSONL's name."""
+    for path in (verl_metrics, jsonl):
+        if path is not None:
+            return path.stem
+    assert trl_output is not None
+    return trl_output.resolve().name
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"otel-grpo follow: {message}", err=True)
+    raise typer.Exit(2)
+
+
+@app.command()
+def follow(
+    verl_metrics: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_VERL_METRICS", help="verl's file-logger JSONL (trainer.logger=[...,'file']; VERL_FILE_LOGGER_PATH, or <VERL_FILE_LOGGER_ROOT>/<project>/<experiment>.jsonl).")] = None,
+    verl_rollouts: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_VERL_ROLLOUTS", help="verl's trainer.rollout_data_dir: <step>.jsonl generation dumps, sent as sample records.")] = None,
+    verl_total_steps: Annotated[Optional[int], typer.Option(envvar="OTEL_GRPO_FOLLOW_VERL_TOTAL_STEPS", min=1, help="The job's total training steps (verl prints 'Total training steps: N'): the run is finished once its metrics reach this step.")] = None,
+    trl_output: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_OUTPUT", help="A TRL GRPOConfig.output_dir: completions/*.parquet (log_completions=True) and trainer_state.json.")] = None,
+    trl_reward_weights: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_REWARD_WEIGHTS", help="TRL's reward_weights, comma-separated, for the total reward of a sample (default: 1 each, TRL's default).")] = None,
+    jsonl: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_JSONL", help="Any JSONL of {\"step\": N, name: number, ...} lines.")] = None,
+    run_id: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_RUN_ID", help="Run id (default: the verl experiment / JSONL file name, or the TRL output dir's name).")] = None,
+    from_start: Annotated[bool, typer.Option("--from-start", envvar="OTEL_GRPO_FOLLOW_FROM_START", help="Read what the files already hold; by default only what is written from now on (a saved state always wins).")] = False,
+    finished: Annotated[bool, typer.Option("--finished", envvar="OTEL_GRPO_FOLLOW_FINISHED", help="The run is over: read everything (implies --from-start), mark it finished (grpo.run.finished) and exit.")] = False,
+    state: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_STATE", help="Where the resume offsets are kept (default .otel-grpo-follow/<run id>.json).")] = None,
+    poll: Annotated[float, typer.Option(envvar="OTEL_GRPO_FOLLOW_POLL", min=0.01, help="Seconds between polls when nothing is new.")] = 0.5,
+    pair_wait: Annotated[float, typer.Option(envvar="OTEL_GRPO_FOLLOW_PAIR_WAIT", min=0.0, help="Seconds a verl step's metrics wait for its rollout dump (and the reverse).")] = 10.0,
+) -> None:
+    """Follow a job's own log files and re-emit them through Telemetry, with no change to its code.
+
+    Scalars go out as gauges (verl and TRL names through the catalog aliases; unknown names
+    as grpo.extra.*), verl's timing_s/* as phases, rollout dumps and TRL completions as sample
+    records. Exporters come from the OTEL_GRPO_* / OTEL_* environment, as for a trainer.
+    Resumes from the saved state after a restart; Ctrl-C or SIGTERM stops after flushing.
+    The run is marked finished only when the files show it ended (verl reaching
+    --verl-total-steps, TRL's end-of-training summary or final checkpoint) or with --finished.
+    Every option can also come from OTEL_GRPO_FOLLOW_<OPTION> (e.g. OTEL_GRPO_FOLLOW_VERL_METRICS).
+    """
+    from otel_grpo.integrations.follow import (FollowOptions, Follower, JsonlStream, State, TrlOutput, VerlMetrics,
+                                               VerlRollouts)
+    from otel_grpo.telemetry import Telemetry
+
+    if not (verl_metrics or verl_rollouts or trl_output or jsonl):
+        _fail("nothing to follow: give --verl-metrics, --verl-rollouts, --trl-output or --jsonl")
+    if verl_rollouts and not (verl_metrics or run_id):
+        _fail("--verl-rollouts alone needs --run-id")
+    if finished:
+        for given in (verl_metrics, verl_rollouts, trl_output, jsonl):
+            if given is not None and not given.exists():
+                _fail(f"--finished: {given} does not exist (a finished run's files are all there)")
+    sources = []
+    if verl_metrics:
+        sources.append(VerlMetrics(verl_metrics, total_steps=verl_total_steps))
+    if verl_rollouts:
+        sources.append(VerlRollouts(verl_rollouts, settle_s=0.0 if finished else 2.0))
+    if trl_output:
+        try:
+            sources.append(TrlOutput(trl_output, _weights(trl_reward_weights)))
+        except ValueError as exc:
+            _fail(str(exc))
+    if jsonl:
+        sources.append(JsonlStream("jsonl", jsonl))
+    run = run_id or _default_run_id(verl_metrics, trl_output, jsonl)
+    state_path = state or _STATE_DIR / f"{run}.json"
+    try:
+        saved = State.load(state_path)
+    except ValueError as exc:
+        _fail(str(exc))
+    if saved.run_id not in (None, run):
+        _fail(f"state file {state_path} belongs to run {saved.run_id!r}, not {run!r} (give --state)")
+    saved.run_id = run
+    tel = Telemetry.from_env(run_id=run, output_dir=str(state_path.parent / run))
+    follower = Follower(tel, sources, saved, FollowOptions(poll_s=poll, pair_wait_s=pair_wait),
+                        from_start=from_start or finished)
+    stop = threading.Event()
+    # Both explicitly: a shell starting us in the background leaves SIGINT ignored.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    ended = follower.run(stop, drain=finished)
+    if ended:
+        tel.finish()
+    else:
+        tel.shutdown()
+    how = "run finished" if ended else "stopped; the run stays live"
+    typer.echo(f"otel-grpo follow: run {run}: {follower.emitted} steps emitted, "
+               f"{follower.malformed} malformed lines skipped; {how}", err=True)

@@ -1,0 +1,209 @@
+"""The emitting loop: poll every source, pair a step's scalars with its samples, emit, flush, save.
+
+    follower = Follower(telemetry, [VerlMetrics(path, total_steps=100), VerlRollouts(dir)], State.load(p))
+    ended = follower.run(stop_event)        # True once the files show the run ended
+
+Order of a batch: records go to `Telemetry` (one `grpo.step` span each, scalars, timing
+phases, sample rows), `Telemetry.flush()` pushes them to the exporters, and only then is
+each source's resume point saved. A stop (Ctrl-C, SIGTERM) ends after the current batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+from otel_grpo.telemetry import Telemetry
+
+from ._records import BadInput, Record, finite_or_none
+from ._state import State
+
+logger = logging.getLogger("otel_grpo.follow")
+
+
+class Source(Protocol):
+    name: str
+    ended: bool
+    """The files show the run ended."""
+    bad: BadInput
+
+    def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None: ...
+    def poll(self, max_records: int) -> list[Record]: ...
+    def mark_done(self, record: Record) -> None: ...
+    def cursor(self) -> dict[str, Any]: ...
+
+
+class _Values(dict):
+    """Scalars with the per-sample vectors `Step.record` reads from a `samples` attribute (histograms)."""
+
+    __slots__ = ("samples",)
+
+    def __init__(self, values: dict[str, float], samples: dict[str, list[float]]) -> None:
+        super().__init__(values)
+        self.samples = samples
+
+
+def _histograms(rows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for column, key in (("reward", "sample_reward"), ("advantage", "sample_advantage")):
+        values = [v for row in rows if (v := finite_or_none(row.get(column))) is not None]
+        if values:
+            out[key] = values
+    return out
+
+
+@dataclass(slots=True)
+class FollowOptions:
+    poll_s: float = 0.5
+    """Seconds between polls when nothing new was read."""
+    batch: int = 1000
+    """Most records emitted between two flushes (and state saves)."""
+    max_spans: int = 1024
+    """Most spans started between two flushes: below the SDK's span queue (2048 by default), which
+    drops spans when full (reading a backlog emits far faster than its exporter drains)."""
+    pair_wait_s: float = 10.0
+    """How long a step's scalars wait for its samples file (and samples for scalars) before going alone."""
+
+
+class Follower:
+    """Emits every source's records; verl's metrics and rollouts, when both are followed, pair by step
+    (one `grpo.step` span per step: the sidecar keeps one row per step)."""
+
+    def __init__(self, telemetry: Telemetry, sources: Sequence[Source], state: State,
+                 options: FollowOptions | None = None, *, from_start: bool = False) -> None:
+        if not sources:
+            raise ValueError("sources: follow at least one file or directory")
+        self.tel = telemetry
+        self.sources = list(sources)
+        self.state = state
+        self.options = options or FollowOptions()
+        self.emitted = 0
+        self._warned_flush = False
+        self._pending: dict[str, deque[Record]] = {s.name: deque() for s in self.sources}
+        for source in self.sources:
+            source.restore(state.sources.get(source.name), from_start)
+
+    @property
+    def malformed(self) -> int:
+        return sum(s.bad.count for s in self.sources)
+
+    def run(self, stop: threading.Event, *, drain: bool = False) -> bool:
+        """Follow until `stop` is set or the run ended; True if it ended (the caller then finishes the run).
+
+        `drain`: the run is known to be over (`--finished`): read what the files hold, pair
+        without waiting, and return True once nothing new arrives.
+        """
+        quiet_polls = 0
+        while not stop.is_set():
+            read = self._poll()
+            emitted = self._emit_ready(force=drain and not read)
+            if emitted:
+                self._commit()
+            busy = read or emitted or self._has_pending()
+            quiet_polls = 0 if busy else quiet_polls + 1
+            if (drain or self._ended()) and not self._has_pending() and quiet_polls >= 2:
+                return True
+            if not read:
+                stop.wait(self.options.poll_s if not drain else 0.05)
+        return False
+
+    def _ended(self) -> bool:
+        return any(s.ended for s in self.sources)
+
+    def _has_pending(self) -> bool:
+        return any(self._pending.values())
+
+    def _poll(self) -> int:
+        count = 0
+        for source in self.sources:
+            room = self.options.batch - len(self._pending[source.name])
+            if room > 0:
+                records = source.poll(room)
+                self._pending[source.name].extend(records)
+                count += len(records)
+        return count
+
+    def _emit_ready(self, force: bool) -> int:
+        """Emit, in order per source, every record whose partner has arrived or waited long enough."""
+        pairing = self._pairs()
+        now = time.monotonic()
+        wait = 0.0 if force else self.options.pair_wait_s
+        done: list[tuple[Source, Record]] = []
+        emitted = spans = 0
+        for source in self.sources:
+            queue = self._pending[source.name]
+            while queue and emitted < self.options.batch and spans < self.options.max_spans:
+                record = queue[0]
+                partner = self._partner(record, source) if pairing else None
+                if pairing and partner is None and now - record.read_at < wait and not self._passed(record, source):
+                    break
+                queue.popleft()
+                spans += self._emit(record, partner)
+                done.append((source, record))
+                emitted += 1
+                if partner is not None:
+                    done.append(partner)
+        for source, record in done:
+            source.mark_done(record)
+        return emitted
+
+    def _pairs(self) -> bool:
+        names = {s.name for s in self.sources}
+        return "verl-metrics" in names and "verl-rollouts" in names
+
+    def _partner(self, record: Record, source: Source) -> tuple[Source, Record] | None:
+        """The same step's record from the other side of the verl pair, removed from its queue."""
+        other = "verl-rollouts" if source.name == "verl-metrics" else "verl-metrics"
+        if source.name not in ("verl-metrics", "verl-rollouts"):
+            return None
+        queue = self._pending[other]
+        for i, candidate in enumerate(queue):
+            if candidate.step == record.step:
+                if other == "verl-metrics" and i != 0:
+                    return None  # scalars leave in file order
+                del queue[i]
+                owner = next(s for s in self.sources if s.name == other)
+                return owner, candidate
+        return None
+
+    def _passed(self, record: Record, source: Source) -> bool:
+        """The other side already shows a later step: this step's partner is not coming."""
+        other = "verl-rollouts" if source.name == "verl-metrics" else "verl-metrics"
+        return any(r.step > record.step for r in self._pending.get(other, ()))
+
+    def _emit(self, record: Record, partner: tuple[Source, Record] | None) -> int:
+        """One `grpo.step` span with the record's (and its partner's) content; returns the spans it started."""
+        scalars, phases, rows = dict(record.scalars), list(record.phases), record.rows
+        if partner is not None:
+            other = partner[1]
+            scalars.update(other.scalars)
+            phases += other.phases
+            rows = rows if rows is not None else other.rows
+        if not scalars and not phases and not rows:
+            return 0  # e.g. a TRL parquet repeating the previous generation batch
+        with self.tel.step(record.step) as s:
+            if scalars or rows:
+                s.record(_Values(scalars, _histograms(rows or ())))
+            end = time.time_ns()
+            start = end - int(sum(sec for _, sec in phases) * 1e9)
+            for name, seconds in phases:  # laid end to end, ending now, in the order timed
+                start += int(seconds * 1e9)
+                s.record_phase(name, seconds, end_ns=start)
+            if rows:
+                s.samples(rows)
+        self.emitted += 1
+        chunks = -(-len(rows or ()) // self.tel.settings.max_events_per_span)
+        return 1 + len(phases) + chunks
+
+    def _commit(self) -> None:
+        """Flush to the exporters, then save where each source stands (never the other way round)."""
+        if not self.tel.flush() and not self._warned_flush:
+            self._warned_flush = True  # samples are in the local spill; metrics of a dead endpoint are lost
+            logger.warning("otel-grpo follow: the exporters did not flush in time; following on")
+        for source in self.sources:
+            self.state.sources[source.name] = source.cursor()
+        self.state.save()

@@ -1,0 +1,57 @@
+"""The follower's saved progress: one small JSON file, replaced atomically after each emitted batch.
+
+    state = State.load(path)            # empty if the file does not exist
+    state.sources["verl-metrics"] = {...}
+    state.save()                        # write to a temporary file, fsync, rename
+
+The batch is flushed to the exporters before `save`, so a follower killed at any
+moment resumes at a line it has not emitted or at the first line after the batch it
+has: nothing is skipped, and only a kill between the flush and the rename (a window
+of one file write) can send a batch twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+VERSION = 1
+
+
+@dataclass(slots=True)
+class State:
+    path: Path
+    run_id: str | None = None
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per source name: whatever that source needs to resume (offsets, files done)."""
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> State:
+        """The saved state, or an empty one; `ValueError` naming the file if it is not ours."""
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls(path)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"state file {path}: unreadable ({exc})") from None
+        if not isinstance(doc, dict) or doc.get("version") != VERSION:
+            raise ValueError(f"state file {path}: not an otel-grpo follow state (version {VERSION})")
+        return cls(path, doc.get("run_id"), dict(doc.get("sources", {})))
+
+    @property
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        body = json.dumps({"version": VERSION, "run_id": self.run_id, "sources": self.sources}, sort_keys=True)
+        with open(tmp, "w") as fp:
+            fp.write(body)
+            fp.flush()
+            os.fsync(fp.fileno())
+        os.replace(tmp, self.path)

@@ -1,0 +1,198 @@
+"""TRL's files under `GRPOConfig.output_dir`: completions parquet (samples), trainer state (scalars, the end).
+
+Formats, from TRL 1.16's `GRPOTrainer.log` and transformers' `Trainer`:
+- `completions/completions_<global_step:05d>.parquet` (with `log_completions=True`, main
+  process only): `step`, `prompt`, `completion`, one column per reward function (named
+  after it), the reward functions' extra columns, `advantage`. It holds the last
+  generation batch, so with `steps_per_generation > 1` consecutive files repeat the same
+  rows: a file whose rows equal the previous file's is not sent again.
+- `trainer_state.json` (at each checkpoint, `checkpoint-<n>/`, and where the script calls
+  `trainer.save_state()`, the output dir): `global_step`, `max_steps` and `log_history`,
+  one dict per logged step; the end of training adds one with `train_runtime`.
+
+The run has ended when a trainer state holds the end-of-training summary
+(`train_runtime`), or its `global_step` reached `max_steps` (the final checkpoint).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from ._records import BadInput, Record, finite_or_none
+
+_PARQUET = re.compile(r"^completions_(\d+)\.parquet$")
+_FIXED = {"step", "prompt", "completion", "advantage"}
+SUMMARY_KEY = "train_runtime"
+
+
+def as_text(value: Any) -> Any:
+    """Chat messages (a list of {role, content}) rendered as `role: content` lines; other values as they are."""
+    if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) for m in value):
+        return "\n".join(f"{m.get('role', '')}: {m.get('content', '')}" for m in value)
+    return value
+
+
+def trl_row(entry: dict[str, Any], weights: Sequence[float] | None) -> dict[str, Any]:
+    """A parquet row as a sample row: numeric non-fixed columns are the reward functions (in column order).
+
+    `reward` is their weighted sum, with TRL's default weights of 1 unless `weights` is given.
+    """
+    row: dict[str, Any] = {"prompt": as_text(entry.get("prompt")), "completion": as_text(entry.get("completion"))}
+    rewards: dict[str, float] = {}
+    for key, value in entry.items():
+        if key in _FIXED:
+            continue
+        number = finite_or_none(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if number is not None:
+            rewards[key] = number
+        elif value is not None:
+            row[key] = value
+    if rewards:
+        row["rewards"] = rewards
+        w = list(weights) if weights else [1.0] * len(rewards)
+        row["reward"] = sum(wi * r for wi, r in zip(w, rewards.values()))
+    advantage = finite_or_none(entry.get("advantage"))
+    if advantage is not None:
+        row["advantage"] = advantage
+    return row
+
+
+class TrlOutput:
+    """Follows one TRL output dir; records are handed out once and marked done once emitted."""
+
+    name = "trl-output"
+
+    def __init__(self, output_dir: str | os.PathLike[str], reward_weights: Sequence[float] | None = None) -> None:
+        if importlib.util.find_spec("pyarrow") is None:
+            raise ValueError("output_dir: reading TRL's parquet needs pyarrow (pip install 'otel-grpo[follow]')")
+        self.dir = Path(output_dir)
+        self.weights = list(reward_weights) if reward_weights else None
+        self.bad = BadInput(self.name)
+        self.ended = False
+        self._done: dict[str, list[int]] = {}
+        self._handed: set[str] = set()
+        self._digest = ""
+        self._handed_digest = ""
+        self._scalar_step = -1
+        self._handed_scalar_step = -1
+
+    def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
+        if saved:
+            self._done = {k: list(v) for k, v in saved.get("done", {}).items()}
+            self._digest = self._handed_digest = saved.get("digest", "")
+            self._scalar_step = self._handed_scalar_step = int(saved.get("scalar_step", -1))
+        elif not from_start:
+            for _, path in self._parquets():
+                stat = path.stat()
+                self._done[path.name] = [stat.st_ino, stat.st_size]
+            state = self._state()
+            if state:
+                self._scalar_step = self._handed_scalar_step = int(state.get("global_step", -1))
+
+    def cursor(self) -> dict[str, Any]:
+        return {"done": dict(self._done), "digest": self._digest, "scalar_step": self._scalar_step}
+
+    def mark_done(self, record: Record) -> None:
+        kind, value = record.cursor
+        if kind == "parquet":
+            name, inode, size, digest = value
+            self._done[name] = [inode, size]
+            self._handed.discard(name)
+            self._digest = digest or self._digest
+        else:
+            self._scalar_step = max(self._scalar_step, value)
+
+    def _parquets(self) -> list[tuple[int, Path]]:
+        try:
+            names = os.listdir(self.dir / "completions")
+        except FileNotFoundError:
+            return []
+        return sorted((int(m.group(1)), self.dir / "completions" / n) for n in names if (m := _PARQUET.match(n)))
+
+    def poll(self, max_records: int) -> list[Record]:
+        out = self._poll_parquet(max_records)
+        out.extend(self._poll_state())
+        return out
+
+    def _poll_parquet(self, max_records: int) -> list[Record]:
+        files = self._parquets()
+        out: list[Record] = []
+        digest = self._handed_digest
+        for i, (step, path) in enumerate(files):
+            if len(out) >= max_records:
+                break
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue
+            name = path.name
+            if self._done.get(name) == [stat.st_ino, stat.st_size] or name in self._handed:
+                continue
+            rows = self._read(path, is_last=i == len(files) - 1)
+            if rows is None:
+                break  # keep file order: wait for this one
+            new_digest = _digest(rows)
+            fresh = rows if new_digest != digest else []  # a reused generation batch is sent once
+            digest = self._handed_digest = new_digest
+            self._handed.add(name)
+            out.append(Record(step, rows=fresh, cursor=("parquet", (name, stat.st_ino, stat.st_size, new_digest))))
+        return out
+
+    def _read(self, path: Path, is_last: bool) -> list[dict[str, Any]] | None:
+        import pyarrow.parquet as pq
+
+        try:
+            entries = pq.read_table(path).to_pylist()
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            if is_last:
+                return None  # pandas may still be writing it: its footer comes last
+            self.bad.skip(str(path), f"{type(exc).__name__}: {exc}")
+            return []
+        return [trl_row(e, self.weights) for e in entries]
+
+    def _state(self) -> dict[str, Any] | None:
+        """The newest trainer state in the output dir or its checkpoints (largest global_step)."""
+        best: dict[str, Any] | None = None
+        candidates = [self.dir / "trainer_state.json", *self.dir.glob("checkpoint-*/trainer_state.json")]
+        for path in candidates:
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # absent, or being written: read on a later poll
+            if isinstance(doc, dict) and (best is None or doc.get("global_step", 0) >= best.get("global_step", 0)):
+                best = doc
+        return best
+
+    def _poll_state(self) -> list[Record]:
+        state = self._state()
+        if state is None:
+            return []
+        out = []
+        for entry in state.get("log_history", []):
+            step = entry.get("step")
+            if not isinstance(step, int) or step <= self._handed_scalar_step:
+                continue
+            if SUMMARY_KEY in entry:
+                self.ended = True
+            scalars = {k: float(v) for k, v in entry.items()
+                       if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+            out.append(Record(step, scalars, cursor=("scalars", step)))
+        if out:
+            self._handed_scalar_step = out[-1].step
+        max_steps = state.get("max_steps") or 0
+        if any(SUMMARY_KEY in e for e in state.get("log_history", [])) or (0 < max_steps <= state.get("global_step", 0)):
+            self.ended = True
+        return out
+
+
+def _digest(rows: list[dict[str, Any]]) -> str:
+    h = hashlib.sha1()
+    for row in rows:
+        h.update(json.dumps([row.get("prompt"), row.get("completion"), row.get("advantage")], default=str).encode())
+    return h.hexdigest()

@@ -1,0 +1,86 @@
+"""`otel-grpo follow --trl-output` on what a real `trl.GRPOTrainer` wrote: completions parquet and trainer state."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from otel_grpo.integrations.follow import TrlOutput
+
+from .test_files import Run
+
+STEPS = 4
+WRITER = Path(__file__).with_name("trl_writer.py")
+
+
+def _train(tmp_path_factory, mode: str) -> Path:
+    pytest.importorskip("trl")
+    out = tmp_path_factory.mktemp("trl") / "grpo-run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, str(WRITER), str(out), str(STEPS), mode], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def trl_output(tmp_path_factory) -> Path:
+    return _train(tmp_path_factory, "checkpoint")
+
+
+def test_trl_completions_become_samples_once_per_generation_batch(tmp_path, trl_output):
+    run = Run(tmp_path, [TrlOutput(trl_output, reward_weights=[1.0, 0.5])])
+    assert run.follower.run(threading.Event()) is True  # checkpoint-4: global_step reached max_steps
+    run.tel.finish()
+    spans = run.spans.get_finished_spans()
+    by_step: dict[int, list[dict]] = {}
+    for s in spans:
+        if s.name == "grpo.samples":
+            by_step.setdefault(s.attributes["grpo.step"], []).extend(dict(e.attributes) for e in s.events)
+    # steps 2 and 4 reuse the batch generated for steps 1 and 3: TRL's files repeat it, we do not
+    assert sorted(by_step) == [1, 3] and all(len(rows) == 8 for rows in by_step.values())
+    import pyarrow.parquet as pq
+
+    written = pq.read_table(trl_output / "completions" / "completions_00001.parquet").to_pylist()
+    for event in by_step[1]:
+        source = written[event["sample_index"]]
+        assert event["prompt"] == source["prompt"] and event["completion"] == source["completion"]
+        assert event["reward.reward_words"] == source["reward_words"]
+        assert event["reward"] == pytest.approx(source["reward_words"] + 0.5 * source["reward_short"])
+        assert event["advantage"] == pytest.approx(source["advantage"])
+    # TRL's logged scalars (from the checkpoint's log_history) resolve through the catalog's TRL names
+    scalar_steps = [s.attributes for s in spans if s.name == "grpo.step" and "grpo.metric.kl" in s.attributes]
+    assert sorted(a["grpo.step"] for a in scalar_steps) == [1, 2, 3, 4]
+    assert run.gauge("grpo.run.finished") == 1.0
+
+
+def test_trl_files_without_an_end_stay_live(tmp_path, trl_output):
+    """The parquet files alone (the job died before its last checkpoint): samples go out, the run is not finished."""
+    partial = tmp_path / "crashed"
+    shutil.copytree(trl_output / "completions", partial / "completions")
+    run = Run(tmp_path, [TrlOutput(partial)])
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    assert run.follower.run(stop) is False
+    run.tel.shutdown()
+    assert {s.attributes["grpo.step"] for s in run.spans.get_finished_spans() if s.name == "grpo.samples"} == {1, 3}
+    assert run.gauge("grpo.run.finished") is None
+
+
+def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, tmp_path_factory):
+    """No checkpoint at all: the summary `trainer.save_state()` writes (train_runtime) is the end."""
+    out = _train(tmp_path_factory, "save_state")
+    assert not list(out.glob("checkpoint-*"))
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert "train_runtime" in history[-1]
+    run = Run(tmp_path, [TrlOutput(out, reward_weights=[1.0, 0.5])])
+    assert run.follower.run(threading.Event()) is True
+    run.tel.finish()
+    assert run.gauge("grpo.run.finished") == 1.0

@@ -1,0 +1,36 @@
+"""A real TRL job for the follower: `trl.GRPOTrainer` on the tiny local model (tests/_support/tiny_trl.py)
+with `log_completions=True`, writing TRL's own completions parquet and its final checkpoint.
+
+    python trl_writer.py OUTPUT_DIR STEPS [checkpoint|save_state]
+
+`checkpoint` (default): a checkpoint at the last step (`trainer_state.json` with
+`global_step == max_steps`). `save_state`: no checkpoint; the script calls
+`trainer.save_state()` after training, as TRL's example scripts do, which writes the
+end-of-training summary (`train_runtime`) into `<output_dir>/trainer_state.json`.
+
+`steps_per_generation=2`: every generation batch serves two steps, so TRL writes the same
+rows into two consecutive parquet files (the follower must send them once).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+# By path: a `tests` package installed by another wheel could shadow ours on sys.path.
+_spec = importlib.util.spec_from_file_location("tiny_trl", Path(__file__).parents[2] / "_support" / "tiny_trl.py")
+tiny_trl = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tiny_trl)
+
+REWARD_WEIGHTS = (1.0, 0.5)  # tiny_trl's reward_weights for reward_words, reward_short
+
+if __name__ == "__main__":
+    steps = int(sys.argv[2])
+    mode = sys.argv[3] if len(sys.argv) > 3 else "checkpoint"
+    saving = {"save_strategy": "steps", "save_steps": steps} if mode == "checkpoint" else {"save_strategy": "no"}
+    trainer = tiny_trl.make_grpo_trainer(sys.argv[1], log_completions=True, max_steps=steps, steps_per_generation=2,
+                                         reward_weights=list(REWARD_WEIGHTS), **saving)
+    trainer.train()
+    if mode == "save_state":
+        trainer.save_state()

@@ -1,0 +1,94 @@
+"""A stand-in verl job: verl 0.9.1's own `Tracking`/`FileLogger` (from the installed wheel) writes the
+metrics file, and each step's generations are dumped in `_write_generations`' format.
+
+    python verl_writer.py VERL_SITE METRICS_FILE ROLLOUT_DIR FIRST LAST [DELAY_S [PAUSE_AFTER GO_FILE]]
+
+With PAUSE_AFTER, the job stops after that step until GO_FILE exists, with its file still
+open (verl's FileLogger opens with "wb": a second writer would truncate the file).
+
+`verl/__init__.py` imports `verl.protocol` (torch, tensordict, ray, ...), so the package
+cannot be imported without verl's heavy dependencies; `verl/utils/tracking.py` itself
+imports only `orjson` and `packaging`, so it is loaded by file path on its own.
+The dump format is re-typed from `RayPPOTrainer._write_generations`
+(`verl/trainer/ppo/ray_trainer.py`): `<dir>/<step>.jsonl`, one object per sample with
+`input`, `output`, `gts`, `score`, `step` and each reward-extra-info entry of full length.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+SAMPLES = 8
+
+
+def load_tracking(site: str):
+    path = Path(site) / "verl" / "utils" / "tracking.py"
+    spec = importlib.util.spec_from_file_location("verl_tracking_0_9_1", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def step_metrics(step: int) -> dict:
+    """The keys one verl GRPO step logs (a subset of each family), with values that identify the step."""
+    import numpy as np
+
+    return {
+        "training/global_step": step, "training/epoch": 0,
+        "critic/score/mean": 0.5 + step / 1000, "critic/score/max": 1.0, "critic/score/min": 0.0,
+        "critic/rewards/mean": 0.5, "critic/advantages/mean": 0.0, "critic/advantages/max": 1.5,
+        "critic/advantages/min": -1.5, "critic/returns/mean": 0.0,
+        "actor/pg_loss": np.float32(-0.01), "actor/kl_loss": 0.001 * step, "actor/entropy": 1.2,
+        "actor/pg_clipfrac": 0.02, "actor/ppo_kl": 0.0001, "actor/grad_norm": 0.7, "actor/lr": 1e-6,
+        "response_length/mean": 100.0 + step, "response_length/max": 200, "response_length/min": 3,
+        "response_length/clip_ratio": 0.1, "prompt_length/mean": 50.0, "prompt_length/max": 60,
+        "perf/throughput": 1234.5, "perf/total_num_tokens": 100000, "perf/time_per_step": 3.5,
+        "perf/max_memory_allocated_gb": 30.5, "perf/mfu/actor": 0.31,
+        "rollout_corr/rollout_is_mean": 1.01, "rollout_corr/kl": 0.002, "rollout_corr/training_ppl": 1.8,
+        "timing_s/gen": 1.5, "timing_s/old_log_prob": 0.3, "timing_s/ref": 0.3, "timing_s/adv": 0.01,
+        "timing_s/update_actor": 1.2, "timing_s/step": 3.5,
+    }
+
+
+def dump_generations(directory: str, step: int) -> None:
+    os.makedirs(directory, exist_ok=True)
+    columns = {
+        "input": [f"question {step}.{i}" for i in range(SAMPLES)],
+        "output": [f"answer {step}.{i}" for i in range(SAMPLES)],
+        "gts": [str(i) for i in range(SAMPLES)],
+        "score": [float(i % 3) / 2 for i in range(SAMPLES)],
+        "step": [step] * SAMPLES,
+        "acc": [float(i % 2) for i in range(SAMPLES)],  # reward extra info: numeric
+        "pred": [str(i) for i in range(SAMPLES)],  # and text
+    }
+    with open(os.path.join(directory, f"{step}.jsonl"), "w") as fp:
+        for i in range(SAMPLES):
+            fp.write(json.dumps({k: v[i] for k, v in columns.items()}, ensure_ascii=False) + "\n")
+
+
+def main(site: str, metrics: str, rollouts: str, first: int, last: int, delay: float = 0.0,
+         pause_after: int | None = None, go_file: str | None = None) -> None:
+    tracking = load_tracking(site)
+    os.environ["VERL_FILE_LOGGER_PATH"] = metrics
+    logger = tracking.Tracking("proj", "exp", default_backend=["file"])
+    for step in range(first, last + 1):
+        if rollouts != "-":
+            dump_generations(rollouts, step)
+        logger.log(data=step_metrics(step), step=step)
+        if delay:
+            time.sleep(delay)
+        if step == pause_after:
+            while not os.path.exists(go_file):
+                time.sleep(0.05)
+    logger.finish()
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    main(args[0], args[1], args[2], int(args[3]), int(args[4]), float(args[5]) if len(args) > 5 else 0.0,
+         int(args[6]) if len(args) > 6 else None, args[7] if len(args) > 7 else None)
