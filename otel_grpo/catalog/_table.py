@@ -18,6 +18,8 @@ ADVANTAGE_BUCKETS = (-3.0, -2.0, -1.5, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1
 LENGTH_BUCKETS = tuple(float(2**i) for i in range(0, 16))  # 1 .. 32768 tokens
 # IS ratios live around 1 on a log scale: symmetric in log space, finer near 1.
 IS_RATIO_BUCKETS = (0.01, 0.1, 0.25, 0.5, 0.8, 0.9, 0.95, 0.99, 1.0, 1.0101, 1.0526, 1.1111, 1.25, 2.0, 4.0, 10.0, 100.0)
+# Per-step KL (one observation per step): the alert thresholds must be bounds here.
+STEP_KL_BUCKETS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 100.0)
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
@@ -131,4 +133,8 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("nonfinite", "grpo.nonfinite", C, "{value}", "Non-finite (NaN or infinite) values seen and not exported (attribute `signal`: the key).", R.HOST, Group.HEALTH, label="signal"),
     Signal("skipped_steps", "grpo.skipped_steps", C, "{step}", "Steps whose update was skipped (non-finite loss or a failed batch).", R.HOST, Group.HEALTH),
     _g("run_finished", "grpo.run.finished", "{bool}", "1 once the run has ended on purpose: training completed, or the user stopped it (Ctrl-C, SIGTERM). Never set by a crash, so a run whose series stop without it crashed or lost its exporter.", R.HOST, Group.HEALTH),
+    # ---- per-step distributions for alerts (issue 15) -------------------------------
+    # One observation per training step: the bucket counters count the steps over each
+    # bound, so a one-step spike between two scrapes still reaches Prometheus.
+    Signal("step_kl", "grpo.step.kl", H, "{nat}", "KL to the reference of each step (`kl`), one observation per step: counts the steps above each bound (GRPOKLSpike).", R.HOST, Group.KL, buckets=STEP_KL_BUCKETS),
 )

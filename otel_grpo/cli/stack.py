@@ -132,7 +132,7 @@ def dashboards(
     from otel_grpo.stack import generated_files
 
     stale = []
-    for rel, text in generated_files().items():
+    for rel, text in generated_files(root.resolve()).items():
         path = root / rel
         current = path.read_text() if path.exists() else None
         if current == text:

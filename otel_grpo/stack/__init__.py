@@ -12,17 +12,29 @@ Compose mode uses the committed files under `prometheus/`, `alertmanager/` and
 `grafana/`; local mode renders the same configuration with local addresses.
 """
 
+from pathlib import Path
+
 from ._configs import compose_files
 from ._demo import DemoSettings, DemoSummary, format_summary, run_demo, trainer_command
 from ._local import LocalStack, StackSettings, write_local_configs
 from ._process import StackError, find_binary
-from ._rules import RuleSettings, alert_rules, recording_rules, rule_metric_names
+from ._alerts import alert_rules, alerts
+from ._rules import THRESHOLDS, RuleSettings, recording_rules, rule_metric_names
+from ._promtool import SCENARIOS, TESTS, promtool_tests
 from .dashboards import dashboard_files
 
 
-def generated_files() -> dict[str, str]:
-    """Every committed generated file by repository path: dashboards, rules, configs."""
-    return {**dashboard_files(), **compose_files()}
+def generated_files(root: Path | None = None) -> dict[str, str]:
+    """Every committed generated file by repository path: dashboards, rules, configs, promtool tests.
+
+    The promtool tests are rendered from `prometheus/tests/scenarios.yml` under `root`
+    (default: the checkout this package runs from); left out where that file is absent.
+    """
+    root = root or Path(__file__).resolve().parents[2]
+    files = {**dashboard_files(), **compose_files()}
+    if (root / SCENARIOS).exists():
+        files[TESTS] = promtool_tests(root)
+    return files
 
 
 __all__ = [
@@ -32,7 +44,9 @@ __all__ = [
     "RuleSettings",
     "StackError",
     "StackSettings",
+    "THRESHOLDS",
     "alert_rules",
+    "alerts",
     "compose_files",
     "dashboard_files",
     "find_binary",

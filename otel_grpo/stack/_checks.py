@@ -12,7 +12,8 @@ from typing import Iterator
 from otel_grpo import catalog
 from otel_grpo.catalog import Kind
 
-from ._rules import RuleSettings, alert_rules, recording_rules
+from ._alerts import alert_rules
+from ._rules import RuleSettings, recording_rules, rule_metric_names
 
 # Names that are PromQL syntax, not series, when they stand alone.
 _KEYWORDS = frozenset({
@@ -21,6 +22,12 @@ _KEYWORDS = frozenset({
 })
 _IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 BUILTIN_SERIES = frozenset({"ALERTS", "ALERTS_FOR_STATE", "up"})
+# The stack's own metrics the alerts watch: the collector's (service.telemetry) and the sidecar's.
+STACK_SERIES = frozenset({
+    "otelcol_exporter_send_failed_spans_total", "otelcol_exporter_send_failed_metric_points_total",
+    "otelcol_exporter_queue_size", "otelcol_exporter_queue_capacity", "otelcol_exporter_enqueue_failed_spans_total",
+    "otel_grpo_sidecar_requests_rejected_total",
+})
 
 
 def metric_names(expr: str) -> set[str]:
@@ -54,8 +61,7 @@ def catalog_series() -> dict[str, str]:
 
 def allowed_series() -> set[str]:
     """Names a dashboard or rule may query: catalog series, recording rules, Prometheus built-ins."""
-    records = {r["record"] for r in recording_rules(RuleSettings())["groups"][0]["rules"]}
-    return set(catalog_series()) | records | BUILTIN_SERIES
+    return set(catalog_series()) | rule_metric_names() | BUILTIN_SERIES | STACK_SERIES
 
 
 def dashboard_exprs(dashboard: dict) -> Iterator[tuple[str, str]]:
@@ -70,8 +76,9 @@ def rule_exprs(settings: RuleSettings | None = None) -> Iterator[tuple[str, str]
     """(rule name, expression) for every recording and alert rule."""
     s = settings or RuleSettings()
     for doc in (recording_rules(s), alert_rules(s)):
-        for rule in doc["groups"][0]["rules"]:
-            yield rule.get("record") or rule["alert"], rule["expr"]
+        for group in doc["groups"]:
+            for rule in group["rules"]:
+                yield rule.get("record") or rule["alert"], rule["expr"]
 
 
 def concrete(expr: str, run_id: str, rate_interval: str = "1m") -> str:

@@ -220,6 +220,15 @@ def dashboards() -> dict[str, dict]:
     return {"grpo-overview.json": overview()}
 
 
+def panel_id(title: str) -> int:
+    """The id of the overview panel with this title (alerts link to it); KeyError if none."""
+    for p in overview()["panels"]:
+        for inner in [p, *p.get("panels", [])]:
+            if inner.get("title") == title and inner["type"] != "row":
+                return inner["id"]
+    raise KeyError(f"no overview panel titled {title!r}")
+
+
 def render_json(dashboard: dict) -> str:
     """The committed form: stable key order, two-space indent, trailing newline."""
     return json.dumps(dashboard, indent=2) + "\n"
@@ -230,4 +239,4 @@ def dashboard_files() -> dict[str, str]:
     return {f"grafana/dashboards/{name}": render_json(d) for name, d in dashboards().items()}
 
 
-__all__ = ["dashboard_files", "dashboards", "overview", "render_json"]
+__all__ = ["dashboard_files", "dashboards", "overview", "panel_id", "render_json"]

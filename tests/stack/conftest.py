@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import shutil
 import socket
+import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
-from otel_grpo.stack._process import Managed
+from otel_grpo.stack._process import BINARIES, Managed, StackError, find_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,11 +21,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def need(binary: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        pytest.skip(f"{binary} not on PATH (apt-get install prometheus prometheus-alertmanager)")
-    return path
+def need(component: str) -> str:
+    """The pinned build of a backend (scripts/build-backends.sh), built now if Go is there.
+
+    The rules rely on Prometheus 3 semantics (left-open ranges, normalized `le`), so
+    older binaries on PATH (Debian's 2.42) are not used: without Go, the test skips.
+    """
+    try:
+        return find_binary(component, pinned_only=True)
+    except StackError as missing:
+        if shutil.which("go") is None:
+            pytest.skip(f"{missing} (Go is not installed)")
+    target = BINARIES[component][0].replace("otelcol", "collector")
+    out = subprocess.run([str(ROOT / "scripts/build-backends.sh"), target], capture_output=True, text=True,
+                         timeout=3600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return find_binary(component, pinned_only=True)
 
 
 @pytest.fixture(scope="session")
@@ -69,3 +81,8 @@ def promtool() -> str:
 @pytest.fixture(scope="session")
 def amtool() -> str:
     return need("amtool")
+
+
+@pytest.fixture(scope="session")
+def otelcol() -> str:
+    return need("otelcol")

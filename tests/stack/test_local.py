@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from otel_grpo.stack import LocalStack, RuleSettings, StackSettings, alert_rules
+from otel_grpo.stack import LocalStack, RuleSettings, StackSettings, alerts
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ def test_up_loads_every_rule_and_scrapes_the_sidecar(stack):
     with httpx.Client(timeout=10) as http:
         groups = http.get(f"{s.prometheus_url}/api/v1/rules").json()["data"]["groups"]
         loaded = {r["name"] for g in groups for r in g["rules"] if r["type"] == "alerting"}
-        assert loaded == {r["alert"] for r in alert_rules(RuleSettings())["groups"][0]["rules"]}
+        assert loaded == {r["alert"] for r in alerts(RuleSettings())}
 
         def sidecar_up():
             targets = http.get(f"{s.prometheus_url}/api/v1/targets").json()["data"]["activeTargets"]
