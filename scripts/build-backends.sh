@@ -24,16 +24,21 @@ export CGO_ENABLED=0
 
 have() { [ -x "$CACHE/$1" ]; }
 
+# Build directories, removed at exit even when a build fails.
+WORKDIRS=()
+cleanup() { [ ${#WORKDIRS[@]} -eq 0 ] || rm -rf "${WORKDIRS[@]}"; }
+trap cleanup EXIT
+new_workdir() { WORK=$(mktemp -d); WORKDIRS+=("$WORK"); }  # sets WORK (not in a subshell: the list must grow)
+
 # A fresh GOBIN per tool: `go install` names the binary after its package, and several
 # versions must sit side by side in the cache.
 install_as() {  # install_as <cache name> <package@version> [build tags]
   local name=$1 pkg=$2 tags=${3:-} tmp
   have "$name" && return 0
-  tmp=$(mktemp -d)
+  new_workdir; tmp=$WORK
   echo "build-backends: building $name from $pkg" >&2
   GOBIN="$tmp" go install ${tags:+-tags "$tags"} -ldflags "-s -w" "$pkg"
   mv "$tmp"/* "$CACHE/$name.tmp" && mv "$CACHE/$name.tmp" "$CACHE/$name"
-  rm -rf "$tmp"
 }
 
 build_prometheus() {
@@ -52,8 +57,7 @@ build_alertmanager() {
   # (`pattern app/dist: no matching files found`): build from a copy of the module with
   # a one-page stand-in there. The API, routing and notifications are unaffected.
   src=$(go mod download -json "github.com/prometheus/alertmanager@v$ALERTMANAGER_VERSION" | awk -F'"' '/"Dir"/ { print $4 }')
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
+  new_workdir; work=$WORK
   echo "build-backends: building $name from a copy of $src" >&2
   cp -r "$src" "$work/am" && chmod -R u+w "$work/am"
   mkdir -p "$work/am/ui/app/dist"
@@ -66,8 +70,7 @@ build_alertmanager() {
 build_collector() {
   local name="otelcol-grpo-$OTELCOL_VERSION" work
   have "$name" && return 0
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
+  new_workdir; work=$WORK
   echo "build-backends: building $name with the collector builder" >&2
   # The checksum database has no entry for the builder v0.144.0 (a 404 from sum.golang.org;
   # the components it builds are all there), so only the builder skips that check.

@@ -257,8 +257,9 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
                f" or sum by (instance, exporter) (increase(otelcol_exporter_send_failed_metric_points_total[{s.counter_window}])) > 0",
                s.for_slow, "warning",
                "The collector's exporter {{ $labels.exporter }} failed to send " + _VAL + " items",
-               "The collector could not deliver to the sidecar (or another exporter) and retries; "
-               "the persistent queue keeps the data until the receiver is back."),
+               "The collector gave up on data for the sidecar (or another exporter): refused for good "
+               "(401: token mismatch, 400: malformed) or retried past max_elapsed_time (10m). Retries that "
+               "succeed do not count; the persistent queue keeps data across restarts."),
         _alert(s, "GRPOCollectorQueueFull",
                "max by (instance, exporter) (otelcol_exporter_queue_size / otelcol_exporter_queue_capacity) > 0.8"
                f" or sum by (instance, exporter) (increase(otelcol_exporter_enqueue_failed_spans_total[{s.counter_window}])) > 0",

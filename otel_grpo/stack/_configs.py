@@ -29,14 +29,32 @@ class Targets:
     sidecar: str
     alertmanager: str
     prometheus: str
+    collector_self: str | None = None
+    """host:port of the collector's own metrics (compose); None where there is no collector."""
     scrape_interval: str = "15s"
     evaluation_interval: str = "15s"
 
 
 COMPOSE = Targets(
     metrics="otel-collector:8889", metrics_job="otel-collector", sidecar="sidecar:8000",
-    alertmanager="alertmanager:9093", prometheus="localhost:9090",
+    alertmanager="alertmanager:9093", prometheus="localhost:9090", collector_self="otel-collector:8888",
 )
+
+
+def retarget(prometheus_yml: str, addresses: dict[str, str]) -> str:
+    """Compose's prometheus.yml with its service addresses replaced (`{"sidecar:8000": "127.0.0.1:5123"}`).
+
+    The one substitution the tests apply to run compose's file on 127.0.0.1: only
+    addresses of `COMPOSE` may be replaced, each must occur, nothing else changes.
+    """
+    known = {COMPOSE.metrics, COMPOSE.sidecar, COMPOSE.alertmanager, COMPOSE.prometheus, COMPOSE.collector_self}
+    for old, new in addresses.items():
+        if old not in known:
+            raise ValueError(f"addresses: {old!r} is not a compose target ({sorted(known)})")
+        if f"- {old}\n" not in prometheus_yml:
+            raise ValueError(f"addresses: {old!r} does not occur in the file")
+        prometheus_yml = prometheus_yml.replace(f"- {old}\n", f"- {new}\n")
+    return prometheus_yml
 
 
 def dump(obj: object) -> str:
@@ -63,7 +81,7 @@ def prometheus_config(t: Targets) -> dict:
             job("sidecar", t.sidecar),
             job("prometheus", t.prometheus),
             job("alertmanager", t.alertmanager),
-        ],
+        ] + ([job("otelcol", t.collector_self)] if t.collector_self else []),
     }
 
 

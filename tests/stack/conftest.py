@@ -86,3 +86,13 @@ def amtool() -> str:
 @pytest.fixture(scope="session")
 def otelcol() -> str:
     return need("otelcol")
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> str:
+    return need("prometheus")
+
+
+@pytest.fixture(scope="session")
+def alertmanager_bin() -> str:
+    return need("alertmanager")

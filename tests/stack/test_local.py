@@ -24,10 +24,11 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def test_missing_binary_is_one_line_saying_how_to_install(tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()
-    out = _cli("up", "--dir", str(tmp_path / "stack"), env={**os.environ, "PATH": str(empty)})
+    out = _cli("up", "--dir", str(tmp_path / "stack"),
+               env={**os.environ, "PATH": str(empty), "OTEL_GRPO_BIN_CACHE": str(empty)})
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "apt-get install -y prometheus" in lines[0], out.stderr
+    assert len(lines) == 1 and "scripts/build-backends.sh" in lines[0], out.stderr
     assert not (tmp_path / "stack" / "logs").exists()  # nothing was started
 
 
