@@ -108,7 +108,7 @@ def _oncall_receiver() -> dict:
     still arrives.
     """
     return {"name": "oncall", "slack_configs": [{
-        "api_url_file": "/etc/alertmanager/secrets/slack_webhook_url",
+        "api_url_file": "/run/secrets/slack_webhook_url",
         "channel": "#grpo-alerts",
         "send_resolved": True,
         "title": '{{ .CommonLabels.severity }}: {{ .CommonLabels.alertname }} {{ .CommonLabels.run_id }}',
@@ -163,7 +163,8 @@ def compose_files() -> dict[str, str]:
     """Committed files under `prometheus/` and `alertmanager/`, by repository path."""
     files = {f"prometheus/{p}": text for p, text in rule_files(RuleSettings()).items()}
     files["prometheus/prometheus.yml"] = dump(prometheus_config(COMPOSE))
-    files["alertmanager/alertmanager.yml"] = dump(alertmanager_config("http://sidecar:8000"))
+    files["alertmanager/alertmanager.yml"] = dump(alertmanager_config("http://sidecar:8000",
+                                                                      token_file="/run/secrets/sidecar_token"))
     return files
 
 
