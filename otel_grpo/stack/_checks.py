@@ -46,6 +46,15 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+_RECORDED_BUCKETS = re.compile(r"^run_id_(?:\w+_)?le:(\w+_bucket):rate$")
+
+
+def drawn_series(expr: str) -> set[str]:
+    """Series an expression draws: its names, with recorded bucket rates read as their `_bucket` series."""
+    names = metric_names(expr)
+    return names | {m.group(1) for n in names if (m := _RECORDED_BUCKETS.match(n))}
+
+
 def catalog_series() -> dict[str, str]:
     """Every Prometheus series name the catalog produces -> the signal key."""
     out = {}
@@ -66,10 +75,17 @@ def allowed_series() -> set[str]:
 
 def dashboard_exprs(dashboard: dict) -> Iterator[tuple[str, str]]:
     """(panel title, PromQL expression) for every Prometheus target of a dashboard."""
-    for panel in dashboard["panels"]:
+    for panel in all_panels(dashboard):
         for target in panel.get("targets", []):
-            if target.get("datasource", {}).get("uid") == "prom":
+            if target.get("datasource", {}).get("type") == "prometheus":
                 yield panel["title"], target["expr"]
+
+
+def all_panels(dashboard: dict) -> Iterator[dict]:
+    """Every panel, including those inside collapsed rows."""
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
 
 
 def rule_exprs(settings: RuleSettings | None = None) -> Iterator[tuple[str, str]]:
@@ -83,4 +99,4 @@ def rule_exprs(settings: RuleSettings | None = None) -> Iterator[tuple[str, str]
 
 def concrete(expr: str, run_id: str, rate_interval: str = "1m") -> str:
     """A dashboard expression with Grafana's variables filled in, ready for /api/v1/query."""
-    return expr.replace("$__rate_interval", rate_interval).replace("$run_id", run_id)
+    return expr.replace("$__rate_interval", rate_interval).replace("$run_id", run_id).replace("${run_id}", run_id)

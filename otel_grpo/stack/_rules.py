@@ -120,7 +120,10 @@ class RuleSettings:
     absent_window: str = "1h"
     """A run that exported within this window and no longer does is absent (unless it finished)."""
     rate_window: str = "1m"
-    """Rate window of the dashboards' recording rules; at least one step of the slowest run you watch."""
+    """Rate window of the counters' recording rules (steps, tokens, samples per second)."""
+    histogram_window: str = "15m"
+    """Rate window of the histograms' bucket rates (dashboard quantiles): at least one step of the
+    slowest run you watch, or the quantiles are empty between two steps."""
     for_fast: str = "1m"
     """`for:` of alerts that must page quickly."""
     for_slow: str = "5m"
@@ -156,7 +159,7 @@ class RuleSettings:
         base = cls(
             baseline_window="30s", recent_window="3s", baseline_offset="10s", baseline_min_samples=5,
             counter_window="20s", stall_floor="20s", progress_probe="3s", history_window="10m",
-            absent_window="60s", rate_window="15s", streak_memory="5s",
+            absent_window="60s", rate_window="15s", histogram_window="15s", streak_memory="5s",
             for_fast="2s", for_slow="5s", for_target="10s",
         )
         return replace(base, **overrides)  # type: ignore[arg-type]
@@ -257,12 +260,12 @@ def recording_rules(s: RuleSettings) -> dict:
         base = _m(key)
         rules.append({
             "record": f"run_id_le:{base}_bucket:rate",
-            "expr": f"sum by (run_id, le) (rate({base}_bucket[{s.rate_window}]))",
+            "expr": f"sum by (run_id, le) (rate({base}_bucket[{s.histogram_window}]))",
         })
     phase = _m("phase_duration")
     rules.append({
         "record": f"run_id_phase_le:{phase}_bucket:rate",
-        "expr": f"sum by (run_id, phase, le) (rate({phase}_bucket[{s.rate_window}]))",
+        "expr": f"sum by (run_id, phase, le) (rate({phase}_bucket[{s.histogram_window}]))",
     })
     for key in COUNTERS:
         name = _m(key)
