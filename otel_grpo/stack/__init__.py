@@ -24,15 +24,17 @@ from ._promtool import SCENARIOS, TESTS, promtool_tests
 from .dashboards import dashboard_files
 
 
-def generated_files(root: Path | None = None) -> dict[str, str]:
+def generated_files(root: Path | None = None, settings: RuleSettings | None = None) -> dict[str, str]:
     """Every committed generated file by repository path: dashboards, rules, configs, promtool tests.
 
+    `settings`: thresholds and windows of the rules and dashboards (default `RuleSettings()`).
     The promtool tests are rendered from `prometheus/tests/scenarios.yml` under `root`
-    (default: the checkout this package runs from); left out where that file is absent.
+    (default: the checkout this package runs from) for the defaults only: their
+    expectations are the defaults'. Left out where that file is absent.
     """
     root = root or Path(__file__).resolve().parents[2]
-    files = {**dashboard_files(), **compose_files()}
-    if (root / SCENARIOS).exists():
+    files = {**dashboard_files(settings), **compose_files(settings)}
+    if (root / SCENARIOS).exists() and (settings is None or settings == RuleSettings()):
         files[TESTS] = promtool_tests(root)
     return files
 

@@ -159,9 +159,9 @@ def rule_files(s: RuleSettings) -> dict[str, str]:
     return {RULE_FILES[0]: dump(recording_rules(s)), RULE_FILES[1]: dump(alert_rules(s))}
 
 
-def compose_files() -> dict[str, str]:
+def compose_files(settings: RuleSettings | None = None) -> dict[str, str]:
     """Committed files under `prometheus/` and `alertmanager/`, by repository path."""
-    files = {f"prometheus/{p}": text for p, text in rule_files(RuleSettings()).items()}
+    files = {f"prometheus/{p}": text for p, text in rule_files(settings or RuleSettings()).items()}
     files["prometheus/prometheus.yml"] = dump(prometheus_config(COMPOSE))
     files["alertmanager/alertmanager.yml"] = dump(alertmanager_config("http://sidecar:8000",
                                                                       token_file="/run/secrets/sidecar_token"))

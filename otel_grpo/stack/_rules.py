@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Mapping
+
+import yaml
 
 from otel_grpo import catalog
 
@@ -164,9 +167,22 @@ class RuleSettings:
         )
         return replace(base, **overrides)  # type: ignore[arg-type]
 
-    def names(self) -> dict[str, float]:
-        """Every threshold by name (for dashboards and docs)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in THRESHOLDS}
+    @classmethod
+    def from_yaml(cls, path: Path) -> "RuleSettings":
+        """Settings from a YAML mapping of field names (`overrides` included); ValueError naming bad keys."""
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ValueError(f"rule settings {path}: {e}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"rule settings {path}: expected a mapping of setting names")
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"rule settings {path}: unknown settings {sorted(unknown)}")
+        try:
+            return cls(**data)
+        except TypeError as e:
+            raise ValueError(f"rule settings {path}: {e}") from None
 
 
 def _num(value: float) -> str:

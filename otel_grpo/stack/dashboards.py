@@ -23,8 +23,6 @@ from ._panels import PROM, PROM_UID, RUN, Panel, Query, render, row, signal_quer
 from ._rules import RuleSettings
 
 SIDECAR_PAGE_LIMIT = 200
-# Thresholds drawn on the panels: the compose defaults the alert rules use.
-LIMITS = RuleSettings()
 RATES = ".*/s.*"  # legends of per-second series: a right axis where counts share the panel
 
 
@@ -43,11 +41,12 @@ def _rec(expr: str, legend: str) -> Query:
 
 
 # (row title, group(s) whose leftover signals join the row, panels)
-def _sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
-    return _learning_sections() + _rollout_sections()
+def _sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
+    """Rows and panels; `limits`: the rule settings whose thresholds the panels draw."""
+    return _learning_sections(limits) + _rollout_sections(limits)
 
 
-def _learning_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
+def _learning_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
     """Rows about what the policy learns: alerts first, then reward, advantage, KL and policy."""
     return [
         ("Health and alerts", Group.HEALTH, [
@@ -62,7 +61,7 @@ def _learning_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Pane
             _signals("Reward per function", ["reward_fn_mean", "reward_fn_std"]),
             _signals("Learning signal: within-group reward std, groups with zero std",
                      ["reward_group_std", "frac_reward_zero_std"], unit="short",
-                     threshold=LIMITS.zero_std_threshold, right_axis={"frac_reward_zero_std.*": "percentunit"}),
+                     threshold=limits.zero_std_threshold, right_axis={"frac_reward_zero_std.*": "percentunit"}),
         ]),
         ("Advantage", Group.ADVANTAGE, [
             _signals("Advantage mean, std, min, max", ["advantage_mean", "advantage_std", "advantage_min", "advantage_max"]),
@@ -71,13 +70,13 @@ def _learning_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Pane
         ("KL and policy", (Group.KL, Group.POLICY), [
             _signals("KL to the reference", ["kl", "kl_k1", "kl_max", "kl_seq_mean", "step_kl"],
                      extra=[_rec(f"run_id:grpo_kl:baseline_median{{{RUN}}}", "kl baseline median (alert) {{run_id}}")],
-                     threshold=LIMITS.kl_threshold, log_scale=True),
+                     threshold=limits.kl_threshold, log_scale=True),
             Panel("KL z-score against its baseline (alert GRPOKLJump above 4)",
-                  [Query(f"run_id:grpo_kl:zscore{{{RUN}}}", "z-score {{run_id}}")], threshold=LIMITS.kl_zscore,
+                  [Query(f"run_id:grpo_kl:zscore{{{RUN}}}", "z-score {{run_id}}")], threshold=limits.kl_zscore,
                   description="(KL - baseline median) / (0.741 IQR + floor); the baseline window ends `offset` ago so a jump is not part of it."),
             _signals("Clip ratios (low, high, region)",
                      ["clip_ratio_low_mean", "clip_ratio_low_min", "clip_ratio_high_mean", "clip_ratio_high_max",
-                      "clip_ratio_region_mean"], threshold=LIMITS.clip_ratio_threshold),
+                      "clip_ratio_region_mean"], threshold=limits.clip_ratio_threshold),
             _signals("Policy ratio pi_theta / pi_old and approx KL",
                      ["policy_ratio_mean", "policy_ratio_min", "policy_ratio_max", "approx_kl"], unit="short"),
             _signals("Entropy", ["entropy"]),
@@ -85,13 +84,13 @@ def _learning_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Pane
     ]
 
 
-def _rollout_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
+def _rollout_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
     """Rows about the rollout engine: mismatch, IS correction, completions, optimiser, throughput."""
     return [
         ("Rollout vs training mismatch", Group.MISMATCH, [
             _signals("Mismatch KL (direct and k3) and chi-square",
                      ["mismatch_kl", "mismatch_k3_kl", "mismatch_chi2_token", "mismatch_chi2_seq"], unit="short",
-                     threshold=LIMITS.mismatch_kl_threshold, log_scale=True),
+                     threshold=limits.mismatch_kl_threshold, log_scale=True),
             _signals("IS ratio pi_train / pi_rollout: mean, min, max", ["is_ratio_mean", "is_ratio_min", "is_ratio_max"],
                      unit="short"),
             _signals("Perplexity: training, rollout, ratio",
@@ -108,7 +107,7 @@ def _rollout_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel
             _signals("Effective sample size, masked and vetoed fractions",
                      ["rollout_is_eff_sample_size", "rollout_is_masked_fraction", "rollout_is_seq_masked_fraction",
                       "rollout_is_veto_fraction", "rollout_is_catastrophic_token_fraction"],
-                     threshold=LIMITS.ess_min),
+                     threshold=limits.ess_min),
             _signals("Weights beyond the thresholds", ["rollout_is_ratio_fraction_high", "rollout_is_ratio_fraction_low",
                                                        "rollout_is_seq_fraction_high", "rollout_is_seq_fraction_low"]),
             _signals("Per-sequence IS weight",
@@ -121,7 +120,7 @@ def _rollout_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel
             _signals("Terminated (EOS) length", ["terminated_length_mean", "terminated_length_min",
                                                  "terminated_length_max"]),
             _signals("Clipped completions (no EOS)", ["completions_clipped_ratio"],
-                     threshold=LIMITS.completions_clipped_threshold),
+                     threshold=limits.completions_clipped_threshold),
             _signals("Completion length per sample (histogram)", ["sample_completion_length"]),
             _signals("Diversity: distinct n-grams", ["distinct_1", "distinct_2"]),
         ]),
@@ -221,9 +220,9 @@ def _variables() -> list[dict]:
     ]
 
 
-def overview() -> dict:
+def overview(limits: RuleSettings | None = None) -> dict:
     """The GRPO overview dashboard: one or several runs picked from Prometheus."""
-    sections = list(_with_leftovers(_sections())) + [("Samples and alerts (sidecar)", _samples_panels())]
+    sections = list(_with_leftovers(_sections(limits or RuleSettings()))) + [("Samples and alerts (sidecar)", _samples_panels())]
     return {
         "uid": "grpo-overview",
         "title": "GRPO overview",
@@ -247,9 +246,9 @@ def overview() -> dict:
     }
 
 
-def dashboards() -> dict[str, dict]:
-    """Every generated dashboard by file name under `grafana/dashboards/`."""
-    return {"grpo-overview.json": overview()}
+def dashboards(limits: RuleSettings | None = None) -> dict[str, dict]:
+    """Every generated dashboard by file name under `grafana/dashboards/`; thresholds from `limits`."""
+    return {"grpo-overview.json": overview(limits)}
 
 
 def panel_id(title: str) -> int:
@@ -266,9 +265,9 @@ def render_json(dashboard: dict) -> str:
     return json.dumps(dashboard, indent=2) + "\n"
 
 
-def dashboard_files() -> dict[str, str]:
+def dashboard_files(limits: RuleSettings | None = None) -> dict[str, str]:
     """Committed dashboard files by repository path."""
-    return {f"grafana/dashboards/{name}": render_json(d) for name, d in dashboards().items()}
+    return {f"grafana/dashboards/{name}": render_json(d) for name, d in dashboards(limits).items()}
 
 
 __all__ = ["dashboard_files", "dashboards", "overview", "panel_id", "render_json"]

@@ -7,6 +7,7 @@ scales: slow and fast steps, scrape gaps, outages, a clean finish, a crash, beta
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -143,3 +144,30 @@ def test_fast_rules_pass_promtool(tmp_path, promtool):
         (tmp_path / rel).write_text(text)
     out = run(promtool, "check", "rules", *sorted(str(p) for p in (tmp_path / "rules").glob("*.yml")))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "otel_grpo.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_dashboards_command_renders_thresholds_from_a_settings_file(tmp_path, promtool):
+    (tmp_path / "rules.yml").write_text("kl_threshold: 2.5\noverrides:\n  exp-42: {kl_threshold: 5.0}\n")
+    out = _cli("dashboards", "--root", str(tmp_path), "--rule-settings", str(tmp_path / "rules.yml"))
+    assert out.returncode == 0, out.stderr
+    alerts_yml = (tmp_path / "prometheus/rules/grpo_alerts.yml").read_text()
+    assert "max by (run_id) (grpo_kl) > 2.5" in alerts_yml
+    recording = yaml.safe_load((tmp_path / "prometheus/rules/grpo_recording.yml").read_text())
+    assert {"record": "run_id:grpo_threshold:kl_threshold", "expr": "vector(5)", "labels": {"run_id": "exp-42"}} \
+        in recording["groups"][0]["rules"]
+    dashboard = (tmp_path / "grafana/dashboards/grpo-overview.json").read_text()
+    assert '"value": 2.5' in dashboard
+    check = run(promtool, "check", "rules", str(tmp_path / "prometheus/rules/grpo_alerts.yml"),
+                str(tmp_path / "prometheus/rules/grpo_recording.yml"))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_bad_settings_file_is_one_readable_line(tmp_path):
+    (tmp_path / "rules.yml").write_text("kl_treshold: 2.5\n")
+    out = _cli("dashboards", "--root", str(tmp_path), "--rule-settings", str(tmp_path / "rules.yml"))
+    assert out.returncode != 0 and "kl_treshold" in out.stderr
+    assert not (tmp_path / "prometheus").exists()
