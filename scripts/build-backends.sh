@@ -32,12 +32,15 @@ new_workdir() { WORK=$(mktemp -d); WORKDIRS+=("$WORK"); }  # sets WORK (not in a
 
 # A fresh GOBIN per tool: `go install` names the binary after its package, and several
 # versions must sit side by side in the cache.
-install_as() {  # install_as <cache name> <package@version> [build tags]
-  local name=$1 pkg=$2 tags=${3:-} tmp
+# Prometheus' projects print their version from prometheus/common's variables.
+version_flags() { echo "-X github.com/prometheus/common/version.Version=$1 -X github.com/prometheus/common/version.Branch=release"; }
+
+install_as() {  # install_as <cache name> <package@version> <version> [build tags]
+  local name=$1 pkg=$2 version=$3 tags=${4:-} tmp
   have "$name" && return 0
   new_workdir; tmp=$WORK
   echo "build-backends: building $name from $pkg" >&2
-  GOBIN="$tmp" go install ${tags:+-tags "$tags"} -ldflags "-s -w" "$pkg"
+  GOBIN="$tmp" go install ${tags:+-tags "$tags"} -ldflags "-s -w $(version_flags "$version")" "$pkg"
   mv "$tmp"/* "$CACHE/$name.tmp" && mv "$CACHE/$name.tmp" "$CACHE/$name"
 }
 
@@ -45,13 +48,13 @@ build_prometheus() {
   local mod="v0.${PROMETHEUS_VERSION%%.*}$(printf '%02d' "$(echo "$PROMETHEUS_VERSION" | cut -d. -f2)").$(echo "$PROMETHEUS_VERSION" | cut -d. -f3)"
   # remove_all_sd: no cloud service-discovery plugins (the tests use static targets);
   # the module carries no compiled web UI, so only the API and the rules engine serve.
-  install_as "promtool-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/promtool@$mod" remove_all_sd
-  install_as "prometheus-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/prometheus@$mod" remove_all_sd
+  install_as "promtool-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/promtool@$mod" "$PROMETHEUS_VERSION" remove_all_sd
+  install_as "prometheus-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/prometheus@$mod" "$PROMETHEUS_VERSION" remove_all_sd
 }
 
 build_alertmanager() {
   local name="alertmanager-$ALERTMANAGER_VERSION" src work
-  install_as "amtool-$ALERTMANAGER_VERSION" "github.com/prometheus/alertmanager/cmd/amtool@v$ALERTMANAGER_VERSION"
+  install_as "amtool-$ALERTMANAGER_VERSION" "github.com/prometheus/alertmanager/cmd/amtool@v$ALERTMANAGER_VERSION" "$ALERTMANAGER_VERSION"
   have "$name" && return 0
   # The published module embeds ui/app/dist, the compiled web UI, which it does not ship
   # (`pattern app/dist: no matching files found`): build from a copy of the module with
@@ -63,7 +66,7 @@ build_alertmanager() {
   mkdir -p "$work/am/ui/app/dist"
   echo "<!doctype html><title>Alertmanager</title><p>Web UI not built; the API is at /api/v2/." \
     > "$work/am/ui/app/dist/index.html"
-  (cd "$work/am" && go build -ldflags "-s -w" -o "$CACHE/$name.tmp" ./cmd/alertmanager)
+  (cd "$work/am" && go build -ldflags "-s -w $(version_flags "$ALERTMANAGER_VERSION")" -o "$CACHE/$name.tmp" ./cmd/alertmanager)
   mv "$CACHE/$name.tmp" "$CACHE/$name"
 }
 

@@ -208,3 +208,12 @@ def test_the_built_collector_accepts_compose_config(root, otelcol):
     components = subprocess.run([otelcol, "components"], capture_output=True, text=True, timeout=60).stdout
     for name in ("otlp", "memory_limiter", "batch", "prometheus", "otlp_http", "debug", "health_check", "file_storage"):
         assert f"name: {name}\n" in components, name
+
+
+def test_the_built_backends_report_the_pinned_versions(promtool, prometheus_bin, alertmanager_bin, amtool, otelcol):
+    versions = backend_versions()
+    for binary, version in ((promtool, versions["prometheus"]), (prometheus_bin, versions["prometheus"]),
+                            (alertmanager_bin, versions["alertmanager"]), (amtool, versions["alertmanager"]),
+                            (otelcol, versions["otelcol"])):
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
+        assert f"version {version}" in out.stdout + out.stderr, binary
