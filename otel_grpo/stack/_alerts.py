@@ -229,7 +229,7 @@ def _health_alerts(s: RuleSettings) -> list[dict]:
                "Updates were skipped for a non-finite loss or a failed batch.", "Non-finite values and skipped steps"),
         _alert(s, "GRPOTrainerStalled", _stalled(s), s.for_fast, "critical",
                "No training step for {{ $value | humanizeDuration }} in " + _RUN + ", yet it still exports",
-               f"The process is alive but makes no progress for longer than {s.stall_factor} of its longest recent "
+               f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its longest recent "
                f"step times (at least {s.stall_floor}): a hung collective, a dead data loader or a deadlock.",
                "Step index and steps per second"),
         _alert(s, "GRPOMetricsAbsent",

@@ -63,8 +63,9 @@ def _expected(rule: dict, spec: dict) -> dict:
             "exp_annotations": {k: render_template(v, full, value) for k, v in rule["annotations"].items()}}
 
 
-def render_tests(scenarios: list[dict], settings: RuleSettings, rule_files: list[str]) -> dict:
-    """The promtool test document for these scenarios against `settings`' rules."""
+def render_tests(scenarios: list[dict], settings: RuleSettings, rule_files: list[str],
+                 evaluation_interval: str = "15s") -> dict:
+    """The promtool test document for these scenarios against `settings`' rules (evaluated as compose does)."""
     by_name = {r["alert"]: r for r in alerts(settings)}
     tests = []
     for sc in scenarios:
@@ -75,7 +76,7 @@ def render_tests(scenarios: list[dict], settings: RuleSettings, rule_files: list
                            "exp_alerts": [_expected(rule, spec) for spec in check.get("firing", [])]})
         tests.append({"name": sc["name"], "interval": sc["interval"], "input_series": sc["input_series"],
                       "alert_rule_test": checks})
-    return {"rule_files": rule_files, "evaluation_interval": "1m", "tests": tests}
+    return {"rule_files": rule_files, "evaluation_interval": evaluation_interval, "tests": tests}
 
 
 def load_scenarios(root: Path) -> list[dict]:
