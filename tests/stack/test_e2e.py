@@ -115,3 +115,12 @@ def test_sidecar_holds_samples_for_every_step(demo):
         steps = [row["step"] for row in http.get(f"{settings.sidecar_url}/api/runs/{RUN_ID}/steps").json()]
     assert sorted(with_samples) == logged
     assert sorted(steps) == logged
+
+
+def test_prometheus_saw_the_run_finish_before_its_endpoint_closed(demo):
+    """Local mode: the trainer's /metrics lingers after finish(), so GRPOMetricsAbsent can tell."""
+    prometheus = demo["stack"].settings.prometheus_url
+    q = f'max_over_time(grpo_run_finished{{run_id="{RUN_ID}"}}[1h])'
+    with httpx.Client(timeout=10) as http:
+        result = http.get(f"{prometheus}/api/v1/query", params={"query": q}).json()["data"]["result"]
+    assert [float(r["value"][1]) for r in result] == [1.0]
