@@ -48,7 +48,7 @@ def _alert(s: RuleSettings, name: str, expr: str, for_: str, severity: str, summ
 
 
 def _panel_url(s: RuleSettings, title: str) -> str:
-    from .dashboards import panel_id  # dashboards import the rule settings; import late
+    from .dashboards import panel_id  # dashboards -> _configs -> this module: import late
 
     return (f"{s.grafana_url.rstrip('/')}/d/{DASHBOARD_UID}/?viewPanel=panel-{panel_id(title)}"
             "&var-run_id={{ $labels.run_id }}")
