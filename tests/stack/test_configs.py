@@ -217,3 +217,10 @@ def test_the_built_backends_report_the_pinned_versions(promtool, prometheus_bin,
                             (otelcol, versions["otelcol"])):
         out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
         assert f"version {version}" in out.stdout + out.stderr, binary
+
+
+def test_local_alertmanager_sends_everything_to_the_sidecar_only(tmp_path):
+    am = yaml.safe_load(write_local_configs(StackSettings(dir=tmp_path))["alertmanager"].read_text())
+    assert all("slack_configs" not in r for r in am["receivers"])
+    routes = {r["matchers"][0]: r["receiver"] for r in am["route"]["routes"]}
+    assert routes['severity="critical"'] == "sidecar-critical"
