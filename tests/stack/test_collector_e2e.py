@@ -126,7 +126,7 @@ def run(root, tmp_path_factory, free_port_factory, otelcol, prometheus_bin, aler
         _read_until(trainer, f"step {SIDECAR_DOWN_AT}")
         sidecar.stop()
         _read_until(trainer, f"step {COLLECTOR_KILL_AT}")
-        time.sleep(2)  # the trainer's span batch (0.2 s) and the collector's (1 s) reach the queue
+        time.sleep(4)  # the trainer's span batch (0.2 s) and the collector's (1 s) reach the queue
         collector.proc.kill()
         collector.proc.wait()
         restarted = st.collector()

@@ -224,3 +224,18 @@ def test_local_alertmanager_sends_everything_to_the_sidecar_only(tmp_path):
     assert all("slack_configs" not in r for r in am["receivers"])
     routes = {r["matchers"][0]: r["receiver"] for r in am["route"]["routes"]}
     assert routes['severity="critical"'] == "sidecar-critical"
+
+
+def test_build_backends_without_go_says_so_and_succeeds(root, tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OTEL_GRPO_BIN_CACHE": str(tmp_path / "bin")}
+    out = subprocess.run([str(root / "scripts/build-backends.sh")], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0 and "go not found" in out.stderr
+    assert not (tmp_path / "bin").exists()
+
+
+def test_build_backends_rejects_an_unknown_target(root, tmp_path):
+    if shutil.which("go") is None:
+        pytest.skip("Go is not installed")
+    out = subprocess.run([str(root / "scripts/build-backends.sh"), "grafana"], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "OTEL_GRPO_BIN_CACHE": str(tmp_path)})
+    assert out.returncode == 2 and "unknown target 'grafana'" in out.stderr
