@@ -18,8 +18,8 @@ Three building blocks make the alerts hold on real runs (docs/operations.md):
 
 from __future__ import annotations
 
-from ._rules import (ENTROPY, GRAD_NORM, KL, NONFINITE, REWARD, SKIPPED, STEP_INDEX, STEP_TIME, THROUGHPUT,
-                     RuleSettings, _m, seconds, threshold)
+from ._rules import (BASELINE_STEPS, ENTROPY, GRAD_NORM, KL, NONFINITE, REWARD, SKIPPED, STEP_INDEX, STEP_TIME,
+                     THROUGHPUT, RuleSettings, _m, seconds, threshold)
 
 STREAK = "run_id:grpo_check:streak_start"
 PROGRESS = "run_id:grpo_step:progress_time"
@@ -116,7 +116,7 @@ def _drift_alerts(s: RuleSettings) -> list[dict]:
                "so spikes between two scrapes are not lost.", "KL to the reference"),
         _alert(s, "GRPOKLJump",
                f"run_id:grpo_kl:zscore > {s.kl_zscore}"
-               f" and on (run_id) run_id:grpo_kl:baseline_samples >= {s.baseline_min_samples}"
+               f" and on (run_id) {BASELINE_STEPS} >= {s.baseline_min_steps}"
                f" unless on (run_id) {_max(BETA)} == 0",
                s.for_fast, "warning",
                f"KL jumped {_VAL} robust standard deviations above its {s.baseline_window} baseline median in {_RUN}",
@@ -141,7 +141,7 @@ def _training_alerts(s: RuleSettings) -> list[dict]:
     recent_reward = f"max by (run_id) (avg_over_time({REWARD}[{s.recent_window}]))"
     recent_entropy = f"max by (run_id) (avg_over_time({ENTROPY}[{s.recent_window}]))"
     recent_throughput = f"max by (run_id) (avg_over_time({THROUGHPUT}[{s.recent_window}]))"
-    enough = f">= {s.baseline_min_samples}"
+    enough = f"and on (run_id) {BASELINE_STEPS} >= {s.baseline_min_steps}"
     return [
         _step_alert(s, "clip_ratio", "GRPOClipRatioHigh", "warning",
                     f"{_PCT} of tokens are clipped in {_RUN} (threshold {s.clip_ratio_threshold:.0%})",
@@ -151,14 +151,14 @@ def _training_alerts(s: RuleSettings) -> list[dict]:
                f"(run_id:grpo_reward_mean:baseline_mean - {recent_reward})"
                f" / (run_id:grpo_reward_mean:baseline_stddev + 0.05) > {s.reward_zscore}"
                f" and on (run_id) (run_id:grpo_reward_mean:baseline_mean - {recent_reward}) > {s.reward_drop}"
-               f" and on (run_id) run_id:grpo_reward_mean:baseline_samples {enough}",
+               f" {enough}",
                s.for_slow, "critical",
                f"Reward fell {_VAL} standard deviations below its {s.baseline_window} baseline in {_RUN}",
                "Mean reward dropped well below its recent history: divergence, reward-function bug or data change.",
                "Reward mean, std, min, max"),
         _alert(s, "GRPOEntropyCollapse",
                f"({recent_entropy} < {s.entropy_fraction} * run_id:grpo_policy_entropy:baseline_mean"
-               f" and on (run_id) run_id:grpo_policy_entropy:baseline_samples {enough})"
+               f" {enough})"
                f" or max by (run_id) ({ENTROPY}) < {s.entropy_floor}",
                s.for_slow, "warning",
                f"Policy entropy is {_VAL} in {_RUN}, collapsed against its baseline",
@@ -175,14 +175,14 @@ def _training_alerts(s: RuleSettings) -> list[dict]:
                     "Learning signal: within-group reward std, groups with zero std"),
         _alert(s, "GRPOGradNormSpike",
                threshold(s, "grad_norm_factor", f"{_max(GRAD_NORM)} / on (run_id) run_id:{GRAD_NORM}:baseline_median", ">")
-               + f" and on (run_id) run_id:{GRAD_NORM}:baseline_samples {enough}",
+               + f" {enough}",
                "0s", "warning",
                f"Gradient norm is {_VAL} times its baseline median in {_RUN}",
                "A gradient-norm spike usually precedes a loss or KL blow-up: a bad batch, a learning-rate jump, or fp16 overflow.",
                "Loss and gradient norm"),
         _alert(s, "GRPOThroughputDrop",
                threshold(s, "throughput_fraction", f"{recent_throughput} / on (run_id) run_id:{THROUGHPUT}:baseline_mean", "<")
-               + f" and on (run_id) run_id:{THROUGHPUT}:baseline_samples {enough}",
+               + f" {enough}",
                s.for_slow, "warning",
                f"Throughput is {_PCT} of its baseline in {_RUN}",
                "Tokens per second fell: a slower node, thermal throttling, longer completions or a contended rollout engine.",

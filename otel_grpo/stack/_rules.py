@@ -39,6 +39,7 @@ GRAD_NORM, THROUGHPUT, STEP_TIME = _m("grad_norm"), _m("tokens_per_second"), _m(
 HISTOGRAMS = ("sample_reward", "sample_advantage", "sample_completion_length", "sample_is_ratio", "step_kl")
 COUNTERS = ("steps", "tokens", "samples")
 THRESHOLD_RECORD = "run_id:grpo_threshold:"
+BASELINE_STEPS = "run_id:grpo_step_index:baseline_steps"  # steps in the baseline window
 
 # Settings that are thresholds: the ones `overrides` may set per run.
 THRESHOLDS = (
@@ -107,7 +108,11 @@ class RuleSettings:
     Must cover `recent_window` plus `for_slow`: otherwise, by the time an alert has
     been pending long enough, its own collapse has entered the baseline.
     """
-    baseline_min_samples: int = 10
+    baseline_min_steps: int = 10
+    """Training steps the baseline window must span before a baseline alert judges a run.
+
+    Steps, not scrapes: a run of 10-minute steps has 120 scrapes but 3 steps in 30 minutes,
+    too few for a baseline."""
     counter_window: str = "10m"
     """An increase of a health counter (non-finite values, skipped steps) fires for this long."""
     counter_lookback: str = "1d"
@@ -160,7 +165,7 @@ class RuleSettings:
     def fast(cls, **overrides: object) -> "RuleSettings":
         """Windows of seconds for the local demo (1 s scrapes): a one-minute run can fire and resolve."""
         base = cls(
-            baseline_window="30s", recent_window="3s", baseline_offset="10s", baseline_min_samples=5,
+            baseline_window="30s", recent_window="3s", baseline_offset="10s", baseline_min_steps=5,
             counter_window="20s", stall_floor="20s", progress_probe="3s", history_window="10m",
             absent_window="60s", rate_window="15s", histogram_window="15s", streak_memory="5s",
             for_fast="2s", for_slow="5s", for_target="10s",
@@ -252,19 +257,17 @@ def _kl_baseline(s: RuleSettings) -> list[dict]:
 
 
 def _baselines(s: RuleSettings) -> list[dict]:
-    rules = [{"record": "run_id:grpo_kl:baseline_samples", "expr": _baseline(s, KL, "count_over_time")}]
+    steps = f"max by (run_id) (changes({STEP_INDEX}[{s.baseline_window}] offset {s.baseline_offset}))"
+    rules = [{"record": BASELINE_STEPS, "expr": steps}]
     rules += _kl_baseline(s)
     for metric, name in ((REWARD, "grpo_reward_mean"), (ENTROPY, "grpo_policy_entropy")):
         rules += [
             {"record": f"run_id:{name}:baseline_mean", "expr": _baseline(s, metric, "avg_over_time")},
             {"record": f"run_id:{name}:baseline_stddev", "expr": _baseline(s, metric, "stddev_over_time")},
-            {"record": f"run_id:{name}:baseline_samples", "expr": _baseline(s, metric, "count_over_time")},
         ]
     rules += [
         {"record": f"run_id:{GRAD_NORM}:baseline_median", "expr": _quantile_baseline(s, GRAD_NORM, 0.5)},
-        {"record": f"run_id:{GRAD_NORM}:baseline_samples", "expr": _baseline(s, GRAD_NORM, "count_over_time")},
         {"record": f"run_id:{THROUGHPUT}:baseline_mean", "expr": _baseline(s, THROUGHPUT, "avg_over_time")},
-        {"record": f"run_id:{THROUGHPUT}:baseline_samples", "expr": _baseline(s, THROUGHPUT, "count_over_time")},
     ]
     return rules
 
