@@ -74,6 +74,31 @@ def _for_steps(check: str, cond: str, steps: int) -> str:
 
 def _step_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
     """check name -> (condition by run_id, steps it must hold)."""
+    return {**_threshold_checks(s), **_trend_checks(s)}
+
+
+def _trend_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
+    """Conditions against the run's own baseline, judged once the baseline spans enough steps."""
+    def recent(metric: str) -> str:
+        return f"max by (run_id) (avg_over_time({metric}[{s.recent_window}]))"
+
+    enough = f"and on (run_id) {BASELINE_STEPS} >= {s.baseline_min_steps}"
+    drop = f"(run_id:grpo_reward_mean:baseline_mean - {recent(REWARD)})"
+    return {
+        "kl_jump": (f"run_id:grpo_kl:zscore > {s.kl_zscore} {enough} unless on (run_id) {_max(BETA)} == 0",
+                    s.kl_steps),
+        "reward_collapse": (f"{drop} / (run_id:grpo_reward_mean:baseline_stddev + 0.05) > {s.reward_zscore}"
+                            f" and on (run_id) {drop} > {s.reward_drop} {enough}", s.drift_steps),
+        "entropy_collapse": (f"({recent(ENTROPY)} < {s.entropy_fraction} * run_id:grpo_policy_entropy:baseline_mean"
+                             f" {enough}) or max by (run_id) ({ENTROPY}) < {s.entropy_floor}", s.drift_steps),
+        "throughput_drop": (threshold(s, "throughput_fraction",
+                                      f"{recent(THROUGHPUT)} / on (run_id) run_id:{THROUGHPUT}:baseline_mean", "<")
+                            + f" {enough}", s.drift_steps),
+    }
+
+
+def _threshold_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
+    """Conditions against (per-run overridable) thresholds."""
     kl_on = f"unless on (run_id) {_max(BETA)} == 0"  # beta = 0: KL is not optimised, no KL alert
     return {
         "kl_high": (f"{threshold(s, 'kl_threshold', _max(KL), '>')} {kl_on}", s.kl_steps),
@@ -114,14 +139,10 @@ def _drift_alerts(s: RuleSettings) -> list[dict]:
                f"A step's KL exceeded {s.kl_spike_threshold} in {_RUN} within the last {s.counter_window}",
                "Single steps exceeded the KL threshold, counted by the trainer per step (grpo_step_kl), "
                "so spikes between two scrapes are not lost.", "KL to the reference"),
-        _alert(s, "GRPOKLJump",
-               f"run_id:grpo_kl:zscore > {s.kl_zscore}"
-               f" and on (run_id) {BASELINE_STEPS} >= {s.baseline_min_steps}"
-               f" unless on (run_id) {_max(BETA)} == 0",
-               s.for_fast, "warning",
-               f"KL jumped {_VAL} robust standard deviations above its {s.baseline_window} baseline median in {_RUN}",
-               f"KL rose suddenly against its own history (the baseline ends {s.baseline_offset} ago, so the jump is not part of it).",
-               "KL z-score against its baseline (alert GRPOKLJump above 4)"),
+        _step_alert(s, "kl_jump", "GRPOKLJump", "warning",
+                    f"KL jumped {_VAL} robust standard deviations above its {s.baseline_window} baseline median in {_RUN}",
+                    f"KL rose suddenly against its own history (the baseline ends {s.baseline_offset} ago, so the jump is not part of it).",
+                    "KL z-score against its baseline (alert GRPOKLJump above 4)"),
         _step_alert(s, "is_drift", "GRPORolloutISDrift", "warning",
                     f"IS weights degenerate in {_RUN} (ESS fraction below {s.ess_min} or chi-square above {s.chi2_threshold}: {_VAL})",
                     "Rollout and training policies disagree on token probabilities: weight sync, precision or sampler settings drifted.",
@@ -138,32 +159,19 @@ def _drift_alerts(s: RuleSettings) -> list[dict]:
 
 
 def _training_alerts(s: RuleSettings) -> list[dict]:
-    recent_reward = f"max by (run_id) (avg_over_time({REWARD}[{s.recent_window}]))"
-    recent_entropy = f"max by (run_id) (avg_over_time({ENTROPY}[{s.recent_window}]))"
-    recent_throughput = f"max by (run_id) (avg_over_time({THROUGHPUT}[{s.recent_window}]))"
-    enough = f"and on (run_id) {BASELINE_STEPS} >= {s.baseline_min_steps}"
     return [
         _step_alert(s, "clip_ratio", "GRPOClipRatioHigh", "warning",
                     f"{_PCT} of tokens are clipped in {_RUN} (threshold {s.clip_ratio_threshold:.0%})",
                     "Updates push the ratio outside the trust region: too many optimizer steps per batch or a learning rate too high.",
                     "Clip ratios (low, high, region)"),
-        _alert(s, "GRPORewardCollapse",
-               f"(run_id:grpo_reward_mean:baseline_mean - {recent_reward})"
-               f" / (run_id:grpo_reward_mean:baseline_stddev + 0.05) > {s.reward_zscore}"
-               f" and on (run_id) (run_id:grpo_reward_mean:baseline_mean - {recent_reward}) > {s.reward_drop}"
-               f" {enough}",
-               s.for_slow, "critical",
-               f"Reward fell {_VAL} standard deviations below its {s.baseline_window} baseline in {_RUN}",
-               "Mean reward dropped well below its recent history: divergence, reward-function bug or data change.",
-               "Reward mean, std, min, max"),
-        _alert(s, "GRPOEntropyCollapse",
-               f"({recent_entropy} < {s.entropy_fraction} * run_id:grpo_policy_entropy:baseline_mean"
-               f" {enough})"
-               f" or max by (run_id) ({ENTROPY}) < {s.entropy_floor}",
-               s.for_slow, "warning",
-               f"Policy entropy is {_VAL} in {_RUN}, collapsed against its baseline",
-               "The policy became near-deterministic: exploration has stopped and group rewards stop varying.",
-               "Entropy"),
+        _step_alert(s, "reward_collapse", "GRPORewardCollapse", "critical",
+                    f"Reward fell {_VAL} standard deviations below its {s.baseline_window} baseline in {_RUN}",
+                    "Mean reward dropped well below its recent history: divergence, reward-function bug or data change.",
+                    "Reward mean, std, min, max"),
+        _step_alert(s, "entropy_collapse", "GRPOEntropyCollapse", "warning",
+                    f"Policy entropy is {_VAL} in {_RUN}, collapsed against its baseline",
+                    "The policy became near-deterministic: exploration has stopped and group rewards stop varying.",
+                    "Entropy"),
         _step_alert(s, "completions_clipped", "GRPOCompletionsClipped", "warning",
                     f"{_PCT} of completions hit the length limit in {_RUN}",
                     "Completions are truncated without EOS: raise max length or penalize length; rewards on truncated text mislead.",
@@ -173,20 +181,18 @@ def _training_alerts(s: RuleSettings) -> list[dict]:
                     "Groups whose completions all score the same have zero advantage: the step learns nothing from them. "
                     "Tasks too easy or too hard, or a reward function that returns a constant.",
                     "Learning signal: within-group reward std, groups with zero std"),
+        # One step is the spike: no streak.
         _alert(s, "GRPOGradNormSpike",
                threshold(s, "grad_norm_factor", f"{_max(GRAD_NORM)} / on (run_id) run_id:{GRAD_NORM}:baseline_median", ">")
-               + f" {enough}",
+               + f" and on (run_id) {BASELINE_STEPS} >= {s.baseline_min_steps}",
                "0s", "warning",
                f"Gradient norm is {_VAL} times its baseline median in {_RUN}",
                "A gradient-norm spike usually precedes a loss or KL blow-up: a bad batch, a learning-rate jump, or fp16 overflow.",
                "Loss and gradient norm"),
-        _alert(s, "GRPOThroughputDrop",
-               threshold(s, "throughput_fraction", f"{recent_throughput} / on (run_id) run_id:{THROUGHPUT}:baseline_mean", "<")
-               + f" {enough}",
-               s.for_slow, "warning",
-               f"Throughput is {_PCT} of its baseline in {_RUN}",
-               "Tokens per second fell: a slower node, thermal throttling, longer completions or a contended rollout engine.",
-               "Tokens per second"),
+        _step_alert(s, "throughput_drop", "GRPOThroughputDrop", "warning",
+                    f"Throughput is {_PCT} of its baseline in {_RUN}",
+                    "Tokens per second fell: a slower node, thermal throttling, longer completions or a contended rollout engine.",
+                    "Tokens per second"),
     ]
 
 

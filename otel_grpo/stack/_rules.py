@@ -105,8 +105,8 @@ class RuleSettings:
     baseline_offset: str = "15m"
     """The baseline ends this long ago (`offset`), so a sudden jump is not absorbed.
 
-    Must cover `recent_window` plus `for_slow`: otherwise, by the time an alert has
-    been pending long enough, its own collapse has entered the baseline.
+    Must cover `recent_window` plus the `drift_steps` a collapse must last: otherwise, by
+    the time an alert fires, its own collapse has entered the baseline.
     """
     baseline_min_steps: int = 10
     """Training steps the baseline window must span before a baseline alert judges a run.
@@ -133,9 +133,9 @@ class RuleSettings:
     """Rate window of the histograms' bucket rates (dashboard quantiles): at least one step of the
     slowest run you watch, or the quantiles are empty between two steps."""
     for_fast: str = "1m"
-    """`for:` of alerts that must page quickly."""
+    """`for:` of wall-clock alerts that must page quickly (stall, full queue); drift alerts count steps."""
     for_slow: str = "5m"
-    """`for:` of trend alerts, long enough to ride out one noisy step."""
+    """`for:` of the stack's own warnings (export failures, rejected requests)."""
     for_target: str = "2m"
     # ---- links ---------------------------------------------------------------------
     runbook_base: str = "https://github.com/otel-grpo/otel-grpo/blob/main/docs/operations.md"
