@@ -7,7 +7,7 @@ TORCH_VERSION := 2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo bench clean system-deps
+.PHONY: setup test demo bench clean system-deps backends
 
 # Prometheus and Alertmanager come from Debian; Chromium drives the web-page test;
 # docker-compose (1.29) validates the compose file without an engine.
@@ -49,10 +49,16 @@ $(STAMP): pyproject.toml
 
 setup: system-deps $(STAMP)
 
-test: setup
+# The collector, Prometheus 3 + promtool and Alertmanager + amtool the tests run, built from
+# their Go modules at otel_grpo/stack/backends.yml's versions into ~/.cache/otel-grpo/bin,
+# once per machine (about 20 minutes on 2 cores); without Go it says so and the tests skip.
+backends:
+	scripts/build-backends.sh
+
+test: setup backends
 	$(PY) -m pytest -q
 
-demo: setup
+demo: setup backends
 	$(VENV)/bin/otel-grpo demo
 
 bench: setup

@@ -19,6 +19,8 @@ ADVANTAGE_BUCKETS = (-3.0, -2.0, -1.5, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1
 LENGTH_BUCKETS = tuple(float(2**i) for i in range(0, 16))  # 1 .. 32768 tokens
 # IS ratios live around 1 on a log scale: symmetric in log space, finer near 1.
 IS_RATIO_BUCKETS = (0.01, 0.1, 0.25, 0.5, 0.8, 0.9, 0.95, 0.99, 1.0, 1.0101, 1.0526, 1.1111, 1.25, 2.0, 4.0, 10.0, 100.0)
+# Per-step KL (one observation per step): the alert thresholds must be bounds here.
+STEP_KL_BUCKETS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 100.0)
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
@@ -128,6 +130,18 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("sample_advantage", "grpo.sample.advantage", H, "{advantage}", "Advantage of each completion.", R.SAMPLES, Group.ADVANTAGE, buckets=ADVANTAGE_BUCKETS),
     Signal("sample_completion_length", "grpo.sample.completion_length", H, "{token}", "Length of each completion in tokens.", R.SAMPLES, Group.LENGTH, buckets=LENGTH_BUCKETS),
     Signal("sample_is_ratio", "grpo.sample.is_ratio", H, "{ratio}", "Per-sequence geometric-mean IS ratio pi_train / pi_rollout of each completion.", R.SAMPLES, Group.MISMATCH, buckets=IS_RATIO_BUCKETS),
+    # ---- health -------------------------------------------------------------------
+    Signal("nonfinite", "grpo.nonfinite", C, "{value}", "Non-finite (NaN or infinite) values seen and not exported (attribute `signal`: the key).", R.HOST, Group.HEALTH, label="signal"),
+    Signal("skipped_steps", "grpo.skipped_steps", C, "{step}", "Steps whose update was skipped (non-finite loss or a failed batch).", R.HOST, Group.HEALTH),
+    _g("run_finished", "grpo.run.finished", "{bool}", "1 once the run has ended on purpose: training completed, or the user stopped it (Ctrl-C, SIGTERM). Never set by a crash, so a run whose series stop without it crashed or lost its exporter.", R.HOST, Group.HEALTH),
+    # ---- per-step distributions for alerts (issue 15) -------------------------------
+    # One observation per training step: the bucket counters count the steps over each
+    # bound, so a one-step spike between two scrapes still reaches Prometheus.
+    Signal("step_kl", "grpo.step.kl", H, "{nat}", "KL to the reference of each step (`kl`), one observation per step: counts the steps above each bound (GRPOKLSpike).", R.HOST, Group.KL, buckets=STEP_KL_BUCKETS),
+)
+
+# ---- TRL ----------------------------------------------------------------------------
+_TRL_SIGNALS = (
     # ---- TRL: what TRL's GRPOTrainer / transformers' Trainer log under their own definitions
     _g("trl_kl", "grpo.trl.kl", "{nat}", "TRL's logged `kl`: mean over completion tokens of the k3 KL to the reference multiplied by the policy ratio pi_theta / pi_old (`use_bias_correction_kl`, TRL's default; plain k3 without it). grpo.kl is always plain k3.", R.MEAN, Group.KL, "kl"),
     _g("trl_is_ratio_mean", "grpo.trl.is_ratio.mean", "{ratio}", "TRL's vLLM importance-sampling ratio after its correction: exp(log pi_old - log pi_sampling) per token (per sequence, summed, in `sequence_*` modes), clamped to [clip_min, clip_max] (`*_truncate`) or set to 0 outside it (`*_mask`); mean over completion tokens (sequences). The raw ratio is grpo.mismatch.is_ratio.", R.MEAN, Group.MISMATCH, "sampling/importance_sampling_ratio/mean"),
@@ -149,11 +163,10 @@ SIGNALS: tuple[Signal, ...] = (
     _g("total_flos", "grpo.train.total_flos", "{flop}", "End-of-training summary: floating-point operations of the run as transformers estimates them (`total_flos`).", R.HOST, Group.THROUGHPUT, "total_flos"),
     _g("train_loss", "grpo.train.loss", "{loss}", "End-of-training summary: mean training loss over the run (transformers' `train_loss`).", R.HOST, Group.OPTIM, "train_loss"),
     _g("eval_metric", "grpo.eval", "{value}", "An evaluation metric: transformers' `eval_<name>` keys, the name (TRL's, e.g. `reward`, `loss`, `rewards/acc/mean`) in attribute `metric`.", R.HOST, Group.OPTIM, "eval_{metric}", None, "metric"),
-    # ---- health -------------------------------------------------------------------
-    Signal("nonfinite", "grpo.nonfinite", C, "{value}", "Non-finite (NaN or infinite) values seen and not exported (attribute `signal`: the key).", R.HOST, Group.HEALTH, label="signal"),
-    Signal("skipped_steps", "grpo.skipped_steps", C, "{step}", "Steps whose update was skipped (non-finite loss or a failed batch).", R.HOST, Group.HEALTH),
-    _g("run_finished", "grpo.run.finished", "{bool}", "1 once the run has ended on purpose: training completed, or the user stopped it (Ctrl-C, SIGTERM). Never set by a crash, so a run whose series stop without it crashed or lost its exporter.", R.HOST, Group.HEALTH),
 )
+SIGNALS += _TRL_SIGNALS
+TRL_ONLY: frozenset[str] = frozenset(s.key for s in _TRL_SIGNALS)
+"""Keys only a TRL (or transformers) Trainer logs, under its own definitions (`otel_grpo.integrations.trl`)."""
 
 # ---- verl 0.9.1 (`otel-grpo follow`) ------------------------------------------------
 # What verl 0.9.1 logs that no entry above holds, taken from its source: metric_utils.py

@@ -127,12 +127,19 @@ def demo(
 def dashboards(
     root: Path = typer.Option(Path("."), help="Repository root to write into."),
     check: bool = typer.Option(False, help="Only compare; exit 1 if a committed file is out of date."),
+    rule_settings: Optional[Path] = typer.Option(
+        None, help="YAML of alert thresholds and windows (RuleSettings fields, `overrides` per run_id); "
+                   "see docs/operations.md. Default: the documented defaults."),
 ) -> None:
     """Regenerate the Grafana dashboards, the Prometheus/Alertmanager files, docs/signals.md and docs/integrations.md from the catalog."""
-    from otel_grpo.stack import generated_files
+    from otel_grpo.stack import RuleSettings, generated_files
 
+    try:
+        settings = RuleSettings.from_yaml(rule_settings) if rule_settings else None
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--rule-settings") from None
     stale = []
-    for rel, text in generated_files().items():
+    for rel, text in generated_files(root.resolve(), settings).items():
         path = root / rel
         current = path.read_text() if path.exists() else None
         if current == text:

@@ -16,7 +16,8 @@ def _overrides(
 ) -> list[str]:
     """Common flags as `key=value` overrides, applied after `--config` and before `--set`."""
     out: list[str] = []
-    flags = {"steps": preset_steps, "output_dir": output_dir, "run_id": run_id, "seed": seed,
+    # An empty run id is "none given" (compose passes `--run-id "${RUN_ID:-}"`): one is generated.
+    flags = {"steps": preset_steps, "output_dir": output_dir, "run_id": run_id or None, "seed": seed,
              "telemetry": telemetry, "progress": progress, "min_step_seconds": step_delay}
     for key, value in flags.items():
         if value is not None:

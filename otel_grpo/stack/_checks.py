@@ -12,7 +12,8 @@ from typing import Iterator
 from otel_grpo import catalog
 from otel_grpo.catalog import Kind
 
-from ._rules import RuleSettings, alert_rules, recording_rules
+from ._alerts import alert_rules
+from ._rules import RuleSettings, recording_rules, rule_metric_names
 
 # Names that are PromQL syntax, not series, when they stand alone.
 _KEYWORDS = frozenset({
@@ -21,6 +22,12 @@ _KEYWORDS = frozenset({
 })
 _IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 BUILTIN_SERIES = frozenset({"ALERTS", "ALERTS_FOR_STATE", "up"})
+# The stack's own metrics the alerts watch: the collector's (service.telemetry) and the sidecar's.
+STACK_SERIES = frozenset({
+    "otelcol_exporter_send_failed_spans_total", "otelcol_exporter_send_failed_metric_points_total",
+    "otelcol_exporter_queue_size", "otelcol_exporter_queue_capacity", "otelcol_exporter_enqueue_failed_spans_total",
+    "otel_grpo_sidecar_requests_rejected_total",
+})
 
 
 def metric_names(expr: str) -> set[str]:
@@ -39,6 +46,15 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+_RECORDED_BUCKETS = re.compile(r"^run_id_(?:\w+_)?le:(\w+_bucket):rate$")
+
+
+def drawn_series(expr: str) -> set[str]:
+    """Series an expression draws: its names, with recorded bucket rates read as their `_bucket` series."""
+    names = metric_names(expr)
+    return names | {m.group(1) for n in names if (m := _RECORDED_BUCKETS.match(n))}
+
+
 def catalog_series() -> dict[str, str]:
     """Every Prometheus series name the catalog produces -> the signal key."""
     out = {}
@@ -54,26 +70,33 @@ def catalog_series() -> dict[str, str]:
 
 def allowed_series() -> set[str]:
     """Names a dashboard or rule may query: catalog series, recording rules, Prometheus built-ins."""
-    records = {r["record"] for r in recording_rules(RuleSettings())["groups"][0]["rules"]}
-    return set(catalog_series()) | records | BUILTIN_SERIES
+    return set(catalog_series()) | rule_metric_names() | BUILTIN_SERIES | STACK_SERIES
 
 
 def dashboard_exprs(dashboard: dict) -> Iterator[tuple[str, str]]:
     """(panel title, PromQL expression) for every Prometheus target of a dashboard."""
-    for panel in dashboard["panels"]:
+    for panel in all_panels(dashboard):
         for target in panel.get("targets", []):
-            if target.get("datasource", {}).get("uid") == "prom":
+            if target.get("datasource", {}).get("type") == "prometheus":
                 yield panel["title"], target["expr"]
+
+
+def all_panels(dashboard: dict) -> Iterator[dict]:
+    """Every panel, including those inside collapsed rows."""
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
 
 
 def rule_exprs(settings: RuleSettings | None = None) -> Iterator[tuple[str, str]]:
     """(rule name, expression) for every recording and alert rule."""
     s = settings or RuleSettings()
     for doc in (recording_rules(s), alert_rules(s)):
-        for rule in doc["groups"][0]["rules"]:
-            yield rule.get("record") or rule["alert"], rule["expr"]
+        for group in doc["groups"]:
+            for rule in group["rules"]:
+                yield rule.get("record") or rule["alert"], rule["expr"]
 
 
 def concrete(expr: str, run_id: str, rate_interval: str = "1m") -> str:
     """A dashboard expression with Grafana's variables filled in, ready for /api/v1/query."""
-    return expr.replace("$__rate_interval", rate_interval).replace("$run_id", run_id)
+    return expr.replace("$__rate_interval", rate_interval).replace("$run_id", run_id).replace("${run_id}", run_id)

@@ -72,9 +72,9 @@ def write_local_configs(s: StackSettings) -> dict[str, Path]:
     )
     files = {f"prometheus/{rel}": text for rel, text in rule_files(s.rules).items()}
     files["prometheus/prometheus.yml"] = dump(prometheus_config(targets))
-    # Short grouping so the demo's alert reaches the sidecar within seconds.
+    # Short grouping so the demo's alert reaches the sidecar within seconds; no on-call receiver locally.
     files["alertmanager/alertmanager.yml"] = dump(
-        alertmanager_config(s.sidecar_url, group_wait="1s", group_interval="5s"))
+        alertmanager_config(s.sidecar_url, group_wait="1s", group_interval="5s", oncall=False))
     write_files(s.dir, files)
     return {"prometheus": s.dir / "prometheus/prometheus.yml", "alertmanager": s.dir / "alertmanager/alertmanager.yml"}
 

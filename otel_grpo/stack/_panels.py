@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 
 from otel_grpo.catalog import Kind, Signal
 
-PROM = {"type": "prometheus", "uid": "prom"}
+PROM = {"type": "prometheus", "uid": "${datasource}"}
+"""Panels use the dashboard's datasource variable (default: the provisioned uid `prom`)."""
+PROM_UID = "prom"
 INFINITY = {"type": "yesoreyeram-infinity-datasource", "uid": "infinity"}
-RUN = 'run_id="$run_id"'
+RUN = 'run_id=~"$run_id"'  # multi-select: several runs side by side
 RATE = "$__rate_interval"
 # Quantiles drawn from the per-sample histograms (the exact p05/p50/p95 gauges of the
 # reward come from the trainer; these cover every histogram the same way).
@@ -37,6 +39,11 @@ class Panel:
     height: int = 8
     infinity: dict | None = None
     """An Infinity (sidecar JSON) target instead of PromQL queries."""
+    threshold: float | None = None
+    """An alert threshold (from `RuleSettings`), drawn as a dashed red line."""
+    log_scale: bool = False
+    right_axis: dict[str, str] = field(default_factory=dict)
+    """Series (legend regex) drawn on a right axis with their own unit: mixed units in one panel."""
 
 
 def unit_of(signal: Signal) -> str:
@@ -47,7 +54,8 @@ def unit_of(signal: Signal) -> str:
 def signal_queries(signal: Signal) -> list[Query]:
     """The default way to draw one signal: the gauge, the counter's rate, or histogram quantiles."""
     name, label = signal.prometheus_name, signal.label
-    legend = f"{signal.key} {{{{{label}}}}}" if label else signal.key
+    # Several runs can be selected: every legend names its run.
+    legend = (f"{signal.key} {{{{{label}}}}}" if label else signal.key) + " {{run_id}}"
     if signal.kind is Kind.GAUGE:
         by = f"run_id, {label}" if label else "run_id"
         return [Query(f"max by ({by}) ({name}{{{RUN}}})", legend)]
@@ -60,12 +68,14 @@ def signal_queries(signal: Signal) -> list[Query]:
 def histogram_queries(signal: Signal) -> list[Query]:
     """Quantiles from the recorded bucket rates, and the observation rate."""
     name = signal.prometheus_name
+    # The recorded bucket rates span `histogram_window` (at least a step of slow runs), not
+    # $__rate_interval: a window shorter than a step is empty between two steps.
     if signal.label:
         rec = f"run_id_{signal.label}_le:{name}_bucket:rate"
-        by, tag = f"{signal.label}, le", f" {{{{{signal.label}}}}}"
+        by, tag = f"run_id, {signal.label}, le", f" {{{{{signal.label}}}}} {{{{run_id}}}}"
     else:
         rec = f"run_id_le:{name}_bucket:rate"
-        by, tag = "le", ""
+        by, tag = "run_id, le", " {{run_id}}"
     queries = [
         Query(f"histogram_quantile({q}, sum by ({by}) ({rec}{{{RUN}}}))", f"p{int(q * 100):02d}{tag}")
         for q in QUANTILES
@@ -73,11 +83,8 @@ def histogram_queries(signal: Signal) -> list[Query]:
     # Observations per second from the +Inf bucket, not a mean from _sum/_count: the
     # Python Prometheus exporter omits _sum and _count of histograms whose buckets go
     # below zero (reward, advantage), so only _bucket exists in both modes.
-    count_by = f"run_id, {signal.label}" if signal.label else "run_id"
-    queries.append(Query(
-        f'sum by ({count_by}) (rate({name}_bucket{{{RUN}, le="+Inf"}}[{RATE}]))',
-        f"observations /s{tag}",
-    ))
+    count_by = by.removesuffix(", le")
+    queries.append(Query(f'sum by ({count_by}) ({rec}{{{RUN}, le="+Inf"}})', f"observations /s{tag}"))
     return queries
 
 
@@ -105,20 +112,33 @@ def render(panel: Panel, panel_id: int, x: int, y: int) -> dict:
     out["datasource"] = PROM
     out["targets"] = [_prom_target(i, q) for i, q in enumerate(panel.queries)]
     if panel.kind == "timeseries":
-        out["fieldConfig"] = {
-            "defaults": {"unit": panel.unit, "custom": {"lineWidth": 1, "fillOpacity": 0, "showPoints": "never"}},
-            "overrides": [],
-        }
+        out["fieldConfig"] = _field_config(panel)
         out["options"] = {
-            "legend": {"displayMode": "table", "placement": "right", "calcs": ["lastNotNull"]},
+            "legend": {"showLegend": True, "displayMode": "table", "placement": "right", "calcs": ["lastNotNull"]},
             "tooltip": {"mode": "multi", "sort": "none"},
         }
     return out
 
 
-def row(title: str, panel_id: int, y: int) -> dict:
-    """A collapsible row header spanning the full width."""
+def _field_config(panel: Panel) -> dict:
+    custom: dict = {"lineWidth": 1, "fillOpacity": 0, "showPoints": "never"}
+    defaults: dict = {"unit": panel.unit, "custom": custom}
+    if panel.log_scale:
+        custom["scaleDistribution"] = {"type": "log", "log": 10}
+    if panel.threshold is not None:
+        custom["thresholdsStyle"] = {"mode": "dashed"}
+        defaults["thresholds"] = {"mode": "absolute", "steps": [
+            {"color": "transparent", "value": None}, {"color": "red", "value": panel.threshold}]}
+    overrides = [{
+        "matcher": {"id": "byRegexp", "options": pattern},
+        "properties": [{"id": "unit", "value": unit}, {"id": "custom.axisPlacement", "value": "right"}],
+    } for pattern, unit in panel.right_axis.items()]
+    return {"defaults": defaults, "overrides": overrides}
+
+
+def row(title: str, panel_id: int, y: int, collapsed: bool = False) -> dict:
+    """A row header spanning the full width; a collapsed row holds its panels in `panels`."""
     return {
-        "id": panel_id, "type": "row", "title": title, "collapsed": False,
+        "id": panel_id, "type": "row", "title": title, "collapsed": collapsed,
         "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": [],
     }

@@ -12,25 +12,60 @@ from pathlib import Path
 
 import httpx
 
-# Debian names first: that is what `apt-get install prometheus prometheus-alertmanager` ships.
+# Built from their Go modules by scripts/build-backends.sh into the cache first (the
+# versions compose pins); then the PATH, where Debian names them as below.
 BINARIES = {
-    "prometheus": (("prometheus",), "sudo apt-get install -y prometheus"),
-    "alertmanager": (("prometheus-alertmanager", "alertmanager"), "sudo apt-get install -y prometheus-alertmanager"),
+    "prometheus": ("prometheus", ("prometheus",)),
+    "promtool": ("prometheus", ("promtool",)),
+    "alertmanager": ("alertmanager", ("prometheus-alertmanager", "alertmanager")),
+    "amtool": ("alertmanager", ("amtool",)),
+    "otelcol": ("otelcol", ("otelcol-grpo", "otelcol-contrib")),
 }
+_CACHE_NAME = {"otelcol": "otelcol-grpo"}
+BUILD_HINT = "scripts/build-backends.sh builds it (needs Go)"
 
 
 class StackError(RuntimeError):
     """A component is missing or failed to start; the message is one line for the user."""
 
 
-def find_binary(component: str) -> str:
-    """Absolute path of a component's binary, or StackError saying how to install it."""
-    names, install = BINARIES[component]
-    for name in names:
-        path = shutil.which(name)
-        if path:
-            return path
-    raise StackError(f"{component}: none of {', '.join(names)} is on PATH; install it with: {install}")
+def backend_versions() -> dict[str, str]:
+    """The pinned versions (otel_grpo/stack/backends.yml): {"prometheus": "3.16.0", ...}."""
+    text = (Path(__file__).with_name("backends.yml")).read_text()
+    return {k.strip(): v.strip() for k, _, v in
+            (line.partition(":") for line in text.splitlines() if line and not line.startswith("#"))}
+
+
+def bin_cache() -> Path:
+    """Where scripts/build-backends.sh puts the binaries (OTEL_GRPO_BIN_CACHE overrides)."""
+    if os.environ.get("OTEL_GRPO_BIN_CACHE"):
+        return Path(os.environ["OTEL_GRPO_BIN_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "otel-grpo" / "bin"
+
+
+def cached_binary(component: str) -> Path | None:
+    """The binary built for the pinned version, if scripts/build-backends.sh made it."""
+    package, _ = BINARIES[component]
+    path = bin_cache() / f"{_CACHE_NAME.get(component, component)}-{backend_versions()[package]}"
+    return path if os.access(path, os.X_OK) else None
+
+
+def find_binary(component: str, *, pinned_only: bool = False) -> str:
+    """Absolute path of a component's binary (the pinned build first), or StackError saying how to get it."""
+    cached = cached_binary(component)
+    if cached is not None:
+        return str(cached)
+    package, names = BINARIES[component]
+    if not pinned_only:
+        for name in names:
+            path = shutil.which(name)
+            if path:
+                return path
+    where = f"{bin_cache()}/{_CACHE_NAME.get(component, component)}-{backend_versions()[package]}"
+    if not pinned_only:
+        where += f" nor any of {', '.join(names)} on PATH"
+    raise StackError(f"{component}: not found: no {where}; {BUILD_HINT}")
 
 
 @dataclass(slots=True)

@@ -1,22 +1,30 @@
-"""Prometheus alert and recording rules for GRPO runs, generated so both modes share them.
+"""Prometheus rule settings and recording rules for GRPO runs, generated so both modes share them.
 
     >>> from otel_grpo.stack import RuleSettings, alert_rules
-    >>> [r["alert"] for r in alert_rules(RuleSettings())["groups"][0]["rules"]][:2]
+    >>> [r["alert"] for r in alert_rules(RuleSettings())["groups"][0]["rules"] if "alert" in r][:2]
     ['GRPOKLHigh', 'GRPOKLJump']
 
 The committed `prometheus/rules/*.yml` are `RuleSettings()` rendered (a test
 diffs them); `otel-grpo up` renders `RuleSettings.fast()` so that a demo run of a
 minute can fire alerts. Every metric name comes from the catalog, so a renamed
 signal breaks here at import time, not silently in Prometheus.
+
+Thresholds are fields of `RuleSettings`; `overrides` sets them per run: each
+override is a recording rule `run_id:grpo_threshold:<field>` carrying that run's
+`run_id`, and the alerts compare a run against it when it exists, against the
+default otherwise (see `threshold`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Mapping
+
+import yaml
 
 from otel_grpo import catalog
-
-RUNBOOK = "docs/operations.md"  # relative to the repository root
 
 
 def _m(key: str) -> str:
@@ -26,75 +34,205 @@ def _m(key: str) -> str:
 
 KL, REWARD, ENTROPY = _m("kl"), _m("reward"), _m("entropy")
 STEP_INDEX, NONFINITE, SKIPPED = _m("step"), _m("nonfinite"), _m("skipped_steps")
+GRAD_NORM, THROUGHPUT, STEP_TIME = _m("grad_norm"), _m("tokens_per_second"), _m("step_time")
 # Histograms whose rates the dashboards turn into quantiles (heavy: one series per bucket).
-HISTOGRAMS = ("sample_reward", "sample_advantage", "sample_completion_length", "sample_is_ratio")
+HISTOGRAMS = ("sample_reward", "sample_advantage", "sample_completion_length", "sample_is_ratio", "step_kl")
 LABELLED_HISTOGRAMS = ("phase_duration", "sample_reward_fn")
 COUNTERS = ("steps", "tokens", "samples")
+THRESHOLD_RECORD = "run_id:grpo_threshold:"
+BASELINE_STEPS = "run_id:grpo_step_index:baseline_steps"  # steps in the baseline window
+
+# Settings that are thresholds: the ones `overrides` may set per run.
+THRESHOLDS = (
+    "kl_threshold", "mismatch_kl_threshold", "clip_ratio_threshold", "completions_clipped_threshold",
+    "zero_std_threshold", "ess_min", "chi2_threshold", "veto_fraction_threshold",
+    "catastrophic_fraction_threshold", "grad_norm_factor", "throughput_fraction",
+)
 
 
 @dataclass(kw_only=True, slots=True)
 class RuleSettings:
-    """Thresholds and windows of the rules. Defaults suit real runs of hours."""
+    """Thresholds and windows of the rules. Defaults suit real runs of hours (docs/operations.md)."""
 
+    # ---- thresholds (per-run overridable, see `overrides`) -------------------------
     kl_threshold: float = 1.0
-    """KL to the reference (k3, nats per token) above which a run has drifted.
-
-    One nat per token means the policy's token distribution is far from the
-    reference; real runs with a KL penalty stay well below it.
-    """
+    """KL to the reference (k3, nats per token) above which a run has drifted."""
     kl_zscore: float = 4.0
     """Robust standard deviations (from the IQR) above the KL baseline median that count as a jump."""
-    is_deviation: float = 0.1
-    """|mean IS weight - 1| above which rollout and training policies disagree."""
+    kl_spike_threshold: float = 1.0
+    """A single step with KL above this fires GRPOKLSpike, even between scrapes.
+
+    Read from the per-step KL histogram `grpo_step_kl`, so it must be one of its
+    bucket bounds (no per-run override).
+    """
     mismatch_kl_threshold: float = 0.01
     """k3 KL(pi_rollout || pi_train) above which the rollout engine has drifted."""
+    ess_min: float = 0.5
+    """Effective-sample-size fraction of the IS weights below which the correction is starved."""
+    chi2_threshold: float = 1.0
+    """Token-level chi-square divergence (mean (rho - 1)^2) above which rollout and training disagree."""
+    veto_fraction_threshold: float = 0.05
+    """Fraction of sequences vetoed for a catastrophic token."""
+    catastrophic_fraction_threshold: float = 0.01
+    """Fraction of tokens outside the veto thresholds."""
     clip_ratio_threshold: float = 0.2
     completions_clipped_threshold: float = 0.3
+    zero_std_threshold: float = 0.8
+    """Fraction of prompt groups with equal rewards (no learning signal) above which the run learns nothing."""
+    grad_norm_factor: float = 10.0
+    """Gradient norm above this multiple of its baseline median is a spike."""
+    throughput_fraction: float = 0.5
+    """Throughput below this fraction of its baseline mean is a drop."""
     reward_drop: float = 0.1
     """Minimum absolute drop of the recent reward below its baseline for a collapse."""
     reward_zscore: float = 3.0
     entropy_fraction: float = 0.25
     """Entropy below this fraction of its baseline counts as collapsed."""
     entropy_floor: float = 0.01
+    overrides: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Per-run thresholds: `{run_id: {"kl_threshold": 2.0}}`; names from `THRESHOLDS`."""
+    # ---- step-aware conditions -----------------------------------------------------
+    kl_steps: int = 3
+    """GRPOKLHigh fires once KL has been over its threshold for this many consecutive training steps."""
+    drift_steps: int = 5
+    """Consecutive steps for the step-aware warnings (mismatch, IS, clipping, zero std)."""
+    streak_memory: str = "2m"
+    """How long a streak survives a scrape gap (the condition unseen). At least 2 scrape intervals."""
+    # ---- windows -------------------------------------------------------------------
     baseline_window: str = "30m"
     """Length of the baseline window."""
     recent_window: str = "5m"
-    """Window the current value of a trend (reward, entropy) is averaged over."""
+    """Window the current value of a trend (reward, entropy, throughput) is averaged over."""
     baseline_offset: str = "15m"
     """The baseline ends this long ago (`offset`), so a sudden jump is not absorbed.
 
-    Must cover `recent_window` plus `for_slow`: otherwise, by the time an alert has
-    been pending long enough, its own collapse has entered the baseline.
+    Must cover `recent_window` plus the `drift_steps` a collapse must last: otherwise, by
+    the time an alert fires, its own collapse has entered the baseline.
     """
-    baseline_min_samples: int = 10
-    stall_window: str = "10m"
-    absent_window: str = "15m"
+    baseline_min_steps: int = 10
+    """Training steps the baseline window must span before a baseline alert judges a run.
+
+    Steps, not scrapes: a run of 10-minute steps has 120 scrapes but 3 steps in 30 minutes,
+    too few for a baseline."""
+    counter_window: str = "10m"
+    """An increase of a health counter (non-finite values, skipped steps) fires for this long."""
+    counter_lookback: str = "1d"
+    """A counter series unseen for this long before `counter_window` counts as new (its value is its increase)."""
+    stall_factor: float = 3.0
+    """A run is stalled when its last step is older than this many of its longest recent step times ..."""
+    stall_floor: str = "15m"
+    """... and older than this floor (covers eval and checkpoint pauses of fast runs)."""
+    progress_probe: str = "2m"
+    """Window in which a change of the step index counts as progress (at least 2 scrape intervals)."""
+    history_window: str = "6h"
+    """How far back the recent step time and the last progress are looked up."""
+    absent_window: str = "1h"
+    """A run that exported within this window and no longer does is absent (unless it finished)."""
     rate_window: str = "1m"
+    """Rate window of the counters' recording rules (steps, tokens, samples per second)."""
+    histogram_window: str = "15m"
+    """Rate window of the histograms' bucket rates (dashboard quantiles): at least one step of the
+    slowest run you watch, or the quantiles are empty between two steps."""
     for_fast: str = "1m"
-    """`for:` of alerts that must page quickly (KL, non-finite)."""
+    """`for:` of wall-clock alerts that must page quickly (stall, full queue); drift alerts count steps."""
     for_slow: str = "5m"
-    """`for:` of trend alerts, long enough to ride out one noisy step."""
+    """`for:` of the stack's own warnings (export failures, rejected requests)."""
     for_target: str = "2m"
+    # ---- links ---------------------------------------------------------------------
+    runbook_base: str = "https://github.com/otel-grpo/otel-grpo/blob/main/docs/operations.md"
+    """Absolute URL of the runbook; each alert's `runbook_url` is this plus `#<alert name>`."""
+    grafana_url: str = "http://localhost:3000"
+    """Grafana base URL for the alerts' `dashboard_url` (the panel the alert is about)."""
 
     def __post_init__(self) -> None:
         if self.kl_threshold <= 0 or self.mismatch_kl_threshold <= 0:
             raise ValueError("KL thresholds must be positive")
         if not 0 < self.entropy_fraction < 1:
             raise ValueError("entropy_fraction must be in (0, 1)")
+        if self.kl_steps < 1 or self.drift_steps < 1:
+            raise ValueError("kl_steps and drift_steps must be >= 1")
+        buckets = catalog.get("step_kl").buckets or ()
+        if self.kl_spike_threshold not in buckets:
+            raise ValueError(f"kl_spike_threshold must be a bucket bound of grpo.step.kl: {buckets}")
+        for base in (self.runbook_base, self.grafana_url):
+            if not base.startswith(("http://", "https://")):
+                raise ValueError(f"runbook_base and grafana_url must be absolute http(s) URLs, got {base!r}")
+        for run_id, values in self.overrides.items():
+            unknown = set(values) - set(THRESHOLDS)
+            if unknown:
+                raise ValueError(f"overrides[{run_id!r}]: {sorted(unknown)} are not thresholds; use {THRESHOLDS}")
 
     @classmethod
     def fast(cls, **overrides: object) -> "RuleSettings":
-        """Windows of seconds for the local demo: a one-minute run can fire and resolve."""
+        """Windows of seconds for the local demo (1 s scrapes): a one-minute run can fire and resolve."""
         base = cls(
-            baseline_window="30s", recent_window="3s", baseline_offset="10s", baseline_min_samples=5,
-            stall_window="20s", absent_window="60s", rate_window="15s",
+            baseline_window="30s", recent_window="3s", baseline_offset="10s", baseline_min_steps=5,
+            counter_window="20s", stall_floor="20s", progress_probe="3s", history_window="10m",
+            absent_window="60s", rate_window="15s", histogram_window="15s", streak_memory="5s",
             for_fast="2s", for_slow="5s", for_target="10s",
         )
         return replace(base, **overrides)  # type: ignore[arg-type]
 
+    @classmethod
+    def from_yaml(cls, path: Path) -> "RuleSettings":
+        """Settings from a YAML mapping of field names (`overrides` included); ValueError naming bad keys."""
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ValueError(f"rule settings {path}: {e}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"rule settings {path}: expected a mapping of setting names")
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"rule settings {path}: unknown settings {sorted(unknown)}")
+        try:
+            return cls(**data)
+        except TypeError as e:
+            raise ValueError(f"rule settings {path}: {e}") from None
+
+
+def _num(value: float) -> str:
+    """A PromQL number literal: 1.0 -> "1", 0.01 -> "0.01", inf -> "+Inf" (an override that disables)."""
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value)).removesuffix(".0")
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def seconds(duration: str) -> int:
+    """A Prometheus duration of one unit ("15m") in seconds."""
+    try:
+        return int(duration[:-1]) * _UNITS[duration[-1]]
+    except (KeyError, ValueError):
+        raise ValueError(f"duration {duration!r}: use a number and one of s, m, h, d") from None
+
+
+def threshold(s: RuleSettings, name: str, lhs: str, op: str) -> str:
+    """`lhs op threshold` per run: the run's override where one exists, the default elsewhere.
+
+    lhs must be an instant vector with the label `run_id` only (`max by (run_id) (...)`).
+    """
+    record = THRESHOLD_RECORD + name
+    default = getattr(s, name)
+    if not any(name in v for v in s.overrides.values()):
+        return f"{lhs} {op} {_num(default)}"
+    return f"(({lhs} {op} on (run_id) {record}) or ({lhs} {op} {_num(default)} unless on (run_id) {record}))"
+
+
+def threshold_rules(s: RuleSettings) -> list[dict]:
+    """One recording rule per overridden threshold of a run: a constant carrying its run_id."""
+    return [{"record": THRESHOLD_RECORD + name, "expr": f"vector({_num(value)})", "labels": {"run_id": run_id}}
+            for run_id, values in s.overrides.items() for name, value in values.items()]
+
 
 def _baseline(s: RuleSettings, metric: str, fn: str) -> str:
     return f"max by (run_id) ({fn}({metric}[{s.baseline_window}] offset {s.baseline_offset}))"
+
+
+def _quantile_baseline(s: RuleSettings, metric: str, p: float) -> str:
+    return f"max by (run_id) (quantile_over_time({p}, {metric}[{s.baseline_window}] offset {s.baseline_offset}))"
 
 
 def _kl_baseline(s: RuleSettings) -> list[dict]:
@@ -105,7 +243,7 @@ def _kl_baseline(s: RuleSettings) -> list[dict]:
     much that no later jump counts.
     """
     def q(p: float) -> str:
-        return f"max by (run_id) (quantile_over_time({p}, {KL}[{s.baseline_window}] offset {s.baseline_offset}))"
+        return _quantile_baseline(s, KL, p)
 
     return [
         {"record": "run_id:grpo_kl:baseline_median", "expr": q(0.5)},
@@ -119,28 +257,36 @@ def _kl_baseline(s: RuleSettings) -> list[dict]:
     ]
 
 
-def recording_rules(s: RuleSettings) -> dict:
-    """Baselines (used by alerts) and bucket/counter rates (used by dashboards), per run."""
-    rules: list[dict] = []
-    rules += [{"record": "run_id:grpo_kl:baseline_samples", "expr": _baseline(s, KL, "count_over_time")}]
+def _baselines(s: RuleSettings) -> list[dict]:
+    steps = f"max by (run_id) (changes({STEP_INDEX}[{s.baseline_window}] offset {s.baseline_offset}))"
+    rules = [{"record": BASELINE_STEPS, "expr": steps}]
     rules += _kl_baseline(s)
     for metric, name in ((REWARD, "grpo_reward_mean"), (ENTROPY, "grpo_policy_entropy")):
         rules += [
             {"record": f"run_id:{name}:baseline_mean", "expr": _baseline(s, metric, "avg_over_time")},
             {"record": f"run_id:{name}:baseline_stddev", "expr": _baseline(s, metric, "stddev_over_time")},
-            {"record": f"run_id:{name}:baseline_samples", "expr": _baseline(s, metric, "count_over_time")},
         ]
+    rules += [
+        {"record": f"run_id:{GRAD_NORM}:baseline_median", "expr": _quantile_baseline(s, GRAD_NORM, 0.5)},
+        {"record": f"run_id:{THROUGHPUT}:baseline_mean", "expr": _baseline(s, THROUGHPUT, "avg_over_time")},
+    ]
+    return rules
+
+
+def recording_rules(s: RuleSettings) -> dict:
+    """Baselines (used by alerts), per-run threshold overrides, and bucket/counter rates (dashboards)."""
+    rules = _baselines(s) + threshold_rules(s)
     for key in HISTOGRAMS:
         base = _m(key)
         rules.append({
             "record": f"run_id_le:{base}_bucket:rate",
-            "expr": f"sum by (run_id, le) (rate({base}_bucket[{s.rate_window}]))",
+            "expr": f"sum by (run_id, le) (rate({base}_bucket[{s.histogram_window}]))",
         })
     for key in LABELLED_HISTOGRAMS:  # one quantile per label value: the label stays
         base, label = _m(key), catalog.get(key).label
         rules.append({
             "record": f"run_id_{label}_le:{base}_bucket:rate",
-            "expr": f"sum by (run_id, {label}, le) (rate({base}_bucket[{s.rate_window}]))",
+            "expr": f"sum by (run_id, {label}, le) (rate({base}_bucket[{s.histogram_window}]))",
         })
     for key in COUNTERS:
         name = _m(key)
@@ -151,126 +297,15 @@ def recording_rules(s: RuleSettings) -> dict:
     return {"groups": [{"name": "grpo-recording", "rules": rules}]}
 
 
-def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict:
-    return {
-        "alert": name,
-        "expr": expr,
-        "for": for_,
-        "labels": {"severity": severity},
-        "annotations": {
-            "summary": summary,
-            "description": description,
-            "runbook_url": f"{RUNBOOK}#{name.lower()}",
-        },
-    }
-
-
-_RUN = "run {{ $labels.run_id }}"
-_VAL = '{{ $value | printf "%.3g" }}'  # humanize would print 0.5 as "500m"
-_PCT = "{{ $value | humanizePercentage }}"  # fractions read as "65%", not "0.65 of"
-
-
-def _drift_alerts(s: RuleSettings) -> list[dict]:
-    is_mean, rollout_is = _m("is_ratio_mean"), _m("rollout_is_mean")
-    return [
-        _alert("GRPOKLHigh", f"max by (run_id) ({KL}) > {s.kl_threshold}", s.for_fast, "critical",
-               f"KL to the reference is {_VAL} in {_RUN} (threshold {s.kl_threshold})",
-               "The policy has moved far from the reference model: learning rate too high, beta too low, or reward hacking."),
-        _alert("GRPOKLJump",
-               f"run_id:grpo_kl:zscore > {s.kl_zscore}"
-               f" and on (run_id) run_id:grpo_kl:baseline_samples >= {s.baseline_min_samples}",
-               s.for_fast, "warning",
-               f"KL jumped {_VAL} robust standard deviations above its {s.baseline_window} baseline median in {_RUN}",
-               f"KL rose suddenly against its own history (the baseline ends {s.baseline_offset} ago, so the jump is not part of it)."),
-        _alert("GRPORolloutISDrift",
-               f"max by (run_id) (abs({rollout_is} - 1)) > {s.is_deviation}"
-               f" or max by (run_id) (abs({is_mean} - 1)) > {s.is_deviation}",
-               s.for_slow, "warning",
-               f"Mean IS weight is {_VAL} away from 1 in {_RUN}",
-               "Rollout and training policies disagree on token probabilities: weight sync, precision or sampler settings drifted."),
-        _alert("GRPOMismatchKLHigh", f"max by (run_id) ({_m('mismatch_k3_kl')}) > {s.mismatch_kl_threshold}",
-               s.for_slow, "warning",
-               f"Rollout-vs-training KL (k3) is {_VAL} in {_RUN} (threshold {s.mismatch_kl_threshold})",
-               "The rollout engine samples from a distribution measurably different from the trained policy."),
-    ]
-
-
-def _training_alerts(s: RuleSettings) -> list[dict]:
-    recent_reward = f"max by (run_id) (avg_over_time({REWARD}[{s.recent_window}]))"
-    recent_entropy = f"max by (run_id) (avg_over_time({ENTROPY}[{s.recent_window}]))"
-    return [
-        _alert("GRPOClipRatioHigh", f"max by (run_id) ({_m('clip_ratio_region_mean')}) > {s.clip_ratio_threshold}",
-               s.for_slow, "warning",
-               f"{_PCT} of tokens are clipped in {_RUN} (threshold {s.clip_ratio_threshold:.0%})",
-               "Updates push the ratio outside the trust region: too many optimizer steps per batch or a learning rate too high."),
-        _alert("GRPORewardCollapse",
-               f"(run_id:grpo_reward_mean:baseline_mean - {recent_reward})"
-               f" / (run_id:grpo_reward_mean:baseline_stddev + 0.05) > {s.reward_zscore}"
-               f" and on (run_id) (run_id:grpo_reward_mean:baseline_mean - {recent_reward}) > {s.reward_drop}"
-               f" and on (run_id) run_id:grpo_reward_mean:baseline_samples >= {s.baseline_min_samples}",
-               s.for_slow, "critical",
-               f"Reward fell {_VAL} standard deviations below its {s.baseline_window} baseline in {_RUN}",
-               "Mean reward dropped well below its recent history: divergence, reward-function bug or data change."),
-        _alert("GRPOEntropyCollapse",
-               f"{recent_entropy} < {s.entropy_fraction} * run_id:grpo_policy_entropy:baseline_mean"
-               f" or max by (run_id) ({ENTROPY}) < {s.entropy_floor}",
-               s.for_slow, "warning",
-               f"Policy entropy is {_VAL} in {_RUN}, collapsed against its baseline",
-               "The policy became near-deterministic: exploration has stopped and group rewards stop varying."),
-        _alert("GRPOCompletionsClipped",
-               f"max by (run_id) ({_m('completions_clipped_ratio')}) > {s.completions_clipped_threshold}",
-               s.for_slow, "warning",
-               f"{_PCT} of completions hit the length limit in {_RUN}",
-               "Completions are truncated without EOS: raise max length or penalize length; rewards on truncated text mislead."),
-    ]
-
-
-def _counted(metric: str, by: str, window: str) -> str:
-    # increase() misses the first increment of a series that starts above zero, so a
-    # series that did not exist `window` ago counts by its value.
-    return (f"sum by ({by}) (increase({metric}[{window}])) > 0"
-            f" or sum by ({by}) ({metric} unless {metric} offset {window}) > 0")
-
-
-def _health_alerts(s: RuleSettings) -> list[dict]:
-    return [
-        _alert("GRPONonFiniteValues", _counted(NONFINITE, "run_id, signal", s.stall_window), "0s", "critical",
-               _VAL + " non-finite values of {{ $labels.signal }} in " + _RUN,
-               "NaN or Inf appeared in a training signal; they are counted, not exported. Usually precedes divergence."),
-        _alert("GRPOStepsSkipped", _counted(SKIPPED, "run_id", s.stall_window), "0s", "warning",
-               f"{_VAL} training steps skipped in {_RUN}",
-               "Updates were skipped for a non-finite loss or a failed batch."),
-        _alert("GRPOTrainerStalled",
-               f"max by (run_id) ({STEP_INDEX})"
-               f" unless on (run_id) max by (run_id) (changes({STEP_INDEX}[{s.stall_window}])) > 0"
-               f" and on (run_id) max by (run_id) ({STEP_INDEX} offset {s.stall_window})",
-               s.for_fast, "critical",
-               f"No training step for {s.stall_window} in {_RUN} (stuck at step {_VAL}), yet it still exports",
-               "The process is alive but makes no progress: a hung collective, a dead data loader or a deadlock."),
-        _alert("GRPOMetricsAbsent",
-               f"max by (run_id) (max_over_time({STEP_INDEX}[{s.absent_window}]))"
-               f" unless on (run_id) max by (run_id) ({STEP_INDEX})",
-               s.for_target, "warning",
-               f"{_RUN} stopped exporting metrics (last step {_VAL})",
-               "A run that reported in the last window no longer does: it crashed, was killed, or finished."),
-        _alert("GRPOCollectorDown", 'up{job="otel-collector"} == 0', s.for_target, "critical",
-               "The OpenTelemetry Collector is not scraped ({{ $labels.instance }})",
-               "No trainer metrics reach Prometheus while the collector is down."),
-        _alert("GRPOSidecarDown", 'up{job="sidecar"} == 0', s.for_target, "warning",
-               "The sidecar is not scraped ({{ $labels.instance }})",
-               "Samples and step history are not being stored (the trainer still spills samples to disk)."),
-    ]
-
-
-def alert_rules(s: RuleSettings) -> dict:
-    """The alert rule file (one group) for these settings."""
-    rules = _drift_alerts(s) + _training_alerts(s) + _health_alerts(s)
-    return {"groups": [{"name": "grpo-alerts", "rules": rules}]}
-
-
 def rule_metric_names() -> set[str]:
     """Names the rules define (recording rules), which dashboards may also query."""
-    return {r["record"] for r in recording_rules(RuleSettings())["groups"][0]["rules"]}
+    from ._alerts import alert_rules  # the alert group records streaks and progress too
+
+    s = RuleSettings(overrides={"_": {name: 1.0 for name in THRESHOLDS}})
+    names = set()
+    for doc in (recording_rules(s), alert_rules(s)):
+        names |= {r["record"] for g in doc["groups"] for r in g["rules"] if "record" in r}
+    return names
 
 
-__all__ = ["RuleSettings", "alert_rules", "recording_rules", "rule_metric_names"]
+__all__ = ["RuleSettings", "THRESHOLDS", "recording_rules", "rule_metric_names", "seconds", "threshold"]

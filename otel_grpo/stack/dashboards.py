@@ -18,19 +18,22 @@ from typing import Iterable, Iterator
 from otel_grpo import catalog
 from otel_grpo.catalog import Group
 
-from ._panels import PROM, RUN, Panel, Query, render, row, signal_queries, unit_of
+from ._configs import COMPOSE
+from ._panels import PROM, PROM_UID, RUN, Panel, Query, render, row, signal_queries, unit_of
+from ._rules import RuleSettings
 
 SIDECAR_PAGE_LIMIT = 200
+RATES = ".*/s.*"  # legends of per-second series: a right axis where counts share the panel
 
 
 def _signals(title: str, keys: Iterable[str], *, unit: str | None = None, extra: Iterable[Query] = (),
-             description: str = "") -> Panel:
-    """A panel drawing the named catalog signals (and any extra queries)."""
+             description: str = "", **draw: object) -> Panel:
+    """A panel drawing the named catalog signals (and any extra queries); `draw`: Panel's drawing fields."""
     signals = [catalog.get(k) for k in keys]
     queries = [q for s in signals for q in signal_queries(s)] + list(extra)
     panel_unit = unit or (unit_of(signals[0]) if signals else "short")
     desc = description or " ".join(f"{s.key}: {s.description}" for s in signals)
-    return Panel(title, queries, unit=panel_unit, description=desc)
+    return Panel(title, queries, unit=panel_unit, description=desc, **draw)  # type: ignore[arg-type]
 
 
 def _rec(expr: str, legend: str) -> Query:
@@ -38,11 +41,12 @@ def _rec(expr: str, legend: str) -> Query:
 
 
 # (row title, group(s) whose leftover signals join the row, panels)
-def _sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
-    return _learning_sections() + _rollout_sections()
+def _sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
+    """Rows and panels; `limits`: the rule settings whose thresholds the panels draw."""
+    return _learning_sections(limits) + _rollout_sections(limits)
 
 
-def _learning_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
+def _learning_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
     """Rows about what the policy learns: alerts first, then reward, advantage, KL and policy."""
     return [
         ("Health and alerts", Group.HEALTH, [
@@ -59,7 +63,8 @@ def _learning_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Pane
             _signals("Reward per function: quantiles (exact gauges and per-sample histogram)",
                      ["reward_fn_p05", "reward_fn_p50", "reward_fn_p95", "sample_reward_fn"]),
             _signals("Learning signal: within-group reward std, groups with zero std",
-                     ["reward_group_std", "frac_reward_zero_std"], unit="short"),
+                     ["reward_group_std", "frac_reward_zero_std"], unit="short",
+                     threshold=limits.zero_std_threshold, right_axis={"frac_reward_zero_std.*": "percentunit"}),
         ]),
         ("Advantage", Group.ADVANTAGE, [
             _signals("Advantage mean (per completion and per token), std, min, max",
@@ -67,14 +72,15 @@ def _learning_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Pane
             _signals("Advantage per sample (histogram)", ["sample_advantage"]),
         ]),
         ("KL and policy", (Group.KL, Group.POLICY), [
-            _signals("KL to the reference", ["kl", "kl_k1", "kl_max", "kl_seq_mean", "kl_k1_seq_mean"],
-                     extra=[_rec(f"run_id:grpo_kl:baseline_median{{{RUN}}}", "kl baseline median (alert)")]),
+            _signals("KL to the reference", ["kl", "kl_k1", "kl_max", "kl_seq_mean", "kl_k1_seq_mean", "step_kl"],
+                     extra=[_rec(f"run_id:grpo_kl:baseline_median{{{RUN}}}", "kl baseline median (alert) {{run_id}}")],
+                     threshold=limits.kl_threshold, log_scale=True),
             Panel("KL z-score against its baseline (alert GRPOKLJump above 4)",
-                  [Query(f"run_id:grpo_kl:zscore{{{RUN}}}", "z-score")],
+                  [Query(f"run_id:grpo_kl:zscore{{{RUN}}}", "z-score {{run_id}}")], threshold=limits.kl_zscore,
                   description="(KL - baseline median) / (0.741 IQR + floor); the baseline window ends `offset` ago so a jump is not part of it."),
             _signals("Clip ratios (low, high, region)",
                      ["clip_ratio_low_mean", "clip_ratio_low_min", "clip_ratio_high_mean", "clip_ratio_high_max",
-                      "clip_ratio_region_mean", "dual_clip_fraction"]),
+                      "clip_ratio_region_mean", "dual_clip_fraction"], threshold=limits.clip_ratio_threshold),
             _signals("Policy ratio pi_theta / pi_old and approx KL (k2 and verl's k1)",
                      ["policy_ratio_mean", "policy_ratio_min", "policy_ratio_max", "approx_kl", "ppo_kl"], unit="short"),
             _signals("KL per completion token by completion length", ["kl_by_length"]),
@@ -83,12 +89,13 @@ def _learning_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Pane
     ]
 
 
-def _rollout_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
+def _rollout_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Group, ...], list[Panel]]]:
     """Rows about the rollout engine: mismatch, IS correction, completions, optimiser, throughput."""
     return [
         ("Rollout vs training mismatch", Group.MISMATCH, [
             _signals("Mismatch KL (direct and k3) and chi-square",
-                     ["mismatch_kl", "mismatch_k3_kl", "mismatch_chi2_token", "mismatch_chi2_seq"], unit="short"),
+                     ["mismatch_kl", "mismatch_k3_kl", "mismatch_chi2_token", "mismatch_chi2_seq"], unit="short",
+                     threshold=limits.mismatch_kl_threshold, log_scale=True),
             _signals("IS ratio pi_train / pi_rollout: mean, min, max", ["is_ratio_mean", "is_ratio_min", "is_ratio_max"],
                      unit="short"),
             _signals("Perplexity: training, rollout, ratio",
@@ -104,7 +111,8 @@ def _rollout_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel
                      ["rollout_is_mean", "rollout_is_std", "rollout_is_min", "rollout_is_max"], unit="short"),
             _signals("Effective sample size, masked and vetoed fractions",
                      ["rollout_is_eff_sample_size", "rollout_is_masked_fraction", "rollout_is_seq_masked_fraction",
-                      "rollout_is_veto_fraction", "rollout_is_catastrophic_token_fraction"]),
+                      "rollout_is_veto_fraction", "rollout_is_catastrophic_token_fraction"],
+                     threshold=limits.ess_min),
             _signals("Weights beyond the thresholds", ["rollout_is_ratio_fraction_high", "rollout_is_ratio_fraction_low",
                                                        "rollout_is_seq_fraction_high", "rollout_is_seq_fraction_low"]),
             _signals("Per-sequence IS weight",
@@ -116,15 +124,16 @@ def _rollout_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel
                                            "completion_length_max"]),
             _signals("Terminated (EOS) length", ["terminated_length_mean", "terminated_length_min",
                                                  "terminated_length_max"]),
-            _signals("Clipped completions (no EOS)", ["completions_clipped_ratio"]),
+            _signals("Clipped completions (no EOS)", ["completions_clipped_ratio"],
+                     threshold=limits.completions_clipped_threshold),
             _signals("Completion length per sample (histogram)", ["sample_completion_length"]),
             _signals("Diversity: distinct n-grams (pooled and within prompt groups), Jaccard within groups",
                      ["distinct_1", "distinct_2", "distinct_1_group", "distinct_2_group", "jaccard_group"]),
         ]),
         ("Optimisation", Group.OPTIM, [
-            _signals("Loss and gradient norm", ["loss", "grad_norm"]),
+            _signals("Loss and gradient norm", ["loss", "grad_norm"], right_axis={"grad_norm.*": "short"}),
             _signals("Loss parts: policy, beta * KL, entropy", ["loss", "loss_policy", "loss_kl", "loss_entropy"]),
-            _signals("Learning rate and KL coefficient", ["learning_rate", "beta"]),
+            _signals("Learning rate and KL coefficient", ["learning_rate", "beta"], right_axis={"beta.*": "short"}),
         ]),
         ("MaxEnt-GRPO weighting and controllers", Group.MAXENT, [
             _signals("Temperature tau and beta", ["maxent_tau", "beta", "maxent_delta_tau", "maxent_delta_beta"],
@@ -143,11 +152,13 @@ def _rollout_sections() -> list[tuple[str, Group | tuple[Group, ...], list[Panel
         ]),
         ("Throughput and progress", Group.THROUGHPUT, [
             _signals("Step index and steps per second", ["step", "steps"],
-                     extra=[_rec(f"run_id:grpo_steps:rate{{{RUN}}}", "steps /s (recorded)")]),
+                     extra=[_rec(f"run_id:grpo_steps:rate{{{RUN}}}", "steps /s (recorded) {{run_id}}")],
+                     right_axis={RATES: "short"}),
             _signals("Tokens per second", ["tokens_per_second", "tokens_per_second_per_gpu", "tokens"],
-                     extra=[_rec(f"run_id:grpo_tokens:rate{{{RUN}}}", "tokens /s (recorded)")]),
+                     extra=[_rec(f"run_id:grpo_tokens:rate{{{RUN}}}", "tokens /s (recorded) {{run_id}}")]),
             _signals("Tokens so far, completions per second", ["num_tokens", "samples"],
-                     extra=[_rec(f"run_id:grpo_samples:rate{{{RUN}}}", "samples /s (recorded)")]),
+                     extra=[_rec(f"run_id:grpo_samples:rate{{{RUN}}}", "samples /s (recorded) {{run_id}}")],
+                     right_axis={RATES: "short"}),
             _signals("Step time", ["step_time"]),
             _signals("Phase durations (quantiles per phase)", ["phase_duration"], unit="s"),
         ]),
@@ -164,7 +175,8 @@ def _samples_panels() -> list[Panel]:
         }, description=f"From the sidecar: GET {url}")
 
     return [
-        table("Samples of the latest step (sidecar)", "/api/runs/${run_id}/samples",
+        # The run id is a path segment: percent-encoded (a run id may hold any character).
+        table("Samples of the latest step (sidecar)", "/api/runs/${run_id:percentencode}/samples",
               {"limit": str(SIDECAR_PAGE_LIMIT), "order_by": "reward", "desc": "true"}, 24, 12),
         table("Alerts received by the sidecar", "/api/alerts", {"run_id": "${run_id}"}, 12, 8),
         table("Runs (sidecar)", "/api/runs", {}, 12, 8),
@@ -188,46 +200,65 @@ def _with_leftovers(sections: list[tuple[str, Group | tuple[Group, ...], list[Pa
         raise RuntimeError(f"dashboard rows miss catalog groups {sorted(g.value for g in set(Group) - placed)}")
 
 
+def _place(panels: list[Panel], next_id: int, y: int) -> tuple[list[dict], int, int]:
+    """Panels left to right, top to bottom from row y; returns them, the next id and the next free y."""
+    out, x, line_height = [], 0, 0
+    for panel in panels:
+        if x + panel.width > 24:
+            x, y, line_height = 0, y + line_height, 0
+        out.append(render(panel, next_id, x, y))
+        next_id += 1
+        x += panel.width
+        line_height = max(line_height, panel.height)
+    return out, next_id, y + line_height
+
+
 def _layout(sections: Iterable[tuple[str, list[Panel]]]) -> list[dict]:
-    """Place rows and panels left to right, top to bottom, on the 24-column grid."""
+    """Rows on the 24-column grid: the first (overview) open, the others collapsed with their panels inside."""
     out: list[dict] = []
     y, next_id = 0, 1
-    for title, panels in sections:
-        out.append(row(title, next_id, y))
-        next_id, y = next_id + 1, y + 1
-        x, line_height = 0, 0
-        for panel in panels:
-            if x + panel.width > 24:
-                x, y, line_height = 0, y + line_height, 0
-            out.append(render(panel, next_id, x, y))
-            next_id += 1
-            x += panel.width
-            line_height = max(line_height, panel.height)
-        y += line_height
+    for i, (title, panels) in enumerate(sections):
+        header = row(title, next_id, y, collapsed=i > 0)
+        out.append(header)
+        placed, next_id, end = _place(panels, next_id + 1, y + 1)
+        if i == 0:
+            out += placed
+            y = end
+        else:  # a collapsed row keeps its panels (at their expanded positions) and takes one line
+            header["panels"] = placed
+            y += 1
     return out
 
 
-def overview() -> dict:
-    """The GRPO overview dashboard (one `run_id` picked from Prometheus)."""
-    sections = list(_with_leftovers(_sections())) + [("Samples and alerts (sidecar)", _samples_panels())]
+def _variables() -> list[dict]:
+    """The Prometheus datasource, then the runs (several at once, matched as a regex)."""
+    return [
+        {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
+         "current": {"text": "Prometheus", "value": PROM_UID}, "hide": 0, "refresh": 1, "regex": ""},
+        {"name": "run_id", "label": "run", "type": "query", "datasource": PROM,
+         "query": {"query": "label_values(grpo_step_index, run_id)", "refId": "run_id"},
+         "refresh": 2, "sort": 1, "multi": True, "includeAll": True, "allValue": ".*",
+         "current": {"text": ["All"], "value": ["$__all"]}},
+    ]
+
+
+def overview(limits: RuleSettings | None = None) -> dict:
+    """The GRPO overview dashboard: one or several runs picked from Prometheus."""
+    sections = list(_with_leftovers(_sections(limits or RuleSettings()))) + [("Samples and alerts (sidecar)", _samples_panels())]
     return {
         "uid": "grpo-overview",
         "title": "GRPO overview",
-        "description": "Reward, KL, clipping, rollout-vs-training IS mismatch, lengths, throughput and alerts of one run.",
+        "description": "Reward, KL, clipping, rollout-vs-training IS mismatch, lengths, throughput and alerts of GRPO runs.",
         "tags": ["grpo", "otel-grpo"],
         "timezone": "browser",
         "editable": True,
         "graphTooltip": 1,
         "schemaVersion": 39,
         "version": 1,
-        "refresh": "10s",
+        # Refreshing faster than Prometheus scrapes redraws the same data.
+        "refresh": COMPOSE.scrape_interval,
         "time": {"from": "now-1h", "to": "now"},
-        "templating": {"list": [{
-            "name": "run_id", "label": "run", "type": "query", "datasource": PROM,
-            "query": {"query": "label_values(grpo_step_index, run_id)", "refId": "run_id"},
-            "definition": "label_values(grpo_step_index, run_id)",
-            "refresh": 2, "sort": 1, "multi": False, "includeAll": False, "current": {},
-        }]},
+        "templating": {"list": _variables()},
         "annotations": {"list": [{
             "name": "Firing alerts", "enable": True, "datasource": PROM, "iconColor": "red",
             "expr": f'ALERTS{{alertstate="firing", {RUN}}}', "titleFormat": "{{alertname}}",
@@ -237,9 +268,18 @@ def overview() -> dict:
     }
 
 
-def dashboards() -> dict[str, dict]:
-    """Every generated dashboard by file name under `grafana/dashboards/`."""
-    return {"grpo-overview.json": overview()}
+def dashboards(limits: RuleSettings | None = None) -> dict[str, dict]:
+    """Every generated dashboard by file name under `grafana/dashboards/`; thresholds from `limits`."""
+    return {"grpo-overview.json": overview(limits)}
+
+
+def panel_id(title: str) -> int:
+    """The id of the overview panel with this title (alerts link to it); KeyError if none."""
+    for p in overview()["panels"]:
+        for inner in [p, *p.get("panels", [])]:
+            if inner.get("title") == title and inner["type"] != "row":
+                return inner["id"]
+    raise KeyError(f"no overview panel titled {title!r}")
 
 
 def render_json(dashboard: dict) -> str:
@@ -247,9 +287,9 @@ def render_json(dashboard: dict) -> str:
     return json.dumps(dashboard, indent=2) + "\n"
 
 
-def dashboard_files() -> dict[str, str]:
+def dashboard_files(limits: RuleSettings | None = None) -> dict[str, str]:
     """Committed dashboard files by repository path."""
-    return {f"grafana/dashboards/{name}": render_json(d) for name, d in dashboards().items()}
+    return {f"grafana/dashboards/{name}": render_json(d) for name, d in dashboards(limits).items()}
 
 
-__all__ = ["dashboard_files", "dashboards", "overview", "render_json"]
+__all__ = ["dashboard_files", "dashboards", "overview", "panel_id", "render_json"]

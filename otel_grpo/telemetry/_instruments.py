@@ -26,6 +26,9 @@ logger = logging.getLogger("otel_grpo.telemetry")
 EXTRA_PREFIX = "grpo.extra."
 EXTRA_UNIT = "{value}"  # braces: both Prometheus paths drop it (never "1", see ARCHITECTURE.md)
 _MAX_NAME = 200
+# Scalars also observed once per step into a histogram: its bucket counters count the
+# steps above each bound, so a one-step spike between two scrapes is not lost (alerts).
+STEP_DISTRIBUTIONS = {"kl": "step_kl"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,7 @@ class Instruments:
         self._nonfinite = self._instrument(get("nonfinite"))
         self._phase = self._instrument(get("phase_duration"))
         self._step_route = self._route_for(get("step"), {})
+        self._per_step = {key: self._route_for(get(target), {}) for key, target in STEP_DISTRIBUTIONS.items()}
 
     # ---- instruments ---------------------------------------------------------------
     def _instrument(self, signal: Signal) -> Any:
@@ -159,6 +163,9 @@ class Instruments:
                 continue
             route.record(value, route.attributes)
             finite[route.stat_key] = value
+            per_step = self._per_step.get(route.stat_key)
+            if per_step is not None:
+                per_step.record(value, per_step.attributes)
         return finite
 
     def record_samples(self, samples: Mapping[str, list[float]]) -> None:

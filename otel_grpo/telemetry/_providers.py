@@ -55,6 +55,9 @@ def build_resource(settings: TelemetrySettings, rank: int, world_size: int) -> R
     attrs: dict[str, Any] = {
         "service.name": settings.service_name,
         "grpo.run_id": settings.run_id,
+        # Unique per run (and rank): the collector's exporter makes it the `instance` label
+        # and target_info's key, so two runs never share one target_info.
+        "service.instance.id": settings.run_id if world_size <= 1 else f"{settings.run_id}/rank{rank}",
         "host.name": socket.gethostname(),
         "grpo.rank": rank,
         "grpo.world_size": world_size,

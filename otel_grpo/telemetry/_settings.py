@@ -110,6 +110,13 @@ class TelemetrySettings(BaseSettings):
     """Bind address of the Prometheus pull endpoint (`/metrics`)."""
     prometheus_port: int = Field(9464, ge=0, le=65535)
     """Port of the Prometheus pull endpoint; with `export_all_ranks` each rank adds its local rank."""
+    prometheus_linger_s: float = Field(2.5, ge=0, le=300)
+    """After `finish()`, keep serving `/metrics` this long, so a scrape sees `grpo.run.finished` = 1.
+
+    The pull endpoint goes away at shutdown; without a scrape in between, Prometheus never
+    learns that the run finished and GRPOMetricsAbsent fires. At least the scrape interval
+    (the local stack scrapes every second). A crash (no `finish()`) does not linger.
+    """
 
     output_dir: Path | None = None
     """Run directory; samples spill to `<output_dir>/samples/step_<step>.jsonl`. None: `runs/<run_id>`."""

@@ -351,6 +351,8 @@ class Telemetry:
         deadline = time.monotonic() + timeout
         if not self._emitter.close(timeout / 2):
             logger.warning("otel-grpo: shutdown: the emit queue did not drain within %.1fs", timeout / 2)
+        if finished and self.prometheus_port is not None and self.settings.prometheus_linger_s > 0:
+            time.sleep(self.settings.prometheus_linger_s)  # one more scrape sees run_finished = 1
         closers = self._closers
         remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
         # Exporters may block on a dead endpoint; a daemon thread keeps the bound.

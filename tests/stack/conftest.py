@@ -4,27 +4,48 @@ from __future__ import annotations
 
 import shutil
 import socket
+import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
-from otel_grpo.stack._process import Managed
+from otel_grpo.stack._process import BINARIES, Managed, StackError, find_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+_ISSUED: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before in this session (a stack takes several at once,
+    and the kernel may offer a just-released port again)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _ISSUED:
+            _ISSUED.add(port)
+            return port
 
 
-def need(binary: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        pytest.skip(f"{binary} not on PATH (apt-get install prometheus prometheus-alertmanager)")
-    return path
+def need(component: str) -> str:
+    """The pinned build of a backend (scripts/build-backends.sh), built now if Go is there.
+
+    The rules rely on Prometheus 3 semantics (left-open ranges, normalized `le`), so
+    older binaries on PATH (Debian's 2.42) are not used: without Go, the test skips.
+    """
+    try:
+        return find_binary(component, pinned_only=True)
+    except StackError as missing:
+        if shutil.which("go") is None:
+            pytest.skip(f"{missing} (Go is not installed)")
+    target = BINARIES[component][0].replace("otelcol", "collector")
+    out = subprocess.run([str(ROOT / "scripts/build-backends.sh"), target], capture_output=True, text=True,
+                         timeout=3600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return find_binary(component, pinned_only=True)
 
 
 @pytest.fixture(scope="session")
@@ -69,3 +90,18 @@ def promtool() -> str:
 @pytest.fixture(scope="session")
 def amtool() -> str:
     return need("amtool")
+
+
+@pytest.fixture(scope="session")
+def otelcol() -> str:
+    return need("otelcol")
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> str:
+    return need("prometheus")
+
+
+@pytest.fixture(scope="session")
+def alertmanager_bin() -> str:
+    return need("alertmanager")

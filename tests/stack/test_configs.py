@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import pytest
 import yaml
 
 from otel_grpo.stack import StackSettings, write_local_configs
+from otel_grpo.stack._configs import COMPOSE, retarget
+from otel_grpo.stack._process import backend_versions
 
 
 def test_amtool_checks_compose_and_local_configs(root, amtool, tmp_path):
@@ -20,12 +23,22 @@ def test_amtool_checks_compose_and_local_configs(root, amtool, tmp_path):
         assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_alertmanager_routes_by_severity_to_the_sidecar(root):
+def test_alertmanager_routes_critical_to_oncall_and_everything_to_the_sidecar(root):
     am = yaml.safe_load((root / "alertmanager/alertmanager.yml").read_text())
     routes = {r["matchers"][0]: r["receiver"] for r in am["route"]["routes"]}
-    assert routes == {'severity="critical"': "sidecar-critical", 'severity="warning"': "sidecar-warning"}
-    for receiver in am["receivers"]:
-        assert [w["url"] for w in receiver["webhook_configs"]] == ["http://sidecar:8000/api/alerts"]
+    assert routes == {'alertname="GRPOWatchdog"': "watchdog", 'severity="critical"': "critical",
+                      'severity="warning"': "sidecar-warning"}
+    receivers = {r["name"]: r for r in am["receivers"]}
+    assert receivers["critical"]["slack_configs"][0]["api_url_file"] == "/run/secrets/slack_webhook_url"
+    for name in ("critical", "sidecar-warning"):
+        (hook,) = receivers[name]["webhook_configs"]
+        assert hook["url"] == "http://sidecar:8000/api/alerts"
+        assert hook["http_config"]["authorization"]["credentials_file"] == "/run/secrets/sidecar_token"
+    inhibit = [(r["source_matchers"], r["target_matchers"], r.get("equal")) for r in am["inhibit_rules"]]
+    assert (['alertname=~"GRPOCollectorDown|GRPOSidecarDown"'], ['alertname=~"GRPOMetricsAbsent|GRPOTrainerStalled"'],
+            None) in inhibit
+    assert (['severity="critical"'], ['severity="warning"'], ["run_id"]) in inhibit
+    assert (['alertname="GRPONonFiniteValues"'], ['alertname="GRPOStepsSkipped"'], ["run_id"]) in inhibit
 
 
 def test_local_prometheus_config_passes_promtool(promtool, tmp_path):
@@ -44,8 +57,7 @@ def _compose_config(root, *profiles: str) -> dict:
     argv = [binary, "-f", str(root / "docker-compose.yml")]
     for p in profiles:
         argv += ["--profile", p]
-    env = {**os.environ, "GRAFANA_ADMIN_PASSWORD": "test-only"}
-    out = subprocess.run(argv + ["config"], capture_output=True, text=True, timeout=120, env=env, cwd=root)
+    out = subprocess.run(argv + ["config"], capture_output=True, text=True, timeout=120, cwd=root)
     assert out.returncode == 0, out.stderr
     return yaml.safe_load(out.stdout)
 
@@ -76,24 +88,58 @@ def test_compose_pins_images_uses_volumes_and_health_ordering(root):
             want = "service_healthy" if dep in healthy else "service_started"
             assert cond["condition"] == want, (name, dep)
     env = services["grafana"]["environment"]
-    assert "yesoreyeram-infinity-datasource" in env["GF_PLUGINS_PREINSTALL"]
-    assert "yesoreyeram-infinity-datasource" in env["GF_INSTALL_PLUGINS"]
-    assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer" and env["GF_SECURITY_ADMIN_PASSWORD"] == "test-only"
+    plugin, _, version = env["GF_PLUGINS_PREINSTALL_SYNC"].partition("@")
+    assert plugin == "yesoreyeram-infinity-datasource" and version
+    assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    assert env["GF_SECURITY_ADMIN_PASSWORD__FILE"] == "/run/secrets/grafana_admin_password"
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in env
     trainer = services["trainer-cpu"]["environment"]
     assert trainer["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4317"
     assert trainer["OTEL_GRPO_METRICS_EXPORTERS"] == "otlp"
 
 
-def test_compose_fails_without_an_admin_password(root):
-    binary = shutil.which("docker-compose") or pytest.skip("docker-compose not on PATH")
-    env = {k: v for k, v in os.environ.items() if k != "GRAFANA_ADMIN_PASSWORD"}
-    out = subprocess.run([binary, "-f", str(root / "docker-compose.yml"), "config", "-q"],
-                         capture_output=True, text=True, timeout=120, env=env, cwd=root)
-    assert out.returncode != 0 and "GRAFANA_ADMIN_PASSWORD" in out.stderr
+def test_compose_limits_memory_rotates_logs_and_wires_tokens(root):
+    services = _compose_config(root, "gpu", "cpu")["services"]
+    for name, svc in services.items():
+        assert svc["logging"]["options"] == {"max-size": "10m", "max-file": "3"}, name
+        if name != "trainer":  # the GPU trainer's memory is the host's
+            assert "mem_limit" in svc, name
+    collector = services["otel-collector"]
+    assert collector["environment"]["GOMEMLIMIT"] == "400MiB"
+    assert any(v.endswith(":/var/lib/otelcol/file_storage") or "file_storage" in str(v) for v in collector["volumes"])
+    gpu = services["trainer"]
+    assert gpu["ipc"] == "host" and gpu["stop_grace_period"] == "2m"
+    assert set(gpu["depends_on"]) == {"otel-collector", "sidecar"}  # not gated on Alertmanager
+    assert gpu["command"][-2:] == ["--run-id", ""]  # empty: a unique generated id
+    for name in ("sidecar", "otel-collector"):
+        assert "OTEL_GRPO_SIDECAR_TOKEN" in services[name]["environment"], name
+    assert services["sidecar"]["build"]["target"] == "sidecar"
+
+
+def test_the_sidecar_image_target_installs_no_torch(root):
+    text = (root / "Dockerfile").read_text()
+    sidecar = text.split("FROM base AS sidecar", 1)[1].split("FROM ", 1)[0]
+    assert "torch" not in sidecar and 'pip install ".[sidecar]"' in sidecar
+
+
+def test_the_sidecar_command_runs_without_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from otel_grpo.cli import main\nsys.argv = ['otel-grpo', 'sidecar', '--help']\nmain()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "--db" in out.stdout, out.stderr
+
+
+def _defaults(node):
+    """The collector config as compose runs it: `${env:NAME:-default}` -> default."""
+    if isinstance(node, dict):
+        return {k: _defaults(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_defaults(v) for v in node]
+    return re.sub(r"\$\{env:\w+:-([^}]*)\}", r"\1", node) if isinstance(node, str) else node
 
 
 def test_collector_pipelines(root):
-    cfg = yaml.safe_load((root / "collector/config.yaml").read_text())
+    cfg = _defaults(yaml.safe_load((root / "collector/config.yaml").read_text()))
     compose = yaml.safe_load((root / "docker-compose.yml").read_text())
     image = compose["services"]["otel-collector"]["image"]
     assert image == "otel/opentelemetry-collector-contrib:0.144.0"  # key names below are 0.144's
@@ -108,7 +154,13 @@ def test_collector_pipelines(root):
     assert sidecar["retry_on_failure"]["enabled"] and sidecar["sending_queue"]["enabled"]
     assert cfg["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"] == "0.0.0.0:4317"
     assert cfg["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == "0.0.0.0:4318"
-    assert "health_check" in cfg["service"]["extensions"]
+    assert cfg["service"]["extensions"] == ["health_check", "file_storage"]
+    queue = sidecar["sending_queue"]
+    assert queue["storage"] == "file_storage" and queue["sizer"] == "bytes" and queue["queue_size"] >= 2**20
+    assert cfg["exporters"]["prometheus"]["translation_strategy"] == "UnderscoreEscapingWithSuffixes"
+    assert sidecar["headers"]["Authorization"] == "Bearer "  # OTEL_GRPO_SIDECAR_TOKEN, empty by default
+    reader = cfg["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"]
+    assert (reader["host"], reader["port"]) == ("0.0.0.0", "8888")
     prom = yaml.safe_load((root / "prometheus/prometheus.yml").read_text())
     collector_job = next(j for j in prom["scrape_configs"] if j["job_name"] == "otel-collector")
     assert collector_job["honor_labels"] is True
@@ -128,3 +180,65 @@ def test_compose_commands_use_flags_the_cli_has(root):
         assert out.returncode == 0, (name, out.stderr)
         for flag in flags:
             assert flag in out.stdout, (name, sub, flag)
+
+
+def test_retarget_replaces_only_compose_addresses(root):
+    text = (root / "prometheus/prometheus.yml").read_text()
+    moved = retarget(text, {COMPOSE.sidecar: "127.0.0.1:5000", COMPOSE.metrics: "127.0.0.1:5001"})
+    diff = [(a, b) for a, b in zip(text.splitlines(), moved.splitlines()) if a != b]
+    assert sorted(diff) == [("    - otel-collector:8889", "    - 127.0.0.1:5001"), ("    - sidecar:8000", "    - 127.0.0.1:5000")]
+    with pytest.raises(ValueError, match="not a compose target"):
+        retarget(text, {"evil:1": "127.0.0.1:1"})
+
+
+def test_compose_and_builder_pin_the_versions_the_tests_build(root):
+    versions = backend_versions()
+    compose = yaml.safe_load((root / "docker-compose.yml").read_text())["services"]
+    assert compose["prometheus"]["image"] == f"prom/prometheus:v{versions['prometheus']}"
+    assert compose["alertmanager"]["image"] == f"prom/alertmanager:v{versions['alertmanager']}"
+    assert compose["otel-collector"]["image"] == f"otel/opentelemetry-collector-contrib:{versions['otelcol']}"
+    manifest = yaml.safe_load((root / "collector/builder-config.yaml").read_text())
+    assert manifest["dist"]["version"] == versions["otelcol"]
+    for kind in ("receivers", "processors", "exporters", "extensions"):
+        for component in manifest[kind]:
+            assert component["gomod"].endswith(f" v{versions['otelcol']}"), component
+
+
+def test_the_built_collector_accepts_compose_config(root, otelcol):
+    out = subprocess.run([otelcol, "validate", f"--config={root / 'collector/config.yaml'}"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    components = subprocess.run([otelcol, "components"], capture_output=True, text=True, timeout=60).stdout
+    for name in ("otlp", "memory_limiter", "batch", "prometheus", "otlp_http", "debug", "health_check", "file_storage"):
+        assert f"name: {name}\n" in components, name
+
+
+def test_the_built_backends_report_the_pinned_versions(promtool, prometheus_bin, alertmanager_bin, amtool, otelcol):
+    versions = backend_versions()
+    for binary, version in ((promtool, versions["prometheus"]), (prometheus_bin, versions["prometheus"]),
+                            (alertmanager_bin, versions["alertmanager"]), (amtool, versions["alertmanager"]),
+                            (otelcol, versions["otelcol"])):
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
+        assert f"version {version}" in out.stdout + out.stderr, binary
+
+
+def test_local_alertmanager_sends_everything_to_the_sidecar_only(tmp_path):
+    am = yaml.safe_load(write_local_configs(StackSettings(dir=tmp_path))["alertmanager"].read_text())
+    assert all("slack_configs" not in r for r in am["receivers"])
+    routes = {r["matchers"][0]: r["receiver"] for r in am["route"]["routes"]}
+    assert routes['severity="critical"'] == "sidecar-critical"
+
+
+def test_build_backends_without_go_says_so_and_succeeds(root, tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OTEL_GRPO_BIN_CACHE": str(tmp_path / "bin")}
+    out = subprocess.run([str(root / "scripts/build-backends.sh")], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0 and "go not found" in out.stderr
+    assert not (tmp_path / "bin").exists()
+
+
+def test_build_backends_rejects_an_unknown_target(root, tmp_path):
+    if shutil.which("go") is None:
+        pytest.skip("Go is not installed")
+    out = subprocess.run([str(root / "scripts/build-backends.sh"), "grafana"], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "OTEL_GRPO_BIN_CACHE": str(tmp_path)})
+    assert out.returncode == 2 and "unknown target 'grafana'" in out.stderr

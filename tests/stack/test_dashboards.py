@@ -6,7 +6,10 @@ import json
 
 import yaml
 
-from otel_grpo.stack._checks import allowed_series, catalog_series, concrete, dashboard_exprs, metric_names
+from otel_grpo.stack import RuleSettings, recording_rules
+
+from otel_grpo.stack._checks import (all_panels, allowed_series, catalog_series, concrete, dashboard_exprs, drawn_series,
+                                     metric_names)
 from otel_grpo.stack.dashboards import dashboard_files, dashboards
 
 
@@ -17,7 +20,7 @@ def test_committed_dashboards_equal_regenerated(root):
 
 def test_every_catalog_metric_is_on_a_dashboard():
     series = catalog_series()
-    shown = {series[n] for d in dashboards().values() for _, e in dashboard_exprs(d) for n in metric_names(e) if n in series}
+    shown = {series[n] for d in dashboards().values() for _, e in dashboard_exprs(d) for n in drawn_series(e) if n in series}
     assert {s for s in series.values()} - shown == set()
 
 
@@ -42,12 +45,17 @@ def test_datasource_uids_match_provisioning(root):
     assert provisioned == {"prom": "prometheus", "infinity": "yesoreyeram-infinity-datasource"}
     for name in dashboard_files():
         d = json.loads((root / name).read_text())
-        refs = [d["templating"]["list"][0]["datasource"]] + [a["datasource"] for a in d["annotations"]["list"]]
-        for p in d["panels"]:
+        variables = {v["name"]: v for v in d["templating"]["list"]}
+        # The datasource variable defaults to the provisioned Prometheus.
+        assert variables["datasource"]["query"] == "prometheus"
+        assert provisioned[variables["datasource"]["current"]["value"]] == "prometheus"
+        refs = [variables["run_id"]["datasource"]] + [a["datasource"] for a in d["annotations"]["list"]]
+        for p in all_panels(d):
             refs += [p["datasource"]] if "datasource" in p else []
             refs += [t["datasource"] for t in p.get("targets", [])]
         for ref in refs:
-            assert provisioned.get(ref["uid"]) == ref["type"], (name, ref)
+            uid = variables["datasource"]["current"]["value"] if ref["uid"] == "${datasource}" else ref["uid"]
+            assert provisioned.get(uid) == ref["type"], (name, ref)
 
 
 def test_dashboard_provider_points_at_the_mounted_dashboards(root):
@@ -58,27 +66,82 @@ def test_dashboard_provider_points_at_the_mounted_dashboards(root):
     assert mounts[path] == "./grafana/dashboards"
 
 
-def test_panels_do_not_overlap_and_fit_the_grid():
+def _no_overlap(panels: list[dict]) -> None:
+    taken: dict[tuple[int, int], str] = {}
+    for p in panels:
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in taken, f"{p['title']!r} overlaps {taken[(x, y)]!r}"
+                taken[(x, y)] = p["title"]
+
+
+def test_panels_do_not_overlap_collapsed_or_expanded():
     for d in dashboards().values():
-        taken: dict[tuple[int, int], str] = {}
-        for p in d["panels"]:
-            g = p["gridPos"]
-            assert 0 <= g["x"] and g["x"] + g["w"] <= 24, p["title"]
-            for x in range(g["x"], g["x"] + g["w"]):
-                for y in range(g["y"], g["y"] + g["h"]):
-                    assert (x, y) not in taken, f"{p['title']!r} overlaps {taken[(x, y)]!r}"
-                    taken[(x, y)] = p["title"]
-        ids = [p["id"] for p in d["panels"]]
+        _no_overlap(d["panels"])
+        rows = [p for p in d["panels"] if p["type"] == "row"]
+        for r in rows:  # each collapsed row, expanded alone, lays out below its header
+            _no_overlap([{**r, "gridPos": {**r["gridPos"]}}] + r["panels"])
+        ids = [p["id"] for p in all_panels(d)]
         assert len(ids) == len(set(ids))
+
+
+def test_rows_are_collapsed_except_the_overview_and_refresh_follows_the_scrape_interval(root):
+    d = dashboards()["grpo-overview.json"]
+    rows = [p for p in d["panels"] if p["type"] == "row"]
+    assert not rows[0]["collapsed"] and all(r["collapsed"] and r["panels"] for r in rows[1:])
+    prometheus = yaml.safe_load((root / "prometheus/prometheus.yml").read_text())
+    assert d["refresh"] == prometheus["global"]["scrape_interval"]
+
+
+def test_runs_are_multi_select_and_matched_by_regex():
+    d = dashboards()["grpo-overview.json"]
+    run = {v["name"]: v for v in d["templating"]["list"]}["run_id"]
+    assert run["multi"] and run["includeAll"] and run["allValue"] == ".*"
+    for title, expr in dashboard_exprs(d):
+        assert "ALERTS" in expr or 'run_id=~"$run_id"' in expr, (title, expr)
+        assert 'run_id="$run_id"' not in expr
+
+
+def _panel(d: dict, title: str) -> dict:
+    return next(p for p in all_panels(d) if p.get("title") == title)
+
+
+def test_thresholds_come_from_the_rule_settings_and_kl_is_log_scaled():
+    d, s = dashboards()["grpo-overview.json"], RuleSettings()
+    for title, value in (("KL to the reference", s.kl_threshold),
+                         ("Mismatch KL (direct and k3) and chi-square", s.mismatch_kl_threshold),
+                         ("Clip ratios (low, high, region)", s.clip_ratio_threshold),
+                         ("Clipped completions (no EOS)", s.completions_clipped_threshold)):
+        defaults = _panel(d, title)["fieldConfig"]["defaults"]
+        assert defaults["thresholds"]["steps"][-1]["value"] == value, title
+        assert defaults["custom"]["thresholdsStyle"]["mode"] != "off", title
+    for title in ("KL to the reference", "Mismatch KL (direct and k3) and chi-square"):
+        assert _panel(d, title)["fieldConfig"]["defaults"]["custom"]["scaleDistribution"]["type"] == "log"
+
+
+def test_mixed_units_get_a_right_axis():
+    d = dashboards()["grpo-overview.json"]
+    for title, pattern in (("Loss and gradient norm", "grad_norm.*"), ("Learning rate and KL coefficient", "beta.*"),
+                           ("Step index and steps per second", ".*/s.*")):
+        (override,) = _panel(d, title)["fieldConfig"]["overrides"]
+        assert override["matcher"] == {"id": "byRegexp", "options": pattern}
+        assert {"id": "custom.axisPlacement", "value": "right"} in override["properties"]
+
+
+def test_histogram_quantiles_use_the_step_covering_window():
+    recorded = {r["record"]: r["expr"] for r in recording_rules(RuleSettings())["groups"][0]["rules"]}
+    for name, expr in recorded.items():
+        if name.endswith("_bucket:rate"):
+            assert f"[{RuleSettings().histogram_window}]" in expr, name
 
 
 def test_overview_has_run_variable_alerts_and_sidecar_samples():
     d = dashboards()["grpo-overview.json"]
-    assert d["templating"]["list"][0]["name"] == "run_id"
+    assert [v["name"] for v in d["templating"]["list"]] == ["datasource", "run_id"]
     exprs = [e for _, e in dashboard_exprs(d)]
     assert 'ALERTS{alertstate="firing"}' in exprs
     assert any("histogram_quantile" in e and "phase" in e for e in exprs)
-    urls = [t["url"] for p in d["panels"] for t in p.get("targets", []) if t["datasource"]["uid"] == "infinity"]
-    assert "/api/runs/${run_id}/samples" in urls
-    for _, e in dashboard_exprs(d):
-        assert "ALERTS" in e or 'run_id="$run_id"' in e, e
+    urls = [t["url"] for p in all_panels(d) for t in p.get("targets", []) if t["datasource"]["uid"] == "infinity"]
+    assert "/api/runs/${run_id:percentencode}/samples" in urls

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from otel_grpo import catalog
-from otel_grpo.catalog._table import FOLLOW_ONLY
+from otel_grpo.catalog._table import FOLLOW_ONLY, TRL_ONLY
 from otel_grpo.stack import LocalStack, StackSettings
 from otel_grpo import catalog
 from otel_grpo.stack._checks import concrete, dashboard_exprs, metric_names
@@ -94,8 +94,9 @@ def _last_sample_time(http: httpx.Client, prometheus: str) -> float:
 
 
 def _demo_cannot_emit(expr: str) -> bool:
-    """Queries of signals only verl's files carry (`otel-grpo follow`); tests/integrations/follow checks those."""
-    return any(catalog.get(key).prometheus_name in expr for key in FOLLOW_ONLY)
+    """Queries of signals only verl's files (`otel-grpo follow`) or a TRL Trainer carry; the tests
+    under tests/integrations check those."""
+    return any(catalog.get(key).prometheus_name in expr for key in FOLLOW_ONLY | TRL_ONLY)
 
 
 def test_prometheus_holds_a_series_for_every_dashboard_query(demo):
@@ -127,3 +128,12 @@ def test_sidecar_holds_samples_for_every_step(demo):
         steps = [row["step"] for row in http.get(f"{settings.sidecar_url}/api/runs/{RUN_ID}/steps").json()]
     assert sorted(with_samples) == logged
     assert sorted(steps) == logged
+
+
+def test_prometheus_saw_the_run_finish_before_its_endpoint_closed(demo):
+    """Local mode: the trainer's /metrics lingers after finish(), so GRPOMetricsAbsent can tell."""
+    prometheus = demo["stack"].settings.prometheus_url
+    q = f'max_over_time(grpo_run_finished{{run_id="{RUN_ID}"}}[1h])'
+    with httpx.Client(timeout=10) as http:
+        result = http.get(f"{prometheus}/api/v1/query", params={"query": q}).json()["data"]["result"]
+    assert [float(r["value"][1]) for r in result] == [1.0]

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from otel_grpo.stack import LocalStack, RuleSettings, StackSettings, alert_rules
+from otel_grpo.stack import LocalStack, RuleSettings, StackSettings, alerts
 
 pytestmark = pytest.mark.integration
 
@@ -24,10 +24,11 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def test_missing_binary_is_one_line_saying_how_to_install(tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()
-    out = _cli("up", "--dir", str(tmp_path / "stack"), env={**os.environ, "PATH": str(empty)})
+    out = _cli("up", "--dir", str(tmp_path / "stack"),
+               env={**os.environ, "PATH": str(empty), "OTEL_GRPO_BIN_CACHE": str(empty)})
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "apt-get install -y prometheus" in lines[0], out.stderr
+    assert len(lines) == 1 and "scripts/build-backends.sh" in lines[0], out.stderr
     assert not (tmp_path / "stack" / "logs").exists()  # nothing was started
 
 
@@ -59,7 +60,7 @@ def test_up_loads_every_rule_and_scrapes_the_sidecar(stack):
     with httpx.Client(timeout=10) as http:
         groups = http.get(f"{s.prometheus_url}/api/v1/rules").json()["data"]["groups"]
         loaded = {r["name"] for g in groups for r in g["rules"] if r["type"] == "alerting"}
-        assert loaded == {r["alert"] for r in alert_rules(RuleSettings())["groups"][0]["rules"]}
+        assert loaded == {r["alert"] for r in alerts(RuleSettings())}
 
         def sidecar_up():
             targets = http.get(f"{s.prometheus_url}/api/v1/targets").json()["data"]["activeTargets"]

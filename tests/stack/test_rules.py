@@ -1,17 +1,24 @@
-"""Alert and recording rules: promtool checks and unit tests, committed files current, PromQL valid."""
+"""Alert and recording rules: promtool (Prometheus 3, built from its module) checks and unit tests.
+
+The scenarios (prometheus/tests/scenarios.yml) cover every alert on realistic time
+scales: slow and fast steps, scrape gaps, outages, a clean finish, a crash, beta = 0.
+"""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 import yaml
 
-from otel_grpo.stack import RuleSettings, alert_rules, generated_files
+from otel_grpo.stack import RuleSettings, alerts, generated_files
 from otel_grpo.stack._checks import allowed_series, metric_names, rule_exprs
 from otel_grpo.stack._configs import rule_files
+from otel_grpo.stack._promtool import load_scenarios, render_tests
 
-ALERTS = {r["alert"] for r in alert_rules(RuleSettings())["groups"][0]["rules"]}
+ALERTS = {r["alert"] for r in alerts(RuleSettings())}
+ALWAYS_FIRING = {"GRPOWatchdog"}
 
 
 def run(*argv: str, cwd=None) -> subprocess.CompletedProcess:
@@ -19,7 +26,7 @@ def run(*argv: str, cwd=None) -> subprocess.CompletedProcess:
 
 
 def test_committed_generated_files_are_current(root):
-    stale = [rel for rel, text in generated_files().items()
+    stale = [rel for rel, text in generated_files(root).items()
              if not (root / rel).exists() or (root / rel).read_text() != text]
     assert stale == [], f"run `otel-grpo dashboards` to regenerate: {stale}"
 
@@ -30,32 +37,79 @@ def test_promtool_check_rules(root, promtool):
 
 
 def test_promtool_check_compose_config(root, promtool):
-    out = run(promtool, "check", "config", str(root / "prometheus/prometheus.yml"))
+    out = run(promtool, "check", "config", "--syntax-only", str(root / "prometheus/prometheus.yml"))
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_promtool_unit_tests_pass(root, promtool):
+    """The committed rule files, exactly as compose mounts them, against every scenario."""
     out = run(promtool, "test", "rules", "prometheus/tests/grpo_alerts_test.yml", cwd=root)
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
+
+
+def test_promtool_catches_a_wrong_expectation(root, promtool, tmp_path):
+    """The unit tests can fail: the slow-step KL alert expected 2 minutes early is reported."""
+    text = (root / "prometheus/tests/grpo_alerts_test.yml").read_text().replace("eval_time: 41m", "eval_time: 39m")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/t.yml").write_text(text)
+    for rel, rules in rule_files(RuleSettings()).items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rules)
+    out = run(promtool, "test", "rules", "--run", "^KL high counts steps", "tests/t.yml", cwd=tmp_path)
+    assert out.returncode != 0 and "GRPOKLHigh" in out.stdout + out.stderr
 
 
 def test_every_alert_has_a_firing_and_a_silent_case(root):
-    doc = yaml.safe_load((root / "prometheus/tests/grpo_alerts_test.yml").read_text())
     firing, silent = set(), set()
-    for case in doc["tests"]:
-        for check in case.get("alert_rule_test", []):
-            (firing if check.get("exp_alerts") else silent).add(check["alertname"])
+    for scenario in load_scenarios(root):
+        for check in scenario["checks"]:
+            (firing if check.get("firing") else silent).add(check["alert"])
     assert ALERTS - firing == set(), "alerts without a firing case"
-    assert ALERTS - silent == set(), "alerts without a silent case"
+    assert ALERTS - ALWAYS_FIRING - silent == set(), "alerts without a silent case"
 
 
-def test_alerts_carry_severity_and_name_run_and_value():
-    for rule in alert_rules(RuleSettings())["groups"][0]["rules"]:
-        assert rule["labels"]["severity"] in {"critical", "warning"}
-        summary = rule["annotations"]["summary"]
-        assert "$value" in summary or rule["alert"] in {"GRPOCollectorDown", "GRPOSidecarDown"}, rule["alert"]
+def test_per_run_overrides_and_disabled_thresholds(tmp_path, promtool):
+    """A run with its own KL threshold (2.0) stays silent at 1.5 where the default (1.0) fires;
+    +Inf disables the alert for a run."""
+    s = RuleSettings(overrides={"lenient": {"kl_threshold": 2.0}, "off": {"kl_threshold": float("inf")}})
+    steps = "0+1x20"
+    series = [{"series": f'grpo_step_index{{run_id="{r}"}}', "values": steps} for r in ("strict", "lenient", "off")]
+    series += [{"series": f'grpo_kl{{run_id="{r}"}}', "values": "1.5x20"} for r in ("strict", "lenient", "off")]
+    scenario = {"name": "overrides", "interval": "1m", "input_series": series,
+                "checks": [{"at": "5m", "alert": "GRPOKLHigh", "firing": [{"run_id": "strict", "value": 1.5}]}]}
+    for rel, text in rule_files(s).items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    doc = render_tests([scenario], s, ["rules/grpo_recording.yml", "rules/grpo_alerts.yml"])
+    (tmp_path / "t.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = run(promtool, "test", "rules", "t.yml", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_settings_validate_overrides_and_links():
+    with pytest.raises(ValueError, match="not thresholds"):
+        RuleSettings(overrides={"r": {"kl_treshold": 1.0}})
+    with pytest.raises(ValueError, match="absolute"):
+        RuleSettings(runbook_base="docs/operations.md")
+    with pytest.raises(ValueError, match="bucket bound"):
+        RuleSettings(kl_spike_threshold=0.7)
+
+
+def test_alerts_carry_severity_absolute_runbook_and_name_run_and_value():
+    s = RuleSettings(runbook_base="https://wiki.example.org/grpo", grafana_url="https://grafana.example.org")
+    for rule in alerts(s):
+        assert rule["labels"]["severity"] in {"critical", "warning"} | ({"none"} if rule["alert"] in ALWAYS_FIRING else set())
+        ann = rule["annotations"]
+        assert ann["runbook_url"] == f"https://wiki.example.org/grpo#{rule['alert'].lower()}"
         if "run_id" in rule["expr"]:
-            assert "$labels.run_id" in summary, rule["alert"]
+            assert "$labels.run_id" in ann["summary"], rule["alert"]
+            assert ann["dashboard_url"].startswith("https://grafana.example.org/d/grpo-overview/?viewPanel=panel-")
+
+
+def test_runbook_has_a_section_per_alert(root):
+    text = (root / "docs/operations.md").read_text()
+    missing = [a for a in ALERTS if f"### {a}\n" not in text]
+    assert missing == []
 
 
 def test_kl_jump_baseline_is_offset_so_a_jump_is_not_absorbed():
@@ -64,14 +118,21 @@ def test_kl_jump_baseline_is_offset_so_a_jump_is_not_absorbed():
     assert f"[{s.baseline_window}] offset {s.baseline_offset}" in baseline
 
 
+def test_no_wall_clock_unless_offset_on_counters():
+    for name, expr in rule_exprs():
+        assert " unless " not in expr or " offset " not in expr.split(" unless ")[1].split(")")[0], (name, expr)
+
+
 def test_rules_use_only_catalog_metrics():
     allowed = allowed_series()
     for name, expr in rule_exprs():
         assert metric_names(expr) <= allowed, (name, metric_names(expr) - allowed)
 
 
-@pytest.mark.parametrize("settings", [RuleSettings(), RuleSettings.fast()], ids=["default", "fast"])
-def test_rule_expressions_run_on_prometheus_2_42(prometheus_api, http, settings):
+@pytest.mark.parametrize("settings", [RuleSettings(), RuleSettings.fast(),
+                                      RuleSettings(overrides={"r": {"kl_threshold": 2.0}})],
+                         ids=["default", "fast", "overrides"])
+def test_rule_expressions_run_on_prometheus(prometheus_api, http, settings):
     for name, expr in rule_exprs(settings):
         r = http.get(f"{prometheus_api}/api/v1/query", params={"query": expr})
         assert r.status_code == 200 and r.json()["status"] == "success", (name, r.text)
@@ -83,3 +144,30 @@ def test_fast_rules_pass_promtool(tmp_path, promtool):
         (tmp_path / rel).write_text(text)
     out = run(promtool, "check", "rules", *sorted(str(p) for p in (tmp_path / "rules").glob("*.yml")))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "otel_grpo.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_dashboards_command_renders_thresholds_from_a_settings_file(tmp_path, promtool):
+    (tmp_path / "rules.yml").write_text("kl_threshold: 2.5\noverrides:\n  exp-42: {kl_threshold: 5.0}\n")
+    out = _cli("dashboards", "--root", str(tmp_path), "--rule-settings", str(tmp_path / "rules.yml"))
+    assert out.returncode == 0, out.stderr
+    alerts_yml = (tmp_path / "prometheus/rules/grpo_alerts.yml").read_text()
+    assert "max by (run_id) (grpo_kl) > 2.5" in alerts_yml
+    recording = yaml.safe_load((tmp_path / "prometheus/rules/grpo_recording.yml").read_text())
+    assert {"record": "run_id:grpo_threshold:kl_threshold", "expr": "vector(5)", "labels": {"run_id": "exp-42"}} \
+        in recording["groups"][0]["rules"]
+    dashboard = (tmp_path / "grafana/dashboards/grpo-overview.json").read_text()
+    assert '"value": 2.5' in dashboard
+    check = run(promtool, "check", "rules", str(tmp_path / "prometheus/rules/grpo_alerts.yml"),
+                str(tmp_path / "prometheus/rules/grpo_recording.yml"))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_bad_settings_file_is_one_readable_line(tmp_path):
+    (tmp_path / "rules.yml").write_text("kl_treshold: 2.5\n")
+    out = _cli("dashboards", "--root", str(tmp_path), "--rule-settings", str(tmp_path / "rules.yml"))
+    assert out.returncode != 0 and "kl_treshold" in out.stderr
+    assert not (tmp_path / "prometheus").exists()

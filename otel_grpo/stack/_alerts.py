@@ -1,0 +1,300 @@
+"""The alert rule group: drift, training, health and stack alerts, step-aware where it matters.
+
+Three building blocks make the alerts hold on real runs (docs/operations.md):
+
+- *Streaks* count training steps, not minutes. A recording rule in the alert
+  group remembers the step index at which a condition was first seen to hold
+  (`run_id:grpo_check:streak_start{check=...}`, self-referencing), so "KL over
+  its threshold for 3 steps" means 3 steps whether steps are 1 s or 10 min
+  apart. A condition unseen for `streak_memory` (a scrape gap, an outage)
+  starts a new streak: gaps delay an alert, never raise one.
+- *Increases* of counters, with a series that is new (unseen for
+  `counter_lookback`) counting by its value: a failed scrape or an outage
+  raises nothing, since the series' last value before the gap is still found.
+- *Per-step histograms* for one-step spikes: the trainer observes each step's
+  KL once into `grpo_step_kl`, so a step over the threshold between two
+  scrapes still shows in the bucket counts.
+"""
+
+from __future__ import annotations
+
+from ._rules import (BASELINE_STEPS, ENTROPY, GRAD_NORM, KL, NONFINITE, REWARD, SKIPPED, STEP_INDEX, STEP_TIME,
+                     THROUGHPUT, RuleSettings, _m, seconds, threshold)
+
+STREAK = "run_id:grpo_check:streak_start"
+PROGRESS = "run_id:grpo_step:progress_time"
+FINISHED = _m("run_finished")
+STEP_KL = _m("step_kl")
+BETA = _m("beta")
+DASHBOARD_UID = "grpo-overview"
+COLLECTOR_JOB, SIDECAR_JOB = "otel-collector", "sidecar"
+
+_RUN = "run {{ $labels.run_id }}"
+_VAL = '{{ $value | printf "%.3g" }}'  # humanize would print 0.5 as "500m"
+_PCT = "{{ $value | humanizePercentage }}"  # fractions read as "65%", not "0.65 of"
+
+
+def _max(metric: str) -> str:
+    return f"max by (run_id) ({metric})"
+
+
+def _alert(s: RuleSettings, name: str, expr: str, for_: str, severity: str, summary: str, description: str,
+           panel: str | None = None) -> dict:
+    annotations = {"summary": summary, "description": description,
+                   "runbook_url": f"{s.runbook_base}#{name.lower()}"}
+    if panel is not None:
+        annotations["dashboard_url"] = _panel_url(s, panel)
+    return {"alert": name, "expr": expr, "for": for_, "labels": {"severity": severity}, "annotations": annotations}
+
+
+def _panel_url(s: RuleSettings, title: str) -> str:
+    from .dashboards import panel_id  # dashboards -> _configs -> this module: import late
+
+    return (f"{s.grafana_url.rstrip('/')}/d/{DASHBOARD_UID}/?viewPanel=panel-{panel_id(title)}"
+            "&var-run_id={{ $labels.run_id }}")
+
+
+# ---- step-aware conditions -------------------------------------------------------------
+def _streak_rule(s: RuleSettings, check: str, cond: str) -> dict:
+    """The step index at which `cond` (an instant vector by run_id) started holding, kept while it holds."""
+    prev = f'{STREAK}{{check="{check}"}}'
+    return {
+        "record": STREAK,
+        "expr": f"(max by (run_id) (last_over_time({prev}[{s.streak_memory}])) and on (run_id) ({cond}))"
+                f" or ({_max(STEP_INDEX)} and on (run_id) ({cond}))",
+        "labels": {"check": check},
+    }
+
+
+def _for_steps(check: str, cond: str, steps: int) -> str:
+    """`cond`, once it has held for `steps` consecutive steps (the value stays the condition's)."""
+    held = f'{_max(STEP_INDEX)} - on (run_id) max by (run_id) ({STREAK}{{check="{check}"}})'
+    return f"({cond}) and on (run_id) ({held} >= {steps - 1})"
+
+
+def _step_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
+    """check name -> (condition by run_id, steps it must hold)."""
+    return {**_threshold_checks(s), **_trend_checks(s)}
+
+
+def _trend_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
+    """Conditions against the run's own baseline, judged once the baseline spans enough steps."""
+    def recent(metric: str) -> str:
+        return f"max by (run_id) (avg_over_time({metric}[{s.recent_window}]))"
+
+    enough = f"and on (run_id) {BASELINE_STEPS} >= {s.baseline_min_steps}"
+    drop = f"(run_id:grpo_reward_mean:baseline_mean - {recent(REWARD)})"
+    return {
+        "kl_jump": (f"run_id:grpo_kl:zscore > {s.kl_zscore} {enough} unless on (run_id) {_max(BETA)} == 0",
+                    s.kl_steps),
+        "reward_collapse": (f"{drop} / (run_id:grpo_reward_mean:baseline_stddev + 0.05) > {s.reward_zscore}"
+                            f" and on (run_id) {drop} > {s.reward_drop} {enough}", s.drift_steps),
+        "entropy_collapse": (f"({recent(ENTROPY)} < {s.entropy_fraction} * run_id:grpo_policy_entropy:baseline_mean"
+                             f" {enough}) or max by (run_id) ({ENTROPY}) < {s.entropy_floor}", s.drift_steps),
+        "throughput_drop": (threshold(s, "throughput_fraction",
+                                      f"{recent(THROUGHPUT)} / on (run_id) run_id:{THROUGHPUT}:baseline_mean", "<")
+                            + f" {enough}", s.drift_steps),
+    }
+
+
+def _threshold_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
+    """Conditions against (per-run overridable) thresholds."""
+    kl_on = f"unless on (run_id) {_max(BETA)} == 0"  # beta = 0: KL is not optimised, no KL alert
+    return {
+        "kl_high": (f"{threshold(s, 'kl_threshold', _max(KL), '>')} {kl_on}", s.kl_steps),
+        "mismatch_kl": (threshold(s, "mismatch_kl_threshold", _max(_m("mismatch_k3_kl")), ">"), s.drift_steps),
+        "is_drift": (f"{threshold(s, 'ess_min', _max(_m('rollout_is_eff_sample_size')), '<')}"
+                     f" or {threshold(s, 'chi2_threshold', _max(_m('mismatch_chi2_token')), '>')}", s.drift_steps),
+        "is_veto": (f"{threshold(s, 'veto_fraction_threshold', _max(_m('rollout_is_veto_fraction')), '>')}"
+                    f" or {threshold(s, 'catastrophic_fraction_threshold', _max(_m('rollout_is_catastrophic_token_fraction')), '>')}",
+                    s.drift_steps),
+        "clip_ratio": (threshold(s, "clip_ratio_threshold", _max(_m("clip_ratio_region_mean")), ">"), s.drift_steps),
+        "completions_clipped": (threshold(s, "completions_clipped_threshold", _max(_m("completions_clipped_ratio")), ">"),
+                                s.drift_steps),
+        "zero_std": (threshold(s, "zero_std_threshold", _max(_m("frac_reward_zero_std")), ">"), s.drift_steps),
+    }
+
+
+def _step_alert(s: RuleSettings, check: str, name: str, severity: str, summary: str, description: str,
+                panel: str) -> dict:
+    cond, steps = _step_checks(s)[check]
+    return _alert(s, name, _for_steps(check, cond, steps), "0s", severity,
+                  summary + f" for {steps}+ steps", description, panel)
+
+
+# ---- alerts ----------------------------------------------------------------------------
+def _drift_alerts(s: RuleSettings) -> list[dict]:
+    spike = f'le="{s.kl_spike_threshold!r}"'
+    over = (f'sum by (run_id) (increase({STEP_KL}_bucket{{le="+Inf"}}[{s.counter_window}]))'
+            f" - sum by (run_id) (increase({STEP_KL}_bucket{{{spike}}}[{s.counter_window}]))")
+    total = f'sum by (run_id) ({STEP_KL}_bucket{{le="+Inf"}}) - sum by (run_id) ({STEP_KL}_bucket{{{spike}}})'
+    new = (f'unless on (run_id) max by (run_id) (last_over_time({STEP_KL}_bucket{{le="+Inf"}}'
+           f"[{s.counter_lookback}] offset {s.counter_window}))")
+    return [
+        _step_alert(s, "kl_high", "GRPOKLHigh", "critical",
+                    f"KL to the reference is {_VAL} in {_RUN} (threshold {s.kl_threshold})",
+                    "The policy has moved far from the reference model: learning rate too high, beta too low, or reward hacking.",
+                    "KL to the reference"),
+        _alert(s, "GRPOKLSpike", f"({over} > 0) or ({total} > 0 {new})", "0s", "warning",
+               f"A step's KL exceeded {s.kl_spike_threshold} in {_RUN} within the last {s.counter_window}",
+               "Single steps exceeded the KL threshold, counted by the trainer per step (grpo_step_kl), "
+               "so spikes between two scrapes are not lost.", "KL to the reference"),
+        _step_alert(s, "kl_jump", "GRPOKLJump", "warning",
+                    f"KL jumped {_VAL} robust standard deviations above its {s.baseline_window} baseline median in {_RUN}",
+                    f"KL rose suddenly against its own history (the baseline ends {s.baseline_offset} ago, so the jump is not part of it).",
+                    "KL z-score against its baseline (alert GRPOKLJump above 4)"),
+        _step_alert(s, "is_drift", "GRPORolloutISDrift", "warning",
+                    f"IS weights degenerate in {_RUN} (ESS fraction below {s.ess_min} or chi-square above {s.chi2_threshold}: {_VAL})",
+                    "Rollout and training policies disagree on token probabilities: weight sync, precision or sampler settings drifted.",
+                    "Effective sample size, masked and vetoed fractions"),
+        _step_alert(s, "is_veto", "GRPORolloutISVeto", "warning",
+                    f"{_PCT} of sequences or tokens vetoed as catastrophic in {_RUN}",
+                    "Tokens whose IS ratio is beyond the veto bounds: the rollout engine sampled tokens the trained policy "
+                    "considers (nearly) impossible.", "Effective sample size, masked and vetoed fractions"),
+        _step_alert(s, "mismatch_kl", "GRPOMismatchKLHigh", "warning",
+                    f"Rollout-vs-training KL (k3) is {_VAL} in {_RUN} (threshold {s.mismatch_kl_threshold})",
+                    "The rollout engine samples from a distribution measurably different from the trained policy.",
+                    "Mismatch KL (direct and k3) and chi-square"),
+    ]
+
+
+def _training_alerts(s: RuleSettings) -> list[dict]:
+    return [
+        _step_alert(s, "clip_ratio", "GRPOClipRatioHigh", "warning",
+                    f"{_PCT} of tokens are clipped in {_RUN} (threshold {s.clip_ratio_threshold:.0%})",
+                    "Updates push the ratio outside the trust region: too many optimizer steps per batch or a learning rate too high.",
+                    "Clip ratios (low, high, region)"),
+        _step_alert(s, "reward_collapse", "GRPORewardCollapse", "critical",
+                    f"Reward fell {_VAL} standard deviations below its {s.baseline_window} baseline in {_RUN}",
+                    "Mean reward dropped well below its recent history: divergence, reward-function bug or data change.",
+                    "Reward mean, std, min, max"),
+        _step_alert(s, "entropy_collapse", "GRPOEntropyCollapse", "warning",
+                    f"Policy entropy is {_VAL} in {_RUN}, collapsed against its baseline",
+                    "The policy became near-deterministic: exploration has stopped and group rewards stop varying.",
+                    "Entropy"),
+        _step_alert(s, "completions_clipped", "GRPOCompletionsClipped", "warning",
+                    f"{_PCT} of completions hit the length limit in {_RUN}",
+                    "Completions are truncated without EOS: raise max length or penalize length; rewards on truncated text mislead.",
+                    "Clipped completions (no EOS)"),
+        _step_alert(s, "zero_std", "GRPONoLearningSignal", "warning",
+                    f"{_PCT} of prompt groups have equal rewards in {_RUN}",
+                    "Groups whose completions all score the same have zero advantage: the step learns nothing from them. "
+                    "Tasks too easy or too hard, or a reward function that returns a constant.",
+                    "Learning signal: within-group reward std, groups with zero std"),
+        # One step is the spike: no streak.
+        _alert(s, "GRPOGradNormSpike",
+               threshold(s, "grad_norm_factor", f"{_max(GRAD_NORM)} / on (run_id) run_id:{GRAD_NORM}:baseline_median", ">")
+               + f" and on (run_id) {BASELINE_STEPS} >= {s.baseline_min_steps}",
+               "0s", "warning",
+               f"Gradient norm is {_VAL} times its baseline median in {_RUN}",
+               "A gradient-norm spike usually precedes a loss or KL blow-up: a bad batch, a learning-rate jump, or fp16 overflow.",
+               "Loss and gradient norm"),
+        _step_alert(s, "throughput_drop", "GRPOThroughputDrop", "warning",
+                    f"Throughput is {_PCT} of its baseline in {_RUN}",
+                    "Tokens per second fell: a slower node, thermal throttling, longer completions or a contended rollout engine.",
+                    "Tokens per second"),
+    ]
+
+
+def _counted(metric: str, by: str, s: RuleSettings) -> str:
+    """Any increase within `counter_window`; a series unseen for `counter_lookback` before it counts by its value.
+
+    No `unless x offset w`: after a failed scrape or an outage that would see every
+    counter as new again. `last_over_time` over the lookback still finds its last value.
+    """
+    return (f"sum by ({by}) (increase({metric}[{s.counter_window}])) > 0"
+            f" or (sum by ({by}) ({metric}) > 0"
+            f" unless on ({by}) sum by ({by}) (last_over_time({metric}[{s.counter_lookback}] offset {s.counter_window})))")
+
+
+def _progress_rule(s: RuleSettings) -> dict:
+    """The time of the latest scrape at which the step index had changed within `progress_probe`."""
+    return {"record": PROGRESS,
+            "expr": f"max by (run_id) (timestamp({STEP_INDEX}))"
+                    f" and on (run_id) max by (run_id) (changes({STEP_INDEX}[{s.progress_probe}])) > 0"}
+
+
+def _stalled(s: RuleSettings) -> str:
+    since = f"time() - max by (run_id) (max_over_time({PROGRESS}[{s.history_window}]))"
+    floor = seconds(s.stall_floor)
+    limit = (f"clamp_min({s.stall_factor} * max by (run_id) (max_over_time({STEP_TIME}[{s.history_window}])), {floor})"
+             f" or on (run_id) (0 * {_max(STEP_INDEX)} + {floor})")
+    return (f"({since}) > on (run_id) ({limit})"
+            f" and on (run_id) {_max(STEP_INDEX)}"  # still exporting: otherwise GRPOMetricsAbsent
+            f" unless on (run_id) {_max(FINISHED)} == 1")
+
+
+def _health_alerts(s: RuleSettings) -> list[dict]:
+    return [
+        _alert(s, "GRPONonFiniteValues", _counted(NONFINITE, "run_id, signal", s), "0s", "critical",
+               _VAL + " non-finite values of {{ $labels.signal }} in " + _RUN,
+               "NaN or Inf appeared in a training signal; they are counted, not exported. Usually precedes divergence.",
+               "Non-finite values and skipped steps"),
+        _alert(s, "GRPOStepsSkipped", _counted(SKIPPED, "run_id", s), "0s", "warning",
+               f"{_VAL} training steps skipped in {_RUN}",
+               "Updates were skipped for a non-finite loss or a failed batch.", "Non-finite values and skipped steps"),
+        _alert(s, "GRPOTrainerStalled", _stalled(s), s.for_fast, "critical",
+               "No training step for {{ $value | humanizeDuration }} in " + _RUN + ", yet it still exports",
+               f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its longest recent "
+               f"step times (at least {s.stall_floor}): a hung collective, a dead data loader or a deadlock.",
+               "Step index and steps per second"),
+        _alert(s, "GRPOMetricsAbsent",
+               f"max by (run_id) (max_over_time({STEP_INDEX}[{s.absent_window}]))"
+               f" unless on (run_id) {_max(STEP_INDEX)}"
+               f" unless on (run_id) max by (run_id) (max_over_time({FINISHED}[{s.absent_window}])) == 1",
+               s.for_target, "warning",
+               f"{_RUN} stopped exporting metrics without finishing (last step {_VAL})",
+               "A run that reported in the last window no longer does and never exported grpo_run_finished = 1: "
+               "it crashed, was killed, or lost its exporter.", "Step index and steps per second"),
+    ]
+
+
+def _stack_alerts(s: RuleSettings) -> list[dict]:
+    collector = f'job="{COLLECTOR_JOB}"'
+    return [
+        _alert(s, "GRPOCollectorDown", f'up{{{collector}}} == 0', s.for_target, "critical",
+               "The OpenTelemetry Collector is not scraped ({{ $labels.instance }})",
+               "No trainer metrics reach Prometheus while the collector is down."),
+        _alert(s, "GRPOSidecarDown", f'up{{job="{SIDECAR_JOB}"}} == 0', s.for_target, "warning",
+               "The sidecar is not scraped ({{ $labels.instance }})",
+               "Samples and step history are not being stored (the trainer still spills samples to disk)."),
+        _alert(s, "GRPOCollectorExportFailing",
+               f"sum by (instance, exporter) (increase(otelcol_exporter_send_failed_spans_total[{s.counter_window}])) > 0"
+               f" or sum by (instance, exporter) (increase(otelcol_exporter_send_failed_metric_points_total[{s.counter_window}])) > 0",
+               s.for_slow, "warning",
+               "The collector's exporter {{ $labels.exporter }} failed to send " + _VAL + " items",
+               "The collector gave up on data for the sidecar (or another exporter): refused for good "
+               "(401: token mismatch, 400: malformed) or retried past max_elapsed_time (10m). Retries that "
+               "succeed do not count; the persistent queue keeps data across restarts."),
+        _alert(s, "GRPOCollectorQueueFull",
+               "max by (instance, exporter) (otelcol_exporter_queue_size / otelcol_exporter_queue_capacity) > 0.8"
+               f" or sum by (instance, exporter) (increase(otelcol_exporter_enqueue_failed_spans_total[{s.counter_window}])) > 0",
+               s.for_fast, "critical",
+               "The collector's queue of {{ $labels.exporter }} is full (" + _VAL + ")",
+               "A full queue drops new data: the receiver is down or slower than the trainer produces."),
+        _alert(s, "GRPOSidecarRejecting",
+               f"sum by (instance, reason) (increase(otel_grpo_sidecar_requests_rejected_total[{s.counter_window}])) > 0",
+               s.for_slow, "warning",
+               "The sidecar rejected " + _VAL + " requests ({{ $labels.reason }})",
+               "Requests answered with an error: overloaded (the collector retries), unauthorized (token mismatch), "
+               "malformed or too large (client bug), store_unavailable (disk)."),
+        _alert(s, "GRPOWatchdog", "vector(1)", "0s", "none",
+               "Always firing: proves that rules, Prometheus and Alertmanager deliver",
+               "Route it to a dead man's switch; silence means the alerting pipeline itself is broken."),
+    ]
+
+
+def alert_rules(s: RuleSettings) -> dict:
+    """The alert rule file: streak and progress records first (same group: evaluated in order), then alerts."""
+    records = [_streak_rule(s, check, cond) for check, (cond, _) in _step_checks(s).items()]
+    records.append(_progress_rule(s))
+    alerts = _drift_alerts(s) + _training_alerts(s) + _health_alerts(s) + _stack_alerts(s)
+    return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}
+
+
+def alerts(s: RuleSettings) -> list[dict]:
+    """The alert rules alone (no records)."""
+    return [r for r in alert_rules(s)["groups"][0]["rules"] if "alert" in r]
+
+
+__all__ = ["alert_rules", "alerts"]

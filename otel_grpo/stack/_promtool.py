@@ -1,0 +1,94 @@
+"""`promtool test rules` files rendered from compact scenarios, so expectations track the rules.
+
+A scenario (prometheus/tests/scenarios.yml, written by hand) gives input series and,
+per check, the alerts expected as labels plus the value. promtool compares full
+annotations; they are rendered here from the rules' own templates, which use three
+forms only: `$labels.<name>`, `$value | printf "%.3g"`, `$value | humanizePercentage` and
+`$value | humanizeDuration`.
+
+    >>> render_template('{{ $value | printf "%.3g" }} in run {{ $labels.run_id }}', {"run_id": "a"}, 1.5)
+    '1.5 in run a'
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from ._alerts import alerts
+from ._rules import RuleSettings
+
+SCENARIOS = "prometheus/tests/scenarios.yml"
+TESTS = "prometheus/tests/grpo_alerts_test.yml"
+_TEMPLATE = re.compile(r"\{\{\s*(\$labels\.(\w+)|\$value\s*\|\s*printf\s+\"([^\"]+)\""
+                       r"|\$value\s*\|\s*(humanizePercentage|humanizeDuration))\s*\}\}")
+
+
+def _duration(v: float) -> str:
+    """Go's humanizeDuration for values of a second and more."""
+    if v < 1:
+        return "%.4gs" % v
+    d, rest = divmod(int(v), 86400)
+    h, rest = divmod(rest, 3600)
+    m, sec = divmod(rest, 60)
+    if d:
+        return f"{d}d {h}h {m}m {sec}s"
+    if h:
+        return f"{h}h {m}m {sec}s"
+    return f"{m}m {sec}s" if m else f"{sec}s"
+
+
+def render_template(text: str, labels: dict[str, str], value: float) -> str:
+    """An annotation as Prometheus renders it for an alert with these labels and value."""
+    def one(m: re.Match) -> str:
+        if m.group(2):
+            return labels.get(m.group(2), "")
+        if m.group(3):
+            return m.group(3) % value  # Go's and Python's %g agree on the values the rules print
+        if m.group(4) == "humanizeDuration":
+            return _duration(value)
+        pct = value * 100  # humanizePercentage: humanize(v * 100) + "%"
+        return ("0" if pct == 0 else "%.4g" % pct) + "%"
+
+    return _TEMPLATE.sub(one, text)
+
+
+def _expected(rule: dict, spec: dict) -> dict:
+    labels = {k: str(v) for k, v in spec.items() if k != "value"}
+    full = {**rule["labels"], **labels}
+    value = float(spec.get("value", 0))
+    return {"exp_labels": full,
+            "exp_annotations": {k: render_template(v, full, value) for k, v in rule["annotations"].items()}}
+
+
+def render_tests(scenarios: list[dict], settings: RuleSettings, rule_files: list[str],
+                 evaluation_interval: str = "15s") -> dict:
+    """The promtool test document for these scenarios against `settings`' rules (evaluated as compose does)."""
+    by_name = {r["alert"]: r for r in alerts(settings)}
+    tests = []
+    for sc in scenarios:
+        checks = []
+        for check in sc["checks"]:
+            rule = by_name[check["alert"]]
+            checks.append({"eval_time": check["at"], "alertname": check["alert"],
+                           "exp_alerts": [_expected(rule, spec) for spec in check.get("firing", [])]})
+        tests.append({"name": sc["name"], "interval": sc["interval"], "input_series": sc["input_series"],
+                      "alert_rule_test": checks})
+    return {"rule_files": rule_files, "evaluation_interval": evaluation_interval, "tests": tests}
+
+
+def load_scenarios(root: Path) -> list[dict]:
+    return yaml.safe_load((root / SCENARIOS).read_text())["scenarios"]
+
+
+def promtool_tests(root: Path) -> str:
+    """The committed promtool test file, rendered from the scenarios and `RuleSettings()`."""
+    from ._configs import RULE_FILES, dump
+
+    doc = render_tests(load_scenarios(root), RuleSettings(), [f"../{p}" for p in RULE_FILES])
+    return dump(doc)
+
+
+__all__ = ["load_scenarios", "promtool_tests", "render_template", "render_tests"]

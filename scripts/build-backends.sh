@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds the backends the stack tests run, from their published Go modules, at the
+# versions pinned in otel_grpo/stack/backends.yml: the OpenTelemetry Collector (through the
+# collector builder and collector/builder-config.yaml), Prometheus + promtool and
+# Alertmanager + amtool. Binaries go to a per-machine cache outside the repository,
+#   ${OTEL_GRPO_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/otel-grpo/bin}/<name>-<version>
+# and a binary already there is reused. Without Go it says so and exits 0: the tests
+# then fall back to binaries on PATH or skip with that reason.
+#   usage: scripts/build-backends.sh [collector|prometheus|alertmanager ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version() { awk -F': *' -v k="$1" '$1 == k { print $2 }' otel_grpo/stack/backends.yml; }
+OTELCOL_VERSION=$(version otelcol)
+PROMETHEUS_VERSION=$(version prometheus)
+ALERTMANAGER_VERSION=$(version alertmanager)
+CACHE="${OTEL_GRPO_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/otel-grpo/bin}"
+if ! command -v go >/dev/null; then
+  echo "build-backends: go not found; the stack tests use binaries on PATH or skip" >&2
+  exit 0
+fi
+mkdir -p "$CACHE"
+export GOFLAGS="${GOFLAGS:-} -trimpath"
+export CGO_ENABLED=0
+
+have() { [ -x "$CACHE/$1" ]; }
+
+# Build directories, removed at exit even when a build fails.
+WORKDIRS=()
+cleanup() { [ ${#WORKDIRS[@]} -eq 0 ] || rm -rf "${WORKDIRS[@]}"; }
+trap cleanup EXIT
+new_workdir() { WORK=$(mktemp -d); WORKDIRS+=("$WORK"); }  # sets WORK (not in a subshell: the list must grow)
+
+# A fresh GOBIN per tool: `go install` names the binary after its package, and several
+# versions must sit side by side in the cache.
+# Prometheus' projects print their version from prometheus/common's variables.
+version_flags() { echo "-X github.com/prometheus/common/version.Version=$1 -X github.com/prometheus/common/version.Branch=release"; }
+
+install_as() {  # install_as <cache name> <package@version> <version> [build tags]
+  local name=$1 pkg=$2 version=$3 tags=${4:-} tmp
+  have "$name" && return 0
+  new_workdir; tmp=$WORK
+  echo "build-backends: building $name from $pkg" >&2
+  GOBIN="$tmp" go install ${tags:+-tags "$tags"} -ldflags "-s -w $(version_flags "$version")" "$pkg"
+  mv "$tmp"/* "$CACHE/$name.tmp" && mv "$CACHE/$name.tmp" "$CACHE/$name"
+}
+
+build_prometheus() {
+  local mod="v0.${PROMETHEUS_VERSION%%.*}$(printf '%02d' "$(echo "$PROMETHEUS_VERSION" | cut -d. -f2)").$(echo "$PROMETHEUS_VERSION" | cut -d. -f3)"
+  # remove_all_sd: no cloud service-discovery plugins (the tests use static targets);
+  # the module carries no compiled web UI, so only the API and the rules engine serve.
+  install_as "promtool-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/promtool@$mod" "$PROMETHEUS_VERSION" remove_all_sd
+  install_as "prometheus-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/prometheus@$mod" "$PROMETHEUS_VERSION" remove_all_sd
+}
+
+build_alertmanager() {
+  local name="alertmanager-$ALERTMANAGER_VERSION" src work
+  install_as "amtool-$ALERTMANAGER_VERSION" "github.com/prometheus/alertmanager/cmd/amtool@v$ALERTMANAGER_VERSION" "$ALERTMANAGER_VERSION"
+  have "$name" && return 0
+  # The published module embeds ui/app/dist, the compiled web UI, which it does not ship
+  # (`pattern app/dist: no matching files found`): build from a copy of the module with
+  # a one-page stand-in there. The API, routing and notifications are unaffected.
+  src=$(go mod download -json "github.com/prometheus/alertmanager@v$ALERTMANAGER_VERSION" | awk -F'"' '/"Dir"/ { print $4 }')
+  new_workdir; work=$WORK
+  echo "build-backends: building $name from a copy of $src" >&2
+  cp -r "$src" "$work/am" && chmod -R u+w "$work/am"
+  mkdir -p "$work/am/ui/app/dist"
+  echo "<!doctype html><title>Alertmanager</title><p>Web UI not built; the API is at /api/v2/." \
+    > "$work/am/ui/app/dist/index.html"
+  (cd "$work/am" && go build -ldflags "-s -w $(version_flags "$ALERTMANAGER_VERSION")" -o "$CACHE/$name.tmp" ./cmd/alertmanager)
+  mv "$CACHE/$name.tmp" "$CACHE/$name"
+}
+
+build_collector() {
+  local name="otelcol-grpo-$OTELCOL_VERSION" work
+  have "$name" && return 0
+  new_workdir; work=$WORK
+  echo "build-backends: building $name with the collector builder" >&2
+  # The checksum database has no entry for the builder v0.144.0 (a 404 from sum.golang.org;
+  # the components it builds are all there), so only the builder skips that check.
+  GOBIN="$work/bin" GONOSUMDB=go.opentelemetry.io/collector/cmd/builder \
+    go install "go.opentelemetry.io/collector/cmd/builder@v$OTELCOL_VERSION"
+  sed "s#output_path: .*#output_path: $work/dist#" collector/builder-config.yaml > "$work/manifest.yaml"
+  "$work/bin/builder" --config "$work/manifest.yaml" --ldflags "-s -w"
+  mv "$work/dist/otelcol-grpo" "$CACHE/$name.tmp" && mv "$CACHE/$name.tmp" "$CACHE/$name"
+}
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(prometheus alertmanager collector)
+for t in "${targets[@]}"; do
+  case "$t" in
+    prometheus|alertmanager|collector) "build_$t" ;;
+    *) echo "build-backends: unknown target '$t' (prometheus, alertmanager, collector)" >&2; exit 2 ;;
+  esac
+done
