@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 
+from ._hosts import HostCheckMiddleware
 from ._metrics import LatencyMiddleware, SidecarMetrics
 from ._settings import SidecarSettings
 from ._workers import IngestPool
@@ -99,11 +100,14 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
     app.state.registry = registry
     app.state.metrics = SidecarMetrics(registry, _StoreSize(app))
     app.state.gate = IngestGate(settings.max_concurrent_ingest)
-    for module in (ingest, runs, samples, alerts, ops, web):
+    # samples before runs: run ids may contain `/` (`{run_id:path}`), so the catch-all
+    # `/api/runs/{run_id}` must come after every `/api/runs/{run_id}/...` route.
+    for module in (ingest, samples, runs, alerts, ops, web):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=web.WEB_DIR), name="static")
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "Content-Encoding"])
+    app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
     app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
     return app

@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PHASES = ("rollout", "reward", "update")
 
 
-def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completion=None, resource_run: bool = True):
+def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completion=None, resource_run: bool = True,
+               extra=None):
     """Finished SDK spans exactly as the telemetry layer writes them (the span contract)."""
     exporter = InMemorySpanExporter()
     attrs = {"service.name": "trainer", "grpo.model": "tiny", "host.name": "h", "grpo.rank": 0}
@@ -51,6 +52,7 @@ def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completi
                         "reward": float(i) / 2, "reward.format": float(i % 2), "advantage": i - 1.5,
                         "completion_length": 10.0 + i, "sample_index": i, "selection": "top",
                         "truncated": i == 3, "completion_original_length": 100 + i,
+                        **(extra(step, i) if extra else {}),
                     })
             with tracer.start_as_current_span("unrelated.span"):
                 pass

@@ -59,7 +59,10 @@ StoreDep = Annotated[Store, Depends(get_store)]
 SettingsDep = Annotated[SidecarSettings, Depends(get_settings)]
 MetricsDep = Annotated[SidecarMetrics, Depends(get_metrics)]
 GateDep = Annotated[IngestGate, Depends(get_gate)]
-RunId = Annotated[str, Path(description="The run's `grpo.run_id`.", examples=["run-a"])]
+RunId = Annotated[str, Path(description="The run's `grpo.run_id` (may contain `/`, percent-encoded or not).",
+                            examples=["run-a"])]
+# SQLite integers are signed 64-bit: a larger step would raise OverflowError (a 500) at the query.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _check_bearer(request: Request, expected: str | None, metrics: SidecarMetrics) -> None:

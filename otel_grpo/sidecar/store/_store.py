@@ -147,6 +147,12 @@ class Store(_queries.Reads):
                 self._readers.append(conn)
         return conn
 
+    def read_connection(self) -> sqlite3.Connection:
+        """A new read-only connection the caller owns and closes (streamed exports)."""
+        conn = self._connect()
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
     def close(self) -> None:
         if self._checkpointer is not None:
             self._checkpointer.close()
