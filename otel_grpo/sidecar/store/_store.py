@@ -148,9 +148,13 @@ class Store(_queries.Reads):
         return conn
 
     def read_connection(self) -> sqlite3.Connection:
-        """A new read-only connection the caller owns and closes (streamed exports)."""
+        """A new read-only connection the caller owns and closes (streamed exports).
+
+        Its page cache is small: an export reads each page once, so a cache only adds resident memory.
+        """
         conn = self._connect()
         conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA cache_size = -2048")
         return conn
 
     def close(self) -> None:
