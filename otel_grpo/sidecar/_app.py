@@ -31,6 +31,8 @@ log = logging.getLogger("otel_grpo.sidecar")
 
 def _retain(app: FastAPI) -> None:
     s: SidecarSettings = app.state.settings
+    if app.state.store.health.read_only:
+        return
     if s.retention_max_runs or s.retention_max_steps or s.retention_max_age_s:
         deleted = app.state.store.apply_retention(s.retention_max_runs, s.retention_max_steps, s.retention_max_age_s)
         if any(deleted.values()):
@@ -59,7 +61,7 @@ async def lifespan(app: FastAPI):
     app.state.store = store
     await run_in_threadpool(_retain, app)
     pool = None
-    if settings.ingest_workers:
+    if settings.ingest_workers and not store.health.read_only:  # read-only: ingest fails fast in process
         pool = IngestPool(settings.ingest_workers, settings.db, settings.synchronous, settings.ingest_worker_timeout_s)
         await pool.open()
     app.state.pool = pool

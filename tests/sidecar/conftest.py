@@ -95,9 +95,12 @@ def free_port() -> int:
 class SidecarProcess:
     """`otel-grpo sidecar` as a real subprocess; start() waits until /readyz answers 200."""
 
-    def __init__(self, db: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, db: Path, env: dict[str, str] | None = None, ready: str = "/readyz",
+                 log: Path | None = None) -> None:
         self.db = db
         self.env = env or {}
+        self.ready = ready  # the path that must answer 200 (/healthz where /readyz is meant to say 503)
+        self.log = log  # the process's stderr goes here when given
         self.port = 0
         self.proc: subprocess.Popen | None = None
 
@@ -109,12 +112,15 @@ class SidecarProcess:
         self.port = free_port()
         cmd = [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--port", str(self.port), "--db", str(self.db),
                "--log-level", "warning"]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **self.env})
+        stderr = open(self.log, "ab") if self.log else None  # noqa: SIM115 - the child keeps it
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **self.env}, stderr=stderr)
+        if stderr:
+            stderr.close()
         deadline = time.monotonic() + 60  # a bound on start-up, not an assertion on speed
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, "sidecar exited during start-up"
             try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                if httpx.get(self.url + self.ready, timeout=2).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -175,8 +181,8 @@ def client(make_client) -> TestClient:
 def sidecar_factory(tmp_path):
     procs: list[SidecarProcess] = []
 
-    def make(db: Path | None = None, env: dict[str, str] | None = None) -> SidecarProcess:
-        proc = SidecarProcess(db or tmp_path / "proc.db", env)
+    def make(db: Path | None = None, env: dict[str, str] | None = None, **kw) -> SidecarProcess:
+        proc = SidecarProcess(db or tmp_path / "proc.db", env, **kw)
         procs.append(proc)
         return proc.start()
 

@@ -31,7 +31,7 @@ async def _payload(request: Request, limit: int, metrics) -> AlertmanagerWebhook
     try:
         return AlertmanagerWebhook.model_validate_json(body)
     except ValidationError as exc:
-        raise RequestValidationError(exc.errors(include_url=False, include_context=False)) from None
+        raise RequestValidationError(exc.errors(include_url=False, include_context=False, include_input=False)) from None
 
 
 # The body is taken by hand, not as a typed parameter: FastAPI reads a declared body before any
