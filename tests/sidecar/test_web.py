@@ -101,7 +101,7 @@ def test_run_page_plots_sorts_escapes_and_screenshots(sidecar, otlp, tmp_path, p
         chrome.wait_for("document.body.dataset.ready === 'run'")
         titles = chrome.eval("[...document.querySelectorAll('.plot-card h3')].map(e => e.textContent)")
         for title in ("Reward (mean and quantiles)", "KL to the reference (log scale)", "Clip ratios",
-                      "Phase durations (s)", "IS weights (mean, min, max)", "Effective sample size"):
+                      "Phase durations", "IS weights (mean, min, max) (log scale)", "Effective sample size"):
             assert title in titles
         assert chrome.eval("document.querySelectorAll('svg.plot path.series').length") >= 8
         # KL on log10: step 0's KL of exactly 0 is left out rather than drawn at -infinity.

@@ -14,8 +14,9 @@ SAMPLES_STEP_INDEX = "sqlite_autoindex_samples_1"
 SAMPLE_CORE_COLUMNS = ("run_id", "step", "sample_index", "reward", "advantage", "completion_length",
                        "prompt", "completion", "time")
 _SAMPLE_SELECT = "SELECT id, " + ", ".join(SAMPLE_CORE_COLUMNS) + ", data FROM samples"
-# Dynamic sample columns are JSON keys; this pattern keeps the JSON path a plain quoted key.
-COLUMN_RE = re.compile(r"^[A-Za-z0-9_.:/\- ]{1,128}$")
+# Dynamic sample columns are JSON keys, addressed as the quoted path `$."<key>"` (a bound parameter):
+# any key works there but one holding `"` (SQLite's path syntax has no escape) or control characters.
+COLUMN_RE = re.compile(r'^[^"\x00-\x1f]{1,128}$')
 
 
 def iso(ts: float | None) -> str | None:

@@ -39,7 +39,7 @@ async def sample_query(  # async: pure validation, no reason for a thread-pool h
     if reward_min is not None and reward_max is not None and reward_min > reward_max:
         raise bad_param("reward_min", "must not exceed reward_max")
     if order_by is not None and not COLUMN_RE.match(order_by):
-        raise bad_param("order_by", "column names are letters, digits and _ . : / - only")
+        raise bad_param("order_by", 'a column to sort by cannot contain " or control characters')
     return SampleQuery(step=step, step_min=step_min, step_max=step_max, reward_min=reward_min,
                        reward_max=reward_max, q=q, order_by=order_by, desc=desc, limit=limit, offset=offset)
 
