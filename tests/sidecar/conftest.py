@@ -30,7 +30,7 @@ PHASES = ("rollout", "reward", "update")
 
 
 def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completion=None, resource_run: bool = True,
-               extra=None):
+               extra=None, metrics=None):
     """Finished SDK spans exactly as the telemetry layer writes them (the span contract)."""
     exporter = InMemorySpanExporter()
     attrs = {"service.name": "trainer", "grpo.model": "tiny", "host.name": "h", "grpo.rank": 0}
@@ -65,6 +65,8 @@ def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completi
                 "grpo.metric.mismatch_kl": 0.001 * (step % 3), "grpo.metric.clip_ratio_high_mean": 0.05,
                 "grpo.metric.completion_length_mean": 120.0 + step, "grpo.metric.completions_clipped_ratio": 0.1,
             })
+            if metrics:  # a test's own step scalars (catalog keys), over the defaults above
+                span.set_attributes({f"grpo.metric.{k}": v for k, v in metrics(step).items()})
     provider.shutdown()
     return exporter.get_finished_spans()
 

@@ -140,8 +140,9 @@ function textCell(value) {
   return td;
 }
 
+// `run_id` is the page's; `time` is the step cell's tooltip (an ISO time is wider than any number).
 function columnsOf(rows) {
-  const all = [...new Set(rows.flatMap((r) => Object.keys(r)))].filter((c) => c !== "run_id");
+  const all = [...new Set(rows.flatMap((r) => Object.keys(r)))].filter((c) => c !== "run_id" && c !== "time");
   return [...LEAD.filter((c) => all.includes(c)), ...all.filter((c) => !LEAD.includes(c))];
 }
 
@@ -155,16 +156,13 @@ function samplesParams() {
 
 function headerCell(c) {
   const cls = "sortable" + (state.orderBy === c ? (state.desc ? " sorted-desc" : " sorted-asc") : "");
-  return h("th", { class: cls, "data-col": c, title: c + " (click to sort)", text: c, onclick: () => {
-    state.desc = state.orderBy === c ? !state.desc : false;
-    state.orderBy = c;
-    loadSamples();
-  } });
+  return h("th", { class: cls, "data-col": c, title: c + " (click to sort)", text: c, onclick: () => sortBy(c) });
 }
 
 function sampleRow(r, cols) {
-  const cells = cols.map((c) => TEXT_COLUMNS.has(c) || (typeof r[c] === "string" && r[c].length > 24 && c !== "time")
-    ? textCell(r[c]) : h("td", { class: typeof r[c] === "number" ? "num" : "", title: fmtCell(r[c]), text: fmtCell(r[c]) }));
+  const cells = cols.map((c) => TEXT_COLUMNS.has(c) || (typeof r[c] === "string" && r[c].length > 24)
+    ? textCell(r[c]) : h("td", { class: typeof r[c] === "number" ? "num" : "",
+                                 title: c === "step" ? `step ${r.step}, ${r.time}` : fmtCell(r[c]), text: fmtCell(r[c]) }));
   const open = h("button", { class: "group-open", type: "button", title: "all completions of this prompt, side by side",
                              text: "group", onclick: () => showGroup(r).catch(groupError) });
   return h("tr", {}, h("td", { class: "actions" }, open), ...cells);
@@ -179,21 +177,31 @@ function tableOf(rows) {
     h("tbody", {}, ...rows.map((r) => sampleRow(r, cols))));
 }
 
-// Errors of the samples table stay in its own box: the plots and the rest of the run stay.
+// Errors of the samples table stay in its own box, and the table shown before stays usable: the
+// plots and the rest of the run are never replaced by an error (a 422 on a sort did that).
 async function loadSamples() {
   const wrap = document.getElementById("samples");
   const note = document.getElementById("samples-note");
   try {
     const rows = await api(`${runPath(state.run)}/samples?${samplesParams()}`);
     note.textContent = state.q ? `${rows.length}${rows.length === 500 ? "+" : ""} match(es) over all steps` : "";
+    note.classList.remove("alert-firing");
     wrap.replaceChildren(rows.length ? tableOf(rows) : h("p", { class: "muted empty", text: "no samples" }));
     wrap.removeAttribute("data-error");
   } catch (err) {
-    const why = err instanceof ApiError ? err.message : String(err);
-    note.textContent = "";
+    note.textContent = `cannot show these samples: ${err instanceof ApiError ? err.message : String(err)}`;
+    note.classList.add("alert-firing");
     wrap.setAttribute("data-error", "1");
-    wrap.replaceChildren(h("p", { class: "alert-firing samples-error", text: `cannot show these samples: ${why}` }));
   }
+}
+
+function sortBy(column) {
+  const before = { orderBy: state.orderBy, desc: state.desc };
+  state.desc = state.orderBy === column ? !state.desc : false;
+  state.orderBy = column;
+  loadSamples().then(() => {
+    if (document.getElementById("samples").dataset.error) Object.assign(state, before);  // keep what is shown
+  });
 }
 
 function samplesControls(steps) {
