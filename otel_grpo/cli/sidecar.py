@@ -23,7 +23,12 @@ def sidecar(
 
     Every setting can also come from the environment (OTEL_GRPO_SIDECAR_HOST, _PORT, _DB,
     _TOKEN, _READ_TOKEN, _MAX_BODY_BYTES, _INGEST_WORKERS (ingest processes, default 2;
-    0: in the server process), _RETENTION_MAX_RUNS, ...); flags win.
+    0: in the server process), _ALLOWED_HOSTS, _RETENTION_MAX_RUNS, ...); flags win.
+
+    Only requests whose Host is an IP address, localhost or a single-label name are served
+    (DNS-rebinding guard); list other names in OTEL_GRPO_SIDECAR_ALLOWED_HOSTS. Listening
+    beyond loopback, set both tokens. A database that cannot be opened is one error line and
+    exit code 1; an existing one on a full disk is served read-only.
     """
     import uvicorn
 

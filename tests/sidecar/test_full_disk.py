@@ -29,13 +29,15 @@ def small_disk(tmp_path):
 
 
 def _fill(mnt) -> None:
-    with open(mnt / "filler", "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
+    """Write until the filesystem says ENOSPC (unbuffered: nothing left to flush on close)."""
+    fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _ingest(url: str, otlp, run_id: str, steps) -> httpx.Response:

@@ -142,9 +142,6 @@ class Reads:
             keys.update(json.loads(blob))
         return sorted(keys)
 
-    def latest_sample_step(self, run_id: str) -> int | None:
-        return self.reader().execute("SELECT max(step) FROM samples WHERE run_id = ?", (run_id,)).fetchone()[0]
-
     def sample_steps(self, run_id: str, limit: int = 5000) -> list[int]:
         """Steps that have samples, newest first."""
         rows = self.reader().execute(
