@@ -133,3 +133,28 @@ def test_out_of_range_integers_are_422(client, otlp, endpoint, param, value):
     assert r.json()["detail"][0]["loc"] == ["query", param]
     edge = 2**63 - 1 if value > 0 else -(2**63)
     assert client.get(f"/api/runs/run-a/{endpoint}", params={param: edge}).status_code == 200
+
+
+@pytest.mark.parametrize("run_id", ["..", "a b?c#d%e", "ünï/cödé/"])
+def test_any_run_id_the_telemetry_accepts_reads_back(client, otlp, run_id):
+    from urllib.parse import quote
+
+    _post(client, otlp, run_id=run_id, steps=[3])
+    enc = quote(run_id, safe="").replace(".", "%2E")  # as the web page sends it
+    assert client.get(f"/api/runs/{enc}").json()["run_id"] == run_id
+    assert client.get(f"/api/runs/{enc}/sample-steps").json() == [3]
+    assert {r["run_id"] for r in client.get(f"/api/runs/{enc}/samples").json()} == {run_id}
+    assert client.get(f"/api/runs/{enc}/steps").json()[0]["run_id"] == run_id
+
+
+def test_run_ids_read_back_from_a_real_server(sidecar, otlp):
+    """uvicorn decodes the path once (TestClient decodes it twice, so `%25` is checked here)."""
+    import httpx
+    from urllib.parse import quote
+
+    for run_id in ("x%2Fy", "team/exp-1", ".."):
+        body = otlp.request(otlp.spans(run_id, [1])).SerializeToString()
+        assert httpx.post(sidecar.url + "/v1/traces", content=body, headers=PB).status_code == 200
+        enc = quote(run_id, safe="").replace(".", "%2E")
+        rows = httpx.get(f"{sidecar.url}/api/runs/{enc}/samples").json()
+        assert {r["run_id"] for r in rows} == {run_id}, rows

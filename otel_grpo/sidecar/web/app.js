@@ -45,7 +45,9 @@ async function api(path) {
   return r.json();
 }
 
-const runPath = (runId) => "/api/runs/" + encodeURIComponent(runId);
+// Any run id: "/" is sent as %2F (the API reads it back), "." as %2E (a run named ".." must not
+// become a dot segment that fetch resolves away).
+const runPath = (runId) => "/api/runs/" + encodeURIComponent(runId).replace(/\./g, "%2E");
 
 document.getElementById("token-button").addEventListener("click", () => {
   const t = prompt("Bearer token for the read API");
