@@ -87,3 +87,16 @@ def test_prometheus_alerts_link_follows_the_version(version, path):
     from otel_grpo.stack._local import prometheus_alerts_path
 
     assert prometheus_alerts_path(version) == path
+
+
+def test_urls_after_the_trainer_exited_leave_out_its_metrics(tmp_path, capsys):
+    """`make demo` keeps the stack up after the run: the trainer's /metrics is gone by then."""
+    from otel_grpo.cli.stack import _print_urls
+    from otel_grpo.stack import LocalStack
+
+    stack = LocalStack(StackSettings(dir=tmp_path, trainer_metrics_port=19464))
+    _print_urls(stack)
+    assert ":19464/metrics" in capsys.readouterr().out
+    _print_urls(stack, trainer=False)
+    printed = capsys.readouterr().out
+    assert ":19464" not in printed and "/classic/alerts" in printed and "sidecar" in printed
