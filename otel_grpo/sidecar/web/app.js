@@ -39,7 +39,10 @@ async function api(path) {
   }
   if (!r.ok) {
     let detail = "";
-    try { const body = await r.json(); detail = typeof body.detail === "string" ? body.detail : body.detail[0].msg; } catch (e) { /* no JSON */ }
+    try {
+      const body = await r.json();
+      detail = typeof body.detail === "string" ? body.detail : body.detail[0].msg;
+    } catch (e) { /* no JSON message */ }
     throw new ApiError(`HTTP ${r.status}${detail ? ": " + detail : ""}`);
   }
   return r.json();

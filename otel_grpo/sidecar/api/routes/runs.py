@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Response
 
 from ...schemas import Message, RunPublic, StepRow
-from ..deps import INT64_MAX, INT64_MIN, FastJSON, RunId, StoreDep, bad_param, not_found_run, require_read
+from ..deps import FastJSON, RunId, StoreDep, bad_param, not_found_run, require_read, step_param
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], dependencies=[Depends(require_read)])
 _404 = {404: {"model": Message, "description": "Unknown run."}}
@@ -32,8 +32,8 @@ def list_steps(
     run_id: RunId,
     store: StoreDep,
     metrics: Annotated[list[str] | None, Query(description="Columns to return (comma-separated or repeated); default: all.")] = None,
-    step_min: Annotated[int | None, Query(ge=INT64_MIN, le=INT64_MAX, description="First step (inclusive).")] = None,
-    step_max: Annotated[int | None, Query(ge=INT64_MIN, le=INT64_MAX, description="Last step (inclusive).")] = None,
+    step_min: Annotated[int | None, step_param("First step (inclusive).")] = None,
+    step_max: Annotated[int | None, step_param("Last step (inclusive).")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
 ) -> FastJSON:

@@ -15,7 +15,7 @@ from fastapi.responses import StreamingResponse
 from ...schemas import Message, SampleRow
 from ...store import SampleQuery
 from ...store._queries import COLUMN_RE
-from ..deps import INT64_MAX, INT64_MIN, FastJSON, RunId, StoreDep, bad_param, not_found_run, require_read
+from ..deps import FastJSON, RunId, StoreDep, bad_param, not_found_run, require_read, step_param
 
 router = APIRouter(prefix="/api/runs/{run_id:path}", tags=["samples"], dependencies=[Depends(require_read)])
 _404 = {404: {"model": Message, "description": "Unknown run."}}
@@ -23,9 +23,9 @@ _EXPORT_MAX = 1_000_000
 
 
 async def sample_query(  # async: pure validation, no reason for a thread-pool hop (see deps)
-    step: Annotated[int | None, Query(ge=INT64_MIN, le=INT64_MAX, description="One step; default: the latest step with samples (unless a range is given).")] = None,
-    step_min: Annotated[int | None, Query(ge=INT64_MIN, le=INT64_MAX, description="First step (inclusive).")] = None,
-    step_max: Annotated[int | None, Query(ge=INT64_MIN, le=INT64_MAX, description="Last step (inclusive).")] = None,
+    step: Annotated[int | None, step_param("One step; default: the latest step with samples (unless a range is given).")] = None,
+    step_min: Annotated[int | None, step_param("First step (inclusive).")] = None,
+    step_max: Annotated[int | None, step_param("Last step (inclusive).")] = None,
     reward_min: Annotated[float | None, Query(allow_inf_nan=False)] = None,
     reward_max: Annotated[float | None, Query(allow_inf_nan=False)] = None,
     q: Annotated[str | None, Query(max_length=1000, description="Substring of prompt or completion (case-insensitive for ASCII).")] = None,
