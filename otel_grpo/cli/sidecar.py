@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 
@@ -23,15 +23,62 @@ def sidecar(
 
     Every setting can also come from the environment (OTEL_GRPO_SIDECAR_HOST, _PORT, _DB,
     _TOKEN, _READ_TOKEN, _MAX_BODY_BYTES, _INGEST_WORKERS (ingest processes, default 2;
-    0: in the server process), _RETENTION_MAX_RUNS, ...); flags win.
+    0: in the server process), _ALLOWED_HOSTS, _RETENTION_MAX_RUNS, ...); flags win.
+
+    Only requests whose Host is an IP address, localhost or a single-label name are served
+    (DNS-rebinding guard); list other names in OTEL_GRPO_SIDECAR_ALLOWED_HOSTS. Listening
+    beyond loopback, set both tokens. A database that cannot be opened is one error line and
+    exit code 1; an existing one on a full disk is served read-only.
     """
     import uvicorn
 
     from otel_grpo.sidecar import SidecarSettings, create_app
     from otel_grpo.sidecar._heap import keep_freed_heap
 
-    keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
     given = {"host": host, "port": port, "db": db, "ingest_token": token, "read_token": read_token}
-    settings = SidecarSettings(**{k: v for k, v in given.items() if v is not None})
+    try:
+        settings = SidecarSettings(**{k: v for k, v in given.items() if v is not None})
+    except ValueError as e:  # pydantic's ValidationError is one
+        _fail(f"invalid sidecar settings: {_first_error(e)}")
+    _check_db(settings.db)
+    if not _loopback(settings.host) and not (settings.ingest_token and settings.read_token):
+        typer.echo(f"warning: the sidecar listens on {settings.host} without both tokens: anyone who reaches "
+                   "it can read samples or write runs (set --token and --read-token; browsers are held off by "
+                   "the Host check, see OTEL_GRPO_SIDECAR_ALLOWED_HOSTS)", err=True)
+    keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level,
                 access_log=False, timeout_graceful_shutdown=5)
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def _first_error(e: ValueError) -> str:
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        return f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}"
+    return str(e)
+
+
+def _check_db(path: Path) -> None:
+    """Open the store once before serving: an unwritable path is one line, not uvicorn's traceback."""
+    import sqlite3
+
+    from otel_grpo.sidecar.store import Store
+
+    try:
+        Store.open(path).close()
+    except (sqlite3.Error, OSError) as e:
+        _fail(f"cannot open the sidecar database {str(path)!r}: {e}")
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -40,9 +40,18 @@ def _start(settings):
         raise typer.Exit(1) from None
 
 
-def _print_urls(stack) -> None:
+def _print_urls(stack, trainer: bool = True) -> None:
+    """The stack's URLs; `trainer=False` once the trainer has exited (its /metrics is gone)."""
     for name, url in stack.urls.items():
-        typer.echo(f"  {name:<16} {url}")
+        if trainer or name != "trainer metrics":
+            typer.echo(f"  {name:<16} {url}")
+
+
+def _print_trainer_env(stack) -> None:
+    """The environment block that points a trainer using otel_grpo.telemetry at this stack."""
+    typer.echo("Point a trainer at it (paste into its shell):")
+    for key, value in stack.settings.trainer_env().items():
+        typer.echo(f"  export {key}={value}")
 
 
 def _serve_until_interrupted(stack) -> None:
@@ -69,13 +78,17 @@ def up(dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _P
        alertmanager_port: int = _AM, trainer_metrics_port: int = _TRAINER) -> None:
     """Start the sidecar, Prometheus and Alertmanager on 127.0.0.1 until Ctrl-C.
 
-    Point a trainer at it with OTEL_GRPO_METRICS_EXPORTERS=prometheus and
-    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:<sidecar port>/v1/traces.
+    It prints the environment that points a trainer at it: step history and samples go to the
+    sidecar over OTLP/HTTP (OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf,
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:<sidecar port>/v1/traces), metrics to
+    a /metrics endpoint on the trainer that Prometheus scrapes (OTEL_GRPO_METRICS_EXPORTERS=prometheus,
+    OTEL_GRPO_PROMETHEUS_PORT=<trainer metrics port>).
     """
     stack = _start(_settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port))
     try:
         typer.echo("otel-grpo stack is up:")
         _print_urls(stack)
+        _print_trainer_env(stack)
         _serve_until_interrupted(stack)
     finally:
         stack.stop()
@@ -109,10 +122,10 @@ def demo(
         _print_urls(stack)
         summary = run_demo(stack, demo_settings)
         typer.echo("")
-        typer.echo(format_summary(summary))
+        typer.echo(format_summary(summary, live=not exit_))
         if not exit_:
             typer.echo("The stack stays up for a look:")
-            _print_urls(stack)
+            _print_urls(stack, trainer=False)  # the trainer has exited: its /metrics is gone
             _serve_until_interrupted(stack)
         if summary.trainer_exit_code != 0:
             raise typer.Exit(summary.trainer_exit_code)

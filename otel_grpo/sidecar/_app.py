@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 
+from ._hosts import HostCheckMiddleware
 from ._metrics import LatencyMiddleware, SidecarMetrics
 from ._settings import SidecarSettings
 from ._workers import IngestPool
@@ -30,6 +31,8 @@ log = logging.getLogger("otel_grpo.sidecar")
 
 def _retain(app: FastAPI) -> None:
     s: SidecarSettings = app.state.settings
+    if app.state.store.health.read_only:
+        return
     if s.retention_max_runs or s.retention_max_steps or s.retention_max_age_s:
         deleted = app.state.store.apply_retention(s.retention_max_runs, s.retention_max_steps, s.retention_max_age_s)
         if any(deleted.values()):
@@ -58,7 +61,7 @@ async def lifespan(app: FastAPI):
     app.state.store = store
     await run_in_threadpool(_retain, app)
     pool = None
-    if settings.ingest_workers:
+    if settings.ingest_workers and not store.health.read_only:  # read-only: ingest fails fast in process
         pool = IngestPool(settings.ingest_workers, settings.db, settings.synchronous, settings.ingest_worker_timeout_s)
         await pool.open()
     app.state.pool = pool
@@ -99,11 +102,14 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
     app.state.registry = registry
     app.state.metrics = SidecarMetrics(registry, _StoreSize(app))
     app.state.gate = IngestGate(settings.max_concurrent_ingest)
-    for module in (ingest, runs, samples, alerts, ops, web):
+    # samples before runs: run ids may contain `/` (`{run_id:path}`), so the catch-all
+    # `/api/runs/{run_id}` must come after every `/api/runs/{run_id}/...` route.
+    for module in (ingest, samples, runs, alerts, ops, web):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=web.WEB_DIR), name="static")
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "Content-Encoding"])
+    app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
     app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
     return app

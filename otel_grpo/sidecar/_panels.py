@@ -1,4 +1,4 @@
-"""The web page's plots, named by catalog key so labels and descriptions come from the catalog.
+"""The web page's plots, named by catalog key so labels, units and descriptions come from the catalog.
 
 A series is a catalog key (a step column of that name) or, for templated signals,
 a key prefix such as `reward_fn_mean/` (one line per label value). Phase
@@ -9,44 +9,50 @@ from __future__ import annotations
 
 from otel_grpo import catalog
 
-_LAYOUT: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Reward (mean and quantiles)", ("reward", "reward_p05", "reward_p50", "reward_p95", "reward_min", "reward_max")),
-    ("Reward per function", ("reward_fn_mean/",)),
-    ("KL to the reference", ("kl", "kl_k1", "approx_kl")),
-    ("Clip ratios", ("clip_ratio_low_mean", "clip_ratio_high_mean", "clip_ratio_region_mean")),
-    ("IS mismatch: KL", ("mismatch_kl", "mismatch_k3_kl")),
-    ("IS weights (mean, min, max)", ("rollout_is_mean", "rollout_is_min", "rollout_is_max", "is_ratio_mean")),
-    ("Effective sample size", ("rollout_is_eff_sample_size",)),
-    ("Completion lengths", ("completion_length_mean", "completion_length_min", "completion_length_max")),
-    ("Completions clipped ratio", ("completions_clipped_ratio",)),
-    ("Entropy", ("entropy",)),
-    ("Loss and gradient norm", ("loss", "grad_norm")),
+# (title, scale, entries). Scales: linear; log (positive values over orders of magnitude: a
+# healthy KL of 1e-4 and a blow-up's 1e15 on one plot); symlog (log-like, but zero and negative
+# values have a place: the direct mismatch-KL estimator is often <= 0 on a healthy run).
+_LAYOUT: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("Reward (mean and quantiles)", "linear",
+     ("reward", "reward_p05", "reward_p50", "reward_p95", "reward_min", "reward_max")),
+    ("Reward per function", "linear", ("reward_fn_mean/",)),
+    ("KL to the reference", "log", ("kl", "kl_k1", "approx_kl")),
+    ("Clip ratios", "linear", ("clip_ratio_low_mean", "clip_ratio_high_mean", "clip_ratio_region_mean")),
+    ("IS mismatch: KL", "symlog", ("mismatch_kl", "mismatch_k3_kl")),
+    ("IS weights (mean, min, max)", "log",
+     ("rollout_is_mean", "rollout_is_min", "rollout_is_max", "is_ratio_mean", "is_ratio_min", "is_ratio_max")),
+    ("Effective sample size", "linear", ("rollout_is_eff_sample_size",)),
+    ("Completion lengths", "linear", ("completion_length_mean", "completion_length_min", "completion_length_max")),
+    ("Completions clipped ratio", "linear", ("completions_clipped_ratio",)),
+    ("Entropy", "linear", ("entropy",)),
+    # Separate panels: on one axis a loss spike flattens the gradient norm and the other way round.
+    ("Loss", "linear", ("loss",)),
+    ("Gradient norm", "log", ("grad_norm",)),
 )
 
 
+def unit_label(unit: str) -> str:
+    """A catalog unit as an axis label: `{nat}` -> nat, `s` -> s (UCUM braces are annotations)."""
+    return unit[1:-1] if unit.startswith("{") and unit.endswith("}") else unit
+
+
 def _series(entry: str) -> dict[str, str]:
-    if entry.endswith("/"):
-        signal = catalog.get(entry[:-1])
-        return {"prefix": entry, "label": signal.key, "description": signal.description}
-    signal = catalog.get(entry)  # KeyError at import if the layout names an unknown key
-    return {"key": signal.key, "label": signal.key, "description": signal.description}
-
-
-# KL estimates run over orders of magnitude (1e-4 while healthy, 1 and more in a blow-up); on a
-# linear axis one spike flattens the rest of the run into the floor, so these plot on log10.
-_LOG_SCALE = frozenset({"KL to the reference", "IS mismatch: KL"})
+    signal = catalog.get(entry.rstrip("/"))  # KeyError at import if the layout names an unknown key
+    out = {"label": signal.key, "name": signal.name, "unit": unit_label(signal.unit),
+           "description": signal.description}
+    return {("prefix" if entry.endswith("/") else "key"): entry, **out}
 
 
 def _build() -> list[dict]:
     panels = []
-    for title, entries in _LAYOUT:
+    for title, scale, entries in _LAYOUT:
         series = [_series(e) for e in entries]
         group = catalog.get(entries[0].rstrip("/")).group.value
-        panels.append({"title": title, "group": group, "scale": "log" if title in _LOG_SCALE else "linear",
-                       "series": series})
+        panels.append({"title": title, "group": group, "scale": scale, "unit": series[0]["unit"], "series": series})
     phase = catalog.get("phase_duration")
-    panels.append({"title": "Phase durations (s)", "group": phase.group.value, "scale": "linear",
-                   "series": [{"prefix": "phase_duration/", "label": "phase", "description": phase.description}]})
+    panels.append({"title": "Phase durations", "group": phase.group.value, "scale": "linear", "unit": "s",
+                   "series": [{"prefix": "phase_duration/", "label": "phase", "name": phase.name, "unit": "s",
+                               "description": phase.description}]})
     return panels
 
 

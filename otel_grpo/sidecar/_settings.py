@@ -31,6 +31,8 @@ class SidecarSettings(BaseSettings):
     """Bearer token required on the read API (`/api/...` GETs); none: open."""
     max_body_bytes: int = Field(64 * MiB, ge=1024)
     """Largest request body after decompression; larger gets 413, inflation stops there."""
+    max_alert_body_bytes: int = Field(4 * MiB, ge=1024)
+    """Largest Alertmanager webhook body (`POST /api/alerts`); larger gets 413 before it is read."""
     max_concurrent_ingest: int = Field(4, ge=1)
     """Ingest requests processed at once; more are answered 503 with Retry-After."""
     retry_after_s: int = Field(1, ge=1)
@@ -59,6 +61,10 @@ class SidecarSettings(BaseSettings):
     """Drop steps, samples and alerts older than this many seconds; none: keep."""
     retention_interval_s: float = Field(60.0, gt=0)
     """How often retention runs and the query planner statistics are refreshed."""
+    allowed_hosts: list[str] = []
+    """Host names served besides those that cannot be DNS-rebound (IP literals, localhost,
+    single-label names such as a compose service); `["*"]` serves any Host. A page on another
+    name gets 421. Set it when the sidecar is reached by a dotted name (`sidecar.example.org`)."""
     cors_origins: list[str] = []
     """Origins allowed by CORS; empty (the default) adds no CORS headers at all."""
 

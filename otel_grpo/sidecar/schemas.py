@@ -93,6 +93,10 @@ class Panel(BaseModel):
 
     title: str
     group: str
+    scale: str
+    """linear, log or symlog (log-like with a linear part around 0: zero and negative values show)."""
+    unit: str
+    """The y axis unit, from the catalog."""
     series: list[dict[str, str]]
 
 

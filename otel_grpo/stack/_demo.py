@@ -68,6 +68,8 @@ class DemoSummary:
     alerts_in_sidecar: list[str]
     samples_url: str
     samples_spill: str
+    sidecar_db: str
+    """The sidecar's database: `otel-grpo sidecar --db <it>` serves the run again after the stack stops."""
     urls: dict[str, str]
     started_at: float
     finished_at: float
@@ -131,14 +133,7 @@ def trainer_command(settings: StackSettings, demo: DemoSettings) -> tuple[list[s
     for fault in demo.faults:
         argv += ["--fault", fault]
     argv += list(demo.trainer_args)
-    env = {
-        "OTEL_GRPO_METRICS_EXPORTERS": "prometheus",
-        "OTEL_GRPO_PROMETHEUS_PORT": str(settings.trainer_metrics_port),
-        "OTEL_GRPO_PROMETHEUS_HOST": settings.host,
-        "OTEL_GRPO_TRACES_EXPORTERS": "otlp",
-        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{settings.sidecar_url}/v1/traces",
-    }
+    env = settings.trainer_env()
     return argv, env
 
 
@@ -212,23 +207,29 @@ def run_demo(stack: LocalStack, demo: DemoSettings) -> DemoSummary:
         alerts_fired=sorted(watcher.prometheus), alerts_in_alertmanager=sorted(watcher.alertmanager),
         alerts_in_sidecar=sorted(in_sidecar),
         samples_url=f"{settings.sidecar_url}/api/runs/{demo.run_id}/samples",
-        samples_spill=str(out / "samples"), urls=stack.urls, started_at=started, finished_at=time.time(),
+        samples_spill=str(out / "samples"), sidecar_db=str(stack.sidecar_db), urls=stack.urls, started_at=started, finished_at=time.time(),
     )
     (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return summary
 
 
-def format_summary(s: DemoSummary) -> str:
-    """The human summary printed after the demo."""
+def format_summary(s: DemoSummary, live: bool = True) -> str:
+    """The human summary printed after the demo; `live=False` once the stack is stopping (no URLs
+    that are about to be dead: the samples are in the spill and the sidecar's database)."""
     def num(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.3f}"
 
+    if live:
+        samples = f"samples: {s.samples_url} (also spilled to {s.samples_spill})"
+    else:
+        samples = (f"samples: spilled to {s.samples_spill}; the run is kept in {s.sidecar_db} "
+                   f"(`otel-grpo sidecar --db {s.sidecar_db}` serves it again)")
     lines = [
         f"run {s.run_id}: {s.steps} steps, trainer exit code {s.trainer_exit_code}",
         f"reward (mean): {num(s.reward_first)} -> {num(s.reward_last)}",
         f"alerts fired:  {', '.join(s.alerts_fired) or 'none'}",
         f"  reached Alertmanager: {', '.join(s.alerts_in_alertmanager) or 'none'};"
         f" reached the sidecar: {', '.join(s.alerts_in_sidecar) or 'none'}",
-        f"samples: {s.samples_url} (also spilled to {s.samples_spill})",
+        samples,
     ]
     return "\n".join(lines)

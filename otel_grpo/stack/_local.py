@@ -61,6 +61,34 @@ class StackSettings:
     def alertmanager_url(self) -> str:
         return self.url(self.alertmanager_port)
 
+    def trainer_env(self) -> dict[str, str]:
+        """The environment that points a trainer using `Telemetry` at this stack: step history and
+        samples to the sidecar over OTLP/HTTP, metrics on a /metrics endpoint Prometheus scrapes."""
+        return {
+            "OTEL_GRPO_METRICS_EXPORTERS": "prometheus",
+            "OTEL_GRPO_PROMETHEUS_HOST": self.host,
+            "OTEL_GRPO_PROMETHEUS_PORT": str(self.trainer_metrics_port),
+            "OTEL_GRPO_TRACES_EXPORTERS": "otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{self.sidecar_url}/v1/traces",
+        }
+
+
+def prometheus_alerts_path(version: str | None) -> str:
+    """The alerts page of a Prometheus of this version: 2.x serves `/classic/alerts` (Debian's 2.42
+    serves only the classic UI, `/alerts` is 404 there); 3.x dropped `/classic` and serves `/alerts`."""
+    major = (version or "").split(".")[0]
+    return "/alerts" if major.isdigit() and int(major) >= 3 else "/classic/alerts"
+
+
+def _prometheus_version(url: str) -> str | None:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/api/v1/status/buildinfo", timeout=5).json()["data"]["version"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+
 
 def write_local_configs(s: StackSettings) -> dict[str, Path]:
     """Render prometheus.yml, its rules and alertmanager.yml into s.dir; returns their paths."""
@@ -85,6 +113,8 @@ class LocalStack:
     def __init__(self, settings: StackSettings) -> None:
         self.settings = settings
         self.components: list[Managed] = []
+        self.prometheus_version: str | None = None
+        """What the running Prometheus reports (its build info), once started."""
 
     @property
     def urls(self) -> dict[str, str]:
@@ -92,9 +122,14 @@ class LocalStack:
         return {
             "sidecar": s.sidecar_url + "/",
             "prometheus": s.prometheus_url + "/",
+            "alerts": s.prometheus_url + prometheus_alerts_path(self.prometheus_version),
             "alertmanager": s.alertmanager_url + "/",
             "trainer metrics": s.url(s.trainer_metrics_port) + "/metrics",
         }
+
+    @property
+    def sidecar_db(self) -> Path:
+        return self.settings.dir / "sidecar" / "sidecar.db"
 
     def _check_ports(self) -> None:
         """StackError naming a port something else holds: a stray Prometheus answering
@@ -121,7 +156,7 @@ class LocalStack:
         logs = d / "logs"
         return [
             Managed("sidecar", [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--host", s.host,
-                                "--port", str(s.sidecar_port), "--db", str(d / "sidecar" / "sidecar.db")],
+                                "--port", str(s.sidecar_port), "--db", str(self.sidecar_db)],
                     s.sidecar_url + "/readyz", logs / "sidecar.log"),
             Managed("alertmanager", [alertmanager, f"--config.file={configs['alertmanager']}",
                                      f"--storage.path={d / 'alertmanager' / 'data'}",
@@ -149,6 +184,7 @@ class LocalStack:
         except BaseException:
             self.stop()
             raise
+        self.prometheus_version = _prometheus_version(self.settings.prometheus_url)
         return self
 
     def stop(self) -> None:

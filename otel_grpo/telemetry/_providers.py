@@ -17,6 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
+from urllib.parse import urlsplit
 
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricReader, PeriodicExportingMetricReader
@@ -80,6 +81,25 @@ def _otlp_target(settings: TelemetrySettings, signal: Literal["traces", "metrics
     if settings.protocol_for(signal) == "http/protobuf":
         return f"{(base or 'http://localhost:4318').rstrip('/')}/v1/{signal}"
     return base  # grpc: host:port, None -> the SDK's localhost:4317
+
+
+def otlp_unreachable(settings: TelemetrySettings, timeout_s: float = 0.5) -> str | None:
+    """The first OTLP endpoint in use that takes no TCP connection within `timeout_s`; None if all do.
+
+    Checked at shutdown: against a closed port the exporters would retry their final batch for
+    the whole export timeout (10 s by default) before the process could exit.
+    """
+    for signal, exporters in (("traces", settings.traces_exporters), ("metrics", settings.metrics_exporters)):
+        if "otlp" not in exporters:
+            continue
+        target = _otlp_target(settings, signal) or "localhost:4317"
+        url = urlsplit(target if "://" in target else "//" + target)
+        try:
+            port = url.port or (443 if url.scheme == "https" else 80)
+            socket.create_connection((url.hostname or "localhost", port), timeout_s).close()
+        except (OSError, ValueError):
+            return target
+    return None
 
 
 def _otlp_span_exporter(settings: TelemetrySettings, health: ExportHealth) -> QuietSpanExporter:

@@ -77,7 +77,7 @@ class TelemetrySettings(BaseSettings):
         None, validation_alias=_env_alias("otlp_endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT")
     )
     """Base OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`). HTTP appends `/v1/traces`, `/v1/metrics`.
-    None: the SDK default (localhost:4317 for grpc, localhost:4318 for HTTP)."""
+    None: the SDK default (localhost:4318 for HTTP, localhost:4317 for grpc)."""
     otlp_traces_endpoint: str | None = Field(
         None, validation_alias=_env_alias("otlp_traces_endpoint", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     )
@@ -87,9 +87,10 @@ class TelemetrySettings(BaseSettings):
     )
     """Full metrics endpoint, used as is (`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`)."""
     otlp_protocol: Protocol = Field(
-        "grpc", validation_alias=_env_alias("otlp_protocol", "OTEL_EXPORTER_OTLP_PROTOCOL")
+        "http/protobuf", validation_alias=_env_alias("otlp_protocol", "OTEL_EXPORTER_OTLP_PROTOCOL")
     )
-    """OTLP transport (`OTEL_EXPORTER_OTLP_PROTOCOL`): grpc or http/protobuf."""
+    """OTLP transport (`OTEL_EXPORTER_OTLP_PROTOCOL`): http/protobuf (the OpenTelemetry
+    specification's default, and what the sidecar speaks) or grpc (the collector's 4317)."""
     otlp_traces_protocol: Protocol | None = Field(
         None, validation_alias=_env_alias("otlp_traces_protocol", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
     )

@@ -34,13 +34,16 @@ from opentelemetry.trace import Status, StatusCode, TracerProvider
 from ._emitter import Emitter, StepRecord
 from ._exchange import current_group, select_across_ranks
 from ._instruments import Instruments
-from ._providers import Owned, build_meter_provider, build_resource, build_tracer_provider, detect_rank
+from ._providers import (Owned, build_meter_provider, build_resource, build_tracer_provider, detect_rank,
+                         otlp_unreachable)
 from ._quiet import ExportHealth
 from ._settings import TelemetrySettings
 from ._spill import SampleSpill
 
 logger = logging.getLogger("otel_grpo.telemetry")
 _SCOPE = "otel_grpo"
+DOWN_GRACE_S = 1.0
+"""At shutdown with the export endpoint failing, how long the exporters still get."""
 
 
 def _to_floats(stats: Mapping[str, Any]) -> dict[str, float]:
@@ -209,6 +212,7 @@ class Telemetry:
     ) -> tuple[MeterProvider, TracerProvider]:
         """The given providers (flushed at shutdown), else ones built from settings (shut down)."""
         resource = None
+        self._owns_exporters = tracer_provider is None or meter_provider is None  # built from settings
         if tracer_provider is None:
             resource = build_resource(self.settings, self.rank, self.world_size)
             tracer_provider = build_tracer_provider(self.settings, resource, self.export_health)
@@ -355,6 +359,11 @@ class Telemetry:
             time.sleep(self.settings.prometheus_linger_s)  # one more scrape sees run_finished = 1
         closers = self._closers
         remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
+        down = self._owns_exporters and (self.export_health.failing or otlp_unreachable(self.settings) is not None)
+        if down:
+            # The endpoint is down: its exporters would retry the last batch for the whole export
+            # timeout (10 s added to every exit). The spill holds the samples; give them a moment only.
+            remaining_ms = min(remaining_ms, int(DOWN_GRACE_S * 1000))
         # Exporters may block on a dead endpoint; a daemon thread keeps the bound.
         worker = threading.Thread(
             target=lambda: [close(remaining_ms) for close in closers], name="otel-grpo-shutdown", daemon=True
@@ -362,10 +371,10 @@ class Telemetry:
         worker.start()
         worker.join(remaining_ms / 1000)
         if worker.is_alive():
-            # Expected when the endpoint is already reported down: no second warning for it.
-            level = logging.INFO if self.export_health.failing else logging.WARNING
-            logger.log(level, "otel-grpo: shutdown: exporters did not finish within %.1fs; giving up on them", timeout)
-
+            # Expected when the endpoint is down: its failure is the one warning (ExportHealth).
+            level = logging.INFO if down or self.export_health.failing else logging.WARNING
+            logger.log(level, "otel-grpo: shutdown: exporters did not finish within %.1fs%s; giving up on them",
+                       remaining_ms / 1000, " (export endpoint down)" if down else "")
 
 def _flush(provider: Any, timeout_ms: int) -> bool:
     flush = getattr(provider, "force_flush", None)  # the API's no-op providers have none

@@ -31,6 +31,8 @@ def test_sidecar_help_shows_its_defaults():
     [
         (["sidecar", "--port", "-5"], None, "port"),
         (["sidecar"], {"OTEL_GRPO_SIDECAR_MAX_BODY_BYTES": "lots"}, "max_body_bytes"),
+        (["sidecar", "--db", "/proc/no-such-dir/s.db"], None, "/proc/no-such-dir/s.db"),  # was 69 lines
+        (["sidecar", "--db", "/dev/null/s.db"], None, "/dev/null/s.db"),
         (["train", "--set", "grpo.epsilon_low=5"], None, "epsilon_low"),
         (["train", "--fault", "meltdown@3"], None, "meltdown"),
     ],

@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PHASES = ("rollout", "reward", "update")
 
 
-def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completion=None, resource_run: bool = True):
+def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completion=None, resource_run: bool = True,
+               extra=None, metrics=None):
     """Finished SDK spans exactly as the telemetry layer writes them (the span contract)."""
     exporter = InMemorySpanExporter()
     attrs = {"service.name": "trainer", "grpo.model": "tiny", "host.name": "h", "grpo.rank": 0}
@@ -51,6 +52,7 @@ def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completi
                         "reward": float(i) / 2, "reward.format": float(i % 2), "advantage": i - 1.5,
                         "completion_length": 10.0 + i, "sample_index": i, "selection": "top",
                         "truncated": i == 3, "completion_original_length": 100 + i,
+                        **(extra(step, i) if extra else {}),
                     })
             with tracer.start_as_current_span("unrelated.span"):
                 pass
@@ -63,6 +65,8 @@ def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completi
                 "grpo.metric.mismatch_kl": 0.001 * (step % 3), "grpo.metric.clip_ratio_high_mean": 0.05,
                 "grpo.metric.completion_length_mean": 120.0 + step, "grpo.metric.completions_clipped_ratio": 0.1,
             })
+            if metrics:  # a test's own step scalars (catalog keys), over the defaults above
+                span.set_attributes({f"grpo.metric.{k}": v for k, v in metrics(step).items()})
     provider.shutdown()
     return exporter.get_finished_spans()
 
@@ -93,9 +97,12 @@ def free_port() -> int:
 class SidecarProcess:
     """`otel-grpo sidecar` as a real subprocess; start() waits until /readyz answers 200."""
 
-    def __init__(self, db: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, db: Path, env: dict[str, str] | None = None, ready: str = "/readyz",
+                 log: Path | None = None) -> None:
         self.db = db
         self.env = env or {}
+        self.ready = ready  # the path that must answer 200 (/healthz where /readyz is meant to say 503)
+        self.log = log  # the process's stderr goes here when given
         self.port = 0
         self.proc: subprocess.Popen | None = None
 
@@ -107,12 +114,15 @@ class SidecarProcess:
         self.port = free_port()
         cmd = [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--port", str(self.port), "--db", str(self.db),
                "--log-level", "warning"]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **self.env})
+        stderr = open(self.log, "ab") if self.log else None  # noqa: SIM115 - the child keeps it
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **self.env}, stderr=stderr)
+        if stderr:
+            stderr.close()
         deadline = time.monotonic() + 60  # a bound on start-up, not an assertion on speed
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, "sidecar exited during start-up"
             try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                if httpx.get(self.url + self.ready, timeout=2).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -173,8 +183,8 @@ def client(make_client) -> TestClient:
 def sidecar_factory(tmp_path):
     procs: list[SidecarProcess] = []
 
-    def make(db: Path | None = None, env: dict[str, str] | None = None) -> SidecarProcess:
-        proc = SidecarProcess(db or tmp_path / "proc.db", env)
+    def make(db: Path | None = None, env: dict[str, str] | None = None, **kw) -> SidecarProcess:
+        proc = SidecarProcess(db or tmp_path / "proc.db", env, **kw)
         procs.append(proc)
         return proc.start()
 

@@ -69,7 +69,7 @@ def test_unknown_run_is_404_with_a_message(loaded, path):
 @pytest.mark.parametrize("params,name", [
     ({"limit": 0}, "limit"), ({"limit": "x"}, "limit"), ({"step": "one"}, "step"),
     ({"step_min": 3, "step_max": 1}, "step_min"), ({"reward_min": 2, "reward_max": 1}, "reward_min"),
-    ({"order_by": "x'); DROP TABLE samples; --"}, "order_by"), ({"reward_min": "nan"}, "reward_min"),
+    ({"order_by": 'say "hi"'}, "order_by"), ({"reward_min": "nan"}, "reward_min"),
     ({"desc": "maybe"}, "desc"), ({"offset": -1}, "offset"),
 ])
 def test_bad_parameters_are_422_naming_the_parameter(loaded, params, name):
@@ -127,7 +127,7 @@ def test_cors_only_when_configured(make_client):
 def test_panels_name_catalog_signals(client):
     panels = client.get("/api/panels").json()
     titles = [p["title"] for p in panels]
-    assert "Phase durations (s)" in titles and "Effective sample size" in titles
+    assert "Phase durations" in titles and "Effective sample size" in titles
     for panel in panels:
         for series in panel["series"]:
             key = series.get("key") or series["prefix"].rstrip("/")

@@ -101,7 +101,7 @@ def test_run_page_plots_sorts_escapes_and_screenshots(sidecar, otlp, tmp_path, p
         chrome.wait_for("document.body.dataset.ready === 'run'")
         titles = chrome.eval("[...document.querySelectorAll('.plot-card h3')].map(e => e.textContent)")
         for title in ("Reward (mean and quantiles)", "KL to the reference (log scale)", "Clip ratios",
-                      "Phase durations (s)", "IS weights (mean, min, max)", "Effective sample size"):
+                      "Phase durations", "IS weights (mean, min, max) (log scale)", "Effective sample size"):
             assert title in titles
         assert chrome.eval("document.querySelectorAll('svg.plot path.series').length") >= 8
         # KL on log10: step 0's KL of exactly 0 is left out rather than drawn at -infinity.
@@ -161,5 +161,121 @@ def test_run_page_plots_sorts_escapes_and_screenshots(sidecar, otlp, tmp_path, p
         chrome.call("Page.navigate", url=sidecar.url + "/#/")
         chrome.wait_for("document.body.dataset.ready === 'runs'")
         assert chrome.eval("document.querySelector('#runs-table a').textContent") == "web-run"
+    finally:
+        chrome.close()
+
+
+RUN = "team/exp-1"  # a run id with a slash: the page must read it back like any other
+QUOTED, ODD = 'score "raw"', "reward (v2)?"  # a column no sort can name, and one with odd characters
+
+
+def _metrics(step: int) -> dict:
+    return {
+        "kl": 10.0 ** (-6 + 28 * step / 11),  # 1e-6 .. 1e22: a blow-up on a log axis
+        "mismatch_kl": float("nan") if step == 5 else (-2e-4, 0.0, 3e-4, 1e-5)[step % 4],  # <= 0 often; one gap
+        "rollout_is_mean": 1 + 1e-5 * (step % 3), "rollout_is_min": 0.99998 + 1e-6 * step,
+        "rollout_is_max": 1.00004 + 1e-6 * step,  # weights that sit near 1: a tight axis
+        "loss": 1000.0 if step == 7 else 0.1 + 0.01 * step, "grad_norm": 1.0 + 0.1 * step,
+    }
+
+
+def _seed_tricky(url: str, otlp) -> None:
+    spans = otlp.spans(RUN, range(12), samples=6, metrics=_metrics,
+                       completion=lambda s, i: f"answer {i} of step {s} " + "words " * (40 if i == 0 else 3),
+                       extra=lambda s, i: {"group": i // 3, QUOTED: float(i), ODD: float(5 - i),
+                                           "reward.correct": float(i % 2)})
+    body = otlp.request(spans).SerializeToString()
+    assert httpx.post(url + "/v1/traces", content=body, headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+def _card(title: str) -> str:
+    return f"[...document.querySelectorAll('.plot-card')].find(c => c.querySelector('h3').textContent.startsWith({json.dumps(title)}))"
+
+
+def _shot(chrome, tmp_path, name: str) -> None:
+    png = base64.b64decode(chrome.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / name).write_bytes(png)
+    if os.environ.get("OTEL_GRPO_SCREENSHOT_DIR"):
+        shutil.copy(tmp_path / name, os.environ["OTEL_GRPO_SCREENSHOT_DIR"])
+
+
+def test_plots_stay_readable_on_a_bad_run(sidecar, otlp, tmp_path, port):
+    _seed_tricky(sidecar.url, otlp)
+    chrome = Chromium(tmp_path / "chromium-profile", port)
+    try:
+        chrome.call("Emulation.setDeviceMetricsOverride", width=1347, height=1400, deviceScaleFactor=1, mobile=False)
+        chrome.call("Page.navigate", url=sidecar.url + "/#/run/" + RUN.replace("/", "%2F"))
+        chrome.wait_for("document.body.dataset.ready === 'run'")
+        assert chrome.eval("document.querySelector('main h2').textContent") == "Run " + RUN
+        titles = chrome.eval("[...document.querySelectorAll('.plot-card h3')].map(e => e.textContent)")
+        assert {"Loss", "Gradient norm (log scale)"} <= set(titles)  # apart: a loss spike flattens nothing
+
+        kl = _card("KL to the reference")
+        assert 2 <= chrome.eval(f"{kl}.querySelectorAll('text.y-tick').length") <= 6  # 1e-6 .. 1e22, readable
+        assert chrome.eval(f"{kl}.querySelector('text.y-label').textContent") == "nat"  # the catalog's {nat}
+        assert "grpo.kl" in chrome.eval(f"[...{kl}.querySelectorAll('.legend span')].map(s => s.textContent)")
+
+        mis = _card("IS mismatch: KL")
+        assert chrome.eval(f"{mis}.querySelector('svg').dataset.scale") == "symlog"
+        d = chrome.eval(f"{mis}.querySelector('path[data-label=\"mismatch_kl\"]').getAttribute('d')")
+        assert d.count("M") == 2 and d.count("L") == 9  # 11 of 12 steps drawn, zeros and negatives too; no bridge
+        ticks = chrome.eval(f"[...{mis}.querySelectorAll('text.y-tick')].map(t => t.textContent)")
+        assert "0" in ticks and any(t.startswith("-") for t in ticks)
+
+        weights = _card("IS weights")
+        assert chrome.eval(f"{weights}.querySelectorAll('path.series').length") == 3  # min and max too
+        labels = chrome.eval(f"[...{weights}.querySelectorAll('text.y-tick')].map(t => t.textContent)")
+        assert len(labels) >= 2 and len(set(labels)) == len(labels)
+
+        x_ticks = chrome.eval("[...document.querySelectorAll('svg.plot')].map(s => [...s.querySelectorAll('text.x-tick')].map(t => t.textContent).join())")
+        assert len(set(x_ticks)) == 1 and x_ticks[0].startswith("0,")  # one x range for every panel
+        assert chrome.eval("[...document.querySelectorAll('svg.plot')].every(s => s.querySelector('text.x-label').textContent === 'step')")
+
+        # The samples table fits the 1347 px view; long text expands in place.
+        assert chrome.eval("document.querySelector('#samples-table').scrollWidth <= document.querySelector('#samples').clientWidth")
+        assert chrome.eval("document.documentElement.scrollWidth") <= 1347
+        _shot(chrome, tmp_path, "run-page-bad-run.png")
+
+        # Sorting by a column no sort can name: the error stays in the samples box.
+        header = "[...document.querySelectorAll('#samples-table th')].find(t => t.dataset.col === %s)"
+        chrome.eval(f"{header % json.dumps(QUOTED)}.click()")
+        chrome.wait_for("document.querySelector('#samples').dataset.error === '1'")
+        assert "cannot show these samples" in chrome.eval("document.querySelector('#samples-note').textContent")
+        assert chrome.eval("document.querySelectorAll('#samples-table tbody tr').length") == 6  # still there
+        assert chrome.eval("document.querySelectorAll('#plots svg.plot').length") >= 8
+        chrome.eval(f"{header % json.dumps(ODD)}.click()")
+        chrome.wait_for(f"{header % json.dumps(ODD)}.classList.contains('sorted-asc')")
+        col = chrome.eval(f"[...document.querySelectorAll('#samples-table th')].findIndex(t => t.dataset.col === {json.dumps(ODD)})")
+        odd = chrome.eval(f"[...document.querySelectorAll('#samples-table tbody tr')].map(r => +r.children[{col}].textContent)")
+        assert odd == sorted(odd) and len(odd) == 6
+
+        # Search filters as you type, over every step.
+        chrome.eval("{ const s = document.querySelector('#search'); s.value = 'answer 4 of'; s.dispatchEvent(new Event('input')); }")
+        chrome.wait_for("document.querySelectorAll('#samples-table tbody tr').length === 12")
+        texts = chrome.eval("[...document.querySelectorAll('#samples-table tbody tr')].map(r => r.textContent)")
+        assert all("answer 4 of step" in t for t in texts)
+        chrome.eval("{ const s = document.querySelector('#search'); s.value = ''; s.dispatchEvent(new Event('input')); }")
+        chrome.wait_for("document.querySelectorAll('#samples-table tbody tr').length === 6")
+
+        # Clicking a plot point opens that step's samples.
+        reward = _card("Reward (mean")
+        chrome.eval(f"""(() => {{ const svg = {reward}.querySelector('svg'), b = svg.getBoundingClientRect();
+            const x = b.left + (62 + (4 / 11) * (440 - 72)) / 440 * b.width;
+            svg.dispatchEvent(new MouseEvent('click', {{clientX: x, clientY: b.top + b.height / 2, bubbles: true}})); }})()""")
+        chrome.wait_for("document.querySelector('#step-select').value === '4'")
+        chrome.wait_for("[...document.querySelectorAll('#samples-table tbody tr')].every(r => r.textContent.includes('of step 4 '))")
+
+        # The group view: every stored completion of the prompt's group, side by side, ranked by reward.
+        chrome.eval("document.querySelector('#samples-table tbody tr:nth-child(5) button.group-open').click()")
+        chrome.wait_for("document.querySelectorAll('#group-view .group-card').length === 3")
+        cards = chrome.eval("[...document.querySelectorAll('#group-view .group-card')].map(c => Object.fromEntries([...c.querySelectorAll('.group-stats tr')].map(r => [r.children[0].textContent, r.children[1].textContent])))")
+        # row 5 in the table sorted by ODD (5 - i) is sample 1: group 0 of step 4 is samples 0, 1, 2
+        assert [float(c["reward"]) for c in cards] == [1.0, 0.5, 0.0]
+        assert [c["sample"] for c in cards] == ["2", "1", "0"]
+        assert {"reward.correct", "reward.format", "advantage", "length"} <= cards[0].keys()
+        assert chrome.eval("document.querySelector('#group-view .picked .rank').textContent") == "#2"
+        chrome.eval("document.querySelector('#group-view').scrollIntoView()")
+        _shot(chrome, tmp_path, "run-page-group-view.png")
     finally:
         chrome.close()

@@ -69,7 +69,9 @@ def test_demo_prints_a_summary(demo):
     assert s["trainer_exit_code"] == 0 and s["steps"] == STEPS
     assert s["reward_first"] is not None and s["reward_last"] is not None
     assert f"run {RUN_ID}" in demo["stdout"] and "reward (mean):" in demo["stdout"]
-    assert s["samples_url"] in demo["stdout"]
+    after = demo["stdout"].split("reward (mean):", 1)[1]
+    assert "http://" not in after  # --exit: no URL that is dead by the time it is read
+    assert s["sidecar_db"] in after and s["samples_spill"] in after
 
 
 def test_kl_alert_fired_and_reached_alertmanager_and_sidecar(demo):

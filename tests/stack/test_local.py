@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -99,3 +100,46 @@ def test_a_port_in_use_is_one_line_before_anything_starts(stack, tmp_path, free_
 def test_components_bind_to_localhost_only(stack):
     for c in stack.components:
         assert any("127.0.0.1" in a for a in c.argv), c.name
+
+
+TRAINER = """
+from otel_grpo.telemetry import Telemetry
+tel = Telemetry.from_env(run_id="from-up-block")
+for step in range(3):
+    with tel.step(step) as s:
+        s.record({"kl": 0.01 * step, "reward": 0.5})
+        s.samples([{"prompt": f"p{step}-{i}", "completion": "c", "reward": i / 4} for i in range(4)])
+tel.finish()
+"""
+
+
+def test_up_prints_an_environment_block_that_works(tmp_path, free_port_factory):
+    """A trainer given only the block `up` prints lands its steps and samples in the sidecar; the
+    printed alerts link opens on the Prometheus that is installed."""
+    ports = [free_port_factory() for _ in range(4)]
+    up = subprocess.Popen([sys.executable, "-m", "otel_grpo.cli", "up", "--dir", str(tmp_path / "stack"),
+                           "--sidecar-port", str(ports[0]), "--prometheus-port", str(ports[1]),
+                           "--alertmanager-port", str(ports[2]), "--trainer-metrics-port", str(ports[3])],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not lines or "Ctrl-C" not in lines[-1]:
+            line = up.stdout.readline()
+            assert line, f"up exited: {up.stderr.read()}"
+            lines.append(line.rstrip())
+        env = dict(line.strip()[len("export "):].split("=", 1) for line in lines if line.strip().startswith("export "))
+        assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OTEL_GRPO_"))}
+        trainer = subprocess.run([sys.executable, "-c", TRAINER], env={**clean, **env, "OTEL_GRPO_OUTPUT_DIR":
+                                 str(tmp_path / "run")}, capture_output=True, text=True, timeout=120)
+        assert trainer.returncode == 0 and "failed" not in trainer.stderr, trainer.stderr
+        urls = dict(line.split(None, 1) for line in lines if line.startswith("  ") and "http" in line
+                    and not line.strip().startswith("export"))
+        with httpx.Client(timeout=10) as http:
+            rows = http.get(f"{urls['sidecar']}api/runs/from-up-block/samples", params={"step_min": 0}).json()
+            assert len(rows) == 12
+            alerts = http.get(urls["alerts"])
+            assert alerts.status_code == 200 and "alert" in alerts.text.lower()
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(timeout=60)

@@ -71,7 +71,32 @@ def test_summary_text():
     s = DemoSummary(run_id="r1", trainer_exit_code=0, steps=3, reward_first=0.2, reward_last=0.75,
                     alerts_fired=["GRPOKLHigh"], alerts_in_alertmanager=["GRPOKLHigh"], alerts_in_sidecar=[],
                     samples_url="http://127.0.0.1:8000/api/runs/r1/samples", samples_spill=str(Path("x/samples")),
-                    urls={}, started_at=0.0, finished_at=1.0)
+                    sidecar_db="x/sidecar/sidecar.db", urls={}, started_at=0.0, finished_at=1.0)
     text = format_summary(s)
     assert "reward (mean): 0.200 -> 0.750" in text
     assert "alerts fired:  GRPOKLHigh" in text and "reached the sidecar: none" in text
+    assert s.samples_url in text
+    stopping = format_summary(s, live=False)  # demo --exit: the stack is about to stop
+    assert "http://" not in stopping
+    assert "otel-grpo sidecar --db x/sidecar/sidecar.db" in stopping and "x/samples" in stopping
+
+
+@pytest.mark.parametrize("version,path", [("2.42.0+ds", "/classic/alerts"), ("2.53.1", "/classic/alerts"),
+                                          ("3.5.0", "/alerts"), (None, "/classic/alerts")])
+def test_prometheus_alerts_link_follows_the_version(version, path):
+    from otel_grpo.stack._local import prometheus_alerts_path
+
+    assert prometheus_alerts_path(version) == path
+
+
+def test_urls_after_the_trainer_exited_leave_out_its_metrics(tmp_path, capsys):
+    """`make demo` keeps the stack up after the run: the trainer's /metrics is gone by then."""
+    from otel_grpo.cli.stack import _print_urls
+    from otel_grpo.stack import LocalStack
+
+    stack = LocalStack(StackSettings(dir=tmp_path, trainer_metrics_port=19464))
+    _print_urls(stack)
+    assert ":19464/metrics" in capsys.readouterr().out
+    _print_urls(stack, trainer=False)
+    printed = capsys.readouterr().out
+    assert ":19464" not in printed and "/classic/alerts" in printed and "sidecar" in printed

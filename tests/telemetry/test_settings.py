@@ -62,11 +62,22 @@ def test_compose_environment(monkeypatch):
 
 def test_per_signal_protocol(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc")
     s = TelemetrySettings()
-    assert s.protocol_for("traces") == "grpc" and s.protocol_for("metrics") == "http/protobuf"
-    assert _otlp_target(s, "traces") == "http://c:4317"
-    assert _otlp_target(s, "metrics") == "http://c:4317/v1/metrics"
+    assert s.protocol_for("traces") == "http/protobuf" and s.protocol_for("metrics") == "grpc"
+    assert _otlp_target(s, "traces") == "http://c:4317/v1/traces"
+    assert _otlp_target(s, "metrics") == "http://c:4317"
+
+
+def test_default_protocol_is_the_specifications_http_protobuf(monkeypatch):
+    """Following `up --help` with no protocol set must reach the sidecar (OTLP/HTTP), not try gRPC."""
+    for name in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:8000/v1/traces")
+    s = TelemetrySettings()
+    assert s.otlp_protocol == "http/protobuf" and s.protocol_for("traces") == "http/protobuf"
+    assert _otlp_target(s, "traces") == "http://127.0.0.1:8000/v1/traces"
+    assert _otlp_target(s, "metrics") == "http://localhost:4318/v1/metrics"
 
 
 def test_prefixed_variables_and_lists(monkeypatch):

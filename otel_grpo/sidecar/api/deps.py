@@ -12,7 +12,7 @@ import secrets
 import threading
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path, Request, Response
+from fastapi import Depends, HTTPException, Path, Query, Request, Response
 
 from .._metrics import SidecarMetrics
 from .._settings import SidecarSettings
@@ -59,7 +59,15 @@ StoreDep = Annotated[Store, Depends(get_store)]
 SettingsDep = Annotated[SidecarSettings, Depends(get_settings)]
 MetricsDep = Annotated[SidecarMetrics, Depends(get_metrics)]
 GateDep = Annotated[IngestGate, Depends(get_gate)]
-RunId = Annotated[str, Path(description="The run's `grpo.run_id`.", examples=["run-a"])]
+RunId = Annotated[str, Path(description="The run's `grpo.run_id` (may contain `/`, percent-encoded or not).",
+                            examples=["run-a"])]
+# SQLite integers are signed 64-bit: a larger step would raise OverflowError (a 500) at the query.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def step_param(description: str):
+    """A step filter: any int64; beyond that range a 422 naming the parameter."""
+    return Query(ge=INT64_MIN, le=INT64_MAX, description=description)
 
 
 def _check_bearer(request: Request, expected: str | None, metrics: SidecarMetrics) -> None:

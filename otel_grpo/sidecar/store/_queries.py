@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -13,8 +14,9 @@ SAMPLES_STEP_INDEX = "sqlite_autoindex_samples_1"
 SAMPLE_CORE_COLUMNS = ("run_id", "step", "sample_index", "reward", "advantage", "completion_length",
                        "prompt", "completion", "time")
 _SAMPLE_SELECT = "SELECT id, " + ", ".join(SAMPLE_CORE_COLUMNS) + ", data FROM samples"
-# Dynamic sample columns are JSON keys; this pattern keeps the JSON path a plain quoted key.
-COLUMN_RE = re.compile(r"^[A-Za-z0-9_.:/\- ]{1,128}$")
+# Dynamic sample columns are JSON keys, addressed as the quoted path `$."<key>"` (a bound parameter):
+# any key works there but one holding `"` (SQLite's path syntax has no escape) or control characters.
+COLUMN_RE = re.compile(r'^[^"\x00-\x1f]{1,128}$')
 
 
 def iso(ts: float | None) -> str | None:
@@ -68,6 +70,9 @@ class Reads:
     """Mixed into Store: every query runs on the calling thread's read connection."""
 
     def reader(self):  # pragma: no cover - provided by Store
+        raise NotImplementedError
+
+    def read_connection(self):  # pragma: no cover - provided by Store
         raise NotImplementedError
 
     def ping(self) -> bool:
@@ -137,22 +142,20 @@ class Reads:
             keys.update(json.loads(blob))
         return sorted(keys)
 
-    def latest_sample_step(self, run_id: str) -> int | None:
-        return self.reader().execute("SELECT max(step) FROM samples WHERE run_id = ?", (run_id,)).fetchone()[0]
-
     def sample_steps(self, run_id: str, limit: int = 5000) -> list[int]:
         """Steps that have samples, newest first."""
         rows = self.reader().execute(
             "SELECT DISTINCT step FROM samples WHERE run_id = ? ORDER BY step DESC LIMIT ?", (run_id, limit))
         return [r[0] for r in rows]
 
-    def samples(self, run_id: str, query: SampleQuery) -> list[dict]:
+    def _sample_ids_sql(self, conn, run_id: str, query: SampleQuery) -> tuple[str, list] | None:
+        """The id query of a sample filter (ordered and paged); None when the run has no samples."""
         where, params = ["run_id = ?"], [run_id]
         step = query.step
         if step is None and query.step_min is None and query.step_max is None:
-            step = self.latest_sample_step(run_id)
+            step = conn.execute("SELECT max(step) FROM samples WHERE run_id = ?", (run_id,)).fetchone()[0]
             if step is None:
-                return []
+                return None
         for clause, value in (("step = ?", step), ("step >= ?", query.step_min), ("step <= ?", query.step_max),
                               ("reward >= ?", query.reward_min), ("reward <= ?", query.reward_max)):
             if value is not None:
@@ -170,16 +173,57 @@ class Reads:
         bounded = step is not None or (query.step_min is not None and query.step_max is not None)
         hint = f" INDEXED BY {SAMPLES_STEP_INDEX}" if bounded else ""
         sql = f"SELECT id FROM samples{hint} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
-        conn = self.reader()
-        ids = [r[0] for r in conn.execute(sql, [*params, *order_params, query.limit, query.offset])]
-        if not ids:
-            return []
+        return sql, [*params, *order_params, query.limit, query.offset]
+
+    @staticmethod
+    def _rows_by_id(conn, ids: list[int]) -> list[dict]:
         rows = []
         for i in range(0, len(ids), 10_000):  # stay under SQLite's bound-variable limit
             chunk = ids[i:i + 10_000]
             rows += conn.execute(f"{_SAMPLE_SELECT} WHERE id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
         by_id = {r[0]: r for r in rows}
         return [_sample_row(by_id[i]) for i in ids if i in by_id]
+
+    def samples(self, run_id: str, query: SampleQuery) -> list[dict]:
+        conn = self.reader()
+        found = self._sample_ids_sql(conn, run_id, query)
+        if found is None:
+            return []
+        ids = [r[0] for r in conn.execute(*found)]
+        return self._rows_by_id(conn, ids) if ids else []
+
+    def iter_samples(self, run_id: str, query: SampleQuery, chunk: int = 500) -> Iterator[dict]:
+        """`samples` as a generator holding `chunk` rows at a time (for exports of any size).
+
+        It reads on a connection of its own, in one read transaction (one consistent snapshot),
+        because a streamed response pulls the next rows from whichever thread is free.
+        """
+        conn = self.read_connection()
+        try:
+            conn.execute("BEGIN")
+            found = self._sample_ids_sql(conn, run_id, query)
+            if found is None:
+                return
+            cursor = conn.execute(*found)
+            while ids := [r[0] for r in cursor.fetchmany(chunk)]:
+                yield from self._rows_by_id(conn, ids)
+        finally:
+            conn.close()
+
+    def sample_columns(self, run_id: str, query: SampleQuery) -> list[str]:
+        """Every column the rows of `query` can have: the core ones, then the keys of their data."""
+        conn = self.read_connection()
+        try:
+            conn.execute("BEGIN")
+            found = self._sample_ids_sql(conn, run_id, query)
+            if found is None:
+                return list(SAMPLE_CORE_COLUMNS)
+            sql, params = found
+            keys = conn.execute(f"SELECT DISTINCT j.key FROM samples, json_each(samples.data) AS j "
+                                f"WHERE samples.id IN ({sql})", params)
+            return list(dict.fromkeys([*SAMPLE_CORE_COLUMNS, *(k for (k,) in keys)]))
+        finally:
+            conn.close()
 
     def alerts(self, run_id: str | None = None, status: str | None = None, limit: int = 1000) -> list[dict]:
         where, params = [], []

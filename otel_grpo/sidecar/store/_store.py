@@ -12,17 +12,20 @@ whichever thread calls.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
 from collections import defaultdict
 from pathlib import Path
+from urllib.parse import quote
 
 import orjson
 
 from ..otlp._extract import PHASE_COLUMN, Batch
 from . import _queries, _retention
 from ._checkpoint import TRUNCATE_BYTES, VALVE_PAGES, Checkpointer
+from ._health import WriteHealth
 from ._schema import migrate
 
 # Sample rows are 1-4 KiB (prompt + completion), so with SQLite's default 4 KiB pages most
@@ -30,6 +33,7 @@ from ._schema import migrate
 # (WAL, then the checkpoint). 32 KiB pages pack ten rows a page; ingest's write and checkpoint
 # cost fell ~30% (benchmarks/README.md). An existing database keeps the page size it has.
 PAGE_BYTES = 32768
+log = logging.getLogger("otel_grpo.sidecar")
 
 _SAMPLE_INSERT = """
 INSERT INTO samples (run_id, step, uid, sample_index, reward, advantage, completion_length,
@@ -96,20 +100,49 @@ class Store(_queries.Reads):
         self._writer: sqlite3.Connection | None = None
         self._checkpointer: Checkpointer | None = None
         self.found_version: int | None = None
+        self.health = WriteHealth(self.path)
+        self._uri: str | None = None  # set when opened read-only
 
     @classmethod
     def open(cls, path: str | Path, synchronous: str = "NORMAL") -> "Store":
-        """Open (creating if needed) and migrate; the writer connection is ready on return."""
+        """Open (creating if needed) and migrate; the writer connection is ready on return.
+
+        An existing database that cannot be written (a full disk, a read-only mount) is opened
+        read-only instead: reads work, writes raise sqlite3.OperationalError, and
+        `health.read_only` says why. A database that cannot be created raises.
+        """
         store = cls(Path(path), synchronous)
         store.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = store._connect()
-        conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # takes effect only in a new database
-        conn.execute("PRAGMA journal_mode = WAL")
-        store.found_version = migrate(conn)
+        try:
+            conn = store._connect()
+            conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # takes effect only in a new database
+            conn.execute("PRAGMA journal_mode = WAL")
+            store.found_version = migrate(conn)
+        except sqlite3.OperationalError as exc:
+            if not store.path.is_file() or store.path.stat().st_size == 0:
+                raise
+            store._open_read_only(exc)
+            return store
         store._writer = _as_writer(conn)
         store._checkpointer = Checkpointer(store.path, synchronous)
         store.optimize()
         return store
+
+    def _open_read_only(self, exc: sqlite3.OperationalError) -> None:
+        # mode=ro still needs the WAL index (-shm), which a full disk cannot hold; immutable=1 reads
+        # the main file alone (frames still in a -wal file stay unseen until the disk has room).
+        self.health.read_only = f"{exc} at start-up (free on its disk: {self.health.free_text()})"
+        for flags in ("mode=ro", "immutable=1"):
+            self._uri = f"file:{quote(str(self.path.resolve()))}?{flags}"
+            try:
+                self._connect().execute("SELECT count(*) FROM runs").fetchone()
+                break
+            except sqlite3.OperationalError:
+                continue
+        else:
+            raise exc
+        log.error("store %s is not writable (%s): serving it read-only (%s); ingest answers 503 until restarted "
+                  "with room on the disk", self.path, exc, flags)
 
     @classmethod
     def open_writer(cls, path: str | Path, synchronous: str = "NORMAL") -> "Store":
@@ -130,8 +163,11 @@ class Store(_queries.Reads):
 
     def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so "committed" means committed.
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
-        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        if self._uri is not None:
+            conn = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0)
+        else:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         conn.execute("PRAGMA foreign_keys = OFF")
         conn.execute("PRAGMA cache_size = -32768")  # 32 MiB page cache per connection
         return conn
@@ -145,6 +181,16 @@ class Store(_queries.Reads):
             self._local.conn = conn
             with self._readers_lock:
                 self._readers.append(conn)
+        return conn
+
+    def read_connection(self) -> sqlite3.Connection:
+        """A new read-only connection the caller owns and closes (streamed exports).
+
+        Its page cache is small: an export reads each page once, so a cache only adds resident memory.
+        """
+        conn = self._connect()
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA cache_size = -2048")
         return conn
 
     def close(self) -> None:
@@ -285,6 +331,8 @@ class _Transaction:
         conn = self.store._writer
         if conn is None:
             self.store._wlock.release()
+            if self.store.health.read_only:
+                raise sqlite3.OperationalError(f"store is read-only ({self.store.health.read_only})")
             raise RuntimeError("store is closed")
         conn.execute("BEGIN IMMEDIATE")
         return conn

@@ -4,18 +4,44 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from ...otlp import BodyError, read_body
 from ...schemas import AlertmanagerWebhook, AlertPublic, AlertsAccepted
-from ..deps import FastJSON, StoreDep, require_ingest, require_read
+from ..deps import FastJSON, MetricsDep, SettingsDep, StoreDep, require_ingest, require_read
 
 router = APIRouter(prefix="/api/alerts", tags=["alerts"])
+_BODY_DOC = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": {"type": "object", "description": "Alertmanager's webhook payload, version 4."}}}}}
 
 
-@router.post("", response_model=AlertsAccepted, dependencies=[Depends(require_ingest)])
-async def receive_alerts(payload: AlertmanagerWebhook, store: StoreDep) -> AlertsAccepted:
+async def _payload(request: Request, limit: int, metrics) -> AlertmanagerWebhook:
+    """The body, read only after the token check (a dependency) and within `limit` bytes."""
+    length = request.headers.get("content-length", "")
+    try:
+        if length.isdigit() and int(length) > limit:
+            raise BodyError(413, "too_large", f"request body exceeds the limit of {limit} bytes")
+        body, _ = await read_body(request.stream(), request.headers.get("content-encoding"), limit)
+    except BodyError as exc:
+        metrics.rejected.labels(exc.reason).inc()
+        raise HTTPException(exc.status, exc.message) from None
+    try:
+        return AlertmanagerWebhook.model_validate_json(body)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False, include_context=False, include_input=False)) from None
+
+
+# The body is taken by hand, not as a typed parameter: FastAPI reads a declared body before any
+# dependency runs, so a 100 MiB body without a token was read whole before its 401.
+@router.post("", response_model=AlertsAccepted, dependencies=[Depends(require_ingest)], openapi_extra=_BODY_DOC,
+             responses={413: {"description": "Body larger than `max_alert_body_bytes`."}})
+async def receive_alerts(request: Request, store: StoreDep, settings: SettingsDep,
+                         metrics: MetricsDep) -> AlertsAccepted:
     """Alertmanager's webhook: alerts are upserted by (fingerprint, startsAt), committed before 200."""
+    payload = await _payload(request, settings.max_alert_body_bytes, metrics)
     alerts = [a.model_dump() for a in payload.alerts]
     stored = await run_in_threadpool(store.upsert_alerts, alerts)
     return AlertsAccepted(stored=stored)

@@ -83,12 +83,14 @@ async def export_traces(request: Request, store: StoreDep, settings: SettingsDep
     except sqlite3.OperationalError as exc:
         # Locked or full database: transient from the client's side, so retryable (503).
         metrics.rejected.labels("store_unavailable").inc()
+        store.health.failed(exc)
         return _error(media, 503, UNAVAILABLE, f"store unavailable: {exc}", settings.retry_after_s)
     except WorkerLost as exc:
         metrics.rejected.labels("worker_lost").inc()  # logged by the pool; the worker is replaced
         return _error(media, 503, UNAVAILABLE, f"ingest worker lost ({exc}); retry", settings.retry_after_s)
     finally:
         gate.release()
+    store.health.ok()
     metrics.bytes.labels(media).inc(wire)
     metrics.spans.inc(spans)
     metrics.events.inc(inserted)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -15,15 +17,23 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: the store is open and answers a query",
-            responses={503: {"description": "Store not ready."}})
+@router.get("/readyz", summary="Readiness: the store answers a query and can take writes",
+            responses={503: {"description": "Store not ready, read-only, or its disk is full (`detail` says which)."}})
 def readyz(store: StoreDep) -> Response:
     try:
         ok = store.ping()
     except Exception as exc:  # any store failure means "not ready", never a 500
-        return Response(f'{{"status":"unavailable","detail":"{type(exc).__name__}"}}', 503, media_type="application/json")
-    return Response('{"status":"ready"}' if ok else '{"status":"unavailable"}', 200 if ok else 503,
-                    media_type="application/json")
+        return _json({"status": "unavailable", "detail": type(exc).__name__}, 503)
+    if not ok:
+        return _json({"status": "unavailable"}, 503)
+    problem = store.health.problem()  # reads work, but every ingest would get 503
+    if problem is not None:
+        return _json({"status": "not_writable", "detail": problem, "reads": "ok"}, 503)
+    return _json({"status": "ready"}, 200)
+
+
+def _json(body: dict, status: int) -> Response:
+    return Response(json.dumps(body), status, media_type="application/json")
 
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics of the sidecar itself",

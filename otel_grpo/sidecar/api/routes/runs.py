@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Response
 
 from ...schemas import Message, RunPublic, StepRow
-from ..deps import FastJSON, RunId, StoreDep, bad_param, not_found_run, require_read
+from ..deps import FastJSON, RunId, StoreDep, bad_param, not_found_run, require_read, step_param
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], dependencies=[Depends(require_read)])
 _404 = {404: {"model": Message, "description": "Unknown run."}}
@@ -19,15 +19,6 @@ def list_runs(store: StoreDep) -> FastJSON:
     return FastJSON(store.runs())
 
 
-@router.get("/{run_id}", response_model=RunPublic, response_class=FastJSON, responses=_404)
-def get_run(run_id: RunId, store: StoreDep) -> FastJSON:
-    """One run."""
-    for run in store.runs():
-        if run["run_id"] == run_id:
-            return FastJSON(run)
-    raise not_found_run(run_id)
-
-
 def split_list(values: list[str] | None) -> list[str] | None:
     """`metrics=a,b&metrics=c` -> [a, b, c]; None when not given."""
     if not values:
@@ -36,13 +27,13 @@ def split_list(values: list[str] | None) -> list[str] | None:
     return out or None
 
 
-@router.get("/{run_id}/steps", response_model=list[StepRow], response_class=FastJSON, responses=_404)
+@router.get("/{run_id:path}/steps", response_model=list[StepRow], response_class=FastJSON, responses=_404)
 def list_steps(
     run_id: RunId,
     store: StoreDep,
     metrics: Annotated[list[str] | None, Query(description="Columns to return (comma-separated or repeated); default: all.")] = None,
-    step_min: Annotated[int | None, Query(description="First step (inclusive).")] = None,
-    step_max: Annotated[int | None, Query(description="Last step (inclusive).")] = None,
+    step_min: Annotated[int | None, step_param("First step (inclusive).")] = None,
+    step_max: Annotated[int | None, step_param("Last step (inclusive).")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
 ) -> FastJSON:
@@ -60,9 +51,18 @@ def list_steps(
     return Response(body, media_type="application/json")
 
 
-@router.get("/{run_id}/metrics", response_model=list[str], response_class=FastJSON, responses=_404)
+@router.get("/{run_id:path}/metrics", response_model=list[str], response_class=FastJSON, responses=_404)
 def list_metric_keys(run_id: RunId, store: StoreDep) -> FastJSON:
     """The scalar column names the run's steps carry."""
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
     return FastJSON(store.metric_keys(run_id))
+
+
+@router.get("/{run_id:path}", response_model=RunPublic, response_class=FastJSON, responses=_404)
+def get_run(run_id: RunId, store: StoreDep) -> FastJSON:
+    """One run. Declared last: a run id may contain `/`, so this route takes what the others leave."""
+    for run in store.runs():
+        if run["run_id"] == run_id:
+            return FastJSON(run)
+    raise not_found_run(run_id)

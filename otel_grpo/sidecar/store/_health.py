@@ -1,0 +1,70 @@
+"""Whether the store can take writes, as /readyz reports it and the log tells it.
+
+    health = WriteHealth(Path("sidecar.db"))
+    health.failed(exc)     # an ingest could not commit (disk full, I/O error, read-only)
+    health.ok()            # the next commit worked
+    health.problem()       # None when writable, else a one-line reason
+
+A full disk used to be invisible: /readyz said 200 while every ingest got 503, and nothing was
+logged. The first failure of a streak is logged, then every `LOG_EVERY`-th, then the recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from pathlib import Path
+
+log = logging.getLogger("otel_grpo.sidecar")
+LOG_EVERY = 100
+LOW_DISK_BYTES = 1024 * 1024  # below this much free space a commit is about to fail
+
+
+class WriteHealth:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.read_only: str | None = None
+        """Why the store was opened read-only (None: it was opened for writing)."""
+        self.failure: str | None = None
+        self.rejected = 0
+        self._lock = threading.Lock()
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self.rejected += 1
+            first, self.failure = self.failure is None, str(exc)
+            count = self.rejected
+        if first or count % LOG_EVERY == 0:
+            log.error("store %s cannot take writes (%s): ingest answers 503, reads still work; %d request(s) "
+                      "rejected so far (free on its disk: %s)", self.path, exc, count, self.free_text())
+        else:
+            log.debug("ingest rejected, store not writable: %s", exc)
+
+    def ok(self) -> None:
+        if self.failure is None:
+            return
+        with self._lock:
+            count, self.failure, self.rejected = self.rejected, None, 0
+        log.warning("store %s takes writes again, after %d rejected ingest request(s)", self.path, count)
+
+    def free_bytes(self) -> int | None:
+        try:
+            return shutil.disk_usage(self.path.resolve().parent).free
+        except OSError:
+            return None
+
+    def free_text(self) -> str:
+        free = self.free_bytes()
+        return "unknown" if free is None else f"{free} bytes"
+
+    def problem(self) -> str | None:
+        """A one-line reason why writes fail or are about to; None when the store is writable."""
+        if self.read_only:
+            return f"read-only: {self.read_only}"
+        free = self.free_bytes()
+        if free is not None and free < LOW_DISK_BYTES:
+            return f"disk full: {free} bytes free on the database's filesystem"
+        if self.failure:
+            return f"last write failed: {self.failure}"
+        return None

@@ -1,0 +1,83 @@
+"""A real full filesystem (a 4 MiB tmpfs mounted for the test): the running sidecar reports it on
+/readyz and in its log, and a sidecar started on it serves reads from a read-only store.
+
+Mounting needs root (CAP_SYS_ADMIN); elsewhere the test is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import httpx
+import pytest
+
+PB = {"Content-Type": "application/x-protobuf"}
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill(mnt) -> None:
+    """Write until the filesystem says ENOSPC (unbuffered: nothing left to flush on close)."""
+    fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _ingest(url: str, otlp, run_id: str, steps) -> httpx.Response:
+    spans = otlp.spans(run_id, steps, samples=8, completion=lambda s, i: f"{run_id} {s}/{i} " + "y" * 3000)
+    return httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB, timeout=30)
+
+
+def test_a_sidecar_starts_read_only_on_a_full_disk(sidecar_factory, small_disk, otlp, tmp_path):
+    db, log = small_disk / "sidecar.db", tmp_path / "sidecar.log"
+    first = sidecar_factory(db=db, log=log)
+    assert _ingest(first.url, otlp, "before", range(3)).status_code == 200
+    first.stop()  # a clean stop: the WAL is checkpointed and removed, as after any normal run
+    assert not (small_disk / "sidecar.db-wal").exists()
+    _fill(small_disk)
+
+    again = sidecar_factory(db=db, log=log, ready="/healthz")  # used to exit 3: disk I/O error at a PRAGMA
+    ready = httpx.get(again.url + "/readyz")
+    assert ready.status_code == 503 and ready.json()["detail"].startswith("read-only"), ready.text
+    rows = httpx.get(again.url + "/api/runs/before/samples", params={"step_min": 0, "limit": 100}).json()
+    assert len(rows) == 24 and rows[0]["completion"].startswith("before 0/0 ")
+    assert [r["run_id"] for r in httpx.get(again.url + "/api/runs").json()] == ["before"]
+    assert httpx.get(again.url + "/api/runs/before/samples.csv", params={"step": 1}).text.count("before 1/") == 8
+    assert _ingest(again.url, otlp, "after", [0]).status_code == 503
+    again.stop()
+    assert "serving it read-only" in log.read_text()
+
+
+def test_a_disk_filling_up_is_reported_on_readyz_and_logged_once(sidecar_factory, small_disk, otlp, tmp_path):
+    log = tmp_path / "sidecar.log"
+    proc = sidecar_factory(db=small_disk / "sidecar.db", log=log)  # ingest workers as by default
+    assert _ingest(proc.url, otlp, "before", range(3)).status_code == 200
+    assert httpx.get(proc.url + "/readyz").status_code == 200
+    _fill(small_disk)
+
+    codes = [_ingest(proc.url, otlp, "during", range(s, s + 4)).status_code for s in range(0, 40, 4)]
+    assert set(codes) <= {200, 503} and codes[-3:] == [503] * 3  # the first may still fit in the WAL
+    ready = httpx.get(proc.url + "/readyz")
+    assert ready.status_code == 503 and "disk full" in ready.json()["detail"] and ready.json()["reads"] == "ok"
+    assert httpx.get(proc.url + "/api/runs/before/samples", params={"step": 2}).status_code == 200
+    proc.stop()
+    text = log.read_text()
+    assert text.count("cannot take writes") == 1, text  # once per streak, not once per request
+    assert "ingest answers 503" in text and "rejected so far" in text
