@@ -74,20 +74,24 @@ class StackSettings:
         }
 
 
-def prometheus_alerts_path(version: str | None) -> str:
-    """The alerts page of a Prometheus of this version: 2.x serves `/classic/alerts` (Debian's 2.42
-    serves only the classic UI, `/alerts` is 404 there); 3.x dropped `/classic` and serves `/alerts`."""
-    major = (version or "").split(".")[0]
-    return "/alerts" if major.isdigit() and int(major) >= 3 else "/classic/alerts"
+# Where a Prometheus shows its alerts, best first: the 3.x UI, 2.x's classic UI (Debian's 2.42
+# serves only that), and the JSON API every version answers (a Prometheus built from its Go
+# module, as the tests build it, has no web UI at all).
+ALERTS_PAGES = ("/alerts", "/classic/alerts", "/api/v1/alerts")
 
 
-def _prometheus_version(url: str) -> str | None:
+def find_alerts_page(url: str) -> str:
+    """The first of `ALERTS_PAGES` the Prometheus at `url` answers with 200 (the API if none does)."""
     import httpx
 
-    try:
-        return httpx.get(f"{url}/api/v1/status/buildinfo", timeout=5).json()["data"]["version"]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
-        return None
+    with httpx.Client(timeout=5) as client:
+        for path in ALERTS_PAGES[:-1]:
+            try:
+                if client.get(url + path).status_code == 200:
+                    return path
+            except httpx.HTTPError:
+                break
+    return ALERTS_PAGES[-1]
 
 
 def write_local_configs(s: StackSettings) -> dict[str, Path]:
@@ -113,8 +117,8 @@ class LocalStack:
     def __init__(self, settings: StackSettings) -> None:
         self.settings = settings
         self.components: list[Managed] = []
-        self.prometheus_version: str | None = None
-        """What the running Prometheus reports (its build info), once started."""
+        self.alerts_path = ALERTS_PAGES[-1]
+        """The running Prometheus's alerts page (`find_alerts_page`), once started."""
 
     @property
     def urls(self) -> dict[str, str]:
@@ -122,7 +126,7 @@ class LocalStack:
         return {
             "sidecar": s.sidecar_url + "/",
             "prometheus": s.prometheus_url + "/",
-            "alerts": s.prometheus_url + prometheus_alerts_path(self.prometheus_version),
+            "alerts": s.prometheus_url + self.alerts_path,
             "alertmanager": s.alertmanager_url + "/",
             "trainer metrics": s.url(s.trainer_metrics_port) + "/metrics",
         }
@@ -184,7 +188,7 @@ class LocalStack:
         except BaseException:
             self.stop()
             raise
-        self.prometheus_version = _prometheus_version(self.settings.prometheus_url)
+        self.alerts_path = find_alerts_page(self.settings.prometheus_url)
         return self
 
     def stop(self) -> None:

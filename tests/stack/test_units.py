@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 import otel_grpo.stack as stack
@@ -81,12 +82,13 @@ def test_summary_text():
     assert "otel-grpo sidecar --db x/sidecar/sidecar.db" in stopping and "x/samples" in stopping
 
 
-@pytest.mark.parametrize("version,path", [("2.42.0+ds", "/classic/alerts"), ("2.53.1", "/classic/alerts"),
-                                          ("3.5.0", "/alerts"), (None, "/classic/alerts")])
-def test_prometheus_alerts_link_follows_the_version(version, path):
-    from otel_grpo.stack._local import prometheus_alerts_path
+def test_the_alerts_link_is_a_page_the_running_prometheus_answers(prometheus_api, free_port_factory):
+    from otel_grpo.stack._local import ALERTS_PAGES, find_alerts_page
 
-    assert prometheus_alerts_path(version) == path
+    path = find_alerts_page(prometheus_api)
+    assert path in ALERTS_PAGES and httpx.get(prometheus_api + path, timeout=10).status_code == 200
+    # nothing listening: the JSON API, which every Prometheus version serves
+    assert find_alerts_page(f"http://127.0.0.1:{free_port_factory()}") == "/api/v1/alerts"
 
 
 def test_urls_after_the_trainer_exited_leave_out_its_metrics(tmp_path, capsys):
