@@ -101,4 +101,4 @@ def test_urls_after_the_trainer_exited_leave_out_its_metrics(tmp_path, capsys):
     assert ":19464/metrics" in capsys.readouterr().out
     _print_urls(stack, trainer=False)
     printed = capsys.readouterr().out
-    assert ":19464" not in printed and "/classic/alerts" in printed and "sidecar" in printed
+    assert ":19464" not in printed and "alerts" in printed and "sidecar" in printed
