@@ -7,42 +7,16 @@ made. Not a test module.
 
 import json
 import sys
-from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 from accelerate import Accelerator
 
 from otel_grpo.signals import reduce_stats
+from tests._support.collectives import counting_collectives
 from signal_batches import everything
 
 B, T, SEED = 8, 13, 7
-
-
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
-               "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather", "scatter",
-               "barrier", "all_to_all")
-
-
-@contextmanager
-def counting_collectives():
-    """Every torch.distributed collective called inside, by name (accelerate calls them too)."""
-    calls: list[str] = []
-    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
-
-    def counted(name, fn):
-        def call(*args, **kwargs):
-            calls.append(name)
-            return fn(*args, **kwargs)
-        return call
-
-    for name, fn in originals.items():
-        setattr(dist, name, counted(name, fn))
-    try:
-        yield calls
-    finally:
-        for name, fn in originals.items():
-            setattr(dist, name, fn)
 
 
 def reduced_json(stats, accelerator=None) -> dict:

@@ -17,7 +17,7 @@ HERE = Path(__file__).parent
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("ranks")
-    path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([str(HERE), str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])  # + the repo: tests._support
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            str(HERE / "dist_worker.py"), str(out)]  # fmt: skip

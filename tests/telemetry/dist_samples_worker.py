@@ -7,38 +7,14 @@ step made; rank 0's Telemetry spills the kept rows under `<out>/run/samples/`. N
 import json
 import random
 import sys
-from contextlib import contextmanager
 
 import torch.distributed as dist
 
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
+from tests._support.collectives import counting_collectives
 
 STEPS, GROUP, SEED = 3, 4, 11
 SETTINGS = dict(top_k=3, bottom_k=2, random_k=2, seed=SEED, metrics_exporters=["none"], traces_exporters=["none"])
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "gather", "gather_object", "broadcast",
-               "broadcast_object_list", "barrier", "scatter", "reduce")
-
-
-@contextmanager
-def counting():
-    calls: list[str] = []
-    originals = {name: getattr(dist, name) for name in COLLECTIVES}
-
-    def counted(name, fn):
-        def call(*args, **kwargs):
-            calls.append(name)
-            return fn(*args, **kwargs)
-        return call
-
-    for name, fn in originals.items():
-        setattr(dist, name, counted(name, fn))
-    try:
-        yield calls
-    finally:
-        for name, fn in originals.items():
-            setattr(dist, name, fn)
-
-
 def rows_of(rank: int, step: int, n: int) -> list[dict]:
     rng = random.Random(1000 * step + rank)
     return [{"completion": f"r{rank}s{step}i{i}", "reward": round(rng.random(), 3),
@@ -52,7 +28,7 @@ def main(out: str) -> None:
     handed, collectives = [], []
     for step in range(STEPS):
         first, second = rows_of(rank, step, 2 * GROUP), rows_of(rank + 10, step, GROUP * (rank + 1))
-        with counting() as calls:
+        with counting_collectives() as calls:
             with tel.step(step) as s:
                 s.samples(first, group_size=GROUP)  # two calls per step: one selection over both
                 s.samples(second, group_size=GROUP)
@@ -62,7 +38,7 @@ def main(out: str) -> None:
     # per-rank selection (torchforge's per_rank_reduce), every rank exporting: no collective
     own = Telemetry(TelemetrySettings(run_id="per-rank", output_dir=f"{out}/per_rank", sample_reduce="per_rank",
                                       export_all_ranks=True, **SETTINGS))
-    with counting() as per_rank_calls:
+    with counting_collectives() as per_rank_calls:
         with own.step(0) as s:
             s.samples(handed[0][0] + handed[0][1], group_size=GROUP)
     own.finish()
