@@ -21,7 +21,7 @@ from ._partial import Stats
 from ._policy import loss_stats, policy_stats
 from ._reduce import reduce_stats
 from ._reduced import ReducedStats
-from ._rewards import reward_stats
+from ._rewards import advantage_stats, reward_stats
 from ._rollout_is import LEVELS, MODES, SAFETY_BOUND, RolloutCorrection, rollout_correction
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "ReducedStats",
     "RolloutCorrection",
     "Stats",
+    "advantage_stats",
     "diversity_stats",
     "length_stats",
     "loss_stats",

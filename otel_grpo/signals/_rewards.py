@@ -64,13 +64,24 @@ def reward_stats(
         )
         stats.add_samples(f"sample_reward_fn/{name}", values, {f"reward_fn_{q}/{name}": x for q, x in _Q.items()})
     if advantages is not None:
-        advantages = v.floating(advantages, "advantages", shape=(batch,))
-        ok = ~torch.isnan(advantages)
-        describe(
-            stats, advantages, ok, mean="advantage_mean", std="advantage_std", min="advantage_min", max="advantage_max"
-        )
-        stats.add_samples("sample_advantage", advantages)
+        v.floating(advantages, "advantages", shape=(batch,))
+        stats = stats | advantage_stats(advantages)
     stats.add_sum("samples", torch.full((), batch, dtype=torch.float64, device=rewards.device))
+    return stats
+
+
+def advantage_stats(advantages: Tensor) -> Stats:
+    """`advantage_mean/std/min/max` and the per-sample vector `sample_advantage` of [B] advantages.
+
+    What `reward_stats(..., advantages=...)` adds; on its own where the advantages of a
+    rank's rows and the rewards of whole groups are not the same rows (TRL, groups
+    straddling ranks).
+    """
+    stats = Stats()
+    advantages = v.floating(advantages, "advantages", dim=1)
+    describe(stats, advantages, ~torch.isnan(advantages),
+             mean="advantage_mean", std="advantage_std", min="advantage_min", max="advantage_max")
+    stats.add_samples("sample_advantage", advantages)
     return stats
 
 

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from otel_grpo import signals
@@ -18,12 +19,14 @@ from tests._support.tiny_trl import save_tiny_model
 HERE = Path(__file__).parent
 
 
-def test_two_ranks_equal_one_process_on_the_concatenated_batch(tmp_path):
+@pytest.mark.parametrize("per_device", [4, 2], ids=["whole-groups-per-rank", "groups-straddle-ranks"])
+def test_two_ranks_equal_one_process_on_the_concatenated_batch(tmp_path, per_device):
     save_tiny_model(tmp_path / "model")  # once, before the ranks load it
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")]),
            "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            str(HERE / "trl_run.py"), str(tmp_path), "max_steps=2", "num_iterations=2"]
+            str(HERE / "trl_run.py"), str(tmp_path), "max_steps=2", "num_iterations=2",
+            f"per_device_train_batch_size={per_device}"]
     done = run_group(argv, timeout=300, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
 
@@ -44,6 +47,7 @@ def test_two_ranks_equal_one_process_on_the_concatenated_batch(tmp_path):
                 "distinct_1", "distinct_2", "entropy", "clip_ratio_region_mean", "policy_ratio_max", "approx_kl",
                 "kl", "kl_k1", "kl_max", "kl_seq_mean"):
         assert close(got[key], expected[key]), (key, got[key], expected[key])
+    assert got["samples"] == expected["samples"] == 2 * per_device  # 2 ranks; a rank without a group of its own adds none
     trl = rank0["log_history"][0]
     for trl_key, key in (("reward", "reward"), ("reward_std", "reward_std"), ("entropy", "entropy"),
                          ("completions/mean_length", "completion_length_mean"), ("loss", "loss")):

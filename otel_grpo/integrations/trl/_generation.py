@@ -57,14 +57,11 @@ def generation_stats(trainer: Any, out: dict, cap: Captured) -> tuple[signals.St
     ids, mask = out["completion_ids"], out["completion_mask"]
     batch, width = ids.shape
     rank = trainer.accelerator.process_index
-    local = cap.rewards_per_func[rank * batch : (rank + 1) * batch]
-    total = (local * trainer.reward_weights.to(local.device).unsqueeze(0)).nansum(dim=1)
-    total = torch.where(torch.isnan(local).all(dim=1), math.nan, total)  # TRL's unscorable rows
+    totals = _weighted_totals(trainer, cap.rewards_per_func)
+    local, total = cap.rewards_per_func[rank * batch : (rank + 1) * batch], totals[rank * batch : (rank + 1) * batch]
     names = [fn_name(n) for n in trainer.reward_func_names]
     advantages = out["advantages"].reshape(batch, -1)[:, 0]
-    group = trainer.num_generations
-    stats = signals.reward_stats(total, group if batch % group == 0 else 1,
-                                 {n: local[:, i] for i, n in enumerate(names)}, advantages)
+    stats = _reward_family(trainer, cap.rewards_per_func, totals, names) | signals.advantage_stats(advantages)
 
     lengths, truncated = _lengths(trainer, cap.completion_ids, out)
     length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < torch.tensor(lengths, device=ids.device)[:, None]
@@ -75,6 +72,34 @@ def generation_stats(trainer: Any, out: dict, cap: Captured) -> tuple[signals.St
     values = torch.cat([local, total[:, None], advantages[:, None].to(local.dtype)], dim=1).detach()
     step = int(trainer.state.global_step)
     return stats, SampleBatch(cap, values, lengths, truncated, rank * batch, step)
+
+
+def _weighted_totals(trainer: Any, rewards_per_func: Tensor) -> Tensor:
+    """[N] total reward as TRL weights it; NaN where no function scored the row (TRL's unscorable rows)."""
+    total = (rewards_per_func * trainer.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    return torch.where(torch.isnan(rewards_per_func).all(dim=1), math.nan, total)
+
+
+def _reward_family(trainer: Any, rewards_per_func: Tensor, totals: Tensor, names: list[str]) -> signals.Stats:
+    """Reward stats over whole prompt groups, each counted on exactly one rank.
+
+    A rank's rows need not hold whole groups (8 completions per GPU with num_generations=16),
+    but TRL gathers every rank's rewards for its advantages: rank r takes groups r, r + world,
+    ... of that gathered batch, so group std and zero-std fractions are exact after the one
+    reduction. A rank left without a group adds one group of NaN rewards (rows no function
+    scored count nowhere) and takes its rows back out of the completions counter.
+    """
+    group, world = trainer.num_generations, trainer.accelerator.num_processes
+    rows = torch.arange(totals.shape[0], device=totals.device).view(-1, group)
+    owned = rows[trainer.accelerator.process_index :: world].reshape(-1)
+    padded = owned.numel() == 0
+    if padded:
+        totals, rewards_per_func = totals.new_full((group,), math.nan), rewards_per_func.new_full((group, len(names)), math.nan)
+        owned = torch.arange(group, device=totals.device)
+    stats = signals.reward_stats(totals[owned], group, {n: rewards_per_func[owned, i] for i, n in enumerate(names)})
+    if padded:
+        stats.add_sum("samples", -float(group))
+    return stats
 
 
 def _lengths(trainer: Any, completion_ids: Sequence[Sequence[int]], out: dict) -> tuple[list[int], list[bool]]:

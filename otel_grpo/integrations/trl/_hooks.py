@@ -30,7 +30,6 @@ class Hooks:
         self._captured: Captured | None = None
         self._loss_logps: tuple[torch.Tensor, torch.Tensor | None] | None = None
         self._generation_s = 0.0  # generation time inside the current training_step
-        self._warned_groups = False
 
     def install(self) -> None:
         t = self.trainer
@@ -126,10 +125,6 @@ class Hooks:
 
     def _add_generation(self, out: dict, captured: Captured) -> None:
         t = self.trainer
-        if out["completion_ids"].shape[0] % t.num_generations and not self._warned_groups:
-            self._warned_groups = True
-            logger.warning("otel-grpo: a rank's generation batch does not hold whole groups of %d; "
-                           "reward group std and frac_zero_std are per completion", t.num_generations)
         stats, batch = generation_stats(t, out, captured)
         self.acc.add(stats)
         self.acc.batches.append(batch)
