@@ -185,7 +185,9 @@ class Follower:
             rows = rows if rows is not None else other.rows
         if not scalars and not phases and not rows:
             return 0  # e.g. a TRL parquet repeating the previous generation batch
-        with self.tel.step(record.step) as s:
+        # A logged step: `grpo.steps` advances by the steps since the previous one (a TRL step whose
+        # samples and scalars arrive apart goes out twice and counts once; logging_steps > 1 counts all).
+        with self.tel.logged_step(record.step) as s:
             if scalars or rows:
                 s.record(_Values(scalars, _histograms(rows or ())))
             end = time.time_ns()

@@ -58,6 +58,7 @@ def test_trl_completions_become_samples_once_per_generation_batch(tmp_path, trl_
     # TRL's logged scalars (from the checkpoint's log_history) resolve through the catalog's TRL names
     scalar_steps = [s.attributes for s in spans if s.name == "grpo.step" and "grpo.metric.kl" in s.attributes]
     assert sorted(a["grpo.step"] for a in scalar_steps) == [1, 2, 3, 4]
+    assert run.gauge("grpo.steps") == 4  # each TRL step once, though steps 1 and 3 went out twice
     assert run.gauge("grpo.run.finished") == 1.0
 
 
