@@ -21,8 +21,6 @@ import platform
 import random
 import statistics
 import string
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,26 +30,11 @@ import numpy as np
 from otel_grpo.catalog import SIGNALS, Kind
 from otel_grpo.signals import ReducedStats
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
+from otlp_sink import start_sink
 
 N_SCALARS, N_SAMPLES, N_EVENTS = 150, 512, 16
 
 
-# OTLP/HTTP endpoint that reads and discards, as a collector would accept. A separate
-# process, so that its CPU is not counted as ours.
-_SINK = """
-import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-class Sink(BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(200)
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-print(server.server_address[1], flush=True)
-server.serve_forever()
-"""
 
 
 def make_step_data(rng: random.Random) -> tuple[ReducedStats, list[dict]]:
@@ -133,8 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(0)
     data = [make_step_data(rng) for _ in range(args.steps + 10)]
-    sink = subprocess.Popen([sys.executable, "-c", _SINK], stdout=subprocess.PIPE, text=True)
-    port = int(sink.stdout.readline())
+    sink, port = start_sink()
     print(f"{platform.node()} {platform.processor() or platform.machine()} python {platform.python_version()}, "
           f"{args.steps} steps, {N_SCALARS} scalars, 4x{N_SAMPLES} histogram values, {N_EVENTS} sample records")
     with tempfile.TemporaryDirectory() as tmp:

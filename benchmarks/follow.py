@@ -22,8 +22,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -31,21 +29,9 @@ from pathlib import Path
 
 from otel_grpo.integrations.follow import Follower, FollowOptions, State, VerlMetrics, VerlRollouts
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
+from otlp_sink import start_sink
 
 ROWS_PER_STEP = 64
-_SINK = """
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-class Sink(BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(200)
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-print(server.server_address[1], flush=True)
-server.serve_forever()
-"""
 
 NAMES = (
     ["training/global_step", "training/epoch"]
@@ -75,11 +61,6 @@ def write_files(d: Path, steps: int, rows: int) -> tuple[Path, Path]:
                 fp.write(json.dumps({"input": f"q{step}.{i} {text}", "output": f"a{i} {text}", "gts": str(i),
                                      "score": (i % 5) / 4, "step": step, "acc": float(i % 2)}) + "\n")
     return metrics, dumps
-
-
-def sink() -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-c", _SINK], stdout=subprocess.PIPE, text=True)
-    return proc, int(proc.stdout.readline())
 
 
 def follow_once(sources, port: int, d: Path) -> tuple[float, float, int]:
@@ -113,7 +94,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core; the sink runs elsewhere
-    proc, port = sink()
+    proc, port = start_sink()
     results: dict[str, list[tuple[float, float, int]]] = {"metrics": [], "rollouts": [], "parse": []}
     try:
         with tempfile.TemporaryDirectory() as tmp:

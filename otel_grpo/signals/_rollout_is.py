@@ -206,7 +206,7 @@ def _row_level(rs: RowSums, tok: _Tokens, bounds, mask_bounds, mode: str, level:
     """
     lower, upper = bounds
     stats, tm = rs.stats, tok.tm
-    n, n_row, all_rows = tm.n, tm.n_row, tok.all_rows
+    n_row, all_rows = tm.n_row, tok.all_rows
     log_w = tok.log_ratio.sum(-1) if tok.shared is None else tok.shared.ratio_row  # [B]; 0 for rows without tokens
     den = tm.den()
     if level == "geometric":

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 
 from otel_grpo import signals
 from otel_grpo.integrations import OtelGrpoCallback, instrument

@@ -9,7 +9,6 @@ import json
 import sys
 
 import torch
-import torch.distributed as dist
 from accelerate import Accelerator
 
 from otel_grpo.signals import reduce_stats

@@ -25,6 +25,7 @@ import pytest
 from otel_grpo.catalog import SIGNALS, Kind
 from otel_grpo.stack._configs import COMPOSE, alertmanager_config, dump, retarget
 from otel_grpo.stack._process import Managed
+from tests._support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -33,16 +34,6 @@ STEPS, KL_FROM, STEP_S = 150, 20, 0.4
 SIDECAR_DOWN_AT, COLLECTOR_KILL_AT = 30, 45
 TOKEN = "e2e-secret-token"
 HERE = Path(__file__).resolve().parent
-
-
-def _wait(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Stack:
@@ -180,21 +171,21 @@ def test_resource_attributes_reach_target_info_keyed_by_the_run(run):
 
 
 def test_the_finished_run_is_seen_finished(run):
-    assert _wait(lambda: _query(run["stack"], f'max_over_time(grpo_run_finished{{run_id="{RUN_ID}"}}[10m]) == 1'),
-                 30, "grpo_run_finished = 1")
+    finished = f'max_over_time(grpo_run_finished{{run_id="{RUN_ID}"}}[10m]) == 1'
+    assert wait_for(lambda: _query(run["stack"], finished), "grpo_run_finished = 1", 30, every=0.5)
 
 
 def test_the_kl_alert_fires_and_reaches_alertmanager_and_the_sidecar(run):
     st = run["stack"]
-    assert _wait(lambda: _query(st, f'ALERTS{{alertname="GRPOKLHigh", alertstate="firing", run_id="{RUN_ID}"}}[30m]'),
-                 90, "GRPOKLHigh firing in Prometheus")
+    firing = f'ALERTS{{alertname="GRPOKLHigh", alertstate="firing", run_id="{RUN_ID}"}}[30m]'
+    assert wait_for(lambda: _query(st, firing), "GRPOKLHigh firing in Prometheus", 90, every=0.5)
     headers = {"Authorization": f"Bearer {TOKEN}"}
 
     def in_sidecar():
         r = httpx.get(f"{st.url['sidecar']}/api/alerts", params={"run_id": RUN_ID}, headers=headers, timeout=10)
         return "GRPOKLHigh" in {a["alertname"] for a in r.json()}
 
-    assert _wait(in_sidecar, 60, "GRPOKLHigh in the sidecar (Alertmanager's webhook, with the token)")
+    assert wait_for(in_sidecar, "GRPOKLHigh in the sidecar (Alertmanager's webhook, with the token)", 60, every=0.5)
 
 
 def test_spans_queued_on_disk_reach_the_sidecar_after_the_collector_restart(run):
@@ -205,7 +196,7 @@ def test_spans_queued_on_disk_reach_the_sidecar_after_the_collector_restart(run)
         r = httpx.get(f"{st.url['sidecar']}/api/runs/{RUN_ID}/steps", timeout=10)
         return {row["step"] for row in r.json()} if r.status_code == 200 else set()
 
-    _wait(lambda: queued <= steps(), 90, "the steps queued while the sidecar was down")
+    wait_for(lambda: queued <= steps(), "the steps queued while the sidecar was down", 90, every=0.5)
     samples = httpx.get(f"{st.url['sidecar']}/api/runs/{RUN_ID}/sample-steps", timeout=10).json()
     assert queued <= set(samples)
 

@@ -10,8 +10,6 @@ from opentelemetry.sdk.metrics.export import Gauge, Histogram, Sum
 from otel_grpo.catalog import get
 from otel_grpo.signals import ReducedStats
 
-from .conftest import points
-
 
 def test_gauges_use_catalog_names_units_and_run_id(captured):
     with captured.tel.step(0) as s:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -25,17 +24,6 @@ WRITER = Path(__file__).with_name("verl_writer.py")
 @pytest.fixture(scope="session")
 def verl() -> Path:
     return verl_site()
-
-
-def wait_for(predicate, what: str, timeout: float = 60.0):
-    """Poll until `predicate()` is truthy (a bound on waiting, not an assertion on speed)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Writer:

@@ -11,7 +11,9 @@ import json
 import httpx
 import pytest
 
-from .conftest import FollowProcess, Writer, prom_query, wait_for
+from tests._support.waiting import wait_for
+
+from .conftest import FollowProcess, Writer, prom_query
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,17 @@
+"""Poll until something a real process does has happened (a bound on waiting, not a timing assertion)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 60.0, every: float = 0.1) -> Any:
+    """The first truthy value of `predicate()`; AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
