@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+from pathlib import Path
 from typing import Any
+
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def run_group(argv: list[str], *, timeout: float, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -23,3 +27,18 @@ def run_group(argv: list[str], *, timeout: float, **kwargs: Any) -> subprocess.C
         out, err = proc.communicate()
         raise AssertionError(f"{argv[0]} did not finish in {timeout} s:\n{err[-3000:]}") from None
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def run_two_ranks(script: Path, *args: str, timeout: float = 240, env: dict[str, str] | None = None,
+                  **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """`script` under `torchrun --standalone --nproc_per_node 2` (gloo on CPU); AssertionError with its output on failure.
+
+    The script's folder and the repository (for `tests._support`) go on PYTHONPATH; one
+    OpenMP thread per rank, so two ranks share the two cores without oversubscribing.
+    """
+    path = os.pathsep.join([str(script.parent), str(_REPO), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), *args]
+    done = run_group(argv, timeout=timeout, env=env, **kwargs)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done

@@ -4,8 +4,6 @@ one process computes on the concatenated batch of both ranks; rank 1 exports not
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,7 @@ import torch
 
 from otel_grpo import signals
 from expected import close, generation_stats, micro_batch_stats
-from tests._support.process_group import run_group
+from tests._support.process_group import run_two_ranks
 from tests._support.tiny_trl import save_tiny_model
 
 HERE = Path(__file__).parent
@@ -22,13 +20,8 @@ HERE = Path(__file__).parent
 @pytest.mark.parametrize("per_device", [4, 2], ids=["whole-groups-per-rank", "groups-straddle-ranks"])
 def test_two_ranks_equal_one_process_on_the_concatenated_batch(tmp_path, per_device):
     save_tiny_model(tmp_path / "model")  # once, before the ranks load it
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")]),
-           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            str(HERE / "trl_run.py"), str(tmp_path), "max_steps=2", "num_iterations=2",
-            f"per_device_train_batch_size={per_device}"]
-    done = run_group(argv, timeout=300, env=env, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-4000:]
+    run_two_ranks(HERE / "trl_run.py", str(tmp_path), "max_steps=2", "num_iterations=2",
+                  f"per_device_train_batch_size={per_device}", timeout=300, env={"HF_HUB_OFFLINE": "1"}, cwd=tmp_path)
 
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     rank0, rank1 = (json.loads((tmp_path / f"exported{r}.json").read_text()) for r in (0, 1))

@@ -1,14 +1,12 @@
 """Two real ranks (torchrun, gloo on CPU) give what one process gives on the concatenated batch."""
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from otel_grpo.signals import reduce_stats
-from tests._support.process_group import run_group
+from tests._support.process_group import run_two_ranks
 from signal_batches import everything
 
 HERE = Path(__file__).parent
@@ -17,12 +15,7 @@ HERE = Path(__file__).parent
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("ranks")
-    path = os.pathsep.join([str(HERE), str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])  # + the repo: tests._support
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(HERE / "dist_worker.py"), str(out)]  # fmt: skip
-    proc = run_group(cmd, env=env, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_two_ranks(HERE / "dist_worker.py", str(out))
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import pytest
@@ -62,8 +64,14 @@ def free_port_factory():
 def prometheus_api(tmp_path_factory) -> str:
     """A bare Prometheus (no targets, no rules): PromQL is parsed and run, nothing else."""
     binary = need("prometheus")
-    d = tmp_path_factory.mktemp("prom")
-    (d / "prometheus.yml").write_text("global:\n  scrape_interval: 1m\n")
+    with serve_prometheus(binary, tmp_path_factory.mktemp("prom"), "global:\n  scrape_interval: 1m\n") as url:
+        yield url
+
+
+@contextmanager
+def serve_prometheus(binary: str, d: Path, config: str) -> Iterator[str]:
+    """A real Prometheus on a free port, serving `config` (YAML) with its data under `d`; yields its URL."""
+    (d / "prometheus.yml").write_text(config)
     port = free_port()
     proc = Managed("prometheus", [binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
                                   f"--web.listen-address=127.0.0.1:{port}"],

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
 from otel_grpo.telemetry._samples import select_indices
-from tests._support.process_group import run_group
+from tests._support.process_group import run_two_ranks
 
 HERE = Path(__file__).parent
 
@@ -19,12 +17,7 @@ HERE = Path(__file__).parent
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("ranks")
-    path = os.pathsep.join([str(HERE), str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])  # + the repo: tests._support
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(HERE / "dist_samples_worker.py"), str(out)]  # fmt: skip
-    proc = run_group(cmd, env=env, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_two_ranks(HERE / "dist_samples_worker.py", str(out))
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     return out, ranks
 

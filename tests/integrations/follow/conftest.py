@@ -12,10 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from otel_grpo.stack._process import Managed
 from tests._support.verl_source import verl_site
 from tests.sidecar.conftest import SidecarProcess, free_port
-from tests.stack.conftest import need
+from tests.stack.conftest import need, serve_prometheus
 
 ROOT = Path(__file__).resolve().parents[3]
 WRITER = Path(__file__).with_name("verl_writer.py")
@@ -87,19 +86,10 @@ def prometheus(tmp_path):
     target = free_port()
     d = tmp_path / "prom"
     d.mkdir()
-    (d / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: follow\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{target}']\n")
-    port = free_port()
-    proc = Managed("prometheus", [binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
-                                  f"--web.listen-address=127.0.0.1:{port}"],
-                   f"http://127.0.0.1:{port}/-/ready", d / "prometheus.log")
-    proc.start()
-    try:
-        proc.wait_ready(60)
-        yield f"http://127.0.0.1:{port}", target
-    finally:
-        proc.stop()
+    config = ("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: follow\n"
+              f"    static_configs:\n      - targets: ['127.0.0.1:{target}']\n")
+    with serve_prometheus(binary, d, config) as url:
+        yield url, target
 
 
 def prom_query(url: str, query: str) -> list[dict]:
