@@ -1,16 +1,21 @@
 """Training-thread time `instrument` adds to a TRL GRPOTrainer step, paired on and off in one run.
 
-    python benchmarks/trl.py [--preset tiny|large] [--steps N] [--threads N]
+    python benchmarks/trl.py [--preset tiny|large] [--steps N] [--rounds R] [--threads N]
 
 Two GRPOTrainers built from the same seed and checkpoint (identical batches), one
-instrumented (spans and sample events to an in-memory exporter, metrics to an
-in-memory reader, samples spilled) and one not, run in two threads that take turns
+instrumented as a user would (`instrument(trainer)` with the default exporters:
+OTLP/HTTP spans and metrics, pushed every second here, to a receiver process that
+discards them; samples spilled) and one not, run in two threads that take turns
 step by step: a callback hands the turn over at every `on_step_begin`, so exactly one
 trains at a time and each step is timed from its begin to the next begin (log and
 telemetry flush included). The emitter thread of the instrumented run keeps running
-in the background, as in real use. Reported: the median per-step difference on - off
-over paired steps, the ratio of the medians, and the time spent inside our hooks and
-the logged-step flush (perf_counter around them) per step, the direct figure.
+in the background, as in real use. Each round runs in a fresh process (the trainer
+built first alternates): one process's two trainers can differ by a few percent for
+reasons of placement alone, so the figures are medians over rounds. Reported per step:
+the median paired difference on - off of wall time and of the trainer thread's CPU
+time, the time spent inside our hooks and the logged-step flush (perf_counter around
+them: the direct figure), and the CPU time of the telemetry's own threads (emitter,
+span processor, metric reader), which a Python-bound loop partly waits for (the GIL).
 
 Targets (issue 11): <= 2 ms per step on the tiny CPU model; <= 2% on a model whose
 step takes >= 1 s (`--preset large`).
@@ -19,9 +24,11 @@ step takes >= 1 s (`--preset large`).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -75,6 +82,9 @@ class Turns:
         self.cond = threading.Condition()
         self.turn = "off"
         self.times: dict[str, list[float]] = {"off": [], "on": []}
+        self.cpu: dict[str, list[float]] = {"off": [], "on": []}  # the trainer thread's CPU time per step
+        self.trainers: set[int] = set()  # thread idents of the two trainers
+        self.background: list[dict[int, float]] = []  # CPU of every other Python thread, at two points
         self.rng: dict[str, tuple] = {}
 
     def restore(self, name: str) -> None:
@@ -107,10 +117,12 @@ class Turns:
 
         class Turn(TrainerCallback):
             started: float | None = None
+            cpu_started = 0.0
 
             def _hand_over(self):
                 if self.started is not None:
                     turns.times[name].append(time.perf_counter() - self.started)
+                    turns.cpu[name].append(time.thread_time() - self.cpu_started)
                 turns.save(name)
                 with turns.cond:
                     turns.turn = "on" if name == "off" else "off"
@@ -122,13 +134,32 @@ class Turns:
                 with turns.cond:
                     turns.cond.wait_for(lambda: turns.turn == name)
                 turns.restore(name)
-                self.started = time.perf_counter()
+                turns.trainers.add(threading.get_ident())
+                if name == "on" and len(turns.times["on"]) == 1:  # after the warm-up step
+                    turns.background.append(background_cpu(turns.trainers))
+                self.started, self.cpu_started = time.perf_counter(), time.thread_time()
 
             def on_train_end(self, args, state, control, **kwargs):
                 self._hand_over()  # the last step (its log included)
                 self.started = None
+                if name == "on":  # before train() returns and finishes the telemetry
+                    turns.background.append(background_cpu(turns.trainers))
 
         return Turn()
+
+
+def background_cpu(trainers: set[int]) -> dict[int, float]:
+    """CPU seconds of each Python thread other than the trainers and the main thread: the
+    telemetry's emitter, span processor and metric reader (the uninstrumented trainer has none)."""
+    out = {}
+    for t in threading.enumerate():
+        if t.ident in trainers or t is threading.main_thread() or t.ident is None:
+            continue
+        try:
+            out[t.ident] = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except OSError:  # ended meanwhile
+            pass
+    return out
 
 
 def accounting():
@@ -154,20 +185,30 @@ def accounting():
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--steps", type=int, default=40, help="paired steps per round")
+    p.add_argument("--rounds", type=int, default=5, help="rounds, each in a fresh process")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--round", type=int, default=None, help=argparse.SUPPRESS)  # a child: run one round
     a = p.parse_args()
+    if a.round is not None:
+        print("RESULT " + json.dumps(one_round(a)), flush=True)
+        return
+    results = []
+    for r in range(a.rounds):
+        cmd = [sys.executable, __file__, "--preset", a.preset, "--steps", str(a.steps), "--threads", str(a.threads),
+               "--round", str(r)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        results.append(json.loads(out.rsplit("RESULT ", 1)[1]))
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in results[-1].items()), flush=True)
+    report(a, results)
 
+
+def one_round(a) -> dict[str, float]:
+    """One process: both trainers, `a.steps` paired steps; figures in ms per step."""
     import torch
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     import tiny_trl
     from otel_grpo.integrations import instrument
-    from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
     torch.set_num_threads(a.threads)
     preset = PRESETS[a.preset]
@@ -175,33 +216,65 @@ def main() -> None:
     model = save_model(tmp / "model", preset["model"])
     config = {**preset["config"], "max_steps": a.steps + 1, "num_iterations": 2, "log_completions": False}
     turns, spent = Turns(), accounting()
-    off = tiny_trl.make_grpo_trainer(tmp / "off", model_dir=model, callbacks=[turns.callback("off")], **config)
-    on = tiny_trl.make_grpo_trainer(tmp / "on", model_dir=model, callbacks=[turns.callback("on")], **config)
-    tracer = TracerProvider()
-    tracer.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
-    tel = Telemetry(TelemetrySettings(run_id="bench-trl", output_dir=tmp / "telemetry"),
-                    meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]), tracer_provider=tracer)
-    instrument(on, telemetry=tel)
-    threads = [threading.Thread(target=t.train) for t in (off, on)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    report(a, turns.times, spent[0])
+    names = ["off", "on"] if a.round % 2 == 0 else ["on", "off"]  # which one allocates first alternates
+    trainers = {n: tiny_trl.make_grpo_trainer(tmp / n, model_dir=model, callbacks=[turns.callback(n)], **config)
+                for n in names}
+    sink, port = _start_sink()
+    try:
+        instrument(trainers["on"], run_id="bench-trl", output_dir=tmp / "telemetry",
+                   otlp_endpoint=f"http://127.0.0.1:{port}", metric_export_interval_ms=1000)
+        threads = [threading.Thread(target=trainers[n].train) for n in names]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sink.terminate()
+    return figures(turns, spent[0])
 
 
-def report(a, times: dict[str, list[float]], spent: float) -> None:
+def _start_sink():
+    """benchmarks/otlp_sink.py's receiver (this folder is off sys.path: see the top of the file)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("otlp_sink", ROOT / "benchmarks" / "otlp_sink.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.start_sink()
+
+
+def figures(turns: Turns, spent: float) -> dict[str, float]:
+    times, cpu = turns.times, turns.cpu
     off, on = times["off"][1:], times["on"][1:]  # the first step of each warms up
     n = min(len(off), len(on))
-    diffs = [b - x for x, b in zip(off[:n], on[:n])]
-    m_off, m_on = statistics.median(off[:n]), statistics.median(on[:n])
-    steps = len(times["on"])
+    cpu_off, cpu_on = cpu["off"][1:n + 1], cpu["on"][1:n + 1]
+    first, last = turns.background
+    ms = 1e3
+    return {
+        "off": statistics.median(off[:n]) * ms,
+        "on": statistics.median(on[:n]) * ms,
+        "paired": statistics.median(b - x for x, b in zip(off[:n], on[:n])) * ms,
+        "paired_cpu": statistics.median(b - x for x, b in zip(cpu_off, cpu_on)) * ms,
+        "hooks": spent / len(times["on"]) * ms,
+        "background_cpu": sum(last[k] - first.get(k, 0.0) for k in last) / n * ms,
+    }
+
+
+def report(a, results: list[dict[str, float]]) -> None:
+    med = {k: statistics.median(r[k] for r in results) for k in results[0]}
+    span = {k: (min(r[k] for r in results), max(r[k] for r in results)) for k in results[0]}
+
+    def line(key: str) -> str:
+        return f"{med[key]:+.2f} ms (rounds {span[key][0]:+.2f} .. {span[key][1]:+.2f})"
+
     print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"torch threads {a.threads}; preset {a.preset}; {n} paired steps; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"step median off {m_off * 1e3:.1f} ms, on {m_on * 1e3:.1f} ms, ratio on/off {m_on / m_off:.4f}")
-    print(f"median paired difference on - off: {statistics.median(diffs) * 1e3:+.2f} ms "
-          f"({statistics.median(diffs) / m_off * 100:+.2f}%)")
-    print(f"inside our hooks and flush: {spent / steps * 1e3:.2f} ms per step ({spent / steps / m_off * 100:.2f}% of a step)")
+          f"torch threads {a.threads}; preset {a.preset}; {a.rounds} rounds x {a.steps} paired steps; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"step median off {med['off']:.1f} ms, on {med['on']:.1f} ms, ratio on/off {med['on'] / med['off']:.4f}")
+    print(f"median paired difference on - off: {line('paired')} = {med['paired'] / med['off'] * 100:+.2f}% of a step")
+    print(f"median paired training-thread CPU on - off: {line('paired_cpu')}")
+    print(f"inside our hooks and flush: {line('hooks')} = {med['hooks'] / med['off'] * 100:.2f}% of a step")
+    print(f"telemetry threads' CPU (emitter, exporters): {line('background_cpu')} per step")
 
 
 if __name__ == "__main__":

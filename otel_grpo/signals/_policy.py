@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import INF, SAFETY_BOUND, count, describe, masked_max, total
+from ._masked import INF, SAFETY_BOUND, count, masked_max
 from ._partial import Stats
 
 # Completion-length buckets of `kl_by_length` (upper bounds, tokens); the last bucket is open.
 LENGTH_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096)
+_F64 = torch.float64
 
 
 @torch.no_grad()
@@ -68,70 +71,82 @@ def policy_stats(
         raise ValueError(f"clip_ratio_c must be > 1 (verl's dual-clip bound), got {clip_ratio_c!r}")
 
     pad = ~m
-    n = count(m)
     log_ratio = (logprobs - old_logprobs).masked_fill_(pad, 0.0)
-    ratio = log_ratio.exp()
-    low = (ratio < 1.0 - eps_low) & (adv < 0) & m
+    ratio = log_ratio.exp()  # exactly 1 on padding
+    negative = adv < 0
+    low = (ratio < 1.0 - eps_low) & negative & m
     high = (ratio > 1.0 + eps_high) & (adv > 0) & m
-    stats.add_mean("clip_ratio_low_mean", count(low), n)
-    stats.add_mean("clip_ratio_high_mean", count(high), n)
-    stats.add_mean("clip_ratio_region_mean", count(low | high), n)
-    _per_sequence_clip(stats, low, high, m)
-    describe(stats, ratio, m, mean="policy_ratio_mean", min="policy_ratio_min", max="policy_ratio_max")
-    stats.add_mean("approx_kl", 0.5 * total(log_ratio.square()), n)
-    stats.add_mean("ppo_kl", -total(log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND)), n)  # padding is 0
-    stats.add_mean("dual_clip_fraction", count((ratio > clip_ratio_c) & (adv < 0) & m), n)
-    stats.add_mean("advantage_token_mean", total(torch.where(m, adv, 0.0)), n)
-
+    dual = (ratio > clip_ratio_c) & negative & m
+    # Per-row sums of every token quantity in two reductions: on [B, T] tensors of a micro-batch,
+    # each torch op costs more in dispatch (~2-5 us on CPU) than in arithmetic.
+    counts = torch.stack([low, high, low | high, dual, m]).sum(-1)  # [5, B] int64, exact
+    floats = [torch.where(m, ratio, 0.0), log_ratio.square(), log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND),
+              torch.where(m, adv, 0.0)]
     if ref_logprobs is not None:
         ref = v.floating(ref_logprobs, "ref_logprobs", shape=shape)
-        _reference_kl(stats, (ref - logprobs).masked_fill_(pad, 0.0), pad, n)
-        stats.add_mean("ref_logp_mean", total(torch.where(m, ref, 0.0)), n)
+        r = (ref - logprobs).masked_fill_(pad, 0.0)  # r = log pi_ref - log pi_theta, 0 on padding
+        k3 = r.exp().sub_(r).sub_(1.0)  # exactly 0 where r == 0, so padding adds nothing
+        floats += [k3, r, torch.where(m, ref, 0.0)]
     if entropy is not None:
         ent = v.floating(entropy, "entropy", shape=shape)
-        stats.add_mean("entropy", total(torch.where(m, ent, 0.0)), n)
-    return stats
+        floats.append(torch.where(m, ent, 0.0))
+    row_sums = torch.stack(torch.broadcast_tensors(*floats)).sum(-1)  # [K, B] in the inputs' dtype
+    # as `total`: per-row sums in the inputs' dtype, then float64 across rows
+    sums = torch.cat([counts.to(_F64), row_sums.to(_F64)]).sum(-1).unbind()
+    n_low, n_high, n_region, n_dual, n = sums[:5]
+    ratio_sum, lr_sq, lr_clamped, adv_sum = sums[5:9]
 
-
-def _per_sequence_clip(stats: Stats, low: Tensor, high: Tensor, m: Tensor) -> None:
-    """Min / max over sequences with tokens of the per-sequence clip fractions."""
-    per_row = m.sum(-1)
+    stats.add_mean("clip_ratio_low_mean", n_low, n)
+    stats.add_mean("clip_ratio_high_mean", n_high, n)
+    stats.add_mean("clip_ratio_region_mean", n_region, n)
+    per_row = counts[4]
     rows = per_row > 0
-    denom = per_row.clamp(min=1)
-    low_frac = low.sum(-1) / denom
-    high_frac = high.sum(-1) / denom
     n_rows = count(rows)
-    stats.add_min("clip_ratio_low_min", torch.where(rows, low_frac, INF).min(), n_rows)
-    stats.add_max("clip_ratio_high_max", torch.where(rows, high_frac, -INF).max(), n_rows)
-
-
-def _reference_kl(stats: Stats, r: Tensor, pad: Tensor, n: Tensor) -> None:
-    """k3 / k1 KL to the reference from r = log pi_ref - log pi_theta ([B, T], 0 on padding)."""
-    k3 = r.exp().sub_(r).sub_(1.0)  # exactly 0 where r == 0, so padding adds nothing
-    stats.add_mean("kl", total(k3), n)
-    stats.add_mean("kl_k1", -total(r), n)
-    stats.add_max("kl_max", masked_max(k3, pad), n)
-    rows = ~pad.all(-1)
-    k3_row = k3.sum(-1)
-    stats.add_mean("kl_seq_mean", torch.where(rows, k3_row, 0.0).sum(dtype=torch.float64), count(rows))
-    stats.add_mean("kl_k1_seq_mean", -r.sum(-1).sum(dtype=torch.float64), count(rows))  # empty rows add 0
-    _kl_by_length(stats, k3_row, (~pad).sum(-1))
+    fractions = counts[:2] / per_row.clamp(min=1)  # per-sequence low / high clip fractions
+    stats.add_min("clip_ratio_low_min", torch.where(rows, fractions[0], INF).min(), n_rows)
+    stats.add_max("clip_ratio_high_max", torch.where(rows, fractions[1], -INF).max(), n_rows)
+    stats.add_mean("policy_ratio_mean", ratio_sum, n)
+    stats.add_min("policy_ratio_min", torch.where(m, ratio, INF).min(), n)
+    stats.add_max("policy_ratio_max", torch.where(m, ratio, -INF).max(), n)
+    stats.add_mean("approx_kl", 0.5 * lr_sq, n)
+    stats.add_mean("ppo_kl", -lr_clamped, n)  # padding is 0
+    stats.add_mean("dual_clip_fraction", n_dual, n)
+    stats.add_mean("advantage_token_mean", adv_sum, n)
+    if ref_logprobs is not None:
+        kl, r_sum, ref_sum = sums[9:12]
+        stats.add_mean("kl", kl, n)
+        stats.add_mean("kl_k1", -r_sum, n)
+        stats.add_max("kl_max", masked_max(k3, pad), n)
+        stats.add_mean("kl_seq_mean", kl, n_rows)  # rows without tokens sum to 0
+        stats.add_mean("kl_k1_seq_mean", -r_sum, n_rows)
+        _kl_by_length(stats, row_sums[4], per_row)
+        stats.add_mean("ref_logp_mean", ref_sum, n)
+    if entropy is not None:
+        stats.add_mean("entropy", sums[-1], n)
+    return stats
 
 
 def _kl_by_length(stats: Stats, k3_row: Tensor, lengths: Tensor) -> None:
     """k3 per token over the completions of each length bucket (every bucket, so ranks share keys)."""
-    edges = torch.tensor(LENGTH_BUCKETS, device=lengths.device)
-    one_hot = torch.nn.functional.one_hot(torch.bucketize(lengths, edges), len(LENGTH_BUCKETS) + 1)  # [B, K]
-    # one product for every bucket's KL and token sums: [K, B] @ [B, 2] (few tiny ops per call)
-    sums = one_hot.T.to(torch.float64) @ torch.stack([k3_row.to(torch.float64), lengths.to(torch.float64)], -1)
-    for label, (kl, tokens) in zip(bucket_labels(), sums.unbind()):
+    edges = _bucket_edges(lengths.device)
+    # every bucket's KL and token sums in one scatter: [K + 1, 2]
+    rows = torch.stack([k3_row.to(_F64), lengths.to(_F64)], -1)
+    sums = rows.new_zeros(len(LENGTH_BUCKETS) + 1, 2).index_add_(0, torch.bucketize(lengths, edges), rows)
+    kl, tokens = sums.T.unbind()
+    for label, kl, tokens in zip(bucket_labels(), kl.unbind(), tokens.unbind()):
         stats.add_mean(f"kl_by_length/{label}", kl, tokens)
         stats.add_sum(f"kl_by_length_tokens/{label}", tokens)
 
 
-def bucket_labels() -> list[str]:
+@functools.lru_cache(maxsize=16)
+def _bucket_edges(device: torch.device) -> Tensor:
+    return torch.tensor(LENGTH_BUCKETS, device=device)
+
+
+@functools.lru_cache(maxsize=1)
+def bucket_labels() -> tuple[str, ...]:
     """Label values of `kl_by_length`: `le_64`, ..., `le_4096`, `gt_4096`."""
-    return [f"le_{b}" for b in LENGTH_BUCKETS] + [f"gt_{LENGTH_BUCKETS[-1]}"]
+    return (*(f"le_{b}" for b in LENGTH_BUCKETS), f"gt_{LENGTH_BUCKETS[-1]}")
 
 
 @torch.no_grad()

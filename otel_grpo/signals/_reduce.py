@@ -8,9 +8,10 @@ Every rank packs its parts into one flat float64 tensor: the SUM-combined parts
 per-sample vectors and the n-gram id payloads (int64, carried bit for bit as
 float64). One `all_gather` brings every rank's pack to every rank; each rank
 combines them in rank order (so all ranks get bit-identical results), finalizes
-what needs the gathered vectors on device (nanquantile, distinct-n) and copies one
-packed result tensor to the host, where means, std and ESS are a few float64
-operations per key. That is one collective, where the seed's merge runs one
+what needs the gathered ids on device (distinct-n) and copies one packed result
+tensor to the host, where means, std and ESS are a few float64 operations per key
+and quantiles are read from the gathered vectors, which the host gets anyway for
+the histograms. That is one collective, where the seed's merge runs one
 all-reduce per key, and one device-to-host transfer per step.
 
 Ranks must pass the same keys with per-sample vectors of the same length; a
@@ -164,7 +165,7 @@ def _finalize(gathered: Tensor, lay: _Layout) -> Tensor:
     world = gathered.shape[0]
     width = len(lay.sum_slots) + len(lay.checks)
     k_min, k_max = len(lay.keys[Part.MIN]), len(lay.keys[Part.MAX])
-    if world == 1 and not lay.ids and not lay.keys[Part.QUANTILE]:
+    if world == 1 and not lay.ids:
         # one rank's parts are the combined parts, its fingerprint stands for "layout ok"
         # (checked only across ranks) and there is nothing to finalize: the pack as is
         return gathered[0]
@@ -183,18 +184,9 @@ def _finalize(gathered: Tensor, lay: _Layout) -> Tensor:
 
 
 def _finalize_gathered(vectors: dict, ids: dict, lay: _Layout) -> list[Tensor]:
-    """Quantiles of the gathered per-sample vectors and distinct-n of the gathered ids: [values, valid]."""
+    """Distinct-n of the gathered ids: [values, valid]."""
     values: list[Tensor] = []
     valid: list[Tensor] = []
-    by_source: dict[str, list[str]] = {}
-    for key in lay.keys[Part.QUANTILE]:
-        by_source.setdefault(lay.quantiles[key][0], []).append(key)
-    for source, keys in by_source.items():  # one nanquantile call per vector
-        vec = vectors[source]
-        qs = torch.tensor([lay.quantiles[k][1] for k in keys], dtype=_F64, device=vec.device)
-        found = torch.nanquantile(vec, qs)
-        values.append(torch.where(torch.isnan(found), 0.0, found))  # all-NaN: marked invalid
-        valid.append((~torch.isnan(vec)).any().to(_F64).expand(len(keys)))
     for key in lay.keys[Part.DISTINCT]:
         sorted_ids = torch.sort(ids[key]).values
         real = sorted_ids != -1
@@ -206,12 +198,14 @@ def _finalize_gathered(vectors: dict, ids: dict, lay: _Layout) -> list[Tensor]:
     return values + valid
 
 
-def _gathered_order(lay: _Layout) -> list[str]:
-    """Keys finalized on device, in `_finalize_gathered`'s order (quantiles grouped by source)."""
-    by_source: dict[str, list[str]] = {}
-    for key in lay.keys[Part.QUANTILE]:
-        by_source.setdefault(lay.quantiles[key][0], []).append(key)
-    return [k for keys in by_source.values() for k in keys] + list(lay.keys[Part.DISTINCT])
+def _quantile(ordered: list[float], q: float) -> float:
+    """`torch.nanquantile`'s linear interpolation on sorted non-NaN values (its lerp; torch's fused
+    multiply-add may round the last bits differently)."""
+    rank = q * (len(ordered) - 1)
+    below = math.floor(rank)
+    low, high = ordered[below], ordered[math.ceil(rank)]
+    weight = rank - below
+    return low + weight * (high - low) if weight < 0.5 else high - (high - low) * (1 - weight)
 
 
 def _finalize_sums(h: list[float], lay: _Layout, mins: list[float], maxs: list[float]) -> tuple[list, list]:
@@ -266,10 +260,17 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     for key, n in lay.vectors:
         samples[key] = [x for x in host[at : at + n * world] if x == x]  # x == x: not NaN
         at += n * world
-    gathered = _gathered_order(lay)
-    k = len(gathered)
+    ordered: dict[str, list[float]] = {}
+    for key in lay.keys[Part.QUANTILE]:  # a few per vector; on the host, as tiny device sorts cost more
+        source, q = lay.quantiles[key]
+        values = ordered.get(source)
+        if values is None:
+            values = ordered[source] = sorted(samples[source])
+        keys.append(key)
+        pairs.append((_quantile(values, q), True) if values else (0.0, False))  # all NaN: invalid
+    k = len(lay.keys[Part.DISTINCT])
     pairs += zip(host[at : at + k], (ok > 0 for ok in host[at + k : at + 2 * k]))
-    keys += gathered
+    keys += lay.keys[Part.DISTINCT]
     result = {key: val for key, (val, ok) in zip(keys, pairs) if ok}
     invalid = frozenset(key for key, (_, ok) in zip(keys, pairs) if not ok)
     return ReducedStats(result, samples=samples, invalid=invalid)

@@ -47,6 +47,11 @@ class StepRecord:
     picked: list[Selected] | None = None
     """The rows kept across ranks (`select_across_ranks`); None: select among `rows` here."""
     phases: list[tuple[str, float]] = field(default_factory=list)
+    """(name, seconds) of every phase, timed or measured: the duration histogram."""
+    measured: list[tuple[str, float, int]] = field(default_factory=list)
+    """(name, seconds, end in ns) of phases measured elsewhere: their spans are made here."""
+    start_ns: int | None = None
+    """Set when the step span is left to the emitter (`span` is None): its start time."""
     end_ns: int | None = None
     skipped: bool = False
 
@@ -54,6 +59,11 @@ class StepRecord:
 @dataclass(frozen=True, slots=True)
 class _Scalars:
     values: dict[str, float]
+
+
+def start_step_span(tracer: Tracer, run_id: str, step: int, start_ns: int | None = None) -> Span:
+    """The `grpo.step` span of one step (ended by the emitter once its attributes are set)."""
+    return tracer.start_span("grpo.step", attributes={"grpo.run_id": run_id, "grpo.step": step}, start_time=start_ns)
 
 
 class Emitter:
@@ -121,8 +131,11 @@ class Emitter:
                     logger.exception("otel-grpo: emitting step %s failed; later %s errors not logged", job.step, kind)
 
     def _process(self, rec: StepRecord) -> None:
+        if rec.span is None and rec.start_ns is not None:
+            rec.span = start_step_span(self._tracer, self._settings.run_id, rec.step, rec.start_ns)
         span = rec.span
         try:
+            self._measured_phases(rec)
             finite = self._record_metrics(rec)
             if span is not None:
                 span.set_attributes({METRIC_ATTR_PREFIX + k: v for k, v in finite.items()})
@@ -132,6 +145,17 @@ class Emitter:
         finally:
             if span is not None:  # even after an error: an unended span is never exported
                 span.end(end_time=rec.end_ns)
+
+    def _measured_phases(self, rec: StepRecord) -> None:
+        """Child spans of the phases a framework timed itself, `seconds` long, ending at their end time."""
+        if not rec.measured:
+            return
+        parent = trace.set_span_in_context(rec.span) if rec.span is not None else None
+        for name, seconds, end_ns in rec.measured:
+            attrs = {"grpo.phase": name, "grpo.run_id": self._settings.run_id, "grpo.step": rec.step}
+            span = self._tracer.start_span(f"grpo.phase.{name}", context=parent, attributes=attrs,
+                                           start_time=end_ns - int(seconds * 1e9))
+            span.end(end_time=end_ns)
 
     def _record_metrics(self, rec: StepRecord) -> dict[str, float]:
         instruments = self._instruments

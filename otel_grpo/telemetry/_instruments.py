@@ -45,15 +45,28 @@ class Route:
     """Batch recording, for histogram signals."""
 
 
-class _ObservedGauge:
-    """`set()` for SDKs without synchronous gauges: an observable gauge reading the last values."""
+class LatestValueGauge:
+    """A gauge whose last value per attribute set is read by the SDK at collection time.
+
+    Why not the SDK's synchronous gauge: its `set()` costs ~10 us (a `Measurement`,
+    attribute cleaning and hashing, three layers of consumers) and a step sets ~60
+    gauges, about 0.6 ms of emitter time a step, GIL time a Python-bound training loop
+    waits for. Here a step costs one dict store per value, and the SDK builds the data
+    points once per collection (a scrape or an export interval) through the public
+    observable-gauge API. Exported values are the same: the last value of each series.
+    """
 
     def __init__(self, meter: Meter, name: str, unit: str, description: str) -> None:
         self._last: dict[frozenset, tuple[float, Mapping[str, Any]]] = {}
+        # attribute dicts seen -> their series key: routes pass the same dict every step
+        self._keys: dict[int, tuple[Mapping[str, Any], frozenset]] = {}
         meter.create_observable_gauge(name, [self._observe], unit=unit, description=description)
 
     def set(self, value: float, attributes: Mapping[str, Any]) -> None:
-        self._last[frozenset(attributes.items())] = (value, attributes)
+        known = self._keys.get(id(attributes))
+        if known is None or known[0] is not attributes:
+            known = self._keys[id(attributes)] = (attributes, frozenset(attributes.items()))
+        self._last[known[1]] = (value, attributes)
 
     def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(v, dict(a)) for v, a in list(self._last.values())]
@@ -94,9 +107,7 @@ class Instruments:
             )
             self._histograms[name] = HistogramRecorder(histogram)
             return histogram
-        if hasattr(meter, "create_gauge"):
-            return meter.create_gauge(name, unit=unit, description=desc)
-        return _ObservedGauge(meter, name, unit, desc)
+        return LatestValueGauge(meter, name, unit, desc)
 
     def _route_for(self, signal: Signal, labels: Mapping[str, str]) -> Route:
         instrument = self._instrument(signal)

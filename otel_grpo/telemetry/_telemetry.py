@@ -8,8 +8,9 @@
             s.samples(rows, group_size=8)  # list of dicts: prompt, completion, reward, rewards, ...
     tel.finish()                       # grpo.run.finished = 1, flush, close
 
-On the training thread a step costs a span start/end, one float conversion per
-value and one queue put (with several processes and `sample_reduce="global"`, also
+On the training thread a step costs a span start (none for a `logged_step`, whose
+span and measured phases the emitter makes), one float conversion per value and one
+queue put (with several processes and `sample_reduce="global"`, also
 the step's two sample-selection collectives: scores, then the kept rows); everything
 else runs on `Emitter`'s thread.
 """
@@ -31,7 +32,7 @@ from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.trace import Status, StatusCode, TracerProvider
 
-from ._emitter import Emitter, StepRecord
+from ._emitter import Emitter, StepRecord, start_step_span
 from ._exchange import current_group, select_across_ranks
 from ._instruments import Instruments
 from ._providers import (Owned, build_meter_provider, build_resource, build_tracer_provider, detect_rank,
@@ -80,7 +81,7 @@ class Step:
         tracer = self._tel._tracer
         # run_id and step too: phase spans may reach the sidecar in an earlier batch than their step span.
         attrs = {"grpo.phase": name, "grpo.run_id": self._tel.run_id, "grpo.step": self.step}
-        span = tracer.start_span(f"grpo.phase.{name}", attributes=attrs)
+        span = tracer.start_span(f"grpo.phase.{name}", context=self._parent(), attributes=attrs)
         token = otel_context.attach(trace.set_span_in_context(span))
         start = time.perf_counter()
         try:
@@ -93,6 +94,16 @@ class Step:
             self._record.phases.append((name, time.perf_counter() - start))
             otel_context.detach(token)
             span.end()
+
+    def _parent(self) -> otel_context.Context | None:
+        """None (the current context: the step span) in `step()`; in a `logged_step`, whose span
+        is left to the emitter, that span, started here on first need."""
+        rec = self._record
+        if rec.start_ns is None:
+            return None
+        if rec.span is None:
+            rec.span = start_step_span(self._tel._tracer, self._tel.run_id, rec.step, rec.start_ns)
+        return trace.set_span_in_context(rec.span)
 
     def record(self, stats: Mapping[str, Any], **scalars: Any) -> None:
         """Scalars of the step (stat keys, TRL or verl names); per-sample vectors from `ReducedStats.samples`.
@@ -140,10 +151,7 @@ class Step:
         self._record_measured_phase(name, seconds, time.time_ns() if end_ns is None else int(end_ns))
 
     def _record_measured_phase(self, name: str, seconds: float, end_ns: int) -> None:
-        attrs = {"grpo.phase": name, "grpo.run_id": self._tel.run_id, "grpo.step": self.step}
-        span = self._tel._tracer.start_span(f"grpo.phase.{name}", attributes=attrs,
-                                            start_time=end_ns - int(seconds * 1e9))
-        span.end(end_time=end_ns)
+        self._record.measured.append((name, seconds, end_ns))  # its span is made on the emitter thread
         self._record.phases.append((name, seconds))
 
     def skip(self) -> None:
@@ -265,13 +273,20 @@ class Telemetry:
         """A step that stands for every step since the last one (a trainer that logs every N steps).
 
         As `step()`, except that `grpo.steps` advances by the steps since the previous
-        call; every rank must enter it (it runs the same sample selection across ranks).
+        call, and that its `grpo.step` span is not current inside the block: the emitter
+        thread starts it (with the block's start time), off the training thread, unless a
+        `phase()` inside needs it as parent. Every rank must enter it (it runs the same
+        sample selection across ranks).
         """
         return self._open(step, count_one=False, gather_samples=True)
 
     @contextmanager
     def _open(self, step: int, count_one: bool, gather_samples: bool | None = None) -> Iterator[Step]:
-        """`gather_samples` (default: `count_one`) runs the cross-rank sample selection on a clean exit."""
+        """`gather_samples` (default: `count_one`) runs the cross-rank sample selection on a clean exit.
+
+        A `step()` span is current inside the block; a logged step's span is left to the
+        emitter thread (started there with the block's start time) unless `phase()` needs it.
+        """
         step = int(step)
         gather = count_one if gather_samples is None else gather_samples
         if self._closed or not self.exporting:
@@ -280,20 +295,27 @@ class Telemetry:
             if gather:
                 self._select_across_ranks(record)  # this rank's rows compete; rank 0 exports the kept ones
             return
-        span = self._tracer.start_span("grpo.step", attributes={"grpo.run_id": self.run_id, "grpo.step": step})
-        record = StepRecord(step, span, self._advance(step, count_one))
-        token = otel_context.attach(trace.set_span_in_context(span))
+        record = StepRecord(step, None, self._advance(step, count_one))
+        token = None
+        if count_one:
+            record.span = start_step_span(self._tracer, self.run_id, step)
+            token = otel_context.attach(trace.set_span_in_context(record.span))
+        else:
+            record.start_ns = time.time_ns()
         clean = False
         try:
             yield Step(self, record)
             clean = True
         except BaseException as exc:
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            if record.span is None:
+                record.span = start_step_span(self._tracer, self.run_id, step, record.start_ns)
+            record.span.record_exception(exc)
+            record.span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
             record.skipped = True
             raise
         finally:
-            otel_context.detach(token)
+            if token is not None:
+                otel_context.detach(token)
             if clean and gather:
                 record.picked = self._select_across_ranks(record)
             record.end_ns = time.time_ns()
