@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -117,6 +118,19 @@ class Stats:
         self._claim_new(key, _MEAN)
         self._slot(key, "sum", total, count)
         self._slot(key, "count", count, total)
+        return self
+
+    def _add_means(self, keys: Sequence[str], totals: Sequence[Tensor], counts: Sequence[Tensor]) -> Stats:
+        """`add_mean` of each key, for the stat functions: totals and counts must already be 0-d
+        float64 tensors without grad (`unbind()` of a float64 vector), which skips the checks
+        and conversions that cost more than the dict updates on a micro-batch's few dozen keys."""
+        sums = self.sums
+        for key, total, count in zip(keys, totals, counts, strict=True):
+            self._claim_new(key, _MEAN)
+            slot = (key, "sum")
+            sums[slot] = sums[slot] + total if slot in sums else total
+            slot = (key, "count")
+            sums[slot] = sums[slot] + count if slot in sums else count
         return self
 
     def add_std(self, key: str, total: Tensor, sumsq: Tensor, count: Tensor, *, unbiased: bool) -> Stats:

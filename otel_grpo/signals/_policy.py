@@ -91,39 +91,51 @@ def policy_stats(
         ent = v.floating(entropy, "entropy", shape=shape)
         floats.append(torch.where(m, ent, 0.0))
     row_sums = torch.stack(torch.broadcast_tensors(*floats)).sum(-1)  # [K, B] in the inputs' dtype
-    # as `total`: per-row sums in the inputs' dtype, then float64 across rows
-    sums = torch.cat([counts.to(_F64), row_sums.to(_F64)]).sum(-1).unbind()
-    n_low, n_high, n_region, n_dual, n = sums[:5]
-    ratio_sum, lr_sq, lr_clamped, adv_sum = sums[5:9]
-
-    stats.add_mean("clip_ratio_low_mean", n_low, n)
-    stats.add_mean("clip_ratio_high_mean", n_high, n)
-    stats.add_mean("clip_ratio_region_mean", n_region, n)
     per_row = counts[4]
     rows = per_row > 0
-    n_rows = count(rows)
-    fractions = counts[:2] / per_row.clamp(min=1)  # per-sequence low / high clip fractions
-    stats.add_min("clip_ratio_low_min", torch.where(rows, fractions[0], INF).min(), n_rows)
-    stats.add_max("clip_ratio_high_max", torch.where(rows, fractions[1], -INF).max(), n_rows)
-    stats.add_mean("policy_ratio_mean", ratio_sum, n)
-    stats.add_min("policy_ratio_min", torch.where(m, ratio, INF).min(), n)
-    stats.add_max("policy_ratio_max", torch.where(m, ratio, -INF).max(), n)
-    stats.add_mean("approx_kl", 0.5 * lr_sq, n)
-    stats.add_mean("ppo_kl", -lr_clamped, n)  # padding is 0
-    stats.add_mean("dual_clip_fraction", n_dual, n)
-    stats.add_mean("advantage_token_mean", adv_sum, n)
+    # as `total`: per-row sums in the inputs' dtype, then float64 across rows; the row count
+    # rides along, and one product applies the signs and the 1/2 of the means' numerators
+    table = torch.cat([counts.to(_F64), row_sums.to(_F64), rows.to(_F64).unsqueeze(0)])
+    sums = (table.sum(-1) * _coefficients(len(floats), table.device)).unbind()
+    n, n_rows = sums[4], sums[-1]
+    keys = ["clip_ratio_low_mean", "clip_ratio_high_mean", "clip_ratio_region_mean", "dual_clip_fraction",
+            "policy_ratio_mean", "approx_kl", "ppo_kl", "advantage_token_mean"]
+    totals = [*sums[:4], *sums[5:9]]
+    counts_of = [n] * 8
     if ref_logprobs is not None:
-        kl, r_sum, ref_sum = sums[9:12]
-        stats.add_mean("kl", kl, n)
-        stats.add_mean("kl_k1", -r_sum, n)
-        stats.add_max("kl_max", masked_max(k3, pad), n)
-        stats.add_mean("kl_seq_mean", kl, n_rows)  # rows without tokens sum to 0
-        stats.add_mean("kl_k1_seq_mean", -r_sum, n_rows)
-        _kl_by_length(stats, row_sums[4], per_row)
-        stats.add_mean("ref_logp_mean", ref_sum, n)
+        kl, k1, ref_sum = sums[9:12]
+        keys += ["kl", "kl_k1", "ref_logp_mean", "kl_seq_mean", "kl_k1_seq_mean"]  # rows without tokens sum to 0
+        totals += [kl, k1, ref_sum, kl, k1]
+        counts_of += [n, n, n, n_rows, n_rows]
     if entropy is not None:
-        stats.add_mean("entropy", sums[-1], n)
+        keys.append("entropy")
+        totals.append(sums[-2])
+        counts_of.append(n)
+    stats._add_means(keys, totals, counts_of)
+
+    fractions = counts[:2] / per_row.clamp(min=1)  # per-sequence low / high clip fractions
+    lows = [torch.where(rows, fractions[0], INF).min(), torch.where(m, ratio, INF).min()]
+    highs = [torch.where(rows, fractions[1], -INF).max(), torch.where(m, ratio, -INF).max()]
+    if ref_logprobs is not None:
+        highs.append(masked_max(k3, pad))
+    lows, highs = torch.stack(lows).to(_F64).unbind(), torch.stack(highs).to(_F64).unbind()
+    stats.add_min("clip_ratio_low_min", lows[0], n_rows)
+    stats.add_max("clip_ratio_high_max", highs[0], n_rows)
+    stats.add_min("policy_ratio_min", lows[1], n)
+    stats.add_max("policy_ratio_max", highs[1], n)
+    if ref_logprobs is not None:
+        stats.add_max("kl_max", highs[2], n)
+        _kl_by_length(stats, row_sums[4], per_row)
     return stats
+
+
+@functools.lru_cache(maxsize=64)
+def _coefficients(n_floats: int, device: torch.device) -> Tensor:
+    """Factors of the summed table's rows: 5 counts, ratio, 0.5 * log-ratio^2, -clamped log-ratio,
+    advantage, [k3, -r = k1, ref], [entropy], rows with tokens."""
+    factors = [1.0] * 5 + [1.0, 0.5, -1.0, 1.0] + ([1.0, -1.0, 1.0] if n_floats >= 7 else [])
+    factors += [1.0] * (n_floats - len(factors) + 5) + [1.0]
+    return torch.tensor(factors, dtype=_F64, device=device)
 
 
 def _kl_by_length(stats: Stats, k3_row: Tensor, lengths: Tensor) -> None:
@@ -133,9 +145,10 @@ def _kl_by_length(stats: Stats, k3_row: Tensor, lengths: Tensor) -> None:
     rows = torch.stack([k3_row.to(_F64), lengths.to(_F64)], -1)
     sums = rows.new_zeros(len(LENGTH_BUCKETS) + 1, 2).index_add_(0, torch.bucketize(lengths, edges), rows)
     kl, tokens = sums.T.unbind()
-    for label, kl, tokens in zip(bucket_labels(), kl.unbind(), tokens.unbind()):
-        stats.add_mean(f"kl_by_length/{label}", kl, tokens)
-        stats.add_sum(f"kl_by_length_tokens/{label}", tokens)
+    tokens = tokens.unbind()
+    stats._add_means(_KL_BY_LENGTH_KEYS, kl.unbind(), tokens)
+    for key, n in zip(_KL_TOKENS_KEYS, tokens):
+        stats.add_sum(key, n)
 
 
 @functools.lru_cache(maxsize=16)
@@ -147,6 +160,10 @@ def _bucket_edges(device: torch.device) -> Tensor:
 def bucket_labels() -> tuple[str, ...]:
     """Label values of `kl_by_length`: `le_64`, ..., `le_4096`, `gt_4096`."""
     return (*(f"le_{b}" for b in LENGTH_BUCKETS), f"gt_{LENGTH_BUCKETS[-1]}")
+
+
+_KL_BY_LENGTH_KEYS = tuple(f"kl_by_length/{label}" for label in bucket_labels())
+_KL_TOKENS_KEYS = tuple(f"kl_by_length_tokens/{label}" for label in bucket_labels())
 
 
 @torch.no_grad()

@@ -51,3 +51,25 @@ def test_two_ranks_equal_one_process_on_the_concatenated_batch(tmp_path, per_dev
     rows = [(s["prompt"], s["completion"], s["source_rank"]) for s in rank0["samples"]]
     assert len(set(rows)) == len(rows) and set(rows) <= every
     assert {r for _, _, r in rows} == {0, 1}
+
+
+def test_a_capture_failure_on_one_rank_stops_capture_on_every_rank_and_training_finishes(tmp_path):
+    """Rank 1's capture breaks at its first generation batch: had rank 0 gone on reducing, it would
+    wait in a collective that rank 1 never joins. Both stop together; TRL's logged values still export."""
+    save_tiny_model(tmp_path / "model")
+    done = run_two_ranks(HERE / "trl_run.py", str(tmp_path), "max_steps=3", "num_iterations=2",
+                         "per_device_train_batch_size=4", "fail_rank=1", timeout=300,
+                         env={"HF_HUB_OFFLINE": "1"}, cwd=tmp_path)
+
+    assert "injected capture failure" in done.stderr  # rank 1's one warning, with its traceback
+    assert "failed on another rank" in done.stderr  # rank 0's
+    rank0 = json.loads((tmp_path / "exported0.json").read_text())
+    assert sorted(rank0["steps"]) == ["1", "2", "3"]  # every logged step
+    for step in rank0["steps"].values():
+        assert not {"reward_p50", "kl_max", "distinct_1"} & set(step)  # computed from tensors only: none
+    logged = [e for e in rank0["log_history"] if "loss" in e]
+    assert len(logged) == 3 and sum("reward" in e for e in logged) == 2  # two generation batches
+    for entry in logged:  # TRL's own values, as TRL logged them
+        got = rank0["steps"][str(entry["step"])]
+        assert all(close(got[k], entry[t]) for t, k in (("loss", "loss"), ("reward", "reward")) if t in entry)
+    assert rank0["samples"] == []

@@ -7,8 +7,8 @@ compute the expected values with `otel_grpo.signals` directly. With `sampling=Tr
 it adds vLLM-like sampler log-probs (and TRL's corrected IS ratio) to the outputs.
 
 `python trl_run.py OUT [key=value ...]` runs it under torchrun: each rank saves its
-records to OUT/rank<r>.pt; rank 0 also writes the step spans and sample events it
-exported to OUT/exported.json.
+records to OUT/rank<r>.pt and writes the step spans and sample events it exported to
+OUT/exported<r>.json. `fail_rank=R` breaks rank R's capture of generation batches.
 """
 
 from __future__ import annotations
@@ -111,6 +111,13 @@ def main(out: Path, config: dict[str, Any]) -> None:
     from otel_grpo.integrations import instrument
 
     rank = int(os.environ.get("RANK", "0"))
+    if config.pop("fail_rank", None) == rank:  # this rank's capture of generation batches breaks
+        from otel_grpo.integrations.trl import _hooks
+
+        def broken(*args: Any) -> Any:
+            raise RuntimeError("injected capture failure")
+
+        _hooks.generation_stats = broken
     trainer = make_recording_trainer(out / "train", model_dir=out / "model", **config)
     tel, _, exporter = in_memory_telemetry(out / "telemetry")
     instrument(trainer, telemetry=tel)

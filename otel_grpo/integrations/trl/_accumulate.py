@@ -2,7 +2,8 @@
 
     acc.add(stats)                      # per generation batch and per micro-batch: no host sync
     acc.phase("rollout", seconds)       # a phase measured by a hook
-    logged = acc.take(accelerator)      # at the logged step, on every rank: ONE reduce_stats
+    merged = acc.merged()               # at the logged step (local; may fail on one rank only)
+    logged = acc.take(merged, accelerator)  # on every rank, if every rank merged: ONE reduce_stats
 """
 
 from __future__ import annotations
@@ -40,10 +41,17 @@ class Accumulator:
     def pending(self) -> bool:
         return bool(self.stats or self.batches)
 
-    def take(self, accelerator: Any = None) -> Logged:
-        """Reduce what was added since the last call (a collective: every rank calls it) and start afresh."""
-        merged = signals.Stats.merge(*self.stats) if self.stats else signals.Stats()
-        reduced = signals.reduce_stats(merged, accelerator)  # the logged step's one device-to-host copy
-        logged = Logged(reduced, self.batches, self.phases)
+    def merged(self) -> signals.Stats:
+        """This rank's stats since the last logged step, in one `Stats`."""
+        return signals.Stats.merge(*self.stats) if len(self.stats) != 1 else self.stats[0]
+
+    def take(self, merged: signals.Stats, accelerator: Any = None) -> Logged:
+        """Reduce `merged` (a collective: every rank calls it) and start afresh."""
+        try:
+            reduced = signals.reduce_stats(merged, accelerator)  # the logged step's one device-to-host copy
+            return Logged(reduced, self.batches, self.phases)
+        finally:
+            self.clear()
+
+    def clear(self) -> None:
         self.stats, self.batches, self.phases = [], [], []
-        return logged

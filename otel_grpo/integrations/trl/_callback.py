@@ -64,6 +64,8 @@ class InstrumentedCallback(TrainerCallback):
     def __init__(self, trainer: Any, telemetry: Telemetry, acc: Accumulator, hooks: Any) -> None:
         self.trainer, self.telemetry, self.acc, self.hooks = trainer, telemetry, acc, hooks
         self._last: tuple[float, float | None] = (time.perf_counter(), None)  # (time, tokens seen) at the last log
+        self._flushed_step: int | None = None
+        self._all_off = False  # every rank's capture is off: no agreement needed any more
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -73,17 +75,32 @@ class InstrumentedCallback(TrainerCallback):
         self.flush(state.global_step, logs)
 
     def on_train_end(self, args, state, control, **kwargs):
-        if self.acc.pending:  # steps after the last logged one
+        # steps after the last logged one; decided by the step, the same on every rank (flush is collective)
+        if state.global_step != self._flushed_step and (self.acc.pending or not self._all_off):
             self.flush(state.global_step, {})
 
     def flush(self, step: int, logs: dict) -> None:
         """One logged step: every rank reduces (a collective); rank 0's Telemetry exports."""
-        try:
-            logged = self.acc.take(self.trainer.accelerator) if self.hooks.enabled else None
-        except Exception:
-            self.hooks.enabled = False
-            logger.warning("otel-grpo: reducing TRL's stats failed; exporting TRL's logged values only", exc_info=True)
-            logged = None
+        self._flushed_step = step
+        logged = None
+        merged = self._merged()
+        accelerator = self.trainer.accelerator
+        if self._all_off:
+            pass
+        elif every_rank(merged is not None, accelerator):
+            try:
+                logged = self.acc.take(merged, accelerator)
+            except Exception:  # on every rank alike: the reduction's data checks see the same gathered values
+                self.hooks.enabled = False
+                logger.warning("otel-grpo: reducing TRL's stats failed; exporting TRL's logged values only",
+                               exc_info=True)
+        else:
+            self.acc.clear()
+            self._all_off = True
+            if self.hooks.enabled:  # another rank's capture failed: all stop together, collectives stay in step
+                self.hooks.enabled = False
+                logger.warning("otel-grpo: capturing TRL's tensors failed on another rank; TRL signals from "
+                               "tensors are off for this run (logged values still export)")
         mapped = map_logs(logs)
         computed = _bases(set(logged.stats) | logged.stats.invalid) if logged is not None else set()
         invalid = logged.stats.invalid if logged is not None else frozenset()
@@ -105,6 +122,17 @@ class InstrumentedCallback(TrainerCallback):
             else:
                 s.record(scalars)
 
+    def _merged(self) -> Any:
+        """This rank's stats since the last logged step; None when its capture is off or merging fails."""
+        if not self.hooks.enabled:
+            return None
+        try:
+            return self.acc.merged()
+        except Exception:
+            self.hooks.enabled = False
+            logger.warning("otel-grpo: merging TRL's stats failed; exporting TRL's logged values only", exc_info=True)
+            return None
+
     def _host_scalars(self, step: int, mapped: dict[str, float]) -> dict[str, float]:
         """Step, beta, tokens seen (TRL logs `num_tokens` only on generation steps) and throughput since the last log."""
         now, tokens = time.perf_counter(), float(self.trainer.state.num_input_tokens_seen)
@@ -114,6 +142,21 @@ class InstrumentedCallback(TrainerCallback):
         if before is not None and now > then:
             out["tokens_per_second"] = (tokens - before) / (now - then)
         return out
+
+
+def every_rank(ok: bool, accelerator: Any) -> bool:
+    """Whether `ok` holds on every rank: one tiny all-reduce (MIN) with several processes, so that
+    a capture that failed on one rank stops the reduction on all of them, never on that one only
+    (the others would wait in its collective forever)."""
+    world = getattr(accelerator, "num_processes", 1)
+    if world <= 1:
+        return ok
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([1.0 if ok else 0.0], device=accelerator.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
 
 
 def _bases(keys: set[str]) -> set[str]:
