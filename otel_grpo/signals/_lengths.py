@@ -6,8 +6,15 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import count, describe
+from ._masked import count, describe_rows
 from ._partial import Stats
+
+
+_NAMES = [
+    {"mean": "completion_length_mean", "std": "completion_length_std", "min": "completion_length_min",
+     "max": "completion_length_max"},
+    {"mean": "terminated_length_mean", "min": "terminated_length_min", "max": "terminated_length_max"},
+]
 
 
 @torch.no_grad()
@@ -29,25 +36,11 @@ def length_stats(completion_mask: Tensor, truncated: Tensor) -> Stats:
     batch = mask.shape[0]
     done_early = v.binary(truncated, "truncated", stats, shape=(batch,))
     lengths = mask.sum(-1, dtype=torch.float64)  # [B]
-    every = torch.ones_like(done_early)
-    describe(
-        stats,
-        lengths,
-        every,
-        mean="completion_length_mean",
-        std="completion_length_std",
-        min="completion_length_min",
-        max="completion_length_max",
-    )
-    stats.add_mean("completions_clipped_ratio", count(done_early), count(every))
-    describe(
-        stats,
-        lengths,
-        ~done_early,
-        mean="terminated_length_mean",
-        min="terminated_length_min",
-        max="terminated_length_max",
-    )
+    # all completions, then those that ended with EOS: one pass over [2, B]
+    valid = torch.stack([torch.ones_like(done_early), ~done_early])
+    describe_rows(stats, lengths.expand(2, batch), valid, _NAMES)
+    every = torch.full((), batch, dtype=torch.float64, device=lengths.device)
+    stats.add_mean("completions_clipped_ratio", count(done_early), every)
     stats.add_samples("sample_completion_length", lengths)
     stats.add_sum("tokens", lengths.sum())
     return stats

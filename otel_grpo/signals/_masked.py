@@ -51,6 +51,34 @@ def describe(
     return stats
 
 
+def describe_rows(
+    stats: Stats, values: Tensor, valid: Tensor, names: list[dict[str, str]], *, unbiased: bool = True
+) -> Stats:
+    """`describe` of each row of [K, N] `values` over its `valid` entries, in one set of reductions.
+
+    `names[k]` maps any of "mean", "std", "min", "max" to the stat key of row k. The same
+    values as K `describe` calls (float64 sums of the selected values), with a fixed number
+    of tiny torch ops instead of about ten per row.
+    """
+    n = valid.sum(-1, dtype=_F64).unbind()
+    x = torch.where(valid, values, 0.0).to(_F64)
+    totals, squares = x.sum(-1).unbind(), (x * x).sum(-1).unbind()
+    wanted = {part for row in names for part in row}
+    lows = torch.where(valid, values, INF).amin(-1).to(_F64).unbind() if "min" in wanted else None
+    highs = torch.where(valid, values, -INF).amax(-1).to(_F64).unbind() if "max" in wanted else None
+    for k, row in enumerate(names):
+        total, sumsq = totals[k], squares[k]
+        if "mean" in row:
+            stats.add_mean(row["mean"], total, n[k])
+        if "std" in row:
+            stats.add_std(row["std"], total, sumsq, n[k], unbiased=unbiased)
+        if "min" in row:
+            stats.add_min(row["min"], lows[k], n[k])
+        if "max" in row:
+            stats.add_max(row["max"], highs[k], n[k])
+    return stats
+
+
 def masked_max(x: Tensor, pad: Tensor) -> Tensor:
     """Max of `x` where `pad` is False (-inf if none): [B, T] -> 0-d."""
     return x.masked_fill(pad, -INF).max()

@@ -16,7 +16,7 @@ All tensors stay on their device; nothing here reads a value on the host.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
 
@@ -52,6 +52,15 @@ class Spec:
     """QUANTILE: the per-sample vector key; DISTINCT: the id payload key."""
     q: float = 0.0
     """QUANTILE only: the quantile in [0, 1]."""
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # hashed for every key of every step (the layout cache): once here, not per lookup
+        # (the generated hash goes through the enum's Python-level __hash__)
+        object.__setattr__(self, "_hash", hash((self.part.value, self.unbiased, self.source, self.q)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 # The recipes of the plain parts, built once: stat functions add dozens of parts per call
@@ -211,6 +220,12 @@ class Stats:
         for p in parts:
             out._absorb(p)
         return out
+
+    def update(self, *parts: Stats) -> Stats:
+        """Combine `parts` into this one, in place (`|` copies every part so far); returns self."""
+        for p in parts:
+            self._absorb(p)
+        return self
 
     def _absorb(self, other: Stats) -> None:
         for key, spec in other.specs.items():

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Mapping
 
 import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import count, describe
+from ._masked import count, describe, describe_rows
 from ._partial import Stats
 
 _Q = {"p00": 0.0, "p05": 0.05, "p25": 0.25, "p50": 0.50, "p75": 0.75, "p95": 0.95, "p100": 1.0}
@@ -50,24 +51,32 @@ def reward_stats(
     if batch % group_size:
         raise ValueError(f"group_size {group_size} does not divide the batch size {batch} of rewards")
 
-    valid = ~torch.isnan(rewards)
-    describe(stats, rewards, valid, mean="reward", std="reward_std", min="reward_min", max="reward_max")
-    stats.add_samples("sample_reward", rewards, _QUANTILES)
-    _group_stats(stats, rewards.view(-1, group_size), valid.view(-1, group_size))
-
+    parts = {}
     for name, values in (components or {}).items():
         if not isinstance(name, str) or not name or "/" in name:
             raise ValueError(f"components keys must be non-empty names without '/', got {name!r}")
-        values = v.floating(values, f"components[{name!r}]", shape=(batch,))
-        describe(
-            stats, values, ~torch.isnan(values), mean=f"reward_fn_mean/{name}", std=f"reward_fn_std/{name}"
-        )
-        stats.add_samples(f"sample_reward_fn/{name}", values, {f"reward_fn_{q}/{name}": x for q, x in _Q.items()})
+        parts[name] = v.floating(values, f"components[{name!r}]", shape=(batch,))
+    # the total and every function's rewards: [1 + F, B], described in one pass
+    rows = torch.stack([rewards, *parts.values()]) if parts else rewards.unsqueeze(0)
+    valid_rows = ~torch.isnan(rows)
+    names = [{"mean": "reward", "std": "reward_std", "min": "reward_min", "max": "reward_max"}]
+    names += [{"mean": f"reward_fn_mean/{n}", "std": f"reward_fn_std/{n}"} for n in parts]
+    describe_rows(stats, rows, valid_rows, names)
+    stats.add_samples("sample_reward", rewards, _QUANTILES)
+    valid = valid_rows[0]
+    _group_stats(stats, rewards.view(-1, group_size), valid.view(-1, group_size))
+    for name, values in parts.items():
+        stats.add_samples(f"sample_reward_fn/{name}", values, _fn_quantiles(name))
     if advantages is not None:
         v.floating(advantages, "advantages", shape=(batch,))
-        stats = stats | advantage_stats(advantages)
+        stats.update(advantage_stats(advantages))
     stats.add_sum("samples", torch.full((), batch, dtype=torch.float64, device=rewards.device))
     return stats
+
+
+@lru_cache(maxsize=256)
+def _fn_quantiles(name: str) -> dict[str, float]:
+    return {f"reward_fn_{q}/{name}": x for q, x in _Q.items()}
 
 
 def advantage_stats(advantages: Tensor) -> Stats:

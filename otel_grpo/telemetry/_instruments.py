@@ -86,6 +86,8 @@ class Instruments:
         self._skipped = self._instrument(get("skipped_steps"))
         self._nonfinite = self._instrument(get("nonfinite"))
         self._phase = self._instrument(get("phase_duration"))
+        self._phase_recorder = self._histograms[get("phase_duration").name]  # batch path, one value at a time
+        self._phase_attrs: dict[str, dict[str, Any]] = {}
         self._step_route = self._route_for(get("step"), {})
         self._per_step = {key: self._route_for(get(target), {}) for key, target in STEP_DISTRIBUTIONS.items()}
 
@@ -198,7 +200,10 @@ class Instruments:
                                 dropped, name)
 
     def record_phase(self, phase: str, seconds: float) -> None:
-        self._phase.record(seconds, {**self._base, "phase": phase})
+        attrs = self._phase_attrs.get(phase)
+        if attrs is None:
+            attrs = self._phase_attrs[phase] = {**self._base, "phase": phase}
+        self._phase_recorder.record_many((seconds,), attrs)
 
     def count_steps(self, steps: int, last_step: int, skipped: bool) -> None:
         """Progress counters and the `step` gauge."""

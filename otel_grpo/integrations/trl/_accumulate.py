@@ -43,7 +43,9 @@ class Accumulator:
 
     def merged(self) -> signals.Stats:
         """This rank's stats since the last logged step, in one `Stats`."""
-        return signals.Stats.merge(*self.stats) if len(self.stats) != 1 else self.stats[0]
+        if not self.stats:
+            return signals.Stats()
+        return self.stats[0].update(*self.stats[1:])  # in place: the parts are this accumulator's own
 
     def take(self, merged: signals.Stats, accelerator: Any = None) -> Logged:
         """Reduce `merged` (a collective: every rank calls it) and start afresh."""

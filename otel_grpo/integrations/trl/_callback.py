@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -102,7 +103,7 @@ class InstrumentedCallback(TrainerCallback):
                 logger.warning("otel-grpo: capturing TRL's tensors failed on another rank; TRL signals from "
                                "tensors are off for this run (logged values still export)")
         mapped = map_logs(logs)
-        computed = _bases(set(logged.stats) | logged.stats.invalid) if logged is not None else set()
+        computed = _bases(frozenset(logged.stats).union(logged.stats.invalid)) if logged is not None else frozenset()
         invalid = logged.stats.invalid if logged is not None else frozenset()
         # TRL's own (mean-of-means) value of a key computed exactly from its tensors is dropped, unless
         # both found no valid value (TRL's None): that NaN goes on to be counted in grpo.nonfinite
@@ -159,5 +160,7 @@ def every_rank(ok: bool, accelerator: Any) -> bool:
     return bool(flag.item())
 
 
-def _bases(keys: set[str]) -> set[str]:
-    return {k.partition("/")[0] for k in keys}
+@functools.lru_cache(maxsize=32)
+def _bases(keys: frozenset[str]) -> frozenset[str]:
+    """Signal names of stat keys (`reward_fn_mean/fmt` -> `reward_fn_mean`); the same keys every step."""
+    return frozenset(k.partition("/")[0] for k in keys)

@@ -61,13 +61,13 @@ def generation_stats(trainer: Any, out: dict, cap: Captured) -> tuple[signals.St
     local, total = cap.rewards_per_func[rank * batch : (rank + 1) * batch], totals[rank * batch : (rank + 1) * batch]
     names = [fn_name(n) for n in trainer.reward_func_names]
     advantages = out["advantages"].reshape(batch, -1)[:, 0]
-    stats = _reward_family(trainer, cap.rewards_per_func, totals, names) | signals.advantage_stats(advantages)
+    stats = _reward_family(trainer, cap.rewards_per_func, totals, names)
 
     lengths, truncated = _lengths(trainer, cap.completion_ids, out)
     length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < torch.tensor(lengths, device=ids.device)[:, None]
     max_len = max(int(getattr(trainer, "max_completion_length", 0) or 0), width)
-    stats = signals.Stats.merge(  # one merge: each `|` copies every part so far
-        stats, signals.length_stats(length_mask, torch.tensor(truncated, device=ids.device)),
+    stats.update(  # in place: each `|` would copy every part so far
+        signals.advantage_stats(advantages), signals.length_stats(length_mask, torch.tensor(truncated, device=ids.device)),
         signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len), *_sampling_stats(trainer, out))
     values = torch.cat([local, total[:, None], advantages[:, None].to(local.dtype)], dim=1).detach()
     step = int(trainer.state.global_step)
@@ -90,6 +90,8 @@ def _reward_family(trainer: Any, rewards_per_func: Tensor, totals: Tensor, names
     scored count nowhere) and takes its rows back out of the completions counter.
     """
     group, world = trainer.num_generations, trainer.accelerator.num_processes
+    if world == 1:  # every group is this rank's
+        return signals.reward_stats(totals, group, {n: rewards_per_func[:, i] for i, n in enumerate(names)})
     rows = torch.arange(totals.shape[0], device=totals.device).view(-1, group)
     owned = rows[trainer.accelerator.process_index :: world].reshape(-1)
     padded = owned.numel() == 0

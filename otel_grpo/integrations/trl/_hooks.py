@@ -156,13 +156,14 @@ class Hooks:
 def policy_stats(trainer: Any, inputs: dict, logps: torch.Tensor, entropies: torch.Tensor | None) -> signals.Stats:
     """Clip ratios, policy ratio, approx KL, KL to the reference (plain k3 and TRL's), entropy of one micro-batch."""
     mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+    mask = mask.bool()  # TRL's 0/1 masks: as bool, the stats skip checking their values
     old = inputs.get("old_per_token_logps")
     old = logps if old is None else old  # TRL: pi_old = pi_theta.detach() when it skipped computing it
     ref = inputs.get("ref_per_token_logps") if trainer.beta != 0.0 else None
     stats = signals.policy_stats(logps, old, inputs["advantages"], mask, trainer.epsilon_low, trainer.epsilon_high,
                                  ref_logprobs=ref, entropy=entropies)
     if ref is not None:
-        stats = stats | _trl_kl(trainer, logps, old, ref, mask)
+        stats.update(_trl_kl(trainer, logps, old, ref, mask))
     return stats
 
 
