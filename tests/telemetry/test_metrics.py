@@ -41,6 +41,15 @@ def test_gauges_hold_the_latest_value_per_attribute_set(captured):
     assert [p.value for p in again["grpo.step_index"].data.data_points] == [2.0]
 
 
+def test_two_names_of_one_signal_share_its_series_and_the_newest_value_wins(captured):
+    """`entropy` and verl's `actor/entropy` are one series: one data point, the last value set."""
+    captured.tel.log_metrics(1, {"entropy": 1.5})
+    captured.tel.log_metrics(2, {"actor/entropy": 0.7})
+    assert [p.value for p in captured.metrics()["grpo.policy.entropy"].data.data_points] == [0.7]
+    captured.tel.log_metrics(3, {"entropy": 0.4})
+    assert [p.value for p in captured.metrics()["grpo.policy.entropy"].data.data_points] == [0.4]
+
+
 def test_trl_and_verl_aliases_map_to_catalog_instruments(captured):
     captured.tel.log_metrics(3, {"clip_ratio/high_mean": 0.02, "actor/entropy": 1.5, "rewards/format/mean": 0.9})
     metrics = captured.metrics()
