@@ -20,45 +20,15 @@ def count(valid: Tensor) -> Tensor:
     return valid.sum(dtype=_F64)
 
 
-def describe(
-    stats: Stats,
-    values: Tensor,
-    valid: Tensor,
-    *,
-    mean: str | None = None,
-    std: str | None = None,
-    min: str | None = None,  # noqa: A002 - reads like the stat it names
-    max: str | None = None,  # noqa: A002
-    unbiased: bool = True,
-) -> Stats:
-    """Add mean / std / min / max of `values[valid]` (any shape, same shape as `valid`).
-
-    Invalid entries may hold anything (NaN, inf): they are selected away, never
-    multiplied by zero.
-    """
-    n = count(valid)
-    if mean or std:
-        x = torch.where(valid, values, 0.0).to(_F64)
-        total = x.sum()
-        if mean:
-            stats.add_mean(mean, total, n)
-        if std:
-            stats.add_std(std, total, (x * x).sum(), n, unbiased=unbiased)
-    if min:
-        stats.add_min(min, torch.where(valid, values, INF).min(), n)
-    if max:
-        stats.add_max(max, torch.where(valid, values, -INF).max(), n)
-    return stats
-
-
 def describe_rows(
     stats: Stats, values: Tensor, valid: Tensor, names: list[dict[str, str]], *, unbiased: bool = True
 ) -> Stats:
-    """`describe` of each row of [K, N] `values` over its `valid` entries, in one set of reductions.
+    """Mean / std / min / max of each row of [K, N] `values` over its `valid` entries, in one set
+    of reductions (a fixed number of tiny torch ops, not about ten per row).
 
-    `names[k]` maps any of "mean", "std", "min", "max" to the stat key of row k. The same
-    values as K `describe` calls (float64 sums of the selected values), with a fixed number
-    of tiny torch ops instead of about ten per row.
+    `names[k]` maps any of "mean", "std", "min", "max" to the stat key of row k. Sums are
+    float64 sums of the selected values; invalid entries may hold anything (NaN, inf): they
+    are selected away, never multiplied by zero.
     """
     n = valid.sum(-1, dtype=_F64).unbind()
     x = torch.where(valid, values, 0.0).to(_F64)

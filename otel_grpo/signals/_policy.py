@@ -96,7 +96,7 @@ def policy_stats(
     # as `total`: per-row sums in the inputs' dtype, then float64 across rows; the row count
     # rides along, and one product applies the signs and the 1/2 of the means' numerators
     table = torch.cat([counts.to(_F64), row_sums.to(_F64), rows.to(_F64).unsqueeze(0)])
-    sums = (table.sum(-1) * _coefficients(len(floats), table.device)).unbind()
+    sums = (table.sum(-1) * _coefficients(ref_logprobs is not None, entropy is not None, table.device)).unbind()
     n, n_rows = sums[4], sums[-1]
     keys = ["clip_ratio_low_mean", "clip_ratio_high_mean", "clip_ratio_region_mean", "dual_clip_fraction",
             "policy_ratio_mean", "approx_kl", "ppo_kl", "advantage_token_mean"]
@@ -130,11 +130,11 @@ def policy_stats(
 
 
 @functools.lru_cache(maxsize=64)
-def _coefficients(n_floats: int, device: torch.device) -> Tensor:
+def _coefficients(reference: bool, entropy: bool, device: torch.device) -> Tensor:
     """Factors of the summed table's rows: 5 counts, ratio, 0.5 * log-ratio^2, -clamped log-ratio,
     advantage, [k3, -r = k1, ref], [entropy], rows with tokens."""
-    factors = [1.0] * 5 + [1.0, 0.5, -1.0, 1.0] + ([1.0, -1.0, 1.0] if n_floats >= 7 else [])
-    factors += [1.0] * (n_floats - len(factors) + 5) + [1.0]
+    factors = [1.0] * 5 + [1.0, 0.5, -1.0, 1.0] + ([1.0, -1.0, 1.0] if reference else [])
+    factors += ([1.0] if entropy else []) + [1.0]
     return torch.tensor(factors, dtype=_F64, device=device)
 
 

@@ -9,13 +9,14 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import count, describe, describe_rows
+from ._masked import count, describe_rows
 from ._partial import Stats
 
 _Q = {"p00": 0.0, "p05": 0.05, "p25": 0.25, "p50": 0.50, "p75": 0.75, "p95": 0.95, "p100": 1.0}
 _QUANTILES = {f"reward_{name}": q for name, q in _Q.items()}
 # torch.isclose(std, 0) as TRL's frac_reward_zero_std uses it: |std| <= atol (rtol * 0 = 0).
 _ZERO_STD_ATOL = 1e-8
+_ADVANTAGE_NAMES = [{"mean": "advantage_mean", "std": "advantage_std", "min": "advantage_min", "max": "advantage_max"}]
 
 
 @torch.no_grad()
@@ -88,8 +89,7 @@ def advantage_stats(advantages: Tensor) -> Stats:
     """
     stats = Stats()
     advantages = v.floating(advantages, "advantages", dim=1)
-    describe(stats, advantages, ~torch.isnan(advantages),
-             mean="advantage_mean", std="advantage_std", min="advantage_min", max="advantage_max")
+    describe_rows(stats, advantages.unsqueeze(0), ~torch.isnan(advantages).unsqueeze(0), _ADVANTAGE_NAMES)
     stats.add_samples("sample_advantage", advantages)
     return stats
 
