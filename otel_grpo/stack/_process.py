@@ -7,8 +7,10 @@ import shutil
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -107,6 +109,16 @@ class Managed:
                 if time.monotonic() > deadline:
                     raise StackError(f"{self.name} not ready at {self.ready_url} after {timeout_s:.0f}s: {self.log_tail()}")
                 time.sleep(0.2)
+
+    @contextmanager
+    def running(self, timeout_s: float) -> Iterator[Managed]:
+        """Started and ready for the block, stopped after it (also when it fails to get ready)."""
+        self.start()
+        try:
+            self.wait_ready(timeout_s)
+            yield self
+        finally:
+            self.stop()
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM, then SIGKILL after timeout_s; returns the exit code."""

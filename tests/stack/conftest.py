@@ -76,12 +76,8 @@ def serve_prometheus(binary: str, d: Path, config: str) -> Iterator[str]:
     proc = Managed("prometheus", [binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
                                   f"--web.listen-address=127.0.0.1:{port}"],
                    f"http://127.0.0.1:{port}/-/ready", d / "prometheus.log")
-    proc.start()
-    try:
-        proc.wait_ready(60)
+    with proc.running(60):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="module")

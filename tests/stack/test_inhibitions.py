@@ -19,12 +19,8 @@ def alertmanager(root, tmp_path_factory, free_port_factory, alertmanager_bin):
                                   f"--storage.path={d}", "--cluster.listen-address=",
                                   f"--web.listen-address=127.0.0.1:{port}"],
                  f"http://127.0.0.1:{port}/-/ready", d / "am.log")
-    am.start()
-    try:
-        am.wait_ready(60)
+    with am.running(60):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        am.stop()
 
 
 def _alert(name: str, severity: str, **labels: str) -> dict:
