@@ -191,6 +191,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=40, help="paired steps per round")
     p.add_argument("--rounds", type=int, default=5, help="rounds, each in a fresh process")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--logging-steps", type=int, default=1,
+                   help="TRL's logging_steps: 1 (every step logged and flushed, the worst case) or TRL's default 10")
     p.add_argument("--round", type=int, default=None, help=argparse.SUPPRESS)  # a child: run one round
     a = p.parse_args()
     if a.round is not None:
@@ -199,6 +201,7 @@ def main() -> None:
     results = []
     for r in range(a.rounds):
         cmd = [sys.executable, __file__, "--preset", a.preset, "--steps", str(a.steps), "--threads", str(a.threads),
+               "--logging-steps", str(a.logging_steps),
                "--round", str(r)]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         results.append(json.loads(out.rsplit("RESULT ", 1)[1]))
@@ -217,7 +220,8 @@ def one_round(a) -> dict[str, float]:
     preset = PRESETS[a.preset]
     tmp = Path(tempfile.mkdtemp(prefix="bench-trl-"))
     model = save_model(tmp / "model", preset["model"])
-    config = {**preset["config"], "max_steps": a.steps + 1, "num_iterations": 2, "log_completions": False}
+    config = {**preset["config"], "max_steps": a.steps + 1, "num_iterations": 2, "log_completions": False,
+              "logging_steps": a.logging_steps}
     turns, spent = Turns(), accounting()
     names = ["off", "on"] if a.round % 2 == 0 else ["on", "off"]  # which one allocates first alternates
     trainers = {n: tiny_trl.make_grpo_trainer(tmp / n, model_dir=model, callbacks=[turns.callback(n)], **config)
@@ -233,7 +237,7 @@ def one_round(a) -> dict[str, float]:
             t.join()
     finally:
         sink.terminate()
-    return figures(turns, spent)
+    return figures(turns, spent, a.logging_steps)
 
 
 def _start_sink():
@@ -246,7 +250,9 @@ def _start_sink():
     return module.start_sink()
 
 
-def figures(turns: Turns, spent: list[float]) -> dict[str, float]:
+def figures(turns: Turns, spent: list[float], logging_steps: int) -> dict[str, float]:
+    """Medians over windows of `logging_steps` steps (one logged step each), of each window's mean:
+    with logging_steps > 1 a median over single steps would leave the logged step's flush out."""
     times, cpu = turns.times, turns.cpu
     off, on = times["off"][1:], times["on"][1:]  # the first step of each warms up
     n = min(len(off), len(on))
@@ -256,12 +262,16 @@ def figures(turns: Turns, spent: list[float]) -> dict[str, float]:
     return {
         "off": statistics.median(off[:n]) * ms,
         "on": statistics.median(on[:n]) * ms,
-        "paired": statistics.median(b - x for x, b in zip(off[:n], on[:n])) * ms,
-        "paired_cpu": statistics.median(b - x for x, b in zip(cpu_off, cpu_on)) * ms,
+        "paired": statistics.median(_window_means([b - x for x, b in zip(off[:n], on[:n])], logging_steps)) * ms,
+        "paired_cpu": statistics.median(_window_means([b - x for x, b in zip(cpu_off, cpu_on)], logging_steps)) * ms,
         "hooks": spent[0] / len(times["on"]) * ms,
         "hooks_cpu": spent[1] / len(times["on"]) * ms,
         "background_cpu": sum(last[k] - first.get(k, 0.0) for k in last) / n * ms,
     }
+
+
+def _window_means(values: list[float], size: int) -> list[float]:
+    return [statistics.fmean(values[i : i + size]) for i in range(0, len(values) - size + 1, size)]
 
 
 def report(a, results: list[dict[str, float]]) -> None:
@@ -272,7 +282,8 @@ def report(a, results: list[dict[str, float]]) -> None:
         return f"{med[key]:+.2f} ms (rounds {span[key][0]:+.2f} .. {span[key][1]:+.2f})"
 
     print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"torch threads {a.threads}; preset {a.preset}; {a.rounds} rounds x {a.steps} paired steps; "
+          f"torch threads {a.threads}; preset {a.preset}, logging_steps {a.logging_steps}; "
+          f"{a.rounds} rounds x {a.steps} paired steps; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"step median off {med['off']:.1f} ms, on {med['on']:.1f} ms, ratio on/off {med['on'] / med['off']:.4f}")
     print(f"median paired difference on - off: {line('paired')} = {med['paired'] / med['off'] * 100:+.2f}% of a step")

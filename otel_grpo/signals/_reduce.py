@@ -54,17 +54,18 @@ class _Layout:
     @staticmethod
     def of(stats: Stats) -> _Layout:
         """The layout of `stats`' structure; cached, as every step has the same structure."""
+        # frozensets, not sorted tuples: hashing a step's ~200 keys costs less than sorting them
         signature = (
-            tuple(sorted(stats.specs.items())),
-            tuple(sorted((k, v.numel()) for k, v in stats.vectors.items())),
-            tuple(sorted((k, v.numel()) for k, v in stats.ids.items())),
-            tuple(sorted((a, message) for a, (_, message) in stats.checks.items())),
+            frozenset(stats.specs.items()),
+            frozenset((k, v.numel()) for k, v in stats.vectors.items()),
+            frozenset((k, v.numel()) for k, v in stats.ids.items()),
+            frozenset((a, message) for a, (_, message) in stats.checks.items()),
         )
         return _layout_of(signature)
 
     @classmethod
     def build(cls, signature: tuple) -> _Layout:
-        specs_items, vectors, ids, checks = signature
+        specs_items, vectors, ids, checks = (sorted(part) for part in signature)
         specs = dict(specs_items)
         lay = cls()
         for part in Part:
@@ -103,14 +104,16 @@ def reduce_stats(stats: Stats, accelerator=None) -> ReducedStats:
     if not stats.specs and not stats.vectors and not stats.checks:
         return ReducedStats()
     layout = _Layout.of(stats)
-    gathered = _all_gather(_pack(stats, layout), accelerator)  # [W, L]
-    result = _finalize(gathered, layout)
+    world = _world(accelerator)
+    # one rank's ids need no trip through the pack: its distinct-n are computed from them directly
+    gathered = _all_gather(_pack(stats, layout, with_ids=world > 1), accelerator, world)  # [W, L]
+    result = _finalize(gathered, layout, None if world > 1 else stats.ids)
     host = result.tolist()  # the step's one device-to-host transfer
-    return _unpack(host, layout, world=gathered.shape[0])
+    return _unpack(host, layout, world=world)
 
 
-def _pack(stats: Stats, lay: _Layout) -> Tensor:
-    """[sums, check counts, mins, maxs, layout fingerprint, vectors, ids]."""
+def _pack(stats: Stats, lay: _Layout, with_ids: bool = True) -> Tensor:
+    """[sums, check counts, mins, maxs, layout fingerprint, vectors, ids (with several ranks)]."""
     device = _device(stats)
     scalars = [stats.sums[s] for s in lay.sum_slots] + [stats.checks[a][0] for a in lay.checks]
     scalars += [stats.mins[k] for k in lay.keys[Part.MIN]] + [stats.maxs[k] for k in lay.keys[Part.MAX]]
@@ -118,7 +121,8 @@ def _pack(stats: Stats, lay: _Layout) -> Tensor:
     pieces.append(torch.full((1,), lay.fingerprint, dtype=_F64, device=device))
     pieces += [stats.vectors[k] for k, _ in lay.vectors]
     # int64 ids travel bit for bit inside the float64 pack (cat and gather copy bytes)
-    pieces += [stats.ids[k].contiguous().view(_F64) for k, _ in lay.ids]
+    if with_ids:
+        pieces += [stats.ids[k].contiguous().view(_F64) for k, _ in lay.ids]
     return torch.cat(pieces)
 
 
@@ -129,14 +133,20 @@ def _device(stats: Stats) -> torch.device:
     return torch.device("cpu")
 
 
-def _all_gather(local: Tensor, accelerator) -> Tensor:
-    """[L] -> [W, L], rank order; a plain view when there is one process."""
+def _world(accelerator) -> int:
+    """Processes that reduce together: the accelerator's, else the default group's, else 1."""
     if accelerator is not None:
-        world = accelerator.num_processes
-        return local.unsqueeze(0) if world == 1 else accelerator.gather(local).view(world, -1)
-    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    if world == 1:  # as with an accelerator: a group of one has nothing to exchange
+        return accelerator.num_processes
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _all_gather(local: Tensor, accelerator, world: int) -> Tensor:
+    """[L] -> [W, L], rank order; a plain view when there is one process (a group of one has
+    nothing to exchange)."""
+    if world == 1:
         return local.unsqueeze(0)
+    if accelerator is not None:
+        return accelerator.gather(local).view(world, -1)
     parts = [torch.empty_like(local) for _ in range(world)]
     dist.all_gather(parts, local)
     return torch.stack(parts)
@@ -154,48 +164,50 @@ class _Reader:
         return block
 
 
-def _finalize(gathered: Tensor, lay: _Layout) -> Tensor:
+def _finalize(gathered: Tensor, lay: _Layout, local_ids: dict[str, Tensor] | None) -> Tensor:
     """[W, L] -> [sums, check counts, mins, maxs, layout ok, vectors, gathered values, their valid flags].
 
     Only what needs the gathered vectors (quantiles, distinct-n) is finalized on
     device; means, stds, ESS and extrema are a few float operations per key, done
     on the host by `_unpack` (IEEE float64 either way), as some 40 tiny device ops
-    cost more than the arithmetic.
+    cost more than the arithmetic. `local_ids`: one rank's id payloads, which its
+    pack left out (None with several ranks: they are in the pack).
     """
     world = gathered.shape[0]
+    if world == 1:
+        # one rank's parts are the combined parts and its fingerprint stands for "layout ok"
+        # (checked only across ranks): the pack as is, and the distinct-n of its ids
+        if not lay.ids:
+            return gathered[0]
+        return torch.cat([gathered[0], _distinct([local_ids[k] for k in lay.keys[Part.DISTINCT]])])
     width = len(lay.sum_slots) + len(lay.checks)
     k_min, k_max = len(lay.keys[Part.MIN]), len(lay.keys[Part.MAX])
-    if world == 1 and not lay.ids:
-        # one rank's parts are the combined parts, its fingerprint stands for "layout ok"
-        # (checked only across ranks) and there is nothing to finalize: the pack as is
-        return gathered[0]
     read = _Reader(gathered)
-    if world == 1:
-        head = read.take(width + k_min + k_max + 1)[0]
-    else:
-        sums_checks = read.take(width).sum(0)
-        head = torch.cat([sums_checks, read.take(k_min).amin(0), read.take(k_max).amax(0)])
-        prints = read.take(1)
-        head = torch.cat([head, (prints == prints[0]).all().to(_F64).reshape(1)])
+    sums_checks = read.take(width).sum(0)
+    head = torch.cat([sums_checks, read.take(k_min).amin(0), read.take(k_max).amax(0)])
+    prints = read.take(1)
+    head = torch.cat([head, (prints == prints[0]).all().to(_F64).reshape(1)])
     vectors = {k: read.take(n).reshape(-1) for k, n in lay.vectors}
     ids = {k: read.take(n).contiguous().view(torch.int64).reshape(-1) for k, n in lay.ids}
     out = [head] + [vectors[k] for k, _ in lay.vectors]
-    return torch.cat(out + _finalize_gathered(vectors, ids, lay))
+    if lay.ids:
+        out.append(_distinct([ids[k] for k in lay.keys[Part.DISTINCT]]))
+    return torch.cat(out)
 
 
-def _finalize_gathered(vectors: dict, ids: dict, lay: _Layout) -> list[Tensor]:
-    """Distinct-n of the gathered ids: [values, valid]."""
-    values: list[Tensor] = []
-    valid: list[Tensor] = []
-    for key in lay.keys[Part.DISTINCT]:
-        sorted_ids = torch.sort(ids[key]).values
-        real = sorted_ids != -1
-        new = torch.ones_like(real)
-        new[1:] = sorted_ids[1:] != sorted_ids[:-1]
-        total = real.sum(dtype=_F64)
-        values.append(((new & real).sum(dtype=_F64) / total.clamp(min=1)).reshape(1))
-        valid.append((total > 0).to(_F64).reshape(1))
-    return values + valid
+def _distinct(payloads: list[Tensor]) -> Tensor:
+    """Distinct-n of each id payload (-1: none), all in one set of ops: [values..., valid flags...]."""
+    size = max(p.numel() for p in payloads)
+    # -1 pads the shorter payloads: "no n-gram", so the padding counts nowhere
+    rows = torch.stack([p if p.numel() == size else torch.cat([p, p.new_full((size - p.numel(),), -1)])
+                        for p in payloads])
+    ordered = torch.sort(rows, dim=-1).values
+    real = ordered != -1
+    new = torch.ones_like(real)
+    new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    total = real.sum(-1, dtype=_F64)
+    values = (new & real).sum(-1, dtype=_F64) / total.clamp(min=1)
+    return torch.cat([values, (total > 0).to(_F64)])
 
 
 def _quantile(ordered: list[float], q: float) -> float:

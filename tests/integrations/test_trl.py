@@ -12,7 +12,7 @@ import pytest
 
 from otel_grpo import signals
 from otel_grpo.integrations import OtelGrpoCallback, instrument
-from otel_grpo.integrations.trl import _compat
+from otel_grpo.integrations.trl import _accumulate, _compat
 from expected import close, generation_stats, micro_batch_stats
 from trl_run import exported, in_memory_telemetry, make_recording_trainer
 
@@ -113,6 +113,27 @@ def test_accumulation_and_logging_steps_are_exact(tmp_path):
     generated = [(p, c) for g in trainer.records["generations"] for p, c in zip(g["prompts"], g["completions"])]
     rows = [(s["prompt"], s["completion"]) for s in out["samples"]]
     assert len(trainer.records["generations"]) == 2 and sorted(rows) == sorted(generated)
+
+
+@pytest.mark.parametrize("fold_bytes", [_accumulate.FOLD_BYTES, 1], ids=["at-the-logged-step", "one-by-one"])
+def test_batches_of_different_lengths_in_one_logged_step_are_exact(tmp_path, monkeypatch, fold_bytes):
+    """A logged step's generation batches and micro-batches get their stats in one pass over their
+    concatenation (padded to the longest), or one by one when little memory may be held: the
+    values are ours on the concatenated tensors either way."""
+    monkeypatch.setattr(_accumulate, "FOLD_BYTES", fold_bytes)
+    trainer, out, _ = run(tmp_path, max_steps=6, num_iterations=1, logging_steps=3, max_completion_length=32)
+    steps = {int(k): v for k, v in out["steps"].items()}
+    assert sorted(steps) == [3, 6]
+    for step in (3, 6):
+        widths = {g["completion_ids"].shape[1] for g in trainer.records["generations"] if step - 3 <= g["step"] < step}
+        assert len(widths) > 1, widths  # the batches really differ in length
+        expected = expected_for(trainer, step, 3)
+        for key in ("reward", "reward_p50", "reward_group_std", "advantage_std", "completion_length_mean",
+                    "completion_length_std", "terminated_length_mean", "distinct_1", "distinct_2", "entropy",
+                    "clip_ratio_region_mean", "policy_ratio_max", "approx_kl", "kl", "kl_max", "kl_seq_mean",
+                    "kl_by_length/le_64"):
+            assert close(steps[step][key], expected[key]), (step, key, steps[step][key], expected[key])
+    assert len(out["samples"]) == 6 * trainer.args.per_device_train_batch_size
 
 
 def test_sampling_logprobs_give_mismatch_and_rollout_is(tmp_path):

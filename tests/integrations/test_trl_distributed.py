@@ -53,12 +53,14 @@ def test_two_ranks_equal_one_process_on_the_concatenated_batch(tmp_path, per_dev
     assert {r for _, _, r in rows} == {0, 1}
 
 
-def test_a_capture_failure_on_one_rank_stops_capture_on_every_rank_and_training_finishes(tmp_path):
-    """Rank 1's capture breaks at its first generation batch: had rank 0 gone on reducing, it would
-    wait in a collective that rank 1 never joins. Both stop together; TRL's logged values still export."""
+@pytest.mark.parametrize("fail_at", ["capture", "stats"])
+def test_a_capture_failure_on_one_rank_stops_capture_on_every_rank_and_training_finishes(tmp_path, fail_at):
+    """Rank 1's capture breaks at its first generation batch, in the hook or when the logged step
+    computes its stats: had rank 0 gone on reducing, it would wait in a collective that rank 1 never
+    joins. Both stop together; TRL's logged values still export."""
     save_tiny_model(tmp_path / "model")
     done = run_two_ranks(HERE / "trl_run.py", str(tmp_path), "max_steps=3", "num_iterations=2",
-                         "per_device_train_batch_size=4", "fail_rank=1", timeout=300,
+                         "per_device_train_batch_size=4", "fail_rank=1", f'fail_at="{fail_at}"', timeout=300,
                          env={"HF_HUB_OFFLINE": "1"}, cwd=tmp_path)
 
     assert "injected capture failure" in done.stderr  # rank 1's one warning, with its traceback

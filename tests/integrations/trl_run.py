@@ -8,7 +8,8 @@ it adds vLLM-like sampler log-probs (and TRL's corrected IS ratio) to the output
 
 `python trl_run.py OUT [key=value ...]` runs it under torchrun: each rank saves its
 records to OUT/rank<r>.pt and writes the step spans and sample events it exported to
-OUT/exported<r>.json. `fail_rank=R` breaks rank R's capture of generation batches.
+OUT/exported<r>.json. `fail_rank=R` breaks rank R's capture of generation batches (`fail_at=capture`,
+the default) or their stats at the logged step (`fail_at=stats`).
 """
 
 from __future__ import annotations
@@ -111,13 +112,17 @@ def main(out: Path, config: dict[str, Any]) -> None:
     from otel_grpo.integrations import instrument
 
     rank = int(os.environ.get("RANK", "0"))
+    fail_at = config.pop("fail_at", "capture")
     if config.pop("fail_rank", None) == rank:  # this rank's capture of generation batches breaks
-        from otel_grpo.integrations.trl import _hooks
+        from otel_grpo.integrations.trl import _accumulate, _hooks
 
         def broken(*args: Any) -> Any:
             raise RuntimeError("injected capture failure")
 
-        _hooks.generation_stats = broken
+        if fail_at == "capture":  # in the hook, during the step
+            _hooks.capture_generation = broken
+        else:  # computing their stats, in the logged step's flush
+            _accumulate.generation_stats = broken
     trainer = make_recording_trainer(out / "train", model_dir=out / "model", **config)
     tel, _, exporter = in_memory_telemetry(out / "telemetry")
     instrument(trainer, telemetry=tel)

@@ -1,7 +1,8 @@
-"""One generation batch of a GRPOTrainer -> partial stats and its sample rows (still on device).
+"""One generation batch of a GRPOTrainer -> its sample rows and what its stats need (still on device).
 
-Called once per `_generate_and_score_completions`, so a batch that TRL reuses for
-`num_iterations` passes or splits over `steps_per_generation` steps is counted once.
+Captured once per `_generate_and_score_completions`, so a batch that TRL reuses for
+`num_iterations` passes or splits over `steps_per_generation` steps is counted once;
+the stats of every batch a logged step covers are computed together (`generation_stats`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ... import signals
+from ._rows import cat_rows
 
 # TRL's vllm_importance_sampling_mode -> (level, mode) of signals.rollout_correction
 _IS_MODES = {
@@ -47,31 +49,76 @@ class SampleBatch:
     policy_version: int
 
 
+@dataclass(slots=True)
+class Generation:
+    """What the stats of one generation batch need: TRL's tensors (on device) and host-side lengths."""
+
+    rewards_per_func: Tensor
+    """[N_all, F], every rank's."""
+    advantages: Tensor
+    """[B], this rank's rows."""
+    ids: Tensor
+    mask: Tensor
+    """[B, T] completion (and tool) tokens, 0/1 or bool."""
+    lengths: list[int]
+    truncated: list[bool]
+    sampling: Tensor | None
+    """[B, T] the sampler's log-probs (vLLM), with TRL's log-probs (`old`) beside them."""
+    old: Tensor | None
+    is_ratio: Tensor | None
+    """TRL's corrected importance-sampling ratio: [B, T], or [B, 1] in sequence modes."""
+
+    @property
+    def kind(self) -> tuple:
+        """Batches of one kind are concatenated: the same optional tensors."""
+        return (self.sampling is not None and self.old is not None,
+                None if self.is_ratio is None else self.is_ratio.shape[-1] == 1)
+
+    @property
+    def nbytes(self) -> int:
+        held = (self.rewards_per_func, self.advantages, self.ids, self.mask, self.sampling, self.old, self.is_ratio)
+        return sum(t.numel() * t.element_size() for t in held if t is not None)
+
+
 def fn_name(name: str) -> str:
     """A reward function's name as a stat-key label (no '/': model rewards are named after their path)."""
     return name.replace("/", "_") or "reward"
 
 
-def generation_stats(trainer: Any, out: dict, cap: Captured) -> tuple[signals.Stats, SampleBatch]:
-    """Reward, advantage, length, diversity, mismatch and rollout-IS stats of one generation batch."""
-    ids, mask = out["completion_ids"], out["completion_mask"]
-    batch, width = ids.shape
+def capture_generation(trainer: Any, out: dict, cap: Captured) -> tuple[Generation, SampleBatch]:
+    """The batch's tensors for its stats, and its sample rows' values ([B, F + 2], a few tiny device ops)."""
+    ids = out["completion_ids"]
+    batch = ids.shape[0]
     rank = trainer.accelerator.process_index
-    totals = _weighted_totals(trainer, cap.rewards_per_func)
-    local, total = cap.rewards_per_func[rank * batch : (rank + 1) * batch], totals[rank * batch : (rank + 1) * batch]
-    names = [fn_name(n) for n in trainer.reward_func_names]
+    mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
     advantages = out["advantages"].reshape(batch, -1)[:, 0]
-    stats = _reward_family(trainer, cap.rewards_per_func, totals, names)
-
     lengths, truncated = _lengths(trainer, cap.completion_ids, out)
+    local = cap.rewards_per_func[rank * batch : (rank + 1) * batch]
+    values = torch.cat([local, _weighted_totals(trainer, local)[:, None], advantages[:, None].to(local.dtype)], dim=1)
+    gen = Generation(cap.rewards_per_func, advantages, ids, mask, lengths, truncated,
+                     out.get("sampling_per_token_logps"), out.get("old_per_token_logps"),
+                     out.get("importance_sampling_ratio"))
+    step = int(trainer.state.global_step)
+    return gen, SampleBatch(cap, values.detach(), lengths, truncated, rank * batch, step)
+
+
+def generation_stats(trainer: Any, gens: Sequence[Generation]) -> signals.Stats:
+    """Reward, advantage, length, diversity, mismatch and rollout-IS stats of generation batches of
+    one kind, as one batch (one pass of torch ops for all of them)."""
+    rewards_per_func = cat_rows([g.rewards_per_func for g in gens], math.nan)
+    names = [fn_name(n) for n in trainer.reward_func_names]
+    stats = _reward_family(trainer, rewards_per_func, _weighted_totals(trainer, rewards_per_func), names)
+    ids, mask = cat_rows([g.ids for g in gens], 0), cat_rows([g.mask for g in gens], 0)
+    lengths = [n for g in gens for n in g.lengths]
+    truncated = [t for g in gens for t in g.truncated]
+    width = ids.shape[1]
     length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < torch.tensor(lengths, device=ids.device)[:, None]
     max_len = max(int(getattr(trainer, "max_completion_length", 0) or 0), width)
     stats.update(  # in place: each `|` would copy every part so far
-        signals.advantage_stats(advantages), signals.length_stats(length_mask, torch.tensor(truncated, device=ids.device)),
-        signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len), *_sampling_stats(trainer, out))
-    values = torch.cat([local, total[:, None], advantages[:, None].to(local.dtype)], dim=1).detach()
-    step = int(trainer.state.global_step)
-    return stats, SampleBatch(cap, values, lengths, truncated, rank * batch, step)
+        signals.advantage_stats(cat_rows([g.advantages for g in gens], 0.0)),
+        signals.length_stats(length_mask, torch.tensor(truncated, device=ids.device)),
+        signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len), *_sampling_stats(trainer, gens, mask))
+    return stats
 
 
 def _weighted_totals(trainer: Any, rewards_per_func: Tensor) -> Tensor:
@@ -114,12 +161,13 @@ def _lengths(trainer: Any, completion_ids: Sequence[Sequence[int]], out: dict) -
     return [len(ids) for ids in completion_ids], truncated
 
 
-def _sampling_stats(trainer: Any, out: dict) -> list[signals.Stats]:
+def _sampling_stats(trainer: Any, gens: Sequence[Generation], mask: Tensor) -> list[signals.Stats]:
     """Mismatch and rollout-IS sets whenever TRL holds the sampler's log-probs; TRL's corrected IS ratio."""
     found = []
-    mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
-    sampling, train = out.get("sampling_per_token_logps"), out.get("old_per_token_logps")
-    if sampling is not None and train is not None:
+    first = gens[0]
+    if first.sampling is not None and first.old is not None:
+        train = cat_rows([g.old for g in gens], 0.0)
+        sampling = cat_rows([g.sampling for g in gens], 0.0)
         sampling = torch.where(torch.isnan(sampling), train, sampling)  # vLLM's unscored tokens: no mismatch, as TRL
         args = trainer.args
         level, mode = _IS_MODES.get(getattr(args, "vllm_importance_sampling_mode", ""), ("token", "truncate"))
@@ -128,9 +176,8 @@ def _sampling_stats(trainer: Any, out: dict) -> list[signals.Stats]:
         _, _, is_stats = signals.rollout_correction(train, sampling, mask, level=level, mode=mode,
                                                     threshold=(low, high), with_mismatch=True)
         found.append(is_stats)
-    ratio = out.get("importance_sampling_ratio")
-    if ratio is not None:
-        found.append(_trl_is_ratio(ratio, mask))
+    if first.is_ratio is not None:
+        found.append(_trl_is_ratio(cat_rows([g.is_ratio for g in gens], 1.0), mask))
     return found
 
 

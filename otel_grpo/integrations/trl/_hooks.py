@@ -2,7 +2,8 @@
 
 Each wrapper calls TRL's method unchanged and then reads what it took or returned;
 a failure in our part disables the capture with one warning and never reaches
-training. Nothing here reads a device value on the host.
+training. Nothing here reads a device value on the host, and the stats of what is
+captured are computed at the logged step (`Accumulator`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch
 
 from ... import signals
 from ._accumulate import Accumulator
-from ._generation import Captured, generation_stats
+from ._generation import Captured, capture_generation
+from ._micro_batch import capture_micro_batch
 
 logger = logging.getLogger("otel_grpo.integrations.trl")
 
@@ -124,9 +126,8 @@ class Hooks:
         return out
 
     def _add_generation(self, out: dict, captured: Captured) -> None:
-        t = self.trainer
-        stats, batch = generation_stats(t, out, captured)
-        self.acc.add(stats)
+        generation, batch = capture_generation(self.trainer, out, captured)
+        self.acc.capture(generation)
         self.acc.batches.append(batch)
 
     def _loss(self, original, model, inputs, *args, **kwargs):
@@ -134,7 +135,7 @@ class Hooks:
         loss = original(model, inputs, *args, **kwargs)
         captured, self._loss_logps = self._loss_logps, None
         if self._training() and captured is not None:
-            self._guard("loss", lambda: self.acc.add(policy_stats(self.trainer, inputs, *captured)))
+            self._guard("loss", lambda: self.acc.capture(capture_micro_batch(self.trainer, inputs, *captured)))
         return loss
 
     def _training_step(self, original, model, inputs, *args, **kwargs):
@@ -152,32 +153,3 @@ class Hooks:
         self._guard("loss", add_loss)
         return loss
 
-
-def policy_stats(trainer: Any, inputs: dict, logps: torch.Tensor, entropies: torch.Tensor | None) -> signals.Stats:
-    """Clip ratios, policy ratio, approx KL, KL to the reference (plain k3 and TRL's), entropy of one micro-batch."""
-    mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
-    mask = mask.bool()  # TRL's 0/1 masks: as bool, the stats skip checking their values
-    old = inputs.get("old_per_token_logps")
-    old = logps if old is None else old  # TRL: pi_old = pi_theta.detach() when it skipped computing it
-    ref = inputs.get("ref_per_token_logps") if trainer.beta != 0.0 else None
-    stats = signals.policy_stats(logps, old, inputs["advantages"], mask, trainer.epsilon_low, trainer.epsilon_high,
-                                 ref_logprobs=ref, entropy=entropies)
-    if ref is not None:
-        stats.update(_trl_kl(trainer, logps, old, ref, mask))
-    return stats
-
-
-def _trl_kl(trainer: Any, logps, old, ref, mask) -> signals.Stats:
-    """TRL's `kl`: k3 times the policy ratio (`use_bias_correction_kl`), token mean, as TRL computes it."""
-    r = (ref - logps).double()
-    k3 = r.exp() - r - 1.0
-    if getattr(trainer.args, "use_bias_correction_kl", False):
-        log_ratio = (logps - old).double()
-        if getattr(trainer, "importance_sampling_level", "token") == "sequence":
-            m = mask.double()
-            log_ratio = ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-        k3 = k3 * log_ratio.exp()
-    valid = mask.bool()
-    st = signals.Stats()
-    st.add_mean("trl_kl", torch.where(valid, k3, 0.0).sum(), valid.sum(dtype=torch.float64))
-    return st

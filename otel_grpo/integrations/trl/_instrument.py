@@ -41,7 +41,7 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
         telemetry = telemetry_for(trainer.args, **settings)
     reason = unsupported(trainer)
     if reason is None:
-        acc = Accumulator()
+        acc = Accumulator(trainer)
         hooks = Hooks(trainer, acc)
         try:
             hooks.install()
