@@ -1,6 +1,6 @@
 """Training-thread time `instrument` adds to a TRL GRPOTrainer step, paired on and off in one run.
 
-    python benchmarks/trl.py [--preset tiny|large] [--steps N] [--rounds R] [--threads N]
+    python benchmarks/trl.py [--preset tiny|large] [--steps N] [--rounds R] [--threads N] [--logging-steps L]
 
 Two GRPOTrainers built from the same seed and checkpoint (identical batches), one
 instrumented as a user would (`instrument(trainer)` with the default exporters:
@@ -18,6 +18,10 @@ them: the direct figure), and the CPU time of the telemetry's own threads (emitt
 span processor, metric reader). That background work runs while the next steps run,
 those of the other trainer included, so the paired figure undercounts it; a
 Python-bound loop waits for much of it (the GIL): direct + background is the bound.
+
+`--logging-steps` is TRL's: 1 (the default here) logs and flushes every step, the worst
+case; TRL's own default is 10. The paired figures are then medians, over windows of L
+steps (one logged step each), of each window's mean.
 
 Targets (issue 11): <= 2 ms per step on the tiny CPU model; <= 2% on a model whose
 step takes >= 1 s (`--preset large`).
