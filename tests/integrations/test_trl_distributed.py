@@ -53,6 +53,32 @@ def test_two_ranks_equal_one_process_on_the_concatenated_batch(tmp_path, per_dev
     assert {r for _, _, r in rows} == {0, 1}
 
 
+def test_two_ranks_with_several_generation_batches_per_logged_step(tmp_path):
+    """A logged step covering two generation batches (one group each, straddling the ranks) and
+    their micro-batches: computed in one pass per rank, reduced once, equal to one process on
+    every batch."""
+    save_tiny_model(tmp_path / "model")
+    run_two_ranks(HERE / "trl_run.py", str(tmp_path), "max_steps=2", "num_iterations=1", "logging_steps=2",
+                  "per_device_train_batch_size=2", timeout=300, env={"HF_HUB_OFFLINE": "1"}, cwd=tmp_path)
+
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    rank0 = json.loads((tmp_path / "exported0.json").read_text())
+    assert sorted(rank0["steps"]) == ["2"] and all(len(r["generations"]) == 2 for r in ranks)
+    from transformers import PreTrainedTokenizerFast
+
+    eos = PreTrainedTokenizerFast.from_pretrained(tmp_path / "model").eos_token_id
+    gens = [generation_stats([r["generations"][i] for r in ranks], [1.0, 0.5], ["reward_words", "reward_short"], 4,
+                             eos) for i in (0, 1)]
+    mbs = [m for r in ranks for m in r["micro_batches"]]
+    expected = dict(signals.reduce_stats(signals.Stats.merge(*gens, micro_batch_stats(mbs, (0.2, 0.2), 0.04))))
+    got = rank0["steps"]["2"]
+    for key in ("reward", "reward_std", "reward_p50", "reward_group_std", "frac_reward_zero_std", "advantage_std",
+                "completion_length_mean", "completion_length_std", "distinct_1", "distinct_2", "entropy",
+                "clip_ratio_region_mean", "policy_ratio_max", "approx_kl", "kl", "kl_max", "kl_seq_mean"):
+        assert close(got[key], expected[key]), (key, got[key], expected[key])
+    assert got["samples"] == expected["samples"] == 2 * 2 * 2  # two batches of two rows on each of two ranks
+
+
 @pytest.mark.parametrize("fail_at", ["capture", "stats"])
 def test_a_capture_failure_on_one_rank_stops_capture_on_every_rank_and_training_finishes(tmp_path, fail_at):
     """Rank 1's capture breaks at its first generation batch, in the hook or when the logged step
