@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import httpx
 import pytest
@@ -143,3 +144,33 @@ def test_up_prints_an_environment_block_that_works(tmp_path, free_port_factory):
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(timeout=60)
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trl_grpo.py"
+
+
+def test_the_trl_example_lands_samples_in_the_sidecar_and_metrics_in_prometheus(stack, tmp_path):
+    """`examples/trl_grpo.py` as its docstring says to run it, against `otel-grpo up`'s stack: a real
+    TRL GRPOTrainer with `instrument(trainer)`, nothing else set."""
+    s = stack.settings
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    run = subprocess.run([sys.executable, str(EXAMPLE), "--steps", "4", "--output-dir", str(tmp_path / "trl-example"),
+                          "--sidecar", s.sidecar_url, "--metrics-port", str(s.trainer_metrics_port)],
+                         env=clean, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "run trl-example:" in run.stdout and "failed" not in run.stderr
+    with httpx.Client(timeout=10) as http:
+        rows = http.get(f"{s.sidecar_url}/api/runs/trl-example/samples", params={"step_min": 0}).json()
+        steps = [row["step"] for row in http.get(f"{s.sidecar_url}/api/runs/trl-example/steps").json()]
+
+        def series(query: str) -> list:
+            return http.get(f"{s.prometheus_url}/api/v1/query", params={"query": query}).json()["data"]["result"]
+
+        finished = _wait_for(lambda: series('max_over_time(grpo_run_finished{run_id="trl-example"}[1h])'))
+        reward = series('max_over_time(grpo_reward_mean{run_id="trl-example"}[1h])')
+    # 4 steps, num_iterations=2: two generation batches of 8 completions, each sent once
+    assert len(rows) == 16 and {r["step"] for r in rows} == {1, 3}
+    assert all(r["prompt"].startswith("say ") and "reward.reward_words" in r for r in rows)
+    assert sorted(steps) == [1, 2, 3, 4]
+    assert [float(r["value"][1]) for r in finished] == [1.0]
+    assert reward and float(reward[0]["value"][1]) > 0
