@@ -68,8 +68,8 @@ class Accumulator:
         for item in self.captures:
             groups.setdefault((type(item), item.kind), []).append(item)
         self.captures, self.held_bytes = [], 0
-        for (kind, _), items in groups.items():
-            compute = policy_stats if kind is MicroBatch else generation_stats
+        for (cls, _), items in groups.items():
+            compute = policy_stats if cls is MicroBatch else generation_stats
             self.stats.append(compute(self.trainer, items))
 
     def merged(self) -> signals.Stats:
