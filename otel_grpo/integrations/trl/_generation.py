@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ... import signals
-from ._rows import cat_rows
+from ._rows import cat_rows, held_bytes
 
 # TRL's vllm_importance_sampling_mode -> (level, mode) of signals.rollout_correction
 _IS_MODES = {
@@ -55,6 +55,8 @@ class Generation:
 
     rewards_per_func: Tensor
     """[N_all, F], every rank's."""
+    totals: Tensor
+    """[N_all], the total reward of each row as TRL weights it."""
     advantages: Tensor
     """[B], this rank's rows."""
     ids: Tensor
@@ -76,8 +78,8 @@ class Generation:
 
     @property
     def nbytes(self) -> int:
-        held = (self.rewards_per_func, self.advantages, self.ids, self.mask, self.sampling, self.old, self.is_ratio)
-        return sum(t.numel() * t.element_size() for t in held if t is not None)
+        return held_bytes(self.rewards_per_func, self.totals, self.advantages, self.ids, self.mask, self.sampling,
+                          self.old, self.is_ratio)
 
 
 def fn_name(name: str) -> str:
@@ -93,9 +95,11 @@ def capture_generation(trainer: Any, out: dict, cap: Captured) -> tuple[Generati
     mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
     advantages = out["advantages"].reshape(batch, -1)[:, 0]
     lengths, truncated = _lengths(trainer, cap.completion_ids, out)
-    local = cap.rewards_per_func[rank * batch : (rank + 1) * batch]
-    values = torch.cat([local, _weighted_totals(trainer, local)[:, None], advantages[:, None].to(local.dtype)], dim=1)
-    gen = Generation(cap.rewards_per_func, advantages, ids, mask, lengths, truncated,
+    totals = _weighted_totals(trainer, cap.rewards_per_func)  # every rank's: the stats need them too
+    rows = slice(rank * batch, (rank + 1) * batch)
+    local = cap.rewards_per_func[rows]
+    values = torch.cat([local, totals[rows, None], advantages[:, None].to(local.dtype)], dim=1)
+    gen = Generation(cap.rewards_per_func, totals, advantages, ids, mask, lengths, truncated,
                      out.get("sampling_per_token_logps"), out.get("old_per_token_logps"),
                      out.get("importance_sampling_ratio"))
     step = int(trainer.state.global_step)
@@ -107,7 +111,7 @@ def generation_stats(trainer: Any, gens: Sequence[Generation]) -> signals.Stats:
     one kind, as one batch (one pass of torch ops for all of them)."""
     rewards_per_func = cat_rows([g.rewards_per_func for g in gens], math.nan)
     names = [fn_name(n) for n in trainer.reward_func_names]
-    stats = _reward_family(trainer, rewards_per_func, _weighted_totals(trainer, rewards_per_func), names)
+    stats = _reward_family(trainer, rewards_per_func, cat_rows([g.totals for g in gens], math.nan), names)
     ids, mask = cat_rows([g.ids for g in gens], 0), cat_rows([g.mask for g in gens], 0)
     lengths = [n for g in gens for n in g.lengths]
     truncated = [t for g in gens for t in g.truncated]

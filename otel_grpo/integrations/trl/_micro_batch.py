@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ... import signals
-from ._rows import cat_rows
+from ._rows import cat_rows, held_bytes
 
 
 @dataclass(slots=True)
@@ -31,8 +31,7 @@ class MicroBatch:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.logps, self.old, self.mask, self.ref, self.entropy)
-                   if t is not None)
+        return held_bytes(self.logps, self.old, self.advantages, self.mask, self.ref, self.entropy)
 
 
 def capture_micro_batch(trainer: Any, inputs: dict, logps: Tensor, entropies: Tensor | None) -> MicroBatch:

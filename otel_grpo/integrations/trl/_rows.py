@@ -1,4 +1,5 @@
-"""Row-wise concatenation of per-batch tensors whose token dimension differs (each generation batch pads its own)."""
+"""Row-wise concatenation of per-batch tensors whose token dimension differs (each generation batch pads its own),
+and the memory such held tensors take."""
 
 from __future__ import annotations
 
@@ -26,3 +27,8 @@ def cat_rows(tensors: Sequence[Tensor], fill: float | bool) -> Tensor:
         out[at : at + t.shape[0], : t.shape[1]] = t
         at += t.shape[0]
     return out
+
+
+def held_bytes(*tensors: Tensor | None) -> int:
+    """Bytes of the given tensors' elements (None: absent)."""
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
