@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, Tracer
 
 from ._instruments import Instruments
@@ -64,6 +65,14 @@ class _Scalars:
 def start_step_span(tracer: Tracer, run_id: str, step: int, start_ns: int | None = None) -> Span:
     """The `grpo.step` span of one step (ended by the emitter once its attributes are set)."""
     return tracer.start_span("grpo.step", attributes={"grpo.run_id": run_id, "grpo.step": step}, start_time=start_ns)
+
+
+def start_phase_span(tracer: Tracer, run_id: str, step: int, name: str, context: Context | None = None,
+                     start_ns: int | None = None) -> Span:
+    """The `grpo.phase.<name>` span of one phase of a step (a child of the step span given in `context`)."""
+    # run_id and step too: phase spans may reach the sidecar in an earlier batch than their step span
+    attrs = {"grpo.phase": name, "grpo.run_id": run_id, "grpo.step": step}
+    return tracer.start_span(f"grpo.phase.{name}", context=context, attributes=attrs, start_time=start_ns)
 
 
 class Emitter:
@@ -152,9 +161,8 @@ class Emitter:
             return
         parent = trace.set_span_in_context(rec.span) if rec.span is not None else None
         for name, seconds, end_ns in rec.measured:
-            attrs = {"grpo.phase": name, "grpo.run_id": self._settings.run_id, "grpo.step": rec.step}
-            span = self._tracer.start_span(f"grpo.phase.{name}", context=parent, attributes=attrs,
-                                           start_time=end_ns - int(seconds * 1e9))
+            span = start_phase_span(self._tracer, self._settings.run_id, rec.step, name, parent,
+                                    end_ns - int(seconds * 1e9))
             span.end(end_time=end_ns)
 
     def _record_metrics(self, rec: StepRecord) -> dict[str, float]:

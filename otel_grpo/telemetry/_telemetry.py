@@ -32,7 +32,7 @@ from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.trace import Status, StatusCode, TracerProvider
 
-from ._emitter import Emitter, StepRecord, start_step_span
+from ._emitter import Emitter, StepRecord, start_phase_span, start_step_span
 from ._exchange import current_group, select_across_ranks
 from ._instruments import Instruments
 from ._providers import (Owned, build_meter_provider, build_resource, build_tracer_provider, detect_rank,
@@ -78,10 +78,7 @@ class Step:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Time a phase: child span `grpo.phase.<name>` and a `grpo.phase.duration` observation."""
-        tracer = self._tel._tracer
-        # run_id and step too: phase spans may reach the sidecar in an earlier batch than their step span.
-        attrs = {"grpo.phase": name, "grpo.run_id": self._tel.run_id, "grpo.step": self.step}
-        span = tracer.start_span(f"grpo.phase.{name}", context=self._parent(), attributes=attrs)
+        span = start_phase_span(self._tel._tracer, self._tel.run_id, self.step, name, self._parent())
         token = otel_context.attach(trace.set_span_in_context(span))
         start = time.perf_counter()
         try:
