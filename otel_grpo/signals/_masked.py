@@ -79,10 +79,13 @@ def workspace(name: str, like: Tensor, dtype: torch.dtype) -> Tensor:
     last = store.get((name, dtype, "view"))
     if last is not None and last.shape == like.shape:  # as the last call: no slice / view ops (~5 us each)
         return last
-    buf = store.get((name, dtype))
-    if buf is None or buf.numel() < n:
-        buf = store[name, dtype] = torch.empty(n, dtype=dtype)
-    view = store[name, dtype, "view"] = buf[:n].view(like.shape)
+    # normal tensors even when first asked for under torch.inference_mode: an inference tensor
+    # could not be written in place by a later call outside it
+    with torch.inference_mode(False):
+        buf = store.get((name, dtype))
+        if buf is None or buf.numel() < n:
+            buf = store[name, dtype] = torch.empty(n, dtype=dtype)
+        view = store[name, dtype, "view"] = buf[:n].view(like.shape)
     return view
 
 

@@ -75,3 +75,27 @@ def test_results_survive_later_calls(level, mode, with_mismatch):
         rollout_correction(*other, **kw)
         mismatch_stats(*other)
         assert torch.equal(w, w_copy) and torch.equal(m, m_copy)
+
+
+def test_a_first_call_under_inference_mode_leaves_later_calls_working():
+    """The TRL integration computes its stats under torch.inference_mode: CPU workspace buffers first
+    made there must stay writable by later calls outside it (an inference tensor is not)."""
+    import threading
+
+    train, rollout, mask = _batch(3, torch.float32, torch.float32)
+    expected = reduce_stats(rollout_correction(train, rollout, mask, with_mismatch=True)[2])
+    got, errors = [], []
+
+    def fresh_thread() -> None:  # the workspace is per thread: this one starts without buffers
+        try:
+            with torch.inference_mode():
+                rollout_correction(train, rollout, mask, with_mismatch=True)
+            got.append(reduce_stats(rollout_correction(train, rollout, mask, with_mismatch=True)[2]))
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    t = threading.Thread(target=fresh_thread)
+    t.start()
+    t.join()
+    assert not errors, errors
+    assert all(_same(got[0][k], expected[k]) for k in expected)

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from ... import signals
 from ._generation import Generation, SampleBatch, generation_stats
 from ._micro_batch import MicroBatch, policy_stats
@@ -62,6 +64,7 @@ class Accumulator:
     def pending(self) -> bool:
         return bool(self.stats or self.captures or self.batches)
 
+    @torch.inference_mode()
     def _fold(self) -> None:
         """The stats of the captures so far: one pass per kind (same tensors present), in capture order."""
         groups: dict[tuple, list[Any]] = {}
@@ -72,6 +75,7 @@ class Accumulator:
             compute = policy_stats if cls is MicroBatch else generation_stats
             self.stats.append(compute(self.trainer, items))
 
+    @torch.inference_mode()
     def merged(self) -> signals.Stats:
         """This rank's stats since the last logged step, in one `Stats`."""
         self._fold()
@@ -79,6 +83,7 @@ class Accumulator:
             return signals.Stats()
         return self.stats[0].update(*self.stats[1:])  # in place: the parts are this accumulator's own
 
+    @torch.inference_mode()
     def take(self, merged: signals.Stats, accelerator: Any = None) -> Logged:
         """Reduce `merged` (a collective: every rank calls it) and start afresh."""
         try:
