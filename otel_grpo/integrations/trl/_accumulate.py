@@ -9,8 +9,10 @@
 Captured tensors get their stats at the logged step, all micro-batches (and all generation
 batches) at once: on a micro-batch's small tensors each torch op costs more in dispatch than
 in arithmetic, so with `logging_steps` or gradient accumulation one pass over the
-concatenation costs a fraction of one pass per batch. Beyond `FOLD_BYTES` of held tensors
-the stats are computed early, which bounds the device memory held between logged steps.
+concatenation costs a fraction of one pass per batch. That pass and the reduction run under
+`torch.inference_mode` (no autograd bookkeeping per op: ~10-15% of the pass on small tensors).
+Beyond `FOLD_BYTES` of held tensors the stats are computed early, which bounds the device
+memory held between logged steps.
 """
 
 from __future__ import annotations
