@@ -7,7 +7,7 @@ from torch import Tensor
 
 from . import _validate as v
 from ._masked import count
-from ._partial import Stats
+from ._partial import Stats, pad_ids
 
 _ID_LIMIT = 2**31  # token ids below this pack two to an int64 without collision
 
@@ -49,8 +49,8 @@ def diversity_stats(
     unigrams = torch.where(m, ids, -1)
     pair_ok = m[:, :-1] & m[:, 1:]
     bigrams = torch.where(pair_ok, ids[:, :-1] * _ID_LIMIT * 2 + ids[:, 1:], -1)
-    stats.add_distinct("distinct_1", _pad(unigrams, batch * width))
-    stats.add_distinct("distinct_2", _pad(bigrams, batch * width))
+    stats.add_distinct("distinct_1", pad_ids(unigrams, batch * width))
+    stats.add_distinct("distinct_2", pad_ids(bigrams, batch * width))
     if group_size is not None:
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or batch % group_size:
             raise ValueError(f"group_size must be a positive int dividing the batch size {batch}, got {group_size!r}")
@@ -108,10 +108,3 @@ def _jaccard(stats: Stats, unigrams: Tensor, group_size: int) -> None:
     per_group = torch.where(pairs, inter / union.clamp(min=1), 0.0).sum((-1, -2)) / n_pairs.clamp(min=1)
     has = n_pairs > 0
     stats.add_mean("jaccard_group", torch.where(has, per_group, 0.0).sum(dtype=torch.float64), count(has))
-
-
-def _pad(ngrams: Tensor, size: int) -> Tensor:
-    flat = ngrams.reshape(-1)
-    if flat.numel() == size:
-        return flat
-    return torch.cat([flat, flat.new_full((size - flat.numel(),), -1)])

@@ -101,6 +101,14 @@ def _check_key(key: str, kinds: tuple[Reduction, ...] | None = None) -> None:
         raise ValueError(f"stat key {key!r} is a {signal.reduction.value} signal in the catalog")
 
 
+def pad_ids(ids: Tensor, size: int) -> Tensor:
+    """`ids` flattened to `size` entries, padded with -1 ("no n-gram": counted nowhere by distinct-n)."""
+    flat = ids.reshape(-1)
+    if flat.numel() == size:
+        return flat
+    return torch.cat([flat, flat.new_full((size - flat.numel(),), -1)])
+
+
 class Stats:
     """Per-rank partial aggregates of one step (or several micro-batches merged with `|`).
 

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._partial import FIELDS, Part, Stats
+from ._partial import FIELDS, Part, Stats, pad_ids
 from ._reduced import ReducedStats
 
 _F64 = torch.float64
@@ -198,9 +198,7 @@ def _finalize(gathered: Tensor, lay: _Layout, local_ids: dict[str, Tensor] | Non
 def _distinct(payloads: list[Tensor]) -> Tensor:
     """Distinct-n of each id payload (-1: none), all in one set of ops: [values..., valid flags...]."""
     size = max(p.numel() for p in payloads)
-    # -1 pads the shorter payloads: "no n-gram", so the padding counts nowhere
-    rows = torch.stack([p if p.numel() == size else torch.cat([p, p.new_full((size - p.numel(),), -1)])
-                        for p in payloads])
+    rows = torch.stack([pad_ids(p, size) for p in payloads])
     ordered = torch.sort(rows, dim=-1).values
     real = ordered != -1
     new = torch.ones_like(real)
