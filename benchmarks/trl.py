@@ -1,6 +1,7 @@
 """Training-thread time `instrument` adds to a TRL GRPOTrainer step, paired on and off in one run.
 
     python benchmarks/trl.py [--preset tiny|large] [--steps N] [--rounds R] [--threads N] [--logging-steps L]
+                             [--design paired|separate]
 
 Two GRPOTrainers built from the same seed and checkpoint (identical batches), one
 instrumented as a user would (`instrument(trainer)` with the default exporters:
@@ -18,6 +19,14 @@ them: the direct figure), and the CPU time of the telemetry's own threads (emitt
 span processor, metric reader). That background work runs while the next steps run,
 those of the other trainer included, so the paired figure undercounts it; a
 Python-bound loop waits for much of it (the GIL): direct + background is the bound.
+
+`--design separate` answers what the paired design cannot: every cost of the telemetry,
+background threads and GIL waits included, charged to the run that has it. Each round
+runs the two trainers in two fresh processes one after the other (the order alternates),
+and each reports its mean step time over every step after a warm-up, logged steps and
+the exporters' periodic batches included. The figure is the median over rounds of
+on - off; it is noisier than the paired one (two processes, some seconds apart), so it
+needs more rounds.
 
 `--logging-steps` is TRL's: 1 (the default here) logs and flushes every step, the worst
 case; TRL's own default is 10. The paired figures are then medians, over windows of L
@@ -154,6 +163,35 @@ class Turns:
         return Turn()
 
 
+class Clock:
+    """One trainer's step times, begin to next begin, and its process's CPU time over the same span."""
+
+    WARMUP = 5  # steps left out: first-call allocations, lazy imports, the first compile of each path
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[float, float, float]] = []  # (perf_counter, thread_time, process_time)
+
+    def callback(self):
+        from transformers import TrainerCallback
+
+        clock = self
+
+        class Tick(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                clock.marks.append((time.perf_counter(), time.thread_time(), time.process_time()))
+
+            def on_train_end(self, args, state, control, **kwargs):  # before our callback finishes the telemetry
+                clock.marks.append((time.perf_counter(), time.thread_time(), time.process_time()))
+
+        return Tick()
+
+    def figures(self) -> dict[str, float]:
+        """Per step, in ms, over the steps after the warm-up: mean wall, trainer-thread CPU, process CPU."""
+        (w0, t0, p0), (w1, t1, p1) = self.marks[self.WARMUP], self.marks[-1]
+        n = len(self.marks) - 1 - self.WARMUP
+        return {"step": (w1 - w0) / n * 1e3, "thread_cpu": (t1 - t0) / n * 1e3, "process_cpu": (p1 - p0) / n * 1e3}
+
+
 def background_cpu(trainers: set[int]) -> dict[int, float]:
     """CPU seconds of each Python thread other than the trainers and the main thread: the
     telemetry's emitter, span processor and metric reader (the uninstrumented trainer has none)."""
@@ -197,20 +235,35 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--logging-steps", type=int, default=1,
                    help="TRL's logging_steps: 1 (every step logged and flushed, the worst case) or TRL's default 10")
+    p.add_argument("--emit-in", choices=["thread", "process"], default="thread",
+                   help="the instrumented run's TelemetrySettings.emit_in")
+    p.add_argument("--design", choices=["paired", "separate"], default="paired",
+                   help="paired: two trainers take turns in one process; separate: one process each, "
+                        "every background cost charged to the instrumented run")
     p.add_argument("--round", type=int, default=None, help=argparse.SUPPRESS)  # a child: run one round
+    p.add_argument("--only", choices=["on", "off"], default=None, help=argparse.SUPPRESS)  # separate: one trainer
     a = p.parse_args()
     if a.round is not None:
-        print("RESULT " + json.dumps(one_round(a)), flush=True)
+        result = one_trainer(a) if a.only else one_round(a)
+        print("RESULT " + json.dumps(result), flush=True)
         return
     results = []
     for r in range(a.rounds):
         cmd = [sys.executable, __file__, "--preset", a.preset, "--steps", str(a.steps), "--threads", str(a.threads),
-               "--logging-steps", str(a.logging_steps),
-               "--round", str(r)]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        results.append(json.loads(out.rsplit("RESULT ", 1)[1]))
+               "--logging-steps", str(a.logging_steps), "--emit-in", a.emit_in, "--round", str(r)]
+        if a.design == "paired":
+            results.append(_child(cmd))
+        else:
+            order = ["off", "on"] if r % 2 == 0 else ["on", "off"]
+            runs = {name: _child(cmd + ["--only", name]) for name in order}
+            results.append({f"{k}_{name}": v for name, run in runs.items() for k, v in run.items()})
         print(f"round {r + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in results[-1].items()), flush=True)
-    report(a, results)
+    (report if a.design == "paired" else report_separate)(a, results)
+
+
+def _child(cmd: list[str]) -> dict[str, float]:
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.rsplit("RESULT ", 1)[1])
 
 
 def one_round(a) -> dict[str, float]:
@@ -233,7 +286,7 @@ def one_round(a) -> dict[str, float]:
     sink, port = _start_sink()
     try:
         instrument(trainers["on"], run_id="bench-trl", output_dir=tmp / "telemetry",
-                   otlp_endpoint=f"http://127.0.0.1:{port}")
+                   otlp_endpoint=f"http://127.0.0.1:{port}", emit_in=a.emit_in)
         threads = [threading.Thread(target=trainers[n].train) for n in names]
         for t in threads:
             t.start()
@@ -242,6 +295,32 @@ def one_round(a) -> dict[str, float]:
     finally:
         sink.terminate()
     return figures(turns, spent, a.logging_steps)
+
+
+def one_trainer(a) -> dict[str, float]:
+    """One process, one trainer (`a.only`: instrumented or not), `a.steps` steps after the warm-up."""
+    import torch
+
+    import tiny_trl
+    from otel_grpo.integrations import instrument
+
+    torch.set_num_threads(a.threads)
+    preset = PRESETS[a.preset]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-trl-"))
+    model = save_model(tmp / "model", preset["model"])
+    config = {**preset["config"], "max_steps": a.steps + Clock.WARMUP, "num_iterations": 2,
+              "log_completions": False, "logging_steps": a.logging_steps}
+    clock = Clock()
+    trainer = tiny_trl.make_grpo_trainer(tmp / a.only, model_dir=model, callbacks=[clock.callback()], **config)
+    sink, port = _start_sink()  # in both runs: the same processes on the machine
+    try:
+        if a.only == "on":
+            instrument(trainer, run_id="bench-trl", output_dir=tmp / "telemetry",
+                       otlp_endpoint=f"http://127.0.0.1:{port}", emit_in=a.emit_in)
+        trainer.train()
+    finally:
+        sink.terminate()
+    return clock.figures()
 
 
 def _start_sink():
@@ -297,6 +376,26 @@ def report(a, results: list[dict[str, float]]) -> None:
     print(f"telemetry threads' CPU (emitter, exporters): {line('background_cpu')} per step")
     bound = statistics.median(r["hooks"] + r["background_cpu"] for r in results)
     print(f"bound, hooks and flush + telemetry threads: {bound:.2f} ms = {bound / med['off'] * 100:.2f}% of a step")
+
+
+def report_separate(a, results: list[dict[str, float]]) -> None:
+    def med(key: str) -> float:
+        return statistics.median(r[key] for r in results)
+
+    def diff(key: str) -> str:
+        d = [r[f"{key}_on"] - r[f"{key}_off"] for r in results]
+        return f"{statistics.median(d):+.2f} ms (rounds {min(d):+.2f} .. {max(d):+.2f})"
+
+    ratio = statistics.median(r["step_on"] / r["step_off"] for r in results)
+    print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"torch threads {a.threads}; preset {a.preset}, logging_steps {a.logging_steps}; "
+          f"{a.rounds} rounds x 2 processes x {a.steps} steps (after {Clock.WARMUP} warm-up); "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"mean step off {med('step_off'):.2f} ms, on {med('step_on'):.2f} ms (medians over rounds); "
+          f"median ratio on/off {ratio:.4f}")
+    print(f"median on - off of the mean step: {diff('step')}")
+    print(f"median on - off of the trainer thread's CPU: {diff('thread_cpu')}")
+    print(f"median on - off of the process's CPU (every thread): {diff('process_cpu')}")
 
 
 if __name__ == "__main__":

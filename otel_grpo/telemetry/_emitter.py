@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, Tracer
+from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from ._instruments import Instruments
 from ._samples import ColumnTracker, Selected, StepRows, event_attributes, flatten_row, select_indices
@@ -55,6 +55,8 @@ class StepRecord:
     """Set when the step span is left to the emitter (`span` is None): its start time."""
     end_ns: int | None = None
     skipped: bool = False
+    error: tuple[str, str] | None = None
+    """(exception type, message) that ended the step, when the emitter makes its span (emit_in="process")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +144,10 @@ class Emitter:
     def _process(self, rec: StepRecord) -> None:
         if rec.span is None and rec.start_ns is not None:
             rec.span = start_step_span(self._tracer, self._settings.run_id, rec.step, rec.start_ns)
+            if rec.error is not None:
+                kind, message = rec.error
+                rec.span.add_event("exception", {"exception.type": kind, "exception.message": message})
+                rec.span.set_status(Status(StatusCode.ERROR, kind))
         span = rec.span
         try:
             self._measured_phases(rec)

@@ -35,6 +35,7 @@ from opentelemetry.trace import Status, StatusCode, TracerProvider
 from ._emitter import Emitter, StepRecord, start_phase_span, start_step_span
 from ._exchange import current_group, select_across_ranks
 from ._instruments import Instruments
+from ._process_emitter import ProcessEmitter
 from ._providers import (Owned, build_meter_provider, build_resource, build_tracer_provider, detect_rank,
                          otlp_unreachable)
 from ._quiet import ExportHealth
@@ -78,6 +79,13 @@ class Step:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Time a phase: child span `grpo.phase.<name>` and a `grpo.phase.duration` observation."""
+        if self._tel._tracer is None:  # emit_in="process": the child makes the span, as for a measured phase
+            start = time.perf_counter()
+            try:
+                yield
+            finally:
+                self._record_measured_phase(name, time.perf_counter() - start, time.time_ns())
+            return
         span = start_phase_span(self._tel._tracer, self._tel.run_id, self.step, name, self._parent())
         token = otel_context.attach(trace.set_span_in_context(span))
         start = time.perf_counter()
@@ -196,21 +204,41 @@ class Telemetry:
         self._flushers: list[Callable[[int], bool]] = []
         self.prometheus_port: int | None = None
         self.export_health = ExportHealth()
-        if not self.exporting:
-            meter_provider, tracer_provider = NoOpMeterProvider(), trace.NoOpTracerProvider()
-        self._meter_provider, self._tracer_provider = self._providers(meter_provider, tracer_provider)
-        base: dict[str, Any] = {"run_id": settings.run_id}
-        if settings.export_all_ranks and self.world_size > 1:
-            base["rank"] = self.rank  # per-rank series would otherwise collide
-        self._tracer = self._tracer_provider.get_tracer(_SCOPE)
-        instruments = Instruments(self._meter_provider.get_meter(_SCOPE), base)
-        suffix = f"_rank{self.rank}" if "rank" in base else ""  # ranks must not append to one file
-        spill = SampleSpill(settings.output_dir, suffix) if settings.spill_samples and self.exporting else None
-        self.spill = spill
-        self._emitter = Emitter(settings, instruments, self._tracer, spill, rank=self.rank)
+        self.spill: SampleSpill | None = None
+        self._owns_exporters = False
+        self._tracer: trace.Tracer | None = None  # None: spans are made by the emitter only (emit_in="process")
+        self._emitter: Emitter | ProcessEmitter
+        if settings.emit_in == "process" and self.exporting:
+            if meter_provider is not None or tracer_provider is not None:
+                raise ValueError("emit_in: 'process' builds its exporters in the child process; pass no "
+                                 "meter_provider / tracer_provider, or use emit_in='thread'")
+            self._owns_exporters = True
+            self._emitter = ProcessEmitter(settings, rank=self.rank, world_size=self.world_size,
+                                           local_rank=int(os.environ.get("LOCAL_RANK", self.rank)),
+                                           take_over=lambda: self._thread_emitter(None, None)[0])
+            self.prometheus_port = self._emitter.prometheus_port or self.prometheus_port
+        else:
+            if not self.exporting:
+                meter_provider, tracer_provider = NoOpMeterProvider(), trace.NoOpTracerProvider()
+            self._emitter, self._tracer = self._thread_emitter(meter_provider, tracer_provider)
         self._select_rng = random.Random(settings.seed)  # the training thread's: rank 0 seeds every rank's draw
         self._warned_exchange = False
         atexit.register(self.shutdown)
+
+    def _thread_emitter(
+        self, meter_provider: MeterProvider | None, tracer_provider: TracerProvider | None
+    ) -> tuple[Emitter, trace.Tracer]:
+        """An emitter thread of this process and the tracer it uses, with the given or built providers."""
+        meter_provider, tracer_provider = self._providers(meter_provider, tracer_provider)
+        base: dict[str, Any] = {"run_id": self.settings.run_id}
+        if self.settings.export_all_ranks and self.world_size > 1:
+            base["rank"] = self.rank  # per-rank series would otherwise collide
+        tracer = tracer_provider.get_tracer(_SCOPE)
+        instruments = Instruments(meter_provider.get_meter(_SCOPE), base)
+        suffix = f"_rank{self.rank}" if "rank" in base else ""  # ranks must not append to one file
+        if self.settings.spill_samples and self.exporting:
+            self.spill = SampleSpill(self.settings.output_dir, suffix)
+        return Emitter(self.settings, instruments, tracer, self.spill, rank=self.rank), tracer
 
     def _providers(
         self, meter_provider: MeterProvider | None, tracer_provider: TracerProvider | None
@@ -294,7 +322,7 @@ class Telemetry:
             return
         record = StepRecord(step, None, self._advance(step, count_one))
         token = None
-        if count_one:
+        if count_one and self._tracer is not None:
             record.span = start_step_span(self._tracer, self.run_id, step)
             token = otel_context.attach(trace.set_span_in_context(record.span))
         else:
@@ -304,10 +332,13 @@ class Telemetry:
             yield Step(self, record)
             clean = True
         except BaseException as exc:
-            if record.span is None:
-                record.span = start_step_span(self._tracer, self.run_id, step, record.start_ns)
-            record.span.record_exception(exc)
-            record.span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            if self._tracer is None:
+                record.error = (type(exc).__name__, str(exc))  # the emitter marks the span it makes
+            else:
+                if record.span is None:
+                    record.span = start_step_span(self._tracer, self.run_id, step, record.start_ns)
+                record.span.record_exception(exc)
+                record.span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
             record.skipped = True
             raise
         finally:
@@ -368,9 +399,11 @@ class Telemetry:
                 return
             self._closed = True
         atexit.unregister(self.shutdown)
+        timeout = self.settings.shutdown_timeout_s
+        if isinstance(self._emitter, ProcessEmitter) and self._emitter.close_child(timeout, finished):
+            return  # the child ended the run and closed its exporters; else this process took over
         if finished and self.exporting:
             self._emitter.submit_scalars({"run_finished": 1.0})
-        timeout = self.settings.shutdown_timeout_s
         deadline = time.monotonic() + timeout
         if not self._emitter.close(timeout / 2):
             logger.warning("otel-grpo: shutdown: the emit queue did not drain within %.1fs", timeout / 2)

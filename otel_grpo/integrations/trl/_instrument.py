@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import Any
 
 from ...telemetry import Telemetry
@@ -26,7 +27,9 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
         trainer: the constructed trainer; its methods are wrapped on the instance.
         telemetry: the Telemetry to export through; None builds one from the
             environment (`OTEL_GRPO_*`, `OTEL_*`) and `settings`, with the run id
-            (`args.run_name`, else the output dir's name) and output dir from `args`.
+            (`args.run_name`, else the output dir's name) and output dir from `args`,
+            emitting from a child process (`emit_in="process"`) unless
+            `emit_in` or `OTEL_GRPO_EMIT_IN` says otherwise.
         settings: `TelemetrySettings` fields.
 
     The returned Telemetry is owned by the run: `train()` finishes it when it returns
@@ -38,6 +41,10 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
     if telemetry is None:
         if "model_name" not in settings:
             settings["model_name"] = getattr(getattr(trainer.model, "config", None), "_name_or_path", None)
+        if "emit_in" not in settings and not any(k.upper() == "OTEL_GRPO_EMIT_IN" for k in os.environ):
+            # A TRL step is Python-bound between its torch ops: the emitter's and exporters' GIL
+            # time (~1 ms a logged step) would be paid by training (benchmarks/README.md).
+            settings["emit_in"] = "process"
         telemetry = telemetry_for(trainer.args, **settings)
     reason = unsupported(trainer)
     if reason is None:

@@ -1,0 +1,61 @@
+"""The telemetry process of `emit_in="process"`: an ordinary `Telemetry` fed over a pipe.
+
+    python -m otel_grpo.telemetry._child FD
+
+`ProcessEmitter` starts it with one end of a socket pair as `FD`. Messages in are
+pickled tuples: the start-up settings first, then `("step", seq, StepRecord)`,
+`("scalars", None, values)`, `("flush", token, timeout_s)` and `("shutdown", None,
+finished)`. Messages out: `("ready", prometheus_port)`, `("done", seq)` once a step is
+emitted (its spill lines written), `("flushed", token, ok)` and `("closed", None)`.
+The training process going away (end of the pipe) shuts the telemetry down as a
+crash would: `grpo.run.finished` stays 0. Ctrl-C is the training process's business:
+this process ignores SIGINT and is closed by it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+from multiprocessing.connection import Connection
+
+
+def main(fd: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(fd)
+    try:
+        start = conn.recv()
+    except EOFError:
+        return
+    # The training process's rank: detect_rank reads these (torch is never imported here).
+    os.environ.update({"RANK": str(start["rank"]), "WORLD_SIZE": str(start["world_size"]),
+                       "LOCAL_RANK": str(start["local_rank"])})
+    from ._settings import TelemetrySettings
+    from ._telemetry import Telemetry
+
+    tel = Telemetry(TelemetrySettings(**{**start["settings"], "emit_in": "thread"}))
+    emitter = tel._emitter  # this process is Telemetry's back end: it feeds the emitter directly
+    conn.send(("ready", tel.prometheus_port))
+    while True:
+        try:
+            kind, key, payload = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):  # the training process is gone
+            tel.shutdown(finished=False)
+            return
+        if kind == "step":
+            emitter.submit(payload)
+            emitter.drain(None)  # acknowledged once emitted: until then the training process keeps a copy
+            conn.send(("done", key))
+        elif kind == "scalars":
+            emitter.submit_scalars(payload)
+        elif kind == "flush":
+            conn.send(("flushed", key, tel.flush(payload)))
+        elif kind == "shutdown":
+            tel.shutdown(finished=payload)
+            conn.send(("closed", None))
+            return
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -1,0 +1,69 @@
+"""`instrument(trainer)` as a user writes it: the telemetry it builds emits from a child process, and a real
+TRL run's steps, samples and run end reach a real OTLP receiver and the spill through it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from otel_grpo.integrations import instrument
+from otel_grpo.telemetry._emitter import Emitter
+from tests.telemetry._receiver import OTLPReceiver, attrs
+from tests._support.waiting import wait_for
+from trl_run import make_recording_trainer
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_instrument_emits_a_trl_run_from_a_child_process(tmp_path):
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=3)
+    with OTLPReceiver() as rx:
+        tel = instrument(trainer, otlp_protocol="http/protobuf", otlp_endpoint=f"http://127.0.0.1:{rx.port}",
+                         metrics_exporters=["otlp"], traces_exporters=["otlp"])
+        pid = tel._emitter.pid
+        assert pid is not None and _alive(pid)
+        trainer.train()
+        wait_for(lambda: not _alive(pid), "the telemetry process to exit after train()", timeout=10)
+
+    spans = rx.spans()
+    steps: dict[int, dict] = {}
+    for span in spans:  # the end-of-training summary is a second span of the last step
+        if span.name == "grpo.step":
+            steps.setdefault(attrs(span.attributes)["grpo.step"], {}).update(attrs(span.attributes))
+    logged = {h["step"]: h for h in trainer.state.log_history if "reward" in h}
+    assert sorted(steps) == sorted(logged) == [1, 2, 3]
+    for step, logs in logged.items():
+        assert steps[step]["grpo.metric.reward"] == pytest.approx(logs["reward"])
+        assert steps[step]["grpo.metric.entropy"] == pytest.approx(logs["entropy"], rel=1e-5)
+    exported = {}
+    for span in spans:
+        if span.name == "grpo.samples":
+            step = attrs(span.attributes)["grpo.step"]
+            exported.setdefault(step, []).extend(attrs(e.attributes)["completion"] for e in span.events)
+    generated = {i + 1: g["completions"] for i, g in enumerate(trainer.records["generations"])}
+    assert {s: sorted(c) for s, c in exported.items()} == {s: sorted(c) for s, c in generated.items()}
+    assert {p.parent_span_id for p in spans if p.name == "grpo.phase.rollout"}  # phases made in the child
+    assert rx.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
+    spill = sorted((tmp_path / "train" / "samples").glob("step_*.jsonl"))
+    assert len(spill) == 3
+    assert {json.loads(line)["run_id"] for f in spill for line in f.read_text().splitlines()} == {"train"}
+
+
+def test_emit_in_from_the_environment_or_the_call_wins_over_instruments_default(tmp_path, monkeypatch):
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=1)
+    none = {"metrics_exporters": ["none"], "traces_exporters": ["none"]}
+    tel = instrument(trainer, emit_in="thread", **none)
+    assert isinstance(tel._emitter, Emitter)
+    tel.shutdown()
+    monkeypatch.setenv("OTEL_GRPO_EMIT_IN", "thread")
+    tel = instrument(trainer, **none)
+    assert isinstance(tel._emitter, Emitter)
+    tel.shutdown()

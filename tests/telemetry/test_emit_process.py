@@ -1,0 +1,198 @@
+"""`emit_in="process"`: the emitter and exporters in a child process, checked through a real OTLP receiver,
+the spill files and the child's process id (killed, stopped, orphaned)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from otel_grpo.signals import ReducedStats
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+
+from tests._support.waiting import wait_for
+from ._receiver import OTLPReceiver, attrs
+
+ROWS = [{"prompt": f"p{i}", "completion": f"c{i}", "reward": i / 10, "rewards": {"fmt": 1.0}} for i in range(6)]
+
+
+def _settings(rx: OTLPReceiver, out: Path, **extra) -> TelemetrySettings:
+    return TelemetrySettings(run_id="proc", output_dir=out, otlp_protocol="http/protobuf",
+                             otlp_endpoint=f"http://127.0.0.1:{rx.port}", metrics_exporters=["otlp"],
+                             traces_exporters=["otlp"], top_k=2, bottom_k=1, random_k=0, emit_in="process", **extra)
+
+
+def _step(tel: Telemetry, step: int) -> None:
+    with tel.step(step) as s:
+        with s.phase("rollout"):
+            pass
+        s.record(ReducedStats({"kl": 0.01 * step}, samples={"sample_reward": [0.0, 1.0]}))
+        s.samples(ROWS, group_size=3)
+
+
+def _spilled(out: Path) -> dict[int, list[dict]]:
+    files = sorted((out / "samples").glob("step_*.jsonl"))
+    return {int(f.stem.split("_")[1]): [json.loads(line) for line in f.read_text().splitlines()] for f in files}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_run_emitted_by_the_child_process_reaches_the_receiver_whole(tmp_path):
+    with OTLPReceiver() as rx:
+        tel = Telemetry(_settings(rx, tmp_path))
+        pid = tel._emitter.pid
+        assert pid is not None and pid != os.getpid() and _alive(pid)
+        for step in range(3):
+            _step(tel, step)
+        with pytest.raises(RuntimeError), tel.step(3):
+            raise RuntimeError("loss is nan")
+        assert tel.flush(10)
+        tel.finish()
+        wait_for(lambda: not _alive(pid), "the telemetry process to exit", timeout=10)
+
+    spans = rx.spans()
+    steps = {attrs(s.attributes)["grpo.step"]: s for s in spans if s.name == "grpo.step"}
+    assert sorted(steps) == [0, 1, 2, 3]
+    assert attrs(steps[2].attributes)["grpo.metric.kl"] == pytest.approx(0.02)
+    failed = steps[3]
+    assert failed.status.code == 2  # ERROR
+    assert [attrs(e.attributes) for e in failed.events] == [
+        {"exception.type": "RuntimeError", "exception.message": "loss is nan"}]
+    phases = [s for s in spans if s.name == "grpo.phase.rollout"]
+    assert {bytes(p.parent_span_id) for p in phases} == {bytes(steps[i].span_id) for i in range(3)}
+    events = [attrs(e.attributes) for s in spans if s.name == "grpo.samples" for e in s.events]
+    assert len(events) == 9 and {e["prompt"] for e in events} >= {"p5", "p0"}
+    assert rx.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
+    skipped = rx.metric_points("grpo.skipped_steps")[-1][1]
+    assert skipped.as_double == 1 or skipped.as_int == 1
+    spilled = _spilled(tmp_path)
+    assert sorted(spilled) == [0, 1, 2] and all(len(rows) == 3 for rows in spilled.values())
+    assert spilled[0][0]["reward.fmt"] == 1.0 and spilled[0][0]["group_size"] == 3
+
+
+def test_a_killed_child_loses_no_sample_and_this_process_takes_over(tmp_path, caplog):
+    with OTLPReceiver() as rx:
+        tel = Telemetry(_settings(rx, tmp_path))
+        pid = tel._emitter.pid
+        os.kill(pid, signal.SIGSTOP)  # steps 0-4 wait unacknowledged in the pipe
+        with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+            for step in range(5):
+                _step(tel, step)
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: tel._emitter.pid is None, "this process to take over", timeout=30)
+            for step in range(5, 8):
+                _step(tel, step)
+            tel.finish()
+    taken = [r for r in caplog.records if "telemetry process exited" in r.getMessage()]
+    assert len(taken) == 1 and "5 unacknowledged steps" in taken[0].getMessage()
+    assert sorted(_spilled(tmp_path)) == list(range(8))
+    steps = sorted(attrs(s.attributes)["grpo.step"] for s in rx.spans() if s.name == "grpo.step")
+    assert steps == list(range(8))
+    assert rx.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
+
+
+def test_a_stuck_child_does_not_hold_up_shutdown_beyond_its_timeout(tmp_path, caplog):
+    with OTLPReceiver() as rx:
+        tel = Telemetry(_settings(rx, tmp_path, shutdown_timeout_s=2.0))
+        pid = tel._emitter.pid
+        _step(tel, 0)
+        assert tel.flush(10)
+        os.kill(pid, signal.SIGSTOP)
+        _step(tel, 1)
+        with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+            done = threading.Thread(target=tel.finish)
+            done.start()
+            done.join(30)  # a bound on waiting: the assertion is that it returned, and what it kept
+        assert not done.is_alive()
+    assert not _alive(pid)
+    assert any("did not finish within" in r.getMessage() for r in caplog.records)
+    assert sorted(_spilled(tmp_path)) == [0, 1]
+
+
+def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+        from otel_grpo.telemetry import Telemetry, TelemetrySettings
+        tel = Telemetry(TelemetrySettings(run_id="orphan", output_dir={str(tmp_path)!r}, emit_in="process",
+                                          metrics_exporters=["none"], traces_exporters=["none"]))
+        for step in range(3):
+            with tel.step(step) as s:
+                s.samples([{{"prompt": "p", "completion": "c", "reward": 1.0}}])
+        print(tel._emitter.pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    child = int(proc.stdout.split()[0])
+    wait_for(lambda: not _alive(child), "the orphaned telemetry process to exit", timeout=20)
+    assert sorted(_spilled(tmp_path)) == [0, 1, 2]  # what was sent before the kill is emitted
+
+
+def test_ctrl_c_in_the_terminal_reaches_the_trainer_which_closes_the_child(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+        from otel_grpo.telemetry import Telemetry, TelemetrySettings
+        tel = Telemetry(TelemetrySettings(run_id="sigint", output_dir={str(tmp_path)!r}, emit_in="process",
+                                          metrics_exporters=["none"], traces_exporters=["none"]))
+        print(tel._emitter.pid, flush=True)
+        try:
+            step = 0
+            while True:
+                with tel.step(step) as s:
+                    s.samples([{{"prompt": "p", "completion": "c", "reward": 1.0}}])
+                step += 1
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            tel.finish()
+            print("finished", step, flush=True)
+    """)
+    # its own process group, as a terminal would start it: the signal goes to the whole group
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    child = int(proc.stdout.readline())
+    wait_for(lambda: len(_spilled(tmp_path)) >= 3, "a few steps spilled", timeout=30)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.startswith("finished")
+    steps = int(out.split()[1])
+    assert not _alive(child)
+    assert sorted(_spilled(tmp_path)) == list(range(steps + 1)) or sorted(_spilled(tmp_path)) == list(range(steps))
+
+
+def test_a_row_value_that_does_not_pickle_is_sent_as_text(tmp_path, caplog):
+    with OTLPReceiver() as rx, caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+        tel = Telemetry(_settings(rx, tmp_path))
+        with tel.step(0) as s:
+            s.samples([{"prompt": "p", "completion": "c", "reward": 1.0, "handle": threading.Lock()}])
+        tel.finish()
+    [row] = _spilled(tmp_path)[0]
+    assert row["handle"].startswith("<unlocked _thread.lock")
+    assert sum("does not pickle" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_process_emission_with_given_providers_is_refused():
+    with pytest.raises(ValueError, match="emit_in"):
+        Telemetry(TelemetrySettings(emit_in="process", metrics_exporters=["none"], traces_exporters=["none"]),
+                  tracer_provider=TracerProvider())
+
+
+def test_emit_in_takes_only_thread_or_process():
+    with pytest.raises(ValueError, match="emit_in"):
+        TelemetrySettings(emit_in="fork")
