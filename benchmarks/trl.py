@@ -9,16 +9,19 @@ OTLP/HTTP spans and metrics, metrics pushed every 10 s, to a receiver process th
 discards them; samples spilled) and one not, run in two threads that take turns
 step by step: a callback hands the turn over at every `on_step_begin`, so exactly one
 trains at a time and each step is timed from its begin to the next begin (log and
-telemetry flush included). The emitter thread of the instrumented run keeps running
-in the background, as in real use. Each round runs in a fresh process (the trainer
+telemetry flush included). The instrumented run's emitter and exporters keep running
+in the background, as in real use: in a child process by default (`instrument`'s
+`emit_in="process"`; its CPU is reported apart), on threads of this process with
+`--emit-in thread`. Each round runs in a fresh process (the trainer
 built first alternates): one process's two trainers can differ by a few percent for
 reasons of placement alone, so the figures are medians over rounds. Reported per step:
 the median paired difference on - off of wall time and of the trainer thread's CPU
 time, the time spent inside our hooks and the logged-step flush (perf_counter around
-them: the direct figure), and the CPU time of the telemetry's own threads (emitter,
-span processor, metric reader). That background work runs while the next steps run,
-those of the other trainer included, so the paired figure undercounts it; a
-Python-bound loop waits for much of it (the GIL): direct + background is the bound.
+them: the direct figure), and the CPU time of the telemetry's threads in this process
+(emitter, span processor and metric reader; or, emitting from a child, the pipe's sender and
+receiver). That background work runs while the next steps run, those of the other trainer
+included, so the paired figure undercounts it; a Python-bound loop waits for much of it
+(the GIL): direct + background is the bound.
 
 `--design separate` answers what the paired design cannot: every cost of the telemetry,
 background threads and GIL waits included, charged to the run that has it. Each round
@@ -100,6 +103,8 @@ class Turns:
         self.cpu: dict[str, list[float]] = {"off": [], "on": []}  # the trainer thread's CPU time per step
         self.trainers: set[int] = set()  # thread idents of the two trainers
         self.background: list[dict[int, float]] = []  # CPU of every other Python thread, at two points
+        self.child: list[float] = []  # CPU of the telemetry process (emit_in="process"), at the same points
+        self.child_pid: int | None = None
         self.rng: dict[str, tuple] = {}
 
     def restore(self, name: str) -> None:
@@ -152,6 +157,7 @@ class Turns:
                 turns.trainers.add(threading.get_ident())
                 if name == "on" and len(turns.times["on"]) == 1:  # after the warm-up step
                     turns.background.append(background_cpu(turns.trainers))
+                    turns.child.append(process_cpu(turns.child_pid))
                 self.started, self.cpu_started = time.perf_counter(), time.thread_time()
 
             def on_train_end(self, args, state, control, **kwargs):
@@ -159,6 +165,7 @@ class Turns:
                 self.started = None
                 if name == "on":  # before train() returns and finishes the telemetry
                     turns.background.append(background_cpu(turns.trainers))
+                    turns.child.append(process_cpu(turns.child_pid))
 
         return Turn()
 
@@ -206,6 +213,14 @@ def background_cpu(trainers: set[int]) -> dict[int, float]:
     return out
 
 
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) of another process; 0 without one."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def accounting():
     """Wall (perf_counter) and CPU (thread_time) time inside our hooks' work and the logged-step flush."""
     from otel_grpo.integrations.trl import _callback, _hooks
@@ -235,7 +250,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--logging-steps", type=int, default=1,
                    help="TRL's logging_steps: 1 (every step logged and flushed, the worst case) or TRL's default 10")
-    p.add_argument("--emit-in", choices=["thread", "process"], default="thread",
+    p.add_argument("--emit-in", choices=["thread", "process"], default="process",
                    help="the instrumented run's TelemetrySettings.emit_in")
     p.add_argument("--design", choices=["paired", "separate"], default="paired",
                    help="paired: two trainers take turns in one process; separate: one process each, "
@@ -285,8 +300,9 @@ def one_round(a) -> dict[str, float]:
                 for n in names}
     sink, port = _start_sink()
     try:
-        instrument(trainers["on"], run_id="bench-trl", output_dir=tmp / "telemetry",
-                   otlp_endpoint=f"http://127.0.0.1:{port}", emit_in=a.emit_in)
+        tel = instrument(trainers["on"], run_id="bench-trl", output_dir=tmp / "telemetry",
+                         otlp_endpoint=f"http://127.0.0.1:{port}", emit_in=a.emit_in)
+        turns.child_pid = getattr(tel._emitter, "pid", None)
         threads = [threading.Thread(target=trainers[n].train) for n in names]
         for t in threads:
             t.start()
@@ -350,6 +366,7 @@ def figures(turns: Turns, spent: list[float], logging_steps: int) -> dict[str, f
         "hooks": spent[0] / len(times["on"]) * ms,
         "hooks_cpu": spent[1] / len(times["on"]) * ms,
         "background_cpu": sum(last[k] - first.get(k, 0.0) for k in last) / n * ms,
+        "child_cpu": (turns.child[1] - turns.child[0]) / n * ms,
     }
 
 
@@ -373,7 +390,10 @@ def report(a, results: list[dict[str, float]]) -> None:
     print(f"median paired training-thread CPU on - off: {line('paired_cpu')}")
     print(f"inside our hooks and flush: {line('hooks')} = {med['hooks'] / med['off'] * 100:.2f}% of a step; "
           f"their CPU time {line('hooks_cpu')}")
-    print(f"telemetry threads' CPU (emitter, exporters): {line('background_cpu')} per step")
+    print(f"telemetry threads' CPU (emitter, exporters; with emit_in=process the pipe's): "
+          f"{line('background_cpu')} per step")
+    if a.emit_in == "process":
+        print(f"telemetry process's CPU (emitter, exporters; off the trainer's GIL): {line('child_cpu')} per step")
     bound = statistics.median(r["hooks"] + r["background_cpu"] for r in results)
     print(f"bound, hooks and flush + telemetry threads: {bound:.2f} ms = {bound / med['off'] * 100:.2f}% of a step")
 

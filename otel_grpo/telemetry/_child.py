@@ -5,8 +5,8 @@
 `ProcessEmitter` starts it with one end of a socket pair as `FD`. Messages in are
 pickled tuples: the start-up settings first, then `("step", seq, StepRecord)`,
 `("scalars", None, values)`, `("flush", token, timeout_s)` and `("shutdown", None,
-finished)`. Messages out: `("ready", prometheus_port)`, `("done", seq)` once a step is
-emitted (its spill lines written), `("flushed", token, ok)` and `("closed", None)`.
+finished)`. Messages out: `("ready", prometheus_port)`, `("done", seq)` once every step up
+to `seq` is emitted (spill lines written; one per batch of steps that arrived together), `("flushed", token, ok)` and `("closed", None)`.
 The training process going away (end of the pipe) shuts the telemetry down as a
 crash would: `grpo.run.finished` stays 0. Ctrl-C is the training process's business:
 this process ignores SIGINT and is closed by it.
@@ -37,7 +37,18 @@ def main(fd: int) -> None:
     tel = Telemetry(TelemetrySettings(**{**start["settings"], "emit_in": "thread"}))
     emitter = tel._emitter  # this process is Telemetry's back end: it feeds the emitter directly
     conn.send(("ready", tel.prometheus_port))
+    unacked: int | None = None  # the last step submitted, not yet acknowledged
+
+    def ack() -> None:
+        nonlocal unacked
+        if unacked is not None:
+            conn.send(("done", unacked))
+            unacked = None
+
     while True:
+        if unacked is not None and not conn.poll():  # one acknowledgement per batch the sender sent
+            emitter.drain(None)  # acknowledged once emitted: until then the training process keeps a copy
+            ack()
         try:
             kind, key, payload = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):  # the training process is gone
@@ -45,14 +56,16 @@ def main(fd: int) -> None:
             return
         if kind == "step":
             emitter.submit(payload)
-            emitter.drain(None)  # acknowledged once emitted: until then the training process keeps a copy
-            conn.send(("done", key))
+            unacked = key
         elif kind == "scalars":
             emitter.submit_scalars(payload)
         elif kind == "flush":
-            conn.send(("flushed", key, tel.flush(payload)))
+            ok = tel.flush(payload)  # drains the emitter first
+            ack()
+            conn.send(("flushed", key, ok))
         elif kind == "shutdown":
-            tel.shutdown(finished=payload)
+            tel.shutdown(finished=payload)  # emits everything queued first
+            ack()
             conn.send(("closed", None))
             return
 

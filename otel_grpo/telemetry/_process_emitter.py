@@ -21,11 +21,11 @@ records not yet acknowledged are emitted again through it.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import os
 import pickle
-import queue
 import subprocess
 import sys
 import threading
@@ -38,6 +38,9 @@ from ._settings import TelemetrySettings
 logger = logging.getLogger("otel_grpo.telemetry")
 
 START_TIMEOUT_S = 60.0  # the child imports the OTel SDK and binds its exporters; a loaded node is slow
+SEND_EVERY_S = 0.05
+"""How often the sender wakes to send what steps queued. Waking it at every step costs the training
+thread ~30 us (a thread wake-up on a VM); flush and shutdown wake it at once."""
 _PLAIN = (str, int, float, bool, type(None))
 
 
@@ -57,7 +60,8 @@ class ProcessEmitter:
         self._local: Emitter | None = None
         self._closed = threading.Event()  # the child acknowledged its shutdown
         self._gone = threading.Event()  # the child's end of the pipe closed
-        self._out: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._out: collections.deque[bytes | None] = collections.deque()  # the sender's, appended without a wake-up
+        self._send_now = threading.Event()
         self._warned_pickle = self._warned_backlog = False
         self.prometheus_port: int | None = None
         self._proc: subprocess.Popen | None = None
@@ -101,7 +105,7 @@ class ProcessEmitter:
             seq = next(self._seq)
             data = self._pickle(seq, record)
             self._pending[seq] = data
-        self._out.put(data)
+        self._out.append(data)
         if not self._warned_backlog and len(self._pending) > BACKLOG_WARNING:
             self._warned_backlog = True
             logger.warning("otel-grpo: %d steps wait to be emitted; the telemetry process falls behind",
@@ -122,7 +126,7 @@ class ProcessEmitter:
             if self._local is not None:
                 self._local.submit_scalars(values)
                 return
-        self._out.put(pickle.dumps(("scalars", None, values)))
+        self._send(pickle.dumps(("scalars", None, values)))
 
     def drain(self, timeout_s: float | None) -> bool:
         """The child emits everything sent so far and flushes its exporters; False on timeout or if it died."""
@@ -130,7 +134,7 @@ class ProcessEmitter:
             return self._local.drain(timeout_s)
         token = next(self._tokens)
         done = self._flushes[token] = [threading.Event(), False]
-        self._out.put(pickle.dumps(("flush", token, timeout_s)))
+        self._send(pickle.dumps(("flush", token, timeout_s)))
         done[0].wait(None if timeout_s is None else timeout_s + 1.0)  # the child's own flush is bounded by it
         self._flushes.pop(token, None)
         if self._local is not None:  # it died meanwhile: what it had is being emitted here
@@ -146,11 +150,11 @@ class ProcessEmitter:
         Prometheus linger) and closes its exporters. False: this process holds the telemetry now (the
         child died or never started) and the caller closes it as a thread emitter's."""
         if self._local is None:
-            self._out.put(pickle.dumps(("shutdown", None, finished)))
+            self._send(pickle.dumps(("shutdown", None, finished)))
             linger = self._settings.prometheus_linger_s if finished and self.prometheus_port is not None else 0.0
             self._gone.wait(timeout_s + linger)  # it exits right after acknowledging
             if self._closed.is_set() and not self._pending:
-                self._out.put(None)
+                self._send(None)
                 self._stop_child(wait_s=1.0)
                 return True
             if not self._gone.is_set():  # alive but stuck: what it holds is emitted here
@@ -159,24 +163,38 @@ class ProcessEmitter:
                 self._stop_child()
                 self._gone.wait(2.0)
             self._take_over()
-        self._out.put(None)
+        self._send(None)
         return False
 
     # ---- the pipe's threads ------------------------------------------------------------------
+    def _send(self, data: bytes | None) -> None:
+        """Queue a message and wake the sender now (None: the sender's last)."""
+        self._out.append(data)
+        self._send_now.set()
+
     def _write(self) -> None:
-        while (data := self._out.get()) is not None:
-            try:
-                self._conn.send_bytes(data)
-            except OSError:  # the child is gone: the reader takes over
-                return
+        out = self._out
+        while True:
+            self._send_now.wait(SEND_EVERY_S)
+            self._send_now.clear()
+            while out:
+                data = out.popleft()
+                if data is None:
+                    return
+                try:
+                    self._conn.send_bytes(data)
+                except OSError:  # the child is gone: the reader takes over
+                    return
 
     def _read(self) -> None:
         try:
             while True:
                 msg = self._conn.recv()
-                if msg[0] == "done":
+                if msg[0] == "done":  # every step up to this one
                     with self._lock:
-                        self._pending.pop(msg[1], None)
+                        pending = self._pending
+                        while pending and next(iter(pending)) <= msg[1]:
+                            del pending[next(iter(pending))]
                 elif msg[0] == "flushed":
                     waiter = self._flushes.get(msg[1])
                     if waiter is not None:

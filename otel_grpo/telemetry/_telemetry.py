@@ -12,7 +12,8 @@ On the training thread a step costs a span start (none for a `logged_step`, whos
 span and measured phases the emitter makes), one float conversion per value and one
 queue put (with several processes and `sample_reduce="global"`, also
 the step's two sample-selection collectives: scores, then the kept rows); everything
-else runs on `Emitter`'s thread.
+else runs on `Emitter`'s thread, or, with `emit_in="process"`, in a child process
+(`ProcessEmitter`: the training thread then also pickles the step record).
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def test_a_stuck_child_does_not_hold_up_shutdown_beyond_its_timeout(tmp_path, ca
 
 def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(tmp_path):
     script = textwrap.dedent(f"""
-        import os, signal, sys
+        import os, signal, sys, time
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from otel_grpo.telemetry import Telemetry, TelemetrySettings
         tel = Telemetry(TelemetrySettings(run_id="orphan", output_dir={str(tmp_path)!r}, emit_in="process",
@@ -135,6 +135,7 @@ def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(t
             with tel.step(step) as s:
                 s.samples([{{"prompt": "p", "completion": "c", "reward": 1.0}}])
         print(tel._emitter.pid, flush=True)
+        time.sleep(0.5)  # the sender sends queued steps every 50 ms: let it send these
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
