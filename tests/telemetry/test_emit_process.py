@@ -135,7 +135,7 @@ def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(t
             with tel.step(step) as s:
                 s.samples([{{"prompt": "p", "completion": "c", "reward": 1.0}}])
         print(tel._emitter.pid, flush=True)
-        time.sleep(0.5)  # the sender sends queued steps every 50 ms: let it send these
+        time.sleep(1.0)  # the sender sends queued steps every 0.25 s: let it send these
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
@@ -181,10 +181,12 @@ def test_a_row_value_that_does_not_pickle_is_sent_as_text(tmp_path, caplog):
     with OTLPReceiver() as rx, caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
         tel = Telemetry(_settings(rx, tmp_path))
         with tel.step(0) as s:
-            s.samples([{"prompt": "p", "completion": "c", "reward": 1.0, "handle": threading.Lock()}])
+            s.samples([{"prompt": "p", "completion": "c", "reward": 1.0, "handle": threading.Lock(),
+                        "meta": {"tools": [threading.Lock()]}}])
         tel.finish()
     [row] = _spilled(tmp_path)[0]
-    assert row["handle"].startswith("<unlocked _thread.lock")
+    assert row["handle"].startswith("<unlocked _thread.lock") and row["reward"] == 1.0
+    assert row["meta.tools"][0].startswith("<unlocked _thread.lock")
     assert sum("does not pickle" in r.getMessage() for r in caplog.records) == 1
 
 

@@ -115,7 +115,7 @@ def render_markdown() -> str:
         "emitter and the OTel exporters spend about a millisecond of Python per logged step, and in",
         "the training process they would hold the GIL that a TRL step, Python-bound between its torch",
         "ops, waits for. The training thread pickles each logged step's record (tens of microseconds)",
-        "and a sender thread passes it on every 50 ms. The child serves the Prometheus port and",
+        "and a sender thread passes it on every 0.25 s. The child serves the Prometheus port and",
         "writes the sample spill; each step stays in the trainer until the child has emitted it, so",
         "if the child dies the trainer takes over with one warning and emits those steps again. The",
         "child ignores Ctrl-C (the trainer finishes the run and closes it) and ends the run as a crash",
