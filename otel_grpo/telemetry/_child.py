@@ -5,9 +5,9 @@
 `ProcessEmitter` starts it with one end of a socket pair as `FD`. Messages in are
 pickled tuples: the start-up settings first, then `("step", seq, StepRecord)`,
 `("scalars", None, values)`, `("flush", token, timeout_s)` and `("shutdown", None,
-finished)`. Messages out: `("ready", prometheus_port)`, `("done", seq)` once every step up
-to `seq` is emitted (spill lines written; one per batch of steps that arrived together), `("flushed", token, ok)` and `("closed", None)`.
-The training process going away (end of the pipe) shuts the telemetry down as a
+finished)`. Messages out: `("ready", prometheus_port)`; `("done", seq)` once every step up
+to `seq` is emitted, spill lines written (one per batch of steps that arrived together);
+`("flushed", token, ok)` and `("closed", None)`. The training process going away (end of the pipe) shuts the telemetry down as a
 crash would: `grpo.run.finished` stays 0. Ctrl-C is the training process's business:
 this process ignores SIGINT and is closed by it.
 """
@@ -34,7 +34,12 @@ def main(fd: int) -> None:
     from ._settings import TelemetrySettings
     from ._telemetry import Telemetry
 
-    tel = Telemetry(TelemetrySettings(**{**start["settings"], "emit_in": "thread"}))
+    settings = start["settings"]
+    # A second less than the training process waits for it: this side finishes, that side never kills
+    # a child that is about to (and emits everything again).
+    timeout = settings["shutdown_timeout_s"]
+    settings = {**settings, "emit_in": "thread", "shutdown_timeout_s": max(timeout - 1.0, timeout / 2)}
+    tel = Telemetry(TelemetrySettings(**settings))
     emitter = tel._emitter  # this process is Telemetry's back end: it feeds the emitter directly
     conn.send(("ready", tel.prometheus_port))
     unacked: int | None = None  # the last step submitted, not yet acknowledged

@@ -1,7 +1,7 @@
 """`ProcessEmitter`: the emitter and the exporters in a child process, off the training process's GIL.
 
     emitter = ProcessEmitter(settings, rank=0, world_size=1, local_rank=0, take_over=make_thread_emitter)
-    emitter.submit(record)        # training thread: one pickle, one queue put
+    emitter.submit(record)        # training thread: one pickle, one deque append
     emitter.drain(5.0)            # the child emitted and flushed everything so far
     emitter.close_child(10.0, finished=True)
 
@@ -10,8 +10,8 @@ about a millisecond a step (metric points, span attributes, sample events, OTLP
 encoding). A training loop releases the GIL around every torch op and, while such a
 thread runs, may wait up to the interpreter's switch interval (5 ms) to get it back,
 so on a Python-bound loop that work is paid by training. Here the training thread
-pickles the step record and a writer thread sends it to `otel_grpo.telemetry._child`,
-which runs an ordinary `Telemetry`.
+pickles the step record and a sender thread passes the queued records every 0.25 s to
+`otel_grpo.telemetry._child`, which runs an ordinary `Telemetry`.
 
 No sample is lost to a dead child: each record is kept here until the child says it
 has emitted it (spill lines written). If the child dies, this process takes over

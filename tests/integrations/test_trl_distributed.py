@@ -13,6 +13,7 @@ from otel_grpo import signals
 from expected import close, generation_stats, micro_batch_stats
 from tests._support.process_group import run_two_ranks
 from tests._support.tiny_trl import save_tiny_model
+from tests.telemetry._receiver import OTLPReceiver, attrs
 
 HERE = Path(__file__).parent
 
@@ -101,3 +102,33 @@ def test_a_capture_failure_on_one_rank_stops_capture_on_every_rank_and_training_
         got = rank0["steps"][str(entry["step"])]
         assert all(close(got[k], entry[t]) for t, k in (("loss", "loss"), ("reward", "reward")) if t in entry)
     assert rank0["samples"] == []
+
+
+def test_two_ranks_with_the_telemetry_instrument_builds_export_once_from_a_child_process(tmp_path):
+    """`instrument(trainer)` without a telemetry: rank 0's emits from its child process; rank 1 exports
+    nothing and starts none. TRL's own cross-rank values arrive, with samples of both ranks."""
+    save_tiny_model(tmp_path / "model")
+    with OTLPReceiver() as rx:
+        run_two_ranks(HERE / "trl_run.py", str(tmp_path), "max_steps=2", f"otlp={rx.port}", timeout=300,
+                      env={"HF_HUB_OFFLINE": "1"}, cwd=tmp_path)
+    rank0, rank1 = (json.loads((tmp_path / f"exported{r}.json").read_text()) for r in (0, 1))
+    assert (rank0["emitter"], rank1["emitter"]) == ("ProcessEmitter", "Emitter")
+    assert rank0["exporting"] and not rank1["exporting"]
+    resources = {(a["grpo.rank"], a["grpo.world_size"]) for req in rx.traces for rs in req.resource_spans
+                 for a in [attrs(rs.resource.attributes)]}
+    assert resources == {(0, 2)}
+    steps: dict[int, dict] = {}
+    samples = []
+    for span in rx.spans():
+        a = attrs(span.attributes)
+        if span.name == "grpo.step":
+            steps.setdefault(a["grpo.step"], {}).update(a)
+        elif span.name == "grpo.samples":
+            samples += [attrs(e.attributes) for e in span.events]
+    trl = {h["step"]: h for h in rank0["log_history"] if "reward" in h}
+    assert sorted(trl) == [1, 2] and set(trl) <= set(steps)
+    for step, logs in trl.items():
+        for trl_key, key in (("reward", "reward"), ("entropy", "entropy"), ("completions/mean_length",
+                                                                             "completion_length_mean")):
+            assert close(steps[step][f"grpo.metric.{key}"], logs[trl_key]), (step, key)
+    assert {s["source_rank"] for s in samples} == {0, 1}

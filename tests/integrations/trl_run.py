@@ -8,7 +8,8 @@ it adds vLLM-like sampler log-probs (and TRL's corrected IS ratio) to the output
 
 `python trl_run.py OUT [key=value ...]` runs it under torchrun: each rank saves its
 records to OUT/rank<r>.pt and writes the step spans and sample events it exported to
-OUT/exported<r>.json. `fail_rank=R` breaks rank R's capture of generation batches (`fail_at=capture`,
+OUT/exported<r>.json. `otlp=PORT` instead lets `instrument` build the telemetry (from a
+child process), exporting over OTLP/HTTP to a receiver on that port. `fail_rank=R` breaks rank R's capture of generation batches (`fail_at=capture`,
 the default) or their stats at the logged step (`fail_at=stats`).
 """
 
@@ -123,12 +124,20 @@ def main(out: Path, config: dict[str, Any]) -> None:
             _hooks.capture_generation = broken
         else:  # computing their stats, in the logged step's flush
             _accumulate.generation_stats = broken
+    otlp_port = config.pop("otlp", None)
     trainer = make_recording_trainer(out / "train", model_dir=out / "model", **config)
-    tel, _, exporter = in_memory_telemetry(out / "telemetry")
-    instrument(trainer, telemetry=tel)
+    if otlp_port is None:
+        tel, _, exporter = in_memory_telemetry(out / "telemetry")
+        instrument(trainer, telemetry=tel)
+    else:  # as a user writes it: the telemetry instrument builds, exporting to the test's receiver
+        exporter = None
+        tel = instrument(trainer, run_id="trl-test", output_dir=str(out / "telemetry"), otlp_protocol="http/protobuf",
+                         otlp_endpoint=f"http://127.0.0.1:{otlp_port}", metrics_exporters=["otlp"],
+                         traces_exporters=["otlp"])
     trainer.train()
     torch.save(trainer.records, out / f"rank{rank}.pt")
-    result = {**exported(exporter), "exporting": tel.exporting, "log_history": trainer.state.log_history}
+    result = {**(exported(exporter) if exporter is not None else {}), "exporting": tel.exporting,
+              "emitter": type(tel._emitter).__name__, "log_history": trainer.state.log_history}
     (out / f"exported{rank}.json").write_text(json.dumps(result, default=str))
 
 
