@@ -190,6 +190,20 @@ def test_a_row_value_that_does_not_pickle_is_sent_as_text(tmp_path, caplog):
     assert sum("does not pickle" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_a_child_that_does_not_answer_leaves_the_telemetry_in_this_process(tmp_path, caplog, monkeypatch):
+    from otel_grpo.telemetry import _process_emitter
+
+    monkeypatch.setattr(_process_emitter, "START_TIMEOUT_S", 0.0)  # no child answers that fast
+    with OTLPReceiver() as rx, caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+        tel = Telemetry(_settings(rx, tmp_path))
+        assert tel._emitter.pid is None
+        _step(tel, 0)
+        tel.finish()
+    assert sum("did not start" in r.getMessage() for r in caplog.records) == 1
+    assert sorted(_spilled(tmp_path)) == [0]
+    assert [attrs(s.attributes)["grpo.step"] for s in rx.spans() if s.name == "grpo.step"] == [0]
+
+
 def test_process_emission_with_given_providers_is_refused():
     with pytest.raises(ValueError, match="emit_in"):
         Telemetry(TelemetrySettings(emit_in="process", metrics_exporters=["none"], traces_exporters=["none"]),
