@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable
 
@@ -15,3 +16,12 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 60.0, eve
             return value
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` still exists (signal 0 checks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

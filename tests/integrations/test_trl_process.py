@@ -4,23 +4,14 @@ TRL run's steps, samples and run end reach a real OTLP receiver and the spill th
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from otel_grpo.integrations import instrument
 from otel_grpo.telemetry._emitter import Emitter
 from tests.telemetry._receiver import OTLPReceiver, attrs
-from tests._support.waiting import wait_for
+from tests._support.waiting import alive, wait_for
 from trl_run import make_recording_trainer
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_instrument_emits_a_trl_run_from_a_child_process(tmp_path):
@@ -29,9 +20,9 @@ def test_instrument_emits_a_trl_run_from_a_child_process(tmp_path):
         tel = instrument(trainer, otlp_protocol="http/protobuf", otlp_endpoint=f"http://127.0.0.1:{rx.port}",
                          metrics_exporters=["otlp"], traces_exporters=["otlp"])
         pid = tel._emitter.pid
-        assert pid is not None and _alive(pid)
+        assert pid is not None and alive(pid)
         trainer.train()
-        wait_for(lambda: not _alive(pid), "the telemetry process to exit after train()", timeout=10)
+        wait_for(lambda: not alive(pid), "the telemetry process to exit after train()", timeout=10)
 
     spans = rx.spans()
     steps: dict[int, dict] = {}

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from otel_grpo.signals import ReducedStats
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
-from tests._support.waiting import wait_for
+from tests._support.waiting import alive, wait_for
 from ._receiver import OTLPReceiver, attrs
 
 ROWS = [{"prompt": f"p{i}", "completion": f"c{i}", "reward": i / 10, "rewards": {"fmt": 1.0}} for i in range(6)]
@@ -44,26 +44,18 @@ def _spilled(out: Path) -> dict[int, list[dict]]:
     return {int(f.stem.split("_")[1]): [json.loads(line) for line in f.read_text().splitlines()] for f in files}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_a_run_emitted_by_the_child_process_reaches_the_receiver_whole(tmp_path):
     with OTLPReceiver() as rx:
         tel = Telemetry(_settings(rx, tmp_path))
         pid = tel._emitter.pid
-        assert pid is not None and pid != os.getpid() and _alive(pid)
+        assert pid is not None and pid != os.getpid() and alive(pid)
         for step in range(3):
             _step(tel, step)
         with pytest.raises(RuntimeError), tel.step(3):
             raise RuntimeError("loss is nan")
         assert tel.flush(10)
         tel.finish()
-        wait_for(lambda: not _alive(pid), "the telemetry process to exit", timeout=10)
+        wait_for(lambda: not alive(pid), "the telemetry process to exit", timeout=10)
 
     spans = rx.spans()
     steps = {attrs(s.attributes)["grpo.step"]: s for s in spans if s.name == "grpo.step"}
@@ -118,8 +110,8 @@ def test_a_stuck_child_does_not_hold_up_shutdown_beyond_its_timeout(tmp_path, ca
             done = threading.Thread(target=tel.finish)
             done.start()
             done.join(30)  # a bound on waiting: the assertion is that it returned, and what it kept
-        assert not done.is_alive()
-    assert not _alive(pid)
+        assert not done.isalive()
+    assert not alive(pid)
     assert any("did not finish within" in r.getMessage() for r in caplog.records)
     assert sorted(_spilled(tmp_path)) == [0, 1]
 
@@ -141,7 +133,7 @@ def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(t
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     child = int(proc.stdout.split()[0])
-    wait_for(lambda: not _alive(child), "the orphaned telemetry process to exit", timeout=20)
+    wait_for(lambda: not alive(child), "the orphaned telemetry process to exit", timeout=20)
     assert sorted(_spilled(tmp_path)) == [0, 1, 2]  # what was sent before the kill is emitted
 
 
@@ -173,7 +165,7 @@ def test_ctrl_c_in_the_terminal_reaches_the_trainer_which_closes_the_child(tmp_p
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0 and out.startswith("finished")
     steps = int(out.split()[1])
-    assert not _alive(child)
+    assert not alive(child)
     assert sorted(_spilled(tmp_path)) == list(range(steps + 1)) or sorted(_spilled(tmp_path)) == list(range(steps))
 
 
