@@ -110,7 +110,7 @@ def test_a_stuck_child_does_not_hold_up_shutdown_beyond_its_timeout(tmp_path, ca
             done = threading.Thread(target=tel.finish)
             done.start()
             done.join(30)  # a bound on waiting: the assertion is that it returned, and what it kept
-        assert not done.isalive()
+        assert not done.is_alive()
     assert not alive(pid)
     assert any("did not finish within" in r.getMessage() for r in caplog.records)
     assert sorted(_spilled(tmp_path)) == [0, 1]
