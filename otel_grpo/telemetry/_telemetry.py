@@ -378,8 +378,16 @@ class Telemetry:
         deadline = time.monotonic() + timeout_s
         if not self._closed and not self._emitter.drain(timeout_s):
             return False
-        ms = max(int((deadline - time.monotonic()) * 1000), 1)
-        return all([flush(ms) for flush in self._flushers])
+        remaining = max(deadline - time.monotonic(), 0.001)
+        ms = max(int(remaining * 1000), 1)
+        # The SDK's force_flush outlasts its timeout on a dead endpoint (its exporter retries for the
+        # whole export timeout, 10 s): a daemon thread keeps the bound, as in shutdown.
+        done: list[bool] = []
+        worker = threading.Thread(target=lambda: done.append(all([flush(ms) for flush in self._flushers])),
+                                  name="otel-grpo-flush", daemon=True)
+        worker.start()
+        worker.join(remaining)
+        return bool(done and done[0])
 
     def finish(self) -> None:
         """The run ended on purpose (completed, or stopped by the user): `grpo.run.finished` = 1, then `shutdown`.
