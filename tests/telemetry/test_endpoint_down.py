@@ -40,3 +40,19 @@ def test_200_steps_against_a_closed_port(tmp_path, monkeypatch, caplog):
         assert len(rows) == 8
         assert {r["prompt"].split("-")[0] for r in rows} == {str(step)}
         assert len({r["sample_index"] for r in rows}) == 8
+
+
+def test_flush_says_false_when_its_timeout_passes_on_a_dead_endpoint(tmp_path):
+    """The SDK's own force_flush retries a dead endpoint for its whole export timeout (10 s) and then
+    reports success; `flush(timeout)` answers within its timeout that the data did not go out."""
+    settings = TelemetrySettings(
+        run_id="down-flush", otlp_protocol="http/protobuf", otlp_endpoint=f"http://127.0.0.1:{free_port()}",
+        metrics_exporters=["otlp"], traces_exporters=["otlp"], output_dir=tmp_path,
+    )
+    tel = Telemetry(settings)
+    with tel.step(0) as s:
+        s.record({"kl": 0.1})
+        s.samples([{"prompt": "p", "completion": "c", "reward": 1.0}])
+    assert tel.flush(0.5) is False
+    tel.shutdown()
+    assert (tmp_path / "samples" / "step_0.jsonl").exists()
