@@ -281,28 +281,39 @@ def _child(cmd: list[str]) -> dict[str, float]:
     return json.loads(out.rsplit("RESULT ", 1)[1])
 
 
-def one_round(a) -> dict[str, float]:
-    """One process: both trainers, `a.steps` paired steps; figures in ms per step."""
+def _prepare(a, max_steps: int) -> tuple[Path, str, dict]:
+    """torch's threads set; a fresh folder, the preset's model saved in it, the GRPOConfig overrides."""
     import torch
-
-    import tiny_trl
-    from otel_grpo.integrations import instrument
 
     torch.set_num_threads(a.threads)
     preset = PRESETS[a.preset]
     tmp = Path(tempfile.mkdtemp(prefix="bench-trl-"))
     model = save_model(tmp / "model", preset["model"])
-    config = {**preset["config"], "max_steps": a.steps + 1, "num_iterations": 2, "log_completions": False,
+    config = {**preset["config"], "max_steps": max_steps, "num_iterations": 2, "log_completions": False,
               "logging_steps": a.logging_steps}
+    return tmp, model, config
+
+
+def _instrument(trainer, tmp: Path, port: int, a):
+    """`instrument` as a user calls it, exporting to the sink."""
+    from otel_grpo.integrations import instrument
+
+    return instrument(trainer, run_id="bench-trl", output_dir=tmp / "telemetry",
+                      otlp_endpoint=f"http://127.0.0.1:{port}", emit_in=a.emit_in)
+
+
+def one_round(a) -> dict[str, float]:
+    """One process: both trainers, `a.steps` paired steps; figures in ms per step."""
+    import tiny_trl
+
+    tmp, model, config = _prepare(a, a.steps + 1)
     turns, spent = Turns(), accounting()
     names = ["off", "on"] if a.round % 2 == 0 else ["on", "off"]  # which one allocates first alternates
     trainers = {n: tiny_trl.make_grpo_trainer(tmp / n, model_dir=model, callbacks=[turns.callback(n)], **config)
                 for n in names}
     sink, port = _start_sink()
     try:
-        tel = instrument(trainers["on"], run_id="bench-trl", output_dir=tmp / "telemetry",
-                         otlp_endpoint=f"http://127.0.0.1:{port}", emit_in=a.emit_in)
-        turns.child_pid = getattr(tel._emitter, "pid", None)
+        turns.child_pid = getattr(_instrument(trainers["on"], tmp, port, a)._emitter, "pid", None)
         threads = [threading.Thread(target=trainers[n].train) for n in names]
         for t in threads:
             t.start()
@@ -315,24 +326,15 @@ def one_round(a) -> dict[str, float]:
 
 def one_trainer(a) -> dict[str, float]:
     """One process, one trainer (`a.only`: instrumented or not), `a.steps` steps after the warm-up."""
-    import torch
-
     import tiny_trl
-    from otel_grpo.integrations import instrument
 
-    torch.set_num_threads(a.threads)
-    preset = PRESETS[a.preset]
-    tmp = Path(tempfile.mkdtemp(prefix="bench-trl-"))
-    model = save_model(tmp / "model", preset["model"])
-    config = {**preset["config"], "max_steps": a.steps + Clock.WARMUP, "num_iterations": 2,
-              "log_completions": False, "logging_steps": a.logging_steps}
+    tmp, model, config = _prepare(a, a.steps + Clock.WARMUP)
     clock = Clock()
     trainer = tiny_trl.make_grpo_trainer(tmp / a.only, model_dir=model, callbacks=[clock.callback()], **config)
     sink, port = _start_sink()  # in both runs: the same processes on the machine
     try:
         if a.only == "on":
-            instrument(trainer, run_id="bench-trl", output_dir=tmp / "telemetry",
-                       otlp_endpoint=f"http://127.0.0.1:{port}", emit_in=a.emit_in)
+            _instrument(trainer, tmp, port, a)
         trainer.train()
     finally:
         sink.terminate()
