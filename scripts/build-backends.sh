@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Builds the backends the stack tests run, from their published Go modules, at the
 # versions pinned in otel_grpo/stack/backends.yml: the OpenTelemetry Collector (through the
-# collector builder and collector/builder-config.yaml), Prometheus + promtool and
-# Alertmanager + amtool. Binaries go to a per-machine cache outside the repository,
+# collector builder and collector/builder-config.yaml), Prometheus + promtool,
+# Alertmanager + amtool, helm, and the Prometheus Operator's CRDs (YAML files of its module,
+# nothing to compile). Everything goes to a per-machine cache outside the repository,
 #   ${OTEL_GRPO_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/otel-grpo/bin}/<name>-<version>
-# and a binary already there is reused. Without Go it says so and exits 0: the tests
-# then fall back to binaries on PATH or skip with that reason.
-#   usage: scripts/build-backends.sh [collector|prometheus|alertmanager ...]
+# (the collector's name also carries a digest of its component list, so a changed
+# builder-config.yaml builds a new collector) and what is already there is reused. Without Go
+# it says so and exits 0: the tests then fall back to binaries on PATH or skip with that reason.
+#   usage: scripts/build-backends.sh [collector|prometheus|alertmanager|helm|crds ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version() { awk -F': *' -v k="$1" '$1 == k { print $2 }' otel_grpo/stack/backends.yml; }
 OTELCOL_VERSION=$(version otelcol)
 PROMETHEUS_VERSION=$(version prometheus)
 ALERTMANAGER_VERSION=$(version alertmanager)
+HELM_VERSION=$(version helm)
+OPERATOR_VERSION=$(version prometheus-operator)
+# The builder manifest without its comments: the collector's cache name changes with its components.
+OTELCOL_DIGEST=$(grep -v '^[[:space:]]*#' collector/builder-config.yaml | sha256sum | cut -c1-12)
 CACHE="${OTEL_GRPO_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/otel-grpo/bin}"
 if ! command -v go >/dev/null; then
   echo "build-backends: go not found; the stack tests use binaries on PATH or skip" >&2
@@ -71,7 +77,7 @@ build_alertmanager() {
 }
 
 build_collector() {
-  local name="otelcol-grpo-$OTELCOL_VERSION" work
+  local name="otelcol-grpo-$OTELCOL_VERSION-$OTELCOL_DIGEST" work
   have "$name" && return 0
   new_workdir; work=$WORK
   echo "build-backends: building $name with the collector builder" >&2
@@ -84,11 +90,26 @@ build_collector() {
   mv "$work/dist/otelcol-grpo" "$CACHE/$name.tmp" && mv "$CACHE/$name.tmp" "$CACHE/$name"
 }
 
+build_helm() {  # `helm lint` / `helm template` for the chart under deploy/helm
+  install_as "helm-$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" "$HELM_VERSION"
+}
+
+build_crds() {  # the CRD schemas the chart's PrometheusRule, PodMonitor and ServiceMonitor are checked against
+  local name="prometheus-operator-crds-$OPERATOR_VERSION" src
+  have "$name" && return 0
+  src=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@v$OPERATOR_VERSION" | awk -F'"' '/"Dir"/ { print $4 }')
+  mkdir -p "$CACHE/$name.tmp"
+  for kind in prometheusrules podmonitors servicemonitors; do
+    cp "$src/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$CACHE/$name.tmp/"
+  done
+  chmod -R u+w "$CACHE/$name.tmp" && mv "$CACHE/$name.tmp" "$CACHE/$name"
+}
+
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(prometheus alertmanager collector)
+[ ${#targets[@]} -gt 0 ] || targets=(prometheus alertmanager collector helm crds)
 for t in "${targets[@]}"; do
   case "$t" in
-    prometheus|alertmanager|collector) "build_$t" ;;
-    *) echo "build-backends: unknown target '$t' (prometheus, alertmanager, collector)" >&2; exit 2 ;;
+    prometheus|alertmanager|collector|helm|crds) "build_$t" ;;
+    *) echo "build-backends: unknown target '$t' (prometheus, alertmanager, collector, helm, crds)" >&2; exit 2 ;;
   esac
 done

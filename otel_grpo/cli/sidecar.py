@@ -17,34 +17,40 @@ def sidecar(
     db: Optional[Path] = typer.Option(None, help="SQLite database path (default otel-grpo-sidecar.db)."),
     token: Optional[str] = typer.Option(None, help="Bearer token required for ingest (traces, alerts)."),
     read_token: Optional[str] = typer.Option(None, help="Bearer token required for the read API."),
+    allow_unauthenticated: bool = typer.Option(
+        False, "--allow-unauthenticated",
+        help="Listen beyond loopback without both tokens (refused otherwise: anyone reaching it could write and read)."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
 ) -> None:
     """Run the sidecar: OTLP/HTTP ingest on /v1/traces, API on /api, web page on /.
 
     Every setting can also come from the environment (OTEL_GRPO_SIDECAR_HOST, _PORT, _DB,
-    _TOKEN, _READ_TOKEN, _MAX_BODY_BYTES, _INGEST_WORKERS (ingest processes, default 2;
+    _TOKEN, _READ_TOKEN, _ALLOW_UNAUTHENTICATED, _MAX_BODY_BYTES, _INGEST_WORKERS (ingest processes, default 2;
     0: in the server process), _ALLOWED_HOSTS, _RETENTION_MAX_RUNS, ...); flags win.
 
     Only requests whose Host is an IP address, localhost or a single-label name are served
     (DNS-rebinding guard); list other names in OTEL_GRPO_SIDECAR_ALLOWED_HOSTS. Listening
-    beyond loopback, set both tokens. A database that cannot be opened is one error line and
+    beyond loopback needs both tokens, or --allow-unauthenticated to say an open sidecar is
+    intended (it then warns). A database that cannot be opened is one error line and
     exit code 1; an existing one on a full disk is served read-only.
     """
     import uvicorn
 
     from otel_grpo.sidecar import SidecarSettings, create_app
     from otel_grpo.sidecar._heap import keep_freed_heap
+    from otel_grpo.sidecar._settings import loopback_only
 
-    given = {"host": host, "port": port, "db": db, "ingest_token": token, "read_token": read_token}
+    given = {"host": host, "port": port, "db": db, "ingest_token": token, "read_token": read_token,
+             "allow_unauthenticated": allow_unauthenticated or None}
     try:
         settings = SidecarSettings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as e:  # pydantic's ValidationError is one
         _fail(f"invalid sidecar settings: {_first_error(e)}")
     _check_db(settings.db)
-    if not _loopback(settings.host) and not (settings.ingest_token and settings.read_token):
-        typer.echo(f"warning: the sidecar listens on {settings.host} without both tokens: anyone who reaches "
-                   "it can read samples or write runs (set --token and --read-token; browsers are held off by "
-                   "the Host check, see OTEL_GRPO_SIDECAR_ALLOWED_HOSTS)", err=True)
+    if not loopback_only(settings.host) and not (settings.ingest_token and settings.read_token):
+        typer.echo(f"warning: the sidecar listens on {settings.host} without both tokens, as allowed: anyone who "
+                   "reaches it can read samples or write runs (browsers are held off by the Host check, see "
+                   "OTEL_GRPO_SIDECAR_ALLOWED_HOSTS)", err=True)
     keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level,
                 access_log=False, timeout_graceful_shutdown=5)
@@ -75,10 +81,3 @@ def _check_db(path: Path) -> None:
         _fail(f"cannot open the sidecar database {str(path)!r}: {e}")
 
 
-def _loopback(host: str) -> bool:
-    import ipaddress
-
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return host == "localhost"

@@ -29,6 +29,9 @@ class SidecarSettings(BaseSettings):
     """Bearer token required on `POST /v1/traces` and `POST /api/alerts`; none: open."""
     read_token: str | None = None
     """Bearer token required on the read API (`/api/...` GETs); none: open."""
+    allow_unauthenticated: bool = False
+    """Listen beyond loopback without both tokens anyway. Off: such a `host` is refused, since
+    anyone who reaches it could then write runs or read samples."""
     max_body_bytes: int = Field(64 * MiB, ge=1024)
     """Largest request body after decompression; larger gets 413, inflation stops there."""
     max_alert_body_bytes: int = Field(4 * MiB, ge=1024)
@@ -75,3 +78,20 @@ class SidecarSettings(BaseSettings):
             if value is not None and not value.strip():
                 raise ValueError(f"{name} must not be blank (leave it unset to disable)")
         return self
+
+    @model_validator(mode="after")
+    def _closed_beyond_loopback(self) -> "SidecarSettings":
+        if not loopback_only(self.host) and not (self.ingest_token and self.read_token) and not self.allow_unauthenticated:
+            raise ValueError(f"host {self.host} is reachable beyond this machine: set both tokens (ingest_token, "
+                             "read_token), or allow_unauthenticated if an open sidecar is intended")
+        return self
+
+
+def loopback_only(host: str) -> bool:
+    """127.0.0.0/8, ::1 or `localhost`: reachable from this machine only."""
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"

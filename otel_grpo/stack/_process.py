@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -24,6 +25,7 @@ BINARIES = {
     "otelcol": ("otelcol", ("otelcol-grpo", "otelcol-contrib")),
 }
 _CACHE_NAME = {"otelcol": "otelcol-grpo"}
+_BUILDER_CONFIG = Path(__file__).resolve().parents[2] / "collector" / "builder-config.yaml"
 BUILD_HINT = "scripts/build-backends.sh builds it (needs Go)"
 
 
@@ -46,10 +48,26 @@ def bin_cache() -> Path:
     return Path(base) / "otel-grpo" / "bin"
 
 
+def _collector_digest() -> str:
+    """The digest scripts/build-backends.sh appends to the collector's cache name: its component list
+    (builder-config.yaml without comment lines) decides which collector was built."""
+    lines = _BUILDER_CONFIG.read_text().splitlines(keepends=True)
+    return hashlib.sha256("".join(x for x in lines if not x.lstrip().startswith("#")).encode()).hexdigest()[:12]
+
+
+def cache_name(component: str) -> str:
+    """The file name of a component's pinned build in the cache (`prometheus-3.16.0`)."""
+    package, _ = BINARIES[component]
+    name = f"{_CACHE_NAME.get(component, component)}-{backend_versions()[package]}"
+    return f"{name}-{_collector_digest()}" if package == "otelcol" else name
+
+
 def cached_binary(component: str) -> Path | None:
     """The binary built for the pinned version, if scripts/build-backends.sh made it."""
-    package, _ = BINARIES[component]
-    path = bin_cache() / f"{_CACHE_NAME.get(component, component)}-{backend_versions()[package]}"
+    try:
+        path = bin_cache() / cache_name(component)
+    except OSError:  # an installed package without the repository's collector/ folder
+        return None
     return path if os.access(path, os.X_OK) else None
 
 
@@ -64,7 +82,7 @@ def find_binary(component: str, *, pinned_only: bool = False) -> str:
             path = shutil.which(name)
             if path:
                 return path
-    where = f"{bin_cache()}/{_CACHE_NAME.get(component, component)}-{backend_versions()[package]}"
+    where = f"{bin_cache()}/{cache_name(component)}"
     if not pinned_only:
         where += f" nor any of {', '.join(names)} on PATH"
     raise StackError(f"{component}: not found: no {where}; {BUILD_HINT}")
