@@ -144,7 +144,7 @@ def dashboards(
         None, help="YAML of alert thresholds and windows (RuleSettings fields, `overrides` per run_id); "
                    "see docs/operations.md. Default: the documented defaults."),
 ) -> None:
-    """Regenerate the Grafana dashboards, the Prometheus/Alertmanager files, docs/signals.md and docs/integrations.md from the catalog."""
+    """Regenerate the Grafana dashboards, the Prometheus/Alertmanager files, the Helm chart's files, docs/signals.md and docs/integrations.md from the catalog."""
     from otel_grpo.stack import RuleSettings, generated_files
 
     try:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ._configs import compose_files
 from ._docs import doc_files
+from ._kubernetes import kubernetes_files
 from ._demo import DemoSettings, DemoSummary, format_summary, run_demo, trainer_command
 from ._local import LocalStack, StackSettings, write_local_configs
 from ._process import StackError, find_binary
@@ -26,7 +27,8 @@ from .dashboards import dashboard_files
 
 
 def generated_files(root: Path | None = None, settings: RuleSettings | None = None) -> dict[str, str]:
-    """Every committed generated file by repository path: dashboards, rules, configs, docs, promtool tests.
+    """Every committed generated file by repository path: dashboards, rules, configs, docs, promtool tests,
+    the Helm chart's files.
 
     `settings`: thresholds and windows of the rules and dashboards (default `RuleSettings()`).
     The promtool tests are rendered from `prometheus/tests/scenarios.yml` under `root`
@@ -34,7 +36,7 @@ def generated_files(root: Path | None = None, settings: RuleSettings | None = No
     expectations are the defaults'. Left out where that file is absent.
     """
     root = root or Path(__file__).resolve().parents[2]
-    files = {**dashboard_files(settings), **compose_files(settings), **doc_files()}
+    files = {**dashboard_files(settings), **compose_files(settings), **doc_files(), **kubernetes_files(root, settings)}
     if (root / SCENARIOS).exists() and (settings is None or settings == RuleSettings()):
         files[TESTS] = promtool_tests(root)
     return files

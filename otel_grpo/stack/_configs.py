@@ -75,21 +75,23 @@ def prometheus_config(t: Targets) -> dict:
         return {"job_name": name, **extra, "static_configs": [{"targets": [target]}]}
 
     # Prometheus' and Alertmanager's own endpoints sit behind their web config's basic auth.
-    web = {"basic_auth": {"username": WEB_USER, "password_file": t.web_password_file}} if t.web_password_file else {}
+    def web() -> dict:  # a new dict each time: a shared one would be dumped as a YAML alias
+        return {"basic_auth": {"username": WEB_USER, "password_file": t.web_password_file}} if t.web_password_file else {}
+
     return {
         "global": {
             "scrape_interval": t.scrape_interval,
             "evaluation_interval": t.evaluation_interval,
         },
         "rule_files": list(RULE_FILES),
-        "alerting": {"alertmanagers": [{**web, "static_configs": [{"targets": [t.alertmanager]}]}]},
+        "alerting": {"alertmanagers": [{**web(), "static_configs": [{"targets": [t.alertmanager]}]}]},
         "scrape_configs": [
             # honor_labels: the collector's exporter sets job/instance from the
             # trainer's service.name / service.instance.id; keep those, not ours.
             job(t.metrics_job, t.metrics, honor_labels=True),
             job("sidecar", t.sidecar),
-            job("prometheus", t.prometheus, **web),
-            job("alertmanager", t.alertmanager, **web),
+            job("prometheus", t.prometheus, **web()),
+            job("alertmanager", t.alertmanager, **web()),
         ] + ([job("otelcol", t.collector_self)] if t.collector_self else []),
     }
 

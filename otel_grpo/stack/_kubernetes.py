@@ -1,0 +1,48 @@
+"""The Helm chart's generated files (deploy/helm/otel-grpo/files/): rules, dashboards, collector config.
+
+The chart's templates wrap these in a PrometheusRule, Grafana dashboard ConfigMaps and the
+collector's ConfigMap, so a cluster runs exactly what compose and the tests run: the rule groups
+of `recording_rules` + `alert_rules`, the dashboards of `dashboards`, `collector/config.yaml`.
+They are plain files read with `.Files.Get` (never templated), so the alerts' `{{ $labels }}`
+and the dashboards' `{{alertname}}` reach Prometheus and Grafana as they are.
+
+The chart's ServiceMonitors give the scrape jobs the names compose's prometheus.yml gives them
+(`SCRAPE_JOBS`), so rules that match a job (`up{job="sidecar"}`) hold whatever the release and
+namespace are called.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from ._alerts import alert_rules
+from ._configs import COMPOSE, HEADER
+from ._rules import RuleSettings, recording_rules
+from .dashboards import dashboards, render_json
+
+CHART = "deploy/helm/otel-grpo"
+COLLECTOR_CONFIG = "collector/config.yaml"
+
+SCRAPE_JOBS = {"collector-exporter": COMPOSE.metrics_job, "collector-self": "otelcol", "sidecar": "sidecar"}
+"""ServiceMonitor endpoint -> the `job` label it sets: compose's job names (prometheus_config(COMPOSE))."""
+
+
+def prometheus_rule_spec(s: RuleSettings) -> dict:
+    """A PrometheusRule's `spec`: the recording groups first (the alerts use their series), then the alerts."""
+    return {"groups": recording_rules(s)["groups"] + alert_rules(s)["groups"]}
+
+
+def kubernetes_files(root: Path, settings: RuleSettings | None = None) -> dict[str, str]:
+    """The chart's generated files by repository path (`root`: the checkout holding collector/config.yaml)."""
+    s = settings or RuleSettings()
+    files = {f"{CHART}/files/prometheus-rule-spec.yaml":
+             HEADER + yaml.safe_dump(prometheus_rule_spec(s), sort_keys=False, width=10_000, allow_unicode=True)}
+    files.update({f"{CHART}/files/dashboards/{name}": render_json(d) for name, d in dashboards(s).items()})
+    collector = root / COLLECTOR_CONFIG
+    if collector.exists():  # an installed package has no collector/ folder: nothing to copy then
+        files[f"{CHART}/files/collector.yaml"] = (
+            f"# A copy of {COLLECTOR_CONFIG}, made by `otel-grpo dashboards`; edit that file, not this one.\n"
+            + collector.read_text())
+    return files
