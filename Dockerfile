@@ -33,8 +33,8 @@ EXPOSE 8000
 ENTRYPOINT ["otel-grpo-entrypoint"]
 CMD ["sidecar", "--host", "0.0.0.0"]
 
-# `otel-grpo follow` reads log files and exports them: no torch either.
 FROM base AS follow
+# `otel-grpo follow` reads log files and exports them: no torch either.
 COPY pyproject.toml README.md ./
 COPY otel_grpo ./otel_grpo
 RUN pip install ".[follow]"

@@ -3,7 +3,8 @@
 trainer (Telemetry, OTLP) -> collector (compose's exact collector/config.yaml, the
 collector built from collector/builder-config.yaml) -> Prometheus (compose's
 prometheus.yml, its addresses replaced by `retarget`, the committed rules) ->
-Alertmanager -> sidecar, with the sidecar's ingest token set end to end.
+Alertmanager -> sidecar, with the collector's OTLP token (the trainer sends it) and the sidecar's
+ingest token (the collector and Alertmanager send it) set end to end.
 
 Mid-run the sidecar stops, then the collector is killed (SIGKILL) and restarted,
 then the sidecar comes back: the trainer finishes every step, and the spans the
@@ -33,6 +34,7 @@ RUN_ID = "e2e-collector"
 STEPS, KL_FROM, STEP_S = 150, 20, 0.4
 SIDECAR_DOWN_AT, COLLECTOR_KILL_AT = 30, 45
 TOKEN = "e2e-secret-token"
+OTLP_TOKEN = "e2e-otlp-token"
 HERE = Path(__file__).resolve().parent
 
 
@@ -52,6 +54,7 @@ class Stack:
             COMPOSE.collector_self: f"127.0.0.1:{p['self']}"})
         (d / "prom/prometheus.yml").write_text(text)
         (d / "token").write_text(TOKEN)
+        (d / "otlp_token").write_text(OTLP_TOKEN)
         (d / "alertmanager.yml").write_text(dump(alertmanager_config(
             self.url["sidecar"], group_wait="1s", group_interval="5s", oncall=False, token_file=str(d / "token"))))
         self.collector_config = root / "collector/config.yaml"
@@ -68,7 +71,8 @@ class Stack:
                "OTELCOL_OTLP_GRPC_PORT": str(p["grpc"]), "OTELCOL_OTLP_HTTP_PORT": str(p["http"]),
                "OTELCOL_PROMETHEUS_PORT": str(p["exporter"]), "OTELCOL_METRICS_PORT": str(p["self"]),
                "OTELCOL_STORAGE_DIR": str(self.d / "otelcol-storage"),
-               "OTEL_GRPO_SIDECAR_URL": self.url["sidecar"], "OTEL_GRPO_SIDECAR_TOKEN": TOKEN}
+               "OTEL_GRPO_SIDECAR_URL": self.url["sidecar"], "OTELCOL_SIDECAR_TOKEN_FILE": str(self.d / "token"),
+               "OTELCOL_OTLP_TOKEN_FILE": str(self.d / "otlp_token")}
         return Managed("collector", [self.binaries["otelcol"], f"--config={self.collector_config}"],
                        f"http://127.0.0.1:{p['health']}/", self.d / "logs/collector.log", env=env)
 
@@ -88,6 +92,7 @@ class Stack:
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.ports['grpc']}",
                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_GRPO_METRICS_EXPORTERS": "otlp",
                "OTEL_GRPO_TRACES_EXPORTERS": "otlp", "OTEL_METRIC_EXPORT_INTERVAL": "1000",
+               "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{OTLP_TOKEN}",
                "OTEL_BSP_SCHEDULE_DELAY": "200", "OTEL_SERVICE_NAME": "grpo-trainer"}
         return subprocess.Popen([sys.executable, str(HERE / "collector_run.py"), RUN_ID, str(self.d / "run"),
                                  str(STEPS), str(KL_FROM), str(STEP_S)],

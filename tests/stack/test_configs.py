@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from otel_grpo.stack import StackSettings, write_local_configs
-from otel_grpo.stack._configs import COMPOSE, retarget
+from otel_grpo.stack._configs import COMPOSE, SECRETS, retarget
 from otel_grpo.stack._process import backend_versions
 
 
@@ -29,11 +29,11 @@ def test_alertmanager_routes_critical_to_oncall_and_everything_to_the_sidecar(ro
     assert routes == {'alertname="GRPOWatchdog"': "watchdog", 'severity="critical"': "critical",
                       'severity="warning"': "sidecar-warning"}
     receivers = {r["name"]: r for r in am["receivers"]}
-    assert receivers["critical"]["slack_configs"][0]["api_url_file"] == "/run/secrets/slack_webhook_url"
+    assert receivers["critical"]["slack_configs"][0]["api_url_file"] == f"{SECRETS}/slack_webhook_url"
     for name in ("critical", "sidecar-warning"):
         (hook,) = receivers[name]["webhook_configs"]
         assert hook["url"] == "http://sidecar:8000/api/alerts"
-        assert hook["http_config"]["authorization"]["credentials_file"] == "/run/secrets/sidecar_token"
+        assert hook["http_config"]["authorization"]["credentials_file"] == f"{SECRETS}/sidecar_token"
     inhibit = [(r["source_matchers"], r["target_matchers"], r.get("equal")) for r in am["inhibit_rules"]]
     assert (['alertname=~"GRPOCollectorDown|GRPOSidecarDown"'], ['alertname=~"GRPOMetricsAbsent|GRPOTrainerStalled"'],
             None) in inhibit
@@ -69,7 +69,9 @@ def test_compose_file_is_valid_with_each_profile(root):
     assert services["follower"]["profiles"] == ["follow"]
     assert services["follower"]["command"] == ["follow"]
     assert any(v.endswith(":/follow:ro") for v in services["follower"]["volumes"])  # the job's files, read-only
-    assert all("profiles" not in s for n, s in services.items() if not n.startswith("trainer") and n != "follower")
+    assert services["postgres"]["profiles"] == ["postgres"]
+    assert all("profiles" not in s for n, s in services.items()
+               if not n.startswith("trainer") and n not in ("follower", "postgres"))
     gpu = _compose_config(root, "gpu")["services"]
     assert gpu["trainer"]["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     cpu = _compose_config(root, "cpu")["services"]
@@ -82,16 +84,17 @@ def test_compose_pins_images_uses_volumes_and_health_ordering(root):
         image = svc["image"]
         assert ":" in image and not image.endswith(":latest"), (name, image)
     healthy = {n for n, s in services.items() if "healthcheck" in s}
-    assert {"sidecar", "prometheus", "alertmanager", "grafana"} <= healthy
+    assert {"sidecar", "prometheus", "alertmanager", "grafana", "otel-collector"} <= healthy
     for name, svc in services.items():
         for dep, cond in svc.get("depends_on", {}).items():
-            want = "service_healthy" if dep in healthy else "service_started"
+            want = ("service_completed_successfully" if dep == "init" else
+                    "service_healthy" if dep in healthy else "service_started")
             assert cond["condition"] == want, (name, dep)
     env = services["grafana"]["environment"]
     plugin, _, version = env["GF_PLUGINS_PREINSTALL_SYNC"].partition("@")
     assert plugin == "yesoreyeram-infinity-datasource" and version
-    assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
-    assert env["GF_SECURITY_ADMIN_PASSWORD__FILE"] == "/run/secrets/grafana_admin_password"
+    assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer" and env["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+    assert env["GF_SECURITY_ADMIN_PASSWORD__FILE"] == f"{SECRETS}/grafana_admin_password"
     assert "GF_SECURITY_ADMIN_PASSWORD" not in env
     trainer = services["trainer-cpu"]["environment"]
     assert trainer["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4317"
@@ -109,17 +112,21 @@ def test_compose_limits_memory_rotates_logs_and_wires_tokens(root):
     assert any(v.endswith(":/var/lib/otelcol/file_storage") or "file_storage" in str(v) for v in collector["volumes"])
     gpu = services["trainer"]
     assert gpu["ipc"] == "host" and gpu["stop_grace_period"] == "2m"
-    assert set(gpu["depends_on"]) == {"otel-collector", "sidecar"}  # not gated on Alertmanager
+    assert set(gpu["depends_on"]) == {"init", "otel-collector", "sidecar"}  # not gated on Alertmanager
+    assert gpu["build"]["target"] == "trainer" and services["trainer-cpu"]["build"]["target"] == "trainer"
     assert gpu["command"][-2:] == ["--run-id", ""]  # empty: a unique generated id
-    for name in ("sidecar", "otel-collector"):
-        assert "OTEL_GRPO_SIDECAR_TOKEN" in services[name]["environment"], name
+    env = services["sidecar"]["environment"]
+    assert env["OTEL_GRPO_SIDECAR_TOKEN_FILE"] == f"{SECRETS}/sidecar_token"
+    assert env["OTEL_GRPO_SIDECAR_READ_TOKEN_FILE"] == f"{SECRETS}/sidecar_read_token"
     assert services["sidecar"]["build"]["target"] == "sidecar"
 
 
-def test_the_sidecar_image_target_installs_no_torch(root):
+@pytest.mark.parametrize("target", ["sidecar", "follow"])
+def test_the_sidecar_and_follow_image_targets_install_no_torch(root, target):
     text = (root / "Dockerfile").read_text()
-    sidecar = text.split("FROM base AS sidecar", 1)[1].split("FROM ", 1)[0]
-    assert "torch" not in sidecar and 'pip install ".[sidecar]"' in sidecar
+    stage = text.split(f"FROM base AS {target}", 1)[1].split("FROM ", 1)[0]
+    pip = [line for line in stage.splitlines() if line.startswith("RUN pip install")]
+    assert pip == [f'RUN pip install ".[{target}]"'] and "torch" not in "".join(pip)
 
 
 def test_the_sidecar_command_runs_without_torch():
@@ -127,6 +134,12 @@ def test_the_sidecar_command_runs_without_torch():
             "from otel_grpo.cli import main\nsys.argv = ['otel-grpo', 'sidecar', '--help']\nmain()")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "--db" in out.stdout, out.stderr
+
+
+def _collector_base_image(root) -> str:
+    """The contrib image compose's collector image (Dockerfile target `collector`) takes its binary from."""
+    (line,) = [x for x in (root / "Dockerfile").read_text().splitlines() if x.startswith("ARG OTELCOL_IMAGE=")]
+    return line.partition("=")[2]
 
 
 def _defaults(node):
@@ -140,9 +153,7 @@ def _defaults(node):
 
 def test_collector_pipelines(root):
     cfg = _defaults(yaml.safe_load((root / "collector/config.yaml").read_text()))
-    compose = yaml.safe_load((root / "docker-compose.yml").read_text())
-    image = compose["services"]["otel-collector"]["image"]
-    assert image == "otel/opentelemetry-collector-contrib:0.144.0"  # key names below are 0.144's
+    assert _collector_base_image(root) == "otel/opentelemetry-collector-contrib:0.144.0"  # key names below are 0.144's
     for pipeline in cfg["service"]["pipelines"].values():
         assert pipeline["receivers"] == ["otlp"]
         assert pipeline["processors"] == ["memory_limiter", "batch"]
@@ -154,11 +165,18 @@ def test_collector_pipelines(root):
     assert sidecar["retry_on_failure"]["enabled"] and sidecar["sending_queue"]["enabled"]
     assert cfg["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"] == "0.0.0.0:4317"
     assert cfg["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == "0.0.0.0:4318"
-    assert cfg["service"]["extensions"] == ["health_check", "file_storage"]
+    for protocol in cfg["receivers"]["otlp"]["protocols"].values():  # no request without the OTLP token
+        assert protocol["auth"] == {"authenticator": "bearertokenauth/otlp"}
+    assert cfg["extensions"]["bearertokenauth/otlp"]["filename"] == f"{SECRETS}/otlp_token"
+    assert cfg["service"]["extensions"] == ["health_check", "file_storage", "bearertokenauth/otlp",
+                                            "bearertokenauth/sidecar"]
+    # An explicit limit: a percentage would be of the host's memory outside a container.
+    assert (cfg["processors"]["memory_limiter"]["limit_mib"], cfg["processors"]["memory_limiter"]["spike_limit_mib"]) == ("400", "80")
     queue = sidecar["sending_queue"]
     assert queue["storage"] == "file_storage" and queue["sizer"] == "bytes" and queue["queue_size"] >= 2**20
     assert cfg["exporters"]["prometheus"]["translation_strategy"] == "UnderscoreEscapingWithSuffixes"
-    assert sidecar["headers"]["Authorization"] == "Bearer "  # OTEL_GRPO_SIDECAR_TOKEN, empty by default
+    assert sidecar["auth"] == {"authenticator": "bearertokenauth/sidecar"} and "headers" not in sidecar
+    assert cfg["extensions"]["bearertokenauth/sidecar"]["filename"] == f"{SECRETS}/sidecar_token"
     reader = cfg["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"]
     assert (reader["host"], reader["port"]) == ("0.0.0.0", "8888")
     prom = yaml.safe_load((root / "prometheus/prometheus.yml").read_text())
@@ -172,7 +190,7 @@ def test_compose_commands_use_flags_the_cli_has(root):
     compose = yaml.safe_load((root / "docker-compose.yml").read_text())
     for name, svc in compose["services"].items():
         command = svc.get("command")
-        if not command or not svc["image"].startswith("otel-grpo"):
+        if not command or not svc["image"].startswith("otel-grpo") or svc["image"] == "otel-grpo:collector":
             continue
         sub, flags = command[0], [a for a in command[1:] if a.startswith("--")]
         out = subprocess.run([sys.executable, "-m", "otel_grpo.cli", sub, "--help"], capture_output=True,
@@ -196,7 +214,7 @@ def test_compose_and_builder_pin_the_versions_the_tests_build(root):
     compose = yaml.safe_load((root / "docker-compose.yml").read_text())["services"]
     assert compose["prometheus"]["image"] == f"prom/prometheus:v{versions['prometheus']}"
     assert compose["alertmanager"]["image"] == f"prom/alertmanager:v{versions['alertmanager']}"
-    assert compose["otel-collector"]["image"] == f"otel/opentelemetry-collector-contrib:{versions['otelcol']}"
+    assert _collector_base_image(root) == f"otel/opentelemetry-collector-contrib:{versions['otelcol']}"
     manifest = yaml.safe_load((root / "collector/builder-config.yaml").read_text())
     assert manifest["dist"]["version"] == versions["otelcol"]
     for kind in ("receivers", "processors", "exporters", "extensions"):
@@ -209,7 +227,8 @@ def test_the_built_collector_accepts_compose_config(root, otelcol):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     components = subprocess.run([otelcol, "components"], capture_output=True, text=True, timeout=60).stdout
-    for name in ("otlp", "memory_limiter", "batch", "prometheus", "otlp_http", "debug", "health_check", "file_storage"):
+    for name in ("otlp", "memory_limiter", "batch", "prometheus", "otlp_http", "debug", "health_check", "file_storage",
+                 "bearertokenauth"):
         assert f"name: {name}\n" in components, name
 
 

@@ -1,0 +1,150 @@
+"""docker-compose.yml as rendered, per profile: closed by default, credentials in files, nothing to prepare.
+
+The rendered file is `docker-compose config`'s (Debian's 1.29); where `docker compose` (v2) runs,
+its `config` must accept every profile too. test_compose_stack.py runs the services.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from otel_grpo.stack._configs import SECRETS
+from tests.stack.compose_sandbox import render
+
+PROFILES = [(), ("gpu",), ("cpu",), ("follow",), ("postgres",)]
+ALL = ("gpu", "cpu", "follow", "postgres")
+
+
+@pytest.fixture(scope="module")
+def rendered(root) -> dict:
+    if shutil.which("docker-compose") is None:
+        pytest.skip("docker-compose not on PATH (apt-get install docker-compose; `make setup` does)")
+    return render(root, ALL)
+
+
+@pytest.fixture(scope="module")
+def secret_names(root, tmp_path_factory) -> set[str]:
+    """What scripts/init-secrets.sh (compose's init service) creates."""
+    d = tmp_path_factory.mktemp("secrets") / "s"
+    out = subprocess.run([str(root / "scripts/init-secrets.sh"), str(d)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return {p.name for p in d.iterdir()}
+
+
+@pytest.mark.parametrize("profiles", PROFILES, ids=lambda p: "+".join(p) or "default")
+def test_each_profile_renders_and_binds_only_to_loopback(root, profiles):
+    if shutil.which("docker-compose") is None:
+        pytest.skip("docker-compose not on PATH")
+    services = render(root, profiles)["services"]
+    published = [p for s in services.values() for p in s.get("ports", [])]
+    assert published and all(p.startswith("127.0.0.1:") for p in published), published
+    opened = render(root, profiles, {"OTEL_GRPO_BIND": "0.0.0.0"})["services"]
+    assert all(p.startswith("0.0.0.0:") for s in opened.values() for p in s.get("ports", []))
+
+
+def test_only_the_entry_points_are_published(rendered):
+    published = {n: sorted(int(p.split(":")[1]) for p in s["ports"]) for n, s in rendered["services"].items()
+                 if s.get("ports")}
+    # No collector exporter (:8889) or own metrics (:8888): Prometheus scrapes those inside the network.
+    assert published == {"otel-collector": [4317, 4318], "sidecar": [8000], "alertmanager": [9093],
+                         "prometheus": [9090], "grafana": [3000]}
+
+
+def test_no_credential_is_in_the_rendered_environment_and_none_is_blank(rendered):
+    """Tokens and passwords travel as files of the secrets volume: `docker compose config` and
+    `docker inspect` show paths only, and an unset variable can no longer render as a blank token."""
+    for name, svc in rendered["services"].items():
+        for var, value in (svc.get("environment") or {}).items():
+            if re.search(r"TOKEN|PASSWORD|HEADERS|WEBHOOK", var):
+                assert var.endswith("_FILE"), (name, var)
+                assert value.startswith(f"{SECRETS}/"), (name, var, value)
+
+
+def test_every_secret_a_service_names_is_one_init_creates(root, rendered, secret_names):
+    """Paths under /secrets in the rendered services and in the files they mount."""
+    text = yaml.safe_dump(rendered["services"])
+    for mounted in ("prometheus/prometheus.yml", "alertmanager/alertmanager.yml", "collector/config.yaml",
+                    "grafana/provisioning/datasources/datasources.yml"):
+        text += (root / mounted).read_text()
+    named = set(re.findall(rf"{SECRETS}/([\w.]+)", text))
+    assert {"otlp_token", "otlp_headers", "sidecar_token", "sidecar_read_token", "web_password", "web.yml",
+            "grafana_admin_password", "postgres_password", "slack_webhook_url"} <= named
+    assert named <= secret_names, named - secret_names
+
+
+def test_init_runs_first_and_everything_that_reads_secrets_mounts_them_read_only(rendered):
+    services = rendered["services"]
+    init = services["init"]
+    assert init["user"] == "0:0" and init["restart"] == "no"
+    assert "secrets:/secrets:rw" in init["volumes"] and any(v.endswith(":/seed:ro") for v in init["volumes"])
+    readers = {n for n, s in services.items() if any(v.startswith("secrets:") for v in s.get("volumes", []))} - {"init"}
+    assert readers == {"trainer", "trainer-cpu", "follower", "otel-collector", "sidecar", "postgres", "alertmanager",
+                       "prometheus", "grafana"}
+    for name in readers:
+        assert "secrets:/secrets:ro" in services[name]["volumes"], name
+        deps = services[name].get("depends_on", {})
+        # Directly, or through a service that waited for it (Prometheus and Grafana come after Alertmanager).
+        assert "init" in deps or {"alertmanager", "sidecar"} & set(deps), name
+
+
+def test_prometheus_and_alertmanager_require_basic_auth_and_the_collector_runs_as_its_user(rendered):
+    services = rendered["services"]
+    for name in ("prometheus", "alertmanager"):
+        assert f"--web.config.file={SECRETS}/web.yml" in services[name]["command"], name
+        assert "web_password" in " ".join(services[name]["healthcheck"]["test"]), name
+    collector = services["otel-collector"]
+    assert collector["user"] == "10001:10001" and collector["build"]["target"] == "collector"
+    assert collector["healthcheck"]["test"][:2] == ["CMD", "wget"]
+
+
+def test_the_follower_uses_the_light_image_and_passes_every_follow_option(rendered):
+    from otel_grpo.cli import follow as follow_cli
+
+    follower = rendered["services"]["follower"]
+    assert follower["image"] == "otel-grpo:follow" and follower["build"]["target"] == "follow"
+    options = {p.envvar for p in _params(follow_cli.follow) if p.envvar}
+    assert options and options <= set(follower["environment"]), options - set(follower["environment"])
+
+
+def _params(command):
+    import typer.main
+
+    return typer.main.get_command_from_info(
+        typer.models.CommandInfo(callback=command), pretty_exceptions_short=True, rich_markup_mode=None).params
+
+
+def test_the_postgres_profile_pins_its_image_and_reads_its_password_from_the_volume(root, rendered):
+    pg = rendered["services"]["postgres"]
+    assert re.fullmatch(r"postgres:\d+\.\d+(-\w+)?", pg["image"])
+    assert pg["environment"]["POSTGRES_PASSWORD_FILE"] == f"{SECRETS}/postgres_password"
+    assert "ports" not in pg
+    sidecar = rendered["services"]["sidecar"]["environment"]
+    assert sidecar["OTEL_GRPO_SIDECAR_DB"] == "/data/sidecar.db" and sidecar["PGPASSWORD_FILE"].startswith(SECRETS)
+    url = "postgresql://otel_grpo@postgres:5432/otel_grpo"
+    chosen = render(root, ("postgres",), {"OTEL_GRPO_SIDECAR_DB": url})["services"]["sidecar"]["environment"]
+    assert chosen["OTEL_GRPO_SIDECAR_DB"] == url
+
+
+def _compose_v2() -> str | None:
+    docker = shutil.which("docker")
+    if docker is None:
+        return None
+    out = subprocess.run([docker, "compose", "version"], capture_output=True, text=True, timeout=60)
+    return docker if out.returncode == 0 else None
+
+
+@pytest.mark.parametrize("profiles", PROFILES, ids=lambda p: "+".join(p) or "default")
+def test_compose_v2_accepts_every_profile(root, profiles):
+    docker = _compose_v2()
+    if docker is None:
+        pytest.skip("`docker compose` (v2) is not installed here; Debian's docker-compose 1.29 renders the file above")
+    argv = [docker, "compose", "-f", str(root / "docker-compose.yml")]
+    for p in profiles:
+        argv += ["--profile", p]
+    out = subprocess.run(argv + ["config", "--quiet"], capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode == 0, out.stderr
