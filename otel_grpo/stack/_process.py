@@ -23,6 +23,7 @@ BINARIES = {
     "alertmanager": ("alertmanager", ("prometheus-alertmanager", "alertmanager")),
     "amtool": ("alertmanager", ("amtool",)),
     "otelcol": ("otelcol", ("otelcol-grpo", "otelcol-contrib")),
+    "helm": ("helm", ("helm",)),
 }
 _CACHE_NAME = {"otelcol": "otelcol-grpo"}
 _BUILDER_CONFIG = Path(__file__).resolve().parents[2] / "collector" / "builder-config.yaml"
