@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from otel_grpo.catalog import SIGNALS, Kind
-from otel_grpo.stack._configs import COMPOSE, alertmanager_config, dump, retarget
+from otel_grpo.stack._configs import COMPOSE, SECRETS, alertmanager_config, dump, retarget
 from otel_grpo.stack._process import Managed
 from tests._support.waiting import wait_for
 
@@ -52,7 +52,11 @@ class Stack:
             COMPOSE.metrics: f"127.0.0.1:{p['exporter']}", COMPOSE.sidecar: f"127.0.0.1:{p['sidecar']}",
             COMPOSE.alertmanager: f"127.0.0.1:{p['alertmanager']}", COMPOSE.prometheus: f"127.0.0.1:{p['prometheus']}",
             COMPOSE.collector_self: f"127.0.0.1:{p['self']}"})
-        (d / "prom/prometheus.yml").write_text(text)
+        # Prometheus sends compose's basic auth to Alertmanager and itself; these two run without a
+        # web config and ignore it (test_compose_stack.py runs them with it), but the file must exist.
+        (d / "secrets").mkdir()
+        (d / "secrets/web_password").write_text("unused-here")
+        (d / "prom/prometheus.yml").write_text(text.replace(f"{SECRETS}/", f"{d}/secrets/"))
         (d / "token").write_text(TOKEN)
         (d / "otlp_token").write_text(OTLP_TOKEN)
         (d / "alertmanager.yml").write_text(dump(alertmanager_config(
