@@ -49,8 +49,8 @@ $(STAMP): pyproject.toml
 
 setup: system-deps $(STAMP)
 
-# The collector, Prometheus 3 + promtool and Alertmanager + amtool the tests run, built from
-# their Go modules at otel_grpo/stack/backends.yml's versions into ~/.cache/otel-grpo/bin,
+# The collector, Prometheus 3 + promtool, Alertmanager + amtool, helm and the Prometheus Operator's
+# CRDs the tests run, built from their Go modules at otel_grpo/stack/backends.yml's versions into ~/.cache/otel-grpo/bin,
 # once per machine (about 20 minutes on 2 cores); without Go it says so and the tests skip.
 backends:
 	scripts/build-backends.sh
