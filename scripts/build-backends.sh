@@ -2,13 +2,15 @@
 # Builds the backends the stack tests run, from their published Go modules, at the
 # versions pinned in otel_grpo/stack/backends.yml: the OpenTelemetry Collector (through the
 # collector builder and collector/builder-config.yaml), Prometheus + promtool,
-# Alertmanager + amtool, helm, and the Prometheus Operator's CRDs (YAML files of its module,
-# nothing to compile). Everything goes to a per-machine cache outside the repository,
+# Alertmanager + amtool, helm, the Prometheus Operator's CRDs (YAML files of its module,
+# nothing to compile) and compose-config (target compose-go: scripts/compose-config, which
+# renders a compose file through compose-go as `docker compose config` does, for machines
+# without the Docker CLI plugin). Everything goes to a per-machine cache outside the repository,
 #   ${OTEL_GRPO_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/otel-grpo/bin}/<name>-<version>
 # (the collector's name also carries a digest of its component list, so a changed
 # builder-config.yaml builds a new collector) and what is already there is reused. Without Go
 # it says so and exits 0: the tests then fall back to binaries on PATH or skip with that reason.
-#   usage: scripts/build-backends.sh [collector|prometheus|alertmanager|helm|crds ...]
+#   usage: scripts/build-backends.sh [collector|prometheus|alertmanager|helm|crds|compose-go ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version() { awk -F': *' -v k="$1" '$1 == k { print $2 }' otel_grpo/stack/backends.yml; }
@@ -17,6 +19,7 @@ PROMETHEUS_VERSION=$(version prometheus)
 ALERTMANAGER_VERSION=$(version alertmanager)
 HELM_VERSION=$(version helm)
 OPERATOR_VERSION=$(version prometheus-operator)
+COMPOSE_GO_VERSION=$(version compose-go)
 # The builder manifest without its comments: the collector's cache name changes with its components.
 OTELCOL_DIGEST=$(grep -v '^[[:space:]]*#' collector/builder-config.yaml | sha256sum | cut -c1-12)
 CACHE="${OTEL_GRPO_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/otel-grpo/bin}"
@@ -105,11 +108,23 @@ build_crds() {  # the CRD schemas the chart's PrometheusRule, PodMonitor and Ser
   chmod -R u+w "$CACHE/$name.tmp" && mv "$CACHE/$name.tmp" "$CACHE/$name"
 }
 
+build_compose-go() {  # a module of its own around scripts/compose-config/main.go, at the pinned compose-go
+  local name="compose-config-$COMPOSE_GO_VERSION" work
+  have "$name" && return 0
+  new_workdir; work=$WORK
+  echo "build-backends: building $name" >&2
+  cp scripts/compose-config/main.go "$work/"
+  (cd "$work" && go mod init compose-config >/dev/null 2>&1 \
+    && go get "github.com/compose-spec/compose-go/v2@v$COMPOSE_GO_VERSION" && go mod tidy \
+    && go build -ldflags "-s -w" -o "$CACHE/$name.tmp" .)
+  mv "$CACHE/$name.tmp" "$CACHE/$name"
+}
+
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(prometheus alertmanager collector helm crds)
+[ ${#targets[@]} -gt 0 ] || targets=(prometheus alertmanager collector helm crds compose-go)
 for t in "${targets[@]}"; do
   case "$t" in
-    prometheus|alertmanager|collector|helm|crds) "build_$t" ;;
-    *) echo "build-backends: unknown target '$t' (prometheus, alertmanager, collector, helm, crds)" >&2; exit 2 ;;
+    prometheus|alertmanager|collector|helm|crds|compose-go) "build_$t" ;;
+    *) echo "build-backends: unknown target '$t' (prometheus, alertmanager, collector, helm, crds, compose-go)" >&2; exit 2 ;;
   esac
 done

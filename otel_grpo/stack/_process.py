@@ -24,6 +24,7 @@ BINARIES = {
     "amtool": ("alertmanager", ("amtool",)),
     "otelcol": ("otelcol", ("otelcol-grpo", "otelcol-contrib")),
     "helm": ("helm", ("helm",)),
+    "compose-config": ("compose-go", ("compose-config",)),
 }
 _CACHE_NAME = {"otelcol": "otelcol-grpo"}
 _BUILDER_CONFIG = Path(__file__).resolve().parents[2] / "collector" / "builder-config.yaml"

@@ -1,11 +1,14 @@
 """docker-compose.yml as rendered, per profile: closed by default, credentials in files, nothing to prepare.
 
-The rendered file is `docker-compose config`'s (Debian's 1.29); where `docker compose` (v2) runs,
-its `config` must accept every profile too. test_compose_stack.py runs the services.
+The rendered file is `docker-compose config`'s (Debian's 1.29). Compose v2's loader renders it
+too: compose-go, the library `docker compose` loads files with (scripts/compose-config, built by
+scripts/build-backends.sh), and `docker compose config` itself where the plugin is installed.
+test_compose_stack.py runs the services.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -15,6 +18,7 @@ import yaml
 
 from otel_grpo.stack._configs import SECRETS
 from tests.stack.compose_sandbox import render
+from tests.stack.conftest import need
 
 PROFILES = [(), ("gpu",), ("cpu",), ("follow",), ("postgres",)]
 ALL = ("gpu", "cpu", "follow", "postgres")
@@ -130,6 +134,33 @@ def test_the_postgres_profile_pins_its_image_and_reads_its_password_from_the_vol
     assert chosen["OTEL_GRPO_SIDECAR_DB"] == url
 
 
+def _compose_go(root, profiles: tuple[str, ...], env: dict[str, str] | None = None) -> dict:
+    argv = [need("compose-config")]
+    for p in profiles:
+        argv += ["-p", p]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FOLLOW_DIR", "RUN_ID"))}
+    out = subprocess.run(argv + [str(root / "docker-compose.yml")], capture_output=True, text=True, timeout=120,
+                         cwd=root, env={**clean, **(env or {})})
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    return yaml.safe_load(out.stdout)
+
+
+@pytest.mark.parametrize("profiles", PROFILES, ids=lambda p: "+".join(p) or "default")
+def test_compose_v2s_loader_accepts_every_profile_and_binds_to_loopback(root, profiles):
+    """compose-go validates against the compose specification and resolves the profiles as `docker
+    compose up` would: the services it enables, their dependencies, their published addresses."""
+    services = _compose_go(root, profiles)["services"]
+    expected = {"init", "otel-collector", "sidecar", "alertmanager", "prometheus", "grafana"} | {
+        {"gpu": "trainer", "cpu": "trainer-cpu", "follow": "follower", "postgres": "postgres"}[p] for p in profiles}
+    assert set(services) == expected
+    for name, svc in services.items():
+        assert set(svc.get("depends_on", {})) <= set(services), name  # nothing waits on a disabled service
+        for port in svc.get("ports", []):
+            assert port["host_ip"] == "127.0.0.1", (name, port)
+    opened = _compose_go(root, profiles, {"OTEL_GRPO_BIND": "0.0.0.0"})["services"]
+    assert {p["host_ip"] for s in opened.values() for p in s.get("ports", [])} == {"0.0.0.0"}
+
+
 def _compose_v2() -> str | None:
     docker = shutil.which("docker")
     if docker is None:
@@ -142,7 +173,7 @@ def _compose_v2() -> str | None:
 def test_compose_v2_accepts_every_profile(root, profiles):
     docker = _compose_v2()
     if docker is None:
-        pytest.skip("`docker compose` (v2) is not installed here; Debian's docker-compose 1.29 renders the file above")
+        pytest.skip("`docker compose` (v2) is not installed here; compose-go, its loader, renders the file above")
     argv = [docker, "compose", "-f", str(root / "docker-compose.yml")]
     for p in profiles:
         argv += ["--profile", p]
