@@ -1,11 +1,12 @@
 """docker-compose.yml without an engine: rendered per profile, then run as processes on 127.0.0.1.
 
-What a fresh checkout's `docker compose --profile follow up` would do, from `docker-compose
-config`'s output (tests/stack/compose_sandbox.py says exactly what stands in for the engine):
+What a fresh checkout's `docker compose --profile cpu --profile follow up` would do, from
+`docker-compose config`'s output (tests/stack/compose_sandbox.py says exactly what stands in for the engine):
 the `init` service fills the secrets volume, then the sidecar, Alertmanager, the collector and
 Prometheus start with their rendered commands, environments and mounted files, each as its
 image's uid; the follower (the light image: torch unimportable) re-emits a JSONL log whose KL
-goes high, and the alert travels follower -> collector -> Prometheus -> Alertmanager -> sidecar.
+goes high, and the alert travels follower -> collector -> Prometheus -> Alertmanager -> sidecar;
+the CPU trainer's rendered command exports its steps through the collector with its token.
 Then the auth rules: nothing answers or stores without its credential.
 """
 
@@ -15,6 +16,7 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import stat
 import threading
 import time
@@ -58,7 +60,7 @@ def stack(root, free_port_factory, otelcol, prometheus_bin, alertmanager_bin):
     base = new_base()
     (base / "joblogs").mkdir()
     os.chmod(base / "joblogs", 0o755)
-    rendered = render(root, ("follow",), {"FOLLOW_DIR": str(base / "joblogs")})
+    rendered = render(root, ("cpu", "follow"), {"FOLLOW_DIR": str(base / "joblogs")})
     sb = Sandbox(rendered, base, {"otelcol": otelcol, "prometheus": prometheus_bin, "alertmanager": alertmanager_bin},
                  free_port_factory,
                  host_env={"OTEL_GRPO_FOLLOW_JSONL": "/follow/job.jsonl", "OTEL_GRPO_FOLLOW_RUN_ID": RUN_ID,
@@ -223,3 +225,23 @@ def test_the_sidecar_prometheus_and_alertmanager_refuse_requests_without_credent
     assert wait_for(lambda: {r["metric"]["job"]: r["value"][1] for r in _query(stack, "up")}.get("alertmanager") == "1",
                     "alertmanager scraped with basic auth", 60, every=1), up
     assert _query(stack, 'up{job="prometheus"} == 1') and _query(stack, 'up{job="sidecar"} == 1')
+
+
+def test_the_cpu_trainer_runs_its_rendered_command_and_exports_with_the_token(stack):
+    """`train --preset demo --run-id ""` (a generated run id) through the image's entry point: its
+    steps reach the sidecar and its metrics Prometheus; SIGTERM ends the run on purpose."""
+    sb, read = stack["sb"], _bearer(stack["tokens"]["sidecar_read_token"])
+    trainer = sb.popen("trainer-cpu")
+    try:
+        def trainer_run():
+            r = httpx.get(sb.url("sidecar", 8000) + "/api/runs", headers=read, timeout=10)
+            return next((row["run_id"] for row in r.json()
+                         if row["service_name"] == "grpo-trainer" and row["last_step"] is not None), None)
+
+        run_id = wait_for(trainer_run, "a step of the CPU trainer in the sidecar", 180, every=1)
+        assert wait_for(lambda: _query(stack, f'grpo_step_index{{run_id="{run_id}"}}'),
+                        "the trainer's metrics in Prometheus", 60, every=1)
+    finally:
+        trainer.send_signal(signal.SIGTERM)
+        rc = trainer.wait(150)
+    assert rc == 0, (sb.base / "logs/trainer-cpu.log").read_text()[-3000:]
