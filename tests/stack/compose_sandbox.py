@@ -124,8 +124,7 @@ class Sandbox:
     def _bind(self, service: str, src: Path, dst: str) -> Path:
         """A bind mount: the source itself, or a translated copy where it holds YAML naming container
         paths or services (compose keeps the host's modes; so does the copy)."""
-        yaml_files = [src] if src.is_file() else sorted(src.rglob("*.y*ml")) if src.is_dir() else []
-        if not yaml_files:
+        if not (src.suffix in (".yml", ".yaml") if src.is_file() else src.is_dir() and any(src.rglob("*.y*ml"))):
             return src
         host = self.base / "binds" / service / dst.lstrip("/")
         host.parent.mkdir(parents=True, exist_ok=True)
