@@ -208,16 +208,11 @@ class Sandbox:
 
     def readable_as_user(self, service: str, path: Path) -> bool:
         """Whether `service`'s uid can read `path` (the kernel decides: `cat` run as that uid)."""
-        uid = self.uid(service)
-        out = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", "cat", str(path)],
-                             capture_output=True, timeout=30)
-        return out.returncode == 0
+        return subprocess.run(_setpriv(self.uid(service)) + ["cat", str(path)], capture_output=True,
+                              timeout=30).returncode == 0
 
     def _as_user(self, service: str, argv: list[str]) -> list[str]:
-        if not self.runs_as_its_user(service):
-            return argv
-        uid = self.uid(service)
-        return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] + argv
+        return _setpriv(self.uid(service)) + argv if self.runs_as_its_user(service) else argv
 
     def run_once(self, service: str, timeout: float = 120) -> subprocess.CompletedProcess:
         """A one-shot service (init): run to completion."""
@@ -243,6 +238,11 @@ class Sandbox:
                                     start_new_session=True)
         finally:
             log.close()
+
+
+def _setpriv(uid: int) -> list[str]:
+    """The prefix that runs a command as `uid` (and that group, no others), as a container's `user:`."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
 
 
 def _python_public() -> bool:
