@@ -9,7 +9,9 @@ collector itself.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -152,8 +154,6 @@ def test_the_infinity_datasource_reaches_the_sidecar_with_the_read_token(helm, r
     (ds,) = [s for s in secrets.values() if s["metadata"]["labels"].get("grafana_datasource") == "1"]
     (source,) = yaml.safe_load(ds["stringData"]["otel-grpo-datasource.yaml"])["datasources"]
     assert source["uid"] == "infinity" and source["url"] == "http://grpo-otel-grpo-sidecar.ml.svc:8000"
-    import base64
-
     assert source["secureJsonData"]["bearerToken"] == base64.b64decode(tokens["sidecar_read_token"]).decode()
     sidecar = _objects(docs, "Deployment")["grpo-otel-grpo-sidecar"]["spec"]["template"]["spec"]["containers"][0]
     allowed = json.loads(next(e["value"] for e in sidecar["env"] if e["name"] == "OTEL_GRPO_SIDECAR_ALLOWED_HOSTS"))
@@ -192,3 +192,23 @@ def test_the_collector_runs_the_same_config_and_it_validates(helm, root, otelcol
 ])
 def test_impossible_values_fail_with_a_message(helm, root, sets, message):
     assert message in _template(helm, root, *sets, ok=False)
+
+
+def test_the_sidecar_settings_the_chart_gives_are_valid(helm, root, monkeypatch):
+    """The sidecar's pod environment (tokens resolved from the chart's Secret) makes valid settings:
+    listening on 0.0.0.0 with both tokens, serving Grafana's dotted in-cluster name."""
+    from otel_grpo.sidecar import SidecarSettings
+
+    docs = _template(helm, root, "sidecar.env.OTEL_GRPO_SIDECAR_RETENTION_MAX_RUNS=200")
+    tokens = {k: base64.b64decode(v).decode() for k, v in _objects(docs, "Secret")["grpo-otel-grpo-tokens"]["data"].items()}
+    (c,) = _objects(docs, "Deployment")["grpo-otel-grpo-sidecar"]["spec"]["template"]["spec"]["containers"]
+    for name in [k for k in os.environ if k.startswith("OTEL_GRPO_SIDECAR_")]:
+        monkeypatch.delenv(name)
+    for e in c["env"]:
+        value = e["value"] if "value" in e else tokens[e["valueFrom"]["secretKeyRef"]["key"]]
+        monkeypatch.setenv(e["name"], value)
+    args = dict(zip(c["args"][1::2], c["args"][2::2]))
+    s = SidecarSettings(host=args["--host"], port=int(args["--port"]))
+    assert (s.host, s.ingest_token, s.read_token) == ("0.0.0.0", tokens["sidecar_token"], tokens["sidecar_read_token"])
+    assert str(s.db) == "/data/sidecar.db" and s.retention_max_runs == 200
+    assert s.allowed_hosts == ["grpo-otel-grpo-sidecar.ml.svc", "grpo-otel-grpo-sidecar.ml.svc.cluster.local"]
