@@ -20,6 +20,7 @@ import jsonschema_rs
 import pytest
 import yaml
 
+from otel_grpo.sidecar import SidecarSettings
 from otel_grpo.stack import RuleSettings
 from otel_grpo.stack._configs import COMPOSE, prometheus_config
 from otel_grpo.stack._kubernetes import CHART, SCRAPE_JOBS, prometheus_rule_spec
@@ -197,8 +198,6 @@ def test_impossible_values_fail_with_a_message(helm, root, sets, message):
 def test_the_sidecar_settings_the_chart_gives_are_valid(helm, root, monkeypatch):
     """The sidecar's pod environment (tokens resolved from the chart's Secret) makes valid settings:
     listening on 0.0.0.0 with both tokens, serving Grafana's dotted in-cluster name."""
-    from otel_grpo.sidecar import SidecarSettings
-
     docs = _template(helm, root, "sidecar.env.OTEL_GRPO_SIDECAR_RETENTION_MAX_RUNS=200")
     tokens = {k: base64.b64decode(v).decode() for k, v in _objects(docs, "Secret")["grpo-otel-grpo-tokens"]["data"].items()}
     (c,) = _objects(docs, "Deployment")["grpo-otel-grpo-sidecar"]["spec"]["template"]["spec"]["containers"]
