@@ -91,6 +91,7 @@ def follow(
     state_path = state or _STATE_DIR / f"{run}.json"
     try:
         saved = State.load(state_path)
+        saved.lock()
     except ValueError as exc:
         _fail(str(exc))
     if saved.run_id not in (None, run):
@@ -110,4 +111,4 @@ def follow(
         tel.shutdown()
     how = "run finished" if ended else "stopped; the run stays live"
     typer.echo(f"otel-grpo follow: run {run}: {follower.emitted} steps emitted, "
-               f"{follower.malformed} malformed lines skipped; {how}", err=True)
+               f"{follower.malformed} bad lines or files skipped; {how}", err=True)

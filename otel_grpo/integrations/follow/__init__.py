@@ -18,7 +18,8 @@ from ._loop import Follower, FollowOptions, Source
 from ._state import State
 from ._tail import LineTail, Position
 from ._trl import TrlOutput
-from ._verl import JsonlStream, VerlMetrics, VerlRollouts
+from ._rollouts import VerlRollouts
+from ._verl import JsonlStream, VerlMetrics
 
 __all__ = [
     "FollowOptions",

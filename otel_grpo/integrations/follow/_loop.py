@@ -5,7 +5,10 @@
 
 Order of a batch: records go to `Telemetry` (one `grpo.step` span each, scalars, timing
 phases, sample rows), `Telemetry.flush()` pushes them to the exporters, and only then is
-each source's resume point saved. A stop (Ctrl-C, SIGTERM) ends after the current batch.
+each source's resume point saved. A flush that fails saves nothing: every source goes
+back to its saved point and the batch is read and sent again. The start position is
+saved at start-up, so a follower killed before its first batch resumes where it began.
+A stop (Ctrl-C, SIGTERM) ends after the current batch.
 """
 
 from __future__ import annotations
@@ -29,9 +32,13 @@ class Source(Protocol):
     name: str
     ended: bool
     """The files show the run ended."""
+    behind: bool
+    """The last poll stopped at its limit: more is ready to read."""
     bad: BadInput
 
-    def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None: ...
+    def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
+        """Resume at `saved` (None: the start, or the end with `from_start` False); forgets what was read
+        since (the follower calls it again after a failed flush)."""
     def poll(self, max_records: int) -> list[Record]: ...
     def mark_done(self, record: Record) -> None: ...
     def cursor(self) -> dict[str, Any]: ...
@@ -82,10 +89,11 @@ class Follower:
         self.state = state
         self.options = options or FollowOptions()
         self.emitted = 0
-        self._warned_flush = False
+        self.failed_flushes = 0
         self._pending: dict[str, deque[Record]] = {s.name: deque() for s in self.sources}
         for source in self.sources:
             source.restore(state.sources.get(source.name), from_start)
+        self._save()  # where this run starts: a kill before the first batch resumes here, not at the new end
 
     @property
     def malformed(self) -> int:
@@ -101,8 +109,9 @@ class Follower:
         while not stop.is_set():
             read = self._poll()
             emitted = self._emit_ready(force=drain and not read)
-            if emitted:
-                self._commit()
+            if emitted and not self._commit():
+                stop.wait(self.options.poll_s)  # the exporters are down: retry the batch after a pause
+                continue
             busy = read or emitted or self._has_pending()
             quiet_polls = 0 if busy else quiet_polls + 1
             if (drain or self._ended()) and not self._has_pending() and quiet_polls >= 2:
@@ -139,8 +148,9 @@ class Follower:
             while queue and emitted < self.options.batch and spans < self.options.max_spans:
                 record = queue[0]
                 partner = self._partner(record, source) if pairing else None
-                if pairing and partner is None and now - record.read_at < wait and not self._passed(record, source):
-                    break
+                if pairing and partner is None and not self._passed(record, source) and (
+                        now - record.read_at < wait or self._other(source).behind):
+                    break  # the partner may come: wait (always while the other side has unread files)
                 queue.popleft()
                 spans += self._emit(record, partner)
                 done.append((source, record))
@@ -169,6 +179,10 @@ class Follower:
                 owner = next(s for s in self.sources if s.name == other)
                 return owner, candidate
         return None
+
+    def _other(self, source: Source) -> Source:
+        other = "verl-rollouts" if source.name == "verl-metrics" else "verl-metrics"
+        return next(s for s in self.sources if s.name == other)
 
     def _passed(self, record: Record, source: Source) -> bool:
         """The other side already shows a later step: this step's partner is not coming."""
@@ -201,11 +215,29 @@ class Follower:
         chunks = -(-len(rows or ()) // self.tel.settings.max_events_per_span)
         return 1 + len(phases) + chunks
 
-    def _commit(self) -> None:
-        """Flush to the exporters, then save where each source stands (never the other way round)."""
-        if not self.tel.flush() and not self._warned_flush:
-            self._warned_flush = True  # samples are in the local spill; metrics of a dead endpoint are lost
-            logger.warning("otel-grpo follow: the exporters did not flush in time; following on")
+    def _commit(self) -> bool:
+        """Flush to the exporters, then save where each source stands (never the other way round).
+
+        A failed flush saves nothing and sends every source back to its saved point: the
+        batch is read and sent again (a re-sent step is stored once by the sidecar).
+        """
+        if self.tel.flush():
+            if self.failed_flushes:
+                logger.warning("otel-grpo follow: the exporters flush again after %d failed attempts",
+                               self.failed_flushes)
+                self.failed_flushes = 0
+            self._save()
+            return True
+        if not self.failed_flushes:
+            logger.warning("otel-grpo follow: the exporters did not flush in time; nothing is saved and the "
+                           "batch is sent again until they do")
+        self.failed_flushes += 1
+        for source in self.sources:
+            self._pending[source.name].clear()
+            source.restore(self.state.sources.get(source.name), False)
+        return False
+
+    def _save(self) -> None:
         for source in self.sources:
             self.state.sources[source.name] = source.cursor()
         self.state.save()

@@ -75,6 +75,7 @@ class TrlOutput:
         self.weights = list(reward_weights) if reward_weights else None
         self.bad = BadInput(self.name)
         self.ended = False
+        self.behind = False
         self._done: dict[str, list[int]] = {}
         self._handed: set[str] = set()
         self._digest = ""
@@ -83,6 +84,7 @@ class TrlOutput:
         self._handed_scalar_step = -1
 
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
+        self._handed = set()
         if saved:
             self._done = {k: list(v) for k, v in saved.get("done", {}).items()}
             self._digest = self._handed_digest = saved.get("digest", "")
