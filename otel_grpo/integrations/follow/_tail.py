@@ -168,9 +168,11 @@ class LineTail:
             return False
         return covered < self._check_len or start == 0 or os.pread(fd, 1, start - 1) == b"\n"
 
-    def read(self, max_bytes: int = MAX_LINE) -> Iterator[tuple[bytes, int]]:
+    def read(self, max_bytes: int | None = None) -> Iterator[tuple[bytes, int]]:
         """Complete lines from the saved offset on, each with the offset just past it; at most about
-        `max_bytes` read per call (a backlog streams over several calls)."""
+        `max_bytes` read per call (a backlog streams over several calls). The default, `max_line` plus
+        two chunks, lets every line up to `max_line` complete within one call from its start."""
+        max_bytes = self.max_line + 2 * READ_BYTES if max_bytes is None else max_bytes
         self.at_eof = False
         try:
             if self._fp is None and not self._open():
@@ -215,7 +217,10 @@ class LineTail:
                 line = bytes(buf[start:nl])
                 self._offset = buf_start + nl + 1
                 self._check, self._check_len = line_check(line), len(line) + 1
-                yield line, self._offset
+                if len(line) > self.max_line:
+                    self.bad.skip(f"{self.path}:{buf_start + start}", f"a line longer than {self.max_line} bytes")
+                else:
+                    yield line, self._offset
                 start = nl + 1
             del buf[:start]
             buf_start += start
