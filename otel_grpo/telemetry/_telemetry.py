@@ -33,6 +33,8 @@ from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.trace import Status, StatusCode, TracerProvider
 
+from otel_grpo.catalog import stat_key
+
 from ._emitter import Emitter, StepRecord, start_phase_span, start_step_span
 from ._exchange import current_group, select_across_ranks
 from ._instruments import Instruments
@@ -367,10 +369,16 @@ class Telemetry:
                                exc_info=True)
             return []
 
-    def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Record a metrics dict outside a `step()` block (TRL- or verl-named keys map through aliases)."""
+    def log_metrics(self, step: int, metrics: Mapping[str, Any], *, source: str | None = None) -> None:
+        """Record a metrics dict outside a `step()` block; TRL, verl or MaxEnt names map through the catalog.
+
+        `source` ("trl", "verl", "maxent"): whose names `metrics` uses, where a peer's name means
+        another signal than our key of that name (`log_metrics(s, {"kl": x}, source="trl")` is
+        TRL's bias-corrected `grpo.trl.kl`; without a source `kl` is the plain k3 `grpo.kl`).
+        """
+        named = metrics if source is None else {stat_key(k, source): v for k, v in metrics.items()}
         with self._open(step, count_one=False) as s:
-            s.record(metrics)
+            s.record(named)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Process everything recorded so far and push it to the exporters; False on timeout."""

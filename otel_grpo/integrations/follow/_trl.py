@@ -19,14 +19,23 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ._records import BadInput, Record, finite_or_none
+from otel_grpo.catalog import stat_key
+
+from ._records import PARSE_ERRORS, BadInput, Record, check_step, finite_or_none, numbers
+from ._tail import open_regular
 
 _PARQUET = re.compile(r"^completions_(\d+)\.parquet$")
+_REWARD_MEAN = re.compile(r"^rewards/(.+)/mean$")
+SOURCE = "trl"
+MAX_STATE_BYTES = 256 << 20  # a trainer state larger than this is not TRL's (its log history is a few MB)
+
+logger = logging.getLogger("otel_grpo.follow")
 _FIXED = {"step", "prompt", "completion", "advantage"}
 SUMMARY_KEY = "train_runtime"
 
@@ -38,10 +47,13 @@ def as_text(value: Any) -> Any:
     return value
 
 
-def trl_row(entry: dict[str, Any], weights: Sequence[float] | None) -> dict[str, Any]:
-    """A parquet row as a sample row: numeric non-fixed columns are the reward functions (in column order).
+def trl_row(entry: dict[str, Any], weights: Sequence[float] | None,
+            reward_columns: Sequence[str] | None = None) -> dict[str, Any]:
+    """A parquet row as a sample row: the reward functions' columns as `rewards`, the other columns as they are.
 
-    `reward` is their weighted sum, with TRL's default weights of 1 unless `weights` is given.
+    `reward_columns`: the reward functions' columns (TRL writes them after `completion`, before
+    the `log_extra` columns); None: every numeric non-fixed column. `reward` is their weighted
+    sum, with TRL's default weights of 1 unless `weights` is given.
     """
     row: dict[str, Any] = {"prompt": as_text(entry.get("prompt")), "completion": as_text(entry.get("completion"))}
     rewards: dict[str, float] = {}
@@ -49,18 +61,30 @@ def trl_row(entry: dict[str, Any], weights: Sequence[float] | None) -> dict[str,
         if key in _FIXED:
             continue
         number = finite_or_none(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-        if number is not None:
+        if number is not None and (reward_columns is None or key in reward_columns):
             rewards[key] = number
         elif value is not None:
             row[key] = value
     if rewards:
         row["rewards"] = rewards
-        w = list(weights) if weights else [1.0] * len(rewards)
-        row["reward"] = sum(wi * r for wi, r in zip(w, rewards.values()))
+        w = dict(zip(reward_columns or rewards, weights or ())) if weights else {}
+        row["reward"] = sum(w.get(name, 1.0) * r for name, r in rewards.items())
     advantage = finite_or_none(entry.get("advantage"))
     if advantage is not None:
         row["advantage"] = advantage
     return row
+
+
+def reward_columns(columns: Sequence[str], names: Sequence[str], count: int | None) -> list[str] | None:
+    """The reward functions' columns of a parquet: those named in the trainer state's `rewards/<f>/mean`
+    keys (`names`), else the `count` columns after `completion` (`--trl-reward-weights` has one weight
+    per function), else None (unknown: every numeric column counts)."""
+    if names:
+        return [c for c in columns if c in names]
+    if count and "completion" in columns:
+        start = list(columns).index("completion") + 1
+        return [c for c in columns[start:start + count] if c != "advantage"]
+    return None
 
 
 class TrlOutput:
@@ -82,6 +106,8 @@ class TrlOutput:
         self._handed_digest = ""
         self._scalar_step = -1
         self._handed_scalar_step = -1
+        self._reward_names: list[str] = []
+        self._warned_columns = False
 
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
         self._handed = set()
@@ -118,9 +144,21 @@ class TrlOutput:
         return sorted((int(m.group(1)), self.dir / "completions" / n) for n in names if (m := _PARQUET.match(n)))
 
     def poll(self, max_records: int) -> list[Record]:
+        state = self._state()
+        if state is not None:
+            self._learn_reward_names(state)
         out = self._poll_parquet(max_records)
-        out.extend(self._poll_state())
+        if state is not None:
+            out.extend(self._poll_state(state))
         return out
+
+    def _learn_reward_names(self, state: dict[str, Any]) -> None:
+        """The reward functions' names, from the `rewards/<name>/mean` keys TRL logs for each of them."""
+        for entry in state.get("log_history", ()):
+            if isinstance(entry, dict):
+                for key in entry:
+                    if (m := _REWARD_MEAN.match(key)) and m.group(1) not in self._reward_names:
+                        self._reward_names.append(m.group(1))
 
     def _poll_parquet(self, max_records: int) -> list[Record]:
         files = self._parquets()
@@ -150,13 +188,25 @@ class TrlOutput:
         import pyarrow.parquet as pq
 
         try:
-            entries = pq.read_table(path).to_pylist()
+            fp = open_regular(path)  # a FIFO or a device is refused before pyarrow opens it
+        except (OSError, ValueError) as exc:
+            self.bad.skip(str(path), f"{type(exc).__name__}: {exc}")
+            return []
+        try:
+            with fp:
+                table = pq.read_table(fp)
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             if is_last:
                 return None  # pandas may still be writing it: its footer comes last
             self.bad.skip(str(path), f"{type(exc).__name__}: {exc}")
             return []
-        return [trl_row(e, self.weights) for e in entries]
+        columns = reward_columns(table.column_names, self._reward_names, len(self.weights) if self.weights else None)
+        if columns is None and not self._warned_columns:
+            self._warned_columns = True
+            logger.warning("otel-grpo follow: %s: which columns are reward functions is not known yet (no trainer "
+                           "state; give --trl-reward-weights): every numeric column counts, log_extra ones too",
+                           self.dir)
+        return [trl_row(e, self.weights, columns) for e in table.to_pylist()]
 
     def _state(self) -> dict[str, Any] | None:
         """The newest trainer state in the output dir or its checkpoints (largest global_step)."""
@@ -164,27 +214,32 @@ class TrlOutput:
         candidates = [self.dir / "trainer_state.json", *self.dir.glob("checkpoint-*/trainer_state.json")]
         for path in candidates:
             try:
-                doc = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue  # absent, or being written: read on a later poll
+                with open_regular(path) as fp:
+                    small = os.fstat(fp.fileno()).st_size <= MAX_STATE_BYTES
+                    doc = json.loads(fp.read()) if small else None
+            except PARSE_ERRORS + (OSError,):
+                continue  # absent, being written or not a regular file: read on a later poll
             if isinstance(doc, dict) and (best is None or doc.get("global_step", 0) >= best.get("global_step", 0)):
                 best = doc
         return best
 
-    def _poll_state(self) -> list[Record]:
-        state = self._state()
-        if state is None:
-            return []
+    def _poll_state(self, state: dict[str, Any]) -> list[Record]:
+        """TRL's logged scalars of the steps not yet handed out; `null` (TRL's NaN) counts as non-finite."""
         out = []
         for entry in state.get("log_history", []):
-            step = entry.get("step")
-            if not isinstance(step, int) or step <= self._handed_scalar_step:
+            step = entry.get("step") if isinstance(entry, dict) else None
+            if not isinstance(step, int) or isinstance(step, bool) or step <= self._handed_scalar_step:
                 continue
             if SUMMARY_KEY in entry:
                 self.ended = True
-            scalars = {k: float(v) for k, v in entry.items()
-                       if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
-            out.append(Record(step, scalars, cursor=("scalars", step)))
+            try:
+                scalars = numbers({k: v for k, v in entry.items() if k != "step"})
+                check_step(step)
+            except ValueError as exc:
+                self.bad.skip(f"{self.dir}/trainer_state.json:log_history step {str(step)[:40]}", str(exc))
+                self._handed_scalar_step = step
+                continue
+            out.append(Record(step, {stat_key(k, SOURCE): v for k, v in scalars.items()}, cursor=("scalars", step)))
         if out:
             self._handed_scalar_step = out[-1].step
         max_steps = state.get("max_steps") or 0

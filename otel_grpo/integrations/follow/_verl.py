@@ -11,8 +11,11 @@ Formats, from verl's source:
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
+
+from otel_grpo.catalog import PEERS, stat_key
 
 from ._records import PARSE_ERRORS, BadInput, Record, check_step, numbers
 from ._tail import LineTail, Position
@@ -40,10 +43,17 @@ def split_timing(data: dict[str, float]) -> tuple[dict[str, float], list[tuple[s
 
 
 class JsonlStream:
-    """A JSONL file of `{"step": N, ...}` lines; `parse` turns one decoded object into a Record."""
+    """A JSONL file of `{"step": N, ...}` lines; `parse` turns one decoded object into a Record.
 
-    def __init__(self, name: str, path: str | os.PathLike[str]) -> None:
+    `source` ("trl", "verl", "maxent" or None): whose names the lines use, for the catalog's
+    resolver (`catalog.stat_key`), as `Telemetry.log_metrics(..., source=)` takes it.
+    """
+
+    def __init__(self, name: str, path: str | os.PathLike[str], source: str | None = None) -> None:
+        if source is not None and source not in PEERS:
+            raise ValueError(f"source: {source!r} is not one of {PEERS} (or None)")
         self.name = name
+        self.source = source
         self.bad = BadInput(name)
         self.tail = LineTail(path, bad=self.bad)
         self.ended = False
@@ -96,14 +106,18 @@ class JsonlStream:
 
     def parse(self, step: int, doc: dict[str, Any]) -> Record:
         """Any `{"step": N, name: number, ...}` line: the numbers are the step's scalars."""
-        return Record(step, numbers({k: v for k, v in doc.items() if k != "step"}))
+        return Record(step, self.keyed(numbers({k: v for k, v in doc.items() if k != "step"})))
+
+    def keyed(self, scalars: dict[str, float]) -> dict[str, float]:
+        """`scalars` under the catalog's stat keys (unknown names as they are)."""
+        return {stat_key(name, self.source): value for name, value in scalars.items()}
 
 
 class VerlMetrics(JsonlStream):
     """verl's file logger output; `total_steps` (the job's `trainer.total_training_steps`) marks the end."""
 
     def __init__(self, path: str | os.PathLike[str], total_steps: int | None = None) -> None:
-        super().__init__("verl-metrics", path)
+        super().__init__("verl-metrics", path, source="verl")
         self.total_steps = total_steps
 
     def parse(self, step: int, doc: dict[str, Any]) -> Record:
@@ -113,4 +127,14 @@ class VerlMetrics(JsonlStream):
         scalars, phases = split_timing(numbers(data))
         if self.total_steps is not None and step >= self.total_steps:
             self.ended = True  # verl's fit() returns after logging this step
-        return Record(step, scalars, phases)
+        return Record(step, with_throughput(self.keyed(scalars)), phases)
+
+
+def with_throughput(scalars: dict[str, float]) -> dict[str, float]:
+    """`tokens_per_second` (all GPUs; `GRPOThroughputDrop`) from verl's tokens and step time, which verl
+    logs as `perf/total_num_tokens` and `perf/time_per_step` (its `perf/throughput` is per GPU)."""
+    tokens, seconds = scalars.get("step_tokens"), scalars.get("step_time")
+    if "tokens_per_second" not in scalars and tokens is not None and seconds is not None:
+        if math.isfinite(tokens) and math.isfinite(seconds) and seconds > 0:
+            scalars["tokens_per_second"] = tokens / seconds
+    return scalars

@@ -1,52 +1,21 @@
-"""TRL's and transformers' log keys -> catalog stat keys, and the mapping table the docs are generated from.
+"""TRL's and transformers' log dicts as catalog stat keys, and the mapping table the docs are generated from.
 
-    >>> stat_key("kl"), stat_key("rewards/fmt/mean"), stat_key("eval_reward")
-    ('trl_kl', 'reward_fn_mean/fmt', 'eval_metric/reward')
+    >>> map_logs({"kl": 0.1, "rewards/fmt/mean": 1.0, "eval_reward": 0.5})
+    {'trl_kl': 0.1, 'reward_fn_mean/fmt': 1.0, 'eval_metric/reward': 0.5}
 
-TRL names are looked up among the catalog's TRL aliases before its keys: TRL's `kl`
-is its own bias-corrected estimator (`trl_kl`), not the catalog's plain k3 `kl`.
+Names go through the catalog's one resolver with `source="trl"`: TRL's own names win
+where they collide with a key (TRL's `kl` is its bias-corrected estimator, `trl_kl`, not
+the catalog's plain k3 `kl`), as in `log_metrics(..., source="trl")` and `follow --trl-output`.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from functools import lru_cache
 from typing import Any, Mapping
 
-from ...catalog import SIGNALS, Signal
+from ...catalog import SIGNALS, Signal, stat_key
 
-EVAL_PREFIX = "eval_"
-
-
-@lru_cache(maxsize=1)
-def _aliases() -> tuple[dict[str, Signal], list[tuple[re.Pattern[str], Signal]]]:
-    exact: dict[str, Signal] = {}
-    templated: list[tuple[re.Pattern[str], Signal]] = []
-    for s in SIGNALS:
-        if not s.trl:
-            continue
-        if s.label:
-            pattern = re.escape(s.trl).replace(re.escape("{" + s.label + "}"), "(.+)")
-            templated.append((re.compile(f"^{pattern}$"), s))
-        else:
-            exact[s.trl] = s
-    return exact, templated
-
-
-@lru_cache(maxsize=1024)
-def stat_key(name: str) -> str:
-    """The stat key `Telemetry.record` resolves to the signal TRL means by `name` (unknown names as they are)."""
-    if name.startswith(EVAL_PREFIX) and len(name) > len(EVAL_PREFIX):
-        return f"eval_metric/{name[len(EVAL_PREFIX):]}"
-    exact, templated = _aliases()
-    if name in exact:
-        return exact[name].key
-    for pattern, signal in templated:
-        match = pattern.match(name)
-        if match:
-            return f"{signal.key}/{match.group(1)}"
-    return name
+SOURCE = "trl"
 
 
 def map_logs(logs: Mapping[str, Any]) -> dict[str, float]:
@@ -58,10 +27,10 @@ def map_logs(logs: Mapping[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, value in logs.items():
         if value is None:
-            out[stat_key(name)] = math.nan
+            out[stat_key(name, SOURCE)] = math.nan
             continue
         try:
-            out[stat_key(name)] = float(value)
+            out[stat_key(name, SOURCE)] = float(value)
         except (TypeError, ValueError):
             continue
     return out
