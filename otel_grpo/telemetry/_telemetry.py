@@ -278,6 +278,11 @@ class Telemetry:
     def run_id(self) -> str:
         return self.settings.run_id
 
+    @property
+    def closed(self) -> bool:
+        """`shutdown()` or `finish()` has run: nothing more is exported."""
+        return self._closed
+
     def _advance(self, step: int, count_one: bool) -> int:
         """Increment of `grpo.steps`: 1 per `step()`; `log_metrics` adds the steps since the last call."""
         with self._lock:
