@@ -5,8 +5,9 @@
 
 Order of a batch: records go to `Telemetry` (one `grpo.step` span each, scalars, timing
 phases, sample rows), `Telemetry.flush()` pushes them to the exporters, and only then is
-each source's resume point saved. A flush that fails saves nothing: every source goes
-back to its saved point and the batch is read and sent again. The start position is
+each source's resume point saved. A flush that fails saves nothing: once an export
+failed, every source goes back to its saved point and what was sent since is read and
+sent again. The start position is
 saved at start-up, so a follower killed before its first batch resumes where it began.
 A stop (Ctrl-C, SIGTERM) ends after the current batch.
 """
@@ -90,6 +91,8 @@ class Follower:
         self.options = options or FollowOptions()
         self.emitted = 0
         self.failed_flushes = 0
+        self._warned_slow = False
+        self._failures_at_save = telemetry.export_health.failures
         self._pending: dict[str, deque[Record]] = {s.name: deque() for s in self.sources}
         for source in self.sources:
             source.restore(state.sources.get(source.name), from_start)
@@ -109,8 +112,8 @@ class Follower:
         while not stop.is_set():
             read = self._poll()
             emitted = self._emit_ready(force=drain and not read)
-            if emitted and not self._commit():
-                stop.wait(self.options.poll_s)  # the exporters are down: retry the batch after a pause
+            if emitted and not self._commit() and self.failed_flushes:
+                stop.wait(self.options.poll_s)  # the exporters are down: send again after a pause
                 continue
             busy = read or emitted or self._has_pending()
             quiet_polls = 0 if busy else quiet_polls + 1
@@ -218,24 +221,34 @@ class Follower:
     def _commit(self) -> bool:
         """Flush to the exporters, then save where each source stands (never the other way round).
 
-        A failed flush saves nothing and sends every source back to its saved point: the
-        batch is read and sent again (a re-sent step is stored once by the sidecar).
+        Saved only when the flush completed and no export failed since the last save. A flush
+        that is only slow saves nothing yet (the next one covers this batch too); an export
+        that failed sends every source back to its saved point, so what was sent since is
+        read and sent again (a re-sent step is stored once by the sidecar).
         """
-        if self.tel.flush():
-            if self.failed_flushes:
-                logger.warning("otel-grpo follow: the exporters flush again after %d failed attempts",
-                               self.failed_flushes)
-                self.failed_flushes = 0
-            self._save()
-            return True
-        if not self.failed_flushes:
-            logger.warning("otel-grpo follow: the exporters did not flush in time; nothing is saved and the "
-                           "batch is sent again until they do")
-        self.failed_flushes += 1
-        for source in self.sources:
-            self._pending[source.name].clear()
-            source.restore(self.state.sources.get(source.name), False)
-        return False
+        flushed = self.tel.flush()
+        health = self.tel.export_health
+        if health.failures != self._failures_at_save:
+            if not self.failed_flushes:
+                logger.warning("otel-grpo follow: exports failed; nothing is saved, and what was sent since the "
+                               "last save is sent again until the exporters take it")
+            self.failed_flushes += 1
+            self._failures_at_save = health.failures
+            for source in self.sources:
+                self._pending[source.name].clear()
+                source.restore(self.state.sources.get(source.name), False)
+            return False
+        if not flushed:
+            if not self._warned_slow:
+                self._warned_slow = True
+                logger.warning("otel-grpo follow: the exporters did not flush in time; the position is saved once "
+                               "they do")
+            return False
+        if self.failed_flushes:
+            logger.warning("otel-grpo follow: exports work again after %d failed batches", self.failed_flushes)
+            self.failed_flushes = 0
+        self._save()
+        return True
 
     def _save(self) -> None:
         for source in self.sources:

@@ -16,6 +16,8 @@ import time
 from otel_grpo.integrations.follow import Follower, FollowOptions, State, VerlMetrics, VerlRollouts
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
+from tests._support.waiting import wait_for
+
 from .test_files import Run, write_verl
 from .verl_writer import dump_generations, load_tracking
 
@@ -90,7 +92,10 @@ def test_a_failed_flush_saves_nothing_and_the_batch_is_read_again(tmp_path, verl
     assert saved["offset"] == 0  # the start, saved at start-up
     follower._poll()
     assert follower._emit_ready(force=False) == 4
-    assert follower._commit() is False
+    assert follower._commit() is False  # not flushed in time: nothing saved
+    assert State.load(state).sources["verl-metrics"] == saved
+    wait_for(lambda: tel.export_health.failures, "the exporter to give the batch up")
+    assert follower._commit() is False  # an export failed: back to the saved point
     assert State.load(state).sources["verl-metrics"] == saved  # nothing advanced past the lost batch
     assert follower.sources[0].cursor() == saved and not follower._has_pending()
     follower._poll()  # the same four lines again
