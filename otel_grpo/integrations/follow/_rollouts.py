@@ -118,7 +118,8 @@ class VerlRollouts:
             by_step = sorted(self._done, key=lambda n: int(n.split(".")[0]))
             step, mtime = self._floor
             for old in by_step[: len(self._done) - self.KEEP]:
-                step, mtime = max(step, int(old.split(".")[0])), max(mtime, self._done.pop(old)[2])
+                entry = self._done.pop(old)
+                step, mtime = max(step, int(old.split(".")[0])), max(mtime, entry[2] if len(entry) > 2 else 2**63)
             self._floor = (step, mtime)
 
     def _list(self) -> list[tuple[int, str]]:
@@ -170,8 +171,9 @@ class VerlRollouts:
             if info is None:
                 continue
             key = [info.st_ino, info.st_size, info.st_mtime_ns]
-            if self._done.get(name) == key or self._handed.get(name) == key:
-                continue
+            done = self._done.get(name)
+            if done is not None and done == key[:len(done)] or self._handed.get(name) == key:
+                continue  # (a state saved before mtimes were kept holds [inode, size])
             if name not in self._done and step <= self._floor[0] and info.st_mtime_ns <= self._floor[1]:
                 continue
             if step == last_step and not self._settled(name, info.st_size):

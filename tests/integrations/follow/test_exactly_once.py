@@ -189,3 +189,18 @@ def test_a_backlog_streams_through_pairing_without_splitting_steps(tmp_path, ver
     assert max(reads) <= 2  # never more than the budget of dumps in memory
     assert run.steps() == list(range(1, 13))  # one span per step: every pair kept together
     assert _samples(run) == {step: list(range(8)) for step in range(1, 13)}
+
+
+def test_a_rollout_state_saved_before_mtimes_were_kept_sends_nothing_again(tmp_path):
+    rollouts = tmp_path / "rollouts"
+    for step in (1, 2, 3):
+        dump_generations(str(rollouts), step)
+    info = (rollouts / "3.jsonl").stat()
+    source = VerlRollouts(rollouts, settle_s=0.0)
+    source.restore({"done": {"3.jsonl": [info.st_ino, info.st_size]}, "floor": 2}, from_start=False)
+    assert source.poll(100) == []
+    source.KEEP = 0
+    dump_generations(str(rollouts), 4)
+    [record] = source.poll(100)
+    source.mark_done(record)  # folds the legacy entry into the floor
+    assert record.step == 4 and source.cursor()["done"] == {}
