@@ -433,7 +433,12 @@ class Telemetry:
             time.sleep(self.settings.prometheus_linger_s)  # one more scrape sees run_finished = 1
         closers = self._closers
         remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
-        down = self._owns_exporters and (self.export_health.failing or otlp_unreachable(self.settings) is not None)
+        unreachable = None if not self._owns_exporters or self.export_health.failing else otlp_unreachable(self.settings)
+        down = self._owns_exporters and (self.export_health.failing or unreachable is not None)
+        if unreachable is not None and not self.export_health.failures:
+            # A short run exports only now: no failed export has said the endpoint is down. Said as one
+            # (the run's one warning; the closing exporters' failures are then counted, not logged).
+            self.export_health.failed("telemetry", unreachable, "unreachable at the end of the run")
         if down:
             # The endpoint is down: its exporters would retry the last batch for the whole export
             # timeout (10 s added to every exit). The spill holds the samples; give them a moment only.

@@ -53,3 +53,25 @@ def test_instrument_twice_keeps_one_callback_and_the_newest_telemetry(tmp_path):
     trainer.train()
     assert second.closed
     assert len([h for h in trainer.state.log_history if "reward" in h]) == 1
+
+
+def test_a_short_run_with_the_sidecar_down_says_so(tmp_path):
+    """The README's promise: with the stack down, one warning; the example says where the samples are."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    example = Path(__file__).resolve().parents[2] / "examples" / "trl_grpo.py"
+    out = subprocess.run([sys.executable, str(example), "--steps", "1", "--sidecar", f"http://127.0.0.1:{dead}",
+                          "--metrics-port", "0", "--output-dir", str(tmp_path / "run")], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.getcwd()}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stderr.count("otel-grpo: exporting") == 1  # one warning for the run
+    assert f"127.0.0.1:{dead}/v1/traces failed (unreachable at the end of the run)" in out.stderr
+    assert "did not answer" in out.stdout and str(tmp_path / "run" / "samples") in out.stdout
+    assert list((tmp_path / "run" / "samples").glob("step_*.jsonl"))
