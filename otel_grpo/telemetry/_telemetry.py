@@ -206,6 +206,7 @@ class Telemetry:
         self._closers: list[Callable[[int], None]] = []
         self._flushers: list[Callable[[int], bool]] = []
         self.prometheus_port: int | None = None
+        self._linger: Callable[[float], None] | None = None  # the pull endpoint's, when this process serves one
         self.export_health = ExportHealth()
         self.spill: SampleSpill | None = None
         self._owns_exporters = False
@@ -261,6 +262,7 @@ class Telemetry:
             local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
             meter_provider, owned = build_meter_provider(self.settings, resource, local_rank, self.export_health)
             self.prometheus_port = owned.prometheus_port
+            self._linger = owned.linger
             self._closers.append(lambda ms, mp=meter_provider, o=owned: _close_meter(mp, o, ms))
             self._flushers.append(lambda ms, o=owned: all([_flush(r, ms) for r in o.push_readers]))
         else:
@@ -429,8 +431,8 @@ class Telemetry:
         deadline = time.monotonic() + timeout
         if not self._emitter.close(timeout / 2):
             logger.warning("otel-grpo: shutdown: the emit queue did not drain within %.1fs", timeout / 2)
-        if finished and self.prometheus_port is not None and self.settings.prometheus_linger_s > 0:
-            time.sleep(self.settings.prometheus_linger_s)  # one more scrape sees run_finished = 1
+        if finished and self._linger is not None and self.settings.prometheus_linger_s > 0:
+            self._linger(self.settings.prometheus_linger_s)  # until one more scrape has seen run_finished = 1
         closers = self._closers
         remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
         unreachable = None if not self._owns_exporters or self.export_health.failing else otlp_unreachable(self.settings)
