@@ -7,9 +7,8 @@ Order of a batch: records go to `Telemetry` (one `grpo.step` span each, scalars,
 phases, sample rows), `Telemetry.flush()` pushes them to the exporters, and only then is
 each source's resume point saved. A flush that fails saves nothing: once an export
 failed, every source goes back to its saved point and what was sent since is read and
-sent again. The start position is
-saved at start-up, so a follower killed before its first batch resumes where it began.
-A stop (Ctrl-C, SIGTERM) ends after the current batch.
+sent again. The start position is saved at start-up, so a follower killed before its
+first batch resumes where it began. A stop (Ctrl-C, SIGTERM) ends after the current batch.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from ._records import BadInput, Record, finite_or_none
 from ._state import State
 
 logger = logging.getLogger("otel_grpo.follow")
+_PAIRED = {"verl-metrics": "verl-rollouts", "verl-rollouts": "verl-metrics"}  # one span per step when both run
 
 
 class Source(Protocol):
@@ -148,10 +148,11 @@ class Follower:
         emitted = spans = 0
         for source in self.sources:
             queue = self._pending[source.name]
+            paired = pairing and source.name in _PAIRED
             while queue and emitted < self.options.batch and spans < self.options.max_spans:
                 record = queue[0]
-                partner = self._partner(record, source) if pairing else None
-                if pairing and partner is None and not self._passed(record, source) and (
+                partner = self._partner(record, source) if paired else None
+                if paired and partner is None and not self._passed(record, source) and (
                         now - record.read_at < wait or self._other(source).behind):
                     break  # the partner may come: wait (always while the other side has unread files)
                 queue.popleft()
@@ -166,13 +167,11 @@ class Follower:
 
     def _pairs(self) -> bool:
         names = {s.name for s in self.sources}
-        return "verl-metrics" in names and "verl-rollouts" in names
+        return set(_PAIRED) <= names
 
     def _partner(self, record: Record, source: Source) -> tuple[Source, Record] | None:
         """The same step's record from the other side of the verl pair, removed from its queue."""
-        other = "verl-rollouts" if source.name == "verl-metrics" else "verl-metrics"
-        if source.name not in ("verl-metrics", "verl-rollouts"):
-            return None
+        other = _PAIRED[source.name]
         queue = self._pending[other]
         for i, candidate in enumerate(queue):
             if candidate.step == record.step:
@@ -184,13 +183,11 @@ class Follower:
         return None
 
     def _other(self, source: Source) -> Source:
-        other = "verl-rollouts" if source.name == "verl-metrics" else "verl-metrics"
-        return next(s for s in self.sources if s.name == other)
+        return next(s for s in self.sources if s.name == _PAIRED[source.name])
 
     def _passed(self, record: Record, source: Source) -> bool:
         """The other side already shows a later step: this step's partner is not coming."""
-        other = "verl-rollouts" if source.name == "verl-metrics" else "verl-metrics"
-        return any(r.step > record.step for r in self._pending.get(other, ()))
+        return any(r.step > record.step for r in self._pending.get(_PAIRED[source.name], ()))
 
     def _emit(self, record: Record, partner: tuple[Source, Record] | None) -> int:
         """One `grpo.step` span with the record's (and its partner's) content; returns the spans it started."""
@@ -245,7 +242,7 @@ class Follower:
                                "they do")
             return False
         if self.failed_flushes:
-            logger.warning("otel-grpo follow: exports work again after %d failed batches", self.failed_flushes)
+            logger.info("otel-grpo follow: exports work again after %d failed batches", self.failed_flushes)
             self.failed_flushes = 0
         self._save()
         return True
