@@ -63,13 +63,20 @@ def open_regular(path: Path) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = "FIFO" if stat.S_ISFIFO(mode) else "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "directory" if stat.S_ISDIR(mode) else "special file"
-            raise ValueError(f"not a regular file (a {kind})")
+            raise ValueError(f"not a regular file (a {_kind(mode)})")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb", buffering=0)
     except BaseException:
         os.close(fd)
         raise
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "directory" if stat.S_ISDIR(mode) else "special file"
 
 
 class LineTail:
