@@ -108,6 +108,8 @@ class TrlOutput:
         self._handed_scalar_step = -1
         self._reward_names: list[str] = []
         self._warned_columns = False
+        self._steps: dict[Path, tuple[tuple[int, int, int], int]] = {}  # trainer state -> (version, global_step)
+        self._newest: tuple[Path, tuple[int, int, int], dict[str, Any]] | None = None
 
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
         self._handed = set()
@@ -121,7 +123,7 @@ class TrlOutput:
                 self._done[path.name] = [stat.st_ino, stat.st_size]
             state = self._state()
             if state:
-                self._scalar_step = self._handed_scalar_step = int(state.get("global_step", -1))
+                self._scalar_step = self._handed_scalar_step = _global_step(state)
 
     def cursor(self) -> dict[str, Any]:
         return {"done": dict(self._done), "digest": self._digest, "scalar_step": self._scalar_step}
@@ -154,11 +156,10 @@ class TrlOutput:
 
     def _learn_reward_names(self, state: dict[str, Any]) -> None:
         """The reward functions' names, from the `rewards/<name>/mean` keys TRL logs for each of them."""
-        for entry in state.get("log_history", ()):
-            if isinstance(entry, dict):
-                for key in entry:
-                    if (m := _REWARD_MEAN.match(key)) and m.group(1) not in self._reward_names:
-                        self._reward_names.append(m.group(1))
+        for entry in _history(state):
+            for key in entry:
+                if (m := _REWARD_MEAN.match(key)) and m.group(1) not in self._reward_names:
+                    self._reward_names.append(m.group(1))
 
     def _poll_parquet(self, max_records: int) -> list[Record]:
         files = self._parquets()
@@ -209,25 +210,56 @@ class TrlOutput:
         return [trl_row(e, self.weights, columns) for e in table.to_pylist()]
 
     def _state(self) -> dict[str, Any] | None:
-        """The newest trainer state in the output dir or its checkpoints (largest global_step)."""
-        best: dict[str, Any] | None = None
+        """The newest trainer state in the output dir or its checkpoints (largest global_step).
+
+        Each file is parsed once per version (inode, size, mtime): a long log history is not parsed
+        again on every poll, and only the newest state is kept in memory.
+        """
         candidates = [self.dir / "trainer_state.json", *self.dir.glob("checkpoint-*/trainer_state.json")]
+        fresh: dict[Path, dict[str, Any]] = {}
+        best: tuple[int, Path] | None = None
         for path in candidates:
             try:
-                with open_regular(path) as fp:
-                    small = os.fstat(fp.fileno()).st_size <= MAX_STATE_BYTES
-                    doc = json.loads(fp.read()) if small else None
-            except PARSE_ERRORS + (OSError,):
-                continue  # absent, being written or not a regular file: read on a later poll
-            if isinstance(doc, dict) and (best is None or doc.get("global_step", 0) >= best.get("global_step", 0)):
-                best = doc
-        return best
+                info = os.stat(path)
+            except OSError:
+                continue
+            key = (info.st_ino, info.st_size, info.st_mtime_ns)
+            seen = self._steps.get(path)
+            if seen is None or seen[0] != key:
+                doc = self._read_state(path)
+                if doc is None:
+                    continue  # being written, or not a state: read on a later poll
+                fresh[path] = doc
+                seen = self._steps[path] = (key, _global_step(doc))
+            if best is None or seen[1] >= best[0]:
+                best = (seen[1], path)
+        self._steps = {p: v for p, v in self._steps.items() if p in candidates}
+        if best is None:
+            return None
+        path, key = best[1], self._steps[best[1]][0]
+        if self._newest is None or self._newest[:2] != (path, key):
+            doc = fresh.get(path) or self._read_state(path)
+            if doc is None:
+                return None
+            self._newest = (path, key, doc)
+        return self._newest[2]
+
+    @staticmethod
+    def _read_state(path: Path) -> dict[str, Any] | None:
+        try:
+            with open_regular(path) as fp:
+                if os.fstat(fp.fileno()).st_size > MAX_STATE_BYTES:
+                    return None
+                doc = json.loads(fp.read())
+        except PARSE_ERRORS + (OSError,):
+            return None  # absent, being written or not a regular file
+        return doc if isinstance(doc, dict) else None
 
     def _poll_state(self, state: dict[str, Any]) -> list[Record]:
         """TRL's logged scalars of the steps not yet handed out; `null` (TRL's NaN) counts as non-finite."""
         out = []
-        for entry in state.get("log_history", []):
-            step = entry.get("step") if isinstance(entry, dict) else None
+        for entry in _history(state):
+            step = entry.get("step")
             if not isinstance(step, int) or isinstance(step, bool) or step <= self._handed_scalar_step:
                 continue
             if SUMMARY_KEY in entry:
@@ -242,10 +274,22 @@ class TrlOutput:
             out.append(Record(step, {stat_key(k, SOURCE): v for k, v in scalars.items()}, cursor=("scalars", step)))
         if out:
             self._handed_scalar_step = out[-1].step
-        max_steps = state.get("max_steps") or 0
-        if any(SUMMARY_KEY in e for e in state.get("log_history", [])) or (0 < max_steps <= state.get("global_step", 0)):
+        max_steps = state.get("max_steps")
+        if any(SUMMARY_KEY in e for e in _history(state)) or (
+                isinstance(max_steps, int) and 0 < max_steps <= _global_step(state)):
             self.ended = True
         return out
+
+
+def _history(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The state's log history entries (what is not a dict is left out: the file may not be TRL's)."""
+    history = doc.get("log_history")
+    return [e for e in history if isinstance(e, dict)] if isinstance(history, list) else []
+
+
+def _global_step(doc: dict[str, Any]) -> int:
+    step = doc.get("global_step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else -1
 
 
 def _digest(rows: list[dict[str, Any]]) -> str:

@@ -188,3 +188,17 @@ def test_an_unchanged_dump_dir_is_not_listed_on_every_poll(tmp_path):
     dump_generations(str(rollouts), 301)
     files, full = source._candidates()
     assert full and files[-1] == (301, "301.jsonl")
+
+
+def test_a_trainer_state_that_is_not_trls_or_a_fifo_never_crashes_the_trl_reader(tmp_path):
+    from otel_grpo.integrations.follow import TrlOutput
+
+    out = tmp_path / "trl"
+    (out / "checkpoint-1").mkdir(parents=True)
+    os.mkfifo(out / "checkpoint-1" / "trainer_state.json")  # opening it for reading would block
+    (out / "trainer_state.json").write_text(json.dumps(
+        {"global_step": "two", "max_steps": "many", "log_history": [1, "a", {"step": 1, "loss": 0.5}, {"step": "x"}]}))
+    run = Run(tmp_path, [TrlOutput(out)])
+    for _ in range(2):
+        run.once()
+    assert run.steps() == [1] and not run.follower.sources[0].ended
