@@ -91,6 +91,7 @@ def resolve(name: str, source: str | None = None) -> tuple[Signal, dict[str, str
     return None if found is None else (found[0], dict(found[1]))
 
 
+@lru_cache(maxsize=8192)  # the follow readers and log_metrics(source=) key every name of every step
 def stat_key(name: str, source: str | None = None) -> str:
     """The stat key `name` resolves to (`reward_fn_mean/fmt`, `trl_kl`), or `name` itself if unknown.
 
