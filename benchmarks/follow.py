@@ -1,6 +1,8 @@
 """`otel-grpo follow` throughput and CPU: a 100k-step verl metrics file and 1M generation-dump rows.
 
     .venv/bin/python benchmarks/follow.py [--steps 100000] [--rows 1000000] [--rounds 3]
+    .venv/bin/python benchmarks/follow.py --idle 10000      # idle CPU beside that many dumps, all done
+    .venv/bin/python benchmarks/follow.py --backlog 100     # peak RSS reading 100 steps of 4 MB dumps
 
 Files in verl 0.9.1's formats (the file logger's `{"step", "data"}` lines with the ~60
 names a GRPO step logs, and `<step>.jsonl` dumps of 64 rows per step) are followed
@@ -87,12 +89,72 @@ def parse_only(paths: list[Path]) -> tuple[float, int]:
     return time.perf_counter() - wall, n
 
 
+def idle_cpu(files: int, seconds: float) -> None:
+    """CPU share of one core while following `files` dumps that are all done and a quiet directory."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        dumps = d / "rollouts"
+        dumps.mkdir()
+        for step in range(1, files + 1):
+            (dumps / f"{step}.jsonl").write_text(json.dumps({"input": "q", "output": "a", "score": 1.0}) + "\n")
+        old = time.time_ns() - 3600 * 10**9  # written an hour ago: the directory is quiet
+        os.utime(dumps, ns=(old, old))
+        settings = TelemetrySettings(run_id="idle", output_dir=str(d / "out"), spill_samples=False,
+                                     metrics_exporters=["none"], traces_exporters=["none"])
+        tel = Telemetry(settings)
+        follower = Follower(tel, [VerlRollouts(dumps, settle_s=0.0)], State(d / "state.json"), from_start=True)
+        stop = threading.Event()
+        runner = threading.Thread(target=follower.run, args=(stop,))
+        runner.start()
+        while follower.emitted < files:  # the backlog first
+            time.sleep(0.2)
+        time.sleep(2.0)
+        cpu, wall = time.process_time(), time.perf_counter()
+        time.sleep(seconds)
+        share = (time.process_time() - cpu) / (time.perf_counter() - wall)
+        stop.set()
+        runner.join()
+        tel.shutdown()
+    print(f"idle with {files} dump files done: {share * 100:.2f} % of one core over {seconds:.0f} s (poll 0.5 s)")
+
+
+def backlog_rss(steps: int, dump_mb: float = 4.0) -> None:
+    """Peak RSS of this process reading `steps` dumps of `dump_mb` MB each from the start (`--finished`)."""
+    import resource
+
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        dumps = d / "rollouts"
+        dumps.mkdir()
+        text = "x" * int(dump_mb * 1e6 / ROWS_PER_STEP)
+        for step in range(1, steps + 1):
+            with open(dumps / f"{step}.jsonl", "w") as fp:
+                for i in range(ROWS_PER_STEP):
+                    fp.write(json.dumps({"input": f"q{i}", "output": text, "score": i / 64, "step": step}) + "\n")
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        settings = TelemetrySettings(run_id="backlog", output_dir=str(d / "out"), spill_samples=False,
+                                     metrics_exporters=["none"], traces_exporters=["none"])
+        tel = Telemetry(settings)
+        follower = Follower(tel, [VerlRollouts(dumps, settle_s=0.0)], State(d / "state.json"), from_start=True)
+        follower.run(threading.Event(), drain=True)
+        tel.shutdown()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"backlog of {steps} dumps of {dump_mb:g} MB: peak RSS {peak:.0f} MB ({before:.0f} MB before reading)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--idle", type=int, metavar="FILES", help="measure idle CPU beside FILES done dumps, then exit")
+    ap.add_argument("--idle-s", type=float, default=20.0)
+    ap.add_argument("--backlog", type=int, metavar="STEPS", help="measure peak RSS over a 4 MB-dump backlog, then exit")
     args = ap.parse_args()
+    if args.idle:
+        return idle_cpu(args.idle, args.idle_s)
+    if args.backlog:
+        return backlog_rss(args.backlog)
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core; the sink runs elsewhere
     proc, port = start_sink()
     results: dict[str, list[tuple[float, float, int]]] = {"metrics": [], "rollouts": [], "parse": []}

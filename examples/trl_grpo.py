@@ -81,7 +81,21 @@ def main() -> None:
                           train_dataset=Dataset.from_dict({"prompt": PROMPTS}))
     telemetry = instrument(trainer)   # <- the one line
     trainer.train()                   # finishes the telemetry (grpo.run.finished = 1) when done
-    print(f"run {telemetry.run_id}: samples at {a.sidecar}, metrics in Prometheus (grpo_reward_mean, grpo_kl, ...)")
+    if sidecar_up(a.sidecar):
+        print(f"run {telemetry.run_id}: samples at {a.sidecar}, metrics in Prometheus (grpo_reward_mean, grpo_kl, ...)")
+    else:
+        print(f"run {telemetry.run_id}: the sidecar at {a.sidecar} did not answer; the samples are in "
+              f"{Path(a.output_dir) / 'samples'} (the local spill)")
+
+
+def sidecar_up(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/healthz", timeout=2) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ or are checked against `SIGNALS`.
     'completions_clipped_ratio'
 """
 
-from ._lookup import by_name, get, resolve, split_stat_key
+from ._lookup import PEERS, by_name, get, resolve, split_stat_key, stat_key
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
 from ._table import SIGNALS
 
 __all__ = [
+    "PEERS",
     "SIGNALS",
     "Group",
     "Kind",
@@ -25,4 +26,5 @@ __all__ = [
     "resolve",
     "sanitize_key",
     "split_stat_key",
+    "stat_key",
 ]

@@ -27,7 +27,8 @@ Generated from the catalog (`otel_grpo/catalog`) by `otel-grpo dashboards`; do n
 Every signal otel-grpo exports, how it is computed, and the name each peer logs it under.
 A peer cell says **same** when the peer's code computes the same number, or **differs**
 and how. Peer names resolve to the signal: `Telemetry.log_metrics` and `Step.record`
-accept them as they are. Checked against the peers' code: TRL 1.16 (`grpo_trainer.py`),
+accept them as they are (`log_metrics(..., source="trl")` where a peer's name is one of our
+keys: TRL's `kl` is `grpo.trl.kl`). Checked against the peers' code: TRL 1.16 (`grpo_trainer.py`),
 verl 0.9.1 (`core_algos.py`, `metric_utils.py`, `rollout_corr_helper.py`; its `mismatch/*`
 names are those of the mismatch helper of seed 004), TRL's former PPOTrainer (names in
 "Other names") and the MaxEnt-GRPO metrics module (`train/*`). That module formats values

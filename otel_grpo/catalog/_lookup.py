@@ -14,19 +14,38 @@ _BY_NAME: Mapping[str, Signal] = {s.name: s for s in SIGNALS}
 if len(_BY_KEY) != len(SIGNALS) or len(_BY_NAME) != len(SIGNALS):
     raise RuntimeError("catalog keys and names must be unique")
 
-# Exact aliases map straight to a key; templated ones ("rewards/{reward_fn}/mean")
-# become regexes whose one group is the label's value.
-_EXACT_ALIASES: dict[str, Signal] = {}
-_TEMPLATE_ALIASES: list[tuple[re.Pattern[str], Signal]] = []
-for _s in SIGNALS:
-    for _alias in _s.all_aliases:
-        if _s.label:
-            pattern = re.escape(_alias).replace(re.escape("{" + _s.label + "}"), r"([^/]+)")
-            _TEMPLATE_ALIASES.append((re.compile(f"^{pattern}$"), _s))
-        else:
-            _EXACT_ALIASES[_alias] = _s
+PEERS = ("trl", "verl", "maxent")
+"""The `source` values of `resolve`: whose names a metrics dict uses."""
+
+Templates = list[tuple["re.Pattern[str]", Signal]]
+
+
+def _template(alias: str, label: str) -> re.Pattern[str]:
+    """`rewards/{reward_fn}/mean` -> a regex whose one group is the label's value (slashes allowed:
+    a reward model named `org/model` logs `rewards/org/model/mean`)."""
+    return re.compile("^" + re.escape(alias).replace(re.escape("{" + label + "}"), "(.+)") + "$")
+
+
+def _tables(names: dict[Signal, tuple[str, ...]]) -> tuple[dict[str, Signal], Templates]:
+    exact: dict[str, Signal] = {}
+    templates: Templates = []
+    for signal, aliases in names.items():
+        for alias in aliases:
+            if signal.label:
+                templates.append((_template(alias, signal.label), signal))
+            else:
+                exact.setdefault(alias, signal)
+    return exact, templates
+
+
+# Every name of every peer (a name without a source); then each peer's own names, which win for that
+# source where names collide (TRL logs its bias-corrected KL as `kl`, the key of plain k3).
+_EXACT_ALIASES, _TEMPLATE_ALIASES = _tables({s: s.all_aliases for s in SIGNALS})
 for _alias, _key in VERL_ALIASES.items():  # names verl 0.9.1 uses besides a signal's own `verl`
     _EXACT_ALIASES.setdefault(_alias, _BY_KEY[_key])
+_BY_PEER = {peer: _tables({s: (getattr(s, peer),) for s in SIGNALS if getattr(s, peer)}) for peer in PEERS}
+for _alias, _key in VERL_ALIASES.items():
+    _BY_PEER["verl"][0].setdefault(_alias, _BY_KEY[_key])
 
 
 def get(key: str) -> Signal:
@@ -52,30 +71,58 @@ def split_stat_key(stat_key: str) -> tuple[str, str | None]:
     return key, (value if sep else None)
 
 
-def resolve(name: str) -> tuple[Signal, dict[str, str]] | None:
+def resolve(name: str, source: str | None = None) -> tuple[Signal, dict[str, str]] | None:
     """Map a stats key, a TRL name or a verl name to its signal and data-point attributes.
 
     >>> resolve("clip_ratio/low_mean")[0].key
     'clip_ratio_low_mean'
     >>> resolve("rewards/format/mean")[1]
     {'reward_fn': 'format'}
+    >>> resolve("kl")[0].key, resolve("kl", source="trl")[0].key
+    ('kl', 'trl_kl')
 
+    `source` ("trl", "verl", "maxent"): the peer whose metrics dict `name` comes from; its own
+    names come first. Without it a key comes first, then any peer's name.
     Returns None for names the catalog does not know.
     """
-    found = _resolve(name)
+    if source is not None and source not in _BY_PEER:
+        raise ValueError(f"source: {source!r} is not one of {PEERS} (or None)")
+    found = _resolve(name, source)
     return None if found is None else (found[0], dict(found[1]))
 
 
-@lru_cache(maxsize=4096)  # log_metrics resolves the same few hundred names every step
-def _resolve(name: str) -> tuple[Signal, dict[str, str]] | None:
-    key, value = split_stat_key(name)
-    signal = _BY_KEY.get(key)
-    if signal is not None and (value is None) == (signal.label is None):
-        return signal, ({signal.label: value} if signal.label and value else {})
-    if name in _EXACT_ALIASES:
-        return _EXACT_ALIASES[name], {}
-    for pattern, signal in _TEMPLATE_ALIASES:
+@lru_cache(maxsize=8192)  # the follow readers and log_metrics(source=) key every name of every step
+def stat_key(name: str, source: str | None = None) -> str:
+    """The stat key `name` resolves to (`reward_fn_mean/fmt`, `trl_kl`), or `name` itself if unknown.
+
+    What `Telemetry.log_metrics(..., source=)`, the TRL integration and the `follow` readers
+    record, so that every path turns a peer's name into the same signal.
+    """
+    found = resolve(name, source)
+    if found is None:
+        return name
+    signal, labels = found
+    return f"{signal.key}/{labels[signal.label]}" if signal.label else signal.key
+
+
+def _match(name: str, exact: Mapping[str, Signal], templates: Templates) -> tuple[Signal, dict[str, str]] | None:
+    if name in exact:
+        return exact[name], {}
+    for pattern, signal in templates:
         match = pattern.match(name)
         if match:
             return signal, {signal.label: match.group(1)}  # type: ignore[dict-item]
     return None
+
+
+@lru_cache(maxsize=8192)  # log_metrics and follow resolve the same few hundred names every step
+def _resolve(name: str, source: str | None) -> tuple[Signal, dict[str, str]] | None:
+    if source is not None:
+        found = _match(name, *_BY_PEER[source])
+        if found is not None:
+            return found
+    key, value = split_stat_key(name)
+    signal = _BY_KEY.get(key)
+    if signal is not None and (value is None) == (signal.label is None):
+        return signal, ({signal.label: value} if signal.label and value else {})
+    return _match(name, _EXACT_ALIASES, _TEMPLATE_ALIASES)

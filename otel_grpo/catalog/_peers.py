@@ -26,7 +26,8 @@ RANKS = ("the helper averages per-rank values (one all-reduce per key); ours poo
          "(two ranks: rollout_is_mean 1.083 pooled vs 1.048 averaged, rollout_is_std 0.440 vs 0.255)")
 POPULATION = "population std (divides by n); ours is the sample std (n - 1), as torch and TRL"
 EMPTY = "with no element TRL reports 0.0; ours is invalid (not exported that step)"
-GSPO = "; with importance_sampling_level='sequence' (GSPO) TRL clips and counts whole sequences, ours stays per token"
+GSPO = ("; with importance_sampling_level='sequence' (GSPO, luspo) TRL clips and counts whole sequences, and so "
+        "does the TRL integration; with loss types cispo, sapo and vespo (no two-sided clip) it exports none")
 NON_ABORTED = "verl excludes aborted (zero-length) responses; ours counts every completion with a finite reward"
 
 
@@ -180,7 +181,7 @@ NOTES: dict[str, dict] = {
     "reward_p05": dict(maxent=M + "reward_p05"),
     "reward_p50": dict(maxent=M + "reward_p50"),
     "reward_p95": dict(maxent=M + "reward_p95"),
-    "frac_reward_zero_std": dict(maxent=M + "frac_reward_zero_std", differs=(("maxent", "the seed counts groups whose advantages are all |a| < 1e-8; ours groups whose reward std (n - 1) is <= 1e-8, as TRL"),)),
+    "frac_reward_zero_std": dict(maxent=M + "frac_reward_zero_std", differs=(("maxent", "the seed counts groups whose advantages are all |a| < 1e-8; ours groups whose reward std (n - 1) is <= 1e-8, as TRL"), ("trl", "with scale_rewards='batch' TRL logs whether the whole batch's reward std is zero (0 or 1); ours stays the fraction of prompt groups without a learning signal"))),
     "reward_fn_mean": dict(maxent=M + "rewards/{reward_fn}/mean"),
     "reward_fn_std": dict(maxent=M + "rewards/{reward_fn}/std", differs=(("maxent", POPULATION),)),
     "advantage_min": dict(differs=(("verl", "verl takes it over response tokens, so completions without tokens are left out"),)),

@@ -206,6 +206,10 @@ FOLLOW_ONLY: frozenset[str] = frozenset(s.key for s in _VERL_SIGNALS)
 # repeats `timing_s/step`. A signal's own aliases win over these.
 VERL_ALIASES: dict[str, str] = {
     "perf/time_per_step": "step_time",
+    # The engine worker logs its memory as perf/*; ray_trainer's rename_dict prefixes it with the role.
+    "actor/perf/max_memory_allocated_gb": "device_memory_allocated_max",
+    "actor/perf/max_memory_reserved_gb": "device_memory_reserved_max",
+    "actor/perf/cpu_memory_used_gb": "host_memory_used",
     **{f"rollout_corr/{name}": f"mismatch_{name}" for name in (
         "kl", "k3_kl", "training_ppl", "training_log_ppl", "rollout_ppl", "rollout_log_ppl", "log_ppl_diff",
         "log_ppl_abs_diff", "log_ppl_diff_max", "log_ppl_diff_min", "ppl_ratio", "chi2_token", "chi2_seq")},
@@ -220,6 +224,7 @@ VERL_EXTRAS: dict[str, str] = {
     "critic/loss": "PPO value-model loss; GRPO trains no critic.",
     "critic/grad_norm": "PPO value-model gradient norm; GRPO trains no critic.",
     "critic/lr": "PPO value-model learning rate; GRPO trains no critic.",
+    "critic/perf/*": "PPO value-model worker's memory; GRPO trains no critic.",
     "actor/mfu": "ray_trainer renames it to perf/mfu/actor before logging (grpo.mfu).",
     "critic/mfu": "ray_trainer renames it to perf/mfu/critic before logging (grpo.mfu).",
     "timing_s/agent_loop/*": "Per-request tool-call time statistics of verl's agent loop, not a phase of the step.",

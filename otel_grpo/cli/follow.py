@@ -58,7 +58,8 @@ def follow(
     Scalars go out as gauges (verl and TRL names through the catalog aliases; unknown names
     as grpo.extra.*), verl's timing_s/* as phases, rollout dumps and TRL completions as sample
     records. Exporters come from the OTEL_GRPO_* / OTEL_* environment, as for a trainer.
-    Resumes from the saved state after a restart; Ctrl-C or SIGTERM stops after flushing.
+    Resumes from the saved state after a restart (one follower per state file; the position is
+    saved only once the exporters took what was sent); Ctrl-C or SIGTERM stops after flushing.
     The run is marked finished only when the files show it ended (verl reaching
     --verl-total-steps, TRL's end-of-training summary or final checkpoint) or with --finished.
     Every option can also come from OTEL_GRPO_FOLLOW_<OPTION> (e.g. OTEL_GRPO_FOLLOW_VERL_METRICS).
@@ -91,6 +92,7 @@ def follow(
     state_path = state or _STATE_DIR / f"{run}.json"
     try:
         saved = State.load(state_path)
+        saved.lock()
     except ValueError as exc:
         _fail(str(exc))
     if saved.run_id not in (None, run):
@@ -110,4 +112,4 @@ def follow(
         tel.shutdown()
     how = "run finished" if ended else "stopped; the run stays live"
     typer.echo(f"otel-grpo follow: run {run}: {follower.emitted} steps emitted, "
-               f"{follower.malformed} malformed lines skipped; {how}", err=True)
+               f"{follower.malformed} bad lines or files skipped; {how}", err=True)

@@ -7,8 +7,9 @@ pickled tuples: the start-up settings first, then `("step", seq, StepRecord)`,
 `("scalars", None, values)`, `("flush", token, timeout_s)` and `("shutdown", None,
 finished)`. Messages out: `("ready", prometheus_port)`; `("done", seq)` once every step up
 to `seq` is emitted, spill lines written (one per batch of steps that arrived together);
-`("flushed", token, ok)` and `("closed", None)`. The training process going away (end of the pipe) shuts the telemetry down as a
-crash would: `grpo.run.finished` stays 0. Ctrl-C is the training process's business:
+`("flushed", token, ok)` and `("closed", None)`. The training process going away (end of the
+pipe, or a send that finds it closed) shuts the telemetry down as a crash would, without a
+traceback of ours (a crashed torchrun rank's own is the last one): `grpo.run.finished` stays 0. Ctrl-C is the training process's business:
 this process ignores SIGINT and is closed by it.
 """
 
@@ -19,6 +20,10 @@ import pickle
 import signal
 import sys
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._telemetry import Telemetry
 
 
 def main(fd: int) -> None:
@@ -40,14 +45,32 @@ def main(fd: int) -> None:
     timeout = settings["shutdown_timeout_s"]
     settings = {**settings, "emit_in": "thread", "shutdown_timeout_s": max(timeout - 1.0, timeout / 2)}
     tel = Telemetry(TelemetrySettings(**settings))
+    try:
+        _serve(conn, tel)
+    except _Gone:  # the training process died (a crashed torchrun rank): its traceback is the one that matters
+        tel.shutdown(finished=False)
+
+
+class _Gone(Exception):
+    """The training process's end of the pipe is closed."""
+
+
+def _serve(conn: Connection, tel: Telemetry) -> None:
     emitter = tel._emitter  # this process is Telemetry's back end: it feeds the emitter directly
-    conn.send(("ready", tel.prometheus_port))
+
+    def send(message: object) -> None:
+        try:
+            conn.send(message)
+        except OSError as exc:  # BrokenPipeError, ConnectionResetError
+            raise _Gone from exc
+
+    send(("ready", tel.prometheus_port))
     unacked: int | None = None  # the last step submitted, not yet acknowledged
 
     def ack() -> None:
         nonlocal unacked
         if unacked is not None:
-            conn.send(("done", unacked))
+            send(("done", unacked))
             unacked = None
 
     while True:
@@ -56,9 +79,8 @@ def main(fd: int) -> None:
             ack()
         try:
             kind, key, payload = pickle.loads(conn.recv_bytes())
-        except (EOFError, OSError):  # the training process is gone
-            tel.shutdown(finished=False)
-            return
+        except (EOFError, OSError) as exc:  # the training process is gone
+            raise _Gone from exc
         if kind == "step":
             emitter.submit(payload)
             unacked = key
@@ -67,11 +89,14 @@ def main(fd: int) -> None:
         elif kind == "flush":
             ok = tel.flush(payload)  # drains the emitter first
             ack()
-            conn.send(("flushed", key, ok))
+            send(("flushed", key, ok))
         elif kind == "shutdown":
             tel.shutdown(finished=payload)  # emits everything queued first
             ack()
-            conn.send(("closed", None))
+            try:
+                send(("closed", None))
+            except _Gone:
+                pass  # closed already: nothing to shut down twice
             return
 
 

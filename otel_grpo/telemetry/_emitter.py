@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import random
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -22,7 +21,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from ._instruments import Instruments
-from ._samples import ColumnTracker, Selected, StepRows, event_attributes, flatten_row, select_indices
+from ._samples import ColumnTracker, Selected, StepRows, event_attributes, flatten_row, select_indices, step_rng
 from ._settings import TelemetrySettings
 from ._spill import SampleSpill
 
@@ -89,7 +88,6 @@ class Emitter:
         self._instruments = instruments
         self._tracer = tracer
         self._spill = spill
-        self._rng = random.Random(settings.seed)
         self._columns = ColumnTracker()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._failed_kinds: set[str] = set()
@@ -199,7 +197,8 @@ class Emitter:
         picked = rec.picked
         if picked is None:
             rows = StepRows(rec.rows, s.score)
-            kept = select_indices(rows.scores, top_k=s.top_k, bottom_k=s.bottom_k, random_k=s.random_k, rng=self._rng)
+            kept = select_indices(rows.scores, top_k=s.top_k, bottom_k=s.bottom_k, random_k=s.random_k,
+                                  rng=step_rng(s.seed, s.run_id, rec.step))
             picked = [Selected(i, selection, rows.annotated(i, self._rank)) for i, selection in kept]
         if not picked:
             return

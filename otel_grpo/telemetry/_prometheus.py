@@ -3,13 +3,15 @@
     served = prometheus_reader(settings, local_rank=0)   # None if the port is busy
     MeterProvider(metric_readers=[served.reader])
     ...
+    served.linger(2.5)                                   # after finish(): until one more scrape read it
     served.close()
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from opentelemetry.sdk.metrics.export import MetricReader
@@ -29,12 +31,18 @@ class _HistogramCounts:
     requires for histograms with negative buckets.
     """
 
-    def __init__(self, source: Any) -> None:
+    def __init__(self, source: Any, scrapes: Scrapes) -> None:
         self._source = source  # the registry the OTel reader registered itself in
+        self._scrapes = scrapes
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.samples import Sample
 
+        seq = self._scrapes.begin()
+        yield from self._families(Sample)
+        self._scrapes.end(seq)
+
+    def _families(self, Sample: Any) -> Iterator[Any]:  # noqa: N803 (the class, imported lazily)
         for family in self._source.collect():
             if family.type == "histogram" and not any(s.name.endswith("_count") for s in family.samples):
                 samples = []
@@ -48,11 +56,45 @@ class _HistogramCounts:
             yield family
 
 
+class Scrapes:
+    """Scrapes of the endpoint, numbered as they begin, so that `wait_after` can wait for one that read
+    the values set before it was called."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._begun = 0
+        self._done = 0  # the highest number of a completed scrape
+
+    def begin(self) -> int:
+        with self._cond:
+            self._begun += 1
+            return self._begun
+
+    def end(self, seq: int) -> None:
+        with self._cond:
+            self._done = max(self._done, seq)
+            self._cond.notify_all()
+
+    def wait_after(self, timeout_s: float) -> None:
+        """Until a scrape that begins after this call has completed, at most `timeout_s`; at once if the
+        endpoint was never scraped (nobody watches it: no scrape would come)."""
+        with self._cond:
+            if self._begun:
+                mark = self._begun
+                self._cond.wait_for(lambda: self._done > mark, timeout_s)
+
+
 @dataclass
 class ServedReader:
     reader: MetricReader
     port: int
     close: Callable[[], None]
+    scrapes: Scrapes = field(default_factory=Scrapes)
+
+    def linger(self, timeout_s: float) -> None:
+        """Keep serving until one more scrape has read what is set now (`grpo.run.finished` = 1), at most
+        `timeout_s`: the end of a run waits about one scrape interval, or not at all if nothing scrapes."""
+        self.scrapes.wait_after(timeout_s)
 
 
 def prometheus_reader(settings: TelemetrySettings, local_rank: int) -> ServedReader | None:
@@ -74,7 +116,8 @@ def prometheus_reader(settings: TelemetrySettings, local_rank: int) -> ServedRea
         return None
     inner = CollectorRegistry(auto_describe=False)
     reader = PrometheusMetricReader(registry=inner)
-    served.register(_HistogramCounts(inner))
+    scrapes = Scrapes()
+    served.register(_HistogramCounts(inner, scrapes))
     bound = server.server_address[1]
     logger.info("otel-grpo: Prometheus metrics on http://%s:%d/metrics", settings.prometheus_host, bound)
 
@@ -82,4 +125,4 @@ def prometheus_reader(settings: TelemetrySettings, local_rank: int) -> ServedRea
         server.shutdown()
         server.server_close()
 
-    return ServedReader(reader, bound, close)
+    return ServedReader(reader, bound, close, scrapes)

@@ -130,6 +130,8 @@ class Owned:
     on the Prometheus reader queues a second copy of every series for the next scrape."""
     prometheus_port: int | None = None
     """Port the Prometheus endpoint listens on (resolved when 0 was asked for)."""
+    linger: Callable[[float], None] | None = None
+    """The endpoint's `ServedReader.linger`: after `finish()`, serve until one more scrape (bounded)."""
 
 
 def build_meter_provider(
@@ -153,6 +155,7 @@ def build_meter_provider(
             if served is not None:
                 readers.append(served.reader)
                 owned.prometheus_port = served.port
+                owned.linger = served.linger
                 owned.closers.append(served.close)
     # Exemplars would attach trace ids to each measurement: a cost nobody reads here.
     provider = MeterProvider(

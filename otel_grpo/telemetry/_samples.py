@@ -42,6 +42,12 @@ def _score(row: Mapping[str, Any], column: str) -> float | None:
     return score if math.isfinite(score) else None
 
 
+def step_rng(seed: int | None, run_id: str, step: int) -> random.Random:
+    """The random picks of one step: a function of the run, the step and `seed`, so that a step sent
+    again (a follower re-reading after a failed export) keeps the rows it kept (the sidecar stores them once)."""
+    return random.Random(f"{seed}:{run_id}:{step}")
+
+
 def select_samples(
     rows: Sequence[Mapping[str, Any]], *, score: str, top_k: int, bottom_k: int, random_k: int, rng: random.Random
 ) -> list[Selected]:

@@ -33,6 +33,8 @@ from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.trace import Status, StatusCode, TracerProvider
 
+from otel_grpo.catalog import stat_key
+
 from ._emitter import Emitter, StepRecord, start_phase_span, start_step_span
 from ._exchange import current_group, select_across_ranks
 from ._instruments import Instruments
@@ -204,6 +206,7 @@ class Telemetry:
         self._closers: list[Callable[[int], None]] = []
         self._flushers: list[Callable[[int], bool]] = []
         self.prometheus_port: int | None = None
+        self._linger: Callable[[float], None] | None = None  # the pull endpoint's, when this process serves one
         self.export_health = ExportHealth()
         self.spill: SampleSpill | None = None
         self._owns_exporters = False
@@ -259,6 +262,7 @@ class Telemetry:
             local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
             meter_provider, owned = build_meter_provider(self.settings, resource, local_rank, self.export_health)
             self.prometheus_port = owned.prometheus_port
+            self._linger = owned.linger
             self._closers.append(lambda ms, mp=meter_provider, o=owned: _close_meter(mp, o, ms))
             self._flushers.append(lambda ms, o=owned: all([_flush(r, ms) for r in o.push_readers]))
         else:
@@ -275,6 +279,11 @@ class Telemetry:
     @property
     def run_id(self) -> str:
         return self.settings.run_id
+
+    @property
+    def closed(self) -> bool:
+        """`shutdown()` or `finish()` has run: nothing more is exported."""
+        return self._closed
 
     def _advance(self, step: int, count_one: bool) -> int:
         """Increment of `grpo.steps`: 1 per `step()`; `log_metrics` adds the steps since the last call."""
@@ -367,10 +376,16 @@ class Telemetry:
                                exc_info=True)
             return []
 
-    def log_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Record a metrics dict outside a `step()` block (TRL- or verl-named keys map through aliases)."""
+    def log_metrics(self, step: int, metrics: Mapping[str, Any], *, source: str | None = None) -> None:
+        """Record a metrics dict outside a `step()` block; TRL, verl or MaxEnt names map through the catalog.
+
+        `source` ("trl", "verl", "maxent"): whose names `metrics` uses, where a peer's name means
+        another signal than our key of that name (`log_metrics(s, {"kl": x}, source="trl")` is
+        TRL's bias-corrected `grpo.trl.kl`; without a source `kl` is the plain k3 `grpo.kl`).
+        """
+        named = metrics if source is None else {stat_key(k, source): v for k, v in metrics.items()}
         with self._open(step, count_one=False) as s:
-            s.record(metrics)
+            s.record(named)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Process everything recorded so far and push it to the exporters; False on timeout."""
@@ -416,11 +431,16 @@ class Telemetry:
         deadline = time.monotonic() + timeout
         if not self._emitter.close(timeout / 2):
             logger.warning("otel-grpo: shutdown: the emit queue did not drain within %.1fs", timeout / 2)
-        if finished and self.prometheus_port is not None and self.settings.prometheus_linger_s > 0:
-            time.sleep(self.settings.prometheus_linger_s)  # one more scrape sees run_finished = 1
+        if finished and self._linger is not None and self.settings.prometheus_linger_s > 0:
+            self._linger(self.settings.prometheus_linger_s)  # until one more scrape has seen run_finished = 1
         closers = self._closers
         remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
-        down = self._owns_exporters and (self.export_health.failing or otlp_unreachable(self.settings) is not None)
+        unreachable = None if not self._owns_exporters or self.export_health.failing else otlp_unreachable(self.settings)
+        down = self._owns_exporters and (self.export_health.failing or unreachable is not None)
+        if unreachable is not None and not self.export_health.failures:
+            # A short run exports only now: no failed export has said the endpoint is down. Said as one
+            # (the run's one warning; the closing exporters' failures are then counted, not logged).
+            self.export_health.failed("telemetry", unreachable, "unreachable at the end of the run")
         if down:
             # The endpoint is down: its exporters would retry the last batch for the whole export
             # timeout (10 s added to every exit). The spill holds the samples; give them a moment only.

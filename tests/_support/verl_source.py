@@ -69,15 +69,16 @@ def _literal_names(root: Path) -> set[str]:
     return found
 
 
-def _assigned_keys(path: Path) -> set[str]:
-    """Keys written as `<...metrics>["key"] = ...` (f-string keys as globs) in one module."""
+def _assigned_keys(path: Path, nested: bool = False) -> set[str]:
+    """Keys written as `<...metrics>["key"] = ...` (f-string keys as globs) in one module; with `nested`,
+    keys holding a `/` too (`perf/max_memory_allocated_gb`, which the trainer prefixes with the role)."""
     keys = set()
     for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if not isinstance(target, ast.Subscript) or "metric" not in ast.unparse(target.value):
                     continue
-                if (key := _template(target.slice)) and "/" not in key:
+                if (key := _template(target.slice)) and (nested or "/" not in key):
                     keys.add(key)
     return keys
 
@@ -98,7 +99,8 @@ def logged_metric_names(site: Path) -> set[str]:
     Literal names anywhere in the package; `rollout_corr/<key>` for each key the
     rollout-correction helper assigns (it adds the prefix when returning); `actor/<key>`
     and `critic/<key>` for the keys the loss and the engine worker assign before
-    `ray_trainer` prefixes them (`rename_dict`); `timing_s/<name>` for every
+    `ray_trainer` prefixes them (`rename_dict`, nested keys such as `perf/...` included);
+    `timing_s/<name>` for every
     `marked_timer` in the trainer.
     """
     verl = site / "verl"
@@ -109,7 +111,10 @@ def logged_metric_names(site: Path) -> set[str]:
     keys = {("rollout_rs_" + k if k.startswith("*_") else k) for k in _assigned_keys(helper)}
     names |= {f"rollout_corr/{k}" for k in keys}
     names |= {f"actor/{k}" for k in _assigned_keys(verl / "workers/utils/losses.py")}
-    names |= {f"{role}/{k}" for role in ("actor", "critic") for k in _assigned_keys(verl / "workers/engine_workers.py")}
+    # ray_trainer's rename_dict prefixes every key of the worker's metrics not already under the role,
+    # `perf/max_memory_allocated_gb` included: it is logged as `actor/perf/max_memory_allocated_gb`.
+    names |= {f"{role}/{k}" for role in ("actor", "critic")
+              for k in _assigned_keys(verl / "workers/engine_workers.py", nested=True) if not k.startswith(role + "/")}
     names |= {f"timing_s/{n}" for n in _timer_names(verl / "trainer/ppo/ray_trainer.py")}
     # "rollout_corr/*" and "timing_s/*" are the prefixing f-strings themselves, expanded above.
     return {n for n in names if _NAME.match(n) and not n.endswith("/*")}

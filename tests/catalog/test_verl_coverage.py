@@ -40,7 +40,7 @@ def test_the_extraction_finds_each_family(verl_names):
                    "training"):
         assert any(n.startswith(family + "/") for n in verl_names), family
     assert {"actor/pg_loss", "actor/kl_loss", "actor/loss", "rollout_corr/rollout_is_mean", "timing_s/gen",
-            "perf/mfu/actor"} <= verl_names
+            "perf/mfu/actor", "actor/perf/max_memory_allocated_gb", "actor/perf/cpu_memory_used_gb"} <= verl_names
     assert not any(n.startswith("mismatch/") for n in verl_names)
 
 
@@ -52,6 +52,10 @@ def test_verl_names_map_to_the_signals_they_mean():
     assert catalog.resolve("perf/time_per_step")[0].key == "step_time"
     assert catalog.resolve("perf/mfu/actor_infer") == (catalog.get("mfu"), {"role": "actor_infer"})
     assert catalog.resolve("prompt_length/clip_ratio")[0].key == "prompt_clipped_ratio"
+    # the actor worker's memory, prefixed by ray_trainer's rename_dict
+    assert catalog.stat_key("actor/perf/max_memory_allocated_gb", "verl") == "device_memory_allocated_max"
+    assert catalog.stat_key("actor/perf/max_memory_reserved_gb", "verl") == "device_memory_reserved_max"
+    assert catalog.stat_key("actor/perf/cpu_memory_used_gb", "verl") == "host_memory_used"
 
 
 def test_verl_aliases_name_catalog_keys_and_extras_give_reasons():

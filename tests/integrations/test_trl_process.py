@@ -58,3 +58,29 @@ def test_emit_in_from_the_environment_or_the_call_wins_over_instruments_default(
     tel = instrument(trainer, **none)
     assert isinstance(tel._emitter, Emitter)
     tel.shutdown()
+
+
+def test_a_training_process_that_dies_leaves_no_traceback_of_the_telemetry_process(tmp_path):
+    """A crashed torchrun rank: the last traceback on the terminal must be the rank's, not our BrokenPipeError.
+    The child answers a flush to a training process whose end of the pipe is already closed."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    from multiprocessing import Pipe
+
+    from otel_grpo.telemetry import TelemetrySettings
+
+    ours, theirs = Pipe()
+    child = subprocess.Popen([sys.executable, "-m", "otel_grpo.telemetry._child", str(theirs.fileno())],
+                             pass_fds=(theirs.fileno(),), stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.getcwd()})
+    theirs.close()
+    settings = TelemetrySettings(run_id="gone", output_dir=str(tmp_path), metrics_exporters=["none"],
+                                 traces_exporters=["none"])
+    ours.send({"settings": settings.model_dump(), "rank": 0, "world_size": 1, "local_rank": 0})
+    assert ours.recv()[0] == "ready"
+    ours.send_bytes(pickle.dumps(("flush", 1, 1.0)))
+    ours.close()  # the training process dies before the answer
+    assert child.wait(timeout=60) == 0
+    assert "Traceback" not in child.stderr.read()

@@ -8,6 +8,7 @@ import threading
 import httpx
 
 from otel_grpo.telemetry import Telemetry
+from tests._support.waiting import wait_for
 
 from .conftest import free_port, points
 
@@ -36,6 +37,7 @@ def test_a_finished_run_is_scraped_as_finished_before_the_endpoint_closes(tmp_pa
                              traces_exporters=["none"], prometheus_port=port, prometheus_linger_s=1.0)
     with tel.step(0) as s:
         s.record({"kl": 0.1})
+    httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)  # Prometheus scrapes the run while it trains
     scrapes = _scrape_during(tel, port, tel.finish)
     assert any(_finished_line(text) for text in scrapes)
 
@@ -59,3 +61,24 @@ def test_each_steps_kl_is_one_observation_of_the_per_step_histogram(captured):
     bounds = list(point.explicit_bounds)
     over = sum(point.bucket_counts[bounds.index(1.0) + 1:])
     assert point.count == 3 and over == 1
+
+
+def test_finish_waits_for_one_more_scrape_only_and_not_at_all_when_nothing_scrapes(tmp_path):
+    """The linger is a bound, not a sleep: a run nobody scrapes ends at once, one that is scraped ends
+    once a scrape has read `grpo_run_finished` = 1 (the data is safe then)."""
+    port = free_port()
+    unwatched = Telemetry.from_env(run_id="alone", output_dir=str(tmp_path / "a"), metrics_exporters=["prometheus"],
+                                   traces_exporters=["none"], prometheus_port=port, prometheus_linger_s=60.0)
+    with unwatched.step(0) as s:
+        s.record({"kl": 0.1})
+    ender = threading.Thread(target=unwatched.finish)
+    ender.start()
+    wait_for(lambda: not ender.is_alive(), "finish() without the 60 s linger", timeout=30)
+    port = free_port()
+    watched = Telemetry.from_env(run_id="watched", output_dir=str(tmp_path / "w"), metrics_exporters=["prometheus"],
+                                 traces_exporters=["none"], prometheus_port=port, prometheus_linger_s=60.0)
+    with watched.step(0) as s:
+        s.record({"kl": 0.1})
+    httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)  # Prometheus has seen this run
+    scrapes = _scrape_during(watched, port, watched.finish)
+    assert any(_finished_line(text) for text in scrapes)

@@ -5,7 +5,10 @@
 
 Order of a batch: records go to `Telemetry` (one `grpo.step` span each, scalars, timing
 phases, sample rows), `Telemetry.flush()` pushes them to the exporters, and only then is
-each source's resume point saved. A stop (Ctrl-C, SIGTERM) ends after the current batch.
+each source's resume point saved. A flush that fails saves nothing: once an export
+failed, every source goes back to its saved point and what was sent since is read and
+sent again. The start position is saved at start-up, so a follower killed before its
+first batch resumes where it began. A stop (Ctrl-C, SIGTERM) ends after the current batch.
 """
 
 from __future__ import annotations
@@ -23,15 +26,20 @@ from ._records import BadInput, Record, finite_or_none
 from ._state import State
 
 logger = logging.getLogger("otel_grpo.follow")
+_PAIRED = {"verl-metrics": "verl-rollouts", "verl-rollouts": "verl-metrics"}  # one span per step when both run
 
 
 class Source(Protocol):
     name: str
     ended: bool
     """The files show the run ended."""
+    behind: bool
+    """The last poll stopped at its limit: more is ready to read."""
     bad: BadInput
 
-    def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None: ...
+    def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
+        """Resume at `saved` (None: the start, or the end with `from_start` False); forgets what was read
+        since (the follower calls it again after a failed flush)."""
     def poll(self, max_records: int) -> list[Record]: ...
     def mark_done(self, record: Record) -> None: ...
     def cursor(self) -> dict[str, Any]: ...
@@ -82,10 +90,13 @@ class Follower:
         self.state = state
         self.options = options or FollowOptions()
         self.emitted = 0
-        self._warned_flush = False
+        self.failed_flushes = 0
+        self._warned_slow = False
+        self._failures_at_save = telemetry.export_health.failures
         self._pending: dict[str, deque[Record]] = {s.name: deque() for s in self.sources}
         for source in self.sources:
             source.restore(state.sources.get(source.name), from_start)
+        self._save()  # where this run starts: a kill before the first batch resumes here, not at the new end
 
     @property
     def malformed(self) -> int:
@@ -101,8 +112,9 @@ class Follower:
         while not stop.is_set():
             read = self._poll()
             emitted = self._emit_ready(force=drain and not read)
-            if emitted:
-                self._commit()
+            if emitted and not self._commit() and self.failed_flushes:
+                stop.wait(self.options.poll_s)  # the exporters are down: send again after a pause
+                continue
             busy = read or emitted or self._has_pending()
             quiet_polls = 0 if busy else quiet_polls + 1
             if (drain or self._ended()) and not self._has_pending() and quiet_polls >= 2:
@@ -136,11 +148,13 @@ class Follower:
         emitted = spans = 0
         for source in self.sources:
             queue = self._pending[source.name]
+            paired = pairing and source.name in _PAIRED
             while queue and emitted < self.options.batch and spans < self.options.max_spans:
                 record = queue[0]
-                partner = self._partner(record, source) if pairing else None
-                if pairing and partner is None and now - record.read_at < wait and not self._passed(record, source):
-                    break
+                partner = self._partner(record, source) if paired else None
+                if paired and partner is None and not self._passed(record, source) and (
+                        now - record.read_at < wait or self._other(source).behind):
+                    break  # the partner may come: wait (always while the other side has unread files)
                 queue.popleft()
                 spans += self._emit(record, partner)
                 done.append((source, record))
@@ -153,13 +167,11 @@ class Follower:
 
     def _pairs(self) -> bool:
         names = {s.name for s in self.sources}
-        return "verl-metrics" in names and "verl-rollouts" in names
+        return set(_PAIRED) <= names
 
     def _partner(self, record: Record, source: Source) -> tuple[Source, Record] | None:
         """The same step's record from the other side of the verl pair, removed from its queue."""
-        other = "verl-rollouts" if source.name == "verl-metrics" else "verl-metrics"
-        if source.name not in ("verl-metrics", "verl-rollouts"):
-            return None
+        other = _PAIRED[source.name]
         queue = self._pending[other]
         for i, candidate in enumerate(queue):
             if candidate.step == record.step:
@@ -170,10 +182,12 @@ class Follower:
                 return owner, candidate
         return None
 
+    def _other(self, source: Source) -> Source:
+        return next(s for s in self.sources if s.name == _PAIRED[source.name])
+
     def _passed(self, record: Record, source: Source) -> bool:
         """The other side already shows a later step: this step's partner is not coming."""
-        other = "verl-rollouts" if source.name == "verl-metrics" else "verl-metrics"
-        return any(r.step > record.step for r in self._pending.get(other, ()))
+        return any(r.step > record.step for r in self._pending.get(_PAIRED[source.name], ()))
 
     def _emit(self, record: Record, partner: tuple[Source, Record] | None) -> int:
         """One `grpo.step` span with the record's (and its partner's) content; returns the spans it started."""
@@ -201,11 +215,39 @@ class Follower:
         chunks = -(-len(rows or ()) // self.tel.settings.max_events_per_span)
         return 1 + len(phases) + chunks
 
-    def _commit(self) -> None:
-        """Flush to the exporters, then save where each source stands (never the other way round)."""
-        if not self.tel.flush() and not self._warned_flush:
-            self._warned_flush = True  # samples are in the local spill; metrics of a dead endpoint are lost
-            logger.warning("otel-grpo follow: the exporters did not flush in time; following on")
+    def _commit(self) -> bool:
+        """Flush to the exporters, then save where each source stands (never the other way round).
+
+        Saved only when the flush completed and no export failed since the last save. A flush
+        that is only slow saves nothing yet (the next one covers this batch too); an export
+        that failed sends every source back to its saved point, so what was sent since is
+        read and sent again (a re-sent step is stored once by the sidecar).
+        """
+        flushed = self.tel.flush()
+        health = self.tel.export_health
+        if health.failures != self._failures_at_save:
+            if not self.failed_flushes:
+                logger.warning("otel-grpo follow: exports failed; nothing is saved, and what was sent since the "
+                               "last save is sent again until the exporters take it")
+            self.failed_flushes += 1
+            self._failures_at_save = health.failures
+            for source in self.sources:
+                self._pending[source.name].clear()
+                source.restore(self.state.sources.get(source.name), False)
+            return False
+        if not flushed:
+            if not self._warned_slow:
+                self._warned_slow = True
+                logger.warning("otel-grpo follow: the exporters did not flush in time; the position is saved once "
+                               "they do")
+            return False
+        if self.failed_flushes:
+            logger.info("otel-grpo follow: exports work again after %d failed batches", self.failed_flushes)
+            self.failed_flushes = 0
+        self._save()
+        return True
+
+    def _save(self) -> None:
         for source in self.sources:
             self.state.sources[source.name] = source.cursor()
         self.state.save()

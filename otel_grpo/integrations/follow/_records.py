@@ -26,29 +26,67 @@ class Record:
 
 
 class BadInput:
-    """Counts malformed input of one source and reports each item in one log line."""
+    """Counts bad input of one source and reports each item once, in one log line with file and offset."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.count = 0
+        self._open: set[str] = set()
 
     def skip(self, where: str, why: str) -> None:
+        """Malformed content at `where` (`file:offset`), skipped."""
         self.count += 1
         logger.warning("otel-grpo follow: %s: %s: malformed, skipped (%s)", self.source, where, why)
 
+    def unreadable(self, path: object, why: str) -> None:
+        """A path that cannot be read now (not a regular file, permission denied): reported once until it
+        is readable again (`readable`), and retried on every poll."""
+        key = str(path)
+        if key not in self._open:
+            self._open.add(key)
+            self.count += 1
+            logger.warning("otel-grpo follow: %s: %s: unreadable, skipped until it is readable (%s)",
+                           self.source, key, why)
+
+    def readable(self, path: object) -> None:
+        self._open.discard(str(path))
+
+
+# What decoding and reading a hostile line can raise: bad JSON or types, an integer too large for a float
+# or over Python's digit limit (ValueError), nesting deeper than the decoder's recursion limit.
+PARSE_ERRORS = (ValueError, KeyError, TypeError, OverflowError, RecursionError)
+MAX_STEP = 2**63 - 1  # OTel attributes and the sidecar's step column are int64
+
 
 def numbers(data: Mapping[str, Any]) -> dict[str, float]:
-    """The numeric entries of a logged dict (bools count as 0/1; strings, lists and None are left out)."""
+    """The numeric entries of a logged dict; `null` is NaN; bools count as 0/1; strings and lists are left out.
+
+    verl's file logger (orjson) and TRL's log history write NaN and Inf as `null`: as NaN
+    they reach `grpo.nonfinite` (`GRPONonFiniteValues`) and the step is still emitted.
+    `ValueError` naming the key for an integer too large for a float (the line is malformed).
+    """
     out: dict[str, float] = {}
     for key, value in data.items():
-        if isinstance(value, (int, float)):
-            out[key] = float(value)
+        if value is None:
+            out[key] = math.nan
+        elif isinstance(value, (int, float)):
+            try:
+                out[key] = float(value)
+            except OverflowError:
+                raise ValueError(f"{key!r}: an integer of {len(str(abs(value)))} digits does not fit a float") from None
     return out
+
+
+def check_step(step: Any) -> int:
+    """The `step` of a line: an int in 0 .. 2**63 - 1, else `ValueError`."""
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
+        raise ValueError(f"step is {str(step)[:40]!r}, not an integer in 0 .. 2**63 - 1")
+    return step
 
 
 def finite_or_none(value: Any) -> float | None:
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return number if math.isfinite(number) else None

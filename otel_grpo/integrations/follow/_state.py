@@ -8,10 +8,16 @@ The batch is flushed to the exporters before `save`, so a follower killed at any
 moment resumes at a line it has not emitted or at the first line after the batch it
 has: nothing is skipped, and only a kill between the flush and the rename (a window
 of one file write) can send a batch twice.
+
+    state.lock()                        # one follower per state file; ValueError naming the holder
+
+Two followers saving one state would each send every line: `lock` takes an exclusive
+`flock` on `<state>.lock` (released when the process ends, however it ends).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from dataclasses import dataclass, field
@@ -27,6 +33,7 @@ class State:
     run_id: str | None = None
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per source name: whatever that source needs to resume (offsets, files done)."""
+    _lock_fd: int | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> State:
@@ -41,6 +48,28 @@ class State:
         if not isinstance(doc, dict) or doc.get("version") != VERSION:
             raise ValueError(f"state file {path}: not an otel-grpo follow state (version {VERSION})")
         return cls(path, doc.get("run_id"), dict(doc.get("sources", {})))
+
+    def lock(self) -> None:
+        """Hold the state file for this process; `ValueError` naming the holder's pid if another has it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._lock_fd is not None:
+            return
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ValueError(f"state file {self.path} is in use by another otel-grpo follow (pid {holder}): "
+                             "one follower per state file (give another --state to follow twice)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     @property
     def exists(self) -> bool:

@@ -19,14 +19,23 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ._records import BadInput, Record, finite_or_none
+from otel_grpo.catalog import stat_key
+
+from ._records import PARSE_ERRORS, BadInput, Record, check_step, finite_or_none, numbers
+from ._tail import open_regular
 
 _PARQUET = re.compile(r"^completions_(\d+)\.parquet$")
+_REWARD_MEAN = re.compile(r"^rewards/(.+)/mean$")
+SOURCE = "trl"
+MAX_STATE_BYTES = 256 << 20  # a trainer state larger than this is not TRL's (its log history is a few MB)
+
+logger = logging.getLogger("otel_grpo.follow")
 _FIXED = {"step", "prompt", "completion", "advantage"}
 SUMMARY_KEY = "train_runtime"
 
@@ -38,10 +47,13 @@ def as_text(value: Any) -> Any:
     return value
 
 
-def trl_row(entry: dict[str, Any], weights: Sequence[float] | None) -> dict[str, Any]:
-    """A parquet row as a sample row: numeric non-fixed columns are the reward functions (in column order).
+def trl_row(entry: dict[str, Any], weights: Sequence[float] | None,
+            reward_columns: Sequence[str] | None = None) -> dict[str, Any]:
+    """A parquet row as a sample row: the reward functions' columns as `rewards`, the other columns as they are.
 
-    `reward` is their weighted sum, with TRL's default weights of 1 unless `weights` is given.
+    `reward_columns`: the reward functions' columns (TRL writes them after `completion`, before
+    the `log_extra` columns); None: every numeric non-fixed column. `reward` is their weighted
+    sum, with TRL's default weights of 1 unless `weights` is given.
     """
     row: dict[str, Any] = {"prompt": as_text(entry.get("prompt")), "completion": as_text(entry.get("completion"))}
     rewards: dict[str, float] = {}
@@ -49,18 +61,30 @@ def trl_row(entry: dict[str, Any], weights: Sequence[float] | None) -> dict[str,
         if key in _FIXED:
             continue
         number = finite_or_none(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-        if number is not None:
+        if number is not None and (reward_columns is None or key in reward_columns):
             rewards[key] = number
         elif value is not None:
             row[key] = value
     if rewards:
         row["rewards"] = rewards
-        w = list(weights) if weights else [1.0] * len(rewards)
-        row["reward"] = sum(wi * r for wi, r in zip(w, rewards.values()))
+        w = dict(zip(reward_columns or rewards, weights or ())) if weights else {}
+        row["reward"] = sum(w.get(name, 1.0) * r for name, r in rewards.items())
     advantage = finite_or_none(entry.get("advantage"))
     if advantage is not None:
         row["advantage"] = advantage
     return row
+
+
+def reward_columns(columns: Sequence[str], names: Sequence[str], count: int | None) -> list[str] | None:
+    """The reward functions' columns of a parquet: those named in the trainer state's `rewards/<f>/mean`
+    keys (`names`), else the `count` columns after `completion` (`--trl-reward-weights` has one weight
+    per function), else None (unknown: every numeric column counts)."""
+    if names:
+        return [c for c in columns if c in names]
+    if count and "completion" in columns:
+        start = list(columns).index("completion") + 1
+        return [c for c in columns[start:start + count] if c != "advantage"]
+    return None
 
 
 class TrlOutput:
@@ -75,14 +99,20 @@ class TrlOutput:
         self.weights = list(reward_weights) if reward_weights else None
         self.bad = BadInput(self.name)
         self.ended = False
+        self.behind = False
         self._done: dict[str, list[int]] = {}
         self._handed: set[str] = set()
         self._digest = ""
         self._handed_digest = ""
         self._scalar_step = -1
         self._handed_scalar_step = -1
+        self._reward_names: list[str] = []
+        self._warned_columns = False
+        self._steps: dict[Path, tuple[tuple[int, int, int], int]] = {}  # trainer state -> (version, global_step)
+        self._newest: tuple[Path, tuple[int, int, int], dict[str, Any]] | None = None
 
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
+        self._handed = set()
         if saved:
             self._done = {k: list(v) for k, v in saved.get("done", {}).items()}
             self._digest = self._handed_digest = saved.get("digest", "")
@@ -93,7 +123,7 @@ class TrlOutput:
                 self._done[path.name] = [stat.st_ino, stat.st_size]
             state = self._state()
             if state:
-                self._scalar_step = self._handed_scalar_step = int(state.get("global_step", -1))
+                self._scalar_step = self._handed_scalar_step = _global_step(state)
 
     def cursor(self) -> dict[str, Any]:
         return {"done": dict(self._done), "digest": self._digest, "scalar_step": self._scalar_step}
@@ -116,9 +146,20 @@ class TrlOutput:
         return sorted((int(m.group(1)), self.dir / "completions" / n) for n in names if (m := _PARQUET.match(n)))
 
     def poll(self, max_records: int) -> list[Record]:
+        state = self._state()
+        if state is not None:
+            self._learn_reward_names(state)
         out = self._poll_parquet(max_records)
-        out.extend(self._poll_state())
+        if state is not None:
+            out.extend(self._poll_state(state))
         return out
+
+    def _learn_reward_names(self, state: dict[str, Any]) -> None:
+        """The reward functions' names, from the `rewards/<name>/mean` keys TRL logs for each of them."""
+        for entry in _history(state):
+            for key in entry:
+                if (m := _REWARD_MEAN.match(key)) and m.group(1) not in self._reward_names:
+                    self._reward_names.append(m.group(1))
 
     def _poll_parquet(self, max_records: int) -> list[Record]:
         files = self._parquets()
@@ -148,47 +189,107 @@ class TrlOutput:
         import pyarrow.parquet as pq
 
         try:
-            entries = pq.read_table(path).to_pylist()
+            fp = open_regular(path)  # a FIFO or a device is refused before pyarrow opens it
+        except (OSError, ValueError) as exc:
+            self.bad.skip(str(path), f"{type(exc).__name__}: {exc}")
+            return []
+        try:
+            with fp:
+                table = pq.read_table(fp)
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             if is_last:
                 return None  # pandas may still be writing it: its footer comes last
             self.bad.skip(str(path), f"{type(exc).__name__}: {exc}")
             return []
-        return [trl_row(e, self.weights) for e in entries]
+        columns = reward_columns(table.column_names, self._reward_names, len(self.weights) if self.weights else None)
+        if columns is None and not self._warned_columns:
+            self._warned_columns = True
+            logger.warning("otel-grpo follow: %s: which columns are reward functions is not known yet (no trainer "
+                           "state; give --trl-reward-weights): every numeric column counts, log_extra ones too",
+                           self.dir)
+        return [trl_row(e, self.weights, columns) for e in table.to_pylist()]
 
     def _state(self) -> dict[str, Any] | None:
-        """The newest trainer state in the output dir or its checkpoints (largest global_step)."""
-        best: dict[str, Any] | None = None
+        """The newest trainer state in the output dir or its checkpoints (largest global_step).
+
+        Each file is parsed once per version (inode, size, mtime): a long log history is not parsed
+        again on every poll, and only the newest state is kept in memory.
+        """
         candidates = [self.dir / "trainer_state.json", *self.dir.glob("checkpoint-*/trainer_state.json")]
+        fresh: dict[Path, dict[str, Any]] = {}
+        best: tuple[int, Path] | None = None
         for path in candidates:
             try:
-                doc = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue  # absent, or being written: read on a later poll
-            if isinstance(doc, dict) and (best is None or doc.get("global_step", 0) >= best.get("global_step", 0)):
-                best = doc
-        return best
+                info = os.stat(path)
+            except OSError:
+                continue
+            key = (info.st_ino, info.st_size, info.st_mtime_ns)
+            seen = self._steps.get(path)
+            if seen is None or seen[0] != key:
+                doc = self._read_state(path)
+                if doc is None:
+                    continue  # being written, or not a state: read on a later poll
+                fresh[path] = doc
+                seen = self._steps[path] = (key, _global_step(doc))
+            if best is None or seen[1] >= best[0]:
+                best = (seen[1], path)
+        self._steps = {p: v for p, v in self._steps.items() if p in candidates}
+        if best is None:
+            return None
+        path, key = best[1], self._steps[best[1]][0]
+        if self._newest is None or self._newest[:2] != (path, key):
+            doc = fresh.get(path) or self._read_state(path)
+            if doc is None:
+                return None
+            self._newest = (path, key, doc)
+        return self._newest[2]
 
-    def _poll_state(self) -> list[Record]:
-        state = self._state()
-        if state is None:
-            return []
+    @staticmethod
+    def _read_state(path: Path) -> dict[str, Any] | None:
+        try:
+            with open_regular(path) as fp:
+                if os.fstat(fp.fileno()).st_size > MAX_STATE_BYTES:
+                    return None
+                doc = json.loads(fp.read())
+        except PARSE_ERRORS + (OSError,):
+            return None  # absent, being written or not a regular file
+        return doc if isinstance(doc, dict) else None
+
+    def _poll_state(self, state: dict[str, Any]) -> list[Record]:
+        """TRL's logged scalars of the steps not yet handed out; `null` (TRL's NaN) counts as non-finite."""
         out = []
-        for entry in state.get("log_history", []):
+        for entry in _history(state):
             step = entry.get("step")
-            if not isinstance(step, int) or step <= self._handed_scalar_step:
+            if not isinstance(step, int) or isinstance(step, bool) or step <= self._handed_scalar_step:
                 continue
             if SUMMARY_KEY in entry:
                 self.ended = True
-            scalars = {k: float(v) for k, v in entry.items()
-                       if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
-            out.append(Record(step, scalars, cursor=("scalars", step)))
+            try:
+                scalars = numbers({k: v for k, v in entry.items() if k != "step"})
+                check_step(step)
+            except ValueError as exc:
+                self.bad.skip(f"{self.dir}/trainer_state.json:log_history step {str(step)[:40]}", str(exc))
+                self._handed_scalar_step = step
+                continue
+            out.append(Record(step, {stat_key(k, SOURCE): v for k, v in scalars.items()}, cursor=("scalars", step)))
         if out:
             self._handed_scalar_step = out[-1].step
-        max_steps = state.get("max_steps") or 0
-        if any(SUMMARY_KEY in e for e in state.get("log_history", [])) or (0 < max_steps <= state.get("global_step", 0)):
+        max_steps = state.get("max_steps")
+        if any(SUMMARY_KEY in e for e in _history(state)) or (
+                isinstance(max_steps, int) and 0 < max_steps <= _global_step(state)):
             self.ended = True
         return out
+
+
+def _history(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The state's log history entries (what is not a dict is left out: the file may not be TRL's)."""
+    history = doc.get("log_history")
+    return [e for e in history if isinstance(e, dict)] if isinstance(history, list) else []
+
+
+def _global_step(doc: dict[str, Any]) -> int:
+    step = doc.get("global_step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else -1
 
 
 def _digest(rows: list[dict[str, Any]]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from ...telemetry import Telemetry
@@ -14,6 +15,35 @@ from ._compat import unsupported
 from ._hooks import Hooks
 
 logger = logging.getLogger("otel_grpo.integrations.trl")
+_BOUND = "_otel_grpo_instrumented"  # the trainer attribute holding its `_Binding`
+
+
+@dataclass(slots=True)
+class _Binding:
+    """What `instrument` attached to one trainer (kept on it): one callback, the telemetry it exports to."""
+
+    telemetry: Telemetry
+    owned: bool
+    """Built by `instrument` (rebuilt for a later `train()`), not passed by the caller."""
+    settings: dict[str, Any]
+    callback: Any
+
+    def use(self, telemetry: Telemetry, owned: bool, settings: dict[str, Any]) -> None:
+        if self.owned and self.telemetry is not telemetry:
+            self.telemetry.shutdown()  # ours, replaced: nothing will export through it again
+        self.telemetry, self.owned, self.settings = telemetry, owned, settings
+        self.callback.telemetry = telemetry
+
+    def before_train(self, trainer: Any) -> None:
+        """A second `train()` (a notebook re-run, a resume after Ctrl-C): the previous one closed the telemetry."""
+        if not self.telemetry.closed:
+            return
+        if self.owned:
+            self.use(telemetry_for(trainer.args, **self.settings), True, self.settings)
+        else:
+            logger.warning("otel-grpo: the Telemetry given to instrument() was closed by the previous train(), so "
+                           "this train() exports nothing; call instrument(trainer) again (with a new Telemetry or "
+                           "none) before train()")
 
 
 def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any) -> Telemetry:
@@ -34,10 +64,14 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
 
     The returned Telemetry is owned by the run: `train()` finishes it when it returns
     or is interrupted (Ctrl-C: `grpo.run.finished` = 1) and shuts it down without
-    finishing when it raises. With a TRL outside `SUPPORTED_TRL`, or a trainer that
-    lacks a member the hooks need, one warning is logged and only the logged values
-    are exported (`OtelGrpoCallback`). Never raises because of telemetry.
+    finishing when it raises. A later `train()` builds a new one the same way (a
+    Telemetry you passed cannot be reopened: that `train()` warns and exports nothing).
+    Calling `instrument` again on the same trainer replaces the telemetry and adds no
+    second callback. With a TRL outside `SUPPORTED_TRL`, or a trainer that lacks a
+    member the hooks need, one warning is logged and only the logged values are
+    exported (`OtelGrpoCallback`). Never raises because of telemetry.
     """
+    owned = telemetry is None
     if telemetry is None:
         if "model_name" not in settings:
             settings["model_name"] = getattr(getattr(trainer.model, "config", None), "_name_or_path", None)
@@ -46,7 +80,12 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
             # time (~1 ms a logged step) would be paid by training (benchmarks/README.md).
             settings["emit_in"] = "process"
         telemetry = telemetry_for(trainer.args, **settings)
+    bound = getattr(trainer, _BOUND, None)
+    if isinstance(bound, _Binding):  # instrumented already: hooks and callback stay, the telemetry is replaced
+        bound.use(telemetry, owned, settings)
+        return telemetry
     reason = unsupported(trainer)
+    callback: Any = None
     if reason is None:
         acc = Accumulator(trainer)
         hooks = Hooks(trainer, acc)
@@ -56,28 +95,32 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
             hooks.enabled = False
             reason = f"wrapping {type(trainer).__name__} failed ({exc})"
         else:
-            trainer.add_callback(InstrumentedCallback(trainer, telemetry, acc, hooks))
+            callback = InstrumentedCallback(trainer, telemetry, acc, hooks)
     if reason is not None:
         logger.warning("otel-grpo: %s; exporting TRL's logged values only", reason)
-        trainer.add_callback(OtelGrpoCallback(telemetry))
-    _own_lifecycle(trainer, telemetry)
+        callback = OtelGrpoCallback(telemetry)
+    trainer.add_callback(callback)
+    binding = _Binding(telemetry, owned, settings, callback)
+    setattr(trainer, _BOUND, binding)
+    _own_lifecycle(trainer, binding)
     return telemetry
 
 
-def _own_lifecycle(trainer: Any, telemetry: Telemetry) -> None:
+def _own_lifecycle(trainer: Any, binding: _Binding) -> None:
     original = trainer.train
 
     @functools.wraps(original)
     def train(*args: Any, **kwargs: Any) -> Any:
+        binding.before_train(trainer)
         try:
             result = original(*args, **kwargs)
         except KeyboardInterrupt:
-            telemetry.finish()  # stopped by the user: a deliberate end
+            binding.telemetry.finish()  # stopped by the user: a deliberate end
             raise
         except BaseException:
-            telemetry.shutdown()  # a crash: the series stop without grpo.run.finished
+            binding.telemetry.shutdown()  # a crash: the series stop without grpo.run.finished
             raise
-        telemetry.finish()
+        binding.telemetry.finish()
         return result
 
     trainer.train = train

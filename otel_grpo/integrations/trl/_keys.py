@@ -1,52 +1,21 @@
-"""TRL's and transformers' log keys -> catalog stat keys, and the mapping table the docs are generated from.
+"""TRL's and transformers' log dicts as catalog stat keys, and the mapping table the docs are generated from.
 
-    >>> stat_key("kl"), stat_key("rewards/fmt/mean"), stat_key("eval_reward")
-    ('trl_kl', 'reward_fn_mean/fmt', 'eval_metric/reward')
+    >>> map_logs({"kl": 0.1, "rewards/fmt/mean": 1.0, "eval_reward": 0.5})
+    {'trl_kl': 0.1, 'reward_fn_mean/fmt': 1.0, 'eval_metric/reward': 0.5}
 
-TRL names are looked up among the catalog's TRL aliases before its keys: TRL's `kl`
-is its own bias-corrected estimator (`trl_kl`), not the catalog's plain k3 `kl`.
+Names go through the catalog's one resolver with `source="trl"`: TRL's own names win
+where they collide with a key (TRL's `kl` is its bias-corrected estimator, `trl_kl`, not
+the catalog's plain k3 `kl`), as in `log_metrics(..., source="trl")` and `follow --trl-output`.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from functools import lru_cache
 from typing import Any, Mapping
 
-from ...catalog import SIGNALS, Signal
+from ...catalog import SIGNALS, Signal, stat_key
 
-EVAL_PREFIX = "eval_"
-
-
-@lru_cache(maxsize=1)
-def _aliases() -> tuple[dict[str, Signal], list[tuple[re.Pattern[str], Signal]]]:
-    exact: dict[str, Signal] = {}
-    templated: list[tuple[re.Pattern[str], Signal]] = []
-    for s in SIGNALS:
-        if not s.trl:
-            continue
-        if s.label:
-            pattern = re.escape(s.trl).replace(re.escape("{" + s.label + "}"), "(.+)")
-            templated.append((re.compile(f"^{pattern}$"), s))
-        else:
-            exact[s.trl] = s
-    return exact, templated
-
-
-@lru_cache(maxsize=1024)
-def stat_key(name: str) -> str:
-    """The stat key `Telemetry.record` resolves to the signal TRL means by `name` (unknown names as they are)."""
-    if name.startswith(EVAL_PREFIX) and len(name) > len(EVAL_PREFIX):
-        return f"eval_metric/{name[len(EVAL_PREFIX):]}"
-    exact, templated = _aliases()
-    if name in exact:
-        return exact[name].key
-    for pattern, signal in templated:
-        match = pattern.match(name)
-        if match:
-            return f"{signal.key}/{match.group(1)}"
-    return name
+SOURCE = "trl"
 
 
 def map_logs(logs: Mapping[str, Any]) -> dict[str, float]:
@@ -58,10 +27,10 @@ def map_logs(logs: Mapping[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, value in logs.items():
         if value is None:
-            out[stat_key(name)] = math.nan
+            out[stat_key(name, SOURCE)] = math.nan
             continue
         try:
-            out[stat_key(name)] = float(value)
+            out[stat_key(name, SOURCE)] = float(value)
         except (TypeError, ValueError):
             continue
     return out
@@ -122,6 +91,18 @@ def render_markdown() -> str:
         "when the trainer is killed. `instrument(trainer, emit_in=\"thread\")` or",
         "`OTEL_GRPO_EMIT_IN=thread` keeps everything in the training process.",
         "",
+        "A second `trainer.train()` in the same process (a notebook re-run, a resume after Ctrl-C)",
+        "exports again through a new Telemetry built the same way; a Telemetry you passed to",
+        "`instrument` is closed by the first `train()`, so the second one warns and exports nothing",
+        "until `instrument(trainer)` is called again. Calling `instrument` again on the same trainer",
+        "replaces its telemetry and adds no second callback.",
+        "",
+        "TRL's keys go through the catalog's one name resolver with `source=\"trl\"`, the same as",
+        "`Telemetry.log_metrics(step, logs, source=\"trl\")` and `otel-grpo follow --trl-output`: where",
+        "TRL's name is also one of our keys, TRL's meaning wins (its `kl` is `grpo.trl.kl`; our `kl`,",
+        "`grpo.kl`, is plain k3). A reward function whose name holds slashes (`org/model`) keeps them",
+        "in the `reward_fn` attribute.",
+        "",
         "`eval_<name>` keys become `grpo.eval{metric=\"<name>\"}`. A `None` (TRL's mean of only NaN)",
         "or NaN value is counted in `grpo.nonfinite{signal=...}` instead of being exported. Keys the",
         "catalog does not know (your own `log_metric`s) become `grpo.extra.<key>` gauges.",
@@ -153,8 +134,14 @@ def render_markdown() -> str:
         "- Reward stats are taken over whole prompt groups of the rewards TRL gathers from every rank",
         "  (each group on one rank), so group std and `frac_zero_std` are exact when a group's",
         "  completions are spread over several ranks.",
-        "- The policy ratio and clip ratios are token-level (TRL's `importance_sampling_level=\"token\"`,",
-        "  its default); with `\"sequence\"` TRL clips a sequence-level ratio and its clip ratios differ.",
+        "- Clip ratios follow the loss type: with TRL's `importance_sampling_level=\"token\"` (its default)",
+        "  they are token fractions; with `\"sequence\"` (GSPO, luspo) they are fractions of sequences whose",
+        "  sequence-level ratio TRL clipped, as TRL logs them. Loss types without a two-sided clip export no",
+        "  `grpo.clip_ratio.*`: cispo's truncation is TRL's `cispo_clip_ratio` (`grpo.trl.cispo_clip_ratio`),",
+        "  sapo and vespo clip nothing. The policy ratio stats stay token-level.",
+        "- `scale_rewards=\"batch\"`: `frac_reward_zero_std` stays the fraction of prompt groups whose rewards",
+        "  are all equal (no learning signal in those groups), while TRL then logs whether the whole batch's",
+        "  std is zero (0 or 1); the two differ by design.",
         "- Sample rows are offered on every rank; which of them are kept follows `Telemetry`'s selection",
         "  (only the exporting rank's rows until it selects across ranks).",
         "- Only `train()` is instrumented; evaluation keeps TRL's logged `eval_*` values.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -10,6 +11,12 @@ from torch import Tensor
 
 from ... import signals
 from ._rows import cat_rows, held_bytes
+
+# TRL 1.16's loss types that clip the ratio to [1 - epsilon_low, 1 + epsilon_high] and log clip_ratio/*;
+# cispo logs its own cispo_clip_ratio (passed through from TRL's logs), sapo and vespo clip nothing.
+CLIPPED_LOSSES = frozenset({"grpo", "bnpo", "dr_grpo", "dapo", "luspo"})
+CLIP_KEYS = ("clip_ratio_low_mean", "clip_ratio_high_mean", "clip_ratio_region_mean", "clip_ratio_low_min",
+             "clip_ratio_high_max")
 
 
 @dataclass(slots=True)
@@ -55,9 +62,40 @@ def policy_stats(trainer: Any, batches: Sequence[MicroBatch]) -> signals.Stats:
     entropy = cat_rows([b.entropy for b in batches], 0.0) if first.entropy is not None else None
     stats = signals.policy_stats(logps, old, advantages, mask, trainer.epsilon_low, trainer.epsilon_high,
                                  ref_logprobs=ref, entropy=entropy)
+    clipped = getattr(trainer, "loss_type", "grpo") in CLIPPED_LOSSES
+    sequence = getattr(trainer, "importance_sampling_level", "token") == "sequence"
+    if not clipped or sequence:
+        stats.drop(*CLIP_KEYS)  # TRL clipped no token ratio: the token-level fractions would be of nothing it did
+    if clipped and sequence:
+        stats.update(_sequence_clips(trainer, logps, old, advantages, mask))
     if ref is not None:
         stats.update(_trl_kl(trainer, logps, old, ref, mask))
     return stats
+
+
+def _sequence_clips(trainer: Any, logps: Tensor, old: Tensor, advantages: Tensor, mask: Tensor) -> signals.Stats:
+    """TRL's clip ratios with `importance_sampling_level="sequence"` (GSPO, luspo): the sequence's ratio
+    exp(mean over its tokens of log pi_theta - log pi_old) is clipped, so each sequence counts once,
+    those without tokens included (TRL's means divide by the number of sequences)."""
+    m = mask.double()
+    weight = (((logps - old).double() * m).sum(-1) / m.sum(-1).clamp(min=1.0)).exp().unsqueeze(-1)  # [B, 1]
+    adv = advantages.double() if advantages.dim() == 2 else advantages.double().unsqueeze(-1)
+    low = (weight < 1.0 - trainer.epsilon_low) & (adv < 0)
+    high = (weight > 1.0 + trainer.epsilon_high) & (adv > 0)
+    if low.shape[-1] == 1:  # one flag per sequence
+        per_seq = [f.squeeze(-1).double() for f in (low, high, low | high)]
+        totals, count = [f.sum() for f in per_seq], float(low.shape[0])
+    else:  # [B, T] advantages: the sequence ratio against each token's advantage, token means as TRL's
+        tokens = [(f & mask.bool()).double() for f in (low, high, low | high)]
+        totals, count = [t.sum() for t in tokens], m.sum()
+        per_seq = [t.sum(-1) / m.sum(-1) for t in tokens]  # NaN for a sequence without tokens: left out below
+    st = signals.Stats()
+    for key, total in zip(("clip_ratio_low_mean", "clip_ratio_high_mean", "clip_ratio_region_mean"), totals):
+        st.add_mean(key, total, count)
+    rows = ~per_seq[0].isnan()
+    st.add_min("clip_ratio_low_min", torch.where(rows, per_seq[0], math.inf).min(), rows.sum(dtype=torch.float64))
+    st.add_max("clip_ratio_high_max", torch.where(rows, per_seq[1], -math.inf).max(), rows.sum(dtype=torch.float64))
+    return st
 
 
 def _trl_kl(trainer: Any, logps: Tensor, old: Tensor, ref: Tensor, mask: Tensor) -> signals.Stats:

@@ -41,7 +41,7 @@ def test_finished_reads_a_step_jsonl_to_its_end_and_marks_the_run_finished(tmp_p
     path.write_text("".join(json.dumps({"step": s, "kl": 0.1 * s, "my/custom": s}) + "\n" for s in range(5)))
     out = follow("--jsonl", str(path), "--finished", "--state", str(tmp_path / "s.json"))
     assert out.returncode == 0, out.stderr
-    assert "run my-run: 5 steps emitted, 0 malformed lines skipped; run finished" in out.stderr
+    assert "run my-run: 5 steps emitted, 0 bad lines or files skipped; run finished" in out.stderr
     again = follow("--jsonl", str(path), "--finished", "--state", str(tmp_path / "s.json"))
     assert "0 steps emitted" in again.stderr  # resumed at the end: nothing twice
 

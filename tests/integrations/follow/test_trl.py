@@ -55,9 +55,11 @@ def test_trl_completions_become_samples_once_per_generation_batch(tmp_path, trl_
         assert event["reward.reward_words"] == source["reward_words"]
         assert event["reward"] == pytest.approx(source["reward_words"] + 0.5 * source["reward_short"])
         assert event["advantage"] == pytest.approx(source["advantage"])
-    # TRL's logged scalars (from the checkpoint's log_history) resolve through the catalog's TRL names
-    scalar_steps = [s.attributes for s in spans if s.name == "grpo.step" and "grpo.metric.kl" in s.attributes]
+    # TRL's logged scalars (from the checkpoint's log_history) resolve through the catalog with source
+    # "trl": TRL's kl is its bias-corrected grpo.trl.kl, as through instrument(), never the plain k3 grpo.kl
+    scalar_steps = [s.attributes for s in spans if s.name == "grpo.step" and "grpo.metric.trl_kl" in s.attributes]
     assert sorted(a["grpo.step"] for a in scalar_steps) == [1, 2, 3, 4]
+    assert not any("grpo.metric.kl" in s.attributes for s in spans)
     assert run.gauge("grpo.steps") == 4  # each TRL step once, though steps 1 and 3 went out twice
     assert run.gauge("grpo.run.finished") == 1.0
 
@@ -85,3 +87,55 @@ def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, tmp_path_f
     assert run.follower.run(threading.Event()) is True
     run.tel.finish()
     assert run.gauge("grpo.run.finished") == 1.0
+
+
+def _sample_events(run, step: int) -> list[dict]:
+    return [dict(e.attributes) for s in run.spans.get_finished_spans()
+            if s.name == "grpo.samples" and s.attributes["grpo.step"] == step for e in s.events]
+
+
+def test_log_extra_columns_are_not_reward_functions(tmp_path, trl_output):
+    """TRL writes `log_extra` columns after the reward columns: the trainer state names the reward functions
+    (`rewards/<name>/mean`), and without it `--trl-reward-weights` counts them."""
+    import pyarrow.parquet as pq
+
+    written = pq.read_table(trl_output / "completions" / "completions_00001.parquet").to_pylist()
+    assert {"chars", "note"} <= set(written[0])  # what TRL wrote: a numeric and a text extra column
+    partial = tmp_path / "partial"  # the parquet files alone: no trainer state yet
+    shutil.copytree(trl_output / "completions", partial / "completions")
+    for directory, weights in ((trl_output, None), (partial, [1.0, 0.5])):
+        run = Run(tmp_path / directory.name, [TrlOutput(directory, reward_weights=weights)])
+        stop = threading.Event()
+        threading.Timer(1.0, stop.set).start()
+        run.follower.run(stop)
+        events = _sample_events(run, 1)
+        assert len(events) == 8
+        for event in events:
+            source = written[event["sample_index"]]
+            w = weights or [1.0, 1.0]
+            assert event["reward"] == pytest.approx(w[0] * source["reward_words"] + w[1] * source["reward_short"])
+            assert "reward.chars" not in event and event["chars"] == source["chars"] and event["note"] == "extra"
+
+
+def test_null_in_trls_log_history_is_counted_nonfinite_and_the_step_emitted(tmp_path, trl_output):
+    """TRL's mean of only NaN values is logged as None, which the trainer state holds as null."""
+    out = tmp_path / "run"
+    shutil.copytree(trl_output, out)
+    state_path = out / "checkpoint-4" / "trainer_state.json"
+    state = json.loads(state_path.read_text())
+    entry = next(e for e in state["log_history"] if e.get("step") == 2)
+    for key in list(entry):
+        if key not in ("step", "epoch"):
+            entry[key] = None  # a step whose every logged value was NaN
+    entry["epoch"] = None
+    state_path.write_text(json.dumps(state))
+    run = Run(tmp_path, [TrlOutput(out)])
+    assert run.follower.run(threading.Event()) is True
+    run.tel.finish()
+    steps = [s.attributes["grpo.step"] for s in run.spans.get_finished_spans()
+             if s.name == "grpo.step" and s.attributes["grpo.step"] == 2]
+    assert steps  # emitted though nothing in it was finite
+    data = run.reader.get_metrics_data()
+    nonfinite = {p.attributes["signal"]: p.value for rm in data.resource_metrics for sm in rm.scope_metrics
+                 for m in sm.metrics if m.name == "grpo.nonfinite" for p in m.data.data_points}
+    assert nonfinite.get("trl_kl") == 1 and nonfinite.get("loss") == 1 and nonfinite.get("epoch") == 1

@@ -9,7 +9,9 @@ with `log_completions=True`, writing TRL's own completions parquet and its final
 end-of-training summary (`train_runtime`) into `<output_dir>/trainer_state.json`.
 
 `steps_per_generation=2`: every generation batch serves two steps, so TRL writes the same
-rows into two consecutive parquet files (the follower must send them once).
+rows into two consecutive parquet files (the follower must send them once). The words reward
+also calls TRL's `log_extra` with a numeric column (`chars`) and a text one (`note`): TRL
+writes them after the reward columns, and they are not rewards.
 """
 
 from __future__ import annotations
@@ -25,12 +27,22 @@ _spec.loader.exec_module(tiny_trl)
 
 REWARD_WEIGHTS = (1.0, 0.5)  # tiny_trl's reward_weights for reward_words, reward_short
 
+
+def reward_words(completions, log_extra=None, **kwargs):
+    """tiny_trl's reward_words, logging two extra completions columns as a user's reward function may."""
+    if log_extra is not None:
+        log_extra("chars", [float(len(c)) for c in completions])
+        log_extra("note", ["extra"] * len(completions))
+    return tiny_trl.reward_words(completions, **kwargs)
+
+
 if __name__ == "__main__":
     steps = int(sys.argv[2])
     mode = sys.argv[3] if len(sys.argv) > 3 else "checkpoint"
     saving = {"save_strategy": "steps", "save_steps": steps} if mode == "checkpoint" else {"save_strategy": "no"}
     trainer = tiny_trl.make_grpo_trainer(sys.argv[1], log_completions=True, max_steps=steps, steps_per_generation=2,
-                                         reward_weights=list(REWARD_WEIGHTS), **saving)
+                                         reward_weights=list(REWARD_WEIGHTS),
+                                         reward_funcs=[reward_words, tiny_trl.reward_short], **saving)
     trainer.train()
     if mode == "save_state":
         trainer.save_state()

@@ -1,0 +1,204 @@
+"""Hostile files never crash or stall the follower: each is skipped and reported once with file and offset,
+and following goes on. Good lines come from verl 0.9.1's own FileLogger (verl_writer.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from otel_grpo.integrations.follow import LineTail, State, VerlMetrics, VerlRollouts
+from otel_grpo.integrations.follow._tail import MAX_LINE
+
+from tests._support.waiting import wait_for
+
+from .test_files import Run, write_verl
+from .verl_writer import dump_generations
+
+
+def _lines(verl, tmp_path, first, last) -> list[bytes]:
+    write_verl(verl, tmp_path / "src.jsonl", first, last)
+    return (tmp_path / "src.jsonl").read_bytes().splitlines(keepends=True)
+
+
+def _reports(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "otel_grpo.follow" and r.levelno >= logging.WARNING]
+
+
+def test_a_huge_integer_or_step_is_a_malformed_line_and_a_restart_goes_past_it(tmp_path, verl, caplog):
+    path = tmp_path / "exp.jsonl"
+    good = _lines(verl, tmp_path, 1, 4)
+    huge = b'{"step":2,"data":{"actor/grad_norm":' + b"9" * 400 + b"}}\n"
+    big_step = b'{"step":' + b"1" * 30 + b',"data":{"actor/grad_norm":1.0}}\n'
+    deep = b'{"step":3,"data":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+    path.write_bytes(good[0] + huge + big_step + deep + good[3])
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.follow"):
+        run = Run(tmp_path, [VerlMetrics(path)])
+        run.once()
+    assert run.steps() == [1, 4] and run.follower.malformed == 3
+    offsets = [len(good[0]), len(good[0] + huge), len(good[0] + huge + big_step)]
+    reports = _reports(caplog)
+    assert len(reports) == 3 and all(f"{path}:{o}:" in m for m, o in zip(reports, offsets))
+    run.tel.shutdown()
+    again = Run(tmp_path, [VerlMetrics(path)])  # the saved offset is past them: a restart reads on
+    again.once()
+    assert again.steps() == []
+
+
+def test_a_line_over_64_mib_is_skipped_once_and_the_next_lines_are_read(tmp_path, verl, caplog):
+    path = tmp_path / "exp.jsonl"
+    good = _lines(verl, tmp_path, 1, 3)
+    with open(path, "wb") as fp:
+        fp.write(good[0])
+        fp.write(b'{"step":2,"data":{"x":"' + b"a" * (MAX_LINE + (1 << 20)) + b'"}}\n')
+        fp.write(good[2])
+    run = Run(tmp_path, [VerlMetrics(path)])
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.follow"):
+        for _ in range(4):  # one poll reads at most 64 MiB: the line streams past over a few polls
+            run.once()
+    assert run.steps() == [1, 3]
+    assert run.follower.malformed == 1
+    [report] = _reports(caplog)
+    assert f"{path}:{len(good[0])}:" in report and "longer than" in report
+
+
+def test_a_symlink_to_dev_zero_is_reported_once_and_a_real_file_there_is_read(tmp_path, verl, caplog):
+    path = tmp_path / "exp.jsonl"
+    path.symlink_to("/dev/zero")
+    run = Run(tmp_path, [VerlMetrics(path)])
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.follow"):
+        for _ in range(3):
+            run.once()
+    assert run.steps() == [] and run.follower.malformed == 1
+    [report] = _reports(caplog)
+    assert str(path) in report and "not a regular file (a device)" in report
+    path.unlink()
+    write_verl(verl, path, 1, 2)
+    run.once()
+    assert run.steps() == [1, 2]
+
+
+def _sample_steps(run: Run) -> list[int]:
+    return sorted({s.attributes["grpo.step"] for s in run.spans.get_finished_spans() if s.name == "grpo.samples"})
+
+
+def test_a_fifo_or_a_dev_zero_dump_is_skipped_and_the_other_dumps_are_read(tmp_path, caplog):
+    rollouts = tmp_path / "rollouts"
+    dump_generations(str(rollouts), 1)
+    os.mkfifo(rollouts / "2.jsonl")  # nobody ever writes it: opening it for reading would block
+    (rollouts / "3.jsonl").symlink_to("/dev/zero")  # reading it whole would never end
+    dump_generations(str(rollouts), 4)
+    run = Run(tmp_path, [VerlRollouts(rollouts, settle_s=0.0)])
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.follow"):
+        run.once()
+        run.once()
+    assert _sample_steps(run) == [1, 4]
+    reports = _reports(caplog)
+    assert len(reports) == 2 and all("not a regular file" in m for m in reports)
+    assert {str(rollouts / "2.jsonl"), str(rollouts / "3.jsonl")} == {m.split(": ")[2] for m in reports}
+
+
+def test_sigterm_stops_a_follower_whose_dump_dir_holds_a_fifo(tmp_path):
+    rollouts, state = tmp_path / "rollouts", tmp_path / "s.json"
+    dump_generations(str(rollouts), 1)
+    os.mkfifo(rollouts / "2.jsonl")
+    env = {**os.environ, "OTEL_GRPO_METRICS_EXPORTERS": "none", "OTEL_GRPO_TRACES_EXPORTERS": "none",
+           "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, "-m", "otel_grpo.cli", "follow", "--verl-rollouts", str(rollouts),
+                             "--run-id", "fifo", "--state", str(state), "--from-start", "--poll", "0.05"],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: "2.jsonl" in json.dumps(State.load(state).sources.get("verl-rollouts", {})), "the FIFO passed")
+    proc.terminate()
+    assert proc.wait(timeout=60) == 0
+    assert "1 steps emitted, 1 bad lines or files skipped" in proc.stderr.read()  # step 2 had nothing to send
+
+
+def test_a_file_that_becomes_unreadable_is_reported_once_and_read_when_readable_again(tmp_path, verl):
+    """Rotated to a file the follower may not read: no traceback, no exit, one report. The follower runs
+    without the capabilities that let root read any file (setpriv), so file modes apply to it."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("needs util-linux's setpriv")
+    path, state, log = tmp_path / "exp.jsonl", tmp_path / "s.json", tmp_path / "follow.log"
+    write_verl(verl, path, 1, 2)
+    env = {**os.environ, "OTEL_GRPO_METRICS_EXPORTERS": "none", "OTEL_GRPO_TRACES_EXPORTERS": "none",
+           "PYTHONPATH": os.getcwd()}
+    caps = "-dac_override,-dac_read_search"
+    proc = subprocess.Popen([setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}", sys.executable, "-m",
+                             "otel_grpo.cli", "follow", "--verl-metrics", str(path), "--state", str(state),
+                             "--from-start", "--poll", "0.05"], env=env, stderr=open(log, "w"))
+    try:
+        size = path.stat().st_size
+        wait_for(lambda: state.exists() and State.load(state).sources["verl-metrics"]["offset"] == size, "steps 1-2")
+        write_verl(verl, tmp_path / "new.jsonl", 3, 4)
+        (tmp_path / "new.jsonl").chmod(0o000)
+        os.replace(tmp_path / "new.jsonl", path)
+        wait_for(lambda: "unreadable" in log.read_text(), "the report")
+        time.sleep(1.0)  # about 20 more polls of the unreadable file: the report must still be the only one
+        assert proc.poll() is None
+        path.chmod(0o644)
+        new = path.stat()
+        wait_for(lambda: State.load(state).sources["verl-metrics"] == {
+            **State.load(state).sources["verl-metrics"], "inode": new.st_ino, "offset": new.st_size}, "steps 3-4")
+    finally:
+        proc.terminate()
+    assert proc.wait(timeout=60) == 0
+    err = log.read_text()
+    assert "Traceback" not in err and err.count("unreadable") == 1 and "Permission denied" in err
+    assert "4 steps emitted, 1 bad lines or files skipped" in err
+
+
+def test_line_tail_memory_is_bounded_by_one_line(tmp_path):
+    """A backlog streams: one read call returns after about max_bytes, however much the file holds."""
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b"x" * 100 + b"\n" + (b"y" * 10 + b"\n") * 100_000)
+    tail = LineTail(path, max_line=1000)
+    first = list(tail.read(max_bytes=1 << 20))
+    assert first[-1][1] <= 1 << 20 and not tail.at_eof  # one chunk read: the rest waits for the next call
+    rest = list(tail.read(max_bytes=1 << 20))
+    assert len(first) + len(rest) == 100_001 and tail.at_eof
+    skipped = LineTail(path, max_line=50)
+    lines = list(skipped.read())
+    assert lines[0] == (b"y" * 10, 112) and len(lines) == 100_000 and skipped.bad.count == 1
+
+
+
+def test_an_unchanged_dump_dir_is_not_listed_on_every_poll(tmp_path):
+    """Idle cost does not grow with the number of dump files: a quiet directory is listed again only
+    every RESCAN_S seconds (in-place rewrites change no directory entry)."""
+    rollouts = tmp_path / "rollouts"
+    for step in range(1, 301):
+        dump_generations(str(rollouts), step)
+    source = VerlRollouts(rollouts, settle_s=0.0)
+    source.restore(None, from_start=True)
+    hour_ago = time.time_ns() - 3600 * 10**9
+    os.utime(rollouts, ns=(hour_ago, hour_ago))
+    assert source._candidates()[1] is True  # the first look lists it
+    while records := source.poll(1000):
+        for record in records:
+            source.mark_done(record)
+    files, full = source._candidates()
+    assert (files, full) == ([], False)  # nothing to look at until the directory changes
+    dump_generations(str(rollouts), 301)
+    files, full = source._candidates()
+    assert full and files[-1] == (301, "301.jsonl")
+
+
+def test_a_trainer_state_that_is_not_trls_or_a_fifo_never_crashes_the_trl_reader(tmp_path):
+    from otel_grpo.integrations.follow import TrlOutput
+
+    out = tmp_path / "trl"
+    (out / "checkpoint-1").mkdir(parents=True)
+    os.mkfifo(out / "checkpoint-1" / "trainer_state.json")  # opening it for reading would block
+    (out / "trainer_state.json").write_text(json.dumps(
+        {"global_step": "two", "max_steps": "many", "log_history": [1, "a", {"step": 1, "loss": 0.5}, {"step": "x"}]}))
+    run = Run(tmp_path, [TrlOutput(out)])
+    for _ in range(2):
+        run.once()
+    assert run.steps() == [1] and not run.follower.sources[0].ended

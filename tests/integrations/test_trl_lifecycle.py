@@ -1,0 +1,77 @@
+"""`instrument` across a trainer's life: a second `train()` (a notebook re-run, a resume after Ctrl-C) exports
+again, and `instrument()` called twice leaves one callback. Real TRL runs on the tiny model."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+from otel_grpo.integrations import instrument
+from otel_grpo.integrations.trl._callback import InstrumentedCallback, OtelGrpoCallback
+from trl_run import in_memory_telemetry, make_recording_trainer
+
+QUIET = {"metrics_exporters": ["none"], "traces_exporters": ["none"], "emit_in": "thread"}
+
+
+def _ours(trainer) -> list:
+    return [c for c in trainer.callback_handler.callbacks if isinstance(c, (InstrumentedCallback, OtelGrpoCallback))]
+
+
+def test_a_second_train_exports_again_through_a_new_telemetry(tmp_path):
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=1)
+    first = instrument(trainer, **QUIET)
+    trainer.train()
+    spill = tmp_path / "train" / "samples"
+    assert first.closed and len(list(spill.glob("step_*.jsonl"))) == 1
+    shutil.rmtree(spill)
+    trainer.train()  # again, in the same process
+    [callback] = _ours(trainer)
+    assert callback.telemetry is not first and callback.telemetry.closed  # built for this train(), finished by it
+    assert len(list(spill.glob("step_*.jsonl"))) == 1
+
+
+def test_a_closed_telemetry_given_by_the_caller_is_said_once(tmp_path, caplog):
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=1)
+    tel, _, exporter = in_memory_telemetry(tmp_path / "telemetry")
+    instrument(trainer, telemetry=tel)
+    trainer.train()
+    steps = len([s for s in exporter.get_finished_spans() if s.name == "grpo.step"])
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.integrations.trl"):
+        trainer.train()
+    said = [r.getMessage() for r in caplog.records if "exports nothing" in r.getMessage()]
+    assert len(said) == 1 and "instrument(trainer) again" in said[0]
+    assert len([s for s in exporter.get_finished_spans() if s.name == "grpo.step"]) == steps
+
+
+def test_instrument_twice_keeps_one_callback_and_the_newest_telemetry(tmp_path):
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=1)
+    first = instrument(trainer, **QUIET)
+    second = instrument(trainer, **QUIET)
+    assert first.closed and not second.closed  # the replaced one was ours: shut down
+    [callback] = _ours(trainer)
+    assert callback.telemetry is second
+    trainer.train()
+    assert second.closed
+    assert len([h for h in trainer.state.log_history if "reward" in h]) == 1
+
+
+def test_a_short_run_with_the_sidecar_down_says_so(tmp_path):
+    """The README's promise: with the stack down, one warning; the example says where the samples are."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    example = Path(__file__).resolve().parents[2] / "examples" / "trl_grpo.py"
+    out = subprocess.run([sys.executable, str(example), "--steps", "1", "--sidecar", f"http://127.0.0.1:{dead}",
+                          "--metrics-port", "0", "--output-dir", str(tmp_path / "run")], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.getcwd()}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stderr.count("otel-grpo: exporting") == 1  # one warning for the run
+    assert f"127.0.0.1:{dead}/v1/traces failed (unreachable at the end of the run)" in out.stderr
+    assert "did not answer" in out.stdout and str(tmp_path / "run" / "samples") in out.stdout
+    assert list((tmp_path / "run" / "samples").glob("step_*.jsonl"))
