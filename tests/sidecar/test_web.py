@@ -72,6 +72,34 @@ class Chromium:
             time.sleep(0.1)
         raise AssertionError(f"never true: {expression}")
 
+    def mouse(self, kind: str, x: float, y: float, **kw) -> None:
+        """A real pointer event (Input.dispatchMouseEvent), at viewport coordinates."""
+        self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, **kw)
+
+    def step_point(self, card: str, step: float, domain: tuple[float, float]) -> tuple[float, float]:
+        """Viewport coordinates of `step` on the plot of `card` (the plot's x range is `domain`).
+
+        The plot's SVG is 440 units wide with 62 on the left and 10 on the right around the data."""
+        self.eval(f"{card}.querySelector('svg').scrollIntoView({{block: 'center'}})")
+        box = self.eval(f"(() => {{ const b = {card}.querySelector('svg').getBoundingClientRect(); "
+                        "return [b.left, b.top, b.width, b.height]; })()")
+        x = box[0] + (62 + (step - domain[0]) / (domain[1] - domain[0]) * (440 - 72)) / 440 * box[2]
+        return x, box[1] + box[3] / 2
+
+    def click_step(self, card: str, step: float, domain: tuple[float, float]) -> None:
+        x, y = self.step_point(card, step, domain)
+        self.mouse("mouseMoved", x, y)
+        self.mouse("mousePressed", x, y, button="left", clickCount=1)
+        self.mouse("mouseReleased", x, y, button="left", clickCount=1)
+
+    def drag_steps(self, card: str, a: float, b: float, domain: tuple[float, float]) -> None:
+        (xa, y), (xb, _) = self.step_point(card, a, domain), self.step_point(card, b, domain)
+        self.mouse("mouseMoved", xa, y)
+        self.mouse("mousePressed", xa, y, button="left", clickCount=1)
+        for i in range(1, 6):
+            self.mouse("mouseMoved", xa + (xb - xa) * i / 5, y, buttons=1)
+        self.mouse("mouseReleased", xb, y, button="left", clickCount=1)
+
     def close(self) -> None:
         self.ws.close()
         self.proc.terminate()
@@ -214,7 +242,9 @@ def test_plots_stay_readable_on_a_bad_run(sidecar, otlp, tmp_path, port):
         kl = _card("KL to the reference")
         assert 2 <= chrome.eval(f"{kl}.querySelectorAll('text.y-tick').length") <= 6  # 1e-6 .. 1e22, readable
         assert chrome.eval(f"{kl}.querySelector('text.y-label').textContent") == "nat"  # the catalog's {nat}
-        assert "grpo.kl" in chrome.eval(f"[...{kl}.querySelectorAll('.legend span')].map(s => s.textContent)")
+        # One name per signal: the catalog name, the Prometheus series beside it, the API column as its tooltip.
+        legend = chrome.eval(f"[...{kl}.querySelectorAll('.legend span')].map(s => [s.textContent, s.title])")
+        assert ["grpo.kl grpo_kl", "API column kl"] in [[t, title.split(" — ")[0]] for t, title in legend]
 
         mis = _card("IS mismatch: KL")
         assert chrome.eval(f"{mis}.querySelector('svg').dataset.scale") == "symlog"
@@ -259,10 +289,7 @@ def test_plots_stay_readable_on_a_bad_run(sidecar, otlp, tmp_path, port):
         chrome.wait_for("document.querySelectorAll('#samples-table tbody tr').length === 6")
 
         # Clicking a plot point opens that step's samples.
-        reward = _card("Reward (mean")
-        chrome.eval(f"""(() => {{ const svg = {reward}.querySelector('svg'), b = svg.getBoundingClientRect();
-            const x = b.left + (62 + (4 / 11) * (440 - 72)) / 440 * b.width;
-            svg.dispatchEvent(new MouseEvent('click', {{clientX: x, clientY: b.top + b.height / 2, bubbles: true}})); }})()""")
+        chrome.click_step(_card("Reward (mean"), 4, (0, 11))
         chrome.wait_for("document.querySelector('#step-select').value === '4'")
         chrome.wait_for("[...document.querySelectorAll('#samples-table tbody tr')].every(r => r.textContent.includes('of step 4 '))")
 
