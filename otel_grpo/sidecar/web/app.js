@@ -80,8 +80,10 @@ function seriesFor(panel, steps, run, runIndex) {
     keys.forEach((key, j) => {
       const points = steps.filter((r) => key in r)
         .map((r) => [r.step, typeof r[key] === "number" && Number.isFinite(r[key]) ? r[key] : null]);
-      const name = s.prefix ? `${s.name} ${key.slice(s.prefix.length)}` : s.name;
-      out.push({ label: key, name, prometheus: s.prometheus, description: s.description, points, run, runIndex,
+      const value = s.prefix ? key.slice(s.prefix.length) : null;
+      const name = s.prefix ? `${s.name} ${value}` : s.name;
+      const prometheus = s.prefix ? `${s.prometheus}{${s.attribute}="${value}"}` : s.prometheus;
+      out.push({ label: key, name, prometheus, description: s.description, points, run, runIndex,
                  colorIndex: colorIndex + j });
     });
   });
@@ -100,7 +102,7 @@ function marks() {
   const out = runData.alerts.map((a) => ({ step: alertStep(a, runData.steps), kind: "alert",
                                            label: `${a.alertname} (${a.status}) from ${a.starts_at}` }))
     .filter((m) => m.step !== null);
-  if (state.step !== null) out.push({ step: +state.step, kind: "picked", label: `step ${state.step}: samples shown below` });
+  if (state.step !== null) out.unshift({ step: +state.step, kind: "picked", label: `step ${state.step}: samples shown below` });
   return out;
 }
 
@@ -126,7 +128,21 @@ function plotsSection() {
       Plot.draw(series, { ...opts, scale: panel.scale, unit: panel.unit }), Plot.legend(series)));
   }
   if (!grid.children.length) grid.appendChild(h("p", { class: "muted", text: "no step history yet" }));
+  if (runs.length > 1) grid.prepend(runLegend(runs.map(([run]) => run)));
   return grid;
+}
+
+// Which line style is which run, when runs are overlaid.
+function runLegend(runs) {
+  return h("div", { class: "run-legend", id: "run-legend" }, ...runs.map((run, i) => {
+    const sample = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    sample.setAttribute("viewBox", "0 0 30 6");
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
+    for (const [k, v] of Object.entries({ x1: 0, x2: 30, y1: 3, y2: 3, stroke: "currentColor", "stroke-width": 2,
+                                          "stroke-dasharray": Plot.DASHES[i % Plot.DASHES.length] })) line.setAttribute(k, v);
+    sample.appendChild(line);
+    return h("span", { "data-run": run }, sample, " " + run + (i ? "" : " (this run)"));
+  }));
 }
 
 function redrawPlots() {
@@ -177,7 +193,7 @@ function plotTools(runs) {
 // ---- alerts -------------------------------------------------------------------------------------
 function alertsSection(alerts) {
   if (!alerts.length) return h("p", { class: "muted", id: "alerts", text: "no alerts for this run" });
-  const table = h("table", { id: "alerts" }, h("thead", {}, h("tr", {},
+  const table = h("table", {}, h("thead", {}, h("tr", {},
     ...["status", "alert", "severity", "step", "summary", "started", "ended"].map((c) => h("th", { text: c })))));
   const body = h("tbody");
   for (const a of alerts) {
@@ -192,7 +208,7 @@ function alertsSection(alerts) {
       h("td", { text: a.status === "resolved" ? fmtCell(a.ends_at) : "" })));
   }
   table.appendChild(body);
-  return table;
+  return h("div", { id: "alerts", class: "scroll-x" }, table);
 }
 
 // ---- the run page -------------------------------------------------------------------------------

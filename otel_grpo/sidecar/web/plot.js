@@ -26,7 +26,9 @@ const Plot = (() => {
     const raw = (hi - lo) / n, mag = Math.pow(10, Math.floor(Math.log10(raw)));
     const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => raw <= s);
     const out = [];
-    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(+v.toPrecision(12));
+    // Counted, not `v += step` until hi: a step below the float resolution of v never got there.
+    const first = Math.ceil(lo / step);
+    for (let i = 0; i <= n * 3 && (first + i) * step <= hi + step * 1e-9; i++) out.push(+((first + i) * step).toPrecision(12));
     return out;
   }
 
@@ -126,7 +128,8 @@ const Plot = (() => {
     const pts = inView.length ? inView : all;
     let [y0, y1] = [Math.min(...pts.map((p) => p[1])), Math.max(...pts.map((p) => p[1]))];
     if (x0 === x1) { x0 -= 1; x1 += 1; }
-    if (y0 === y1) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
+    // Flat (smoothing leaves a constant a few ulps apart): a band around it, not a 1e-17 range.
+    if (y1 - y0 <= Math.abs(y0) * 1e-9) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
     const pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad;
     const frame = { x0, x1, sx: (x) => M.l + ((x - x0) / (x1 - x0)) * (W - M.l - M.r),
                     sy: (y) => H - M.b - ((y - y0) / (y1 - y0)) * (H - M.t - M.b) };
@@ -256,14 +259,17 @@ const Plot = (() => {
       dragFrom = null;
       band.setAttribute("visibility", "hidden");
       const clamp = (s) => Math.min(Math.max(s, frame.x0), frame.x1);
-      if (Math.abs(e.clientX - from.px) >= DRAG_PX && o.onZoom) {
+      // The second click of a double click: all steps. (Read from the click count, not from a
+      // dblclick event: the first click picks a step, which redraws the plot under the pointer.)
+      if (e.detail === 2 && o.onZoom) {
+        o.onZoom(null);
+      } else if (Math.abs(e.clientX - from.px) >= DRAG_PX && o.onZoom) {
         const a = clamp(Math.min(from.step, toStep(e))), b = clamp(Math.max(from.step, toStep(e)));
         if (Math.ceil(a) < Math.floor(b)) o.onZoom([Math.ceil(a), Math.floor(b)]);
       } else if (o.onPick) {
         o.onPick(clamp(Math.round(toStep(e))));
       }
     });
-    svg.addEventListener("dblclick", () => { if (o.onZoom) o.onZoom(null); });
   }
 
   function showTip(tip, step, series, smoothed, weight) {

@@ -16,8 +16,12 @@ const LEAD = ["step", "sample_index", "group", "reward", "advantage", "completio
               "entropy_mean"];
 const TEXT_COLUMNS = ["prompt", "completion"];
 // Bookkeeping columns, hidden until picked (the picker lists them).
+// The prompt is the group's (the group view shows it); the diagnostics' companions (mean of the
+// IS weight, max of the KL) are one click away. The completion gets the width that is left.
 const HIDDEN_BY_DEFAULT = new Set(["prompt_length", "policy_version", "source_rank", "completion_index", "group_size",
-                                   "truncated", "target", "reward_rank", "selection"]);
+                                   "truncated", "target", "reward_rank", "selection", "prompt", "kl_ref_max",
+                                   "log_ratio_mean", "is_weight_mean"]);
+const CHAR_PX = 7.2, CELL_PAD_PX = 14, MIN_CHARS = 7, TEXT_MIN_PX = { prompt: 220, completion: 320 };
 let shownRows = [];
 let userColumns = null;  // the picker's choice: Set of hidden columns, null until the user picks
 
@@ -45,8 +49,9 @@ function allColumnsOf(rows) {
   return [...LEAD.filter((c) => all.includes(c)), ...rest, ...TEXT_COLUMNS.filter((c) => all.includes(c))];
 }
 
+// `<text>_original_length` (the length before the text was cut for export) is bookkeeping too.
 function hiddenColumns() {
-  return userColumns || HIDDEN_BY_DEFAULT;
+  return userColumns || new Set([...HIDDEN_BY_DEFAULT, ...allColumnsOf(shownRows).filter((c) => c.endsWith("_original_length"))]);
 }
 
 function samplesParams(limit) {
@@ -72,7 +77,7 @@ function sampleLink(r, extra) {
 function sampleRow(r, cols) {
   const cells = cols.map((c) => TEXT_COLUMNS.includes(c) || (typeof r[c] === "string" && r[c].length > 24)
     ? textCell(r[c]) : h("td", { class: typeof r[c] === "number" ? "num" : "",
-                                 title: c === "step" ? `step ${r.step}, ${r.time}` : fmtCell(r[c]), text: fmtCell(r[c]) }));
+                                 title: c === "step" ? `step ${r.step}, ${r.time}` : fmtCell(r[c]), text: fmtShort(r[c]) }));
   const group = h("button", { class: "group-open", type: "button", title: "all completions of this prompt, side by side",
                               text: "group", onclick: () => openGroup(r) });
   const link = h("a", { class: "sample-link", href: sampleLink(r, { sample: r.sample_index }), title: "link to this sample",
@@ -80,6 +85,13 @@ function sampleRow(r, cols) {
   const tr = h("tr", { "data-sample": fmtCell(r.sample_index) }, h("td", { class: "actions" }, group, link), ...cells);
   if (state.sample !== null && String(r.sample_index) === state.sample && String(r.step) === state.step) tr.classList.add("linked");
   return tr;
+}
+
+// Four significant digits in a cell (the full value is its tooltip and in the downloads).
+function fmtShort(v) {
+  if (typeof v !== "number" || Number.isInteger(v)) return fmtCell(v);
+  const a = Math.abs(v);
+  return a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(2) : String(+v.toPrecision(4));
 }
 
 function numericColumns(rows) {
@@ -93,13 +105,23 @@ function filtered(rows) {
   return rows.filter((r) => typeof r[col] === "number" && (min === "" || r[col] >= +min) && (max === "" || r[col] <= +max));
 }
 
+// A number column is as wide as its header's longest piece (headers wrap after "_" and "."); the
+// table is at least as wide as its columns need, and its box scrolls sideways below that.
+function columnWidth(c) {
+  if (TEXT_COLUMNS.includes(c)) return TEXT_MIN_PX[c];
+  const longest = Math.max(MIN_CHARS, ...c.split(/(?<=[_./])/).map((part) => part.length));
+  return Math.ceil(longest * CHAR_PX + CELL_PAD_PX);
+}
+
 function tableOf(rows) {
   const hidden = hiddenColumns();
   const cols = allColumnsOf(rows).filter((c) => !hidden.has(c));
-  const colgroup = h("colgroup", {}, h("col", { class: "c-actions" }),
-    ...cols.map((c) => h("col", { class: TEXT_COLUMNS.includes(c) ? "c-" + c : "c-narrow" })));
+  const ACTIONS_PX = 74;
+  const colgroup = h("colgroup", {}, h("col", { style: `width: ${ACTIONS_PX}px` }),
+    ...cols.map((c) => h("col", TEXT_COLUMNS.includes(c) ? { class: "c-" + c } : { style: `width: ${columnWidth(c)}px` })));
   const head = h("tr", {}, h("th", { text: "" }), ...cols.map(headerCell));
-  return h("table", { id: "samples-table" }, colgroup, h("thead", {}, head),
+  const minWidth = ACTIONS_PX + cols.reduce((sum, c) => sum + columnWidth(c), 0);
+  return h("table", { id: "samples-table", style: `min-width: ${minWidth}px` }, colgroup, h("thead", {}, head),
     h("tbody", {}, ...rows.map((r) => sampleRow(r, cols))));
 }
 
