@@ -329,9 +329,9 @@ def _diagnostics(step: int, i: int) -> dict:
     """Per-sample columns as the trainer writes them; sample 3 of step 12 drove that step's KL spike."""
     spike = step == 12 and i == 3
     return {"group": i // 4, "kl_ref_mean": 40.0 if spike else 0.001 * (i + 1), "kl_ref_max": 90.0 if spike else 0.01,
-            "log_ratio_mean": 0.01 * i, "log_ratio_max": 3.5 if spike else 0.02 * i,
+            "log_ratio_mean": 0.01 * i, "log_ratio_absmax": 3.5 if spike else 0.02 * i,
             "is_weight_mean": 1.0 + 0.01 * i, "is_weight_max": 33.0 if spike else 1.05, "entropy_mean": 1.5 - 0.1 * i,
-            "terminated": i != 5, "reward.correct": float(i % 2), "policy_version": step}
+            "length_clipped": float(i == 5), "reward.correct": float(i % 2), "policy_version": step}
 
 
 def _seed_explorer(url: str, otlp) -> None:
@@ -396,7 +396,8 @@ def test_run_explorer_from_a_bad_step_to_its_completions(sidecar, otlp, tmp_path
         cut = chrome.eval("[...document.querySelectorAll('#samples-table th')].filter(t => t.scrollWidth > t.clientWidth + 1).map(t => t.dataset.col)")
         assert cut == []
         headers = chrome.eval("[...document.querySelectorAll('#samples-table th')].map(t => t.textContent)")
-        assert {"completion_length", "kl_ref_mean", "is_weight_max", "entropy_mean", "reward.correct"} <= set(headers)
+        assert {"completion_length", "length_clipped", "kl_ref_mean", "log_ratio_absmax", "is_weight_max", "entropy_mean",
+                "reward.correct"} <= set(headers)
         assert "policy_version" not in headers  # bookkeeping hidden until picked
         assert chrome.eval("document.documentElement.scrollWidth") <= 1366
         _shot(chrome, tmp_path, "explorer-1366.png")

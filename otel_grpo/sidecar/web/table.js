@@ -11,15 +11,16 @@ const ALL_STEPS = "-9223372036854775808";  // step_min for a search over every s
 const SEARCH_DELAY_MS = 250;
 // Columns first in the table, in this order: identity, reward, then the per-sample diagnostics
 // (token-level numbers of each completion), then the rest as the rows have them, text last.
-const LEAD = ["step", "sample_index", "group", "reward", "advantage", "completion_length", "terminated",
-              "kl_ref_mean", "kl_ref_max", "log_ratio_mean", "log_ratio_max", "is_weight_mean", "is_weight_max",
+// (signals.sample_diagnostics names them.)
+const LEAD = ["step", "sample_index", "group", "reward", "advantage", "completion_length", "length_clipped",
+              "kl_ref_mean", "kl_ref_max", "log_ratio_mean", "log_ratio_absmax", "is_weight_mean", "is_weight_max",
               "entropy_mean"];
 const TEXT_COLUMNS = ["prompt", "completion"];
 // Bookkeeping columns, hidden until picked (the picker lists them).
 // The prompt is the group's (the group view shows it); the diagnostics' companions (mean of the
 // IS weight, max of the KL) are one click away. The completion gets the width that is left.
 const HIDDEN_BY_DEFAULT = new Set(["prompt_length", "policy_version", "source_rank", "completion_index", "group_size",
-                                   "truncated", "target", "reward_rank", "selection", "prompt", "kl_ref_max",
+                                   "truncated", "target", "reward_rank", "selection", "prompt", "terminated", "kl_ref_max",
                                    "log_ratio_mean", "is_weight_mean"]);
 const CHAR_PX = 7.2, CELL_PAD_PX = 14, MIN_CHARS = 7, TEXT_MIN_PX = { prompt: 220, completion: 320 };
 let shownRows = [];
