@@ -7,6 +7,7 @@ from typing import NoReturn, Optional
 
 import typer
 
+from .._extras import require
 from ._app import app
 
 
@@ -30,6 +31,7 @@ def sidecar(
     beyond loopback, set both tokens. A database that cannot be opened is one error line and
     exit code 1; an existing one on a full disk is served read-only.
     """
+    require("sidecar", "otel-grpo sidecar")
     import uvicorn
 
     from otel_grpo.sidecar import SidecarSettings, create_app
