@@ -5,12 +5,13 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import typer
 
 from .._extras import require
 from ._app import app
+from ._paths import os_error_line, path_problem
 
 _DIR = typer.Option(Path(".demo"), "--dir", help="Generated configs, data and logs.")
 _SIDECAR = typer.Option(8000, help="Sidecar port.")
@@ -33,12 +34,22 @@ def _start(settings):
     """Start the stack, or exit 1 with the one-line reason (e.g. how to install Prometheus)."""
     from otel_grpo.stack import LocalStack, StackError
 
+    problem = path_problem(settings.dir, "--dir", directory=True)
+    if problem:
+        _fail(problem)
     stack = LocalStack(settings)
     try:
         return stack.start()
     except StackError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from None
+        _fail(str(e))
+    except OSError as e:  # /proc/foo: the kernel refuses what looked writable
+        stack.stop()
+        _fail(os_error_line(e, settings.dir, "--dir"))
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
 
 
 def _print_urls(stack, trainer: bool = True) -> None:

@@ -15,12 +15,13 @@ import os
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .. import catalog
+from .._setting_errors import SettingsError
 
 Exporter = Literal["otlp", "prometheus", "console", "none"]
 Protocol = Literal["grpc", "http/protobuf"]
@@ -60,6 +61,13 @@ class TelemetrySettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="OTEL_GRPO_", extra="ignore", populate_by_name=True, validate_default=True
     )
+
+    def __init__(self, **values: Any) -> None:
+        """Raises `SettingsError` (a ValueError), one line naming the argument or variable that is wrong."""
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise SettingsError.of(error, type(self), values) from None
 
     run_id: str = Field(default_factory=_new_run_id, min_length=1, max_length=128)
     """Identifies the run: attribute `run_id` on every data point, `grpo.run_id` on spans."""
