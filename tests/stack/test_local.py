@@ -79,6 +79,10 @@ def test_up_loads_every_rule_and_scrapes_the_sidecar(stack):
 
         assert _wait_for(sidecar_up)
         assert http.get(f"{s.alertmanager_url}/api/v2/status").json()["cluster"]["status"] == "disabled"
+        # every link `up` prints opens something: no 404 / 500 from a web UI these builds lack
+        for name, url in stack.urls.items():
+            if name != "trainer metrics":  # no trainer runs here
+                assert http.get(url).status_code == 200, (name, url)
 
 
 def test_alertmanager_delivers_to_the_sidecar(stack):
