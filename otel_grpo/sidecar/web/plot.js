@@ -220,7 +220,7 @@ const Plot = (() => {
     tip.className = "plot-tip";
     tip.hidden = true;
     wrap.appendChild(tip);
-    const steps = [...new Set(series.flatMap((s) => s.points.map((p) => p[0])))].sort((a, b) => a - b);
+    const steps = [...new Set(series.flatMap((s) => s.points.map((p) => p[0])))].sort((a, b) => a - b).map((x) => [x]);
     const toStep = (e) => {
       const box = svg.getBoundingClientRect();
       const x = ((e.clientX - box.left) / box.width) * W;
@@ -229,7 +229,7 @@ const Plot = (() => {
     let dragFrom = null;
     svg.classList.add("pickable");
     svg.addEventListener("mousemove", (e) => {
-      const at = nearest(steps.map((s) => [s]), toStep(e));
+      const at = nearest(steps, toStep(e));
       if (!at) return;
       const step = at[0];
       guide.setAttribute("x1", frame.sx(step));
