@@ -51,10 +51,22 @@ class AnomalyJudge:
                             for name in _names_of(key)}
         self._watched = {name: (key, log, side) for key, log, side in _OUTLIERS for name in _names_of(key)}
         self._history = {key: deque(maxlen=settings.anomaly_window) for key, _, _ in _OUTLIERS}
+        self._warned = False
 
     def __call__(self, scalars: Sequence[Mapping[str, float]], skipped: bool) -> str | None:
+        """Why the step is anomalous, or None. Never raises: telemetry must not stop training."""
         if not self._enabled:
             return None
+        try:
+            return self._judge(scalars, skipped)
+        except Exception:  # a bug here costs the step its whole-step retention, said once
+            if not self._warned:
+                self._warned = True
+                logger.warning("otel-grpo: judging a step for retention failed; keeping the usual selection",
+                               exc_info=True)
+            return None
+
+    def _judge(self, scalars: Sequence[Mapping[str, float]], skipped: bool) -> str | None:
         reasons = ["update skipped"] if skipped else []
         seen: dict[str, float] = {}
         for values in scalars:

@@ -99,3 +99,11 @@ def test_an_anomalous_step_is_spilled_whole_within_the_budget(tmp_path):
     assert reasons.pop().startswith("kl 3 above 1; kl outlier (z +")
     assert len(spilled(10)) == 5  # the budget of 40 rows is spent: the usual selection
     assert "kept_because" not in spilled(10)[0]
+
+
+def test_the_judge_never_raises_into_the_training_loop(caplog):
+    caplog.set_level(logging.WARNING)
+    judge = _judge()
+    assert judge([None], False) is None and judge([None], False) is None  # a malformed record: no verdict
+    assert sum("retention failed" in r.getMessage() for r in caplog.records) == 1
+    assert judge([{"kl": 2.0}], False) == "kl 2 above 1"  # and it goes on
