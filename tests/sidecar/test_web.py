@@ -457,10 +457,13 @@ def test_run_explorer_from_a_bad_step_to_its_completions(sidecar, otlp, tmp_path
         assert all(min(t) >= int(state["from"]) and max(t) <= int(state["to"]) for t in x_ticks if t)
         assert not chrome.eval("document.querySelector('#zoom-reset').hidden")
         x, y = chrome.step_point(kl, 10, (int(state["from"]), int(state["to"])))
+        before = chrome.eval("window.scrollY")
         for count in (1, 2):
             chrome.mouse("mousePressed", x, y, button="left", clickCount=count)
             chrome.mouse("mouseReleased", x, y, button="left", clickCount=count)
         chrome.wait_for("!location.hash.includes('from=')")
+        time.sleep(0.5)  # past the double-click window: the first click must not have picked a step
+        assert chrome.eval("window.scrollY") == before and _hash(chrome)["step"] == "12"
 
         # Links: a sample link marks its row; a group link opens the group view; both survive a reload.
         chrome.open(f"{sidecar.url}/#/run/{MAIN}?step=12&sample=3&sort=kl_ref_mean&desc=1")

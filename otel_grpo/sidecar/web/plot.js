@@ -1,7 +1,7 @@
 // Line plots against step, drawn as SVG. Written for this page: no library, nothing from a CDN.
 // Every label goes through textContent, so no data is ever parsed as markup.
 // Interactions: hover shows every series' value at the step under the pointer; a click picks that
-// step; a horizontal drag zooms to the dragged steps (the caller redraws every panel), a double
+// step (once no second click follows); a horizontal drag zooms to the dragged steps (the caller redraws every panel), a double
 // click zooms out. Optional: exponential smoothing, vertical marks (alerts, the picked step), and
 // series of other runs drawn dashed (overlay, aligned by step).
 "use strict";
@@ -13,6 +13,8 @@ const Plot = (() => {
   const W = 440, H = 210, M = { l: 62, r: 10, t: 8, b: 32 };
   const MAX_Y_TICKS = 6;
   const DRAG_PX = 6;  // a pointer move shorter than this is a click, not a zoom
+  const DOUBLE_CLICK_MS = 300;  // a click waits this long for a second one (a double click zooms out)
+  let pendingPick = null;  // shared by every plot: a redraw replaces them
 
   function el(name, attrs, parent) {
     const node = document.createElementNS(NS, name);
@@ -259,15 +261,17 @@ const Plot = (() => {
       dragFrom = null;
       band.setAttribute("visibility", "hidden");
       const clamp = (s) => Math.min(Math.max(s, frame.x0), frame.x1);
-      // The second click of a double click: all steps. (Read from the click count, not from a
-      // dblclick event: the first click picks a step, which redraws the plot under the pointer.)
-      if (e.detail === 2 && o.onZoom) {
+      // A click picks its step once no second click follows: the pick scrolls to the samples,
+      // which would take a double click's second click off the plot.
+      clearTimeout(pendingPick);
+      if (e.detail >= 2 && o.onZoom) {
         o.onZoom(null);
       } else if (Math.abs(e.clientX - from.px) >= DRAG_PX && o.onZoom) {
         const a = clamp(Math.min(from.step, toStep(e))), b = clamp(Math.max(from.step, toStep(e)));
         if (Math.ceil(a) < Math.floor(b)) o.onZoom([Math.ceil(a), Math.floor(b)]);
       } else if (o.onPick) {
-        o.onPick(clamp(Math.round(toStep(e))));
+        const step = clamp(Math.round(toStep(e)));
+        pendingPick = setTimeout(() => o.onPick(step), DOUBLE_CLICK_MS);
       }
     });
   }
