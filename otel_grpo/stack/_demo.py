@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from ._local import LocalStack, StackSettings
 
@@ -233,6 +234,8 @@ def format_summary(s: DemoSummary, live: bool = True) -> str:
 
     if live:
         samples = f"samples: {s.samples_url} (also spilled to {s.samples_spill})"
+        if "sidecar" in s.urls:  # the run in the explorer: its plots, alerts by step, the samples
+            samples = f"run explorer: {s.urls['sidecar']}#/run/{quote(s.run_id, safe='')}\n{samples}"
     else:
         samples = (f"samples: spilled to {s.samples_spill}; the run is kept in {s.sidecar_db} "
                    f"(`otel-grpo sidecar --db {s.sidecar_db}` serves it again)")

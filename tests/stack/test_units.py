@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import httpx
@@ -77,6 +78,8 @@ def test_summary_text():
     assert "reward (mean): 0.200 -> 0.750" in text
     assert "alerts fired:  GRPOKLHigh" in text and "reached the sidecar: none" in text
     assert s.samples_url in text
+    linked = format_summary(DemoSummary(**{**asdict(s), "urls": {"sidecar": "http://127.0.0.1:8000/"}}))
+    assert "run explorer: http://127.0.0.1:8000/#/run/r1" in linked
     stopping = format_summary(s, live=False)  # demo --exit: the stack is about to stop
     assert "http://" not in stopping
     assert "otel-grpo sidecar --db x/sidecar/sidecar.db" in stopping and "x/samples" in stopping
