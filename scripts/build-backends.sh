@@ -33,6 +33,29 @@ export CGO_ENABLED=0
 
 have() { [ -x "$CACHE/$1" ]; }
 
+# Progress: "[2/5] building prometheus-3.16.0 ... done in 212 s", after one banner saying what
+# is built and why, when anything is missing (a machine that has them all prints nothing).
+STEP=0 TOTAL=0 STARTED=$SECONDS
+binaries_of() {
+  case "$1" in
+    prometheus) echo "promtool-$PROMETHEUS_VERSION prometheus-$PROMETHEUS_VERSION" ;;
+    alertmanager) echo "amtool-$ALERTMANAGER_VERSION alertmanager-$ALERTMANAGER_VERSION" ;;
+    collector) echo "otelcol-grpo-$OTELCOL_VERSION" ;;
+  esac
+}
+announce() {  # announce <target>...: count what is missing, say what and why once
+  local missing=() b
+  for t in "$@"; do for b in $(binaries_of "$t"); do have "$b" || missing+=("$b"); done; done
+  TOTAL=${#missing[@]}
+  [ "$TOTAL" -gt 0 ] || return 0
+  echo "build-backends: building ${missing[*]} from their Go modules into $CACHE" >&2
+  echo "build-backends: why: the tests and 'otel-grpo up' run these pinned versions (otel_grpo/stack/backends.yml);" \
+       "no package registry here ships them. Once per machine: 8-20 minutes on 2 cores, then reused." >&2
+}
+begin_step() { STEP=$((STEP + 1)); STEP_STARTED=$SECONDS; echo "build-backends: [$STEP/$TOTAL] building $1 ($2)" >&2; }
+end_step() { echo "build-backends: [$STEP/$TOTAL] $1 done in $((SECONDS - STEP_STARTED)) s" \
+                  "($((SECONDS - STARTED)) s so far)" >&2; }
+
 # Build directories, removed at exit even when a build fails.
 WORKDIRS=()
 cleanup() { [ ${#WORKDIRS[@]} -eq 0 ] || rm -rf "${WORKDIRS[@]}"; }
@@ -48,9 +71,10 @@ install_as() {  # install_as <cache name> <package@version> <version> [build tag
   local name=$1 pkg=$2 version=$3 tags=${4:-} tmp
   have "$name" && return 0
   new_workdir; tmp=$WORK
-  echo "build-backends: building $name from $pkg" >&2
+  begin_step "$name" "go install $pkg"
   GOBIN="$tmp" go install ${tags:+-tags "$tags"} -ldflags "-s -w $(version_flags "$version")" "$pkg"
   mv "$tmp"/* "$CACHE/$name.tmp" && mv "$CACHE/$name.tmp" "$CACHE/$name"
+  end_step "$name"
 }
 
 build_prometheus() {
@@ -70,20 +94,21 @@ build_alertmanager() {
   # a one-page stand-in there. The API, routing and notifications are unaffected.
   src=$(go mod download -json "github.com/prometheus/alertmanager@v$ALERTMANAGER_VERSION" | awk -F'"' '/"Dir"/ { print $4 }')
   new_workdir; work=$WORK
-  echo "build-backends: building $name from a copy of $src" >&2
+  begin_step "$name" "go build from a copy of $src, with a stand-in for the web UI it does not ship"
   cp -r "$src" "$work/am" && chmod -R u+w "$work/am"
   mkdir -p "$work/am/ui/app/dist"
   echo "<!doctype html><title>Alertmanager</title><p>Web UI not built; the API is at /api/v2/." \
     > "$work/am/ui/app/dist/index.html"
   (cd "$work/am" && go build -ldflags "-s -w $(version_flags "$ALERTMANAGER_VERSION")" -o "$CACHE/$name.tmp" ./cmd/alertmanager)
   mv "$CACHE/$name.tmp" "$CACHE/$name"
+  end_step "$name"
 }
 
 build_collector() {
   local name="otelcol-grpo-$OTELCOL_VERSION-$OTELCOL_DIGEST" work
   have "$name" && return 0
   new_workdir; work=$WORK
-  echo "build-backends: building $name with the collector builder" >&2
+  begin_step "$name" "the collector builder with collector/builder-config.yaml's components"
   # The checksum database has no entry for the builder v0.144.0 (a 404 from sum.golang.org;
   # the components it builds are all there), so only the builder skips that check.
   GOBIN="$work/bin" GONOSUMDB=go.opentelemetry.io/collector/cmd/builder \
@@ -91,6 +116,7 @@ build_collector() {
   sed "s#output_path: .*#output_path: $work/dist#" collector/builder-config.yaml > "$work/manifest.yaml"
   "$work/bin/builder" --config "$work/manifest.yaml" --ldflags "-s -w"
   mv "$work/dist/otelcol-grpo" "$CACHE/$name.tmp" && mv "$CACHE/$name.tmp" "$CACHE/$name"
+  end_step "$name"
 }
 
 build_helm() {  # `helm lint` / `helm template` for the chart under deploy/helm
@@ -122,6 +148,10 @@ build_compose-go() {  # a module of its own around scripts/compose-config/main.g
 
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(prometheus alertmanager collector helm crds compose-go)
+for t in "${targets[@]}"; do
+  case "$t" in prometheus|alertmanager|collector) ;; *) echo "build-backends: unknown target '$t' (prometheus, alertmanager, collector)" >&2; exit 2 ;; esac
+done
+announce "${targets[@]}"
 for t in "${targets[@]}"; do
   case "$t" in
     prometheus|alertmanager|collector|helm|crds|compose-go) "build_$t" ;;

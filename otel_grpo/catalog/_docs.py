@@ -25,6 +25,9 @@ _HEADER = """# Signals
 Generated from the catalog (`otel_grpo/catalog`) by `otel-grpo dashboards`; do not edit by hand.
 
 Every signal otel-grpo exports, how it is computed, and the name each peer logs it under.
+The signal cell holds its three spellings of one name: the key (`kl`: stats dicts, the
+sidecar's API columns), the OpenTelemetry name (`grpo.kl`: the sidecar's page shows it) and
+the Prometheus series (`grpo_kl`: alert rules and dashboards query it).
 A peer cell says **same** when the peer's code computes the same number, or **differs**
 and how. Peer names resolve to the signal: `Telemetry.log_metrics` and `Step.record`
 accept them as they are (`log_metrics(..., source="trl")` where a peer's name is one of our
@@ -74,7 +77,7 @@ def _peer(signal: Signal, peer: str) -> str:
 
 def _row(signal: Signal) -> str:
     label = f" (attribute `{signal.label}`)" if signal.label else ""
-    cells = [f"`{signal.key}`{label}<br>`{signal.prometheus_name}`", f"{signal.kind.value}, `{signal.unit}`",
+    cells = [f"`{signal.key}`{label}<br>`{signal.name}`<br>`{signal.prometheus_name}`", f"{signal.kind.value}, `{signal.unit}`",
              _cell(signal.description)]
     cells += [_peer(signal, peer) for peer, _ in _PEERS]
     other = ", ".join(f"`{a}`" for a in signal.aliases)

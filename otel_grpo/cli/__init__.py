@@ -6,6 +6,8 @@ import sys
 
 from pydantic import ValidationError
 
+from .._extras import MissingExtra
+from .._setting_errors import SettingsError
 from ._app import app
 from . import sidecar as _sidecar, stack as _stack, train as _train  # noqa: F401  (register commands)
 from . import follow as _follow  # noqa: F401  (register the command)
@@ -21,9 +23,16 @@ def _one_line(error: ValidationError) -> str:
 
 
 def main() -> None:
-    """Console-script entry point: bad settings end in one readable line and exit 2, not a traceback."""
+    """Console-script entry point: bad settings end in one readable line and exit 2, a missing
+    extra in one line naming it and exit 1, not a traceback."""
     try:
         app()
     except ValidationError as error:
         print(f"otel-grpo: {_one_line(error)}", file=sys.stderr)
         raise SystemExit(2) from None
+    except SettingsError as error:  # names the variable the user set (OTEL_EXPORTER_OTLP_PROTOCOL=foo)
+        print(f"otel-grpo: invalid setting {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except MissingExtra as error:
+        print(f"otel-grpo: {error}", file=sys.stderr)
+        raise SystemExit(1) from None

@@ -7,7 +7,9 @@ from typing import NoReturn, Optional
 
 import typer
 
+from .._extras import require
 from ._app import app
+from ._paths import os_error_line, path_problem
 
 
 @app.command()
@@ -34,6 +36,7 @@ def sidecar(
     intended (it then warns). A database that cannot be opened is one error line and
     exit code 1; an existing one on a full disk is served read-only.
     """
+    require("sidecar", "otel-grpo sidecar")
     import uvicorn
 
     from otel_grpo.sidecar import SidecarSettings, create_app
@@ -47,6 +50,7 @@ def sidecar(
     except ValueError as e:  # pydantic's ValidationError is one
         _fail(f"invalid sidecar settings: {_first_error(e)}")
     _check_db(settings.db)
+    _check_port(settings.host, settings.port)
     if not loopback_only(settings.host) and not (settings.ingest_token and settings.read_token):
         typer.echo(f"warning: the sidecar listens on {settings.host} without both tokens, as allowed: anyone who "
                    "reaches it can read samples or write runs (browsers are held off by the Host check, see "
@@ -75,9 +79,26 @@ def _check_db(path: Path) -> None:
 
     from otel_grpo.sidecar.store import Store
 
+    # an existing database file may be served read-only: only a new one must be creatable
+    problem = path_problem(path, "--db") if not path.is_file() else None
+    if problem:
+        _fail(f"cannot create the sidecar database: {problem}")
     try:
         Store.open(path).close()
-    except (sqlite3.Error, OSError) as e:
+    except OSError as e:
+        _fail(f"cannot open the sidecar database: {os_error_line(e, path, '--db')}")
+    except sqlite3.Error as e:
         _fail(f"cannot open the sidecar database {str(path)!r}: {e}")
 
 
+def _check_port(host: str, port: int) -> None:
+    """A port in use is one line before uvicorn starts (its error came among INFO lines, exit 3)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as e:
+            _fail(f"cannot listen on {host}:{port}: {e.strerror or e} (another sidecar? choose --port)")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import typer
 
+from .._extras import require
 from ._app import app
+from ._paths import os_error_line, path_problem
 
 _DIR = typer.Option(Path(".demo"), "--dir", help="Generated configs, data and logs.")
 _SIDECAR = typer.Option(8000, help="Sidecar port.")
@@ -32,12 +34,22 @@ def _start(settings):
     """Start the stack, or exit 1 with the one-line reason (e.g. how to install Prometheus)."""
     from otel_grpo.stack import LocalStack, StackError
 
+    problem = path_problem(settings.dir, "--dir", directory=True)
+    if problem:
+        _fail(problem)
     stack = LocalStack(settings)
     try:
         return stack.start()
     except StackError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from None
+        _fail(str(e))
+    except OSError as e:  # /proc/foo: the kernel refuses what looked writable
+        stack.stop()
+        _fail(os_error_line(e, settings.dir, "--dir"))
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
 
 
 def _print_urls(stack, trainer: bool = True) -> None:
@@ -84,6 +96,7 @@ def up(dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _P
     a /metrics endpoint on the trainer that Prometheus scrapes (OTEL_GRPO_METRICS_EXPORTERS=prometheus,
     OTEL_GRPO_PROMETHEUS_PORT=<trainer metrics port>).
     """
+    require("sidecar", "otel-grpo up")
     stack = _start(_settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port))
     try:
         typer.echo("otel-grpo stack is up:")
@@ -98,7 +111,7 @@ def up(dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _P
 @app.command()
 def demo(
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the preset's)."),
-    fault: List[str] = typer.Option([], "--fault", help="Inject a fault, KIND@STEP (kl-spike, rollout-drift, stall, nan); repeatable."),
+    fault: List[str] = typer.Option([], "--fault", help="Inject a fault, KIND@STEP (kl-spike, rollout-drift, stall, nan, bad-batch); repeatable."),
     run_id: Optional[str] = typer.Option(None, help="Run id (default: demo-<UTC time>)."),
     exit_: bool = typer.Option(False, "--exit", help="Stop the stack when the run ends instead of waiting for Ctrl-C."),
     trainer_log: Optional[Path] = typer.Option(None, help="Write the trainer's output here instead of the terminal."),
@@ -107,6 +120,8 @@ def demo(
     alertmanager_port: int = _AM, trainer_metrics_port: int = _TRAINER,
 ) -> None:
     """Start the stack, train the demo GRPO model against it, print a summary."""
+    require("sidecar", "otel-grpo demo")
+    require("trainer", "otel-grpo demo")
     from otel_grpo.stack import DemoSettings, format_summary, run_demo
 
     settings = _settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port)

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .._extras import require
 from ._app import app
 
 
@@ -45,6 +46,7 @@ def train(
     step_delay: Annotated[Optional[float], typer.Option(help="Minimum seconds per step (so scrapers see each step).")] = None,
 ) -> None:
     """Train a small transformer with GRPO on a verifiable digit task, fully instrumented."""
+    require("trainer", "otel-grpo train")
     from otel_grpo.trainer import ConfigError, GRPOTrainer, load_config
 
     overrides = _overrides(set_, steps, output_dir, run_id, resume, fault, telemetry, seed, progress, step_delay)

@@ -19,6 +19,9 @@ __all__ = ["OtelGrpoCallback", "instrument"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
+        from .._extras import require
+
+        require("trl", f"otel_grpo.integrations.{name}")
         from . import trl as _trl  # imports transformers: only on first use
 
         return getattr(_trl, name)

@@ -15,8 +15,12 @@ Endpoints:
     GET  /metrics, /healthz, /readyz       the sidecar's own health
 """
 
-from ._app import create_app
-from ._settings import SidecarSettings
-from .store import Store
+from .._extras import require
+
+require("sidecar", "otel_grpo.sidecar")  # one line naming the extra, not fastapi's ModuleNotFoundError
+
+from ._app import create_app  # noqa: E402
+from ._settings import SidecarSettings  # noqa: E402
+from .store import Store  # noqa: E402
 
 __all__ = ["SidecarSettings", "Store", "create_app"]

@@ -38,9 +38,11 @@ def unit_label(unit: str) -> str:
 
 def _series(entry: str) -> dict[str, str]:
     signal = catalog.get(entry.rstrip("/"))  # KeyError at import if the layout names an unknown key
-    out = {"label": signal.key, "name": signal.name, "unit": unit_label(signal.unit),
-           "description": signal.description}
-    return {("prefix" if entry.endswith("/") else "key"): entry, **out}
+    out = {"label": signal.key, "name": signal.name, "prometheus": signal.prometheus_name,
+           "unit": unit_label(signal.unit), "description": signal.description}
+    if entry.endswith("/"):  # templated: one line per value of the catalog's label (`reward_fn`)
+        return {"prefix": entry, "attribute": signal.label or "", **out}
+    return {"key": entry, **out}
 
 
 def _build() -> list[dict]:
@@ -51,7 +53,8 @@ def _build() -> list[dict]:
         panels.append({"title": title, "group": group, "scale": scale, "unit": series[0]["unit"], "series": series})
     phase = catalog.get("phase_duration")
     panels.append({"title": "Phase durations", "group": phase.group.value, "scale": "linear", "unit": "s",
-                   "series": [{"prefix": "phase_duration/", "label": "phase", "name": phase.name, "unit": "s",
+                   "series": [{"prefix": "phase_duration/", "attribute": "phase", "label": "phase", "name": phase.name,
+                               "prometheus": phase.prometheus_name, "unit": "s",
                                "description": phase.description}]})
     return panels
 

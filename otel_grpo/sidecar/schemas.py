@@ -98,6 +98,10 @@ class Panel(BaseModel):
     unit: str
     """The y axis unit, from the catalog."""
     series: list[dict[str, str]]
+    """One per signal: `key` (the step column, as in `/api/runs/{run_id}/steps`) or `prefix` and
+    `attribute` (templated: one column `<prefix><value>` per value of that attribute), `name`
+    (the catalog's OTel name, e.g. `grpo.kl`), `prometheus` (its Prometheus series, `grpo_kl`), `unit`,
+    `description`."""
 
 
 class Message(BaseModel):

@@ -9,6 +9,7 @@
     >>> stats = stats | signals.loss_stats(loss, policy_term, beta_kl_term)  # per micro-batch: the loss and its parts
     >>> reduced = signals.reduce_stats(stats, accelerator)   # one collective, one host copy
     >>> reduced["reward"], reduced.samples["sample_reward"], reduced.invalid
+    >>> # per-completion columns for the sample table (same pack): signals.sample_diagnostics(...)
 
 Stat functions take padded `[B, T]` tensors with a `[B, T]` mask, never read a
 value on the host, and return `Stats`; every key is a catalog key.
@@ -18,6 +19,7 @@ from ._diversity import diversity_stats
 from ._lengths import length_stats
 from ._mismatch import mismatch_stats
 from ._partial import Stats
+from ._per_sample import sample_diagnostics
 from ._policy import loss_stats, policy_stats
 from ._reduce import reduce_stats
 from ._reduced import ReducedStats
@@ -40,4 +42,5 @@ __all__ = [
     "reduce_stats",
     "reward_stats",
     "rollout_correction",
+    "sample_diagnostics",
 ]

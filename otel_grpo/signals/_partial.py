@@ -80,6 +80,10 @@ FIELDS = {
 }
 
 
+# Per-sample columns ride in `Stats.vectors` under this prefix (no catalog key contains ":").
+COLUMN_PREFIX = "column:"
+
+
 def _scalar(x: Tensor | float, like: Tensor | None = None) -> Tensor:
     """A 0-d float64 tensor; floats become tensors on `like`'s device (a host->device copy)."""
     if isinstance(x, Tensor):
@@ -194,6 +198,19 @@ class Stats:
             if not 0.0 <= q <= 1.0:
                 raise ValueError(f"quantile {qkey!r}: q={q} is outside [0, 1]")
             self._add(qkey, Spec(Part.QUANTILE, source=key, q=q))
+        return self
+
+    def add_column(self, name: str, values: Tensor) -> Stats:
+        """A per-sample column `values` [N] (NaN: no value) for the sample table, not a catalog signal:
+        gathered with the per-sample vectors (same collective, same host copy) and returned whole, in
+        rank order, as `ReducedStats.columns[name]` (no histogram). `name` is the sample row's column."""
+        if not name or not isinstance(name, str):
+            raise ValueError(f"name: a column needs a non-empty name, got {name!r}")
+        if values.dim() != 1:
+            raise ValueError(f"column {name!r} must be 1-D, got shape {tuple(values.shape)}")
+        values = values.detach().to(_F64)
+        key = COLUMN_PREFIX + name
+        self.vectors[key] = torch.cat([self.vectors[key], values]) if key in self.vectors else values
         return self
 
     def add_distinct(self, key: str, ids: Tensor) -> Stats:

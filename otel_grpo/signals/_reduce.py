@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._partial import FIELDS, Part, Stats, pad_ids
+from ._partial import COLUMN_PREFIX, FIELDS, Part, Stats, pad_ids
 from ._reduced import ReducedStats
 
 _F64 = torch.float64
@@ -266,9 +266,13 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     mins = host[n_sums + n_checks : n_sums + n_checks + k_min]
     keys, pairs = _finalize_sums(host[:n_sums], lay, mins, host[at - k_max : at])
     at += 1
-    samples = {}
+    samples, columns = {}, {}
     for key, n in lay.vectors:
-        samples[key] = [x for x in host[at : at + n * world] if x == x]  # x == x: not NaN
+        block = host[at : at + n * world]
+        if key.startswith(COLUMN_PREFIX):  # every row, in rank order; NaN: no value
+            columns[key[len(COLUMN_PREFIX):]] = [x if x == x else None for x in block]
+        else:
+            samples[key] = [x for x in block if x == x]  # x == x: not NaN
         at += n * world
     ordered: dict[str, list[float]] = {}
     # On the host: a device nanquantile per vector costs more than sorting a step's few thousand
@@ -285,4 +289,4 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     keys += lay.keys[Part.DISTINCT]
     result = {key: val for key, (val, ok) in zip(keys, pairs) if ok}
     invalid = frozenset(key for key, (_, ok) in zip(keys, pairs) if not ok)
-    return ReducedStats(result, samples=samples, invalid=invalid)
+    return ReducedStats(result, samples=samples, invalid=invalid, columns=columns)

@@ -15,9 +15,11 @@ class ReducedStats(dict[str, float]):
         samples: catalog key of a per-sample signal (`"sample_reward"`, ...) ->
             the values of every valid sample of every rank, for histograms.
         invalid: stat keys that had no valid element this step.
+        columns: per-sample columns (`Stats.add_column`, e.g. `sample_diagnostics`) -> one value
+            per row of every rank, rank 0's rows first; None where a row has none.
     """
 
-    __slots__ = ("samples", "invalid")
+    __slots__ = ("samples", "invalid", "columns")
 
     def __init__(
         self,
@@ -25,10 +27,23 @@ class ReducedStats(dict[str, float]):
         *,
         samples: dict[str, list[float]] | None = None,
         invalid: frozenset[str] = frozenset(),
+        columns: dict[str, list[float | None]] | None = None,
     ) -> None:
         super().__init__(values or {})
         self.samples: dict[str, list[float]] = samples or {}
         self.invalid: frozenset[str] = invalid
+        self.columns: dict[str, list[float | None]] = columns or {}
+
+    def column_rows(self, rank: int = 0, world: int = 1) -> list[dict[str, float]]:
+        """This rank's rows of `columns`, one dict per sample in the order its stats were built
+        (ranks pass equal row counts, as `reduce_stats` requires); None values are left out.
+
+            rows = [{**row, **extra} for row, extra in zip(rows, reduced.column_rows(rank, world))]
+        """
+        if not self.columns:
+            return []
+        n = len(next(iter(self.columns.values()))) // world
+        return [{k: v[i] for k, v in self.columns.items() if v[i] is not None} for i in range(rank * n, rank * n + n)]
 
     def __repr__(self) -> str:
         return (

@@ -18,12 +18,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from ._local import LocalStack, StackSettings
 
-FAULT_KINDS = ("kl-spike", "rollout-drift", "stall", "nan")
+if TYPE_CHECKING:
+    import httpx  # the [sidecar] extra: imported where used, so `otel-grpo dashboards` needs none
+
+# The trainer's FAULT_KINDS (its module imports torch, which the stack does not need); a test
+# keeps the two equal.
+FAULT_KINDS = ("kl-spike", "rollout-drift", "stall", "nan", "bad-batch")
 RECORD_GRACE_S = 3.0
 
 
@@ -102,6 +107,8 @@ class AlertWatcher:
         self._thread.join()
 
     def poll(self, client: httpx.Client) -> None:
+        import httpx
+
         s, run = self.settings, self.run_id
         if not self._recording:
             return
@@ -118,6 +125,8 @@ class AlertWatcher:
             pass  # a slow answer costs one poll; the next one catches up
 
     def _loop(self) -> None:
+        import httpx
+
         with httpx.Client(timeout=5.0) as client:
             while not self._stop.wait(self.period_s):
                 self.poll(client)
@@ -159,6 +168,8 @@ def _rewards(path: Path) -> tuple[int, float | None, float | None]:
 
 
 def _sidecar_alerts(client: httpx.Client, settings: StackSettings, run_id: str) -> set[str]:
+    import httpx
+
     try:
         r = client.get(f"{settings.sidecar_url}/api/alerts", params={"run_id": run_id})
         return {a["alertname"] for a in r.json() if a.get("alertname")}
@@ -168,6 +179,8 @@ def _sidecar_alerts(client: httpx.Client, settings: StackSettings, run_id: str) 
 
 def _settle(watcher: AlertWatcher, settings: StackSettings, run_id: str, timeout_s: float) -> set[str]:
     """Wait until every alert Prometheus fired and Alertmanager did not suppress reached the sidecar."""
+    import httpx
+
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=5.0) as client:
         while True:
@@ -221,6 +234,8 @@ def format_summary(s: DemoSummary, live: bool = True) -> str:
 
     if live:
         samples = f"samples: {s.samples_url} (also spilled to {s.samples_spill})"
+        if "sidecar" in s.urls:  # the run in the explorer: its plots, alerts by step, the samples
+            samples = f"run explorer: {s.urls['sidecar']}#/run/{quote(s.run_id, safe='')}\n{samples}"
     else:
         samples = (f"samples: spilled to {s.samples_spill}; the run is kept in {s.sidecar_db} "
                    f"(`otel-grpo sidecar --db {s.sidecar_db}` serves it again)")

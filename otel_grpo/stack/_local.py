@@ -71,6 +71,9 @@ class StackSettings:
             "OTEL_GRPO_TRACES_EXPORTERS": "otlp",
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{self.sidecar_url}/v1/traces",
+            # the steps whose every completion the trainer keeps: those this stack's alerts flag
+            "OTEL_GRPO_ANOMALY_THRESHOLDS": (f"kl={self.rules.kl_spike_threshold:g},"
+                                             f"mismatch_kl={self.rules.mismatch_kl_threshold:g}"),
         }
 
 
@@ -78,20 +81,24 @@ class StackSettings:
 # serves only that), and the JSON API every version answers (a Prometheus built from its Go
 # module, as the tests build it, has no web UI at all).
 ALERTS_PAGES = ("/alerts", "/classic/alerts", "/api/v1/alerts")
+# Prometheus's query page where its web UI is built (3.x, 2.x), else its rules API: the build from
+# Go modules has no UI, and "/" answers 404 or 500 there.
+PROMETHEUS_PAGES = ("/query", "/graph", "/api/v1/rules")
+ALERTMANAGER_PAGE = "/api/v2/alerts"  # in every build (the Go-module one shows a stand-in page at /)
 
 
-def find_alerts_page(url: str) -> str:
-    """The first of `ALERTS_PAGES` the Prometheus at `url` answers with 200 (the API if none does)."""
+def find_alerts_page(url: str, pages: tuple[str, ...] = ALERTS_PAGES) -> str:
+    """The first of `pages` the Prometheus at `url` answers with 200 (the last, its API, if none does)."""
     import httpx
 
     with httpx.Client(timeout=5) as client:
-        for path in ALERTS_PAGES[:-1]:
+        for path in pages[:-1]:
             try:
                 if client.get(url + path).status_code == 200:
                     return path
             except httpx.HTTPError:
                 break
-    return ALERTS_PAGES[-1]
+    return pages[-1]
 
 
 def write_local_configs(s: StackSettings) -> dict[str, Path]:
@@ -119,15 +126,17 @@ class LocalStack:
         self.components: list[Managed] = []
         self.alerts_path = ALERTS_PAGES[-1]
         """The running Prometheus's alerts page (`find_alerts_page`), once started."""
+        self.prometheus_path = PROMETHEUS_PAGES[-1]
+        """Its query page, or its rules API where it has no web UI."""
 
     @property
     def urls(self) -> dict[str, str]:
         s = self.settings
         return {
             "sidecar": s.sidecar_url + "/",
-            "prometheus": s.prometheus_url + "/",
+            "prometheus": s.prometheus_url + self.prometheus_path,
             "alerts": s.prometheus_url + self.alerts_path,
-            "alertmanager": s.alertmanager_url + "/",
+            "alertmanager": s.alertmanager_url + ALERTMANAGER_PAGE,
             "trainer metrics": s.url(s.trainer_metrics_port) + "/metrics",
         }
 
@@ -189,6 +198,7 @@ class LocalStack:
             self.stop()
             raise
         self.alerts_path = find_alerts_page(self.settings.prometheus_url)
+        self.prometheus_path = find_alerts_page(self.settings.prometheus_url, PROMETHEUS_PAGES)
         return self
 
     def stop(self) -> None:

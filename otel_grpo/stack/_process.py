@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import httpx
-
 # Built from their Go modules by scripts/build-backends.sh into the cache first (the
 # versions compose pins); then the PATH, where Debian names them as below.
 BINARIES = {
@@ -116,6 +114,8 @@ class Managed:
 
     def wait_ready(self, timeout_s: float) -> None:
         """Poll the readiness URL until 200; fail early if the process exits."""
+        import httpx  # the [sidecar] extra, which `up` and `demo` require
+
         deadline = time.monotonic() + timeout_s
         with httpx.Client(timeout=2.0) as client:
             while True:

@@ -21,7 +21,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from ._instruments import Instruments
-from ._samples import ColumnTracker, Selected, StepRows, event_attributes, flatten_row, select_indices, step_rng
+from ._retention import RowBudget
+from ._samples import ColumnTracker, Selected, StepRows, event_attributes, flatten_row, pick_rows, step_rng
 from ._settings import TelemetrySettings
 from ._spill import SampleSpill
 
@@ -54,6 +55,8 @@ class StepRecord:
     """Set when the step span is left to the emitter (`span` is None): its start time."""
     end_ns: int | None = None
     skipped: bool = False
+    keep_reason: str | None = None
+    """Why every row of this step is kept (an anomalous step, `_retention`); None: the usual selection."""
     error: tuple[str, str] | None = None
     """(exception type, message) that ended the step, when the emitter makes its span (emit_in="process")."""
 
@@ -88,6 +91,7 @@ class Emitter:
         self._instruments = instruments
         self._tracer = tracer
         self._spill = spill
+        self._budget = RowBudget(settings)  # anomalous steps kept whole: this emitter selects (one process)
         self._columns = ColumnTracker()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._failed_kinds: set[str] = set()
@@ -197,9 +201,9 @@ class Emitter:
         picked = rec.picked
         if picked is None:
             rows = StepRows(rec.rows, s.score)
-            kept = select_indices(rows.scores, top_k=s.top_k, bottom_k=s.bottom_k, random_k=s.random_k,
-                                  rng=step_rng(s.seed, s.run_id, rec.step))
-            picked = [Selected(i, selection, rows.annotated(i, self._rank)) for i, selection in kept]
+            kept = pick_rows(rows.scores, s, rec.keep_reason, self._budget, step_rng(s.seed, s.run_id, rec.step))
+            reason = rec.keep_reason if kept and kept[0][1] == "all" else None
+            picked = [Selected(i, selection, rows.annotated(i, self._rank, reason)) for i, selection in kept]
         if not picked:
             return
         if (s.top_k or s.bottom_k) and picked[0].selection == "random" and not self._warned_score:

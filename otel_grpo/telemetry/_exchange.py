@@ -16,7 +16,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ._samples import Selected, StepRows, select_indices
+from ._retention import RowBudget
+from ._samples import Selected, StepRows, pick_rows
 from ._settings import TelemetrySettings
 
 
@@ -46,8 +47,12 @@ def select_across_ranks(
     settings: TelemetrySettings,
     rng: random.Random,
     group: ProcessGroup,
+    keep_reason: str | None = None,
+    budget: RowBudget | None = None,
 ) -> list[Selected] | None:
-    """Top / bottom / random rows of the step over every rank; the kept rows on rank 0, None elsewhere.
+    """Top / bottom / random rows of the step over every rank (or all of them, for an anomalous
+    step: rank 0's `keep_reason`, within `budget`, which every rank counts alike); the kept rows on
+    rank 0, None elsewhere.
 
     Every rank must call this once per step (with no rows if it has none). `Selected.index`
     is the row's position among every rank's rows, rank by rank; rows carry their group
@@ -56,16 +61,18 @@ def select_across_ranks(
     dist, rank, world = group.dist, group.rank, group.world
     rows = StepRows(calls, settings.score)
     seed = rng.getrandbits(63) if rank == 0 else None  # rank 0's draw: the same random picks everywhere
+    verdict = keep_reason if rank == 0 else None  # rank 0's verdict: the same rows kept everywhere
     gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, (rows.scores, seed))  # collective 1: scores only
+    dist.all_gather_object(gathered, (rows.scores, seed, verdict))  # collective 1: scores only
     starts, flat = [], []
-    for scores, _ in gathered:
+    for scores, _, _ in gathered:
         starts.append(len(flat))
         flat += scores
-    picked = select_indices(flat, top_k=settings.top_k, bottom_k=settings.bottom_k, random_k=settings.random_k,
-                            rng=random.Random(gathered[0][1]))
+    _, seed, verdict = gathered[0]
+    picked = pick_rows(flat, settings, verdict, budget or RowBudget(settings), random.Random(seed))
+    reason = verdict if picked and picked[0][1] == "all" else None
     mine_from, mine_to = starts[rank], starts[rank] + len(rows.rows)
-    mine = [(order, index, selection, rows.annotated(index - mine_from, rank))
+    mine = [(order, index, selection, rows.annotated(index - mine_from, rank, reason))
             for order, (index, selection) in enumerate(picked) if mine_from <= index < mine_to]
     received: list[Any] | None = [None] * world if rank == 0 else None
     dist.gather_object(mine, received, dst=0)  # collective 2: the kept rows only

@@ -1,6 +1,7 @@
 """Sample records: which rows of a step are kept, and how a row becomes OTel attributes.
 
     picked = select_samples(rows, score="reward", top_k=4, bottom_k=4, random_k=4, rng=random.Random(0))
+    kept = pick_rows(scores, settings, keep_reason="kl 3.2 above 1", budget=RowBudget(settings), rng=rng)
     kept = select_indices(scores_of(rows, "reward"), top_k=4, bottom_k=4, random_k=4, rng=random.Random(0))
     flat = flatten_row(picked[0].row)                  # rewards={"format": 1} -> reward.format
     attrs = event_attributes(flat, picked[0], max_chars=4096)
@@ -29,7 +30,7 @@ class Selected:
 
     index: int
     selection: str
-    """"top", "bottom" or "random"."""
+    """"top", "bottom", "random", or "all" (every row of an anomalous step, see `_retention`)."""
     row: Mapping[str, Any]
 
 
@@ -103,6 +104,16 @@ def select_indices(
     return [(i, "top") for i in top_idx] + [(i, "bottom") for i in bottom_idx] + [(i, "random") for i in random_idx]
 
 
+def pick_rows(scores: Sequence[float | None], settings, keep_reason: str | None, budget, rng: random.Random
+              ) -> list[tuple[int, str]]:
+    """The step's kept positions: every row ("all") when the step is anomalous (`keep_reason`) and
+    the run's row budget admits them, else top/bottom/random (`select_indices`)."""
+    if keep_reason and budget.admit(len(scores)):
+        return [(i, "all") for i in range(len(scores))]
+    return select_indices(scores, top_k=settings.top_k, bottom_k=settings.bottom_k, random_k=settings.random_k,
+                          rng=rng)
+
+
 class StepRows:
     """Every row a step handed to `samples()`, in call order, with the scores that rank them.
 
@@ -121,12 +132,15 @@ class StepRows:
             self.scores += scores_of(rows, score)
             self._origin += [(start, len(rows), group_size)] * len(rows)
 
-    def annotated(self, index: int, source_rank: int) -> dict[str, Any]:
+    def annotated(self, index: int, source_rank: int, kept_because: str | None = None) -> dict[str, Any]:
         """Row `index` with its group context: `source_rank`, and with a group size
-        `completion_index`, `group_size` and `reward_rank` (1: the group's best score; ties share it).
-        Rows g*G .. g*G+G-1 of one call share a prompt. The row's own columns win."""
+        `completion_index`, `group_size` and `reward_rank` (1: the group's best score; ties share it);
+        `kept_because` when the whole step is kept. Rows g*G .. g*G+G-1 of one call share a prompt.
+        The row's own columns win."""
         start, length, group_size = self._origin[index]
         context: dict[str, Any] = {"source_rank": source_rank}
+        if kept_because:
+            context["kept_because"] = kept_because
         if group_size:
             at = index - start
             first = start + at - at % group_size
@@ -199,6 +213,9 @@ def event_attributes(flat: Mapping[str, Any], picked: Selected, max_chars: int) 
     return attrs
 
 
+_STEP_CONTEXT = frozenset({"kept_because"})
+
+
 class ColumnTracker:
     """Notices columns that appear after the first sampled step, and says so once per column."""
 
@@ -206,6 +223,7 @@ class ColumnTracker:
         self._seen: set[str] | None = None
 
     def observe(self, columns: set[str], step: int) -> None:
+        columns = columns - _STEP_CONTEXT  # set on some steps by design: no news
         if self._seen is None:
             self._seen = set(columns)
             return

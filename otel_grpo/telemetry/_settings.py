@@ -10,14 +10,18 @@ collector configured the usual way needs no otel-grpo specific set-up.
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .. import catalog
+from .._setting_errors import SettingsError
 
 Exporter = Literal["otlp", "prometheus", "console", "none"]
 Protocol = Literal["grpc", "http/protobuf"]
@@ -57,6 +61,13 @@ class TelemetrySettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="OTEL_GRPO_", extra="ignore", populate_by_name=True, validate_default=True
     )
+
+    def __init__(self, **values: Any) -> None:
+        """Raises `SettingsError` (a ValueError), one line naming the argument or variable that is wrong."""
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise SettingsError.of(error, type(self), values) from None
 
     run_id: str = Field(default_factory=_new_run_id, min_length=1, max_length=128)
     """Identifies the run: attribute `run_id` on every data point, `grpo.run_id` on spans."""
@@ -140,6 +151,22 @@ class TelemetrySettings(BaseSettings):
     every rank (torchforge's global_reduce: every rank must enter `step()`, which then runs two
     small collectives; rank 0 exports the kept rows); "per_rank" selects among each exporting
     rank's own rows (torchforge's per_rank_reduce), with no collective."""
+    keep_anomalous_steps: bool = True
+    """Keep every sample row of an anomalous step (skipped update, a non-finite scalar, a scalar above
+    `anomaly_thresholds`, a reward or KL outlier against the last `anomaly_window` steps), not only
+    top/bottom/random, while `anomaly_rows_budget` lasts."""
+    anomaly_thresholds: Annotated[dict[str, float], NoDecode] = {"kl": 1.0, "mismatch_kl": 0.01}
+    """Catalog key -> value above which a step is anomalous ("kl=1.0,mismatch_kl=0.01" in the environment).
+    Defaults: the alert rules' `kl_spike_threshold` and `mismatch_kl_threshold`; set a run's own
+    thresholds where its alerts use others."""
+    anomaly_window: int = Field(20, ge=5, le=10_000)
+    """Recent steps the reward and KL outlier test compares a step with."""
+    anomaly_z: float = Field(6.0, gt=0)
+    """Robust z-score (distance to the window's median over 1.4826 x MAD; KL in log10) that makes an outlier."""
+    anomaly_rows_budget: int = Field(20_000, ge=0)
+    """Most rows the run keeps beyond the usual selection (all ranks together). The storage this
+    costs is at most rows x (prompt + completion, each cut at `max_text_chars` on export) plus
+    the numeric columns: ~20 MB for the demo's short texts."""
     max_text_chars: int = Field(4096, ge=16)
     """Text columns longer than this are cut on spans (not in the spill) and marked `truncated`."""
     max_events_per_span: int = Field(64, ge=1, lt=SDK_EVENT_LIMIT)
@@ -170,6 +197,23 @@ class TelemetrySettings(BaseSettings):
     @classmethod
     def _pairs_from_env(cls, value: object) -> object:
         return _parse_pairs(value)
+
+    @field_validator("anomaly_thresholds", mode="before")
+    @classmethod
+    def _thresholds_from_env(cls, value: object) -> object:
+        return _parse_pairs(value)
+
+    @field_validator("anomaly_thresholds")
+    @classmethod
+    def _thresholds_are_catalog_keys(cls, value: dict[str, float]) -> dict[str, float]:
+        for key, limit in value.items():
+            try:
+                catalog.get(key)
+            except KeyError:
+                raise ValueError(f"anomaly_thresholds: {key!r} is not a catalog key") from None
+            if not math.isfinite(limit):
+                raise ValueError(f"anomaly_thresholds: {key}={limit} is not a finite number")
+        return value
 
     @field_validator("otlp_protocol", "otlp_traces_protocol", "otlp_metrics_protocol", mode="before")
     @classmethod

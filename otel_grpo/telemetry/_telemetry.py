@@ -42,6 +42,7 @@ from ._process_emitter import ProcessEmitter
 from ._providers import (Owned, build_meter_provider, build_resource, build_tracer_provider, detect_rank,
                          otlp_unreachable)
 from ._quiet import ExportHealth
+from ._retention import AnomalyJudge, RowBudget
 from ._settings import TelemetrySettings
 from ._spill import SampleSpill
 
@@ -226,6 +227,8 @@ class Telemetry:
                 meter_provider, tracer_provider = NoOpMeterProvider(), trace.NoOpTracerProvider()
             self._emitter, self._tracer = self._thread_emitter(meter_provider, tracer_provider)
         self._select_rng = random.Random(settings.seed)  # the training thread's: rank 0 seeds every rank's draw
+        self._judge = AnomalyJudge(settings)  # anomalous steps keep every row (rank 0's verdict)
+        self._budget = RowBudget(settings)  # ... within the run's budget, counted alike on every rank
         self._warned_exchange = False
         atexit.register(self.shutdown)
 
@@ -354,6 +357,7 @@ class Telemetry:
         finally:
             if token is not None:
                 otel_context.detach(token)
+            record.keep_reason = self._judge(record.scalars, record.skipped)  # a few dict lookups
             if clean and gather:
                 record.picked = self._select_across_ranks(record)
             record.end_ns = time.time_ns()
@@ -367,7 +371,8 @@ class Telemetry:
         if group is None:
             return None
         try:
-            kept = select_across_ranks(record.rows, self.settings, self._select_rng, group)
+            kept = select_across_ranks(record.rows, self.settings, self._select_rng, group, record.keep_reason,
+                                       self._budget)
             return [] if kept is None else kept  # only rank 0 emits them, even when every rank exports
         except Exception:  # telemetry never stops training; the rows of this step are lost, said once
             if not self._warned_exchange:

@@ -4,6 +4,10 @@
     result = GRPOTrainer(load_config(preset="tiny", overrides=["steps=3"])).train()
 """
 
+from .._extras import require
+
+require("trainer", "otel_grpo.trainer")  # one line naming the extra, not torch's ModuleNotFoundError
+
 from ._config import GRPOConfig, OptimConfig, RolloutCorrectionConfig, TrainConfig
 from ._faults import FAULT_KINDS, Fault, FaultConfig
 from ._loading import ConfigError, load_config, to_dict

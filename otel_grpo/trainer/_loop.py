@@ -199,7 +199,7 @@ class GRPOTrainer:
                     for row, adv in zip(rows, advantages.tolist()):
                         row["advantage"] = adv
                 with s.phase("reference"):
-                    old_lp, ref_lp = self.score_logprobs(ro)
+                    old_lp, ref_lp, old_entropy = self.score_logprobs(ro)
             except Exception as exc:  # a failed batch is skipped, not fatal (the phase span has the error)
                 failure = exc
             if self.batch_failed(failure):
@@ -214,6 +214,9 @@ class GRPOTrainer:
                 | signals.length_stats(ro.completion_mask, ro.truncated)
                 | signals.diversity_stats(ro.completion_ids, ro.completion_mask, group_size=G)
                 | signals.mismatch_stats(old_lp, ro.rollout_logprobs, ro.completion_mask)
+                # each completion's own numbers for the sample table: they ride in reduce_stats' pack
+                | signals.sample_diagnostics(ro.completion_mask, logprobs=old_lp, rollout_logprobs=ro.rollout_logprobs,
+                                             ref_logprobs=ref_lp, entropy=old_entropy, truncated=ro.truncated)
             )
             with s.phase("update"):
                 update_stats, skipped = self.update(step, ro, old_lp, ref_lp, advantages.to(self.device), gen_cpu)
@@ -229,7 +232,8 @@ class GRPOTrainer:
             if skipped:
                 s.skip()
             s.record(reduced)
-            s.samples(rows, group_size=G)
+            per_sample = reduced.column_rows(self.acc.process_index, self.acc.num_processes)
+            s.samples([{**row, **extra} for row, extra in zip(rows, per_sample)], group_size=G)
         if self.is_main:
             append_metrics(self.output_dir / METRICS, step, reduced)
         return dict(reduced)
@@ -304,13 +308,14 @@ class GRPOTrainer:
         return rows, components
 
     @torch.no_grad()
-    def score_logprobs(self, ro: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
-        """log pi_old (the training policy before this step's update) and log pi_ref of the sampled tokens."""
+    def score_logprobs(self, ro: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """log pi_old (the training policy before this step's update) and log pi_ref of the sampled
+        tokens, and pi_old's token entropy (for each completion's diagnostics)."""
         P, temp = self.cfg.task.prompt_len, self.cfg.grpo.temperature
         with self.acc.autocast():
-            old, _ = token_logprobs(self.unwrapped, ro.ids, P, temperature=temp)
+            old, entropy = token_logprobs(self.unwrapped, ro.ids, P, temperature=temp, with_entropy=True)
             ref, _ = token_logprobs(self.reference, ro.ids, P, temperature=temp)
-        return old.float(), ref.float()
+        return old.float(), ref.float(), entropy.float()
 
     def update(self, step: int, ro: Rollout, old_lp: torch.Tensor, ref_lp: torch.Tensor, advantages: torch.Tensor,
                gen: torch.Generator) -> tuple[signals.Stats, bool]:

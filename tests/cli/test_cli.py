@@ -35,11 +35,49 @@ def test_sidecar_help_shows_its_defaults():
         (["sidecar", "--db", "/dev/null/s.db"], None, "/dev/null/s.db"),
         (["train", "--set", "grpo.epsilon_low=5"], None, "epsilon_low"),
         (["train", "--fault", "meltdown@3"], None, "meltdown"),
+        (["train", "--preset", "tiny", "--steps", "1", "--telemetry", "--output-dir", "{tmp}"],
+         {"OTEL_EXPORTER_OTLP_PROTOCOL": "foo"},
+         "OTEL_EXPORTER_OTLP_PROTOCOL=foo"),  # the variable the user set, not OTEL_GRPO_OTLP_PROTOCOL
+        (["up", "--dir", "/proc/foo"], None, "--dir /proc/foo: cannot be created there"),  # was 78 lines
+        (["up", "--dir", "/etc/passwd/stack"], None, "/etc/passwd is a file, not a directory"),
+        (["sidecar", "--db", "/etc/passwd/x.db"], None, "/etc/passwd is a file, not a directory"),  # "File exists"
+        (["sidecar", "--db", "/"], None, "--db /: is a directory, not a file"),
     ],
 )
-def test_bad_input_is_one_line_and_a_non_zero_exit(args, env, names):
-    out = run(*args, env=env)
+def test_bad_input_is_one_line_and_a_non_zero_exit(args, env, names, tmp_path):
+    out = run(*(a.replace("{tmp}", str(tmp_path)) for a in args), env=env)
     assert out.returncode != 0
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and names in lines[0], out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_port_in_use_is_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = run("sidecar", "--port", str(port), "--db", str(tmp_path / "s.db"))
+    assert out.returncode == 1
+    assert out.stderr.strip() == f"error: cannot listen on 127.0.0.1:{port}: Address already in use (another sidecar? choose --port)"
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A read-only tmpfs (root may mount one here); skipped where mounting is not allowed."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(where)], capture_output=True).returncode:
+        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
+    yield where
+    subprocess.run(["umount", str(where)], check=True)
+
+
+def test_a_read_only_file_system_says_so(read_only_dir):
+    for args in (["sidecar", "--db", str(read_only_dir / "s.db")], ["up", "--dir", str(read_only_dir / "stack")]):
+        out = run(*args)
+        assert out.returncode == 1
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].endswith(f"{read_only_dir} is on a read-only file system"), out.stderr

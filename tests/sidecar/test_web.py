@@ -72,6 +72,41 @@ class Chromium:
             time.sleep(0.1)
         raise AssertionError(f"never true: {expression}")
 
+    def mouse(self, kind: str, x: float, y: float, **kw) -> None:
+        """A real pointer event (Input.dispatchMouseEvent), at viewport coordinates."""
+        self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, **kw)
+
+    def step_point(self, card: str, step: float, domain: tuple[float, float]) -> tuple[float, float]:
+        """Viewport coordinates of `step` on the plot of `card` (the plot's x range is `domain`).
+
+        The plot's SVG is 440 units wide with 62 on the left and 10 on the right around the data."""
+        self.eval(f"{card}.querySelector('svg').scrollIntoView({{block: 'center'}})")
+        box = self.eval(f"(() => {{ const b = {card}.querySelector('svg').getBoundingClientRect(); "
+                        "return [b.left, b.top, b.width, b.height]; })()")
+        x = box[0] + (62 + (step - domain[0]) / (domain[1] - domain[0]) * (440 - 72)) / 440 * box[2]
+        return x, box[1] + box[3] / 2
+
+    def click_step(self, card: str, step: float, domain: tuple[float, float]) -> None:
+        x, y = self.step_point(card, step, domain)
+        self.mouse("mouseMoved", x, y)
+        self.mouse("mousePressed", x, y, button="left", clickCount=1)
+        self.mouse("mouseReleased", x, y, button="left", clickCount=1)
+
+    def drag_steps(self, card: str, a: float, b: float, domain: tuple[float, float]) -> None:
+        (xa, y), (xb, _) = self.step_point(card, a, domain), self.step_point(card, b, domain)
+        self.mouse("mouseMoved", xa, y)
+        self.mouse("mousePressed", xa, y, button="left", clickCount=1)
+        for i in range(1, 6):
+            self.mouse("mouseMoved", xa + (xb - xa) * i / 5, y, buttons=1)
+        self.mouse("mouseReleased", xb, y, button="left", clickCount=1)
+
+    def open(self, url: str) -> None:
+        """A fresh load of `url` (through about:blank: a new hash alone is no reload), until the page is ready."""
+        self.call("Page.navigate", url="about:blank")
+        self.wait_for("location.href === 'about:blank'")
+        self.call("Page.navigate", url=url)
+        self.wait_for("document.body.dataset.ready === 'run'")
+
     def close(self) -> None:
         self.ws.close()
         self.proc.terminate()
@@ -214,7 +249,9 @@ def test_plots_stay_readable_on_a_bad_run(sidecar, otlp, tmp_path, port):
         kl = _card("KL to the reference")
         assert 2 <= chrome.eval(f"{kl}.querySelectorAll('text.y-tick').length") <= 6  # 1e-6 .. 1e22, readable
         assert chrome.eval(f"{kl}.querySelector('text.y-label').textContent") == "nat"  # the catalog's {nat}
-        assert "grpo.kl" in chrome.eval(f"[...{kl}.querySelectorAll('.legend span')].map(s => s.textContent)")
+        # One name per signal: the catalog name, the Prometheus series beside it, the API column as its tooltip.
+        legend = chrome.eval(f"[...{kl}.querySelectorAll('.legend span')].map(s => [s.textContent, s.title])")
+        assert ["grpo.kl grpo_kl", "API column kl"] in [[t, title.split(" — ")[0]] for t, title in legend]
 
         mis = _card("IS mismatch: KL")
         assert chrome.eval(f"{mis}.querySelector('svg').dataset.scale") == "symlog"
@@ -259,10 +296,7 @@ def test_plots_stay_readable_on_a_bad_run(sidecar, otlp, tmp_path, port):
         chrome.wait_for("document.querySelectorAll('#samples-table tbody tr').length === 6")
 
         # Clicking a plot point opens that step's samples.
-        reward = _card("Reward (mean")
-        chrome.eval(f"""(() => {{ const svg = {reward}.querySelector('svg'), b = svg.getBoundingClientRect();
-            const x = b.left + (62 + (4 / 11) * (440 - 72)) / 440 * b.width;
-            svg.dispatchEvent(new MouseEvent('click', {{clientX: x, clientY: b.top + b.height / 2, bubbles: true}})); }})()""")
+        chrome.click_step(_card("Reward (mean"), 4, (0, 11))
         chrome.wait_for("document.querySelector('#step-select').value === '4'")
         chrome.wait_for("[...document.querySelectorAll('#samples-table tbody tr')].every(r => r.textContent.includes('of step 4 '))")
 
@@ -277,5 +311,175 @@ def test_plots_stay_readable_on_a_bad_run(sidecar, otlp, tmp_path, port):
         assert chrome.eval("document.querySelector('#group-view .picked .rank').textContent") == "#2"
         chrome.eval("document.querySelector('#group-view').scrollIntoView()")
         _shot(chrome, tmp_path, "run-page-group-view.png")
+    finally:
+        chrome.close()
+
+
+MAIN, OTHER = "explore-a", "explore-b"
+
+
+def _explorer_metrics(step: int) -> dict:
+    out = {"kl": 1e-3 * (1 + step % 3) if step != 12 else 5.0, "loss": 0.1 * (step % 4)}
+    if step % 2 == 0:  # logged every other step (as TRL logs some metrics): one line, not dots
+        out["entropy"] = 2.0 - 0.05 * step
+    return out
+
+
+def _diagnostics(step: int, i: int) -> dict:
+    """Per-sample columns as the trainer writes them; sample 3 of step 12 drove that step's KL spike."""
+    spike = step == 12 and i == 3
+    return {"group": i // 4, "kl_ref_mean": 40.0 if spike else 0.001 * (i + 1), "kl_ref_max": 90.0 if spike else 0.01,
+            "log_ratio_mean": 0.01 * i, "log_ratio_absmax": 3.5 if spike else 0.02 * i,
+            "is_weight_mean": 1.0 + 0.01 * i, "is_weight_max": 33.0 if spike else 1.05, "entropy_mean": 1.5 - 0.1 * i,
+            "length_clipped": float(i == 5), "reward.correct": float(i % 2), "policy_version": step}
+
+
+def _seed_explorer(url: str, otlp) -> None:
+    for run, steps in ((MAIN, range(13)), (MAIN, range(13, 20)), (OTHER, range(0, 16))):
+        spans = otlp.spans(run, steps, samples=8, metrics=_explorer_metrics, extra=_diagnostics)
+        body = otlp.request(spans).SerializeToString()
+        assert httpx.post(url + "/v1/traces", content=body,
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+        time.sleep(0.05)  # step 13 ends well after step 12 (step times have millisecond precision)
+    # An alert that fired just after step 12 ended: the page places it on step 12.
+    steps = httpx.get(f"{url}/api/runs/{MAIN}/steps").json()
+    fired = next(s["time"] for s in steps if s["step"] == 12)
+    alert = {"status": "firing", "labels": {"alertname": "GRPOKLSpike", "run_id": MAIN, "severity": "warning"},
+             "annotations": {"summary": "KL spiked"}, "startsAt": fired, "fingerprint": "kl12"}
+    assert httpx.post(url + "/api/alerts", json={"version": "4", "alerts": [alert]}).status_code == 200
+
+
+def _hash(chrome) -> dict:
+    """The page's URL state: the query of `#/run/<id>?...` as a dict."""
+    return chrome.eval("Object.fromEntries(new URLSearchParams(location.hash.split('?')[1] || ''))")
+
+
+def test_run_explorer_from_a_bad_step_to_its_completions(sidecar, otlp, tmp_path, port):
+    _seed_explorer(sidecar.url, otlp)
+    chrome = Chromium(tmp_path / "chromium-profile", port)
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    try:
+        chrome.call("Emulation.setDeviceMetricsOverride", width=1366, height=900, deviceScaleFactor=1, mobile=False)
+        chrome.call("Browser.setDownloadBehavior", behavior="allow", downloadPath=str(downloads))
+        chrome.call("Page.navigate", url=f"{sidecar.url}/#/run/{MAIN}")
+        chrome.wait_for("document.body.dataset.ready === 'run'")
+        kl, entropy = _card("KL to the reference"), _card("Entropy")
+
+        # A metric logged every other step is one line (one M, nine L), not ten dots.
+        d = chrome.eval(f"{entropy}.querySelector('path[data-label=\"entropy\"]').getAttribute('d')")
+        assert d.count("M") == 1 and d.count("L") == 9
+        assert chrome.eval(f"{entropy}.querySelectorAll('circle.lone').length") == 0
+
+        # The alert sits on the step axis: step 12 in the table and a mark on every plot.
+        assert chrome.eval("document.querySelector('#alerts a.alert-step').textContent") == "12"
+        assert chrome.eval(f"{kl}.querySelector('line.mark-alert').dataset.step") == "12"
+
+        # Hover: the values of every series at the step under the pointer.
+        x, y = chrome.step_point(kl, 12, (0, 19))
+        chrome.mouse("mouseMoved", x, y)
+        tip = chrome.wait_for(f"!{kl}.querySelector('.plot-tip').hidden && {kl}.querySelector('.plot-tip').textContent")
+        assert tip.startswith("step 12") and "grpo.kl 5" in tip
+
+        # Clicking the spike opens step 12's samples; the URL links to it; sort by the per-sample KL.
+        chrome.click_step(kl, 12, (0, 19))
+        chrome.wait_for("document.querySelector('#step-select').value === '12'")
+        assert _hash(chrome)["step"] == "12"
+        chrome.eval("document.querySelector('th[data-col=\"kl_ref_mean\"]').click()")
+        chrome.wait_for("document.querySelector('th[data-col=\"kl_ref_mean\"]').classList.contains('sorted-asc')")
+        chrome.eval("document.querySelector('th[data-col=\"kl_ref_mean\"]').click()")
+        chrome.wait_for("document.querySelector('th[data-col=\"kl_ref_mean\"]').classList.contains('sorted-desc')")
+        assert chrome.eval("document.querySelector('#samples-table tbody tr').dataset.sample") == "3"
+        assert _hash(chrome) == {"step": "12", "sort": "kl_ref_mean", "desc": "1"}
+
+        # Full headers: no header is cut, whatever its length; the page does not scroll sideways.
+        cut = chrome.eval("[...document.querySelectorAll('#samples-table th')].filter(t => t.scrollWidth > t.clientWidth + 1).map(t => t.dataset.col)")
+        assert cut == []
+        headers = chrome.eval("[...document.querySelectorAll('#samples-table th')].map(t => t.textContent)")
+        assert {"completion_length", "length_clipped", "kl_ref_mean", "log_ratio_absmax", "is_weight_max", "entropy_mean",
+                "reward.correct"} <= set(headers)
+        assert "policy_version" not in headers  # bookkeeping hidden until picked
+        assert chrome.eval("document.documentElement.scrollWidth") <= 1366
+        _shot(chrome, tmp_path, "explorer-1366.png")
+
+        # The column picker shows a hidden column.
+        chrome.eval("document.querySelector('#column-picker').open = true")
+        chrome.eval("document.querySelector('#column-picker input[data-col=\"policy_version\"]').click()")
+        chrome.wait_for("!!document.querySelector('#samples-table th[data-col=\"policy_version\"]')")
+
+        # Range filter on a diagnostic column: only the sample with an IS weight above 10.
+        chrome.eval("""(() => { const c = document.querySelector('#filter-col'); c.value = 'is_weight_max';
+            const m = document.querySelector('#filter-min'); m.value = '10';
+            m.dispatchEvent(new Event('change')); })()""")
+        chrome.wait_for("document.querySelectorAll('#samples-table tbody tr').length === 1")
+        assert "1 of 8 rows" in chrome.eval("document.querySelector('#samples-note').textContent")
+        assert _hash(chrome)["fcol"] == "is_weight_max" and _hash(chrome)["fmin"] == "10"
+
+        # Downloads: every row of the step (the filter is the page's), as CSV and as JSONL.
+        chrome.eval("document.querySelector('#download-csv').click()")
+        chrome.eval("document.querySelector('#download-jsonl').click()")
+        deadline = time.monotonic() + 60
+        while len([p for p in downloads.iterdir() if not p.name.endswith(".crdownload")]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        csv_file, jsonl_file = downloads / f"{MAIN}-step-12.csv", downloads / f"{MAIN}-step-12.jsonl"
+        lines = csv_file.read_text().splitlines()
+        assert len(lines) == 9 and "kl_ref_mean" in lines[0]
+        rows = [json.loads(line) for line in jsonl_file.read_text().splitlines()]
+        assert [r["sample_index"] for r in rows] == [3, 7, 6, 5, 4, 2, 1, 0]  # in the page's order: KL descending
+        chrome.eval("""(() => { const m = document.querySelector('#filter-min'); m.value = '';
+            m.dispatchEvent(new Event('change')); })()""")
+        chrome.wait_for("document.querySelectorAll('#samples-table tbody tr').length === 8")
+
+        # Smoothing redraws the lines (raw values stay in the hover box).
+        before = chrome.eval(f"{kl}.querySelector('path[data-label=\"kl\"]').getAttribute('d')")
+        chrome.eval("(() => { const s = document.querySelector('#smooth'); s.value = '0.8'; s.dispatchEvent(new Event('input')); })()")
+        chrome.wait_for(f"{kl}.querySelector('path[data-label=\"kl\"]').getAttribute('d') !== {json.dumps(before)}")
+        assert _hash(chrome)["smooth"] == "0.8"
+
+        # Overlay another run, aligned by step: its lines are dashed.
+        chrome.eval("document.querySelector('#compare').open = true")
+        chrome.eval(f"document.querySelector('#compare input[data-run=\"{OTHER}\"]').click()")
+        chrome.wait_for(f"!!{kl}.querySelector('path[data-run=\"{OTHER}\"]')")
+        assert chrome.eval(f"{kl}.querySelector('path[data-run=\"{OTHER}\"]').getAttribute('stroke-dasharray')")
+        assert chrome.eval(f"{kl}.querySelector('path[data-run=\"{MAIN}\"]').getAttribute('stroke-dasharray')") is None
+        assert _hash(chrome)["vs"] == OTHER
+        assert chrome.eval("[...document.querySelectorAll('#run-legend span')].map(s => s.dataset.run)") == [MAIN, OTHER]
+        phases = chrome.eval(f"[...{_card('Phase durations')}.querySelectorAll('.legend code')].map(c => c.textContent)")
+        assert 'grpo_phase_duration_seconds{phase="rollout"}' in phases
+        chrome.eval("document.querySelector('#compare').open = false")
+
+        # Drag to zoom: every panel shows steps 5..15; double-click shows all steps again.
+        chrome.drag_steps(kl, 5, 15, (0, 19))
+        chrome.wait_for("location.hash.includes('from=')")
+        state = _hash(chrome)
+        assert 4 <= int(state["from"]) <= 6 and 14 <= int(state["to"]) <= 16
+        x_ticks = chrome.eval("[...document.querySelectorAll('svg.plot')].map(s => [...s.querySelectorAll('text.x-tick')].map(t => +t.textContent))")
+        assert all(min(t) >= int(state["from"]) and max(t) <= int(state["to"]) for t in x_ticks if t)
+        assert not chrome.eval("document.querySelector('#zoom-reset').hidden")
+        x, y = chrome.step_point(kl, 10, (int(state["from"]), int(state["to"])))
+        before = chrome.eval("window.scrollY")
+        for count in (1, 2):
+            chrome.mouse("mousePressed", x, y, button="left", clickCount=count)
+            chrome.mouse("mouseReleased", x, y, button="left", clickCount=count)
+        chrome.wait_for("!location.hash.includes('from=')")
+        time.sleep(0.5)  # past the double-click window: the first click must not have picked a step
+        assert chrome.eval("window.scrollY") == before and _hash(chrome)["step"] == "12"
+
+        # Links: a sample link marks its row; a group link opens the group view; both survive a reload.
+        chrome.open(f"{sidecar.url}/#/run/{MAIN}?step=12&sample=3&sort=kl_ref_mean&desc=1")
+        assert chrome.eval("document.querySelector('#samples-table tr.linked').dataset.sample") == "3"
+        assert chrome.eval("document.querySelector('th[data-col=\"kl_ref_mean\"]').classList.contains('sorted-desc')")
+        chrome.open(f"{sidecar.url}/#/run/{MAIN}?step=12&group=0")
+        chrome.wait_for("document.querySelectorAll('#group-view .group-card').length === 4")
+        stats = chrome.eval("[...document.querySelectorAll('#group-view .group-card .group-stats th')].map(t => t.textContent)")
+        assert {"KL to ref", "IS weight max", "entropy"} <= set(stats)
+
+        # A phone: nothing wider than the screen but the table's own box, which scrolls sideways.
+        chrome.call("Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=2, mobile=True)
+        chrome.open(f"{sidecar.url}/#/run/{MAIN}?step=12&sort=kl_ref_mean&desc=1&vs={OTHER}")
+        assert chrome.eval("document.documentElement.scrollWidth") <= 390
+        assert chrome.eval("document.querySelector('#plots svg.plot').getBoundingClientRect().width") <= 390
+        assert chrome.eval("document.querySelector('#samples').scrollWidth > document.querySelector('#samples').clientWidth")
+        _shot(chrome, tmp_path, "explorer-phone.png")
     finally:
         chrome.close()

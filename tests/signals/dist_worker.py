@@ -21,7 +21,8 @@ B, T, SEED = 8, 13, 7
 def reduced_json(stats, accelerator=None) -> dict:
     with counting_collectives() as calls:
         reduced = reduce_stats(stats, accelerator)
-    return {"values": dict(reduced), "samples": reduced.samples, "invalid": sorted(reduced.invalid),
+    return {"values": dict(reduced), "samples": reduced.samples, "columns": reduced.columns,
+            "rows": reduced.column_rows(int(torch.distributed.get_rank()), 2), "invalid": sorted(reduced.invalid),
             "collectives": calls}
 
 

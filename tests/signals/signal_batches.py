@@ -10,6 +10,7 @@ from otel_grpo.signals import (
     policy_stats,
     reward_stats,
     rollout_correction,
+    sample_diagnostics,
 )
 
 
@@ -31,4 +32,5 @@ def everything(B: int, T: int, seed: int = 0, mask: torch.Tensor | None = None, 
     stats |= policy_stats(lp, old, rw - 0.5, m, 0.2, 0.28, ref_logprobs=old, entropy=-lp)
     stats |= rollout_correction(lp, old, m, level="token", mode="both", veto_threshold=(1e-3, 1e3)).stats
     stats |= mismatch_stats(lp, old, m)
+    stats |= sample_diagnostics(m, logprobs=lp, rollout_logprobs=old, ref_logprobs=old, entropy=-lp, truncated=truncated)
     return stats | diversity_stats(ids, m, group_size=group)

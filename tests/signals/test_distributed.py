@@ -33,11 +33,28 @@ def test_two_ranks_equal_one_process_on_the_concatenated_batch(two_ranks):
             assert set(got["samples"]) == set(single.samples)
             for key, values in single.samples.items():  # rank 0's rows, then rank 1's
                 assert got["samples"][key] == pytest.approx(values), (path, key)
+            assert set(got["columns"]) == set(single.columns) and "kl_ref_mean" in single.columns
+            for key, values in single.columns.items():  # per-sample columns: every row, in rank order
+                assert got["columns"][key] == pytest.approx(values), (path, key)
+
+
+def test_each_rank_gets_its_own_rows_of_the_per_sample_columns(two_ranks):
+    from dist_worker import B, SEED, T
+
+    single = reduce_stats(everything(B, T, SEED)).column_rows()
+    for r, rank in enumerate(two_ranks):
+        half = single[r * B // 2 : (r + 1) * B // 2]
+        assert [row.keys() for row in rank["accelerate"]["rows"]] == [row.keys() for row in half]
+        for got, want in zip(rank["accelerate"]["rows"], half):
+            assert got == pytest.approx(want)
 
 
 def test_every_rank_gets_identical_numbers(two_ranks):
-    assert two_ranks[0]["accelerate"] == two_ranks[1]["accelerate"]
-    assert two_ranks[0]["torch_distributed"] == two_ranks[1]["torch_distributed"]
+    def shared(result):  # all but "rows", each rank's own slice of the per-sample columns
+        return {k: v for k, v in result.items() if k != "rows"}
+
+    assert shared(two_ranks[0]["accelerate"]) == shared(two_ranks[1]["accelerate"])
+    assert shared(two_ranks[0]["torch_distributed"]) == shared(two_ranks[1]["torch_distributed"])
     assert two_ranks[0]["accelerate"] == two_ranks[0]["torch_distributed"]
 
 

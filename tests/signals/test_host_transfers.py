@@ -12,6 +12,7 @@ from otel_grpo.signals import (
     reduce_stats,
     reward_stats,
     rollout_correction,
+    sample_diagnostics,
 )
 
 # Every Tensor method that moves values to the host or into Python.
@@ -67,10 +68,13 @@ def test_one_device_to_host_transfer_per_step(host_reads, monkeypatch):
                 lp, rollout, mask, level=level, mode="both", veto_threshold=(1e-2, 1e2)
             )
         stats |= is_stats | mismatch_stats(lp, rollout, mask) | diversity_stats(ids, mask)
+        stats |= sample_diagnostics(mask, logprobs=lp, rollout_logprobs=rollout, ref_logprobs=rollout, entropy=-lp,
+                                    truncated=torch.zeros(8))
         assert host_reads == []  # the stat functions never read the device
         reduced = reduce_stats(stats)
         assert host_reads == ["tolist"]
         assert len(reduced) > 60
+        assert len(reduced.columns["is_weight_max"]) == 8  # the per-sample columns came in that one copy
 
 
 def test_the_counter_sees_a_hidden_sync(host_reads):

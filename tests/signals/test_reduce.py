@@ -29,6 +29,7 @@ def test_merged_micro_batches_equal_one_batch():
     for key in whole:  # float32 partial sums add in a different order: not bit-identical
         assert halves[key] == pytest.approx(whole[key], rel=1e-6, abs=1e-9), key
     assert whole.samples == halves.samples
+    assert whole.columns == halves.columns and len(whole.columns["kl_ref_mean"]) == 8
 
 
 @pytest.mark.parametrize("B,T", [(1, 1), (1, 7), (5, 1)])

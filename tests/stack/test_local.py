@@ -39,6 +39,15 @@ def test_demo_rejects_a_bad_fault_before_starting(tmp_path):
     assert out.returncode == 2 and "meltdown@3" in out.stderr
 
 
+def test_demo_takes_every_fault_the_trainer_has():
+    from otel_grpo.stack import DemoSettings
+    from otel_grpo.stack._demo import FAULT_KINDS
+    from otel_grpo.trainer import FAULT_KINDS as TRAINER_FAULTS
+
+    assert FAULT_KINDS == TRAINER_FAULTS
+    assert DemoSettings(faults=tuple(f"{kind}@15" for kind in FAULT_KINDS)).faults  # bad-batch@15 was rejected
+
+
 def _wait_for(fetch, deadline_s: float = 60.0):
     """Poll until fetch() returns something truthy; the last value either way (no timing asserted)."""
     end = time.monotonic() + deadline_s
@@ -70,6 +79,10 @@ def test_up_loads_every_rule_and_scrapes_the_sidecar(stack):
 
         assert _wait_for(sidecar_up)
         assert http.get(f"{s.alertmanager_url}/api/v2/status").json()["cluster"]["status"] == "disabled"
+        # every link `up` prints opens something: no 404 / 500 from a web UI these builds lack
+        for name, url in stack.urls.items():
+            if name != "trainer metrics":  # no trainer runs here
+                assert http.get(url).status_code == 200, (name, url)
 
 
 def test_alertmanager_delivers_to_the_sidecar(stack):

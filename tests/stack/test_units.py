@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import httpx
@@ -65,7 +66,10 @@ def test_trainer_command_follows_the_local_contract(tmp_path):
         "OTEL_GRPO_TRACES_EXPORTERS": "otlp",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:18000/v1/traces",
+        "OTEL_GRPO_ANOMALY_THRESHOLDS": "kl=1,mismatch_kl=0.01",  # the stack's alert thresholds
     }
+    tighter = StackSettings(dir=tmp_path, rules=RuleSettings.fast(mismatch_kl_threshold=0.002))
+    assert tighter.trainer_env()["OTEL_GRPO_ANOMALY_THRESHOLDS"] == "kl=1,mismatch_kl=0.002"
 
 
 def test_summary_text():
@@ -77,6 +81,8 @@ def test_summary_text():
     assert "reward (mean): 0.200 -> 0.750" in text
     assert "alerts fired:  GRPOKLHigh" in text and "reached the sidecar: none" in text
     assert s.samples_url in text
+    linked = format_summary(DemoSummary(**{**asdict(s), "urls": {"sidecar": "http://127.0.0.1:8000/"}}))
+    assert "run explorer: http://127.0.0.1:8000/#/run/r1" in linked
     stopping = format_summary(s, live=False)  # demo --exit: the stack is about to stop
     assert "http://" not in stopping
     assert "otel-grpo sidecar --db x/sidecar/sidecar.db" in stopping and "x/samples" in stopping

@@ -34,6 +34,11 @@ def main(out: str) -> None:
                 s.samples(second, group_size=GROUP)
         handed.append([first, second])
         collectives.append(calls)
+    # An anomalous step (rank 0's KL above its threshold; rank 1 records nothing): every row of both ranks
+    anomalous = rows_of(rank, STEPS, GROUP * (rank + 1))
+    with tel.step(STEPS) as s:
+        s.record({"kl": 5.0})
+        s.samples(anomalous, group_size=GROUP)
     tel.finish()
     # per-rank selection (torchforge's per_rank_reduce), every rank exporting: no collective
     own = Telemetry(TelemetrySettings(run_id="per-rank", output_dir=f"{out}/per_rank", sample_reduce="per_rank",
@@ -49,7 +54,8 @@ def main(out: str) -> None:
         s.samples(handed[0][0] + handed[0][1], group_size=GROUP)
     every.finish()
     with open(f"{out}/rank{rank}.json", "w") as f:
-        json.dump({"handed": handed, "collectives": collectives, "per_rank_collectives": per_rank_calls}, f)
+        json.dump({"handed": handed, "anomalous": anomalous, "collectives": collectives,
+                   "per_rank_collectives": per_rank_calls}, f)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -37,9 +37,10 @@ def test_200_steps_against_a_closed_port(tmp_path, monkeypatch, caplog):
     assert len(files) == 200
     for step in (0, 99, 199):
         rows = [json.loads(line) for line in (tmp_path / "samples" / f"step_{step}.jsonl").read_text().splitlines()]
-        assert len(rows) == 8
+        kept = 16 if 0.01 * step > 1.0 else 8  # a step whose KL crosses the threshold keeps every row
+        assert len(rows) == kept
         assert {r["prompt"].split("-")[0] for r in rows} == {str(step)}
-        assert len({r["sample_index"] for r in rows}) == 8
+        assert len({r["sample_index"] for r in rows}) == kept
 
 
 def test_flush_says_false_when_its_timeout_passes_on_a_dead_endpoint(tmp_path):

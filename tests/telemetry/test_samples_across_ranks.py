@@ -41,6 +41,18 @@ def test_global_selection_equals_selection_over_the_concatenated_rows(two_ranks)
         assert {r["source_rank"] for r in kept} == {0, 1}  # the best and worst rows of rank 1 are not lost
 
 
+def test_an_anomalous_step_keeps_every_row_of_every_rank(two_ranks):
+    from tests.telemetry.dist_samples_worker import STEPS
+
+    out, ranks = two_ranks
+    rows = ranks[0]["anomalous"] + ranks[1]["anomalous"]  # rank 0's verdict, rank 1's rows too
+    kept = _spilled(out, STEPS)
+    assert [r["completion"] for r in kept] == [r["completion"] for r in rows]
+    assert [r["sample_index"] for r in kept] == list(range(len(rows)))
+    assert {r["selection"] for r in kept} == {"all"} and {r["source_rank"] for r in kept} == {0, 1}
+    assert {r["kept_because"] for r in kept} == {"kl 5 above 1"}
+
+
 def test_kept_rows_carry_rank_and_group_context(two_ranks):
     from tests.telemetry.dist_samples_worker import GROUP
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 from otel_grpo.telemetry import TelemetrySettings
 from otel_grpo.telemetry._providers import _otlp_target
@@ -114,5 +113,18 @@ def test_unprefixed_field_names_are_not_read_from_the_environment(monkeypatch):
     ],
 )
 def test_invalid_settings_are_rejected(kwargs):
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValueError) as error:
         TelemetrySettings(**kwargs)
+    message = str(error.value)
+    assert "\n" not in message and next(iter(kwargs)) in message  # one line, naming the argument
+
+
+def test_a_bad_variable_is_named_as_the_user_set_it(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "foo")  # the standard variable, not OTEL_GRPO_OTLP_PROTOCOL
+    with pytest.raises(ValueError, match=r"^OTEL_EXPORTER_OTLP_PROTOCOL=foo: Input should be"):
+        TelemetrySettings()
+    monkeypatch.setenv("OTEL_GRPO_TOP_K", "-3")
+    with pytest.raises(ValueError, match=r"^OTEL_EXPORTER_OTLP_PROTOCOL=foo: .* \(and 1 more problem\)$"):
+        TelemetrySettings()
+    with pytest.raises(ValueError, match=r"^top_k=-1: "):  # an argument is named as the argument
+        TelemetrySettings(top_k=-1, otlp_protocol="grpc")

@@ -87,6 +87,14 @@ def test_two_processes_match_one_and_only_rank0_exports(tmp_path):
     per_step = [len((multi / "samples" / f"step_{s}.jsonl").read_text().splitlines()) for s in (0, 1)]
     single_rows = [len((single / "samples" / f"step_{s}.jsonl").read_text().splitlines()) for s in (0, 1)]
     assert per_step == single_rows
+    # Each kept completion carries its own diagnostics, from whichever rank it came: the gathered
+    # columns are sliced per rank (length_clipped from the gather agrees with the rank's own flag).
+    rows = [json.loads(line) for out in (single, multi) for s in (0, 1)
+            for line in (out / "samples" / f"step_{s}.jsonl").read_text().splitlines()]
+    assert {r["source_rank"] for r in rows} == {0, 1}
+    for r in rows:
+        assert {"kl_ref_mean", "kl_ref_max", "is_weight_max", "log_ratio_absmax", "entropy_mean"} <= r.keys()
+        assert r["length_clipped"] == (0.0 if r["terminated"] else 1.0)
 
 
 @pytest.fixture

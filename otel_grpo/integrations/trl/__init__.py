@@ -28,5 +28,10 @@ def __getattr__(name: str) -> Any:
     if name in _WHERE:
         import importlib
 
+        if _WHERE[name] != "._keys":  # the mapping (docs) needs neither transformers nor TRL
+            from ..._extras import require
+
+            require("trl", f"otel_grpo.integrations.trl.{name}")
+
         return getattr(importlib.import_module(_WHERE[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

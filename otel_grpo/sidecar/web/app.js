@@ -1,73 +1,59 @@
-// The sidecar's web page: runs, per-step plots, alerts, the samples table of a run and the group
-// view (the completions of one prompt side by side). Data is only ever inserted with textContent
-// (never innerHTML): a completion containing <script> is shown as text.
+// The sidecar's web page, a run explorer: runs, per-step plots (hover, zoom, smoothing, other runs
+// overlaid by step, alerts on the step axis), alerts, and the samples table (table.js). The view
+// lives in the URL: #/run/<id>?step=4&group=0&sample=3&q=..&sort=reward&desc=1&vs=<run>,<run>
+// &smooth=0.6&from=10&to=40&fcol=kl_ref_mean&fmin=0.1&fmax= links to exactly what is shown.
 "use strict";
 
 const main = document.getElementById("main");
-const TEXT_PREVIEW = 160;
-const ALL_STEPS = "-9223372036854775808";  // step_min for a search over every step
-const state = { run: null, step: null, orderBy: null, desc: false, q: "" };
 const REFRESH_MS = 10000;
-const SEARCH_DELAY_MS = 250;
-// Columns first in the table, in this order; the rest follow as the rows have them.
-const LEAD = ["step", "sample_index", "group", "reward", "advantage", "completion_length", "prompt", "completion"];
-const TEXT_COLUMNS = new Set(["prompt", "completion"]);
+const state = freshState(null);
 let refreshTimer = null;
 let sampleSteps = [];
+let runData = null;  // {panels, steps, alerts, overlay: Map run -> steps} of the run shown
 
-function h(tag, props, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(props || {})) {
-    if (k === "text") node.textContent = v;
-    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v);
-  }
-  for (const c of children) node.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
-  return node;
+function freshState(run) {
+  return { run, step: null, group: null, sample: null, orderBy: null, desc: false, q: "", overlay: [], smooth: 0,
+           zoom: null, filter: { col: "", min: "", max: "" } };
 }
-
-class ApiError extends Error {}
-
-async function api(path) {
-  const headers = {};
-  const token = localStorage.getItem("otel-grpo-read-token");
-  if (token) headers.Authorization = "Bearer " + token;
-  const r = await fetch(path, { headers });
-  if (r.status === 401) {
-    document.getElementById("token-button").hidden = false;
-    throw new ApiError("the read API needs a token: use 'set read token'");
-  }
-  if (!r.ok) {
-    let detail = "";
-    try {
-      const body = await r.json();
-      detail = typeof body.detail === "string" ? body.detail : body.detail[0].msg;
-    } catch (e) { /* no JSON message */ }
-    throw new ApiError(`HTTP ${r.status}${detail ? ": " + detail : ""}`);
-  }
-  return r.json();
-}
-
-// Any run id: "/" is sent as %2F (the API reads it back), "." as %2E (a run named ".." must not
-// become a dot segment that fetch resolves away).
-const runPath = (runId) => "/api/runs/" + encodeURIComponent(runId).replace(/\./g, "%2E");
 
 document.getElementById("token-button").addEventListener("click", () => {
   const t = prompt("Bearer token for the read API");
   if (t !== null) { localStorage.setItem("otel-grpo-read-token", t); route(); }
 });
 
-function fmtCell(v) {
-  if (v === null || v === undefined) return "";
-  if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(+v.toPrecision(6));
-  if (typeof v === "object") return JSON.stringify(v);
-  return String(v);
+// ---- the URL ------------------------------------------------------------------------------------
+function runHash(runId, params) {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(params || {})) if (v !== null && v !== undefined && v !== "") p.set(k, String(v));
+  const qs = p.toString();
+  return "#/run/" + encodeURIComponent(runId) + (qs ? "?" + qs : "");
 }
 
-function showError(err) {
-  main.replaceChildren(h("p", { class: "alert-firing", text: String(err.message || err) }));
+function stateParams() {
+  return { step: state.step, group: state.group, sample: state.sample, q: state.q, sort: state.orderBy,
+           desc: state.orderBy && state.desc ? 1 : null, vs: state.overlay.join(","), smooth: state.smooth || null,
+           from: state.zoom && state.zoom[0], to: state.zoom && state.zoom[1],
+           fcol: state.filter.col, fmin: state.filter.col && state.filter.min, fmax: state.filter.col && state.filter.max };
 }
 
+// Writes the view into the URL without a navigation (no hashchange, no reload).
+function writeUrl() {
+  if (state.run !== null) history.replaceState(null, "", runHash(state.run, stateParams()));
+}
+
+function readUrl(runId, query) {
+  const p = new URLSearchParams(query);
+  const num = (k) => (p.get(k) !== null && p.get(k) !== "" && Number.isFinite(+p.get(k)) ? +p.get(k) : null);
+  Object.assign(state, freshState(runId), {
+    step: num("step") === null ? null : String(num("step")), group: p.get("group"), sample: p.get("sample"),
+    q: p.get("q") || "", orderBy: p.get("sort"), desc: p.get("desc") === "1",
+    overlay: (p.get("vs") || "").split(",").filter((r) => r && r !== runId), smooth: Math.min(Math.max(num("smooth") || 0, 0), 0.99),
+    zoom: num("from") !== null && num("to") !== null && num("from") < num("to") ? [num("from"), num("to")] : null,
+    filter: { col: p.get("fcol") || "", min: p.get("fmin") || "", max: p.get("fmax") || "" },
+  });
+}
+
+// ---- runs ---------------------------------------------------------------------------------------
 async function showRuns() {
   document.getElementById("crumb").textContent = "runs";
   const runs = await api("/api/runs");
@@ -75,7 +61,7 @@ async function showRuns() {
     ...["run", "model", "first step", "last step", "samples", "last update"].map((c) => h("th", { text: c })))));
   const body = h("tbody");
   for (const r of runs) {
-    const link = h("a", { href: "#/run/" + encodeURIComponent(r.run_id), text: r.run_id });
+    const link = h("a", { href: runHash(r.run_id), text: r.run_id });
     body.appendChild(h("tr", {}, h("td", {}, link), h("td", { text: fmtCell(r.model) }),
       h("td", { class: "num", text: fmtCell(r.first_step) }), h("td", { class: "num", text: fmtCell(r.last_step) }),
       h("td", { class: "num", text: fmtCell(r.sample_count) }), h("td", { text: fmtCell(r.last_update) })));
@@ -84,238 +70,213 @@ async function showRuns() {
   main.replaceChildren(h("h2", { text: "Runs" }), runs.length ? table : h("p", { class: "muted empty", text: "no runs yet" }));
 }
 
-// One point per step of the run; a step without a (finite) value is null, a gap in the line.
-function seriesFor(panel, steps) {
+// ---- plots --------------------------------------------------------------------------------------
+// One point per step that has the column: a step without it (a metric logged every other step) is
+// no point, so the line bridges it; a null (a non-finite value) is a gap in the line.
+function seriesFor(panel, steps, run, runIndex) {
   const out = [];
-  for (const s of panel.series) {
+  panel.series.forEach((s, colorIndex) => {
     const keys = s.key ? [s.key] : [...new Set(steps.flatMap((r) => Object.keys(r)))].filter((k) => k.startsWith(s.prefix)).sort();
-    for (const key of keys) {
-      const points = steps.map((r) => [r.step, typeof r[key] === "number" && Number.isFinite(r[key]) ? r[key] : null]);
-      const name = s.prefix ? `${s.name} ${key.slice(s.prefix.length)}` : s.name;
-      out.push({ label: key, name, description: s.description, points });
-    }
-  }
+    keys.forEach((key, j) => {
+      const points = steps.filter((r) => key in r)
+        .map((r) => [r.step, typeof r[key] === "number" && Number.isFinite(r[key]) ? r[key] : null]);
+      const value = s.prefix ? key.slice(s.prefix.length) : null;
+      const name = s.prefix ? `${s.name} ${value}` : s.name;
+      const prometheus = s.prefix ? `${s.prometheus}{${s.attribute}="${value}"}` : s.prometheus;
+      out.push({ label: key, name, prometheus, description: s.description, points, run, runIndex,
+                 colorIndex: colorIndex + j });
+    });
+  });
   return out;
 }
 
-function plotsSection(panels, steps) {
+// The step an alert belongs to: the last step that ended before it fired (its data made it fire).
+function alertStep(alert, steps) {
+  const t = Date.parse(alert.starts_at);
+  let best = null;
+  for (const s of steps) if (s.time && Date.parse(s.time) <= t) best = s.step;
+  return best === null && steps.length ? steps[0].step : best;
+}
+
+function marks() {
+  const out = runData.alerts.map((a) => ({ step: alertStep(a, runData.steps), kind: "alert",
+                                           label: `${a.alertname} (${a.status}) from ${a.starts_at}` }))
+    .filter((m) => m.step !== null);
+  if (state.step !== null) out.unshift({ step: +state.step, kind: "picked", label: `step ${state.step}: samples shown below` });
+  return out;
+}
+
+function setZoom(zoom) {
+  state.zoom = zoom;
+  writeUrl();
+  redrawPlots();
+}
+
+function plotsSection() {
+  const { panels, steps, overlay } = runData;
   const grid = h("div", { class: "grid", id: "plots", "data-steps": String(steps.length) });
-  const xDomain = steps.length ? [steps[0].step, steps[steps.length - 1].step] : null;  // the same on every panel
+  const runs = [[state.run, steps], ...state.overlay.filter((r) => overlay.has(r)).map((r) => [r, overlay.get(r)])];
+  const all = runs.flatMap(([, s]) => s.map((r) => r.step));
+  const xDomain = state.zoom || (all.length ? [Math.min(...all), Math.max(...all)] : null);  // the same on every panel
+  const opts = { xDomain, smooth: state.smooth, marks: marks(), onPick: openStep, onZoom: setZoom };
   for (const panel of panels) {
-    const series = seriesFor(panel, steps).filter((s) => s.points.some((p) => p[1] !== null));
+    const series = runs.flatMap(([run, s], i) => seriesFor(panel, s, run, i)).filter((s) => s.points.some((p) => p[1] !== null));
     if (!series.length) continue;
     const scaleNote = { log: " (log scale)", symlog: " (symmetric log scale)" }[panel.scale] || "";
     grid.appendChild(h("div", { class: "card plot-card", "data-group": panel.group },
       h("h3", { text: panel.title + scaleNote }),
-      Plot.draw(series, { scale: panel.scale, unit: panel.unit, xDomain, onPick: openStep }), Plot.legend(series)));
+      Plot.draw(series, { ...opts, scale: panel.scale, unit: panel.unit }), Plot.legend(series)));
   }
   if (!grid.children.length) grid.appendChild(h("p", { class: "muted", text: "no step history yet" }));
+  if (runs.length > 1) grid.prepend(runLegend(runs.map(([run]) => run)));
   return grid;
 }
 
+// Which line style is which run, when runs are overlaid.
+function runLegend(runs) {
+  return h("div", { class: "run-legend", id: "run-legend" }, ...runs.map((run, i) => {
+    const sample = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    sample.setAttribute("viewBox", "0 0 30 6");
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
+    for (const [k, v] of Object.entries({ x1: 0, x2: 30, y1: 3, y2: 3, stroke: "currentColor", "stroke-width": 2,
+                                          "stroke-dasharray": Plot.DASHES[i % Plot.DASHES.length] })) line.setAttribute(k, v);
+    sample.appendChild(line);
+    return h("span", { "data-run": run }, sample, " " + run + (i ? "" : " (this run)"));
+  }));
+}
+
+function redrawPlots() {
+  const plots = document.getElementById("plots");
+  if (plots && runData) plots.replaceWith(plotsSection());
+  const reset = document.getElementById("zoom-reset");
+  if (reset) {
+    reset.hidden = !state.zoom;
+    reset.textContent = state.zoom ? `steps ${state.zoom[0]}–${state.zoom[1]}: show all` : "";
+  }
+}
+
+async function loadOverlay() {
+  await Promise.all(state.overlay.filter((r) => !runData.overlay.has(r)).map(async (r) => {
+    try { runData.overlay.set(r, await api(`${runPath(r)}/steps`)); } catch (e) { runData.overlay.set(r, []); }
+  }));
+}
+
+function plotTools(runs) {
+  const smooth = h("input", { id: "smooth", type: "range", min: "0", max: "0.99", step: "0.01" });
+  smooth.value = String(state.smooth);
+  const value = h("span", { id: "smooth-value", text: state.smooth ? String(state.smooth) : "off" });
+  smooth.addEventListener("input", () => {
+    state.smooth = +smooth.value;
+    value.textContent = state.smooth ? String(state.smooth) : "off";
+    writeUrl();
+    redrawPlots();
+  });
+  const others = runs.filter((r) => r.run_id !== state.run);
+  const boxes = others.map((r) => {
+    const box = h("input", { type: "checkbox", "data-run": r.run_id, onchange: async (e) => {
+      state.overlay = e.target.checked ? [...state.overlay, r.run_id] : state.overlay.filter((x) => x !== r.run_id);
+      writeUrl();
+      await loadOverlay();
+      redrawPlots();
+    } });
+    box.checked = state.overlay.includes(r.run_id);
+    return h("label", {}, box, " " + r.run_id);
+  });
+  const compare = h("details", { id: "compare" }, h("summary", { text: "compare runs" }),
+    h("div", { class: "choices" }, ...(boxes.length ? boxes : [h("span", { class: "muted", text: "no other runs" })]),
+      h("p", { class: "muted", text: "other runs are drawn dashed, aligned by step" })));
+  const reset = h("button", { id: "zoom-reset", type: "button", hidden: "", onclick: () => setZoom(null) });
+  return h("div", { class: "controls plot-tools" }, h("label", { for: "smooth", text: "smoothing" }), smooth, value, compare, reset,
+    h("span", { class: "muted hint", text: "hover: values · drag: zoom · double-click: all steps · click: that step's samples" }));
+}
+
+// ---- alerts -------------------------------------------------------------------------------------
 function alertsSection(alerts) {
   if (!alerts.length) return h("p", { class: "muted", id: "alerts", text: "no alerts for this run" });
-  const table = h("table", { id: "alerts" }, h("thead", {}, h("tr", {},
-    ...["status", "alert", "severity", "summary", "started", "ended"].map((c) => h("th", { text: c })))));
+  const table = h("table", {}, h("thead", {}, h("tr", {},
+    ...["status", "alert", "severity", "step", "summary", "started", "ended"].map((c) => h("th", { text: c })))));
   const body = h("tbody");
   for (const a of alerts) {
     const summary = a.annotations.summary || a.annotations.description || "";
+    const step = alertStep(a, runData.steps);
+    const stepCell = step === null ? h("td") : h("td", { class: "num" }, h("a", {
+      href: runHash(state.run, { step }), class: "alert-step", text: String(step),
+      title: "the last step before the alert fired: open its samples",
+      onclick: (e) => { e.preventDefault(); openStep(step); } }));
     body.appendChild(h("tr", {}, h("td", { class: "alert-" + a.status, text: a.status }), h("td", { text: fmtCell(a.alertname) }),
-      h("td", { text: fmtCell(a.labels.severity) }), h("td", { text: summary }), h("td", { text: a.starts_at }),
+      h("td", { text: fmtCell(a.labels.severity) }), stepCell, h("td", { text: summary }), h("td", { text: a.starts_at }),
       h("td", { text: a.status === "resolved" ? fmtCell(a.ends_at) : "" })));
   }
   table.appendChild(body);
-  return table;
+  return h("div", { id: "alerts", class: "scroll-x" }, table);
 }
 
-// Long text shows its start; "more" expands the cell in place (and "less" folds it again).
-function textCell(value) {
-  const full = fmtCell(value);
-  const td = h("td", { class: "text", title: full.length > TEXT_PREVIEW ? "" : full });
-  if (full.length <= TEXT_PREVIEW) { td.textContent = full; return td; }
-  const span = h("span", { text: full.slice(0, TEXT_PREVIEW) + "…" });
-  let open = false;
-  const btn = h("button", { class: "more", type: "button", text: "more", onclick: () => {
-    open = !open;
-    span.textContent = open ? full : full.slice(0, TEXT_PREVIEW) + "…";
-    btn.textContent = open ? "less" : "more";
-    td.classList.toggle("open", open);
-  } });
-  td.append(span, btn);
-  return td;
-}
-
-// `run_id` is the page's; `time` is the step cell's tooltip (an ISO time is wider than any number).
-function columnsOf(rows) {
-  const all = [...new Set(rows.flatMap((r) => Object.keys(r)))].filter((c) => c !== "run_id" && c !== "time");
-  return [...LEAD.filter((c) => all.includes(c)), ...all.filter((c) => !LEAD.includes(c))];
-}
-
-function samplesParams() {
-  const p = new URLSearchParams({ limit: "500" });
-  if (state.q) { p.set("q", state.q); p.set("step_min", ALL_STEPS); }  // a search spans every step
-  else if (state.step !== null) p.set("step", state.step);
-  if (state.orderBy) { p.set("order_by", state.orderBy); if (state.desc) p.set("desc", "true"); }
-  return p;
-}
-
-function headerCell(c) {
-  const cls = "sortable" + (state.orderBy === c ? (state.desc ? " sorted-desc" : " sorted-asc") : "");
-  return h("th", { class: cls, "data-col": c, title: c + " (click to sort)", text: c, onclick: () => sortBy(c) });
-}
-
-function sampleRow(r, cols) {
-  const cells = cols.map((c) => TEXT_COLUMNS.has(c) || (typeof r[c] === "string" && r[c].length > 24)
-    ? textCell(r[c]) : h("td", { class: typeof r[c] === "number" ? "num" : "",
-                                 title: c === "step" ? `step ${r.step}, ${r.time}` : fmtCell(r[c]), text: fmtCell(r[c]) }));
-  const open = h("button", { class: "group-open", type: "button", title: "all completions of this prompt, side by side",
-                             text: "group", onclick: () => showGroup(r).catch(groupError) });
-  return h("tr", {}, h("td", { class: "actions" }, open), ...cells);
-}
-
-function tableOf(rows) {
-  const cols = columnsOf(rows);
-  const colgroup = h("colgroup", {}, h("col", { class: "c-actions" }),
-    ...cols.map((c) => h("col", { class: TEXT_COLUMNS.has(c) ? "c-" + c : "c-narrow" })));
-  const head = h("tr", {}, h("th", { text: "" }), ...cols.map(headerCell));
-  return h("table", { id: "samples-table" }, colgroup, h("thead", {}, head),
-    h("tbody", {}, ...rows.map((r) => sampleRow(r, cols))));
-}
-
-// Errors of the samples table stay in its own box, and the table shown before stays usable: the
-// plots and the rest of the run are never replaced by an error (a 422 on a sort did that).
-async function loadSamples() {
-  const wrap = document.getElementById("samples");
-  const note = document.getElementById("samples-note");
-  try {
-    const rows = await api(`${runPath(state.run)}/samples?${samplesParams()}`);
-    note.textContent = state.q ? `${rows.length}${rows.length === 500 ? "+" : ""} match(es) over all steps` : "";
-    note.classList.remove("alert-firing");
-    wrap.replaceChildren(rows.length ? tableOf(rows) : h("p", { class: "muted empty", text: "no samples" }));
-    wrap.removeAttribute("data-error");
-  } catch (err) {
-    note.textContent = `cannot show these samples: ${err instanceof ApiError ? err.message : String(err)}`;
-    note.classList.add("alert-firing");
-    wrap.setAttribute("data-error", "1");
-  }
-}
-
-function sortBy(column) {
-  const before = { orderBy: state.orderBy, desc: state.desc };
-  state.desc = state.orderBy === column ? !state.desc : false;
-  state.orderBy = column;
-  loadSamples().then(() => {
-    if (document.getElementById("samples").dataset.error) Object.assign(state, before);  // keep what is shown
-  });
-}
-
-function samplesControls(steps) {
-  const select = h("select", { id: "step-select", onchange: (e) => { state.step = e.target.value; loadSamples(); } });
-  for (const s of steps) select.appendChild(h("option", { value: String(s), text: "step " + s }));
-  if (state.step !== null) select.value = String(state.step);
-  const search = h("input", { id: "search", type: "search", placeholder: "search prompt / completion (all steps)" });
-  search.value = state.q;
-  let timer = null;
-  search.addEventListener("input", () => {  // filters as you type, once the typing pauses
-    clearTimeout(timer);
-    timer = setTimeout(() => { state.q = search.value.trim(); loadSamples(); }, SEARCH_DELAY_MS);
-  });
-  return h("div", { class: "controls" }, h("label", { text: "step " }), select, search,
-    h("span", { id: "samples-note", class: "muted" }));
-}
-
-// A plot click: that step's samples (or the nearest step that has some).
+// ---- the run page -------------------------------------------------------------------------------
+// A plot click or an alert's step: that step's samples (or the nearest step that has some).
 function openStep(step) {
   if (!sampleSteps.length) return;
   const best = sampleSteps.reduce((a, b) => (Math.abs(b - step) < Math.abs(a - step) ? b : a));
-  state.step = String(best);
-  state.q = "";
-  const search = document.getElementById("search");
-  if (search) search.value = "";
-  const select = document.getElementById("step-select");
-  if (select) select.value = state.step;
+  setStep(best);
   loadSamples().then(() => document.getElementById("samples-heading").scrollIntoView());
-}
-
-// ---- group view: every stored completion of one prompt at one step, ranked by reward ----------
-function groupError(err) {
-  document.getElementById("group-view").replaceChildren(h("p", { class: "alert-firing", text: String(err.message || err) }));
-}
-
-function sameGroup(a, b) {
-  return a.step === b.step && ("group" in a && "group" in b ? a.group === b.group : a.prompt === b.prompt);
-}
-
-async function showGroup(row) {
-  const p = new URLSearchParams({ step: String(row.step), limit: "10000", order_by: "reward", desc: "true" });
-  const rows = (await api(`${runPath(state.run)}/samples?${p}`)).filter((r) => sameGroup(r, row));
-  const view = document.getElementById("group-view");
-  const fns = [...new Set(rows.flatMap((r) => Object.keys(r)))].filter((k) => k.startsWith("reward.")).sort();
-  const cards = rows.map((r, i) => h("div", { class: "group-card" + (sameSample(r, row) ? " picked" : "") },
-    h("div", { class: "rank", text: `#${i + 1}` }),
-    h("table", { class: "group-stats" }, h("tbody", {},
-      ...[["reward", r.reward], ...fns.map((f) => [f, r[f]]), ["advantage", r.advantage],
-          ["length", r.completion_length], ["sample", r.sample_index]]
-        .map(([k, v]) => h("tr", {}, h("th", { text: k }), h("td", { class: "num", text: fmtCell(v) }))))),
-    h("pre", { class: "completion", text: fmtCell(r.completion) })));
-  const title = `Group at step ${row.step}` + ("group" in row ? ` (group ${row.group})` : "") +
-    `: ${rows.length} completion(s) stored, ranked by reward`;
-  view.replaceChildren(
-    h("div", { class: "group-head" }, h("h3", { text: title }),
-      h("button", { type: "button", class: "group-close", text: "close", onclick: () => view.replaceChildren() })),
-    h("pre", { class: "prompt", text: fmtCell(row.prompt) }),
-    h("div", { class: "group-cards", "data-count": String(rows.length) }, ...cards));
-  view.scrollIntoView();
-}
-
-function sameSample(a, b) {
-  return a.sample_index === b.sample_index && a.completion === b.completion;
 }
 
 async function fetchRunData(runId) {
   const base = runPath(runId);
-  return Promise.all([api("/api/panels"), api(`${base}/steps`), api(`/api/alerts?run_id=${encodeURIComponent(runId)}`),
-    api(`${base}/sample-steps`)]);
+  const [panels, steps, alerts, withSamples, runs] = await Promise.all([api("/api/panels"), api(`${base}/steps`),
+    api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`), api("/api/runs")]);
+  return { panels, steps, alerts, withSamples, runs };
 }
 
 // Live view: plots, alerts and the step list follow the run; the samples table is left as the
 // user arranged it (sort, step, expanded cells).
 async function refreshRun() {
   if (!state.run || !document.getElementById("plots")) return;
-  const [panels, steps, alerts, stepsWithSamples] = await fetchRunData(state.run);
-  sampleSteps = stepsWithSamples;
-  document.getElementById("plots").replaceWith(plotsSection(panels, steps));
-  document.getElementById("alerts").replaceWith(alertsSection(alerts));
+  const data = await fetchRunData(state.run);
+  sampleSteps = data.withSamples;
+  runData = { ...data, overlay: new Map() };
+  await loadOverlay();
+  redrawPlots();
+  document.getElementById("alerts").replaceWith(alertsSection(data.alerts));
   const select = document.getElementById("step-select");
   if (select && select.options.length !== sampleSteps.length) select.replaceWith(samplesControls(sampleSteps).querySelector("select"));
 }
 window.otelGrpoRefresh = refreshRun;
 
-async function showRun(runId) {
-  if (state.run !== runId) Object.assign(state, { run: runId, step: null, orderBy: null, desc: false, q: "" });
+async function showRun(runId, query) {
+  readUrl(runId, query);
   document.getElementById("crumb").textContent = "run " + runId;
-  const [panels, steps, alerts, stepsWithSamples] = await fetchRunData(runId);
-  sampleSteps = stepsWithSamples;
+  const data = await fetchRunData(runId);
+  sampleSteps = data.withSamples;
+  runData = { ...data, overlay: new Map() };
+  await loadOverlay();
   if (state.step === null && sampleSteps.length) state.step = String(sampleSteps[0]);
   main.replaceChildren(
     h("h2", { text: "Run " + runId }),
-    plotsSection(panels, steps),
-    h("h2", { text: "Alerts" }), alertsSection(alerts),
+    plotTools(data.runs),
+    plotsSection(),
+    h("h2", { text: "Alerts" }), alertsSection(data.alerts),
     h("h2", { id: "samples-heading", text: "Samples" }), samplesControls(sampleSteps),
     h("div", { id: "group-view" }),
     h("div", { class: "table-wrap", id: "samples" }));
+  redrawPlots();
   await loadSamples();
+  if (state.group !== null && state.step !== null) await showGroup({ step: +state.step, group: +state.group }).catch(groupError);
+  writeUrl();
   refreshTimer = setInterval(() => refreshRun().catch(() => {}), REFRESH_MS);
   document.body.setAttribute("data-ready", "run");
+}
+
+function showError(err) {
+  main.replaceChildren(h("p", { class: "alert-firing", text: String(err.message || err) }));
 }
 
 async function route() {
   document.body.removeAttribute("data-ready");
   if (refreshTimer !== null) { clearInterval(refreshTimer); refreshTimer = null; }
-  const m = location.hash.match(/^#\/run\/(.+)$/);
+  const m = location.hash.match(/^#\/run\/([^?]+)(?:\?(.*))?$/);
   try {
-    if (m) await showRun(decodeURIComponent(m[1]));
-    else { await showRuns(); document.body.setAttribute("data-ready", "runs"); }
+    if (m) await showRun(decodeURIComponent(m[1]), m[2] || "");
+    else { state.run = null; await showRuns(); document.body.setAttribute("data-ready", "runs"); }
   } catch (err) {
     showError(err);
     document.body.setAttribute("data-ready", "error");

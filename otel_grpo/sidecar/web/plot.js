@@ -1,12 +1,20 @@
 // Line plots against step, drawn as SVG. Written for this page: no library, nothing from a CDN.
 // Every label goes through textContent, so no data is ever parsed as markup.
+// Interactions: hover shows every series' value at the step under the pointer; a click picks that
+// step (once no second click follows); a horizontal drag zooms to the dragged steps (the caller redraws every panel), a double
+// click zooms out. Optional: exponential smoothing, vertical marks (alerts, the picked step), and
+// series of other runs drawn dashed (overlay, aligned by step).
 "use strict";
 
 const Plot = (() => {
   const NS = "http://www.w3.org/2000/svg";
   const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#db2777"];
+  const DASHES = ["", "6 3", "2 2", "8 3 2 3"];  // run 0 (the page's run) solid, overlaid runs dashed
   const W = 440, H = 210, M = { l: 62, r: 10, t: 8, b: 32 };
   const MAX_Y_TICKS = 6;
+  const DRAG_PX = 6;  // a pointer move shorter than this is a click, not a zoom
+  const DOUBLE_CLICK_MS = 300;  // a click waits this long for a second one (a double click zooms out)
+  let pendingPick = null;  // shared by every plot: a redraw replaces them
 
   function el(name, attrs, parent) {
     const node = document.createElementNS(NS, name);
@@ -20,7 +28,9 @@ const Plot = (() => {
     const raw = (hi - lo) / n, mag = Math.pow(10, Math.floor(Math.log10(raw)));
     const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => raw <= s);
     const out = [];
-    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(+v.toPrecision(12));
+    // Counted, not `v += step` until hi: a step below the float resolution of v never got there.
+    const first = Math.ceil(lo / step);
+    for (let i = 0; i <= n * 3 && (first + i) * step <= hi + step * 1e-9; i++) out.push(+((first + i) * step).toPrecision(12));
     return out;
   }
 
@@ -85,25 +95,62 @@ const Plot = (() => {
     return out.length >= 2 ? thin(out, MAX_Y_TICKS) : ticks(lo, hi, 4);
   }
 
-  // series: [{label, name, description, points: [[step, value or null], ...]}]
-  // opts: {scale, unit, xDomain: [first, last], onPick(step)}
+  // Exponential moving average with TensorBoard's debiasing (the first points are not pulled to 0);
+  // a gap (null) restarts it. weight 0: the raw values.
+  function smooth(points, weight) {
+    if (!weight) return points;
+    let acc = 0, n = 0;
+    return points.map(([x, y]) => {
+      if (y === null) { acc = 0; n = 0; return [x, null]; }
+      acc = weight * acc + (1 - weight) * y;
+      n += 1;
+      return [x, acc / (1 - Math.pow(weight, n))];
+    });
+  }
+
+  // series: [{label, name, prometheus, description, run, runIndex, points: [[step, value or null], ...]}]
+  //   A step a series has no entry for (logged every other step) is bridged; a null is a gap.
+  // opts: {scale, unit, xDomain: [first, last], smooth: 0..0.99, marks: [{step, label, kind}],
+  //        onPick(step), onZoom([lo, hi] or null)}
   function draw(series, opts) {
     const o = opts || {};
+    const wrap = document.createElement("div");
+    wrap.className = "plot-wrap";
+    const values = series.map((s) => smooth(s.points, o.smooth || 0));
     const scale = scaleOf(o.scale || "linear", series.flatMap((s) => s.points.map((p) => p[1]).filter((v) => v !== null)));
-    const mapped = series.map((s) => s.points.map((p) => [p[0], p[1] === null ? null : scale.f(p[1])]));
-    const svg = el("svg", { class: "plot", viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", "data-scale": scale.kind });
-    const pts = mapped.flat().filter((p) => p[1] !== null);
-    if (!pts.length) {
+    const mapped = values.map((pts) => pts.map((p) => [p[0], p[1] === null ? null : scale.f(p[1])]));
+    const svg = el("svg", { class: "plot", viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", "data-scale": scale.kind }, wrap);
+    const all = mapped.flat().filter((p) => p[1] !== null);
+    if (!all.length) {
       el("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "no-data" }, svg).textContent = "no data";
-      return svg;
+      return wrap;
     }
-    let [x0, x1] = o.xDomain || [Math.min(...pts.map((p) => p[0])), Math.max(...pts.map((p) => p[0]))];
+    let [x0, x1] = o.xDomain || [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
+    const inView = all.filter((p) => p[0] >= x0 && p[0] <= x1);
+    const pts = inView.length ? inView : all;
     let [y0, y1] = [Math.min(...pts.map((p) => p[1])), Math.max(...pts.map((p) => p[1]))];
     if (x0 === x1) { x0 -= 1; x1 += 1; }
-    if (y0 === y1) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
+    // Flat (smoothing leaves a constant a few ulps apart): a band around it, not a 1e-17 range.
+    if (y1 - y0 <= Math.abs(y0) * 1e-9) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
     const pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad;
-    const sx = (x) => M.l + ((x - x0) / (x1 - x0)) * (W - M.l - M.r);
-    const sy = (y) => H - M.b - ((y - y0) / (y1 - y0)) * (H - M.t - M.b);
+    const frame = { x0, x1, sx: (x) => M.l + ((x - x0) / (x1 - x0)) * (W - M.l - M.r),
+                    sy: (y) => H - M.b - ((y - y0) / (y1 - y0)) * (H - M.t - M.b) };
+    axes(svg, frame, scale, y0, y1, o.unit);
+    const clip = "clip-" + Math.random().toString(36).slice(2);
+    el("rect", { x: M.l, y: M.t, width: W - M.l - M.r, height: H - M.t - M.b }, el("clipPath", { id: clip }, svg));
+    const body = el("g", { "clip-path": `url(#${clip})` }, svg);
+    for (const mark of o.marks || []) drawMark(body, mark, frame);
+    mapped.forEach((points, i) => drawSeries(body, series[i], points, colorOf(series[i], i), frame));
+    interactive(wrap, svg, series, values, frame, o);
+    return wrap;
+  }
+
+  function colorOf(s, i) {
+    return COLORS[(s.colorIndex ?? i) % COLORS.length];
+  }
+
+  function axes(svg, frame, scale, y0, y1, unit) {
+    const { sx, sy, x0, x1 } = frame;
     const yt = yTicks(scale, y0, y1);
     labels(yt.map((t) => (scale.kind === "linear" ? t : +scale.inv(t).toPrecision(12)))).forEach((text, i) => {
       el("line", { class: "grid-line", x1: M.l, x2: W - M.r, y1: sy(yt[i]), y2: sy(yt[i]) }, svg);
@@ -113,59 +160,171 @@ const Plot = (() => {
       el("text", { x: sx(v), y: H - M.b + 12, "text-anchor": "middle", class: "x-tick" }, svg).textContent = String(v);
     }
     el("text", { x: W - M.r, y: H - 3, "text-anchor": "end", class: "axis-label x-label" }, svg).textContent = "step";
-    if (o.unit) {
-      el("text", { x: 10, y: M.t + (H - M.t - M.b) / 2, "text-anchor": "middle", class: "axis-label y-label",
-                   transform: `rotate(-90 10 ${M.t + (H - M.t - M.b) / 2})` }, svg).textContent = o.unit;
+    if (unit) {
+      const mid = M.t + (H - M.t - M.b) / 2;
+      el("text", { x: 10, y: mid, "text-anchor": "middle", class: "axis-label y-label", transform: `rotate(-90 10 ${mid})` },
+         svg).textContent = unit;
     }
     el("line", { class: "axis", x1: M.l, x2: M.l, y1: M.t, y2: H - M.b }, svg);
     el("line", { class: "axis", x1: M.l, x2: W - M.r, y1: H - M.b, y2: H - M.b }, svg);
-    mapped.forEach((points, i) => drawSeries(svg, series[i], points, COLORS[i % COLORS.length], sx, sy));
-    if (o.onPick) pickable(svg, sx, x0, x1, o.onPick);
-    return svg;
   }
 
-  // A missing or undrawable value breaks the line: no segment bridges a gap.
-  function drawSeries(svg, s, points, color, sx, sy) {
+  // A vertical line at a step: an alert ("alert"), the step whose samples are shown ("picked").
+  function drawMark(svg, mark, frame) {
+    const x = frame.sx(mark.step);
+    const line = el("line", { class: "mark mark-" + mark.kind, x1: x, x2: x, y1: M.t, y2: H - M.b, "data-step": mark.step }, svg);
+    el("title", {}, line).textContent = mark.label;
+  }
+
+  // A null breaks the line (no segment bridges a non-finite value); steps without an entry are
+  // not points at all, so a metric logged every other step is one line.
+  function drawSeries(svg, s, points, color, frame) {
     let d = "", run = [];
     const flush = () => {
-      if (run.length === 1) el("circle", { class: "lone", cx: sx(run[0][0]), cy: sy(run[0][1]), r: 2, fill: color }, svg);
+      if (run.length === 1) el("circle", { class: "lone", cx: frame.sx(run[0][0]), cy: frame.sy(run[0][1]), r: 2, fill: color }, svg);
       run = [];
     };
     for (const p of points) {
       if (p[1] === null) { flush(); continue; }
-      d += `${run.length ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`;
+      d += `${run.length ? "L" : "M"}${frame.sx(p[0]).toFixed(1)},${frame.sy(p[1]).toFixed(1)}`;
       run.push(p);
     }
     flush();
     if (!d) return;
-    const path = el("path", { class: "series", d, stroke: color }, svg);
+    const dash = DASHES[(s.runIndex || 0) % DASHES.length];
+    const path = el("path", { class: "series", d, stroke: color, ...(dash ? { "stroke-dasharray": dash } : {}) }, svg);
     path.setAttribute("data-label", s.label);
-    el("title", {}, path).textContent = (s.name || s.label) + (s.description ? " — " + s.description : "");
+    if (s.run !== undefined) path.setAttribute("data-run", s.run);
+    el("title", {}, path).textContent = displayName(s) + (s.description ? " — " + s.description : "");
   }
 
-  // Clicking the plot picks the step under the pointer.
-  function pickable(svg, sx, x0, x1, onPick) {
-    svg.classList.add("pickable");
-    svg.addEventListener("click", (e) => {
+  function displayName(s) {
+    return (s.name || s.label) + (s.runIndex ? ` [${s.run}]` : "");
+  }
+
+  // The point of `points` (sorted by step) nearest to `step`, or null.
+  function nearest(points, step) {
+    let lo = 0, hi = points.length - 1;
+    if (hi < 0) return null;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (points[mid][0] < step) lo = mid + 1; else hi = mid;
+    }
+    const cands = [points[lo], points[lo - 1]].filter(Boolean);
+    return cands.reduce((a, b) => (Math.abs(b[0] - step) < Math.abs(a[0] - step) ? b : a));
+  }
+
+  // Hover: a guide line and a box with each series' value at the nearest step; click: pick; drag: zoom.
+  function interactive(wrap, svg, series, smoothed, frame, o) {
+    const guide = el("line", { class: "guide", y1: M.t, y2: H - M.b, visibility: "hidden" }, svg);
+    const band = el("rect", { class: "zoom-band", y: M.t, height: H - M.t - M.b, width: 0, visibility: "hidden" }, svg);
+    const tip = document.createElement("div");
+    tip.className = "plot-tip";
+    tip.hidden = true;
+    wrap.appendChild(tip);
+    const steps = [...new Set(series.flatMap((s) => s.points.map((p) => p[0])))].sort((a, b) => a - b).map((x) => [x]);
+    const toStep = (e) => {
       const box = svg.getBoundingClientRect();
       const x = ((e.clientX - box.left) / box.width) * W;
-      const step = Math.round(x0 + ((x - M.l) / (W - M.l - M.r)) * (x1 - x0));
-      onPick(Math.min(Math.max(step, x0), x1));
+      return frame.x0 + ((x - M.l) / (W - M.l - M.r)) * (frame.x1 - frame.x0);
+    };
+    let dragFrom = null;
+    svg.classList.add("pickable");
+    svg.addEventListener("mousemove", (e) => {
+      const at = nearest(steps, toStep(e));
+      if (!at) return;
+      const step = at[0];
+      guide.setAttribute("x1", frame.sx(step));
+      guide.setAttribute("x2", frame.sx(step));
+      guide.setAttribute("visibility", "visible");
+      showTip(tip, step, series, smoothed, o.smooth);
+      const box = wrap.getBoundingClientRect();
+      const left = e.clientX - box.left + 12;
+      tip.style.left = (left + tip.offsetWidth > box.width ? Math.max(0, left - tip.offsetWidth - 24) : left) + "px";
+      tip.style.top = (e.clientY - box.top + 12) + "px";
+      if (dragFrom !== null) {
+        const a = Math.min(dragFrom.px, e.clientX), b = Math.max(dragFrom.px, e.clientX);
+        const svgBox = svg.getBoundingClientRect(), k = W / svgBox.width;
+        band.setAttribute("x", (a - svgBox.left) * k);
+        band.setAttribute("width", (b - a) * k);
+        band.setAttribute("visibility", b - a >= DRAG_PX ? "visible" : "hidden");
+      }
+    });
+    svg.addEventListener("mouseleave", () => {
+      guide.setAttribute("visibility", "hidden");
+      tip.hidden = true;
+    });
+    svg.addEventListener("mousedown", (e) => { dragFrom = { px: e.clientX, step: toStep(e) }; e.preventDefault(); });
+    svg.addEventListener("mouseup", (e) => {
+      if (dragFrom === null) return;
+      const from = dragFrom;
+      dragFrom = null;
+      band.setAttribute("visibility", "hidden");
+      const clamp = (s) => Math.min(Math.max(s, frame.x0), frame.x1);
+      // A click picks its step once no second click follows: the pick scrolls to the samples,
+      // which would take a double click's second click off the plot.
+      clearTimeout(pendingPick);
+      if (e.detail >= 2 && o.onZoom) {
+        o.onZoom(null);
+      } else if (Math.abs(e.clientX - from.px) >= DRAG_PX && o.onZoom) {
+        const a = clamp(Math.min(from.step, toStep(e))), b = clamp(Math.max(from.step, toStep(e)));
+        if (Math.ceil(a) < Math.floor(b)) o.onZoom([Math.ceil(a), Math.floor(b)]);
+      } else if (o.onPick) {
+        const step = clamp(Math.round(toStep(e)));
+        pendingPick = setTimeout(() => o.onPick(step), DOUBLE_CLICK_MS);
+      }
     });
   }
 
+  function showTip(tip, step, series, smoothed, weight) {
+    const rows = [];
+    series.forEach((s, i) => {
+      const raw = s.points.find((p) => p[0] === step);
+      if (!raw) return;
+      const sm = smoothed[i].find((p) => p[0] === step);
+      const value = raw[1] === null ? "not finite" : fmt(raw[1], 5) +
+        (weight && sm && sm[1] !== null ? ` (smoothed ${fmt(sm[1], 5)})` : "");
+      rows.push([displayName(s), value, colorOf(s, i)]);
+    });
+    const head = document.createElement("div");
+    head.className = "tip-step";
+    head.textContent = "step " + step;
+    const lines = rows.map(([name, value, color]) => {
+      const line = document.createElement("div");
+      line.style.setProperty("--c", color);
+      const n = document.createElement("span");
+      n.textContent = name + " ";
+      const v = document.createElement("b");
+      v.textContent = value;
+      line.append(n, v);
+      return line;
+    });
+    tip.replaceChildren(head, ...lines);
+    tip.hidden = false;
+  }
+
+  // One entry per signal: its catalog name, the Prometheus name beside it; overlaid runs share it.
   function legend(series) {
     const div = document.createElement("div");
     div.className = "legend";
+    const seen = new Set();
     series.forEach((s, i) => {
+      if (seen.has(s.label)) return;
+      seen.add(s.label);
       const span = document.createElement("span");
-      span.style.setProperty("--c", COLORS[i % COLORS.length]);
+      span.style.setProperty("--c", colorOf(s, i));
       span.textContent = s.name || s.label;
-      span.title = s.label + (s.description ? " — " + s.description : "");
+      if (s.prometheus) {
+        const prom = document.createElement("code");
+        prom.className = "prom";
+        prom.textContent = s.prometheus;
+        span.append(" ", prom);
+      }
+      span.title = `API column ${s.label}` + (s.description ? " — " + s.description : "");
       div.appendChild(span);
     });
     return div;
   }
 
-  return { draw, legend };
+  return { draw, legend, smooth, DASHES };
 })();

@@ -1,0 +1,53 @@
+// Shared by the page's scripts: element building (text only through textContent, never
+// innerHTML: a completion containing <script> is shown as text), the read API, number formatting.
+"use strict";
+
+function h(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) node.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
+  return node;
+}
+
+class ApiError extends Error {}
+
+function authHeaders() {
+  const token = localStorage.getItem("otel-grpo-read-token");
+  return token ? { Authorization: "Bearer " + token } : {};
+}
+
+async function apiFetch(path) {
+  const r = await fetch(path, { headers: authHeaders() });
+  if (r.status === 401) {
+    document.getElementById("token-button").hidden = false;
+    throw new ApiError("the read API needs a token: use 'set read token'");
+  }
+  if (!r.ok) {
+    let detail = "";
+    try {
+      const body = await r.json();
+      detail = typeof body.detail === "string" ? body.detail : body.detail[0].msg;
+    } catch (e) { /* no JSON message */ }
+    throw new ApiError(`HTTP ${r.status}${detail ? ": " + detail : ""}`);
+  }
+  return r;
+}
+
+async function api(path) {
+  return (await apiFetch(path)).json();
+}
+
+// Any run id: "/" is sent as %2F (the API reads it back), "." as %2E (a run named ".." must not
+// become a dot segment that fetch resolves away).
+const runPath = (runId) => "/api/runs/" + encodeURIComponent(runId).replace(/\./g, "%2E");
+
+function fmtCell(v) {
+  if (v === null || v === undefined) return "";
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(+v.toPrecision(6));
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}

@@ -1,0 +1,82 @@
+"""Per-completion diagnostics: token-level numbers of each completion, as sample-table columns.
+
+    >>> stats = stats | signals.sample_diagnostics(mask, logprobs=old_lp, rollout_logprobs=rollout_lp,
+    ...                                            ref_logprobs=ref_lp, entropy=ent, truncated=truncated)
+    >>> reduced = signals.reduce_stats(stats, accelerator)      # the same one collective and host copy
+    >>> rows = [{**r, **d} for r, d in zip(rows, reduced.column_rows(rank, world))]
+
+Which completions drove a step's KL spike or IS blow-up is then a sort of the sample table.
+Everything stays on the device; the columns travel in `reduce_stats`' one pack.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import _validate as v
+from ._partial import Stats
+
+_F64 = torch.float64
+_NAN = float("nan")
+
+
+def _row_mean(x: Tensor, m: Tensor, n: Tensor) -> Tensor:
+    """Masked mean per row; NaN for a row without tokens."""
+    return torch.where(n > 0, (x * m).sum(1) / n.clamp(min=1), _NAN)
+
+
+def _row_max(x: Tensor, pad: Tensor, n: Tensor) -> Tensor:
+    """Masked max per row; NaN for a row without tokens."""
+    return torch.where(n > 0, x.masked_fill(pad, -torch.inf).amax(1), _NAN)
+
+
+@torch.no_grad()
+def sample_diagnostics(
+    mask: Tensor,
+    *,
+    logprobs: Tensor | None = None,
+    rollout_logprobs: Tensor | None = None,
+    ref_logprobs: Tensor | None = None,
+    entropy: Tensor | None = None,
+    truncated: Tensor | None = None,
+) -> Stats:
+    """Columns per completion (row) from `[B, T]` tensors and `mask` [B, T] (1: a completion token).
+
+    - `completion_length`: tokens in the mask.
+    - `length_clipped`: 1 if the completion hit the length limit (`truncated` [B]).
+    - `log_ratio_mean`, `log_ratio_absmax`: log pi_train - log pi_rollout per token (`logprobs`,
+      `rollout_logprobs`): mean, and the largest magnitude;
+      `is_weight_mean`, `is_weight_max`: the token IS weight exp(log ratio), mean and max.
+    - `kl_ref_mean`, `kl_ref_max`: the k3 estimator of KL(pi_train || pi_ref) per token
+      (`ref_logprobs`), as the step's `kl`: mean and max.
+    - `entropy_mean`: mean token entropy (`entropy`, nats).
+
+    A row without tokens gets no value (NaN here, None in the row). Pure torch, no host read.
+    """
+    stats = Stats()
+    m = v.binary(mask, "mask", stats, dim=2).to(_F64)
+    tensors = {name: v.floating(x, name, shape=mask.shape).detach().to(_F64)
+               for name, x in (("logprobs", logprobs), ("rollout_logprobs", rollout_logprobs),
+                               ("ref_logprobs", ref_logprobs), ("entropy", entropy)) if x is not None}
+    pad = m == 0
+    n = m.sum(1)
+    stats.add_column("completion_length", n)
+    if truncated is not None:
+        stats.add_column("length_clipped", v.binary(truncated, "truncated", stats, shape=mask.shape[:1]).to(_F64))
+    lp = tensors.get("logprobs")
+    if lp is not None and "rollout_logprobs" in tensors:
+        r = (lp - tensors["rollout_logprobs"]).masked_fill(pad, 0.0)
+        w = r.exp()
+        stats.add_column("log_ratio_mean", _row_mean(r, m, n))
+        stats.add_column("log_ratio_absmax", _row_max(r.abs(), pad, n))
+        stats.add_column("is_weight_mean", _row_mean(w, m, n))
+        stats.add_column("is_weight_max", _row_max(w, pad, n))
+    if lp is not None and "ref_logprobs" in tensors:
+        d = (tensors["ref_logprobs"] - lp).masked_fill(pad, 0.0)
+        k3 = d.exp() - d - 1.0
+        stats.add_column("kl_ref_mean", _row_mean(k3, m, n))
+        stats.add_column("kl_ref_max", _row_max(k3, pad, n))
+    if "entropy" in tensors:
+        stats.add_column("entropy_mean", _row_mean(tensors["entropy"], m, n))
+    return stats

@@ -1,0 +1,109 @@
+"""Adaptive retention: which steps are anomalous, the run's row budget, and whole steps in the spill."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import pytest
+
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+from otel_grpo.telemetry._retention import AnomalyJudge, RowBudget
+
+
+def _judge(**kw) -> AnomalyJudge:
+    return AnomalyJudge(TelemetrySettings(run_id="r", **kw))
+
+
+def _run(judge, kls, rewards=None):
+    """The verdict of each step, given its KL (and reward)."""
+    rewards = rewards or [0.5] * len(kls)
+    return [judge([{"kl": kl, "reward": r}], False) for kl, r in zip(kls, rewards)]
+
+
+def test_thresholds_non_finite_values_and_skipped_updates():
+    judge = _judge()
+    assert judge([{"kl": 0.5, "mismatch_kl": 0.001}], False) is None
+    assert judge([{"kl": 1.5}], False) == "kl 1.5 above 1"
+    assert judge([{"actor/kl_loss": 2.0}], False) == "kl 2 above 1"  # verl's name for it
+    assert judge([{"mismatch_kl": 0.02}], False) == "mismatch_kl 0.02 above 0.01"
+    assert judge([{"loss": math.nan}], False) == "loss not finite"
+    assert judge([{}], True) == "update skipped"
+    assert judge([{"loss": math.inf}, {"kl": 3.0}], True) == "update skipped; loss not finite; kl 3 above 1"
+
+
+def test_kl_and_reward_outliers_against_the_run_s_own_recent_steps():
+    judge = _judge(anomaly_window=10)
+    calm = [1e-3 * (1 + 0.1 * (i % 3)) for i in range(10)]
+    assert _run(judge, calm) == [None] * 10
+    # KL x50 is below the threshold of 1 but far outside the run's last 10 steps (log scale)
+    assert _run(judge, [0.05])[0].startswith("kl outlier (z +")
+    assert _run(judge, [1e-5]) == [None]  # a KL drop is no anomaly
+    rewards = [0.50, 0.52, 0.49, 0.51, 0.50, 0.48, 0.52, 0.50, 0.49, 0.51]
+    fresh = _judge(anomaly_window=10)
+    assert _run(fresh, [1e-3] * 10, rewards) == [None] * 10
+    assert _run(fresh, [1e-3], [0.0])[0].startswith("reward outlier (z -")  # a collapse, either side
+
+
+def test_too_little_history_and_a_constant_history_trigger_nothing():
+    judge = _judge()
+    assert _run(judge, [1e-3, 0.5, 1e-3, 1e-3]) == [None] * 4  # fewer than 5 steps: no outlier test
+    const = _judge()
+    assert _run(const, [0.01] * 20 + [0.0102]) == [None] * 21  # MAD 0: the relative floor, not 1 ulp
+
+
+def test_disabled_and_configured_from_the_environment(monkeypatch):
+    assert _judge(keep_anomalous_steps=False)([{"kl": 9.0}], True) is None
+    monkeypatch.setenv("OTEL_GRPO_ANOMALY_THRESHOLDS", "kl=5, grad_norm=100")
+    settings = TelemetrySettings(run_id="r")
+    assert settings.anomaly_thresholds == {"kl": 5.0, "grad_norm": 100.0}
+    assert AnomalyJudge(settings)([{"kl": 2.0, "grad_norm": 101.0}], False) == "grad_norm 101 above 100"
+
+
+@pytest.mark.parametrize("value, message", [({"klx": 1.0}, "'klx' is not a catalog key"),
+                                            ({"kl": math.inf}, "kl=inf is not a finite number")])
+def test_bad_thresholds_name_the_setting(value, message):
+    with pytest.raises(ValueError, match="anomaly_thresholds") as err:
+        TelemetrySettings(run_id="r", anomaly_thresholds=value)
+    assert message in str(err.value)
+
+
+def test_budget_admits_whole_steps_until_spent_then_says_so_once(caplog):
+    budget = RowBudget(TelemetrySettings(run_id="r", anomaly_rows_budget=20))
+    caplog.set_level(logging.WARNING)
+    assert [budget.admit(n) for n in (8, 8, 8, 4, 8)] == [True, True, False, True, False]
+    assert budget.left == 0
+    assert sum("anomaly_rows_budget" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_an_anomalous_step_is_spilled_whole_within_the_budget(tmp_path):
+    settings = TelemetrySettings(run_id="keep", output_dir=tmp_path, metrics_exporters=["none"],
+                                 traces_exporters=["none"], top_k=2, bottom_k=2, random_k=1, seed=0,
+                                 anomaly_rows_budget=40)
+    tel = Telemetry(settings)
+    for step in range(12):
+        with tel.step(step) as s:
+            s.record({"kl": 3.0 if step in (8, 10) else 1e-3, "reward": 0.5})
+            s.samples([{"prompt": "p", "completion": f"{step}-{i}", "reward": i / 32} for i in range(32)])
+    tel.finish()
+
+    def spilled(step):
+        return [json.loads(x) for x in (tmp_path / "samples" / f"step_{step}.jsonl").read_text().splitlines()]
+
+    assert len(spilled(7)) == 5
+    whole = spilled(8)
+    assert len(whole) == 32 and [r["sample_index"] for r in whole] == list(range(32))
+    reasons = {r["kept_because"] for r in whole}
+    assert {r["selection"] for r in whole} == {"all"} and len(reasons) == 1
+    assert reasons.pop().startswith("kl 3 above 1; kl outlier (z +")
+    assert len(spilled(10)) == 5  # the budget of 40 rows is spent: the usual selection
+    assert "kept_because" not in spilled(10)[0]
+
+
+def test_the_judge_never_raises_into_the_training_loop(caplog):
+    caplog.set_level(logging.WARNING)
+    judge = _judge()
+    assert judge([None], False) is None and judge([None], False) is None  # a malformed record: no verdict
+    assert sum("retention failed" in r.getMessage() for r in caplog.records) == 1
+    assert judge([{"kl": 2.0}], False) == "kl 2 above 1"  # and it goes on
