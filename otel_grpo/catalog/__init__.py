@@ -12,14 +12,19 @@ or are checked against `SIGNALS`.
 
 from ._lookup import by_name, get, resolve, split_stat_key
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
+from ._step_checks import STEP_CHECKS, STREAKS, StepCheck, bound_label
 from ._table import SIGNALS
 
 __all__ = [
     "SIGNALS",
+    "STEP_CHECKS",
+    "STREAKS",
     "Group",
     "Kind",
     "Reduction",
     "Signal",
+    "StepCheck",
+    "bound_label",
     "by_name",
     "get",
     "resolve",

@@ -20,6 +20,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from otel_grpo.catalog import Kind, Signal, get, resolve, sanitize_key
 
 from ._bulk_histogram import HistogramRecorder
+from ._streaks import StepStreaks
 
 logger = logging.getLogger("otel_grpo.telemetry")
 
@@ -89,6 +90,7 @@ class Instruments:
         self._phase_attrs: dict[str, dict[str, Any]] = {}
         self._step_route = self._route_for(get("step"), {})
         self._per_step = {key: self._route_for(get(target), {}) for key, target in STEP_DISTRIBUTIONS.items()}
+        self._streaks = StepStreaks(meter, self._base, self._instrument(get("step_streak")))
 
     # ---- instruments ---------------------------------------------------------------
     def _instrument(self, signal: Signal) -> Any:
@@ -178,6 +180,7 @@ class Instruments:
             per_step = self._per_step.get(route.stat_key)
             if per_step is not None:
                 per_step.record(value, per_step.attributes)
+            self._streaks.observe(route.stat_key, value)
         return finite
 
     def record_samples(self, samples: Mapping[str, list[float]]) -> None:
@@ -205,7 +208,8 @@ class Instruments:
         self._phase.record(seconds, attrs)  # one value: the SDK's own path is the cheaper one
 
     def count_steps(self, steps: int, last_step: int, skipped: bool) -> None:
-        """Progress counters and the `step` gauge."""
+        """Progress counters, the `step` gauge and the step checks' streaks (once per step)."""
+        self._streaks.end_step()
         if steps > 0:
             self._steps.add(steps, self._base)
         if skipped:
