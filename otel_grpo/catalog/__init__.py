@@ -12,7 +12,7 @@ or are checked against `SIGNALS`.
 
 from ._lookup import by_name, get, resolve, split_stat_key
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
-from ._step_checks import STEP_CHECKS, STREAKS, StepCheck, bound_label
+from ._step_checks import STEP_CHECKS, STREAKS, StepCheck, bound_label, reached
 from ._table import SIGNALS
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "bound_label",
     "by_name",
     "get",
+    "reached",
     "resolve",
     "sanitize_key",
     "split_stat_key",

@@ -42,6 +42,20 @@ class StepCheck:
     def beyond(self, value: float, bound: float) -> bool:
         return value < bound if self.below else value > bound
 
+    def advance(self, streaks: list[int], value: float) -> None:
+        """One step of `value`: each bound's streak grows by one if beyond it, else restarts at 0.
+
+        The one definition of a streak, shared by the training process (telemetry) and
+        the alert tests' replay of recorded runs (otel_grpo.stack).
+        """
+        for i, bound in enumerate(self.bounds):
+            streaks[i] = streaks[i] + 1 if self.beyond(value, bound) else 0
+
+
+def reached(streak: int) -> tuple[int, ...]:
+    """The streak lengths of `STREAKS` that a streak has reached (the counters one step adds to)."""
+    return tuple(n for n in STREAKS if streak >= n)
+
 
 def bound_label(bound: float) -> str:
     """The `bound` attribute of a bound, as the alert rules select it: 1.0 -> "1.0", 0.01 -> "0.01"."""

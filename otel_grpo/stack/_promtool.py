@@ -1,6 +1,7 @@
 """`promtool test rules` files rendered from compact scenarios, so expectations track the rules.
 
-A scenario (prometheus/tests/scenarios.yml, written by hand) gives input series and,
+A scenario (prometheus/tests/scenarios.yml, written by hand) gives input series, or
+runs as per-step values that `_replay` turns into the series a scrape sees, and,
 per check, the alerts expected as labels plus the value. promtool compares full
 annotations; they are rendered here from the rules' own templates, which use three
 forms only: `$labels.<name>`, `$value | printf "%.3g"`, `$value | humanizePercentage` and
@@ -18,7 +19,8 @@ from pathlib import Path
 import yaml
 
 from ._alerts import alerts
-from ._rules import RuleSettings
+from ._replay import Segment, expand, replay
+from ._rules import RuleSettings, seconds
 
 SCENARIOS = "prometheus/tests/scenarios.yml"
 TESTS = "prometheus/tests/grpo_alerts_test.yml"
@@ -63,6 +65,21 @@ def _expected(rule: dict, spec: dict) -> dict:
             "exp_annotations": {k: render_template(v, full, value) for k, v in rule["annotations"].items()}}
 
 
+def _segment(run: dict) -> Segment:
+    return Segment(run["run_id"], {key: expand(str(v)) for key, v in run["values"].items()}, seconds(run["step"]),
+                   seconds(run.get("start", "0s")), run.get("first_step", 0), run.get("end", "hang"))
+
+
+def input_series(scenario: dict) -> list[dict]:
+    """A scenario's series: those it lists, and its `runs` (per-step values) replayed as scraped every `interval`."""
+    series = list(scenario.get("input_series", []))
+    if "runs" in scenario:
+        scrape = seconds(scenario["interval"])
+        replayed = replay([_segment(r) for r in scenario["runs"]], scrape, seconds(scenario["length"]) // scrape)
+        series += [{"series": name, "values": values} for name, values in replayed.items()]
+    return series
+
+
 def render_tests(scenarios: list[dict], settings: RuleSettings, rule_files: list[str],
                  evaluation_interval: str = "15s") -> dict:
     """The promtool test document for these scenarios against `settings`' rules (evaluated as compose does)."""
@@ -74,7 +91,7 @@ def render_tests(scenarios: list[dict], settings: RuleSettings, rule_files: list
             rule = by_name[check["alert"]]
             checks.append({"eval_time": check["at"], "alertname": check["alert"],
                            "exp_alerts": [_expected(rule, spec) for spec in check.get("firing", [])]})
-        tests.append({"name": sc["name"], "interval": sc["interval"], "input_series": sc["input_series"],
+        tests.append({"name": sc["name"], "interval": sc["interval"], "input_series": input_series(sc),
                       "alert_rule_test": checks})
     return {"rule_files": rule_files, "evaluation_interval": evaluation_interval, "tests": tests}
 

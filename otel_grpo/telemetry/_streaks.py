@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from opentelemetry.metrics import Meter
 
-from otel_grpo.catalog import STEP_CHECKS, STREAKS, StepCheck, bound_label, get
+from otel_grpo.catalog import STEP_CHECKS, STREAKS, StepCheck, bound_label, get, reached
 
 
 class _Check:
@@ -69,12 +69,8 @@ class StepStreaks:
         return state
 
     def _advance(self, state: _Check, value: float) -> None:
-        check, streaks = state.check, state.streaks
-        for i, bound in enumerate(check.bounds):
-            streak = streaks[i] = streaks[i] + 1 if check.beyond(value, bound) else 0
+        state.check.advance(state.streaks, value)
+        for i, streak in enumerate(state.streaks):
             self._gauge.set(float(streak), state.gauge_attrs[i])
-            if streak:
-                for n, attrs in zip(STREAKS, state.counter_attrs[i]):
-                    if streak < n:
-                        break
-                    self._counter.add(1, attrs)
+            for _, attrs in zip(reached(streak), state.counter_attrs[i]):  # STREAKS is increasing
+                self._counter.add(1, attrs)
