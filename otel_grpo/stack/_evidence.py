@@ -38,6 +38,11 @@ def counted(metric: str, by: str, s: RuleSettings) -> str:
             f" unless on ({by}) sum by ({by}) (last_over_time({metric}[{s.counter_lookback}] offset {s.counter_window})))")
 
 
+def _literal(text: str) -> str:
+    """`text` as a regex inside a PromQL string: metacharacters escaped, the backslash doubled for the string."""
+    return re.sub(r"([.+*?()\[\]{}|^$\\])", r"\\\\\1", text)
+
+
 def selectors(s: RuleSettings, field: str) -> list[str]:
     """Label matchers of a step threshold, one per distinct setting: the default for runs without an
     override of `field`, then each override (a +Inf override: no matcher, the run is never judged)."""
@@ -45,7 +50,7 @@ def selectors(s: RuleSettings, field: str) -> list[str]:
     own = {run: v[field] for run, v in s.overrides.items() if field in v}
     default = f'signal="{key}", bound="{bound_label(getattr(s, field))}"'
     if own:
-        default += f', run_id!~"{"|".join(re.escape(r) for r in sorted(own))}"'
+        default += f', run_id!~"{"|".join(_literal(r) for r in sorted(own))}"'
     return [default] + [f'signal="{key}", run_id="{run}", bound="{bound_label(v)}"'
                         for run, v in sorted(own.items()) if not math.isinf(v)]
 
