@@ -20,41 +20,15 @@ Three building blocks make the alerts hold on real runs (docs/operations.md):
 from __future__ import annotations
 
 from ._evidence import at_step, beyond, counted
-from ._rules import (ENTROPY, GRAD_NORM, KL, NONFINITE, REWARD, SKIPPED, STEP_INDEX, STEP_TIME, THROUGHPUT,
-                     RuleSettings, _m, seconds, threshold)
+from ._rules import ENTROPY, GRAD_NORM, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, _m, threshold
+
+from ._alerts_base import PCT as _PCT, RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert, by_run as _max
+from ._run_end import progress_rule, run_end_alerts
 
 STREAK = "run_id:grpo_check:streak_start"
-PROGRESS = "run_id:grpo_step:progress_time"
-FINISHED = _m("run_finished")
 BETA = _m("beta")
-DASHBOARD_UID = "grpo-overview"
 COLLECTOR_JOB, SIDECAR_JOB = "otel-collector", "sidecar"
-
-_RUN = "run {{ $labels.run_id }}"
-_VAL = '{{ $value | printf "%.3g" }}'  # humanize would print 0.5 as "500m"
-_PCT = "{{ $value | humanizePercentage }}"  # fractions read as "65%", not "0.65 of"
-_STEP = '{{ $value | printf "%.0f" }}'
 _BEYOND = "{{ $labels.signal }} beyond {{ $labels.bound }}"
-
-
-def _max(metric: str) -> str:
-    return f"max by (run_id) ({metric})"
-
-
-def _alert(s: RuleSettings, name: str, expr: str, for_: str, severity: str, summary: str, description: str,
-           panel: str | None = None) -> dict:
-    annotations = {"summary": summary, "description": description,
-                   "runbook_url": f"{s.runbook_base}#{name.lower()}"}
-    if panel is not None:
-        annotations["dashboard_url"] = _panel_url(s, panel)
-    return {"alert": name, "expr": expr, "for": for_, "labels": {"severity": severity}, "annotations": annotations}
-
-
-def _panel_url(s: RuleSettings, title: str) -> str:
-    from .dashboards import panel_id  # dashboards -> _configs -> this module: import late
-
-    return (f"{s.grafana_url.rstrip('/')}/d/{DASHBOARD_UID}/?viewPanel=panel-{panel_id(title)}"
-            "&var-run_id={{ $labels.run_id }}")
 
 
 # ---- trend streaks -----------------------------------------------------------------------
@@ -64,7 +38,9 @@ def _streak_rule(s: RuleSettings, check: str, cond: str) -> dict:
     prev = f'{STREAK}{{check="{check}"}}'
     return {
         "record": STREAK,
-        "expr": f"(max by (run_id) (last_over_time({prev}[{s.streak_memory}])) >= 0 and on (run_id) ({cond}))"
+        # kept: started (>= 0), not after the current step (a resume went back), still holding
+        "expr": f"(max by (run_id) (last_over_time({prev}[{s.streak_memory}])) >= 0 <= on (run_id) {_max(STEP_INDEX)}"
+                f" and on (run_id) ({cond}))"
                 f" or ({_max(STEP_INDEX)} and on (run_id) ({cond}))"
                 f" or (0 * {_max(STEP_INDEX)} - 1 unless on (run_id) ({cond}))",
         "labels": {"check": check},
@@ -189,23 +165,6 @@ def _training_alerts(s: RuleSettings) -> list[dict]:
     ]
 
 
-def _progress_rule(s: RuleSettings) -> dict:
-    """The time of the latest scrape at which the step index had changed within `progress_probe`."""
-    return {"record": PROGRESS,
-            "expr": f"max by (run_id) (timestamp({STEP_INDEX}))"
-                    f" and on (run_id) max by (run_id) (changes({STEP_INDEX}[{s.progress_probe}])) > 0"}
-
-
-def _stalled(s: RuleSettings) -> str:
-    since = f"time() - max by (run_id) (max_over_time({PROGRESS}[{s.history_window}]))"
-    floor = seconds(s.stall_floor)
-    limit = (f"clamp_min({s.stall_factor} * max by (run_id) (max_over_time({STEP_TIME}[{s.history_window}])), {floor})"
-             f" or on (run_id) (0 * {_max(STEP_INDEX)} + {floor})")
-    return (f"({since}) > on (run_id) ({limit})"
-            f" and on (run_id) {_max(STEP_INDEX)}"  # still exporting: otherwise GRPOMetricsAbsent
-            f" unless on (run_id) {_max(FINISHED)} == 1")
-
-
 def _health_alerts(s: RuleSettings) -> list[dict]:
     return [
         _alert(s, "GRPONonFiniteValues", counted(NONFINITE, "run_id, signal", s), "0s", "critical",
@@ -215,20 +174,7 @@ def _health_alerts(s: RuleSettings) -> list[dict]:
         _alert(s, "GRPOStepsSkipped", counted(SKIPPED, "run_id", s), "0s", "warning",
                f"{_VAL} training steps skipped in {_RUN}",
                "Updates were skipped for a non-finite loss or a failed batch.", "Non-finite values and skipped steps"),
-        _alert(s, "GRPOTrainerStalled", _stalled(s), s.for_fast, "critical",
-               "No training step for {{ $value | humanizeDuration }} in " + _RUN + ", yet it still exports",
-               f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its longest recent "
-               f"step times (at least {s.stall_floor}): a hung collective, a dead data loader or a deadlock.",
-               "Step index and steps per second"),
-        _alert(s, "GRPOMetricsAbsent",
-               f"max by (run_id) (max_over_time({STEP_INDEX}[{s.absent_window}]))"
-               f" unless on (run_id) {_max(STEP_INDEX)}"
-               f" unless on (run_id) max by (run_id) (max_over_time({FINISHED}[{s.absent_window}])) == 1",
-               s.for_target, "warning",
-               f"{_RUN} stopped exporting metrics without finishing (last step {_VAL})",
-               "A run that reported in the last window no longer does and never exported grpo_run_finished = 1: "
-               "it crashed, was killed, or lost its exporter.", "Step index and steps per second"),
-    ]
+    ] + run_end_alerts(s)
 
 
 def _stack_alerts(s: RuleSettings) -> list[dict]:
@@ -269,7 +215,7 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
 def alert_rules(s: RuleSettings) -> dict:
     """The alert rule file: streak and progress records first (same group: evaluated in order), then alerts."""
     records = [_streak_rule(s, check, cond) for check, (cond, _) in _trend_checks(s).items()]
-    records.append(_progress_rule(s))
+    records.append(progress_rule(s))
     alerts = _drift_alerts(s) + _training_alerts(s) + _health_alerts(s) + _stack_alerts(s)
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}
 

@@ -29,7 +29,7 @@ from otel_grpo import catalog
 from otel_grpo.catalog import STEP_CHECKS, bound_label, reached
 
 STALE = "stale"
-ENDS = ("hang", "finish", "crash")
+ENDS = ("hang", "finish", "preempt", "crash")
 
 
 @dataclass(kw_only=False, slots=True)
@@ -44,8 +44,9 @@ class Segment:
     first_step: int = 0
     """Step index of the first step (a resume may go back)."""
     end: str = "hang"
-    """After the last step: `hang` (alive, exporting, no step), `finish` (grpo.run.finished = 1) or `crash`;
-    a finished or crashed process's series stay `expire_s` (the collector's metric_expiration) then go stale."""
+    """After the last step: `hang` (alive, exporting, no step), `finish` (grpo.run.finished = 1), `preempt`
+    (SIGTERM: grpo.run.preempted = 1) or `crash`; an ended process's series stay `expire_s` (the collector's
+    metric_expiration) then go stale."""
     expire_s: float = 300.0
     steps: int = field(init=False)
 
@@ -81,8 +82,9 @@ def _states(seg: Segment) -> Iterator[dict[str, float]]:
                     for n in catalog.STREAKS:
                         name = f'{catalog.get("step_beyond").prometheus_name}{{{labels}, streak="{n}"}}'
                         out[name] = out.get(name, 0.0) + (n in done)
-        if seg.end == "finish" and i == seg.steps - 1:
-            out[f"{catalog.get('run_finished').prometheus_name}{{{run}}}"] = 1.0
+        for end in ("finish", "preempt"):  # 0 from the first step, 1 at a deliberate end
+            marker = f"{catalog.get('run_' + end + 'ed').prometheus_name}{{{run}}}"
+            out[marker] = float(seg.end == end and i == seg.steps - 1)
         yield dict(out)
 
 

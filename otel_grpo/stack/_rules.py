@@ -146,8 +146,9 @@ class RuleSettings:
     """Window in which a change of the step index counts as progress (at least 2 scrape intervals)."""
     history_window: str = "6h"
     """How far back the recent step time and the last progress are looked up."""
-    absent_window: str = "1h"
-    """A run that exported within this window and no longer does is absent (unless it finished)."""
+    absent_window: str = "1d"
+    """A run that exported within this window and no longer does has ended: GRPOMetricsAbsent (a crash) or
+    GRPORunPreempted fire until it resumes or this window has passed since its last export."""
     rate_window: str = "1m"
     """Rate window of the counters' recording rules (steps, tokens, samples per second)."""
     histogram_window: str = "15m"

@@ -91,6 +91,8 @@ class Instruments:
         self._step_route = self._route_for(get("step"), {})
         self._per_step = {key: self._route_for(get(target), {}) for key, target in STEP_DISTRIBUTIONS.items()}
         self._streaks = StepStreaks(meter, self._base, self._instrument(get("step_streak")))
+        # A process's first step says "running": a resumed run's earlier end no longer counts.
+        self._running = [self._route_for(get(key), {}) for key in ("run_finished", "run_preempted")]
 
     # ---- instruments ---------------------------------------------------------------
     def _instrument(self, signal: Signal) -> Any:
@@ -210,6 +212,9 @@ class Instruments:
     def count_steps(self, steps: int, last_step: int, skipped: bool) -> None:
         """Progress counters, the `step` gauge and the step checks' streaks (once per step)."""
         self._streaks.end_step()
+        for route in self._running:
+            route.record(0.0, route.attributes)
+        self._running.clear()
         if steps > 0:
             self._steps.add(steps, self._base)
         if skipped:
