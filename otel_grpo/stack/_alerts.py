@@ -27,7 +27,10 @@ from ._run_end import progress_rule, run_end_alerts
 
 STREAK = "run_id:grpo_check:streak_start"
 BETA = _m("beta")
-COLLECTOR_JOB, SIDECAR_JOB = "otel-collector", "sidecar"
+# Targets are told by what they serve, never by `job` (the Prometheus Operator names jobs after
+# namespace/service): a self-referencing record remembers every target that served a collector's
+# (sidecar's) own metrics, so it is known while it is down.
+SEEN = {"collector": '{__name__=~"otelcol_process_uptime.*"}', "sidecar": "otel_grpo_sidecar_spans_ingested_total"}
 _BEYOND = "{{ $labels.signal }} beyond {{ $labels.bound }}"
 
 
@@ -177,15 +180,32 @@ def _health_alerts(s: RuleSettings) -> list[dict]:
     ] + run_end_alerts(s)
 
 
+def _seen_rule(s: RuleSettings, component: str) -> dict:
+    record = f"job_instance:{component}:seen"
+    return {"record": record, "expr": f"group by (job, instance) ({SEEN[component]})"
+                                      f" or last_over_time({record}[{s.history_window}])"}
+
+
+def _down(component: str) -> str:
+    return f"up == 0 and on (job, instance) job_instance:{component}:seen"
+
+
 def _stack_alerts(s: RuleSettings) -> list[dict]:
-    collector = f'job="{COLLECTOR_JOB}"'
     return [
-        _alert(s, "GRPOCollectorDown", f'up{{{collector}}} == 0', s.for_target, "critical",
+        _alert(s, "GRPOCollectorDown", _down("collector"), s.for_target, "critical",
                "The OpenTelemetry Collector is not scraped ({{ $labels.instance }})",
-               "No trainer metrics reach Prometheus while the collector is down."),
-        _alert(s, "GRPOSidecarDown", f'up{{job="{SIDECAR_JOB}"}} == 0', s.for_target, "warning",
+               "No trainer metrics reach Prometheus while the collector is down. Any target that served the "
+               "collector's own metrics counts, whatever its job is called."),
+        _alert(s, "GRPOSidecarDown", _down("sidecar"), s.for_target, "warning",
                "The sidecar is not scraped ({{ $labels.instance }})",
                "Samples and step history are not being stored (the trainer still spills samples to disk)."),
+        _alert(s, "GRPOCollectorRefusing",
+               f"sum by (instance, receiver) (increase(otelcol_receiver_refused_metric_points_total[{s.counter_window}])) > 0"
+               f" or sum by (instance, receiver) (increase(otelcol_receiver_refused_spans_total[{s.counter_window}])) > 0",
+               s.for_slow, "critical",
+               "The collector's receiver {{ $labels.receiver }} refused " + _VAL + " items",
+               "The collector turned data away (its memory limiter, or a pipeline that cannot keep up): the trainer's "
+               "metrics or samples are lost and the run alerts are blind to them."),
         _alert(s, "GRPOCollectorExportFailing",
                f"sum by (instance, exporter) (increase(otelcol_exporter_send_failed_spans_total[{s.counter_window}])) > 0"
                f" or sum by (instance, exporter) (increase(otelcol_exporter_send_failed_metric_points_total[{s.counter_window}])) > 0",
@@ -215,7 +235,7 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
 def alert_rules(s: RuleSettings) -> dict:
     """The alert rule file: streak and progress records first (same group: evaluated in order), then alerts."""
     records = [_streak_rule(s, check, cond) for check, (cond, _) in _trend_checks(s).items()]
-    records.append(progress_rule(s))
+    records += [progress_rule(s), _seen_rule(s, "collector"), _seen_rule(s, "sidecar")]
     alerts = _drift_alerts(s) + _training_alerts(s) + _health_alerts(s) + _stack_alerts(s)
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}
 
