@@ -178,7 +178,8 @@ def _samples_panels() -> list[Panel]:
         # The run id is a path segment: percent-encoded (a run id may hold any character).
         table("Samples of the latest step (sidecar)", "/api/runs/${run_id:percentencode}/samples",
               {"limit": str(SIDECAR_PAGE_LIMIT), "order_by": "reward", "desc": "true"}, 24, 12),
-        table("Alerts received by the sidecar", "/api/alerts", {"run_id": "${run_id}"}, 12, 8),
+        # Several runs as `a|b`; "All" is `.*`, which the sidecar reads as every run.
+        table("Alerts received by the sidecar", "/api/alerts", {"run_id": "${run_id:pipe}"}, 12, 8),
         table("Runs (sidecar)", "/api/runs", {}, 12, 8),
     ]
 
