@@ -126,7 +126,7 @@ def _drift_alerts(s: RuleSettings) -> list[dict]:
         _evidence_alert(s, "GRPOMismatchKLHigh", ("mismatch_kl_threshold",), s.drift_steps, "warning",
                         "Rollout-vs-training KL (k3) above {{ $labels.bound }}",
                         "The rollout engine samples from a distribution measurably different from the trained policy.",
-                        "Mismatch KL (direct and k3) and chi-square"),
+                        "Mismatch KL (k3)"),
     ]
 
 
