@@ -112,7 +112,11 @@ def render(panel: Panel, panel_id: int, x: int, y: int) -> dict:
     if panel.infinity is not None:
         out["datasource"] = INFINITY
         out["targets"] = [{"refId": "A", "datasource": INFINITY, **panel.infinity}]
-        out["options"] = {"showHeader": True, "cellHeight": "sm"}
+        if panel.kind == "trend":  # x is the step, not the time: runs line up by step
+            out["options"] = {"xField": "step", "legend": {"showLegend": True, "displayMode": "list",
+                                                           "placement": "bottom", "calcs": []}}
+        else:
+            out["options"] = {"showHeader": True, "cellHeight": "sm"}
         return out
     out["datasource"] = PROM
     out["targets"] = [_prom_target(i, q) for i, q in enumerate(panel.queries)]

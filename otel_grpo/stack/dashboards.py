@@ -23,6 +23,8 @@ from ._panels import PROM, PROM_UID, RUN, Panel, Query, render, row, signal_quer
 from ._rules import THRESHOLD_RECORD, RuleSettings
 
 MAX_SIGNALS = 8
+STEP_ALIGNED = ("kl", "reward", "entropy", "clip_ratio_region_mean", "completions_clipped_ratio")
+"""The scalars of the step-aligned run comparison (the sidecar's step history)."""
 """Signals of one leftover panel (one series each per selected run)."""
 
 SIDECAR_PAGE_LIMIT = 200
@@ -186,8 +188,9 @@ def _rollout_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gro
 
 def _samples_panels() -> list[Panel]:
     """Tables read from the sidecar's JSON API through the Infinity datasource."""
-    def table(title: str, url: str, params: dict[str, str], width: int, height: int, repeat: str | None = None) -> Panel:
-        return Panel(title, kind="table", width=width, height=height, repeat=repeat, infinity={
+    def table(title: str, url: str, params: dict[str, str], width: int, height: int, repeat: str | None = None,
+              kind: str = "table") -> Panel:
+        return Panel(title, kind=kind, width=width, height=height, repeat=repeat, infinity={
             "type": "json", "source": "url", "format": "table", "parser": "backend", "root_selector": "",
             "url": url, "url_options": {"method": "GET", "params": [{"key": k, "value": v} for k, v in params.items()]},
             "columns": [],
@@ -201,6 +204,10 @@ def _samples_panels() -> list[Panel]:
         # Several runs as `a|b`; "All" is `.*`, which the sidecar reads as every run.
         table("Alerts received by the sidecar", "/api/alerts", {"run_id": "${run_id:pipe}"}, 12, 8),
         table("Runs (sidecar)", "/api/runs", {}, 12, 8),
+        # Every step, exact (Prometheus samples them), against the step: one panel per selected
+        # run, repeated one under the other, so runs line up by step rather than by time.
+        table("Step-exact history by step (sidecar)", "/api/runs/${run_id:percentencode}/steps",
+              {"metrics": ",".join(STEP_ALIGNED)}, 24, 8, repeat="run_id", kind="trend"),
     ]
 
 

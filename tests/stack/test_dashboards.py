@@ -180,3 +180,7 @@ def test_overview_has_run_variable_alerts_and_sidecar_samples():
     assert _panel(d, "Samples of the latest step (sidecar)")["repeat"] == "run_id"
     params = _panel(d, "Alerts received by the sidecar")["targets"][0]["url_options"]["params"]
     assert {"key": "run_id", "value": "${run_id:pipe}"} in params
+    # Runs compared by step, from the sidecar's exact step history (a scrape sees a sample of the steps).
+    trend = _panel(d, "Step-exact history by step (sidecar)")
+    assert trend["type"] == "trend" and trend["options"]["xField"] == "step" and trend["repeat"] == "run_id"
+    assert trend["targets"][0]["url"] == "/api/runs/${run_id:percentencode}/steps"
