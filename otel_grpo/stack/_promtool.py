@@ -119,7 +119,8 @@ def load_scenarios(root: Path) -> list[dict]:
         for run in sc.get("runs", []):
             if "recorded" in run:
                 rec = run.pop("recorded")
-                run["values"] = _recorded((root / SCENARIOS).parent / rec["file"], rec["keys"], rec.get("steps"))
+                recorded = _recorded((root / SCENARIOS).parent / rec["file"], rec["keys"], rec.get("steps"))
+                run["values"] = {**recorded, **run.get("values", {})}  # given values win (step_time)
     return scenarios
 
 
