@@ -19,10 +19,9 @@ Three building blocks make the alerts hold on real runs (docs/operations.md):
 
 from __future__ import annotations
 
+from ._alerts_base import PCT as _PCT, RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert, by_run as _max
 from ._evidence import at_step, beyond, counted
 from ._rules import ENTROPY, GRAD_NORM, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, _m, threshold
-
-from ._alerts_base import PCT as _PCT, RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert, by_run as _max
 from ._run_end import progress_rule, run_end_alerts
 
 STREAK = "run_id:grpo_check:streak_start"
@@ -65,8 +64,7 @@ def _trend_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
     enough = f"and on (run_id) {_max(STEP_INDEX)} >= {s.warmup_steps}"
     drop = f"(run_id:grpo_reward_mean:baseline_mean - {recent(REWARD)})"
     return {
-        "kl_jump": (f"run_id:grpo_kl:zscore > {s.kl_zscore} {enough} unless on (run_id) {_max(BETA)} == 0",
-                    s.kl_steps),
+        "kl_jump": (f"run_id:grpo_kl:zscore > {s.kl_zscore} {enough} {_kl_on(s)}", s.kl_steps),
         "reward_collapse": (f"{drop} / (run_id:grpo_reward_mean:baseline_stddev + 0.05) > {s.reward_zscore}"
                             f" and on (run_id) {drop} > {s.reward_drop} {enough}", s.drift_steps),
         "entropy_collapse": (f"({recent(ENTROPY)} < {s.entropy_fraction} * run_id:grpo_policy_entropy:baseline_mean"
