@@ -12,17 +12,23 @@ or are checked against `SIGNALS`.
 
 from ._lookup import PEERS, by_name, get, resolve, split_stat_key, stat_key
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
+from ._step_checks import STEP_CHECKS, STREAKS, StepCheck, bound_label, reached
 from ._table import SIGNALS
 
 __all__ = [
     "PEERS",
     "SIGNALS",
+    "STEP_CHECKS",
+    "STREAKS",
     "Group",
     "Kind",
     "Reduction",
     "Signal",
+    "StepCheck",
+    "bound_label",
     "by_name",
     "get",
+    "reached",
     "resolve",
     "sanitize_key",
     "split_stat_key",

@@ -2,79 +2,57 @@
 
 Three building blocks make the alerts hold on real runs (docs/operations.md):
 
-- *Streaks* count training steps, not minutes. A recording rule in the alert
-  group remembers the step index at which a condition was first seen to hold
-  (`run_id:grpo_check:streak_start{check=...}`, self-referencing), so "KL over
-  its threshold for 3 steps" means 3 steps whether steps are 1 s or 10 min
-  apart. A condition unseen for `streak_memory` (a scrape gap, an outage)
-  starts a new streak: gaps delay an alert, never raise one.
+- *Step evidence* for thresholds: the training process counts, on every step,
+  the consecutive steps each checked scalar has been beyond each bound
+  (`_evidence.py`): "KL over 1 for 3 steps" is 3 consecutive steps, whatever the
+  step duration and scrape interval, and a step below the threshold resets it.
+- *Trend streaks* for conditions against a run's own baseline, which only
+  Prometheus can judge: a recording rule in the alert group remembers the step
+  index at which a condition was first seen to hold
+  (`run_id:grpo_check:streak_start{check=...}`, self-referencing; -1 once seen
+  not to hold, which ends the streak). A run without data for `streak_memory`
+  (a scrape gap) keeps its streak: gaps delay an alert, never raise one.
 - *Increases* of counters, with a series that is new (unseen for
   `counter_lookback`) counting by its value: a failed scrape or an outage
   raises nothing, since the series' last value before the gap is still found.
-- *Per-step histograms* for one-step spikes: the trainer observes each step's
-  KL once into `grpo_step_kl`, so a step over the threshold between two
-  scrapes still shows in the bucket counts.
 """
 
 from __future__ import annotations
 
-from ._rules import (BASELINE_STEPS, ENTROPY, GRAD_NORM, KL, NONFINITE, REWARD, SKIPPED, STEP_INDEX, STEP_TIME,
-                     THROUGHPUT, RuleSettings, _m, seconds, threshold)
+from ._alerts_base import PCT as _PCT, RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert, by_run as _max
+from ._evidence import at_step, beyond, counted
+from ._rules import ENTROPY, GRAD_NORM, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, _m, threshold
+from ._run_end import progress_rule, run_end_alerts
 
 STREAK = "run_id:grpo_check:streak_start"
-PROGRESS = "run_id:grpo_step:progress_time"
-FINISHED = _m("run_finished")
-STEP_KL = _m("step_kl")
 BETA = _m("beta")
-DASHBOARD_UID = "grpo-overview"
-COLLECTOR_JOB, SIDECAR_JOB = "otel-collector", "sidecar"
-
-_RUN = "run {{ $labels.run_id }}"
-_VAL = '{{ $value | printf "%.3g" }}'  # humanize would print 0.5 as "500m"
-_PCT = "{{ $value | humanizePercentage }}"  # fractions read as "65%", not "0.65 of"
-
-
-def _max(metric: str) -> str:
-    return f"max by (run_id) ({metric})"
+# Targets are told by what they serve, never by `job` (the Prometheus Operator names jobs after
+# namespace/service): a self-referencing record remembers every target that served a collector's
+# (sidecar's) own metrics, so it is known while it is down.
+SEEN = {"collector": '{__name__=~"otelcol_process_uptime.*"}', "sidecar": "otel_grpo_sidecar_spans_ingested_total"}
+_BEYOND = "{{ $labels.signal }} beyond {{ $labels.bound }}"
 
 
-def _alert(s: RuleSettings, name: str, expr: str, for_: str, severity: str, summary: str, description: str,
-           panel: str | None = None) -> dict:
-    annotations = {"summary": summary, "description": description,
-                   "runbook_url": f"{s.runbook_base}#{name.lower()}"}
-    if panel is not None:
-        annotations["dashboard_url"] = _panel_url(s, panel)
-    return {"alert": name, "expr": expr, "for": for_, "labels": {"severity": severity}, "annotations": annotations}
-
-
-def _panel_url(s: RuleSettings, title: str) -> str:
-    from .dashboards import panel_id  # dashboards -> _configs -> this module: import late
-
-    return (f"{s.grafana_url.rstrip('/')}/d/{DASHBOARD_UID}/?viewPanel=panel-{panel_id(title)}"
-            "&var-run_id={{ $labels.run_id }}")
-
-
-# ---- step-aware conditions -------------------------------------------------------------
+# ---- trend streaks -----------------------------------------------------------------------
 def _streak_rule(s: RuleSettings, check: str, cond: str) -> dict:
-    """The step index at which `cond` (an instant vector by run_id) started holding, kept while it holds."""
+    """The step index at which `cond` (an instant vector by run_id) started holding, kept while it holds;
+    -1 while the run exports and `cond` does not hold, so one evaluation without it ends the streak."""
     prev = f'{STREAK}{{check="{check}"}}'
     return {
         "record": STREAK,
-        "expr": f"(max by (run_id) (last_over_time({prev}[{s.streak_memory}])) and on (run_id) ({cond}))"
-                f" or ({_max(STEP_INDEX)} and on (run_id) ({cond}))",
+        # kept: started (>= 0), not after the current step (a resume went back), still holding
+        "expr": f"(max by (run_id) (last_over_time({prev}[{s.streak_memory}])) >= 0 <= on (run_id) {_max(STEP_INDEX)}"
+                f" and on (run_id) ({cond}))"
+                f" or ({_max(STEP_INDEX)} and on (run_id) ({cond}))"
+                f" or (0 * {_max(STEP_INDEX)} - 1 unless on (run_id) ({cond}))",
         "labels": {"check": check},
     }
 
 
 def _for_steps(check: str, cond: str, steps: int) -> str:
     """`cond`, once it has held for `steps` consecutive steps (the value stays the condition's)."""
-    held = f'{_max(STEP_INDEX)} - on (run_id) max by (run_id) ({STREAK}{{check="{check}"}})'
+    held = f'{_max(STEP_INDEX)} - on (run_id) max by (run_id) ({STREAK}{{check="{check}"}} >= 0)'
     return f"({cond}) and on (run_id) ({held} >= {steps - 1})"
-
-
-def _step_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
-    """check name -> (condition by run_id, steps it must hold)."""
-    return {**_threshold_checks(s), **_trend_checks(s)}
 
 
 def _trend_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
@@ -82,11 +60,11 @@ def _trend_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
     def recent(metric: str) -> str:
         return f"max by (run_id) (avg_over_time({metric}[{s.recent_window}]))"
 
-    enough = f"and on (run_id) {BASELINE_STEPS} >= {s.baseline_min_steps}"
+    # A baseline exists only once its window spans enough steps; warm-up: not before warmup_steps.
+    enough = f"and on (run_id) {_max(STEP_INDEX)} >= {s.warmup_steps}"
     drop = f"(run_id:grpo_reward_mean:baseline_mean - {recent(REWARD)})"
     return {
-        "kl_jump": (f"run_id:grpo_kl:zscore > {s.kl_zscore} {enough} unless on (run_id) {_max(BETA)} == 0",
-                    s.kl_steps),
+        "kl_jump": (f"run_id:grpo_kl:zscore > {s.kl_zscore} {enough} {_kl_on(s)}", s.kl_steps),
         "reward_collapse": (f"{drop} / (run_id:grpo_reward_mean:baseline_stddev + 0.05) > {s.reward_zscore}"
                             f" and on (run_id) {drop} > {s.reward_drop} {enough}", s.drift_steps),
         "entropy_collapse": (f"({recent(ENTROPY)} < {s.entropy_fraction} * run_id:grpo_policy_entropy:baseline_mean"
@@ -97,94 +75,86 @@ def _trend_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
     }
 
 
-def _threshold_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
-    """Conditions against (per-run overridable) thresholds."""
-    kl_on = f"unless on (run_id) {_max(BETA)} == 0"  # beta = 0: KL is not optimised, no KL alert
-    return {
-        "kl_high": (f"{threshold(s, 'kl_threshold', _max(KL), '>')} {kl_on}", s.kl_steps),
-        "mismatch_kl": (threshold(s, "mismatch_kl_threshold", _max(_m("mismatch_k3_kl")), ">"), s.drift_steps),
-        "is_drift": (f"{threshold(s, 'ess_min', _max(_m('rollout_is_eff_sample_size')), '<')}"
-                     f" or {threshold(s, 'chi2_threshold', _max(_m('mismatch_chi2_token')), '>')}", s.drift_steps),
-        "is_veto": (f"{threshold(s, 'veto_fraction_threshold', _max(_m('rollout_is_veto_fraction')), '>')}"
-                    f" or {threshold(s, 'catastrophic_fraction_threshold', _max(_m('rollout_is_catastrophic_token_fraction')), '>')}",
-                    s.drift_steps),
-        "clip_ratio": (threshold(s, "clip_ratio_threshold", _max(_m("clip_ratio_region_mean")), ">"), s.drift_steps),
-        "completions_clipped": (threshold(s, "completions_clipped_threshold", _max(_m("completions_clipped_ratio")), ">"),
-                                s.drift_steps),
-        "zero_std": (threshold(s, "zero_std_threshold", _max(_m("frac_reward_zero_std")), ">"), s.drift_steps),
-    }
-
-
 def _step_alert(s: RuleSettings, check: str, name: str, severity: str, summary: str, description: str,
                 panel: str) -> dict:
-    cond, steps = _step_checks(s)[check]
+    cond, steps = _trend_checks(s)[check]
     return _alert(s, name, _for_steps(check, cond, steps), "0s", severity,
                   summary + f" for {steps}+ steps", description, panel)
 
 
+def _kl_on(s: RuleSettings) -> str:
+    """beta = 0: KL is not optimised, so no KL alert."""
+    return f"unless on (run_id) {_max(BETA)} == 0"
+
+
+def _evidence_alert(s: RuleSettings, name: str, fields: tuple[str, ...], steps: int, severity: str, summary: str,
+                    description: str, panel: str, kl: bool = False) -> dict:
+    """A threshold alert on the trainer's step evidence: `steps` consecutive steps beyond the run's threshold."""
+    cond = " or ".join(f"({beyond(s, f, steps)})" for f in fields)
+    expr = at_step(cond) + (f" {_kl_on(s)}" if kl else "")
+    run = f" for {steps}+ consecutive steps" if steps > 1 else ""
+    return _alert(s, name, expr, "0s", severity, f"{summary}{run} in {_RUN} (step {_STEP})", description, panel)
+
+
 # ---- alerts ----------------------------------------------------------------------------
 def _drift_alerts(s: RuleSettings) -> list[dict]:
-    spike = f'le="{s.kl_spike_threshold!r}"'
-    over = (f'sum by (run_id) (increase({STEP_KL}_bucket{{le="+Inf"}}[{s.counter_window}]))'
-            f" - sum by (run_id) (increase({STEP_KL}_bucket{{{spike}}}[{s.counter_window}]))")
-    total = f'sum by (run_id) ({STEP_KL}_bucket{{le="+Inf"}}) - sum by (run_id) ({STEP_KL}_bucket{{{spike}}})'
-    new = (f'unless on (run_id) max by (run_id) (last_over_time({STEP_KL}_bucket{{le="+Inf"}}'
-           f"[{s.counter_lookback}] offset {s.counter_window}))")
     return [
-        _step_alert(s, "kl_high", "GRPOKLHigh", "critical",
-                    f"KL to the reference is {_VAL} in {_RUN} (threshold {s.kl_threshold})",
-                    "The policy has moved far from the reference model: learning rate too high, beta too low, or reward hacking.",
-                    "KL to the reference"),
-        _alert(s, "GRPOKLSpike", f"({over} > 0) or ({total} > 0 {new})", "0s", "warning",
-               f"A step's KL exceeded {s.kl_spike_threshold} in {_RUN} within the last {s.counter_window}",
-               "Single steps exceeded the KL threshold, counted by the trainer per step (grpo_step_kl), "
-               "so spikes between two scrapes are not lost.", "KL to the reference"),
+        _evidence_alert(s, "GRPOKLHigh", ("kl_threshold",), s.kl_steps, "critical",
+                        "KL to the reference above {{ $labels.bound }}",
+                        "The policy has moved far from the reference model: learning rate too high, beta too low, "
+                        "or reward hacking.", "KL to the reference", kl=True),
+        _evidence_alert(s, "GRPOKLSpike", ("kl_threshold",), 1, "warning",
+                        f"A step's KL to the reference exceeded {{{{ $labels.bound }}}} within the last {s.counter_window}",
+                        "Single steps exceeded the KL threshold, counted by the trainer on every step "
+                        "(grpo_step_beyond_total), so spikes between two scrapes are not lost.",
+                        "KL to the reference", kl=True),
         _step_alert(s, "kl_jump", "GRPOKLJump", "warning",
-                    f"KL jumped {_VAL} robust standard deviations above its {s.baseline_window} baseline median in {_RUN}",
-                    f"KL rose suddenly against its own history (the baseline ends {s.baseline_offset} ago, so the jump is not part of it).",
+                    f"KL jumped {_VAL} robust standard deviations above its baseline median in {_RUN}",
+                    "KL rose suddenly against its own history (the baseline ends an offset ago, so the jump is not part of it).",
                     "KL z-score against its baseline (alert GRPOKLJump above 4)"),
-        _step_alert(s, "is_drift", "GRPORolloutISDrift", "warning",
-                    f"IS weights degenerate in {_RUN} (ESS fraction below {s.ess_min} or chi-square above {s.chi2_threshold}: {_VAL})",
-                    "Rollout and training policies disagree on token probabilities: weight sync, precision or sampler settings drifted.",
-                    "Effective sample size, masked and vetoed fractions"),
-        _step_alert(s, "is_veto", "GRPORolloutISVeto", "warning",
-                    f"{_PCT} of sequences or tokens vetoed as catastrophic in {_RUN}",
-                    "Tokens whose IS ratio is beyond the veto bounds: the rollout engine sampled tokens the trained policy "
-                    "considers (nearly) impossible.", "Effective sample size, masked and vetoed fractions"),
-        _step_alert(s, "mismatch_kl", "GRPOMismatchKLHigh", "warning",
-                    f"Rollout-vs-training KL (k3) is {_VAL} in {_RUN} (threshold {s.mismatch_kl_threshold})",
-                    "The rollout engine samples from a distribution measurably different from the trained policy.",
-                    "Mismatch KL (direct and k3) and chi-square"),
+        _evidence_alert(s, "GRPORolloutISDrift", ("ess_min", "chi2_threshold"), s.drift_steps, "warning",
+                        f"IS weights degenerate: {_BEYOND}",
+                        "Rollout and training policies disagree on token probabilities (effective sample size below, "
+                        "or chi-square above, its threshold): weight sync, precision or sampler settings drifted.",
+                        "Effective sample size, masked and vetoed fractions"),
+        _evidence_alert(s, "GRPORolloutISVeto", ("veto_fraction_threshold", "catastrophic_fraction_threshold"),
+                        s.drift_steps, "warning", f"Catastrophic tokens: {_BEYOND}",
+                        "Tokens whose IS ratio is beyond the veto bounds: the rollout engine sampled tokens the trained "
+                        "policy considers (nearly) impossible.", "Effective sample size, masked and vetoed fractions"),
+        _evidence_alert(s, "GRPOMismatchKLHigh", ("mismatch_kl_threshold",), s.drift_steps, "warning",
+                        "Rollout-vs-training KL (k3) above {{ $labels.bound }}",
+                        "The rollout engine samples from a distribution measurably different from the trained policy.",
+                        "Mismatch KL (k3)"),
     ]
 
 
 def _training_alerts(s: RuleSettings) -> list[dict]:
     return [
-        _step_alert(s, "clip_ratio", "GRPOClipRatioHigh", "warning",
-                    f"{_PCT} of tokens are clipped in {_RUN} (threshold {s.clip_ratio_threshold:.0%})",
-                    "Updates push the ratio outside the trust region: too many optimizer steps per batch or a learning rate too high.",
-                    "Clip ratios (low, high, region)"),
+        _evidence_alert(s, "GRPOClipRatioHigh", ("clip_ratio_threshold",), s.drift_steps, "warning",
+                        "Clipped token fraction above {{ $labels.bound }}",
+                        "Updates push the ratio outside the trust region: too many optimizer steps per batch or a "
+                        "learning rate too high.", "Clip ratios (low, high, region)"),
         _step_alert(s, "reward_collapse", "GRPORewardCollapse", "critical",
-                    f"Reward fell {_VAL} standard deviations below its {s.baseline_window} baseline in {_RUN}",
+                    f"Reward fell {_VAL} standard deviations below its baseline in {_RUN}",
                     "Mean reward dropped well below its recent history: divergence, reward-function bug or data change.",
                     "Reward mean, std, min, max"),
         _step_alert(s, "entropy_collapse", "GRPOEntropyCollapse", "warning",
                     f"Policy entropy is {_VAL} in {_RUN}, collapsed against its baseline",
                     "The policy became near-deterministic: exploration has stopped and group rewards stop varying.",
                     "Entropy"),
-        _step_alert(s, "completions_clipped", "GRPOCompletionsClipped", "warning",
-                    f"{_PCT} of completions hit the length limit in {_RUN}",
-                    "Completions are truncated without EOS: raise max length or penalize length; rewards on truncated text mislead.",
-                    "Clipped completions (no EOS)"),
-        _step_alert(s, "zero_std", "GRPONoLearningSignal", "warning",
-                    f"{_PCT} of prompt groups have equal rewards in {_RUN}",
-                    "Groups whose completions all score the same have zero advantage: the step learns nothing from them. "
-                    "Tasks too easy or too hard, or a reward function that returns a constant.",
-                    "Learning signal: within-group reward std, groups with zero std"),
+        _evidence_alert(s, "GRPOCompletionsClipped", ("completions_clipped_threshold",), s.drift_steps, "warning",
+                        "Fraction of completions hitting the length limit above {{ $labels.bound }}",
+                        "Completions are truncated without EOS: raise max length or penalize length; rewards on "
+                        "truncated text mislead.", "Clipped completions (no EOS)"),
+        _evidence_alert(s, "GRPONoLearningSignal", ("zero_std_threshold",), s.drift_steps, "warning",
+                        "Fraction of prompt groups with equal rewards above {{ $labels.bound }}",
+                        "Groups whose completions all score the same have zero advantage: the step learns nothing from "
+                        "them. Tasks too easy or too hard, or a reward function that returns a constant.",
+                        "Learning signal: within-group reward std, groups with zero std"),
         # One step is the spike: no streak.
         _alert(s, "GRPOGradNormSpike",
                threshold(s, "grad_norm_factor", f"{_max(GRAD_NORM)} / on (run_id) run_id:{GRAD_NORM}:baseline_median", ">")
-               + f" and on (run_id) {BASELINE_STEPS} >= {s.baseline_min_steps}",
+               + f" and on (run_id) {_max(STEP_INDEX)} >= {s.warmup_steps}",
                "0s", "warning",
                f"Gradient norm is {_VAL} times its baseline median in {_RUN}",
                "A gradient-norm spike usually precedes a loss or KL blow-up: a bad batch, a learning-rate jump, or fp16 overflow.",
@@ -196,68 +166,44 @@ def _training_alerts(s: RuleSettings) -> list[dict]:
     ]
 
 
-def _counted(metric: str, by: str, s: RuleSettings) -> str:
-    """Any increase within `counter_window`; a series unseen for `counter_lookback` before it counts by its value.
-
-    No `unless x offset w`: after a failed scrape or an outage that would see every
-    counter as new again. `last_over_time` over the lookback still finds its last value.
-    """
-    return (f"sum by ({by}) (increase({metric}[{s.counter_window}])) > 0"
-            f" or (sum by ({by}) ({metric}) > 0"
-            f" unless on ({by}) sum by ({by}) (last_over_time({metric}[{s.counter_lookback}] offset {s.counter_window})))")
-
-
-def _progress_rule(s: RuleSettings) -> dict:
-    """The time of the latest scrape at which the step index had changed within `progress_probe`."""
-    return {"record": PROGRESS,
-            "expr": f"max by (run_id) (timestamp({STEP_INDEX}))"
-                    f" and on (run_id) max by (run_id) (changes({STEP_INDEX}[{s.progress_probe}])) > 0"}
-
-
-def _stalled(s: RuleSettings) -> str:
-    since = f"time() - max by (run_id) (max_over_time({PROGRESS}[{s.history_window}]))"
-    floor = seconds(s.stall_floor)
-    limit = (f"clamp_min({s.stall_factor} * max by (run_id) (max_over_time({STEP_TIME}[{s.history_window}])), {floor})"
-             f" or on (run_id) (0 * {_max(STEP_INDEX)} + {floor})")
-    return (f"({since}) > on (run_id) ({limit})"
-            f" and on (run_id) {_max(STEP_INDEX)}"  # still exporting: otherwise GRPOMetricsAbsent
-            f" unless on (run_id) {_max(FINISHED)} == 1")
-
-
 def _health_alerts(s: RuleSettings) -> list[dict]:
     return [
-        _alert(s, "GRPONonFiniteValues", _counted(NONFINITE, "run_id, signal", s), "0s", "critical",
+        _alert(s, "GRPONonFiniteValues", counted(NONFINITE, "run_id, signal", s), "0s", "critical",
                _VAL + " non-finite values of {{ $labels.signal }} in " + _RUN,
                "NaN or Inf appeared in a training signal; they are counted, not exported. Usually precedes divergence.",
                "Non-finite values and skipped steps"),
-        _alert(s, "GRPOStepsSkipped", _counted(SKIPPED, "run_id", s), "0s", "warning",
+        _alert(s, "GRPOStepsSkipped", counted(SKIPPED, "run_id", s), "0s", "warning",
                f"{_VAL} training steps skipped in {_RUN}",
                "Updates were skipped for a non-finite loss or a failed batch.", "Non-finite values and skipped steps"),
-        _alert(s, "GRPOTrainerStalled", _stalled(s), s.for_fast, "critical",
-               "No training step for {{ $value | humanizeDuration }} in " + _RUN + ", yet it still exports",
-               f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its longest recent "
-               f"step times (at least {s.stall_floor}): a hung collective, a dead data loader or a deadlock.",
-               "Step index and steps per second"),
-        _alert(s, "GRPOMetricsAbsent",
-               f"max by (run_id) (max_over_time({STEP_INDEX}[{s.absent_window}]))"
-               f" unless on (run_id) {_max(STEP_INDEX)}"
-               f" unless on (run_id) max by (run_id) (max_over_time({FINISHED}[{s.absent_window}])) == 1",
-               s.for_target, "warning",
-               f"{_RUN} stopped exporting metrics without finishing (last step {_VAL})",
-               "A run that reported in the last window no longer does and never exported grpo_run_finished = 1: "
-               "it crashed, was killed, or lost its exporter.", "Step index and steps per second"),
-    ]
+    ] + run_end_alerts(s)
+
+
+def _seen_rule(s: RuleSettings, component: str) -> dict:
+    record = f"job_instance:{component}:seen"
+    return {"record": record, "expr": f"group by (job, instance) ({SEEN[component]})"
+                                      f" or last_over_time({record}[{s.history_window}])"}
+
+
+def _down(component: str) -> str:
+    return f"up == 0 and on (job, instance) job_instance:{component}:seen"
 
 
 def _stack_alerts(s: RuleSettings) -> list[dict]:
-    collector = f'job="{COLLECTOR_JOB}"'
     return [
-        _alert(s, "GRPOCollectorDown", f'up{{{collector}}} == 0', s.for_target, "critical",
+        _alert(s, "GRPOCollectorDown", _down("collector"), s.for_target, "critical",
                "The OpenTelemetry Collector is not scraped ({{ $labels.instance }})",
-               "No trainer metrics reach Prometheus while the collector is down."),
-        _alert(s, "GRPOSidecarDown", f'up{{job="{SIDECAR_JOB}"}} == 0', s.for_target, "warning",
+               "No trainer metrics reach Prometheus while the collector is down. Any target that served the "
+               "collector's own metrics counts, whatever its job is called."),
+        _alert(s, "GRPOSidecarDown", _down("sidecar"), s.for_target, "warning",
                "The sidecar is not scraped ({{ $labels.instance }})",
                "Samples and step history are not being stored (the trainer still spills samples to disk)."),
+        _alert(s, "GRPOCollectorRefusing",
+               f"sum by (instance, receiver) (increase(otelcol_receiver_refused_metric_points_total[{s.counter_window}])) > 0"
+               f" or sum by (instance, receiver) (increase(otelcol_receiver_refused_spans_total[{s.counter_window}])) > 0",
+               s.for_slow, "critical",
+               "The collector's receiver {{ $labels.receiver }} refused " + _VAL + " items",
+               "The collector turned data away (its memory limiter, or a pipeline that cannot keep up): the trainer's "
+               "metrics or samples are lost and the run alerts are blind to them."),
         _alert(s, "GRPOCollectorExportFailing",
                f"sum by (instance, exporter) (increase(otelcol_exporter_send_failed_spans_total[{s.counter_window}])) > 0"
                f" or sum by (instance, exporter) (increase(otelcol_exporter_send_failed_metric_points_total[{s.counter_window}])) > 0",
@@ -286,8 +232,8 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
 
 def alert_rules(s: RuleSettings) -> dict:
     """The alert rule file: streak and progress records first (same group: evaluated in order), then alerts."""
-    records = [_streak_rule(s, check, cond) for check, (cond, _) in _step_checks(s).items()]
-    records.append(_progress_rule(s))
+    records = [_streak_rule(s, check, cond) for check, (cond, _) in _trend_checks(s).items()]
+    records += [progress_rule(s), _seen_rule(s, "collector"), _seen_rule(s, "sidecar")]
     alerts = _drift_alerts(s) + _training_alerts(s) + _health_alerts(s) + _stack_alerts(s)
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}
 

@@ -26,7 +26,8 @@ BUILTIN_SERIES = frozenset({"ALERTS", "ALERTS_FOR_STATE", "up"})
 STACK_SERIES = frozenset({
     "otelcol_exporter_send_failed_spans_total", "otelcol_exporter_send_failed_metric_points_total",
     "otelcol_exporter_queue_size", "otelcol_exporter_queue_capacity", "otelcol_exporter_enqueue_failed_spans_total",
-    "otel_grpo_sidecar_requests_rejected_total",
+    "otel_grpo_sidecar_requests_rejected_total", "otel_grpo_sidecar_spans_ingested_total",
+    "otelcol_receiver_refused_metric_points_total", "otelcol_receiver_refused_spans_total",
 })
 
 

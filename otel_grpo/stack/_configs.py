@@ -102,12 +102,13 @@ def _inhibitions() -> list[dict]:
         # Without the collector or the sidecar, runs look absent or stalled: the cause pages once.
         {"source_matchers": ['alertname=~"GRPOCollectorDown|GRPOSidecarDown"'],
          "target_matchers": ['alertname=~"GRPOMetricsAbsent|GRPOTrainerStalled"']},
-        # A critical alert of a run makes its warnings noise (KL high over KL jump, ...).
-        {"source_matchers": ['severity="critical"'], "target_matchers": ['severity="warning"'],
-         "equal": ["run_id"]},
+        # A critical alert of a run makes its warnings noise (KL high over KL jump, ...). Both sides must
+        # have a run_id: `equal` also pairs two alerts without one (collector down over sidecar down).
+        {"source_matchers": ['severity="critical"', 'run_id=~".+"'],
+         "target_matchers": ['severity="warning"', 'run_id=~".+"'], "equal": ["run_id"]},
         # Non-finite values make the loop skip steps: one cause, one notification.
-        {"source_matchers": ['alertname="GRPONonFiniteValues"'], "target_matchers": ['alertname="GRPOStepsSkipped"'],
-         "equal": ["run_id"]},
+        {"source_matchers": ['alertname="GRPONonFiniteValues"', 'run_id=~".+"'],
+         "target_matchers": ['alertname="GRPOStepsSkipped"', 'run_id=~".+"'], "equal": ["run_id"]},
     ]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -204,7 +205,7 @@ def run_demo(stack: LocalStack, demo: DemoSettings) -> DemoSummary:
             try:
                 code = proc.wait()
             except KeyboardInterrupt:
-                proc.terminate()  # the trainer flushes telemetry on SIGTERM / Ctrl-C
+                proc.send_signal(signal.SIGINT)  # the user stopped it: a finished run (SIGTERM: preempted)
                 code = proc.wait()
                 raise
             # A few evaluations more: an alert whose `for:` ends with the last step still counts.

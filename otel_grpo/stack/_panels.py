@@ -42,6 +42,9 @@ class Panel:
     threshold: float | None = None
     """An alert threshold (from `RuleSettings`), drawn as a dashed red line."""
     log_scale: bool = False
+    """Only for signals that are never negative or zero: a log axis hides such values."""
+    repeat: str | None = None
+    """A dashboard variable: one copy of the panel per selected value (a table of one run each)."""
     right_axis: dict[str, str] = field(default_factory=dict)
     """Series (legend regex) drawn on a right axis with their own unit: mixed units in one panel."""
 
@@ -104,10 +107,16 @@ def render(panel: Panel, panel_id: int, x: int, y: int) -> dict:
         "description": panel.description,
         "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
     }
+    if panel.repeat is not None:
+        out.update(repeat=panel.repeat, repeatDirection="v")
     if panel.infinity is not None:
         out["datasource"] = INFINITY
         out["targets"] = [{"refId": "A", "datasource": INFINITY, **panel.infinity}]
-        out["options"] = {"showHeader": True, "cellHeight": "sm"}
+        if panel.kind == "trend":  # x is the step, not the time: runs line up by step
+            out["options"] = {"xField": "step", "legend": {"showLegend": True, "displayMode": "list",
+                                                           "placement": "bottom", "calcs": []}}
+        else:
+            out["options"] = {"showHeader": True, "cellHeight": "sm"}
         return out
     out["datasource"] = PROM
     out["targets"] = [_prom_target(i, q) for i, q in enumerate(panel.queries)]

@@ -1,7 +1,9 @@
 """`promtool test rules` files rendered from compact scenarios, so expectations track the rules.
 
-A scenario (prometheus/tests/scenarios.yml, written by hand) gives input series and,
-per check, the alerts expected as labels plus the value. promtool compares full
+A scenario (prometheus/tests/scenarios.yml, written by hand) gives input series, or
+runs as per-step values that `_replay` turns into the series a scrape sees, and,
+per check, the alerts expected as labels plus the value; `never_firing: critical` also asks
+that no alert of that severity fired at any evaluation (the ALERTS series over the whole run). promtool compares full
 annotations; they are rendered here from the rules' own templates, which use three
 forms only: `$labels.<name>`, `$value | printf "%.3g"`, `$value | humanizePercentage` and
 `$value | humanizeDuration`.
@@ -12,13 +14,16 @@ forms only: `$labels.<name>`, `$value | printf "%.3g"`, `$value | humanizePercen
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from pathlib import Path
 
 import yaml
 
 from ._alerts import alerts
-from ._rules import RuleSettings
+from ._replay import Segment, expand, replay
+from ._rules import RuleSettings, seconds
 
 SCENARIOS = "prometheus/tests/scenarios.yml"
 TESTS = "prometheus/tests/grpo_alerts_test.yml"
@@ -63,6 +68,28 @@ def _expected(rule: dict, spec: dict) -> dict:
             "exp_annotations": {k: render_template(v, full, value) for k, v in rule["annotations"].items()}}
 
 
+def _segment(run: dict) -> Segment:
+    values = {key: v if isinstance(v, list) else expand(str(v)) for key, v in run["values"].items()}
+    return Segment(run["run_id"], values, seconds(run["step"]), seconds(run.get("start", "0s")),
+                   run.get("first_step", 0), run.get("end", "hang"))
+
+
+def _recorded(path: Path, keys: list[str], steps: int | None) -> dict[str, list[float]]:
+    """Per-step values of `keys` from a trainer's metrics.jsonl (null: a non-finite value), the first `steps`."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][:steps]
+    return {k: [math.nan if r.get(k) is None else float(r[k]) for r in rows] for k in keys}
+
+
+def input_series(scenario: dict) -> list[dict]:
+    """A scenario's series: those it lists, and its `runs` (per-step values) replayed as scraped every `interval`."""
+    series = list(scenario.get("input_series", []))
+    if "runs" in scenario:
+        scrape = seconds(scenario["interval"])
+        replayed = replay([_segment(r) for r in scenario["runs"]], scrape, seconds(scenario["length"]) // scrape)
+        series += [{"series": name, "values": values} for name, values in replayed.items()]
+    return series
+
+
 def render_tests(scenarios: list[dict], settings: RuleSettings, rule_files: list[str],
                  evaluation_interval: str = "15s") -> dict:
     """The promtool test document for these scenarios against `settings`' rules (evaluated as compose does)."""
@@ -74,13 +101,27 @@ def render_tests(scenarios: list[dict], settings: RuleSettings, rule_files: list
             rule = by_name[check["alert"]]
             checks.append({"eval_time": check["at"], "alertname": check["alert"],
                            "exp_alerts": [_expected(rule, spec) for spec in check.get("firing", [])]})
-        tests.append({"name": sc["name"], "interval": sc["interval"], "input_series": sc["input_series"],
-                      "alert_rule_test": checks})
+        test = {"name": sc["name"], "interval": sc["interval"], "input_series": input_series(sc),
+                "alert_rule_test": checks}
+        if "never_firing" in sc:  # no alert of this severity fired at any evaluation of the whole scenario
+            test["promql_expr_test"] = [{
+                "expr": f'count by (alertname, run_id) (max_over_time(ALERTS{{severity="{sc["never_firing"]}",'
+                        f' alertstate="firing"}}[{sc["length"]}]))',
+                "eval_time": sc["length"], "exp_samples": []}]
+        tests.append(test)
     return {"rule_files": rule_files, "evaluation_interval": evaluation_interval, "tests": tests}
 
 
 def load_scenarios(root: Path) -> list[dict]:
-    return yaml.safe_load((root / SCENARIOS).read_text())["scenarios"]
+    """The scenarios; a run's `recorded: {file, keys}` (a file under prometheus/tests/) becomes its values."""
+    scenarios = yaml.safe_load((root / SCENARIOS).read_text())["scenarios"]
+    for sc in scenarios:
+        for run in sc.get("runs", []):
+            if "recorded" in run:
+                rec = run.pop("recorded")
+                recorded = _recorded((root / SCENARIOS).parent / rec["file"], rec["keys"], rec.get("steps"))
+                run["values"] = {**recorded, **run.get("values", {})}  # given values win (step_time)
+    return scenarios
 
 
 def promtool_tests(root: Path) -> str:

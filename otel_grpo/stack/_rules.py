@@ -9,10 +9,19 @@ diffs them); `otel-grpo up` renders `RuleSettings.fast()` so that a demo run of 
 minute can fire alerts. Every metric name comes from the catalog, so a renamed
 signal breaks here at import time, not silently in Prometheus.
 
-Thresholds are fields of `RuleSettings`; `overrides` sets them per run: each
-override is a recording rule `run_id:grpo_threshold:<field>` carrying that run's
-`run_id`, and the alerts compare a run against it when it exists, against the
-default otherwise (see `threshold`).
+Thresholds are fields of `RuleSettings`; `overrides` sets them per run. The
+thresholds of step checks (`STEP_THRESHOLDS`: KL, mismatch, IS, clipping, zero
+std) are read from the training process's per-step streak counters, so they and
+their overrides are bounds of that check (`otel_grpo.catalog.STEP_CHECKS`); the
+alerts select each run's bound. Other overrides are recording rules
+`run_id:grpo_threshold:<field>` carrying that run's `run_id`, which the alerts
+compare a run against when it exists, against the default otherwise (`threshold`).
+
+Trend baselines (KL jump, reward and entropy collapse, grad-norm spike, throughput)
+span steps and time, whichever is longer: of the windows `baseline_window` x 4^i
+(offset `baseline_offset` x 4^i, i < `baseline_rungs`), a run's baseline is the
+shortest one holding `baseline_min_steps` steps, so a run of 10-minute steps gets
+a baseline of 2 or 8 hours where a run of 2-second steps gets 30 minutes.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from typing import Mapping
 import yaml
 
 from otel_grpo import catalog
+from otel_grpo.catalog import STEP_CHECKS, STREAKS
 
 
 def _m(key: str) -> str:
@@ -40,7 +50,17 @@ HISTOGRAMS = ("sample_reward", "sample_advantage", "sample_completion_length", "
 LABELLED_HISTOGRAMS = ("phase_duration", "sample_reward_fn")
 COUNTERS = ("steps", "tokens", "samples")
 THRESHOLD_RECORD = "run_id:grpo_threshold:"
-BASELINE_STEPS = "run_id:grpo_step_index:baseline_steps"  # steps in the baseline window
+BASELINE_STEPS = "run_id:grpo_step_index:baseline_steps"  # steps in each baseline window (label `rung`)
+RUNG_FACTOR = 4  # each baseline window (and its offset) is this many times the previous one
+
+# Thresholds compared per step by the training process (catalog STEP_CHECKS): field -> checked key.
+STEP_THRESHOLDS = {
+    "kl_threshold": "kl", "mismatch_kl_threshold": "mismatch_k3_kl", "ess_min": "rollout_is_eff_sample_size",
+    "chi2_threshold": "mismatch_chi2_token", "veto_fraction_threshold": "rollout_is_veto_fraction",
+    "catastrophic_fraction_threshold": "rollout_is_catastrophic_token_fraction",
+    "clip_ratio_threshold": "clip_ratio_region_mean", "completions_clipped_threshold": "completions_clipped_ratio",
+    "zero_std_threshold": "frac_reward_zero_std",
+}
 
 # Settings that are thresholds: the ones `overrides` may set per run.
 THRESHOLDS = (
@@ -56,15 +76,10 @@ class RuleSettings:
 
     # ---- thresholds (per-run overridable, see `overrides`) -------------------------
     kl_threshold: float = 1.0
-    """KL to the reference (k3, nats per token) above which a run has drifted."""
+    """KL to the reference (k3, nats per token) above which a run has drifted: one step fires
+    GRPOKLSpike, `kl_steps` consecutive steps GRPOKLHigh. A bound of the `kl` step check."""
     kl_zscore: float = 4.0
     """Robust standard deviations (from the IQR) above the KL baseline median that count as a jump."""
-    kl_spike_threshold: float = 1.0
-    """A single step with KL above this fires GRPOKLSpike, even between scrapes.
-
-    Read from the per-step KL histogram `grpo_step_kl`, so it must be one of its
-    bucket bounds (no per-run override).
-    """
     mismatch_kl_threshold: float = 0.01
     """k3 KL(pi_rollout || pi_train) above which the rollout engine has drifted."""
     ess_min: float = 0.5
@@ -95,9 +110,10 @@ class RuleSettings:
     kl_steps: int = 3
     """GRPOKLHigh fires once KL has been over its threshold for this many consecutive training steps."""
     drift_steps: int = 5
-    """Consecutive steps for the step-aware warnings (mismatch, IS, clipping, zero std)."""
+    """Consecutive steps for the step-aware warnings (mismatch, IS, clipping, zero std, trends).
+    Both are streak lengths the training process counts (`otel_grpo.catalog.STREAKS`)."""
     streak_memory: str = "2m"
-    """How long a streak survives a scrape gap (the condition unseen). At least 2 scrape intervals."""
+    """How long a trend streak survives a scrape gap (no data at all). At least 2 scrape intervals."""
     # ---- windows -------------------------------------------------------------------
     baseline_window: str = "30m"
     """Length of the baseline window."""
@@ -110,10 +126,14 @@ class RuleSettings:
     the time an alert fires, its own collapse has entered the baseline.
     """
     baseline_min_steps: int = 10
-    """Training steps the baseline window must span before a baseline alert judges a run.
+    """Training steps a baseline window must span to be the run's baseline (the shortest such window).
 
     Steps, not scrapes: a run of 10-minute steps has 120 scrapes but 3 steps in 30 minutes,
-    too few for a baseline."""
+    too few for a baseline; it gets the 2-hour window."""
+    baseline_rungs: int = 3
+    """How many baseline windows there are, each 4 times the previous (30m, 2h, 8h by default)."""
+    warmup_steps: int = 20
+    """Trend alerts judge a run from this step index on: KL and entropy move fast at the start."""
     counter_window: str = "10m"
     """An increase of a health counter (non-finite values, skipped steps) fires for this long."""
     counter_lookback: str = "1d"
@@ -126,8 +146,9 @@ class RuleSettings:
     """Window in which a change of the step index counts as progress (at least 2 scrape intervals)."""
     history_window: str = "6h"
     """How far back the recent step time and the last progress are looked up."""
-    absent_window: str = "1h"
-    """A run that exported within this window and no longer does is absent (unless it finished)."""
+    absent_window: str = "1d"
+    """A run that exported within this window and no longer does has ended: GRPOMetricsAbsent (a crash) or
+    GRPORunPreempted fire until it resumes or this window has passed since its last export."""
     rate_window: str = "1m"
     """Rate window of the counters' recording rules (steps, tokens, samples per second)."""
     histogram_window: str = "15m"
@@ -149,11 +170,14 @@ class RuleSettings:
             raise ValueError("KL thresholds must be positive")
         if not 0 < self.entropy_fraction < 1:
             raise ValueError("entropy_fraction must be in (0, 1)")
-        if self.kl_steps < 1 or self.drift_steps < 1:
-            raise ValueError("kl_steps and drift_steps must be >= 1")
-        buckets = catalog.get("step_kl").buckets or ()
-        if self.kl_spike_threshold not in buckets:
-            raise ValueError(f"kl_spike_threshold must be a bucket bound of grpo.step.kl: {buckets}")
+        if self.kl_steps not in STREAKS or self.drift_steps not in STREAKS:
+            raise ValueError(f"kl_steps and drift_steps must be streak lengths the trainer counts: {STREAKS}")
+        if self.baseline_rungs < 1 or self.baseline_min_steps < 2 or self.warmup_steps < 0:
+            raise ValueError("baseline_rungs must be >= 1, baseline_min_steps >= 2, warmup_steps >= 0")
+        for name, key in STEP_THRESHOLDS.items():
+            bounds = STEP_CHECKS[key].bounds
+            if getattr(self, name) not in bounds:
+                raise ValueError(f"{name} must be a bound of the {key!r} step check: {bounds}")
         for base in (self.runbook_base, self.grafana_url):
             if not base.startswith(("http://", "https://")):
                 raise ValueError(f"runbook_base and grafana_url must be absolute http(s) URLs, got {base!r}")
@@ -161,12 +185,17 @@ class RuleSettings:
             unknown = set(values) - set(THRESHOLDS)
             if unknown:
                 raise ValueError(f"overrides[{run_id!r}]: {sorted(unknown)} are not thresholds; use {THRESHOLDS}")
+            for name, value in values.items():
+                key = STEP_THRESHOLDS.get(name)
+                if key is not None and value not in STEP_CHECKS[key].bounds and not math.isinf(value):
+                    raise ValueError(f"overrides[{run_id!r}][{name!r}] must be +inf (off) or a bound of "
+                                     f"the {key!r} step check: {STEP_CHECKS[key].bounds}")
 
     @classmethod
     def fast(cls, **overrides: object) -> "RuleSettings":
         """Windows of seconds for the local demo (1 s scrapes): a one-minute run can fire and resolve."""
         base = cls(
-            baseline_window="30s", recent_window="3s", baseline_offset="10s", baseline_min_steps=5,
+            baseline_window="30s", recent_window="3s", baseline_offset="10s", baseline_min_steps=5, warmup_steps=10,
             counter_window="20s", stall_floor="20s", progress_probe="3s", history_window="10m",
             absent_window="60s", rate_window="15s", histogram_window="15s", streak_memory="5s",
             for_fast="2s", for_slow="5s", for_target="10s",
@@ -209,6 +238,20 @@ def seconds(duration: str) -> int:
         raise ValueError(f"duration {duration!r}: use a number and one of s, m, h, d") from None
 
 
+def duration(secs: int) -> str:
+    """Seconds as a Prometheus duration of one unit: 7200 -> "2h"."""
+    for unit, size in sorted(_UNITS.items(), key=lambda u: -u[1]):
+        if secs % size == 0:
+            return f"{secs // size}{unit}"
+    raise AssertionError("every integer is a number of seconds")
+
+
+def rungs(s: RuleSettings) -> list[tuple[str, str]]:
+    """(window, offset) of each baseline rung, shortest first."""
+    w, o = seconds(s.baseline_window), seconds(s.baseline_offset)
+    return [(duration(w * RUNG_FACTOR**i), duration(o * RUNG_FACTOR**i)) for i in range(s.baseline_rungs)]
+
+
 def threshold(s: RuleSettings, name: str, lhs: str, op: str) -> str:
     """`lhs op threshold` per run: the run's override where one exists, the default elsewhere.
 
@@ -227,12 +270,20 @@ def threshold_rules(s: RuleSettings) -> list[dict]:
             for run_id, values in s.overrides.items() for name, value in values.items()]
 
 
+def _laddered(s: RuleSettings, over_time: str) -> str:
+    """`over_time` ("avg_over_time({m}[{w}] offset {o})") on the shortest rung holding enough steps."""
+    parts = [f"(max by (run_id) ({over_time.format(w=w, o=o)})"
+             f' and on (run_id) {BASELINE_STEPS}{{rung="{i}"}} >= {s.baseline_min_steps})'
+             for i, (w, o) in enumerate(rungs(s))]
+    return " or ".join(parts)
+
+
 def _baseline(s: RuleSettings, metric: str, fn: str) -> str:
-    return f"max by (run_id) ({fn}({metric}[{s.baseline_window}] offset {s.baseline_offset}))"
+    return _laddered(s, f"{fn}({metric}[{{w}}] offset {{o}})")
 
 
 def _quantile_baseline(s: RuleSettings, metric: str, p: float) -> str:
-    return f"max by (run_id) (quantile_over_time({p}, {metric}[{s.baseline_window}] offset {s.baseline_offset}))"
+    return _laddered(s, f"quantile_over_time({p}, {metric}[{{w}}] offset {{o}})")
 
 
 def _kl_baseline(s: RuleSettings) -> list[dict]:
@@ -247,7 +298,7 @@ def _kl_baseline(s: RuleSettings) -> list[dict]:
 
     return [
         {"record": "run_id:grpo_kl:baseline_median", "expr": q(0.5)},
-        {"record": "run_id:grpo_kl:baseline_iqr", "expr": f"{q(0.75)} - {q(0.25)}"},
+        {"record": "run_id:grpo_kl:baseline_iqr", "expr": f"({q(0.75)}) - ({q(0.25)})"},
         # 0.741 * IQR estimates the std of a normal distribution. The divisor is floored
         # by 10 % of the median plus a constant: a flat baseline must not turn every
         # wiggle into an infinite z-score.
@@ -258,8 +309,10 @@ def _kl_baseline(s: RuleSettings) -> list[dict]:
 
 
 def _baselines(s: RuleSettings) -> list[dict]:
-    steps = f"max by (run_id) (changes({STEP_INDEX}[{s.baseline_window}] offset {s.baseline_offset}))"
-    rules = [{"record": BASELINE_STEPS, "expr": steps}]
+    # Distinct step indexes seen in each rung's window: steps, as far as scrapes show them.
+    rules = [{"record": BASELINE_STEPS, "labels": {"rung": str(i)},
+              "expr": f"max by (run_id) (changes({STEP_INDEX}[{w}] offset {o}))"}
+             for i, (w, o) in enumerate(rungs(s))]
     rules += _kl_baseline(s)
     for metric, name in ((REWARD, "grpo_reward_mean"), (ENTROPY, "grpo_policy_entropy")):
         rules += [
@@ -301,11 +354,13 @@ def rule_metric_names() -> set[str]:
     """Names the rules define (recording rules), which dashboards may also query."""
     from ._alerts import alert_rules  # the alert group records streaks and progress too
 
-    s = RuleSettings(overrides={"_": {name: 1.0 for name in THRESHOLDS}})
+    defaults = RuleSettings()
+    s = RuleSettings(overrides={"_": {name: getattr(defaults, name) for name in THRESHOLDS}})
     names = set()
     for doc in (recording_rules(s), alert_rules(s)):
         names |= {r["record"] for g in doc["groups"] for r in g["rules"] if "record" in r}
     return names
 
 
-__all__ = ["RuleSettings", "THRESHOLDS", "recording_rules", "rule_metric_names", "seconds", "threshold"]
+__all__ = ["RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "recording_rules", "rule_metric_names", "rungs", "seconds",
+           "threshold"]

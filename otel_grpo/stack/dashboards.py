@@ -20,7 +20,12 @@ from otel_grpo.catalog import Group
 
 from ._configs import COMPOSE
 from ._panels import PROM, PROM_UID, RUN, Panel, Query, render, row, signal_queries, unit_of
-from ._rules import RuleSettings
+from ._rules import THRESHOLD_RECORD, RuleSettings
+
+MAX_SIGNALS = 8
+STEP_ALIGNED = ("kl", "reward", "entropy", "clip_ratio_region_mean", "completions_clipped_ratio")
+"""The scalars of the step-aligned run comparison (the sidecar's step history)."""
+"""Signals of one leftover panel (one series each per selected run)."""
 
 SIDECAR_PAGE_LIMIT = 200
 RATES = ".*/s.*"  # legends of per-second series: a right axis where counts share the panel
@@ -38,6 +43,13 @@ def _signals(title: str, keys: Iterable[str], *, unit: str | None = None, extra:
 
 def _rec(expr: str, legend: str) -> Query:
     return Query(expr, legend)
+
+
+def _overridden(limits: RuleSettings, name: str) -> list[Query]:
+    """The per-run thresholds of `name` (`overrides`) as lines of their own; the default is the red line."""
+    if not any(name in values for values in limits.overrides.values()):
+        return []
+    return [Query(f"{THRESHOLD_RECORD}{name}{{{RUN}}}", f"{name} {{{{run_id}}}}")]
 
 
 # (row title, group(s) whose leftover signals join the row, panels)
@@ -64,7 +76,8 @@ def _learning_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gr
                      ["reward_fn_p05", "reward_fn_p50", "reward_fn_p95", "sample_reward_fn"]),
             _signals("Learning signal: within-group reward std, groups with zero std",
                      ["reward_group_std", "frac_reward_zero_std"], unit="short",
-                     threshold=limits.zero_std_threshold, right_axis={"frac_reward_zero_std.*": "percentunit"}),
+                     threshold=limits.zero_std_threshold, right_axis={"frac_reward_zero_std.*": "percentunit"},
+                     extra=_overridden(limits, "zero_std_threshold")),
         ]),
         ("Advantage", Group.ADVANTAGE, [
             _signals("Advantage mean (per completion and per token), std, min, max",
@@ -72,15 +85,19 @@ def _learning_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gr
             _signals("Advantage per sample (histogram)", ["sample_advantage"]),
         ]),
         ("KL and policy", (Group.KL, Group.POLICY), [
-            _signals("KL to the reference", ["kl", "kl_k1", "kl_max", "kl_seq_mean", "kl_k1_seq_mean", "step_kl"],
-                     extra=[_rec(f"run_id:grpo_kl:baseline_median{{{RUN}}}", "kl baseline median (alert) {{run_id}}")],
+            # Log scale: k3 estimates only (never negative); the k1 estimates go below zero.
+            _signals("KL to the reference", ["kl", "kl_max", "kl_seq_mean", "step_kl"],
+                     extra=[_rec(f"run_id:grpo_kl:baseline_median{{{RUN}}}", "kl baseline median (alert) {{run_id}}"),
+                            *_overridden(limits, "kl_threshold")],
                      threshold=limits.kl_threshold, log_scale=True),
+            _signals("KL k1 estimates (unbiased per token, negative at times)", ["kl_k1", "kl_k1_seq_mean"]),
             Panel("KL z-score against its baseline (alert GRPOKLJump above 4)",
                   [Query(f"run_id:grpo_kl:zscore{{{RUN}}}", "z-score {{run_id}}")], threshold=limits.kl_zscore,
                   description="(KL - baseline median) / (0.741 IQR + floor); the baseline window ends `offset` ago so a jump is not part of it."),
             _signals("Clip ratios (low, high, region)",
                      ["clip_ratio_low_mean", "clip_ratio_low_min", "clip_ratio_high_mean", "clip_ratio_high_max",
-                      "clip_ratio_region_mean", "dual_clip_fraction"], threshold=limits.clip_ratio_threshold),
+                      "clip_ratio_region_mean", "dual_clip_fraction"], threshold=limits.clip_ratio_threshold,
+                     extra=_overridden(limits, "clip_ratio_threshold")),
             _signals("Policy ratio pi_theta / pi_old and approx KL (k2 and verl's k1)",
                      ["policy_ratio_mean", "policy_ratio_min", "policy_ratio_max", "approx_kl", "ppo_kl"], unit="short"),
             _signals("KL per completion token by completion length", ["kl_by_length"]),
@@ -93,9 +110,12 @@ def _rollout_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gro
     """Rows about the rollout engine: mismatch, IS correction, completions, optimiser, throughput."""
     return [
         ("Rollout vs training mismatch", Group.MISMATCH, [
-            _signals("Mismatch KL (direct and k3) and chi-square",
-                     ["mismatch_kl", "mismatch_k3_kl", "mismatch_chi2_token", "mismatch_chi2_seq"], unit="short",
-                     threshold=limits.mismatch_kl_threshold, log_scale=True),
+            _signals("Mismatch KL (k3)", ["mismatch_k3_kl"], unit="short", threshold=limits.mismatch_kl_threshold,
+                     extra=_overridden(limits, "mismatch_kl_threshold"), log_scale=True),
+            # Sample estimates: negative at times, so a linear axis.
+            _signals("Mismatch KL (direct, k1) and chi-square",
+                     ["mismatch_kl", "mismatch_chi2_token", "mismatch_chi2_seq"], unit="short",
+                     threshold=limits.chi2_threshold, extra=_overridden(limits, "chi2_threshold")),
             _signals("IS ratio pi_train / pi_rollout: mean, min, max", ["is_ratio_mean", "is_ratio_min", "is_ratio_max"],
                      unit="short"),
             _signals("Perplexity: training, rollout, ratio",
@@ -112,7 +132,7 @@ def _rollout_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gro
             _signals("Effective sample size, masked and vetoed fractions",
                      ["rollout_is_eff_sample_size", "rollout_is_masked_fraction", "rollout_is_seq_masked_fraction",
                       "rollout_is_veto_fraction", "rollout_is_catastrophic_token_fraction"],
-                     threshold=limits.ess_min),
+                     threshold=limits.ess_min, extra=_overridden(limits, "ess_min")),
             _signals("Weights beyond the thresholds", ["rollout_is_ratio_fraction_high", "rollout_is_ratio_fraction_low",
                                                        "rollout_is_seq_fraction_high", "rollout_is_seq_fraction_low"]),
             _signals("Per-sequence IS weight",
@@ -125,7 +145,8 @@ def _rollout_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gro
             _signals("Terminated (EOS) length", ["terminated_length_mean", "terminated_length_min",
                                                  "terminated_length_max"]),
             _signals("Clipped completions (no EOS)", ["completions_clipped_ratio"],
-                     threshold=limits.completions_clipped_threshold),
+                     threshold=limits.completions_clipped_threshold,
+                     extra=_overridden(limits, "completions_clipped_threshold")),
             _signals("Completion length per sample (histogram)", ["sample_completion_length"]),
             _signals("Diversity: distinct n-grams (pooled and within prompt groups), Jaccard within groups",
                      ["distinct_1", "distinct_2", "distinct_1_group", "distinct_2_group", "jaccard_group"]),
@@ -167,19 +188,26 @@ def _rollout_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gro
 
 def _samples_panels() -> list[Panel]:
     """Tables read from the sidecar's JSON API through the Infinity datasource."""
-    def table(title: str, url: str, params: dict[str, str], width: int, height: int) -> Panel:
-        return Panel(title, kind="table", width=width, height=height, infinity={
+    def table(title: str, url: str, params: dict[str, str], width: int, height: int, repeat: str | None = None,
+              kind: str = "table") -> Panel:
+        return Panel(title, kind=kind, width=width, height=height, repeat=repeat, infinity={
             "type": "json", "source": "url", "format": "table", "parser": "backend", "root_selector": "",
             "url": url, "url_options": {"method": "GET", "params": [{"key": k, "value": v} for k, v in params.items()]},
             "columns": [],
         }, description=f"From the sidecar: GET {url}")
 
     return [
-        # The run id is a path segment: percent-encoded (a run id may hold any character).
+        # The run id is a path segment: percent-encoded (a run id may hold any character). One
+        # table per selected run (Grafana repeats the panel), so several runs and "All" work.
         table("Samples of the latest step (sidecar)", "/api/runs/${run_id:percentencode}/samples",
-              {"limit": str(SIDECAR_PAGE_LIMIT), "order_by": "reward", "desc": "true"}, 24, 12),
-        table("Alerts received by the sidecar", "/api/alerts", {"run_id": "${run_id}"}, 12, 8),
+              {"limit": str(SIDECAR_PAGE_LIMIT), "order_by": "reward", "desc": "true"}, 24, 12, repeat="run_id"),
+        # Several runs as `a|b`; "All" is `.*`, which the sidecar reads as every run.
+        table("Alerts received by the sidecar", "/api/alerts", {"run_id": "${run_id:pipe}"}, 12, 8),
         table("Runs (sidecar)", "/api/runs", {}, 12, 8),
+        # Every step, exact (Prometheus samples them), against the step: one panel per selected
+        # run, repeated one under the other, so runs line up by step rather than by time.
+        table("Step-exact history by step (sidecar)", "/api/runs/${run_id:percentencode}/steps",
+              {"metrics": ",".join(STEP_ALIGNED)}, 24, 8, repeat="run_id", kind="trend"),
     ]
 
 
@@ -193,8 +221,10 @@ def _with_leftovers(sections: list[tuple[str, Group | tuple[Group, ...], list[Pa
         placed.update(groups)
         left = [s.key for s in catalog.SIGNALS if s.group in groups
                 and not any(q.expr in named for q in signal_queries(s))]
-        if left:
-            panels = panels + [_signals(f"More {title.lower()} signals", left, unit="short")]
+        chunks = [left[i:i + MAX_SIGNALS] for i in range(0, len(left), MAX_SIGNALS)]
+        for i, chunk in enumerate(chunks):  # a few signals a panel: 54 series are unreadable
+            part = f" ({i + 1}/{len(chunks)})" if len(chunks) > 1 else ""
+            panels = panels + [_signals(f"More {title.lower()} signals{part}", chunk, unit="short")]
         yield title, panels
     if set(Group) - placed:  # a new group must get a row, or its signals vanish
         raise RuntimeError(f"dashboard rows miss catalog groups {sorted(g.value for g in set(Group) - placed)}")

@@ -20,6 +20,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from otel_grpo.catalog import Kind, Signal, get, resolve, sanitize_key
 
 from ._bulk_histogram import HistogramRecorder
+from ._streaks import StepStreaks
 
 logger = logging.getLogger("otel_grpo.telemetry")
 
@@ -89,6 +90,9 @@ class Instruments:
         self._phase_attrs: dict[str, dict[str, Any]] = {}
         self._step_route = self._route_for(get("step"), {})
         self._per_step = {key: self._route_for(get(target), {}) for key, target in STEP_DISTRIBUTIONS.items()}
+        self._streaks = StepStreaks(meter, self._base, self._instrument(get("step_streak")))
+        # A process's first step says "running": a resumed run's earlier end no longer counts.
+        self._running = [self._route_for(get(key), {}) for key in ("run_finished", "run_preempted")]
 
     # ---- instruments ---------------------------------------------------------------
     def _instrument(self, signal: Signal) -> Any:
@@ -178,6 +182,7 @@ class Instruments:
             per_step = self._per_step.get(route.stat_key)
             if per_step is not None:
                 per_step.record(value, per_step.attributes)
+            self._streaks.observe(route.stat_key, value)
         return finite
 
     def record_samples(self, samples: Mapping[str, list[float]]) -> None:
@@ -205,7 +210,11 @@ class Instruments:
         self._phase.record(seconds, attrs)  # one value: the SDK's own path is the cheaper one
 
     def count_steps(self, steps: int, last_step: int, skipped: bool) -> None:
-        """Progress counters and the `step` gauge."""
+        """Progress counters, the `step` gauge and the step checks' streaks (once per step)."""
+        self._streaks.end_step()
+        for route in self._running:
+            route.record(0.0, route.attributes)
+        self._running.clear()
         if steps > 0:
             self._steps.add(steps, self._base)
         if skipped:

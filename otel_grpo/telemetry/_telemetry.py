@@ -417,11 +417,12 @@ class Telemetry:
         """
         self.shutdown(finished=True)
 
-    def shutdown(self, finished: bool = False) -> None:
+    def shutdown(self, finished: bool = False, preempted: bool = False) -> None:
         """Drain the queue (the spill is complete after this), flush, close; bounded by `shutdown_timeout_s`.
 
         `finished=True` is `finish()`. The exit hook calls this with False: a process
-        that exits without finishing its run did not end it on purpose.
+        that exits without finishing its run did not end it on purpose. `preempted=True`:
+        a scheduler stopped the run (SIGTERM) to resume it later, `grpo.run.preempted` = 1.
         """
         with self._lock:
             if self._closed:
@@ -429,6 +430,8 @@ class Telemetry:
             self._closed = True
         atexit.unregister(self.shutdown)
         timeout = self.settings.shutdown_timeout_s
+        if preempted and self.exporting:
+            self._emitter.submit_scalars({"run_preempted": 1.0})  # queued before the end, either emitter
         if isinstance(self._emitter, ProcessEmitter) and self._emitter.close_child(timeout, finished):
             return  # the child ended the run and closed its exporters; else this process took over
         if finished and self.exporting:

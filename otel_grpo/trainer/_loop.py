@@ -171,7 +171,8 @@ class GRPOTrainer:
         finally:
             progress.close()
             self.save(step + 1)
-            self.telemetry.shutdown(finished=ended)
+            preempted = ended and self.stop.preempted  # SIGTERM: resumed later, not finished
+            self.telemetry.shutdown(finished=ended and not preempted, preempted=preempted)
         return TrainResult(self.run_id, self.output_dir, self.start_step, step, history, bool(self.stop), self.is_main)
 
     def train_step(self, step: int) -> dict[str, float]:

@@ -40,10 +40,12 @@ def append_metrics(path: Path, step: int, values: Mapping[str, float]) -> None:
 
 class StopFlag:
     """Set by the first Ctrl-C (SIGINT/SIGTERM): the loop finishes the step, flushes and exits.
-    A second Ctrl-C raises KeyboardInterrupt as usual."""
+    A second Ctrl-C raises KeyboardInterrupt as usual. SIGTERM is a preemption (a scheduler
+    stops the job to resume it), not a finished run."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.preempted = False
         self._previous: dict[int, Any] = {}
 
     def __bool__(self) -> bool:
@@ -52,6 +54,7 @@ class StopFlag:
     def _handle(self, signum: int, frame: Any) -> None:
         if self.event.is_set():
             raise KeyboardInterrupt
+        self.preempted = signum == signal.SIGTERM
         self.event.set()
 
     @contextmanager
@@ -95,7 +98,7 @@ class NullTelemetry:
     def step(self, step: int) -> Iterator[NullStep]:
         yield NullStep()
 
-    def shutdown(self, finished: bool = False) -> None: ...
+    def shutdown(self, finished: bool = False, preempted: bool = False) -> None: ...
 
 
 class Progress:

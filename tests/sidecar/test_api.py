@@ -151,3 +151,53 @@ def test_retention_settings_apply_when_the_app_starts(make_client, otlp, tmp_pat
     runs = again.get("/api/runs").json()
     assert [(r["run_id"], r["first_step"], r["sample_count"]) for r in runs] == [("new-run", 2, 4)]
     assert [s["step"] for s in again.get("/api/runs/new-run/steps").json()] == [2, 3]
+
+
+def _webhook(alerts: list[dict], group: dict[str, str], truncated: int = 0) -> dict:
+    return {"version": "4", "groupKey": "{}:{}", "truncatedAlerts": truncated, "status": alerts[0]["status"] if alerts else "resolved",
+            "receiver": "sidecar", "groupLabels": group, "commonLabels": {}, "commonAnnotations": {},
+            "externalURL": "http://am", "alerts": alerts}
+
+
+def _am_alert(status: str, fingerprint: str, starts: str, alertname: str = "GRPOCompletionsClipped",
+              run_id: str = "run-a") -> dict:
+    return {"status": status, "labels": {"alertname": alertname, "run_id": run_id, "severity": "warning"},
+            "annotations": {"summary": f"{alertname} {run_id}"}, "startsAt": starts,
+            "endsAt": "2026-11-22T06:00:00Z" if status == "resolved" else "0001-01-01T00:00:00Z",
+            "generatorURL": "http://prom/graph", "fingerprint": fingerprint}
+
+
+def test_alerts_mirror_alertmanager_one_row_per_episode(client):
+    """Issue 22: a firing alert sent again with another startsAt stays one episode, which its resolution
+    closes; a group's alert Alertmanager no longer lists is resolved; a new firing is a new episode."""
+    group = {"alertname": "GRPOCompletionsClipped", "run_id": "run-a"}
+    post = lambda alerts, **kw: client.post("/api/alerts", json=_webhook(alerts, **kw))  # noqa: E731
+    assert post([_am_alert("firing", "fp1", "2026-11-22T05:00:00Z")], group=group).status_code == 200
+    assert post([_am_alert("firing", "fp1", "2026-11-22T05:02:00Z")], group=group).status_code == 200
+    assert post([_am_alert("resolved", "fp1", "2026-11-22T05:02:00Z")], group=group).status_code == 200
+    rows = client.get("/api/alerts", params={"run_id": "run-a"}).json()
+    assert [(r["status"], r["starts_at"], r["ends_at"]) for r in rows] == [
+        ("resolved", "2026-11-22T05:00:00Z", "2026-11-22T06:00:00Z")]
+    # The next episode; then a notification of the group without it (Alertmanager dropped it).
+    post([_am_alert("firing", "fp1", "2026-11-22T07:00:00Z"), _am_alert("firing", "fp2", "2026-11-22T07:00:00Z")],
+         group=group)
+    post([_am_alert("firing", "fp9", "2026-11-22T07:00:00Z", run_id="run-b")], group={**group, "run_id": "run-b"})
+    assert {r["fingerprint"] for r in client.get("/api/alerts", params={"status": "firing"}).json()} == {"fp1", "fp2", "fp9"}
+    post([_am_alert("firing", "fp2", "2026-11-22T07:00:00Z")], group=group, truncated=1)  # truncated: closes nothing
+    assert len(client.get("/api/alerts", params={"status": "firing"}).json()) == 3
+    post([_am_alert("firing", "fp2", "2026-11-22T07:00:00Z")], group=group)
+    firing = client.get("/api/alerts", params={"status": "firing"}).json()
+    assert {r["fingerprint"] for r in firing} == {"fp2", "fp9"}  # fp1 gone from its group; run-b's untouched
+    episodes = [r for r in client.get("/api/alerts").json() if r["fingerprint"] == "fp1"]
+    assert sorted((r["starts_at"], r["status"]) for r in episodes) == [
+        ("2026-11-22T05:00:00Z", "resolved"), ("2026-11-22T07:00:00Z", "resolved")]
+
+
+def test_alerts_of_several_runs_and_of_all_runs(client):
+    """The dashboards' run selection: `a|b` (Grafana's pipe format) and `.*` ("All")."""
+    alerts = [_am_alert("firing", f"fp-{r}", "2026-11-22T05:00:00Z", run_id=r) for r in ("run-a", "run-b", "run-c")]
+    assert client.post("/api/alerts", json=_webhook(alerts, group={})).status_code == 200
+    runs = lambda q: sorted(r["run_id"] for r in client.get("/api/alerts", params={"run_id": q}).json())  # noqa: E731
+    assert runs("run-a|run-c") == ["run-a", "run-c"]
+    assert runs(".*") == ["run-a", "run-b", "run-c"]
+    assert runs("run-b") == ["run-b"] and runs("nope") == []

@@ -18,7 +18,8 @@ from otel_grpo import catalog
 from otel_grpo.catalog import Kind
 from otel_grpo.telemetry import Telemetry
 
-AUTOMATIC = {"step", "run_finished", "steps", "step_kl", "nonfinite", "skipped_steps", "phase_duration"}
+AUTOMATIC = {"step", "run_finished", "run_preempted", "steps", "step_kl", "step_streak", "step_beyond", "nonfinite",
+             "skipped_steps", "phase_duration"}
 LABELLED = {"reward_fn_mean": "rewards/format/mean", "reward_fn_std": "rewards/format/std"}
 
 

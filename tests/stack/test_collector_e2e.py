@@ -216,3 +216,7 @@ def test_the_collectors_own_metrics_are_scraped(run):
     assert _query(st, 'otelcol_exporter_queue_capacity{exporter="otlp_http/sidecar"}')
     # Retried sends are not failures; what the sidecar finally took is counted as sent.
     assert _query(st, 'otelcol_exporter_sent_spans_total{exporter="otlp_http/sidecar"} > 0')
+    # GRPOCollectorDown and GRPOSidecarDown know these targets by what they serve, not by job name.
+    for component, job in (("collector", "otelcol"), ("sidecar", "sidecar")):
+        seen = f'job_instance:{component}:seen{{job="{job}"}}'
+        assert wait_for(lambda: _query(st, seen), seen, 60, every=0.5)

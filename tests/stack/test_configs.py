@@ -37,8 +37,10 @@ def test_alertmanager_routes_critical_to_oncall_and_everything_to_the_sidecar(ro
     inhibit = [(r["source_matchers"], r["target_matchers"], r.get("equal")) for r in am["inhibit_rules"]]
     assert (['alertname=~"GRPOCollectorDown|GRPOSidecarDown"'], ['alertname=~"GRPOMetricsAbsent|GRPOTrainerStalled"'],
             None) in inhibit
-    assert (['severity="critical"'], ['severity="warning"'], ["run_id"]) in inhibit
-    assert (['alertname="GRPONonFiniteValues"'], ['alertname="GRPOStepsSkipped"'], ["run_id"]) in inhibit
+    # run_id on both sides: alerts without one (collector, sidecar) never pair by their missing run_id
+    assert (['severity="critical"', 'run_id=~".+"'], ['severity="warning"', 'run_id=~".+"'], ["run_id"]) in inhibit
+    assert (['alertname="GRPONonFiniteValues"', 'run_id=~".+"'], ['alertname="GRPOStepsSkipped"', 'run_id=~".+"'],
+            ["run_id"]) in inhibit
 
 
 def test_local_prometheus_config_passes_promtool(promtool, tmp_path):

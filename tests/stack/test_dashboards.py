@@ -111,14 +111,45 @@ def _panel(d: dict, title: str) -> dict:
 def test_thresholds_come_from_the_rule_settings_and_kl_is_log_scaled():
     d, s = dashboards()["grpo-overview.json"], RuleSettings()
     for title, value in (("KL to the reference", s.kl_threshold),
-                         ("Mismatch KL (direct and k3) and chi-square", s.mismatch_kl_threshold),
+                         ("Mismatch KL (k3)", s.mismatch_kl_threshold),
                          ("Clip ratios (low, high, region)", s.clip_ratio_threshold),
                          ("Clipped completions (no EOS)", s.completions_clipped_threshold)):
         defaults = _panel(d, title)["fieldConfig"]["defaults"]
         assert defaults["thresholds"]["steps"][-1]["value"] == value, title
         assert defaults["custom"]["thresholdsStyle"]["mode"] != "off", title
-    for title in ("KL to the reference", "Mismatch KL (direct and k3) and chi-square"):
+    for title in ("KL to the reference", "Mismatch KL (k3)"):
         assert _panel(d, title)["fieldConfig"]["defaults"]["custom"]["scaleDistribution"]["type"] == "log"
+
+
+# Estimates that go below zero (k1 KL, chi-square from samples): a log axis would hide them.
+MAY_BE_NEGATIVE = ("grpo_kl_k1", "grpo_mismatch_kl{", "grpo_mismatch_chi2", "advantage", "reward", "loss")
+
+
+def test_log_scales_only_for_never_negative_signals():
+    d = dashboards()["grpo-overview.json"]
+    logs = [p for p in all_panels(d) if p.get("fieldConfig", {}).get("defaults", {}).get("custom", {})
+            .get("scaleDistribution", {}).get("type") == "log"]
+    assert logs
+    for panel in logs:
+        for target in panel["targets"]:
+            assert not any(n in target["expr"] for n in MAY_BE_NEGATIVE), (panel["title"], target["expr"])
+
+
+def test_panels_draw_few_series_per_run_by_default():
+    """Issue 22: one panel had 54 series; now at most about ten queries a panel (each one series per run)."""
+    d = dashboards()["grpo-overview.json"]
+    crowded = {p["title"]: len(p["targets"]) for p in all_panels(d) if len(p.get("targets", [])) > 11}
+    assert crowded == {}
+
+
+def test_per_run_threshold_overrides_are_drawn_for_their_runs():
+    s = RuleSettings(overrides={"exp-42": {"kl_threshold": 2.0, "clip_ratio_threshold": 0.3}})
+    d = dashboards(s)["grpo-overview.json"]
+    for title, name in (("KL to the reference", "kl_threshold"), ("Clip ratios (low, high, region)", "clip_ratio_threshold")):
+        exprs = [t["expr"] for t in _panel(d, title)["targets"]]
+        assert f'run_id:grpo_threshold:{name}{{run_id=~"$run_id"}}' in exprs, title
+    plain = [t["expr"] for t in _panel(dashboards()["grpo-overview.json"], "KL to the reference")["targets"]]
+    assert not any("grpo_threshold" in e for e in plain)  # no override, no line
 
 
 def test_mixed_units_get_a_right_axis():
@@ -145,3 +176,11 @@ def test_overview_has_run_variable_alerts_and_sidecar_samples():
     assert any("histogram_quantile" in e and "phase" in e for e in exprs)
     urls = [t["url"] for p in all_panels(d) for t in p.get("targets", []) if t["datasource"]["uid"] == "infinity"]
     assert "/api/runs/${run_id:percentencode}/samples" in urls
+    # Several runs or "All": one samples table per selected run; the alerts take `a|b` and `.*`.
+    assert _panel(d, "Samples of the latest step (sidecar)")["repeat"] == "run_id"
+    params = _panel(d, "Alerts received by the sidecar")["targets"][0]["url_options"]["params"]
+    assert {"key": "run_id", "value": "${run_id:pipe}"} in params
+    # Runs compared by step, from the sidecar's exact step history (a scrape sees a sample of the steps).
+    trend = _panel(d, "Step-exact history by step (sidecar)")
+    assert trend["type"] == "trend" and trend["options"]["xField"] == "step" and trend["repeat"] == "run_id"
+    assert trend["targets"][0]["url"] == "/api/runs/${run_id:percentencode}/steps"

@@ -50,6 +50,7 @@ def test_causes_inhibit_their_symptoms(alertmanager):
         _alert("GRPOKLJump", "warning", run_id="d"),  # no critical alert for run d
         _alert("GRPONonFiniteValues", "critical", run_id="e", signal="loss"),
         _alert("GRPOStepsSkipped", "warning", run_id="e"),
+        _alert("GRPOSidecarDown", "warning", instance="sidecar:8000"),  # no run_id on either side
     ]
     assert httpx.post(f"{alertmanager}/api/v2/alerts", json=alerts, timeout=10).status_code == 200
     state = _inhibited(alertmanager, len(alerts))
@@ -62,4 +63,5 @@ def test_causes_inhibit_their_symptoms(alertmanager):
         "GRPOKLJump/d": False,         # ... and only of the same run
         "GRPONonFiniteValues/e": False,
         "GRPOStepsSkipped/e": True,    # non-finite suppresses skipped
+        "GRPOSidecarDown/": False,     # the collector's critical alert is of no run: it pairs with none
     }

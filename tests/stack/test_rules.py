@@ -22,7 +22,8 @@ ALWAYS_FIRING = {"GRPOWatchdog"}
 
 
 def run(*argv: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120)
+    # The scenarios replay hours of 2-second steps: about a minute of promtool on one core.
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
 def test_committed_generated_files_are_current(root):
@@ -48,14 +49,14 @@ def test_promtool_unit_tests_pass(root, promtool):
 
 
 def test_promtool_catches_a_wrong_expectation(root, promtool, tmp_path):
-    """The unit tests can fail: the slow-step KL alert expected 2 minutes early is reported."""
-    text = (root / "prometheus/tests/grpo_alerts_test.yml").read_text().replace("eval_time: 41m", "eval_time: 39m")
+    """The unit tests can fail: the 10-minute-step KL alert expected 6 minutes early (2 steps of 3) is reported."""
+    text = (root / "prometheus/tests/grpo_alerts_test.yml").read_text().replace("eval_time: 91m", "eval_time: 85m")
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests/t.yml").write_text(text)
     for rel, rules in rule_files(RuleSettings()).items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(rules)
-    out = run(promtool, "test", "rules", "--run", "^KL high counts steps", "tests/t.yml", cwd=tmp_path)
+    out = run(promtool, "test", "rules", "--run", "^KL high is 3", "tests/t.yml", cwd=tmp_path)
     assert out.returncode != 0 and "GRPOKLHigh" in out.stdout + out.stderr
 
 
@@ -69,18 +70,22 @@ def test_every_alert_has_a_firing_and_a_silent_case(root):
 
 
 def test_per_run_overrides_and_disabled_thresholds(tmp_path, promtool):
-    """A run with its own KL threshold (2.0) stays silent at 1.5 where the default (1.0) fires;
-    +Inf disables the alert for a run."""
-    s = RuleSettings(overrides={"lenient": {"kl_threshold": 2.0}, "off": {"kl_threshold": float("inf")}})
-    steps = "0+1x20"
-    series = [{"series": f'grpo_step_index{{run_id="{r}"}}', "values": steps} for r in ("strict", "lenient", "off")]
-    series += [{"series": f'grpo_kl{{run_id="{r}"}}', "values": "1.5x20"} for r in ("strict", "lenient", "off")]
-    scenario = {"name": "overrides", "interval": "1m", "input_series": series,
-                "checks": [{"at": "5m", "alert": "GRPOKLHigh", "firing": [{"run_id": "strict", "value": 1.5}]}]}
+    """A run with its own KL threshold (2.0) stays silent at 1.5 where the default (1.0) fires, in every
+    KL alert and its summary; +Inf disables them for a run; an override of 2.0 fires at 2.5 and says 2.0."""
+    s = RuleSettings(overrides={"lenient": {"kl_threshold": 2.0}, "off": {"kl_threshold": float("inf")},
+                                "high": {"kl_threshold": 2.0}})
+    runs = [{"run_id": r, "step": "1m", "values": {"kl": f"{kl}*120"}}
+            for r, kl in (("strict", 1.5), ("lenient", 1.5), ("off", 1.5), ("high", 2.5))]
+    firing = [{"run_id": "strict", "signal": "kl", "bound": "1.0", "value": 59},
+              {"run_id": "high", "signal": "kl", "bound": "2.0", "value": 59}]
+    scenario = {"name": "overrides", "interval": "15s", "length": "2h", "runs": runs,
+                "checks": [{"at": "1h", "alert": a, "firing": firing} for a in ("GRPOKLHigh", "GRPOKLSpike")]}
     for rel, text in rule_files(s).items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     doc = render_tests([scenario], s, ["rules/grpo_recording.yml", "rules/grpo_alerts.yml"])
+    summaries = [a["exp_annotations"]["summary"] for c in doc["tests"][0]["alert_rule_test"] for a in c["exp_alerts"]]
+    assert "KL to the reference above 2.0 for 3+ consecutive steps in run high (step 59)" in summaries
     (tmp_path / "t.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     out = run(promtool, "test", "rules", "t.yml", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -91,8 +96,13 @@ def test_settings_validate_overrides_and_links():
         RuleSettings(overrides={"r": {"kl_treshold": 1.0}})
     with pytest.raises(ValueError, match="absolute"):
         RuleSettings(runbook_base="docs/operations.md")
-    with pytest.raises(ValueError, match="bucket bound"):
-        RuleSettings(kl_spike_threshold=0.7)
+    with pytest.raises(ValueError, match="bound of the 'kl' step check"):
+        RuleSettings(kl_threshold=0.7)
+    with pytest.raises(ValueError, match="bound of the 'rollout_is_eff_sample_size' step check"):
+        RuleSettings(overrides={"r": {"ess_min": 0.45}})
+    with pytest.raises(ValueError, match="streak lengths"):
+        RuleSettings(kl_steps=4)
+    RuleSettings(overrides={"r": {"kl_threshold": float("inf"), "grad_norm_factor": 7.5}})  # not step checks: any
 
 
 def test_alerts_carry_severity_absolute_runbook_and_name_run_and_value():
@@ -151,16 +161,17 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_dashboards_command_renders_thresholds_from_a_settings_file(tmp_path, promtool):
-    (tmp_path / "rules.yml").write_text("kl_threshold: 2.5\noverrides:\n  exp-42: {kl_threshold: 5.0}\n")
+    (tmp_path / "rules.yml").write_text("kl_threshold: 2.0\noverrides:\n  exp-42: {kl_threshold: 5.0}\n")
     out = _cli("dashboards", "--root", str(tmp_path), "--rule-settings", str(tmp_path / "rules.yml"))
     assert out.returncode == 0, out.stderr
     alerts_yml = (tmp_path / "prometheus/rules/grpo_alerts.yml").read_text()
-    assert "max by (run_id) (grpo_kl) > 2.5" in alerts_yml
+    assert 'grpo_step_beyond_total{signal="kl", bound="2.0", run_id!~"exp-42", streak="3"}' in alerts_yml
+    assert 'grpo_step_beyond_total{signal="kl", run_id="exp-42", bound="5.0", streak="3"}' in alerts_yml
     recording = yaml.safe_load((tmp_path / "prometheus/rules/grpo_recording.yml").read_text())
     assert {"record": "run_id:grpo_threshold:kl_threshold", "expr": "vector(5)", "labels": {"run_id": "exp-42"}} \
         in recording["groups"][0]["rules"]
     dashboard = (tmp_path / "grafana/dashboards/grpo-overview.json").read_text()
-    assert '"value": 2.5' in dashboard
+    assert '"value": 2.0' in dashboard
     check = run(promtool, "check", "rules", str(tmp_path / "prometheus/rules/grpo_alerts.yml"),
                 str(tmp_path / "prometheus/rules/grpo_recording.yml"))
     assert check.returncode == 0, check.stdout + check.stderr

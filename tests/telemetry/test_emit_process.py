@@ -205,3 +205,13 @@ def test_process_emission_with_given_providers_is_refused():
 def test_emit_in_takes_only_thread_or_process():
     with pytest.raises(ValueError, match="emit_in"):
         TelemetrySettings(emit_in="fork")
+
+
+def test_a_preempted_run_says_so_through_the_child_process(tmp_path):
+    """SIGTERM's end (shutdown(preempted=True)) reaches the receiver before the child closes; not finished."""
+    with OTLPReceiver() as rx:
+        tel = Telemetry(_settings(rx, tmp_path))
+        _step(tel, 0)
+        tel.shutdown(preempted=True)
+    assert rx.metric_points("grpo.run.preempted")[-1][1].as_double == 1.0
+    assert rx.metric_points("grpo.run.finished")[-1][1].as_double == 0.0

@@ -18,12 +18,28 @@ def test_finish_exports_run_finished_for_the_run(captured):
     assert point.value == 1.0 and dict(point.attributes) == {"run_id": "test-run"}
 
 
+def _marker(captured, name: str) -> float:
+    (point,) = points(captured.metrics()[name]).values()
+    return point.value
+
+
 def test_shutdown_without_finish_leaves_the_run_unfinished(captured):
     # What the exit hook does after a crash: absent-metric alerts must still fire for it.
+    # Issue 22: each process says "running" (0) from its first step, so a resumed run's
+    # earlier finish or preemption no longer hides its crash.
     with captured.tel.step(0) as s:
         s.record({"kl": 0.1})
+    assert _marker(captured, "grpo.run.finished") == 0.0 and _marker(captured, "grpo.run.preempted") == 0.0
     captured.tel.shutdown()
-    assert "grpo.run.finished" not in captured.metrics()
+    assert _marker(captured, "grpo.run.finished") == 0.0 and _marker(captured, "grpo.run.preempted") == 0.0
+
+
+def test_a_preempted_run_is_not_finished(captured):
+    """SIGTERM (a scheduler's preemption): grpo.run.preempted = 1, grpo.run.finished stays 0."""
+    with captured.tel.step(0) as s:
+        s.record({"kl": 0.1})
+    captured.tel.shutdown(preempted=True)
+    assert _marker(captured, "grpo.run.preempted") == 1.0 and _marker(captured, "grpo.run.finished") == 0.0
 
 
 def test_a_measured_phase_is_a_child_span_of_that_length_and_a_duration_observation(captured):

@@ -82,3 +82,14 @@ def test_failed_batch_is_skipped_not_fatal(train_run, tmp_path):
     assert [s.attributes["grpo.step"] for s in failed] == [2]
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [line["step"] for line in lines] == [0, 1, 2, 3] and lines[2].get("skipped") == 1.0
+
+
+def test_sigterm_is_a_preemption_and_ctrl_c_is_not():
+    """The loop ends a SIGTERM'd run as preempted (grpo.run.preempted), a Ctrl-C'd one as finished."""
+    from otel_grpo.trainer._runtime import StopFlag
+
+    term, interrupt = StopFlag(), StopFlag()
+    term._handle(signal.SIGTERM, None)
+    interrupt._handle(signal.SIGINT, None)
+    assert term and term.preempted
+    assert interrupt and not interrupt.preempted

@@ -19,6 +19,10 @@ _SAMPLE_SELECT = "SELECT id, " + ", ".join(SAMPLE_CORE_COLUMNS) + ", data FROM s
 COLUMN_RE = re.compile(r'^[^"\x00-\x1f]{1,128}$')
 
 
+ALL_RUNS = ".*"
+"""The `run_id` of every run: Grafana's "All" (the dashboards' run variable has this allValue)."""
+
+
 def iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -227,9 +231,11 @@ class Reads:
 
     def alerts(self, run_id: str | None = None, status: str | None = None, limit: int = 1000) -> list[dict]:
         where, params = [], []
-        if run_id is not None:
-            where.append("run_id = ?")
-            params.append(run_id)
+        if run_id is not None and run_id != ALL_RUNS:
+            # One run, or Grafana's multi-run selection `a|b` (the whole value also counts as one id).
+            ids = list(dict.fromkeys([run_id, *run_id.split("|")]))
+            where.append(f"run_id IN ({', '.join('?' * len(ids))})")
+            params += ids
         if status is not None:
             where.append("status = ?")
             params.append(status)

@@ -18,12 +18,14 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Mapping
 from urllib.parse import quote
 
 import orjson
 
 from ..otlp._extract import PHASE_COLUMN, Batch
 from . import _queries, _retention
+from ._alerts import upsert_episodes
 from ._checkpoint import TRUNCATE_BYTES, VALVE_PAGES, Checkpointer
 from ._health import WriteHealth
 from ._schema import migrate
@@ -278,21 +280,14 @@ class Store(_queries.Reads):
         for run_id, values in steps.items():
             conn.execute(_RUN_PROGRESS, (min(values), max(values), inserted.get(run_id, 0), run_id))
 
-    def upsert_alerts(self, alerts: list[dict], now: float | None = None) -> int:
-        """Insert or update alerts keyed by (fingerprint, startsAt); returns how many were given."""
+    def upsert_alerts(self, alerts: list[dict], now: float | None = None,
+                      group: Mapping[str, str] | None = None) -> int:
+        """Alertmanager's alerts, one row per (fingerprint, episode) (`_alerts.py`); `group`: the
+        notification's groupLabels, whose open episodes it does not list are resolved. Returns how many."""
         now = time.time() if now is None else now
-        rows = [(a["fingerprint"], a["startsAt"], a["status"], a.get("labels", {}).get("alertname"),
-                 a.get("labels", {}).get("run_id"), json.dumps(a.get("labels", {})),
-                 json.dumps(a.get("annotations", {})), a.get("endsAt"), a.get("generatorURL"), now)
-                for a in alerts]
         with self._tx() as conn:
-            conn.executemany("""
-                INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (fingerprint, starts_at) DO UPDATE SET
-                    status = excluded.status, alertname = excluded.alertname, run_id = excluded.run_id,
-                    labels = excluded.labels, annotations = excluded.annotations, ends_at = excluded.ends_at,
-                    generator_url = excluded.generator_url, received_at = excluded.received_at""", rows)
-        return len(rows)
+            upsert_episodes(conn, alerts, group, now, _queries.iso(now) or "")
+        return len(alerts)
 
     def apply_retention(self, max_runs: int | None = None, max_steps: int | None = None,
                         max_age_s: float | None = None, now: float | None = None) -> dict[str, int]:

@@ -40,17 +40,21 @@ async def _payload(request: Request, limit: int, metrics) -> AlertmanagerWebhook
              responses={413: {"description": "Body larger than `max_alert_body_bytes`."}})
 async def receive_alerts(request: Request, store: StoreDep, settings: SettingsDep,
                          metrics: MetricsDep) -> AlertsAccepted:
-    """Alertmanager's webhook: alerts are upserted by (fingerprint, startsAt), committed before 200."""
+    """Alertmanager's webhook: one alert per (fingerprint, episode), resolved when Alertmanager resolves
+    it or no longer lists it in its group; committed before 200."""
     payload = await _payload(request, settings.max_alert_body_bytes, metrics)
     alerts = [a.model_dump() for a in payload.alerts]
-    stored = await run_in_threadpool(store.upsert_alerts, alerts)
+    # A truncated notification does not list every alert of its group: close nothing by absence.
+    group = payload.groupLabels if not payload.truncatedAlerts else None
+    stored = await run_in_threadpool(store.upsert_alerts, alerts, None, group)
     return AlertsAccepted(stored=stored)
 
 
 @router.get("", response_model=list[AlertPublic], response_class=FastJSON, dependencies=[Depends(require_read)])
 def list_alerts(
     store: StoreDep,
-    run_id: Annotated[str | None, Query(description="Only alerts whose `run_id` label is this.")] = None,
+    run_id: Annotated[str | None, Query(description="Only alerts whose `run_id` label is this, or one of `a|b` "
+                                                     "(Grafana's `${run_id:pipe}`); `.*` is every run.")] = None,
     status: Annotated[Literal["firing", "resolved"] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> FastJSON:

@@ -1,0 +1,32 @@
+"""What every alert rule is built from: the rule dict, its links, and the summary templates."""
+
+from __future__ import annotations
+
+from ._rules import RuleSettings
+
+PROGRESS = "run_id:grpo_step:progress_time"
+DASHBOARD_UID = "grpo-overview"
+RUN = "run {{ $labels.run_id }}"
+VAL = '{{ $value | printf "%.3g" }}'  # humanize would print 0.5 as "500m"
+PCT = "{{ $value | humanizePercentage }}"  # fractions read as "65%", not "0.65 of"
+STEP = '{{ $value | printf "%.0f" }}'  # a step index
+
+
+def by_run(metric: str) -> str:
+    return f"max by (run_id) ({metric})"
+
+
+def alert(s: RuleSettings, name: str, expr: str, for_: str, severity: str, summary: str, description: str,
+          panel: str | None = None) -> dict:
+    annotations = {"summary": summary, "description": description,
+                   "runbook_url": f"{s.runbook_base}#{name.lower()}"}
+    if panel is not None:
+        annotations["dashboard_url"] = panel_url(s, panel)
+    return {"alert": name, "expr": expr, "for": for_, "labels": {"severity": severity}, "annotations": annotations}
+
+
+def panel_url(s: RuleSettings, title: str) -> str:
+    from .dashboards import panel_id  # dashboards -> _configs -> _alerts -> this module: import late
+
+    return (f"{s.grafana_url.rstrip('/')}/d/{DASHBOARD_UID}/?viewPanel=panel-{panel_id(title)}"
+            "&var-run_id={{ $labels.run_id }}")

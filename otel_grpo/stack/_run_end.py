@@ -1,0 +1,83 @@
+"""How a run ends, told apart: finished, preempted, crashed, hung; a resume runs again.
+
+    >>> from otel_grpo.stack import RuleSettings
+    >>> [a["alert"] for a in run_end_alerts(RuleSettings())]
+    ['GRPOTrainerStalled', 'GRPOMetricsAbsent', 'GRPORunPreempted']
+
+The training process exports `grpo.run.finished` and `grpo.run.preempted` at 0 from
+each process's first step, and sets one of them to 1 when it ends on purpose
+(completed or Ctrl-C; SIGTERM). So the *last* value within `absent_window` tells
+how a run that no longer exports ended: finished (silent), preempted (a warning:
+resume it), neither (a crash: a page). A resumed run exports 0 again, so an earlier
+end no longer hides its crash.
+
+A hang is measured from the last progress, which a self-referencing record keeps
+for as long as the run exports: a run that hangs right after its first step (no
+change of the step index ever) counts from when it was first seen, and a stall of
+any length never resolves by itself.
+"""
+
+from __future__ import annotations
+
+from ._alerts_base import PROGRESS, RUN, STEP as _STEP, alert, by_run
+from ._rules import STEP_INDEX, STEP_TIME, RuleSettings, _m, seconds
+
+FINISHED, PREEMPTED = _m("run_finished"), _m("run_preempted")
+
+
+def progress_rule(s: RuleSettings) -> dict:
+    """The time of the run's last progress: a scrape whose step index changed within `progress_probe`, or
+    that (re)appeared (a new or resumed process); else the time this record keeps while the run exports;
+    else now (after a Prometheus restart)."""
+    now, probe = f"max by (run_id) (timestamp({STEP_INDEX}))", s.progress_probe
+    exporting = f"max by (run_id) (last_over_time({STEP_INDEX}[{s.history_window}]))"
+    return {"record": PROGRESS,
+            "expr": f"({now} and on (run_id) max by (run_id) (changes({STEP_INDEX}[{probe}])) > 0)"
+                    f" or ({now} unless on (run_id) max by (run_id) (last_over_time({STEP_INDEX}[{probe}] offset {probe})))"
+                    f" or (max by (run_id) (last_over_time({PROGRESS}[{s.history_window}])) and on (run_id) {exporting})"
+                    f" or {now}"}
+
+
+def _ended(s: RuleSettings, marker: str) -> str:
+    return f"max by (run_id) (last_over_time({marker}[{s.absent_window}])) == 1"
+
+
+def _stalled(s: RuleSettings) -> str:
+    since = f"time() - max by (run_id) ({PROGRESS})"
+    floor = seconds(s.stall_floor)
+    limit = (f"clamp_min({s.stall_factor} * max by (run_id) (max_over_time({STEP_TIME}[{s.history_window}])), {floor})"
+             f" or on (run_id) (0 * {by_run(STEP_INDEX)} + {floor})")
+    # Value: the last step. Still exporting: otherwise GRPOMetricsAbsent.
+    return (f"({since} > on (run_id) ({limit})) * 0 + on (run_id) {by_run(STEP_INDEX)}"
+            f" unless on (run_id) {by_run(FINISHED)} == 1 unless on (run_id) {by_run(PREEMPTED)} == 1")
+
+
+def _gone(s: RuleSettings) -> str:
+    """Runs that exported within `absent_window` and no longer do; value: their last step index."""
+    return (f"max by (run_id) (last_over_time({STEP_INDEX}[{s.absent_window}]))"
+            f" unless on (run_id) {by_run(STEP_INDEX)}")
+
+
+def run_end_alerts(s: RuleSettings) -> list[dict]:
+    panel = "Step index and steps per second"
+    return [
+        alert(s, "GRPOTrainerStalled", _stalled(s), s.for_fast, "critical",
+              f"No training step after step {_STEP} in {RUN}, yet it still exports",
+              f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its longest recent "
+              f"step times (at least {s.stall_floor}): a hung collective, a dead data loader or a deadlock. "
+              "It resolves only when a step completes or the run ends.", panel),
+        alert(s, "GRPOMetricsAbsent",
+              f"{_gone(s)} unless on (run_id) {_ended(s, FINISHED)} unless on (run_id) {_ended(s, PREEMPTED)}",
+              s.for_target, "critical",
+              f"{RUN} crashed: it stopped exporting at step {_STEP} without finishing",
+              "A run that reported within the absent window no longer does, and its last process neither finished "
+              "(grpo_run_finished = 1) nor was preempted (grpo_run_preempted = 1): it crashed, was killed "
+              "(SIGKILL, out of memory) or lost its exporter.", panel),
+        alert(s, "GRPORunPreempted", f"{_gone(s)} and on (run_id) {_ended(s, PREEMPTED)}", s.for_target, "warning",
+              f"{RUN} was preempted at step {_STEP} and has not resumed",
+              "The run was stopped by SIGTERM (a scheduler's preemption or a job's time limit): resume it from its "
+              "last checkpoint. A resumed run exports again and this resolves.", panel),
+    ]
+
+
+__all__ = ["FINISHED", "PREEMPTED", "progress_rule", "run_end_alerts"]

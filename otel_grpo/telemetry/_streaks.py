@@ -1,0 +1,76 @@
+"""Step checks on the emitter thread: the streak of every checked scalar beyond every bound.
+
+    counters = StepStreaks(meter, {"run_id": "r"})
+    counters.observe({"kl": 1.5}); counters.end_step()   # kl > 1.0: streak 1 at bound 1.0
+
+Why here and not in Prometheus: a scrape sees one step of many (2 s steps, 15 s
+scrapes), and a streak broken between two scrapes is invisible there. Counters
+lose nothing between scrapes, so the alerts read `grpo.step.beyond` (catalog
+`_step_checks.py`, docs/operations.md "Step evidence").
+
+Cost: a dict store per checked value, and per step one gauge store per bound plus
+one counter add per (bound, streak length reached); a healthy run reaches none.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from opentelemetry.metrics import Meter
+
+from otel_grpo.catalog import STEP_CHECKS, STREAKS, StepCheck, bound_label, get, reached
+
+
+class _Check:
+    """Streaks of one scalar against its bounds, with the attribute dicts built once."""
+
+    def __init__(self, check: StepCheck, base: Mapping[str, Any]) -> None:
+        self.check = check
+        self.streaks = [0] * len(check.bounds)
+        self.gauge_attrs = [{**base, "signal": check.key, "bound": bound_label(b)} for b in check.bounds]
+        # counter attributes per bound, one per streak length
+        self.counter_attrs = [[{**attrs, "streak": str(n)} for n in STREAKS] for attrs in self.gauge_attrs]
+
+
+class StepStreaks:
+    """Per-step streaks of the checked scalars, exported as `grpo.step.streak` and `grpo.step.beyond`."""
+
+    def __init__(self, meter: Meter, base: Mapping[str, Any], gauge: Any) -> None:
+        self._base = dict(base)
+        self._gauge = gauge  # a LatestValueGauge: set(value, attributes)
+        beyond = get("step_beyond")
+        self._counter = meter.create_counter(beyond.name, unit=beyond.unit, description=beyond.description)
+        self._checks: dict[str, _Check] = {}
+        self._pending: dict[str, float] = {}
+
+    def observe(self, key: str, value: float) -> None:
+        """A finite value of a scalar in this step (the last one wins, as for the gauge)."""
+        if key in STEP_CHECKS:
+            self._pending[key] = value
+
+    def end_step(self) -> None:
+        """Advance the streaks of the scalars seen in this step; an unseen scalar keeps its streak."""
+        if not self._pending:
+            return
+        for key, value in self._pending.items():
+            state = self._checks.get(key)
+            if state is None:
+                state = self._checks[key] = self._start(STEP_CHECKS[key])
+            self._advance(state, value)
+        self._pending.clear()
+
+    def _start(self, check: StepCheck) -> _Check:
+        state = _Check(check, self._base)
+        # Every (bound, streak) series exists at 0 from the scalar's first step on, so a streak
+        # reached hours later is an increase of a known series, not a new series.
+        for per_bound in state.counter_attrs:
+            for attrs in per_bound:
+                self._counter.add(0, attrs)
+        return state
+
+    def _advance(self, state: _Check, value: float) -> None:
+        state.check.advance(state.streaks, value)
+        for i, streak in enumerate(state.streaks):
+            self._gauge.set(float(streak), state.gauge_attrs[i])
+            for _, attrs in zip(reached(streak), state.counter_attrs[i]):  # STREAKS is increasing
+                self._counter.add(1, attrs)

@@ -1,0 +1,60 @@
+"""The replay of per-step values as scraped series (the promtool scenarios' input), checked against the
+training process's own exports: the same steps through the real telemetry give the same counters."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_grpo.stack._replay import Segment, encode, expand, replay
+from otel_grpo.telemetry._instruments import Instruments
+
+KL = [0.1, 1.5, 1.2, 0.4, 1.1, 2.5, 3.0, 1.5, 0.2, 5.5]
+
+
+def _last(series: dict[str, str], name: str) -> float:
+    """The last value of promtool's notation (`a`, `axn`, `a+bxn`)."""
+    m = re.fullmatch(r"(-?[\d.e]+)(?:([+-][\d.e]+)?x(\d+))?", series[name].split()[-1])
+    assert m, series[name]
+    return float(m.group(1)) + float(m.group(2) or 0) * int(m.group(3) or 0)
+
+
+def test_replayed_step_evidence_equals_what_the_trainer_exports():
+    reader = InMemoryMetricReader()
+    instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
+    for step, kl in enumerate(KL):
+        instruments.record_scalars({"kl": kl})
+        instruments.count_steps(1, step, False)
+    exported = {}
+    for metric in reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics:
+        if metric.name in ("grpo.step.beyond", "grpo.step.streak"):
+            for p in metric.data.data_points:
+                a = dict(p.attributes)
+                exported[(metric.name, a["bound"], a.get("streak"))] = p.value
+    series = replay([Segment("r", {"kl": KL}, step_s=10)], scrape_s=10, scrapes=len(KL))
+    assert exported
+    for (name, bound, streak), value in exported.items():
+        if name == "grpo.step.beyond":
+            key = f'grpo_step_beyond_total{{run_id="r", signal="kl", bound="{bound}", streak="{streak}"}}'
+        else:
+            key = f'grpo_step_streak{{run_id="r", signal="kl", bound="{bound}"}}'
+        assert _last(series, key) == value, key
+
+
+def test_a_crash_goes_stale_after_the_expiry_and_a_resume_takes_over():
+    first = Segment("r", {"kl": [0.1] * 3}, step_s=60, end="crash", expire_s=120)
+    resumed = Segment("r", {"kl": [0.1] * 2}, step_s=60, start_s=600, first_step=1)
+    series = replay([first, resumed], scrape_s=60, scrapes=13)
+    # steps at 1-3 min, kept to 5 min, stale at 6, nothing, then the resumed process from step 1.
+    assert series['grpo_step_index{run_id="r"}'] == "_ 0+1x2 2 2 stale _x4 1 2 2"
+    assert series['grpo_run_finished{run_id="r"}'] == "_ 0x4 stale _x4 0x2"
+
+
+def test_notation():
+    assert expand("1*2 0.5,nan*2") == pytest.approx([1, 1, 0.5, float("nan"), 0.5, float("nan")], nan_ok=True)
+    assert encode([None, 1.0, 2.0, 3.0, 3.0, "stale"]) == "_ 1+1x2 3 stale"
+    with pytest.raises(ValueError, match="value"):
+        expand("1x3")

@@ -1,0 +1,61 @@
+"""Step checks: streaks of checked scalars beyond their bounds, counted on every step (catalog._step_checks)."""
+
+from __future__ import annotations
+
+import math
+
+from otel_grpo.catalog import STEP_CHECKS, STREAKS
+
+
+def _points(metrics, name, **attrs):
+    """value by (bound, streak) of the data points matching `attrs`."""
+    out = {}
+    for p in metrics[name].data.data_points:
+        a = dict(p.attributes)
+        if all(a.get(k) == v for k, v in attrs.items()):
+            out[(a["bound"], a.get("streak"))] = p.value
+    return out
+
+
+def test_consecutive_steps_are_counted_and_a_good_step_resets_the_streak(captured):
+    # KL over 1.0 at steps 0-2 (a streak of 3), 0.5 at step 3 (reset), 1.5 again at step 4.
+    for step, kl in enumerate([1.5, 1.2, 1.1, 0.5, 1.5]):
+        captured.tel.log_metrics(step, {"kl": kl})
+    metrics = captured.metrics()
+    beyond = _points(metrics, "grpo.step.beyond", signal="kl")
+    assert beyond[("1.0", "1")] == 4  # every step over 1.0
+    assert beyond[("1.0", "2")] == 2  # steps 1 and 2
+    assert beyond[("1.0", "3")] == 1  # step 2 closed three in a row
+    assert beyond[("1.0", "5")] == 0 and beyond[("1.0", "10")] == 0  # present at 0: no new series later
+    assert beyond[("2.0", "1")] == 0
+    assert beyond[("0.2", "5")] == 1  # all five steps over 0.2
+    streak = _points(metrics, "grpo.step.streak", signal="kl")
+    assert streak[("1.0", None)] == 1 and streak[("0.5", None)] == 1 and streak[("0.2", None)] == 5
+    assert len(streak) == len(STEP_CHECKS["kl"].bounds)
+    assert len(beyond) == len(STEP_CHECKS["kl"].bounds) * len(STREAKS)
+
+
+def test_alternating_values_never_make_a_streak_of_two(captured):
+    for step in range(20):
+        captured.tel.log_metrics(step, {"kl": 1.5 if step % 2 else 0.5})
+    beyond = _points(captured.metrics(), "grpo.step.beyond", signal="kl")
+    assert beyond[("1.0", "1")] == 10 and beyond[("1.0", "2")] == 0
+
+
+def test_below_checks_and_unseen_or_nonfinite_values_keep_the_streak(captured):
+    """ESS is beyond when below; a step without the scalar (or with NaN) neither extends nor resets it."""
+    captured.tel.log_metrics(0, {"rollout_is_eff_sample_size": 0.4})
+    captured.tel.log_metrics(1, {"reward": 1.0})
+    captured.tel.log_metrics(2, {"rollout_is_eff_sample_size": math.nan})
+    captured.tel.log_metrics(3, {"rollout_is_eff_sample_size": 0.45})
+    metrics = captured.metrics()
+    streak = _points(metrics, "grpo.step.streak", signal="rollout_is_eff_sample_size")
+    assert streak[("0.5", None)] == 2 and streak[("0.7", None)] == 2 and streak[("0.3", None)] == 0
+    beyond = _points(metrics, "grpo.step.beyond", signal="rollout_is_eff_sample_size")
+    assert beyond[("0.5", "2")] == 1
+
+
+def test_unchecked_scalars_export_no_step_series(captured):
+    captured.tel.log_metrics(0, {"reward": 1.0})
+    metrics = captured.metrics()
+    assert "grpo.step.beyond" not in metrics or not metrics["grpo.step.beyond"].data.data_points
