@@ -157,7 +157,7 @@ class TelemetrySettings(BaseSettings):
     top/bottom/random, while `anomaly_rows_budget` lasts."""
     anomaly_thresholds: Annotated[dict[str, float], NoDecode] = {"kl": 1.0, "mismatch_kl": 0.01}
     """Catalog key -> value above which a step is anomalous ("kl=1.0,mismatch_kl=0.01" in the environment).
-    Defaults: the alert rules' `kl_spike_threshold` and `mismatch_kl_threshold`; set a run's own
+    Defaults: the alert rules' `kl_threshold` and `mismatch_kl_threshold`; set a run's own
     thresholds where its alerts use others."""
     anomaly_window: int = Field(20, ge=5, le=10_000)
     """Recent steps the reward and KL outlier test compares a step with."""
