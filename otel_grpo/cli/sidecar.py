@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import NoReturn, Optional
 
 import typer
@@ -14,7 +13,8 @@ from ._app import app
 def sidecar(
     host: Optional[str] = typer.Option(None, help="Bind address (default 127.0.0.1)."),
     port: Optional[int] = typer.Option(None, help="Port (default 8000)."),
-    db: Optional[Path] = typer.Option(None, help="SQLite database path (default otel-grpo-sidecar.db)."),
+    db: Optional[str] = typer.Option(None, help="SQLite database path (default otel-grpo-sidecar.db), or "
+                                     "postgresql://user:pass@host:port/db to share a PostgreSQL database between replicas."),
     token: Optional[str] = typer.Option(None, help="Bearer token required for ingest (traces, alerts)."),
     read_token: Optional[str] = typer.Option(None, help="Bearer token required for the read API."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
@@ -23,7 +23,11 @@ def sidecar(
 
     Every setting can also come from the environment (OTEL_GRPO_SIDECAR_HOST, _PORT, _DB,
     _TOKEN, _READ_TOKEN, _MAX_BODY_BYTES, _INGEST_WORKERS (ingest processes, default 2;
-    0: in the server process), _ALLOWED_HOSTS, _RETENTION_MAX_RUNS, ...); flags win.
+    0: in the server process), _ALLOWED_HOSTS, _RETENTION_MAX_RUNS, _BODY_TIMEOUT_S,
+    _KEEP_ALIVE_S, _MAX_CONNECTIONS, ...); flags win.
+
+    With a PostgreSQL URL, any number of sidecars can serve one database: ingest and read
+    through any of them.
 
     Only requests whose Host is an IP address, localhost or a single-label name are served
     (DNS-rebinding guard); list other names in OTEL_GRPO_SIDECAR_ALLOWED_HOSTS. Listening
@@ -40,14 +44,17 @@ def sidecar(
         settings = SidecarSettings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as e:  # pydantic's ValidationError is one
         _fail(f"invalid sidecar settings: {_first_error(e)}")
-    _check_db(settings.db)
+    _check_db(settings.db, settings.db_name)
     if not _loopback(settings.host) and not (settings.ingest_token and settings.read_token):
         typer.echo(f"warning: the sidecar listens on {settings.host} without both tokens: anyone who reaches "
                    "it can read samples or write runs (set --token and --read-token; browsers are held off by "
                    "the Host check, see OTEL_GRPO_SIDECAR_ALLOWED_HOSTS)", err=True)
     keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
+    # Idle keep-alive connections close after keep_alive_s; past max_connections uvicorn answers
+    # 503 at once instead of taking every file descriptor (see _fds for the accept errors).
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level,
-                access_log=False, timeout_graceful_shutdown=5)
+                access_log=False, timeout_graceful_shutdown=5, timeout_keep_alive=settings.keep_alive_s,
+                limit_concurrency=settings.max_connections)
 
 
 def _fail(message: str) -> NoReturn:
@@ -63,16 +70,20 @@ def _first_error(e: ValueError) -> str:
     return str(e)
 
 
-def _check_db(path: Path) -> None:
-    """Open the store once before serving: an unwritable path is one line, not uvicorn's traceback."""
+def _check_db(target, name: str) -> None:
+    """Open the store once before serving: an unwritable path or an unreachable server is one
+    line, not uvicorn's traceback."""
     import sqlite3
 
-    from otel_grpo.sidecar.store import Store
+    import psycopg
+
+    from otel_grpo.sidecar.store import SchemaError, open_store
 
     try:
-        Store.open(path).close()
-    except (sqlite3.Error, OSError) as e:
-        _fail(f"cannot open the sidecar database {str(path)!r}: {e}")
+        open_store(target).close()
+    except (sqlite3.Error, psycopg.Error, OSError, SchemaError) as e:
+        message = " ".join(str(e).replace(str(target), name).split())  # psycopg's are multi-line
+        _fail(f"cannot open the sidecar database {name!r}: {message}")
 
 
 def _loopback(host: str) -> bool:

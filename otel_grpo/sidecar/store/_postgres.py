@@ -1,0 +1,189 @@
+"""The PostgreSQL store: the same reads and writes as SQLite's, on a server many sidecars share.
+
+    store = PgStore.open("postgresql://user:pass@host:5432/db")
+    store.write_batch(extract(request))      # committed (and durable) before returning
+
+Replicas are stateless: everything lives in the database. Each write transaction first takes
+one transaction-level advisory lock, so writers serialize across replicas as they do on
+SQLite's single writer (no deadlocks between the upserts of concurrent requests, no retry
+loops); reads never wait for it. Statements are the shared ones (`?` placeholders), rewritten
+once each for psycopg (`%s`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+from . import _queries, _writes
+from ._dialect import POSTGRES
+from ._health import WriteHealth
+from ._pool import ConnectionPool
+from ._schema import PG_LOCK, migrate_postgres
+
+log = logging.getLogger("otel_grpo.sidecar")
+URL_SCHEMES = ("postgresql://", "postgres://")
+READ_CONNECTIONS = 8
+CONNECT_TIMEOUT_S = 10
+
+
+def is_postgres_url(target: object) -> bool:
+    return isinstance(target, str) and target.startswith(URL_SCHEMES)
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc}"))
+
+
+@functools.lru_cache(maxsize=512)
+def _pg_sql(sql: str) -> str:
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+def _clean(params) -> tuple:
+    # PostgreSQL text cannot hold NUL (SQLite's can): a NUL in a prompt or completion would fail
+    # the whole request, so it is stored as U+FFFD, the replacement character.
+    return tuple(p.replace("\x00", "\ufffd") if type(p) is str and "\x00" in p else p for p in params)
+
+
+class _Connection:
+    """A psycopg connection that speaks the shared statements (and sqlite3's execute/executemany)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: psycopg.Connection) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, params=()) -> psycopg.Cursor:
+        return self.raw.execute(_pg_sql(sql), _clean(params))
+
+    def executemany(self, sql: str, rows) -> psycopg.Cursor:
+        cursor = self.raw.cursor()
+        cursor.executemany(_pg_sql(sql), [_clean(r) for r in rows])
+        return cursor
+
+    @property
+    def broken(self) -> bool:
+        return self.raw.broken or self.raw.closed
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class PgStore(_queries.Reads, _writes.Writes):
+    """Runs, steps, phases, samples and alerts in one PostgreSQL database."""
+
+    dialect = POSTGRES
+
+    def __init__(self, url: str, read_connections: int = READ_CONNECTIONS) -> None:
+        self.url = url
+        self.target = redact(url)
+        self.health = WriteHealth(None, self.target)
+        self.found_version: int | None = None
+        self._wlock = threading.Lock()
+        self._writer: _Connection | None = None
+        self._pool = ConnectionPool(self._connect, read_connections)
+        self._closed = False
+
+    @classmethod
+    def open(cls, url: str, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS) -> "PgStore":
+        """Connect and migrate; raises psycopg.OperationalError if the server cannot be reached.
+
+        `synchronous` is SQLite's; a PostgreSQL commit is as durable as the server's
+        `synchronous_commit` makes it (on by default: flushed before the COMMIT returns).
+        """
+        store = cls(url, read_connections)
+        conn = store._connect()
+        try:
+            store.found_version = migrate_postgres(conn.raw)
+        except BaseException:
+            conn.close()
+            raise
+        store._writer = conn
+        return store
+
+    @classmethod
+    def open_writer(cls, url: str, synchronous: str = "NORMAL") -> "PgStore":
+        """A write handle for an ingest worker process (the opening process migrated)."""
+        store = cls(url, read_connections=1)
+        store._writer = store._connect()
+        return store
+
+    def _connect(self) -> _Connection:
+        # autocommit: a statement outside `_tx` is its own transaction, so a pooled read
+        # connection never sits "idle in transaction" holding back vacuum.
+        raw = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                              application_name="otel-grpo-sidecar")
+        return _Connection(raw)
+
+    def read(self):
+        """Context manager: a pooled read connection."""
+        return self._pool.connection()
+
+    def _tx(self):
+        return _Transaction(self)
+
+    def wake_checkpointer(self) -> None:
+        """Nothing to do: the server runs its own checkpoints."""
+
+    def optimize(self) -> None:
+        """Nothing to do: autovacuum keeps the planner's statistics current."""
+
+    def size_bytes(self) -> int:
+        try:
+            with self.read() as conn:
+                return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
+        except psycopg.Error:
+            return 0
+
+    def close(self) -> None:
+        self._closed = True
+        with self._wlock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+        self._pool.close()
+
+
+class _Transaction:
+    """The write lock, a transaction and the advisory lock; reconnects once after a lost connection."""
+
+    def __init__(self, store: PgStore) -> None:
+        self.store = store
+        self.tx = None
+
+    def __enter__(self) -> _Connection:
+        store = self.store
+        store._wlock.acquire()
+        try:
+            if store._closed:
+                raise RuntimeError("store is closed")
+            if store._writer is None or store._writer.broken:  # the server restarted, or never answered
+                if store._writer is not None:
+                    store._writer.close()
+                store._writer = None
+                store._writer = store._connect()
+            self.tx = store._writer.raw.transaction()
+            self.tx.__enter__()
+            store._writer.raw.execute("SELECT pg_advisory_xact_lock(%s)", (PG_LOCK,))
+        except BaseException as exc:
+            if self.tx is not None:
+                self.tx.__exit__(type(exc), exc, exc.__traceback__)
+            store._wlock.release()
+            raise
+        return store._writer
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.tx.__exit__(exc_type, exc, tb)
+        finally:
+            self.store._wlock.release()
