@@ -168,3 +168,65 @@ class _Explaining:
         if sql.startswith("SELECT id FROM samples"):
             self.plans += [row[3] for row in self.conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
         return self.conn.execute(sql, params)
+
+
+def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, otlp):
+    """data/sidecar-v3.db.gz: made by the release before PostgreSQL (schema 3; see make_v3.py)."""
+    import gzip
+    import shutil
+    from pathlib import Path
+
+    db = tmp_path / "old.db"
+    with gzip.open(Path(__file__).parent / "data" / "sidecar-v3.db.gz") as src, db.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    store = Store.open(db)
+    assert store.found_version == 3
+    runs = {r["run_id"]: r for r in store.runs()}
+    assert runs["old-run"]["sample_count"] == 12 and runs["old/run-b"]["sample_count"] == 4
+    assert [r["step"] for r in store.steps("old-run", ["kl"])] == [0, 1, 2]
+    assert store.alerts()[0]["alertname"] == "GRPOKLHigh"
+    assert _load(store, otlp, "old-run", range(3), samples=4) == 0  # the old rows are the same samples
+    assert _load(store, otlp, "old-run", range(3, 4), samples=4) == 4
+    store.close()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_postgres_is_migrated_once_and_a_newer_schema_is_refused(pg_url):
+    import psycopg
+
+    from otel_grpo.sidecar.store import PG_SCHEMA_VERSION, PgStore
+
+    first = PgStore.open(pg_url)
+    assert first.found_version == 0
+    second = PgStore.open(pg_url)  # a second replica: nothing left to migrate
+    assert second.found_version == PG_SCHEMA_VERSION
+    second.close()
+    first.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(PG_SCHEMA_VERSION,)]
+        conn.execute("UPDATE schema_version SET version = version + 1")
+    with pytest.raises(SchemaError, match="newer"):
+        PgStore.open(pg_url)
+
+
+def test_queries_answer_the_same_on_both_backends(db, otlp):
+    store = open_store(db)
+    spans = otlp.spans("q", range(4), samples=6, completion=lambda step, i: f"Answer {i}\x00 of step {step}",
+                       extra=lambda step, i: {"score": float((i * 7) % 5), "tag": f"t{i % 2}"})
+    assert store.write_batch(extract(otlp.request(spans))) == 24
+    rows = store.samples("q", SampleQuery(step_min=0, order_by="score", desc=True, limit=5))
+    assert [r["score"] for r in rows] == [4.0, 4.0, 4.0, 4.0, 3.0]
+    assert [(r["step"], r["sample_index"]) for r in store.samples("q", SampleQuery())] == [(3, i) for i in range(6)]
+    found = store.samples("q", SampleQuery(step=2, q="ANSWER 3"))
+    assert [r["sample_index"] for r in found] == [3] and found[0]["completion"].startswith("Answer 3")
+    assert store.samples("q", SampleQuery(step=1, reward_min=1.0, reward_max=2.0, order_by="reward")) == \
+        [r for r in store.samples("q", SampleQuery(step=1, order_by="reward")) if 1.0 <= r["reward"] <= 2.0]
+    assert len(list(store.iter_samples("q", SampleQuery(step_min=0, limit=1000), chunk=7))) == 24
+    assert {"score", "tag", "selection"} <= set(store.sample_columns("q", SampleQuery(step_min=0)))
+    assert store.sample_steps("q") == [3, 2, 1, 0]
+    (kl,) = {r["kl"] for r in store.steps("q", ["kl"], step_min=1, step_max=1)}
+    assert kl == 0.01 and store.steps("q", step_min=2, limit=1)[0]["time"].endswith("Z")
+    assert "phase_duration/rollout" in store.metric_keys("q")
+    assert store.ping() and store.run_exists("q") and not store.run_exists("nope")
+    store.close()
