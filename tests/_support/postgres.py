@@ -20,7 +20,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-BIN = Path(os.environ.get("OTEL_GRPO_PG_BIN", "/usr/lib/postgresql/15/bin"))
+def _bin() -> Path:
+    if "OTEL_GRPO_PG_BIN" in os.environ:
+        return Path(os.environ["OTEL_GRPO_PG_BIN"])
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    return found[-1].parent if found else Path("/usr/lib/postgresql/15/bin")  # Debian's layout
+
+
+BIN = _bin()
 USER, PASSWORD = "otel", "secret"
 
 

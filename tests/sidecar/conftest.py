@@ -99,7 +99,7 @@ def free_port() -> int:
 class SidecarProcess:
     """`otel-grpo sidecar` as a real subprocess; start() waits until /readyz answers 200."""
 
-    def __init__(self, db: Path | str, env: dict[str, str] | None = None, ready: str = "/readyz",
+    def __init__(self, db: Path | str | None, env: dict[str, str] | None = None, ready: str = "/readyz",
                  log: Path | None = None) -> None:
         self.db = db
         self.env = env or {}
@@ -114,8 +114,8 @@ class SidecarProcess:
 
     def start(self) -> "SidecarProcess":
         self.port = free_port()
-        cmd = [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--port", str(self.port), "--db", str(self.db),
-               "--log-level", "warning"]
+        cmd = [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--port", str(self.port), "--log-level", "warning",
+               *(["--db", str(self.db)] if self.db is not None else [])]  # None: the environment says
         stderr = open(self.log, "ab") if self.log else None  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **self.env}, stderr=stderr)
         if stderr:

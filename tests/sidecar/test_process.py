@@ -119,3 +119,23 @@ def test_schemathesis_finds_no_server_errors(sidecar_factory, db, otlp):
          "--seed", "1", "--workers", "1", "--phases", "examples,coverage,fuzzing", "--request-timeout", "30"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_the_environment_selects_postgres_and_a_bad_url_is_one_line_without_its_password(pg_url, otlp):
+    from tests.sidecar.conftest import SidecarProcess
+
+    proc = SidecarProcess(None, {"OTEL_GRPO_SIDECAR_DB": pg_url}).start()
+    try:
+        body = otlp.request(otlp.spans("env-pg", [0], samples=3)).SerializeToString()
+        assert httpx.post(proc.url + "/v1/traces", content=body, headers=PB).status_code == 200
+    finally:
+        proc.stop()
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:  # it went to PostgreSQL, not to a file named like the URL
+        assert conn.execute("SELECT sample_count FROM runs WHERE run_id = 'env-pg'").fetchone() == (3,)
+    wrong = pg_url.replace(":secret@", ":n0t-the-password@")
+    result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "sidecar", "--db", wrong], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: cannot open the sidecar database") and "n0t-the-password" not in result.stderr
