@@ -34,6 +34,8 @@ class RefusalLog:
         def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
             if _OUT_OF_RESOURCES in str(context.get("message", "")):
                 self.refused(context.get("exception"))
+            elif _retry_after_close(context):
+                log.debug("accept retry after the listening socket closed: %s", context.get("exception"))
             elif previous is not None:
                 previous(loop, context)
             else:
@@ -48,3 +50,9 @@ class RefusalLog:
             log.error("cannot accept connections (%s): out of file descriptors or memory; %d accept(s) failed "
                       "since the last report; idle connections close after the keep-alive timeout", exc, self.count)
             self._last, self.count = now, 0
+
+
+def _retry_after_close(context: dict) -> bool:
+    # After a failed accept asyncio retries a second later; if the server closed its socket in
+    # between (shutdown), the retry raises ValueError on fd -1. Nothing is wrong by then.
+    return isinstance(context.get("exception"), ValueError) and "_start_serving" in repr(context.get("handle"))

@@ -27,6 +27,8 @@ class ConnectionPool:
         self._slots = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
         self._closed = False
+        self.opened = 0
+        """Connections made so far (closed broken ones included)."""
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[Any]:
@@ -36,6 +38,7 @@ class ConnectionPool:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
                 conn = self._connect()
+                self.opened += 1
             try:
                 yield conn
             except BaseException:
