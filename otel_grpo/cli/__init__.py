@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from ._app import app
 from . import sidecar as _sidecar, stack as _stack, train as _train  # noqa: F401  (register commands)
 from . import follow as _follow  # noqa: F401  (register the command)
+from . import replay as _replay  # noqa: F401  (register the command)
 
 __all__ = ["app", "main"]
 

@@ -113,7 +113,7 @@ class SidecarProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> "SidecarProcess":
-        self.port = free_port()
+        self.port = self.port or free_port()  # a restart keeps its port, as a restarted service does
         cmd = [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--port", str(self.port), "--log-level", "warning",
                *(["--db", str(self.db)] if self.db is not None else [])]  # None: the environment says
         stderr = open(self.log, "ab") if self.log else None  # noqa: SIM115 - the child keeps it
