@@ -58,7 +58,8 @@ class PostgresServer:
         self._names = itertools.count(1)
 
     @classmethod
-    def start(cls) -> "PostgresServer":
+    def start(cls, durable: bool = False) -> "PostgresServer":
+        """`durable`: fsync as a production server does (benchmarks); off by default (tests)."""
         root = Path(tempfile.mkdtemp(prefix="otel-grpo-pg-"))
         server = cls(root, _free_port())
         (root / "pw").write_text(PASSWORD + "\n")
@@ -70,7 +71,7 @@ class PostgresServer:
                     "--auth=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8")
         # fsync off: the tests kill sidecars, never the machine, so the OS page cache is enough.
         options = (f"-c listen_addresses=127.0.0.1 -c port={server.port} -c unix_socket_directories={root} "
-                   "-c fsync=off -c full_page_writes=off -c max_connections=200")
+                   "-c max_connections=200" + ("" if durable else " -c fsync=off -c full_page_writes=off"))
         server._run("pg_ctl", "-D", str(server.data), "-l", str(root / "server.log"), "-o", options, "-w",
                     "-t", "60", "start")
         return server

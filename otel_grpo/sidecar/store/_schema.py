@@ -118,6 +118,9 @@ CREATE TABLE samples (
     UNIQUE (run_id, step, uid)
 );
 CREATE INDEX samples_run_reward ON samples (run_id, reward);
+-- PostgreSQL sorts NULLs last ascending but first descending; the store asks NULLS LAST both
+-- ways, which one index serves in one direction only. Top rewards (descending) get their own.
+CREATE INDEX samples_run_reward_desc ON samples (run_id, reward DESC NULLS LAST);
 CREATE TABLE alerts (
     fingerprint TEXT NOT NULL, starts_at TEXT NOT NULL,
     status TEXT NOT NULL, alertname TEXT, run_id TEXT,
