@@ -17,6 +17,8 @@ def sidecar(
                                      "postgresql://user:pass@host:port/db to share a PostgreSQL database between replicas."),
     token: Optional[str] = typer.Option(None, help="Bearer token required for ingest (traces, alerts)."),
     read_token: Optional[str] = typer.Option(None, help="Bearer token required for the read API."),
+    log_file: Optional[str] = typer.Option(None, help="Log to this file, rotated at OTEL_GRPO_SIDECAR_LOG_MAX_BYTES "
+                                           "(10 MiB; 3 backups), instead of stderr."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
 ) -> None:
     """Run the sidecar: OTLP/HTTP ingest on /v1/traces, API on /api, web page on /.
@@ -39,7 +41,8 @@ def sidecar(
     from otel_grpo.sidecar import SidecarSettings, create_app
     from otel_grpo.sidecar._heap import keep_freed_heap
 
-    given = {"host": host, "port": port, "db": db, "ingest_token": token, "read_token": read_token}
+    given = {"host": host, "port": port, "db": db, "ingest_token": token, "read_token": read_token,
+             "log_file": log_file}
     try:
         settings = SidecarSettings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as e:  # pydantic's ValidationError is one
@@ -52,9 +55,25 @@ def sidecar(
     keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
     # Idle keep-alive connections close after keep_alive_s; past max_connections uvicorn answers
     # 503 at once instead of taking every file descriptor (see _fds for the accept errors).
+    extra = {} if settings.log_file is None else {"log_config": log_config(settings, log_level)}
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level,
                 access_log=False, timeout_graceful_shutdown=5, timeout_keep_alive=settings.keep_alive_s,
-                limit_concurrency=settings.max_connections)
+                limit_concurrency=settings.max_connections, **extra)
+
+
+def log_config(settings, level: str) -> dict:
+    """logging.config.dictConfig for `--log-file`: every logger of the process (uvicorn's, ours,
+    asyncio's) into one size-rotated file, so no log can fill the disk next to the database."""
+    handler = {"class": "logging.handlers.RotatingFileHandler", "filename": str(settings.log_file),
+               "maxBytes": settings.log_max_bytes, "backupCount": settings.log_backups, "formatter": "plain"}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+        "handlers": {"file": handler},
+        "loggers": {"uvicorn": {"level": level.upper()}, "otel_grpo": {"level": "INFO"}},
+        "root": {"handlers": ["file"], "level": "WARNING"},
+    }
 
 
 def _fail(message: str) -> NoReturn:

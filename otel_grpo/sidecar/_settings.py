@@ -27,6 +27,12 @@ class SidecarSettings(BaseSettings):
     """Where samples are stored: a path is an SQLite file (WAL mode; created with its parent folder
     if missing); `postgresql://user:pass@host:port/db` is a PostgreSQL database, which several
     sidecars (replicas) can share. Either is migrated to the current schema on start."""
+    log_file: Path | None = None
+    """Write the log here, rotated (`log_max_bytes`, `log_backups`), instead of to stderr."""
+    log_max_bytes: int = Field(10 * MiB, ge=64 * 1024)
+    """Size at which the log file is rotated."""
+    log_backups: int = Field(3, ge=1)
+    """Rotated log files kept (`<log_file>.1` ... `.N`)."""
     read_connections: int = Field(8, ge=1, le=64)
     """Database connections for reads; a read beyond these waits for one (bounds memory)."""
     ingest_token: str | None = Field(None, validation_alias=AliasChoices("ingest_token", "OTEL_GRPO_SIDECAR_TOKEN", "OTEL_GRPO_SIDECAR_INGEST_TOKEN"))

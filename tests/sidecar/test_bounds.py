@@ -62,12 +62,12 @@ def _low_fd_limit() -> None:
 
 
 @pytest.mark.integration
-def test_running_out_of_file_descriptors_is_refusals_and_one_log_line(tmp_path, otlp):
+def test_running_out_of_file_descriptors_is_refusals_and_one_log_line(tmp_path):
     from tests.sidecar.conftest import SidecarProcess
 
-    log = tmp_path / "sidecar.log"
-    proc = SidecarProcess(tmp_path / "s.db", {"OTEL_GRPO_SIDECAR_INGEST_WORKERS": "0",
-                                              "OTEL_GRPO_SIDECAR_KEEP_ALIVE_S": "2"}, log=log)
+    log = tmp_path / "sidecar.log"  # the rotated log file (--log-file through the environment)
+    proc = SidecarProcess(tmp_path / "s.db", {"OTEL_GRPO_SIDECAR_INGEST_WORKERS": "0", "OTEL_GRPO_SIDECAR_LOG_FILE": str(log),
+                                              "OTEL_GRPO_SIDECAR_KEEP_ALIVE_S": "2"})
     original = __import__("subprocess").Popen
 
     def popen(*args, **kwargs):  # the sidecar, and only it, runs under a 128-descriptor limit
@@ -137,3 +137,27 @@ def test_concurrent_reads_share_a_bounded_set_of_connections(db, otlp):
     assert not errors and results == [60] * 40
     assert store._pool.opened <= 3
     store.close()
+
+
+def test_the_log_file_is_rotated(tmp_path):
+    import logging
+    import logging.config
+
+    from otel_grpo.cli.sidecar import log_config
+    from otel_grpo.sidecar import SidecarSettings
+
+    settings = SidecarSettings(db=tmp_path / "s.db", log_file=tmp_path / "sidecar.log", log_max_bytes=64 * 1024,
+                               log_backups=2)
+    logging.config.dictConfig(log_config(settings, "info"))
+    try:
+        for i in range(3000):  # ~300 KiB: several rotations
+            logging.getLogger("otel_grpo.sidecar").warning("line %d %s", i, "x" * 80)
+    finally:
+        root = logging.getLogger()
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+            handler.close()
+    files = sorted(p.name for p in tmp_path.glob("sidecar.log*"))
+    assert files == ["sidecar.log", "sidecar.log.1", "sidecar.log.2"]
+    assert all((tmp_path / f).stat().st_size <= 64 * 1024 for f in files)
+    assert "line 2999" in (tmp_path / "sidecar.log").read_text()

@@ -86,8 +86,7 @@ class PgStore(_queries.Reads, _writes.Writes):
 
     def __init__(self, url: str, read_connections: int = READ_CONNECTIONS) -> None:
         self.url = url
-        self.target = redact(url)
-        self.health = WriteHealth(None, self.target)
+        self.health = WriteHealth(None, redact(url))
         self.found_version: int | None = None
         self._wlock = threading.Lock()
         self._writer: _Connection | None = None

@@ -55,7 +55,6 @@ class Store(_queries.Reads, _writes.Writes):
 
     def __init__(self, path: Path, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS) -> None:
         self.path = Path(path)
-        self.target = str(self.path)
         self.synchronous = synchronous
         self._wlock = threading.Lock()
         self._pool = ConnectionPool(self._read_connection, read_connections)
