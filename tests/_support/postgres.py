@@ -56,6 +56,7 @@ class PostgresServer:
         self.data = root / "data"
         self.port = port
         self._names = itertools.count(1)
+        self._options = ""
 
     @classmethod
     def start(cls, durable: bool = False) -> "PostgresServer":
@@ -72,9 +73,17 @@ class PostgresServer:
         # fsync off: the tests kill sidecars, never the machine, so the OS page cache is enough.
         options = (f"-c listen_addresses=127.0.0.1 -c port={server.port} -c unix_socket_directories={root} "
                    "-c max_connections=200" + ("" if durable else " -c fsync=off -c full_page_writes=off"))
-        server._run("pg_ctl", "-D", str(server.data), "-l", str(root / "server.log"), "-o", options, "-w",
-                    "-t", "60", "start")
+        server._options = options
+        server.resume()
         return server
+
+    def halt(self) -> None:
+        """Stop the server, keeping its data (an outage); `resume()` starts it again on its port."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", self._options, "-w",
+                  "-t", "60", "start")
 
     def _run(self, tool: str, *args: str) -> None:
         cmd = [str(BIN / tool), *args]

@@ -91,3 +91,25 @@ def test_sigkill_of_a_replica_mid_ingest_loses_no_acknowledged_sample(sidecar_fa
         for r in rows:
             per_step[r["step"]] = per_step.get(r["step"], 0) + 1
         assert all(per_step[s] == 16 for s in steps)  # whole steps, each sample once
+
+
+def test_a_postgres_outage_is_503_then_the_sidecar_recovers(sidecar_factory, otlp):
+    from tests._support.postgres import PostgresServer
+
+    server = PostgresServer.start()  # its own server: this test stops it
+    try:
+        proc = sidecar_factory(db=server.new_database())
+        body = otlp.request(otlp.spans("outage", [0], samples=4)).SerializeToString()
+        assert _post(proc.url, body) == 200
+        server.halt()
+        later = otlp.request(otlp.spans("outage", [1], samples=4)).SerializeToString()
+        answer = httpx.post(proc.url + "/v1/traces", content=later, headers=PB, timeout=60)
+        assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"  # retryable, not a 500
+        assert httpx.get(proc.url + "/api/runs", timeout=60).status_code == 503
+        assert httpx.get(proc.url + "/readyz", timeout=60).status_code == 503
+        server.resume()
+        assert _post(proc.url, later) == 200  # the broken connections are replaced, nothing to restart
+        assert _count(proc.url, "outage") == 8
+        assert httpx.get(proc.url + "/readyz").status_code == 200
+    finally:
+        server.stop()

@@ -79,6 +79,14 @@ class _Connection:
         self.raw.close()
 
 
+def _alive(conn: _Connection) -> bool:
+    try:
+        conn.raw.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
+
+
 class PgStore(_queries.Reads, _writes.Writes):
     """Runs, steps, phases, samples and alerts in one PostgreSQL database."""
 
@@ -90,7 +98,7 @@ class PgStore(_queries.Reads, _writes.Writes):
         self.found_version: int | None = None
         self._wlock = threading.Lock()
         self._writer: _Connection | None = None
-        self._pool = ConnectionPool(self._connect, read_connections)
+        self._pool = ConnectionPool(self._connect, read_connections, alive=_alive)
         self._closed = False
 
     @classmethod
@@ -154,7 +162,7 @@ class PgStore(_queries.Reads, _writes.Writes):
 
 
 class _Transaction:
-    """The write lock, a transaction and the advisory lock; reconnects once after a lost connection."""
+    """The write lock, a transaction and the advisory lock; reconnects once if the connection was lost."""
 
     def __init__(self, store: PgStore) -> None:
         self.store = store
@@ -166,20 +174,36 @@ class _Transaction:
         try:
             if store._closed:
                 raise RuntimeError("store is closed")
-            if store._writer is None or store._writer.broken:  # the server restarted, or never answered
-                if store._writer is not None:
-                    store._writer.close()
-                store._writer = None
-                store._writer = store._connect()
-            self.tx = store._writer.raw.transaction()
-            self.tx.__enter__()
-            store._writer.raw.execute("SELECT pg_advisory_xact_lock(%s)", (PG_LOCK,))
-        except BaseException as exc:
-            if self.tx is not None:
-                self.tx.__exit__(type(exc), exc, exc.__traceback__)
+            try:
+                self._begin()
+            except psycopg.OperationalError:
+                # The connection may have died while idle (the server restarted): a new one, once.
+                self._reconnect()
+                self._begin()
+        except BaseException:
             store._wlock.release()
             raise
         return store._writer
+
+    def _reconnect(self) -> None:
+        store = self.store
+        if store._writer is not None:
+            store._writer.close()
+            store._writer = None
+        store._writer = store._connect()
+
+    def _begin(self) -> None:
+        if self.store._writer is None or self.store._writer.broken:
+            self._reconnect()
+        raw = self.store._writer.raw
+        tx = raw.transaction()
+        tx.__enter__()
+        try:
+            raw.execute("SELECT pg_advisory_xact_lock(%s)", (PG_LOCK,))
+        except BaseException as exc:
+            tx.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        self.tx = tx
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
