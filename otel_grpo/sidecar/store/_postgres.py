@@ -120,10 +120,9 @@ class PgStore(_queries.Reads, _writes.Writes):
 
     @classmethod
     def open_writer(cls, url: str, synchronous: str = "NORMAL") -> "PgStore":
-        """A write handle for an ingest worker process (the opening process migrated)."""
-        store = cls(url, read_connections=1)
-        store._writer = store._connect()
-        return store
+        """A write handle for an ingest worker process (the opening process migrated). It connects
+        at its first write, so a worker started while the server is away still starts."""
+        return cls(url, read_connections=1)
 
     def _connect(self) -> _Connection:
         # autocommit: a statement outside `_tx` is its own transaction, so a pooled read
