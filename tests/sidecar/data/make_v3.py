@@ -1,5 +1,6 @@
-"""Build tests/sidecar/data/sidecar-v3.db with the schema and writer of the release before the
-PostgreSQL store (schema version 3), as that release's sidecar would leave it."""
+"""How tests/sidecar/data/sidecar-v3.db.gz was made: by the release before the PostgreSQL store
+(commit d0326e9, schema version 3), run from the repository root, then `gzip -9` (it is mostly
+empty 32 KiB pages). Kept for the record; the upgrade test reads the committed file."""
 import sqlite3, sys
 from pathlib import Path
 sys.path.insert(0, "tests/sidecar")
