@@ -112,6 +112,7 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
     app.state.registry = registry
     app.state.metrics = SidecarMetrics(registry, _StoreSize(app))
     app.state.gate = IngestGate(settings.max_concurrent_ingest)
+    app.state.body_gate = IngestGate(settings.max_concurrent_bodies)
     # samples before runs: run ids may contain `/` (`{run_id:path}`), so the catch-all
     # `/api/runs/{run_id}` must come after every `/api/runs/{run_id}/...` route.
     for module in (ingest, samples, runs, alerts, ops, web):

@@ -46,6 +46,9 @@ class SidecarSettings(BaseSettings):
     max_concurrent_ingest: int = Field(4, ge=1)
     """Ingest requests decoded and stored at once (after their body has arrived); more are
     answered 503 with Retry-After."""
+    max_concurrent_bodies: int = Field(16, ge=1)
+    """Ingest bodies being received at once (before they wait for an ingest slot); more are
+    answered 503 at once. With `max_body_bytes` this bounds the memory bodies take."""
     body_timeout_s: float = Field(30.0, gt=0)
     """An ingest request body must arrive whole within this; a slower one gets 408."""
     keep_alive_s: float = Field(15.0, gt=0)

@@ -164,3 +164,21 @@ def test_the_log_file_is_rotated(tmp_path):
     assert files == ["sidecar.log", "sidecar.log.1", "sidecar.log.2"]
     assert all((tmp_path / f).stat().st_size <= 64 * 1024 for f in files)
     assert "line 2999" in (tmp_path / "sidecar.log").read_text()
+
+
+@pytest.mark.integration
+def test_bodies_in_flight_are_bounded_too(sidecar_factory, otlp):
+    proc = sidecar_factory(env={"OTEL_GRPO_SIDECAR_MAX_CONCURRENT_BODIES": "2", "OTEL_GRPO_SIDECAR_BODY_TIMEOUT_S": "60"})
+    slow = [_slow_upload(proc.port) for _ in range(2)]
+    body = otlp.request(otlp.spans("normal", [0], samples=2)).SerializeToString()
+    deadline = time.monotonic() + 60  # until the server has started reading both slow bodies
+    while (status := httpx.post(proc.url + "/v1/traces", content=body, headers=PB, timeout=30).status_code) == 200:
+        assert time.monotonic() < deadline, "a third body was always taken"
+        time.sleep(0.1)
+    assert status == 503
+    for sock in slow:
+        sock.close()  # gone: their places free up
+    deadline = time.monotonic() + 60
+    while httpx.post(proc.url + "/v1/traces", content=body, headers=PB, timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "ingest did not come back after the slow bodies went"
+        time.sleep(0.1)

@@ -63,13 +63,20 @@ async def export_traces(request: Request, store: StoreDep, settings: SettingsDep
         metrics.rejected.labels("too_large").inc()  # refused before reading a byte
         return _error(media, 413, INVALID_ARGUMENT, f"request body exceeds the limit of {settings.max_body_bytes} bytes")
     # The body is read, within a deadline, before a slot is taken: four clients trickling bytes
-    # once held every slot, and every other exporter got 503 while /readyz said 200.
+    # once held every slot, and every other exporter got 503 while /readyz said 200. Bodies being
+    # read have their own, larger bound, which bounds the memory they hold.
+    readers = request.app.state.body_gate
+    if not readers.try_acquire():
+        metrics.rejected.labels("overloaded").inc()
+        return _error(media, 503, UNAVAILABLE, "too many request bodies in flight", settings.retry_after_s)
     try:
         body, wire = await read_body(request.stream(), request.headers.get("content-encoding"),
                                      settings.max_body_bytes, settings.body_timeout_s)
     except BodyError as exc:
         metrics.rejected.labels(exc.reason).inc()
         return _error(media, exc.status, INVALID_ARGUMENT, exc.message)
+    finally:
+        readers.release()
     if not gate.try_acquire():
         metrics.rejected.labels("overloaded").inc()
         return _error(media, 503, UNAVAILABLE, "ingest is at capacity", settings.retry_after_s)
