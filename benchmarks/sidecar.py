@@ -314,20 +314,28 @@ def _postmaster(backend: Backend) -> int:
     return int((backend.server.data / "postmaster.pid").read_text().split()[0])
 
 
-def run_ingest(backend: Backend, requests: int, spans: int, rounds: int, clients: int, replicas: int) -> dict:
-    """`rounds` ingest rounds, each next to a fresh timing of the two decode peers (the machine
-    is shared: interleaving keeps a ratio's two sides under the same load); medians reported."""
+def run_ingest(configs: list[tuple[Backend, int]], requests: int, spans: int, rounds: int,
+               clients: int) -> list[dict]:
+    """`rounds` rounds; each times the two decode peers, then one ingest per (backend, replicas)
+    configuration, in turn (the machine is shared: interleaving keeps the sides of a ratio under
+    the same load). Per configuration: medians, and each round's figures."""
     rng = random.Random(0)
     bodies = [build_request(rng, "ingest", step, spans) for step in range(requests)]
     events = requests * spans * EVENTS_PER_SPAN
-    per_round = []
+    per_round: list[list[dict]] = [[] for _ in configs]
     for _ in range(rounds):
         parse, walk = decode_rates(bodies, events)
-        r = ingest_round(backend, bodies, events, clients, replicas) | {"parse": parse, "walk": walk}
-        r["ratio_walk"], r["ratio_parse"] = r["ingest"] / walk, r["ingest"] / parse
-        per_round.append(r)
-    out = {k: statistics.median(r[k] for r in per_round) for k in per_round[0]}
-    out |= {"events": events, "mb": sum(map(len, bodies)) / 2**20, "rounds": per_round}
+        first = None
+        for i, (backend, replicas) in enumerate(configs):
+            r = ingest_round(backend, bodies, events, clients, replicas) | {"parse": parse, "walk": walk}
+            r["ratio_walk"], r["ratio_parse"] = r["ingest"] / walk, r["ingest"] / parse
+            first = first or r["ingest"]
+            r["ratio_first"] = r["ingest"] / first  # to the first configuration (SQLite) of the same round
+            per_round[i].append(r)
+    out = []
+    for rounds_of in per_round:
+        med = {k: statistics.median(r[k] for r in rounds_of) for k in rounds_of[0]}
+        out.append(med | {"events": events, "mb": sum(map(len, bodies)) / 2**20, "rounds": rounds_of})
     return out
 
 
@@ -390,34 +398,30 @@ def main() -> None:
     SYNCHRONOUS, WORKERS = args.synchronous, args.workers
     requests, spans, samples, n = (4, 4, 20_000, 50) if args.quick else (40, 8, args.samples, 400)
     names = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
-    results = []
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         tmp = Path(d)
-        for name in names:
-            backend = Backend(name, tmp)
-            try:
-                for replicas in args.replicas if name == "postgresql" else [1]:
-                    ing = run_ingest(backend, requests, spans, 2 if args.quick else args.rounds, args.clients, replicas)
-                    results.append((name, replicas, ing))
-                if not args.ingest_only:
-                    target = (args.query_db or tmp / "query.db") if name == "sqlite" else backend.server.new_database()
-                    results.append((name, "queries", run_queries(target, samples, 1000, n)))
-            finally:
-                backend.close()
+        backends = [Backend(name, tmp) for name in names]
+        try:
+            configs = [(b, r) for b in backends for r in (args.replicas if b.name == "postgresql" else [1])]
+            ingests = run_ingest(configs, requests, spans, 2 if args.quick else args.rounds, args.clients)
+            queries = []
+            if not args.ingest_only:
+                for b in backends:
+                    target = (args.query_db or tmp / "query.db") if b.name == "sqlite" else b.server.new_database()
+                    queries.append((b.name, run_queries(target, samples, 1000, n)))
+        finally:
+            for b in backends:
+                b.close()
     print(f"# sidecar benchmark  {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC  {platform.node()}  "
           f"{os.cpu_count()} cpus  python {platform.python_version()}  "
           f"load average at the end {os.getloadavg()[0]:.1f} (shared machine)")
-    rates = {}
-    for name, what, r in results:
-        if what == "queries":
-            _print_queries(name, r, n)
-        else:
-            rates[(name, what)] = r["ingest"]
-            _print_ingest(name, what, r, args, requests, spans)
-    if ("sqlite", 1) in rates:
-        for (name, replicas), rate in rates.items():
-            if name != "sqlite":
-                print(f"\ningest ratio {name} x{replicas} / sqlite: {rate / rates[('sqlite', 1)]:.2f}")
+    for (b, replicas), ing in zip(configs, ingests):
+        _print_ingest(b.name, replicas, ing, args, requests, spans)
+    for (b, replicas), ing in list(zip(configs, ingests))[1:]:
+        print(f"\ningest ratio {b.name} x{replicas} / {configs[0][0].name}: median of per-round ratios "
+              f"{ing['ratio_first']:.2f} (rounds: {', '.join(format(r['ratio_first'], '.2f') for r in ing['rounds'])})")
+    for name, q in queries:
+        _print_queries(name, q, n)
 
 
 def _print_ingest(name: str, replicas: int, ing: dict, args, requests: int, spans: int) -> None:
