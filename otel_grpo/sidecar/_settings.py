@@ -73,7 +73,9 @@ class SidecarSettings(BaseSettings):
     sidecar process crashing or being killed (SIGKILL included: the frames are in the OS page
     cache, and the next open recovers them from the WAL); only an OS crash or power loss can
     drop the last transactions before the next checkpoint's fsync. FULL fsyncs the WAL on every
-    commit, surviving power loss too, at about a quarter less ingest throughput (benchmarks)."""
+    commit, surviving power loss too, at about a quarter less ingest throughput (benchmarks).
+    On PostgreSQL the same promise: NORMAL sets `synchronous_commit = off` (committed on the
+    server before the 200; its WAL is flushed within ~0.2 s), FULL `on` (flushed before the 200)."""
     retention_max_runs: int | None = Field(None, ge=1)
     """Keep this many most recently updated runs; none: all."""
     retention_max_steps: int | None = Field(None, ge=1)

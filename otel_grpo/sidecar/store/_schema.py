@@ -117,6 +117,11 @@ CREATE TABLE samples (
     prompt TEXT, completion TEXT,
     UNIQUE (run_id, step, uid)
 );
+-- lz4 rather than pglz for the long text PostgreSQL compresses (TOAST): several times less CPU
+-- per ingested sample (both ship with Debian's and the official images' PostgreSQL 14+).
+ALTER TABLE samples ALTER COLUMN prompt SET COMPRESSION lz4;
+ALTER TABLE samples ALTER COLUMN completion SET COMPRESSION lz4;
+ALTER TABLE samples ALTER COLUMN data SET COMPRESSION lz4;
 CREATE INDEX samples_run_reward ON samples (run_id, reward);
 -- PostgreSQL sorts NULLs last ascending but first descending; the store asks NULLS LAST both
 -- ways, which one index serves in one direction only. Top rewards (descending) get their own.

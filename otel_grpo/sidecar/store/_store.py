@@ -165,7 +165,7 @@ class Store(_queries.Reads, _writes.Writes):
             self._flock.close()
             self._flock = None
 
-    def _tx(self):
+    def _tx(self, samples_first: bool = False):  # SQLite has one writer: serialized from the start
         """Context: the write lock plus one IMMEDIATE transaction, committed on success."""
         return _Transaction(self)
 

@@ -86,15 +86,24 @@ class Writes:
     """Mixed into both stores, which provide `_tx()`: a context giving the connection of one
     write transaction, serialized with every other writer of the database and committed on exit."""
 
-    def _tx(self):  # pragma: no cover - provided by each store
+    def _tx(self, samples_first: bool = False):  # pragma: no cover - provided by each store
+        """`samples_first`: the transaction may insert samples before it serializes with the
+        other writers (`_serialize`); only sample inserts may come before that call."""
         raise NotImplementedError
+
+    def _serialize(self, conn) -> None:
+        """In a `_tx(samples_first=True)`: wait for the other writers (no-op where `_tx` already did)."""
 
     def write_batch(self, batch: Batch, now: float | None = None) -> int:
         """Store one request's records in one transaction; returns samples newly inserted."""
         now = time.time() if now is None else now
         if not (batch.steps or batch.phases or batch.samples):
             return 0
-        with self._tx() as conn:
+        # Samples first: inserts unique on (run, step, uid) are safe side by side, so PostgreSQL
+        # writers overlap there; the merges of steps, phases and run counters then take turns.
+        with self._tx(samples_first=True) as conn:
+            inserted = self._write_samples(conn, batch)
+            self._serialize(conn)
             for run_id, info in batch.runs.items():
                 conn.execute(_RUN_UPSERT, (run_id, info.get("service.name"), info.get("grpo.model"),
                                            info.get("host.name"), now, now))
@@ -104,7 +113,6 @@ class Writes:
                 (s.run_id, key, s.step, value) for s in batch.steps for key, value in s.metrics.items()])
             conn.executemany(_SPAN_UPSERT, [(s.span_id, s.run_id, s.step) for s in batch.steps])
             self._write_phases(conn, batch, now)
-            inserted = self._write_samples(conn, batch)
             self._write_progress(conn, batch, inserted)
         return sum(inserted.values())
 
@@ -138,8 +146,12 @@ class Writes:
             by_run[s.run_id].append((s.run_id, s.step, s.uid, s.sample_index, s.reward, s.advantage,
                                      s.completion_length, s.prompt, s.completion, s.time,
                                      dumps(s.data).decode()))
+        return {run_id: self._insert_samples(conn, rows) for run_id, rows in by_run.items()}
+
+    def _insert_samples(self, conn, rows: list[tuple]) -> int:
+        """Insert sample rows (in `_SAMPLE_INSERT`'s column order); returns how many were new."""
         # rowcount of an executemany sums the rows each insert changed: a duplicate changes none.
-        return {run_id: conn.executemany(_SAMPLE_INSERT, rows).rowcount for run_id, rows in by_run.items()}
+        return conn.executemany(_SAMPLE_INSERT, rows).rowcount
 
     def _write_progress(self, conn, batch: Batch, inserted: dict[str, int]) -> None:
         steps: dict[str, list[int]] = defaultdict(list)
