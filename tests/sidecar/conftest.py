@@ -220,5 +220,6 @@ def sidecar_factory(tmp_path):
 
 
 @pytest.fixture
-def sidecar(sidecar_factory) -> SidecarProcess:
-    return sidecar_factory()
+def sidecar(sidecar_factory, db) -> SidecarProcess:
+    """A sidecar process on each backend (the web page's and the process tests run on both)."""
+    return sidecar_factory(db=db)
