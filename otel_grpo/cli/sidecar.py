@@ -53,12 +53,16 @@ def sidecar(
                    "it can read samples or write runs (set --token and --read-token; browsers are held off by "
                    "the Host check, see OTEL_GRPO_SIDECAR_ALLOWED_HOSTS)", err=True)
     keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
-    # Idle keep-alive connections close after keep_alive_s; past max_connections uvicorn answers
-    # 503 at once instead of taking every file descriptor (see _fds for the accept errors).
+    # Idle keep-alive connections close after keep_alive_s (those that never sent a request too,
+    # see _idle); past max_connections uvicorn answers 503 at once (see _fds for accept errors).
     extra = {} if settings.log_file is None else {"log_config": log_config(settings, log_level)}
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level,
-                access_log=False, timeout_graceful_shutdown=5, timeout_keep_alive=settings.keep_alive_s,
-                limit_concurrency=settings.max_connections, **extra)
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level=log_level, access_log=False,
+        timeout_graceful_shutdown=5, timeout_keep_alive=settings.keep_alive_s,
+        limit_concurrency=settings.max_connections, **extra))
+    app.state.connections = lambda: server.server_state.connections  # for closing request-less ones
+    server.run()
 
 
 def log_config(settings, level: str) -> dict:

@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ._fds import RefusalLog
 from ._hosts import HostCheckMiddleware
+from ._idle import close_idle
 from ._metrics import LatencyMiddleware, SidecarMetrics
 from ._settings import SidecarSettings
 from ._workers import IngestPool
@@ -68,13 +69,17 @@ async def lifespan(app: FastAPI):
         pool = IngestPool(settings.ingest_workers, settings.db, settings.synchronous, settings.ingest_worker_timeout_s)
         await pool.open()
     app.state.pool = pool
-    task = asyncio.create_task(_maintenance_loop(app))
+    tasks = [asyncio.create_task(_maintenance_loop(app))]
+    connections = getattr(app.state, "connections", None)  # set when served by `otel-grpo sidecar`
+    if connections is not None:
+        tasks.append(asyncio.create_task(close_idle(connections, settings.keep_alive_s)))
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if pool is not None:
             await run_in_threadpool(pool.close)
         store.close()

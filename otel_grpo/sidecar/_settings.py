@@ -52,7 +52,8 @@ class SidecarSettings(BaseSettings):
     body_timeout_s: float = Field(30.0, gt=0)
     """An ingest request body must arrive whole within this; a slower one gets 408."""
     keep_alive_s: float = Field(15.0, gt=0)
-    """An idle keep-alive connection is closed after this long."""
+    """An idle connection is closed after this long (kept alive after a response, or opened and
+    never sent a whole request)."""
     max_connections: int = Field(512, ge=8)
     """Connections served at once; beyond this uvicorn answers 503 at once, so running out of
     file descriptors becomes refusals rather than a stalled server (keep it under `ulimit -n`)."""

@@ -56,6 +56,12 @@ def test_idle_connections_are_closed(sidecar_factory):
     answer = _read_until_closed(sock)  # the server closes the kept-alive connection once idle
     assert answer.startswith(b"HTTP/1.1 200")
     sock.close()
+    silent = socket.create_connection(("127.0.0.1", proc.port))  # never sends a byte
+    half = socket.create_connection(("127.0.0.1", proc.port))
+    half.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers never finished
+    for sock in (silent, half):
+        assert _read_until_closed(sock) == b""  # closed by the server, not answered
+        sock.close()
 
 
 def _low_fd_limit() -> None:
