@@ -10,13 +10,15 @@ STAMP := $(VENV)/.installed
 .PHONY: setup test demo bench clean system-deps backends
 
 # Prometheus and Alertmanager come from Debian; Chromium drives the web-page test;
-# docker-compose (1.29) validates the compose file without an engine.
+# docker-compose (1.29) validates the compose file without an engine; the sidecar's
+# PostgreSQL tests start Debian's server (initdb/pg_ctl) on a temporary cluster.
 system-deps:
 	@missing=""; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \

@@ -1,7 +1,14 @@
-"""Sidecar benchmark: ingest throughput vs raw OTLP decode, query latency at 1M samples, memory.
+"""Sidecar benchmark: ingest throughput vs raw OTLP decode, query latency at 1M samples, memory;
+SQLite and PostgreSQL side by side, one sidecar and two replicas.
 
-    .venv/bin/python benchmarks/sidecar.py            # full run (1,000,000 stored samples)
-    .venv/bin/python benchmarks/sidecar.py --quick    # smoke run
+    .venv/bin/python benchmarks/sidecar.py                          # full run (1,000,000 stored samples)
+    .venv/bin/python benchmarks/sidecar.py --quick                  # smoke run
+    .venv/bin/python benchmarks/sidecar.py --backend postgresql     # one backend only
+
+PostgreSQL: a server of Debian's `postgresql` package started for the run on a temporary
+cluster (fsync on, defaults otherwise: commits are flushed before the sidecar answers), as
+the tests start it; with `--replicas 2` two sidecar processes share its database and the
+clients are split between them.
 
 Ingest: pre-built OTLP/HTTP protobuf requests (64 `grpo.sample` events per `grpo.samples`
 span, completions of 1-4 KB) are pre-encoded, then POSTed from `--clients` keep-alive
@@ -40,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from otel_grpo.sidecar.otlp._extract import Batch, SampleRecord, StepRecord, value_of  # noqa: E402
-from otel_grpo.sidecar.store import Store  # noqa: E402
+from otel_grpo.sidecar.store import open_store  # noqa: E402
 
 EVENTS_PER_SPAN = 64
 WORDS = ["".join(random.Random(i).choices(string.ascii_lowercase, k=random.Random(i).randint(2, 9))) for i in range(2000)]
@@ -128,7 +135,35 @@ SYNCHRONOUS = "NORMAL"  # --synchronous
 WORKERS: int | None = None  # --workers; None: the sidecar's default
 
 
-def start_sidecar(db: Path) -> tuple[subprocess.Popen, str]:
+class Backend:
+    """Where a round's store lives: a fresh SQLite file, or a fresh database on one PostgreSQL server."""
+
+    def __init__(self, name: str, tmp: Path) -> None:
+        self.name, self.tmp, self.server = name, tmp, None
+        if name == "postgresql":
+            from tests._support.postgres import PostgresServer, available
+
+            reason = available()
+            if reason:
+                raise SystemExit(f"postgresql: {reason}")
+            self.server = PostgresServer.start(durable=True)
+
+    def new_target(self) -> Path | str:
+        if self.server is not None:
+            return self.server.new_database()
+        return self.tmp / f"ingest-{time.monotonic_ns()}.db"
+
+    def drop(self, target: Path | str) -> None:
+        if self.server is None:
+            for suffix in ("", "-wal", "-shm", "-ingest.lock"):
+                Path(str(target) + suffix).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+def start_sidecar(db: Path | str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = os.environ | {"OTEL_GRPO_SIDECAR_SYNCHRONOUS": SYNCHRONOUS}
     if WORKERS is not None:
@@ -187,7 +222,7 @@ def cpu_s(pid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def ingest(url: str, bodies: list[bytes], events: int, clients: int = 4) -> float:
+def ingest(urls: list[str], bodies: list[bytes], events: int, clients: int = 4) -> float:
     """POST every body once, from `clients` concurrent keep-alive connections (a collector
     exports with several). Bodies are encoded beforehand and sent with the standard library's
     `http.client`: the real sender is the collector, a Go process, so the client here should
@@ -196,10 +231,11 @@ def ingest(url: str, bodies: list[bytes], events: int, clients: int = 4) -> floa
     from http.client import HTTPConnection
     from urllib.parse import urlsplit
 
-    where = urlsplit(url)
     headers = {"Content-Type": "application/x-protobuf"}
 
-    def send(share: list[bytes]) -> None:
+    def send(client: int) -> None:
+        share = bodies[client::clients]
+        where = urlsplit(urls[client % len(urls)])  # clients are spread over the replicas
         conn = HTTPConnection(where.hostname, where.port, timeout=120)
         try:
             for b in share:
@@ -213,13 +249,13 @@ def ingest(url: str, bodies: list[bytes], events: int, clients: int = 4) -> floa
 
     t = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(send, [bodies[i::clients] for i in range(clients)]))
+        list(pool.map(send, range(clients)))
     return events / (time.perf_counter() - t)
 
 
-def bulk_load(db: Path, target: int, per_step: int, rng: random.Random) -> int:
+def bulk_load(db: Path | str, target: int, per_step: int, rng: random.Random) -> int:
     """Fill the store to `target` samples through the store API (no HTTP), in step-sized batches."""
-    store = Store.open(db, "NORMAL")  # loading only: FULL fsyncs would just slow the set-up down
+    store = open_store(db, "NORMAL")  # loading only: FULL fsyncs would just slow the set-up down
     texts = [_text(rng, 1024, 4096) for _ in range(512)]
     steps = target // per_step
     now = time.time()
@@ -248,58 +284,76 @@ def latency(client: httpx.Client, path: str, params: dict, n: int) -> tuple[floa
     return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
 
 
-def ingest_round(tmp: Path, bodies: list[bytes], events: int, clients: int) -> dict:
-    """One timed ingest into a fresh sidecar process and database, with the server's and this
-    process's CPU time over the same interval (is the figure server-bound or client-bound?)."""
-    db = tmp / f"ingest-{time.monotonic_ns()}.db"
-    proc, url = start_sidecar(db)
+def ingest_round(backend: Backend, bodies: list[bytes], events: int, clients: int, replicas: int) -> dict:
+    """One timed ingest into fresh sidecar processes and a fresh database, with the servers' and
+    this process's CPU time over the same interval (is the figure server-bound or client-bound?).
+    The PostgreSQL server's own CPU is counted with the sidecars' (it does the storing)."""
+    db = backend.new_target()
+    started = [start_sidecar(db) for _ in range(replicas)]
+    procs, urls = [p for p, _ in started], [u for _, u in started]
+    pids = [p.pid for p in procs] + ([_postmaster(backend)] if backend.server is not None else [])
     try:
-        ingest(url, bodies[:2], len(bodies[:2]) * events // len(bodies))  # warm-up: the same run, idempotent
-        server0, client0, t = cpu_s(proc.pid), time.process_time(), time.perf_counter()
-        rate = ingest(url, bodies, events, clients)
+        ingest(urls, bodies[:2], len(bodies[:2]) * events // len(bodies))  # warm-up: the same run, idempotent
+        server0, client0, t = sum(map(cpu_s, pids)), time.process_time(), time.perf_counter()
+        rate = ingest(urls, bodies, events, clients)
         wall = time.perf_counter() - t
-        out = {"ingest": rate, "server_cores": (cpu_s(proc.pid) - server0) / wall,
+        out = {"ingest": rate, "server_cores": (sum(map(cpu_s, pids)) - server0) / wall,
                "client_cores": (time.process_time() - client0) / wall}
-        stored = httpx.get(url + "/api/runs").json()[0]["sample_count"]
-        out["rss_after_ingest"] = rss_mib(proc.pid)
+        stored = httpx.get(urls[-1] + "/api/runs").json()[0]["sample_count"]
+        out["rss_after_ingest"] = sum(rss_mib(p.pid) for p in procs)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
     assert stored == events, (stored, events)
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
+    backend.drop(db)
     return out
 
 
-def run_ingest(tmp: Path, requests: int, spans: int, rounds: int, clients: int) -> dict:
-    """`rounds` ingest rounds, each next to a fresh timing of the two decode peers (the machine
-    is shared: interleaving keeps a ratio's two sides under the same load); medians reported."""
+def _postmaster(backend: Backend) -> int:
+    return int((backend.server.data / "postmaster.pid").read_text().split()[0])
+
+
+def run_ingest(configs: list[tuple[Backend, int]], requests: int, spans: int, rounds: int,
+               clients: int) -> list[dict]:
+    """`rounds` rounds; each times the two decode peers, then one ingest per (backend, replicas)
+    configuration, in turn (the machine is shared: interleaving keeps the sides of a ratio under
+    the same load). Per configuration: medians, and each round's figures."""
     rng = random.Random(0)
     bodies = [build_request(rng, "ingest", step, spans) for step in range(requests)]
     events = requests * spans * EVENTS_PER_SPAN
-    per_round = []
+    per_round: list[list[dict]] = [[] for _ in configs]
     for _ in range(rounds):
         parse, walk = decode_rates(bodies, events)
-        r = ingest_round(tmp, bodies, events, clients) | {"parse": parse, "walk": walk}
-        r["ratio_walk"], r["ratio_parse"] = r["ingest"] / walk, r["ingest"] / parse
-        per_round.append(r)
-    out = {k: statistics.median(r[k] for r in per_round) for k in per_round[0]}
-    out |= {"events": events, "mb": sum(map(len, bodies)) / 2**20, "rounds": per_round}
+        first = None
+        for i, (backend, replicas) in enumerate(configs):
+            r = ingest_round(backend, bodies, events, clients, replicas) | {"parse": parse, "walk": walk}
+            r["ratio_walk"], r["ratio_parse"] = r["ingest"] / walk, r["ingest"] / parse
+            first = first or r["ingest"]
+            r["ratio_first"] = r["ingest"] / first  # to the first configuration (SQLite) of the same round
+            per_round[i].append(r)
+    out = []
+    for rounds_of in per_round:
+        med = {k: statistics.median(r[k] for r in rounds_of) for k in rounds_of[0]}
+        out.append(med | {"events": events, "mb": sum(map(len, bodies)) / 2**20, "rounds": rounds_of})
     return out
 
 
-def run_queries(db: Path, samples: int, per_step: int, n: int) -> dict:
+def run_queries(db: Path | str, samples: int, per_step: int, n: int) -> dict:
     t = time.perf_counter()
-    if db.exists():  # --query-db: a store loaded by an earlier run (loading 1M samples takes minutes)
-        store = Store.open(db)
+    if isinstance(db, Path) and db.exists():  # --query-db: a store loaded by an earlier run (minutes to load)
+        store = open_store(db)
         steps = len(store.steps("big", ["kl"]))
         assert store.runs()[0]["sample_count"] >= samples, "the kept store has fewer samples than asked"
         store.close()
     else:
         steps = bulk_load(db, samples, per_step, random.Random(1))
     load_s = time.perf_counter() - t
+    store = open_store(db)
+    size = store.size_bytes()
+    store.close()
     proc, url = start_sidecar(db)
-    out = {"samples": samples, "steps": steps, "load_s": load_s, "db_mib": os.path.getsize(db) / 2**20}
+    out = {"samples": samples, "steps": steps, "load_s": load_s, "db_mib": size / 2**20}
     mid = steps // 2
     cases = {
         "samples: latest step (default), 100 rows": ("/api/runs/big/samples", {}),
@@ -330,25 +384,49 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="ingest rounds (medians are reported)")
     ap.add_argument("--clients", type=int, default=4,
                     help="concurrent HTTP connections for ingest (collector/config.yaml's num_consumers: 4)")
-    ap.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL", help="the sidecar's setting")
+    ap.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL", help="the sidecar's setting (SQLite)")
     ap.add_argument("--workers", type=int, default=None,
                     help="the sidecar's ingest_workers (default: its own default; 0: in process)")
+    ap.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
+    ap.add_argument("--replicas", type=int, nargs="+", default=[1, 2],
+                    help="sidecar processes sharing the database during ingest (more than 1: PostgreSQL only)")
     ap.add_argument("--ingest-only", action="store_true", help="skip the 1M-sample query part")
     ap.add_argument("--query-db", type=Path, default=None,
-                    help="keep the query store here and reuse it if it exists (skips the bulk load)")
+                    help="keep the SQLite query store here and reuse it if it exists (skips the bulk load)")
     args = ap.parse_args()
     global SYNCHRONOUS, WORKERS
     SYNCHRONOUS, WORKERS = args.synchronous, args.workers
     requests, spans, samples, n = (4, 4, 20_000, 50) if args.quick else (40, 8, args.samples, 400)
+    names = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         tmp = Path(d)
-        ing = run_ingest(tmp, requests, spans, 2 if args.quick else args.rounds, args.clients)
-        q = None if args.ingest_only else run_queries(args.query_db or tmp / "query.db", samples, 1000, n)
+        backends = [Backend(name, tmp) for name in names]
+        try:
+            configs = [(b, r) for b in backends for r in (args.replicas if b.name == "postgresql" else [1])]
+            ingests = run_ingest(configs, requests, spans, 2 if args.quick else args.rounds, args.clients)
+            queries = []
+            if not args.ingest_only:
+                for b in backends:
+                    target = (args.query_db or tmp / "query.db") if b.name == "sqlite" else b.server.new_database()
+                    queries.append((b.name, run_queries(target, samples, 1000, n)))
+        finally:
+            for b in backends:
+                b.close()
     print(f"# sidecar benchmark  {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC  {platform.node()}  "
           f"{os.cpu_count()} cpus  python {platform.python_version()}  "
           f"load average at the end {os.getloadavg()[0]:.1f} (shared machine)")
-    print(f"\ningest: {ing['events']} events in {requests} requests of {spans} spans x 64 events "
-          f"({ing['mb']:.1f} MiB), {args.clients} clients, synchronous={args.synchronous}, "
+    for (b, replicas), ing in zip(configs, ingests):
+        _print_ingest(b.name, replicas, ing, args, requests, spans)
+    for (b, replicas), ing in list(zip(configs, ingests))[1:]:
+        print(f"\ningest ratio {b.name} x{replicas} / {configs[0][0].name}: median of per-round ratios "
+              f"{ing['ratio_first']:.2f} (rounds: {', '.join(format(r['ratio_first'], '.2f') for r in ing['rounds'])})")
+    for name, q in queries:
+        _print_queries(name, q, n)
+
+
+def _print_ingest(name: str, replicas: int, ing: dict, args, requests: int, spans: int) -> None:
+    print(f"\n## {name}, {replicas} sidecar(s): ingest: {ing['events']} events in {requests} requests of {spans} "
+          f"spans x 64 events ({ing['mb']:.1f} MiB), {args.clients} clients, synchronous={args.synchronous}, "
           f"ingest_workers={'default' if args.workers is None else args.workers}; medians of {len(ing['rounds'])} rounds")
     print("| measure | events/s |\n| --- | ---: |")
     print(f"| sidecar ingest over HTTP (decode + extract + commit) | {ing['ingest']:,.0f} |")
@@ -358,17 +436,19 @@ def main() -> None:
           f"(per round: {', '.join(format(r['ratio_walk'], '.2f') for r in ing['rounds'])}); "
           f"ingest / bare FromString: {ing['ratio_parse']:.3f}")
     print(f"per round ingest events/s: {', '.join(format(r['ingest'], ',.0f') for r in ing['rounds'])}")
-    print(f"CPU during ingest: sidecar (with its workers) {ing['server_cores']:.2f} cores, benchmark client {ing['client_cores']:.2f} cores")
-    print(f"sidecar RSS after ingest (server + workers): {ing['rss_after_ingest']:.0f} MiB")
-    if q is None:
-        return
-    print(f"\nqueries: {q['samples']:,} samples over {q['steps']} steps, db {q['db_mib']:,.0f} MiB "
+    print(f"CPU during ingest: sidecar(s) with workers{' and the PostgreSQL server' if name == 'postgresql' else ''} "
+          f"{ing['server_cores']:.2f} cores, benchmark client {ing['client_cores']:.2f} cores")
+    print(f"sidecar RSS after ingest (servers + workers): {ing['rss_after_ingest']:.0f} MiB")
+
+
+def _print_queries(name: str, q: dict, n: int) -> None:
+    print(f"\n## {name}: queries: {q['samples']:,} samples over {q['steps']} steps, db {q['db_mib']:,.0f} MiB "
           f"(bulk load {q['load_s']:.0f} s); {n} requests each, HTTP keep-alive")
     print("| query | p50 ms | p99 ms |\n| --- | ---: | ---: |")
-    for name, value in q.items():
+    for key, value in q.items():
         if isinstance(value, tuple):
-            print(f"| {name} | {value[0]:.1f} | {value[1]:.1f} |")
-    print(f"\nsidecar RSS after queries on the 1M-sample store: {q['rss_after_queries']:.0f} MiB")
+            print(f"| {key} | {value[0]:.1f} | {value[1]:.1f} |")
+    print(f"\nsidecar RSS after queries on the {q['samples']:,}-sample store: {q['rss_after_queries']:.0f} MiB")
 
 
 if __name__ == "__main__":

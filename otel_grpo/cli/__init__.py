@@ -11,6 +11,7 @@ from .._setting_errors import SettingsError
 from ._app import app
 from . import sidecar as _sidecar, stack as _stack, train as _train  # noqa: F401  (register commands)
 from . import follow as _follow  # noqa: F401  (register the command)
+from . import replay as _replay  # noqa: F401  (register the command)
 
 __all__ = ["app", "main"]
 

@@ -16,9 +16,12 @@ from ._paths import os_error_line, path_problem
 def sidecar(
     host: Optional[str] = typer.Option(None, help="Bind address (default 127.0.0.1)."),
     port: Optional[int] = typer.Option(None, help="Port (default 8000)."),
-    db: Optional[Path] = typer.Option(None, help="SQLite database path (default otel-grpo-sidecar.db)."),
+    db: Optional[str] = typer.Option(None, help="SQLite database path (default otel-grpo-sidecar.db), or "
+                                     "postgresql://user:pass@host:port/db to share a PostgreSQL database between replicas."),
     token: Optional[str] = typer.Option(None, help="Bearer token required for ingest (traces, alerts)."),
     read_token: Optional[str] = typer.Option(None, help="Bearer token required for the read API."),
+    log_file: Optional[str] = typer.Option(None, help="Log to this file, rotated at OTEL_GRPO_SIDECAR_LOG_MAX_BYTES "
+                                           "(10 MiB; 3 backups), instead of stderr."),
     allow_unauthenticated: bool = typer.Option(
         False, "--allow-unauthenticated",
         help="Listen beyond loopback without both tokens (refused otherwise: anyone reaching it could write and read)."),
@@ -27,8 +30,12 @@ def sidecar(
     """Run the sidecar: OTLP/HTTP ingest on /v1/traces, API on /api, web page on /.
 
     Every setting can also come from the environment (OTEL_GRPO_SIDECAR_HOST, _PORT, _DB,
-    _TOKEN, _READ_TOKEN, _ALLOW_UNAUTHENTICATED, _MAX_BODY_BYTES, _INGEST_WORKERS (ingest processes, default 2;
-    0: in the server process), _ALLOWED_HOSTS, _RETENTION_MAX_RUNS, ...); flags win.
+    _TOKEN, _READ_TOKEN, _ALLOW_UNAUTHENTICATED, _MAX_BODY_BYTES, _INGEST_WORKERS (ingest processes,
+    default 2; 0: in the server process), _ALLOWED_HOSTS, _RETENTION_MAX_RUNS, _BODY_TIMEOUT_S,
+    _KEEP_ALIVE_S, _MAX_CONNECTIONS, _LOG_FILE, ...); flags win.
+
+    With a PostgreSQL URL, any number of sidecars can serve one database: ingest and read
+    through any of them.
 
     Only requests whose Host is an IP address, localhost or a single-label name are served
     (DNS-rebinding guard); list other names in OTEL_GRPO_SIDECAR_ALLOWED_HOSTS. Listening
@@ -44,20 +51,43 @@ def sidecar(
     from otel_grpo.sidecar._settings import loopback_only
 
     given = {"host": host, "port": port, "db": db, "ingest_token": token, "read_token": read_token,
-             "allow_unauthenticated": allow_unauthenticated or None}
+             "log_file": log_file, "allow_unauthenticated": allow_unauthenticated or None}
     try:
         settings = SidecarSettings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as e:  # pydantic's ValidationError is one
         _fail(f"invalid sidecar settings: {_first_error(e)}")
-    _check_db(settings.db)
+    _check_db(settings.db, settings.db_name)
     _check_port(settings.host, settings.port)
     if not loopback_only(settings.host) and not (settings.ingest_token and settings.read_token):
         typer.echo(f"warning: the sidecar listens on {settings.host} without both tokens, as allowed: anyone who "
                    "reaches it can read samples or write runs (browsers are held off by the Host check, see "
                    "OTEL_GRPO_SIDECAR_ALLOWED_HOSTS)", err=True)
     keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level,
-                access_log=False, timeout_graceful_shutdown=5)
+    # Idle keep-alive connections close after keep_alive_s (those that never sent a request too,
+    # see _idle); past max_connections uvicorn answers 503 at once (see _fds for accept errors).
+    extra = {} if settings.log_file is None else {"log_config": log_config(settings, log_level)}
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level=log_level, access_log=False,
+        timeout_graceful_shutdown=5, timeout_keep_alive=settings.keep_alive_s,
+        limit_concurrency=settings.max_connections, **extra))
+    app.state.connections = lambda: server.server_state.connections  # for closing request-less ones
+    server.run()
+
+
+def log_config(settings, level: str) -> dict:
+    """logging.config.dictConfig for `--log-file`: every logger of the process (uvicorn's, ours,
+    asyncio's) into one size-rotated file, so no log can fill the disk next to the database."""
+    handler = {"class": "logging.handlers.RotatingFileHandler", "filename": str(settings.log_file),
+               "maxBytes": settings.log_max_bytes, "backupCount": settings.log_backups, "formatter": "plain"}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+        "handlers": {"file": handler},
+        "loggers": {"uvicorn": {"level": level.upper()}, "otel_grpo": {"level": "INFO"}},
+        "root": {"handlers": ["file"], "level": "WARNING"},
+    }
 
 
 def _fail(message: str) -> NoReturn:
@@ -73,22 +103,26 @@ def _first_error(e: ValueError) -> str:
     return str(e)
 
 
-def _check_db(path: Path) -> None:
-    """Open the store once before serving: an unwritable path is one line, not uvicorn's traceback."""
+def _check_db(target, name: str) -> None:
+    """Open the store once before serving: an unwritable path or an unreachable server is one
+    line, not uvicorn's traceback."""
     import sqlite3
 
-    from otel_grpo.sidecar.store import Store
+    import psycopg
+
+    from otel_grpo.sidecar.store import SchemaError, open_store
 
     # an existing database file may be served read-only: only a new one must be creatable
-    problem = path_problem(path, "--db") if not path.is_file() else None
+    problem = path_problem(target, "--db") if isinstance(target, Path) and not target.is_file() else None
     if problem:
         _fail(f"cannot create the sidecar database: {problem}")
     try:
-        Store.open(path).close()
+        open_store(target).close()
     except OSError as e:
-        _fail(f"cannot open the sidecar database: {os_error_line(e, path, '--db')}")
-    except sqlite3.Error as e:
-        _fail(f"cannot open the sidecar database {str(path)!r}: {e}")
+        _fail(f"cannot open the sidecar database: {os_error_line(e, target, '--db')}")
+    except (sqlite3.Error, psycopg.Error, SchemaError) as e:
+        message = " ".join(str(e).replace(str(target), name).split())  # psycopg's are multi-line
+        _fail(f"cannot open the sidecar database {name!r}: {message}")
 
 
 def _check_port(host: str, port: int) -> None:

@@ -12,19 +12,22 @@ import asyncio
 import contextlib
 import logging
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 
+from ._fds import RefusalLog
 from ._hosts import HostCheckMiddleware
+from ._idle import close_idle
 from ._metrics import LatencyMiddleware, SidecarMetrics
 from ._settings import SidecarSettings
 from ._workers import IngestPool
 from .api.deps import IngestGate
 from .api.routes import alerts, ingest, ops, runs, samples, web
-from .store import Store
+from .store import UNAVAILABLE_ERRORS, open_store
 
 log = logging.getLogger("otel_grpo.sidecar")
 
@@ -57,7 +60,8 @@ async def _maintenance_loop(app: FastAPI) -> None:
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI):
     settings: SidecarSettings = app.state.settings
-    store = await run_in_threadpool(Store.open, settings.db, settings.synchronous)
+    RefusalLog().install(asyncio.get_running_loop())
+    store = await run_in_threadpool(open_store, settings.db, settings.synchronous, settings.read_connections)
     app.state.store = store
     await run_in_threadpool(_retain, app)
     pool = None
@@ -65,13 +69,17 @@ async def lifespan(app: FastAPI):
         pool = IngestPool(settings.ingest_workers, settings.db, settings.synchronous, settings.ingest_worker_timeout_s)
         await pool.open()
     app.state.pool = pool
-    task = asyncio.create_task(_maintenance_loop(app))
+    tasks = [asyncio.create_task(_maintenance_loop(app))]
+    connections = getattr(app.state, "connections", None)  # set when served by `otel-grpo sidecar`
+    if connections is not None:
+        tasks.append(asyncio.create_task(close_idle(connections, settings.keep_alive_s)))
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if pool is not None:
             await run_in_threadpool(pool.close)
         store.close()
@@ -88,6 +96,13 @@ class _StoreSize:
         return float(store.size_bytes()) if store is not None else 0.0
 
 
+async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """A read while the database is unreachable (PostgreSQL restarting): 503, not a 500."""
+    log.warning("store unavailable for %s: %s", request.url.path, exc)
+    return JSONResponse({"detail": f"store unavailable: {type(exc).__name__}"}, 503,
+                        headers={"Retry-After": str(request.app.state.settings.retry_after_s)})
+
+
 def create_app(settings: SidecarSettings | None = None, registry: CollectorRegistry | None = None) -> FastAPI:
     """Build the sidecar app; `registry` receives its metrics (a fresh one by default)."""
     settings = settings or SidecarSettings()
@@ -102,6 +117,7 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
     app.state.registry = registry
     app.state.metrics = SidecarMetrics(registry, _StoreSize(app))
     app.state.gate = IngestGate(settings.max_concurrent_ingest)
+    app.state.body_gate = IngestGate(settings.max_concurrent_bodies)
     # samples before runs: run ids may contain `/` (`{run_id:path}`), so the catch-all
     # `/api/runs/{run_id}` must come after every `/api/runs/{run_id}/...` route.
     for module in (ingest, samples, runs, alerts, ops, web):
@@ -110,6 +126,8 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "Content-Encoding"])
+    for error in UNAVAILABLE_ERRORS:
+        app.add_exception_handler(error, _unavailable)
     app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
     app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
     return app

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -23,8 +23,18 @@ class SidecarSettings(BaseSettings):
     host: str = "127.0.0.1"
     """Bind address; loopback by default so nothing is exposed by accident."""
     port: int = Field(8000, ge=0, le=65535)
-    db: Path = Path("otel-grpo-sidecar.db")
-    """SQLite database file (WAL mode); created with its parent folder if missing."""
+    db: Path | str = Path("otel-grpo-sidecar.db")
+    """Where samples are stored: a path is an SQLite file (WAL mode; created with its parent folder
+    if missing); `postgresql://user:pass@host:port/db` is a PostgreSQL database, which several
+    sidecars (replicas) can share. Either is migrated to the current schema on start."""
+    log_file: Path | None = None
+    """Write the log here, rotated (`log_max_bytes`, `log_backups`), instead of to stderr."""
+    log_max_bytes: int = Field(10 * MiB, ge=64 * 1024)
+    """Size at which the log file is rotated."""
+    log_backups: int = Field(3, ge=1)
+    """Rotated log files kept (`<log_file>.1` ... `.N`)."""
+    read_connections: int = Field(8, ge=1, le=64)
+    """Database connections for reads; a read beyond these waits for one (bounds memory)."""
     ingest_token: str | None = Field(None, validation_alias=AliasChoices("ingest_token", "OTEL_GRPO_SIDECAR_TOKEN", "OTEL_GRPO_SIDECAR_INGEST_TOKEN"))
     """Bearer token required on `POST /v1/traces` and `POST /api/alerts`; none: open."""
     read_token: str | None = None
@@ -37,7 +47,19 @@ class SidecarSettings(BaseSettings):
     max_alert_body_bytes: int = Field(4 * MiB, ge=1024)
     """Largest Alertmanager webhook body (`POST /api/alerts`); larger gets 413 before it is read."""
     max_concurrent_ingest: int = Field(4, ge=1)
-    """Ingest requests processed at once; more are answered 503 with Retry-After."""
+    """Ingest requests decoded and stored at once (after their body has arrived); more are
+    answered 503 with Retry-After."""
+    max_concurrent_bodies: int = Field(16, ge=1)
+    """Ingest bodies being received at once (before they wait for an ingest slot); more are
+    answered 503 at once. With `max_body_bytes` this bounds the memory bodies take."""
+    body_timeout_s: float = Field(30.0, gt=0)
+    """An ingest request body must arrive whole within this; a slower one gets 408."""
+    keep_alive_s: float = Field(15.0, gt=0)
+    """An idle connection is closed after this long (kept alive after a response, or opened and
+    never sent a whole request)."""
+    max_connections: int = Field(512, ge=8)
+    """Connections served at once; beyond this uvicorn answers 503 at once, so running out of
+    file descriptors becomes refusals rather than a stalled server (keep it under `ulimit -n`)."""
     retry_after_s: int = Field(1, ge=1)
     ingest_workers: int = Field(2, ge=0, le=64)
     """Worker processes that decode, extract and commit ingest requests, so ingest is not held to
@@ -55,7 +77,9 @@ class SidecarSettings(BaseSettings):
     sidecar process crashing or being killed (SIGKILL included: the frames are in the OS page
     cache, and the next open recovers them from the WAL); only an OS crash or power loss can
     drop the last transactions before the next checkpoint's fsync. FULL fsyncs the WAL on every
-    commit, surviving power loss too, at about a quarter less ingest throughput (benchmarks)."""
+    commit, surviving power loss too, at about a quarter less ingest throughput (benchmarks).
+    On PostgreSQL the same promise: NORMAL sets `synchronous_commit = off` (committed on the
+    server before the 200; its WAL is flushed within ~0.2 s), FULL `on` (flushed before the 200)."""
     retention_max_runs: int | None = Field(None, ge=1)
     """Keep this many most recently updated runs; none: all."""
     retention_max_steps: int | None = Field(None, ge=1)
@@ -70,6 +94,22 @@ class SidecarSettings(BaseSettings):
     name gets 421. Set it when the sidecar is reached by a dotted name (`sidecar.example.org`)."""
     cors_origins: list[str] = []
     """Origins allowed by CORS; empty (the default) adds no CORS headers at all."""
+
+    @field_validator("db", mode="after")
+    @classmethod
+    def _db_target(cls, value: Path | str) -> Path | str:
+        if isinstance(value, str) and not value.startswith(("postgresql://", "postgres://")):
+            if "://" in value:
+                raise ValueError("db must be a file path or a postgresql://user:pass@host:port/db URL")
+            return Path(value)
+        return value
+
+    @property
+    def db_name(self) -> str:
+        """The database as logs may show it (a URL without its password)."""
+        from .store import redact
+
+        return redact(self.db) if isinstance(self.db, str) else str(self.db)
 
     @model_validator(mode="after")
     def _tokens_not_blank(self) -> "SidecarSettings":

@@ -9,26 +9,23 @@ Decoding a request and reading its attributes is pure Python work under the GIL;
 process it caps ingest near one core. Each worker is a process started once (forkserver:
 never a fork of the threaded server) that takes the inflated body bytes in a shared
 memory buffer (a memfd; only its size and media type go over the pipe),
-decodes and extracts them with opentelemetry-proto and commits them to the SQLite store
-itself, then answers with a few counts. The HTTP process answers 200 only after that
+decodes and extracts them with opentelemetry-proto and commits them to the store (SQLite
+or PostgreSQL) itself, then answers with a few counts. The HTTP process answers 200 only after that
 answer, so the durability rule (200 only after the commit) holds as in process.
 
-Workers serialize their transactions on an `flock` of `<db>-ingest.lock` (the kernel
-drops it if the holder dies), so they take turns at the WAL without SQLite's busy
-sleeps. A worker that dies or does not answer within `timeout_s` is killed, logged once
+Workers serialize their transactions as every writer of the store does (an `flock` for
+SQLite, an advisory lock for PostgreSQL; see the stores). A worker that dies or does not answer within `timeout_s` is killed, logged once
 and replaced; the request it held gets `WorkerLost` (the route answers 503 + Retry-After).
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import mmap
 import multiprocessing
 import os
 import signal
-import sqlite3
 import traceback
 from dataclasses import dataclass
 from multiprocessing import reduction
@@ -38,7 +35,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ._heap import keep_freed_heap
 from .otlp import PROTOBUF, DecodeError, decode_request, extract
-from .store import Store
+from .store import UNAVAILABLE_ERRORS, StoreUnavailable, open_writer
 
 log = logging.getLogger("otel_grpo.sidecar")
 MiB = 1024 * 1024
@@ -59,16 +56,11 @@ class IngestResult:
     inserted: int
 
 
-def lock_path(db: Path) -> Path:
-    return Path(str(db) + "-ingest.lock")
-
-
 def _serve(conn, db: str, synchronous: str) -> None:
     """A worker's loop: a body in the shared buffer in, a reply tuple out, until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group; the server closes us
     keep_freed_heap()  # each request parses a multi-MiB body: keep its pages (see _heap)
-    store = Store.open_writer(db, synchronous)
-    lock = open(lock_path(Path(db)), "a+b")
+    store = open_writer(db, synchronous)
     shared = None
     try:
         while True:
@@ -83,17 +75,16 @@ def _serve(conn, db: str, synchronous: str) -> None:
                     continue
             except (EOFError, OSError):
                 return  # the server closed the pipe or died
-            reply = _ingest(store, lock, shared, message[1], message[2])
+            reply = _ingest(store, shared, message[1], message[2])
             try:
                 conn.send(reply)
             except OSError:
                 return
     finally:
-        lock.close()
         store.close()
 
 
-def _ingest(store: Store, lock, shared: mmap.mmap, media: str, size: int) -> tuple:
+def _ingest(store, shared: mmap.mmap, media: str, size: int) -> tuple:
     view = memoryview(shared)[:size]
     try:
         # protobuf parses straight from the shared pages; json.loads wants bytes
@@ -105,12 +96,8 @@ def _ingest(store: Store, lock, shared: mmap.mmap, media: str, size: int) -> tup
     finally:
         view.release()
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            inserted = store.write_batch(batch)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    except sqlite3.OperationalError as exc:
+        inserted = store.write_batch(batch)
+    except UNAVAILABLE_ERRORS as exc:
         return ("store", str(exc))
     except Exception:
         return ("error", traceback.format_exc())
@@ -118,7 +105,7 @@ def _ingest(store: Store, lock, shared: mmap.mmap, media: str, size: int) -> tup
 
 
 class _Worker:
-    def __init__(self, ctx, db: Path, synchronous: str) -> None:
+    def __init__(self, ctx, db: Path | str, synchronous: str) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=_serve, args=(child, str(db), synchronous), name="otel-grpo-ingest",
                                    daemon=True)
@@ -173,11 +160,11 @@ class _Worker:
 class IngestPool:
     """`size` worker processes for ingest; see the module docstring."""
 
-    def __init__(self, size: int, db: Path, synchronous: str, timeout_s: float) -> None:
+    def __init__(self, size: int, db: Path | str, synchronous: str, timeout_s: float) -> None:
         if size < 1:
             raise ValueError("an ingest pool needs at least one worker (0 workers means: ingest in process)")
         self.size = size
-        self.db = Path(db)
+        self.db = db
         self.synchronous = synchronous
         self.timeout_s = timeout_s
         self._ctx = multiprocessing.get_context("forkserver")
@@ -188,7 +175,6 @@ class IngestPool:
 
     def start(self) -> None:
         """Start every worker (blocking: call it off the event loop); the store must exist."""
-        lock_path(self.db).touch()
         self._workers = [_Worker(self._ctx, self.db, self.synchronous) for _ in range(self.size)]
 
     async def open(self) -> None:
@@ -202,7 +188,7 @@ class IngestPool:
 
     async def ingest(self, media: str, body: bytes) -> IngestResult:
         """Decode, extract and commit `body` in a worker. Raises DecodeError (malformed),
-        sqlite3.OperationalError (store busy or full), WorkerLost (retry later)."""
+        StoreUnavailable (store busy, full or unreachable), WorkerLost (retry later)."""
         assert self._idle is not None, "IngestPool.open() first"
         if self._live < self.size:
             await self._replace(None, None)
@@ -226,7 +212,7 @@ class IngestPool:
         if kind == "malformed":
             raise DecodeError(reply[1])
         if kind == "store":
-            raise sqlite3.OperationalError(reply[1])
+            raise StoreUnavailable(reply[1])
         raise RuntimeError(f"ingest worker failed:\n{reply[1]}")
 
     async def _replace(self, lost: _Worker | None, how: str | None) -> None:

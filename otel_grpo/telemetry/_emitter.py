@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -157,11 +158,22 @@ class Emitter:
             if span is not None:
                 span.set_attributes({METRIC_ATTR_PREFIX + k: v for k, v in finite.items()})
                 self._check_span_limit(span)
+                self._spill_step(rec, span, finite)
             if rec.rows or rec.picked:
                 self._emit_samples(rec)
         finally:
             if span is not None:  # even after an error: an unended span is never exported
                 span.end(end_time=rec.end_ns)
+
+    def _spill_step(self, rec: StepRecord, span: Span, finite: dict[str, float]) -> None:
+        """The step span's content, spilled: `otel-grpo replay` rebuilds the sidecar's step row from it."""
+        if self._spill is None:
+            return
+        phases: dict[str, float] = {}
+        for name, seconds in rec.phases:
+            phases[name] = phases.get(name, 0.0) + seconds
+        end_ns = rec.end_ns if rec.end_ns is not None else time.time_ns()
+        self._spill.write_step(self._settings.run_id, rec.step, getattr(span, "start_time", None), end_ns, finite, phases)
 
     def _measured_phases(self, rec: StepRecord) -> None:
         """Child spans of the phases a framework timed itself, `seconds` long, ending at their end time."""

@@ -1,7 +1,12 @@
-"""Local JSONL spill of every selected sample: the copy that survives a dead collector or sidecar.
+"""Local JSONL spill of every selected sample and every step's scalars: the copy that survives a
+dead collector or sidecar, and that `otel-grpo replay` sends again.
 
     spill = SampleSpill(Path("runs/exp-42"))
     spill.write(7, [{"run_id": "exp-42", "step": 7, "prompt": "...", ...}])   # -> runs/exp-42/samples/step_7.jsonl
+    spill.write_step("exp-42", 7, start_ns, end_ns, {"kl": 0.01}, {"rollout": 1.5})  # -> runs/exp-42/steps.jsonl
+
+Every write appends whole lines or nothing: a write that fails (a full disk) is cut back to
+where it began, so a reader never meets half a line.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -30,12 +36,25 @@ class SampleSpill:
 
     def __init__(self, output_dir: Path, suffix: str = "") -> None:
         self.directory = Path(output_dir) / "samples"
+        self.steps_path = Path(output_dir) / f"steps{suffix}.jsonl"
+        """One line per emitted step span: what the sidecar's step row is made of."""
         self._suffix = suffix
         self._failed = False
         self.written = 0
 
     def path(self, step: int) -> Path:
         return self.directory / f"step_{step}{self._suffix}.jsonl"
+
+    def write_step(self, run_id: str, step: int, start_ns: int | None, end_ns: int | None,
+                   metrics: Mapping[str, float], phases: Mapping[str, float]) -> None:
+        """The step's finite scalars and its phase durations (seconds, summed per phase name)."""
+        line = json.dumps({"run_id": run_id, "step": step, "start_ns": start_ns, "end_ns": end_ns,
+                           "metrics": {k: _json_safe(v) for k, v in metrics.items()}, "phases": dict(phases)},
+                          ensure_ascii=False, default=str)
+        try:
+            self._append(self.steps_path, line + "\n")
+        except OSError as exc:
+            self._warn(exc)
 
     def write(self, step: int, records: Iterable[Mapping[str, Any]]) -> None:
         lines = [
@@ -46,17 +65,59 @@ class SampleSpill:
         try:
             self._append(self.path(step), "\n".join(lines) + "\n")
         except OSError as exc:
-            if not self._failed:  # a full disk must not stop training, nor flood the log
-                self._failed = True
-                logger.warning("otel-grpo: sample spill to %s failed (%s); further failures not logged", self.directory, exc)
+            self._warn(exc)
             return
         self.written += len(lines)
 
-    def _append(self, path: Path, text: str) -> None:
+    def _warn(self, exc: OSError) -> None:
+        if not self._failed:  # a full disk must not stop training, nor flood the log
+            self._failed = True
+            logger.warning("otel-grpo: spill to %s failed (%s); further failures not logged", self.directory.parent, exc)
+
+    @staticmethod
+    def _append(path: Path, text: str) -> None:
+        data = text.encode("utf-8")
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
         try:
-            fh = path.open("a", encoding="utf-8")
+            fd = os.open(path, flags, 0o644)
         except FileNotFoundError:  # first write, or the directory was removed: a mkdir only then (~1 ms here)
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fh = path.open("a", encoding="utf-8")
-        with fh:
-            fh.write(text)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+        try:
+            start = os.fstat(fd).st_size
+            view = memoryview(data)
+            try:
+                while view:
+                    view = view[os.write(fd, view):]
+            except OSError:
+                # A full disk took part of the lines: cut the file back to its last whole line.
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+                raise
+        finally:
+            os.close(fd)
+
+
+def read_steps(output_dir: Path) -> list[dict]:
+    """Every step line of every rank's `steps*.jsonl` under `output_dir` (unreadable lines skipped)."""
+    return [row for path in sorted(Path(output_dir).glob("steps*.jsonl")) for row in _lines(path)]
+
+
+def read_samples(output_dir: Path) -> list[dict]:
+    """Every sample line under `<output_dir>/samples` (unreadable lines skipped)."""
+    return [row for path in sorted((Path(output_dir) / "samples").glob("step_*.jsonl")) for row in _lines(path)]
+
+
+def _lines(path: Path) -> list[dict]:
+    rows = []
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except ValueError:  # a line from before whole-line writes, cut short by a full disk
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows

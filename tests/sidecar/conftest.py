@@ -1,5 +1,6 @@
 """Fixtures for the sidecar tests: contract-shaped spans from the real OTel SDK, an in-process
-app (TestClient) and a real sidecar process (uvicorn) on a free port."""
+app (TestClient), a real sidecar process (uvicorn) on a free port, and a real PostgreSQL
+server: `db` runs a test on each backend (an SQLite path, then a fresh PostgreSQL database)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_grpo.sidecar import SidecarSettings, create_app
+from tests._support import postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 PHASES = ("rollout", "reward", "update")
@@ -97,7 +99,7 @@ def free_port() -> int:
 class SidecarProcess:
     """`otel-grpo sidecar` as a real subprocess; start() waits until /readyz answers 200."""
 
-    def __init__(self, db: Path, env: dict[str, str] | None = None, ready: str = "/readyz",
+    def __init__(self, db: Path | str | None, env: dict[str, str] | None = None, ready: str = "/readyz",
                  log: Path | None = None) -> None:
         self.db = db
         self.env = env or {}
@@ -111,9 +113,9 @@ class SidecarProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> "SidecarProcess":
-        self.port = free_port()
-        cmd = [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--port", str(self.port), "--db", str(self.db),
-               "--log-level", "warning"]
+        self.port = self.port or free_port()  # a restart keeps its port, as a restarted service does
+        cmd = [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--port", str(self.port), "--log-level", "warning",
+               *(["--db", str(self.db)] if self.db is not None else [])]  # None: the environment says
         stderr = open(self.log, "ab") if self.log else None  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **self.env}, stderr=stderr)
         if stderr:
@@ -143,6 +145,30 @@ class SidecarProcess:
                 self.kill()
 
 
+@pytest.fixture(scope="session")
+def pg_server():
+    """One PostgreSQL server for the session; each test gets a database of its own."""
+    reason = postgres.available()
+    if reason:
+        pytest.skip(reason)
+    server = postgres.PostgresServer.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    return pg_server.new_database()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request, tmp_path):
+    """Where the test's store lives: an SQLite file, then a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "sidecar.db"
+    return request.getfixturevalue("pg_url")
+
+
 @pytest.fixture
 def port() -> int:
     return free_port()
@@ -154,16 +180,16 @@ def otlp():
 
 
 @pytest.fixture
-def settings(tmp_path) -> SidecarSettings:
-    return SidecarSettings(db=tmp_path / "sidecar.db")
+def settings(db) -> SidecarSettings:
+    return SidecarSettings(db=db)
 
 
 @pytest.fixture
-def make_client(tmp_path):
+def make_client(db):
     clients = []
 
     def make(**overrides) -> TestClient:
-        s = SidecarSettings(**{"db": tmp_path / "sidecar.db", **overrides})
+        s = SidecarSettings(**{"db": db, **overrides})
         client = TestClient(create_app(s))
         client.__enter__()
         clients.append(client)
@@ -183,7 +209,7 @@ def client(make_client) -> TestClient:
 def sidecar_factory(tmp_path):
     procs: list[SidecarProcess] = []
 
-    def make(db: Path | None = None, env: dict[str, str] | None = None, **kw) -> SidecarProcess:
+    def make(db: Path | str | None = None, env: dict[str, str] | None = None, **kw) -> SidecarProcess:
         proc = SidecarProcess(db or tmp_path / "proc.db", env, **kw)
         procs.append(proc)
         return proc.start()
@@ -194,5 +220,6 @@ def sidecar_factory(tmp_path):
 
 
 @pytest.fixture
-def sidecar(sidecar_factory) -> SidecarProcess:
-    return sidecar_factory()
+def sidecar(sidecar_factory, db) -> SidecarProcess:
+    """A sidecar process on each backend (the web page's and the process tests run on both)."""
+    return sidecar_factory(db=db)

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from otel_grpo.sidecar.store import Store
-from otel_grpo.sidecar.store._store import _RUN_UPSERT, _SAMPLE_INSERT
+from otel_grpo.sidecar.store._writes import _RUN_UPSERT, _SAMPLE_INSERT
 
 ROWS, TEXT = 30_000, 4000
 MiB = 1024 * 1024

@@ -81,3 +81,25 @@ def test_a_disk_filling_up_is_reported_on_readyz_and_logged_once(sidecar_factory
     text = log.read_text()
     assert text.count("cannot take writes") == 1, text  # once per streak, not once per request
     assert "ingest answers 503" in text and "rejected so far" in text
+
+
+def test_a_full_spill_disk_leaves_whole_lines_only(small_disk):
+    import json
+
+    from otel_grpo.telemetry._spill import SampleSpill, read_samples
+
+    spill = SampleSpill(small_disk / "run")
+    spill.write(0, [{"run_id": "r", "step": 0, "sample_index": 0, "prompt": "first"}])
+    _fill(small_disk)
+    filler = small_disk / "filler"
+    os.truncate(filler, filler.stat().st_size - 16384)  # room for part of the next write, not all of it
+    rows = [{"run_id": "r", "step": 0, "sample_index": i, "prompt": "p" * 2000} for i in range(1, 40)]
+    spill.write(0, rows)  # fails part-way: never raises into training
+    spill.write_step("r", 0, 1, 2, {"kl": 0.1}, {"rollout": 0.5})  # may or may not fit; whole or nothing
+    text = spill.path(0).read_text()
+    assert text.endswith("\n") and [json.loads(line)["prompt"] for line in text.splitlines()] == ["first"]
+    if spill.steps_path.exists():
+        assert all(json.loads(line)["step"] == 0 for line in spill.steps_path.read_text().splitlines())
+    filler.unlink()  # room again: the next write goes through whole
+    spill.write(0, rows)
+    assert len(read_samples(small_disk / "run")) == 40

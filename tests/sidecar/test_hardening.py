@@ -158,3 +158,28 @@ def test_run_ids_read_back_from_a_real_server(sidecar, otlp):
         enc = quote(run_id, safe="").replace(".", "%2E")
         rows = httpx.get(f"{sidecar.url}/api/runs/{enc}/samples").json()
         assert {r["run_id"] for r in rows} == {run_id}, rows
+
+
+@pytest.mark.parametrize("text", [" =1+1", "\n=1+1", " \t @A1", "\uff1dcmd()", "\u3000\uff0b1", "\r\n-1"])
+def test_csv_neutralises_formulas_behind_blanks_and_in_full_width(client, otlp, text):
+    _post(client, otlp, steps=[0], samples=1, completion=lambda s, i: text)
+    body = client.get("/api/runs/run-a/samples.csv", params={"step": 0}).text
+    header, row = list(csv.reader(io.StringIO(body)))
+    assert dict(zip(header, row))["completion"] == "'" + text
+
+
+def test_a_non_ascii_token_is_accepted_when_it_is_right(make_client, otlp):
+    client = make_client(ingest_token="pässwört-令牌", read_token="lесеn")  # Cyrillic е, с: not ASCII
+    assert client.get("/api/runs", headers={"Authorization": "Bearer lесеn".encode()}).status_code == 200
+    assert client.get("/api/runs", headers={"Authorization": "Bearer lesen".encode()}).status_code == 401
+    body = otlp.request(otlp.spans("t", [0])).SerializeToString()
+    ok = {"Content-Type": "application/x-protobuf", "Authorization": "Bearer pässwört-令牌".encode()}
+    assert client.post("/v1/traces", content=body, headers=ok).status_code == 200
+
+
+def test_the_openapi_schema_types_json_reads_by_their_models(client):
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in ("/api/runs", "/api/runs/{run_id}/samples", "/api/runs/{run_id}/steps", "/api/alerts"):
+        schema = paths[path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert schema.get("type") != "string", (path, schema)
+    assert paths["/api/runs"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]["type"] == "array"

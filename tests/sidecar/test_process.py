@@ -42,7 +42,8 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("compression", [Compression.NoCompression, Compression.Gzip])
-def test_sdk_exporter_round_trip_protobuf(sidecar, otlp, compression):
+def test_sdk_exporter_round_trip_protobuf(sidecar_factory, db, otlp, compression):
+    sidecar = sidecar_factory(db=db)
     exporter = OTLPSpanExporter(endpoint=sidecar.url + "/v1/traces", compression=compression, timeout=30)
     assert exporter.export(otlp.spans("sdk-run", range(3), samples=5)) is SpanExportResult.SUCCESS
     exporter.shutdown()
@@ -78,8 +79,7 @@ def test_malformed_requests_then_a_valid_one(sidecar_factory, otlp, tmp_path):
     assert httpx.get(proc.url + "/api/runs/ok-run/samples").json()[0]["prompt"] == "prompt 0/0"
 
 
-def test_sigkill_right_after_200_loses_nothing(sidecar_factory, otlp, tmp_path):
-    db = tmp_path / "durable.db"
+def test_sigkill_right_after_200_loses_nothing(sidecar_factory, otlp, db):
     proc = sidecar_factory(db=db)
     for step in range(5):
         body = otlp.request(otlp.spans("durable", [step], samples=8)).SerializeToString()
@@ -109,7 +109,8 @@ def test_cli_flags_and_environment(sidecar_factory, tmp_path, otlp):
         assert flag in help_text
 
 
-def test_schemathesis_finds_no_server_errors(sidecar, otlp):
+def test_schemathesis_finds_no_server_errors(sidecar_factory, db, otlp):
+    sidecar = sidecar_factory(db=db)
     body = otlp.request(otlp.spans("run-a", range(3), samples=3)).SerializeToString()  # the schema's example
     assert httpx.post(sidecar.url + "/v1/traces", content=body, headers=PB).status_code == 200
     cli = shutil.which("schemathesis", path=str(__import__("pathlib").Path(sys.executable).parent))
@@ -118,3 +119,23 @@ def test_schemathesis_finds_no_server_errors(sidecar, otlp):
          "--seed", "1", "--workers", "1", "--phases", "examples,coverage,fuzzing", "--request-timeout", "30"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_the_environment_selects_postgres_and_a_bad_url_is_one_line_without_its_password(pg_url, otlp):
+    from tests.sidecar.conftest import SidecarProcess
+
+    proc = SidecarProcess(None, {"OTEL_GRPO_SIDECAR_DB": pg_url}).start()
+    try:
+        body = otlp.request(otlp.spans("env-pg", [0], samples=3)).SerializeToString()
+        assert httpx.post(proc.url + "/v1/traces", content=body, headers=PB).status_code == 200
+    finally:
+        proc.stop()
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:  # it went to PostgreSQL, not to a file named like the URL
+        assert conn.execute("SELECT sample_count FROM runs WHERE run_id = 'env-pg'").fetchone() == (3,)
+    wrong = pg_url.replace(":secret@", ":n0t-the-password@")
+    result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "sidecar", "--db", wrong], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: cannot open the sidecar database") and "n0t-the-password" not in result.stderr

@@ -1,15 +1,19 @@
-"""The SQLite store: migrations on start, idempotent upserts, retention."""
+"""The stores: migrations on start, idempotent upserts, retention, queries; each test that is
+not about SQLite's file runs on both backends (`db`: an SQLite path, then PostgreSQL)."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 
 import pytest
 
 from otel_grpo.sidecar.otlp import extract
-from otel_grpo.sidecar.store import SCHEMA_VERSION, SampleQuery, SchemaError, Store
-from otel_grpo.sidecar.store._queries import SAMPLES_STEP_INDEX
+from otel_grpo.sidecar.store import SCHEMA_VERSION, SampleQuery, SchemaError, Store, open_store
+from otel_grpo.sidecar.store._dialect import SQLITE
 from otel_grpo.sidecar.store._store import PAGE_BYTES
+
+SAMPLES_STEP_INDEX = SQLITE.step_index_hint.split()[-1]
 
 
 def _load(store, otlp, run_id, steps, samples=2):
@@ -34,7 +38,8 @@ def test_an_existing_database_keeps_its_page_size(tmp_path, otlp):
     conn.close()
     store = Store.open(tmp_path / "old.db")
     assert _load(store, otlp, "r", steps=range(2)) == 4
-    assert store.reader().execute("PRAGMA page_size").fetchone()[0] == 4096
+    with store.read() as conn:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
     store.close()
 
 
@@ -46,18 +51,19 @@ def test_a_newer_schema_is_refused(tmp_path):
         Store.open(tmp_path / "s.db")
 
 
-def test_redelivery_counts_samples_once(tmp_path, otlp):
-    store = Store.open(tmp_path / "s.db")
+def test_redelivery_counts_samples_once(db, otlp):
+    store = open_store(db)
     batch = extract(otlp.request(otlp.spans("r", range(3), samples=5)))
     assert store.write_batch(batch) == 15
     assert store.write_batch(batch) == 0
     (run,) = store.runs()
     assert run["sample_count"] == 15 and (run["first_step"], run["last_step"]) == (0, 2)
     assert len(store.samples("r", SampleQuery(step_min=0, limit=100))) == 15
+    store.close()
 
 
-def test_retention_by_steps_runs_and_age(tmp_path, otlp):
-    store = Store.open(tmp_path / "s.db")
+def test_retention_by_steps_runs_and_age(db, otlp):
+    store = open_store(db)
     _load(store, otlp, "old", range(5))
     _load(store, otlp, "new", range(5))
     store.apply_retention(max_steps=2)
@@ -69,6 +75,7 @@ def test_retention_by_steps_runs_and_age(tmp_path, otlp):
     assert store.apply_retention(max_age_s=3600)["runs"] == 0  # nothing is an hour old
     assert store.apply_retention(max_age_s=1, now=10**10)["runs"] == 1  # everything is old by then
     assert store.runs() == []
+    store.close()
 
 
 def test_v1_database_is_migrated_and_backfilled(tmp_path):
@@ -83,13 +90,14 @@ def test_v1_database_is_migrated_and_backfilled(tmp_path):
     conn.close()
     store = Store.open(tmp_path / "old.db")
     assert store.found_version == 1
-    indexes = {r[0] for r in store.reader().execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    with store.read() as conn:
+        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert "samples_run_step_index" not in indexes and SAMPLES_STEP_INDEX in indexes  # v3 dropped it
     assert store.steps("r", ["kl"]) == [{"kl": 0.5, "run_id": "r", "step": 3, "time": "1970-01-01T00:00:01.000Z"}]
 
 
-def test_step_scalars_keep_full_double_precision_across_merges(tmp_path, otlp):
-    store = Store.open(tmp_path / "s.db")
+def test_step_scalars_keep_full_double_precision_across_merges(db, otlp):
+    store = open_store(db)
     spans = otlp.spans("p", [0], samples=0)
     step_span = [s for s in spans if s.name == "grpo.step"]
     phases = [s for s in spans if s.name.startswith("grpo.phase.")]
@@ -101,7 +109,7 @@ def test_step_scalars_keep_full_double_precision_across_merges(tmp_path, otlp):
     (row,) = store.steps("p")
     assert row["entropy"] == 0.033807298927905176 and "phase_duration/rollout" in row
     assert store.steps("p", ["entropy"])[0]["entropy"] == 0.033807298927905176
-
+    store.close()
 
 
 def test_wal_is_checkpointed_in_the_background_and_close_stops_the_thread(tmp_path, otlp):
@@ -125,17 +133,27 @@ def test_wal_is_checkpointed_in_the_background_and_close_stops_the_thread(tmp_pa
     reopened.close()
 
 
+def test_the_wal_valve_is_256_mib_whatever_the_page_size(tmp_path):
+    store = Store.open(tmp_path / "s.db")
+    assert store._writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0] * PAGE_BYTES == 256 * 1024 * 1024
+    store.close()
+
+
 @pytest.mark.parametrize("query", [SampleQuery(step=1, order_by="reward", desc=True),
                                    SampleQuery(step_min=0, step_max=1, reward_min=0.5), SampleQuery(step=1)])
 def test_step_filtered_sample_queries_search_the_step_index(tmp_path, otlp, query):
     store = Store.open(tmp_path / "s.db")
     _load(store, otlp, "r", range(3), samples=4)
     plans = []
-    conn = store.reader()
     # Record the plan of the id query the store runs; a scan here is seconds at a million samples.
-    store._local.conn = _Explaining(conn, plans)
+    read = store.read
+
+    def explaining():
+        with read() as conn:
+            yield _Explaining(conn, plans)
+
+    store.read = contextlib.contextmanager(explaining)
     assert store.samples("r", query)
-    store._local.conn = conn
     assert any(f"SEARCH samples USING INDEX {SAMPLES_STEP_INDEX} (run_id=? AND step" in p for p in plans), plans
     store.close()
 
@@ -150,3 +168,65 @@ class _Explaining:
         if sql.startswith("SELECT id FROM samples"):
             self.plans += [row[3] for row in self.conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
         return self.conn.execute(sql, params)
+
+
+def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, otlp):
+    """data/sidecar-v3.db.gz: made by the release before PostgreSQL (schema 3; see make_v3.py)."""
+    import gzip
+    import shutil
+    from pathlib import Path
+
+    db = tmp_path / "old.db"
+    with gzip.open(Path(__file__).parent / "data" / "sidecar-v3.db.gz") as src, db.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    store = Store.open(db)
+    assert store.found_version == 3
+    runs = {r["run_id"]: r for r in store.runs()}
+    assert runs["old-run"]["sample_count"] == 12 and runs["old/run-b"]["sample_count"] == 4
+    assert [r["step"] for r in store.steps("old-run", ["kl"])] == [0, 1, 2]
+    assert store.alerts()[0]["alertname"] == "GRPOKLHigh"
+    assert _load(store, otlp, "old-run", range(3), samples=4) == 0  # the old rows are the same samples
+    assert _load(store, otlp, "old-run", range(3, 4), samples=4) == 4
+    store.close()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_postgres_is_migrated_once_and_a_newer_schema_is_refused(pg_url):
+    import psycopg
+
+    from otel_grpo.sidecar.store import PG_SCHEMA_VERSION, PgStore
+
+    first = PgStore.open(pg_url)
+    assert first.found_version == 0
+    second = PgStore.open(pg_url)  # a second replica: nothing left to migrate
+    assert second.found_version == PG_SCHEMA_VERSION
+    second.close()
+    first.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(PG_SCHEMA_VERSION,)]
+        conn.execute("UPDATE schema_version SET version = version + 1")
+    with pytest.raises(SchemaError, match="newer"):
+        PgStore.open(pg_url)
+
+
+def test_queries_answer_the_same_on_both_backends(db, otlp):
+    store = open_store(db)
+    spans = otlp.spans("q", range(4), samples=6, completion=lambda step, i: f"Answer {i}\x00 of step {step}",
+                       extra=lambda step, i: {"score": float((i * 7) % 5), "tag": f"t{i % 2}"})
+    assert store.write_batch(extract(otlp.request(spans))) == 24
+    rows = store.samples("q", SampleQuery(step_min=0, order_by="score", desc=True, limit=5))
+    assert [r["score"] for r in rows] == [4.0, 4.0, 4.0, 4.0, 3.0]
+    assert [(r["step"], r["sample_index"]) for r in store.samples("q", SampleQuery())] == [(3, i) for i in range(6)]
+    found = store.samples("q", SampleQuery(step=2, q="ANSWER 3"))
+    assert [r["sample_index"] for r in found] == [3] and found[0]["completion"].startswith("Answer 3")
+    assert store.samples("q", SampleQuery(step=1, reward_min=1.0, reward_max=2.0, order_by="reward")) == \
+        [r for r in store.samples("q", SampleQuery(step=1, order_by="reward")) if 1.0 <= r["reward"] <= 2.0]
+    assert len(list(store.iter_samples("q", SampleQuery(step_min=0, limit=1000), chunk=7))) == 24
+    assert {"score", "tag", "selection"} <= set(store.sample_columns("q", SampleQuery(step_min=0)))
+    assert store.sample_steps("q") == [3, 2, 1, 0]
+    (kl,) = {r["kl"] for r in store.steps("q", ["kl"], step_min=1, step_max=1)}
+    assert kl == 0.01 and store.steps("q", step_min=2, limit=1)[0]["time"].endswith("Z")
+    assert "phase_duration/rollout" in store.metric_keys("q")
+    assert store.ping() and store.run_exists("q") and not store.run_exists("nope")
+    store.close()

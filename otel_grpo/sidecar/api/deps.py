@@ -12,7 +12,8 @@ import secrets
 import threading
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path, Query, Request, Response
+from fastapi import Depends, HTTPException, Path, Query, Request
+from fastapi.responses import JSONResponse
 
 from .._metrics import SidecarMetrics
 from .._settings import SidecarSettings
@@ -74,7 +75,9 @@ def _check_bearer(request: Request, expected: str | None, metrics: SidecarMetric
     if expected is None:
         return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), expected.encode()):
+    # Header values arrive decoded as latin-1 (ASGI): re-encoding them so gives the bytes the client
+    # sent, which for a non-ASCII token are its UTF-8, as the configured token's are.
+    if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode("latin-1"), expected.encode()):
         metrics.rejected.labels("unauthorized").inc()
         raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
@@ -98,10 +101,11 @@ def not_found_run(run_id: str) -> HTTPException:
     return HTTPException(404, f"run {run_id!r} not found")
 
 
-class FastJSON(Response):
-    """JSON without FastAPI's per-field encoding pass: rows are already plain dicts."""
+class FastJSON(JSONResponse):
+    """JSON without FastAPI's per-field encoding pass: rows are already plain dicts.
 
-    media_type = "application/json"
+    A JSONResponse, so the OpenAPI schema shows the route's `response_model` (with a plain
+    Response class FastAPI types the body as a string)."""
 
     def render(self, content) -> bytes:
         return json.dumps(content, separators=(",", ":"), allow_nan=False).encode()

@@ -6,6 +6,7 @@ A gzip bomb is stopped while inflating: each `decompress` call is given
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from typing import AsyncIterable
 
@@ -56,12 +57,23 @@ class _Inflater:
         return bytes(self.out)
 
 
-async def read_body(chunks: AsyncIterable[bytes], encoding: str | None, limit: int) -> tuple[bytes, int]:
+async def read_body(chunks: AsyncIterable[bytes], encoding: str | None, limit: int,
+                    timeout_s: float | None = None) -> tuple[bytes, int]:
     """Read the whole body, inflating `gzip`; returns (decoded bytes, bytes on the wire).
 
     Raises BodyError: 413 past `limit` (counted after decompression), 415 for an
-    unsupported content encoding, 400 for broken gzip.
+    unsupported content encoding, 400 for broken gzip, 408 when the whole body has not
+    arrived within `timeout_s` (a client trickling bytes must not hold the server).
     """
+    if timeout_s is None:
+        return await _read(chunks, encoding, limit)
+    try:
+        return await asyncio.wait_for(_read(chunks, encoding, limit), timeout_s)
+    except asyncio.TimeoutError:
+        raise BodyError(408, "body_timeout", f"request body not received within {timeout_s:g} s") from None
+
+
+async def _read(chunks: AsyncIterable[bytes], encoding: str | None, limit: int) -> tuple[bytes, int]:
     encoding = (encoding or "identity").strip().lower()
     if encoding not in ("identity", "gzip"):
         raise BodyError(415, "unsupported_encoding", f"unsupported Content-Encoding {encoding!r}: use gzip or none")

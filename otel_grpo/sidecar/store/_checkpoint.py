@@ -3,7 +3,7 @@
 With SQLite's default auto-checkpoint, the commit that pushes the WAL past 1,000 pages
 (4 MiB: two or three ingest requests of 512 samples) also copies the WAL into the database
 file and fsyncs it, all inside that request. Profiling put that at over half of the write
-time. Here the writer's auto-checkpoint is raised to a safety valve (`VALVE_PAGES`, only
+time. Here the writer's auto-checkpoint is raised to a safety valve (`VALVE_BYTES`, only
 reached if this thread falls behind) and this thread runs PASSIVE checkpoints, which never
 block the writer or readers, on its own connection; sqlite3 releases the GIL meanwhile, so
 the copy and fsync overlap with the next request's decoding.
@@ -21,8 +21,16 @@ from pathlib import Path
 
 log = logging.getLogger("otel_grpo.sidecar")
 
-VALVE_PAGES = 65536  # 256 MiB of 4 KiB pages: the writer checkpoints itself only past this
+VALVE_BYTES = 256 * 1024 * 1024  # the writer checkpoints itself only past this much WAL
 TRUNCATE_BYTES = 64 * 1024 * 1024  # after a checkpoint, a WAL file larger than this is cut back
+
+
+def valve_pages(conn: sqlite3.Connection) -> int:
+    """`VALVE_BYTES` in the database's pages, for `wal_autocheckpoint` (which counts pages).
+
+    A fixed page count was 256 MiB with 4 KiB pages but 2 GiB with the 32 KiB pages of a new store.
+    """
+    return max(1, VALVE_BYTES // conn.execute("PRAGMA page_size").fetchone()[0])
 
 
 class Checkpointer:

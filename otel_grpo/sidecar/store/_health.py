@@ -22,8 +22,11 @@ LOW_DISK_BYTES = 1024 * 1024  # below this much free space a commit is about to 
 
 
 class WriteHealth:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | None, name: str | None = None) -> None:
         self.path = path
+        """The database file (None for a server database: no local disk to watch)."""
+        self.name = name or str(path)
+        """How the store is named in the log (a PostgreSQL URL without its password)."""
         self.read_only: str | None = None
         """Why the store was opened read-only (None: it was opened for writing)."""
         self.failure: str | None = None
@@ -37,7 +40,7 @@ class WriteHealth:
             count = self.rejected
         if first or count % LOG_EVERY == 0:
             log.error("store %s cannot take writes (%s): ingest answers 503, reads still work; %d request(s) "
-                      "rejected so far (free on its disk: %s)", self.path, exc, count, self.free_text())
+                      "rejected so far (free on its disk: %s)", self.name, exc, count, self.free_text())
         else:
             log.debug("ingest rejected, store not writable: %s", exc)
 
@@ -46,9 +49,11 @@ class WriteHealth:
             return
         with self._lock:
             count, self.failure, self.rejected = self.rejected, None, 0
-        log.warning("store %s takes writes again, after %d rejected ingest request(s)", self.path, count)
+        log.warning("store %s takes writes again, after %d rejected ingest request(s)", self.name, count)
 
     def free_bytes(self) -> int | None:
+        if self.path is None:
+            return None
         try:
             return shutil.disk_usage(self.path.resolve().parent).free
         except OSError:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-# The index SQLite builds for the samples table's UNIQUE (run_id, step, uid) constraint (its
-# first and only one, hence the name); it serves every step filter.
-SAMPLES_STEP_INDEX = "sqlite_autoindex_samples_1"
+from ._dialect import Dialect
+
 SAMPLE_CORE_COLUMNS = ("run_id", "step", "sample_index", "reward", "advantage", "completion_length",
                        "prompt", "completion", "time")
 _SAMPLE_SELECT = "SELECT id, " + ", ".join(SAMPLE_CORE_COLUMNS) + ", data FROM samples"
@@ -44,15 +44,15 @@ class SampleQuery:
     offset: int = 0
 
 
-def _order_sql(column: str | None, desc: bool, params: list) -> str:
+def _order_sql(dialect: Dialect, column: str | None, desc: bool, params: list) -> str:
     d = " DESC" if desc else ""
     if column is None:
         return f"step{d}, sample_index{d}, id{d}"
     if column in SAMPLE_CORE_COLUMNS:
         expr = column
     else:
-        params.append(f'$."{column}"')
-        expr = "json_extract(data, ?)"
+        params.append(dialect.json_key(column))
+        expr = dialect.json_field
     # NULLS LAST both ways; id breaks ties stably. This form still walks (run_id, reward) in order.
     return f"{expr}{d or ' ASC'} NULLS LAST, id{d}"
 
@@ -70,27 +70,38 @@ def _sample_row(row) -> dict:
     return out
 
 
+# An export's ids are held as 8-byte integers while its rows are read in short transactions.
+_ID_CHUNK = 500
+
+
 class Reads:
-    """Mixed into Store: every query runs on the calling thread's read connection."""
+    """Mixed into both stores: every query runs on a connection borrowed from the read pool.
 
-    def reader(self):  # pragma: no cover - provided by Store
-        raise NotImplementedError
+    No read holds a transaction open for longer than one chunk of rows: a long one kept SQLite
+    from recycling its WAL (an export whose client stopped reading took it to 490 MiB).
+    """
 
-    def read_connection(self):  # pragma: no cover - provided by Store
+    dialect: Dialect
+
+    def read(self):  # pragma: no cover - provided by each store
+        """Context manager: a read connection from the pool."""
         raise NotImplementedError
 
     def ping(self) -> bool:
-        return self.reader().execute("SELECT 1").fetchone()[0] == 1
+        with self.read() as conn:
+            return conn.execute("SELECT 1").fetchone()[0] == 1
 
     def runs(self) -> list[dict]:
-        rows = self.reader().execute("""SELECT run_id, service_name, model, host, first_step, last_step,
-            first_seen, last_update, sample_count FROM runs ORDER BY last_update DESC""").fetchall()
+        with self.read() as conn:
+            rows = conn.execute("""SELECT run_id, service_name, model, host, first_step, last_step,
+                first_seen, last_update, sample_count FROM runs ORDER BY last_update DESC""").fetchall()
         return [{"run_id": r[0], "service_name": r[1], "model": r[2], "host": r[3], "first_step": r[4],
                  "last_step": r[5], "first_seen": iso(r[6]), "last_update": iso(r[7]), "sample_count": r[8]}
                 for r in rows]
 
     def run_exists(self, run_id: str) -> bool:
-        return self.reader().execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
+        with self.read() as conn:
+            return conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
 
     def steps_json(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
                    step_max: int | None = None, limit: int = 10000, offset: int = 0) -> bytes:
@@ -101,29 +112,29 @@ class Reads:
         parsed (stat keys cannot collide with them, see RESERVED_STEP_KEYS). Selected columns
         come from the (run_id, key, step) index of step_values.
         """
-        conn = self.reader()
         bounds = (run_id, -(2**63) if step_min is None else step_min, 2**63 - 1 if step_max is None else step_max)
-        time_sql = "strftime('%Y-%m-%dT%H:%M:%fZ', end_time, 'unixepoch')"
         where = "FROM steps WHERE run_id = ? AND step >= ? AND step <= ? ORDER BY step LIMIT ? OFFSET ?"
         head = f'"run_id":{json.dumps(run_id)},"step":'
-        if metrics is None:
-            parts = []
-            for step, when, blob in conn.execute(f"SELECT step, {time_sql}, metrics {where}", (*bounds, limit, offset)):
-                sep = "," if len(blob) > 2 else ""
-                parts.append(f'{blob[:-1]}{sep}{head}{step},"time":{json.dumps(when)}}}')
-            return ("[" + ",".join(parts) + "]").encode()
-        steps = conn.execute(f"SELECT step, {time_sql} {where}", (*bounds, limit, offset)).fetchall()
-        if not steps:
-            return b"[]"
-        index = {m: i for i, m in enumerate(metrics)}
-        grid: dict[int, list] = {step: [None] * len(metrics) for step, _ in steps}
-        values = conn.execute(
-            f"SELECT key, step, value FROM step_values WHERE run_id = ? AND key IN ({','.join('?' * len(metrics))}) "
-            "AND step >= ? AND step <= ?", (run_id, *metrics, steps[0][0], steps[-1][0]))
-        for key, step, value in values:
-            row = grid.get(step)
-            if row is not None:
-                row[index[key]] = value
+        with self.read() as conn:
+            if metrics is None:
+                parts = []
+                for step, when, blob in conn.execute(f"SELECT step, {self.dialect.step_time}, metrics {where}",
+                                                     (*bounds, limit, offset)):
+                    sep = "," if len(blob) > 2 else ""
+                    parts.append(f'{blob[:-1]}{sep}{head}{step},"time":{json.dumps(when)}}}')
+                return ("[" + ",".join(parts) + "]").encode()
+            steps = conn.execute(f"SELECT step, {self.dialect.step_time} {where}", (*bounds, limit, offset)).fetchall()
+            if not steps:
+                return b"[]"
+            index = {m: i for i, m in enumerate(metrics)}
+            grid: dict[int, list] = {step: [None] * len(metrics) for step, _ in steps}
+            values = conn.execute(
+                f"SELECT key, step, value FROM step_values WHERE run_id = ? AND key IN ({','.join('?' * len(metrics))}) "
+                "AND step >= ? AND step <= ?", (run_id, *metrics, steps[0][0], steps[-1][0]))
+            for key, step, value in values:
+                row = grid.get(step)
+                if row is not None:
+                    row[index[key]] = value
         # Written out directly: json.dumps of a thousand small dicts costs more than the queries.
         # Values are finite floats or None (non-finite scalars are stored as None).
         keys = [json.dumps(m) + ":" for m in metrics]
@@ -141,16 +152,18 @@ class Reads:
     def metric_keys(self, run_id: str) -> list[str]:
         """Every scalar key the run's steps carry (from the latest 200 steps, enough to see them all)."""
         keys: set[str] = set()
-        for (blob,) in self.reader().execute(
-                "SELECT metrics FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT 200", (run_id,)):
-            keys.update(json.loads(blob))
+        with self.read() as conn:
+            for (blob,) in conn.execute(
+                    "SELECT metrics FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT 200", (run_id,)):
+                keys.update(json.loads(blob))
         return sorted(keys)
 
     def sample_steps(self, run_id: str, limit: int = 5000) -> list[int]:
         """Steps that have samples, newest first."""
-        rows = self.reader().execute(
-            "SELECT DISTINCT step FROM samples WHERE run_id = ? ORDER BY step DESC LIMIT ?", (run_id, limit))
-        return [r[0] for r in rows]
+        with self.read() as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT step FROM samples WHERE run_id = ? ORDER BY step DESC LIMIT ?", (run_id, limit))
+            return [r[0] for r in rows]
 
     def _sample_ids_sql(self, conn, run_id: str, query: SampleQuery) -> tuple[str, list] | None:
         """The id query of a sample filter (ordered and paged); None when the run has no samples."""
@@ -166,16 +179,17 @@ class Reads:
                 where.append(clause)
                 params.append(value)
         if query.q:
-            where.append("(prompt LIKE ? ESCAPE '\\' OR completion LIKE ? ESCAPE '\\')")
+            like = self.dialect.like
+            where.append(f"(prompt {like} ? ESCAPE '\\' OR completion {like} ? ESCAPE '\\')")
             params += [_like(query.q)] * 2
         order_params: list = []
-        order = _order_sql(query.order_by, query.desc, order_params)
+        order = _order_sql(self.dialect, query.order_by, query.desc, order_params)
         # Two phases: order and page over ids first, so the sorter never carries the long
         # prompt/completion text (they sit last in the row); then fetch the page.
         # A step or a closed step range bounds the rows: filter through the (run, step) index and sort
-        # those. Left alone, the planner may walk the whole run in reward order instead (seconds).
+        # those. Left alone, SQLite's planner may walk the whole run in reward order instead (seconds).
         bounded = step is not None or (query.step_min is not None and query.step_max is not None)
-        hint = f" INDEXED BY {SAMPLES_STEP_INDEX}" if bounded else ""
+        hint = self.dialect.step_index_hint if bounded else ""
         sql = f"SELECT id FROM samples{hint} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
         return sql, [*params, *order_params, query.limit, query.offset]
 
@@ -189,45 +203,41 @@ class Reads:
         return [_sample_row(by_id[i]) for i in ids if i in by_id]
 
     def samples(self, run_id: str, query: SampleQuery) -> list[dict]:
-        conn = self.reader()
-        found = self._sample_ids_sql(conn, run_id, query)
-        if found is None:
-            return []
-        ids = [r[0] for r in conn.execute(*found)]
-        return self._rows_by_id(conn, ids) if ids else []
+        with self.read() as conn:
+            found = self._sample_ids_sql(conn, run_id, query)
+            if found is None:
+                return []
+            ids = [r[0] for r in conn.execute(*found)]
+            return self._rows_by_id(conn, ids) if ids else []
 
-    def iter_samples(self, run_id: str, query: SampleQuery, chunk: int = 500) -> Iterator[dict]:
+    def iter_samples(self, run_id: str, query: SampleQuery, chunk: int = _ID_CHUNK) -> Iterator[dict]:
         """`samples` as a generator holding `chunk` rows at a time (for exports of any size).
 
-        It reads on a connection of its own, in one read transaction (one consistent snapshot),
-        because a streamed response pulls the next rows from whichever thread is free.
+        The ids of the matching rows, ordered and paged, are read first in one statement and
+        kept as 8-byte integers (8 MB at the one-million-row export limit); then each chunk of
+        rows is read on a connection borrowed for that chunk alone, and given back before the
+        rows are yielded. A client that stops reading thus holds no connection, no transaction
+        and no more than one chunk. Rows deleted meanwhile (retention) are left out.
         """
-        conn = self.read_connection()
-        try:
-            conn.execute("BEGIN")
+        with self.read() as conn:
             found = self._sample_ids_sql(conn, run_id, query)
             if found is None:
                 return
-            cursor = conn.execute(*found)
-            while ids := [r[0] for r in cursor.fetchmany(chunk)]:
-                yield from self._rows_by_id(conn, ids)
-        finally:
-            conn.close()
+            ids = array("q", (r[0] for r in conn.execute(*found)))
+        for i in range(0, len(ids), chunk):
+            with self.read() as conn:
+                rows = self._rows_by_id(conn, ids[i:i + chunk].tolist())
+            yield from rows
 
     def sample_columns(self, run_id: str, query: SampleQuery) -> list[str]:
         """Every column the rows of `query` can have: the core ones, then the keys of their data."""
-        conn = self.read_connection()
-        try:
-            conn.execute("BEGIN")
+        with self.read() as conn:
             found = self._sample_ids_sql(conn, run_id, query)
             if found is None:
                 return list(SAMPLE_CORE_COLUMNS)
             sql, params = found
-            keys = conn.execute(f"SELECT DISTINCT j.key FROM samples, json_each(samples.data) AS j "
-                                f"WHERE samples.id IN ({sql})", params)
+            keys = conn.execute(self.dialect.data_keys.format(ids=sql), params)
             return list(dict.fromkeys([*SAMPLE_CORE_COLUMNS, *(k for (k,) in keys)]))
-        finally:
-            conn.close()
 
     def alerts(self, run_id: str | None = None, status: str | None = None, limit: int = 1000) -> list[dict]:
         where, params = [], []
@@ -242,7 +252,8 @@ class Reads:
         sql = ("SELECT fingerprint, status, alertname, run_id, labels, annotations, starts_at, ends_at, "
                "generator_url, received_at FROM alerts" + (" WHERE " + " AND ".join(where) if where else "")
                + " ORDER BY starts_at DESC LIMIT ?")
-        rows = self.reader().execute(sql, [*params, limit]).fetchall()
+        with self.read() as conn:
+            rows = conn.execute(sql, [*params, limit]).fetchall()
         return [{"fingerprint": r[0], "status": r[1], "alertname": r[2], "run_id": r[3],
                  "labels": json.loads(r[4]), "annotations": json.loads(r[5]), "starts_at": r[6],
                  "ends_at": r[7], "generator_url": r[8], "received_at": iso(r[9])} for r in rows]

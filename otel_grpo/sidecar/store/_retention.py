@@ -1,40 +1,39 @@
-"""Retention: by number of runs, steps per run, and age. Runs inside the writer's transaction."""
+"""Retention: by number of runs, steps per run, and age. Runs inside the writer's transaction,
+on either store (the statements are written for both)."""
 
 from __future__ import annotations
-
-import sqlite3
 
 _ORPHAN_PHASE_S = 3600.0  # a phase whose step span never came is kept this long, then dropped
 
 
-def _delete_run(conn: sqlite3.Connection, run_id: str, counts: dict[str, int]) -> None:
+def _delete_run(conn, run_id: str, counts: dict[str, int]) -> None:
     for table in ("samples", "steps", "step_values", "step_spans", "phases", "runs"):
         counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,)).rowcount
 
 
-def _delete_before(conn: sqlite3.Connection, run_id: str, step: int, counts: dict[str, int]) -> None:
+def _delete_before(conn, run_id: str, step: int, counts: dict[str, int]) -> None:
     for table in ("samples", "steps", "step_values", "step_spans", "phases"):
         counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ? AND step < ?", (run_id, step)).rowcount
 
 
-def _refresh_run(conn: sqlite3.Connection, run_id: str) -> None:
+def _refresh_run(conn, run_id: str) -> None:
     """Recount a run's step range and sample count after deletions."""
     conn.execute("""
         UPDATE runs SET
-            first_step = (SELECT min(s) FROM (SELECT min(step) AS s FROM steps WHERE run_id = ?1
-                                              UNION ALL SELECT min(step) FROM samples WHERE run_id = ?1)),
-            last_step = (SELECT max(s) FROM (SELECT max(step) AS s FROM steps WHERE run_id = ?1
-                                             UNION ALL SELECT max(step) FROM samples WHERE run_id = ?1)),
-            sample_count = (SELECT count(*) FROM samples WHERE run_id = ?1)
-        WHERE run_id = ?1""", (run_id,))
+            first_step = (SELECT min(s) FROM (SELECT min(step) AS s FROM steps WHERE run_id = ?
+                                              UNION ALL SELECT min(step) FROM samples WHERE run_id = ?) AS u),
+            last_step = (SELECT max(s) FROM (SELECT max(step) AS s FROM steps WHERE run_id = ?
+                                             UNION ALL SELECT max(step) FROM samples WHERE run_id = ?) AS u),
+            sample_count = (SELECT count(*) FROM samples WHERE run_id = ?)
+        WHERE run_id = ?""", (run_id,) * 6)
 
 
-def apply(conn: sqlite3.Connection, max_runs: int | None, max_steps: int | None,
+def apply(conn, max_runs: int | None, max_steps: int | None,
           max_age_s: float | None, now: float) -> dict[str, int]:
     counts = dict.fromkeys(("samples", "steps", "step_values", "step_spans", "phases", "runs", "alerts"), 0)
     if max_runs is not None:
-        old = conn.execute("SELECT run_id FROM runs ORDER BY last_update DESC LIMIT -1 OFFSET ?", (max_runs,)).fetchall()
-        for (run_id,) in old:
+        ranked = conn.execute("SELECT run_id FROM runs ORDER BY last_update DESC, run_id").fetchall()
+        for (run_id,) in ranked[max_runs:]:
             _delete_run(conn, run_id, counts)
     touched: set[str] = set()
     if max_age_s is not None:
@@ -55,9 +54,9 @@ def apply(conn: sqlite3.Connection, max_runs: int | None, max_steps: int | None,
     if max_steps is not None:
         for (run_id,) in conn.execute("SELECT run_id FROM runs").fetchall():
             row = conn.execute("""
-                SELECT step FROM (SELECT step FROM steps WHERE run_id = ?1
-                                  UNION SELECT DISTINCT step FROM samples WHERE run_id = ?1)
-                ORDER BY step DESC LIMIT 1 OFFSET ?2""", (run_id, max_steps - 1)).fetchone()
+                SELECT step FROM (SELECT step FROM steps WHERE run_id = ?
+                                  UNION SELECT DISTINCT step FROM samples WHERE run_id = ?) AS u
+                ORDER BY step DESC LIMIT 1 OFFSET ?""", (run_id, run_id, max_steps - 1)).fetchone()
             if row is not None:
                 before = dict(counts)
                 _delete_before(conn, run_id, row[0], counts)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -11,6 +9,7 @@ from ..._workers import WorkerLost
 from ...otlp import PROTOBUF, BodyError, DecodeError, decode_request, encode_response, encode_status, extract, read_body
 from ...otlp._decode import media_type
 from ...otlp._status import INVALID_ARGUMENT, UNAVAILABLE
+from ...store import UNAVAILABLE_ERRORS
 from ..deps import GateDep, MetricsDep, SettingsDep, StoreDep, require_ingest
 
 router = APIRouter(tags=["ingest"])
@@ -29,6 +28,7 @@ _RESPONSES = {
     200: {"description": "Stored and committed; `partialSuccess` lists spans that were rejected.",
           "content": {"application/x-protobuf": {}, "application/json": {}}},
     400: {"description": "Malformed body: a google.rpc.Status in the request's encoding."},
+    408: {"description": "The body did not arrive within `body_timeout_s`."},
     401: {"description": "Missing or wrong bearer token."},
     413: {"description": "Body larger than `max_body_bytes` after decompression."},
     415: {"description": "Content-Type other than application/x-protobuf or application/json, "
@@ -62,11 +62,25 @@ async def export_traces(request: Request, store: StoreDep, settings: SettingsDep
     if length.isdigit() and int(length) > settings.max_body_bytes:
         metrics.rejected.labels("too_large").inc()  # refused before reading a byte
         return _error(media, 413, INVALID_ARGUMENT, f"request body exceeds the limit of {settings.max_body_bytes} bytes")
+    # The body is read, within a deadline, before a slot is taken: four clients trickling bytes
+    # once held every slot, and every other exporter got 503 while /readyz said 200. Bodies being
+    # read have their own, larger bound, which bounds the memory they hold.
+    readers = request.app.state.body_gate
+    if not readers.try_acquire():
+        metrics.rejected.labels("overloaded").inc()
+        return _error(media, 503, UNAVAILABLE, "too many request bodies in flight", settings.retry_after_s)
+    try:
+        body, wire = await read_body(request.stream(), request.headers.get("content-encoding"),
+                                     settings.max_body_bytes, settings.body_timeout_s)
+    except BodyError as exc:
+        metrics.rejected.labels(exc.reason).inc()
+        return _error(media, exc.status, INVALID_ARGUMENT, exc.message)
+    finally:
+        readers.release()
     if not gate.try_acquire():
         metrics.rejected.labels("overloaded").inc()
         return _error(media, 503, UNAVAILABLE, "ingest is at capacity", settings.retry_after_s)
     try:
-        body, wire = await read_body(request.stream(), request.headers.get("content-encoding"), settings.max_body_bytes)
         pool = request.app.state.pool
         if pool is None:
             spans, rejected, errors, inserted = await run_in_threadpool(_decode_and_store, store, body, media)
@@ -74,14 +88,11 @@ async def export_traces(request: Request, store: StoreDep, settings: SettingsDep
             done = await pool.ingest(media, body)  # committed by a worker process
             spans, rejected, errors, inserted = done.spans, done.rejected, done.errors, done.inserted
             store.wake_checkpointer()
-    except BodyError as exc:
-        metrics.rejected.labels(exc.reason).inc()
-        return _error(media, exc.status, INVALID_ARGUMENT, exc.message)
     except DecodeError as exc:
         metrics.rejected.labels("malformed").inc()
         return _error(media, 400, INVALID_ARGUMENT, str(exc))
-    except sqlite3.OperationalError as exc:
-        # Locked or full database: transient from the client's side, so retryable (503).
+    except UNAVAILABLE_ERRORS as exc:
+        # Locked, full or unreachable database: transient from the client's side, so retryable (503).
         metrics.rejected.labels("store_unavailable").inc()
         store.health.failed(exc)
         return _error(media, 503, UNAVAILABLE, f"store unavailable: {exc}", settings.retry_after_s)

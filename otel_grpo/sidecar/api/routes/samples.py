@@ -61,17 +61,18 @@ def list_samples(run_id: RunId, store: StoreDep, query: QueryDep) -> FastJSON:
     return FastJSON(_rows(store, run_id, query, 10_000))
 
 
-# OWASP "CSV injection": a spreadsheet runs a cell that starts with one of these as a formula.
-# Such a text cell (header cells included) is written with a leading ' so it shows as text;
-# numbers are written as numbers (a negative reward stays -1.5).
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# OWASP "CSV injection": a spreadsheet runs a cell that starts with one of these as a formula,
+# also after leading blanks or line breaks, and in their full-width forms (＝＋－＠), which
+# spreadsheets in East Asian locales normalise. Such a text cell (header cells included) is
+# written with a leading ' so it shows as text; numbers stay numbers (a reward stays -1.5).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 
 
 def csv_cell(value) -> object:
     """One CSV cell: JSON for lists and objects, formula-looking text neutralised."""
     if isinstance(value, (list, dict)):
         value = json.dumps(value)
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
+    if isinstance(value, str) and (value.startswith(_FORMULA_START) or value.lstrip().startswith(_FORMULA_START)):
         return "'" + value
     return value
 
@@ -123,7 +124,8 @@ def _jsonl_lines(store, run_id: str, query: SampleQuery) -> Iterator[bytes]:
 @router.get("/samples.csv", response_class=StreamingResponse, responses={**_404, 200: {"content": {"text/csv": {}}}})
 def export_csv(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingResponse:
     """The same rows as CSV; the header is the union of all columns. Text cells that a spreadsheet
-    would take for a formula (`=`, `+`, `-`, `@`, tab, CR first) get a leading `'`."""
+    would take for a formula (`=`, `+`, `-`, `@`, tab, CR first, after any blanks or line breaks,
+    full-width forms included) get a leading `'`."""
     _checked(store, run_id, query)
     return StreamingResponse(_batched(_csv_lines(store, run_id, query)), media_type="text/csv; charset=utf-8",
                              headers={"Content-Disposition": 'attachment; filename="samples.csv"'})

@@ -1,0 +1,190 @@
+"""`otel-grpo replay OUTPUT_DIR`: send a run's spill (step scalars and samples) to the sidecar again.
+
+The telemetry layer spills every step it emits (`steps.jsonl`) and every selected sample
+(`samples/step_<n>.jsonl`) before exporting them. When the sidecar or the collector was down,
+or a process died with spans still queued, the store lacks some of them; this command sends
+the whole spill again, as OTLP/HTTP spans of the same contract the trainer's exporter sends
+(a `grpo.step` span per step, `grpo.sample` events on a `grpo.samples` span). Replaying is
+idempotent: the sidecar keeps samples unique on (run, step, sample index) and merges step
+scalars, so what it already had is left as it was, and replaying twice changes nothing.
+Phase durations travel as the step's `phase_duration/<name>` scalars, the sums the sidecar
+computes from phase spans, so they never add up twice.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterator, NoReturn, Optional
+
+import typer
+
+from ._app import app
+
+_REQUEST_BYTES = 4 * 1024 * 1024  # a request is sent once its body passes this (the sidecar takes 64 MiB)
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how the spill writes them (JSON has none)
+_TEXT = frozenset(("prompt", "completion"))
+
+
+@app.command()
+def replay(
+    output_dir: Path = typer.Argument(..., help="The run's output directory: the one holding steps.jsonl and samples/."),
+    endpoint: str = typer.Option("http://127.0.0.1:8000", envvar="OTEL_GRPO_REPLAY_ENDPOINT",
+                                 help="Sidecar (or OTel Collector OTLP/HTTP) base URL; spans go to <endpoint>/v1/traces."),
+    token: Optional[str] = typer.Option(None, envvar="OTEL_GRPO_SIDECAR_TOKEN",
+                                        help="Bearer token of the sidecar's ingest."),
+    retries: int = typer.Option(5, min=0, help="Retries of a request answered 429/5xx or not answered at all."),
+    timeout_s: float = typer.Option(30.0, min=0.1, help="Seconds to wait for each answer."),
+) -> None:
+    """Send a run's spill to the sidecar again; what it already stored stays as it is."""
+    from otel_grpo.telemetry._spill import read_samples, read_steps
+
+    if not output_dir.is_dir():
+        _fail(f"{output_dir} is not a directory")
+    steps, samples = read_steps(output_dir), read_samples(output_dir)
+    if not steps and not samples:
+        _fail(f"{output_dir} holds no spill (steps*.jsonl, samples/step_*.jsonl)")
+    url = endpoint.rstrip("/") + "/v1/traces"
+    headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    sent_steps = sent_samples = 0
+    for body, n_steps, n_samples in _requests(steps, samples):
+        _post(url, gzip.compress(body, 5), headers, retries, timeout_s)
+        sent_steps, sent_samples = sent_steps + n_steps, sent_samples + n_samples
+    typer.echo(f"replayed {sent_steps} step(s) and {sent_samples} sample(s) from {output_dir} to {url}")
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def _requests(steps: list[dict], samples: list[dict]) -> Iterator[tuple[bytes, int, int]]:
+    """Serialized ExportTraceServiceRequests of about `_REQUEST_BYTES`, whole steps each."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    by_step: dict[tuple[str, int], dict[str, Any]] = defaultdict(lambda: {"line": None, "samples": []})
+    for line in steps:
+        key = _key(line)
+        if key is not None:
+            by_step[key]["line"] = _merged(by_step[key]["line"], line)
+    for row in samples:
+        key = _key(row)
+        if key is not None:
+            by_step[key]["samples"].append(row)
+    request, size, n_steps, n_samples = ExportTraceServiceRequest(), 0, 0, 0
+    runs: dict[str, Any] = {}
+    for (run_id, step), entry in sorted(by_step.items()):
+        if run_id not in runs:
+            runs[run_id] = _resource_spans(request, run_id)
+        spans = runs[run_id]
+        end_ns = (entry["line"] or {}).get("end_ns") or time.time_ns()
+        if entry["line"] is not None:
+            size += _step_span(spans.add(), run_id, step, entry["line"], end_ns).ByteSize()
+            n_steps += 1
+        if entry["samples"]:
+            size += _samples_span(spans.add(), run_id, step, entry["samples"], end_ns).ByteSize()
+            n_samples += len(entry["samples"])
+        if size >= _REQUEST_BYTES:
+            yield request.SerializeToString(), n_steps, n_samples
+            request, size, n_steps, n_samples, runs = ExportTraceServiceRequest(), 0, 0, 0, {}
+    if size:
+        yield request.SerializeToString(), n_steps, n_samples
+
+
+def _key(row: dict) -> tuple[str, int] | None:
+    run_id, step = row.get("run_id"), row.get("step")
+    if not isinstance(run_id, str) or not run_id or type(step) is not int:
+        return None
+    return run_id, step
+
+
+def _merged(earlier: dict | None, line: dict) -> dict:
+    """Several step spans of one step: later scalars win, phase durations add up (as the sidecar does)."""
+    if earlier is None:
+        return {**line, "metrics": dict(line.get("metrics") or {}), "phases": dict(line.get("phases") or {})}
+    earlier["metrics"].update(line.get("metrics") or {})
+    for name, seconds in (line.get("phases") or {}).items():
+        earlier["phases"][name] = earlier["phases"].get(name, 0.0) + seconds
+    earlier["start_ns"] = earlier.get("start_ns") or line.get("start_ns")
+    earlier["end_ns"] = line.get("end_ns") or earlier.get("end_ns")
+    return earlier
+
+
+def _resource_spans(request, run_id: str):
+    rs = request.resource_spans.add()
+    _set(rs.resource.attributes.add(), "grpo.run_id", run_id)
+    scope = rs.scope_spans.add()
+    scope.scope.name = "otel_grpo.replay"
+    return scope.spans
+
+
+def _new_span(span, name: str, run_id: str, step: int, start_ns: int, end_ns: int):
+    span.trace_id, span.span_id = os.urandom(16), os.urandom(8)
+    span.name, span.start_time_unix_nano, span.end_time_unix_nano = name, start_ns, end_ns
+    _set(span.attributes.add(), "grpo.run_id", run_id)
+    _set(span.attributes.add(), "grpo.step", step)
+    return span
+
+
+def _step_span(span, run_id: str, step: int, line: dict, end_ns: int):
+    _new_span(span, "grpo.step", run_id, step, line.get("start_ns") or end_ns, end_ns)
+    scalars = {**(line.get("metrics") or {}),
+               **{f"phase_duration/{name}": s for name, s in (line.get("phases") or {}).items()}}
+    for key, value in scalars.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            _set(span.attributes.add(), "grpo.metric." + key, float(value))
+    return span
+
+
+def _samples_span(span, run_id: str, step: int, rows: list[dict], time_ns: int):
+    _new_span(span, "grpo.samples", run_id, step, time_ns, time_ns)
+    for row in rows:
+        event = span.events.add()
+        event.name, event.time_unix_nano = "grpo.sample", time_ns
+        for key, value in row.items():
+            if key in ("run_id", "step") or value is None:
+                continue
+            if key not in _TEXT and isinstance(value, str) and value in _NON_FINITE:
+                value = _NON_FINITE[value]
+            _set(event.attributes.add(), key, value)
+    return span
+
+
+def _set(kv, key: str, value: Any) -> None:
+    kv.key = key
+    if isinstance(value, bool):
+        kv.value.bool_value = value
+    elif isinstance(value, int) and -(2**63) <= value < 2**63:
+        kv.value.int_value = value
+    elif isinstance(value, float):
+        kv.value.double_value = value
+    elif isinstance(value, str):
+        kv.value.string_value = value
+    else:  # lists and objects: as the JSON the spill holds
+        kv.value.string_value = json.dumps(value, ensure_ascii=False)
+
+
+def _post(url: str, body: bytes, headers: dict[str, str], retries: int, timeout_s: float) -> None:
+    import requests
+
+    for attempt in range(retries + 1):
+        try:
+            r = requests.post(url, data=body, headers=headers, timeout=timeout_s)
+        except requests.RequestException as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        else:
+            if r.status_code == 200:
+                return
+            problem = f"HTTP {r.status_code}: {r.text[:200]}"
+            if r.status_code not in (408, 429) and r.status_code < 500:
+                _fail(f"{url} refused the replay ({problem})")
+        if attempt < retries:
+            time.sleep(min(2.0 ** attempt, 30.0))
+    _fail(f"{url} did not take the replay after {retries + 1} attempt(s) ({problem})")

@@ -1,0 +1,50 @@
+"""The few SQL fragments that differ between SQLite and PostgreSQL; everything else is shared.
+
+Shared statements are written with `?` placeholders (SQLite's); the PostgreSQL connection
+rewrites them (see _postgres). A statement that cannot be written once for both goes here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    name: str
+    step_time: str
+    """ISO-8601 UTC text of `end_time` (epoch seconds), millisecond precision, `Z`-suffixed."""
+    json_field: str
+    """A dynamic sample column: the value at key `?` of the `data` JSON text, typed for ordering."""
+    like: str
+    """The case-insensitive substring operator (SQLite's LIKE already is, for ASCII)."""
+    step_index_hint: str
+    """Forces the (run_id, step, uid) index for step-bounded sample queries (see _queries)."""
+    data_keys: str
+    """Distinct keys of the `data` JSON of the samples whose ids the subquery `{ids}` selects."""
+
+    def json_key(self, column: str) -> str:
+        """The bound parameter that addresses `column` in `json_field`."""
+        # SQLite takes a path: the quoted form works for any key without `"` (COLUMN_RE).
+        return f'$."{column}"' if self.name == "sqlite" else column
+
+
+SQLITE = Dialect(
+    name="sqlite",
+    step_time="strftime('%Y-%m-%dT%H:%M:%fZ', end_time, 'unixepoch')",
+    json_field="json_extract(data, ?)",
+    like="LIKE",
+    # The index SQLite builds for the UNIQUE (run_id, step, uid) constraint (its first and only one).
+    step_index_hint=" INDEXED BY sqlite_autoindex_samples_1",
+    data_keys="SELECT DISTINCT j.key FROM samples, json_each(samples.data) AS j WHERE samples.id IN ({ids})",
+)
+
+POSTGRES = Dialect(
+    name="postgresql",
+    step_time="to_char(to_timestamp(end_time) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+    # jsonb orders numbers as numbers and strings as strings, as json_extract's values sort in SQLite.
+    json_field="(data::jsonb -> ?)",
+    like="ILIKE",
+    step_index_hint="",  # PostgreSQL's planner picks the (run_id, step, uid) index by itself
+    data_keys="SELECT DISTINCT jsonb_object_keys(data::jsonb) FROM samples WHERE id IN ({ids})",
+)

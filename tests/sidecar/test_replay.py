@@ -1,0 +1,134 @@
+"""Nothing lost end to end: whatever happens to the sidecar, the telemetry process or the trainer,
+`otel-grpo replay OUTPUT_DIR` afterwards leaves every spilled step and sample in the store exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+from otel_grpo.telemetry._spill import read_samples, read_steps
+from tests._support.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _settings(url: str, out: Path, run_id: str, **extra) -> TelemetrySettings:
+    return TelemetrySettings(run_id=run_id, output_dir=out, otlp_protocol="http/protobuf",
+                             otlp_traces_endpoint=f"{url}/v1/traces", metrics_exporters=["none"],
+                             traces_exporters=["otlp"], top_k=2, bottom_k=2, random_k=1, shutdown_timeout_s=5, **extra)
+
+
+def _step(tel: Telemetry, step: int) -> None:
+    with tel.step(step) as s:
+        with s.phase("rollout"):
+            pass
+        s.record({"kl": 0.01 * step, "reward": 0.5 + step})
+        s.samples([{"prompt": f"{step}-{i}", "completion": "x" * i, "reward": (i * 7 % 16) / 16} for i in range(8)])
+
+
+def _replay(url: str, out: Path) -> str:
+    result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "replay", str(out), "--endpoint", url],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _stored(url: str, run_id: str) -> tuple[list[int], list[tuple[int, int]], int]:
+    steps = [r["step"] for r in httpx.get(f"{url}/api/runs/{run_id}/steps", params={"limit": 10000}).json()]
+    rows = httpx.get(f"{url}/api/runs/{run_id}/samples", params={"step_min": 0, "limit": 10000}).json()
+    count = httpx.get(f"{url}/api/runs/{run_id}").json()["sample_count"]
+    return steps, [(r["step"], r["sample_index"]) for r in rows], count
+
+
+def _assert_exactly_the_spill(url: str, out: Path, run_id: str) -> None:
+    spilled_steps = {line["step"] for line in read_steps(out)}
+    spilled_samples = {(r["step"], r["sample_index"]) for r in read_samples(out)}
+    assert spilled_steps and len(spilled_samples) == len(read_samples(out))
+    steps, samples, count = _stored(url, run_id)
+    assert sorted(steps) == sorted(spilled_steps)  # each step once, none missing
+    assert sorted(samples) == sorted(spilled_samples) and count == len(spilled_samples)
+    kl = {r["step"]: r["kl"] for r in httpx.get(f"{url}/api/runs/{run_id}/steps", params={"metrics": "kl"}).json()}
+    assert all(kl[s] == pytest.approx(0.01 * s) for s in spilled_steps)
+
+
+def test_replay_after_the_sidecar_was_down_mid_run(sidecar_factory, db, tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    sidecar = sidecar_factory(db=db)
+    out = tmp_path / "run"
+    tel = Telemetry(_settings(sidecar.url, out, "outage"))
+    for step in range(10):
+        _step(tel, step)
+    assert tel.flush(30)
+    sidecar.kill()  # down: the exporter's requests fail from here on
+    for step in range(10, 30):
+        _step(tel, step)
+    tel.flush(3)
+    sidecar.proc = None
+    sidecar.start()  # back, on the same port and database
+    for step in range(30, 40):
+        _step(tel, step)
+    tel.shutdown()
+    steps, _, _ = _stored(sidecar.url, "outage")
+    assert len(steps) < 40  # the outage lost steps: the replay has work to do
+    assert "replayed 40 step(s) and 200 sample(s)" in _replay(sidecar.url, out)
+    _assert_exactly_the_spill(sidecar.url, out, "outage")
+    _replay(sidecar.url, out)  # a second replay changes nothing
+    _assert_exactly_the_spill(sidecar.url, out, "outage")
+
+
+def test_replay_after_the_telemetry_process_was_killed(sidecar_factory, tmp_path):
+    sidecar = sidecar_factory()
+    out = tmp_path / "run"
+    tel = Telemetry(_settings(sidecar.url, out, "child", emit_in="process"))
+    for step in range(10):
+        _step(tel, step)
+    os.kill(tel._emitter.pid, signal.SIGKILL)  # spans it had not exported yet are gone with it
+    wait_for(lambda: tel._emitter.pid is None, "this process to take over", timeout=30)
+    for step in range(10, 20):
+        _step(tel, step)
+    tel.shutdown()
+    _replay(sidecar.url, out)
+    _assert_exactly_the_spill(sidecar.url, out, "child")
+
+
+TRAINER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from otel_grpo.telemetry import Telemetry, TelemetrySettings
+    url, out = sys.argv[1], Path(sys.argv[2])
+    tel = Telemetry(TelemetrySettings(run_id="killed", output_dir=out, otlp_protocol="http/protobuf",
+                                      otlp_traces_endpoint=url + "/v1/traces", metrics_exporters=["none"],
+                                      traces_exporters=["otlp"], top_k=2, bottom_k=2, random_k=1))
+    for step in range(100000):
+        with tel.step(step) as s:
+            s.record({"kl": 0.01 * step})
+            s.samples([{"prompt": f"{step}-{i}", "completion": "c", "reward": i / 8} for i in range(8)])
+        time.sleep(0.01)
+""")
+
+
+def test_replay_after_the_trainer_was_killed(sidecar_factory, tmp_path):
+    sidecar = sidecar_factory()
+    out = tmp_path / "run"
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, sidecar.url, str(out)], cwd=ROOT,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        wait_for(lambda: len(read_steps(out)) >= 30, "the trainer to spill 30 steps", timeout=120)
+    finally:
+        trainer.send_signal(signal.SIGKILL)  # no shutdown: the spans in its export queue are lost
+        trainer.wait()
+    _replay(sidecar.url, out)
+    _assert_exactly_the_spill(sidecar.url, out, "killed")
+    lines = (out / "steps.jsonl").read_text().splitlines()
+    assert all(json.loads(line)["run_id"] == "killed" for line in lines)  # whole lines only
