@@ -45,6 +45,32 @@ class Route:
     """Batch recording, for histogram signals."""
 
 
+class GaugeClock:
+    """Which gauge values are current: those recorded at the latest step that recorded any gauge.
+
+    A value missing at that step (a TRL reward function that returned None for a whole
+    step) is left out of collections instead of serving its old value as current. Every
+    value is stamped with the record it came in; several records of one step (an eval or
+    summary log at the step of a logged step) all stay current; a record without gauges
+    (phases only) makes nothing stale. Out-of-step values (the end-of-run marker) are
+    current with the latest step's.
+    """
+
+    __slots__ = ("stamp", "current", "step", "recorded")
+
+    def __init__(self) -> None:
+        self.stamp = 0  # the record being recorded
+        self.current = 0  # values stamped before this are stale
+        self.step: int | None = None  # the latest step that recorded a gauge
+        self.recorded = False  # the record being recorded set a gauge
+
+    def end_record(self, step: int) -> None:
+        if self.recorded and step != self.step:
+            self.step, self.current = step, self.stamp
+        self.recorded = False
+        self.stamp += 1
+
+
 class LatestValueGauge:
     """A gauge whose last value per attribute set is read by the SDK at collection time.
 
@@ -53,11 +79,13 @@ class LatestValueGauge:
     gauges, about 0.6 ms of emitter time a step, GIL time a Python-bound training loop
     waits for. Here a step costs one dict store per value, and the SDK builds the data
     points once per collection (a scrape or an export interval) through the public
-    observable-gauge API. Exported values are the same: the last value of each series.
+    observable-gauge API. Exported values are the last value of each series that is
+    current by `clock` (a series not recorded at the latest step has no data point).
     """
 
-    def __init__(self, meter: Meter, name: str, unit: str, description: str) -> None:
-        self._last: dict[frozenset, tuple[float, Mapping[str, Any]]] = {}
+    def __init__(self, meter: Meter, name: str, unit: str, description: str, clock: GaugeClock) -> None:
+        self._clock = clock
+        self._last: dict[frozenset, tuple[float, Mapping[str, Any], int]] = {}
         # attribute dicts seen -> their series key: routes pass the same dict every step
         self._keys: dict[int, tuple[Mapping[str, Any], frozenset]] = {}
         meter.create_observable_gauge(name, [self._observe], unit=unit, description=description)
@@ -66,10 +94,11 @@ class LatestValueGauge:
         known = self._keys.get(id(attributes))
         if known is None or known[0] is not attributes:
             known = self._keys[id(attributes)] = (attributes, frozenset(attributes.items()))
-        self._last[known[1]] = (value, attributes)
+        self._last[known[1]] = (value, attributes, self._clock.stamp)
 
     def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(v, dict(a)) for v, a in list(self._last.values())]
+        current = self._clock.current
+        return [Observation(v, dict(a)) for v, a, stamp in list(self._last.values()) if stamp >= current]
 
 
 class Instruments:
@@ -82,6 +111,7 @@ class Instruments:
         self._routes: dict[str, Route | None] = {}
         self._warned: set[str] = set()
         self._histograms: dict[str, HistogramRecorder] = {}
+        self._clock = GaugeClock()
         self._steps = self._instrument(get("steps"))
         self._skipped = self._instrument(get("skipped_steps"))
         self._nonfinite = self._instrument(get("nonfinite"))
@@ -108,7 +138,7 @@ class Instruments:
             )
             self._histograms[name] = HistogramRecorder(histogram)
             return histogram
-        return LatestValueGauge(meter, name, unit, desc)
+        return LatestValueGauge(meter, name, unit, desc, self._clock)
 
     def _route_for(self, signal: Signal, labels: Mapping[str, str]) -> Route:
         instrument = self._instrument(signal)
@@ -174,6 +204,8 @@ class Instruments:
                 self._warn_once(route.stat_key, "counter %r got a negative value; dropped", route.stat_key)
                 continue
             route.record(value, route.attributes)
+            if route.kind is Kind.GAUGE:
+                self._clock.recorded = True
             finite[route.stat_key] = value
             per_step = self._per_step.get(route.stat_key)
             if per_step is not None:
@@ -211,3 +243,4 @@ class Instruments:
         if skipped:
             self._skipped.add(1, self._base)
         self._step_route.record(float(last_step), self._step_route.attributes)
+        self._clock.end_record(last_step)  # the end of a step's record (count_steps comes last)
