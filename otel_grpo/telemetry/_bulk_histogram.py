@@ -16,7 +16,10 @@ and advantages are signed and OTLP histograms allow them.
 This reaches into `opentelemetry.sdk.metrics._internal`, checked once per
 instrument. Where it is not as expected (an SDK whose internals moved, a meter
 provider that is not the SDK's), values go through `record` one by one, and
-negative values are dropped and counted. Exemplars are not sampled on the fast
+negative values are dropped and counted. The internals are those of SDK 1.45
+(1.44 and older lack them, so the fast path would be lost): pyproject.toml pins
+that minor, and tests/telemetry/test_bulk_histogram.py fails if the installed SDK
+makes this fall back. Exemplars are not sampled on the fast
 path: a per-sample reward carries no trace context worth linking.
 """
 
