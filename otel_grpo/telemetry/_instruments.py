@@ -74,13 +74,14 @@ class GaugeClock:
 class LatestValueGauge:
     """A gauge whose last value per attribute set is read by the SDK at collection time.
 
-    Why not the SDK's synchronous gauge: its `set()` costs ~10 us (a `Measurement`,
-    attribute cleaning and hashing, three layers of consumers) and a step sets ~60
-    gauges, about 0.6 ms of emitter time a step, GIL time a Python-bound training loop
-    waits for. Here a step costs one dict store per value, and the SDK builds the data
-    points once per collection (a scrape or an export interval) through the public
-    observable-gauge API. Exported values are the last value of each series that is
-    current by `clock` (a series not recorded at the latest step has no data point).
+    Why not the SDK's synchronous gauge: each `set()` builds a `Measurement`, cleans and
+    hashes the attributes and goes through three layers of consumers, and a step sets
+    dozens of gauges: emitter time, GIL time a Python-bound training loop waits for (the
+    figures: benchmarks/README.md, costs). Here a step costs one dict store per value, and
+    the SDK builds the data points once per collection (a scrape or an export interval)
+    through the public observable-gauge API. Exported values are the last value of each
+    series that is current by `clock` (a series not recorded at the latest step has no
+    data point).
     """
 
     def __init__(self, meter: Meter, name: str, unit: str, description: str, clock: GaugeClock) -> None:

@@ -55,7 +55,7 @@ class SampleSpill:
     def _append(self, path: Path, text: str) -> None:
         try:
             fh = path.open("a", encoding="utf-8")
-        except FileNotFoundError:  # first write, or the directory was removed: a mkdir only then (~1 ms here)
+        except FileNotFoundError:  # first write, or the directory was removed: a mkdir only then, not every step
             self.directory.mkdir(parents=True, exist_ok=True)
             fh = path.open("a", encoding="utf-8")
         with fh:
