@@ -51,9 +51,9 @@ class GaugeClock:
     A value missing at that step (a TRL reward function that returned None for a whole
     step) is left out of collections instead of serving its old value as current. Every
     value is stamped with the record it came in; several records of one step (an eval or
-    summary log at the step of a logged step) all stay current; a record without gauges
-    (phases only) makes nothing stale. Out-of-step values (the end-of-run marker) are
-    current with the latest step's.
+    summary log at the step of a logged step) all stay current, and so do the values of
+    a late record of an earlier step; a record without gauges (phases only) makes nothing
+    stale. Out-of-step values (the end-of-run marker) are current with the latest step's.
     """
 
     __slots__ = ("stamp", "current", "step", "recorded")
@@ -65,7 +65,7 @@ class GaugeClock:
         self.recorded = False  # the record being recorded set a gauge
 
     def end_record(self, step: int) -> None:
-        if self.recorded and step != self.step:
+        if self.recorded and (self.step is None or step > self.step):
             self.step, self.current = step, self.stamp
         self.recorded = False
         self.stamp += 1

@@ -72,6 +72,9 @@ def test_a_gauge_not_recorded_at_the_latest_step_has_no_data_point(captured):
     captured.tel.log_metrics(4, {"rewards/format/mean": 1.0})
     assert current("grpo.reward_fn.mean") == {"format": 1.0}
     assert current("grpo.kl") == {}
+    captured.tel.log_metrics(2, {"kl": 0.25})  # a late record of an earlier step makes step 4's no older
+    assert current("grpo.reward_fn.mean") == {"format": 1.0}
+    assert current("grpo.kl") == {None: 0.25}
 
 
 def test_the_run_end_marker_keeps_the_last_step_current(captured):
