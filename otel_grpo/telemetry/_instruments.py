@@ -43,32 +43,8 @@ class Route:
     """Data-point attributes: run_id (+ rank) + the signal's label, if templated."""
     histogram: HistogramRecorder | None = None
     """Batch recording, for histogram signals."""
-
-
-class GaugeClock:
-    """Which gauge values are current: those recorded at the latest step that recorded any gauge.
-
-    A value missing at that step (a TRL reward function that returned None for a whole
-    step) is left out of collections instead of serving its old value as current. Every
-    value is stamped with the record it came in; several records of one step (an eval or
-    summary log at the step of a logged step) all stay current, and so do the values of
-    a late record of an earlier step; a record without gauges (phases only) makes nothing
-    stale. Out-of-step values (the end-of-run marker) are current with the latest step's.
-    """
-
-    __slots__ = ("stamp", "current", "step", "recorded")
-
-    def __init__(self) -> None:
-        self.stamp = 0  # the record being recorded
-        self.current = 0  # values stamped before this are stale
-        self.step: int | None = None  # the latest step that recorded a gauge
-        self.recorded = False  # the record being recorded set a gauge
-
-    def end_record(self, step: int) -> None:
-        if self.recorded and (self.step is None or step > self.step):
-            self.step, self.current = step, self.stamp
-        self.recorded = False
-        self.stamp += 1
+    clear: Callable[[Mapping[str, Any]], None] | None = None
+    """Gauges: drop the series' current value (the signal is absent at this step)."""
 
 
 class LatestValueGauge:
@@ -80,26 +56,30 @@ class LatestValueGauge:
     figures: benchmarks/README.md, costs). Here a step costs one dict store per value, and
     the SDK builds the data points once per collection (a scrape or an export interval)
     through the public observable-gauge API. Exported values are the last value of each
-    series that is current by `clock` (a series not recorded at the latest step has no
-    data point).
+    series, until a step reports it absent (`clear`): then it has no data point.
     """
 
-    def __init__(self, meter: Meter, name: str, unit: str, description: str, clock: GaugeClock) -> None:
-        self._clock = clock
-        self._last: dict[frozenset, tuple[float, Mapping[str, Any], int]] = {}
+    def __init__(self, meter: Meter, name: str, unit: str, description: str) -> None:
+        self._last: dict[frozenset, tuple[float, Mapping[str, Any]]] = {}
         # attribute dicts seen -> their series key: routes pass the same dict every step
         self._keys: dict[int, tuple[Mapping[str, Any], frozenset]] = {}
         meter.create_observable_gauge(name, [self._observe], unit=unit, description=description)
 
     def set(self, value: float, attributes: Mapping[str, Any]) -> None:
+        self._last[self._series(attributes)] = (value, attributes)
+
+    def clear(self, attributes: Mapping[str, Any]) -> None:
+        """The series has no current value (its signal was absent at the latest step that reported it)."""
+        self._last.pop(self._series(attributes), None)
+
+    def _series(self, attributes: Mapping[str, Any]) -> frozenset:
         known = self._keys.get(id(attributes))
         if known is None or known[0] is not attributes:
             known = self._keys[id(attributes)] = (attributes, frozenset(attributes.items()))
-        self._last[known[1]] = (value, attributes, self._clock.stamp)
+        return known[1]
 
     def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
-        current = self._clock.current
-        return [Observation(v, dict(a)) for v, a, stamp in list(self._last.values()) if stamp >= current]
+        return [Observation(v, dict(a)) for v, a in list(self._last.values())]
 
 
 class Instruments:
@@ -112,7 +92,6 @@ class Instruments:
         self._routes: dict[str, Route | None] = {}
         self._warned: set[str] = set()
         self._histograms: dict[str, HistogramRecorder] = {}
-        self._clock = GaugeClock()
         self._steps = self._instrument(get("steps"))
         self._skipped = self._instrument(get("skipped_steps"))
         self._nonfinite = self._instrument(get("nonfinite"))
@@ -139,7 +118,7 @@ class Instruments:
             )
             self._histograms[name] = HistogramRecorder(histogram)
             return histogram
-        return LatestValueGauge(meter, name, unit, desc, self._clock)
+        return LatestValueGauge(meter, name, unit, desc)
 
     def _route_for(self, signal: Signal, labels: Mapping[str, str]) -> Route:
         instrument = self._instrument(signal)
@@ -149,7 +128,8 @@ class Instruments:
         else:
             record = instrument.set if kind is Kind.GAUGE else instrument.add
         stat_key = f"{signal.key}/{labels[signal.label]}" if signal.label and signal.label in labels else signal.key
-        return Route(stat_key, kind, record, {**self._base, **labels}, histogram)
+        clear = instrument.clear if kind is Kind.GAUGE else None
+        return Route(stat_key, kind, record, {**self._base, **labels}, histogram, clear)
 
     def _extra_route(self, key: str, original: str) -> Route:
         name = (EXTRA_PREFIX + key)[:_MAX_NAME]
@@ -157,7 +137,7 @@ class Instruments:
         if gauge is None:
             desc = f"Metric {original!r} logged by the trainer; not in the otel-grpo catalog."
             gauge = self._by_name[name] = self._create(name, Kind.GAUGE, EXTRA_UNIT, desc, None)
-        return Route(key, Kind.GAUGE, gauge.set, dict(self._base))
+        return Route(key, Kind.GAUGE, gauge.set, dict(self._base), clear=gauge.clear)
 
     def route(self, name: str) -> Route | None:
         """The route of an input name, resolved once: catalog (key or alias), else a sanitized extra gauge."""
@@ -198,15 +178,16 @@ class Instruments:
             if route is None:
                 continue
             if not math.isfinite(value):
-                # Never a gauge value: a NaN would hide the last good value and break alerts.
+                # Never a gauge value (a NaN breaks alerts), and the last good one is not current
+                # either (a TRL reward function that returned None for a whole step): no data point.
                 self.count_nonfinite(route.stat_key)
+                if route.clear is not None:
+                    route.clear(route.attributes)
                 continue
             if route.kind is Kind.COUNTER and value < 0:
                 self._warn_once(route.stat_key, "counter %r got a negative value; dropped", route.stat_key)
                 continue
             route.record(value, route.attributes)
-            if route.kind is Kind.GAUGE:
-                self._clock.recorded = True
             finite[route.stat_key] = value
             per_step = self._per_step.get(route.stat_key)
             if per_step is not None:
@@ -244,4 +225,3 @@ class Instruments:
         if skipped:
             self._skipped.add(1, self._base)
         self._step_route.record(float(last_step), self._step_route.attributes)
-        self._clock.end_record(last_step)  # the end of a step's record (count_steps comes last)

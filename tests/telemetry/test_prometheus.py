@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import time
@@ -138,7 +139,7 @@ def test_flush_does_not_duplicate_series_on_the_pull_endpoint(tmp_path):
     ]
 
 
-def test_the_pull_endpoint_drops_a_gauge_absent_at_the_latest_step(tmp_path):
+def test_the_pull_endpoint_drops_a_gauge_absent_at_its_latest_step(tmp_path):
     """A reward function that returned None for a whole step: /metrics stops serving its old value."""
     settings = TelemetrySettings(
         run_id="absent", metrics_exporters=["prometheus"], traces_exporters=["none"], prometheus_port=0,
@@ -155,7 +156,7 @@ def test_the_pull_endpoint_drops_a_gauge_absent_at_the_latest_step(tmp_path):
 
     try:
         first = scrape(1, {"kl": 0.5, "rewards/format/mean": 0.25, "rewards/acc/mean": 0.75})
-        second = scrape(2, {"kl": 0.4, "rewards/acc/mean": 1.0})
+        second = scrape(2, {"kl": 0.4, "rewards/format/mean": math.nan, "rewards/acc/mean": 1.0})  # TRL's None
     finally:
         tel.shutdown()
     assert len(first) == 3 and any('reward_fn="format"' in line for line in first)
