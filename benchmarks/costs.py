@@ -25,7 +25,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_grpo.telemetry._bulk_histogram import HistogramRecorder
-from otel_grpo.telemetry._instruments import GaugeClock, LatestValueGauge
+from otel_grpo.telemetry._instruments import LatestValueGauge
 
 ATTRS = {"run_id": "exp-42"}
 
@@ -82,7 +82,7 @@ def main() -> None:
     rows: list[tuple[str, float, str]] = []
 
     sync_gauge = meter.create_gauge("g.sync")
-    ours_gauge = LatestValueGauge(meter, "g.ours", "{value}", "", GaugeClock())
+    ours_gauge = LatestValueGauge(meter, "g.ours", "{value}", "")
     rows.append(("SDK synchronous gauge set(), one value", per_call(lambda: sync_gauge.set(0.5, ATTRS), 2000, r), "us"))
     rows.append(("LatestValueGauge.set(), one value", per_call(lambda: ours_gauge.set(0.5, ATTRS), 2000, r), "us"))
 
