@@ -77,7 +77,7 @@ def workspace(name: str, like: Tensor, dtype: torch.dtype) -> Tensor:
     if store is None:
         store = _WORKSPACE.buffers = {}
     last = store.get((name, dtype, "view"))
-    if last is not None and last.shape == like.shape:  # as the last call: no slice / view ops (~5 us each)
+    if last is not None and last.shape == like.shape:  # as the last call: no slice / view ops
         return last
     # normal tensors even when first asked for under torch.inference_mode: an inference tensor
     # could not be written in place by a later call outside it
@@ -224,8 +224,8 @@ class RowSums:
         >>> rs.flush()                                 # one stack + sum per dtype, then the add_* calls
 
     Each stat summed on its own would cost one or two more tiny torch ops, and
-    tiny ops (2-10 us each on CPU) are what the hot path spends most on. Rows may
-    be float32, float64 or bool ([B] each); all are summed in float64, grouped by
+    tiny ops (a fixed cost each on CPU: benchmarks/README.md, costs) are what the hot path
+    spends most on. Rows may be float32, float64 or bool ([B] each); all are summed in float64, grouped by
     dtype (stacking mixed dtypes costs more than the sums it saves). Rows are never
     split across ranks, so the per-row values are the same however the batch is split.
     """

@@ -78,7 +78,7 @@ def policy_stats(
     high = (ratio > 1.0 + eps_high) & (adv > 0) & m
     dual = (ratio > clip_ratio_c) & negative & m
     # Per-row sums of every token quantity in two reductions: on [B, T] tensors of a micro-batch,
-    # each torch op costs more in dispatch (~2-5 us on CPU) than in arithmetic.
+    # each torch op costs more in dispatch than in arithmetic on CPU (benchmarks/README.md, costs).
     counts = torch.stack([low, high, low | high, dual, m]).sum(-1)  # [5, B] int64, exact
     floats = [torch.where(m, ratio, 0.0), log_ratio.square(), log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND),
               torch.where(m, adv, 0.0)]

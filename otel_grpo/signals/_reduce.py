@@ -275,8 +275,8 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
             samples[key] = [x for x in block if x == x]  # x == x: not NaN
         at += n * world
     ordered: dict[str, list[float]] = {}
-    # On the host: a device nanquantile per vector costs more than sorting a step's few thousand
-    # values here (~0.25 ms for 4k, ~4 ms for 32k rows: a step that large takes minutes)
+    # On the host, where the values already are after the step's one copy: a device nanquantile
+    # per vector would add device work and a sync each (sort times: benchmarks/README.md, costs)
     for key in lay.keys[Part.QUANTILE]:
         source, q = lay.quantiles[key]
         values = ordered.get(source)

@@ -3,10 +3,11 @@
     recorder = HistogramRecorder(meter.create_histogram("grpo.sample.reward", ...))
     dropped = recorder.record_many([0.0, 1.0, -0.5], {"run_id": "exp-42"})
 
-Why: the SDK's `Histogram.record` costs about 8 us a value (a `Measurement`,
-attribute cleaning and hashing, three layers of consumers), so four per-sample
-histograms over 256 completions took ~8 ms of emitter time a step, GIL time that
-a Python-bound training loop waits for. All values of one vector share their
+Why: the SDK's `Histogram.record` builds a `Measurement`, cleans and hashes the
+attributes and goes through three layers of consumers for every value, so
+per-sample histograms over a step's completions cost emitter time in proportion
+to the completions, GIL time that a Python-bound training loop waits for (the
+figures: benchmarks/README.md, costs). All values of one vector share their
 attributes, so the data point of each reader can be looked up once and its
 bucket counts, sum, min and max updated in one loop under the aggregation's own
 lock: the state that one `aggregate()` call per value would leave. It also keeps
@@ -16,7 +17,10 @@ and advantages are signed and OTLP histograms allow them.
 This reaches into `opentelemetry.sdk.metrics._internal`, checked once per
 instrument. Where it is not as expected (an SDK whose internals moved, a meter
 provider that is not the SDK's), values go through `record` one by one, and
-negative values are dropped and counted. Exemplars are not sampled on the fast
+negative values are dropped and counted. The internals are those of SDK 1.45
+(1.44 and older lack them, so the fast path would be lost): pyproject.toml pins
+that minor, and tests/telemetry/test_bulk_histogram.py fails if the installed SDK
+makes this fall back. Exemplars are not sampled on the fast
 path: a per-sample reward carries no trace context worth linking.
 """
 

@@ -44,17 +44,20 @@ class Route:
     """Data-point attributes: run_id (+ rank) + the signal's label, if templated."""
     histogram: HistogramRecorder | None = None
     """Batch recording, for histogram signals."""
+    clear: Callable[[Mapping[str, Any]], None] | None = None
+    """Gauges: drop the series' current value (the signal is absent at this step)."""
 
 
 class LatestValueGauge:
     """A gauge whose last value per attribute set is read by the SDK at collection time.
 
-    Why not the SDK's synchronous gauge: its `set()` costs ~10 us (a `Measurement`,
-    attribute cleaning and hashing, three layers of consumers) and a step sets ~60
-    gauges, about 0.6 ms of emitter time a step, GIL time a Python-bound training loop
-    waits for. Here a step costs one dict store per value, and the SDK builds the data
-    points once per collection (a scrape or an export interval) through the public
-    observable-gauge API. Exported values are the same: the last value of each series.
+    Why not the SDK's synchronous gauge: each `set()` builds a `Measurement`, cleans and
+    hashes the attributes and goes through three layers of consumers, and a step sets
+    dozens of gauges: emitter time, GIL time a Python-bound training loop waits for (the
+    figures: benchmarks/README.md, costs). Here a step costs one dict store per value, and
+    the SDK builds the data points once per collection (a scrape or an export interval)
+    through the public observable-gauge API. Exported values are the last value of each
+    series, until a step reports it absent (`clear`): then it has no data point.
     """
 
     def __init__(self, meter: Meter, name: str, unit: str, description: str) -> None:
@@ -64,10 +67,17 @@ class LatestValueGauge:
         meter.create_observable_gauge(name, [self._observe], unit=unit, description=description)
 
     def set(self, value: float, attributes: Mapping[str, Any]) -> None:
+        self._last[self._series(attributes)] = (value, attributes)
+
+    def clear(self, attributes: Mapping[str, Any]) -> None:
+        """The series has no current value (its signal was absent at the latest step that reported it)."""
+        self._last.pop(self._series(attributes), None)
+
+    def _series(self, attributes: Mapping[str, Any]) -> frozenset:
         known = self._keys.get(id(attributes))
         if known is None or known[0] is not attributes:
             known = self._keys[id(attributes)] = (attributes, frozenset(attributes.items()))
-        self._last[known[1]] = (value, attributes)
+        return known[1]
 
     def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(v, dict(a)) for v, a in list(self._last.values())]
@@ -122,7 +132,8 @@ class Instruments:
         else:
             record = instrument.set if kind is Kind.GAUGE else instrument.add
         stat_key = f"{signal.key}/{labels[signal.label]}" if signal.label and signal.label in labels else signal.key
-        return Route(stat_key, kind, record, {**self._base, **labels}, histogram)
+        clear = instrument.clear if kind is Kind.GAUGE else None
+        return Route(stat_key, kind, record, {**self._base, **labels}, histogram, clear)
 
     def _extra_route(self, key: str, original: str) -> Route:
         name = (EXTRA_PREFIX + key)[:_MAX_NAME]
@@ -130,7 +141,7 @@ class Instruments:
         if gauge is None:
             desc = f"Metric {original!r} logged by the trainer; not in the otel-grpo catalog."
             gauge = self._by_name[name] = self._create(name, Kind.GAUGE, EXTRA_UNIT, desc, None)
-        return Route(key, Kind.GAUGE, gauge.set, dict(self._base))
+        return Route(key, Kind.GAUGE, gauge.set, dict(self._base), clear=gauge.clear)
 
     def route(self, name: str) -> Route | None:
         """The route of an input name, resolved once: catalog (key or alias), else a sanitized extra gauge."""
@@ -171,8 +182,11 @@ class Instruments:
             if route is None:
                 continue
             if not math.isfinite(value):
-                # Never a gauge value: a NaN would hide the last good value and break alerts.
+                # Never a gauge value (a NaN breaks alerts), and the last good one is not current
+                # either (a TRL reward function that returned None for a whole step): no data point.
                 self.count_nonfinite(route.stat_key)
+                if route.clear is not None:
+                    route.clear(route.attributes)
                 continue
             if route.kind is Kind.COUNTER and value < 0:
                 self._warn_once(route.stat_key, "counter %r got a negative value; dropped", route.stat_key)

@@ -40,8 +40,8 @@ logger = logging.getLogger("otel_grpo.telemetry")
 START_TIMEOUT_S = 60.0  # the child imports the OTel SDK and binds its exporters; a loaded node is slow
 SEND_EVERY_S = 0.25
 """How often the sender wakes to send the steps queued meanwhile; flush and shutdown wake it at once.
-Waking it at every step cost the training thread ~30 us, and each wake-up of a thread ~0.1 ms of CPU
-(on the benchmarks' VM). The price: a training process killed outright (SIGKILL, the OOM killer)
+Waking it at every step cost the training thread a wake-up call, and each wake-up of a thread CPU
+time (benchmarks/README.md, costs). The price: a training process killed outright (SIGKILL, the OOM killer)
 loses the steps of its last quarter second; an exception or Ctrl-C still sends everything."""
 _PLAIN = (str, int, float, bool, type(None))
 

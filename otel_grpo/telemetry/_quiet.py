@@ -4,8 +4,9 @@ The OTLP exporters log every failed batch (and every retry), and the batch
 processor logs every dropped span; with the collector down that is a warning per
 export interval for the whole run. The wrappers here catch everything the inner
 exporter raises, report the first failure as ONE warning (and the recovery as one
-info line), and `_LogGate` mutes the SDK's own export-path records while an
-export fails, so the training log shows one line instead of thousands.
+info line), and `_LogGate` holds back what the SDK logs during their own export
+calls, so the training log shows one line instead of thousands. Records of any
+other SDK user in the process (its own exporters, its own threads) pass untouched.
 """
 
 from __future__ import annotations
@@ -26,21 +27,17 @@ _NOISY_PREFIXES = ("opentelemetry.exporter", "opentelemetry.sdk._shared_internal
 
 
 class _LogGate(logging.Filter):
-    """Drops export-path records of the SDK while one of our exporters is failing.
+    """Holds back the SDK's export-path records made inside one of our export calls.
 
     A logger's filters see only that logger's own records, so the gate is added to
     every existing SDK logger on the export path (they are created at import time).
+    It is scoped by thread, to the duration of our `export` calls: records made
+    anywhere else pass.
     """
 
     def __init__(self) -> None:
         super().__init__("otel_grpo.gate")
-        self._failing: set[int] = set()
-        self._lock = threading.Lock()
         self._local = threading.local()
-
-    def set_failing(self, owner: int, failing: bool) -> None:
-        with self._lock:
-            (self._failing.add if failing else self._failing.discard)(owner)
 
     @contextmanager
     def capturing(self) -> Iterator[list[logging.LogRecord]]:
@@ -58,10 +55,10 @@ class _LogGate(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         captured = getattr(self._local, "captured", None)
-        if captured is not None:
-            captured.append(record)
-            return False
-        return not (self._failing and record.levelno <= logging.ERROR)
+        if captured is None:
+            return True
+        captured.append(record)
+        return False
 
     def install(self) -> None:
         names = [n for n in logging.root.manager.loggerDict if n.startswith(_NOISY_PREFIXES)]
@@ -71,7 +68,7 @@ class _LogGate(logging.Filter):
                 target.addFilter(self)
 
 
-GATE = _LogGate()  # process-wide, as the loggers it filters are
+GATE = _LogGate()  # one per process, as the loggers it is added to
 
 
 def _as_record(exc: BaseException) -> logging.LogRecord:
@@ -107,8 +104,6 @@ class ExportHealth:
             self.failures += 1
             first = self.failures == 1
             self._failing.add(signal)
-        # Mute the SDK's own failure records first, so ours is the only one in the log.
-        GATE.set_failing(id(self), True)
         if first:
             logger.warning(
                 "otel-grpo: exporting %s to %s failed (%s); training continues, further failures "
@@ -120,14 +115,9 @@ class ExportHealth:
         with self._lock:
             recovered = signal in self._failing
             self._failing.discard(signal)
-            still_failing = bool(self._failing)
         if recovered:
-            GATE.set_failing(id(self), still_failing)
             logger.info("otel-grpo: exporting %s to %s works again (%d failed exports so far)",
                         signal, target, self.failures)
-
-    def close(self) -> None:
-        GATE.set_failing(id(self), False)
 
 
 class QuietSpanExporter(SpanExporter):
@@ -156,7 +146,6 @@ class QuietSpanExporter(SpanExporter):
             self._inner.shutdown()
         except Exception as exc:
             logger.debug("span exporter shutdown failed: %r", exc)
-        self.health.close()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         try:
@@ -202,4 +191,3 @@ class QuietMetricExporter(MetricExporter):
             self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
         except Exception as exc:
             logger.debug("metric exporter shutdown failed: %r", exc)
-        self.health.close()

@@ -181,7 +181,7 @@ class TelemetrySettings(BaseSettings):
     emit_in: Literal["thread", "process"] = "thread"
     """Where the emitter and the exporters run. "thread": threads of the training process.
     "process": a child process (`python -m otel_grpo.telemetry._child`), so that their GIL time
-    (~1 ms a step) is not paid by a Python-bound training loop; the training thread pickles each
+    (benchmarks/README.md, trl) is not paid by a Python-bound training loop; the training thread pickles each
     step record. Needs providers built from these settings; live `phase()` blocks are then sent
     as measured phases (spans made in the child), and a step span is never the current span.
     If the child dies, this process takes over (one warning) and loses no sample."""

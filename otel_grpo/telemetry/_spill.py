@@ -80,7 +80,7 @@ class SampleSpill:
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
         try:
             fd = os.open(path, flags, 0o644)
-        except FileNotFoundError:  # first write, or the directory was removed: a mkdir only then (~1 ms here)
+        except FileNotFoundError:  # first write, or the directory was removed: a mkdir only then, not every step
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, flags, 0o644)
         try:

@@ -42,7 +42,7 @@ def test_batches_equal_per_value_records_across_collections(temporality):
     bulk_reader, bulk = _histogram(preferred_temporality=preferred)
     one_reader, one = _histogram(preferred_temporality=preferred)
     recorder = HistogramRecorder(bulk)
-    assert recorder.fast  # the installed SDK's internals are as this module expects
+    assert recorder.fast  # the installed SDK's internals are as this module expects (fails on SDK 1.44 and older)
     for _ in range(3):  # a collection between batches: the cumulative point grows, the delta point restarts
         values = [rng.choice(BOUNDS) if rng.random() < 0.2 else rng.uniform(0, 3) for _ in range(256)]
         assert recorder.record_many(values, ATTRS) == 0

@@ -1,9 +1,14 @@
-"""The collector is down for the whole run: training finishes, one warning, the spill is complete."""
+"""The collector is down for the whole run: training finishes, one warning, the spill is complete,
+and other users of the OTel SDK in the process keep their own log records."""
 
 from __future__ import annotations
 
 import json
 import logging
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
@@ -57,3 +62,53 @@ def test_flush_says_false_when_its_timeout_passes_on_a_dead_endpoint(tmp_path):
     assert tel.flush(0.5) is False
     tel.shutdown()
     assert (tmp_path / "samples" / "step_0.jsonl").exists()
+
+
+class _UserMetricExporter(MetricExporter):
+    """Another SDK user's exporter in the same process, which fails its own way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs):
+        raise ConnectionError("the user's own backend is down")
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+        pass
+
+
+def test_while_ours_fail_other_sdk_users_logs_still_appear(tmp_path, monkeypatch, caplog):
+    """Only the SDK records made inside our own export calls are held back, never another user's."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    settings = TelemetrySettings(
+        run_id="down-other", otlp_protocol="http/protobuf", otlp_endpoint=f"http://127.0.0.1:{free_port()}",
+        metrics_exporters=["otlp"], traces_exporters=["otlp"], output_dir=tmp_path, shutdown_timeout_s=4,
+    )
+    caplog.set_level(logging.WARNING)
+    tel = Telemetry(settings)
+    user_spans = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{free_port()}/v1/traces")
+    user_provider = MeterProvider(metric_readers=[
+        PeriodicExportingMetricReader(_UserMetricExporter(), export_interval_millis=3_600_000)
+    ])
+    try:
+        tel.log_metrics(0, {"kl": 0.1})
+        tel.flush(3)
+        assert tel.export_health.failing  # ours fail: the state in which the SDK was muted process-wide
+        user_provider.get_meter("user").create_counter("user.requests").add(1)
+        user_provider.force_flush(5_000)  # the SDK's reader logs the user's exporter's exception
+        user_spans.shutdown()
+        user_spans.export([])  # the SDK's OTLP exporter warns: already shut down
+    finally:
+        user_provider.shutdown()
+        tel.shutdown()
+    sdk_records = {(r.name, r.getMessage()) for r in caplog.records if r.name.startswith("opentelemetry")}
+    # the user's two, and nothing from our own failing exports
+    assert sdk_records == {
+        ("opentelemetry.sdk.metrics._internal.export", "Exception while exporting metrics"),
+        ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "Exporter already shutdown, ignoring batch"),
+    }
+    ours = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("otel_grpo")]
+    assert len(ours) == 1 and "failed" in ours[0].getMessage()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import time
@@ -136,6 +137,31 @@ def test_flush_does_not_duplicate_series_on_the_pull_endpoint(tmp_path):
     assert [line for line in text.splitlines() if line.startswith("grpo_kl{")] == [
         'grpo_kl{otel_scope_name="otel_grpo",otel_scope_schema_url="",otel_scope_version="",run_id="dup"} 0.5'
     ]
+
+
+def test_the_pull_endpoint_drops_a_gauge_absent_at_its_latest_step(tmp_path):
+    """A reward function that returned None for a whole step: /metrics stops serving its old value."""
+    settings = TelemetrySettings(
+        run_id="absent", metrics_exporters=["prometheus"], traces_exporters=["none"], prometheus_port=0,
+        output_dir=tmp_path,
+    )
+    tel = Telemetry(settings)
+
+    def scrape(step: int, metrics: dict) -> list[str]:
+        tel.log_metrics(step, metrics)
+        assert tel.flush(5)
+        with urllib.request.urlopen(f"http://127.0.0.1:{tel.prometheus_port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        return [line for line in text.splitlines() if line.startswith(("grpo_reward_fn_mean{", "grpo_kl{"))]
+
+    try:
+        first = scrape(1, {"kl": 0.5, "rewards/format/mean": 0.25, "rewards/acc/mean": 0.75})
+        second = scrape(2, {"kl": 0.4, "rewards/format/mean": math.nan, "rewards/acc/mean": 1.0})  # TRL's None
+    finally:
+        tel.shutdown()
+    assert len(first) == 3 and any('reward_fn="format"' in line for line in first)
+    assert len(second) == 2 and not any('reward_fn="format"' in line for line in second)
+    assert {line.rsplit(" ", 1)[1] for line in second} == {"0.4", "1.0"}
 
 
 def test_a_busy_port_warns_and_training_goes_on(tmp_path, caplog):

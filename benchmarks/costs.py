@@ -1,0 +1,127 @@
+"""Unit costs that design choices in the code rest on (the code's comments point here, not at figures).
+
+    .venv/bin/python benchmarks/costs.py [--repeat N]
+
+Each line is the median over `--repeat` rounds of the per-call time of one operation,
+timed in a loop in this process; ratios compare operations timed side by side here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import random
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_grpo.telemetry._bulk_histogram import HistogramRecorder
+from otel_grpo.telemetry._instruments import LatestValueGauge
+
+ATTRS = {"run_id": "exp-42"}
+
+
+def per_call(fn: Callable[[], object], calls: int, repeat: int) -> float:
+    """Median over `repeat` rounds of the mean seconds per call of `fn`, `calls` calls a round."""
+    fn()
+    rounds = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        rounds.append((time.perf_counter() - start) / calls)
+    return statistics.median(rounds)
+
+
+def thread_wakeups(rounds: int) -> list[tuple[str, float, str]]:
+    """A thread waiting on an Event, woken and answering back `rounds` times: the waker's time for
+    `set()` and the process CPU time per wake-up (two wake-ups a round)."""
+    ping, pong, stop = threading.Event(), threading.Event(), False
+
+    def waiter() -> None:
+        while True:
+            ping.wait()
+            ping.clear()
+            if stop:
+                return
+            pong.set()
+
+    thread = threading.Thread(target=waiter, daemon=True)
+    thread.start()
+    setting, cpu = [], time.process_time()
+    for _ in range(rounds):
+        start = time.perf_counter()
+        ping.set()
+        setting.append(time.perf_counter() - start)
+        pong.wait()
+        pong.clear()
+    cpu = (time.process_time() - cpu) / (2 * rounds)
+    stop = True
+    ping.set()
+    thread.join()
+    return [("Event.set() that wakes a waiting thread (the waker's time)", statistics.median(setting), "us"),
+            ("process CPU per thread wake-up (Event ping-pong)", cpu, "us")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    r = args.repeat
+    torch.set_num_threads(1)
+    meter = MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("costs")
+    rows: list[tuple[str, float, str]] = []
+
+    sync_gauge = meter.create_gauge("g.sync")
+    ours_gauge = LatestValueGauge(meter, "g.ours", "{value}", "")
+    rows.append(("SDK synchronous gauge set(), one value", per_call(lambda: sync_gauge.set(0.5, ATTRS), 2000, r), "us"))
+    rows.append(("LatestValueGauge.set(), one value", per_call(lambda: ours_gauge.set(0.5, ATTRS), 2000, r), "us"))
+
+    rng = random.Random(0)
+    values = [rng.uniform(0, 1) for _ in range(256)]  # non-negative: the SDK's record drops the rest
+    sdk_histogram = meter.create_histogram("h.sdk")
+    bulk = HistogramRecorder(meter.create_histogram("h.bulk"))
+    assert bulk.fast, "the batch histogram path fell back: see telemetry/_bulk_histogram.py"
+    rows.append(("SDK Histogram.record, per value", per_call(
+        lambda: [sdk_histogram.record(v, ATTRS) for v in values], 20, r) / len(values), "us"))
+    rows.append(("HistogramRecorder.record_many, per value (256 a call)", per_call(
+        lambda: bulk.record_many(values, ATTRS), 200, r) / len(values), "us"))
+
+    tiny, step = torch.rand(64), torch.rand(64, 2048)
+    rows.append(("torch op on a [64] CPU tensor (add)", per_call(lambda: torch.add(tiny, 1.0), 2000, r), "us"))
+    rows.append(("torch slice + view of a flat buffer", per_call(lambda: step.view(-1)[:4096].view(2, 2048), 2000, r), "us"))
+    rows.append(("torch op on a [64, 2048] CPU tensor (add)", per_call(lambda: torch.add(step, 1.0), 200, r), "us"))
+
+    for n in (4096, 32768):
+        xs = [rng.gauss(0, 1) for _ in range(n)]
+        t = torch.tensor(xs, dtype=torch.float64)
+        q = torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64)
+        rows.append((f"sorted() of {n} floats (host quantiles)", per_call(lambda: sorted(xs), 20, r), "ms"))
+        rows.append((f"torch.nanquantile of {n} float64, 3 quantiles", per_call(lambda: torch.nanquantile(t, q), 20, r), "ms"))
+
+    rows += thread_wakeups(2000)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "samples"
+        rows.append(("Path.mkdir(parents=True, exist_ok=True) on an existing directory",
+                     per_call(lambda: target.mkdir(parents=True, exist_ok=True), 2000, r), "us"))
+
+    print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+          f"median of {r} rounds")
+    for label, seconds, unit in rows:
+        scale = 1e6 if unit == "us" else 1e3
+        print(f"{label:<66} {seconds * scale:>9.2f} {unit}")
+
+
+if __name__ == "__main__":
+    main()
