@@ -208,8 +208,10 @@ def test_a_crash_shuts_down_without_finishing(tmp_path):
     with pytest.raises(RuntimeError, match="reward server down"):
         trainer.train()
     assert tel._closed
-    names = {m.name for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    assert "grpo.reward.mean" in names and "grpo.run.finished" not in names
+    points = {m.name: m.data.data_points[-1].value
+              for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+              if m.name in ("grpo.reward.mean", "grpo.run.finished")}
+    assert "grpo.reward.mean" in points and points.get("grpo.run.finished") == 0  # a crash is not a finish
 
 
 def test_ctrl_c_finishes_the_run(tmp_path):

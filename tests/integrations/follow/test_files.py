@@ -196,7 +196,7 @@ def test_files_that_stop_growing_stay_live(tmp_path, verl):
     assert run.follower.run(stop) is False
     run.tel.shutdown()
     assert run.steps() == [1, 2, 3]
-    assert run.gauge("grpo.run.finished") is None
+    assert run.gauge("grpo.run.finished") == 0  # exported 0 from the first step: not finished
 
 
 def test_line_tail_keeps_offsets_exact_across_reads(tmp_path):

@@ -94,7 +94,8 @@ def test_killed_follower_resumes_every_line_exactly_once(tmp_path, verl, sidecar
     # ...and Prometheus saw 10 steps counted by each process: 20, not 10 + 20 re-read from the start.
     assert _segments(prom_url, f'grpo_steps_total{{run_id="{run}"}}[10m]') == [10.0, 10.0]
     # The files stopped growing without an end: the run is not marked finished.
-    assert not prom_query(prom_url, f'last_over_time(grpo_run_finished{{run_id="{run}"}}[10m])')
+    finished = prom_query(prom_url, f'max(max_over_time(grpo_run_finished{{run_id="{run}"}}[10m]))')
+    assert [float(r["value"][1]) for r in finished] == [0.0]
     # verl's names arrived under the catalog's: critic/score/mean is grpo.reward.mean.
     last = prom_query(prom_url, f'last_over_time(grpo_reward_mean{{run_id="{run}"}}[10m])')
     assert last and abs(float(last[0]["value"][1]) - (0.5 + 20 / 1000)) < 1e-9

@@ -74,7 +74,7 @@ def test_trl_files_without_an_end_stay_live(tmp_path, trl_output):
     assert run.follower.run(stop) is False
     run.tel.shutdown()
     assert {s.attributes["grpo.step"] for s in run.spans.get_finished_spans() if s.name == "grpo.samples"} == {1, 3}
-    assert run.gauge("grpo.run.finished") is None
+    assert run.gauge("grpo.run.finished") == 0  # exported 0 from the first step: not finished
 
 
 def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, tmp_path_factory):
