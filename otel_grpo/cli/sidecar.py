@@ -77,16 +77,19 @@ def sidecar(
 
 def log_config(settings, level: str) -> dict:
     """logging.config.dictConfig for `--log-file`: every logger of the process (uvicorn's, ours,
-    asyncio's) into one size-rotated file, so no log can fill the disk next to the database."""
+    asyncio's) into one size-rotated file, so no log can fill the disk next to the database; errors
+    also to stderr, where a supervisor (`otel-grpo up`, a container runtime) shows why it stopped
+    (they are rate-limited at the source: accept failures once per interval)."""
     handler = {"class": "logging.handlers.RotatingFileHandler", "filename": str(settings.log_file),
                "maxBytes": settings.log_max_bytes, "backupCount": settings.log_backups, "formatter": "plain"}
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-        "handlers": {"file": handler},
+        "handlers": {"file": handler,
+                     "stderr": {"class": "logging.StreamHandler", "level": "ERROR", "formatter": "plain"}},
         "loggers": {"uvicorn": {"level": level.upper()}, "otel_grpo": {"level": "INFO"}},
-        "root": {"handlers": ["file"], "level": "WARNING"},
+        "root": {"handlers": ["file", "stderr"], "level": "WARNING"},
     }
 
 

@@ -168,9 +168,12 @@ class LocalStack:
         configs = write_local_configs(s)
         logs = d / "logs"
         return [
+            # The sidecar's log rotates (--log-file): under fd exhaustion or abuse it would otherwise grow
+            # next to the database without bound. What it prints before logging starts goes to .out.
             Managed("sidecar", [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--host", s.host,
-                                "--port", str(s.sidecar_port), "--db", str(self.sidecar_db)],
-                    s.sidecar_url + "/readyz", logs / "sidecar.log"),
+                                "--port", str(s.sidecar_port), "--db", str(self.sidecar_db),
+                                "--log-file", str(logs / "sidecar.log")],
+                    s.sidecar_url + "/readyz", logs / "sidecar.out"),
             Managed("alertmanager", [alertmanager, f"--config.file={configs['alertmanager']}",
                                      f"--storage.path={d / 'alertmanager' / 'data'}",
                                      f"--web.listen-address={s.host}:{s.alertmanager_port}",

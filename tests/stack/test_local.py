@@ -85,6 +85,12 @@ def test_up_loads_every_rule_and_scrapes_the_sidecar(stack):
                 assert http.get(url).status_code == 200, (name, url)
 
 
+def test_the_sidecar_logs_to_a_rotated_file(stack):
+    """`up` runs the sidecar with --log-file: its log rotates instead of growing next to the database."""
+    log = stack.settings.dir / "logs" / "sidecar.log"
+    assert _wait_for(lambda: log.exists() and "Uvicorn running" in log.read_text(errors="replace"))
+
+
 def test_alertmanager_delivers_to_the_sidecar(stack):
     s = stack.settings
     now = datetime.now(timezone.utc)
