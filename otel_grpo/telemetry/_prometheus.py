@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -60,10 +61,15 @@ class Scrapes:
     """Scrapes of the endpoint, numbered as they begin, so that `wait_after` can wait for one that read
     the values set before it was called."""
 
+    # An endpoint served this long without a scrape has nobody watching it: scrape intervals run
+    # from 1 s (local mode) to 60 s. A shorter-lived one may simply not have been reached yet.
+    UNWATCHED_AFTER_S = 60.0
+
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._begun = 0
         self._done = 0  # the highest number of a completed scrape
+        self._since = time.monotonic()
 
     def begin(self) -> int:
         with self._cond:
@@ -77,9 +83,10 @@ class Scrapes:
 
     def wait_after(self, timeout_s: float) -> None:
         """Until a scrape that begins after this call has completed, at most `timeout_s`; at once if the
-        endpoint was never scraped (nobody watches it: no scrape would come)."""
+        endpoint was served `UNWATCHED_AFTER_S` without a scrape (nobody watches it: no scrape would
+        come). A short run not scraped yet waits for its first scrape (under load one can be late)."""
         with self._cond:
-            if self._begun:
+            if self._begun or time.monotonic() - self._since < self.UNWATCHED_AFTER_S:
                 mark = self._begun
                 self._cond.wait_for(lambda: self._done > mark, timeout_s)
 
@@ -93,7 +100,8 @@ class ServedReader:
 
     def linger(self, timeout_s: float) -> None:
         """Keep serving until one more scrape has read what is set now (`grpo.run.finished` = 1), at most
-        `timeout_s`: the end of a run waits about one scrape interval, or not at all if nothing scrapes."""
+        `timeout_s`: the end of a run waits about one scrape interval, or not at all if nothing has
+        scraped it for `Scrapes.UNWATCHED_AFTER_S`."""
         self.scrapes.wait_after(timeout_s)
 
 

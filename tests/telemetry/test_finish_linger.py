@@ -8,6 +8,7 @@ import threading
 import httpx
 
 from otel_grpo.telemetry import Telemetry
+from otel_grpo.telemetry._prometheus import Scrapes
 from tests._support.waiting import wait_for
 
 from .conftest import free_port, points
@@ -63,9 +64,10 @@ def test_each_steps_kl_is_one_observation_of_the_per_step_histogram(captured):
     assert point.count == 3 and over == 1
 
 
-def test_finish_waits_for_one_more_scrape_only_and_not_at_all_when_nothing_scrapes(tmp_path):
+def test_finish_waits_for_one_more_scrape_only_and_not_at_all_when_nothing_scrapes(tmp_path, monkeypatch):
     """The linger is a bound, not a sleep: a run nobody scrapes ends at once, one that is scraped ends
     once a scrape has read `grpo_run_finished` = 1 (the data is safe then)."""
+    monkeypatch.setattr(Scrapes, "UNWATCHED_AFTER_S", 0.0)  # served long enough, unscraped: nobody watches
     port = free_port()
     unwatched = Telemetry.from_env(run_id="alone", output_dir=str(tmp_path / "a"), metrics_exporters=["prometheus"],
                                    traces_exporters=["none"], prometheus_port=port, prometheus_linger_s=60.0)
@@ -82,3 +84,20 @@ def test_finish_waits_for_one_more_scrape_only_and_not_at_all_when_nothing_scrap
     httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)  # Prometheus has seen this run
     scrapes = _scrape_during(watched, port, watched.finish)
     assert any(_finished_line(text) for text in scrapes)
+
+
+def test_a_short_run_not_scraped_yet_waits_for_its_first_scrape(tmp_path):
+    """A run that ends before Prometheus reached its endpoint (a short run, a loaded machine) still
+    lingers until one scrape has read it: otherwise Prometheus would never see the run at all."""
+    port = free_port()
+    tel = Telemetry.from_env(run_id="short", output_dir=str(tmp_path), metrics_exporters=["prometheus"],
+                             traces_exporters=["none"], prometheus_port=port, prometheus_linger_s=60.0)
+    with tel.step(0) as s:
+        s.record({"kl": 0.1})
+    ender = threading.Thread(target=tel.finish)
+    ender.start()
+    ender.join(1.0)
+    assert ender.is_alive()  # waiting for a first scrape
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    wait_for(lambda: not ender.is_alive(), "finish() once the first scrape read the run", timeout=30)
+    assert _finished_line(text)
