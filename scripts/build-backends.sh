@@ -40,7 +40,10 @@ binaries_of() {
   case "$1" in
     prometheus) echo "promtool-$PROMETHEUS_VERSION prometheus-$PROMETHEUS_VERSION" ;;
     alertmanager) echo "amtool-$ALERTMANAGER_VERSION alertmanager-$ALERTMANAGER_VERSION" ;;
-    collector) echo "otelcol-grpo-$OTELCOL_VERSION" ;;
+    collector) echo "otelcol-grpo-$OTELCOL_VERSION-$OTELCOL_DIGEST" ;;
+    helm) echo "helm-$HELM_VERSION" ;;
+    crds) echo "prometheus-operator-crds-$OPERATOR_VERSION" ;;
+    compose-go) echo "compose-config-$COMPOSE_GO_VERSION" ;;
   esac
 }
 announce() {  # announce <target>...: count what is missing, say what and why once
@@ -127,34 +130,33 @@ build_crds() {  # the CRD schemas the chart's PrometheusRule, PodMonitor and Ser
   local name="prometheus-operator-crds-$OPERATOR_VERSION" src
   have "$name" && return 0
   src=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@v$OPERATOR_VERSION" | awk -F'"' '/"Dir"/ { print $4 }')
+  begin_step "$name" "the CRD files of the prometheus-operator module"
   mkdir -p "$CACHE/$name.tmp"
   for kind in prometheusrules podmonitors servicemonitors; do
     cp "$src/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$CACHE/$name.tmp/"
   done
   chmod -R u+w "$CACHE/$name.tmp" && mv "$CACHE/$name.tmp" "$CACHE/$name"
+  end_step "$name"
 }
 
 build_compose-go() {  # a module of its own around scripts/compose-config/main.go, at the pinned compose-go
   local name="compose-config-$COMPOSE_GO_VERSION" work
   have "$name" && return 0
   new_workdir; work=$WORK
-  echo "build-backends: building $name" >&2
+  begin_step "$name" "scripts/compose-config against compose-go v$COMPOSE_GO_VERSION"
   cp scripts/compose-config/main.go "$work/"
   (cd "$work" && go mod init compose-config >/dev/null 2>&1 \
     && go get "github.com/compose-spec/compose-go/v2@v$COMPOSE_GO_VERSION" && go mod tidy \
     && go build -ldflags "-s -w" -o "$CACHE/$name.tmp" .)
   mv "$CACHE/$name.tmp" "$CACHE/$name"
+  end_step "$name"
 }
 
+ALL=(prometheus alertmanager collector helm crds compose-go)
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(prometheus alertmanager collector helm crds compose-go)
+[ ${#targets[@]} -gt 0 ] || targets=("${ALL[@]}")
 for t in "${targets[@]}"; do
-  case "$t" in prometheus|alertmanager|collector) ;; *) echo "build-backends: unknown target '$t' (prometheus, alertmanager, collector)" >&2; exit 2 ;; esac
+  [[ " ${ALL[*]} " == *" $t "* ]] || { echo "build-backends: unknown target '$t' (${ALL[*]})" >&2; exit 2; }
 done
 announce "${targets[@]}"
-for t in "${targets[@]}"; do
-  case "$t" in
-    prometheus|alertmanager|collector|helm|crds|compose-go) "build_$t" ;;
-    *) echo "build-backends: unknown target '$t' (prometheus, alertmanager, collector, helm, crds, compose-go)" >&2; exit 2 ;;
-  esac
-done
+for t in "${targets[@]}"; do "build_$t"; done
