@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import INF, SAFETY_BOUND, count, masked_max
+from ._masked import INF, SAFETY_BOUND, masked_max
 from ._partial import Stats
 
 # Completion-length buckets of `kl_by_length` (upper bounds, tokens); the last bucket is open.
