@@ -10,6 +10,7 @@ or are checked against `SIGNALS`.
     'completions_clipped_ratio'
 """
 
+from . import spans
 from ._lookup import PEERS, by_name, get, resolve, split_stat_key, stat_key
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
 from ._step_checks import STEP_CHECKS, STREAKS, StepCheck, bound_label, reached
@@ -31,6 +32,7 @@ __all__ = [
     "reached",
     "resolve",
     "sanitize_key",
+    "spans",
     "split_stat_key",
     "stat_key",
 ]

@@ -24,6 +24,8 @@ from typing import Any, Iterator, NoReturn, Optional
 
 import typer
 
+from otel_grpo.catalog import spans
+
 from ._app import app
 
 _REQUEST_BYTES = 4 * 1024 * 1024  # a request is sent once its body passes this (the sidecar takes 64 MiB)
@@ -119,7 +121,7 @@ def _merged(earlier: dict | None, line: dict) -> dict:
 
 def _resource_spans(request, run_id: str):
     rs = request.resource_spans.add()
-    _set(rs.resource.attributes.add(), "grpo.run_id", run_id)
+    _set(rs.resource.attributes.add(), spans.RUN_ID_ATTR, run_id)
     scope = rs.scope_spans.add()
     scope.scope.name = "otel_grpo.replay"
     return scope.spans
@@ -128,26 +130,26 @@ def _resource_spans(request, run_id: str):
 def _new_span(span, name: str, run_id: str, step: int, start_ns: int, end_ns: int):
     span.trace_id, span.span_id = os.urandom(16), os.urandom(8)
     span.name, span.start_time_unix_nano, span.end_time_unix_nano = name, start_ns, end_ns
-    _set(span.attributes.add(), "grpo.run_id", run_id)
-    _set(span.attributes.add(), "grpo.step", step)
+    _set(span.attributes.add(), spans.RUN_ID_ATTR, run_id)
+    _set(span.attributes.add(), spans.STEP_ATTR, step)
     return span
 
 
 def _step_span(span, run_id: str, step: int, line: dict, end_ns: int):
-    _new_span(span, "grpo.step", run_id, step, line.get("start_ns") or end_ns, end_ns)
+    _new_span(span, spans.STEP_SPAN, run_id, step, line.get("start_ns") or end_ns, end_ns)
     scalars = {**(line.get("metrics") or {}),
                **{f"phase_duration/{name}": s for name, s in (line.get("phases") or {}).items()}}
     for key, value in scalars.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            _set(span.attributes.add(), "grpo.metric." + key, float(value))
+            _set(span.attributes.add(), spans.METRIC_PREFIX + key, float(value))
     return span
 
 
 def _samples_span(span, run_id: str, step: int, rows: list[dict], time_ns: int):
-    _new_span(span, "grpo.samples", run_id, step, time_ns, time_ns)
+    _new_span(span, spans.SAMPLES_SPAN, run_id, step, time_ns, time_ns)
     for row in rows:
         event = span.events.add()
-        event.name, event.time_unix_nano = "grpo.sample", time_ns
+        event.name, event.time_unix_nano = spans.SAMPLE_EVENT, time_ns
         for key, value in row.items():
             if key in ("run_id", "step") or value is None:
                 continue

@@ -21,6 +21,8 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
+from otel_grpo.catalog import spans
+
 from ._instruments import Instruments
 from ._retention import RowBudget
 from ._samples import ColumnTracker, Selected, StepRows, event_attributes, flatten_row, pick_rows, step_rng
@@ -29,7 +31,6 @@ from ._spill import SampleSpill
 
 logger = logging.getLogger("otel_grpo.telemetry")
 
-METRIC_ATTR_PREFIX = "grpo.metric."
 BACKLOG_WARNING = 256  # steps queued: the emitter falls behind the training loop
 _STOP = object()
 
@@ -69,15 +70,16 @@ class _Scalars:
 
 def start_step_span(tracer: Tracer, run_id: str, step: int, start_ns: int | None = None) -> Span:
     """The `grpo.step` span of one step (ended by the emitter once its attributes are set)."""
-    return tracer.start_span("grpo.step", attributes={"grpo.run_id": run_id, "grpo.step": step}, start_time=start_ns)
+    return tracer.start_span(spans.STEP_SPAN, attributes={spans.RUN_ID_ATTR: run_id, spans.STEP_ATTR: step},
+                             start_time=start_ns)
 
 
 def start_phase_span(tracer: Tracer, run_id: str, step: int, name: str, context: Context | None = None,
                      start_ns: int | None = None) -> Span:
     """The `grpo.phase.<name>` span of one phase of a step (a child of the step span given in `context`)."""
     # run_id and step too: phase spans may reach the sidecar in an earlier batch than their step span
-    attrs = {"grpo.phase": name, "grpo.run_id": run_id, "grpo.step": step}
-    return tracer.start_span(f"grpo.phase.{name}", context=context, attributes=attrs, start_time=start_ns)
+    attrs = {spans.PHASE_ATTR: name, spans.RUN_ID_ATTR: run_id, spans.STEP_ATTR: step}
+    return tracer.start_span(spans.PHASE_PREFIX + name, context=context, attributes=attrs, start_time=start_ns)
 
 
 class Emitter:
@@ -156,7 +158,7 @@ class Emitter:
             self._measured_phases(rec)
             finite = self._record_metrics(rec)
             if span is not None:
-                span.set_attributes({METRIC_ATTR_PREFIX + k: v for k, v in finite.items()})
+                span.set_attributes({spans.METRIC_PREFIX + k: v for k, v in finite.items()})
                 self._check_span_limit(span)
                 self._spill_step(rec, span, finite)
             if rec.rows or rec.picked:
@@ -234,9 +236,9 @@ class Emitter:
         per_span = s.max_events_per_span
         for chunk, start in enumerate(range(0, len(picked), per_span)):
             part = range(start, min(start + per_span, len(picked)))
-            attrs = {"grpo.run_id": s.run_id, "grpo.step": rec.step, "grpo.samples.chunk": chunk,
-                     "grpo.samples.count": len(part)}
-            span = self._tracer.start_span("grpo.samples", context=parent, start_time=handed_ns, attributes=attrs)
+            attrs = {spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step, spans.CHUNK_ATTR: chunk,
+                     spans.COUNT_ATTR: len(part)}
+            span = self._tracer.start_span(spans.SAMPLES_SPAN, context=parent, start_time=handed_ns, attributes=attrs)
             for i in part:
-                span.add_event("grpo.sample", event_attributes(flats[i], picked[i], s.max_text_chars), handed_ns)
+                span.add_event(spans.SAMPLE_EVENT, event_attributes(flats[i], picked[i], s.max_text_chars), handed_ns)
             span.end(end_time=end_ns)

@@ -25,6 +25,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
+from otel_grpo.catalog import spans
+
 from ._prometheus import prometheus_reader
 from ._quiet import ExportHealth, QuietMetricExporter, QuietSpanExporter
 from ._settings import SDK_EVENT_LIMIT, TelemetrySettings
@@ -55,7 +57,7 @@ def build_resource(settings: TelemetrySettings, rank: int, world_size: int) -> R
     """Resource of the run; `Resource.create` merges `OTEL_RESOURCE_ATTRIBUTES` underneath."""
     attrs: dict[str, Any] = {
         "service.name": settings.service_name,
-        "grpo.run_id": settings.run_id,
+        spans.RUN_ID_ATTR: settings.run_id,  # the sidecar's fallback for spans without one
         # Unique per run (and rank): the collector's exporter makes it the `instance` label
         # and target_info's key, so two runs never share one target_info.
         "service.instance.id": settings.run_id if world_size <= 1 else f"{settings.run_id}/rank{rank}",

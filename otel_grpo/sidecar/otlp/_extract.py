@@ -1,10 +1,7 @@
 """From a decoded ExportTraceServiceRequest to the records the store keeps.
 
-The span contract (written by `otel_grpo.telemetry`):
-- `grpo.step`: attributes `grpo.run_id`, `grpo.step`, `grpo.metric.<stat_key>` (the step's scalars);
-- `grpo.phase.<name>`: child of the step span, attribute `grpo.phase`; duration = end - start;
-- `grpo.samples`: attributes `grpo.run_id`, `grpo.step`; one `grpo.sample` event per sample.
-run_id falls back to the resource's `grpo.run_id`. Other spans are accepted and ignored.
+The span contract is `otel_grpo.catalog.spans` (written by `otel_grpo.telemetry`). run_id falls
+back to the resource's `grpo.run_id`. Other spans are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -12,11 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-STEP_SPAN = "grpo.step"
-SAMPLES_SPAN = "grpo.samples"
-PHASE_PREFIX = "grpo.phase."
-SAMPLE_EVENT = "grpo.sample"
-METRIC_PREFIX = "grpo.metric."
+from otel_grpo.catalog.spans import (METRIC_PREFIX, PHASE_ATTR, PHASE_PREFIX, RUN_ID_ATTR, SAMPLE_EVENT,
+                                     SAMPLES_SPAN, STEP_ATTR, STEP_SPAN)
+
 # Columns every step row carries; a stat key of the same name (the catalog has `step`) is
 # stored as `stat.<key>` so a row never has two fields of one name.
 RESERVED_STEP_KEYS = frozenset({"run_id", "step", "time"})
@@ -148,7 +143,7 @@ def extract(request) -> Batch:
     batch = Batch()
     for rs in request.resource_spans:
         resource = _attrs(rs.resource.attributes)
-        default_run = resource.get("grpo.run_id")
+        default_run = resource.get(RUN_ID_ATTR)
         default_run = str(default_run) if default_run not in (None, "") else None
         info = {k: str(resource[k]) for k in ("service.name", "grpo.model", "host.name") if k in resource}
         n_steps, n_samples = len(batch.steps), len(batch.samples)
@@ -169,8 +164,8 @@ def extract(request) -> Batch:
 
 
 def _run_and_step(batch: Batch, span, attrs: dict, default_run: str | None) -> tuple[str, int] | None:
-    run_id = attrs.get("grpo.run_id") or default_run
-    step = _int(attrs.get("grpo.step"))
+    run_id = attrs.get(RUN_ID_ATTR) or default_run
+    step = _int(attrs.get(STEP_ATTR))
     if not run_id or step is None:
         batch.reject(f"span {span.name!r} {span.span_id.hex()} lacks grpo.run_id or an integer grpo.step")
         return None
@@ -193,9 +188,9 @@ def _step_span(batch: Batch, span, default_run: str | None) -> None:
 
 def _phase_span(batch: Batch, span) -> None:
     attrs = _attrs(span.attributes)
-    phase = attrs.get("grpo.phase") or span.name[len(PHASE_PREFIX):]
-    step = _int(attrs.get("grpo.step"))
-    run_id = attrs.get("grpo.run_id")
+    phase = attrs.get(PHASE_ATTR) or span.name[len(PHASE_PREFIX):]
+    step = _int(attrs.get(STEP_ATTR))
+    run_id = attrs.get(RUN_ID_ATTR)
     if not span.parent_span_id and (step is None or not run_id):
         batch.reject(f"phase span {span.span_id.hex()} has no parent step span")
         return
