@@ -7,7 +7,7 @@ import sys
 
 from otel_grpo import catalog
 from otel_grpo.catalog._docs import render_signals_md
-from otel_grpo.stack._docs import DOC_FILES
+from otel_grpo.generate._docs import DOC_FILES
 
 
 def test_committed_signals_doc_equals_regenerated(root):

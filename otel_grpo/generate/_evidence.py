@@ -1,6 +1,6 @@
 """PromQL over the training process's per-step evidence: step checks and health counters.
 
-    >>> from otel_grpo.stack import RuleSettings
+    >>> from otel_grpo.generate import RuleSettings
     >>> 'streak="3"' in beyond(RuleSettings(), "kl_threshold", 3)
     True
 

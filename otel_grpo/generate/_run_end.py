@@ -1,6 +1,6 @@
 """How a run ends, told apart: finished, preempted, crashed, hung; a resume runs again.
 
-    >>> from otel_grpo.stack import RuleSettings
+    >>> from otel_grpo.generate import RuleSettings
     >>> [a["alert"] for a in run_end_alerts(RuleSettings())]
     ['GRPOTrainerStalled', 'GRPOMetricsAbsent', 'GRPORunPreempted']
 

@@ -1,6 +1,6 @@
 """Grafana dashboards generated from the catalog; `otel-grpo dashboards` writes them.
 
-    >>> from otel_grpo.stack.dashboards import overview
+    >>> from otel_grpo.generate.dashboards import overview
     >>> overview()["uid"]
     'grpo-overview'
 

@@ -1,6 +1,6 @@
 """Prometheus rule settings and recording rules for GRPO runs, generated so both modes share them.
 
-    >>> from otel_grpo.stack import RuleSettings, alert_rules
+    >>> from otel_grpo.generate import RuleSettings, alert_rules
     >>> [r["alert"] for r in alert_rules(RuleSettings())["groups"][0]["rules"] if "alert" in r][:2]
     ['GRPOKLHigh', 'GRPOKLJump']
 
