@@ -21,9 +21,9 @@ import re
 
 from otel_grpo.catalog import bound_label
 
-from ._rules import STEP_INDEX, STEP_THRESHOLDS, RuleSettings, _m
+from ._rules import STEP_INDEX, STEP_THRESHOLDS, RuleSettings, metric
 
-BEYOND, STREAK_NOW = _m("step_beyond"), _m("step_streak")
+BEYOND, STREAK_NOW = metric("step_beyond"), metric("step_streak")
 BY = "run_id, signal, bound"
 
 

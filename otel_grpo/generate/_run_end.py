@@ -20,9 +20,9 @@ any length never resolves by itself.
 from __future__ import annotations
 
 from ._alerts_base import PROGRESS, RUN, STEP as _STEP, alert, by_run
-from ._rules import STEP_INDEX, STEP_TIME, RuleSettings, _m, seconds
+from ._rules import STEP_INDEX, STEP_TIME, RuleSettings, metric, seconds
 
-FINISHED, PREEMPTED = _m("run_finished"), _m("run_preempted")
+FINISHED, PREEMPTED = metric("run_finished"), metric("run_preempted")
 
 
 def progress_rule(s: RuleSettings) -> dict:
