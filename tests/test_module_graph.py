@@ -72,6 +72,12 @@ def test_every_module_imports(name):
     importlib.import_module(name)
 
 
+def test_generation_imports_only_the_catalog():
+    wrong = {(m, e) for m in SPLIT_MODULES if _under(m, ("otel_grpo.generate",))
+             for e in _edges(m) if not _under(e, ("otel_grpo.generate", *GENERATION_MAY_IMPORT))}
+    assert wrong == set(), "otel_grpo.generate renders files from the catalog: it imports neither the runner nor integrations"
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import circle of the graph, as the modules along it (first = last), or None."""
     done: set[str] = set()
@@ -99,6 +105,21 @@ def test_cycle_finder_finds_a_circle():
 def test_no_import_circle():
     graph = {m: {e for e in _edges(m) if e in SPLIT_MODULES} for m in SPLIT_MODULES}
     assert _cycle(graph) is None
+
+
+def test_no_function_local_import_of_our_modules():
+    """Imports of our own modules sit at the top, where the graph above reads them and a circle fails at once
+    (a function-local `import httpx` for an optional extra is fine)."""
+    local = set()
+    for m in SPLIT_MODULES:
+        for fn in ast.walk(ast.parse(MODULES[m].read_text())):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.ImportFrom) and (node.level or _under(node.module or "", ("otel_grpo",))):
+                        local.add((m, fn.name))
+                    elif isinstance(node, ast.Import) and any(_under(a.name, ("otel_grpo",)) for a in node.names):
+                        local.add((m, fn.name))
+    assert local == set()
 
 
 def test_no_private_name_crosses_a_module():
