@@ -60,7 +60,9 @@ def _edges(name: str) -> set[str]:
     edges = set()
     for module, names in _imported(name, MODULES[name]):
         submodules = {f"{module}.{n}" for n in names} & MODULES.keys()
-        edges |= submodules or {module}
+        edges |= submodules
+        if len(submodules) < len(names) or not names:  # a name defined in `module` itself
+            edges.add(module)
     return edges
 
 
