@@ -21,9 +21,9 @@ import re
 
 from otel_grpo.catalog import bound_label
 
-from ._rules import STEP_INDEX, STEP_THRESHOLDS, RuleSettings, metric
+from ._rules import STEP_INDEX, STEP_THRESHOLDS, RuleSettings, prometheus_name
 
-BEYOND, STREAK_NOW = metric("step_beyond"), metric("step_streak")
+BEYOND, STREAK_NOW = prometheus_name("step_beyond"), prometheus_name("step_streak")
 BY = "run_id, signal, bound"
 
 

@@ -37,14 +37,14 @@ from otel_grpo import catalog
 from otel_grpo.catalog import STEP_CHECKS, STREAKS
 
 
-def metric(key: str) -> str:
+def prometheus_name(key: str) -> str:
     """Prometheus series name of a catalog signal (histograms: the base name)."""
     return catalog.get(key).prometheus_name
 
 
-KL, REWARD, ENTROPY = metric("kl"), metric("reward"), metric("entropy")
-STEP_INDEX, NONFINITE, SKIPPED = metric("step"), metric("nonfinite"), metric("skipped_steps")
-GRAD_NORM, THROUGHPUT, STEP_TIME = metric("grad_norm"), metric("tokens_per_second"), metric("step_time")
+KL, REWARD, ENTROPY = map(prometheus_name, ("kl", "reward", "entropy"))
+STEP_INDEX, NONFINITE, SKIPPED = map(prometheus_name, ("step", "nonfinite", "skipped_steps"))
+GRAD_NORM, THROUGHPUT, STEP_TIME = map(prometheus_name, ("grad_norm", "tokens_per_second", "step_time"))
 # Histograms whose rates the dashboards turn into quantiles (heavy: one series per bucket).
 HISTOGRAMS = ("sample_reward", "sample_advantage", "sample_completion_length", "sample_is_ratio", "step_kl")
 LABELLED_HISTOGRAMS = ("phase_duration", "sample_reward_fn")
@@ -330,19 +330,19 @@ def recording_rules(s: RuleSettings) -> dict:
     """Baselines (used by alerts), per-run threshold overrides, and bucket/counter rates (dashboards)."""
     rules = _baselines(s) + threshold_rules(s)
     for key in HISTOGRAMS:
-        base = metric(key)
+        base = prometheus_name(key)
         rules.append({
             "record": f"run_id_le:{base}_bucket:rate",
             "expr": f"sum by (run_id, le) (rate({base}_bucket[{s.histogram_window}]))",
         })
     for key in LABELLED_HISTOGRAMS:  # one quantile per label value: the label stays
-        base, label = metric(key), catalog.get(key).label
+        base, label = prometheus_name(key), catalog.get(key).label
         rules.append({
             "record": f"run_id_{label}_le:{base}_bucket:rate",
             "expr": f"sum by (run_id, {label}, le) (rate({base}_bucket[{s.histogram_window}]))",
         })
     for key in COUNTERS:
-        name = metric(key)
+        name = prometheus_name(key)
         rules.append({
             "record": f"run_id:{name.removesuffix('_total')}:rate",
             "expr": f"sum by (run_id) (rate({name}[{s.rate_window}]))",
@@ -350,4 +350,5 @@ def recording_rules(s: RuleSettings) -> dict:
     return {"groups": [{"name": "grpo-recording", "rules": rules}]}
 
 
-__all__ = ["RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "metric", "recording_rules", "rungs", "seconds", "threshold"]
+__all__ = ["RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "prometheus_name", "recording_rules", "rungs", "seconds",
+           "threshold"]

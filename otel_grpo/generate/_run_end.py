@@ -20,9 +20,9 @@ any length never resolves by itself.
 from __future__ import annotations
 
 from ._alerts_base import PROGRESS, RUN, STEP as _STEP, alert, by_run
-from ._rules import STEP_INDEX, STEP_TIME, RuleSettings, metric, seconds
+from ._rules import STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, seconds
 
-FINISHED, PREEMPTED = metric("run_finished"), metric("run_preempted")
+FINISHED, PREEMPTED = prometheus_name("run_finished"), prometheus_name("run_preempted")
 
 
 def progress_rule(s: RuleSettings) -> dict:
