@@ -10,7 +10,7 @@ import pytest
 
 import otel_grpo
 
-PACKAGES = ["catalog", "signals", "telemetry", "sidecar", "trainer", "stack", "cli", "integrations.follow"]
+PACKAGES = ["catalog", "signals", "telemetry", "sidecar", "trainer", "generate", "stack", "cli", "integrations.follow"]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -11,7 +11,7 @@ or are checked against `SIGNALS`.
 """
 
 from . import spans
-from ._lookup import PEERS, by_name, get, resolve, split_stat_key, stat_key
+from ._lookup import PEERS, by_name, get, peer_names, resolve, split_stat_key, stat_key
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
 from ._step_checks import STEP_CHECKS, STREAKS, StepCheck, bound_label, reached
 from ._table import SIGNALS
@@ -29,6 +29,7 @@ __all__ = [
     "bound_label",
     "by_name",
     "get",
+    "peer_names",
     "reached",
     "resolve",
     "sanitize_key",

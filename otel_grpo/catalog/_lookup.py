@@ -61,6 +61,13 @@ def by_name(name: str) -> Signal | None:
     return _BY_NAME.get(name)
 
 
+def peer_names(peer: str) -> list[tuple[str, Signal]]:
+    """(the peer's name, signal) for every signal `peer` ("trl", "verl", "maxent") logs, in catalog order."""
+    if peer not in PEERS:
+        raise ValueError(f"peer: {peer!r} is not one of {PEERS}")
+    return [(getattr(s, peer), s) for s in SIGNALS if getattr(s, peer)]
+
+
 def split_stat_key(stat_key: str) -> tuple[str, str | None]:
     """`"reward_fn_mean/format"` -> `("reward_fn_mean", "format")`; `"kl"` -> `("kl", None)`.
 

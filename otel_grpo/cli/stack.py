@@ -160,7 +160,7 @@ def dashboards(
                    "see docs/operations.md. Default: the documented defaults."),
 ) -> None:
     """Regenerate the Grafana dashboards, the Prometheus/Alertmanager files, the Helm chart's files, docs/signals.md and docs/integrations.md from the catalog."""
-    from otel_grpo.stack import RuleSettings, generated_files
+    from otel_grpo.generate import RuleSettings, generated_files
 
     try:
         settings = RuleSettings.from_yaml(rule_settings) if rule_settings else None

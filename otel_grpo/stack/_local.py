@@ -15,9 +15,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._configs import Targets, alertmanager_config, dump, prometheus_config, rule_files, write_files
+from otel_grpo.generate import RuleSettings, Targets, alertmanager_config, dump, prometheus_config, rule_files, write_files
+
 from ._process import Managed, StackError, find_binary
-from ._rules import RuleSettings
 
 
 @dataclass(kw_only=True, slots=True)

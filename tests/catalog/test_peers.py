@@ -42,3 +42,11 @@ def test_a_difference_must_name_a_known_peer():
     with pytest.raises(ValueError, match="differs"):
         Signal("x", "grpo.x", Kind.GAUGE, "{ratio}", "d", Reduction.MEAN, catalog.Group.POLICY,
                differs=(("wandb", "other"),))
+
+
+def test_peer_names_list_each_peers_name_of_a_signal_in_catalog_order():
+    verl = catalog.peer_names("verl")
+    assert verl == [(s.verl, s) for s in catalog.SIGNALS if s.verl] and ("actor/ppo_kl", catalog.get("ppo_kl")) in verl
+    assert ("kl", catalog.get("trl_kl")) in catalog.peer_names("trl")
+    with pytest.raises(ValueError, match="peer: 'wandb'"):
+        catalog.peer_names("wandb")

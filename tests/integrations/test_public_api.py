@@ -1,4 +1,4 @@
-"""The integrations' public names resolve, and importing the package (or the docs mapping) pulls in no framework."""
+"""The integrations' public names resolve, and importing the package (or the TRL key mapping) pulls in no framework."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ def test_every_name_in_all_imports():
 
 def test_import_needs_neither_trl_nor_transformers():
     code = ("import sys, otel_grpo.integrations, otel_grpo.integrations.trl; "
-            "from otel_grpo.integrations.trl import render_markdown, trl_mapping; render_markdown(); "
+            "from otel_grpo.integrations.trl import trl_mapping; trl_mapping(); "
             "print(any(m in sys.modules for m in ('trl', 'transformers', 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False"]
 
 
-def test_every_trl_alias_in_the_docs():
-    from otel_grpo.integrations.trl import render_markdown, trl_mapping
+def test_trl_mapping_is_the_catalogs_trl_names():
+    from otel_grpo.catalog import peer_names
+    from otel_grpo.integrations.trl import trl_mapping
 
-    text = render_markdown()
-    assert all(f"| `{key}` | `{signal.name}` |" in text for key, signal in trl_mapping())
+    assert trl_mapping() == peer_names("trl") and ("kl", "grpo.trl.kl") in {(k, s.name) for k, s in trl_mapping()}

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from otel_grpo.catalog import SIGNALS, Kind
-from otel_grpo.stack._configs import COMPOSE, SECRETS, alertmanager_config, dump, retarget
+from otel_grpo.generate._configs import COMPOSE, SECRETS, alertmanager_config, dump, retarget
 from otel_grpo.stack._process import Managed
 from tests._support.waiting import wait_for
 

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 import yaml
 
-from otel_grpo.stack._configs import SECRETS
+from otel_grpo.generate._configs import SECRETS
 from tests.stack.compose_sandbox import render
 from tests.stack.conftest import need
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from otel_grpo.stack._configs import WEB_USER
+from otel_grpo.generate._configs import WEB_USER
 from tests._support.waiting import wait_for
 from tests.stack.compose_sandbox import Sandbox, new_base, render
 

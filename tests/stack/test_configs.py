@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from otel_grpo.stack import StackSettings, write_local_configs
-from otel_grpo.stack._configs import COMPOSE, SECRETS, retarget
+from otel_grpo.generate._configs import COMPOSE, SECRETS, retarget
 from otel_grpo.stack._process import backend_versions
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from otel_grpo.stack._checks import all_panels
-from otel_grpo.stack.dashboards import dashboards
+from otel_grpo.generate._checks import all_panels
+from otel_grpo.generate.dashboards import dashboards
 
 SCHEMA, TYPESCRIPT = "13.2.3", "5.9.3"
 TIMESERIES = "@grafana/schema/dist/esm/raw/composable/timeseries/panelcfg/x/TimeSeriesPanelCfg_types.gen"

@@ -8,9 +8,9 @@ import yaml
 
 from otel_grpo.stack import RuleSettings, recording_rules
 
-from otel_grpo.stack._checks import (all_panels, allowed_series, catalog_series, concrete, dashboard_exprs, drawn_series,
+from otel_grpo.generate._checks import (all_panels, allowed_series, catalog_series, concrete, dashboard_exprs, drawn_series,
                                      metric_names)
-from otel_grpo.stack.dashboards import dashboard_files, dashboards
+from otel_grpo.generate.dashboards import dashboard_files, dashboards
 
 
 def test_committed_dashboards_equal_regenerated(root):

@@ -1,4 +1,5 @@
-"""docs/signals.md is generated from the catalog: committed = regenerated, every signal and peer name in it."""
+"""docs/signals.md and docs/integrations.md are generated from the catalog: committed = regenerated, every signal
+and peer name in them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import sys
 
 from otel_grpo import catalog
 from otel_grpo.catalog._docs import render_signals_md
-from otel_grpo.stack._docs import DOC_FILES
+from otel_grpo.generate._docs import DOC_FILES
+from otel_grpo.generate._integrations_md import render_integrations_md
 
 
 def test_committed_signals_doc_equals_regenerated(root):
@@ -35,3 +37,13 @@ def test_dashboards_check_reports_a_stale_doc(root, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "dashboards", "--root", str(tmp_path), "--check"],
                           capture_output=True, text=True, cwd=root, timeout=120)
     assert proc.returncode == 1 and "docs/signals.md" in proc.stdout
+
+
+def test_integrations_doc_lists_every_trl_key_and_needs_no_framework(root):
+    code = ("import sys; from otel_grpo.generate._integrations_md import render_integrations_md; render_integrations_md(); "
+            "print(sorted(m for m in ('trl', 'transformers', 'torch', 'otel_grpo.integrations') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    assert out.stdout.split() == ["[]"]
+    text = render_integrations_md()
+    assert all(f"| `{key}` | `{signal.name}` |" in text for key, signal in catalog.peer_names("trl"))
+    assert (root / "docs" / "integrations.md").read_text() == text, "run `otel-grpo dashboards`"

@@ -22,8 +22,8 @@ import pytest
 from otel_grpo import catalog
 from otel_grpo.catalog._table import FOLLOW_ONLY, TRL_ONLY
 from otel_grpo.stack import LocalStack, StackSettings
-from otel_grpo.stack._checks import concrete, dashboard_exprs, metric_names
-from otel_grpo.stack.dashboards import dashboards
+from otel_grpo.generate._checks import concrete, dashboard_exprs, metric_names
+from otel_grpo.generate.dashboards import dashboards
 
 pytestmark = pytest.mark.integration
 

@@ -22,10 +22,10 @@ import yaml
 
 from otel_grpo.sidecar import SidecarSettings
 from otel_grpo.stack import RuleSettings
-from otel_grpo.stack._configs import COMPOSE, prometheus_config
-from otel_grpo.stack._kubernetes import CHART, SCRAPE_JOBS, prometheus_rule_spec
+from otel_grpo.generate._configs import COMPOSE, prometheus_config
+from otel_grpo.generate._kubernetes import CHART, SCRAPE_JOBS, prometheus_rule_spec
 from otel_grpo.stack._process import bin_cache, backend_versions
-from otel_grpo.stack.dashboards import dashboards
+from otel_grpo.generate.dashboards import dashboards
 from tests.stack.conftest import need
 
 pytestmark = pytest.mark.integration

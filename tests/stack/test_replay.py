@@ -9,7 +9,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_grpo.stack._replay import Segment, encode, expand, replay
+from otel_grpo.generate._replay import Segment, encode, expand, replay
 from otel_grpo.telemetry._instruments import Instruments
 
 KL = [0.1, 1.5, 1.2, 0.4, 1.1, 2.5, 3.0, 1.5, 0.2, 5.5]

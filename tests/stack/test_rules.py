@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from otel_grpo.stack import RuleSettings, alerts, generated_files
-from otel_grpo.stack._checks import allowed_series, metric_names, rule_exprs
-from otel_grpo.stack._configs import rule_files
-from otel_grpo.stack._promtool import load_scenarios, render_tests
+from otel_grpo.generate._checks import allowed_series, metric_names, rule_exprs
+from otel_grpo.generate import rule_files
+from otel_grpo.generate._promtool import load_scenarios, render_tests
 
 ALERTS = {r["alert"] for r in alerts(RuleSettings())}
 ALWAYS_FIRING = {"GRPOWatchdog"}

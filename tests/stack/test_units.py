@@ -10,7 +10,7 @@ import pytest
 
 import otel_grpo.stack as stack
 from otel_grpo.stack import DemoSettings, RuleSettings, StackSettings, trainer_command
-from otel_grpo.stack._checks import metric_names
+from otel_grpo.generate._checks import metric_names
 from otel_grpo.stack._demo import DemoSummary, format_summary
 
 

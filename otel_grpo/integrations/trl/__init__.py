@@ -7,20 +7,19 @@
 `OtelGrpoCallback` is the log-dict path for any `transformers.Trainer` (and the
 fallback when the installed TRL is outside `SUPPORTED_TRL`). `trl_mapping()` is the
 table of every key TRL and transformers log and the catalog signal it becomes.
-Names are resolved lazily so that `_keys` (the mapping, used by the docs generator)
-imports neither transformers nor TRL.
+Names are resolved lazily so that `_keys` (the mapping) imports neither transformers
+nor TRL. docs/integrations.md is rendered from the catalog by `otel_grpo.generate`.
 """
 
 from typing import Any
 
-__all__ = ["SUPPORTED_TRL", "OtelGrpoCallback", "instrument", "render_markdown", "trl_mapping"]
+__all__ = ["SUPPORTED_TRL", "OtelGrpoCallback", "instrument", "trl_mapping"]
 
 _WHERE = {
     "SUPPORTED_TRL": "._compat",
     "OtelGrpoCallback": "._callback",
     "instrument": "._instrument",
     "trl_mapping": "._keys",
-    "render_markdown": "._keys",
 }
 
 
@@ -28,7 +27,7 @@ def __getattr__(name: str) -> Any:
     if name in _WHERE:
         import importlib
 
-        if _WHERE[name] != "._keys":  # the mapping (docs) needs neither transformers nor TRL
+        if _WHERE[name] != "._keys":  # the mapping needs neither transformers nor TRL
             from ..._extras import require
 
             require("trl", f"otel_grpo.integrations.trl.{name}")

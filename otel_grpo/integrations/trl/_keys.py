@@ -1,4 +1,4 @@
-"""TRL's and transformers' log dicts as catalog stat keys, and the mapping table the docs are generated from.
+"""TRL's and transformers' log dicts as catalog stat keys, and the mapping table of TRL's keys.
 
     >>> map_logs({"kl": 0.1, "rewards/fmt/mean": 1.0, "eval_reward": 0.5})
     {'trl_kl': 0.1, 'reward_fn_mean/fmt': 1.0, 'eval_metric/reward': 0.5}
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from ...catalog import SIGNALS, Signal, stat_key
+from ...catalog import Signal, peer_names, stat_key
 
 SOURCE = "trl"
 
@@ -38,113 +38,4 @@ def map_logs(logs: Mapping[str, Any]) -> dict[str, float]:
 
 def trl_mapping() -> list[tuple[str, Signal]]:
     """(TRL / transformers key, catalog signal) for every signal with a TRL name, in catalog order."""
-    return [(s.trl, s) for s in SIGNALS if s.trl]
-
-
-_COMPUTED_NOTE = {
-    "kl": "TRL's own estimator (bias-corrected by default); the plain k3 KL is `grpo.kl`, computed from TRL's tensors by `instrument`",
-    "sampling/importance_sampling_ratio/mean": "after TRL's truncation or masking; the raw ratios are `grpo.mismatch.is_ratio.*`",
-}
-
-
-def render_markdown() -> str:
-    """docs/integrations.md: how TRL runs are instrumented and where each TRL key goes (from the catalog)."""
-    lines = [
-        "# Integrations",
-        "",
-        "<!-- Generated from the catalog by `otel-grpo dashboards`; do not edit by hand. -->",
-        "",
-        "## TRL",
-        "",
-        "One line after constructing a `trl.GRPOTrainer` (or a subclass):",
-        "",
-        "```python",
-        "from otel_grpo.integrations import instrument",
-        "",
-        "trainer = GRPOTrainer(model=..., reward_funcs=[...], args=GRPOConfig(...), train_dataset=...)",
-        "instrument(trainer)   # run id and output dir from args; grpo.run.finished at train end",
-        "trainer.train()",
-        "```",
-        "",
-        "`instrument` computes every signal from TRL's own tensors (rewards per function, advantages,",
-        "completion lengths and ids, per-token log-probs of the policy, the old policy, the reference",
-        "and, with vLLM, the sampler) through `otel_grpo.signals`, with one `reduce_stats` per logged",
-        "step: exact (token-weighted) across micro-batches, gradient accumulation, `logging_steps` and",
-        "ranks. Samples are sent once per generation batch. The keys TRL logs that it computes itself",
-        "are replaced by the exact values; the others (`grad_norm`, `learning_rate`, `epoch`, ...) pass",
-        "through the mapping below. Any `transformers.Trainer` can use the log-dict path instead:",
-        "`Trainer(..., callbacks=[OtelGrpoCallback()])`.",
-        "",
-        "Capture never stops training: a failure logs one warning and turns the tensor signals off",
-        "(the logged values still export). With several processes the ranks agree at each logged",
-        "step (one small all-reduce), so a failure on one rank turns capture off on all of them and",
-        "no rank is left waiting in a collective.",
-        "",
-        "The telemetry `instrument` builds emits from a child process (`emit_in=\"process\"`): the",
-        "emitter and the OTel exporters spend about a millisecond of Python per logged step, and in",
-        "the training process they would hold the GIL that a TRL step, Python-bound between its torch",
-        "ops, waits for. The training thread pickles each logged step's record (tens of microseconds)",
-        "and a sender thread passes it on every 0.25 s. The child serves the Prometheus port and",
-        "writes the sample spill; each step stays in the trainer until the child has emitted it, so",
-        "if the child dies the trainer takes over with one warning and emits those steps again. The",
-        "child ignores Ctrl-C (the trainer finishes the run and closes it) and ends the run as a crash",
-        "when the trainer is killed. `instrument(trainer, emit_in=\"thread\")` or",
-        "`OTEL_GRPO_EMIT_IN=thread` keeps everything in the training process.",
-        "",
-        "A second `trainer.train()` in the same process (a notebook re-run, a resume after Ctrl-C)",
-        "exports again through a new Telemetry built the same way; a Telemetry you passed to",
-        "`instrument` is closed by the first `train()`, so the second one warns and exports nothing",
-        "until `instrument(trainer)` is called again. Calling `instrument` again on the same trainer",
-        "replaces its telemetry and adds no second callback.",
-        "",
-        "TRL's keys go through the catalog's one name resolver with `source=\"trl\"`, the same as",
-        "`Telemetry.log_metrics(step, logs, source=\"trl\")` and `otel-grpo follow --trl-output`: where",
-        "TRL's name is also one of our keys, TRL's meaning wins (its `kl` is `grpo.trl.kl`; our `kl`,",
-        "`grpo.kl`, is plain k3). A reward function whose name holds slashes (`org/model`) keeps them",
-        "in the `reward_fn` attribute.",
-        "",
-        "`eval_<name>` keys become `grpo.eval{metric=\"<name>\"}`. A `None` (TRL's mean of only NaN)",
-        "or NaN value is counted in `grpo.nonfinite{signal=...}` instead of being exported. Keys the",
-        "catalog does not know (your own `log_metric`s) become `grpo.extra.<key>` gauges.",
-        "",
-        "| TRL / transformers key | signal | Prometheus | meaning |",
-        "| --- | --- | --- | --- |",
-    ]
-    for key, s in trl_mapping():
-        note = _COMPUTED_NOTE.get(key)
-        meaning = s.description + (f" ({note})" if note else "")
-        lines.append(f"| `{key}` | `{s.name}` | `{s.prometheus_name}` | {meaning.replace('|', '/')} |")
-    lines += [
-        "",
-        "Signals `instrument` adds that TRL does not log: reward quantiles (`grpo.reward.p05/p50/p95`),",
-        "min/max, group std, advantages, length std and distinct-n, policy ratio and `approx_kl`, KL",
-        "k1/k3/max/per-sequence, per-sample histograms, phase spans (`rollout`, `reward`,",
-        "`reward.<function>`, `old_logprobs`, `reference`, `update`) and, whenever the trainer holds",
-        "sampling log-probs (vLLM), the `grpo.mismatch.*` and `grpo.rollout_is.*` sets.",
-        "",
-        "Notes:",
-        "",
-        "- The hooks keep references to TRL's tensors; the stats of every micro-batch and generation",
-        "  batch a logged step covers are computed at that step, in one pass over their concatenation",
-        "  (at `logging_steps=10`, one pass of torch ops where one per micro-batch made ten), under",
-        "  `torch.inference_mode`. Past 64 MiB of held tensors they are computed early, which bounds the",
-        "  device memory kept between logged steps. A logged step costs one collective and one",
-        "  device-to-host copy for the stats, plus one copy per generation batch for its sample rows'",
-        "  rewards and advantages.",
-        "- Reward stats are taken over whole prompt groups of the rewards TRL gathers from every rank",
-        "  (each group on one rank), so group std and `frac_zero_std` are exact when a group's",
-        "  completions are spread over several ranks.",
-        "- Clip ratios follow the loss type: with TRL's `importance_sampling_level=\"token\"` (its default)",
-        "  they are token fractions; with `\"sequence\"` (GSPO, luspo) they are fractions of sequences whose",
-        "  sequence-level ratio TRL clipped, as TRL logs them. Loss types without a two-sided clip export no",
-        "  `grpo.clip_ratio.*`: cispo's truncation is TRL's `cispo_clip_ratio` (`grpo.trl.cispo_clip_ratio`),",
-        "  sapo and vespo clip nothing. The policy ratio stats stay token-level.",
-        "- `scale_rewards=\"batch\"`: `frac_reward_zero_std` stays the fraction of prompt groups whose rewards",
-        "  are all equal (no learning signal in those groups), while TRL then logs whether the whole batch's",
-        "  std is zero (0 or 1); the two differ by design.",
-        "- Sample rows are offered on every rank; which of them are kept follows `Telemetry`'s selection",
-        "  (only the exporting rank's rows until it selects across ranks).",
-        "- Only `train()` is instrumented; evaluation keeps TRL's logged `eval_*` values.",
-        "",
-    ]
-    return "\n".join(lines)
+    return peer_names(SOURCE)

@@ -1,6 +1,6 @@
 """How a run ends, told apart: finished, preempted, crashed, hung; a resume runs again.
 
-    >>> from otel_grpo.stack import RuleSettings
+    >>> from otel_grpo.generate import RuleSettings
     >>> [a["alert"] for a in run_end_alerts(RuleSettings())]
     ['GRPOTrainerStalled', 'GRPOMetricsAbsent', 'GRPORunPreempted']
 
@@ -20,9 +20,9 @@ any length never resolves by itself.
 from __future__ import annotations
 
 from ._alerts_base import PROGRESS, RUN, STEP as _STEP, alert, by_run
-from ._rules import STEP_INDEX, STEP_TIME, RuleSettings, _m, seconds
+from ._rules import STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, seconds
 
-FINISHED, PREEMPTED = _m("run_finished"), _m("run_preempted")
+FINISHED, PREEMPTED = prometheus_name("run_finished"), prometheus_name("run_preempted")
 
 
 def progress_rule(s: RuleSettings) -> dict:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from ._alerts_base import PCT as _PCT, RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert, by_run as _max
 from ._evidence import at_step, beyond, counted
-from ._rules import ENTROPY, GRAD_NORM, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, _m, threshold
+from ._rules import ENTROPY, GRAD_NORM, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, prometheus_name, threshold
 from ._run_end import progress_rule, run_end_alerts
 
 STREAK = "run_id:grpo_check:streak_start"
-BETA = _m("beta")
+BETA = prometheus_name("beta")
 # Targets are told by what they serve, never by `job` (the Prometheus Operator names jobs after
 # namespace/service): a self-referencing record remembers every target that served a collector's
 # (sidecar's) own metrics, so it is known while it is down.

@@ -1,6 +1,6 @@
 """Prometheus rule settings and recording rules for GRPO runs, generated so both modes share them.
 
-    >>> from otel_grpo.stack import RuleSettings, alert_rules
+    >>> from otel_grpo.generate import RuleSettings, alert_rules
     >>> [r["alert"] for r in alert_rules(RuleSettings())["groups"][0]["rules"] if "alert" in r][:2]
     ['GRPOKLHigh', 'GRPOKLJump']
 
@@ -37,14 +37,14 @@ from otel_grpo import catalog
 from otel_grpo.catalog import STEP_CHECKS, STREAKS
 
 
-def _m(key: str) -> str:
+def prometheus_name(key: str) -> str:
     """Prometheus series name of a catalog signal (histograms: the base name)."""
     return catalog.get(key).prometheus_name
 
 
-KL, REWARD, ENTROPY = _m("kl"), _m("reward"), _m("entropy")
-STEP_INDEX, NONFINITE, SKIPPED = _m("step"), _m("nonfinite"), _m("skipped_steps")
-GRAD_NORM, THROUGHPUT, STEP_TIME = _m("grad_norm"), _m("tokens_per_second"), _m("step_time")
+KL, REWARD, ENTROPY = map(prometheus_name, ("kl", "reward", "entropy"))
+STEP_INDEX, NONFINITE, SKIPPED = map(prometheus_name, ("step", "nonfinite", "skipped_steps"))
+GRAD_NORM, THROUGHPUT, STEP_TIME = map(prometheus_name, ("grad_norm", "tokens_per_second", "step_time"))
 # Histograms whose rates the dashboards turn into quantiles (heavy: one series per bucket).
 HISTOGRAMS = ("sample_reward", "sample_advantage", "sample_completion_length", "sample_is_ratio", "step_kl")
 LABELLED_HISTOGRAMS = ("phase_duration", "sample_reward_fn")
@@ -330,19 +330,19 @@ def recording_rules(s: RuleSettings) -> dict:
     """Baselines (used by alerts), per-run threshold overrides, and bucket/counter rates (dashboards)."""
     rules = _baselines(s) + threshold_rules(s)
     for key in HISTOGRAMS:
-        base = _m(key)
+        base = prometheus_name(key)
         rules.append({
             "record": f"run_id_le:{base}_bucket:rate",
             "expr": f"sum by (run_id, le) (rate({base}_bucket[{s.histogram_window}]))",
         })
     for key in LABELLED_HISTOGRAMS:  # one quantile per label value: the label stays
-        base, label = _m(key), catalog.get(key).label
+        base, label = prometheus_name(key), catalog.get(key).label
         rules.append({
             "record": f"run_id_{label}_le:{base}_bucket:rate",
             "expr": f"sum by (run_id, {label}, le) (rate({base}_bucket[{s.histogram_window}]))",
         })
     for key in COUNTERS:
-        name = _m(key)
+        name = prometheus_name(key)
         rules.append({
             "record": f"run_id:{name.removesuffix('_total')}:rate",
             "expr": f"sum by (run_id) (rate({name}[{s.rate_window}]))",
@@ -350,17 +350,5 @@ def recording_rules(s: RuleSettings) -> dict:
     return {"groups": [{"name": "grpo-recording", "rules": rules}]}
 
 
-def rule_metric_names() -> set[str]:
-    """Names the rules define (recording rules), which dashboards may also query."""
-    from ._alerts import alert_rules  # the alert group records streaks and progress too
-
-    defaults = RuleSettings()
-    s = RuleSettings(overrides={"_": {name: getattr(defaults, name) for name in THRESHOLDS}})
-    names = set()
-    for doc in (recording_rules(s), alert_rules(s)):
-        names |= {r["record"] for g in doc["groups"] for r in g["rules"] if "record" in r}
-    return names
-
-
-__all__ = ["RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "recording_rules", "rule_metric_names", "rungs", "seconds",
+__all__ = ["RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "prometheus_name", "recording_rules", "rungs", "seconds",
            "threshold"]

@@ -10,16 +10,11 @@ from typing import Callable
 
 from otel_grpo.catalog._docs import render_signals_md
 
-
-def _render_trl_mapping() -> str:
-    from otel_grpo.integrations.trl import render_markdown  # catalog data only; TRL is not imported
-
-    return render_markdown()
-
+from ._integrations_md import render_integrations_md
 
 DOC_FILES: list[tuple[str, Callable[[], str]]] = [
     ("docs/signals.md", render_signals_md),
-    ("docs/integrations.md", _render_trl_mapping),
+    ("docs/integrations.md", render_integrations_md),
 ]
 
 

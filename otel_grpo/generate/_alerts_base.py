@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ._rules import RuleSettings
+from .dashboards import UID, panel_id
 
 PROGRESS = "run_id:grpo_step:progress_time"
-DASHBOARD_UID = "grpo-overview"
 RUN = "run {{ $labels.run_id }}"
 VAL = '{{ $value | printf "%.3g" }}'  # humanize would print 0.5 as "500m"
 PCT = "{{ $value | humanizePercentage }}"  # fractions read as "65%", not "0.65 of"
@@ -26,7 +26,5 @@ def alert(s: RuleSettings, name: str, expr: str, for_: str, severity: str, summa
 
 
 def panel_url(s: RuleSettings, title: str) -> str:
-    from .dashboards import panel_id  # dashboards -> _configs -> _alerts -> this module: import late
-
-    return (f"{s.grafana_url.rstrip('/')}/d/{DASHBOARD_UID}/?viewPanel=panel-{panel_id(title)}"
+    return (f"{s.grafana_url.rstrip('/')}/d/{UID}/?viewPanel=panel-{panel_id(title)}"
             "&var-run_id={{ $labels.run_id }}")

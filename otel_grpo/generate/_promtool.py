@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from ._alerts import alerts
+from ._configs import RULE_FILES, dump
 from ._replay import Segment, expand, replay
 from ._rules import RuleSettings, seconds
 
@@ -126,8 +127,6 @@ def load_scenarios(root: Path) -> list[dict]:
 
 def promtool_tests(root: Path) -> str:
     """The committed promtool test file, rendered from the scenarios and `RuleSettings()`."""
-    from ._configs import RULE_FILES, dump
-
     doc = render_tests(load_scenarios(root), RuleSettings(), [f"../{p}" for p in RULE_FILES])
     return dump(doc)
 

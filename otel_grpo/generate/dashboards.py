@@ -1,6 +1,6 @@
 """Grafana dashboards generated from the catalog; `otel-grpo dashboards` writes them.
 
-    >>> from otel_grpo.stack.dashboards import overview
+    >>> from otel_grpo.generate.dashboards import overview
     >>> overview()["uid"]
     'grpo-overview'
 
@@ -13,6 +13,7 @@ overlap.
 from __future__ import annotations
 
 import json
+from functools import cache
 from typing import Iterable, Iterator
 
 from otel_grpo import catalog
@@ -22,6 +23,8 @@ from ._configs import COMPOSE
 from ._panels import PROM, PROM_UID, RUN, Panel, Query, render, row, signal_queries, unit_of
 from ._rules import THRESHOLD_RECORD, RuleSettings
 
+UID = "grpo-overview"
+"""The overview's uid: its URL (`/d/<uid>/`) and the alerts' dashboard links."""
 MAX_SIGNALS = 8
 STEP_ALIGNED = ("kl", "reward", "entropy", "clip_ratio_region_mean", "completions_clipped_ratio")
 """The scalars of the step-aligned run comparison (the sidecar's step history)."""
@@ -230,27 +233,42 @@ def _with_leftovers(sections: list[tuple[str, Group | tuple[Group, ...], list[Pa
         raise RuntimeError(f"dashboard rows miss catalog groups {sorted(g.value for g in set(Group) - placed)}")
 
 
-def _place(panels: list[Panel], next_id: int, y: int) -> tuple[list[dict], int, int]:
-    """Panels left to right, top to bottom from row y; returns them, the next id and the next free y."""
+def _rows(limits: RuleSettings) -> list[tuple[str, list[Panel]]]:
+    """Every row of the overview with its panels, in reading order (what the layout places)."""
+    return list(_with_leftovers(_sections(limits))) + [("Samples and alerts (sidecar)", _samples_panels())]
+
+
+def _numbered(rows: list[tuple[str, list[Panel]]]) -> Iterator[tuple[int, str, list[tuple[int, Panel]]]]:
+    """Each row's id, title and panels with their ids: ids count up in reading order, a row before its panels.
+
+    The one place panel ids are given: the layout and the alerts' links (`panel_id`) both take them from here.
+    """
+    next_id = 1
+    for title, panels in rows:
+        yield next_id, title, [(next_id + 1 + i, panel) for i, panel in enumerate(panels)]
+        next_id += 1 + len(panels)
+
+
+def _place(panels: list[tuple[int, Panel]], y: int) -> tuple[list[dict], int]:
+    """Panels left to right, top to bottom from row y; returns them and the next free y."""
     out, x, line_height = [], 0, 0
-    for panel in panels:
+    for pid, panel in panels:
         if x + panel.width > 24:
             x, y, line_height = 0, y + line_height, 0
-        out.append(render(panel, next_id, x, y))
-        next_id += 1
+        out.append(render(panel, pid, x, y))
         x += panel.width
         line_height = max(line_height, panel.height)
-    return out, next_id, y + line_height
+    return out, y + line_height
 
 
-def _layout(sections: Iterable[tuple[str, list[Panel]]]) -> list[dict]:
+def _layout(rows: Iterable[tuple[int, str, list[tuple[int, Panel]]]]) -> list[dict]:
     """Rows on the 24-column grid: the first (overview) open, the others collapsed with their panels inside."""
     out: list[dict] = []
-    y, next_id = 0, 1
-    for i, (title, panels) in enumerate(sections):
-        header = row(title, next_id, y, collapsed=i > 0)
+    y = 0
+    for i, (row_id, title, panels) in enumerate(rows):
+        header = row(title, row_id, y, collapsed=i > 0)
         out.append(header)
-        placed, next_id, end = _place(panels, next_id + 1, y + 1)
+        placed, end = _place(panels, y + 1)
         if i == 0:
             out += placed
             y = end
@@ -274,9 +292,8 @@ def _variables() -> list[dict]:
 
 def overview(limits: RuleSettings | None = None) -> dict:
     """The GRPO overview dashboard: one or several runs picked from Prometheus."""
-    sections = list(_with_leftovers(_sections(limits or RuleSettings()))) + [("Samples and alerts (sidecar)", _samples_panels())]
     return {
-        "uid": "grpo-overview",
+        "uid": UID,
         "title": "GRPO overview",
         "description": "Reward, KL, clipping, rollout-vs-training IS mismatch, lengths, throughput and alerts of GRPO runs.",
         "tags": ["grpo", "otel-grpo"],
@@ -294,7 +311,7 @@ def overview(limits: RuleSettings | None = None) -> dict:
             "expr": f'ALERTS{{alertstate="firing", {RUN}}}', "titleFormat": "{{alertname}}",
             "textFormat": "{{alertname}} ({{severity}})", "step": "30s",
         }]},
-        "panels": _layout(sections),
+        "panels": _layout(_numbered(_rows(limits or RuleSettings()))),
     }
 
 
@@ -303,13 +320,28 @@ def dashboards(limits: RuleSettings | None = None) -> dict[str, dict]:
     return {"grpo-overview.json": overview(limits)}
 
 
+@cache
+def _panel_ids() -> dict[str, int]:
+    """Overview panel title -> id, from the panel definitions once (nothing rendered or laid out).
+
+    Which panels there are and their order do not depend on the thresholds (`limits` changes what a
+    panel draws, not which panels exist), so the ids hold for the dashboard of any `RuleSettings`.
+    """
+    ids: dict[str, int] = {}
+    for _, _, panels in _numbered(_rows(RuleSettings())):
+        for pid, panel in panels:
+            if panel.title in ids:  # an alert's link names its panel by title
+                raise RuntimeError(f"two overview panels are titled {panel.title!r}")
+            ids[panel.title] = pid
+    return ids
+
+
 def panel_id(title: str) -> int:
     """The id of the overview panel with this title (alerts link to it); KeyError if none."""
-    for p in overview()["panels"]:
-        for inner in [p, *p.get("panels", [])]:
-            if inner.get("title") == title and inner["type"] != "row":
-                return inner["id"]
-    raise KeyError(f"no overview panel titled {title!r}")
+    try:
+        return _panel_ids()[title]
+    except KeyError:
+        raise KeyError(f"no overview panel titled {title!r}") from None
 
 
 def render_json(dashboard: dict) -> str:
@@ -322,4 +354,4 @@ def dashboard_files(limits: RuleSettings | None = None) -> dict[str, str]:
     return {f"grafana/dashboards/{name}": render_json(d) for name, d in dashboards(limits).items()}
 
 
-__all__ = ["dashboard_files", "dashboards", "overview", "panel_id", "render_json"]
+__all__ = ["UID", "dashboard_files", "dashboards", "overview", "panel_id", "render_json"]

@@ -1,6 +1,6 @@
 """PromQL over the training process's per-step evidence: step checks and health counters.
 
-    >>> from otel_grpo.stack import RuleSettings
+    >>> from otel_grpo.generate import RuleSettings
     >>> 'streak="3"' in beyond(RuleSettings(), "kl_threshold", 3)
     True
 
@@ -21,9 +21,9 @@ import re
 
 from otel_grpo.catalog import bound_label
 
-from ._rules import STEP_INDEX, STEP_THRESHOLDS, RuleSettings, _m
+from ._rules import STEP_INDEX, STEP_THRESHOLDS, RuleSettings, prometheus_name
 
-BEYOND, STREAK_NOW = _m("step_beyond"), _m("step_streak")
+BEYOND, STREAK_NOW = prometheus_name("step_beyond"), prometheus_name("step_streak")
 BY = "run_id, signal, bound"
 
 
