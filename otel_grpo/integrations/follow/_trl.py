@@ -85,6 +85,8 @@ class TrlOutput:
     """Follows one TRL output dir; records are handed out once and marked done once emitted."""
 
     name = "trl-output"
+    source = SOURCE
+    holds = "both"
 
     def __init__(self, output_dir: str | os.PathLike[str], reward_weights: Sequence[float] | None = None) -> None:
         if importlib.util.find_spec("pyarrow") is None:
