@@ -11,8 +11,8 @@ from otel_grpo import signals
 from otel_grpo.signals import _validate
 from otel_grpo.integrations.trl._accumulate import Accumulator
 from otel_grpo.integrations.trl._diagnostics import diagnose
-from otel_grpo.integrations.trl._generation import (Captured, Generation, generation_stats, sample_batch, sample_rows,
-                                                    truncated_flags, weighted_totals)
+from otel_grpo.integrations.trl._generation import (Captured, Generation, SampleBatch, generation_stats, sample_batch,
+                                                    sample_rows, truncated_flags, weighted_totals)
 from otel_grpo.integrations.trl._micro_batch import MicroBatch, policy_stats
 from otel_grpo.integrations.trl._settings import TrlSettings
 from tests.signals.test_host_transfers import host_reads  # noqa: F401 (a fixture)
@@ -70,12 +70,13 @@ def test_policy_stats_of_two_micro_batches_equal_one_of_their_concatenation():
 
 
 def generation(rewards: torch.Tensor, weights=(1.0,), lengths=(1, 2, 1, 2)) -> Generation:
+    """This rank's rows (one per length; rows 1 and 3 truncated) with every rank's `rewards` [N_all, F]."""
     n = len(lengths)
     ids = torch.tensor([[5, 1], [5, 6], [7, 0], [7, 7]])[:n]
     mask = torch.arange(2)[None] < torch.tensor(lengths)[:, None]
-    return Generation(rewards, weighted_totals(weights, rewards), torch.tensor([0.5, -0.5])[: n // 2].repeat(2)
-                      if n == 4 else torch.zeros(n), ids, mask, list(lengths), [False, True, False, True][:n],
-                      None, None, None)
+    advantages = torch.tensor([0.5, -0.5, 0.5, -0.5])[:n]
+    return Generation(rewards, weighted_totals(weights, rewards), advantages, ids, mask, list(lengths),
+                      [False, True, False, True][:n], None, None, None)
 
 
 def test_generation_stats_take_each_rank_its_own_groups_of_the_gathered_rewards():
@@ -104,7 +105,7 @@ def test_settings_name_the_bad_argument():
         settings().beta = 0.0
 
 
-def batch_of(gen: Generation, st: TrlSettings, prompts=("p0", "p0", "p1", "p1")) -> "SampleBatch":  # noqa: F821
+def batch_of(gen: Generation, st: TrlSettings, prompts=("p0", "p0", "p1", "p1")) -> SampleBatch:
     n = gen.advantages.shape[0]
     cap = Captured(list(prompts[:n]), [f"c{i}" for i in range(n)], [[5]] * n, gen.rewards_per_func)
     return sample_batch(st, cap, gen, step=3)
@@ -200,3 +201,4 @@ def test_a_logged_step_reads_the_device_once_for_its_stats_and_once_per_batch_fo
     rows = [r for b in logged.batches for r in sample_rows(b, st.reward_names, st.num_generations, diagnostics)]
     assert host_reads == ["tolist"] * 3  # and each batch's rewards and advantages, as before
     assert len(rows) == 8 and all(r["is_weight_mean"] == pytest.approx(math.exp(0.1)) for r in rows)
+

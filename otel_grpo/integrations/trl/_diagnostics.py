@@ -51,7 +51,8 @@ def diagnose(settings: TrlSettings, batch: SampleBatch) -> signals.Stats:
 
 
 def _behaviour(p: MicroBatch) -> torch.Tensor:
-    """The policy that sampled the rows: the sampler's log-probs (vLLM; its unscored tokens: pi_old, as TRL), else pi_old."""
+    """The policy that sampled the rows: the sampler's log-probs (vLLM; its unscored tokens: pi_old, as TRL),
+    else pi_old."""
     if p.sampling is None:
         return p.old
     return torch.where(torch.isnan(p.sampling), p.old, p.sampling)
