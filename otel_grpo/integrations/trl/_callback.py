@@ -63,11 +63,11 @@ def telemetry_for(args: Any, **settings: Any) -> Telemetry:
 class InstrumentedCallback(TrainerCallback):
     """`instrument`'s: at each logged step, reduce the accumulated tensors' stats and export them with TRL's logs.
 
-    `hooks`: the `Capture` feeding `acc` (its `enabled` flag, its `accelerator` for the collectives).
+    `capture`: the `Capture` feeding `acc` (its `enabled` flag, its `accelerator` for the collectives).
     """
 
-    def __init__(self, settings: TrlSettings, telemetry: Telemetry, acc: Accumulator, hooks: Any) -> None:
-        self.settings, self.telemetry, self.acc, self.hooks = settings, telemetry, acc, hooks
+    def __init__(self, settings: TrlSettings, telemetry: Telemetry, acc: Accumulator, capture: Any) -> None:
+        self.settings, self.telemetry, self.acc, self.capture = settings, telemetry, acc, capture
         self._last: tuple[float, float | None] = (time.perf_counter(), None)  # (time, tokens seen) at the last log
         self._flushed_step: int | None = None
         self._all_off = False  # every rank's capture is off: no agreement needed any more
@@ -91,21 +91,21 @@ class InstrumentedCallback(TrainerCallback):
         self._flushed_step = step
         logged = None
         merged = self._merged(final)
-        accelerator = self.hooks.accelerator
+        accelerator = self.capture.accelerator
         if self._all_off:
             pass
         elif every_rank(merged is not None, accelerator):
             try:
                 logged = self.acc.take(merged, accelerator)
             except Exception:  # on every rank alike: the reduction's data checks see the same gathered values
-                self.hooks.enabled = False
+                self.capture.enabled = False
                 logger.warning("otel-grpo: reducing TRL's stats failed; exporting TRL's logged values only",
                                exc_info=True)
         else:
             self.acc.clear()
             self._all_off = True
-            if self.hooks.enabled:  # another rank's capture failed: all stop together, collectives stay in step
-                self.hooks.enabled = False
+            if self.capture.enabled:  # another rank's capture failed: all stop together, collectives stay in step
+                self.capture.enabled = False
                 logger.warning("otel-grpo: capturing TRL's tensors failed on another rank; TRL signals from "
                                "tensors are off for this run (logged values still export)")
         mapped = map_logs(logs)
@@ -132,12 +132,12 @@ class InstrumentedCallback(TrainerCallback):
 
     def _merged(self, final: bool) -> Any:
         """This rank's stats since the last logged step; None when its capture is off or merging fails."""
-        if not self.hooks.enabled:
+        if not self.capture.enabled:
             return None
         try:
             return self.acc.merged(final)
         except Exception:
-            self.hooks.enabled = False
+            self.capture.enabled = False
             logger.warning("otel-grpo: merging TRL's stats failed; exporting TRL's logged values only", exc_info=True)
             return None
 
