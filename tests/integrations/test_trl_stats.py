@@ -136,7 +136,7 @@ def test_diagnose_puts_the_shuffled_rows_back_in_order():
         logps = torch.full((2, 2), -1.0)
         batch.passes.append(first_pass(rows, logps, logps - r, ref=logps, entropy=torch.tensor(rows)[:, None]
                                        .float().expand(2, 2)))
-    got = reduced(diagnose(st, batch)).column_rows()
+    got = reduced(diagnose(st, [batch])).column_rows()
     assert [row["log_ratio_mean"] for row in got] == pytest.approx([0.0, 0.1, 0.2, 0.3])
     assert [row["is_weight_max"] for row in got] == pytest.approx([math.exp(r / 10) for r in range(4)])
     assert [row["entropy_mean"] for row in got] == [0.0, 1.0, 2.0, 3.0]
@@ -150,11 +150,24 @@ def test_diagnose_uses_the_samplers_logprobs_and_leaves_rows_no_pass_reached_wit
     logps = torch.zeros(2, 2)
     sampling = torch.tensor([[-L2, math.nan], [0.0, 0.0]])  # vLLM's unscored token: pi_old, as TRL
     batch.passes.append(first_pass([1, 0], logps, logps, sampling=sampling))
-    got = reduced(diagnose(st, batch)).column_rows()
+    got = reduced(diagnose(st, [batch])).column_rows()
     assert got[1]["is_weight_max"] == pytest.approx(2.0) and got[1]["is_weight_mean"] == pytest.approx(1.5)
     assert got[0]["log_ratio_absmax"] == 0.0
     # the row's own completion_length (from the generation) wins over this 0 in sample_rows
     assert set(got[2]) == {"completion_length", "length_clipped"} and "kl_ref_mean" not in got[0]  # beta 0
+
+
+def test_diagnose_of_batches_of_different_widths_at_once_equals_each_alone():
+    st = settings()
+    made = []
+    for width in (2, 3):
+        batch = batch_of(generation(torch.zeros(4, 1)), st)
+        logps = -torch.rand(4, width, generator=torch.Generator().manual_seed(width))
+        batch.passes.append(first_pass([2, 3, 0, 1], logps, logps * 0.9, ref=logps * 1.1, entropy=-logps))
+        made.append(batch)
+    alone = [row for b in made for row in reduced(diagnose(st, [b])).column_rows()]
+    together = reduced(diagnose(st, made)).column_rows()
+    assert len(together) == 8 and all(got == pytest.approx(want) for got, want in zip(together, alone))
 
 
 def test_rows_wait_for_their_first_loss_pass_and_go_out_at_the_end_regardless():

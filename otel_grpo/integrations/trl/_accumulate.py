@@ -55,9 +55,8 @@ class Accumulator:
     held_bytes: int = 0
     batches: list[SampleBatch] = field(default_factory=list)
     phases: list[tuple[str, float, int]] = field(default_factory=list)
-    columns: dict[int, signals.Stats] = field(default_factory=dict)
-    """id(sample batch) -> its rows' diagnostics, once its first loss pass is complete."""
-    _ready: list[SampleBatch] = field(default_factory=list)
+    diagnosed: list[tuple[list[SampleBatch], signals.Stats]] = field(default_factory=list)
+    """Sample batches whose first loss pass is complete, with their rows' diagnostics, in batch order."""
 
     def capture(self, item: MicroBatch | Generation) -> None:
         """Keep `item`'s tensors for the logged step's one pass; compute now if too much is held."""
@@ -89,10 +88,17 @@ class Accumulator:
         self._diagnose(final=False)
 
     def _diagnose(self, final: bool) -> None:
-        """Diagnostics of the batches whose rows have all been through the loss (all of them if `final`)."""
-        for batch in self.batches:
-            if id(batch) not in self.columns and (batch.pending <= 0 or final):
-                self.columns[id(batch)] = diagnose(self.settings, batch)
+        """Diagnostics of the leading batches whose rows have all been through the loss (all if `final`),
+        in one pass; rows go out in generation order, so a later batch waits for an earlier one."""
+        done = sum(len(batches) for batches, _ in self.diagnosed)
+        ready = []
+        for batch in self.batches[done:]:
+            if batch.pending > 0 and not final:
+                break
+            ready.append(batch)
+        if ready:
+            self.diagnosed.append((ready, diagnose(self.settings, ready)))
+            for batch in ready:
                 batch.passes = []  # their tensors are no longer needed
 
     @torch.inference_mode()
@@ -101,8 +107,7 @@ class Accumulator:
         batches ready to send (every row through the loss; every batch if `final`: training ended)."""
         self._fold()
         self._diagnose(final)
-        self._ready = [b for b in self.batches if id(b) in self.columns]
-        parts = self.stats + [self.columns[id(b)] for b in self._ready]
+        parts = self.stats + [stats for _, stats in self.diagnosed]
         if not parts:
             return signals.Stats()
         return parts[0].update(*parts[1:])  # in place: the parts are this accumulator's own
@@ -112,12 +117,12 @@ class Accumulator:
         """Reduce `merged` (a collective: every rank calls it) and start afresh."""
         try:
             reduced = signals.reduce_stats(merged, accelerator)  # the logged step's one device-to-host copy
-            return Logged(reduced, self._ready, self.phases)
+            return Logged(reduced, [b for batches, _ in self.diagnosed for b in batches], self.phases)
         finally:
-            kept = [b for b in self.batches if id(b) not in self.columns]  # rows still waiting for the loss
+            kept = self.batches[sum(len(batches) for batches, _ in self.diagnosed):]  # still waiting for the loss
             self.clear()
             self.batches = kept
 
     def clear(self) -> None:
         self.stats, self.captures, self.held_bytes, self.batches, self.phases = [], [], 0, [], []
-        self.columns, self._ready = {}, []
+        self.diagnosed = []

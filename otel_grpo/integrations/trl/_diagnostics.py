@@ -1,7 +1,7 @@
 """Each sample row's own numbers (`signals.sample_diagnostics`) from its generation batch's first loss pass.
 
     batch.passes.append(micro_batch)          # a first-pass micro-batch; `rows`: its rows' positions
-    columns = diagnose(settings, batch)       # Stats with one column per diagnostic, in the batch's row order
+    columns = diagnose(settings, [a, b])      # Stats with one column per diagnostic, rows of a then of b
 
 TRL shuffles a generation batch before splitting it into micro-batches, so each first-pass
 micro-batch carries its rows' positions (`MicroBatch.rows`) and the rows are put back in
@@ -16,17 +16,31 @@ ended first) has only the generation's columns.
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 
 from ... import signals
 from ._generation import SampleBatch
 from ._micro_batch import MicroBatch
+from ._rows import cat_rows
 from ._settings import TrlSettings
 
 
-def diagnose(settings: TrlSettings, batch: SampleBatch) -> signals.Stats:
-    """The batch's per-row diagnostics (device ops only); the same columns for every batch of a run."""
+def diagnose(settings: TrlSettings, batches: Sequence[SampleBatch]) -> signals.Stats:
+    """The batches' per-row diagnostics in one pass of torch ops (device ops only); the same columns for
+    every batch of a run."""
+    parts = [_in_row_order(settings, b) for b in batches]
+    mask, logps, behaviour, ref, entropy = (
+        None if parts[0][i] is None else cat_rows([p[i] for p in parts], False if i == 0 else 0.0) for i in range(5))
+    truncated = torch.tensor([t for b in batches for t in b.truncated], dtype=torch.bool, device=mask.device)
+    return signals.sample_diagnostics(mask, logprobs=logps, rollout_logprobs=behaviour, ref_logprobs=ref,
+                                      entropy=entropy, truncated=truncated)
+
+
+def _in_row_order(settings: TrlSettings, batch: SampleBatch) -> list[torch.Tensor | None]:
+    """Mask, log-probs, behaviour log-probs, reference log-probs (None at beta 0) and entropy of the batch's
+    rows in order, from its first-pass micro-batches (a row no pass reached: masked out)."""
     n = batch.values.shape[0]
     device = batch.values.device
     passes = batch.passes
@@ -45,9 +59,7 @@ def diagnose(settings: TrlSettings, batch: SampleBatch) -> signals.Stats:
             ref[:, :t].index_copy_(0, rows, p.ref.to(dtype))
         if p.entropy is not None:
             entropy[:, :t].index_copy_(0, rows, p.entropy.to(dtype))
-    truncated = torch.tensor(batch.truncated, dtype=torch.bool, device=device)  # host->device, [B] flags
-    return signals.sample_diagnostics(mask, logprobs=logps, rollout_logprobs=behaviour, ref_logprobs=ref,
-                                      entropy=entropy, truncated=truncated)
+    return [mask, logps, behaviour, ref, entropy]
 
 
 def _behaviour(p: MicroBatch) -> torch.Tensor:
