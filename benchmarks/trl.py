@@ -223,7 +223,7 @@ def process_cpu(pid: int | None) -> float:
 
 def accounting():
     """Wall (perf_counter) and CPU (thread_time) time inside our hooks' work and the logged-step flush."""
-    from otel_grpo.integrations.trl import _callback, _hooks
+    from otel_grpo.integrations.trl import _callback, _capture
 
     spent = [0.0, 0.0]
 
@@ -237,7 +237,7 @@ def accounting():
                 spent[1] += time.thread_time() - c0
         return wrapper
 
-    _hooks.Hooks._guard = timed(_hooks.Hooks._guard)
+    _capture.Capture._guard = timed(_capture.Capture._guard)
     _callback.InstrumentedCallback.flush = timed(_callback.InstrumentedCallback.flush)
     return spent
 

@@ -1,10 +1,9 @@
 """Sample records: which rows of a step are kept, and how a row becomes OTel attributes.
 
-    picked = select_samples(rows, score="reward", top_k=4, bottom_k=4, random_k=4, rng=random.Random(0))
     kept = pick_rows(scores, settings, keep_reason="kl 3.2 above 1", budget=RowBudget(settings), rng=rng)
     kept = select_indices(scores_of(rows, "reward"), top_k=4, bottom_k=4, random_k=4, rng=random.Random(0))
-    flat = flatten_row(picked[0].row)                  # rewards={"format": 1} -> reward.format
-    attrs = event_attributes(flat, picked[0], max_chars=4096)
+    flat = flatten_row(rows[i])                        # rewards={"format": 1} -> reward.format
+    attrs = event_attributes(flat, Selected(i, "top", rows[i]), max_chars=4096)
 """
 
 from __future__ import annotations
@@ -47,18 +46,6 @@ def step_rng(seed: int | None, run_id: str, step: int) -> random.Random:
     """The random picks of one step: a function of the run, the step and `seed`, so that a step sent
     again (a follower re-reading after a failed export) keeps the rows it kept (the sidecar stores them once)."""
     return random.Random(f"{seed}:{run_id}:{step}")
-
-
-def select_samples(
-    rows: Sequence[Mapping[str, Any]], *, score: str, top_k: int, bottom_k: int, random_k: int, rng: random.Random
-) -> list[Selected]:
-    """Top-k and bottom-k rows by `score` plus `random_k` others drawn uniformly; always a list.
-
-    Output order: top (best first), bottom (worst first), random (by position). See `select_indices`.
-    """
-    scores = [_score(row, score) for row in rows]
-    picked = select_indices(scores, top_k=top_k, bottom_k=bottom_k, random_k=random_k, rng=rng)
-    return [Selected(i, selection, rows[i]) for i, selection in picked]
 
 
 def scores_of(rows: Sequence[Mapping[str, Any]], score: str) -> list[float | None]:

@@ -169,6 +169,17 @@ def test_outside_the_supported_range_warns_once_and_exports_logged_values(tmp_pa
     assert not [n for n in metrics if n.startswith("grpo.extra.")]
 
 
+def test_compat_finds_keys_trl_no_longer_uses_in_its_source():
+    from otel_grpo.integrations.trl._capture import KEYS
+    from otel_grpo.integrations.trl._compat import _changed_parameters, _keys_not_in_source
+
+    for method, keys in KEYS.items():  # what _capture reads is in the installed TRL
+        assert _keys_not_in_source(method, keys) == [], method
+    assert _keys_not_in_source("_compute_loss", ("completion_mask", "renamed_mask")) == ["renamed_mask"]
+    assert _changed_parameters(lambda model, batch: None, ("model", "inputs")) == ["inputs"]
+    assert _changed_parameters(lambda model, **kw: None, ("model", "inputs")) == []
+
+
 def test_callback_maps_trl_keys_none_and_eval(tmp_path):
     from transformers import TrainerControl, TrainerState, TrainingArguments
 

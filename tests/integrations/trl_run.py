@@ -115,13 +115,13 @@ def main(out: Path, config: dict[str, Any]) -> None:
     rank = int(os.environ.get("RANK", "0"))
     fail_at = config.pop("fail_at", "capture")
     if config.pop("fail_rank", None) == rank:  # this rank's capture of generation batches breaks
-        from otel_grpo.integrations.trl import _accumulate, _hooks
+        from otel_grpo.integrations.trl import _accumulate, _capture
 
         def broken(*args: Any) -> Any:
             raise RuntimeError("injected capture failure")
 
         if fail_at == "capture":  # in the hook, during the step
-            _hooks.capture_generation = broken
+            _capture.Capture._add_generation = broken
         else:  # computing their stats, in the logged step's flush
             _accumulate.generation_stats = broken
     otlp_port = config.pop("otlp", None)

@@ -1,4 +1,5 @@
-"""select_samples: top/bottom-k against a full sort, ties, overlap, rows without a score."""
+"""select_indices over scores_of (what pick_rows keeps when a step is not kept whole): top/bottom-k against a
+full sort, ties, overlap, rows without a score."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import random
 
 import pytest
 
-from otel_grpo.telemetry._samples import flatten_row, select_samples
+from otel_grpo.telemetry._samples import flatten_row, scores_of, select_indices
 
 
 def _pick(rows, **kw):
-    args = {"score": "reward", "top_k": 0, "bottom_k": 0, "random_k": 0, "rng": random.Random(0)} | kw
-    return [(p.selection, p.index) for p in select_samples(rows, **args)]
+    args = {"top_k": 0, "bottom_k": 0, "random_k": 0, "rng": random.Random(0)} | kw
+    return [(selection, i) for i, selection in select_indices(scores_of(rows, "reward"), **args)]
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -26,11 +26,14 @@ from ._records import BadInput, Record, finite_or_none
 from ._state import State
 
 logger = logging.getLogger("otel_grpo.follow")
-_PAIRED = {"verl-metrics": "verl-rollouts", "verl-rollouts": "verl-metrics"}  # one span per step when both run
 
 
 class Source(Protocol):
     name: str
+    source: str | None
+    """The peer whose names the files use (`catalog.PEERS`: "verl", "trl"), for the catalog's resolver."""
+    holds: str
+    """"scalars", "samples" or "both": a peer's scalars source and samples source pair by step."""
     ended: bool
     """The files show the run ended."""
     behind: bool
@@ -78,8 +81,8 @@ class FollowOptions:
 
 
 class Follower:
-    """Emits every source's records; verl's metrics and rollouts, when both are followed, pair by step
-    (one `grpo.step` span per step: the sidecar keeps one row per step)."""
+    """Emits every source's records; a peer's scalars and samples sources (verl's metrics and rollouts), when
+    both are followed, pair by step (one `grpo.step` span per step: the sidecar keeps one row per step)."""
 
     def __init__(self, telemetry: Telemetry, sources: Sequence[Source], state: State,
                  options: FollowOptions | None = None, *, from_start: bool = False) -> None:
@@ -94,6 +97,7 @@ class Follower:
         self._warned_slow = False
         self._failures_at_save = telemetry.export_health.failures
         self._pending: dict[str, deque[Record]] = {s.name: deque() for s in self.sources}
+        self._partners = _pairs(self.sources)
         for source in self.sources:
             source.restore(state.sources.get(source.name), from_start)
         self._save()  # where this run starts: a kill before the first batch resumes here, not at the new end
@@ -141,14 +145,13 @@ class Follower:
 
     def _emit_ready(self, force: bool) -> int:
         """Emit, in order per source, every record whose partner has arrived or waited long enough."""
-        pairing = self._pairs()
         now = time.monotonic()
         wait = 0.0 if force else self.options.pair_wait_s
         done: list[tuple[Source, Record]] = []
         emitted = spans = 0
         for source in self.sources:
             queue = self._pending[source.name]
-            paired = pairing and source.name in _PAIRED
+            paired = source.name in self._partners
             while queue and emitted < self.options.batch and spans < self.options.max_spans:
                 record = queue[0]
                 partner = self._partner(record, source) if paired else None
@@ -165,29 +168,24 @@ class Follower:
             source.mark_done(record)
         return emitted
 
-    def _pairs(self) -> bool:
-        names = {s.name for s in self.sources}
-        return set(_PAIRED) <= names
-
     def _partner(self, record: Record, source: Source) -> tuple[Source, Record] | None:
-        """The same step's record from the other side of the verl pair, removed from its queue."""
-        other = _PAIRED[source.name]
-        queue = self._pending[other]
+        """The same step's record from the other side of the pair, removed from its queue."""
+        other = self._other(source)
+        queue = self._pending[other.name]
         for i, candidate in enumerate(queue):
             if candidate.step == record.step:
-                if other == "verl-metrics" and i != 0:
+                if other.holds == "scalars" and i != 0:
                     return None  # scalars leave in file order
                 del queue[i]
-                owner = next(s for s in self.sources if s.name == other)
-                return owner, candidate
+                return other, candidate
         return None
 
     def _other(self, source: Source) -> Source:
-        return next(s for s in self.sources if s.name == _PAIRED[source.name])
+        return self._partners[source.name]
 
     def _passed(self, record: Record, source: Source) -> bool:
         """The other side already shows a later step: this step's partner is not coming."""
-        return any(r.step > record.step for r in self._pending.get(_PAIRED[source.name], ()))
+        return any(r.step > record.step for r in self._pending[self._other(source).name])
 
     def _emit(self, record: Record, partner: tuple[Source, Record] | None) -> int:
         """One `grpo.step` span with the record's (and its partner's) content; returns the spans it started."""
@@ -251,3 +249,14 @@ class Follower:
         for source in self.sources:
             self.state.sources[source.name] = source.cursor()
         self.state.save()
+
+
+def _pairs(sources: Sequence[Source]) -> dict[str, Source]:
+    """Source name -> the source it pairs with: per peer, its one scalars source and its one samples source."""
+    partners: dict[str, Source] = {}
+    for peer in {s.source for s in sources if s.source is not None}:
+        scalars = [s for s in sources if s.source == peer and s.holds == "scalars"]
+        samples = [s for s in sources if s.source == peer and s.holds == "samples"]
+        if len(scalars) == 1 and len(samples) == 1:
+            partners[scalars[0].name], partners[samples[0].name] = samples[0], scalars[0]
+    return partners

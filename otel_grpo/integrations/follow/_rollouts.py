@@ -27,6 +27,7 @@ from typing import Any
 
 from ._records import PARSE_ERRORS, BadInput, Record, finite_or_none
 from ._tail import LineTail, open_regular
+from ._verl import VERL
 
 _ROLLOUT_FILE = re.compile(r"^(\d+)\.jsonl$")
 _ROLLOUT_COLUMNS = {"input": "prompt", "output": "completion", "score": "reward", "gts": "ground_truth"}
@@ -71,6 +72,8 @@ class VerlRollouts:
     `settle_s=0` reads the newest file at once (the run is over: `--finished`)."""
 
     name = "verl-rollouts"
+    source = VERL
+    holds = "samples"
     KEEP = 256  # files remembered individually; older steps count as done by number and mtime
     RESCAN_S = 30.0
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from otel_grpo.catalog import stat_key
+from otel_grpo.integrations.trl._chat import chat_text  # the renderer instrument uses: same text
 
 from ._records import PARSE_ERRORS, BadInput, Record, check_step, finite_or_none, numbers
 from ._tail import open_regular
@@ -40,13 +41,6 @@ _FIXED = {"step", "prompt", "completion", "advantage"}
 SUMMARY_KEY = "train_runtime"
 
 
-def as_text(value: Any) -> Any:
-    """Chat messages (a list of {role, content}) rendered as `role: content` lines; other values as they are."""
-    if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) for m in value):
-        return "\n".join(f"{m.get('role', '')}: {m.get('content', '')}" for m in value)
-    return value
-
-
 def trl_row(entry: dict[str, Any], weights: Sequence[float] | None,
             reward_columns: Sequence[str] | None = None) -> dict[str, Any]:
     """A parquet row as a sample row: the reward functions' columns as `rewards`, the other columns as they are.
@@ -55,7 +49,7 @@ def trl_row(entry: dict[str, Any], weights: Sequence[float] | None,
     the `log_extra` columns); None: every numeric non-fixed column. `reward` is their weighted
     sum, with TRL's default weights of 1 unless `weights` is given.
     """
-    row: dict[str, Any] = {"prompt": as_text(entry.get("prompt")), "completion": as_text(entry.get("completion"))}
+    row: dict[str, Any] = {"prompt": chat_text(entry.get("prompt")), "completion": chat_text(entry.get("completion"))}
     rewards: dict[str, float] = {}
     for key, value in entry.items():
         if key in _FIXED:
@@ -91,6 +85,8 @@ class TrlOutput:
     """Follows one TRL output dir; records are handed out once and marked done once emitted."""
 
     name = "trl-output"
+    source = SOURCE
+    holds = "both"
 
     def __init__(self, output_dir: str | os.PathLike[str], reward_weights: Sequence[float] | None = None) -> None:
         if importlib.util.find_spec("pyarrow") is None:

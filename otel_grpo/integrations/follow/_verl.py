@@ -20,6 +20,8 @@ from otel_grpo.catalog import PEERS, stat_key
 from ._records import PARSE_ERRORS, BadInput, Record, check_step, numbers
 from ._tail import LineTail, Position
 
+VERL = "verl"
+"""verl's peer in the catalog (`catalog.PEERS`): its metric names; its metrics and rollouts pair by step."""
 TIMING_PREFIX = "timing_s/"
 STEP_TIMER = "step"
 
@@ -46,8 +48,11 @@ class JsonlStream:
     """A JSONL file of `{"step": N, ...}` lines; `parse` turns one decoded object into a Record.
 
     `source` ("trl", "verl", "maxent" or None): whose names the lines use, for the catalog's
-    resolver (`catalog.stat_key`), as `Telemetry.log_metrics(..., source=)` takes it.
+    resolver (`catalog.stat_key`), as `Telemetry.log_metrics(..., source=)` takes it; a peer's
+    scalars pair with the same peer's samples source (`VerlRollouts`) by step.
     """
+
+    holds = "scalars"
 
     def __init__(self, name: str, path: str | os.PathLike[str], source: str | None = None) -> None:
         if source is not None and source not in PEERS:
@@ -117,7 +122,7 @@ class VerlMetrics(JsonlStream):
     """verl's file logger output; `total_steps` (the job's `trainer.total_training_steps`) marks the end."""
 
     def __init__(self, path: str | os.PathLike[str], total_steps: int | None = None) -> None:
-        super().__init__("verl-metrics", path, source="verl")
+        super().__init__("verl-metrics", path, source=VERL)
         self.total_steps = total_steps
 
     def parse(self, step: int, doc: dict[str, Any]) -> Record:

@@ -1,6 +1,8 @@
 """What a GRPOTrainer produced between two logged steps: its tensors and partial stats, sample batches, phases.
 
+    acc = Accumulator(settings)
     acc.capture(micro_batch)            # per micro-batch and generation batch: references only
+    acc.batches.append(sample_batch)    # a generation batch's sample rows, sent once its first loss pass is done
     acc.add(stats)                      # partial stats computed on the spot (the loss)
     acc.phase("rollout", seconds)       # a phase measured by a hook
     merged = acc.merged()               # at the logged step (local; may fail on one rank only)
@@ -12,7 +14,9 @@ in arithmetic, so with `logging_steps` or gradient accumulation one pass over th
 concatenation costs a fraction of one pass per batch. That pass and the reduction run under
 `torch.inference_mode` (no autograd bookkeeping per op: ~10-15% of the pass on small tensors).
 Beyond `FOLD_BYTES` of held tensors the stats are computed early, which bounds the device
-memory held between logged steps.
+memory held between logged steps. A sample batch whose rows have all been through the loss
+gets its per-row diagnostics then (`_diagnostics`), which also releases that pass's tensors;
+they travel in the same `reduce_stats`.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from typing import Any
 import torch
 
 from ... import signals
+from ._diagnostics import diagnose
 from ._generation import Generation, SampleBatch, generation_stats
 from ._micro_batch import MicroBatch, policy_stats
+from ._settings import TrlSettings
 
 FOLD_BYTES = 64 << 20
 """Captured tensors held before their stats are computed ahead of the logged step."""
@@ -33,7 +39,8 @@ FOLD_BYTES = 64 << 20
 
 @dataclass(slots=True)
 class Logged:
-    """One logged step's reduced stats, sample batches and phases (name, seconds, end in ns)."""
+    """One logged step's reduced stats, sample batches (with their rows' diagnostics in `stats.columns`, in
+    batch order) and phases (name, seconds, end in ns)."""
 
     stats: signals.ReducedStats
     batches: list[SampleBatch]
@@ -42,12 +49,14 @@ class Logged:
 
 @dataclass(slots=True)
 class Accumulator:
-    trainer: Any
+    settings: TrlSettings
     stats: list[signals.Stats] = field(default_factory=list)
     captures: list[MicroBatch | Generation] = field(default_factory=list)
     held_bytes: int = 0
     batches: list[SampleBatch] = field(default_factory=list)
     phases: list[tuple[str, float, int]] = field(default_factory=list)
+    diagnosed: list[tuple[list[SampleBatch], signals.Stats]] = field(default_factory=list)
+    """Sample batches whose first loss pass is complete, with their rows' diagnostics, in batch order."""
 
     def capture(self, item: MicroBatch | Generation) -> None:
         """Keep `item`'s tensors for the logged step's one pass; compute now if too much is held."""
@@ -75,24 +84,45 @@ class Accumulator:
         self.captures, self.held_bytes = [], 0
         for (cls, _), items in groups.items():
             compute = policy_stats if cls is MicroBatch else generation_stats
-            self.stats.append(compute(self.trainer, items))
+            self.stats.append(compute(self.settings, items))
+        self._diagnose(final=False)
+
+    def _diagnose(self, final: bool) -> None:
+        """Diagnostics of the leading batches whose rows have all been through the loss (all if `final`),
+        in one pass; rows go out in generation order, so a later batch waits for an earlier one."""
+        done = sum(len(batches) for batches, _ in self.diagnosed)
+        ready = []
+        for batch in self.batches[done:]:
+            if batch.pending > 0 and not final:
+                break
+            ready.append(batch)
+        if ready:
+            self.diagnosed.append((ready, diagnose(self.settings, ready)))
+            for batch in ready:
+                batch.passes = []  # their tensors are no longer needed
 
     @torch.inference_mode()
-    def merged(self) -> signals.Stats:
-        """This rank's stats since the last logged step, in one `Stats`."""
+    def merged(self, final: bool = False) -> signals.Stats:
+        """This rank's stats since the last logged step, in one `Stats`, with the diagnostics of the sample
+        batches ready to send (every row through the loss; every batch if `final`: training ended)."""
         self._fold()
-        if not self.stats:
+        self._diagnose(final)
+        parts = self.stats + [stats for _, stats in self.diagnosed]
+        if not parts:
             return signals.Stats()
-        return self.stats[0].update(*self.stats[1:])  # in place: the parts are this accumulator's own
+        return parts[0].update(*parts[1:])  # in place: the parts are this accumulator's own
 
     @torch.inference_mode()
     def take(self, merged: signals.Stats, accelerator: Any = None) -> Logged:
         """Reduce `merged` (a collective: every rank calls it) and start afresh."""
         try:
             reduced = signals.reduce_stats(merged, accelerator)  # the logged step's one device-to-host copy
-            return Logged(reduced, self.batches, self.phases)
+            return Logged(reduced, [b for batches, _ in self.diagnosed for b in batches], self.phases)
         finally:
+            kept = self.batches[sum(len(batches) for batches, _ in self.diagnosed):]  # still waiting for the loss
             self.clear()
+            self.batches = kept
 
     def clear(self) -> None:
         self.stats, self.captures, self.held_bytes, self.batches, self.phases = [], [], 0, [], []
+        self.diagnosed = []

@@ -12,8 +12,9 @@ from transformers import TrainerCallback
 
 from ...telemetry import Telemetry
 from ._accumulate import Accumulator
-from ._generation import fn_name, sample_rows
+from ._generation import sample_rows
 from ._keys import map_logs
+from ._settings import TrlSettings
 
 logger = logging.getLogger("otel_grpo.integrations.trl")
 # transformers' end-of-training summary arrives in one log call with these keys
@@ -60,10 +61,13 @@ def telemetry_for(args: Any, **settings: Any) -> Telemetry:
 
 
 class InstrumentedCallback(TrainerCallback):
-    """`instrument`'s: at each logged step, reduce the accumulated tensors' stats and export them with TRL's logs."""
+    """`instrument`'s: at each logged step, reduce the accumulated tensors' stats and export them with TRL's logs.
 
-    def __init__(self, trainer: Any, telemetry: Telemetry, acc: Accumulator, hooks: Any) -> None:
-        self.trainer, self.telemetry, self.acc, self.hooks = trainer, telemetry, acc, hooks
+    `capture`: the `Capture` feeding `acc` (its `enabled` flag, its `accelerator` for the collectives).
+    """
+
+    def __init__(self, settings: TrlSettings, telemetry: Telemetry, acc: Accumulator, capture: Any) -> None:
+        self.settings, self.telemetry, self.acc, self.capture = settings, telemetry, acc, capture
         self._last: tuple[float, float | None] = (time.perf_counter(), None)  # (time, tokens seen) at the last log
         self._flushed_step: int | None = None
         self._all_off = False  # every rank's capture is off: no agreement needed any more
@@ -73,33 +77,35 @@ class InstrumentedCallback(TrainerCallback):
         if _SUMMARY in logs or any(k.startswith("eval_") for k in logs):
             self.telemetry.log_metrics(state.global_step, map_logs(logs))  # host values only: no collective
             return
-        self.flush(state.global_step, logs)
+        self.flush(state, logs, final=state.global_step >= state.max_steps)
 
     def on_train_end(self, args, state, control, **kwargs):
         # steps after the last logged one; decided by the step, the same on every rank (flush is collective)
         if state.global_step != self._flushed_step and (self.acc.pending or not self._all_off):
-            self.flush(state.global_step, {})
+            self.flush(state, {}, final=True)
 
-    def flush(self, step: int, logs: dict) -> None:
-        """One logged step: every rank reduces (a collective); rank 0's Telemetry exports."""
+    def flush(self, state: Any, logs: dict, final: bool = False) -> None:
+        """One logged step: every rank reduces (a collective); rank 0's Telemetry exports. `final`: training
+        ends here, so sample rows still waiting for their loss pass go out too."""
+        step = state.global_step
         self._flushed_step = step
         logged = None
-        merged = self._merged()
-        accelerator = self.trainer.accelerator
+        merged = self._merged(final)
+        accelerator = self.capture.accelerator
         if self._all_off:
             pass
         elif every_rank(merged is not None, accelerator):
             try:
                 logged = self.acc.take(merged, accelerator)
             except Exception:  # on every rank alike: the reduction's data checks see the same gathered values
-                self.hooks.enabled = False
+                self.capture.enabled = False
                 logger.warning("otel-grpo: reducing TRL's stats failed; exporting TRL's logged values only",
                                exc_info=True)
         else:
             self.acc.clear()
             self._all_off = True
-            if self.hooks.enabled:  # another rank's capture failed: all stop together, collectives stay in step
-                self.hooks.enabled = False
+            if self.capture.enabled:  # another rank's capture failed: all stop together, collectives stay in step
+                self.capture.enabled = False
                 logger.warning("otel-grpo: capturing TRL's tensors failed on another rank; TRL signals from "
                                "tensors are off for this run (logged values still export)")
         mapped = map_logs(logs)
@@ -109,7 +115,7 @@ class InstrumentedCallback(TrainerCallback):
         # both found no valid value (TRL's None): that NaN goes on to be counted in grpo.nonfinite
         scalars = {k: v for k, v in mapped.items()
                    if k.partition("/")[0] not in computed or (k in invalid and math.isnan(v))}
-        scalars.update(self._host_scalars(step, mapped))
+        scalars.update(self._host_scalars(step, state))
         # A logged step covers logging_steps steps; every rank is here (the reduction above is
         # collective), so every rank's rows compete in the step's sample selection.
         with self.telemetry.logged_step(step) as s:
@@ -117,29 +123,30 @@ class InstrumentedCallback(TrainerCallback):
                 for name, seconds, end_ns in logged.phases:
                     s.record_phase(name, seconds, end_ns=end_ns)
                 s.record(logged.stats, **scalars)
-                names = [fn_name(n) for n in self.trainer.reward_func_names]
-                for batch in logged.batches:
-                    s.samples(sample_rows(batch, names, self.trainer.num_generations))
+                diagnostics = iter(logged.stats.column_rows(self.settings.rank, self.settings.world))
+                for batch in logged.batches:  # their diagnostics' rows in the same order
+                    s.samples(sample_rows(batch, self.settings.reward_names, self.settings.num_generations,
+                                          diagnostics))
             else:
                 s.record(scalars)
 
-    def _merged(self) -> Any:
+    def _merged(self, final: bool) -> Any:
         """This rank's stats since the last logged step; None when its capture is off or merging fails."""
-        if not self.hooks.enabled:
+        if not self.capture.enabled:
             return None
         try:
-            return self.acc.merged()
+            return self.acc.merged(final)
         except Exception:
-            self.hooks.enabled = False
+            self.capture.enabled = False
             logger.warning("otel-grpo: merging TRL's stats failed; exporting TRL's logged values only", exc_info=True)
             return None
 
-    def _host_scalars(self, step: int, mapped: dict[str, float]) -> dict[str, float]:
+    def _host_scalars(self, step: int, state: Any) -> dict[str, float]:
         """Step, beta, tokens seen (TRL logs `num_tokens` only on generation steps) and throughput since the last log."""
-        now, tokens = time.perf_counter(), float(self.trainer.state.num_input_tokens_seen)
+        now, tokens = time.perf_counter(), float(state.num_input_tokens_seen)
         then, before = self._last
         self._last = (now, tokens)
-        out = {"step": float(step), "beta": float(getattr(self.trainer, "beta", 0.0)), "num_tokens": tokens}
+        out = {"step": float(step), "beta": self.settings.beta, "num_tokens": tokens}
         if before is not None and now > then:
             out["tokens_per_second"] = (tokens - before) / (now - then)
         return out

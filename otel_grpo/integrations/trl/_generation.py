@@ -3,25 +3,23 @@
 Captured once per `_generate_and_score_completions`, so a batch that TRL reuses for
 `num_iterations` passes or splits over `steps_per_generation` steps is counted once;
 the stats of every batch a logged step covers are computed together (`generation_stats`).
+Plain tensors and `TrlSettings` in: `_capture` reads TRL's dicts into these.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import Tensor
 
 from ... import signals
+from ._chat import chat_text
+from ._micro_batch import MicroBatch
 from ._rows import cat_rows, held_bytes
-
-# TRL's vllm_importance_sampling_mode -> (level, mode) of signals.rollout_correction
-_IS_MODES = {
-    "token_truncate": ("token", "truncate"), "token_mask": ("token", "mask"),
-    "sequence_truncate": ("sequence", "truncate"), "sequence_mask": ("sequence", "mask"),
-}
+from ._settings import TrlSettings
 
 
 @dataclass(slots=True)
@@ -47,6 +45,10 @@ class SampleBatch:
     first_index: int
     """Global index of this rank's first row (groups are global)."""
     policy_version: int
+    passes: list[MicroBatch] = field(default_factory=list)
+    """The micro-batches of the batch's first pass through the loss (its rows shuffled over them)."""
+    pending: int = 0
+    """Rows not yet through their first loss pass (their per-sample diagnostics come from it)."""
 
 
 @dataclass(slots=True)
@@ -82,56 +84,46 @@ class Generation:
                           self.old, self.is_ratio)
 
 
-def fn_name(name: str) -> str:
-    """A reward function's name as a stat-key label (no '/': model rewards are named after their path)."""
-    return name.replace("/", "_") or "reward"
-
-
-def capture_generation(trainer: Any, out: dict, cap: Captured) -> tuple[Generation, SampleBatch]:
-    """The batch's tensors for its stats, and its sample rows' values ([B, F + 2], a few tiny device ops)."""
-    ids = out["completion_ids"]
-    batch = ids.shape[0]
-    rank = trainer.accelerator.process_index
-    mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
-    advantages = out["advantages"].reshape(batch, -1)[:, 0]
-    lengths, truncated = _lengths(trainer, cap.completion_ids, out)
-    totals = _weighted_totals(trainer, cap.rewards_per_func)  # every rank's: the stats need them too
-    rows = slice(rank * batch, (rank + 1) * batch)
+def sample_batch(settings: TrlSettings, cap: Captured, gen: Generation, step: int) -> SampleBatch:
+    """A generation batch's sample rows: their values ([B, F + 2], a few tiny device ops) and host columns."""
+    batch = gen.advantages.shape[0]
+    rows = slice(settings.rank * batch, (settings.rank + 1) * batch)
     local = cap.rewards_per_func[rows]
-    values = torch.cat([local, totals[rows, None], advantages[:, None].to(local.dtype)], dim=1)
-    gen = Generation(cap.rewards_per_func, totals, advantages, ids, mask, lengths, truncated,
-                     out.get("sampling_per_token_logps"), out.get("old_per_token_logps"),
-                     out.get("importance_sampling_ratio"))
-    step = int(trainer.state.global_step)
-    return gen, SampleBatch(cap, values.detach(), lengths, truncated, rank * batch, step)
+    values = torch.cat([local, gen.totals[rows, None], gen.advantages[:, None].to(local.dtype)], dim=1)
+    return SampleBatch(cap, values.detach(), gen.lengths, gen.truncated, settings.rank * batch, step, pending=batch)
 
 
-def generation_stats(trainer: Any, gens: Sequence[Generation]) -> signals.Stats:
+def weighted_totals(weights: Sequence[float], rewards_per_func: Tensor) -> Tensor:
+    """[N] total reward as TRL weights it; NaN where no function scored the row (TRL's unscorable rows)."""
+    w = torch.tensor(weights, dtype=rewards_per_func.dtype, device=rewards_per_func.device)  # host->device, tiny
+    total = (rewards_per_func * w.unsqueeze(0)).nansum(dim=1)
+    return torch.where(torch.isnan(rewards_per_func).all(dim=1), math.nan, total)
+
+
+def truncated_flags(completion_ids: Sequence[Sequence[int]], stop_ids: frozenset[int]) -> list[bool]:
+    """Whether each completion hit the length limit: it ends on neither EOS nor pad (TRL's host-side id lists)."""
+    return [bool(ids) and ids[-1] not in stop_ids for ids in completion_ids]
+
+
+def generation_stats(settings: TrlSettings, gens: Sequence[Generation]) -> signals.Stats:
     """Reward, advantage, length, diversity, mismatch and rollout-IS stats of generation batches of
     one kind, as one batch (one pass of torch ops for all of them)."""
     rewards_per_func = cat_rows([g.rewards_per_func for g in gens], math.nan)
-    names = [fn_name(n) for n in trainer.reward_func_names]
-    stats = _reward_family(trainer, rewards_per_func, cat_rows([g.totals for g in gens], math.nan), names)
+    stats = _reward_family(settings, rewards_per_func, cat_rows([g.totals for g in gens], math.nan))
     ids, mask = cat_rows([g.ids for g in gens], 0), cat_rows([g.mask for g in gens], 0)
     lengths = [n for g in gens for n in g.lengths]
     truncated = [t for g in gens for t in g.truncated]
     width = ids.shape[1]
     length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < torch.tensor(lengths, device=ids.device)[:, None]
-    max_len = max(int(getattr(trainer, "max_completion_length", 0) or 0), width)
+    max_len = max(settings.max_completion_length, width)
     stats.update(  # in place: each `|` would copy every part so far
         signals.advantage_stats(cat_rows([g.advantages for g in gens], 0.0)),
         signals.length_stats(length_mask, torch.tensor(truncated, device=ids.device)),
-        signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len), *_sampling_stats(trainer, gens, mask))
+        signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len), *_sampling_stats(settings, gens, mask))
     return stats
 
 
-def _weighted_totals(trainer: Any, rewards_per_func: Tensor) -> Tensor:
-    """[N] total reward as TRL weights it; NaN where no function scored the row (TRL's unscorable rows)."""
-    total = (rewards_per_func * trainer.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
-    return torch.where(torch.isnan(rewards_per_func).all(dim=1), math.nan, total)
-
-
-def _reward_family(trainer: Any, rewards_per_func: Tensor, totals: Tensor, names: list[str]) -> signals.Stats:
+def _reward_family(settings: TrlSettings, rewards_per_func: Tensor, totals: Tensor) -> signals.Stats:
     """Reward stats over whole prompt groups, each counted on exactly one rank.
 
     A rank's rows need not hold whole groups (8 completions per GPU with num_generations=16),
@@ -140,11 +132,11 @@ def _reward_family(trainer: Any, rewards_per_func: Tensor, totals: Tensor, names
     reduction. A rank left without a group adds one group of NaN rewards (rows no function
     scored count nowhere) and takes its rows back out of the completions counter.
     """
-    group, world = trainer.num_generations, trainer.accelerator.num_processes
+    group, world, names = settings.num_generations, settings.world, settings.reward_names
     if world == 1:  # every group is this rank's
         return signals.reward_stats(totals, group, {n: rewards_per_func[:, i] for i, n in enumerate(names)})
     rows = torch.arange(totals.shape[0], device=totals.device).view(-1, group)
-    owned = rows[trainer.accelerator.process_index :: world].reshape(-1)
+    owned = rows[settings.rank :: world].reshape(-1)
     padded = owned.numel() == 0
     if padded:
         totals, rewards_per_func = totals.new_full((group,), math.nan), rewards_per_func.new_full((group, len(names)), math.nan)
@@ -155,17 +147,7 @@ def _reward_family(trainer: Any, rewards_per_func: Tensor, totals: Tensor, names
     return stats
 
 
-def _lengths(trainer: Any, completion_ids: Sequence[Sequence[int]], out: dict) -> tuple[list[int], list[bool]]:
-    """TRL's completion lengths and truncation flags, from the host-side id lists TRL scored."""
-    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)  # a processor's
-    eos_and_pad = {*trainer.eos_token_ids, tokenizer.pad_token_id}
-    truncated = [bool(ids) and ids[-1] not in eos_and_pad for ids in completion_ids]
-    if "tool_mask" in out:  # TRL counts only model-generated tokens then
-        return out["tool_mask"].sum(-1).tolist(), truncated
-    return [len(ids) for ids in completion_ids], truncated
-
-
-def _sampling_stats(trainer: Any, gens: Sequence[Generation], mask: Tensor) -> list[signals.Stats]:
+def _sampling_stats(settings: TrlSettings, gens: Sequence[Generation], mask: Tensor) -> list[signals.Stats]:
     """Mismatch and rollout-IS sets whenever TRL holds the sampler's log-probs; TRL's corrected IS ratio."""
     found = []
     first = gens[0]
@@ -173,12 +155,9 @@ def _sampling_stats(trainer: Any, gens: Sequence[Generation], mask: Tensor) -> l
         train = cat_rows([g.old for g in gens], 0.0)
         sampling = cat_rows([g.sampling for g in gens], 0.0)
         sampling = torch.where(torch.isnan(sampling), train, sampling)  # vLLM's unscored tokens: no mismatch, as TRL
-        args = trainer.args
-        level, mode = _IS_MODES.get(getattr(args, "vllm_importance_sampling_mode", ""), ("token", "truncate"))
-        low = getattr(args, "vllm_importance_sampling_clip_min", None) or 0.0
-        high = getattr(args, "vllm_importance_sampling_clip_max", None) or math.inf
-        _, _, is_stats = signals.rollout_correction(train, sampling, mask, level=level, mode=mode,
-                                                    threshold=(low, high), with_mismatch=True)
+        _, _, is_stats = signals.rollout_correction(train, sampling, mask, level=settings.is_level,
+                                                    mode=settings.is_mode, threshold=settings.is_threshold,
+                                                    with_mismatch=True)
         found.append(is_stats)
     if first.is_ratio is not None:
         found.append(_trl_is_ratio(cat_rows([g.is_ratio for g in gens], 1.0), mask))
@@ -197,34 +176,16 @@ def _trl_is_ratio(ratio: Tensor, mask: Tensor) -> signals.Stats:
     return st
 
 
-def render(value: Any) -> str:
-    """A prompt or completion as text: chat messages as `role: content` lines, content parts' text joined."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        value = [value]
-    if isinstance(value, list):
-        lines = []
-        for m in value:
-            if not isinstance(m, dict):
-                lines.append(str(m))
-                continue
-            content = m.get("content", "")
-            if isinstance(content, list):
-                content = " ".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-            lines.append(f"{m.get('role', '')}: {content}")
-        return "\n".join(lines)
-    return str(value)
-
-
-def sample_rows(batch: SampleBatch, names: list[str], group: int) -> list[dict[str, Any]]:
-    """The rows of one generation batch (one device-to-host copy of its values)."""
+def sample_rows(batch: SampleBatch, names: Sequence[str], group: int,
+                diagnostics: Iterator[dict[str, float]] = iter(())) -> list[dict[str, Any]]:
+    """The rows of one generation batch (one device-to-host copy of its values); each takes the next of
+    `diagnostics` (its per-sample numbers, already on the host: `ReducedStats.column_rows`) under its own columns."""
     values = batch.values.tolist()  # host sync: this batch's rewards and advantages, at the logged step
     cap, n = batch.captured, len(names)
     rows = []
     for i, row in enumerate(values):
-        rows.append({
-            "prompt": render(cap.prompts[i]), "completion": render(cap.completions[i]),
+        rows.append({**next(diagnostics, {}),
+            "prompt": chat_text(cap.prompts[i]), "completion": chat_text(cap.completions[i]),
             "reward": row[n], "rewards": dict(zip(names, row[:n])), "advantage": row[n + 1],
             "completion_length": batch.lengths[i], "terminated": not batch.truncated[i],
             "group": (batch.first_index + i) // group, "policy_version": batch.policy_version,

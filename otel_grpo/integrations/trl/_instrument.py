@@ -11,8 +11,8 @@ from typing import Any
 from ...telemetry import Telemetry
 from ._accumulate import Accumulator
 from ._callback import InstrumentedCallback, OtelGrpoCallback, telemetry_for
+from ._capture import Capture, model_name, snapshot
 from ._compat import unsupported
-from ._hooks import Hooks
 
 logger = logging.getLogger("otel_grpo.integrations.trl")
 _BOUND = "_otel_grpo_instrumented"  # the trainer attribute holding its `_Binding`
@@ -74,7 +74,7 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
     owned = telemetry is None
     if telemetry is None:
         if "model_name" not in settings:
-            settings["model_name"] = getattr(getattr(trainer.model, "config", None), "_name_or_path", None)
+            settings["model_name"] = model_name(trainer)
         if "emit_in" not in settings and not any(k.upper() == "OTEL_GRPO_EMIT_IN" for k in os.environ):
             # A TRL step is Python-bound between its torch ops: the emitter's and exporters' GIL
             # time (~1 ms a logged step) would be paid by training (benchmarks/README.md).
@@ -85,17 +85,23 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
         bound.use(telemetry, owned, settings)
         return telemetry
     reason = unsupported(trainer)
-    callback: Any = None
+    trl_settings = None
     if reason is None:
-        acc = Accumulator(trainer)
-        hooks = Hooks(trainer, acc)
         try:
-            hooks.install()
+            trl_settings = snapshot(trainer)
+        except Exception as exc:  # a member that passed the check holds what we cannot read
+            reason = f"reading {type(trainer).__name__}'s settings failed ({exc})"
+    callback: Any = None
+    if trl_settings is not None:
+        acc = Accumulator(trl_settings)
+        capture = Capture(trainer, trl_settings, acc)
+        try:
+            capture.install()
         except Exception as exc:  # a member that passed the check but cannot be wrapped
-            hooks.enabled = False
+            capture.enabled = False
             reason = f"wrapping {type(trainer).__name__} failed ({exc})"
         else:
-            callback = InstrumentedCallback(trainer, telemetry, acc, hooks)
+            callback = InstrumentedCallback(trl_settings, telemetry, acc, capture)
     if reason is not None:
         logger.warning("otel-grpo: %s; exporting TRL's logged values only", reason)
         callback = OtelGrpoCallback(telemetry)

@@ -1,35 +1,43 @@
-"""The loss pass of one micro-batch, kept until the logged step, and the policy stats of several at once."""
+"""The loss pass of one micro-batch, kept until the logged step, and the policy stats of several at once.
+
+Plain tensors and `TrlSettings` in, `Stats` out: tested without TRL (`_capture` builds the batches).
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor
 
 from ... import signals
 from ._rows import cat_rows, held_bytes
+from ._settings import TrlSettings
 
-# TRL 1.16's loss types that clip the ratio to [1 - epsilon_low, 1 + epsilon_high] and log clip_ratio/*;
-# cispo logs its own cispo_clip_ratio (passed through from TRL's logs), sapo and vespo clip nothing.
-CLIPPED_LOSSES = frozenset({"grpo", "bnpo", "dr_grpo", "dapo", "luspo"})
 CLIP_KEYS = ("clip_ratio_low_mean", "clip_ratio_high_mean", "clip_ratio_region_mean", "clip_ratio_low_min",
              "clip_ratio_high_max")
 
 
 @dataclass(slots=True)
 class MicroBatch:
-    """What the policy stats need of one micro-batch's loss pass (TRL's tensors, detached, on device)."""
+    """What the policy stats need of one micro-batch's loss pass (TRL's tensors, detached, on device); all [B, T]
+    but `advantages` ([B] or [B, T])."""
 
     logps: Tensor
+    """log pi_theta of the loss pass."""
     old: Tensor
+    """log pi_old (TRL's `old_per_token_logps`, else `logps`: TRL's pi_old when it skipped computing it)."""
     advantages: Tensor
     mask: Tensor
     """Completion (and tool) tokens, as TRL's loss masks them: 0/1 or bool."""
-    ref: Tensor | None
-    entropy: Tensor | None
+    ref: Tensor | None = None
+    entropy: Tensor | None = None
+    sampling: Tensor | None = None
+    """The sampler's log-probs (vLLM), NaN where it scored no token."""
+    rows: Tensor | None = None
+    """[B] int64: each row's position in its generation batch, on the batch's first pass (else None)."""
 
     @property
     def kind(self) -> tuple:
@@ -38,19 +46,10 @@ class MicroBatch:
 
     @property
     def nbytes(self) -> int:
-        return held_bytes(self.logps, self.old, self.advantages, self.mask, self.ref, self.entropy)
+        return held_bytes(self.logps, self.old, self.advantages, self.mask, self.ref, self.entropy, self.sampling)
 
 
-def capture_micro_batch(trainer: Any, inputs: dict, logps: Tensor, entropies: Tensor | None) -> MicroBatch:
-    """Reads what TRL's `_compute_loss` used; no device op beyond a tool-mask product."""
-    mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
-    old = inputs.get("old_per_token_logps")
-    old = logps if old is None else old  # TRL: pi_old = pi_theta.detach() when it skipped computing it
-    ref = inputs.get("ref_per_token_logps") if trainer.beta != 0.0 else None
-    return MicroBatch(logps, old, inputs["advantages"], mask, ref, entropies)
-
-
-def policy_stats(trainer: Any, batches: Sequence[MicroBatch]) -> signals.Stats:
+def policy_stats(settings: TrlSettings, batches: Sequence[MicroBatch]) -> signals.Stats:
     """Clip ratios, policy ratio, approx KL, KL to the reference (plain k3 and TRL's) and entropy of
     micro-batches of one kind, as one batch: one pass of torch ops for all of them (each op on a
     micro-batch's tensors costs more in dispatch than in arithmetic), the same sums as one per batch."""
@@ -60,28 +59,26 @@ def policy_stats(trainer: Any, batches: Sequence[MicroBatch]) -> signals.Stats:
     advantages = cat_rows([b.advantages for b in batches], 0.0)
     ref = cat_rows([b.ref for b in batches], 0.0) if first.ref is not None else None
     entropy = cat_rows([b.entropy for b in batches], 0.0) if first.entropy is not None else None
-    stats = signals.policy_stats(logps, old, advantages, mask, trainer.epsilon_low, trainer.epsilon_high,
+    stats = signals.policy_stats(logps, old, advantages, mask, settings.epsilon_low, settings.epsilon_high,
                                  ref_logprobs=ref, entropy=entropy)
-    clipped = getattr(trainer, "loss_type", "grpo") in CLIPPED_LOSSES
-    sequence = getattr(trainer, "importance_sampling_level", "token") == "sequence"
-    if not clipped or sequence:
+    if not settings.clipped or settings.sequence:
         stats.drop(*CLIP_KEYS)  # TRL clipped no token ratio: the token-level fractions would be of nothing it did
-    if clipped and sequence:
-        stats.update(_sequence_clips(trainer, logps, old, advantages, mask))
+    if settings.clipped and settings.sequence:
+        stats.update(_sequence_clips(settings, logps, old, advantages, mask))
     if ref is not None:
-        stats.update(_trl_kl(trainer, logps, old, ref, mask))
+        stats.update(_trl_kl(settings, logps, old, ref, mask))
     return stats
 
 
-def _sequence_clips(trainer: Any, logps: Tensor, old: Tensor, advantages: Tensor, mask: Tensor) -> signals.Stats:
+def _sequence_clips(settings: TrlSettings, logps: Tensor, old: Tensor, advantages: Tensor, mask: Tensor) -> signals.Stats:
     """TRL's clip ratios with `importance_sampling_level="sequence"` (GSPO, luspo): the sequence's ratio
     exp(mean over its tokens of log pi_theta - log pi_old) is clipped, so each sequence counts once,
     those without tokens included (TRL's means divide by the number of sequences)."""
     m = mask.double()
     weight = (((logps - old).double() * m).sum(-1) / m.sum(-1).clamp(min=1.0)).exp().unsqueeze(-1)  # [B, 1]
     adv = advantages.double() if advantages.dim() == 2 else advantages.double().unsqueeze(-1)
-    low = (weight < 1.0 - trainer.epsilon_low) & (adv < 0)
-    high = (weight > 1.0 + trainer.epsilon_high) & (adv > 0)
+    low = (weight < 1.0 - settings.epsilon_low) & (adv < 0)
+    high = (weight > 1.0 + settings.epsilon_high) & (adv > 0)
     if low.shape[-1] == 1:  # one flag per sequence
         per_seq = [f.squeeze(-1).double() for f in (low, high, low | high)]
         totals, count = [f.sum() for f in per_seq], float(low.shape[0])
@@ -98,13 +95,13 @@ def _sequence_clips(trainer: Any, logps: Tensor, old: Tensor, advantages: Tensor
     return st
 
 
-def _trl_kl(trainer: Any, logps: Tensor, old: Tensor, ref: Tensor, mask: Tensor) -> signals.Stats:
+def _trl_kl(settings: TrlSettings, logps: Tensor, old: Tensor, ref: Tensor, mask: Tensor) -> signals.Stats:
     """TRL's `kl`: k3 times the policy ratio (`use_bias_correction_kl`), token mean, as TRL computes it."""
     r = (ref - logps).double()
     k3 = r.exp() - r - 1.0
-    if getattr(trainer.args, "use_bias_correction_kl", False):
+    if settings.use_bias_correction_kl:
         log_ratio = (logps - old).double()
-        if getattr(trainer, "importance_sampling_level", "token") == "sequence":
+        if settings.sequence:
             m = mask.double()
             log_ratio = ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)
         k3 = k3 * log_ratio.exp()

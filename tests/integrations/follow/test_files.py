@@ -175,6 +175,22 @@ def test_metrics_and_rollouts_pair_into_one_step_with_phases_and_samples(tmp_pat
     assert run.gauge("grpo.run.finished") == 1.0
 
 
+def test_sources_pair_by_their_peer_not_by_name(tmp_path):
+    """A peer's one scalars source and one samples source pair, whatever they are called; TRL's output
+    holds both, a JSONL of our own names has no peer."""
+    from otel_grpo.integrations.follow import JsonlStream, TrlOutput
+    from otel_grpo.integrations.follow._loop import _pairs
+
+    metrics, rollouts = VerlMetrics(tmp_path / "m.jsonl"), VerlRollouts(tmp_path / "r")
+    others = [TrlOutput(tmp_path / "trl"), JsonlStream("jsonl", tmp_path / "j.jsonl")]
+    assert {k: v.name for k, v in _pairs([metrics, rollouts, *others]).items()} == {
+        "verl-metrics": "verl-rollouts", "verl-rollouts": "verl-metrics"}
+    mine = JsonlStream("my-verl", tmp_path / "mine.jsonl", source="verl")
+    assert {k: v.name for k, v in _pairs([mine, rollouts]).items()} == {
+        "my-verl": "verl-rollouts", "verl-rollouts": "my-verl"}
+    assert _pairs([metrics, mine, rollouts]) == {}  # two scalars sources of one peer: which pairs is unknown
+
+
 def test_finished_reads_the_last_dump_too(tmp_path, verl):
     """`--finished`: no waiting for the newest dump file to settle, and every step keeps its samples."""
     path, rollouts = tmp_path / "exp.jsonl", tmp_path / "rollouts"

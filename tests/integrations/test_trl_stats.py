@@ -1,0 +1,217 @@
+"""The TRL integration's stats on hand-built tensors and settings, without TRL: exact values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from otel_grpo import signals
+from otel_grpo.signals import _validate
+from otel_grpo.integrations.trl._accumulate import Accumulator
+from otel_grpo.integrations.trl._diagnostics import diagnose
+from otel_grpo.integrations.trl._generation import (Captured, Generation, SampleBatch, generation_stats, sample_batch,
+                                                    sample_rows, truncated_flags, weighted_totals)
+from otel_grpo.integrations.trl._micro_batch import MicroBatch, policy_stats
+from otel_grpo.integrations.trl._settings import TrlSettings
+from tests.signals.test_host_transfers import host_reads  # noqa: F401 (a fixture)
+
+L2 = math.log(2.0)
+K3_LOG2 = 2.0 - L2 - 1.0  # k3 where log pi_ref - log pi_theta = log 2
+
+
+def settings(**kw) -> TrlSettings:
+    base = {"reward_names": ("fmt",), "reward_weights": (1.0,), "num_generations": 2, "epsilon_low": 0.2,
+            "epsilon_high": 0.2, "beta": 0.04, "stop_ids": frozenset({0, 1})}
+    return TrlSettings(**(base | kw))
+
+
+def reduced(stats: signals.Stats) -> signals.ReducedStats:
+    return signals.reduce_stats(stats)
+
+
+# Two rows of two tokens (the second row's second token is padding): ratios 2 and 1/2 on row 0, 1 on row 1.
+LOGPS = torch.tensor([[0.0, -L2], [-1.0, 0.0]])
+OLD = torch.tensor([[-L2, 0.0], [-1.0, 0.0]])
+REF = torch.tensor([[0.0, 0.0], [-1.0 + L2, 0.0]])
+MASK = torch.tensor([[1, 1], [1, 0]])
+
+
+def micro_batch(**kw) -> MicroBatch:
+    return MicroBatch(**({"logps": LOGPS, "old": OLD, "advantages": torch.tensor([1.0, -1.0]), "mask": MASK,
+                          "ref": REF} | kw))
+
+
+def test_policy_stats_token_clips_and_trl_kl_with_and_without_bias_correction():
+    got = reduced(policy_stats(settings(use_bias_correction_kl=False), [micro_batch()]))
+    assert got["clip_ratio_high_mean"] == pytest.approx(1 / 3)  # ratio 2 > 1.2 with a positive advantage
+    assert got["clip_ratio_low_mean"] == 0.0  # ratio 1/2 has a positive advantage: not clipped low
+    assert got["trl_kl"] == pytest.approx((0.0 + K3_LOG2 + K3_LOG2) / 3)  # k3 of (ref - logps) = 0, log 2, log 2
+    corrected = reduced(policy_stats(settings(use_bias_correction_kl=True), [micro_batch()]))
+    assert corrected["trl_kl"] == pytest.approx((0.0 * 2 + K3_LOG2 * 0.5 + K3_LOG2 * 1.0) / 3)
+
+
+def test_policy_stats_follow_the_loss_type_and_level():
+    assert "clip_ratio_high_mean" not in reduced(policy_stats(settings(loss_type="sapo"), [micro_batch()]))
+    seq = reduced(policy_stats(settings(importance_sampling_level="sequence"), [micro_batch()]))
+    # row 0: exp(mean(log 2, -log 2)) = 1 (not clipped); row 1: ratio 1: sequences count once each
+    assert seq["clip_ratio_region_mean"] == 0.0 and seq["clip_ratio_high_max"] == 0.0
+    high = micro_batch(logps=torch.tensor([[0.0, 0.0], [0.0, 0.0]]))  # row 0: exp(mean(log 2, 0)) = 1.41 > 1.2
+    assert reduced(policy_stats(settings(importance_sampling_level="sequence"), [high]))["clip_ratio_high_mean"] == 0.5
+
+
+def test_policy_stats_of_two_micro_batches_equal_one_of_their_concatenation():
+    a, b = micro_batch(), micro_batch(logps=LOGPS - 0.1)
+    whole = micro_batch(logps=torch.cat([LOGPS, LOGPS - 0.1]), old=torch.cat([OLD, OLD]),
+                        advantages=torch.tensor([1.0, -1.0, 1.0, -1.0]), mask=torch.cat([MASK, MASK]),
+                        ref=torch.cat([REF, REF]))
+    assert reduced(policy_stats(settings(), [a, b])) == pytest.approx(reduced(policy_stats(settings(), [whole])))
+
+
+def generation(rewards: torch.Tensor, weights=(1.0,), lengths=(1, 2, 1, 2)) -> Generation:
+    """This rank's rows (one per length; rows 1 and 3 truncated) with every rank's `rewards` [N_all, F]."""
+    n = len(lengths)
+    ids = torch.tensor([[5, 1], [5, 6], [7, 0], [7, 7]])[:n]
+    mask = torch.arange(2)[None] < torch.tensor(lengths)[:, None]
+    advantages = torch.tensor([0.5, -0.5, 0.5, -0.5])[:n]
+    return Generation(rewards, weighted_totals(weights, rewards), advantages, ids, mask, list(lengths),
+                      [False, True, False, True][:n], None, None, None)
+
+
+def test_generation_stats_take_each_rank_its_own_groups_of_the_gathered_rewards():
+    rewards = torch.tensor([[1.0], [3.0], [10.0], [30.0]])  # two groups of 2, gathered from 2 ranks
+    rank1 = reduced(generation_stats(settings(rank=1, world=2), [generation(rewards, lengths=(1, 2))]))
+    assert rank1["reward"] == 20.0 and rank1["reward_group_std"] == pytest.approx(math.sqrt(200.0))
+    alone = reduced(generation_stats(settings(), [generation(rewards)]))
+    assert alone["reward"] == 11.0 and alone["completions_clipped_ratio"] == 0.5
+
+
+def test_weighted_totals_and_truncation():
+    rewards = torch.tensor([[1.0, 2.0], [math.nan, 4.0], [math.nan, math.nan]])
+    totals = weighted_totals((1.0, 0.5), rewards)
+    assert totals[:2].tolist() == [2.0, 2.0] and math.isnan(totals[2])  # no function scored row 2
+    assert truncated_flags([[5, 1], [5, 6], []], frozenset({0, 1})) == [False, True, False]
+
+
+def test_settings_name_the_bad_argument():
+    with pytest.raises(ValueError, match="reward_weights"):
+        settings(reward_weights=(1.0, 2.0))
+    with pytest.raises(ValueError, match="rank"):
+        settings(rank=2, world=2)
+    with pytest.raises(ValueError, match="importance_sampling_level"):
+        settings(importance_sampling_level="word")
+    with pytest.raises(Exception):  # frozen: taken once
+        settings().beta = 0.0
+
+
+def batch_of(gen: Generation, st: TrlSettings, prompts=("p0", "p0", "p1", "p1")) -> SampleBatch:
+    n = gen.advantages.shape[0]
+    cap = Captured(list(prompts[:n]), [f"c{i}" for i in range(n)], [[5]] * n, gen.rewards_per_func)
+    return sample_batch(st, cap, gen, step=3)
+
+
+def test_sample_rows_are_this_ranks_rows_with_their_diagnostics_under_their_own_columns():
+    rewards = torch.tensor([[1.0], [3.0], [10.0], [30.0]])
+    st = settings(rank=1, world=2)
+    batch = batch_of(generation(rewards, lengths=(1, 2)), st, prompts=("p1", [{"role": "user", "content": "hi"}]))
+    rows = sample_rows(batch, st.reward_names, st.num_generations,
+                       iter([{"entropy_mean": 0.5, "completion_length": 9.0}, {}]))
+    assert [(r["reward"], r["group"], r["policy_version"], r["completion_length"]) for r in rows] == [
+        (10.0, 1, 3, 1), (30.0, 1, 3, 2)]  # the row's own length wins over a diagnostic's
+    assert rows[0]["entropy_mean"] == 0.5 and rows[1]["prompt"] == "user: hi" and not rows[1]["terminated"]
+
+
+def first_pass(rows: list[int], logps, old, ref=None, entropy=None, sampling=None, mask=None) -> MicroBatch:
+    mask = torch.ones_like(logps, dtype=torch.bool) if mask is None else mask
+    return MicroBatch(logps, old, torch.zeros(len(rows)), mask, ref, entropy, sampling, torch.tensor(rows))
+
+
+def test_diagnose_puts_the_shuffled_rows_back_in_order():
+    st = settings()
+    batch = batch_of(generation(torch.zeros(4, 1)), st)
+    # TRL's shuffle: rows 2, 0 in the first micro-batch, 3, 1 in the second; row r has log ratio r / 10
+    for rows in ([2, 0], [3, 1]):
+        r = torch.tensor(rows, dtype=torch.float32)[:, None] / 10
+        logps = torch.full((2, 2), -1.0)
+        batch.passes.append(first_pass(rows, logps, logps - r, ref=logps, entropy=torch.tensor(rows)[:, None]
+                                       .float().expand(2, 2)))
+    got = reduced(diagnose(st, [batch])).column_rows()
+    assert [row["log_ratio_mean"] for row in got] == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert [row["is_weight_max"] for row in got] == pytest.approx([math.exp(r / 10) for r in range(4)])
+    assert [row["entropy_mean"] for row in got] == [0.0, 1.0, 2.0, 3.0]
+    assert [row["kl_ref_max"] for row in got] == [0.0] * 4  # ref == policy
+    assert [row["length_clipped"] for row in got] == [0.0, 1.0, 0.0, 1.0]
+
+
+def test_diagnose_uses_the_samplers_logprobs_and_leaves_rows_no_pass_reached_without_loss_numbers():
+    st = settings(beta=0.0)
+    batch = batch_of(generation(torch.zeros(4, 1)), st)
+    logps = torch.zeros(2, 2)
+    sampling = torch.tensor([[-L2, math.nan], [0.0, 0.0]])  # vLLM's unscored token: pi_old, as TRL
+    batch.passes.append(first_pass([1, 0], logps, logps, sampling=sampling))
+    got = reduced(diagnose(st, [batch])).column_rows()
+    assert got[1]["is_weight_max"] == pytest.approx(2.0) and got[1]["is_weight_mean"] == pytest.approx(1.5)
+    assert got[0]["log_ratio_absmax"] == 0.0
+    # the row's own completion_length (from the generation) wins over this 0 in sample_rows
+    assert set(got[2]) == {"completion_length", "length_clipped"} and "kl_ref_mean" not in got[0]  # beta 0
+
+
+def test_diagnose_of_batches_of_different_widths_at_once_equals_each_alone():
+    st = settings()
+    made = []
+    for width in (2, 3):
+        batch = batch_of(generation(torch.zeros(4, 1)), st)
+        logps = -torch.rand(4, width, generator=torch.Generator().manual_seed(width))
+        batch.passes.append(first_pass([2, 3, 0, 1], logps, logps * 0.9, ref=logps * 1.1, entropy=-logps))
+        made.append(batch)
+    alone = [row for b in made for row in reduced(diagnose(st, [b])).column_rows()]
+    together = reduced(diagnose(st, made)).column_rows()
+    assert len(together) == 8 and all(got == pytest.approx(want) for got, want in zip(together, alone))
+
+
+def test_rows_wait_for_their_first_loss_pass_and_go_out_at_the_end_regardless():
+    st = settings()
+    acc = Accumulator(st)
+    gen = generation(torch.zeros(4, 1))
+    batch = batch_of(gen, st)
+    acc.capture(gen)
+    acc.batches.append(batch)
+    half = first_pass([0, 1], torch.zeros(2, 2), torch.zeros(2, 2), ref=torch.zeros(2, 2))
+    batch.passes.append(half)
+    batch.pending -= 2
+    acc.capture(half)
+    logged = acc.take(acc.merged())
+    assert logged.batches == [] and acc.batches == [batch] and logged.stats.columns == {}  # half its rows passed
+    logged = acc.take(acc.merged(final=True))
+    assert logged.batches == [batch] and acc.batches == []
+    rows = logged.stats.column_rows()
+    assert [r.get("is_weight_mean") for r in rows] == [1.0, 1.0, None, None]
+
+
+def test_a_logged_step_reads_the_device_once_for_its_stats_and_once_per_batch_for_its_rows(host_reads, monkeypatch):
+    """The diagnostics ride in reduce_stats' copy: no host read of their own (as on a GPU: value checks deferred)."""
+    monkeypatch.setattr(_validate, "EAGER_VALUE_CHECK_DEVICES", set())
+    st = settings()
+    acc = Accumulator(st)
+    batches = []
+    for _ in range(2):  # two generation batches in one logged step, each through the loss in two micro-batches
+        gen = generation(torch.rand(4, 1))
+        batch = batch_of(gen, st)
+        acc.capture(gen)
+        acc.batches.append(batch)
+        for rows in ([3, 0], [1, 2]):
+            logps = -torch.rand(2, 2)
+            mb = first_pass(rows, logps, logps - 0.1, ref=logps + 0.1, entropy=-logps, mask=torch.ones(2, 2))
+            batch.passes.append(mb)
+            batch.pending -= 2
+            acc.capture(mb)
+        batches.append(batch)
+    host_reads.clear()
+    logged = acc.take(acc.merged())
+    assert host_reads == ["tolist"]  # the logged step's one reduce_stats
+    diagnostics = iter(logged.stats.column_rows())
+    rows = [r for b in logged.batches for r in sample_rows(b, st.reward_names, st.num_generations, diagnostics)]
+    assert host_reads == ["tolist"] * 3  # and each batch's rewards and advantages, as before
+    assert len(rows) == 8 and all(r["is_weight_mean"] == pytest.approx(math.exp(0.1)) for r in rows)
+
