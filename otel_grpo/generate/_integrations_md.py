@@ -114,6 +114,13 @@ def render_integrations_md() -> str:
         "  std is zero (0 or 1); the two differ by design.",
         "- Sample rows are offered on every rank; which of them are kept follows `Telemetry`'s selection",
         "  (only the exporting rank's rows until it selects across ranks).",
+        "- Each sample row carries its completion's own numbers (`signals.sample_diagnostics`) from its",
+        "  first pass through TRL's loss: `log_ratio_mean/absmax` and `is_weight_mean/max` of the policy",
+        "  against the one that sampled it (vLLM's log-probs when TRL has them, else the old policy: 1 with",
+        "  `num_iterations=1`), `kl_ref_mean/max` (k3 to the reference, only with `beta != 0`),",
+        "  `entropy_mean` and `length_clipped`. They travel in the logged step's one reduction (no extra",
+        "  host copy). Rows not yet through the loss at a logged step (`steps_per_generation` >",
+        "  `gradient_accumulation_steps`) go out at the next logged step or at the end of training.",
         "- Only `train()` is instrumented; evaluation keeps TRL's logged `eval_*` values.",
         "",
     ]
