@@ -13,6 +13,8 @@ import time
 import httpx
 import pytest
 
+from otel_grpo import catalog
+
 websocket = pytest.importorskip("websocket", reason="needs websocket-client (the dev extra)")
 
 pytestmark = [pytest.mark.integration,
@@ -249,13 +251,15 @@ def test_plots_stay_readable_on_a_bad_run(sidecar, otlp, tmp_path, port):
         kl = _card("KL to the reference")
         assert 2 <= chrome.eval(f"{kl}.querySelectorAll('text.y-tick').length") <= 6  # 1e-6 .. 1e22, readable
         assert chrome.eval(f"{kl}.querySelector('text.y-label').textContent") == "nat"  # the catalog's {nat}
-        # One name per signal: the catalog name, the Prometheus series beside it, the API column as its tooltip.
+        # One name per signal: the catalog name (the API's column), the Prometheus series beside it.
         legend = chrome.eval(f"[...{kl}.querySelectorAll('.legend span')].map(s => [s.textContent, s.title])")
-        assert ["grpo.kl grpo_kl", "API column kl"] in [[t, title.split(" — ")[0]] for t, title in legend]
+        assert ["grpo.kl grpo_kl", catalog.get("kl").description] in legend
+        rows = httpx.get(f"{sidecar.url}/api/runs/{RUN.replace('/', '%2F')}/steps").json()
+        assert rows[3]["grpo.kl"] == _metrics(3)["kl"]
 
         mis = _card("IS mismatch: KL")
         assert chrome.eval(f"{mis}.querySelector('svg').dataset.scale") == "symlog"
-        d = chrome.eval(f"{mis}.querySelector('path[data-label=\"mismatch_kl\"]').getAttribute('d')")
+        d = chrome.eval(f"{mis}.querySelector('path[data-label=\"grpo.mismatch.kl\"]').getAttribute('d')")
         assert d.count("M") == 2 and d.count("L") == 9  # 11 of 12 steps drawn, zeros and negatives too; no bridge
         ticks = chrome.eval(f"[...{mis}.querySelectorAll('text.y-tick')].map(t => t.textContent)")
         assert "0" in ticks and any(t.startswith("-") for t in ticks)
@@ -367,7 +371,7 @@ def test_run_explorer_from_a_bad_step_to_its_completions(sidecar, otlp, tmp_path
         kl, entropy = _card("KL to the reference"), _card("Entropy")
 
         # A metric logged every other step is one line (one M, nine L), not ten dots.
-        d = chrome.eval(f"{entropy}.querySelector('path[data-label=\"entropy\"]').getAttribute('d')")
+        d = chrome.eval(f"{entropy}.querySelector('path[data-label=\"grpo.policy.entropy\"]').getAttribute('d')")
         assert d.count("M") == 1 and d.count("L") == 9
         assert chrome.eval(f"{entropy}.querySelectorAll('circle.lone').length") == 0
 
@@ -431,9 +435,9 @@ def test_run_explorer_from_a_bad_step_to_its_completions(sidecar, otlp, tmp_path
         chrome.wait_for("document.querySelectorAll('#samples-table tbody tr').length === 8")
 
         # Smoothing redraws the lines (raw values stay in the hover box).
-        before = chrome.eval(f"{kl}.querySelector('path[data-label=\"kl\"]').getAttribute('d')")
+        before = chrome.eval(f"{kl}.querySelector('path[data-label=\"grpo.kl\"]').getAttribute('d')")
         chrome.eval("(() => { const s = document.querySelector('#smooth'); s.value = '0.8'; s.dispatchEvent(new Event('input')); })()")
-        chrome.wait_for(f"{kl}.querySelector('path[data-label=\"kl\"]').getAttribute('d') !== {json.dumps(before)}")
+        chrome.wait_for(f"{kl}.querySelector('path[data-label=\"grpo.kl\"]').getAttribute('d') !== {json.dumps(before)}")
         assert _hash(chrome)["smooth"] == "0.8"
 
         # Overlay another run, aligned by step: its lines are dashed.

@@ -303,7 +303,8 @@ const Plot = (() => {
     tip.hidden = false;
   }
 
-  // One entry per signal: its catalog name, the Prometheus name beside it; overlaid runs share it.
+  // One entry per signal: its catalog name (the API's column too), the Prometheus name beside it;
+  // overlaid runs share it.
   function legend(series) {
     const div = document.createElement("div");
     div.className = "legend";
@@ -320,7 +321,7 @@ const Plot = (() => {
         prom.textContent = s.prometheus;
         span.append(" ", prom);
       }
-      span.title = `API column ${s.label}` + (s.description ? " — " + s.description : "");
+      if (s.description) span.title = s.description;
       div.appendChild(span);
     });
     return div;
