@@ -2,7 +2,7 @@
 // Every label goes through textContent, so no data is ever parsed as markup.
 // Interactions: hover shows every series' value at the step under the pointer; a click picks that
 // step (once no second click follows); a horizontal drag zooms to the dragged steps (the caller redraws every panel), a double
-// click zooms out. Optional: exponential smoothing, vertical marks (alerts, the picked step), and
+// click zooms out. On a touch screen: tap, one-finger drag or pinch, double tap, alike. Optional: exponential smoothing, vertical marks (alerts, the picked step), and
 // series of other runs drawn dashed (overlay, aligned by step).
 "use strict";
 
@@ -15,6 +15,7 @@ const Plot = (() => {
   const DRAG_PX = 6;  // a pointer move shorter than this is a click, not a zoom
   const DOUBLE_CLICK_MS = 300;  // a click waits this long for a second one (a double click zooms out)
   let pendingPick = null;  // shared by every plot: a redraw replaces them
+  let lastTap = null;  // when the last single tap ended (event time), for a double tap
 
   function el(name, attrs, parent) {
     const node = document.createElementNS(NS, name);
@@ -215,6 +216,10 @@ const Plot = (() => {
   }
 
   // Hover: a guide line and a box with each series' value at the nearest step; click: pick; drag: zoom.
+  // Touch does the same with plain touch events: a tap shows the values and picks the step,
+  // a one-finger horizontal drag zooms (vertical swipes scroll the page: touch-action pan-y), a pinch
+  // zooms to the steps the fingers spread over (pinching in to all of the view shows all steps), a
+  // double tap shows all steps.
   function interactive(wrap, svg, series, smoothed, frame, o) {
     const guide = el("line", { class: "guide", y1: M.t, y2: H - M.b, visibility: "hidden" }, svg);
     const band = el("rect", { class: "zoom-band", y: M.t, height: H - M.t - M.b, width: 0, visibility: "hidden" }, svg);
@@ -223,15 +228,20 @@ const Plot = (() => {
     tip.hidden = true;
     wrap.appendChild(tip);
     const steps = [...new Set(series.flatMap((s) => s.points.map((p) => p[0])))].sort((a, b) => a - b).map((x) => [x]);
-    const toStep = (e) => {
+    const svgX = (clientX) => {
       const box = svg.getBoundingClientRect();
-      const x = ((e.clientX - box.left) / box.width) * W;
-      return frame.x0 + ((x - M.l) / (W - M.l - M.r)) * (frame.x1 - frame.x0);
+      return ((clientX - box.left) / box.width) * W;
+    };
+    const toStep = (clientX) => frame.x0 + ((svgX(clientX) - M.l) / (W - M.l - M.r)) * (frame.x1 - frame.x0);
+    const clamp = (s) => Math.min(Math.max(s, frame.x0), frame.x1);
+    const zoomTo = (a, b) => {
+      if (a <= frame.x0 && b >= frame.x1) o.onZoom(null);  // as wide as the view or wider: all steps
+      else if (Math.ceil(clamp(a)) < Math.floor(clamp(b))) o.onZoom([Math.ceil(clamp(a)), Math.floor(clamp(b))]);
     };
     let dragFrom = null;
-    svg.classList.add("pickable");
-    svg.addEventListener("mousemove", (e) => {
-      const at = nearest(steps, toStep(e));
+
+    function hover(clientX, clientY) {
+      const at = nearest(steps, toStep(clientX));
       if (!at) return;
       const step = at[0];
       guide.setAttribute("x1", frame.sx(step));
@@ -239,41 +249,91 @@ const Plot = (() => {
       guide.setAttribute("visibility", "visible");
       showTip(tip, step, series, smoothed, o.smooth);
       const box = wrap.getBoundingClientRect();
-      const left = e.clientX - box.left + 12;
+      const left = clientX - box.left + 12;
       tip.style.left = (left + tip.offsetWidth > box.width ? Math.max(0, left - tip.offsetWidth - 24) : left) + "px";
-      tip.style.top = (e.clientY - box.top + 12) + "px";
+      tip.style.top = (clientY - box.top + 12) + "px";
       if (dragFrom !== null) {
-        const a = Math.min(dragFrom.px, e.clientX), b = Math.max(dragFrom.px, e.clientX);
-        const svgBox = svg.getBoundingClientRect(), k = W / svgBox.width;
-        band.setAttribute("x", (a - svgBox.left) * k);
-        band.setAttribute("width", (b - a) * k);
+        const a = Math.min(dragFrom.px, clientX), b = Math.max(dragFrom.px, clientX);
+        band.setAttribute("x", svgX(a));
+        band.setAttribute("width", svgX(b) - svgX(a));
         band.setAttribute("visibility", b - a >= DRAG_PX ? "visible" : "hidden");
       }
-    });
-    svg.addEventListener("mouseleave", () => {
-      guide.setAttribute("visibility", "hidden");
-      tip.hidden = true;
-    });
-    svg.addEventListener("mousedown", (e) => { dragFrom = { px: e.clientX, step: toStep(e) }; e.preventDefault(); });
-    svg.addEventListener("mouseup", (e) => {
+    }
+
+    // The end of a press (mouse button or finger): a drag zooms, a double press shows all steps,
+    // a single one picks its step once no second press follows (the pick scrolls to the samples,
+    // which would take a double press's second one off the plot).
+    function release(clientX, double) {
       if (dragFrom === null) return;
       const from = dragFrom;
       dragFrom = null;
       band.setAttribute("visibility", "hidden");
-      const clamp = (s) => Math.min(Math.max(s, frame.x0), frame.x1);
-      // A click picks its step once no second click follows: the pick scrolls to the samples,
-      // which would take a double click's second click off the plot.
       clearTimeout(pendingPick);
-      if (e.detail >= 2 && o.onZoom) {
+      if (double && o.onZoom) {
         o.onZoom(null);
-      } else if (Math.abs(e.clientX - from.px) >= DRAG_PX && o.onZoom) {
-        const a = clamp(Math.min(from.step, toStep(e))), b = clamp(Math.max(from.step, toStep(e)));
-        if (Math.ceil(a) < Math.floor(b)) o.onZoom([Math.ceil(a), Math.floor(b)]);
+      } else if (Math.abs(clientX - from.px) >= DRAG_PX && o.onZoom) {
+        zoomTo(Math.min(from.step, toStep(clientX)), Math.max(from.step, toStep(clientX)));
       } else if (o.onPick) {
-        const step = clamp(Math.round(toStep(e)));
+        const step = clamp(Math.round(toStep(clientX)));
         pendingPick = setTimeout(() => o.onPick(step), DOUBLE_CLICK_MS);
       }
+    }
+
+    svg.classList.add("pickable");
+    svg.addEventListener("mousemove", (e) => hover(e.clientX, e.clientY));
+    svg.addEventListener("mouseleave", () => {
+      guide.setAttribute("visibility", "hidden");
+      tip.hidden = true;
     });
+    svg.addEventListener("mousedown", (e) => { dragFrom = { px: e.clientX, step: toStep(e.clientX) }; e.preventDefault(); });
+    svg.addEventListener("mouseup", (e) => release(e.clientX, e.detail >= 2));
+
+    let pinch = null;  // {ids, steps: the steps first under each finger, px: where each finger is now}
+    const finger = (e, id) => [...e.touches].find((t) => t.identifier === id);
+    svg.addEventListener("touchstart", (e) => {
+      if (e.touches.length === 1) {
+        const t = e.touches[0];
+        dragFrom = { px: t.clientX, step: toStep(t.clientX) };
+        hover(t.clientX, t.clientY);
+      } else if (e.touches.length === 2) {
+        const [a, b] = e.touches;
+        dragFrom = null;
+        band.setAttribute("visibility", "hidden");
+        pinch = { ids: [a.identifier, b.identifier], steps: [toStep(a.clientX), toStep(b.clientX)], px: [a.clientX, b.clientX] };
+      }
+    }, { passive: true });
+    svg.addEventListener("touchmove", (e) => {
+      if (pinch) {
+        pinch.px = pinch.ids.map((id, i) => (finger(e, id) || { clientX: pinch.px[i] }).clientX);
+      } else if (dragFrom !== null && e.touches.length === 1) {
+        hover(e.touches[0].clientX, e.touches[0].clientY);
+        if (e.cancelable) e.preventDefault();  // a horizontal drag is ours (touch-action lets pan-y through)
+      }
+    }, { passive: false });
+    svg.addEventListener("touchend", (e) => {
+      if (e.cancelable) e.preventDefault();  // no mouse events emulated after it: the touch was handled
+      if (pinch) {
+        if (e.touches.length < 2) pinchEnd();
+        return;
+      }
+      const t = e.changedTouches[0];
+      if (!t || dragFrom === null) return;
+      const tap = Math.abs(t.clientX - dragFrom.px) < DRAG_PX;
+      const double = tap && lastTap !== null && e.timeStamp - lastTap < DOUBLE_CLICK_MS;
+      lastTap = tap && !double ? e.timeStamp : null;
+      release(t.clientX, double);
+    }, { passive: false });
+    svg.addEventListener("touchcancel", () => { dragFrom = null; pinch = null; band.setAttribute("visibility", "hidden"); });
+
+    // The steps first under the two fingers are now under where they are: the view that puts them there.
+    function pinchEnd() {
+      const { steps: [sa, sb], px: [pa, pb] } = pinch;
+      pinch = null;
+      const perStep = (svgX(pb) - svgX(pa)) / (sb - sa);  // svg units per step, after the pinch
+      if (!(perStep > 0) || !o.onZoom) return;  // fingers crossed or on one step: no view
+      const first = sa - (svgX(pa) - M.l) / perStep;
+      zoomTo(first, first + (W - M.l - M.r) / perStep);
+    }
   }
 
   function showTip(tip, step, series, smoothed, weight) {
