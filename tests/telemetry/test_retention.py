@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -111,6 +114,17 @@ def test_a_run_is_judged_by_its_own_alert_thresholds_from_the_rule_settings(tmp_
     assert other([{"rollout_is_eff_sample_size": 0.3}], False) == "rollout_is_eff_sample_size 0.3 below 0.5"
     off = AnomalyJudge(TelemetrySettings(run_id="kl-off"))
     assert off([{"kl": 9.0}], False) is None  # +inf: the run's KL alerts are off
+
+
+def test_the_training_process_reads_the_rule_settings_without_the_stack(tmp_path):
+    """Layers: telemetry reads the file through the catalog, never by importing otel_grpo.stack."""
+    code = ("import sys; from otel_grpo.telemetry import TelemetrySettings; "
+            f"s = TelemetrySettings(run_id='wide', rule_settings={str(_rules(tmp_path))!r}); "
+            "assert s.anomaly_thresholds['kl'] == 2.0, s.anomaly_thresholds; "
+            "print(sorted(m for m in sys.modules if m.startswith('otel_grpo.stack')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2]).stdout
+    assert out.strip() == "[]"
 
 
 def test_beta_zero_turns_the_kl_checks_off_as_the_alerts_do():

@@ -190,9 +190,8 @@ function plotTools(runs) {
       h("p", { class: "muted", text: "other runs are drawn dashed, aligned by step" })));
   const reset = h("button", { id: "zoom-reset", type: "button", hidden: "", onclick: () => setZoom(null) });
   return h("div", { class: "controls plot-tools" }, h("label", { for: "smooth", text: "smoothing" }), smooth, value, compare, reset,
-    h("span", { class: "muted hint", text: matchMedia("(hover: none)").matches
-      ? "tap: values and that step's samples · drag or pinch: zoom · double-tap: all steps"
-      : "hover: values · drag: zoom · double-click: all steps · click: that step's samples" }));
+    h("span", { class: "muted hint",
+                text: "hover or tap: values · drag or pinch: zoom · double-click or double-tap: all steps · click: that step's samples" }));
 }
 
 // ---- alerts -------------------------------------------------------------------------------------
