@@ -216,10 +216,7 @@ const Plot = (() => {
   }
 
   // Hover: a guide line and a box with each series' value at the nearest step; click: pick; drag: zoom.
-  // Touch does the same with plain touch events: a tap shows the values and picks the step,
-  // a one-finger horizontal drag zooms (vertical swipes scroll the page: touch-action pan-y), a pinch
-  // zooms to the steps the fingers spread over (pinching in to all of the view shows all steps), a
-  // double tap shows all steps.
+  // Touch does the same with plain touch events (touchInput). Returns nothing; the listeners hold it.
   function interactive(wrap, svg, series, smoothed, frame, o) {
     const guide = el("line", { class: "guide", y1: M.t, y2: H - M.b, visibility: "hidden" }, svg);
     const band = el("rect", { class: "zoom-band", y: M.t, height: H - M.t - M.b, width: 0, visibility: "hidden" }, svg);
@@ -234,79 +231,87 @@ const Plot = (() => {
     };
     const toStep = (clientX) => frame.x0 + ((svgX(clientX) - M.l) / (W - M.l - M.r)) * (frame.x1 - frame.x0);
     const clamp = (s) => Math.min(Math.max(s, frame.x0), frame.x1);
-    const zoomTo = (a, b) => {
-      if (a <= frame.x0 && b >= frame.x1) o.onZoom(null);  // as wide as the view or wider: all steps
-      else if (Math.ceil(clamp(a)) < Math.floor(clamp(b))) o.onZoom([Math.ceil(clamp(a)), Math.floor(clamp(b))]);
+    let dragFrom = null;  // where the press (mouse button or finger) began: {px, step}
+
+    const input = {
+      svgX, toStep,
+      press(clientX) { dragFrom = { px: clientX, step: toStep(clientX) }; },
+      cancel() { dragFrom = null; band.setAttribute("visibility", "hidden"); },
+      pressedAt() { return dragFrom && dragFrom.px; },
+      hide() { guide.setAttribute("visibility", "hidden"); tip.hidden = true; },
+      hover(clientX, clientY) {
+        const at = nearest(steps, toStep(clientX));
+        if (!at) return;
+        guide.setAttribute("x1", frame.sx(at[0]));
+        guide.setAttribute("x2", frame.sx(at[0]));
+        guide.setAttribute("visibility", "visible");
+        showTip(tip, at[0], series, smoothed, o.smooth);
+        const box = wrap.getBoundingClientRect();
+        const left = clientX - box.left + 12;
+        tip.style.left = (left + tip.offsetWidth > box.width ? Math.max(0, left - tip.offsetWidth - 24) : left) + "px";
+        tip.style.top = (clientY - box.top + 12) + "px";
+        if (dragFrom !== null) {
+          const a = Math.min(dragFrom.px, clientX), b = Math.max(dragFrom.px, clientX);
+          band.setAttribute("x", svgX(a));
+          band.setAttribute("width", svgX(b) - svgX(a));
+          band.setAttribute("visibility", b - a >= DRAG_PX ? "visible" : "hidden");
+        }
+      },
+      // Steps a..b (data coordinates) as the view: within this one, or all steps when as wide or wider.
+      zoomTo(a, b) {
+        if (!o.onZoom) return;
+        if (a <= frame.x0 && b >= frame.x1) o.onZoom(null);
+        else if (Math.ceil(clamp(a)) < Math.floor(clamp(b))) o.onZoom([Math.ceil(clamp(a)), Math.floor(clamp(b))]);
+      },
+      // The end of a press: a drag zooms, a double press shows all steps, a single one picks its
+      // step once no second press follows (the pick scrolls to the samples, which would take a
+      // double press's second one off the plot).
+      release(clientX, double) {
+        if (dragFrom === null) return;
+        const from = dragFrom;
+        input.cancel();
+        clearTimeout(pendingPick);
+        if (double && o.onZoom) {
+          o.onZoom(null);
+        } else if (Math.abs(clientX - from.px) >= DRAG_PX) {
+          input.zoomTo(Math.min(from.step, toStep(clientX)), Math.max(from.step, toStep(clientX)));
+        } else if (o.onPick) {
+          const step = clamp(Math.round(toStep(clientX)));
+          pendingPick = setTimeout(() => o.onPick(step), DOUBLE_CLICK_MS);
+        }
+      },
     };
-    let dragFrom = null;
-
-    function hover(clientX, clientY) {
-      const at = nearest(steps, toStep(clientX));
-      if (!at) return;
-      const step = at[0];
-      guide.setAttribute("x1", frame.sx(step));
-      guide.setAttribute("x2", frame.sx(step));
-      guide.setAttribute("visibility", "visible");
-      showTip(tip, step, series, smoothed, o.smooth);
-      const box = wrap.getBoundingClientRect();
-      const left = clientX - box.left + 12;
-      tip.style.left = (left + tip.offsetWidth > box.width ? Math.max(0, left - tip.offsetWidth - 24) : left) + "px";
-      tip.style.top = (clientY - box.top + 12) + "px";
-      if (dragFrom !== null) {
-        const a = Math.min(dragFrom.px, clientX), b = Math.max(dragFrom.px, clientX);
-        band.setAttribute("x", svgX(a));
-        band.setAttribute("width", svgX(b) - svgX(a));
-        band.setAttribute("visibility", b - a >= DRAG_PX ? "visible" : "hidden");
-      }
-    }
-
-    // The end of a press (mouse button or finger): a drag zooms, a double press shows all steps,
-    // a single one picks its step once no second press follows (the pick scrolls to the samples,
-    // which would take a double press's second one off the plot).
-    function release(clientX, double) {
-      if (dragFrom === null) return;
-      const from = dragFrom;
-      dragFrom = null;
-      band.setAttribute("visibility", "hidden");
-      clearTimeout(pendingPick);
-      if (double && o.onZoom) {
-        o.onZoom(null);
-      } else if (Math.abs(clientX - from.px) >= DRAG_PX && o.onZoom) {
-        zoomTo(Math.min(from.step, toStep(clientX)), Math.max(from.step, toStep(clientX)));
-      } else if (o.onPick) {
-        const step = clamp(Math.round(toStep(clientX)));
-        pendingPick = setTimeout(() => o.onPick(step), DOUBLE_CLICK_MS);
-      }
-    }
-
     svg.classList.add("pickable");
-    svg.addEventListener("mousemove", (e) => hover(e.clientX, e.clientY));
-    svg.addEventListener("mouseleave", () => {
-      guide.setAttribute("visibility", "hidden");
-      tip.hidden = true;
-    });
-    svg.addEventListener("mousedown", (e) => { dragFrom = { px: e.clientX, step: toStep(e.clientX) }; e.preventDefault(); });
-    svg.addEventListener("mouseup", (e) => release(e.clientX, e.detail >= 2));
+    svg.addEventListener("mousemove", (e) => input.hover(e.clientX, e.clientY));
+    svg.addEventListener("mouseleave", input.hide);
+    svg.addEventListener("mousedown", (e) => { input.press(e.clientX); e.preventDefault(); });
+    svg.addEventListener("mouseup", (e) => input.release(e.clientX, e.detail >= 2));
+    touchInput(svg, input);
+  }
 
+  // Fingers do what the mouse does: a tap shows the values and picks the step, a one-finger
+  // horizontal drag zooms (vertical swipes scroll the page: touch-action pan-y), a pinch zooms to
+  // the view that keeps the steps first under the fingers under them (pinching in to the whole
+  // view or more: all steps), a double tap shows all steps.
+  function touchInput(svg, input) {
     let pinch = null;  // {ids, steps: the steps first under each finger, px: where each finger is now}
     const finger = (e, id) => [...e.touches].find((t) => t.identifier === id);
     svg.addEventListener("touchstart", (e) => {
       if (e.touches.length === 1) {
-        const t = e.touches[0];
-        dragFrom = { px: t.clientX, step: toStep(t.clientX) };
-        hover(t.clientX, t.clientY);
+        input.press(e.touches[0].clientX);
+        input.hover(e.touches[0].clientX, e.touches[0].clientY);
       } else if (e.touches.length === 2) {
         const [a, b] = e.touches;
-        dragFrom = null;
-        band.setAttribute("visibility", "hidden");
-        pinch = { ids: [a.identifier, b.identifier], steps: [toStep(a.clientX), toStep(b.clientX)], px: [a.clientX, b.clientX] };
+        input.cancel();
+        pinch = { ids: [a.identifier, b.identifier], steps: [input.toStep(a.clientX), input.toStep(b.clientX)],
+                  px: [a.clientX, b.clientX] };
       }
     }, { passive: true });
     svg.addEventListener("touchmove", (e) => {
       if (pinch) {
         pinch.px = pinch.ids.map((id, i) => (finger(e, id) || { clientX: pinch.px[i] }).clientX);
-      } else if (dragFrom !== null && e.touches.length === 1) {
-        hover(e.touches[0].clientX, e.touches[0].clientY);
+      } else if (input.pressedAt() !== null && e.touches.length === 1) {
+        input.hover(e.touches[0].clientX, e.touches[0].clientY);
         if (e.cancelable) e.preventDefault();  // a horizontal drag is ours (touch-action lets pan-y through)
       }
     }, { passive: false });
@@ -316,23 +321,22 @@ const Plot = (() => {
         if (e.touches.length < 2) pinchEnd();
         return;
       }
-      const t = e.changedTouches[0];
-      if (!t || dragFrom === null) return;
-      const tap = Math.abs(t.clientX - dragFrom.px) < DRAG_PX;
+      const t = e.changedTouches[0], from = input.pressedAt();
+      if (!t || from === null) return;
+      const tap = Math.abs(t.clientX - from) < DRAG_PX;
       const double = tap && lastTap !== null && e.timeStamp - lastTap < DOUBLE_CLICK_MS;
       lastTap = tap && !double ? e.timeStamp : null;
-      release(t.clientX, double);
+      input.release(t.clientX, double);
     }, { passive: false });
-    svg.addEventListener("touchcancel", () => { dragFrom = null; pinch = null; band.setAttribute("visibility", "hidden"); });
+    svg.addEventListener("touchcancel", () => { pinch = null; input.cancel(); });
 
-    // The steps first under the two fingers are now under where they are: the view that puts them there.
     function pinchEnd() {
       const { steps: [sa, sb], px: [pa, pb] } = pinch;
       pinch = null;
-      const perStep = (svgX(pb) - svgX(pa)) / (sb - sa);  // svg units per step, after the pinch
-      if (!(perStep > 0) || !o.onZoom) return;  // fingers crossed or on one step: no view
-      const first = sa - (svgX(pa) - M.l) / perStep;
-      zoomTo(first, first + (W - M.l - M.r) / perStep);
+      const perStep = (input.svgX(pb) - input.svgX(pa)) / (sb - sa);  // svg units per step, after the pinch
+      if (!(perStep > 0)) return;  // fingers crossed, or both on one step: no view
+      const first = sa - (input.svgX(pa) - M.l) / perStep;
+      input.zoomTo(first, first + (W - M.l - M.r) / perStep);
     }
   }
 
