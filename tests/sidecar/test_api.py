@@ -36,8 +36,12 @@ def test_steps_select_metrics_and_range(loaded):
 
 def test_steps_name_every_column_by_the_catalog(loaded):
     """One name per signal: the catalog's in every row, the Prometheus name beside it in /metrics."""
-    (row,) = loaded.get("/api/runs/run-a/steps", params={"step_min": 1, "step_max": 1}).json()
+    response = loaded.get("/api/runs/run-a/steps", params={"step_min": 1, "step_max": 1})
+    (row,) = response.json()
     assert row["grpo.kl"] == 0.01 and row["grpo.reward.mean"] == 1.5
+    assert response.headers["link"] == '<metrics>; rel="describedby"'
+    described = str(response.url.join("metrics"))  # a relative reference, resolved against the request's URL
+    assert loaded.get(described).json() == loaded.get("/api/runs/run-a/metrics").json()
     assert "grpo.phase.duration/rollout" in row
     assert not {"kl", "reward"} & row.keys()
     columns = {c["name"]: c for c in loaded.get("/api/runs/run-a/metrics").json()}

@@ -45,7 +45,7 @@ def list_steps(
     Columns: `run_id`, `step`, `time`, then every scalar of the step span under its catalog
     name (`grpo.kl`, `grpo.reward.mean`, `grpo.reward_fn.mean/<fn>`, ...) and
     `grpo.phase.duration/<phase>` in seconds; `/api/runs/{run_id}/metrics` gives each column's
-    Prometheus name beside it. A scalar the catalog does not know keeps its own name; one named
+    Prometheus name beside it (the response's `Link` header, rel="describedby", points there). A scalar the catalog does not know keeps its own name; one named
     `run_id`, `step` or `time` appears as `stat.<name>`.
     """
     if step_min is not None and step_max is not None and step_min > step_max:
@@ -55,7 +55,10 @@ def list_steps(
     selected = split_list(metrics)
     keys = None if selected is None else list(dict.fromkeys(stat_key(m) for m in selected))
     body = store.steps_json(run_id, keys, step_min, step_max, limit, offset, rename=column)
-    return Response(body, media_type="application/json")
+    # The rows stay flat (Grafana's Infinity reads them as they are); where each column's other
+    # names are is said in the response too (RFC 8288 "describedby"; relative to this URL, so
+    # right behind a path prefix and for a run id with `/`).
+    return Response(body, media_type="application/json", headers={"Link": '<metrics>; rel="describedby"'})
 
 
 @router.get("/{run_id:path}/metrics", response_model=list[StepColumn], response_class=FastJSON, responses=_404)
