@@ -117,11 +117,11 @@ def test_a_run_is_judged_by_its_own_alert_thresholds_from_the_rule_settings(tmp_
 
 
 def test_the_training_process_reads_the_rule_settings_without_the_stack(tmp_path):
-    """Layers: telemetry reads the file through the catalog, never by importing otel_grpo.stack."""
+    """Layers: telemetry reads the file through the catalog, never by importing the stack (or its generation side)."""
     code = ("import sys; from otel_grpo.telemetry import TelemetrySettings; "
             f"s = TelemetrySettings(run_id='wide', rule_settings={str(_rules(tmp_path))!r}); "
             "assert s.anomaly_thresholds['kl'] == 2.0, s.anomaly_thresholds; "
-            "print(sorted(m for m in sys.modules if m.startswith('otel_grpo.stack')))")
+            "print(sorted(m for m in sys.modules if m.startswith(('otel_grpo.stack', 'otel_grpo.generate'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2]).stdout
     assert out.strip() == "[]"
