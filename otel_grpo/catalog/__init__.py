@@ -13,13 +13,23 @@ or are checked against `SIGNALS`.
 from . import spans
 from ._lookup import PEERS, by_name, get, peer_names, resolve, split_stat_key, stat_key
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
-from ._step_checks import STEP_CHECKS, STREAKS, StepCheck, bound_label, reached
+from ._step_checks import (
+    STEP_CHECKS,
+    STEP_THRESHOLDS,
+    STREAKS,
+    StepCheck,
+    bound_label,
+    load_rule_settings,
+    reached,
+    run_thresholds,
+)
 from ._table import SIGNALS
 
 __all__ = [
     "PEERS",
     "SIGNALS",
     "STEP_CHECKS",
+    "STEP_THRESHOLDS",
     "STREAKS",
     "Group",
     "Kind",
@@ -29,9 +39,11 @@ __all__ = [
     "bound_label",
     "by_name",
     "get",
+    "load_rule_settings",
     "peer_names",
     "reached",
     "resolve",
+    "run_thresholds",
     "sanitize_key",
     "spans",
     "split_stat_key",

@@ -10,6 +10,10 @@ consecutive steps over T" reads the counter with `bound="T", streak="N"`; a step
 within the bound resets the streak. Thresholds (and per-run overrides) must
 therefore be one of the bounds (`otel_grpo.stack.RuleSettings` checks it).
 
+The rule settings file (YAML of `RuleSettings` fields, `otel-grpo dashboards --rule-settings`)
+is read here too, so that the training process judges a step by the same per-run thresholds
+as the alerts (`run_thresholds`; the telemetry's adaptive retention) without importing the stack.
+
     >>> STEP_CHECKS["kl"].bounds[:3]
     (0.1, 0.2, 0.5)
     >>> STEP_CHECKS["rollout_is_eff_sample_size"].below
@@ -18,7 +22,12 @@ therefore be one of the bounds (`otel_grpo.stack.RuleSettings` checks it).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
 
 STREAKS: tuple[int, ...] = (1, 2, 3, 5, 10)
 """Streak lengths counted by `grpo.step.beyond` (its `streak` attribute): the N an alert may ask for."""
@@ -74,3 +83,50 @@ STEP_CHECKS: dict[str, StepCheck] = {c.key: c for c in (
     StepCheck("frac_reward_zero_std", (0.5, 0.8, 0.9, 0.95)),
 )}
 """Checked scalars by catalog key."""
+
+STEP_THRESHOLDS: dict[str, str] = {
+    "kl_threshold": "kl", "mismatch_kl_threshold": "mismatch_k3_kl", "ess_min": "rollout_is_eff_sample_size",
+    "chi2_threshold": "mismatch_chi2_token", "veto_fraction_threshold": "rollout_is_veto_fraction",
+    "catastrophic_fraction_threshold": "rollout_is_catastrophic_token_fraction",
+    "clip_ratio_threshold": "clip_ratio_region_mean", "completions_clipped_threshold": "completions_clipped_ratio",
+    "zero_std_threshold": "frac_reward_zero_std",
+}
+"""The alert rules' thresholds that are step checks: `RuleSettings` field -> checked catalog key."""
+
+
+def load_rule_settings(path: str | Path) -> dict[str, Any]:
+    """The rule settings file as a mapping of `RuleSettings` field names; ValueError naming the file."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"rule settings {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"rule settings {path}: expected a mapping of setting names")
+    return data
+
+
+def run_thresholds(settings: Mapping[str, Any], run_id: str) -> dict[str, float]:
+    """The step-check thresholds the alert rules apply to `run_id`, as far as `settings` sets them.
+
+    `settings`: rule settings as a mapping (`load_rule_settings`). Per checked catalog key: the
+    run's override (`overrides: {run_id: {kl_threshold: 2.0}}`), else the setting; +inf means the
+    run's alerts on that check are off. Thresholds `settings` leaves out keep their defaults.
+
+        >>> run_thresholds({"kl_threshold": 0.5, "overrides": {"exp-42": {"kl_threshold": 2.0}}}, "exp-42")
+        {'kl': 2.0}
+    """
+    overrides = settings.get("overrides") or {}
+    own = overrides.get(run_id) if isinstance(overrides, Mapping) else None
+    own = own if isinstance(own, Mapping) else {}
+    out: dict[str, float] = {}
+    for name, key in STEP_THRESHOLDS.items():
+        value = own.get(name, settings.get(name))
+        if value is None:
+            continue
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: {value!r} is not a number") from None
+        if math.isnan(out[key]):
+            raise ValueError(f"{name}: {value!r} is not a number")
+    return out

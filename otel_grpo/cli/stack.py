@@ -156,8 +156,10 @@ def dashboards(
     root: Path = typer.Option(Path("."), help="Repository root to write into."),
     check: bool = typer.Option(False, help="Only compare; exit 1 if a committed file is out of date."),
     rule_settings: Optional[Path] = typer.Option(
-        None, help="YAML of alert thresholds and windows (RuleSettings fields, `overrides` per run_id); "
-                   "see docs/operations.md. Default: the documented defaults."),
+        None, envvar="OTEL_GRPO_RULE_SETTINGS",
+        help="YAML of alert thresholds and windows (RuleSettings fields, `overrides` per run_id); "
+             "see docs/operations.md. The training process reads the same variable (adaptive retention). "
+             "Default: the documented defaults."),
 ) -> None:
     """Regenerate the Grafana dashboards, the Prometheus/Alertmanager files, the Helm chart's files, docs/signals.md and docs/integrations.md from the catalog."""
     from otel_grpo.generate import RuleSettings, generated_files

@@ -31,10 +31,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Mapping
 
-import yaml
-
 from otel_grpo import catalog
-from otel_grpo.catalog import STEP_CHECKS, STREAKS
+from otel_grpo.catalog import STEP_CHECKS, STEP_THRESHOLDS, STREAKS, load_rule_settings
 
 
 def prometheus_name(key: str) -> str:
@@ -52,15 +50,6 @@ COUNTERS = ("steps", "tokens", "samples")
 THRESHOLD_RECORD = "run_id:grpo_threshold:"
 BASELINE_STEPS = "run_id:grpo_step_index:baseline_steps"  # steps in each baseline window (label `rung`)
 RUNG_FACTOR = 4  # each baseline window (and its offset) is this many times the previous one
-
-# Thresholds compared per step by the training process (catalog STEP_CHECKS): field -> checked key.
-STEP_THRESHOLDS = {
-    "kl_threshold": "kl", "mismatch_kl_threshold": "mismatch_k3_kl", "ess_min": "rollout_is_eff_sample_size",
-    "chi2_threshold": "mismatch_chi2_token", "veto_fraction_threshold": "rollout_is_veto_fraction",
-    "catastrophic_fraction_threshold": "rollout_is_catastrophic_token_fraction",
-    "clip_ratio_threshold": "clip_ratio_region_mean", "completions_clipped_threshold": "completions_clipped_ratio",
-    "zero_std_threshold": "frac_reward_zero_std",
-}
 
 # Settings that are thresholds: the ones `overrides` may set per run.
 THRESHOLDS = (
@@ -204,13 +193,10 @@ class RuleSettings:
 
     @classmethod
     def from_yaml(cls, path: Path) -> "RuleSettings":
-        """Settings from a YAML mapping of field names (`overrides` included); ValueError naming bad keys."""
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ValueError(f"rule settings {path}: {e}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"rule settings {path}: expected a mapping of setting names")
+        """Settings from a YAML mapping of field names (`overrides` included); ValueError naming bad keys.
+
+        The training process reads the same file (`OTEL_GRPO_RULE_SETTINGS`, catalog `run_thresholds`)."""
+        data = load_rule_settings(path)
         unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"rule settings {path}: unknown settings {sorted(unknown)}")

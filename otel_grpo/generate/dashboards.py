@@ -210,7 +210,7 @@ def _samples_panels() -> list[Panel]:
         # Every step, exact (Prometheus samples them), against the step: one panel per selected
         # run, repeated one under the other, so runs line up by step rather than by time.
         table("Step-exact history by step (sidecar)", "/api/runs/${run_id:percentencode}/steps",
-              {"metrics": ",".join(STEP_ALIGNED)}, 24, 8, repeat="run_id", kind="trend"),
+              {"metrics": ",".join(catalog.get(k).name for k in STEP_ALIGNED)}, 24, 8, repeat="run_id", kind="trend"),
     ]
 
 

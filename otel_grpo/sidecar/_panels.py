@@ -1,13 +1,16 @@
-"""The web page's plots, named by catalog key so labels, units and descriptions come from the catalog.
+"""The web page's plots, laid out by catalog key so names, units and descriptions come from the catalog.
 
-A series is a catalog key (a step column of that name) or, for templated signals,
-a key prefix such as `reward_fn_mean/` (one line per label value). Phase
-durations are the sidecar's own `phase_duration/<phase>` columns.
+A series is a signal: its step column is its catalog name (`grpo.kl`, see `_columns`), or, for
+a templated signal (`attribute` set), one column `<name>/<value>` per label value
+(`grpo.reward_fn.mean/format`, one line each). Phase durations are the sidecar's own
+`grpo.phase.duration/<phase>` columns.
 """
 
 from __future__ import annotations
 
 from otel_grpo import catalog
+
+from ._columns import unit_label
 
 # (title, scale, entries). Scales: linear; log (positive values over orders of magnitude: a
 # healthy KL of 1e-4 and a blow-up's 1e15 on one plot); symlog (log-like, but zero and negative
@@ -15,7 +18,7 @@ from otel_grpo import catalog
 _LAYOUT: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Reward (mean and quantiles)", "linear",
      ("reward", "reward_p05", "reward_p50", "reward_p95", "reward_min", "reward_max")),
-    ("Reward per function", "linear", ("reward_fn_mean/",)),
+    ("Reward per function", "linear", ("reward_fn_mean",)),
     ("KL to the reference", "log", ("kl", "kl_k1", "approx_kl")),
     ("Clip ratios", "linear", ("clip_ratio_low_mean", "clip_ratio_high_mean", "clip_ratio_region_mean")),
     ("IS mismatch: KL", "symlog", ("mismatch_kl", "mismatch_k3_kl")),
@@ -31,31 +34,24 @@ _LAYOUT: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 
-def unit_label(unit: str) -> str:
-    """A catalog unit as an axis label: `{nat}` -> nat, `s` -> s (UCUM braces are annotations)."""
-    return unit[1:-1] if unit.startswith("{") and unit.endswith("}") else unit
-
-
-def _series(entry: str) -> dict[str, str]:
-    signal = catalog.get(entry.rstrip("/"))  # KeyError at import if the layout names an unknown key
-    out = {"label": signal.key, "name": signal.name, "prometheus": signal.prometheus_name,
+def _series(key: str) -> dict[str, str]:
+    signal = catalog.get(key)  # KeyError at import if the layout names an unknown key
+    out = {"name": signal.name, "prometheus": signal.prometheus_name, "key": signal.key,
            "unit": unit_label(signal.unit), "description": signal.description}
-    if entry.endswith("/"):  # templated: one line per value of the catalog's label (`reward_fn`)
-        return {"prefix": entry, "attribute": signal.label or "", **out}
-    return {"key": entry, **out}
+    if signal.label:  # templated: one line per value of the catalog's label (`reward_fn`)
+        out["attribute"] = signal.label
+    return out
 
 
 def _build() -> list[dict]:
     panels = []
     for title, scale, entries in _LAYOUT:
         series = [_series(e) for e in entries]
-        group = catalog.get(entries[0].rstrip("/")).group.value
+        group = catalog.get(entries[0]).group.value
         panels.append({"title": title, "group": group, "scale": scale, "unit": series[0]["unit"], "series": series})
     phase = catalog.get("phase_duration")
     panels.append({"title": "Phase durations", "group": phase.group.value, "scale": "linear", "unit": "s",
-                   "series": [{"prefix": "phase_duration/", "attribute": "phase", "label": "phase", "name": phase.name,
-                               "prometheus": phase.prometheus_name, "unit": "s",
-                               "description": phase.description}]})
+                   "series": [_series("phase_duration")]})
     return panels
 
 

@@ -20,13 +20,26 @@ class RunPublic(BaseModel):
 
 
 class StepRow(BaseModel):
-    """One step: `run_id`, `step`, `time`, then one column per scalar (`kl`, `reward`, ...) and
-    `phase_duration/<phase>` in seconds."""
+    """One step: `run_id`, `step`, `time`, then one column per scalar, named by the catalog
+    (`grpo.kl`, `grpo.reward.mean`, `grpo.reward_fn.mean/<fn>`, ...), and
+    `grpo.phase.duration/<phase>` in seconds. `StepColumn` gives each one's Prometheus name."""
 
     model_config = ConfigDict(extra="allow")
     run_id: str
     step: int
     time: str | None = Field(None, description="End of the step span (ISO 8601, UTC).")
+
+
+class StepColumn(BaseModel):
+    """A step column: one signal under its names (the catalog's, the Prometheus series beside it)."""
+
+    name: str = Field(description="The column of `/steps`: the catalog's OTel name, e.g. `grpo.kl` "
+                                  "(templated: `grpo.reward_fn.mean/<fn>`); a scalar the catalog does not know keeps its own.")
+    prometheus: str | None = Field(description='Its Prometheus series, e.g. `grpo_kl` or `grpo_reward_fn_mean{reward_fn="fmt"}`; '
+                                               "None where the catalog does not know the scalar (it reaches no metric).")
+    key: str = Field(description="The catalog key (the telemetry's stats key, `kl`) as the trainer records it.")
+    unit: str | None = None
+    description: str | None = None
 
 
 class SampleRow(BaseModel):
@@ -89,7 +102,7 @@ class AlertPublic(BaseModel):
 
 
 class Panel(BaseModel):
-    """A plot of the web page: catalog keys (or key prefixes for templated signals) against step."""
+    """A plot of the web page: signals (their step columns) against step."""
 
     title: str
     group: str
@@ -98,10 +111,10 @@ class Panel(BaseModel):
     unit: str
     """The y axis unit, from the catalog."""
     series: list[dict[str, str]]
-    """One per signal: `key` (the step column, as in `/api/runs/{run_id}/steps`) or `prefix` and
-    `attribute` (templated: one column `<prefix><value>` per value of that attribute), `name`
-    (the catalog's OTel name, e.g. `grpo.kl`), `prometheus` (its Prometheus series, `grpo_kl`), `unit`,
-    `description`."""
+    """One per signal: `name` (the catalog's OTel name, e.g. `grpo.kl`: the step column of
+    `/api/runs/{run_id}/steps`), `prometheus` (its Prometheus series, `grpo_kl`), `key` (the catalog
+    key, `kl`), `unit`, `description`; a templated signal adds `attribute` (its label) and has one
+    column `<name>/<value>` per value of it."""
 
 
 class Message(BaseModel):

@@ -73,7 +73,7 @@ class StackSettings:
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{self.sidecar_url}/v1/traces",
             # the steps whose every completion the trainer keeps: those this stack's alerts flag
             "OTEL_GRPO_ANOMALY_THRESHOLDS": (f"kl={self.rules.kl_threshold:g},"
-                                             f"mismatch_kl={self.rules.mismatch_kl_threshold:g}"),
+                                             f"mismatch_k3_kl={self.rules.mismatch_kl_threshold:g}"),
         }
 
 

@@ -6,10 +6,13 @@
     if reason and budget.admit(n_rows): keep every row
 
 A step is anomalous when its update was skipped, when one of its scalars is not finite,
-when a watched scalar crosses its threshold (`anomaly_thresholds`, by default the alert
-rules' defaults), or when its reward or KL is an outlier against the run's own last
-`anomaly_window` steps (robust z-score: distance to the median over 1.4826 x MAD, KL on a
-log scale). The whole step is then kept while the run's budget of rows kept this way
+when a watched scalar crosses its threshold (`anomaly_thresholds`: the alert rules' defaults,
+or this run's own thresholds from the rule settings file, `rule_settings`; beyond a step
+check's bound as the alerts count it, below it for the effective sample size; +inf: off),
+or when its reward or KL is an outlier against the run's own last `anomaly_window` steps
+(robust z-score: distance to the median over 1.4826 x MAD, KL on a log scale). A run that
+trains with beta = 0 (the last `beta` it recorded) gets no KL alert, so its KL makes no
+step anomalous either. The whole step is then kept while the run's budget of rows kept this way
 (`anomaly_rows_budget`) lasts; after that, anomalous steps get the usual top/bottom/random
 selection (said once in the log). The verdict is rank 0's and travels with the step's
 scores, and every rank counts the same budget: the selection is identical on every rank.
@@ -30,6 +33,7 @@ logger = logging.getLogger("otel_grpo.telemetry")
 
 # (catalog key, on a log scale, which side is anomalous: +1 high, -1 low, 0 both)
 _OUTLIERS = (("reward", False, 0), ("kl", True, 1))
+_KL, _BETA = "kl", "beta"  # the alert rules drop every KL alert of a run whose beta is 0
 _MAD_TO_SIGMA = 1.4826
 _MIN_HISTORY = 5
 _REL_FLOOR = 0.05  # spread floor, relative to the median: a constant history is no hair trigger
@@ -39,6 +43,20 @@ def _names_of(key: str) -> set[str]:
     """Every name a scalar of catalog `key` may be recorded under (the key, its aliases)."""
     signal = catalog.get(key)
     return {signal.key, signal.name, *signal.all_aliases}
+
+
+def _below(key: str) -> bool:
+    check = catalog.STEP_CHECKS.get(key)
+    return check is not None and check.below
+
+
+def _beyond(key: str, value: float, limit: float) -> bool:
+    """Beyond the threshold as the alert counts it (a step check's side, else above); +inf is the
+    alerts' "off" (no streak is counted for it) whichever the side."""
+    if math.isinf(limit):
+        return False
+    check = catalog.STEP_CHECKS.get(key)
+    return check.beyond(value, limit) if check is not None else value > limit
 
 
 class AnomalyJudge:
@@ -51,6 +69,8 @@ class AnomalyJudge:
                             for name in _names_of(key)}
         self._watched = {name: (key, log, side) for key, log, side in _OUTLIERS for name in _names_of(key)}
         self._history = {key: deque(maxlen=settings.anomaly_window) for key, _, _ in _OUTLIERS}
+        self._beta_names = _names_of(_BETA)
+        self._kl_off = False  # the run's last recorded beta was 0
         self._warned = False
 
     def __call__(self, scalars: Sequence[Mapping[str, float]], skipped: bool) -> str | None:
@@ -68,20 +88,26 @@ class AnomalyJudge:
 
     def _judge(self, scalars: Sequence[Mapping[str, float]], skipped: bool) -> str | None:
         reasons = ["update skipped"] if skipped else []
+        checked: list[tuple[str, float, float]] = []
         seen: dict[str, float] = {}
         for values in scalars:
             for name, value in values.items():
                 if not math.isfinite(value):
                     reasons.append(f"{name} not finite")
                     continue
+                if name in self._beta_names:
+                    self._kl_off = value == 0
                 limit = self._thresholds.get(name)
-                if limit is not None and value > limit[1]:
-                    reasons.append(f"{limit[0]} {value:.4g} above {limit[1]:g}")
+                if limit is not None:
+                    checked.append((limit[0], limit[1], value))
                 watched = self._watched.get(name)
                 if watched is not None:
                     seen[watched[0]] = value
+        for key, limit, value in checked:  # after the loop: beta may come after KL in the step's scalars
+            if not (key == _KL and self._kl_off) and _beyond(key, value, limit):
+                reasons.append(f"{key} {value:.4g} {'below' if _below(key) else 'above'} {limit:g}")
         for key, log, side in _OUTLIERS:
-            if key in seen:
+            if key in seen and not (key == _KL and self._kl_off):
                 reason = self._outlier(key, seen[key], log, side)
                 if reason:
                     reasons.append(reason)

@@ -155,10 +155,16 @@ class TelemetrySettings(BaseSettings):
     """Keep every sample row of an anomalous step (skipped update, a non-finite scalar, a scalar above
     `anomaly_thresholds`, a reward or KL outlier against the last `anomaly_window` steps), not only
     top/bottom/random, while `anomaly_rows_budget` lasts."""
-    anomaly_thresholds: Annotated[dict[str, float], NoDecode] = {"kl": 1.0, "mismatch_kl": 0.01}
-    """Catalog key -> value above which a step is anomalous ("kl=1.0,mismatch_kl=0.01" in the environment).
-    Defaults: the alert rules' `kl_threshold` and `mismatch_kl_threshold`; set a run's own
-    thresholds where its alerts use others."""
+    anomaly_thresholds: Annotated[dict[str, float], NoDecode] = {"kl": 1.0, "mismatch_k3_kl": 0.01}
+    """Catalog key -> value beyond which a step is anomalous ("kl=1.0,mismatch_k3_kl=0.01" in the environment;
+    beyond is below for a step check that says so, the effective sample size). Defaults: the alert rules'
+    `kl_threshold` and `mismatch_kl_threshold`. With `rule_settings`, the thresholds that file sets for
+    this run replace these (+inf there: off)."""
+    rule_settings: Path | None = None
+    """The alert rules' settings file (`otel-grpo dashboards --rule-settings`, the same variable
+    `OTEL_GRPO_RULE_SETTINGS`): the step-check thresholds it gives this `run_id` (its `overrides`
+    entry, else the file's setting) are the run's `anomaly_thresholds`, so a run whose KL alert
+    bound is 2.0, or off, keeps steps whole by that bound. Read once, at construction."""
     anomaly_window: int = Field(20, ge=5, le=10_000)
     """Recent steps the reward and KL outlier test compares a step with."""
     anomaly_z: float = Field(6.0, gt=0)
@@ -215,6 +221,13 @@ class TelemetrySettings(BaseSettings):
                 raise ValueError(f"anomaly_thresholds: {key}={limit} is not a finite number")
         return value
 
+    @field_validator("rule_settings")
+    @classmethod
+    def _rule_settings_readable(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            catalog.run_thresholds(catalog.load_rule_settings(value), "")  # ValueError naming the file or setting
+        return value
+
     @field_validator("otlp_protocol", "otlp_traces_protocol", "otlp_metrics_protocol", mode="before")
     @classmethod
     def _protocol_lower(cls, value: object) -> object:
@@ -234,6 +247,12 @@ class TelemetrySettings(BaseSettings):
             raise ValueError("traces_exporters: prometheus exports metrics only")
         if self.output_dir is None:
             self.output_dir = Path("runs") / self.run_id
+        if self.rule_settings is not None:
+            try:
+                own = catalog.run_thresholds(catalog.load_rule_settings(self.rule_settings), self.run_id)
+            except ValueError as e:  # the file changed since the field's check, or this run's override is bad
+                raise ValueError(f"rule_settings: {e}") from None
+            self.anomaly_thresholds = {**self.anomaly_thresholds, **own}
         return self
 
     def protocol_for(self, signal: Literal["traces", "metrics"]) -> Protocol:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -21,15 +22,56 @@ def loaded(client, otlp):
 
 
 def test_steps_select_metrics_and_range(loaded):
-    rows = loaded.get("/api/runs/run-a/steps", params={"metrics": "kl,reward", "step_min": 1, "step_max": 2}).json()
+    rows = loaded.get("/api/runs/run-a/steps",
+                      params={"metrics": "grpo.kl,grpo.reward.mean", "step_min": 1, "step_max": 2}).json()
     assert rows == [
-        {"run_id": "run-a", "step": 1, "time": rows[0]["time"], "kl": 0.01, "reward": 1.5},
-        {"run_id": "run-a", "step": 2, "time": rows[1]["time"], "kl": 0.02, "reward": 2.5},
+        {"run_id": "run-a", "step": 1, "time": rows[0]["time"], "grpo.kl": 0.01, "grpo.reward.mean": 1.5},
+        {"run_id": "run-a", "step": 2, "time": rows[1]["time"], "grpo.kl": 0.02, "grpo.reward.mean": 2.5},
     ]
     assert rows[0]["time"].endswith("Z")
-    repeated = loaded.get("/api/runs/run-a/steps?metrics=kl&metrics=missing").json()
-    assert repeated[0] == {"run_id": "run-a", "step": 0, "time": repeated[0]["time"], "kl": 0.0, "missing": None}
-    assert "kl" in loaded.get("/api/runs/run-a/metrics").json()
+    # The Prometheus name and the catalog key select the same column, written under its one name.
+    for alias in ("grpo_kl", "kl"):
+        repeated = loaded.get(f"/api/runs/run-a/steps?metrics={alias}&metrics=missing").json()
+        assert repeated[0] == {"run_id": "run-a", "step": 0, "time": repeated[0]["time"], "grpo.kl": 0.0, "missing": None}
+
+
+def test_steps_name_every_column_by_the_catalog(loaded):
+    """One name per signal: the catalog's in every row, the Prometheus name beside it in /metrics."""
+    response = loaded.get("/api/runs/run-a/steps", params={"step_min": 1, "step_max": 1})
+    (row,) = response.json()
+    assert row["grpo.kl"] == 0.01 and row["grpo.reward.mean"] == 1.5
+    assert response.headers["link"] == '<metrics>; rel="describedby"'
+    described = str(response.url.join("metrics"))  # a relative reference, resolved against the request's URL
+    assert loaded.get(described).json() == loaded.get("/api/runs/run-a/metrics").json()
+    assert "grpo.phase.duration/rollout" in row
+    assert not {"kl", "reward"} & row.keys()
+    columns = {c["name"]: c for c in loaded.get("/api/runs/run-a/metrics").json()}
+    assert columns["grpo.kl"] == {"name": "grpo.kl", "prometheus": "grpo_kl", "key": "kl", "unit": "nat",
+                                  "description": catalog.get("kl").description}
+    assert columns["grpo.phase.duration/rollout"]["prometheus"] == 'grpo_phase_duration_seconds{phase="rollout"}'
+    assert set(columns) == row.keys() - {"run_id", "step", "time"}
+    by_template = loaded.get("/api/runs/run-a/steps",
+                             params={"metrics": "grpo.phase.duration/rollout", "step_min": 1, "step_max": 1}).json()
+    assert by_template[0]["grpo.phase.duration/rollout"] == row["grpo.phase.duration/rollout"]
+    spec = loaded.get("/openapi.json").json()
+    step_column = spec["components"]["schemas"]["StepColumn"]
+    assert {"name", "prometheus", "key"} <= step_column["properties"].keys()
+    assert "grpo_kl" in step_column["properties"]["prometheus"]["description"]
+
+
+def test_grafana_step_history_reads_catalog_names(loaded):
+    """The committed dashboard's Infinity query of the step history, sent as Grafana sends it: its
+    columns come back under the names it asks for (the legend Grafana draws), one per signal."""
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "grafana/dashboards/grpo-overview.json").read_text())
+    panels = [p for row in dashboard["panels"] for p in [row, *row.get("panels", [])]]
+    (target,) = next(p for p in panels if p["title"] == "Step-exact history by step (sidecar)")["targets"]
+    params = {q["key"]: q["value"] for q in target["url_options"]["params"]}
+    asked = params["metrics"].split(",")
+    assert all(catalog.by_name(name) is not None for name in asked)
+    rows = loaded.get(target["url"].replace("${run_id:percentencode}", "run-a"), params=params).json()
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert all(r.keys() == {"run_id", "step", "time", *asked} for r in rows)
+    assert [r["grpo.kl"] for r in rows] == [0.0, 0.01, 0.02, 0.03]
 
 
 def test_samples_filters_and_ordering(loaded):
@@ -130,8 +172,10 @@ def test_panels_name_catalog_signals(client):
     assert "Phase durations" in titles and "Effective sample size" in titles
     for panel in panels:
         for series in panel["series"]:
-            key = series.get("key") or series["prefix"].rstrip("/")
-            assert series["description"] == catalog.get(key).description
+            signal = catalog.get(series["key"])
+            assert series["description"] == signal.description
+            assert (series["name"], series["prometheus"]) == (signal.name, signal.prometheus_name)
+            assert series.get("attribute") == signal.label
 
 
 def test_openapi_documents_ingest_content_types(client):

@@ -25,9 +25,9 @@ def test_protobuf_request_stores_steps_phases_and_samples(client, otlp):
         ("run-a", 0, 2, 12, "tiny")]
     steps = client.get("/api/runs/run-a/steps").json()
     assert [s["step"] for s in steps] == [0, 1, 2]
-    assert steps[2]["kl"] == 0.02 and steps[2]["reward_fn_mean/format"] == 0.25
-    assert {f"phase_duration/{p}" for p in ("rollout", "reward", "update")} <= steps[0].keys()
-    assert all(steps[0][f"phase_duration/{p}"] >= 0 for p in ("rollout", "reward", "update"))
+    assert steps[2]["grpo.kl"] == 0.02 and steps[2]["grpo.reward_fn.mean/format"] == 0.25
+    assert {f"grpo.phase.duration/{p}" for p in ("rollout", "reward", "update")} <= steps[0].keys()
+    assert all(steps[0][f"grpo.phase.duration/{p}"] >= 0 for p in ("rollout", "reward", "update"))
 
     samples = client.get("/api/runs/run-a/samples").json()  # default: the latest step
     assert [(s["step"], s["sample_index"]) for s in samples] == [(2, 0), (2, 1), (2, 2), (2, 3)]
@@ -56,7 +56,7 @@ def test_phase_spans_arriving_before_their_step_span_are_attached(client, otlp):
     assert client.post("/v1/traces", content=otlp.request(phases).SerializeToString(), headers=PB).status_code == 200
     assert client.post("/v1/traces", content=otlp.request(rest).SerializeToString(), headers=PB).status_code == 200
     (row,) = client.get("/api/runs/run-p/steps").json()
-    assert row["step"] == 7 and "phase_duration/update" in row and row["kl"] == 0.07
+    assert row["step"] == 7 and "grpo.phase.duration/update" in row and row["grpo.kl"] == 0.07
 
 
 def test_run_id_falls_back_to_resource_and_bad_spans_are_partial_success(client, otlp):

@@ -50,7 +50,7 @@ def test_sdk_exporter_round_trip_protobuf(sidecar_factory, db, otlp, compression
     run = httpx.get(sidecar.url + "/api/runs").json()[0]
     assert (run["run_id"], run["last_step"], run["sample_count"]) == ("sdk-run", 2, 15)
     steps = httpx.get(sidecar.url + "/api/runs/sdk-run/steps").json()
-    assert steps[1]["kl"] == 0.01 and "phase_duration/rollout" in steps[1]
+    assert steps[1]["grpo.kl"] == 0.01 and "grpo.phase.duration/rollout" in steps[1]
 
 
 @pytest.mark.parametrize("gzipped", [False, True])

@@ -57,7 +57,7 @@ def _assert_exactly_the_spill(url: str, out: Path, run_id: str) -> None:
     steps, samples, count = _stored(url, run_id)
     assert sorted(steps) == sorted(spilled_steps)  # each step once, none missing
     assert sorted(samples) == sorted(spilled_samples) and count == len(spilled_samples)
-    kl = {r["step"]: r["kl"] for r in httpx.get(f"{url}/api/runs/{run_id}/steps", params={"metrics": "kl"}).json()}
+    kl = {r["step"]: r["grpo.kl"] for r in httpx.get(f"{url}/api/runs/{run_id}/steps", params={"metrics": "grpo.kl"}).json()}
     assert all(kl[s] == pytest.approx(0.01 * s) for s in spilled_steps)
 
 

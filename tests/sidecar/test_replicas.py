@@ -35,7 +35,7 @@ def test_two_replicas_share_one_database(sidecar_factory, pg_url, otlp):
     for replica in (a, b):
         assert _count(replica.url, "shared") == 20
         steps = httpx.get(replica.url + "/api/runs/shared/steps").json()
-        assert [s["step"] for s in steps] == [0, 1, 2, 3] and "phase_duration/rollout" in steps[3]
+        assert [s["step"] for s in steps] == [0, 1, 2, 3] and "grpo.phase.duration/rollout" in steps[3]
         jsonl = httpx.get(replica.url + "/api/runs/shared/samples.jsonl", params={"step_min": 0}).text
         assert len(jsonl.splitlines()) == 20
     body = otlp.request(otlp.spans("shared", [1], samples=5)).SerializeToString()

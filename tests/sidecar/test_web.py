@@ -13,6 +13,8 @@ import time
 import httpx
 import pytest
 
+from otel_grpo import catalog
+
 websocket = pytest.importorskip("websocket", reason="needs websocket-client (the dev extra)")
 
 pytestmark = [pytest.mark.integration,
@@ -75,6 +77,11 @@ class Chromium:
     def mouse(self, kind: str, x: float, y: float, **kw) -> None:
         """A real pointer event (Input.dispatchMouseEvent), at viewport coordinates."""
         self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, **kw)
+
+    def touch(self, kind: str, points: list[tuple[float, float]], at: float) -> None:
+        """Real touch input (Input.dispatchTouchEvent): the fingers down after this event, at time `at` (s)."""
+        self.call("Input.dispatchTouchEvent", type=kind, timestamp=at,
+                  touchPoints=[{"x": x, "y": y, "id": i} for i, (x, y) in enumerate(points)])
 
     def step_point(self, card: str, step: float, domain: tuple[float, float]) -> tuple[float, float]:
         """Viewport coordinates of `step` on the plot of `card` (the plot's x range is `domain`).
@@ -249,13 +256,15 @@ def test_plots_stay_readable_on_a_bad_run(sidecar, otlp, tmp_path, port):
         kl = _card("KL to the reference")
         assert 2 <= chrome.eval(f"{kl}.querySelectorAll('text.y-tick').length") <= 6  # 1e-6 .. 1e22, readable
         assert chrome.eval(f"{kl}.querySelector('text.y-label').textContent") == "nat"  # the catalog's {nat}
-        # One name per signal: the catalog name, the Prometheus series beside it, the API column as its tooltip.
+        # One name per signal: the catalog name (the API's column), the Prometheus series beside it.
         legend = chrome.eval(f"[...{kl}.querySelectorAll('.legend span')].map(s => [s.textContent, s.title])")
-        assert ["grpo.kl grpo_kl", "API column kl"] in [[t, title.split(" — ")[0]] for t, title in legend]
+        assert ["grpo.kl grpo_kl", catalog.get("kl").description] in legend
+        rows = httpx.get(f"{sidecar.url}/api/runs/{RUN.replace('/', '%2F')}/steps").json()
+        assert rows[3]["grpo.kl"] == _metrics(3)["kl"]
 
         mis = _card("IS mismatch: KL")
         assert chrome.eval(f"{mis}.querySelector('svg').dataset.scale") == "symlog"
-        d = chrome.eval(f"{mis}.querySelector('path[data-label=\"mismatch_kl\"]').getAttribute('d')")
+        d = chrome.eval(f"{mis}.querySelector('path[data-label=\"grpo.mismatch.kl\"]').getAttribute('d')")
         assert d.count("M") == 2 and d.count("L") == 9  # 11 of 12 steps drawn, zeros and negatives too; no bridge
         ticks = chrome.eval(f"[...{mis}.querySelectorAll('text.y-tick')].map(t => t.textContent)")
         assert "0" in ticks and any(t.startswith("-") for t in ticks)
@@ -367,7 +376,7 @@ def test_run_explorer_from_a_bad_step_to_its_completions(sidecar, otlp, tmp_path
         kl, entropy = _card("KL to the reference"), _card("Entropy")
 
         # A metric logged every other step is one line (one M, nine L), not ten dots.
-        d = chrome.eval(f"{entropy}.querySelector('path[data-label=\"entropy\"]').getAttribute('d')")
+        d = chrome.eval(f"{entropy}.querySelector('path[data-label=\"grpo.policy.entropy\"]').getAttribute('d')")
         assert d.count("M") == 1 and d.count("L") == 9
         assert chrome.eval(f"{entropy}.querySelectorAll('circle.lone').length") == 0
 
@@ -431,9 +440,9 @@ def test_run_explorer_from_a_bad_step_to_its_completions(sidecar, otlp, tmp_path
         chrome.wait_for("document.querySelectorAll('#samples-table tbody tr').length === 8")
 
         # Smoothing redraws the lines (raw values stay in the hover box).
-        before = chrome.eval(f"{kl}.querySelector('path[data-label=\"kl\"]').getAttribute('d')")
+        before = chrome.eval(f"{kl}.querySelector('path[data-label=\"grpo.kl\"]').getAttribute('d')")
         chrome.eval("(() => { const s = document.querySelector('#smooth'); s.value = '0.8'; s.dispatchEvent(new Event('input')); })()")
-        chrome.wait_for(f"{kl}.querySelector('path[data-label=\"kl\"]').getAttribute('d') !== {json.dumps(before)}")
+        chrome.wait_for(f"{kl}.querySelector('path[data-label=\"grpo.kl\"]').getAttribute('d') !== {json.dumps(before)}")
         assert _hash(chrome)["smooth"] == "0.8"
 
         # Overlay another run, aligned by step: its lines are dashed.
@@ -481,5 +490,78 @@ def test_run_explorer_from_a_bad_step_to_its_completions(sidecar, otlp, tmp_path
         assert chrome.eval("document.querySelector('#plots svg.plot').getBoundingClientRect().width") <= 390
         assert chrome.eval("document.querySelector('#samples').scrollWidth > document.querySelector('#samples').clientWidth")
         _shot(chrome, tmp_path, "explorer-phone.png")
+    finally:
+        chrome.close()
+
+
+def test_touch_zoom_and_tap_on_a_phone(sidecar, otlp, tmp_path, port):
+    """The mouse's zoom with fingers, at the phone width: drag, pinch, double tap, and a tap that picks;
+    nothing loaded from outside the sidecar."""
+    _seed_explorer(sidecar.url, otlp)
+    chrome = Chromium(tmp_path / "chromium-profile", port)
+    try:
+        chrome.call("Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=2, mobile=True)
+        chrome.call("Emulation.setTouchEmulationEnabled", enabled=True, maxTouchPoints=2)
+        chrome.open(f"{sidecar.url}/#/run/{MAIN}")
+        kl, t = _card("KL to the reference"), time.time()
+
+        # A finger down shows the values at its step; lifted, it picks that step's samples.
+        x, y = chrome.step_point(kl, 12, (0, 19))
+        chrome.touch("touchStart", [(x, y)], t)
+        tip = chrome.wait_for(f"!{kl}.querySelector('.plot-tip').hidden && {kl}.querySelector('.plot-tip').textContent")
+        assert tip.startswith("step 12") and "grpo.kl 5" in tip
+        chrome.touch("touchEnd", [], t + 0.05)
+        chrome.wait_for("document.querySelector('#step-select').value === '12'")
+        # ... shown once loaded, and scrolled to (the drag below scrolls back to the plot after that)
+        chrome.wait_for("[...document.querySelectorAll('#samples-table tbody tr')].every(r => r.textContent.includes('of step 12'))")
+
+        # One finger dragged sideways zooms every plot to the steps it crossed.
+        (xa, y), (xb, _) = chrome.step_point(kl, 5, (0, 19)), chrome.step_point(kl, 15, (0, 19))
+        chrome.touch("touchStart", [(xa, y)], t + 1)
+        for i in range(1, 6):
+            chrome.touch("touchMove", [(xa + (xb - xa) * i / 5, y)], t + 1 + i / 50)
+        chrome.touch("touchEnd", [], t + 1.2)
+        chrome.wait_for("location.hash.includes('from=')")
+        state = _hash(chrome)
+        assert 4 <= int(state["from"]) <= 6 and 14 <= int(state["to"]) <= 16
+        assert chrome.eval("document.documentElement.scrollWidth") <= 390
+
+        # A double tap shows every step again, and picks nothing.
+        x, y = chrome.step_point(kl, 10, (int(state["from"]), int(state["to"])))
+        for at in (t + 2, t + 2.1):
+            chrome.touch("touchStart", [(x, y)], at)
+            chrome.touch("touchEnd", [], at + 0.02)
+        chrome.wait_for("!location.hash.includes('from=')")
+        time.sleep(0.5)  # past the double-tap window: the first tap must not have picked a step
+        assert _hash(chrome)["step"] == "12"
+
+        # Two fingers on steps 8 and 12, spread to where steps 1 and 18 were: the view is steps 8..12.
+        (a0, y), (b0, _) = chrome.step_point(kl, 8, (0, 19)), chrome.step_point(kl, 12, (0, 19))
+        (a1, _), (b1, _) = chrome.step_point(kl, 1, (0, 19)), chrome.step_point(kl, 18, (0, 19))
+        chrome.touch("touchStart", [(a0, y), (b0, y)], t + 3)
+        for i in range(1, 6):
+            chrome.touch("touchMove", [(a0 + (a1 - a0) * i / 5, y), (b0 + (b1 - b0) * i / 5, y)], t + 3 + i / 50)
+        chrome.touch("touchEnd", [], t + 3.2)
+        chrome.wait_for("location.hash.includes('from=')")
+        assert (_hash(chrome)["from"], _hash(chrome)["to"]) == ("8", "12")
+        x_ticks = chrome.eval(f"[...{kl}.querySelectorAll('text.x-tick')].map(t => +t.textContent)")
+        assert x_ticks and min(x_ticks) >= 8 and max(x_ticks) <= 12
+
+        # Pinching in over the whole view shows all steps again.
+        chrome.touch("touchStart", [(a1, y), (b1, y)], t + 4)
+        chrome.touch("touchMove", [(a0, y), (b0, y)], t + 4.05)
+        chrome.touch("touchEnd", [], t + 4.1)
+        chrome.wait_for("!location.hash.includes('from=')")
+        _shot(chrome, tmp_path, "explorer-phone-touch.png")
+
+        # Offline and light: everything the page loaded (scripts, styles, API calls) came from the
+        # sidecar, no CDN; its own code is small.
+        loaded = chrome.eval("[location.href, ...performance.getEntriesByType('resource').map(e => [e.name, e.encodedBodySize])]")
+        page, resources = loaded[0], loaded[1:]
+        assert page.startswith(sidecar.url + "/") and resources
+        assert all(name.startswith(sidecar.url + "/") for name, _ in resources), resources
+        static = {name.rsplit("/", 1)[1]: size for name, size in resources if "/static/" in name}
+        assert static.keys() == {"util.js", "plot.js", "table.js", "app.js", "style.css"}
+        assert sum(static.values()) < 100_000
     finally:
         chrome.close()

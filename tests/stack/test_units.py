@@ -66,10 +66,10 @@ def test_trainer_command_follows_the_local_contract(tmp_path):
         "OTEL_GRPO_TRACES_EXPORTERS": "otlp",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:18000/v1/traces",
-        "OTEL_GRPO_ANOMALY_THRESHOLDS": "kl=1,mismatch_kl=0.01",  # the stack's alert thresholds
+        "OTEL_GRPO_ANOMALY_THRESHOLDS": "kl=1,mismatch_k3_kl=0.01",  # the stack's alert thresholds
     }
     tighter = StackSettings(dir=tmp_path, rules=RuleSettings.fast(mismatch_kl_threshold=0.003))
-    assert tighter.trainer_env()["OTEL_GRPO_ANOMALY_THRESHOLDS"] == "kl=1,mismatch_kl=0.003"
+    assert tighter.trainer_env()["OTEL_GRPO_ANOMALY_THRESHOLDS"] == "kl=1,mismatch_k3_kl=0.003"
 
 
 def test_summary_text():

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import re
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
+
+import orjson
 
 from ._dialect import Dialect
 
@@ -104,13 +106,15 @@ class Reads:
             return conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
 
     def steps_json(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
-                   step_max: int | None = None, limit: int = 10000, offset: int = 0) -> bytes:
+                   step_max: int | None = None, limit: int = 10000, offset: int = 0,
+                   rename: Callable[[str], str] | None = None) -> bytes:
         """Per-step rows as a JSON array: every scalar of the step (or just `metrics`), then
-        `run_id`, `step`, `time` (ISO, step end, ms precision).
+        `run_id`, `step`, `time` (ISO, step end, ms precision). `rename`: stat key -> the
+        column it is written as (the API's catalog names); None: the stat keys.
 
-        All columns: each row is the stored JSON object with the three fields spliced in, never
-        parsed (stat keys cannot collide with them, see RESERVED_STEP_KEYS). Selected columns
-        come from the (run_id, key, step) index of step_values.
+        All columns: each row is the stored JSON object with the three fields spliced in, parsed
+        only to rename its keys (stat keys cannot collide with the three, see RESERVED_STEP_KEYS).
+        Selected columns come from the (run_id, key, step) index of step_values.
         """
         bounds = (run_id, -(2**63) if step_min is None else step_min, 2**63 - 1 if step_max is None else step_max)
         where = "FROM steps WHERE run_id = ? AND step >= ? AND step <= ? ORDER BY step LIMIT ? OFFSET ?"
@@ -120,6 +124,8 @@ class Reads:
                 parts = []
                 for step, when, blob in conn.execute(f"SELECT step, {self.dialect.step_time}, metrics {where}",
                                                      (*bounds, limit, offset)):
+                    if rename is not None:
+                        blob = orjson.dumps({rename(k): v for k, v in orjson.loads(blob).items()}).decode()
                     sep = "," if len(blob) > 2 else ""
                     parts.append(f'{blob[:-1]}{sep}{head}{step},"time":{json.dumps(when)}}}')
                 return ("[" + ",".join(parts) + "]").encode()
@@ -137,7 +143,7 @@ class Reads:
                     row[index[key]] = value
         # Written out directly: json.dumps of a thousand small dicts costs more than the queries.
         # Values are finite floats or None (non-finite scalars are stored as None).
-        keys = [json.dumps(m) + ":" for m in metrics]
+        keys = [json.dumps(m if rename is None else rename(m)) + ":" for m in metrics]
         parts = []
         for step, when in steps:
             cells = ",".join(k + ("null" if v is None else repr(v)) for k, v in zip(keys, grid[step]))

@@ -73,17 +73,20 @@ async function showRuns() {
 // ---- plots --------------------------------------------------------------------------------------
 // One point per step that has the column: a step without it (a metric logged every other step) is
 // no point, so the line bridges it; a null (a non-finite value) is a gap in the line.
+// A step column is the signal's catalog name (`grpo.kl`); a templated signal has one column per
+// label value (`grpo.reward_fn.mean/<fn>`), each its own line.
 function seriesFor(panel, steps, run, runIndex) {
   const out = [];
   panel.series.forEach((s, colorIndex) => {
-    const keys = s.key ? [s.key] : [...new Set(steps.flatMap((r) => Object.keys(r)))].filter((k) => k.startsWith(s.prefix)).sort();
-    keys.forEach((key, j) => {
-      const points = steps.filter((r) => key in r)
-        .map((r) => [r.step, typeof r[key] === "number" && Number.isFinite(r[key]) ? r[key] : null]);
-      const value = s.prefix ? key.slice(s.prefix.length) : null;
-      const name = s.prefix ? `${s.name} ${value}` : s.name;
-      const prometheus = s.prefix ? `${s.prometheus}{${s.attribute}="${value}"}` : s.prometheus;
-      out.push({ label: key, name, prometheus, description: s.description, points, run, runIndex,
+    const prefix = s.name + "/";
+    const columns = s.attribute ? [...new Set(steps.flatMap((r) => Object.keys(r)))].filter((k) => k.startsWith(prefix)).sort()
+      : [s.name];
+    columns.forEach((column, j) => {
+      const points = steps.filter((r) => column in r)
+        .map((r) => [r.step, typeof r[column] === "number" && Number.isFinite(r[column]) ? r[column] : null]);
+      const value = s.attribute ? column.slice(prefix.length) : null;
+      const prometheus = s.attribute ? `${s.prometheus}{${s.attribute}="${value}"}` : s.prometheus;
+      out.push({ label: column, name: column, prometheus, description: s.description, points, run, runIndex,
                  colorIndex: colorIndex + j });
     });
   });
@@ -187,7 +190,8 @@ function plotTools(runs) {
       h("p", { class: "muted", text: "other runs are drawn dashed, aligned by step" })));
   const reset = h("button", { id: "zoom-reset", type: "button", hidden: "", onclick: () => setZoom(null) });
   return h("div", { class: "controls plot-tools" }, h("label", { for: "smooth", text: "smoothing" }), smooth, value, compare, reset,
-    h("span", { class: "muted hint", text: "hover: values · drag: zoom · double-click: all steps · click: that step's samples" }));
+    h("span", { class: "muted hint",
+                text: "hover or tap: values · drag or pinch: zoom · double-click or double-tap: all steps · click: that step's samples" }));
 }
 
 // ---- alerts -------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 // Every label goes through textContent, so no data is ever parsed as markup.
 // Interactions: hover shows every series' value at the step under the pointer; a click picks that
 // step (once no second click follows); a horizontal drag zooms to the dragged steps (the caller redraws every panel), a double
-// click zooms out. Optional: exponential smoothing, vertical marks (alerts, the picked step), and
+// click zooms out. On a touch screen: tap, one-finger drag or pinch, double tap, alike. Optional: exponential smoothing, vertical marks (alerts, the picked step), and
 // series of other runs drawn dashed (overlay, aligned by step).
 "use strict";
 
@@ -15,6 +15,7 @@ const Plot = (() => {
   const DRAG_PX = 6;  // a pointer move shorter than this is a click, not a zoom
   const DOUBLE_CLICK_MS = 300;  // a click waits this long for a second one (a double click zooms out)
   let pendingPick = null;  // shared by every plot: a redraw replaces them
+  let lastTap = null;  // when the last single tap ended (event time), for a double tap
 
   function el(name, attrs, parent) {
     const node = document.createElementNS(NS, name);
@@ -215,6 +216,7 @@ const Plot = (() => {
   }
 
   // Hover: a guide line and a box with each series' value at the nearest step; click: pick; drag: zoom.
+  // Touch does the same with plain touch events (touchInput). Returns nothing; the listeners hold it.
   function interactive(wrap, svg, series, smoothed, frame, o) {
     const guide = el("line", { class: "guide", y1: M.t, y2: H - M.b, visibility: "hidden" }, svg);
     const band = el("rect", { class: "zoom-band", y: M.t, height: H - M.t - M.b, width: 0, visibility: "hidden" }, svg);
@@ -223,57 +225,119 @@ const Plot = (() => {
     tip.hidden = true;
     wrap.appendChild(tip);
     const steps = [...new Set(series.flatMap((s) => s.points.map((p) => p[0])))].sort((a, b) => a - b).map((x) => [x]);
-    const toStep = (e) => {
+    const svgX = (clientX) => {
       const box = svg.getBoundingClientRect();
-      const x = ((e.clientX - box.left) / box.width) * W;
-      return frame.x0 + ((x - M.l) / (W - M.l - M.r)) * (frame.x1 - frame.x0);
+      return ((clientX - box.left) / box.width) * W;
     };
-    let dragFrom = null;
+    const toStep = (clientX) => frame.x0 + ((svgX(clientX) - M.l) / (W - M.l - M.r)) * (frame.x1 - frame.x0);
+    const clamp = (s) => Math.min(Math.max(s, frame.x0), frame.x1);
+    let dragFrom = null;  // where the press (mouse button or finger) began: {px, step}
+
+    const input = {
+      svgX, toStep,
+      press(clientX) { dragFrom = { px: clientX, step: toStep(clientX) }; },
+      cancel() { dragFrom = null; band.setAttribute("visibility", "hidden"); },
+      pressedAt() { return dragFrom && dragFrom.px; },
+      hide() { guide.setAttribute("visibility", "hidden"); tip.hidden = true; },
+      hover(clientX, clientY) {
+        const at = nearest(steps, toStep(clientX));
+        if (!at) return;
+        guide.setAttribute("x1", frame.sx(at[0]));
+        guide.setAttribute("x2", frame.sx(at[0]));
+        guide.setAttribute("visibility", "visible");
+        showTip(tip, at[0], series, smoothed, o.smooth);
+        const box = wrap.getBoundingClientRect();
+        const left = clientX - box.left + 12;
+        tip.style.left = (left + tip.offsetWidth > box.width ? Math.max(0, left - tip.offsetWidth - 24) : left) + "px";
+        tip.style.top = (clientY - box.top + 12) + "px";
+        if (dragFrom !== null) {
+          const a = Math.min(dragFrom.px, clientX), b = Math.max(dragFrom.px, clientX);
+          band.setAttribute("x", svgX(a));
+          band.setAttribute("width", svgX(b) - svgX(a));
+          band.setAttribute("visibility", b - a >= DRAG_PX ? "visible" : "hidden");
+        }
+      },
+      // Steps a..b (data coordinates) as the view: within this one, or all steps when as wide or wider.
+      zoomTo(a, b) {
+        if (!o.onZoom) return;
+        if (a <= frame.x0 && b >= frame.x1) o.onZoom(null);
+        else if (Math.ceil(clamp(a)) < Math.floor(clamp(b))) o.onZoom([Math.ceil(clamp(a)), Math.floor(clamp(b))]);
+      },
+      // The end of a press: a drag zooms, a double press shows all steps, a single one picks its
+      // step once no second press follows (the pick scrolls to the samples, which would take a
+      // double press's second one off the plot).
+      release(clientX, double) {
+        if (dragFrom === null) return;
+        const from = dragFrom;
+        input.cancel();
+        clearTimeout(pendingPick);
+        if (double && o.onZoom) {
+          o.onZoom(null);
+        } else if (Math.abs(clientX - from.px) >= DRAG_PX) {
+          input.zoomTo(Math.min(from.step, toStep(clientX)), Math.max(from.step, toStep(clientX)));
+        } else if (o.onPick) {
+          const step = clamp(Math.round(toStep(clientX)));
+          pendingPick = setTimeout(() => o.onPick(step), DOUBLE_CLICK_MS);
+        }
+      },
+    };
     svg.classList.add("pickable");
-    svg.addEventListener("mousemove", (e) => {
-      const at = nearest(steps, toStep(e));
-      if (!at) return;
-      const step = at[0];
-      guide.setAttribute("x1", frame.sx(step));
-      guide.setAttribute("x2", frame.sx(step));
-      guide.setAttribute("visibility", "visible");
-      showTip(tip, step, series, smoothed, o.smooth);
-      const box = wrap.getBoundingClientRect();
-      const left = e.clientX - box.left + 12;
-      tip.style.left = (left + tip.offsetWidth > box.width ? Math.max(0, left - tip.offsetWidth - 24) : left) + "px";
-      tip.style.top = (e.clientY - box.top + 12) + "px";
-      if (dragFrom !== null) {
-        const a = Math.min(dragFrom.px, e.clientX), b = Math.max(dragFrom.px, e.clientX);
-        const svgBox = svg.getBoundingClientRect(), k = W / svgBox.width;
-        band.setAttribute("x", (a - svgBox.left) * k);
-        band.setAttribute("width", (b - a) * k);
-        band.setAttribute("visibility", b - a >= DRAG_PX ? "visible" : "hidden");
+    svg.addEventListener("mousemove", (e) => input.hover(e.clientX, e.clientY));
+    svg.addEventListener("mouseleave", input.hide);
+    svg.addEventListener("mousedown", (e) => { input.press(e.clientX); e.preventDefault(); });
+    svg.addEventListener("mouseup", (e) => input.release(e.clientX, e.detail >= 2));
+    touchInput(svg, input);
+  }
+
+  // Fingers do what the mouse does: a tap shows the values and picks the step, a one-finger
+  // horizontal drag zooms (vertical swipes scroll the page: touch-action pan-y), a pinch zooms to
+  // the view that keeps the steps first under the fingers under them (pinching in to the whole
+  // view or more: all steps), a double tap shows all steps.
+  function touchInput(svg, input) {
+    let pinch = null;  // {ids, steps: the steps first under each finger, px: where each finger is now}
+    const finger = (e, id) => [...e.touches].find((t) => t.identifier === id);
+    svg.addEventListener("touchstart", (e) => {
+      if (e.touches.length === 1) {
+        input.press(e.touches[0].clientX);
+        input.hover(e.touches[0].clientX, e.touches[0].clientY);
+      } else if (e.touches.length === 2) {
+        const [a, b] = e.touches;
+        input.cancel();
+        pinch = { ids: [a.identifier, b.identifier], steps: [input.toStep(a.clientX), input.toStep(b.clientX)],
+                  px: [a.clientX, b.clientX] };
       }
-    });
-    svg.addEventListener("mouseleave", () => {
-      guide.setAttribute("visibility", "hidden");
-      tip.hidden = true;
-    });
-    svg.addEventListener("mousedown", (e) => { dragFrom = { px: e.clientX, step: toStep(e) }; e.preventDefault(); });
-    svg.addEventListener("mouseup", (e) => {
-      if (dragFrom === null) return;
-      const from = dragFrom;
-      dragFrom = null;
-      band.setAttribute("visibility", "hidden");
-      const clamp = (s) => Math.min(Math.max(s, frame.x0), frame.x1);
-      // A click picks its step once no second click follows: the pick scrolls to the samples,
-      // which would take a double click's second click off the plot.
-      clearTimeout(pendingPick);
-      if (e.detail >= 2 && o.onZoom) {
-        o.onZoom(null);
-      } else if (Math.abs(e.clientX - from.px) >= DRAG_PX && o.onZoom) {
-        const a = clamp(Math.min(from.step, toStep(e))), b = clamp(Math.max(from.step, toStep(e)));
-        if (Math.ceil(a) < Math.floor(b)) o.onZoom([Math.ceil(a), Math.floor(b)]);
-      } else if (o.onPick) {
-        const step = clamp(Math.round(toStep(e)));
-        pendingPick = setTimeout(() => o.onPick(step), DOUBLE_CLICK_MS);
+    }, { passive: true });
+    svg.addEventListener("touchmove", (e) => {
+      if (pinch) {
+        pinch.px = pinch.ids.map((id, i) => (finger(e, id) || { clientX: pinch.px[i] }).clientX);
+      } else if (input.pressedAt() !== null && e.touches.length === 1) {
+        input.hover(e.touches[0].clientX, e.touches[0].clientY);
+        if (e.cancelable) e.preventDefault();  // a horizontal drag is ours (touch-action lets pan-y through)
       }
-    });
+    }, { passive: false });
+    svg.addEventListener("touchend", (e) => {
+      if (e.cancelable) e.preventDefault();  // no mouse events emulated after it: the touch was handled
+      if (pinch) {
+        if (e.touches.length < 2) pinchEnd();
+        return;
+      }
+      const t = e.changedTouches[0], from = input.pressedAt();
+      if (!t || from === null) return;
+      const tap = Math.abs(t.clientX - from) < DRAG_PX;
+      const double = tap && lastTap !== null && e.timeStamp - lastTap < DOUBLE_CLICK_MS;
+      lastTap = tap && !double ? e.timeStamp : null;
+      input.release(t.clientX, double);
+    }, { passive: false });
+    svg.addEventListener("touchcancel", () => { pinch = null; input.cancel(); });
+
+    function pinchEnd() {
+      const { steps: [sa, sb], px: [pa, pb] } = pinch;
+      pinch = null;
+      const perStep = (input.svgX(pb) - input.svgX(pa)) / (sb - sa);  // svg units per step, after the pinch
+      if (!(perStep > 0)) return;  // fingers crossed, or both on one step: no view
+      const first = sa - (input.svgX(pa) - M.l) / perStep;
+      input.zoomTo(first, first + (W - M.l - M.r) / perStep);
+    }
   }
 
   function showTip(tip, step, series, smoothed, weight) {
@@ -303,7 +367,8 @@ const Plot = (() => {
     tip.hidden = false;
   }
 
-  // One entry per signal: its catalog name, the Prometheus name beside it; overlaid runs share it.
+  // One entry per signal: its catalog name (the API's column too), the Prometheus name beside it;
+  // overlaid runs share it.
   function legend(series) {
     const div = document.createElement("div");
     div.className = "legend";
@@ -320,7 +385,7 @@ const Plot = (() => {
         prom.textContent = s.prometheus;
         span.append(" ", prom);
       }
-      span.title = `API column ${s.label}` + (s.description ? " — " + s.description : "");
+      if (s.description) span.title = s.description;
       div.appendChild(span);
     });
     return div;

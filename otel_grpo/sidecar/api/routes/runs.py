@@ -6,7 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from ...schemas import Message, RunPublic, StepRow
+from ..._columns import column, describe, stat_key
+from ...schemas import Message, RunPublic, StepColumn, StepRow
 from ..deps import FastJSON, RunId, StoreDep, bad_param, not_found_run, require_read, step_param
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], dependencies=[Depends(require_read)])
@@ -31,7 +32,9 @@ def split_list(values: list[str] | None) -> list[str] | None:
 def list_steps(
     run_id: RunId,
     store: StoreDep,
-    metrics: Annotated[list[str] | None, Query(description="Columns to return (comma-separated or repeated); default: all.")] = None,
+    metrics: Annotated[list[str] | None, Query(description=(
+        "Columns to return (comma-separated or repeated), by catalog name (`grpo.kl`, "
+        "`grpo.reward_fn.mean/format`); a Prometheus name or catalog key selects the same column. Default: all."))] = None,
     step_min: Annotated[int | None, step_param("First step (inclusive).")] = None,
     step_max: Annotated[int | None, step_param("Last step (inclusive).")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
@@ -39,24 +42,32 @@ def list_steps(
 ) -> FastJSON:
     """Per-step scalar history, one flat row per step, ordered by step.
 
-    Columns: `run_id`, `step`, `time`, every stat key of the step span (`kl`, `reward`,
-    `reward_fn_mean/<fn>`, ...) and `phase_duration/<phase>` in seconds. A stat key named
-    `run_id`, `step` or `time` appears as `stat.<key>`.
+    Columns: `run_id`, `step`, `time`, then every scalar of the step span under its catalog
+    name (`grpo.kl`, `grpo.reward.mean`, `grpo.reward_fn.mean/<fn>`, ...) and
+    `grpo.phase.duration/<phase>` in seconds; `/api/runs/{run_id}/metrics` gives each column's
+    Prometheus name beside it (the response's `Link` header, rel="describedby", points there). A scalar the catalog does not know keeps its own name; one named
+    `run_id`, `step` or `time` appears as `stat.<name>`.
     """
     if step_min is not None and step_max is not None and step_min > step_max:
         raise bad_param("step_min", "must not exceed step_max")
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
-    body = store.steps_json(run_id, split_list(metrics), step_min, step_max, limit, offset)
-    return Response(body, media_type="application/json")
+    selected = split_list(metrics)
+    keys = None if selected is None else list(dict.fromkeys(stat_key(m) for m in selected))
+    body = store.steps_json(run_id, keys, step_min, step_max, limit, offset, rename=column)
+    # The rows stay flat (Grafana's Infinity reads them as they are); where each column's other
+    # names are is said in the response too (RFC 8288 "describedby"; relative to this URL, so
+    # right behind a path prefix and for a run id with `/`).
+    return Response(body, media_type="application/json", headers={"Link": '<metrics>; rel="describedby"'})
 
 
-@router.get("/{run_id:path}/metrics", response_model=list[str], response_class=FastJSON, responses=_404)
-def list_metric_keys(run_id: RunId, store: StoreDep) -> FastJSON:
-    """The scalar column names the run's steps carry."""
+@router.get("/{run_id:path}/metrics", response_model=list[StepColumn], response_class=FastJSON, responses=_404)
+def list_columns(run_id: RunId, store: StoreDep) -> FastJSON:
+    """The scalar columns the run's steps carry: each one's name (the column of `/steps`), its
+    Prometheus series beside it, its catalog key, unit and description; ordered by name."""
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
-    return FastJSON(store.metric_keys(run_id))
+    return FastJSON(sorted((describe(k) for k in store.metric_keys(run_id)), key=lambda c: c["name"]))
 
 
 @router.get("/{run_id:path}", response_model=RunPublic, response_class=FastJSON, responses=_404)
