@@ -144,8 +144,8 @@ class ProcessSink:
             over = self.unacked_bytes > self._limit
             self._out.append((seq, data))  # framed by the sender, off the training thread
         if over:
-            self._take_over("holds %.0f MiB of steps it has not acknowledged (stopped, or slower than training); "
-                            "stopping it" % (self.unacked_bytes / 2**20))
+            self._take_over("holds more than %d KiB of steps it has not acknowledged (stopped, or slower than "
+                            "training); stopping it" % (self._limit >> 10))
         elif not self._warned_backlog and len(self._pending) > BACKLOG_WARNING:
             self._warned_backlog = True
             logger.warning("otel-grpo: %d steps wait to be emitted; the telemetry process falls behind",
