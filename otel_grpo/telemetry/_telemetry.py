@@ -231,9 +231,10 @@ class Telemetry:
 
         The span is made after the block, off the training thread, so it is not the current
         span inside it (tie spans of your own to the step with `Step.attributes`). An
-        exception escaping the block marks the span as an error and the step as skipped (`grpo.skipped_steps`), and propagates. With `sample_reduce="global"`
-        and several processes, every rank must enter it: leaving the block runs the
-        step's sample selection across ranks (two collectives, on this thread).
+        exception escaping the block marks the span as an error and the step as skipped
+        (`grpo.skipped_steps`), and propagates. With `sample_reduce="global"` and several
+        processes, every rank must enter it: leaving the block runs the step's sample
+        selection across ranks (two collectives, on this thread).
         """
         return self._open(step, count_one=True)
 
