@@ -1,5 +1,6 @@
-"""`emit_in="process"`: the emitter and exporters in a child process, checked through a real OTLP receiver,
-the spill files and the child's process id (killed, stopped, orphaned)."""
+"""`emit_in="process"`: what only the process sink has, checked through a real OTLP receiver, the spill
+files and the child's process id (killed, stopped, orphaned, unpicklable rows). The telemetry itself is
+checked over both sinks by the parametrized suites (conftest `captured`)."""
 
 from __future__ import annotations
 
