@@ -90,7 +90,7 @@ def demo_trainer(tmp: Path, name: str, sidecar_port: int | None) -> Any:
 def paired_steps(tmp: Path, steps: int, sidecar_port: int) -> tuple[list[float], list[float]]:
     """Per-step seconds (on incl. draining its emitter, off) of two same-seed trainers taking turns."""
     on, off = demo_trainer(tmp, "paired-on", sidecar_port), demo_trainer(tmp, "paired-off", None)
-    drain = on.telemetry._emitter.drain  # private on purpose: the emitter's work timed into the step
+    drain = on.telemetry._sink.drain  # private on purpose: the sink's work timed into the step
     t_on, t_off = [], []
     for step in range(steps):
         rewards = []

@@ -313,7 +313,7 @@ def one_round(a) -> dict[str, float]:
                 for n in names}
     sink, port = _start_sink()
     try:
-        turns.child_pid = getattr(_instrument(trainers["on"], tmp, port, a)._emitter, "pid", None)
+        turns.child_pid = getattr(_instrument(trainers["on"], tmp, port, a)._sink, "pid", None)
         threads = [threading.Thread(target=trainers[n].train) for n in names]
         for t in threads:
             t.start()

@@ -1,16 +1,16 @@
-"""The telemetry process of `emit_in="process"`: an ordinary `Telemetry` fed over a pipe.
+"""The telemetry process of `emit_in="process"`: the same `Backend` as a `ThreadSink`'s, fed over a pipe.
 
     python -m otel_grpo.telemetry._child FD
 
-`ProcessEmitter` starts it with one end of a socket pair as `FD`. Messages in are
-pickled tuples: the start-up settings first, then `("step", seq, StepRecord)`,
-`("scalars", None, values)`, `("flush", token, timeout_s)` and `("shutdown", None,
-finished)`. Messages out: `("ready", prometheus_port)`; `("done", seq)` once every step up
-to `seq` is emitted, spill lines written (one per batch of steps that arrived together);
-`("flushed", token, ok)` and `("closed", None)`. The training process going away (end of the
-pipe, or a send that finds it closed) shuts the telemetry down as a crash would, without a
-traceback of ours (a crashed torchrun rank's own is the last one): `grpo.run.finished` stays 0. Ctrl-C is the training process's business:
-this process ignores SIGINT and is closed by it.
+`ProcessSink` starts it with one end of a socket pair as `FD`. Messages in are pickled:
+the start-up dict (settings, rank, world_size, local_rank) first, then tuples
+`("step", seq, pickled StepRecord)`, `("flush", token, timeout_s)` and `("shutdown", None,
+(timeout_s, finished, preempted))`. Messages out: `("ready", prometheus_port)`; `("done", seq)`
+once every step up to `seq` is emitted, spill lines written (one per batch of steps that arrived
+together); `("flushed", token, ok)` and `("closed", None)`. The training process going away (end
+of the pipe, or a send that finds it closed) closes the backend as a crash would, without a
+traceback of ours (a crashed torchrun rank's own is the last one): `grpo.run.finished` stays 0.
+Ctrl-C is the training process's business: this process ignores SIGINT and is closed by it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._telemetry import Telemetry
+    from ._backend import Backend
 
 
 def main(fd: int) -> None:
@@ -33,39 +33,30 @@ def main(fd: int) -> None:
         start = conn.recv()
     except EOFError:
         return
-    # The training process's rank: detect_rank reads these (torch is never imported here).
-    os.environ.update({"RANK": str(start["rank"]), "WORLD_SIZE": str(start["world_size"]),
-                       "LOCAL_RANK": str(start["local_rank"])})
+    from ._backend import Backend
     from ._settings import TelemetrySettings
-    from ._telemetry import Telemetry
 
-    settings = start["settings"]
-    # A second less than the training process waits for it: this side finishes, that side never kills
-    # a child that is about to (and emits everything again).
-    timeout = settings["shutdown_timeout_s"]
-    settings = {**settings, "emit_in": "thread", "shutdown_timeout_s": max(timeout - 1.0, timeout / 2)}
-    tel = Telemetry(TelemetrySettings(**settings))
+    settings = TelemetrySettings(**start["settings"])
+    backend = Backend.build(settings, start["rank"], start["world_size"], start["local_rank"])
     try:
-        _serve(conn, tel)
+        _serve(conn, backend)
     except _Gone:  # the training process died (a crashed torchrun rank): its traceback is the one that matters
-        tel.shutdown(finished=False)
+        backend.close(settings.shutdown_timeout_s / 2, finished=False, preempted=False)
 
 
 class _Gone(Exception):
     """The training process's end of the pipe is closed."""
 
 
-def _serve(conn: Connection, tel: Telemetry) -> None:
-    emitter = tel._emitter  # this process is Telemetry's back end: it feeds the emitter directly
-
+def _serve(conn: Connection, backend: Backend) -> None:
     def send(message: object) -> None:
         try:
             conn.send(message)
         except OSError as exc:  # BrokenPipeError, ConnectionResetError
             raise _Gone from exc
 
-    send(("ready", tel.prometheus_port))
-    unacked: int | None = None  # the last step submitted, not yet acknowledged
+    send(("ready", backend.prometheus_port))
+    unacked: int | None = None  # the last step emitted, not yet acknowledged
 
     def ack() -> None:
         nonlocal unacked
@@ -75,28 +66,25 @@ def _serve(conn: Connection, tel: Telemetry) -> None:
 
     while True:
         if unacked is not None and not conn.poll():  # one acknowledgement per batch the sender sent
-            emitter.drain(None)  # acknowledged once emitted: until then the training process keeps a copy
             ack()
         try:
             kind, key, payload = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError) as exc:  # the training process is gone
             raise _Gone from exc
         if kind == "step":
-            emitter.submit(payload)
+            backend.emit(pickle.loads(payload))  # spans, metrics, spill lines: emitted when this returns
             unacked = key
-        elif kind == "scalars":
-            emitter.submit_scalars(payload)
         elif kind == "flush":
-            ok = tel.flush(payload)  # drains the emitter first
             ack()
-            send(("flushed", key, ok))
+            send(("flushed", key, backend.flush(payload)))
         elif kind == "shutdown":
-            tel.shutdown(finished=payload)  # emits everything queued first
+            timeout_s, finished, preempted = payload
             ack()
+            backend.close(timeout_s, finished=finished, preempted=preempted)
             try:
                 send(("closed", None))
             except _Gone:
-                pass  # closed already: nothing to shut down twice
+                pass  # closed already: nothing to close twice
             return
 
 

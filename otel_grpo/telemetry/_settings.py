@@ -185,12 +185,13 @@ class TelemetrySettings(BaseSettings):
     shutdown_timeout_s: float = Field(10.0, gt=0)
     """Upper bound on `Telemetry.shutdown()`: drain, flush and close the exporters."""
     emit_in: Literal["thread", "process"] = "thread"
-    """Where the emitter and the exporters run. "thread": threads of the training process.
-    "process": a child process (`python -m otel_grpo.telemetry._child`), so that their GIL time
-    (benchmarks/README.md, trl) is not paid by a Python-bound training loop; the training thread pickles each
-    step record. Needs providers built from these settings; live `phase()` blocks are then sent
-    as measured phases (spans made in the child), and a step span is never the current span.
-    If the child dies, this process takes over (one warning) and loses no sample."""
+    """How step records travel to the one backend that makes spans, metrics, sample events and spill
+    lines from them (the telemetry is the same either way). "thread": a thread of the training process.
+    "process": a child process (`python -m otel_grpo.telemetry._child`), so that the backend's and the
+    exporters' GIL time (benchmarks/README.md, trl) is not paid by a Python-bound training loop; the
+    training thread pickles each step record. Needs providers built from these settings. If the child
+    dies, or holds more unacknowledged steps than its bound (stopped, or slower than training), this
+    process takes over (one warning) and loses no sample."""
     git_revision: str | None = None
     """Resource `vcs.revision`; None: `git rev-parse HEAD` of the working directory, if any."""
 

@@ -30,7 +30,7 @@ from ._loading import to_dict
 from ._loss import LOSSES, group_advantages
 from ._model import TinyGPT, token_logprobs
 from ._rollout import Rollout, RolloutEngine
-from ._runtime import (CHECKPOINT, METRICS, NullTelemetry, Progress, StopFlag, append_metrics,
+from ._runtime import (CHECKPOINT, METRICS, Progress, StopFlag, append_metrics,
                        load_checkpoint, monotonic, save_checkpoint)
 from ._task import Batch, DigitTask
 from ._tokenizer import CharTokenizer
@@ -134,9 +134,10 @@ class GRPOTrainer:
         return run_id, out or Path("runs") / run_id
 
     def _build_telemetry(self) -> Any:
-        if not self.cfg.telemetry:
-            return NullTelemetry()
         from ..telemetry import Telemetry
+
+        if not self.cfg.telemetry:
+            return Telemetry.disabled()
 
         m = self.cfg.model  # the resource's grpo.model; OTEL_GRPO_MODEL_NAME still wins
         model = os.environ.get("OTEL_GRPO_MODEL_NAME") or f"demo-gpt-{m.n_layer}x{m.d_model}-{self.cfg.task.kind}"

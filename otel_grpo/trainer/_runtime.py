@@ -1,4 +1,4 @@
-"""Run plumbing kept out of the loop: checkpoints, metrics.jsonl, Ctrl-C, progress bar, null telemetry."""
+"""Run plumbing kept out of the loop: checkpoints, metrics.jsonl, Ctrl-C, progress bar."""
 
 from __future__ import annotations
 
@@ -73,32 +73,6 @@ class StopFlag:
     def sleep(self, seconds: float) -> None:
         """Sleep, waking early when stopped; seconds <= 0 sleeps until stopped."""
         self.event.wait(None if seconds <= 0 else seconds)
-
-
-class NullStep:
-    """The `telemetry.Step` surface doing nothing (telemetry off)."""
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        yield
-
-    def record(self, stats: Any) -> None: ...
-
-    def samples(self, rows: Any, *, group_size: int | None = None) -> None: ...
-
-    def skip(self) -> None: ...
-
-
-class NullTelemetry:
-    """The `telemetry.Telemetry` surface doing nothing (telemetry off)."""
-
-    exporting = False
-
-    @contextmanager
-    def step(self, step: int) -> Iterator[NullStep]:
-        yield NullStep()
-
-    def shutdown(self, finished: bool = False, preempted: bool = False) -> None: ...
 
 
 class Progress:

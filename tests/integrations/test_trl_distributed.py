@@ -112,7 +112,7 @@ def test_two_ranks_with_the_telemetry_instrument_builds_export_once_from_a_child
         run_two_ranks(HERE / "trl_run.py", str(tmp_path), "max_steps=2", f"otlp={rx.port}", timeout=300,
                       env={"HF_HUB_OFFLINE": "1"}, cwd=tmp_path)
     rank0, rank1 = (json.loads((tmp_path / f"exported{r}.json").read_text()) for r in (0, 1))
-    assert (rank0["emitter"], rank1["emitter"]) == ("ProcessEmitter", "Emitter")
+    assert (rank0["emitter"], rank1["emitter"]) == ("ProcessSink", "NullSink")
     assert rank0["exporting"] and not rank1["exporting"]
     resources = {(a["grpo.rank"], a["grpo.world_size"]) for req in rx.traces for rs in req.resource_spans
                  for a in [attrs(rs.resource.attributes)]}

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from otel_grpo.integrations import instrument
-from otel_grpo.telemetry._emitter import Emitter
+from otel_grpo.telemetry._sinks import ThreadSink
 from tests.telemetry._receiver import OTLPReceiver, attrs
 from tests._support.waiting import alive, wait_for
 from trl_run import make_recording_trainer
@@ -19,7 +19,7 @@ def test_instrument_emits_a_trl_run_from_a_child_process(tmp_path):
     with OTLPReceiver() as rx:
         tel = instrument(trainer, otlp_protocol="http/protobuf", otlp_endpoint=f"http://127.0.0.1:{rx.port}",
                          metrics_exporters=["otlp"], traces_exporters=["otlp"])
-        pid = tel._emitter.pid
+        pid = tel._sink.pid
         assert pid is not None and alive(pid)
         trainer.train()
         wait_for(lambda: not alive(pid), "the telemetry process to exit after train()", timeout=10)
@@ -52,11 +52,11 @@ def test_emit_in_from_the_environment_or_the_call_wins_over_instruments_default(
     trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=1)
     none = {"metrics_exporters": ["none"], "traces_exporters": ["none"]}
     tel = instrument(trainer, emit_in="thread", **none)
-    assert isinstance(tel._emitter, Emitter)
+    assert isinstance(tel._sink, ThreadSink)
     tel.shutdown()
     monkeypatch.setenv("OTEL_GRPO_EMIT_IN", "thread")
     tel = instrument(trainer, **none)
-    assert isinstance(tel._emitter, Emitter)
+    assert isinstance(tel._sink, ThreadSink)
     tel.shutdown()
 
 

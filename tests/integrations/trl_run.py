@@ -137,7 +137,7 @@ def main(out: Path, config: dict[str, Any]) -> None:
     trainer.train()
     torch.save(trainer.records, out / f"rank{rank}.pt")
     result = {**(exported(exporter) if exporter is not None else {}), "exporting": tel.exporting,
-              "emitter": type(tel._emitter).__name__, "log_history": trainer.state.log_history}
+              "emitter": type(tel._sink).__name__, "log_history": trainer.state.log_history}
     (out / f"exported{rank}.json").write_text(json.dumps(result, default=str))
 
 

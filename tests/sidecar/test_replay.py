@@ -92,8 +92,8 @@ def test_replay_after_the_telemetry_process_was_killed(sidecar_factory, tmp_path
     tel = Telemetry(_settings(sidecar.url, out, "child", emit_in="process"))
     for step in range(10):
         _step(tel, step)
-    os.kill(tel._emitter.pid, signal.SIGKILL)  # spans it had not exported yet are gone with it
-    wait_for(lambda: tel._emitter.pid is None, "this process to take over", timeout=30)
+    os.kill(tel._sink.pid, signal.SIGKILL)  # spans it had not exported yet are gone with it
+    wait_for(lambda: tel._sink.pid is None, "this process to take over", timeout=30)
     for step in range(10, 20):
         _step(tel, step)
     tel.shutdown()

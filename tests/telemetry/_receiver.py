@@ -75,3 +75,64 @@ def attrs(kvs) -> dict:
         kind = kv.value.WhichOneof("value")
         out[kv.key] = getattr(kv.value, kind)
     return out
+
+
+# ---- OTLP back into the SDK's own data classes: one set of assertions over both sinks -----------------
+def _value(v):
+    """An OTLP AnyValue as the SDK holds it (arrays as tuples)."""
+    kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return tuple(_value(x) for x in v.array_value.values)
+    return getattr(v, kind) if kind else None
+
+
+def _attributes(kvs) -> dict:
+    return {kv.key: _value(kv.value) for kv in kvs}
+
+
+def readable_spans(receiver: OTLPReceiver) -> list:
+    """Every span the receiver got, as `ReadableSpan`s (what an in-memory exporter holds)."""
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.trace import SpanContext, Status, StatusCode
+
+    def context(trace_id: bytes, span_id: bytes):
+        return SpanContext(int.from_bytes(trace_id, "big"), int.from_bytes(span_id, "big"), is_remote=False)
+
+    return [ReadableSpan(
+        s.name, context=context(s.trace_id, s.span_id),
+        parent=context(s.trace_id, s.parent_span_id) if s.parent_span_id else None,
+        attributes=_attributes(s.attributes), start_time=s.start_time_unix_nano, end_time=s.end_time_unix_nano,
+        events=[Event(e.name, _attributes(e.attributes), e.time_unix_nano) for e in s.events],
+        status=Status(StatusCode(s.status.code), s.status.message or None),
+    ) for s in receiver.spans()]
+
+
+def sdk_metrics(receiver: OTLPReceiver) -> dict:
+    """The metrics of the latest export, by name, as the SDK's `Metric`s (what an in-memory reader collects)."""
+    from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
+                                                  Metric, NumberDataPoint, Sum)
+
+    def number(p):
+        value = p.as_double if p.WhichOneof("value") == "as_double" else p.as_int
+        return NumberDataPoint(_attributes(p.attributes), p.start_time_unix_nano, p.time_unix_nano, value)
+
+    def histogram(p):
+        return HistogramDataPoint(_attributes(p.attributes), p.start_time_unix_nano, p.time_unix_nano, p.count,
+                                  p.sum, list(p.bucket_counts), list(p.explicit_bounds), p.min, p.max)
+
+    latest = [req for req in receiver.metrics if req.resource_metrics]
+    out = {}
+    for rm in latest[-1].resource_metrics if latest else ():
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                kind = m.WhichOneof("data")
+                if kind == "gauge":
+                    data = Gauge([number(p) for p in m.gauge.data_points])
+                elif kind == "sum":
+                    data = Sum([number(p) for p in m.sum.data_points],
+                               AggregationTemporality(m.sum.aggregation_temporality), m.sum.is_monotonic)
+                else:
+                    data = Histogram([histogram(p) for p in m.histogram.data_points],
+                                     AggregationTemporality(m.histogram.aggregation_temporality))
+                out[m.name] = Metric(m.name, m.description, m.unit, data)
+    return out

@@ -1,5 +1,6 @@
-"""`emit_in="process"`: the emitter and exporters in a child process, checked through a real OTLP receiver,
-the spill files and the child's process id (killed, stopped, orphaned)."""
+"""`emit_in="process"`: what only the process sink has, checked through a real OTLP receiver, the spill
+files and the child's process id (killed, stopped, orphaned, unpicklable rows). The telemetry itself is
+checked over both sinks by the parametrized suites (conftest `captured`)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def _spilled(out: Path) -> dict[int, list[dict]]:
 def test_a_run_emitted_by_the_child_process_reaches_the_receiver_whole(tmp_path):
     with OTLPReceiver() as rx:
         tel = Telemetry(_settings(rx, tmp_path))
-        pid = tel._emitter.pid
+        pid = tel._sink.pid
         assert pid is not None and pid != os.getpid() and alive(pid)
         for step in range(3):
             _step(tel, step)
@@ -63,8 +64,8 @@ def test_a_run_emitted_by_the_child_process_reaches_the_receiver_whole(tmp_path)
     assert attrs(steps[2].attributes)["grpo.metric.kl"] == pytest.approx(0.02)
     failed = steps[3]
     assert failed.status.code == 2  # ERROR
-    assert [attrs(e.attributes) for e in failed.events] == [
-        {"exception.type": "RuntimeError", "exception.message": "loss is nan"}]
+    (event,) = [attrs(e.attributes) for e in failed.events]
+    assert (event["exception.type"], event["exception.message"]) == ("RuntimeError", "loss is nan")
     phases = [s for s in spans if s.name == "grpo.phase.rollout"]
     assert {bytes(p.parent_span_id) for p in phases} == {bytes(steps[i].span_id) for i in range(3)}
     events = [attrs(e.attributes) for s in spans if s.name == "grpo.samples" for e in s.events]
@@ -80,13 +81,13 @@ def test_a_run_emitted_by_the_child_process_reaches_the_receiver_whole(tmp_path)
 def test_a_killed_child_loses_no_sample_and_this_process_takes_over(tmp_path, caplog):
     with OTLPReceiver() as rx:
         tel = Telemetry(_settings(rx, tmp_path))
-        pid = tel._emitter.pid
+        pid = tel._sink.pid
         os.kill(pid, signal.SIGSTOP)  # steps 0-4 wait unacknowledged in the pipe
         with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
             for step in range(5):
                 _step(tel, step)
             os.kill(pid, signal.SIGKILL)
-            wait_for(lambda: tel._emitter.pid is None, "this process to take over", timeout=30)
+            wait_for(lambda: tel._sink.pid is None, "this process to take over", timeout=30)
             for step in range(5, 8):
                 _step(tel, step)
             tel.finish()
@@ -101,7 +102,7 @@ def test_a_killed_child_loses_no_sample_and_this_process_takes_over(tmp_path, ca
 def test_a_stuck_child_does_not_hold_up_shutdown_beyond_its_timeout(tmp_path, caplog):
     with OTLPReceiver() as rx:
         tel = Telemetry(_settings(rx, tmp_path, shutdown_timeout_s=2.0))
-        pid = tel._emitter.pid
+        pid = tel._sink.pid
         _step(tel, 0)
         assert tel.flush(10)
         os.kill(pid, signal.SIGSTOP)
@@ -116,6 +117,38 @@ def test_a_stuck_child_does_not_hold_up_shutdown_beyond_its_timeout(tmp_path, ca
     assert sorted(_spilled(tmp_path)) == [0, 1]
 
 
+def test_a_stopped_child_costs_bounded_memory_and_loses_no_sample(tmp_path, caplog, monkeypatch):
+    """SIGSTOP: the child acknowledges nothing. Beyond the bound this process kills it and takes over;
+    the training thread never waits, and every step is still emitted."""
+    from otel_grpo.telemetry import _process_sink
+
+    monkeypatch.setattr(_process_sink, "UNACKED_LIMIT_BYTES", 64 << 10)
+    big = [{**row, "completion": str(i) * 4000} for i, row in enumerate(ROWS)]  # ~25 KiB pickled per step
+    with OTLPReceiver() as rx:
+        tel = Telemetry(_settings(rx, tmp_path, shutdown_timeout_s=2.0))
+        sink, pid = tel._sink, tel._sink.pid
+        os.kill(pid, signal.SIGSTOP)
+        held = []
+        with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+            for step in range(12):
+                with tel.step(step) as s:
+                    s.samples(big, group_size=3)
+                held.append(sink.unacked_bytes)
+            taken_over = sink.pid is None
+            done = threading.Thread(target=tel.finish)
+            done.start()
+            done.join(60)  # "does not hang"; its bound is shutdown_timeout_s
+        assert not done.is_alive()
+    assert taken_over and not alive(pid)
+    per_step = max(b - a for a, b in zip([0] + held, held))
+    assert max(held) <= (64 << 10) + per_step and held[-1] == 0
+    assert sum("not acknowledged" in r.getMessage() for r in caplog.records) == 1
+    assert sorted(_spilled(tmp_path)) == list(range(12))
+    steps = sorted(attrs(s.attributes)["grpo.step"] for s in rx.spans() if s.name == "grpo.step")
+    assert sorted(set(steps)) == list(range(12))
+    assert rx.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
+
+
 def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, sys, time
@@ -126,7 +159,7 @@ def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(t
         for step in range(3):
             with tel.step(step) as s:
                 s.samples([{{"prompt": "p", "completion": "c", "reward": 1.0}}])
-        print(tel._emitter.pid, flush=True)
+        print(tel._sink.pid, flush=True)
         time.sleep(1.0)  # the sender sends queued steps every 0.25 s: let it send these
         os.kill(os.getpid(), signal.SIGKILL)
     """)
@@ -144,7 +177,7 @@ def test_ctrl_c_in_the_terminal_reaches_the_trainer_which_closes_the_child(tmp_p
         from otel_grpo.telemetry import Telemetry, TelemetrySettings
         tel = Telemetry(TelemetrySettings(run_id="sigint", output_dir={str(tmp_path)!r}, emit_in="process",
                                           metrics_exporters=["none"], traces_exporters=["none"]))
-        print(tel._emitter.pid, flush=True)
+        print(tel._sink.pid, flush=True)
         try:
             step = 0
             while True:
@@ -183,12 +216,12 @@ def test_a_row_value_that_does_not_pickle_is_sent_as_text(tmp_path, caplog):
 
 
 def test_a_child_that_does_not_answer_leaves_the_telemetry_in_this_process(tmp_path, caplog, monkeypatch):
-    from otel_grpo.telemetry import _process_emitter
+    from otel_grpo.telemetry import _process_sink
 
-    monkeypatch.setattr(_process_emitter, "START_TIMEOUT_S", 0.0)  # no child answers that fast
+    monkeypatch.setattr(_process_sink, "START_TIMEOUT_S", 0.0)  # no child answers that fast
     with OTLPReceiver() as rx, caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
         tel = Telemetry(_settings(rx, tmp_path))
-        assert tel._emitter.pid is None
+        assert tel._sink.pid is None
         _step(tel, 0)
         tel.finish()
     assert sum("did not start" in r.getMessage() for r in caplog.records) == 1

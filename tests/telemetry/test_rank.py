@@ -27,3 +27,28 @@ def test_initialized_process_group_wins(monkeypatch):
         assert detect_rank() == (0, 1)
     finally:
         dist.destroy_process_group()
+
+
+def test_telemetry_turned_off_and_a_rank_that_does_not_export_share_one_null_sink(tmp_path, monkeypatch):
+    from otel_grpo.telemetry import Telemetry, TelemetrySettings
+    from otel_grpo.telemetry._sinks import NullSink
+
+    monkeypatch.setenv("OTEL_GRPO_TOP_K", "many")  # turned off, nothing is read from the environment
+    off = Telemetry.disabled()
+    with off.step(0) as s:
+        with s.phase("rollout"):
+            s.record({"kl": 0.1})
+            s.samples([{"reward": 1.0}])
+        s.skip()
+    off.log_metrics(1, {"kl": 0.2})
+    assert not off.exporting and off.flush(1.0) and off.prometheus_port is None
+    off.finish()
+    monkeypatch.delenv("OTEL_GRPO_TOP_K")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    silent = Telemetry(TelemetrySettings(output_dir=tmp_path / "run"))
+    with silent.step(0) as s:
+        s.samples([{"reward": 1.0}])
+    silent.finish()
+    assert type(off._sink) is type(silent._sink) is NullSink
+    assert not (tmp_path / "run").exists()

@@ -10,6 +10,7 @@ import random
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.trace import StatusCode
 
 from otel_grpo.signals import ReducedStats
 from otel_grpo.telemetry._samples import TRUNCATION_MARKER
@@ -66,7 +67,7 @@ def test_a_provider_with_the_default_attribute_limit_is_reported_once(caplog):
 def test_phase_spans_are_children_of_the_step(captured):
     with captured.tel.step(1) as s:
         with s.phase("rollout"):
-            user_span_parent = trace.get_current_span().get_span_context().span_id
+            current = trace.get_current_span()
         with s.phase("update"):
             pass
     (step,) = captured.spans("grpo.step")
@@ -76,9 +77,40 @@ def test_phase_spans_are_children_of_the_step(captured):
         assert span.parent.span_id == step.context.span_id
         assert span.attributes["grpo.phase"] == name.rsplit(".", 1)[1]
         assert span.attributes["grpo.run_id"] == "test-run" and span.attributes["grpo.step"] == 1
+        assert span.status.status_code is StatusCode.UNSET and not span.events
         assert step.start_time <= span.start_time <= span.end_time <= step.end_time
-    # Inside a phase, the phase span is current: user spans nest under it.
-    assert user_span_parent == phases["grpo.phase.rollout"].context.span_id
+    assert phases["grpo.phase.rollout"].end_time <= phases["grpo.phase.update"].start_time
+    # Spans are made from the step's record after it: none of ours is current on the training thread.
+    assert not current.get_span_context().is_valid
+
+
+def test_a_phase_that_raises_is_an_error_span_with_an_exception_event(captured):
+    with pytest.raises(ValueError), captured.tel.step(2) as s:
+        with s.phase("rollout"):
+            pass
+        with s.phase("reward"):
+            raise ValueError("reward model timed out")
+    (step,) = captured.spans("grpo.step")
+    (phase,) = captured.spans("grpo.phase.reward")
+    for span in (phase, step):
+        assert span.status.status_code is StatusCode.ERROR and span.status.description == "ValueError"
+        (event,) = span.events
+        assert event.name == "exception" and event.attributes["exception.type"] == "ValueError"
+        assert event.attributes["exception.message"] == "reward model timed out"
+        assert 'raise ValueError("reward model timed out")' in event.attributes["exception.stacktrace"]
+    (ok,) = captured.spans("grpo.phase.rollout")
+    assert ok.status.status_code is StatusCode.UNSET and not ok.events
+    skipped = captured.metrics()["grpo.skipped_steps"].data.data_points[0]
+    assert skipped.value == 1
+
+
+def test_step_attributes_tie_a_users_span_to_the_step(captured):
+    """The documented way to link spans of one's own to a step: the attributes every span of ours carries."""
+    with captured.tel.step(5) as s:
+        attributes = s.attributes
+    (step,) = captured.spans("grpo.step")
+    assert attributes == {"grpo.run_id": "test-run", "grpo.step": 5}
+    assert {k: step.attributes[k] for k in attributes} == attributes
 
 
 def test_sample_events_with_flattened_columns(captured):
@@ -165,6 +197,7 @@ def test_spill_directory_removed_mid_run_is_made_again(make_captured):
     assert len((cap.output_dir / "samples" / "step_1.jsonl").read_text().splitlines()) == 2
 
 
+@pytest.mark.parametrize("emit_in", ["thread"])  # the log record: in this process
 def test_new_column_is_kept_and_warned_once(captured, caplog):
     with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
         for step in range(4):
@@ -191,6 +224,7 @@ def test_a_single_row_dict_and_odd_values_are_accepted(captured):
     assert attrs["meta.src"] == "gsm8k" and attrs["mixed"] == '[1, "a"]'
 
 
+@pytest.mark.parametrize("emit_in", ["thread"])  # the log record: in this process
 def test_a_broken_row_costs_its_samples_not_the_step_or_the_loop(captured, caplog):
     with caplog.at_level(logging.ERROR, logger="otel_grpo.telemetry"):
         for step in range(3):
@@ -206,7 +240,7 @@ def test_a_broken_row_costs_its_samples_not_the_step_or_the_loop(captured, caplo
 def test_calls_after_shutdown_do_nothing_and_do_not_raise(captured):
     captured.tel.log_metrics(0, {"kl": 0.1})
     captured.tel.shutdown()
-    before = len(captured.spans_exporter.get_finished_spans())
+    before = len(captured.spans())
     with captured.tel.step(1) as s:
         with s.phase("rollout"):
             s.record({"kl": 0.2})
@@ -214,9 +248,10 @@ def test_calls_after_shutdown_do_nothing_and_do_not_raise(captured):
             s.samples(None)
     captured.tel.log_metrics(2, {"kl": 0.3})
     captured.tel.shutdown()
-    assert len(captured.spans_exporter.get_finished_spans()) == before == 1
+    assert len(captured.spans()) == before == 1
 
 
+@pytest.mark.parametrize("emit_in", ["thread"])  # the log record: in this process
 def test_a_missing_score_column_keeps_random_samples_and_warns_once(make_captured, caplog):
     cap = make_captured(score="accuracy", top_k=2, bottom_k=2, random_k=3)
     with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):

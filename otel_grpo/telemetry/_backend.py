@@ -1,0 +1,199 @@
+"""`Backend`: turns a `StepRecord` into spans, metrics, sample events and spill lines. The one emission path.
+
+    backend = Backend.build(settings, rank=0, world_size=1, local_rank=0)
+    backend.emit(record)                 # a finished step: every span made here, after the fact
+    backend.flush(5.0)
+    backend.close(10.0, finished=True, preempted=False)
+
+Both sinks run this class unchanged: `ThreadSink` on a thread of the training process,
+`ProcessSink` in a child process. Spans are made from the record with its explicit
+start and end times; an error in the record becomes the span's ERROR status and an
+`exception` event. Recording into the SDK costs several microseconds per call (per-sample
+vectors go in one batch per histogram, see `_bulk_histogram`), building sample events and
+spilling them more. Nothing in here raises: a failing step is logged once and the next goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
+
+from otel_grpo.catalog import spans
+
+from ._exporters import Exporters
+from ._instruments import Instruments
+from ._record import Error, StepRecord
+from ._retention import RowBudget
+from ._samples import ColumnTracker, Selected, StepRows, event_attributes, flatten_row, pick_rows, step_rng
+from ._settings import TelemetrySettings
+from ._spill import SampleSpill
+
+logger = logging.getLogger("otel_grpo.telemetry")
+_SCOPE = "otel_grpo"
+
+
+class Backend:
+    """One exporting rank's instruments, tracer, spill and exporters, fed one record at a time."""
+
+    def __init__(self, settings: TelemetrySettings, exporters: Exporters, *, rank: int, world_size: int) -> None:
+        self._settings = settings
+        self._rank = rank
+        self.exporters = exporters
+        base: dict[str, Any] = {"run_id": settings.run_id}
+        if settings.export_all_ranks and world_size > 1:
+            base["rank"] = rank  # per-rank series would otherwise collide
+        self._tracer = exporters.tracer_provider.get_tracer(_SCOPE)
+        self._instruments = Instruments(exporters.meter_provider.get_meter(_SCOPE), base)
+        suffix = f"_rank{rank}" if "rank" in base else ""  # ranks must not append to one file
+        self.spill = SampleSpill(settings.output_dir, suffix) if settings.spill_samples else None
+        self._budget = RowBudget(settings)  # anomalous steps kept whole: this backend selects (one process)
+        self._columns = ColumnTracker()
+        self._failed_kinds: set[str] = set()
+        self._warned_span_limit = False
+        self._warned_score = False
+
+    @classmethod
+    def build(cls, settings: TelemetrySettings, rank: int, world_size: int, local_rank: int,
+              meter_provider: MeterProvider | None = None, tracer_provider: TracerProvider | None = None) -> Backend:
+        """A backend over the given providers, else over ones built from `settings`."""
+        exporters = Exporters(settings, rank, world_size, local_rank, meter_provider, tracer_provider)
+        return cls(settings, exporters, rank=rank, world_size=world_size)
+
+    @property
+    def prometheus_port(self) -> int | None:
+        return self.exporters.prometheus_port
+
+    # ---- the sinks' calls ----------------------------------------------------------------
+    def emit(self, rec: StepRecord) -> None:
+        """Everything of one step; never raises (a failing step is logged once per kind of error)."""
+        try:
+            self._emit(rec)
+        except Exception as exc:  # keep the sink (and the next steps) alive
+            kind = type(exc).__name__
+            if kind not in self._failed_kinds:
+                self._failed_kinds.add(kind)
+                logger.exception("otel-grpo: emitting step %s failed; later %s errors not logged", rec.step, kind)
+
+    def flush(self, timeout_s: float) -> bool:
+        return self.exporters.flush(timeout_s)
+
+    def close(self, timeout_s: float, *, finished: bool, preempted: bool) -> None:
+        """The run's end markers (`grpo.run.finished` / `grpo.run.preempted`), then the exporters' close."""
+        if preempted:
+            self._instruments.record_scalars({"run_preempted": 1.0})
+        if finished:
+            self._instruments.record_scalars({"run_finished": 1.0})
+        self.exporters.close(timeout_s, linger=finished)
+
+    # ---- one step ------------------------------------------------------------------------
+    def _emit(self, rec: StepRecord) -> None:
+        s = self._settings
+        step = self._tracer.start_span(spans.STEP_SPAN, attributes={spans.RUN_ID_ATTR: s.run_id,
+                                                                    spans.STEP_ATTR: rec.step},
+                                       start_time=rec.start_ns)
+        try:
+            _fail(step, rec.error, rec.end_ns)
+            parent = trace.set_span_in_context(step)
+            self._phases(rec, parent)
+            finite = self._record_metrics(rec)
+            step.set_attributes({spans.METRIC_PREFIX + k: v for k, v in finite.items()})
+            self._check_span_limit(step)
+            self._spill_step(rec, finite)
+            if rec.rows or rec.picked:
+                self._emit_samples(rec, parent)
+        finally:
+            step.end(end_time=rec.end_ns)  # even after an error: an unended span is never exported
+
+    def _phases(self, rec: StepRecord, parent: Context) -> None:
+        """A child span per phase, with the phase's own start and end (timed by `phase()` or measured elsewhere)."""
+        s = self._settings
+        for name, start_ns, end_ns, error in rec.phases:
+            # run_id and step too: phase spans may reach the sidecar in an earlier batch than their step span
+            attrs = {spans.PHASE_ATTR: name, spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step}
+            span = self._tracer.start_span(spans.PHASE_PREFIX + name, context=parent, attributes=attrs,
+                                           start_time=start_ns)
+            _fail(span, error, end_ns)
+            span.end(end_time=end_ns)
+
+    def _spill_step(self, rec: StepRecord, finite: dict[str, float]) -> None:
+        """The step span's content, spilled: `otel-grpo replay` rebuilds the sidecar's step row from it."""
+        if self.spill is None:
+            return
+        phases: dict[str, float] = {}
+        for name, start_ns, end_ns, _ in rec.phases:
+            phases[name] = phases.get(name, 0.0) + _seconds(start_ns, end_ns)
+        self.spill.write_step(self._settings.run_id, rec.step, rec.start_ns, rec.end_ns, finite, phases)
+
+    def _record_metrics(self, rec: StepRecord) -> dict[str, float]:
+        instruments = self._instruments
+        finite: dict[str, float] = {}
+        for values in rec.scalars:
+            finite.update(instruments.record_scalars(values))
+        for samples in rec.samples:
+            instruments.record_samples(samples)
+        for name, start_ns, end_ns, _ in rec.phases:
+            instruments.record_phase(name, _seconds(start_ns, end_ns))
+        instruments.count_steps(rec.steps_done, rec.step, rec.skipped)
+        return finite
+
+    def _check_span_limit(self, span: Span) -> None:
+        dropped = getattr(span, "dropped_attributes", 0)
+        if dropped and not self._warned_span_limit:
+            self._warned_span_limit = True
+            logger.warning(
+                "otel-grpo: the tracer provider dropped %d step attributes; raise its span attribute "
+                "limit (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT) so the sidecar gets every scalar", dropped
+            )
+
+    def _emit_samples(self, rec: StepRecord, parent: Context) -> None:
+        """The step's kept rows: selected once over every row of every `samples()` call (or across ranks)."""
+        s = self._settings
+        handed_ns = min((ns for ns, _, _ in rec.rows), default=rec.end_ns or rec.start_ns)
+        picked = rec.picked
+        if picked is None:
+            rows = StepRows(rec.rows, s.score)
+            kept = pick_rows(rows.scores, s, rec.keep_reason, self._budget, step_rng(s.seed, s.run_id, rec.step))
+            reason = rec.keep_reason if kept and kept[0][1] == "all" else None
+            picked = [Selected(i, selection, rows.annotated(i, self._rank, reason)) for i, selection in kept]
+        if not picked:
+            return
+        if (s.top_k or s.bottom_k) and picked[0].selection == "random" and not self._warned_score:
+            self._warned_score = True  # top/bottom come first: none means no row had a finite score
+            logger.warning("otel-grpo: no sample row has a numeric %r column; only random samples are kept", s.score)
+        flats = [flatten_row(p.row) for p in picked]
+        self._columns.observe(set().union(*flats), rec.step)
+        # The spill first: it is the copy that must be complete whatever the exporters do.
+        if self.spill is not None:
+            self.spill.write(rec.step, (
+                {**flat, "run_id": s.run_id, "step": rec.step, "sample_index": p.index, "selection": p.selection}
+                for p, flat in zip(picked, flats)
+            ))
+        end_ns = max(rec.end_ns or handed_ns, handed_ns)
+        per_span = s.max_events_per_span
+        for chunk, start in enumerate(range(0, len(picked), per_span)):
+            part = range(start, min(start + per_span, len(picked)))
+            attrs = {spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step, spans.CHUNK_ATTR: chunk,
+                     spans.COUNT_ATTR: len(part)}
+            span = self._tracer.start_span(spans.SAMPLES_SPAN, context=parent, start_time=handed_ns, attributes=attrs)
+            for i in part:
+                span.add_event(spans.SAMPLE_EVENT, event_attributes(flats[i], picked[i], s.max_text_chars), handed_ns)
+            span.end(end_time=end_ns)
+
+
+def _fail(span: Span, error: Error | None, at_ns: int | None) -> None:
+    """The recorded exception on `span`: an `exception` event (OTel's semantic conventions) and ERROR status."""
+    if error is None:
+        return
+    kind, message, stacktrace = error
+    span.add_event("exception", {"exception.type": kind, "exception.message": message,
+                                 "exception.stacktrace": stacktrace}, at_ns)
+    span.set_status(Status(StatusCode.ERROR, kind))
+
+
+def _seconds(start_ns: int, end_ns: int) -> float:
+    return max(end_ns - start_ns, 0) / 1e9  # a wall clock stepped back by NTP: no negative duration

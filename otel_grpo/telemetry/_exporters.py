@@ -1,0 +1,115 @@
+"""`Exporters`: the meter and tracer providers a backend records into, flushed and closed within a bound.
+
+    exporters = Exporters(settings, rank=0, world_size=1, local_rank=0)   # built from settings
+    exporters = Exporters(settings, 0, 1, 0, meter_provider=mp, tracer_provider=tp)  # given: flushed, never shut down
+    exporters.flush(5.0)
+    exporters.close(10.0, linger=True)     # one more Prometheus scrape, then flush and shut down
+
+Exporters block on a dead endpoint (the SDK retries a batch for its whole export timeout):
+flush and close run them on a daemon thread and give up at the bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
+
+from ._providers import Owned, build_meter_provider, build_resource, build_tracer_provider, otlp_unreachable
+from ._quiet import ExportHealth
+from ._settings import TelemetrySettings
+
+logger = logging.getLogger("otel_grpo.telemetry")
+
+DOWN_GRACE_S = 1.0
+"""At shutdown with the export endpoint failing, how long the exporters still get."""
+
+
+class Exporters:
+    """The given providers (flushed at close), else ones built from `settings` (shut down at close)."""
+
+    def __init__(self, settings: TelemetrySettings, rank: int, world_size: int, local_rank: int,
+                 meter_provider: MeterProvider | None = None, tracer_provider: TracerProvider | None = None) -> None:
+        self._settings = settings
+        self.health = ExportHealth()
+        self.prometheus_port: int | None = None
+        self._linger: Callable[[float], None] | None = None  # the pull endpoint's, when this process serves one
+        self._closers: list[Callable[[int], Any]] = []
+        self._flushers: list[Callable[[int], bool]] = []
+        self._owned = tracer_provider is None or meter_provider is None
+        resource = None
+        if tracer_provider is None:
+            resource = build_resource(settings, rank, world_size)
+            tracer_provider = build_tracer_provider(settings, resource, self.health)
+            self._closers.append(lambda ms, tp=tracer_provider: (tp.force_flush(ms), tp.shutdown()))
+        else:
+            self._closers.append(lambda ms, tp=tracer_provider: _flush(tp, ms))
+        self._flushers.append(lambda ms, tp=tracer_provider: _flush(tp, ms))
+        if meter_provider is None:
+            resource = resource or build_resource(settings, rank, world_size)
+            meter_provider, owned = build_meter_provider(settings, resource, local_rank, self.health)
+            self.prometheus_port = owned.prometheus_port
+            self._linger = owned.linger
+            self._closers.append(lambda ms, mp=meter_provider, o=owned: _close_meter(mp, o, ms))
+            self._flushers.append(lambda ms, o=owned: all([_flush(r, ms) for r in o.push_readers]))
+        else:
+            self._closers.append(lambda ms, mp=meter_provider: _flush(mp, ms))
+            self._flushers.append(lambda ms, mp=meter_provider: _flush(mp, ms))
+        self.meter_provider: MeterProvider = meter_provider
+        self.tracer_provider: TracerProvider = tracer_provider
+
+    def flush(self, timeout_s: float) -> bool:
+        """Push everything recorded to the exporters; False when that did not finish within `timeout_s`."""
+        ms = max(int(timeout_s * 1000), 1)
+        done: list[bool] = []
+        _bounded(lambda: done.append(all([flush(ms) for flush in self._flushers])), "otel-grpo-flush", timeout_s)
+        return bool(done and done[0])
+
+    def close(self, timeout_s: float, linger: bool) -> None:
+        """`linger`: serve `/metrics` until one more scrape (bounded by `prometheus_linger_s`); then flush and
+        close everything, within `timeout_s` in all."""
+        deadline = time.monotonic() + timeout_s
+        settings = self._settings
+        if linger and self._linger is not None and settings.prometheus_linger_s > 0:
+            self._linger(settings.prometheus_linger_s)  # until one more scrape has seen run_finished = 1
+        remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
+        health = self.health
+        unreachable = None if not self._owned or health.failing else otlp_unreachable(settings)
+        down = self._owned and (health.failing or unreachable is not None)
+        if unreachable is not None and not health.failures:
+            # A short run exports only now: no failed export has said the endpoint is down. Said as one
+            # (the run's one warning; the closing exporters' failures are then counted, not logged).
+            health.failed("telemetry", unreachable, "unreachable at the end of the run")
+        if down:
+            # The endpoint is down: its exporters would retry the last batch for the whole export
+            # timeout (10 s added to every exit). The spill holds the samples; give them a moment only.
+            remaining_ms = min(remaining_ms, int(DOWN_GRACE_S * 1000))
+        closers = self._closers
+        if not _bounded(lambda: [close(remaining_ms) for close in closers], "otel-grpo-shutdown", remaining_ms / 1000):
+            # Expected when the endpoint is down: its failure is the one warning (ExportHealth).
+            level = logging.INFO if down or health.failing else logging.WARNING
+            logger.log(level, "otel-grpo: shutdown: exporters did not finish within %.1fs%s; giving up on them",
+                       remaining_ms / 1000, " (export endpoint down)" if down else "")
+
+
+def _bounded(work: Callable[[], Any], name: str, timeout_s: float) -> bool:
+    """Run `work` on a daemon thread; True if it finished within `timeout_s` (else it is left behind)."""
+    worker = threading.Thread(target=work, name=name, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    return not worker.is_alive()
+
+
+def _flush(provider: Any, timeout_ms: int) -> bool:
+    flush = getattr(provider, "force_flush", None)  # the API's no-op providers have none
+    return bool(flush(timeout_ms)) if flush is not None else True
+
+
+def _close_meter(provider: Any, owned: Owned, timeout_ms: int) -> None:
+    provider.shutdown(timeout_millis=timeout_ms)
+    for close in owned.closers:
+        close()

@@ -1,0 +1,298 @@
+"""`ProcessSink`: step records pickled to a child process that runs the same `Backend`, off the trainer's GIL.
+
+    sink = ProcessSink(settings, rank=0, world_size=1, local_rank=0)
+    sink.submit(record)        # training thread: one pickle, one deque append
+    sink.flush(5.0)            # the child emitted and flushed everything so far
+    sink.close(10.0, finished=True, preempted=False)
+
+Why a process: the backend and the SDK's exporter threads hold the GIL for about a
+millisecond a step (metric points, span attributes, sample events, OTLP encoding). A
+training loop releases the GIL around every torch op and, while such a thread runs, may
+wait up to the interpreter's switch interval (5 ms) to get it back, so on a Python-bound
+loop that work is paid by training. Here the training thread pickles the step record and
+a sender thread passes the queued records every 0.25 s to `otel_grpo.telemetry._child`.
+
+No sample is lost to a child that dies, stops or falls behind: each record is kept here
+(pickled) until the child says it has emitted it (spill lines written). When the child
+exits, or when the records it has not acknowledged exceed `UNACKED_LIMIT_BYTES` (a child
+stopped by SIGSTOP, or slower than training), this process takes over (one warning): the
+child is killed, and a `ThreadSink` here, which builds its own exporters on its own thread,
+emits the unacknowledged records again and every later one. The training thread never waits.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing import Pipe
+from typing import Any, Mapping
+
+from ._backend import Backend
+from ._quiet import ExportHealth
+from ._record import StepRecord
+from ._settings import TelemetrySettings
+from ._sinks import BACKLOG_WARNING, ThreadSink
+
+logger = logging.getLogger("otel_grpo.telemetry")
+
+START_TIMEOUT_S = 60.0  # the child imports the OTel SDK and binds its exporters; a loaded node is slow
+SEND_EVERY_S = 0.25
+"""How often the sender wakes to send the steps queued meanwhile; flush and shutdown wake it at once.
+Waking it at every step cost the training thread a wake-up call, and each wake-up of a thread CPU
+time (benchmarks/README.md, costs). The price: a training process killed outright (SIGKILL, the OOM killer)
+loses the steps of its last quarter second; an exception or Ctrl-C still sends everything."""
+UNACKED_LIMIT_BYTES = 64 << 20
+"""Most bytes of pickled records held for a child that has not acknowledged them; beyond it this
+process takes over. Far above what a healthy child holds (the steps of the last quarter second)."""
+_PLAIN = (str, int, float, bool, type(None))
+
+
+class ProcessSink:
+    """A child process running the `Backend`; a `ThreadSink` here once the child is gone or stuck."""
+
+    def __init__(self, settings: TelemetrySettings, *, rank: int, world_size: int, local_rank: int) -> None:
+        self._settings = settings
+        self._where = (rank, world_size, local_rank)
+        self._lock = threading.RLock()
+        self._pending: dict[int, bytes] = {}  # sent, not yet acknowledged: emitted here if the child is lost
+        self.unacked_bytes = 0
+        self._limit = UNACKED_LIMIT_BYTES
+        self._seq = itertools.count()
+        self._tokens = itertools.count()
+        self._flushes: dict[int, list[Any]] = {}  # token -> [Event, ok]
+        self._local: ThreadSink | None = None
+        self._closed = threading.Event()  # the child acknowledged its shutdown
+        self._gone = threading.Event()  # the child's end of the pipe closed
+        # The sender's, appended without a wake-up: (seq, pickled record) of a step, a pickled message, None to stop.
+        self._out: collections.deque[tuple[int, bytes] | bytes | None] = collections.deque()
+        self._send_now = threading.Event()
+        self._warned_pickle = False
+        self._warned_backlog = False
+        self._port: int | None = None
+        self._health = ExportHealth()  # the child's exporters report there; this one stays quiet
+        self._proc: subprocess.Popen | None = None
+        try:
+            self._start()
+        except Exception as exc:  # telemetry goes on in this process
+            logger.warning("otel-grpo: the telemetry process did not start (%s); emitting in this process", exc)
+            self._stop_child()
+            self._local = ThreadSink(self._build_here)
+            return
+        threading.Thread(target=self._write, name="otel-grpo-emit-send", daemon=True).start()
+        threading.Thread(target=self._read, name="otel-grpo-emit-ack", daemon=True).start()
+
+    def _start(self) -> None:
+        ours, theirs = Pipe()
+        try:
+            # A new session: Ctrl-C in the terminal reaches the trainer only, which then closes us.
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "otel_grpo.telemetry._child", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), start_new_session=True, env=_child_env(),
+            )
+        finally:
+            theirs.close()
+        self._conn = ours
+        rank, world_size, local_rank = self._where
+        ours.send({"settings": self._settings.model_dump(), "rank": rank, "world_size": world_size,
+                   "local_rank": local_rank})
+        if not ours.poll(START_TIMEOUT_S):
+            raise TimeoutError(f"no answer within {START_TIMEOUT_S:.0f}s")
+        kind, port = ours.recv()  # EOFError: the child failed (its traceback is on stderr)
+        if kind != "ready":
+            raise RuntimeError(f"unexpected first message {kind!r}")
+        self._port = port
+
+    def _build_here(self) -> Backend:
+        """The backend of this process, once the child has exited (its Prometheus port is then free)."""
+        if self._proc is not None:
+            self._proc.wait()
+        return Backend.build(self._settings, *self._where)
+
+    # ---- what every sink has -----------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None once this process took over)."""
+        return self._proc.pid if self._proc is not None and self._local is None else None
+
+    @property
+    def prometheus_port(self) -> int | None:
+        local = self._local
+        return local.prometheus_port if local is not None else self._port
+
+    @property
+    def export_health(self) -> ExportHealth:
+        local = self._local
+        return local.export_health if local is not None else self._health
+
+    def submit(self, record: StepRecord) -> None:
+        with self._lock:
+            if self._local is not None:
+                self._local.submit(record)
+                return
+            data = self._pickle(record)
+            seq = next(self._seq)
+            self._pending[seq] = data
+            self.unacked_bytes += len(data)
+            over = self.unacked_bytes > self._limit
+            self._out.append((seq, data))  # framed by the sender, off the training thread
+        if over:
+            self._take_over("holds more than %d KiB of steps it has not acknowledged (stopped, or slower than "
+                            "training); stopping it" % (self._limit >> 10))
+        elif not self._warned_backlog and len(self._pending) > BACKLOG_WARNING:
+            self._warned_backlog = True
+            logger.warning("otel-grpo: %d steps wait to be emitted; the telemetry process falls behind",
+                           BACKLOG_WARNING)
+
+    def _pickle(self, record: StepRecord) -> bytes:
+        try:
+            return pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # a sample row with a value that does not pickle (a lock, a generator)
+            if not self._warned_pickle:
+                self._warned_pickle = True
+                logger.warning("otel-grpo: a sample row does not pickle (%s); such values are sent as text", exc)
+            record.rows = [(ns, [_plain_row(r) for r in rows], group) for ns, rows, group in record.rows]
+            return pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def flush(self, timeout_s: float) -> bool:
+        """The child emits everything sent so far and flushes its exporters; False on timeout or if it is gone."""
+        deadline = time.monotonic() + timeout_s
+        if self._local is None and not self._gone.is_set():
+            token = next(self._tokens)
+            done = self._flushes[token] = [threading.Event(), False]
+            self._send(pickle.dumps(("flush", token, timeout_s)))
+            done[0].wait(timeout_s + 1.0)  # the child's own flush is bounded by timeout_s
+            self._flushes.pop(token, None)
+            if done[1]:
+                return True
+        local = self._local  # the child died meanwhile: what it had is emitted here
+        return local is not None and local.flush(max(deadline - time.monotonic(), 0.001))
+
+    def close(self, timeout_s: float, *, finished: bool, preempted: bool) -> None:
+        """The child emits what it was sent, ends the run and closes its exporters within half of `timeout_s`
+        (plus the Prometheus linger); a child that does not is killed, and this process emits what it had not
+        acknowledged, within what is left."""
+        linger = self._settings.prometheus_linger_s if finished and self.prometheus_port is not None else 0.0
+        deadline = time.monotonic() + timeout_s + linger
+        if self._local is None:
+            self._send(pickle.dumps(("shutdown", None, (timeout_s / 2, finished, preempted))))
+            self._gone.wait(timeout_s / 2 + linger + 0.5)  # it exits right after acknowledging
+            if self._closed.is_set() and not self._pending:
+                self._send(None)
+                self._stop_child(wait_s=1.0)
+                return
+            self._take_over("did not finish within %.1fs; stopping it" % (timeout_s / 2 + linger))
+        self._send(None)
+        self._local.close(max(deadline - time.monotonic(), 1.0), finished=finished, preempted=preempted)
+
+    # ---- losing the child ----------------------------------------------------------------------
+    def _take_over(self, why: str) -> None:
+        """Kill the child and hand every record it did not acknowledge to a `ThreadSink` here (cheap:
+        the sink builds its exporters on its own thread); later records go there too."""
+        with self._lock:
+            if self._local is not None:
+                return
+            if self._proc is not None and self._proc.poll() is None:
+                try:
+                    os.kill(self._proc.pid, signal.SIGKILL)  # a stopped process dies of it too
+                except ProcessLookupError:
+                    pass
+            logger.warning("otel-grpo: the telemetry process %s; emitting in this process, %d unacknowledged "
+                           "steps again", why, len(self._pending))
+            local = ThreadSink(self._build_here, build_here=False)
+            for data in self._pending.values():
+                local.submit_pickled(data)
+            self._pending.clear()
+            self.unacked_bytes = 0
+            self._out.clear()
+            self._local = local
+
+    def _stop_child(self, wait_s: float = 0.0) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    # ---- the pipe's threads ----------------------------------------------------------------------
+    def _send(self, data: bytes | None) -> None:
+        """Queue a message and wake the sender now (None: the sender's last)."""
+        self._out.append(data)
+        self._send_now.set()
+
+    def _write(self) -> None:
+        out = self._out
+        while True:
+            self._send_now.wait(SEND_EVERY_S)
+            self._send_now.clear()
+            while out:
+                try:
+                    data = out.popleft()
+                except IndexError:  # emptied by a take-over meanwhile
+                    break
+                if data is None:
+                    return
+                if isinstance(data, tuple):
+                    data = pickle.dumps(("step", *data), protocol=pickle.HIGHEST_PROTOCOL)
+                try:
+                    self._conn.send_bytes(data)
+                except OSError:  # the child is gone: the reader takes over
+                    return
+
+    def _read(self) -> None:
+        try:
+            while True:
+                msg = self._conn.recv()
+                if msg[0] == "done":  # every step up to this one
+                    with self._lock:
+                        pending = self._pending
+                        while pending and next(iter(pending)) <= msg[1]:
+                            self.unacked_bytes -= len(pending.pop(next(iter(pending))))
+                elif msg[0] == "flushed":
+                    waiter = self._flushes.get(msg[1])
+                    if waiter is not None:
+                        waiter[1] = msg[2]
+                        waiter[0].set()
+                elif msg[0] == "closed":
+                    self._closed.set()
+        except (EOFError, OSError):
+            pass
+        self._gone.set()
+        if not self._closed.is_set():
+            code = self._proc.wait() if self._proc is not None else None
+            self._take_over(f"exited (code {code})")
+        for waiter in list(self._flushes.values()):
+            waiter[0].set()
+
+
+def _child_env() -> dict[str, str]:
+    """The child's environment: ours, with this package importable from where it was imported."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _plain(value: Any) -> Any:
+    """`value` with anything that is not a str, number, bool, None, list, tuple or dict made text."""
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(value)
+
+
+def _plain_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k): _plain(v) for k, v in row.items()}
