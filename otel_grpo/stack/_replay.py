@@ -37,8 +37,8 @@ class Segment:
     """One process of a run: its per-step values, from `start` (seconds) on, `step_s` seconds a step."""
 
     run_id: str
-    values: Mapping[str, Sequence[float]]
-    """Catalog key -> one value per step (all the same length)."""
+    values: Mapping[str, Sequence[float | None]]
+    """Catalog key -> one value per step (all the same length); None: not logged at that step."""
     step_s: float
     start_s: float = 0.0
     first_step: int = 0
@@ -67,6 +67,8 @@ def _states(seg: Segment) -> Iterator[dict[str, float]]:
         out[f"{catalog.get('steps').prometheus_name}{{{run}}}"] = float(i + 1)
         for key, values in seg.values.items():
             value = values[i]
+            if value is None:  # not logged: the gauge keeps its last value
+                continue
             if not math.isfinite(value):
                 name = f'{catalog.get("nonfinite").prometheus_name}{{{run}, signal="{key}"}}'
                 out[name] = out.get(name, 0.0) + 1

@@ -58,3 +58,10 @@ def test_notation():
     assert encode([None, 1.0, 2.0, 3.0, 3.0, "stale"]) == "_ 1+1x2 3 stale"
     with pytest.raises(ValueError, match="value"):
         expand("1x3")
+
+
+def test_a_value_not_logged_at_a_step_keeps_the_gauge_and_counts_nothing():
+    """A recorded run's absent key (TRL logs no throughput at its first step) is no non-finite value."""
+    series = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10)], scrape_s=10, scrapes=3)
+    assert series['grpo_throughput{run_id="r"}'] == "_x2 5 5"
+    assert not [name for name in series if name.startswith("grpo_nonfinite")]
