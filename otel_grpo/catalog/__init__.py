@@ -13,11 +13,13 @@ or are checked against `SIGNALS`.
 from . import spans
 from ._lookup import PEERS, by_name, get, resolve, split_stat_key, stat_key
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
-from ._step_checks import STEP_CHECKS, STREAKS, StepCheck, bound_label, reached
+from ._step_checks import BASELINE_MIN_STEPS, PROCESS, STEP_CHECKS, STREAKS, StepCheck, Streaks, bound_label, process_id, reached
 from ._table import SIGNALS
 
 __all__ = [
+    "BASELINE_MIN_STEPS",
     "PEERS",
+    "PROCESS",
     "SIGNALS",
     "STEP_CHECKS",
     "STREAKS",
@@ -26,9 +28,11 @@ __all__ = [
     "Reduction",
     "Signal",
     "StepCheck",
+    "Streaks",
     "bound_label",
     "by_name",
     "get",
+    "process_id",
     "reached",
     "resolve",
     "sanitize_key",

@@ -17,7 +17,7 @@ alerts select each run's bound. Other overrides are recording rules
 `run_id:grpo_threshold:<field>` carrying that run's `run_id`, which the alerts
 compare a run against when it exists, against the default otherwise (`threshold`).
 
-Trend baselines (KL jump, reward and entropy collapse, grad-norm spike, throughput)
+Trend baselines (KL jump, reward and entropy collapse, throughput)
 span steps and time, whichever is longer: of the windows `baseline_window` x 4^i
 (offset `baseline_offset` x 4^i, i < `baseline_rungs`), a run's baseline is the
 shortest one holding `baseline_min_steps` steps, so a run of 10-minute steps gets
@@ -44,7 +44,7 @@ def _m(key: str) -> str:
 
 KL, REWARD, ENTROPY = _m("kl"), _m("reward"), _m("entropy")
 STEP_INDEX, NONFINITE, SKIPPED = _m("step"), _m("nonfinite"), _m("skipped_steps")
-GRAD_NORM, THROUGHPUT, STEP_TIME = _m("grad_norm"), _m("tokens_per_second"), _m("step_time")
+THROUGHPUT, STEP_TIME = _m("tokens_per_second"), _m("step_time")
 # Histograms whose rates the dashboards turn into quantiles (heavy: one series per bucket).
 HISTOGRAMS = ("sample_reward", "sample_advantage", "sample_completion_length", "sample_is_ratio", "step_kl")
 LABELLED_HISTOGRAMS = ("phase_duration", "sample_reward_fn")
@@ -59,7 +59,7 @@ STEP_THRESHOLDS = {
     "chi2_threshold": "mismatch_chi2_token", "veto_fraction_threshold": "rollout_is_veto_fraction",
     "catastrophic_fraction_threshold": "rollout_is_catastrophic_token_fraction",
     "clip_ratio_threshold": "clip_ratio_region_mean", "completions_clipped_threshold": "completions_clipped_ratio",
-    "zero_std_threshold": "frac_reward_zero_std",
+    "zero_std_threshold": "frac_reward_zero_std", "grad_norm_factor": "grad_norm",
 }
 
 # Settings that are thresholds: the ones `overrides` may set per run.
@@ -95,7 +95,8 @@ class RuleSettings:
     zero_std_threshold: float = 0.8
     """Fraction of prompt groups with equal rewards (no learning signal) above which the run learns nothing."""
     grad_norm_factor: float = 10.0
-    """Gradient norm above this multiple of its baseline median is a spike."""
+    """Gradient norm above this multiple of its median over the previous 100 steps is a spike: judged by the
+    training process on every step (a bound of the relative `grad_norm` step check)."""
     throughput_fraction: float = 0.5
     """Throughput below this fraction of its baseline mean is a drop."""
     reward_drop: float = 0.1
@@ -320,7 +321,6 @@ def _baselines(s: RuleSettings) -> list[dict]:
             {"record": f"run_id:{name}:baseline_stddev", "expr": _baseline(s, metric, "stddev_over_time")},
         ]
     rules += [
-        {"record": f"run_id:{GRAD_NORM}:baseline_median", "expr": _quantile_baseline(s, GRAD_NORM, 0.5)},
         {"record": f"run_id:{THROUGHPUT}:baseline_mean", "expr": _baseline(s, THROUGHPUT, "avg_over_time")},
     ]
     return rules
