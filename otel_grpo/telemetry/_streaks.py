@@ -1,7 +1,7 @@
 """Step checks on the emitter thread: the streak of every checked scalar beyond every bound.
 
-    counters = StepStreaks(meter, {"run_id": "r"})
-    counters.observe({"kl": 1.5}); counters.end_step()   # kl > 1.0: streak 1 at bound 1.0
+    counters = StepStreaks(meter, {"run_id": "r"}, gauge, process_id())
+    counters.observe("kl", 1.5); counters.end_step()   # kl > 1.0: streak 1 at bound 1.0
 
 Why here and not in Prometheus: a scrape sees one step of many (2 s steps, 15 s
 scrapes), and a streak broken between two scrapes is invisible there. Counters
