@@ -14,19 +14,25 @@ from . import spans
 from ._lookup import PEERS, by_name, get, peer_names, resolve, split_stat_key, stat_key
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
 from ._step_checks import (
+    BASELINE_MIN_STEPS,
+    PROCESS,
     STEP_CHECKS,
     STEP_THRESHOLDS,
     STREAKS,
     StepCheck,
+    Streaks,
     bound_label,
     load_rule_settings,
+    process_id,
     reached,
     run_thresholds,
 )
 from ._table import SIGNALS
 
 __all__ = [
+    "BASELINE_MIN_STEPS",
     "PEERS",
+    "PROCESS",
     "SIGNALS",
     "STEP_CHECKS",
     "STEP_THRESHOLDS",
@@ -36,11 +42,13 @@ __all__ = [
     "Reduction",
     "Signal",
     "StepCheck",
+    "Streaks",
     "bound_label",
     "by_name",
     "get",
     "load_rule_settings",
     "peer_names",
+    "process_id",
     "reached",
     "resolve",
     "run_thresholds",

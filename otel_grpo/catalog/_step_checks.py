@@ -14,15 +14,31 @@ The rule settings file (YAML of `RuleSettings` fields, `otel-grpo dashboards --r
 is read here too, so that the training process judges a step by the same per-run thresholds
 as the alerts (`run_thresholds`; the telemetry's adaptive retention) without importing the stack.
 
+A relative check (`baseline_steps`, the gradient norm) compares each step's value
+divided by the median of the run's previous `baseline_steps` values with its bounds
+(factors): a spike against the run's own recent history, judged on every step.
+
+Each process counts in series of its own (attribute `process`, its start time): a
+resumed run's first counts are new series, which the alerts count whole, so a
+resume that repeats the old process's count, or comes after its series went
+stale, still shows its first step's events.
+
     >>> STEP_CHECKS["kl"].bounds[:3]
     (0.1, 0.2, 0.5)
     >>> STEP_CHECKS["rollout_is_eff_sample_size"].below
     True
+    >>> state = Streaks(StepCheck("x", (2.0,), baseline_steps=4), min_history=2)
+    >>> for v in (1.0, 1.0, 1.0, 3.0): state.advance(v)
+    >>> state.counts   # 3.0 is 3 times the median of 1.0, 1.0, 1.0
+    [1]
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -43,22 +59,65 @@ class StepCheck:
     """Thresholds the streaks are kept for (each one a series set: keep them few)."""
     below: bool = False
     """Beyond means below the bound (an effective sample size), not above it."""
+    baseline_steps: int = 0
+    """Relative check: the value judged is the scalar over the median of its previous `baseline_steps`
+    values (bounds are factors), once `BASELINE_MIN_STEPS` of them are known; 0: the scalar itself."""
 
     def __post_init__(self) -> None:
         if not self.bounds or list(self.bounds) != sorted(set(self.bounds)):
             raise ValueError(f"{self.key!r}: bounds must be non-empty and strictly increasing")
+        if self.baseline_steps < 0:
+            raise ValueError(f"{self.key!r}: baseline_steps must be >= 0")
 
     def beyond(self, value: float, bound: float) -> bool:
         return value < bound if self.below else value > bound
 
-    def advance(self, streaks: list[int], value: float) -> None:
-        """One step of `value`: each bound's streak grows by one if beyond it, else restarts at 0.
 
-        The one definition of a streak, shared by the training process (telemetry) and
-        the alert tests' replay of recorded runs (otel_grpo.stack).
-        """
-        for i, bound in enumerate(self.bounds):
-            streaks[i] = streaks[i] + 1 if self.beyond(value, bound) else 0
+BASELINE_MIN_STEPS = 20
+"""Earlier steps a relative check needs before it judges one (its warm-up, as the trend alerts' 20 steps)."""
+
+
+class Streaks:
+    """The streaks of one checked scalar against each of its bounds, advanced one step at a time.
+
+    The one definition of a streak, shared by the training process (telemetry) and the
+    alert tests' replay of recorded runs (otel_grpo.stack).
+    """
+
+    __slots__ = ("check", "counts", "_history", "_min")
+
+    def __init__(self, check: StepCheck, min_history: int = BASELINE_MIN_STEPS) -> None:
+        self.check = check
+        self.counts = [0] * len(check.bounds)
+        """Consecutive steps, up to the last one, beyond each bound."""
+        self._history: deque[float] | None = deque(maxlen=check.baseline_steps) if check.baseline_steps else None
+        self._min = min_history
+
+    def advance(self, value: float) -> None:
+        """One step of `value`: each bound's streak grows by one if beyond it, else restarts at 0
+        (as it does while a relative check has too short a history to judge)."""
+        judged: float | None = value
+        if self._history is not None:
+            judged = self._relative(value)
+            self._history.append(value)
+        for i, bound in enumerate(self.check.bounds):
+            self.counts[i] = self.counts[i] + 1 if judged is not None and self.check.beyond(judged, bound) else 0
+
+    def _relative(self, value: float) -> float | None:
+        history = self._history
+        if history is None or len(history) < self._min:
+            return None
+        median = statistics.median(history)  # ~100 floats: a few microseconds a step
+        return value / median if median > 0 else None
+
+
+PROCESS = "process"
+"""Attribute of the alerts' event counters (step evidence, non-finite values, skipped steps): the process."""
+
+
+def process_id(start_s: float | None = None) -> str:
+    """The `process` attribute of a process started at `start_s` (Unix seconds; default now)."""
+    return str(int(time.time() if start_s is None else start_s))
 
 
 def reached(streak: int) -> tuple[int, ...]:
@@ -81,6 +140,8 @@ STEP_CHECKS: dict[str, StepCheck] = {c.key: c for c in (
     StepCheck("clip_ratio_region_mean", (0.1, 0.2, 0.3, 0.5)),
     StepCheck("completions_clipped_ratio", (0.1, 0.2, 0.3, 0.5)),
     StepCheck("frac_reward_zero_std", (0.5, 0.8, 0.9, 0.95)),
+    # The gradient norm against its median over the previous 100 steps: a spike is one step.
+    StepCheck("grad_norm", (3.0, 5.0, 10.0, 20.0), baseline_steps=100),
 )}
 """Checked scalars by catalog key."""
 
@@ -89,7 +150,7 @@ STEP_THRESHOLDS: dict[str, str] = {
     "chi2_threshold": "mismatch_chi2_token", "veto_fraction_threshold": "rollout_is_veto_fraction",
     "catastrophic_fraction_threshold": "rollout_is_catastrophic_token_fraction",
     "clip_ratio_threshold": "clip_ratio_region_mean", "completions_clipped_threshold": "completions_clipped_ratio",
-    "zero_std_threshold": "frac_reward_zero_std",
+    "zero_std_threshold": "frac_reward_zero_std", "grad_norm_factor": "grad_norm",
 }
 """The alert rules' thresholds that are step checks: `RuleSettings` field -> checked catalog key."""
 
@@ -120,6 +181,8 @@ def run_thresholds(settings: Mapping[str, Any], run_id: str) -> dict[str, float]
     own = own if isinstance(own, Mapping) else {}
     out: dict[str, float] = {}
     for name, key in STEP_THRESHOLDS.items():
+        if STEP_CHECKS[key].baseline_steps:
+            continue  # a factor over the run's own median, not a bound on the value itself
         value = own.get(name, settings.get(name))
         if value is None:
             continue

@@ -131,8 +131,8 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("sample_completion_length", "grpo.sample.completion_length", H, "{token}", "Length of each completion in tokens.", R.SAMPLES, Group.LENGTH, buckets=LENGTH_BUCKETS),
     Signal("sample_is_ratio", "grpo.sample.is_ratio", H, "{ratio}", "Per-sequence geometric-mean IS ratio pi_train / pi_rollout of each completion.", R.SAMPLES, Group.MISMATCH, buckets=IS_RATIO_BUCKETS),
     # ---- health -------------------------------------------------------------------
-    Signal("nonfinite", "grpo.nonfinite", C, "{value}", "Non-finite (NaN or infinite) values seen and not exported (attribute `signal`: the key).", R.HOST, Group.HEALTH, label="signal"),
-    Signal("skipped_steps", "grpo.skipped_steps", C, "{step}", "Steps whose update was skipped (non-finite loss or a failed batch).", R.HOST, Group.HEALTH),
+    Signal("nonfinite", "grpo.nonfinite", C, "{value}", "Non-finite (NaN or infinite) values seen and not exported (attribute `signal`: the key; `process`: the counting process, so a resumed run counts in new series).", R.HOST, Group.HEALTH, label="signal"),
+    Signal("skipped_steps", "grpo.skipped_steps", C, "{step}", "Steps whose update was skipped (non-finite loss or a failed batch); attribute `process`: the counting process.", R.HOST, Group.HEALTH),
     _g("run_finished", "grpo.run.finished", "{bool}", "1 once the run has ended on purpose: training completed, or the user stopped it (Ctrl-C); 0 from each process's first step on (a resumed run is running again). Never set by a crash or a preemption, so a run whose series stop without it crashed, was preempted or lost its exporter.", R.HOST, Group.HEALTH),
     _g("run_preempted", "grpo.run.preempted", "{bool}", "1 once the run was stopped by SIGTERM (a scheduler's preemption: to be resumed), 0 from each process's first step on.", R.HOST, Group.HEALTH),
     # ---- per-step distributions for alerts (issue 15) -------------------------------
@@ -141,7 +141,7 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("step_kl", "grpo.step.kl", H, "{nat}", "KL to the reference of each step (`kl`), one observation per step: counts the steps above each bound (dashboards).", R.HOST, Group.KL, buckets=STEP_KL_BUCKETS),
     # Step checks (catalog/_step_checks.py): the streaks the alerts count steps with.
     _g("step_streak", "grpo.step.streak", "{step}", "Consecutive steps, up to the last one, whose scalar (attribute `signal`) was beyond `bound` (above it; below it for an effective sample size); 0 after a step within the bound.", R.HOST, Group.HEALTH),
-    Signal("step_beyond", "grpo.step.beyond", C, "{step}", "Steps at which the scalar `signal` had been beyond `bound` for at least `streak` consecutive steps, that step included (`streak` 1: every step beyond). Lossless between scrapes: the alerts' step evidence.", R.HOST, Group.HEALTH),
+    Signal("step_beyond", "grpo.step.beyond", C, "{step}", "Steps at which the scalar `signal` had been beyond `bound` for at least `streak` consecutive steps, that step included (`streak` 1: every step beyond); attribute `process`: the counting process (a resumed run counts in new series). Lossless between scrapes: the alerts' step evidence.", R.HOST, Group.HEALTH),
 )
 
 # ---- TRL ----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ._alerts_base import PCT as _PCT, RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert, by_run as _max
 from ._evidence import at_step, beyond, counted
-from ._rules import ENTROPY, GRAD_NORM, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, prometheus_name, threshold
+from ._rules import ENTROPY, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, prometheus_name, threshold
 from ._run_end import progress_rule, run_end_alerts
 
 STREAK = "run_id:grpo_check:streak_start"
@@ -151,14 +151,15 @@ def _training_alerts(s: RuleSettings) -> list[dict]:
                         "Groups whose completions all score the same have zero advantage: the step learns nothing from "
                         "them. Tasks too easy or too hard, or a reward function that returns a constant.",
                         "Learning signal: within-group reward std, groups with zero std"),
-        # One step is the spike: no streak.
-        _alert(s, "GRPOGradNormSpike",
-               threshold(s, "grad_norm_factor", f"{_max(GRAD_NORM)} / on (run_id) run_id:{GRAD_NORM}:baseline_median", ">")
-               + f" and on (run_id) {_max(STEP_INDEX)} >= {s.warmup_steps}",
-               "0s", "warning",
-               f"Gradient norm is {_VAL} times its baseline median in {_RUN}",
-               "A gradient-norm spike usually precedes a loss or KL blow-up: a bad batch, a learning-rate jump, or fp16 overflow.",
-               "Loss and gradient norm"),
+        # One step is the spike: no streak. The trainer judges every step against its own median.
+        _evidence_alert(s, "GRPOGradNormSpike", ("grad_norm_factor",), 1, "warning",
+                        "A step's gradient norm exceeded {{ $labels.bound }} times its median over the previous "
+                        f"100 steps within the last {s.counter_window}",
+                        "A gradient-norm spike usually precedes a loss or KL blow-up: a bad batch, a learning-rate "
+                        "jump, or fp16 overflow. The training process compares every step's gradient norm with the "
+                        "median of the run's previous 100 (from its 20th step on) and counts the spikes "
+                        "(grpo_step_beyond_total{signal=\"grad_norm\"}), so a spike between two scrapes is not lost.",
+                        "Loss and gradient norm"),
         _step_alert(s, "throughput_drop", "GRPOThroughputDrop", "warning",
                     f"Throughput is {_PCT} of its baseline in {_RUN}",
                     "Tokens per second fell: a slower node, thermal throttling, longer completions or a contended rollout engine.",

@@ -30,12 +30,15 @@ BY = "run_id, signal, bound"
 def counted(metric: str, by: str, s: RuleSettings) -> str:
     """Any increase within `counter_window`; a series unseen for `counter_lookback` before it counts by its value.
 
-    No `unless x offset w`: after a failed scrape or an outage that would see every
-    counter as new again. `last_over_time` over the lookback still finds its last value.
+    Per series, then summed: each process of a run counts in series of its own (attribute
+    `process`), so a resumed process's first counts are a new series even where the old
+    process's series (same run, signal) still show, or count the same. No `unless x offset w`
+    with a short lookback: after a failed scrape or an outage that would see every counter as
+    new again. `last_over_time` over the lookback still finds its last value.
     """
     return (f"sum by ({by}) (increase({metric}[{s.counter_window}])) > 0"
-            f" or (sum by ({by}) ({metric}) > 0"
-            f" unless on ({by}) sum by ({by}) (last_over_time({metric}[{s.counter_lookback}] offset {s.counter_window})))")
+            f" or sum by ({by}) ({metric} > 0"
+            f" unless last_over_time({metric}[{s.counter_lookback}] offset {s.counter_window}))")
 
 
 def _literal(text: str) -> str:

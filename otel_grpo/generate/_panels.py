@@ -47,6 +47,8 @@ class Panel:
     """A dashboard variable: one copy of the panel per selected value (a table of one run each)."""
     right_axis: dict[str, str] = field(default_factory=dict)
     """Series (legend regex) drawn on a right axis with their own unit: mixed units in one panel."""
+    partition_by: str | None = None
+    """An Infinity table's column whose values split it into one series each (runs overlaid in one panel)."""
 
 
 def unit_of(signal: Signal) -> str:
@@ -115,6 +117,11 @@ def render(panel: Panel, panel_id: int, x: int, y: int) -> dict:
         if panel.kind == "trend":  # x is the step, not the time: runs line up by step
             out["options"] = {"xField": "step", "legend": {"showLegend": True, "displayMode": "list",
                                                            "placement": "bottom", "calcs": []}}
+            if panel.partition_by is not None:  # one series per value (run), named by it
+                out["transformations"] = [{"id": "partitionByValues", "options": {
+                    "fields": [panel.partition_by], "keepFields": False, "naming": {"asLabels": True}}}]
+                out["fieldConfig"] = {"defaults": {"displayName": f"${{__field.labels.{panel.partition_by}}}"},
+                                      "overrides": []}
         else:
             out["options"] = {"showHeader": True, "cellHeight": "sm"}
         return out

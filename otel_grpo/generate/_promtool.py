@@ -76,9 +76,10 @@ def _segment(run: dict) -> Segment:
 
 
 def _recorded(path: Path, keys: list[str], steps: int | None) -> dict[str, list[float]]:
-    """Per-step values of `keys` from a trainer's metrics.jsonl (null: a non-finite value), the first `steps`."""
+    """Per-step values of `keys` from a trainer's metrics.jsonl, the first `steps`: null is a non-finite value,
+    an absent key a value not logged at that step (TRL's first step has no throughput)."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][:steps]
-    return {k: [math.nan if r.get(k) is None else float(r[k]) for r in rows] for k in keys}
+    return {k: [None if k not in r else math.nan if r[k] is None else float(r[k]) for r in rows] for k in keys}
 
 
 def input_series(scenario: dict) -> list[dict]:

@@ -4,15 +4,16 @@
     >>> series = replay([run], scrape_s=15, scrapes=4)
     >>> series['grpo_step_index{run_id="r"}']
     '_ 0 2 3 3'
-    >>> series['grpo_step_beyond_total{run_id="r", signal="kl", bound="1.0", streak="3"}']
+    >>> series['grpo_step_beyond_total{run_id="r", signal="kl", bound="1.0", process="0", streak="3"}']
     '_ 0 0 1 1'
     >>> encode([None, None, 1.0, 2.0, 3.0, 4.0, 0.5, 0.5, 0.5, "stale"])
     '_x2 1+1x3 0.5x2 stale'
 
 The training process's exports are modelled exactly as they reach Prometheus: the
 gauges hold the last step's values (non-finite values are counted, not exported),
-the counters count every step, and the step checks' streaks are advanced by the
-catalog's own `StepCheck.advance` (the same code the trainer runs). A scrape sees
+the counters count every step (in series of the process: `process` is its start),
+and the step checks' streaks are advanced by the catalog's own `Streaks` (the same
+code the trainer runs). A scrape sees
 the steps completed by its time. So a scenario says what a run does per step
 (2 s or 15 min apart) and the rules are tested against what a 15 s scrape of it
 shows, hours long.
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 from otel_grpo import catalog
-from otel_grpo.catalog import STEP_CHECKS, bound_label, reached
+from otel_grpo.catalog import PROCESS, STEP_CHECKS, Streaks, bound_label, process_id, reached
 
 STALE = "stale"
 ENDS = ("hang", "finish", "preempt", "crash")
@@ -37,8 +38,8 @@ class Segment:
     """One process of a run: its per-step values, from `start` (seconds) on, `step_s` seconds a step."""
 
     run_id: str
-    values: Mapping[str, Sequence[float]]
-    """Catalog key -> one value per step (all the same length)."""
+    values: Mapping[str, Sequence[float | None]]
+    """Catalog key -> one value per step (all the same length); None: not logged at that step."""
     step_s: float
     start_s: float = 0.0
     first_step: int = 0
@@ -60,27 +61,30 @@ class Segment:
 def _states(seg: Segment) -> Iterator[dict[str, float]]:
     """The exported values after each step of a segment, keyed by series (labels included)."""
     run = f'run_id="{seg.run_id}"'
+    process = f'{PROCESS}="{process_id(seg.start_s)}"'  # the event counters' series are the process's own
     out: dict[str, float] = {}
-    streaks = {key: [0] * len(c.bounds) for key, c in STEP_CHECKS.items()}
+    streaks = {key: Streaks(c) for key, c in STEP_CHECKS.items()}
     for i in range(seg.steps):
         out[f"{catalog.get('step').prometheus_name}{{{run}}}"] = float(seg.first_step + i)
         out[f"{catalog.get('steps').prometheus_name}{{{run}}}"] = float(i + 1)
         for key, values in seg.values.items():
             value = values[i]
+            if value is None:  # not logged: the gauge keeps its last value
+                continue
             if not math.isfinite(value):
-                name = f'{catalog.get("nonfinite").prometheus_name}{{{run}, signal="{key}"}}'
+                name = f'{catalog.get("nonfinite").prometheus_name}{{{run}, {process}, signal="{key}"}}'
                 out[name] = out.get(name, 0.0) + 1
                 continue
             out[f"{catalog.get(key).prometheus_name}{{{run}}}"] = value
-            check = STEP_CHECKS.get(key)
-            if check is not None:
-                check.advance(streaks[key], value)
-                for bound, streak in zip(check.bounds, streaks[key]):
+            state = streaks.get(key)
+            if state is not None:
+                state.advance(value)
+                for bound, streak in zip(state.check.bounds, state.counts):
                     labels = f'{run}, signal="{key}", bound="{bound_label(bound)}"'
                     out[f"{catalog.get('step_streak').prometheus_name}{{{labels}}}"] = float(streak)
                     done = reached(streak)
                     for n in catalog.STREAKS:
-                        name = f'{catalog.get("step_beyond").prometheus_name}{{{labels}, streak="{n}"}}'
+                        name = f'{catalog.get("step_beyond").prometheus_name}{{{labels}, {process}, streak="{n}"}}'
                         out[name] = out.get(name, 0.0) + (n in done)
         for end in ("finish", "preempt"):  # 0 from the first step, 1 at a deliberate end
             marker = f"{catalog.get('run_' + end + 'ed').prometheus_name}{{{run}}}"

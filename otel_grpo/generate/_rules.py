@@ -17,7 +17,7 @@ alerts select each run's bound. Other overrides are recording rules
 `run_id:grpo_threshold:<field>` carrying that run's `run_id`, which the alerts
 compare a run against when it exists, against the default otherwise (`threshold`).
 
-Trend baselines (KL jump, reward and entropy collapse, grad-norm spike, throughput)
+Trend baselines (KL jump, reward and entropy collapse, throughput)
 span steps and time, whichever is longer: of the windows `baseline_window` x 4^i
 (offset `baseline_offset` x 4^i, i < `baseline_rungs`), a run's baseline is the
 shortest one holding `baseline_min_steps` steps, so a run of 10-minute steps gets
@@ -42,7 +42,7 @@ def prometheus_name(key: str) -> str:
 
 KL, REWARD, ENTROPY = map(prometheus_name, ("kl", "reward", "entropy"))
 STEP_INDEX, NONFINITE, SKIPPED = map(prometheus_name, ("step", "nonfinite", "skipped_steps"))
-GRAD_NORM, THROUGHPUT, STEP_TIME = map(prometheus_name, ("grad_norm", "tokens_per_second", "step_time"))
+THROUGHPUT, STEP_TIME = map(prometheus_name, ("tokens_per_second", "step_time"))
 # Histograms whose rates the dashboards turn into quantiles (heavy: one series per bucket).
 HISTOGRAMS = ("sample_reward", "sample_advantage", "sample_completion_length", "sample_is_ratio", "step_kl")
 LABELLED_HISTOGRAMS = ("phase_duration", "sample_reward_fn")
@@ -84,7 +84,8 @@ class RuleSettings:
     zero_std_threshold: float = 0.8
     """Fraction of prompt groups with equal rewards (no learning signal) above which the run learns nothing."""
     grad_norm_factor: float = 10.0
-    """Gradient norm above this multiple of its baseline median is a spike."""
+    """Gradient norm above this multiple of its median over the previous 100 steps is a spike: judged by the
+    training process on every step (a bound of the relative `grad_norm` step check)."""
     throughput_fraction: float = 0.5
     """Throughput below this fraction of its baseline mean is a drop."""
     reward_drop: float = 0.1
@@ -306,7 +307,6 @@ def _baselines(s: RuleSettings) -> list[dict]:
             {"record": f"run_id:{name}:baseline_stddev", "expr": _baseline(s, metric, "stddev_over_time")},
         ]
     rules += [
-        {"record": f"run_id:{GRAD_NORM}:baseline_median", "expr": _quantile_baseline(s, GRAD_NORM, 0.5)},
         {"record": f"run_id:{THROUGHPUT}:baseline_mean", "expr": _baseline(s, THROUGHPUT, "avg_over_time")},
     ]
     return rules

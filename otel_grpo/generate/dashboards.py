@@ -30,6 +30,7 @@ STEP_ALIGNED = ("kl", "reward", "entropy", "clip_ratio_region_mean", "completion
 """The scalars of the step-aligned run comparison (the sidecar's step history)."""
 """Signals of one leftover panel (one series each per selected run)."""
 
+COMPARE_TITLE = "Runs compared by step: ${compare}"
 SIDECAR_PAGE_LIMIT = 200
 RATES = ".*/s.*"  # legends of per-second series: a right axis where counts share the panel
 
@@ -189,11 +190,16 @@ def _rollout_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gro
     ]
 
 
+def _step_columns() -> list[str]:
+    """The sidecar's step-history columns of the step-aligned scalars (catalog names, as the API names them)."""
+    return [catalog.get(k).name for k in STEP_ALIGNED]
+
+
 def _samples_panels() -> list[Panel]:
     """Tables read from the sidecar's JSON API through the Infinity datasource."""
     def table(title: str, url: str, params: dict[str, str], width: int, height: int, repeat: str | None = None,
-              kind: str = "table") -> Panel:
-        return Panel(title, kind=kind, width=width, height=height, repeat=repeat, infinity={
+              kind: str = "table", partition_by: str | None = None) -> Panel:
+        return Panel(title, kind=kind, width=width, height=height, repeat=repeat, partition_by=partition_by, infinity={
             "type": "json", "source": "url", "format": "table", "parser": "backend", "root_selector": "",
             "url": url, "url_options": {"method": "GET", "params": [{"key": k, "value": v} for k, v in params.items()]},
             "columns": [],
@@ -210,7 +216,11 @@ def _samples_panels() -> list[Panel]:
         # Every step, exact (Prometheus samples them), against the step: one panel per selected
         # run, repeated one under the other, so runs line up by step rather than by time.
         table("Step-exact history by step (sidecar)", "/api/runs/${run_id:percentencode}/steps",
-              {"metrics": ",".join(catalog.get(k).name for k in STEP_ALIGNED)}, 24, 8, repeat="run_id", kind="trend"),
+              {"metrics": ",".join(_step_columns())}, 24, 8, repeat="run_id", kind="trend"),
+        # The selected runs overlaid in one panel, x = the training step (runs started at different
+        # times line up): one scalar at a time (variable `compare`), one series per run.
+        table(f"{COMPARE_TITLE} (sidecar)", "/api/steps", {"run_id": "${run_id:pipe}", "metrics": "${compare}"},
+              24, 10, kind="trend", partition_by="run_id"),
     ]
 
 
@@ -287,6 +297,11 @@ def _variables() -> list[dict]:
          "query": {"query": "label_values(grpo_step_index, run_id)", "refId": "run_id"},
          "refresh": 2, "sort": 1, "multi": True, "includeAll": True, "allValue": ".*",
          "current": {"text": ["All"], "value": ["$__all"]}},
+        # The scalar the step-aligned run comparison draws.
+        {"name": "compare", "label": "compare by step", "type": "custom", "query": ",".join(_step_columns()),
+         "multi": False, "includeAll": False, "hide": 0,
+         "current": {"text": _step_columns()[0], "value": _step_columns()[0]},
+         "options": [{"text": c, "value": c, "selected": i == 0} for i, c in enumerate(_step_columns())]},
     ]
 
 

@@ -26,7 +26,7 @@ from ._metrics import LatencyMiddleware, SidecarMetrics
 from ._settings import SidecarSettings
 from ._workers import IngestPool
 from .api.deps import IngestGate
-from .api.routes import alerts, ingest, ops, runs, samples, web
+from .api.routes import alerts, ingest, ops, runs, samples, steps, web
 from .store import UNAVAILABLE_ERRORS, open_store
 
 log = logging.getLogger("otel_grpo.sidecar")
@@ -120,7 +120,7 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
     app.state.body_gate = IngestGate(settings.max_concurrent_bodies)
     # samples before runs: run ids may contain `/` (`{run_id:path}`), so the catch-all
     # `/api/runs/{run_id}` must come after every `/api/runs/{run_id}/...` route.
-    for module in (ingest, samples, runs, alerts, ops, web):
+    for module in (ingest, samples, runs, steps, alerts, ops, web):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=web.WEB_DIR), name="static")
     if settings.cors_origins:

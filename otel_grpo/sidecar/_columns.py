@@ -54,6 +54,11 @@ def stat_key(name: str) -> str:
     return name
 
 
+def stat_keys(names: list[str] | None) -> list[str] | None:
+    """The stored keys a `metrics=` selection names, in its order, once each; None: every column."""
+    return None if names is None else list(dict.fromkeys(stat_key(m) for m in names))
+
+
 def unit_label(unit: str) -> str:
     """A catalog unit as an axis label: `{nat}` -> nat, `s` -> s (UCUM braces are annotations)."""
     return unit[1:-1] if unit.startswith("{") and unit.endswith("}") else unit

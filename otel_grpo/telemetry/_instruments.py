@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from otel_grpo.catalog import Kind, Signal, get, resolve, sanitize_key
+from otel_grpo.catalog import PROCESS, Kind, Signal, get, process_id, resolve, sanitize_key
 
 from ._bulk_histogram import HistogramRecorder
 from ._streaks import StepStreaks
@@ -89,6 +89,10 @@ class Instruments:
     def __init__(self, meter: Meter, base_attributes: Mapping[str, Any]) -> None:
         self._meter = meter
         self._base = dict(base_attributes)
+        # The alerts' event counters count in this process's own series: a resumed run's first
+        # events are new series, whatever the old process had counted (catalog `_step_checks`).
+        process = process_id()
+        self._events = {**self._base, PROCESS: process}
         self._by_name: dict[str, Any] = {}
         self._routes: dict[str, Route | None] = {}
         self._warned: set[str] = set()
@@ -100,7 +104,7 @@ class Instruments:
         self._phase_attrs: dict[str, dict[str, Any]] = {}
         self._step_route = self._route_for(get("step"), {})
         self._per_step = {key: self._route_for(get(target), {}) for key, target in STEP_DISTRIBUTIONS.items()}
-        self._streaks = StepStreaks(meter, self._base, self._instrument(get("step_streak")))
+        self._streaks = StepStreaks(meter, self._base, self._instrument(get("step_streak")), process)
         # A process's first step says "running": a resumed run's earlier end no longer counts.
         self._running = [self._route_for(get(key), {}) for key in ("run_finished", "run_preempted")]
 
@@ -172,7 +176,7 @@ class Instruments:
 
     # ---- recording (background thread) -------------------------------------------------
     def count_nonfinite(self, stat_key: str, count: int = 1) -> None:
-        self._nonfinite.add(count, {**self._base, "signal": stat_key})
+        self._nonfinite.add(count, {**self._events, "signal": stat_key})
 
     def record_scalars(self, values: Mapping[str, float]) -> dict[str, float]:
         """Record one step's scalars; returns `{stat_key: value}` of the finite ones (span attributes)."""
@@ -232,5 +236,5 @@ class Instruments:
         if steps > 0:
             self._steps.add(steps, self._base)
         if skipped:
-            self._skipped.add(1, self._base)
+            self._skipped.add(1, self._events)
         self._step_route.record(float(last_step), self._step_route.attributes)

@@ -1,12 +1,13 @@
 """Step checks on the emitter thread: the streak of every checked scalar beyond every bound.
 
-    counters = StepStreaks(meter, {"run_id": "r"})
-    counters.observe({"kl": 1.5}); counters.end_step()   # kl > 1.0: streak 1 at bound 1.0
+    counters = StepStreaks(meter, {"run_id": "r"}, gauge, process_id())
+    counters.observe("kl", 1.5); counters.end_step()   # kl > 1.0: streak 1 at bound 1.0
 
 Why here and not in Prometheus: a scrape sees one step of many (2 s steps, 15 s
 scrapes), and a streak broken between two scrapes is invisible there. Counters
 lose nothing between scrapes, so the alerts read `grpo.step.beyond` (catalog
-`_step_checks.py`, docs/operations.md "Step evidence").
+`_step_checks.py`, docs/operations.md "Step evidence"). The counters carry the
+process's `process` attribute: a resumed run counts in new series.
 
 Cost: a dict store per checked value, and per step one gauge store per bound plus
 one counter add per (bound, streak length reached); a healthy run reaches none.
@@ -18,25 +19,26 @@ from typing import Any, Mapping
 
 from opentelemetry.metrics import Meter
 
-from otel_grpo.catalog import STEP_CHECKS, STREAKS, StepCheck, bound_label, get, reached
+from otel_grpo.catalog import PROCESS, STEP_CHECKS, STREAKS, StepCheck, Streaks, bound_label, get, reached
 
 
 class _Check:
     """Streaks of one scalar against its bounds, with the attribute dicts built once."""
 
-    def __init__(self, check: StepCheck, base: Mapping[str, Any]) -> None:
-        self.check = check
-        self.streaks = [0] * len(check.bounds)
+    def __init__(self, check: StepCheck, base: Mapping[str, Any], process: str) -> None:
+        self.streaks = Streaks(check)
         self.gauge_attrs = [{**base, "signal": check.key, "bound": bound_label(b)} for b in check.bounds]
-        # counter attributes per bound, one per streak length
-        self.counter_attrs = [[{**attrs, "streak": str(n)} for n in STREAKS] for attrs in self.gauge_attrs]
+        # counter attributes per bound, one per streak length; this process's own series
+        self.counter_attrs = [[{**attrs, PROCESS: process, "streak": str(n)} for n in STREAKS]
+                              for attrs in self.gauge_attrs]
 
 
 class StepStreaks:
     """Per-step streaks of the checked scalars, exported as `grpo.step.streak` and `grpo.step.beyond`."""
 
-    def __init__(self, meter: Meter, base: Mapping[str, Any], gauge: Any) -> None:
+    def __init__(self, meter: Meter, base: Mapping[str, Any], gauge: Any, process: str) -> None:
         self._base = dict(base)
+        self._process = process
         self._gauge = gauge  # a LatestValueGauge: set(value, attributes)
         beyond = get("step_beyond")
         self._counter = meter.create_counter(beyond.name, unit=beyond.unit, description=beyond.description)
@@ -60,7 +62,7 @@ class StepStreaks:
         self._pending.clear()
 
     def _start(self, check: StepCheck) -> _Check:
-        state = _Check(check, self._base)
+        state = _Check(check, self._base, self._process)
         # Every (bound, streak) series exists at 0 from the scalar's first step on, so a streak
         # reached hours later is an increase of a known series, not a new series.
         for per_bound in state.counter_attrs:
@@ -69,8 +71,8 @@ class StepStreaks:
         return state
 
     def _advance(self, state: _Check, value: float) -> None:
-        state.check.advance(state.streaks, value)
-        for i, streak in enumerate(state.streaks):
+        state.streaks.advance(value)
+        for i, streak in enumerate(state.streaks.counts):
             self._gauge.set(float(streak), state.gauge_attrs[i])
             for _, attrs in zip(reached(streak), state.counter_attrs[i]):  # STREAKS is increasing
                 self._counter.add(1, attrs)

@@ -170,7 +170,7 @@ def test_histogram_quantiles_use_the_step_covering_window():
 
 def test_overview_has_run_variable_alerts_and_sidecar_samples():
     d = dashboards()["grpo-overview.json"]
-    assert [v["name"] for v in d["templating"]["list"]] == ["datasource", "run_id"]
+    assert [v["name"] for v in d["templating"]["list"]] == ["datasource", "run_id", "compare"]
     exprs = [e for _, e in dashboard_exprs(d)]
     assert 'ALERTS{alertstate="firing"}' in exprs
     assert any("histogram_quantile" in e and "phase" in e for e in exprs)
@@ -184,3 +184,23 @@ def test_overview_has_run_variable_alerts_and_sidecar_samples():
     trend = _panel(d, "Step-exact history by step (sidecar)")
     assert trend["type"] == "trend" and trend["options"]["xField"] == "step" and trend["repeat"] == "run_id"
     assert trend["targets"][0]["url"] == "/api/runs/${run_id:percentencode}/steps"
+
+
+def test_one_panel_overlays_the_selected_runs_by_step():
+    """The step-aligned comparison: one panel (not repeated), x = the step, one series per selected run."""
+    d = dashboards()["grpo-overview.json"]
+    panel = _panel(d, "Runs compared by step: ${compare} (sidecar)")
+    assert panel["type"] == "trend" and panel["options"]["xField"] == "step" and "repeat" not in panel
+    target = panel["targets"][0]
+    assert target["datasource"]["uid"] == "infinity" and target["url"] == "/api/steps"
+    params = {p["key"]: p["value"] for p in target["url_options"]["params"]}
+    # Several runs as `a|b`, "All" as the variable's allValue `.*`: the sidecar reads both.
+    assert params == {"run_id": "${run_id:pipe}", "metrics": "${compare}"}
+    run_var = next(v for v in d["templating"]["list"] if v["name"] == "run_id")
+    assert run_var["multi"] and run_var["includeAll"] and run_var["allValue"] == ".*"
+    # The one table is split by its run_id column: a series per run, named by the run.
+    assert panel["transformations"] == [{"id": "partitionByValues", "options": {
+        "fields": ["run_id"], "keepFields": False, "naming": {"asLabels": True}}}]
+    assert panel["fieldConfig"]["defaults"]["displayName"] == "${__field.labels.run_id}"
+    compare = next(v for v in d["templating"]["list"] if v["name"] == "compare")
+    assert compare["query"].split(",")[0] == "grpo.kl" and not compare["multi"]

@@ -13,6 +13,7 @@ from otel_grpo.generate._replay import Segment, encode, expand, replay
 from otel_grpo.telemetry._instruments import Instruments
 
 KL = [0.1, 1.5, 1.2, 0.4, 1.1, 2.5, 3.0, 1.5, 0.2, 5.5]
+GRAD_NORM = [1.0] * 10 + [12.0] + [1.0] * 14 + [12.0, 1.0, 4.0, 1.0]
 
 
 def _last(series: dict[str, str], name: str) -> float:
@@ -22,26 +23,36 @@ def _last(series: dict[str, str], name: str) -> float:
     return float(m.group(1)) + float(m.group(2) or 0) * int(m.group(3) or 0)
 
 
-def test_replayed_step_evidence_equals_what_the_trainer_exports():
+@pytest.mark.parametrize("key, values", [("kl", KL), ("grad_norm", GRAD_NORM)], ids=["kl", "grad_norm-relative"])
+def test_replayed_step_evidence_equals_what_the_trainer_exports(key, values):
     reader = InMemoryMetricReader()
     instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
-    for step, kl in enumerate(KL):
-        instruments.record_scalars({"kl": kl})
+    for step, value in enumerate(values):
+        instruments.record_scalars({key: value})
         instruments.count_steps(1, step, False)
     exported = {}
     for metric in reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics:
         if metric.name in ("grpo.step.beyond", "grpo.step.streak"):
             for p in metric.data.data_points:
                 a = dict(p.attributes)
+                assert a["signal"] == key and ("process" in a) == (metric.name == "grpo.step.beyond")
                 exported[(metric.name, a["bound"], a.get("streak"))] = p.value
-    series = replay([Segment("r", {"kl": KL}, step_s=10)], scrape_s=10, scrapes=len(KL))
-    assert exported
+    series = replay([Segment("r", {key: values}, step_s=10)], scrape_s=10, scrapes=len(values))
+    assert exported and any(v > 0 for (name, _, _), v in exported.items() if name == "grpo.step.beyond")
     for (name, bound, streak), value in exported.items():
         if name == "grpo.step.beyond":
-            key = f'grpo_step_beyond_total{{run_id="r", signal="kl", bound="{bound}", streak="{streak}"}}'
+            series_name = f'grpo_step_beyond_total{{run_id="r", signal="{key}", bound="{bound}", process="0", streak="{streak}"}}'
         else:
-            key = f'grpo_step_streak{{run_id="r", signal="kl", bound="{bound}"}}'
-        assert _last(series, key) == value, key
+            series_name = f'grpo_step_streak{{run_id="r", signal="{key}", bound="{bound}"}}'
+        assert _last(series, series_name) == value, series_name
+
+
+def test_a_grad_norm_spike_counts_against_the_median_of_earlier_steps_after_a_warm_up():
+    series = replay([Segment("r", {"grad_norm": GRAD_NORM}, step_s=10)], scrape_s=10, scrapes=len(GRAD_NORM))
+    spikes = {b: _last(series, f'grpo_step_beyond_total{{run_id="r", signal="grad_norm", bound="{b}", process="0", streak="1"}}')
+              for b in ("3.0", "5.0", "10.0", "20.0")}
+    # 12 (step 10, no history yet) is never judged; 12 at step 25 is 12 x the median 1.0; 4.0 is 4 x.
+    assert spikes == {"3.0": 2, "5.0": 1, "10.0": 1, "20.0": 0}
 
 
 def test_a_crash_goes_stale_after_the_expiry_and_a_resume_takes_over():
@@ -58,3 +69,10 @@ def test_notation():
     assert encode([None, 1.0, 2.0, 3.0, 3.0, "stale"]) == "_ 1+1x2 3 stale"
     with pytest.raises(ValueError, match="value"):
         expand("1x3")
+
+
+def test_a_value_not_logged_at_a_step_keeps_the_gauge_and_counts_nothing():
+    """A recorded run's absent key (TRL logs no throughput at its first step) is no non-finite value."""
+    series = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10)], scrape_s=10, scrapes=3)
+    assert series['grpo_throughput{run_id="r"}'] == "_x2 5 5"
+    assert not [name for name in series if name.startswith("grpo_nonfinite")]

@@ -102,7 +102,9 @@ def test_settings_validate_overrides_and_links():
         RuleSettings(overrides={"r": {"ess_min": 0.45}})
     with pytest.raises(ValueError, match="streak lengths"):
         RuleSettings(kl_steps=4)
-    RuleSettings(overrides={"r": {"kl_threshold": float("inf"), "grad_norm_factor": 7.5}})  # not step checks: any
+    with pytest.raises(ValueError, match="bound of the 'grad_norm' step check"):  # judged by the trainer too
+        RuleSettings(overrides={"r": {"grad_norm_factor": 7.5}})
+    RuleSettings(overrides={"r": {"kl_threshold": float("inf"), "grad_norm_factor": 20.0, "throughput_fraction": 0.3}})
 
 
 def test_alerts_carry_severity_absolute_runbook_and_name_run_and_value():
@@ -129,8 +131,14 @@ def test_kl_jump_baseline_is_offset_so_a_jump_is_not_absorbed():
 
 
 def test_no_wall_clock_unless_offset_on_counters():
+    """An `unless` may look back (`offset`) only through `last_over_time` over a long lookback, which still finds
+    a counter's last value after a scrape gap or an outage; `unless x offset w` would see it as new again."""
+    lookback = RuleSettings().counter_lookback
     for name, expr in rule_exprs():
-        assert " unless " not in expr or " offset " not in expr.split(" unless ")[1].split(")")[0], (name, expr)
+        for clause in expr.split(" unless ")[1:]:
+            head = clause.split(")")[0]
+            assert " offset " not in head or (head.startswith("last_over_time(") and f"[{lookback}] offset " in head), \
+                (name, expr)
 
 
 def test_rules_use_only_catalog_metrics():

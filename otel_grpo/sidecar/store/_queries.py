@@ -25,6 +25,12 @@ ALL_RUNS = ".*"
 """The `run_id` of every run: Grafana's "All" (the dashboards' run variable has this allValue)."""
 
 
+def selected_run_ids(run_id: str) -> list[str] | None:
+    """The run ids a selection names: None for every run (`.*`), else one run or Grafana's multi-run
+    `a|b` (the whole value also counts as one id: a run id may hold `|`)."""
+    return None if run_id == ALL_RUNS else list(dict.fromkeys([run_id, *run_id.split("|")]))
+
+
 def iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -247,9 +253,8 @@ class Reads:
 
     def alerts(self, run_id: str | None = None, status: str | None = None, limit: int = 1000) -> list[dict]:
         where, params = [], []
-        if run_id is not None and run_id != ALL_RUNS:
-            # One run, or Grafana's multi-run selection `a|b` (the whole value also counts as one id).
-            ids = list(dict.fromkeys([run_id, *run_id.split("|")]))
+        ids = None if run_id is None else selected_run_ids(run_id)
+        if ids is not None:
             where.append(f"run_id IN ({', '.join('?' * len(ids))})")
             params += ids
         if status is not None:

@@ -1,5 +1,5 @@
 """One router per resource."""
 
-from . import alerts, ingest, ops, runs, samples, web
+from . import alerts, ingest, ops, runs, samples, steps, web
 
-__all__ = ["alerts", "ingest", "ops", "runs", "samples", "web"]
+__all__ = ["alerts", "ingest", "ops", "runs", "samples", "steps", "web"]
