@@ -210,6 +210,27 @@ def test_postgres_is_migrated_once_and_a_newer_schema_is_refused(pg_url):
         PgStore.open(pg_url)
 
 
+def test_postgres_keeps_sample_rows_of_a_few_kib_inline_and_uncompressed(pg_url, otlp):
+    """Moving 1-4 KiB completions to the TOAST table doubled the server's work per sample (schema v2)."""
+    import psycopg
+
+    from otel_grpo.sidecar.store import PgStore
+
+    store = PgStore.open(pg_url)
+    words = [f"w{(i * 7919) % 1000}" for i in range(2000)]  # ~8 KiB of words that lz4 barely shortens
+    spans = otlp.spans("t", range(2), samples=3,
+                       completion=lambda step, i: " ".join(words)[:4000] if step == 0 else "same " * 4000)
+    assert store.write_batch(extract(otlp.request(spans))) == 6
+    store.close()
+    with psycopg.connect(pg_url) as conn:
+        stored = dict(conn.execute("SELECT step, array_agg(DISTINCT coalesce(pg_column_compression(completion), 'none'))"
+                                   " FROM samples GROUP BY step").fetchall())
+        toast_bytes = conn.execute("SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'samples'"
+                                   ).fetchone()[0]
+    assert stored == {0: ["none"], 1: ["lz4"]}  # 4 KB stays as it is; a 20 KB row is still compressed
+    assert toast_bytes == 0
+
+
 def test_queries_answer_the_same_on_both_backends(db, otlp):
     store = open_store(db)
     spans = otlp.spans("q", range(4), samples=6, completion=lambda step, i: f"Answer {i}\x00 of step {step}",
