@@ -469,7 +469,7 @@ def query_mix(url: str, steps: int, n: int) -> dict[str, tuple[float, float]]:
         "samples: one step, order_by=<dynamic JSON column>": ("/api/runs/big/samples", {"step": mid, "order_by": "reward.format"}),
         "samples: whole run, order_by=reward desc, 100 rows": ("/api/runs/big/samples", {"step_min": 0, "order_by": "reward", "desc": "true"}),
         "samples: step range of 10, reward range": ("/api/runs/big/samples", {"step_min": mid, "step_max": mid + 9, "reward_min": 0.5}),
-        f"steps: all {steps} steps, metrics=kl,reward": ("/api/runs/big/steps", {"metrics": "kl,reward"}),
+        "steps: every step of the run, metrics=kl,reward": ("/api/runs/big/steps", {"metrics": "kl,reward"}),
         "steps: 100-step range, all 62 columns": ("/api/runs/big/steps", {"step_min": mid, "step_max": mid + 99}),
     }
     with httpx.Client(base_url=url, timeout=60) as client:
@@ -479,23 +479,27 @@ def query_mix(url: str, steps: int, n: int) -> dict[str, tuple[float, float]]:
     return out
 
 
-def run_fill(backend: Backend, replicas: int, sizes: list[int], n: int, clients: int) -> list[dict]:
-    """One run filled over HTTP through `replicas` sidecars to each of `sizes` samples in turn, the
-    way a long training run fills it: per segment, the ingest rate (and CPU, load average, store
-    size); at each size, the query mix through the first sidecar."""
+def run_fill(backend: Backend, plan: list[tuple[int, int]], n: int, clients: int) -> list[dict]:
+    """One run filled over HTTP the way a long training run fills it, segment by segment: each
+    (replicas, samples) of `plan` ingests through that many sidecars until the run holds that many
+    samples (sidecars are restarted where the count changes), then times the query mix through the
+    first. Per segment: the ingest rate, CPU, load average, store size and the queries."""
     db = backend.new_target()
-    started = [start_sidecar(db) for _ in range(replicas)]
-    procs, urls = [p for p, _ in started], [u for _, u in started]
-    pids = [p.pid for p in procs] + ([_postmaster(backend)] if backend.server is not None else [])
+    procs: list[subprocess.Popen] = []
     filler, done, out = Filler(random.Random(2), "big"), 0, []
     try:
-        for size in sizes:
+        for replicas, size in plan:
+            if len(procs) != replicas:
+                _stop(procs)
+                started = [start_sidecar(db) for _ in range(replicas)]
+                procs, urls = [p for p, _ in started], [u for _, u in started]
+                pids = [p.pid for p in procs] + ([_postmaster(backend)] if backend.server is not None else [])
             steps = -(-size // Filler.PER_STEP)
             events = (steps - done) * Filler.PER_STEP
             load = os.getloadavg()[0]
             segment = timed_ingest(pids, urls, filler.bodies(range(done, steps)), events, clients)
-            segment |= {"from": done * Filler.PER_STEP, "samples": steps * Filler.PER_STEP, "steps": steps,
-                        "load": (load, os.getloadavg()[0])}
+            segment |= {"name": f"{backend.name} x{replicas}", "from": done * Filler.PER_STEP,
+                        "samples": steps * Filler.PER_STEP, "steps": steps, "load": (load, os.getloadavg()[0])}
             stored = httpx.get(urls[0] + "/api/runs").json()[0]["sample_count"]
             assert stored == segment["samples"], (stored, segment["samples"])
             done = steps
@@ -505,13 +509,17 @@ def run_fill(backend: Backend, replicas: int, sizes: list[int], n: int, clients:
             segment["queries"] = query_mix(urls[0], steps, n)
             segment["load_after_queries"] = os.getloadavg()[0]
             out.append(segment)
-            print(f"# {backend.name} x{replicas} at {segment['samples']:,}: {segment}", flush=True)
+            print(f"# {segment['name']} at {segment['samples']:,}: {segment}", flush=True)
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait()
+        _stop(procs)
         backend.drop(db)
     return out
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
 
 
 def main() -> None:
@@ -532,8 +540,11 @@ def main() -> None:
     ap.add_argument("--query-db", type=Path, default=None,
                     help="keep the SQLite query store here and reuse it if it exists (skips the bulk load)")
     ap.add_argument("--fill", type=int, nargs="+", default=None, metavar="SAMPLES",
-                    help="instead: fill one run per configuration over HTTP to each size in turn (e.g. 1000000 "
-                         "10000000), timing ingest per segment and the query mix at each size")
+                    help="instead: fill one run per backend over HTTP to each size in turn (e.g. 1000000 "
+                         "10000000), timing ingest per segment and the query mix at each size; on PostgreSQL "
+                         "with the first of --replicas, then --fill-more samples more with each further count")
+    ap.add_argument("--fill-more", type=int, default=500_000, metavar="SAMPLES",
+                    help="with --fill: samples ingested through each further replica count (default 500000)")
     args = ap.parse_args()
     global SYNCHRONOUS, WORKERS
     SYNCHRONOUS, WORKERS = args.synchronous, args.workers
@@ -545,9 +556,15 @@ def main() -> None:
         try:
             configs = [(b, r) for b in backends for r in (args.replicas if b.name == "postgresql" else [1])]
             if args.fill:
-                fills = [run_fill(b, r, sorted(args.fill), n, args.clients) for b, r in configs]
+                fills = []
+                for b in backends:
+                    counts = args.replicas if b.name == "postgresql" else [1]
+                    last = max(args.fill)
+                    plan = [(counts[0], size) for size in sorted(args.fill)]
+                    plan += [(r, last + k * args.fill_more) for k, r in enumerate(counts[1:], 1)]
+                    fills += run_fill(b, plan, n, args.clients)
                 _print_header()
-                _print_fills(configs, fills, args, n)
+                _print_fills(fills, args, n)
                 return
             ingests = run_ingest(configs, requests, spans, 2 if args.quick else args.rounds, args.clients)
             queries = []
@@ -574,27 +591,25 @@ def _print_header() -> None:
           f"load average at the end {os.getloadavg()[0]:.1f} (shared machine)")
 
 
-def _print_fills(configs: list[tuple[Backend, int]], fills: list[list[dict]], args, n: int) -> None:
-    names = [f"{b.name} x{r}" for b, r in configs]
-    print(f"\n## fill over HTTP, one run per configuration ({Filler.PER_STEP} samples per step in exports of "
+def _print_fills(segments: list[dict], args, n: int) -> None:
+    print(f"\n## fill over HTTP, one run per backend ({Filler.PER_STEP} samples per step in exports of "
           f"{Filler.SPANS} spans x 64 events, {args.clients} clients, synchronous={args.synchronous}, "
-          f"ingest_workers={'default' if args.workers is None else args.workers}), configurations one after another")
-    print("| configuration | samples | ingest events/s over the segment | ratio to the first | CPU cores "
-          "(servers, workers, PostgreSQL) | load average start-end | store MiB |")
+          f"ingest_workers={'default' if args.workers is None else args.workers}), backends one after another")
+    print("| configuration | samples | ingest events/s over the segment | ratio to SQLite's same segment | "
+          "CPU cores (servers, workers, PostgreSQL) | load average start-end | store MiB |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-    for name, segments in zip(names, fills):
-        for seg, first in zip(segments, fills[0]):
-            print(f"| {name} | {seg['from']:,}-{seg['samples']:,} | {seg['ingest']:,.0f} | "
-                  f"{seg['ingest'] / first['ingest']:.2f} | {seg['server_cores']:.2f} | "
-                  f"{seg['load'][0]:.1f}-{seg['load'][1]:.1f} | {seg['db_mib']:,.0f} |")
-    for i, seg in enumerate(fills[0]):
-        print(f"\n### queries at {seg['samples']:,} samples ({seg['steps']:,} steps), {n} requests each: "
-              f"p50 / p99 ms; load average after: "
-              f"{', '.join(format(f[i]['load_after_queries'], '.1f') for f in fills)}")
-        print("| query | " + " | ".join(names) + " |\n| --- |" + " ---: |" * len(names))
-        for query in seg["queries"]:
-            cells = (f"{f[i]['queries'][query][0]:.1f} / {f[i]['queries'][query][1]:.1f}" for f in fills)
-            print(f"| {query} | " + " | ".join(cells) + " |")
+    sqlite = {seg["from"]: seg["ingest"] for seg in segments if seg["name"].startswith("sqlite")}
+    for seg in segments:
+        ratio = f"{seg['ingest'] / sqlite[seg['from']]:.2f}" if seg["from"] in sqlite else "-"
+        print(f"| {seg['name']} | {seg['from']:,}-{seg['samples']:,} | {seg['ingest']:,.0f} | {ratio} | "
+              f"{seg['server_cores']:.2f} | {seg['load'][0]:.1f}-{seg['load'][1]:.1f} | {seg['db_mib']:,.0f} |")
+    heads = [f"{seg['name']} at {seg['samples']:,} ({seg['steps']:,} steps)" for seg in segments]
+    print(f"\nqueries, {n} requests each: p50 / p99 ms; load average after each column: "
+          f"{', '.join(format(seg['load_after_queries'], '.1f') for seg in segments)}")
+    print("| query | " + " | ".join(heads) + " |\n| --- |" + " ---: |" * len(heads))
+    for query in segments[0]["queries"]:
+        cells = (f"{seg['queries'][query][0]:.1f} / {seg['queries'][query][1]:.1f}" for seg in segments)
+        print(f"| {query} | " + " | ".join(cells) + " |")
 
 
 def _print_ingest(name: str, replicas: int, ing: dict, args, requests: int, spans: int) -> None:
