@@ -43,6 +43,20 @@ def test_an_existing_database_keeps_its_page_size(tmp_path, otlp):
     store.close()
 
 
+def test_read_connections_plan_with_the_statistics_of_the_latest_optimize(tmp_path, otlp):
+    """A sidecar started on an empty database: its read connections opened without statistics,
+    and walked the step index and sorted the whole run for `step >= 0 ORDER BY reward`."""
+    store = Store.open(tmp_path / "s.db")
+    assert store.runs() == []  # a read connection opens now, before there are statistics
+    _load(store, otlp, "r", steps=range(40), samples=64)
+    store.optimize()
+    with store.read() as conn:
+        sql, params = store._sample_ids_sql(conn, "r", SampleQuery(step_min=0, order_by="reward", desc=True))
+        plan = " ".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+    assert "samples_run_reward" in plan and "TEMP B-TREE" not in plan, plan
+    store.close()
+
+
 def test_a_newer_schema_is_refused(tmp_path):
     conn = sqlite3.connect(tmp_path / "s.db")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
