@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import orjson
+
 from ._dialect import Dialect
 
 SAMPLE_CORE_COLUMNS = ("run_id", "step", "sample_index", "reward", "advantage", "completion_length",
@@ -135,14 +137,11 @@ class Reads:
                 row = grid.get(step)
                 if row is not None:
                     row[index[key]] = value
-        # Written out directly: json.dumps of a thousand small dicts costs more than the queries.
-        # Values are finite floats or None (non-finite scalars are stored as None).
-        keys = [json.dumps(m) + ":" for m in metrics]
-        parts = []
-        for step, when in steps:
-            cells = ",".join(k + ("null" if v is None else repr(v)) for k, v in zip(keys, grid[step]))
-            parts.append(f'{{{cells},{head}{step},"time":{json.dumps(when)}}}')
-        return ("[" + ",".join(parts) + "]").encode()
+        # orjson: ~10,000 steps (a long run's chart) took ~19 ms of CPU written out with repr and
+        # f-strings, and ~120 with json.dumps. Values are finite floats or None (non-finite
+        # scalars are stored as None), written as the shortest text that reads back the same.
+        return orjson.dumps([dict(zip(metrics, grid[step]), run_id=run_id, step=step, time=when)
+                             for step, when in steps])
 
     def steps(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
               step_max: int | None = None, limit: int = 10000, offset: int = 0) -> list[dict]:
