@@ -1,9 +1,10 @@
-"""Sidecar benchmark: ingest throughput vs raw OTLP decode, query latency at 1M samples, memory;
-SQLite and PostgreSQL side by side, one sidecar and two replicas.
+"""Sidecar benchmark: ingest throughput vs raw OTLP decode, query latency at 1M (and 10M) samples,
+memory; SQLite and PostgreSQL side by side, one sidecar and two replicas.
 
     .venv/bin/python benchmarks/sidecar.py                          # full run (1,000,000 stored samples)
     .venv/bin/python benchmarks/sidecar.py --quick                  # smoke run
     .venv/bin/python benchmarks/sidecar.py --backend postgresql     # one backend only
+    .venv/bin/python benchmarks/sidecar.py --fill 1000000 10000000  # fill over HTTP; ~30 GB per backend
 
 PostgreSQL: a server of Debian's `postgresql` package started for the run on a temporary
 cluster (fsync on, defaults otherwise: commits are flushed before the sidecar answers), as
@@ -21,6 +22,9 @@ this process on one core. Bare `FromString` is reported too: upb parses lazily a
 Python objects, so it is a parse-only bound, not a consumer.
 Queries: the store is bulk-loaded through `Store.write_batch` to 1,000,000 samples, then
 the samples and steps endpoints are timed over HTTP (keep-alive) from this process.
+Fill (`--fill`): instead of both, one run per backend is filled over HTTP through the sidecar(s)
+as a training run fills it (`Filler`), segment by segment; each segment's ingest rate is timed,
+and the query mix at each size. Backends run one after another, each database deleted after use.
 """
 
 from __future__ import annotations
