@@ -137,9 +137,10 @@ class Reads:
                 row = grid.get(step)
                 if row is not None:
                     row[index[key]] = value
-        # orjson: ~10,000 steps (a long run's chart) took ~19 ms of CPU written out with repr and
-        # f-strings, and ~120 with json.dumps. Values are finite floats or None (non-finite
-        # scalars are stored as None), written as the shortest text that reads back the same.
+        # orjson: writing the rows is most of this query's CPU for a long run's chart (every
+        # step; benchmarks/README.md, sidecar), less with orjson than with repr and f-strings.
+        # Values are finite floats or None (non-finite scalars are stored as None), written as
+        # the shortest text that reads back the same.
         return orjson.dumps([dict(zip(metrics, grid[step]), run_id=run_id, step=step, time=when)
                              for step, when in steps])
 

@@ -139,8 +139,8 @@ CREATE INDEX alerts_run ON alerts (run_id, status);
 # v2: sample rows up to a whole page (8160 bytes) stay in the heap page, uncompressed. With the
 # default target (~2 KiB) a 1-4 KiB completion was lz4-compressed and, still too long, moved to
 # the TOAST table: a second heap tuple and a TOAST index entry per sample, about half of the
-# server's work per inserted row (a 512-sample insert took ~25 ms, ~15 ms now), for ~4% less disk
-# (model text barely compresses). Longer rows are still compressed and moved out as before.
+# server's work per inserted row, for a few percent less disk (model text barely compresses;
+# figures in benchmarks/README.md, sidecar). Longer rows are still compressed and moved out.
 _PG_V2 = """
 ALTER TABLE samples SET (toast_tuple_target = 8160);
 """

@@ -175,7 +175,7 @@ class Store(_queries.Reads, _writes.Writes):
         Without them SQLite walks the step index for `step >= 0 ORDER BY reward` instead of the
         reward index, which is 100x slower at a million samples. A connection reads them only
         when it opens, so the read connections are renewed: those of a sidecar started on an
-        empty database otherwise planned without statistics for good (2-3 s a request at 1M).
+        empty database otherwise planned without statistics for good (seconds a request at 1M).
         """
         with self._wlock:
             if self._writer is not None:
