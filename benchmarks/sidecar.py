@@ -1,9 +1,10 @@
-"""Sidecar benchmark: ingest throughput vs raw OTLP decode, query latency at 1M samples, memory;
-SQLite and PostgreSQL side by side, one sidecar and two replicas.
+"""Sidecar benchmark: ingest throughput vs raw OTLP decode, query latency at 1M (and 10M) samples,
+memory; SQLite and PostgreSQL side by side, one sidecar and two replicas.
 
     .venv/bin/python benchmarks/sidecar.py                          # full run (1,000,000 stored samples)
     .venv/bin/python benchmarks/sidecar.py --quick                  # smoke run
     .venv/bin/python benchmarks/sidecar.py --backend postgresql     # one backend only
+    .venv/bin/python benchmarks/sidecar.py --fill 1000000 10000000  # fill over HTTP; ~30 GB per backend
 
 PostgreSQL: a server of Debian's `postgresql` package started for the run on a temporary
 cluster (fsync on, defaults otherwise: commits are flushed before the sidecar answers), as
@@ -21,6 +22,9 @@ this process on one core. Bare `FromString` is reported too: upb parses lazily a
 Python objects, so it is a parse-only bound, not a consumer.
 Queries: the store is bulk-loaded through `Store.write_batch` to 1,000,000 samples, then
 the samples and steps endpoints are timed over HTTP (keep-alive) from this process.
+Fill (`--fill`): instead of both, one run per backend is filled over HTTP through the sidecar(s)
+as a training run fills it (`Filler`), segment by segment; each segment's ingest rate is timed,
+and the query mix at each size. Backends run one after another, each database deleted after use.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ import string
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -46,6 +52,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from otel_grpo.catalog.spans import (METRIC_PREFIX, PHASE_ATTR, PHASE_PREFIX, RUN_ID_ATTR, SAMPLE_EVENT,  # noqa: E402
+                                     SAMPLES_SPAN, STEP_ATTR, STEP_SPAN)
 from otel_grpo.sidecar.otlp._extract import Batch, SampleRecord, StepRecord, value_of  # noqa: E402
 from otel_grpo.sidecar.store import open_store  # noqa: E402
 
@@ -75,8 +83,11 @@ def _kv(container, key: str, value) -> None:
         v.string_value = value
 
 
-def build_request(rng: random.Random, run_id: str, step: int, spans: int) -> bytes:
-    """One export: `spans` grpo.samples spans of 64 sample events each, as the telemetry layer writes them."""
+def build_request(rng: random.Random, run_id: str, step: int, spans: int, step_span: bool = False,
+                  first_index: int = 0) -> ExportTraceServiceRequest:
+    """One export: `spans` grpo.samples spans of 64 sample events each (sample_index from
+    `first_index`), as the telemetry layer writes them; `step_span`: with the step's grpo.step
+    span (62 scalars) and three phase spans first."""
     req = ExportTraceServiceRequest()
     rs = req.resource_spans.add()
     for k, v in {"service.name": "trainer", "grpo.run_id": run_id, "grpo.model": "bench", "host.name": "h"}.items():
@@ -84,21 +95,95 @@ def build_request(rng: random.Random, run_id: str, step: int, spans: int) -> byt
     ss = rs.scope_spans.add()
     ss.scope.name = "otel_grpo.telemetry"
     t0 = time.time_ns()
+    trace = rng.randbytes(16)
+    if step_span:
+        parent = ss.spans.add(name=STEP_SPAN, trace_id=trace, span_id=rng.randbytes(8),
+                              start_time_unix_nano=t0, end_time_unix_nano=t0 + 10**9)
+        _kv(parent.attributes, RUN_ID_ATTR, run_id)
+        _kv(parent.attributes, STEP_ATTR, step)
+        metrics = {f"m{k}": rng.random() for k in range(60)} | {"kl": rng.random() * 0.1, "reward": rng.random()}
+        for k, v in metrics.items():
+            _kv(parent.attributes, METRIC_PREFIX + k, v)
+        for phase in ("generate", "reward", "update"):
+            child = ss.spans.add(name=PHASE_PREFIX + phase, trace_id=trace, span_id=rng.randbytes(8),
+                                 parent_span_id=parent.span_id, start_time_unix_nano=t0,
+                                 end_time_unix_nano=t0 + rng.randint(10**7, 10**9))
+            _kv(child.attributes, PHASE_ATTR, phase)
     for j in range(spans):
-        span = ss.spans.add(name="grpo.samples", trace_id=rng.randbytes(16), span_id=rng.randbytes(8),
+        span = ss.spans.add(name=SAMPLES_SPAN, trace_id=trace, span_id=rng.randbytes(8),
                             parent_span_id=rng.randbytes(8), start_time_unix_nano=t0, end_time_unix_nano=t0 + 1000)
-        _kv(span.attributes, "grpo.run_id", run_id)
-        _kv(span.attributes, "grpo.step", step)
+        _kv(span.attributes, RUN_ID_ATTR, run_id)
+        _kv(span.attributes, STEP_ATTR, step)
         for i in range(EVENTS_PER_SPAN):
-            ev = span.events.add(name="grpo.sample", time_unix_nano=t0 + i)
+            ev = span.events.add(name=SAMPLE_EVENT, time_unix_nano=t0 + i)
             completion = _text(rng, 1024, 4096)
             for k, v in (("prompt", _text(rng, 100, 400)), ("completion", completion), ("reward", rng.random()),
                          ("reward.format", float(rng.random() > 0.5)), ("reward.accuracy", rng.random()),
                          ("advantage", rng.gauss(0, 1)), ("completion_length", len(completion) // 4),
-                         ("sample_index", j * EVENTS_PER_SPAN + i), ("selection", "random"),
+                         ("sample_index", first_index + j * EVENTS_PER_SPAN + i), ("selection", "random"),
                          ("truncated", rng.random() > 0.9), ("completion_original_length", len(completion))):
                 _kv(ev.attributes, k, v)
-    return req.SerializeToString()
+    return req
+
+
+class Filler:
+    """Bodies for one run of any length: each step is two exports of 8 samples spans (1024 samples),
+    the first with the step and phase spans. Eight different templates of each are built and
+    encoded once (building one costs ~100x sending it, encoding one ~3 ms of the client's CPU);
+    each body is a copy of one with its step and fresh trace and span ids written into the bytes.
+    The step goes in as a 5-byte varint (an over-long encoding of small numbers, which protobuf
+    decoders accept), so every step fits the template's place for it."""
+
+    SPANS = 8
+    PER_STEP = 2 * SPANS * EVENTS_PER_SPAN
+    _PLACEHOLDER = 2**28 + 0x2A2A2A  # any number whose varint has 5 bytes
+
+    def __init__(self, rng: random.Random, run_id: str, templates: int = 8) -> None:
+        self.rng = rng
+        self.first = [self._template(build_request(rng, run_id, 0, self.SPANS, step_span=True))
+                      for _ in range(templates)]
+        self.second = [self._template(build_request(rng, run_id, 0, self.SPANS, first_index=self.PER_STEP // 2))
+                       for _ in range(templates)]
+
+    @classmethod
+    def _template(cls, msg: ExportTraceServiceRequest) -> tuple[bytes, list[tuple[int, list[int]]], list[int]]:
+        """The encoded request, where each of its ids sits (a phase's parent id is its step span's id),
+        and where each step number sits."""
+        spans = msg.resource_spans[0].scope_spans[0].spans
+        for span in spans:
+            if not span.name.startswith(PHASE_PREFIX):
+                span.attributes[1].value.int_value = cls._PLACEHOLDER  # grpo.step, after grpo.run_id
+        raw = msg.SerializeToString()
+        ids = {bytes(spans[0].trace_id)} | {bytes(span.span_id) for span in spans}
+        places = [(len(i), _find_all(raw, i)) for i in ids]
+        steps = _find_all(raw, _varint5(cls._PLACEHOLDER))
+        assert len(steps) == sum(not span.name.startswith(PHASE_PREFIX) for span in spans)
+        return raw, places, steps
+
+    def bodies(self, steps: range) -> Iterator[bytes]:
+        for step in steps:
+            for raw, places, step_places in (self.first[step % len(self.first)], self.second[step % len(self.second)]):
+                body = bytearray(raw)
+                for size, where in places:
+                    new = self.rng.randbytes(size)
+                    for at in where:
+                        body[at:at + size] = new
+                encoded = _varint5(step)
+                for at in step_places:
+                    body[at:at + 5] = encoded
+                yield bytes(body)
+
+
+def _varint5(n: int) -> bytes:
+    return bytes((n >> 7 * i) & 0x7F | (0x80 if i < 4 else 0) for i in range(5))
+
+
+def _find_all(raw: bytes, needle: bytes) -> list[int]:
+    out, at = [], raw.find(needle)
+    while at >= 0:
+        out.append(at)
+        at = raw.find(needle, at + 1)
+    return out
 
 
 def _walk(req) -> int:
@@ -157,6 +242,11 @@ class Backend:
         if self.server is None:
             for suffix in ("", "-wal", "-shm", "-ingest.lock"):
                 Path(str(target) + suffix).unlink(missing_ok=True)
+        else:  # a 10M-sample database is ~30 GB: gone before the next configuration fills its own
+            import psycopg
+
+            with psycopg.connect(self.server.url(), autocommit=True) as conn:
+                conn.execute(f"DROP DATABASE {str(target).rsplit('/', 1)[1]} WITH (FORCE)")
 
     def close(self) -> None:
         if self.server is not None:
@@ -222,9 +312,10 @@ def cpu_s(pid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def ingest(urls: list[str], bodies: list[bytes], events: int, clients: int = 4) -> float:
+def ingest(urls: list[str], bodies: Iterable[bytes], events: int, clients: int = 4) -> float:
     """POST every body once, from `clients` concurrent keep-alive connections (a collector
-    exports with several). Bodies are encoded beforehand and sent with the standard library's
+    exports with several), each taking the next body when its last one was answered. Bodies are
+    encoded beforehand (or patched from templates, `Filler`) and sent with the standard library's
     `http.client`: the real sender is the collector, a Go process, so the client here should
     take as little of the two shared cores as a Python client can (httpx took ~1.7x its CPU)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -232,13 +323,17 @@ def ingest(urls: list[str], bodies: list[bytes], events: int, clients: int = 4) 
     from urllib.parse import urlsplit
 
     headers = {"Content-Type": "application/x-protobuf"}
+    queue, lock = iter(bodies), threading.Lock()
 
     def send(client: int) -> None:
-        share = bodies[client::clients]
         where = urlsplit(urls[client % len(urls)])  # clients are spread over the replicas
         conn = HTTPConnection(where.hostname, where.port, timeout=120)
         try:
-            for b in share:
+            while True:
+                with lock:
+                    b = next(queue, None)
+                if b is None:
+                    return
                 conn.request("POST", "/v1/traces", body=b, headers=headers)
                 response = conn.getresponse()
                 response.read()
@@ -294,11 +389,7 @@ def ingest_round(backend: Backend, bodies: list[bytes], events: int, clients: in
     pids = [p.pid for p in procs] + ([_postmaster(backend)] if backend.server is not None else [])
     try:
         ingest(urls, bodies[:2], len(bodies[:2]) * events // len(bodies))  # warm-up: the same run, idempotent
-        server0, client0, t = sum(map(cpu_s, pids)), time.process_time(), time.perf_counter()
-        rate = ingest(urls, bodies, events, clients)
-        wall = time.perf_counter() - t
-        out = {"ingest": rate, "server_cores": (sum(map(cpu_s, pids)) - server0) / wall,
-               "client_cores": (time.process_time() - client0) / wall}
+        out = timed_ingest(pids, urls, bodies, events, clients)
         stored = httpx.get(urls[-1] + "/api/runs").json()[0]["sample_count"]
         out["rss_after_ingest"] = sum(rss_mib(p.pid) for p in procs)
     finally:
@@ -308,6 +399,15 @@ def ingest_round(backend: Backend, bodies: list[bytes], events: int, clients: in
     assert stored == events, (stored, events)
     backend.drop(db)
     return out
+
+
+def timed_ingest(pids: list[int], urls: list[str], bodies: Iterable[bytes], events: int, clients: int) -> dict:
+    """events/s, with the CPU of `pids` (and their children) and of this process over the same interval."""
+    server0, client0, t = sum(map(cpu_s, pids)), time.process_time(), time.perf_counter()
+    rate = ingest(urls, bodies, events, clients)
+    wall = time.perf_counter() - t
+    return {"ingest": rate, "server_cores": (sum(map(cpu_s, pids)) - server0) / wall,
+            "client_cores": (time.process_time() - client0) / wall}
 
 
 def _postmaster(backend: Backend) -> int:
@@ -320,7 +420,7 @@ def run_ingest(configs: list[tuple[Backend, int]], requests: int, spans: int, ro
     configuration, in turn (the machine is shared: interleaving keeps the sides of a ratio under
     the same load). Per configuration: medians, and each round's figures."""
     rng = random.Random(0)
-    bodies = [build_request(rng, "ingest", step, spans) for step in range(requests)]
+    bodies = [build_request(rng, "ingest", step, spans).SerializeToString() for step in range(requests)]
     events = requests * spans * EVENTS_PER_SPAN
     per_round: list[list[dict]] = [[] for _ in configs]
     for _ in range(rounds):
@@ -354,6 +454,18 @@ def run_queries(db: Path | str, samples: int, per_step: int, n: int) -> dict:
     store.close()
     proc, url = start_sidecar(db)
     out = {"samples": samples, "steps": steps, "load_s": load_s, "db_mib": size / 2**20}
+    try:
+        out |= query_mix(url, steps, n)
+        out["rss_after_queries"] = rss_mib(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
+    return out
+
+
+def query_mix(url: str, steps: int, n: int) -> dict[str, tuple[float, float]]:
+    """(p50, p99) ms of each query of the mix, `n` requests each after 5 to warm up, over HTTP keep-alive."""
+    out = {}
     mid = steps // 2
     cases = {
         "samples: latest step (default), 100 rows": ("/api/runs/big/samples", {}),
@@ -361,19 +473,57 @@ def run_queries(db: Path | str, samples: int, per_step: int, n: int) -> dict:
         "samples: one step, order_by=<dynamic JSON column>": ("/api/runs/big/samples", {"step": mid, "order_by": "reward.format"}),
         "samples: whole run, order_by=reward desc, 100 rows": ("/api/runs/big/samples", {"step_min": 0, "order_by": "reward", "desc": "true"}),
         "samples: step range of 10, reward range": ("/api/runs/big/samples", {"step_min": mid, "step_max": mid + 9, "reward_min": 0.5}),
-        f"steps: all {steps} steps, metrics=kl,reward": ("/api/runs/big/steps", {"metrics": "kl,reward"}),
+        "steps: every step of the run, metrics=kl,reward": ("/api/runs/big/steps", {"metrics": "kl,reward"}),
         "steps: 100-step range, all 62 columns": ("/api/runs/big/steps", {"step_min": mid, "step_max": mid + 99}),
     }
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for name, (path, params) in cases.items():
+            latency(client, path, params, 5)  # warm the page cache and connection
+            out[name] = latency(client, path, params, n)
+    return out
+
+
+def run_fill(backend: Backend, plan: list[tuple[int, int]], n: int, clients: int) -> list[dict]:
+    """One run filled over HTTP the way a long training run fills it, segment by segment: each
+    (replicas, samples) of `plan` ingests through that many sidecars until the run holds that many
+    samples (sidecars are restarted where the count changes), then times the query mix through the
+    first. Per segment: the ingest rate, CPU, load average, store size and the queries."""
+    db = backend.new_target()
+    procs: list[subprocess.Popen] = []
+    filler, done, out = Filler(random.Random(2), "big"), 0, []
     try:
-        with httpx.Client(base_url=url, timeout=60) as client:
-            for name, (path, params) in cases.items():
-                latency(client, path, params, 5)  # warm the page cache and connection
-                out[name] = latency(client, path, params, n)
-        out["rss_after_queries"] = rss_mib(proc.pid)
+        for replicas, size in plan:
+            if len(procs) != replicas:
+                _stop(procs)
+                started = [start_sidecar(db) for _ in range(replicas)]
+                procs, urls = [p for p, _ in started], [u for _, u in started]
+                pids = [p.pid for p in procs] + ([_postmaster(backend)] if backend.server is not None else [])
+            steps = -(-size // Filler.PER_STEP)
+            events = (steps - done) * Filler.PER_STEP
+            load = os.getloadavg()[0]
+            segment = timed_ingest(pids, urls, filler.bodies(range(done, steps)), events, clients)
+            segment |= {"name": f"{backend.name} x{replicas}", "from": done * Filler.PER_STEP,
+                        "samples": steps * Filler.PER_STEP, "steps": steps, "load": (load, os.getloadavg()[0])}
+            stored = httpx.get(urls[0] + "/api/runs").json()[0]["sample_count"]
+            assert stored == segment["samples"], (stored, segment["samples"])
+            done = steps
+            store = open_store(db)
+            segment["db_mib"] = store.size_bytes() / 2**20
+            store.close()
+            segment["queries"] = query_mix(urls[0], steps, n)
+            segment["load_after_queries"] = os.getloadavg()[0]
+            out.append(segment)
+            print(f"# {segment['name']} at {segment['samples']:,}: {segment}", flush=True)
     finally:
+        _stop(procs)
+        backend.drop(db)
+    return out
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
         proc.send_signal(signal.SIGTERM)
         proc.wait()
-    return out
 
 
 def main() -> None:
@@ -393,6 +543,12 @@ def main() -> None:
     ap.add_argument("--ingest-only", action="store_true", help="skip the 1M-sample query part")
     ap.add_argument("--query-db", type=Path, default=None,
                     help="keep the SQLite query store here and reuse it if it exists (skips the bulk load)")
+    ap.add_argument("--fill", type=int, nargs="+", default=None, metavar="SAMPLES",
+                    help="instead: fill one run per backend over HTTP to each size in turn (e.g. 1000000 "
+                         "10000000), timing ingest per segment and the query mix at each size; on PostgreSQL "
+                         "with the first of --replicas, then --fill-more samples more with each further count")
+    ap.add_argument("--fill-more", type=int, default=500_000, metavar="SAMPLES",
+                    help="with --fill: samples ingested through each further replica count (default 500000)")
     args = ap.parse_args()
     global SYNCHRONOUS, WORKERS
     SYNCHRONOUS, WORKERS = args.synchronous, args.workers
@@ -403,6 +559,17 @@ def main() -> None:
         backends = [Backend(name, tmp) for name in names]
         try:
             configs = [(b, r) for b in backends for r in (args.replicas if b.name == "postgresql" else [1])]
+            if args.fill:
+                fills = []
+                for b in backends:
+                    counts = args.replicas if b.name == "postgresql" else [1]
+                    last = max(args.fill)
+                    plan = [(counts[0], size) for size in sorted(args.fill)]
+                    plan += [(r, last + k * args.fill_more) for k, r in enumerate(counts[1:], 1)]
+                    fills += run_fill(b, plan, n, args.clients)
+                _print_header()
+                _print_fills(fills, args, n)
+                return
             ingests = run_ingest(configs, requests, spans, 2 if args.quick else args.rounds, args.clients)
             queries = []
             if not args.ingest_only:
@@ -412,9 +579,7 @@ def main() -> None:
         finally:
             for b in backends:
                 b.close()
-    print(f"# sidecar benchmark  {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC  {platform.node()}  "
-          f"{os.cpu_count()} cpus  python {platform.python_version()}  "
-          f"load average at the end {os.getloadavg()[0]:.1f} (shared machine)")
+    _print_header()
     for (b, replicas), ing in zip(configs, ingests):
         _print_ingest(b.name, replicas, ing, args, requests, spans)
     for (b, replicas), ing in list(zip(configs, ingests))[1:]:
@@ -422,6 +587,33 @@ def main() -> None:
               f"{ing['ratio_first']:.2f} (rounds: {', '.join(format(r['ratio_first'], '.2f') for r in ing['rounds'])})")
     for name, q in queries:
         _print_queries(name, q, n)
+
+
+def _print_header() -> None:
+    print(f"# sidecar benchmark  {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC  {platform.node()}  "
+          f"{os.cpu_count()} cpus  python {platform.python_version()}  "
+          f"load average at the end {os.getloadavg()[0]:.1f} (shared machine)")
+
+
+def _print_fills(segments: list[dict], args, n: int) -> None:
+    print(f"\n## fill over HTTP, one run per backend ({Filler.PER_STEP} samples per step in exports of "
+          f"{Filler.SPANS} spans x 64 events, {args.clients} clients, synchronous={args.synchronous}, "
+          f"ingest_workers={'default' if args.workers is None else args.workers}), backends one after another")
+    print("| configuration | samples | ingest events/s over the segment | ratio to SQLite's same segment | "
+          "CPU cores (servers, workers, PostgreSQL) | load average start-end | store MiB |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    sqlite = {seg["from"]: seg["ingest"] for seg in segments if seg["name"].startswith("sqlite")}
+    for seg in segments:
+        ratio = f"{seg['ingest'] / sqlite[seg['from']]:.2f}" if seg["from"] in sqlite else "-"
+        print(f"| {seg['name']} | {seg['from']:,}-{seg['samples']:,} | {seg['ingest']:,.0f} | {ratio} | "
+              f"{seg['server_cores']:.2f} | {seg['load'][0]:.1f}-{seg['load'][1]:.1f} | {seg['db_mib']:,.0f} |")
+    heads = [f"{seg['name']} at {seg['samples']:,} ({seg['steps']:,} steps)" for seg in segments]
+    print(f"\nqueries, {n} requests each: p50 / p99 ms; load average after each column: "
+          f"{', '.join(format(seg['load_after_queries'], '.1f') for seg in segments)}")
+    print("| query | " + " | ".join(heads) + " |\n| --- |" + " ---: |" * len(heads))
+    for query in segments[0]["queries"]:
+        cells = (f"{seg['queries'][query][0]:.1f} / {seg['queries'][query][1]:.1f}" for seg in segments)
+        print(f"| {query} | " + " | ".join(cells) + " |")
 
 
 def _print_ingest(name: str, replicas: int, ing: dict, args, requests: int, spans: int) -> None:

@@ -43,6 +43,20 @@ def test_an_existing_database_keeps_its_page_size(tmp_path, otlp):
     store.close()
 
 
+def test_read_connections_plan_with_the_statistics_of_the_latest_optimize(tmp_path, otlp):
+    """A sidecar started on an empty database: its read connections opened without statistics,
+    and walked the step index and sorted the whole run for `step >= 0 ORDER BY reward`."""
+    store = Store.open(tmp_path / "s.db")
+    assert store.runs() == []  # a read connection opens now, before there are statistics
+    _load(store, otlp, "r", steps=range(40), samples=64)
+    store.optimize()
+    with store.read() as conn:
+        sql, params = store._sample_ids_sql(conn, "r", SampleQuery(step_min=0, order_by="reward", desc=True))
+        plan = " ".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+    assert "samples_run_reward" in plan and "TEMP B-TREE" not in plan, plan
+    store.close()
+
+
 def test_a_newer_schema_is_refused(tmp_path):
     conn = sqlite3.connect(tmp_path / "s.db")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
@@ -208,6 +222,27 @@ def test_postgres_is_migrated_once_and_a_newer_schema_is_refused(pg_url):
         conn.execute("UPDATE schema_version SET version = version + 1")
     with pytest.raises(SchemaError, match="newer"):
         PgStore.open(pg_url)
+
+
+def test_postgres_keeps_sample_rows_of_a_few_kib_inline_and_uncompressed(pg_url, otlp):
+    """Moving 1-4 KiB completions to the TOAST table doubled the server's work per sample (schema v2)."""
+    import psycopg
+
+    from otel_grpo.sidecar.store import PgStore
+
+    store = PgStore.open(pg_url)
+    words = [f"w{(i * 7919) % 1000}" for i in range(2000)]  # ~8 KiB of words that lz4 barely shortens
+    spans = otlp.spans("t", range(2), samples=3,
+                       completion=lambda step, i: " ".join(words)[:4000] if step == 0 else "same " * 4000)
+    assert store.write_batch(extract(otlp.request(spans))) == 6
+    store.close()
+    with psycopg.connect(pg_url) as conn:
+        stored = dict(conn.execute("SELECT step, array_agg(DISTINCT coalesce(pg_column_compression(completion), 'none'))"
+                                   " FROM samples GROUP BY step").fetchall())
+        toast_bytes = conn.execute("SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'samples'"
+                                   ).fetchone()[0]
+    assert stored == {0: ["none"], 1: ["lz4"]}  # 4 KB stays as it is; a 20 KB row is still compressed
+    assert toast_bytes == 0
 
 
 def test_queries_answer_the_same_on_both_backends(db, otlp):

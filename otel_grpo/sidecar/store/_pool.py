@@ -9,6 +9,8 @@ connection kept its page cache for good (40 concurrent queries took the sidecar 
 1,726 MiB); here at most `size` connections exist and a read waits for a free one. A
 connection that a failed read left broken is closed, not reused; one that sat idle for a while
 is first checked with `alive` (a server restarted meanwhile has closed it), and replaced if dead.
+`renew()` retires every connection made so far (each is closed instead of reused): SQLite loads
+the planner's statistics when a connection opens and never again.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ class ConnectionPool:
             raise ValueError(f"size must be at least 1, got {size}")
         self._connect = connect
         self._alive = alive
-        self._idle: list[tuple[Any, float]] = []  # (connection, when it was given back)
+        self._idle: list[tuple[Any, float, int]] = []  # (connection, when it was given back, generation)
+        self._generation = 0
         self._slots = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
         self._closed = False
@@ -39,8 +42,9 @@ class ConnectionPool:
     def connection(self) -> Iterator[Any]:
         self._slots.acquire()
         try:
-            conn = self._take_idle()
+            conn, generation = self._take_idle()
             if conn is None:
+                generation = self._generation
                 conn = self._connect()
                 self.opened += 1
             try:
@@ -53,27 +57,35 @@ class ConnectionPool:
             finally:
                 if conn is not None:
                     with self._lock:
-                        if self._closed:
+                        if self._closed or generation != self._generation:
                             conn.close()
-                        else:
-                            self._idle.append((conn, time.monotonic()))  # LIFO: the warmest is used next
+                        else:  # LIFO: the warmest is used next
+                            self._idle.append((conn, time.monotonic(), generation))
         finally:
             self._slots.release()
 
-    def _take_idle(self) -> Any:
+    def _take_idle(self) -> tuple[Any, int]:
         with self._lock:
-            conn, since = self._idle.pop() if self._idle else (None, 0.0)
+            conn, since, generation = self._idle.pop() if self._idle else (None, 0.0, 0)
         if conn is not None and self._alive is not None and time.monotonic() - since > IDLE_CHECK_S:
             if not self._alive(conn):
                 conn.close()
-                return None
-        return conn
+                return None, 0
+        return conn, generation
+
+    def renew(self) -> None:
+        """Close the idle connections; those in use are closed when given back."""
+        with self._lock:
+            self._generation += 1
+            idle, self._idle = self._idle, []
+        for conn, _, _ in idle:
+            conn.close()
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        for conn, _ in idle:
+        for conn, _, _ in idle:
             conn.close()
 
 

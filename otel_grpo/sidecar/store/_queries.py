@@ -147,14 +147,13 @@ class Reads:
                 row = grid.get(step)
                 if row is not None:
                     row[index[key]] = value
-        # Written out directly: json.dumps of a thousand small dicts costs more than the queries.
-        # Values are finite floats or None (non-finite scalars are stored as None).
-        keys = [json.dumps(m if rename is None else rename(m)) + ":" for m in metrics]
-        parts = []
-        for step, when in steps:
-            cells = ",".join(k + ("null" if v is None else repr(v)) for k, v in zip(keys, grid[step]))
-            parts.append(f'{{{cells},{head}{step},"time":{json.dumps(when)}}}')
-        return ("[" + ",".join(parts) + "]").encode()
+        # orjson: writing the rows is most of this query's CPU for a long run's chart (every
+        # step; benchmarks/README.md, sidecar), less with orjson than with repr and f-strings.
+        # Values are finite floats or None (non-finite scalars are stored as None), written as
+        # the shortest text that reads back the same.
+        names = metrics if rename is None else [rename(m) for m in metrics]
+        return orjson.dumps([dict(zip(names, grid[step]), run_id=run_id, step=step, time=when)
+                             for step, when in steps])
 
     def steps(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
               step_max: int | None = None, limit: int = 10000, offset: int = 0) -> list[dict]:

@@ -136,7 +136,16 @@ CREATE TABLE alerts (
 CREATE INDEX alerts_run ON alerts (run_id, status);
 """
 
-PG_MIGRATIONS: tuple[str, ...] = (_PG_V1,)
+# v2: sample rows up to a whole page (8160 bytes) stay in the heap page, uncompressed. With the
+# default target (~2 KiB) a 1-4 KiB completion was lz4-compressed and, still too long, moved to
+# the TOAST table: a second heap tuple and a TOAST index entry per sample, about half of the
+# server's work per inserted row, for a few percent less disk (model text barely compresses;
+# figures in benchmarks/README.md, sidecar). Longer rows are still compressed and moved out.
+_PG_V2 = """
+ALTER TABLE samples SET (toast_tuple_target = 8160);
+"""
+
+PG_MIGRATIONS: tuple[str, ...] = (_PG_V1, _PG_V2)
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 PG_LOCK = 0x6F74_6770  # "otgp": the advisory lock key of migrations and of every write transaction
 
