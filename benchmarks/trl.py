@@ -119,7 +119,10 @@ class Turns:
         self.times: dict[str, list[float]] = {n: [] for n in arms}
         self.cpu: dict[str, list[float]] = {n: [] for n in arms}  # the trainer thread's CPU time per step
         self.trainers: set[int] = set()  # thread idents of the trainers
-        self.background: list[dict[tuple[str, int], float]] = []  # CPU of every other Python thread, at two points
+        # CPU of every other Python thread, keyed by (arm, ident): after otel-grpo's warm-up step, and latest
+        self.first: dict[tuple[str, int], float] | None = None
+        self.last: dict[tuple[str, int], float] = {}
+        self.on_done = False  # otel-grpo's trainer has ended: its telemetry finishes, outside the steps
         self.child: list[float] = []  # CPU of the telemetry process (emit_in="process"), at the same points
         self.child_pid: int | None = None
         self.rng: dict[str, tuple] = {}
@@ -147,6 +150,14 @@ class Turns:
 
         self.rng[name] = (torch.get_rng_state(), np.random.get_state(), random.getstate())
 
+    def read_threads(self) -> None:
+        """The latest CPU reading of each background thread, taken at every step begin: a peer's
+        thread ends inside its trainer's last step (its teardown) and keeps its reading from the
+        step before; otel-grpo's stop at its trainer's end (what follows is the telemetry's finish)."""
+        if self.first is not None:
+            self.last |= {k: v for k, v in background_cpu(self.trainers).items()
+                          if not (self.on_done and k[0] == "on")}
+
     def callback(self, name: str):
         from transformers import TrainerCallback
 
@@ -173,15 +184,17 @@ class Turns:
                 turns.restore(name)
                 turns.trainers.add(threading.get_ident())
                 if name == "on" and len(turns.times["on"]) == 1:  # after the warm-up step
-                    turns.background.append(background_cpu(turns.trainers))
+                    turns.first = background_cpu(turns.trainers)
                     turns.child.append(process_cpu(turns.child_pid))
+                turns.read_threads()
                 self.started, self.cpu_started = time.perf_counter(), time.thread_time()
 
             def on_train_end(self, args, state, control, **kwargs):
                 self._hand_over()  # the last step (its log included)
                 self.started = None
                 if name == "on":  # before train() returns and finishes the telemetry
-                    turns.background.append(background_cpu(turns.trainers))
+                    turns.read_threads()
+                    turns.on_done = True
                     turns.child.append(process_cpu(turns.child_pid))
 
         return Turn()
@@ -416,7 +429,7 @@ def figures(turns: Turns, spent: dict[str, list[float]], logging_steps: int, pee
     n = min(len(t) for t in times.values()) - 1  # the first step of each warms up
     wall = {arm: t[1:n + 1] for arm, t in times.items()}
     thread = {arm: c[1:n + 1] for arm, c in cpu.items()}
-    first, last = turns.background
+    first, last = turns.first, turns.last
     ms = 1e3
 
     def paired(arm: str, base: str, of: dict[str, list[float]]) -> float:
