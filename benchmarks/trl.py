@@ -1,7 +1,7 @@
 """Training-thread time `instrument` adds to a TRL GRPOTrainer step, paired on and off in one run.
 
     python benchmarks/trl.py [--preset tiny|large] [--steps N] [--rounds R] [--threads N] [--logging-steps L]
-                             [--design paired|separate]
+                             [--design paired|separate] [--peers tensorboard,trackio|none]
 
 Two GRPOTrainers built from the same seed and checkpoint (identical batches), one
 instrumented as a user would (`instrument(trainer)` with the default exporters:
@@ -23,6 +23,16 @@ receiver). That background work runs while the next steps run, those of the othe
 included, so the paired figure undercounts it; a Python-bound loop waits for much of it
 (the GIL): direct + background is the bound.
 
+Peers (`--peers`, paired design; default tensorboard): more trainers from the same seed
+join the turns, each reporting through transformers' own `report_to` ("tensorboard":
+TensorBoardCallback, an event file under the trainer's folder; "trackio": TrackioCallback,
+its local SQLite store under the round's folder) instead of `instrument`. Every arm is
+paired with the uninstrumented one in the same rounds and process, so otel-grpo's
+figures are read against the peers' measured beside them: the paired difference, the
+time inside the peer's per-step callbacks (on_log; its setup and teardown left out),
+and the CPU of the peer's own threads (TensorBoard's event writer, trackio's sender).
+trackio is no dependency of this project: install it apart (benchmarks/README.md).
+
 `--design separate` answers what the paired design cannot: every cost of the telemetry,
 background threads and GIL waits included, charged to the run that has it. Each round
 runs the two trainers in two fresh processes one after the other (the order alternates),
@@ -42,6 +52,7 @@ step takes >= 1 s (`--preset large`).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -60,6 +71,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 sys.path.insert(0, str(ROOT / "tests" / "_support"))
 sys.path.insert(0, str(ROOT))
+
+# the peers: transformers' `report_to` name -> its callback class, and where its threads' code lives
+PEER_CALLBACKS = {"tensorboard": "TensorBoardCallback", "trackio": "TrackioCallback"}
+PEER_MODULES = {"tensorboard": ("tensorboard", "torch.utils.tensorboard"), "trackio": ("trackio",)}
 
 PRESETS = {
     # the test fixture's model: ~0.1-0.3 s per step on CPU
@@ -90,19 +105,24 @@ def save_model(directory: Path, overrides: dict) -> str:
 
 
 class Turns:
-    """Two trainers alternate steps; each step is timed between its begin and the next one.
+    """The trainers (`arms`, in turn order) take steps in turn; each step is timed between its
+    begin and the next one.
 
     The RNGs (torch, numpy, random) are global, so each trainer's RNG state is saved when it
-    hands the turn over and restored when it gets it back: both sample the same completions.
+    hands the turn over and restored when it gets it back: all sample the same completions.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, arms: list[str]) -> None:
         self.cond = threading.Condition()
-        self.turn = "off"
-        self.times: dict[str, list[float]] = {"off": [], "on": []}
-        self.cpu: dict[str, list[float]] = {"off": [], "on": []}  # the trainer thread's CPU time per step
-        self.trainers: set[int] = set()  # thread idents of the two trainers
-        self.background: list[dict[int, float]] = []  # CPU of every other Python thread, at two points
+        self.arms = arms
+        self.turn = arms[0]
+        self.times: dict[str, list[float]] = {n: [] for n in arms}
+        self.cpu: dict[str, list[float]] = {n: [] for n in arms}  # the trainer thread's CPU time per step
+        self.trainers: set[int] = set()  # thread idents of the trainers
+        # CPU of every other Python thread, keyed by (arm, ident): after otel-grpo's warm-up step, and latest
+        self.first: dict[tuple[str, int], float] | None = None
+        self.last: dict[tuple[str, int], float] = {}
+        self.on_done = False  # otel-grpo's trainer has ended: its telemetry finishes, outside the steps
         self.child: list[float] = []  # CPU of the telemetry process (emit_in="process"), at the same points
         self.child_pid: int | None = None
         self.rng: dict[str, tuple] = {}
@@ -130,6 +150,14 @@ class Turns:
 
         self.rng[name] = (torch.get_rng_state(), np.random.get_state(), random.getstate())
 
+    def read_threads(self) -> None:
+        """The latest CPU reading of each background thread, taken at every step begin: a peer's
+        thread ends inside its trainer's last step (its teardown) and keeps its reading from the
+        step before; otel-grpo's stop at its trainer's end (what follows is the telemetry's finish)."""
+        if self.first is not None:
+            self.last |= {k: v for k, v in background_cpu(self.trainers).items()
+                          if not (self.on_done and k[0] == "on")}
+
     def callback(self, name: str):
         from transformers import TrainerCallback
 
@@ -145,7 +173,7 @@ class Turns:
                     turns.cpu[name].append(time.thread_time() - self.cpu_started)
                 turns.save(name)
                 with turns.cond:
-                    turns.turn = "on" if name == "off" else "off"
+                    turns.turn = turns.arms[(turns.arms.index(name) + 1) % len(turns.arms)]
                     turns.cond.notify_all()
 
             def on_step_begin(self, args, state, control, **kwargs):
@@ -156,15 +184,17 @@ class Turns:
                 turns.restore(name)
                 turns.trainers.add(threading.get_ident())
                 if name == "on" and len(turns.times["on"]) == 1:  # after the warm-up step
-                    turns.background.append(background_cpu(turns.trainers))
+                    turns.first = background_cpu(turns.trainers)
                     turns.child.append(process_cpu(turns.child_pid))
+                turns.read_threads()
                 self.started, self.cpu_started = time.perf_counter(), time.thread_time()
 
             def on_train_end(self, args, state, control, **kwargs):
                 self._hand_over()  # the last step (its log included)
                 self.started = None
                 if name == "on":  # before train() returns and finishes the telemetry
-                    turns.background.append(background_cpu(turns.trainers))
+                    turns.read_threads()
+                    turns.on_done = True
                     turns.child.append(process_cpu(turns.child_pid))
 
         return Turn()
@@ -199,18 +229,28 @@ class Clock:
         return {"step": (w1 - w0) / n * 1e3, "thread_cpu": (t1 - t0) / n * 1e3, "process_cpu": (p1 - p0) / n * 1e3}
 
 
-def background_cpu(trainers: set[int]) -> dict[int, float]:
-    """CPU seconds of each Python thread other than the trainers and the main thread: the
-    telemetry's emitter, span processor and metric reader (the uninstrumented trainer has none)."""
+def background_cpu(trainers: set[int]) -> dict[tuple[str, int], float]:
+    """CPU seconds of each Python thread other than the trainers and the main thread, keyed by
+    (arm, ident): a peer's threads (TensorBoard's event writer, trackio's sender) by where their
+    code lives, every other one is the telemetry's (emitter, span processor and metric reader;
+    the uninstrumented trainer has none)."""
     out = {}
     for t in threading.enumerate():
         if t.ident in trainers or t is threading.main_thread() or t.ident is None:
             continue
         try:
-            out[t.ident] = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+            out[(_arm_of(t), t.ident)] = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
         except OSError:  # ended meanwhile
             pass
     return out
+
+
+def _arm_of(thread: threading.Thread) -> str:
+    module = getattr(getattr(thread, "_target", None), "__module__", None) or type(thread).__module__
+    for peer, prefixes in PEER_MODULES.items():
+        if module.startswith(prefixes):
+            return peer
+    return "on"
 
 
 def process_cpu(pid: int | None) -> float:
@@ -221,24 +261,33 @@ def process_cpu(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
-def accounting():
-    """Wall (perf_counter) and CPU (thread_time) time inside our hooks' work and the logged-step flush."""
+def accounting(peers: list[str]) -> dict[str, list[float]]:
+    """Wall (perf_counter) and CPU (thread_time) time, per arm, inside our hooks' work and the
+    logged-step flush, and inside each peer's per-step callbacks (its setup and teardown, once
+    per run, left out)."""
+    from transformers import integrations
+
     from otel_grpo.integrations.trl import _callback, _capture
 
-    spent = [0.0, 0.0]
+    spent = {arm: [0.0, 0.0] for arm in ["on", *peers]}
 
-    def timed(fn):
+    def timed(arm, fn):
         def wrapper(*args, **kwargs):
             t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent[0] += time.perf_counter() - t0
-                spent[1] += time.thread_time() - c0
+                spent[arm][0] += time.perf_counter() - t0
+                spent[arm][1] += time.thread_time() - c0
         return wrapper
 
-    _capture.Capture._guard = timed(_capture.Capture._guard)
-    _callback.InstrumentedCallback.flush = timed(_callback.InstrumentedCallback.flush)
+    _capture.Capture._guard = timed("on", _capture.Capture._guard)
+    _callback.InstrumentedCallback.flush = timed("on", _callback.InstrumentedCallback.flush)
+    for peer in peers:
+        cls = getattr(integrations, PEER_CALLBACKS[peer])
+        for name, fn in list(vars(cls).items()):
+            if name.startswith("on_") and name not in ("on_train_begin", "on_train_end"):
+                setattr(cls, name, timed(peer, fn))
     return spent
 
 
@@ -255,9 +304,18 @@ def main() -> None:
     p.add_argument("--design", choices=["paired", "separate"], default="paired",
                    help="paired: two trainers take turns in one process; separate: one process each, "
                         "every background cost charged to the instrumented run")
+    p.add_argument("--peers", type=_peers, default=None,
+                   help="comma-separated peers run in the same turns, each through transformers' report_to "
+                        f"({', '.join(PEER_CALLBACKS)}), or none (default: tensorboard; paired design only)")
     p.add_argument("--round", type=int, default=None, help=argparse.SUPPRESS)  # a child: run one round
     p.add_argument("--only", choices=["on", "off"], default=None, help=argparse.SUPPRESS)  # separate: one trainer
     a = p.parse_args()
+    if a.peers is None:
+        a.peers = ["tensorboard"] if a.design == "paired" else []
+    if a.design == "separate" and a.peers:
+        p.error("--peers: the separate design measures otel-grpo alone")
+    if "trackio" in a.peers and importlib.util.find_spec("trackio") is None:
+        p.error("--peers trackio: trackio is not importable (see benchmarks/README.md to install it apart)")
     if a.round is not None:
         result = one_trainer(a) if a.only else one_round(a)
         print("RESULT " + json.dumps(result), flush=True)
@@ -265,7 +323,8 @@ def main() -> None:
     results = []
     for r in range(a.rounds):
         cmd = [sys.executable, __file__, "--preset", a.preset, "--steps", str(a.steps), "--threads", str(a.threads),
-               "--logging-steps", str(a.logging_steps), "--emit-in", a.emit_in, "--round", str(r)]
+               "--logging-steps", str(a.logging_steps), "--emit-in", a.emit_in, "--round", str(r),
+               "--peers", ",".join(a.peers) or "none"]
         if a.design == "paired":
             results.append(_child(cmd))
         else:
@@ -274,6 +333,15 @@ def main() -> None:
             results.append({f"{k}_{name}": v for name, run in runs.items() for k, v in run.items()})
         print(f"round {r + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in results[-1].items()), flush=True)
     (report if a.design == "paired" else report_separate)(a, results)
+
+
+def _peers(value: str) -> list[str]:
+    peers = [] if value == "none" else value.split(",")
+    unknown = [p for p in peers if p not in PEER_CALLBACKS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown peer {unknown[0]!r}: choose from "
+                                         f"{', '.join(PEER_CALLBACKS)} or none")
+    return peers
 
 
 def _child(cmd: list[str]) -> dict[str, float]:
@@ -303,13 +371,16 @@ def _instrument(trainer, tmp: Path, port: int, a):
 
 
 def one_round(a) -> dict[str, float]:
-    """One process: both trainers, `a.steps` paired steps; figures in ms per step."""
+    """One process: every arm's trainer, `a.steps` paired steps; figures in ms per step."""
     import tiny_trl
 
     tmp, model, config = _prepare(a, a.steps + 1)
-    turns, spent = Turns(), accounting()
-    names = ["off", "on"] if a.round % 2 == 0 else ["on", "off"]  # which one allocates first alternates
-    trainers = {n: tiny_trl.make_grpo_trainer(tmp / n, model_dir=model, callbacks=[turns.callback(n)], **config)
+    os.environ["TRACKIO_DIR"] = str(tmp / "trackio")  # read when trackio is imported, below
+    arms = ["off", "on", *a.peers]
+    names = arms[a.round % len(arms):] + arms[:a.round % len(arms)]  # which one allocates and steps first rotates
+    turns, spent = Turns(names), accounting(a.peers)
+    trainers = {n: tiny_trl.make_grpo_trainer(tmp / n, model_dir=model, callbacks=[turns.callback(n)],
+                                              **config, **({"report_to": n} if n in a.peers else {}))
                 for n in names}
     sink, port = _start_sink()
     try:
@@ -321,7 +392,7 @@ def one_round(a) -> dict[str, float]:
             t.join()
     finally:
         sink.terminate()
-    return figures(turns, spent, a.logging_steps)
+    return figures(turns, spent, a.logging_steps, a.peers)
 
 
 def one_trainer(a) -> dict[str, float]:
@@ -343,33 +414,42 @@ def one_trainer(a) -> dict[str, float]:
 
 def _start_sink():
     """benchmarks/otlp_sink.py's receiver (this folder is off sys.path: see the top of the file)."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("otlp_sink", ROOT / "benchmarks" / "otlp_sink.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.start_sink()
 
 
-def figures(turns: Turns, spent: list[float], logging_steps: int) -> dict[str, float]:
+def figures(turns: Turns, spent: dict[str, list[float]], logging_steps: int, peers: list[str]) -> dict[str, float]:
     """Medians over windows of `logging_steps` steps (one logged step each), of each window's mean:
-    with logging_steps > 1 a median over single steps would leave the logged step's flush out."""
+    with logging_steps > 1 a median over single steps would leave the logged step's flush out.
+    otel-grpo's keys are unprefixed; a peer's carry its name (`tensorboard_paired`, ...), and
+    `on_vs_<peer>` pairs otel-grpo's steps with the peer's directly."""
     times, cpu = turns.times, turns.cpu
-    off, on = times["off"][1:], times["on"][1:]  # the first step of each warms up
-    n = min(len(off), len(on))
-    cpu_off, cpu_on = cpu["off"][1:n + 1], cpu["on"][1:n + 1]
-    first, last = turns.background
+    n = min(len(t) for t in times.values()) - 1  # the first step of each warms up
+    wall = {arm: t[1:n + 1] for arm, t in times.items()}
+    thread = {arm: c[1:n + 1] for arm, c in cpu.items()}
+    first, last = turns.first, turns.last
     ms = 1e3
-    return {
-        "off": statistics.median(off[:n]) * ms,
-        "on": statistics.median(on[:n]) * ms,
-        "paired": statistics.median(_window_means([b - x for x, b in zip(off[:n], on[:n])], logging_steps)) * ms,
-        "paired_cpu": statistics.median(_window_means([b - x for x, b in zip(cpu_off, cpu_on)], logging_steps)) * ms,
-        "hooks": spent[0] / len(times["on"]) * ms,
-        "hooks_cpu": spent[1] / len(times["on"]) * ms,
-        "background_cpu": sum(last[k] - first.get(k, 0.0) for k in last) / n * ms,
-        "child_cpu": (turns.child[1] - turns.child[0]) / n * ms,
-    }
+
+    def paired(arm: str, base: str, of: dict[str, list[float]]) -> float:
+        return statistics.median(_window_means([b - x for x, b in zip(of[base], of[arm])], logging_steps)) * ms
+
+    out = {"off": statistics.median(wall["off"]) * ms, "child_cpu": (turns.child[1] - turns.child[0]) / n * ms}
+    for arm in ["on", *peers]:
+        key = "" if arm == "on" else f"{arm}_"
+        out |= {
+            f"{arm}": statistics.median(wall[arm]) * ms,
+            f"{key}paired": paired(arm, "off", wall),
+            f"{key}paired_cpu": paired(arm, "off", thread),
+            f"{key}hooks": spent[arm][0] / len(times[arm]) * ms,
+            f"{key}hooks_cpu": spent[arm][1] / len(times[arm]) * ms,
+            f"{key}background_cpu": sum(last[k] - first.get(k, 0.0) for k in last if k[0] == arm) / n * ms,
+        }
+    for peer in peers:
+        out[f"on_vs_{peer}"] = paired("on", peer, wall)
+        out[f"on_vs_{peer}_cpu"] = paired("on", peer, thread)
+    return out
 
 
 def _window_means(values: list[float], size: int) -> list[float]:
@@ -398,6 +478,23 @@ def report(a, results: list[dict[str, float]]) -> None:
         print(f"telemetry process's CPU (emitter, exporters; off the trainer's GIL): {line('child_cpu')} per step")
     bound = statistics.median(r["hooks"] + r["background_cpu"] for r in results)
     print(f"bound, hooks and flush + telemetry threads: {bound:.2f} ms = {bound / med['off'] * 100:.2f}% of a step")
+    for peer in a.peers:
+        peer_bound = statistics.median(r[f"{peer}_hooks"] + r[f"{peer}_background_cpu"] for r in results)
+        print(f"peer {peer} (report_to, same rounds): step median {med[peer]:.1f} ms; paired {peer} - off "
+              f"{line(f'{peer}_paired')}; training-thread CPU {line(f'{peer}_paired_cpu')}; "
+              f"inside its callbacks {line(f'{peer}_hooks')}, CPU {line(f'{peer}_hooks_cpu')}; "
+              f"its threads' CPU {line(f'{peer}_background_cpu')}; bound {peer_bound:.2f} ms")
+        print(f"otel-grpo against {peer}: paired {med['paired']:+.2f} / {med[f'{peer}_paired']:+.2f} ms "
+              f"(ratio {_ratio(med['paired'], med[f'{peer}_paired'])}), training-thread CPU "
+              f"{med['paired_cpu']:+.2f} / {med[f'{peer}_paired_cpu']:+.2f} ms "
+              f"(ratio {_ratio(med['paired_cpu'], med[f'{peer}_paired_cpu'])}), "
+              f"bound {bound:.2f} / {peer_bound:.2f} ms "
+              f"(ratio {_ratio(bound, peer_bound)}); paired on - {peer} directly {line(f'on_vs_{peer}')}, "
+              f"CPU {line(f'on_vs_{peer}_cpu')}")
+
+
+def _ratio(ours: float, peer: float) -> str:
+    return f"{ours / peer:.2f}" if peer > 0 else "n/a (the peer's figure is not positive)"
 
 
 def report_separate(a, results: list[dict[str, float]]) -> None:
