@@ -38,13 +38,23 @@ def _start(settings):
     if problem:
         _fail(problem)
     stack = LocalStack(settings)
+    # From here on SIGTERM (a supervisor stopping us, even mid-start) unwinds like Ctrl-C, so the
+    # components started so far are stopped; the default action would leave them running orphaned.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return stack.start()
     except StackError as e:
         _fail(str(e))
+    except KeyboardInterrupt:  # start() has stopped what it started
+        typer.echo("interrupted.", err=True)
+        raise typer.Exit(130) from None
     except OSError as e:  # /proc/foo: the kernel refuses what looked writable
         stack.stop()
         _fail(os_error_line(e, settings.dir, "--dir"))
+
+
+def _interrupt(signum, frame) -> NoReturn:
+    raise KeyboardInterrupt
 
 
 def _fail(message: str) -> NoReturn:
@@ -103,6 +113,8 @@ def up(dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _P
         _print_urls(stack)
         _print_trainer_env(stack)
         _serve_until_interrupted(stack)
+    except KeyboardInterrupt:  # SIGTERM before the wait's own handlers were in place
+        pass
     finally:
         stack.stop()
         typer.echo("stopped.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -163,6 +164,40 @@ def test_up_prints_an_environment_block_that_works(tmp_path, free_port_factory):
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(timeout=60)
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("when", ["as soon as it says it is up", "while it starts"])
+def test_sigterm_stops_every_component(tmp_path, free_port_factory, when):
+    """A supervisor's SIGTERM stops the sidecar, Prometheus and Alertmanager with `up`, whenever it
+    comes (it used to kill `up` alone before its wait began, leaving the three running)."""
+    ports = [free_port_factory() for _ in range(4)]
+    up = subprocess.Popen([sys.executable, "-m", "otel_grpo.cli", "up", "--dir", str(tmp_path / "stack"),
+                           "--sidecar-port", str(ports[0]), "--prometheus-port", str(ports[1]),
+                           "--alertmanager-port", str(ports[2]), "--trainer-metrics-port", str(ports[3])],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if when == "while it starts":
+            assert _wait_for(lambda: _listening(ports[0]) or up.poll() is not None, 120), "the sidecar never listened"
+        else:
+            line = up.stdout.readline()
+            while line and "stack is up" not in line:
+                line = up.stdout.readline()
+            assert "stack is up" in line, up.stderr.read()
+        up.send_signal(signal.SIGTERM)
+        up.wait(timeout=60)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    assert "Traceback" not in up.stderr.read()
+    assert not [p for p in ports[:3] if _listening(p)]
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trl_grpo.py"
