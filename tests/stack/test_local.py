@@ -134,14 +134,19 @@ tel.finish()
 """
 
 
+def _start_up(directory: Path, ports: list[int]) -> subprocess.Popen:
+    """`otel-grpo up` on the given sidecar, Prometheus, Alertmanager and trainer-metrics ports."""
+    return subprocess.Popen([sys.executable, "-m", "otel_grpo.cli", "up", "--dir", str(directory),
+                             "--sidecar-port", str(ports[0]), "--prometheus-port", str(ports[1]),
+                             "--alertmanager-port", str(ports[2]), "--trainer-metrics-port", str(ports[3])],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_up_prints_an_environment_block_that_works(tmp_path, free_port_factory):
     """A trainer given only the block `up` prints lands its steps and samples in the sidecar; the
     printed alerts link opens on the Prometheus that is installed."""
     ports = [free_port_factory() for _ in range(4)]
-    up = subprocess.Popen([sys.executable, "-m", "otel_grpo.cli", "up", "--dir", str(tmp_path / "stack"),
-                           "--sidecar-port", str(ports[0]), "--prometheus-port", str(ports[1]),
-                           "--alertmanager-port", str(ports[2]), "--trainer-metrics-port", str(ports[3])],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    up = _start_up(tmp_path / "stack", ports)
     try:
         lines = []
         while not lines or "Ctrl-C" not in lines[-1]:
@@ -179,10 +184,7 @@ def test_sigterm_stops_every_component(tmp_path, free_port_factory, when):
     """A supervisor's SIGTERM stops the sidecar, Prometheus and Alertmanager with `up`, whenever it
     comes (it used to kill `up` alone before its wait began, leaving the three running)."""
     ports = [free_port_factory() for _ in range(4)]
-    up = subprocess.Popen([sys.executable, "-m", "otel_grpo.cli", "up", "--dir", str(tmp_path / "stack"),
-                           "--sidecar-port", str(ports[0]), "--prometheus-port", str(ports[1]),
-                           "--alertmanager-port", str(ports[2]), "--trainer-metrics-port", str(ports[3])],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    up = _start_up(tmp_path / "stack", ports)
     try:
         if when == "while it starts":
             assert _wait_for(lambda: _listening(ports[0]) or up.poll() is not None, 120), "the sidecar never listened"
