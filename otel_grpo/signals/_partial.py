@@ -208,9 +208,22 @@ class Stats:
             raise ValueError(f"name: a column needs a non-empty name, got {name!r}")
         if values.dim() != 1:
             raise ValueError(f"column {name!r} must be 1-D, got shape {tuple(values.shape)}")
-        values = values.detach().to(_F64)
+        if values.requires_grad:
+            values = values.detach()
+        if values.dtype != _F64:  # each no-op conversion is still a dispatch: a step adds a dozen columns
+            values = values.to(_F64)
         key = COLUMN_PREFIX + name
         self.vectors[key] = torch.cat([self.vectors[key], values]) if key in self.vectors else values
+        return self
+
+    def move_rows(self, positions: Tensor, size: int) -> Stats:
+        """Row i of every column (`add_column`) moved to row `positions[i]` of `size` rows, NaN (no value) in
+        rows no position names: columns computed on shuffled rows, put back in order. In place; returns self."""
+        keys = [k for k in self.vectors if k.startswith(COLUMN_PREFIX)]
+        if keys:
+            columns = torch.stack([self.vectors[k] for k in keys])
+            moved = columns.new_full((len(keys), size), float("nan")).index_copy_(1, positions, columns)
+            self.vectors.update(zip(keys, moved.unbind()))
         return self
 
     def add_distinct(self, key: str, ids: Tensor) -> Stats:

@@ -26,7 +26,7 @@ CASES = {
 
 def instrument_text(prompt, completion) -> tuple[str, str]:
     cap = Captured([prompt], [completion], [[5]], torch.zeros(1, 1))
-    batch = SampleBatch(cap, torch.zeros(1, 3), [1], [False], 0, 0)
+    batch = SampleBatch(cap, torch.zeros(1), [1], [False], 0, 0)
     row = sample_rows(batch, ["fn"], 1)[0]
     return row["prompt"], row["completion"]
 

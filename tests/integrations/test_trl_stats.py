@@ -11,8 +11,8 @@ from otel_grpo import signals
 from otel_grpo.signals import _validate
 from otel_grpo.integrations.trl._accumulate import Accumulator
 from otel_grpo.integrations.trl._diagnostics import diagnose
-from otel_grpo.integrations.trl._generation import (Captured, Generation, SampleBatch, generation_stats, sample_batch,
-                                                    sample_rows, truncated_flags, weighted_totals)
+from otel_grpo.integrations.trl._generation import (Captured, Generation, SampleBatch, generation_stats, sample_rows,
+                                                    truncated_flags, weighted_totals)
 from otel_grpo.integrations.trl._micro_batch import MicroBatch, policy_stats
 from otel_grpo.integrations.trl._settings import TrlSettings
 from tests.signals.test_host_transfers import host_reads  # noqa: F401 (a fixture)
@@ -69,14 +69,13 @@ def test_policy_stats_of_two_micro_batches_equal_one_of_their_concatenation():
     assert reduced(policy_stats(settings(), [a, b])) == pytest.approx(reduced(policy_stats(settings(), [whole])))
 
 
-def generation(rewards: torch.Tensor, weights=(1.0,), lengths=(1, 2, 1, 2)) -> Generation:
+def generation(rewards: torch.Tensor, lengths=(1, 2, 1, 2)) -> Generation:
     """This rank's rows (one per length; rows 1 and 3 truncated) with every rank's `rewards` [N_all, F]."""
     n = len(lengths)
     ids = torch.tensor([[5, 1], [5, 6], [7, 0], [7, 7]])[:n]
     mask = torch.arange(2)[None] < torch.tensor(lengths)[:, None]
     advantages = torch.tensor([0.5, -0.5, 0.5, -0.5])[:n]
-    return Generation(rewards, weighted_totals(weights, rewards), advantages, ids, mask, list(lengths),
-                      [False, True, False, True][:n], None, None, None)
+    return Generation(rewards, advantages, ids, mask, list(lengths), [False, True, False, True][:n], None, None, None)
 
 
 def test_generation_stats_take_each_rank_its_own_groups_of_the_gathered_rewards():
@@ -108,18 +107,21 @@ def test_settings_name_the_bad_argument():
 def batch_of(gen: Generation, st: TrlSettings, prompts=("p0", "p0", "p1", "p1")) -> SampleBatch:
     n = gen.advantages.shape[0]
     cap = Captured(list(prompts[:n]), [f"c{i}" for i in range(n)], [[5]] * n, gen.rewards_per_func)
-    return sample_batch(st, cap, gen, step=3)
+    return SampleBatch(cap, gen.advantages, gen.lengths, gen.truncated, st.rank * n, 3, pending=n)
 
 
-def test_sample_rows_are_this_ranks_rows_with_their_diagnostics_under_their_own_columns():
-    rewards = torch.tensor([[1.0], [3.0], [10.0], [30.0]])
-    st = settings(rank=1, world=2)
+def test_sample_rows_are_this_ranks_rows_with_their_rewards_and_diagnostics_from_the_reduction():
+    rewards = torch.tensor([[1.0, 2.0], [3.0, math.nan], [10.0, 20.0], [30.0, math.nan]])  # ranks 0 and 1, gathered
+    st = settings(rank=1, world=2, reward_names=("fmt", "len"), reward_weights=(1.0, 0.5))
     batch = batch_of(generation(rewards, lengths=(1, 2)), st, prompts=("p1", [{"role": "user", "content": "hi"}]))
-    rows = sample_rows(batch, st.reward_names, st.num_generations,
-                       iter([{"entropy_mean": 0.5, "completion_length": 9.0}, {}]))
-    assert [(r["reward"], r["group"], r["policy_version"], r["completion_length"]) for r in rows] == [
-        (10.0, 1, 3, 1), (30.0, 1, 3, 2)]  # the row's own length wins over a diagnostic's
+    diagnostics = reduced(diagnose(st, [batch])).column_rows()
+    diagnostics[0]["entropy_mean"] = 0.5
+    rows = sample_rows(batch, st.reward_names, st.num_generations, iter(diagnostics))
+    assert [(r["reward"], r["rewards"]["fmt"], r["advantage"], r["group"], r["policy_version"], r["completion_length"])
+            for r in rows] == [(20.0, 10.0, 0.5, 1, 3, 1), (30.0, 30.0, -0.5, 1, 3, 2)]  # its own length wins
+    assert rows[0]["rewards"]["len"] == 20.0 and math.isnan(rows[1]["rewards"]["len"])  # the function scored none
     assert rows[0]["entropy_mean"] == 0.5 and rows[1]["prompt"] == "user: hi" and not rows[1]["terminated"]
+    assert not any(k.startswith("rewards/") for r in rows for k in r)  # the carrier columns are not row columns
 
 
 def first_pass(rows: list[int], logps, old, ref=None, entropy=None, sampling=None, mask=None) -> MicroBatch:
@@ -153,8 +155,8 @@ def test_diagnose_uses_the_samplers_logprobs_and_leaves_rows_no_pass_reached_wit
     got = reduced(diagnose(st, [batch])).column_rows()
     assert got[1]["is_weight_max"] == pytest.approx(2.0) and got[1]["is_weight_mean"] == pytest.approx(1.5)
     assert got[0]["log_ratio_absmax"] == 0.0
-    # the row's own completion_length (from the generation) wins over this 0 in sample_rows
-    assert set(got[2]) == {"completion_length", "length_clipped"} and "kl_ref_mean" not in got[0]  # beta 0
+    # a row no pass reached: the generation's columns only (its completion_length is the batch's, in sample_rows)
+    assert set(got[2]) == {"length_clipped", "reward", "rewards/fmt", "advantage"} and "kl_ref_mean" not in got[0]
 
 
 def test_diagnose_of_batches_of_different_widths_at_once_equals_each_alone():
@@ -189,8 +191,9 @@ def test_rows_wait_for_their_first_loss_pass_and_go_out_at_the_end_regardless():
     assert [r.get("is_weight_mean") for r in rows] == [1.0, 1.0, None, None]
 
 
-def test_a_logged_step_reads_the_device_once_for_its_stats_and_once_per_batch_for_its_rows(host_reads, monkeypatch):
-    """The diagnostics ride in reduce_stats' copy: no host read of their own (as on a GPU: value checks deferred)."""
+def test_a_logged_step_reads_the_device_once_for_its_stats_and_its_rows(host_reads, monkeypatch):
+    """The rows' rewards and diagnostics ride in reduce_stats' copy: no host read of their own (as on a GPU: value
+    checks deferred)."""
     monkeypatch.setattr(_validate, "EAGER_VALUE_CHECK_DEVICES", set())
     st = settings()
     acc = Accumulator(st)
@@ -212,6 +215,7 @@ def test_a_logged_step_reads_the_device_once_for_its_stats_and_once_per_batch_fo
     assert host_reads == ["tolist"]  # the logged step's one reduce_stats
     diagnostics = iter(logged.stats.column_rows())
     rows = [r for b in logged.batches for r in sample_rows(b, st.reward_names, st.num_generations, diagnostics)]
-    assert host_reads == ["tolist"] * 3  # and each batch's rewards and advantages, as before
+    assert host_reads == ["tolist"]  # the rows' rewards and advantages came with it
     assert len(rows) == 8 and all(r["is_weight_mean"] == pytest.approx(math.exp(0.1)) for r in rows)
+    assert [r["advantage"] for r in rows] == [0.5, -0.5] * 4
 

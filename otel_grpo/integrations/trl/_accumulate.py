@@ -3,7 +3,7 @@
     acc = Accumulator(settings)
     acc.capture(micro_batch)            # per micro-batch and generation batch: references only
     acc.batches.append(sample_batch)    # a generation batch's sample rows, sent once its first loss pass is done
-    acc.add(stats)                      # partial stats computed on the spot (the loss)
+    acc.loss(loss, factor)              # a training step's loss (0-d, on device) and its scale
     acc.phase("rollout", seconds)       # a phase measured by a hook
     merged = acc.merged()               # at the logged step (local; may fail on one rank only)
     logged = acc.take(merged, accelerator)  # on every rank, if every rank merged: ONE reduce_stats
@@ -57,6 +57,8 @@ class Accumulator:
     phases: list[tuple[str, float, int]] = field(default_factory=list)
     diagnosed: list[tuple[list[SampleBatch], signals.Stats]] = field(default_factory=list)
     """Sample batches whose first loss pass is complete, with their rows' diagnostics, in batch order."""
+    losses: list[tuple[torch.Tensor, int]] = field(default_factory=list)
+    """Each training step's loss (0-d, detached) and the factor transformers scales it by."""
 
     def capture(self, item: MicroBatch | Generation) -> None:
         """Keep `item`'s tensors for the logged step's one pass; compute now if too much is held."""
@@ -65,15 +67,18 @@ class Accumulator:
         if self.held_bytes > FOLD_BYTES:
             self._fold()
 
-    def add(self, stats: signals.Stats) -> None:
-        self.stats.append(stats)  # merged once, at the logged step
+    def loss(self, value: torch.Tensor, factor: int) -> None:
+        """A training step's loss: `loss` is their mean, each times `factor` (transformers logs the sum of a
+        step's `training_step` losses over its optimizer steps, and `training_step` divided by the
+        gradient accumulation steps). Kept as is: one stack at the logged step, no op per step."""
+        self.losses.append((value, factor))
 
     def phase(self, name: str, seconds: float) -> None:
         self.phases.append((name, seconds, time.time_ns()))
 
     @property
     def pending(self) -> bool:
-        return bool(self.stats or self.captures or self.batches)
+        return bool(self.stats or self.captures or self.batches or self.losses)
 
     @torch.inference_mode()
     def _fold(self) -> None:
@@ -107,6 +112,9 @@ class Accumulator:
         batches ready to send (every row through the loss; every batch if `final`: training ended)."""
         self._fold()
         self._diagnose(final)
+        if self.losses:
+            self.stats.append(_loss_stats(self.losses))
+            self.losses = []
         parts = self.stats + [stats for _, stats in self.diagnosed]
         if not parts:
             return signals.Stats()
@@ -125,4 +133,15 @@ class Accumulator:
 
     def clear(self) -> None:
         self.stats, self.captures, self.held_bytes, self.batches, self.phases = [], [], 0, [], []
-        self.diagnosed = []
+        self.diagnosed, self.losses = [], []
+
+
+def _loss_stats(losses: list[tuple[torch.Tensor, int]]) -> signals.Stats:
+    """`loss`: the mean of each loss times its factor, in a few ops for all of them."""
+    values = torch.stack([v for v, _ in losses]).reshape(-1)
+    factors = {f for _, f in losses}
+    if len(factors) == 1:  # the usual case: one gradient accumulation setting
+        scaled = values * factors.pop()
+    else:
+        scaled = values * torch.tensor([f for _, f in losses], dtype=values.dtype, device=values.device)
+    return signals.Stats().add_mean("loss", scaled.double().sum(), float(len(losses)))

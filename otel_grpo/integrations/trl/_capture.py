@@ -25,9 +25,8 @@ from typing import Any, Callable
 
 import torch
 
-from ... import signals
 from ._accumulate import Accumulator
-from ._generation import Captured, Generation, sample_batch, truncated_flags, weighted_totals
+from ._generation import Captured, Generation, SampleBatch, truncated_flags
 from ._micro_batch import MicroBatch
 from ._settings import TrlSettings, fn_name
 
@@ -90,6 +89,12 @@ def snapshot(trainer: Any) -> TrlSettings:
 def model_name(trainer: Any) -> str | None:
     """The model's `_name_or_path` (telemetry's `model_name` default), for any transformers Trainer."""
     return getattr(getattr(trainer.model, "config", None), "_name_or_path", None)
+
+
+@functools.lru_cache(maxsize=16)
+def _positions(batch: int, device: torch.device) -> torch.Tensor:
+    """0 .. batch - 1 (the same every generation: TRL's shuffle and split make new tensors of it)."""
+    return torch.arange(batch, device=device)
 
 
 def _mask(d: dict) -> torch.Tensor:
@@ -203,22 +208,24 @@ class Capture:
         return out
 
     def _add_generation(self, out: dict, cap: Captured) -> None:
-        """The batch's tensors for its stats and its sample rows; marks each row's position for the loss."""
+        """References to the batch's tensors for its stats and its sample rows (no device op: the logged
+        step computes); marks each row's position for the loss."""
         ids = out["completion_ids"]
         batch = ids.shape[0]
         if "tool_mask" in out:  # TRL counts only model-generated tokens then
             lengths = out["tool_mask"].sum(-1).tolist()  # host sync, with tools only (TRL's own count)
         else:
             lengths = [len(c) for c in cap.completion_ids]
-        gen = Generation(cap.rewards_per_func, weighted_totals(self.settings.reward_weights, cap.rewards_per_func),
-                         out["advantages"].reshape(batch, -1)[:, 0], ids, _mask(out), lengths,
-                         truncated_flags(cap.completion_ids, self.settings.stop_ids),
+        truncated = truncated_flags(cap.completion_ids, self.settings.stop_ids)
+        advantages = out["advantages"]
+        gen = Generation(cap.rewards_per_func, advantages, ids, _mask(out), lengths, truncated,
                          out.get("sampling_per_token_logps"), out.get("old_per_token_logps"),
                          out.get("importance_sampling_ratio"))
-        rows = sample_batch(self.settings, cap, gen, int(self.trainer.state.global_step))
+        rows = SampleBatch(cap, advantages, lengths, truncated, self.settings.rank * batch,
+                           int(self.trainer.state.global_step), pending=batch)
         self.acc.capture(gen)
         self.acc.batches.append(rows)
-        out[ROW_KEY] = torch.arange(batch, device=ids.device)  # shuffled and split with the batch by TRL
+        out[ROW_KEY] = _positions(batch, ids.device)  # shuffled and split with the batch by TRL
         self._first_pass = rows
 
     def _loss(self, original, model, inputs, *args, **kwargs):
@@ -255,9 +262,6 @@ class Capture:
 
         def add_loss() -> None:
             self.acc.phase("update", seconds)
-            st = signals.Stats()
-            # transformers logs sum(training_step losses) / optimizer steps, averaged over ranks
-            st.add_mean("loss", loss.detach() * self.trainer.current_gradient_accumulation_steps, 1.0)
-            self.acc.add(st)
+            self.acc.loss(loss.detach(), self.trainer.current_gradient_accumulation_steps)
         self._guard("loss", add_loss)
         return loss

@@ -35,11 +35,12 @@ class Captured:
 
 @dataclass(slots=True)
 class SampleBatch:
-    """A generation batch's rows, kept on device until the logged step converts them."""
+    """A generation batch's rows, kept until the logged step: host columns here, their rewards and advantages
+    on device (they reach the host as diagnostics columns, in the logged step's one copy)."""
 
     captured: Captured
-    values: Tensor
-    """[B, F + 2]: per-function rewards, total weighted reward, advantage (this rank's rows)."""
+    advantages: Tensor
+    """TRL's advantages of this rank's rows: [B], or [B, T] (per token: each row's first is its own)."""
     lengths: list[int]
     truncated: list[bool]
     first_index: int
@@ -50,6 +51,10 @@ class SampleBatch:
     pending: int = 0
     """Rows not yet through their first loss pass (their per-sample diagnostics come from it)."""
 
+    @property
+    def size(self) -> int:
+        return len(self.lengths)
+
 
 @dataclass(slots=True)
 class Generation:
@@ -57,10 +62,8 @@ class Generation:
 
     rewards_per_func: Tensor
     """[N_all, F], every rank's."""
-    totals: Tensor
-    """[N_all], the total reward of each row as TRL weights it."""
     advantages: Tensor
-    """[B], this rank's rows."""
+    """TRL's, this rank's rows: [B] or [B, T] (`row_advantages`)."""
     ids: Tensor
     mask: Tensor
     """[B, T] completion (and tool) tokens, 0/1 or bool."""
@@ -80,17 +83,19 @@ class Generation:
 
     @property
     def nbytes(self) -> int:
-        return held_bytes(self.rewards_per_func, self.totals, self.advantages, self.ids, self.mask, self.sampling,
+        return held_bytes(self.rewards_per_func, self.advantages, self.ids, self.mask, self.sampling,
                           self.old, self.is_ratio)
 
 
-def sample_batch(settings: TrlSettings, cap: Captured, gen: Generation, step: int) -> SampleBatch:
-    """A generation batch's sample rows: their values ([B, F + 2], a few tiny device ops) and host columns."""
-    batch = gen.advantages.shape[0]
-    rows = slice(settings.rank * batch, (settings.rank + 1) * batch)
-    local = cap.rewards_per_func[rows]
-    values = torch.cat([local, gen.totals[rows, None], gen.advantages[:, None].to(local.dtype)], dim=1)
-    return SampleBatch(cap, values.detach(), gen.lengths, gen.truncated, settings.rank * batch, step, pending=batch)
+def row_advantages(advantages: Tensor) -> Tensor:
+    """[B] from TRL's [B] or [B, T] advantages (per-token ones: each row's first token's)."""
+    return advantages if advantages.dim() == 1 else advantages.reshape(advantages.shape[0], -1)[:, 0]
+
+
+def local_rewards(settings: TrlSettings, batch: SampleBatch) -> Tensor:
+    """[B, F]: this rank's rows of the batch's gathered rewards (TRL gathers every rank's)."""
+    rewards, b = batch.captured.rewards_per_func, batch.size
+    return rewards if settings.world == 1 else rewards[settings.rank * b : (settings.rank + 1) * b]
 
 
 def weighted_totals(weights: Sequence[float], rewards_per_func: Tensor) -> Tensor:
@@ -109,7 +114,8 @@ def generation_stats(settings: TrlSettings, gens: Sequence[Generation]) -> signa
     """Reward, advantage, length, diversity, mismatch and rollout-IS stats of generation batches of
     one kind, as one batch (one pass of torch ops for all of them)."""
     rewards_per_func = cat_rows([g.rewards_per_func for g in gens], math.nan)
-    stats = _reward_family(settings, rewards_per_func, cat_rows([g.totals for g in gens], math.nan))
+    totals = weighted_totals(settings.reward_weights, rewards_per_func)  # once for every batch of the step
+    stats = _reward_family(settings, rewards_per_func, totals)
     ids, mask = cat_rows([g.ids for g in gens], 0), cat_rows([g.mask for g in gens], 0)
     lengths = [n for g in gens for n in g.lengths]
     truncated = [t for g in gens for t in g.truncated]
@@ -117,7 +123,7 @@ def generation_stats(settings: TrlSettings, gens: Sequence[Generation]) -> signa
     length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < torch.tensor(lengths, device=ids.device)[:, None]
     max_len = max(settings.max_completion_length, width)
     stats.update(  # in place: each `|` would copy every part so far
-        signals.advantage_stats(cat_rows([g.advantages for g in gens], 0.0)),
+        signals.advantage_stats(cat_rows([row_advantages(g.advantages) for g in gens], 0.0)),
         signals.length_stats(length_mask, torch.tensor(truncated, device=ids.device)),
         signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len), *_sampling_stats(settings, gens, mask))
     return stats
@@ -176,17 +182,23 @@ def _trl_is_ratio(ratio: Tensor, mask: Tensor) -> signals.Stats:
     return st
 
 
+# Each sample row's reward, advantage and per-function rewards travel as diagnostics columns (`_diagnostics`)
+REWARD_COLUMN, ADVANTAGE_COLUMN, FN_COLUMN = "reward", "advantage", "rewards/"
+
+
 def sample_rows(batch: SampleBatch, names: Sequence[str], group: int,
                 diagnostics: Iterator[dict[str, float]] = iter(())) -> list[dict[str, Any]]:
-    """The rows of one generation batch (one device-to-host copy of its values); each takes the next of
-    `diagnostics` (its per-sample numbers, already on the host: `ReducedStats.column_rows`) under its own columns."""
-    values = batch.values.tolist()  # host sync: this batch's rewards and advantages, at the logged step
-    cap, n = batch.captured, len(names)
-    rows = []
-    for i, row in enumerate(values):
-        rows.append({**next(diagnostics, {}),
+    """The rows of one generation batch; each takes the next of `diagnostics` (its per-sample numbers,
+    already on the host: `ReducedStats.column_rows`), its rewards and advantage among them, under its own
+    columns. No device read: the numbers came in the logged step's one copy."""
+    cap, rows = batch.captured, []
+    for i in range(batch.size):
+        numbers = next(diagnostics, {})
+        rewards = {n: numbers.pop(FN_COLUMN + n, math.nan) for n in names}  # NaN: the function scored no value
+        reward, advantage = numbers.pop(REWARD_COLUMN, math.nan), numbers.pop(ADVANTAGE_COLUMN, math.nan)
+        rows.append({**numbers,
             "prompt": chat_text(cap.prompts[i]), "completion": chat_text(cap.completions[i]),
-            "reward": row[n], "rewards": dict(zip(names, row[:n])), "advantage": row[n + 1],
+            "reward": reward, "rewards": rewards, "advantage": advantage,
             "completion_length": batch.lengths[i], "terminated": not batch.truncated[i],
             "group": (batch.first_index + i) // group, "policy_version": batch.policy_version,
         })
