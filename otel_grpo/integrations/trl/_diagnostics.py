@@ -55,7 +55,7 @@ def diagnose(settings: TrlSettings, batches: Sequence[SampleBatch]) -> signals.S
 def _in_pass_order(settings: TrlSettings, passes: Sequence[MicroBatch]) -> list[torch.Tensor | None]:
     """Mask, log-probs, behaviour log-probs, reference log-probs (None at beta 0) and entropy (NaN where a pass
     has none) of the passes' rows, concatenated (narrower passes right-padded, masked out)."""
-    mask = cat_rows([p.mask for p in passes], False)
+    mask = cat_rows([p.mask for p in passes], False).bool()  # TRL's 0/1 (as policy_stats reads it)
     logps = cat_rows([p.logps for p in passes], 0.0)
     behaviour = cat_rows([_behaviour(p) for p in passes], 0.0)
     ref = None

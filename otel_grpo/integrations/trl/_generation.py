@@ -8,6 +8,7 @@ Plain tensors and `TrlSettings` in: `_capture` reads TRL's dicts into these.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -100,9 +101,15 @@ def local_rewards(settings: TrlSettings, batch: SampleBatch) -> Tensor:
 
 def weighted_totals(weights: Sequence[float], rewards_per_func: Tensor) -> Tensor:
     """[N] total reward as TRL weights it; NaN where no function scored the row (TRL's unscorable rows)."""
-    w = torch.tensor(weights, dtype=rewards_per_func.dtype, device=rewards_per_func.device)  # host->device, tiny
-    total = (rewards_per_func * w.unsqueeze(0)).nansum(dim=1)
+    w = _weights(tuple(weights), rewards_per_func.dtype, rewards_per_func.device)
+    total = (rewards_per_func * w).nansum(dim=1)
     return torch.where(torch.isnan(rewards_per_func).all(dim=1), math.nan, total)
+
+
+@functools.lru_cache(maxsize=16)
+def _weights(weights: tuple[float, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """[1, F] on the rewards' device: made once (a host-to-device copy), the same weights every step."""
+    return torch.tensor([weights], dtype=dtype, device=device)
 
 
 def truncated_flags(completion_ids: Sequence[Sequence[int]], stop_ids: frozenset[int]) -> list[bool]:
