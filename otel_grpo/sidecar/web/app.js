@@ -86,12 +86,15 @@ function stepsPath(runId, zoom) {
 }
 
 // The zoomed range's own rows of the run shown (its whole-run rows stay for the alerts' steps).
+// True when they add rows to those at hand: a run short enough to have come whole adds none.
 async function loadDetail() {
   const zoom = state.zoom;
-  if (!runData) return;
-  if (!zoom) { runData.detail = null; return; }
+  if (!runData) return false;
+  if (!zoom) { runData.detail = null; return false; }
   const steps = await api(stepsPath(state.run, zoom));
-  if (state.zoom === zoom) runData.detail = { zoom, steps };  // a later zoom wins
+  if (state.zoom !== zoom) return false;  // a later zoom wins
+  runData.detail = { zoom, steps };
+  return steps.length !== runData.steps.filter((r) => r.step >= zoom[0] && r.step <= zoom[1]).length;
 }
 
 // One point per step that has the column: a step without it (a metric logged every other step) is
@@ -135,8 +138,10 @@ function marks() {
 function setZoom(zoom) {
   state.zoom = zoom;
   writeUrl();
-  redrawPlots();  // at once, from the rows at hand; then again with the range's own
-  loadDetail().then(redrawPlots).catch(() => {});
+  // At once from the rows at hand; again with the range's own only where they differ (a redraw
+  // replaces the plots, and with them a gesture that had begun on one).
+  redrawPlots();
+  loadDetail().then((more) => { if (more) redrawPlots(); }).catch(() => {});
 }
 
 function plotsSection() {
