@@ -80,3 +80,22 @@ def test_a_bad_points_is_a_422_naming_it(long_run, path, bad):
     response = long_run.get(path, params={"points": bad})
     assert response.status_code == 422
     assert "points" in response.text and response.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize(("end", "text"), [(1795800000.2567, "2026-11-27T17:20:00.257Z"),  # rounds, not truncates
+                                           (1795800059.9996, "2026-11-27T17:21:00.000Z"),  # into the next minute
+                                           (1.0, "1970-01-01T00:00:01.000Z")])
+def test_both_stores_write_a_step_time_alike(db, end, text):
+    from otel_grpo.sidecar.otlp._extract import Batch, StepRecord
+    from otel_grpo.sidecar.store import open_store
+
+    store = open_store(db)
+    try:
+        batch = Batch()
+        batch.runs["t"] = {}
+        batch.steps.append(StepRecord("t", 0, b"\x01" * 8, end - 1, end, {"kl": 0.5}))
+        store.write_batch(batch, end)
+        assert [r["time"] for r in store.steps("t", ["kl"])] == [text]
+        assert [r["time"] for r in store.steps("t")] == [text]
+    finally:
+        store.close()
