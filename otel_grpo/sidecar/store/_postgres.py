@@ -151,6 +151,13 @@ class PgStore(_queries.Reads, _writes.Writes):
         """Context manager: a pooled read connection."""
         return self._pool.connection()
 
+    def _values(self, conn: _Connection, sql: str, params) -> list[tuple]:
+        # Binary rows: psycopg parses a float8 from its 8 bytes instead of its text, and fetchall
+        # loads the rows in one call rather than one Python call each as iterating does (the
+        # 19,532 values of a 9,766-step run's two metrics: ~68 ms iterated, ~35 ms thus).
+        cursor = conn.raw.cursor(binary=True)
+        return cursor.execute(_pg_sql(sql), _clean(params)).fetchall()
+
     def _insert_samples(self, conn: _Connection, rows: list[tuple]) -> int:
         columns = [list(column) for column in zip(*(_clean(r) for r in rows))]
         return conn.raw.execute(_SAMPLE_INSERT_ARRAYS, columns).rowcount

@@ -9,7 +9,7 @@ const REFRESH_MS = 10000;
 const state = freshState(null);
 let refreshTimer = null;
 let sampleSteps = [];
-let runData = null;  // {panels, steps, alerts, overlay: Map run -> steps} of the run shown
+let runData = null;  // {panels, steps, alerts, overlay: Map run -> steps, detail: {zoom, steps}} of the run shown
 
 function freshState(run) {
   return { run, step: null, group: null, sample: null, orderBy: null, desc: false, q: "", overlay: [], smooth: 0,
@@ -71,6 +71,32 @@ async function showRuns() {
 }
 
 // ---- plots --------------------------------------------------------------------------------------
+// A plot never needs every step of a long run: the steps API downsamples to `points` rows, keeping
+// each bucket's first and last step and every column's lowest and highest step, so a one-step
+// spike is drawn. About the screen's width in pixels. A zoom asks for its own steps the same way,
+// so detail appears as the range narrows.
+function chartPoints() {
+  return Math.min(2000, Math.max(1000, Math.round(window.innerWidth * (window.devicePixelRatio || 1))));
+}
+
+function stepsPath(runId, zoom) {
+  const p = new URLSearchParams({ points: String(chartPoints()) });
+  if (zoom) { p.set("step_min", String(Math.floor(zoom[0]))); p.set("step_max", String(Math.ceil(zoom[1]))); }
+  return `${runPath(runId)}/steps?${p}`;
+}
+
+// The zoomed range's own rows of the run shown (its whole-run rows stay for the alerts' steps).
+// True when they add rows to those at hand: a run short enough to have come whole adds none.
+async function loadDetail() {
+  const zoom = state.zoom;
+  if (!runData) return false;
+  if (!zoom) { runData.detail = null; return false; }
+  const steps = await api(stepsPath(state.run, zoom));
+  if (state.zoom !== zoom) return false;  // a later zoom wins
+  runData.detail = { zoom, steps };
+  return steps.length !== runData.steps.filter((r) => r.step >= zoom[0] && r.step <= zoom[1]).length;
+}
+
 // One point per step that has the column: a step without it (a metric logged every other step) is
 // no point, so the line bridges it; a null (a non-finite value) is a gap in the line.
 // A step column is the signal's catalog name (`grpo.kl`); a templated signal has one column per
@@ -112,13 +138,17 @@ function marks() {
 function setZoom(zoom) {
   state.zoom = zoom;
   writeUrl();
+  // At once from the rows at hand; again with the range's own only where they differ (a redraw
+  // replaces the plots, and with them a gesture that had begun on one).
   redrawPlots();
+  loadDetail().then((more) => { if (more) redrawPlots(); }).catch(() => {});
 }
 
 function plotsSection() {
-  const { panels, steps, overlay } = runData;
+  const { panels, steps, overlay, detail } = runData;
   const grid = h("div", { class: "grid", id: "plots", "data-steps": String(steps.length) });
-  const runs = [[state.run, steps], ...state.overlay.filter((r) => overlay.has(r)).map((r) => [r, overlay.get(r)])];
+  const shown = detail && detail.zoom === state.zoom ? detail.steps : steps;
+  const runs = [[state.run, shown], ...state.overlay.filter((r) => overlay.has(r)).map((r) => [r, overlay.get(r)])];
   const all = runs.flatMap(([, s]) => s.map((r) => r.step));
   const xDomain = state.zoom || (all.length ? [Math.min(...all), Math.max(...all)] : null);  // the same on every panel
   const opts = { xDomain, smooth: state.smooth, marks: marks(), onPick: openStep, onZoom: setZoom };
@@ -160,7 +190,7 @@ function redrawPlots() {
 
 async function loadOverlay() {
   await Promise.all(state.overlay.filter((r) => !runData.overlay.has(r)).map(async (r) => {
-    try { runData.overlay.set(r, await api(`${runPath(r)}/steps`)); } catch (e) { runData.overlay.set(r, []); }
+    try { runData.overlay.set(r, await api(stepsPath(r))); } catch (e) { runData.overlay.set(r, []); }
   }));
 }
 
@@ -226,7 +256,7 @@ function openStep(step) {
 
 async function fetchRunData(runId) {
   const base = runPath(runId);
-  const [panels, steps, alerts, withSamples, runs] = await Promise.all([api("/api/panels"), api(`${base}/steps`),
+  const [panels, steps, alerts, withSamples, runs] = await Promise.all([api("/api/panels"), api(stepsPath(runId)),
     api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`), api("/api/runs")]);
   return { panels, steps, alerts, withSamples, runs };
 }
@@ -237,8 +267,8 @@ async function refreshRun() {
   if (!state.run || !document.getElementById("plots")) return;
   const data = await fetchRunData(state.run);
   sampleSteps = data.withSamples;
-  runData = { ...data, overlay: new Map() };
-  await loadOverlay();
+  runData = { ...data, overlay: new Map(), detail: null };
+  await Promise.all([loadOverlay(), loadDetail()]);
   redrawPlots();
   document.getElementById("alerts").replaceWith(alertsSection(data.alerts));
   const select = document.getElementById("step-select");
@@ -251,8 +281,8 @@ async function showRun(runId, query) {
   document.getElementById("crumb").textContent = "run " + runId;
   const data = await fetchRunData(runId);
   sampleSteps = data.withSamples;
-  runData = { ...data, overlay: new Map() };
-  await loadOverlay();
+  runData = { ...data, overlay: new Map(), detail: null };
+  await Promise.all([loadOverlay(), loadDetail()]);
   if (state.step === null && sampleSteps.length) state.step = String(sampleSteps[0]);
   main.replaceChildren(
     h("h2", { text: "Run " + runId }),

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from ..._columns import column, describe, stat_keys
 from ...schemas import Message, RunPublic, StepColumn, StepRow
-from ..deps import FastJSON, RunId, StoreDep, bad_param, not_found_run, require_read, step_param
+from ..deps import FastJSON, RunId, StoreDep, bad_param, not_found_run, points_param, require_read, step_param
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], dependencies=[Depends(require_read)])
 _404 = {404: {"model": Message, "description": "Unknown run."}}
@@ -39,6 +39,7 @@ def list_steps(
     step_max: Annotated[int | None, step_param("Last step (inclusive).")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    points: Annotated[int | None, points_param()] = None,
 ) -> FastJSON:
     """Per-step scalar history, one flat row per step, ordered by step.
 
@@ -47,13 +48,22 @@ def list_steps(
     `grpo.phase.duration/<phase>` in seconds; `/api/runs/{run_id}/metrics` gives each column's
     Prometheus name beside it (the response's `Link` header, rel="describedby", points there). A scalar the catalog does not know keeps its own name; one named
     `run_id`, `step` or `time` appears as `stat.<name>`.
+
+    `points=N` downsamples for a chart: where the page of steps (`step_min`..`step_max`, `limit`,
+    `offset`) holds more than N steps, the steps are cut into buckets of consecutive step numbers and
+    only these rows come back: each bucket's first and last step and, for every returned column,
+    the step where it is lowest and the step where it is highest (M4). Every row is a real step
+    with its stored values, as without `points`, ordered by step; a spike at a single step is
+    always among them. At most N rows (the buckets are N / (2 + 2 x columns); where one bucket
+    alone has more, 2 + 2 x columns). Without `points`, every step of the page.
     """
     if step_min is not None and step_max is not None and step_min > step_max:
         raise bad_param("step_min", "must not exceed step_max")
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
     selected = split_list(metrics)
-    body = store.steps_json(run_id, stat_keys(selected), step_min, step_max, limit, offset, rename=column)
+    body = store.steps_json(run_id, stat_keys(selected), step_min, step_max, limit, offset, rename=column,
+                            points=points)
     # The rows stay flat (Grafana's Infinity reads them as they are); where each column's other
     # names are is said in the response too (RFC 8288 "describedby"; relative to this URL, so
     # right behind a path prefix and for a run id with `/`).

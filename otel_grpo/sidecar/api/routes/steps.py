@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Response
 
 from ...store._queries import selected_run_ids
-from ..deps import StoreDep, bad_param, require_read, step_param
+from ..deps import StoreDep, bad_param, points_param, require_read, step_param
 from ..._columns import column, stat_keys
 from .runs import split_list
 
@@ -23,13 +23,16 @@ def list_steps_of_runs(
     step_min: Annotated[int | None, step_param("First step (inclusive).")] = None,
     step_max: Annotated[int | None, step_param("Last step (inclusive).")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000, description="Steps per run.")] = 10_000,
+    points: Annotated[int | None, points_param()] = None,
 ) -> Response:
     """The rows of `/api/runs/{run_id}/steps` (columns named by the catalog) of every selected run, run after run, each ordered by step:
-    one table whose `run_id` column tells the runs apart, so one panel can overlay them by step."""
+    one table whose `run_id` column tells the runs apart, so one panel can overlay them by step.
+    `points`: each run's rows downsampled as there (at most N rows per run)."""
     if step_min is not None and step_max is not None and step_min > step_max:
         raise bad_param("step_min", "must not exceed step_max")
     ids = selected_run_ids(run_id)
     runs = sorted(r["run_id"] for r in store.runs()) if ids is None else [r for r in ids if store.run_exists(r)]
     selected = split_list(metrics)
-    parts = [store.steps_json(r, stat_keys(selected), step_min, step_max, limit, 0, rename=column)[1:-1] for r in runs]  # arrays' insides
+    parts = [store.steps_json(r, stat_keys(selected), step_min, step_max, limit, 0, rename=column,
+                            points=points)[1:-1] for r in runs]  # arrays' insides
     return Response(b"[" + b",".join(p for p in parts if p) + b"]", media_type="application/json")
