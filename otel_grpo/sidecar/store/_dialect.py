@@ -45,8 +45,8 @@ POSTGRES = Dialect(
     name="postgresql",
     # SQLite's milliseconds, computed as its strftime does (date.c: the julian-day milliseconds
     # (end_time * 1000 + 210866760000000) + 0.5, truncated, in doubles), so both stores write the
-    # same text: to_char's MS truncated (.2567 s was .256 here, .257 in SQLite). Also ~5 ms less
-    # server time per 9,766 rows than to_char with MS.
+    # same text: to_char's MS truncated (.2567 s was .256 here, .257 in SQLite). Also cheaper than
+    # to_char with MS (benchmarks/README.md, sidecar).
     step_time=("to_char(to_timestamp(" + _PG_JULIAN_MS + " / 1000 - 210866760000) AT TIME ZONE 'UTC', "
                "'YYYY-MM-DD\"T\"HH24:MI:SS.') || lpad((" + _PG_JULIAN_MS + " % 1000)::text, 3, '0') || 'Z'"),
     # jsonb orders numbers as numbers and strings as strings, as json_extract's values sort in SQLite.

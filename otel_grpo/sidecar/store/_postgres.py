@@ -153,8 +153,8 @@ class PgStore(_queries.Reads, _writes.Writes):
 
     def _values(self, conn: _Connection, sql: str, params) -> list[tuple]:
         # Binary rows: psycopg parses a float8 from its 8 bytes instead of its text, and fetchall
-        # loads the rows in one call rather than one Python call each as iterating does (the
-        # 19,532 values of a 9,766-step run's two metrics: ~68 ms iterated, ~35 ms thus).
+        # loads the rows in one call rather than one Python call each as iterating does (about
+        # half the time for a long run's chart: benchmarks/README.md, sidecar).
         cursor = conn.raw.cursor(binary=True)
         return cursor.execute(_pg_sql(sql), _clean(params)).fetchall()
 

@@ -171,8 +171,7 @@ class Reads:
             if values is None:
                 values = self._values(conn, self._values_sql(len(metrics)), (run_id, *metrics, steps[0][0], steps[-1][0]))
         # One column per metric, aligned with the steps, through C loops (map, dict, zip): a
-        # Python loop placing each value in a per-step list took ~15 ms of the ~50 of a 9,766-step
-        # run's two metrics.
+        # Python loop placing each value in a per-step list was a third of a long run's chart.
         by_key = {key: dict(map(_STEP_VALUE, group)) for key, group in itertools.groupby(values, key=_KEY)}
         numbers = list(map(_KEY, steps))
         columns = [list(map(by_key.get(m, {}).get, numbers)) for m in metrics]
@@ -201,8 +200,8 @@ class Reads:
             # cost several times what parsing the object does.
             found = conn.execute("SELECT step, metrics FROM steps WHERE run_id = ? AND step >= ? AND step <= ? "
                                  "ORDER BY step", (run_id, numbers[0], numbers[-1])).fetchall()
-            # One parse of all the objects, and C loops (map, set.union) over them: a Python loop
-            # over the ~600,000 values of a 9,766-step run took ~0.5 s.
+            # One parse of all the objects, and C loops (map, set.union) over them, not a Python
+            # loop over every value (benchmarks/README.md, sidecar).
             objs = orjson.loads("[" + ",".join(blob for _, blob in found) + "]")
             at = [step for step, _ in found]
             for key in sorted(set().union(*objs)):

@@ -146,11 +146,10 @@ ALTER TABLE samples SET (toast_tuple_target = 8160);
 """
 
 # v3: a chart's reads come from indexes alone. The step values' primary key carries the value
-# (SQLite's WITHOUT ROWID table already is its key): from the heap, the two metrics of a 9,766-step
-# run (19,532 rows on ~3,900 heap pages, each step's 62 values side by side) took 19-61 ms of server
-# time, from the index 12-16 ms. The steps' end times beside their key: the heap holds each step's
-# JSON object (~18 MB for that run), read whole for the time alone, 24 ms; from the index, 15 ms.
-# Load 3-6 on 2 cores; benchmarks/README.md, sidecar.
+# (SQLite's WITHOUT ROWID table already is its key): from the heap, a metric's values sit on as many
+# pages as the run has steps (each step's values side by side). The steps' end times beside their
+# key: the heap holds each step's whole JSON object, read for the time alone. Figures:
+# benchmarks/README.md, sidecar.
 _PG_V3 = """
 ALTER TABLE step_values DROP CONSTRAINT step_values_pkey, ADD PRIMARY KEY (run_id, key, step) INCLUDE (value);
 CREATE INDEX steps_run_step_end ON steps (run_id, step) INCLUDE (end_time);
