@@ -550,12 +550,14 @@ def main() -> None:
                     help="instead: fill one run per backend over HTTP to each size in turn (e.g. 1000000 "
                          "10000000), timing ingest per segment and the query mix at each size; on PostgreSQL "
                          "with the first of --replicas, then --fill-more samples more with each further count")
+    ap.add_argument("--requests", type=int, default=400, metavar="N",
+                    help="requests per query of the mix (after 5 to warm up); p99 is the N*0.99-th")
     ap.add_argument("--fill-more", type=int, default=500_000, metavar="SAMPLES",
                     help="with --fill: samples ingested through each further replica count (default 500000)")
     args = ap.parse_args()
     global SYNCHRONOUS, WORKERS
     SYNCHRONOUS, WORKERS = args.synchronous, args.workers
-    requests, spans, samples, n = (4, 4, 20_000, 50) if args.quick else (40, 8, args.samples, 400)
+    requests, spans, samples, n = (4, 4, 20_000, 50) if args.quick else (40, 8, args.samples, args.requests)
     names = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         tmp = Path(d)
