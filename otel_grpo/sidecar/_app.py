@@ -19,15 +19,16 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 
+from ._columns import column
 from ._fds import RefusalLog
 from ._hosts import HostCheckMiddleware
 from ._idle import close_idle
 from ._metrics import LatencyMiddleware, SidecarMetrics
-from ._settings import SidecarSettings
+from ._settings import MiB, SidecarSettings
 from ._workers import IngestPool
 from .api.deps import IngestGate
 from .api.routes import alerts, ingest, ops, runs, samples, steps, web
-from .store import UNAVAILABLE_ERRORS, open_store
+from .store import UNAVAILABLE_ERRORS, StepCache, open_store
 
 log = logging.getLogger("otel_grpo.sidecar")
 
@@ -61,7 +62,9 @@ async def _maintenance_loop(app: FastAPI) -> None:
 async def lifespan(app: FastAPI):
     settings: SidecarSettings = app.state.settings
     RefusalLog().install(asyncio.get_running_loop())
-    store = await run_in_threadpool(open_store, settings.db, settings.synchronous, settings.read_connections)
+    # Step rows come out with the catalog's names for their columns (`grpo.kl`), as the API gives them.
+    steps = StepCache(settings.step_cache_mb * MiB, rename=column)
+    store = await run_in_threadpool(open_store, settings.db, settings.synchronous, settings.read_connections, steps)
     app.state.store = store
     await run_in_threadpool(_retain, app)
     pool = None

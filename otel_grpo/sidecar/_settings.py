@@ -35,6 +35,10 @@ class SidecarSettings(BaseSettings):
     """Rotated log files kept (`<log_file>.1` ... `.N`)."""
     read_connections: int = Field(8, ge=1, le=64)
     """Database connections for reads; a read beyond these waits for one (bounds memory)."""
+    step_cache_mb: int = Field(256, ge=0)
+    """Memory for the step histories of the runs read most recently, kept current as steps
+    arrive, so a chart of a long run reads only the steps written since its last read (about
+    20 MiB per 10,000 steps of 60 scalars). A run that does not fit is read whole at every read."""
     ingest_token: str | None = Field(None, validation_alias=AliasChoices("ingest_token", "OTEL_GRPO_SIDECAR_TOKEN", "OTEL_GRPO_SIDECAR_INGEST_TOKEN"))
     """Bearer token required on `POST /v1/traces` and `POST /api/alerts`; none: open."""
     read_token: str | None = None

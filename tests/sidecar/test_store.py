@@ -201,6 +201,7 @@ def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, otlp):
     assert store.alerts()[0]["alertname"] == "GRPOKLHigh"
     assert _load(store, otlp, "old-run", range(3), samples=4) == 0  # the old rows are the same samples
     assert _load(store, otlp, "old-run", range(3, 4), samples=4) == 4
+    assert [r["step"] for r in store.steps("old-run", ["kl"])] == [0, 1, 2, 3]  # read once held, then since
     store.close()
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
@@ -222,6 +223,31 @@ def test_postgres_is_migrated_once_and_a_newer_schema_is_refused(pg_url):
         conn.execute("UPDATE schema_version SET version = version + 1")
     with pytest.raises(SchemaError, match="newer"):
         PgStore.open(pg_url)
+
+
+def test_a_postgres_database_of_schema_3_upgrades_in_place(pg_url, otlp):
+    """Schema 3 (the release before the held step histories), made by its own scripts."""
+    import psycopg
+
+    from otel_grpo.sidecar.store import PgStore
+    from otel_grpo.sidecar.store._schema import PG_MIGRATIONS, _split
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for script in PG_MIGRATIONS[:3]:
+            for statement in _split(script):
+                conn.execute(statement)
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (3)")
+        conn.execute("INSERT INTO runs (run_id, first_seen, last_update) VALUES ('r', 0, 0)")
+        conn.execute("""INSERT INTO steps (run_id, step, end_time, updated_at, metrics) VALUES ('r', 3, 1, 1, '{"kl": 0.5}')""")
+        conn.execute("INSERT INTO step_values (run_id, key, step, value) VALUES ('r', 'kl', 3, 0.5)")
+    store = PgStore.open(pg_url)
+    try:
+        assert store.found_version == 3
+        assert store.steps("r", ["kl"]) == [{"kl": 0.5, "run_id": "r", "step": 3, "time": "1970-01-01T00:00:01.000Z"}]
+        _load(store, otlp, "r", [3, 4])  # an old step written again, and a new one
+        assert [(r["step"], r["kl"]) for r in store.steps("r", ["kl"])] == [(3, 0.03), (4, 0.04)]
+    finally:
+        store.close()
 
 
 def test_postgres_keeps_sample_rows_of_a_few_kib_inline_and_uncompressed(pg_url, otlp):

@@ -17,6 +17,7 @@ import psycopg
 from ._postgres import PgStore, is_postgres_url, redact
 from ._queries import SAMPLE_CORE_COLUMNS, SampleQuery
 from ._schema import PG_SCHEMA_VERSION, SCHEMA_VERSION, SchemaError
+from ._step_series import StepCache
 from ._store import Store
 
 
@@ -29,11 +30,14 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.OperationalError,
                                                        StoreUnavailable)
 
 
-def open_store(target: str | Path, synchronous: str = "NORMAL", read_connections: int = 8) -> Store | PgStore:
-    """Open (creating and migrating) the store at `target`: a PostgreSQL URL or an SQLite path."""
+def open_store(target: str | Path, synchronous: str = "NORMAL", read_connections: int = 8,
+               step_cache: StepCache | None = None) -> Store | PgStore:
+    """Open (creating and migrating) the store at `target`: a PostgreSQL URL or an SQLite path.
+    `step_cache`: the runs' steps held for reads, with their bound and column names (see
+    _step_series); default: 256 MiB, the stored names."""
     if is_postgres_url(target):
-        return PgStore.open(str(target), synchronous, read_connections)
-    return Store.open(target, synchronous, read_connections)
+        return PgStore.open(str(target), synchronous, read_connections, step_cache)
+    return Store.open(target, synchronous, read_connections, step_cache)
 
 
 def open_writer(target: str | Path, synchronous: str = "NORMAL") -> Store | PgStore:
@@ -44,4 +48,4 @@ def open_writer(target: str | Path, synchronous: str = "NORMAL") -> Store | PgSt
 
 
 __all__ = ["PG_SCHEMA_VERSION", "SAMPLE_CORE_COLUMNS", "SCHEMA_VERSION", "UNAVAILABLE_ERRORS", "PgStore",
-           "SampleQuery", "SchemaError", "Store", "StoreUnavailable", "is_postgres_url", "open_store", "open_writer", "redact"]
+           "SampleQuery", "SchemaError", "StepCache", "Store", "StoreUnavailable", "is_postgres_url", "open_store", "open_writer", "redact"]

@@ -25,6 +25,7 @@ from . import _queries, _writes
 from ._dialect import POSTGRES
 from ._health import WriteHealth
 from ._pool import ConnectionPool
+from ._step_series import StepCache
 from ._schema import PG_LOCK, migrate_postgres
 
 log = logging.getLogger("otel_grpo.sidecar")
@@ -106,7 +107,9 @@ class PgStore(_queries.Reads, _writes.Writes):
 
     dialect = POSTGRES
 
-    def __init__(self, url: str, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS) -> None:
+    def __init__(self, url: str, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS,
+                 step_cache: StepCache | None = None) -> None:
+        self.step_cache = StepCache() if step_cache is None else step_cache
         self.url = url
         # The sidecar's durability setting, in PostgreSQL's terms. NORMAL, as in SQLite: a 200 is
         # committed on the server, so it survives the sidecar being killed, but the server flushes
@@ -121,9 +124,10 @@ class PgStore(_queries.Reads, _writes.Writes):
         self._closed = False
 
     @classmethod
-    def open(cls, url: str, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS) -> "PgStore":
+    def open(cls, url: str, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS,
+             step_cache: StepCache | None = None) -> "PgStore":
         """Connect and migrate; raises psycopg.OperationalError if the server cannot be reached."""
-        store = cls(url, synchronous, read_connections)
+        store = cls(url, synchronous, read_connections, step_cache)
         conn = store._connect()
         try:
             store.found_version = migrate_postgres(conn.raw)
@@ -150,13 +154,6 @@ class PgStore(_queries.Reads, _writes.Writes):
     def read(self):
         """Context manager: a pooled read connection."""
         return self._pool.connection()
-
-    def _values(self, conn: _Connection, sql: str, params) -> list[tuple]:
-        # Binary rows: psycopg parses a float8 from its 8 bytes instead of its text, and fetchall
-        # loads the rows in one call rather than one Python call each as iterating does (about
-        # half the time for a long run's chart: benchmarks/README.md, sidecar).
-        cursor = conn.raw.cursor(binary=True)
-        return cursor.execute(_pg_sql(sql), _clean(params)).fetchall()
 
     def _insert_samples(self, conn: _Connection, rows: list[tuple]) -> int:
         columns = [list(column) for column in zip(*(_clean(r) for r in rows))]

@@ -6,15 +6,15 @@ import itertools
 import json
 import re
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from operator import itemgetter
 
 import orjson
 
 from ._dialect import Dialect
-from ._downsample import m4_steps
+from ._downsample import m4_rows
+from ._step_series import Series, StepCache
 
 SAMPLE_CORE_COLUMNS = ("run_id", "step", "sample_index", "reward", "advantage", "completion_length",
                        "prompt", "completion", "time")
@@ -72,13 +72,11 @@ def _like(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def _whole_rows(run_id: str, rows, rename: Callable[[str], str] | None) -> bytes:
-    """Rows of (step, time, the stored JSON object) as the JSON array of `steps_json`."""
+def _whole_rows(run_id: str, rows) -> bytes:
+    """Rows of (step, time, JSON object) as the JSON array of `steps_json`."""
     head = f'"run_id":{json.dumps(run_id)},"step":'
     parts = []
     for step, when, blob in rows:
-        if rename is not None:
-            blob = orjson.dumps({rename(k): v for k, v in orjson.loads(blob).items()}).decode()
         sep = "," if len(blob) > 2 else ""
         parts.append(f'{blob[:-1]}{sep}{head}{step},"time":{json.dumps(when)}}}')
     return ("[" + ",".join(parts) + "]").encode()
@@ -93,8 +91,6 @@ def _sample_row(row) -> dict:
     return out
 
 
-_KEY, _STEP_VALUE = itemgetter(0), itemgetter(1, 2)  # of (key, step, value) rows; _KEY: the step of (step, time)
-
 # An export's ids are held as 8-byte integers while its rows are read in short transactions.
 _ID_CHUNK = 500
 
@@ -107,6 +103,8 @@ class Reads:
     """
 
     dialect: Dialect
+    step_cache: StepCache
+    """Runs' steps held for reads (`_step_series`); each store makes its own."""
 
     def read(self):  # pragma: no cover - provided by each store
         """Context manager: a read connection from the pool."""
@@ -128,100 +126,52 @@ class Reads:
         with self.read() as conn:
             return conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
 
-    def _values(self, conn, sql: str, params) -> list[tuple]:
-        """Every row of a read of many numbers (PostgreSQL overrides it: binary rows)."""
-        return conn.execute(sql, params).fetchall()
-
     def steps_json(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
                    step_max: int | None = None, limit: int = 10000, offset: int = 0,
-                   rename: Callable[[str], str] | None = None, points: int | None = None) -> bytes:
-        """Per-step rows as a JSON array: every scalar of the step (or just `metrics`), then
-        `run_id`, `step`, `time` (ISO, step end, ms precision). `rename`: stat key -> the
-        column it is written as (the API's catalog names); None: the stat keys.
+                   points: int | None = None) -> bytes:
+        """Per-step rows as a JSON array: every scalar of the step (or just `metrics`, stat keys),
+        then `run_id`, `step`, `time` (ISO, step end, ms precision). Columns are named by the
+        step cache's `rename` (the API's catalog names), else by their stat keys.
 
         `points`: where the page of steps (`limit`, `offset`) holds more steps than that, only the
-        rows of the steps `m4_steps` keeps (at most `points`, see there), each as it is stored.
+        rows of the steps `m4_rows` keeps (at most `points`, see there), each as it is stored:
+        downsampled over `metrics`, or every column with a value in the page.
 
-        All columns: each row is the stored JSON object with the three fields spliced in, parsed
-        only to rename its keys (stat keys cannot collide with the three, see RESERVED_STEP_KEYS).
-        Selected columns come from the (run_id, key, step) index of step_values.
+        Served from the run's steps held in memory (`_step_series`), brought up to date first:
+        one primary-key read, and the steps written since the last read of the run. All columns:
+        each row is the held JSON object with the three fields spliced in (stat keys cannot
+        collide with them, see RESERVED_STEP_KEYS).
         """
-        bounds = (run_id, -(2**63) if step_min is None else step_min, 2**63 - 1 if step_max is None else step_max)
-        where = "FROM steps WHERE run_id = ? AND step >= ? AND step <= ? ORDER BY step LIMIT ? OFFSET ?"
         with self.read() as conn:
-            keep, values = None, None
-            if points is not None:
-                # The step numbers alone first (the primary key's index): the step time and the
-                # JSON objects are read for the kept steps only.
-                numbers = [s for (s,) in conn.execute(f"SELECT step {where}", (*bounds, limit, offset))]
-                if len(numbers) > points:
-                    keep, values = self._downsample(conn, run_id, metrics, numbers, points)
-            if metrics is None:
-                if keep is None:
-                    rows = conn.execute(f"SELECT step, {self.dialect.step_time}, metrics {where}", (*bounds, limit, offset)).fetchall()
-                else:
-                    rows = self._kept(conn, f"step, {self.dialect.step_time}, metrics", run_id, keep)
-                return _whole_rows(run_id, rows, rename)
-            if keep is None:
-                steps = conn.execute(f"SELECT step, {self.dialect.step_time} {where}", (*bounds, limit, offset)).fetchall()
-            else:
-                steps = self._kept(conn, f"step, {self.dialect.step_time}", run_id, keep)
-            if not steps:
-                return b"[]"
-            if values is None:
-                values = self._values(conn, self._values_sql(len(metrics)), (run_id, *metrics, steps[0][0], steps[-1][0]))
-        # One column per metric, aligned with the steps, through C loops (map, dict, zip): a
-        # Python loop placing each value in a per-step list was a third of a long run's chart.
-        by_key = {key: dict(map(_STEP_VALUE, group)) for key, group in itertools.groupby(values, key=_KEY)}
-        numbers = list(map(_KEY, steps))
-        columns = [list(map(by_key.get(m, {}).get, numbers)) for m in metrics]
-        # orjson: writing the rows is most of this query's CPU for a long run's chart (every
-        # step; benchmarks/README.md, sidecar), less with orjson than with repr and f-strings.
-        # Values are finite floats or None (non-finite scalars are stored as None), written as
-        # the shortest text that reads back the same.
-        names = metrics if rename is None else [rename(m) for m in metrics]
-        return orjson.dumps([dict(zip(names, row), run_id=run_id, step=step, time=when)
-                             for (step, when), row in zip(steps, zip(*columns) if columns else itertools.repeat(()))])
-
-    @staticmethod
-    def _values_sql(n: int) -> str:
-        return (f"SELECT key, step, value FROM step_values WHERE run_id = ? AND key IN ({','.join('?' * n)}) "
-                "AND step >= ? AND step <= ? ORDER BY key, step")
-
-    def _downsample(self, conn, run_id: str, metrics: list[str] | None, numbers: list[int],
-                    points: int) -> tuple[list[int], list[tuple] | None]:
-        """The steps `m4_steps` keeps of `numbers` (ascending), from the stored values of `metrics`
-        (None: every scalar the steps hold, read from their JSON objects); and the (key, step, value)
-        rows read, None for every scalar."""
-        columns: dict[str, tuple[list, list]] = {}
-        values = None
+            series = self._series(conn, run_id)
+        if series is None:
+            return b"[]"
+        rows = series.window(step_min, step_max, limit, offset)
+        if points is not None and len(rows) > points:
+            columns = (series.columns_with_values(rows) if metrics is None
+                       else [series.values(m, rows) for m in metrics])  # absent columns count too
+            rows = rows[m4_rows(series.steps[rows], columns, points)]
+        steps, times = series.steps[rows].tolist(), series.times[rows].tolist()
         if metrics is None:
-            # One JSON object a step beats step_values here: ~60 values a step read as ~60 rows
-            # cost several times what parsing the object does.
-            found = conn.execute("SELECT step, metrics FROM steps WHERE run_id = ? AND step >= ? AND step <= ? "
-                                 "ORDER BY step", (run_id, numbers[0], numbers[-1])).fetchall()
-            # One parse of all the objects, and C loops (map, set.union) over them, not a Python
-            # loop over every value (benchmarks/README.md, sidecar).
-            objs = orjson.loads("[" + ",".join(blob for _, blob in found) + "]")
-            at = [step for step, _ in found]
-            for key in sorted(set().union(*objs)):
-                columns[key] = (at, list(map(dict.get, objs, itertools.repeat(key))))
-        else:
-            values = self._values(conn, self._values_sql(len(metrics)), (run_id, *metrics, numbers[0], numbers[-1]))
-            for key, group in itertools.groupby(values, key=_KEY):
-                rows = list(group)
-                columns[key] = ([r[1] for r in rows], [r[2] for r in rows])
-            columns.update((m, ([], [])) for m in metrics if m not in columns)  # absent columns count too
-        return m4_steps(numbers, columns, points), values
+            return _whole_rows(run_id, zip(steps, times, series.blobs[rows].tolist()))
+        # NaN (no value) is written as null by orjson; values are floats, written as the shortest
+        # text that reads back the same.
+        rename = self.step_cache.rename
+        names = metrics if rename is None else [rename(m) for m in metrics]
+        columns = [series.values(m, rows).tolist() for m in metrics]
+        return orjson.dumps([dict(zip(names, row), run_id=run_id, step=step, time=when)
+                             for step, when, row in zip(steps, times, zip(*columns) if columns else itertools.repeat(()))])
 
-    def _kept(self, conn, columns: str, run_id: str, steps: list[int]) -> list[tuple]:
-        """`columns` of the given steps of a run, ordered by step (chunks under SQLite's bound-variable limit)."""
-        rows: list[tuple] = []
-        for i in range(0, len(steps), 10_000):
-            chunk = steps[i:i + 10_000]
-            rows += conn.execute(f"SELECT {columns} FROM steps WHERE run_id = ? AND step IN ({','.join('?' * len(chunk))}) "
-                                 "ORDER BY step", (run_id, *chunk)).fetchall()
-        return rows
+    def _series(self, conn, run_id: str) -> Series | None:
+        """The run's steps, current as of this read; None for an unknown run."""
+        head = conn.execute("SELECT first_seen, step_epoch, step_version FROM runs WHERE run_id = ?",
+                            (run_id,)).fetchone()
+        if head is None:
+            return None
+        sql = (f"SELECT step, {self.dialect.step_time}, metrics FROM steps WHERE run_id = ? AND version > ? "
+               "ORDER BY step")
+        return self.step_cache.current(run_id, (head[0], head[1]), head[2],
+                                       lambda version: conn.execute(sql, (run_id, version)).fetchall())
 
     def steps(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
               step_max: int | None = None, limit: int = 10000, offset: int = 0, points: int | None = None) -> list[dict]:

@@ -7,50 +7,51 @@ _ORPHAN_PHASE_S = 3600.0  # a phase whose step span never came is kept this long
 
 
 def _delete_run(conn, run_id: str, counts: dict[str, int]) -> None:
-    for table in ("samples", "steps", "step_values", "step_spans", "phases", "runs"):
+    for table in ("samples", "steps", "step_spans", "phases", "runs"):
         counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,)).rowcount
 
 
 def _delete_before(conn, run_id: str, step: int, counts: dict[str, int]) -> None:
-    for table in ("samples", "steps", "step_values", "step_spans", "phases"):
+    for table in ("samples", "steps", "step_spans", "phases"):
         counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ? AND step < ?", (run_id, step)).rowcount
 
 
-def _refresh_run(conn, run_id: str) -> None:
-    """Recount a run's step range and sample count after deletions."""
+def _refresh_run(conn, run_id: str, steps_deleted: bool) -> None:
+    """Recount a run's step range and sample count after deletions. Where steps were deleted, a
+    new step epoch tells the readers holding the run's steps in memory to read them again
+    (_step_series)."""
     conn.execute("""
         UPDATE runs SET
+            step_epoch = step_epoch + ?,
             first_step = (SELECT min(s) FROM (SELECT min(step) AS s FROM steps WHERE run_id = ?
                                               UNION ALL SELECT min(step) FROM samples WHERE run_id = ?) AS u),
             last_step = (SELECT max(s) FROM (SELECT max(step) AS s FROM steps WHERE run_id = ?
                                              UNION ALL SELECT max(step) FROM samples WHERE run_id = ?) AS u),
             sample_count = (SELECT count(*) FROM samples WHERE run_id = ?)
-        WHERE run_id = ?""", (run_id,) * 6)
+        WHERE run_id = ?""", (int(steps_deleted), *(run_id,) * 6))
 
 
 def apply(conn, max_runs: int | None, max_steps: int | None,
           max_age_s: float | None, now: float) -> dict[str, int]:
-    counts = dict.fromkeys(("samples", "steps", "step_values", "step_spans", "phases", "runs", "alerts"), 0)
+    counts = dict.fromkeys(("samples", "steps", "step_spans", "phases", "runs", "alerts"), 0)
     if max_runs is not None:
         ranked = conn.execute("SELECT run_id FROM runs ORDER BY last_update DESC, run_id").fetchall()
         for (run_id,) in ranked[max_runs:]:
             _delete_run(conn, run_id, counts)
-    touched: set[str] = set()
+    touched: dict[str, bool] = {}  # run -> whether steps of it were deleted
     if max_age_s is not None:
         cutoff = now - max_age_s
         for (run_id,) in conn.execute("SELECT run_id FROM runs WHERE last_update < ?", (cutoff,)).fetchall():
             _delete_run(conn, run_id, counts)
         n = conn.execute("DELETE FROM samples WHERE time < ?", (cutoff,)).rowcount
-        m = conn.execute("DELETE FROM steps WHERE coalesce(end_time, updated_at) < ?", (cutoff,)).rowcount
-        if m:
-            counts["step_values"] += conn.execute(
-                "DELETE FROM step_values WHERE NOT EXISTS (SELECT 1 FROM steps AS s WHERE s.run_id = "
-                "step_values.run_id AND s.step = step_values.step)").rowcount
+        old_steps = "FROM steps WHERE coalesce(end_time, updated_at) < ?"
+        touched.update((r, True) for (r,) in conn.execute(f"SELECT DISTINCT run_id {old_steps}", (cutoff,)).fetchall())
+        m = conn.execute(f"DELETE {old_steps}", (cutoff,)).rowcount
         counts["samples"] += n
         counts["steps"] += m
         counts["alerts"] += conn.execute("DELETE FROM alerts WHERE received_at < ?", (cutoff,)).rowcount
-        if n or m:
-            touched.update(r for (r,) in conn.execute("SELECT run_id FROM runs"))
+        if n:
+            touched.update((r, touched.get(r, False)) for (r,) in conn.execute("SELECT run_id FROM runs"))
     if max_steps is not None:
         for (run_id,) in conn.execute("SELECT run_id FROM runs").fetchall():
             row = conn.execute("""
@@ -61,9 +62,9 @@ def apply(conn, max_runs: int | None, max_steps: int | None,
                 before = dict(counts)
                 _delete_before(conn, run_id, row[0], counts)
                 if counts != before:
-                    touched.add(run_id)
+                    touched[run_id] = touched.get(run_id, False) or counts["steps"] > before["steps"]
     counts["phases"] += conn.execute("DELETE FROM phases WHERE run_id IS NULL AND received_at < ?",
                                      (now - _ORPHAN_PHASE_S,)).rowcount
-    for run_id in touched:
-        _refresh_run(conn, run_id)
+    for run_id, steps_deleted in touched.items():
+        _refresh_run(conn, run_id, steps_deleted)
     return counts

@@ -75,7 +75,19 @@ _V3 = """
 DROP INDEX IF EXISTS samples_run_step_index;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# v4: runs and steps carry write versions, so a reader holding a run's steps in memory reads only
+# those written since (_step_series): every write of a step stamps it with the run's bumped
+# `step_version`; retention that deletes steps bumps `step_epoch`. Those held steps replace the
+# (run, key, step) rows of v2, which only the step reads used.
+_V4 = """
+ALTER TABLE runs ADD COLUMN step_version INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN step_epoch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE steps ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX steps_run_version ON steps (run_id, version);
+DROP TABLE step_values;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # PostgreSQL starts at SQLite's version 3 as one script (no PostgreSQL database predates it).
@@ -155,7 +167,18 @@ ALTER TABLE step_values DROP CONSTRAINT step_values_pkey, ADD PRIMARY KEY (run_i
 CREATE INDEX steps_run_step_end ON steps (run_id, step) INCLUDE (end_time);
 """
 
-PG_MIGRATIONS: tuple[str, ...] = (_PG_V1, _PG_V2, _PG_V3)
+# v4: as SQLite's v4 (write versions for the readers' in-memory step histories); the step reads
+# no longer touch step_values or the (run_id, step) INCLUDE (end_time) index of v3.
+_PG_V4 = """
+ALTER TABLE runs ADD COLUMN step_version BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN step_epoch BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE steps ADD COLUMN version BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX steps_run_version ON steps (run_id, version);
+DROP INDEX steps_run_step_end;
+DROP TABLE step_values;
+"""
+
+PG_MIGRATIONS: tuple[str, ...] = (_PG_V1, _PG_V2, _PG_V3, _PG_V4)
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 PG_LOCK = 0x6F74_6770  # "otgp": the advisory lock key of migrations and of every write transaction
 

@@ -25,6 +25,7 @@ from ._checkpoint import TRUNCATE_BYTES, Checkpointer, valve_pages
 from ._dialect import SQLITE
 from ._health import WriteHealth
 from ._pool import ConnectionPool
+from ._step_series import StepCache
 from ._schema import migrate_sqlite
 
 # Sample rows are 1-4 KiB (prompt + completion), so with SQLite's default 4 KiB pages most
@@ -53,7 +54,9 @@ class Store(_queries.Reads, _writes.Writes):
 
     dialect = SQLITE
 
-    def __init__(self, path: Path, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS) -> None:
+    def __init__(self, path: Path, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS,
+                 step_cache: StepCache | None = None) -> None:
+        self.step_cache = StepCache() if step_cache is None else step_cache
         self.path = Path(path)
         self.synchronous = synchronous
         self._wlock = threading.Lock()
@@ -66,14 +69,15 @@ class Store(_queries.Reads, _writes.Writes):
         self._uri: str | None = None  # set when opened read-only
 
     @classmethod
-    def open(cls, path: str | Path, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS) -> "Store":
+    def open(cls, path: str | Path, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS,
+             step_cache: StepCache | None = None) -> "Store":
         """Open (creating if needed) and migrate; the writer connection is ready on return.
 
         An existing database that cannot be written (a full disk, a read-only mount) is opened
         read-only instead: reads work, writes raise sqlite3.OperationalError, and
         `health.read_only` says why. A database that cannot be created raises.
         """
-        store = cls(Path(path), synchronous, read_connections)
+        store = cls(Path(path), synchronous, read_connections, step_cache)
         store.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             conn = store._connect()

@@ -28,16 +28,13 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, step, uid) DO NOTHING
 """
 _STEP_UPSERT = """
-INSERT INTO steps (run_id, step, start_time, end_time, updated_at, metrics) VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO steps (run_id, step, start_time, end_time, updated_at, metrics, version) VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, step) DO UPDATE SET
     start_time = coalesce(excluded.start_time, steps.start_time),
     end_time = coalesce(excluded.end_time, steps.end_time),
     updated_at = excluded.updated_at,
-    metrics = excluded.metrics
-"""
-_VALUE_UPSERT = """
-INSERT INTO step_values (run_id, key, step, value) VALUES (?, ?, ?, ?)
-ON CONFLICT (run_id, key, step) DO UPDATE SET value = excluded.value
+    metrics = excluded.metrics,
+    version = excluded.version
 """
 _SPAN_UPSERT = """
 INSERT INTO step_spans (span_id, run_id, step) VALUES (?, ?, ?)
@@ -65,16 +62,20 @@ WHERE run_id = ?
 """
 
 
-def _merge_step(conn, run_id: str, step: int, start: float | None, end: float | None, now: float,
-                metrics: dict) -> None:
-    """Upsert a step, merging its scalars into what earlier exports stored.
+def merge_step(conn, run_id: str, step: int, start: float | None, end: float | None, now: float,
+               metrics: dict) -> None:
+    """Upsert a step, merging its scalars into what earlier exports stored, stamped with the run's
+    next step version (readers holding the run's steps read what is newer: _step_series). The
+    run's row must exist.
 
     Merged here rather than in SQL (SQLite's json_patch re-renders every number with 15
     significant digits): Python's json keeps each double exact (17 digits where needed).
     """
     row = conn.execute("SELECT metrics FROM steps WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
     merged = {**json.loads(row[0]), **metrics} if row else metrics
-    conn.execute(_STEP_UPSERT, (run_id, step, start, end, now, json.dumps(merged, separators=(",", ":"))))
+    (version,) = conn.execute("UPDATE runs SET step_version = step_version + 1 WHERE run_id = ? RETURNING step_version",
+                              (run_id,)).fetchone()
+    conn.execute(_STEP_UPSERT, (run_id, step, start, end, now, json.dumps(merged, separators=(",", ":")), version))
 
 
 class Writes:
@@ -103,9 +104,7 @@ class Writes:
                 conn.execute(_RUN_UPSERT, (run_id, info.get("service.name"), info.get("grpo.model"),
                                            info.get("host.name"), now, now))
             for st in batch.steps:
-                _merge_step(conn, st.run_id, st.step, st.start, st.end, now, st.metrics)
-            conn.executemany(_VALUE_UPSERT, [
-                (s.run_id, key, s.step, value) for s in batch.steps for key, value in s.metrics.items()])
+                merge_step(conn, st.run_id, st.step, st.start, st.end, now, st.metrics)
             conn.executemany(_SPAN_UPSERT, [(s.span_id, s.run_id, s.step) for s in batch.steps])
             self._write_phases(conn, batch, now)
             self._write_progress(conn, batch, inserted)
@@ -127,10 +126,8 @@ class Writes:
             sums = conn.execute("SELECT name, sum(duration) FROM phases WHERE run_id = ? AND step = ? GROUP BY name",
                                 (run_id, step)).fetchall()
             if sums:
-                values = {PHASE_COLUMN + name: total for name, total in sums}
-                _merge_step(conn, run_id, step, None, None, now, values)
-                conn.executemany(_VALUE_UPSERT, [(run_id, k, step, v) for k, v in values.items()])
                 conn.execute(_RUN_UPSERT, (run_id, None, None, None, now, now))
+                merge_step(conn, run_id, step, None, None, now, {PHASE_COLUMN + name: total for name, total in sums})
 
     def _write_samples(self, conn, batch: Batch) -> dict[str, int]:
         # orjson: the per-row JSON of the dynamic columns was ~4 us a row with json.dumps, 0.4 here;

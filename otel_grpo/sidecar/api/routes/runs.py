@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from ..._columns import column, describe, stat_keys
+from ..._columns import describe, stat_keys
 from ...schemas import Message, RunPublic, StepColumn, StepRow
 from ..deps import FastJSON, RunId, StoreDep, bad_param, not_found_run, points_param, require_read, step_param
 
@@ -62,8 +62,7 @@ def list_steps(
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
     selected = split_list(metrics)
-    body = store.steps_json(run_id, stat_keys(selected), step_min, step_max, limit, offset, rename=column,
-                            points=points)
+    body = store.steps_json(run_id, stat_keys(selected), step_min, step_max, limit, offset, points=points)
     # The rows stay flat (Grafana's Infinity reads them as they are); where each column's other
     # names are is said in the response too (RFC 8288 "describedby"; relative to this URL, so
     # right behind a path prefix and for a run id with `/`).

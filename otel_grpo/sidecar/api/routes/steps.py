@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from ...store._queries import selected_run_ids
 from ..deps import StoreDep, bad_param, points_param, require_read, step_param
-from ..._columns import column, stat_keys
+from ..._columns import stat_keys
 from .runs import split_list
 
 router = APIRouter(prefix="/api/steps", tags=["runs"], dependencies=[Depends(require_read)])
@@ -33,6 +33,6 @@ def list_steps_of_runs(
     ids = selected_run_ids(run_id)
     runs = sorted(r["run_id"] for r in store.runs()) if ids is None else [r for r in ids if store.run_exists(r)]
     selected = split_list(metrics)
-    parts = [store.steps_json(r, stat_keys(selected), step_min, step_max, limit, 0, rename=column,
-                            points=points)[1:-1] for r in runs]  # arrays' insides
+    parts = [store.steps_json(r, stat_keys(selected), step_min, step_max, limit, 0, points=points)[1:-1]
+             for r in runs]  # arrays' insides
     return Response(b"[" + b",".join(p for p in parts if p) + b"]", media_type="application/json")

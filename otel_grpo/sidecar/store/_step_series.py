@@ -1,0 +1,166 @@
+"""Each run's step history, held in memory by the process that reads it and kept current by version.
+
+    series = cache.current(run_id, identity, version, read_since)
+    rows = series.window(step_min, step_max, limit, offset)     # row indices, by step
+
+Every write of a run's step stamps the row with the run's new `step_version`
+(`_writes.merge_step`), and retention that deletes steps of a run bumps its `step_epoch`. A read
+asks the run's `(first_seen, step_epoch, step_version)` (one primary-key row) and reads only the
+steps stamped after the version it holds, so a chart of a long run costs the steps written since
+its last read, not the run's length. The versions live in the database: a replica sees every
+other replica's writes as its own. A changed epoch or `first_seen` (a run deleted and made again)
+reads the run whole.
+
+Held per step: its number, time text and JSON object (as stored, its keys renamed once to the
+names reads give them: `rename`), and each scalar as a float64 column under its stored key (NaN
+where the step has none), for selecting and downsampling columns without parsing the objects.
+The cache is bounded in bytes; the least recently read runs go first.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+STEP_CACHE_BYTES = 256 * 2**20  # the sidecar's default (`step_cache_mb`)
+_ROW_OVERHEAD = 120  # bytes a held step costs besides its JSON text and columns (str and list slots)
+_STRIPES = 64  # run locks: loads of different runs proceed side by side, two of one run do not
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Series:
+    """One run's steps, ordered by step; immutable (a newer version is a new Series), so a reader
+    keeps using the one it got while another thread moves the cache on."""
+
+    identity: tuple
+    version: int
+    steps: np.ndarray
+    """int64, ascending"""
+    times: np.ndarray
+    """object: each step's time text (None: no end time)"""
+    blobs: np.ndarray
+    """object: each step's JSON object text"""
+    columns: dict[str, np.ndarray]
+    """stat key -> float64 values, NaN where the step has none"""
+    text_bytes: int
+    """the JSON objects' length in all"""
+
+    @classmethod
+    def build(cls, identity: tuple, version: int, rows: Sequence[tuple],
+              rename: Callable[[str], str] | None = None) -> "Series":
+        """From (step, time, JSON object) rows ordered by step."""
+        return _EMPTY.merged(identity, version, rows, rename)
+
+    def merged(self, identity: tuple, version: int, rows: Sequence[tuple],
+               rename: Callable[[str], str] | None = None) -> "Series":
+        """This series with `rows` (step, time, JSON object; ordered by step) added or replacing
+        the rows of their steps (a stored object is the step's whole, merged state); the new
+        objects' keys renamed by `rename` (None: as stored). Every copy is a C loop over whole
+        arrays: a step more costs a few copies of the run's arrays, not a Python loop over it."""
+        new_steps = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        steps = np.union1d(self.steps, new_steps)
+        old_at, new_at = np.searchsorted(steps, self.steps), np.searchsorted(steps, new_steps)
+        # One parse of the new objects; each column through C loops (map), not per value.
+        objs = orjson.loads("[" + ",".join(r[2] for r in rows) + "]")
+        new_blobs = [r[2] for r in rows] if rename is None else list(_renamed(objs, rename))
+        replaced = self.blobs[np.isin(self.steps, new_steps)]
+        text_bytes = self.text_bytes - sum(map(len, replaced)) + sum(map(len, new_blobs))
+        times, blobs = np.empty(len(steps), dtype=object), np.empty(len(steps), dtype=object)
+        times[old_at], blobs[old_at] = self.times, self.blobs
+        times[new_at], blobs[new_at] = [r[1] for r in rows], new_blobs
+        columns = {}
+        for key in sorted(set(self.columns).union(*objs)):
+            column = np.full(len(steps), np.nan)
+            if key in self.columns:
+                column[old_at] = self.columns[key]
+            column[new_at] = np.array(list(map(dict.get, objs, itertools.repeat(key))), dtype=np.float64)
+            columns[key] = column
+        return Series(identity, version, steps, times, blobs, columns, text_bytes)
+
+    @property
+    def nbytes(self) -> int:
+        """About what the series holds in memory."""
+        return (self.steps.nbytes + sum(c.nbytes for c in self.columns.values()) + self.text_bytes
+                + _ROW_OVERHEAD * len(self.steps))
+
+    def window(self, step_min: int | None, step_max: int | None, limit: int, offset: int) -> np.ndarray:
+        """Row indices of the page of steps in `step_min..step_max` (inclusive; None: open),
+        skipping `offset` rows and returning at most `limit`."""
+        lo = 0 if step_min is None else int(np.searchsorted(self.steps, step_min, side="left"))
+        hi = len(self.steps) if step_max is None else int(np.searchsorted(self.steps, step_max, side="right"))
+        start = min(lo + offset, hi)
+        return np.arange(start, min(hi, start + limit))
+
+    def values(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """Column `key` at `rows` (all NaN for a column the run does not have)."""
+        column = self.columns.get(key)
+        return np.full(len(rows), np.nan) if column is None else column[rows]
+
+    def columns_with_values(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Each column at `rows`, for the columns with a value at one of them at least."""
+        found = (column[rows] for column in self.columns.values())
+        return [c for c in found if not np.isnan(c).all()]
+
+
+_EMPTY = Series((), -1, np.empty(0, dtype=np.int64), np.empty(0, dtype=object), np.empty(0, dtype=object), {}, 0)
+
+
+def _renamed(objs: list[dict], rename: Callable[[str], str]) -> Iterator[str]:
+    """Each object as JSON text with its keys renamed; a run's steps mostly share one key order,
+    renamed once."""
+    names: dict[tuple, tuple] = {}
+    for obj in objs:
+        keys = tuple(obj)
+        renamed = names.get(keys)
+        if renamed is None:
+            renamed = names[keys] = tuple(map(rename, keys))
+        yield orjson.dumps(dict(zip(renamed, obj.values()))).decode()
+
+
+class StepCache:
+    """Runs' `Series`, at most `max_bytes` in all (a run larger than that is read whole at every
+    read and not kept); thread-safe. `rename`: stored stat key -> the name reads give its column
+    (the API's catalog names); None: the stored keys."""
+
+    def __init__(self, max_bytes: int = STEP_CACHE_BYTES, rename: Callable[[str], str] | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.rename = rename
+        self._runs: OrderedDict[str, Series] = OrderedDict()
+        self._lock = threading.Lock()
+        self._run_locks = [threading.Lock() for _ in range(_STRIPES)]
+
+    def current(self, run_id: str, identity: tuple, version: int,
+                read_since: Callable[[int], Sequence[tuple]]) -> Series:
+        """The run's series at `version` (or later). `read_since(v)`: the (step, time, JSON object)
+        rows stamped after version v, ordered by step (v = -1: every row); `version` must have been
+        read before any of them, so a row it has not seen yet is read again next time."""
+        with self._run_locks[hash(run_id) % _STRIPES]:
+            with self._lock:
+                held = self._runs.get(run_id)
+            if held is None or held.identity != identity or held.version > version:
+                held = Series.build(identity, version, read_since(-1), self.rename)
+            elif held.version < version:
+                held = held.merged(identity, version, read_since(held.version), self.rename)
+            self._keep(run_id, held)
+        return held
+
+    def _keep(self, run_id: str, series: Series) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
+            if series.nbytes > self.max_bytes:
+                return
+            total = sum(s.nbytes for s in self._runs.values())
+            while self._runs and total + series.nbytes > self.max_bytes:
+                total -= self._runs.popitem(last=False)[1].nbytes  # the least recently read
+            self._runs[run_id] = series
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(s.nbytes for s in self._runs.values())

@@ -1,0 +1,152 @@
+"""Runs' step histories held in memory for reads (`_step_series`): always what the database holds,
+whoever wrote it, in bounded memory; and the downsampling over them (`m4_rows`)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+import pytest
+
+from otel_grpo.sidecar.otlp._extract import Batch, StepRecord
+from otel_grpo.sidecar.store import open_store, open_writer
+from otel_grpo.sidecar.store._downsample import bucket_count, m4_rows
+from otel_grpo.sidecar.store._step_series import StepCache
+
+
+def _batch(run_id: str, steps, kl=lambda step: 0.01 * step, extra=None, start: float = 1000.0) -> Batch:
+    batch = Batch()
+    batch.runs[run_id] = {}
+    for step in steps:
+        metrics = {"kl": kl(step), **(extra(step) if extra else {})}
+        batch.steps.append(StepRecord(run_id, step, step.to_bytes(8, "big"), start + step, start + step + 1, metrics))
+    return batch
+
+
+def _kl(store, run_id: str, **kw) -> dict[int, float]:
+    return {r["step"]: r["kl"] for r in store.steps(run_id, ["kl"], **kw)}
+
+
+@pytest.fixture
+def stores(db):
+    """The serving store and, beside it, a writer on the same database (an ingest worker's
+    handle: another process on SQLite, or another replica's on PostgreSQL)."""
+    reader = open_store(db)
+    writer = open_writer(db)
+    yield reader, writer
+    writer.close()
+    reader.close()
+
+
+def test_a_held_history_shows_every_later_write_of_another_writer(stores):
+    reader, writer = stores
+    writer.write_batch(_batch("r", range(5)))
+    assert _kl(reader, "r") == {s: 0.01 * s for s in range(5)}
+    writer.write_batch(_batch("r", range(5, 8)))  # new steps
+    writer.write_batch(_batch("r", [2], kl=lambda s: 9.0))  # an old step written again (a resumed run)
+    writer.write_batch(_batch("r", [3], kl=lambda s: 0.03, extra=lambda s: {"entropy": 0.5}))  # merged into it
+    expected = {s: 0.01 * s for s in range(8)} | {2: 9.0, 3: 0.03}
+    assert _kl(reader, "r") == expected
+    rows = {r["step"]: r for r in reader.steps("r")}
+    assert rows[3]["entropy"] == 0.5 and "entropy" not in rows[4]
+    assert [r["step"] for r in reader.steps("r", ["entropy"]) if r["entropy"] is not None] == [3]
+    assert _kl(reader, "r", step_min=2, step_max=3) == {2: 9.0, 3: 0.03}
+
+
+def test_steps_deleted_by_retention_are_gone_from_a_held_history(stores):
+    reader, writer = stores
+    writer.write_batch(_batch("r", range(10)))
+    writer.write_batch(_batch("old", range(2)), now=1.0)
+    assert len(_kl(reader, "r")) == 10 and len(_kl(reader, "old")) == 2
+    writer.apply_retention(max_steps=4)
+    assert sorted(_kl(reader, "r")) == [6, 7, 8, 9]
+    writer.apply_retention(max_runs=1)  # "old" is the least recently updated
+    assert reader.steps("old") == []
+    writer.write_batch(_batch("old", [7], kl=lambda s: 0.5))  # the same id, a new run
+    assert _kl(reader, "old") == {7: 0.5}
+
+
+def test_steps_aged_out_are_gone_from_a_held_history(stores):
+    reader, writer = stores
+    now = time.time()
+    writer.write_batch(_batch("r", range(3)))  # steps that ended in 1970
+    writer.write_batch(_batch("r", range(3, 5), start=now))
+    assert len(_kl(reader, "r")) == 5
+    writer.apply_retention(max_age_s=3600, now=now)
+    assert sorted(_kl(reader, "r")) == [3, 4]
+
+
+def test_the_held_histories_stay_within_their_bytes(db):
+    store = open_store(db, step_cache=StepCache(200_000))
+    try:
+        for run_id in ("a", "b", "c"):
+            store.write_batch(_batch(run_id, range(300)))
+            assert len(_kl(store, run_id)) == 300
+        assert 0 < store.step_cache.nbytes <= 200_000
+        store.write_batch(_batch("big", range(3000)))
+        assert len(_kl(store, "big")) == 3000  # too big to hold: read whole, served all the same
+        assert store.step_cache.nbytes <= 200_000
+        assert len(_kl(store, "a")) == 300
+    finally:
+        store.close()
+
+
+def test_a_held_history_reads_only_what_was_written_since():
+    reads = []
+    rows = [(s, f"t{s}", '{"kl":%s}' % s) for s in range(100)]
+
+    def read_since(version):
+        reads.append(version)
+        return rows if version < 0 else [r for r in rows if r[0] >= version]
+
+    cache = StepCache(10**8)
+    assert len(cache.current("r", (1.0, 0), 100, read_since).steps) == 100
+    assert cache.current("r", (1.0, 0), 100, read_since).blobs[5] == '{"kl":5}'  # current: nothing read
+    rows.append((100, "t100", '{"kl":100,"x":1}'))
+    series = cache.current("r", (1.0, 0), 101, read_since)
+    assert reads == [-1, 100] and series.steps[-1] == 100 and series.columns["x"][-1] == 1.0
+    assert np.isnan(series.columns["x"][:100]).all()
+    cache.current("r", (1.0, 1), 101, read_since)  # a new epoch (retention deleted steps): whole again
+    assert reads == [-1, 100, -1]
+
+
+def _m4_reference(steps: list[int], columns: list[list[float]], points: int) -> list[int]:
+    """M4 as written out by hand: per bucket of step numbers, its first and last row and each
+    column's first lowest and first highest row (NaN never counts)."""
+    buckets = bucket_count(points, len(columns))
+    first, span = steps[0], steps[-1] - steps[0] + 1
+    keep = set()
+    for b in range(buckets):
+        lo, hi = first + -(-(b * span) // buckets), first + -(-((b + 1) * span) // buckets)
+        rows = [i for i, s in enumerate(steps) if lo <= s < hi]
+        if not rows:
+            continue
+        keep.update((rows[0], rows[-1]))
+        for column in columns:
+            valued = [i for i in rows if column[i] == column[i]]
+            if valued:
+                keep.add(min(valued, key=lambda i: (column[i], i)))
+                keep.add(min(valued, key=lambda i: (-column[i], i)))
+    return sorted(keep)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_downsampling_keeps_each_buckets_ends_and_extremes(seed):
+    rng = random.Random(seed)
+    n = rng.randint(1, 400)
+    steps = sorted(rng.sample(range(rng.randint(n, 3 * n) + 5), n))
+    pool = [0.0, -0.0, 1.0, 1.0, 2.5, float("nan")]  # ties, signed zeros and missing values
+    columns = [[rng.choice(pool) if rng.random() < 0.5 else rng.uniform(-1, 1) for _ in steps]
+               for _ in range(rng.randint(0, 4))]
+    if columns and rng.random() < 0.2:
+        columns[0] = [float("nan")] * n  # a column with no value at all keeps nothing
+    points = rng.randint(2, 60)
+    kept = m4_rows(np.array(steps, dtype=np.int64), [np.array(c) for c in columns], points)
+    assert kept.tolist() == _m4_reference(steps, columns, points)
+    assert len(kept) <= max(points, 2 + 2 * len(columns))
+
+
+def test_downsampling_handles_the_extreme_step_numbers():
+    steps = np.array([-(2**63), 0, 2**63 - 1], dtype=np.int64)
+    assert m4_rows(steps, [np.array([1.0, 5.0, 2.0])], 4).tolist() == [0, 1, 2]
