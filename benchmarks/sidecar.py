@@ -369,9 +369,12 @@ def bulk_load(db: Path | str, target: int, per_step: int, rng: random.Random) ->
     return steps
 
 
-def latency(client: httpx.Client, path: str, params: dict, n: int) -> tuple[float, float]:
+def latency(client: httpx.Client, path: str, params: dict, n: int, before=None) -> tuple[float, float]:
+    """(p50, p99) ms of `n` GETs; `before()`, untimed, ahead of each."""
     times = []
     for _ in range(n):
+        if before is not None:
+            before()
         t = time.perf_counter()
         client.get(path, params=params).raise_for_status()
         times.append((time.perf_counter() - t) * 1000)
@@ -479,10 +482,22 @@ def query_mix(url: str, steps: int, n: int) -> dict[str, tuple[float, float]]:
         "steps: every step downsampled, metrics=kl,reward&points=1000": ("/api/runs/big/steps", {"metrics": "kl,reward", "points": 1000}),
         "steps: every step downsampled, all 62 columns, points=1000": ("/api/runs/big/steps", {"points": 1000}),
     }
+    whole = cases["steps: every step of the run, metrics=kl,reward"]
     with httpx.Client(base_url=url, timeout=60) as client:
+        # The sidecar holds a run's steps once it has read them (sidecar/store/_step_series.py):
+        # the first read after a start reads them all. One request, so p50 = p99 = that one.
+        out["steps: first read after the sidecar started, metrics=kl,reward"] = latency(client, *whole, 1)
         for name, (path, params) in cases.items():
             latency(client, path, params, 5)  # warm the page cache and connection
             out[name] = latency(client, path, params, n)
+        # A live run: a new step (its step span and phases, no samples) is stored before each
+        # read, so each read brings the held steps up to date first.
+        # The steps after the run's last: a fill that goes on stores its own over them.
+        rng = random.Random(3)
+        news = (build_request(rng, "big", steps + i, 0, step_span=True).SerializeToString() for i in range(n))
+        out["steps: every step of the run, metrics=kl,reward, a new step stored before each read"] = latency(
+            client, *whole, n, before=lambda: client.post("/v1/traces", content=next(news),
+                                                          headers={"Content-Type": "application/x-protobuf"}).raise_for_status())
     return out
 
 
