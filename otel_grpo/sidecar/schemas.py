@@ -99,6 +99,10 @@ class AlertPublic(BaseModel):
     ends_at: str | None = None
     generator_url: str | None = None
     received_at: str
+    step: int | None = None
+    """The run's step the alert belongs to: the last to end at or before `starts_at` (its data
+    made the rule fire), the run's first step where none had ended yet; null without a run or
+    steps, or where `starts_at` is not an RFC 3339 time."""
 
 
 class Panel(BaseModel):

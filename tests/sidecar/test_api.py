@@ -108,6 +108,31 @@ def test_unknown_run_is_404_with_a_message(loaded, path):
     assert r.status_code == 404 and r.json() == {"detail": "run 'nope' not found"}
 
 
+def test_an_alert_names_the_step_it_belongs_to(client):
+    """The last step to end at or before the alert started, whatever rows a chart has at hand."""
+    from otel_grpo.sidecar.otlp._extract import Batch, StepRecord
+
+    base = 1_795_800_000.0  # 2026-11-27T17:20:00Z
+    batch = Batch()
+    batch.runs["r"] = {}
+    for step in range(5, 10):  # step 5 ends at base + 5 s, ... step 9 at base + 9 s
+        batch.steps.append(StepRecord("r", step, bytes([step]) * 8, base + step - 1, base + step, {"kl": 0.1}))
+    client.app.state.store.write_batch(batch)
+    starts = {"a": "2026-11-27T17:20:07Z", "b": "2026-11-27T17:20:07.999999999Z", "c": "2026-11-27T18:20:08.5+01:00",
+              "d": "2026-11-27T17:19:00Z", "e": "2026-11-28T00:00:00Z", "f": "yesterday"}
+    alerts = [{"status": "firing", "labels": {"alertname": name, "run_id": "r"}, "annotations": {},
+               "startsAt": at, "fingerprint": name} for name, at in starts.items()]
+    alerts.append({"status": "firing", "labels": {"alertname": "g", "run_id": "other"}, "annotations": {},
+                   "startsAt": "2026-11-27T17:20:07Z", "fingerprint": "g"})
+    alerts.append({"status": "firing", "labels": {"alertname": "h"}, "annotations": {},
+                   "startsAt": "2026-11-27T17:20:07Z", "fingerprint": "h"})
+    assert client.post("/api/alerts", json={"version": "4", "alerts": alerts}).status_code == 200
+    steps = {r["alertname"]: r["step"] for r in client.get("/api/alerts").json()}
+    # at step 7's end; just before step 8's; step 8's end (+01:00); before any (the first step);
+    # after all; not a time; a run without steps; no run
+    assert steps == {"a": 7, "b": 7, "c": 8, "d": 5, "e": 9, "f": None, "g": None, "h": None}
+
+
 @pytest.mark.parametrize("params,name", [
     ({"limit": 0}, "limit"), ({"limit": "x"}, "limit"), ({"step": "one"}, "step"),
     ({"step_min": 3, "step_max": 1}, "step_min"), ({"reward_min": 2, "reward_max": 1}, "reward_min"),

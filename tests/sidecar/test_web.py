@@ -572,19 +572,20 @@ LONG, LONG_STEPS, LONG_SPIKE = "long-run", 1500, 777
 
 def test_a_long_run_is_downsampled_and_its_spike_drawn(sidecar, otlp, tmp_path, port):
     """More steps than the page asks for: the request carries `points`, the one-step KL spike is
-    still drawn, and a zoom asks the server for its range."""
-    for first in range(0, LONG_STEPS, 250):  # exports of the size a trainer sends, not one of 1500 steps
-        spans = otlp.spans(LONG, range(first, first + 250), samples=0,
-                           metrics=lambda s: {"kl": 5.0 if s == LONG_SPIKE else 1e-3 * (1 + s % 3)})
-        assert httpx.post(sidecar.url + "/v1/traces", content=otlp.request(spans).SerializeToString(), timeout=60,
-                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+    still drawn, and a zoom asks the server for its range, for the run shown and the run overlaid."""
+    for run_id in (LONG, "long-other"):
+        for first in range(0, LONG_STEPS, 250):  # exports of the size a trainer sends, not one of 1500 steps
+            spans = otlp.spans(run_id, range(first, first + 250), samples=0,
+                               metrics=lambda s: {"kl": 5.0 if s == LONG_SPIKE else 1e-3 * (1 + s % 3)})
+            assert httpx.post(sidecar.url + "/v1/traces", content=otlp.request(spans).SerializeToString(), timeout=60,
+                              headers={"Content-Type": "application/x-protobuf"}).status_code == 200
     chrome = Chromium(tmp_path / "chromium-profile", port)
     try:
         chrome.call("Emulation.setDeviceMetricsOverride", width=1366, height=900, deviceScaleFactor=1, mobile=False)
-        chrome.open(f"{sidecar.url}/#/run/{LONG}")
+        chrome.open(f"{sidecar.url}/#/run/{LONG}?vs=long-other")
         steps_requests = "performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('/steps?'))"
-        (asked,) = chrome.eval(steps_requests)
-        assert "points=1366" in asked
+        asked = chrome.eval(steps_requests)
+        assert len(asked) == 2 and all("points=1366" in n for n in asked)  # the run and the one overlaid
         assert int(chrome.eval("document.querySelector('#plots').dataset.steps")) <= 1366 < LONG_STEPS
         kl = _card("KL to the reference")
         top = f"Math.max(...[...{kl}.querySelectorAll('text.y-tick')].map(t => +t.textContent))"
@@ -592,8 +593,10 @@ def test_a_long_run_is_downsampled_and_its_spike_drawn(sidecar, otlp, tmp_path, 
 
         chrome.drag_steps(kl, 700, 850, (0, LONG_STEPS - 1))
         chrome.wait_for(f"{steps_requests}.some(n => n.includes('step_min='))")
-        zoomed = [n for n in chrome.eval(steps_requests) if "step_min=" in n][-1]
-        assert "points=1366" in zoomed and "step_max=" in zoomed
+        chrome.wait_for(f"{steps_requests}.filter(n => n.includes('step_min=')).length == 2")
+        zoomed = [n for n in chrome.eval(steps_requests) if "step_min=" in n]
+        assert all("points=1366" in n and "step_max=" in n for n in zoomed)
+        assert any("/long-other/steps" in n for n in zoomed) and any(f"/{LONG}/steps" in n for n in zoomed)
         chrome.wait_for(f"{top} >= 1")
     finally:
         chrome.close()

@@ -78,12 +78,14 @@ DROP INDEX IF EXISTS samples_run_step_index;
 # v4: runs and steps carry write versions, so a reader holding a run's steps in memory reads only
 # those written since (_step_series): every write of a step stamps it with the run's bumped
 # `step_version`; retention that deletes steps bumps `step_epoch`. Those held steps replace the
-# (run, key, step) rows of v2, which only the step reads used.
+# (run, key, step) rows of v2, which only the step reads used. Steps by end time: an alert's step
+# (the last to end before it started).
 _V4 = """
 ALTER TABLE runs ADD COLUMN step_version INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN step_epoch INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE steps ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX steps_run_version ON steps (run_id, version);
+CREATE INDEX steps_run_end ON steps (run_id, end_time);
 DROP TABLE step_values;
 """
 
@@ -167,13 +169,15 @@ ALTER TABLE step_values DROP CONSTRAINT step_values_pkey, ADD PRIMARY KEY (run_i
 CREATE INDEX steps_run_step_end ON steps (run_id, step) INCLUDE (end_time);
 """
 
-# v4: as SQLite's v4 (write versions for the readers' in-memory step histories); the step reads
-# no longer touch step_values or the (run_id, step) INCLUDE (end_time) index of v3.
+# v4: as SQLite's v4 (write versions for the readers' in-memory step histories, steps by end
+# time); the step reads no longer touch step_values or the (run_id, step) INCLUDE (end_time)
+# index of v3.
 _PG_V4 = """
 ALTER TABLE runs ADD COLUMN step_version BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN step_epoch BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE steps ADD COLUMN version BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX steps_run_version ON steps (run_id, version);
+CREATE INDEX steps_run_end ON steps (run_id, end_time);
 DROP INDEX steps_run_step_end;
 DROP TABLE step_values;
 """

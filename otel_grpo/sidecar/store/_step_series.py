@@ -54,12 +54,12 @@ class Series:
     @classmethod
     def build(cls, identity: tuple, version: int, rows: Sequence[tuple],
               rename: Callable[[str], str] | None = None) -> "Series":
-        """From (step, time, JSON object) rows ordered by step."""
+        """From (step, time, JSON object) rows, one per step, in any order."""
         return _EMPTY.merged(identity, version, rows, rename)
 
     def merged(self, identity: tuple, version: int, rows: Sequence[tuple],
                rename: Callable[[str], str] | None = None) -> "Series":
-        """This series with `rows` (step, time, JSON object; ordered by step) added or replacing
+        """This series with `rows` (step, time, JSON object; one per step, in any order) added or replacing
         the rows of their steps (a stored object is the step's whole, merged state); the new
         objects' keys renamed by `rename` (None: as stored). Every copy is a C loop over whole
         arrays: a step more costs a few copies of the run's arrays, not a Python loop over it."""
@@ -138,7 +138,7 @@ class StepCache:
     def current(self, run_id: str, identity: tuple, version: int,
                 read_since: Callable[[int], Sequence[tuple]]) -> Series:
         """The run's series at `version` (or later). `read_since(v)`: the (step, time, JSON object)
-        rows stamped after version v, ordered by step (v = -1: every row); `version` must have been
+        rows stamped after version v, in any order (v = -1: every row); `version` must have been
         read before any of them, so a row it has not seen yet is read again next time."""
         with self._run_locks[hash(run_id) % _STRIPES]:
             with self._lock:

@@ -9,7 +9,7 @@ const REFRESH_MS = 10000;
 const state = freshState(null);
 let refreshTimer = null;
 let sampleSteps = [];
-let runData = null;  // {panels, steps, alerts, overlay: Map run -> steps, detail: {zoom, steps}} of the run shown
+let runData = null;  // {panels, steps, alerts, overlay: Map run -> steps, detail: {zoom, runs: Map run -> steps}} of the run shown
 
 function freshState(run) {
   return { run, step: null, group: null, sample: null, orderBy: null, desc: false, q: "", overlay: [], smooth: 0,
@@ -85,16 +85,20 @@ function stepsPath(runId, zoom) {
   return `${runPath(runId)}/steps?${p}`;
 }
 
-// The zoomed range's own rows of the run shown (its whole-run rows stay for the alerts' steps).
-// True when they add rows to those at hand: a run short enough to have come whole adds none.
+// The zoomed range's own rows of the run shown and of each overlaid run (their whole-run rows
+// stay for the alerts' steps). True when they add rows to those at hand: a run short enough to
+// have come whole adds none.
 async function loadDetail() {
   const zoom = state.zoom;
   if (!runData) return false;
   if (!zoom) { runData.detail = null; return false; }
-  const steps = await api(stepsPath(state.run, zoom));
+  const ids = [state.run, ...state.overlay];
+  const rows = await Promise.all(ids.map((r) => api(stepsPath(r, zoom)).catch(() => null)));
   if (state.zoom !== zoom) return false;  // a later zoom wins
-  runData.detail = { zoom, steps };
-  return steps.length !== runData.steps.filter((r) => r.step >= zoom[0] && r.step <= zoom[1]).length;
+  const runs = new Map(ids.map((r, i) => [r, rows[i]]).filter(([, s]) => s !== null));
+  runData.detail = { zoom, runs };
+  const inZoom = (s) => (s || []).filter((r) => r.step >= zoom[0] && r.step <= zoom[1]).length;
+  return [...runs].some(([r, s]) => s.length !== inZoom(r === state.run ? runData.steps : runData.overlay.get(r)));
 }
 
 // One point per step that has the column: a step without it (a metric logged every other step) is
@@ -119,16 +123,10 @@ function seriesFor(panel, steps, run, runIndex) {
   return out;
 }
 
-// The step an alert belongs to: the last step that ended before it fired (its data made it fire).
-function alertStep(alert, steps) {
-  const t = Date.parse(alert.starts_at);
-  let best = null;
-  for (const s of steps) if (s.time && Date.parse(s.time) <= t) best = s.step;
-  return best === null && steps.length ? steps[0].step : best;
-}
-
 function marks() {
-  const out = runData.alerts.map((a) => ({ step: alertStep(a, runData.steps), kind: "alert",
+  // An alert's step comes from the server (the last step to end before it started): the rows at
+  // hand may be downsampled.
+  const out = runData.alerts.map((a) => ({ step: a.step, kind: "alert",
                                            label: `${a.alertname} (${a.status}) from ${a.starts_at}` }))
     .filter((m) => m.step !== null);
   if (state.step !== null) out.unshift({ step: +state.step, kind: "picked", label: `step ${state.step}: samples shown below` });
@@ -147,8 +145,10 @@ function setZoom(zoom) {
 function plotsSection() {
   const { panels, steps, overlay, detail } = runData;
   const grid = h("div", { class: "grid", id: "plots", "data-steps": String(steps.length) });
-  const shown = detail && detail.zoom === state.zoom ? detail.steps : steps;
-  const runs = [[state.run, shown], ...state.overlay.filter((r) => overlay.has(r)).map((r) => [r, overlay.get(r)])];
+  const zoomed = detail && detail.zoom === state.zoom ? detail.runs : new Map();
+  const rowsOf = (run, whole) => zoomed.get(run) || whole;
+  const runs = [[state.run, rowsOf(state.run, steps)],
+    ...state.overlay.filter((r) => overlay.has(r)).map((r) => [r, rowsOf(r, overlay.get(r))])];
   const all = runs.flatMap(([, s]) => s.map((r) => r.step));
   const xDomain = state.zoom || (all.length ? [Math.min(...all), Math.max(...all)] : null);  // the same on every panel
   const opts = { xDomain, smooth: state.smooth, marks: marks(), onPick: openStep, onZoom: setZoom };
@@ -209,7 +209,7 @@ function plotTools(runs) {
     const box = h("input", { type: "checkbox", "data-run": r.run_id, onchange: async (e) => {
       state.overlay = e.target.checked ? [...state.overlay, r.run_id] : state.overlay.filter((x) => x !== r.run_id);
       writeUrl();
-      await loadOverlay();
+      await Promise.all([loadOverlay(), loadDetail()]);
       redrawPlots();
     } });
     box.checked = state.overlay.includes(r.run_id);
@@ -232,7 +232,7 @@ function alertsSection(alerts) {
   const body = h("tbody");
   for (const a of alerts) {
     const summary = a.annotations.summary || a.annotations.description || "";
-    const step = alertStep(a, runData.steps);
+    const step = a.step;
     const stepCell = step === null ? h("td") : h("td", { class: "num" }, h("a", {
       href: runHash(state.run, { step }), class: "alert-step", text: String(step),
       title: "the last step before the alert fired: open its samples",
