@@ -12,7 +12,7 @@ import importlib.util
 
 # extra -> the modules it installs that our code imports (checked without importing them)
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "sidecar": ("fastapi", "uvicorn", "orjson", "httpx"),
+    "sidecar": ("fastapi", "uvicorn", "orjson", "numpy", "psycopg", "httpx"),
     "trainer": ("torch", "accelerate"),
     "trl": ("torch", "transformers", "trl", "datasets"),
     "follow": ("pyarrow",),
