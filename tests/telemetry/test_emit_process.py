@@ -172,7 +172,7 @@ def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(t
 
 def test_ctrl_c_in_the_terminal_reaches_the_trainer_which_closes_the_child(tmp_path):
     script = textwrap.dedent(f"""
-        import sys, time
+        import faulthandler, sys, time
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from otel_grpo.telemetry import Telemetry, TelemetrySettings
         tel = Telemetry(TelemetrySettings(run_id="sigint", output_dir={str(tmp_path)!r}, emit_in="process",
@@ -186,17 +186,23 @@ def test_ctrl_c_in_the_terminal_reaches_the_trainer_which_closes_the_child(tmp_p
                 step += 1
                 time.sleep(0.05)
         except KeyboardInterrupt:
+            faulthandler.dump_traceback_later(50)  # to stderr: where it waits, should it not exit in time
             tel.finish()
             print("finished", step, flush=True)
+            faulthandler.cancel_dump_traceback_later()
     """)
     # its own process group, as a terminal would start it: the signal goes to the whole group
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
     child = int(proc.stdout.readline())
     wait_for(lambda: len(_spilled(tmp_path)) >= 3, "a few steps spilled", timeout=30)
     os.killpg(proc.pid, signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0 and out.startswith("finished")
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    assert proc.returncode == 0 and out.startswith("finished"), err
     steps = int(out.split()[1])
     assert not alive(child)
     assert sorted(_spilled(tmp_path)) == list(range(steps + 1)) or sorted(_spilled(tmp_path)) == list(range(steps))
