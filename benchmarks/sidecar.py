@@ -21,7 +21,10 @@ counts committed samples, each round into a fresh process and database, medians 
 this process on one core. Bare `FromString` is reported too: upb parses lazily and builds no
 Python objects, so it is a parse-only bound, not a consumer.
 Queries: the store is bulk-loaded through `Store.write_batch` to 1,000,000 samples, then
-the samples and steps endpoints are timed over HTTP (keep-alive) from this process.
+the samples and steps endpoints are timed over HTTP (keep-alive) from this process, which
+collects no garbage while it times (as `timeit`); beside p50 / p99, the requests over 50 ms
+are counted here and, from the sidecar's own request-duration histogram, inside its handler
+(a slow request the sidecar did not time waited in its event loop, the network or this client).
 Fill (`--fill`): instead of both, one run per backend is filled over HTTP through the sidecar(s)
 as a training run fills it (`Filler`), segment by segment; each segment's ingest rate is timed,
 and the query mix at each size. Backends run one after another, each database deleted after use.
