@@ -291,3 +291,49 @@ def test_queries_answer_the_same_on_both_backends(db, otlp):
     assert "phase_duration/rollout" in store.metric_keys("q")
     assert store.ping() and store.run_exists("q") and not store.run_exists("nope")
     store.close()
+
+
+def test_the_wal_stays_near_the_valve_while_writers_commit_back_to_back(tmp_path, otlp, monkeypatch):
+    """Ingest workers commit back to back: the background thread's PASSIVE checkpoints then never start
+    the WAL over (a 10M-sample fill grew it to 4-6 GiB); past the valve the committing writer truncates it."""
+    import threading
+    import time
+
+    from otel_grpo.sidecar.store import _checkpoint
+
+    monkeypatch.setattr(_checkpoint, "VALVE_BYTES", 1 << 20)
+    db, wal = tmp_path / "s.db", tmp_path / "s.db-wal"
+    store = Store.open(db)
+    workers = [Store.open_writer(db) for _ in range(2)]  # as the ingest worker processes write
+    requests = [otlp.request(otlp.spans("r", [step], samples=64)) for step in range(400)]
+    stop, errors, largest = threading.Event(), [], 0
+
+    def ingest(worker, first) -> None:
+        try:
+            for request in requests[first::2]:
+                if stop.is_set():
+                    return
+                worker.write_batch(extract(request))
+                store.wake_checkpointer()  # as the sidecar does after a worker's commit
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ingest, args=(w, i)) for i, w in enumerate(workers)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(t.is_alive() for t in threads):
+        with contextlib.suppress(FileNotFoundError):
+            largest = max(largest, wal.stat().st_size)
+        time.sleep(0.001)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors
+    committed = store.runs()[0]["sample_count"]
+    for w in workers:
+        w.close()
+    store.close()
+    assert committed >= 64 * 50  # enough writing to have grown the WAL many times over the valve
+    # the valve plus what was committed meanwhile (one request is ~0.4 MiB); PASSIVE alone reached 9-22 MiB
+    assert largest <= 3 << 20, f"the WAL reached {largest / 2**20:.1f} MiB with a 1 MiB valve"

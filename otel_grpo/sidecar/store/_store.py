@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from . import _queries, _writes
-from ._checkpoint import TRUNCATE_BYTES, Checkpointer, valve_pages
+from ._checkpoint import TRUNCATE_BYTES, Checkpointer, past_valve, truncate_wal, valve_pages
 from ._dialect import SQLITE
 from ._health import WriteHealth
 from ._pool import ConnectionPool
@@ -226,6 +226,8 @@ class _Transaction:
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
             self.store._writer.execute("COMMIT" if exc_type is None else "ROLLBACK")
+            if exc_type is None and past_valve(self.store.path):
+                truncate_wal(self.store._writer)  # while this writer still holds the others off
         finally:
             self._unlock()
         if exc_type is None and self.store._checkpointer is not None:
