@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import time
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
@@ -44,18 +45,24 @@ def _retain(app: FastAPI) -> None:
             log.info("retention deleted %s", deleted)
 
 
-def _maintain(app: FastAPI) -> None:
-    _retain(app)
-    app.state.store.optimize()
+STATISTICS_CHECK_S = 5.0
+"""How often the store may refresh its planner statistics (it does once it has doubled or halved): a
+store filled fast from empty (a replay, a benchmark) otherwise planned whole-run reads with an empty
+table's statistics until the next retention pass (benchmarks/README.md, sidecar)."""
 
 
 async def _maintenance_loop(app: FastAPI) -> None:
-    """Retention and planner statistics, every `retention_interval_s`."""
+    """Planner statistics every `STATISTICS_CHECK_S`, retention every `retention_interval_s`."""
+    interval = app.state.settings.retention_interval_s
+    retain_at = time.monotonic() + interval
     while True:
-        await asyncio.sleep(app.state.settings.retention_interval_s)
+        await asyncio.sleep(min(STATISTICS_CHECK_S, interval))
         try:
-            await run_in_threadpool(_maintain, app)
-        except Exception:  # keep the loop alive: maintenance retries next interval
+            if time.monotonic() >= retain_at:
+                retain_at = time.monotonic() + interval
+                await run_in_threadpool(_retain, app)
+            await run_in_threadpool(app.state.store.optimize)
+        except Exception:  # keep the loop alive: maintenance retries next time
             log.exception("store maintenance failed")
 
 

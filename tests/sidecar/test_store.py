@@ -57,6 +57,29 @@ def test_read_connections_plan_with_the_statistics_of_the_latest_optimize(tmp_pa
     store.close()
 
 
+def test_planner_statistics_follow_the_store_as_it_doubles(tmp_path, otlp):
+    """The maintenance loop asks every few seconds; the store takes statistics again only once it has
+    doubled (or halved) since the last, so a fresh store filled fast plans with current numbers."""
+    store = Store.open(tmp_path / "s.db")
+
+    def rows_counted() -> int:  # the planner's idea of the samples table's size
+        with store.read() as conn:
+            row = conn.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'samples_run_reward'").fetchone()
+        return int(row[0].split()[0]) if row else 0
+
+    _load(store, otlp, "r", steps=range(10), samples=64)
+    store.optimize()
+    first = rows_counted()
+    assert first > 0  # an estimate (bounded sampling)
+    _load(store, otlp, "r", steps=range(10, 12), samples=64)
+    store.optimize()  # 20% more: not worth new statistics
+    assert rows_counted() == first
+    _load(store, otlp, "r", steps=range(12, 40), samples=64)
+    store.optimize()
+    assert rows_counted() > first
+    store.close()
+
+
 def test_a_newer_schema_is_refused(tmp_path):
     conn = sqlite3.connect(tmp_path / "s.db")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
