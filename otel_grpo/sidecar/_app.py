@@ -46,7 +46,7 @@ def _retain(app: FastAPI) -> None:
 
 
 STATISTICS_CHECK_S = 5.0
-"""How often the store may refresh its planner statistics (it does once it has doubled or halved): a
+"""How often the store may refresh its planner statistics (it does once its samples have doubled): a
 store filled fast from empty (a replay, a benchmark) otherwise planned whole-run reads with an empty
 table's statistics until the next retention pass (benchmarks/README.md, sidecar)."""
 

@@ -91,8 +91,8 @@ class SidecarSettings(BaseSettings):
     retention_max_age_s: float | None = Field(None, gt=0)
     """Drop steps, samples and alerts older than this many seconds; none: keep."""
     retention_interval_s: float = Field(60.0, gt=0)
-    """How often retention runs. (The query planner's statistics are refreshed within seconds of the store
-    doubling in size, whatever this is.)"""
+    """How often retention runs. (The query planner's statistics are refreshed within seconds of the store's
+    samples doubling, whatever this is.)"""
     allowed_hosts: list[str] = []
     """Host names served besides those that cannot be DNS-rebound (IP literals, localhost,
     single-label names such as a compose service); `["*"]` serves any Host. A page on another

@@ -80,6 +80,35 @@ def test_planner_statistics_follow_the_store_as_it_doubles(tmp_path, otlp):
     store.close()
 
 
+def test_a_sidecar_filled_fast_from_empty_plans_whole_run_reads_with_current_statistics(tmp_path, otlp,
+                                                                                          monkeypatch):
+    """The statistics are checked every few seconds, not at each retention pass (a minute by default): a
+    store filled from empty within the minute planned `step >= 0 ORDER BY reward` as for an empty table."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from otel_grpo.sidecar import SidecarSettings, _app, create_app
+
+    monkeypatch.setattr(_app, "STATISTICS_CHECK_S", 0.05)
+    with TestClient(create_app(SidecarSettings(db=tmp_path / "s.db"))) as client:  # empty: empty statistics
+        for first in range(0, 40, 10):
+            body = otlp.request(otlp.spans("r", range(first, first + 10), samples=64)).SerializeToString()
+            assert client.post("/v1/traces", content=body,
+                               headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+        store = client.app.state.store
+
+        def plan() -> str:
+            with store.read() as conn:
+                sql, params = store._sample_ids_sql(conn, "r", SampleQuery(step_min=0, order_by="reward", desc=True))
+                return " ".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+
+        deadline = time.monotonic() + 10
+        while "samples_run_reward" not in plan() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "samples_run_reward" in plan() and "TEMP B-TREE" not in plan(), plan()
+
+
 def test_a_newer_schema_is_refused(tmp_path):
     conn = sqlite3.connect(tmp_path / "s.db")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")

@@ -185,13 +185,14 @@ class Store(_queries.Reads, _writes.Writes):
         statistics for good.
         """
         with self._wlock:
-            if self._writer is not None:
-                written = self._writer.execute("SELECT coalesce(max(id), 0) FROM samples").fetchone()[0]
-                if self._analyzed_at is not None and written < 2 * max(self._analyzed_at, 1):
-                    return
-                self._writer.execute("PRAGMA analysis_limit = 1000")
-                self._writer.execute("ANALYZE")
-                self._analyzed_at = written
+            if self._writer is None:  # read-only: nothing here changes the statistics
+                return
+            written = self._writer.execute("SELECT coalesce(max(id), 0) FROM samples").fetchone()[0]
+            if self._analyzed_at is not None and written < 2 * max(self._analyzed_at, 1):
+                return
+            self._writer.execute("PRAGMA analysis_limit = 1000")
+            self._writer.execute("ANALYZE")
+            self._analyzed_at = written
         self._pool.renew()
 
     def size_bytes(self) -> int:
