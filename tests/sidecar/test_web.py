@@ -363,6 +363,30 @@ def _hash(chrome) -> dict:
     return chrome.eval("Object.fromEntries(new URLSearchParams(location.hash.split('?')[1] || ''))")
 
 
+def test_an_older_samples_answer_arriving_late_does_not_replace_the_newer_one(sidecar, otlp, tmp_path, port):
+    """Sort ascending, then at once descending: the first answer, held back, arrives last. The table
+    keeps the rows of the latest request (a slow store under load showed the ascending rows under a
+    descending header)."""
+    _seed_explorer(sidecar.url, otlp)
+    chrome = Chromium(tmp_path / "chromium-profile", port)
+    try:
+        chrome.call("Page.navigate", url=f"{sidecar.url}/#/run/{MAIN}?step=12")
+        chrome.wait_for("document.body.dataset.ready === 'run' && !!document.querySelector('#samples-table')")
+        # answers to ascending sorts come 1.5 s late (the page fetches through window.fetch)
+        chrome.eval("""(() => { const fetch0 = window.fetch; window.fetch = (url, ...rest) => {
+            const late = String(url).includes('/samples') && String(url).includes('order_by') && !String(url).includes('desc=true');
+            return late ? new Promise((ok) => setTimeout(() => ok(fetch0(url, ...rest)), 1500)) : fetch0(url, ...rest); }; })()""")
+        th = "document.querySelector('th[data-col=\"kl_ref_mean\"]')"
+        chrome.eval(f"{th}.click()")  # ascending: held back
+        chrome.eval(f"{th}.click()")  # descending, at once: answered first
+        chrome.wait_for(f"{th}.classList.contains('sorted-desc')")
+        time.sleep(2.5)  # the ascending answer has arrived meanwhile
+        assert chrome.eval(f"{th}.className").endswith("sorted-desc")
+        assert chrome.eval("document.querySelector('#samples-table tbody tr').dataset.sample") == "3"
+    finally:
+        chrome.close()
+
+
 def test_run_explorer_from_a_bad_step_to_its_completions(sidecar, otlp, tmp_path, port):
     _seed_explorer(sidecar.url, otlp)
     chrome = Chromium(tmp_path / "chromium-profile", port)

@@ -142,15 +142,22 @@ function render() {
 
 // Errors of the samples table stay in its own box, and the table shown before stays usable: the
 // plots and the rest of the run are never replaced by an error (a 422 on a sort did that).
+// Only the latest request's answer is shown: an older one arriving after it (a step picked, then a
+// sort clicked twice) would put its rows under the newer state's headers.
+let samplesAsked = 0;
 async function loadSamples() {
   const wrap = document.getElementById("samples");
   const note = document.getElementById("samples-note");
+  const asked = ++samplesAsked;
   try {
-    shownRows = await api(`${runPath(state.run)}/samples?${samplesParams(PAGE_ROWS)}`);
+    const rows = await api(`${runPath(state.run)}/samples?${samplesParams(PAGE_ROWS)}`);
+    if (asked !== samplesAsked) return;
+    shownRows = rows;
     note.classList.remove("alert-firing");
     wrap.removeAttribute("data-error");
     render();
   } catch (err) {
+    if (asked !== samplesAsked) return;
     note.textContent = `cannot show these samples: ${err instanceof ApiError ? err.message : String(err)}`;
     note.classList.add("alert-firing");
     wrap.setAttribute("data-error", "1");
