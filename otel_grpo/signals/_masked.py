@@ -31,11 +31,11 @@ def describe_rows(
     are selected away, never multiplied by zero.
     """
     n = valid.sum(-1, dtype=_F64).unbind()
-    x = torch.where(valid, values, 0.0).to(_F64)
+    x = _f64(torch.where(valid, values, 0.0))
     totals, squares = x.sum(-1).unbind(), (x * x).sum(-1).unbind()
     wanted = {part for row in names for part in row}
-    lows = torch.where(valid, values, INF).amin(-1).to(_F64).unbind() if "min" in wanted else None
-    highs = torch.where(valid, values, -INF).amax(-1).to(_F64).unbind() if "max" in wanted else None
+    lows = _f64(torch.where(valid, values, INF).amin(-1)).unbind() if "min" in wanted else None
+    highs = _f64(torch.where(valid, values, -INF).amax(-1)).unbind() if "max" in wanted else None
     for k, row in enumerate(names):
         total, sumsq = totals[k], squares[k]
         if "mean" in row:
@@ -47,6 +47,11 @@ def describe_rows(
         if "max" in row:
             stats.add_max(row["max"], highs[k], n[k])
     return stats
+
+
+def _f64(x: Tensor) -> Tensor:
+    """`x` in float64; a dtype test is cheaper than the dispatch of a no-op conversion."""
+    return x if x.dtype == _F64 else x.to(_F64)
 
 
 def masked_max(x: Tensor, pad: Tensor) -> Tensor:

@@ -67,6 +67,12 @@ class Spec:
 _MEAN, _ESS, _MIN, _MAX, _SUM = (Spec(p) for p in (Part.MEAN, Part.ESS, Part.MIN, Part.MAX, Part.SUM))
 _STD = {True: Spec(Part.STD, unbiased=True), False: Spec(Part.STD, unbiased=False)}
 
+
+@lru_cache(maxsize=4096)
+def _sourced(part: Part, source: str, q: float = 0.0) -> Spec:
+    """The recipe of a quantile or distinct-n key: the same few dozen every step, made once."""
+    return Spec(part, source=source, q=q)
+
 # Slot fields each part keeps in the SUM-combined part of the pack, in pack order.
 FIELDS = {
     Part.MEAN: ("sum", "count"),
@@ -197,7 +203,7 @@ class Stats:
         for qkey, q in (quantiles or {}).items():
             if not 0.0 <= q <= 1.0:
                 raise ValueError(f"quantile {qkey!r}: q={q} is outside [0, 1]")
-            self._add(qkey, Spec(Part.QUANTILE, source=key, q=q))
+            self._claim_new(qkey, _sourced(Part.QUANTILE, key, q))  # no parts: finalized from the vector
         return self
 
     def add_column(self, name: str, values: Tensor) -> Stats:
@@ -230,7 +236,7 @@ class Stats:
         """`key` = distinct / total over the gathered int64 `ids` [N] of every rank (-1: none)."""
         if ids.dim() != 1 or ids.dtype != torch.int64:
             raise ValueError(f"distinct {key!r} needs 1-D int64 ids, got {ids.dtype} {tuple(ids.shape)}")
-        self._add(key, Spec(Part.DISTINCT, source=key))
+        self._claim_new(key, _sourced(Part.DISTINCT, key))
         self.ids[key] = torch.cat([self.ids[key], ids]) if key in self.ids else ids.detach()
         return self
 

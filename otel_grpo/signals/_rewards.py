@@ -57,17 +57,18 @@ def reward_stats(
         if not isinstance(name, str) or not name or "/" in name:
             raise ValueError(f"components keys must be non-empty names without '/', got {name!r}")
         parts[name] = v.floating(values, f"components[{name!r}]", shape=(batch,))
-    # the total and every function's rewards: [1 + F, B], described in one pass
-    rows = torch.stack([rewards, *parts.values()]) if parts else rewards.unsqueeze(0)
+    # the total and every function's rewards: [1 + F, B] in float64 (the sums' and vectors' dtype, one
+    # conversion for all), described in one pass
+    rows = (torch.stack([rewards, *parts.values()]) if parts else rewards.unsqueeze(0)).to(torch.float64)
     valid_rows = ~torch.isnan(rows)
     names = [{"mean": "reward", "std": "reward_std", "min": "reward_min", "max": "reward_max"}]
     names += [{"mean": f"reward_fn_mean/{n}", "std": f"reward_fn_std/{n}"} for n in parts]
     describe_rows(stats, rows, valid_rows, names)
-    stats.add_samples("sample_reward", rewards, _QUANTILES)
+    stats.add_samples("sample_reward", rows[0], _QUANTILES)
     valid = valid_rows[0]
-    _group_stats(stats, rewards.view(-1, group_size), valid.view(-1, group_size))
-    for name, values in parts.items():
-        stats.add_samples(f"sample_reward_fn/{name}", values, _fn_quantiles(name))
+    _group_stats(stats, rewards.view(-1, group_size), valid.view(-1, group_size))  # in the rewards' dtype, as TRL
+    for i, name in enumerate(parts, start=1):
+        stats.add_samples(f"sample_reward_fn/{name}", rows[i], _fn_quantiles(name))
     if advantages is not None:
         v.floating(advantages, "advantages", shape=(batch,))
         stats.update(advantage_stats(advantages))
@@ -88,7 +89,7 @@ def advantage_stats(advantages: Tensor) -> Stats:
     straddling ranks).
     """
     stats = Stats()
-    advantages = v.floating(advantages, "advantages", dim=1)
+    advantages = v.floating(advantages, "advantages", dim=1).to(torch.float64)  # once, for the sums and the vector
     describe_rows(stats, advantages.unsqueeze(0), ~torch.isnan(advantages).unsqueeze(0), _ADVANTAGE_NAMES)
     stats.add_samples("sample_advantage", advantages)
     return stats
