@@ -3,18 +3,19 @@
 With SQLite's default auto-checkpoint, the commit that pushes the WAL past 1,000 pages
 (4 MiB: two or three ingest requests of 512 samples) also copies the WAL into the database
 file and fsyncs it, all inside that request. Profiling put that at over half of the write
-time. Here the writers' auto-checkpoint is raised to the valve (`VALVE_BYTES`) and this
-thread runs PASSIVE checkpoints, which never block the writer or readers, on its own
-connection; sqlite3 releases the GIL meanwhile, so the copy and fsync overlap with the next
-request's decoding.
+time. Here the writers never checkpoint inside COMMIT (`wal_autocheckpoint = 0`, `_store`)
+and checkpoints have two owners, one per regime:
 
-PASSIVE checkpoints alone do not bound the WAL under continuous ingest: SQLite starts the WAL
-over only when a checkpoint has copied every frame before the next commit, new frames keep
-arriving while this thread copies, and while it runs the writers' own auto-checkpoints give up
-at once (one checkpoint at a time). A 10M-sample fill grew the WAL to 4-6 GiB between resets.
-So past the valve this thread stands aside and the next writer, after its COMMIT and before it
-lets the other writers in (`_store`'s transaction), runs a TRUNCATE checkpoint (`truncate_wal`):
-nothing else writes meanwhile, so it copies what is left and cuts the file to zero.
+- Below the valve (`VALVE_BYTES`), this thread runs PASSIVE checkpoints, which never block
+  the writer or readers, on its own connection; sqlite3 releases the GIL meanwhile, so the
+  copy and fsync overlap with the next request's decoding.
+- PASSIVE checkpoints alone do not bound the WAL under continuous ingest: SQLite starts the
+  WAL over only when a checkpoint has copied every frame before the next commit, and new
+  frames keep arriving while this thread copies (a 10M-sample fill grew the WAL to 4-6 GiB
+  between resets). So past the valve this thread stands aside and the next writer, after its
+  COMMIT and before it lets the other writers in (`_store`'s transaction), runs a TRUNCATE
+  checkpoint (`truncate_wal`): nothing else writes meanwhile, so it copies what is left and
+  cuts the file to zero.
 
 Durability is unchanged: a transaction is durable once its COMMIT is in the WAL; moving
 frames into the database file later only bounds the WAL's size.
@@ -60,14 +61,6 @@ def truncate_wal(writer: sqlite3.Connection) -> None:
         log.warning("WAL checkpoint past the valve failed", exc_info=True)
     finally:
         writer.execute(f"PRAGMA busy_timeout = {usual}")
-
-
-def valve_pages(conn: sqlite3.Connection) -> int:
-    """`VALVE_BYTES` in the database's pages, for `wal_autocheckpoint` (which counts pages).
-
-    A fixed page count was 256 MiB with 4 KiB pages but 2 GiB with the 32 KiB pages of a new store.
-    """
-    return max(1, VALVE_BYTES // conn.execute("PRAGMA page_size").fetchone()[0])
 
 
 class Checkpointer:

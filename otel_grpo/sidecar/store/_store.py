@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from . import _queries, _writes
-from ._checkpoint import TRUNCATE_BYTES, Checkpointer, past_valve, truncate_wal, valve_pages
+from ._checkpoint import TRUNCATE_BYTES, Checkpointer, past_valve, truncate_wal
 from ._dialect import SQLITE
 from ._health import WriteHealth
 from ._pool import ConnectionPool
@@ -44,7 +44,7 @@ def lock_path(db: Path) -> Path:
 
 def _as_writer(conn: sqlite3.Connection) -> sqlite3.Connection:
     """Checkpoint settings of a writing connection (the store's own or a worker's)."""
-    conn.execute(f"PRAGMA wal_autocheckpoint = {valve_pages(conn)}")  # checkpoints: see _checkpoint
+    conn.execute("PRAGMA wal_autocheckpoint = 0")  # never inside COMMIT: see _checkpoint
     conn.execute(f"PRAGMA journal_size_limit = {TRUNCATE_BYTES}")  # the writer is who restarts the WAL
     return conn
 
