@@ -67,6 +67,7 @@ bench: setup
 	$(PY) benchmarks/signals.py
 	$(PY) benchmarks/emit.py
 	$(PY) benchmarks/sidecar.py
+	$(PY) benchmarks/sqlite_wal.py
 	$(PY) benchmarks/trainer.py
 	$(PY) benchmarks/trl.py
 
