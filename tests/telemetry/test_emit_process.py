@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -173,7 +174,8 @@ def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(t
 
 def test_ctrl_c_in_the_terminal_reaches_the_trainer_which_closes_the_child(tmp_path):
     script = textwrap.dedent(f"""
-        import faulthandler, sys, time
+        import faulthandler, signal, sys, time
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for the threads' stacks on a timeout
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from otel_grpo.telemetry import Telemetry, TelemetrySettings
         tel = Telemetry(TelemetrySettings(run_id="sigint", output_dir={str(tmp_path)!r}, emit_in="process",
@@ -202,11 +204,14 @@ def test_ctrl_c_in_the_terminal_reaches_the_trainer_which_closes_the_child(tmp_p
         out, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:  # the trainer, or the child holding the trainer's stdout, still runs
         state = f"trainer {'exited' if proc.poll() is not None else 'running'}, child {'alive' if alive(child) else 'gone'}"
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGUSR1)  # every thread's stack to its stderr, wherever it waits
+            time.sleep(2)
         for pid in (proc.pid, child):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=30)
-        pytest.fail(f"no exit within 60 s of Ctrl-C ({state}); the trainer's stderr:\n{err}")
+        pytest.fail(f"no exit within 60 s of Ctrl-C ({state}); the trainer's stdout:\n{out}\nits stderr:\n{err}")
     assert proc.returncode == 0 and out.startswith("finished"), err
     steps = int(out.split()[1])
     assert not alive(child)
