@@ -176,6 +176,9 @@ def test_ctrl_c_in_the_terminal_reaches_the_trainer_which_closes_the_child(tmp_p
     script = textwrap.dedent(f"""
         import faulthandler, signal, sys, time
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for the threads' stacks on a timeout
+        # Ctrl-C raises KeyboardInterrupt, as in a terminal: a test run started in the background (`cmd &`)
+        # hands its processes SIGINT ignored, and Python then installs no handler
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from otel_grpo.telemetry import Telemetry, TelemetrySettings
         tel = Telemetry(TelemetrySettings(run_id="sigint", output_dir={str(tmp_path)!r}, emit_in="process",
