@@ -31,11 +31,11 @@ def describe_rows(
     are selected away, never multiplied by zero.
     """
     n = valid.sum(-1, dtype=_F64).unbind()
-    x = _f64(torch.where(valid, values, 0.0))
+    x = as_f64(torch.where(valid, values, 0.0))
     totals, squares = x.sum(-1).unbind(), (x * x).sum(-1).unbind()
     wanted = {part for row in names for part in row}
-    lows = _f64(torch.where(valid, values, INF).amin(-1)).unbind() if "min" in wanted else None
-    highs = _f64(torch.where(valid, values, -INF).amax(-1)).unbind() if "max" in wanted else None
+    lows = as_f64(torch.where(valid, values, INF).amin(-1)).unbind() if "min" in wanted else None
+    highs = as_f64(torch.where(valid, values, -INF).amax(-1)).unbind() if "max" in wanted else None
     for k, row in enumerate(names):
         total, sumsq = totals[k], squares[k]
         if "mean" in row:
@@ -49,8 +49,9 @@ def describe_rows(
     return stats
 
 
-def _f64(x: Tensor) -> Tensor:
-    """`x` in float64; a dtype test is cheaper than the dispatch of a no-op conversion."""
+def as_f64(x: Tensor) -> Tensor:
+    """`x` detached, in float64; a dtype test is cheaper than the dispatch of a no-op conversion."""
+    x = x.detach() if x.requires_grad else x
     return x if x.dtype == _F64 else x.to(_F64)
 
 

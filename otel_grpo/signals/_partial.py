@@ -73,6 +73,7 @@ def _sourced(part: Part, source: str, q: float = 0.0) -> Spec:
     """The recipe of a quantile or distinct-n key: the same few dozen every step, made once."""
     return Spec(part, source=source, q=q)
 
+
 # Slot fields each part keeps in the SUM-combined part of the pack, in pack order.
 FIELDS = {
     Part.MEAN: ("sum", "count"),

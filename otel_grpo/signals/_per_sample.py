@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
+from ._masked import as_f64
 from ._partial import Stats
 
 _F64 = torch.float64
@@ -63,7 +64,7 @@ def sample_diagnostics(
     """
     stats = Stats()
     m = v.binary(mask, "mask", stats, dim=2).to(_F64)
-    tensors = {name: _f64(v.floating(x, name, shape=mask.shape))
+    tensors = {name: as_f64(v.floating(x, name, shape=mask.shape))
                for name, x in (("logprobs", logprobs), ("rollout_logprobs", rollout_logprobs),
                                ("ref_logprobs", ref_logprobs), ("entropy", entropy)) if x is not None}
     pad = m == 0
@@ -88,8 +89,3 @@ def sample_diagnostics(
     _row_means(stats, means, m, n)
     _row_maxes(stats, maxes, pad, n)
     return stats
-
-
-def _f64(x: Tensor) -> Tensor:
-    x = x.detach() if x.requires_grad else x
-    return x if x.dtype == _F64 else x.to(_F64)
