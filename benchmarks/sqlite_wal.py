@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/sqlite_wal.py [--at 100000 1000000] [--commits 10] [--rewards uniform|levels] [--dir DIR]
 
 The store's schema (`Store.open`: the samples table, its unique (run, step, uid) index and its
-(run, reward) index) in four databases: 32 KiB pages (a new store's) and 4 KiB (a store of an
+(run, reward) index) and its sample insert, in four databases: 32 KiB pages (a new store's) and 4 KiB (a store of an
 earlier release), each with and without the reward index. Each is filled with requests of 512
 samples (~3 KB of text each, one run, steps increasing; rewards uniform at random, or with
 `--rewards levels` one of five values, as a 0/1 correctness plus a format bonus gives) inserted
@@ -29,10 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from otel_grpo.sidecar.store import Store  # noqa: E402
+from otel_grpo.sidecar.store._writes import _SAMPLE_INSERT as INSERT  # noqa: E402  (the store's own statement)
 
 REQUEST = 512  # samples per request, as the collector's batches of the fill benchmark
-INSERT = ("INSERT INTO samples (run_id, step, uid, sample_index, reward, advantage, completion_length, time, data, "
-          "prompt, completion) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
 
 def make_store(db: Path, page_bytes: int, reward_index: bool) -> sqlite3.Connection:
@@ -55,9 +54,10 @@ of the same value (rowid order) instead of landing anywhere in the run's range."
 
 def request(rng: random.Random, step: int, levels: bool) -> list[tuple]:
     text = "completion " * 250
+    # in INSERT's column order: run, step, uid, index, reward, advantage, length, prompt, completion, time, data
     return [("run-a", step, f"{step}-{i}", i, rng.choice(LEVELS) if levels else rng.random(), rng.gauss(0.0, 1.0),
-             250.0, time.time(),
-             '{"kl_ref_mean": 0.01, "entropy_mean": 2.0}', "prompt " * 40, text) for i in range(REQUEST)]
+             250.0, "prompt " * 40, text, time.time(), '{"kl_ref_mean": 0.01, "entropy_mean": 2.0}')
+            for i in range(REQUEST)]
 
 
 def measure(conn: sqlite3.Connection, wal: Path, rng: random.Random, step: int, commits: int,
