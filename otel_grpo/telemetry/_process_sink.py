@@ -10,7 +10,8 @@ millisecond a step (metric points, span attributes, sample events, OTLP encoding
 training loop releases the GIL around every torch op and, while such a thread runs, may
 wait up to the interpreter's switch interval (5 ms) to get it back, so on a Python-bound
 loop that work is paid by training. Here the training thread pickles the step record and
-a sender thread passes the queued records every 0.25 s to `otel_grpo.telemetry._child`.
+a sender thread passes the records queued in each quarter second to `otel_grpo.telemetry._child`
+(and sleeps while none come).
 
 No sample is lost to a child that dies, stops or falls behind: each record is kept here
 (pickled) until the child says it has emitted it (spill lines written). When the child
@@ -25,6 +26,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import math
 import os
 import pickle
 import signal
@@ -45,10 +47,13 @@ logger = logging.getLogger("otel_grpo.telemetry")
 
 START_TIMEOUT_S = 60.0  # the child imports the OTel SDK and binds its exporters; a loaded node is slow
 SEND_EVERY_S = 0.25
-"""How often the sender wakes to send the steps queued meanwhile; flush and shutdown wake it at once.
-Waking it at every step cost the training thread a wake-up call, and each wake-up of a thread CPU
-time (benchmarks/README.md, costs). The price: a training process killed outright (SIGKILL, the OOM killer)
-loses the steps of its last quarter second; an exception or Ctrl-C still sends everything."""
+"""The sender's batching window: after sending, it waits this long and sends the steps queued
+meanwhile; flush and shutdown cut the wait short. Waking it at every step cost the training thread a
+wake-up call, and each wake-up of a thread CPU time (benchmarks/README.md, costs). When steps come
+less often than every other window (logging_steps > 1), or a window found none, the sender sleeps
+until `submit` wakes it: one wake-up per logged step, none between. The price: a training process killed
+outright (SIGKILL, the OOM killer) loses the steps of its last quarter second; an exception or Ctrl-C
+still sends everything."""
 UNACKED_LIMIT_BYTES = 64 << 20
 """Most bytes of pickled records held for a child that has not acknowledged them; beyond it this
 process takes over. Far above what a healthy child holds (the steps of the last quarter second)."""
@@ -74,6 +79,7 @@ class ProcessSink:
         # The sender's, appended without a wake-up: (seq, pickled record) of a step, a pickled message, None to stop.
         self._out: collections.deque[tuple[int, bytes] | bytes | None] = collections.deque()
         self._send_now = threading.Event()
+        self._sender_idle = False  # the sender sleeps until a step arrives: `submit` wakes it
         self._warned_pickle = False
         self._warned_backlog = False
         self._port: int | None = None
@@ -143,6 +149,8 @@ class ProcessSink:
             self.unacked_bytes += len(data)
             over = self.unacked_bytes > self._limit
             self._out.append((seq, data))  # framed by the sender, off the training thread
+        if self._sender_idle:  # read after the append: the sender either sees the step or is woken here
+            self._send_now.set()
         if over:
             self._take_over("holds more than %d KiB of steps it has not acknowledged (stopped, or slower than "
                             "training); stopping it" % (self._limit >> 10))
@@ -231,23 +239,41 @@ class ProcessSink:
         self._send_now.set()
 
     def _write(self) -> None:
-        out = self._out
-        while True:
-            self._send_now.wait(SEND_EVERY_S)
+        out, last = self._out, -math.inf
+        while self._send_queued():
+            now = time.monotonic()
+            steady, last = now - last < 2 * SEND_EVERY_S, now
+            if steady:  # steps come faster than every other window: batch them, one wake-up per window
+                self._send_now.wait(SEND_EVERY_S)
+                self._send_now.clear()
+                if out:
+                    continue
+            # Sparse steps, or a window without any: sleep until `submit` or `_send` wakes us (one
+            # wake-up per logged step, none between). Idle is set before the queue is looked at again,
+            # and `submit` looks at idle after its append, so a step appended meanwhile is seen or wakes us.
+            self._sender_idle = True
+            if not out:
+                self._send_now.wait()
+            self._sender_idle = False
             self._send_now.clear()
-            while out:
-                try:
-                    data = out.popleft()
-                except IndexError:  # emptied by a take-over meanwhile
-                    break
-                if data is None:
-                    return
-                if isinstance(data, tuple):
-                    data = pickle.dumps(("step", *data), protocol=pickle.HIGHEST_PROTOCOL)
-                try:
-                    self._conn.send_bytes(data)
-                except OSError:  # the child is gone: the reader takes over
-                    return
+
+    def _send_queued(self) -> bool:
+        """Send what is queued; False once the sender is done (its stop message, or the child is gone)."""
+        out = self._out
+        while out:
+            try:
+                data = out.popleft()
+            except IndexError:  # emptied by a take-over meanwhile
+                break
+            if data is None:
+                return False
+            if isinstance(data, tuple):
+                data = pickle.dumps(("step", *data), protocol=pickle.HIGHEST_PROTOCOL)
+            try:
+                self._conn.send_bytes(data)
+            except OSError:  # the child is gone: the reader takes over
+                return False
+        return True
 
     def _read(self) -> None:
         try:

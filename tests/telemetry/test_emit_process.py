@@ -151,6 +151,26 @@ def test_a_stopped_child_costs_bounded_memory_and_loses_no_sample(tmp_path, capl
     assert rx.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
 
 
+def test_sparse_and_dense_steps_reach_the_child_without_a_flush(tmp_path):
+    """The sender sleeps while no step comes (logging_steps > 1) and batches steps that come fast: a step
+    submitted to a sleeping sender wakes it, and none waits for a later step or a flush to be sent."""
+    tel = Telemetry(TelemetrySettings(run_id="sparse", output_dir=tmp_path, emit_in="process",
+                                      metrics_exporters=["none"], traces_exporters=["none"]))
+    try:
+        step = 0
+        for pause in (0.0, 0.3, 0.6, 1.2, 0.6, 0.05, 0.05, 0.05, 2.0, 0.0):
+            time.sleep(pause)  # sparser than the window, between windows, and a burst
+            with tel.step(step) as s:
+                s.samples([{"prompt": "p", "completion": "c", "reward": 1.0}])
+            wait_for(lambda: step in _spilled(tmp_path), f"step {step} emitted by the child", timeout=10)
+            step += 1
+        assert tel._sink.pid is not None  # the child emitted them all, no take-over
+        wait_for(lambda: tel._sink.unacked_bytes == 0, "every step acknowledged", timeout=10)
+    finally:
+        tel.finish()
+    assert sorted(_spilled(tmp_path)) == list(range(10))
+
+
 def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, sys, time
@@ -162,7 +182,7 @@ def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(t
             with tel.step(step) as s:
                 s.samples([{{"prompt": "p", "completion": "c", "reward": 1.0}}])
         print(tel._sink.pid, flush=True)
-        time.sleep(1.0)  # the sender sends queued steps every 0.25 s: let it send these
+        time.sleep(1.0)  # the sender sends the steps queued within a quarter second: let it send these
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
