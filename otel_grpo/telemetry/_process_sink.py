@@ -50,10 +50,13 @@ SEND_EVERY_S = 0.25
 """The sender's batching window: after sending, it waits this long and sends the steps queued
 meanwhile; flush and shutdown cut the wait short. Waking it at every step cost the training thread a
 wake-up call, and each wake-up of a thread CPU time (benchmarks/README.md, costs). When steps come
-less often than every other window (logging_steps > 1), or a window found none, the sender sleeps
-until `submit` wakes it: one wake-up per logged step, none between. The price: a training process killed
+further apart than `SPARSE_AFTER_S` (logging_steps > 1), the sender sleeps until `submit` wakes it:
+one wake-up per logged step, none between. The price: a training process killed
 outright (SIGKILL, the OOM killer) loses the steps of its last quarter second; an exception or Ctrl-C
 still sends everything."""
+SPARSE_AFTER_S = 3 * SEND_EVERY_S
+"""Steps further apart than this, or none for this long, are sparse: the sender then waits for the next one
+without a timer. Three windows, so that steps which land in every window or every other keep the timer."""
 UNACKED_LIMIT_BYTES = 64 << 20
 """Most bytes of pickled records held for a child that has not acknowledged them; beyond it this
 process takes over. Far above what a healthy child holds (the steps of the last quarter second)."""
@@ -239,41 +242,45 @@ class ProcessSink:
         self._send_now.set()
 
     def _write(self) -> None:
-        out, last = self._out, -math.inf
-        while self._send_queued():
+        out = self._out
+        sent_at, gap = -math.inf, math.inf  # when the sender last sent a step, and the time before that one
+        while (steps := self._send_queued()) is not None:
             now = time.monotonic()
-            steady, last = now - last < 2 * SEND_EVERY_S, now
-            if steady:  # steps come faster than every other window: batch them, one wake-up per window
+            if steps:
+                gap, sent_at = now - sent_at, now
+            if gap < SPARSE_AFTER_S and now - sent_at < SPARSE_AFTER_S:
+                # steps come often: send those of the next window together (one wake-up per window)
                 self._send_now.wait(SEND_EVERY_S)
                 self._send_now.clear()
-                if out:
-                    continue
-            # Sparse steps, or a window without any: sleep until `submit` or `_send` wakes us (one
-            # wake-up per logged step, none between). Idle is set before the queue is looked at again,
-            # and `submit` looks at idle after its append, so a step appended meanwhile is seen or wakes us.
+                continue
+            # Sparse steps (logging_steps > 1): sleep until `submit` or `_send` wakes us (one wake-up per
+            # logged step, none between). Idle is set before the queue is looked at again, and `submit`
+            # looks at idle after its append, so a step appended meanwhile is seen here or wakes us.
             self._sender_idle = True
             if not out:
                 self._send_now.wait()
             self._sender_idle = False
             self._send_now.clear()
 
-    def _send_queued(self) -> bool:
-        """Send what is queued; False once the sender is done (its stop message, or the child is gone)."""
-        out = self._out
+    def _send_queued(self) -> int | None:
+        """Send what is queued: the number of steps sent, None once the sender is done (its stop message, or
+        the child is gone)."""
+        out, steps = self._out, 0
         while out:
             try:
                 data = out.popleft()
             except IndexError:  # emptied by a take-over meanwhile
                 break
             if data is None:
-                return False
+                return None
             if isinstance(data, tuple):
                 data = pickle.dumps(("step", *data), protocol=pickle.HIGHEST_PROTOCOL)
+                steps += 1
             try:
                 self._conn.send_bytes(data)
             except OSError:  # the child is gone: the reader takes over
-                return False
-        return True
+                return None
+        return steps
 
     def _read(self) -> None:
         try:

@@ -152,8 +152,8 @@ def test_a_stopped_child_costs_bounded_memory_and_loses_no_sample(tmp_path, capl
 
 
 def test_sparse_and_dense_steps_reach_the_child_without_a_flush(tmp_path):
-    """The sender sleeps while no step comes (logging_steps > 1) and batches steps that come fast: a step
-    submitted to a sleeping sender wakes it, and none waits for a later step or a flush to be sent."""
+    """The sender sleeps while steps come sparsely (logging_steps > 1) and batches steps that come often: a
+    step submitted to a sleeping sender wakes it, and none waits for a later step or a flush to be sent."""
     tel = Telemetry(TelemetrySettings(run_id="sparse", output_dir=tmp_path, emit_in="process",
                                       metrics_exporters=["none"], traces_exporters=["none"]))
     try:
