@@ -85,7 +85,7 @@ async def lifespan(app: FastAPI):
     if connections is not None:
         tasks.append(asyncio.create_task(close_idle(connections, settings.keep_alive_s)))
     # What exists now (modules, the app, the store) lives as long as the server: out of the garbage
-    # collector's full passes, which otherwise walk all of it (~60 ms each, a stalled request).
+    # collector's full passes, which otherwise walk all of it (each a stalled request: benchmarks/README.md).
     gc.freeze()
     try:
         yield

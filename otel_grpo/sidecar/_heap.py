@@ -4,14 +4,15 @@ Each ingest request moves a body of one to a few MiB through several buffers (th
 reads, h11's buffer, the ASGI message, ours, the worker's parse). With glibc's defaults a
 free of such a block hands it back to the kernel (the heap top is trimmed past 128 KiB, and
 blocks past the mmap threshold are unmapped), so the next request faults every page in
-again and the kernel zeroes it. Measured on a plain Starlette endpoint taking 1.5 MiB
-bodies: 3.5 ms of server CPU per request, half of it in the kernel; with the two thresholds
-raised, 1.1-1.3 ms (benchmarks/README.md, sidecar section).
+again and the kernel zeroes it: on a plain Starlette endpoint taking such bodies, raising
+the two thresholds cut the server's CPU per request by more than half, most of what it saved
+in the kernel (benchmarks/README.md, sidecar: figures the code's comments point to).
 
 The cost: the process keeps up to `TRIM_BYTES` of freed heap resident per malloc arena. glibc
 gives each new thread an arena of its own, up to 8 per core, and the server reads on up to 40
-threads: 40 concurrent queries took it from 61 to 1,726 MiB, kept for good. So the arenas are
-capped at `ARENAS` (the GIL serializes the Python threads anyway, so they hardly contend).
+threads: concurrent queries multiplied its resident memory, kept for good
+(benchmarks/README.md, costs). So the arenas are capped at `ARENAS` (the GIL serializes the
+Python threads anyway, so they hardly contend).
 glibc only; on another C library (musl) this does nothing.
 """
 

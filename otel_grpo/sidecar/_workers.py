@@ -130,7 +130,7 @@ class _Worker:
     def exchange(self, media: str, body: bytes, timeout_s: float):
         """Send one request and wait for the reply; WorkerLost if the worker dies or hangs."""
         try:
-            # The body goes through shared memory (one copy; a socket moved ~0.5 GB/s here), sized
+            # The body goes through shared memory (one copy, where a socket was slower), sized
             # for the usual request and grown for a larger one, then shrunk back after it.
             size = SHARED_BYTES if len(body) <= SHARED_BYTES else -(-len(body) // MiB) * MiB
             if self.shared is None or len(self.shared) != size:

@@ -5,11 +5,12 @@
     sink.flush(5.0)            # the child emitted and flushed everything so far
     sink.close(10.0, finished=True, preempted=False)
 
-Why a process: the backend and the SDK's exporter threads hold the GIL for about a
-millisecond a step (metric points, span attributes, sample events, OTLP encoding). A
-training loop releases the GIL around every torch op and, while such a thread runs, may
-wait up to the interpreter's switch interval (5 ms) to get it back, so on a Python-bound
-loop that work is paid by training. Here the training thread pickles the step record and
+Why a process: the backend and the SDK's exporter threads hold the GIL for part of every
+step (metric points, span attributes, sample events, OTLP encoding; how much:
+benchmarks/README.md, trl). A training loop releases the GIL around every torch op and,
+while such a thread runs, may wait up to the interpreter's switch interval
+(`sys.getswitchinterval()`) to get it back, so on a Python-bound loop that work is paid by
+training. Here the training thread pickles the step record and
 a sender thread passes the records queued in each quarter second to `otel_grpo.telemetry._child`
 (and sleeps while none come).
 

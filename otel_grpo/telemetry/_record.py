@@ -26,7 +26,7 @@ Phase = tuple[str, int, int, "Error | None"]
 
 
 def error_of(exc: BaseException) -> Error:
-    """An exception as the record keeps it (the error path only: formatting a traceback costs ~0.1 ms)."""
+    """An exception as the record keeps it (the error path only: formatting a traceback is slow)."""
     return type(exc).__name__, str(exc), "".join(traceback.format_exception(exc))
 
 

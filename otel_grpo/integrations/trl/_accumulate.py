@@ -12,7 +12,7 @@ Captured tensors get their stats at the logged step, all micro-batches (and all 
 batches) at once: on a micro-batch's small tensors each torch op costs more in dispatch than
 in arithmetic, so with `logging_steps` or gradient accumulation one pass over the
 concatenation costs a fraction of one pass per batch. That pass and the reduction run under
-`torch.inference_mode` (no autograd bookkeeping per op: ~10-15% of the pass on small tensors).
+`torch.inference_mode` (no autograd bookkeeping per op; its share: benchmarks/README.md, costs).
 Beyond `FOLD_BYTES` of held tensors the stats are computed early, which bounds the device
 memory held between logged steps. A sample batch whose rows have all been through the loss
 gets its per-row diagnostics then (`_diagnostics`), which also releases that pass's tensors;

@@ -77,7 +77,7 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
             settings["model_name"] = model_name(trainer)
         if "emit_in" not in settings and not any(k.upper() == "OTEL_GRPO_EMIT_IN" for k in os.environ):
             # A TRL step is Python-bound between its torch ops: the emitter's and exporters' GIL
-            # time (~1 ms a logged step) would be paid by training (benchmarks/README.md).
+            # time would be paid by training (benchmarks/README.md, trl: thread against process).
             settings["emit_in"] = "process"
         telemetry = telemetry_for(trainer.args, **settings)
     bound = getattr(trainer, _BOUND, None)

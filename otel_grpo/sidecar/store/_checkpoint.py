@@ -11,11 +11,11 @@ and checkpoints have two owners, one per regime:
   copy and fsync overlap with the next request's decoding.
 - PASSIVE checkpoints alone do not bound the WAL under continuous ingest: SQLite starts the
   WAL over only when a checkpoint has copied every frame before the next commit, and new
-  frames keep arriving while this thread copies (a 10M-sample fill grew the WAL to 4-6 GiB
-  between resets). So past the valve this thread stands aside and the next writer, after its
-  COMMIT and before it lets the other writers in (`_store`'s transaction), runs a TRUNCATE
-  checkpoint (`truncate_wal`): nothing else writes meanwhile, so it copies what is left and
-  cuts the file to zero.
+  frames keep arriving while this thread copies (a 10M-sample fill grew the WAL by gigabytes
+  between resets: benchmarks/README.md, sidecar). So past the valve this thread stands aside
+  and the next writer, after its COMMIT and before it lets the other writers in (`_store`'s
+  transaction), runs a TRUNCATE checkpoint (`truncate_wal`): nothing else writes meanwhile,
+  so it copies what is left and cuts the file to zero.
 
 Durability is unchanged: a transaction is durable once its COMMIT is in the WAL; moving
 frames into the database file later only bounds the WAL's size.

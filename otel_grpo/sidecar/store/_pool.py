@@ -5,8 +5,8 @@
         conn.execute("SELECT 1")
 
 The server runs reads on up to 40 threads. With one connection per thread, each SQLite
-connection kept its page cache for good (40 concurrent queries took the sidecar from 61 to
-1,726 MiB); here at most `size` connections exist and a read waits for a free one. A
+connection kept its page cache for good (concurrent queries multiplied the sidecar's memory:
+benchmarks/README.md); here at most `size` connections exist and a read waits for a free one. A
 connection that a failed read left broken is closed, not reused; one that sat idle for a while
 is first checked with `alive` (a server restarted meanwhile has closed it), and replaced if dead.
 `renew()` retires every connection made so far (each is closed instead of reused): SQLite loads

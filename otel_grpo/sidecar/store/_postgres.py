@@ -84,7 +84,7 @@ class _Connection:
 
 # One statement for a request's samples: the rows go as one array per column, in the binary
 # format (%b; the text format escapes every element with a regex). An executemany (pipelined)
-# of 512 rows took 63 ms, most of it psycopg's per-row protocol work in Python.
+# spent most of its time in psycopg's per-row protocol work in Python (benchmarks/README.md).
 _SAMPLE_INSERT_ARRAYS = """
 INSERT INTO samples (run_id, step, uid, sample_index, reward, advantage, completion_length,
                      prompt, completion, time, data)

@@ -152,7 +152,7 @@ class Reads:
     """Mixed into both stores: every query runs on a connection borrowed from the read pool.
 
     No read holds a transaction open for longer than one chunk of rows: a long one kept SQLite
-    from recycling its WAL (an export whose client stopped reading took it to 490 MiB).
+    from recycling its WAL (it grew for as long as an export's client had stopped reading).
     """
 
     dialect: Dialect

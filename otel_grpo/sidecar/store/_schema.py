@@ -70,7 +70,7 @@ INSERT INTO step_values (run_id, key, step, value)
 
 # v3: the (run_id, step, sample_index) index goes. The unique (run_id, step, uid) index
 # answers the same step filters, and a step's few hundred rows sort by sample_index in
-# microseconds; one index fewer is ~15% less write work per ingested sample.
+# microseconds; one index fewer is less write work per ingested sample (benchmarks/README.md).
 _V3 = """
 DROP INDEX IF EXISTS samples_run_step_index;
 """

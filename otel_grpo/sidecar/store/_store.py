@@ -179,7 +179,7 @@ class Store(_queries.Reads, _writes.Writes):
         last taken (bounded sampling, so cheap at any size; the sidecar asks every few seconds).
 
         Without them SQLite walks the step index for `step >= 0 ORDER BY reward` instead of the
-        reward index, which is 100x slower at a million samples; statistics within a factor of two
+        reward index, far slower on a large run (benchmarks/README.md); statistics within a factor of two
         of the truth plan alike. A connection reads them only when it opens, so the read connections
         are renewed: those of a sidecar started on an empty database otherwise planned without
         statistics for good.

@@ -130,8 +130,9 @@ class Writes:
                 merge_step(conn, run_id, step, None, None, now, {PHASE_COLUMN + name: total for name, total in sums})
 
     def _write_samples(self, conn, batch: Batch) -> dict[str, int]:
-        # orjson: the per-row JSON of the dynamic columns was ~4 us a row with json.dumps, 0.4 here;
-        # output is the same compact JSON (UTF-8 rather than \u escapes; ints are int64 by OTLP).
+        # orjson: the per-row JSON of the dynamic columns at a fraction of json.dumps' cost
+        # (benchmarks/README.md); output is the same compact JSON (UTF-8 rather than \u escapes;
+        # ints are int64 by OTLP).
         dumps = orjson.dumps
         by_run: dict[str, list] = defaultdict(list)
         for s in batch.samples:

@@ -119,8 +119,8 @@ def _jsonl_lines(store, run_id: str, query: SampleQuery) -> Iterator[bytes]:
         yield orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
 
 
-# Both exports stream: a few hundred rows in memory at a time, whatever the size (157k rows
-# built in memory took 440-580 MiB).
+# Both exports stream: a few hundred rows in memory at a time, whatever the size (an export
+# built in memory grew with the run: benchmarks/README.md, costs).
 @router.get("/samples.csv", response_class=StreamingResponse, responses={**_404, 200: {"content": {"text/csv": {}}}})
 def export_csv(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingResponse:
     """The same rows as CSV; the header is the union of all columns. Text cells that a spreadsheet
