@@ -17,7 +17,8 @@ from pathlib import Path
 import otel_grpo
 
 ROOT = Path(otel_grpo.__file__).resolve().parent
-# a duration (3 ms, ~4 us, 0.5 s per ...), a throughput (0.5 GB/s) or a measured speed-up (100x slower)
+# a short duration (3 ms, ~4 us; not seconds: timeouts and intervals are settings), a throughput
+# (0.5 GB/s) or a measured speed-up (100x slower)
 FIGURE = re.compile(
     r"\d[\d.,]*\s?(?:ms|us|µs|ns)\b"
     r"|\d[\d.,]*\s?[KMG]i?B/s\b"
