@@ -55,7 +55,13 @@ def train(
     except ConfigError as exc:
         typer.echo(f"otel-grpo train: invalid config: {exc}", err=True)
         raise typer.Exit(2) from None
-    result = GRPOTrainer(cfg).train()
+    trainer = GRPOTrainer(cfg)
+    result = trainer.train()
+    # This process ends here: under torchrun each rank leaves its process group first. A gloo group
+    # left to the interpreter's teardown can abort the rank at exit (SIGABRT, "terminate called
+    # without an active exception", pytorch/pytorch#190489), and torchrun then fails the whole job.
+    # Only after train() returned: a rank that raised may leave a peer inside a collective.
+    trainer.acc.end_training()
     if result.history and result.is_main:
         last = result.history[-1]
         typer.echo(

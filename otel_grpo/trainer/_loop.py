@@ -65,7 +65,10 @@ class GRPOTrainer:
         result = trainer.train()
 
     `telemetry`: a `otel_grpo.telemetry.Telemetry` to emit through; None builds one
-    from the environment when `cfg.telemetry`, else nothing is emitted.
+    from the environment when `cfg.telemetry`, else nothing is emitted. Under torchrun, a
+    script that ends after `train()` calls `trainer.acc.end_training()` first (leaves the
+    process group, as `otel-grpo train` does): a group left to the interpreter's exit can
+    abort the rank.
     """
 
     def __init__(self, cfg: TrainConfig, *, telemetry: Any = None, accelerator: Any = None) -> None:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from otel_grpo.trainer import GRPOTrainer, load_config
-from tests._support.process_group import run_group
+from tests._support.process_group import run_group, run_two_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = {"OTEL_GRPO_METRICS_EXPORTERS": "none", "OTEL_GRPO_TRACES_EXPORTERS": "none"}
@@ -95,6 +95,28 @@ def test_two_processes_match_one_and_only_rank0_exports(tmp_path):
     for r in rows:
         assert {"kl_ref_mean", "kl_ref_max", "is_weight_max", "log_ratio_absmax", "entropy_mean"} <= r.keys()
         assert r["length_clipped"] == (0.0 if r["terminated"] else 1.0)
+
+
+_LEAVES_GROUP = """
+import os, sys
+import torch.distributed as dist
+from otel_grpo.cli import app
+
+app(sys.argv[1:], standalone_mode=False)  # `otel-grpo train` as torchrun runs it, without the exit
+print(f"rank {os.environ['RANK']} still in a process group: {dist.is_initialized()}")
+"""
+
+
+@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="no torchrun")
+def test_each_rank_leaves_its_process_group_before_the_process_exits(tmp_path):
+    # A gloo group left to the interpreter's teardown can abort a rank at exit (SIGABRT, "terminate
+    # called without an active exception"), and torchrun then fails the job: seen under load only,
+    # so this asserts its cause, the group still joined when `otel-grpo train` has returned.
+    script = tmp_path / "ranks.py"
+    script.write_text(_LEAVES_GROUP)
+    done = run_two_ranks(script, "train", "--preset", "tiny", "--steps", "1", "--no-progress", "--telemetry",
+                         "--output-dir", str(tmp_path / "run"), env=QUIET)
+    assert sorted(done.stdout.splitlines()) == [f"rank {r} still in a process group: False" for r in (0, 1)]
 
 
 @pytest.fixture
