@@ -44,7 +44,7 @@ def test_concatenated_gzip_members_and_case_insensitive_encoding():
 
 
 @pytest.mark.parametrize("data,encoding,status", [
-    (b"abc", "deflate", 415), (b"abc", "br", 415), (b"not gzip", "gzip", 400), (gzip.compress(b"x" * 50)[:-4], "gzip", 400),
+    (b"abc", "deflate", 415), (b"abc", "br", 415), (b"not gzip", "gzip", 400), (gzip.compress(b"x" * 50, mtime=0)[:-4], "gzip", 400),
 ])
 def test_bad_bodies(data, encoding, status):
     with pytest.raises(BodyError) as err:
