@@ -57,8 +57,11 @@ setup: system-deps $(STAMP)
 backends:
 	scripts/build-backends.sh
 
+# One pytest worker per core (pytest-xdist), each test file on one worker so that a file's
+# module fixtures (a running stack, a trained run) are made once: much of the suite waits on
+# the real processes it starts, which the other worker's tests fill. `pytest` alone runs serially.
 test: setup backends
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 demo: setup backends
 	$(VENV)/bin/otel-grpo demo
