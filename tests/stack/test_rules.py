@@ -47,6 +47,8 @@ def test_promtool_check_compose_config(root, promtool):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+# 5.5 minutes of promtool on one core (the 17 groups), which `make test`'s other worker may leave it
+@pytest.mark.timeout(1200)
 def test_promtool_unit_tests_pass(root, promtool, tmp_path):
     """The committed rule files, exactly as compose mounts them, against every scenario.
 
