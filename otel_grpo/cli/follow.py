@@ -101,6 +101,9 @@ def follow(
     tel = Telemetry.from_env(run_id=run, output_dir=str(state_path.parent / run))
     follower = Follower(tel, sources, saved, FollowOptions(poll_s=poll, pair_wait_s=pair_wait),
                         from_start=from_start or finished)
+    for given in (verl_metrics, verl_rollouts, trl_output, jsonl):
+        if given is not None and not given.exists():  # a live run may not have written it yet; a typo never will
+            typer.echo(f"otel-grpo follow: {given} does not exist yet; waiting for it (read from its start)", err=True)
     stop = threading.Event()
     # Both explicitly: a shell starting us in the background leaves SIGINT ignored.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

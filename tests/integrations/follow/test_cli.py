@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -51,3 +54,37 @@ def test_the_follower_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert out.stdout.strip() == "False"
+
+
+def test_a_path_that_does_not_exist_yet_is_named_then_followed_once_it_appears(tmp_path):
+    path = tmp_path / "later.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "otel_grpo.cli", "follow", "--jsonl", str(path), "--poll", "0.05",
+                             "--state", str(tmp_path / "s.json")], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **ENV, "PYTHONPATH": os.getcwd()})
+    try:
+        # a typo in the path would otherwise wait forever without a word
+        assert _first_line(proc.stderr, seconds=60) == f"otel-grpo follow: {path} does not exist yet; waiting for it (read from its start)"
+        path.write_text("".join(json.dumps({"step": s, "kl": 0.1}) + "\n" for s in range(3)))
+        deadline, state = time.monotonic() + 60, tmp_path / "s.json"
+        while time.monotonic() < deadline and _offset(state) < path.stat().st_size:  # read to its end
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=60)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, rest
+    assert "3 steps emitted" in rest
+
+
+def _offset(state) -> int:
+    """How far the follower's saved state says it has read the followed file (0 before its first save)."""
+    try:
+        return json.loads(state.read_text())["sources"]["jsonl"]["offset"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def _first_line(stream, seconds: float) -> str:
+    """The stream's first line, or "" if none comes within `seconds` (the test fails instead of hanging)."""
+    ready, _, _ = select.select([stream], [], [], seconds)
+    return stream.readline().strip() if ready else ""
