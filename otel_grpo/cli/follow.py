@@ -58,10 +58,13 @@ def follow(
     Scalars go out as gauges (verl and TRL names through the catalog aliases; unknown names
     as grpo.extra.*), verl's timing_s/* as phases, rollout dumps and TRL completions as sample
     records. Exporters come from the OTEL_GRPO_* / OTEL_* environment, as for a trainer.
+
     Resumes from the saved state after a restart (one follower per state file; the position is
     saved only once the exporters took what was sent); Ctrl-C or SIGTERM stops after flushing.
+
     The run is marked finished only when the files show it ended (verl reaching
     --verl-total-steps, TRL's end-of-training summary or final checkpoint) or with --finished.
+
     Every option can also come from OTEL_GRPO_FOLLOW_<OPTION> (e.g. OTEL_GRPO_FOLLOW_VERL_METRICS).
     """
     from otel_grpo.integrations.follow import (FollowOptions, Follower, JsonlStream, State, TrlOutput, VerlMetrics,

@@ -26,6 +26,21 @@ def test_sidecar_help_shows_its_defaults():
     assert "127.0.0.1" in out.stdout and "8000" in out.stdout
 
 
+@pytest.mark.parametrize("command", ["up", "sidecar", "follow", "replay", "train", "demo", "dashboards"])
+def test_a_commands_description_wraps_as_paragraphs_at_80_columns(command):
+    """Each paragraph of a command's description fills its lines: no ragged half-line where the docstring
+    happened to break (typer's rich help keeps a docstring's single line breaks)."""
+    out = run(command, "--help", env={"COLUMNS": "80"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "Usage:" in line) + 1
+    end = next(i for i, line in enumerate(lines) if line.startswith("\u256d"))  # the first box: the options
+    text = [line.rstrip() for line in lines[start:end]]
+    for row, following in zip(text, text[1:]):
+        if row and following:  # the same paragraph: the next word would not have fit on this line
+            assert len(row) + 1 + len(following.split()[0]) > 78, "\n".join(text)
+
+
 @pytest.mark.parametrize(
     "args, env, names",
     [
