@@ -37,6 +37,8 @@ class SettingsError(ValueError):
         more = len(error.errors()) - 1
         tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
         message = first["msg"].removeprefix("Value error, ")  # our own validators' messages name the field
+        if first["type"] == "extra_forbidden":  # a misspelt argument: pydantic's "Extra inputs are not permitted"
+            message = f"not a setting of {settings_cls.__name__}"
         return cls(f"{where}: {message}{tail}")
 
 

@@ -59,7 +59,7 @@ class TelemetrySettings(BaseSettings):
     """Configuration of `Telemetry`; see each field. Validated on construction."""
 
     model_config = SettingsConfigDict(
-        env_prefix="OTEL_GRPO_", extra="ignore", populate_by_name=True, validate_default=True
+        env_prefix="OTEL_GRPO_", extra="forbid", populate_by_name=True, validate_default=True
     )
 
     def __init__(self, **values: Any) -> None:

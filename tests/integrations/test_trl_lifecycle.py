@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import shutil
 
+import pytest
+
 from otel_grpo.integrations import instrument
 from otel_grpo.integrations.trl._callback import InstrumentedCallback, OtelGrpoCallback
 from trl_run import in_memory_telemetry, make_recording_trainer
@@ -53,6 +55,17 @@ def test_instrument_twice_keeps_one_callback_and_the_newest_telemetry(tmp_path):
     trainer.train()
     assert second.closed
     assert len([h for h in trainer.state.log_history if "reward" in h]) == 1
+
+
+def test_instrument_refuses_what_is_no_trainer_or_telemetry_and_changes_nothing(tmp_path):
+    with pytest.raises(ValueError, match="^trainer: expected a constructed TRL GRPOTrainer .*, got dict$"):
+        instrument({"model": None})
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=1)
+    with pytest.raises(ValueError, match="^telemetry: expected an otel_grpo Telemetry or None, got str$"):
+        instrument(trainer, "http://localhost:4318")
+    with pytest.raises(ValueError, match="^runid: not a setting of TelemetrySettings$"):  # a misspelt setting
+        instrument(trainer, runid="exp-1")
+    assert not _ours(trainer)  # nothing wrapped, no callback added
 
 
 def test_a_short_run_with_the_sidecar_down_says_so(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_grpo.telemetry import TelemetrySettings
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
 from otel_grpo.telemetry._providers import _otlp_target
 
 _OTEL_VARS = (
@@ -117,6 +117,13 @@ def test_invalid_settings_are_rejected(kwargs):
         TelemetrySettings(**kwargs)
     message = str(error.value)
     assert "\n" not in message and next(iter(kwargs)) in message  # one line, naming the argument
+
+
+def test_a_misspelt_argument_is_refused_not_ignored(monkeypatch):
+    monkeypatch.setenv("OTEL_GRPO_FOLLOW_POLL", "1")  # other components' variables share the prefix: still fine
+    with pytest.raises(ValueError, match=r"^runid: not a setting of TelemetrySettings$"):
+        Telemetry.from_env(runid="exp-1")
+    assert TelemetrySettings(run_id="exp-1").run_id == "exp-1"
 
 
 def test_a_bad_variable_is_named_as_the_user_set_it(monkeypatch):

@@ -69,8 +69,13 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
     Calling `instrument` again on the same trainer replaces the telemetry and adds no
     second callback. With a TRL outside `SUPPORTED_TRL`, or a trainer that lacks a
     member the hooks need, one warning is logged and only the logged values are
-    exported (`OtelGrpoCallback`). Never raises because of telemetry.
+    exported (`OtelGrpoCallback`). Never raises because of telemetry; a `trainer` that is no
+    transformers Trainer, or a `telemetry` that is no Telemetry, is a `ValueError` naming it.
     """
+    if not all(hasattr(trainer, member) for member in ("args", "model", "add_callback")):
+        raise ValueError(f"trainer: expected a constructed TRL GRPOTrainer (or subclass), got {type(trainer).__name__}")
+    if telemetry is not None and not isinstance(telemetry, Telemetry):
+        raise ValueError(f"telemetry: expected an otel_grpo Telemetry or None, got {type(telemetry).__name__}")
     owned = telemetry is None
     if telemetry is None:
         if "model_name" not in settings:
