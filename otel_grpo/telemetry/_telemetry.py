@@ -32,7 +32,7 @@ import random
 import threading
 import time
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
@@ -109,6 +109,8 @@ class Step:
         that `reduced` keeps its `.samples` (a `{**reduced, ...}` copy would drop them).
         May be called several times per step.
         """
+        if not isinstance(stats, Mapping):
+            raise ValueError(f"stats: expected a mapping of names to numbers, got {type(stats).__name__}")
         self._record.scalars.append(_to_floats(stats))
         if scalars:
             self._record.scalars.append(_to_floats(scalars))
@@ -132,7 +134,12 @@ class Step:
         if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
                                        or group_size < 1):
             raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+        if isinstance(rows, (str, bytes)) or not isinstance(rows, (Mapping, Iterable)):
+            raise ValueError(f"rows: expected a dict or a sequence of dicts, got {type(rows).__name__}")
         listed = [rows] if isinstance(rows, Mapping) else list(rows)
+        bad = next((i for i, row in enumerate(listed) if not isinstance(row, Mapping)), None)
+        if bad is not None:  # checked here: a bad row found later, off this thread, would cost the whole step
+            raise ValueError(f"rows[{bad}]: expected a dict, got {type(listed[bad]).__name__}")
         self._record.rows.append((time.time_ns(), listed, group_size))
 
     def record_phase(self, name: str, seconds: float, *, end_ns: int | None = None) -> None:
@@ -249,7 +256,7 @@ class Telemetry:
     @contextmanager
     def _open(self, step: int, count_one: bool, gather_samples: bool | None = None) -> Iterator[Step]:
         """`gather_samples` (default: `count_one`) runs the cross-rank sample selection on a clean exit."""
-        step = int(step)
+        step = spans.check_step(step)
         gather = count_one if gather_samples is None else gather_samples
         record = StepRecord(step, self._advance(step, count_one), time.time_ns())
         clean = False
@@ -293,6 +300,8 @@ class Telemetry:
         another signal than our key of that name (`log_metrics(s, {"kl": x}, source="trl")` is
         TRL's bias-corrected `grpo.trl.kl`; without a source `kl` is the plain k3 `grpo.kl`).
         """
+        if not isinstance(metrics, Mapping):
+            raise ValueError(f"metrics: expected a mapping of names to numbers, got {type(metrics).__name__}")
         named = metrics if source is None else {stat_key(k, source): v for k, v in metrics.items()}
         with self._open(step, count_one=False) as s:
             s.record(named)

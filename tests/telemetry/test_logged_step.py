@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from .conftest import points
 
 
@@ -17,3 +20,20 @@ def test_steps_counter_advances_by_the_steps_each_logged_step_covers(captured):
     assert last.value == 10
     events = [e for sp in captured.spans("grpo.samples") for e in sp.events]
     assert sorted(e.attributes["completion"] for e in events) == ["c10", "c4", "c8"]
+
+
+def test_a_bad_step_or_metrics_argument_is_refused_and_changes_nothing(captured):
+    captured.tel.log_metrics(np.int64(4), {"kl": 0.1})  # any integer type
+    for step in (-1, 2**63, 5.0, "6", True, None):
+        with pytest.raises(ValueError, match=r"^step is .*, not an integer in 0 \.\. 2\*\*63 - 1$"):
+            captured.tel.log_metrics(step, {"kl": 9.0})
+        with pytest.raises(ValueError, match=r"^step is "):
+            with captured.tel.step(step):
+                pass
+    with pytest.raises(ValueError, match="^metrics: expected a mapping of names to numbers, got list$"):
+        captured.tel.log_metrics(7, [("kl", 9.0)])
+    captured.tel.log_metrics(8, {"kl": 0.2})
+    metrics = captured.metrics()
+    (steps,) = points(metrics["grpo.steps"]).values()
+    assert steps.value == 5  # 1 for step 4, then 4: no refused call counted a step
+    assert sorted(sp.attributes["grpo.step"] for sp in captured.spans("grpo.step")) == [4, 8]

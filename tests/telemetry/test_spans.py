@@ -224,17 +224,23 @@ def test_a_single_row_dict_and_odd_values_are_accepted(captured):
     assert attrs["meta.src"] == "gsm8k" and attrs["mixed"] == '[1, "a"]'
 
 
-@pytest.mark.parametrize("emit_in", ["thread"])  # the log record: in this process
-def test_a_broken_row_costs_its_samples_not_the_step_or_the_loop(captured, caplog):
-    with caplog.at_level(logging.ERROR, logger="otel_grpo.telemetry"):
+def test_a_row_that_is_not_a_dict_is_refused_at_the_call_and_changes_nothing(captured, caplog):
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
         for step in range(3):
             with captured.tel.step(step) as s:
                 s.record({"kl": 0.1})
-                s.samples([["not", "a", "dict"]])
+                s.samples([{"reward": 1.0}])
+                with pytest.raises(ValueError, match=r"rows\[1\]: expected a dict, got list"):
+                    s.samples([{"reward": 2.0}, ["not", "a", "dict"]])
+                with pytest.raises(ValueError, match="rows: expected a dict or a sequence of dicts, got str"):
+                    s.samples("not rows")
+        captured.tel.flush()
         steps = captured.spans("grpo.step")
+        events = [e for sp in captured.spans("grpo.samples") for e in sp.events]
     assert sorted(sp.attributes["grpo.step"] for sp in steps) == [0, 1, 2]
     assert all(sp.attributes["grpo.metric.kl"] == 0.1 for sp in steps)
-    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
+    assert sorted(e.attributes["reward"] for e in events) == [1.0, 1.0, 1.0]  # the refused calls' rows: none
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_calls_after_shutdown_do_nothing_and_do_not_raise(captured):

@@ -55,7 +55,6 @@ class BadInput:
 # What decoding and reading a hostile line can raise: bad JSON or types, an integer too large for a float
 # or over Python's digit limit (ValueError), nesting deeper than the decoder's recursion limit.
 PARSE_ERRORS = (ValueError, KeyError, TypeError, OverflowError, RecursionError)
-MAX_STEP = 2**63 - 1  # OTel attributes and the sidecar's step column are int64
 
 
 def numbers(data: Mapping[str, Any]) -> dict[str, float]:
@@ -75,13 +74,6 @@ def numbers(data: Mapping[str, Any]) -> dict[str, float]:
             except OverflowError:
                 raise ValueError(f"{key!r}: an integer of {len(str(abs(value)))} digits does not fit a float") from None
     return out
-
-
-def check_step(step: Any) -> int:
-    """The `step` of a line: an int in 0 .. 2**63 - 1, else `ValueError`."""
-    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
-        raise ValueError(f"step is {str(step)[:40]!r}, not an integer in 0 .. 2**63 - 1")
-    return step
 
 
 def finite_or_none(value: Any) -> float | None:

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from otel_grpo.catalog import stat_key
+from otel_grpo.catalog.spans import check_step
 from otel_grpo.integrations.trl._chat import chat_text  # the renderer instrument uses: same text
 
-from ._records import PARSE_ERRORS, BadInput, Record, check_step, finite_or_none, numbers
+from ._records import PARSE_ERRORS, BadInput, Record, finite_or_none, numbers
 from ._tail import open_regular
 
 _PARQUET = re.compile(r"^completions_(\d+)\.parquet$")

@@ -16,8 +16,9 @@ import os
 from typing import Any
 
 from otel_grpo.catalog import PEERS, stat_key
+from otel_grpo.catalog.spans import check_step
 
-from ._records import PARSE_ERRORS, BadInput, Record, check_step, numbers
+from ._records import PARSE_ERRORS, BadInput, Record, numbers
 from ._tail import LineTail, Position
 
 VERL = "verl"
