@@ -67,6 +67,12 @@ def _to_floats(stats: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def _phase_name(name: Any) -> None:
+    """A phase's name: a non-empty string (`grpo.phase.<name>` and the duration histogram's `phase` label)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name: a phase needs a non-empty string name, got {name!r}")
+
+
 class Step:
     """One training step: phases, stats and sample rows. Use through `Telemetry.step`."""
 
@@ -92,6 +98,7 @@ class Step:
 
         An exception leaving the block marks the phase span as an error (status and `exception` event).
         """
+        _phase_name(name)
         start = time.time_ns()
         error = None
         try:
@@ -147,8 +154,7 @@ class Step:
 
         The span ends at `end_ns` (default: now) and starts `seconds` earlier.
         """
-        if not name:
-            raise ValueError("name: a phase needs a name")
+        _phase_name(name)
         seconds = float(seconds)
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"seconds: a phase duration must be finite and >= 0, got {seconds!r}")

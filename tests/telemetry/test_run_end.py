@@ -62,3 +62,14 @@ def test_a_bad_phase_duration_names_the_argument_and_records_nothing(captured, s
         with pytest.raises(ValueError, match="seconds"):
             s.record_phase("update", seconds)
     assert captured.spans("grpo.phase.update") == []
+
+
+@pytest.mark.parametrize("name", ["", None, 3])
+def test_a_phase_without_a_string_name_is_refused_at_the_call(captured, name):
+    with captured.tel.step(0) as s:
+        with pytest.raises(ValueError, match="^name: a phase needs a non-empty string name"):
+            s.record_phase(name, 1.0)
+        with pytest.raises(ValueError, match="^name: a phase needs a non-empty string name"):
+            with s.phase(name):
+                pass
+    assert [sp.name for sp in captured.spans() if sp.name.startswith("grpo.phase")] == []
