@@ -101,6 +101,8 @@ def reduce_stats(stats: Stats, accelerator=None) -> ReducedStats:
     listed in `.invalid` instead of being reported. Raises `ValueError` for a
     failed on-device data check (for example a mask with values other than 0/1).
     """
+    if not isinstance(stats, Stats):
+        raise ValueError(f"stats: expected the signals' Stats (merge micro-batches with |), got {type(stats).__name__}")
     if not stats.specs and not stats.vectors and not stats.checks:
         return ReducedStats()
     layout = _Layout.of(stats)

@@ -51,6 +51,7 @@ MASK = torch.ones(2, 3)
         (lambda: diversity_stats(LP, MASK), "completion_ids"),
         (lambda: diversity_stats(-LP.long() - 1, MASK), "completion_ids"),
         (lambda: diversity_stats(LP.long(), MASK, width=2), "width"),
+        (lambda: reduce_stats({"kl": 0.1}), "stats"),
     ],
 )
 def test_bad_input_names_the_argument(call, argument):
