@@ -67,6 +67,13 @@ def _to_floats(stats: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def _mapping(value: Any, argument: str) -> Mapping[str, Any]:
+    """`value` if it is a mapping of names to numbers, else a `ValueError` naming `argument`."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{argument}: expected a mapping of names to numbers, got {type(value).__name__}")
+    return value
+
+
 def _phase_name(name: Any) -> None:
     """A phase's name: a non-empty string (`grpo.phase.<name>` and the duration histogram's `phase` label)."""
     if not isinstance(name, str) or not name:
@@ -116,9 +123,7 @@ class Step:
         that `reduced` keeps its `.samples` (a `{**reduced, ...}` copy would drop them).
         May be called several times per step.
         """
-        if not isinstance(stats, Mapping):
-            raise ValueError(f"stats: expected a mapping of names to numbers, got {type(stats).__name__}")
-        self._record.scalars.append(_to_floats(stats))
+        self._record.scalars.append(_to_floats(_mapping(stats, "stats")))
         if scalars:
             self._record.scalars.append(_to_floats(scalars))
         samples = getattr(stats, "samples", None)
@@ -144,7 +149,8 @@ class Step:
         if isinstance(rows, (str, bytes)) or not isinstance(rows, (Mapping, Iterable)):
             raise ValueError(f"rows: expected a dict or a sequence of dicts, got {type(rows).__name__}")
         listed = [rows] if isinstance(rows, Mapping) else list(rows)
-        bad = next((i for i, row in enumerate(listed) if not isinstance(row, Mapping)), None)
+        # dicts (every integration's rows) skip the ABC check: this runs on the training thread for every row
+        bad = next((i for i, row in enumerate(listed) if type(row) is not dict and not isinstance(row, Mapping)), None)
         if bad is not None:  # checked here: a bad row found later, off this thread, would cost the whole step
             raise ValueError(f"rows[{bad}]: expected a dict, got {type(listed[bad]).__name__}")
         self._record.rows.append((time.time_ns(), listed, group_size))
@@ -306,8 +312,7 @@ class Telemetry:
         another signal than our key of that name (`log_metrics(s, {"kl": x}, source="trl")` is
         TRL's bias-corrected `grpo.trl.kl`; without a source `kl` is the plain k3 `grpo.kl`).
         """
-        if not isinstance(metrics, Mapping):
-            raise ValueError(f"metrics: expected a mapping of names to numbers, got {type(metrics).__name__}")
+        metrics = _mapping(metrics, "metrics")
         named = metrics if source is None else {stat_key(k, source): v for k, v in metrics.items()}
         with self._open(step, count_one=False) as s:
             s.record(named)
