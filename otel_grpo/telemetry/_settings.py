@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
 from .. import catalog
 from .._setting_errors import SettingsError
@@ -194,6 +194,28 @@ class TelemetrySettings(BaseSettings):
     process takes over (one warning) and loses no sample."""
     git_revision: str | None = None
     """Resource `vcs.revision`; None: `git rev-parse HEAD` of the working directory, if any."""
+
+    @classmethod
+    def with_defaults(cls, defaults: dict[str, Any], **given: Any) -> TelemetrySettings:
+        """Settings from `given`, then the environment, then `defaults`, then the fields' own defaults.
+
+        `defaults` are what an integration derives from its trainer (TRL's run name and output
+        dir, the model's name): a user's `OTEL_GRPO_RUN_ID` or `OTEL_GRPO_MODEL_NAME` must win
+        over them, which it cannot when they are passed as arguments (arguments win over the
+        environment). A None default is no default."""
+        taken = cls.environment().keys() | given.keys()
+        return cls(**{k: v for k, v in defaults.items() if v is not None and k not in taken}, **given)
+
+    @classmethod
+    def environment(cls) -> dict[str, Any]:
+        """The fields that variables set (`OTEL_GRPO_*` and the standard ones fields alias), by field name, as
+        pydantic-settings reads them (not yet validated)."""
+        names = {}
+        for name, info in cls.model_fields.items():
+            alias = info.validation_alias
+            for choice in alias.choices if isinstance(alias, AliasChoices) else ([alias] if alias else []):
+                names[choice] = name
+        return {names.get(key, key): value for key, value in EnvSettingsSource(cls)().items()}
 
     @field_validator("metrics_exporters", "traces_exporters", mode="before")
     @classmethod

@@ -227,10 +227,13 @@ class Telemetry:
         return cls(TelemetrySettings.model_construct(sample_reduce="per_rank"), _off=True)
 
     @classmethod
-    def from_env(cls, run_id: str | None = None, output_dir: str | None = None, **overrides: Any) -> Telemetry:
-        """Settings from `OTEL_GRPO_*` / `OTEL_*` variables; the arguments given here win."""
+    def from_env(cls, run_id: str | None = None, output_dir: str | None = None, *,
+                 defaults: dict[str, Any] | None = None, **overrides: Any) -> Telemetry:
+        """Settings from `OTEL_GRPO_*` / `OTEL_*` variables; the arguments given here win. `defaults`
+        (an integration's run id, output dir, model name) apply only where no variable sets the field."""
         given = {"run_id": run_id, "output_dir": output_dir, **overrides}
-        return cls(TelemetrySettings(**{k: v for k, v in given.items() if v is not None}))
+        given = {k: v for k, v in given.items() if v is not None}
+        return cls(TelemetrySettings.with_defaults(defaults or {}, **given))
 
     @property
     def run_id(self) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -124,8 +123,10 @@ class GRPOTrainer:
         """Run id and directory, identical on every rank (rank 0 decides, then broadcasts)."""
         from accelerate.utils import broadcast_object_list
 
+        from ..telemetry import TelemetrySettings
+
         cfg = self.cfg
-        run_id = cfg.run_id
+        run_id = cfg.run_id or TelemetrySettings.environment().get("run_id")  # --run-id, else OTEL_GRPO_RUN_ID
         out = Path(cfg.output_dir) if cfg.output_dir else None
         if cfg.resume and out is not None and (out / CHECKPOINT).exists() and run_id is None:
             run_id = load_checkpoint(out / CHECKPOINT)["run_id"]
@@ -142,9 +143,9 @@ class GRPOTrainer:
         if not self.cfg.telemetry:
             return Telemetry.disabled()
 
-        m = self.cfg.model  # the resource's grpo.model; OTEL_GRPO_MODEL_NAME still wins
-        model = os.environ.get("OTEL_GRPO_MODEL_NAME") or f"demo-gpt-{m.n_layer}x{m.d_model}-{self.cfg.task.kind}"
-        return Telemetry.from_env(run_id=self.run_id, output_dir=str(self.output_dir), model_name=model)
+        m = self.cfg.model  # the resource's grpo.model, unless OTEL_GRPO_MODEL_NAME names it
+        model = f"demo-gpt-{m.n_layer}x{m.d_model}-{self.cfg.task.kind}"
+        return Telemetry.from_env(run_id=self.run_id, output_dir=str(self.output_dir), defaults={"model_name": model})
 
     # ---- the loop ----------------------------------------------------------------------
     def train(self) -> TrainResult:

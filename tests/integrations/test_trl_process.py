@@ -48,15 +48,27 @@ def test_instrument_emits_a_trl_run_from_a_child_process(tmp_path):
     assert {json.loads(line)["run_id"] for f in spill for line in f.read_text().splitlines()} == {"train"}
 
 
-def test_emit_in_from_the_environment_or_the_call_wins_over_instruments_default(tmp_path, monkeypatch):
+def test_the_call_then_the_environment_win_over_what_instrument_derives_from_the_trainer(tmp_path, monkeypatch):
+    """A job spec's OTEL_GRPO_RUN_ID / _MODEL_NAME / _EMIT_IN hold for `instrument(trainer)`: the run name,
+    output dir and model name it reads from the trainer, and its child-process default, only fill gaps."""
     trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=1)
     none = {"metrics_exporters": ["none"], "traces_exporters": ["none"]}
-    tel = instrument(trainer, emit_in="thread", **none)
-    assert isinstance(tel._sink, ThreadSink)
+    tel = instrument(trainer, **none)
+    assert (tel.run_id, tel.settings.output_dir) == ("train", tmp_path / "train")  # the output dir's name
+    assert tel.settings.model_name == trainer.model.config._name_or_path and tel.settings.emit_in == "process"
     tel.shutdown()
-    monkeypatch.setenv("OTEL_GRPO_EMIT_IN", "thread")
+    tel = instrument(trainer, emit_in="thread", run_id="call", **none)
+    assert isinstance(tel._sink, ThreadSink) and tel.run_id == "call"
+    tel.shutdown()
+    for key, value in {"OTEL_GRPO_EMIT_IN": "thread", "OTEL_GRPO_RUN_ID": "env-run", "OTEL_GRPO_MODEL_NAME": "org/m",
+                       "OTEL_GRPO_OUTPUT_DIR": str(tmp_path / "spill")}.items():
+        monkeypatch.setenv(key, value)
     tel = instrument(trainer, **none)
     assert isinstance(tel._sink, ThreadSink)
+    assert (tel.run_id, tel.settings.model_name, tel.settings.output_dir) == ("env-run", "org/m", tmp_path / "spill")
+    tel.shutdown()
+    tel = instrument(trainer, run_id="call", **none)  # the call still wins over the environment
+    assert tel.run_id == "call"
     tel.shutdown()
 
 

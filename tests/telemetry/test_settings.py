@@ -135,3 +135,22 @@ def test_a_bad_variable_is_named_as_the_user_set_it(monkeypatch):
         TelemetrySettings()
     with pytest.raises(ValueError, match=r"^top_k=-1: "):  # an argument is named as the argument
         TelemetrySettings(top_k=-1, otlp_protocol="grpc")
+
+
+def test_an_integrations_defaults_fill_only_what_neither_the_call_nor_the_environment_sets(monkeypatch):
+    """`instrument` and `otel-grpo train` derive a run id and model name from the trainer: a user's variable
+    (prefixed, or the standard one a field reads) must win over them, and an argument over both."""
+    derived = {"run_id": "from-trainer", "model_name": "trainer-model", "otlp_endpoint": "http://derived:4318",
+               "top_k": 7, "seed": None}
+    s = TelemetrySettings.with_defaults(derived)
+    assert (s.run_id, s.model_name, s.otlp_endpoint, s.top_k, s.seed) == (
+        "from-trainer", "trainer-model", "http://derived:4318", 7, None)
+    monkeypatch.setenv("OTEL_GRPO_RUN_ID", "from-env")
+    monkeypatch.setenv("otel_grpo_model_name", "env-model")  # variables are read case-insensitively
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    s = TelemetrySettings.with_defaults(derived)
+    assert (s.run_id, s.model_name, s.otlp_endpoint, s.top_k) == (
+        "from-env", "env-model", "http://collector:4318", 7)
+    tel = Telemetry.from_env(run_id="call", defaults=derived, traces_exporters=["none"], metrics_exporters=["none"])
+    assert tel.run_id == "call"
+    tel.shutdown()

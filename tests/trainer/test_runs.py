@@ -44,6 +44,27 @@ def test_resume_continues_step_count_and_run_id(tmp_path, monkeypatch):
     assert state["next_step"] == 5 and state["run_id"] == first.run_id
 
 
+def test_otel_grpo_run_id_and_model_name_name_the_run_unless_the_flag_does(tmp_path, monkeypatch):
+    """A job spec sets OTEL_GRPO_* for every process it starts: the trainer's own defaults (a generated
+    run id, its model's name) must not override them; `--run-id` still wins."""
+    for key, value in {**QUIET, "OTEL_GRPO_RUN_ID": "from-env", "OTEL_GRPO_MODEL_NAME": "org/policy-7b"}.items():
+        monkeypatch.setenv(key, value)
+    trainer = GRPOTrainer(load_config(preset="tiny", overrides=[f"output_dir={tmp_path / 'a'}", "progress=false",
+                                                                "steps=1"]))
+    assert trainer.run_id == "from-env"
+    assert trainer.telemetry.settings.run_id == "from-env"
+    assert trainer.telemetry.settings.model_name == "org/policy-7b"
+    trainer.telemetry.shutdown()
+    flagged = GRPOTrainer(load_config(preset="tiny", overrides=[f"output_dir={tmp_path / 'b'}", "progress=false",
+                                                                "steps=1", "run_id=from-flag"]))
+    assert flagged.run_id == flagged.telemetry.settings.run_id == "from-flag"
+    flagged.telemetry.shutdown()
+    monkeypatch.delenv("OTEL_GRPO_MODEL_NAME")
+    plain = GRPOTrainer(load_config(preset="tiny", overrides=[f"output_dir={tmp_path / 'c'}", "progress=false"]))
+    assert plain.telemetry.settings.model_name.startswith("demo-gpt-")
+    plain.telemetry.shutdown()
+
+
 def test_bad_config_fails_before_training_with_one_line(tmp_path):
     out = tmp_path / "never"
     proc = _cli("train", "--preset", "tiny", "--output-dir", str(out), "--set", "grpo.epsilon_high=-1")

@@ -50,14 +50,14 @@ class OtelGrpoCallback(TrainerCallback):
             self.telemetry.finish()
 
 
-def telemetry_for(args: Any, **settings: Any) -> Telemetry:
-    """A Telemetry from the environment; run id and output dir from the trainer's `args` unless given."""
+def telemetry_for(args: Any, defaults: dict[str, Any] | None = None, **settings: Any) -> Telemetry:
+    """A Telemetry from `settings`, then the environment (`OTEL_GRPO_RUN_ID`, ...), then `defaults` and the
+    trainer's `args` (run id: `run_name`, else the output dir's name; output dir)."""
     from pathlib import Path
 
     out = getattr(args, "output_dir", None)
-    settings.setdefault("run_id", getattr(args, "run_name", None) or (Path(out).name if out else None))
-    settings.setdefault("output_dir", out)
-    return Telemetry.from_env(**settings)
+    derived = {"run_id": getattr(args, "run_name", None) or (Path(out).name if out else None), "output_dir": out}
+    return Telemetry.from_env(defaults={**derived, **(defaults or {})}, **settings)
 
 
 class InstrumentedCallback(TrainerCallback):

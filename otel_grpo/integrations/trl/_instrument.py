@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +38,7 @@ class _Binding:
         if not self.telemetry.closed:
             return
         if self.owned:
-            self.use(telemetry_for(trainer.args, **self.settings), True, self.settings)
+            self.use(_owned_telemetry(trainer, self.settings), True, self.settings)
         else:
             logger.warning("otel-grpo: the Telemetry given to instrument() was closed by the previous train(), so "
                            "this train() exports nothing; call instrument(trainer) again (with a new Telemetry or "
@@ -56,10 +55,10 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
     Args:
         trainer: the constructed trainer; its methods are wrapped on the instance.
         telemetry: the Telemetry to export through; None builds one from the
-            environment (`OTEL_GRPO_*`, `OTEL_*`) and `settings`, with the run id
-            (`args.run_name`, else the output dir's name) and output dir from `args`,
-            emitting from a child process (`emit_in="process"`) unless
-            `emit_in` or `OTEL_GRPO_EMIT_IN` says otherwise.
+            environment (`OTEL_GRPO_*`, `OTEL_*`) and `settings`; where neither gives
+            them, the run id is `args.run_name` (else the output dir's name), the
+            output dir `args.output_dir`, the model name the model's `_name_or_path`,
+            and it emits from a child process (`emit_in="process"`).
         settings: `TelemetrySettings` fields.
 
     The returned Telemetry is owned by the run: `train()` finishes it when it returns
@@ -78,13 +77,7 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
         raise ValueError(f"telemetry: expected an otel_grpo Telemetry or None, got {type(telemetry).__name__}")
     owned = telemetry is None
     if telemetry is None:
-        if "model_name" not in settings:
-            settings["model_name"] = model_name(trainer)
-        if "emit_in" not in settings and not any(k.upper() == "OTEL_GRPO_EMIT_IN" for k in os.environ):
-            # A TRL step is Python-bound between its torch ops: the emitter's and exporters' GIL
-            # time would be paid by training (benchmarks/README.md, trl: thread against process).
-            settings["emit_in"] = "process"
-        telemetry = telemetry_for(trainer.args, **settings)
+        telemetry = _owned_telemetry(trainer, settings)
     bound = getattr(trainer, _BOUND, None)
     if isinstance(bound, _Binding):  # instrumented already: hooks and callback stay, the telemetry is replaced
         bound.use(telemetry, owned, settings)
@@ -115,6 +108,13 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
     setattr(trainer, _BOUND, binding)
     _own_lifecycle(trainer, binding)
     return telemetry
+
+
+def _owned_telemetry(trainer: Any, settings: dict[str, Any]) -> Telemetry:
+    """The Telemetry `instrument` builds: `settings`, then the environment, then the trainer's defaults."""
+    # A TRL step is Python-bound between its torch ops: the emitter's and exporters' GIL time
+    # would be paid by training (benchmarks/README.md, trl: thread against process).
+    return telemetry_for(trainer.args, {"model_name": model_name(trainer), "emit_in": "process"}, **settings)
 
 
 def _own_lifecycle(trainer: Any, binding: _Binding) -> None:
