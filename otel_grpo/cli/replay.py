@@ -44,11 +44,16 @@ def replay(
     timeout_s: float = typer.Option(30.0, min=0.1, help="Seconds to wait for each answer."),
 ) -> None:
     """Send a run's spill to the sidecar again; what it already stored stays as it is."""
-    from otel_grpo.telemetry._spill import read_samples, read_steps
+    from otel_grpo.telemetry._spill import read_spill
 
     if not output_dir.is_dir():
         _fail(f"{output_dir} is not a directory")
-    steps, samples = read_steps(output_dir), read_samples(output_dir)
+    spill = read_spill(output_dir)
+    steps, samples = spill.steps, spill.samples
+    if spill.unreadable:  # said before sending: what they held cannot be replayed
+        where = ", ".join(f"{path.relative_to(output_dir)} ({n})" for path, n in spill.unreadable.items())
+        typer.echo(f"warning: skipping {sum(spill.unreadable.values())} line(s) that are not JSON objects: {where}",
+                   err=True)
     if not steps and not samples:
         _fail(f"{output_dir} holds no spill (steps*.jsonl, samples/step_*.jsonl)")
     url = endpoint.rstrip("/") + "/v1/traces"

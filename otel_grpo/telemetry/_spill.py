@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -100,24 +101,41 @@ class SampleSpill:
             os.close(fd)
 
 
-def read_steps(output_dir: Path) -> list[dict]:
-    """Every step line of every rank's `steps*.jsonl` under `output_dir` (unreadable lines skipped)."""
-    return [row for path in sorted(Path(output_dir).glob("steps*.jsonl")) for row in _lines(path)]
+@dataclass(slots=True)
+class SpillLines:
+    """What `read_spill` found: every rank's step lines and every sample line, in file order."""
+
+    steps: list[dict]
+    samples: list[dict]
+    unreadable: dict[Path, int]
+    """Files holding lines that are no JSON object (cut short by a crash from before whole-line writes, or
+    edited by hand), with how many: skipped, and for the caller to report."""
 
 
-def read_samples(output_dir: Path) -> list[dict]:
-    """Every sample line under `<output_dir>/samples` (unreadable lines skipped)."""
-    return [row for path in sorted((Path(output_dir) / "samples").glob("step_*.jsonl")) for row in _lines(path)]
+def read_spill(output_dir: Path) -> SpillLines:
+    """`steps*.jsonl` and `samples/step_*.jsonl` under `output_dir`."""
+    out = SpillLines([], [], {})
+    for rows, paths in ((out.steps, Path(output_dir).glob("steps*.jsonl")),
+                        (out.samples, (Path(output_dir) / "samples").glob("step_*.jsonl"))):
+        for path in sorted(paths):
+            bad = _read_lines(path, rows)
+            if bad:
+                out.unreadable[path] = bad
+    return out
 
 
-def _lines(path: Path) -> list[dict]:
-    rows = []
+def _read_lines(path: Path, rows: list[dict]) -> int:
+    """Append `path`'s JSON-object lines to `rows`; returns how many other (non-blank) lines it holds."""
+    bad = 0
     with path.open(encoding="utf-8", errors="replace") as fh:
         for line in fh:
             try:
                 row = json.loads(line)
-            except ValueError:  # a line from before whole-line writes, cut short by a full disk
+            except ValueError:
+                bad += bool(line.strip())
                 continue
             if isinstance(row, dict):
                 rows.append(row)
-    return rows
+            else:
+                bad += 1
+    return bad

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
-from otel_grpo.telemetry._spill import read_samples, read_steps
+from otel_grpo.telemetry._spill import read_spill
 from tests._support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -37,10 +37,14 @@ def _step(tel: Telemetry, step: int) -> None:
 
 
 def _replay(url: str, out: Path) -> str:
+    return _replayed(url, out).stdout
+
+
+def _replayed(url: str, out: Path) -> subprocess.CompletedProcess:
     result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "replay", str(out), "--endpoint", url],
                             capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    return result.stdout
+    return result
 
 
 def _stored(url: str, run_id: str) -> tuple[list[int], list[tuple[int, int]], int]:
@@ -51,9 +55,9 @@ def _stored(url: str, run_id: str) -> tuple[list[int], list[tuple[int, int]], in
 
 
 def _assert_exactly_the_spill(url: str, out: Path, run_id: str) -> None:
-    spilled_steps = {line["step"] for line in read_steps(out)}
-    spilled_samples = {(r["step"], r["sample_index"]) for r in read_samples(out)}
-    assert spilled_steps and len(spilled_samples) == len(read_samples(out))
+    spilled_steps = {line["step"] for line in read_spill(out).steps}
+    spilled_samples = {(r["step"], r["sample_index"]) for r in read_spill(out).samples}
+    assert spilled_steps and len(spilled_samples) == len(read_spill(out).samples)
     steps, samples, count = _stored(url, run_id)
     assert sorted(steps) == sorted(spilled_steps)  # each step once, none missing
     assert sorted(samples) == sorted(spilled_samples) and count == len(spilled_samples)
@@ -123,7 +127,7 @@ def test_replay_after_the_trainer_was_killed(sidecar_factory, tmp_path):
     trainer = subprocess.Popen([sys.executable, "-c", TRAINER, sidecar.url, str(out)], cwd=ROOT,
                                env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        wait_for(lambda: len(read_steps(out)) >= 30, "the trainer to spill 30 steps", timeout=120)
+        wait_for(lambda: len(read_spill(out).steps) >= 30, "the trainer to spill 30 steps", timeout=120)
     finally:
         trainer.send_signal(signal.SIGKILL)  # no shutdown: the spans in its export queue are lost
         trainer.wait()
@@ -131,3 +135,23 @@ def test_replay_after_the_trainer_was_killed(sidecar_factory, tmp_path):
     _assert_exactly_the_spill(sidecar.url, out, "killed")
     lines = (out / "steps.jsonl").read_text().splitlines()
     assert all(json.loads(line)["run_id"] == "killed" for line in lines)  # whole lines only
+
+
+def test_replay_names_the_lines_it_cannot_read_and_sends_the_rest(sidecar_factory, tmp_path):
+    """A spill edited by hand, or cut short by a crash of an older version: each unreadable line is a sample
+    or step the store will not get, so the user is told which files hold how many; the rest goes."""
+    sidecar = sidecar_factory()
+    out = tmp_path / "run"
+    tel = Telemetry(_settings(sidecar.url, out, "edited").model_copy(update={"traces_exporters": ["none"]}))
+    for step in range(3):
+        _step(tel, step)
+    tel.shutdown()
+    with (out / "samples" / "step_1.jsonl").open("a") as fh:
+        fh.write("[1, 2]\n\n")  # valid JSON but no row; a blank line is nothing
+    with (out / "steps.jsonl").open("a") as fh:
+        fh.write('{"run_id": "edited", "step": 3, "met')  # cut short
+    result = _replayed(sidecar.url, out)
+    assert result.stderr.strip() == ("warning: skipping 2 line(s) that are not JSON objects: steps.jsonl (1), "
+                                     "samples/step_1.jsonl (1)")
+    assert "replayed 3 step(s) and 15 sample(s)" in result.stdout
+    _assert_exactly_the_spill(sidecar.url, out, "edited")
