@@ -8,19 +8,23 @@ the whole spill again, as OTLP/HTTP spans of the same contract the trainer's exp
 idempotent: the sidecar keeps samples unique on (run, step, sample index) and merges step
 scalars, so what it already had is left as it was, and replaying twice changes nothing.
 Phase durations travel as the step's `phase_duration/<name>` scalars, the sums the sidecar
-computes from phase spans, so they never add up twice.
+computes from phase spans, so they never add up twice. The spill is read a step at a time
+(`SpillReader`), so memory stays at one step's samples and one request whatever its size.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
 import os
+import sys
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, NoReturn, Optional
+from typing import Any, Callable, Iterator, NoReturn, Optional
 
 import typer
 
@@ -44,26 +48,29 @@ def replay(
     timeout_s: float = typer.Option(30.0, min=0.1, help="Seconds to wait for each answer."),
 ) -> None:
     """Send a run's spill to the sidecar again; what it already stored stays as it is."""
-    from otel_grpo.telemetry._spill import read_spill
+    from otel_grpo.telemetry._spill import SpillReader
 
     if not output_dir.is_dir():
         _fail(f"{output_dir} is not a directory")
-    spill = read_spill(output_dir)
-    steps, samples = spill.steps, spill.samples
-    if spill.unreadable:  # said before sending: what they held cannot be replayed
-        where = ", ".join(f"{path.relative_to(output_dir)} ({n})" for path, n in spill.unreadable.items())
-        typer.echo(f"warning: skipping {sum(spill.unreadable.values())} line(s) that are not JSON objects: {where}",
-                   err=True)
-    if not steps and not samples:
+    spill = SpillReader(output_dir)
+    if not spill.steps:
         _fail(f"{output_dir} holds no spill (steps*.jsonl, samples/step_*.jsonl)")
     url = endpoint.rstrip("/") + "/v1/traces"
     headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     sent_steps = sent_samples = 0
-    for body, n_steps, n_samples in _requests(steps, samples):
-        _post(url, gzip.compress(body, 5), headers, retries, timeout_s)
-        sent_steps, sent_samples = sent_steps + n_steps, sent_samples + n_samples
+    with _progress(len(spill.steps)) as advance:
+        for body, n_steps, n_samples, n_done in _requests(spill):
+            _post(url, gzip.compress(body, 5), headers, retries, timeout_s)
+            sent_steps, sent_samples = sent_steps + n_steps, sent_samples + n_samples
+            advance(n_done, f"{sent_samples} samples")
+    if spill.unreadable:  # what these lines held is not in the store
+        where = ", ".join(f"{path.relative_to(output_dir)} ({n})" for path, n in spill.unreadable.items())
+        typer.echo(f"warning: skipped {sum(spill.unreadable.values())} line(s) that are no step or sample of a "
+                   f"run (no JSON object with run_id and step): {where}", err=True)
+    if not sent_steps and not sent_samples:
+        _fail(f"{output_dir} holds no step or sample to replay")
     typer.echo(f"replayed {sent_steps} step(s) and {sent_samples} sample(s) from {output_dir} to {url}")
 
 
@@ -72,44 +79,55 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(1)
 
 
-def _requests(steps: list[dict], samples: list[dict]) -> Iterator[tuple[bytes, int, int]]:
-    """Serialized ExportTraceServiceRequests of about `_REQUEST_BYTES`, whole steps each."""
+@contextmanager
+def _progress(total: int) -> Iterator[Callable[[int, str], None]]:
+    """A progress bar of the spill's steps on a terminal's stderr; nothing where stderr is a file or pipe."""
+    if not sys.stderr.isatty():
+        yield lambda done, note: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[note]}"), console=Console(stderr=True)) as bar:
+        task = bar.add_task("replay", total=total, note="")
+        yield lambda done, note: bar.update(task, advance=done, note=note)
+
+
+def _requests(spill) -> Iterator[tuple[bytes, int, int, int]]:
+    """Serialized ExportTraceServiceRequests of about `_REQUEST_BYTES`, whole steps each, in step order, with the
+    steps, samples and spill steps (`spill.steps` entries) each holds."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    by_step: dict[tuple[str, int], dict[str, Any]] = defaultdict(lambda: {"line": None, "samples": []})
-    for line in steps:
-        key = _key(line)
-        if key is not None:
-            by_step[key]["line"] = _merged(by_step[key]["line"], line)
-    for row in samples:
-        key = _key(row)
-        if key is not None:
-            by_step[key]["samples"].append(row)
-    request, size, n_steps, n_samples = ExportTraceServiceRequest(), 0, 0, 0
+    request, size, n_steps, n_samples, n_done = ExportTraceServiceRequest(), 0, 0, 0, 0
     runs: dict[str, Any] = {}
-    for (run_id, step), entry in sorted(by_step.items()):
+
+    def spans_of(run_id: str):
         if run_id not in runs:
             runs[run_id] = _resource_spans(request, run_id)
-        spans = runs[run_id]
-        end_ns = (entry["line"] or {}).get("end_ns") or time.time_ns()
-        if entry["line"] is not None:
-            size += _step_span(spans.add(), run_id, step, entry["line"], end_ns).ByteSize()
-            n_steps += 1
-        if entry["samples"]:
-            size += _samples_span(spans.add(), run_id, step, entry["samples"], end_ns).ByteSize()
-            n_samples += len(entry["samples"])
+        return runs[run_id]
+
+    for step in spill.steps:
+        lines = {(run_id, step): functools.reduce(_merged, found, None)
+                 for run_id, found in spill.step_lines(step).items()}
+        rows: dict[tuple[str, int], list[dict]] = defaultdict(list)
+        for row in spill.samples(step):  # their own step: a file named otherwise, or edited, still goes
+            rows[(row["run_id"], row["step"])].append(row)
+        for run_id, number in sorted({*lines, *rows}):
+            line = lines.get((run_id, number))
+            end_ns = (line or {}).get("end_ns") or time.time_ns()
+            if line is not None:
+                size += _step_span(spans_of(run_id).add(), run_id, number, line, end_ns).ByteSize()
+                n_steps += 1
+            if (run_id, number) in rows:
+                size += _samples_span(spans_of(run_id).add(), run_id, number, rows[(run_id, number)], end_ns).ByteSize()
+                n_samples += len(rows[(run_id, number)])
+        n_done += 1
         if size >= _REQUEST_BYTES:
-            yield request.SerializeToString(), n_steps, n_samples
-            request, size, n_steps, n_samples, runs = ExportTraceServiceRequest(), 0, 0, 0, {}
+            yield request.SerializeToString(), n_steps, n_samples, n_done
+            request, size, n_steps, n_samples, n_done, runs = ExportTraceServiceRequest(), 0, 0, 0, 0, {}
     if size:
-        yield request.SerializeToString(), n_steps, n_samples
-
-
-def _key(row: dict) -> tuple[str, int] | None:
-    run_id, step = row.get("run_id"), row.get("step")
-    if not isinstance(run_id, str) or not run_id or type(step) is not int:
-        return None
-    return run_id, step
+        yield request.SerializeToString(), n_steps, n_samples, n_done
 
 
 def _merged(earlier: dict | None, line: dict) -> dict:

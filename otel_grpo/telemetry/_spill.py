@@ -15,7 +15,7 @@ import json
 import logging
 import math
 import os
-from dataclasses import dataclass
+import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -101,41 +101,64 @@ class SampleSpill:
             os.close(fd)
 
 
-@dataclass(slots=True)
-class SpillLines:
-    """What `read_spill` found: every rank's step lines and every sample line, in file order."""
-
-    steps: list[dict]
-    samples: list[dict]
-    unreadable: dict[Path, int]
-    """Files holding lines that are no JSON object (cut short by a crash from before whole-line writes, or
-    edited by hand), with how many: skipped, and for the caller to report."""
+_SAMPLE_FILE = re.compile(r"step_(\d+)(?:_rank\d+)?\.jsonl")
 
 
-def read_spill(output_dir: Path) -> SpillLines:
-    """`steps*.jsonl` and `samples/step_*.jsonl` under `output_dir`."""
-    out = SpillLines([], [], {})
-    for rows, paths in ((out.steps, Path(output_dir).glob("steps*.jsonl")),
-                        (out.samples, (Path(output_dir) / "samples").glob("step_*.jsonl"))):
-        for path in sorted(paths):
-            bad = _read_lines(path, rows)
-            if bad:
-                out.unreadable[path] = bad
-    return out
+class SpillReader:
+    """A run's spill, read a step at a time (`otel-grpo replay`): what is held is the step lines' places
+    in their files and one step's samples, whatever the size of the spill.
 
+        spill = SpillReader(Path("runs/exp-42"))
+        for step in spill.steps:              # ascending; None last: sample files named otherwise
+            lines = spill.step_lines(step)    # {run_id: [step line, ...]} (a resumed run wrote some twice)
+            rows = spill.samples(step)        # the sample rows of every rank's file of that step
+        spill.unreadable                      # {file: lines skipped}: no JSON object with a run id and a step
+    """
 
-def _read_lines(path: Path, rows: list[dict]) -> int:
-    """Append `path`'s JSON-object lines to `rows`; returns how many other (non-blank) lines it holds."""
-    bad = 0
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                bad += bool(line.strip())
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-            else:
-                bad += 1
-    return bad
+    def __init__(self, output_dir: Path) -> None:
+        output_dir = Path(output_dir)
+        self.unreadable: dict[Path, int] = {}
+        self._places: dict[int, dict[str, list[tuple[Path, int]]]] = {}  # step -> run -> (file, offset)
+        for path in sorted(output_dir.glob("steps*.jsonl")):
+            with path.open("rb") as fh:
+                offset = 0
+                for raw in fh:
+                    row = self._row(path, raw)
+                    if row is not None:
+                        self._places.setdefault(row["step"], {}).setdefault(row["run_id"], []).append((path, offset))
+                    offset += len(raw)
+        self._files: dict[int | None, list[Path]] = {}
+        for path in sorted((output_dir / "samples").glob("step_*.jsonl")):
+            match = _SAMPLE_FILE.fullmatch(path.name)
+            self._files.setdefault(int(match.group(1)) if match else None, []).append(path)
+        numbered = sorted({*self._places, *(step for step in self._files if step is not None)})
+        self.steps: list[int | None] = numbered + ([None] if None in self._files else [])
+
+    def step_lines(self, step: int | None) -> dict[str, list[dict]]:
+        lines: dict[str, list[dict]] = {}
+        for run_id, places in self._places.get(step, {}).items():  # type: ignore[arg-type]
+            for path, offset in places:
+                with path.open("rb") as fh:
+                    fh.seek(offset)
+                    lines.setdefault(run_id, []).append(json.loads(fh.readline()))
+        return lines
+
+    def samples(self, step: int | None) -> list[dict]:
+        rows = []
+        for path in self._files.get(step, []):
+            with path.open("rb") as fh:
+                rows.extend(row for raw in fh if (row := self._row(path, raw)) is not None)
+        return rows
+
+    def _row(self, path: Path, raw: bytes) -> dict | None:
+        """A line's object if it names its run and step, else None (counted; blank lines are nothing)."""
+        try:
+            row = json.loads(raw.decode("utf-8", errors="replace"))
+        except ValueError:
+            row = None
+        if isinstance(row, dict) and isinstance(row.get("run_id"), str) and row["run_id"] \
+                and type(row.get("step")) is int:
+            return row
+        if raw.strip():
+            self.unreadable[path] = self.unreadable.get(path, 0) + 1
+        return None

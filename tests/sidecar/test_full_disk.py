@@ -86,7 +86,7 @@ def test_a_disk_filling_up_is_reported_on_readyz_and_logged_once(sidecar_factory
 def test_a_full_spill_disk_leaves_whole_lines_only(small_disk):
     import json
 
-    from otel_grpo.telemetry._spill import SampleSpill, read_spill
+    from otel_grpo.telemetry._spill import SampleSpill, SpillReader
 
     spill = SampleSpill(small_disk / "run")
     spill.write(0, [{"run_id": "r", "step": 0, "sample_index": 0, "prompt": "first"}])
@@ -102,4 +102,5 @@ def test_a_full_spill_disk_leaves_whole_lines_only(small_disk):
         assert all(json.loads(line)["step"] == 0 for line in spill.steps_path.read_text().splitlines())
     filler.unlink()  # room again: the next write goes through whole
     spill.write(0, rows)
-    assert len(read_spill(small_disk / "run").samples) == 40
+    spill = SpillReader(small_disk / "run")
+    assert sum(len(spill.samples(step)) for step in spill.steps) == 40 and not spill.unreadable

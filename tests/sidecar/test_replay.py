@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
-from otel_grpo.telemetry._spill import read_spill
+from otel_grpo.telemetry._spill import SpillReader
 from tests._support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -54,10 +54,18 @@ def _stored(url: str, run_id: str) -> tuple[list[int], list[tuple[int, int]], in
     return steps, [(r["step"], r["sample_index"]) for r in rows], count
 
 
+def _spilled(out: Path) -> tuple[list[dict], list[dict]]:
+    """Every step line and every sample row of the spill under `out`."""
+    spill = SpillReader(out)
+    lines = [line for step in spill.steps for found in spill.step_lines(step).values() for line in found]
+    return lines, [row for step in spill.steps for row in spill.samples(step)]
+
+
 def _assert_exactly_the_spill(url: str, out: Path, run_id: str) -> None:
-    spilled_steps = {line["step"] for line in read_spill(out).steps}
-    spilled_samples = {(r["step"], r["sample_index"]) for r in read_spill(out).samples}
-    assert spilled_steps and len(spilled_samples) == len(read_spill(out).samples)
+    lines, rows = _spilled(out)
+    spilled_steps = {line["step"] for line in lines}
+    spilled_samples = {(r["step"], r["sample_index"]) for r in rows}
+    assert spilled_steps and len(spilled_samples) == len(rows)
     steps, samples, count = _stored(url, run_id)
     assert sorted(steps) == sorted(spilled_steps)  # each step once, none missing
     assert sorted(samples) == sorted(spilled_samples) and count == len(spilled_samples)
@@ -127,7 +135,7 @@ def test_replay_after_the_trainer_was_killed(sidecar_factory, tmp_path):
     trainer = subprocess.Popen([sys.executable, "-c", TRAINER, sidecar.url, str(out)], cwd=ROOT,
                                env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        wait_for(lambda: len(read_spill(out).steps) >= 30, "the trainer to spill 30 steps", timeout=120)
+        wait_for(lambda: len(_spilled(out)[0]) >= 30, "the trainer to spill 30 steps", timeout=120)
     finally:
         trainer.send_signal(signal.SIGKILL)  # no shutdown: the spans in its export queue are lost
         trainer.wait()
@@ -151,7 +159,7 @@ def test_replay_names_the_lines_it_cannot_read_and_sends_the_rest(sidecar_factor
     with (out / "steps.jsonl").open("a") as fh:
         fh.write('{"run_id": "edited", "step": 3, "met')  # cut short
     result = _replayed(sidecar.url, out)
-    assert result.stderr.strip() == ("warning: skipping 2 line(s) that are not JSON objects: steps.jsonl (1), "
-                                     "samples/step_1.jsonl (1)")
+    assert result.stderr.strip() == ("warning: skipped 2 line(s) that are no step or sample of a run (no JSON "
+                                     "object with run_id and step): steps.jsonl (1), samples/step_1.jsonl (1)")
     assert "replayed 3 step(s) and 15 sample(s)" in result.stdout
     _assert_exactly_the_spill(sidecar.url, out, "edited")

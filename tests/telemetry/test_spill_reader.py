@@ -1,0 +1,40 @@
+"""`SpillReader`: a spill as `otel-grpo replay` reads it, a step at a time, from what the real writer wrote."""
+
+from __future__ import annotations
+
+import json
+
+from otel_grpo.telemetry._spill import SampleSpill, SpillReader
+
+
+def test_steps_come_in_order_with_every_ranks_files_and_every_line_of_a_resumed_step(tmp_path):
+    rank0, rank1 = SampleSpill(tmp_path), SampleSpill(tmp_path, suffix="_rank1")
+    for step in (10, 2, 11):  # the run resumed from a checkpoint at step 10: steps 10 and 11 again
+        rank0.write_step("exp", step, 1, 2, {"kl": step / 100}, {"rollout": 0.5})
+    rank0.write_step("exp", 10, 3, 4, {"kl": 0.2}, {})
+    rank0.write(2, [{"run_id": "exp", "step": 2, "sample_index": i} for i in range(3)])
+    rank1.write(2, [{"run_id": "exp", "step": 2, "sample_index": 10 + i} for i in range(2)])
+    rank0.write(7, [{"run_id": "other", "step": 7, "sample_index": 0}])  # samples of a step without a step line
+
+    spill = SpillReader(tmp_path)
+    assert spill.steps == [2, 7, 10, 11]
+    assert [line["metrics"]["kl"] for line in spill.step_lines(10)["exp"]] == [0.1, 0.2]
+    assert spill.step_lines(7) == {}
+    assert sorted(r["sample_index"] for r in spill.samples(2)) == [0, 1, 2, 10, 11]
+    assert spill.samples(7) == [{"run_id": "other", "step": 7, "sample_index": 0}]
+    assert spill.unreadable == {}
+
+
+def test_a_line_without_its_run_and_step_is_counted_per_file_and_a_file_named_otherwise_comes_last(tmp_path):
+    spill = SampleSpill(tmp_path)
+    spill.write_step("exp", 1, 1, 2, {"kl": 0.1}, {})
+    with spill.steps_path.open("a") as fh:
+        fh.write('{"run_id": "exp", "step": "2"}\n\n[]\n{"run_id": "exp", "st')  # a string step; blank; a list; cut
+    spill.write(1, [{"run_id": "exp", "step": 1, "sample_index": 0}])
+    odd = tmp_path / "samples" / "step_final.jsonl"
+    odd.write_text(json.dumps({"run_id": "exp", "step": 1, "sample_index": 5}) + "\n" + '{"step": 1}\n')
+
+    reader = SpillReader(tmp_path)
+    assert reader.steps == [1, None]
+    assert reader.samples(None) == [{"run_id": "exp", "step": 1, "sample_index": 5}]
+    assert reader.unreadable == {spill.steps_path: 3, odd: 1}
