@@ -46,7 +46,7 @@ def follow(
     trl_output: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_OUTPUT", help="A TRL GRPOConfig.output_dir: completions/*.parquet (log_completions=True) and trainer_state.json.")] = None,
     trl_reward_weights: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_REWARD_WEIGHTS", help="TRL's reward_weights, comma-separated, for the total reward of a sample (default: 1 each, TRL's default).")] = None,
     jsonl: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_JSONL", help="Any JSONL of {\"step\": N, name: number, ...} lines.")] = None,
-    run_id: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_RUN_ID", help="Run id (default: the verl experiment / JSONL file name, or the TRL output dir's name).")] = None,
+    run_id: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_RUN_ID", help="Run id (default: OTEL_GRPO_RUN_ID, else the verl experiment / JSONL file name, or the TRL output dir's name).")] = None,
     from_start: Annotated[bool, typer.Option("--from-start", envvar="OTEL_GRPO_FOLLOW_FROM_START", help="Read what the files already hold; by default only what is written from now on (a saved state always wins).")] = False,
     finished: Annotated[bool, typer.Option("--finished", envvar="OTEL_GRPO_FOLLOW_FINISHED", help="The run is over: read everything (implies --from-start), mark it finished (grpo.run.finished) and exit.")] = False,
     state: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_STATE", help="Where the resume offsets are kept (default .otel-grpo-follow/<run id>.json).")] = None,
@@ -69,10 +69,11 @@ def follow(
     """
     from otel_grpo.integrations.follow import (FollowOptions, Follower, JsonlStream, State, TrlOutput, VerlMetrics,
                                                VerlRollouts)
-    from otel_grpo.telemetry import Telemetry
+    from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
     if not (verl_metrics or verl_rollouts or trl_output or jsonl):
         _fail("nothing to follow: give --verl-metrics, --verl-rollouts, --trl-output or --jsonl")
+    run_id = run_id or TelemetrySettings.environment().get("run_id")  # --run-id, else OTEL_GRPO_RUN_ID
     if verl_rollouts and not (verl_metrics or run_id):
         _fail("--verl-rollouts alone needs --run-id")
     if finished:
@@ -101,7 +102,7 @@ def follow(
     if saved.run_id not in (None, run):
         _fail(f"state file {state_path} belongs to run {saved.run_id!r}, not {run!r} (give --state)")
     saved.run_id = run
-    tel = Telemetry.from_env(run_id=run, output_dir=str(state_path.parent / run))
+    tel = Telemetry.from_env(run_id=run, defaults={"output_dir": str(state_path.parent / run)})
     follower = Follower(tel, sources, saved, FollowOptions(poll_s=poll, pair_wait_s=pair_wait),
                         from_start=from_start or finished)
     for given in (verl_metrics, verl_rollouts, trl_output, jsonl):

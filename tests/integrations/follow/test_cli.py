@@ -15,9 +15,9 @@ import pytest
 ENV = {"OTEL_GRPO_METRICS_EXPORTERS": "none", "OTEL_GRPO_TRACES_EXPORTERS": "none"}
 
 
-def follow(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
+def follow(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "otel_grpo.cli", "follow", *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env={**os.environ, **ENV, "PYTHONPATH": os.getcwd()})
+                          timeout=120, cwd=cwd, env={**os.environ, **ENV, "PYTHONPATH": os.getcwd(), **(env or {})})
 
 
 @pytest.mark.parametrize("args, says", [
@@ -47,6 +47,18 @@ def test_finished_reads_a_step_jsonl_to_its_end_and_marks_the_run_finished(tmp_p
     assert "run my-run: 5 steps emitted, 0 bad lines or files skipped; run finished" in out.stderr
     again = follow("--jsonl", str(path), "--finished", "--state", str(tmp_path / "s.json"))
     assert "0 steps emitted" in again.stderr  # resumed at the end: nothing twice
+
+
+def test_otel_grpo_run_id_names_the_run_unless_run_id_does(tmp_path):
+    """The variable a job spec sets for every otel-grpo process names the run, as for a trainer."""
+    path = tmp_path / "file-name.jsonl"
+    path.write_text(json.dumps({"step": 0, "kl": 0.1}) + "\n")
+    out = follow("--jsonl", str(path), "--finished", "--state", str(tmp_path / "a.json"),
+                 env={"OTEL_GRPO_RUN_ID": "from-env"})
+    assert "run from-env: 1 steps emitted" in out.stderr, out.stderr
+    out = follow("--jsonl", str(path), "--finished", "--state", str(tmp_path / "b.json"), "--run-id", "flag",
+                 env={"OTEL_GRPO_RUN_ID": "from-env"})
+    assert "run flag: 1 steps emitted" in out.stderr, out.stderr
 
 
 def test_the_follower_does_not_import_torch():
