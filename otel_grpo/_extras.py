@@ -32,6 +32,6 @@ def require(extra: str, what: str | None = None) -> None:
     """Raise `MissingExtra` naming `extra` and its pip command if any of its modules is missing."""
     absent = missing(extra)
     if absent:
-        needs = f"{what} needs" if what else "this needs"
+        needs = f"{what} needs" if what else "needs"  # without `what`: after a command's own prefix
         raise MissingExtra(f"{needs} the [{extra}] extra (missing: {', '.join(absent)}): "
                            f"pip install 'otel-grpo[{extra}]'")

@@ -10,7 +10,7 @@ set -eu
 for var in $(env | sed -n 's/^\(OTEL_[A-Z0-9_]*_FILE\)=.*/\1/p; s/^\(PGPASSWORD_FILE\)=.*/\1/p'); do
   eval "path=\${$var}"
   if ! value=$(cat "$path" 2>/dev/null); then
-    echo "error: $var: cannot read $path" >&2
+    echo "otel-grpo: $var: cannot read $path" >&2
     exit 1
   fi
   export "${var%_FILE}=$value"

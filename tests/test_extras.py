@@ -72,7 +72,7 @@ def test_a_base_install_names_the_missing_extra_in_one_line(base, tmp_path, args
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and f"pip install 'otel-grpo[{extra}]'" in lines[0], out.stderr
-    assert lines[0].startswith(f"otel-grpo: otel-grpo {args[0]} needs the [{extra}] extra")
+    assert lines[0].startswith(f"otel-grpo {args[0]}: needs the [{extra}] extra")
 
 
 def test_a_base_install_has_the_library_and_the_generators(base, tmp_path):
@@ -117,7 +117,7 @@ def test_the_sidecar_extra_serves_and_starts_the_stack(sidecar_env, tmp_path):
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=CLEAN_ENV)
     try:
         first = up.stdout.readline()
-        while first and "stack is up" not in first and "error" not in first:
+        while first and "stack is up" not in first and "otel-grpo up:" not in first:
             first = up.stdout.readline()
         assert "otel-grpo stack is up" in first or "Prometheus" in first, first  # up, or no backend binary here
         assert "ModuleNotFoundError" not in first and "Traceback" not in first

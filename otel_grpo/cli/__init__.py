@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from .._extras import MissingExtra
 from .._setting_errors import SettingsError
-from ._app import app
+from ._app import app, speaker
 from . import sidecar as _sidecar, stack as _stack, train as _train  # noqa: F401  (register commands)
 from . import follow as _follow  # noqa: F401  (register the command)
 from . import replay as _replay  # noqa: F401  (register the command)
@@ -29,11 +29,11 @@ def main() -> None:
     try:
         app()
     except ValidationError as error:
-        print(f"otel-grpo: {_one_line(error)}", file=sys.stderr)
+        print(f"{speaker()}: {_one_line(error)}", file=sys.stderr)
         raise SystemExit(2) from None
     except SettingsError as error:  # names the variable the user set (OTEL_EXPORTER_OTLP_PROTOCOL=foo)
-        print(f"otel-grpo: invalid setting {error}", file=sys.stderr)
+        print(f"{speaker()}: invalid setting {error}", file=sys.stderr)
         raise SystemExit(2) from None
     except MissingExtra as error:
-        print(f"otel-grpo: {error}", file=sys.stderr)
+        print(f"{speaker()}: {error}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -1,6 +1,8 @@
-"""The typer application every command module registers itself on."""
+"""The typer application every command module registers itself on, and how a command says it failed."""
 
 import re
+import sys
+from typing import NoReturn
 
 import typer
 from typer.core import TyperGroup
@@ -21,6 +23,23 @@ class _Commands(TyperGroup):
         super().__init__(*args, **kwargs)
         for command in self.commands.values():
             command.help = reflow(command.help)
+
+
+def speaker() -> str:
+    """`otel-grpo <command>` (as given on the command line): the prefix of every message a command ends with."""
+    return " ".join(["otel-grpo", *(a for a in sys.argv[1:2] if not a.startswith("-"))])
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """End the command with one line on stderr, `otel-grpo <command>: <message>`, and exit `code`: 2 when
+    the input is wrong (as click's usage errors), 1 when it could not be done."""
+    typer.echo(f"{speaker()}: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    """One line on stderr, `otel-grpo <command>: warning: <message>`; the command goes on."""
+    typer.echo(f"{speaker()}: warning: {message}", err=True)
 
 
 app = typer.Typer(

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ._app import app
+from ._app import app, fail
 
 _STATE_DIR = Path(".otel-grpo-follow")
 
@@ -33,9 +33,6 @@ def _default_run_id(verl_metrics: Path | None, trl_output: Path | None, jsonl: P
     return trl_output.resolve().name
 
 
-def _fail(message: str) -> None:
-    typer.echo(f"otel-grpo follow: {message}", err=True)
-    raise typer.Exit(2)
 
 
 @app.command()
@@ -72,14 +69,14 @@ def follow(
     from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
     if not (verl_metrics or verl_rollouts or trl_output or jsonl):
-        _fail("nothing to follow: give --verl-metrics, --verl-rollouts, --trl-output or --jsonl")
+        fail("nothing to follow: give --verl-metrics, --verl-rollouts, --trl-output or --jsonl", 2)
     run_id = run_id or TelemetrySettings.environment().get("run_id")  # --run-id, else OTEL_GRPO_RUN_ID
     if verl_rollouts and not (verl_metrics or run_id):
-        _fail("--verl-rollouts alone needs --run-id")
+        fail("--verl-rollouts alone needs --run-id", 2)
     if finished:
         for given in (verl_metrics, verl_rollouts, trl_output, jsonl):
             if given is not None and not given.exists():
-                _fail(f"--finished: {given} does not exist (a finished run's files are all there)")
+                fail(f"--finished: {given} does not exist (a finished run's files are all there)", 2)
     sources = []
     if verl_metrics:
         sources.append(VerlMetrics(verl_metrics, total_steps=verl_total_steps))
@@ -89,7 +86,7 @@ def follow(
         try:
             sources.append(TrlOutput(trl_output, _weights(trl_reward_weights)))
         except ValueError as exc:
-            _fail(str(exc))
+            fail(str(exc), 2)
     if jsonl:
         sources.append(JsonlStream("jsonl", jsonl))
     run = run_id or _default_run_id(verl_metrics, trl_output, jsonl)
@@ -98,9 +95,9 @@ def follow(
         saved = State.load(state_path)
         saved.lock()
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc), 2)
     if saved.run_id not in (None, run):
-        _fail(f"state file {state_path} belongs to run {saved.run_id!r}, not {run!r} (give --state)")
+        fail(f"state file {state_path} belongs to run {saved.run_id!r}, not {run!r} (give --state)", 2)
     saved.run_id = run
     tel = Telemetry.from_env(run_id=run, defaults={"output_dir": str(state_path.parent / run)})
     follower = Follower(tel, sources, saved, FollowOptions(poll_s=poll, pair_wait_s=pair_wait),

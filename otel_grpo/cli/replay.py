@@ -24,13 +24,13 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import typer
 
 from otel_grpo.catalog import spans
 
-from ._app import app
+from ._app import app, fail, warn
 
 _REQUEST_BYTES = 4 * 1024 * 1024  # a request is sent once its body passes this (the sidecar takes 64 MiB)
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how the spill writes them (JSON has none)
@@ -51,10 +51,10 @@ def replay(
     from otel_grpo.telemetry._spill import SpillReader
 
     if not output_dir.is_dir():
-        _fail(f"{output_dir} is not a directory")
+        fail(f"{output_dir} is not a directory")
     spill = SpillReader(output_dir)
     if not spill.steps:
-        _fail(f"{output_dir} holds no spill (steps*.jsonl, samples/step_*.jsonl)")
+        fail(f"{output_dir} holds no spill (steps*.jsonl, samples/step_*.jsonl)")
     url = endpoint.rstrip("/") + "/v1/traces"
     headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
     if token:
@@ -67,16 +67,11 @@ def replay(
             advance(n_done, f"{sent_samples} samples")
     if spill.unreadable:  # what these lines held is not in the store
         where = ", ".join(f"{path.relative_to(output_dir)} ({n})" for path, n in spill.unreadable.items())
-        typer.echo(f"warning: skipped {sum(spill.unreadable.values())} line(s) that are no step or sample of a "
-                   f"run (no JSON object with run_id and step): {where}", err=True)
+        warn(f"skipped {sum(spill.unreadable.values())} line(s) that are no step or sample of a run (no JSON "
+             f"object with run_id and step): {where}")
     if not sent_steps and not sent_samples:
-        _fail(f"{output_dir} holds no step or sample to replay")
+        fail(f"{output_dir} holds no step or sample to replay")
     typer.echo(f"replayed {sent_steps} step(s) and {sent_samples} sample(s) from {output_dir} to {url}")
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
 
 
 @contextmanager
@@ -209,7 +204,7 @@ def _post(url: str, body: bytes, headers: dict[str, str], retries: int, timeout_
                 return
             problem = f"HTTP {r.status_code}: {r.text[:200]}"
             if r.status_code not in (408, 429) and r.status_code < 500:
-                _fail(f"{url} refused the replay ({problem})")
+                fail(f"{url} refused the replay ({problem})")
         if attempt < retries:
             time.sleep(min(2.0 ** attempt, 30.0))
-    _fail(f"{url} did not take the replay after {retries + 1} attempt(s) ({problem})")
+    fail(f"{url} did not take the replay after {retries + 1} attempt(s) ({problem})")

@@ -8,7 +8,7 @@ from typing import NoReturn, Optional
 import typer
 
 from .._extras import require
-from ._app import app
+from ._app import app, fail, warn
 from ._paths import os_error_line, path_problem
 
 
@@ -43,7 +43,7 @@ def sidecar(
     intended (it then warns). A database that cannot be opened is one error line and
     exit code 1; an existing one on a full disk is served read-only.
     """
-    require("sidecar", "otel-grpo sidecar")
+    require("sidecar")
     import uvicorn
 
     from otel_grpo.sidecar import SidecarSettings, create_app
@@ -55,13 +55,12 @@ def sidecar(
     try:
         settings = SidecarSettings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as e:  # pydantic's ValidationError is one
-        _fail(f"invalid sidecar settings: {_first_error(e)}")
+        fail(f"invalid sidecar settings: {_first_error(e)}")
     _check_db(settings.db, settings.db_name)
     _check_port(settings.host, settings.port)
     if not loopback_only(settings.host) and not (settings.ingest_token and settings.read_token):
-        typer.echo(f"warning: the sidecar listens on {settings.host} without both tokens, as allowed: anyone who "
-                   "reaches it can read samples or write runs (browsers are held off by the Host check, see "
-                   "OTEL_GRPO_SIDECAR_ALLOWED_HOSTS)", err=True)
+        warn(f"the sidecar listens on {settings.host} without both tokens, as allowed: anyone who reaches it can "
+             "read samples or write runs (browsers are held off by the Host check, see OTEL_GRPO_SIDECAR_ALLOWED_HOSTS)")
     keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
     # Idle keep-alive connections close after keep_alive_s (those that never sent a request too,
     # see _idle); past max_connections uvicorn answers 503 at once (see _fds for accept errors).
@@ -93,9 +92,6 @@ def log_config(settings, level: str) -> dict:
     }
 
 
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
 
 
 def _first_error(e: ValueError) -> str:
@@ -118,14 +114,14 @@ def _check_db(target, name: str) -> None:
     # an existing database file may be served read-only: only a new one must be creatable
     problem = path_problem(target, "--db") if isinstance(target, Path) and not target.is_file() else None
     if problem:
-        _fail(f"cannot create the sidecar database: {problem}")
+        fail(f"cannot create the sidecar database: {problem}")
     try:
         open_store(target).close()
     except OSError as e:
-        _fail(f"cannot open the sidecar database: {os_error_line(e, target, '--db')}")
+        fail(f"cannot open the sidecar database: {os_error_line(e, target, '--db')}")
     except (sqlite3.Error, psycopg.Error, SchemaError) as e:
         message = " ".join(str(e).replace(str(target), name).split())  # psycopg's are multi-line
-        _fail(f"cannot open the sidecar database {name!r}: {message}")
+        fail(f"cannot open the sidecar database {name!r}: {message}")
 
 
 def _check_port(host: str, port: int) -> None:
@@ -138,4 +134,4 @@ def _check_port(host: str, port: int) -> None:
         try:
             probe.bind((host.strip("[]"), port))
         except OSError as e:
-            _fail(f"cannot listen on {host}:{port}: {e.strerror or e} (another sidecar? choose --port)")
+            fail(f"cannot listen on {host}:{port}: {e.strerror or e} (another sidecar? choose --port)")

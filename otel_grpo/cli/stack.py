@@ -10,7 +10,7 @@ from typing import List, NoReturn, Optional
 import typer
 
 from .._extras import require
-from ._app import app
+from ._app import app, fail
 from ._paths import os_error_line, path_problem
 
 _DIR = typer.Option(Path(".demo"), "--dir", help="Generated configs, data and logs.")
@@ -36,7 +36,7 @@ def _start(settings):
 
     problem = path_problem(settings.dir, "--dir", directory=True)
     if problem:
-        _fail(problem)
+        fail(problem)
     stack = LocalStack(settings)
     # From here on SIGTERM (a supervisor stopping us, even mid-start) unwinds like Ctrl-C, so the
     # components started so far are stopped; the default action would leave them running orphaned.
@@ -44,22 +44,19 @@ def _start(settings):
     try:
         return stack.start()
     except StackError as e:
-        _fail(str(e))
+        fail(str(e))
     except KeyboardInterrupt:  # start() has stopped what it started
         typer.echo("interrupted.", err=True)
         raise typer.Exit(130) from None
     except OSError as e:  # /proc/foo: the kernel refuses what looked writable
         stack.stop()
-        _fail(os_error_line(e, settings.dir, "--dir"))
+        fail(os_error_line(e, settings.dir, "--dir"))
 
 
 def _interrupt(signum, frame) -> NoReturn:
     raise KeyboardInterrupt
 
 
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
 
 
 def _print_urls(stack, trainer: bool = True) -> None:
@@ -91,8 +88,7 @@ def _serve_until_interrupted(stack) -> None:
     except KeyboardInterrupt:
         pass
     except StackError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from None
+        fail(str(e))
 
 
 @app.command()
@@ -106,7 +102,7 @@ def up(dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _P
     a /metrics endpoint on the trainer that Prometheus scrapes (OTEL_GRPO_METRICS_EXPORTERS=prometheus,
     OTEL_GRPO_PROMETHEUS_PORT=<trainer metrics port>).
     """
-    require("sidecar", "otel-grpo up")
+    require("sidecar")
     stack = _start(_settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port))
     try:
         typer.echo("otel-grpo stack is up:")
@@ -132,8 +128,8 @@ def demo(
     alertmanager_port: int = _AM, trainer_metrics_port: int = _TRAINER,
 ) -> None:
     """Start the stack, train the demo GRPO model against it, print a summary."""
-    require("sidecar", "otel-grpo demo")
-    require("trainer", "otel-grpo demo")
+    require("sidecar")
+    require("trainer")
     from otel_grpo.stack import DemoSettings, format_summary, run_demo
 
     settings = _settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port)

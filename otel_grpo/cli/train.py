@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from .._extras import require
-from ._app import app
+from ._app import app, fail
 
 
 def _overrides(
@@ -46,15 +46,14 @@ def train(
     step_delay: Annotated[Optional[float], typer.Option(help="Minimum seconds per step (so scrapers see each step).")] = None,
 ) -> None:
     """Train a small transformer with GRPO on a verifiable digit task, fully instrumented."""
-    require("trainer", "otel-grpo train")
+    require("trainer")
     from otel_grpo.trainer import ConfigError, GRPOTrainer, load_config
 
     overrides = _overrides(set_, steps, output_dir, run_id, resume, fault, telemetry, seed, progress, step_delay)
     try:
         cfg = load_config(preset=preset, yaml_path=config, overrides=overrides)
     except ConfigError as exc:
-        typer.echo(f"otel-grpo train: invalid config: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(f"invalid config: {exc}", 2)
     trainer = GRPOTrainer(cfg)
     result = trainer.train()
     # This process ends here: under torchrun each rank leaves its process group first. A gloo group

@@ -64,6 +64,7 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(args, env, names, tmp_path):
     assert out.returncode != 0
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and names in lines[0], out.stderr
+    assert lines[0].startswith(f"otel-grpo {args[0]}: "), lines[0]  # every command says who is speaking
     assert "Traceback" not in out.stderr
 
 
@@ -76,7 +77,7 @@ def test_a_port_in_use_is_one_line(tmp_path):
         port = busy.getsockname()[1]
         out = run("sidecar", "--port", str(port), "--db", str(tmp_path / "s.db"))
     assert out.returncode == 1
-    assert out.stderr.strip() == f"error: cannot listen on 127.0.0.1:{port}: Address already in use (another sidecar? choose --port)"
+    assert out.stderr.strip() == f"otel-grpo sidecar: cannot listen on 127.0.0.1:{port}: Address already in use (another sidecar? choose --port)"
 
 
 @pytest.fixture

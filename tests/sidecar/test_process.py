@@ -138,4 +138,4 @@ def test_the_environment_selects_postgres_and_a_bad_url_is_one_line_without_its_
     result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "sidecar", "--db", wrong], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith("error: cannot open the sidecar database") and "n0t-the-password" not in result.stderr
+    assert result.stderr.startswith("otel-grpo sidecar: cannot open the sidecar database") and "n0t-the-password" not in result.stderr

@@ -159,7 +159,7 @@ def test_replay_names_the_lines_it_cannot_read_and_sends_the_rest(sidecar_factor
     with (out / "steps.jsonl").open("a") as fh:
         fh.write('{"run_id": "edited", "step": 3, "met')  # cut short
     result = _replayed(sidecar.url, out)
-    assert result.stderr.strip() == ("warning: skipped 2 line(s) that are no step or sample of a run (no JSON "
+    assert result.stderr.strip() == ("otel-grpo replay: warning: skipped 2 line(s) that are no step or sample of a run (no JSON "
                                      "object with run_id and step): steps.jsonl (1), samples/step_1.jsonl (1)")
     assert "replayed 3 step(s) and 15 sample(s)" in result.stdout
     _assert_exactly_the_spill(sidecar.url, out, "edited")

@@ -38,7 +38,7 @@ def test_the_sidecar_command_refuses_in_one_line_and_exits_1(tmp_path):
                              timeout=120, env={**CLEAN_ENV, **env})
         assert out.returncode == 1, out.stderr
         (line,) = out.stderr.strip().splitlines()
-        assert line.startswith("error: invalid sidecar settings") and "--allow-unauthenticated" not in out.stdout
+        assert line.startswith("otel-grpo sidecar: invalid sidecar settings") and "--allow-unauthenticated" not in out.stdout
         assert "allow_unauthenticated" in line
     assert not (tmp_path / "s.db").exists()  # refused before anything was created
 
@@ -109,7 +109,7 @@ def test_the_image_entry_point_reads_token_files_into_the_environment(root, tmp_
 def test_the_image_entry_point_stops_when_a_named_file_is_unreadable(root, tmp_path):
     out = _entrypoint(root, tmp_path, {"OTEL_GRPO_SIDECAR_TOKEN_FILE": str(tmp_path / "missing")})
     assert out.returncode == 1 and out.stdout == ""
-    assert out.stderr.strip() == f"error: OTEL_GRPO_SIDECAR_TOKEN_FILE: cannot read {tmp_path / 'missing'}"
+    assert out.stderr.strip() == f"otel-grpo: OTEL_GRPO_SIDECAR_TOKEN_FILE: cannot read {tmp_path / 'missing'}"
 
 
 def test_the_collector_cache_name_follows_its_component_list(root):

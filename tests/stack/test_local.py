@@ -114,7 +114,7 @@ def test_a_port_in_use_is_one_line_before_anything_starts(stack, tmp_path, free_
                "--trainer-metrics-port", str(free_port_factory()))
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
-        f"error: prometheus: port 127.0.0.1:{taken} is in use (another `otel-grpo up`?); pick another with --prometheus-port"]
+        f"otel-grpo up: prometheus: port 127.0.0.1:{taken} is in use (another `otel-grpo up`?); pick another with --prometheus-port"]
     assert not (tmp_path / "logs").exists()
 
 
