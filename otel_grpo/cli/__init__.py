@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import typer
 from pydantic import ValidationError
 
 from .._extras import MissingExtra
@@ -24,10 +25,20 @@ def _one_line(error: ValidationError) -> str:
 
 
 def main() -> None:
-    """Console-script entry point: bad settings end in one readable line and exit 2, a missing
-    extra in one line naming it and exit 1, not a traceback."""
+    """Console-script entry point: a bad flag or setting ends in one readable line and exit 2, a missing
+    extra in one line naming it and exit 1: neither a traceback nor click's usage box."""
+    if not sys.argv[1:]:
+        app()  # no command: the help (typer's own handling)
     try:
-        app()
+        code = app(standalone_mode=False)  # click's errors come here, not to typer's box
+        raise SystemExit(code if isinstance(code, int) else 0)
+    except typer.Abort:
+        print(f"{speaker()}: aborted", file=sys.stderr)
+        raise SystemExit(1) from None
+    except typer.TyperException as error:  # a usage error: unknown option, bad value, missing argument
+        message = " ".join(error.format_message().split())
+        print(f"{speaker()}: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(getattr(error, "exit_code", 2)) from None
     except ValidationError as error:
         print(f"{speaker()}: {_one_line(error)}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -57,6 +57,11 @@ def test_a_commands_description_wraps_as_paragraphs_at_80_columns(command):
         (["up", "--dir", "/etc/passwd/stack"], None, "/etc/passwd is a file, not a directory"),
         (["sidecar", "--db", "/etc/passwd/x.db"], None, "/etc/passwd is a file, not a directory"),  # "File exists"
         (["sidecar", "--db", "/"], None, "--db /: is a directory, not a file"),
+        # click's usage errors, one line too (typer draws them as a box of five or more)
+        (["follow", "--jsonl", "x", "--poll", "0"], None, "Invalid value for '--poll'"),
+        (["train", "--stpes", "3"], None, "No such option: --stpes"),
+        (["replay"], None, "Missing argument 'output_dir'"),
+        (["demo", "--fault", "meltdown@3"], None, "meltdown"),
     ],
 )
 def test_bad_input_is_one_line_and_a_non_zero_exit(args, env, names, tmp_path):
