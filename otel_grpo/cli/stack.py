@@ -161,7 +161,7 @@ def demo(
 
 @app.command()
 def dashboards(
-    root: Path = typer.Option(Path("."), help="Repository root to write into."),
+    root: Path = typer.Option(Path("."), exists=True, file_okay=False, help="Repository root to write into (an existing directory)."),
     check: bool = typer.Option(False, help="Only compare; exit 1 if a committed file is out of date."),
     rule_settings: Optional[Path] = typer.Option(
         None, envvar="OTEL_GRPO_RULE_SETTINGS",
