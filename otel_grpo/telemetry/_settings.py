@@ -58,8 +58,10 @@ def _parse_pairs(value: object) -> object:
 class TelemetrySettings(BaseSettings):
     """Configuration of `Telemetry`; see each field. Validated on construction."""
 
+    # An empty variable is unset, as the OpenTelemetry specification has it for its own (compose's
+    # `${RUN_ID:-}` sets one empty when the user gave none).
     model_config = SettingsConfigDict(
-        env_prefix="OTEL_GRPO_", extra="forbid", populate_by_name=True, validate_default=True
+        env_prefix="OTEL_GRPO_", extra="forbid", populate_by_name=True, validate_default=True, env_ignore_empty=True
     )
 
     def __init__(self, **values: Any) -> None:

@@ -154,3 +154,12 @@ def test_an_integrations_defaults_fill_only_what_neither_the_call_nor_the_enviro
     tel = Telemetry.from_env(run_id="call", defaults=derived, traces_exporters=["none"], metrics_exporters=["none"])
     assert tel.run_id == "call"
     tel.shutdown()
+
+
+def test_an_empty_variable_is_unset_as_the_opentelemetry_specification_says(monkeypatch):
+    """Compose's `${RUN_ID:-}` and job templates set variables empty when the user gave nothing."""
+    for name in ("OTEL_GRPO_RUN_ID", "OTEL_GRPO_TOP_K", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_GRPO_MODEL_NAME"):
+        monkeypatch.setenv(name, "")
+    s = TelemetrySettings.with_defaults({"run_id": "from-trainer", "model_name": "m"})
+    assert (s.run_id, s.top_k, s.otlp_endpoint, s.model_name) == ("from-trainer", 4, None, "m")
+    assert TelemetrySettings().run_id.startswith("run-")
