@@ -204,6 +204,7 @@ class Telemetry:
         self._judge = AnomalyJudge(settings)  # anomalous steps keep every row (rank 0's verdict)
         self._budget = RowBudget(settings)  # ... within the run's budget, counted alike on every rank
         self._warned_exchange = False
+        self._warned_closed = False
         atexit.register(self.shutdown)
 
     def _open_sink(self, meter_provider: MeterProvider | None,
@@ -294,6 +295,10 @@ class Telemetry:
             record.end_ns = time.time_ns()
             if not self._closed:
                 self._sink.submit(record)
+            elif not self._warned_closed:  # a script that goes on after finish(): its steps go nowhere
+                self._warned_closed = True
+                logger.warning("otel-grpo: step %d came after this Telemetry's finish() or shutdown(); it and "
+                               "later steps are neither exported nor spilled (make a new Telemetry)", step)
 
     def _select_across_ranks(self, record: StepRecord) -> list | None:
         """The step's kept rows of every rank on rank 0, [] on the others; None with one process or per-rank selection."""
@@ -343,7 +348,8 @@ class Telemetry:
         """The run ended on purpose (completed, or stopped by the user): `grpo.run.finished` = 1, then `shutdown`.
 
         Alerts tell a finished run from one that stopped exporting (a crash) by this
-        gauge, so call it on every deliberate end and never on an error path.
+        gauge, so call it on every deliberate end and never on an error path. A closed
+        Telemetry stays closed: steps recorded after it go nowhere (one warning says so).
         """
         self.shutdown(finished=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -40,6 +41,27 @@ def test_a_preempted_run_is_not_finished(captured):
         s.record({"kl": 0.1})
     captured.tel.shutdown(preempted=True)
     assert _marker(captured, "grpo.run.preempted") == 1.0 and _marker(captured, "grpo.run.finished") == 0.0
+
+
+def test_a_step_after_finish_is_said_once_and_changes_nothing(captured, caplog):
+    """A script that goes on after finish(): its steps go nowhere, and the user is told (once), not left to
+    wonder why the dashboards stopped."""
+    with captured.tel.step(0) as s:
+        s.record({"kl": 0.1})
+        s.samples([{"prompt": "p", "completion": "c", "reward": 1.0}])
+    captured.tel.finish()
+    spilled = sorted(p.name for p in captured.output_dir.rglob("*.jsonl"))
+    assert spilled == ["step_0.jsonl", "steps.jsonl"]
+    with caplog.at_level(logging.WARNING, logger="otel_grpo"):
+        for step in (1, 2):
+            with captured.tel.step(step) as s:
+                s.record({"kl": 0.2})
+                s.samples([{"prompt": "p", "completion": "c", "reward": 1.0}])
+        captured.tel.log_metrics(3, {"kl": 0.3})
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "step 1 came after this Telemetry's finish() or shutdown()" in said[0]
+    assert sorted(p.name for p in captured.output_dir.rglob("*.jsonl")) == spilled
+    assert {dict(span.attributes)["grpo.step"] for span in captured.spans() if span.name == "grpo.step"} == {0}
 
 
 def test_a_measured_phase_is_a_child_span_of_that_length_and_a_duration_observation(captured):

@@ -43,6 +43,7 @@ class _Binding:
             logger.warning("otel-grpo: the Telemetry given to instrument() was closed by the previous train(), so "
                            "this train() exports nothing; call instrument(trainer) again (with a new Telemetry or "
                            "none) before train()")
+            self.callback.telemetry = Telemetry.disabled()  # said here: the closed one would say it again per run
 
 
 def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any) -> Telemetry:
