@@ -24,13 +24,16 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import typer
 
 from otel_grpo.catalog import spans
 
 from ._app import app, fail, warn
+
+if TYPE_CHECKING:
+    from otel_grpo.telemetry._spill import SpillReader
 
 _REQUEST_BYTES = 4 * 1024 * 1024  # a request is sent once its body passes this (the sidecar takes 64 MiB)
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how the spill writes them (JSON has none)
@@ -89,7 +92,7 @@ def _progress(total: int) -> Iterator[Callable[[int, str], None]]:
         yield lambda done, note: bar.update(task, advance=done, note=note)
 
 
-def _requests(spill) -> Iterator[tuple[bytes, int, int, int]]:
+def _requests(spill: SpillReader) -> Iterator[tuple[bytes, int, int, int]]:
     """Serialized ExportTraceServiceRequests of about `_REQUEST_BYTES`, whole steps each, in step order, with the
     steps, samples and spill steps (`spill.steps` entries) each holds."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
