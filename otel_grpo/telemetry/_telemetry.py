@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import random
+import sys
 import threading
 import time
 from contextlib import AbstractContextManager, contextmanager
@@ -205,7 +206,18 @@ class Telemetry:
         self._budget = RowBudget(settings)  # ... within the run's budget, counted alike on every rank
         self._warned_exchange = False
         self._warned_closed = False
-        atexit.register(self.shutdown)
+        atexit.register(self._at_exit)
+
+    def _at_exit(self) -> None:
+        """The interpreter exits with the run still open: `shutdown()`, so the run ends unfinished (a crash to
+        the alerts). Where the exit looks deliberate (no uncaught exception), a forgotten `finish()` is the
+        likely cause, and the page it will bring is said here, once, where the user can fix it."""
+        if not self._closed and self.exporting and self._last_step is not None \
+                and getattr(sys, "last_value", None) is None:
+            logger.warning("otel-grpo: the process exits with run %r not finished (last step %d), so its alerts "
+                           "see a crash; call finish() when training completes (shutdown() on an error path)",
+                           self.settings.run_id, self._last_step)
+        self.shutdown()
 
     def _open_sink(self, meter_provider: MeterProvider | None,
                    tracer_provider: TracerProvider | None) -> ThreadSink | ProcessSink:
@@ -349,7 +361,9 @@ class Telemetry:
 
         Alerts tell a finished run from one that stopped exporting (a crash) by this
         gauge, so call it on every deliberate end and never on an error path. A closed
-        Telemetry stays closed: steps recorded after it go nowhere (one warning says so).
+        Telemetry stays closed: steps recorded after it go nowhere (one warning says so). A
+        process that exits with the run open ends it unfinished (the exit hook), with a
+        warning when no exception ended the process (a forgotten `finish()`).
         """
         self.shutdown(finished=True)
 
@@ -365,5 +379,5 @@ class Telemetry:
             if self._closed:
                 return
             self._closed = True
-        atexit.unregister(self.shutdown)
+        atexit.unregister(self._at_exit)
         self._sink.close(self.settings.shutdown_timeout_s, finished=finished, preempted=preempted)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -95,3 +98,26 @@ def test_a_phase_without_a_string_name_is_refused_at_the_call(captured, name):
             with s.phase(name):
                 pass
     assert [sp.name for sp in captured.spans() if sp.name.startswith("grpo.phase")] == []
+
+
+_SCRIPT = """
+import sys
+from otel_grpo import Telemetry
+tel = Telemetry.from_env(run_id="script", output_dir=sys.argv[2], metrics_exporters=["none"], traces_exporters=["none"])
+with tel.step(0) as s:
+    s.record({"kl": 0.1})
+if sys.argv[1] == "crash":
+    raise RuntimeError("the training loop failed")
+if sys.argv[1] == "finish":
+    tel.finish()
+"""
+
+
+@pytest.mark.parametrize("ending, says", [("return", True), ("crash", False), ("finish", False)])
+def test_a_script_that_ends_without_finish_is_told_its_run_will_look_crashed(ending, says, tmp_path):
+    """The exit hook ends an open run unfinished, which the alerts take for a crash: a page after every
+    successful run of a script that forgot finish(). Said at exit when no exception ended the process."""
+    out = subprocess.run([sys.executable, "-c", _SCRIPT, ending, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    warned = "run 'script' not finished (last step 0), so its alerts see a crash; call finish()" in out.stderr
+    assert warned == says, out.stderr
