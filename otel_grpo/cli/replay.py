@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from otel_grpo.telemetry._spill import SpillReader
 
 _REQUEST_BYTES = 4 * 1024 * 1024  # a request is sent once its body passes this (the sidecar takes 64 MiB)
+_ROWS_PER_SPAN = 64  # sample rows per `grpo.samples` span, as the trainer's chunks
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how the spill writes them (JSON has none)
 _TEXT = frozenset(("prompt", "completion"))
 
@@ -64,10 +65,11 @@ def replay(
         headers["Authorization"] = f"Bearer {token}"
     sent_steps = sent_samples = 0
     with _progress(len(spill.steps)) as advance:
-        for body, n_steps, n_samples, n_done in _requests(spill):
-            _post(url, gzip.compress(body, 5), headers, retries, timeout_s)
-            sent_steps, sent_samples = sent_steps + n_steps, sent_samples + n_samples
-            advance(n_done, f"{sent_samples} samples")
+        for request in _requests(spill):
+            if request.size:
+                _post(url, gzip.compress(request.message.SerializeToString(), 5), headers, retries, timeout_s)
+            sent_steps, sent_samples = sent_steps + request.steps, sent_samples + request.samples
+            advance(request.done, f"{sent_samples} samples")
     if spill.unreadable:  # what these lines held is not in the store
         where = ", ".join(f"{path.relative_to(output_dir)} ({n})" for path, n in spill.unreadable.items())
         warn(f"skipped {sum(spill.unreadable.values())} line(s) that are no step or sample of a run (no JSON "
@@ -92,19 +94,28 @@ def _progress(total: int) -> Iterator[Callable[[int, str], None]]:
         yield lambda done, note: bar.update(task, advance=done, note=note)
 
 
-def _requests(spill: SpillReader) -> Iterator[tuple[bytes, int, int, int]]:
-    """Serialized ExportTraceServiceRequests of about `_REQUEST_BYTES`, whole steps each, in step order, with the
-    steps, samples and spill steps (`spill.steps` entries) each holds."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+class _Request:
+    """One ExportTraceServiceRequest being filled: a resource per run, its size, and what it carries."""
 
-    request, size, n_steps, n_samples, n_done = ExportTraceServiceRequest(), 0, 0, 0, 0
-    runs: dict[str, Any] = {}
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    def spans_of(run_id: str):
-        if run_id not in runs:
-            runs[run_id] = _resource_spans(request, run_id)
-        return runs[run_id]
+        self.message = ExportTraceServiceRequest()
+        self.runs: dict[str, Any] = {}
+        self.size = self.steps = self.samples = self.done = 0
+        """Serialized bytes so far; step spans; sample rows; spill steps (`SpillReader.steps`) completed."""
 
+    def span(self, run_id: str):
+        """A new span under `run_id`'s resource."""
+        if run_id not in self.runs:
+            self.runs[run_id] = _resource_spans(self.message, run_id)
+        return self.runs[run_id].add()
+
+
+def _requests(spill: SpillReader) -> Iterator[_Request]:
+    """Requests of about `_REQUEST_BYTES` in step order; a step's rows go `_ROWS_PER_SPAN` to a span, so a
+    step larger than a request (every row of an anomalous step kept) is sent in parts."""
+    request = _Request()
     for step in spill.steps:
         lines = {(run_id, step): functools.reduce(_merged, found, None)
                  for run_id, found in spill.step_lines(step).items()}
@@ -115,17 +126,22 @@ def _requests(spill: SpillReader) -> Iterator[tuple[bytes, int, int, int]]:
             line = lines.get((run_id, number))
             end_ns = (line or {}).get("end_ns") or time.time_ns()
             if line is not None:
-                size += _step_span(spans_of(run_id).add(), run_id, number, line, end_ns).ByteSize()
-                n_steps += 1
-            if (run_id, number) in rows:
-                size += _samples_span(spans_of(run_id).add(), run_id, number, rows[(run_id, number)], end_ns).ByteSize()
-                n_samples += len(rows[(run_id, number)])
-        n_done += 1
-        if size >= _REQUEST_BYTES:
-            yield request.SerializeToString(), n_steps, n_samples, n_done
-            request, size, n_steps, n_samples, n_done, runs = ExportTraceServiceRequest(), 0, 0, 0, 0, {}
-    if size:
-        yield request.SerializeToString(), n_steps, n_samples, n_done
+                request.size += _step_span(request.span(run_id), run_id, number, line, end_ns).ByteSize()
+                request.steps += 1
+            group = rows.get((run_id, number), [])
+            for first in range(0, len(group), _ROWS_PER_SPAN):
+                chunk = group[first:first + _ROWS_PER_SPAN]
+                request.size += _samples_span(request.span(run_id), run_id, number, chunk, end_ns).ByteSize()
+                request.samples += len(chunk)
+                if request.size >= _REQUEST_BYTES:
+                    yield request
+                    request = _Request()
+        request.done += 1
+        if request.size >= _REQUEST_BYTES:
+            yield request
+            request = _Request()
+    if request.size or request.done:
+        yield request
 
 
 def _merged(earlier: dict | None, line: dict) -> dict:

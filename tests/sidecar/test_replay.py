@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
-from otel_grpo.telemetry._spill import SpillReader
+from otel_grpo.telemetry._spill import SampleSpill, SpillReader
 from tests._support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -163,3 +164,23 @@ def test_replay_names_the_lines_it_cannot_read_and_sends_the_rest(sidecar_factor
                                      "object with run_id and step): steps.jsonl (1), samples/step_1.jsonl (1)")
     assert "replayed 3 step(s) and 15 sample(s)" in result.stdout
     _assert_exactly_the_spill(sidecar.url, out, "edited")
+
+
+def test_a_step_larger_than_a_request_goes_in_parts(sidecar_factory, tmp_path):
+    """Every row of an anomalous step is kept: one step's spill can outgrow a request (and the sidecar's body
+    limit). Its rows go 64 to a span, and a request is sent whenever one is full, mid-step too."""
+    sidecar = sidecar_factory()
+    out = tmp_path / "run"
+    spill = SampleSpill(out)
+    spill.write_step("huge", 7, 1, 2, {"kl": 0.5}, {})
+    rows = [{"run_id": "huge", "step": 7, "sample_index": i, "prompt": os.urandom(1000).hex(),  # gzip cannot shrink
+             "completion": os.urandom(1000).hex(), "reward": 0.5} for i in range(1500)]  # ~6 MB: two requests
+    spill.write(7, rows)
+    assert "replayed 1 step(s) and 1500 sample(s)" in _replay(sidecar.url, out)
+    assert httpx.get(f"{sidecar.url}/api/runs/huge").json()["sample_count"] == 1500
+    metrics = httpx.get(f"{sidecar.url}/metrics").text
+    spans = re.search(r"^otel_grpo_sidecar_spans_ingested_total (\S+)$", metrics, re.M)
+    requests = re.search(r'^otel_grpo_sidecar_request_duration_seconds_count\{[^}]*/v1/traces[^}]*\} (\S+)$',
+                         metrics, re.M)
+    assert spans and float(spans.group(1)) == 1 + 24  # the step span, and 1500 rows in spans of 64
+    assert requests and float(requests.group(1)) >= 2, metrics
