@@ -57,6 +57,8 @@ def sidecar(
     except ValueError as e:  # pydantic's ValidationError is one
         fail(f"invalid sidecar settings: {_first_error(e)}")
     _check_db(settings.db, settings.db_name)
+    if settings.log_file is not None:
+        _check_log_file(settings.log_file)
     _check_port(settings.host, settings.port)
     if not loopback_only(settings.host) and not (settings.ingest_token and settings.read_token):
         warn(f"the sidecar listens on {settings.host} without both tokens, as allowed: anyone who reaches it can "
@@ -122,6 +124,20 @@ def _check_db(target, name: str) -> None:
     except (sqlite3.Error, psycopg.Error, SchemaError) as e:
         message = " ".join(str(e).replace(str(target), name).split())  # psycopg's are multi-line
         fail(f"cannot open the sidecar database {name!r}: {message}")
+
+
+def _check_log_file(path: Path) -> None:
+    """Make the log file's directory (as the database's) and open the file once before serving: a path that
+    cannot take it is one line, not logging's traceback from inside uvicorn's set-up."""
+    problem = path_problem(path, "--log-file")
+    if problem:
+        fail(f"cannot write the log file: {problem}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as e:
+        fail(f"cannot write the log file: {os_error_line(e, path, '--log-file')}")
 
 
 def _check_port(host: str, port: int) -> None:

@@ -57,6 +57,8 @@ def test_a_commands_description_wraps_as_paragraphs_at_80_columns(command):
         (["up", "--dir", "/etc/passwd/stack"], None, "/etc/passwd is a file, not a directory"),
         (["sidecar", "--db", "/etc/passwd/x.db"], None, "/etc/passwd is a file, not a directory"),  # "File exists"
         (["sidecar", "--db", "/"], None, "--db /: is a directory, not a file"),
+        (["sidecar", "--db", "{tmp}/s.db", "--log-file", "/proc/nope/x.log"], None,
+         "cannot write the log file: --log-file /proc/nope/x.log"),  # was logging's 50-line traceback
         # click's usage errors, one line too (typer draws them as a box of five or more)
         (["follow", "--jsonl", "x", "--poll", "0"], None, "Invalid value for '--poll'"),
         (["train", "--stpes", "3"], None, "No such option: --stpes"),
