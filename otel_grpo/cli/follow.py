@@ -73,6 +73,11 @@ def follow(
     run_id = run_id or TelemetrySettings.environment().get("run_id")  # --run-id, else OTEL_GRPO_RUN_ID
     if verl_rollouts and not (verl_metrics or run_id):
         fail("--verl-rollouts alone needs --run-id", 2)
+    for flag, given, directory in (("--verl-metrics", verl_metrics, False), ("--verl-rollouts", verl_rollouts, True),
+                                   ("--trl-output", trl_output, True), ("--jsonl", jsonl, False)):
+        if given is not None and given.exists() and given.is_dir() != directory:  # not yet there is fine (live)
+            fail(f"{flag} {given}: is a {'file' if directory else 'directory'}, not a "
+                 f"{'directory' if directory else 'file'}", 2)
     if finished:
         for given in (verl_metrics, verl_rollouts, trl_output, jsonl):
             if given is not None and not given.exists():

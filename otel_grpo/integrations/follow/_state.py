@@ -51,10 +51,13 @@ class State:
 
     def lock(self) -> None:
         """Hold the state file for this process; `ValueError` naming the holder's pid if another has it."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         if self._lock_fd is not None:
             return
-        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise ValueError(f"state file {self.path}: cannot be written there ({exc.strerror or exc})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -136,10 +136,15 @@ class TrlOutput:
             self._scalar_step = max(self._scalar_step, value)
 
     def _parquets(self) -> list[tuple[int, Path]]:
+        completions = self.dir / "completions"
         try:
-            names = os.listdir(self.dir / "completions")
+            names = os.listdir(completions)
         except FileNotFoundError:
             return []
+        except OSError as exc:  # not a directory, no permission: said once, tried again on every poll
+            self.bad.unreadable(completions, f"{type(exc).__name__}: {exc}")
+            return []
+        self.bad.readable(completions)
         return sorted((int(m.group(1)), self.dir / "completions" / n) for n in names if (m := _PARQUET.match(n)))
 
     def poll(self, max_records: int) -> list[Record]:

@@ -20,6 +20,17 @@ ROOT = Path(__file__).resolve().parents[3]
 WRITER = Path(__file__).with_name("verl_writer.py")
 
 
+@pytest.fixture(autouse=True)
+def _runs_shut_down():
+    """The in-process `Run`s of a test end with it (an open one would be ended by the exit hook, with its
+    warning about a forgotten finish())."""
+    yield
+    from .test_files import Run
+
+    while Run.made:
+        Run.made.pop().shutdown()
+
+
 @pytest.fixture(scope="session")
 def verl() -> Path:
     return verl_site()

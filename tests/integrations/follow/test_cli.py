@@ -24,11 +24,15 @@ def follow(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess[str]:
     ((), "nothing to follow"),
     (("--verl-rollouts", "x"), "--verl-rollouts alone needs --run-id"),
     (("--jsonl", "x.jsonl", "--trl-output", "d", "--trl-reward-weights", "1,a"), "--trl-reward-weights"),
+    (("--trl-output", "/etc/passwd"), "--trl-output /etc/passwd: is a file, not a directory"),
+    (("--jsonl", "/tmp"), "--jsonl /tmp: is a directory, not a file"),
+    (("--jsonl", "x.jsonl", "--state", "/proc/no/s.json"), "state file /proc/no/s.json: cannot be written there"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
-    out = follow(*args, "--state", str(tmp_path / "s.json"))
+    out = follow(*args, *(() if "--state" in args else ("--state", str(tmp_path / "s.json"))))
     assert out.returncode == 2
     assert says in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 def test_a_state_file_of_another_run_is_refused(tmp_path):

@@ -23,7 +23,9 @@ from .conftest import WRITER
 
 
 class Run:
-    """A Telemetry on in-memory exporters and a follower over the given sources."""
+    """A Telemetry on in-memory exporters and a follower over the given sources (shut down after the test)."""
+
+    made: list[Telemetry] = []
 
     def __init__(self, tmp_path, sources, *, state=None, from_start=True, pair_wait_s=0.0, **settings):
         self.spans = InMemorySpanExporter()
@@ -32,6 +34,7 @@ class Run:
         self.reader = InMemoryMetricReader()
         self.tel = Telemetry(TelemetrySettings(run_id="r", output_dir=str(tmp_path / "out"), **settings),
                              meter_provider=MeterProvider(metric_readers=[self.reader]), tracer_provider=tracer)
+        Run.made.append(self.tel)
         self.follower = Follower(self.tel, sources, state or State.load(tmp_path / "state.json"),
                                  FollowOptions(poll_s=0.01, pair_wait_s=pair_wait_s), from_start=from_start)
 
