@@ -21,6 +21,7 @@ import math
 import os
 import sys
 import time
+import urllib.parse
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,6 +55,9 @@ def replay(
     """Send a run's spill to the sidecar again; what it already stored stays as it is."""
     from otel_grpo.telemetry._spill import SpillReader
 
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:  # bad input: no retries can mend it
+        fail(f"--endpoint {endpoint}: expected an http:// or https:// URL with a host", 2)
     if not output_dir.is_dir():
         fail(f"{output_dir} is not a directory")
     spill = SpillReader(output_dir)

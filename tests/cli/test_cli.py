@@ -65,6 +65,7 @@ def test_a_commands_description_wraps_as_paragraphs_at_80_columns(command):
         (["replay"], None, "Missing argument 'output_dir'"),
         (["demo", "--fault", "meltdown@3"], None, "meltdown"),
         (["dashboards", "--root", "/no/such/checkout", "--check"], None, "'/no/such/checkout' does not exist"),
+        (["replay", "{tmp}", "--endpoint", "sidecar:8000"], None, "--endpoint sidecar:8000: expected an http"),
     ],
 )
 def test_bad_input_is_one_line_and_a_non_zero_exit(args, env, names, tmp_path):
