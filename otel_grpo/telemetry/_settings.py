@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 import os
+import urllib.parse
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
 from .. import catalog
@@ -86,19 +87,7 @@ class TelemetrySettings(BaseSettings):
     traces_exporters: Annotated[list[Exporter], NoDecode] = ["otlp"]
     """Where spans (step history, phases, samples) go: any of otlp, console; or ["none"]."""
 
-    otlp_endpoint: str | None = Field(
-        None, validation_alias=_env_alias("otlp_endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT")
-    )
-    """Base OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`). HTTP appends `/v1/traces`, `/v1/metrics`.
-    None: the SDK default (localhost:4318 for HTTP, localhost:4317 for grpc)."""
-    otlp_traces_endpoint: str | None = Field(
-        None, validation_alias=_env_alias("otlp_traces_endpoint", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    )
-    """Full traces endpoint, used as is (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); wins over the base."""
-    otlp_metrics_endpoint: str | None = Field(
-        None, validation_alias=_env_alias("otlp_metrics_endpoint", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-    )
-    """Full metrics endpoint, used as is (`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`)."""
+    # The protocols come before the endpoints: the endpoints' check reads them.
     otlp_protocol: Protocol = Field(
         "http/protobuf", validation_alias=_env_alias("otlp_protocol", "OTEL_EXPORTER_OTLP_PROTOCOL")
     )
@@ -112,6 +101,20 @@ class TelemetrySettings(BaseSettings):
         None, validation_alias=_env_alias("otlp_metrics_protocol", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
     )
     """Metrics-only transport (`OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`); None: `otlp_protocol`."""
+    otlp_endpoint: str | None = Field(
+        None, validation_alias=_env_alias("otlp_endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+    """Base OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`). HTTP appends `/v1/traces`, `/v1/metrics`.
+    None: the SDK default (localhost:4318 for HTTP, localhost:4317 for grpc). Where an OTLP/HTTP
+    exporter uses an endpoint, it must be an http:// or https:// URL (refused otherwise, at once)."""
+    otlp_traces_endpoint: str | None = Field(
+        None, validation_alias=_env_alias("otlp_traces_endpoint", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    )
+    """Full traces endpoint, used as is (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); wins over the base."""
+    otlp_metrics_endpoint: str | None = Field(
+        None, validation_alias=_env_alias("otlp_metrics_endpoint", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    )
+    """Full metrics endpoint, used as is (`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`)."""
     resource_attributes: Annotated[dict[str, str], NoDecode] = {}
     """Extra resource attributes ("k=v,k2=v2"); merged over `OTEL_RESOURCE_ATTRIBUTES`, which
     the SDK reads as well."""
@@ -251,6 +254,25 @@ class TelemetrySettings(BaseSettings):
     def _rule_settings_readable(cls, value: Path | None) -> Path | None:
         if value is not None:
             catalog.run_thresholds(catalog.load_rule_settings(value), "")  # ValueError naming the file or setting
+        return value
+
+    @field_validator("otlp_endpoint", "otlp_traces_endpoint", "otlp_metrics_endpoint")
+    @classmethod
+    def _endpoint_is_a_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """An endpoint an OTLP/HTTP exporter will use must be an http(s) URL with a host: `collector:4318`
+        (the scheme forgotten) would fail every export of the run, and only at the first export."""
+        if value is None:
+            return value
+        data = info.data
+        signals = [s for s in ("traces", "metrics") if info.field_name in ("otlp_endpoint", f"otlp_{s}_endpoint")]
+        http = [s for s in signals if "otlp" in data.get(f"{s}_exporters", ())
+                and (data.get(f"otlp_{s}_protocol") or data.get("otlp_protocol")) == "http/protobuf"]
+        parts = urllib.parse.urlsplit(value)
+        if "://" in value and (parts.scheme not in ("http", "https") or not parts.hostname):
+            raise ValueError(f"{value!r} is no http:// or https:// URL with a host")
+        if http and "://" not in value:
+            raise ValueError(f"{value!r} has no http:// or https:// (OTLP/HTTP {' and '.join(http)} need a URL, "
+                             f"e.g. http://{value})")
         return value
 
     @field_validator("otlp_protocol", "otlp_traces_protocol", "otlp_metrics_protocol", mode="before")

@@ -110,6 +110,9 @@ def test_unprefixed_field_names_are_not_read_from_the_environment(monkeypatch):
         {"top_k": -1},
         {"max_text_chars": 0},
         {"shutdown_timeout_s": 0},
+        {"otlp_endpoint": "collector:4318"},  # the scheme forgotten: every export of the run would fail
+        {"otlp_traces_endpoint": "ftp://sidecar/v1/traces"},
+        {"otlp_metrics_endpoint": "http://"},
     ],
 )
 def test_invalid_settings_are_rejected(kwargs):
@@ -163,3 +166,11 @@ def test_an_empty_variable_is_unset_as_the_opentelemetry_specification_says(monk
     s = TelemetrySettings.with_defaults({"run_id": "from-trainer", "model_name": "m"})
     assert (s.run_id, s.top_k, s.otlp_endpoint, s.model_name) == ("from-trainer", 4, None, "m")
     assert TelemetrySettings().run_id.startswith("run-")
+
+
+def test_an_endpoint_without_a_scheme_is_named_as_set_and_fine_where_no_otlp_http_exporter_uses_it(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")
+    with pytest.raises(ValueError, match=r"^OTEL_EXPORTER_OTLP_ENDPOINT=collector:4318: .* e\.g\. http://collector:4318"):
+        TelemetrySettings()
+    assert TelemetrySettings(otlp_protocol="grpc").otlp_endpoint == "collector:4318"  # gRPC takes host:port
+    assert TelemetrySettings(metrics_exporters=["prometheus"], traces_exporters=["none"])  # no OTLP exporter
