@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ._app import app, fail
+from ._app import app, fail, speaker
 
 _STATE_DIR = Path(".otel-grpo-follow")
 
@@ -109,7 +109,7 @@ def follow(
                         from_start=from_start or finished)
     for given in (verl_metrics, verl_rollouts, trl_output, jsonl):
         if given is not None and not given.exists():  # a live run may not have written it yet; a typo never will
-            typer.echo(f"otel-grpo follow: {given} does not exist yet; waiting for it (read from its start)", err=True)
+            typer.echo(f"{speaker()}: {given} does not exist yet; waiting for it (read from its start)", err=True)
     stop = threading.Event()
     # Both explicitly: a shell starting us in the background leaves SIGINT ignored.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -120,5 +120,5 @@ def follow(
     else:
         tel.shutdown()
     how = "run finished" if ended else "stopped; the run stays live"
-    typer.echo(f"otel-grpo follow: run {run}: {follower.emitted} steps emitted, "
+    typer.echo(f"{speaker()}: run {run}: {follower.emitted} steps emitted, "
                f"{follower.malformed} bad lines or files skipped; {how}", err=True)
