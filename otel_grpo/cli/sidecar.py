@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Optional
 
 import typer
 

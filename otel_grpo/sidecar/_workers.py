@@ -241,7 +241,3 @@ class IngestPool:
         for worker in self._workers:
             worker.stop(timeout_s)
         self._workers.clear()
-
-    def pids(self) -> list[int]:
-        """Process ids of the workers started and not yet known to be lost."""
-        return [w.process.pid for w in self._workers if w.process.is_alive()]

@@ -8,7 +8,6 @@ back to hex when we answer.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 
 from google.protobuf import json_format
@@ -115,11 +114,3 @@ def encode_status(media: str, code: int, message: str) -> bytes:
     if media == JSON:
         return json_format.MessageToJson(status, indent=None).encode()
     return status.SerializeToString()
-
-
-def b64_to_hex(value: str) -> str:
-    """Inverse helper for tests and tools: protobuf JSON base64 id -> OTLP hex id."""
-    try:
-        return base64.b64decode(value).hex()
-    except binascii.Error as exc:
-        raise DecodeError(str(exc)) from None

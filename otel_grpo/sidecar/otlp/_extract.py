@@ -16,9 +16,6 @@ from otel_grpo.catalog.spans import (METRIC_PREFIX, PHASE_ATTR, PHASE_PREFIX, RU
 # stored as `stat.<key>` so a row never has two fields of one name.
 RESERVED_STEP_KEYS = frozenset({"run_id", "step", "time"})
 PHASE_COLUMN = "phase_duration/"
-# Sample columns kept in their own SQL columns (indexed or searched); the rest go to JSON.
-CORE_NUMERIC = ("reward", "advantage", "completion_length")
-CORE_TEXT = ("prompt", "completion")
 
 
 @dataclass(slots=True)

@@ -40,6 +40,5 @@ Status = _build_status_class()
 
 # google.rpc.Code values used in OTLP answers.
 INVALID_ARGUMENT = 3
-RESOURCE_EXHAUSTED = 8
 UNAUTHENTICATED = 16
 UNAVAILABLE = 14
