@@ -24,10 +24,6 @@ class ConfigError(ValueError):
     """A configuration that cannot be used; the message is one line for the user."""
 
 
-def _nested(config: Any) -> dict[str, Any]:
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-
-
 def to_dict(config: Any) -> dict[str, Any]:
     """Plain dict of a config dataclass (nested sections as dicts), YAML-serializable."""
     return dataclasses.asdict(config)

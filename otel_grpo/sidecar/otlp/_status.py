@@ -40,5 +40,4 @@ Status = _build_status_class()
 
 # google.rpc.Code values used in OTLP answers.
 INVALID_ARGUMENT = 3
-UNAUTHENTICATED = 16
 UNAVAILABLE = 14
