@@ -19,7 +19,8 @@ from typing import Any, Callable
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from ._providers import Owned, build_meter_provider, build_resource, build_tracer_provider, otlp_unreachable
+from ._providers import (Owned, build_meter_provider, build_resource, build_tracer_provider, otlp_unreachable,
+                         sdk_disabled)
 from ._quiet import ExportHealth
 from ._settings import TelemetrySettings
 
@@ -78,7 +79,9 @@ class Exporters:
             self._linger(settings.prometheus_linger_s)  # until one more scrape has seen run_finished = 1
         remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
         health = self.health
-        unreachable = None if not self._owned or health.failing else otlp_unreachable(settings)
+        # with the SDK disabled nothing was recorded, so no endpoint is waited for or blamed
+        checked = self._owned and not health.failing and not sdk_disabled()
+        unreachable = otlp_unreachable(settings) if checked else None
         down = self._owned and (health.failing or unreachable is not None)
         if unreachable is not None and not health.failures:
             # A short run exports only now: no failed export has said the endpoint is down. Said as one

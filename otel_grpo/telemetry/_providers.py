@@ -85,6 +85,12 @@ def _otlp_target(settings: TelemetrySettings, signal: Literal["traces", "metrics
     return base  # grpc: host:port, None -> the SDK's localhost:4317
 
 
+def sdk_disabled() -> bool:
+    """`OTEL_SDK_DISABLED=true` (the OpenTelemetry specification's switch): the SDK's providers then hand
+    out no-op meters and tracers, so nothing is recorded or exported, whatever the exporters."""
+    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
 def otlp_unreachable(settings: TelemetrySettings, timeout_s: float = 0.5) -> str | None:
     """The first OTLP endpoint in use that takes no TCP connection within `timeout_s`; None if all do.
 

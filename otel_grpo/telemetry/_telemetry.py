@@ -43,7 +43,7 @@ from otel_grpo.catalog import spans, stat_key
 from ._backend import Backend
 from ._exchange import current_group, select_across_ranks
 from ._process_sink import ProcessSink
-from ._providers import detect_rank
+from ._providers import detect_rank, sdk_disabled
 from ._quiet import ExportHealth
 from ._record import StepRecord, error_of
 from ._retention import AnomalyJudge, RowBudget
@@ -206,6 +206,10 @@ class Telemetry:
         self._budget = RowBudget(settings)  # ... within the run's budget, counted alike on every rank
         self._warned_exchange = False
         self._warned_closed = False
+        if self.exporting and sdk_disabled():  # set for a whole cluster, it would silence the run without a word
+            spill = f"; samples still spill to {settings.output_dir / 'samples'}" if settings.spill_samples else ""
+            logger.warning("otel-grpo: OTEL_SDK_DISABLED=true turns OpenTelemetry off in this process: run %r "
+                           "exports no metrics or spans%s (unset it to export)", settings.run_id, spill)
         atexit.register(self._at_exit)
 
     def _at_exit(self) -> None:
