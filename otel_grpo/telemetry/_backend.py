@@ -88,7 +88,7 @@ class Backend:
             self._instruments.record_scalars({"run_preempted": 1.0})
         if finished:
             self._instruments.record_scalars({"run_finished": 1.0})
-        self.exporters.close(timeout_s, linger=finished)
+        self.exporters.close(timeout_s, linger=finished or preempted)
 
     # ---- one step ------------------------------------------------------------------------
     def _emit(self, rec: StepRecord) -> None:

@@ -191,7 +191,8 @@ class ProcessSink:
         """The child emits what it was sent, ends the run and closes its exporters within half of `timeout_s`
         (plus the Prometheus linger); a child that does not is killed, and this process emits what it had not
         acknowledged, within what is left."""
-        linger = self._settings.prometheus_linger_s if finished and self.prometheus_port is not None else 0.0
+        ended = finished or preempted  # on purpose: the pull endpoint stays for one more scrape
+        linger = self._settings.prometheus_linger_s if ended and self.prometheus_port is not None else 0.0
         deadline = time.monotonic() + timeout_s + linger
         if self._local is None:
             self._send(pickle.dumps(("shutdown", None, (timeout_s / 2, finished, preempted))))

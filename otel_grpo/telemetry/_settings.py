@@ -128,11 +128,12 @@ class TelemetrySettings(BaseSettings):
     prometheus_port: int = Field(9464, ge=0, le=65535)
     """Port of the Prometheus pull endpoint; with `export_all_ranks` each rank adds its local rank."""
     prometheus_linger_s: float = Field(2.5, ge=0, le=300)
-    """After `finish()`, keep serving `/metrics` until one more scrape has read `grpo.run.finished` = 1,
-    at most this long; not at all when nothing ever scraped the endpoint.
+    """After `finish()` (or a preemption), keep serving `/metrics` until one more scrape has read
+    `grpo.run.finished` = 1 (`grpo.run.preempted` = 1), at most this long; not at all when nothing ever
+    scraped the endpoint.
 
     The pull endpoint goes away at shutdown; without a scrape in between, Prometheus never
-    learns that the run finished and GRPOMetricsAbsent fires. At least the scrape interval
+    learns how the run ended and GRPOMetricsAbsent fires. At least the scrape interval
     (the local stack scrapes every second). A crash (no `finish()`) does not linger.
     """
 

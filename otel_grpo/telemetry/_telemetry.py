@@ -40,6 +40,7 @@ from opentelemetry.trace import TracerProvider
 
 from otel_grpo.catalog import spans, stat_key
 
+from . import _preemption
 from ._backend import Backend
 from ._exchange import current_group, select_across_ranks
 from ._process_sink import ProcessSink
@@ -211,6 +212,8 @@ class Telemetry:
             logger.warning("otel-grpo: OTEL_SDK_DISABLED=true turns OpenTelemetry off in this process: run %r "
                            "exports no metrics or spans%s (unset it to export)", settings.run_id, spill)
         atexit.register(self._at_exit)
+        if self.exporting:
+            _preemption.watch(self)  # SIGTERM left to its default would end the run as a crash
 
     def _at_exit(self) -> None:
         """The interpreter exits with the run still open: `shutdown()`, so the run ends unfinished (a crash to
@@ -377,11 +380,14 @@ class Telemetry:
 
         `finished=True` is `finish()`. The exit hook calls this with False: a process
         that exits without finishing its run did not end it on purpose. `preempted=True`:
-        a scheduler stopped the run (SIGTERM) to resume it later, `grpo.run.preempted` = 1.
+        a scheduler stopped the run (SIGTERM) to resume it later, `grpo.run.preempted` = 1. While the
+        run is open, a SIGTERM that nothing else in the program handles does this by itself and then
+        lets the signal end the process as it would have (`_preemption`).
         """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         atexit.unregister(self._at_exit)
+        _preemption.unwatch(self)
         self._sink.close(self.settings.shutdown_timeout_s, finished=finished, preempted=preempted)

@@ -88,3 +88,37 @@ def test_a_short_run_with_the_sidecar_down_says_so(tmp_path):
     assert f"127.0.0.1:{dead}/v1/traces failed (unreachable at the end of the run)" in out.stderr
     assert "did not answer" in out.stdout and str(tmp_path / "run" / "samples") in out.stdout
     assert list((tmp_path / "run" / "samples").glob("step_*.jsonl"))
+
+
+def test_a_preempted_trl_run_is_reported_preempted_and_still_dies_of_sigterm(tmp_path):
+    """A scheduler's SIGTERM to a script that only called `instrument(trainer)`: the run ends as preempted
+    (GRPORunPreempted, to resume) instead of vanishing as a crash, and the job's exit is unchanged."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.telemetry._receiver import OTLPReceiver
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "trl_grpo.py"
+    out = tmp_path / "run"
+    with OTLPReceiver() as rx:
+        env = {**os.environ, "PYTHONPATH": os.getcwd(), "OTEL_GRPO_METRICS_EXPORTERS": "otlp",
+               "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{rx.port}",
+               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{rx.port}/v1/traces"}
+        proc = subprocess.Popen([sys.executable, str(example), "--steps", "1000", "--output-dir", str(out)],
+                                env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        steps, deadline = out / "steps.jsonl", time.monotonic() + 240
+        while (not steps.exists() or len(steps.read_text().splitlines()) < 2) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGTERM, err[-3000:]
+        assert "SIGTERM: ending run 'run' as preempted" in err
+        preempted = rx.metric_points("grpo.run.preempted")
+        finished = rx.metric_points("grpo.run.finished")
+        assert preempted and preempted[-1][1].as_double == 1.0
+        assert finished and finished[-1][1].as_double == 0.0

@@ -1,4 +1,4 @@
-"""The local pull endpoint lingers after `finish()`, so Prometheus sees `grpo_run_finished` = 1;
+"""The local pull endpoint lingers after `finish()` (or a preemption), so Prometheus sees how the run ended;
 and every step's KL is also one observation of `grpo.step.kl` (one-step spikes between scrapes)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from tests._support.waiting import wait_for
 from .conftest import free_port, points
 
 
-def _finished_line(text: str) -> bool:
-    return any(line.startswith("grpo_run_finished{") and line.endswith(" 1.0") for line in text.splitlines())
+def _finished_line(text: str, marker: str = "grpo_run_finished") -> bool:
+    return any(line.startswith(marker + "{") and line.endswith(" 1.0") for line in text.splitlines())
 
 
 def _scrape_during(tel: Telemetry, port: int, end) -> list[str]:
@@ -41,6 +41,19 @@ def test_a_finished_run_is_scraped_as_finished_before_the_endpoint_closes(tmp_pa
     httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)  # Prometheus scrapes the run while it trains
     scrapes = _scrape_during(tel, port, tel.finish)
     assert any(_finished_line(text) for text in scrapes)
+
+
+def test_a_preempted_run_is_scraped_as_preempted_before_the_endpoint_closes(tmp_path):
+    """Else Prometheus never learns of the preemption, and the run's alerts page a crash."""
+    port = free_port()
+    tel = Telemetry.from_env(run_id="preempt", output_dir=str(tmp_path), metrics_exporters=["prometheus"],
+                             traces_exporters=["none"], prometheus_port=port, prometheus_linger_s=1.0)
+    with tel.step(0) as s:
+        s.record({"kl": 0.1})
+    httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    scrapes = _scrape_during(tel, port, lambda: tel.shutdown(preempted=True))
+    assert any(_finished_line(text, "grpo_run_preempted") for text in scrapes)
+    assert not any(_finished_line(text) for text in scrapes)
 
 
 def test_a_crashed_run_is_never_scraped_as_finished(tmp_path):

@@ -1,0 +1,73 @@
+"""SIGTERM as a preemption: open runs end as preempted, then the process dies of SIGTERM as it would have.
+
+    watch(telemetry)      # an exporting Telemetry, when it opens
+    unwatch(telemetry)    # when it is shut down
+
+A scheduler stops a job with SIGTERM (SLURM's preemption or time limit, a Kubernetes eviction),
+which by default kills Python on the spot: no exit hook runs, the run's series stop mid-run, and
+its alerts page a crash (GRPOMetricsAbsent) where they should say it was preempted and is to be
+resumed (GRPORunPreempted). While a watched run is open, and only where nothing else handles
+SIGTERM (its action is still the default when the first run opens, on the main thread), the
+signal first shuts every open run down as preempted, within their shutdown bound, and is then
+raised again with the default action: the process still dies of SIGTERM, and its scheduler or
+launcher sees what it saw before. A handler of the program's own (a launcher's, a trainer's
+graceful stop) owns the signal: it is never replaced, and the default comes back when the last
+run closes only if ours is still the one in place. A forked child (a data loader's worker)
+inherits the handler but not the runs: there it only dies, as it would have.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+logger = logging.getLogger("otel_grpo.telemetry")
+
+_lock = threading.Lock()
+_open: dict[int, Any] = {}  # id -> Telemetry: the runs to end as preempted
+_installed_in: int | None = None  # the process that installed the handler (a fork inherits it, not the runs)
+
+
+def watch(telemetry: Any) -> None:
+    """End `telemetry`'s run as preempted on SIGTERM until `unwatch`, where SIGTERM is otherwise unhandled."""
+    global _installed_in
+    with _lock:
+        _open[id(telemetry)] = telemetry
+        if _installed_in == os.getpid() or threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+            _installed_in = os.getpid()
+
+
+def unwatch(telemetry: Any) -> None:
+    """`telemetry` is shut down; the last open run puts SIGTERM's default action back (from the main thread)."""
+    global _installed_in
+    with _lock:
+        _open.pop(id(telemetry), None)
+        if _open or _installed_in != os.getpid() or threading.current_thread() is not threading.main_thread():
+            return  # from another thread the handler stays: with no run open it only dies, as the default would
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _installed_in = None
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    runs = list(_open.values()) if os.getpid() == _installed_in else []
+    if runs:
+        logger.warning("otel-grpo: SIGTERM: ending run %s as preempted (grpo.run.preempted = 1) before the process "
+                       "exits", ", ".join(repr(r.run_id) for r in runs))
+        # Off this thread: it may have been stopped inside the telemetry, holding a lock that shutdown takes.
+        closers = [threading.Thread(target=r.shutdown, kwargs={"preempted": True}, name="otel-grpo-preempted",
+                                    daemon=True) for r in runs]
+        for closer in closers:
+            closer.start()
+        deadline = time.monotonic() + max(r.settings.shutdown_timeout_s for r in runs) + 1.0
+        for closer in closers:
+            closer.join(max(deadline - time.monotonic(), 0.0))
+    os.kill(os.getpid(), signal.SIGTERM)  # the default action now: the process dies of SIGTERM

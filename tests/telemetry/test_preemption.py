@@ -1,0 +1,111 @@
+"""SIGTERM (a scheduler's preemption) while a run is open: the run ends as preempted, not as a crash, and
+the process still dies of SIGTERM; a program's own handler, and a forked child, are left as they were."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+
+from ._receiver import OTLPReceiver
+
+_LOOP = """
+import logging, sys, time
+logging.basicConfig(stream=sys.stderr, format="%(message)s")
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+tel = Telemetry(TelemetrySettings(run_id="preempted-run", output_dir=sys.argv[1], emit_in=sys.argv[2],
+                                  otlp_protocol="http/protobuf", otlp_endpoint="http://127.0.0.1:" + sys.argv[3],
+                                  metrics_exporters=["otlp"], traces_exporters=["otlp"]))
+for step in range(10_000):
+    with tel.step(step) as s:
+        s.record({"kl": 0.1, "reward": 0.5})
+        s.samples([{"prompt": f"p{step}", "completion": "c", "reward": 1.0}])
+    time.sleep(0.05)
+tel.finish()
+"""
+
+
+def _last(rx: OTLPReceiver, name: str) -> float | None:
+    found = rx.metric_points(name)
+    return found[-1][1].as_double if found else None
+
+
+@pytest.mark.parametrize("emit_in", ["thread", "process"])
+def test_sigterm_ends_the_run_as_preempted_and_the_process_still_dies_of_it(tmp_path, emit_in):
+    with OTLPReceiver() as rx:
+        proc = subprocess.Popen([sys.executable, "-c", _LOOP, str(tmp_path), emit_in, str(rx.port)],
+                                stderr=subprocess.PIPE, text=True)
+        steps = tmp_path / "steps.jsonl"
+        deadline = time.monotonic() + 60
+        while (not steps.exists() or len(steps.read_text().splitlines()) < 3) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGTERM, err  # what a scheduler saw before: killed by SIGTERM
+        assert "SIGTERM: ending run 'preempted-run' as preempted" in err
+        assert _last(rx, "grpo.run.preempted") == 1.0 and _last(rx, "grpo.run.finished") == 0.0
+        last = len(steps.read_text().splitlines()) - 1
+        assert (tmp_path / "samples" / f"step_{last}.jsonl").exists()  # the spill is complete up to the last step
+
+
+def test_a_handler_of_the_program_s_own_is_left_in_place(tmp_path):
+    def ours(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGTERM, ours)
+    try:
+        tel = Telemetry(TelemetrySettings(run_id="own-handler", output_dir=tmp_path, metrics_exporters=["none"],
+                                          traces_exporters=["none"]))
+        assert signal.getsignal(signal.SIGTERM) is ours
+        tel.shutdown()
+        assert signal.getsignal(signal.SIGTERM) is ours
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_the_default_comes_back_when_the_last_run_closes(tmp_path):
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    settings = dict(metrics_exporters=["none"], traces_exporters=["none"])
+    first = Telemetry(TelemetrySettings(run_id="a", output_dir=tmp_path / "a", **settings))
+    second = Telemetry(TelemetrySettings(run_id="b", output_dir=tmp_path / "b", **settings))
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    first.finish()
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # b is still open
+    second.finish()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+_FORK = """
+import os, signal, sys
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+tel = Telemetry(TelemetrySettings(run_id="forked", output_dir=sys.argv[1], metrics_exporters=["none"],
+                                  traces_exporters=["none"], emit_in=sys.argv[2]))
+with tel.step(0) as s:
+    s.record({"kl": 0.1})
+child = os.fork()  # a data loader's worker: it inherits the handler, not the run
+if child == 0:
+    os.kill(os.getpid(), signal.SIGTERM)
+    os._exit(3)  # not reached
+_, status = os.waitpid(child, 0)
+print("child", os.waitstatus_to_exitcode(status), flush=True)
+with tel.step(1) as s:
+    s.record({"kl": 0.2})
+tel.finish()
+print("parent finished", flush=True)
+"""
+
+
+@pytest.mark.parametrize("emit_in", ["thread", "process"])
+def test_a_forked_child_dies_of_sigterm_and_leaves_the_run_alone(tmp_path, emit_in):
+    done = subprocess.run([sys.executable, "-c", _FORK, str(tmp_path), emit_in], capture_output=True, text=True,
+                          timeout=60, env={**os.environ})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"child {-signal.SIGTERM}", "parent finished"], done.stderr
+    assert "preempted" not in done.stderr
+    assert len((tmp_path / "steps.jsonl").read_text().splitlines()) == 2
