@@ -58,16 +58,22 @@ def unwatch(telemetry: Any) -> None:
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    runs = list(_open.values()) if os.getpid() == _installed_in else []
-    if runs:
-        logger.warning("otel-grpo: SIGTERM: ending run %s as preempted (grpo.run.preempted = 1) before the process "
-                       "exits", ", ".join(repr(r.run_id) for r in runs))
-        # Off this thread: it may have been stopped inside the telemetry, holding a lock that shutdown takes.
-        closers = [threading.Thread(target=r.shutdown, kwargs={"preempted": True}, name="otel-grpo-preempted",
-                                    daemon=True) for r in runs]
-        for closer in closers:
-            closer.start()
-        deadline = time.monotonic() + max(r.settings.shutdown_timeout_s for r in runs) + 1.0
-        for closer in closers:
-            closer.join(max(deadline - time.monotonic(), 0.0))
-    os.kill(os.getpid(), signal.SIGTERM)  # the default action now: the process dies of SIGTERM
+    try:
+        runs = list(_open.values()) if os.getpid() == _installed_in else []
+        if runs:
+            _end_preempted(runs)
+    finally:
+        os.kill(os.getpid(), signal.SIGTERM)  # the default action now: the process dies of SIGTERM
+
+
+def _end_preempted(runs: list[Any]) -> None:
+    logger.warning("otel-grpo: SIGTERM: ending run %s as preempted (grpo.run.preempted = 1) before the process "
+                   "exits", ", ".join(repr(r.run_id) for r in runs))
+    # Off this thread: it may have been stopped inside the telemetry, holding a lock that shutdown takes.
+    closers = [threading.Thread(target=r.shutdown, kwargs={"preempted": True}, name="otel-grpo-preempted",
+                                daemon=True) for r in runs]
+    for closer in closers:
+        closer.start()
+    deadline = time.monotonic() + max(r.settings.shutdown_timeout_s for r in runs) + 1.0
+    for closer in closers:
+        closer.join(max(deadline - time.monotonic(), 0.0))
