@@ -74,6 +74,7 @@ def _end_preempted(runs: list[Any]) -> None:
                                 daemon=True) for r in runs]
     for closer in closers:
         closer.start()
-    deadline = time.monotonic() + max(r.settings.shutdown_timeout_s for r in runs) + 1.0
+    bound = max(r.settings.shutdown_timeout_s + r.settings.prometheus_linger_s for r in runs)  # shutdown's own
+    deadline = time.monotonic() + bound + 1.0
     for closer in closers:
         closer.join(max(deadline - time.monotonic(), 0.0))
