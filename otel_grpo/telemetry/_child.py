@@ -10,7 +10,9 @@ once every step up to `seq` is emitted, spill lines written (one per batch of st
 together); `("flushed", token, ok)` and `("closed", None)`. The training process going away (end
 of the pipe, or a send that finds it closed) closes the backend as a crash would, without a
 traceback of ours (a crashed torchrun rank's own is the last one): `grpo.run.finished` stays 0.
-Ctrl-C is the training process's business: this process ignores SIGINT and is closed by it.
+Ctrl-C and SIGTERM are the training process's business: this process ignores both and is closed by
+it. A scheduler signals every process of a job, and the training process then ends the run (as preempted)
+through this one; if it dies outright, the end of the pipe still closes this one.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ if TYPE_CHECKING:
 
 
 def main(fd: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     conn = Connection(fd)
     try:
         start = conn.recv()

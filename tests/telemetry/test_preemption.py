@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,18 @@ tel.finish()
 """
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:  # the field after the state: the parent's pid
+            found.append(int(stat.parent.name))
+    return found
+
+
 def _last(rx: OTLPReceiver, name: str) -> float | None:
     found = rx.metric_points(name)
     return found[-1][1].as_double if found else None
@@ -45,10 +58,14 @@ def test_sigterm_ends_the_run_as_preempted_and_the_process_still_dies_of_it(tmp_
         deadline = time.monotonic() + 60
         while (not steps.exists() or len(steps.read_text().splitlines()) < 3) and time.monotonic() < deadline:
             time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
+        children = _children(proc.pid)  # the telemetry process, with emit_in="process"
+        assert len(children) == (emit_in == "process")
+        for pid in [proc.pid, *children]:  # a scheduler signals every process of the job
+            os.kill(pid, signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == -signal.SIGTERM, err  # what a scheduler saw before: killed by SIGTERM
         assert "SIGTERM: ending run 'preempted-run' as preempted" in err
+        assert "emitting in this process" not in err  # the telemetry process saw the run to its end
         assert _last(rx, "grpo.run.preempted") == 1.0 and _last(rx, "grpo.run.finished") == 0.0
         last = len(steps.read_text().splitlines()) - 1
         assert (tmp_path / "samples" / f"step_{last}.jsonl").exists()  # the spill is complete up to the last step
