@@ -64,7 +64,8 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
 
     The returned Telemetry is owned by the run: `train()` finishes it when it returns
     or is interrupted (Ctrl-C: `grpo.run.finished` = 1) and shuts it down without
-    finishing when it raises. A later `train()` builds a new one the same way (a
+    finishing when it raises; a SIGTERM (a scheduler's preemption) ends it as preempted
+    before the process dies of it, unless the program handles SIGTERM itself. A later `train()` builds a new one the same way (a
     Telemetry you passed cannot be reopened: that `train()` warns and exports nothing).
     Calling `instrument` again on the same trainer replaces the telemetry and adds no
     second callback. With a TRL outside `SUPPORTED_TRL`, or a trainer that lacks a
