@@ -10,7 +10,7 @@ import pytest
 
 from otel_grpo.integrations import instrument
 from otel_grpo.integrations.trl._callback import InstrumentedCallback, OtelGrpoCallback
-from trl_run import in_memory_telemetry, make_recording_trainer
+from trl_run import exported, in_memory_telemetry, make_recording_trainer
 
 QUIET = {"metrics_exporters": ["none"], "traces_exporters": ["none"], "emit_in": "thread"}
 
@@ -122,3 +122,21 @@ def test_a_preempted_trl_run_is_reported_preempted_and_still_dies_of_sigterm(tmp
         finished = rx.metric_points("grpo.run.finished")
         assert preempted and preempted[-1][1].as_double == 1.0
         assert finished and finished[-1][1].as_double == 0.0
+
+
+def test_a_lora_adapter_s_reference_pass_is_timed_as_the_reference(tmp_path):
+    """With a PEFT adapter TRL has no reference model: it scores the reference with the policy model, adapter
+    off. That pass is the `reference` phase (not pi_old's), and the KL stats come from it as without one."""
+    from peft import LoraConfig
+
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=2,
+                                     peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"],
+                                                            task_type="CAUSAL_LM"))
+    assert trainer.ref_model is None
+    tel, _, spans = in_memory_telemetry(tmp_path / "telemetry")
+    instrument(trainer, tel)
+    trainer.train()
+    out = exported(spans)
+    phases = {name for name, _ in out["phases"]}
+    assert "reference" in phases and "old_logprobs" not in phases  # num_iterations=1: TRL computes no pi_old
+    assert {"kl", "kl_max", "ref_logp_mean"} <= set(out["steps"]["1"])

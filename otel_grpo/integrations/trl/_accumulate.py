@@ -73,8 +73,9 @@ class Accumulator:
         gradient accumulation steps). Kept as is: one stack at the logged step, no op per step."""
         self.losses.append((value, factor))
 
-    def phase(self, name: str, seconds: float) -> None:
-        self.phases.append((name, seconds, time.time_ns()))
+    def phase(self, name: str, seconds: float, end_ns: int | None = None) -> None:
+        """A phase of `seconds` that ended at `end_ns` (default: now)."""
+        self.phases.append((name, seconds, time.time_ns() if end_ns is None else end_ns))
 
     @property
     def pending(self) -> bool:

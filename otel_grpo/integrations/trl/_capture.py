@@ -43,7 +43,7 @@ WRAPPED = {  # method -> the leading parameters the wrapper passes by name or po
 }
 ATTRIBUTES = (  # trainer attributes read (the settings once, the rest as training runs; and
     # `current_gradient_accumulation_steps`, which transformers sets only inside `train()`)
-    "accelerator", "args", "state", "model", "ref_model", "reward_funcs", "reward_func_names", "reward_weights",
+    "accelerator", "args", "state", "model", "reward_funcs", "reward_func_names", "reward_weights",
     "num_generations", "beta", "epsilon_low", "epsilon_high", "eos_token_ids", "processing_class", "loss_type",
     "importance_sampling_level", "max_completion_length",
 )
@@ -112,6 +112,7 @@ class Capture:
         self._loss_logps: tuple[torch.Tensor, torch.Tensor | None] | None = None
         self._generation_s = 0.0  # generation time inside the current training_step
         self._first_pass = None  # the latest sample batch, until its rows have all been through the loss once
+        self._scoring: list[tuple[torch.Tensor, float, int]] = []  # this generation's log-prob passes: (logps, s, end)
 
     @property
     def accelerator(self) -> Any:
@@ -192,9 +193,8 @@ class Capture:
             logps, entropies, _ = result
             if kwargs.get("compute_entropy"):  # the loss's forward pass: read by _loss
                 self._loss_logps = (logps.detach(), None if entropies is None else entropies.detach())
-            elif self._training():
-                ref = model is getattr(self.trainer, "ref_model", None)
-                self.acc.phase("reference" if ref else "old_logprobs", seconds)
+            elif self._training():  # pi_old's or the reference's: the generation's outputs say which
+                self._scoring.append((logps, seconds, time.time_ns()))
         self._guard("log-probs", capture)
         return result
 
@@ -203,9 +203,19 @@ class Capture:
         out = original(inputs, *args, **kwargs)
         self._generation_s += time.perf_counter() - t0
         captured, self._captured = self._captured, None
-        if self._training() and captured is not None:
-            self._guard("generation batch", lambda: self._add_generation(out, captured))
+        scoring, self._scoring = self._scoring, []
+        if self._training():
+            self._guard("log-probs", lambda: self._name_scoring(out, scoring))
+            if captured is not None:
+                self._guard("generation batch", lambda: self._add_generation(out, captured))
         return out
+
+    def _name_scoring(self, out: dict, scoring: list[tuple[torch.Tensor, float, int]]) -> None:
+        """Each log-prob pass of the generation, timed as the tensor it made: the reference's is the batch's
+        `ref_per_token_logps` (with a PEFT adapter TRL scores it with the policy model, adapter off)."""
+        ref = out.get("ref_per_token_logps")
+        for logps, seconds, end_ns in scoring:
+            self.acc.phase("reference" if logps is ref else "old_logprobs", seconds, end_ns)
 
     def _add_generation(self, out: dict, cap: Captured) -> None:
         """References to the batch's tensors for its stats and its sample rows (no device op: the logged
