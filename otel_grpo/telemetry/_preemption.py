@@ -13,7 +13,9 @@ raised again with the default action: the process still dies of SIGTERM, and its
 launcher sees what it saw before. A handler of the program's own (a launcher's, a trainer's
 graceful stop) owns the signal: it is never replaced, and the default comes back when the last
 run closes only if ours is still the one in place. A forked child (a data loader's worker)
-inherits the handler but not the runs: there it only dies, as it would have.
+inherits the handler but not the runs: there it only dies, as it would have. Python runs the
+handler when the main thread next executes Python code: a process blocked in a collective whose
+peers are already gone is killed before that, and its run then counts as crashed.
 """
 
 from __future__ import annotations
