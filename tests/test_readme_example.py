@@ -47,32 +47,33 @@ def test_readme_loop_emits_metrics_spans_and_samples(tmp_path):
         tracer_provider=tracer_provider,
     )
     gen = torch.Generator().manual_seed(0)
-    for step in range(3):
-        b = _batch(gen)
-        with tel.step(step) as s:
-            with s.phase("rollout"):
-                mask, truncated, rollout_lp = b["mask"], b["truncated"], b["rollout_lp"]
-            with s.phase("reward"):
-                parts = {"correct": b["correct"], "format": b["format"]}
-                rewards = 0.9 * parts["correct"] + 0.1 * parts["format"]
-                grouped = rewards.view(-1, G)
-                adv = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).view(-1)
-            with s.phase("update"):
-                lp, old_lp, ref_lp, ent = b["lp"], b["old_lp"], b["ref_lp"], b["ent"]
-            stats = (signals.reward_stats(rewards, group_size=G, components=parts, advantages=adv)
-                     | signals.length_stats(mask, truncated)
-                     | signals.policy_stats(lp, old_lp, adv, mask, 0.2, 0.28, ref_logprobs=ref_lp, entropy=ent)
-                     | signals.mismatch_stats(old_lp, rollout_lp, mask))
-            reduced = signals.reduce_stats(stats, None)
-            s.record(reduced, learning_rate=1e-6, grad_norm=0.5)
-            s.samples([{"prompt": f"p{i // G}", "completion": f"c{i}", "reward": float(rewards[i]),
-                        "rewards": {k: float(v[i]) for k, v in parts.items()}, "advantage": float(adv[i])}
-                       for i in range(B)])
-    tel.log_metrics(3, {"kl": 0.1, "clip_ratio/high_mean": 0.02, "mismatch/mismatch_kl": 3e-4})
-    weights, new_mask, is_stats = signals.rollout_correction(
-        b["old_lp"], b["rollout_lp"], b["mask"], level="token", mode="truncate", threshold=(0.5, 2.0))
-    assert weights.shape == new_mask.shape == (B, T) and "rollout_is_mean" in signals.reduce_stats(is_stats)
-    assert tel.flush(10)
+    with tel:  # as the README's `with Telemetry.from_env(...) as tel:`
+        for step in range(3):
+            b = _batch(gen)
+            with tel.step(step) as s:
+                with s.phase("rollout"):
+                    mask, truncated, rollout_lp = b["mask"], b["truncated"], b["rollout_lp"]
+                with s.phase("reward"):
+                    parts = {"correct": b["correct"], "format": b["format"]}
+                    rewards = 0.9 * parts["correct"] + 0.1 * parts["format"]
+                    grouped = rewards.view(-1, G)
+                    adv = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).view(-1)
+                with s.phase("update"):
+                    lp, old_lp, ref_lp, ent = b["lp"], b["old_lp"], b["ref_lp"], b["ent"]
+                stats = (signals.reward_stats(rewards, group_size=G, components=parts, advantages=adv)
+                         | signals.length_stats(mask, truncated)
+                         | signals.policy_stats(lp, old_lp, adv, mask, 0.2, 0.28, ref_logprobs=ref_lp, entropy=ent)
+                         | signals.mismatch_stats(old_lp, rollout_lp, mask))
+                reduced = signals.reduce_stats(stats, None)
+                s.record(reduced, learning_rate=1e-6, grad_norm=0.5)
+                s.samples([{"prompt": f"p{i // G}", "completion": f"c{i}", "reward": float(rewards[i]),
+                            "rewards": {k: float(v[i]) for k, v in parts.items()}, "advantage": float(adv[i])}
+                           for i in range(B)])
+        tel.log_metrics(3, {"kl": 0.1, "clip_ratio/high_mean": 0.02, "mismatch/mismatch_kl": 3e-4})
+        weights, new_mask, is_stats = signals.rollout_correction(
+            b["old_lp"], b["rollout_lp"], b["mask"], level="token", mode="truncate", threshold=(0.5, 2.0))
+        assert weights.shape == new_mask.shape == (B, T) and "rollout_is_mean" in signals.reduce_stats(is_stats)
+    assert tel.closed  # leaving the block finished the run: flushed and closed
 
     names = {m.name for rm in reader.get_metrics_data().resource_metrics
              for sm in rm.scope_metrics for m in sm.metrics}
@@ -82,6 +83,5 @@ def test_readme_loop_emits_metrics_spans_and_samples(tmp_path):
     assert [s.attributes["grpo.step"] for s in step_spans] == [0, 1, 2, 3]
     assert step_spans[0].attributes["grpo.metric.reward_fn_mean/correct"] >= 0.0
     assert step_spans[3].attributes["grpo.metric.clip_ratio_high_mean"] == 0.02
-    tel.shutdown()
     spilled = [json.loads(line) for line in (tmp_path / "samples" / "step_0.jsonl").read_text().splitlines()]
     assert spilled and all("completion" in row for row in spilled)

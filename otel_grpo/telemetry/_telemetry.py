@@ -1,12 +1,12 @@
 """`Telemetry`: what a training loop holds; `Step`: what it writes into each step.
 
-    tel = Telemetry.from_env(run_id="exp-42", output_dir="runs/exp-42")
-    for step, batch in enumerate(loader):
-        with tel.step(step) as s:
-            with s.phase("rollout"): ...
-            s.record(stats)            # ReducedStats or any Mapping[str, float]
-            s.samples(rows, group_size=8)  # list of dicts: prompt, completion, reward, rewards, ...
-    tel.finish()                       # grpo.run.finished = 1, flush, close
+    with Telemetry.from_env(run_id="exp-42", output_dir="runs/exp-42") as tel:
+        for step, batch in enumerate(loader):
+            with tel.step(step) as s:
+                with s.phase("rollout"): ...
+                s.record(stats)            # ReducedStats or any Mapping[str, float]
+                s.samples(rows, group_size=8)  # list of dicts: prompt, completion, reward, rewards, ...
+    # the block's end is `tel.finish()`: grpo.run.finished = 1, flush, close (an exception: `shutdown()`)
 
 On the training thread a step only fills a `StepRecord` (plain data: times, floats, rows):
 a clock read per phase and per step, one float conversion per value and one hand-over to
@@ -362,6 +362,18 @@ class Telemetry:
     def export_health(self) -> ExportHealth:
         """Export failures of the exporters in this process (a child process's are its own)."""
         return self._sink.export_health
+
+    def __enter__(self) -> Telemetry:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        """Leaving `with Telemetry(...) as tel:` ends the run: `finish()` when the block completes or is
+        stopped by the user (Ctrl-C), `shutdown()` when an exception escapes it (a crash, to the alerts); the
+        exception propagates."""
+        if exc_type is None or issubclass(exc_type, KeyboardInterrupt):
+            self.finish()
+        else:
+            self.shutdown()
 
     def finish(self) -> None:
         """The run ended on purpose (completed, or stopped by the user): `grpo.run.finished` = 1, then `shutdown`.

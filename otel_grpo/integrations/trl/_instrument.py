@@ -125,15 +125,7 @@ def _own_lifecycle(trainer: Any, binding: _Binding) -> None:
     @functools.wraps(original)
     def train(*args: Any, **kwargs: Any) -> Any:
         binding.before_train(trainer)
-        try:
-            result = original(*args, **kwargs)
-        except KeyboardInterrupt:
-            binding.telemetry.finish()  # stopped by the user: a deliberate end
-            raise
-        except BaseException:
-            binding.telemetry.shutdown()  # a crash: the series stop without grpo.run.finished
-            raise
-        binding.telemetry.finish()
-        return result
+        with binding.telemetry:  # finished on return or Ctrl-C, shut down unfinished when train() raises
+            return original(*args, **kwargs)
 
     trainer.train = train
