@@ -222,8 +222,8 @@ class Telemetry:
         if not self._closed and self.exporting and self._last_step is not None \
                 and getattr(sys, "last_value", None) is None:
             logger.warning("otel-grpo: the process exits with run %r not finished (last step %d), so its alerts "
-                           "see a crash; call finish() when training completes (shutdown() on an error path)",
-                           self.settings.run_id, self._last_step)
+                           "see a crash; call finish() when training completes (shutdown() on an error path), or "
+                           "train inside `with telemetry:`", self.settings.run_id, self._last_step)
         self.shutdown()
 
     def _open_sink(self, meter_provider: MeterProvider | None,
