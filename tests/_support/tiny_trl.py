@@ -74,7 +74,7 @@ def save_tiny_model(directory: str | Path) -> str:
 
 def make_grpo_trainer(output_dir: str | Path, *, callbacks: list | None = None, trainer_class: Any = None,
                       model_dir: str | Path | None = None, reward_funcs: list | None = None,
-                      peft_config: Any = None, **config: Any) -> Any:
+                      peft_config: Any = None, eval_dataset: Any = None, **config: Any) -> Any:
     """A `GRPOTrainer` (or `trainer_class`) on the tiny model; `config` overrides `GRPOConfig` fields;
     `peft_config` (a `peft.LoraConfig`) trains an adapter instead of the whole model.
 
@@ -93,7 +93,8 @@ def make_grpo_trainer(output_dir: str | Path, *, callbacks: list | None = None, 
         "disable_tqdm": True, "reward_weights": [1.0, 0.5], **config})
     cls = trainer_class or GRPOTrainer
     return cls(model=model_path, reward_funcs=reward_funcs or [reward_words, reward_short], args=args,
-               train_dataset=make_dataset(), processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config)
+               train_dataset=make_dataset(), processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config,
+               eval_dataset=eval_dataset)
 
 
 if __name__ == "__main__":

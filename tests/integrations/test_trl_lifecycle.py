@@ -3,6 +3,7 @@ again, and `instrument()` called twice leaves one callback. Real TRL runs on the
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 
@@ -10,6 +11,7 @@ import pytest
 
 from otel_grpo.integrations import instrument
 from otel_grpo.integrations.trl._callback import InstrumentedCallback, OtelGrpoCallback
+from tests._support.tiny_trl import make_dataset
 from trl_run import exported, in_memory_telemetry, make_recording_trainer
 
 QUIET = {"metrics_exporters": ["none"], "traces_exporters": ["none"], "emit_in": "thread"}
@@ -140,3 +142,40 @@ def test_a_lora_adapter_s_reference_pass_is_timed_as_the_reference(tmp_path):
     phases = {name for name, _ in out["phases"]}
     assert "reference" in phases and "old_logprobs" not in phases  # num_iterations=1: TRL computes no pi_old
     assert {"kl", "kl_max", "ref_logp_mean"} <= set(out["steps"]["1"])
+
+
+def test_the_evaluation_after_training_exports_and_ends_as_its_own_finished_run(tmp_path, caplog):
+    """`trainer.train(); trainer.evaluate()`: the final evaluation's metrics reach the backend (they went nowhere,
+    with a warning, once train() had finished the run), and that evaluation ends finished, not as a crash."""
+    from tests.telemetry._receiver import OTLPReceiver, attrs
+
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=2)
+    trainer.eval_dataset = trainer.train_dataset.select(range(8))
+    with OTLPReceiver() as rx, caplog.at_level(logging.WARNING, logger="otel_grpo"):
+        first = instrument(trainer, otlp_endpoint=f"http://127.0.0.1:{rx.port}", metrics_exporters=["otlp"],
+                           traces_exporters=["otlp"], output_dir=str(tmp_path / "telemetry"))
+        trainer.train()
+        assert first.closed
+        trainer.evaluate()
+        after = trainer._otel_grpo_instrumented.telemetry
+        assert after is not first and after.closed  # the evaluation's own, finished when it returned
+        finished = [p.as_double for _, p in rx.metric_points("grpo.run.finished")]
+        evals = {attrs(p.attributes).get("metric") for _, p in rx.metric_points("grpo.eval")}
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("otel_grpo")]
+    assert finished[-1] == 1.0 and finished.count(1.0) >= 2  # training's end, then the evaluation's
+    assert {"reward", "loss"} <= evals
+
+
+def test_an_evaluation_during_training_leaves_the_run_open(tmp_path, caplog):
+    """`eval_strategy="steps"`: TRL evaluates inside train(); that evaluation belongs to the training run,
+    which goes on exporting and ends once, when train() returns."""
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=3,
+                                     eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=4,
+                                     eval_dataset=make_dataset(4))
+    with caplog.at_level(logging.WARNING, logger="otel_grpo"):
+        tel = instrument(trainer, output_dir=str(tmp_path / "telemetry"), **QUIET)
+        trainer.train()
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("otel_grpo")]
+    spilled = (tmp_path / "telemetry" / "steps.jsonl").read_text().splitlines()
+    assert {1, 2, 3} <= {json.loads(line)["step"] for line in spilled}  # the steps after the first evaluation too
+    assert tel.closed and trainer._otel_grpo_instrumented.telemetry is tel  # one run, ended once

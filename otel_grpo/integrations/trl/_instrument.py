@@ -23,9 +23,11 @@ class _Binding:
 
     telemetry: Telemetry
     owned: bool
-    """Built by `instrument` (rebuilt for a later `train()`), not passed by the caller."""
+    """Built by `instrument` (rebuilt for a later `train()` or `evaluate()`), not passed by the caller."""
     settings: dict[str, Any]
     callback: Any
+    training: bool = False
+    """Inside `train()`: an `evaluate()` there (`eval_strategy`) is part of the training run."""
 
     def use(self, telemetry: Telemetry, owned: bool, settings: dict[str, Any]) -> None:
         if self.owned and self.telemetry is not telemetry:
@@ -33,16 +35,17 @@ class _Binding:
         self.telemetry, self.owned, self.settings = telemetry, owned, settings
         self.callback.telemetry = telemetry
 
-    def before_train(self, trainer: Any) -> None:
-        """A second `train()` (a notebook re-run, a resume after Ctrl-C): the previous one closed the telemetry."""
+    def before(self, trainer: Any, call: str) -> None:
+        """A `train()` or `evaluate()` after one that closed the telemetry (a notebook re-run, a resume after
+        Ctrl-C, the evaluation after training): ours is built again, yours cannot be reopened."""
         if not self.telemetry.closed:
             return
         if self.owned:
             self.use(_owned_telemetry(trainer, self.settings), True, self.settings)
         else:
-            logger.warning("otel-grpo: the Telemetry given to instrument() was closed by the previous train(), so "
-                           "this train() exports nothing; call instrument(trainer) again (with a new Telemetry or "
-                           "none) before train()")
+            logger.warning("otel-grpo: the Telemetry given to instrument() was closed by an earlier train() or "
+                           "evaluate(), so this %s() exports nothing; call instrument(trainer) again (with a new "
+                           "Telemetry or none) before it", call)
             self.callback.telemetry = Telemetry.disabled()  # said here: the closed one would say it again per run
 
 
@@ -65,8 +68,11 @@ def instrument(trainer: Any, telemetry: Telemetry | None = None, **settings: Any
     The returned Telemetry is owned by the run: `train()` finishes it when it returns
     or is interrupted (Ctrl-C: `grpo.run.finished` = 1) and shuts it down without
     finishing when it raises; a SIGTERM (a scheduler's preemption) ends it as preempted
-    before the process dies of it, unless the program handles SIGTERM itself. A later `train()` builds a new one the same way (a
-    Telemetry you passed cannot be reopened: that `train()` warns and exports nothing).
+    before the process dies of it, unless the program handles SIGTERM itself. An
+    `evaluate()` outside `train()` (the evaluation after training) exports its metrics
+    the same way, as a run of its own process. A later `train()` or `evaluate()` builds
+    a new Telemetry the same way (one you passed cannot be reopened: that call warns
+    and exports nothing; one you passed is left open by an `evaluate()` before training).
     Calling `instrument` again on the same trainer replaces the telemetry and adds no
     second callback. With a TRL outside `SUPPORTED_TRL`, or a trainer that lacks a
     member the hooks need, one warning is logged and only the logged values are
@@ -120,12 +126,28 @@ def _owned_telemetry(trainer: Any, settings: dict[str, Any]) -> Telemetry:
 
 
 def _own_lifecycle(trainer: Any, binding: _Binding) -> None:
-    original = trainer.train
+    """`train()`, and `evaluate()` outside it, each end the run they export: finished on return or Ctrl-C,
+    shut down unfinished when they raise."""
+    original_train, original_evaluate = trainer.train, trainer.evaluate
 
-    @functools.wraps(original)
+    @functools.wraps(original_train)
     def train(*args: Any, **kwargs: Any) -> Any:
-        binding.before_train(trainer)
-        with binding.telemetry:  # finished on return or Ctrl-C, shut down unfinished when train() raises
-            return original(*args, **kwargs)
+        binding.before(trainer, "train")
+        binding.training = True
+        try:
+            with binding.telemetry:
+                return original_train(*args, **kwargs)
+        finally:
+            binding.training = False
 
-    trainer.train = train
+    @functools.wraps(original_evaluate)
+    def evaluate(*args: Any, **kwargs: Any) -> Any:
+        if binding.training:  # `eval_strategy`: part of the training run, which stays open
+            return original_evaluate(*args, **kwargs)
+        binding.before(trainer, "evaluate")
+        if not binding.owned:  # yours: left open for you, or a later train(), to end
+            return original_evaluate(*args, **kwargs)
+        with binding.telemetry:
+            return original_evaluate(*args, **kwargs)
+
+    trainer.train, trainer.evaluate = train, evaluate
