@@ -179,3 +179,19 @@ def test_an_evaluation_during_training_leaves_the_run_open(tmp_path, caplog):
     spilled = (tmp_path / "telemetry" / "steps.jsonl").read_text().splitlines()
     assert {1, 2, 3} <= {json.loads(line)["step"] for line in spilled}  # the steps after the first evaluation too
     assert tel.closed and trainer._otel_grpo_instrumented.telemetry is tel  # one run, ended once
+
+
+def test_the_log_dict_callback_exports_the_evaluation_after_training_too(tmp_path, caplog):
+    """`Trainer(..., callbacks=[OtelGrpoCallback()])` (any transformers Trainer): the same ending as `instrument`,
+    the final evaluation exported as a run of its own, finished."""
+    callback = OtelGrpoCallback(output_dir=str(tmp_path / "telemetry"), **QUIET)
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=2,
+                                     callbacks=[callback], eval_dataset=make_dataset(8))
+    with caplog.at_level(logging.WARNING, logger="otel_grpo"):
+        trainer.train()
+        trained = callback.telemetry
+        trainer.evaluate()
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("otel_grpo")]
+    assert trained.closed and callback.telemetry is not trained and callback.telemetry.closed
+    last = json.loads((tmp_path / "telemetry" / "steps.jsonl").read_text().splitlines()[-1])
+    assert "eval_metric/reward" in last["metrics"]

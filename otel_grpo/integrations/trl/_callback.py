@@ -28,24 +28,38 @@ class OtelGrpoCallback(TrainerCallback):
     `grpo.trl.kl`), `eval_<name>` to `grpo.eval{metric="<name>"}`, None and NaN to
     `grpo.nonfinite`, anything else to `grpo.extra.<key>`. `telemetry`: the one to
     export through; None builds one from the environment with `settings` (run id and
-    output dir default from the trainer's `args`), finished at train end.
+    output dir default from the trainer's `args`), finished at train end, and again for
+    an `evaluate()` outside training (the final evaluation), finished when it ends.
     """
 
     def __init__(self, telemetry: Telemetry | None = None, **settings: Any) -> None:
         self.telemetry = telemetry
         self._settings = settings
         self._owned = telemetry is None
+        self._training = False
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if self.telemetry is None:
-            self.telemetry = telemetry_for(args, **self._settings)
+        self._training = True
+        self._open(args)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if self.telemetry is None:
-            self.telemetry = telemetry_for(args, **self._settings)
+        self._open(args)
         self.telemetry.log_metrics(state.global_step, map_logs(logs or {}))
 
+    def on_evaluate(self, args, state, control, **kwargs):
+        if not self._training:  # after its metrics' on_log: an evaluation of its own ends here
+            self._end()
+
     def on_train_end(self, args, state, control, **kwargs):
+        self._training = False
+        self._end()
+
+    def _open(self, args: Any) -> None:
+        """Ours, built on first use and again once a train() or an evaluate() has finished it."""
+        if self.telemetry is None or (self._owned and self.telemetry.closed):
+            self.telemetry = telemetry_for(args, **self._settings)
+
+    def _end(self) -> None:
         if self._owned and self.telemetry is not None:
             self.telemetry.finish()
 
