@@ -32,36 +32,34 @@ def _scrape_during(tel: Telemetry, port: int, end) -> list[str]:
     return seen
 
 
-def test_a_finished_run_is_scraped_as_finished_before_the_endpoint_closes(tmp_path):
+def _scraped_run(tmp_path, run_id: str, scraped: bool = True) -> tuple[Telemetry, int]:
+    """A run serving /metrics after one step; `scraped`: Prometheus has read it while it trains."""
     port = free_port()
-    tel = Telemetry.from_env(run_id="linger", output_dir=str(tmp_path), metrics_exporters=["prometheus"],
+    tel = Telemetry.from_env(run_id=run_id, output_dir=str(tmp_path), metrics_exporters=["prometheus"],
                              traces_exporters=["none"], prometheus_port=port, prometheus_linger_s=1.0)
     with tel.step(0) as s:
         s.record({"kl": 0.1})
-    httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)  # Prometheus scrapes the run while it trains
+    if scraped:
+        httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    return tel, port
+
+
+def test_a_finished_run_is_scraped_as_finished_before_the_endpoint_closes(tmp_path):
+    tel, port = _scraped_run(tmp_path, "linger")
     scrapes = _scrape_during(tel, port, tel.finish)
     assert any(_finished_line(text) for text in scrapes)
 
 
 def test_a_preempted_run_is_scraped_as_preempted_before_the_endpoint_closes(tmp_path):
     """Else Prometheus never learns of the preemption, and the run's alerts page a crash."""
-    port = free_port()
-    tel = Telemetry.from_env(run_id="preempt", output_dir=str(tmp_path), metrics_exporters=["prometheus"],
-                             traces_exporters=["none"], prometheus_port=port, prometheus_linger_s=1.0)
-    with tel.step(0) as s:
-        s.record({"kl": 0.1})
-    httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    tel, port = _scraped_run(tmp_path, "preempt")
     scrapes = _scrape_during(tel, port, lambda: tel.shutdown(preempted=True))
     assert any(_finished_line(text, "grpo_run_preempted") for text in scrapes)
     assert not any(_finished_line(text) for text in scrapes)
 
 
 def test_a_crashed_run_is_never_scraped_as_finished(tmp_path):
-    port = free_port()
-    tel = Telemetry.from_env(run_id="crash", output_dir=str(tmp_path), metrics_exporters=["prometheus"],
-                             traces_exporters=["none"], prometheus_port=port, prometheus_linger_s=1.0)
-    with tel.step(0) as s:
-        s.record({"kl": 0.1})
+    tel, port = _scraped_run(tmp_path, "crash", scraped=False)
     scrapes = _scrape_during(tel, port, tel.shutdown)
     assert not any(_finished_line(text) for text in scrapes)
 
