@@ -367,10 +367,11 @@ class Telemetry:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        """Leaving `with Telemetry(...) as tel:` ends the run: `finish()` when the block completes or is
-        stopped by the user (Ctrl-C), `shutdown()` when an exception escapes it (a crash, to the alerts); the
-        exception propagates."""
-        if exc_type is None or issubclass(exc_type, KeyboardInterrupt):
+        """Leaving `with Telemetry(...) as tel:` ends the run: `finish()` when the block completes, is stopped
+        by the user (Ctrl-C) or exits the program successfully (`sys.exit()`, `sys.exit(0)`), `shutdown()` when
+        another exception escapes it (a crash, to the alerts); the exception propagates."""
+        if exc_type is None or issubclass(exc_type, KeyboardInterrupt) or (
+                issubclass(exc_type, SystemExit) and getattr(exc, "code", None) in (None, 0)):
             self.finish()
         else:
             self.shutdown()

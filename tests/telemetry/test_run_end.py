@@ -49,22 +49,22 @@ def test_a_preempted_run_is_not_finished(captured):
 def test_a_with_block_finishes_the_run_and_an_exception_leaves_it_unfinished(make_captured):
     """`with Telemetry(...) as tel:` cannot forget `finish()`; a crash inside it is still a crash to the alerts,
     and Ctrl-C, a deliberate stop, finishes the run (as `instrument`'s `train()` does)."""
+    raised = {"completes": None, "raises": RuntimeError("boom"), "ctrl-c": KeyboardInterrupt(),
+              "exits 0": SystemExit(0), "exits 1": SystemExit(1)}
     ended = {}
-    for how in ("completes", "raises", "ctrl-c"):
-        cap = make_captured(run_id=f"with-{how}")
+    for how, exc in raised.items():
+        cap = make_captured(run_id=f"with-{how.replace(' ', '-')}")
         try:
             with cap.tel as tel:
                 with tel.step(0) as s:
                     s.record({"kl": 0.1})
-                if how == "raises":
-                    raise RuntimeError("boom")
-                if how == "ctrl-c":
-                    raise KeyboardInterrupt
-        except (RuntimeError, KeyboardInterrupt) as exc:
-            assert how != "completes" and str(exc) in ("boom", "")  # it propagates
+                if exc is not None:
+                    raise exc
+        except (RuntimeError, KeyboardInterrupt, SystemExit) as seen:
+            assert seen is exc  # it propagates
         assert cap.tel.closed
         ended[how] = _marker(cap, "grpo.run.finished")
-    assert ended == {"completes": 1.0, "raises": 0.0, "ctrl-c": 1.0}
+    assert ended == {"completes": 1.0, "raises": 0.0, "ctrl-c": 1.0, "exits 0": 1.0, "exits 1": 0.0}
 
 
 def test_a_step_after_finish_is_said_once_and_changes_nothing(captured, caplog):
