@@ -58,3 +58,18 @@ def version() -> None:
     from otel_grpo import __version__
 
     typer.echo(__version__)
+
+
+def _print_version(given: bool) -> None:
+    if given:
+        version()
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                      help="Print the installed otel-grpo version and exit."),
+) -> None:
+    # the app's own options (its help text is the app's); `--version` as most tools take it
+    pass

@@ -21,6 +21,14 @@ def test_help_lists_every_command():
         assert command in out.stdout
 
 
+def test_version_as_an_option_and_as_a_command():
+    from otel_grpo import __version__
+
+    for args in (["--version"], ["version"]):
+        out = run(*args)
+        assert (out.returncode, out.stdout.strip(), out.stderr) == (0, __version__, ""), args
+
+
 def test_sidecar_help_shows_its_defaults():
     out = run("sidecar", "--help")
     assert "127.0.0.1" in out.stdout and "8000" in out.stdout
