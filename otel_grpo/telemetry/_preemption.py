@@ -15,7 +15,9 @@ graceful stop) owns the signal: it is never replaced, and the default comes back
 run closes only if ours is still the one in place. A forked child (a data loader's worker)
 inherits the handler but not the runs: there it only dies, as it would have. Python runs the
 handler when the main thread next executes Python code: a process blocked in a collective whose
-peers are already gone is killed before that, and its run then counts as crashed.
+peers are already gone is killed before that, and its run then counts as crashed. As PID 1 of a
+container without an init, where the kernel ignores SIGTERM's default action, the process goes on
+as before until its SIGKILL, its run already ended as preempted.
 """
 
 from __future__ import annotations
