@@ -21,7 +21,6 @@ import math
 import os
 import sys
 import time
-import urllib.parse
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
     from otel_grpo.telemetry._spill import SpillReader
 
 _REQUEST_BYTES = 4 * 1024 * 1024  # a request is sent once its body passes this (the sidecar takes 64 MiB)
-_ROWS_PER_SPAN = 64  # sample rows per `grpo.samples` span, as the trainer's chunks
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how the spill writes them (JSON has none)
 _TEXT = frozenset(("prompt", "completion"))
 
@@ -53,10 +51,10 @@ def replay(
     timeout_s: float = typer.Option(30.0, min=0.1, help="Seconds to wait for each answer."),
 ) -> None:
     """Send a run's spill to the sidecar again; what it already stored stays as it is."""
+    from otel_grpo.telemetry._settings import is_http_url
     from otel_grpo.telemetry._spill import SpillReader
 
-    parts = urllib.parse.urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.hostname:  # bad input: no retries can mend it
+    if not is_http_url(endpoint):  # bad input: no retries can mend it
         fail(f"--endpoint {endpoint}: expected an http:// or https:// URL with a host", 2)
     if not output_dir.is_dir():
         fail(f"{output_dir} is not a directory")
@@ -117,8 +115,12 @@ class _Request:
 
 
 def _requests(spill: SpillReader) -> Iterator[_Request]:
-    """Requests of about `_REQUEST_BYTES` in step order; a step's rows go `_ROWS_PER_SPAN` to a span, so a
-    step larger than a request (every row of an anomalous step kept) is sent in parts."""
+    """Requests of about `_REQUEST_BYTES` in step order; a step's rows go to spans of as many as the trainer's
+    (`max_events_per_span`), so a step larger than a request (every row of an anomalous step kept) is sent in
+    parts."""
+    from otel_grpo.telemetry import TelemetrySettings
+
+    per_span = TelemetrySettings.model_fields["max_events_per_span"].default
     request = _Request()
     for step in spill.steps:
         lines = {(run_id, step): functools.reduce(_merged, found, None)
@@ -133,8 +135,8 @@ def _requests(spill: SpillReader) -> Iterator[_Request]:
                 request.size += _step_span(request.span(run_id), run_id, number, line, end_ns).ByteSize()
                 request.steps += 1
             group = rows.get((run_id, number), [])
-            for first in range(0, len(group), _ROWS_PER_SPAN):
-                chunk = group[first:first + _ROWS_PER_SPAN]
+            for first in range(0, len(group), per_span):
+                chunk = group[first:first + per_span]
                 request.size += _samples_span(request.span(run_id), run_id, number, chunk, end_ns).ByteSize()
                 request.samples += len(chunk)
                 if request.size >= _REQUEST_BYTES:

@@ -31,6 +31,12 @@ Protocol = Literal["grpc", "http/protobuf"]
 SDK_EVENT_LIMIT = 128
 
 
+def is_http_url(value: str) -> bool:
+    """`value` is an http:// or https:// URL with a host (what an OTLP/HTTP endpoint must be)."""
+    parts = urllib.parse.urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 def _new_run_id() -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     return f"run-{stamp}-{uuid.uuid4().hex[:6]}"
@@ -268,8 +274,7 @@ class TelemetrySettings(BaseSettings):
         signals = [s for s in ("traces", "metrics") if info.field_name in ("otlp_endpoint", f"otlp_{s}_endpoint")]
         http = [s for s in signals if "otlp" in data.get(f"{s}_exporters", ())
                 and (data.get(f"otlp_{s}_protocol") or data.get("otlp_protocol")) == "http/protobuf"]
-        parts = urllib.parse.urlsplit(value)
-        if "://" in value and (parts.scheme not in ("http", "https") or not parts.hostname):
+        if "://" in value and not is_http_url(value):
             raise ValueError(f"{value!r} is no http:// or https:// URL with a host")
         if http and "://" not in value:
             raise ValueError(f"{value!r} has no http:// or https:// (OTLP/HTTP {' and '.join(http)} need a URL, "
