@@ -120,6 +120,7 @@ SIGNALS: tuple[Signal, ...] = (
     _g("step", "grpo.step_index", "{step}", "Index of the last completed training step.", R.HOST, Group.THROUGHPUT, "global_step", "training/global_step"),
     _g("num_tokens", "grpo.num_tokens", "{token}", "Tokens processed so far (prompt + completion), cumulative, as TRL's `num_tokens`.", R.HOST, Group.THROUGHPUT, "num_tokens"),
     _g("step_time", "grpo.step_time", "s", "Wall time of the training step.", R.HOST, Group.THROUGHPUT, "step_time", "timing_s/step"),
+    _g("log_interval", "grpo.log_interval", "s", "Wall time between the process's last two reported steps (from its telemetry's start for the first): `logging_steps` steps when a trainer reports every N. Set by the telemetry itself; the stall alert waits this long for the step index to advance.", R.HOST, Group.THROUGHPUT),
     _g("tokens_per_second", "grpo.throughput", "{token_per_s}", "Tokens processed per second of step wall time, all ranks together (verl's per-GPU `perf/throughput` is `tokens_per_second_per_gpu`).", R.HOST, Group.THROUGHPUT),
     Signal("steps", "grpo.steps", C, "{step}", "Training steps completed (counter; its rate is step progress).", R.HOST, Group.THROUGHPUT),
     Signal("tokens", "grpo.tokens", C, "{token}", "Tokens processed (counter).", R.SUM, Group.THROUGHPUT),

@@ -72,7 +72,7 @@ def _expected(rule: dict, spec: dict) -> dict:
 def _segment(run: dict) -> Segment:
     values = {key: v if isinstance(v, list) else expand(str(v)) for key, v in run["values"].items()}
     return Segment(run["run_id"], values, seconds(run["step"]), seconds(run.get("start", "0s")),
-                   run.get("first_step", 0), run.get("end", "hang"))
+                   run.get("first_step", 0), run.get("stride", 1), run.get("end", "hang"))
 
 
 def _recorded(path: Path, keys: list[str], steps: int | None) -> dict[str, list[float]]:

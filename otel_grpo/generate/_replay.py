@@ -44,6 +44,9 @@ class Segment:
     start_s: float = 0.0
     first_step: int = 0
     """Step index of the first step (a resume may go back)."""
+    stride: int = 1
+    """Steps per reported step: a trainer that reports every N steps (TRL's `logging_steps`) moves the step
+    index by N each `step_s`; its values are then one per reported step."""
     end: str = "hang"
     """After the last step: `hang` (alive, exporting, no step), `finish` (grpo.run.finished = 1), `preempt`
     (SIGTERM: grpo.run.preempted = 1) or `crash`; an ended process's series stay `expire_s` (the collector's
@@ -53,8 +56,8 @@ class Segment:
 
     def __post_init__(self) -> None:
         lengths = {len(v) for v in self.values.values()}
-        if len(lengths) != 1 or self.step_s <= 0 or self.end not in ENDS:
-            raise ValueError(f"segment {self.run_id!r}: values of one length, step_s > 0, end in {ENDS}")
+        if len(lengths) != 1 or self.step_s <= 0 or self.end not in ENDS or self.stride < 1:
+            raise ValueError(f"segment {self.run_id!r}: values of one length, step_s > 0, stride >= 1, end in {ENDS}")
         self.steps = lengths.pop()
 
 
@@ -65,8 +68,9 @@ def _states(seg: Segment) -> Iterator[dict[str, float]]:
     out: dict[str, float] = {}
     streaks = {key: Streaks(c) for key, c in STEP_CHECKS.items()}
     for i in range(seg.steps):
-        out[f"{catalog.get('step').prometheus_name}{{{run}}}"] = float(seg.first_step + i)
-        out[f"{catalog.get('steps').prometheus_name}{{{run}}}"] = float(i + 1)
+        out[f"{catalog.get('step').prometheus_name}{{{run}}}"] = float(seg.first_step + i * seg.stride)
+        out[f"{catalog.get('steps').prometheus_name}{{{run}}}"] = float((i + 1) * seg.stride)
+        out[f"{catalog.get('log_interval').prometheus_name}{{{run}}}"] = seg.step_s
         for key, values in seg.values.items():
             value = values[i]
             if value is None:  # not logged: the gauge keeps its last value

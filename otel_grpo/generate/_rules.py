@@ -42,7 +42,7 @@ def prometheus_name(key: str) -> str:
 
 KL, REWARD, ENTROPY = map(prometheus_name, ("kl", "reward", "entropy"))
 STEP_INDEX, NONFINITE, SKIPPED = map(prometheus_name, ("step", "nonfinite", "skipped_steps"))
-THROUGHPUT, STEP_TIME = map(prometheus_name, ("tokens_per_second", "step_time"))
+THROUGHPUT, STEP_TIME, LOG_INTERVAL = map(prometheus_name, ("tokens_per_second", "step_time", "log_interval"))
 # Histograms whose rates the dashboards turn into quantiles (heavy: one series per bucket).
 HISTOGRAMS = ("sample_reward", "sample_advantage", "sample_completion_length", "sample_is_ratio", "step_kl")
 LABELLED_HISTOGRAMS = ("phase_duration", "sample_reward_fn")
@@ -129,7 +129,8 @@ class RuleSettings:
     counter_lookback: str = "1d"
     """A counter series unseen for this long before `counter_window` counts as new (its value is its increase)."""
     stall_factor: float = 3.0
-    """A run is stalled when its last step is older than this many of its longest recent step times ..."""
+    """A run is stalled when its last step is older than this many of its longest recent step times, or times
+    between two reported steps (a trainer reporting every N steps) ..."""
     stall_floor: str = "15m"
     """... and older than this floor (covers eval and checkpoint pauses of fast runs)."""
     progress_probe: str = "2m"

@@ -20,7 +20,7 @@ any length never resolves by itself.
 from __future__ import annotations
 
 from ._alerts_base import PROGRESS, RUN, STEP as _STEP, alert, by_run
-from ._rules import STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, seconds
+from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, seconds
 
 FINISHED, PREEMPTED = prometheus_name("run_finished"), prometheus_name("run_preempted")
 
@@ -45,8 +45,11 @@ def _ended(s: RuleSettings, marker: str) -> str:
 def _stalled(s: RuleSettings) -> str:
     since = f"time() - max by (run_id) ({PROGRESS})"
     floor = seconds(s.stall_floor)
-    limit = (f"clamp_min({s.stall_factor} * max by (run_id) (max_over_time({STEP_TIME}[{s.history_window}])), {floor})"
-             f" or on (run_id) (0 * {by_run(STEP_INDEX)} + {floor})")
+    # The longest recent step, or time between two reported steps: a trainer that reports every N steps
+    # (TRL's logging_steps) advances the step index once per N step times
+    step, interval = (f"max by (run_id) (max_over_time({m}[{s.history_window}]))" for m in (STEP_TIME, LOG_INTERVAL))
+    longest = f"({interval} > on (run_id) {step} or {step} or {interval})"
+    limit = f"clamp_min({s.stall_factor} * {longest}, {floor}) or on (run_id) (0 * {by_run(STEP_INDEX)} + {floor})"
     # Value: the last step. Still exporting: otherwise GRPOMetricsAbsent.
     return (f"({since} > on (run_id) ({limit})) * 0 + on (run_id) {by_run(STEP_INDEX)}"
             f" unless on (run_id) {by_run(FINISHED)} == 1 unless on (run_id) {by_run(PREEMPTED)} == 1")
@@ -64,7 +67,8 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
         alert(s, "GRPOTrainerStalled", _stalled(s), s.for_fast, "critical",
               f"No training step after step {_STEP} in {RUN}, yet it still exports",
               f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its longest recent "
-              f"step times (at least {s.stall_floor}): a hung collective, a dead data loader or a deadlock. "
+              f"step time or time between reported steps (at least {s.stall_floor}): a hung collective, a dead "
+              "data loader or a deadlock. "
               "It resolves only when a step completes or the run ends.", panel),
         alert(s, "GRPOMetricsAbsent",
               f"{_gone(s)} unless on (run_id) {_ended(s, FINISHED)} unless on (run_id) {_ended(s, PREEMPTED)}",

@@ -184,7 +184,7 @@ def _rollout_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gro
             _signals("Tokens so far, completions per second", ["num_tokens", "samples"],
                      extra=[_rec(f"run_id:grpo_samples:rate{{{RUN}}}", "samples /s (recorded) {{run_id}}")],
                      right_axis={RATES: "short"}),
-            _signals("Step time", ["step_time"]),
+            _signals("Step time, time between reported steps", ["step_time", "log_interval"]),
             _signals("Phase durations (quantiles per phase)", ["phase_duration"], unit="s"),
         ]),
     ]

@@ -16,6 +16,7 @@ spilling them more. Nothing in here raises: a failing step is logged once and th
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from opentelemetry import trace
@@ -56,6 +57,9 @@ class Backend:
         self._failed_kinds: set[str] = set()
         self._warned_span_limit = False
         self._warned_score = False
+        # The step index advances once per reported step: a trainer that reports every N steps
+        # (TRL's logging_steps) moves it every N step times, and the stall alert must wait that long
+        self._last_end_ns = time.time_ns()
 
     @classmethod
     def build(cls, settings: TelemetrySettings, rank: int, world_size: int, local_rank: int,
@@ -138,7 +142,9 @@ class Backend:
             instruments.record_samples(samples)
         for name, start_ns, end_ns, _ in rec.phases:
             instruments.record_phase(name, _seconds(start_ns, end_ns))
-        instruments.count_steps(rec.steps_done, rec.step, rec.skipped)
+        end_ns = rec.end_ns or time.time_ns()
+        instruments.count_steps(rec.steps_done, rec.step, rec.skipped, max(end_ns - self._last_end_ns, 0) / 1e9)
+        self._last_end_ns = end_ns
         return finite
 
     def _check_span_limit(self, span: Span) -> None:

@@ -103,6 +103,7 @@ class Instruments:
         self._phase = self._instrument(get("phase_duration"))
         self._phase_attrs: dict[str, dict[str, Any]] = {}
         self._step_route = self._route_for(get("step"), {})
+        self._interval_route = self._route_for(get("log_interval"), {})
         self._per_step = {key: self._route_for(get(target), {}) for key, target in STEP_DISTRIBUTIONS.items()}
         self._streaks = StepStreaks(meter, self._base, self._instrument(get("step_streak")), process)
         # A process's first step says "running": a resumed run's earlier end no longer counts.
@@ -227,8 +228,9 @@ class Instruments:
             attrs = self._phase_attrs[phase] = {**self._base, "phase": phase}
         self._phase.record(seconds, attrs)  # one value: the SDK's own path is the cheaper one
 
-    def count_steps(self, steps: int, last_step: int, skipped: bool) -> None:
-        """Progress counters, the `step` gauge and the step checks' streaks (once per step)."""
+    def count_steps(self, steps: int, last_step: int, skipped: bool, interval_s: float) -> None:
+        """Progress counters, the `step` and `log_interval` gauges and the step checks' streaks (once per
+        reported step; `interval_s`: the wall time since the previous one)."""
         self._streaks.end_step()
         for route in self._running:
             route.record(0.0, route.attributes)
@@ -238,3 +240,4 @@ class Instruments:
         if skipped:
             self._skipped.add(1, self._events)
         self._step_route.record(float(last_step), self._step_route.attributes)
+        self._interval_route.record(interval_s, self._interval_route.attributes)

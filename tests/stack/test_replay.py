@@ -29,7 +29,7 @@ def test_replayed_step_evidence_equals_what_the_trainer_exports(key, values):
     instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
     for step, value in enumerate(values):
         instruments.record_scalars({key: value})
-        instruments.count_steps(1, step, False)
+        instruments.count_steps(1, step, False, 10.0)
     exported = {}
     for metric in reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics:
         if metric.name in ("grpo.step.beyond", "grpo.step.streak"):

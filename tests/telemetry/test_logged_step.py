@@ -37,3 +37,22 @@ def test_a_bad_step_or_metrics_argument_is_refused_and_changes_nothing(captured)
     (steps,) = points(metrics["grpo.steps"]).values()
     assert steps.value == 5  # 1 for step 4, then 4: no refused call counted a step
     assert sorted(sp.attributes["grpo.step"] for sp in captured.spans("grpo.step")) == [4, 8]
+
+
+def test_log_interval_is_the_wall_time_between_the_last_two_reported_steps(captured):
+    """What the stall alert waits for: a trainer reporting every N steps moves the step index once per N
+    step times, however short each step's own `step_time`."""
+    import time
+
+    before = time.monotonic()
+    with captured.tel.logged_step(10) as s:
+        s.record({"step_time": 0.01})
+    time.sleep(0.6)
+    with captured.tel.logged_step(20) as s:
+        s.record({"step_time": 0.01})
+    between = time.monotonic() - before
+    metrics = captured.metrics()
+    (interval,) = points(metrics["grpo.log_interval"]).values()
+    (step_time,) = points(metrics["grpo.step_time"]).values()
+    assert 0.6 <= interval.value <= between and step_time.value == 0.01
+    assert interval.attributes == {"run_id": "test-run"}
