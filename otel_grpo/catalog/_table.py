@@ -135,6 +135,7 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("nonfinite", "grpo.nonfinite", C, "{value}", "Non-finite (NaN or infinite) values seen and not exported (attribute `signal`: the key; `process`: the counting process, so a resumed run counts in new series).", R.HOST, Group.HEALTH, label="signal"),
     Signal("skipped_steps", "grpo.skipped_steps", C, "{step}", "Steps whose update was skipped (non-finite loss or a failed batch); attribute `process`: the counting process.", R.HOST, Group.HEALTH),
     _g("run_finished", "grpo.run.finished", "{bool}", "1 once the run has ended on purpose: training completed, or the user stopped it (Ctrl-C); 0 from each process's first step on (a resumed run is running again). Never set by a crash or a preemption, so a run whose series stop without it crashed, was preempted or lost its exporter.", R.HOST, Group.HEALTH),
+    _g("process_start", "grpo.process.start_time", "s", "Unix time at which the exporting process's telemetry started, exported from then on, before any step (as `process`): tells a run that hangs or dies before its first step, and a resumed process from the one before it.", R.HOST, Group.HEALTH),
     _g("run_preempted", "grpo.run.preempted", "{bool}", "1 once the run was stopped by SIGTERM (a scheduler's preemption: to be resumed), 0 from each process's first step on.", R.HOST, Group.HEALTH),
     # ---- per-step distributions for alerts (issue 15) -------------------------------
     # One observation per training step: the bucket counters count the steps over each

@@ -98,7 +98,7 @@ def _inhibitions() -> list[dict]:
     return [
         # Without the collector or the sidecar, runs look absent or stalled: the cause pages once.
         {"source_matchers": ['alertname=~"GRPOCollectorDown|GRPOSidecarDown"'],
-         "target_matchers": ['alertname=~"GRPOMetricsAbsent|GRPOTrainerStalled"']},
+         "target_matchers": ['alertname=~"GRPOMetricsAbsent|GRPOTrainerStalled|GRPONoFirstStep"']},
         # A critical alert of a run makes its warnings noise (KL high over KL jump, ...). Both sides must
         # have a run_id: `equal` also pairs two alerts without one (collector down over sidecar down).
         {"source_matchers": ['severity="critical"', 'run_id=~".+"'],

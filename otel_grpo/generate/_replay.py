@@ -50,7 +50,8 @@ class Segment:
     end: str = "hang"
     """After the last step: `hang` (alive, exporting, no step), `finish` (grpo.run.finished = 1), `preempt`
     (SIGTERM: grpo.run.preempted = 1) or `crash`; an ended process's series stay `expire_s` (the collector's
-    metric_expiration) then go stale."""
+    metric_expiration) then go stale. A process exports its start time from its start; one with no step
+    (empty values) ends one step time after its start."""
     expire_s: float = 300.0
     steps: int = field(init=False)
 
@@ -62,10 +63,12 @@ class Segment:
 
 
 def _states(seg: Segment) -> Iterator[dict[str, float]]:
-    """The exported values after each step of a segment, keyed by series (labels included)."""
+    """The exported values at the process's start (its start time), then after each step, keyed by series
+    (labels included)."""
     run = f'run_id="{seg.run_id}"'
     process = f'{PROCESS}="{process_id(seg.start_s)}"'  # the event counters' series are the process's own
-    out: dict[str, float] = {}
+    out: dict[str, float] = {f"{catalog.get('process_start').prometheus_name}{{{run}}}": float(int(seg.start_s))}
+    yield dict(out)
     streaks = {key: Streaks(c) for key, c in STEP_CHECKS.items()}
     for i in range(seg.steps):
         out[f"{catalog.get('step').prometheus_name}{{{run}}}"] = float(seg.first_step + i * seg.stride)
@@ -100,19 +103,20 @@ def _segment_series(seg: Segment, scrape_s: float, scrapes: int) -> dict[str, li
     states = list(_states(seg))
     names = list(dict.fromkeys(n for s in states for n in s))
     series: dict[str, list] = {n: [None] * (scrapes + 1) for n in names}
-    last_step_s = seg.start_s + seg.steps * seg.step_s
-    gone_s = math.inf if seg.end == "hang" else last_step_s + seg.expire_s
+    # a process that never completes a step ends (crash: dies) one step time after its start
+    last_s = seg.start_s + max(seg.steps, 1) * seg.step_s
+    gone_s = math.inf if seg.end == "hang" else last_s + seg.expire_s
     for k in range(scrapes + 1):
         t = k * scrape_s
-        done = min(seg.steps, int((t - seg.start_s) // seg.step_s)) if t >= seg.start_s else 0
-        if done < 1:
+        if t < seg.start_s:
             continue
+        done = min(seg.steps, int((t - seg.start_s) // seg.step_s))
         if t > gone_s:
             for n in names:  # one staleness marker where a sample was, then nothing
                 if series[n][k - 1] not in (None, STALE):
                     series[n][k] = STALE
             continue
-        for n, v in states[done - 1].items():
+        for n, v in states[done].items():  # states[0]: started, no step yet
             series[n][k] = v
     return series
 

@@ -133,6 +133,9 @@ class RuleSettings:
     between two reported steps (a trainer reporting every N steps) ..."""
     stall_floor: str = "15m"
     """... and older than this floor (covers eval and checkpoint pauses of fast runs)."""
+    first_step_floor: str = "1h"
+    """A run's process that has completed no step this long after its start hangs before its first step
+    (model or data loading, a collective or an inference server that never answers)."""
     progress_probe: str = "2m"
     """Window in which a change of the step index counts as progress (at least 2 scrape intervals)."""
     history_window: str = "6h"
@@ -187,7 +190,7 @@ class RuleSettings:
         """Windows of seconds for the local demo (1 s scrapes): a one-minute run can fire and resolve."""
         base = cls(
             baseline_window="30s", recent_window="3s", baseline_offset="10s", baseline_min_steps=5, warmup_steps=10,
-            counter_window="20s", stall_floor="20s", progress_probe="3s", history_window="10m",
+            counter_window="20s", stall_floor="20s", first_step_floor="30s", progress_probe="3s", history_window="10m",
             absent_window="60s", rate_window="15s", histogram_window="15s", streak_memory="5s",
             for_fast="2s", for_slow="5s", for_target="10s",
         )

@@ -2,7 +2,7 @@
 
     >>> from otel_grpo.generate import RuleSettings
     >>> [a["alert"] for a in run_end_alerts(RuleSettings())]
-    ['GRPOTrainerStalled', 'GRPOMetricsAbsent', 'GRPORunPreempted']
+    ['GRPOTrainerStalled', 'GRPONoFirstStep', 'GRPOMetricsAbsent', 'GRPORunPreempted']
 
 The training process exports `grpo.run.finished` and `grpo.run.preempted` at 0 from
 each process's first step, and sets one of them to 1 when it ends on purpose
@@ -14,15 +14,17 @@ end no longer hides its crash.
 A hang is measured from the last progress, which a self-referencing record keeps
 for as long as the run exports: a run that hangs right after its first step (no
 change of the step index ever) counts from when it was first seen, and a stall of
-any length never resolves by itself.
+any length never resolves by itself. Before its first step a process exports only its
+start time (`grpo.process.start_time`): one that hangs there, or dies, pages too
+(GRPONoFirstStep), and a resumed process that is still starting is no crash.
 """
 
 from __future__ import annotations
 
-from ._alerts_base import PROGRESS, RUN, STEP as _STEP, alert, by_run
+from ._alerts_base import DURATION as _DURATION, PROGRESS, RUN, STEP as _STEP, alert, by_run
 from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, seconds
 
-FINISHED, PREEMPTED = prometheus_name("run_finished"), prometheus_name("run_preempted")
+FINISHED, PREEMPTED, STARTED = map(prometheus_name, ("run_finished", "run_preempted", "process_start"))
 
 
 def progress_rule(s: RuleSettings) -> dict:
@@ -36,6 +38,20 @@ def progress_rule(s: RuleSettings) -> dict:
                     f" or ({now} unless on (run_id) max by (run_id) (last_over_time({STEP_INDEX}[{probe}] offset {probe})))"
                     f" or (max by (run_id) (last_over_time({PROGRESS}[{s.history_window}])) and on (run_id) {exporting})"
                     f" or {now}"}
+
+
+def _no_first_step(s: RuleSettings) -> str:
+    """Runs whose process started and has no step: still exporting after `first_step_floor` (a hang), or
+    gone without one (a crash before its first step; a resumed run's is GRPOMetricsAbsent). Value: seconds
+    since the process started."""
+    since = f"time() - max by (run_id) (last_over_time({STARTED}[{s.absent_window}]))"
+    # a live process runs the run again, whatever an earlier one's end was (a preempted run's resume that hangs)
+    hang = (f"({since} > {seconds(s.first_step_floor)}) and on (run_id) {by_run(STARTED)}"
+            f" unless on (run_id) {by_run(STEP_INDEX)} unless on (run_id) {by_run(FINISHED)} == 1")
+    died = (f"({since}) unless on (run_id) {by_run(STARTED)}"
+            f" unless on (run_id) max by (run_id) (last_over_time({STEP_INDEX}[{s.absent_window}]))"
+            f" unless on (run_id) {_ended(s, FINISHED)} unless on (run_id) {_ended(s, PREEMPTED)}")
+    return f"{hang} or {died}"
 
 
 def _ended(s: RuleSettings, marker: str) -> str:
@@ -57,8 +73,9 @@ def _stalled(s: RuleSettings) -> str:
 
 def _gone(s: RuleSettings) -> str:
     """Runs that exported within `absent_window` and no longer do; value: their last step index."""
+    # A process of the run that exports its start but no step yet is a resume starting, not gone
     return (f"max by (run_id) (last_over_time({STEP_INDEX}[{s.absent_window}]))"
-            f" unless on (run_id) {by_run(STEP_INDEX)}")
+            f" unless on (run_id) {by_run(STEP_INDEX)} unless on (run_id) {by_run(STARTED)}")
 
 
 def run_end_alerts(s: RuleSettings) -> list[dict]:
@@ -70,6 +87,12 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
               f"step time or time between reported steps (at least {s.stall_floor}): a hung collective, a dead "
               "data loader or a deadlock. "
               "It resolves only when a step completes or the run ends.", panel),
+        alert(s, "GRPONoFirstStep", _no_first_step(s), s.for_target, "critical",
+              f"{RUN} has completed no training step in the {_DURATION} since its process started",
+              f"The run's process exports (or exported) its start time but no step: it hangs before its first step "
+              f"for longer than {s.first_step_floor} (model or data loading, a collective or an inference server "
+              "that never answers) or died without one. A trainer that reports every N steps (TRL's "
+              "logging_steps) reports its first step under `instrument`, not only its first logged one.", panel),
         alert(s, "GRPOMetricsAbsent",
               f"{_gone(s)} unless on (run_id) {_ended(s, FINISHED)} unless on (run_id) {_ended(s, PREEMPTED)}",
               s.for_target, "critical",

@@ -106,6 +106,9 @@ class Instruments:
         self._interval_route = self._route_for(get("log_interval"), {})
         self._per_step = {key: self._route_for(get(target), {}) for key, target in STEP_DISTRIBUTIONS.items()}
         self._streaks = StepStreaks(meter, self._base, self._instrument(get("step_streak")), process)
+        # Exported from the start, before any step: a run that hangs or dies before its first step pages
+        started = self._route_for(get("process_start"), {})
+        started.record(float(process), started.attributes)
         # A process's first step says "running": a resumed run's earlier end no longer counts.
         self._running = [self._route_for(get(key), {}) for key in ("run_finished", "run_preempted")]
 

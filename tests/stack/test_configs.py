@@ -35,7 +35,7 @@ def test_alertmanager_routes_critical_to_oncall_and_everything_to_the_sidecar(ro
         assert hook["url"] == "http://sidecar:8000/api/alerts"
         assert hook["http_config"]["authorization"]["credentials_file"] == f"{SECRETS}/sidecar_token"
     inhibit = [(r["source_matchers"], r["target_matchers"], r.get("equal")) for r in am["inhibit_rules"]]
-    assert (['alertname=~"GRPOCollectorDown|GRPOSidecarDown"'], ['alertname=~"GRPOMetricsAbsent|GRPOTrainerStalled"'],
+    assert (['alertname=~"GRPOCollectorDown|GRPOSidecarDown"'], ['alertname=~"GRPOMetricsAbsent|GRPOTrainerStalled|GRPONoFirstStep"'],
             None) in inhibit
     # run_id on both sides: alerts without one (collector, sidecar) never pair by their missing run_id
     assert (['severity="critical"', 'run_id=~".+"'], ['severity="warning"', 'run_id=~".+"'], ["run_id"]) in inhibit

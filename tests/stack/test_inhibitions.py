@@ -45,6 +45,7 @@ def test_causes_inhibit_their_symptoms(alertmanager):
         _alert("GRPOCollectorDown", "critical", instance="otel-collector:8889"),
         _alert("GRPOMetricsAbsent", "warning", run_id="a"),
         _alert("GRPOTrainerStalled", "critical", run_id="b"),
+        _alert("GRPONoFirstStep", "critical", run_id="f"),
         _alert("GRPOKLHigh", "critical", run_id="c"),
         _alert("GRPOKLJump", "warning", run_id="c"),
         _alert("GRPOKLJump", "warning", run_id="d"),  # no critical alert for run d
@@ -58,6 +59,7 @@ def test_causes_inhibit_their_symptoms(alertmanager):
         "GRPOCollectorDown/": False,
         "GRPOMetricsAbsent/a": True,   # collector down: absent runs are its symptom
         "GRPOTrainerStalled/b": True,
+        "GRPONoFirstStep/f": True,     # ... so are runs that seem never to have stepped
         "GRPOKLHigh/c": False,
         "GRPOKLJump/c": True,          # critical suppresses warning of the same run
         "GRPOKLJump/d": False,         # ... and only of the same run

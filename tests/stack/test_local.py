@@ -230,3 +230,39 @@ def test_the_trl_example_lands_samples_in_the_sidecar_and_metrics_in_prometheus(
     assert sorted(steps) == [1, 2, 3, 4]
     assert [float(r["value"][1]) for r in finished] == [1.0]
     assert reward and float(reward[0]["value"][1]) > 0
+
+
+HANGS_BEFORE_ITS_FIRST_STEP = """
+import time
+from otel_grpo.telemetry import Telemetry
+tel = Telemetry.from_env(run_id="no-first-step")
+print("open", flush=True)
+time.sleep(600)  # loading a model that never loads: no step
+"""
+
+
+def test_a_run_that_hangs_before_its_first_step_pages(stack, tmp_path):
+    """A process whose telemetry started but that never completes a step: GRPONoFirstStep fires on the real
+    Prometheus (local mode: `first_step_floor` 30 s), the run's start time scraped from its `/metrics`."""
+    s = stack.settings
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_GRPO_METRICS_EXPORTERS="prometheus", OTEL_GRPO_TRACES_EXPORTERS="none",
+               OTEL_GRPO_PROMETHEUS_PORT=str(s.trainer_metrics_port), OTEL_GRPO_OUTPUT_DIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", HANGS_BEFORE_ITS_FIRST_STEP], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == "open", proc.stderr.read()
+        query = 'ALERTS{alertname="GRPONoFirstStep", alertstate="firing", run_id="no-first-step"}'
+        with httpx.Client(timeout=10) as http:
+            def firing() -> list:
+                return http.get(f"{s.prometheus_url}/api/v1/query", params={"query": query}).json()["data"]["result"]
+
+            fired = _wait_for(firing, deadline_s=120)
+            stalled = http.get(f"{s.prometheus_url}/api/v1/query", params={
+                "query": 'ALERTS{alertname=~"GRPOTrainerStalled|GRPOMetricsAbsent", run_id="no-first-step"}'}).json()
+        assert proc.poll() is None  # still alive, still exporting: a hang, not a crash
+    finally:
+        proc.kill()
+        proc.wait()
+    assert [a["metric"]["severity"] for a in fired] == ["critical"]
+    assert stalled["data"]["result"] == []  # neither a stall after a step nor a crash

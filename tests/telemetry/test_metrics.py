@@ -28,6 +28,22 @@ def test_gauges_use_catalog_names_units_and_run_id(captured):
             assert point.attributes["run_id"] == "test-run", metric.name
 
 
+def test_the_process_start_is_exported_before_any_step(make_captured):
+    """The alerts tell a run that hangs or dies before its first step by it (GRPONoFirstStep)."""
+    import time
+
+    before = int(time.time())
+    captured = make_captured()
+    metrics = captured.metrics()  # no step yet
+    (start,) = metrics["grpo.process.start_time"].data.data_points
+    assert before <= start.value <= time.time() and dict(start.attributes) == {"run_id": "test-run"}
+    assert "grpo.step_index" not in metrics and "grpo.run.finished" not in metrics
+    with captured.tel.step(0):
+        pass
+    (still,) = captured.metrics()["grpo.process.start_time"].data.data_points
+    assert still.value == start.value
+
+
 def test_gauges_hold_the_latest_value_per_attribute_set(captured):
     for step, kl in enumerate([0.1, 0.2, 0.3]):
         with captured.tel.step(step) as s:

@@ -85,6 +85,7 @@ class InstrumentedCallback(TrainerCallback):
         self._last: tuple[float, float | None] = (time.perf_counter(), None)  # (time, tokens seen) at the last log
         self._flushed_step: int | None = None
         self._all_off = False  # every rank's capture is off: no agreement needed any more
+        self._stepped = False  # this train() has completed an optimizer step
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -92,6 +93,19 @@ class InstrumentedCallback(TrainerCallback):
             self.telemetry.log_metrics(state.global_step, map_logs(logs))  # host values only: no collective
             return
         self.flush(state, logs, final=state.global_step >= state.max_steps)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._stepped = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # A training's first optimizer step (a resumed one's too) reaches the step index even where TRL logs
+        # only every logging_steps steps: the alerts tell a run that hangs before its first step by it
+        # (GRPONoFirstStep). Only the index: the stats stay with the logged step, which covers every step
+        # since the last log as TRL's values do. transformers' flow callback runs first and has set should_log.
+        if not self._stepped:
+            self._stepped = True
+            if not control.should_log:
+                self.telemetry.log_metrics(state.global_step, {})
 
     def on_train_end(self, args, state, control, **kwargs):
         # steps after the last logged one; decided by the step, the same on every rank (flush is collective)
