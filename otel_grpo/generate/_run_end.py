@@ -91,8 +91,8 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
               f"{RUN} has completed no training step in the {_DURATION} since its process started",
               f"The run's process exports (or exported) its start time but no step: it hangs before its first step "
               f"for longer than {s.first_step_floor} (model or data loading, a collective or an inference server "
-              "that never answers) or died without one. A trainer that reports every N steps (TRL's "
-              "logging_steps) reports its first step under `instrument`, not only its first logged one.", panel),
+              "that never answers) or died without one. Under `instrument` or `OtelGrpoCallback` the first "
+              "step is the first optimizer step, whatever logging_steps is.", panel),
         alert(s, "GRPOMetricsAbsent",
               f"{_gone(s)} unless on (run_id) {_ended(s, FINISHED)} unless on (run_id) {_ended(s, PREEMPTED)}",
               s.for_target, "critical",

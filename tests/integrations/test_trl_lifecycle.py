@@ -195,3 +195,21 @@ def test_the_log_dict_callback_exports_the_evaluation_after_training_too(tmp_pat
     assert trained.closed and callback.telemetry is not trained and callback.telemetry.closed
     last = json.loads((tmp_path / "telemetry" / "steps.jsonl").read_text().splitlines()[-1])
     assert "eval_metric/reward" in last["metrics"]
+
+
+@pytest.mark.parametrize("how", ["instrument", "callback"])
+def test_the_first_optimizer_step_reaches_the_step_index_whatever_logging_steps_is(tmp_path, how):
+    """A run that hangs before its first logged step (TRL logs every 10 steps, transformers every 500) still shows
+    its first step, so the alerts tell it from one that never started; the values stay with the logged step."""
+    tel, _, exporter = in_memory_telemetry(tmp_path / "telemetry")
+    callbacks = [OtelGrpoCallback(tel)] if how == "callback" else None
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=3, logging_steps=3,
+                                     num_iterations=1, callbacks=callbacks)
+    if how == "instrument":
+        instrument(trainer, telemetry=tel)
+    trainer.train()
+    steps = {int(k): v for k, v in exported(exporter)["steps"].items()}
+    assert sorted(steps) == [1, 3] and steps[1] == {}
+    assert "reward" in steps[3] and "loss" in steps[3]
+    logged = [e["step"] for e in trainer.state.log_history if "loss" in e]
+    assert logged == [3]  # TRL itself logged only step 3

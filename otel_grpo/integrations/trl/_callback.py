@@ -21,12 +21,33 @@ logger = logging.getLogger("otel_grpo.integrations.trl")
 _SUMMARY = "train_runtime"
 
 
-class OtelGrpoCallback(TrainerCallback):
+class _ReportsFirstStep(TrainerCallback):
+    """A training's first optimizer step (a resumed one's too) reaches the step index at once, even where the
+    trainer logs only every `logging_steps` steps (transformers' default 500, TRL's 10): the alerts tell a run
+    that hangs before its first step by it (GRPONoFirstStep). Only the index: the values stay with the logged
+    step, which covers every step since the last log as the trainer's own do."""
+
+    telemetry: Telemetry | None
+    _stepped = False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._stepped = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # transformers' flow callback runs first: should_log says the trainer logs this step itself
+        if not self._stepped:
+            self._stepped = True
+            if not control.should_log and self.telemetry is not None:
+                self.telemetry.log_metrics(state.global_step, {})
+
+
+class OtelGrpoCallback(_ReportsFirstStep):
     """Exports what any `transformers.Trainer` logs: `Trainer(..., callbacks=[OtelGrpoCallback()])`.
 
     TRL and transformers keys map to catalog signals (TRL's names first: its `kl` is
     `grpo.trl.kl`), `eval_<name>` to `grpo.eval{metric="<name>"}`, None and NaN to
-    `grpo.nonfinite`, anything else to `grpo.extra.<key>`. `telemetry`: the one to
+    `grpo.nonfinite`, anything else to `grpo.extra.<key>`; the first optimizer step's index goes out at
+    once, whatever `logging_steps` is. `telemetry`: the one to
     export through; None builds one from the environment with `settings` (run id and
     output dir default from the trainer's `args`), finished at train end, and again for
     an `evaluate()` outside training (the final evaluation), finished when it ends.
@@ -39,6 +60,7 @@ class OtelGrpoCallback(TrainerCallback):
         self._training = False
 
     def on_train_begin(self, args, state, control, **kwargs):
+        super().on_train_begin(args, state, control, **kwargs)
         self._training = True
         self._open(args)
 
@@ -74,7 +96,7 @@ def telemetry_for(args: Any, defaults: dict[str, Any] | None = None, **settings:
     return Telemetry.from_env(defaults={**derived, **(defaults or {})}, **settings)
 
 
-class InstrumentedCallback(TrainerCallback):
+class InstrumentedCallback(_ReportsFirstStep):
     """`instrument`'s: at each logged step, reduce the accumulated tensors' stats and export them with TRL's logs.
 
     `capture`: the `Capture` feeding `acc` (its `enabled` flag, its `accelerator` for the collectives).
@@ -85,7 +107,6 @@ class InstrumentedCallback(TrainerCallback):
         self._last: tuple[float, float | None] = (time.perf_counter(), None)  # (time, tokens seen) at the last log
         self._flushed_step: int | None = None
         self._all_off = False  # every rank's capture is off: no agreement needed any more
-        self._stepped = False  # this train() has completed an optimizer step
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -93,19 +114,6 @@ class InstrumentedCallback(TrainerCallback):
             self.telemetry.log_metrics(state.global_step, map_logs(logs))  # host values only: no collective
             return
         self.flush(state, logs, final=state.global_step >= state.max_steps)
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self._stepped = False
-
-    def on_step_end(self, args, state, control, **kwargs):
-        # A training's first optimizer step (a resumed one's too) reaches the step index even where TRL logs
-        # only every logging_steps steps: the alerts tell a run that hangs before its first step by it
-        # (GRPONoFirstStep). Only the index: the stats stay with the logged step, which covers every step
-        # since the last log as TRL's values do. transformers' flow callback runs first and has set should_log.
-        if not self._stepped:
-            self._stepped = True
-            if not control.should_log:
-                self.telemetry.log_metrics(state.global_step, {})
 
     def on_train_end(self, args, state, control, **kwargs):
         # steps after the last logged one; decided by the step, the same on every rank (flush is collective)
