@@ -143,7 +143,9 @@ class Backend:
         for name, start_ns, end_ns, _ in rec.phases:
             instruments.record_phase(name, _seconds(start_ns, end_ns))
         end_ns = rec.end_ns or time.time_ns()
-        instruments.count_steps(rec.steps_done, rec.step, rec.skipped, max(end_ns - self._last_end_ns, 0) / 1e9)
+        # measured, unless the caller gave it (a trainer that reports a step ahead of its logging cadence)
+        interval = None if "log_interval" in finite else max(end_ns - self._last_end_ns, 0) / 1e9
+        instruments.count_steps(rec.steps_done, rec.step, rec.skipped, interval)
         self._last_end_ns = end_ns
         return finite
 

@@ -231,9 +231,9 @@ class Instruments:
             attrs = self._phase_attrs[phase] = {**self._base, "phase": phase}
         self._phase.record(seconds, attrs)  # one value: the SDK's own path is the cheaper one
 
-    def count_steps(self, steps: int, last_step: int, skipped: bool, interval_s: float) -> None:
+    def count_steps(self, steps: int, last_step: int, skipped: bool, interval_s: float | None) -> None:
         """Progress counters, the `step` and `log_interval` gauges and the step checks' streaks (once per
-        reported step; `interval_s`: the wall time since the previous one)."""
+        reported step; `interval_s`: the wall time since the previous one, None: the step recorded its own)."""
         self._streaks.end_step()
         for route in self._running:
             route.record(0.0, route.attributes)
@@ -243,4 +243,5 @@ class Instruments:
         if skipped:
             self._skipped.add(1, self._events)
         self._step_route.record(float(last_step), self._step_route.attributes)
-        self._interval_route.record(interval_s, self._interval_route.attributes)
+        if interval_s is not None:
+            self._interval_route.record(interval_s, self._interval_route.attributes)

@@ -65,7 +65,7 @@ def test_two_ranks_with_several_generation_batches_per_logged_step(tmp_path):
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     rank0 = json.loads((tmp_path / "exported0.json").read_text())
     # the first optimizer step reaches the step index only; the logged step 2 covers both steps
-    assert rank0["steps"] == {"1": {}, "2": rank0["steps"]["2"]} and all(len(r["generations"]) == 2 for r in ranks)
+    assert set(rank0["steps"]) == {"1", "2"} and set(rank0["steps"]["1"]) == {"log_interval"} and all(len(r["generations"]) == 2 for r in ranks)
     from transformers import PreTrainedTokenizerFast
 
     eos = PreTrainedTokenizerFast.from_pretrained(tmp_path / "model").eos_token_id

@@ -201,15 +201,23 @@ def test_the_log_dict_callback_exports_the_evaluation_after_training_too(tmp_pat
 def test_the_first_optimizer_step_reaches_the_step_index_whatever_logging_steps_is(tmp_path, how):
     """A run that hangs before its first logged step (TRL logs every 10 steps, transformers every 500) still shows
     its first step, so the alerts tell it from one that never started; the values stay with the logged step."""
+    import time
+
     tel, _, exporter = in_memory_telemetry(tmp_path / "telemetry")
     callbacks = [OtelGrpoCallback(tel)] if how == "callback" else None
     trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=3, logging_steps=3,
                                      num_iterations=1, callbacks=callbacks)
     if how == "instrument":
         instrument(trainer, telemetry=tel)
+    began = time.perf_counter()
     trainer.train()
+    took = time.perf_counter() - began
+    assert tel.flush(10)  # the caller's Telemetry: still open after train()
     steps = {int(k): v for k, v in exported(exporter)["steps"].items()}
-    assert sorted(steps) == [1, 3] and steps[1] == {}
+    assert sorted(steps) == [1, 3] and set(steps[1]) == {"log_interval"}
+    # the stall alert's wait until the first log: the first step's time, 3 (logging_steps) times
+    assert 0 < steps[1]["log_interval"] <= 3 * took
+    tel.finish()
     assert "reward" in steps[3] and "loss" in steps[3]
     logged = [e["step"] for e in trainer.state.log_history if "loss" in e]
     assert logged == [3]  # TRL itself logged only step 3

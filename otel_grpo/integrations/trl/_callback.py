@@ -25,20 +25,29 @@ class _ReportsFirstStep(TrainerCallback):
     """A training's first optimizer step (a resumed one's too) reaches the step index at once, even where the
     trainer logs only every `logging_steps` steps (transformers' default 500, TRL's 10): the alerts tell a run
     that hangs before its first step by it (GRPONoFirstStep). Only the index: the values stay with the logged
-    step, which covers every step since the last log as the trainer's own do."""
+    step, which covers every step since the last log as the trainer's own do. Its `log_interval` is the time
+    to the first log at that step's pace (its duration times the steps between logs), so the stall alert
+    waits for that log, not for one more step."""
 
     telemetry: Telemetry | None
     _stepped = False
+    _began = 0.0
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._stepped = False
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if not self._stepped:
+            self._began = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
         # transformers' flow callback runs first: should_log says the trainer logs this step itself
         if not self._stepped:
             self._stepped = True
             if not control.should_log and self.telemetry is not None:
-                self.telemetry.log_metrics(state.global_step, {})
+                every = state.logging_steps if args.logging_strategy == "steps" else state.max_steps
+                interval = (time.perf_counter() - self._began) * max(every, 1)
+                self.telemetry.log_metrics(state.global_step, {"log_interval": interval})
 
 
 class OtelGrpoCallback(_ReportsFirstStep):
