@@ -34,7 +34,7 @@ class _ReportsFirstStep(TrainerCallback):
     _began = 0.0
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self._stepped = False
+        self._stepped, self._began = False, time.perf_counter()
 
     def on_step_begin(self, args, state, control, **kwargs):
         if not self._stepped:
