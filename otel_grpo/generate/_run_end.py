@@ -16,7 +16,9 @@ for as long as the run exports: a run that hangs right after its first step (no
 change of the step index ever) counts from when it was first seen, and a stall of
 any length never resolves by itself. Before its first step a process exports only its
 start time (`grpo.process.start_time`): one that hangs there, or dies, pages too
-(GRPONoFirstStep), and a resumed process that is still starting is no crash.
+(GRPONoFirstStep), and a resumed process that is still starting is no crash. Work between
+steps that the process reports (`grpo.process.activity_time`: heartbeats per evaluation
+batch) counts as progress for both: a long evaluation is no hang, one stuck in a batch is.
 """
 
 from __future__ import annotations
@@ -24,29 +26,40 @@ from __future__ import annotations
 from ._alerts_base import DURATION as _DURATION, PROGRESS, RUN, STEP as _STEP, alert, by_run
 from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, seconds
 
-FINISHED, PREEMPTED, STARTED = map(prometheus_name, ("run_finished", "run_preempted", "process_start"))
+FINISHED, PREEMPTED, STARTED, ACTIVITY = map(prometheus_name, ("run_finished", "run_preempted", "process_start",
+                                                                "activity"))
+
+
+def _later(first: str, second: str) -> str:
+    """Per run, the later of two times (either alone where the other is absent). The label keeps `or` from
+    dropping `second` where `first` has the same labels."""
+    return f'max by (run_id) ({first} or label_replace({second}, "later", "1", "", ""))'
 
 
 def progress_rule(s: RuleSettings) -> dict:
     """The time of the run's last progress: a scrape whose step index changed within `progress_probe`, or
     that (re)appeared (a new or resumed process); else the time this record keeps while the run exports;
-    else now (after a Prometheus restart)."""
+    else now (after a Prometheus restart). A later heartbeat (work between steps: an evaluation batch)
+    counts as progress too."""
     now, probe = f"max by (run_id) (timestamp({STEP_INDEX}))", s.progress_probe
     exporting = f"max by (run_id) (last_over_time({STEP_INDEX}[{s.history_window}]))"
-    return {"record": PROGRESS,
-            "expr": f"({now} and on (run_id) max by (run_id) (changes({STEP_INDEX}[{probe}])) > 0)"
-                    f" or ({now} unless on (run_id) max by (run_id) (last_over_time({STEP_INDEX}[{probe}] offset {probe})))"
-                    f" or (max by (run_id) (last_over_time({PROGRESS}[{s.history_window}])) and on (run_id) {exporting})"
-                    f" or {now}"}
+    steps = (f"({now} and on (run_id) max by (run_id) (changes({STEP_INDEX}[{probe}])) > 0)"
+             f" or ({now} unless on (run_id) max by (run_id) (last_over_time({STEP_INDEX}[{probe}] offset {probe})))"
+             f" or (max by (run_id) (last_over_time({PROGRESS}[{s.history_window}])) and on (run_id) {exporting})"
+             f" or {now}")
+    return {"record": PROGRESS, "expr": _later(f"({steps})", by_run(ACTIVITY))}
 
 
 def _no_first_step(s: RuleSettings) -> str:
     """Runs whose process started and has no step: still exporting after `first_step_floor` (a hang), or
     gone without one (a crash before its first step; a resumed run's is GRPOMetricsAbsent). Value: seconds
     since the process started."""
-    since = f"time() - max by (run_id) (last_over_time({STARTED}[{s.absent_window}]))"
-    # a live process runs the run again, whatever an earlier one's end was (a preempted run's resume that hangs)
-    hang = (f"({since} > {seconds(s.first_step_floor)}) and on (run_id) {by_run(STARTED)}"
+    started = f"max by (run_id) (last_over_time({STARTED}[{s.absent_window}]))"
+    since = f"time() - {started}"
+    # a live process runs the run again, whatever an earlier one's end was (a preempted run's resume that hangs);
+    # its heartbeats (an evaluation before training) are work, not a hang
+    idle = f"time() - {_later(started, by_run(ACTIVITY))}"
+    hang = (f"({idle} > {seconds(s.first_step_floor)}) * 0 + on (run_id) ({since}) and on (run_id) {by_run(STARTED)}"
             f" unless on (run_id) {by_run(STEP_INDEX)} unless on (run_id) {by_run(FINISHED)} == 1")
     died = (f"({since}) unless on (run_id) {by_run(STARTED)}"
             f" unless on (run_id) max by (run_id) (last_over_time({STEP_INDEX}[{s.absent_window}]))"
@@ -84,15 +97,15 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
         alert(s, "GRPOTrainerStalled", _stalled(s), s.for_fast, "critical",
               f"No training step after step {_STEP} in {RUN}, yet it still exports",
               f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its longest recent "
-              f"step time or time between reported steps (at least {s.stall_floor}): a hung collective, a dead "
-              "data loader or a deadlock. "
-              "It resolves only when a step completes or the run ends.", panel),
+              f"step time or time between reported steps (at least {s.stall_floor}), nor any other work it "
+              "reports (heartbeats: evaluation batches): a hung collective, a dead data loader or a deadlock. "
+              "It resolves only when a step completes, the process reports work again, or the run ends.", panel),
         alert(s, "GRPONoFirstStep", _no_first_step(s), s.for_target, "critical",
               f"{RUN} has completed no training step in the {_DURATION} since its process started",
               f"The run's process exports (or exported) its start time but no step: it hangs before its first step "
-              f"for longer than {s.first_step_floor} (model or data loading, a collective or an inference server "
-              "that never answers) or died without one. Under `instrument` or `OtelGrpoCallback` the first "
-              "step is the first optimizer step, whatever logging_steps is.", panel),
+              f"for longer than {s.first_step_floor} since its start or its last heartbeat (model or data loading, "
+              "a collective or an inference server that never answers) or died without one. Under `instrument` or "
+              "`OtelGrpoCallback` the first step is the first optimizer step, whatever logging_steps is.", panel),
         alert(s, "GRPOMetricsAbsent",
               f"{_gone(s)} unless on (run_id) {_ended(s, FINISHED)} unless on (run_id) {_ended(s, PREEMPTED)}",
               s.for_target, "critical",

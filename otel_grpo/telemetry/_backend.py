@@ -2,6 +2,7 @@
 
     backend = Backend.build(settings, rank=0, world_size=1, local_rank=0)
     backend.emit(record)                 # a finished step: every span made here, after the fact
+    backend.emit(Heartbeat(time.time_ns()))  # work between steps: the activity gauge only
     backend.flush(5.0)
     backend.close(10.0, finished=True, preempted=False)
 
@@ -28,7 +29,7 @@ from otel_grpo.catalog import spans
 
 from ._exporters import Exporters
 from ._instruments import Instruments
-from ._record import Error, StepRecord
+from ._record import Error, Heartbeat, StepRecord
 from ._retention import RowBudget
 from ._samples import ColumnTracker, Selected, StepRows, event_attributes, flatten_row, pick_rows, step_rng
 from ._settings import TelemetrySettings
@@ -73,8 +74,12 @@ class Backend:
         return self.exporters.prometheus_port
 
     # ---- the sinks' calls ----------------------------------------------------------------
-    def emit(self, rec: StepRecord) -> None:
-        """Everything of one step; never raises (a failing step is logged once per kind of error)."""
+    def emit(self, rec: StepRecord | Heartbeat) -> None:
+        """Everything of one step, or a heartbeat's time; never raises (a failing step is logged once per kind
+        of error)."""
+        if isinstance(rec, Heartbeat):
+            self._instruments.record_activity(rec.at_ns / 1e9)
+            return
         try:
             self._emit(rec)
         except Exception as exc:  # keep the sink (and the next steps) alive

@@ -109,6 +109,7 @@ class Instruments:
         # Exported from the start, before any step: a run that hangs or dies before its first step pages
         started = self._route_for(get("process_start"), {})
         started.record(float(process), started.attributes)
+        self._activity_route = self._route_for(get("activity"), {})
         # A process's first step says "running": a resumed run's earlier end no longer counts.
         self._running = [self._route_for(get(key), {}) for key in ("run_finished", "run_preempted")]
 
@@ -230,6 +231,10 @@ class Instruments:
         if attrs is None:
             attrs = self._phase_attrs[phase] = {**self._base, "phase": phase}
         self._phase.record(seconds, attrs)  # one value: the SDK's own path is the cheaper one
+
+    def record_activity(self, unix_s: float) -> None:
+        """The time of the process's latest work between steps (a heartbeat)."""
+        self._activity_route.record(unix_s, self._activity_route.attributes)
 
     def count_steps(self, steps: int, last_step: int, skipped: bool, interval_s: float | None) -> None:
         """Progress counters, the `step` and `log_interval` gauges and the step checks' streaks (once per

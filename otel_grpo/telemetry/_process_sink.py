@@ -40,7 +40,7 @@ from typing import Any, Mapping
 
 from ._backend import Backend
 from ._quiet import ExportHealth
-from ._record import StepRecord
+from ._record import Heartbeat, StepRecord
 from ._settings import TelemetrySettings
 from ._sinks import BACKLOG_WARNING, ThreadSink
 
@@ -142,7 +142,7 @@ class ProcessSink:
         local = self._local
         return local.export_health if local is not None else self._health
 
-    def submit(self, record: StepRecord) -> None:
+    def submit(self, record: StepRecord | Heartbeat) -> None:
         with self._lock:
             if self._local is not None:
                 self._local.submit(record)
@@ -163,7 +163,7 @@ class ProcessSink:
             logger.warning("otel-grpo: %d steps wait to be emitted; the telemetry process falls behind",
                            BACKLOG_WARNING)
 
-    def _pickle(self, record: StepRecord) -> bytes:
+    def _pickle(self, record: StepRecord | Heartbeat) -> bytes:
         try:
             return pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # a sample row with a value that does not pickle (a lock, a generator)

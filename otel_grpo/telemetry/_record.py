@@ -7,7 +7,8 @@
 
 Times, names, floats, rows and errors only: no live span, no tracer. A sink hands the
 record to the backend (`_backend.Backend`) in this process or, pickled, in a child
-process; the backend makes every span of the step from it after the fact.
+process; the backend makes every span of the step from it after the fact. A `Heartbeat`
+(work between steps, `Telemetry.heartbeat()`) travels the same way.
 """
 
 from __future__ import annotations
@@ -52,3 +53,10 @@ class StepRecord:
     skipped: bool = False
     keep_reason: str | None = None
     """Why every row of this step is kept (an anomalous step, `_retention`); None: the usual selection."""
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Work between training steps (an evaluation batch) at `at_ns`: the stall alerts count from it."""
+
+    at_ns: int

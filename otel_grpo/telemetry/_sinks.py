@@ -3,7 +3,7 @@
     sink = ThreadSink(lambda: Backend.build(settings, 0, 1, 0))   # a queue and a thread in this process
     sink = ProcessSink(settings, rank=0, world_size=1, local_rank=0)  # pickled to a child (_process_sink)
     sink = NullSink()                                             # a rank that does not export, telemetry off
-    sink.submit(record)            # training thread: one queue put (ProcessSink: one pickle too)
+    sink.submit(record)            # training thread: one queue put (ProcessSink: one pickle too); or a Heartbeat
     sink.flush(5.0)                # everything submitted so far emitted and pushed to the exporters
     sink.close(10.0, finished=True, preempted=False)
 
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from ._backend import Backend
 from ._quiet import ExportHealth
-from ._record import StepRecord
+from ._record import Heartbeat, StepRecord
 
 logger = logging.getLogger("otel_grpo.telemetry")
 
@@ -66,7 +66,7 @@ class ThreadSink:
     def export_health(self) -> ExportHealth:
         return self._backend.exporters.health if self._backend is not None else _NO_HEALTH
 
-    def submit(self, record: StepRecord | _Pickled) -> None:
+    def submit(self, record: StepRecord | Heartbeat | _Pickled) -> None:
         self._queue.put(record)
         if not self._warned_backlog and self._queue.qsize() > BACKLOG_WARNING:
             # Steps far shorter than the emit work (~ms per 1000 histogram values): memory grows.
@@ -131,7 +131,7 @@ class NullSink:
     def export_health(self) -> ExportHealth:
         return _NO_HEALTH
 
-    def submit(self, record: StepRecord) -> None:
+    def submit(self, record: StepRecord | Heartbeat) -> None:
         pass
 
     def flush(self, timeout_s: float) -> bool:

@@ -46,12 +46,13 @@ from ._exchange import current_group, select_across_ranks
 from ._process_sink import ProcessSink
 from ._providers import detect_rank, sdk_disabled
 from ._quiet import ExportHealth
-from ._record import StepRecord, error_of
+from ._record import Heartbeat, StepRecord, error_of
 from ._retention import AnomalyJudge, RowBudget
 from ._settings import TelemetrySettings
 from ._sinks import NullSink, ThreadSink
 
 logger = logging.getLogger("otel_grpo.telemetry")
+_HEARTBEAT_EVERY_S = 1.0
 
 
 def _to_floats(stats: Mapping[str, Any]) -> dict[str, float]:
@@ -207,6 +208,7 @@ class Telemetry:
         self._budget = RowBudget(settings)  # ... within the run's budget, counted alike on every rank
         self._warned_exchange = False
         self._warned_closed = False
+        self._last_beat = -math.inf  # monotonic time of the last heartbeat handed to the sink
         if self.exporting and sdk_disabled():  # set for a whole cluster, it would silence the run without a word
             spill = f"; samples still spill to {settings.output_dir / 'samples'}" if settings.spill_samples else ""
             logger.warning("otel-grpo: OTEL_SDK_DISABLED=true turns OpenTelemetry off in this process: run %r "
@@ -348,6 +350,18 @@ class Telemetry:
         named = metrics if source is None else {stat_key(k, source): v for k, v in metrics.items()}
         with self._open(step, count_one=False) as s:
             s.record(named)
+
+    def heartbeat(self) -> None:
+        """Say that the process works between steps (call it per evaluation batch, per shard of a long
+        save): the stall alerts (GRPOTrainerStalled, GRPONoFirstStep) count from the later of the last heartbeat
+        and the last step, so a long evaluation is not taken for a hang, while one stuck inside a batch
+        still is. Cheap enough for every batch: at most one per second reaches the sink (the alerts work
+        in minutes). Call it from the loop's own thread: a thread that beats on a timer would hide a hang."""
+        now = time.monotonic()
+        if now - self._last_beat < _HEARTBEAT_EVERY_S or self._closed:
+            return
+        self._last_beat = now
+        self._sink.submit(Heartbeat(time.time_ns()))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Emit everything recorded so far and push it to the exporters; False on timeout."""

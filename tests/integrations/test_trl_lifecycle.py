@@ -221,3 +221,27 @@ def test_the_first_optimizer_step_reaches_the_step_index_whatever_logging_steps_
     assert "reward" in steps[3] and "loss" in steps[3]
     logged = [e["step"] for e in trainer.state.log_history if "loss" in e]
     assert logged == [3]  # TRL itself logged only step 3
+
+
+@pytest.mark.parametrize("how", ["instrument", "callback"])
+def test_evaluation_batches_are_heartbeats_for_the_stall_alerts(tmp_path, how):
+    """An evaluation before the first step (`eval_on_start`), or between steps, can outlast the stall limit: each
+    of its batches beats, so the alerts see work (grpo.process.activity_time), not a hang."""
+    import time
+
+    tel, reader, exporter = in_memory_telemetry(tmp_path / "telemetry")
+    callbacks = [OtelGrpoCallback(tel)] if how == "callback" else None
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=1, num_iterations=1,
+                                     eval_on_start=True, per_device_eval_batch_size=4, eval_dataset=make_dataset(8), callbacks=callbacks)
+    if how == "instrument":
+        instrument(trainer, telemetry=tel)
+    began = time.time()
+    trainer.train()
+    assert tel.flush(10)
+    gauges = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+              for m in sm.metrics}
+    (beat,) = gauges["grpo.process.activity_time"].data.data_points
+    first = min(s.start_time for s in exporter.get_finished_spans()
+                if s.name == "grpo.step" and s.attributes["grpo.step"] == 1)
+    assert began <= beat.value <= first / 1e9  # during the evaluation before the first step
+    tel.finish()

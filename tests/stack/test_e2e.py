@@ -94,10 +94,15 @@ def _last_sample_time(http: httpx.Client, prometheus: str) -> float:
     return max(float(t) for series in result for t, _ in series["values"])
 
 
+# Heartbeats come from evaluation batches, and the demo trainer does not evaluate (tests/stack/test_local.py
+# scrapes them from a process that does)
+_BETWEEN_STEPS = frozenset({"activity"})
+
+
 def _demo_cannot_emit(expr: str) -> bool:
-    """Queries of signals only verl's files (`otel-grpo follow`) or a TRL Trainer carry; the tests
-    under tests/integrations check those."""
-    return any(catalog.get(key).prometheus_name in expr for key in FOLLOW_ONLY | TRL_ONLY)
+    """Queries of signals only verl's files (`otel-grpo follow`) or a TRL Trainer carry (the tests under
+    tests/integrations check those), or work between steps."""
+    return any(catalog.get(key).prometheus_name in expr for key in FOLLOW_ONLY | TRL_ONLY | _BETWEEN_STEPS)
 
 
 def test_prometheus_holds_a_series_for_every_dashboard_query(demo):

@@ -266,3 +266,47 @@ def test_a_run_that_hangs_before_its_first_step_pages(stack, tmp_path):
         proc.wait()
     assert [a["metric"]["severity"] for a in fired] == ["critical"]
     assert stalled["data"]["result"] == []  # neither a stall after a step nor a crash
+
+
+EVALUATES_THEN_HANGS = """
+import time
+from otel_grpo.telemetry import Telemetry
+tel = Telemetry.from_env(run_id="evaluates")
+with tel.step(0) as s:
+    s.record({"kl": 0.01, "step_time": 0.1})
+print("stepped", flush=True)
+end = time.monotonic() + 30  # an evaluation longer than the stall limit (local mode: 20 s), a beat per batch
+while time.monotonic() < end:
+    tel.heartbeat()
+    time.sleep(0.2)
+print("stuck", flush=True)
+time.sleep(600)  # a batch that never finishes: no beat, no step
+"""
+
+
+def test_heartbeats_keep_a_long_evaluation_from_paging_until_they_stop(stack, tmp_path):
+    """Work between steps (`Telemetry.heartbeat()`, per evaluation batch) is progress to GRPOTrainerStalled on the
+    real Prometheus: 30 s of beats after a step (the limit: 20 s) stay silent; once they stop, it fires."""
+    s = stack.settings
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_GRPO_METRICS_EXPORTERS="prometheus", OTEL_GRPO_TRACES_EXPORTERS="none",
+               OTEL_GRPO_PROMETHEUS_PORT=str(s.trainer_metrics_port), OTEL_GRPO_OUTPUT_DIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", EVALUATES_THEN_HANGS], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stalled = 'ALERTS{alertname="GRPOTrainerStalled", run_id="evaluates"}'
+    try:
+        assert proc.stdout.readline().strip() == "stepped", proc.stderr.read()
+        with httpx.Client(timeout=10) as http:
+            def series(query: str) -> list:
+                return http.get(f"{s.prometheus_url}/api/v1/query", params={"query": query}).json()["data"]["result"]
+
+            assert proc.stdout.readline().strip() == "stuck"
+            during = series(f"max_over_time({stalled}[40s])")  # pending or firing at any point of the evaluation
+            beats = series('grpo_process_activity_time_seconds{run_id="evaluates"}')
+            fired = _wait_for(lambda: series(f'{stalled[:-1]}, alertstate="firing"}}'), deadline_s=120)
+        assert proc.poll() is None  # still alive: a hang
+    finally:
+        proc.kill()
+        proc.wait()
+    assert beats and during == []
+    assert [a["metric"]["severity"] for a in fired] == ["critical"]

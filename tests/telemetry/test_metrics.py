@@ -44,6 +44,33 @@ def test_the_process_start_is_exported_before_any_step(make_captured):
     assert still.value == start.value
 
 
+def test_a_heartbeat_exports_the_time_of_work_between_steps_and_nothing_else(make_captured):
+    """The stall alerts count from the later of the last step and the last heartbeat (an evaluation batch)."""
+    import time
+
+    captured = make_captured()
+    with captured.tel.step(0):
+        pass
+    before = time.time()
+    captured.tel.heartbeat()
+    metrics = captured.metrics()
+    (beat,) = metrics["grpo.process.activity_time"].data.data_points
+    assert before <= beat.value <= time.time() and dict(beat.attributes) == {"run_id": "test-run"}
+    # work, not a step: no step index, counter or span moves
+    assert [p.value for p in metrics["grpo.step_index"].data.data_points] == [0.0]
+    assert [p.value for p in metrics["grpo.steps"].data.data_points] == [1]
+    assert len(captured.spans("grpo.step")) == 1
+    # an evaluation's every batch may beat: one a second reaches the exporter
+    for _ in range(1000):
+        captured.tel.heartbeat()
+    (same,) = captured.metrics()["grpo.process.activity_time"].data.data_points
+    assert same.value == beat.value
+    time.sleep(1.05)
+    captured.tel.heartbeat()
+    (later,) = captured.metrics()["grpo.process.activity_time"].data.data_points
+    assert later.value >= beat.value + 1
+
+
 def test_gauges_hold_the_latest_value_per_attribute_set(captured):
     for step, kl in enumerate([0.1, 0.2, 0.3]):
         with captured.tel.step(step) as s:

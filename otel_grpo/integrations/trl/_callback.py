@@ -21,13 +21,16 @@ logger = logging.getLogger("otel_grpo.integrations.trl")
 _SUMMARY = "train_runtime"
 
 
-class _ReportsFirstStep(TrainerCallback):
-    """A training's first optimizer step (a resumed one's too) reaches the step index at once, even where the
+class _ReportsProgress(TrainerCallback):
+    """Progress the hang alerts must see between logged steps.
+
+    A training's first optimizer step (a resumed one's too) reaches the step index at once, even where the
     trainer logs only every `logging_steps` steps (transformers' default 500, TRL's 10): the alerts tell a run
     that hangs before its first step by it (GRPONoFirstStep). Only the index: the values stay with the logged
     step, which covers every step since the last log as the trainer's own do. Its `log_interval` is the time
     to the first log at that step's pace (its duration times the steps between logs), so the stall alert
-    waits for that log, not for one more step."""
+    waits for that log, not for one more step. Each evaluation batch is a heartbeat: an evaluation (during
+    training, `eval_on_start` before it) longer than the stall limit is work, not a hang."""
 
     telemetry: Telemetry | None
     _stepped = False
@@ -49,8 +52,12 @@ class _ReportsFirstStep(TrainerCallback):
                 interval = (time.perf_counter() - self._began) * max(every, 1)
                 self.telemetry.log_metrics(state.global_step, {"log_interval": interval})
 
+    def on_prediction_step(self, args, state, control, **kwargs):
+        if self.telemetry is not None:
+            self.telemetry.heartbeat()
 
-class OtelGrpoCallback(_ReportsFirstStep):
+
+class OtelGrpoCallback(_ReportsProgress):
     """Exports what any `transformers.Trainer` logs: `Trainer(..., callbacks=[OtelGrpoCallback()])`.
 
     TRL and transformers keys map to catalog signals (TRL's names first: its `kl` is
@@ -105,7 +112,7 @@ def telemetry_for(args: Any, defaults: dict[str, Any] | None = None, **settings:
     return Telemetry.from_env(defaults={**derived, **(defaults or {})}, **settings)
 
 
-class InstrumentedCallback(_ReportsFirstStep):
+class InstrumentedCallback(_ReportsProgress):
     """`instrument`'s: at each logged step, reduce the accumulated tensors' stats and export them with TRL's logs.
 
     `capture`: the `Capture` feeding `acc` (its `enabled` flag, its `accelerator` for the collectives).
