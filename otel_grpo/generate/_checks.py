@@ -13,7 +13,7 @@ from otel_grpo import catalog
 from otel_grpo.catalog import Kind
 
 from ._alerts import alert_rules
-from ._rules import THRESHOLDS, RuleSettings, recording_rules
+from ._rules import FLOORS, THRESHOLDS, RuleSettings, recording_rules
 
 # Names that are PromQL syntax, not series, when they stand alone.
 _KEYWORDS = frozenset({
@@ -73,7 +73,7 @@ def rule_metric_names() -> set[str]:
     """Names the rules define (recording rules, the alert group's streak and progress records too), which
     dashboards may also query."""
     defaults = RuleSettings()
-    s = RuleSettings(overrides={"_": {name: getattr(defaults, name) for name in THRESHOLDS}})
+    s = RuleSettings(overrides={"_": {name: getattr(defaults, name) for name in THRESHOLDS + FLOORS}})
     names = set()
     for doc in (recording_rules(s), alert_rules(s)):
         names |= {r["record"] for g in doc["groups"] for r in g["rules"] if "record" in r}

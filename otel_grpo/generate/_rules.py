@@ -57,6 +57,9 @@ THRESHOLDS = (
     "zero_std_threshold", "ess_min", "chi2_threshold", "veto_fraction_threshold",
     "catastrophic_fraction_threshold", "grad_norm_factor", "throughput_fraction",
 )
+# Durations `overrides` may set per run too: the hang alerts' floors (a run whose checkpoints or
+# evaluations take longer than the others' limits, without slowing every run's hang page).
+FLOORS = ("stall_floor", "first_step_floor")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -94,8 +97,9 @@ class RuleSettings:
     entropy_fraction: float = 0.25
     """Entropy below this fraction of its baseline counts as collapsed."""
     entropy_floor: float = 0.01
-    overrides: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    """Per-run thresholds: `{run_id: {"kl_threshold": 2.0}}`; names from `THRESHOLDS`."""
+    overrides: Mapping[str, Mapping[str, float | str]] = field(default_factory=dict)
+    """Per-run thresholds and floors: `{run_id: {"kl_threshold": 2.0, "stall_floor": "45m"}}`; names from
+    `THRESHOLDS` (numbers) and `FLOORS` (durations)."""
     # ---- step-aware conditions -----------------------------------------------------
     kl_steps: int = 3
     """GRPOKLHigh fires once KL has been over its threshold for this many consecutive training steps."""
@@ -176,10 +180,20 @@ class RuleSettings:
             if not base.startswith(("http://", "https://")):
                 raise ValueError(f"runbook_base and grafana_url must be absolute http(s) URLs, got {base!r}")
         for run_id, values in self.overrides.items():
-            unknown = set(values) - set(THRESHOLDS)
+            unknown = set(values) - set(THRESHOLDS) - set(FLOORS)
             if unknown:
-                raise ValueError(f"overrides[{run_id!r}]: {sorted(unknown)} are not thresholds; use {THRESHOLDS}")
+                raise ValueError(f"overrides[{run_id!r}]: {sorted(unknown)} are not thresholds; use "
+                                 f"{THRESHOLDS + FLOORS}")
             for name, value in values.items():
+                if name in FLOORS:
+                    try:
+                        positive = seconds(value) > 0
+                    except (TypeError, ValueError):
+                        positive = False
+                    if not positive:
+                        raise ValueError(f"overrides[{run_id!r}][{name!r}]: {value!r} is not a duration; use a "
+                                         "positive number and one of s, m, h, d (45m)")
+                    continue
                 key = STEP_THRESHOLDS.get(name)
                 if key is not None and value not in STEP_CHECKS[key].bounds and not math.isinf(value):
                     raise ValueError(f"overrides[{run_id!r}][{name!r}] must be +inf (off) or a bound of "
@@ -255,9 +269,19 @@ def threshold(s: RuleSettings, name: str, lhs: str, op: str) -> str:
     return f"(({lhs} {op} on (run_id) {record}) or ({lhs} {op} {_num(default)} unless on (run_id) {record}))"
 
 
+def run_floor(s: RuleSettings, name: str, runs: str) -> str:
+    """The floor `name` (seconds) of each run in `runs` (a vector by run_id): its override where one exists,
+    the setting elsewhere."""
+    default = f"(0 * {runs} + {seconds(getattr(s, name))})"
+    if not any(name in v for v in s.overrides.values()):
+        return default
+    return f"({THRESHOLD_RECORD}{name} or on (run_id) {default})"
+
+
 def threshold_rules(s: RuleSettings) -> list[dict]:
-    """One recording rule per overridden threshold of a run: a constant carrying its run_id."""
-    return [{"record": THRESHOLD_RECORD + name, "expr": f"vector({_num(value)})", "labels": {"run_id": run_id}}
+    """One recording rule per overridden threshold or floor (in seconds) of a run: a constant carrying its run_id."""
+    return [{"record": THRESHOLD_RECORD + name,
+             "expr": f"vector({seconds(value) if name in FLOORS else _num(value)})", "labels": {"run_id": run_id}}
             for run_id, values in s.overrides.items() for name, value in values.items()]
 
 
@@ -340,5 +364,5 @@ def recording_rules(s: RuleSettings) -> dict:
     return {"groups": [{"name": "grpo-recording", "rules": rules}]}
 
 
-__all__ = ["RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "prometheus_name", "recording_rules", "rungs", "seconds",
-           "threshold"]
+__all__ = ["FLOORS", "RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "prometheus_name", "recording_rules", "rungs",
+           "run_floor", "seconds", "threshold"]

@@ -24,16 +24,24 @@ batch) counts as progress for both: a long evaluation is no hang, one stuck in a
 from __future__ import annotations
 
 from ._alerts_base import DURATION as _DURATION, PROGRESS, RUN, STEP as _STEP, alert, by_run
-from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, seconds
+from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, run_floor
 
 FINISHED, PREEMPTED, STARTED, ACTIVITY = map(prometheus_name, ("run_finished", "run_preempted", "process_start",
                                                                 "activity"))
 
 
-def _later(first: str, second: str) -> str:
-    """Per run, the later of two times (either alone where the other is absent). The label keeps `or` from
-    dropping `second` where `first` has the same labels."""
-    return f'max by (run_id) ({first} or label_replace({second}, "later", "1", "", ""))'
+def _larger(first: str, second: str) -> str:
+    """Per run, the larger of two values (the later of two times; either alone where the other is absent). The
+    label keeps `or` from dropping `second` where `first` has the same labels."""
+    return f'max by (run_id) ({first} or label_replace({second}, "larger", "1", "", ""))'
+
+
+def _floor_text(s: RuleSettings, name: str) -> str:
+    """A floor as the alert's description says it: the setting, and that some runs have their own."""
+    text = getattr(s, name)
+    if any(name in values for values in s.overrides.values()):
+        text += " or the run's own"
+    return text
 
 
 def progress_rule(s: RuleSettings) -> dict:
@@ -47,7 +55,7 @@ def progress_rule(s: RuleSettings) -> dict:
              f" or ({now} unless on (run_id) max by (run_id) (last_over_time({STEP_INDEX}[{probe}] offset {probe})))"
              f" or (max by (run_id) (last_over_time({PROGRESS}[{s.history_window}])) and on (run_id) {exporting})"
              f" or {now}")
-    return {"record": PROGRESS, "expr": _later(f"({steps})", by_run(ACTIVITY))}
+    return {"record": PROGRESS, "expr": _larger(f"({steps})", by_run(ACTIVITY))}
 
 
 def _no_first_step(s: RuleSettings) -> str:
@@ -58,8 +66,9 @@ def _no_first_step(s: RuleSettings) -> str:
     since = f"time() - {started}"
     # a live process runs the run again, whatever an earlier one's end was (a preempted run's resume that hangs);
     # its heartbeats (an evaluation before training) are work, not a hang
-    idle = f"time() - {_later(started, by_run(ACTIVITY))}"
-    hang = (f"({idle} > {seconds(s.first_step_floor)}) * 0 + on (run_id) ({since}) and on (run_id) {by_run(STARTED)}"
+    idle = f"time() - {_larger(started, by_run(ACTIVITY))}"
+    floor = run_floor(s, "first_step_floor", by_run(STARTED))
+    hang = (f"({idle} > on (run_id) {floor}) * 0 + on (run_id) ({since}) and on (run_id) {by_run(STARTED)}"
             f" unless on (run_id) {by_run(STEP_INDEX)} unless on (run_id) {by_run(FINISHED)} == 1")
     died = (f"({since}) unless on (run_id) {by_run(STARTED)}"
             f" unless on (run_id) max by (run_id) (last_over_time({STEP_INDEX}[{s.absent_window}]))"
@@ -73,12 +82,10 @@ def _ended(s: RuleSettings, marker: str) -> str:
 
 def _stalled(s: RuleSettings) -> str:
     since = f"time() - max by (run_id) ({PROGRESS})"
-    floor = seconds(s.stall_floor)
     # The longest recent step, or time between two reported steps: a trainer that reports every N steps
     # (TRL's logging_steps) advances the step index once per N step times
     step, interval = (f"max by (run_id) (max_over_time({m}[{s.history_window}]))" for m in (STEP_TIME, LOG_INTERVAL))
-    longest = f"({interval} > on (run_id) {step} or {step} or {interval})"
-    limit = f"clamp_min({s.stall_factor} * {longest}, {floor}) or on (run_id) (0 * {by_run(STEP_INDEX)} + {floor})"
+    limit = _larger(f"{s.stall_factor} * {_larger(step, interval)}", run_floor(s, "stall_floor", by_run(STEP_INDEX)))
     # Value: the last step. Still exporting: otherwise GRPOMetricsAbsent.
     return (f"({since} > on (run_id) ({limit})) * 0 + on (run_id) {by_run(STEP_INDEX)}"
             f" unless on (run_id) {by_run(FINISHED)} == 1 unless on (run_id) {by_run(PREEMPTED)} == 1")
@@ -97,15 +104,17 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
         alert(s, "GRPOTrainerStalled", _stalled(s), s.for_fast, "critical",
               f"No training step after step {_STEP} in {RUN}, yet it still exports",
               f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its longest recent "
-              f"step time or time between reported steps (at least {s.stall_floor}), nor any other work it "
-              "reports (heartbeats: evaluation batches): a hung collective, a dead data loader or a deadlock. "
-              "It resolves only when a step completes, the process reports work again, or the run ends.", panel),
+              f"step time or time between reported steps (at least {_floor_text(s, 'stall_floor')}), nor any "
+              "other work it reports (heartbeats: evaluation batches): a hung collective, a dead data loader or a "
+              "deadlock. It resolves only when a step completes, the process reports work again, or the run ends.",
+              panel),
         alert(s, "GRPONoFirstStep", _no_first_step(s), s.for_target, "critical",
               f"{RUN} has completed no training step in the {_DURATION} since its process started",
               f"The run's process exports (or exported) its start time but no step: it hangs before its first step "
-              f"for longer than {s.first_step_floor} since its start or its last heartbeat (model or data loading, "
-              "a collective or an inference server that never answers) or died without one. Under `instrument` or "
-              "`OtelGrpoCallback` the first step is the first optimizer step, whatever logging_steps is.", panel),
+              f"for longer than {_floor_text(s, 'first_step_floor')} since its start or its last heartbeat (model or "
+              "data loading, a collective or an inference server that never answers) or died without one. Under "
+              "`instrument` or `OtelGrpoCallback` the first step is the first optimizer step, whatever logging_steps "
+              "is.", panel),
         alert(s, "GRPOMetricsAbsent",
               f"{_gone(s)} unless on (run_id) {_ended(s, FINISHED)} unless on (run_id) {_ended(s, PREEMPTED)}",
               s.for_target, "critical",

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from otel_grpo.generate import THRESHOLDS, RuleSettings, alerts
+from otel_grpo.generate import FLOORS, THRESHOLDS, RuleSettings, alerts
 from otel_grpo.generate._checks import all_panels
 from otel_grpo.generate.dashboards import overview, panel_id
 
@@ -15,7 +15,7 @@ SETTINGS = {
     "defaults": _DEFAULTS,
     "fast": RuleSettings.fast(),
     # overrides add threshold lines to panels: the panels and their ids stay
-    "overrides": RuleSettings(overrides={"r": {name: getattr(_DEFAULTS, name) for name in THRESHOLDS}}),
+    "overrides": RuleSettings(overrides={"r": {name: getattr(_DEFAULTS, name) for name in THRESHOLDS + FLOORS}}),
 }
 LINK = re.compile(r"/d/(?P<uid>[^/]+)/\?viewPanel=panel-(?P<id>\d+)&var-run_id=")
 

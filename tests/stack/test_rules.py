@@ -114,6 +114,26 @@ def test_per_run_overrides_and_disabled_thresholds(tmp_path, promtool):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_per_run_floors_of_the_hang_alerts(tmp_path, promtool):
+    """A run whose checkpoints take long gets its own stall floor (45m), one that loads long its own first-step
+    floor (3h); the other runs keep the defaults (15m, 1h)."""
+    s = RuleSettings(overrides={"slow-saves": {"stall_floor": "45m"}, "slow-load": {"first_step_floor": "3h"}})
+    runs = [{"run_id": r, "step": "1m", "values": {"kl": "0.1*30"}} for r in ("hangs", "slow-saves")]
+    runs += [{"run_id": r, "step": "10m", "values": {"kl": ""}} for r in ("loads", "slow-load")]
+    checks = [{"at": "50m", "alert": "GRPOTrainerStalled", "firing": [{"run_id": "hangs", "value": 29}]},
+              {"at": "80m", "alert": "GRPOTrainerStalled",
+               "firing": [{"run_id": "hangs", "value": 29}, {"run_id": "slow-saves", "value": 29}]},
+              {"at": "2h", "alert": "GRPONoFirstStep", "firing": [{"run_id": "loads", "value": 7200}]}]
+    scenario = {"name": "floors", "interval": "15s", "length": "2h", "runs": runs, "checks": checks}
+    for rel, text in rule_files(s).items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    doc = render_tests([scenario], s, ["rules/grpo_recording.yml", "rules/grpo_alerts.yml"])
+    (tmp_path / "t.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = run(promtool, "test", "rules", "t.yml", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_settings_validate_overrides_and_links():
     with pytest.raises(ValueError, match="not thresholds"):
         RuleSettings(overrides={"r": {"kl_treshold": 1.0}})
@@ -128,6 +148,10 @@ def test_settings_validate_overrides_and_links():
     with pytest.raises(ValueError, match="bound of the 'grad_norm' step check"):  # judged by the trainer too
         RuleSettings(overrides={"r": {"grad_norm_factor": 7.5}})
     RuleSettings(overrides={"r": {"kl_threshold": float("inf"), "grad_norm_factor": 20.0, "throughput_fraction": 0.3}})
+    for floor in ("45", 45, "-5m", "0m", "45 min"):
+        with pytest.raises(ValueError, match=r"\['stall_floor'\]: .* is not a duration"):
+            RuleSettings(overrides={"r": {"stall_floor": floor}})
+    RuleSettings(overrides={"r": {"stall_floor": "45m", "first_step_floor": "3h"}})
 
 
 def test_alerts_carry_severity_absolute_runbook_and_name_run_and_value():
