@@ -232,6 +232,16 @@ def test_the_trl_example_lands_samples_in_the_sidecar_and_metrics_in_prometheus(
     assert reward and float(reward[0]["value"][1]) > 0
 
 
+def _scraped_process(code: str, settings, out) -> subprocess.Popen:
+    """A Python process running `code` whose telemetry serves `/metrics` where the local Prometheus scrapes the
+    trainer (no OTel variables of ours leak in)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_GRPO_METRICS_EXPORTERS="prometheus", OTEL_GRPO_TRACES_EXPORTERS="none",
+               OTEL_GRPO_PROMETHEUS_PORT=str(settings.trainer_metrics_port), OTEL_GRPO_OUTPUT_DIR=str(out))
+    return subprocess.Popen([sys.executable, "-c", code], env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
 HANGS_BEFORE_ITS_FIRST_STEP = """
 import time
 from otel_grpo.telemetry import Telemetry
@@ -245,11 +255,7 @@ def test_a_run_that_hangs_before_its_first_step_pages(stack, tmp_path):
     """A process whose telemetry started but that never completes a step: GRPONoFirstStep fires on the real
     Prometheus (local mode: `first_step_floor` 30 s), the run's start time scraped from its `/metrics`."""
     s = stack.settings
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(OTEL_GRPO_METRICS_EXPORTERS="prometheus", OTEL_GRPO_TRACES_EXPORTERS="none",
-               OTEL_GRPO_PROMETHEUS_PORT=str(s.trainer_metrics_port), OTEL_GRPO_OUTPUT_DIR=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, "-c", HANGS_BEFORE_ITS_FIRST_STEP], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = _scraped_process(HANGS_BEFORE_ITS_FIRST_STEP, s, tmp_path)
     try:
         assert proc.stdout.readline().strip() == "open", proc.stderr.read()
         query = 'ALERTS{alertname="GRPONoFirstStep", alertstate="firing", run_id="no-first-step"}'
@@ -288,11 +294,7 @@ def test_heartbeats_keep_a_long_evaluation_from_paging_until_they_stop(stack, tm
     """Work between steps (`Telemetry.heartbeat()`, per evaluation batch) is progress to GRPOTrainerStalled on the
     real Prometheus: 30 s of beats after a step (the limit: 20 s) stay silent; once they stop, it fires."""
     s = stack.settings
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(OTEL_GRPO_METRICS_EXPORTERS="prometheus", OTEL_GRPO_TRACES_EXPORTERS="none",
-               OTEL_GRPO_PROMETHEUS_PORT=str(s.trainer_metrics_port), OTEL_GRPO_OUTPUT_DIR=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, "-c", EVALUATES_THEN_HANGS], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = _scraped_process(EVALUATES_THEN_HANGS, s, tmp_path)
     stalled = 'ALERTS{alertname="GRPOTrainerStalled", run_id="evaluates"}'
     try:
         assert proc.stdout.readline().strip() == "stepped", proc.stderr.read()
