@@ -199,6 +199,10 @@ class RuleSettings:
                     raise ValueError(f"overrides[{run_id!r}][{name!r}] must be +inf (off) or a bound of "
                                      f"the {key!r} step check: {STEP_CHECKS[key].bounds}")
 
+    def overridden(self, name: str) -> bool:
+        """Whether some run has its own value of the threshold or floor `name` (`overrides`)."""
+        return any(name in values for values in self.overrides.values())
+
     @classmethod
     def fast(cls, **overrides: object) -> "RuleSettings":
         """Windows of seconds for the local demo (1 s scrapes): a one-minute run can fire and resolve."""
@@ -264,7 +268,7 @@ def threshold(s: RuleSettings, name: str, lhs: str, op: str) -> str:
     """
     record = THRESHOLD_RECORD + name
     default = getattr(s, name)
-    if not any(name in v for v in s.overrides.values()):
+    if not s.overridden(name):
         return f"{lhs} {op} {_num(default)}"
     return f"(({lhs} {op} on (run_id) {record}) or ({lhs} {op} {_num(default)} unless on (run_id) {record}))"
 
@@ -273,7 +277,7 @@ def run_floor(s: RuleSettings, name: str, runs: str) -> str:
     """The floor `name` (seconds) of each run in `runs` (a vector by run_id): its override where one exists,
     the setting elsewhere."""
     default = f"(0 * {runs} + {seconds(getattr(s, name))})"
-    if not any(name in v for v in s.overrides.values()):
+    if not s.overridden(name):
         return default
     return f"({THRESHOLD_RECORD}{name} or on (run_id) {default})"
 

@@ -39,7 +39,7 @@ def _larger(first: str, second: str) -> str:
 def _floor_text(s: RuleSettings, name: str) -> str:
     """A floor as the alert's description says it: the setting, and that some runs have their own."""
     text = getattr(s, name)
-    if any(name in values for values in s.overrides.values()):
+    if s.overridden(name):
         text += " or the run's own"
     return text
 

@@ -51,7 +51,7 @@ def _rec(expr: str, legend: str) -> Query:
 
 def _overridden(limits: RuleSettings, name: str) -> list[Query]:
     """The per-run thresholds of `name` (`overrides`) as lines of their own; the default is the red line."""
-    if not any(name in values for values in limits.overrides.values()):
+    if not limits.overridden(name):
         return []
     return [Query(f"{THRESHOLD_RECORD}{name}{{{RUN}}}", f"{name} {{{{run_id}}}}")]
 
