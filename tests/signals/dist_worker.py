@@ -42,6 +42,9 @@ def main(out: str) -> None:
     with open(f"{out}/rank{rank}.json", "w") as f:
         json.dump(result, f)
     accelerator.wait_for_everyone()
+    # a gloo group left to the interpreter's teardown can abort a rank at exit (SIGABRT, "terminate called
+    # without an active exception", as otel_grpo/cli/train.py says): leave it first
+    accelerator.end_training()
 
 
 if __name__ == "__main__":
