@@ -192,16 +192,19 @@ class LocalStack:
     def start(self) -> "LocalStack":
         plan = self._plan()
         (self.settings.dir / "sidecar").mkdir(parents=True, exist_ok=True)
+        # Everything from the first spawn on is inside the try: an interrupt anywhere in it (Ctrl-C, or the
+        # SIGTERM `up` turns into one) stops what has started. The pages' lookup once sat after it, and a
+        # SIGTERM landing there left all three running.
         try:
             for component in plan:
+                self.components.append(component)  # before the spawn; stop() skips one never started
                 component.start()
-                self.components.append(component)
                 component.wait_ready(self.settings.ready_timeout_s)
+            self.alerts_path = find_alerts_page(self.settings.prometheus_url)
+            self.prometheus_path = find_alerts_page(self.settings.prometheus_url, PROMETHEUS_PAGES)
         except BaseException:
             self.stop()
             raise
-        self.alerts_path = find_alerts_page(self.settings.prometheus_url)
-        self.prometheus_path = find_alerts_page(self.settings.prometheus_url, PROMETHEUS_PAGES)
         return self
 
     def stop(self) -> None:

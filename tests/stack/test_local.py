@@ -202,6 +202,33 @@ def test_sigterm_stops_every_component(tmp_path, free_port_factory, when):
     assert not [p for p in ports[:3] if _listening(p)]
 
 
+def test_an_interrupt_after_the_components_are_ready_stops_them_all(tmp_path, free_port_factory):
+    """An interrupt while `start()` looks up Prometheus' pages, the last thing it does once all three
+    are ready, stops them all (a CI run's SIGTERM landed there and left them running). Raised at that
+    call by a trace function: the moment is too short to hit with a signal from outside."""
+    from otel_grpo.stack._local import find_alerts_page
+
+    ports = {k: free_port_factory() for k in ("sidecar_port", "prometheus_port", "alertmanager_port",
+                                              "trainer_metrics_port")}
+    stack = LocalStack(StackSettings(dir=tmp_path, **ports))
+
+    def interrupt_there(frame, event, arg):
+        if event == "call" and frame.f_code is find_alerts_page.__code__:
+            raise KeyboardInterrupt
+        return None  # no per-line tracing
+
+    sys.settrace(interrupt_there)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            stack.start()
+    finally:
+        sys.settrace(None)
+        started = list(stack.components)
+        stack.stop()
+    assert not started, [c.name for c in started]
+    assert not [p for p in list(ports.values())[:3] if _listening(p)]
+
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trl_grpo.py"
 
 
