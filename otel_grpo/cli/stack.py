@@ -45,7 +45,8 @@ def _start(settings):
         return stack.start()
     except StackError as e:
         fail(str(e))
-    except KeyboardInterrupt:  # start() has stopped what it started
+    except KeyboardInterrupt:
+        stack.stop()  # start() stops what it started; this, one that came just after start() returned
         typer.echo("interrupted.", err=True)
         raise typer.Exit(130) from None
     except OSError as e:  # /proc/foo: the kernel refuses what looked writable
