@@ -186,11 +186,7 @@ class RuleSettings:
                                  f"{THRESHOLDS + FLOORS}")
             for name, value in values.items():
                 if name in FLOORS:
-                    try:
-                        positive = seconds(value) > 0
-                    except (TypeError, ValueError):
-                        positive = False
-                    if not positive:
+                    if not _positive_duration(value):
                         raise ValueError(f"overrides[{run_id!r}][{name!r}]: {value!r} is not a duration; use a "
                                          "positive number and one of s, m, h, d (45m)")
                     continue
@@ -245,6 +241,14 @@ def seconds(duration: str) -> int:
         return int(duration[:-1]) * _UNITS[duration[-1]]
     except (KeyError, ValueError):
         raise ValueError(f"duration {duration!r}: use a number and one of s, m, h, d") from None
+
+
+def _positive_duration(value: object) -> bool:
+    """Whether `value` is a duration of one unit above zero ("45m")."""
+    try:
+        return seconds(value) > 0  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
 
 
 def duration(secs: int) -> str:
