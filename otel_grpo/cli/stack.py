@@ -46,7 +46,7 @@ def _start(settings):
     except StackError as e:
         fail(str(e))
     except KeyboardInterrupt:
-        stack.stop()  # start() stops what it started; this, one that came just after start() returned
+        stack.stop()  # idempotent: start() stops what it started, this covers an interrupt just after it returned
         typer.echo("interrupted.", err=True)
         raise typer.Exit(130) from None
     except OSError as e:  # /proc/foo: the kernel refuses what looked writable

@@ -192,9 +192,8 @@ class LocalStack:
     def start(self) -> "LocalStack":
         plan = self._plan()
         (self.settings.dir / "sidecar").mkdir(parents=True, exist_ok=True)
-        # Everything from the first spawn on is inside the try: an interrupt anywhere in it (Ctrl-C, or the
-        # SIGTERM `up` turns into one) stops what has started. The pages' lookup once sat after it, and a
-        # SIGTERM landing there left all three running.
+        # Everything from the first spawn on, the pages' lookup included, is inside the try: an interrupt
+        # anywhere in it (Ctrl-C, or the SIGTERM `up` turns into one) stops what has started.
         try:
             for component in plan:
                 self.components.append(component)  # before the spawn; stop() skips one never started
