@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
@@ -56,10 +59,8 @@ def train(
         fail(f"invalid config: {exc}", 2)
     trainer = GRPOTrainer(cfg)
     result = trainer.train()
-    # This process ends here: under torchrun each rank leaves its process group first. A gloo group
-    # left to the interpreter's teardown can abort the rank at exit (SIGABRT, "terminate called
-    # without an active exception", pytorch/pytorch#190489), and torchrun then fails the whole job.
-    # Only after train() returned: a rank that raised may leave a peer inside a collective.
+    ranks = trainer.acc.num_processes
+    # Leave the process group only after train() returned: a rank that raised may leave a peer inside a collective.
     trainer.acc.end_training()
     if result.history and result.is_main:
         last = result.history[-1]
@@ -68,3 +69,20 @@ def train(
             f"kl {last.get('kl', float('nan')):.4f}{' (interrupted)' if result.interrupted else ''} -> {result.output_dir}",
             err=True,
         )
+    if ranks > 1:
+        end_rank_process()
+
+
+def end_rank_process() -> NoReturn:
+    """End a torchrun rank's process now, without the interpreter's teardown.
+
+    Call it once the run is written (`train()` returned: telemetry shut down, files closed); logging and
+    stdio are flushed here. Leaving the process group is not enough to exit cleanly: torch keeps a DDP model's gloo group, and its worker
+    threads, alive past `destroy_process_group`, and a C++ thread that touches a Python object while
+    the interpreter finalizes aborts the rank (SIGABRT, "terminate called without an active
+    exception", pytorch/pytorch#190489), after which torchrun fails the whole job. Seen under load only.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

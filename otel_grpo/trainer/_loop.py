@@ -65,8 +65,8 @@ class GRPOTrainer:
 
     `telemetry`: a `otel_grpo.telemetry.Telemetry` to emit through; None builds one
     from the environment when `cfg.telemetry`, else nothing is emitted. Under torchrun, a
-    script that ends after `train()` calls `trainer.acc.end_training()` first (leaves the
-    process group, as `otel-grpo train` does): a group left to the interpreter's exit can
+    script that ends after `train()` ends as `otel-grpo train` does (`otel_grpo.cli.train.end_rank_process`):
+    torch keeps the DDP model's gloo threads alive to the interpreter's exit, where they can
     abort the rank.
     """
 

@@ -110,6 +110,7 @@ def exported(exporter) -> dict[str, Any]:
 def main(out: Path, config: dict[str, Any]) -> None:
     import torch
 
+    from otel_grpo.cli.train import end_rank_process
     from otel_grpo.integrations import instrument
 
     rank = int(os.environ.get("RANK", "0"))
@@ -139,7 +140,8 @@ def main(out: Path, config: dict[str, Any]) -> None:
     result = {**(exported(exporter) if exporter is not None else {}), "exporting": tel.exporting,
               "emitter": type(tel._sink).__name__, "log_history": trainer.state.log_history}
     (out / f"exported{rank}.json").write_text(json.dumps(result, default=str))
-    trainer.accelerator.end_training()  # leave the gloo group before teardown (see tests/signals/dist_worker.py)
+    trainer.accelerator.end_training()
+    end_rank_process()  # torch keeps the DDP model's gloo threads to teardown, where they can abort a rank
 
 
 if __name__ == "__main__":

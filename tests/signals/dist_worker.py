@@ -43,7 +43,7 @@ def main(out: str) -> None:
         json.dump(result, f)
     accelerator.wait_for_everyone()
     # a gloo group left to the interpreter's teardown can abort a rank at exit (SIGABRT, "terminate called
-    # without an active exception", as otel_grpo/cli/train.py says): leave it first
+    # without an active exception"): leave it first. No DDP model here, so leaving frees the group's threads.
     accelerator.end_training()
 
 
