@@ -76,11 +76,12 @@ def train(
 def end_rank_process() -> NoReturn:
     """End a torchrun rank's process now, without the interpreter's teardown.
 
-    Call it once the run is written (`train()` returned: telemetry shut down, files closed); logging and
-    stdio are flushed here. Leaving the process group is not enough to exit cleanly: torch keeps a DDP model's gloo group, and its worker
-    threads, alive past `destroy_process_group`, and a C++ thread that touches a Python object while
-    the interpreter finalizes aborts the rank (SIGABRT, "terminate called without an active
-    exception", pytorch/pytorch#190489), after which torchrun fails the whole job. Seen under load only.
+    Call it once the run is written (`train()` returned: telemetry shut down, files closed); logging
+    and stdio are flushed here. Leaving the process group is not enough to exit cleanly: torch keeps a
+    DDP model's gloo group, and its worker threads, alive past `destroy_process_group`, and a C++
+    thread that touches a Python object while the interpreter finalizes aborts the rank (SIGABRT,
+    "terminate called without an active exception", pytorch/pytorch#190489), after which torchrun
+    fails the whole job. Seen under load only.
     """
     logging.shutdown()
     sys.stdout.flush()
