@@ -98,7 +98,9 @@ def _jaccard(stats: Stats, unigrams: Tensor, group_size: int) -> None:
     local = torch.where(real, column - start[g], vocab)  # padding goes to a spare column
     row = (order // width) % size
     incidence = torch.zeros(groups, size, vocab + 1, device=unigrams.device)
-    incidence[g, row, local] = 1.0
+    # index_fill_ takes the 1 as a kernel argument; an indexed assignment (`incidence[g, row, local] = 1.0`)
+    # would copy it from the host, which on a GPU waits for every kernel already queued
+    incidence.view(-1).index_fill_(0, (g * size + row) * (vocab + 1) + local, 1.0)
     incidence = incidence[:, :, :vocab]
     inter = torch.bmm(incidence, incidence.transpose(1, 2))  # [N, G, G] shared tokens
     sizes = incidence.sum(-1)

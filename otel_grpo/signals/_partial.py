@@ -92,14 +92,20 @@ COLUMN_PREFIX = "column:"
 
 
 def _scalar(x: Tensor | float, like: Tensor | None = None) -> Tensor:
-    """A 0-d float64 tensor; floats become tensors on `like`'s device (a host->device copy)."""
+    """A 0-d float64 tensor; floats become tensors on `like`'s device (`device_scalar`)."""
     if isinstance(x, Tensor):
         if x.dtype == _F64 and x.dim() == 0 and not x.requires_grad:
             return x  # the common case: stat functions hand over float64 sums and counts
         if x.dim() == 0 and not x.requires_grad:  # a float32 max or min: one op, not three
             return x.to(_F64)
         return x.detach().reshape(()).to(_F64)
-    return torch.tensor(float(x), dtype=_F64, device=None if like is None else like.device)
+    return device_scalar(x, None if like is None else like.device)
+
+
+def device_scalar(x: float, device: torch.device | None) -> Tensor:
+    """`x` as a 0-d float64 tensor on `device`, made by a fill: `torch.tensor(x, device=...)` would copy it
+    from the host, which on a GPU waits for every kernel already queued (a stall per stat)."""
+    return torch.full((), float(x), dtype=_F64, device=device)
 
 
 @lru_cache(maxsize=1024)  # the same few hundred keys every step

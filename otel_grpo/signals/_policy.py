@@ -9,7 +9,7 @@ from torch import Tensor
 
 from . import _validate as v
 from ._masked import INF, SAFETY_BOUND, masked_max
-from ._partial import Stats
+from ._partial import Stats, device_scalar
 
 # Completion-length buckets of `kl_by_length` (upper bounds, tokens); the last bucket is open.
 LENGTH_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -193,6 +193,6 @@ def loss_stats(
         if isinstance(value, Tensor):
             value = v.floating(value, key, shape=()).detach().to(torch.float64)
         else:
-            value = torch.tensor(float(value), dtype=torch.float64, device=device)
+            value = device_scalar(value, device)
         stats.add_mean(key, value, 1.0)
     return stats

@@ -193,23 +193,28 @@ def test_rows_wait_for_their_first_loss_pass_and_go_out_at_the_end_regardless():
 
 def test_a_logged_step_reads_the_device_once_for_its_stats_and_its_rows(host_reads, monkeypatch):
     """The rows' rewards and diagnostics ride in reduce_stats' copy: no host read of their own (as on a GPU: value
-    checks deferred)."""
+    checks deferred), and the host's numbers (lengths, truncation) reach the device without a blocking copy."""
     monkeypatch.setattr(_validate, "EAGER_VALUE_CHECK_DEVICES", set())
     st = settings()
-    acc = Accumulator(st)
-    batches = []
-    for _ in range(2):  # two generation batches in one logged step, each through the loss in two micro-batches
-        gen = generation(torch.rand(4, 1))
-        batch = batch_of(gen, st)
-        acc.capture(gen)
-        acc.batches.append(batch)
-        for rows in ([3, 0], [1, 2]):
-            logps = -torch.rand(2, 2)
-            mb = first_pass(rows, logps, logps - 0.1, ref=logps + 0.1, entropy=-logps, mask=torch.ones(2, 2))
-            batch.passes.append(mb)
-            batch.pending -= 2
-            acc.capture(mb)
-        batches.append(batch)
+
+    def logged_step() -> Accumulator:
+        acc = Accumulator(st)
+        for _ in range(2):  # two generation batches in one logged step, each through the loss in two micro-batches
+            gen = generation(torch.rand(4, 1))
+            batch = batch_of(gen, st)
+            acc.capture(gen)
+            acc.batches.append(batch)
+            for rows in ([3, 0], [1, 2]):
+                logps = -torch.rand(2, 2)
+                mb = first_pass(rows, logps, logps - 0.1, ref=logps + 0.1, entropy=-logps, mask=torch.ones(2, 2))
+                batch.passes.append(mb)
+                batch.pending -= 2
+                acc.capture(mb)
+        return acc
+
+    warm = logged_step()  # the first logged step makes the few constants cached per device (a copy each, once)
+    warm.take(warm.merged())
+    acc = logged_step()
     host_reads.clear()
     logged = acc.take(acc.merged())
     assert host_reads == ["tolist"]  # the logged step's one reduce_stats

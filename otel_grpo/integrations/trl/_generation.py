@@ -19,7 +19,7 @@ from torch import Tensor
 from ... import signals
 from ._chat import chat_text
 from ._micro_batch import MicroBatch
-from ._rows import cat_rows, held_bytes
+from ._rows import cat_rows, held_bytes, host_rows
 from ._settings import TrlSettings
 
 
@@ -124,14 +124,15 @@ def generation_stats(settings: TrlSettings, gens: Sequence[Generation]) -> signa
     totals = weighted_totals(settings.reward_weights, rewards_per_func)  # once for every batch of the step
     stats = _reward_family(settings, rewards_per_func, totals)
     ids, mask = cat_rows([g.ids for g in gens], 0), cat_rows([g.mask for g in gens], 0)
-    lengths = [n for g in gens for n in g.lengths]
-    truncated = [t for g in gens for t in g.truncated]
+    # the rows' lengths and truncation flags, known on the host: one copy for both
+    lengths, truncated = host_rows([[n for g in gens for n in g.lengths], [t for g in gens for t in g.truncated]],
+                                   torch.int64, ids.device)
     width = ids.shape[1]
-    length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < torch.tensor(lengths, device=ids.device)[:, None]
+    length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < lengths[:, None]
     max_len = max(settings.max_completion_length, width)
     stats.update(  # in place: each `|` would copy every part so far
         signals.advantage_stats(cat_rows([row_advantages(g.advantages) for g in gens], 0.0)),
-        signals.length_stats(length_mask, torch.tensor(truncated, device=ids.device)),
+        signals.length_stats(length_mask, truncated.bool()),
         signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len), *_sampling_stats(settings, gens, mask))
     return stats
 
