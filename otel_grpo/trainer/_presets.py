@@ -3,8 +3,8 @@
 - `tiny`: seconds on CPU; for tests.
 - `demo`: CPU, 1 thread, about 1-2 minutes (at least 0.5 s a step, so scrapers see
   the curves); the reward rises from ~0.1 to ~0.75 (learned from scratch: sort 4 digits).
-- `gpu`: a bigger model and batch with bf16 autocast (not yet run on a GPU; its model, task
-  and bf16 autocast run on the CPU in the tests, with a smaller batch).
+- `gpu`: a bigger model and batch with bf16 autocast, on one CUDA GPU (run on one: benchmarks/README.md,
+  trainer; the tests run its model, task and bf16 autocast on the CPU, with a smaller batch).
 """
 
 from __future__ import annotations
