@@ -172,6 +172,18 @@ def test_diagnose_of_batches_of_different_widths_at_once_equals_each_alone():
     assert len(together) == 8 and all(got == pytest.approx(want) for got, want in zip(together, alone))
 
 
+@pytest.mark.parametrize("factors", [(4, 4, 4), (1, 2, 4)])
+def test_the_logged_loss_is_the_mean_of_each_steps_loss_times_its_factor(factors):
+    """transformers logs each optimizer step's loss times its gradient accumulation factor; a run whose
+    factor changes (the last, shorter accumulation of an epoch) mixes them in one logged step."""
+    acc = Accumulator(settings())
+    values = (0.5, -1.5, 2.0)
+    for value, factor in zip(values, factors):
+        acc.loss(torch.tensor(value), factor)
+    logged = acc.take(acc.merged())
+    assert logged.stats["loss"] == pytest.approx(sum(v * f for v, f in zip(values, factors)) / 3)
+
+
 def test_rows_wait_for_their_first_loss_pass_and_go_out_at_the_end_regardless():
     st = settings()
     acc = Accumulator(st)
