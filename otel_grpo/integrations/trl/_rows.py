@@ -39,9 +39,9 @@ def host_rows(values: Sequence[Sequence[float]] | Sequence[float], dtype: torch.
     rows = torch.tensor(values, dtype=dtype)
     if device.type == "cpu":
         return rows
-    if device.type == "cuda":
-        rows = rows.pin_memory()
-    return rows.to(device, non_blocking=True)
+    if device.type != "cuda":  # other backends' non-blocking copies from the host make no such promise
+        return rows.to(device)
+    return rows.pin_memory().to(device, non_blocking=True)
 
 
 def held_bytes(*tensors: Tensor | None) -> int:
