@@ -12,7 +12,9 @@
     >>> # per-completion columns for the sample table (same pack): signals.sample_diagnostics(...)
 
 Stat functions take padded `[B, T]` tensors with a `[B, T]` mask, never read a
-value on the host, and return `Stats`; every key is a catalog key.
+value on the host, and return `Stats`; every key is a catalog key. Numbers computed on
+the host (rewards of text, lengths) go to the device with `to_device`, which does not
+wait for it.
 """
 
 from ._diversity import diversity_stats
@@ -25,6 +27,7 @@ from ._reduce import reduce_stats
 from ._reduced import ReducedStats
 from ._rewards import advantage_stats, reward_stats
 from ._rollout_is import LEVELS, MODES, SAFETY_BOUND, RolloutCorrection, rollout_correction
+from ._transfer import to_device
 
 __all__ = [
     "LEVELS",
@@ -43,4 +46,5 @@ __all__ = [
     "reward_stats",
     "rollout_correction",
     "sample_diagnostics",
+    "to_device",
 ]

@@ -193,8 +193,9 @@ class GRPOTrainer:
             try:
                 with s.phase("rollout"):
                     batch = self.task.sample_batch(cfg.grpo.prompts_per_step, gen_cpu)
+                    prompts = signals.to_device(batch.prompt_ids, self.device)
                     ro = self.rollout.generate(
-                        batch.prompt_ids.to(self.device), G, cfg.task.max_new_tokens, eos_id=self.tok.eos_id,
+                        prompts, G, cfg.task.max_new_tokens, eos_id=self.tok.eos_id,
                         pad_id=self.tok.pad_id, temperature=cfg.grpo.temperature, generator=gen_dev)
                 with s.phase("reward"):
                     if cfg.faults.bad_batch_at(step):
@@ -214,9 +215,11 @@ class GRPOTrainer:
                 if self.is_main:
                     append_metrics(self.output_dir / METRICS, step, {"skipped": 1.0})
                 return {"step": float(step), "skipped": 1.0}
+            # the host's rewards and advantages in one copy that does not wait for the device
+            rewards, *per_fn, advantages = signals.to_device(
+                torch.stack([rewards, *components.values(), advantages]), self.device).unbind()
             stats = (
-                signals.reward_stats(rewards.to(self.device), G, {k: v.to(self.device) for k, v in components.items()},
-                                     advantages.to(self.device))
+                signals.reward_stats(rewards, G, dict(zip(components, per_fn)), advantages)
                 | signals.length_stats(ro.completion_mask, ro.truncated)
                 | signals.diversity_stats(ro.completion_ids, ro.completion_mask, group_size=G)
                 | signals.mismatch_stats(old_lp, ro.rollout_logprobs, ro.completion_mask)
@@ -225,7 +228,7 @@ class GRPOTrainer:
                                              ref_logprobs=ref_lp, entropy=old_entropy, truncated=ro.truncated)
             )
             with s.phase("update"):
-                update_stats, skipped = self.update(step, ro, old_lp, ref_lp, advantages.to(self.device), gen_cpu)
+                update_stats, skipped = self.update(step, ro, old_lp, ref_lp, advantages, gen_cpu)
             stats = stats | update_stats
             self.rollout.sync(self.unwrapped, drift=cfg.faults.rollout_drift(step), generator=gen_dev)
             # No reference sync during a kl-spike fault: the sync tracks slow drift, and
@@ -346,7 +349,7 @@ class GRPOTrainer:
         skipped = False
         inject_nan = cfg.faults.nan_at(step)
         for _ in range(g.num_iterations):
-            order = torch.randperm(ro.ids.shape[0], generator=gen).to(self.device)
+            order = signals.to_device(torch.randperm(ro.ids.shape[0], generator=gen), self.device)
             for idx in order.chunk(g.num_minibatches):
                 with self.acc.autocast():
                     logp, entropy = token_logprobs(self.policy, ro.ids[idx], P, temperature=g.temperature,

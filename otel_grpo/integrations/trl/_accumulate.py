@@ -31,7 +31,6 @@ from ... import signals
 from ._diagnostics import diagnose
 from ._generation import Generation, SampleBatch, generation_stats
 from ._micro_batch import MicroBatch, policy_stats
-from ._rows import host_rows
 from ._settings import TrlSettings
 
 FOLD_BYTES = 64 << 20
@@ -145,5 +144,5 @@ def _loss_stats(losses: list[tuple[torch.Tensor, int]]) -> signals.Stats:
     if len(factors) == 1:  # the usual case: one gradient accumulation setting
         scaled = values * factors.pop()
     else:
-        scaled = values * host_rows([f for _, f in losses], values.dtype, values.device)
+        scaled = values * signals.to_device([f for _, f in losses], values.device, values.dtype)
     return signals.Stats().add_mean("loss", scaled.double().sum(), float(len(losses)))

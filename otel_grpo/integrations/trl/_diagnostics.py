@@ -24,7 +24,7 @@ from ... import signals
 from ._generation import (ADVANTAGE_COLUMN, FN_COLUMN, REWARD_COLUMN, SampleBatch, local_rewards,
                           row_advantages, weighted_totals)
 from ._micro_batch import MicroBatch
-from ._rows import cat_rows, host_rows
+from ._rows import cat_rows
 from ._settings import TrlSettings
 
 
@@ -46,7 +46,7 @@ def diagnose(settings: TrlSettings, batches: Sequence[SampleBatch]) -> signals.S
                                            entropy=entropy)
         stats.move_rows(torch.cat(positions), size)
     device = batches[0].advantages.device
-    truncated = host_rows([t for b in batches for t in b.truncated], torch.float64, device)
+    truncated = signals.to_device([t for b in batches for t in b.truncated], device, torch.float64)
     stats.add_column("length_clipped", truncated)
     _add_values(settings, batches, stats)
     return stats

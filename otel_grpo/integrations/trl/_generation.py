@@ -19,7 +19,7 @@ from torch import Tensor
 from ... import signals
 from ._chat import chat_text
 from ._micro_batch import MicroBatch
-from ._rows import cat_rows, held_bytes, host_rows
+from ._rows import cat_rows, held_bytes
 from ._settings import TrlSettings
 
 
@@ -125,8 +125,8 @@ def generation_stats(settings: TrlSettings, gens: Sequence[Generation]) -> signa
     stats = _reward_family(settings, rewards_per_func, totals)
     ids, mask = cat_rows([g.ids for g in gens], 0), cat_rows([g.mask for g in gens], 0)
     # the rows' lengths and truncation flags, known on the host: one copy for both
-    lengths, truncated = host_rows([[n for g in gens for n in g.lengths], [t for g in gens for t in g.truncated]],
-                                   torch.int64, ids.device)
+    host = [[n for g in gens for n in g.lengths], [t for g in gens for t in g.truncated]]
+    lengths, truncated = signals.to_device(host, ids.device, torch.int64)
     width = ids.shape[1]
     length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < lengths[:, None]
     max_len = max(settings.max_completion_length, width)

@@ -1,5 +1,5 @@
 """Row-wise concatenation of per-batch tensors whose token dimension differs (each generation batch pads its own),
-the memory such held tensors take, and per-row host values (TRL's lists) moved to the device."""
+and the memory such held tensors take."""
 
 from __future__ import annotations
 
@@ -27,21 +27,6 @@ def cat_rows(tensors: Sequence[Tensor], fill: float | bool) -> Tensor:
         out[at : at + t.shape[0], : t.shape[1]] = t
         at += t.shape[0]
     return out
-
-
-def host_rows(values: Sequence[Sequence[float]] | Sequence[float], dtype: torch.dtype, device: torch.device) -> Tensor:
-    """Host numbers (TRL's per-row lists) as a tensor on `device`, without waiting for the device.
-
-    `torch.tensor(values, device=cuda)` copies from pageable memory, which waits for every kernel
-    already queued: one stall of the training stream per call. From pinned memory the copy is
-    asynchronous and in stream order (torch keeps the pinned block until the copy has run).
-    """
-    rows = torch.tensor(values, dtype=dtype)
-    if device.type == "cpu":
-        return rows
-    if device.type != "cuda":  # other backends' non-blocking copies from the host make no such promise
-        return rows.to(device)
-    return rows.pin_memory().to(device, non_blocking=True)
 
 
 def held_bytes(*tensors: Tensor | None) -> int:
