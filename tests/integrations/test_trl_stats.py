@@ -15,7 +15,7 @@ from otel_grpo.integrations.trl._generation import (Captured, Generation, Sample
                                                     truncated_flags, weighted_totals)
 from otel_grpo.integrations.trl._micro_batch import MicroBatch, policy_stats
 from otel_grpo.integrations.trl._settings import TrlSettings
-from tests.signals.test_host_transfers import host_reads  # noqa: F401 (a fixture)
+from tests.signals.test_host_transfers import host_transfers  # noqa: F401 (a fixture)
 
 L2 = math.log(2.0)
 K3_LOG2 = 2.0 - L2 - 1.0  # k3 where log pi_ref - log pi_theta = log 2
@@ -203,7 +203,7 @@ def test_rows_wait_for_their_first_loss_pass_and_go_out_at_the_end_regardless():
     assert [r.get("is_weight_mean") for r in rows] == [1.0, 1.0, None, None]
 
 
-def test_a_logged_step_reads_the_device_once_for_its_stats_and_its_rows(host_reads, monkeypatch):
+def test_a_logged_step_reads_the_device_once_for_its_stats_and_its_rows(host_transfers, monkeypatch):
     """The rows' rewards and diagnostics ride in reduce_stats' copy: no host read of their own (as on a GPU: value
     checks deferred), and the host's numbers (lengths, truncation) reach the device without a blocking copy."""
     monkeypatch.setattr(_validate, "EAGER_VALUE_CHECK_DEVICES", set())
@@ -227,12 +227,12 @@ def test_a_logged_step_reads_the_device_once_for_its_stats_and_its_rows(host_rea
     warm = logged_step()  # the first logged step makes the few constants cached per device (a copy each, once)
     warm.take(warm.merged())
     acc = logged_step()
-    host_reads.clear()
+    host_transfers.clear()
     logged = acc.take(acc.merged())
-    assert host_reads == ["tolist"]  # the logged step's one reduce_stats
+    assert host_transfers == ["tolist"]  # the logged step's one reduce_stats
     diagnostics = iter(logged.stats.column_rows())
     rows = [r for b in logged.batches for r in sample_rows(b, st.reward_names, st.num_generations, diagnostics)]
-    assert host_reads == ["tolist"]  # the rows' rewards and advantages came with it
+    assert host_transfers == ["tolist"]  # the rows' rewards and advantages came with it
     assert len(rows) == 8 and all(r["is_weight_mean"] == pytest.approx(math.exp(0.1)) for r in rows)
     assert [r["advantage"] for r in rows] == [0.5, -0.5] * 4
 

@@ -20,7 +20,8 @@ _HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int
 
 
 @pytest.fixture
-def host_reads(monkeypatch):
+def host_transfers(monkeypatch):
+    """The names of the host reads and of the host-to-device copies made while the test runs, in order."""
     calls: list[str] = []
     for name in _HOST_READS:
         original = getattr(torch.Tensor, name)
@@ -63,14 +64,14 @@ def _inputs(B=8, T=16):
     return mask, lp, rollout, rewards, ids
 
 
-def test_one_device_to_host_transfer_per_step(host_reads, monkeypatch):
+def test_one_device_to_host_transfer_per_step(host_transfers, monkeypatch):
     # As on a GPU: value checks (mask is 0/1, ids in range) ride in reduce_stats' one copy.
     # (On CPU they run eagerly; reading a CPU tensor there transfers nothing.)
     monkeypatch.setattr(_validate, "EAGER_VALUE_CHECK_DEVICES", set())
     mask, lp, rollout, rewards, ids = _inputs()
     mask = mask.float()  # a float mask: its 0/1 check is one of the deferred ones
     for step in range(3):
-        host_reads.clear()
+        host_transfers.clear()
         stats = reward_stats(rewards, 4, {"acc": rewards.round()}, advantages=rewards - 0.5)
         stats |= length_stats(mask, torch.zeros(8, dtype=torch.bool))
         stats |= policy_stats(lp, rollout, rewards - 0.5, mask, 0.2, 0.2, ref_logprobs=rollout, entropy=-lp)
@@ -84,16 +85,16 @@ def test_one_device_to_host_transfer_per_step(host_reads, monkeypatch):
         if step == 0:  # the first step makes the few constants cached per device (a copy each, once)
             reduce_stats(stats)
             continue
-        assert host_reads == []  # the stat functions never read the device, nor copy host numbers to it
+        assert host_transfers == []  # the stat functions never read the device, nor copy host numbers to it
         reduced = reduce_stats(stats)
-        assert host_reads == ["tolist"]
+        assert host_transfers == ["tolist"]
         assert len(reduced) > 60
         assert len(reduced.columns["is_weight_max"]) == 8  # the per-sample columns came in that one copy
 
 
-def test_the_counter_sees_a_hidden_sync(host_reads):
+def test_the_counter_sees_a_hidden_sync(host_transfers):
     """The fixture would catch a stray `if tensor:` or float(tensor) in the code under test."""
     t = torch.ones(2)
     bool(t.any()), float(t.sum())
     torch.tensor(2.0, device=t.device)
-    assert host_reads == ["__bool__", "__float__", "tensor(device=)"]
+    assert host_transfers == ["__bool__", "__float__", "tensor(device=)"]
