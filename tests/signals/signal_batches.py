@@ -14,8 +14,10 @@ from otel_grpo.signals import (
 )
 
 
-def everything(B: int, T: int, seed: int = 0, mask: torch.Tensor | None = None, rows=slice(None)) -> Stats:
-    """Every stat family on rows `rows` of one random batch (the shape a training step produces)."""
+def everything(B: int, T: int, seed: int = 0, mask: torch.Tensor | None = None, rows=slice(None),
+               device: str = "cpu") -> Stats:
+    """Every stat family on rows `rows` of one random batch (the shape a training step produces), drawn on
+    the CPU and computed on `device`."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(1, T + 1, (B,), generator=g)
     if mask is None:
@@ -25,7 +27,7 @@ def everything(B: int, T: int, seed: int = 0, mask: torch.Tensor | None = None, 
     rewards = torch.rand(B, generator=g)
     truncated = torch.rand(B, generator=g) < 0.3
     ids = torch.randint(0, 50, (B, T), generator=g)
-    m, lp, old, rw, truncated, ids = (t[rows] for t in (mask, lp, old, rewards, truncated, ids))
+    m, lp, old, rw, truncated, ids = (t[rows].to(device) for t in (mask, lp, old, rewards, truncated, ids))
     group = 1 if len(rw) % 2 else 2
     stats = reward_stats(rw, group, {"acc": rw.round()}, advantages=rw - 0.5)
     stats |= length_stats(m, truncated)
