@@ -55,9 +55,9 @@ def train(
     overrides = _overrides(set_, steps, output_dir, run_id, resume, fault, telemetry, seed, progress, step_delay)
     try:
         cfg = load_config(preset=preset, yaml_path=config, overrides=overrides)
+        trainer = GRPOTrainer(cfg)  # also a ConfigError: a device this machine lacks
     except ConfigError as exc:
         fail(f"invalid config: {exc}", 2)
-    trainer = GRPOTrainer(cfg)
     result = trainer.train()
     ranks = trainer.acc.num_processes
     # Leave the process group only after train() returned: a rank that raised may leave a peer inside a collective.

@@ -177,9 +177,9 @@ class TrainConfig:
     telemetry: bool = True
     """Emit through OpenTelemetry (exporters from OTEL_GRPO_* variables)."""
     device: str = "auto"
-    """auto (accelerate's choice), cpu or cuda."""
+    """auto (a CUDA GPU where torch sees one, else the CPU), cpu or cuda (an error where torch sees none)."""
     mixed_precision: str = "no"
-    """Accelerate mixed precision of the training policy: no, bf16 or fp16 (GPU)."""
+    """Accelerate mixed precision of the training policy: no, bf16 or fp16 (GPU only: an error on the CPU)."""
     num_threads: int = 0
     """torch CPU threads per process; 0 leaves torch's default."""
     min_step_seconds: float = 0.0

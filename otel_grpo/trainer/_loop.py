@@ -30,7 +30,7 @@ from ._loss import LOSSES, group_advantages
 from ._model import TinyGPT, token_logprobs
 from ._rollout import Rollout, RolloutEngine
 from ._runtime import (CHECKPOINT, METRICS, Progress, StopFlag, append_metrics,
-                       load_checkpoint, monotonic, save_checkpoint)
+                       load_checkpoint, monotonic, save_checkpoint, trains_on_cpu)
 from ._task import Batch, DigitTask
 from ._tokenizer import CharTokenizer
 
@@ -79,8 +79,8 @@ class GRPOTrainer:
         # "auto" must become cpu=True on a machine without CUDA: accelerate only joins a
         # torchrun process group on CPU (gloo) when told cpu=True; otherwise every
         # process trains alone as its own rank 0.
-        on_cpu = cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available())
-        self.acc = accelerator or Accelerator(cpu=on_cpu, mixed_precision=cfg.mixed_precision)
+        self.acc = accelerator or Accelerator(cpu=trains_on_cpu(cfg.device, cfg.mixed_precision),
+                                              mixed_precision=cfg.mixed_precision)
         self.device = self.acc.device
         self.tok = CharTokenizer()
         self.task = DigitTask(cfg.task, self.tok)

@@ -1,4 +1,4 @@
-"""Run plumbing kept out of the loop: checkpoints, metrics.jsonl, Ctrl-C, progress bar."""
+"""Run plumbing kept out of the loop: device placement, checkpoints, metrics.jsonl, Ctrl-C, progress bar."""
 
 from __future__ import annotations
 
@@ -14,8 +14,31 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
+from ._loading import ConfigError
+
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
+
+
+def trains_on_cpu(device: str, mixed_precision: str) -> bool:
+    """Whether this process trains on the CPU (`device` auto: where torch sees no CUDA GPU).
+
+    A placement this machine cannot give is a ConfigError, before any work: accelerate would
+    otherwise train on the CPU although cuda was asked for (a CPU build of torch, no driver),
+    ignore fp16 there, or put two of torchrun's processes on one GPU (NCCL's "Duplicate GPU").
+    """
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "cuda" and gpus == 0:
+        raise ConfigError(f"device is cuda, but torch {torch.__version__} sees no CUDA GPU (a CPU build of torch, "
+                          "no driver, or CUDA_VISIBLE_DEVICES empty): use device=auto or device=cpu")
+    on_cpu = device == "cpu" or gpus == 0
+    if on_cpu and mixed_precision == "fp16":
+        raise ConfigError("mixed_precision fp16 needs a CUDA GPU: use bf16 (or no) on the CPU")
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # set by torchrun and accelerate launch
+    if not on_cpu and per_node > gpus:
+        raise ConfigError(f"device: {per_node} processes on this node share {gpus} CUDA GPU(s): start at most "
+                          f"{gpus} per node (torchrun --nproc-per-node {gpus}) or use device=cpu")
+    return on_cpu
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:

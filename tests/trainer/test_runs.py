@@ -75,6 +75,21 @@ def test_bad_config_fails_before_training_with_one_line(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("setting, named", [
+    ("mixed_precision=fp16", "mixed_precision fp16 needs a CUDA GPU"),  # with device=cpu, on any machine
+    pytest.param("device=cuda", "device is cuda, but torch", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="this machine has a CUDA GPU")),
+])
+def test_a_device_this_machine_lacks_fails_before_training_with_one_line(tmp_path, setting, named):
+    """Accelerate would train on the CPU although cuda was asked for, and drop fp16 there, silently."""
+    out = tmp_path / "never"
+    proc = _cli("train", "--preset", "tiny", "--output-dir", str(out), "--set", "device=cpu", "--set", setting)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], proc.stderr
+    assert not out.exists()
+
+
 def test_cli_yaml_and_flags(tmp_path):
     cfg = tmp_path / "run.yaml"
     cfg.write_text("task:\n  kind: reverse\noptim:\n  lr: 0.005\n")
