@@ -132,6 +132,9 @@ def load_config(
             loaded = yaml.safe_load(Path(yaml_path).read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:
             raise ConfigError(f"cannot read config {yaml_path}: {exc}".replace("\n", " ")) from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {yaml_path}: expected a mapping of TrainConfig fields, got a "
+                              f"{type(loaded).__name__}")
         data = _deep_merge(data, loaded)
     for text in overrides:
         data = _deep_merge(data, parse_override(text))

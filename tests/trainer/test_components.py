@@ -91,6 +91,16 @@ def test_bad_config_is_one_readable_line(override, needle):
     assert needle in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("text, kind", [("- steps: 7\n", "list"), ("root:x:0:0:root:/root:/bin/bash\n", "str")])
+def test_a_config_file_that_is_no_mapping_is_one_readable_line(tmp_path, text, kind):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(preset="tiny", yaml_path=path)
+    assert f"expected a mapping of TrainConfig fields, got a {kind}" in str(info.value)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
 def test_reference_sync_moves_the_reference_toward_the_policy(tmp_path, monkeypatch):
     from otel_grpo.trainer import GRPOTrainer
 
