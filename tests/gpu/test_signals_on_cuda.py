@@ -9,16 +9,12 @@ correction level and mode included.
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from otel_grpo.signals import LEVELS, MODES, reduce_stats, rollout_correction
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "signals"))
-from signal_batches import everything  # noqa: E402
+from tests.signals.signal_batches import everything
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="compares the CPU with a CUDA device")
 
