@@ -7,10 +7,12 @@ sidecar reads (and `otel-grpo replay` writes again from the spill). Defined once
   one `grpo.sample` event per sample.
 The resource may carry `grpo.run_id` too (the reader's fallback).
 A step number is an integer in 0 .. 2**63 - 1 (`check_step`): OTel attributes and the sidecar's
-step column are int64.
+step column are int64. A run id names a run everywhere (`check_run_id`): its run directory, the
+sidecar's `/api/runs/{run_id}` and `run_id` selections.
 """
 
 import operator
+from functools import lru_cache
 from typing import Any
 
 STEP_SPAN = "grpo.step"
@@ -27,6 +29,12 @@ COUNT_ATTR = "grpo.samples.count"
 
 MAX_STEP = 2**63 - 1
 
+RUN_ID_MAX_LENGTH = 128
+ALL_RUNS = ".*"
+"""The sidecar's `run_id` selection of every run (`/api/steps`, `/api/alerts`): no run's own id."""
+RUN_SUBRESOURCES = frozenset({"steps", "metrics", "samples", "samples.csv", "samples.jsonl", "sample-steps"})
+"""The sidecar's `/api/runs/{run_id}/<name>` routes: a run id ending in `/<name>` would read as one of them."""
+
 
 def check_step(step: Any) -> int:
     """`step` as an int in 0 .. MAX_STEP (any integer type: int, numpy's), else `ValueError` naming it."""
@@ -37,3 +45,30 @@ def check_step(step: Any) -> int:
     if number is None or not 0 <= number <= MAX_STEP:
         raise ValueError(f"step is {str(step)[:40]!r}, not an integer in 0 .. 2**63 - 1")
     return number
+
+
+def check_run_id(run_id: Any) -> str:
+    """`run_id` if it can name a run everywhere, else `ValueError` naming it: a non-empty string of at most
+    128 characters without control characters, whose `/`-separated parts are none empty, `.` or `..`
+    (it names a directory below the runs' one), whose last part after a `/` is no sidecar route
+    (`a/steps` would read as run `a`'s steps), and not `.*` (the selection of every run)."""
+    if not isinstance(run_id, str) or not 0 < len(run_id) <= RUN_ID_MAX_LENGTH:
+        raise ValueError(f"run_id is {str(run_id)[:40]!r}: a run id is a string of 1 to {RUN_ID_MAX_LENGTH} characters")
+    problem = _run_id_problem(run_id)
+    if problem:
+        raise ValueError(f"run_id {run_id[:60]!r} {problem}")
+    return run_id
+
+
+@lru_cache(maxsize=1024)  # the sidecar checks every span's: the same few runs
+def _run_id_problem(run_id: str) -> str:
+    parts = run_id.split("/")
+    if any(ord(c) < 32 or ord(c) == 127 for c in run_id):
+        return "holds a control character"
+    if any(part in ("", ".", "..") for part in parts):
+        return "has an empty, '.' or '..' part between '/'s (it names the run's directory)"
+    if len(parts) > 1 and parts[-1] in RUN_SUBRESOURCES:
+        return f"ends in '/{parts[-1]}', which the sidecar's /api/runs/{{run_id}}/{parts[-1]} would take"
+    if run_id == ALL_RUNS:
+        return "is the sidecar's selection of every run"
+    return ""

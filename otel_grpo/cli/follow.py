@@ -66,6 +66,7 @@ def follow(
     """
     from otel_grpo.integrations.follow import (FollowOptions, Follower, JsonlStream, State, TrlOutput, VerlMetrics,
                                                VerlRollouts)
+    from otel_grpo.catalog.spans import check_run_id
     from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
     if not (verl_metrics or verl_rollouts or trl_output or jsonl):
@@ -95,6 +96,10 @@ def follow(
     if jsonl:
         sources.append(JsonlStream("jsonl", jsonl))
     run = run_id or _default_run_id(verl_metrics, trl_output, jsonl)
+    try:  # before its state file, which it names, is touched
+        check_run_id(run)
+    except ValueError as exc:
+        fail(f"{exc}; give another with --run-id", 2)
     state_path = state or _STATE_DIR / f"{run}.json"
     try:
         saved = State.load(state_path)

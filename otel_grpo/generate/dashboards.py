@@ -295,7 +295,7 @@ def _variables() -> list[dict]:
          "current": {"text": "Prometheus", "value": PROM_UID}, "hide": 0, "refresh": 1, "regex": ""},
         {"name": "run_id", "label": "run", "type": "query", "datasource": PROM,
          "query": {"query": "label_values(grpo_step_index, run_id)", "refId": "run_id"},
-         "refresh": 2, "sort": 1, "multi": True, "includeAll": True, "allValue": ".*",
+         "refresh": 2, "sort": 1, "multi": True, "includeAll": True, "allValue": catalog.spans.ALL_RUNS,
          "current": {"text": ["All"], "value": ["$__all"]}},
         # The scalar the step-aligned run comparison draws.
         {"name": "compare", "label": "compare by step", "type": "custom", "query": ",".join(_step_columns()),

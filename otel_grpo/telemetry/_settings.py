@@ -78,8 +78,9 @@ class TelemetrySettings(BaseSettings):
         except ValidationError as error:
             raise SettingsError.of(error, type(self), values) from None
 
-    run_id: str = Field(default_factory=_new_run_id, min_length=1, max_length=128)
-    """Identifies the run: attribute `run_id` on every data point, `grpo.run_id` on spans."""
+    run_id: str = Field(default_factory=_new_run_id)
+    """Identifies the run: attribute `run_id` on every data point, `grpo.run_id` on spans; 1-128 characters,
+    `/` allowed, no `..` (it names the run directory; rules: `catalog.spans.check_run_id`)."""
     service_name: str = Field(
         default_factory=lambda: os.environ.get("OTEL_SERVICE_NAME") or "grpo-trainer",
         validation_alias=_env_alias("service_name"),
@@ -233,6 +234,11 @@ class TelemetrySettings(BaseSettings):
     @classmethod
     def _lists_from_env(cls, value: object) -> object:
         return _split_list(value)
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id_names_a_run(cls, value: str) -> str:
+        return catalog.spans.check_run_id(value)
 
     @field_validator("resource_attributes", mode="before")
     @classmethod

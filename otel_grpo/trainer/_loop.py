@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from .. import signals
+from .. import catalog, signals
 from ._config import TrainConfig
-from ._loading import to_dict
+from ._loading import ConfigError, to_dict
 from ._loss import LOSSES, group_advantages
 from ._model import TinyGPT, token_logprobs
 from ._rollout import Rollout, RolloutEngine
@@ -135,6 +135,10 @@ class GRPOTrainer:
             if self.acc.num_processes > 1:
                 broadcast_object_list(chosen)
             run_id = chosen[0]
+        try:  # it names the run directory below: no absolute path or '..' (and the sidecar must address it)
+            run_id = catalog.spans.check_run_id(run_id)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         return run_id, out or Path("runs") / run_id
 
     def _build_telemetry(self) -> Any:

@@ -147,3 +147,30 @@ def test_status_message_is_wire_compatible_with_google_rpc_status():
     ours = Status(code=3, message="bad body").SerializeToString()
     assert status_pb2.Status.FromString(ours) == status_pb2.Status(code=3, message="bad body")
     assert json.loads(json.dumps({"code": 3}))["code"] == 3
+
+
+def test_spans_of_a_run_id_the_api_could_not_address_are_rejected_with_the_reason(client, otlp):
+    from otel_grpo.catalog.spans import RUN_SUBRESOURCES
+
+    bad = ["run-a/steps", "run-a/samples.csv", "../escape", "/abs", ".*"]
+    spans = [s for run in ["run-a", *bad] for s in otlp.spans(run, [3], samples=1)]
+    r = client.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB)
+    assert r.status_code == 200
+    partial = ExportTraceServiceResponse.FromString(r.content).partial_success
+    assert partial.rejected_spans == 2 * len(bad)  # each run's step and samples spans (phases: their children)
+    assert "'run-a/steps' ends in '/steps'" in partial.error_message
+    assert [run["run_id"] for run in client.get("/api/runs").json()] == ["run-a"]
+    # so every sub-resource of the stored run is its own, and the run itself is addressable
+    assert client.get("/api/runs/run-a").json()["run_id"] == "run-a"
+    assert [s["step"] for s in client.get("/api/runs/run-a/steps").json()] == [3]
+    assert {"steps", "metrics", "samples"} <= RUN_SUBRESOURCES
+
+
+def test_the_reserved_run_id_endings_are_the_sidecars_run_routes(client):
+    """`check_run_id` keeps a run id from ending in a route of `/api/runs/{run_id}/...`; a new route there must
+    be reserved too, or a run whose id ends in its name could no longer be read."""
+    from otel_grpo.catalog.spans import RUN_SUBRESOURCES
+
+    prefix = "/api/runs/{run_id}/"
+    routes = {path[len(prefix):] for path in client.app.openapi()["paths"] if path.startswith(prefix)}
+    assert routes == RUN_SUBRESOURCES

@@ -122,6 +122,32 @@ def test_invalid_settings_are_rejected(kwargs):
     assert "\n" not in message and next(iter(kwargs)) in message  # one line, naming the argument
 
 
+@pytest.mark.parametrize("run_id, problem", [
+    ("../elsewhere", "'..' part"), ("/srv/runs/exp", "empty"), ("team//exp", "empty"), ("exp/", "empty"),
+    ("exp/./1", "'.'"), ("exp\n1", "control character"), ("x" * 129, "1 to 128"), ("", "1 to 128"),
+    ("exp/steps", "ends in '/steps'"), ("exp/metrics", "ends in '/metrics'"), ("exp/sample-steps", "ends in"),
+    (".*", "every run"),
+])
+def test_a_run_id_that_would_leave_the_runs_directory_or_the_sidecars_reach_is_refused(run_id, problem, tmp_path,
+                                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as error:
+        Telemetry.from_env(run_id=run_id, metrics_exporters=["none"], traces_exporters=["none"])
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("run_id=") and problem in message
+    monkeypatch.setenv("OTEL_GRPO_RUN_ID", run_id)
+    if run_id:  # an empty variable is unset: a generated id
+        with pytest.raises(ValueError, match=r"^OTEL_GRPO_RUN_ID="):
+            TelemetrySettings()
+    assert list(tmp_path.iterdir()) == []  # nothing written anywhere
+
+
+@pytest.mark.parametrize("run_id", ["exp-42", "team/exp 1", "a|b", "steps", "exp/steps/2", "qwen2.5-7b@lr=1e-6"])
+def test_a_run_id_may_hold_slashes_and_any_printable_text_and_names_its_directory_below_runs(run_id):
+    settings = TelemetrySettings(run_id=run_id)
+    assert settings.run_id == run_id and settings.output_dir == Path("runs") / run_id
+
+
 def test_a_misspelt_argument_is_refused_not_ignored(monkeypatch):
     monkeypatch.setenv("OTEL_GRPO_FOLLOW_POLL", "1")  # other components' variables share the prefix: still fine
     with pytest.raises(ValueError, match=r"^runid: not a setting of TelemetrySettings$"):

@@ -20,9 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 QUIET = {"OTEL_GRPO_METRICS_EXPORTERS": "none", "OTEL_GRPO_TRACES_EXPORTERS": "none"}
 
 
-def _cli(*args: str, extra_env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+def _cli(*args: str, extra_env: dict[str, str] | None = None, timeout: float = 180,
+         cwd: Path = REPO) -> subprocess.CompletedProcess:
     env = {**os.environ, **QUIET, **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "otel_grpo.cli", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "otel_grpo.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -73,6 +74,16 @@ def test_bad_config_fails_before_training_with_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "grpo.epsilon_high" in lines[0], proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("how", [["--run-id", "../../elsewhere"], ["--set", "run_id=exp/metrics"]])
+def test_a_run_id_that_cannot_name_the_run_fails_before_training_with_one_line(tmp_path, how):
+    """Its default directory would be outside runs/ (or the sidecar would read it as another run's metrics)."""
+    proc = _cli("train", "--preset", "tiny", *how, cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("otel-grpo train: invalid config: run_id "), proc.stderr
+    assert list(tmp_path.parent.glob("elsewhere")) == [] and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("setting, named", [

@@ -1,7 +1,8 @@
 """From a decoded ExportTraceServiceRequest to the records the store keeps.
 
 The span contract is `otel_grpo.catalog.spans` (written by `otel_grpo.telemetry`). run_id falls
-back to the resource's `grpo.run_id`. Other spans are accepted and ignored.
+back to the resource's `grpo.run_id`; a span whose run id could not be addressed (`check_run_id`: `a/steps`,
+`../x`) is rejected with the reason. Other spans are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from otel_grpo.catalog.spans import (METRIC_PREFIX, PHASE_ATTR, PHASE_PREFIX, RUN_ID_ATTR, SAMPLE_EVENT,
-                                     SAMPLES_SPAN, STEP_ATTR, STEP_SPAN)
+                                     SAMPLES_SPAN, STEP_ATTR, STEP_SPAN, check_run_id)
 
 # Columns every step row carries; a stat key of the same name (the catalog has `step`) is
 # stored as `stat.<key>` so a row never has two fields of one name.
@@ -166,7 +167,17 @@ def _run_and_step(batch: Batch, span, attrs: dict, default_run: str | None) -> t
     if not run_id or step is None:
         batch.reject(f"span {span.name!r} {span.span_id.hex()} lacks grpo.run_id or an integer grpo.step")
         return None
-    return str(run_id), step
+    run_id = _run_id(batch, span, run_id)
+    return None if run_id is None else (run_id, step)
+
+
+def _run_id(batch: Batch, span, run_id) -> str | None:
+    """`run_id` as the store keeps it, or None with the span rejected: one the API could not address."""
+    try:
+        return check_run_id(str(run_id))
+    except ValueError as error:
+        batch.reject(f"span {span.name!r} {span.span_id.hex()}: {error}")
+        return None
 
 
 def _step_span(batch: Batch, span, default_run: str | None) -> None:
@@ -191,6 +202,10 @@ def _phase_span(batch: Batch, span) -> None:
     if not span.parent_span_id and (step is None or not run_id):
         batch.reject(f"phase span {span.span_id.hex()} has no parent step span")
         return
+    if run_id and step is not None:
+        run_id = _run_id(batch, span, run_id)
+        if run_id is None:
+            return
     duration = max(0.0, (span.end_time_unix_nano - span.start_time_unix_nano) / 1e9)
     batch.phases.append(PhaseRecord(bytes(span.span_id), bytes(span.parent_span_id), str(phase), duration,
                                     str(run_id) if run_id and step is not None else None,

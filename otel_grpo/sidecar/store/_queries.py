@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 
 import orjson
 
+from otel_grpo.catalog.spans import ALL_RUNS
+
 from ._dialect import Dialect
 from ._downsample import m4_rows
 from ._step_series import Series, StepCache
@@ -24,8 +26,7 @@ _SAMPLE_SELECT = "SELECT id, " + ", ".join(SAMPLE_CORE_COLUMNS) + ", data FROM s
 COLUMN_RE = re.compile(r'^[^"\x00-\x1f]{1,128}$')
 
 
-ALL_RUNS = ".*"
-"""The `run_id` of every run: Grafana's "All" (the dashboards' run variable has this allValue)."""
+# ALL_RUNS (`.*`) selects every run: Grafana's "All" (the dashboards' run variable has this allValue)
 
 
 def selected_run_ids(run_id: str) -> list[str] | None:

@@ -27,12 +27,25 @@ def follow(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess[str]:
     (("--trl-output", "/etc/passwd"), "--trl-output /etc/passwd: is a file, not a directory"),
     (("--jsonl", "/tmp"), "--jsonl /tmp: is a directory, not a file"),
     (("--jsonl", "x.jsonl", "--state", "/proc/no/s.json"), "state file /proc/no/s.json: cannot be written there"),
+    (("--jsonl", "x.jsonl", "--run-id", "exp/steps"), "ends in '/steps'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
     out = follow(*args, *(() if "--state" in args else ("--state", str(tmp_path / "s.json"))))
     assert out.returncode == 2
     assert says in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_run_id_naming_a_path_outside_the_state_directory_touches_nothing(tmp_path):
+    """The run id names the default state file and run directory: `../x` would put them beside it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "x.jsonl").write_text(json.dumps({"step": 1, "kl": 0.1}) + "\n")
+    out = follow("--jsonl", "x.jsonl", "--run-id", "../../x", "--finished", cwd=work,
+                 env={"PYTHONPATH": os.getcwd()})
+    assert out.returncode == 2 and "run_id '../../x' has an empty, '.' or '..' part" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["work", "work/x.jsonl"]
 
 
 def test_a_state_file_of_another_run_is_refused(tmp_path):
