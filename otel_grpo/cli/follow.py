@@ -33,8 +33,6 @@ def _default_run_id(verl_metrics: Path | None, trl_output: Path | None, jsonl: P
     return trl_output.resolve().name
 
 
-
-
 @app.command()
 def follow(
     verl_metrics: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_VERL_METRICS", help="verl's file-logger JSONL (trainer.logger=[...,'file']; VERL_FILE_LOGGER_PATH, or <VERL_FILE_LOGGER_ROOT>/<project>/<experiment>.jsonl).")] = None,

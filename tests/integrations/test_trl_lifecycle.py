@@ -245,3 +245,19 @@ def test_evaluation_batches_are_heartbeats_for_the_stall_alerts(tmp_path, how):
                 if s.name == "grpo.step" and s.attributes["grpo.step"] == 1)
     assert began <= beat.value <= first / 1e9  # during the evaluation before the first step
     tel.finish()
+
+
+@pytest.mark.parametrize("output_dir", [".", "./", "../my-exp"])
+def test_the_run_id_from_the_trainers_output_dir_is_that_directorys_own_name(tmp_path, monkeypatch, output_dir):
+    """`Path(".").name` is empty and `Path("..").name` is '..': no run id. The directory's resolved name is."""
+    from transformers import TrainingArguments
+
+    from otel_grpo.integrations.trl._callback import telemetry_for
+
+    (tmp_path / "my-exp").mkdir()
+    monkeypatch.chdir(tmp_path / "my-exp")
+    tel = telemetry_for(TrainingArguments(output_dir=output_dir, report_to="none"), **QUIET)
+    try:
+        assert tel.settings.run_id == "my-exp"
+    finally:
+        tel.shutdown()

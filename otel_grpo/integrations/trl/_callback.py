@@ -108,7 +108,8 @@ def telemetry_for(args: Any, defaults: dict[str, Any] | None = None, **settings:
     from pathlib import Path
 
     out = getattr(args, "output_dir", None)
-    derived = {"run_id": getattr(args, "run_name", None) or (Path(out).name if out else None), "output_dir": out}
+    name = Path(out).resolve().name if out else None  # the directory's own name, for "." or "runs/exp/" too
+    derived = {"run_id": getattr(args, "run_name", None) or name or None, "output_dir": out}
     return Telemetry.from_env(defaults={**derived, **(defaults or {})}, **settings)
 
 
