@@ -19,8 +19,15 @@ from torch import Tensor
 def to_device(values: Tensor | Sequence, device: torch.device | str, dtype: torch.dtype | None = None) -> Tensor:
     """`values` (a CPU tensor or nested lists of numbers) as a tensor on `device`; on CUDA a pinned,
     non-blocking copy, on the CPU the host tensor itself (no copy)."""
-    host = torch.as_tensor(values, dtype=dtype)
-    device = torch.device(device)
+    try:
+        host = torch.as_tensor(values, dtype=dtype)
+    except (TypeError, ValueError, RuntimeError) as error:  # a string, ragged lists: torch's own words, one line
+        raise ValueError(f"values: expected a CPU tensor or (nested) lists of numbers, got "
+                         f"{type(values).__name__} ({str(error).splitlines()[0]})") from None
+    try:
+        device = torch.device(device)
+    except (TypeError, RuntimeError) as error:
+        raise ValueError(f"device: {str(error).splitlines()[0]}") from None
     if device.type == "cpu":
         return host
     if device.type != "cuda":  # other backends' non-blocking copies from the host make no such promise
