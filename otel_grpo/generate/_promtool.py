@@ -4,9 +4,9 @@ A scenario (prometheus/tests/scenarios.yml, written by hand) gives input series,
 runs as per-step values that `_replay` turns into the series a scrape sees, and,
 per check, the alerts expected as labels plus the value; `never_firing: critical` also asks
 that no alert of that severity fired at any evaluation (the ALERTS series over the whole run). promtool compares full
-annotations; they are rendered here from the rules' own templates, which use three
-forms only: `$labels.<name>`, `$value | printf "%.3g"`, `$value | humanizePercentage` and
-`$value | humanizeDuration`.
+annotations; they are rendered here from the rules' own templates, which use these
+forms only: `$labels.<name>` (also `| urlquery`, Go's url.QueryEscape), `$value | printf "%.3g"`,
+`$value | humanizePercentage` and `$value | humanizeDuration`.
 
     >>> render_template('{{ $value | printf "%.3g" }} in run {{ $labels.run_id }}', {"run_id": "a"}, 1.5)
     '1.5 in run a'
@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import urllib.parse
 from pathlib import Path
 
 import yaml
@@ -28,7 +29,7 @@ from ._rules import RuleSettings, seconds
 
 SCENARIOS = "prometheus/tests/scenarios.yml"
 TESTS = "prometheus/tests/grpo_alerts_test.yml"
-_TEMPLATE = re.compile(r"\{\{\s*(\$labels\.(\w+)|\$value\s*\|\s*printf\s+\"([^\"]+)\""
+_TEMPLATE = re.compile(r"\{\{\s*(\$labels\.(\w+)(\s*\|\s*urlquery)?|\$value\s*\|\s*printf\s+\"([^\"]+)\""
                        r"|\$value\s*\|\s*(humanizePercentage|humanizeDuration))\s*\}\}")
 
 
@@ -50,10 +51,11 @@ def render_template(text: str, labels: dict[str, str], value: float) -> str:
     """An annotation as Prometheus renders it for an alert with these labels and value."""
     def one(m: re.Match) -> str:
         if m.group(2):
-            return labels.get(m.group(2), "")
-        if m.group(3):
-            return m.group(3) % value  # Go's and Python's %g agree on the values the rules print
-        if m.group(4) == "humanizeDuration":
+            label = labels.get(m.group(2), "")
+            return urllib.parse.quote_plus(label, safe="") if m.group(3) else label  # as Go's url.QueryEscape
+        if m.group(4):
+            return m.group(4) % value  # Go's and Python's %g agree on the values the rules print
+        if m.group(5) == "humanizeDuration":
             return _duration(value)
         pct = value * 100  # humanizePercentage: humanize(v * 100) + "%"
         return ("0" if pct == 0 else "%.4g" % pct) + "%"
