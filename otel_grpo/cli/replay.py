@@ -65,11 +65,14 @@ def replay(
     headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    sent_steps = sent_samples = 0
+    sent_steps = sent_samples = rejected = 0
+    reason = ""
     with _progress(len(spill.steps)) as advance:
         for request in _requests(spill):
             if request.size:
-                _post(url, gzip.compress(request.message.SerializeToString(), 5), headers, retries, timeout_s)
+                spans_rejected, why = _post(url, gzip.compress(request.message.SerializeToString(), 5), headers,
+                                            retries, timeout_s)
+                rejected, reason = rejected + spans_rejected, reason or why
             sent_steps, sent_samples = sent_steps + request.steps, sent_samples + request.samples
             advance(request.done, f"{sent_samples} samples")
     if spill.unreadable:  # what these lines held is not in the store
@@ -78,6 +81,8 @@ def replay(
              f"object with run_id and step): {where}")
     if not sent_steps and not sent_samples:
         fail(f"{output_dir} holds no step or sample to replay")
+    if rejected:  # answered 200 with a partial success: those spans are not in the store
+        fail(f"{url} took the replay of {output_dir} but rejected {rejected} span(s) ({reason})")
     typer.echo(f"replayed {sent_steps} step(s) and {sent_samples} sample(s) from {output_dir} to {url}")
 
 
@@ -216,7 +221,8 @@ def _set(kv, key: str, value: Any) -> None:
         kv.value.string_value = json.dumps(value, ensure_ascii=False)
 
 
-def _post(url: str, body: bytes, headers: dict[str, str], retries: int, timeout_s: float) -> None:
+def _post(url: str, body: bytes, headers: dict[str, str], retries: int, timeout_s: float) -> tuple[int, str]:
+    """Send one request; the spans the receiver took but rejected (OTLP's partial success) and its reason."""
     import requests
 
     for attempt in range(retries + 1):
@@ -226,10 +232,22 @@ def _post(url: str, body: bytes, headers: dict[str, str], retries: int, timeout_
             problem = f"{type(exc).__name__}: {exc}"
         else:
             if r.status_code == 200:
-                return
+                return _partial_success(r.content)
             problem = f"HTTP {r.status_code}: {r.text[:200]}"
             if r.status_code not in (408, 429) and r.status_code < 500:
                 fail(f"{url} refused the replay ({problem})")
         if attempt < retries:
             time.sleep(min(2.0 ** attempt, 30.0))
     fail(f"{url} did not take the replay after {retries + 1} attempt(s) ({problem})")
+
+
+def _partial_success(answer: bytes) -> tuple[int, str]:
+    """Rejected spans and the reason from an ExportTraceServiceResponse (protobuf, as the request was)."""
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    try:
+        partial = ExportTraceServiceResponse.FromString(answer).partial_success
+    except DecodeError:  # a 200 without the OTLP answer (a proxy's page): nothing said against the spans
+        return 0, ""
+    return partial.rejected_spans, partial.error_message

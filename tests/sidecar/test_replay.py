@@ -166,6 +166,26 @@ def test_replay_names_the_lines_it_cannot_read_and_sends_the_rest(sidecar_factor
     _assert_exactly_the_spill(sidecar.url, out, "edited")
 
 
+def test_spans_the_sidecar_rejects_fail_the_replay_with_its_reason(sidecar_factory, tmp_path):
+    """The sidecar answers 200 with a partial success for spans it cannot store (here an older version's
+    spill under a run id it cannot address): "replayed" would claim steps the store never got."""
+    sidecar = sidecar_factory()
+    out = tmp_path / "run"
+    tel = Telemetry(_settings(sidecar.url, out, "legacy").model_copy(update={"traces_exporters": ["none"]}))
+    for step in range(3):
+        _step(tel, step)
+    tel.shutdown()
+    for path in [out / "steps.jsonl", *(out / "samples").glob("*.jsonl")]:
+        path.write_text(path.read_text().replace('"run_id": "legacy"', '"run_id": "legacy/steps"'))
+    result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "replay", str(out), "--endpoint", sidecar.url],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 1 and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert re.fullmatch(r"otel-grpo replay: .*/v1/traces took the replay of .* but rejected 6 span\(s\) \(span "
+                        r"'grpo\.(step|samples)' \w+: run_id 'legacy/steps' ends in '/steps'.*\)", line), line
+    assert httpx.get(f"{sidecar.url}/api/runs").json() == []
+
+
 def test_a_step_larger_than_a_request_goes_in_parts(sidecar_factory, tmp_path):
     """Every row of an anomalous step is kept: one step's spill can outgrow a request (and the sidecar's body
     limit). Its rows go 64 to a span, and a request is sent whenever one is full, mid-step too."""
