@@ -62,9 +62,9 @@ def follow(
 
     Every option can also come from OTEL_GRPO_FOLLOW_<OPTION> (e.g. OTEL_GRPO_FOLLOW_VERL_METRICS).
     """
+    from otel_grpo.catalog.spans import check_run_id
     from otel_grpo.integrations.follow import (FollowOptions, Follower, JsonlStream, State, TrlOutput, VerlMetrics,
                                                VerlRollouts)
-    from otel_grpo.catalog.spans import check_run_id
     from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
     if not (verl_metrics or verl_rollouts or trl_output or jsonl):

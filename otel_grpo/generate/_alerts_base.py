@@ -28,4 +28,4 @@ def alert(s: RuleSettings, name: str, expr: str, for_: str, severity: str, summa
 
 def panel_url(s: RuleSettings, title: str) -> str:
     return (f"{s.grafana_url.rstrip('/')}/d/{UID}/?viewPanel=panel-{panel_id(title)}"
-            "&var-run_id={{ $labels.run_id | urlquery }}")  # a run id may hold ' ', '#', '&
+            "&var-run_id={{ $labels.run_id | urlquery }}")  # a run id may hold ' ', '#' or '&'
