@@ -41,11 +41,19 @@ def _replay(url: str, out: Path) -> str:
     return _replayed(url, out).stdout
 
 
-def _replayed(url: str, out: Path) -> subprocess.CompletedProcess:
+def _replayed(url: str, out: Path, exit_code: int = 0) -> subprocess.CompletedProcess:
     result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "replay", str(out), "--endpoint", url],
                             capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == exit_code, result.stderr
     return result
+
+
+def _spill_only(url: str, out: Path, run_id: str, steps: int = 3) -> None:
+    """A run whose exports never left: its steps are in the spill under `out` only."""
+    tel = Telemetry(_settings(url, out, run_id).model_copy(update={"traces_exporters": ["none"]}))
+    for step in range(steps):
+        _step(tel, step)
+    tel.shutdown()
 
 
 def _stored(url: str, run_id: str) -> tuple[list[int], list[tuple[int, int]], int]:
@@ -151,10 +159,7 @@ def test_replay_names_the_lines_it_cannot_read_and_sends_the_rest(sidecar_factor
     or step the store will not get, so the user is told which files hold how many; the rest goes."""
     sidecar = sidecar_factory()
     out = tmp_path / "run"
-    tel = Telemetry(_settings(sidecar.url, out, "edited").model_copy(update={"traces_exporters": ["none"]}))
-    for step in range(3):
-        _step(tel, step)
-    tel.shutdown()
+    _spill_only(sidecar.url, out, "edited")
     with (out / "samples" / "step_1.jsonl").open("a") as fh:
         fh.write("[1, 2]\n\n")  # valid JSON but no row; a blank line is nothing
     with (out / "steps.jsonl").open("a") as fh:
@@ -171,15 +176,11 @@ def test_spans_the_sidecar_rejects_fail_the_replay_with_its_reason(sidecar_facto
     spill under a run id it cannot address): "replayed" would claim steps the store never got."""
     sidecar = sidecar_factory()
     out = tmp_path / "run"
-    tel = Telemetry(_settings(sidecar.url, out, "legacy").model_copy(update={"traces_exporters": ["none"]}))
-    for step in range(3):
-        _step(tel, step)
-    tel.shutdown()
+    _spill_only(sidecar.url, out, "legacy")
     for path in [out / "steps.jsonl", *(out / "samples").glob("*.jsonl")]:
         path.write_text(path.read_text().replace('"run_id": "legacy"', '"run_id": "legacy/steps"'))
-    result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "replay", str(out), "--endpoint", sidecar.url],
-                            capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert result.returncode == 1 and result.stdout == ""
+    result = _replayed(sidecar.url, out, exit_code=1)
+    assert result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
     assert re.fullmatch(r"otel-grpo replay: .*/v1/traces took the replay of .* but rejected 6 span\(s\) \(span "
                         r"'grpo\.(step|samples)' \w+: run_id 'legacy/steps' ends in '/steps'.*\)", line), line
