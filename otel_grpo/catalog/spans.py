@@ -31,7 +31,8 @@ MAX_STEP = 2**63 - 1
 
 RUN_ID_MAX_LENGTH = 128
 ALL_RUNS = ".*"
-"""The sidecar's `run_id` selection of every run (`/api/steps`, `/api/alerts`): no run's own id."""
+"""The sidecar's `run_id` selection of every run (`/api/steps`, `/api/alerts`), Grafana's "All" (the dashboards'
+run variable's allValue): no run's own id."""
 RUN_SUBRESOURCES = frozenset({"steps", "metrics", "samples", "samples.csv", "samples.jsonl", "sample-steps"})
 """The sidecar's `/api/runs/{run_id}/<name>` routes: a run id ending in `/<name>` would read as one of them."""
 

@@ -26,9 +26,6 @@ _SAMPLE_SELECT = "SELECT id, " + ", ".join(SAMPLE_CORE_COLUMNS) + ", data FROM s
 COLUMN_RE = re.compile(r'^[^"\x00-\x1f]{1,128}$')
 
 
-# ALL_RUNS (`.*`) selects every run: Grafana's "All" (the dashboards' run variable has this allValue)
-
-
 def selected_run_ids(run_id: str) -> list[str] | None:
     """The run ids a selection names: None for every run (`.*`), else one run or Grafana's multi-run
     `a|b` (the whole value also counts as one id: a run id may hold `|`)."""
