@@ -147,6 +147,8 @@ class Backend:
             instruments.record_samples(samples)
         for name, start_ns, end_ns, _ in rec.phases:
             instruments.record_phase(name, _seconds(start_ns, end_ns))
+        if rec.evaluation:  # no step: a hang after an evaluation before the first step is still "no first step"
+            return finite
         end_ns = rec.end_ns or time.time_ns()
         # measured, unless the caller gave it (a trainer that reports a step ahead of its logging cadence)
         interval = None if "log_interval" in finite else max(end_ns - self._last_end_ns, 0) / 1e9

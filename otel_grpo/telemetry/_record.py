@@ -53,6 +53,9 @@ class StepRecord:
     skipped: bool = False
     keep_reason: str | None = None
     """Why every row of this step is kept (an anomalous step, `_retention`); None: the usual selection."""
+    evaluation: bool = False
+    """An evaluation's values (`log_metrics(..., evaluation=True)`), not a training step: it counts no step and
+    leaves the step index, the step interval and the step checks' streaks where the last step put them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -287,20 +287,25 @@ class Telemetry:
         """
         return self._open(step, count_one=True)
 
-    def logged_step(self, step: int) -> AbstractContextManager[Step]:
+    def logged_step(self, step: int, *, evaluation: bool = False) -> AbstractContextManager[Step]:
         """A step that stands for every step since the last one (a trainer that logs every N steps).
 
         As `step()`, except that `grpo.steps` advances by the steps since the previous
         call. Every rank must enter it (it runs the same sample selection across ranks).
+        `evaluation`: what it records is an evaluation's, as in `log_metrics`.
         """
-        return self._open(step, count_one=False, gather_samples=True)
+        return self._open(step, count_one=False, gather_samples=True, evaluation=evaluation)
 
     @contextmanager
-    def _open(self, step: int, count_one: bool, gather_samples: bool | None = None) -> Iterator[Step]:
+    def _open(self, step: int, count_one: bool, gather_samples: bool | None = None,
+              evaluation: bool = False) -> Iterator[Step]:
         """`gather_samples` (default: `count_one`) runs the cross-rank sample selection on a clean exit."""
         step = spans.check_step(step)
+        if not isinstance(evaluation, bool):
+            raise ValueError(f"evaluation must be True or False, got {evaluation!r}")
         gather = count_one if gather_samples is None else gather_samples
-        record = StepRecord(step, self._advance(step, count_one), time.time_ns())
+        record = StepRecord(step, 0 if evaluation else self._advance(step, count_one), time.time_ns(),
+                            evaluation=evaluation)
         clean = False
         try:
             yield Step(record, self.settings.run_id)
@@ -339,16 +344,21 @@ class Telemetry:
                                exc_info=True)
             return []
 
-    def log_metrics(self, step: int, metrics: Mapping[str, Any], *, source: str | None = None) -> None:
+    def log_metrics(self, step: int, metrics: Mapping[str, Any], *, source: str | None = None,
+                    evaluation: bool = False) -> None:
         """Record a metrics dict outside a `step()` block; TRL, verl or MaxEnt names map through the catalog.
 
         `source` ("trl", "verl", "maxent"): whose names `metrics` uses, where a peer's name means
         another signal than our key of that name (`log_metrics(s, {"kl": x}, source="trl")` is
         TRL's bias-corrected `grpo.trl.kl`; without a source `kl` is the plain k3 `grpo.kl`).
+        `evaluation`: the values of an evaluation (one before training included), not of a training
+        step: exported at `step`, but they count no step and do not move `grpo.step_index`, so the
+        step count stays the trainer's and a run that hangs after such an evaluation, before its
+        first step, still shows no first step (GRPONoFirstStep).
         """
         metrics = _mapping(metrics, "metrics")
         named = metrics if source is None else {stat_key(k, source): v for k, v in metrics.items()}
-        with self._open(step, count_one=False) as s:
+        with self._open(step, count_one=False, evaluation=evaluation) as s:
             s.record(named)
 
     def heartbeat(self) -> None:

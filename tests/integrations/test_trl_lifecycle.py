@@ -8,6 +8,7 @@ import logging
 import shutil
 
 import pytest
+from transformers import TrainerCallback
 
 from otel_grpo.integrations import instrument
 from otel_grpo.integrations.trl._callback import InstrumentedCallback, OtelGrpoCallback
@@ -223,16 +224,33 @@ def test_the_first_optimizer_step_reaches_the_step_index_whatever_logging_steps_
     assert logged == [3]  # TRL itself logged only step 3
 
 
+class _MetricsAtFirstStep(TrainerCallback):
+    """The names of the metrics exported when the first training step begins (after `eval_on_start`'s evaluation)."""
+
+    def __init__(self, tel, reader) -> None:
+        self.tel, self.reader, self.names = tel, reader, None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.names is None:
+            assert self.tel.flush(10)
+            self.names = {m.name for rm in self.reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+                          for m in sm.metrics}
+
+
 @pytest.mark.parametrize("how", ["instrument", "callback"])
-def test_evaluation_batches_are_heartbeats_for_the_stall_alerts(tmp_path, how):
+def test_an_evaluation_is_work_not_a_step(tmp_path, how):
     """An evaluation before the first step (`eval_on_start`), or between steps, can outlast the stall limit: each
-    of its batches beats, so the alerts see work (grpo.process.activity_time), not a hang."""
+    of its batches beats, so the alerts see work (grpo.process.activity_time), not a hang. Its values are an
+    evaluation's: they go out at step 0, but the run shows no step until its first one (a hang there is
+    GRPONoFirstStep) and `grpo.steps` counts the trainer's steps only."""
     import time
 
     tel, reader, exporter = in_memory_telemetry(tmp_path / "telemetry")
-    callbacks = [OtelGrpoCallback(tel)] if how == "callback" else None
-    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=1, num_iterations=1,
-                                     eval_on_start=True, per_device_eval_batch_size=4, eval_dataset=make_dataset(8), callbacks=callbacks)
+    at_first_step = _MetricsAtFirstStep(tel, reader)
+    callbacks = [at_first_step] + ([OtelGrpoCallback(tel)] if how == "callback" else [])
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=2, num_iterations=1,
+                                     eval_on_start=True, per_device_eval_batch_size=4, eval_dataset=make_dataset(8),
+                                     callbacks=callbacks)
     if how == "instrument":
         instrument(trainer, telemetry=tel)
     began = time.time()
@@ -244,6 +262,11 @@ def test_evaluation_batches_are_heartbeats_for_the_stall_alerts(tmp_path, how):
     first = min(s.start_time for s in exporter.get_finished_spans()
                 if s.name == "grpo.step" and s.attributes["grpo.step"] == 1)
     assert began <= beat.value <= first / 1e9  # during the evaluation before the first step
+    assert "grpo.eval" in at_first_step.names and "grpo.step_index" not in at_first_step.names
+    assert "grpo.steps" not in at_first_step.names
+    (steps,) = gauges["grpo.steps"].data.data_points
+    assert steps.value == 2  # the two training steps; the evaluation at step 0 is none
+    assert "eval_metric/reward" in exported(exporter)["steps"]["0"]  # the evaluation's values, at its step
     tel.finish()
 
 

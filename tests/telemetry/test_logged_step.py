@@ -56,3 +56,28 @@ def test_log_interval_is_the_wall_time_between_the_last_two_reported_steps(captu
     (step_time,) = points(metrics["grpo.step_time"]).values()
     assert 0.6 <= interval.value <= between and step_time.value == 0.01
     assert interval.attributes == {"run_id": "test-run"}
+
+
+def test_an_evaluation_counts_no_step_and_leaves_the_step_index(captured):
+    """transformers' `eval_on_start` (verl's `val_before_train`) logs at step 0 before any training step: its values
+    go out, but the run has no first step yet (GRPONoFirstStep) and the step count stays the trainer's."""
+    tel = captured.tel
+    tel.log_metrics(0, {"eval_reward": 0.5, "epoch": 0.0}, source="trl", evaluation=True)
+    metrics = captured.metrics()
+    assert "grpo.step_index" not in metrics and "grpo.steps" not in metrics and "grpo.log_interval" not in metrics
+    assert {p.attributes["metric"]: p.value for p in metrics["grpo.eval"].data.data_points} == {"reward": 0.5}
+    for step in (10, 20):
+        with tel.logged_step(step) as s:
+            s.record({"kl": 0.1})
+        tel.log_metrics(step, {"eval_reward": step / 100}, source="trl", evaluation=True)  # after the step's log
+    with tel.logged_step(25, evaluation=True) as s:  # an evaluation of its own, between two logged steps
+        s.record({"eval_metric/reward": 0.9})
+    metrics = captured.metrics()
+    (steps,) = points(metrics["grpo.steps"]).values()
+    assert steps.value == 11  # 1 for the first logged step (step 10), then 10: the evaluations count nothing
+    (last,) = points(metrics["grpo.step_index"]).values()
+    assert last.value == 20
+    assert {p.attributes["metric"]: p.value for p in metrics["grpo.eval"].data.data_points} == {"reward": 0.9}
+    assert sorted(sp.attributes["grpo.step"] for sp in captured.spans("grpo.step")) == [0, 10, 10, 20, 20, 25]
+    with pytest.raises(ValueError, match="^evaluation must be True or False, got 'yes'$"):
+        tel.log_metrics(30, {"eval_reward": 1.0}, source="trl", evaluation="yes")

@@ -199,7 +199,8 @@ class Follower:
             return 0  # e.g. a TRL parquet repeating the previous generation batch
         # A logged step: `grpo.steps` advances by the steps since the previous one (a TRL step whose
         # samples and scalars arrive apart goes out twice and counts once; logging_steps > 1 counts all).
-        with self.tel.logged_step(record.step) as s:
+        evaluation = record.evaluation and (partner is None or partner[1].evaluation)
+        with self.tel.logged_step(record.step, evaluation=evaluation) as s:
             if scalars or rows:
                 s.record(_Values(scalars, _histograms(rows or ())))
             end = time.time_ns()

@@ -23,6 +23,8 @@ class Record:
     cursor: Any = None
     """The source's resume point once this record (and every one before it) is emitted."""
     read_at: float = field(default_factory=time.monotonic)
+    evaluation: bool = False
+    """An evaluation's values (verl's validation, a TRL `eval_` log), not a training step's (`Telemetry.log_metrics`)."""
 
 
 class BadInput:

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 from otel_grpo.catalog import stat_key
 from otel_grpo.catalog.spans import check_step
 from otel_grpo.integrations.trl._chat import chat_text  # the renderer instrument uses: same text
+from otel_grpo.integrations.trl._keys import is_evaluation
 
 from ._records import PARSE_ERRORS, BadInput, Record, finite_or_none, numbers
 from ._tail import open_regular
@@ -184,7 +185,9 @@ class TrlOutput:
             fresh = rows if new_digest != digest else []  # a reused generation batch is sent once
             digest = self._handed_digest = new_digest
             self._handed.add(name)
-            out.append(Record(step, rows=fresh, cursor=("parquet", (name, stat.st_ino, stat.st_size, new_digest))))
+            # at step 0, before the first optimizer step, only an evaluation (`eval_on_start`) logs completions
+            out.append(Record(step, rows=fresh, cursor=("parquet", (name, stat.st_ino, stat.st_size, new_digest)),
+                              evaluation=step == 0))
         return out
 
     def _read(self, path: Path, is_last: bool) -> list[dict[str, Any]] | None:
@@ -273,7 +276,8 @@ class TrlOutput:
                 self.bad.skip(f"{self.dir}/trainer_state.json:log_history step {str(step)[:40]}", str(exc))
                 self._handed_scalar_step = step
                 continue
-            out.append(Record(step, {stat_key(k, SOURCE): v for k, v in scalars.items()}, cursor=("scalars", step)))
+            out.append(Record(step, {stat_key(k, SOURCE): v for k, v in scalars.items()}, cursor=("scalars", step),
+                              evaluation=is_evaluation(scalars)))
         if out:
             self._handed_scalar_step = out[-1].step
         max_steps = state.get("max_steps")

@@ -24,6 +24,9 @@ from ._tail import LineTail, Position
 VERL = "verl"
 """verl's peer in the catalog (`catalog.PEERS`): its metric names; its metrics and rollouts pair by step."""
 TIMING_PREFIX = "timing_s/"
+VALIDATION_PREFIXES = ("val-core/", "val-aux/")
+"""verl's validation metrics (`_val_metrics_update`): a line of only these is a validation (`val_before_train`,
+logged before the first step), not a training step."""
 STEP_TIMER = "step"
 
 
@@ -133,7 +136,8 @@ class VerlMetrics(JsonlStream):
         scalars, phases = split_timing(numbers(data))
         if self.total_steps is not None and step >= self.total_steps:
             self.ended = True  # verl's fit() returns after logging this step
-        return Record(step, with_throughput(self.keyed(scalars)), phases)
+        evaluation = bool(data) and all(name.startswith(VALIDATION_PREFIXES) for name in data)
+        return Record(step, with_throughput(self.keyed(scalars)), phases, evaluation=evaluation)
 
 
 def with_throughput(scalars: dict[str, float]) -> dict[str, float]:

@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 from ...telemetry import Telemetry
 from ._accumulate import Accumulator
 from ._generation import sample_rows
-from ._keys import map_logs
+from ._keys import is_evaluation, map_logs
 from ._settings import TrlSettings
 
 logger = logging.getLogger("otel_grpo.integrations.trl")
@@ -82,7 +82,8 @@ class OtelGrpoCallback(_ReportsProgress):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         self._open(args)
-        self.telemetry.log_metrics(state.global_step, map_logs(logs or {}))
+        logs = logs or {}
+        self.telemetry.log_metrics(state.global_step, map_logs(logs), evaluation=is_evaluation(logs))
 
     def on_evaluate(self, args, state, control, **kwargs):
         if not self._training:  # after its metrics' on_log: an evaluation of its own ends here
@@ -127,8 +128,9 @@ class InstrumentedCallback(_ReportsProgress):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
-        if _SUMMARY in logs or any(k.startswith("eval_") for k in logs):
-            self.telemetry.log_metrics(state.global_step, map_logs(logs))  # host values only: no collective
+        evaluation = is_evaluation(logs)
+        if _SUMMARY in logs or evaluation:  # host values only: no collective
+            self.telemetry.log_metrics(state.global_step, map_logs(logs), evaluation=evaluation)
             return
         self.flush(state, logs, final=state.global_step >= state.max_steps)
 

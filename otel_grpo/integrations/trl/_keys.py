@@ -36,6 +36,12 @@ def map_logs(logs: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def is_evaluation(logs: Mapping[str, Any]) -> bool:
+    """transformers' `evaluate()` logs `eval_<name>` keys (and the epoch): an evaluation's values, not a step's
+    (`Telemetry.log_metrics(..., evaluation=True)`)."""
+    return any(name.startswith("eval_") for name in logs)
+
+
 def trl_mapping() -> list[tuple[str, Signal]]:
     """(TRL / transformers key, catalog signal) for every signal with a TRL name, in catalog order."""
     return peer_names(SOURCE)

@@ -63,3 +63,18 @@ def test_log_metrics_and_jsonl_resolve_per_source(tmp_path):
     trl = Run(tmp_path / "t", [JsonlStream("jsonl", path, source="trl")])
     trl.once()
     assert trl.gauge("grpo.trl.kl") == 0.125 and trl.gauge("grpo.kl") is None
+
+
+def test_a_verl_validation_before_training_is_no_step(tmp_path, verl):
+    """`val_before_train` logs the validation alone at step 0 (the resumed step after a restart): its values go
+    out, but the run has no step yet (GRPONoFirstStep) and `grpo.steps` counts training steps only."""
+    path = tmp_path / "exp.jsonl"
+    verl_log(verl, path, {0: {"val-core/gsm8k/reward/mean@4": 0.25, "val-aux/num_turns/mean": 1.0}})
+    run = Run(tmp_path, [VerlMetrics(path)])
+    run.once()
+    assert run.steps() == [0] and run.step_attrs(0)["grpo.metric.val_core_gsm8k_reward_mean_4"] == 0.25  # an extra
+    assert run.gauge("grpo.step_index") is None and run.gauge("grpo.steps") is None
+    verl_log(verl, path, {1: {"actor/pg_loss": 0.1}, 2: {"actor/pg_loss": 0.2, "val-core/gsm8k/reward/mean@4": 0.5}})
+    run.once()
+    assert run.steps() == [0, 1, 2]  # step 2's validation rides with its training values: a step
+    assert run.gauge("grpo.steps") == 2 and run.gauge("grpo.step_index") == 2

@@ -78,15 +78,21 @@ def test_trl_files_without_an_end_stay_live(tmp_path, trl_output):
 
 
 def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, tmp_path_factory):
-    """No checkpoint at all: the summary `trainer.save_state()` writes (train_runtime) is the end."""
+    """No checkpoint at all: the summary `trainer.save_state()` writes (train_runtime) is the end. The evaluation
+    before the first step (`eval_on_start`) goes out at step 0 as an evaluation: no step, no step index."""
     out = _train(tmp_path_factory, "save_state")
     assert not list(out.glob("checkpoint-*"))
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     assert "train_runtime" in history[-1]
+    assert history[0]["step"] == 0 and "eval_reward" in history[0]
     run = Run(tmp_path, [TrlOutput(out, reward_weights=[1.0, 0.5])])
     assert run.follower.run(threading.Event()) is True
     run.tel.finish()
     assert run.gauge("grpo.run.finished") == 1.0
+    at_start = [dict(s.attributes) for s in run.spans.get_finished_spans() if s.attributes.get("grpo.step") == 0]
+    assert {a.get("grpo.metric.eval_metric/reward") for a in at_start} >= {history[0]["eval_reward"]}
+    assert run.gauge("grpo.steps") == STEPS  # the evaluation counts no step
+    assert run.gauge("grpo.step_index") == STEPS
 
 
 def _sample_events(run, step: int) -> list[dict]:

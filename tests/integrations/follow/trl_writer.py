@@ -6,7 +6,8 @@ with `log_completions=True`, writing TRL's own completions parquet and its final
 `checkpoint` (default): a checkpoint at the last step (`trainer_state.json` with
 `global_step == max_steps`). `save_state`: no checkpoint; the script calls
 `trainer.save_state()` after training, as TRL's example scripts do, which writes the
-end-of-training summary (`train_runtime`) into `<output_dir>/trainer_state.json`.
+end-of-training summary (`train_runtime`) into `<output_dir>/trainer_state.json`; that run
+also evaluates before its first step (`eval_on_start`: `eval_` values logged at step 0).
 
 `steps_per_generation=2`: every generation batch serves two steps, so TRL writes the same
 rows into two consecutive parquet files (the follower must send them once). The words reward
@@ -39,7 +40,9 @@ def reward_words(completions, log_extra=None, **kwargs):
 if __name__ == "__main__":
     steps = int(sys.argv[2])
     mode = sys.argv[3] if len(sys.argv) > 3 else "checkpoint"
-    saving = {"save_strategy": "steps", "save_steps": steps} if mode == "checkpoint" else {"save_strategy": "no"}
+    saving = {"save_strategy": "steps", "save_steps": steps} if mode == "checkpoint" else {
+        "save_strategy": "no", "eval_on_start": True, "per_device_eval_batch_size": 4,
+        "eval_dataset": tiny_trl.make_dataset(8)}
     trainer = tiny_trl.make_grpo_trainer(sys.argv[1], log_completions=True, max_steps=steps, steps_per_generation=2,
                                          reward_weights=list(REWARD_WEIGHTS),
                                          reward_funcs=[reward_words, tiny_trl.reward_short], **saving)
