@@ -14,7 +14,7 @@ from otel_grpo import signals
 from otel_grpo.integrations import OtelGrpoCallback, instrument
 from otel_grpo.integrations.trl import _accumulate, _compat
 from expected import close, generation_stats, micro_batch_stats
-from trl_run import exported, in_memory_telemetry, make_recording_trainer
+from trl_run import exported, in_memory_telemetry, make_recording_trainer, metrics_by_name
 
 NAMES, WEIGHTS = ["reward_words", "reward_short"], [1.0, 0.5]
 # TRL key -> our stat key, where TRL's definition is ours (one micro-batch per logged step)
@@ -34,8 +34,7 @@ def run(tmp_path: Path, sampling: bool = False, **config):
     tel, reader, exporter = in_memory_telemetry(tmp_path / "telemetry")
     assert instrument(trainer, telemetry=tel) is tel
     trainer.train()
-    metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics
-               for sm in rm.scope_metrics for m in sm.metrics}
+    metrics = metrics_by_name(reader)
     return trainer, exported(exporter), metrics
 
 
@@ -191,8 +190,7 @@ def test_callback_maps_trl_keys_none_and_eval(tmp_path):
                     logs={"reward": None, "kl": float("nan"), "eval_reward": 0.5, "eval_loss": 1.5,
                           "rewards/fmt/mean": 1.0, "my_metric": 2.0})
     tel.flush()
-    metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics
-               for sm in rm.scope_metrics for m in sm.metrics}
+    metrics = metrics_by_name(reader)
     nonfinite = {p.attributes["signal"]: p.value for p in metrics["grpo.nonfinite"].data.data_points}
     assert nonfinite == {"reward": 1, "trl_kl": 1}
     assert {p.attributes["metric"]: p.value for p in metrics["grpo.eval"].data.data_points} == {
@@ -220,9 +218,8 @@ def test_a_crash_shuts_down_without_finishing(tmp_path):
     with pytest.raises(RuntimeError, match="reward server down"):
         trainer.train()
     assert tel._closed
-    points = {m.name: m.data.data_points[-1].value
-              for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
-              if m.name in ("grpo.reward.mean", "grpo.run.finished")}
+    points = {name: m.data.data_points[-1].value for name, m in metrics_by_name(reader).items()
+              if name in ("grpo.reward.mean", "grpo.run.finished")}
     assert "grpo.reward.mean" in points and points.get("grpo.run.finished") == 0  # a crash is not a finish
 
 
@@ -243,8 +240,7 @@ def test_ctrl_c_finishes_the_run(tmp_path):
     instrument(trainer, telemetry=tel)
     with pytest.raises(KeyboardInterrupt):
         trainer.train()
-    metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
-               for m in sm.metrics}
+    metrics = metrics_by_name(reader)
     assert tel._closed and metrics["grpo.run.finished"].data.data_points[0].value == 1.0
 
 
@@ -266,8 +262,7 @@ def test_a_reward_function_without_values_is_counted_nonfinite(tmp_path):
     instrument(trainer, telemetry=tel)
     trainer.train()
     assert trainer.state.log_history[0]["rewards/reward_short/mean"] is None  # TRL's all-NaN mean
-    metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
-               for m in sm.metrics}
+    metrics = metrics_by_name(reader)
     nonfinite = {(p.attributes["signal"]): p.value for p in metrics["grpo.nonfinite"].data.data_points}
     assert nonfinite == {"reward_fn_mean/reward_short": 1, "reward_fn_std/reward_short": 1}
     assert "reward_fn_mean/reward_words" in exported(exporter)["steps"]["1"]

@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 from otel_grpo.integrations import instrument
 from otel_grpo.integrations.trl._callback import InstrumentedCallback, OtelGrpoCallback
 from tests._support.tiny_trl import make_dataset
-from trl_run import exported, in_memory_telemetry, make_recording_trainer
+from trl_run import exported, in_memory_telemetry, make_recording_trainer, metrics_by_name
 
 QUIET = {"metrics_exporters": ["none"], "traces_exporters": ["none"], "emit_in": "thread"}
 
@@ -233,8 +233,7 @@ class _MetricsAtFirstStep(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         if self.names is None:
             assert self.tel.flush(10)
-            self.names = {m.name for rm in self.reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
-                          for m in sm.metrics}
+            self.names = set(metrics_by_name(self.reader))
 
 
 @pytest.mark.parametrize("how", ["instrument", "callback"])
@@ -256,8 +255,7 @@ def test_an_evaluation_is_work_not_a_step(tmp_path, how):
     began = time.time()
     trainer.train()
     assert tel.flush(10)
-    gauges = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
-              for m in sm.metrics}
+    gauges = metrics_by_name(reader)
     (beat,) = gauges["grpo.process.activity_time"].data.data_points
     first = min(s.start_time for s in exporter.get_finished_spans()
                 if s.name == "grpo.step" and s.attributes["grpo.step"] == 1)

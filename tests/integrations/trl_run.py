@@ -91,6 +91,12 @@ def in_memory_telemetry(output_dir: Path, **settings: Any):
     return tel, reader, exporter
 
 
+def metrics_by_name(reader) -> dict[str, Any]:
+    """What an in-memory metric reader holds now, by metric name."""
+    data = reader.get_metrics_data()
+    return {m.name: m for rm in (data.resource_metrics if data else ()) for sm in rm.scope_metrics for m in sm.metrics}
+
+
 def exported(exporter) -> dict[str, Any]:
     """Step scalars by step (as the sidecar stores them), sample events, phase spans."""
     steps: dict[int, dict[str, float]] = {}
