@@ -41,6 +41,7 @@ def follow(
     trl_output: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_OUTPUT", help="A TRL GRPOConfig.output_dir: completions/*.parquet (log_completions=True) and trainer_state.json.")] = None,
     trl_reward_weights: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_REWARD_WEIGHTS", help="TRL's reward_weights, comma-separated, for the total reward of a sample (default: 1 each, TRL's default).")] = None,
     jsonl: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_JSONL", help="Any JSONL of {\"step\": N, name: number, ...} lines.")] = None,
+    checkpoints: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_CHECKPOINTS", help="The folder the job saves its checkpoints into (verl's trainer.default_local_dir; --trl-output's folder is watched anyway): a change there, looked for every 5 s, is a heartbeat, so a long save is not taken for a stall.")] = None,
     run_id: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_RUN_ID", help="Run id (default: OTEL_GRPO_RUN_ID, else the verl experiment / JSONL file name, or the TRL output dir's name).")] = None,
     from_start: Annotated[bool, typer.Option("--from-start", envvar="OTEL_GRPO_FOLLOW_FROM_START", help="Read what the files already hold; by default only what is written from now on (a saved state always wins).")] = False,
     finished: Annotated[bool, typer.Option("--finished", envvar="OTEL_GRPO_FOLLOW_FINISHED", help="The run is over: read everything (implies --from-start), mark it finished (grpo.run.finished) and exit.")] = False,
@@ -59,6 +60,8 @@ def follow(
 
     The run is marked finished only when the files show it ended (verl reaching
     --verl-total-steps, TRL's end-of-training summary or final checkpoint) or with --finished.
+    A change in the folder the job saves checkpoints into (--checkpoints, and --trl-output's)
+    is a heartbeat: a long save is work to the stall alerts, a hung job writes nothing.
 
     Every option can also come from OTEL_GRPO_FOLLOW_<OPTION> (e.g. OTEL_GRPO_FOLLOW_VERL_METRICS).
     """
@@ -73,7 +76,8 @@ def follow(
     if verl_rollouts and not (verl_metrics or run_id):
         fail("--verl-rollouts alone needs --run-id", 2)
     for flag, given, directory in (("--verl-metrics", verl_metrics, False), ("--verl-rollouts", verl_rollouts, True),
-                                   ("--trl-output", trl_output, True), ("--jsonl", jsonl, False)):
+                                   ("--trl-output", trl_output, True), ("--jsonl", jsonl, False),
+                                   ("--checkpoints", checkpoints, True)):
         if given is not None and given.exists() and given.is_dir() != directory:  # not yet there is fine (live)
             fail(f"{flag} {given}: is a {'file' if directory else 'directory'}, not a "
                  f"{'directory' if directory else 'file'}", 2)
@@ -108,8 +112,9 @@ def follow(
         fail(f"state file {state_path} belongs to run {saved.run_id!r}, not {run!r} (give --state)", 2)
     saved.run_id = run
     tel = Telemetry.from_env(run_id=run, defaults={"output_dir": str(state_path.parent / run)})
+    writes = [path for path in (checkpoints, trl_output) if path is not None]  # TRL saves into its output dir
     follower = Follower(tel, sources, saved, FollowOptions(poll_s=poll, pair_wait_s=pair_wait),
-                        from_start=from_start or finished)
+                        from_start=from_start or finished, writes=writes)
     for given in (verl_metrics, verl_rollouts, trl_output, jsonl):
         if given is not None and not given.exists():  # a live run may not have written it yet; a typo never will
             typer.echo(f"{speaker()}: {given} does not exist yet; waiting for it (read from its start)", err=True)

@@ -18,7 +18,8 @@ any length never resolves by itself. Before its first step a process exports onl
 start time (`grpo.process.start_time`): one that hangs there, or dies, pages too
 (GRPONoFirstStep), and a resumed process that is still starting is no crash. Work between
 steps that the process reports (`grpo.process.activity_time`: heartbeats per evaluation
-batch) counts as progress for both: a long evaluation is no hang, one stuck in a batch is.
+batch, and per change on disk during a checkpoint save) counts as progress for both: a long
+evaluation or save is no hang, one stuck in a batch or on a hung file system is.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
               f"No training step after step {_STEP} in {RUN}, yet it still exports",
               f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its longest recent "
               f"step time or time between reported steps (at least {_floor_text(s, 'stall_floor')}), nor any "
-              "other work it reports (heartbeats: evaluation batches): a hung collective, a dead data loader or a "
+              "other work it reports (heartbeats: evaluation batches, a checkpoint save that writes): a hung collective, a dead data loader or a "
               "deadlock. It resolves only when a step completes, the process reports work again, or the run ends.",
               panel),
         alert(s, "GRPONoFirstStep", _no_first_step(s), s.for_target, "critical",

@@ -50,6 +50,7 @@ from ._record import Heartbeat, StepRecord, error_of
 from ._retention import AnomalyJudge, RowBudget
 from ._settings import TelemetrySettings
 from ._sinks import NullSink, ThreadSink
+from ._writes import WriteBeats
 
 logger = logging.getLogger("otel_grpo.telemetry")
 _HEARTBEAT_EVERY_S = 1.0
@@ -366,12 +367,31 @@ class Telemetry:
         save): the stall alerts (GRPOTrainerStalled, GRPONoFirstStep) count from the later of the last heartbeat
         and the last step, so a long evaluation is not taken for a hang, while one stuck inside a batch
         still is. Cheap enough for every batch: at most one per second reaches the sink (the alerts work
-        in minutes). Call it from the loop's own thread: a thread that beats on a timer would hide a hang."""
+        in minutes). Call it from the loop's own thread, or let `beat_while_writing` call it on a change
+        on disk: a thread that beats on a timer would hide a hang."""
         now = time.monotonic()
         if now - self._last_beat < _HEARTBEAT_EVERY_S or self._closed:
             return
         self._last_beat = now
         self._sink.submit(Heartbeat(time.time_ns()))
+
+    def beat_while_writing(self, path: str | os.PathLike[str], every_s: float | None = None) -> WriteBeats:
+        """A context manager for work that writes files, such as a checkpoint save: while its block runs, a
+        heartbeat goes out whenever what `path` holds (a folder: the one the save writes into, or the
+        one above it) changed since the last look, every `every_s` seconds (default 5). A save that writes
+        for an hour is work to the stall alerts; one that hangs writes nothing, gets no beat and pages
+        as a stall would (`_writes` says what a look reads).
+
+            with tel.beat_while_writing(f"runs/exp-42/checkpoint-{step}"):
+                save_checkpoint(model, optimizer, step)
+
+        `path` need not exist yet; a rank that does not export watches nothing."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise ValueError(f"path: expected a folder's path (str or os.PathLike), got {type(path).__name__}")
+        if every_s is not None and (isinstance(every_s, bool) or not isinstance(every_s, (int, float))
+                                    or not 0 < every_s < math.inf):
+            raise ValueError(f"every_s: expected seconds > 0, got {every_s!r}")
+        return WriteBeats(self.heartbeat if self.exporting else None, path, every_s)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Emit everything recorded so far and push it to the exporters; False on timeout."""

@@ -268,6 +268,54 @@ def test_an_evaluation_is_work_not_a_step(tmp_path, how):
     tel.finish()
 
 
+@pytest.mark.parametrize("how", ["instrument", "callback"])
+@pytest.mark.parametrize("disk", ["writing", "stuck"])
+def test_a_checkpoint_save_that_writes_is_work_and_one_stuck_is_not(tmp_path, monkeypatch, how, disk):
+    """A save longer than the stall limit (a 70B model's shards) is work while it writes: each change in the
+    output dir, looked for every few seconds, is a heartbeat. A save stuck on a hung file system writes nothing
+    and gets none, so the stall alert still fires for it."""
+    import time
+    from pathlib import Path
+
+    from otel_grpo.telemetry import _writes
+
+    monkeypatch.setattr(_writes, "LOOK_EVERY_S", 0.05)
+    tel, reader, _ = in_memory_telemetry(tmp_path / "telemetry")
+    callbacks = [OtelGrpoCallback(tel)] if how == "callback" else None
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=2, num_iterations=1,
+                                     save_strategy="steps", save_steps=2, callbacks=callbacks)
+    if how == "instrument":
+        instrument(trainer, telemetry=tel)
+    transformers_save, seen = trainer.save_model, {}
+
+    def save_model(output_dir=None, _internal_call=False):
+        """A slow disk: 2 s of writing a shard, or of writing nothing, then transformers' own save."""
+        began = time.time()
+        if disk == "writing":
+            Path(output_dir).mkdir(parents=True)
+            with (Path(output_dir) / "shard.bin").open("wb") as shard:
+                for _ in range(10):
+                    shard.write(b"x" * 4096)
+                    shard.flush()
+                    time.sleep(0.2)
+        else:
+            time.sleep(2.0)
+        assert tel.flush(10)
+        beats = metrics_by_name(reader).get("grpo.process.activity_time")
+        seen["beats"] = [p.value - began for p in beats.data.data_points] if beats is not None else []
+        transformers_save(output_dir, _internal_call=_internal_call)
+
+    trainer.save_model = save_model
+    trainer.train()
+    assert (tmp_path / "train" / "checkpoint-2" / "model.safetensors").exists()  # the save ran, inside train()
+    if disk == "writing":
+        (beat,) = seen["beats"]
+        assert 0.9 <= beat <= 2.5  # beats went on while the shard grew (one a second at most)
+    else:  # TRL's save writes its model card (README.md) first: a beat as the slow part begins, if any
+        assert all(beat <= 0.8 for beat in seen["beats"])  # none once nothing changed (slack for a loaded machine)
+    tel.finish()
+
+
 @pytest.mark.parametrize("output_dir", [".", "./", "../my-exp"])
 def test_the_run_id_from_the_trainers_output_dir_is_that_directorys_own_name(tmp_path, monkeypatch, output_dir):
     """`Path(".").name` is empty and `Path("..").name` is '..': no run id. The directory's resolved name is."""

@@ -9,11 +9,14 @@ each source's resume point saved. A flush that fails saves nothing: once an expo
 failed, every source goes back to its saved point and what was sent since is read and
 sent again. The start position is saved at start-up, so a follower killed before its
 first batch resumes where it began. A stop (Ctrl-C, SIGTERM) ends after the current batch.
+The folders given as `writes` (where the job saves its checkpoints) are looked at every few
+seconds between polls; a change there is a heartbeat (`telemetry._writes`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 from otel_grpo.telemetry import Telemetry
+from otel_grpo.telemetry._writes import LOOK_EVERY_S, WriteWatch
 
 from ._records import BadInput, Record, finite_or_none
 from ._state import State
@@ -78,6 +82,8 @@ class FollowOptions:
     drops spans when full (reading a backlog emits far faster than its exporter drains)."""
     pair_wait_s: float = 10.0
     """How long a step's scalars wait for its samples file (and samples for scalars) before going alone."""
+    look_every_s: float = LOOK_EVERY_S
+    """Seconds between two looks at the folders the job writes its checkpoints into (`writes`)."""
 
 
 class Follower:
@@ -85,13 +91,18 @@ class Follower:
     both are followed, pair by step (one `grpo.step` span per step: the sidecar keeps one row per step)."""
 
     def __init__(self, telemetry: Telemetry, sources: Sequence[Source], state: State,
-                 options: FollowOptions | None = None, *, from_start: bool = False) -> None:
+                 options: FollowOptions | None = None, *, from_start: bool = False,
+                 writes: Sequence[str | os.PathLike[str]] = ()) -> None:
         if not sources:
             raise ValueError("sources: follow at least one file or directory")
         self.tel = telemetry
         self.sources = list(sources)
         self.state = state
         self.options = options or FollowOptions()
+        # A job's files show no work between two logged steps but the checkpoints it writes: a change in
+        # these folders is a heartbeat, so a long save is no stall (a hung job writes nothing)
+        self._writes = [WriteWatch(path) for path in writes]
+        self._next_look = time.monotonic() + self.options.look_every_s
         self.emitted = 0
         self.failed_flushes = 0
         self._warned_slow = False
@@ -114,6 +125,7 @@ class Follower:
         """
         quiet_polls = 0
         while not stop.is_set():
+            self._look()
             read = self._poll()
             emitted = self._emit_ready(force=drain and not read)
             if emitted and not self._commit() and self.failed_flushes:
@@ -126,6 +138,15 @@ class Follower:
             if not read:
                 stop.wait(self.options.poll_s if not drain else 0.05)
         return False
+
+    def _look(self) -> None:
+        """Every `look_every_s`: a heartbeat if a folder the job writes its checkpoints into changed."""
+        now = time.monotonic()
+        if not self._writes or now < self._next_look:
+            return
+        self._next_look = now + self.options.look_every_s
+        if [watch for watch in self._writes if watch.changed()]:  # every watch takes its new state
+            self.tel.heartbeat()
 
     def _ended(self) -> bool:
         return any(s.ended for s in self.sources)

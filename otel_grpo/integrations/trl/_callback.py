@@ -6,7 +6,7 @@ import functools
 import logging
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
@@ -15,6 +15,9 @@ from ._accumulate import Accumulator
 from ._generation import sample_rows
 from ._keys import is_evaluation, map_logs
 from ._settings import TrlSettings
+
+if TYPE_CHECKING:
+    from ...telemetry._writes import WriteBeats
 
 logger = logging.getLogger("otel_grpo.integrations.trl")
 # transformers' end-of-training summary arrives in one log call with these keys
@@ -30,16 +33,21 @@ class _ReportsProgress(TrainerCallback):
     step, which covers every step since the last log as the trainer's own do. Its `log_interval` is the time
     to the first log at that step's pace (its duration times the steps between logs), so the stall alert
     waits for that log, not for one more step. Each evaluation batch is a heartbeat: an evaluation (during
-    training, `eval_on_start` before it) longer than the stall limit is work, not a hang."""
+    training, `eval_on_start` before it) longer than the stall limit is work, not a hang. So is a checkpoint
+    save that writes: from the end of a step the trainer will save after until the save ends, each change
+    in `output_dir` found by a look every few seconds is a heartbeat (`Telemetry.beat_while_writing`);
+    a save that hangs writes nothing and pages as a stall."""
 
     telemetry: Telemetry | None
     _stepped = False
     _began = 0.0
+    _saving: WriteBeats | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._stepped, self._began = False, time.perf_counter()
 
     def on_step_begin(self, args, state, control, **kwargs):
+        self._saved()
         if not self._stepped:
             self._began = time.perf_counter()
 
@@ -51,10 +59,33 @@ class _ReportsProgress(TrainerCallback):
                 every = state.logging_steps if args.logging_strategy == "steps" else state.max_steps
                 interval = (time.perf_counter() - self._began) * max(every, 1)
                 self.telemetry.log_metrics(state.global_step, {"log_interval": interval})
+        self._saving_after(args, control)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self._saving_after(args, control)
+
+    def on_save(self, args, state, control, **kwargs):
+        self._saved()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._saved()
 
     def on_prediction_step(self, args, state, control, **kwargs):
         if self.telemetry is not None:
             self.telemetry.heartbeat()
+
+    def _saving_after(self, args: Any, control: Any) -> None:
+        """The trainer saves after this step or epoch (with `save_strategy="best"`, perhaps: after the
+        evaluation it is about to run): watch the output dir until the save ends."""
+        saves = control.should_save or (control.should_evaluate and args.save_strategy == "best")
+        if saves and self.telemetry is not None and self._saving is None and args.output_dir:
+            self._saving = self.telemetry.beat_while_writing(args.output_dir)
+            self._saving.start()
+
+    def _saved(self) -> None:
+        if self._saving is not None:
+            self._saving.stop()
+            self._saving = None
 
 
 class OtelGrpoCallback(_ReportsProgress):
@@ -90,6 +121,7 @@ class OtelGrpoCallback(_ReportsProgress):
             self._end()
 
     def on_train_end(self, args, state, control, **kwargs):
+        super().on_train_end(args, state, control, **kwargs)
         self._training = False
         self._end()
 
@@ -135,6 +167,7 @@ class InstrumentedCallback(_ReportsProgress):
         self.flush(state, logs, final=state.global_step >= state.max_steps)
 
     def on_train_end(self, args, state, control, **kwargs):
+        super().on_train_end(args, state, control, **kwargs)
         # steps after the last logged one; decided by the step, the same on every rank (flush is collective)
         if state.global_step != self._flushed_step and (self.acc.pending or not self._all_off):
             self.flush(state, {}, final=True)

@@ -26,6 +26,7 @@ def follow(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess[str]:
     (("--jsonl", "x.jsonl", "--trl-output", "d", "--trl-reward-weights", "1,a"), "--trl-reward-weights"),
     (("--trl-output", "/etc/passwd"), "--trl-output /etc/passwd: is a file, not a directory"),
     (("--jsonl", "/tmp"), "--jsonl /tmp: is a directory, not a file"),
+    (("--jsonl", "x.jsonl", "--checkpoints", "/etc/passwd"), "--checkpoints /etc/passwd: is a file, not a directory"),
     (("--jsonl", "x.jsonl", "--state", "/proc/no/s.json"), "state file /proc/no/s.json: cannot be written there"),
     (("--jsonl", "x.jsonl", "--run-id", "exp/steps"), "ends in '/steps'"),
 ])
@@ -117,3 +118,34 @@ def _first_line(stream, seconds: float) -> str:
     """The stream's first line, or "" if none comes within `seconds` (the test fails instead of hanging)."""
     ready, _, _ = select.select([stream], [], [], seconds)
     return stream.readline().strip() if ready else ""
+
+
+def test_a_save_into_the_trl_output_dir_reaches_the_exporter_as_a_heartbeat(tmp_path):
+    """`--trl-output`'s folder is where TRL saves its checkpoints: a change there is work (a long save between
+    logged steps is no stall), sent as `grpo.process.activity_time` by the follower's own exporter."""
+    from tests.telemetry._receiver import OTLPReceiver
+
+    out = tmp_path / "trl-out"
+    out.mkdir()
+    with OTLPReceiver() as rx:
+        env = {**os.environ, "PYTHONPATH": os.getcwd(), "OTEL_GRPO_METRICS_EXPORTERS": "otlp",
+               "OTEL_GRPO_TRACES_EXPORTERS": "none", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+               "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{rx.port}"}
+        proc = subprocess.Popen([sys.executable, "-m", "otel_grpo.cli", "follow", "--trl-output", str(out),
+                                 "--poll", "0.05", "--state", str(tmp_path / "s.json")],
+                                stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while not (tmp_path / "s.json").exists() and time.monotonic() < deadline:  # its start is saved
+                time.sleep(0.05)
+            began = time.time()
+            (out / "checkpoint-10").mkdir()
+            (out / "checkpoint-10" / "model.safetensors").write_bytes(b"x" * 1024)
+            time.sleep(5.5)  # one look (every 5 s) after the write
+            proc.send_signal(signal.SIGTERM)  # its exporters flush on the way out
+            rest = proc.communicate(timeout=60)[1]
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, rest
+        (_, beat), *_ = rx.metric_points("grpo.process.activity_time")
+        assert began <= beat.as_double <= time.time()

@@ -16,7 +16,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_grpo.integrations.follow import Follower, FollowOptions, LineTail, State, VerlMetrics, VerlRollouts
+from otel_grpo.integrations.follow import (Follower, FollowOptions, JsonlStream, LineTail, State, VerlMetrics,
+                                           VerlRollouts)
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
 from .conftest import WRITER
@@ -27,7 +28,8 @@ class Run:
 
     made: list[Telemetry] = []
 
-    def __init__(self, tmp_path, sources, *, state=None, from_start=True, pair_wait_s=0.0, **settings):
+    def __init__(self, tmp_path, sources, *, state=None, from_start=True, pair_wait_s=0.0, writes=(),
+                 look_every_s=5.0, **settings):
         self.spans = InMemorySpanExporter()
         tracer = TracerProvider()
         tracer.add_span_processor(SimpleSpanProcessor(self.spans))
@@ -36,7 +38,8 @@ class Run:
                              meter_provider=MeterProvider(metric_readers=[self.reader]), tracer_provider=tracer)
         Run.made.append(self.tel)
         self.follower = Follower(self.tel, sources, state or State.load(tmp_path / "state.json"),
-                                 FollowOptions(poll_s=0.01, pair_wait_s=pair_wait_s), from_start=from_start)
+                                 FollowOptions(poll_s=0.01, pair_wait_s=pair_wait_s, look_every_s=look_every_s),
+                                 from_start=from_start, writes=writes)
 
     def once(self) -> None:
         """One poll and emit, as the loop does, then commit."""
@@ -228,3 +231,35 @@ def test_line_tail_keeps_offsets_exact_across_reads(tmp_path):
         fp.write(b"\n")
     assert list(tail.read()) == [(b"ccc", 9)]
     assert json.dumps(tail.position.offset) == "9"
+
+
+def test_a_checkpoint_written_between_steps_is_a_heartbeat_and_a_quiet_folder_is_none(tmp_path):
+    """A job's files show no work between logged steps, but a save writes into its checkpoint folder
+    (`--checkpoints`): each change there is a heartbeat, so a long save is no stall; a hung job writes nothing."""
+    import time
+
+    metrics, checkpoints = tmp_path / "m.jsonl", tmp_path / "checkpoints"
+    metrics.write_text(json.dumps({"step": 1, "kl": 0.1}) + "\n")
+    run = Run(tmp_path, [JsonlStream("jsonl", metrics)], writes=[checkpoints], look_every_s=0.05)
+    stop = threading.Event()
+    thread = threading.Thread(target=run.follower.run, args=(stop,))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while run.steps() != [1] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # ten looks at a folder that is not there: no change, no beat
+        assert run.tel.flush(10) and run.steps() == [1]
+        assert run.gauge("grpo.process.activity_time") is None
+        began = time.time()
+        shard = checkpoints / "global_step_1" / "actor" / "model_world_size_1_rank_0.pt"
+        shard.parent.mkdir(parents=True)
+        shard.write_bytes(b"x" * 1024)
+        while run.gauge("grpo.process.activity_time") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            run.tel.flush(10)
+        assert began <= run.gauge("grpo.process.activity_time") <= time.time()
+        assert run.gauge("grpo.step_index") == 1  # work, not a step
+    finally:
+        stop.set()
+        thread.join(30)
