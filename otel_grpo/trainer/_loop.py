@@ -407,9 +407,10 @@ class GRPOTrainer:
         """Checkpoint (rank 0): weights, reference, optimizer, step count, run id, config."""
         if not self.is_main or next_step <= self.start_step:
             return
-        save_checkpoint(self.output_dir / CHECKPOINT, {
-            "next_step": next_step, "run_id": self.run_id, "num_tokens": self.num_tokens,
-            "policy_version": self.rollout.version, "model": self.unwrapped.state_dict(),
-            "reference": self.reference.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "config": to_dict(self.cfg),
-        })
+        with self.telemetry.beat_while_writing(self.output_dir):  # a long save that writes is no stall
+            save_checkpoint(self.output_dir / CHECKPOINT, {
+                "next_step": next_step, "run_id": self.run_id, "num_tokens": self.num_tokens,
+                "policy_version": self.rollout.version, "model": self.unwrapped.state_dict(),
+                "reference": self.reference.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "config": to_dict(self.cfg),
+            })
