@@ -317,12 +317,36 @@ time.sleep(600)  # a batch that never finishes: no beat, no step
 """
 
 
-def test_heartbeats_keep_a_long_evaluation_from_paging_until_they_stop(stack, tmp_path):
-    """Work between steps (`Telemetry.heartbeat()`, per evaluation batch) is progress to GRPOTrainerStalled on the
-    real Prometheus: 30 s of beats after a step (the limit: 20 s) stay silent; once they stop, it fires."""
+SAVES_THEN_HANGS = """
+import os, time
+from pathlib import Path
+from otel_grpo.telemetry import Telemetry
+tel = Telemetry.from_env(run_id="saves")
+with tel.step(0) as s:
+    s.record({"kl": 0.01, "step_time": 0.1})
+print("stepped", flush=True)
+checkpoint = Path(os.environ["OTEL_GRPO_OUTPUT_DIR"]) / "checkpoint-1"
+with tel.beat_while_writing(checkpoint, every_s=0.5):
+    checkpoint.mkdir()
+    with (checkpoint / "model.safetensors").open("wb") as shard:
+        end = time.monotonic() + 30  # a save longer than the stall limit (local mode: 20 s), writing
+        while time.monotonic() < end:
+            shard.write(b"x" * 4096)
+            shard.flush()
+            time.sleep(0.2)
+    print("stuck", flush=True)
+    time.sleep(600)  # the file system hangs: nothing more is written, no beat, no step
+"""
+
+
+@pytest.mark.parametrize("run_id, code", [("evaluates", EVALUATES_THEN_HANGS), ("saves", SAVES_THEN_HANGS)])
+def test_heartbeats_keep_a_long_evaluation_or_save_from_paging_until_they_stop(stack, tmp_path, run_id, code):
+    """Work between steps is progress to GRPOTrainerStalled on the real Prometheus: an evaluation's beats
+    (`Telemetry.heartbeat()` per batch) or a save's (`Telemetry.beat_while_writing`: a beat per change on disk)
+    for 30 s after a step (the limit: 20 s) stay silent; once they stop, it fires."""
     s = stack.settings
-    proc = _scraped_process(EVALUATES_THEN_HANGS, s, tmp_path)
-    stalled = 'ALERTS{alertname="GRPOTrainerStalled", run_id="evaluates"}'
+    proc = _scraped_process(code, s, tmp_path)
+    stalled = f'ALERTS{{alertname="GRPOTrainerStalled", run_id="{run_id}"}}'
     try:
         assert proc.stdout.readline().strip() == "stepped", proc.stderr.read()
         with httpx.Client(timeout=10) as http:
@@ -331,7 +355,7 @@ def test_heartbeats_keep_a_long_evaluation_from_paging_until_they_stop(stack, tm
 
             assert proc.stdout.readline().strip() == "stuck"
             during = series(f"max_over_time({stalled}[40s])")  # pending or firing at any point of the evaluation
-            beats = series('grpo_process_activity_time_seconds{run_id="evaluates"}')
+            beats = series(f'grpo_process_activity_time_seconds{{run_id="{run_id}"}}')
             fired = _wait_for(lambda: series(f'{stalled[:-1]}, alertstate="firing"}}'), deadline_s=120)
         assert proc.poll() is None  # still alive: a hang
     finally:
