@@ -145,7 +145,8 @@ class Follower:
         if not self._writes or now < self._next_look:
             return
         self._next_look = now + self.options.look_every_s
-        if [watch for watch in self._writes if watch.changed()]:  # every watch takes its new state
+        changed = [watch.changed() for watch in self._writes]  # each takes its new state, so no any() short cut
+        if any(changed):
             self.tel.heartbeat()
 
     def _ended(self) -> bool:
