@@ -33,10 +33,10 @@ LOOK_EVERY_S = 5.0
 _DEPTH = 8  # folders down the chain: a sharded save nests 2-3 deep
 
 
-def folder_state(path: Path) -> tuple:
+def path_state(path: Path) -> tuple:
     """What `path` holds, to compare with a later look: each folder of the chain's entries (name, size,
-    modification time), the chain descending into the most recently changed subfolder. A path that is
-    missing or unreadable is a state too (its appearing is a change)."""
+    modification time), the chain descending into the most recently changed subfolder; a file's own size
+    and time. A path that is missing or unreadable is a state too (its appearing is a change)."""
     state: list[tuple] = []
     folder: Path | None = path
     for _ in range(_DEPTH):
@@ -53,7 +53,10 @@ def folder_state(path: Path) -> tuple:
                     entries.append((entry.name, st.st_size, st.st_mtime_ns))
                     if entry.is_dir(follow_symlinks=False) and st.st_mtime_ns > newest_ns:
                         newest, newest_ns = Path(entry.path), st.st_mtime_ns
-        except OSError as exc:  # not there yet, not a folder, no permission
+        except NotADirectoryError:  # a file (`torch.save` into one): its own size and time
+            state.append(_file_state(folder))
+            break
+        except OSError as exc:  # not there yet, no permission
             state.append((str(folder), type(exc).__name__))
             break
         state.append(tuple(sorted(entries)))
@@ -61,15 +64,23 @@ def folder_state(path: Path) -> tuple:
     return tuple(state)
 
 
+def _file_state(path: Path) -> tuple:
+    try:
+        st = path.stat()
+    except OSError as exc:  # removed since the listing
+        return (str(path), type(exc).__name__)
+    return (str(path), st.st_size, st.st_mtime_ns)
+
+
 class WriteWatch:
     """Whether the files under one folder changed between two calls of `changed()`."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._state = folder_state(self.path)
+        self._state = path_state(self.path)
 
     def changed(self) -> bool:
-        state = folder_state(self.path)
+        state = path_state(self.path)
         changed, self._state = state != self._state, state
         return changed
 

@@ -49,14 +49,19 @@ def test_a_look_sees_a_new_checkpoint_and_its_files_growing_but_not_a_folder_lef
     assert not watch.changed()
 
 
-def test_a_folder_that_is_not_there_yet_or_not_a_folder_is_no_error(tmp_path):
+def test_a_folder_that_is_not_there_yet_is_no_error_and_a_file_is_watched_itself(tmp_path):
     watch = WriteWatch(tmp_path / "later")
     assert not watch.changed()
     (tmp_path / "later").mkdir()
     assert watch.changed()  # it appeared
-    not_a_folder = tmp_path / "file"
-    not_a_folder.write_text("x")
-    assert not WriteWatch(not_a_folder).changed()
+    single = tmp_path / "checkpoint.pt"  # `torch.save` into one file
+    watch = WriteWatch(single)
+    assert not watch.changed()
+    single.write_bytes(b"x")
+    assert watch.changed()
+    with single.open("ab") as f:
+        f.write(b"y")
+    assert watch.changed() and not watch.changed()
 
 
 def _activity(captured) -> list[float]:
