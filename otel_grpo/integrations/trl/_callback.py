@@ -94,7 +94,8 @@ class OtelGrpoCallback(_ReportsProgress):
     TRL and transformers keys map to catalog signals (TRL's names first: its `kl` is
     `grpo.trl.kl`), `eval_<name>` to `grpo.eval{metric="<name>"}`, None and NaN to
     `grpo.nonfinite`, anything else to `grpo.extra.<key>`; the first optimizer step's index goes out at
-    once, whatever `logging_steps` is, and each evaluation batch is a heartbeat. `telemetry`: the one to
+    once, whatever `logging_steps` is, and each evaluation batch is a heartbeat, as is each change in
+    `output_dir` while a checkpoint save runs. `telemetry`: the one to
     export through; None builds one from the environment with `settings` (run id and output dir default
     from the trainer's `args`), finished at train end, and again for an `evaluate()` outside training
     (the final evaluation), finished when it ends.
