@@ -118,6 +118,9 @@ def follow(
     for given in (verl_metrics, verl_rollouts, trl_output, jsonl):
         if given is not None and not given.exists():  # a live run may not have written it yet; a typo never will
             typer.echo(f"{speaker()}: {given} does not exist yet; waiting for it (read from its start)", err=True)
+    if checkpoints is not None and not checkpoints.exists():  # before the job's first save; a typo stays silent
+        typer.echo(f"{speaker()}: {checkpoints} does not exist yet; saves into it will be heartbeats once it does",
+                   err=True)
     stop = threading.Event()
     # Both explicitly: a shell starting us in the background leaves SIGINT ignored.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

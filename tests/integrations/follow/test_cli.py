@@ -149,3 +149,13 @@ def test_a_save_into_the_trl_output_dir_reaches_the_exporter_as_a_heartbeat(tmp_
         assert proc.returncode == 0, rest
         (_, beat), *_ = rx.metric_points("grpo.process.activity_time")
         assert began <= beat.as_double <= time.time()
+
+
+def test_a_checkpoint_folder_that_does_not_exist_yet_is_named(tmp_path):
+    """verl makes it at its first save, so it is awaited; the line shows a typo, which would never beat."""
+    path = tmp_path / "m.jsonl"
+    path.write_text(json.dumps({"step": 1, "kl": 0.1}) + "\n")
+    out = follow("--jsonl", str(path), "--checkpoints", str(tmp_path / "ckpts"), "--finished",
+                 "--state", str(tmp_path / "s.json"))
+    assert out.returncode == 0, out.stderr
+    assert f"{tmp_path / 'ckpts'} does not exist yet; saves into it will be heartbeats once it does" in out.stderr
