@@ -378,9 +378,9 @@ class Telemetry:
     def beat_while_writing(self, path: str | os.PathLike[str], every_s: float | None = None) -> WriteBeats:
         """A context manager for work that writes files, such as a checkpoint save: while its block runs, a
         heartbeat goes out whenever what `path` holds (the folder the save writes into, or the one
-        above it; or the one file it writes) changed since the last look, every `every_s` seconds (default 5). A save that writes
-        for an hour is work to the stall alerts; one that hangs writes nothing, gets no beat and pages
-        as a stall would (`_writes` says what a look reads).
+        above it; or the one file it writes) changed since the last look, every `every_s` seconds
+        (default 5). A save that writes for an hour is work to the stall alerts; one that hangs writes
+        nothing, gets no beat and pages as a stall would (`_writes` says what a look reads).
 
             with tel.beat_while_writing(f"runs/exp-42/checkpoint-{step}"):
                 save_checkpoint(model, optimizer, step)

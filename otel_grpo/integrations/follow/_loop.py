@@ -9,8 +9,8 @@ each source's resume point saved. A flush that fails saves nothing: once an expo
 failed, every source goes back to its saved point and what was sent since is read and
 sent again. The start position is saved at start-up, so a follower killed before its
 first batch resumes where it began. A stop (Ctrl-C, SIGTERM) ends after the current batch.
-The folders given as `writes` (where the job saves its checkpoints) are looked at every few
-seconds between polls; a change there is a heartbeat (`telemetry._writes`).
+While it runs, the folders given as `writes` (where the job saves its checkpoints) are watched
+with `Telemetry.beat_while_writing`: a change there is a heartbeat.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import os
 import threading
 import time
 from collections import deque
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 from otel_grpo.telemetry import Telemetry
-from otel_grpo.telemetry._writes import LOOK_EVERY_S, WriteWatch
+from otel_grpo.telemetry._writes import LOOK_EVERY_S
 
 from ._records import BadInput, Record, finite_or_none
 from ._state import State
@@ -101,8 +102,7 @@ class Follower:
         self.options = options or FollowOptions()
         # A job's files show no work between two logged steps but the checkpoints it writes: a change in
         # these folders is a heartbeat, so a long save is no stall (a hung job writes nothing)
-        self._writes = [WriteWatch(path) for path in writes]
-        self._next_look = time.monotonic() + self.options.look_every_s
+        self._writes = list(writes)
         self.emitted = 0
         self.failed_flushes = 0
         self._warned_slow = False
@@ -123,9 +123,14 @@ class Follower:
         `drain`: the run is known to be over (`--finished`): read what the files hold, pair
         without waiting, and return True once nothing new arrives.
         """
+        with ExitStack() as watching:
+            for path in self._writes:
+                watching.enter_context(self.tel.beat_while_writing(path, self.options.look_every_s))
+            return self._follow(stop, drain)
+
+    def _follow(self, stop: threading.Event, drain: bool) -> bool:
         quiet_polls = 0
         while not stop.is_set():
-            self._look()
             read = self._poll()
             emitted = self._emit_ready(force=drain and not read)
             if emitted and not self._commit() and self.failed_flushes:
@@ -138,16 +143,6 @@ class Follower:
             if not read:
                 stop.wait(self.options.poll_s if not drain else 0.05)
         return False
-
-    def _look(self) -> None:
-        """Every `look_every_s`: a heartbeat if a folder the job writes its checkpoints into changed."""
-        now = time.monotonic()
-        if not self._writes or now < self._next_look:
-            return
-        self._next_look = now + self.options.look_every_s
-        changed = [watch.changed() for watch in self._writes]  # each takes its new state, so no any() short cut
-        if any(changed):
-            self.tel.heartbeat()
 
     def _ended(self) -> bool:
         return any(s.ended for s in self.sources)

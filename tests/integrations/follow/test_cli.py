@@ -138,6 +138,7 @@ def test_a_save_into_the_trl_output_dir_reaches_the_exporter_as_a_heartbeat(tmp_
             deadline = time.monotonic() + 60
             while not (tmp_path / "s.json").exists() and time.monotonic() < deadline:  # its start is saved
                 time.sleep(0.05)
+            time.sleep(1.0)  # its watch has taken the folder as it was
             began = time.time()
             (out / "checkpoint-10").mkdir()
             (out / "checkpoint-10" / "model.safetensors").write_bytes(b"x" * 1024)
