@@ -10,7 +10,9 @@ once every step up to `seq` is emitted, spill lines written (one per batch of st
 together); `("flushed", token, ok)` and `("closed", None)`. The training process going away (end
 of the pipe, or a send that finds it closed) closes the backend as a crash would, without a
 traceback of ours (a crashed torchrun rank's own is the last one): `grpo.run.finished` stays 0.
-Ctrl-C and SIGTERM are the training process's business: this process ignores both and is closed by
+It runs `emit_nice` (default 10) below the training process's CPU priority: background work, which
+on a node whose cores are all busy must not take them from training. Ctrl-C and SIGTERM are the
+training process's business: this process ignores both and is closed by
 it. A scheduler signals every process of a job, and the training process then ends the run (as preempted)
 through this one; if it dies outright, the end of the pipe still closes this one.
 """
@@ -40,11 +42,19 @@ def main(fd: int) -> None:
     from ._settings import TelemetrySettings
 
     settings = TelemetrySettings(**start["settings"])
+    _lower_priority(settings.emit_nice)
     backend = Backend.build(settings, start["rank"], start["world_size"], start["local_rank"])
     try:
         _serve(conn, backend)
     except _Gone:  # the training process died (a crashed torchrun rank): its traceback is the one that matters
         backend.close(settings.shutdown_timeout_s / 2, finished=False, preempted=False)
+
+
+def _lower_priority(increment: int) -> None:
+    """Training first: this process's nice value `increment` above the training process's (where the platform
+    has one; lowering needs no privilege)."""
+    if increment > 0 and hasattr(os, "nice"):
+        os.nice(increment)
 
 
 class _Gone(Exception):

@@ -205,6 +205,11 @@ class TelemetrySettings(BaseSettings):
     training thread pickles each step record. Needs providers built from these settings. If the child
     dies, or holds more unacknowledged steps than its bound (stopped, or slower than training), this
     process takes over (one warning) and loses no sample."""
+    emit_nice: int = Field(10, ge=0, le=19)
+    """With `emit_in="process"`: how much lower the child's CPU priority is than the training process's
+    (added to its nice value; 0: the same). On a node whose cores are all busy (data loaders, reward
+    workers, a CPU-bound step) the training threads then get the CPU first and the child runs in the
+    gaps; it needs a few percent of one core, which a priority 10 lower still gets from a busy core."""
     git_revision: str | None = None
     """Resource `vcs.revision`; None: `git rev-parse HEAD` of the working directory, if any."""
 

@@ -274,6 +274,25 @@ def test_process_emission_with_given_providers_is_refused():
                   tracer_provider=TracerProvider())
 
 
+@pytest.mark.parametrize("nice", [None, 0, 19])
+def test_the_child_runs_at_a_lower_cpu_priority_than_training(tmp_path, nice):
+    """Training first on a busy node: the child's nice value is the trainer's plus `emit_nice` (default 10)."""
+    extra = {} if nice is None else {"emit_nice": nice}
+    tel = Telemetry(TelemetrySettings(run_id="nice", output_dir=tmp_path, metrics_exporters=["none"],
+                                      traces_exporters=["none"], emit_in="process", **extra))
+    try:
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, tel._sink.pid) == min(ours + (10 if nice is None else nice), 19)
+    finally:
+        tel.finish()
+
+
+@pytest.mark.parametrize("nice", [-1, 20, 1.5])
+def test_emit_nice_outside_0_to_19_is_refused(nice):
+    with pytest.raises(ValueError, match="emit_nice"):
+        TelemetrySettings(emit_nice=nice)
+
+
 def test_emit_in_takes_only_thread_or_process():
     with pytest.raises(ValueError, match="emit_in"):
         TelemetrySettings(emit_in="fork")
