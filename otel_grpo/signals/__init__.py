@@ -14,7 +14,8 @@
 Stat functions take padded `[B, T]` tensors with a `[B, T]` mask, never read a
 value on the host, and return `Stats`; every key is a catalog key. Numbers computed on
 the host (rewards of text, lengths) go to the device with `to_device`, which does not
-wait for it.
+wait for it. On the CPU, run a pass of them inside `single_threaded(device)`: small ops
+in several threads cost more than they compute.
 """
 
 from ._diversity import diversity_stats
@@ -27,6 +28,7 @@ from ._reduce import reduce_stats
 from ._reduced import ReducedStats
 from ._rewards import advantage_stats, reward_stats
 from ._rollout_is import LEVELS, MODES, SAFETY_BOUND, RolloutCorrection, rollout_correction
+from ._threads import single_threaded
 from ._transfer import to_device
 
 __all__ = [
@@ -46,5 +48,6 @@ __all__ = [
     "reward_stats",
     "rollout_correction",
     "sample_diagnostics",
+    "single_threaded",
     "to_device",
 ]

@@ -236,3 +236,37 @@ def test_a_logged_step_reads_the_device_once_for_its_stats_and_its_rows(host_tra
     assert len(rows) == 8 and all(r["is_weight_mean"] == pytest.approx(math.exp(0.1)) for r in rows)
     assert [r["advantage"] for r in rows] == [0.5, -0.5] * 4
 
+
+
+def test_the_logged_steps_stats_pass_runs_in_one_cpu_thread_and_gives_the_threads_back():
+    """On the CPU every torch op of the pass runs with one intra-op thread (MKL's vector math would start the
+    whole thread team for each small exp), and the trainer's thread count is back for its next step."""
+    from torch.overrides import TorchFunctionMode
+
+    seen: set[int] = set()
+
+    class ThreadsAtEachOp(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.add(torch.get_num_threads())
+            return func(*args, **(kwargs or {}))
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        st = settings()
+        acc = Accumulator(st)
+        gen = generation(torch.rand(4, 1))
+        batch = batch_of(gen, st)
+        acc.capture(gen)
+        acc.batches.append(batch)
+        mb = first_pass([1, 0, 3, 2], -torch.rand(4, 2), -torch.rand(4, 2), ref=-torch.rand(4, 2))
+        batch.passes.append(mb)
+        batch.pending = 0
+        acc.capture(mb)
+        with ThreadsAtEachOp():
+            logged = acc.take(acc.merged())
+        assert seen == {1} and "kl" in logged.stats
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+

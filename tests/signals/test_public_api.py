@@ -7,7 +7,7 @@ import otel_grpo.signals as signals
 EXPECTED = {
     "LEVELS", "MODES", "SAFETY_BOUND", "ReducedStats", "RolloutCorrection", "Stats",
     "advantage_stats", "diversity_stats", "length_stats", "loss_stats", "mismatch_stats", "policy_stats", "reduce_stats",
-    "reward_stats", "rollout_correction", "sample_diagnostics", "to_device",
+    "reward_stats", "rollout_correction", "sample_diagnostics", "single_threaded", "to_device",
 }  # fmt: skip
 
 

@@ -12,7 +12,8 @@ Captured tensors get their stats at the logged step, all micro-batches (and all 
 batches) at once: on a micro-batch's small tensors each torch op costs more in dispatch than
 in arithmetic, so with `logging_steps` or gradient accumulation one pass over the
 concatenation costs a fraction of one pass per batch. That pass and the reduction run under
-`torch.inference_mode` (no autograd bookkeeping per op; its share: benchmarks/README.md, costs).
+`torch.inference_mode` (no autograd bookkeeping per op; its share: benchmarks/README.md, costs)
+and, on the CPU, in one intra-op thread (`signals.single_threaded`).
 Beyond `FOLD_BYTES` of held tensors the stats are computed early, which bounds the device
 memory held between logged steps. A sample batch whose rows have all been through the loss
 gets its per-row diagnostics then (`_diagnostics`), which also releases that pass's tensors;
@@ -21,9 +22,10 @@ they travel in the same `reduce_stats`.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -35,6 +37,17 @@ from ._settings import TrlSettings
 
 FOLD_BYTES = 64 << 20
 """Captured tensors held before their stats are computed ahead of the logged step."""
+_R = TypeVar("_R")
+
+
+def _stats_pass(method: Callable[..., _R]) -> Callable[..., _R]:
+    """An `Accumulator` method that runs torch ops on the captured tensors: no autograd, and on the CPU one
+    intra-op thread (the captures' device)."""
+    @functools.wraps(method)
+    def run(self: Accumulator, *args: Any, **kwargs: Any) -> _R:
+        with torch.inference_mode(), signals.single_threaded(self.device):
+            return method(self, *args, **kwargs)
+    return run
 
 
 @dataclass(slots=True)
@@ -59,9 +72,12 @@ class Accumulator:
     """Sample batches whose first loss pass is complete, with their rows' diagnostics, in batch order."""
     losses: list[tuple[torch.Tensor, int]] = field(default_factory=list)
     """Each training step's loss (0-d, detached) and the factor transformers scales it by."""
+    device: torch.device | None = None
+    """Where the captured tensors are (the latest capture's)."""
 
     def capture(self, item: MicroBatch | Generation) -> None:
         """Keep `item`'s tensors for the logged step's one pass; compute now if too much is held."""
+        self.device = item.mask.device
         self.captures.append(item)
         self.held_bytes += item.nbytes
         if self.held_bytes > FOLD_BYTES:
@@ -81,7 +97,7 @@ class Accumulator:
     def pending(self) -> bool:
         return bool(self.stats or self.captures or self.batches or self.losses)
 
-    @torch.inference_mode()
+    @_stats_pass
     def _fold(self) -> None:
         """The stats of the captures so far: one pass per kind (same tensors present), in capture order."""
         groups: dict[tuple, list[Any]] = {}
@@ -107,7 +123,7 @@ class Accumulator:
             for batch in ready:
                 batch.passes = []  # their tensors are no longer needed
 
-    @torch.inference_mode()
+    @_stats_pass
     def merged(self, final: bool = False) -> signals.Stats:
         """This rank's stats since the last logged step, in one `Stats`, with the diagnostics of the sample
         batches ready to send (every row through the loss; every batch if `final`: training ended)."""
@@ -121,7 +137,7 @@ class Accumulator:
             return signals.Stats()
         return parts[0].update(*parts[1:])  # in place: the parts are this accumulator's own
 
-    @torch.inference_mode()
+    @_stats_pass
     def take(self, merged: signals.Stats, accelerator: Any = None) -> Logged:
         """Reduce `merged` (a collective: every rank calls it) and start afresh."""
         try:

@@ -1,0 +1,41 @@
+"""A stats pass on the CPU runs its torch ops in one intra-op thread.
+
+    with signals.single_threaded(device):     # around a pass of stat functions on `device`'s tensors
+        reduced = signals.reduce_stats(signals.policy_stats(...) | ..., accelerator)
+
+Stats are hundreds of ops on small tensors. On the CPU, torch hands each `exp`, `log`, `sqrt` or
+`tanh` of a float tensor to MKL's vector math, and torch turns MKL's dynamic thread count off: MKL
+then starts every thread of its OpenMP team for any size, so one `exp` over a few hundred values
+waits for the other threads to wake up, hundreds of times what one thread takes and milliseconds
+when another process holds the other cores (benchmarks/README.md, costs). One thread computes the
+same numbers: elementwise kernels compute each value alone, and the stats reduce along rows, which
+torch never splits between threads.
+
+torch's thread count is one setting for the whole process: while the block runs, CPU ops of other
+threads of this process run in one thread too. Wrap the stats pass itself, not the training around it.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+
+@contextmanager
+def single_threaded(device: torch.device | str | None) -> Iterator[None]:
+    """One intra-op thread for the block's torch ops when `device` is the CPU (None: the CPU); the
+    thread count before it comes back afterwards. Other devices run their kernels as before."""
+    if device is not None and (device if isinstance(device, torch.device) else torch.device(device)).type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
