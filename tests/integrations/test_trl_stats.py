@@ -270,3 +270,15 @@ def test_the_logged_steps_stats_pass_runs_in_one_cpu_thread_and_gives_the_thread
     finally:
         torch.set_num_threads(before)
 
+
+def test_batches_of_different_widths_concatenate_padded_with_the_fill():
+    from otel_grpo.integrations.trl._rows import cat_rows
+
+    a, b = torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[4.0], [5.0]])
+    assert cat_rows([a, b], math.nan).tolist()[0] == [1.0, 2.0, 3.0]
+    got = cat_rows([a, b], -1.0)
+    assert got.tolist() == [[1.0, 2.0, 3.0], [4.0, -1.0, -1.0], [5.0, -1.0, -1.0]]
+    masks = cat_rows([torch.tensor([[True]]), torch.tensor([[True, True]])], False)
+    assert masks.dtype == torch.bool and masks.tolist() == [[True, False], [True, True]]
+    assert cat_rows([torch.tensor([1, 2]), torch.tensor([3])], 0).tolist() == [1, 2, 3]  # rows of [B] values
+    assert cat_rows([a], 0.0) is a

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -14,19 +15,15 @@ def cat_rows(tensors: Sequence[Tensor], fill: float | bool) -> Tensor:
 
     One tensor comes back as is. Callers pad only where a token mask marks the positions
     invalid, so the stats of the concatenation are those of the batches taken together.
+    A narrower batch costs one pad op: a logged step over many batches of their own widths
+    (each generation batch pads to its longest completion) concatenates them in a few ops.
     """
     if len(tensors) == 1:
         return tensors[0]
-    first = tensors[0]
-    if first.dim() == 1 or all(t.shape[1] == first.shape[1] for t in tensors):
+    if tensors[0].dim() == 1:
         return torch.cat(list(tensors))
     width = max(t.shape[1] for t in tensors)
-    out = first.new_full((sum(t.shape[0] for t in tensors), width), fill)
-    at = 0
-    for t in tensors:
-        out[at : at + t.shape[0], : t.shape[1]] = t
-        at += t.shape[0]
-    return out
+    return torch.cat([t if t.shape[1] == width else F.pad(t, (0, width - t.shape[1]), value=fill) for t in tensors])
 
 
 def held_bytes(*tensors: Tensor | None) -> int:
