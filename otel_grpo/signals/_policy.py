@@ -72,11 +72,11 @@ def policy_stats(
 
     pad = ~m
     log_ratio = (logprobs - old_logprobs).masked_fill_(pad, 0.0)
-    ratio = log_ratio.exp()  # exactly 1 on padding
-    negative = adv < 0
-    low = (ratio < 1.0 - eps_low) & negative & m
-    high = (ratio > 1.0 + eps_high) & (adv > 0) & m
-    dual = (ratio > clip_ratio_c) & negative & m
+    ratio = log_ratio.exp()  # exactly 1 on padding: inside [1 - eps_low, 1 + eps_high] and below c, so no
+    negative = adv < 0  # clip flag below needs the mask
+    low = (ratio < 1.0 - eps_low) & negative
+    high = (ratio > 1.0 + eps_high) & (adv > 0)
+    dual = (ratio > clip_ratio_c) & negative
     # Per-row sums of every token quantity in two reductions: on [B, T] tensors of a micro-batch,
     # each torch op costs more in dispatch than in arithmetic on CPU (benchmarks/README.md, costs).
     counts = torch.stack([low, high, low | high, dual, m]).sum(-1)  # [5, B] int64, exact
