@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import count, describe_rows
+from ._masked import count
 from ._partial import Stats
 
 
-_NAMES = [
-    {"mean": "completion_length_mean", "std": "completion_length_std", "min": "completion_length_min",
-     "max": "completion_length_max"},
-    {"mean": "terminated_length_mean", "min": "terminated_length_min", "max": "terminated_length_max"},
-]
+_ALL = {"completion_length_mean": "mean", "completion_length_std": "std", "completion_length_min": "min",
+        "completion_length_max": "max", "tokens": "sum"}
+_TERMINATED = {"terminated_length_mean": "mean", "terminated_length_min": "min", "terminated_length_max": "max"}
 
 
 @torch.no_grad()
@@ -36,11 +36,9 @@ def length_stats(completion_mask: Tensor, truncated: Tensor) -> Stats:
     batch = mask.shape[0]
     done_early = v.binary(truncated, "truncated", stats, shape=(batch,))
     lengths = mask.sum(-1, dtype=torch.float64)  # [B]
-    # all completions, then those that ended with EOS: one pass over [2, B]
-    valid = torch.stack([torch.ones_like(done_early), ~done_early])
-    describe_rows(stats, lengths.expand(2, batch), valid, _NAMES)
+    # summaries of the gathered lengths (host): of every completion, and of those that ended with EOS
+    stats.add_samples("sample_completion_length", lengths, summaries=_ALL)
+    stats.add_summarized("terminated_length", torch.where(done_early, math.nan, lengths), _TERMINATED)
     every = torch.full((), batch, dtype=torch.float64, device=lengths.device)
     stats.add_mean("completions_clipped_ratio", count(done_early), every)
-    stats.add_samples("sample_completion_length", lengths)
-    stats.add_sum("tokens", lengths.sum())
     return stats

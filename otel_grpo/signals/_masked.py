@@ -20,35 +20,6 @@ def count(valid: Tensor) -> Tensor:
     return valid.sum(dtype=_F64)
 
 
-def describe_rows(
-    stats: Stats, values: Tensor, valid: Tensor, names: list[dict[str, str]], *, unbiased: bool = True
-) -> Stats:
-    """Mean / std / min / max of each row of [K, N] `values` over its `valid` entries, in one set
-    of reductions (a fixed number of tiny torch ops, not about ten per row).
-
-    `names[k]` maps any of "mean", "std", "min", "max" to the stat key of row k. Sums are
-    float64 sums of the selected values; invalid entries may hold anything (NaN, inf): they
-    are selected away, never multiplied by zero.
-    """
-    n = valid.sum(-1, dtype=_F64).unbind()
-    x = as_f64(torch.where(valid, values, 0.0))
-    totals, squares = x.sum(-1).unbind(), (x * x).sum(-1).unbind()
-    wanted = {part for row in names for part in row}
-    lows = as_f64(torch.where(valid, values, INF).amin(-1)).unbind() if "min" in wanted else None
-    highs = as_f64(torch.where(valid, values, -INF).amax(-1)).unbind() if "max" in wanted else None
-    for k, row in enumerate(names):
-        total, sumsq = totals[k], squares[k]
-        if "mean" in row:
-            stats.add_mean(row["mean"], total, n[k])
-        if "std" in row:
-            stats.add_std(row["std"], total, sumsq, n[k], unbiased=unbiased)
-        if "min" in row:
-            stats.add_min(row["min"], lows[k], n[k])
-        if "max" in row:
-            stats.add_max(row["max"], highs[k], n[k])
-    return stats
-
-
 def as_f64(x: Tensor) -> Tensor:
     """`x` detached, in float64; a dtype test is cheaper than the dispatch of a no-op conversion."""
     x = x.detach() if x.requires_grad else x

@@ -6,9 +6,10 @@
 
 A `Stats` holds, per stat key, only parts that combine by SUM, MIN or MAX (sums,
 sums of squares, counts, extrema) plus fixed-length per-sample vectors for
-quantiles and histograms. Finalizing (mean = sum / count, std, ESS, quantiles,
-distinct-n) happens once, after the parts of every rank are combined, so the
-result equals one process computing on the concatenated batch.
+histograms, quantiles and summaries (the mean, spread, extremes of one value per
+completion: rewards, advantages, lengths). Finalizing (mean = sum / count, std, ESS,
+quantiles, summaries, distinct-n) happens once, after the parts of every rank are
+combined, so the result equals one process computing on the concatenated batch.
 
 All tensors stay on their device; nothing here reads a value on the host.
 """
@@ -38,6 +39,7 @@ class Part(str, enum.Enum):
     SUM = "sum"
     ESS = "ess"  # (mean w)^2 / mean(w^2) from sum, sum of squares, count
     QUANTILE = "quantile"  # from a gathered per-sample vector
+    SUMMARY = "summary"  # mean, std, min, max or sum of a gathered per-sample vector
     DISTINCT = "distinct"  # distinct / total of gathered int64 n-gram ids
 
 
@@ -49,15 +51,17 @@ class Spec:
     unbiased: bool = False
     """STD only: divide by n - 1 (torch's default) instead of n."""
     source: str = ""
-    """QUANTILE: the per-sample vector key; DISTINCT: the id payload key."""
+    """QUANTILE and SUMMARY: the per-sample vector key; DISTINCT: the id payload key."""
     q: float = 0.0
     """QUANTILE only: the quantile in [0, 1]."""
+    stat: str = ""
+    """SUMMARY only: one of `SUMMARIES`."""
     _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # hashed for every key of every step (the layout cache): once here, not per lookup
         # (the generated hash goes through the enum's Python-level __hash__)
-        object.__setattr__(self, "_hash", hash((self.part.value, self.unbiased, self.source, self.q)))
+        object.__setattr__(self, "_hash", hash((self.part.value, self.unbiased, self.source, self.q, self.stat)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -67,11 +71,16 @@ class Spec:
 _MEAN, _ESS, _MIN, _MAX, _SUM = (Spec(p) for p in (Part.MEAN, Part.ESS, Part.MIN, Part.MAX, Part.SUM))
 _STD = {True: Spec(Part.STD, unbiased=True), False: Spec(Part.STD, unbiased=False)}
 
+SUMMARIES = ("mean", "std", "min", "max", "sum")
+"""What `add_samples` can summarize of a per-sample vector (std: unbiased, n - 1)."""
+_SUMMARY_KINDS = {"mean": Reduction.MEAN, "std": Reduction.STD, "min": Reduction.MIN, "max": Reduction.MAX,
+                  "sum": Reduction.SUM}
+
 
 @lru_cache(maxsize=4096)
-def _sourced(part: Part, source: str, q: float = 0.0) -> Spec:
-    """The recipe of a quantile or distinct-n key: the same few dozen every step, made once."""
-    return Spec(part, source=source, q=q)
+def _sourced(part: Part, source: str, q: float = 0.0, stat: str = "") -> Spec:
+    """The recipe of a quantile, summary or distinct-n key: the same few dozen every step, made once."""
+    return Spec(part, unbiased=stat == "std", source=source, q=q, stat=stat)
 
 
 # Slot fields each part keeps in the SUM-combined part of the pack, in pack order.
@@ -83,12 +92,15 @@ FIELDS = {
     Part.MAX: ("count",),
     Part.SUM: ("sum",),
     Part.QUANTILE: (),
+    Part.SUMMARY: (),
     Part.DISTINCT: (),
 }
 
 
-# Per-sample columns ride in `Stats.vectors` under this prefix (no catalog key contains ":").
+# Per-sample columns ride in `Stats.vectors` under this prefix (no catalog key contains ":"), and so do
+# vectors gathered only for their summaries (`add_summarized`).
 COLUMN_PREFIX = "column:"
+SUMMARIZED_PREFIX = "summarized:"
 
 
 def _scalar(x: Tensor | float, like: Tensor | None = None) -> Tensor:
@@ -193,25 +205,50 @@ class Stats:
         """`key` = sum over ranks (counters: tokens, samples)."""
         return self._add(key, _SUM, sum=value)
 
-    def add_samples(self, key: str, values: Tensor, quantiles: dict[str, float] | None = None) -> Stats:
+    def add_samples(self, key: str, values: Tensor, quantiles: dict[str, float] | None = None,
+                    summaries: dict[str, str] | None = None) -> Stats:
         """Per-sample vector `values` [N] (NaN: invalid row), gathered for histograms.
 
         `quantiles` maps stat keys to q in [0, 1] computed from the gathered vector
-        (linear interpolation, NaN rows ignored).
+        (linear interpolation, NaN rows ignored); `summaries` maps stat keys to what they
+        are of its valid values: "mean", "std" (unbiased), "min", "max" or "sum" (`SUMMARIES`).
+        Both are finalized on the host from every rank's rows, which reach it anyway in the
+        step's one copy: no device op, and the same value one process gets on the
+        concatenated batch, bit for bit.
         """
         _check_key(key, (Reduction.SAMPLES,))
+        self._vector(key, values, f"samples {key!r}")
+        for qkey, q in (quantiles or {}).items():
+            if not 0.0 <= q <= 1.0:
+                raise ValueError(f"quantile {qkey!r}: q={q} is outside [0, 1]")
+            self._claim_new(qkey, _sourced(Part.QUANTILE, key, q))  # no parts: finalized from the vector
+        self._summaries(key, summaries)
+        return self
+
+    def add_summarized(self, name: str, values: Tensor, summaries: dict[str, str]) -> Stats:
+        """A per-sample vector `values` [N] (NaN: invalid row) gathered only for `summaries` of its valid values
+        (as `add_samples`' ): no histogram, no column. `name` is local to this `Stats`."""
+        key = SUMMARIZED_PREFIX + name
+        self._vector(key, values, f"summarized {name!r}")
+        self._summaries(key, summaries)
+        return self
+
+    def _vector(self, key: str, values: Tensor, what: str) -> None:
         if values.dim() != 1:
-            raise ValueError(f"samples {key!r} must be 1-D, got shape {tuple(values.shape)}")
+            raise ValueError(f"{what} must be 1-D, got shape {tuple(values.shape)}")
         if values.requires_grad:
             values = values.detach()
         if values.dtype != _F64:
             values = values.to(_F64)
         self.vectors[key] = torch.cat([self.vectors[key], values]) if key in self.vectors else values
-        for qkey, q in (quantiles or {}).items():
-            if not 0.0 <= q <= 1.0:
-                raise ValueError(f"quantile {qkey!r}: q={q} is outside [0, 1]")
-            self._claim_new(qkey, _sourced(Part.QUANTILE, key, q))  # no parts: finalized from the vector
-        return self
+
+    def _summaries(self, source: str, summaries: dict[str, str] | None) -> None:
+        for skey, stat in (summaries or {}).items():
+            kind = _SUMMARY_KINDS.get(stat)
+            if kind is None:
+                raise ValueError(f"summary {skey!r}: {stat!r} is none of {', '.join(SUMMARIES)}")
+            _check_key(skey, (kind,))
+            self._claim_new(skey, _sourced(Part.SUMMARY, source, stat=stat))
 
     def add_column(self, name: str, values: Tensor) -> Stats:
         """A per-sample column `values` [N] (NaN: no value) for the sample table, not a catalog signal:

@@ -10,9 +10,9 @@ float64). One `all_gather` brings every rank's pack to every rank; each rank
 combines them in rank order (so all ranks get bit-identical results), finalizes
 what needs the gathered ids on device (distinct-n) and copies one packed result
 tensor to the host, where means, std and ESS are a few float64 operations per key
-and quantiles are read from the gathered vectors, which the host gets anyway for
-the histograms. That is one collective, where the seed's merge runs one
-all-reduce per key, and one device-to-host transfer per step.
+and quantiles and summaries (`Stats.add_samples`) are read from the gathered vectors,
+which the host gets anyway for the histograms. That is one collective, where the
+seed's merge runs one all-reduce per key, and one device-to-host transfer per step.
 
 Ranks must pass the same keys with per-sample vectors of the same length; a
 layout fingerprint travels in the pack and a mismatch raises `RuntimeError`.
@@ -29,7 +29,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._partial import COLUMN_PREFIX, FIELDS, Part, Stats, pad_ids
+from ._host import quantile, summary
+from ._partial import COLUMN_PREFIX, FIELDS, SUMMARIZED_PREFIX, Part, Stats, pad_ids
 from ._reduced import ReducedStats
 
 _F64 = torch.float64
@@ -49,6 +50,7 @@ class _Layout:
     messages: dict[str, str] = field(default_factory=dict)
     unbiased: set[str] = field(default_factory=set)
     quantiles: dict[str, tuple[str, float]] = field(default_factory=dict)
+    summaries: dict[str, tuple[str, str]] = field(default_factory=dict)
     fingerprint: float = 0.0
 
     @staticmethod
@@ -79,6 +81,7 @@ class _Layout:
         lay.messages = dict(checks)
         lay.unbiased = {k for k in lay.keys[Part.STD] if specs[k].unbiased}
         lay.quantiles = {k: (specs[k].source, specs[k].q) for k in lay.keys[Part.QUANTILE]}
+        lay.summaries = {k: (specs[k].source, specs[k].stat) for k in lay.keys[Part.SUMMARY]}
         text = repr((lay.keys, lay.sum_slots, lay.vectors, lay.ids, lay.checks))
         lay.fingerprint = float(zlib.crc32(text.encode()))  # < 2**32: exact in float64
         return lay
@@ -210,16 +213,6 @@ def _distinct(payloads: list[Tensor]) -> Tensor:
     return torch.cat([values, (total > 0).to(_F64)])
 
 
-def _quantile(ordered: list[float], q: float) -> float:
-    """`torch.nanquantile`'s linear interpolation on sorted non-NaN values (its lerp; torch's fused
-    multiply-add may round the last bits differently)."""
-    rank = q * (len(ordered) - 1)
-    below = math.floor(rank)
-    low, high = ordered[below], ordered[math.ceil(rank)]
-    weight = rank - below
-    return low + weight * (high - low) if weight < 0.5 else high - (high - low) * (1 - weight)
-
-
 def _finalize_sums(h: list[float], lay: _Layout, mins: list[float], maxs: list[float]) -> tuple[list, list]:
     """Means, stds, ESS, extrema and sums on the host, in `_BY_PART` order: (keys, (value, valid) pairs).
 
@@ -268,24 +261,32 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     mins = host[n_sums + n_checks : n_sums + n_checks + k_min]
     keys, pairs = _finalize_sums(host[:n_sums], lay, mins, host[at - k_max : at])
     at += 1
-    samples, columns = {}, {}
+    samples, columns, summarized = {}, {}, {}
     for key, n in lay.vectors:
         block = host[at : at + n * world]
         if key.startswith(COLUMN_PREFIX):  # every row, in rank order; NaN: no value
             columns[key[len(COLUMN_PREFIX):]] = [x if x == x else None for x in block]
+        elif key.startswith(SUMMARIZED_PREFIX):
+            summarized[key] = [x for x in block if x == x]
         else:
             samples[key] = [x for x in block if x == x]  # x == x: not NaN
         at += n * world
+    # Quantiles and summaries on the host, where every rank's rows already are after the step's one
+    # copy: a device nanquantile per vector would add device work and a sync each (sort times:
+    # benchmarks/README.md, costs), and moments need no device op either
     ordered: dict[str, list[float]] = {}
-    # On the host, where the values already are after the step's one copy: a device nanquantile
-    # per vector would add device work and a sync each (sort times: benchmarks/README.md, costs)
     for key in lay.keys[Part.QUANTILE]:
         source, q = lay.quantiles[key]
         values = ordered.get(source)
         if values is None:
             values = ordered[source] = sorted(samples[source])
         keys.append(key)
-        pairs.append((_quantile(values, q), True) if values else (0.0, False))  # all NaN: invalid
+        pairs.append((quantile(values, q), True) if values else (0.0, False))  # all NaN: invalid
+    for key in lay.keys[Part.SUMMARY]:
+        source, stat = lay.summaries[key]
+        values = samples[source] if source in samples else summarized[source]
+        keys.append(key)
+        pairs.append(summary(values, stat))
     k = len(lay.keys[Part.DISTINCT])
     pairs += zip(host[at : at + k], (ok > 0 for ok in host[at + k : at + 2 * k]))
     keys += lay.keys[Part.DISTINCT]

@@ -9,14 +9,16 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import count, describe_rows
+from ._masked import count
 from ._partial import Stats
 
 _Q = {"p00": 0.0, "p05": 0.05, "p25": 0.25, "p50": 0.50, "p75": 0.75, "p95": 0.95, "p100": 1.0}
 _QUANTILES = {f"reward_{name}": q for name, q in _Q.items()}
 # torch.isclose(std, 0) as TRL's frac_reward_zero_std uses it: |std| <= atol (rtol * 0 = 0).
 _ZERO_STD_ATOL = 1e-8
-_ADVANTAGE_NAMES = [{"mean": "advantage_mean", "std": "advantage_std", "min": "advantage_min", "max": "advantage_max"}]
+_SUMMARIES = {"reward": "mean", "reward_std": "std", "reward_min": "min", "reward_max": "max"}
+_ADVANTAGE_SUMMARIES = {"advantage_mean": "mean", "advantage_std": "std", "advantage_min": "min",
+                        "advantage_max": "max"}
 
 
 @torch.no_grad()
@@ -57,18 +59,14 @@ def reward_stats(
         if not isinstance(name, str) or not name or "/" in name:
             raise ValueError(f"components keys must be non-empty names without '/', got {name!r}")
         parts[name] = v.floating(values, f"components[{name!r}]", shape=(batch,))
-    # the total and every function's rewards: [1 + F, B] in float64 (the sums' and vectors' dtype, one
-    # conversion for all), described in one pass
+    # the total and every function's rewards: [1 + F, B] in float64 (the vectors' dtype, one conversion for
+    # all); their means, spreads, extremes and quantiles are summaries of the gathered vectors (host)
     rows = (torch.stack([rewards, *parts.values()]) if parts else rewards.unsqueeze(0)).to(torch.float64)
-    valid_rows = ~torch.isnan(rows)
-    names = [{"mean": "reward", "std": "reward_std", "min": "reward_min", "max": "reward_max"}]
-    names += [{"mean": f"reward_fn_mean/{n}", "std": f"reward_fn_std/{n}"} for n in parts]
-    describe_rows(stats, rows, valid_rows, names)
-    stats.add_samples("sample_reward", rows[0], _QUANTILES)
-    valid = valid_rows[0]
-    _group_stats(stats, rewards.view(-1, group_size), valid.view(-1, group_size))  # in the rewards' dtype, as TRL
+    stats.add_samples("sample_reward", rows[0], _QUANTILES, _SUMMARIES)
+    # in the rewards' dtype, as TRL
+    _group_stats(stats, rewards.view(-1, group_size), ~torch.isnan(rewards).view(-1, group_size))
     for i, name in enumerate(parts, start=1):
-        stats.add_samples(f"sample_reward_fn/{name}", rows[i], _fn_quantiles(name))
+        stats.add_samples(f"sample_reward_fn/{name}", rows[i], _fn_quantiles(name), _fn_summaries(name))
     if advantages is not None:
         v.floating(advantages, "advantages", shape=(batch,))
         stats.update(advantage_stats(advantages))
@@ -81,6 +79,11 @@ def _fn_quantiles(name: str) -> dict[str, float]:
     return {f"reward_fn_{q}/{name}": x for q, x in _Q.items()}
 
 
+@lru_cache(maxsize=256)
+def _fn_summaries(name: str) -> dict[str, str]:
+    return {f"reward_fn_mean/{name}": "mean", f"reward_fn_std/{name}": "std"}
+
+
 def advantage_stats(advantages: Tensor) -> Stats:
     """`advantage_mean/std/min/max` and the per-sample vector `sample_advantage` of [B] advantages.
 
@@ -88,11 +91,8 @@ def advantage_stats(advantages: Tensor) -> Stats:
     rank's rows and the rewards of whole groups are not the same rows (TRL, groups
     straddling ranks).
     """
-    stats = Stats()
-    advantages = v.floating(advantages, "advantages", dim=1).to(torch.float64)  # once, for the sums and the vector
-    describe_rows(stats, advantages.unsqueeze(0), ~torch.isnan(advantages).unsqueeze(0), _ADVANTAGE_NAMES)
-    stats.add_samples("sample_advantage", advantages)
-    return stats
+    return Stats().add_samples("sample_advantage", v.floating(advantages, "advantages", dim=1),
+                               summaries=_ADVANTAGE_SUMMARIES)
 
 
 def _group_stats(stats: Stats, grouped: Tensor, valid: Tensor) -> None:

@@ -126,3 +126,51 @@ def test_a_group_of_one_exchanges_nothing():
         dist.destroy_process_group()
     assert calls == []
     assert dict(in_group) == dict(alone) and in_group.samples == alone.samples
+
+
+def test_summaries_of_a_per_sample_vector_skip_nan_rows():
+    values = torch.tensor([1.0, float("nan"), 4.0, 2.5])
+    summaries = {"reward": "mean", "reward_std": "std", "reward_min": "min", "reward_max": "max"}
+    r = reduce_stats(Stats().add_samples("sample_reward", values, summaries=summaries))
+    valid = [1.0, 4.0, 2.5]
+    assert r["reward"] == pytest.approx(sum(valid) / 3)
+    assert r["reward_std"] == pytest.approx(torch.tensor(valid, dtype=torch.float64).std().item(), rel=1e-15)
+    assert (r["reward_min"], r["reward_max"]) == (1.0, 4.0)
+    assert r.samples["sample_reward"] == valid
+
+
+def test_summaries_of_no_valid_row_are_invalid_and_of_one_row_have_no_spread():
+    nan = float("nan")
+    summaries = {"reward": "mean", "reward_std": "std", "reward_min": "min"}
+    none = reduce_stats(Stats().add_samples("sample_reward", torch.tensor([nan, nan]), summaries=summaries))
+    assert none.invalid == {"reward", "reward_std", "reward_min"} and not set(summaries) & set(none)
+    one = reduce_stats(Stats().add_samples("sample_reward", torch.tensor([nan, 3.0]), summaries=summaries))
+    assert (one["reward"], one["reward_std"], one["reward_min"]) == (3.0, 0.0, 3.0)
+
+
+def test_a_summarized_vector_is_neither_a_histogram_nor_a_column():
+    stats = Stats().add_summarized("ended", torch.tensor([2.0, float("nan"), 6.0]),
+                                   {"terminated_length_mean": "mean", "terminated_length_max": "max"})
+    r = reduce_stats(stats)
+    assert (r["terminated_length_mean"], r["terminated_length_max"]) == (4.0, 6.0)
+    assert r.samples == {} and r.columns == {}
+
+
+def test_summaries_are_the_same_whatever_the_order_of_the_rows():
+    """Sums are correctly rounded (fsum): the rows of several micro-batches or ranks in any order agree."""
+    torch.manual_seed(1)
+    values = torch.randn(999, dtype=torch.float64) * 1e6 + 1e9
+    summaries = {"reward": "mean", "reward_std": "std"}
+    forward = reduce_stats(Stats().add_samples("sample_reward", values, summaries=summaries))
+    backward = reduce_stats(Stats().add_samples("sample_reward", values.flip(0), summaries=summaries))
+    assert (forward["reward"], forward["reward_std"]) == (backward["reward"], backward["reward_std"])
+
+
+@pytest.mark.parametrize("summaries, match", [
+    ({"reward": "median"}, "'median' is none of mean, std, min, max, sum"),
+    ({"reward": "std"}, "is a mean signal in the catalog"),
+    ({"no_such_key": "mean"}, "no_such_key"),
+])
+def test_a_bad_summary_is_refused_naming_it(summaries, match):
+    with pytest.raises((ValueError, KeyError), match=match):
+        Stats().add_samples("sample_reward", torch.tensor([1.0]), summaries=summaries)
