@@ -72,6 +72,31 @@ def thread_wakeups(rounds: int) -> list[tuple[str, float, str]]:
             ("process CPU per thread wake-up (Event ping-pong)", cpu, "us")]
 
 
+def small_exp(repeat: int) -> list[tuple[str, float, str]]:
+    """`exp` of a logged step's small float64 tensor with one intra-op thread and with every core's (torch's
+    default), alone and while another process keeps a core busy: MKL's vector math starts its whole thread
+    team for any size (`signals.single_threaded`)."""
+    import subprocess
+    import sys
+
+    x = torch.rand(80, 8, dtype=torch.float64)
+    cores = os.cpu_count() or 1
+    out = []
+    for busy in (False, True):
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
+        try:
+            for threads in (1, cores):
+                torch.set_num_threads(threads)
+                label = f"exp of a [80, 8] float64 CPU tensor, {threads} intra-op thread{'s' * (threads > 1)}"
+                out.append((label + (", another process busy" if busy else ""), per_call(x.exp, 200, repeat), "us"))
+        finally:
+            torch.set_num_threads(1)
+            if spinner is not None:
+                spinner.kill()
+                spinner.wait()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
@@ -100,6 +125,7 @@ def main() -> None:
     rows.append(("torch op on a [64] CPU tensor (add)", per_call(lambda: torch.add(tiny, 1.0), 2000, r), "us"))
     rows.append(("torch slice + view of a flat buffer", per_call(lambda: step.view(-1)[:4096].view(2, 2048), 2000, r), "us"))
     rows.append(("torch op on a [64, 2048] CPU tensor (add)", per_call(lambda: torch.add(step, 1.0), 200, r), "us"))
+    rows += small_exp(r)
 
     for n in (4096, 32768):
         xs = [rng.gauss(0, 1) for _ in range(n)]

@@ -9,6 +9,7 @@ gets the same value, bit for bit.
 from __future__ import annotations
 
 import math
+import operator
 
 
 def quantile(ordered: list[float], q: float) -> float:
@@ -21,22 +22,26 @@ def quantile(ordered: list[float], q: float) -> float:
     return low + weight * (high - low) if weight < 0.5 else high - (high - low) * (1 - weight)
 
 
-def summary(values: list[float], stat: str) -> tuple[float, bool]:
-    """(value, valid) of `stat` ("mean", "std", "min", "max" or "sum") over non-NaN `values`; invalid without
-    any (a sum of none is 0 and valid, as a counter's). The std is unbiased (n - 1), 0 for one value, from the
-    deviations from the mean (two passes: no cancellation when the spread is small against the mean)."""
+def summaries(values: list[float], stats: set[str]) -> dict[str, tuple[float, bool]]:
+    """(value, valid) of each of `stats` ("mean", "std", "min", "max", "sum") over non-NaN `values`; invalid
+    without any (a sum of none is 0 and valid, as a counter's). Sums are correctly rounded (`math.fsum`): the
+    same whatever the order of the rows. The std is unbiased (n - 1), 0 for one value, from the deviations
+    from the mean (two passes: no cancellation when the spread is small against the mean)."""
     n = len(values)
-    if stat == "sum":
-        return math.fsum(values), True
+    out: dict[str, tuple[float, bool]] = {}
+    if "sum" in stats:
+        out["sum"] = (math.fsum(values), True)
     if n == 0:
-        return 0.0, False
-    if stat == "min":
-        return min(values), True
-    if stat == "max":
-        return max(values), True
-    mean = math.fsum(values) / n
-    if stat == "mean":
-        return mean, True
-    if n == 1:
-        return 0.0, True
-    return math.sqrt(math.fsum((x - mean) ** 2 for x in values) / (n - 1)), True
+        return out | {stat: (0.0, False) for stat in stats - {"sum"}}
+    if "min" in stats:
+        out["min"] = (min(values), True)
+    if "max" in stats:
+        out["max"] = (max(values), True)
+    if stats & {"mean", "std"}:
+        mean = math.fsum(values) / n
+        out["mean"] = (mean, True)
+        if "std" in stats:
+            deviations = [x - mean for x in values]
+            spread = math.sqrt(math.fsum(map(operator.mul, deviations, deviations)) / (n - 1)) if n > 1 else 0.0
+            out["std"] = (spread, True)
+    return out

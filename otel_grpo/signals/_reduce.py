@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._host import quantile, summary
+from ._host import quantile, summaries
 from ._partial import COLUMN_PREFIX, FIELDS, SUMMARIZED_PREFIX, Part, Stats, pad_ids
 from ._reduced import ReducedStats
 
@@ -51,6 +51,8 @@ class _Layout:
     unbiased: set[str] = field(default_factory=set)
     quantiles: dict[str, tuple[str, float]] = field(default_factory=dict)
     summaries: dict[str, tuple[str, str]] = field(default_factory=dict)
+    summarized: dict[str, set[str]] = field(default_factory=dict)
+    """Each summarized vector's wanted summaries (computed together: one mean for the mean and the std)."""
     fingerprint: float = 0.0
 
     @staticmethod
@@ -82,6 +84,8 @@ class _Layout:
         lay.unbiased = {k for k in lay.keys[Part.STD] if specs[k].unbiased}
         lay.quantiles = {k: (specs[k].source, specs[k].q) for k in lay.keys[Part.QUANTILE]}
         lay.summaries = {k: (specs[k].source, specs[k].stat) for k in lay.keys[Part.SUMMARY]}
+        for source, stat in lay.summaries.values():
+            lay.summarized.setdefault(source, set()).add(stat)
         text = repr((lay.keys, lay.sum_slots, lay.vectors, lay.ids, lay.checks))
         lay.fingerprint = float(zlib.crc32(text.encode()))  # < 2**32: exact in float64
         return lay
@@ -201,16 +205,18 @@ def _finalize(gathered: Tensor, lay: _Layout, local_ids: dict[str, Tensor] | Non
 
 
 def _distinct(payloads: list[Tensor]) -> Tensor:
-    """Distinct-n of each id payload (-1: none), all in one set of ops: [values..., valid flags...]."""
+    """Distinct-n of each id payload (-1: none), all in one set of ops: [values..., valid flags...].
+
+    Sorted, a row's distinct values are its first value and each change; -1 (none) sorts first and
+    counts only when the row holds nothing else."""
     size = max(p.numel() for p in payloads)
-    rows = torch.stack([pad_ids(p, size) for p in payloads])
-    ordered = torch.sort(rows, dim=-1).values
+    if size == 0:  # no n-gram at all: every value invalid
+        return torch.zeros(2 * len(payloads), dtype=_F64, device=payloads[0].device)
+    ordered = torch.sort(torch.stack([pad_ids(p, size) for p in payloads]), dim=-1).values
     real = ordered != -1
-    new = torch.ones_like(real)
-    new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
     total = real.sum(-1, dtype=_F64)
-    values = (new & real).sum(-1, dtype=_F64) / total.clamp(min=1)
-    return torch.cat([values, (total > 0).to(_F64)])
+    distinct = (ordered.diff(dim=-1) != 0).sum(-1, dtype=_F64) + real[:, 0]
+    return torch.cat([distinct / total.clamp(min=1), (total > 0).to(_F64)])
 
 
 def _finalize_sums(h: list[float], lay: _Layout, mins: list[float], maxs: list[float]) -> tuple[list, list]:
@@ -282,11 +288,13 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
             values = ordered[source] = sorted(samples[source])
         keys.append(key)
         pairs.append((quantile(values, q), True) if values else (0.0, False))  # all NaN: invalid
+    of_source: dict[str, dict[str, tuple[float, bool]]] = {}
+    for source, wanted in lay.summarized.items():
+        of_source[source] = summaries(samples[source] if source in samples else summarized[source], wanted)
     for key in lay.keys[Part.SUMMARY]:
         source, stat = lay.summaries[key]
-        values = samples[source] if source in samples else summarized[source]
         keys.append(key)
-        pairs.append(summary(values, stat))
+        pairs.append(of_source[source][stat])
     k = len(lay.keys[Part.DISTINCT])
     pairs += zip(host[at : at + k], (ok > 0 for ok in host[at + k : at + 2 * k]))
     keys += lay.keys[Part.DISTINCT]

@@ -129,7 +129,8 @@ def generation_stats(settings: TrlSettings, gens: Sequence[Generation]) -> signa
     lengths, truncated = signals.to_device(host, ids.device, torch.int64)
     width = ids.shape[1]
     length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < lengths[:, None]
-    max_len = max(settings.max_completion_length, width)
+    # the n-gram payloads are gathered across ranks, which needs one size on every rank: the generation limit
+    max_len = max(settings.max_completion_length, width) if settings.world > 1 else None
     stats.update(  # in place: each `|` would copy every part so far
         signals.advantage_stats(cat_rows([row_advantages(g.advantages) for g in gens], 0.0)),
         signals.length_stats(length_mask, truncated.bool()),
