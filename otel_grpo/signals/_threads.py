@@ -6,8 +6,9 @@
 Stats are hundreds of ops on small tensors. On the CPU, torch hands each `exp`, `log`, `sqrt` or
 `tanh` of a float tensor to MKL's vector math, and torch turns MKL's dynamic thread count off: MKL
 then starts every thread of its OpenMP team for any size, so one `exp` over a few hundred values
-waits for the other threads to wake up, hundreds of times what one thread takes and milliseconds
-when another process holds the other cores (benchmarks/README.md, costs). One thread computes the
+waits for the parked threads to wake up: a few times what one thread takes on idle cores, about a
+hundred times on average (milliseconds at the tail) when another process holds the other cores
+(benchmarks/README.md, costs). One thread computes the
 same numbers: elementwise kernels compute each value alone, and the stats reduce along rows, which
 torch never splits between threads.
 
