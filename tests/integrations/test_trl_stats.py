@@ -129,6 +129,18 @@ def first_pass(rows: list[int], logps, old, ref=None, entropy=None, sampling=Non
     return MicroBatch(logps, old, torch.zeros(len(rows)), mask, ref, entropy, sampling, torch.tensor(rows))
 
 
+def feed(acc: Accumulator, st: TrlSettings, gen: Generation, passes=()) -> SampleBatch:
+    """Into `acc` as the capture feeds it: the generation batch, then each loss pass over its rows."""
+    batch = batch_of(gen, st)
+    acc.capture(gen)
+    acc.batches.append(batch)
+    for mb in passes:
+        batch.passes.append(mb)
+        batch.pending -= len(mb.rows)
+        acc.capture(mb)
+    return batch
+
+
 def test_diagnose_puts_the_shuffled_rows_back_in_order():
     st = settings()
     batch = batch_of(generation(torch.zeros(4, 1)), st)
@@ -187,14 +199,8 @@ def test_the_logged_loss_is_the_mean_of_each_steps_loss_times_its_factor(factors
 def test_rows_wait_for_their_first_loss_pass_and_go_out_at_the_end_regardless():
     st = settings()
     acc = Accumulator(st)
-    gen = generation(torch.zeros(4, 1))
-    batch = batch_of(gen, st)
-    acc.capture(gen)
-    acc.batches.append(batch)
     half = first_pass([0, 1], torch.zeros(2, 2), torch.zeros(2, 2), ref=torch.zeros(2, 2))
-    batch.passes.append(half)
-    batch.pending -= 2
-    acc.capture(half)
+    batch = feed(acc, st, generation(torch.zeros(4, 1)), [half])
     logged = acc.take(acc.merged())
     assert logged.batches == [] and acc.batches == [batch] and logged.stats.columns == {}  # half its rows passed
     logged = acc.take(acc.merged(final=True))
@@ -212,16 +218,11 @@ def test_a_logged_step_reads_the_device_once_for_its_stats_and_its_rows(host_tra
     def logged_step() -> Accumulator:
         acc = Accumulator(st)
         for _ in range(2):  # two generation batches in one logged step, each through the loss in two micro-batches
-            gen = generation(torch.rand(4, 1))
-            batch = batch_of(gen, st)
-            acc.capture(gen)
-            acc.batches.append(batch)
+            passes = []
             for rows in ([3, 0], [1, 2]):
                 logps = -torch.rand(2, 2)
-                mb = first_pass(rows, logps, logps - 0.1, ref=logps + 0.1, entropy=-logps, mask=torch.ones(2, 2))
-                batch.passes.append(mb)
-                batch.pending -= 2
-                acc.capture(mb)
+                passes.append(first_pass(rows, logps, logps - 0.1, ref=logps + 0.1, entropy=-logps, mask=torch.ones(2, 2)))
+            feed(acc, st, generation(torch.rand(4, 1)), passes)
         return acc
 
     warm = logged_step()  # the first logged step makes the few constants cached per device (a copy each, once)
@@ -255,14 +256,8 @@ def test_the_logged_steps_stats_pass_runs_in_one_cpu_thread_and_gives_the_thread
     try:
         st = settings()
         acc = Accumulator(st)
-        gen = generation(torch.rand(4, 1))
-        batch = batch_of(gen, st)
-        acc.capture(gen)
-        acc.batches.append(batch)
-        mb = first_pass([1, 0, 3, 2], -torch.rand(4, 2), -torch.rand(4, 2), ref=-torch.rand(4, 2))
-        batch.passes.append(mb)
-        batch.pending = 0
-        acc.capture(mb)
+        feed(acc, st, generation(torch.rand(4, 1)),
+             [first_pass([1, 0, 3, 2], -torch.rand(4, 2), -torch.rand(4, 2), ref=-torch.rand(4, 2))])
         with ThreadsAtEachOp():
             logged = acc.take(acc.merged())
         assert seen == {1} and "kl" in logged.stats
