@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from ._local import LocalStack, StackSettings
+from ._process import interrupts_held
 
 if TYPE_CHECKING:
     import httpx  # the [sidecar] extra: imported where used, so `otel-grpo dashboards` needs none
@@ -201,12 +202,15 @@ def run_demo(stack: LocalStack, demo: DemoSettings) -> DemoSummary:
     log = open(demo.trainer_log, "ab") if demo.trainer_log else None
     try:
         with AlertWatcher(settings, demo.run_id) as watcher:
-            proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=log)
+            proc = None
             try:
+                with interrupts_held():  # an interrupt comes once `proc` holds the trainer, so it is stopped
+                    proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=log)
                 code = proc.wait()
             except KeyboardInterrupt:
-                proc.send_signal(signal.SIGINT)  # the user stopped it: a finished run (SIGTERM: preempted)
-                code = proc.wait()
+                if proc is not None:
+                    proc.send_signal(signal.SIGINT)  # the user stopped it: a finished run (SIGTERM: preempted)
+                    code = proc.wait()
                 raise
             # A few evaluations more: an alert whose `for:` ends with the last step still counts.
             time.sleep(RECORD_GRACE_S)

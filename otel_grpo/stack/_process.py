@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -88,6 +89,28 @@ def find_binary(component: str, *, pinned_only: bool = False) -> str:
     raise StackError(f"{component}: not found: no {where}; {BUILD_HINT}")
 
 
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM that arrive in the block take effect as it ends, through the handlers they
+    had. Wrap a spawn and the line that keeps its `Popen`: an interrupt raised inside `Popen` (the
+    child forked, its exec not yet confirmed) or just after it would leave a child running that
+    nothing holds, so nothing stops."""
+    held = (signal.SIGINT, signal.SIGTERM)
+    # Python runs signal handlers in the main thread only: elsewhere nothing interrupts the block
+    if threading.current_thread() is not threading.main_thread() or None in map(signal.getsignal, held):
+        yield  # (None: a handler set outside Python, which cannot be put back)
+        return
+    caught: list[int] = []
+    saved = {s: signal.signal(s, lambda signum, _: caught.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)  # to the handler it had: KeyboardInterrupt, `up`'s, or the default
+
+
 @dataclass(slots=True)
 class Managed:
     """A child process with a readiness URL and a log file."""
@@ -105,10 +128,11 @@ class Managed:
         try:
             # A new session: Ctrl-C in the terminal reaches only us, and we stop
             # children in order (Prometheus before Alertmanager before the sidecar).
-            self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **(self.env or {})}, start_new_session=True,
-            )
+            with interrupts_held():
+                self.proc = subprocess.Popen(
+                    self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env={**os.environ, **(self.env or {})}, start_new_session=True,
+                )
         finally:
             log.close()
 

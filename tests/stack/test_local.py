@@ -8,13 +8,16 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import pytest
 
 from otel_grpo.stack import LocalStack, RuleSettings, StackSettings, alerts
+from otel_grpo.stack._demo import DemoSettings, run_demo
 
 pytestmark = pytest.mark.integration
 
@@ -227,6 +230,60 @@ def test_an_interrupt_after_the_components_are_ready_stops_them_all(tmp_path, fr
         stack.stop()
     assert not started, [c.name for c in started]
     assert not [p for p in list(ports.values())[:3] if _listening(p)]
+
+
+@contextmanager
+def sigint_as_popen_returns(nth: int) -> Iterator[list[subprocess.Popen]]:
+    """A real SIGINT to this process as the block's `nth` `subprocess.Popen(...)` returns, before its
+    caller holds the process (a trace function: the moment is too short to hit from outside). Yields
+    the Popens made, in order."""
+    spawned: list[subprocess.Popen] = []
+
+    def on_return(frame, event, arg):
+        if event == "return":
+            spawned.append(frame.f_locals["self"])
+            if len(spawned) == nth:
+                os.kill(os.getpid(), signal.SIGINT)
+        return on_return
+
+    def at_popen(frame, event, arg):
+        return on_return if event == "call" and frame.f_code is subprocess.Popen.__init__.__code__ else None
+
+    sys.settrace(at_popen)
+    try:
+        yield spawned
+    finally:
+        sys.settrace(None)
+
+
+def test_an_interrupt_as_a_component_is_spawned_stops_it_too(tmp_path, free_port_factory):
+    """Ctrl-C (or `up`'s SIGTERM) the moment a component's `Popen` returns, before the stack holds the
+    process, stops that component with the others (a CI run's SIGTERM landed there and left Prometheus
+    running)."""
+    ports = {k: free_port_factory() for k in ("sidecar_port", "prometheus_port", "alertmanager_port",
+                                              "trainer_metrics_port")}
+    stack = LocalStack(StackSettings(dir=tmp_path, **ports))
+    try:
+        with sigint_as_popen_returns(2) as spawned, pytest.raises(KeyboardInterrupt):
+            stack.start()
+    finally:
+        stack.stop()
+    assert len(spawned) == 2 and not stack.components
+    assert not [p for p in list(ports.values())[:3] if _listening(p)]
+    assert not [popen.args[0] for popen in spawned if popen.poll() is None]  # none left running
+
+
+def test_an_interrupt_as_the_demo_trainer_is_spawned_stops_the_trainer(stack, tmp_path):
+    """The same moment for the demo's trainer: the interrupt reaches it as Ctrl-C would (it stops)."""
+    demo = DemoSettings(run_id="spawn-interrupted", steps=2, trainer_log=tmp_path / "trainer.log", settle_s=0)
+    with sigint_as_popen_returns(1) as spawned, pytest.raises(KeyboardInterrupt):
+        run_demo(stack, demo)
+    (trainer,) = spawned
+    try:
+        assert trainer.poll() is not None  # run_demo stopped it and waited before the interrupt went on
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trl_grpo.py"
