@@ -210,7 +210,7 @@ def run_demo(stack: LocalStack, demo: DemoSettings) -> DemoSummary:
             except KeyboardInterrupt:
                 if proc is not None:
                     proc.send_signal(signal.SIGINT)  # the user stopped it: a finished run (SIGTERM: preempted)
-                    code = proc.wait()
+                    proc.wait()
                 raise
             # A few evaluations more: an alert whose `for:` ends with the last step still counts.
             time.sleep(RECORD_GRACE_S)

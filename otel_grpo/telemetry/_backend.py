@@ -145,8 +145,10 @@ class Backend:
             finite.update(instruments.record_scalars(values))
         for samples in rec.samples:
             instruments.record_samples(samples)
+        durations: dict[str, list[float]] = {}
         for name, start_ns, end_ns, _ in rec.phases:
-            instruments.record_phase(name, _seconds(start_ns, end_ns))
+            durations.setdefault(name, []).append(_seconds(start_ns, end_ns))
+        instruments.record_phases(durations)
         if rec.evaluation:  # no step: a hang after an evaluation before the first step is still "no first step"
             return finite
         end_ns = rec.end_ns or time.time_ns()

@@ -100,7 +100,7 @@ class Instruments:
         self._steps = self._instrument(get("steps"))
         self._skipped = self._instrument(get("skipped_steps"))
         self._nonfinite = self._instrument(get("nonfinite"))
-        self._phase = self._instrument(get("phase_duration"))
+        self._phase = self._recorder(get("phase_duration"))
         self._phase_attrs: dict[str, dict[str, Any]] = {}
         self._step_route = self._route_for(get("step"), {})
         self._interval_route = self._route_for(get("log_interval"), {})
@@ -120,6 +120,11 @@ class Instruments:
             found = self._create(signal.name, signal.kind, signal.unit, signal.description, signal.buckets)
             self._by_name[signal.name] = found
         return found
+
+    def _recorder(self, signal: Signal) -> HistogramRecorder:
+        """A histogram signal's instrument, to record values in batches."""
+        self._instrument(signal)
+        return self._histograms[signal.name]
 
     def _create(self, name: str, kind: Kind, unit: str, desc: str, buckets: tuple[float, ...] | None) -> Any:
         meter = self._meter
@@ -226,11 +231,14 @@ class Instruments:
                 self._warn_once(name, "this meter provider's histograms take no negative values; %d of %r dropped",
                                 dropped, name)
 
-    def record_phase(self, phase: str, seconds: float) -> None:
-        attrs = self._phase_attrs.get(phase)
-        if attrs is None:
-            attrs = self._phase_attrs[phase] = {**self._base, "phase": phase}
-        self._phase.record(seconds, attrs)  # one value: the SDK's own path is the cheaper one
+    def record_phases(self, durations: Mapping[str, list[float]]) -> None:
+        """Phase durations in seconds by phase name: one batch per phase (a record of ten trainer steps holds
+        ten of each)."""
+        for phase, seconds in durations.items():
+            attrs = self._phase_attrs.get(phase)
+            if attrs is None:
+                attrs = self._phase_attrs[phase] = {**self._base, "phase": phase}
+            self._phase.record_many(seconds, attrs)  # durations are never negative: nothing dropped
 
     def record_activity(self, unix_s: float) -> None:
         """The time of the process's latest work between steps (a heartbeat)."""

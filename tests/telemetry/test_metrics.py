@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 
+import pytest
 from opentelemetry.sdk.metrics.export import Gauge, Histogram, Sum
 
 from otel_grpo.catalog import get
@@ -168,6 +170,25 @@ def test_phase_durations_histogram_and_counters(captured):
     for name, total in (("grpo.steps", 3), ("grpo.tokens", 300), ("grpo.samples", 24)):
         assert isinstance(metrics[name].data, Sum) and metrics[name].data.is_monotonic
         assert metrics[name].data.data_points[0].value == total, name
+
+
+def test_phases_of_several_trainer_steps_in_one_record_each_count(captured):
+    """A logged step that covers several trainer steps (TRL's logging_steps > 1) reports each phase once per
+    trainer step: every duration lands in the histogram, with its own bucket."""
+    with captured.tel.step(10) as s:
+        for seconds in (0.004, 0.3, 7.0):
+            s.record_phase("update", seconds)
+        s.record_phase("rollout", 2.0)
+    points = {p.attributes["phase"]: p for p in captured.metrics()["grpo.phase.duration"].data.data_points}
+    update = points["update"]
+    assert (update.count, update.min, update.max) == (3, 0.004, 7.0)
+    assert update.sum == pytest.approx(7.304)
+    bounds = list(update.explicit_bounds)
+    expected = [0] * (len(bounds) + 1)
+    for seconds in (0.004, 0.3, 7.0):
+        expected[bisect.bisect_left(bounds, seconds)] += 1
+    assert list(update.bucket_counts) == expected
+    assert points["rollout"].count == 1 and points["rollout"].sum == 2.0
 
 
 def test_nonfinite_values_are_counted_not_exported(captured):
