@@ -109,10 +109,11 @@ class Backend:
             _fail(step, rec.error, rec.end_ns)
             parent = trace.set_span_in_context(step)
             self._phases(rec, parent)
-            finite = self._record_metrics(rec)
+            durations = _durations(rec)
+            finite = self._record_metrics(rec, durations)
             step.set_attributes({spans.METRIC_PREFIX + k: v for k, v in finite.items()})
             self._check_span_limit(step)
-            self._spill_step(rec, finite)
+            self._spill_step(rec, finite, durations)
             if rec.rows or rec.picked:
                 self._emit_samples(rec, parent)
         finally:
@@ -129,25 +130,20 @@ class Backend:
             _fail(span, error, end_ns)
             span.end(end_time=end_ns)
 
-    def _spill_step(self, rec: StepRecord, finite: dict[str, float]) -> None:
+    def _spill_step(self, rec: StepRecord, finite: dict[str, float], durations: dict[str, list[float]]) -> None:
         """The step span's content, spilled: `otel-grpo replay` rebuilds the sidecar's step row from it."""
         if self.spill is None:
             return
-        phases: dict[str, float] = {}
-        for name, start_ns, end_ns, _ in rec.phases:
-            phases[name] = phases.get(name, 0.0) + _seconds(start_ns, end_ns)
+        phases = {name: sum(seconds) for name, seconds in durations.items()}
         self.spill.write_step(self._settings.run_id, rec.step, rec.start_ns, rec.end_ns, finite, phases)
 
-    def _record_metrics(self, rec: StepRecord) -> dict[str, float]:
+    def _record_metrics(self, rec: StepRecord, durations: dict[str, list[float]]) -> dict[str, float]:
         instruments = self._instruments
         finite: dict[str, float] = {}
         for values in rec.scalars:
             finite.update(instruments.record_scalars(values))
         for samples in rec.samples:
             instruments.record_samples(samples)
-        durations: dict[str, list[float]] = {}
-        for name, start_ns, end_ns, _ in rec.phases:
-            durations.setdefault(name, []).append(_seconds(start_ns, end_ns))
         instruments.record_phases(durations)
         if rec.evaluation:  # no step: a hang after an evaluation before the first step is still "no first step"
             return finite
@@ -210,6 +206,14 @@ def _fail(span: Span, error: Error | None, at_ns: int | None) -> None:
     span.add_event("exception", {"exception.type": kind, "exception.message": message,
                                  "exception.stacktrace": stacktrace}, at_ns)
     span.set_status(Status(StatusCode.ERROR, kind))
+
+
+def _durations(rec: StepRecord) -> dict[str, list[float]]:
+    """Each phase name's durations in seconds, in the order they ran (a record of ten trainer steps holds ten)."""
+    durations: dict[str, list[float]] = {}
+    for name, start_ns, end_ns, _ in rec.phases:
+        durations.setdefault(name, []).append(_seconds(start_ns, end_ns))
+    return durations
 
 
 def _seconds(start_ns: int, end_ns: int) -> float:

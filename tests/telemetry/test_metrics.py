@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 import math
 
@@ -174,7 +175,7 @@ def test_phase_durations_histogram_and_counters(captured):
 
 def test_phases_of_several_trainer_steps_in_one_record_each_count(captured):
     """A logged step that covers several trainer steps (TRL's logging_steps > 1) reports each phase once per
-    trainer step: every duration lands in the histogram, with its own bucket."""
+    trainer step: every duration lands in the histogram, with its own bucket, and the spilled step sums them."""
     with captured.tel.step(10) as s:
         for seconds in (0.004, 0.3, 7.0):
             s.record_phase("update", seconds)
@@ -189,6 +190,10 @@ def test_phases_of_several_trainer_steps_in_one_record_each_count(captured):
         expected[bisect.bisect_left(bounds, seconds)] += 1
     assert list(update.bucket_counts) == expected
     assert points["rollout"].count == 1 and points["rollout"].sum == 2.0
+    # the spilled step row (what `otel-grpo replay` rebuilds the sidecar's from) sums them per phase
+    (steps,) = captured.output_dir.rglob("steps.jsonl")
+    phases = json.loads(steps.read_text().splitlines()[-1])["phases"]
+    assert phases == {"update": pytest.approx(7.304), "rollout": 2.0}
 
 
 def test_nonfinite_values_are_counted_not_exported(captured):
