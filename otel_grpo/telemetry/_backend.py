@@ -50,7 +50,9 @@ class Backend:
         if settings.export_all_ranks and world_size > 1:
             base["rank"] = rank  # per-rank series would otherwise collide
         self._tracer = exporters.tracer_provider.get_tracer(_SCOPE)
-        self._instruments = Instruments(exporters.meter_provider.get_meter(_SCOPE), base)
+        pushed = any(name in ("otlp", "console") for name in settings.metrics_exporters)
+        promise_s = settings.metric_export_interval_ms / 1000 if pushed else 0.0
+        self._instruments = Instruments(exporters.meter_provider.get_meter(_SCOPE), base, promise_s)
         suffix = f"_rank{rank}" if "rank" in base else ""  # ranks must not append to one file
         self.spill = SampleSpill(settings.output_dir, suffix) if settings.spill_samples else None
         self._budget = RowBudget(settings)  # anomalous steps kept whole: this backend selects (one process)
@@ -59,8 +61,10 @@ class Backend:
         self._warned_span_limit = False
         self._warned_score = False
         # The step index advances once per reported step: a trainer that reports every N steps
-        # (TRL's logging_steps) moves it every N step times, and the stall alert must wait that long
-        self._last_end_ns = time.time_ns()
+        # (TRL's logging_steps) moves it every N step times, and the stall alert must wait that long.
+        # Measured from the later of the last step and the last heartbeat (work between steps is
+        # no part of a step interval); not at the first step, whose wait is the process's start-up.
+        self._last_progress_ns: int | None = None
 
     @classmethod
     def build(cls, settings: TelemetrySettings, rank: int, world_size: int, local_rank: int,
@@ -79,6 +83,8 @@ class Backend:
         of error)."""
         if isinstance(rec, Heartbeat):
             self._instruments.record_activity(rec.at_ns / 1e9)
+            if self._last_progress_ns is not None:
+                self._last_progress_ns = max(self._last_progress_ns, rec.at_ns)
             return
         try:
             self._emit(rec)
@@ -93,6 +99,7 @@ class Backend:
 
     def close(self, timeout_s: float, *, finished: bool, preempted: bool) -> None:
         """The run's end markers (`grpo.run.finished` / `grpo.run.preempted`), then the exporters' close."""
+        self._instruments.closing()
         if preempted:
             self._instruments.record_scalars({"run_preempted": 1.0})
         if finished:
@@ -149,9 +156,10 @@ class Backend:
             return finite
         end_ns = rec.end_ns or time.time_ns()
         # measured, unless the caller gave it (a trainer that reports a step ahead of its logging cadence)
-        interval = None if "log_interval" in finite else max(end_ns - self._last_end_ns, 0) / 1e9
-        instruments.count_steps(rec.steps_done, rec.step, rec.skipped, interval)
-        self._last_end_ns = end_ns
+        last = self._last_progress_ns
+        interval = None if "log_interval" in finite or last is None else max(end_ns - last, 0) / 1e9
+        instruments.count_steps(rec.steps_done, rec.step, rec.skipped, interval, end_ns / 1e9)
+        self._last_progress_ns = end_ns if last is None else max(end_ns, last)
         return finite
 
     def _check_span_limit(self, span: Span) -> None:

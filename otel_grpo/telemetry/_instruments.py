@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -86,7 +87,9 @@ class LatestValueGauge:
 class Instruments:
     """Instruments of one `Telemetry`, created lazily from the catalog on first use."""
 
-    def __init__(self, meter: Meter, base_attributes: Mapping[str, Any]) -> None:
+    def __init__(self, meter: Meter, base_attributes: Mapping[str, Any], promise_s: float = 0.0) -> None:
+        """`promise_s`: the push readers' export interval (0 where only a scrape collects): how long each
+        collection vouches for this process (`grpo.process.alive_until`)."""
         self._meter = meter
         self._base = dict(base_attributes)
         # The alerts' event counters count in this process's own series: a resumed run's first
@@ -110,8 +113,14 @@ class Instruments:
         started = self._route_for(get("process_start"), {})
         started.record(float(process), started.attributes)
         self._activity_route = self._route_for(get("activity"), {})
-        # A process's first step says "running": a resumed run's earlier end no longer counts.
-        self._running = [self._route_for(get(key), {}) for key in ("run_finished", "run_preempted")]
+        self._step_end_route = self._route_for(get("step_end"), {})
+        # A process's start says "running": a resumed run's (or a reused run id's) earlier end no longer counts.
+        for key in ("run_finished", "run_preempted"):
+            route = self._route_for(get(key), {})
+            route.record(0.0, route.attributes)
+        alive = get("alive")
+        self._promise_s = promise_s
+        meter.create_observable_gauge(alive.name, [self._vouch], unit=alive.unit, description=alive.description)
 
     # ---- instruments ---------------------------------------------------------------
     def _instrument(self, signal: Signal) -> Any:
@@ -240,17 +249,25 @@ class Instruments:
                 attrs = self._phase_attrs[phase] = {**self._base, "phase": phase}
             self._phase.record_many(seconds, attrs)  # durations are never negative: nothing dropped
 
+    def _vouch(self, _options: CallbackOptions) -> Iterable[Observation]:
+        """Read at each collection: this process is alive now, and until its next export."""
+        return [Observation(time.time() + self._promise_s, dict(self._base))]
+
+    def closing(self) -> None:
+        """The process is going away: its last collections vouch for no further export."""
+        self._promise_s = 0.0
+
     def record_activity(self, unix_s: float) -> None:
         """The time of the process's latest work between steps (a heartbeat)."""
         self._activity_route.record(unix_s, self._activity_route.attributes)
 
-    def count_steps(self, steps: int, last_step: int, skipped: bool, interval_s: float | None) -> None:
-        """Progress counters, the `step` and `log_interval` gauges and the step checks' streaks (once per
-        reported step; `interval_s`: the wall time since the previous one, None: the step recorded its own)."""
+    def count_steps(self, steps: int, last_step: int, skipped: bool, interval_s: float | None,
+                    end_s: float) -> None:
+        """Progress counters, the `step`, `step_end` and `log_interval` gauges and the step checks' streaks (once
+        per reported step; `interval_s`: the wall time since the previous progress, None: not measured (the
+        process's first step, or the step recorded its own); `end_s`: the step's end, Unix seconds)."""
         self._streaks.end_step()
-        for route in self._running:
-            route.record(0.0, route.attributes)
-        self._running.clear()
+        self._step_end_route.record(end_s, self._step_end_route.attributes)
         if steps > 0:
             self._steps.add(steps, self._base)
         if skipped:

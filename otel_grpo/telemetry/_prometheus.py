@@ -64,16 +64,20 @@ class Scrapes:
     # An endpoint served this long without a scrape has nobody watching it: scrape intervals run
     # from 1 s (local mode) to 60 s. A shorter-lived one may simply not have been reached yet.
     UNWATCHED_AFTER_S = 60.0
+    # Never scraped: how long a short-lived endpoint waits for a first scrape that may be on its way.
+    FIRST_SCRAPE_S = 2.5
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._begun = 0
         self._done = 0  # the highest number of a completed scrape
         self._since = time.monotonic()
+        self._starts: list[float] = []  # the last two scrapes' beginnings: the watcher's interval
 
     def begin(self) -> int:
         with self._cond:
             self._begun += 1
+            self._starts = self._starts[-1:] + [time.monotonic()]
             return self._begun
 
     def end(self, seq: int) -> None:
@@ -82,13 +86,19 @@ class Scrapes:
             self._cond.notify_all()
 
     def wait_after(self, timeout_s: float) -> None:
-        """Until a scrape that begins after this call has completed, at most `timeout_s`; at once if the
-        endpoint was served `UNWATCHED_AFTER_S` without a scrape (nobody watches it: no scrape would
-        come). A short run not scraped yet waits for its first scrape (under load one can be late)."""
+        """Until a scrape that begins after this call has completed, at most `timeout_s`: about one scrape
+        interval of the watcher (twice the last one seen, plus a second, when two were); at most
+        `FIRST_SCRAPE_S` for an endpoint never scraped yet, and not at all once it was served
+        `UNWATCHED_AFTER_S` without a scrape (nobody watches it: no scrape would come)."""
         with self._cond:
-            if self._begun or time.monotonic() - self._since < self.UNWATCHED_AFTER_S:
-                mark = self._begun
-                self._cond.wait_for(lambda: self._done > mark, timeout_s)
+            if not self._begun:
+                if time.monotonic() - self._since >= self.UNWATCHED_AFTER_S:
+                    return
+                timeout_s = min(timeout_s, self.FIRST_SCRAPE_S)
+            elif len(self._starts) == 2:
+                timeout_s = min(timeout_s, 2 * (self._starts[1] - self._starts[0]) + 1.0)
+            mark = self._begun
+            self._cond.wait_for(lambda: self._done > mark, timeout_s)
 
 
 @dataclass
@@ -100,8 +110,7 @@ class ServedReader:
 
     def linger(self, timeout_s: float) -> None:
         """Keep serving until one more scrape has read what is set now (`grpo.run.finished` = 1), at most
-        `timeout_s`: the end of a run waits about one scrape interval, or not at all if nothing has
-        scraped it for `Scrapes.UNWATCHED_AFTER_S`."""
+        `timeout_s`: the end of a run waits about one scrape interval of its watcher (`Scrapes.wait_after`)."""
         self.scrapes.wait_after(timeout_s)
 
 
