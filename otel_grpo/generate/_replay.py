@@ -1,4 +1,4 @@
-"""Per-step values of a run, replayed as the series Prometheus scrapes: the alert tests' input.
+"""A run's processes replayed as the series Prometheus scrapes: the alert tests' input and timing model.
 
     >>> run = Segment("r", {"kl": [0.1, 1.5, 1.5, 1.5]}, step_s=10)
     >>> series = replay([run], scrape_s=15, scrapes=4)
@@ -9,18 +9,36 @@
     >>> encode([None, None, 1.0, 2.0, 3.0, 4.0, 0.5, 0.5, 0.5, "stale"])
     '_x2 1+1x3 0.5x2 stale'
 
-The training process's exports are modelled exactly as they reach Prometheus: the
-gauges hold the last step's values (non-finite values are counted, not exported),
-the counters count every step (in series of the process: `process` is its start),
-and the step checks' streaks are advanced by the catalog's own `Streaks` (the same
-code the trainer runs). A scrape sees
-the steps completed by its time. So a scenario says what a run does per step
-(2 s or 15 min apart) and the rules are tested against what a 15 s scrape of it
-shows, hours long.
+The training process's exports are modelled exactly as they reach Prometheus, on one
+timeline per process (`Segment`): a start-up, steps of `step_s`, pauses between steps
+(an evaluation or a save, beating or not: `Pause`), and an end (`ENDS`). What a scrape at
+time t sees depends on the path:
+
+- *pull* (`export_s=0`, `expire_s=0`): the process's endpoint, collected at the scrape
+  itself; a process that ended is gone from the next scrape on (stale), except that a
+  finished or preempted one lingers until one more scrape has read its end marker.
+- *push* through a collector (`export_s>0`): the process exports every `export_s` (and
+  once more when it closes on purpose; a killed one does not); the collector serves each
+  series' last delivered value until `expire_s` (its metric_expiration) after that
+  series' last update, forgets everything when it restarts, and is not scraped during an
+  outage (`Outage`), when the exports to it fail too.
+- `export_s=0` with `expire_s>0`: a collector fed continuously (each scrape sees the
+  process's state at that moment), kept `expire_s` after the end.
+
+The gauges hold the last step's values (a value not logged at a step, None, is absent:
+no data point), non-finite values are counted, not exported, the counters count every
+step (in series of the process: `process` is its start), and the step checks' streaks are
+advanced by the catalog's own `Streaks` (the same code the trainer runs). The health
+gauges are the trainer's: its start, its last step's end and last heartbeat (trainer
+clock), `grpo.process.alive_until` (the collection time plus the export interval), and
+the end markers (0 from the start). So a scenario says what a run does (2 s or 30 min
+per step, crashes, hangs, resumes) and the rules are tested against what the scrapes
+of it show, hours long.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass, field
@@ -31,6 +49,30 @@ from otel_grpo.catalog import PROCESS, STEP_CHECKS, Streaks, bound_label, proces
 
 STALE = "stale"
 ENDS = ("hang", "finish", "preempt", "crash")
+COLLECTOR = 'job="otelcol", instance="otelcol:8888"'
+"""Labels of the collector's own scrape target in replays (its `up` and uptime series)."""
+
+
+def _name(key: str) -> str:
+    return catalog.get(key).prometheus_name
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Time between two steps (or before the first, after the start-up) spent on other work."""
+
+    seconds: float
+    beat_s: float = 0.0
+    """A heartbeat every this many seconds during the pause (an evaluation batch, a save that writes); 0: none
+    (a hang that recovers, or work the process does not report)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outage:
+    """The collector down from `start_s` to `end_s`: not scraped, exports to it lost, its memory gone after."""
+
+    start_s: float
+    end_s: float
 
 
 @dataclass(kw_only=False, slots=True)
@@ -39,7 +81,7 @@ class Segment:
 
     run_id: str
     values: Mapping[str, Sequence[float | None]]
-    """Catalog key -> one value per step (all the same length); None: not logged at that step."""
+    """Catalog key -> one value per step (all the same length); None: not logged at that step (absent)."""
     step_s: float
     start_s: float = 0.0
     first_step: int = 0
@@ -48,77 +90,222 @@ class Segment:
     """Steps per reported step: a trainer that reports every N steps (TRL's `logging_steps`) moves the step
     index by N each `step_s`; its values are then one per reported step."""
     end: str = "hang"
-    """After the last step: `hang` (alive, exporting, no step), `finish` (grpo.run.finished = 1), `preempt`
-    (SIGTERM: grpo.run.preempted = 1) or `crash`; an ended process's series stay `expire_s` (the collector's
-    metric_expiration) then go stale. A process exports its start time from its start; one with no step
-    (empty values) ends one step time after its start."""
+    """After the last step (and `end_after_s`): `hang` (alive, exporting, no step), `finish` (grpo.run.finished
+    = 1), `preempt` (SIGTERM: grpo.run.preempted = 1) or `crash` (killed: no last export)."""
     expire_s: float = 300.0
+    """How long the collector serves a series after its last update (metric_expiration); 0: a pull endpoint."""
+    export_s: float = 0.0
+    """Push interval of the process's metric reader; 0: collected at each scrape."""
+    startup_s: float = 0.0
+    """From the process's start to its first step's beginning (loading a model, a data set)."""
+    pauses: Mapping[int, Pause] = field(default_factory=dict)
+    """After step i (-1: after the start-up, before the first step): a pause before the next step begins."""
+    end_after_s: float | None = None
+    """From the last step's end to the process's end (a crash mid-step); default 0, and for a process
+    without steps one step time after its start-up."""
     steps: int = field(init=False)
 
     def __post_init__(self) -> None:
-        lengths = {len(v) for v in self.values.values()}
-        if len(lengths) != 1 or self.step_s <= 0 or self.end not in ENDS or self.stride < 1:
-            raise ValueError(f"segment {self.run_id!r}: values of one length, step_s > 0, stride >= 1, end in {ENDS}")
+        lengths = {len(v) for v in self.values.values()} or {0}
+        if (len(lengths) != 1 or self.step_s <= 0 or self.end not in ENDS or self.stride < 1 or self.export_s < 0
+                or self.expire_s < 0 or self.startup_s < 0):
+            raise ValueError(f"segment {self.run_id!r}: values of one length, step_s > 0, stride >= 1, end in {ENDS}, "
+                             "export_s, expire_s and startup_s >= 0")
         self.steps = lengths.pop()
 
+    @property
+    def pull(self) -> bool:
+        return self.export_s == 0 and self.expire_s == 0
 
-def _states(seg: Segment) -> Iterator[dict[str, float]]:
-    """The exported values at the process's start (its start time), then after each step, keyed by series
-    (labels included)."""
+
+@dataclass(slots=True)
+class _Timeline:
+    """When a process's steps end, when it beats, and when it ends (inf: it hangs, alive)."""
+
+    ends: list[float]
+    beats: list[float]
+    end_s: float
+
+    @classmethod
+    def of(cls, seg: Segment) -> "_Timeline":
+        ends: list[float] = []
+        beats: list[float] = []
+        t = seg.start_s + seg.startup_s
+        for i in range(-1, seg.steps):
+            if i >= 0:
+                t += seg.step_s
+                ends.append(t)
+            pause = seg.pauses.get(i)
+            if pause is not None and i < seg.steps - 1:
+                if pause.beat_s > 0:
+                    beats += [t + k * pause.beat_s for k in range(1, int(pause.seconds / pause.beat_s) + 1)
+                              if k * pause.beat_s < pause.seconds]
+                t += pause.seconds
+        after = seg.end_after_s if seg.end_after_s is not None else (0.0 if seg.steps else seg.step_s)
+        end = math.inf if seg.end == "hang" else (ends[-1] if ends else t) + after
+        return cls(ends, beats, end)
+
+    def done(self, at: float) -> int:
+        """Steps completed by `at`."""
+        return bisect.bisect_right(self.ends, at)
+
+    def last_beat(self, at: float) -> float | None:
+        i = bisect.bisect_right(self.beats, at)
+        return self.beats[i - 1] if i else None
+
+
+def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
+    """The exported values at the process's start, then after each step, keyed by series (labels included);
+    the time-dependent gauges (alive, heartbeat) are added at collection."""
     run = f'run_id="{seg.run_id}"'
     process = f'{PROCESS}="{process_id(seg.start_s)}"'  # the event counters' series are the process's own
-    out: dict[str, float] = {f"{catalog.get('process_start').prometheus_name}{{{run}}}": float(int(seg.start_s))}
+    out: dict[str, float] = {f"{_name('process_start')}{{{run}}}": float(int(seg.start_s))}
+    for end in ("finish", "preempt"):  # 0 from the start, 1 at a deliberate end
+        out[f"{_name('run_' + end + 'ed')}{{{run}}}"] = 0.0
     yield dict(out)
     streaks = {key: Streaks(c) for key, c in STEP_CHECKS.items()}
     for i in range(seg.steps):
-        out[f"{catalog.get('step').prometheus_name}{{{run}}}"] = float(seg.first_step + i * seg.stride)
-        out[f"{catalog.get('steps').prometheus_name}{{{run}}}"] = float((i + 1) * seg.stride)
-        out[f"{catalog.get('log_interval').prometheus_name}{{{run}}}"] = seg.step_s
+        end_s = line.ends[i]
+        out[f"{_name('step')}{{{run}}}"] = float(seg.first_step + i * seg.stride)
+        out[f"{_name('steps')}{{{run}}}"] = float((i + 1) * seg.stride)
+        out[f"{_name('step_end')}{{{run}}}"] = end_s
+        if i:  # not at the first step: its wait is the start-up; from the later of the last step and heartbeat
+            since = max(line.ends[i - 1], line.last_beat(end_s) or -math.inf)
+            out[f"{_name('log_interval')}{{{run}}}"] = end_s - since
         for key, values in seg.values.items():
             value = values[i]
-            if value is None:  # not logged: the gauge keeps its last value
+            name = f"{_name(key)}{{{run}}}"
+            if catalog.get(key).kind is catalog.Kind.HISTOGRAM:  # a per-sample value: only a non-finite one counts
+                value = None if value is None or math.isfinite(value) else value
+                if value is None:
+                    continue
+            if value is None or not math.isfinite(value):  # absent at this step: no data point
+                out.pop(name, None)
+                if value is not None:
+                    bad = f'{_name("nonfinite")}{{{run}, {process}, signal="{key}"}}'
+                    out[bad] = out.get(bad, 0.0) + 1
                 continue
-            if not math.isfinite(value):
-                name = f'{catalog.get("nonfinite").prometheus_name}{{{run}, {process}, signal="{key}"}}'
-                out[name] = out.get(name, 0.0) + 1
-                continue
-            out[f"{catalog.get(key).prometheus_name}{{{run}}}"] = value
+            out[name] = value
             state = streaks.get(key)
             if state is not None:
                 state.advance(value)
                 for bound, streak in zip(state.check.bounds, state.counts):
                     labels = f'{run}, signal="{key}", bound="{bound_label(bound)}"'
-                    out[f"{catalog.get('step_streak').prometheus_name}{{{labels}}}"] = float(streak)
+                    out[f"{_name('step_streak')}{{{labels}}}"] = float(streak)
                     done = reached(streak)
                     for n in catalog.STREAKS:
-                        name = f'{catalog.get("step_beyond").prometheus_name}{{{labels}, {process}, streak="{n}"}}'
-                        out[name] = out.get(name, 0.0) + (n in done)
-        for end in ("finish", "preempt"):  # 0 from the first step, 1 at a deliberate end
-            marker = f"{catalog.get('run_' + end + 'ed').prometheus_name}{{{run}}}"
-            out[marker] = float(seg.end == end and i == seg.steps - 1)
+                        counter = f'{_name("step_beyond")}{{{labels}, {process}, streak="{n}"}}'
+                        out[counter] = out.get(counter, 0.0) + (n in done)
         yield dict(out)
 
 
-def _segment_series(seg: Segment, scrape_s: float, scrapes: int) -> dict[str, list]:
-    states = list(_states(seg))
-    names = list(dict.fromkeys(n for s in states for n in s))
-    series: dict[str, list] = {n: [None] * (scrapes + 1) for n in names}
-    # a process that never completes a step ends (crash: dies) one step time after its start
-    last_s = seg.start_s + max(seg.steps, 1) * seg.step_s
-    gone_s = math.inf if seg.end == "hang" else last_s + seg.expire_s
+def _at(seg: Segment, line: _Timeline, states: list[dict[str, float]], c: float) -> dict[str, float]:
+    """Everything the process exports when collected at `c`."""
+    run = f'run_id="{seg.run_id}"'
+    out = dict(states[line.done(c)])
+    ended = c >= line.end_s
+    if ended and seg.end in ("finish", "preempt"):
+        out[f"{_name('run_' + seg.end + 'ed')}{{{run}}}"] = 1.0
+    beat = line.last_beat(c)
+    if beat is not None:
+        out[f"{_name('activity')}{{{run}}}"] = beat
+    out[f"{_name('alive')}{{{run}}}"] = c if ended else c + seg.export_s  # closing: no further export vouched for
+    return out
+
+
+def _deliveries(seg: Segment, line: _Timeline, scrape_s: float, scrapes: int) -> list[float]:
+    """Collection times of what reaches the collector: every `export_s` from the start and the last export of
+    a process that closes (finish, preempt; a killed process makes none); with `export_s=0`, every scrape
+    while the process runs and its end."""
+    horizon = scrapes * scrape_s
+    if seg.export_s > 0:
+        times = [seg.start_s + k * seg.export_s for k in range(1, int((horizon - seg.start_s) // seg.export_s) + 1)]
+        times = [c for c in times if c < line.end_s]
+        if seg.end in ("finish", "preempt") and line.end_s <= horizon:
+            times.append(line.end_s)
+        return times
+    times = [k * scrape_s for k in range(scrapes + 1) if seg.start_s <= k * scrape_s < line.end_s]
+    return times + ([line.end_s] if line.end_s <= horizon else [])
+
+
+def _down(outages: Sequence[Outage], t: float) -> bool:
+    return any(o.start_s <= t < o.end_s for o in outages)
+
+
+def _restarted(outages: Sequence[Outage], t: float) -> float:
+    """The collector's last restart at or before `t` (-inf: none)."""
+    return max((o.end_s for o in outages if o.end_s <= t), default=-math.inf)
+
+
+def _segment_series(seg: Segment, scrape_s: float, scrapes: int, outages: Sequence[Outage]) -> dict[str, list]:
+    line = _Timeline.of(seg)
+    states = list(_states(seg, line))
+    alive = f'{_name("alive")}{{run_id="{seg.run_id}"}}'
+    # What each scrape sees, as (series -> value) and the collection time of the alive gauge; consecutive
+    # scrapes that see the same collection share one dict (steps of minutes span many scrapes).
+    seen: list[tuple[dict[str, float], float] | None] = [None] * (scrapes + 1)
+    if not seg.pull:  # each series' last delivered value and its time, as the collector holds them
+        deliveries = [c for c in _deliveries(seg, line, scrape_s, scrapes) if not _down(outages, c)]
+        held: dict[str, tuple[float, float]] = {}
+        view: dict[str, float] = {}
+        j, changed = 0, True
+        for k in range(scrapes + 1):
+            t = k * scrape_s
+            while j < len(deliveries) and deliveries[j] <= t:
+                for name, v in _at(seg, line, states, deliveries[j]).items():
+                    held[name] = (v, deliveries[j])
+                j, changed = j + 1, True
+            restart = _restarted(outages, t)
+            kept = {n: vc for n, vc in held.items() if t - vc[1] <= seg.expire_s and vc[1] >= restart}
+            if len(kept) != len(held):
+                held, changed = kept, True
+            if changed:
+                view, changed = {n: v for n, (v, _) in held.items()}, False
+            if view and not _down(outages, t):
+                seen[k] = (view, math.nan)
+    else:  # the endpoint, collected at each scrape while the process runs
+        read_end, last = False, None
+        for k in range(scrapes + 1):
+            t = k * scrape_s
+            if t < seg.start_s:
+                continue
+            if t >= line.end_s:
+                if seg.end not in ("finish", "preempt") or read_end:
+                    continue
+                read_end = True  # it lingers until one more scrape has read its end
+            key = (line.done(t), line.last_beat(t), t >= line.end_s)
+            if last is None or last[0] != key:
+                last = (key, _at(seg, line, states, t))
+            seen[k] = (last[1], t)
+    series: dict[str, list] = {}
+    for k, got in enumerate(seen):
+        if got is None:
+            continue
+        view, t = got
+        for name, v in view.items():
+            values = series.get(name)
+            if values is None:
+                values = series[name] = [None] * (scrapes + 1)
+            values[k] = t if name == alive and not math.isnan(t) else v
+    for values in series.values():  # a series gone from a scrape that had it: one staleness marker
+        for k in range(1, scrapes + 1):
+            if values[k] is None and values[k - 1] not in (None, STALE):
+                values[k] = STALE
+    return series
+
+
+def collector_series(outages: Sequence[Outage], scrape_s: float, scrapes: int) -> dict[str, list]:
+    """The collector's own target: `up` (0 during an outage) and its uptime (not scraped while down)."""
+    up, uptime = [], []
     for k in range(scrapes + 1):
         t = k * scrape_s
-        if t < seg.start_s:
-            continue
-        done = min(seg.steps, int((t - seg.start_s) // seg.step_s))
-        if t > gone_s:
-            for n in names:  # one staleness marker where a sample was, then nothing
-                if series[n][k - 1] not in (None, STALE):
-                    series[n][k] = STALE
-            continue
-        for n, v in states[done].items():  # states[0]: started, no step yet
-            series[n][k] = v
-    return series
+        down = _down(outages, t)
+        up.append(0.0 if down else 1.0)
+        uptime.append(None if down else float(t - max(_restarted(outages, t), 0.0)))
+    for k in range(1, scrapes + 1):
+        if uptime[k] is None and uptime[k - 1] not in (None, STALE):
+            uptime[k] = STALE
+    return {f"up{{{COLLECTOR}}}": up, f"otelcol_process_uptime_seconds_total{{{COLLECTOR}}}": uptime}
 
 
 def _fmt(v: float) -> str:
@@ -161,15 +348,19 @@ def encode(values: Sequence) -> str:
     return " ".join(out)
 
 
-def replay(segments: Sequence[Segment], scrape_s: float, scrapes: int) -> dict[str, str]:
+def replay(segments: Sequence[Segment], scrape_s: float, scrapes: int,
+           outages: Sequence[Outage] = ()) -> dict[str, str]:
     """Series name -> promtool values for `scrapes` + 1 scrapes, `scrape_s` apart; a later segment of a
-    run (a resume) replaces an earlier one's samples from its first scrape with data on."""
+    run (a resume) replaces an earlier one's samples from its first scrape with data on. Where a process
+    exports through the collector, the collector's own target is replayed too (its outages)."""
     merged: dict[str, list] = {}
     for seg in segments:
-        for name, values in _segment_series(seg, scrape_s, scrapes).items():
+        for name, values in _segment_series(seg, scrape_s, scrapes, outages).items():
             old = merged.setdefault(name, [None] * (scrapes + 1))
             first = next((k for k, v in enumerate(values) if v is not None), scrapes + 1)
             old[first:] = values[first:]
+    if any(seg.export_s > 0 for seg in segments) or outages:
+        merged.update(collector_series(outages, scrape_s, scrapes))
     return {name: encode(values) for name, values in merged.items()}
 
 
@@ -192,4 +383,4 @@ def expand(text: str) -> list[float]:
     return out
 
 
-__all__ = ["Segment", "encode", "expand", "replay"]
+__all__ = ["Outage", "Pause", "Segment", "collector_series", "encode", "expand", "replay"]
