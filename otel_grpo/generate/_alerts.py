@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from ._alerts_base import PCT as _PCT, RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert, by_run as _max
 from ._evidence import at_step, beyond, counted
-from ._rules import ENTROPY, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, prometheus_name, threshold
-from ._run_end import progress_rule, run_end_alerts
+from ._rules import ENTROPY, KL, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, prometheus_name, threshold
+from ._run_end import run_end_alerts, run_end_rules
 
 STREAK = "run_id:grpo_check:streak_start"
 BETA = prometheus_name("beta")
@@ -64,7 +64,8 @@ def _trend_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
     enough = f"and on (run_id) {_max(STEP_INDEX)} >= {s.warmup_steps}"
     drop = f"(run_id:grpo_reward_mean:baseline_mean - {recent(REWARD)})"
     return {
-        "kl_jump": (f"run_id:grpo_kl:zscore > {s.kl_zscore} {enough} {_kl_on(s)}", s.kl_steps),
+        "kl_jump": (f"run_id:grpo_kl:zscore > {s.kl_zscore} and on (run_id) max by (run_id) ({KL})"
+                    f" > {s.kl_jump_factor} * run_id:grpo_kl:baseline_median {enough} {_kl_on(s)}", s.kl_steps),
         "reward_collapse": (f"{drop} / (run_id:grpo_reward_mean:baseline_stddev + 0.05) > {s.reward_zscore}"
                             f" and on (run_id) {drop} > {s.reward_drop} {enough}", s.drift_steps),
         "entropy_collapse": (f"({recent(ENTROPY)} < {s.entropy_fraction} * run_id:grpo_policy_entropy:baseline_mean"
@@ -234,7 +235,8 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
 def alert_rules(s: RuleSettings) -> dict:
     """The alert rule file: streak and progress records first (same group: evaluated in order), then alerts."""
     records = [_streak_rule(s, check, cond) for check, (cond, _) in _trend_checks(s).items()]
-    records += [progress_rule(s), _seen_rule(s, "collector"), _seen_rule(s, "sidecar")]
+    collector, sidecar = _seen_rule(s, "collector"), _seen_rule(s, "sidecar")
+    records += [collector, sidecar] + run_end_rules(s, collector["record"])
     alerts = _drift_alerts(s) + _training_alerts(s) + _health_alerts(s) + _stack_alerts(s)
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from ._rules import RuleSettings
 from .dashboards import UID, panel_id
 
-PROGRESS = "run_id:grpo_step:progress_time"
 RUN = "run {{ $labels.run_id }}"
 VAL = '{{ $value | printf "%.3g" }}'  # humanize would print 0.5 as "500m"
 PCT = "{{ $value | humanizePercentage }}"  # fractions read as "65%", not "0.65 of"

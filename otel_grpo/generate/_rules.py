@@ -72,6 +72,9 @@ class RuleSettings:
     GRPOKLSpike, `kl_steps` consecutive steps GRPOKLHigh. A bound of the `kl` step check."""
     kl_zscore: float = 4.0
     """Robust standard deviations (from the IQR) above the KL baseline median that count as a jump."""
+    kl_jump_factor: float = 2.0
+    """... and at least this multiple of the baseline median: a KL that creeps up steadily (0.02 to 0.14 over
+    an hour) moves many robust deviations against a tight baseline, yet is no jump."""
     mismatch_kl_threshold: float = 0.01
     """k3 KL(pi_rollout || pi_train) above which the rollout engine has drifted."""
     ess_min: float = 0.5
@@ -103,9 +106,10 @@ class RuleSettings:
     # ---- step-aware conditions -----------------------------------------------------
     kl_steps: int = 3
     """GRPOKLHigh fires once KL has been over its threshold for this many consecutive training steps."""
-    drift_steps: int = 5
-    """Consecutive steps for the step-aware warnings (mismatch, IS, clipping, zero std, trends).
-    Both are streak lengths the training process counts (`otel_grpo.catalog.STREAKS`)."""
+    drift_steps: int = 3
+    """Consecutive steps for the step-aware warnings (mismatch, IS, clipping, zero std, trends): 3 keeps a
+    warning within max(3 steps, 5 min) of its onset at every step time (docs/alerts.md). Both are streak
+    lengths the training process counts (`otel_grpo.catalog.STREAKS`)."""
     streak_memory: str = "2m"
     """How long a trend streak survives a scrape gap (no data at all). At least 2 scrape intervals."""
     # ---- windows -------------------------------------------------------------------
@@ -135,13 +139,22 @@ class RuleSettings:
     stall_factor: float = 3.0
     """A run is stalled when its last step is older than this many of its longest recent step times, or times
     between two reported steps (a trainer reporting every N steps) ..."""
-    stall_floor: str = "15m"
-    """... and older than this floor (covers eval and checkpoint pauses of fast runs)."""
-    first_step_floor: str = "1h"
-    """A run's process that has completed no step this long after its start hangs before its first step
-    (model or data loading, a collective or an inference server that never answers)."""
-    progress_probe: str = "2m"
-    """Window in which a change of the step index counts as progress (at least 2 scrape intervals)."""
+    stall_floor: str = "3m"
+    """... and longer than this floor: more than a healthy run's last step takes to be seen (its export interval
+    and a scrape, 2 minutes at most), so a run of 2-second steps that hangs pages in minutes. Evaluations and
+    saves are no pause here while they beat (`Telemetry.heartbeat`, done for you by the integrations)."""
+    first_step_floor: str = "35m"
+    """A run's process that is alive, has completed no step and reported nothing else this long after its start
+    (or its last heartbeat) hangs before its first step (model or data loading, a collective or an inference
+    server that never answers). Longer than the longest healthy start-up you run (30 minutes here); a run that
+    loads longer gets its own (`overrides`)."""
+    liveness_slack: str = "90s"
+    """How far past its promise (`grpo.process.alive_until`: a collection's time plus the export interval) a
+    process may be heard from before it counts as gone: the longest scrape interval (60 s) and the delivery's
+    lag. GRPOMetricsAbsent then waits `for_fast` more (one failed scrape is no crash)."""
+    path_settle: str = "3m"
+    """After the collector was last seen down, how long no run is judged absent: one export interval (60 s at
+    most) and a scrape for every live run to be heard again, and the slack."""
     history_window: str = "6h"
     """How far back the recent step time and the last progress are looked up."""
     absent_window: str = "1d"
@@ -204,7 +217,8 @@ class RuleSettings:
         """Windows of seconds for the local demo (1 s scrapes): a one-minute run can fire and resolve."""
         base = cls(
             baseline_window="30s", recent_window="3s", baseline_offset="10s", baseline_min_steps=5, warmup_steps=10,
-            counter_window="20s", stall_floor="20s", first_step_floor="30s", progress_probe="3s", history_window="10m",
+            counter_window="20s", stall_floor="20s", first_step_floor="30s", liveness_slack="3s", path_settle="10s",
+            history_window="10m",
             absent_window="60s", rate_window="15s", histogram_window="15s", streak_memory="5s",
             for_fast="2s", for_slow="5s", for_target="10s",
         )

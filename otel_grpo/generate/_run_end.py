@@ -1,40 +1,60 @@
-"""How a run ends, told apart: finished, preempted, crashed, hung; a resume runs again.
+"""How a run ends, told apart by the trainer's own clock: finished, preempted, crashed, hung.
 
     >>> from otel_grpo.generate import RuleSettings
     >>> [a["alert"] for a in run_end_alerts(RuleSettings())]
     ['GRPOTrainerStalled', 'GRPONoFirstStep', 'GRPOMetricsAbsent', 'GRPORunPreempted']
 
-The training process exports `grpo.run.finished` and `grpo.run.preempted` at 0 from
-each process's first step, and sets one of them to 1 when it ends on purpose
-(completed or Ctrl-C; SIGTERM). So the *last* value within `absent_window` tells
-how a run that no longer exports ended: finished (silent), preempted (a warning:
-resume it), neither (a crash: a page). A resumed run exports 0 again, so an earlier
-end no longer hides its crash.
+Every judgement here reads times the training process exports, not the presence of series
+(which a collector keeps for its metric_expiration, a scrape gap hides, and a reused run id
+fills with an older process's values):
 
-A hang is measured from the last progress, which a self-referencing record keeps
-for as long as the run exports: a run that hangs right after its first step (no
-change of the step index ever) counts from when it was first seen, and a stall of
-any length never resolves by itself. Before its first step a process exports only its
-start time (`grpo.process.start_time`): one that hangs there, or dies, pages too
-(GRPONoFirstStep), and a resumed process that is still starting is no crash. Work between
-steps that the process reports (`grpo.process.activity_time`: heartbeats per evaluation
-batch, and per change on disk during a checkpoint save) counts as progress for both: a long
-evaluation or save is no hang, one stuck in a batch or on a hung file system is.
+- *alive*: each collection exports `grpo.process.alive_until`, the time plus the export
+  interval (a scrape: the time). A process that stops being heard from, however its
+  series are kept, is overdue once `time()` passes that promise by `liveness_slack` (a
+  scrape interval and the delivery's lag): GRPOMetricsAbsent (crashed, killed, lost its
+  exporter) or GRPORunPreempted, by the end markers of its *latest* process (0 from each
+  process's start, so a new process of a reused run id is running again).
+- *progress*: the later of the process's start, its last step's end and its last heartbeat
+  (`grpo.process.start_time`, `grpo.step.end_time`, `grpo.process.activity_time`). A live
+  process idle longer than `stall_factor` times its longest recent step interval (which
+  does not count its start-up or beating pauses), and at least `stall_floor`, is hung:
+  GRPOTrainerStalled; one that has no step yet (its last step's end is older than its
+  start) has `first_step_floor` instead: GRPONoFirstStep.
+- *the path*: while the collector is down, and for `path_settle` after it is back (one
+  export interval and a scrape for every run to be heard again), no run is judged absent:
+  GRPOCollectorDown pages for all of them.
+
+Each building block is a named recording rule (`run_id:grpo_process:*`, `run_id:grpo_run:*`),
+evaluated in the alert group before the alerts.
 """
 
 from __future__ import annotations
 
-from ._alerts_base import DURATION as _DURATION, PROGRESS, RUN, STEP as _STEP, alert, by_run
-from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, run_floor
+from ._alerts_base import DURATION as _DURATION, RUN, STEP as _STEP, alert, by_run
+from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, run_floor, seconds
 
-FINISHED, PREEMPTED, STARTED, ACTIVITY = map(prometheus_name, ("run_finished", "run_preempted", "process_start",
-                                                                "activity"))
+FINISHED, PREEMPTED, STARTED, ACTIVITY, STEP_END, ALIVE = map(
+    prometheus_name, ("run_finished", "run_preempted", "process_start", "activity", "step_end", "alive"))
+
+ALIVE_UNTIL = "run_id:grpo_process:alive_until"
+OVERDUE = "run_id:grpo_process:overdue_seconds"
+START = "run_id:grpo_process:start_time"
+PROGRESS = "run_id:grpo_process:progress_time"
+LAST_STEP = "run_id:grpo_step_index:last"
+INTERVAL = "run_id:grpo_step:longest_interval_seconds"
+ENDED = "run_id:grpo_run:ended"  # label `how`: finished, preempted
+PATH_DOWN = "grpo:collector_down:last_time"
 
 
 def _larger(first: str, second: str) -> str:
     """Per run, the larger of two values (the later of two times; either alone where the other is absent). The
     label keeps `or` from dropping `second` where `first` has the same labels."""
     return f'max by (run_id) ({first} or label_replace({second}, "larger", "1", "", ""))'
+
+
+def _last(s: RuleSettings, metric: str) -> str:
+    """The run's last exported value of `metric` within `absent_window`, however long ago it was scraped."""
+    return f"max by (run_id) (last_over_time({metric}[{s.absent_window}]))"
 
 
 def _floor_text(s: RuleSettings, name: str) -> str:
@@ -45,89 +65,89 @@ def _floor_text(s: RuleSettings, name: str) -> str:
     return text
 
 
-def progress_rule(s: RuleSettings) -> dict:
-    """The time of the run's last progress: a scrape whose step index changed within `progress_probe`, or
-    that (re)appeared (a new or resumed process); else the time this record keeps while the run exports;
-    else now (after a Prometheus restart). A later heartbeat (work between steps: an evaluation batch)
-    counts as progress too."""
-    now, probe = f"max by (run_id) (timestamp({STEP_INDEX}))", s.progress_probe
-    exporting = f"max by (run_id) (last_over_time({STEP_INDEX}[{s.history_window}]))"
-    steps = (f"({now} and on (run_id) max by (run_id) (changes({STEP_INDEX}[{probe}])) > 0)"
-             f" or ({now} unless on (run_id) max by (run_id) (last_over_time({STEP_INDEX}[{probe}] offset {probe})))"
-             f" or (max by (run_id) (last_over_time({PROGRESS}[{s.history_window}])) and on (run_id) {exporting})"
-             f" or {now}")
-    return {"record": PROGRESS, "expr": _larger(f"({steps})", by_run(ACTIVITY))}
+def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
+    """The building blocks, in evaluation order: what each run's latest process last said about itself."""
+    step_end = _last(s, STEP_END)
+    # A run's last step is its latest process's only if it ended after that process started; -1: no step yet.
+    last_step = (f"({_last(s, STEP_INDEX)} and on (run_id) ({step_end} >= on (run_id) {START}))"
+                 f" or (0 * {START} - 1)")
+    longest = _larger(*(f"max_over_time({m}[{s.history_window}])" for m in (STEP_TIME, LOG_INTERVAL)))
+    down = f"up == 0 and on (job, instance) {collector_seen}"
+    return [
+        {"record": ALIVE_UNTIL, "expr": _last(s, ALIVE)},
+        {"record": OVERDUE, "expr": f"time() - {ALIVE_UNTIL}"},
+        {"record": START, "expr": _last(s, STARTED)},
+        {"record": PROGRESS, "expr": _larger(_larger(START, step_end), _last(s, ACTIVITY))},
+        {"record": LAST_STEP, "expr": last_step},
+        {"record": INTERVAL, "expr": longest},
+        {"record": ENDED, "labels": {"how": "finished"}, "expr": f"{_last(s, FINISHED)} == 1"},
+        {"record": ENDED, "labels": {"how": "preempted"}, "expr": f"{_last(s, PREEMPTED)} == 1"},
+        {"record": PATH_DOWN, "expr": f"max(timestamp({down})) or last_over_time({PATH_DOWN}[{s.absent_window}])"},
+    ]
 
 
-def _no_first_step(s: RuleSettings) -> str:
-    """Runs whose process started and has no step: still exporting after `first_step_floor` (a hang), or
-    gone without one (a crash before its first step; a resumed run's is GRPOMetricsAbsent). Value: seconds
-    since the process started."""
-    started = f"max by (run_id) (last_over_time({STARTED}[{s.absent_window}]))"
-    since = f"time() - {started}"
-    # a live process runs the run again, whatever an earlier one's end was (a preempted run's resume that hangs);
-    # its heartbeats (an evaluation before training) are work, not a hang
-    idle = f"time() - {_larger(started, by_run(ACTIVITY))}"
-    floor = run_floor(s, "first_step_floor", by_run(STARTED))
-    hang = (f"({idle} > on (run_id) {floor}) * 0 + on (run_id) ({since}) and on (run_id) {by_run(STARTED)}"
-            f" unless on (run_id) {by_run(STEP_INDEX)} unless on (run_id) {by_run(FINISHED)} == 1")
-    died = (f"({since}) unless on (run_id) {by_run(STARTED)}"
-            f" unless on (run_id) max by (run_id) (last_over_time({STEP_INDEX}[{s.absent_window}]))"
-            f" unless on (run_id) {_ended(s, FINISHED)} unless on (run_id) {_ended(s, PREEMPTED)}")
-    return f"{hang} or {died}"
+def _live(s: RuleSettings) -> str:
+    """Runs heard from within their promise (plus the slack), that have not ended on purpose."""
+    return f"{OVERDUE} <= {seconds(s.liveness_slack)} unless on (run_id) {ENDED}"
 
 
-def _ended(s: RuleSettings, marker: str) -> str:
-    return f"max by (run_id) (last_over_time({marker}[{s.absent_window}])) == 1"
+def _idle_beyond(s: RuleSettings, limit: str) -> str:
+    """Live runs idle (no step, heartbeat or start) for longer than `limit` (a vector by run_id); value: the
+    seconds idle."""
+    return f"((time() - {PROGRESS} > on (run_id) {limit}) and on (run_id) ({_live(s)}))"
 
 
 def _stalled(s: RuleSettings) -> str:
-    since = f"time() - max by (run_id) ({PROGRESS})"
-    # The longest recent step, or time between two reported steps: a trainer that reports every N steps
-    # (TRL's logging_steps) advances the step index once per N step times
-    step, interval = (f"max by (run_id) (max_over_time({m}[{s.history_window}]))" for m in (STEP_TIME, LOG_INTERVAL))
-    limit = _larger(f"{s.stall_factor} * {_larger(step, interval)}", run_floor(s, "stall_floor", by_run(STEP_INDEX)))
-    # Value: the last step. Still exporting: otherwise GRPOMetricsAbsent.
-    return (f"({since} > on (run_id) ({limit})) * 0 + on (run_id) {by_run(STEP_INDEX)}"
-            f" unless on (run_id) {by_run(FINISHED)} == 1 unless on (run_id) {by_run(PREEMPTED)} == 1")
+    limit = _larger(f"{s.stall_factor} * {INTERVAL}", run_floor(s, "stall_floor", START))
+    # Value: the last step.
+    return f"{_idle_beyond(s, limit)} * 0 + on (run_id) ({LAST_STEP} >= 0)"
 
 
-def _gone(s: RuleSettings) -> str:
-    """Runs that exported within `absent_window` and no longer do; value: their last step index."""
-    # A process of the run that exports its start but no step yet is a resume starting, not gone
-    return (f"max by (run_id) (last_over_time({STEP_INDEX}[{s.absent_window}]))"
-            f" unless on (run_id) {by_run(STEP_INDEX)} unless on (run_id) {by_run(STARTED)}")
+def _no_first_step(s: RuleSettings) -> str:
+    # Value: the seconds since the process started.
+    return (f"{_idle_beyond(s, run_floor(s, 'first_step_floor', START))} * 0 + on (run_id) (time() - {START})"
+            f" and on (run_id) {LAST_STEP} < 0")
+
+
+def _overdue(s: RuleSettings) -> str:
+    """Runs whose latest promise is overdue, judged only with the collector up and settled; value: the last step
+    (-1: none)."""
+    settled = f"time() - {PATH_DOWN} < {seconds(s.path_settle)}"
+    return (f"({OVERDUE} > {seconds(s.liveness_slack)}) * 0 + on (run_id) {LAST_STEP}"
+            f" unless on () ({settled})")
 
 
 def run_end_alerts(s: RuleSettings) -> list[dict]:
     panel = "Step index and steps per second"
     return [
-        alert(s, "GRPOTrainerStalled", _stalled(s), s.for_fast, "critical",
+        alert(s, "GRPOTrainerStalled", _stalled(s), "0s", "critical",
               f"No training step after step {_STEP} in {RUN}, yet it still exports",
               f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its longest recent "
               f"step time or time between reported steps (at least {_floor_text(s, 'stall_floor')}), nor any "
-              "other work it reports (heartbeats: evaluation batches, a checkpoint save that writes): a hung collective, a dead data loader or a "
-              "deadlock. It resolves only when a step completes, the process reports work again, or the run ends.",
+              "other work it reports (heartbeats: evaluation batches, a checkpoint save that writes): a hung "
+              "collective, a dead data loader or a deadlock. Measured on the trainer's clock from its last step's "
+              "end; it resolves only when a step completes, the process reports work again, or the run ends.",
               panel),
-        alert(s, "GRPONoFirstStep", _no_first_step(s), s.for_target, "critical",
+        alert(s, "GRPONoFirstStep", _no_first_step(s), "0s", "critical",
               f"{RUN} has completed no training step in the {_DURATION} since its process started",
-              f"The run's process exports (or exported) its start time but no step: it hangs before its first step "
-              f"for longer than {_floor_text(s, 'first_step_floor')} since its start or its last heartbeat (model or "
-              "data loading, a collective or an inference server that never answers) or died without one. Under "
-              "`instrument` or `OtelGrpoCallback` the first step is the first optimizer step, whatever logging_steps "
-              "is.", panel),
-        alert(s, "GRPOMetricsAbsent",
-              f"{_gone(s)} unless on (run_id) {_ended(s, FINISHED)} unless on (run_id) {_ended(s, PREEMPTED)}",
-              s.for_target, "critical",
+              f"The run's process is alive and has no step, and nothing it reports has happened for longer than "
+              f"{_floor_text(s, 'first_step_floor')} since its start or its last heartbeat: it hangs before its "
+              "first step (model or data loading, a collective or an inference server that never answers). A "
+              "process that dies before its first step is GRPOMetricsAbsent. Under `instrument` or "
+              "`OtelGrpoCallback` the first step is the first optimizer step, whatever logging_steps is.", panel),
+        alert(s, "GRPOMetricsAbsent", f"{_overdue(s)} unless on (run_id) {ENDED}", s.for_fast, "critical",
               f"{RUN} crashed: it stopped exporting at step {_STEP} without finishing",
-              "A run that reported within the absent window no longer does, and its last process neither finished "
+              "The run's latest process stopped vouching for itself (grpo_process_alive_until is overdue by more "
+              f"than {s.liveness_slack}, whatever the collector still serves) and neither finished "
               "(grpo_run_finished = 1) nor was preempted (grpo_run_preempted = 1): it crashed, was killed "
-              "(SIGKILL, out of memory) or lost its exporter.", panel),
-        alert(s, "GRPORunPreempted", f"{_gone(s)} and on (run_id) {_ended(s, PREEMPTED)}", s.for_target, "warning",
-              f"{RUN} was preempted at step {_STEP} and has not resumed",
+              "(SIGKILL, out of memory) or lost its exporter. Step -1: before its first step. Not judged while the "
+              "collector is down or for a few minutes after it is back (GRPOCollectorDown stands for every run).",
+              panel),
+        alert(s, "GRPORunPreempted", f'{_overdue(s)} and on (run_id) {ENDED}{{how="preempted"}}', s.for_fast,
+              "warning", f"{RUN} was preempted at step {_STEP} and has not resumed",
               "The run was stopped by SIGTERM (a scheduler's preemption or a job's time limit): resume it from its "
               "last checkpoint. A resumed run exports again and this resolves.", panel),
     ]
 
 
-__all__ = ["FINISHED", "PREEMPTED", "progress_rule", "run_end_alerts"]
+__all__ = ["FINISHED", "PREEMPTED", "run_end_alerts", "run_end_rules"]
