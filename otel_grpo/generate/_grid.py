@@ -1,0 +1,458 @@
+"""A grid of runs, healthy and failing, replayed through the rules: the alert model's property check.
+
+    >>> cases = grid()
+    >>> len(cases) >= 500
+    True
+    >>> sorted({c.mode for c in cases})[:3]
+    ['checkpoints', 'collector-outage', 'crash']
+
+Each `Case` is one run (its processes as `_replay.Segment`s) at one step time (2 s .. 30 min),
+scrape interval (15 .. 60 s) and path (the pull endpoint, or OTLP through the collector every
+10 or 60 s), with a start-up of up to 30 minutes, and either healthy (evaluations and saves
+that beat, a clean finish, a relaunch under the same run id, a KL that creeps up, a collector
+outage) or failing in one way from `onset_s` on. The property, for every case:
+
+- healthy: no alert of the run notifies anyone (critical or warning) at any evaluation;
+- failing: nothing of the run notifies before the onset, and `expect` fires within
+  `bound_s` of it (Alertmanager's group_wait included): max(3 step intervals, 5 minutes),
+  longer only where docs/alerts.md says why (`Mode.bound`).
+
+`promtool_groups` packs the cases into promtool test groups (runs of one scrape interval and
+outage side by side, one query for every run's first firing of every alert); `first_firings`
+reads promtool's answer. benchmarks/alerts.py prints the latency table;
+tests/stack/test_alert_grid.py asserts the property.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import yaml
+
+from ._replay import Outage, Pause, Segment, replay
+
+GROUP_WAIT_S = 10.0
+"""Alertmanager's group_wait in the committed routing: a new alert's first notification waits this long."""
+STEP_TIMES = (2.0, 10.0, 60.0, 300.0, 1800.0)
+SCRAPES = (15.0, 30.0, 60.0)
+PATHS = ((0.0, 0.0), (10.0, 300.0), (60.0, 300.0))
+"""(export_s, expire_s): the pull endpoint; OTLP through the collector every 10 s and every 60 s."""
+STARTUPS = (0.0, 300.0, 1800.0)
+FIRST_STEP_FLOOR_S = 35 * 60.0  # RuleSettings().first_step_floor
+PER_MODE = 22
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    mode: str
+    run_id: str
+    segments: tuple[Segment, ...]
+    step_s: float
+    scrape_s: float
+    export_s: float
+    startup_s: float
+    length_s: float
+    expect: str | None = None
+    """The alert that must reach a person; None: a healthy run that must reach nobody."""
+    onset_s: float | None = None
+    bound_s: float | None = None
+    outages: tuple[Outage, ...] = ()
+
+    @property
+    def path(self) -> str:
+        return "pull" if self.export_s == 0 else f"push {self.export_s:g}s"
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """A failure mode (or a healthy variant): builds a case's processes from its parameters."""
+
+    name: str
+    build: Callable[["_Params"], "_Built"]
+    expect: str | None = None
+    min_step_s: float = 0.0
+    max_step_s: float = math.inf
+    pushed_only: bool = False
+    why: str = ""
+    """Why the bound is longer than max(3 steps, 5 min), where it is (docs/alerts.md)."""
+
+
+@dataclass(slots=True)
+class _Params:
+    run_id: str
+    step_s: float
+    export_s: float
+    expire_s: float
+    startup_s: float
+    rng: random.Random
+
+
+@dataclass(slots=True)
+class _Built:
+    segments: list[Segment]
+    onset_s: float | None = None
+    bound_s: float | None = None
+    length_s: float = 0.0
+    outages: list[Outage] = field(default_factory=list)
+
+
+# ---- values -------------------------------------------------------------------------------
+def healthy(n: int, rng: random.Random, *keys: str) -> dict[str, list[float | None]]:
+    """A run that learns: KL slowly up from 0.01, reward up, entropy slowly down (the trend alerts' signals),
+    and `keys` at healthy values (gradients steady, IS weights fine, groups that vary, finite losses)."""
+    def wiggle(x: float, rel: float = 0.1) -> float:
+        return x * (1 + rel * (2 * rng.random() - 1))
+
+    at = {"grad_norm": (1.0, 0.2), "frac_reward_zero_std": (0.2, 0.1), "rollout_is_eff_sample_size": (0.9, 0.02),
+          "loss": (0.1, 0.1)}
+    values: dict[str, list[float | None]] = {
+        "kl": [wiggle(0.01 + 0.03 * i / max(n, 1)) for i in range(n)],
+        "reward": [wiggle(0.3 + 0.4 * i / max(n, 1), 0.05) for i in range(n)],
+        "entropy": [wiggle(1.0 - 0.2 * i / max(n, 1), 0.02) for i in range(n)],
+    }
+    for key in keys:
+        values[key] = [0.5] * n if key == "sample_reward" else [wiggle(*at[key]) for _ in range(n)]
+    return values
+
+
+def _seg(p: _Params, values: dict, **kw) -> Segment:
+    n = len(next(iter(values.values())))
+    values = {**values, "step_time": [p.step_s] * n}
+    return Segment(p.run_id, values, p.step_s, export_s=p.export_s, expire_s=p.expire_s, startup_s=p.startup_s, **kw)
+
+
+def _end_of(p: _Params, step: int) -> float:
+    """When step `step` (0-based) ends in a process without pauses that started at 0."""
+    return p.startup_s + (step + 1) * p.step_s
+
+
+def _after_steps(p: _Params, steps: int, onset: float) -> float:
+    return max(onset + max(3 * p.step_s, 300.0) + 900.0, _end_of(p, steps))
+
+
+def _bound(p: _Params) -> float:
+    return max(3 * p.step_s, 300.0)
+
+
+# ---- healthy variants ---------------------------------------------------------------------
+def _steps_for(p: _Params, hours: float = 1.5, at_least: int = 30, at_most: int = 300) -> int:
+    return int(min(max(at_least, hours * 3600 / p.step_s), at_most))
+
+
+def _healthy(p: _Params) -> _Built:
+    n = _steps_for(p)
+    values = healthy(n, p.rng, "grad_norm", "frac_reward_zero_std", "rollout_is_eff_sample_size", "loss")
+    return _Built([_seg(p, values)], length_s=_end_of(p, n) + 1800)
+
+
+def _finishes(p: _Params) -> _Built:
+    n = _steps_for(p, 1.0, 20, 200)
+    return _Built([_seg(p, healthy(n, p.rng), end="finish")], length_s=_end_of(p, n) + 3600)
+
+
+def _beating_pauses(p: _Params, every: int, seconds: float, beat_s: float) -> _Built:
+    n = _steps_for(p, 1.5, 20, 300)
+    pauses = {i: Pause(seconds, beat_s) for i in range(every - 1, n - 1, every)}
+    seg = _seg(p, healthy(n, p.rng), pauses=pauses)
+    return _Built([seg], length_s=_end_of(p, n) + len(pauses) * seconds + 1800)
+
+
+def _evaluations(p: _Params) -> _Built:
+    return _beating_pauses(p, every=max(3, int(1800 / p.step_s)), seconds=p.rng.choice((600.0, 2400.0, 3600.0)),
+                           beat_s=30.0)
+
+
+def _checkpoints(p: _Params) -> _Built:
+    return _beating_pauses(p, every=max(3, int(3600 / p.step_s)), seconds=p.rng.choice((60.0, 900.0, 3600.0)),
+                           beat_s=5.0)
+
+
+def _relaunched(p: _Params) -> _Built:
+    """A run that finishes, then a new process under the same run id (a second attempt, a reused id)."""
+    n = _steps_for(p, 0.5, 10, 150)
+    first = _seg(p, healthy(n, p.rng), end="finish")
+    later = _end_of(p, n) + 900
+    second = _seg(p, healthy(n, p.rng), start_s=later, end="finish")
+    return _Built([first, second], length_s=later + _end_of(p, n) + 1800)
+
+
+def _creep(p: _Params) -> _Built:
+    """KL creeping from 0.02 to 0.14 over 70 minutes (and on): a healthy drift, no jump."""
+    n = _steps_for(p, 2.0, 40, 400)
+    values = healthy(n, p.rng)
+    values["kl"] = [0.02 + 0.12 * min(1.0, i * p.step_s / 4200) for i in range(n)]
+    return _Built([_seg(p, values)], length_s=_end_of(p, n) + 1800)
+
+
+def _outage(p: _Params) -> _Built:
+    n = _steps_for(p, 1.0, 20, 300)
+    start = p.startup_s + 1200 + p.rng.choice((0.0, 7.0, 31.0))
+    down = Outage(start, start + p.rng.choice((150.0, 600.0)))
+    return _Built([_seg(p, healthy(n, p.rng))], length_s=max(_end_of(p, n), down.end_s) + 1800, outages=[down])
+
+
+# ---- failures -----------------------------------------------------------------------------
+def _valued(key: str, value: Callable[[float], float], one_step: bool = False, at: int = 5) -> Callable:
+    """A failure in one signal from step `at` on (or at that step only)."""
+    def build(p: _Params) -> _Built:
+        k = max(at, 0)
+        onset = _end_of(p, k)
+        n = max(k + 1, int((_after_steps(p, k, onset) - p.startup_s) / p.step_s))
+        values = healthy(n, p.rng, *({key} - {"kl", "reward", "entropy"}))
+        for i in range(k, k + 1 if one_step else n):
+            values[key][i] = value(values[key][i])
+        return _Built([_seg(p, values)], onset, _bound(p), _end_of(p, n) + 600)
+    return build
+
+
+def _crash(p: _Params) -> _Built:
+    k = 5
+    killed = _end_of(p, k) + p.rng.random() * p.step_s  # mid-step
+    seg = _seg(p, healthy(k + 1, p.rng), end="crash", end_after_s=killed - _end_of(p, k))
+    return _Built([seg], killed, _bound(p), killed + _bound(p) + 1800)
+
+
+def _crash_starting(p: _Params) -> _Built:
+    killed = p.rng.uniform(30.0, max(p.startup_s, 60.0))
+    seg = Segment(p.run_id, {"kl": []}, p.step_s, export_s=p.export_s, expire_s=p.expire_s, startup_s=p.startup_s,
+                  end="crash", end_after_s=killed - p.startup_s)
+    return _Built([seg], killed, _bound(p), killed + _bound(p) + 1800)
+
+
+def _hang(p: _Params, k: int) -> _Built:
+    due = _end_of(p, k) + p.step_s  # a hang shows once the next step is due
+    return _Built([_seg(p, healthy(k + 1, p.rng))], due, _bound(p), due + _bound(p) + 1800)
+
+
+def _hang_mid(p: _Params) -> _Built:
+    return _hang(p, 8)
+
+
+def _hang_after_first(p: _Params) -> _Built:
+    return _hang(p, 1)
+
+
+def _hang_before_first(p: _Params) -> _Built:
+    seg = Segment(p.run_id, {"kl": []}, p.step_s, export_s=p.export_s, expire_s=p.expire_s, startup_s=p.startup_s)
+    bound = FIRST_STEP_FLOOR_S + 120.0
+    return _Built([seg], 0.0, bound, bound + 1800)
+
+
+def _stall(p: _Params) -> _Built:
+    k = 8
+    seconds = max(3 * p.step_s, 300.0) + p.rng.choice((600.0, 3600.0))
+    due = _end_of(p, k) + p.step_s
+    n = k + 20
+    seg = _seg(p, healthy(n, p.rng), pauses={k: Pause(seconds)})
+    return _Built([seg], due, _bound(p), _end_of(p, n) + seconds + 900)
+
+
+def _preempt(p: _Params) -> _Built:
+    k = 6
+    stopped = _end_of(p, k) + p.rng.random() * p.step_s
+    seg = _seg(p, healthy(k + 1, p.rng), end="preempt", end_after_s=stopped - _end_of(p, k))
+    return _Built([seg], stopped, _bound(p), stopped + _bound(p) + 1800)
+
+
+def _reused_crash(p: _Params) -> _Built:
+    """A finished run's id reused by a new process that is killed at its sixth step."""
+    n = 10
+    first = _seg(p, healthy(n, p.rng), end="finish")
+    later = _end_of(p, n) + 1800
+    killed = later + _end_of(p, 5) + p.rng.random() * p.step_s
+    second = _seg(p, healthy(6, p.rng), start_s=later, end="crash", end_after_s=killed - later - _end_of(p, 5))
+    return _Built([first, second], killed, _bound(p), killed + _bound(p) + 1800)
+
+
+def _crash_in_outage(p: _Params) -> _Built:
+    """Killed while the collector is down: judged once the collector is back and settled."""
+    k = 5
+    start = _end_of(p, k) + 5.0
+    down = Outage(start, start + 400.0)
+    killed = start + 100.0
+    seg = _seg(p, healthy(k + 1, p.rng), end="crash", end_after_s=killed - _end_of(p, k))
+    return _Built([seg], down.end_s, 180.0 + 300.0, down.end_s + 2400, outages=[down])
+
+
+_WHY_FIRST = ("A process that has no step yet cannot be told from a slow start-up (30 minutes here) until "
+              "`first_step_floor` has passed without a heartbeat.")
+_WHY_OUTAGE = ("Nothing of any run is heard while the collector is down (GRPOCollectorDown pages for all); a run "
+               "killed meanwhile is judged `path_settle` after the collector is back.")
+
+MODES: tuple[Mode, ...] = (
+    Mode("healthy", _healthy),
+    Mode("finished", _finishes),
+    Mode("evaluations", _evaluations),
+    Mode("checkpoints", _checkpoints),
+    Mode("relaunched", _relaunched),
+    Mode("kl-creep", _creep, max_step_s=60.0),
+    Mode("collector-outage", _outage, pushed_only=True),
+    Mode("crash", _crash, "GRPOMetricsAbsent"),
+    Mode("crash-starting", _crash_starting, "GRPOMetricsAbsent"),
+    Mode("reused-id-crash", _reused_crash, "GRPOMetricsAbsent"),
+    Mode("crash-in-outage", _crash_in_outage, "GRPOMetricsAbsent", pushed_only=True, why=_WHY_OUTAGE),
+    Mode("hang", _hang_mid, "GRPOTrainerStalled"),
+    Mode("hang-after-first-step", _hang_after_first, "GRPOTrainerStalled"),
+    Mode("hang-before-first-step", _hang_before_first, "GRPONoFirstStep", why=_WHY_FIRST),
+    Mode("stall", _stall, "GRPOTrainerStalled"),
+    Mode("preempted", _preempt, "GRPORunPreempted"),
+    Mode("nan-loss", _valued("loss", lambda v: math.nan, one_step=True), "GRPONonFiniteValues"),
+    Mode("nan-reward", _valued("sample_reward", lambda v: math.nan, one_step=True), "GRPONonFiniteValues"),
+    Mode("kl-high", _valued("kl", lambda v: 1.5), "GRPOKLHigh"),
+    Mode("kl-spike", _valued("kl", lambda v: 5.0, one_step=True), "GRPOKLSpike"),
+    Mode("is-drift", _valued("rollout_is_eff_sample_size", lambda v: 0.3), "GRPORolloutISDrift"),
+    Mode("entropy-collapse", _valued("entropy", lambda v: 0.005), "GRPOEntropyCollapse"),
+    Mode("no-learning-signal", _valued("frac_reward_zero_std", lambda v: 0.95), "GRPONoLearningSignal"),
+    Mode("grad-spike", _valued("grad_norm", lambda v: 50 * v, one_step=True, at=30), "GRPOGradNormSpike",
+         max_step_s=300.0),
+)
+
+
+def grid(per_mode: int = PER_MODE, seed: int = 0) -> list[Case]:
+    """`per_mode` cases of every mode, their step times, scrape intervals, paths and start-ups spread over the
+    grid (every step time the mode allows, in turn; the rest drawn with `seed`)."""
+    rng = random.Random(seed)
+    cases = []
+    for mode in MODES:
+        steps = [s for s in STEP_TIMES if mode.min_step_s <= s <= mode.max_step_s]
+        paths = [p for p in PATHS if p[0] > 0] if mode.pushed_only else list(PATHS)
+        for i in range(per_mode):
+            step_s = steps[i % len(steps)]
+            export_s, expire_s = paths[(i // len(steps)) % len(paths)]
+            scrape_s = SCRAPES[(i + i // len(steps)) % len(SCRAPES)]
+            startup = rng.choice(STARTUPS) if mode.name not in ("hang-before-first-step",) else rng.choice(STARTUPS[:2])
+            run_id = f"{mode.name}-{i}"
+            p = _Params(run_id, step_s, export_s, expire_s, startup, random.Random(f"{seed}-{run_id}"))
+            built = mode.build(p)
+            cases.append(Case(mode.name, run_id, tuple(built.segments), step_s, scrape_s, export_s, startup,
+                              built.length_s, mode.expect, built.onset_s, built.bound_s, tuple(built.outages)))
+    return cases
+
+
+# ---- promtool -------------------------------------------------------------------------------
+FIRINGS = 'min by (alertname, run_id, severity) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})[{length}s:15s]))'
+
+
+def _hours(length_s: float) -> float:
+    return 2 ** math.ceil(math.log2(max(length_s, 3600.0) / 3600))
+
+
+def promtool_groups(cases: Sequence[Case], max_runs: int = 40) -> list[list[Case]]:
+    """Cases packed into promtool test groups: one scrape interval and one collector outage, similar lengths,
+    `max_runs` at a time, the longest first."""
+    buckets: dict[tuple, list[Case]] = {}
+    for c in sorted(cases, key=lambda c: c.run_id):
+        buckets.setdefault((c.scrape_s, c.outages, _hours(c.length_s)), []).append(c)
+    return [members[start:start + max_runs]
+            for _, members in sorted(buckets.items(), key=lambda kv: -kv[0][2])
+            for start in range(0, len(members), max_runs)]
+
+
+def test_group(cases: Sequence[Case], name: str) -> dict:
+    """One promtool test group of `cases` (one scrape interval and outage): their series, and one query for
+    every run's first firing of every alert (expected: none, so promtool prints them all)."""
+    scrape_s, outages = cases[0].scrape_s, cases[0].outages
+    length = _hours(max(c.length_s for c in cases)) * 3600
+    scrapes = int(length // scrape_s)
+    series: dict[str, str] = {}
+    for c in cases:
+        series.update(replay(c.segments, scrape_s, scrapes, outages))
+    return {"name": name, "interval": f"{scrape_s:g}s",
+            "input_series": [{"series": k, "values": v} for k, v in series.items()],
+            "promql_expr_test": [{"expr": FIRINGS.format(length=int(length)), "eval_time": f"{int(length)}s",
+                                  "exp_samples": []}]}
+
+
+_SAMPLE = re.compile(r"\{([^{}]*)\} (\S+?)(?:,|$)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def first_firings(promtool_output: str) -> dict[tuple[str, str], tuple[str, float]]:
+    """(run_id, alertname) -> (severity, first firing time in seconds) from promtool's report of the groups'
+    queries (their `got:` lines)."""
+    out: dict[tuple[str, str], tuple[str, float]] = {}
+    for line in promtool_output.splitlines():
+        line = line.strip()
+        if not line.startswith("got:"):
+            continue
+        for labels, value in _SAMPLE.findall(line[4:].strip()):
+            lab = dict(_LABEL.findall(labels))
+            out[(lab.get("run_id", ""), lab["alertname"])] = (lab.get("severity", ""), float(value))
+    return out
+
+
+NOTIFYING = ("critical", "warning")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    case: Case
+    latency_s: float | None
+    """From the onset to the expected alert's first notification (group_wait included); None: never."""
+    early: tuple[str, ...]
+    """Alerts of the run that notified before the onset (a healthy run: at all)."""
+
+    @property
+    def held(self) -> bool:
+        if self.early:
+            return False
+        if self.case.expect is None:
+            return True
+        return self.latency_s is not None and self.latency_s <= (self.case.bound_s or 0)
+
+
+def judge(cases: Iterable[Case], firings: dict[tuple[str, str], tuple[str, float]]) -> list[Verdict]:
+    verdicts = []
+    by_run: dict[str, list[tuple[str, str, float]]] = {}
+    for (run_id, name), (severity, t) in firings.items():
+        by_run.setdefault(run_id, []).append((name, severity, t))
+    for c in cases:
+        fired = by_run.get(c.run_id, [])
+        onset = math.inf if c.onset_s is None else c.onset_s
+        early = tuple(sorted(n for n, sev, t in fired if sev in NOTIFYING and t < onset))
+        latency = None
+        if c.expect is not None:
+            times = [t for n, _, t in fired if n == c.expect and t >= onset]
+            if times:
+                latency = min(times) - onset + GROUP_WAIT_S
+        verdicts.append(Verdict(c, latency, early))
+    return verdicts
+
+
+def run(cases: Sequence[Case], promtool: str, rule_files: dict[str, str], workdir: Path,
+        workers: int = 2, evaluation_interval: str = "15s") -> list[Verdict]:
+    """Every case through `promtool test rules` against `rule_files` (relative path -> text), one promtool per
+    group, `workers` at a time; their verdicts."""
+    for rel, text in rule_files.items():
+        (workdir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (workdir / rel).write_text(text)
+    groups = promtool_groups(cases)
+
+    def one(i: int) -> str:
+        group = test_group(groups[i], f"grid {i}: " + " ".join(c.run_id for c in groups[i]))
+        doc = {"rule_files": list(rule_files), "evaluation_interval": evaluation_interval, "tests": [group]}
+        path = workdir / f"grid_{i}.yml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
+        out = subprocess.run([promtool, "test", "rules", path.name], cwd=workdir, capture_output=True, text=True,
+                             timeout=1800)
+        text = out.stdout + out.stderr
+        if out.returncode != 0 and "got:" not in text:  # a query or file error, not the expected report
+            raise RuntimeError(f"promtool failed on {path}: {text[-3000:]}")
+        return text
+
+    with ThreadPoolExecutor(workers) as pool:
+        outputs = list(pool.map(one, range(len(groups))))
+    firings: dict[tuple[str, str], tuple[str, float]] = {}
+    for text in outputs:
+        firings.update(first_firings(text))
+    return judge(cases, firings)
+
+
+__all__ = ["Case", "MODES", "Verdict", "first_firings", "grid", "judge", "promtool_groups", "run"]
