@@ -78,9 +78,6 @@ class Routing:
             if f.name.endswith("_repeat") and not _DURATION.match(value):
                 raise ValueError(f"{f.name}: {value!r} is not a duration (e.g. 12h)")
 
-    def destination(self, cls: str) -> Destination | None:
-        return {"page": self.page, "notify": self.notify, DEADMAN: self.deadman}.get(cls)
-
     @classmethod
     def from_yaml(cls, path: Path) -> "Routing":
         """Routing from a YAML mapping (`page: {kind: slack, url_file: page_url, channel: "#grpo-oncall"}`);
