@@ -15,7 +15,7 @@
 #   web.yml                 their --web.config.file: the bcrypt hash of web_password (derived)
 #   grafana_admin_password  Grafana's `admin`
 #   postgres_password       the `postgres` profile's database password
-#   slack_webhook_url       placeholder: put your Slack incoming-webhook URL here
+#   any other file of SEED  copied as it is: the URL files alertmanager/routing.yml names (page_url, ...)
 #
 # Files are mode 0644 and DIR 0700 (SECRETS_DIR_MODE, compose: 0755): every container user
 # (Alertmanager 65534, Grafana 472, the collector and our images 10001) can read them; on the
@@ -33,19 +33,26 @@ put() {  # put NAME VALUE: write without a trailing newline (tokens are compared
   printf '%s' "$2" > "$dir/$1.tmp" && chmod 644 "$dir/$1.tmp" && mv "$dir/$1.tmp" "$dir/$1"
 }
 
-for name in otlp_token sidecar_token sidecar_read_token web_password grafana_admin_password postgres_password \
-            slack_webhook_url; do
+for name in otlp_token sidecar_token sidecar_read_token web_password grafana_admin_password postgres_password; do
   if [ -n "$seed" ] && [ -s "$seed/$name" ]; then
     put "$name" "$(cat "$seed/$name")"
   elif [ ! -s "$dir/$name" ]; then
-    case "$name" in
-      slack_webhook_url) put "$name" "https://hooks.slack.com/services/REPLACE/WITH/YOURS" ;;
-      *) put "$name" "$(random)" ;;
-    esac
+    put "$name" "$(random)"
     [ "$name" != grafana_admin_password ] || echo "Grafana admin password: $(cat "$dir/$name")"
   fi
   chmod 644 "$dir/$name"
 done
+
+# Alert receivers' URLs (alertmanager/routing.yml's url_file names): none is made up here, so no alert
+# leaves the host until one is put in SEED.
+if [ -n "$seed" ] && [ -d "$seed" ]; then
+  for path in "$seed"/*; do
+    name=$(basename "$path")
+    [ -f "$path" ] && [ -s "$path" ] && [ "$name" != README.md ] || continue
+    [ -e "$dir/$name" ] && cmp -s "$path" "$dir/$name" && continue
+    put "$name" "$(cat "$path")"
+  done
+fi
 
 put otlp_headers "authorization=Bearer%20$(cat "$dir/otlp_token")"
 # bcrypt, the only hash Prometheus' and Alertmanager's web config accept. Python's crypt module has

@@ -20,12 +20,19 @@ _AM = typer.Option(9093, help="Alertmanager port.")
 _TRAINER = typer.Option(9464, help="Port of the trainer's /metrics endpoint (scraped by Prometheus).")
 
 
-def _settings(dir: Path, sidecar_port: int, prometheus_port: int, alertmanager_port: int, trainer_port: int):
+def _settings(dir: Path, sidecar_port: int, prometheus_port: int, alertmanager_port: int, trainer_port: int,
+              routing: Optional[Path] = None, secrets_dir: Path = Path("secrets")):
+    from otel_grpo.generate import Routing
     from otel_grpo.stack import StackSettings
 
     try:
+        receivers = Routing.from_yaml(routing) if routing else Routing()
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--routing") from None
+    try:
         return StackSettings(dir=dir, sidecar_port=sidecar_port, prometheus_port=prometheus_port,
-                             alertmanager_port=alertmanager_port, trainer_metrics_port=trainer_port)
+                             alertmanager_port=alertmanager_port, trainer_metrics_port=trainer_port,
+                             routing=receivers, secrets_dir=secrets_dir)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
 
@@ -94,7 +101,13 @@ def _serve_until_interrupted(stack) -> None:
 
 @app.command()
 def up(dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _PROM,
-       alertmanager_port: int = _AM, trainer_metrics_port: int = _TRAINER) -> None:
+       alertmanager_port: int = _AM, trainer_metrics_port: int = _TRAINER,
+       routing: Optional[Path] = typer.Option(
+           None, envvar="OTEL_GRPO_ROUTING",
+           help="Who receives which alerts: alertmanager/routing.yml, the file compose's and the Helm chart's "
+                "Alertmanager configs are rendered from (docs/operations.md). Default: every alert to the "
+                "sidecar only."),
+       secrets_dir: Path = typer.Option(Path("secrets"), help="Where the routing's url_file names are.")) -> None:
     """Start the sidecar, Prometheus and Alertmanager on 127.0.0.1 until Ctrl-C.
 
     It prints the environment that points a trainer at it: step history and samples go to the
@@ -104,7 +117,8 @@ def up(dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _P
     OTEL_GRPO_PROMETHEUS_PORT=<trainer metrics port>).
     """
     require("sidecar")
-    stack = _start(_settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port))
+    stack = _start(_settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port,
+                             routing, secrets_dir))
     try:
         typer.echo("otel-grpo stack is up:")
         _print_urls(stack)

@@ -20,11 +20,16 @@ from ._docs import doc_files
 from ._files import compose_files, generated_files, rule_files
 from ._kubernetes import kubernetes_files
 from ._promtool import promtool_tests
+from ._routing import ROUTING_FILE, Destination, Routing, class_of
 from ._rules import FLOORS, THRESHOLDS, RuleSettings, recording_rules
 from .dashboards import dashboard_files
 
 __all__ = [
     "RuleSettings",
+    "Destination",
+    "ROUTING_FILE",
+    "Routing",
+    "class_of",
     "FLOORS",
     "THRESHOLDS",
     "Targets",

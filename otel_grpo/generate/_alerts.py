@@ -19,10 +19,13 @@ Three building blocks make the alerts hold on real runs (docs/operations.md):
 
 from __future__ import annotations
 
+from otel_grpo import catalog
+
 from ._alerts_base import PCT as _PCT, RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert, by_run as _max
 from ._evidence import at_step, beyond, counted
 from ._rules import ENTROPY, KL, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, prometheus_name, threshold
 from ._run_end import run_end_alerts, run_end_rules
+from .dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS
 
 STREAK = "run_id:grpo_check:streak_start"
 BETA = prometheus_name("beta")
@@ -170,14 +173,29 @@ def _training_alerts(s: RuleSettings) -> list[dict]:
 
 def _health_alerts(s: RuleSettings) -> list[dict]:
     return [
-        _alert(s, "GRPONonFiniteValues", counted(NONFINITE, "run_id, signal", s), "0s", "critical",
-               _VAL + " non-finite values of {{ $labels.signal }} in " + _RUN,
-               "NaN or Inf appeared in a training signal; they are counted, not exported. Usually precedes divergence.",
-               "Non-finite values and skipped steps"),
+        # Critical only where the update itself is broken (the loop skips it or applies garbage); a NaN
+        # reward of one completion or in a logged diagnostic notifies the owner (docs/operations.md).
+        _nonfinite(s, "critical", "=~"),
+        _nonfinite(s, "warning", "!~"),
         _alert(s, "GRPOStepsSkipped", counted(SKIPPED, "run_id", s), "0s", "warning",
                f"{_VAL} training steps skipped in {_RUN}",
                "Updates were skipped for a non-finite loss or a failed batch.", "Non-finite values and skipped steps"),
     ] + run_end_alerts(s)
+
+
+STOPS_TRAINING = tuple(catalog.get(k).key for k in ("loss", "grad_norm"))
+"""Catalog signals whose non-finite value breaks the update itself: GRPONonFiniteValues pages for these."""
+
+
+def _nonfinite(s: RuleSettings, severity: str, match: str) -> dict:
+    """GRPONonFiniteValues of the signals that stop training (`=~`, critical) or of the others (`!~`)."""
+    signals = "|".join(STOPS_TRAINING)
+    metric = f'{NONFINITE}{{signal{match}"{signals}"}}'
+    return _alert(s, "GRPONonFiniteValues", counted(metric, "run_id, signal", s), "0s", severity,
+                  _VAL + " non-finite values of {{ $labels.signal }} in " + _RUN,
+                  "NaN or Inf appeared in a training signal; they are counted, not exported. A non-finite loss or "
+                  "gradient norm pages (the update is skipped or corrupt); any other signal notifies.",
+                  "Non-finite values and skipped steps")
 
 
 def _seen_rule(s: RuleSettings, component: str) -> dict:
@@ -195,17 +213,19 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
         _alert(s, "GRPOCollectorDown", _down("collector"), s.for_target, "critical",
                "The OpenTelemetry Collector is not scraped ({{ $labels.instance }})",
                "No trainer metrics reach Prometheus while the collector is down. Any target that served the "
-               "collector's own metrics counts, whatever its job is called."),
+               "collector's own metrics counts, whatever its job is called.", STACK_TARGETS),
         _alert(s, "GRPOSidecarDown", _down("sidecar"), s.for_target, "warning",
                "The sidecar is not scraped ({{ $labels.instance }})",
-               "Samples and step history are not being stored (the trainer still spills samples to disk)."),
+               "Samples and step history are not being stored (the trainer still spills samples to disk).",
+               STACK_TARGETS),
         _alert(s, "GRPOCollectorRefusing",
                f"sum by (instance, receiver) (increase(otelcol_receiver_refused_metric_points_total[{s.counter_window}])) > 0"
                f" or sum by (instance, receiver) (increase(otelcol_receiver_refused_spans_total[{s.counter_window}])) > 0",
-               s.for_slow, "critical",
+               s.for_slow, "warning",
                "The collector's receiver {{ $labels.receiver }} refused " + _VAL + " items",
-               "The collector turned data away (its memory limiter, or a pipeline that cannot keep up): the trainer's "
-               "metrics or samples are lost and the run alerts are blind to them."),
+               "The collector turned data away (its memory limiter, or a pipeline that cannot keep up): those "
+               "metrics or samples are lost. A warning: the exporter retries refused data, and a run whose "
+               "metrics stop arriving altogether pages on its own.", STACK_COLLECTOR),
         _alert(s, "GRPOCollectorExportFailing",
                f"sum by (instance, exporter) (increase(otelcol_exporter_send_failed_spans_total[{s.counter_window}])) > 0"
                f" or sum by (instance, exporter) (increase(otelcol_exporter_send_failed_metric_points_total[{s.counter_window}])) > 0",
@@ -213,19 +233,21 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
                "The collector's exporter {{ $labels.exporter }} failed to send " + _VAL + " items",
                "The collector gave up on data for the sidecar (or another exporter): refused for good "
                "(401: token mismatch, 400: malformed) or retried past max_elapsed_time (10m). Retries that "
-               "succeed do not count; the persistent queue keeps data across restarts."),
+               "succeed do not count; the persistent queue keeps data across restarts.", STACK_COLLECTOR),
         _alert(s, "GRPOCollectorQueueFull",
                "max by (instance, exporter) (otelcol_exporter_queue_size / otelcol_exporter_queue_capacity) > 0.8"
                f" or sum by (instance, exporter) (increase(otelcol_exporter_enqueue_failed_spans_total[{s.counter_window}])) > 0",
-               s.for_fast, "critical",
+               s.for_fast, "warning",
                "The collector's queue of {{ $labels.exporter }} is full (" + _VAL + ")",
-               "A full queue drops new data: the receiver is down or slower than the trainer produces."),
+               "A full queue drops new spans (samples, step history): the sidecar is down or slower than the "
+               "trainer produces. The trainer's spill keeps every sample for `otel-grpo replay`; metrics and "
+               "the run alerts do not go through this queue.", STACK_COLLECTOR),
         _alert(s, "GRPOSidecarRejecting",
                f"sum by (instance, reason) (increase(otel_grpo_sidecar_requests_rejected_total[{s.counter_window}])) > 0",
                s.for_slow, "warning",
                "The sidecar rejected " + _VAL + " requests ({{ $labels.reason }})",
                "Requests answered with an error: overloaded (the collector retries), unauthorized (token mismatch), "
-               "malformed or too large (client bug), store_unavailable (disk)."),
+               "malformed or too large (client bug), store_unavailable (disk).", STACK_SIDECAR),
         _alert(s, "GRPOWatchdog", "vector(1)", "0s", "none",
                "Always firing: proves that rules, Prometheus and Alertmanager deliver",
                "Route it to a dead man's switch; silence means the alerting pipeline itself is broken."),

@@ -1,4 +1,5 @@
-"""The Helm chart's generated files (deploy/helm/otel-grpo/files/): rules, dashboards, collector config.
+"""The Helm chart's generated files (deploy/helm/otel-grpo/files/): rules, dashboards, collector config,
+Alertmanager config.
 
 The chart's templates wrap these in a PrometheusRule, Grafana dashboard ConfigMaps and the
 collector's ConfigMap, so a cluster runs exactly what compose and the tests run: the rule groups
@@ -18,12 +19,18 @@ from pathlib import Path
 import yaml
 
 from ._alerts import alert_rules
-from ._configs import COMPOSE, HEADER
+from ._configs import COMPOSE, HEADER, alertmanager_config, dump
+from ._routing import Routing
 from ._rules import RuleSettings, recording_rules
 from .dashboards import dashboards, render_json
 
 CHART = "deploy/helm/otel-grpo"
 COLLECTOR_CONFIG = "collector/config.yaml"
+ALERTMANAGER_SECRETS = "/etc/alertmanager/secrets"
+"""Where the Prometheus Operator mounts each Secret of `alertmanagerSpec.secrets` (a folder per Secret)."""
+PLACEHOLDERS = {"sidecar": "@SIDECAR_HOST@", "tokens": "@TOKEN_SECRET@", "alerting": "@ALERTING_SECRET@"}
+"""Strings of files/alertmanager.yaml that templates/alertmanager.yaml replaces with the release's names
+(the file itself is never templated: its Alertmanager templates reach Alertmanager as written)."""
 
 SCRAPE_JOBS = {"collector-exporter": COMPOSE.metrics_job, "collector-self": "otelcol", "sidecar": "sidecar"}
 """ServiceMonitor endpoint -> the `job` label it sets: compose's job names (prometheus_config(COMPOSE))."""
@@ -34,11 +41,22 @@ def prometheus_rule_spec(s: RuleSettings) -> dict:
     return {"groups": recording_rules(s)["groups"] + alert_rules(s)["groups"]}
 
 
-def kubernetes_files(root: Path, settings: RuleSettings | None = None) -> dict[str, str]:
-    """The chart's generated files by repository path (`root`: the checkout holding collector/config.yaml)."""
+def helm_alertmanager_config(routing: Routing | None = None) -> dict:
+    """The chart's Alertmanager config: compose's routing, with the sidecar's Service and the Secrets that
+    kube-prometheus-stack's Alertmanager mounts (`alertmanagerSpec.secrets`) as placeholders."""
+    secrets = f"{ALERTMANAGER_SECRETS}/{PLACEHOLDERS['tokens']}"
+    return alertmanager_config(f"http://{PLACEHOLDERS['sidecar']}:8000", routing,
+                               secrets_dir=f"{ALERTMANAGER_SECRETS}/{PLACEHOLDERS['alerting']}",
+                               token_file=f"{secrets}/sidecar_token")
+
+
+def kubernetes_files(root: Path, settings: RuleSettings | None = None, routing: Routing | None = None) -> dict[str, str]:
+    """The chart's generated files by repository path (`root`: the checkout holding collector/config.yaml;
+    `routing`: alertmanager/routing.yml's receivers)."""
     s = settings or RuleSettings()
     files = {f"{CHART}/files/prometheus-rule-spec.yaml":
-             HEADER + yaml.safe_dump(prometheus_rule_spec(s), sort_keys=False, width=10_000, allow_unicode=True)}
+             HEADER + yaml.safe_dump(prometheus_rule_spec(s), sort_keys=False, width=10_000, allow_unicode=True),
+             f"{CHART}/files/alertmanager.yaml": dump(helm_alertmanager_config(routing))}
     files.update({f"{CHART}/files/dashboards/{name}": render_json(d) for name, d in dashboards(s).items()})
     collector = root / COLLECTOR_CONFIG
     if collector.exists():  # an installed package has no collector/ folder: nothing to copy then

@@ -63,6 +63,18 @@ def render_template(text: str, labels: dict[str, str], value: float) -> str:
     return _TEMPLATE.sub(one, text)
 
 
+def _rule_for(rules: list[dict], spec: dict) -> dict:
+    """The rule an expected alert comes from: the alert's only rule, or (an alert of several rules, one per
+    severity: GRPONonFiniteValues) the one of the `severity` the expected alert names."""
+    if len(rules) == 1:
+        return rules[0]
+    found = [r for r in rules if r["labels"]["severity"] == spec.get("severity")]
+    if len(found) != 1:
+        raise ValueError(f"{rules[0]['alert']} has a rule per severity: an expected alert must name its severity, "
+                         f"got {spec}")
+    return found[0]
+
+
 def _expected(rule: dict, spec: dict) -> dict:
     labels = {k: str(v) for k, v in spec.items() if k != "value"}
     full = {**rule["labels"], **labels}
@@ -97,14 +109,16 @@ def input_series(scenario: dict) -> list[dict]:
 def render_tests(scenarios: list[dict], settings: RuleSettings, rule_files: list[str],
                  evaluation_interval: str = "15s") -> dict:
     """The promtool test document for these scenarios against `settings`' rules (evaluated as compose does)."""
-    by_name = {r["alert"]: r for r in alerts(settings)}
+    by_name: dict[str, list[dict]] = {}
+    for r in alerts(settings):
+        by_name.setdefault(r["alert"], []).append(r)
     tests = []
     for sc in scenarios:
         checks = []
         for check in sc["checks"]:
-            rule = by_name[check["alert"]]
+            rules = by_name[check["alert"]]
             checks.append({"eval_time": check["at"], "alertname": check["alert"],
-                           "exp_alerts": [_expected(rule, spec) for spec in check.get("firing", [])]})
+                           "exp_alerts": [_expected(_rule_for(rules, spec), spec) for spec in check.get("firing", [])]})
         test = {"name": sc["name"], "interval": sc["interval"], "input_series": input_series(sc),
                 "alert_rule_test": checks}
         if "never_firing" in sc:  # no alert of this severity fired at any evaluation of the whole scenario

@@ -31,6 +31,10 @@ STEP_ALIGNED = ("kl", "reward", "entropy", "clip_ratio_region_mean", "completion
 """Signals of one leftover panel (one series each per selected run)."""
 
 COMPARE_TITLE = "Runs compared by step: ${compare}"
+STACK_TARGETS = "Stack: collector and sidecar scraped (1 = up)"
+STACK_COLLECTOR = "Collector: refused, failed and queued data"
+STACK_SIDECAR = "Sidecar: rejected requests by reason"
+"""The stack-health panels the infrastructure alerts link to (their `dashboard_url`)."""
 SIDECAR_PAGE_LIMIT = 200
 RATES = ".*/s.*"  # legends of per-second series: a right axis where counts share the panel
 
@@ -243,9 +247,36 @@ def _with_leftovers(sections: list[tuple[str, Group | tuple[Group, ...], list[Pa
         raise RuntimeError(f"dashboard rows miss catalog groups {sorted(g.value for g in set(Group) - placed)}")
 
 
+def _stack_panels() -> list[Panel]:
+    """The stack's own health: what GRPOCollectorDown, GRPOSidecarDown and the collector/sidecar alerts watch.
+
+    Targets are told by what they serve (the alerts' `job_instance:*:seen` records), not by `job`."""
+    rate = lambda m, by: f"sum by ({by}) (rate({m}[$__rate_interval]))"  # noqa: E731
+    return [
+        Panel(STACK_TARGETS, [
+            Query("max by (instance) (up and on (job, instance) job_instance:collector:seen)", "collector {{instance}}"),
+            Query("max by (instance) (up and on (job, instance) job_instance:sidecar:seen)", "sidecar {{instance}}"),
+        ], width=8, description="0: Prometheus cannot scrape it (GRPOCollectorDown, GRPOSidecarDown)."),
+        Panel(STACK_COLLECTOR, [
+            Query(rate("otelcol_receiver_refused_metric_points_total", "receiver"), "refused points {{receiver}} /s"),
+            Query(rate("otelcol_receiver_refused_spans_total", "receiver"), "refused spans {{receiver}} /s"),
+            Query(rate("otelcol_exporter_send_failed_spans_total", "exporter"), "failed spans {{exporter}} /s"),
+            Query(rate("otelcol_exporter_enqueue_failed_spans_total", "exporter"), "dropped (queue full) {{exporter}} /s"),
+            Query("max by (exporter) (otelcol_exporter_queue_size / otelcol_exporter_queue_capacity)",
+                  "queue fill {{exporter}}"),
+        ], width=8, right_axis={"queue fill.*": "percentunit"},
+            description="GRPOCollectorRefusing, GRPOCollectorExportFailing, GRPOCollectorQueueFull (fill above 80 %)."),
+        Panel(STACK_SIDECAR, [Query(rate("otel_grpo_sidecar_requests_rejected_total", "reason"), "{{reason}} /s")],
+              width=8, description="GRPOSidecarRejecting: overloaded, unauthorized, malformed, store_unavailable."),
+    ]
+
+
 def _rows(limits: RuleSettings) -> list[tuple[str, list[Panel]]]:
-    """Every row of the overview with its panels, in reading order (what the layout places)."""
-    return list(_with_leftovers(_sections(limits))) + [("Samples and alerts (sidecar)", _samples_panels())]
+    """Every row of the overview with its panels, in reading order (what the layout places).
+
+    The stack's health comes last: new panels there leave every other panel's id (the alerts' links) as it is."""
+    return list(_with_leftovers(_sections(limits))) + [("Samples and alerts (sidecar)", _samples_panels()),
+                                                       ("Stack health", _stack_panels())]
 
 
 def _numbered(rows: list[tuple[str, list[Panel]]]) -> Iterator[tuple[int, str, list[tuple[int, Panel]]]]:

@@ -15,7 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from otel_grpo.generate import RuleSettings, Targets, alertmanager_config, dump, prometheus_config, rule_files, write_files
+from otel_grpo.generate import (RuleSettings, Routing, Targets, alertmanager_config, dump, prometheus_config, rule_files,
+                                write_files)
 
 from ._process import Managed, StackError, find_binary
 
@@ -36,10 +37,16 @@ class StackSettings:
     scrape_interval: str = "1s"
     evaluation_interval: str = "1s"
     rules: RuleSettings = field(default_factory=RuleSettings.fast)
+    routing: Routing = field(default_factory=Routing)
+    """Who receives which alerts (`Routing.from_yaml("alertmanager/routing.yml")`, as compose's); the
+    defaults send everything to the sidecar only."""
+    secrets_dir: Path = Path("secrets")
+    """Where the routing's `url_file`s are (made absolute: Alertmanager runs in another directory)."""
     ready_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir)
+        self.secrets_dir = Path(self.secrets_dir).resolve()
         ports = [self.sidecar_port, self.prometheus_port, self.alertmanager_port, self.trainer_metrics_port]
         if len(set(ports)) != len(ports):
             raise ValueError(f"ports must differ, got {ports}")
@@ -111,9 +118,9 @@ def write_local_configs(s: StackSettings) -> dict[str, Path]:
     )
     files = {f"prometheus/{rel}": text for rel, text in rule_files(s.rules).items()}
     files["prometheus/prometheus.yml"] = dump(prometheus_config(targets))
-    # Short grouping so the demo's alert reaches the sidecar within seconds; no on-call receiver locally.
-    files["alertmanager/alertmanager.yml"] = dump(
-        alertmanager_config(s.sidecar_url, group_wait="1s", group_interval="5s", oncall=False))
+    # Short grouping so the demo's alert reaches the sidecar within seconds.
+    files["alertmanager/alertmanager.yml"] = dump(alertmanager_config(
+        s.sidecar_url, s.routing, secrets_dir=str(s.secrets_dir), group_wait="1s", group_interval="5s"))
     write_files(s.dir, files)
     return {"prometheus": s.dir / "prometheus/prometheus.yml", "alertmanager": s.dir / "alertmanager/alertmanager.yml"}
 

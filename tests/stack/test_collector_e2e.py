@@ -60,7 +60,7 @@ class Stack:
         (d / "token").write_text(TOKEN)
         (d / "otlp_token").write_text(OTLP_TOKEN)
         (d / "alertmanager.yml").write_text(dump(alertmanager_config(
-            self.url["sidecar"], group_wait="1s", group_interval="5s", oncall=False, token_file=str(d / "token"))))
+            self.url["sidecar"], group_wait="1s", group_interval="5s", token_file=str(d / "token"))))
         self.collector_config = root / "collector/config.yaml"
 
     def sidecar(self) -> Managed:

@@ -77,7 +77,7 @@ def test_every_secret_a_service_names_is_one_init_creates(root, rendered, secret
         text += (root / mounted).read_text()
     named = set(re.findall(rf"{SECRETS}/([\w.]+)", text))
     assert {"otlp_token", "otlp_headers", "sidecar_token", "sidecar_read_token", "web_password", "web.yml",
-            "grafana_admin_password", "postgres_password", "slack_webhook_url"} <= named
+            "grafana_admin_password", "postgres_password"} <= named
     assert named <= secret_names, named - secret_names
 
 

@@ -122,7 +122,7 @@ def test_init_creates_every_secret_readable_by_each_service_user(stack):
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o755
     names = {p.name for p in secrets.iterdir()}
     assert {"otlp_token", "otlp_headers", "sidecar_token", "sidecar_read_token", "web_password", "web.yml",
-            "grafana_admin_password", "postgres_password", "slack_webhook_url"} <= names
+            "grafana_admin_password", "postgres_password"} <= names
     for p in secrets.iterdir():
         assert stat.S_IMODE(p.stat().st_mode) == 0o644, p.name  # Grafana's 472 and Alertmanager's 65534 too
         assert p.read_text().strip(), p.name  # never a blank token

@@ -12,35 +12,88 @@ import pytest
 import yaml
 
 from otel_grpo.stack import StackSettings, write_local_configs
+from otel_grpo.generate import Destination, RuleSettings, Routing, alertmanager_config, alerts, class_of
 from otel_grpo.generate._configs import COMPOSE, SECRETS, retarget
 from otel_grpo.stack._process import backend_versions
 
 
-def test_amtool_checks_compose_and_local_configs(root, amtool, tmp_path):
-    local = write_local_configs(StackSettings(dir=tmp_path))["alertmanager"]
-    for path in (root / "alertmanager/alertmanager.yml", local):
+CONFIGURED = Routing(page=Destination(kind="slack", url_file="page_url", channel="#grpo-oncall"),
+                     notify=Destination(kind="webhook", url_file="notify_url"),
+                     deadman=Destination(kind="webhook", url_file="deadman_url"))
+
+
+def test_amtool_checks_compose_local_and_configured_configs(root, amtool, tmp_path):
+    local = write_local_configs(StackSettings(dir=tmp_path / "local"))["alertmanager"]
+    configured = write_local_configs(StackSettings(dir=tmp_path / "configured", routing=CONFIGURED,
+                                                   secrets_dir=tmp_path))["alertmanager"]
+    for path in (root / "alertmanager/alertmanager.yml", local, configured):
         out = subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_alertmanager_routes_critical_to_oncall_and_everything_to_the_sidecar(root):
+def _urls(receiver: dict) -> list[str]:
+    return [h.get("url") or h.get("url_file") for h in receiver.get("webhook_configs", [])] + \
+           [h["api_url_file"] for h in receiver.get("slack_configs", [])]
+
+
+def test_by_default_every_class_reaches_the_sidecar_and_nothing_leaves_the_host(root):
     am = yaml.safe_load((root / "alertmanager/alertmanager.yml").read_text())
-    routes = {r["matchers"][0]: r["receiver"] for r in am["route"]["routes"]}
-    assert routes == {'alertname="GRPOWatchdog"': "watchdog", 'severity="critical"': "critical",
-                      'severity="warning"': "sidecar-warning"}
+    assert {r["receiver"]: r["matchers"] for r in am["route"]["routes"]} == {
+        "deadman": ['alertname="GRPOWatchdog"'], "page": ['severity="critical"'], "notify": ['severity="warning"']}
+    assert am["route"]["receiver"] == "record"
     receivers = {r["name"]: r for r in am["receivers"]}
-    assert receivers["critical"]["slack_configs"][0]["api_url_file"] == f"{SECRETS}/slack_webhook_url"
-    for name in ("critical", "sidecar-warning"):
-        (hook,) = receivers[name]["webhook_configs"]
-        assert hook["url"] == "http://sidecar:8000/api/alerts"
+    assert set(receivers) == {"page", "notify", "record", "deadman"}
+    for name, receiver in receivers.items():
+        assert set(receiver) == {"name", "webhook_configs"}, name  # no Slack, no e-mail: the sidecar only
+        (hook,) = receiver["webhook_configs"]
+        assert hook["url"] == "http://sidecar:8000/api/alerts", name
         assert hook["http_config"]["authorization"]["credentials_file"] == f"{SECRETS}/sidecar_token"
-    inhibit = [(r["source_matchers"], r["target_matchers"], r.get("equal")) for r in am["inhibit_rules"]]
-    assert (['alertname=~"GRPOCollectorDown|GRPOSidecarDown"'], ['alertname=~"GRPOMetricsAbsent|GRPOTrainerStalled|GRPONoFirstStep"'],
-            None) in inhibit
-    # run_id on both sides: alerts without one (collector, sidecar) never pair by their missing run_id
-    assert (['severity="critical"', 'run_id=~".+"'], ['severity="warning"', 'run_id=~".+"'], ["run_id"]) in inhibit
-    assert (['alertname="GRPONonFiniteValues"', 'run_id=~".+"'], ['alertname="GRPOStepsSkipped"', 'run_id=~".+"'],
-            ["run_id"]) in inhibit
+    # A crash nobody resumes pages at once, then twice a day at most, not hourly.
+    assert {r["receiver"]: r["repeat_interval"] for r in am["route"]["routes"]}["page"] == "12h"
+
+
+def test_a_configured_destination_is_added_to_its_class_with_its_url_in_a_file(tmp_path):
+    am = alertmanager_config("http://sidecar:8000", CONFIGURED, secrets_dir="/secrets", token_file="/secrets/t")
+    receivers = {r["name"]: r for r in am["receivers"]}
+    assert _urls(receivers["page"]) == ["http://sidecar:8000/api/alerts", "/secrets/page_url"]
+    assert receivers["page"]["slack_configs"][0]["channel"] == "#grpo-oncall"
+    assert _urls(receivers["notify"]) == ["http://sidecar:8000/api/alerts", "/secrets/notify_url"]
+    assert _urls(receivers["record"]) == ["http://sidecar:8000/api/alerts"]
+    assert _urls(receivers["deadman"]) == ["http://sidecar:8000/api/alerts", "/secrets/deadman_url"]
+    # The sidecar's token goes to the sidecar only, never to an operator's URL.
+    for receiver in receivers.values():
+        assert [h for h in receiver["webhook_configs"] if "http_config" in h] == receiver["webhook_configs"][:1]
+    # One file names them all: the YAML an operator writes renders the same config.
+    (tmp_path / "routing.yml").write_text(yaml.safe_dump({
+        "page": {"kind": "slack", "url_file": "page_url", "channel": "#grpo-oncall"},
+        "notify": {"kind": "webhook", "url_file": "notify_url"}, "deadman": {"kind": "webhook", "url_file": "deadman_url"}}))
+    assert Routing.from_yaml(tmp_path / "routing.yml") == CONFIGURED
+    (tmp_path / "bad.yml").write_text("page: {kind: email, url_file: x}\n")
+    with pytest.raises(ValueError, match="bad.yml: destination kind must be one of"):
+        Routing.from_yaml(tmp_path / "bad.yml")
+    with pytest.raises(ValueError, match="inside the secrets directory"):
+        Destination(kind="webhook", url_file="/etc/passwd")
+
+
+def test_every_alert_has_one_class_from_its_severity():
+    """The routing tree sends an alert by severity alone: critical pages, warning notifies, the Watchdog to the
+    dead man's switch; no rule carries another severity, so nothing is record-only by accident."""
+    classes = {}
+    for rule in alerts(RuleSettings()):
+        classes.setdefault(rule["alert"], set()).add(class_of({"alertname": rule["alert"], **rule["labels"]}))
+    assert classes["GRPOWatchdog"] == {"deadman"}
+    assert classes["GRPONonFiniteValues"] == {"page", "notify"}  # loss / grad norm page, other signals notify
+    assert {a for a, c in classes.items() if c == {"notify"}} >= {
+        "GRPOKLSpike", "GRPOKLJump", "GRPORolloutISDrift", "GRPOEntropyCollapse", "GRPONoLearningSignal",
+        "GRPOGradNormSpike", "GRPORunPreempted", "GRPOCollectorRefusing", "GRPOCollectorQueueFull"}
+    assert all(c <= {"page", "notify", "deadman"} for c in classes.values()), classes
+
+
+def test_inhibitions_pair_only_alerts_of_one_run(root):
+    am = yaml.safe_load((root / "alertmanager/alertmanager.yml").read_text())
+    for rule in am["inhibit_rules"]:
+        assert rule["equal"] == ["run_id"], rule
+        assert 'run_id=~".+"' in rule["source_matchers"] and 'run_id=~".+"' in rule["target_matchers"], rule
 
 
 def test_local_prometheus_config_passes_promtool(promtool, tmp_path):
@@ -243,11 +296,13 @@ def test_the_built_backends_report_the_pinned_versions(promtool, prometheus_bin,
         assert f"version {version}" in out.stdout + out.stderr, binary
 
 
-def test_local_alertmanager_sends_everything_to_the_sidecar_only(tmp_path):
-    am = yaml.safe_load(write_local_configs(StackSettings(dir=tmp_path))["alertmanager"].read_text())
-    assert all("slack_configs" not in r for r in am["receivers"])
-    routes = {r["matchers"][0]: r["receiver"] for r in am["route"]["routes"]}
-    assert routes['severity="critical"'] == "sidecar-critical"
+def test_local_alertmanager_uses_the_same_routing_with_its_own_secrets_dir(tmp_path):
+    am = yaml.safe_load(write_local_configs(StackSettings(dir=tmp_path, routing=CONFIGURED,
+                                                          secrets_dir=tmp_path / "s"))["alertmanager"].read_text())
+    receivers = {r["name"]: r for r in am["receivers"]}
+    assert receivers["page"]["slack_configs"][0]["api_url_file"] == str(tmp_path / "s/page_url")
+    assert receivers["page"]["webhook_configs"][0]["url"] == "http://127.0.0.1:8000/api/alerts"
+    assert (am["route"]["group_wait"], am["route"]["group_interval"]) == ("1s", "5s")
 
 
 def test_build_backends_without_go_says_so_and_succeeds(root, tmp_path):

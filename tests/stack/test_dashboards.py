@@ -10,7 +10,7 @@ from otel_grpo.stack import RuleSettings, recording_rules
 
 from otel_grpo.generate._checks import (all_panels, allowed_series, catalog_series, concrete, dashboard_exprs, drawn_series,
                                      metric_names)
-from otel_grpo.generate.dashboards import dashboard_files, dashboards
+from otel_grpo.generate.dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS, dashboard_files, dashboards
 
 
 def test_committed_dashboards_equal_regenerated(root):
@@ -99,9 +99,14 @@ def test_runs_are_multi_select_and_matched_by_regex():
     d = dashboards()["grpo-overview.json"]
     run = {v["name"]: v for v in d["templating"]["list"]}["run_id"]
     assert run["multi"] and run["includeAll"] and run["allValue"] == ".*"
+    stack = {STACK_TARGETS, STACK_COLLECTOR, STACK_SIDECAR}  # the stack's own health: of no run
     for title, expr in dashboard_exprs(d):
+        if title in stack:
+            assert "run_id" not in expr, (title, expr)
+            continue
         assert "ALERTS" in expr or 'run_id=~"$run_id"' in expr, (title, expr)
         assert 'run_id="$run_id"' not in expr
+    assert stack <= {title for title, _ in dashboard_exprs(d)}
 
 
 def _panel(d: dict, title: str) -> dict:

@@ -211,3 +211,26 @@ def test_the_sidecar_settings_the_chart_gives_are_valid(helm, root, monkeypatch)
     assert (s.host, s.ingest_token, s.read_token) == ("0.0.0.0", tokens["sidecar_token"], tokens["sidecar_read_token"])
     assert str(s.db) == "/data/sidecar.db" and s.retention_max_runs == 200
     assert s.allowed_hosts == ["grpo-otel-grpo-sidecar.ml.svc", "grpo-otel-grpo-sidecar.ml.svc.cluster.local"]
+
+
+@pytest.mark.parametrize("sets", [(), ("tokens.existingSecret=mine", "alerting.secret=pager-urls")],
+                         ids=["defaults", "named-secrets"])
+def test_the_alertmanager_config_secret_is_compose_routing_for_this_release(helm, root, amtool, tmp_path, sets):
+    """The chart's Alertmanager config: amtool accepts it, and it routes and inhibits as compose's does,
+    with the release's sidecar Service and the Secrets kube-prometheus-stack's Alertmanager mounts."""
+    secret = _objects(_template(helm, root, *sets), "Secret")["grpo-otel-grpo-alertmanager"]
+    text = secret["stringData"]["alertmanager.yaml"]
+    (tmp_path / "alertmanager.yaml").write_text(text)
+    out = subprocess.run([amtool, "check-config", str(tmp_path / "alertmanager.yaml")], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "@" not in text.replace("{{", "")  # every placeholder replaced
+    config, compose = yaml.safe_load(text), yaml.safe_load((root / "alertmanager/alertmanager.yml").read_text())
+    assert config["route"] == compose["route"] and config["inhibit_rules"] == compose["inhibit_rules"]
+    tokens = "mine" if sets else "grpo-otel-grpo-tokens"
+    for receiver in config["receivers"]:
+        hook = receiver["webhook_configs"][0]
+        assert hook["url"] == "http://grpo-otel-grpo-sidecar.ml.svc:8000/api/alerts"
+        assert hook["http_config"]["authorization"]["credentials_file"] == \
+            f"/etc/alertmanager/secrets/{tokens}/sidecar_token"
+    assert "alertmanager.yaml" not in str(_template(helm, root, "alerting.enabled=false"))

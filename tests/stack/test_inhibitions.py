@@ -1,26 +1,89 @@
-"""Alertmanager's inhibitions, on the real Alertmanager (built at the pinned version) with compose's file."""
+"""Routing and inhibitions on the real Alertmanager (built at the pinned version).
+
+The inhibitions run on compose's committed file. Delivery runs on the config the same function renders
+with webhook destinations on 127.0.0.1 (and one-second grouping): the routing tree and inhibitions are
+the committed ones, checked below, and every notification is a real HTTP request that arrives here.
+"""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
+from collections import defaultdict
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+import yaml
 
+from otel_grpo.generate import Destination, alertmanager_config, dump
+from otel_grpo.generate._routing import load_routing
 from otel_grpo.stack._process import Managed
 
 pytestmark = pytest.mark.integration
 
 
+def _serve_alertmanager(binary: str, config, d, port: int):
+    return Managed("alertmanager", [binary, f"--config.file={config}", f"--storage.path={d}", "--cluster.listen-address=",
+                                    f"--web.listen-address=127.0.0.1:{port}"],
+                   f"http://127.0.0.1:{port}/-/ready", d / "am.log")
+
+
 @pytest.fixture(scope="module")
 def alertmanager(root, tmp_path_factory, free_port_factory, alertmanager_bin):
     d, port = tmp_path_factory.mktemp("am"), free_port_factory()
-    am = Managed("alertmanager", [alertmanager_bin, f"--config.file={root / 'alertmanager/alertmanager.yml'}",
-                                  f"--storage.path={d}", "--cluster.listen-address=",
-                                  f"--web.listen-address=127.0.0.1:{port}"],
-                 f"http://127.0.0.1:{port}/-/ready", d / "am.log")
-    with am.running(60):
+    with _serve_alertmanager(alertmanager_bin, root / "alertmanager/alertmanager.yml", d, port).running(60):
         yield f"http://127.0.0.1:{port}"
+
+
+class _Hooks(ThreadingHTTPServer):
+    """Webhook receivers on one port, one path each: what Alertmanager delivered, by path."""
+
+    def __init__(self) -> None:
+        self.received: dict[str, list[dict]] = defaultdict(list)
+        self.lock = threading.Lock()
+        hooks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                with hooks.lock:
+                    hooks.received[self.path].append(body)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+    def firing(self) -> dict[str, set[str]]:
+        """path -> `alertname/run_id` of every firing alert delivered there."""
+        with self.lock:
+            return {path: {f'{a["labels"]["alertname"]}/{a["labels"].get("run_id", "")}'
+                           for body in bodies for a in body["alerts"] if a["status"] == "firing"}
+                    for path, bodies in self.received.items()}
+
+
+@pytest.fixture(scope="module")
+def delivery(root, tmp_path_factory, free_port_factory, alertmanager_bin):
+    """An Alertmanager routing to webhook receivers here: (its URL, the receivers, the config it runs)."""
+    hooks = _Hooks()
+    threading.Thread(target=hooks.serve_forever, daemon=True).start()
+    d, port = tmp_path_factory.mktemp("am-delivery"), free_port_factory()
+    for name in ("page", "notify", "deadman"):
+        (d / f"{name}_url").write_text(f"{hooks.url}/{name}")
+    committed = load_routing(root)
+    routing = replace(committed, **{n: Destination(kind="webhook", url_file=f"{n}_url") for n in ("page", "notify", "deadman")})
+    config = alertmanager_config(f"{hooks.url}/sidecar", routing, secrets_dir=str(d), group_wait="1s",
+                                 group_interval="1s")
+    (d / "alertmanager.yml").write_text(dump(config))
+    with _serve_alertmanager(alertmanager_bin, d / "alertmanager.yml", d, port).running(60):
+        yield f"http://127.0.0.1:{port}", hooks, config
+    hooks.shutdown()
 
 
 def _alert(name: str, severity: str, **labels: str) -> dict:
@@ -40,30 +103,81 @@ def _inhibited(url: str, expected: int) -> dict[str, bool]:
         time.sleep(0.2)
 
 
-def test_causes_inhibit_their_symptoms(alertmanager):
+def test_causes_inhibit_only_their_own_runs_symptoms(alertmanager):
     alerts = [
         _alert("GRPOCollectorDown", "critical", instance="otel-collector:8889"),
-        _alert("GRPOMetricsAbsent", "warning", run_id="a"),
+        _alert("GRPOSidecarDown", "warning", instance="sidecar:8000"),
+        _alert("GRPOMetricsAbsent", "critical", run_id="a"),
         _alert("GRPOTrainerStalled", "critical", run_id="b"),
         _alert("GRPONoFirstStep", "critical", run_id="f"),
+        _alert("GRPORunPreempted", "warning", run_id="g"),
         _alert("GRPOKLHigh", "critical", run_id="c"),
         _alert("GRPOKLJump", "warning", run_id="c"),
         _alert("GRPOKLJump", "warning", run_id="d"),  # no critical alert for run d
         _alert("GRPONonFiniteValues", "critical", run_id="e", signal="loss"),
         _alert("GRPOStepsSkipped", "warning", run_id="e"),
-        _alert("GRPOSidecarDown", "warning", instance="sidecar:8000"),  # no run_id on either side
+        _alert("GRPONonFiniteValues", "warning", run_id="h", signal="sample_reward"),
+        _alert("GRPOStepsSkipped", "warning", run_id="h"),
     ]
     assert httpx.post(f"{alertmanager}/api/v2/alerts", json=alerts, timeout=10).status_code == 200
     state = _inhibited(alertmanager, len(alerts))
     assert state == {
+        # The stack's alerts inhibit nothing: a collector or sidecar outage never hides a run's alert
+        # (the run-end rules themselves hold back while the collector is down), and they pair with no run.
         "GRPOCollectorDown/": False,
-        "GRPOMetricsAbsent/a": True,   # collector down: absent runs are its symptom
-        "GRPOTrainerStalled/b": True,
-        "GRPONoFirstStep/f": True,     # ... so are runs that seem never to have stepped
+        "GRPOSidecarDown/": False,
+        "GRPOMetricsAbsent/a": False,
+        "GRPOTrainerStalled/b": False,
+        "GRPONoFirstStep/f": False,
+        "GRPORunPreempted/g": False,
         "GRPOKLHigh/c": False,
         "GRPOKLJump/c": True,          # critical suppresses warning of the same run
         "GRPOKLJump/d": False,         # ... and only of the same run
         "GRPONonFiniteValues/e": False,
-        "GRPOStepsSkipped/e": True,    # non-finite suppresses skipped
-        "GRPOSidecarDown/": False,     # the collector's critical alert is of no run: it pairs with none
+        "GRPOStepsSkipped/e": True,    # a non-finite loss explains the skipped steps
+        "GRPONonFiniteValues/h": False,
+        "GRPOStepsSkipped/h": False,   # a NaN reward does not
     }
+
+
+def test_delivery_runs_the_committed_routing_tree_and_inhibitions(root, delivery):
+    _, _, config = delivery
+    committed = yaml.safe_load((root / "alertmanager/alertmanager.yml").read_text())
+    for cfg in (committed, config):
+        cfg["route"].pop("group_wait"), cfg["route"].pop("group_interval")
+    assert config["route"] == committed["route"] and config["inhibit_rules"] == committed["inhibit_rules"]
+
+
+def _delivered(hooks: _Hooks, expected: dict[str, set[str]], settle_s: float = 3.0) -> dict[str, set[str]]:
+    """What arrived once `expected` has (or after 30 s), and `settle_s` more for anything extra."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(not want <= hooks.firing().get(p, set()) for p, want in expected.items()):
+        time.sleep(0.2)
+    time.sleep(settle_s)
+    return hooks.firing()
+
+
+def test_each_class_reaches_exactly_its_receiver_and_every_alert_the_sidecar(delivery):
+    url, hooks, _ = delivery
+    alerts = [
+        _alert("GRPOKLHigh", "critical", run_id="p"),
+        _alert("GRPOKLJump", "warning", run_id="p"),  # inhibited by p's critical alert: reaches no one
+        _alert("GRPOEntropyCollapse", "warning", run_id="n"),
+        _alert("GRPOCollectorDown", "critical", instance="otel-collector:8888"),
+        _alert("GRPOSidecarDown", "warning", instance="sidecar:8000"),
+        _alert("GRPOMetricsAbsent", "critical", run_id="crashed"),  # paged despite the collector being down
+        _alert("GRPORunPreempted", "warning", run_id="preempted"),
+        _alert("CustomInfo", "info", run_id="r"),
+        _alert("GRPOWatchdog", "none"),
+    ]
+    assert httpx.post(f"{url}/api/v2/alerts", json=alerts, timeout=10).status_code == 200
+    page = {"GRPOKLHigh/p", "GRPOCollectorDown/", "GRPOMetricsAbsent/crashed"}
+    notify = {"GRPOEntropyCollapse/n", "GRPOSidecarDown/", "GRPORunPreempted/preempted"}
+    expected = {"/page": page, "/notify": notify, "/deadman": {"GRPOWatchdog/"},
+                "/sidecar/api/alerts": page | notify | {"CustomInfo/r", "GRPOWatchdog/"}}
+    assert _delivered(hooks, expected) == expected
+    with hooks.lock:  # the sidecar's copy says which class each notification was for
+        receivers = {(b["receiver"], a["labels"]["alertname"]) for b in hooks.received["/sidecar/api/alerts"]
+                     for a in b["alerts"]}
+    assert ("record", "CustomInfo") in receivers and ("page", "GRPOMetricsAbsent") in receivers
+    assert ("notify", "GRPORunPreempted") in receivers and ("deadman", "GRPOWatchdog") in receivers
