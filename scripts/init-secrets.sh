@@ -42,7 +42,9 @@ for name in otlp_token sidecar_token sidecar_read_token web_password grafana_adm
       slack_webhook_url) put "$name" "https://hooks.slack.com/services/REPLACE/WITH/YOURS" ;;
       *) put "$name" "$(random)" ;;
     esac
-    [ "$name" != grafana_admin_password ] || echo "Grafana admin password: $(cat "$dir/$name")"
+    # Never the value itself: init's output is in `docker compose logs` for anyone who can read them.
+    [ "$name" != grafana_admin_password ] || echo "init-secrets: made Grafana's admin password;" \
+      "read it with: docker compose exec grafana cat /secrets/grafana_admin_password (by hand: $dir/$name)"
   fi
   chmod 644 "$dir/$name"
 done

@@ -40,6 +40,17 @@ def secret_names(root, tmp_path_factory) -> set[str]:
     return {p.name for p in d.iterdir()}
 
 
+def test_init_never_prints_a_secret(root, tmp_path):
+    """init's output lands in `docker compose logs`: it says where the Grafana password is, never what."""
+    d = tmp_path / "s"
+    out = subprocess.run([str(root / "scripts/init-secrets.sh"), str(d)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "grafana_admin_password" in out.stdout  # where to read it
+    for p in d.iterdir():
+        if p.name not in ("web.yml", "slack_webhook_url"):  # a hash; a placeholder
+            assert p.read_text() not in out.stdout + out.stderr, p.name
+
+
 @pytest.mark.parametrize("profiles", PROFILES, ids=lambda p: "+".join(p) or "default")
 def test_each_profile_renders_and_binds_only_to_loopback(root, profiles):
     if shutil.which("docker-compose") is None:
