@@ -12,6 +12,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -115,6 +117,22 @@ def test_prometheus_and_alertmanager_require_basic_auth_and_the_collector_runs_a
     collector = services["otel-collector"]
     assert collector["user"] == "10001:10001" and collector["build"]["target"] == "collector"
     assert collector["healthcheck"]["test"][:2] == ["CMD", "wget"]
+
+
+def test_a_misconfigured_follower_says_so_in_one_line_and_stays_down(root, rendered, tmp_path):
+    """`--profile follow up` with nothing to follow: the entry point runs `otel-grpo follow`, which
+    exits 2 with one line; the service is not restarted (on-failure repeated that line forever)."""
+    follower = rendered["services"]["follower"]
+    assert follower["restart"] == "no"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_GRPO_FOLLOW_")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # this checkout's otel-grpo
+    env["PYTHONPATH"] = str(root)
+    env.update({k: v for k, v in follower["environment"].items() if v is not None and not k.endswith("_FILE")})
+    out = subprocess.run(["sh", str(root / "scripts/docker-entrypoint.sh"), *follower["command"]], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path, env=env)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "otel-grpo follow: nothing to follow: give --verl-metrics, --verl-rollouts, --trl-output or --jsonl"]
 
 
 def test_the_follower_uses_the_light_image_and_passes_every_follow_option(rendered):
