@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Creates the stack's secrets in DIR, once: a value already there is kept, a file of the same name
 # in SEED wins over both (so values chosen by hand reach the stack on its next start).
-#   usage: scripts/init-secrets.sh [DIR [SEED]]       DIR defaults to secrets/
+#   usage: scripts/init-secrets.sh [DIR [SEED [GROUP=FOLDER ...]]]       DIR defaults to secrets/
+#
+# Each GROUP=FOLDER (compose: one volume per reader, mounted at its /secrets) then gets copies of
+# only the files that group reads, and loses any other (see `readers` below): the trainer sees its
+# OTLP headers, not the Grafana password or the sidecar's tokens.
 #
 # `docker compose up` runs this itself (service `init-secrets`, as root) with DIR = the `secrets`
 # volume and SEED = ./secrets, so no step is needed before the first start. Run it by hand to
@@ -23,6 +27,7 @@
 set -euo pipefail
 dir=${1:-$(dirname "$0")/../secrets}
 seed=${2:-}
+shift $(($# < 2 ? $# : 2))
 mkdir -p "$dir"
 chmod "${SECRETS_DIR_MODE:-700}" "$dir"
 umask 022
@@ -58,3 +63,30 @@ if hash=$(python3 -W ignore -c 'import crypt, sys; print(crypt.crypt(sys.argv[1]
 elif [ ! -s "$dir/web.yml" ]; then
   echo "init-secrets: no bcrypt in python3 here; web.yml is left to compose's init-secrets service" >&2
 fi
+
+# Who reads which file (docker-compose.yml mounts each group's folder at the service's /secrets).
+readers() {
+  case "$1" in
+    trainer) echo otlp_headers ;;                                   # trainers, the follower
+    collector) echo otlp_token sidecar_token ;;
+    sidecar) echo sidecar_token sidecar_read_token postgres_password ;;
+    postgres) echo postgres_password ;;
+    alertmanager) echo web.yml web_password sidecar_token slack_webhook_url ;;
+    prometheus) echo web.yml web_password ;;
+    grafana) echo grafana_admin_password sidecar_read_token web_password ;;
+    *) echo "init-secrets: unknown group '$1'" >&2; return 1 ;;
+  esac
+}
+for share in "$@"; do
+  group=${share%%=*} folder=${share#*=}
+  names=$(readers "$group")
+  mkdir -p "$folder" && chmod 755 "$folder"
+  for f in "$folder"/* "$folder"/.[!.]*; do  # withdraw what this group no longer reads
+    [ -e "$f" ] || continue
+    case " $names " in *" $(basename "$f") "*) ;; *) rm -rf "$f" ;; esac
+  done
+  for name in $names; do
+    [ -e "$dir/$name" ] || continue  # web.yml where no bcrypt was found
+    cp "$dir/$name" "$folder/$name.tmp" && chmod 644 "$folder/$name.tmp" && mv "$folder/$name.tmp" "$folder/$name"
+  done
+done
