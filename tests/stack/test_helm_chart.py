@@ -351,6 +351,10 @@ def test_images_name_registry_repository_tag_or_digest(helm, root):
     appVersion (the Dockerfile targets built and pushed by the user); registry, tag and digest are
     the anchors' values; the collector's tag is the version the tests build (backends.yml)."""
     app = yaml.safe_load((root / CHART / "Chart.yaml").read_text())["appVersion"]
+    # the package the Dockerfile installs, and the tags the docs build and push
+    assert app == re.search(r'^version = "(.+)"', (root / "pyproject.toml").read_text(), re.M).group(1)
+    docs = (root / "docs/operations.md").read_text()
+    assert f"-t $REGISTRY/otel-grpo-sidecar:{app} ." in docs and f"-t $REGISTRY/otel-grpo-follow:{app}  ." in docs
     sets = ("follower.enabled=true", "follower.logs.emptyDir.medium=")
 
     def images(*more):
