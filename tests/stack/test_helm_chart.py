@@ -438,7 +438,8 @@ def test_every_core_object_matches_the_kubernetes_schema_strictly(helm, root, cr
     unknown field), oldest and newest version kube-prometheus-stack runs on here, with every optional
     piece on; the operator's objects against its CRDs (above)."""
     import kubernetes_validate
-    sets = (*EVERYTHING, "networkPolicy.enabled=true", "collector.podDisruptionBudget.enabled=true",
+    sets = (*EVERYTHING, "networkPolicy.enabled=true", "networkPolicy.otlpFrom[0].namespaceSelector.matchLabels.team=rl",
+            "collector.podDisruptionBudget.enabled=true",
             "sidecar.podDisruptionBudget.enabled=true", "sidecar.podDisruptionBudget.minAvailable=1",
             "sidecar.ingress.enabled=true", "sidecar.ingress.hosts[0].host=grpo.example.org",
             "sidecar.ingress.tls[0].secretName=grpo-tls", "sidecar.ingress.tls[0].hosts[0]=grpo.example.org",
@@ -498,6 +499,12 @@ def test_the_network_policy_lets_the_collector_and_the_test_pod_reach_the_sideca
     collector = policies["grpo-otel-grpo-collector"]
     assert admits(collector, {"any": "pod"}, "otlp-grpc") and not admits(collector, {"any": "pod"}, "exporter")
     assert policies["grpo-otel-grpo-follower"]["spec"].get("ingress") is None  # takes no connections
+    # OTLP limited to the trainers' namespace: the test pod still gets through, other pods do not
+    docs = _template(helm, root, "networkPolicy.enabled=true",
+                     "networkPolicy.otlpFrom[0].namespaceSelector.matchLabels.team=rl")
+    collector = _objects(docs, "NetworkPolicy")["grpo-otel-grpo-collector"]
+    assert admits(collector, _pods(docs)["grpo-otel-grpo-test"]["metadata"]["labels"], "otlp-http")
+    assert not admits(collector, {"any": "pod"}, "otlp-grpc")
 
 
 def test_the_explorer_service_type_and_ingress_hosts_reach_the_host_check(helm, root, monkeypatch):
