@@ -433,7 +433,7 @@ def test_a_release_named_otel_grpo_gets_no_service_links_that_would_crash_the_si
     assert _sidecar_settings(c, tokens, {}, monkeypatch).port == 8000
 
 
-def test_every_core_object_matches_the_kubernetes_schema_strictly(helm, root, crds):
+def test_every_core_object_matches_the_kubernetes_schema_strictly(helm, root):
     """Each object against Kubernetes' own OpenAPI schema (kubernetes-validate's strict copies: no
     unknown field), oldest and newest version kube-prometheus-stack runs on here, with every optional
     piece on; the operator's objects against its CRDs (above)."""
