@@ -80,6 +80,10 @@ def doc_block(root: Path, marker: str) -> str:
     return found[0]
 
 
+# A follower with its files: the volume (an emptyDir here) and what to read in it.
+FOLLOWER = ("follower.enabled=true", "follower.logs.emptyDir.medium=", "follower.env.OTEL_GRPO_FOLLOW_JSONL=/follow/job.jsonl")
+
+
 def _objects(docs: list[dict], kind: str) -> dict[str, dict]:
     return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
@@ -178,7 +182,7 @@ def test_the_infinity_datasource_reaches_the_sidecar_with_the_read_token(helm, r
 
 
 def test_pods_run_as_non_root_with_tokens_from_the_secret(helm, root):
-    docs = _template(helm, root, "follower.enabled=true", "follower.logs.emptyDir.medium=")
+    docs = _template(helm, root, *FOLLOWER)
     for name, dep in _objects(docs, "Deployment").items():
         pod = dep["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 10001, name
@@ -206,6 +210,10 @@ def test_the_collector_runs_the_same_config_and_it_validates(helm, root, otelcol
 @pytest.mark.parametrize("sets,message", [
     (("sidecar.replicas=2",), "sidecar.replicas > 1 needs sidecar.database (PostgreSQL): SQLite on a volume serves one replica"),
     (("follower.enabled=true",), "follower.enabled needs follower.logs: the volume holding the job's log files"),
+    (("follower.enabled=true", "follower.logs.emptyDir.medium="),
+     "follower.enabled needs one of follower.env.OTEL_GRPO_FOLLOW_VERL_METRICS, _VERL_ROLLOUTS, _TRL_OUTPUT, _JSONL"),
+    ((*FOLLOWER, "follower.env.OTEL_GRPO_FOLLOW_TRL_OUTPUT=/data/out"),
+     "follower.env.OTEL_GRPO_FOLLOW_TRL_OUTPUT=/data/out: not under /follow, where follower.logs is mounted"),
     (("collector.replicas=2", "collector.queue.persistence.enabled=true"),
      "collector.replicas > 1 needs collector.queue.persistence.enabled=false: the queue's volume serves one pod"),
     (("tokens.otlpToken=a",), "tokens.otlpToken, .sidecarToken and .sidecarReadToken go together"),
@@ -242,7 +250,8 @@ def test_the_sidecar_settings_the_chart_gives_are_valid(helm, root, monkeypatch)
 # --- tokens and checksums -------------------------------------------------------------------------
 
 GITOPS = "otel-grpo values for GitOps"
-EVERYTHING = ("follower.enabled=true", "follower.logs.persistentVolumeClaim.claimName=verl-logs",
+EVERYTHING = ("follower.enabled=true", "follower.env.OTEL_GRPO_FOLLOW_JSONL=/follow/job.jsonl",
+              "follower.logs.persistentVolumeClaim.claimName=verl-logs",
               "sidecar.databasePasswordSecret.name=pg", "sidecar.databasePasswordSecret.key=password")
 
 
@@ -355,7 +364,7 @@ def test_images_name_registry_repository_tag_or_digest(helm, root):
     assert app == re.search(r'^version = "(.+)"', (root / "pyproject.toml").read_text(), re.M).group(1)
     docs = (root / "docs/operations.md").read_text()
     assert f"-t $REGISTRY/otel-grpo-sidecar:{app} ." in docs and f"-t $REGISTRY/otel-grpo-follow:{app}  ." in docs
-    sets = ("follower.enabled=true", "follower.logs.emptyDir.medium=")
+    sets = FOLLOWER
 
     def images(*more):
         return {n: (c["image"], c["imagePullPolicy"]) for n, p in _pods(_template(helm, root, *sets, *more)).items()
@@ -412,7 +421,7 @@ def test_a_release_named_otel_grpo_gets_no_service_links_that_would_crash_the_si
     kubelet would set OTEL_GRPO_SIDECAR_PORT=tcp://..., which the sidecar's settings read as its
     port: without a --port flag (the image's default command, or a pod that drops it) it refuses to
     start. Every pod turns the links off, and mounts no API token."""
-    docs = _template(helm, root, "follower.enabled=true", "follower.logs.emptyDir.medium=", release="otel-grpo")
+    docs = _template(helm, root, *FOLLOWER, release="otel-grpo")
     services = _objects(docs, "Service")
     assert "otel-grpo-sidecar" in services
     (sa,) = _objects(docs, "ServiceAccount").values()
@@ -481,7 +490,7 @@ def test_helm_lint_passes_with_every_optional_piece(helm, root):
 
 
 def test_the_network_policy_lets_the_collector_and_the_test_pod_reach_the_sidecar(helm, root):
-    docs = _template(helm, root, "networkPolicy.enabled=true", "follower.enabled=true", "follower.logs.emptyDir.medium=")
+    docs = _template(helm, root, "networkPolicy.enabled=true", *FOLLOWER)
     policies = _objects(docs, "NetworkPolicy")
     pods = _pods(docs)
 
