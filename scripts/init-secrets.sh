@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Creates the stack's secrets in DIR, once: a value already there is kept, a file of the same name
 # in SEED wins over both (so values chosen by hand reach the stack on its next start).
-#   usage: scripts/init-secrets.sh [DIR [SEED]]       DIR defaults to secrets/
+#   usage: scripts/init-secrets.sh [DIR [SEED [GROUP=FOLDER ...]]]       DIR defaults to secrets/
+#
+# Each GROUP=FOLDER (compose: one volume per reader, mounted at its /secrets) then gets copies of
+# only the files that group reads, and loses any other (see `readers` below): the trainer sees its
+# OTLP headers, not the Grafana password or the sidecar's tokens.
 #
 # `docker compose up` runs this itself (service `init-secrets`, as root) with DIR = the `secrets`
 # volume and SEED = ./secrets, so no step is needed before the first start. Run it by hand to
@@ -23,6 +27,7 @@
 set -euo pipefail
 dir=${1:-$(dirname "$0")/../secrets}
 seed=${2:-}
+shift $(($# < 2 ? $# : 2))
 mkdir -p "$dir"
 chmod "${SECRETS_DIR_MODE:-700}" "$dir"
 umask 022
@@ -38,7 +43,9 @@ for name in otlp_token sidecar_token sidecar_read_token web_password grafana_adm
     put "$name" "$(cat "$seed/$name")"
   elif [ ! -s "$dir/$name" ]; then
     put "$name" "$(random)"
-    [ "$name" != grafana_admin_password ] || echo "Grafana admin password: $(cat "$dir/$name")"
+    # Never the value itself: init's output is in `docker compose logs` for anyone who can read them.
+    [ "$name" != grafana_admin_password ] || echo "init-secrets: made Grafana's admin password;" \
+      "read it with: docker compose exec grafana cat /secrets/grafana_admin_password (by hand: $dir/$name)"
   fi
   chmod 644 "$dir/$name"
 done
@@ -63,3 +70,39 @@ if hash=$(python3 -W ignore -c 'import crypt, sys; print(crypt.crypt(sys.argv[1]
 elif [ ! -s "$dir/web.yml" ]; then
   echo "init-secrets: no bcrypt in python3 here; web.yml is left to compose's init-secrets service" >&2
 fi
+
+# The alert receivers' URL files: whatever SEED added beyond the stack's own secrets.
+made="otlp_token otlp_headers sidecar_token sidecar_read_token web_password web.yml grafana_admin_password postgres_password"
+receiver_urls() {
+  for path in "$dir"/*; do
+    name=$(basename "$path")
+    case " $made " in *" $name "*) ;; *) [ -f "$path" ] && echo "$name" ;; esac
+  done
+}
+
+# Who reads which file (docker-compose.yml mounts each group's folder at the service's /secrets).
+readers() {
+  case "$1" in
+    trainer) echo otlp_headers ;;                                   # trainers, the follower
+    collector) echo otlp_token sidecar_token ;;
+    sidecar) echo sidecar_token sidecar_read_token postgres_password ;;
+    postgres) echo postgres_password ;;
+    alertmanager) echo web.yml web_password sidecar_token $(receiver_urls) ;;
+    prometheus) echo web.yml web_password ;;
+    grafana) echo grafana_admin_password sidecar_read_token web_password ;;
+    *) echo "init-secrets: unknown group '$1'" >&2; return 1 ;;
+  esac
+}
+for share in "$@"; do
+  group=${share%%=*} folder=${share#*=}
+  names=$(readers "$group")
+  mkdir -p "$folder" && chmod 755 "$folder"
+  for f in "$folder"/* "$folder"/.[!.]*; do  # withdraw what this group no longer reads
+    [ -e "$f" ] || continue
+    case " $names " in *" $(basename "$f") "*) ;; *) rm -rf "$f" ;; esac
+  done
+  for name in $names; do
+    [ -e "$dir/$name" ] || continue  # web.yml where no bcrypt was found
+    cp "$dir/$name" "$folder/$name.tmp" && chmod 644 "$folder/$name.tmp" && mv "$folder/$name.tmp" "$folder/$name"
+  done
+done

@@ -12,6 +12,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -31,13 +33,15 @@ def rendered(root) -> dict:
     return render(root, ALL)
 
 
-@pytest.fixture(scope="module")
-def secret_names(root, tmp_path_factory) -> set[str]:
-    """What scripts/init-secrets.sh (compose's init service) creates."""
-    d = tmp_path_factory.mktemp("secrets") / "s"
+def test_init_never_prints_a_secret(root, tmp_path):
+    """init's output lands in `docker compose logs`: it says where the Grafana password is, never what."""
+    d = tmp_path / "s"
     out = subprocess.run([str(root / "scripts/init-secrets.sh"), str(d)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    return {p.name for p in d.iterdir()}
+    assert "grafana_admin_password" in out.stdout  # where to read it
+    for p in d.iterdir():
+        if p.name not in ("web.yml", "slack_webhook_url"):  # a hash; a placeholder
+            assert p.read_text() not in out.stdout + out.stderr, p.name
 
 
 @pytest.mark.parametrize("profiles", PROFILES, ids=lambda p: "+".join(p) or "default")
@@ -69,16 +73,64 @@ def test_no_credential_is_in_the_rendered_environment_and_none_is_blank(rendered
                 assert value.startswith(f"{SECRETS}/"), (name, var, value)
 
 
-def test_every_secret_a_service_names_is_one_init_creates(root, rendered, secret_names):
-    """Paths under /secrets in the rendered services and in the files they mount."""
-    text = yaml.safe_dump(rendered["services"])
-    for mounted in ("prometheus/prometheus.yml", "alertmanager/alertmanager.yml", "collector/config.yaml",
-                    "grafana/provisioning/datasources/datasources.yml"):
-        text += (root / mounted).read_text()
-    named = set(re.findall(rf"{SECRETS}/([\w.]+)", text))
+# The files each service mounts that name secrets, besides its rendered command, environment and health check.
+MOUNTED_CONFIGS = {"prometheus": "prometheus/prometheus.yml", "alertmanager": "alertmanager/alertmanager.yml",
+                   "otel-collector": "collector/config.yaml", "grafana": "grafana/provisioning/datasources/datasources.yml"}
+
+
+def _reader_volume(svc: dict) -> str | None:
+    """The volume a service mounts at /secrets."""
+    return next((v.split(":")[0] for v in svc.get("volumes", []) if v.split(":")[1] == SECRETS), None)
+
+
+def _shared(root, rendered, tmp_path) -> dict[str, set[str]]:
+    """volume -> the files init puts in it: init's own command (its GROUP=FOLDER arguments) run here."""
+    init = rendered["services"]["init"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in init["volumes"]}
+    command = init["entrypoint"][-1]
+    shares = re.findall(r"(\w+)=(/\S+)", command)
+    assert shares and all(folder in mounts for _, folder in shares)
+    args = [f"{group}={tmp_path / mounts[folder]}" for group, folder in shares]
+    out = subprocess.run([str(root / "scripts/init-secrets.sh"), str(tmp_path / "all"), "", *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return {mounts[folder]: {p.name for p in (tmp_path / mounts[folder]).iterdir()} for _, folder in shares}
+
+
+def test_every_service_mounts_exactly_the_secrets_it_names(root, rendered, tmp_path):
+    """Each reader's volume holds the files under /secrets that its rendered service and the configs
+    it mounts name, and nothing else: the trainer cannot read the Grafana password or the sidecar's
+    tokens, Grafana not the OTLP token."""
+    shared = _shared(root, rendered, tmp_path)
+    seen = set()
+    for name, svc in rendered["services"].items():
+        if name == "init":
+            continue
+        text = yaml.safe_dump({k: svc.get(k) for k in ("command", "entrypoint", "environment", "healthcheck")})
+        if name in MOUNTED_CONFIGS:
+            text += (root / MOUNTED_CONFIGS[name]).read_text()
+        named = set(re.findall(rf"{SECRETS}/([\w.]+)", text))
+        volume = _reader_volume(svc)
+        if volume is None:
+            assert not named, name
+            continue
+        seen |= named
+        # web.yml comes with web_password: the wget health checks name the password, the servers the hash
+        assert shared[volume] == named | ({"web.yml"} if "web.yml" in named else set()), (name, volume)
     assert {"otlp_token", "otlp_headers", "sidecar_token", "sidecar_read_token", "web_password", "web.yml",
-            "grafana_admin_password", "postgres_password"} <= named
-    assert named <= secret_names, named - secret_names
+            "grafana_admin_password", "postgres_password"} <= seen
+    trainer = shared[_reader_volume(rendered["services"]["trainer"])]
+    assert trainer == {"otlp_headers"}
+    assert _reader_volume(rendered["services"]["follower"]) == _reader_volume(rendered["services"]["trainer-cpu"])
+
+
+def test_init_withdraws_a_file_a_reader_no_longer_reads(root, tmp_path):
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer/grafana_admin_password").write_text("left from an older layout")
+    out = subprocess.run([str(root / "scripts/init-secrets.sh"), str(tmp_path / "all"), "", f"trainer={tmp_path / 'trainer'}"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert {p.name for p in (tmp_path / "trainer").iterdir()} == {"otlp_headers"}
 
 
 def test_init_runs_first_and_everything_that_reads_secrets_mounts_them_read_only(rendered):
@@ -86,11 +138,13 @@ def test_init_runs_first_and_everything_that_reads_secrets_mounts_them_read_only
     init = services["init"]
     assert init["user"] == "0:0" and init["restart"] == "no"
     assert "secrets:/secrets:rw" in init["volumes"] and any(v.endswith(":/seed:ro") for v in init["volumes"])
-    readers = {n for n, s in services.items() if any(v.startswith("secrets:") for v in s.get("volumes", []))} - {"init"}
+    readers = {n for n, s in services.items() if _reader_volume(s)} - {"init"}
     assert readers == {"trainer", "trainer-cpu", "follower", "otel-collector", "sidecar", "postgres", "alertmanager",
                        "prometheus", "grafana"}
     for name in readers:
-        assert "secrets:/secrets:ro" in services[name]["volumes"], name
+        volume = _reader_volume(services[name])
+        assert f"{volume}:{SECRETS}:ro" in services[name]["volumes"], name
+        assert volume != "secrets" and f"{volume}:/for/" in " ".join(init["volumes"]), name  # init fills it
         deps = services[name].get("depends_on", {})
         # Directly, or through a service that waited for it (Prometheus and Grafana come after Alertmanager).
         assert "init" in deps or {"alertmanager", "sidecar"} & set(deps), name
@@ -104,6 +158,22 @@ def test_prometheus_and_alertmanager_require_basic_auth_and_the_collector_runs_a
     collector = services["otel-collector"]
     assert collector["user"] == "10001:10001" and collector["build"]["target"] == "collector"
     assert collector["healthcheck"]["test"][:2] == ["CMD", "wget"]
+
+
+def test_a_misconfigured_follower_says_so_in_one_line_and_stays_down(root, rendered, tmp_path):
+    """`--profile follow up` with nothing to follow: the entry point runs `otel-grpo follow`, which
+    exits 2 with one line; the service is not restarted (on-failure repeated that line forever)."""
+    follower = rendered["services"]["follower"]
+    assert follower["restart"] == "no"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_GRPO_FOLLOW_")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # this checkout's otel-grpo
+    env["PYTHONPATH"] = str(root)
+    env.update({k: v for k, v in follower["environment"].items() if v is not None and not k.endswith("_FILE")})
+    out = subprocess.run(["sh", str(root / "scripts/docker-entrypoint.sh"), *follower["command"]], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path, env=env)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "otel-grpo follow: nothing to follow: give --verl-metrics, --verl-rollouts, --trl-output or --jsonl"]
 
 
 def test_the_follower_uses_the_light_image_and_passes_every_follow_option(rendered):

@@ -10,10 +10,13 @@ collector itself.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema_rs
@@ -24,7 +27,7 @@ from otel_grpo.sidecar import SidecarSettings
 from otel_grpo.stack import RuleSettings
 from otel_grpo.generate._configs import COMPOSE, prometheus_config
 from otel_grpo.generate._kubernetes import CHART, SCRAPE_JOBS, prometheus_rule_spec
-from otel_grpo.stack._process import bin_cache, backend_versions
+from otel_grpo.stack._process import Managed, bin_cache, backend_versions
 from otel_grpo.generate.dashboards import dashboards
 from tests.stack.conftest import need
 
@@ -53,16 +56,32 @@ def crds(helm) -> dict[str, dict]:
     return schemas
 
 
-def _template(helm: str, root: Path, *sets: str, ok: bool = True) -> list[dict] | str:
-    argv = [helm, "template", "grpo", str(root / CHART), "--namespace", "ml"]
+def _template(helm: str, root: Path, *sets: str, ok: bool = True, release: str = "grpo", values: tuple = (),
+              args: tuple = (), chart: Path | None = None) -> list[dict] | str:
+    """`helm template` of the chart (or `chart`) in namespace ml: the documents, or with ok=False its stderr."""
+    argv = [helm, "template", release, str(chart or root / CHART), "--namespace", "ml", *args]
+    for f in values:
+        argv += ["-f", str(f)]
     for s in sets:
         argv += ["--set", s]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if not ok:
-        assert out.returncode != 0
+        assert out.returncode != 0, out.stdout[:2000]
         return out.stderr
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def doc_block(root: Path, marker: str) -> str:
+    """The ```yaml block of docs/operations.md whose first line is `# <marker>`: tests run what the docs say."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (root / "docs/operations.md").read_text(), re.S)
+    found = [b for b in blocks if b.startswith(f"# {marker}\n")]
+    assert len(found) == 1, f"docs/operations.md needs one yaml block starting '# {marker}'"
+    return found[0]
+
+
+# A follower with its files: the volume (an emptyDir here) and what to read in it.
+FOLLOWER = ("follower.enabled=true", "follower.logs.emptyDir.medium=", "follower.env.OTEL_GRPO_FOLLOW_JSONL=/follow/job.jsonl")
 
 
 def _objects(docs: list[dict], kind: str) -> dict[str, dict]:
@@ -96,6 +115,7 @@ def test_helm_lint_passes_strict(helm, root):
     ("follower.enabled=true", "follower.logs.persistentVolumeClaim.claimName=verl-logs",
      "follower.env.OTEL_GRPO_FOLLOW_VERL_METRICS=/follow/p/exp.jsonl", "collector.queue.persistence.enabled=true"),
     ("sidecar.replicas=3", "sidecar.database=postgresql://grpo@pg:5432/grpo", "tokens.existingSecret=mine",
+     "monitoring.grafanaDatasource.bearerToken=$__env{READ_TOKEN}",
      "sidecar.databasePasswordSecret.name=pg", "sidecar.databasePasswordSecret.key=password"),
 ], ids=["defaults", "follower", "postgres-replicas"])
 def test_every_operator_object_matches_its_crd_schema(helm, root, crds, sets):
@@ -162,7 +182,7 @@ def test_the_infinity_datasource_reaches_the_sidecar_with_the_read_token(helm, r
 
 
 def test_pods_run_as_non_root_with_tokens_from_the_secret(helm, root):
-    docs = _template(helm, root, "follower.enabled=true", "follower.logs.emptyDir.medium=")
+    docs = _template(helm, root, *FOLLOWER)
     for name, dep in _objects(docs, "Deployment").items():
         pod = dep["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 10001, name
@@ -188,11 +208,25 @@ def test_the_collector_runs_the_same_config_and_it_validates(helm, root, otelcol
 
 
 @pytest.mark.parametrize("sets,message", [
-    (("sidecar.replicas=2",), "sidecar.replicas > 1 needs sidecar.database"),
-    (("follower.enabled=true",), "follower.enabled needs follower.logs"),
+    (("sidecar.replicas=2",), "sidecar.replicas > 1 needs sidecar.database (PostgreSQL): SQLite on a volume serves one replica"),
+    (("follower.enabled=true",), "follower.enabled needs follower.logs: the volume holding the job's log files"),
+    (("follower.enabled=true", "follower.logs.emptyDir.medium="),
+     "follower.enabled needs one of follower.env.OTEL_GRPO_FOLLOW_VERL_METRICS, _VERL_ROLLOUTS, _TRL_OUTPUT, _JSONL"),
+    ((*FOLLOWER, "follower.env.OTEL_GRPO_FOLLOW_TRL_OUTPUT=/data/out"),
+     "follower.env.OTEL_GRPO_FOLLOW_TRL_OUTPUT=/data/out: not under /follow, where follower.logs is mounted"),
+    (("collector.replicas=2", "collector.queue.persistence.enabled=true"),
+     "collector.replicas > 1 needs collector.queue.persistence.enabled=false: the queue's volume serves one pod"),
+    (("tokens.otlpToken=a",), "tokens.otlpToken, .sidecarToken and .sidecarReadToken go together"),
+    (("tokens.existingSecret=mine", "tokens.otlpToken=a"), "tokens.existingSecret excludes tokens.otlpToken"),
+    (("tokens.existingSecret=mine",), 'monitoring.grafanaDatasource needs the read token, and tokens.existingSecret "mine" '
+                                      "cannot be read here (helm template has no cluster)"),
+    (("sidecar.ingress.enabled=true",), "sidecar.ingress.enabled needs sidecar.ingress.hosts"),
 ])
-def test_impossible_values_fail_with_a_message(helm, root, sets, message):
-    assert message in _template(helm, root, *sets, ok=False)
+def test_impossible_values_fail_with_one_line(helm, root, sets, message):
+    """Each refusal is one line of `helm template`'s error, whole (a collector queue claim shared by
+    two pods, or a sidecar SQLite file shared by two, would corrupt or block)."""
+    lines = [line for line in _template(helm, root, *sets, ok=False).splitlines() if message in line]
+    assert len(lines) == 1, lines
 
 
 def test_the_sidecar_settings_the_chart_gives_are_valid(helm, root, monkeypatch):
@@ -234,3 +268,424 @@ def test_the_alertmanager_config_secret_is_compose_routing_for_this_release(helm
         assert hook["http_config"]["authorization"]["credentials_file"] == \
             f"/etc/alertmanager/secrets/{tokens}/sidecar_token"
     assert "alertmanager.yaml" not in str(_template(helm, root, "alerting.enabled=false"))
+
+
+# --- tokens and checksums -------------------------------------------------------------------------
+
+GITOPS = "otel-grpo values for GitOps"
+EVERYTHING = ("follower.enabled=true", "follower.env.OTEL_GRPO_FOLLOW_JSONL=/follow/job.jsonl",
+              "follower.logs.persistentVolumeClaim.claimName=verl-logs",
+              "sidecar.databasePasswordSecret.name=pg", "sidecar.databasePasswordSecret.key=password")
+
+
+def _pods(docs: list[dict]) -> dict[str, dict]:
+    """Every pod template (Deployments) and bare pod (the `helm test` pod) by name: {metadata, spec}."""
+    pods = {n: d["spec"]["template"] for n, d in _objects(docs, "Deployment").items()}
+    pods.update({n: {"metadata": d["metadata"], "spec": d["spec"]} for n, d in _objects(docs, "Pod").items()})
+    return pods
+
+
+def _tokens(docs: list[dict]) -> dict[str, str]:
+    return _objects(docs, "Secret")["grpo-otel-grpo-tokens"]["data"]
+
+
+def test_gitops_values_render_identically_twice(helm, root, tmp_path):
+    """Argo CD and Flux run `helm template` on every sync, with no cluster for `lookup`: with the
+    documented values two renders are the same, Secrets and pod checksums included, so a sync
+    rotates no token and restarts no pod."""
+    values = tmp_path / "gitops.yaml"
+    values.write_text(doc_block(root, GITOPS))
+    first, second = (_template(helm, root, *EVERYTHING, values=(values,)) for _ in range(2))
+    assert first == second
+    secrets = _objects(first, "Secret")
+    assert "grpo-otel-grpo-tokens" not in secrets  # the Secret is the user's
+    (source,) = yaml.safe_load(secrets["grpo-otel-grpo-datasource"]["stringData"]["otel-grpo-datasource.yaml"])["datasources"]
+    assert source["secureJsonData"]["bearerToken"] == "$__env{OTEL_GRPO_SIDECAR_READ_TOKEN}"  # not empty: Grafana's env
+    for name, pod in _pods(first).items():
+        refs = {e["valueFrom"]["secretKeyRef"]["name"] for c in pod["spec"]["containers"] for e in c.get("env", [])
+                if "secretKeyRef" in e.get("valueFrom", {}) and e["name"] != "PGPASSWORD"}
+        refs |= {v["secret"]["secretName"] for v in pod["spec"].get("volumes", []) if "secret" in v}
+        assert refs <= {yaml.safe_load(values.read_text())["tokens"]["existingSecret"]}, name
+
+
+def test_without_fixed_tokens_every_render_differs(helm, root):
+    """Why GitOps needs them: random tokens (kept on a real upgrade through `lookup`) differ on each
+    cluster-less render, and the pods' checksums follow them."""
+    a, b = _template(helm, root), _template(helm, root)
+    assert _tokens(a) != _tokens(b)
+    sums = [{n: p["metadata"]["annotations"]["checksum/tokens"] for n, p in _pods(d).items()
+             if n.endswith(("-collector", "-sidecar"))} for d in (a, b)]
+    assert all(sums[0][n] != sums[1][n] for n in sums[0])
+
+
+def test_explicit_tokens_are_the_secret_and_the_datasource_token(helm, root):
+    sets = ("tokens.otlpToken=o-1", "tokens.sidecarToken=s-1", "tokens.sidecarReadToken=r-1")
+    docs = _template(helm, root, *sets)
+    assert {k: base64.b64decode(v).decode() for k, v in _tokens(docs).items()} == {
+        "otlp_token": "o-1", "sidecar_token": "s-1", "sidecar_read_token": "r-1"}
+    assert _template(helm, root, *sets) == docs
+    ds = _objects(docs, "Secret")["grpo-otel-grpo-datasource"]
+    assert yaml.safe_load(ds["stringData"]["otel-grpo-datasource.yaml"])["datasources"][0]["secureJsonData"] == {
+        "bearerToken": "r-1"}
+
+
+def test_every_pod_reading_a_secret_or_config_restarts_when_it_changes(helm, root, tmp_path):
+    """checksum/tokens on every pod holding a token (env or volume), checksum/config on the
+    collector's, checksum/database-password on the sidecar's with a password Secret: each changes
+    with what it covers and only then."""
+    tokens = ("tokens.otlpToken=o", "tokens.sidecarToken=s", "tokens.sidecarReadToken=r")
+    base = _pods(_template(helm, root, *EVERYTHING, *tokens))
+    readers = {n for n, p in base.items()
+               if any("secretKeyRef" in e.get("valueFrom", {}) for c in p["spec"]["containers"] for e in c.get("env", []))
+               or any("secret" in v for v in p["spec"].get("volumes", []))}
+    deployments = {n for n in readers if not n.endswith("-test")}  # the test pod is made anew each `helm test`
+    assert deployments == {"grpo-otel-grpo-collector", "grpo-otel-grpo-sidecar", "grpo-otel-grpo-follower"}
+    for n in deployments:
+        assert "checksum/tokens" in base[n]["metadata"]["annotations"], n
+    assert "checksum/database-password" in base["grpo-otel-grpo-sidecar"]["metadata"]["annotations"]
+    rotated = _pods(_template(helm, root, *EVERYTHING, "tokens.otlpToken=o2", *tokens[1:]))
+    for n in deployments:
+        assert rotated[n]["metadata"]["annotations"]["checksum/tokens"] != base[n]["metadata"]["annotations"]["checksum/tokens"]
+        assert rotated[n]["spec"] == base[n]["spec"]
+    # the collector's config: a changed file (a copy of the chart) changes its checksum, and nothing else's
+    chart = tmp_path / "chart"
+    shutil.copytree(root / CHART, chart)
+    (chart / "files/collector.yaml").write_text((chart / "files/collector.yaml").read_text() + "# changed\n")
+    changed = _pods(_template(helm, root, *EVERYTHING, *tokens, chart=chart))
+    key = "checksum/config"
+    assert changed["grpo-otel-grpo-collector"]["metadata"]["annotations"][key] != \
+        base["grpo-otel-grpo-collector"]["metadata"]["annotations"][key]
+    assert {n: p["metadata"] for n, p in changed.items() if n != "grpo-otel-grpo-collector"} == \
+        {n: p["metadata"] for n, p in base.items() if n != "grpo-otel-grpo-collector"}
+    (cm,) = [m for n, m in _objects(_template(helm, root), "ConfigMap").items() if n.endswith("-collector")]
+    assert base["grpo-otel-grpo-collector"]["metadata"]["annotations"][key] == \
+        hashlib.sha256(cm["data"]["config.yaml"].encode()).hexdigest()
+
+
+# --- values schema and images ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,where", [
+    (("--set-string", "collector.replicas=two"), "collector/replicas"),
+    (("--set", "colector.replicas=1"), "colector"),
+    (("--set", "sidecar.image.pullPolicy=Sometimes"), "sidecar/image/pullPolicy"),
+    (("--set", "sidecar.image.digest=latest"), "sidecar/image/digest"),
+    (("--set", "sidecar.service.type=Public"), "sidecar/service/type"),
+    (("--set", "collector.queue.persistence.accessModes={ReadWriteSometimes}"), "collector/queue/persistence/accessModes"),
+    (("--set", "tokens.existingSecret=true"), "tokens/existingSecret"),
+], ids=["replicas-string", "misspelt-key", "pull-policy", "digest", "service-type", "access-mode", "secret-bool"])
+def test_the_values_schema_rejects_wrong_types_and_unknown_keys(helm, root, args, where):
+    err = _template(helm, root, args=args, ok=False)
+    assert "values don't meet the specifications of the schema" in err and where in err, err
+
+
+def test_images_name_registry_repository_tag_or_digest(helm, root):
+    """No otel-grpo image is published: the defaults name a registry-less image tagged with the chart's
+    appVersion (the Dockerfile targets built and pushed by the user); registry, tag and digest are
+    the anchors' values; the collector's tag is the version the tests build (backends.yml)."""
+    app = yaml.safe_load((root / CHART / "Chart.yaml").read_text())["appVersion"]
+    # the package the Dockerfile installs, and the tags the docs build and push
+    assert app == re.search(r'^version = "(.+)"', (root / "pyproject.toml").read_text(), re.M).group(1)
+    docs = (root / "docs/operations.md").read_text()
+    assert f"-t $REGISTRY/otel-grpo-sidecar:{app} ." in docs and f"-t $REGISTRY/otel-grpo-follow:{app}  ." in docs
+    sets = FOLLOWER
+
+    def images(*more):
+        return {n: (c["image"], c["imagePullPolicy"]) for n, p in _pods(_template(helm, root, *sets, *more)).items()
+                for c in p["spec"]["containers"]}
+
+    assert images() == {
+        "grpo-otel-grpo-collector": (f"docker.io/otel/opentelemetry-collector-contrib:{backend_versions()['otelcol']}",
+                                     "IfNotPresent"),
+        "grpo-otel-grpo-sidecar": (f"otel-grpo-sidecar:{app}", "IfNotPresent"),
+        "grpo-otel-grpo-follower": (f"otel-grpo-follow:{app}", "IfNotPresent"),
+        "grpo-otel-grpo-test": (f"otel-grpo-sidecar:{app}", "IfNotPresent")}
+    digest = "sha256:" + "ab" * 32
+    got = images("global.imageRegistry=registry.example", "sidecar.image.digest=" + digest,
+                 "follower.image.tag=v2", "follower.image.pullPolicy=Always")
+    assert got["grpo-otel-grpo-sidecar"] == (f"registry.example/otel-grpo-sidecar@{digest}", "IfNotPresent")
+    assert got["grpo-otel-grpo-follower"] == ("registry.example/otel-grpo-follow:v2", "Always")
+    assert got["grpo-otel-grpo-collector"][0].startswith("registry.example/otel/opentelemetry-collector-contrib:")
+    got = images("sidecar.image.registry=ghcr.io/me")
+    assert got["grpo-otel-grpo-sidecar"][0] == f"ghcr.io/me/otel-grpo-sidecar:{app}"
+    assert got["grpo-otel-grpo-follower"][0] == f"otel-grpo-follow:{app}"
+
+
+# --- pods, service account, service links ---------------------------------------------------------
+
+def _service_links(services: dict[str, dict]) -> dict[str, str]:
+    """The docker-links variables the kubelet puts in a pod for each Service of its namespace when
+    enableServiceLinks is on (pkg/kubelet/envvars): <NAME>_SERVICE_HOST, <NAME>_PORT=tcp://ip:port, ..."""
+    env = {}
+    for i, (name, svc) in enumerate(services.items()):
+        prefix, ip = name.upper().replace("-", "_"), f"10.96.0.{i + 10}"
+        first = svc["spec"]["ports"][0]["port"]
+        env.update({f"{prefix}_SERVICE_HOST": ip, f"{prefix}_SERVICE_PORT": str(first), f"{prefix}_PORT": f"tcp://{ip}:{first}"})
+        for p in svc["spec"]["ports"]:
+            env[f"{prefix}_PORT_{p['port']}_TCP"] = f"tcp://{ip}:{p['port']}"
+    return env
+
+
+def _sidecar_settings(container: dict, tokens: dict[str, str], extra_env: dict[str, str], monkeypatch,
+                      flags: bool = True) -> SidecarSettings:
+    for name in [k for k in os.environ if k.startswith("OTEL_GRPO_")]:
+        monkeypatch.delenv(name)
+    for k, v in extra_env.items():
+        monkeypatch.setenv(k, v)
+    for e in container["env"]:
+        monkeypatch.setenv(e["name"], e["value"] if "value" in e else tokens[e["valueFrom"]["secretKeyRef"]["key"]])
+    args = dict(zip(container["args"][1::2], container["args"][2::2]))
+    if not flags:  # the environment alone, as with the image's default command (`sidecar --host 0.0.0.0`)
+        return SidecarSettings(host=args["--host"])
+    return SidecarSettings(host=args["--host"], port=int(args["--port"]))
+
+
+def test_a_release_named_otel_grpo_gets_no_service_links_that_would_crash_the_sidecar(helm, root, monkeypatch):
+    """Release `otel-grpo` names the sidecar's Service `otel-grpo-sidecar`; with service links the
+    kubelet would set OTEL_GRPO_SIDECAR_PORT=tcp://..., which the sidecar's settings read as its
+    port: without a --port flag (the image's default command, or a pod that drops it) it refuses to
+    start. Every pod turns the links off, and mounts no API token."""
+    docs = _template(helm, root, *FOLLOWER, release="otel-grpo")
+    services = _objects(docs, "Service")
+    assert "otel-grpo-sidecar" in services
+    (sa,) = _objects(docs, "ServiceAccount").values()
+    assert sa["automountServiceAccountToken"] is False
+    pods = _pods(docs)
+    assert len(pods) == 4
+    for name, pod in pods.items():
+        spec = pod["spec"]
+        assert spec["enableServiceLinks"] is False and spec["automountServiceAccountToken"] is False, name
+        assert spec["serviceAccountName"] == sa["metadata"]["name"], name
+    tokens = {k: base64.b64decode(v).decode() for k, v in _objects(docs, "Secret")["otel-grpo-tokens"]["data"].items()}
+    (c,) = pods["otel-grpo-sidecar"]["spec"]["containers"]
+    links = _service_links(services)
+    assert links["OTEL_GRPO_SIDECAR_PORT"].startswith("tcp://")
+    with pytest.raises(ValueError, match="port"):  # what the links would do
+        _sidecar_settings(c, tokens, links, monkeypatch, flags=False)
+    assert _sidecar_settings(c, tokens, {}, monkeypatch, flags=False).port == 8000
+    assert _sidecar_settings(c, tokens, {}, monkeypatch).port == 8000
+
+
+def test_every_core_object_matches_the_kubernetes_schema_strictly(helm, root):
+    """Each object against Kubernetes' own OpenAPI schema (kubernetes-validate's strict copies: no
+    unknown field), oldest and newest version kube-prometheus-stack runs on here, with every optional
+    piece on; the operator's objects against its CRDs (above)."""
+    import kubernetes_validate
+    sets = (*EVERYTHING, "networkPolicy.enabled=true", "networkPolicy.otlpFrom[0].namespaceSelector.matchLabels.team=rl",
+            "collector.podDisruptionBudget.enabled=true",
+            "sidecar.podDisruptionBudget.enabled=true", "sidecar.podDisruptionBudget.minAvailable=1",
+            "sidecar.ingress.enabled=true", "sidecar.ingress.hosts[0].host=grpo.example.org",
+            "sidecar.ingress.tls[0].secretName=grpo-tls", "sidecar.ingress.tls[0].hosts[0]=grpo.example.org",
+            "sidecar.service.type=LoadBalancer", "collector.queue.persistence.enabled=true",
+            "collector.priorityClassName=high", "sidecar.nodeSelector.pool=cpu",
+            "sidecar.tolerations[0].key=gpu", "sidecar.tolerations[0].operator=Exists",
+            "commonLabels.team=rl", "podAnnotations.a=b", "collector.podAnnotations.c=d")
+    docs = _template(helm, root, *sets)
+    kinds = {d["kind"] for d in docs}
+    assert {"ServiceAccount", "NetworkPolicy", "PodDisruptionBudget", "Ingress", "Pod", "PersistentVolumeClaim",
+            "Deployment", "Service", "Secret", "ConfigMap"} <= kinds
+    for version in ("1.25.0", "1.37.0"):
+        for d in docs:
+            if d["apiVersion"].startswith("monitoring.coreos.com/"):
+                continue
+            try:
+                kubernetes_validate.validate(d, version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                pytest.fail(f"{version} {d['kind']} {d['metadata']['name']}: {'.'.join(map(str, e.path))}: {e.message}")
+    for d in docs:
+        assert d["metadata"]["labels"]["team"] == "rl", (d["kind"], d["metadata"]["name"])
+
+
+def test_the_strict_kubernetes_check_catches_a_misspelt_field():
+    import kubernetes_validate
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+           "spec": {"enableServiceLink": False, "containers": [{"name": "c", "image": "i"}]}}
+    with pytest.raises(kubernetes_validate.ValidationError, match="enableServiceLink"):
+        kubernetes_validate.validate(bad, "1.37.0", strict=True)
+
+
+def test_helm_lint_passes_with_every_optional_piece(helm, root):
+    out = subprocess.run([helm, "lint", "--strict", str(root / CHART), "--namespace", "ml",
+                          *[a for s in (*EVERYTHING, "networkPolicy.enabled=true", "sidecar.ingress.enabled=true",
+                                        "sidecar.ingress.hosts[0].host=grpo.example.org",
+                                        "collector.podDisruptionBudget.enabled=true") for a in ("--set", s)]],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_network_policy_lets_the_collector_and_the_test_pod_reach_the_sidecar(helm, root):
+    docs = _template(helm, root, "networkPolicy.enabled=true", *FOLLOWER)
+    policies = _objects(docs, "NetworkPolicy")
+    pods = _pods(docs)
+
+    def admits(policy: dict, pod_labels: dict, port: str) -> bool:
+        return any(port in [p["port"] for p in rule.get("ports", [])] and (
+            "from" not in rule or any("podSelector" in peer and "namespaceSelector" not in peer
+                                      and peer["podSelector"]["matchLabels"].items() <= pod_labels.items()
+                                      for peer in rule["from"])) for rule in policy["spec"]["ingress"])
+
+    sidecar = policies["grpo-otel-grpo-sidecar"]
+    assert sidecar["spec"]["podSelector"]["matchLabels"].items() <= pods["grpo-otel-grpo-sidecar"]["metadata"]["labels"].items()
+    for client in ("grpo-otel-grpo-collector", "grpo-otel-grpo-test"):
+        assert admits(sidecar, pods[client]["metadata"]["labels"], "http"), client
+    assert not admits(sidecar, pods["grpo-otel-grpo-follower"]["metadata"]["labels"], "http")
+    collector = policies["grpo-otel-grpo-collector"]
+    assert admits(collector, {"any": "pod"}, "otlp-grpc") and not admits(collector, {"any": "pod"}, "exporter")
+    assert policies["grpo-otel-grpo-follower"]["spec"].get("ingress") is None  # takes no connections
+    # OTLP limited to the trainers' namespace: the test pod still gets through, other pods do not
+    docs = _template(helm, root, "networkPolicy.enabled=true",
+                     "networkPolicy.otlpFrom[0].namespaceSelector.matchLabels.team=rl")
+    collector = _objects(docs, "NetworkPolicy")["grpo-otel-grpo-collector"]
+    assert admits(collector, _pods(docs)["grpo-otel-grpo-test"]["metadata"]["labels"], "otlp-http")
+    assert not admits(collector, {"any": "pod"}, "otlp-grpc")
+
+
+def test_the_explorer_service_type_and_ingress_hosts_reach_the_host_check(helm, root, monkeypatch):
+    docs = _template(helm, root, "sidecar.service.type=LoadBalancer", "sidecar.ingress.enabled=true",
+                     "sidecar.ingress.className=nginx", "sidecar.ingress.hosts[0].host=grpo.example.org",
+                     "sidecar.allowedHosts[0]=grpo.internal.example")
+    assert _objects(docs, "Service")["grpo-otel-grpo-sidecar"]["spec"]["type"] == "LoadBalancer"
+    assert _objects(docs, "Service")["grpo-otel-grpo-collector"]["spec"].get("type") is None  # ClusterIP
+    (ing,) = _objects(docs, "Ingress").values()
+    rule = ing["spec"]["rules"][0]
+    assert rule["host"] == "grpo.example.org" and ing["spec"]["ingressClassName"] == "nginx"
+    assert rule["http"]["paths"][0]["backend"]["service"] == {"name": "grpo-otel-grpo-sidecar", "port": {"name": "http"}}
+    tokens = {k: base64.b64decode(v).decode() for k, v in _tokens(docs).items()}
+    (c,) = _pods(docs)["grpo-otel-grpo-sidecar"]["spec"]["containers"]
+    s = _sidecar_settings(c, tokens, {}, monkeypatch)
+    assert {"grpo.example.org", "grpo.internal.example", "grpo-otel-grpo-sidecar.ml.svc"} <= set(s.allowed_hosts)
+
+
+def test_probes_and_scheduling_values_reach_the_pods(helm, root):
+    docs = _template(helm, root, "sidecar.priorityClassName=high", "sidecar.nodeSelector.pool=cpu",
+                     "collector.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight=1",
+                     "collector.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
+                     ".podAffinityTerm.topologyKey=kubernetes.io/hostname",
+                     "sidecar.persistence.existingClaim=my-runs", "podLabels.team=rl", "sidecar.podAnnotations.x=y")
+    pods = _pods(docs)
+    side, coll = pods["grpo-otel-grpo-sidecar"], pods["grpo-otel-grpo-collector"]
+    assert side["spec"]["priorityClassName"] == "high" and side["spec"]["nodeSelector"] == {"pool": "cpu"}
+    assert "podAntiAffinity" in coll["spec"]["affinity"] and "affinity" not in side["spec"]
+    assert side["metadata"]["labels"]["team"] == "rl" == coll["metadata"]["labels"]["team"]
+    assert side["metadata"]["annotations"]["x"] == "y" and "x" not in coll["metadata"]["annotations"]
+    assert {v["name"]: v for v in side["spec"]["volumes"]}["data"]["persistentVolumeClaim"]["claimName"] == "my-runs"
+    assert "PersistentVolumeClaim" not in {d["kind"] for d in docs}
+    for pod in (side, coll):
+        (c,) = pod["spec"]["containers"]
+        assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(c)
+
+
+# --- helm test ------------------------------------------------------------------------------------
+
+def test_the_helm_test_pod_checks_a_real_sidecar_and_collector(helm, root, otelcol, tmp_path, free_port_factory):
+    """The `helm test` pod's own command, run against this checkout's sidecar and the collector built
+    from its Go module with collector/config.yaml: it passes with the OTLP token and fails (naming
+    the check) with a wrong one."""
+    (pod,) = _objects(_template(helm, root), "Pod").values()
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (c,) = pod["spec"]["containers"]
+    assert c["command"][0] == "python"
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["SIDECAR_URL"] == "http://grpo-otel-grpo-sidecar:8000"
+    assert env["COLLECTOR_URL"] == "http://grpo-otel-grpo-collector:4318"
+    assert next(e for e in c["env"] if e["name"] == "OTLP_TOKEN")["valueFrom"]["secretKeyRef"]["key"] == "otlp_token"
+
+    ports = {k: free_port_factory() for k in ("sidecar", "grpc", "http", "exporter", "health", "self")}
+    (tmp_path / "otlp_token").write_text("the-otlp-token")
+    (tmp_path / "sidecar_token").write_text("the-sidecar-token")
+    sidecar = Managed("sidecar", [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--host", "127.0.0.1",
+                                  "--port", str(ports["sidecar"]), "--db", str(tmp_path / "sidecar.db")],
+                      f"http://127.0.0.1:{ports['sidecar']}/readyz", tmp_path / "sidecar.log",
+                      env={"OTEL_GRPO_SIDECAR_TOKEN": "the-sidecar-token", "OTEL_GRPO_SIDECAR_INGEST_WORKERS": "0"})
+    collector = Managed("collector", [otelcol, f"--config={root / 'collector/config.yaml'}"],
+                        f"http://127.0.0.1:{ports['health']}/", tmp_path / "collector.log",
+                        env={"OTELCOL_BIND": "127.0.0.1", "OTELCOL_HEALTH_PORT": str(ports["health"]),
+                             "OTELCOL_OTLP_GRPC_PORT": str(ports["grpc"]), "OTELCOL_OTLP_HTTP_PORT": str(ports["http"]),
+                             "OTELCOL_PROMETHEUS_PORT": str(ports["exporter"]), "OTELCOL_METRICS_PORT": str(ports["self"]),
+                             "OTELCOL_STORAGE_DIR": str(tmp_path / "storage"),
+                             "OTEL_GRPO_SIDECAR_URL": f"http://127.0.0.1:{ports['sidecar']}",
+                             "OTELCOL_SIDECAR_TOKEN_FILE": str(tmp_path / "sidecar_token"),
+                             "OTELCOL_OTLP_TOKEN_FILE": str(tmp_path / "otlp_token")})
+    (tmp_path / "storage").mkdir()
+    urls = {"SIDECAR_URL": f"http://127.0.0.1:{ports['sidecar']}", "COLLECTOR_URL": f"http://127.0.0.1:{ports['http']}"}
+    with sidecar.running(60), collector.running(60):
+        ok = subprocess.run([sys.executable, *c["command"][1:], *c["args"]], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, **urls, "OTLP_TOKEN": "the-otlp-token"})
+        bad = subprocess.run([sys.executable, *c["command"][1:], *c["args"]], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, **urls, "OTLP_TOKEN": "not-the-token"})
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.splitlines() == ["sidecar /healthz: 200 (ok)", "collector OTLP with the token: 200 (ok)",
+                                      "collector OTLP without a token: 401 (ok)"]
+    assert bad.returncode == 1 and "collector OTLP with the token: 401 (expected 200)" in bad.stdout
+
+
+def _notes(helm: str, root: Path, tmp_path: Path, *sets: str) -> str:
+    """NOTES.txt as `helm install` prints it: `helm template` renders no notes and `install --dry-run`
+    wants a cluster, so a copy of the chart renders the same text wrapped in a define."""
+    chart = tmp_path / "chart"
+    shutil.rmtree(chart, ignore_errors=True)
+    shutil.copytree(root / CHART, chart)
+    notes = chart / "templates/NOTES.txt"
+    (chart / "templates/zz-notes.yaml").write_text(
+        '{{- define "notes-under-test" }}' + notes.read_text() + '{{ end }}\nnotes: {{ include "notes-under-test" . | toJson }}\n')
+    notes.unlink()
+    docs = _template(helm, root, *sets, chart=chart, args=("--show-only", "templates/zz-notes.yaml"))
+    return docs[0]["notes"]
+
+
+def test_notes_name_the_endpoints_and_warn_about_unpublished_images(helm, root, tmp_path):
+    notes = _notes(helm, root, tmp_path)
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://grpo-otel-grpo-collector.ml:4317" in notes
+    assert "helm test grpo -n ml" in notes and "port-forward svc/grpo-otel-grpo-sidecar 8000" in notes
+    assert "No otel-grpo image is published" in notes and "use\ntokens.existingSecret there" in notes
+    notes = _notes(helm, root, tmp_path, "global.imageRegistry=registry.example", "tokens.existingSecret=t",
+                   "monitoring.grafanaDatasource.bearerToken=$__env{T}", "sidecar.ingress.enabled=true",
+                   "sidecar.ingress.hosts[0].host=grpo.example.org", "sidecar.ingress.tls[0].secretName=x")
+    assert "No otel-grpo image is published" not in notes and "Argo CD" not in notes
+    assert "https://grpo.example.org/" in notes and "secret t -o jsonpath" in notes
+
+
+# --- the docs' kube-prometheus-stack values -------------------------------------------------------
+
+KPS_VALUES = "kube-prometheus-stack values for otel-grpo"
+KPS_DEFAULTS = Path(__file__).resolve().parent / "data/kube-prometheus-stack-88.5.3"
+
+
+def _merged_kps(helm: str, root: Path, tmp_path: Path, block: str) -> dict:
+    values = tmp_path / "kps-values.yaml"
+    values.write_text(block.replace("<release>", "grpo").replace("<namespace>", "ml"))
+    (doc,) = _template(helm, root, values=(values,), chart=KPS_DEFAULTS)
+    return doc
+
+
+def _check_config(amtool: str, tmp_path: Path, text: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "alertmanager.yaml"
+    path.write_text(text)
+    return subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60)
+
+
+def test_the_docs_kube_prometheus_stack_values_make_a_valid_alertmanager_config(helm, root, amtool, tmp_path):
+    """Merged by Helm into kube-prometheus-stack's defaults (lists replaced), the docs' block is a
+    configuration Alertmanager accepts, routes the GRPO alerts to the sidecar with the token file
+    it mounts, and keeps the defaults' Watchdog route and inhibitions; without the "null"
+    receiver (the default route's) amtool refuses it, which is what the block used to do."""
+    block = doc_block(root, KPS_VALUES)
+    merged = _merged_kps(helm, root, tmp_path, block)
+    out = _check_config(amtool, tmp_path, merged["alertmanager_yaml"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    config = yaml.safe_load(merged["alertmanager_yaml"])
+    assert config["route"]["receiver"] == "null" and len(config["inhibit_rules"]) == 4  # kept defaults
+    (sidecar,) = [r for r in config["receivers"] if r["name"] == "otel-grpo-sidecar"]
+    (hook,) = sidecar["webhook_configs"]
+    assert hook["url"] == "http://grpo-otel-grpo-sidecar.ml.svc:8000/api/alerts"
+    secret = merged["alertmanager"]["alertmanagerSpec"]["secrets"][0]
+    assert hook["http_config"]["authorization"]["credentials_file"] == f"/etc/alertmanager/secrets/{secret}/sidecar_token"
+    assert {r["receiver"] for r in config["route"]["routes"]} == {"null", "otel-grpo-sidecar"}
+    grafana = merged["grafana"]
+    assert grafana["sidecar"]["datasources"]["searchNamespace"] == "ALL"  # the chart's Secret is in another namespace
+    assert "yesoreyeram-infinity-datasource" in grafana["plugins"]
+    gitops = yaml.safe_load(doc_block(root, GITOPS))["monitoring"]["grafanaDatasource"]["bearerToken"]
+    assert gitops == "$__env{%s}" % next(iter(grafana["envValueFrom"]))
+    broken = re.sub(r'\n      - name: "null".*\n', "\n", block)
+    assert broken != block
+    out = _check_config(amtool, tmp_path, _merged_kps(helm, root, tmp_path, broken)["alertmanager_yaml"])
+    assert out.returncode != 0 and 'undefined receiver "null"' in out.stdout + out.stderr

@@ -17,11 +17,36 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* Every object's labels: the selector labels, the chart's, then commonLabels. */}}
 {{- define "otel-grpo.labels" -}}
 {{ include "otel-grpo.selectorLabels" . }}
 app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* An image as the anchors write it: [registry/]repository, then @digest or :tag (default: the
+     chart's appVersion). global.imageRegistry, when set, replaces every image's registry.
+     Call with (dict "root" $ "image" .Values.<component>.image). */}}
+{{- define "otel-grpo.image" -}}
+{{- $registry := .root.Values.global.imageRegistry | default .image.registry -}}
+{{- $name := ternary (printf "%s/%s" $registry .image.repository) .image.repository (ne $registry "") -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $name .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $name (.image.tag | default .root.Chart.AppVersion | toString) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "otel-grpo.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "otel-grpo.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name | default "default" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The Secret with otlp_token, sidecar_token and sidecar_read_token. */}}
@@ -29,16 +54,107 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- .Values.tokens.existingSecret | default (printf "%s-tokens" (include "otel-grpo.fullname" .)) -}}
 {{- end -}}
 
+{{/* The tokens, key -> base64 value, as JSON; resolved once per render and kept for the other
+     templates (the Secret, the datasource and every pod's checksum must see the same values):
+       tokens.existingSecret: what `lookup` reads of it (nothing under `helm template`: no cluster);
+       otherwise each key from tokens.<value> if given, else the chart's Secret already in the
+       cluster (`lookup`: an upgrade keeps them), else random (a new install, or `helm template`,
+       where every render differs: GitOps needs existingSecret or the explicit values). */}}
+{{- define "otel-grpo.tokenData" -}}
+{{- if not (hasKey .Values "_otelGrpoTokens") -}}
+{{- $found := (lookup "v1" "Secret" .Release.Namespace (include "otel-grpo.tokenSecret" .)).data | default dict -}}
+{{- $given := dict "otlp_token" .Values.tokens.otlpToken "sidecar_token" .Values.tokens.sidecarToken "sidecar_read_token" .Values.tokens.sidecarReadToken -}}
+{{- $data := dict -}}
+{{- range $key, $value := $given -}}
+{{- if $.Values.tokens.existingSecret -}}
+{{- with get $found $key }}{{ $_ := set $data $key . }}{{ end -}}
+{{- else -}}
+{{- $_ := set $data $key ($value | b64enc | default (get $found $key) | default (randAlphaNum 32 | b64enc)) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set .Values "_otelGrpoTokens" $data -}}
+{{- end -}}
+{{- toJson (get .Values "_otelGrpoTokens") -}}
+{{- end -}}
+
+{{/* checksum/tokens: changes when the tokens change, so pods holding them as environment restart. */}}
+{{- define "otel-grpo.tokensChecksum" -}}
+{{- printf "%s\n%s" (include "otel-grpo.tokenSecret" .) (include "otel-grpo.tokenData" .) | sha256sum -}}
+{{- end -}}
+
 {{/* The sidecar's in-cluster URL: a dotted name, so the sidecar is told to serve it (ALLOWED_HOSTS). */}}
 {{- define "otel-grpo.sidecarHost" -}}
 {{- printf "%s.%s.svc" (include "otel-grpo.name" (dict "root" . "component" "sidecar")) .Release.Namespace -}}
 {{- end -}}
 
-{{- define "otel-grpo.podSecurity" -}}
+{{/* A pod's metadata: labels (+ podLabels), annotations (podAnnotations, the component's, and
+     the checksums passed in). Call with (dict "root" $ "component" "x" "values" .Values.x "checksums" (dict ...)). */}}
+{{- define "otel-grpo.podMetadata" -}}
+labels:
+  {{- include "otel-grpo.labels" . | nindent 2 }}
+  {{- with .root.Values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- $annotations := merge (dict) (.values.podAnnotations | default dict) (.root.Values.podAnnotations | default dict) }}
+{{- range $k, $v := .checksums }}
+{{- $_ := set $annotations (printf "checksum/%s" $k) $v }}
+{{- end }}
+{{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* What every pod spec shares: no API token, no service links (a Service named
+     <x>-sidecar would inject OTEL_GRPO_SIDECAR_PORT=tcp://..., which the sidecar reads as its
+     port), non-root, scheduling. Call with (dict "root" $ "values" .Values.<component>). */}}
+{{- define "otel-grpo.podSpec" -}}
+serviceAccountName: {{ include "otel-grpo.serviceAccountName" .root }}
+automountServiceAccountToken: false
+enableServiceLinks: false
 securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- with .Values.imagePullSecrets }}
+  {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A PodDisruptionBudget for a component whose values hold podDisruptionBudget. */}}
+{{- define "otel-grpo.pdb" -}}
+{{- with .values.podDisruptionBudget }}
+{{- if .enabled }}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "otel-grpo.name" $ }}
+  labels:
+    {{- include "otel-grpo.labels" $ | nindent 4 }}
+spec:
+  {{- if not (kindIs "invalid" .minAvailable) }}
+  minAvailable: {{ .minAvailable }}
+  {{- else }}
+  maxUnavailable: {{ .maxUnavailable }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "otel-grpo.selectorLabels" $ | nindent 6 }}
+---
+{{- end }}
 {{- end }}
 {{- end -}}
