@@ -247,7 +247,8 @@ def test_the_sidecar_settings_the_chart_gives_are_valid(helm, root, monkeypatch)
     assert s.allowed_hosts == ["grpo-otel-grpo-sidecar.ml.svc", "grpo-otel-grpo-sidecar.ml.svc.cluster.local"]
 
 
-@pytest.mark.parametrize("sets", [(), ("tokens.existingSecret=mine", "alerting.secret=pager-urls")],
+@pytest.mark.parametrize("sets", [(), ("tokens.existingSecret=mine", "alerting.secret=pager-urls",
+                                        "monitoring.grafanaDatasource.bearerToken=$__env{READ_TOKEN}")],
                          ids=["defaults", "named-secrets"])
 def test_the_alertmanager_config_secret_is_compose_routing_for_this_release(helm, root, amtool, tmp_path, sets):
     """The chart's Alertmanager config: amtool accepts it, and it routes and inhibits as compose's does,
