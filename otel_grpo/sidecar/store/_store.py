@@ -23,6 +23,7 @@ from urllib.parse import quote
 from . import _queries, _writes
 from ._checkpoint import TRUNCATE_BYTES, Checkpointer, past_valve, truncate_wal
 from ._dialect import SQLITE
+from ._errors import StoreUnavailable
 from ._health import WriteHealth
 from ._pool import ConnectionPool
 from ._step_series import StepCache
@@ -55,12 +56,14 @@ class Store(_queries.Reads, _writes.Writes):
     dialect = SQLITE
 
     def __init__(self, path: Path, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS,
-                 step_cache: StepCache | None = None) -> None:
+                 step_cache: StepCache | None = None, timeout_s: float = 5.0) -> None:
         self.step_cache = StepCache() if step_cache is None else step_cache
         self.path = Path(path)
         self.synchronous = synchronous
+        self.timeout_s = timeout_s
         self._wlock = threading.Lock()
-        self._pool = ConnectionPool(self._read_connection, read_connections)
+        self._pool = ConnectionPool(self._read_connection, read_connections, wait_s=timeout_s)
+        self._probe: sqlite3.Connection | None = None  # readiness's own connection (see ping)
         self._flock = None  # the cross-process write lock file, opened with the writer
         self._writer: sqlite3.Connection | None = None
         self._checkpointer: Checkpointer | None = None
@@ -71,14 +74,14 @@ class Store(_queries.Reads, _writes.Writes):
 
     @classmethod
     def open(cls, path: str | Path, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS,
-             step_cache: StepCache | None = None) -> "Store":
+             step_cache: StepCache | None = None, timeout_s: float = 5.0) -> "Store":
         """Open (creating if needed) and migrate; the writer connection is ready on return.
 
         An existing database that cannot be written (a full disk, a read-only mount) is opened
         read-only instead: reads work, writes raise sqlite3.OperationalError, and
         `health.read_only` says why. A database that cannot be created raises.
         """
-        store = cls(Path(path), synchronous, read_connections, step_cache)
+        store = cls(Path(path), synchronous, read_connections, step_cache, timeout_s)
         store.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             conn = store._connect()
@@ -113,14 +116,14 @@ class Store(_queries.Reads, _writes.Writes):
                   "with room on the disk", self.path, exc, flags)
 
     @classmethod
-    def open_writer(cls, path: str | Path, synchronous: str = "NORMAL") -> "Store":
+    def open_writer(cls, path: str | Path, synchronous: str = "NORMAL", timeout_s: float = 5.0) -> "Store":
         """A write-only handle on a store that `Store.open` has already created and migrated.
 
         For ingest worker processes: no migration, no planner statistics and no checkpoint
         thread (the opening process runs those; call its `wake_checkpointer` after a commit
         made here). Commits are as durable as `write_batch` on the opening handle.
         """
-        store = cls(Path(path), synchronous, read_connections=1)
+        store = cls(Path(path), synchronous, read_connections=1, timeout_s=timeout_s)
         store._writer = _as_writer(store._connect())
         store._open_flock()
         return store
@@ -157,6 +160,13 @@ class Store(_queries.Reads, _writes.Writes):
         """Context manager: a pooled read connection (WAL: it sees the last committed state)."""
         return self._pool.connection()
 
+    def ping(self) -> bool:
+        """`SELECT 1` on a connection of its own: readiness never waits behind reads for a pooled one.
+        Called from one thread at a time (the readiness probe's)."""
+        if self._probe is None:
+            self._probe = self._read_connection()
+        return self._probe.execute("SELECT 1").fetchone()[0] == 1
+
     def close(self) -> None:
         if self._checkpointer is not None:
             self._checkpointer.close()
@@ -166,12 +176,16 @@ class Store(_queries.Reads, _writes.Writes):
                 self._writer.close()
                 self._writer = None
         self._pool.close()
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
         if self._flock is not None:
             self._flock.close()
             self._flock = None
 
-    def _tx(self, samples_first: bool = False):  # SQLite has one writer: serialized from the start
-        """Context: the write lock plus one IMMEDIATE transaction, committed on success."""
+    def _tx(self, samples_first: bool = False, timeout_s: float | None = None):
+        """Context: the write lock plus one IMMEDIATE transaction, committed on success. (SQLite has one
+        writer: serialized from the start; no statement timeout.)"""
         return _Transaction(self)
 
     def optimize(self) -> None:
@@ -210,12 +224,13 @@ class _Transaction:
         self.store = store
 
     def __enter__(self) -> sqlite3.Connection:
-        self.store._wlock.acquire()
+        if not self.store._wlock.acquire(timeout=self.store.timeout_s):
+            raise StoreUnavailable(f"the store's write lock was not free within {self.store.timeout_s:g} s")
         conn = self.store._writer
         if conn is None:
             self.store._wlock.release()
             if self.store.health.read_only:
-                raise sqlite3.OperationalError(f"store is read-only ({self.store.health.read_only})")
+                raise StoreUnavailable(f"store is read-only ({self.store.health.read_only})")
             raise RuntimeError("store is closed")
         if self.store._flock is not None:
             fcntl.flock(self.store._flock, fcntl.LOCK_EX)
