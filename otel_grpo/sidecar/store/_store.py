@@ -27,7 +27,7 @@ from ._errors import StoreUnavailable
 from ._health import WriteHealth
 from ._pool import ConnectionPool
 from ._step_series import StepCache
-from ._schema import migrate_sqlite
+from ._schema import SCHEMA_VERSION, migrate_sqlite
 
 # Sample rows are 1-4 KiB (prompt + completion), so with SQLite's default 4 KiB pages most
 # rows take a page of their own: a new store was 26% padding and every byte is written twice
@@ -71,6 +71,8 @@ class Store(_queries.Reads, _writes.Writes):
         self.found_version: int | None = None
         self.health = WriteHealth(self.path)
         self._uri: str | None = None  # set when opened read-only
+        self.stale_schema: str | None = None
+        """Why reads are refused: opened read-only at an older schema version than this sidecar reads."""
 
     @classmethod
     def open(cls, path: str | Path, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS,
@@ -78,8 +80,9 @@ class Store(_queries.Reads, _writes.Writes):
         """Open (creating if needed) and migrate; the writer connection is ready on return.
 
         An existing database that cannot be written (a full disk, a read-only mount) is opened
-        read-only instead: reads work, writes raise sqlite3.OperationalError, and
-        `health.read_only` says why. A database that cannot be created raises.
+        read-only instead: reads work, writes raise StoreUnavailable, and `health.read_only` says
+        why. If it is at an older schema version (its migration is what failed), reads raise
+        StoreUnavailable naming both versions. A database that cannot be created raises.
         """
         store = cls(Path(path), synchronous, read_connections, step_cache, timeout_s)
         store.path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,8 +115,14 @@ class Store(_queries.Reads, _writes.Writes):
                 continue
         else:
             raise exc
+        found = self._connect().execute("PRAGMA user_version").fetchone()[0]
+        if found != SCHEMA_VERSION:  # its migration is what could not run: reads would name missing columns
+            self.stale_schema = (f"the database is at schema version {found} and this sidecar reads version "
+                                 f"{SCHEMA_VERSION}; the migration could not run ({exc})")
+            self.health.read_only += f"; {self.stale_schema}"
         log.error("store %s is not writable (%s): serving it read-only (%s); ingest answers 503 until restarted "
-                  "with room on the disk", self.path, exc, flags)
+                  "with room on the disk%s", self.path, exc, flags,
+                  "" if self.stale_schema is None else f"; reads answer 503 too: {self.stale_schema}")
 
     @classmethod
     def open_writer(cls, path: str | Path, synchronous: str = "NORMAL", timeout_s: float = 5.0) -> "Store":
@@ -158,6 +167,8 @@ class Store(_queries.Reads, _writes.Writes):
 
     def read(self):
         """Context manager: a pooled read connection (WAL: it sees the last committed state)."""
+        if self.stale_schema is not None:
+            raise StoreUnavailable(self.stale_schema)
         return self._pool.connection()
 
     def ping(self) -> bool:
