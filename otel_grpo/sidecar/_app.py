@@ -32,7 +32,7 @@ from ._settings import MiB, SidecarSettings
 from ._workers import IngestPool
 from .api.deps import IngestGate
 from .api.routes import alerts, ingest, ops, runs, samples, steps, web
-from .store import STORE_ERRORS, StepCache, open_store, unavailable
+from .store import STORE_ERRORS, StepCache, describe, open_store, unavailable
 
 log = logging.getLogger("otel_grpo.sidecar")
 
@@ -123,7 +123,7 @@ async def _store_error(request: Request, exc: Exception) -> JSONResponse:
         log.error("store error on %s", request.url.path, exc_info=exc)
         return JSONResponse({"detail": f"internal error: {type(exc).__name__}: {exc}"}, 500)
     log.warning("store unavailable for %s: %s", request.url.path, exc)
-    return JSONResponse({"detail": f"store unavailable: {type(exc).__name__}: {exc}"}, 503,
+    return JSONResponse({"detail": f"store unavailable: {describe(exc)}"}, 503,
                         headers={"Retry-After": str(request.app.state.settings.retry_after_s)})
 
 

@@ -16,6 +16,8 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .store import describe
+
 FRESH_S = 0.5
 
 
@@ -53,7 +55,7 @@ class Readiness:
         try:
             return None if self.store.ping() else "the database answered SELECT 1 wrongly"
         except Exception as exc:  # any store failure means "not ready", never a 500
-            return f"{type(exc).__name__}: {exc}".strip()
+            return describe(exc)
 
     def _done(self, probe: asyncio.Future) -> None:
         self._probe = None

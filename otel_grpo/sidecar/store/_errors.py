@@ -41,3 +41,12 @@ def unavailable(exc: BaseException) -> bool:
         code = getattr(exc, "sqlite_errorcode", None)
         return code is not None and code & 0xFF in _SQLITE_TRANSIENT
     return False
+
+
+def describe(exc: BaseException) -> str:
+    """`exc` as any client may read it (/readyz and reads are open by default): our own and SQLite's
+    messages, a psycopg timeout's; other psycopg errors by type alone, since libpq's messages name
+    the database's host and port."""
+    if isinstance(exc, (StoreUnavailable, sqlite3.Error, psycopg.errors.ConnectionTimeout, psycopg.errors.QueryCanceled)):
+        return f"{type(exc).__name__}: {exc}".strip()
+    return type(exc).__name__

@@ -9,7 +9,7 @@ from ..._workers import IngestFailed, WorkerLost
 from ...otlp import PROTOBUF, BodyError, DecodeError, decode_request, encode_response, encode_status, extract, read_body
 from ...otlp._decode import media_type
 from ...otlp._status import INTERNAL, INVALID_ARGUMENT, UNAVAILABLE
-from ...store import STORE_ERRORS, StoreUnavailable, unavailable
+from ...store import STORE_ERRORS, describe, unavailable
 from ..deps import GateDep, MetricsDep, SettingsDep, StoreDep, require_ingest
 
 router = APIRouter(tags=["ingest"])
@@ -101,8 +101,7 @@ async def export_traces(request: Request, store: StoreDep, settings: SettingsDep
         # Locked, full, unreachable or silent database: transient from the client's side, so retryable (503).
         metrics.rejected.labels("store_unavailable").inc()
         store.health.failed(exc)
-        detail = str(exc) if isinstance(exc, StoreUnavailable) else f"{type(exc).__name__}: {exc}"
-        return _error(media, 503, UNAVAILABLE, f"store unavailable: {detail}", settings.retry_after_s)
+        return _error(media, 503, UNAVAILABLE, f"store unavailable: {describe(exc)}", settings.retry_after_s)
     except IngestFailed as exc:
         return _error(media, 500, INTERNAL, f"internal error: {exc}")
     except WorkerLost as exc:
