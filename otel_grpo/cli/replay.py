@@ -15,10 +15,10 @@ computes from phase spans, so they never add up twice. The spill is read a step 
 from __future__ import annotations
 
 import functools
+import hashlib
 import gzip
 import json
 import math
-import os
 import sys
 import time
 from collections import defaultdict
@@ -142,7 +142,7 @@ def _requests(spill: SpillReader) -> Iterator[_Request]:
             group = rows.get((run_id, number), [])
             for first in range(0, len(group), per_span):
                 chunk = group[first:first + per_span]
-                request.size += _samples_span(request.span(run_id), run_id, number, chunk, end_ns).ByteSize()
+                request.size += _samples_span(request.span(run_id), run_id, number, chunk, end_ns, first).ByteSize()
                 request.samples += len(chunk)
                 if request.size >= _REQUEST_BYTES:
                     yield request
@@ -175,8 +175,12 @@ def _resource_spans(request, run_id: str):
     return scope.spans
 
 
-def _new_span(span, name: str, run_id: str, step: int, start_ns: int, end_ns: int):
-    span.trace_id, span.span_id = os.urandom(16), os.urandom(8)
+def _new_span(span, name: str, run_id: str, step: int, start_ns: int, end_ns: int, part: int = 0):
+    # Ids derived from what the span holds, not random: the sidecar keys a sample row without a
+    # sample_index by its span's id and its place there, so a second replay of such rows stored them
+    # twice. `part`: the span's first row within the step.
+    digest = hashlib.blake2b(json.dumps([run_id, step, name, part]).encode(), digest_size=24).digest()
+    span.trace_id, span.span_id = digest[:16], digest[16:]
     span.name, span.start_time_unix_nano, span.end_time_unix_nano = name, start_ns, end_ns
     _set(span.attributes.add(), spans.RUN_ID_ATTR, run_id)
     _set(span.attributes.add(), spans.STEP_ATTR, step)
@@ -193,8 +197,8 @@ def _step_span(span, run_id: str, step: int, line: dict, end_ns: int):
     return span
 
 
-def _samples_span(span, run_id: str, step: int, rows: list[dict], time_ns: int):
-    _new_span(span, spans.SAMPLES_SPAN, run_id, step, time_ns, time_ns)
+def _samples_span(span, run_id: str, step: int, rows: list[dict], time_ns: int, part: int):
+    _new_span(span, spans.SAMPLES_SPAN, run_id, step, time_ns, time_ns, part)
     for row in rows:
         event = span.events.add()
         event.name, event.time_unix_nano = spans.SAMPLE_EVENT, time_ns

@@ -14,6 +14,7 @@ import gc
 import logging
 import time
 
+from anyio import CapacityLimiter
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
@@ -26,11 +27,12 @@ from ._fds import RefusalLog
 from ._hosts import HostCheckMiddleware
 from ._idle import close_idle
 from ._metrics import LatencyMiddleware, SidecarMetrics
+from ._readiness import Readiness
 from ._settings import MiB, SidecarSettings
 from ._workers import IngestPool
 from .api.deps import IngestGate
 from .api.routes import alerts, ingest, ops, runs, samples, steps, web
-from .store import UNAVAILABLE_ERRORS, StepCache, open_store
+from .store import STORE_ERRORS, StepCache, describe, open_store, unavailable
 
 log = logging.getLogger("otel_grpo.sidecar")
 
@@ -72,12 +74,15 @@ async def lifespan(app: FastAPI):
     RefusalLog().install(asyncio.get_running_loop())
     # Step rows come out with the catalog's names for their columns (`grpo.kl`), as the API gives them.
     steps = StepCache(settings.step_cache_mb * MiB, rename=column)
-    store = await run_in_threadpool(open_store, settings.db, settings.synchronous, settings.read_connections, steps)
+    store = await run_in_threadpool(open_store, settings.db, settings.synchronous, settings.read_connections, steps,
+                                    settings.db_timeout_s)
     app.state.store = store
+    app.state.readiness = Readiness(store)
     await run_in_threadpool(_retain, app)
     pool = None
     if settings.ingest_workers and not store.health.read_only:  # read-only: ingest fails fast in process
-        pool = IngestPool(settings.ingest_workers, settings.db, settings.synchronous, settings.ingest_worker_timeout_s)
+        pool = IngestPool(settings.ingest_workers, settings.db, settings.synchronous, settings.ingest_worker_timeout_s,
+                          settings.db_timeout_s)
         await pool.open()
     app.state.pool = pool
     tasks = [asyncio.create_task(_maintenance_loop(app))]
@@ -96,6 +101,7 @@ async def lifespan(app: FastAPI):
                 await task
         if pool is not None:
             await run_in_threadpool(pool.close)
+        app.state.readiness.close()
         store.close()
 
 
@@ -110,10 +116,14 @@ class _StoreSize:
         return float(store.size_bytes()) if store is not None else 0.0
 
 
-async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
-    """A read while the database is unreachable (PostgreSQL restarting): 503, not a 500."""
+async def _store_error(request: Request, exc: Exception) -> JSONResponse:
+    """A store error in a read: the database's trouble (unreachable, timed out, locked, full) is a
+    retryable 503; anything else (SQL naming a missing column) is a bug, a 500 that names itself."""
+    if not unavailable(exc):
+        log.error("store error on %s", request.url.path, exc_info=exc)
+        return JSONResponse({"detail": f"internal error: {type(exc).__name__}: {exc}"}, 500)
     log.warning("store unavailable for %s: %s", request.url.path, exc)
-    return JSONResponse({"detail": f"store unavailable: {type(exc).__name__}"}, 503,
+    return JSONResponse({"detail": f"store unavailable: {describe(exc)}"}, 503,
                         headers={"Retry-After": str(request.app.state.settings.retry_after_s)})
 
 
@@ -132,6 +142,7 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
     app.state.metrics = SidecarMetrics(registry, _StoreSize(app))
     app.state.gate = IngestGate(settings.max_concurrent_ingest)
     app.state.body_gate = IngestGate(settings.max_concurrent_bodies)
+    app.state.ingest_threads = CapacityLimiter(settings.max_concurrent_ingest)  # in-process ingest's own threads
     # samples before runs: run ids may contain `/` (`{run_id:path}`), so the catch-all
     # `/api/runs/{run_id}` must come after every `/api/runs/{run_id}/...` route.
     for module in (ingest, samples, runs, steps, alerts, ops, web):
@@ -140,8 +151,8 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "Content-Encoding"])
-    for error in UNAVAILABLE_ERRORS:
-        app.add_exception_handler(error, _unavailable)
+    for error in STORE_ERRORS:
+        app.add_exception_handler(error, _store_error)
     app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
     app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
     return app

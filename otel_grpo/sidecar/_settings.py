@@ -82,8 +82,17 @@ class SidecarSettings(BaseSettings):
     cache, and the next open recovers them from the WAL); only an OS crash or power loss can
     drop the last transactions before the next checkpoint's fsync. FULL fsyncs the WAL on every
     commit, surviving power loss too, at about a quarter less ingest throughput (benchmarks).
-    On PostgreSQL the same promise: NORMAL sets `synchronous_commit = off` (committed on the
-    server before the 200; its WAL is flushed within ~0.2 s), FULL `on` (flushed before the 200)."""
+    On PostgreSQL both mean `synchronous_commit = on`: the server's WAL is flushed before the 200,
+    so an acknowledged sample survives the sidecar, a killed server process and a crash of the
+    database machine alike (with `off`, killing one server process with -9 lost samples already
+    answered 200). The cost, on the ingest benchmark: benchmarks/README.md, sidecar."""
+    db_timeout_s: float = Field(5.0, gt=0, le=3600)
+    """The longest a request waits on the database: a statement (PostgreSQL's `statement_timeout`
+    and `lock_timeout`; the client gives up one second later on a server that answers nothing, e.g.
+    one that is stopped or hung), the store's write lock, or a free read connection. Beyond it the
+    request gets 503 + Retry-After, so a database in trouble never holds requests or threads for
+    long. Raise it if single statements legitimately take longer (reads of very large runs,
+    `max_body_bytes` bodies); retention runs with a longer bound of its own (10 minutes)."""
     retention_max_runs: int | None = Field(None, ge=1)
     """Keep this many most recently updated runs; none: all."""
     retention_max_steps: int | None = Field(None, ge=1)

@@ -15,7 +15,10 @@ answer, so the durability rule (200 only after the commit) holds as in process.
 
 Workers serialize their transactions as every writer of the store does (an `flock` for
 SQLite, an advisory lock for PostgreSQL; see the stores). A worker that dies or does not answer within `timeout_s` is killed, logged once
-and replaced; the request it held gets `WorkerLost` (the route answers 503 + Retry-After).
+and replaced; the request it held gets `WorkerLost` (the route answers 503 + Retry-After). A
+request waits at most `wait_s` for a free worker (StoreUnavailable: 503), and the threads that wait
+on workers are the pool's own (an anyio limiter), so ingest never queues behind the reads that
+share the server's thread pool.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from dataclasses import dataclass
 from multiprocessing import reduction
 from pathlib import Path
 
+import anyio.to_thread
+from anyio import CapacityLimiter
 from starlette.concurrency import run_in_threadpool
 
 from ._heap import keep_freed_heap
 from .otlp import PROTOBUF, DecodeError, decode_request, extract
-from .store import UNAVAILABLE_ERRORS, StoreUnavailable, open_writer
+from .store import STORE_ERRORS, StoreUnavailable, describe, open_writer, unavailable
 
 log = logging.getLogger("otel_grpo.sidecar")
 MiB = 1024 * 1024
@@ -44,6 +49,10 @@ SHARED_BYTES = 8 * MiB  # each worker's shared body buffer; a larger body gets o
 
 class WorkerLost(Exception):
     """The worker holding the request died or hung; the request may be retried."""
+
+
+class IngestFailed(Exception):
+    """A bug in a worker (decoding or storing raised what it should not): the route's 500, with the error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +65,11 @@ class IngestResult:
     inserted: int
 
 
-def _serve(conn, db: str, synchronous: str) -> None:
+def _serve(conn, db: str, synchronous: str, timeout_s: float) -> None:
     """A worker's loop: a body in the shared buffer in, a reply tuple out, until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group; the server closes us
     keep_freed_heap()  # each request parses a multi-MiB body: keep its pages (see _heap)
-    store = open_writer(db, synchronous)
+    store = open_writer(db, synchronous, timeout_s)
     shared = None
     try:
         while True:
@@ -97,18 +106,20 @@ def _ingest(store, shared: mmap.mmap, media: str, size: int) -> tuple:
         view.release()
     try:
         inserted = store.write_batch(batch)
-    except UNAVAILABLE_ERRORS as exc:
-        return ("store", str(exc))
+    except STORE_ERRORS as exc:
+        if unavailable(exc):
+            return ("store", describe(exc))
+        return ("error", traceback.format_exc())
     except Exception:
         return ("error", traceback.format_exc())
     return ("ok", batch.spans, batch.rejected, tuple(batch.errors), inserted)
 
 
 class _Worker:
-    def __init__(self, ctx, db: Path | str, synchronous: str) -> None:
+    def __init__(self, ctx, db: Path | str, synchronous: str, db_timeout_s: float) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_serve, args=(child, str(db), synchronous), name="otel-grpo-ingest",
-                                   daemon=True)
+        self.process = ctx.Process(target=_serve, args=(child, str(db), synchronous, db_timeout_s),
+                                   name="otel-grpo-ingest", daemon=True)
         self.process.start()
         child.close()  # only the worker holds its end: its death reads as EOF here
         self.shared: mmap.mmap | None = None
@@ -160,13 +171,15 @@ class _Worker:
 class IngestPool:
     """`size` worker processes for ingest; see the module docstring."""
 
-    def __init__(self, size: int, db: Path | str, synchronous: str, timeout_s: float) -> None:
+    def __init__(self, size: int, db: Path | str, synchronous: str, timeout_s: float, wait_s: float = 5.0) -> None:
         if size < 1:
             raise ValueError("an ingest pool needs at least one worker (0 workers means: ingest in process)")
         self.size = size
         self.db = db
         self.synchronous = synchronous
         self.timeout_s = timeout_s
+        self.wait_s = wait_s  # for a free worker; also the workers' store timeout (db_timeout_s)
+        self._threads = CapacityLimiter(size)  # one thread per worker exchange, apart from the shared pool
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload([__name__])  # workers fork from a server with these imported
         self._idle: asyncio.Queue[_Worker] | None = None
@@ -175,7 +188,7 @@ class IngestPool:
 
     def start(self) -> None:
         """Start every worker (blocking: call it off the event loop); the store must exist."""
-        self._workers = [_Worker(self._ctx, self.db, self.synchronous) for _ in range(self.size)]
+        self._workers = [_Worker(self._ctx, self.db, self.synchronous, self.wait_s) for _ in range(self.size)]
 
     async def open(self) -> None:
         """Start the workers from the event loop that will use them."""
@@ -188,20 +201,22 @@ class IngestPool:
 
     async def ingest(self, media: str, body: bytes) -> IngestResult:
         """Decode, extract and commit `body` in a worker. Raises DecodeError (malformed),
-        StoreUnavailable (store busy, full or unreachable), WorkerLost (retry later)."""
+        StoreUnavailable (store busy, full or unreachable, or no worker free within `wait_s`),
+        WorkerLost (retry later), IngestFailed (a bug)."""
         assert self._idle is not None, "IngestPool.open() first"
         if self._live < self.size:
             await self._replace(None, None)
         if self._live == 0:
             raise WorkerLost("no ingest worker could be started")
-        worker = await self._idle.get()
+        worker = await self._free_worker()
         while not worker.process.is_alive():  # died while idle: replace it, the request goes on
             await self._replace(worker, "died")
             if self._live == 0:
                 raise WorkerLost("no ingest worker could be started")
-            worker = await self._idle.get()
+            worker = await self._free_worker()
         try:
-            reply = await run_in_threadpool(worker.exchange, media, body, self.timeout_s)
+            reply = await anyio.to_thread.run_sync(worker.exchange, media, body, self.timeout_s,
+                                                   limiter=self._threads)
         except WorkerLost as exc:
             await self._replace(worker, str(exc))
             raise
@@ -213,7 +228,14 @@ class IngestPool:
             raise DecodeError(reply[1])
         if kind == "store":
             raise StoreUnavailable(reply[1])
-        raise RuntimeError(f"ingest worker failed:\n{reply[1]}")
+        log.error("ingest worker failed:\n%s", reply[1])
+        raise IngestFailed(reply[1].rstrip().rsplit("\n", 1)[-1])  # the exception's line names it
+
+    async def _free_worker(self) -> _Worker:
+        try:
+            return await asyncio.wait_for(self._idle.get(), self.wait_s)
+        except TimeoutError:  # every worker is waiting on the store (a hung database, a long write)
+            raise StoreUnavailable(f"no ingest worker free within {self.wait_s:g} s") from None
 
     async def _replace(self, lost: _Worker | None, how: str | None) -> None:
         if lost is not None:
@@ -227,7 +249,7 @@ class IngestPool:
         async with self._starting:  # one starter at a time, or two requests would both top the pool up
             while self._live < self.size and not self._closed:
                 try:
-                    worker = await run_in_threadpool(_Worker, self._ctx, self.db, self.synchronous)
+                    worker = await run_in_threadpool(_Worker, self._ctx, self.db, self.synchronous, self.wait_s)
                 except Exception:
                     log.exception("could not start an ingest worker; will try again on the next request")
                     return

@@ -2,6 +2,7 @@
 
     server = PostgresServer.start()          # initdb + pg_ctl start, as the `postgres` user when root
     url = server.new_database()              # postgresql://otel:secret@127.0.0.1:<port>/t_1
+    server.freeze(); server.thaw()           # SIGSTOP / SIGCONT every server process (a hung database)
     server.stop()
 
 The server refuses to run as root, so as root the data directory is handed to the `postgres`
@@ -15,6 +16,7 @@ import itertools
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -59,8 +61,9 @@ class PostgresServer:
         self._options = ""
 
     @classmethod
-    def start(cls, durable: bool = False) -> "PostgresServer":
-        """`durable`: fsync as a production server does (benchmarks); off by default (tests)."""
+    def start(cls, durable: bool = False, settings: str = "") -> "PostgresServer":
+        """`durable`: fsync as a production server does (benchmarks); off by default (tests).
+        `settings`: more server options (`-c name=value ...`)."""
         root = Path(tempfile.mkdtemp(prefix="otel-grpo-pg-"))
         server = cls(root, _free_port())
         (root / "pw").write_text(PASSWORD + "\n")
@@ -72,7 +75,8 @@ class PostgresServer:
                     "--auth=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8")
         # fsync off: the tests kill sidecars, never the machine, so the OS page cache is enough.
         options = (f"-c listen_addresses=127.0.0.1 -c port={server.port} -c unix_socket_directories={root} "
-                   "-c max_connections=200" + ("" if durable else " -c fsync=off -c full_page_writes=off"))
+                   "-c max_connections=200" + ("" if durable else " -c fsync=off -c full_page_writes=off")
+                   + (" " + settings if settings else ""))
         server._options = options
         server.resume()
         return server
@@ -84,6 +88,33 @@ class PostgresServer:
     def resume(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", self._options, "-w",
                   "-t", "60", "start")
+
+    def postmaster_pid(self) -> int:
+        return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
+
+    def processes(self) -> list[int]:
+        """The postmaster, then its children (backends, checkpointer, WAL writer, ...)."""
+        master = self.postmaster_pid()
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:  # exited meanwhile
+                continue
+            if int(fields[1]) == master:  # the field after the state: the parent's pid
+                children.append(int(stat.parent.name))
+        return [master, *children]
+
+    def freeze(self) -> None:
+        """SIGSTOP the whole server: it accepts TCP connections (the kernel does) but answers nothing.
+        The postmaster first, so it starts no process that the stop would miss."""
+        os.kill(self.postmaster_pid(), signal.SIGSTOP)
+        for pid in self.processes()[1:]:
+            os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        for pid in self.processes():
+            os.kill(pid, signal.SIGCONT)
 
     def _run(self, tool: str, *args: str) -> None:
         cmd = [str(BIN / tool), *args]

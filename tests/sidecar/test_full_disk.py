@@ -65,6 +65,31 @@ def test_a_sidecar_starts_read_only_on_a_full_disk(sidecar_factory, small_disk, 
     assert "serving it read-only" in log.read_text()
 
 
+def test_an_old_schema_that_cannot_migrate_is_a_503_naming_the_versions(sidecar_factory, small_disk, tmp_path):
+    # A store at schema version 3 (before step versions) on a full disk: its migration cannot run, and
+    # the steps endpoints answered 503 "no such column: step_epoch" for good, a retry that never works.
+    import sqlite3
+
+    from otel_grpo.sidecar.store._schema import MIGRATIONS, SCHEMA_VERSION, _split
+
+    db = small_disk / "sidecar.db"
+    with sqlite3.connect(db) as conn:
+        for script in MIGRATIONS[:3]:
+            for statement in _split(script):
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 3")
+        conn.execute("INSERT INTO runs (run_id, first_seen, last_update) VALUES ('old', 0, 0)")
+    conn.close()
+    _fill(small_disk)
+    proc = sidecar_factory(db=db, ready="/healthz")
+    ready = httpx.get(proc.url + "/readyz")
+    assert ready.status_code == 503 and f"schema version 3 and this sidecar reads version {SCHEMA_VERSION}" in \
+        ready.json()["detail"], ready.text
+    for path in ("/api/runs", "/api/runs/old/steps", "/api/runs/old/samples"):
+        answer = httpx.get(proc.url + path)
+        assert answer.status_code == 503 and "schema version 3" in answer.json()["detail"], (path, answer.text)
+
+
 def test_a_disk_filling_up_is_reported_on_readyz_and_logged_once(sidecar_factory, small_disk, otlp, tmp_path):
     log = tmp_path / "sidecar.log"
     proc = sidecar_factory(db=small_disk / "sidecar.db", log=log)  # ingest workers as by default

@@ -183,3 +183,60 @@ def test_the_openapi_schema_types_json_reads_by_their_models(client):
         schema = paths[path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
         assert schema.get("type") != "string", (path, schema)
     assert paths["/api/runs"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]["type"] == "array"
+
+
+def test_a_post_that_is_not_json_is_415_and_stores_nothing(client):
+    # A page on any site may POST text/plain without a CORS preflight: with no ingest token (the local
+    # stack's default) that stored an alert. Every JSON POST requires a JSON content type (OTLP ingest
+    # takes its own two).
+    paths = client.get("/openapi.json").json()["paths"]
+    posts = [path for path, methods in paths.items() if "post" in methods and path != "/v1/traces"]
+    assert "/api/alerts" in posts
+    alert = {"status": "firing", "labels": {"alertname": "A"}, "startsAt": "2026-11-22T05:00:00Z", "fingerprint": "f"}
+    body = json.dumps({"version": "4", "alerts": [alert]})
+    for path in posts:
+        for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+            r = client.post(path, content=body, headers={"Content-Type": content_type})
+            assert r.status_code == 415 and "application/json" in r.json()["detail"], (path, content_type, r.text)
+        assert client.post(path, content=body).status_code == 415  # no Content-Type at all
+    assert client.get("/api/alerts").json() == []
+    ok = client.post("/api/alerts", content=body, headers={"Content-Type": "application/json; charset=utf-8"})
+    assert ok.status_code == 200 and len(client.get("/api/alerts").json()) == 1
+
+
+def test_a_nul_in_the_search_text_is_a_422_on_both_backends(client, otlp):
+    # SQLite's LIKE stops at a NUL (q=%00 matched every row); PostgreSQL text cannot hold one.
+    _post(client, otlp, steps=[0])
+    for path in ("/api/runs/run-a/samples", "/api/runs/run-a/samples.csv", "/api/runs/run-a/samples.jsonl"):
+        r = client.get(path, params={"step_min": 0, "q": "answer\x00"})
+        assert r.status_code == 422 and "NUL" in r.text, (path, r.text)
+    assert len(client.get("/api/runs/run-a/samples", params={"step_min": 0, "q": "answer"}).json()) == 4
+
+
+def _drop_columns(db, table: str, *columns: str) -> None:
+    """Break the schema behind the sidecar's back, as a bug in a statement would meet it."""
+    import sqlite3
+
+    import psycopg
+
+    statements = [f"ALTER TABLE {table} DROP COLUMN {c}" for c in columns]
+    if isinstance(db, str):
+        with psycopg.connect(db, autocommit=True) as conn:
+            for s in statements:
+                conn.execute(s)
+    else:
+        with sqlite3.connect(db) as conn:
+            for s in statements:
+                conn.execute(s)
+
+
+def test_a_programming_error_is_a_500_that_names_itself_not_a_retryable_503(make_client, db, otlp):
+    client = make_client(ingest_workers=0)
+    _post(client, otlp, steps=[0])
+    _drop_columns(db, "runs", "step_epoch", "step_version")
+    for answer in (client.get("/api/runs/run-a/steps"),
+                   client.post("/v1/traces", content=otlp.request(otlp.spans("run-a", [1])).SerializeToString(),
+                               headers=PB)):
+        assert answer.status_code == 500 and "Retry-After" not in answer.headers, answer.text
+        assert "step_" in answer.text and "rror" in answer.text, answer.text  # the error, by name
+    assert client.get("/api/runs/run-a/samples", params={"step": 0}).status_code == 200  # the rest still works

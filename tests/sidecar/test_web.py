@@ -624,3 +624,25 @@ def test_a_long_run_is_downsampled_and_its_spike_drawn(sidecar, otlp, tmp_path, 
         chrome.wait_for(f"{top} >= 1")
     finally:
         chrome.close()
+
+
+def test_the_page_runs_under_its_content_security_policy_and_refuses_frames(sidecar, otlp, tmp_path, port):
+    page = httpx.get(sidecar.url + "/")
+    csp = page.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+    assert page.headers["X-Frame-Options"] == "DENY"
+    _seed(sidecar.url, otlp)
+    chrome = Chromium(tmp_path / "chromium-profile", port)
+    try:
+        chrome.call("Page.enable")
+        chrome.call("Page.addScriptToEvaluateOnNewDocument", source=(
+            "window.__violations = []; document.addEventListener('securitypolicyviolation', "
+            "e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));"))
+        chrome.open(sidecar.url + "/#/run/web-run")
+        chrome.wait_for("document.querySelectorAll('#samples-table tbody tr').length > 0")
+        assert chrome.eval("document.querySelectorAll('svg.plot path.series').length") >= 8
+        # The table's widths are set through the CSSOM, which the policy allows (a style attribute it refuses).
+        assert chrome.eval("document.querySelector('#samples-table').style.minWidth").endswith("px")
+        assert chrome.eval("window.__violations") == []
+    finally:
+        chrome.close()

@@ -1,4 +1,4 @@
-"""Dependency aliases: the store, settings, metrics and the two bearer-token checks.
+"""Dependency aliases: the store, settings, metrics, the two bearer-token checks, the JSON body check.
 
 They are `async def` on purpose: FastAPI runs a plain `def` dependency in its thread pool,
 and these only read app state, so each would cost a thread hop per request for nothing
@@ -101,6 +101,16 @@ async def require_read(request: Request, settings: SettingsDep, metrics: Metrics
 async def require_ingest(request: Request, settings: SettingsDep, metrics: MetricsDep) -> None:
     """Ingest guard (traces and alerts): open unless `ingest_token` is set."""
     _check_bearer(request, settings.ingest_token, metrics)
+
+
+async def require_json(request: Request, metrics: MetricsDep) -> None:
+    """A JSON POST must say `Content-Type: application/json`: the types a page on any site may POST
+    without a CORS preflight (text/plain, forms) are refused before the body is read, so with no
+    ingest token a web page cannot plant an alert through a visitor's browser."""
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        metrics.rejected.labels("unsupported_media_type").inc()
+        raise HTTPException(415, f"Content-Type must be application/json, got {media or 'none'}")
 
 
 def bad_param(name: str, message: str, where: str = "query") -> HTTPException:

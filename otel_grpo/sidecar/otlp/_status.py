@@ -40,4 +40,5 @@ Status = _build_status_class()
 
 # google.rpc.Code values used in OTLP answers.
 INVALID_ARGUMENT = 3
+INTERNAL = 13
 UNAVAILABLE = 14

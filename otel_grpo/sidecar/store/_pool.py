@@ -10,7 +10,9 @@ benchmarks/README.md); here at most `size` connections exist and a read waits fo
 connection that a failed read left broken is closed, not reused; one that sat idle for a while
 is first checked with `alive` (a server restarted meanwhile has closed it), and replaced if dead.
 `renew()` retires every connection made so far (each is closed instead of reused): SQLite loads
-the planner's statistics when a connection opens and never again.
+the planner's statistics when a connection opens and never again. A read waits at most `wait_s`
+for a connection, then gets StoreUnavailable (a 503): with the database hung, reads used to pile
+up behind the pool and hold the server's threads for as long as it hung.
 """
 
 from __future__ import annotations
@@ -21,13 +23,18 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ._errors import StoreUnavailable
+
 IDLE_CHECK_S = 1.0  # a connection idle longer than this is checked before it is used again
 
 
 class ConnectionPool:
-    def __init__(self, connect: Callable[[], Any], size: int, alive: Callable[[Any], bool] | None = None) -> None:
+    def __init__(self, connect: Callable[[], Any], size: int, alive: Callable[[Any], bool] | None = None,
+                 wait_s: float | None = None) -> None:
         if size < 1:
             raise ValueError(f"size must be at least 1, got {size}")
+        self.size = size
+        self.wait_s = wait_s
         self._connect = connect
         self._alive = alive
         self._idle: list[tuple[Any, float, int]] = []  # (connection, when it was given back, generation)
@@ -40,7 +47,9 @@ class ConnectionPool:
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[Any]:
-        self._slots.acquire()
+        if not self._slots.acquire(timeout=self.wait_s):
+            raise StoreUnavailable(f"no database connection free within {self.wait_s:g} s "
+                                   f"(all {self.size} busy)")
         try:
             conn, generation = self._take_idle()
             if conn is None:

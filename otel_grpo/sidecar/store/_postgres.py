@@ -10,28 +10,47 @@ retry loops); reads never wait for it. An ingest inserts its samples before it t
 (inserts unique on (run, step, sample id) are safe side by side, and a transaction that holds
 the lock never inserts samples, so none waits for another in a cycle). Statements are the shared ones (`?` placeholders), rewritten
 once each for psycopg (`%s`).
+
+A database in trouble is a fast error, never a hang (each becomes a 503 + Retry-After): the
+server cancels a statement after `timeout_s` (`statement_timeout`) and a lock wait after as long
+(`lock_timeout`); a server that answers nothing at all (stopped, hung, a host gone silent whose
+kernel still acknowledges packets, so TCP keepalives see nothing wrong) is given up on by the
+client a second later (`_BoundedConnection`); keepalives and `tcp_user_timeout` find a dead peer
+on an idle or a sending connection. A request waits at most `timeout_s` for the write lock or a
+read connection.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from psycopg import errors as pg_errors
 
 from . import _queries, _writes
 from ._dialect import POSTGRES
+from ._errors import StoreUnavailable
 from ._health import WriteHealth
 from ._pool import ConnectionPool
 from ._step_series import StepCache
 from ._schema import PG_LOCK, migrate_postgres
+from ._writes import MAINTENANCE_TIMEOUT_S
 
 log = logging.getLogger("otel_grpo.sidecar")
 URL_SCHEMES = ("postgresql://", "postgres://")
 READ_CONNECTIONS = 8
-CONNECT_TIMEOUT_S = 10
+GRACE_S = 1.0
+"""How much longer than `statement_timeout` the client waits for the server's answer: enough for a
+live server to report the cancelled statement itself, which keeps the connection usable."""
+KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+             "tcp_user_timeout": 30_000}
+"""TCP keepalives and user timeout: a connection to a host that vanished (no RST ever comes) fails
+within ~30 s, idle or sending, instead of the kernel's ~15 minutes of retransmissions."""
+_WAIT_TIMEOUT = getattr(pg_errors, "_WaitTimeout", pg_errors.ConnectionTimeout)  # psycopg >= 3.2 bounds waits with it
 
 
 def is_postgres_url(target: object) -> bool:
@@ -94,6 +113,25 @@ ON CONFLICT (run_id, step, uid) DO NOTHING
 """
 
 
+class _BoundedConnection(psycopg.Connection):
+    """A psycopg connection that waits at most `deadline_s` for the server's answer to any one
+    operation (a statement, a COMMIT, a fetch), then closes itself and raises ConnectionTimeout
+    (an OperationalError): a stopped server otherwise held the calling thread for as long as it was
+    stopped, since libpq has no client-side timeout beyond `connect_timeout`."""
+
+    deadline_s: float | None = None
+
+    def wait(self, gen, interval: float = 0.1, timeout: float | None = None):
+        bound = self.deadline_s if timeout is None else timeout
+        try:
+            return super().wait(gen, interval, bound)
+        except _WAIT_TIMEOUT:
+            # Mid-protocol, the connection's state is unknown: close it (the pool and the writer
+            # replace a closed connection). The server rolls back whatever it had open.
+            self.pgconn.finish()
+            raise pg_errors.ConnectionTimeout(f"the database did not answer within {bound:g} s") from None
+
+
 def _alive(conn: _Connection) -> bool:
     try:
         conn.raw.execute("SELECT 1")
@@ -108,29 +146,36 @@ class PgStore(_queries.Reads, _writes.Writes):
     dialect = POSTGRES
 
     def __init__(self, url: str, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS,
-                 step_cache: StepCache | None = None) -> None:
+                 step_cache: StepCache | None = None, timeout_s: float = 5.0) -> None:
         self.step_cache = StepCache() if step_cache is None else step_cache
         self.url = url
-        # The sidecar's durability setting, in PostgreSQL's terms. NORMAL, as in SQLite: a 200 is
-        # committed on the server, so it survives the sidecar being killed, but the server flushes
-        # its WAL within ~0.2 s rather than before answering (a crash of the database machine may
-        # lose that much). FULL: flushed before the COMMIT returns, as PostgreSQL does by default.
-        self._synchronous_commit = "on" if synchronous == "FULL" else "off"
+        # `synchronous` is SQLite's setting: on PostgreSQL every commit is flushed to the server's WAL
+        # before it returns (synchronous_commit = on), so a 200 survives the server's processes being
+        # killed too. With `off` (this store's old NORMAL), killing one backend with -9 lost 8 of 4,800
+        # samples already answered 200 (the postmaster's crash restart drops unwritten WAL buffers).
+        self.synchronous = synchronous
+        self.timeout_s = timeout_s
         self.health = WriteHealth(None, redact(url))
         self.found_version: int | None = None
         self._wlock = threading.Lock()
         self._writer: _Connection | None = None
-        self._pool = ConnectionPool(self._connect, read_connections, alive=_alive)
+        self._pool = ConnectionPool(self._connect, read_connections, alive=_alive, wait_s=timeout_s)
+        self._probe: _Connection | None = None  # readiness's own connection (see ping)
         self._closed = False
 
     @classmethod
     def open(cls, url: str, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS,
-             step_cache: StepCache | None = None) -> "PgStore":
+             step_cache: StepCache | None = None, timeout_s: float = 5.0) -> "PgStore":
         """Connect and migrate; raises psycopg.OperationalError if the server cannot be reached."""
-        store = cls(url, synchronous, read_connections, step_cache)
-        conn = store._connect()
+        store = cls(url, synchronous, read_connections, step_cache, timeout_s)
+        conn = store._connect(deadline_s=MAINTENANCE_TIMEOUT_S)  # a migration may rewrite a large table
         try:
+            # A replica waits for another's migration (its advisory lock) as long as that may take.
+            ms = int(MAINTENANCE_TIMEOUT_S * 1000)
+            conn.raw.execute(f"SET statement_timeout = {ms}; SET lock_timeout = {ms}")
             store.found_version = migrate_postgres(conn.raw)
+            conn.raw.execute("RESET statement_timeout; RESET lock_timeout")
+            conn.raw.deadline_s = store.timeout_s + GRACE_S
         except BaseException:
             conn.close()
             raise
@@ -138,18 +183,34 @@ class PgStore(_queries.Reads, _writes.Writes):
         return store
 
     @classmethod
-    def open_writer(cls, url: str, synchronous: str = "NORMAL") -> "PgStore":
+    def open_writer(cls, url: str, synchronous: str = "NORMAL", timeout_s: float = 5.0) -> "PgStore":
         """A write handle for an ingest worker process (the opening process migrated). It connects
         at its first write, so a worker started while the server is away still starts."""
-        return cls(url, synchronous, read_connections=1)
+        return cls(url, synchronous, read_connections=1, timeout_s=timeout_s)
 
-    def _connect(self) -> _Connection:
+    def _connect(self, deadline_s: float | None = None) -> _Connection:
         # autocommit: a statement outside `_tx` is its own transaction, so a pooled read
-        # connection never sits "idle in transaction" holding back vacuum.
-        raw = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                              application_name="otel-grpo-sidecar")
-        raw.execute(f"SET synchronous_commit = {self._synchronous_commit}")
+        # connection never sits "idle in transaction" holding back vacuum. The settings travel in
+        # the start-up packet (`options`): no round trip of their own.
+        ms = int(self.timeout_s * 1000)
+        raw = _BoundedConnection.connect(
+            self.url, autocommit=True, application_name="otel-grpo-sidecar",
+            connect_timeout=max(2, math.ceil(self.timeout_s)), **KEEPALIVE,  # libpq's least connect_timeout is 2 s
+            options=f"-c statement_timeout={ms} -c lock_timeout={ms} -c synchronous_commit=on")
+        raw.deadline_s = deadline_s or self.timeout_s + GRACE_S
         return _Connection(raw)
+
+    def ping(self) -> bool:
+        """`SELECT 1` on a connection of its own: readiness never waits behind reads for a pooled one.
+        Called from one thread at a time (the readiness probe's)."""
+        if self._probe is None or self._probe.broken:
+            self._probe = self._connect()
+        try:
+            return self._probe.raw.execute("SELECT 1").fetchone()[0] == 1
+        except psycopg.Error:
+            self._probe.close()
+            self._probe = None
+            raise
 
     def read(self):
         """Context manager: a pooled read connection."""
@@ -159,8 +220,8 @@ class PgStore(_queries.Reads, _writes.Writes):
         columns = [list(column) for column in zip(*(_clean(r) for r in rows))]
         return conn.raw.execute(_SAMPLE_INSERT_ARRAYS, columns).rowcount
 
-    def _tx(self, samples_first: bool = False):
-        return _Transaction(self, lock=not samples_first)
+    def _tx(self, samples_first: bool = False, timeout_s: float | None = None):
+        return _Transaction(self, lock=not samples_first, timeout_s=timeout_s)
 
     def _serialize(self, conn: _Connection) -> None:
         conn.raw.execute("SELECT pg_advisory_xact_lock(%s)", (PG_LOCK,))
@@ -184,25 +245,33 @@ class PgStore(_queries.Reads, _writes.Writes):
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
         self._pool.close()
 
 
 class _Transaction:
     """The write lock, a transaction and the advisory lock; reconnects once if the connection was lost."""
 
-    def __init__(self, store: PgStore, lock: bool) -> None:
+    def __init__(self, store: PgStore, lock: bool, timeout_s: float | None = None) -> None:
         self.store = store
         self.lock = lock
+        self.timeout_s = timeout_s  # a maintenance transaction's longer statement timeout
         self.tx = None
 
     def __enter__(self) -> _Connection:
         store = self.store
-        store._wlock.acquire()
+        if not store._wlock.acquire(timeout=store.timeout_s):
+            raise StoreUnavailable(f"the store's write lock was not free within {store.timeout_s:g} s "
+                                   "(another write is waiting for the database)")
         try:
             if store._closed:
                 raise RuntimeError("store is closed")
             try:
                 self._begin()
+            except pg_errors.ConnectionTimeout:
+                raise  # the server answers nothing: a second try would only double the wait
             except psycopg.OperationalError:
                 # The connection may have died while idle (the server restarted): a new one, once.
                 self._reconnect()
@@ -223,9 +292,12 @@ class _Transaction:
         if self.store._writer is None or self.store._writer.broken:
             self._reconnect()
         raw = self.store._writer.raw
+        raw.deadline_s = (self.timeout_s or self.store.timeout_s) + GRACE_S
         tx = raw.transaction()
         tx.__enter__()
         try:
+            if self.timeout_s is not None:  # for this transaction only (SET LOCAL)
+                raw.execute(f"SET LOCAL statement_timeout = {int(self.timeout_s * 1000)}")
             if self.lock:
                 raw.execute("SELECT pg_advisory_xact_lock(%s)", (PG_LOCK,))
             else:

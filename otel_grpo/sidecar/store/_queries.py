@@ -161,10 +161,6 @@ class Reads:
         """Context manager: a read connection from the pool."""
         raise NotImplementedError
 
-    def ping(self) -> bool:
-        with self.read() as conn:
-            return conn.execute("SELECT 1").fetchone()[0] == 1
-
     def runs(self) -> list[dict]:
         with self.read() as conn:
             rows = conn.execute("""SELECT run_id, service_name, model, host, first_step, last_step,

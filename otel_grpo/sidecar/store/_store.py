@@ -23,10 +23,11 @@ from urllib.parse import quote
 from . import _queries, _writes
 from ._checkpoint import TRUNCATE_BYTES, Checkpointer, past_valve, truncate_wal
 from ._dialect import SQLITE
+from ._errors import StoreUnavailable
 from ._health import WriteHealth
 from ._pool import ConnectionPool
 from ._step_series import StepCache
-from ._schema import migrate_sqlite
+from ._schema import SCHEMA_VERSION, migrate_sqlite
 
 # Sample rows are 1-4 KiB (prompt + completion), so with SQLite's default 4 KiB pages most
 # rows take a page of their own: a new store was 26% padding and every byte is written twice
@@ -55,12 +56,14 @@ class Store(_queries.Reads, _writes.Writes):
     dialect = SQLITE
 
     def __init__(self, path: Path, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS,
-                 step_cache: StepCache | None = None) -> None:
+                 step_cache: StepCache | None = None, timeout_s: float = 5.0) -> None:
         self.step_cache = StepCache() if step_cache is None else step_cache
         self.path = Path(path)
         self.synchronous = synchronous
+        self.timeout_s = timeout_s
         self._wlock = threading.Lock()
-        self._pool = ConnectionPool(self._read_connection, read_connections)
+        self._pool = ConnectionPool(self._read_connection, read_connections, wait_s=timeout_s)
+        self._probe: sqlite3.Connection | None = None  # readiness's own connection (see ping)
         self._flock = None  # the cross-process write lock file, opened with the writer
         self._writer: sqlite3.Connection | None = None
         self._checkpointer: Checkpointer | None = None
@@ -68,17 +71,20 @@ class Store(_queries.Reads, _writes.Writes):
         self.found_version: int | None = None
         self.health = WriteHealth(self.path)
         self._uri: str | None = None  # set when opened read-only
+        self.stale_schema: str | None = None
+        """Why reads are refused: opened read-only at an older schema version than this sidecar reads."""
 
     @classmethod
     def open(cls, path: str | Path, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS,
-             step_cache: StepCache | None = None) -> "Store":
+             step_cache: StepCache | None = None, timeout_s: float = 5.0) -> "Store":
         """Open (creating if needed) and migrate; the writer connection is ready on return.
 
         An existing database that cannot be written (a full disk, a read-only mount) is opened
-        read-only instead: reads work, writes raise sqlite3.OperationalError, and
-        `health.read_only` says why. A database that cannot be created raises.
+        read-only instead: reads work, writes raise StoreUnavailable, and `health.read_only` says
+        why. If it is at an older schema version (its migration is what failed), reads raise
+        StoreUnavailable naming both versions. A database that cannot be created raises.
         """
-        store = cls(Path(path), synchronous, read_connections, step_cache)
+        store = cls(Path(path), synchronous, read_connections, step_cache, timeout_s)
         store.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             conn = store._connect()
@@ -109,18 +115,24 @@ class Store(_queries.Reads, _writes.Writes):
                 continue
         else:
             raise exc
+        found = self._connect().execute("PRAGMA user_version").fetchone()[0]
+        if found != SCHEMA_VERSION:  # its migration is what could not run: reads would name missing columns
+            self.stale_schema = (f"the database is at schema version {found} and this sidecar reads version "
+                                 f"{SCHEMA_VERSION}; the migration could not run ({exc})")
+            self.health.read_only += f"; {self.stale_schema}"
         log.error("store %s is not writable (%s): serving it read-only (%s); ingest answers 503 until restarted "
-                  "with room on the disk", self.path, exc, flags)
+                  "with room on the disk%s", self.path, exc, flags,
+                  "" if self.stale_schema is None else f"; reads answer 503 too: {self.stale_schema}")
 
     @classmethod
-    def open_writer(cls, path: str | Path, synchronous: str = "NORMAL") -> "Store":
+    def open_writer(cls, path: str | Path, synchronous: str = "NORMAL", timeout_s: float = 5.0) -> "Store":
         """A write-only handle on a store that `Store.open` has already created and migrated.
 
         For ingest worker processes: no migration, no planner statistics and no checkpoint
         thread (the opening process runs those; call its `wake_checkpointer` after a commit
         made here). Commits are as durable as `write_batch` on the opening handle.
         """
-        store = cls(Path(path), synchronous, read_connections=1)
+        store = cls(Path(path), synchronous, read_connections=1, timeout_s=timeout_s)
         store._writer = _as_writer(store._connect())
         store._open_flock()
         return store
@@ -155,7 +167,16 @@ class Store(_queries.Reads, _writes.Writes):
 
     def read(self):
         """Context manager: a pooled read connection (WAL: it sees the last committed state)."""
+        if self.stale_schema is not None:
+            raise StoreUnavailable(self.stale_schema)
         return self._pool.connection()
+
+    def ping(self) -> bool:
+        """`SELECT 1` on a connection of its own: readiness never waits behind reads for a pooled one.
+        Called from one thread at a time (the readiness probe's)."""
+        if self._probe is None:
+            self._probe = self._read_connection()
+        return self._probe.execute("SELECT 1").fetchone()[0] == 1
 
     def close(self) -> None:
         if self._checkpointer is not None:
@@ -166,12 +187,16 @@ class Store(_queries.Reads, _writes.Writes):
                 self._writer.close()
                 self._writer = None
         self._pool.close()
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
         if self._flock is not None:
             self._flock.close()
             self._flock = None
 
-    def _tx(self, samples_first: bool = False):  # SQLite has one writer: serialized from the start
-        """Context: the write lock plus one IMMEDIATE transaction, committed on success."""
+    def _tx(self, samples_first: bool = False, timeout_s: float | None = None):
+        """Context: the write lock plus one IMMEDIATE transaction, committed on success. (SQLite has one
+        writer: serialized from the start; no statement timeout.)"""
         return _Transaction(self)
 
     def optimize(self) -> None:
@@ -210,12 +235,13 @@ class _Transaction:
         self.store = store
 
     def __enter__(self) -> sqlite3.Connection:
-        self.store._wlock.acquire()
+        if not self.store._wlock.acquire(timeout=self.store.timeout_s):
+            raise StoreUnavailable(f"the store's write lock was not free within {self.store.timeout_s:g} s")
         conn = self.store._writer
         if conn is None:
             self.store._wlock.release()
             if self.store.health.read_only:
-                raise sqlite3.OperationalError(f"store is read-only ({self.store.health.read_only})")
+                raise StoreUnavailable(f"store is read-only ({self.store.health.read_only})")
             raise RuntimeError("store is closed")
         if self.store._flock is not None:
             fcntl.flock(self.store._flock, fcntl.LOCK_EX)

@@ -21,6 +21,9 @@ from . import _retention
 from ._alerts import upsert_episodes
 from ._queries import iso
 
+MAINTENANCE_TIMEOUT_S = 600.0
+"""Statement timeout of maintenance transactions (retention), which may delete a long run's rows."""
+
 _SAMPLE_INSERT = """
 INSERT INTO samples (run_id, step, uid, sample_index, reward, advantage, completion_length,
                      prompt, completion, time, data)
@@ -82,9 +85,10 @@ class Writes:
     """Mixed into both stores, which provide `_tx()`: a context giving the connection of one
     write transaction, serialized with every other writer of the database and committed on exit."""
 
-    def _tx(self, samples_first: bool = False):  # pragma: no cover - provided by each store
+    def _tx(self, samples_first: bool = False, timeout_s: float | None = None):  # pragma: no cover - per store
         """`samples_first`: the transaction may insert samples before it serializes with the
-        other writers (`_serialize`); only sample inserts may come before that call."""
+        other writers (`_serialize`); only sample inserts may come before that call. `timeout_s`:
+        its statements' timeout where the store has one (default: the store's `timeout_s`)."""
         raise NotImplementedError
 
     def _serialize(self, conn) -> None:
@@ -170,5 +174,5 @@ class Writes:
                         max_age_s: float | None = None, now: float | None = None) -> dict[str, int]:
         """Delete what the retention settings exclude; returns rows deleted per table."""
         now = time.time() if now is None else now
-        with self._tx() as conn:
+        with self._tx(timeout_s=MAINTENANCE_TIMEOUT_S) as conn:  # deleting a long run's rows takes a while
             return _retention.apply(conn, max_runs, max_steps, max_age_s, now)

@@ -7,6 +7,8 @@ function h(tag, props, ...children) {
   for (const [k, v] of Object.entries(props || {})) {
     if (k === "text") node.textContent = v;
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    // Through the CSSOM: the page's Content-Security-Policy refuses style attributes (no 'unsafe-inline').
+    else if (k === "style") node.style.cssText = v;
     else node.setAttribute(k, v);
   }
   for (const c of children) node.appendChild(typeof c === "string" ? document.createTextNode(c) : c);

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...otlp import BodyError, read_body
 from ...schemas import AlertmanagerWebhook, AlertPublic, AlertsAccepted
-from ..deps import FastJSON, MetricsDep, SettingsDep, StoreDep, require_ingest, require_read
+from ..deps import FastJSON, MetricsDep, SettingsDep, StoreDep, require_ingest, require_json, require_read
 
 router = APIRouter(prefix="/api/alerts", tags=["alerts"])
 _BODY_DOC = {"requestBody": {"required": True, "content": {"application/json": {
@@ -36,8 +36,9 @@ async def _payload(request: Request, limit: int, metrics) -> AlertmanagerWebhook
 
 # The body is taken by hand, not as a typed parameter: FastAPI reads a declared body before any
 # dependency runs, so a 100 MiB body without a token was read whole before its 401.
-@router.post("", response_model=AlertsAccepted, dependencies=[Depends(require_ingest)], openapi_extra=_BODY_DOC,
-             responses={413: {"description": "Body larger than `max_alert_body_bytes`."}})
+@router.post("", response_model=AlertsAccepted, dependencies=[Depends(require_ingest), Depends(require_json)],
+             openapi_extra=_BODY_DOC, responses={413: {"description": "Body larger than `max_alert_body_bytes`."},
+                                                 415: {"description": "Content-Type other than application/json."}})
 async def receive_alerts(request: Request, store: StoreDep, settings: SettingsDep,
                          metrics: MetricsDep) -> AlertsAccepted:
     """Alertmanager's webhook: one alert per (fingerprint, episode), resolved when Alertmanager resolves

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
-from starlette.concurrency import run_in_threadpool
 
-from ..._workers import WorkerLost
+from ..._workers import IngestFailed, WorkerLost
 from ...otlp import PROTOBUF, BodyError, DecodeError, decode_request, encode_response, encode_status, extract, read_body
 from ...otlp._decode import media_type
-from ...otlp._status import INVALID_ARGUMENT, UNAVAILABLE
-from ...store import UNAVAILABLE_ERRORS
+from ...otlp._status import INTERNAL, INVALID_ARGUMENT, UNAVAILABLE
+from ...store import STORE_ERRORS, describe, unavailable
 from ..deps import GateDep, MetricsDep, SettingsDep, StoreDep, require_ingest
 
 router = APIRouter(tags=["ingest"])
@@ -33,7 +33,9 @@ _RESPONSES = {
     413: {"description": "Body larger than `max_body_bytes` after decompression."},
     415: {"description": "Content-Type other than application/x-protobuf or application/json, "
                          "or a Content-Encoding other than gzip."},
-    503: {"description": "Overloaded or the store is busy; retry after `Retry-After` seconds."},
+    500: {"description": "A bug: the google.rpc.Status names the error."},
+    503: {"description": "Overloaded, or the store is busy, full, unreachable or did not answer within "
+                         "`db_timeout_s`; retry after `Retry-After` seconds."},
 }
 
 
@@ -83,7 +85,9 @@ async def export_traces(request: Request, store: StoreDep, settings: SettingsDep
     try:
         pool = request.app.state.pool
         if pool is None:
-            spans, rejected, errors, inserted = await run_in_threadpool(_decode_and_store, store, body, media)
+            # Threads of its own (as many as ingest slots): never queued behind reads on the shared pool.
+            spans, rejected, errors, inserted = await anyio.to_thread.run_sync(
+                _decode_and_store, store, body, media, limiter=request.app.state.ingest_threads)
         else:
             done = await pool.ingest(media, body)  # committed by a worker process
             spans, rejected, errors, inserted = done.spans, done.rejected, done.errors, done.inserted
@@ -91,11 +95,15 @@ async def export_traces(request: Request, store: StoreDep, settings: SettingsDep
     except DecodeError as exc:
         metrics.rejected.labels("malformed").inc()
         return _error(media, 400, INVALID_ARGUMENT, str(exc))
-    except UNAVAILABLE_ERRORS as exc:
-        # Locked, full or unreachable database: transient from the client's side, so retryable (503).
+    except STORE_ERRORS as exc:
+        if not unavailable(exc):  # SQL that names a missing column: a bug, not the client's to retry
+            return _error(media, 500, INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        # Locked, full, unreachable or silent database: transient from the client's side, so retryable (503).
         metrics.rejected.labels("store_unavailable").inc()
         store.health.failed(exc)
-        return _error(media, 503, UNAVAILABLE, f"store unavailable: {exc}", settings.retry_after_s)
+        return _error(media, 503, UNAVAILABLE, f"store unavailable: {describe(exc)}", settings.retry_after_s)
+    except IngestFailed as exc:
+        return _error(media, 500, INTERNAL, f"internal error: {exc}")
     except WorkerLost as exc:
         metrics.rejected.labels("worker_lost").inc()  # logged by the pool; the worker is replaced
         return _error(media, 503, UNAVAILABLE, f"ingest worker lost ({exc}); retry", settings.retry_after_s)

@@ -28,7 +28,8 @@ async def sample_query(  # async: pure validation, no reason for a thread-pool h
     step_max: Annotated[int | None, step_param("Last step (inclusive).")] = None,
     reward_min: Annotated[float | None, Query(allow_inf_nan=False)] = None,
     reward_max: Annotated[float | None, Query(allow_inf_nan=False)] = None,
-    q: Annotated[str | None, Query(max_length=1000, description="Substring of prompt or completion (case-insensitive for ASCII).")] = None,
+    q: Annotated[str | None, Query(max_length=1000, description="Substring of prompt or completion (case-insensitive for ASCII); "
+                                   "a NUL character is a 422 (PostgreSQL text cannot hold one).")] = None,
     order_by: Annotated[str | None, Query(max_length=128, description="Any column: step, reward, advantage, completion_length, sample_index, prompt, completion, time, or a dynamic one such as `reward.format`.")] = None,
     desc: bool = False,
     limit: Annotated[int, Query(ge=1, le=_EXPORT_MAX)] = 100,
@@ -38,6 +39,8 @@ async def sample_query(  # async: pure validation, no reason for a thread-pool h
         raise bad_param("step_min", "must not exceed step_max")
     if reward_min is not None and reward_max is not None and reward_min > reward_max:
         raise bad_param("reward_min", "must not exceed reward_max")
+    if q is not None and "\x00" in q:  # SQLite's LIKE ended the pattern there and matched every row
+        raise bad_param("q", "cannot contain NUL (U+0000)")
     if order_by is not None and not COLUMN_RE.match(order_by):
         raise bad_param("order_by", 'a column to sort by cannot contain " or control characters')
     return SampleQuery(step=step, step_min=step_min, step_max=step_max, reward_min=reward_min,

@@ -1,0 +1,175 @@
+"""A PostgreSQL server in trouble, under load, against a real sidecar process (ingest workers as by default).
+
+Stopped (SIGSTOP, the server answers nothing while the kernel still accepts its connections):
+every ingest request is answered within a few seconds, 503 + Retry-After while it is stopped, and
+abandoned reads do not slow /healthz. One backend killed with -9 (the server restarts every
+backend): every sample answered 200 before, during or after is in the database afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import psycopg
+import pytest
+
+from tests._support import postgres
+
+pytestmark = pytest.mark.integration
+PB = {"Content-Type": "application/x-protobuf"}
+SAMPLES = 8  # per step (one request)
+STOPPED_S = 20
+# ~100 reads whose clients give up after a second (the server's threads go on without them), sent from
+# a process of their own so that starting them does not slow the test's own /healthz probe.
+ABANDONED_READS = """
+import asyncio, sys, httpx
+async def main(url):
+    async with httpx.AsyncClient(timeout=1, limits=httpx.Limits(max_connections=None)) as client:
+        async def read(path):
+            try:
+                await client.get(url + path, params={"step_min": 0, "limit": 10000})
+            except httpx.TimeoutException:
+                pass
+        await asyncio.gather(*(read(p) for p in ["/api/runs", "/api/runs/fault-0/samples", "/api/runs/fault-1/steps"] * 34))
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def server():
+    """A server of the test's own: the tests stop and kill its processes. Its WAL writer is lazy (10 s
+    rather than 0.2 s), so an acknowledged commit that only reached its buffers (synchronous_commit =
+    off) is lost to a crash restart, not only sometimes."""
+    reason = postgres.available()
+    if reason:
+        pytest.skip(reason)
+    server = postgres.PostgresServer.start(settings="-c wal_writer_delay=10000")
+    yield server
+    server.thaw()  # a failed test must not leave it stopped: stop() needs it to answer
+    server.stop()
+
+
+class Ingest:
+    """Threads that post one step per request, each a new step of their own run, and keep every answer."""
+
+    def __init__(self, url: str, otlp, runs: int = 2) -> None:
+        self.url, self.otlp = url, otlp
+        self.answers: list[tuple[str, int, int, float, str | None]] = []  # run, step, status, seconds, Retry-After
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._post, args=(f"fault-{i}",)) for i in range(runs)]
+
+    def _post(self, run_id: str) -> None:
+        step = 0
+        http = httpx.Client()
+        while not self.stop.is_set():
+            body = self.otlp.request(self.otlp.spans(run_id, [step], samples=SAMPLES)).SerializeToString()
+            start = time.monotonic()
+            try:
+                answer = http.post(self.url + "/v1/traces", content=body, headers=PB, timeout=60)
+                status, retry = answer.status_code, answer.headers.get("Retry-After")
+            except httpx.HTTPError:
+                status, retry = 0, None
+            self.answers.append((run_id, step, status, time.monotonic() - start, retry))
+            step += 1
+            if status != 200:
+                time.sleep(0.2)  # as an exporter backs off (briefly: the test wants many answers)
+        http.close()
+
+    def __enter__(self) -> "Ingest":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+    def acked(self) -> int:
+        return sum(1 for a in self.answers if a[2] == 200)
+
+    def wait_acked(self, more: int, timeout: float = 60) -> None:
+        target = self.acked() + more
+        deadline = time.monotonic() + timeout  # a bound on waiting, not a speed assertion
+        while self.acked() < target:
+            assert time.monotonic() < deadline, f"no {more} more 200s in {timeout} s: {self.answers[-5:]}"
+            time.sleep(0.05)
+
+
+def _missing(url: str, answers) -> list[tuple[str, int, int]]:
+    """Acknowledged steps whose samples are not all in the database: (run, step, samples found)."""
+    with psycopg.connect(url) as conn:
+        have = dict(((run, step), n) for run, step, n in conn.execute(
+            "SELECT run_id, step, count(*) FROM samples GROUP BY run_id, step"))
+    return [(run, step, have.get((run, step), 0)) for run, step, status, _, _ in answers
+            if status == 200 and have.get((run, step), 0) != SAMPLES]
+
+
+def test_a_stopped_database_is_a_fast_503_and_nothing_acknowledged_is_lost(sidecar_factory, server, otlp):
+    url = server.new_database()
+    proc = sidecar_factory(db=url, env={"OTEL_GRPO_SIDECAR_DB_TIMEOUT_S": "2"})
+    health: list[float] = []
+    done = threading.Event()
+
+    def probe_health() -> None:
+        with httpx.Client(timeout=30) as http:
+            while not done.is_set():
+                start = time.monotonic()
+                assert http.get(proc.url + "/healthz").status_code == 200
+                health.append(time.monotonic() - start)
+                time.sleep(0.2)
+
+    prober = threading.Thread(target=probe_health)
+    with Ingest(proc.url, otlp) as ingest:
+        ingest.wait_acked(10)
+        prober.start()
+        stopped_at = len(ingest.answers)
+        server.freeze()
+        try:
+            readers = subprocess.Popen([sys.executable, "-c", ABANDONED_READS, proc.url])
+            time.sleep(STOPPED_S / 2)
+            ready = httpx.get(proc.url + "/readyz", timeout=30)
+            time.sleep(STOPPED_S / 2)
+        finally:
+            server.thaw()
+        resumed_at = len(ingest.answers)
+        ingest.wait_acked(10)  # the sidecar takes writes again, with nothing restarted
+    done.set()
+    prober.join()
+    assert readers.wait(timeout=60) == 0
+
+    while_stopped = ingest.answers[stopped_at:resumed_at]
+    print(f"stopped {STOPPED_S} s: {len(while_stopped)} ingest answers, statuses "
+          f"{sorted({a[2] for a in while_stopped})}, slowest ingest {max(a[3] for a in ingest.answers):.2f} s, "
+          f"slowest /healthz {max(health):.3f} s over {len(health)} probes")
+    assert ready.status_code == 503 and "did not answer" in ready.json()["detail"], ready.text
+    assert len(while_stopped) >= 6, while_stopped  # answered all along, not held until the database came back
+    slowest = max(a[3] for a in ingest.answers)
+    assert slowest < 10, f"an ingest request took {slowest:.1f} s"  # bound: db_timeout_s is 2 s
+    refused = [a for a in while_stopped if a[2] != 200]
+    assert refused and all(a[2] == 503 and a[4] == "1" for a in refused), while_stopped
+    assert max(health) < 1.0, f"/healthz took {max(health):.2f} s with the database stopped"
+    assert not _missing(url, ingest.answers)
+
+
+def test_a_killed_backend_loses_no_acknowledged_sample(sidecar_factory, server, otlp):
+    url = server.new_database()
+    proc = sidecar_factory(db=url)
+    with Ingest(proc.url, otlp, runs=3) as ingest:
+        for _ in range(3):  # the server restarts every backend after each kill (crash recovery)
+            ingest.wait_acked(30)
+            with psycopg.connect(url, autocommit=True) as conn:
+                pids = [pid for (pid,) in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = 'otel-grpo-sidecar'")]
+            assert pids
+            os.kill(pids[0], signal.SIGKILL)
+        ingest.wait_acked(30)
+    statuses = {a[2] for a in ingest.answers}
+    assert statuses <= {200, 503}, statuses
+    assert not _missing(url, ingest.answers)
