@@ -10,11 +10,13 @@ from typing import Callable
 
 from otel_grpo.catalog._docs import render_signals_md
 
+from ._alerts_md import render_alerts_md
 from ._integrations_md import render_integrations_md
 
 DOC_FILES: list[tuple[str, Callable[[], str]]] = [
     ("docs/signals.md", render_signals_md),
     ("docs/integrations.md", render_integrations_md),
+    ("docs/alerts.md", render_alerts_md),
 ]
 
 

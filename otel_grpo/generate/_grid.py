@@ -134,15 +134,20 @@ def _end_of(p: _Params, step: int) -> float:
 
 
 def _after_steps(p: _Params, steps: int, onset: float) -> float:
-    return max(onset + max(3 * p.step_s, 300.0) + 900.0, _end_of(p, steps))
+    return max(onset + max(3 * p.step_s, 300.0) + 600.0, _end_of(p, steps))
 
 
 def _bound(p: _Params) -> float:
     return max(3 * p.step_s, 300.0)
 
 
+def _k(p: _Params, steps: int) -> int:
+    """The failing step: after `steps` healthy ones, or after an hour of them when steps are slow (at least 2)."""
+    return min(steps, max(2, int(3600 / p.step_s)))
+
+
 # ---- healthy variants ---------------------------------------------------------------------
-def _steps_for(p: _Params, hours: float = 1.5, at_least: int = 30, at_most: int = 300) -> int:
+def _steps_for(p: _Params, hours: float = 1.5, at_least: int = 8, at_most: int = 300) -> int:
     return int(min(max(at_least, hours * 3600 / p.step_s), at_most))
 
 
@@ -153,12 +158,12 @@ def _healthy(p: _Params) -> _Built:
 
 
 def _finishes(p: _Params) -> _Built:
-    n = _steps_for(p, 1.0, 20, 200)
-    return _Built([_seg(p, healthy(n, p.rng), end="finish")], length_s=_end_of(p, n) + 3600)
+    n = _steps_for(p, 1.0, 8, 200)
+    return _Built([_seg(p, healthy(n, p.rng), end="finish")], length_s=_end_of(p, n) + 2400)
 
 
 def _beating_pauses(p: _Params, every: int, seconds: float, beat_s: float) -> _Built:
-    n = _steps_for(p, 1.5, 20, 300)
+    n = _steps_for(p, 1.5, 6, 300)
     pauses = {i: Pause(seconds, beat_s) for i in range(every - 1, n - 1, every)}
     seg = _seg(p, healthy(n, p.rng), pauses=pauses)
     return _Built([seg], length_s=_end_of(p, n) + len(pauses) * seconds + 1800)
@@ -176,7 +181,7 @@ def _checkpoints(p: _Params) -> _Built:
 
 def _relaunched(p: _Params) -> _Built:
     """A run that finishes, then a new process under the same run id (a second attempt, a reused id)."""
-    n = _steps_for(p, 0.5, 10, 150)
+    n = _steps_for(p, 0.5, 4, 150)
     first = _seg(p, healthy(n, p.rng), end="finish")
     later = _end_of(p, n) + 900
     second = _seg(p, healthy(n, p.rng), start_s=later, end="finish")
@@ -191,10 +196,13 @@ def _creep(p: _Params) -> _Built:
     return _Built([_seg(p, values)], length_s=_end_of(p, n) + 1800)
 
 
+OUTAGES = (Outage(3600.0, 3750.0), Outage(3600.0, 4200.0))
+"""The collector down for 2.5 or 10 minutes, an hour in (one outage per promtool group: it is the collector's)."""
+
+
 def _outage(p: _Params) -> _Built:
-    n = _steps_for(p, 1.0, 20, 300)
-    start = p.startup_s + 1200 + p.rng.choice((0.0, 7.0, 31.0))
-    down = Outage(start, start + p.rng.choice((150.0, 600.0)))
+    down = p.rng.choice(OUTAGES)
+    n = max(4, int((down.end_s + 1800 - p.startup_s) / p.step_s) + 1)
     return _Built([_seg(p, healthy(n, p.rng))], length_s=max(_end_of(p, n), down.end_s) + 1800, outages=[down])
 
 
@@ -202,7 +210,7 @@ def _outage(p: _Params) -> _Built:
 def _valued(key: str, value: Callable[[float], float], one_step: bool = False, at: int = 5) -> Callable:
     """A failure in one signal from step `at` on (or at that step only)."""
     def build(p: _Params) -> _Built:
-        k = max(at, 0)
+        k = at if at > 5 else _k(p, at)
         onset = _end_of(p, k)
         n = max(k + 1, int((_after_steps(p, k, onset) - p.startup_s) / p.step_s))
         values = healthy(n, p.rng, *({key} - {"kl", "reward", "entropy"}))
@@ -213,10 +221,10 @@ def _valued(key: str, value: Callable[[float], float], one_step: bool = False, a
 
 
 def _crash(p: _Params) -> _Built:
-    k = 5
+    k = _k(p, 5)
     killed = _end_of(p, k) + p.rng.random() * p.step_s  # mid-step
     seg = _seg(p, healthy(k + 1, p.rng), end="crash", end_after_s=killed - _end_of(p, k))
-    return _Built([seg], killed, _bound(p), killed + _bound(p) + 1800)
+    return _Built([seg], killed, _bound(p), killed + _bound(p) + 600)
 
 
 def _crash_starting(p: _Params) -> _Built:
@@ -228,11 +236,11 @@ def _crash_starting(p: _Params) -> _Built:
 
 def _hang(p: _Params, k: int) -> _Built:
     due = _end_of(p, k) + p.step_s  # a hang shows once the next step is due
-    return _Built([_seg(p, healthy(k + 1, p.rng))], due, _bound(p), due + _bound(p) + 1800)
+    return _Built([_seg(p, healthy(k + 1, p.rng))], due, _bound(p), due + _bound(p) + 600)
 
 
 def _hang_mid(p: _Params) -> _Built:
-    return _hang(p, 8)
+    return _hang(p, _k(p, 8))
 
 
 def _hang_after_first(p: _Params) -> _Built:
@@ -242,43 +250,42 @@ def _hang_after_first(p: _Params) -> _Built:
 def _hang_before_first(p: _Params) -> _Built:
     seg = Segment(p.run_id, {"kl": []}, p.step_s, export_s=p.export_s, expire_s=p.expire_s, startup_s=p.startup_s)
     bound = FIRST_STEP_FLOOR_S + 120.0
-    return _Built([seg], 0.0, bound, bound + 1800)
+    return _Built([seg], 0.0, bound, bound + 600)
 
 
 def _stall(p: _Params) -> _Built:
-    k = 8
-    seconds = max(3 * p.step_s, 300.0) + p.rng.choice((600.0, 3600.0))
+    k = _k(p, 8)
+    seconds = max(3 * p.step_s, 300.0) + p.rng.choice((300.0, 1800.0))
     due = _end_of(p, k) + p.step_s
-    n = k + 20
+    n = k + min(20, max(2, int(1800 / p.step_s)))
     seg = _seg(p, healthy(n, p.rng), pauses={k: Pause(seconds)})
-    return _Built([seg], due, _bound(p), _end_of(p, n) + seconds + 900)
+    return _Built([seg], due, _bound(p), _end_of(p, n) + seconds + 600)
 
 
 def _preempt(p: _Params) -> _Built:
-    k = 6
+    k = _k(p, 6)
     stopped = _end_of(p, k) + p.rng.random() * p.step_s
     seg = _seg(p, healthy(k + 1, p.rng), end="preempt", end_after_s=stopped - _end_of(p, k))
-    return _Built([seg], stopped, _bound(p), stopped + _bound(p) + 1800)
+    return _Built([seg], stopped, _bound(p), stopped + _bound(p) + 600)
 
 
 def _reused_crash(p: _Params) -> _Built:
-    """A finished run's id reused by a new process that is killed at its sixth step."""
-    n = 10
+    """A finished run's id reused by a new process that is killed a few steps in."""
+    n, k = _k(p, 10), _k(p, 5)
     first = _seg(p, healthy(n, p.rng), end="finish")
-    later = _end_of(p, n) + 1800
-    killed = later + _end_of(p, 5) + p.rng.random() * p.step_s
-    second = _seg(p, healthy(6, p.rng), start_s=later, end="crash", end_after_s=killed - later - _end_of(p, 5))
-    return _Built([first, second], killed, _bound(p), killed + _bound(p) + 1800)
+    later = _end_of(p, n) + 900
+    killed = later + _end_of(p, k) + p.rng.random() * p.step_s
+    second = _seg(p, healthy(k + 1, p.rng), start_s=later, end="crash", end_after_s=killed - later - _end_of(p, k))
+    return _Built([first, second], killed, _bound(p), killed + _bound(p) + 600)
 
 
 def _crash_in_outage(p: _Params) -> _Built:
     """Killed while the collector is down: judged once the collector is back and settled."""
-    k = 5
-    start = _end_of(p, k) + 5.0
-    down = Outage(start, start + 400.0)
-    killed = start + 100.0
+    down = p.rng.choice(OUTAGES)
+    killed = down.start_s + 60.0
+    k = max(0, int((killed - p.startup_s) / p.step_s) - 1)  # the last step that ends before the kill
     seg = _seg(p, healthy(k + 1, p.rng), end="crash", end_after_s=killed - _end_of(p, k))
-    return _Built([seg], down.end_s, 180.0 + 300.0, down.end_s + 2400, outages=[down])
+    return _Built([seg], down.end_s, 180.0 + 300.0, down.end_s + 1200, outages=[down])
 
 
 _WHY_FIRST = ("A process that has no step yet cannot be told from a slow start-up (30 minutes here) until "
@@ -341,7 +348,8 @@ FIRINGS = 'min by (alertname, run_id, severity) (min_over_time(timestamp(ALERTS{
 
 
 def _hours(length_s: float) -> float:
-    return 2 ** math.ceil(math.log2(max(length_s, 3600.0) / 3600))
+    """A group's length: whole hours (its cases' lengths rounded up), so runs of one length share a group."""
+    return math.ceil(length_s / 3600)
 
 
 def promtool_groups(cases: Sequence[Case], max_runs: int = 40) -> list[list[Case]]:
@@ -374,17 +382,17 @@ _SAMPLE = re.compile(r"\{([^{}]*)\} (\S+?)(?:,|$)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def first_firings(promtool_output: str) -> dict[tuple[str, str], tuple[str, float]]:
-    """(run_id, alertname) -> (severity, first firing time in seconds) from promtool's report of the groups'
+def first_firings(promtool_output: str) -> dict[tuple[str, str, str], float]:
+    """(run_id, alertname, severity) -> first firing time in seconds, from promtool's report of the groups'
     queries (their `got:` lines)."""
-    out: dict[tuple[str, str], tuple[str, float]] = {}
+    out: dict[tuple[str, str, str], float] = {}
     for line in promtool_output.splitlines():
         line = line.strip()
         if not line.startswith("got:"):
             continue
         for labels, value in _SAMPLE.findall(line[4:].strip()):
             lab = dict(_LABEL.findall(labels))
-            out[(lab.get("run_id", ""), lab["alertname"])] = (lab.get("severity", ""), float(value))
+            out[(lab.get("run_id", ""), lab["alertname"], lab.get("severity", ""))] = float(value)
     return out
 
 
@@ -396,6 +404,8 @@ class Verdict:
     case: Case
     latency_s: float | None
     """From the onset to the expected alert's first notification (group_wait included); None: never."""
+    severity: str | None
+    """The expected alert's severity when it fired (its class: who receives it)."""
     early: tuple[str, ...]
     """Alerts of the run that notified before the onset (a healthy run: at all)."""
 
@@ -408,21 +418,21 @@ class Verdict:
         return self.latency_s is not None and self.latency_s <= (self.case.bound_s or 0)
 
 
-def judge(cases: Iterable[Case], firings: dict[tuple[str, str], tuple[str, float]]) -> list[Verdict]:
+def judge(cases: Iterable[Case], firings: dict[tuple[str, str, str], float]) -> list[Verdict]:
     verdicts = []
     by_run: dict[str, list[tuple[str, str, float]]] = {}
-    for (run_id, name), (severity, t) in firings.items():
+    for (run_id, name, severity), t in firings.items():
         by_run.setdefault(run_id, []).append((name, severity, t))
     for c in cases:
         fired = by_run.get(c.run_id, [])
         onset = math.inf if c.onset_s is None else c.onset_s
         early = tuple(sorted(n for n, sev, t in fired if sev in NOTIFYING and t < onset))
-        latency = None
+        latency, severity = None, None
         if c.expect is not None:
-            times = [t for n, _, t in fired if n == c.expect and t >= onset]
-            if times:
-                latency = min(times) - onset + GROUP_WAIT_S
-        verdicts.append(Verdict(c, latency, early))
+            hits = sorted((t, sev) for n, sev, t in fired if n == c.expect and t >= onset)
+            if hits:
+                latency, severity = hits[0][0] - onset + GROUP_WAIT_S, hits[0][1]
+        verdicts.append(Verdict(c, latency, severity, early))
     return verdicts
 
 
@@ -449,7 +459,7 @@ def run(cases: Sequence[Case], promtool: str, rule_files: dict[str, str], workdi
 
     with ThreadPoolExecutor(workers) as pool:
         outputs = list(pool.map(one, range(len(groups))))
-    firings: dict[tuple[str, str], tuple[str, float]] = {}
+    firings: dict[tuple[str, str, str], float] = {}
     for text in outputs:
         firings.update(first_firings(text))
     return judge(cases, firings)

@@ -1,0 +1,79 @@
+"""Alert latency per failure mode and step time: the scenario grid through promtool (docs/alerts.md).
+
+    .venv/bin/python benchmarks/alerts.py [--per-mode N] [--workers N]
+
+Runs `otel_grpo.generate._grid.grid()` through the committed rules in promtool 3.16 (built by
+scripts/build-backends.sh) and prints, per failure mode and step time, the median and worst
+latency from the onset to the alert's first notification (group_wait included) against the bound,
+and the cases that did not hold. Not a timed benchmark: the figures are simulated time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from otel_grpo.generate import RuleSettings, rule_files
+from otel_grpo.generate._grid import PER_MODE, STEP_TIMES, grid, run
+from otel_grpo.stack._process import StackError, find_binary
+
+
+def _fmt(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-mode", type=int, default=PER_MODE)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    try:
+        promtool = find_binary("promtool", pinned_only=True)
+    except StackError as missing:
+        print(f"{missing}: run scripts/build-backends.sh", file=sys.stderr)
+        return 1
+    cases = grid(args.per_mode)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        verdicts = run(cases, promtool, rule_files(RuleSettings()), Path(tmp), workers=args.workers)
+    print(f"{len(cases)} cases in {time.monotonic() - started:.0f} s of promtool; "
+          f"{sum(v.held for v in verdicts)} hold\n")
+    print("| failure | alert | " + " | ".join(f"{s:g} s steps" for s in STEP_TIMES) + " |")
+    print("| --- | --- | " + " | ".join("---" for _ in STEP_TIMES) + " |")
+    modes = list(dict.fromkeys(v.case.mode for v in verdicts))
+    for mode in modes:
+        mine = [v for v in verdicts if v.case.mode == mode]
+        if mine[0].case.expect is None:
+            noisy = sum(bool(v.early) for v in mine)
+            print(f"| {mode} (healthy) | none | " + " | ".join(
+                f"{sum(bool(v.early) for v in mine if v.case.step_s == s)} of "
+                f"{sum(v.case.step_s == s for v in mine)} noisy" for s in STEP_TIMES) + f" |  <!-- {noisy} -->")
+            continue
+        cells = []
+        for s in STEP_TIMES:
+            at = [v for v in mine if v.case.step_s == s]
+            if not at:
+                cells.append("")
+                continue
+            lat = [v.latency_s for v in at if v.latency_s is not None]
+            worst = None if len(lat) < len(at) else max(lat)
+            cells.append(f"{_fmt(statistics.median(lat)) if lat else 'never'} / {_fmt(worst)} "
+                         f"(bound {_fmt(at[0].case.bound_s)})")
+        print(f"| {mode} | {mine[0].case.expect} | " + " | ".join(cells) + " |")
+    print("\ncells: median / worst latency (bound)")
+    failed = [v for v in verdicts if not v.held]
+    for v in failed:
+        c = v.case
+        print(f"NOT HELD {c.run_id}: {c.step_s:g} s steps, {c.scrape_s:g} s scrapes, {c.path}, start-up "
+              f"{c.startup_s:g} s: latency {_fmt(v.latency_s)} bound {_fmt(c.bound_s)} early {v.early}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
