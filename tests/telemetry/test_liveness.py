@@ -1,0 +1,101 @@
+"""What the alerts read on the trainer's clock (docs/alerts.md): the process vouches for itself at every
+collection, reports its steps' end times, says "running" from its start, and measures its log interval
+without its start-up or beating pauses."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+
+from otel_grpo.telemetry import Telemetry
+from otel_grpo.telemetry._prometheus import Scrapes
+
+from .conftest import free_port, points
+
+
+def _value(captured, name: str) -> float:
+    (point,) = points(captured.metrics()[name]).values()
+    return point.value
+
+
+def test_a_new_process_is_running_before_its_first_step(captured):
+    """A relaunch under a finished run's id is running again at once, so a crash before its first step pages."""
+    assert _value(captured, "grpo.run.finished") == 0.0 and _value(captured, "grpo.run.preempted") == 0.0
+
+
+def test_each_collection_vouches_for_the_process_until_its_next_export(make_captured):
+    """A collection exports its own time plus the push readers' interval (none: a scrape's time); a closing
+    process promises nothing further."""
+    for run_id, interval_ms in (("short", 100), ("long", 30_000)):
+        cap = make_captured(run_id=run_id, metric_export_interval_ms=interval_ms)
+        s = cap.tel.settings
+        promise = interval_ms / 1000 if {"otlp", "console"} & set(s.metrics_exporters) else 0.0
+        before = time.time()
+        collected = _value(cap, "grpo.process.alive_until") - promise
+        assert before - 1 <= collected <= time.time()
+        cap.tel.finish()
+        assert _value(cap, "grpo.process.alive_until") <= time.time()
+
+
+def test_each_step_reports_its_end_time_and_the_first_step_no_interval(captured):
+    tel = captured.tel
+    time.sleep(0.3)  # a start-up: no step interval
+    with tel.step(0) as s:
+        s.record({"kl": 0.1})
+    assert "grpo.log_interval" not in captured.metrics()
+    end0 = _value(captured, "grpo.step.end_time")
+    assert abs(end0 - time.time()) < 5
+    with tel.step(1) as s:
+        s.record({"kl": 0.1})
+    assert _value(captured, "grpo.step.end_time") >= end0
+    assert 0 <= _value(captured, "grpo.log_interval") < 0.3
+
+
+def test_a_pause_that_beats_is_no_part_of_the_next_interval(captured):
+    """A 2.5 s 'evaluation' beating every 0.5 s (at most one beat a second goes out) between two steps: the
+    interval counts from its last beat, not from the step before it."""
+    tel = captured.tel
+    with tel.step(0) as s:
+        s.record({"kl": 0.1})
+    for _ in range(5):
+        time.sleep(0.5)
+        tel.heartbeat()
+    with tel.step(1) as s:
+        s.record({"kl": 0.1})
+    assert _value(captured, "grpo.log_interval") < 1.5
+
+
+def test_finish_waits_about_one_scrape_interval_of_its_watcher(tmp_path, monkeypatch):
+    """Scraped every 0.2 s, a finished run's endpoint closes within a scrape or two, not after the 75 s bound; a
+    scrape reads the end."""
+    port = free_port()
+    tel = Telemetry.from_env(run_id="watched", output_dir=str(tmp_path), metrics_exporters=["prometheus"],
+                             traces_exporters=["none"], prometheus_port=port)
+    with tel.step(0) as s:
+        s.record({"kl": 0.1})
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def scrape() -> None:
+        with httpx.Client(timeout=2.0) as http:
+            while not stop.is_set():
+                try:
+                    seen.append(http.get(f"http://127.0.0.1:{port}/metrics").text)
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.2)
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    tel.finish()
+    took = time.monotonic() - started
+    stop.set()
+    scraper.join()
+    assert took < 30  # the bound is 75 s; the watcher scrapes every 0.2 s
+    assert any("grpo_run_finished{" in t and "} 1.0" in t.split("grpo_run_finished{", 1)[1].splitlines()[0]
+               for t in seen)
+    assert Scrapes.FIRST_SCRAPE_S < tel.settings.prometheus_linger_s
