@@ -344,7 +344,9 @@ def grid(per_mode: int = PER_MODE, seed: int = 0) -> list[Case]:
 
 
 # ---- promtool -------------------------------------------------------------------------------
-FIRINGS = 'min by (alertname, run_id, severity) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})[{length}s:15s]))'
+FIRINGS = 'min by (alertname, run_id, severity) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})[1h:15s]))'
+"""Each alert's first firing within the hour before the query: one query per hour of a group (one query over
+hours of every run's alerts would load more samples than promtool allows)."""
 
 
 def _hours(length_s: float) -> float:
@@ -353,14 +355,19 @@ def _hours(length_s: float) -> float:
 
 
 def promtool_groups(cases: Sequence[Case], max_runs: int = 40) -> list[list[Case]]:
-    """Cases packed into promtool test groups: one scrape interval and one collector outage, similar lengths,
-    `max_runs` at a time, the longest first."""
+    """Cases packed into promtool test groups: one scrape interval and one collector outage each, the longest
+    cases together, `max_runs` at a time (a group is as long as its longest case)."""
     buckets: dict[tuple, list[Case]] = {}
-    for c in sorted(cases, key=lambda c: c.run_id):
-        buckets.setdefault((c.scrape_s, c.outages, _hours(c.length_s)), []).append(c)
-    return [members[start:start + max_runs]
-            for _, members in sorted(buckets.items(), key=lambda kv: -kv[0][2])
-            for start in range(0, len(members), max_runs)]
+    for c in sorted(cases, key=lambda c: (-c.length_s, c.run_id)):
+        buckets.setdefault((c.scrape_s, c.outages), []).append(c)
+    groups: list[list[Case]] = []
+    for members in buckets.values():
+        for c in members:  # a new group when full, or when this case is an hour shorter than the group
+            if not groups or groups[-1][0].scrape_s != c.scrape_s or groups[-1][0].outages != c.outages \
+                    or len(groups[-1]) == max_runs or _hours(c.length_s) < _hours(groups[-1][0].length_s) - 1:
+                groups.append([])
+            groups[-1].append(c)
+    return sorted(groups, key=lambda g: -g[0].length_s)
 
 
 def test_group(cases: Sequence[Case], name: str) -> dict:
@@ -374,8 +381,8 @@ def test_group(cases: Sequence[Case], name: str) -> dict:
         series.update(replay(c.segments, scrape_s, scrapes, outages))
     return {"name": name, "interval": f"{scrape_s:g}s",
             "input_series": [{"series": k, "values": v} for k, v in series.items()],
-            "promql_expr_test": [{"expr": FIRINGS.format(length=int(length)), "eval_time": f"{int(length)}s",
-                                  "exp_samples": []}]}
+            "promql_expr_test": [{"expr": FIRINGS, "eval_time": f"{h}h", "exp_samples": []}
+                                 for h in range(1, int(length // 3600) + 1)]}
 
 
 _SAMPLE = re.compile(r"\{([^{}]*)\} (\S+?)(?:,|$)")
@@ -392,7 +399,8 @@ def first_firings(promtool_output: str) -> dict[tuple[str, str, str], float]:
             continue
         for labels, value in _SAMPLE.findall(line[4:].strip()):
             lab = dict(_LABEL.findall(labels))
-            out[(lab.get("run_id", ""), lab["alertname"], lab.get("severity", ""))] = float(value)
+            key = (lab.get("run_id", ""), lab["alertname"], lab.get("severity", ""))
+            out[key] = min(float(value), out.get(key, math.inf))
     return out
 
 

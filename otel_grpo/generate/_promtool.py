@@ -24,7 +24,7 @@ import yaml
 
 from ._alerts import alerts
 from ._configs import RULE_FILES, dump
-from ._replay import Segment, expand, replay
+from ._replay import Pause, Segment, expand, replay
 from ._rules import RuleSettings, seconds
 
 SCENARIOS = "prometheus/tests/scenarios.yml"
@@ -84,9 +84,17 @@ def _expected(rule: dict, spec: dict) -> dict:
 
 
 def _segment(run: dict) -> Segment:
+    """A run of a scenario: `step`, `start`, `startup`, `export` (push interval; pull: `expire: 0s`) and
+    `end_after` are durations; `pauses` maps a step index to `[duration, beat every]` (beat `0s`: none)."""
     values = {key: v if isinstance(v, list) else expand(str(v)) for key, v in run["values"].items()}
+    pauses = {int(i): Pause(seconds(p[0]), seconds(p[1]) if len(p) > 1 else 0.0)
+              for i, p in run.get("pauses", {}).items()}
+    end_after = run.get("end_after")
     return Segment(run["run_id"], values, seconds(run["step"]), seconds(run.get("start", "0s")),
-                   run.get("first_step", 0), run.get("stride", 1), run.get("end", "hang"))
+                   run.get("first_step", 0), run.get("stride", 1), run.get("end", "hang"),
+                   expire_s=float(seconds(run.get("expire", "5m"))), export_s=float(seconds(run.get("export", "0s"))),
+                   startup_s=float(seconds(run.get("startup", "0s"))),
+                   pauses=pauses, end_after_s=None if end_after is None else float(seconds(end_after)))
 
 
 def _recorded(path: Path, keys: list[str], steps: int | None) -> dict[str, list[float]]:

@@ -136,7 +136,7 @@ class _Timeline:
                 t += seg.step_s
                 ends.append(t)
             pause = seg.pauses.get(i)
-            if pause is not None and i < seg.steps - 1:
+            if pause is not None:  # after the last step too: a process that beats, then hangs or ends
                 if pause.beat_s > 0:
                     beats += [t + k * pause.beat_s for k in range(1, int(pause.seconds / pause.beat_s) + 1)
                               if k * pause.beat_s < pause.seconds]
@@ -169,9 +169,9 @@ def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
         out[f"{_name('step')}{{{run}}}"] = float(seg.first_step + i * seg.stride)
         out[f"{_name('steps')}{{{run}}}"] = float((i + 1) * seg.stride)
         out[f"{_name('step_end')}{{{run}}}"] = end_s
-        if i:  # not at the first step: its wait is the start-up; from the later of the last step and heartbeat
-            since = max(line.ends[i - 1], line.last_beat(end_s) or -math.inf)
-            out[f"{_name('log_interval')}{{{run}}}"] = end_s - since
+        # from the later of the last step and heartbeat; the first step's is its own duration (not the start-up)
+        since = max(line.ends[i - 1], line.last_beat(end_s) or -math.inf) if i else end_s - seg.step_s
+        out[f"{_name('log_interval')}{{{run}}}"] = end_s - since
         for key, values in seg.values.items():
             value = values[i]
             name = f"{_name(key)}{{{run}}}"

@@ -63,7 +63,7 @@ class Backend:
         # The step index advances once per reported step: a trainer that reports every N steps
         # (TRL's logging_steps) moves it every N step times, and the stall alert must wait that long.
         # Measured from the later of the last step and the last heartbeat (work between steps is
-        # no part of a step interval); not at the first step, whose wait is the process's start-up.
+        # no part of a step interval); the first step's is its own duration, not the start-up before it.
         self._last_progress_ns: int | None = None
 
     @classmethod
@@ -157,7 +157,9 @@ class Backend:
         end_ns = rec.end_ns or time.time_ns()
         # measured, unless the caller gave it (a trainer that reports a step ahead of its logging cadence)
         last = self._last_progress_ns
-        interval = None if "log_interval" in finite or last is None else max(end_ns - last, 0) / 1e9
+        # The first step's interval is its own duration: its wait before (the start-up) is no step interval
+        since = last if last is not None else rec.start_ns
+        interval = None if "log_interval" in finite or not since else max(end_ns - since, 0) / 1e9
         instruments.count_steps(rec.steps_done, rec.step, rec.skipped, interval, end_ns / 1e9)
         self._last_progress_ns = end_ns if last is None else max(end_ns, last)
         return finite
