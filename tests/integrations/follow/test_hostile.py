@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from otel_grpo.integrations.follow._tail import MAX_LINE
 from tests._support.waiting import wait_for
 
 from .test_files import Run, write_verl
-from .verl_writer import dump_generations
+from .verl_writer import dump_generations, verl_dump
 
 
 def _lines(verl, tmp_path, first, last) -> list[bytes]:
@@ -202,3 +203,26 @@ def test_a_trainer_state_that_is_not_trls_or_a_fifo_never_crashes_the_trl_reader
     for _ in range(2):
         run.once()
     assert run.steps() == [1] and not run.follower.sources[0].ended
+
+
+def test_a_dumped_score_too_large_for_a_float_is_non_finite_and_the_steps_other_samples_are_kept(tmp_path, verl,
+                                                                                                 caplog):
+    """verl's json.dumps writes a Python int score as its digits: 400 of them fit no float. That value is
+    non-finite (counted, reported once); the step's other samples and the next steps go out."""
+    rollouts = tmp_path / "rollouts"
+    scores = [0.5] * 8
+    scores[2], scores[5] = int("9" * 400), -int("9" * 400)
+    verl_dump(str(verl), str(rollouts), 1, scores)
+    verl_dump(str(verl), str(rollouts), 2)
+    run = Run(tmp_path, [VerlRollouts(rollouts, settle_s=0.0)])
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.follow"):
+        run.once()
+        run.once()
+    assert _sample_steps(run) == [1, 2]
+    events = {e.attributes["sample_index"]: dict(e.attributes) for s in run.spans.get_finished_spans()
+              if s.name == "grpo.samples" and s.attributes["grpo.step"] == 1 for e in s.events}
+    assert sorted(events) == list(range(8))
+    assert events[2]["reward"] == math.inf and events[5]["reward"] == -math.inf and events[0]["reward"] == 0.5
+    assert run.follower.malformed == 2
+    [report] = _reports(caplog)
+    assert str(rollouts / "1.jsonl") in report and "2 values" in report

@@ -16,7 +16,10 @@ The dump format is re-typed from `RayPPOTrainer._write_generations`
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import sys
@@ -32,6 +35,28 @@ def load_tracking(site: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_write_generations(site: str):
+    """verl 0.9.1's own `RayPPOTrainer._write_generations` (a static method: no trainer needed), compiled from
+    its source alone (`ray_trainer.py` imports ray and torch at the top)."""
+    path = Path(site) / "verl" / "trainer" / "ppo" / "ray_trainer.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    [func] = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_write_generations"]
+    func.decorator_list = []
+    namespace = {"os": os, "json": json}
+    exec(compile(ast.Module([func], type_ignores=[]), str(path), "exec"), namespace)
+    return namespace["_write_generations"]
+
+
+def verl_dump(site: str, directory: str, step: int, scores: list | None = None) -> None:
+    """Step `step`'s dump as verl writes it, with `dump_generations`' samples (or these scores)."""
+    write = load_write_generations(site)
+    extra = {"acc": [float(i % 2) for i in range(SAMPLES)], "pred": [str(i) for i in range(SAMPLES)]}
+    with contextlib.redirect_stdout(io.StringIO()):  # verl prints "Dumped generations to ..."
+        write([f"question {step}.{i}" for i in range(SAMPLES)], [f"answer {step}.{i}" for i in range(SAMPLES)],
+              [str(i) for i in range(SAMPLES)], scores or [float(i % 3) / 2 for i in range(SAMPLES)], extra,
+              directory, step)
 
 
 def step_metrics(step: int) -> dict:
