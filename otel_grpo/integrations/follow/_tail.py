@@ -58,12 +58,21 @@ def line_check(line: bytes) -> int:
 
 def open_regular(path: Path) -> BinaryIO:
     """`path` opened for reading if it is a regular file; `OSError` otherwise (`ValueError` for a FIFO,
-    device or directory). Non-blocking open: a FIFO never hangs the caller."""
+    device or directory).
+
+    The type is read with `stat`, before any open: opening a FIFO's read end, even for an instant,
+    lets a writer blocked in its own open (verl's file logger) through, and its first write then dies
+    of a broken pipe once we close ours. The open is non-blocking and checked to be the file stat
+    saw, so a path swapped in between is refused too and never hangs the caller.
+    """
+    seen = os.stat(path)
+    if not stat.S_ISREG(seen.st_mode):
+        raise ValueError(f"not a regular file (a {_kind(seen.st_mode)})")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ValueError(f"not a regular file (a {_kind(mode)})")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != (seen.st_dev, seen.st_ino):
+            raise ValueError("replaced by another file while it was opened")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb", buffering=0)
     except BaseException:

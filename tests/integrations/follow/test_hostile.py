@@ -226,3 +226,29 @@ def test_a_dumped_score_too_large_for_a_float_is_non_finite_and_the_steps_other_
     assert run.follower.malformed == 2
     [report] = _reports(caplog)
     assert str(rollouts / "1.jsonl") in report and "2 values" in report
+
+
+@pytest.mark.parametrize("from_start", [True, False])
+def test_a_fifo_metrics_path_is_never_opened_so_verls_writer_is_never_let_in(tmp_path, verl, caplog, from_start):
+    """Opening a FIFO's read end, even to look at its type, lets verl's FileLogger (blocked in open "wb") in;
+    closing it again makes verl's first write fail with BrokenPipeError: the follower would kill the job.
+    The type is read with stat: the writer stays blocked, as with no follower, and one line says why."""
+    from .conftest import Writer
+
+    path = tmp_path / "exp.jsonl"
+    os.mkfifo(path)
+    writer = Writer(verl, path, None, 3)
+    try:
+        with caplog.at_level(logging.WARNING, logger="otel_grpo.follow"):
+            run = Run(tmp_path, [VerlMetrics(path)], from_start=from_start)
+            for _ in range(20):
+                run.once()
+                time.sleep(0.05)
+        time.sleep(1.0)  # a writer let in would have written (and died) by now
+        assert writer.proc.poll() is None, "verl's writer got past its open of the FIFO"
+        assert run.steps() == []
+        [report] = _reports(caplog)
+        assert str(path) in report and "not a regular file (a FIFO)" in report
+    finally:
+        writer.proc.kill()
+        writer.proc.wait()
