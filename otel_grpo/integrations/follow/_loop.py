@@ -22,13 +22,13 @@ import time
 from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
-
-from otel_grpo.telemetry import Telemetry
-from otel_grpo.telemetry._writes import LOOK_EVERY_S
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from ._records import BadInput, Record, finite_or_none
 from ._state import State
+
+if TYPE_CHECKING:  # the sources and `start` are used before the exporters' modules are loaded (`otel-grpo follow`)
+    from otel_grpo.telemetry import Telemetry
 
 logger = logging.getLogger("otel_grpo.follow")
 
@@ -83,8 +83,9 @@ class FollowOptions:
     drops spans when full (reading a backlog emits far faster than its exporter drains)."""
     pair_wait_s: float = 10.0
     """How long a step's scalars wait for its samples file (and samples for scalars) before going alone."""
-    look_every_s: float = LOOK_EVERY_S
-    """Seconds between two looks at the folders the job writes its checkpoints into (`writes`)."""
+    look_every_s: float | None = None
+    """Seconds between two looks at the folders the job writes its checkpoints into (`writes`); None:
+    `Telemetry.beat_while_writing`'s default (5)."""
 
 
 class Follower:
@@ -110,8 +111,9 @@ class Follower:
         self._pending: dict[str, deque[Record]] = {s.name: deque() for s in self.sources}
         self._partners = _pairs(self.sources)
         for source in self.sources:
-            source.restore(state.sources.get(source.name), from_start)
-        self._save()  # where this run starts: a kill before the first batch resumes here, not at the new end
+            if not state.sources.get(source.name):
+                source.restore(None, from_start)
+        start(self.sources, state)  # saved positions restored; every position saved at once
 
     @property
     def malformed(self) -> int:
@@ -267,6 +269,20 @@ class Follower:
         for source in self.sources:
             self.state.sources[source.name] = source.cursor()
         self.state.save()
+
+
+def start(sources: Sequence[Source], state: State) -> None:
+    """Save where each source starts, at once: a follower killed before its first batch resumes there, not
+    at the files' new end. A saved position wins; a source without one keeps where its
+    `restore(None, from_start)` put it, which `otel-grpo follow` calls first thing at launch (a stat
+    of each file), so that lines written while the exporters are set up are not skipped.
+    """
+    for source in sources:
+        saved = state.sources.get(source.name)
+        if saved:
+            source.restore(saved, False)
+        state.sources[source.name] = source.cursor()
+    state.save()
 
 
 def _pairs(sources: Sequence[Source]) -> dict[str, Source]:

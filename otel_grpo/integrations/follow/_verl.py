@@ -75,18 +75,18 @@ class JsonlStream:
         if saved:
             check = saved.get("check")
             position = Position(int(saved["inode"]), int(saved["offset"]), None if check is None else int(check),
-                                int(saved.get("check_len", 0)))
+                                int(saved.get("check_len", 0)), bool(saved.get("at_end", False)))
             self.tail = LineTail(self.tail.path, position, bad=self.bad)
         else:
             self.tail = LineTail(self.tail.path, bad=self.bad)
             if not from_start:
-                self.tail.seek_end()
+                self.tail.mark_end()
         self._cursor = self._position()
 
     def _position(self) -> dict[str, Any]:
         position = self.tail.position
         return {"inode": position.inode, "offset": position.offset, "check": position.check,
-                "check_len": position.check_len}
+                "check_len": position.check_len, "at_end": position.at_end}
 
     def cursor(self) -> dict[str, Any]:
         return dict(self._cursor)

@@ -120,20 +120,24 @@ def test_sigterm_stops_a_follower_whose_dump_dir_holds_a_fifo(tmp_path):
     assert "1 steps emitted, 1 bad lines or files skipped" in proc.stderr.read()  # step 2 had nothing to send
 
 
-def test_a_file_that_becomes_unreadable_is_reported_once_and_read_when_readable_again(tmp_path, verl):
-    """Rotated to a file the follower may not read: no traceback, no exit, one report. The follower runs
-    without the capabilities that let root read any file (setpriv), so file modes apply to it."""
+def _unprivileged_follow(path, state, log, *args) -> subprocess.Popen:
+    """The follower without the capabilities that let root read any file (setpriv): file modes apply to it."""
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         pytest.skip("needs util-linux's setpriv")
-    path, state, log = tmp_path / "exp.jsonl", tmp_path / "s.json", tmp_path / "follow.log"
-    write_verl(verl, path, 1, 2)
     env = {**os.environ, "OTEL_GRPO_METRICS_EXPORTERS": "none", "OTEL_GRPO_TRACES_EXPORTERS": "none",
            "PYTHONPATH": os.getcwd()}
     caps = "-dac_override,-dac_read_search"
-    proc = subprocess.Popen([setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}", sys.executable, "-m",
+    return subprocess.Popen([setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}", sys.executable, "-m",
                              "otel_grpo.cli", "follow", "--verl-metrics", str(path), "--state", str(state),
-                             "--from-start", "--poll", "0.05"], env=env, stderr=open(log, "w"))
+                             "--poll", "0.05", *args], env=env, stderr=open(log, "w"))
+
+
+def test_a_file_that_becomes_unreadable_is_reported_once_and_read_when_readable_again(tmp_path, verl):
+    """Rotated to a file the follower may not read: no traceback, no exit, one report."""
+    path, state, log = tmp_path / "exp.jsonl", tmp_path / "s.json", tmp_path / "follow.log"
+    write_verl(verl, path, 1, 2)
+    proc = _unprivileged_follow(path, state, log, "--from-start")
     try:
         size = path.stat().st_size
         wait_for(lambda: state.exists() and State.load(state).sources["verl-metrics"]["offset"] == size, "steps 1-2")
@@ -153,6 +157,29 @@ def test_a_file_that_becomes_unreadable_is_reported_once_and_read_when_readable_
     err = log.read_text()
     assert "Traceback" not in err and err.count("unreadable") == 1 and "Permission denied" in err
     assert "4 steps emitted, 1 bad lines or files skipped" in err
+
+
+@pytest.mark.parametrize("from_start", [True, False])
+def test_a_file_unreadable_at_start_is_reported_once_and_read_once_readable(tmp_path, verl, from_start):
+    """As docs/follow.md says: reported once and retried, not a usage error (exit 2). Without
+    --from-start, what the file held at launch is skipped once it can be read, and the rest is read."""
+    path, state, log = tmp_path / "exp.jsonl", tmp_path / "s.json", tmp_path / "follow.log"
+    write_verl(verl, path, 1, 2)
+    path.chmod(0o000)
+    proc = _unprivileged_follow(path, state, log, *(["--from-start"] if from_start else []))
+    try:
+        wait_for(lambda: "unreadable" in log.read_text() or proc.poll() is not None, "the report")
+        time.sleep(1.0)  # about 20 more polls: still running, still one report
+        assert proc.poll() is None, log.read_text()
+        path.chmod(0o644)
+        size = path.stat().st_size
+        wait_for(lambda: State.load(state).sources["verl-metrics"]["offset"] == size, "steps 1-2 read or passed")
+    finally:
+        proc.terminate()
+    assert proc.wait(timeout=60) == 0
+    err = log.read_text()
+    assert "Traceback" not in err and err.count(": unreadable, skipped") == 1 and "Permission denied" in err
+    assert f"{2 if from_start else 0} steps emitted, 1 bad lines or files skipped" in err
 
 
 def test_line_tail_memory_is_bounded_by_one_line(tmp_path):
