@@ -44,6 +44,9 @@ class Source(Protocol):
     behind: bool
     """The last poll stopped at its limit: more is ready to read."""
     bad: BadInput
+    attempt: int | None
+    """The job's attempt this source reads now (`grpo.attempt`), for a partner's record that goes out alone;
+    None: each record says its own, or the follower's own is used."""
 
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
         """Resume at `saved` (None: the start, or the end with `from_start` False); forgets what was read
@@ -178,7 +181,7 @@ class Follower:
                         now - record.read_at < wait or self._other(source).behind):
                     break  # the partner may come: wait (always while the other side has unread files)
                 queue.popleft()
-                spans += self._emit(record, partner)
+                spans += self._emit(record, partner, self._attempt(record, source, partner, paired))
                 done.append((source, record))
                 emitted += 1
                 if partner is not None:
@@ -206,8 +209,22 @@ class Follower:
         """The other side already shows a later step: this step's partner is not coming."""
         return any(r.step > record.step for r in self._pending[self._other(source).name])
 
-    def _emit(self, record: Record, partner: tuple[Source, Record] | None) -> int:
-        """One `grpo.step` span with the record's (and its partner's) content; returns the spans it started."""
+    def _attempt(self, record: Record, source: Source, partner: tuple[Source, Record] | None,
+                 paired: bool) -> int | None:
+        """The attempt a step goes out as: its scalars side's (verl's metrics file), so that both halves of a
+        step carry the same one whether they go out together or apart; else the record's own."""
+        if not paired:
+            return record.attempt
+        if source.holds == "scalars":
+            return record.attempt
+        if partner is not None:
+            return partner[1].attempt
+        other = self._other(source).attempt
+        return record.attempt if other is None else other
+
+    def _emit(self, record: Record, partner: tuple[Source, Record] | None, attempt: int | None = None) -> int:
+        """One `grpo.step` span with the record's (and its partner's) content, as attempt `attempt` (None:
+        `Telemetry.attempt`); returns the spans it started."""
         scalars, phases, rows = dict(record.scalars), list(record.phases), record.rows
         if partner is not None:
             other = partner[1]
@@ -219,7 +236,7 @@ class Follower:
         # A logged step: `grpo.steps` advances by the steps since the previous one (a TRL step whose
         # samples and scalars arrive apart goes out twice and counts once; logging_steps > 1 counts all).
         evaluation = record.evaluation and (partner is None or partner[1].evaluation)
-        with self.tel.logged_step(record.step, evaluation=evaluation) as s:
+        with self.tel.logged_step(record.step, evaluation=evaluation, attempt=attempt) as s:
             if scalars or rows:
                 s.record(_Values(scalars, _histograms(rows or ())))
             end = time.time_ns()

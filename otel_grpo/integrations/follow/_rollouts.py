@@ -80,6 +80,7 @@ class VerlRollouts:
     holds = "samples"
     KEEP = 256  # files remembered individually; older steps count as done by number and mtime
     RESCAN_S = 30.0
+    attempt = None  # each dump's own: its mtime (a relaunched job rewrites it); paired, the metrics' attempt
 
     def __init__(self, directory: str | os.PathLike[str], settle_s: float = 2.0, *,
                  max_pending_bytes: int = 64 << 20, max_dump_bytes: int = 256 << 20) -> None:
@@ -238,7 +239,7 @@ class VerlRollouts:
             return None  # became unreadable while read (reported): read again on a later poll
         if too_large:
             self.bad.values(str(path), too_large, "too large for a float, sent as non-finite (+-inf)")
-        return Record(step, scalars=group_spread(rows), rows=rows, cursor=cursor)
+        return Record(step, scalars=group_spread(rows), rows=rows, cursor=cursor, attempt=info.st_mtime_ns)
 
     def _complete(self, path: Path, size: int) -> bool:
         """The file ends in a newline (or is empty)."""
