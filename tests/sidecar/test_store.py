@@ -490,3 +490,15 @@ def test_a_store_of_schema_4_keeps_every_row_and_a_newer_attempt_replaces_them(d
     assert completions == [f"second 1/{i}" for i in range(4)] and "only_first" not in scalars
     assert store.runs()[0]["sample_count"] == 8
     store.close()
+
+
+def test_rows_a_sender_stored_without_an_attempt_are_replaced_by_the_first_attempt_that_names_itself(db, otlp):
+    """As many rows, under the same sample ids: the new attempt's rows met the old ones on insert, yet they
+    are the ones the step shows."""
+    store = open_store(db)
+    store.write_batch(_attempt(otlp, None, tag="first", kl=10.0))
+    store.write_batch(_attempt(otlp, 5, tag="second", kl=20.0, only="samples"))
+    completions, _ = _view(store, 0)
+    assert completions == [f"second 0/{i}" for i in range(4)]
+    assert store.runs()[0]["sample_count"] == 8
+    store.close()
