@@ -54,9 +54,9 @@ of the same value (rowid order) instead of landing anywhere in the run's range."
 
 def request(rng: random.Random, step: int, levels: bool) -> list[tuple]:
     text = "completion " * 250
-    # in INSERT's column order: run, step, uid, index, reward, advantage, length, prompt, completion, time, data
+    # in INSERT's column order: run, step, uid, index, reward, advantage, length, prompt, completion, time, data, attempt
     return [("run-a", step, f"{step}-{i}", i, rng.choice(LEVELS) if levels else rng.random(), rng.gauss(0.0, 1.0),
-             250.0, "prompt " * 40, text, time.time(), '{"kl_ref_mean": 0.01, "entropy_mean": 2.0}')
+             250.0, "prompt " * 40, text, time.time(), '{"kl_ref_mean": 0.01, "entropy_mean": 2.0}', None)
             for i in range(REQUEST)]
 
 

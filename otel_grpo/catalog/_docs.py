@@ -32,9 +32,9 @@ A peer cell says **same** when the peer's code computes the same number, or **di
 and how. Peer names resolve to the signal: `Telemetry.log_metrics` and `Step.record`
 accept them as they are (`log_metrics(..., source="trl")` where a peer's name is one of our
 keys: TRL's `kl` is `grpo.trl.kl`). Checked against the peers' code: TRL 1.16 (`grpo_trainer.py`),
-verl 0.9.1 (`core_algos.py`, `metric_utils.py`, `rollout_corr_helper.py`; its `mismatch/*`
-names are those of the mismatch helper of seed 004), TRL's former PPOTrainer (names in
-"Other names") and the MaxEnt-GRPO metrics module (`train/*`). That module formats values
+verl 0.9.1 (`core_algos.py`, `metric_utils.py`, `rollout_corr_helper.py`: `rollout_corr/*`),
+TRL's former PPOTrainer and the mismatch helper of seed 004 (`mismatch/*`, which verl 0.9.1 does
+not log; both under "Other names") and the MaxEnt-GRPO metrics module (`train/*`). That module formats values
 its batch pipeline computes; where seed 000 does not show the computation (clip ratios,
 lengths, KL, entropy: "scalars that mirror the TRL trainer"), **same** means the quantity
 its name and TRL's definition state.
@@ -43,7 +43,7 @@ its name and TRL's definition state.
 
 - **Pooled across ranks.** Our means pool every element of every rank (one all-gather,
   exact: two ranks give what one process gives on the concatenated batch). The seed-004
-  helper (verl's `mismatch/*` names) averages per-rank values; with unequal token counts the
+  helper (its `mismatch/*` names) averages per-rank values; with unequal token counts the
   numbers differ (two ranks: `rollout_is_mean` 1.083 pooled vs 1.048 averaged,
   `rollout_is_std` 0.440 vs 0.255). verl 0.9.1 computes `critic/*`, `response_length/*` and
   `rollout_corr/*` on the driver over the whole batch, as ours; its `actor/*` values are per

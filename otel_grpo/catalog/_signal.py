@@ -95,7 +95,7 @@ class Signal:
     maxent: str | None = None
     """The name the MaxEnt-GRPO metrics module (seed 000) logs this under, `train/` included."""
     aliases: tuple[str, ...] = ()
-    """Further names that resolve here: verl 0.9.1's `rollout_corr/*`, TRL's PPO names, MaxEnt duplicates."""
+    """Further names that resolve here: the seed-004 mismatch helper's `mismatch/*`, TRL's PPO names, MaxEnt duplicates."""
     differs: tuple[tuple[str, str], ...] = ()
     """(peer, how) for each of `trl`, `verl`, `maxent` and `other` (the `aliases`) whose value is not
     computed as ours; a peer with an alias and no entry here computes the same number

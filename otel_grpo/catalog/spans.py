@@ -5,6 +5,11 @@ sidecar reads (and `otel-grpo replay` writes again from the spill). Defined once
 - `grpo.phase.<name>`: child of the step span, attribute `grpo.phase`; duration = end - start;
 - `grpo.samples`: attributes `grpo.run_id`, `grpo.step`, `grpo.samples.chunk`, `grpo.samples.count`;
   one `grpo.sample` event per sample.
+Each of the three also carries `grpo.attempt`: which attempt at the step sent it, an int that grows with
+each attempt (a `Telemetry`'s start in ns; `follow`: when it began reading the job's current files). A step
+sent again by a relaunched or resumed job has a larger one: the sidecar then replaces the step's samples,
+scalars and phases together; a smaller one is stale and dropped; the same one (a re-sent export, a replay)
+is stored once. A span without it is merged as before.
 The resource may carry `grpo.run_id` too (the reader's fallback).
 A step number is an integer in 0 .. 2**63 - 1 (`check_step`): OTel attributes and the sidecar's
 step column are int64. A run id names a run everywhere (`check_run_id`): its run directory, the
@@ -23,6 +28,7 @@ SAMPLE_EVENT = "grpo.sample"
 RUN_ID_ATTR = "grpo.run_id"
 STEP_ATTR = "grpo.step"
 PHASE_ATTR = "grpo.phase"
+ATTEMPT_ATTR = "grpo.attempt"
 METRIC_PREFIX = "grpo.metric."
 CHUNK_ATTR = "grpo.samples.chunk"
 COUNT_ATTR = "grpo.samples.count"

@@ -35,13 +35,13 @@ def _default_run_id(verl_metrics: Path | None, trl_output: Path | None, jsonl: P
 
 @app.command()
 def follow(
-    verl_metrics: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_VERL_METRICS", help="verl's file-logger JSONL (trainer.logger=[...,'file']; VERL_FILE_LOGGER_PATH, or <VERL_FILE_LOGGER_ROOT>/<project>/<experiment>.jsonl).")] = None,
-    verl_rollouts: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_VERL_ROLLOUTS", help="verl's trainer.rollout_data_dir: <step>.jsonl generation dumps, sent as sample records.")] = None,
+    verl_metrics: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_VERL_METRICS", readable=False, help="verl's file-logger JSONL (trainer.logger=[...,'file']; VERL_FILE_LOGGER_PATH, or <VERL_FILE_LOGGER_ROOT>/<project>/<experiment>.jsonl).")] = None,
+    verl_rollouts: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_VERL_ROLLOUTS", readable=False, help="verl's trainer.rollout_data_dir: <step>.jsonl generation dumps, sent as sample records.")] = None,
     verl_total_steps: Annotated[Optional[int], typer.Option(envvar="OTEL_GRPO_FOLLOW_VERL_TOTAL_STEPS", min=1, help="The job's total training steps (verl prints 'Total training steps: N'): the run is finished once its metrics reach this step.")] = None,
-    trl_output: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_OUTPUT", help="A TRL GRPOConfig.output_dir: completions/*.parquet (log_completions=True) and trainer_state.json.")] = None,
+    trl_output: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_OUTPUT", readable=False, help="A TRL GRPOConfig.output_dir: completions/*.parquet (log_completions=True) and trainer_state.json.")] = None,
     trl_reward_weights: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_REWARD_WEIGHTS", help="TRL's reward_weights, comma-separated, for the total reward of a sample (default: 1 each, TRL's default).")] = None,
-    jsonl: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_JSONL", help="Any JSONL of {\"step\": N, name: number, ...} lines.")] = None,
-    checkpoints: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_CHECKPOINTS", help="The folder the job saves its checkpoints into (verl's trainer.default_local_dir; --trl-output's folder is watched anyway): a change there, looked for every 5 s, is a heartbeat, so a long save is not taken for a stall.")] = None,
+    jsonl: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_JSONL", readable=False, help="Any JSONL of {\"step\": N, name: number, ...} lines.")] = None,
+    checkpoints: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_CHECKPOINTS", readable=False, help="The folder the job saves its checkpoints into (verl's trainer.default_local_dir; --trl-output's folder is watched anyway): a change there, looked for every 5 s, is a heartbeat, so a long save is not taken for a stall.")] = None,
     run_id: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_RUN_ID", help="Run id (default: OTEL_GRPO_RUN_ID, else the verl experiment / JSONL file name, or the TRL output dir's name).")] = None,
     from_start: Annotated[bool, typer.Option("--from-start", envvar="OTEL_GRPO_FOLLOW_FROM_START", help="Read what the files already hold; by default only what is written from now on (a saved state always wins).")] = False,
     finished: Annotated[bool, typer.Option("--finished", envvar="OTEL_GRPO_FOLLOW_FINISHED", help="The run is over: read everything (implies --from-start), mark it finished (grpo.run.finished) and exit.")] = False,
@@ -65,16 +65,11 @@ def follow(
 
     Every option can also come from OTEL_GRPO_FOLLOW_<OPTION> (e.g. OTEL_GRPO_FOLLOW_VERL_METRICS).
     """
-    from otel_grpo.catalog.spans import check_run_id
     from otel_grpo.integrations.follow import (FollowOptions, Follower, JsonlStream, State, TrlOutput, VerlMetrics,
-                                               VerlRollouts)
-    from otel_grpo.telemetry import Telemetry, TelemetrySettings
+                                               VerlRollouts, start)
 
     if not (verl_metrics or verl_rollouts or trl_output or jsonl):
         fail("nothing to follow: give --verl-metrics, --verl-rollouts, --trl-output or --jsonl", 2)
-    run_id = run_id or TelemetrySettings.environment().get("run_id")  # --run-id, else OTEL_GRPO_RUN_ID
-    if verl_rollouts and not (verl_metrics or run_id):
-        fail("--verl-rollouts alone needs --run-id", 2)
     for flag, given, directory in (("--verl-metrics", verl_metrics, False), ("--verl-rollouts", verl_rollouts, True),
                                    ("--trl-output", trl_output, True), ("--jsonl", jsonl, False),
                                    ("--checkpoints", checkpoints, True)):
@@ -97,6 +92,17 @@ def follow(
             fail(str(exc), 2)
     if jsonl:
         sources.append(JsonlStream("jsonl", jsonl))
+    # Where the files end now, before the slow set-up below (the exporters' modules, the exporters): lines the
+    # job writes from here on are read. Saved with the run's state as soon as it is known (a saved state wins).
+    for source in sources:
+        source.restore(None, from_start or finished)
+
+    from otel_grpo.catalog.spans import check_run_id
+    from otel_grpo.telemetry import Telemetry, TelemetrySettings
+
+    run_id = run_id or TelemetrySettings.environment().get("run_id")  # --run-id, else OTEL_GRPO_RUN_ID
+    if verl_rollouts and not (verl_metrics or run_id):
+        fail("--verl-rollouts alone needs --run-id", 2)
     run = run_id or _default_run_id(verl_metrics, trl_output, jsonl)
     try:  # before its state file, which it names, is touched
         check_run_id(run)
@@ -111,6 +117,7 @@ def follow(
     if saved.run_id not in (None, run):
         fail(f"state file {state_path} belongs to run {saved.run_id!r}, not {run!r} (give --state)", 2)
     saved.run_id = run
+    start(sources, saved)
     tel = Telemetry.from_env(run_id=run, defaults={"output_dir": str(state_path.parent / run)})
     writes = [path for path in (checkpoints, trl_output) if path is not None]  # TRL saves into its output dir
     follower = Follower(tel, sources, saved, FollowOptions(poll_s=poll, pair_wait_s=pair_wait),

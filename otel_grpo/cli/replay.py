@@ -128,21 +128,24 @@ def _requests(spill: SpillReader) -> Iterator[_Request]:
     per_span = TelemetrySettings.model_fields["max_events_per_span"].default
     request = _Request()
     for step in spill.steps:
-        lines = {(run_id, step): functools.reduce(_merged, found, None)
-                 for run_id, found in spill.step_lines(step).items()}
+        found_lines = {(run_id, step): found for run_id, found in spill.step_lines(step).items()}
         rows: dict[tuple[str, int], list[dict]] = defaultdict(list)
         for row in spill.samples(step):  # their own step: a file named otherwise, or edited, still goes
             rows[(row["run_id"], row["step"])].append(row)
-        for run_id, number in sorted({*lines, *rows}):
-            line = lines.get((run_id, number))
+        for run_id, number in sorted({*found_lines, *rows}):
+            # A relaunched run spilled the step again: only its newest attempt goes, as that attempt
+            attempt = _newest(found_lines.get((run_id, number), []), rows.get((run_id, number), []))
+            kept = [ln for ln in found_lines.get((run_id, number), []) if ln.get("attempt") == attempt]
+            line = functools.reduce(_merged, kept, None)
             end_ns = (line or {}).get("end_ns") or time.time_ns()
             if line is not None:
-                request.size += _step_span(request.span(run_id), run_id, number, line, end_ns).ByteSize()
+                request.size += _step_span(request.span(run_id), run_id, number, line, end_ns, attempt).ByteSize()
                 request.steps += 1
-            group = rows.get((run_id, number), [])
+            group = [r for r in rows.get((run_id, number), []) if r.get(spans.ATTEMPT_ATTR) == attempt]
             for first in range(0, len(group), per_span):
                 chunk = group[first:first + per_span]
-                request.size += _samples_span(request.span(run_id), run_id, number, chunk, end_ns, first).ByteSize()
+                request.size += _samples_span(request.span(run_id), run_id, number, chunk, end_ns, first,
+                                              attempt).ByteSize()
                 request.samples += len(chunk)
                 if request.size >= _REQUEST_BYTES:
                     yield request
@@ -153,6 +156,13 @@ def _requests(spill: SpillReader) -> Iterator[_Request]:
             request = _Request()
     if request.size or request.done:
         yield request
+
+
+def _newest(lines: list[dict], rows: list[dict]) -> int | None:
+    """The newest attempt (`grpo.attempt`) a step was spilled by; None where none says one (an older spill)."""
+    attempts = [a for a in (*(ln.get("attempt") for ln in lines), *(r.get(spans.ATTEMPT_ATTR) for r in rows))
+                if isinstance(a, int) and not isinstance(a, bool)]
+    return max(attempts, default=None)
 
 
 def _merged(earlier: dict | None, line: dict) -> dict:
@@ -175,20 +185,25 @@ def _resource_spans(request, run_id: str):
     return scope.spans
 
 
-def _new_span(span, name: str, run_id: str, step: int, start_ns: int, end_ns: int, part: int = 0):
+def _new_span(span, name: str, run_id: str, step: int, start_ns: int, end_ns: int, part: int = 0,
+              attempt: int | None = None):
     # Ids derived from what the span holds, not random: the sidecar keys a sample row without a
     # sample_index by its span's id and its place there, so a second replay of such rows stored them
-    # twice. `part`: the span's first row within the step.
-    digest = hashlib.blake2b(json.dumps([run_id, step, name, part]).encode(), digest_size=24).digest()
+    # twice. `part`: the span's first row within the step; `attempt`: whose rows (another attempt's
+    # spans must not share ids with these).
+    key = [run_id, step, name, part] + ([attempt] if attempt is not None else [])
+    digest = hashlib.blake2b(json.dumps(key).encode(), digest_size=24).digest()
     span.trace_id, span.span_id = digest[:16], digest[16:]
     span.name, span.start_time_unix_nano, span.end_time_unix_nano = name, start_ns, end_ns
     _set(span.attributes.add(), spans.RUN_ID_ATTR, run_id)
     _set(span.attributes.add(), spans.STEP_ATTR, step)
+    if attempt is not None:  # the attempt's own: a replay of it is stored once, and never over a newer one
+        _set(span.attributes.add(), spans.ATTEMPT_ATTR, attempt)
     return span
 
 
-def _step_span(span, run_id: str, step: int, line: dict, end_ns: int):
-    _new_span(span, spans.STEP_SPAN, run_id, step, line.get("start_ns") or end_ns, end_ns)
+def _step_span(span, run_id: str, step: int, line: dict, end_ns: int, attempt: int | None = None):
+    _new_span(span, spans.STEP_SPAN, run_id, step, line.get("start_ns") or end_ns, end_ns, 0, attempt)
     scalars = {**(line.get("metrics") or {}),
                **{f"phase_duration/{name}": s for name, s in (line.get("phases") or {}).items()}}
     for key, value in scalars.items():
@@ -197,13 +212,14 @@ def _step_span(span, run_id: str, step: int, line: dict, end_ns: int):
     return span
 
 
-def _samples_span(span, run_id: str, step: int, rows: list[dict], time_ns: int, part: int):
-    _new_span(span, spans.SAMPLES_SPAN, run_id, step, time_ns, time_ns, part)
+def _samples_span(span, run_id: str, step: int, rows: list[dict], time_ns: int, part: int,
+                  attempt: int | None = None):
+    _new_span(span, spans.SAMPLES_SPAN, run_id, step, time_ns, time_ns, part, attempt)
     for row in rows:
         event = span.events.add()
         event.name, event.time_unix_nano = spans.SAMPLE_EVENT, time_ns
         for key, value in row.items():
-            if key in ("run_id", "step") or value is None:
+            if key in ("run_id", "step", spans.ATTEMPT_ATTR) or value is None:
                 continue
             if key not in _TEXT and isinstance(value, str) and value in _NON_FINITE:
                 value = _NON_FINITE[value]

@@ -110,7 +110,7 @@ class Backend:
     def _emit(self, rec: StepRecord) -> None:
         s = self._settings
         step = self._tracer.start_span(spans.STEP_SPAN, attributes={spans.RUN_ID_ATTR: s.run_id,
-                                                                    spans.STEP_ATTR: rec.step},
+                                                                    spans.STEP_ATTR: rec.step, **_attempt(rec)},
                                        start_time=rec.start_ns)
         try:
             _fail(step, rec.error, rec.end_ns)
@@ -131,7 +131,7 @@ class Backend:
         s = self._settings
         for name, start_ns, end_ns, error in rec.phases:
             # run_id and step too: phase spans may reach the sidecar in an earlier batch than their step span
-            attrs = {spans.PHASE_ATTR: name, spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step}
+            attrs = {spans.PHASE_ATTR: name, spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step, **_attempt(rec)}
             span = self._tracer.start_span(spans.PHASE_PREFIX + name, context=parent, attributes=attrs,
                                            start_time=start_ns)
             _fail(span, error, end_ns)
@@ -142,7 +142,7 @@ class Backend:
         if self.spill is None:
             return
         phases = {name: sum(seconds) for name, seconds in durations.items()}
-        self.spill.write_step(self._settings.run_id, rec.step, rec.start_ns, rec.end_ns, finite, phases)
+        self.spill.write_step(self._settings.run_id, rec.step, rec.start_ns, rec.end_ns, finite, phases, rec.attempt)
 
     def _record_metrics(self, rec: StepRecord, durations: dict[str, list[float]]) -> dict[str, float]:
         instruments = self._instruments
@@ -193,7 +193,8 @@ class Backend:
         # The spill first: it is the copy that must be complete whatever the exporters do.
         if self.spill is not None:
             self.spill.write(rec.step, (
-                {**flat, "run_id": s.run_id, "step": rec.step, "sample_index": p.index, "selection": p.selection}
+                {**flat, "run_id": s.run_id, "step": rec.step, "sample_index": p.index, "selection": p.selection,
+                 **_attempt(rec)}
                 for p, flat in zip(picked, flats)
             ))
         end_ns = max(rec.end_ns or handed_ns, handed_ns)
@@ -201,11 +202,16 @@ class Backend:
         for chunk, start in enumerate(range(0, len(picked), per_span)):
             part = range(start, min(start + per_span, len(picked)))
             attrs = {spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step, spans.CHUNK_ATTR: chunk,
-                     spans.COUNT_ATTR: len(part)}
+                     spans.COUNT_ATTR: len(part), **_attempt(rec)}
             span = self._tracer.start_span(spans.SAMPLES_SPAN, context=parent, start_time=handed_ns, attributes=attrs)
             for i in part:
                 span.add_event(spans.SAMPLE_EVENT, event_attributes(flats[i], picked[i], s.max_text_chars), handed_ns)
             span.end(end_time=end_ns)
+
+
+def _attempt(rec: StepRecord) -> dict[str, int]:
+    """The `grpo.attempt` attribute of the step's spans (none where the record has none)."""
+    return {} if rec.attempt is None else {spans.ATTEMPT_ATTR: rec.attempt}
 
 
 def _fail(span: Span, error: Error | None, at_ns: int | None) -> None:

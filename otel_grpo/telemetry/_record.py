@@ -56,6 +56,8 @@ class StepRecord:
     evaluation: bool = False
     """An evaluation's values (`log_metrics(..., evaluation=True)`), not a training step: it counts no step and
     leaves the step index, the step interval and the step checks' streaks where the last step put them."""
+    attempt: int | None = None
+    """Which attempt at the step this is (`grpo.attempt`, catalog `spans`): a later attempt's is larger."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ def _score(row: Mapping[str, Any], column: str) -> float | None:
     value = row.get(column)
     try:
         score = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an int beyond a float's range has no score either
         return None
     return score if math.isfinite(score) else None
 

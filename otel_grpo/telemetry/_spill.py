@@ -47,10 +47,12 @@ class SampleSpill:
         return self.directory / f"step_{step}{self._suffix}.jsonl"
 
     def write_step(self, run_id: str, step: int, start_ns: int | None, end_ns: int | None,
-                   metrics: Mapping[str, float], phases: Mapping[str, float]) -> None:
-        """The step's finite scalars and its phase durations (seconds, summed per phase name)."""
+                   metrics: Mapping[str, float], phases: Mapping[str, float], attempt: int | None = None) -> None:
+        """The step's finite scalars and its phase durations (seconds, summed per phase name); `attempt`: whose
+        (`grpo.attempt`: replay sends a step's newest attempt only)."""
         line = json.dumps({"run_id": run_id, "step": step, "start_ns": start_ns, "end_ns": end_ns,
-                           "metrics": {k: _json_safe(v) for k, v in metrics.items()}, "phases": dict(phases)},
+                           "metrics": {k: _json_safe(v) for k, v in metrics.items()}, "phases": dict(phases),
+                           **({"attempt": attempt} if attempt is not None else {})},
                           ensure_ascii=False, default=str)
         try:
             self._append(self.steps_path, line + "\n")

@@ -203,6 +203,9 @@ class Telemetry:
         self._closed = False
         self._lock = threading.Lock()
         self._last_step: int | None = None
+        self.attempt = time.time_ns()
+        """This process's attempt at its steps (`grpo.attempt`): a relaunched or resumed run's is larger, so the
+        sidecar replaces what an earlier attempt stored for a step this one sends again."""
         self._sink = self._open_sink(meter_provider, tracer_provider) if self.exporting else NullSink()
         self._select_rng = random.Random(settings.seed)  # the training thread's: rank 0 seeds every rank's draw
         self._judge = AnomalyJudge(settings)  # anomalous steps keep every row (rank 0's verdict)
@@ -288,25 +291,30 @@ class Telemetry:
         """
         return self._open(step, count_one=True)
 
-    def logged_step(self, step: int, *, evaluation: bool = False) -> AbstractContextManager[Step]:
+    def logged_step(self, step: int, *, evaluation: bool = False,
+                    attempt: int | None = None) -> AbstractContextManager[Step]:
         """A step that stands for every step since the last one (a trainer that logs every N steps).
 
         As `step()`, except that `grpo.steps` advances by the steps since the previous
         call. Every rank must enter it (it runs the same sample selection across ranks).
         `evaluation`: what it records is an evaluation's, as in `log_metrics`.
+        `attempt`: which attempt at the step wrote what is re-emitted (`otel-grpo follow`: a relaunched job's
+        is larger); default `self.attempt`.
         """
-        return self._open(step, count_one=False, gather_samples=True, evaluation=evaluation)
+        return self._open(step, count_one=False, gather_samples=True, evaluation=evaluation, attempt=attempt)
 
     @contextmanager
     def _open(self, step: int, count_one: bool, gather_samples: bool | None = None,
-              evaluation: bool = False) -> Iterator[Step]:
+              evaluation: bool = False, attempt: int | None = None) -> Iterator[Step]:
         """`gather_samples` (default: `count_one`) runs the cross-rank sample selection on a clean exit."""
         step = spans.check_step(step)
         if not isinstance(evaluation, bool):
             raise ValueError(f"evaluation must be True or False, got {evaluation!r}")
+        if attempt is not None and (type(attempt) is not int or not 0 <= attempt <= spans.MAX_STEP):
+            raise ValueError(f"attempt must be an int in 0 .. 2**63 - 1, got {attempt!r}")
         gather = count_one if gather_samples is None else gather_samples
         record = StepRecord(step, 0 if evaluation else self._advance(step, count_one), time.time_ns(),
-                            evaluation=evaluation)
+                            evaluation=evaluation, attempt=self.attempt if attempt is None else attempt)
         clean = False
         try:
             yield Step(record, self.settings.run_id)

@@ -41,11 +41,12 @@ def test_every_trl_grpo_metric_resolves():
     assert unresolved == []
 
 
-def test_seed_004_metrics_are_keys_with_verl_aliases():
+def test_seed_004_metrics_are_keys_with_their_helpers_names_as_other_names():
+    """The seed-004 helper's `mismatch/*` names resolve; verl 0.9.1 never logs them (test_verl_coverage)."""
     keys = {s.key for s in catalog.SIGNALS}
     assert SEED_004_KEYS <= keys
     for key in SEED_004_KEYS:
-        assert catalog.get(key).verl == f"mismatch/{key}"
+        assert f"mismatch/{key}" in catalog.get(key).aliases
         assert catalog.resolve(f"mismatch/{key}")[0].key == key
 
 

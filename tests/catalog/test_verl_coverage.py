@@ -61,3 +61,17 @@ def test_verl_names_map_to_the_signals_they_mean():
 def test_verl_aliases_name_catalog_keys_and_extras_give_reasons():
     assert all(catalog.get(key) for key in VERL_ALIASES.values())
     assert all(reason.strip() for reason in VERL_EXTRAS.values())
+
+
+def test_the_verl_column_names_only_what_verl_0_9_1_logs(verl_names):
+    """docs/signals.md's verl column is verl 0.9.1's: a name it never logs (the seed-004 helper's `mismatch/*`,
+    verl's own before 0.9) is an other name, still resolved."""
+    def logged(name: str) -> bool:
+        pattern = re.sub(r"\{\w+\}", "*", name)
+        return any(fnmatch.fnmatchcase(n, pattern) or fnmatch.fnmatchcase(pattern, n) for n in verl_names)
+
+    wrong = sorted(s.verl for s in catalog.SIGNALS if s.verl and not logged(s.verl))
+    assert not wrong, f"the verl column names what verl 0.9.1 does not log: {wrong}"
+    assert catalog.get("mismatch_kl").verl == "rollout_corr/kl" and catalog.get("rollout_is_valid").verl is None
+    assert catalog.stat_key("mismatch/mismatch_kl", "verl") == "mismatch_kl"  # the older names still resolve
+    assert catalog.stat_key("mismatch/valid") == "rollout_is_valid"

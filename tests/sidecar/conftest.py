@@ -32,8 +32,10 @@ PHASES = ("rollout", "reward", "update")
 
 
 def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completion=None, resource_run: bool = True,
-               extra=None, metrics=None):
-    """Finished SDK spans exactly as the telemetry layer writes them (the span contract)."""
+               extra=None, metrics=None, attempt=None):
+    """Finished SDK spans exactly as the telemetry layer writes them (the span contract); `attempt`: their
+    `grpo.attempt` (none by default, as a sender before attempts)."""
+    tag = {} if attempt is None else {"grpo.attempt": attempt}
     exporter = InMemorySpanExporter()
     attrs = {"service.name": "trainer", "grpo.model": "tiny", "host.name": "h", "grpo.rank": 0}
     if resource_run:
@@ -42,11 +44,13 @@ def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completi
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("otel_grpo.telemetry")
     for step in steps:
-        with tracer.start_as_current_span("grpo.step", attributes={"grpo.run_id": run_id, "grpo.step": step}) as span:
+        with tracer.start_as_current_span("grpo.step", attributes={"grpo.run_id": run_id, "grpo.step": step,
+                                                                  **tag}) as span:
             for phase in PHASES:
-                with tracer.start_as_current_span(f"grpo.phase.{phase}", attributes={"grpo.phase": phase}):
+                with tracer.start_as_current_span(f"grpo.phase.{phase}", attributes={"grpo.phase": phase, **tag}):
                     pass
-            with tracer.start_as_current_span("grpo.samples", attributes={"grpo.run_id": run_id, "grpo.step": step}) as s:
+            with tracer.start_as_current_span("grpo.samples", attributes={"grpo.run_id": run_id, "grpo.step": step,
+                                                                         **tag}) as s:
                 for i in range(samples):
                     s.add_event("grpo.sample", attributes={
                         "prompt": f"prompt {step}/{i}",

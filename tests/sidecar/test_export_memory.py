@@ -24,7 +24,7 @@ def _fill(db: Path) -> None:
             conn.execute(_RUN_UPSERT, ("big", "t", "m", "h", time.time(), time.time()))
             conn.executemany(_SAMPLE_INSERT, (
                 ("big", i // 500, f"u{i}", i % 500, i / ROWS, 0.0, 10.0, f"prompt {i} " + "p" * TEXT,
-                 f"completion {i}", time.time(), json.dumps({"reward.format": 1.0, "selection": "top"}))
+                 f"completion {i}", time.time(), json.dumps({"reward.format": 1.0, "selection": "top"}), None)
                 for i in range(ROWS)))
             conn.execute("UPDATE runs SET first_step = 0, last_step = ?, sample_count = ? WHERE run_id = 'big'",
                          (ROWS // 500 - 1, ROWS))

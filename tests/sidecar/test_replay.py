@@ -222,3 +222,33 @@ def test_rows_without_a_sample_index_are_stored_once_however_often_replayed(side
     assert httpx.get(f"{sidecar.url}/api/runs/unnumbered").json()["sample_count"] == 200
     rows = httpx.get(f"{sidecar.url}/api/runs/unnumbered/samples", params={"step_min": 0, "limit": 1000}).json()
     assert sorted((r["step"], r["prompt"]) for r in rows) == sorted((s, f"p{i}") for s in range(2) for i in range(100))
+
+
+def test_a_resumed_runs_spill_replays_its_newest_attempt_of_each_step_only(sidecar_factory, tmp_path):
+    """The run crashed after step 4 and resumed from step 2 into the same output dir: the spill holds steps 3-4
+    twice. A replay (into an empty store, and again) sends each step's newest attempt only, with its attempt,
+    so the store shows the resumed completions beside the resumed scalars, whatever arrived first."""
+    sidecar = sidecar_factory()
+    out = tmp_path / "run"
+
+    def attempt(steps, tag: str, kl: float) -> None:
+        tel = Telemetry(_settings(sidecar.url, out, "resumed").model_copy(update={"traces_exporters": ["none"]}))
+        for step in steps:
+            with tel.step(step) as s:
+                s.record({"kl": kl + step})
+                s.samples([{"prompt": f"{step}-{i}", "completion": f"{tag} {step}/{i}", "reward": i / 8}
+                           for i in range(8)])
+        tel.shutdown()
+
+    attempt(range(5), "first", 10.0)
+    attempt(range(3, 6), "second", 20.0)
+    for _ in range(2):
+        _replay(sidecar.url, out)
+        rows = httpx.get(f"{sidecar.url}/api/runs/resumed/samples", params={"step_min": 0, "limit": 1000}).json()
+        by_step: dict[int, set[str]] = {}
+        for row in rows:
+            by_step.setdefault(row["step"], set()).add(row["completion"].split()[0])
+        assert by_step == {0: {"first"}, 1: {"first"}, 2: {"first"}, 3: {"second"}, 4: {"second"}, 5: {"second"}}
+        kl = {r["step"]: r["grpo.kl"] for r in httpx.get(f"{sidecar.url}/api/runs/resumed/steps").json()}
+        assert kl == {0: 10.0, 1: 11.0, 2: 12.0, 3: 23.0, 4: 24.0, 5: 25.0}
+        assert httpx.get(f"{sidecar.url}/api/runs/resumed").json()["sample_count"] == len(rows)

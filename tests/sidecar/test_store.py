@@ -389,3 +389,116 @@ def test_the_wal_stays_near_the_valve_while_writers_commit_back_to_back(tmp_path
     assert committed >= 64 * 50  # enough writing to have grown the WAL many times over the valve
     # the valve plus what was committed meanwhile (one request is ~0.4 MiB); PASSIVE alone reached 9-22 MiB
     assert largest <= 3 << 20, f"the WAL reached {largest / 2**20:.1f} MiB with a 1 MiB valve"
+
+
+# ---- attempts (`grpo.attempt`): a relaunched or resumed job's steps replace the crashed attempt's ----------
+
+def _attempt(otlp, attempt, steps=range(2), samples=4, tag="first", kl=0.0, only=None):
+    """The spans of `steps` as attempt `attempt` sent them: completions and scalars that say whose they are.
+    `only`: "samples" or "step" keeps just those spans (they reach the sidecar in separate requests)."""
+    spans = otlp.spans("r", steps, samples=samples, attempt=attempt,
+                       completion=lambda step, i: f"{tag} {step}/{i}",
+                       metrics=lambda step: {"kl": kl + step, f"only_{tag}": 1.0})
+    if only == "samples":
+        spans = [s for s in spans if s.name == "grpo.samples"]
+    elif only == "step":
+        spans = [s for s in spans if s.name != "grpo.samples"]
+    return extract(otlp.request(spans))
+
+
+def _view(store, step):
+    rows = store.samples("r", SampleQuery(step_min=step, step_max=step, limit=100))
+    [scalars] = [r for r in store.steps("r") if r["step"] == step]
+    return sorted(r["completion"] for r in rows), scalars
+
+
+def test_a_newer_attempt_replaces_a_steps_samples_scalars_and_phases_together(db, otlp):
+    """The crashed attempt sent 6 samples a step, the relaunch 4 other ones: only the relaunch's show, beside
+    the relaunch's scalars (none of the first's keys left), phases counted once, the run's count right."""
+    store = open_store(db)
+    store.write_batch(_attempt(otlp, 100, samples=6, tag="first", kl=10.0))
+    assert store.write_batch(_attempt(otlp, 200, samples=4, tag="second", kl=20.0)) == 8
+    for step in (0, 1):
+        completions, scalars = _view(store, step)
+        assert completions == [f"second {step}/{i}" for i in range(4)]
+        assert scalars["kl"] == 20.0 + step and "only_first" not in scalars and scalars["only_second"] == 1.0
+        assert scalars["phase_duration/rollout"] < 1.0  # one attempt's phase, not two summed
+    (run,) = store.runs()
+    assert run["sample_count"] == 8
+    with store.read() as conn:
+        assert conn.execute("SELECT count(*) FROM phases").fetchone()[0] == 2 * 3
+    store.close()
+
+
+def test_an_older_attempt_arriving_late_is_dropped_and_a_resend_is_stored_once(db, otlp):
+    store = open_store(db)
+    newer = _attempt(otlp, 200, tag="second", kl=20.0)
+    assert store.write_batch(newer) == 8
+    assert store.write_batch(_attempt(otlp, 100, samples=6, tag="first", kl=10.0)) == 0  # a retried old export
+    assert store.write_batch(newer) == 0  # the same attempt again (a replay): idempotent
+    completions, scalars = _view(store, 1)
+    assert completions == [f"second 1/{i}" for i in range(4)] and scalars["kl"] == 21.0 and "only_first" not in scalars
+    assert store.runs()[0]["sample_count"] == 8
+    store.close()
+
+
+def test_a_newer_attempts_samples_may_come_before_its_step_span(db, otlp):
+    """Sample spans end (and are exported) before their step span: the relaunch's samples arrive first, in
+    their own request; the step then shows them with the relaunch's scalars, never the first's."""
+    store = open_store(db)
+    store.write_batch(_attempt(otlp, 100, samples=6, tag="first", kl=10.0))
+    store.write_batch(_attempt(otlp, 200, tag="second", kl=20.0, only="samples"))
+    completions, scalars = _view(store, 0)
+    assert completions == [f"second 0/{i}" for i in range(4)] and "kl" not in scalars  # not the first's scalars
+    store.write_batch(_attempt(otlp, 200, tag="second", kl=20.0, only="step"))
+    completions, scalars = _view(store, 0)
+    assert completions == [f"second 0/{i}" for i in range(4)] and scalars["kl"] == 20.0
+    assert store.runs()[0]["sample_count"] == 8
+    store.close()
+
+
+def test_a_store_of_schema_4_keeps_every_row_and_a_newer_attempt_replaces_them(db, otlp):
+    """Rows stored before attempts existed (a v4 store, or a sender without `grpo.attempt`) are kept by the
+    migration and merged as before; the first attempt that names itself replaces its steps' rows."""
+    import psycopg
+
+    from otel_grpo.sidecar.store._schema import MIGRATIONS, PG_MIGRATIONS, _split
+
+    if str(db).startswith("postgresql"):
+        with psycopg.connect(db, autocommit=True) as conn:
+            for script in PG_MIGRATIONS[:4]:
+                for statement in _split(script):
+                    conn.execute(statement)
+            conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (4)")
+    else:
+        conn = sqlite3.connect(db, isolation_level=None)
+        for script in MIGRATIONS[:4]:
+            for statement in _split(script):
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 4")
+        conn.close()
+    store = open_store(db)
+    assert store.found_version == 4
+    store.write_batch(_attempt(otlp, None, samples=6, tag="first", kl=10.0))  # as the previous release wrote them
+    store.close()
+    store = open_store(db)
+    assert store.write_batch(_attempt(otlp, None, samples=6, tag="first", kl=10.0)) == 0  # merged as before
+    completions, scalars = _view(store, 1)
+    assert len(completions) == 6 and scalars["kl"] == 11.0
+    store.write_batch(_attempt(otlp, 200, tag="second", kl=20.0))
+    completions, scalars = _view(store, 1)
+    assert completions == [f"second 1/{i}" for i in range(4)] and "only_first" not in scalars
+    assert store.runs()[0]["sample_count"] == 8
+    store.close()
+
+
+def test_rows_a_sender_stored_without_an_attempt_are_replaced_by_the_first_attempt_that_names_itself(db, otlp):
+    """As many rows, under the same sample ids: the new attempt's rows met the old ones on insert, yet they
+    are the ones the step shows."""
+    store = open_store(db)
+    store.write_batch(_attempt(otlp, None, tag="first", kl=10.0))
+    store.write_batch(_attempt(otlp, 5, tag="second", kl=20.0, only="samples"))
+    completions, _ = _view(store, 0)
+    assert completions == [f"second 0/{i}" for i in range(4)]
+    assert store.runs()[0]["sample_count"] == 8
+    store.close()

@@ -17,7 +17,7 @@ source's peer (`verl`, `trl`); a step is sent exactly once across kills, restart
 exports; hostile files are skipped and reported once.
 """
 
-from ._loop import Follower, FollowOptions, Source
+from ._loop import Follower, FollowOptions, Source, start
 from ._state import State
 from ._tail import LineTail, Position
 from ._trl import TrlOutput
@@ -35,4 +35,5 @@ __all__ = [
     "TrlOutput",
     "VerlMetrics",
     "VerlRollouts",
+    "start",
 ]

@@ -22,13 +22,13 @@ import time
 from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
-
-from otel_grpo.telemetry import Telemetry
-from otel_grpo.telemetry._writes import LOOK_EVERY_S
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from ._records import BadInput, Record, finite_or_none
 from ._state import State
+
+if TYPE_CHECKING:  # the sources and `start` are used before the exporters' modules are loaded (`otel-grpo follow`)
+    from otel_grpo.telemetry import Telemetry
 
 logger = logging.getLogger("otel_grpo.follow")
 
@@ -44,6 +44,9 @@ class Source(Protocol):
     behind: bool
     """The last poll stopped at its limit: more is ready to read."""
     bad: BadInput
+    attempt: int | None
+    """The job's attempt this source reads now (`grpo.attempt`), for a partner's record that goes out alone;
+    None: each record says its own, or the follower's own is used."""
 
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
         """Resume at `saved` (None: the start, or the end with `from_start` False); forgets what was read
@@ -83,8 +86,9 @@ class FollowOptions:
     drops spans when full (reading a backlog emits far faster than its exporter drains)."""
     pair_wait_s: float = 10.0
     """How long a step's scalars wait for its samples file (and samples for scalars) before going alone."""
-    look_every_s: float = LOOK_EVERY_S
-    """Seconds between two looks at the folders the job writes its checkpoints into (`writes`)."""
+    look_every_s: float | None = None
+    """Seconds between two looks at the folders the job writes its checkpoints into (`writes`); None:
+    `Telemetry.beat_while_writing`'s default (5)."""
 
 
 class Follower:
@@ -110,8 +114,9 @@ class Follower:
         self._pending: dict[str, deque[Record]] = {s.name: deque() for s in self.sources}
         self._partners = _pairs(self.sources)
         for source in self.sources:
-            source.restore(state.sources.get(source.name), from_start)
-        self._save()  # where this run starts: a kill before the first batch resumes here, not at the new end
+            if not state.sources.get(source.name):
+                source.restore(None, from_start)
+        start(self.sources, state)  # saved positions restored; every position saved at once
 
     @property
     def malformed(self) -> int:
@@ -176,7 +181,7 @@ class Follower:
                         now - record.read_at < wait or self._other(source).behind):
                     break  # the partner may come: wait (always while the other side has unread files)
                 queue.popleft()
-                spans += self._emit(record, partner)
+                spans += self._emit(record, partner, self._attempt(record, source, partner, paired))
                 done.append((source, record))
                 emitted += 1
                 if partner is not None:
@@ -204,8 +209,22 @@ class Follower:
         """The other side already shows a later step: this step's partner is not coming."""
         return any(r.step > record.step for r in self._pending[self._other(source).name])
 
-    def _emit(self, record: Record, partner: tuple[Source, Record] | None) -> int:
-        """One `grpo.step` span with the record's (and its partner's) content; returns the spans it started."""
+    def _attempt(self, record: Record, source: Source, partner: tuple[Source, Record] | None,
+                 paired: bool) -> int | None:
+        """The attempt a step goes out as: its scalars side's (verl's metrics file), so that both halves of a
+        step carry the same one whether they go out together or apart; else the record's own."""
+        if not paired:
+            return record.attempt
+        if source.holds == "scalars":
+            return record.attempt
+        if partner is not None:
+            return partner[1].attempt
+        other = self._other(source).attempt
+        return record.attempt if other is None else other
+
+    def _emit(self, record: Record, partner: tuple[Source, Record] | None, attempt: int | None = None) -> int:
+        """One `grpo.step` span with the record's (and its partner's) content, as attempt `attempt` (None:
+        `Telemetry.attempt`); returns the spans it started."""
         scalars, phases, rows = dict(record.scalars), list(record.phases), record.rows
         if partner is not None:
             other = partner[1]
@@ -217,7 +236,7 @@ class Follower:
         # A logged step: `grpo.steps` advances by the steps since the previous one (a TRL step whose
         # samples and scalars arrive apart goes out twice and counts once; logging_steps > 1 counts all).
         evaluation = record.evaluation and (partner is None or partner[1].evaluation)
-        with self.tel.logged_step(record.step, evaluation=evaluation) as s:
+        with self.tel.logged_step(record.step, evaluation=evaluation, attempt=attempt) as s:
             if scalars or rows:
                 s.record(_Values(scalars, _histograms(rows or ())))
             end = time.time_ns()
@@ -267,6 +286,20 @@ class Follower:
         for source in self.sources:
             self.state.sources[source.name] = source.cursor()
         self.state.save()
+
+
+def start(sources: Sequence[Source], state: State) -> None:
+    """Save where each source starts, at once: a follower killed before its first batch resumes there, not
+    at the files' new end. A saved position wins; a source without one keeps where its
+    `restore(None, from_start)` put it, which `otel-grpo follow` calls first thing at launch (a stat
+    of each file), so that lines written while the exporters are set up are not skipped.
+    """
+    for source in sources:
+        saved = state.sources.get(source.name)
+        if saved:
+            source.restore(saved, False)
+        state.sources[source.name] = source.cursor()
+    state.save()
 
 
 def _pairs(sources: Sequence[Source]) -> dict[str, Source]:

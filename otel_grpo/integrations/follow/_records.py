@@ -25,6 +25,9 @@ class Record:
     read_at: float = field(default_factory=time.monotonic)
     evaluation: bool = False
     """An evaluation's values (verl's validation, a TRL `eval_` log), not a training step's (`Telemetry.log_metrics`)."""
+    attempt: int | None = None
+    """Which attempt of the job wrote it (`grpo.attempt`: a relaunched job's steps replace the crashed one's in
+    the sidecar); None: the follower's own (`Telemetry.attempt`)."""
 
 
 class BadInput:
@@ -39,6 +42,11 @@ class BadInput:
         """Malformed content at `where` (`file:offset`), skipped."""
         self.count += 1
         logger.warning("otel-grpo follow: %s: %s: malformed, skipped (%s)", self.source, where, why)
+
+    def values(self, where: str, count: int, why: str) -> None:
+        """`count` bad values in one item at `where` (a file), each kept as something safe: one report."""
+        self.count += count
+        logger.warning("otel-grpo follow: %s: %s: %d values %s", self.source, where, count, why)
 
     def unreadable(self, path: object, why: str) -> None:
         """A path that cannot be read now (not a regular file, permission denied): reported once until it
@@ -76,6 +84,24 @@ def numbers(data: Mapping[str, Any]) -> dict[str, float]:
             except OverflowError:
                 raise ValueError(f"{key!r}: an integer of {len(str(abs(value)))} digits does not fit a float") from None
     return out
+
+
+INT64 = range(-(2**63), 2**63)
+
+
+def carried(value: Any) -> tuple[Any, bool]:
+    """`value` as an OpenTelemetry attribute carries it, and whether it was too large for a float.
+
+    JSON integers have no bound: an int64 stays as it is, a larger one becomes a float, and one
+    beyond a float's range becomes +-inf (non-finite: the sidecar stores it as none) rather than
+    an `OverflowError` that would take every other value of its record with it.
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or value in INT64:
+        return value, False
+    try:
+        return float(value), False
+    except OverflowError:
+        return (math.inf if value > 0 else -math.inf), True
 
 
 def finite_or_none(value: Any) -> float | None:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._records import PARSE_ERRORS, BadInput, Record, finite_or_none
+from ._records import PARSE_ERRORS, BadInput, Record, carried, finite_or_none
 from ._tail import LineTail, open_regular
 from ._verl import VERL
 
@@ -34,13 +34,17 @@ _ROLLOUT_COLUMNS = {"input": "prompt", "output": "completion", "score": "reward"
 ZERO_STD = 1e-8  # a group whose reward std (n - 1) is at most this gives no learning signal (as TRL and ours)
 
 
-def rollout_row(entry: dict[str, Any]) -> dict[str, Any]:
-    """One dumped sample as a sample row: input/output/score/gts renamed, numeric extra info as rewards."""
+def rollout_row(entry: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """One dumped sample as a sample row: input/output/score/gts renamed, numeric extra info as rewards;
+    and how many of its numbers were too large for a float (kept as +-inf: `carried`)."""
     row: dict[str, Any] = {}
     rewards: dict[str, float] = {}
+    too_large = 0
     for key, value in entry.items():
         if key == "step":
             continue
+        value, huge = carried(value)
+        too_large += huge
         if key in _ROLLOUT_COLUMNS:
             row[_ROLLOUT_COLUMNS[key]] = value
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and finite_or_none(value) is not None:
@@ -49,7 +53,7 @@ def rollout_row(entry: dict[str, Any]) -> dict[str, Any]:
             row[key] = value
     if rewards:
         row["rewards"] = rewards
-    return row
+    return row, too_large
 
 
 def group_spread(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -76,6 +80,7 @@ class VerlRollouts:
     holds = "samples"
     KEEP = 256  # files remembered individually; older steps count as done by number and mtime
     RESCAN_S = 30.0
+    attempt = None  # each dump's own: its mtime (a relaunched job rewrites it); paired, the metrics' attempt
 
     def __init__(self, directory: str | os.PathLike[str], settle_s: float = 2.0, *,
                  max_pending_bytes: int = 64 << 20, max_dump_bytes: int = 256 << 20) -> None:
@@ -210,6 +215,7 @@ class VerlRollouts:
             return None  # still being written (verl's last line ends in a newline), or unreadable now
         tail = LineTail(path, bad=self.bad, max_line=self.max_dump_bytes)
         rows: list[dict[str, Any]] = []
+        too_large = 0
         try:
             while True:
                 for line, end in tail.read():
@@ -222,14 +228,18 @@ class VerlRollouts:
                     except PARSE_ERRORS as exc:
                         self.bad.skip(f"{path}:{end - len(line) - 1}", f"{type(exc).__name__}: {str(exc)[:200]}")
                         continue
-                    rows.append(rollout_row(entry))
+                    row, huge = rollout_row(entry)
+                    rows.append(row)
+                    too_large += huge
                 if tail.at_eof or not tail.is_open:
                     break
         finally:
             tail.close()
         if not tail.at_eof:
             return None  # became unreadable while read (reported): read again on a later poll
-        return Record(step, scalars=group_spread(rows), rows=rows, cursor=cursor)
+        if too_large:
+            self.bad.values(str(path), too_large, "too large for a float, sent as non-finite (+-inf)")
+        return Record(step, scalars=group_spread(rows), rows=rows, cursor=cursor, attempt=info.st_mtime_ns)
 
     def _complete(self, path: Path, size: int) -> bool:
         """The file ends in a newline (or is empty)."""

@@ -49,6 +49,9 @@ class Position:
     """CRC-32 of the line ending at `offset`, its newline included (of its last `CHECK_BYTES` if longer)."""
     check_len: int = 0
     """That line's length, its newline included."""
+    at_end: bool = False
+    """`offset` is the file's size when following began (`mark_end`), not yet read: reading starts after
+    the last complete line before it (a partial last line is read once its newline arrives)."""
 
 
 def line_check(line: bytes) -> int:
@@ -58,12 +61,21 @@ def line_check(line: bytes) -> int:
 
 def open_regular(path: Path) -> BinaryIO:
     """`path` opened for reading if it is a regular file; `OSError` otherwise (`ValueError` for a FIFO,
-    device or directory). Non-blocking open: a FIFO never hangs the caller."""
+    device or directory).
+
+    The type is read with `stat`, before any open: opening a FIFO's read end, even for an instant,
+    lets a writer blocked in its own open (verl's file logger) through, and its first write then dies
+    of a broken pipe once we close ours. The open is non-blocking and checked to be the file stat
+    saw, so a path swapped in between is refused too and never hangs the caller.
+    """
+    seen = os.stat(path)
+    if not stat.S_ISREG(seen.st_mode):
+        raise ValueError(f"not a regular file (a {_kind(seen.st_mode)})")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ValueError(f"not a regular file (a {_kind(mode)})")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != (seen.st_dev, seen.st_ino):
+            raise ValueError("replaced by another file while it was opened")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb", buffering=0)
     except BaseException:
@@ -92,6 +104,7 @@ class LineTail:
         self._offset = position.offset if position else 0
         self._check = position.check if position else None
         self._check_len = position.check_len if position else 0
+        self._at_end = position.at_end if position else False
         self._skipping = False  # inside a line over max_line: discard up to its newline
         self.at_eof = False
         """The last `read` reached the end of the file."""
@@ -100,27 +113,37 @@ class LineTail:
 
     @property
     def position(self) -> Position:
+        if self._at_end:
+            return Position(self._inode, self._offset, at_end=True)
         if self._skipping or self._check is None:
             return Position(self._inode, self._offset)
         return Position(self._inode, self._offset, self._check, self._check_len)
 
-    def seek_end(self) -> None:
-        """Skip what the file holds now (`follow` without `--from-start`): only new lines are read.
-
-        A last line still without its newline is read once it completes: the offset stays at its start.
+    def mark_end(self) -> None:
+        """Skip what the file holds now (`follow` without `--from-start`): only what is written from now on
+        is read. Decided with `stat` alone, so that it is taken at once, also for a file that cannot be
+        read yet; the first read starts at the end of the last complete line before this size.
         """
         try:
-            fp = open_regular(self.path)
-        except (OSError, ValueError):
-            return  # absent or unreadable now: read from 0 once it appears
-        with fp:
-            info = os.fstat(fp.fileno())
-            window = os.pread(fp.fileno(), min(info.st_size, READ_BYTES), max(info.st_size - READ_BYTES, 0))
+            info = os.stat(self.path)
+        except OSError:
+            return  # absent or not reachable now: read from 0 once it appears
+        if stat.S_ISREG(info.st_mode):
+            self._inode, self._offset, self._check, self._check_len = info.st_ino, info.st_size, None, 0
+            self._at_end = True
+
+    def _settle_end(self, fd: int) -> None:
+        """The offset `mark_end` took, moved back to the end of the last complete line before it, with its check."""
+        self._at_end = False
+        size = self._offset
+        window = os.pread(fd, min(size, READ_BYTES), max(size - READ_BYTES, 0))
+        if len(window) < min(size, READ_BYTES):
+            self._restart()  # shrank meanwhile: `_check_replaced` would read it again from 0 anyway
+            return
         cut = window.rfind(b"\n") + 1  # 0: no complete line in the window
-        self._inode = info.st_ino
-        self._offset = info.st_size - len(window) + cut
+        self._offset = size - len(window) + cut
         start = window.rfind(b"\n", 0, max(cut - 1, 0)) + 1
-        known = cut and (start > 0 or len(window) == info.st_size)  # the last line starts in the window
+        known = cut and (start > 0 or len(window) == size)  # the last line starts in the window
         self._check = line_check(window[start:cut - 1]) if known else None
         self._check_len = cut - start
 
@@ -139,11 +162,13 @@ class LineTail:
             logger.warning("otel-grpo follow: %s was replaced; reading the new file from the start", self.path)
             self._restart()
         self._inode, self._fp = inode, fp
+        if self._at_end:
+            self._settle_end(fp.fileno())
         return True
 
     def _restart(self) -> None:
         self.resets += 1
-        self._offset, self._check, self._skipping = 0, None, False
+        self._offset, self._check, self._skipping, self._at_end = 0, None, False, False
 
     def _check_replaced(self) -> bool:
         """True if the path now names another file; reads again from 0 if the open file shrank below the

@@ -89,6 +89,7 @@ class TrlOutput:
     name = "trl-output"
     source = SOURCE
     holds = "both"
+    attempt = None  # the follower's own (`Telemetry.attempt`): TRL's halves of a step must share one
 
     def __init__(self, output_dir: str | os.PathLike[str], reward_weights: Sequence[float] | None = None) -> None:
         if importlib.util.find_spec("pyarrow") is None:

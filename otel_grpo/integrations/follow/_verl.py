@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from typing import Any
 
 from otel_grpo.catalog import PEERS, stat_key
@@ -68,25 +69,34 @@ class JsonlStream:
         self.ended = False
         self.behind = False
         self._cursor: dict[str, Any] = {}
+        self.attempt = 0
+        """The job's attempt whose lines are read now (`grpo.attempt`): when this file's current content began
+        to be read, in ns. A file truncated or replaced (a relaunched job: verl's file logger opens with "wb")
+        starts a newer one, so its steps replace the crashed attempt's in the sidecar."""
+        self._resets = 0
 
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
         """Resume at `saved` (also after a failed flush: what was read since is read again)."""
         self.tail.close()
+        self.attempt = int((saved or {}).get("attempt") or time.time_ns())
         if saved:
             check = saved.get("check")
             position = Position(int(saved["inode"]), int(saved["offset"]), None if check is None else int(check),
-                                int(saved.get("check_len", 0)))
+                                int(saved.get("check_len", 0)), bool(saved.get("at_end", False)))
             self.tail = LineTail(self.tail.path, position, bad=self.bad)
         else:
             self.tail = LineTail(self.tail.path, bad=self.bad)
             if not from_start:
-                self.tail.seek_end()
+                self.tail.mark_end()
+        self._resets = self.tail.resets
         self._cursor = self._position()
 
     def _position(self) -> dict[str, Any]:
+        if self.tail.resets != self._resets:  # read again from 0: what the file holds now is a new attempt's
+            self._resets, self.attempt = self.tail.resets, time.time_ns()
         position = self.tail.position
         return {"inode": position.inode, "offset": position.offset, "check": position.check,
-                "check_len": position.check_len}
+                "check_len": position.check_len, "at_end": position.at_end, "attempt": self.attempt}
 
     def cursor(self) -> dict[str, Any]:
         return dict(self._cursor)
@@ -106,7 +116,7 @@ class JsonlStream:
             except PARSE_ERRORS as exc:
                 self.bad.skip(f"{self.tail.path}:{end - len(line) - 1}", f"{type(exc).__name__}: {str(exc)[:200]}")
                 continue
-            record.cursor = cursor
+            record.cursor, record.attempt = cursor, self.attempt
             out.append(record)
             if len(out) >= max_records:
                 break

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from otel_grpo.catalog.spans import (METRIC_PREFIX, PHASE_ATTR, PHASE_PREFIX, RUN_ID_ATTR, SAMPLE_EVENT,
+from otel_grpo.catalog.spans import (ATTEMPT_ATTR, METRIC_PREFIX, PHASE_ATTR, PHASE_PREFIX, RUN_ID_ATTR, SAMPLE_EVENT,
                                      SAMPLES_SPAN, STEP_ATTR, STEP_SPAN, check_run_id)
 
 # Columns every step row carries; a stat key of the same name (the catalog has `step`) is
@@ -27,6 +27,8 @@ class StepRecord:
     start: float
     end: float
     metrics: dict[str, float | None]
+    attempt: int | None = None
+    """`grpo.attempt`: which attempt at the step sent it (None: not said; merged as before)."""
 
 
 @dataclass(slots=True)
@@ -37,6 +39,7 @@ class PhaseRecord:
     duration: float
     run_id: str | None
     step: int | None
+    attempt: int | None = None
 
 
 @dataclass(slots=True)
@@ -52,6 +55,7 @@ class SampleRecord:
     completion: str | None
     time: float
     data: dict
+    attempt: int | None = None
 
 
 @dataclass(slots=True)
@@ -191,7 +195,7 @@ def _step_span(batch: Batch, span, default_run: str | None) -> None:
             stat = name[len(METRIC_PREFIX):]
             metrics["stat." + stat if stat in RESERVED_STEP_KEYS else stat] = _num(value)
     batch.steps.append(StepRecord(key[0], key[1], bytes(span.span_id), span.start_time_unix_nano / 1e9,
-                                  span.end_time_unix_nano / 1e9, metrics))
+                                  span.end_time_unix_nano / 1e9, metrics, _attempt(attrs)))
 
 
 def _phase_span(batch: Batch, span) -> None:
@@ -209,7 +213,7 @@ def _phase_span(batch: Batch, span) -> None:
     duration = max(0.0, (span.end_time_unix_nano - span.start_time_unix_nano) / 1e9)
     batch.phases.append(PhaseRecord(bytes(span.span_id), bytes(span.parent_span_id), str(phase), duration,
                                     str(run_id) if run_id and step is not None else None,
-                                    step if run_id else None))
+                                    step if run_id else None, _attempt(attrs)))
 
 
 def _samples_span(batch: Batch, span, default_run: str | None) -> None:
@@ -218,6 +222,7 @@ def _samples_span(batch: Batch, span, default_run: str | None) -> None:
     if key is None:
         return
     run_id, step = key
+    attempt = _attempt(attrs)
     span_hex = None
     append = batch.samples.append
     for i, event in enumerate(span.events):
@@ -235,8 +240,14 @@ def _samples_span(batch: Batch, span, default_run: str | None) -> None:
         append(SampleRecord(
             run_id, step, uid, index, _take_num(data, "reward"), _take_num(data, "advantage"),
             _take_num(data, "completion_length"), _take_text(data, "prompt"), _take_text(data, "completion"),
-            event.time_unix_nano / 1e9, data,
+            event.time_unix_nano / 1e9, data, attempt,
         ))
+
+
+def _attempt(attrs: dict) -> int | None:
+    """A span's `grpo.attempt`: a non-negative int64, else None (not said: stored as before, merged)."""
+    attempt = _int(attrs.get(ATTEMPT_ATTR))
+    return attempt if attempt is not None and attempt >= 0 else None
 
 
 def _take_num(data: dict, key: str) -> float | None:

@@ -106,9 +106,9 @@ class _Connection:
 # spent most of its time in psycopg's per-row protocol work in Python (benchmarks/README.md).
 _SAMPLE_INSERT_ARRAYS = """
 INSERT INTO samples (run_id, step, uid, sample_index, reward, advantage, completion_length,
-                     prompt, completion, time, data)
+                     prompt, completion, time, data, attempt)
 SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::bigint[], %b::float8[], %b::float8[],
-                     %b::float8[], %b::text[], %b::text[], %b::float8[], %b::text[])
+                     %b::float8[], %b::text[], %b::text[], %b::float8[], %b::text[], %b::bigint[])
 ON CONFLICT (run_id, step, uid) DO NOTHING
 """
 

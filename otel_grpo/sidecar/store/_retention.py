@@ -9,11 +9,13 @@ _ORPHAN_PHASE_S = 3600.0  # a phase whose step span never came is kept this long
 def _delete_run(conn, run_id: str, counts: dict[str, int]) -> None:
     for table in ("samples", "steps", "step_spans", "phases", "runs"):
         counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,)).rowcount
+    conn.execute("DELETE FROM step_attempts WHERE run_id = ?", (run_id,))  # bookkeeping: not counted
 
 
 def _delete_before(conn, run_id: str, step: int, counts: dict[str, int]) -> None:
     for table in ("samples", "steps", "step_spans", "phases"):
         counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ? AND step < ?", (run_id, step)).rowcount
+    conn.execute("DELETE FROM step_attempts WHERE run_id = ? AND step < ?", (run_id, step))
 
 
 def _refresh_run(conn, run_id: str, steps_deleted: bool) -> None:

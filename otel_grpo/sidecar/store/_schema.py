@@ -89,7 +89,20 @@ CREATE INDEX steps_run_end ON steps (run_id, end_time);
 DROP TABLE step_values;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+# v5: attempts (`grpo.attempt`, catalog `spans`). A step sent again by a relaunched or resumed job replaces
+# what the earlier attempt stored for it, samples, scalars and phases together: each sample and phase row
+# says which attempt sent it, and `step_attempts` holds each step's newest. Rows stored before keep a NULL
+# attempt (older than any), so every row is kept until a newer attempt at its step arrives.
+_V5 = """
+ALTER TABLE samples ADD COLUMN attempt INTEGER;
+ALTER TABLE phases ADD COLUMN attempt INTEGER;
+CREATE TABLE step_attempts (
+    run_id TEXT NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL,
+    PRIMARY KEY (run_id, step)
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # PostgreSQL starts at SQLite's version 3 as one script (no PostgreSQL database predates it).
@@ -182,7 +195,17 @@ DROP INDEX steps_run_step_end;
 DROP TABLE step_values;
 """
 
-PG_MIGRATIONS: tuple[str, ...] = (_PG_V1, _PG_V2, _PG_V3, _PG_V4)
+# v5: as SQLite's v5 (attempts).
+_PG_V5 = """
+ALTER TABLE samples ADD COLUMN attempt BIGINT;
+ALTER TABLE phases ADD COLUMN attempt BIGINT;
+CREATE TABLE step_attempts (
+    run_id TEXT NOT NULL, step BIGINT NOT NULL, attempt BIGINT NOT NULL,
+    PRIMARY KEY (run_id, step)
+);
+"""
+
+PG_MIGRATIONS: tuple[str, ...] = (_PG_V1, _PG_V2, _PG_V3, _PG_V4, _PG_V5)
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 PG_LOCK = 0x6F74_6770  # "otgp": the advisory lock key of migrations and of every write transaction
 

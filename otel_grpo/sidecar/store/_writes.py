@@ -4,7 +4,8 @@ Statements are written once for SQLite and PostgreSQL: upserts name the target t
 qualified (`steps.start_time`), which both accept and PostgreSQL requires, and there are no
 numbered parameters. Every write is idempotent under re-delivery: samples are unique on
 (run, step, sample id), steps, values, spans and phases are upserts, so a retried export or a
-replayed spill never duplicates a row.
+replayed spill never duplicates a row. A newer attempt at a step (`grpo.attempt`) replaces the older
+one's samples, scalars and phases together (`_attempts`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Mapping
 import orjson
 
 from ..otlp._extract import PHASE_COLUMN, Batch
-from . import _retention
+from . import _attempts, _retention
 from ._alerts import upsert_episodes
 from ._queries import iso
 
@@ -26,8 +27,8 @@ MAINTENANCE_TIMEOUT_S = 600.0
 
 _SAMPLE_INSERT = """
 INSERT INTO samples (run_id, step, uid, sample_index, reward, advantage, completion_length,
-                     prompt, completion, time, data)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                     prompt, completion, time, data, attempt)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, step, uid) DO NOTHING
 """
 _STEP_UPSERT = """
@@ -44,9 +45,11 @@ INSERT INTO step_spans (span_id, run_id, step) VALUES (?, ?, ?)
 ON CONFLICT (span_id) DO UPDATE SET run_id = excluded.run_id, step = excluded.step
 """
 _PHASE_UPSERT = """
-INSERT INTO phases (span_id, parent_span_id, name, duration, run_id, step, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+INSERT INTO phases (span_id, parent_span_id, name, duration, run_id, step, received_at, attempt)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (span_id) DO UPDATE SET parent_span_id = excluded.parent_span_id, name = excluded.name,
-    duration = excluded.duration, run_id = excluded.run_id, step = excluded.step, received_at = excluded.received_at
+    duration = excluded.duration, run_id = excluded.run_id, step = excluded.step, received_at = excluded.received_at,
+    attempt = excluded.attempt
 """
 _RUN_UPSERT = """
 INSERT INTO runs (run_id, service_name, model, host, first_seen, last_update) VALUES (?, ?, ?, ?, ?, ?)
@@ -95,7 +98,7 @@ class Writes:
         """In a `_tx(samples_first=True)`: wait for the other writers (no-op where `_tx` already did)."""
 
     def write_batch(self, batch: Batch, now: float | None = None) -> int:
-        """Store one request's records in one transaction; returns samples newly inserted."""
+        """Store one request's records in one transaction; returns samples newly inserted (and kept)."""
         now = time.time() if now is None else now
         if not (batch.steps or batch.phases or batch.samples):
             return 0
@@ -107,21 +110,31 @@ class Writes:
             for run_id, info in batch.runs.items():
                 conn.execute(_RUN_UPSERT, (run_id, info.get("service.name"), info.get("grpo.model"),
                                            info.get("host.name"), now, now))
-            for st in batch.steps:
+            settled = _attempts.settle(conn, batch)
+            if settled.replaced:  # rows of the new attempt that met an older one's (same uid) go in now
+                again = self._write_samples(conn, batch, only=settled)
+                inserted = {run: inserted.get(run, 0) + again.get(run, 0) for run in {*inserted, *again}}
+            steps = [st for st in batch.steps if not settled.stale(st.run_id, st.step, st.attempt)]
+            for st in steps:
                 merge_step(conn, st.run_id, st.step, st.start, st.end, now, st.metrics)
-            conn.executemany(_SPAN_UPSERT, [(s.span_id, s.run_id, s.step) for s in batch.steps])
-            self._write_phases(conn, batch, now)
-            self._write_progress(conn, batch, inserted)
-        return sum(inserted.values())
+            conn.executemany(_SPAN_UPSERT, [(s.span_id, s.run_id, s.step) for s in steps])
+            self._write_phases(conn, batch, now, settled)
+            kept = {run: inserted.get(run, 0) - settled.dropped.get(run, 0) for run in inserted}
+            self._write_progress(conn, batch, {run: kept.get(run, 0) - settled.removed.get(run, 0)
+                                               for run in {*kept, *settled.removed}})
+        return sum(kept.values())
 
-    def _write_phases(self, conn, batch: Batch, now: float) -> None:
+    def _write_phases(self, conn, batch: Batch, now: float, settled: _attempts.Settled) -> None:
         conn.executemany(_PHASE_UPSERT, [
-            (p.span_id, p.parent_span_id, p.name, p.duration, p.run_id, p.step, now) for p in batch.phases])
+            (p.span_id, p.parent_span_id, p.name, p.duration, p.run_id, p.step, now, p.attempt) for p in batch.phases
+            if not settled.stale(p.run_id, p.step, p.attempt)])
         if batch.phases or batch.steps:
             conn.execute("""UPDATE phases SET run_id = s.run_id, step = s.step FROM step_spans AS s
                             WHERE phases.run_id IS NULL AND phases.parent_span_id = s.span_id""")
-        touched = {(s.run_id, s.step) for s in batch.steps}
+        touched = {(s.run_id, s.step) for s in batch.steps} | {k for k, removed in settled.replaced.items() if removed}
         for p in batch.phases:
+            if settled.stale(p.run_id, p.step, p.attempt):
+                continue
             row = conn.execute("SELECT run_id, step FROM phases WHERE span_id = ?", (p.span_id,)).fetchone()
             if row[0] is not None:
                 touched.add((row[0], row[1]))
@@ -133,16 +146,20 @@ class Writes:
                 conn.execute(_RUN_UPSERT, (run_id, None, None, None, now, now))
                 merge_step(conn, run_id, step, None, None, now, {PHASE_COLUMN + name: total for name, total in sums})
 
-    def _write_samples(self, conn, batch: Batch) -> dict[str, int]:
+    def _write_samples(self, conn, batch: Batch, only: _attempts.Settled | None = None) -> dict[str, int]:
+        """`only`: just the newest attempt's samples of the steps whose older rows it removed."""
         # orjson: the per-row JSON of the dynamic columns at a fraction of json.dumps' cost
         # (benchmarks/README.md); output is the same compact JSON (UTF-8 rather than \u escapes;
         # ints are int64 by OTLP).
         dumps = orjson.dumps
         by_run: dict[str, list] = defaultdict(list)
         for s in batch.samples:
+            if only is not None and not (only.replaced.get((s.run_id, s.step))
+                                         and not only.stale(s.run_id, s.step, s.attempt)):
+                continue
             by_run[s.run_id].append((s.run_id, s.step, s.uid, s.sample_index, s.reward, s.advantage,
                                      s.completion_length, s.prompt, s.completion, s.time,
-                                     dumps(s.data).decode()))
+                                     dumps(s.data).decode(), s.attempt))
         return {run_id: self._insert_samples(conn, rows) for run_id, rows in by_run.items()}
 
     def _insert_samples(self, conn, rows: list[tuple]) -> int:

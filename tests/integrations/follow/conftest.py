@@ -37,16 +37,17 @@ def verl() -> Path:
 
 
 class Writer:
-    """verl_writer.py as another process: verl's own FileLogger appending while we follow."""
+    """verl_writer.py as another process: verl's own FileLogger appending while we follow; `tag`: the
+    attempt's mark on its completions and scores (verl_writer.py)."""
 
     def __init__(self, verl: Path, metrics: Path, rollouts: Path | None, last: int, *, first: int = 1,
-                 delay: float = 0.0, pause_after: int | None = None) -> None:
+                 delay: float = 0.0, pause_after: int | None = None, tag: str = "") -> None:
         self.go = metrics.with_suffix(".go")
         argv = [sys.executable, str(WRITER), str(verl), str(metrics), str(rollouts or "-"), str(first), str(last),
                 str(delay)]
         if pause_after is not None:
             argv += [str(pause_after), str(self.go)]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env={**os.environ, "VERL_WRITER_TAG": tag})
 
     def resume(self) -> None:
         self.go.touch()

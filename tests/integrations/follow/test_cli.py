@@ -160,3 +160,60 @@ def test_a_checkpoint_folder_that_does_not_exist_yet_is_named(tmp_path):
                  "--state", str(tmp_path / "s.json"))
     assert out.returncode == 0, out.stderr
     assert f"{tmp_path / 'ckpts'} does not exist yet; saves into it will be heartbeats once it does" in out.stderr
+
+
+# `otel-grpo follow` with its exporters' set-up held at a gate: the test writes while the follower is between
+# its launch and its exporters (the window a launch takes: modules, exporters, a Prometheus port).
+_GATED = """
+import os, sys, time
+from otel_grpo.telemetry import Telemetry
+real = Telemetry.from_env.__func__
+def held(cls, *args, **kwargs):
+    open(os.environ["GATE_REACHED"], "w").close()
+    while not os.path.exists(os.environ["GATE_GO"]):
+        time.sleep(0.02)
+    return real(cls, *args, **kwargs)
+Telemetry.from_env = classmethod(held)
+from otel_grpo.cli import main
+sys.argv = ["otel-grpo", "follow", *sys.argv[1:]]
+main()
+"""
+
+
+def test_without_from_start_lines_written_after_launch_are_read_and_the_start_is_saved_at_once(tmp_path, verl):
+    """The start offset is the files' end at launch, saved at once: a line the job writes while the follower
+    sets up its exporters is read, and a follower killed there resumes at its launch point."""
+    from otel_grpo.integrations.follow import State
+    from tests._support.waiting import wait_for
+
+    from .test_files import write_verl
+
+    path, state, reached, go = tmp_path / "exp.jsonl", tmp_path / "s.json", tmp_path / "reached", tmp_path / "go"
+    write_verl(verl, path, 1, 2)
+    launch_size = path.stat().st_size
+
+    def append(step: int) -> None:
+        write_verl(verl, tmp_path / "more.jsonl", step, step)
+        with open(path, "ab") as fp:
+            fp.write((tmp_path / "more.jsonl").read_bytes())
+
+    def gated() -> subprocess.Popen:
+        env = {**os.environ, **ENV, "PYTHONPATH": os.getcwd(), "GATE_REACHED": str(reached), "GATE_GO": str(go)}
+        return subprocess.Popen([sys.executable, "-c", _GATED, "--verl-metrics", str(path), "--state", str(state),
+                                 "--poll", "0.05"], env=env, stderr=subprocess.PIPE, text=True)
+
+    first = gated()
+    wait_for(reached.exists, "the follower between its launch and its exporters")
+    assert State.load(state).sources["verl-metrics"]["offset"] == launch_size  # saved before the exporters
+    append(3)
+    first.kill()  # killed before its first batch: the restart resumes at the launch point, not the new end
+    first.wait()
+    reached.unlink()
+    second = gated()
+    wait_for(reached.exists, "the restarted follower at the gate")
+    append(4)
+    go.touch()
+    wait_for(lambda: State.load(state).sources["verl-metrics"]["offset"] == path.stat().st_size, "steps 3-4 read")
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=60) == 0
+    assert "2 steps emitted, 0 bad lines" in second.stderr.read()

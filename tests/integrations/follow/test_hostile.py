@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from otel_grpo.integrations.follow._tail import MAX_LINE
 from tests._support.waiting import wait_for
 
 from .test_files import Run, write_verl
-from .verl_writer import dump_generations
+from .verl_writer import dump_generations, verl_dump
 
 
 def _lines(verl, tmp_path, first, last) -> list[bytes]:
@@ -119,20 +120,24 @@ def test_sigterm_stops_a_follower_whose_dump_dir_holds_a_fifo(tmp_path):
     assert "1 steps emitted, 1 bad lines or files skipped" in proc.stderr.read()  # step 2 had nothing to send
 
 
-def test_a_file_that_becomes_unreadable_is_reported_once_and_read_when_readable_again(tmp_path, verl):
-    """Rotated to a file the follower may not read: no traceback, no exit, one report. The follower runs
-    without the capabilities that let root read any file (setpriv), so file modes apply to it."""
+def _unprivileged_follow(path, state, log, *args) -> subprocess.Popen:
+    """The follower without the capabilities that let root read any file (setpriv): file modes apply to it."""
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         pytest.skip("needs util-linux's setpriv")
-    path, state, log = tmp_path / "exp.jsonl", tmp_path / "s.json", tmp_path / "follow.log"
-    write_verl(verl, path, 1, 2)
     env = {**os.environ, "OTEL_GRPO_METRICS_EXPORTERS": "none", "OTEL_GRPO_TRACES_EXPORTERS": "none",
            "PYTHONPATH": os.getcwd()}
     caps = "-dac_override,-dac_read_search"
-    proc = subprocess.Popen([setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}", sys.executable, "-m",
+    return subprocess.Popen([setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}", sys.executable, "-m",
                              "otel_grpo.cli", "follow", "--verl-metrics", str(path), "--state", str(state),
-                             "--from-start", "--poll", "0.05"], env=env, stderr=open(log, "w"))
+                             "--poll", "0.05", *args], env=env, stderr=open(log, "w"))
+
+
+def test_a_file_that_becomes_unreadable_is_reported_once_and_read_when_readable_again(tmp_path, verl):
+    """Rotated to a file the follower may not read: no traceback, no exit, one report."""
+    path, state, log = tmp_path / "exp.jsonl", tmp_path / "s.json", tmp_path / "follow.log"
+    write_verl(verl, path, 1, 2)
+    proc = _unprivileged_follow(path, state, log, "--from-start")
     try:
         size = path.stat().st_size
         wait_for(lambda: state.exists() and State.load(state).sources["verl-metrics"]["offset"] == size, "steps 1-2")
@@ -152,6 +157,29 @@ def test_a_file_that_becomes_unreadable_is_reported_once_and_read_when_readable_
     err = log.read_text()
     assert "Traceback" not in err and err.count("unreadable") == 1 and "Permission denied" in err
     assert "4 steps emitted, 1 bad lines or files skipped" in err
+
+
+@pytest.mark.parametrize("from_start", [True, False])
+def test_a_file_unreadable_at_start_is_reported_once_and_read_once_readable(tmp_path, verl, from_start):
+    """As docs/follow.md says: reported once and retried, not a usage error (exit 2). Without
+    --from-start, what the file held at launch is skipped once it can be read, and the rest is read."""
+    path, state, log = tmp_path / "exp.jsonl", tmp_path / "s.json", tmp_path / "follow.log"
+    write_verl(verl, path, 1, 2)
+    path.chmod(0o000)
+    proc = _unprivileged_follow(path, state, log, *(["--from-start"] if from_start else []))
+    try:
+        wait_for(lambda: "unreadable" in log.read_text() or proc.poll() is not None, "the report")
+        time.sleep(1.0)  # about 20 more polls: still running, still one report
+        assert proc.poll() is None, log.read_text()
+        path.chmod(0o644)
+        size = path.stat().st_size
+        wait_for(lambda: State.load(state).sources["verl-metrics"]["offset"] == size, "steps 1-2 read or passed")
+    finally:
+        proc.terminate()
+    assert proc.wait(timeout=60) == 0
+    err = log.read_text()
+    assert "Traceback" not in err and err.count(": unreadable, skipped") == 1 and "Permission denied" in err
+    assert f"{2 if from_start else 0} steps emitted, 1 bad lines or files skipped" in err
 
 
 def test_line_tail_memory_is_bounded_by_one_line(tmp_path):
@@ -202,3 +230,52 @@ def test_a_trainer_state_that_is_not_trls_or_a_fifo_never_crashes_the_trl_reader
     for _ in range(2):
         run.once()
     assert run.steps() == [1] and not run.follower.sources[0].ended
+
+
+def test_a_dumped_score_too_large_for_a_float_is_non_finite_and_the_steps_other_samples_are_kept(tmp_path, verl,
+                                                                                                 caplog):
+    """verl's json.dumps writes a Python int score as its digits: 400 of them fit no float. That value is
+    non-finite (counted, reported once); the step's other samples and the next steps go out."""
+    rollouts = tmp_path / "rollouts"
+    scores = [0.5] * 8
+    scores[2], scores[5] = int("9" * 400), -int("9" * 400)
+    verl_dump(str(verl), str(rollouts), 1, scores)
+    verl_dump(str(verl), str(rollouts), 2)
+    run = Run(tmp_path, [VerlRollouts(rollouts, settle_s=0.0)])
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.follow"):
+        run.once()
+        run.once()
+    assert _sample_steps(run) == [1, 2]
+    events = {e.attributes["sample_index"]: dict(e.attributes) for s in run.spans.get_finished_spans()
+              if s.name == "grpo.samples" and s.attributes["grpo.step"] == 1 for e in s.events}
+    assert sorted(events) == list(range(8))
+    assert events[2]["reward"] == math.inf and events[5]["reward"] == -math.inf and events[0]["reward"] == 0.5
+    assert run.follower.malformed == 2
+    [report] = _reports(caplog)
+    assert str(rollouts / "1.jsonl") in report and "2 values" in report
+
+
+@pytest.mark.parametrize("from_start", [True, False])
+def test_a_fifo_metrics_path_is_never_opened_so_verls_writer_is_never_let_in(tmp_path, verl, caplog, from_start):
+    """Opening a FIFO's read end, even to look at its type, lets verl's FileLogger (blocked in open "wb") in;
+    closing it again makes verl's first write fail with BrokenPipeError: the follower would kill the job.
+    The type is read with stat: the writer stays blocked, as with no follower, and one line says why."""
+    from .conftest import Writer
+
+    path = tmp_path / "exp.jsonl"
+    os.mkfifo(path)
+    writer = Writer(verl, path, None, 3)
+    try:
+        with caplog.at_level(logging.WARNING, logger="otel_grpo.follow"):
+            run = Run(tmp_path, [VerlMetrics(path)], from_start=from_start)
+            for _ in range(20):
+                run.once()
+                time.sleep(0.05)
+        time.sleep(1.0)  # a writer let in would have written (and died) by now
+        assert writer.proc.poll() is None, "verl's writer got past its open of the FIFO"
+        assert run.steps() == []
+        [report] = _reports(caplog)
+        assert str(path) in report and "not a regular file (a FIFO)" in report
+    finally:
+        writer.proc.kill()
+        writer.proc.wait()

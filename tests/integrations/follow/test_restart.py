@@ -13,6 +13,8 @@ import pytest
 
 from tests._support.waiting import wait_for
 
+from tests.sidecar.conftest import free_port
+
 from .conftest import FollowProcess, Writer, prom_query
 
 pytestmark = pytest.mark.integration
@@ -122,3 +124,46 @@ def test_follows_an_appending_job_through_a_kill_at_any_moment_and_finishes(tmp_
     assert "run finished" in log.read_text()
     assert sorted(set(_steps(sidecar, run))) == list(range(1, 31))
     assert _samples_per_step(sidecar, run) == {step: list(range(SAMPLES)) for step in range(1, 31)}
+
+
+def _step_rows(sidecar, run) -> dict[int, dict]:
+    return {row["step"]: row for row in httpx.get(f"{sidecar.url}/api/runs/{run}/steps", timeout=10).json()}
+
+
+def _completions(sidecar, run) -> dict[int, list[str]]:
+    r = httpx.get(f"{sidecar.url}/api/runs/{run}/samples", params={"step_min": 0, "limit": 10000}, timeout=10)
+    out: dict[int, list[str]] = {}
+    for row in r.json() if r.status_code == 200 else ():
+        out.setdefault(row["step"], []).append(row["completion"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def test_a_relaunched_job_replaces_the_crashed_attempts_samples_and_scalars(tmp_path, verl, sidecar):
+    """verl's job crashes after step 4 and is relaunched from step 2's checkpoint: its FileLogger truncates the
+    metrics file and `_write_generations` rewrites 3.jsonl and 4.jsonl with other completions. The sidecar
+    shows steps 3-4 with the relaunch's completions only, beside the relaunch's scalars."""
+    metrics, rollouts, state, log = tmp_path / "exp.jsonl", tmp_path / "rollouts", tmp_path / "state.json", tmp_path / "follow.log"
+    run = "verl-relaunch"
+    Writer(verl, metrics, rollouts, last=4).wait()
+    follower = FollowProcess(["--verl-metrics", str(metrics), "--verl-rollouts", str(rollouts), "--run-id", run,
+                              "--state", str(state), "--from-start", "--poll", "0.1", "--pair-wait", "5"],
+                             sidecar.url, free_port(), log)
+    try:
+        wait_for(lambda: len(_completions(sidecar, run).get(4, [])) == SAMPLES and _committed(state, metrics),
+                 "the first attempt's steps 1-4")
+        Writer(verl, metrics, rollouts, first=3, last=5, tag="second").wait()
+        wait_for(lambda: len(_completions(sidecar, run).get(5, [])) == SAMPLES and _committed(state, metrics),
+                 "the relaunch's steps 3-5")
+        wait_for(lambda: all(c.startswith("second") for c in _completions(sidecar, run)[4]), "step 4 replaced")
+        assert follower.terminate() == 0
+    finally:
+        follower.stop_if_running()
+    completions, steps = _completions(sidecar, run), _step_rows(sidecar, run)
+    for step in (1, 2):  # before the checkpoint: the first attempt's, untouched
+        assert completions[step] == sorted(f"answer {step}.{i}" for i in range(SAMPLES))
+        assert steps[step]["grpo.reward.mean"] == pytest.approx(0.5 + step / 1000)
+    for step in (3, 4, 5):  # the relaunch's only: none of the crashed attempt's completions beside its scalars
+        assert completions[step] == sorted(f"second answer {step}.{i}" for i in range(SAMPLES))
+        assert steps[step]["grpo.reward.mean"] == pytest.approx(0.6 + step / 1000)
+    [info] = [r for r in httpx.get(f"{sidecar.url}/api/runs", timeout=10).json() if r["run_id"] == run]
+    assert info["sample_count"] == 5 * SAMPLES

@@ -5,18 +5,24 @@ metrics file, and each step's generations are dumped in `_write_generations`' fo
 
 With PAUSE_AFTER, the job stops after that step until GO_FILE exists, with its file still
 open (verl's FileLogger opens with "wb": a second writer would truncate the file).
+With VERL_WRITER_TAG set (an attempt of the job: "second"), completions start with the tag and the
+step's score mean is 0.1 higher, so that each attempt's samples and scalars are told apart.
 
 `verl/__init__.py` imports `verl.protocol` (torch, tensordict, ray, ...), so the package
 cannot be imported without verl's heavy dependencies; `verl/utils/tracking.py` itself
 imports only `orjson` and `packaging`, so it is loaded by file path on its own.
-The dump format is re-typed from `RayPPOTrainer._write_generations`
-(`verl/trainer/ppo/ray_trainer.py`): `<dir>/<step>.jsonl`, one object per sample with
-`input`, `output`, `gts`, `score`, `step` and each reward-extra-info entry of full length.
+The dumps are written by verl's own `RayPPOTrainer._write_generations` (`verl/trainer/ppo/ray_trainer.py`,
+compiled from its source: `load_write_generations`): `<dir>/<step>.jsonl`, one object per sample with
+`input`, `output`, `gts`, `score`, `step` and each reward-extra-info entry of full length;
+`dump_generations` re-types that format for tests that have no verl wheel at hand.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import sys
@@ -34,13 +40,37 @@ def load_tracking(site: str):
     return module
 
 
-def step_metrics(step: int) -> dict:
-    """The keys one verl GRPO step logs (a subset of each family), with values that identify the step."""
+def load_write_generations(site: str):
+    """verl 0.9.1's own `RayPPOTrainer._write_generations` (a static method: no trainer needed), compiled from
+    its source alone (`ray_trainer.py` imports ray and torch at the top)."""
+    path = Path(site) / "verl" / "trainer" / "ppo" / "ray_trainer.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    [func] = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_write_generations"]
+    func.decorator_list = []
+    namespace = {"os": os, "json": json}
+    exec(compile(ast.Module([func], type_ignores=[]), str(path), "exec"), namespace)
+    return namespace["_write_generations"]
+
+
+def verl_dump(site: str, directory: str, step: int, scores: list | None = None, tag: str = "") -> None:
+    """Step `step`'s dump as verl writes it, with `dump_generations`' samples (or these scores); `tag`
+    starts each completion (an attempt's own)."""
+    write = load_write_generations(site)
+    extra = {"acc": [float(i % 2) for i in range(SAMPLES)], "pred": [str(i) for i in range(SAMPLES)]}
+    with contextlib.redirect_stdout(io.StringIO()):  # verl prints "Dumped generations to ..."
+        write([f"question {step}.{i}" for i in range(SAMPLES)], [f"{tag}answer {step}.{i}" for i in range(SAMPLES)],
+              [str(i) for i in range(SAMPLES)], scores or [float(i % 3) / 2 for i in range(SAMPLES)], extra,
+              directory, step)
+
+
+def step_metrics(step: int, tag: str = "") -> dict:
+    """The keys one verl GRPO step logs (a subset of each family), with values that identify the step (and
+    the attempt: a tagged one's score mean is 0.1 higher)."""
     import numpy as np
 
     return {
         "training/global_step": step, "training/epoch": 0,
-        "critic/score/mean": 0.5 + step / 1000, "critic/score/max": 1.0, "critic/score/min": 0.0,
+        "critic/score/mean": 0.5 + step / 1000 + (0.1 if tag else 0.0), "critic/score/max": 1.0, "critic/score/min": 0.0,
         "critic/rewards/mean": 0.5, "critic/advantages/mean": 0.0, "critic/advantages/max": 1.5,
         "critic/advantages/min": -1.5, "critic/returns/mean": 0.0,
         "actor/pg_loss": np.float32(-0.01), "actor/kl_loss": 0.001 * step, "actor/entropy": 1.2,
@@ -76,10 +106,11 @@ def main(site: str, metrics: str, rollouts: str, first: int, last: int, delay: f
     tracking = load_tracking(site)
     os.environ["VERL_FILE_LOGGER_PATH"] = metrics
     logger = tracking.Tracking("proj", "exp", default_backend=["file"])
+    tag = os.environ.get("VERL_WRITER_TAG", "")
     for step in range(first, last + 1):
         if rollouts != "-":
-            dump_generations(rollouts, step)
-        logger.log(data=step_metrics(step), step=step)
+            verl_dump(site, rollouts, step, tag=f"{tag} " if tag else "")
+        logger.log(data=step_metrics(step, tag), step=step)
         if delay:
             time.sleep(delay)
         if step == pause_after:

@@ -1,0 +1,83 @@
+"""Attempts at a step (`grpo.attempt`, catalog `spans`): a newer attempt replaces an older one's rows.
+
+A relaunched or resumed job sends its steps again with other completions and other scalars. The
+store keeps one attempt per step, the newest it has seen (`step_attempts`): a write carrying a newer
+attempt first removes the step's samples and phases of older attempts (and rows stored with none) and
+empties its scalars, so the step never shows one attempt's completions beside another's metrics;
+records of an older attempt are dropped; records of the same attempt (a re-sent export, a replay)
+merge as always, so re-delivery stays idempotent. Records without an attempt merge as before.
+
+Runs inside `Writes.write_batch`'s transaction, after it has serialized with the other writers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..otlp._extract import Batch
+
+_UPSERT = """
+INSERT INTO step_attempts (run_id, step, attempt) VALUES (?, ?, ?)
+ON CONFLICT (run_id, step) DO UPDATE SET attempt = excluded.attempt
+"""
+
+
+@dataclass(slots=True)
+class Settled:
+    newest: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Each step's attempt after this write."""
+    replaced: dict[tuple[str, int], bool] = field(default_factory=dict)
+    """Steps whose older attempt's rows were removed by this write (their scalars start over)."""
+    removed: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """Sample rows of older attempts removed, per run."""
+    dropped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """This batch's sample rows of a stale attempt, inserted with the others and taken out again, per run."""
+
+    def stale(self, run_id: str | None, step: int | None, attempt: int | None) -> bool:
+        """A record of an attempt older than its step's newest: dropped."""
+        return attempt is not None and attempt < self.newest.get((run_id, step), attempt)  # type: ignore[arg-type]
+
+
+def settle(conn, batch: Batch) -> Settled:
+    """Bring each step the batch names an attempt for to its newest attempt; returns what the rest of the
+    write must skip and the samples removed."""
+    out = Settled()
+    sent: dict[tuple[str, int], tuple[int, int]] = {}  # step -> (newest, oldest) attempt in this batch
+    for rec in (*batch.steps, *batch.samples, *batch.phases):
+        if rec.attempt is not None and rec.run_id is not None and rec.step is not None:
+            key = (rec.run_id, rec.step)
+            newest, oldest = sent.get(key, (rec.attempt, rec.attempt))
+            sent[key] = (max(newest, rec.attempt), min(oldest, rec.attempt))
+    for (run_id, step), (newest, oldest) in sorted(sent.items()):
+        row = conn.execute("SELECT attempt FROM step_attempts WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
+        stored = None if row is None else row[0]
+        final = newest if stored is None else max(stored, newest)
+        out.newest[(run_id, step)] = final
+        if stored is None or final > stored:
+            conn.execute(_UPSERT, (run_id, step, final))
+            out.replaced[(run_id, step)] = _replace(conn, run_id, step, final, out)
+        elif oldest < final:  # this batch's rows of an older attempt went in with the samples: take them out
+            out.dropped[run_id] += _remove_samples(conn, run_id, step, final)
+    return out
+
+
+def _replace(conn, run_id: str, step: int, attempt: int, out: Settled) -> bool:
+    """Remove what older attempts (or senders that named none) stored for the step; True if anything was."""
+    removed = _remove_samples(conn, run_id, step, attempt)
+    out.removed[run_id] += removed
+    phases = conn.execute("DELETE FROM phases WHERE run_id = ? AND step = ? AND (attempt IS NULL OR attempt < ?)",
+                          (run_id, step, attempt)).rowcount
+    scalars = conn.execute("SELECT 1 FROM steps WHERE run_id = ? AND step = ? AND metrics <> '{}'",
+                           (run_id, step)).fetchone() is not None
+    if scalars:
+        (version,) = conn.execute("UPDATE runs SET step_version = step_version + 1 WHERE run_id = ? "
+                                  "RETURNING step_version", (run_id,)).fetchone()
+        conn.execute("UPDATE steps SET metrics = '{}', version = ? WHERE run_id = ? AND step = ?",
+                     (version, run_id, step))
+    return bool(removed or phases or scalars)
+
+
+def _remove_samples(conn, run_id: str, step: int, attempt: int) -> int:
+    return conn.execute("DELETE FROM samples WHERE run_id = ? AND step = ? AND (attempt IS NULL OR attempt < ?)",
+                        (run_id, step, attempt)).rowcount
