@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 from otel_grpo import catalog
-from otel_grpo.catalog import PROCESS, STEP_CHECKS, Streaks, bound_label, process_id, reached
+from otel_grpo.catalog import PROCESS, STEP_CHECKS, Streaks, bound_label, judged, process_id, reached
 
 STALE = "stale"
 ENDS = ("hang", "finish", "preempt", "crash")
@@ -74,25 +74,28 @@ def _states(seg: Segment) -> Iterator[dict[str, float]]:
         out[f"{catalog.get('step').prometheus_name}{{{run}}}"] = float(seg.first_step + i * seg.stride)
         out[f"{catalog.get('steps').prometheus_name}{{{run}}}"] = float((i + 1) * seg.stride)
         out[f"{catalog.get('log_interval').prometheus_name}{{{run}}}"] = seg.step_s
-        for key, values in seg.values.items():
-            value = values[i]
-            if value is None:  # not logged: the gauge keeps its last value
-                continue
+        logged = {key: values[i] for key, values in seg.values.items() if values[i] is not None}
+        # the checks this step judges, by the key each judges (its own, else a fallback: TRL's kl), as the trainer
+        finite = {key: value for key, value in logged.items() if math.isfinite(value)}
+        judging = {next(k for k in check.inputs if k in finite): (check, value) for check, value in judged(finite)}
+        for key, value in logged.items():  # a key not logged at this step: its gauge keeps its last value
             if not math.isfinite(value):
                 name = f'{catalog.get("nonfinite").prometheus_name}{{{run}, {process}, signal="{key}"}}'
                 out[name] = out.get(name, 0.0) + 1
                 continue
             out[f"{catalog.get(key).prometheus_name}{{{run}}}"] = value
-            state = streaks.get(key)
-            if state is not None:
-                state.advance(value)
-                for bound, streak in zip(state.check.bounds, state.counts):
-                    labels = f'{run}, signal="{key}", bound="{bound_label(bound)}"'
-                    out[f"{catalog.get('step_streak').prometheus_name}{{{labels}}}"] = float(streak)
-                    done = reached(streak)
-                    for n in catalog.STREAKS:
-                        name = f'{catalog.get("step_beyond").prometheus_name}{{{labels}, {process}, streak="{n}"}}'
-                        out[name] = out.get(name, 0.0) + (n in done)
+            if key not in judging:
+                continue
+            check, value = judging[key]
+            state = streaks[check.key]
+            state.advance(value)
+            for bound, streak in zip(check.bounds, state.counts):
+                labels = f'{run}, signal="{check.key}", bound="{bound_label(bound)}"'
+                out[f"{catalog.get('step_streak').prometheus_name}{{{labels}}}"] = float(streak)
+                done = reached(streak)
+                for n in catalog.STREAKS:
+                    name = f'{catalog.get("step_beyond").prometheus_name}{{{labels}, {process}, streak="{n}"}}'
+                    out[name] = out.get(name, 0.0) + (n in done)
         for end in ("finish", "preempt"):  # 0 from the first step, 1 at a deliberate end
             marker = f"{catalog.get('run_' + end + 'ed').prometheus_name}{{{run}}}"
             out[marker] = float(seg.end == end and i == seg.steps - 1)

@@ -27,8 +27,8 @@ logger = logging.getLogger("otel_grpo.telemetry")
 EXTRA_PREFIX = "grpo.extra."
 EXTRA_UNIT = "{value}"  # braces: both Prometheus paths drop it (never "1", see ARCHITECTURE.md)
 _MAX_NAME = 200
-# Scalars also observed once per step into a histogram: its bucket counters count the
-# steps above each bound, so a one-step spike between two scrapes is not lost (alerts).
+# Step checks whose judged value (catalog `judged`: grpo.kl, else TRL's kl) is also observed once per
+# step into a histogram: its bucket counters count the steps above each bound (dashboards).
 STEP_DISTRIBUTIONS = {"kl": "step_kl"}
 
 
@@ -207,9 +207,6 @@ class Instruments:
                 continue
             route.record(value, route.attributes)
             finite[route.stat_key] = value
-            per_step = self._per_step.get(route.stat_key)
-            if per_step is not None:
-                per_step.record(value, per_step.attributes)
             self._streaks.observe(route.stat_key, value)
         return finite
 
@@ -247,7 +244,10 @@ class Instruments:
     def count_steps(self, steps: int, last_step: int, skipped: bool, interval_s: float | None) -> None:
         """Progress counters, the `step` and `log_interval` gauges and the step checks' streaks (once per
         reported step; `interval_s`: the wall time since the previous one, None: the step recorded its own)."""
-        self._streaks.end_step()
+        for check, value in self._streaks.end_step():
+            per_step = self._per_step.get(check.key)
+            if per_step is not None:
+                per_step.record(value, per_step.attributes)
         for route in self._running:
             route.record(0.0, route.attributes)
         self._running.clear()
