@@ -40,7 +40,7 @@ def prometheus_name(key: str) -> str:
     return catalog.get(key).prometheus_name
 
 
-REWARD, ENTROPY = map(prometheus_name, ("reward", "entropy"))
+KL, REWARD, ENTROPY = map(prometheus_name, ("kl", "reward", "entropy"))
 STEP_INDEX, NONFINITE, SKIPPED = map(prometheus_name, ("step", "nonfinite", "skipped_steps"))
 THROUGHPUT, STEP_TIME, LOG_INTERVAL = map(prometheus_name, ("tokens_per_second", "step_time", "log_interval"))
 # Histograms whose rates the dashboards turn into quantiles (heavy: one series per bucket).
@@ -328,7 +328,7 @@ def _kl_baseline(s: RuleSettings) -> list[dict]:
         return _quantile_baseline(s, KL_JUDGED, p)
 
     return [
-        # first in the group: the baselines below read its history (rules in a group run in order)
+        # before the baselines that read its history: the rules of a group are evaluated in order
         {"record": KL_JUDGED, "expr": _judged("kl")},
         {"record": "run_id:grpo_kl:baseline_median", "expr": q(0.5)},
         {"record": "run_id:grpo_kl:baseline_iqr", "expr": f"({q(0.75)}) - ({q(0.25)})"},
