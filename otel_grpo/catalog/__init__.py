@@ -15,6 +15,7 @@ from ._lookup import PEERS, by_name, get, peer_names, resolve, split_stat_key, s
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
 from ._step_checks import (
     BASELINE_MIN_STEPS,
+    CHECK_INPUTS,
     PROCESS,
     STEP_CHECKS,
     STEP_THRESHOLDS,
@@ -22,6 +23,7 @@ from ._step_checks import (
     StepCheck,
     Streaks,
     bound_label,
+    judged,
     load_rule_settings,
     process_id,
     reached,
@@ -31,6 +33,7 @@ from ._table import SIGNALS
 
 __all__ = [
     "BASELINE_MIN_STEPS",
+    "CHECK_INPUTS",
     "PEERS",
     "PROCESS",
     "SIGNALS",
@@ -46,6 +49,7 @@ __all__ = [
     "bound_label",
     "by_name",
     "get",
+    "judged",
     "load_rule_settings",
     "peer_names",
     "process_id",

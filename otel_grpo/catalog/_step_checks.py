@@ -14,6 +14,13 @@ The rule settings file (YAML of `RuleSettings` fields, `otel-grpo dashboards --r
 is read here too, so that the training process judges a step by the same per-run thresholds
 as the alerts (`run_thresholds`; the telemetry's adaptive retention) without importing the stack.
 
+A check may name fallbacks: catalog keys judged in its place at a step that lacks its own
+key. TRL logs its own KL estimate as `kl` (catalog `trl_kl`), and a trainer integrated only
+through its logs (`OtelGrpoCallback`, `follow --trl-output`, `instrument` outside the
+supported TRL) has no plain-k3 `grpo.kl`; the `kl` check then judges `trl_kl`, still as
+`signal="kl"`, so the KL alerts read one set of series whichever estimate the run has
+(`judged`). A step with both is judged on the check's own key only.
+
 A relative check (`baseline_steps`, the gradient norm) compares each step's value
 divided by the median of the run's previous `baseline_steps` values with its bounds
 (factors): a spike against the run's own recent history, judged on every step.
@@ -27,6 +34,8 @@ stale, still shows its first step's events.
     (0.1, 0.2, 0.5)
     >>> STEP_CHECKS["rollout_is_eff_sample_size"].below
     True
+    >>> [(c.key, v) for c, v in judged({"trl_kl": 0.3, "reward": 1.0})]
+    [('kl', 0.3)]
     >>> state = Streaks(StepCheck("x", (2.0,), baseline_steps=4), min_history=2)
     >>> for v in (1.0, 1.0, 1.0, 3.0): state.advance(v)
     >>> state.counts   # 3.0 is 3 times the median of 1.0, 1.0, 1.0
@@ -62,12 +71,22 @@ class StepCheck:
     baseline_steps: int = 0
     """Relative check: the value judged is the scalar over the median of its previous `baseline_steps`
     values (bounds are factors), once `BASELINE_MIN_STEPS` of them are known; 0: the scalar itself."""
+    fallbacks: tuple[str, ...] = ()
+    """Catalog keys judged in this check's place at a step that lacks `key`, the first one present (a
+    trainer's own estimate of the same quantity); its series stay this check's (`signal=key`)."""
 
     def __post_init__(self) -> None:
         if not self.bounds or list(self.bounds) != sorted(set(self.bounds)):
             raise ValueError(f"{self.key!r}: bounds must be non-empty and strictly increasing")
         if self.baseline_steps < 0:
             raise ValueError(f"{self.key!r}: baseline_steps must be >= 0")
+        if self.key in self.fallbacks:
+            raise ValueError(f"{self.key!r}: a check is no fallback of itself")
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The catalog keys this check may judge, in order of preference."""
+        return (self.key, *self.fallbacks)
 
     def beyond(self, value: float, bound: float) -> bool:
         return value < bound if self.below else value > bound
@@ -131,7 +150,9 @@ def bound_label(bound: float) -> str:
 
 
 STEP_CHECKS: dict[str, StepCheck] = {c.key: c for c in (
-    StepCheck("kl", (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)),
+    # TRL's logged kl (k3 times the policy ratio under use_bias_correction_kl, TRL's default; close to
+    # k3 on-policy) where a run has no plain k3: runs integrated through TRL's logs alone.
+    StepCheck("kl", (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0), fallbacks=("trl_kl",)),
     StepCheck("mismatch_k3_kl", (0.001, 0.003, 0.01, 0.03, 0.1)),
     StepCheck("rollout_is_eff_sample_size", (0.2, 0.3, 0.5, 0.7), below=True),
     StepCheck("mismatch_chi2_token", (0.3, 1.0, 3.0)),
@@ -144,6 +165,23 @@ STEP_CHECKS: dict[str, StepCheck] = {c.key: c for c in (
     StepCheck("grad_norm", (3.0, 5.0, 10.0, 20.0), baseline_steps=100),
 )}
 """Checked scalars by catalog key."""
+
+CHECK_INPUTS: frozenset[str] = frozenset(k for c in STEP_CHECKS.values() for k in c.inputs)
+"""Catalog keys some step check judges: its own key or a fallback."""
+
+
+def judged(values: Mapping[str, float]) -> list[tuple[StepCheck, float]]:
+    """The step checks a step's finite values judge, each with the value it judges: its own key's, else its
+    first fallback present (`values`: catalog key -> value). The one choice for the trainer's streaks, the
+    step histograms and the alert tests' replay."""
+    out = []
+    for check in STEP_CHECKS.values():
+        for key in check.inputs:
+            value = values.get(key)
+            if value is not None:
+                out.append((check, value))
+                break
+    return out
 
 STEP_THRESHOLDS: dict[str, str] = {
     "kl_threshold": "kl", "mismatch_kl_threshold": "mismatch_k3_kl", "ess_min": "rollout_is_eff_sample_size",

@@ -143,7 +143,7 @@ SIGNALS: tuple[Signal, ...] = (
     # ---- per-step distributions for alerts (issue 15) -------------------------------
     # One observation per training step: the bucket counters count the steps over each
     # bound, so a one-step spike between two scrapes still reaches Prometheus.
-    Signal("step_kl", "grpo.step.kl", H, "{nat}", "KL to the reference of each step (`kl`), one observation per step: counts the steps above each bound (dashboards).", R.HOST, Group.KL, buckets=STEP_KL_BUCKETS),
+    Signal("step_kl", "grpo.step.kl", H, "{nat}", "KL to the reference of each step as the `kl` step check judges it (`kl`, else TRL's `trl_kl`), one observation per step: counts the steps above each bound (dashboards).", R.HOST, Group.KL, buckets=STEP_KL_BUCKETS),
     # Step checks (catalog/_step_checks.py): the streaks the alerts count steps with.
     _g("step_streak", "grpo.step.streak", "{step}", "Consecutive steps, up to the last one, whose scalar (attribute `signal`) was beyond `bound` (above it; below it for an effective sample size); 0 after a step within the bound.", R.HOST, Group.HEALTH),
     Signal("step_beyond", "grpo.step.beyond", C, "{step}", "Steps at which the scalar `signal` had been beyond `bound` for at least `streak` consecutive steps, that step included (`streak` 1: every step beyond); attribute `process`: the counting process (a resumed run counts in new series). Lossless between scrapes: the alerts' step evidence.", R.HOST, Group.HEALTH),
@@ -152,7 +152,7 @@ SIGNALS: tuple[Signal, ...] = (
 # ---- TRL ----------------------------------------------------------------------------
 _TRL_SIGNALS = (
     # ---- TRL: what TRL's GRPOTrainer / transformers' Trainer log under their own definitions
-    _g("trl_kl", "grpo.trl.kl", "{nat}", "TRL's logged `kl`: mean over completion tokens of the k3 KL to the reference multiplied by the policy ratio pi_theta / pi_old (`use_bias_correction_kl`, TRL's default; plain k3 without it). grpo.kl is always plain k3.", R.MEAN, Group.KL, "kl"),
+    _g("trl_kl", "grpo.trl.kl", "{nat}", "TRL's logged `kl`: mean over completion tokens of the k3 KL to the reference multiplied by the policy ratio pi_theta / pi_old (`use_bias_correction_kl`, TRL's default; plain k3 without it); close to k3 on-policy (ratio 1). grpo.kl is always plain k3. At a step without grpo.kl (TRL integrated through its logs alone) the `kl` step check judges this value, so the KL alerts fire on it.", R.MEAN, Group.KL, "kl"),
     _g("trl_is_ratio_mean", "grpo.trl.is_ratio.mean", "{ratio}", "TRL's vLLM importance-sampling ratio after its correction: exp(log pi_old - log pi_sampling) per token (per sequence, summed, in `sequence_*` modes), clamped to [clip_min, clip_max] (`*_truncate`) or set to 0 outside it (`*_mask`); mean over completion tokens (sequences). The raw ratio is grpo.mismatch.is_ratio.", R.MEAN, Group.MISMATCH, "sampling/importance_sampling_ratio/mean"),
     _g("trl_is_ratio_min", "grpo.trl.is_ratio.min", "{ratio}", "Minimum of TRL's corrected vLLM importance-sampling ratio (see grpo.trl.is_ratio.mean).", R.MIN, Group.MISMATCH, "sampling/importance_sampling_ratio/min"),
     _g("trl_is_ratio_max", "grpo.trl.is_ratio.max", "{ratio}", "Maximum of TRL's corrected vLLM importance-sampling ratio (see grpo.trl.is_ratio.mean).", R.MAX, Group.MISMATCH, "sampling/importance_sampling_ratio/max"),

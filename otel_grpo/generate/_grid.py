@@ -344,7 +344,7 @@ def grid(per_mode: int = PER_MODE, seed: int = 0) -> list[Case]:
 
 
 # ---- promtool -------------------------------------------------------------------------------
-FIRINGS = 'min by (alertname, run_id, severity) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})[1h:15s]))'
+FIRINGS = 'min by (alertname, run_id, severity) (min_over_time(timestamp(ALERTS{alertstate="firing"})[1h:15s]))'
 """Each alert's first firing within the hour before the query: one query per hour of a group (one query over
 hours of every run's alerts would load more samples than promtool allows)."""
 

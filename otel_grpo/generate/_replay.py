@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 from otel_grpo import catalog
-from otel_grpo.catalog import PROCESS, STEP_CHECKS, Streaks, bound_label, process_id, reached
+from otel_grpo.catalog import PROCESS, STEP_CHECKS, Streaks, bound_label, judged, process_id, reached
 
 STALE = "stale"
 ENDS = ("hang", "finish", "preempt", "crash")
@@ -172,6 +172,7 @@ def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
         # from the later of the last step and heartbeat; the first step's is its own duration (not the start-up)
         since = max(line.ends[i - 1], line.last_beat(end_s) or -math.inf) if i else end_s - seg.step_s
         out[f"{_name('log_interval')}{{{run}}}"] = end_s - since
+        finite: dict[str, float] = {}
         for key, values in seg.values.items():
             value = values[i]
             name = f"{_name(key)}{{{run}}}"
@@ -185,17 +186,18 @@ def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
                     bad = f'{_name("nonfinite")}{{{run}, {process}, signal="{key}"}}'
                     out[bad] = out.get(bad, 0.0) + 1
                 continue
-            out[name] = value
-            state = streaks.get(key)
-            if state is not None:
-                state.advance(value)
-                for bound, streak in zip(state.check.bounds, state.counts):
-                    labels = f'{run}, signal="{key}", bound="{bound_label(bound)}"'
-                    out[f"{_name('step_streak')}{{{labels}}}"] = float(streak)
-                    done = reached(streak)
-                    for n in catalog.STREAKS:
-                        counter = f'{_name("step_beyond")}{{{labels}, {process}, streak="{n}"}}'
-                        out[counter] = out.get(counter, 0.0) + (n in done)
+            out[name] = finite[key] = value
+        # the checks this step judges, each on its own key, else a fallback (TRL's kl), as the trainer does
+        for check, value in judged(finite):
+            state = streaks[check.key]
+            state.advance(value)
+            for bound, streak in zip(check.bounds, state.counts):
+                labels = f'{run}, signal="{check.key}", bound="{bound_label(bound)}"'
+                out[f"{_name('step_streak')}{{{labels}}}"] = float(streak)
+                done = reached(streak)
+                for n in catalog.STREAKS:
+                    counter = f'{_name("step_beyond")}{{{labels}, {process}, streak="{n}"}}'
+                    out[counter] = out.get(counter, 0.0) + (n in done)
         yield dict(out)
 
 

@@ -48,6 +48,7 @@ HISTOGRAMS = ("sample_reward", "sample_advantage", "sample_completion_length", "
 LABELLED_HISTOGRAMS = ("phase_duration", "sample_reward_fn")
 COUNTERS = ("steps", "tokens", "samples")
 THRESHOLD_RECORD = "run_id:grpo_threshold:"
+KL_JUDGED = "run_id:grpo_kl:judged"  # grpo_kl, else TRL's grpo_trl_kl: the KL the `kl` step check judges
 BASELINE_STEPS = "run_id:grpo_step_index:baseline_steps"  # steps in each baseline window (label `rung`)
 RUNG_FACTOR = 4  # each baseline window (and its offset) is this many times the previous one
 
@@ -323,24 +324,33 @@ def _quantile_baseline(s: RuleSettings, metric: str, p: float) -> str:
     return _laddered(s, f"quantile_over_time({p}, {metric}[{{w}}] offset {{o}})")
 
 
+def _judged(key: str) -> str:
+    """A run's value of the step check `key` as the trainer judges it (catalog `judged`): the gauge of its
+    own key, else of its first fallback the run has (TRL's logged kl, where a run has no grpo.kl)."""
+    return " or ".join(f"max by (run_id) ({prometheus_name(k)})" for k in STEP_CHECKS[key].inputs)
+
+
 def _kl_baseline(s: RuleSettings) -> list[dict]:
-    """Median and IQR of KL over the baseline window, and the robust z-score against them.
+    """The run's KL (as its `kl` step check judges it), its median and IQR over the baseline window, and
+    the robust z-score against them.
 
     Median and IQR rather than mean and std: one absurd step (a 1e11 KL the step a
     learning rate explodes) inside the window would otherwise inflate the std so
     much that no later jump counts.
     """
     def q(p: float) -> str:
-        return _quantile_baseline(s, KL, p)
+        return _quantile_baseline(s, KL_JUDGED, p)
 
     return [
+        # before the baselines that read its history: the rules of a group are evaluated in order
+        {"record": KL_JUDGED, "expr": _judged("kl")},
         {"record": "run_id:grpo_kl:baseline_median", "expr": q(0.5)},
         {"record": "run_id:grpo_kl:baseline_iqr", "expr": f"({q(0.75)}) - ({q(0.25)})"},
         # 0.741 * IQR estimates the std of a normal distribution. The divisor is floored
         # by 10 % of the median plus a constant: a flat baseline must not turn every
         # wiggle into an infinite z-score.
         {"record": "run_id:grpo_kl:zscore",
-         "expr": f"(max by (run_id) ({KL}) - run_id:grpo_kl:baseline_median)"
+         "expr": f"({KL_JUDGED} - run_id:grpo_kl:baseline_median)"
                  " / (0.741 * run_id:grpo_kl:baseline_iqr + 0.1 * abs(run_id:grpo_kl:baseline_median) + 0.001)"},
     ]
 

@@ -28,8 +28,8 @@ logger = logging.getLogger("otel_grpo.telemetry")
 EXTRA_PREFIX = "grpo.extra."
 EXTRA_UNIT = "{value}"  # braces: both Prometheus paths drop it (never "1", see ARCHITECTURE.md)
 _MAX_NAME = 200
-# Scalars also observed once per step into a histogram: its bucket counters count the
-# steps above each bound, so a one-step spike between two scrapes is not lost (alerts).
+# Step checks whose judged value (catalog `judged`: grpo.kl, else TRL's kl) is also observed once per
+# step into a histogram: its bucket counters count the steps above each bound (dashboards).
 STEP_DISTRIBUTIONS = {"kl": "step_kl"}
 
 
@@ -216,9 +216,6 @@ class Instruments:
                 continue
             route.record(value, route.attributes)
             finite[route.stat_key] = value
-            per_step = self._per_step.get(route.stat_key)
-            if per_step is not None:
-                per_step.record(value, per_step.attributes)
             self._streaks.observe(route.stat_key, value)
         return finite
 
@@ -264,9 +261,12 @@ class Instruments:
     def count_steps(self, steps: int, last_step: int, skipped: bool, interval_s: float | None,
                     end_s: float) -> None:
         """Progress counters, the `step`, `step_end` and `log_interval` gauges and the step checks' streaks (once
-        per reported step; `interval_s`: the wall time since the previous progress, None: not measured (the
-        process's first step, or the step recorded its own); `end_s`: the step's end, Unix seconds)."""
-        self._streaks.end_step()
+        per reported step; `interval_s`: the wall time since the previous progress, None: the step recorded its
+        own; `end_s`: the step's end, Unix seconds)."""
+        for check, value in self._streaks.end_step():
+            per_step = self._per_step.get(check.key)
+            if per_step is not None:
+                per_step.record(value, per_step.attributes)
         self._step_end_route.record(end_s, self._step_end_route.attributes)
         if steps > 0:
             self._steps.add(steps, self._base)

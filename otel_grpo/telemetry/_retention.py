@@ -8,7 +8,8 @@
 A step is anomalous when its update was skipped, when one of its scalars is not finite,
 when a watched scalar crosses its threshold (`anomaly_thresholds`: the alert rules' defaults,
 or this run's own thresholds from the rule settings file, `rule_settings`; beyond a step
-check's bound as the alerts count it, below it for the effective sample size; +inf: off),
+check's bound as the alerts count it, below it for the effective sample size, on the value
+the check judges: TRL's logged kl where the step has no grpo.kl; +inf: off),
 or when its reward or KL is an outlier against the run's own last `anomaly_window` steps
 (robust z-score: distance to the median over 1.4826 x MAD, KL on a log scale). A run that
 trains with beta = 0 (the last `beta` it recorded) gets no KL alert, so its KL makes no
@@ -65,11 +66,13 @@ class AnomalyJudge:
     def __init__(self, settings: TelemetrySettings) -> None:
         self._enabled = settings.keep_anomalous_steps
         self._z = settings.anomaly_z
-        self._thresholds = {name: (key, limit) for key, limit in settings.anomaly_thresholds.items()
-                            for name in _names_of(key)}
-        self._watched = {name: (key, log, side) for key, log, side in _OUTLIERS for name in _names_of(key)}
+        self._limits = dict(settings.anomaly_thresholds)
+        keys = {*self._limits, *(key for key, _, _ in _OUTLIERS), _BETA}
+        # A step check's fallbacks are read too (TRL's kl where a run has no grpo.kl), as the alerts count it.
+        # Their names go in first: a name one shares with a key (TRL's `kl` is our `kl`) stays the key's.
+        fallbacks = [k for key in keys if key in catalog.STEP_CHECKS for k in catalog.STEP_CHECKS[key].fallbacks]
+        self._keys = {name: key for key in (*fallbacks, *keys) for name in _names_of(key)}
         self._history = {key: deque(maxlen=settings.anomaly_window) for key, _, _ in _OUTLIERS}
-        self._beta_names = _names_of(_BETA)
         self._kl_off = False  # the run's last recorded beta was 0
         self._warned = False
 
@@ -88,23 +91,22 @@ class AnomalyJudge:
 
     def _judge(self, scalars: Sequence[Mapping[str, float]], skipped: bool) -> str | None:
         reasons = ["update skipped"] if skipped else []
-        checked: list[tuple[str, float, float]] = []
-        seen: dict[str, float] = {}
+        seen: dict[str, float] = {}  # catalog key -> the step's (last) value
         for values in scalars:
             for name, value in values.items():
                 if not math.isfinite(value):
                     reasons.append(f"{name} not finite")
                     continue
-                if name in self._beta_names:
-                    self._kl_off = value == 0
-                limit = self._thresholds.get(name)
-                if limit is not None:
-                    checked.append((limit[0], limit[1], value))
-                watched = self._watched.get(name)
-                if watched is not None:
-                    seen[watched[0]] = value
-        for key, limit, value in checked:  # after the loop: beta may come after KL in the step's scalars
-            if not (key == _KL and self._kl_off) and _beyond(key, value, limit):
+                key = self._keys.get(name)
+                if key is not None:
+                    seen[key] = value
+        if _BETA in seen:
+            self._kl_off = seen[_BETA] == 0
+        # a step check's value as the trainer's streaks judge it: its own key's, else a fallback's
+        seen.update((check.key, value) for check, value in catalog.judged(seen))
+        for key, limit in self._limits.items():  # after the loop: beta may come after KL in the step's scalars
+            value = seen.get(key)
+            if value is not None and not (key == _KL and self._kl_off) and _beyond(key, value, limit):
                 reasons.append(f"{key} {value:.4g} {'below' if _below(key) else 'above'} {limit:g}")
         for key, log, side in _OUTLIERS:
             if key in seen and not (key == _KL and self._kl_off):

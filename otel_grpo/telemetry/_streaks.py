@@ -2,12 +2,15 @@
 
     counters = StepStreaks(meter, {"run_id": "r"}, gauge, process_id())
     counters.observe("kl", 1.5); counters.end_step()   # kl > 1.0: streak 1 at bound 1.0
+    counters.observe("trl_kl", 1.5); counters.end_step()   # no grpo.kl: TRL's kl is judged as kl (streak 2)
 
 Why here and not in Prometheus: a scrape sees one step of many (2 s steps, 15 s
 scrapes), and a streak broken between two scrapes is invisible there. Counters
 lose nothing between scrapes, so the alerts read `grpo.step.beyond` (catalog
 `_step_checks.py`, docs/operations.md "Step evidence"). The counters carry the
-process's `process` attribute: a resumed run counts in new series.
+process's `process` attribute: a resumed run counts in new series. Which value a check
+judges at a step (its own key's, else a fallback's: TRL's logged kl) is the catalog's
+`judged`.
 
 Cost: a dict store per checked value, and per step one gauge store per bound plus
 one counter add per (bound, streak length reached); a healthy run reaches none.
@@ -19,7 +22,7 @@ from typing import Any, Mapping
 
 from opentelemetry.metrics import Meter
 
-from otel_grpo.catalog import PROCESS, STEP_CHECKS, STREAKS, StepCheck, Streaks, bound_label, get, reached
+from otel_grpo.catalog import CHECK_INPUTS, PROCESS, STREAKS, StepCheck, Streaks, bound_label, get, judged, reached
 
 
 class _Check:
@@ -47,19 +50,22 @@ class StepStreaks:
 
     def observe(self, key: str, value: float) -> None:
         """A finite value of a scalar in this step (the last one wins, as for the gauge)."""
-        if key in STEP_CHECKS:
+        if key in CHECK_INPUTS:
             self._pending[key] = value
 
-    def end_step(self) -> None:
-        """Advance the streaks of the scalars seen in this step; an unseen scalar keeps its streak."""
+    def end_step(self) -> list[tuple[StepCheck, float]]:
+        """Advance the streaks of the checks this step judged, each on its own key's value, else a fallback's
+        (catalog `judged`); a check with neither keeps its streak. Returns the checks and values judged."""
         if not self._pending:
-            return
-        for key, value in self._pending.items():
-            state = self._checks.get(key)
-            if state is None:
-                state = self._checks[key] = self._start(STEP_CHECKS[key])
-            self._advance(state, value)
+            return []
+        steps = judged(self._pending)
         self._pending.clear()
+        for check, value in steps:
+            state = self._checks.get(check.key)
+            if state is None:
+                state = self._checks[check.key] = self._start(check)
+            self._advance(state, value)
+        return steps
 
     def _start(self, check: StepCheck) -> _Check:
         state = _Check(check, self._base, self._process)

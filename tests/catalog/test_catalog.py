@@ -120,3 +120,24 @@ def test_sanitize_key():
     assert catalog.sanitize_key("9lives") == "m_9lives"
     with pytest.raises(ValueError, match="name"):
         catalog.sanitize_key("///")
+
+
+def test_step_checks_and_their_fallbacks_are_per_step_gauges_of_one_unit():
+    """A fallback is judged as its check (same series, same bounds): it must measure the same thing."""
+    for check in catalog.STEP_CHECKS.values():
+        own = catalog.get(check.key)
+        for key in check.fallbacks:
+            fallback = catalog.get(key)
+            assert fallback.kind is own.kind is Kind.GAUGE and fallback.unit == own.unit, (check.key, key)
+            assert key not in catalog.STEP_CHECKS, key  # judged as one check only
+    assert catalog.STEP_CHECKS["kl"].fallbacks == ("trl_kl",)
+    assert catalog.CHECK_INPUTS >= {"kl", "trl_kl", "grad_norm"}
+
+
+def test_judged_takes_a_checks_own_key_else_its_first_fallback():
+    kl = catalog.STEP_CHECKS["kl"]
+    assert catalog.judged({"trl_kl": 2.0}) == [(kl, 2.0)]
+    assert catalog.judged({"trl_kl": 2.0, "kl": 0.5}) == [(kl, 0.5)]
+    assert catalog.judged({"reward": 1.0}) == []
+    with pytest.raises(ValueError, match="no fallback of itself"):
+        catalog.StepCheck("kl", (1.0,), fallbacks=("kl",))

@@ -38,6 +38,17 @@ def test_thresholds_non_finite_values_and_skipped_updates():
     assert judge([{"loss": math.inf}, {"kl": 3.0}], True) == "update skipped; loss not finite; kl 3 above 1"
 
 
+def test_trls_kl_is_judged_as_kl_where_the_step_has_no_grpo_kl():
+    """As the alerts count it (the `kl` step check's fallback): TRL's logged kl keeps a step whole, unless
+    the step also has our plain k3, which alone is judged."""
+    judge = _judge()
+    assert judge([{"trl_kl": 1.5}], False) == "kl 1.5 above 1"
+    assert judge([{"grpo.trl.kl": 2.0}], False) == "kl 2 above 1"
+    assert judge([{"kl": 0.5, "trl_kl": 5.0}], False) is None
+    assert judge([{"trl_kl": 0.5}, {"kl": 1.5}], False) == "kl 1.5 above 1"
+    assert judge([{"trl_kl": 3.0, "beta": 0.0}], False) is None  # beta = 0: no KL alert, no KL anomaly
+
+
 def test_kl_and_reward_outliers_against_the_run_s_own_recent_steps():
     judge = _judge(anomaly_window=10)
     calm = [1e-3 * (1 + 0.1 * (i % 3)) for i in range(10)]

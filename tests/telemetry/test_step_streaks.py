@@ -59,3 +59,33 @@ def test_unchecked_scalars_export_no_step_series(captured):
     captured.tel.log_metrics(0, {"reward": 1.0})
     metrics = captured.metrics()
     assert "grpo.step.beyond" not in metrics or not metrics["grpo.step.beyond"].data.data_points
+
+
+def test_trls_logged_kl_feeds_the_kl_check(captured):
+    """The issue's reproduction: TRL's `kl` (grpo.trl.kl) at 5.0 for four steps, no grpo.kl, is KL evidence."""
+    for step in range(4):
+        captured.tel.log_metrics(step, {"kl": 5.0}, source="trl")
+    metrics = captured.metrics()
+    beyond = _points(metrics, "grpo.step.beyond", signal="kl")
+    assert beyond[("2.0", "1")] == 4 and beyond[("2.0", "3")] == 2  # steps 2 and 3 closed three in a row
+    assert beyond[("5.0", "1")] == 0  # beyond is strictly above the bound
+    streak = _points(metrics, "grpo.step.streak", signal="kl")
+    assert streak[("1.0", None)] == 4 and streak[("10.0", None)] == 0
+    assert not _points(metrics, "grpo.step.beyond", signal="trl_kl")  # the alerts' series are signal="kl" only
+    (point,) = metrics["grpo.step.kl"].data.data_points  # the per-step KL histogram sees TRL's value too
+    assert point.count == 4 and point.sum == 20.0
+
+
+def test_a_step_with_both_estimates_is_judged_on_grpo_kl_once(captured):
+    """`instrument` exports our plain k3 beside TRL's kl: the check reads grpo.kl, never both."""
+    for step, (kl, trl_kl) in enumerate([(0.05, 5.0), (1.5, 1.5), (1.5, 0.05)]):
+        captured.tel.log_metrics(step, {"kl": kl, "trl_kl": trl_kl})
+    # a step of TRL's kl alone continues the same streak (a capture that failed mid-run)
+    captured.tel.log_metrics(3, {"kl": 1.2}, source="trl")
+    metrics = captured.metrics()
+    beyond = _points(metrics, "grpo.step.beyond", signal="kl")
+    assert beyond[("1.0", "1")] == 3  # steps 1, 2 (grpo.kl 1.5) and 3 (TRL's 1.2); step 0's TRL 5.0 is unread
+    assert beyond[("2.0", "1")] == 0
+    assert beyond[("1.0", "3")] == 1  # steps 1-3: one streak, whichever estimate each step had
+    (point,) = metrics["grpo.step.kl"].data.data_points
+    assert point.count == 4 and point.sum == 0.05 + 1.5 + 1.5 + 1.2  # one observation per step

@@ -145,3 +145,37 @@ def test_null_in_trls_log_history_is_counted_nonfinite_and_the_step_emitted(tmp_
     nonfinite = {p.attributes["signal"]: p.value for rm in data.resource_metrics for sm in rm.scope_metrics
                  for m in sm.metrics if m.name == "grpo.nonfinite" for p in m.data.data_points}
     assert nonfinite.get("trl_kl") == 1 and nonfinite.get("loss") == 1 and nonfinite.get("epoch") == 1
+
+
+def test_trls_logged_kl_over_the_threshold_is_kl_evidence_for_the_alerts(tmp_path):
+    """`otel-grpo follow --trl-output` has TRL's logged kl only (no plain k3): the `kl` step check judges it,
+    so the exported grpo.step.beyond / grpo.step.streak of signal="kl" carry GRPOKLHigh's evidence."""
+    from tests.telemetry._receiver import OTLPReceiver, attrs
+
+    out = tmp_path / "grpo-run"
+    (out / "checkpoint-4").mkdir(parents=True)
+    kls = [0.05, 5.5, 5.5, 5.5]  # TRL's trainer state at its final checkpoint: global_step == max_steps, the end
+    history = [{"epoch": 0.01 * s, "step": s, "kl": kl, "loss": 0.1, "reward": 1.0} for s, kl in enumerate(kls, 1)]
+    (out / "checkpoint-4" / "trainer_state.json").write_text(
+        json.dumps({"global_step": 4, "max_steps": 4, "log_history": history}))
+    with OTLPReceiver() as rx:
+        env = {**os.environ, "PYTHONPATH": os.getcwd(), "OTEL_GRPO_METRICS_EXPORTERS": "otlp",
+               "OTEL_GRPO_TRACES_EXPORTERS": "none", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+               "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{rx.port}"}
+        done = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "follow", "--trl-output", str(out),
+                               "--from-start", "--poll", "0.05", "--state", str(tmp_path / "s.json")],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0 and "4 steps emitted" in done.stderr, done.stderr
+        beyond, streak = {}, {}
+        for _, p in rx.metric_points("grpo.step.beyond"):  # cumulative: the last export holds the totals
+            a = attrs(p.attributes)
+            beyond[(a["signal"], a["bound"], a["streak"])] = p.as_int or p.as_double
+        for _, p in rx.metric_points("grpo.step.streak"):
+            a = attrs(p.attributes)
+            streak[(a["signal"], a["bound"])] = p.as_double
+        kl_gauges = {m.name for name in ("grpo.kl", "grpo.trl.kl") for m, _ in rx.metric_points(name)}
+    assert kl_gauges == {"grpo.trl.kl"}  # exported as TRL's estimate, judged as KL
+    assert beyond[("kl", "5.0", "1")] == 3 and beyond[("kl", "5.0", "3")] == 1 and beyond[("kl", "10.0", "1")] == 0
+    assert beyond[("kl", "0.1", "1")] == 3  # step 1's 0.05 is within every bound
+    assert streak[("kl", "5.0")] == 3 and streak[("kl", "0.1")] == 3
+    assert not [k for k in beyond if k[0] != "kl"]  # no series of another signal (trl_kl) for the rules to miss
