@@ -2,7 +2,7 @@
 
     >>> from otel_grpo.generate import RuleSettings, alert_rules
     >>> [r["alert"] for r in alert_rules(RuleSettings())["groups"][0]["rules"] if "alert" in r][:2]
-    ['GRPOKLHigh', 'GRPOKLJump']
+    ['GRPOKLHigh', 'GRPOKLSpike']
 
 The committed `prometheus/rules/*.yml` are `RuleSettings()` rendered (a test
 diffs them); `otel-grpo up` renders `RuleSettings.fast()` so that a demo run of a
