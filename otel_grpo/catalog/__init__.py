@@ -27,13 +27,14 @@ from ._step_checks import (
     reached,
     run_thresholds,
 )
-from ._table import SIGNALS
+from ._table import SIGNALS, STATE_GAUGES
 
 __all__ = [
     "BASELINE_MIN_STEPS",
     "PEERS",
     "PROCESS",
     "SIGNALS",
+    "STATE_GAUGES",
     "STEP_CHECKS",
     "STEP_THRESHOLDS",
     "STREAKS",
