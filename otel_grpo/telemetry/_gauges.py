@@ -3,8 +3,8 @@
     steps = StepGauges()
     kl = LatestValueGauge(meter, "grpo.kl", "{nat}", "", steps)        # a per-step statistic
     index = LatestValueGauge(meter, "grpo.step_index", "{step}", "")   # state: kept until set again
-    kl.set(0.1, attrs); steps.end_record(step=1, evaluation=False)
-    steps.end_record(step=2, evaluation=False)    # step 2 reported other values, no kl: kl has no data point
+    steps.begin_record(evaluation=False); kl.set(0.1, attrs); steps.end_record(step=1)
+    steps.begin_record(evaluation=False); steps.end_record(step=2)   # no kl at step 2: no data point
 
 The gauge set of a step is exactly that step's values: a per-step statistic the latest step did not
 give a finite value (invalid there, not logged at that step, TRL's None) has no data point, in OTLP
@@ -21,27 +21,26 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 
 class StepGauges:
-    """Which per-step gauge values are current: those recorded by the latest step that reported any.
+    """Which per-step gauge values are current: those recorded by the latest step.
 
-    Values are stamped with the record (one step's, or one `log_metrics` call's) they came in.
-    Training steps and evaluations are two sets: an evaluation's values are current until the next
-    evaluation, a training step's until the next training step, neither ends the other. Several
-    records of one step all stay current (a summary log at the last logged step, a TRL step whose
-    samples and scalars arrive apart), and so do those of a late record of an earlier step. A record
-    that reports no per-step value (phases only, the state gauges only) makes nothing stale.
+    Values are stamped with the record (one step's, or one `log_metrics` call's) they came in; the
+    record of a later step than any before it makes every older value stale, whatever it reports (a
+    failed step that records no statistic leaves none current). Training steps and evaluations are two
+    sets: an evaluation's values are current until the next evaluation, a training step's until the next
+    training step, neither ends the other. Several records of one step all stay current (a summary log at
+    the last logged step, a TRL step whose samples and scalars arrive apart), and so do those of a late
+    record of an earlier step.
     """
 
-    __slots__ = ("stamp", "evaluation", "reported", "_current", "_step")
+    __slots__ = ("stamp", "evaluation", "_current", "_step")
 
     def __init__(self) -> None:
         self.stamp = 0
         """The record being recorded."""
         self.evaluation = False
         """The record being recorded is an evaluation's."""
-        self.reported = False
-        """The record being recorded reported a per-step value: finite, or non-finite (absent)."""
         self._current = [0, 0]  # per set (training, evaluation): values stamped before this are stale
-        self._step: list[int | None] = [None, None]  # per set: the latest step that reported a value
+        self._step: list[int | None] = [None, None]  # per set: the latest step recorded
 
     def begin_record(self, evaluation: bool) -> None:
         self.evaluation = evaluation
@@ -50,9 +49,8 @@ class StepGauges:
         """The record's values are in: a later step than the latest of its set makes the set's older values stale."""
         kind = int(self.evaluation)
         latest = self._step[kind]
-        if self.reported and (latest is None or step > latest):
+        if latest is None or step > latest:
             self._step[kind], self._current[kind] = step, self.stamp
-        self.reported = False
         self.evaluation = False
         self.stamp += 1
 
@@ -85,13 +83,10 @@ class LatestValueGauge:
         if steps is None:
             self._last[self._series(attributes)] = (value, attributes, 0, False)
         else:
-            steps.reported = True
             self._last[self._series(attributes)] = (value, attributes, steps.stamp, steps.evaluation)
 
     def clear(self, attributes: Mapping[str, Any]) -> None:
         """The series has no value at this step (a non-finite one was reported): no data point."""
-        if self._steps is not None:
-            self._steps.reported = True
         self._last.pop(self._series(attributes), None)
 
     def _series(self, attributes: Mapping[str, Any]) -> frozenset:

@@ -169,7 +169,7 @@ class Instruments:
         self._gauge_steps.begin_record(evaluation)
 
     def end_record(self, step: int) -> None:
-        """The record of `step` is in: per-step gauges it gave no value are stale if it is the latest step."""
+        """The record of `step` is in: if it is the latest step, per-step gauges it gave no value are stale."""
         self._gauge_steps.end_record(step)
 
     def count_nonfinite(self, stat_key: str, count: int = 1) -> None:

@@ -66,35 +66,35 @@ def test_a_reward_function_that_returned_none_has_no_data_point(captured):
 
 
 def test_several_records_of_one_step_are_its_values(captured):
-    """A summary log at the last logged step, an evaluation, a step with phases only, a late record of an
-    earlier step: none of them makes the latest step's values stale."""
+    """A summary log at the last logged step, an evaluation, a late record of an earlier step: none of them
+    makes the latest step's values stale. A later step does, whatever it records."""
     tel = captured.tel
     tel.log_metrics(4, {"kl": 0.4, "my_metric": 2.0})
     tel.log_metrics(4, {"train_runtime": 12.0})  # transformers' summary, at the same step
-    tel.log_metrics(4, {"eval_metric/reward": 0.9}, evaluation=True)
-    with tel.step(5) as s:  # reports no value: the step index moves, nothing becomes stale
-        with s.phase("rollout"):
-            pass
-    assert _current(captured, "grpo.step_index") == {None: 5.0}
-    tel.log_metrics(0, {"learning_rate": 1e-5})  # a late record of an earlier step adds a current value
+    tel.log_metrics(4, {"eval_reward": 0.9}, source="trl", evaluation=True)
+    tel.log_metrics(1, {"learning_rate": 1e-5})  # a late record of an earlier step adds a current value
     assert _current(captured, "grpo.kl") == {None: 0.4}
     assert _current(captured, "grpo.extra.my_metric") == {None: 2.0}
     assert _current(captured, "grpo.train.runtime") == {None: 12.0}
     assert _current(captured, "grpo.learning_rate") == {None: 1e-5}
-    tel.log_metrics(6, {"kl": 0.6})
-    assert _current(captured, "grpo.extra.my_metric") == {}
-    assert _current(captured, "grpo.train.runtime") == {}
-    assert _current(captured, "grpo.learning_rate") == {}
+    with tel.step(5) as s:  # a step that records no statistic (the demo trainer's failed batch): none current
+        with s.phase("rollout"):
+            pass
+        s.skip()
+    for name in ("grpo.kl", "grpo.extra.my_metric", "grpo.train.runtime", "grpo.learning_rate"):
+        assert _current(captured, name) == {}, name
+    assert _current(captured, "grpo.step_index") == {None: 5.0}
+    assert _current(captured, "grpo.eval", "metric") == {"reward": 0.9}  # an evaluation's: until the next one
 
 
 def test_an_evaluation_and_the_training_steps_are_two_sets(captured):
     """An evaluation's values are current until the next evaluation (training steps in between do not end
     them); a metric the next evaluation does not report has no data point."""
     tel = captured.tel
-    tel.log_metrics(2, {"eval_metric/reward": 0.5, "eval_metric/loss": 1.0}, evaluation=True)
+    tel.log_metrics(2, {"eval_reward": 0.5, "eval_loss": 1.0}, source="trl", evaluation=True)
     tel.log_metrics(3, {"kl": 0.3})
     assert _current(captured, "grpo.eval", "metric") == {"reward": 0.5, "loss": 1.0}
-    tel.log_metrics(4, {"eval_metric/reward": 0.75}, evaluation=True)
+    tel.log_metrics(4, {"eval_reward": 0.75}, source="trl", evaluation=True)
     assert _current(captured, "grpo.eval", "metric") == {"reward": 0.75}
     assert _current(captured, "grpo.kl") == {None: 0.3}
 
