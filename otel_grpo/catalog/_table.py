@@ -179,7 +179,8 @@ SIGNALS += _TRL_SIGNALS
 # value until set again. Every other gauge is a per-step statistic: a step that has no value for it
 # (invalid there, not logged, TRL's None) leaves it without a data point (telemetry `_gauges`).
 STATE_GAUGES: frozenset[str] = frozenset({
-    "step", "log_interval", "run_finished", "run_preempted", "process_start", "activity", "step_streak",
+    "step", "log_interval", "step_end", "run_finished", "run_preempted", "process_start", "activity", "alive",
+    "step_streak",
 })
 TRL_ONLY: frozenset[str] = frozenset(s.key for s in _TRL_SIGNALS)
 """Keys only a TRL (or transformers) Trainer logs, under its own definitions (`otel_grpo.integrations.trl`)."""

@@ -76,9 +76,13 @@ def test_notation():
 def test_a_value_not_logged_at_a_step_leaves_the_scrape_and_counts_nothing():
     """A recorded run's absent key (TRL logs no throughput at its first step) is no non-finite value; a step
     without it leaves the gauge without a data point, as the trainer's instruments export it."""
-    series = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10)], scrape_s=10, scrapes=3)
-    assert series['grpo_throughput{run_id="r"}'] == "_x2 5 stale"
-    assert not [name for name in series if name.startswith("grpo_nonfinite")]
+    pulled = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10, expire_s=0)], scrape_s=10,
+                    scrapes=3)
+    assert pulled['grpo_throughput{run_id="r"}'] == "_x2 5 stale"  # the trainer's /metrics: gone, stale
+    assert not [name for name in pulled if name.startswith("grpo_nonfinite")]
+    # through the collector, its exporter serves a series' last value until metric_expiration
+    collected = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10)], scrape_s=10, scrapes=3)
+    assert collected['grpo_throughput{run_id="r"}'] == "_x2 5 5"
     reader = InMemoryMetricReader()
     instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
     exported = []
