@@ -14,9 +14,9 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from opentelemetry.metrics import Meter
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from otel_grpo.catalog import PROCESS, STATE_GAUGES, Kind, Signal, get, process_id, resolve, sanitize_key
 
