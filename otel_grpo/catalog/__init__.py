@@ -29,7 +29,7 @@ from ._step_checks import (
     reached,
     run_thresholds,
 )
-from ._table import SIGNALS
+from ._table import SIGNALS, STATE_GAUGES
 
 __all__ = [
     "BASELINE_MIN_STEPS",
@@ -37,6 +37,7 @@ __all__ = [
     "PEERS",
     "PROCESS",
     "SIGNALS",
+    "STATE_GAUGES",
     "STEP_CHECKS",
     "STEP_THRESHOLDS",
     "STREAKS",

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from ._signal import Group, Signal
-from ._table import SIGNALS
+from ._table import SIGNALS, STATE_GAUGES
 
 _PEERS = (("trl", "TRL"), ("verl", "verl"), ("maxent", "MaxEnt-GRPO"))
 _TITLES = {
@@ -59,7 +59,23 @@ its name and TRL's definition state.
   catalog signal; logged, they become `grpo.extra.*` gauges.
 - **Empty inputs.** A statistic with no element (a mean over no token, the minimum of no
   terminated completion) is invalid: not exported that step and listed in
-  `ReducedStats.invalid`. TRL and verl report 0.0 or NaN there.
+  `ReducedStats.invalid`. TRL and verl report 0.0 or NaN there (the TRL integrations and
+  `follow` drop TRL's 0.0 terminated lengths of a step whose every completion was clipped).
+
+## Gauges hold the latest step's values only
+
+A gauge is a per-step statistic: it has a data point (in each OTLP export, on the
+trainer's `/metrics`) only while the latest step gave it a finite value. A step that has
+none for it (invalid there, not logged at that step as on TRL's second-iteration steps
+with `num_iterations` > 1, a failed batch, a reward function that returned None, NaN)
+leaves it without a data point, so Prometheus sees a gap (a scraped target's series is
+marked stale at once), never the earlier step's value as current. Several records of one
+step (a summary log, samples that arrive apart from the scalars) are all that step's
+values; an evaluation's values (`evaluation=True`, `grpo.eval`) stay current until the
+next evaluation. Through the collector, its Prometheus exporter drops a series that no
+longer arrives only after `metric_expiration` (5m in `collector/config.yaml`).
+These gauges are the process's state, not a step's statistic, and keep their last
+value: {state}.
 """
 
 
@@ -91,7 +107,9 @@ def render_signals_md() -> str:
     """The whole of docs/signals.md."""
     head = "| signal | kind, unit | definition | " + " | ".join(t for _, t in _PEERS) + " | other names |"
     rule = "|" + " --- |" * (len(_PEERS) + 4)
-    parts = [_HEADER]
+    by_key = {s.key: s for s in SIGNALS}
+    state = ", ".join(f"`{by_key[k].name}`" for k in sorted(STATE_GAUGES, key=[s.key for s in SIGNALS].index))
+    parts = [_HEADER.replace("{state}", state)]
     for group in Group:
         members = [s for s in SIGNALS if s.group is group]
         if members:

@@ -174,6 +174,14 @@ _TRL_SIGNALS = (
     _g("eval_metric", "grpo.eval", "{value}", "An evaluation metric: transformers' `eval_<name>` keys, the name (TRL's, e.g. `reward`, `loss`, `rewards/acc/mean`) in attribute `metric`.", R.HOST, Group.OPTIM, "eval_{metric}", None, "metric"),
 )
 SIGNALS += _TRL_SIGNALS
+
+# Gauges whose value is the exporting process's state, not a statistic of one step: they keep their
+# value until set again. Every other gauge is a per-step statistic: a step that has no value for it
+# (invalid there, not logged, TRL's None) leaves it without a data point (telemetry `_gauges`).
+STATE_GAUGES: frozenset[str] = frozenset({
+    "step", "log_interval", "step_end", "run_finished", "run_preempted", "process_start", "activity", "alive",
+    "step_streak",
+})
 TRL_ONLY: frozenset[str] = frozenset(s.key for s in _TRL_SIGNALS)
 """Keys only a TRL (or transformers) Trainer logs, under its own definitions (`otel_grpo.integrations.trl`)."""
 

@@ -87,8 +87,9 @@ def _step_alert(s: RuleSettings, check: str, name: str, severity: str, summary: 
 
 
 def _kl_on(s: RuleSettings) -> str:
-    """beta = 0: KL is not optimised, so no KL alert."""
-    return f"unless on (run_id) {_max(BETA)} == 0"
+    """beta = 0: KL is not optimised, so no KL alert. The run's last beta within `absent_window`: a step that
+    logs none (a failed batch, a run that logs it once) has no beta gauge, and its KL alerts stay off."""
+    return f"unless on (run_id) max by (run_id) (last_over_time({BETA}[{s.absent_window}])) == 0"
 
 
 def _evidence_alert(s: RuleSettings, name: str, fields: tuple[str, ...], steps: int, severity: str, summary: str,

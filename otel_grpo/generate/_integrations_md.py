@@ -110,6 +110,12 @@ def render_integrations_md() -> str:
         "or NaN value is counted in `grpo.nonfinite{signal=...}` instead of being exported. Keys the",
         "catalog does not know (your own `log_metric`s) become `grpo.extra.<key>` gauges.",
         "",
+        "Each logged step's gauges are that step's values only: a key the step does not log (reward and",
+        "lengths on the second-iteration steps of `num_iterations` > 1), logs as None or NaN, or for",
+        "which TRL's number stands for no value (the terminated lengths, 0.0, when every completion hit",
+        "the length limit: `completions/clipped_ratio` 1) has no gauge data point until a step logs it,",
+        "never the previous step's value. An evaluation's `grpo.eval` values stay until the next one.",
+        "",
         "| TRL / transformers key | signal | Prometheus | meaning |",
         "| --- | --- | --- | --- |",
     ]

@@ -366,22 +366,22 @@ def replay(segments: Sequence[Segment], scrape_s: float, scrapes: int,
     return {name: encode(values) for name, values in merged.items()}
 
 
-_TOKEN = re.compile(r"^((?:nan|inf|[-+0-9.e]+)(?:,(?:nan|inf|[-+0-9.e]+))*)(?:\*(\d+))?$")
+_TOKEN = re.compile(r"^((?:nan|inf|none|[-+0-9.e]+)(?:,(?:nan|inf|none|[-+0-9.e]+))*)(?:\*(\d+))?$")
 
 
-def expand(text: str) -> list[float]:
-    """Per-step values in scenario notation: `0.1*100 1.5,0.5*3 nan` is 100 steps of 0.1, then 1.5 0.5
-    three times, then one NaN.
+def expand(text: str) -> list[float | None]:
+    """Per-step values in scenario notation: `0.1*100 1.5,0.5*3 nan none*2` is 100 steps of 0.1, then 1.5 0.5
+    three times, then one NaN, then two steps that do not log it.
 
-    >>> expand("0.1*2 1.5,0.5*2 nan")
-    [0.1, 0.1, 1.5, 0.5, 1.5, 0.5, nan]
+    >>> expand("0.1*2 1.5,0.5*2 nan none")
+    [0.1, 0.1, 1.5, 0.5, 1.5, 0.5, nan, None]
     """
-    out: list[float] = []
+    out: list[float | None] = []
     for token in text.split():
         m = _TOKEN.match(token.lower())
         if m is None:
             raise ValueError(f"step values: {token!r} is not `value`, `value*count` or `a,b*count`")
-        out += [float(v) for v in m.group(1).split(",")] * int(m.group(2) or 1)
+        out += [None if v == "none" else float(v) for v in m.group(1).split(",")] * int(m.group(2) or 1)
     return out
 
 

@@ -147,8 +147,12 @@ class Backend:
     def _record_metrics(self, rec: StepRecord, durations: dict[str, list[float]]) -> dict[str, float]:
         instruments = self._instruments
         finite: dict[str, float] = {}
-        for values in rec.scalars:
-            finite.update(instruments.record_scalars(values))
+        instruments.begin_record(rec.evaluation)
+        try:
+            for values in rec.scalars:
+                finite.update(instruments.record_scalars(values))
+        finally:  # a per-step gauge this record (the latest step) gave no value has no data point from here
+            instruments.end_record(rec.step)
         for samples in rec.samples:
             instruments.record_samples(samples)
         instruments.record_phases(durations)

@@ -18,9 +18,10 @@ from typing import Any, Callable, Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from otel_grpo.catalog import PROCESS, Kind, Signal, get, process_id, resolve, sanitize_key
+from otel_grpo.catalog import PROCESS, STATE_GAUGES, Kind, Signal, get, process_id, resolve, sanitize_key
 
 from ._bulk_histogram import HistogramRecorder
+from ._gauges import LatestValueGauge, StepGauges
 from ._streaks import StepStreaks
 
 logger = logging.getLogger("otel_grpo.telemetry")
@@ -46,42 +47,7 @@ class Route:
     histogram: HistogramRecorder | None = None
     """Batch recording, for histogram signals."""
     clear: Callable[[Mapping[str, Any]], None] | None = None
-    """Gauges: drop the series' current value (the signal is absent at this step)."""
-
-
-class LatestValueGauge:
-    """A gauge whose last value per attribute set is read by the SDK at collection time.
-
-    Why not the SDK's synchronous gauge: each `set()` builds a `Measurement`, cleans and
-    hashes the attributes and goes through three layers of consumers, and a step sets
-    dozens of gauges: emitter time, GIL time a Python-bound training loop waits for (the
-    figures: benchmarks/README.md, costs). Here a step costs one dict store per value, and
-    the SDK builds the data points once per collection (a scrape or an export interval)
-    through the public observable-gauge API. Exported values are the last value of each
-    series, until a step reports it absent (`clear`): then it has no data point.
-    """
-
-    def __init__(self, meter: Meter, name: str, unit: str, description: str) -> None:
-        self._last: dict[frozenset, tuple[float, Mapping[str, Any]]] = {}
-        # attribute dicts seen -> their series key: routes pass the same dict every step
-        self._keys: dict[int, tuple[Mapping[str, Any], frozenset]] = {}
-        meter.create_observable_gauge(name, [self._observe], unit=unit, description=description)
-
-    def set(self, value: float, attributes: Mapping[str, Any]) -> None:
-        self._last[self._series(attributes)] = (value, attributes)
-
-    def clear(self, attributes: Mapping[str, Any]) -> None:
-        """The series has no current value (its signal was absent at the latest step that reported it)."""
-        self._last.pop(self._series(attributes), None)
-
-    def _series(self, attributes: Mapping[str, Any]) -> frozenset:
-        known = self._keys.get(id(attributes))
-        if known is None or known[0] is not attributes:
-            known = self._keys[id(attributes)] = (attributes, frozenset(attributes.items()))
-        return known[1]
-
-    def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(v, dict(a)) for v, a in list(self._last.values())]
+    """Gauges: drop the series' current value (a non-finite value: the signal is absent at this step)."""
 
 
 class Instruments:
@@ -100,6 +66,7 @@ class Instruments:
         self._routes: dict[str, Route | None] = {}
         self._warned: set[str] = set()
         self._histograms: dict[str, HistogramRecorder] = {}
+        self._gauge_steps = StepGauges()  # per-step gauges: only the latest step's values are current
         self._steps = self._instrument(get("steps"))
         self._skipped = self._instrument(get("skipped_steps"))
         self._nonfinite = self._instrument(get("nonfinite"))
@@ -126,7 +93,8 @@ class Instruments:
     def _instrument(self, signal: Signal) -> Any:
         found = self._by_name.get(signal.name)
         if found is None:
-            found = self._create(signal.name, signal.kind, signal.unit, signal.description, signal.buckets)
+            found = self._create(signal.name, signal.kind, signal.unit, signal.description, signal.buckets,
+                                 per_step=signal.key not in STATE_GAUGES)
             self._by_name[signal.name] = found
         return found
 
@@ -135,7 +103,8 @@ class Instruments:
         self._instrument(signal)
         return self._histograms[signal.name]
 
-    def _create(self, name: str, kind: Kind, unit: str, desc: str, buckets: tuple[float, ...] | None) -> Any:
+    def _create(self, name: str, kind: Kind, unit: str, desc: str, buckets: tuple[float, ...] | None,
+                per_step: bool = True) -> Any:
         meter = self._meter
         if kind is Kind.COUNTER:
             return meter.create_counter(name, unit=unit, description=desc)
@@ -145,7 +114,7 @@ class Instruments:
             )
             self._histograms[name] = HistogramRecorder(histogram)
             return histogram
-        return LatestValueGauge(meter, name, unit, desc)
+        return LatestValueGauge(meter, name, unit, desc, self._gauge_steps if per_step else None)
 
     def _route_for(self, signal: Signal, labels: Mapping[str, str]) -> Route:
         instrument = self._instrument(signal)
@@ -194,6 +163,15 @@ class Instruments:
             logger.warning("otel-grpo: " + msg, *args)
 
     # ---- recording (background thread) -------------------------------------------------
+    def begin_record(self, evaluation: bool) -> None:
+        """The per-step gauge values recorded from here to `end_record` are those of one record (a step's or an
+        evaluation's)."""
+        self._gauge_steps.begin_record(evaluation)
+
+    def end_record(self, step: int) -> None:
+        """The record of `step` is in: if it is the latest step, per-step gauges it gave no value are stale."""
+        self._gauge_steps.end_record(step)
+
     def count_nonfinite(self, stat_key: str, count: int = 1) -> None:
         self._nonfinite.add(count, {**self._events, "signal": stat_key})
 
@@ -206,7 +184,8 @@ class Instruments:
                 continue
             if not math.isfinite(value):
                 # Never a gauge value (a NaN breaks alerts), and the last good one is not current
-                # either (a TRL reward function that returned None for a whole step): no data point.
+                # either (a TRL reward function that returned None for a whole step): no data point,
+                # even where an earlier record of this step set one.
                 self.count_nonfinite(route.stat_key)
                 if route.clear is not None:
                     route.clear(route.attributes)

@@ -67,13 +67,29 @@ def test_a_crash_goes_stale_after_the_expiry_and_a_resume_takes_over():
 
 def test_notation():
     assert expand("1*2 0.5,nan*2") == pytest.approx([1, 1, 0.5, float("nan"), 0.5, float("nan")], nan_ok=True)
+    assert expand("1 none*2") == [1.0, None, None]
     assert encode([None, 1.0, 2.0, 3.0, 3.0, "stale"]) == "_ 1+1x2 3 stale"
     with pytest.raises(ValueError, match="value"):
         expand("1x3")
 
 
-def test_a_value_not_logged_at_a_step_keeps_the_gauge_and_counts_nothing():
-    """A recorded run's absent key (TRL logs no throughput at its first step) is no non-finite value."""
-    series = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10)], scrape_s=10, scrapes=3)
-    assert series['grpo_throughput{run_id="r"}'] == "_x2 5 5"
-    assert not [name for name in series if name.startswith("grpo_nonfinite")]
+def test_a_value_not_logged_at_a_step_leaves_the_scrape_and_counts_nothing():
+    """A recorded run's absent key (TRL logs no throughput at its first step) is no non-finite value; a step
+    without it leaves the gauge without a data point, as the trainer's instruments export it."""
+    pulled = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10, expire_s=0)], scrape_s=10,
+                    scrapes=3)
+    assert pulled['grpo_throughput{run_id="r"}'] == "_x2 5 stale"  # the trainer's /metrics: gone, stale
+    assert not [name for name in pulled if name.startswith("grpo_nonfinite")]
+    # through the collector, its exporter serves a series' last value until metric_expiration
+    collected = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10)], scrape_s=10, scrapes=3)
+    assert collected['grpo_throughput{run_id="r"}'] == "_x2 5 5"
+    reader = InMemoryMetricReader()
+    instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
+    exported = []
+    for step, value in enumerate([None, 5.0, None]):
+        instruments.begin_record(False)
+        instruments.record_scalars({} if value is None else {"tokens_per_second": value})
+        instruments.end_record(step)
+        metrics = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
+        exported.append(next((m.data.data_points[0].value for m in metrics if m.name == "grpo.throughput"), None))
+    assert exported == [None, 5.0, None]

@@ -96,29 +96,6 @@ def test_two_names_of_one_signal_share_its_series_and_the_newest_value_wins(capt
     assert [p.value for p in captured.metrics()["grpo.policy.entropy"].data.data_points] == [0.4]
 
 
-def test_a_gauge_absent_at_its_latest_step_has_no_data_point(captured):
-    """A TRL reward function that returned None for a whole step (NaN in TRL's logs): its series is absent,
-    not its old value; a signal a step does not report at all keeps its last value (an eval metric
-    between evals, the reward between TRL's generation steps)."""
-
-    def current(name):
-        metric = captured.metrics().get(name)  # a metric without data points is left out of the batch
-        return {p.attributes.get("reward_fn"): p.value for p in metric.data.data_points} if metric else {}
-
-    captured.tel.log_metrics(1, {"kl": 0.1, "rewards/format/mean": 0.5, "rewards/acc/mean": 0.25})
-    assert current("grpo.reward_fn.mean") == {"format": 0.5, "acc": 0.25}
-    captured.tel.log_metrics(2, {"kl": 0.2, "rewards/format/mean": math.nan, "rewards/acc/mean": 0.75})
-    assert current("grpo.reward_fn.mean") == {"acc": 0.75}
-    captured.tel.log_metrics(3, {"kl": float("nan")})
-    assert current("grpo.kl") == {}
-    assert current("grpo.reward_fn.mean") == {"acc": 0.75}  # not reported at step 3: still its last value
-    captured.tel.log_metrics(4, {"kl": 0.4, "rewards/format/mean": 1.0})
-    assert current("grpo.kl") == {None: 0.4}
-    assert current("grpo.reward_fn.mean") == {"format": 1.0, "acc": 0.75}
-    nonfinite = {p.attributes["signal"]: p.value for p in captured.metrics()["grpo.nonfinite"].data.data_points}
-    assert nonfinite == {"reward_fn_mean/format": 1, "kl": 1}
-
-
 def test_trl_and_verl_aliases_map_to_catalog_instruments(captured):
     captured.tel.log_metrics(3, {"clip_ratio/high_mean": 0.02, "actor/entropy": 1.5, "rewards/format/mean": 0.9})
     metrics = captured.metrics()
@@ -316,13 +293,13 @@ def test_observable_gauges_where_the_sdk_has_no_synchronous_ones(tmp_path):
     tel = Telemetry(settings, meter_provider=provider)
     try:
         tel.log_metrics(0, {"kl": 0.1, "rewards/a/mean": 1.0, "rewards/b/mean": 2.0})
-        tel.log_metrics(1, {"kl": 0.2})
+        tel.log_metrics(1, {"kl": 0.2, "rewards/a/mean": 1.5})  # b: absent at step 1
         assert tel.flush(5)
-        for _ in range(2):  # the latest value per attribute set, at every collection
+        for _ in range(2):  # the latest step's value per attribute set, at every collection
             data = reader.get_metrics_data()
             metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
             assert [p.value for p in metrics["grpo.kl"].data.data_points] == [0.2]
             by_fn = {p.attributes["reward_fn"]: p.value for p in metrics["grpo.reward_fn.mean"].data.data_points}
-            assert by_fn == {"a": 1.0, "b": 2.0}
+            assert by_fn == {"a": 1.5}
     finally:
         tel.shutdown()

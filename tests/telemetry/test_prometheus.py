@@ -12,7 +12,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
 
+from otel_grpo import signals
 from otel_grpo.catalog import get
 from otel_grpo.signals import ReducedStats
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
@@ -139,29 +141,75 @@ def test_flush_does_not_duplicate_series_on_the_pull_endpoint(tmp_path):
     ]
 
 
-def test_the_pull_endpoint_drops_a_gauge_absent_at_its_latest_step(tmp_path):
-    """A reward function that returned None for a whole step: /metrics stops serving its old value."""
+_WATCHED = ("grpo_kl{", "grpo_reward_mean{", "grpo_reward_fn_mean{", "grpo_completion_terminated_length_mean{",
+            "grpo_step_index{")
+
+
+@pytest.mark.parametrize("emit_in", ["thread", "process"])
+def test_the_pull_endpoint_drops_a_gauge_absent_at_the_latest_step(tmp_path, emit_in):
+    """Invalid at that step, not logged at that step, None from a reward function: /metrics stops serving the
+    earlier step's value; the step index (not a per-step statistic) stays."""
     settings = TelemetrySettings(
         run_id="absent", metrics_exporters=["prometheus"], traces_exporters=["none"], prometheus_port=0,
-        output_dir=tmp_path,
+        output_dir=tmp_path, emit_in=emit_in,
     )
     tel = Telemetry(settings)
 
-    def scrape(step: int, metrics: dict) -> list[str]:
-        tel.log_metrics(step, metrics)
-        assert tel.flush(5)
+    def scrape() -> dict[str, str]:
+        assert tel.flush(10)
         with urllib.request.urlopen(f"http://127.0.0.1:{tel.prometheus_port}/metrics", timeout=5) as resp:
             text = resp.read().decode()
-        return [line for line in text.splitlines() if line.startswith(("grpo_reward_fn_mean{", "grpo_kl{"))]
+        lines = [line for line in text.splitlines() if line.startswith(_WATCHED)]
+        return {line.split("{")[0] + ("/" + line.split('reward_fn="')[1].split('"')[0] if "reward_fn=" in line else ""):
+                line.rsplit(" ", 1)[1] for line in lines}
 
     try:
-        first = scrape(1, {"kl": 0.5, "rewards/format/mean": 0.25, "rewards/acc/mean": 0.75})
-        second = scrape(2, {"kl": 0.4, "rewards/format/mean": math.nan, "rewards/acc/mean": 1.0})  # TRL's None
+        truncated = torch.tensor([False, True, False, True])
+        with tel.step(1) as s:
+            s.record(signals.reduce_stats(signals.length_stats(torch.ones(4, 8), truncated)),
+                     **{"kl": 0.5, "reward": 0.5, "rewards/format/mean": 0.25, "rewards/acc/mean": 0.75})
+        first = scrape()
+        _second_step(tel)
+        second = scrape()
     finally:
         tel.shutdown()
-    assert len(first) == 3 and any('reward_fn="format"' in line for line in first)
-    assert len(second) == 2 and not any('reward_fn="format"' in line for line in second)
-    assert {line.rsplit(" ", 1)[1] for line in second} == {"0.4", "1.0"}
+    assert first == {"grpo_kl": "0.5", "grpo_reward_mean": "0.5", "grpo_reward_fn_mean/format": "0.25",
+                     "grpo_reward_fn_mean/acc": "0.75", "grpo_completion_terminated_length_mean": "8.0",
+                     "grpo_step_index": "1.0"}
+    assert second == {"grpo_kl": "0.4", "grpo_reward_fn_mean/acc": "1.0", "grpo_step_index": "2.0"}
+
+
+def _second_step(tel: Telemetry) -> None:
+    """Every completion hit the length limit (terminated lengths invalid); no `reward` logged (TRL's
+    second-iteration step); the format reward function returned None for the whole step (NaN)."""
+    with tel.step(2) as s:
+        s.record(signals.reduce_stats(signals.length_stats(torch.ones(4, 8), torch.ones(4, dtype=torch.bool))),
+                 **{"kl": 0.4, "rewards/format/mean": math.nan, "rewards/acc/mean": 1.0})
+
+
+@pytest.mark.integration
+@needs_prometheus
+def test_prometheus_sees_a_gauge_absent_at_the_latest_step_as_gone(prometheus, tmp_path):
+    """The series leaves the scrape, so Prometheus marks it stale at once: an instant query has no value, where
+    its 5-minute look-back would otherwise still return the earlier step's."""
+    target, api = prometheus
+    settings = TelemetrySettings(run_id="gone", metrics_exporters=["prometheus"], traces_exporters=["none"],
+                                 prometheus_port=target, output_dir=tmp_path)
+    tel = Telemetry(settings)
+    try:
+        tel.log_metrics(1, {"kl": 0.5, "reward": 0.5, "rewards/format/mean": 0.25})
+        assert tel.flush(10)
+        deadline = time.monotonic() + 60
+        assert _wait_for(api, 'grpo_reward_fn_mean{run_id="gone",reward_fn="format"} == 0.25', deadline)
+        _second_step(tel)
+        assert tel.flush(10)
+        assert _wait_for(api, 'grpo_kl{run_id="gone"} == 0.4', deadline)
+        time.sleep(2)  # one more scrape at 1 s
+        assert _query(api, 'grpo_reward_mean{run_id="gone"}') == []
+        assert _query(api, 'grpo_reward_fn_mean{run_id="gone",reward_fn="format"}') == []
+        assert [r["value"][1] for r in _query(api, 'grpo_step_index{run_id="gone"}')] == ["2"]
+    finally:
+        tel.shutdown()
 
 
 def test_a_busy_port_warns_and_training_goes_on(tmp_path, caplog):

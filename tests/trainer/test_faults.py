@@ -93,3 +93,19 @@ def test_sigterm_is_a_preemption_and_ctrl_c_is_not():
     interrupt._handle(signal.SIGINT, None)
     assert term and term.preempted
     assert interrupt and not interrupt.preempted
+
+
+def test_a_step_without_a_statistic_leaves_its_gauge_without_a_data_point(tmp_path):
+    """The demo trainer's failed batch records no statistic, a NaN loss is none: the gauges do not serve the
+    step before's values as the last step's."""
+
+    def gauges(run) -> dict[str, list[float]]:
+        return {name: [p.value for p in m.data.data_points] for name, m in run.metrics().items()
+                if name in ("grpo.reward.mean", "grpo.kl", "grpo.loss", "grpo.step_index")}
+
+    from .conftest import train_captured
+
+    failed = gauges(train_captured(tmp_path / "failed", "steps=3", "faults.inject=[bad-batch@2]"))
+    assert failed == {"grpo.step_index": [2.0]}
+    nan = gauges(train_captured(tmp_path / "nan", "steps=3", "faults.inject=[nan@2]"))
+    assert "grpo.loss" not in nan and len(nan["grpo.reward.mean"]) == 1 and nan["grpo.step_index"] == [2.0]

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from otel_grpo.catalog import stat_key
 from otel_grpo.catalog.spans import check_step
 from otel_grpo.integrations.trl._chat import chat_text  # the renderer instrument uses: same text
-from otel_grpo.integrations.trl._keys import is_evaluation
+from otel_grpo.integrations.trl._keys import is_evaluation, undefined_keys
 
 from ._records import PARSE_ERRORS, BadInput, Record, finite_or_none, numbers
 from ._tail import open_regular
@@ -271,7 +271,8 @@ class TrlOutput:
             if SUMMARY_KEY in entry:
                 self.ended = True
             try:
-                scalars = numbers({k: v for k, v in entry.items() if k != "step"})
+                undefined = undefined_keys(entry)  # TRL's 0.0 for lengths no completion has
+                scalars = numbers({k: v for k, v in entry.items() if k != "step" and k not in undefined})
                 check_step(step)
             except ValueError as exc:
                 self.bad.skip(f"{self.dir}/trainer_state.json:log_history step {str(step)[:40]}", str(exc))

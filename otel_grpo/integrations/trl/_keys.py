@@ -25,7 +25,10 @@ def map_logs(logs: Mapping[str, Any]) -> dict[str, float]:
     values that are not numbers (strings) are left out.
     """
     out: dict[str, float] = {}
+    undefined = undefined_keys(logs)
     for name, value in logs.items():
+        if name in undefined:
+            continue
         if value is None:
             out[stat_key(name, SOURCE)] = math.nan
             continue
@@ -34,6 +37,22 @@ def map_logs(logs: Mapping[str, Any]) -> dict[str, float]:
         except (TypeError, ValueError):
             continue
     return out
+
+
+# TRL logs 0.0 for the terminated lengths of a batch in which no completion ended before the length limit
+_TERMINATED = ("completions/mean_terminated_length", "completions/min_terminated_length",
+               "completions/max_terminated_length")
+
+
+def undefined_keys(logs: Mapping[str, Any]) -> frozenset[str]:
+    """Keys whose logged number stands for "no value" at this step: the terminated lengths where every
+    completion hit the length limit (`clipped_ratio` 1, the mean of 1s over a logging window too). Left
+    out, they are absent at that step (no gauge data point) instead of a length of 0."""
+    out: set[str] = set()
+    for prefix in ("", "eval_"):
+        if logs.get(prefix + "completions/clipped_ratio") == 1.0:
+            out.update(prefix + name for name in _TERMINATED)
+    return frozenset(out)
 
 
 def is_evaluation(logs: Mapping[str, Any]) -> bool:

@@ -51,9 +51,11 @@ def test_reward_spread_per_group_comes_from_the_dumps(tmp_path):
 def test_log_metrics_and_jsonl_resolve_per_source(tmp_path):
     run = Run(tmp_path, [JsonlStream("jsonl", tmp_path / "none.jsonl")])
     run.tel.log_metrics(1, {"kl": 0.25})
-    run.tel.log_metrics(2, {"kl": 0.5, "rewards/org/model/mean": 0.75}, source="trl")
     run.tel.flush()
     assert run.gauge("grpo.kl") == 0.25  # without a source: our key, the plain k3
+    run.tel.log_metrics(2, {"kl": 0.5, "rewards/org/model/mean": 0.75}, source="trl")
+    run.tel.flush()
+    assert run.gauge("grpo.kl") is None  # not logged at step 2: absent
     assert run.gauge("grpo.trl.kl") == 0.5  # TRL's name: its bias-corrected estimator
     assert run.gauge("grpo.reward_fn.mean") == 0.75  # a reward model named org/model, not an extra
     with pytest.raises(ValueError, match="source"):

@@ -1,0 +1,103 @@
+"""Gauges read by the SDK at collection time, and which of their values are current: those of the latest step.
+
+    steps = StepGauges()
+    kl = LatestValueGauge(meter, "grpo.kl", "{nat}", "", steps)        # a per-step statistic
+    index = LatestValueGauge(meter, "grpo.step_index", "{step}", "")   # state: kept until set again
+    steps.begin_record(evaluation=False); kl.set(0.1, attrs); steps.end_record(step=1)
+    steps.begin_record(evaluation=False); steps.end_record(step=2)   # no kl at step 2: no data point
+
+The gauge set of a step is exactly that step's values: a per-step statistic the latest step did not
+give a finite value (invalid there, not logged at that step, TRL's None) has no data point, in OTLP
+and on the pull endpoint, instead of an earlier step's value served as current. Gauges without a
+`StepGauges` (catalog `STATE_GAUGES`: the step index, the run-end markers, the streaks) are the
+process's state and keep their last value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+
+class StepGauges:
+    """Which per-step gauge values are current: those recorded by the latest step.
+
+    Values are stamped with the record (one step's, or one `log_metrics` call's) they came in; the
+    record of a later step than any before it makes every older value stale, whatever it reports (a
+    failed step that records no statistic leaves none current). Training steps and evaluations are two
+    sets: an evaluation's values are current until the next evaluation, a training step's until the next
+    training step, neither ends the other. Several records of one step all stay current (a summary log at
+    the last logged step, a TRL step whose samples and scalars arrive apart), and so do those of a late
+    record of an earlier step.
+    """
+
+    __slots__ = ("stamp", "evaluation", "_current", "_step")
+
+    def __init__(self) -> None:
+        self.stamp = 0
+        """The record being recorded."""
+        self.evaluation = False
+        """The record being recorded is an evaluation's."""
+        self._current = [0, 0]  # per set (training, evaluation): values stamped before this are stale
+        self._step: list[int | None] = [None, None]  # per set: the latest step recorded
+
+    def begin_record(self, evaluation: bool) -> None:
+        self.evaluation = evaluation
+
+    def end_record(self, step: int) -> None:
+        """The record's values are in: a later step than the latest of its set makes the set's older values stale."""
+        kind = int(self.evaluation)
+        latest = self._step[kind]
+        if latest is None or step > latest:
+            self._step[kind], self._current[kind] = step, self.stamp
+        self.evaluation = False
+        self.stamp += 1
+
+    def current(self, stamp: int, evaluation: bool) -> bool:
+        return stamp >= self._current[evaluation]
+
+
+class LatestValueGauge:
+    """A gauge whose last value per attribute set is read by the SDK at collection time.
+
+    Why not the SDK's synchronous gauge: each `set()` builds a `Measurement`, cleans and
+    hashes the attributes and goes through three layers of consumers, and a step sets
+    dozens of gauges: emitter time, GIL time a Python-bound training loop waits for (the
+    figures: benchmarks/README.md, costs). Here a step costs one dict store per value, and
+    the SDK builds the data points once per collection (a scrape or an export interval)
+    through the public observable-gauge API. Exported: the last value of each series that
+    is current by `steps` (every series, without it); `clear` drops a series' value now.
+    """
+
+    def __init__(self, meter: Meter, name: str, unit: str, description: str,
+                 steps: StepGauges | None = None) -> None:
+        self._steps = steps
+        self._last: dict[frozenset, tuple[float, Mapping[str, Any], int, bool]] = {}
+        # attribute dicts seen -> their series key: routes pass the same dict every step
+        self._keys: dict[int, tuple[Mapping[str, Any], frozenset]] = {}
+        meter.create_observable_gauge(name, [self._observe], unit=unit, description=description)
+
+    def set(self, value: float, attributes: Mapping[str, Any]) -> None:
+        steps = self._steps
+        if steps is None:
+            self._last[self._series(attributes)] = (value, attributes, 0, False)
+        else:
+            self._last[self._series(attributes)] = (value, attributes, steps.stamp, steps.evaluation)
+
+    def clear(self, attributes: Mapping[str, Any]) -> None:
+        """The series has no value at this step (a non-finite one was reported): no data point."""
+        self._last.pop(self._series(attributes), None)
+
+    def _series(self, attributes: Mapping[str, Any]) -> frozenset:
+        known = self._keys.get(id(attributes))
+        if known is None or known[0] is not attributes:
+            known = self._keys[id(attributes)] = (attributes, frozenset(attributes.items()))
+        return known[1]
+
+    def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
+        steps = self._steps
+        if steps is None:
+            return [Observation(v, dict(a)) for v, a, _, _ in list(self._last.values())]
+        current = steps.current
+        return [Observation(v, dict(a)) for v, a, stamp, ev in list(self._last.values()) if current(stamp, ev)]

@@ -1,0 +1,61 @@
+"""`otel-grpo follow`: a gauge the latest followed step has no value for has no data point, whatever the file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+
+from otel_grpo.integrations.follow import JsonlStream, TrlOutput
+
+from .test_files import Run
+from .test_trl import trl_output  # noqa: F401 (the module's fixture: a real GRPOTrainer's output)
+
+
+def _gauges(run: Run) -> dict[str, dict]:
+    data = run.reader.get_metrics_data()
+    return {m.name: {tuple(sorted(p.attributes.items())): p.value for p in m.data.data_points}
+            for rm in (data.resource_metrics if data else ()) for sm in rm.scope_metrics for m in sm.metrics
+            if m.name.startswith("grpo.") and hasattr(m.data.data_points[0], "value")}
+
+
+def test_a_jsonl_line_without_a_key_or_with_null_leaves_it_absent(tmp_path):
+    path = tmp_path / "trl.jsonl"
+    path.write_text('{"step": 1, "kl": 0.1, "reward": 0.5, "rewards/fmt/mean": 0.25, "my_metric": 3}\n')
+    run = Run(tmp_path, [JsonlStream("jsonl", path, source="trl")])
+    run.once()
+    assert {"grpo.trl.kl", "grpo.reward.mean", "grpo.reward_fn.mean", "grpo.extra.my_metric"} <= set(_gauges(run))
+    with open(path, "a") as fp:  # not logged at step 2 (a second-iteration step); null: TRL's None
+        fp.write('{"step": 2, "kl": 0.2, "rewards/fmt/mean": null}\n')
+    run.once()
+    gauges = _gauges(run)
+    assert list(gauges["grpo.trl.kl"].values()) == [0.2]
+    assert not {"grpo.reward.mean", "grpo.reward_fn.mean", "grpo.extra.my_metric"} & set(gauges)
+    assert list(gauges["grpo.step_index"].values()) == [2.0]
+
+
+def test_trl_s_last_logged_step_serves_only_its_own_values(tmp_path, trl_output):  # noqa: F811
+    """The last step of a real TRL output (the writer's step 4 generates nothing: no reward logged), edited as
+    TRL writes such a step: every completion at the length limit (terminated lengths 0.0), a reward
+    function's None."""
+    out = tmp_path / "run"
+    shutil.copytree(trl_output, out)
+    state_path = out / "checkpoint-4" / "trainer_state.json"
+    state = json.loads(state_path.read_text())
+    first = next(e for e in state["log_history"] if e.get("step") == 1)
+    last = next(e for e in state["log_history"] if e.get("step") == 4 and "loss" in e)
+    assert {"reward", "completions/mean_terminated_length", "rewards/reward_short/mean"} <= set(first)
+    assert not {"reward", "rewards/reward_words/mean", "completions/mean_length"} & set(last)
+    last.update({"completions/clipped_ratio": 1.0, "completions/mean_terminated_length": 0.0,
+                 "completions/min_terminated_length": 0.0, "completions/max_terminated_length": 0.0,
+                 "rewards/reward_short/mean": None})
+    state_path.write_text(json.dumps(state))
+    run = Run(tmp_path, [TrlOutput(out)])
+    assert run.follower.run(threading.Event()) is True
+    run.tel.flush()
+    gauges = _gauges(run)
+    assert gauges["grpo.trl.kl"] and list(gauges["grpo.completion.clipped_ratio"].values()) == [1.0]
+    for name in ("grpo.reward.mean", "grpo.reward.std", "grpo.completion.length.mean",
+                 "grpo.completion.terminated_length.mean", "grpo.completion.terminated_length.max"):
+        assert name not in gauges, name
+    assert "grpo.reward_fn.mean" not in gauges  # reward_words not logged at step 4, reward_short None

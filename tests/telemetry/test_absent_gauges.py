@@ -1,0 +1,120 @@
+"""Absent is absent: a per-step gauge has a data point only where the latest step gave it a finite value.
+
+Over both sinks (`captured`): the thread's in-memory reader and the child process's OTLP export to a
+real receiver, so "no data point" holds for what an OTLP collection carries. The pull endpoint:
+test_prometheus.py. The integrations (TRL, follow, the demo trainer): their own test files.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from otel_grpo import signals
+from otel_grpo.catalog import STATE_GAUGES, Kind, get
+
+
+def _current(captured, name: str, label: str | None = None) -> dict:
+    """The data points of `name` now, by `label`'s value (None: unlabelled); {} where it has none."""
+    metric = captured.metrics().get(name)  # a metric without data points is left out of the collection
+    return {p.attributes.get(label) if label else None: p.value for p in metric.data.data_points} if metric else {}
+
+
+def test_a_statistic_the_latest_step_does_not_log_has_no_data_point(captured):
+    """TRL's second-iteration steps (num_iterations > 1) log no reward or length: not the last batch's values."""
+    tel = captured.tel
+    tel.log_metrics(1, {"kl": 0.1, "reward": 0.5, "rewards/fmt/mean": 0.25, "rewards/acc/mean": 0.75})
+    assert _current(captured, "grpo.reward.mean") == {None: 0.5}
+    assert _current(captured, "grpo.reward_fn.mean", "reward_fn") == {"fmt": 0.25, "acc": 0.75}
+    tel.log_metrics(2, {"kl": 0.2})  # no generation at this step
+    assert _current(captured, "grpo.kl") == {None: 0.2}
+    assert _current(captured, "grpo.reward.mean") == {}
+    assert _current(captured, "grpo.reward_fn.mean", "reward_fn") == {}
+    tel.log_metrics(3, {"kl": 0.3, "rewards/acc/mean": 1.0})
+    assert _current(captured, "grpo.reward_fn.mean", "reward_fn") == {"acc": 1.0}
+    assert _current(captured, "grpo.step_index") == {None: 3.0}
+
+
+def test_a_statistic_invalid_at_the_latest_step_has_no_data_point(captured):
+    """Every completion hit the length limit: the terminated lengths are undefined, not the last step's."""
+    mask = torch.ones(4, 8, dtype=torch.bool)
+    for step, truncated in enumerate(([False, True, False, True], [True, True, True, True])):
+        reduced = signals.reduce_stats(signals.length_stats(mask, torch.tensor(truncated)))
+        with captured.tel.step(step) as s:
+            s.record(reduced)
+        if step == 0:
+            assert _current(captured, "grpo.completion.terminated_length.mean") == {None: 8.0}
+    assert "terminated_length_mean" in reduced.invalid
+    assert _current(captured, "grpo.completion.terminated_length.mean") == {}
+    assert _current(captured, "grpo.completion.terminated_length.max") == {}
+    assert _current(captured, "grpo.completion.clipped_ratio") == {None: 1.0}
+
+
+def test_a_reward_function_that_returned_none_has_no_data_point(captured):
+    """TRL logs None (NaN) for a reward function with no value at a step: counted, and no data point, even
+    where an earlier record of that step gave one."""
+    tel = captured.tel
+    tel.log_metrics(1, {"rewards/fmt/mean": 0.5, "rewards/acc/mean": 0.25})
+    tel.log_metrics(2, {"rewards/fmt/mean": math.nan, "rewards/acc/mean": 0.75})
+    assert _current(captured, "grpo.reward_fn.mean", "reward_fn") == {"acc": 0.75}
+    with tel.step(3) as s:
+        s.record({"rewards/fmt/mean": 1.0, "rewards/acc/mean": 1.0})
+        s.record({"rewards/fmt/mean": None, "rewards/acc/mean": math.nan})  # None is not a number: dropped
+    assert _current(captured, "grpo.reward_fn.mean", "reward_fn") == {"fmt": 1.0}
+    assert _current(captured, "grpo.nonfinite", "signal") == {"reward_fn_mean/fmt": 1, "reward_fn_mean/acc": 1}
+
+
+def test_several_records_of_one_step_are_its_values(captured):
+    """A summary log at the last logged step, an evaluation, a late record of an earlier step: none of them
+    makes the latest step's values stale. A later step does, whatever it records."""
+    tel = captured.tel
+    tel.log_metrics(4, {"kl": 0.4, "my_metric": 2.0})
+    tel.log_metrics(4, {"train_runtime": 12.0})  # transformers' summary, at the same step
+    tel.log_metrics(4, {"eval_reward": 0.9}, source="trl", evaluation=True)
+    tel.log_metrics(1, {"learning_rate": 1e-5})  # a late record of an earlier step adds a current value
+    assert _current(captured, "grpo.kl") == {None: 0.4}
+    assert _current(captured, "grpo.extra.my_metric") == {None: 2.0}
+    assert _current(captured, "grpo.train.runtime") == {None: 12.0}
+    assert _current(captured, "grpo.learning_rate") == {None: 1e-5}
+    with tel.step(5) as s:  # a step that records no statistic (the demo trainer's failed batch): none current
+        with s.phase("rollout"):
+            pass
+        s.skip()
+    for name in ("grpo.kl", "grpo.extra.my_metric", "grpo.train.runtime", "grpo.learning_rate"):
+        assert _current(captured, name) == {}, name
+    assert _current(captured, "grpo.step_index") == {None: 5.0}
+    assert _current(captured, "grpo.eval", "metric") == {"reward": 0.9}  # an evaluation's: until the next one
+
+
+def test_an_evaluation_and_the_training_steps_are_two_sets(captured):
+    """An evaluation's values are current until the next evaluation (training steps in between do not end
+    them); a metric the next evaluation does not report has no data point."""
+    tel = captured.tel
+    tel.log_metrics(2, {"eval_reward": 0.5, "eval_loss": 1.0}, source="trl", evaluation=True)
+    tel.log_metrics(3, {"kl": 0.3})
+    assert _current(captured, "grpo.eval", "metric") == {"reward": 0.5, "loss": 1.0}
+    tel.log_metrics(4, {"eval_reward": 0.75}, source="trl", evaluation=True)
+    assert _current(captured, "grpo.eval", "metric") == {"reward": 0.75}
+    assert _current(captured, "grpo.kl") == {None: 0.3}
+
+
+def test_state_gauges_keep_their_value_when_a_step_reports_nothing_of_theirs(captured):
+    """The step index, the process's start, the streaks and the run-end markers are not per-step statistics:
+    the alerts read them at any step."""
+    tel = captured.tel
+    tel.log_metrics(1, {"mismatch_chi2_token": 5.0})  # beyond every bound of its step check: streaks of 1
+    tel.log_metrics(2, {"entropy": 0.5})  # none at this step: its streaks stay where they were
+    assert _current(captured, "grpo.mismatch.chi2_token") == {}
+    streaks = _current(captured, "grpo.step.streak", "signal")
+    assert streaks and set(streaks) == {"mismatch_chi2_token"} and set(streaks.values()) == {1.0}
+    assert _current(captured, "grpo.step_index") == {None: 2.0}
+    assert _current(captured, "grpo.run.finished") == {None: 0.0}
+    assert len(_current(captured, "grpo.process.start_time")) == 1
+    tel.finish()
+    assert _current(captured, "grpo.run.finished") == {None: 1.0}
+    assert _current(captured, "grpo.policy.entropy") == {None: 0.5}  # the last step's values stay current
+
+
+def test_state_gauges_are_catalog_gauges():
+    assert STATE_GAUGES and all(get(key).kind is Kind.GAUGE for key in STATE_GAUGES)
