@@ -73,7 +73,7 @@ marked stale at once), never the earlier step's value as current. Several record
 step (a summary log, samples that arrive apart from the scalars) are all that step's
 values; an evaluation's values (`evaluation=True`, `grpo.eval`) stay current until the
 next evaluation. Through the collector, its Prometheus exporter drops a series that no
-longer arrives only after `metric_expiration` (5m in `collector/config.yaml`).
+longer arrives only after `metric_expiration` (2m in `collector/config.yaml`).
 These gauges are the process's state, not a step's statistic, and keep their last
 value: {state}.
 """

@@ -60,7 +60,7 @@ def render_alerts_md() -> str:
         "of its failure mode reaches its receiver within **max(3 step intervals, 5 minutes)** of the onset",
         "(Alertmanager's group_wait included), at any step time from 2 s to 30 min, scrape interval from",
         "15 to 60 s, over the pull endpoint or OTLP through the collector (export every 10 to 60 s, the",
-        "collector's 5-minute metric_expiration), with start-ups up to 30 min, evaluations and saves up",
+        "collector's 2-minute metric_expiration), with start-ups up to 30 min, evaluations and saves up",
         "to an hour between steps, relaunches, resumes, reused run ids and collector outages. A step",
         "interval is the time between two reported steps: `logging_steps` steps for a trainer that",
         "reports every N. The onset of a hang is when its next step was due.",

@@ -42,7 +42,7 @@ GROUP_WAIT_S = 10.0
 """Alertmanager's group_wait in the committed routing: a new alert's first notification waits this long."""
 STEP_TIMES = (2.0, 10.0, 60.0, 300.0, 1800.0)
 SCRAPES = (15.0, 30.0, 60.0)
-PATHS = ((0.0, 0.0), (10.0, 300.0), (60.0, 300.0))
+PATHS = ((0.0, 0.0), (10.0, 120.0), (60.0, 120.0))
 """(export_s, expire_s): the pull endpoint; OTLP through the collector every 10 s and every 60 s."""
 STARTUPS = (0.0, 300.0, 1800.0)
 FIRST_STEP_FLOOR_S = 35 * 60.0  # RuleSettings().first_step_floor

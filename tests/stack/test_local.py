@@ -307,13 +307,14 @@ def test_the_trl_example_lands_samples_in_the_sidecar_and_metrics_in_prometheus(
             return http.get(f"{s.prometheus_url}/api/v1/query", params={"query": query}).json()["data"]["result"]
 
         finished = _wait_for(lambda: series('max_over_time(grpo_run_finished{run_id="trl-example"}[1h])'))
-        reward = series('max_over_time(grpo_reward_mean{run_id="trl-example"}[1h])')
+        # lossless: a gauge is served only while its step is the latest, a 1 s scrape may miss a short step
+        rewarded = series('max_over_time(grpo_sample_reward_count{run_id="trl-example"}[1h])')
     # 4 steps, num_iterations=2: two generation batches of 8 completions, each sent once
     assert len(rows) == 16 and {r["step"] for r in rows} == {1, 3}
     assert all(r["prompt"].startswith("say ") and "reward.reward_words" in r for r in rows)
     assert sorted(steps) == [1, 2, 3, 4]
     assert [float(r["value"][1]) for r in finished] == [1.0]
-    assert reward and float(reward[0]["value"][1]) > 0
+    assert rewarded and float(rewarded[0]["value"][1]) == 16
 
 
 def _scraped_process(code: str, settings, out) -> subprocess.Popen:

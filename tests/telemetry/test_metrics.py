@@ -40,7 +40,9 @@ def test_the_process_start_is_exported_before_any_step(make_captured):
     metrics = captured.metrics()  # no step yet
     (start,) = metrics["grpo.process.start_time"].data.data_points
     assert before <= start.value <= time.time() and dict(start.attributes) == {"run_id": "test-run"}
-    assert "grpo.step_index" not in metrics and "grpo.run.finished" not in metrics
+    assert "grpo.step_index" not in metrics
+    (running,) = metrics["grpo.run.finished"].data.data_points  # running from the start: a relaunch is live
+    assert running.value == 0.0
     with captured.tel.step(0):
         pass
     (still,) = captured.metrics()["grpo.process.start_time"].data.data_points
