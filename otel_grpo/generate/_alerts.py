@@ -23,7 +23,7 @@ from otel_grpo import catalog
 
 from ._alerts_base import PCT as _PCT, RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert, by_run as _max
 from ._evidence import at_step, beyond, counted
-from ._rules import ENTROPY, KL, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, prometheus_name, threshold
+from ._rules import ENTROPY, KL_JUDGED, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, prometheus_name, threshold
 from ._run_end import run_end_alerts, run_end_rules
 from .dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS
 
@@ -67,8 +67,8 @@ def _trend_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
     enough = f"and on (run_id) {_max(STEP_INDEX)} >= {s.warmup_steps}"
     drop = f"(run_id:grpo_reward_mean:baseline_mean - {recent(REWARD)})"
     return {
-        "kl_jump": (f"run_id:grpo_kl:zscore > {s.kl_zscore} and on (run_id) max by (run_id) ({KL})"
-                    f" > {s.kl_jump_factor} * run_id:grpo_kl:baseline_median {enough} {_kl_on(s)}", s.kl_steps),
+        "kl_jump": (f"run_id:grpo_kl:zscore > {s.kl_zscore} and on (run_id) {KL_JUDGED}"
+                    f" > {s.kl_jump_factor} * run_id:grpo_kl:baseline_p90 {enough} {_kl_on(s)}", s.kl_steps),
         "reward_collapse": (f"{drop} / (run_id:grpo_reward_mean:baseline_stddev + 0.05) > {s.reward_zscore}"
                             f" and on (run_id) {drop} > {s.reward_drop} {enough}", s.drift_steps),
         "entropy_collapse": (f"({recent(ENTROPY)} < {s.entropy_fraction} * run_id:grpo_policy_entropy:baseline_mean"

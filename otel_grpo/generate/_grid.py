@@ -154,7 +154,7 @@ def _steps_for(p: _Params, hours: float = 1.5, at_least: int = 8, at_most: int =
 def _healthy(p: _Params) -> _Built:
     n = _steps_for(p)
     values = healthy(n, p.rng, "grad_norm", "frac_reward_zero_std", "rollout_is_eff_sample_size", "loss")
-    return _Built([_seg(p, values)], length_s=_end_of(p, n) + 1800)
+    return _Built([_seg(p, values, end="finish")], length_s=_end_of(p, n) + 1800)
 
 
 def _finishes(p: _Params) -> _Built:
@@ -165,7 +165,7 @@ def _finishes(p: _Params) -> _Built:
 def _beating_pauses(p: _Params, every: int, seconds: float, beat_s: float) -> _Built:
     n = _steps_for(p, 1.5, 6, 300)
     pauses = {i: Pause(seconds, beat_s) for i in range(every - 1, n - 1, every)}
-    seg = _seg(p, healthy(n, p.rng), pauses=pauses)
+    seg = _seg(p, healthy(n, p.rng), pauses=pauses, end="finish")
     return _Built([seg], length_s=_end_of(p, n) + len(pauses) * seconds + 1800)
 
 
@@ -193,7 +193,7 @@ def _creep(p: _Params) -> _Built:
     n = _steps_for(p, 2.0, 40, 400)
     values = healthy(n, p.rng)
     values["kl"] = [0.02 + 0.12 * min(1.0, i * p.step_s / 4200) for i in range(n)]
-    return _Built([_seg(p, values)], length_s=_end_of(p, n) + 1800)
+    return _Built([_seg(p, values, end="finish")], length_s=_end_of(p, n) + 1800)
 
 
 OUTAGES = (Outage(3600.0, 3750.0), Outage(3600.0, 4200.0))
@@ -203,7 +203,8 @@ OUTAGES = (Outage(3600.0, 3750.0), Outage(3600.0, 4200.0))
 def _outage(p: _Params) -> _Built:
     down = p.rng.choice(OUTAGES)
     n = max(4, int((down.end_s + 1800 - p.startup_s) / p.step_s) + 1)
-    return _Built([_seg(p, healthy(n, p.rng))], length_s=max(_end_of(p, n), down.end_s) + 1800, outages=[down])
+    return _Built([_seg(p, healthy(n, p.rng), end="finish")], length_s=max(_end_of(p, n), down.end_s) + 1800,
+                  outages=[down])
 
 
 # ---- failures -----------------------------------------------------------------------------
@@ -221,14 +222,15 @@ def _valued(key: str, value: Callable[[float], float], one_step: bool = False, a
 
 
 def _crash(p: _Params) -> _Built:
-    k = _k(p, 5)
+    k = max(_k(p, 5), int((p.export_s + 15.0 - p.startup_s) / p.step_s))  # after its first export
     killed = _end_of(p, k) + p.rng.random() * p.step_s  # mid-step
     seg = _seg(p, healthy(k + 1, p.rng), end="crash", end_after_s=killed - _end_of(p, k))
     return _Built([seg], killed, _bound(p), killed + _bound(p) + 600)
 
 
 def _crash_starting(p: _Params) -> _Built:
-    killed = p.rng.uniform(30.0, max(p.startup_s, 60.0))
+    # after its first export (a process killed before it, 10-60 s after its start, was never seen: docs/alerts.md)
+    killed = p.rng.uniform(p.export_s + 15.0, max(p.startup_s, p.export_s + 60.0))
     seg = Segment(p.run_id, {"kl": []}, p.step_s, export_s=p.export_s, expire_s=p.expire_s, startup_s=p.startup_s,
                   end="crash", end_after_s=killed - p.startup_s)
     return _Built([seg], killed, _bound(p), killed + _bound(p) + 1800)
@@ -271,7 +273,7 @@ def _preempt(p: _Params) -> _Built:
 
 def _reused_crash(p: _Params) -> _Built:
     """A finished run's id reused by a new process that is killed a few steps in."""
-    n, k = _k(p, 10), _k(p, 5)
+    n, k = _k(p, 10), max(_k(p, 5), int((p.export_s + 15.0 - p.startup_s) / p.step_s))
     first = _seg(p, healthy(n, p.rng), end="finish")
     later = _end_of(p, n) + 900
     killed = later + _end_of(p, k) + p.rng.random() * p.step_s
@@ -334,7 +336,10 @@ def grid(per_mode: int = PER_MODE, seed: int = 0) -> list[Case]:
             step_s = steps[i % len(steps)]
             export_s, expire_s = paths[(i // len(steps)) % len(paths)]
             scrape_s = SCRAPES[(i + i // len(steps)) % len(SCRAPES)]
-            startup = rng.choice(STARTUPS) if mode.name not in ("hang-before-first-step",) else rng.choice(STARTUPS[:2])
+            # a healthy start-up ends with the first step within 30 minutes (first_step_floor: 35m)
+            startup = min(rng.choice(STARTUPS), max(0.0, STARTUPS[-1] - step_s))
+            if mode.name == "hang-before-first-step":
+                startup = min(startup, STARTUPS[1])
             run_id = f"{mode.name}-{i}"
             p = _Params(run_id, step_s, export_s, expire_s, startup, random.Random(f"{seed}-{run_id}"))
             built = mode.build(p)

@@ -74,8 +74,9 @@ class RuleSettings:
     kl_zscore: float = 4.0
     """Robust standard deviations (from the IQR) above the KL baseline median that count as a jump."""
     kl_jump_factor: float = 2.0
-    """... and at least this multiple of the baseline median: a KL that creeps up steadily (0.02 to 0.14 over
-    an hour) moves many robust deviations against a tight baseline, yet is no jump."""
+    """... and at least this multiple of the baseline's 90th percentile: a KL that creeps up steadily (0.02 to
+    0.14 over an hour) moves many robust deviations against a tight, early baseline, yet never doubles its own
+    recent highs."""
     mismatch_kl_threshold: float = 0.01
     """k3 KL(pi_rollout || pi_train) above which the rollout engine has drifted."""
     ess_min: float = 0.5
@@ -346,6 +347,10 @@ def _kl_baseline(s: RuleSettings) -> list[dict]:
         {"record": KL_JUDGED, "expr": _judged("kl")},
         {"record": "run_id:grpo_kl:baseline_median", "expr": q(0.5)},
         {"record": "run_id:grpo_kl:baseline_iqr", "expr": f"({q(0.75)}) - ({q(0.25)})"},
+        # A jump must also leave the baseline's upper range (its 90th percentile, which one absurd step does
+        # not move): a KL that creeps up steadily is many robust deviations above a tight, early baseline
+        # median, never twice its own recent highs.
+        {"record": "run_id:grpo_kl:baseline_p90", "expr": q(0.9)},
         # 0.741 * IQR estimates the std of a normal distribution. The divisor is floored
         # by 10 % of the median plus a constant: a flat baseline must not turn every
         # wiggle into an infinite z-score.
