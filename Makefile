@@ -73,6 +73,7 @@ bench: setup
 	$(PY) benchmarks/sqlite_wal.py
 	$(PY) benchmarks/trainer.py
 	$(PY) benchmarks/trl.py
+	$(PY) benchmarks/alerts.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

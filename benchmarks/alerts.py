@@ -44,28 +44,24 @@ def main() -> int:
         verdicts = run(cases, promtool, rule_files(RuleSettings()), Path(tmp), workers=args.workers)
     print(f"{len(cases)} cases in {time.monotonic() - started:.0f} s of promtool; "
           f"{sum(v.held for v in verdicts)} hold\n")
-    print("| failure | alert | " + " | ".join(f"{s:g} s steps" for s in STEP_TIMES) + " |")
-    print("| --- | --- | " + " | ".join("---" for _ in STEP_TIMES) + " |")
-    modes = list(dict.fromkeys(v.case.mode for v in verdicts))
-    for mode in modes:
+    print("| failure | " + " | ".join(f"{s:g} s steps" for s in STEP_TIMES) + " |")
+    print("| --- | " + " | ".join("---" for _ in STEP_TIMES) + " |")
+    for mode in dict.fromkeys(v.case.mode for v in verdicts):
         mine = [v for v in verdicts if v.case.mode == mode]
-        if mine[0].case.expect is None:
-            noisy = sum(bool(v.early) for v in mine)
-            print(f"| {mode} (healthy) | none | " + " | ".join(
-                f"{sum(bool(v.early) for v in mine if v.case.step_s == s)} of "
-                f"{sum(v.case.step_s == s for v in mine)} noisy" for s in STEP_TIMES) + f" |  <!-- {noisy} -->")
-            continue
         cells = []
         for s in STEP_TIMES:
             at = [v for v in mine if v.case.step_s == s]
             if not at:
                 cells.append("")
-                continue
-            lat = [v.latency_s for v in at if v.latency_s is not None]
-            worst = None if len(lat) < len(at) else max(lat)
-            cells.append(f"{_fmt(statistics.median(lat)) if lat else 'never'} / {_fmt(worst)} "
-                         f"(bound {_fmt(at[0].case.bound_s)})")
-        print(f"| {mode} | {mine[0].case.expect} | " + " | ".join(cells) + " |")
+            elif mine[0].case.expect is None:
+                cells.append(f"{sum(bool(v.early) for v in at)} of {len(at)} notified")
+            else:
+                lat = [v.latency_s for v in at if v.latency_s is not None]
+                worst = None if len(lat) < len(at) else max(lat)
+                cells.append(f"{_fmt(statistics.median(lat)) if lat else 'never'} / {_fmt(worst)} "
+                             f"({_fmt(at[0].case.bound_s)})")
+        label = f"{mode} (healthy)" if mine[0].case.expect is None else mode
+        print(f"| {label} | " + " | ".join(cells) + " |")
     print("\ncells: median / worst latency (bound)")
     failed = [v for v in verdicts if not v.held]
     for v in failed:
