@@ -101,8 +101,10 @@ _BETWEEN_STEPS = frozenset({"activity"})
 
 def _demo_cannot_emit(expr: str) -> bool:
     """Queries of signals only verl's files (`otel-grpo follow`) or a TRL Trainer carry (the tests under
-    tests/integrations check those), or work between steps."""
-    return any(catalog.get(key).prometheus_name in expr for key in FOLLOW_ONLY | TRL_ONLY | _BETWEEN_STEPS)
+    tests/integrations check those), or work between steps; and the collector's health (local mode runs none:
+    tests/stack/test_collector_e2e.py scrapes a real one)."""
+    return (any(catalog.get(key).prometheus_name in expr for key in FOLLOW_ONLY | TRL_ONLY | _BETWEEN_STEPS)
+            or "otelcol_" in expr or "job_instance:collector:seen" in expr)
 
 
 def test_prometheus_holds_a_series_for_every_dashboard_query(demo):

@@ -50,11 +50,12 @@ def test_log_interval_is_the_wall_time_between_the_last_two_reported_steps(captu
     time.sleep(0.6)
     with captured.tel.logged_step(20) as s:
         s.record({"step_time": 0.01})
+    metrics = captured.metrics()  # a record without its own end is stamped when emitted, up to this flush
     between = time.monotonic() - before
-    metrics = captured.metrics()
     (interval,) = points(metrics["grpo.log_interval"]).values()
     (step_time,) = points(metrics["grpo.step_time"]).values()
-    assert 0.6 <= interval.value <= between and step_time.value == 0.01
+    # the wall clock (the trainer's, what the alerts compare with time()) may run a little apart from monotonic
+    assert 0.6 <= interval.value <= between + 0.05 and step_time.value == 0.01
     assert interval.attributes == {"run_id": "test-run"}
 
 
