@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Sequence
 import yaml
 
 from ._replay import Outage, Pause, Segment, replay
+from ._rules import RuleSettings, seconds
 
 GROUP_WAIT_S = 10.0
 """Alertmanager's group_wait in the committed routing: a new alert's first notification waits this long."""
@@ -45,7 +46,7 @@ SCRAPES = (15.0, 30.0, 60.0)
 PATHS = ((0.0, 0.0), (10.0, 120.0), (60.0, 120.0))
 """(export_s, expire_s): the pull endpoint; OTLP through the collector every 10 s and every 60 s."""
 STARTUPS = (0.0, 300.0, 1800.0)
-FIRST_STEP_FLOOR_S = 35 * 60.0  # RuleSettings().first_step_floor
+FIRST_STEP_FLOOR_S = float(seconds(RuleSettings().first_step_floor))  # the default rules' floor
 PER_MODE = 22
 
 
@@ -376,7 +377,7 @@ def promtool_groups(cases: Sequence[Case], max_runs: int = 40) -> list[list[Case
     return sorted(groups, key=lambda g: -g[0].length_s)
 
 
-def test_group(cases: Sequence[Case], name: str, evaluation_interval: str = "60s") -> dict:
+def promtool_group(cases: Sequence[Case], name: str, evaluation_interval: str = "60s") -> dict:
     """One promtool test group of `cases` (one scrape interval and outage): their series, and one query for
     every run's first firing of every alert (expected: none, so promtool prints them all)."""
     scrape_s, outages = cases[0].scrape_s, cases[0].outages
@@ -464,7 +465,7 @@ def run(cases: Sequence[Case], promtool: str, rule_files: dict[str, str], workdi
     groups = promtool_groups(cases)
 
     def one(i: int) -> str:
-        group = test_group(groups[i], f"grid {i}: " + " ".join(c.run_id for c in groups[i]), evaluation_interval)
+        group = promtool_group(groups[i], f"grid {i}: " + " ".join(c.run_id for c in groups[i]), evaluation_interval)
         doc = {"rule_files": list(rule_files), "evaluation_interval": evaluation_interval, "tests": [group]}
         path = workdir / f"grid_{i}.yml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
