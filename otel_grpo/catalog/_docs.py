@@ -76,6 +76,19 @@ next evaluation. Through the collector, its Prometheus exporter drops a series t
 longer arrives only after `metric_expiration` (2m in `collector/config.yaml`).
 These gauges are the process's state, not a step's statistic, and keep their last
 value: {state}.
+
+## Each sample's diagnostics are measured where the step's value is
+
+The sample table's per-completion columns (`signals.sample_diagnostics`) explain the step
+values beside them, so each is measured at the same point of the step:
+`kl_ref_mean`/`kl_ref_max` and `entropy_mean` in the loss passes, as `kl`, `kl_max` and
+`entropy` (the demo trainer pools every pass of the update that read a completion: the
+length-weighted mean of a step's `kl_ref_mean` is its `kl` and the largest `kl_ref_max` its
+`kl_max`, so sorting a KL spike's samples by `kl_ref_mean` shows what drove it, even when the
+policy blew up between two mini-batches); `log_ratio_*` and `is_weight_*` where the mismatch
+values are (the demo trainer: scoring before the update). The TRL integrations take them from a
+generation batch's first loss pass, the step's own at `num_iterations=1`
+(docs/integrations.md).
 """
 
 

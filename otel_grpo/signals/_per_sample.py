@@ -22,20 +22,40 @@ _F64 = torch.float64
 _NAN = float("nan")
 
 
-def _row_means(stats: Stats, columns: dict[str, Tensor], m: Tensor, n: Tensor) -> None:
+class _Rows:
+    """Where each input row's numbers go: to itself, or pooled into its sample's row (`rows`, `size`)."""
+
+    def __init__(self, n: Tensor, rows: Tensor | None, size: int | None) -> None:
+        self.rows, self.size = rows, size
+        self.n = n if rows is None else self.sum(n.unsqueeze(0))[0]  # tokens per output row
+
+    def sum(self, per_row: Tensor) -> Tensor:
+        """[K, N] -> [K, size]: summed over the input rows of each sample."""
+        if self.rows is None:
+            return per_row
+        return per_row.new_zeros(per_row.shape[0], self.size).index_add_(1, self.rows, per_row)
+
+    def max(self, per_row: Tensor) -> Tensor:
+        if self.rows is None:
+            return per_row
+        index = self.rows.expand(per_row.shape[0], -1)
+        return per_row.new_full((per_row.shape[0], self.size), -torch.inf).scatter_reduce_(1, index, per_row, "amax")
+
+
+def _row_means(stats: Stats, columns: dict[str, Tensor], m: Tensor, out: _Rows) -> None:
     """Masked mean per row of each [B, T] tensor, as columns; NaN for a row without tokens. One set of ops for
     all of them (on a batch's small tensors each op costs more in dispatch than in arithmetic)."""
     if columns:
-        means = (torch.stack(list(columns.values())) * m).sum(-1) / n.clamp(min=1)
-        for name, mean in zip(columns, torch.where(n > 0, means, _NAN).unbind()):
+        means = out.sum((torch.stack(list(columns.values())) * m).sum(-1)) / out.n.clamp(min=1)
+        for name, mean in zip(columns, torch.where(out.n > 0, means, _NAN).unbind()):
             stats.add_column(name, mean)
 
 
-def _row_maxes(stats: Stats, columns: dict[str, Tensor], pad: Tensor, n: Tensor) -> None:
+def _row_maxes(stats: Stats, columns: dict[str, Tensor], pad: Tensor, out: _Rows) -> None:
     """Masked max per row of each [B, T] tensor, as columns; NaN for a row without tokens."""
     if columns:
-        maxes = torch.stack(list(columns.values())).masked_fill(pad, -torch.inf).amax(-1)
-        for name, high in zip(columns, torch.where(n > 0, maxes, _NAN).unbind()):
+        maxes = out.max(torch.stack(list(columns.values())).masked_fill(pad, -torch.inf).amax(-1))
+        for name, high in zip(columns, torch.where(out.n > 0, maxes, _NAN).unbind()):
             stats.add_column(name, high)
 
 
@@ -48,6 +68,8 @@ def sample_diagnostics(
     ref_logprobs: Tensor | None = None,
     entropy: Tensor | None = None,
     truncated: Tensor | None = None,
+    rows: Tensor | None = None,
+    size: int | None = None,
 ) -> Stats:
     """Columns per completion (row) from `[B, T]` tensors and `mask` [B, T] (1: a completion token).
 
@@ -61,6 +83,13 @@ def sample_diagnostics(
     - `entropy_mean`: mean token entropy (`entropy`, nats).
 
     A row without tokens gets no value (NaN here, None in the row). Pure torch, no host read.
+
+    `rows` [B] (int64) and `size`: the inputs are the passes of an update, input row i read sample
+    `rows[i]` of `size` (in any order, a sample in as many passes as read it). Each column is then
+    pooled per sample over its passes as the step's `kl` and `entropy` pool them (means over all its
+    tokens in every pass, maxes over them), so the samples' token-weighted mean is the step's value
+    and sorting them shows what drove it. The generation's columns (`completion_length`,
+    `length_clipped`) belong to a call without `rows`.
     """
     stats = Stats()
     m = v.binary(mask, "mask", stats, dim=2).to(_F64)
@@ -68,8 +97,15 @@ def sample_diagnostics(
                for name, x in (("logprobs", logprobs), ("rollout_logprobs", rollout_logprobs),
                                ("ref_logprobs", ref_logprobs), ("entropy", entropy)) if x is not None}
     pad = m == 0
-    n = m.sum(1)
-    stats.add_column("completion_length", n)
+    if rows is not None:
+        if truncated is not None:
+            raise ValueError("truncated: a generation column, not pooled over passes; pass it without rows")
+        if rows.shape != mask.shape[:1] or rows.dtype != torch.int64 or size is None or size < 1:
+            raise ValueError(f"rows must be int64 of shape {tuple(mask.shape[:1])} with a size >= 1, "
+                             f"got {rows.dtype} {tuple(rows.shape)} and size {size!r}")
+    out = _Rows(m.sum(1), rows, size)
+    if rows is None:
+        stats.add_column("completion_length", out.n)
     if truncated is not None:
         stats.add_column("length_clipped", v.binary(truncated, "truncated", stats, shape=mask.shape[:1]).to(_F64))
     means: dict[str, Tensor] = {}
@@ -86,6 +122,6 @@ def sample_diagnostics(
         means["kl_ref_mean"], maxes["kl_ref_max"] = k3, k3
     if "entropy" in tensors:
         means["entropy_mean"] = tensors["entropy"]
-    _row_means(stats, means, m, n)
-    _row_maxes(stats, maxes, pad, n)
+    _row_means(stats, means, m, out)
+    _row_maxes(stats, maxes, pad, out)
     return stats

@@ -210,7 +210,7 @@ class GRPOTrainer:
                     for row, adv in zip(rows, advantages.tolist()):
                         row["advantage"] = adv
                 with s.phase("reference"):
-                    old_lp, ref_lp, old_entropy = self.score_logprobs(ro)
+                    old_lp, ref_lp = self.score_logprobs(ro)
             except Exception as exc:  # a failed batch is skipped, not fatal (the phase span has the error)
                 failure = exc
             if self.batch_failed(failure):
@@ -227,9 +227,10 @@ class GRPOTrainer:
                 | signals.length_stats(ro.completion_mask, ro.truncated)
                 | signals.diversity_stats(ro.completion_ids, ro.completion_mask, group_size=G)
                 | signals.mismatch_stats(old_lp, ro.rollout_logprobs, ro.completion_mask)
-                # each completion's own numbers for the sample table: they ride in reduce_stats' pack
+                # each completion's own numbers for the sample table, each measured where the step's value
+                # beside it is: the mismatch at scoring here, KL and entropy in the update's passes
                 | signals.sample_diagnostics(ro.completion_mask, logprobs=old_lp, rollout_logprobs=ro.rollout_logprobs,
-                                             ref_logprobs=ref_lp, entropy=old_entropy, truncated=ro.truncated)
+                                             truncated=ro.truncated)
             )
             with s.phase("update"):
                 update_stats, skipped = self.update(step, ro, old_lp, ref_lp, advantages, gen_cpu)
@@ -321,14 +322,13 @@ class GRPOTrainer:
         return rows, components
 
     @torch.no_grad()
-    def score_logprobs(self, ro: Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """log pi_old (the training policy before this step's update) and log pi_ref of the sampled
-        tokens, and pi_old's token entropy (for each completion's diagnostics)."""
+    def score_logprobs(self, ro: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi_old (the training policy before this step's update) and log pi_ref of the sampled tokens."""
         P, temp = self.cfg.task.prompt_len, self.cfg.grpo.temperature
         with self.acc.autocast():
-            old, entropy = token_logprobs(self.unwrapped, ro.ids, P, temperature=temp, with_entropy=True)
+            old, _ = token_logprobs(self.unwrapped, ro.ids, P, temperature=temp)
             ref, _ = token_logprobs(self.reference, ro.ids, P, temperature=temp)
-        return old.float(), ref.float(), entropy.float()
+        return old.float(), ref.float()
 
     def update(self, step: int, ro: Rollout, old_lp: torch.Tensor, ref_lp: torch.Tensor, advantages: torch.Tensor,
                gen: torch.Generator) -> tuple[signals.Stats, bool]:
@@ -352,6 +352,7 @@ class GRPOTrainer:
             stats = stats | is_stats
         skipped = False
         inject_nan = cfg.faults.nan_at(step)
+        passes: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # rows, log-probs, entropy of each pass
         for _ in range(g.num_iterations):
             order = signals.to_device(torch.randperm(ro.ids.shape[0], generator=gen), self.device)
             for idx in order.chunk(g.num_minibatches):
@@ -378,6 +379,12 @@ class GRPOTrainer:
                     ref_logprobs=ref_lp[idx], entropy=entropy.detach().float())
                 stats |= signals.loss_stats(loss.detach(), policy_term.detach(), kl_term.detach(), entropy=0.0)  # no bonus
                 stats.add_mean("grad_norm", grad_norm.detach(), 1.0)
+                passes.append((idx, logp.detach(), entropy.detach().float()))
+        # each completion's KL and entropy pooled over the passes that read it, as the step's `kl` and
+        # `entropy` pool them: sorting a step's samples by KL shows what drove the step's KL
+        rows, logps, entropies = (torch.cat(t) for t in zip(*passes))
+        stats |= signals.sample_diagnostics(mask[rows], logprobs=logps, ref_logprobs=ref_lp[rows], entropy=entropies,
+                                            rows=rows, size=ro.ids.shape[0])
         return stats, skipped
 
     @torch.no_grad()

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from otel_grpo.signals import Stats, reduce_stats, sample_diagnostics
+from otel_grpo.signals import Stats, policy_stats, reduce_stats, sample_diagnostics
 
 # Two completions of up to 3 tokens; the second has 2, the third none.
 MASK = torch.tensor([[1, 1, 1], [1, 1, 0], [0, 0, 0]], dtype=torch.bool)
@@ -55,12 +55,39 @@ def test_micro_batches_concatenate_in_order():
     assert reduce_stats(halves).column_rows() == reduce_stats(whole).column_rows()
 
 
+def test_passes_of_an_update_pool_into_their_samples_as_the_step_pools_them():
+    # two passes over the three samples in another order each; the second pass sees a changed policy
+    later = LP + torch.tensor([[0.5, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, 0.0]])
+    order = torch.tensor([2, 0, 1, 1, 2, 0])
+    lps = torch.cat([LP[order[:3]], later[order[3:]]])
+    diag = sample_diagnostics(MASK[order], logprobs=lps, ref_logprobs=REF[order], entropy=ENTROPY[order],
+                              rows=order, size=3)
+    first, second, empty = reduce_stats(diag).column_rows()
+    one = [sample_diagnostics(MASK, logprobs=lp, ref_logprobs=REF, entropy=ENTROPY) for lp in (LP, later)]
+    one = [reduce_stats(d).column_rows() for d in one]
+    for i, row in enumerate((first, second)):  # every sample is in both passes, as many tokens each time
+        assert row["kl_ref_mean"] == pytest.approx((one[0][i]["kl_ref_mean"] + one[1][i]["kl_ref_mean"]) / 2)
+        assert row["kl_ref_max"] == max(one[0][i]["kl_ref_max"], one[1][i]["kl_ref_max"])
+        assert row["entropy_mean"] == pytest.approx(one[0][i]["entropy_mean"])
+    assert "completion_length" not in first and empty == {}  # the generation's column comes from its own call
+    # the samples' token-weighted mean is the step's pooled KL, as policy_stats pools the two passes
+    step = reduce_stats(policy_stats(lps, lps, torch.zeros(6), MASK[order], 0.2, 0.2, ref_logprobs=REF[order]))
+    lengths = MASK.sum(1).tolist()
+    weighted = sum(r["kl_ref_mean"] * n for r, n in zip((first, second), lengths)) / sum(lengths)
+    # (policy_stats sums a row's tokens in the inputs' float32, the columns in float64)
+    assert weighted == pytest.approx(step["kl"], rel=1e-6)
+    assert max(first["kl_ref_max"], second["kl_ref_max"]) == pytest.approx(step["kl_max"], rel=1e-6)
+
+
 @pytest.mark.parametrize("call, argument", [
     (lambda: sample_diagnostics(MASK[0]), "mask"),
     (lambda: sample_diagnostics(MASK, logprobs=LP[:2]), "logprobs"),
     (lambda: sample_diagnostics(MASK, entropy=ENTROPY.long()), "entropy"),
     (lambda: sample_diagnostics(MASK, truncated=torch.zeros(2)), "truncated"),
     (lambda: sample_diagnostics(MASK.float() * 2), "mask"),
+    (lambda: sample_diagnostics(MASK, rows=torch.tensor([0, 1]), size=3), "rows"),
+    (lambda: sample_diagnostics(MASK, rows=torch.tensor([0, 1, 2]), size=None), "rows"),
+    (lambda: sample_diagnostics(MASK, truncated=torch.zeros(3), rows=torch.tensor([0, 1, 2]), size=3), "truncated"),
     (lambda: Stats().add_column("", torch.zeros(2)), "name"),
 ])
 def test_bad_input_names_the_argument(call, argument):

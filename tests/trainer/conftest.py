@@ -40,14 +40,15 @@ class Run:
         return 0.0 if metric is None else sum(p.value for p in metric.data.data_points)
 
 
-def train_captured(output_dir: Path, *overrides: str, preset: str = "tiny") -> Run:
-    """Train with telemetry on in-memory readers; returns after telemetry shut down (all spans ended)."""
+def train_captured(output_dir: Path, *overrides: str, preset: str = "tiny", **telemetry: Any) -> Run:
+    """Train with telemetry on in-memory readers; returns after telemetry shut down (all spans ended).
+    `telemetry`: further TelemetrySettings."""
     cfg = load_config(preset=preset, overrides=[f"output_dir={output_dir}", "progress=false", "run_id=test-run",
                                                 *overrides])
     reader, exporter = InMemoryMetricReader(), InMemorySpanExporter()
     tracer_provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=2048))
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    settings = TelemetrySettings(run_id="test-run", output_dir=output_dir, seed=0)
+    settings = TelemetrySettings(run_id="test-run", output_dir=output_dir, seed=0, **telemetry)
     tel = Telemetry(settings, meter_provider=MeterProvider(metric_readers=[reader]), tracer_provider=tracer_provider)
     return Run(GRPOTrainer(cfg, telemetry=tel).train(), reader, exporter)
 
@@ -62,4 +63,5 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
 
 @pytest.fixture
 def train_run(tmp_path: Path) -> Any:
-    return lambda *overrides, preset="tiny": train_captured(tmp_path / "run", *overrides, preset=preset)
+    return lambda *overrides, preset="tiny", **telemetry: train_captured(tmp_path / "run", *overrides, preset=preset,
+                                                                         **telemetry)

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,6 +19,23 @@ def test_kl_spike_makes_kl_jump(train_run):
     h = train_run("steps=6", "faults.inject=[kl-spike@3]").result.history
     assert h[3]["learning_rate"] == 100 * h[2]["learning_rate"]
     assert max(x["kl"] for x in h[4:]) > 5 * max(x["kl"] for x in h[:3])
+
+
+def test_sorting_a_kl_spike_steps_samples_by_kl_shows_what_drove_the_steps_kl(train_run, tmp_path):
+    # every sample of every step kept: the spiking step's completions, each with its own KL
+    run = train_run("steps=5", "faults.inject=[kl-spike@3]", random_k=10_000)
+    spike = max(range(5), key=lambda s: run.result.history[s]["kl"])
+    assert spike >= 3
+    rows = [json.loads(line) for line in (tmp_path / "run" / "samples" / f"step_{spike}.jsonl").read_text().splitlines()]
+    step = run.result.history[spike]
+    # the step's KL is the samples' token-weighted KL (each read as many times by the update), its
+    # largest token KL the largest sample's: the per-sample values are measured where the step's are
+    lengths = [r["completion_length"] for r in rows]
+    weighted = sum(r["kl_ref_mean"] * n for r, n in zip(rows, lengths)) / sum(lengths)
+    assert weighted == pytest.approx(step["kl"], rel=1e-5)
+    assert max(r["kl_ref_max"] for r in rows) == pytest.approx(step["kl_max"], rel=1e-5)
+    entropy = sum(r["entropy_mean"] * n for r, n in zip(rows, lengths)) / sum(lengths)
+    assert entropy == pytest.approx(step["entropy"], rel=1e-5)
 
 
 def test_rollout_drift_moves_is_ratio_and_mismatch(train_run):

@@ -16,6 +16,19 @@ const LEAD = ["step", "sample_index", "group", "reward", "advantage", "completio
               "kl_ref_mean", "kl_ref_max", "log_ratio_mean", "log_ratio_absmax", "is_weight_mean", "is_weight_max",
               "entropy_mean"];
 const TEXT_COLUMNS = ["prompt", "completion"];
+// What each diagnostic is; each is measured where the step value it explains is (docs/signals.md).
+const COLUMN_HELP = {
+  kl_ref_mean: "k3 KL to the reference, mean over the completion's tokens in the loss passes that read it, "
+    + "as the step's kl",
+  kl_ref_max: "largest token KL to the reference in those passes (the step's kl_max is the largest)",
+  entropy_mean: "mean token entropy in the loss passes, as the step's entropy",
+  log_ratio_mean: "log pi_train - log pi_rollout, mean per token, as the step's mismatch values",
+  log_ratio_absmax: "largest |log pi_train - log pi_rollout| of a token",
+  is_weight_mean: "token IS weight pi_train / pi_rollout, mean",
+  is_weight_max: "token IS weight pi_train / pi_rollout, max",
+  completion_length: "completion tokens",
+  length_clipped: "1: the completion hit the length limit",
+};
 // Bookkeeping columns, hidden until picked (the picker lists them).
 // The prompt is the group's (the group view shows it); the diagnostics' companions (mean of the
 // IS weight, max of the KL) are one click away. The completion gets the width that is left.
@@ -66,7 +79,7 @@ function samplesParams(limit) {
 // A full header: the name breaks after "_", "." and "/" rather than being cut.
 function headerCell(c) {
   const cls = "sortable" + (state.orderBy === c ? (state.desc ? " sorted-desc" : " sorted-asc") : "");
-  const th = h("th", { class: cls, "data-col": c, title: c + " (click to sort)", onclick: () => sortBy(c) });
+  const th = h("th", { class: cls, "data-col": c, title: (COLUMN_HELP[c] ? `${c}: ${COLUMN_HELP[c]}` : c) + " (click to sort)", onclick: () => sortBy(c) });
   for (const part of c.split(/(?<=[_./])/)) th.append(document.createTextNode(part), document.createElement("wbr"));
   return th;
 }
