@@ -224,15 +224,15 @@ def _valued(key: str, value: Callable[[float], float], one_step: bool = False, a
 
 
 def _crash(p: _Params) -> _Built:
-    k = max(_k(p, 5), int((p.export_s + 15.0 - p.startup_s) / p.step_s))  # after its first export
+    k = _k(p, 5)
     killed = _end_of(p, k) + p.rng.random() * p.step_s  # mid-step
     seg = _seg(p, healthy(k + 1, p.rng), end="crash", end_after_s=killed - _end_of(p, k))
     return _Built([seg], killed, _bound(p), killed + _bound(p) + 600)
 
 
 def _crash_starting(p: _Params) -> _Built:
-    # after its first export (a process killed before it, 10-60 s after its start, was never seen: docs/alerts.md)
-    killed = p.rng.uniform(p.export_s + 15.0, max(p.startup_s, p.export_s + 60.0))
+    # from seconds after its start: its export at the start says it exists before its first interval ends
+    killed = p.rng.uniform(5.0, max(p.startup_s, p.export_s + 60.0))
     seg = Segment(p.run_id, {"kl": []}, p.step_s, export_s=p.export_s, expire_s=p.expire_s, startup_s=p.startup_s,
                   end="crash", end_after_s=killed - p.startup_s)
     return _Built([seg], killed, _bound(p), killed + _bound(p) + 1800)
@@ -275,7 +275,7 @@ def _preempt(p: _Params) -> _Built:
 
 def _reused_crash(p: _Params) -> _Built:
     """A finished run's id reused by a new process that is killed a few steps in."""
-    n, k = _k(p, 10), max(_k(p, 5), int((p.export_s + 15.0 - p.startup_s) / p.step_s))
+    n, k = _k(p, 10), _k(p, 5)
     first = _seg(p, healthy(n, p.rng), end="finish")
     later = _end_of(p, n) + 900
     killed = later + _end_of(p, k) + p.rng.random() * p.step_s

@@ -216,12 +216,12 @@ def _at(seg: Segment, line: _Timeline, states: list[dict[str, float]], c: float)
 
 
 def _deliveries(seg: Segment, line: _Timeline, scrape_s: float, scrapes: int) -> list[float]:
-    """Collection times of what reaches the collector: every `export_s` from the start and the last export of
-    a process that closes (finish, preempt; a killed process makes none); with `export_s=0`, every scrape
-    while the process runs and its end."""
+    """Collection times of what reaches the collector: one at the start, then every `export_s`, and the last
+    export of a process that closes (finish, preempt; a killed process makes none); with `export_s=0`, every
+    scrape while the process runs and its end."""
     horizon = scrapes * scrape_s
     if seg.export_s > 0:
-        times = [seg.start_s + k * seg.export_s for k in range(1, int((horizon - seg.start_s) // seg.export_s) + 1)]
+        times = [seg.start_s + k * seg.export_s for k in range(int((horizon - seg.start_s) // seg.export_s) + 1)]
         times = [c for c in times if c < line.end_s]
         if seg.end in ("finish", "preempt") and line.end_s <= horizon:
             times.append(line.end_s)

@@ -53,6 +53,7 @@ class Backend:
         pushed = any(name in ("otlp", "console") for name in settings.metrics_exporters)
         promise_s = settings.metric_export_interval_ms / 1000 if pushed else 0.0
         self._instruments = Instruments(exporters.meter_provider.get_meter(_SCOPE), base, promise_s)
+        exporters.announce()  # the run, its start time and its first promise, before the first interval ends
         suffix = f"_rank{rank}" if "rank" in base else ""  # ranks must not append to one file
         self.spill = SampleSpill(settings.output_dir, suffix) if settings.spill_samples else None
         self._budget = RowBudget(settings)  # anomalous steps kept whole: this backend selects (one process)

@@ -41,6 +41,7 @@ class Exporters:
         self._linger: Callable[[float], None] | None = None  # the pull endpoint's, when this process serves one
         self._closers: list[Callable[[int], Any]] = []
         self._flushers: list[Callable[[int], bool]] = []
+        self._push_readers: list[Any] = []
         self._owned = tracer_provider is None or meter_provider is None
         resource = None
         if tracer_provider is None:
@@ -55,6 +56,7 @@ class Exporters:
             meter_provider, owned = build_meter_provider(settings, resource, local_rank, self.health)
             self.prometheus_port = owned.prometheus_port
             self._linger = owned.linger
+            self._push_readers = owned.push_readers
             self._closers.append(lambda ms, mp=meter_provider, o=owned: _close_meter(mp, o, ms))
             self._flushers.append(lambda ms, o=owned: all([_flush(r, ms) for r in o.push_readers]))
         else:
@@ -62,6 +64,15 @@ class Exporters:
             self._flushers.append(lambda ms, mp=meter_provider: _flush(mp, ms))
         self.meter_provider: MeterProvider = meter_provider
         self.tracer_provider: TracerProvider = tracer_provider
+
+    def announce(self) -> None:
+        """One export of the push readers now, on a daemon thread (never waiting on the endpoint): the
+        process is seen from its start. Their first own export comes one interval later; a process
+        killed before it (10-60 s) would never be seen, so no alert could say it died."""
+        readers = self._push_readers
+        if readers:
+            threading.Thread(target=_collect, args=(readers, self._settings.metric_export_interval_ms),
+                             name="otel-grpo-announce", daemon=True).start()
 
     def flush(self, timeout_s: float) -> bool:
         """Push everything recorded to the exporters; False when that did not finish within `timeout_s`."""
@@ -105,6 +116,14 @@ def _bounded(work: Callable[[], Any], name: str, timeout_s: float) -> bool:
     worker.start()
     worker.join(timeout_s)
     return not worker.is_alive()
+
+
+def _collect(readers: list[Any], timeout_ms: int) -> None:
+    for reader in readers:
+        try:
+            reader.collect(timeout_millis=timeout_ms)
+        except Exception:  # a timeout, a reader shut down meanwhile: its periodic exports go on or end anyway
+            logger.debug("otel-grpo: the start-up export failed", exc_info=True)
 
 
 def _flush(provider: Any, timeout_ms: int) -> bool:

@@ -4,6 +4,10 @@ without its start-up or beating pauses."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -99,3 +103,26 @@ def test_finish_waits_about_one_scrape_interval_of_its_watcher(tmp_path, monkeyp
     assert any("grpo_run_finished{" in t and "} 1.0" in t.split("grpo_run_finished{", 1)[1].splitlines()[0]
                for t in seen)
     assert Scrapes.FIRST_SCRAPE_S < tel.settings.prometheus_linger_s
+
+
+_KILLED_EARLY = """
+import os, signal, sys, time
+from otel_grpo.telemetry import Telemetry
+tel = Telemetry.from_env(run_id="killed-early", output_dir=sys.argv[1], metrics_exporters=["console"],
+                         traces_exporters=["none"], metric_export_interval_ms=60_000)
+time.sleep(3)  # loading a model: no step yet, and 57 s before the first periodic export
+os.killpg(0, signal.SIGKILL)  # the container's OOM kill: the trainer and its telemetry child at once
+"""
+
+
+def test_a_process_killed_before_its_first_interval_was_seen(tmp_path):
+    """The first export leaves at the start, not one interval later: a run killed while loading is seen, with
+    a promise that runs out, so the absence alert fires for it (docs/alerts.md)."""
+    started = time.time()
+    proc = subprocess.run([sys.executable, "-c", _KILLED_EARLY, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, start_new_session=True)
+    assert proc.returncode == -signal.SIGKILL
+    exported = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.rindex("}") + 1])
+    (promise,) = [p["value"] for rm in exported["resource_metrics"] for sm in rm["scope_metrics"]
+                  for m in sm["metrics"] if m["name"] == "grpo.process.alive_until" for p in m["data"]["data_points"]]
+    assert started + 60 <= promise <= time.time() + 60  # its start plus the push interval it vouched for
