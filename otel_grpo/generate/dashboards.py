@@ -207,7 +207,8 @@ def _samples_panels() -> list[Panel]:
             "type": "json", "source": "url", "format": "table", "parser": "backend", "root_selector": "",
             "url": url, "url_options": {"method": "GET", "params": [{"key": k, "value": v} for k, v in params.items()]},
             "columns": [],
-        }, description=f"From the sidecar: GET {url}")
+        }, description=f"From the sidecar: GET {url}, through the Infinity plugin (a missing plugin shows here "
+                       "as \"plugin not found\": docs/operations.md, Grafana without internet)")
 
     return [
         # The run id is a path segment: percent-encoded (a run id may hold any character). One
