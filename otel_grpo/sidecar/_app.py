@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from anyio import CapacityLimiter
 from fastapi import FastAPI, Request
@@ -78,6 +80,7 @@ async def lifespan(app: FastAPI):
                                     settings.db_timeout_s)
     app.state.store = store
     app.state.readiness = Readiness(store)
+    await run_in_threadpool(app.state.store_size.measure, store)  # the first scrape has it
     await run_in_threadpool(_retain, app)
     pool = None
     if settings.ingest_workers and not store.health.read_only:  # read-only: ingest fails fast in process
@@ -106,14 +109,34 @@ async def lifespan(app: FastAPI):
 
 
 class _StoreSize:
-    """Store size for the gauge; 0 before the lifespan has opened the store."""
+    """Store size for the gauge, as last measured; 0 before the lifespan has opened the store.
 
-    def __init__(self, app: FastAPI) -> None:
+    A scrape never waits on the database: measuring it (PostgreSQL: a query) on the scrape took the
+    database timeout and more while the database hung, and Prometheus' scrape then failed. A scrape
+    reads the last value and, when it is older than `fresh_s`, asks one dedicated thread for a new
+    one (at most one in flight); a failed measurement keeps the last value."""
+
+    def __init__(self, app: FastAPI, fresh_s: float = 30.0) -> None:
         self.app = app
+        self.fresh_s = fresh_s
+        self._value = 0.0
+        self._measured = -math.inf
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="otel-grpo-store-size")
+        self._pending: Future | None = None
 
     def __call__(self) -> float:
         store = getattr(self.app.state, "store", None)
-        return float(store.size_bytes()) if store is not None else 0.0
+        if store is not None and time.monotonic() - self._measured >= self.fresh_s and (
+                self._pending is None or self._pending.done()):
+            self._pending = self._thread.submit(self.measure, store)
+        return self._value
+
+    def measure(self, store) -> None:
+        try:
+            self._value = float(store.size_bytes())
+            self._measured = time.monotonic()
+        except Exception:  # noqa: BLE001 - the database's trouble is /readyz's to report, not the gauge's
+            log.debug("store size not measured", exc_info=True)
 
 
 async def _store_error(request: Request, exc: Exception) -> JSONResponse:
@@ -139,7 +162,8 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
     )
     app.state.settings = settings
     app.state.registry = registry
-    app.state.metrics = SidecarMetrics(registry, _StoreSize(app))
+    app.state.store_size = _StoreSize(app)
+    app.state.metrics = SidecarMetrics(registry, app.state.store_size)
     app.state.gate = IngestGate(settings.max_concurrent_ingest)
     app.state.body_gate = IngestGate(settings.max_concurrent_bodies)
     app.state.ingest_threads = CapacityLimiter(settings.max_concurrent_ingest)  # in-process ingest's own threads

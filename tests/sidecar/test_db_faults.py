@@ -2,7 +2,7 @@
 
 Stopped (SIGSTOP, the server answers nothing while the kernel still accepts its connections):
 every ingest request is answered within a few seconds, 503 + Retry-After while it is stopped, and
-abandoned reads do not slow /healthz. One backend killed with -9 (the server restarts every
+abandoned reads slow neither /healthz nor /metrics. One backend killed with -9 (the server restarts every
 backend): every sample answered 200 before, during or after is in the database afterwards.
 """
 
@@ -115,14 +115,16 @@ def test_a_stopped_database_is_a_fast_503_and_nothing_acknowledged_is_lost(sidec
     url = server.new_database()
     proc = sidecar_factory(db=url, env={"OTEL_GRPO_SIDECAR_DB_TIMEOUT_S": "2"})
     health: list[float] = []
+    scrapes: list[float] = []  # Prometheus scraping the sidecar's own /metrics meanwhile
     done = threading.Event()
 
     def probe_health() -> None:
         with httpx.Client(timeout=30) as http:
             while not done.is_set():
-                start = time.monotonic()
-                assert http.get(proc.url + "/healthz").status_code == 200
-                health.append(time.monotonic() - start)
+                for path, took in (("/healthz", health), ("/metrics", scrapes)):
+                    start = time.monotonic()
+                    assert http.get(proc.url + path).status_code == 200
+                    took.append(time.monotonic() - start)
                 time.sleep(0.2)
 
     prober = threading.Thread(target=probe_health)
@@ -155,6 +157,7 @@ def test_a_stopped_database_is_a_fast_503_and_nothing_acknowledged_is_lost(sidec
     refused = [a for a in while_stopped if a[2] != 200]
     assert refused and all(a[2] == 503 and a[4] == "1" for a in refused), while_stopped
     assert max(health) < 1.0, f"/healthz took {max(health):.2f} s with the database stopped"
+    assert max(scrapes) < 1.0, f"/metrics took {max(scrapes):.2f} s with the database stopped"
     assert not _missing(url, ingest.answers)
 
 

@@ -233,11 +233,9 @@ class PgStore(_queries.Reads, _writes.Writes):
         """Nothing to do: autovacuum keeps the planner's statistics current."""
 
     def size_bytes(self) -> int:
-        try:
-            with self.read() as conn:
-                return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
-        except psycopg.Error:
-            return 0
+        """The database's size on disk; raises what the database raises (the gauge keeps its last value)."""
+        with self.read() as conn:
+            return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
 
     def close(self) -> None:
         self._closed = True

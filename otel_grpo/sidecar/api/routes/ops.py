@@ -28,5 +28,5 @@ async def readyz(request: Request) -> Response:
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics of the sidecar itself",
             responses={200: {"content": {"text/plain": {}}}})
-def metrics(request: Request) -> Response:
+async def metrics(request: Request) -> Response:  # in the event loop: nothing in it waits on the database
     return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
