@@ -46,7 +46,7 @@ def train(
     fault: Annotated[list[str], typer.Option(help="Inject KIND@STEP (repeatable): kl-spike, rollout-drift, stall, nan, bad-batch.")] = [],
     telemetry: Annotated[Optional[bool], typer.Option("--telemetry/--no-telemetry", help="Emit through OpenTelemetry.")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Random seed.")] = None,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Show the progress bar.")] = None,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Show progress: a bar on a terminal, else a line every 10 s (step, reward, KL, clip ratio).")] = None,
     step_delay: Annotated[Optional[float], typer.Option(help="Minimum seconds per step (so scrapers see each step).")] = None,
 ) -> None:
     """Train a small transformer with GRPO on a verifiable digit task, fully instrumented."""
