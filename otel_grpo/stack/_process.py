@@ -26,8 +26,8 @@ BINARIES = {
     "compose-config": ("compose-go", ("compose-config",)),
 }
 _CACHE_NAME = {"otelcol": "otelcol-grpo"}
+_BUILD_TARGET = {"otelcol": "collector", "compose-config": "compose-go"}
 _BUILDER_CONFIG = Path(__file__).resolve().parents[2] / "collector" / "builder-config.yaml"
-BUILD_HINT = "scripts/build-backends.sh builds it (needs Go)"
 
 
 class StackError(RuntimeError):
@@ -54,6 +54,11 @@ def _collector_digest() -> str:
     (builder-config.yaml without comment lines) decides which collector was built."""
     lines = _BUILDER_CONFIG.read_text().splitlines(keepends=True)
     return hashlib.sha256("".join(x for x in lines if not x.lstrip().startswith("#")).encode()).hexdigest()[:12]
+
+
+def build_target(component: str) -> str:
+    """The scripts/build-backends.sh target that builds a component (one target per binary)."""
+    return _BUILD_TARGET.get(component, component)
 
 
 def cache_name(component: str) -> str:
@@ -86,7 +91,8 @@ def find_binary(component: str, *, pinned_only: bool = False) -> str:
     where = f"{bin_cache()}/{cache_name(component)}"
     if not pinned_only:
         where += f" nor any of {', '.join(names)} on PATH"
-    raise StackError(f"{component}: not found: no {where}; {BUILD_HINT}")
+    raise StackError(f"{component}: not found: no {where}; "
+                     f"`scripts/build-backends.sh {build_target(component)}` builds it (needs Go)")
 
 
 @contextmanager
