@@ -48,6 +48,8 @@ def _start(settings):
     # From here on SIGTERM (a supervisor stopping us, even mid-start) unwinds like Ctrl-C, so the
     # components started so far are stopped; the default action would leave them running orphaned.
     signal.signal(signal.SIGTERM, _interrupt)
+    # A loaded machine takes a minute or more to get all three ready: say so before the wait.
+    typer.echo(f"starting the sidecar, Alertmanager and Prometheus (logs: {settings.dir / 'logs'}) ...")
     try:
         return stack.start()
     except StackError as e:
