@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup test demo bench clean system-deps backends demo-backends
 
-# Prometheus and Alertmanager come from Debian; Chromium drives the web-page test;
+# Debian's Prometheus and Alertmanager: what `otel-grpo up` runs (and names) where Go cannot build the
+# pinned ones (the tests skip then); Chromium drives the web-page test;
 # docker-compose (1.29) validates the compose file without an engine; the sidecar's
 # PostgreSQL tests start Debian's server (initdb/pg_ctl) on a temporary cluster.
 system-deps:
