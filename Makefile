@@ -7,9 +7,10 @@ TORCH_VERSION := 2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo bench clean system-deps backends
+.PHONY: setup test demo bench clean system-deps backends demo-backends
 
-# Prometheus and Alertmanager come from Debian; Chromium drives the web-page test;
+# Debian's Prometheus and Alertmanager: what `otel-grpo up` runs (and names) where Go cannot build the
+# pinned ones (the tests skip then); Chromium drives the web-page test;
 # docker-compose (1.29) validates the compose file without an engine; the sidecar's
 # PostgreSQL tests start Debian's server (initdb/pg_ctl) on a temporary cluster.
 system-deps:
@@ -28,34 +29,52 @@ system-deps:
 	  fi; \
 	fi
 
+# One line per step on the terminal. pip's output goes to $(SETUP_LOG): with it the ERROR lines pip
+# prints where the CPU index is out of reach, which the next step expects; a failed step names the log
+# and shows its end.
+SETUP_LOG := $(VENV)/setup.log
+# `logged CMD...`: CMD's output into the log after a line naming it; $(FAILED) shows the last command's.
+LOGGED = logged() { echo "==== $$*" >>$(SETUP_LOG); "$$@" >>$(SETUP_LOG) 2>&1; };
+FAILED = { echo " failed; pip's output is in $(SETUP_LOG), ending:"; \
+           awk '/^==== /{n=0} {last[n++]=$$0} END{for (i = (n > 15 ? n - 15 : 0); i < n; i++) print "  " last[i]}' $(SETUP_LOG); \
+           exit 1; }
+
 $(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
+	@printf 'setup: [1/3] virtual environment %s ...' '$(VENV)'; \
+	if test -x $(PY); then echo " there"; else python3 -m venv $(VENV) && echo " created"; fi
+	@: > $(SETUP_LOG)
 	@# torch: the CPU build unless a CUDA GPU is present (an unpinned torch pulls GBs of CUDA
 	@# wheels). A wheel provided locally (PIP_FIND_LINKS) wins; the CPU index is tried with a
 	@# short timeout, since pip otherwise waits minutes on an index it cannot reach. Where the
 	@# CPU index is out of reach, PyPI's build needs its nvidia-* dependencies (--no-deps
 	@# would leave them out and `import torch` fails).
-	@if $(PY) -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$(TORCH_VERSION)')" 2>/dev/null; then \
-	  echo "torch $(TORCH_VERSION) already installed"; \
+	@$(LOGGED) printf 'setup: [2/3] torch %s ...' '$(TORCH_VERSION)'; \
+	if $(PY) -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$(TORCH_VERSION)')" 2>/dev/null; then \
+	  echo " already installed"; \
 	elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then \
-	  $(PIP) install -q "torch==$(TORCH_VERSION)"; \
-	elif $(PIP) install -q --no-deps --no-index "torch==$(TORCH_VERSION)" 2>/dev/null; then \
-	  echo "torch $(TORCH_VERSION) from a local wheel"; \
+	  printf ' the CUDA build (a GPU is here) ...'; logged $(PIP) install -q "torch==$(TORCH_VERSION)" || $(FAILED); echo " done"; \
+	elif logged $(PIP) install -q --no-deps --no-index "torch==$(TORCH_VERSION)"; then \
+	  echo " from a local wheel"; \
+	elif logged $(PIP) install -q --no-deps --timeout 20 --retries 1 "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX); then \
+	  echo " the CPU build"; \
 	else \
-	  $(PIP) install -q --no-deps --timeout 20 --retries 1 "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX) \
-	    || { echo "CPU index unreachable: PyPI's torch $(TORCH_VERSION) with its CUDA libraries (~3 GB; runs on the CPU)"; \
-	         $(PIP) install -q "torch==$(TORCH_VERSION)"; }; \
+	  printf " CPU index unreachable: PyPI's build with its CUDA libraries (~3 GB; runs on the CPU) ..."; \
+	  logged $(PIP) install -q "torch==$(TORCH_VERSION)" || $(FAILED); echo " done"; \
 	fi
-	$(PIP) install -q -e ".[dev]"
-	touch $(STAMP)
+	@$(LOGGED) printf 'setup: [3/3] otel-grpo[dev] (pip install -e) ...'; logged $(PIP) install -q -e ".[dev]" || $(FAILED); echo " done"
+	@touch $(STAMP)
 
 setup: system-deps $(STAMP)
 
 # The collector, Prometheus 3 + promtool, Alertmanager + amtool, helm and the Prometheus Operator's
 # CRDs the tests run, built from their Go modules at otel_grpo/stack/backends.yml's versions into ~/.cache/otel-grpo/bin,
-# once per machine (about 20 minutes on 2 cores); without Go it says so and the tests skip.
+# once per machine; without Go it says so and the tests skip. The demo runs two of them: Prometheus
+# and Alertmanager (`otel-grpo up`), and builds only those.
 backends:
-	scripts/build-backends.sh
+	@scripts/build-backends.sh
+
+demo-backends:
+	@scripts/build-backends.sh prometheus alertmanager
 
 # One pytest worker per core (pytest-xdist), each test file on one worker so that a file's
 # module fixtures (a running stack, a trained run) are made once: much of the suite waits on
@@ -63,8 +82,8 @@ backends:
 test: setup backends
 	$(PY) -m pytest -q -n auto --dist loadfile
 
-demo: setup backends
-	$(VENV)/bin/otel-grpo demo
+demo: setup demo-backends
+	@$(VENV)/bin/otel-grpo demo
 
 bench: setup
 	$(PY) benchmarks/signals.py

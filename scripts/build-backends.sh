@@ -10,7 +10,11 @@
 # (the collector's name also carries a digest of its component list, so a changed
 # builder-config.yaml builds a new collector) and what is already there is reused. Without Go
 # it says so and exits 0: the tests then fall back to binaries on PATH or skip with that reason.
-#   usage: scripts/build-backends.sh [collector|prometheus|alertmanager|helm|crds|compose-go ...]
+# One target per binary: `make demo` builds only the two servers it runs (prometheus alertmanager),
+# `make test` all of them. What Go prints (hundreds of `go: downloading` lines) goes to
+# $CACHE/build-backends.log; the terminal gets one line per binary, and the log's name and tail if
+# a build fails.
+#   usage: scripts/build-backends.sh [prometheus|promtool|alertmanager|amtool|collector|helm|crds|compose-go ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version() { awk -F': *' -v k="$1" '$1 == k { print $2 }' otel_grpo/stack/backends.yml; }
@@ -33,13 +37,19 @@ export CGO_ENABLED=0
 
 have() { [ -x "$CACHE/$1" ]; }
 
-# Progress: "[2/5] building prometheus-3.16.0 ... done in 212 s", after one banner saying what
-# is built and why, when anything is missing (a machine that has them all prints nothing).
-STEP=0 TOTAL=0 STARTED=$SECONDS
-binaries_of() {
+# Progress on the terminal (fd 3, our stderr): one banner saying what is built and why when anything
+# is missing (a machine that has them all prints nothing), then one line per binary,
+#   build-backends: [2/4] prometheus-3.16.0 (go install ...) ... done in 212 s (250 s so far)
+# Everything the builds print goes to the log, named again if one fails.
+exec 3>&2
+LOG="$CACHE/build-backends.log"
+STEP=0 TOTAL=0 STARTED=$SECONDS CURRENT=""
+binary_of() {
   case "$1" in
-    prometheus) echo "promtool-$PROMETHEUS_VERSION prometheus-$PROMETHEUS_VERSION" ;;
-    alertmanager) echo "amtool-$ALERTMANAGER_VERSION alertmanager-$ALERTMANAGER_VERSION" ;;
+    prometheus) echo "prometheus-$PROMETHEUS_VERSION" ;;
+    promtool) echo "promtool-$PROMETHEUS_VERSION" ;;
+    alertmanager) echo "alertmanager-$ALERTMANAGER_VERSION" ;;
+    amtool) echo "amtool-$ALERTMANAGER_VERSION" ;;
     collector) echo "otelcol-grpo-$OTELCOL_VERSION-$OTELCOL_DIGEST" ;;
     helm) echo "helm-$HELM_VERSION" ;;
     crds) echo "prometheus-operator-crds-$OPERATOR_VERSION" ;;
@@ -48,20 +58,35 @@ binaries_of() {
 }
 announce() {  # announce <target>...: count what is missing, say what and why once
   local missing=() b
-  for t in "$@"; do for b in $(binaries_of "$t"); do have "$b" || missing+=("$b"); done; done
+  for t in "$@"; do b=$(binary_of "$t"); have "$b" || missing+=("$b"); done
   TOTAL=${#missing[@]}
   [ "$TOTAL" -gt 0 ] || return 0
-  echo "build-backends: building ${missing[*]} from their Go modules into $CACHE" >&2
+  : > "$LOG"
+  echo "build-backends: building ${missing[*]} from their Go modules into $CACHE (Go's output: $LOG)" >&3
   echo "build-backends: why: the tests and 'otel-grpo up' run these pinned versions (otel_grpo/stack/backends.yml);" \
-       "no package registry here ships them. Once per machine: 8-20 minutes on 2 cores, then reused." >&2
+       "no package registry here ships them. Once per machine, then reused." >&3
 }
-begin_step() { STEP=$((STEP + 1)); STEP_STARTED=$SECONDS; echo "build-backends: [$STEP/$TOTAL] building $1 ($2)" >&2; }
-end_step() { echo "build-backends: [$STEP/$TOTAL] $1 done in $((SECONDS - STEP_STARTED)) s" \
-                  "($((SECONDS - STARTED)) s so far)" >&2; }
+begin_step() {
+  STEP=$((STEP + 1)) STEP_STARTED=$SECONDS CURRENT=$1
+  echo "==== [$STEP/$TOTAL] $1: $2" >> "$LOG"
+  printf 'build-backends: [%s/%s] %s (%s) ...' "$STEP" "$TOTAL" "$1" "$2" >&3
+}
+end_step() {
+  echo " done in $((SECONDS - STEP_STARTED)) s ($((SECONDS - STARTED)) s so far)" >&3
+  CURRENT=""
+}
 
-# Build directories, removed at exit even when a build fails.
+# Build directories, removed at exit even when a build fails; a failed build names its log.
 WORKDIRS=()
-cleanup() { [ ${#WORKDIRS[@]} -eq 0 ] || rm -rf "${WORKDIRS[@]}"; }
+cleanup() {
+  local code=$?
+  if [ "$code" -ne 0 ] && [ -n "$CURRENT" ]; then
+    echo " failed (exit $code)" >&3
+    echo "build-backends: building $CURRENT failed; Go's output is in $LOG, ending:" >&3
+    tail -n 15 "$LOG" | sed 's/^/  /' >&3
+  fi
+  [ ${#WORKDIRS[@]} -eq 0 ] || rm -rf "${WORKDIRS[@]}"
+}
 trap cleanup EXIT
 new_workdir() { WORK=$(mktemp -d); WORKDIRS+=("$WORK"); }  # sets WORK (not in a subshell: the list must grow)
 
@@ -80,24 +105,31 @@ install_as() {  # install_as <cache name> <package@version> <version> [build tag
   end_step "$name"
 }
 
+prometheus_module() { echo "v0.${PROMETHEUS_VERSION%%.*}$(printf '%02d' "$(echo "$PROMETHEUS_VERSION" | cut -d. -f2)").$(echo "$PROMETHEUS_VERSION" | cut -d. -f3)"; }
+
+# remove_all_sd: no cloud service-discovery plugins (the tests use static targets);
+# the module carries no compiled web UI, so only the API and the rules engine serve.
 build_prometheus() {
-  local mod="v0.${PROMETHEUS_VERSION%%.*}$(printf '%02d' "$(echo "$PROMETHEUS_VERSION" | cut -d. -f2)").$(echo "$PROMETHEUS_VERSION" | cut -d. -f3)"
-  # remove_all_sd: no cloud service-discovery plugins (the tests use static targets);
-  # the module carries no compiled web UI, so only the API and the rules engine serve.
-  install_as "promtool-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/promtool@$mod" "$PROMETHEUS_VERSION" remove_all_sd
-  install_as "prometheus-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/prometheus@$mod" "$PROMETHEUS_VERSION" remove_all_sd
+  install_as "prometheus-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/prometheus@$(prometheus_module)" "$PROMETHEUS_VERSION" remove_all_sd
+}
+
+build_promtool() {
+  install_as "promtool-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/promtool@$(prometheus_module)" "$PROMETHEUS_VERSION" remove_all_sd
+}
+
+build_amtool() {
+  install_as "amtool-$ALERTMANAGER_VERSION" "github.com/prometheus/alertmanager/cmd/amtool@v$ALERTMANAGER_VERSION" "$ALERTMANAGER_VERSION"
 }
 
 build_alertmanager() {
   local name="alertmanager-$ALERTMANAGER_VERSION" src work
-  install_as "amtool-$ALERTMANAGER_VERSION" "github.com/prometheus/alertmanager/cmd/amtool@v$ALERTMANAGER_VERSION" "$ALERTMANAGER_VERSION"
   have "$name" && return 0
   # The published module embeds ui/app/dist, the compiled web UI, which it does not ship
   # (`pattern app/dist: no matching files found`): build from a copy of the module with
   # a one-page stand-in there. The API, routing and notifications are unaffected.
+  begin_step "$name" "go build from a copy of its module, with a stand-in for the web UI it does not ship"
   src=$(go mod download -json "github.com/prometheus/alertmanager@v$ALERTMANAGER_VERSION" | awk -F'"' '/"Dir"/ { print $4 }')
   new_workdir; work=$WORK
-  begin_step "$name" "go build from a copy of $src, with a stand-in for the web UI it does not ship"
   cp -r "$src" "$work/am" && chmod -R u+w "$work/am"
   mkdir -p "$work/am/ui/app/dist"
   echo "<!doctype html><title>Alertmanager</title><p>Web UI not built; the API is at /api/v2/." \
@@ -129,8 +161,8 @@ build_helm() {  # `helm lint` / `helm template` for the chart under deploy/helm
 build_crds() {  # the CRD schemas the chart's PrometheusRule, PodMonitor and ServiceMonitor are checked against
   local name="prometheus-operator-crds-$OPERATOR_VERSION" src
   have "$name" && return 0
-  src=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@v$OPERATOR_VERSION" | awk -F'"' '/"Dir"/ { print $4 }')
   begin_step "$name" "the CRD files of the prometheus-operator module"
+  src=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@v$OPERATOR_VERSION" | awk -F'"' '/"Dir"/ { print $4 }')
   mkdir -p "$CACHE/$name.tmp"
   for kind in prometheusrules podmonitors servicemonitors; do
     cp "$src/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$CACHE/$name.tmp/"
@@ -152,11 +184,12 @@ build_compose-go() {  # a module of its own around scripts/compose-config/main.g
   end_step "$name"
 }
 
-ALL=(prometheus alertmanager collector helm crds compose-go)
+ALL=(prometheus promtool alertmanager amtool collector helm crds compose-go)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${ALL[@]}")
 for t in "${targets[@]}"; do
   [[ " ${ALL[*]} " == *" $t "* ]] || { echo "build-backends: unknown target '$t' (${ALL[*]})" >&2; exit 2; }
 done
 announce "${targets[@]}"
-for t in "${targets[@]}"; do "build_$t"; done
+[ "$TOTAL" -gt 0 ] || exit 0
+for t in "${targets[@]}"; do "build_$t" >> "$LOG" 2>&1; done

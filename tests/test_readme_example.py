@@ -1,4 +1,4 @@
-"""The README's "Instrument your own loop" example, run with real tensors.
+"""docs/usage.md's "Instrument your own loop" example (the README's until issue 66), run with real tensors.
 
 Users copy that snippet first; this keeps its calls and signatures true to the code.
 """
@@ -47,7 +47,7 @@ def test_readme_loop_emits_metrics_spans_and_samples(tmp_path):
         tracer_provider=tracer_provider,
     )
     gen = torch.Generator().manual_seed(0)
-    with tel:  # as the README's `with Telemetry.from_env(...) as tel:`
+    with tel:  # as docs/usage.md's `with Telemetry.from_env(...) as tel:`
         for step in range(3):
             b = _batch(gen)
             with tel.step(step) as s:

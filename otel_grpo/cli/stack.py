@@ -48,6 +48,8 @@ def _start(settings):
     # From here on SIGTERM (a supervisor stopping us, even mid-start) unwinds like Ctrl-C, so the
     # components started so far are stopped; the default action would leave them running orphaned.
     signal.signal(signal.SIGTERM, _interrupt)
+    # A loaded machine takes a minute or more to get all three ready: say so before the wait.
+    typer.echo(f"starting the sidecar, Alertmanager and Prometheus (logs: {settings.dir / 'logs'}) ...")
     try:
         return stack.start()
     except StackError as e:
@@ -67,11 +69,11 @@ def _interrupt(signum, frame) -> NoReturn:
 
 
 
-def _print_urls(stack, trainer: bool = True) -> None:
-    """The stack's URLs; `trainer=False` once the trainer has exited (its /metrics is gone)."""
+def _print_urls(stack) -> None:
+    """What the stack runs (which Prometheus and Alertmanager, their versions) and its URLs."""
+    typer.echo(f"otel-grpo stack is up, {stack.backends_line()}:")
     for name, url in stack.urls.items():
-        if trainer or name != "trainer metrics":
-            typer.echo(f"  {name:<16} {url}")
+        typer.echo(f"  {name:<16} {url}")
 
 
 def _print_trainer_env(stack) -> None:
@@ -89,7 +91,7 @@ def _serve_until_interrupted(stack) -> None:
     # Both explicitly: a shell starting us in the background leaves SIGINT ignored.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    typer.echo("Ctrl-C stops the stack.")
+    typer.echo("The stack serves these until Ctrl-C.")
     try:
         while not stop.wait(1.0):
             stack.check_alive()
@@ -120,7 +122,6 @@ def up(dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _P
     stack = _start(_settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port,
                              routing, secrets_dir))
     try:
-        typer.echo("otel-grpo stack is up:")
         _print_urls(stack)
         _print_trainer_env(stack)
         _serve_until_interrupted(stack)
@@ -156,14 +157,11 @@ def demo(
         raise typer.BadParameter(str(e)) from None
     stack = _start(settings)
     try:
-        typer.echo("otel-grpo stack is up:")
         _print_urls(stack)
         summary = run_demo(stack, demo_settings)
         typer.echo("")
-        typer.echo(format_summary(summary, live=not exit_))
+        typer.echo(format_summary(summary, live=not exit_))  # live: the run's pages, served below
         if not exit_:
-            typer.echo("The stack stays up for a look:")
-            _print_urls(stack, trainer=False)  # the trainer has exited: its /metrics is gone
             _serve_until_interrupted(stack)
         if summary.trainer_exit_code != 0:
             raise typer.Exit(summary.trainer_exit_code)

@@ -12,6 +12,7 @@ import typer
 
 from .._extras import require
 from ._app import app, fail
+from ._paths import os_error_line, path_problem
 
 
 def _overrides(
@@ -41,23 +42,35 @@ def train(
     steps: Annotated[Optional[int], typer.Option(help="GRPO steps.")] = None,
     output_dir: Annotated[Optional[Path], typer.Option(help="Run directory: metrics.jsonl, samples, checkpoint.")] = None,
     run_id: Annotated[Optional[str], typer.Option(help="Run id (default: generated, or the checkpoint's).")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue from the checkpoint in --output-dir.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the checkpoint in --output-dir (or runs/<--run-id>): its weights, step and run id. Without a checkpoint there, an error naming the directory; leave --resume off to start a fresh run.")] = False,
     fault: Annotated[list[str], typer.Option(help="Inject KIND@STEP (repeatable): kl-spike, rollout-drift, stall, nan, bad-batch.")] = [],
     telemetry: Annotated[Optional[bool], typer.Option("--telemetry/--no-telemetry", help="Emit through OpenTelemetry.")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Random seed.")] = None,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Show the progress bar.")] = None,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Show progress: a bar on a terminal, else a line every 10 s (step, reward, KL, clip ratio).")] = None,
     step_delay: Annotated[Optional[float], typer.Option(help="Minimum seconds per step (so scrapers see each step).")] = None,
 ) -> None:
     """Train a small transformer with GRPO on a verifiable digit task, fully instrumented."""
+    if output_dir is not None and (problem := path_problem(output_dir, "--output-dir", directory=True)):
+        fail(problem)  # before torch loads: seconds sooner
     require("trainer")
     from otel_grpo.trainer import ConfigError, GRPOTrainer, load_config
 
     overrides = _overrides(set_, steps, output_dir, run_id, resume, fault, telemetry, seed, progress, step_delay)
     try:
         cfg = load_config(preset=preset, yaml_path=config, overrides=overrides)
-        trainer = GRPOTrainer(cfg)  # also a ConfigError: a device this machine lacks
     except ConfigError as exc:
         fail(f"invalid config: {exc}", 2)
+    # The run directory (output_dir from --config or --set, else under runs/) must be one we can write.
+    where, flag = (output_dir, "--output-dir") if output_dir is not None else (
+        (Path(cfg.output_dir), "output_dir") if cfg.output_dir else (Path("runs"), "output_dir (runs/<run_id>)"))
+    if problem := path_problem(where, flag, directory=True):
+        fail(problem)
+    try:
+        trainer = GRPOTrainer(cfg)  # also a ConfigError: a device this machine lacks, --resume without a checkpoint
+    except ConfigError as exc:
+        fail(f"invalid config: {exc}", 2)
+    except OSError as exc:  # what path_problem cannot foresee: /proc refusing a directory, a race
+        fail(os_error_line(exc, where, flag))
     result = trainer.train()
     ranks = trainer.acc.num_processes
     # Leave the process group only after train() returned: a rank that raised may leave a peer inside a collective.

@@ -18,9 +18,10 @@ from otel_grpo.generate import (THRESHOLDS, RuleSettings, alert_rules, alerts, c
 
 from ._demo import DemoSettings, DemoSummary, format_summary, run_demo, trainer_command
 from ._local import LocalStack, StackSettings, write_local_configs
-from ._process import StackError, find_binary
+from ._process import Backend, StackError, find_binary
 
 __all__ = [
+    "Backend",
     "DemoSettings",
     "DemoSummary",
     "LocalStack",

@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 from ._local import LocalStack, StackSettings
 from ._process import interrupts_held
@@ -78,6 +77,7 @@ class DemoSummary:
     sidecar_db: str
     """The sidecar's database: `otel-grpo sidecar --db <it>` serves the run again after the stack stops."""
     urls: dict[str, str]
+    """Pages that show this run after it ended (`LocalStack.run_urls`), while the stack is up."""
     started_at: float
     finished_at: float
 
@@ -219,37 +219,39 @@ def run_demo(stack: LocalStack, demo: DemoSettings) -> DemoSummary:
     finally:
         if log:
             log.close()
+    finished = time.time()
     steps, first, last = _rewards(out / "metrics.jsonl")
     summary = DemoSummary(
         run_id=demo.run_id, trainer_exit_code=code, steps=steps, reward_first=first, reward_last=last,
         alerts_fired=sorted(watcher.prometheus), alerts_in_alertmanager=sorted(watcher.alertmanager),
         alerts_in_sidecar=sorted(in_sidecar),
         samples_url=f"{settings.sidecar_url}/api/runs/{demo.run_id}/samples",
-        samples_spill=str(out / "samples"), sidecar_db=str(stack.sidecar_db), urls=stack.urls, started_at=started, finished_at=time.time(),
+        samples_spill=str(out / "samples"), sidecar_db=str(stack.sidecar_db),
+        urls=stack.run_urls(demo.run_id, started, finished), started_at=started, finished_at=finished,
     )
     (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return summary
 
 
 def format_summary(s: DemoSummary, live: bool = True) -> str:
-    """The human summary printed after the demo; `live=False` once the stack is stopping (no URLs
-    that are about to be dead: the samples are in the spill and the sidecar's database)."""
+    """The human summary printed after the demo: with `live`, the pages that show the run while the
+    stack serves them; `live=False` once the stack is stopping (no URLs that are about to be dead:
+    the samples are in the spill and the sidecar's database)."""
     def num(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.3f}"
 
-    if live:
-        samples = f"samples: {s.samples_url} (also spilled to {s.samples_spill})"
-        if "sidecar" in s.urls:  # the run in the explorer: its plots, alerts by step, the samples
-            samples = f"run explorer: {s.urls['sidecar']}#/run/{quote(s.run_id, safe='')}\n{samples}"
-    else:
-        samples = (f"samples: spilled to {s.samples_spill}; the run is kept in {s.sidecar_db} "
-                   f"(`otel-grpo sidecar --db {s.sidecar_db}` serves it again)")
     lines = [
         f"run {s.run_id}: {s.steps} steps, trainer exit code {s.trainer_exit_code}",
         f"reward (mean): {num(s.reward_first)} -> {num(s.reward_last)}",
         f"alerts fired:  {', '.join(s.alerts_fired) or 'none'}",
         f"  reached Alertmanager: {', '.join(s.alerts_in_alertmanager) or 'none'};"
         f" reached the sidecar: {', '.join(s.alerts_in_sidecar) or 'none'}",
-        samples,
     ]
+    if live:
+        lines.append("The run, its alerts and their history (Alertmanager forgets resolved alerts; the sidecar keeps them):")
+        lines += [f"  {name:<16} {url}" for name, url in (s.urls or {"samples": s.samples_url}).items()]
+        lines.append(f"  {'samples spilled':<16} {s.samples_spill}")
+    else:
+        lines.append(f"samples: spilled to {s.samples_spill}; the run is kept in {s.sidecar_db} "
+                     f"(`otel-grpo sidecar --db {s.sidecar_db}` serves it again)")
     return "\n".join(lines)

@@ -14,11 +14,12 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
 from otel_grpo.generate import (RuleSettings, Routing, Targets, alertmanager_config, dump, prometheus_config, rule_files,
                                 write_files)
 
-from ._process import Managed, StackError, find_binary
+from ._process import Backend, Managed, StackError
 
 
 @dataclass(kw_only=True, slots=True)
@@ -88,20 +89,23 @@ class StackSettings:
 # serves only that), and the JSON API every version answers (a Prometheus built from its Go
 # module, as the tests build it, has no web UI at all).
 ALERTS_PAGES = ("/alerts", "/classic/alerts", "/api/v1/alerts")
-# Prometheus's query page where its web UI is built (3.x, 2.x), else its rules API: the build from
-# Go modules has no UI, and "/" answers 404 or 500 there.
-PROMETHEUS_PAGES = ("/query", "/graph", "/api/v1/rules")
-ALERTMANAGER_PAGE = "/api/v2/alerts"  # in every build (the Go-module one shows a stand-in page at /)
+# Prometheus's query page where its web UI is built (3.x, 2.x, 2.x's classic UI: all Debian's 2.42
+# serves), else its rules API: the build from Go modules has no UI, and "/" answers 404 or 500 there.
+PROMETHEUS_PAGES = ("/query", "/graph", "/classic/graph", "/api/v1/rules")
+# Alertmanager's alerts page where its web UI is built (`/#/alerts`: the page is `/`), else its API:
+# the build from Go modules has none ("/" answers 404).
+ALERTMANAGER_PAGES = ("/#/alerts", "/api/v2/alerts")
 
 
 def find_alerts_page(url: str, pages: tuple[str, ...] = ALERTS_PAGES) -> str:
-    """The first of `pages` the Prometheus at `url` answers with 200 (the last, its API, if none does)."""
+    """The first of `pages` the server at `url` answers with 200 (the last, its API, if none does); a
+    page's `#fragment` is the browser's, so its path is what is asked for."""
     import httpx
 
     with httpx.Client(timeout=5) as client:
         for path in pages[:-1]:
             try:
-                if client.get(url + path).status_code == 200:
+                if client.get(url + (path.partition("#")[0] or "/")).status_code == 200:
                     return path
             except httpx.HTTPError:
                 break
@@ -135,6 +139,10 @@ class LocalStack:
         """The running Prometheus's alerts page (`find_alerts_page`), once started."""
         self.prometheus_path = PROMETHEUS_PAGES[-1]
         """Its query page, or its rules API where it has no web UI."""
+        self.alertmanager_path = ALERTMANAGER_PAGES[-1]
+        """Alertmanager's alerts page, or its API where it has no web UI."""
+        self.backends: dict[str, Backend] = {}
+        """The Prometheus and Alertmanager binaries it runs, once planned."""
 
     @property
     def urls(self) -> dict[str, str]:
@@ -143,9 +151,36 @@ class LocalStack:
             "sidecar": s.sidecar_url + "/",
             "prometheus": s.prometheus_url + self.prometheus_path,
             "alerts": s.prometheus_url + self.alerts_path,
-            "alertmanager": s.alertmanager_url + ALERTMANAGER_PAGE,
+            "alertmanager": s.alertmanager_url + self.alertmanager_path,
             "trainer metrics": s.url(s.trainer_metrics_port) + "/metrics",
         }
+
+    def run_urls(self, run_id: str, started_at: float, finished_at: float) -> dict[str, str]:
+        """Pages about one run that still show it after it ended: the run explorer (its plots, its
+        alerts on the step axis, its samples), the alerts the sidecar received (Alertmanager forgets
+        resolved ones, so none of its pages would), and Prometheus's history of the run's alerts:
+        a graph where its web UI is built, else the same series from its API as JSON."""
+        s = self.settings
+        alerts = f'ALERTS{{run_id="{run_id}", alertstate="firing"}}'
+        if self.prometheus_path in PROMETHEUS_PAGES[:-1]:  # a web UI: 3.x's, 2.x's or 2.x's classic one
+            tab = "graph" if self.prometheus_path == "/query" else "0"
+            history = s.prometheus_url + self.prometheus_path + "?" + urlencode(
+                {"g0.expr": alerts, "g0.tab": tab, "g0.range_input": "1h"})
+        else:
+            span = max(1.0, finished_at - started_at)
+            history = s.prometheus_url + "/api/v1/query_range?" + urlencode(
+                {"query": alerts, "start": f"{started_at:.0f}", "end": f"{finished_at + 60:.0f}",
+                 "step": f"{max(1, round(span / 200))}s"})
+        return {
+            "run explorer": f"{s.sidecar_url}/#/run/{quote(run_id, safe='')}",
+            "alerts received": f"{s.sidecar_url}/api/alerts?" + urlencode({"run_id": run_id}),
+            "alert history": history,
+            "samples": f"{s.sidecar_url}/api/runs/{quote(run_id, safe='/')}/samples",
+        }
+
+    def backends_line(self) -> str:
+        """One line naming the Prometheus and Alertmanager it runs, their versions and where from."""
+        return "running " + ", ".join(str(b) for b in self.backends.values())
 
     @property
     def sidecar_db(self) -> Path:
@@ -170,7 +205,8 @@ class LocalStack:
     def _plan(self) -> list[Managed]:
         s, d = self.settings, self.settings.dir
         # Binaries and ports first: fail before anything has started.
-        prometheus, alertmanager = find_binary("prometheus"), find_binary("alertmanager")
+        self.backends = {name: Backend.find(name) for name in ("prometheus", "alertmanager")}
+        prometheus, alertmanager = self.backends["prometheus"].path, self.backends["alertmanager"].path
         self._check_ports()
         configs = write_local_configs(s)
         logs = d / "logs"
@@ -208,6 +244,7 @@ class LocalStack:
                 component.wait_ready(self.settings.ready_timeout_s)
             self.alerts_path = find_alerts_page(self.settings.prometheus_url)
             self.prometheus_path = find_alerts_page(self.settings.prometheus_url, PROMETHEUS_PAGES)
+            self.alertmanager_path = find_alerts_page(self.settings.alertmanager_url, ALERTMANAGER_PAGES)
         except BaseException:
             self.stop()
             raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,8 +27,8 @@ BINARIES = {
     "compose-config": ("compose-go", ("compose-config",)),
 }
 _CACHE_NAME = {"otelcol": "otelcol-grpo"}
+_BUILD_TARGET = {"otelcol": "collector", "compose-config": "compose-go"}
 _BUILDER_CONFIG = Path(__file__).resolve().parents[2] / "collector" / "builder-config.yaml"
-BUILD_HINT = "scripts/build-backends.sh builds it (needs Go)"
 
 
 class StackError(RuntimeError):
@@ -54,6 +55,11 @@ def _collector_digest() -> str:
     (builder-config.yaml without comment lines) decides which collector was built."""
     lines = _BUILDER_CONFIG.read_text().splitlines(keepends=True)
     return hashlib.sha256("".join(x for x in lines if not x.lstrip().startswith("#")).encode()).hexdigest()[:12]
+
+
+def build_target(component: str) -> str:
+    """The scripts/build-backends.sh target that builds a component (one target per binary)."""
+    return _BUILD_TARGET.get(component, component)
 
 
 def cache_name(component: str) -> str:
@@ -86,7 +92,51 @@ def find_binary(component: str, *, pinned_only: bool = False) -> str:
     where = f"{bin_cache()}/{cache_name(component)}"
     if not pinned_only:
         where += f" nor any of {', '.join(names)} on PATH"
-    raise StackError(f"{component}: not found: no {where}; {BUILD_HINT}")
+    raise StackError(f"{component}: not found: no {where}; "
+                     f"`scripts/build-backends.sh {build_target(component)}` builds it (needs Go)")
+
+
+def binary_version(path: str) -> str | None:
+    """What `path --version` says its version is (`2.42.0+ds` for Debian's Prometheus), or None."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"\bversion (\d\S*)", out.stdout + out.stderr)
+    return found.group(1) if found else None
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """A backend binary the local stack runs: where it is, its version, and whether it is the pinned
+    build (the version the tests run) or one found on PATH (Debian's Prometheus 2.42, say).
+
+        Backend.find("prometheus")  # prometheus 3.16.0 (pinned build, ~/.cache/otel-grpo/bin/prometheus-3.16.0)
+    """
+
+    name: str
+    path: str
+    version: str | None
+    pinned_version: str
+    pinned: bool
+
+    @classmethod
+    def find(cls, component: str) -> Backend:
+        """`find_binary`'s choice, described; StackError where there is none."""
+        path, pinned = find_binary(component), cached_binary(component)
+        version = backend_versions()[BINARIES[component][0]]
+        if pinned is not None and path == str(pinned):
+            return cls(component, path, version, version, True)
+        return cls(component, path, binary_version(path), version, False)
+
+    def __str__(self) -> str:
+        home = str(Path.home()) + os.sep
+        where = "~/" + self.path[len(home):] if self.path.startswith(home) else self.path
+        if self.pinned:
+            return f"{self.name} {self.version} (pinned build, {where})"
+        return (f"{self.name} {self.version or '(version unknown)'} ({where} from PATH, not the pinned "
+                f"{self.pinned_version} the rules are tested on: `scripts/build-backends.sh "
+                f"{build_target(self.name)}` builds it)")
 
 
 @contextmanager

@@ -187,9 +187,11 @@ class TrainConfig:
     checkpoint_every: int = 20
     """Save a checkpoint every N steps (and at the end); 0: only at the end."""
     resume: bool = False
-    """Continue from the last checkpoint in output_dir: its weights, step count and run id."""
+    """Continue from the last checkpoint in output_dir: its weights, step count and run id. Where
+    output_dir has no checkpoint, a ConfigError naming it (never a silent fresh start)."""
     progress: bool = True
-    """Show a progress bar with live reward, KL and clip ratio (rank 0)."""
+    """Show progress with live reward, KL and clip ratio on stderr (rank 0): a bar on a terminal,
+    elsewhere (a pipe, a log file) a line after the first step, every 10 s and at the last step."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """Shape of the policy transformer."""
     task: TaskConfig = field(default_factory=TaskConfig)

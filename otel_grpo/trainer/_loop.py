@@ -89,7 +89,7 @@ class GRPOTrainer:
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
         self.start_step, self.num_tokens, state = 0, 0.0, None
         self.run_id, self.output_dir = self._resolve_run()
-        if cfg.resume and (self.output_dir / CHECKPOINT).exists():
+        if cfg.resume:  # _resolve_run checked that the checkpoint is there
             state = load_checkpoint(self.output_dir / CHECKPOINT)
             policy.load_state_dict(state["model"])
             self.start_step, self.num_tokens = state["next_step"], state["num_tokens"]
@@ -139,7 +139,11 @@ class GRPOTrainer:
             run_id = catalog.spans.check_run_id(run_id)
         except ValueError as error:
             raise ConfigError(str(error)) from None
-        return run_id, out or Path("runs") / run_id
+        out = out or Path("runs") / run_id
+        if cfg.resume and not (out / CHECKPOINT).exists():  # a typo in the path would otherwise start over
+            raise ConfigError(f"resume: no checkpoint to continue from in {out} ({out / CHECKPOINT} does not exist); "
+                              "name the run's output_dir, or leave resume off to start a fresh run")
+        return run_id, out
 
     def _build_telemetry(self) -> Any:
         from ..telemetry import Telemetry

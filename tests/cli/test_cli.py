@@ -62,6 +62,12 @@ def test_a_commands_description_wraps_as_paragraphs_at_80_columns(command):
          {"OTEL_EXPORTER_OTLP_PROTOCOL": "foo"},
          "OTEL_EXPORTER_OTLP_PROTOCOL=foo"),  # the variable the user set, not OTEL_GRPO_OTLP_PROTOCOL
         (["up", "--dir", "/proc/foo"], None, "--dir /proc/foo: cannot be created there"),  # was 78 lines
+        (["train", "--output-dir", "/etc/passwd/run"], None, "/etc/passwd is a file, not a directory"),  # was 41 lines
+        (["train", "--output-dir", "/etc/passwd"], None, "--output-dir /etc/passwd: is a file, not a directory"),
+        (["train", "--preset", "tiny", "--no-telemetry", "--output-dir", "/proc/foo"], None,
+         "--output-dir /proc/foo: cannot be created there"),  # seen only as the trainer creates it
+        (["train", "--preset", "tiny", "--no-telemetry", "--set", "output_dir=/etc/passwd/run"], None,
+         "output_dir /etc/passwd/run: /etc/passwd is a file, not a directory"),
         (["up", "--dir", "/etc/passwd/stack"], None, "/etc/passwd is a file, not a directory"),
         (["sidecar", "--db", "/etc/passwd/x.db"], None, "/etc/passwd is a file, not a directory"),  # "File exists"
         (["sidecar", "--db", "/"], None, "--db /: is a directory, not a file"),
@@ -109,8 +115,25 @@ def read_only_dir(tmp_path):
 
 
 def test_a_read_only_file_system_says_so(read_only_dir):
-    for args in (["sidecar", "--db", str(read_only_dir / "s.db")], ["up", "--dir", str(read_only_dir / "stack")]):
+    for args in (["sidecar", "--db", str(read_only_dir / "s.db")], ["up", "--dir", str(read_only_dir / "stack")],
+                 ["train", "--output-dir", str(read_only_dir / "run")]):
         out = run(*args)
         assert out.returncode == 1
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].endswith(f"{read_only_dir} is on a read-only file system"), out.stderr
+
+
+def test_resume_without_a_checkpoint_is_one_line_naming_the_directory(tmp_path):
+    """Not a silent fresh start under the old run's name: a mistyped --output-dir would train from
+    scratch (and a fresh run's first step would empty its metrics.jsonl)."""
+    out = run("train", "--preset", "tiny", "--no-telemetry", "--resume", "--output-dir", str(tmp_path / "run"))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("otel-grpo train: invalid config: resume: no checkpoint"), out.stderr
+    assert str(tmp_path / "run") in lines[0] and "fresh run" in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_help_says_what_resume_does_without_a_checkpoint():
+    out = run("train", "--help", env={"COLUMNS": "200"})
+    assert "Without a checkpoint there, an error" in " ".join(out.stdout.split())

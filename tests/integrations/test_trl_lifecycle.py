@@ -72,7 +72,7 @@ def test_instrument_refuses_what_is_no_trainer_or_telemetry_and_changes_nothing(
 
 
 def test_a_short_run_with_the_sidecar_down_says_so(tmp_path):
-    """The README's promise: with the stack down, one warning; the example says where the samples are."""
+    """docs/usage.md's promise: with the stack down, one warning; the example says where the samples are."""
     import os
     import socket
     import subprocess

@@ -54,6 +54,26 @@ def test_every_column_downsampled_keeps_the_spike(long_run):
     assert SPIKE in [r["step"] for r in rows] and DIP in [r["step"] for r in rows]
 
 
+@pytest.mark.parametrize("metrics", ["grpo.kl,grpo.reward.mean,grpo.rollout_is.max", None], ids=["3 columns", "all"])
+def test_points_bounds_the_rows_whatever_the_number_of_columns(long_run, metrics):
+    """At most `points` rows for any number of columns, as documented: where one bucket's first, last,
+    lowest and highest steps alone are more (2 + 2 x columns), the steps farthest from their column's
+    median come first. And the budget is used: more points, more rows (columns sharing their
+    extremes leave room for more buckets)."""
+    chosen = {"metrics": metrics} if metrics else {}
+    full = _get(long_run, **chosen)
+    counts = []
+    for points in (2, 3, 5, 12, 40, 100, STEPS - 1):
+        rows = _get(long_run, points=points, **chosen)
+        _real(rows, full)
+        steps = [r["step"] for r in rows]
+        assert len(rows) <= points and steps[0] == 0 and steps[-1] == STEPS - 1, (points, len(rows))
+        if points >= (3 if metrics else 12):  # all columns: the phases' timings are noisy too
+            assert SPIKE in steps, points
+        counts.append(len(rows))
+    assert counts == sorted(counts) and counts[-1] > STEPS // 2, counts
+
+
 def test_a_step_range_downsampled_stays_in_it(long_run):
     full = _get(long_run, metrics="grpo.kl", step_min=100, step_max=180)
     rows = _get(long_run, metrics="grpo.kl", step_min=100, step_max=180, points=8)

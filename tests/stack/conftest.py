@@ -12,7 +12,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from otel_grpo.stack._process import BINARIES, Managed, StackError, find_binary
+from otel_grpo.stack._process import Managed, StackError, build_target, find_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,8 +43,7 @@ def need(component: str) -> str:
     except StackError as missing:
         if shutil.which("go") is None:
             pytest.skip(f"{missing} (Go is not installed)")
-    target = BINARIES[component][0].replace("otelcol", "collector")
-    out = subprocess.run([str(ROOT / "scripts/build-backends.sh"), target], capture_output=True, text=True,
+    out = subprocess.run([str(ROOT / "scripts/build-backends.sh"), build_target(component)], capture_output=True, text=True,
                          timeout=3600)
     assert out.returncode == 0, out.stderr[-3000:]
     return find_binary(component, pinned_only=True)

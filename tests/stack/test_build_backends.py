@@ -1,5 +1,6 @@
 """scripts/build-backends.sh, the first thing `make test` and `make demo` run on a new machine:
-every target it names builds, and a machine that has them all rebuilds nothing and says nothing."""
+every target it names builds, a machine that has them all rebuilds nothing and says nothing, and
+what Go prints goes to a log that a failed build names."""
 
 from __future__ import annotations
 
@@ -10,22 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from otel_grpo.stack._process import BINARIES, backend_versions, cache_name
+from otel_grpo.stack._process import BINARIES, backend_versions, build_target, cache_name
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "build-backends.sh"
 
 
-def _run(cache: Path, *targets: str) -> subprocess.CompletedProcess:
+def _run(cache: Path, *targets: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *targets], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OTEL_GRPO_BIN_CACHE": str(cache)})
+                          env={**os.environ, "OTEL_GRPO_BIN_CACHE": str(cache), **(env or {})})
 
 
 def test_an_unknown_target_is_one_line_naming_every_target(tmp_path):
     out = _run(tmp_path, "grafana")
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
-        "build-backends: unknown target 'grafana' (prometheus alertmanager collector helm crds compose-go)"]
+        "build-backends: unknown target 'grafana' (prometheus promtool alertmanager amtool collector helm crds compose-go)"]
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="without Go the script only says so")
@@ -39,3 +40,29 @@ def test_a_machine_that_has_every_build_rebuilds_nothing_and_says_nothing(tmp_pa
     (tmp_path / f"prometheus-operator-crds-{backend_versions()['prometheus-operator']}").mkdir()
     out = _run(tmp_path)
     assert (out.returncode, out.stderr) == (0, "")
+    assert not (tmp_path / "build-backends.log").exists()
+
+
+def test_each_binary_has_its_own_target_and_make_demo_builds_only_the_servers_it_runs(tmp_path):
+    listed = _run(tmp_path, "grafana").stderr.strip().rsplit("(", 1)[1].rstrip(")").split()
+    assert set(listed) == {build_target(c) for c in BINARIES} | {"crds"}  # find_binary's hint names these
+    out = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(ROOT), "demo-backends"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["scripts/build-backends.sh", "prometheus", "alertmanager"]
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="without Go the script only says so")
+def test_a_failed_build_names_its_log_and_keeps_go_off_the_terminal(tmp_path):
+    """Go's output (hundreds of `go: downloading` lines on a new machine) goes to the log; the terminal gets
+    the banner, one line per binary and, on a failure, the log's name and its last lines. A build that
+    cannot fetch its module (no proxy, an empty module cache) fails at once."""
+    offline = {"GOPROXY": "off", "GOMODCACHE": str(tmp_path / "mod"), "GOFLAGS": "-modcacherw"}
+    out = _run(tmp_path / "bin", "helm", "amtool", env=offline)
+    log = tmp_path / "bin" / "build-backends.log"
+    assert out.returncode != 0
+    lines = out.stderr.splitlines()
+    assert lines[0].startswith("build-backends: building helm-") and str(log) in lines[0]
+    assert lines[2].startswith("build-backends: [1/2] helm-") and lines[2].endswith(" failed (exit 1)")
+    assert lines[3] == f"build-backends: building helm-{backend_versions()['helm']} failed; Go's output is in {log}, ending:"
+    assert all(line.startswith("  ") for line in lines[4:]) and "GOPROXY=off" in out.stderr
+    assert "GOPROXY=off" in log.read_text() and not (tmp_path / "bin" / cache_name("helm")).exists()

@@ -71,6 +71,22 @@ def test_demo_prints_a_summary(demo):
     after = demo["stdout"].split("reward (mean):", 1)[1]
     assert "http://" not in after  # --exit: no URL that is dead by the time it is read
     assert s["sidecar_db"] in after and s["samples_spill"] in after
+    # the trainer's output went to a file: progress lines, not a bar that draws nothing there
+    assert f"grpo {STEPS}/{STEPS} steps  reward " in (demo["dir"] / "trainer.log").read_text()
+
+
+def test_the_runs_pages_show_it_and_its_alerts_after_it_ended(demo):
+    """The pages the demo prints after its summary (without --exit, while it serves them), on the stack
+    started again: the run explorer, the alerts the sidecar received (Alertmanager has forgotten them by
+    then) and Prometheus's history of the run's alerts."""
+    pages = demo["summary"]["urls"]
+    with httpx.Client(timeout=10) as http:
+        assert "run explorer" in http.get(pages["run explorer"]).text
+        assert KL_ALERT in {a["alertname"] for a in http.get(pages["alerts received"]).json()}
+        history = http.get(pages["alert history"]).json()["data"]["result"]
+        assert KL_ALERT in {series["metric"]["alertname"] for series in history}
+        assert {series["metric"]["run_id"] for series in history} == {RUN_ID}
+        assert http.get(pages["samples"]).json()
 
 
 def test_kl_alert_fired_and_reached_alertmanager_and_sidecar(demo):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,7 +18,8 @@ from typing import Iterator
 import httpx
 import pytest
 
-from otel_grpo.stack import LocalStack, RuleSettings, StackSettings, alerts
+from otel_grpo.stack import Backend, LocalStack, RuleSettings, StackSettings, alerts
+from otel_grpo.stack._process import binary_version
 from otel_grpo.stack._demo import DemoSettings, run_demo
 
 pytestmark = pytest.mark.integration
@@ -172,6 +175,59 @@ def test_up_prints_an_environment_block_that_works(tmp_path, free_port_factory):
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(timeout=60)
+
+
+def test_up_names_the_prometheus_and_alertmanager_it_runs_with_their_versions(stack):
+    line = stack.backends_line()
+    assert set(stack.backends) == {"prometheus", "alertmanager"}
+    for name, backend in stack.backends.items():
+        assert f"{name} {binary_version(backend.path)} (" in line  # the version the binary itself reports
+    assert line.count("(pinned build, ") == sum(b.pinned for b in stack.backends.values())
+
+
+@pytest.mark.parametrize("component, debian", [("prometheus", "prometheus"), ("alertmanager", "prometheus-alertmanager")])
+def test_a_backend_found_on_path_is_named_as_not_the_pinned_build(monkeypatch, tmp_path, component, debian):
+    """Debian's Prometheus 2.42 and Alertmanager 0.25, which `up` runs where nothing was built, say so."""
+    if shutil.which(debian) is None:
+        pytest.skip(f"no {debian} on PATH")
+    monkeypatch.setenv("OTEL_GRPO_BIN_CACHE", str(tmp_path))  # nothing built here
+    backend = Backend.find(component)
+    path = shutil.which(debian)
+    assert not backend.pinned and str(backend).startswith(
+        f"{component} {binary_version(path)} ({path} from PATH, not the pinned {backend.pinned_version} ")
+    assert f"`scripts/build-backends.sh {component}` builds it" in str(backend)
+
+
+def test_the_demo_serves_the_pages_it_prints_until_ctrl_c(tmp_path, free_port_factory):
+    """Without --exit the demo prints, after its summary, the pages that show the run, its alerts and their
+    history, and serves them until Ctrl-C: each answers (none is a web UI these builds lack, nor a list of
+    alerts Alertmanager has forgotten), and Ctrl-C then stops every component."""
+    ports = [free_port_factory() for _ in range(4)]
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "otel_grpo.cli", "demo", "--dir", str(tmp_path / "stack"), "--run-id", "served",
+         "--steps", "3", "--trainer-arg=--preset", "--trainer-arg=tiny", "--trainer-log", str(tmp_path / "trainer.log"),
+         "--sidecar-port", str(ports[0]), "--prometheus-port", str(ports[1]), "--alertmanager-port", str(ports[2]),
+         "--trainer-metrics-port", str(ports[3])], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines: list[str] = []
+        while not lines or "until Ctrl-C" not in lines[-1]:
+            line = demo.stdout.readline()
+            assert line, f"demo exited: {lines} {demo.stderr.read()}"
+            lines.append(line.rstrip())
+        after = lines[next(i for i, line in enumerate(lines) if line.startswith("The run, its alerts")) + 1:-1]
+        pages = dict(re.fullmatch(r"  (\S.*?)\s{2,}(\S+)", line).groups() for line in after)
+        assert set(pages) == {"run explorer", "alerts received", "alert history", "samples", "samples spilled"}
+        with httpx.Client(timeout=10) as http:
+            assert "run explorer" in http.get(pages["run explorer"]).text  # the page; the run is its #fragment
+            assert pages["run explorer"].endswith("/#/run/served")
+            assert http.get(pages["alerts received"]).json() == []  # a healthy 3-step run: no alert
+            assert http.get(pages["alert history"]).json()["status"] == "success"
+            assert _wait_for(lambda: http.get(pages["samples"]).json())
+    finally:
+        demo.send_signal(signal.SIGINT)
+        demo.wait(timeout=60)
+    assert demo.returncode == 0, demo.stderr.read()
+    assert not [p for p in ports[:3] if _listening(p)]
 
 
 def _listening(port: int) -> bool:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 import otel_grpo.stack as stack
-from otel_grpo.stack import DemoSettings, RuleSettings, StackSettings, trainer_command
+from otel_grpo.stack import DemoSettings, LocalStack, RuleSettings, StackSettings, trainer_command
 from otel_grpo.generate._checks import metric_names
 from otel_grpo.stack._demo import DemoSummary, format_summary
 
@@ -81,8 +81,14 @@ def test_summary_text():
     assert "reward (mean): 0.200 -> 0.750" in text
     assert "alerts fired:  GRPOKLHigh" in text and "reached the sidecar: none" in text
     assert s.samples_url in text
-    linked = format_summary(DemoSummary(**{**asdict(s), "urls": {"sidecar": "http://127.0.0.1:8000/"}}))
-    assert "run explorer: http://127.0.0.1:8000/#/run/r1" in linked
+    pages = LocalStack(StackSettings(dir=Path("x"))).run_urls("team/r 1", 1000.0, 1100.0)
+    linked = format_summary(DemoSummary(**{**asdict(s), "urls": pages})).splitlines()
+    assert "  run explorer     http://127.0.0.1:8000/#/run/team%2Fr%201" in linked
+    assert "  alerts received  http://127.0.0.1:8000/api/alerts?run_id=team%2Fr+1" in linked
+    assert "  samples          http://127.0.0.1:8000/api/runs/team/r%201/samples" in linked
+    history = next(line for line in linked if line.startswith("  alert history"))
+    assert "/api/v1/query_range?query=ALERTS%7Brun_id%3D%22team%2Fr+1%22" in history  # no web UI: its API
+    assert "start=1000&end=1160&step=1s" in history
     stopping = format_summary(s, live=False)  # demo --exit: the stack is about to stop
     assert "http://" not in stopping
     assert "otel-grpo sidecar --db x/sidecar/sidecar.db" in stopping and "x/samples" in stopping
@@ -97,14 +103,8 @@ def test_the_alerts_link_is_a_page_the_running_prometheus_answers(prometheus_api
     assert find_alerts_page(f"http://127.0.0.1:{free_port_factory()}") == "/api/v1/alerts"
 
 
-def test_urls_after_the_trainer_exited_leave_out_its_metrics(tmp_path, capsys):
+def test_the_pages_after_the_run_leave_out_the_trainers_metrics(tmp_path):
     """`make demo` keeps the stack up after the run: the trainer's /metrics is gone by then."""
-    from otel_grpo.cli.stack import _print_urls
-    from otel_grpo.stack import LocalStack
-
     stack = LocalStack(StackSettings(dir=tmp_path, trainer_metrics_port=19464))
-    _print_urls(stack)
-    assert ":19464/metrics" in capsys.readouterr().out
-    _print_urls(stack, trainer=False)
-    printed = capsys.readouterr().out
-    assert ":19464" not in printed and "alerts" in printed and "sidecar" in printed
+    assert stack.urls["trainer metrics"].endswith(":19464/metrics")
+    assert not [url for url in stack.run_urls("r1", 0.0, 1.0).values() if ":19464" in url]

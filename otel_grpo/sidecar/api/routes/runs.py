@@ -54,8 +54,10 @@ def list_steps(
     only these rows come back: each bucket's first and last step and, for every returned column,
     the step where it is lowest and the step where it is highest (M4). Every row is a real step
     with its stored values, as without `points`, ordered by step; a spike at a single step is
-    always among them. At most N rows (the buckets are N / (2 + 2 x columns); where one bucket
-    alone has more, 2 + 2 x columns). Without `points`, every step of the page.
+    always among them. At most N rows, for any number of columns: as many buckets as fit (columns
+    often share their extremes); where a single bucket's 2 + 2 x columns steps are more than N, the
+    first and last step and the N - 2 steps farthest from their column's median (in median absolute
+    deviations). Without `points`, every step of the page.
     """
     if step_min is not None and step_max is not None and step_min > step_max:
         raise bad_param("step_min", "must not exceed step_max")
