@@ -166,6 +166,8 @@ def test_outside_the_supported_range_warns_once_and_exports_logged_values(tmp_pa
     assert close(steps[1]["reward"], trl_logs["reward"])
     assert "train_runtime" in steps[2] and "grpo.train.runtime_seconds" not in metrics  # OTel name below
     assert "grpo.train.runtime" in metrics and "grpo.epoch" in metrics
+    # as the log history has it: transformers' printer (disable_tqdm) pops it from the dict callbacks get
+    assert "total_flos" in trainer.state.log_history[-1] and "grpo.train.total_flos" in metrics
     assert not [n for n in metrics if n.startswith("grpo.extra.")]
 
 

@@ -114,7 +114,7 @@ class OtelGrpoCallback(_ReportsProgress):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         self._open(args)
-        logs = logs or {}
+        logs = as_logged(state, logs)
         self.telemetry.log_metrics(state.global_step, map_logs(logs), evaluation=is_evaluation(logs))
 
     def on_evaluate(self, args, state, control, **kwargs):
@@ -134,6 +134,20 @@ class OtelGrpoCallback(_ReportsProgress):
     def _end(self) -> None:
         if self._owned and self.telemetry is not None:
             self.telemetry.finish()
+
+
+def as_logged(state: Any, logs: dict | None) -> dict:
+    """What the trainer logged at this `on_log`: the entry transformers' `Trainer.log` appended to the log history
+    just before it (what `trainer_state.json` holds), less its `step`; `logs` itself where the history holds no
+    such entry (a caller of its own). Callbacks before ours may change `logs` (transformers' printer pops
+    `total_flos`); the history keeps every key as logged."""
+    logs = logs or {}
+    history = getattr(state, "log_history", None)
+    if history:
+        entry = history[-1]
+        if isinstance(entry, dict) and entry.get("step") == state.global_step and logs.keys() <= entry.keys():
+            return {k: v for k, v in entry.items() if k != "step"}
+    return logs
 
 
 def telemetry_for(args: Any, defaults: dict[str, Any] | None = None, **settings: Any) -> Telemetry:
@@ -160,7 +174,7 @@ class InstrumentedCallback(_ReportsProgress):
         self._all_off = False  # every rank's capture is off: no agreement needed any more
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        logs = logs or {}
+        logs = as_logged(state, logs)
         evaluation = is_evaluation(logs)
         if _SUMMARY in logs or evaluation:  # host values only: no collective
             self.telemetry.log_metrics(state.global_step, map_logs(logs), evaluation=evaluation)
