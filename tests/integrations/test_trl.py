@@ -13,7 +13,7 @@ import pytest
 from otel_grpo import signals
 from otel_grpo.integrations import OtelGrpoCallback, instrument
 from otel_grpo.integrations.trl import _accumulate, _compat
-from expected import close, generation_stats, micro_batch_stats
+from expected import as_logged_by_step, close, exported_as_logged, generation_stats, micro_batch_stats
 from trl_run import exported, in_memory_telemetry, make_recording_trainer, metrics_by_name
 
 NAMES, WEIGHTS = ["reward_words", "reward_short"], [1.0, 0.5]
@@ -96,7 +96,8 @@ def test_one_process_equals_trl_and_tensors(tmp_path):
 
 
 def test_accumulation_and_logging_steps_are_exact(tmp_path):
-    trainer, out, _ = run(tmp_path, max_steps=4, num_iterations=2, gradient_accumulation_steps=2, logging_steps=2)
+    trainer, out, metrics = run(tmp_path, max_steps=4, num_iterations=2, gradient_accumulation_steps=2,
+                                logging_steps=2)
     steps = {int(k): v for k, v in out["steps"].items()}
     # the first optimizer step reaches the step index (a hang before it pages); its stats go with step 2's
     assert set(steps.pop(1)) == {"log_interval"} and sorted(steps) == [2, 4]
@@ -109,6 +110,16 @@ def test_accumulation_and_logging_steps_are_exact(tmp_path):
                     "approx_kl", "kl", "kl_max", "kl_seq_mean"):
             assert close(steps[step][key], expected[key]), (step, key, steps[step][key], expected[key])
         assert close(steps[step]["loss"], trl[step]["loss"])
+
+    # Issue 62: beside our exact values, every number TRL logged (W&B's), exactly as logged, at its step
+    # (each logged step's spans, the end-of-training summary's included) and as the gauges serve them now
+    logged = as_logged_by_step(trainer.state.log_history)
+    assert exported_as_logged(steps) == logged and {"kl", "clip_ratio/high_max", "total_flos"} <= set(logged[4])
+    served = {p.attributes["metric"]: p.value for p in metrics["grpo.trl.logged"].data.data_points}
+    assert served == logged[4]
+    # the KL step check judges the exact grpo.kl once per logged step, neither TRL's kl nor its logged one too
+    (point,) = metrics["grpo.step.kl"].data.data_points
+    assert point.count == 2 and point.sum == pytest.approx(steps[2]["kl"] + steps[4]["kl"])
     # every generation batch's rows arrive once, none lost between logged steps
     generated = [(p, c) for g in trainer.records["generations"] for p, c in zip(g["prompts"], g["completions"])]
     rows = [(s["prompt"], s["completion"]) for s in out["samples"]]

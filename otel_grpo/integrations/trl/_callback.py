@@ -93,7 +93,8 @@ class OtelGrpoCallback(_ReportsProgress):
 
     TRL and transformers keys map to catalog signals (TRL's names first: its `kl` is
     `grpo.trl.kl`), `eval_<name>` to `grpo.eval{metric="<name>"}`, None and NaN to
-    `grpo.nonfinite`, anything else to `grpo.extra.<key>`; the first optimizer step's index goes out at
+    `grpo.nonfinite`, anything else to `grpo.extra.<key>`; every finite number of a training log also goes
+    out as logged, `grpo.trl.logged{metric="<key>"}`; the first optimizer step's index goes out at
     once, whatever `logging_steps` is, and each evaluation batch is a heartbeat, as is each change in
     `output_dir` while a checkpoint save runs. `telemetry`: the one to
     export through; None builds one from the environment with `settings` (run id and output dir default
@@ -214,8 +215,9 @@ class InstrumentedCallback(_ReportsProgress):
         mapped = map_logs(logs)
         computed = _bases(frozenset(logged.stats).union(logged.stats.invalid)) if logged is not None else frozenset()
         invalid = logged.stats.invalid if logged is not None else frozenset()
-        # TRL's own (mean-of-means) value of a key computed exactly from its tensors is dropped, unless
-        # both found no valid value (TRL's None): that NaN goes on to be counted in grpo.nonfinite
+        # Under a signal's name, TRL's own (mean-of-means) value of a key computed exactly from its tensors
+        # gives way to the exact one, unless both found no valid value (TRL's None): that NaN goes on to be
+        # counted in grpo.nonfinite. TRL's number stays, as logged, in `trl_logged/<key>` (grpo.trl.logged).
         scalars = {k: v for k, v in mapped.items()
                    if k.partition("/")[0] not in computed or (k in invalid and math.isnan(v))}
         scalars.update(self._host_scalars(step, state))
