@@ -53,8 +53,10 @@ its name and TRL's definition state.
   `rollout_is_std` 0.440 vs 0.255). verl 0.9.1 computes `critic/*`, `response_length/*` and
   `rollout_corr/*` on the driver over the whole batch, as ours; its `actor/*` values are per
   micro-batch and rank, then averaged.
-- **Micro-batches.** TRL and verl log per-micro-batch values and average them; ours pool
-  every micro-batch merged into the step's stats (equal with one micro-batch per step).
+- **Micro-batches.** TRL and verl log per-micro-batch values and average them (TRL's rewards,
+  lengths and sampling ratios: per generation batch, averaged over the logging window); ours
+  pool every micro-batch and generation batch merged into the step's stats (equal with one
+  of each per logged step).
 - **TRL's own numbers, as logged.** Every number TRL (or another transformers Trainer) logs at a
   training step is also exported exactly as logged, under its key: `grpo_trl_logged{metric="<key>"}`
   (`grpo.trl.logged`; from `instrument`, `OtelGrpoCallback` and `follow --trl-output` alike). It is

@@ -145,6 +145,15 @@ def test_batches_of_different_lengths_in_one_logged_step_are_exact(tmp_path, mon
                     "kl_by_length/le_64"):
             assert close(steps[step][key], expected[key]), (step, key, steps[step][key], expected[key])
     assert len(out["samples"]) == 6 * trainer.args.per_device_train_batch_size
+    # TRL's completions/max_length is the mean of each generation batch's maximum (docs/signals.md: differs):
+    # ours is the window's maximum, TRL's number is there as logged
+    trl = {e["step"]: e for e in trainer.state.log_history if "loss" in e}
+    for step in (3, 6):
+        maxima = [float(g["completion_mask"].sum(1).max()) for g in trainer.records["generations"]
+                  if step - 3 <= g["step"] < step]
+        assert close(trl[step]["completions/max_length"], sum(maxima) / len(maxima))
+        assert steps[step]["completion_length_max"] == max(maxima)
+        assert steps[step]["trl_logged/completions/max_length"] == trl[step]["completions/max_length"]
 
 
 def test_sampling_logprobs_give_mismatch_and_rollout_is(tmp_path):
