@@ -18,7 +18,12 @@ _TITLES = {
     Group.KL: "KL to the reference", Group.MISMATCH: "Rollout vs training mismatch",
     Group.ROLLOUT_IS: "Rollout IS correction", Group.LENGTH: "Completions", Group.OPTIM: "Optimisation",
     Group.THROUGHPUT: "Throughput and progress", Group.HEALTH: "Health", Group.MAXENT: "MaxEnt-GRPO",
+    Group.TRL_LOGGED: "As logged by TRL (the numbers W&B shows)",
 }
+# Signals with a TRL name that is no key of TRL's training log: `global_step` (the log history's `step`),
+# `beta` (a setting TRL does not log), `eval_<name>` (grpo.eval, itself as logged)
+_NOT_IN_TRAINING_LOG = frozenset({"step", "beta", "eval_metric"})
+_LOGGED = next(s for s in SIGNALS if s.key == "trl_logged")
 
 _HEADER = """# Signals
 
@@ -48,8 +53,18 @@ its name and TRL's definition state.
   `rollout_is_std` 0.440 vs 0.255). verl 0.9.1 computes `critic/*`, `response_length/*` and
   `rollout_corr/*` on the driver over the whole batch, as ours; its `actor/*` values are per
   micro-batch and rank, then averaged.
-- **Micro-batches.** TRL and verl log per-micro-batch values and average them; ours pool
-  every micro-batch merged into the step's stats (equal with one micro-batch per step).
+- **Micro-batches.** TRL and verl log per-micro-batch values and average them (TRL's rewards,
+  lengths and sampling ratios: per generation batch, averaged over the logging window); ours
+  pool every micro-batch and generation batch merged into the step's stats (equal with one
+  of each per logged step).
+- **TRL's own numbers, as logged.** Every number TRL (or another transformers Trainer) logs at a
+  training step is also exported exactly as logged, under its key: `grpo_trl_logged{metric="<key>"}`
+  (`grpo.trl.logged`; from `instrument`, `OtelGrpoCallback` and `follow --trl-output` alike). It is
+  the number W&B shows as `train/<key>` and `trainer_state.json`'s `log_history` holds. So where
+  TRL's value differs from ours (the micro-batch means above, at gradient accumulation or
+  `logging_steps` > 1), both are in Prometheus: the `grpo_*` signal is ours, exact; `grpo_trl_logged`
+  is TRL's. The TRL column names the series of each key; the dashboard's row "As logged by TRL"
+  draws them, and TRL's and ours side by side for the clip ratios and KL.
 - **Sample standard deviation.** Ours divide by n - 1, as torch and TRL; MaxEnt-GRPO's
   are population standard deviations (divide by n).
 - **TRL PPO names without a GRPO quantity.** `objective/entropy` (summed negative
@@ -101,7 +116,11 @@ def _peer(signal: Signal, peer: str) -> str:
     if not name:
         return ""
     how = signal.difference(peer)
-    return f"`{name}` same" if how is None else f"`{name}` differs: {_cell(how)}"
+    text = f"`{name}` same" if how is None else f"`{name}` differs: {_cell(how)}"
+    if peer == "trl" and signal.key not in _NOT_IN_TRAINING_LOG:
+        logged = name.replace("{", "<").replace("}", ">")
+        text += f"; as logged: `{_LOGGED.prometheus_name}{{{_LOGGED.label}=\"{logged}\"}}`"
+    return text
 
 
 def _row(signal: Signal) -> str:

@@ -24,6 +24,9 @@ VERL_MICRO = ("verl computes it per micro-batch and rank and averages those valu
               "the step on every rank")
 RANKS = ("the helper averages per-rank values (one all-reduce per key); ours pools every rank's elements exactly "
          "(two ranks: rollout_is_mean 1.083 pooled vs 1.048 averaged, rollout_is_std 0.440 vs 0.255)")
+GEN = ("TRL computes it per generation batch and logs the mean of those values over the logging window; ours is "
+       "computed once over every generation batch the logged step covers (equal with one generation batch per "
+       "logged step)")
 POPULATION = "population std (divides by n); ours is the sample std (n - 1), as torch and TRL"
 EMPTY = "with no element TRL reports 0.0; ours is invalid (not exported that step)"
 GSPO = ("; with importance_sampling_level='sequence' (GSPO, luspo) TRL clips and counts whole sequences, and so "
@@ -180,7 +183,7 @@ NOTES: dict[str, dict] = {
     "rollout_is_max": dict(aliases=("mismatch/rollout_is_max",)),
     "rollout_is_min": dict(aliases=("mismatch/rollout_is_min",)),
     "reward": dict(maxent=M + "reward", aliases=("objective/scores",), differs=(("verl", NON_ABORTED),)),
-    "reward_std": dict(maxent=M + "reward_std", differs=(("maxent", POPULATION),)),
+    "reward_std": dict(maxent=M + "reward_std", differs=(("maxent", POPULATION), ("trl", GEN))),
     "reward_min": dict(differs=(("verl", NON_ABORTED),)),
     "reward_max": dict(differs=(("verl", NON_ABORTED),)),
     "reward_p05": dict(maxent=M + "reward_p05"),
@@ -188,16 +191,16 @@ NOTES: dict[str, dict] = {
     "reward_p95": dict(maxent=M + "reward_p95"),
     "frac_reward_zero_std": dict(maxent=M + "frac_reward_zero_std", differs=(("maxent", "the seed counts groups whose advantages are all |a| < 1e-8; ours groups whose reward std (n - 1) is <= 1e-8, as TRL"), ("trl", "with scale_rewards='batch' TRL logs whether the whole batch's reward std is zero (0 or 1); ours stays the fraction of prompt groups without a learning signal"))),
     "reward_fn_mean": dict(maxent=M + "rewards/{reward_fn}/mean"),
-    "reward_fn_std": dict(maxent=M + "rewards/{reward_fn}/std", differs=(("maxent", POPULATION),)),
+    "reward_fn_std": dict(maxent=M + "rewards/{reward_fn}/std", differs=(("maxent", POPULATION), ("trl", GEN))),
     "advantage_min": dict(differs=(("verl", "verl takes it over response tokens, so completions without tokens are left out"),)),
     "advantage_max": dict(differs=(("verl", "verl takes it over response tokens, so completions without tokens are left out"),)),
     "completion_length_mean": dict(maxent=M + "completions/mean_length_sampled", aliases=(M + "avg_completion_tokens",), differs=(("other", "train/avg_completion_tokens: the seed's own average of completion tokens (its reduction is not in the seed)"),)),
-    "completion_length_min": dict(maxent=M + "completions/min_length_sampled"),
-    "completion_length_max": dict(maxent=M + "completions/max_length_sampled"),
+    "completion_length_min": dict(maxent=M + "completions/min_length_sampled", differs=(("trl", GEN),)),
+    "completion_length_max": dict(maxent=M + "completions/max_length_sampled", differs=(("trl", GEN),)),
     "completions_clipped_ratio": dict(maxent=M + "completions/clipped_frac", differs=(("verl", "verl counts responses whose length equals max_response_length, so one ending with EOS at the last position counts; ours counts completions without EOS"),)),
-    "terminated_length_mean": dict(maxent=M + "completions/mean_length_terminated", differs=(("trl", EMPTY), ("maxent", "with no terminated completion the seed reports 0; ours is invalid"))),
-    "terminated_length_min": dict(maxent=M + "completions/min_length_terminated", differs=(("trl", EMPTY), ("maxent", "with no terminated completion the seed reports 0; ours is invalid"))),
-    "terminated_length_max": dict(maxent=M + "completions/max_length_terminated", differs=(("trl", EMPTY), ("maxent", "with no terminated completion the seed reports 0; ours is invalid"))),
+    "terminated_length_mean": dict(maxent=M + "completions/mean_length_terminated", differs=(("trl", EMPTY + "; " + GEN), ("maxent", "with no terminated completion the seed reports 0; ours is invalid"))),
+    "terminated_length_min": dict(maxent=M + "completions/min_length_terminated", differs=(("trl", EMPTY + "; " + GEN), ("maxent", "with no terminated completion the seed reports 0; ours is invalid"))),
+    "terminated_length_max": dict(maxent=M + "completions/max_length_terminated", differs=(("trl", EMPTY + "; " + GEN), ("maxent", "with no terminated completion the seed reports 0; ours is invalid"))),
     "distinct_1": dict(maxent=M + "completions/diversity/distinct_1", differs=(("maxent", "the seed tokenizes the completion text with its own tokenizer; ours counts token ids"),)),
     "distinct_2": dict(maxent=M + "completions/diversity/distinct_2", differs=(("maxent", "the seed tokenizes the completion text with its own tokenizer; ours counts token ids"),)),
     "clip_ratio_low_mean": dict(maxent=M + "clip_ratio/low_mean", differs=(("trl", MICRO + GSPO),)),
@@ -220,7 +223,8 @@ NOTES: dict[str, dict] = {
     "mismatch_log_ppl_diff_max": dict(aliases=("mismatch/mismatch_log_ppl_diff_max",)),
     "mismatch_log_ppl_diff_min": dict(aliases=("mismatch/mismatch_log_ppl_diff_min",)),
     "mismatch_ppl_ratio": dict(aliases=("mismatch/mismatch_ppl_ratio",), differs=(("other", RANKS),)),
-    "mismatch_logprob_abs_diff": dict(aliases=("mismatch/mismatch_logprob_abs_diff",), differs=(("other", RANKS),)),
+    "mismatch_logprob_abs_diff": dict(aliases=("mismatch/mismatch_logprob_abs_diff",), differs=(("other", RANKS), ("trl", GEN))),
+    "mismatch_logprob_abs_diff_max": dict(differs=(("trl", GEN),)),
     "mismatch_chi2_token": dict(differs=(("verl", RANKS),)),
     "mismatch_chi2_seq": dict(differs=(("verl", RANKS),)),
     "rollout_is_mean": dict(aliases=("mismatch/rollout_is_mean",), differs=(("other", RANKS + "; verl 0.9.1's rollout_corr/rollout_is_mean is the mean of the truncated weights, a different number"),)),
@@ -242,6 +246,13 @@ NOTES: dict[str, dict] = {
     "beta": dict(maxent=M + "beta", aliases=(M + "kl_coeff", M + "weighting/beta"), differs=(("trl", "TRL does not log it: it is GRPOConfig.beta, recorded by the TRL integration"),)),
     "step": dict(maxent=M + "global_step", differs=(("trl", "TRL's log history calls it `step` (state.global_step), which is this signal's key"),)),
     "num_tokens": dict(maxent=M + "num_tokens"),
+    # TRL's own definitions, computed by `instrument` from TRL's tensors over the whole logging window
+    "trl_kl": dict(differs=(("trl", "TRL logs each micro-batch's mean and averages them over the logging window; `instrument` "
+                                    "pools every token of the window (equal with one micro-batch per logged step); through "
+                                    "TRL's logs alone (the callback, follow) it is TRL's number"),)),
+    "trl_is_ratio_mean": dict(differs=(("trl", GEN),)),
+    "trl_is_ratio_min": dict(differs=(("trl", GEN),)),
+    "trl_is_ratio_max": dict(differs=(("trl", GEN),)),
     "step_time": dict(differs=(("trl", "TRL sums the time of the training_step calls of one optimizer step (generation included when it runs inside them)"),)),
 }
 

@@ -54,6 +54,7 @@ class Group(str, enum.Enum):
     THROUGHPUT = "throughput"
     HEALTH = "health"
     MAXENT = "maxent"
+    TRL_LOGGED = "trl_logged"
 
 
 # Units that the two Prometheus paths (collector exporter, Python PrometheusMetricReader)

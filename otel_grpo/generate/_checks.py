@@ -111,4 +111,5 @@ def rule_exprs(settings: RuleSettings | None = None) -> Iterator[tuple[str, str]
 
 def concrete(expr: str, run_id: str, rate_interval: str = "1m") -> str:
     """A dashboard expression with Grafana's variables filled in, ready for /api/v1/query."""
-    return expr.replace("$__rate_interval", rate_interval).replace("$run_id", run_id).replace("${run_id}", run_id)
+    expr = expr.replace("$__rate_interval", rate_interval).replace("$run_id", run_id).replace("${run_id}", run_id)
+    return expr.replace("$trl_key", ".*")  # every TRL key drawn as logged (the variable's "All")

@@ -49,6 +49,8 @@ class Panel:
     """Series (legend regex) drawn on a right axis with their own unit: mixed units in one panel."""
     partition_by: str | None = None
     """An Infinity table's column whose values split it into one series each (runs overlaid in one panel)."""
+    signals: tuple[str, ...] = ()
+    """Catalog keys the panel draws (its queries may select them otherwise than `signal_queries` does)."""
 
 
 def unit_of(signal: Signal) -> str:

@@ -46,7 +46,7 @@ def _signals(title: str, keys: Iterable[str], *, unit: str | None = None, extra:
     queries = [q for s in signals for q in signal_queries(s)] + list(extra)
     panel_unit = unit or (unit_of(signals[0]) if signals else "short")
     desc = description or " ".join(f"{s.key}: {s.description}" for s in signals)
-    return Panel(title, queries, unit=panel_unit, description=desc, **draw)  # type: ignore[arg-type]
+    return Panel(title, queries, unit=panel_unit, description=desc, signals=tuple(keys), **draw)  # type: ignore[arg-type]
 
 
 def _rec(expr: str, legend: str) -> Query:
@@ -191,6 +191,50 @@ def _rollout_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gro
             _signals("Step time, time between reported steps", ["step_time", "log_interval"]),
             _signals("Phase durations (quantiles per phase)", ["phase_duration"], unit="s"),
         ]),
+        ("As logged by TRL (the numbers W&B shows)", Group.TRL_LOGGED, _trl_logged_panels()),
+    ]
+
+
+TRL_KEY = "trl_key"
+"""The dashboard variable of the TRL keys drawn as logged (`grpo.trl.logged`'s `metric` attribute)."""
+# (TRL key, our signal of it) drawn side by side: where TRL's mean of per-micro-batch values and our
+# exact value differ most with gradient accumulation or logging_steps > 1
+_CLIPS = ("clip_ratio_low_mean", "clip_ratio_low_min", "clip_ratio_high_mean", "clip_ratio_high_max",
+          "clip_ratio_region_mean")
+_KL_ENTROPY = ("trl_kl", "entropy")
+
+
+def _as_logged(trl_key: str) -> Query:
+    logged = catalog.get("trl_logged")
+    return Query(f'max by (run_id) ({logged.prometheus_name}{{{RUN}, {logged.label}="{trl_key}"}})',
+                 f"{trl_key}: TRL (as logged) {{{{run_id}}}}")
+
+
+def _ours_and_trls(title: str, keys: Iterable[str], **draw: object) -> Panel:
+    """Our exact signals and TRL's logged numbers of the same keys, one pair of series per key and run."""
+    queries: list[Query] = []
+    for key in keys:
+        signal = catalog.get(key)
+        if signal.trl is None:
+            raise ValueError(f"{key!r} has no TRL name to draw as logged")
+        queries += [Query(signal_queries(signal)[0].expr, f"{signal.trl}: ours (exact) {{{{run_id}}}}"),
+                    _as_logged(signal.trl)]
+    return Panel(title, queries, signals=tuple(keys), description=(
+        "Ours: exact over every token of the steps a log covers. TRL's: the number it logged (W&B's "
+        "train/<key>), for most keys the mean of per-micro-batch values; the two differ with gradient "
+        "accumulation or logging_steps > 1 (docs/signals.md)."), **draw)  # type: ignore[arg-type]
+
+
+def _trl_logged_panels() -> list[Panel]:
+    """TRL's own numbers as it logged them (any key, picked), and next to ours where they differ most."""
+    logged = catalog.get("trl_logged")
+    picked = Query(f'max by (run_id, {logged.label}) ({logged.prometheus_name}{{{RUN}, {logged.label}=~"${TRL_KEY}"}})',
+                   f"{{{{{logged.label}}}}} {{{{run_id}}}}")
+    return [
+        Panel(f"As logged by TRL: ${TRL_KEY}", [picked], width=24, signals=(logged.key,),
+              description=logged.description),
+        _ours_and_trls("Clip ratios: ours (exact) and as logged by TRL", _CLIPS, unit="percentunit"),
+        _ours_and_trls("KL and entropy: ours (exact) and as logged by TRL", _KL_ENTROPY),
     ]
 
 
@@ -233,11 +277,12 @@ def _with_leftovers(sections: list[tuple[str, Group | tuple[Group, ...], list[Pa
                     ) -> Iterator[tuple[str, list[Panel]]]:
     """Append a 'more' panel for each row's signals that no curated panel names."""
     named = {q.expr for _, _, panels in sections for p in panels for q in p.queries}
+    keys = {k for _, _, panels in sections for p in panels for k in p.signals}
     placed: set[Group] = set()
     for title, groups, panels in sections:
         groups = groups if isinstance(groups, tuple) else (groups,)
         placed.update(groups)
-        left = [s.key for s in catalog.SIGNALS if s.group in groups
+        left = [s.key for s in catalog.SIGNALS if s.group in groups and s.key not in keys
                 and not any(q.expr in named for q in signal_queries(s))]
         chunks = [left[i:i + MAX_SIGNALS] for i in range(0, len(left), MAX_SIGNALS)]
         for i, chunk in enumerate(chunks):  # a few signals a panel: 54 series are unreadable
@@ -321,7 +366,9 @@ def _layout(rows: Iterable[tuple[int, str, list[tuple[int, Panel]]]]) -> list[di
 
 
 def _variables() -> list[dict]:
-    """The Prometheus datasource, then the runs (several at once, matched as a regex)."""
+    """The Prometheus datasource, the runs (several at once, matched as a regex), the scalar compared by step
+    and the TRL keys drawn as logged."""
+    logged = catalog.get("trl_logged")
     return [
         {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
          "current": {"text": "Prometheus", "value": PROM_UID}, "hide": 0, "refresh": 1, "regex": ""},
@@ -334,6 +381,11 @@ def _variables() -> list[dict]:
          "multi": False, "includeAll": False, "hide": 0,
          "current": {"text": _step_columns()[0], "value": _step_columns()[0]},
          "options": [{"text": c, "value": c, "selected": i == 0} for i, c in enumerate(_step_columns())]},
+        # The TRL keys the row "As logged by TRL" draws: those the selected runs logged (all by default).
+        {"name": TRL_KEY, "label": "TRL key (as logged)", "type": "query", "datasource": PROM,
+         "query": {"query": f"label_values({logged.prometheus_name}{{{RUN}}}, {logged.label})", "refId": TRL_KEY},
+         "refresh": 2, "sort": 1, "multi": True, "includeAll": True, "allValue": ".*",
+         "current": {"text": ["All"], "value": ["$__all"]}},
     ]
 
 

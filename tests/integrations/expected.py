@@ -54,3 +54,25 @@ def micro_batch_stats(mbs: list[dict], eps: tuple[float, float], beta: float) ->
 
 def close(a: float, b: float, rel: float = 1e-5, abs_: float = 1e-6) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=abs_)
+
+
+def as_logged(entry: dict) -> dict[str, float]:
+    """What `grpo.trl.logged` holds for one entry of TRL's `log_history` (a training log): every finite number,
+    by TRL's key, exactly as logged (None and the history's own `step` have none)."""
+    return {k: v for k, v in entry.items() if k != "step" and isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def as_logged_by_step(log_history: list[dict]) -> dict[int, dict[str, float]]:
+    """`as_logged` of every training log (evaluations are grpo.eval), merged per step as the step's records are."""
+    out: dict[int, dict[str, float]] = {}
+    for entry in log_history:
+        if not any(k.startswith("eval_") for k in entry):
+            out.setdefault(entry["step"], {}).update(as_logged(entry))
+    return out
+
+
+def exported_as_logged(steps: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
+    """The `trl_logged/<key>` scalars of each exported step (its `grpo.step` spans), by TRL's key."""
+    prefix = "trl_logged/"
+    out = {step: {k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)} for step, values in steps.items()}
+    return {step: values for step, values in out.items() if values}

@@ -13,7 +13,7 @@ import pytest
 from otel_grpo import signals
 from otel_grpo.integrations import OtelGrpoCallback, instrument
 from otel_grpo.integrations.trl import _accumulate, _compat
-from expected import close, generation_stats, micro_batch_stats
+from expected import as_logged_by_step, close, exported_as_logged, generation_stats, micro_batch_stats
 from trl_run import exported, in_memory_telemetry, make_recording_trainer, metrics_by_name
 
 NAMES, WEIGHTS = ["reward_words", "reward_short"], [1.0, 0.5]
@@ -96,7 +96,8 @@ def test_one_process_equals_trl_and_tensors(tmp_path):
 
 
 def test_accumulation_and_logging_steps_are_exact(tmp_path):
-    trainer, out, _ = run(tmp_path, max_steps=4, num_iterations=2, gradient_accumulation_steps=2, logging_steps=2)
+    trainer, out, metrics = run(tmp_path, max_steps=4, num_iterations=2, gradient_accumulation_steps=2,
+                                logging_steps=2)
     steps = {int(k): v for k, v in out["steps"].items()}
     # the first optimizer step reaches the step index (a hang before it pages); its stats go with step 2's
     assert set(steps.pop(1)) == {"log_interval"} and sorted(steps) == [2, 4]
@@ -109,6 +110,16 @@ def test_accumulation_and_logging_steps_are_exact(tmp_path):
                     "approx_kl", "kl", "kl_max", "kl_seq_mean"):
             assert close(steps[step][key], expected[key]), (step, key, steps[step][key], expected[key])
         assert close(steps[step]["loss"], trl[step]["loss"])
+
+    # Issue 62: beside our exact values, every number TRL logged (W&B's), exactly as logged, at its step
+    # (each logged step's spans, the end-of-training summary's included) and as the gauges serve them now
+    logged = as_logged_by_step(trainer.state.log_history)
+    assert exported_as_logged(steps) == logged and {"kl", "clip_ratio/high_max", "total_flos"} <= set(logged[4])
+    served = {p.attributes["metric"]: p.value for p in metrics["grpo.trl.logged"].data.data_points}
+    assert served == logged[4]
+    # the KL step check judges the exact grpo.kl once per logged step, neither TRL's kl nor its logged one too
+    (point,) = metrics["grpo.step.kl"].data.data_points
+    assert point.count == 2 and point.sum == pytest.approx(steps[2]["kl"] + steps[4]["kl"])
     # every generation batch's rows arrive once, none lost between logged steps
     generated = [(p, c) for g in trainer.records["generations"] for p, c in zip(g["prompts"], g["completions"])]
     rows = [(s["prompt"], s["completion"]) for s in out["samples"]]
@@ -134,6 +145,15 @@ def test_batches_of_different_lengths_in_one_logged_step_are_exact(tmp_path, mon
                     "kl_by_length/le_64"):
             assert close(steps[step][key], expected[key]), (step, key, steps[step][key], expected[key])
     assert len(out["samples"]) == 6 * trainer.args.per_device_train_batch_size
+    # TRL's completions/max_length is the mean of each generation batch's maximum (docs/signals.md: differs):
+    # ours is the window's maximum, TRL's number is there as logged
+    trl = {e["step"]: e for e in trainer.state.log_history if "loss" in e}
+    for step in (3, 6):
+        maxima = [float(g["completion_mask"].sum(1).max()) for g in trainer.records["generations"]
+                  if step - 3 <= g["step"] < step]
+        assert close(trl[step]["completions/max_length"], sum(maxima) / len(maxima))
+        assert steps[step]["completion_length_max"] == max(maxima)
+        assert steps[step]["trl_logged/completions/max_length"] == trl[step]["completions/max_length"]
 
 
 def test_sampling_logprobs_give_mismatch_and_rollout_is(tmp_path):
@@ -166,6 +186,8 @@ def test_outside_the_supported_range_warns_once_and_exports_logged_values(tmp_pa
     assert close(steps[1]["reward"], trl_logs["reward"])
     assert "train_runtime" in steps[2] and "grpo.train.runtime_seconds" not in metrics  # OTel name below
     assert "grpo.train.runtime" in metrics and "grpo.epoch" in metrics
+    # as the log history has it: transformers' printer (disable_tqdm) pops it from the dict callbacks get
+    assert "total_flos" in trainer.state.log_history[-1] and "grpo.train.total_flos" in metrics
     assert not [n for n in metrics if n.startswith("grpo.extra.")]
 
 

@@ -9,6 +9,8 @@ returns None for every completion of step 3 (TRL logs None).
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from opentelemetry.sdk.metrics.export import Gauge
 from transformers import TrainerCallback
@@ -16,6 +18,7 @@ from transformers import TrainerCallback
 from otel_grpo.integrations import OtelGrpoCallback, instrument
 from otel_grpo.integrations.trl._keys import map_logs
 from tests._support.tiny_trl import make_grpo_trainer
+from expected import as_logged
 from trl_run import in_memory_telemetry, metrics_by_name, recording_class
 
 MAX_LEN = 8
@@ -86,6 +89,12 @@ def test_a_step_serves_only_its_own_values(tmp_path, path):
     assert logged[3]["rewards/reward_short/mean"] is None
     assert {dict(k)["reward_fn"] for k in seen[1]["grpo.reward_fn.mean"]} == {"reward_words", "reward_short"}
     assert {dict(k)["reward_fn"] for k in seen[3]["grpo.reward_fn.mean"]} == {"reward_words"}
+    # TRL's numbers as logged: each step serves exactly its own log (not step 1's reward at step 2; TRL's 0.0
+    # terminated lengths at step 3, as W&B shows them; no reward_short mean there, which TRL logged as None)
+    for step, entry in logged.items():
+        served = {dict(k)["metric"]: v for k, v in seen[step]["grpo.trl.logged"].items()}
+        assert served == as_logged(entry), step
+    assert "rewards/reward_short/mean" not in as_logged(logged[3])
 
 
 def test_trl_s_zero_for_lengths_no_completion_has_is_left_out():
@@ -94,4 +103,12 @@ def test_trl_s_zero_for_lengths_no_completion_has_is_left_out():
              "eval_completions/clipped_ratio": 1.0, "eval_completions/mean_terminated_length": 0.0}
     assert map_logs(every) == {"completions_clipped_ratio": 1.0, "eval_metric/completions/clipped_ratio": 1.0}
     some = {"completions/clipped_ratio": 0.75, "completions/mean_terminated_length": 3.0}
-    assert map_logs(some) == {"completions_clipped_ratio": 0.75, "terminated_length_mean": 3.0}
+    assert map_logs(some) == {"completions_clipped_ratio": 0.75, "terminated_length_mean": 3.0,
+                              "trl_logged/completions/clipped_ratio": 0.75,
+                              "trl_logged/completions/mean_terminated_length": 3.0}
+    # as logged, TRL's 0.0 is what TRL logged (W&B shows it): kept there, for a training step's log; a None
+    # (NaN) has no as-logged value, only the signal's NaN, which the emitter counts in grpo.nonfinite
+    training = {k: v for k, v in every.items() if not k.startswith("eval_")}
+    mapped = map_logs({**training, "reward": None})
+    assert math.isnan(mapped.pop("reward"))
+    assert mapped == {"completions_clipped_ratio": 1.0, **{f"trl_logged/{k}": v for k, v in training.items()}}

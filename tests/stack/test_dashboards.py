@@ -175,7 +175,7 @@ def test_histogram_quantiles_use_the_step_covering_window():
 
 def test_overview_has_run_variable_alerts_and_sidecar_samples():
     d = dashboards()["grpo-overview.json"]
-    assert [v["name"] for v in d["templating"]["list"]] == ["datasource", "run_id", "compare"]
+    assert [v["name"] for v in d["templating"]["list"]] == ["datasource", "run_id", "compare", "trl_key"]
     exprs = [e for _, e in dashboard_exprs(d)]
     assert 'ALERTS{alertstate="firing"}' in exprs
     assert any("histogram_quantile" in e and "phase" in e for e in exprs)
@@ -209,3 +209,21 @@ def test_one_panel_overlays_the_selected_runs_by_step():
     assert panel["fieldConfig"]["defaults"]["displayName"] == "${__field.labels.run_id}"
     compare = next(v for v in d["templating"]["list"] if v["name"] == "compare")
     assert compare["query"].split(",")[0] == "grpo.kl" and not compare["multi"]
+
+
+def test_trls_logged_numbers_have_a_row_next_to_ours():
+    """Issue 62: the number W&B shows for a TRL key is on the dashboard, and beside our exact one where they differ."""
+    d = dashboards()["grpo-overview.json"]
+    keys = {v["name"]: v for v in d["templating"]["list"]}["trl_key"]
+    assert keys["multi"] and keys["includeAll"] and keys["allValue"] == ".*"
+    assert keys["query"]["query"] == 'label_values(grpo_trl_logged{run_id=~"$run_id"}, metric)'
+    (picked,) = _panel(d, "As logged by TRL: $trl_key")["targets"]
+    assert picked["expr"] == 'max by (run_id, metric) (grpo_trl_logged{run_id=~"$run_id", metric=~"$trl_key"})'
+    clips = [t["expr"] for t in _panel(d, "Clip ratios: ours (exact) and as logged by TRL")["targets"]]
+    assert 'max by (run_id) (grpo_clip_ratio_high_max{run_id=~"$run_id"})' in clips
+    assert 'max by (run_id) (grpo_trl_logged{run_id=~"$run_id", metric="clip_ratio/high_max"})' in clips
+    kl = [t["expr"] for t in _panel(d, "KL and entropy: ours (exact) and as logged by TRL")["targets"]]
+    assert 'max by (run_id) (grpo_trl_kl{run_id=~"$run_id"})' in kl
+    assert 'max by (run_id) (grpo_trl_logged{run_id=~"$run_id", metric="kl"})' in kl
+    # drawn through the key picker, not again in a leftover panel of every key at once
+    assert not [p["title"] for p in all_panels(d) if p.get("title", "").startswith("More as logged")]

@@ -25,10 +25,9 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from otel_grpo.catalog import stat_key
 from otel_grpo.catalog.spans import check_step
 from otel_grpo.integrations.trl._chat import chat_text  # the renderer instrument uses: same text
-from otel_grpo.integrations.trl._keys import is_evaluation, undefined_keys
+from otel_grpo.integrations.trl._keys import is_evaluation, logged_scalars
 
 from ._records import PARSE_ERRORS, BadInput, Record, finite_or_none, numbers
 from ._tail import open_regular
@@ -271,14 +270,15 @@ class TrlOutput:
             if SUMMARY_KEY in entry:
                 self.ended = True
             try:
-                undefined = undefined_keys(entry)  # TRL's 0.0 for lengths no completion has
-                scalars = numbers({k: v for k, v in entry.items() if k != "step" and k not in undefined})
+                scalars = numbers({k: v for k, v in entry.items() if k != "step"})
                 check_step(step)
             except ValueError as exc:
                 self.bad.skip(f"{self.dir}/trainer_state.json:log_history step {str(step)[:40]}", str(exc))
                 self._handed_scalar_step = step
                 continue
-            out.append(Record(step, {stat_key(k, SOURCE): v for k, v in scalars.items()}, cursor=("scalars", step),
+            # as the callbacks map TRL's log dict: signals (less TRL's 0.0 for lengths no completion has) and,
+            # for a training step, every number as logged (grpo.trl.logged)
+            out.append(Record(step, logged_scalars(scalars), cursor=("scalars", step),
                               evaluation=is_evaluation(scalars)))
         if out:
             self._handed_scalar_step = out[-1].step

@@ -93,7 +93,8 @@ class OtelGrpoCallback(_ReportsProgress):
 
     TRL and transformers keys map to catalog signals (TRL's names first: its `kl` is
     `grpo.trl.kl`), `eval_<name>` to `grpo.eval{metric="<name>"}`, None and NaN to
-    `grpo.nonfinite`, anything else to `grpo.extra.<key>`; the first optimizer step's index goes out at
+    `grpo.nonfinite`, anything else to `grpo.extra.<key>`; every finite number of a training log also goes
+    out as logged, `grpo.trl.logged{metric="<key>"}`; the first optimizer step's index goes out at
     once, whatever `logging_steps` is, and each evaluation batch is a heartbeat, as is each change in
     `output_dir` while a checkpoint save runs. `telemetry`: the one to
     export through; None builds one from the environment with `settings` (run id and output dir default
@@ -114,7 +115,7 @@ class OtelGrpoCallback(_ReportsProgress):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         self._open(args)
-        logs = logs or {}
+        logs = as_logged(state, logs)
         self.telemetry.log_metrics(state.global_step, map_logs(logs), evaluation=is_evaluation(logs))
 
     def on_evaluate(self, args, state, control, **kwargs):
@@ -134,6 +135,20 @@ class OtelGrpoCallback(_ReportsProgress):
     def _end(self) -> None:
         if self._owned and self.telemetry is not None:
             self.telemetry.finish()
+
+
+def as_logged(state: Any, logs: dict | None) -> dict:
+    """What the trainer logged at this `on_log`: the entry transformers' `Trainer.log` appended to the log history
+    just before it (what `trainer_state.json` holds), less its `step`; `logs` itself where the history holds no
+    such entry (a caller of its own). Callbacks before ours may change `logs` (transformers' printer pops
+    `total_flos`); the history keeps every key as logged."""
+    logs = logs or {}
+    history = getattr(state, "log_history", None)
+    if history:
+        entry = history[-1]
+        if isinstance(entry, dict) and entry.get("step") == state.global_step and logs.keys() <= entry.keys():
+            return {k: v for k, v in entry.items() if k != "step"}
+    return logs
 
 
 def telemetry_for(args: Any, defaults: dict[str, Any] | None = None, **settings: Any) -> Telemetry:
@@ -160,7 +175,7 @@ class InstrumentedCallback(_ReportsProgress):
         self._all_off = False  # every rank's capture is off: no agreement needed any more
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        logs = logs or {}
+        logs = as_logged(state, logs)
         evaluation = is_evaluation(logs)
         if _SUMMARY in logs or evaluation:  # host values only: no collective
             self.telemetry.log_metrics(state.global_step, map_logs(logs), evaluation=evaluation)
@@ -200,8 +215,9 @@ class InstrumentedCallback(_ReportsProgress):
         mapped = map_logs(logs)
         computed = _bases(frozenset(logged.stats).union(logged.stats.invalid)) if logged is not None else frozenset()
         invalid = logged.stats.invalid if logged is not None else frozenset()
-        # TRL's own (mean-of-means) value of a key computed exactly from its tensors is dropped, unless
-        # both found no valid value (TRL's None): that NaN goes on to be counted in grpo.nonfinite
+        # Under a signal's name, TRL's own (mean-of-means) value of a key computed exactly from its tensors
+        # gives way to the exact one, unless both found no valid value (TRL's None): that NaN goes on to be
+        # counted in grpo.nonfinite. TRL's number stays, as logged, in `trl_logged/<key>` (grpo.trl.logged).
         scalars = {k: v for k, v in mapped.items()
                    if k.partition("/")[0] not in computed or (k in invalid and math.isnan(v))}
         scalars.update(self._host_scalars(step, state))

@@ -7,6 +7,7 @@ import shutil
 import threading
 
 from otel_grpo.integrations.follow import JsonlStream, TrlOutput
+from expected import as_logged
 
 from .test_files import Run
 from .test_trl import trl_output  # noqa: F401 (the module's fixture: a real GRPOTrainer's output)
@@ -59,3 +60,7 @@ def test_trl_s_last_logged_step_serves_only_its_own_values(tmp_path, trl_output)
                  "grpo.completion.terminated_length.mean", "grpo.completion.terminated_length.max"):
         assert name not in gauges, name
     assert "grpo.reward_fn.mean" not in gauges  # reward_words not logged at step 4, reward_short None
+    # TRL's numbers as logged: step 4's own, its 0.0 terminated lengths included, reward_short's None not
+    served = {dict(k)["metric"]: v for k, v in gauges["grpo.trl.logged"].items()}
+    assert served == as_logged(last) and served["completions/mean_terminated_length"] == 0.0
+    assert "rewards/reward_short/mean" not in served and "reward" not in served

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from otel_grpo.integrations.follow import TrlOutput
+from expected import as_logged_by_step, exported_as_logged
 
 from .test_files import Run
 
@@ -60,6 +61,13 @@ def test_trl_completions_become_samples_once_per_generation_batch(tmp_path, trl_
     scalar_steps = [s.attributes for s in spans if s.name == "grpo.step" and "grpo.metric.trl_kl" in s.attributes]
     assert sorted(a["grpo.step"] for a in scalar_steps) == [1, 2, 3, 4]
     assert not any("grpo.metric.kl" in s.attributes for s in spans)
+    # and every number of each logged step exactly as TRL logged it (W&B's), as instrument exports it
+    history = json.loads((trl_output / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+    steps: dict[int, dict] = {}
+    for a in (s.attributes for s in spans if s.name == "grpo.step"):
+        steps.setdefault(a["grpo.step"], {}).update({k[len("grpo.metric."):]: v for k, v in a.items()
+                                                     if k.startswith("grpo.metric.")})
+    assert exported_as_logged(steps) == as_logged_by_step(history)
     assert run.gauge("grpo.steps") == 4  # each TRL step once, though steps 1 and 3 went out twice
     assert run.gauge("grpo.run.finished") == 1.0
 
