@@ -15,6 +15,9 @@ keeps every row. The trainers run as `--hosts` processes (5) of several `Telemet
 50 Python processes would not fit two cores, while each instance keeps its own exporters, its own
 connection to the collector and its own spill, so the collector and the sidecars see 50 clients.
 A host's trainers share its GIL, which costs them nothing here: they sleep nearly all the time.
+CPU budget: the whole stack must fit beside other work on two shared cores; the run prints the cores
+each component used and how many of its threads waited for one (benchmarks/README.md, team, for a
+run's figures), so a latency can be told from the machine's load.
 
 The stack: compose's collector/config.yaml in the collector built from collector/builder-config.yaml,
 and compose's Prometheus (committed rules) and Alertmanager, on free local ports as
@@ -176,6 +179,7 @@ class RoundRobinProxy:
         self.ingest_ms: list[float] = []
         """Each POST /v1/traces from its first byte in to the first byte of its answer out, as the collector
         waits for it (HTTP/1.1: a connection carries one request at a time)."""
+        self.ingest_at: list[float] = []  # when each of them was answered (time.monotonic)
         self._turn = itertools.count()
         self._loop = asyncio.new_event_loop()
         started = threading.Event()
@@ -205,6 +209,7 @@ class RoundRobinProxy:
         def answer(data: bytes) -> None:
             if since[0] is not None:
                 self.ingest_ms.append((time.perf_counter() - since[0]) * 1000)
+                self.ingest_at.append(time.monotonic())
                 since[0] = None
 
         await asyncio.gather(_pipe(reader, up_writer, request), _pipe(up_reader, writer, answer))
@@ -479,7 +484,11 @@ def prometheus_check(stack: dict, results: dict) -> dict:
     series = query('count by (run_id) (last_over_time({run_id=~"team-.*"}[2h]))')
     finished = query('max by (run_id) (max_over_time(grpo_run_finished{run_id=~"team-.*"}[2h]))')
     counts = sorted(int(series.get(run, 0)) for run in results)
+    job = 'job="otel-collector"'  # the collector's exporter: every run's series in one scrape
+    scrapes = (query(f"min_over_time(up{{{job}}}[2h])").get("", float("nan")),
+               query(f"max_over_time(scrape_duration_seconds{{{job}}}[2h])").get("", float("nan")))
     return {"runs with series": sum(run in series for run in results), "series per run": counts,
+            "exporter scrapes": scrapes,
             "steps counted": sum(steps.get(run) == r["steps"] for run, r in results.items()),
             "finished": sum(finished.get(run) == 1 for run in results)}
 
@@ -498,6 +507,18 @@ def errors(stack: dict) -> dict[str, float]:
                 for s in f.samples:
                     if s.name.endswith("_total") and s.value:
                         out[f"sidecar {i + 1} rejected ({s.labels['reason']})"] = s.value
+    return out
+
+
+def log_errors(stack: dict) -> dict[str, list[str]]:
+    """Lines at warning level or above that the Go components logged (their log formats: `\terror\t` for the
+    collector, `level=WARN` / `level=ERROR` for the others), a shutdown's notice aside."""
+    out = {}
+    for managed in stack["managed"]:
+        lines = managed.log_path.read_text(errors="replace").splitlines() if managed.log_path.exists() else []
+        out[managed.name] = [line for line in lines if any(m in line for m in ("\terror\t", "\twarn\t", "level=WARN",
+                                                                            "level=ERROR"))
+                             and "Received an OS signal" not in line]
     return out
 
 
@@ -524,10 +545,19 @@ def main() -> None:
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
         d = Path(tempfile.mkdtemp(prefix="team-", dir=args.keep))
-        report(measure(args, d), args, d)
+        result = measure(args, d)
+        save(result, d)
+        report(result, args, d)
         return
     with tempfile.TemporaryDirectory() as d:
         report(measure(args, Path(d)), args, Path(d))
+
+
+def save(r: dict, tmp: Path) -> None:
+    """The series behind the table (RSS samples, ingest times at the proxy in order), for a look at their course."""
+    raw = {"rss": r["rss"], "proxy_ingest_ms": r["proxy_ingest_ms"], "proxy_ingest_at_s": r["proxy_ingest_at"],
+           "queries_ms": r["queries"]}
+    (tmp / "series.json").write_text(json.dumps(raw))
 
 
 def measure(args: argparse.Namespace, tmp: Path) -> dict:
@@ -563,8 +593,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict:
         return {"cores": cores, "waited": waited, "rss": sampler.rss, "drain_s": drained, "loss": lost,
                 "ingest": ingest_quantiles(urls), "queries": latencies, "query_errors": query_errors,
                 "prometheus": prometheus_check(stack, lost["results"]), "errors": errors(stack),
-                "proxy": stack["proxy"].connections, "proxy_ingest_ms": stack["proxy"].ingest_ms, "host_rc": [h.returncode for h in hosts],
-                "load": os.getloadavg()}
+                "proxy": stack["proxy"].connections, "proxy_ingest_ms": stack["proxy"].ingest_ms,
+                "proxy_ingest_at": [t - sampler.t0 for t in stack["proxy"].ingest_at], "host_rc": [h.returncode for h in hosts],
+                "load": os.getloadavg(), "log_errors": log_errors(stack)}
     finally:
         stop_stack(stack)
 
@@ -575,13 +606,14 @@ def _q(values: list[float], q: float) -> float:
 
 
 def rss_cells(series: list[tuple[float, float]]) -> tuple[str, bool]:
-    """first / max / last MiB, and whether the last minute's max is within FLAT_MARGIN of the second minute's."""
+    """first / max / last MiB, the second and the last minute's largest, and whether the last minute's is within
+    FLAT_MARGIN of the second minute's."""
     values = [v for _, v in series]
     end = series[-1][0]
-    second = [v for t, v in series if 60 <= t < 120] or values
-    last = [v for t, v in series if t >= end - 60] or values
-    flat = max(last) <= max(second) * (1 + FLAT_MARGIN)
-    return f"{values[0]:.0f} / {max(values):.0f} / {values[-1]:.0f}", flat
+    second = max([v for t, v in series if 60 <= t < 120] or values)
+    last = max([v for t, v in series if t >= end - 60] or values)
+    return (f"{values[0]:.0f} / {max(values):.0f} / {values[-1]:.0f}; minute 2 {second:.0f}, last minute {last:.0f}",
+            last <= second * (1 + FLAT_MARGIN))
 
 
 def report(r: dict, args: argparse.Namespace, tmp: Path) -> None:
@@ -614,7 +646,9 @@ def report(r: dict, args: argparse.Namespace, tmp: Path) -> None:
     rows += [("Prometheus: runs with series / steps counter right / finished",
               f"{prom['runs with series']} / {prom['steps counted']} / {prom['finished']} of {len(series)}"),
              ("Prometheus: series per run (min / median / max)",
-              f"{series[0]} / {statistics.median(series):.0f} / {series[-1]}" if series else "none")]
+              f"{series[0]} / {statistics.median(series):.0f} / {series[-1]}" if series else "none"),
+             ("Prometheus: the collector exporter's scrapes, lowest `up` / longest duration s",
+              "{:g} / {:.2f}".format(*prom["exporter scrapes"]))]
     for name, values in r["rss"].items():
         cells, flat = rss_cells(values)
         rows.append((f"RSS MiB first / max / last: {name}", f"{cells} ({'flat' if flat else 'NOT flat'}, "
@@ -623,6 +657,8 @@ def report(r: dict, args: argparse.Namespace, tmp: Path) -> None:
                  + f"; total {sum(r['cores'].values()):.2f}"))
     rows.append(("threads waiting for a core, on average (runnable, not running)",
                  ", ".join(f"{k} {v:.2f}" for k, v in r["waited"].items())))
+    rows.append(("warnings and errors in the logs of the collector, Prometheus, Alertmanager (first)",
+                 ", ".join(f"{k} {len(v)}" + (f" ({v[0][:160]})" if v else "") for k, v in r["log_errors"].items())))
     rows.append(("collector and sidecar counters", ", ".join(f"{k} {v:g}" for k, v in r["errors"].items())))
     for name, value in rows:
         print(f"| {name} | {value} |")
