@@ -93,6 +93,7 @@ bench: setup
 	$(PY) benchmarks/trainer.py
 	$(PY) benchmarks/trl.py
 	$(PY) benchmarks/alerts.py
+	$(PY) benchmarks/team.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
