@@ -8,7 +8,7 @@ import re
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 import orjson
 
@@ -16,6 +16,7 @@ from otel_grpo.catalog.spans import ALL_RUNS
 
 from ._dialect import Dialect
 from ._downsample import m4_rows
+from ._runs import RunReads, iso, like_pattern
 from ._step_series import Series, StepCache
 
 SAMPLE_CORE_COLUMNS = ("run_id", "step", "sample_index", "reward", "advantage", "completion_length",
@@ -30,10 +31,6 @@ def selected_run_ids(run_id: str) -> list[str] | None:
     """The run ids a selection names: None for every run (`.*`), else one run or Grafana's multi-run
     `a|b` (the whole value also counts as one id: a run id may hold `|`)."""
     return None if run_id == ALL_RUNS else list(dict.fromkeys([run_id, *run_id.split("|")]))
-
-
-def iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(kw_only=True)
@@ -64,10 +61,6 @@ def _order_sql(dialect: Dialect, column: str | None, desc: bool, params: list) -
         expr = dialect.json_field
     # NULLS LAST both ways; id breaks ties stably. This form still walks (run_id, reward) in order.
     return f"{expr}{d or ' ASC'} NULLS LAST, id{d}"
-
-
-def _like(text: str) -> str:
-    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def _whole_rows(run_id: str, rows) -> bytes:
@@ -146,7 +139,7 @@ def _sample_row(row) -> dict:
 _ID_CHUNK = 500
 
 
-class Reads:
+class Reads(RunReads):
     """Mixed into both stores: every query runs on a connection borrowed from the read pool.
 
     No read holds a transaction open for longer than one chunk of rows: a long one kept SQLite
@@ -160,18 +153,6 @@ class Reads:
     def read(self):  # pragma: no cover - provided by each store
         """Context manager: a read connection from the pool."""
         raise NotImplementedError
-
-    def runs(self) -> list[dict]:
-        with self.read() as conn:
-            rows = conn.execute("""SELECT run_id, service_name, model, host, first_step, last_step,
-                first_seen, last_update, sample_count FROM runs ORDER BY last_update DESC""").fetchall()
-        return [{"run_id": r[0], "service_name": r[1], "model": r[2], "host": r[3], "first_step": r[4],
-                 "last_step": r[5], "first_seen": iso(r[6]), "last_update": iso(r[7]), "sample_count": r[8]}
-                for r in rows]
-
-    def run_exists(self, run_id: str) -> bool:
-        with self.read() as conn:
-            return conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
 
     def steps_json(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
                    step_max: int | None = None, limit: int = 10000, offset: int = 0,
@@ -254,7 +235,7 @@ class Reads:
         if query.q:
             like = self.dialect.like
             where.append(f"(prompt {like} ? ESCAPE '\\' OR completion {like} ? ESCAPE '\\')")
-            params += [_like(query.q)] * 2
+            params += [like_pattern(query.q)] * 2
         order_params: list = []
         order = _order_sql(self.dialect, query.order_by, query.desc, order_params)
         # Two phases: order and page over ids first, so the sorter never carries the long
