@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+from collections.abc import Iterable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Query, Request
@@ -130,3 +131,24 @@ class FastJSON(JSONResponse):
 
     def render(self, content) -> bytes:
         return json.dumps(content, separators=(",", ":"), allow_nan=False).encode()
+
+
+STREAM_FLUSH_BYTES = 256 * 1024
+
+
+def json_array(pieces: Iterable[bytes], flush_bytes: int = STREAM_FLUSH_BYTES) -> Iterator[bytes]:
+    """A JSON array for a StreamingResponse from pieces of its inside (each one or more elements
+    joined by commas; empty pieces are skipped), sent on in chunks of about `flush_bytes`: each
+    chunk of a sync generator costs a thread-pool hop, and the response holds one chunk at a time."""
+    out, size, sep = [b"["], 1, b""
+    for piece in pieces:
+        if not piece:
+            continue
+        out += (sep, piece)
+        size += len(piece) + 1
+        sep = b","
+        if size >= flush_bytes:
+            yield b"".join(out)
+            out, size = [], 0
+    out.append(b"]")
+    yield b"".join(out)

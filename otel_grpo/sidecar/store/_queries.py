@@ -64,13 +64,13 @@ def _order_sql(dialect: Dialect, column: str | None, desc: bool, params: list) -
 
 
 def _whole_rows(run_id: str, rows) -> bytes:
-    """Rows of (step, time, JSON object) as the JSON array of `steps_json`."""
+    """Rows of (step, time, JSON object) as the comma-joined JSON objects of `steps_json`'s array."""
     head = f'"run_id":{json.dumps(run_id)},"step":'
     parts = []
     for step, when, blob in rows:
         sep = "," if len(blob) > 2 else ""
         parts.append(f'{blob[:-1]}{sep}{head}{step},"time":{json.dumps(when)}}}')
-    return ("[" + ",".join(parts) + "]").encode()
+    return ",".join(parts).encode()
 
 
 # RFC 3339 as Alertmanager writes it (Go's RFC3339Nano: up to 9 fraction digits, `Z` or an offset).
@@ -107,7 +107,7 @@ def _alert_step(conn, run_id: str, starts_at: str) -> int | None:
 
 def _selected_rows(run_id: str, names: list[str], columns: list, steps: list[int], times: list) -> bytes:
     """Rows of the selected columns (`names`, each a float64 array aligned with `steps`, NaN: no
-    value) then `run_id`, `step`, `time`, as the JSON array of `steps_json`.
+    value) then `run_id`, `step`, `time`, as the comma-joined JSON objects of `steps_json`'s array.
 
     Written column by column: orjson writes each column's numbers (NaN as null, floats as the
     shortest text that reads back the same), which are split into one text per row, and each row
@@ -115,7 +115,7 @@ def _selected_rows(run_id: str, names: list[str], columns: list, steps: list[int
     request, and the garbage collector's full passes over the server's objects they set off
     stalled a request now and then."""
     if not steps:
-        return b"[]"
+        return b""
     cells = [orjson.dumps(c, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",") for c in columns]
     cells += [orjson.dumps(steps)[1:-1].split(b","), orjson.dumps(times)[1:-1].split(b",")]
     def field(name: str, value: bytes = b"%b") -> bytes:
@@ -123,7 +123,7 @@ def _selected_rows(run_id: str, names: list[str], columns: list, steps: list[int
 
     row = b"{" + b",".join([*map(field, names), field("run_id", orjson.dumps(run_id).replace(b"%", b"%%")),
                             field("step"), field("time")]) + b"}"
-    return b"[" + b",".join(map(row.__mod__, zip(*cells))) + b"]"  # C loops: no Python call per row
+    return b",".join(map(row.__mod__, zip(*cells)))  # C loops: no Python call per row
 
 
 def _sample_row(row) -> dict:
@@ -134,6 +134,9 @@ def _sample_row(row) -> dict:
         out.setdefault(key, value)
     return out
 
+
+STEP_PIECE_ROWS = 2048
+"""Step rows written at a time (`steps_pieces`): what a streamed step response holds besides the run."""
 
 # An export's ids are held as 8-byte integers while its rows are read in short transactions.
 _ID_CHUNK = 500
@@ -170,21 +173,37 @@ class Reads(RunReads):
         each row is the held JSON object with the three fields spliced in (stat keys cannot
         collide with them, see RESERVED_STEP_KEYS).
         """
+        return b"[" + b",".join(self.steps_pieces(run_id, metrics, step_min, step_max, limit, offset, points)) + b"]"
+
+    def steps_pieces(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
+                     step_max: int | None = None, limit: int = 10000, offset: int = 0,
+                     points: int | None = None) -> Iterator[bytes]:
+        """The rows of `steps_json`, its array's inside in pieces of at most STEP_PIECE_ROWS rows
+        (each its rows' objects joined by commas; join the pieces with commas). The database is read
+        before this returns (a store error is raised here); the rows are written as the pieces are
+        taken, so a response that streams them holds one piece at a time, not the page.
+        """
         with self.read() as conn:
             series = self._series(conn, run_id)
         if series is None:
-            return b"[]"
+            return iter(())
         rows = series.window(step_min, step_max, limit, offset)
         if points is not None and len(rows) > points:
             columns = (series.columns_with_values(rows) if metrics is None
                        else [series.values(m, rows) for m in metrics])  # absent columns count too
             rows = rows[m4_rows(series.steps[rows], columns, points)]
-        steps, times = series.steps[rows].tolist(), series.times[rows].tolist()
-        if metrics is None:
-            return _whole_rows(run_id, zip(steps, times, series.blobs[rows].tolist()))
+        return self._pieces(run_id, series, rows, metrics)
+
+    def _pieces(self, run_id: str, series: Series, rows, metrics: list[str] | None) -> Iterator[bytes]:
         rename = self.step_cache.rename
-        names = metrics if rename is None else [rename(m) for m in metrics]
-        return _selected_rows(run_id, names, [series.values(m, rows) for m in metrics], steps, times)
+        names = None if metrics is None else metrics if rename is None else [rename(m) for m in metrics]
+        for i in range(0, len(rows), STEP_PIECE_ROWS):
+            part = rows[i:i + STEP_PIECE_ROWS]
+            steps, times = series.steps[part].tolist(), series.times[part].tolist()
+            if metrics is None:
+                yield _whole_rows(run_id, zip(steps, times, series.blobs[part].tolist()))
+            else:
+                yield _selected_rows(run_id, names, [series.values(m, part) for m in metrics], steps, times)
 
     def _series(self, conn, run_id: str) -> Series | None:
         """The run's steps, current as of this read; None for an unknown run."""
