@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -138,8 +139,8 @@ def _sample_row(row) -> dict:
 STEP_PIECE_ROWS = 2048
 """Step rows written at a time (`steps_pieces`): what a streamed step response holds besides the run."""
 
-# An export's ids are held as 8-byte integers while its rows are read in short transactions.
-_ID_CHUNK = 500
+SAMPLE_CHUNK_ROWS = 500
+"""Sample rows read and written at a time by a streamed read (an export, a JSON page): what it holds."""
 
 
 class Reads(RunReads):
@@ -283,24 +284,33 @@ class Reads(RunReads):
             ids = [r[0] for r in conn.execute(*found)]
             return self._rows_by_id(conn, ids) if ids else []
 
-    def iter_samples(self, run_id: str, query: SampleQuery, chunk: int = _ID_CHUNK) -> Iterator[dict]:
-        """`samples` as a generator holding `chunk` rows at a time (for exports of any size).
+    def iter_samples(self, run_id: str, query: SampleQuery, chunk: int = SAMPLE_CHUNK_ROWS) -> Iterator[dict]:
+        """`samples` as a generator holding `chunk` rows at a time (for exports of any size)."""
+        for rows in self.sample_chunks(run_id, query, chunk):
+            yield from rows
 
-        The ids of the matching rows, ordered and paged, are read first in one statement and
-        kept as 8-byte integers (8 MB at the one-million-row export limit); then each chunk of
-        rows is read on a connection borrowed for that chunk alone, and given back before the
-        rows are yielded. A client that stops reading thus holds no connection, no transaction
-        and no more than one chunk. Rows deleted meanwhile (retention) are left out.
+    def sample_chunks(self, run_id: str, query: SampleQuery, chunk: int = SAMPLE_CHUNK_ROWS) -> Iterator[list[dict]]:
+        """The rows of `samples`, `chunk` at a time.
+
+        The ids of the matching rows, ordered and paged, and the first chunk are read before this
+        returns (a store error is raised here: a page of up to `chunk` rows fails as a whole, never
+        halfway through its response); the ids in one statement, kept as 8-byte integers (8 MB at the
+        one-million-row export limit); then each chunk of rows is read as it is taken, on a
+        connection borrowed for that chunk alone and given back before the rows are handed on. A
+        client that stops reading thus holds no connection, no transaction and no more than one
+        chunk. Rows deleted meanwhile (retention) are left out.
         """
         with self.read() as conn:
             found = self._sample_ids_sql(conn, run_id, query)
-            if found is None:
-                return
-            ids = array("q", (r[0] for r in conn.execute(*found)))
-        for i in range(0, len(ids), chunk):
+            ids = array("q") if found is None else array("q", (r[0] for r in conn.execute(*found)))
+            first = self._rows_by_id(conn, ids[:chunk].tolist()) if ids else []
+        return itertools.chain([first] if first else [], self._chunks_by_id(ids, chunk, chunk))
+
+    def _chunks_by_id(self, ids: array, chunk: int, start: int) -> Iterator[list[dict]]:
+        for i in range(start, len(ids), chunk):
             with self.read() as conn:
                 rows = self._rows_by_id(conn, ids[i:i + chunk].tolist())
-            yield from rows
+            yield rows
 
     def sample_columns(self, run_id: str, query: SampleQuery) -> list[str]:
         """Every column the rows of `query` can have: the core ones, then the keys of their data."""
