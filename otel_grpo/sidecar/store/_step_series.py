@@ -130,7 +130,7 @@ class StepCache:
 
     The bookkeeping of a read is O(1) in the runs held: each run is held with its size, and their
     total is kept as they come and go. (Summing every held run at each read made a read of all of
-    10,000 runs quadratic: 86 % of the server's CPU, benchmarks/README.md, runs_scale.)"""
+    10,000 runs quadratic: benchmarks/README.md, runs_scale.)"""
 
     def __init__(self, max_bytes: int = STEP_CACHE_BYTES, rename: Callable[[str], str] | None = None) -> None:
         self.max_bytes = max_bytes
