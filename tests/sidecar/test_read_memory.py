@@ -132,6 +132,11 @@ def test_concurrent_large_pages_are_answered_within_the_pieces_in_flight(sqlite_
     client = sqlite_client
     _fill(client.app.state.store)
     assert client.get("/api/runs/big/steps", params={"limit": 1}).status_code == 200  # the run's steps held
+    # A short page is one message, written whole (no thread hop per chunk); a long one streams.
+    (short,), _ = _reads(client.app, "/api/runs/big/samples", "step_min=0&limit=100", 1)
+    assert short[:3] == (200, 100, 1)
+    assert "content-length" in client.get("/api/runs/big/samples", params={"step_min": 0, "limit": 100}).headers
+    assert "content-length" not in client.get("/api/runs/big/samples", params={"step_min": 0, "limit": 5000}).headers
     row = len(client.get("/api/runs/big/samples", params={"step_min": 0, "limit": 1}).content)
     _check(client.app, "/api/runs/big/samples", "step_min=0&limit={}", SAMPLES, 2 * SAMPLE_CHUNK_ROWS,
            SAMPLE_CHUNK_ROWS, row)

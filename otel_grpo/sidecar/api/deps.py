@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi import Depends, HTTPException, Path, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from .._metrics import SidecarMetrics
 from .._settings import SidecarSettings
@@ -152,3 +153,20 @@ def json_array(pieces: Iterable[bytes], flush_bytes: int = STREAM_FLUSH_BYTES) -
             out, size = [], 0
     out.append(b"]")
     yield b"".join(out)
+
+
+def json_response(pieces: Iterable[bytes], headers: dict[str, str] | None = None) -> Response:
+    """A JSON array response from pieces of its inside (as `json_array` takes them): a plain response
+    where they come to less than STREAM_FLUSH_BYTES (most pages: no thread-pool hop per chunk), else a
+    streamed one that sends what was taken so far and takes the rest as it goes. Taken here (in the
+    route's thread): the first pieces, so a store error in them is still an error status."""
+    pieces = iter(pieces)
+    first: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        first.append(piece)
+        size += len(piece)
+        if size >= STREAM_FLUSH_BYTES:
+            return StreamingResponse(json_array(itertools.chain(first, pieces)), media_type="application/json",
+                                     headers=headers)
+    return Response(b"[" + b",".join(p for p in first if p) + b"]", media_type="application/json", headers=headers)

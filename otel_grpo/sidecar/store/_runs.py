@@ -177,11 +177,13 @@ class RunReads:
             raise ValueError("an offset needs a limit")
         with self.read() as conn:
             rows = conn.execute(sql, page_params).fetchall()
-            if count:
+            more = query.limit is not None and len(rows) > query.limit
+            rows = rows[:query.limit] if more else rows
+            if count and not more and query.cursor is None and (rows or not query.offset):
+                total = query.offset + len(rows)  # the last page from the first run: no count needed
+            elif count:
                 total = conn.execute("SELECT count(*) FROM runs" + (" WHERE " + " AND ".join(where) if where else ""),
                                      params).fetchone()[0]
-        more = query.limit is not None and len(rows) > query.limit
-        rows = rows[:query.limit] if more else rows
         cutoff = now - query.active_s
         cursor = encode_cursor(query.order, rows[-1][7], rows[-1][0]) if more else None
         return RunPage([_row(r, cutoff) for r in rows], total, cursor)

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import StreamingResponse
 
 from ..._columns import describe, stat_keys
 from ...schemas import Message, RunPublic, StepColumn, StepRow
-from ..deps import (FastJSON, RunId, SettingsDep, StoreDep, bad_param, json_array, not_found_run, points_param,
+from ..deps import (FastJSON, RunId, SettingsDep, StoreDep, bad_param, json_response, not_found_run, points_param,
                     require_read, step_param)
 from ..listing import RUNS_LIMIT_MAX, TOTAL_HEADER, RunFilters, page_headers
 
@@ -91,10 +90,9 @@ def list_steps(
     pieces = store.steps_pieces(run_id, stat_keys(selected), step_min, step_max, limit, offset, points=points)
     # The rows stay flat (Grafana's Infinity reads them as they are); where each column's other
     # names are is said in the response too (RFC 8288 "describedby"; relative to this URL, so
-    # right behind a path prefix and for a run id with `/`). Streamed: a page of 100,000 steps is
-    # never held whole.
-    return StreamingResponse(json_array(pieces), media_type="application/json",
-                             headers={"Link": '<metrics>; rel="describedby"'})
+    # right behind a path prefix and for a run id with `/`). Streamed where it is long: a page of
+    # 100,000 steps is never held whole.
+    return json_response(pieces, headers={"Link": '<metrics>; rel="describedby"'})
 
 
 @router.get("/{run_id:path}/metrics", response_model=list[StepColumn], response_class=FastJSON, responses=_404)

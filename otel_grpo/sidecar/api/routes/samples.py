@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import StreamingResponse
 
 from ...schemas import Message, SampleRow
 from ...store import SampleQuery
 from ...store._queries import COLUMN_RE
-from ..deps import FastJSON, RunId, StoreDep, bad_param, json_array, not_found_run, require_read, step_param
+from ..deps import FastJSON, RunId, StoreDep, bad_param, json_response, not_found_run, require_read, step_param
 
 router = APIRouter(prefix="/api/runs/{run_id:path}", tags=["samples"], dependencies=[Depends(require_read)])
 _404 = {404: {"model": Message, "description": "Unknown run."}}
@@ -55,7 +55,7 @@ PAGE_MAX = 10_000
 
 
 @router.get("/samples", response_model=list[SampleRow], response_class=FastJSON, responses=_404)
-def list_samples(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingResponse:
+def list_samples(run_id: RunId, store: StoreDep, query: QueryDep) -> Response:
     """Samples as flat rows (every event attribute is a column), filtered and ordered; at most 10,000 a page.
 
     Streamed as the exports are: the server holds a few hundred rows at a time whatever `limit` is,
@@ -65,8 +65,7 @@ def list_samples(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingRe
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
     chunks = store.sample_chunks(run_id, query)  # the ids are read now: a store error is still a 503
-    return StreamingResponse(json_array(b",".join(map(orjson.dumps, rows)) for rows in chunks),
-                             media_type="application/json")
+    return json_response(b",".join(map(orjson.dumps, rows)) for rows in chunks)
 
 
 # OWASP "CSV injection": a spreadsheet runs a cell that starts with one of these as a formula,

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from ..._columns import stat_keys
 from ...store._queries import selected_run_ids
-from ..deps import SettingsDep, StoreDep, bad_param, json_array, points_param, require_read, step_param
+from ..deps import SettingsDep, StoreDep, bad_param, json_response, points_param, require_read, step_param
 from ..listing import TOTAL_HEADER, TRUNCATED_HEADER, RunFilters, page_headers
 from .runs import split_list
 
@@ -36,7 +35,7 @@ def runs_cap(max_runs: int, limit: int, points: int | None) -> int:
     return max(1, min(max_runs, MAX_ROWS // per_run))
 
 
-@router.get("", response_class=StreamingResponse, responses=_RESPONSES)
+@router.get("", response_class=Response, responses=_RESPONSES)
 def list_steps_of_runs(
     request: Request,
     store: StoreDep,
@@ -52,7 +51,7 @@ def list_steps_of_runs(
     max_runs: Annotated[int, Query(ge=1, le=MAX_RUNS_LIMIT, description=(
         f"Runs per response (default {MAX_RUNS}); fewer where runs x (`points`, else `limit`) would pass "
         f"{MAX_ROWS:,} rows. The rest: `X-Truncated: true` and the `Link` of the next runs."))] = MAX_RUNS,
-) -> StreamingResponse:
+) -> Response:
     """The rows of `/api/runs/{run_id}/steps` (columns named by the catalog) of the selected runs, run after run,
     each ordered by step: one table whose `run_id` column tells the runs apart, so one panel can overlay them by step.
     `points`: each run's rows downsampled as there (at most N rows per run).
@@ -61,7 +60,8 @@ def list_steps_of_runs(
     `order`, most recently updated first by default) within `run_id`, at most `max_runs` of them:
     a request costs the runs it returns, however many exist. `X-Total-Count` says how many matched;
     where that is more than were returned, `X-Truncated: true` and `Link: <...>; rel="next"` (a
-    `cursor`) give the next runs. Streamed run by run: the server holds one run's rows at a time.
+    `cursor`) give the next runs. Streamed run by run where it is long: the server holds one run's
+    rows at a time.
     """
     if step_min is not None and step_max is not None and step_min > step_max:
         raise bad_param("step_min", "must not exceed step_max")
@@ -73,12 +73,11 @@ def list_steps_of_runs(
         headers[TRUNCATED_HEADER] = "true"
     keys = stat_keys(split_list(metrics))
     runs = [r["run_id"] for r in page.runs]
-    # The first run is read now (a store error is still a 503), the others as the response goes out.
-    first = store.steps_pieces(runs[0], keys, step_min, step_max, limit, 0, points=points) if runs else iter(())
 
     def pieces() -> Iterator[bytes]:  # a run at a time
-        yield from first
-        for run in runs[1:]:
+        for run in runs:
             yield from store.steps_pieces(run, keys, step_min, step_max, limit, 0, points=points)
 
-    return StreamingResponse(json_array(pieces()), media_type="application/json", headers=headers)
+    # The first runs are read now (a store error is still a 503); past STREAM_FLUSH_BYTES, the others
+    # as the response goes out.
+    return json_response(pieces(), headers)
