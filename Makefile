@@ -90,6 +90,7 @@ bench: setup
 	$(PY) benchmarks/signals.py
 	$(PY) benchmarks/emit.py
 	$(PY) benchmarks/sidecar.py
+	$(PY) benchmarks/runs_scale.py
 	$(PY) benchmarks/sqlite_wal.py
 	$(PY) benchmarks/trainer.py
 	$(PY) benchmarks/trl.py

@@ -36,6 +36,8 @@ STACK_COLLECTOR = "Collector: refused, failed and queued data"
 STACK_SIDECAR = "Sidecar: rejected requests by reason"
 """The stack-health panels the infrastructure alerts link to (their `dashboard_url`)."""
 SIDECAR_PAGE_LIMIT = 200
+SIDECAR_RUNS = 100  # runs a sidecar panel lists or overlays (the sidecar's default cap of /api/steps)
+SIDECAR_POINTS = 1000  # rows per run of the step-aligned comparison: about a panel's width
 RATES = ".*/s.*"  # legends of per-second series: a right axis where counts share the panel
 
 
@@ -246,13 +248,17 @@ def _step_columns() -> list[str]:
 def _samples_panels() -> list[Panel]:
     """Tables read from the sidecar's JSON API through the Infinity datasource."""
     def table(title: str, url: str, params: dict[str, str], width: int, height: int, repeat: str | None = None,
-              kind: str = "table", partition_by: str | None = None) -> Panel:
+              kind: str = "table", partition_by: str | None = None, note: str = "") -> Panel:
         return Panel(title, kind=kind, width=width, height=height, repeat=repeat, partition_by=partition_by, infinity={
             "type": "json", "source": "url", "format": "table", "parser": "backend", "root_selector": "",
             "url": url, "url_options": {"method": "GET", "params": [{"key": k, "value": v} for k, v in params.items()]},
             "columns": [],
-        }, description=f"From the sidecar: GET {url}, through the Infinity plugin (a missing plugin shows here "
-                       "as \"plugin not found\": docs/operations.md, Grafana without internet)")
+        }, description=f"From the sidecar: GET {url}" + (f". {note}" if note else "")
+           + ". Through the Infinity plugin: a missing plugin shows here as \"plugin not found\" (docs/operations.md, "
+             "Grafana without internet)")
+
+    # Runs with data in the dashboard's time range (Unix milliseconds: the sidecar reads them as such).
+    in_range = {"since": "${__from}", "until": "${__to}"}
 
     return [
         # The run id is a path segment: percent-encoded (a run id may hold any character). One
@@ -261,15 +267,23 @@ def _samples_panels() -> list[Panel]:
               {"limit": str(SIDECAR_PAGE_LIMIT), "order_by": "reward", "desc": "true"}, 24, 12, repeat="run_id"),
         # Several runs as `a|b`; "All" is `.*`, which the sidecar reads as every run.
         table("Alerts received by the sidecar", "/api/alerts", {"run_id": "${run_id:pipe}"}, 12, 8),
-        table("Runs (sidecar)", "/api/runs", {}, 12, 8),
+        table("Runs (sidecar)", "/api/runs", {**in_range, "limit": str(SIDECAR_RUNS)}, 12, 8,
+              note=f"The {SIDECAR_RUNS} most recently updated runs with data in the time range."),
         # Every step, exact (Prometheus samples them), against the step: one panel per selected
         # run, repeated one under the other, so runs line up by step rather than by time.
         table("Step-exact history by step (sidecar)", "/api/runs/${run_id:percentencode}/steps",
               {"metrics": ",".join(_step_columns())}, 24, 8, repeat="run_id", kind="trend"),
         # The selected runs overlaid in one panel, x = the training step (runs started at different
         # times line up): one scalar at a time (variable `compare`), one series per run.
-        table(f"{COMPARE_TITLE} (sidecar)", "/api/steps", {"run_id": "${run_id:pipe}", "metrics": "${compare}"},
-              24, 10, kind="trend", partition_by="run_id"),
+        # At most SIDECAR_RUNS runs (the sidecar's cap; "All" over thousands of runs is their most recently
+        # updated), each downsampled to SIDECAR_POINTS rows that keep every bucket's extremes.
+        table(f"{COMPARE_TITLE} (sidecar)", "/api/steps",
+              {"run_id": "${run_id:pipe}", "metrics": "${compare}", **in_range, "max_runs": str(SIDECAR_RUNS),
+               "points": str(SIDECAR_POINTS)},
+              24, 10, kind="trend", partition_by="run_id",
+              note=f"At most the {SIDECAR_RUNS} most recently updated of the selected runs with data in the time "
+                   f"range, each downsampled to {SIDECAR_POINTS} rows (every bucket's first, last, lowest and "
+                   "highest step)."),
     ]
 
 

@@ -6,10 +6,11 @@
 Endpoints:
     POST /v1/traces                        OTLP/HTTP (protobuf or JSON, gzip); ingest token
     POST /api/alerts                       Alertmanager webhook (version 4); ingest token
-    GET  /api/runs, /api/runs/{run_id}     runs: steps range, last update, sample count
+    GET  /api/runs, /api/runs/{run_id}     runs (paged, filtered): steps range, last update, sample count, status
     GET  /api/runs/{run_id}/steps          per-step scalars by catalog name (grpo.kl, grpo.phase.duration/<phase>)
     GET  /api/runs/{run_id}/metrics        a run's step columns: catalog name, Prometheus name, key, unit
     GET  /api/runs/{run_id}/samples[.csv|.jsonl], /sample-steps
+    GET  /api/steps                        several runs' step history (at most max_runs runs a response)
     GET  /api/alerts, /api/panels          stored alerts; the web page's plot layout
     GET  /, /static/...                    the web page
     GET  /metrics, /healthz, /readyz       the sidecar's own health

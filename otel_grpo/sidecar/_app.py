@@ -33,6 +33,7 @@ from ._readiness import Readiness
 from ._settings import MiB, SidecarSettings
 from ._workers import IngestPool
 from .api.deps import IngestGate
+from .api.listing import PAGE_HEADERS
 from .api.routes import alerts, ingest, ops, runs, samples, steps, web
 from .store import STORE_ERRORS, StepCache, describe, open_store, unavailable
 
@@ -174,7 +175,8 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
     app.mount("/static", StaticFiles(directory=web.WEB_DIR), name="static")
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type", "Content-Encoding"])
+                           allow_headers=["Authorization", "Content-Type", "Content-Encoding"],
+                           expose_headers=list(PAGE_HEADERS))
     for error in STORE_ERRORS:
         app.add_exception_handler(error, _store_error)
     app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)

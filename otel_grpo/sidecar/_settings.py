@@ -39,6 +39,9 @@ class SidecarSettings(BaseSettings):
     """Memory for the step histories of the runs read most recently, kept current as steps
     arrive, so a chart of a long run reads only the steps written since its last read (about
     20 MiB per 10,000 steps of 60 scalars). A run that does not fit is read whole at every read."""
+    run_active_s: float = Field(600.0, gt=0)
+    """A run that sent data within this many seconds is `active` in `/api/runs` (else `idle`, or
+    `firing` while one of its alerts fires)."""
     ingest_token: str | None = Field(None, validation_alias=AliasChoices("ingest_token", "OTEL_GRPO_SIDECAR_TOKEN", "OTEL_GRPO_SIDECAR_INGEST_TOKEN"))
     """Bearer token required on `POST /v1/traces` and `POST /api/alerts`; none: open."""
     read_token: str | None = None

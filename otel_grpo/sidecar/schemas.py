@@ -17,6 +17,9 @@ class RunPublic(BaseModel):
     first_seen: str = Field(description="When the sidecar first heard of the run (ISO 8601, UTC).")
     last_update: str = Field(description="When the run last sent data (ISO 8601, UTC).")
     sample_count: int
+    status: Literal["firing", "active", "idle"] = Field(description=(
+        "`firing`: an alert of the run is firing; else `active`: it sent data within the sidecar's "
+        "`run_active_s` (600 s by default); else `idle`."))
 
 
 class StepRow(BaseModel):

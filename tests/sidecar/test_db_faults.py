@@ -31,12 +31,13 @@ ABANDONED_READS = """
 import asyncio, sys, httpx
 async def main(url):
     async with httpx.AsyncClient(timeout=1, limits=httpx.Limits(max_connections=None)) as client:
-        async def read(path):
+        async def read(path, limit):
             try:
-                await client.get(url + path, params={"step_min": 0, "limit": 10000})
+                await client.get(url + path, params={"step_min": 0, "limit": limit})
             except httpx.TimeoutException:
                 pass
-        await asyncio.gather(*(read(p) for p in ["/api/runs", "/api/runs/fault-0/samples", "/api/runs/fault-1/steps"] * 34))
+        reads = [("/api/runs", 1000), ("/api/runs/fault-0/samples", 10000), ("/api/runs/fault-1/steps", 10000)]
+        await asyncio.gather(*(read(p, n) for p, n in reads * 34))
 asyncio.run(main(sys.argv[1]))
 """
 

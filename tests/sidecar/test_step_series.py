@@ -111,6 +111,27 @@ def test_a_held_history_reads_only_what_was_written_since():
     assert reads == [-1, 100, -1]
 
 
+def test_the_held_total_is_kept_as_runs_come_and_go():
+    """The cache keeps its total as runs are held, replaced, dropped and refused (no sum over the
+    runs at each read): after any sequence it is the sum of what it holds, within its bound."""
+    rng = random.Random(7)
+    cache = StepCache(60_000)
+    versions: dict[str, int] = {}
+
+    def rows(run_id: str, n: int) -> list[tuple]:
+        return [(s, None, '{"kl":%d}' % s) for s in range(n)]
+
+    for _ in range(300):
+        run_id = f"r{rng.randrange(40)}"
+        n = rng.choice([5, 50, 200, 2000])  # 2000 steps is more than the whole bound: never held
+        versions[run_id] = versions.get(run_id, 0) + 1
+        cache.current(run_id, (1.0, versions[run_id]), 1, lambda v, run_id=run_id, n=n: rows(run_id, n))
+        held = [series for series, _ in cache._runs.values()]
+        assert cache.nbytes == sum(s.nbytes for s in held) <= 60_000
+        assert len(cache) == len(held)
+    assert 0 < len(cache) < 40
+
+
 def _m4_reference(steps: list[int], columns: list[list[float]], points: int) -> list[int]:
     """M4 as written out by hand: per bucket of step numbers, its first and last row and each
     column's first lowest and first highest row (NaN never counts)."""

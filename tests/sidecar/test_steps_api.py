@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
+from otel_grpo.sidecar.api.routes.steps import MAX_ROWS, runs_cap
+from otel_grpo.sidecar.otlp._extract import Batch, StepRecord
+
 PB = {"Content-Type": "application/x-protobuf"}
 
 
@@ -16,7 +23,7 @@ def test_selected_runs_come_in_one_table_run_after_run(client, otlp):
     _load(client, otlp, "a|b", range(1))  # a run id may hold `|`: the whole value counts too
 
     def rows(run_id: str, **params) -> list[tuple]:
-        body = client.get("/api/steps", params={"run_id": run_id, "metrics": "grpo.kl", **params})
+        body = client.get("/api/steps", params={"run_id": run_id, "metrics": "grpo.kl", "order": "run_id", **params})
         assert body.status_code == 200, body.text
         return [(r["run_id"], r["step"], r["grpo.kl"]) for r in body.json()]
 
@@ -27,9 +34,72 @@ def test_selected_runs_come_in_one_table_run_after_run(client, otlp):
     assert rows("a|b") == [("a|b", 0, 0.0)]
     assert rows("run-a|run-b", step_min=1, limit=1) == [("run-a", 1, 0.01), ("run-b", 1, 0.01)]
     assert rows("unknown") == []
+    newest_first = client.get("/api/steps", params={"run_id": ".*", "metrics": "grpo.kl"}).json()  # /api/runs' order
+    assert [r["run_id"] for r in newest_first] == ["a|b", "run-b", "run-b", "run-a", "run-a", "run-a"]
 
 
 def test_a_bad_range_is_a_400_naming_the_parameter(client):
     r = client.get("/api/steps", params={"run_id": ".*", "step_min": 5, "step_max": 1})
     assert r.status_code in (400, 422) and "step_min" in r.text
     assert client.get("/api/steps").status_code == 422  # run_id is required
+
+
+def _runs(store, count: int, steps: int = 2, at: float = 1_000_000.0) -> None:
+    """`count` runs `r00`.. of `steps` steps each, one batch per run, `r00` the least recently updated."""
+    for i in range(count):
+        batch = Batch()
+        batch.runs[f"r{i:02d}"] = {}
+        for step in range(steps):
+            batch.steps.append(StepRecord(f"r{i:02d}", step, bytes([i, step]) * 4, at, at, {"kl": i + step / 10}))
+        store.write_batch(batch, now=at + i)
+
+
+def _next(response) -> str | None:
+    m = re.fullmatch(r'<(\?[^>]*)>; rel="next"', response.headers.get("link", ""))
+    return m[1] if m else None
+
+
+@pytest.mark.parametrize("run_id", [".*", "|".join(f"r{i:02d}" for i in range(7)) + "|nope"])
+def test_a_response_holds_at_most_max_runs_and_links_the_rest(client, run_id):
+    """Grafana's All over many runs: the first `max_runs` in /api/runs' order, how many matched, and
+    the next runs a link away; walking the links gives every run once, with all its rows."""
+    _runs(client.app.state.store, 7)
+    url, pages, seen = f"/api/steps?run_id={run_id.replace('|', '%7C')}&max_runs=3&metrics=grpo.kl", [], []
+    while url is not None:
+        r = client.get(url)
+        assert r.status_code == 200, r.text
+        runs = list(dict.fromkeys(row["run_id"] for row in r.json()))
+        pages.append((runs, r.headers["x-total-count"], r.headers.get("x-truncated")))
+        seen += [(row["run_id"], row["step"], row["grpo.kl"]) for row in r.json()]
+        url = None if _next(r) is None else "/api/steps" + _next(r)
+    assert pages == [(["r06", "r05", "r04"], "7", "true"), (["r03", "r02", "r01"], "7", "true"), (["r00"], "7", None)]
+    assert seen == [(f"r{i:02d}", s, i + s / 10) for i in reversed(range(7)) for s in range(2)]
+
+
+def test_the_runs_a_response_holds_keep_its_rows_within_the_cap(client):
+    assert runs_cap(100, 10_000, None) == 100 and runs_cap(1000, 10_000, None) == MAX_ROWS // 10_000
+    assert runs_cap(1000, 100_000, None) == 10 and runs_cap(1000, 100_000, 1000) == 1000
+    assert runs_cap(5, 100_000, 2000) == 5
+    _runs(client.app.state.store, 12, steps=1)
+    r = client.get("/api/steps", params={"run_id": ".*", "limit": 100_000, "max_runs": 1000})
+    assert len(r.json()) == 10 and r.headers["x-truncated"] == "true" and r.headers["x-total-count"] == "12"
+    r = client.get("/api/steps", params={"run_id": ".*", "limit": 100_000, "max_runs": 1000, "points": 100})
+    assert len(r.json()) == 12 and "x-truncated" not in r.headers and _next(r) is None
+
+
+def test_the_runs_listing_filters_select_the_runs(client):
+    _runs(client.app.state.store, 12, steps=1)
+
+    def runs(**params) -> list[str]:
+        r = client.get("/api/steps", params={"run_id": ".*", **params})
+        assert r.status_code == 200, r.text
+        return [row["run_id"] for row in r.json()]
+
+    assert runs(q="r1") == ["r11", "r10"]
+    assert runs(since="1000009", until="1000010") == ["r10", "r09"]  # Unix seconds: runs with data then
+    assert runs(status="active") == []  # last written in 1970
+    assert len(runs(status="idle")) == 12
+    assert runs(order="run_id", max_runs=2) == ["r00", "r01"]
+    for params in ({"max_runs": 0}, {"max_runs": 1001}, {"cursor": "x"}, {"status": "done"}, {"order": "step"}):
+        r = client.get("/api/steps", params={"run_id": ".*", **params})
+        assert r.status_code == 422 and next(iter(params)) in r.text, (params, r.text)

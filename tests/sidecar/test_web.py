@@ -646,3 +646,60 @@ def test_the_page_runs_under_its_content_security_policy_and_refuses_frames(side
         assert chrome.eval("window.__violations") == []
     finally:
         chrome.close()
+
+
+def test_ten_thousand_runs_come_a_page_at_a_time_searched_by_the_server(sidecar_factory, tmp_path, port):
+    """The runs page draws one page of 50 rows of 10,000 runs, pages on, and its search asks the server
+    (SQLite only: the listing's SQL runs on both backends in test_runs_api; this is the page)."""
+    from otel_grpo.sidecar.store import open_store
+
+    db = tmp_path / "runs.db"
+    store = open_store(db)
+    with store._tx() as conn:
+        conn.executemany("INSERT INTO runs (run_id, model, first_seen, last_update) VALUES (?, 'tiny', ?, ?)",
+                         [(f"exp-{i:05d}", 1000.0 + i, 1000.0 + i) for i in range(10_000)])
+    store.close()
+    proc = sidecar_factory(db=db, env={"OTEL_GRPO_SIDECAR_INGEST_WORKERS": "0"})
+    chrome = Chromium(tmp_path / "chromium-profile", port)
+    rows = "[...document.querySelectorAll('#runs-table tbody tr a')].map(a => a.textContent)"
+    count = "document.querySelector('#runs-count').textContent"
+    try:
+        chrome.call("Page.navigate", url=proc.url + "/#/")
+        chrome.wait_for("document.body.dataset.ready === 'runs'")
+        shown = chrome.eval(rows)
+        assert shown == [f"exp-{i:05d}" for i in range(9999, 9949, -1)]  # the 50 most recently updated
+        assert chrome.eval(count) == "1–50 of 10,000" and chrome.eval("document.querySelector('#runs-prev').disabled")
+        assert chrome.eval("[...document.querySelectorAll('#runs-table tbody tr')][0].children[1].textContent") == "idle"
+
+        chrome.eval("document.querySelector('#runs-next').click()")
+        chrome.wait_for(f"{count} === '51–100 of 10,000'")
+        assert chrome.eval(rows)[0] == "exp-09949" and chrome.eval("location.hash") == "#/?page=2"
+
+        # The search goes to the server (it filters every run, not the page at hand) and starts at page 1.
+        chrome.eval("(() => { const s = document.querySelector('#runs-search'); s.value = 'EXP-0012'; "
+                    "s.dispatchEvent(new Event('input')); })()")
+        chrome.wait_for(f"{count} === '1–10 of 10'")
+        assert chrome.eval(rows) == [f"exp-{i:05d}" for i in range(129, 119, -1)]
+        assert chrome.eval("document.querySelector('#runs-next').disabled")
+        assert chrome.eval("location.hash") == "#/?q=EXP-0012"
+        chrome.eval("(() => { const s = document.querySelector('#runs-status'); s.value = 'active'; "
+                    "s.dispatchEvent(new Event('change')); })()")
+        chrome.wait_for(f"{count} === 'no runs match'")
+
+        # The list's view is a link: opened afresh, the same page of the same search.
+        chrome.call("Page.navigate", url="about:blank")
+        chrome.wait_for("location.href === 'about:blank'")
+        chrome.call("Page.navigate", url=proc.url + "/#/?q=exp-01&page=3")
+        chrome.wait_for("document.body.dataset.ready === 'runs'")
+        assert chrome.eval(count) == "101–150 of 1,000" and chrome.eval(rows)[0] == "exp-01899"
+        assert chrome.eval("document.querySelector('#runs-search').value") == "exp-01"
+
+        # A run's "compare runs" offers the first runs and finds any other through the same search.
+        chrome.open(proc.url + "/#/run/exp-00005")
+        offered = "[...document.querySelectorAll('#compare input[data-run]')].map(i => i.dataset.run)"
+        assert len(chrome.eval(offered)) == 20 and "exp-00005" not in chrome.eval(offered)
+        chrome.eval("(() => { const s = document.querySelector('#compare-search'); s.value = '0000'; "
+                    "s.dispatchEvent(new Event('input')); })()")
+        chrome.wait_for(f"{offered}.length === 9 && {offered}[0] === 'exp-00009'")
+    finally:
+        chrome.close()

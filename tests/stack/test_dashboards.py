@@ -189,6 +189,10 @@ def test_overview_has_run_variable_alerts_and_sidecar_samples():
     trend = _panel(d, "Step-exact history by step (sidecar)")
     assert trend["type"] == "trend" and trend["options"]["xField"] == "step" and trend["repeat"] == "run_id"
     assert trend["targets"][0]["url"] == "/api/runs/${run_id:percentencode}/steps"
+    # The runs table: a page of the runs with data in the time range, not every run the sidecar holds.
+    runs = _panel(d, "Runs (sidecar)")["targets"][0]
+    assert runs["url"] == "/api/runs" and {p["key"]: p["value"] for p in runs["url_options"]["params"]} == {
+        "since": "${__from}", "until": "${__to}", "limit": "100"}
 
 
 def test_one_panel_overlays_the_selected_runs_by_step():
@@ -199,8 +203,12 @@ def test_one_panel_overlays_the_selected_runs_by_step():
     target = panel["targets"][0]
     assert target["datasource"]["uid"] == "infinity" and target["url"] == "/api/steps"
     params = {p["key"]: p["value"] for p in target["url_options"]["params"]}
-    # Several runs as `a|b`, "All" as the variable's allValue `.*`: the sidecar reads both.
-    assert params == {"run_id": "${run_id:pipe}", "metrics": "${compare}"}
+    # Several runs as `a|b`, "All" as the variable's allValue `.*`: the sidecar reads both. Of thousands of
+    # runs, the sidecar sends the 100 most recently updated with data in the dashboard's time range (Unix ms),
+    # each downsampled to 1000 rows, and says what it left out (docs/operations.md).
+    assert params == {"run_id": "${run_id:pipe}", "metrics": "${compare}", "since": "${__from}", "until": "${__to}",
+                      "max_runs": "100", "points": "1000"}
+    assert "100 most recently updated" in panel["description"]
     run_var = next(v for v in d["templating"]["list"] if v["name"] == "run_id")
     assert run_var["multi"] and run_var["includeAll"] and run_var["allValue"] == ".*"
     # The one table is split by its run_id column: a series per run, named by the run.

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import itertools
+from collections.abc import Iterable, Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi import Depends, HTTPException, Path, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from .._metrics import SidecarMetrics
 from .._settings import SidecarSettings
@@ -130,3 +132,41 @@ class FastJSON(JSONResponse):
 
     def render(self, content) -> bytes:
         return json.dumps(content, separators=(",", ":"), allow_nan=False).encode()
+
+
+STREAM_FLUSH_BYTES = 256 * 1024
+
+
+def json_array(pieces: Iterable[bytes], flush_bytes: int = STREAM_FLUSH_BYTES) -> Iterator[bytes]:
+    """A JSON array for a StreamingResponse from pieces of its inside (each one or more elements
+    joined by commas; empty pieces are skipped), sent on in chunks of about `flush_bytes`: each
+    chunk of a sync generator costs a thread-pool hop, and the response holds one chunk at a time."""
+    out, size, sep = [b"["], 1, b""
+    for piece in pieces:
+        if not piece:
+            continue
+        out += (sep, piece)
+        size += len(piece) + 1
+        sep = b","
+        if size >= flush_bytes:
+            yield b"".join(out)
+            out, size = [], 0
+    out.append(b"]")
+    yield b"".join(out)
+
+
+def json_response(pieces: Iterable[bytes], headers: dict[str, str] | None = None) -> Response:
+    """A JSON array response from pieces of its inside (as `json_array` takes them): a plain response
+    where they come to less than STREAM_FLUSH_BYTES (most pages: no thread-pool hop per chunk), else a
+    streamed one that sends what was taken so far and takes the rest as it goes. Taken here (in the
+    route's thread): the first pieces, so a store error in them is still an error status."""
+    pieces = iter(pieces)
+    first: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        first.append(piece)
+        size += len(piece)
+        if size >= STREAM_FLUSH_BYTES:
+            return StreamingResponse(json_array(itertools.chain(first, pieces)), media_type="application/json",
+                                     headers=headers)
+    return Response(b"[" + b",".join(p for p in first if p) + b"]", media_type="application/json", headers=headers)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 import orjson
 
@@ -16,6 +17,7 @@ from otel_grpo.catalog.spans import ALL_RUNS
 
 from ._dialect import Dialect
 from ._downsample import m4_rows
+from ._runs import RunReads, iso, like_pattern
 from ._step_series import Series, StepCache
 
 SAMPLE_CORE_COLUMNS = ("run_id", "step", "sample_index", "reward", "advantage", "completion_length",
@@ -30,10 +32,6 @@ def selected_run_ids(run_id: str) -> list[str] | None:
     """The run ids a selection names: None for every run (`.*`), else one run or Grafana's multi-run
     `a|b` (the whole value also counts as one id: a run id may hold `|`)."""
     return None if run_id == ALL_RUNS else list(dict.fromkeys([run_id, *run_id.split("|")]))
-
-
-def iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(kw_only=True)
@@ -66,18 +64,14 @@ def _order_sql(dialect: Dialect, column: str | None, desc: bool, params: list) -
     return f"{expr}{d or ' ASC'} NULLS LAST, id{d}"
 
 
-def _like(text: str) -> str:
-    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
 def _whole_rows(run_id: str, rows) -> bytes:
-    """Rows of (step, time, JSON object) as the JSON array of `steps_json`."""
+    """Rows of (step, time, JSON object) as the comma-joined JSON objects of `steps_json`'s array."""
     head = f'"run_id":{json.dumps(run_id)},"step":'
     parts = []
     for step, when, blob in rows:
         sep = "," if len(blob) > 2 else ""
         parts.append(f'{blob[:-1]}{sep}{head}{step},"time":{json.dumps(when)}}}')
-    return ("[" + ",".join(parts) + "]").encode()
+    return ",".join(parts).encode()
 
 
 # RFC 3339 as Alertmanager writes it (Go's RFC3339Nano: up to 9 fraction digits, `Z` or an offset).
@@ -114,7 +108,7 @@ def _alert_step(conn, run_id: str, starts_at: str) -> int | None:
 
 def _selected_rows(run_id: str, names: list[str], columns: list, steps: list[int], times: list) -> bytes:
     """Rows of the selected columns (`names`, each a float64 array aligned with `steps`, NaN: no
-    value) then `run_id`, `step`, `time`, as the JSON array of `steps_json`.
+    value) then `run_id`, `step`, `time`, as the comma-joined JSON objects of `steps_json`'s array.
 
     Written column by column: orjson writes each column's numbers (NaN as null, floats as the
     shortest text that reads back the same), which are split into one text per row, and each row
@@ -122,7 +116,7 @@ def _selected_rows(run_id: str, names: list[str], columns: list, steps: list[int
     request, and the garbage collector's full passes over the server's objects they set off
     stalled a request now and then."""
     if not steps:
-        return b"[]"
+        return b""
     cells = [orjson.dumps(c, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",") for c in columns]
     cells += [orjson.dumps(steps)[1:-1].split(b","), orjson.dumps(times)[1:-1].split(b",")]
     def field(name: str, value: bytes = b"%b") -> bytes:
@@ -130,7 +124,7 @@ def _selected_rows(run_id: str, names: list[str], columns: list, steps: list[int
 
     row = b"{" + b",".join([*map(field, names), field("run_id", orjson.dumps(run_id).replace(b"%", b"%%")),
                             field("step"), field("time")]) + b"}"
-    return b"[" + b",".join(map(row.__mod__, zip(*cells))) + b"]"  # C loops: no Python call per row
+    return b",".join(map(row.__mod__, zip(*cells)))  # C loops: no Python call per row
 
 
 def _sample_row(row) -> dict:
@@ -142,11 +136,14 @@ def _sample_row(row) -> dict:
     return out
 
 
-# An export's ids are held as 8-byte integers while its rows are read in short transactions.
-_ID_CHUNK = 500
+STEP_PIECE_ROWS = 2048
+"""Step rows written at a time (`steps_pieces`): what a streamed step response holds besides the run."""
+
+SAMPLE_CHUNK_ROWS = 500
+"""Sample rows read and written at a time by a streamed read (an export, a JSON page): what it holds."""
 
 
-class Reads:
+class Reads(RunReads):
     """Mixed into both stores: every query runs on a connection borrowed from the read pool.
 
     No read holds a transaction open for longer than one chunk of rows: a long one kept SQLite
@@ -160,18 +157,6 @@ class Reads:
     def read(self):  # pragma: no cover - provided by each store
         """Context manager: a read connection from the pool."""
         raise NotImplementedError
-
-    def runs(self) -> list[dict]:
-        with self.read() as conn:
-            rows = conn.execute("""SELECT run_id, service_name, model, host, first_step, last_step,
-                first_seen, last_update, sample_count FROM runs ORDER BY last_update DESC""").fetchall()
-        return [{"run_id": r[0], "service_name": r[1], "model": r[2], "host": r[3], "first_step": r[4],
-                 "last_step": r[5], "first_seen": iso(r[6]), "last_update": iso(r[7]), "sample_count": r[8]}
-                for r in rows]
-
-    def run_exists(self, run_id: str) -> bool:
-        with self.read() as conn:
-            return conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
 
     def steps_json(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
                    step_max: int | None = None, limit: int = 10000, offset: int = 0,
@@ -189,21 +174,37 @@ class Reads:
         each row is the held JSON object with the three fields spliced in (stat keys cannot
         collide with them, see RESERVED_STEP_KEYS).
         """
+        return b"[" + b",".join(self.steps_pieces(run_id, metrics, step_min, step_max, limit, offset, points)) + b"]"
+
+    def steps_pieces(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
+                     step_max: int | None = None, limit: int = 10000, offset: int = 0,
+                     points: int | None = None) -> Iterator[bytes]:
+        """The rows of `steps_json`, its array's inside in pieces of at most STEP_PIECE_ROWS rows
+        (each its rows' objects joined by commas; join the pieces with commas). The database is read
+        before this returns (a store error is raised here); the rows are written as the pieces are
+        taken, so a response that streams them holds one piece at a time, not the page.
+        """
         with self.read() as conn:
             series = self._series(conn, run_id)
         if series is None:
-            return b"[]"
+            return iter(())
         rows = series.window(step_min, step_max, limit, offset)
         if points is not None and len(rows) > points:
             columns = (series.columns_with_values(rows) if metrics is None
                        else [series.values(m, rows) for m in metrics])  # absent columns count too
             rows = rows[m4_rows(series.steps[rows], columns, points)]
-        steps, times = series.steps[rows].tolist(), series.times[rows].tolist()
-        if metrics is None:
-            return _whole_rows(run_id, zip(steps, times, series.blobs[rows].tolist()))
+        return self._pieces(run_id, series, rows, metrics)
+
+    def _pieces(self, run_id: str, series: Series, rows, metrics: list[str] | None) -> Iterator[bytes]:
         rename = self.step_cache.rename
-        names = metrics if rename is None else [rename(m) for m in metrics]
-        return _selected_rows(run_id, names, [series.values(m, rows) for m in metrics], steps, times)
+        names = None if metrics is None else metrics if rename is None else [rename(m) for m in metrics]
+        for i in range(0, len(rows), STEP_PIECE_ROWS):
+            part = rows[i:i + STEP_PIECE_ROWS]
+            steps, times = series.steps[part].tolist(), series.times[part].tolist()
+            if metrics is None:
+                yield _whole_rows(run_id, zip(steps, times, series.blobs[part].tolist()))
+            else:
+                yield _selected_rows(run_id, names, [series.values(m, part) for m in metrics], steps, times)
 
     def _series(self, conn, run_id: str) -> Series | None:
         """The run's steps, current as of this read; None for an unknown run."""
@@ -254,7 +255,7 @@ class Reads:
         if query.q:
             like = self.dialect.like
             where.append(f"(prompt {like} ? ESCAPE '\\' OR completion {like} ? ESCAPE '\\')")
-            params += [_like(query.q)] * 2
+            params += [like_pattern(query.q)] * 2
         order_params: list = []
         order = _order_sql(self.dialect, query.order_by, query.desc, order_params)
         # Two phases: order and page over ids first, so the sorter never carries the long
@@ -283,24 +284,33 @@ class Reads:
             ids = [r[0] for r in conn.execute(*found)]
             return self._rows_by_id(conn, ids) if ids else []
 
-    def iter_samples(self, run_id: str, query: SampleQuery, chunk: int = _ID_CHUNK) -> Iterator[dict]:
-        """`samples` as a generator holding `chunk` rows at a time (for exports of any size).
+    def iter_samples(self, run_id: str, query: SampleQuery, chunk: int = SAMPLE_CHUNK_ROWS) -> Iterator[dict]:
+        """`samples` as a generator holding `chunk` rows at a time (for exports of any size)."""
+        for rows in self.sample_chunks(run_id, query, chunk):
+            yield from rows
 
-        The ids of the matching rows, ordered and paged, are read first in one statement and
-        kept as 8-byte integers (8 MB at the one-million-row export limit); then each chunk of
-        rows is read on a connection borrowed for that chunk alone, and given back before the
-        rows are yielded. A client that stops reading thus holds no connection, no transaction
-        and no more than one chunk. Rows deleted meanwhile (retention) are left out.
+    def sample_chunks(self, run_id: str, query: SampleQuery, chunk: int = SAMPLE_CHUNK_ROWS) -> Iterator[list[dict]]:
+        """The rows of `samples`, `chunk` at a time.
+
+        The ids of the matching rows, ordered and paged, and the first chunk are read before this
+        returns (a store error is raised here: a page of up to `chunk` rows fails as a whole, never
+        halfway through its response); the ids in one statement, kept as 8-byte integers (8 MB at the
+        one-million-row export limit); then each chunk of rows is read as it is taken, on a
+        connection borrowed for that chunk alone and given back before the rows are handed on. A
+        client that stops reading thus holds no connection, no transaction and no more than one
+        chunk. Rows deleted meanwhile (retention) are left out.
         """
         with self.read() as conn:
             found = self._sample_ids_sql(conn, run_id, query)
-            if found is None:
-                return
-            ids = array("q", (r[0] for r in conn.execute(*found)))
-        for i in range(0, len(ids), chunk):
+            ids = array("q") if found is None else array("q", (r[0] for r in conn.execute(*found)))
+            first = self._rows_by_id(conn, ids[:chunk].tolist()) if ids else []
+        return itertools.chain([first] if first else [], self._chunks_by_id(ids, chunk, chunk))
+
+    def _chunks_by_id(self, ids: array, chunk: int, start: int) -> Iterator[list[dict]]:
+        for i in range(start, len(ids), chunk):
             with self.read() as conn:
                 rows = self._rows_by_id(conn, ids[i:i + chunk].tolist())
-            yield from rows
+            yield rows
 
     def sample_columns(self, run_id: str, query: SampleQuery) -> list[str]:
         """Every column the rows of `query` can have: the core ones, then the keys of their data."""

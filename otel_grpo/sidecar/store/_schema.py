@@ -102,7 +102,14 @@ CREATE TABLE step_attempts (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+# v6: runs listed page by page (`_runs`): the default order, most recently updated first, walks this
+# index from its end, so a page costs its rows and not a sort of every run (benchmarks/README.md,
+# runs_scale).
+_V6 = """
+CREATE INDEX runs_last_update ON runs (last_update, run_id);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # PostgreSQL starts at SQLite's version 3 as one script (no PostgreSQL database predates it).
@@ -205,7 +212,12 @@ CREATE TABLE step_attempts (
 );
 """
 
-PG_MIGRATIONS: tuple[str, ...] = (_PG_V1, _PG_V2, _PG_V3, _PG_V4, _PG_V5)
+# v6: as SQLite's v6 (runs by last update).
+_PG_V6 = """
+CREATE INDEX runs_last_update ON runs (last_update, run_id);
+"""
+
+PG_MIGRATIONS: tuple[str, ...] = (_PG_V1, _PG_V2, _PG_V3, _PG_V4, _PG_V5, _PG_V6)
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 PG_LOCK = 0x6F74_6770  # "otgp": the advisory lock key of migrations and of every write transaction
 

@@ -126,12 +126,17 @@ def _renamed(objs: list[dict], rename: Callable[[str], str]) -> Iterator[str]:
 class StepCache:
     """Runs' `Series`, at most `max_bytes` in all (a run larger than that is read whole at every
     read and not kept); thread-safe. `rename`: stored stat key -> the name reads give its column
-    (the API's catalog names); None: the stored keys."""
+    (the API's catalog names); None: the stored keys.
+
+    The bookkeeping of a read is O(1) in the runs held: each run is held with its size, and their
+    total is kept as they come and go. (Summing every held run at each read made a read of all of
+    10,000 runs quadratic: benchmarks/README.md, runs_scale.)"""
 
     def __init__(self, max_bytes: int = STEP_CACHE_BYTES, rename: Callable[[str], str] | None = None) -> None:
         self.max_bytes = max_bytes
         self.rename = rename
-        self._runs: OrderedDict[str, Series] = OrderedDict()
+        self._runs: OrderedDict[str, tuple[Series, int]] = OrderedDict()  # run -> (series, its nbytes)
+        self._bytes = 0  # the sum of the held runs' nbytes
         self._lock = threading.Lock()
         self._run_locks = [threading.Lock() for _ in range(_STRIPES)]
 
@@ -142,7 +147,8 @@ class StepCache:
         read before any of them, so a row it has not seen yet is read again next time."""
         with self._run_locks[hash(run_id) % _STRIPES]:
             with self._lock:
-                held = self._runs.get(run_id)
+                entry = self._runs.get(run_id)
+            held = None if entry is None else entry[0]
             if held is None or held.identity != identity or held.version > version:
                 held = Series.build(identity, version, read_since(-1), self.rename)
             elif held.version < version:
@@ -151,16 +157,24 @@ class StepCache:
         return held
 
     def _keep(self, run_id: str, series: Series) -> None:
+        size = series.nbytes
         with self._lock:
-            self._runs.pop(run_id, None)
-            if series.nbytes > self.max_bytes:
+            old = self._runs.pop(run_id, None)
+            if old is not None:
+                self._bytes -= old[1]
+            if size > self.max_bytes:
                 return
-            total = sum(s.nbytes for s in self._runs.values())
-            while self._runs and total + series.nbytes > self.max_bytes:
-                total -= self._runs.popitem(last=False)[1].nbytes  # the least recently read
-            self._runs[run_id] = series
+            while self._runs and self._bytes + size > self.max_bytes:
+                self._bytes -= self._runs.popitem(last=False)[1][1]  # the least recently read
+            self._runs[run_id] = (series, size)  # last: the most recently read
+            self._bytes += size
 
     @property
     def nbytes(self) -> int:
         with self._lock:
-            return sum(s.nbytes for s in self._runs.values())
+            return self._bytes
+
+    def __len__(self) -> int:
+        """Runs held."""
+        with self._lock:
+            return len(self._runs)

@@ -1,6 +1,7 @@
-// The sidecar's web page, a run explorer: runs, per-step plots (hover, zoom, smoothing, other runs
-// overlaid by step, alerts on the step axis), alerts, and the samples table (table.js). The view
-// lives in the URL: #/run/<id>?step=4&group=0&sample=3&q=..&sort=reward&desc=1&vs=<run>,<run>
+// The sidecar's web page, a run explorer: runs (a page at a time, searched by the server), per-step
+// plots (hover, zoom, smoothing, other runs overlaid by step, alerts on the step axis), alerts, and the
+// samples table (table.js). The view lives in the URL: #/?q=exp&status=active&page=2 (the runs), and
+// #/run/<id>?step=4&group=0&sample=3&q=..&sort=reward&desc=1&vs=<run>,<run>
 // &smooth=0.6&from=10&to=40&fcol=kl_ref_mean&fmin=0.1&fmax= links to exactly what is shown.
 "use strict";
 
@@ -54,20 +55,85 @@ function readUrl(runId, query) {
 }
 
 // ---- runs ---------------------------------------------------------------------------------------
-async function showRuns() {
+// One page of runs at a time, filtered by the server (`/api/runs?q=&status=&limit=&offset=`): the
+// page draws RUNS_PAGE rows whether there are ten runs or 10,000. The list's view is in the URL too:
+// #/?q=exp&status=active&page=3.
+const RUNS_PAGE = 50;
+const SEARCH_WAIT_MS = 250;  // typing pauses this long before the list is asked for again
+
+function runsHash(view) {
+  const p = new URLSearchParams();
+  if (view.q) p.set("q", view.q);
+  if (view.status) p.set("status", view.status);
+  if (view.page > 1) p.set("page", String(view.page));
+  const qs = p.toString();
+  return "#/" + (qs ? "?" + qs : "");
+}
+
+async function showRuns(query) {
   document.getElementById("crumb").textContent = "runs";
-  const runs = await api("/api/runs");
+  const p = new URLSearchParams(query);
+  const view = { q: p.get("q") || "", status: p.get("status") || "", page: Math.max(1, parseInt(p.get("page"), 10) || 1) };
+  const search = h("input", { id: "runs-search", type: "search", placeholder: "search run ids", value: view.q });
+  const status = h("select", { id: "runs-status" },
+    ...[["", "any status"], ["firing", "firing"], ["active", "active"], ["idle", "idle"]].map(([v, t]) => h("option", { value: v, text: t })));
+  status.value = view.status;
+  const list = h("div", { id: "runs-list" });
+  let timer = null;
+  let shown = 0;  // the latest request: an older answer arriving late is dropped
+  const load = async () => {
+    const mine = ++shown;
+    history.replaceState(null, "", runsHash(view));
+    const rows = await runsPage(view);
+    if (mine === shown) list.replaceChildren(...rows);
+  };
+  const refilter = () => { view.page = 1; load().catch(showError); };
+  search.addEventListener("input", () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => { view.q = search.value.trim(); refilter(); }, SEARCH_WAIT_MS);
+  });
+  status.addEventListener("change", () => { view.status = status.value; refilter(); });
+  list.addEventListener("click", (e) => {
+    const turn = e.target.dataset && e.target.dataset.page;
+    if (turn) { view.page = +turn; load().catch(showError); }
+  });
+  main.replaceChildren(h("h2", { text: "Runs" }),
+    h("div", { class: "controls" }, h("label", { for: "runs-search", text: "run" }), search, status), list);
+  await load();
+}
+
+// The table of one page of runs and its pager ("51–100 of 10,000", previous, next).
+async function runsPage(view) {
+  const params = new URLSearchParams({ limit: String(RUNS_PAGE), offset: String((view.page - 1) * RUNS_PAGE) });
+  if (view.q) params.set("q", view.q);
+  if (view.status) params.set("status", view.status);
+  const response = await apiFetch("/api/runs?" + params);
+  const runs = await response.json();
+  const total = Number(response.headers.get("X-Total-Count") || runs.length);
+  if (!runs.length) {
+    const filtered = view.q || view.status;
+    return [h("p", { class: "muted empty", id: "runs-count", text: filtered ? "no runs match" : "no runs yet" })];
+  }
   const table = h("table", { id: "runs-table" }, h("thead", {}, h("tr", {},
-    ...["run", "model", "first step", "last step", "samples", "last update"].map((c) => h("th", { text: c })))));
+    ...["run", "status", "model", "first step", "last step", "samples", "last update"].map((c) => h("th", { text: c })))));
   const body = h("tbody");
   for (const r of runs) {
     const link = h("a", { href: runHash(r.run_id), text: r.run_id });
-    body.appendChild(h("tr", {}, h("td", {}, link), h("td", { text: fmtCell(r.model) }),
+    body.appendChild(h("tr", {}, h("td", {}, link), h("td", { class: "status-" + r.status, text: r.status }),
+      h("td", { text: fmtCell(r.model) }),
       h("td", { class: "num", text: fmtCell(r.first_step) }), h("td", { class: "num", text: fmtCell(r.last_step) }),
       h("td", { class: "num", text: fmtCell(r.sample_count) }), h("td", { text: fmtCell(r.last_update) })));
   }
   table.appendChild(body);
-  main.replaceChildren(h("h2", { text: "Runs" }), runs.length ? table : h("p", { class: "muted empty", text: "no runs yet" }));
+  const first = (view.page - 1) * RUNS_PAGE + 1;
+  const count = `${first.toLocaleString("en")}–${(first + runs.length - 1).toLocaleString("en")} of ${total.toLocaleString("en")}`;
+  const pager = h("div", { class: "controls pager" },
+    h("button", { type: "button", id: "runs-prev", "data-page": String(view.page - 1), text: "previous" }),
+    h("span", { id: "runs-count", text: count }),
+    h("button", { type: "button", id: "runs-next", "data-page": String(view.page + 1), text: "next" }));
+  pager.querySelector("#runs-prev").disabled = view.page <= 1;
+  pager.querySelector("#runs-next").disabled = first + runs.length - 1 >= total;
+  return [pager, table];  // the count and the pager above the rows: in view without scrolling
 }
 
 // ---- plots --------------------------------------------------------------------------------------
@@ -194,6 +260,8 @@ async function loadOverlay() {
   }));
 }
 
+const COMPARE_CHOICES = 20;  // runs offered at a time in "compare runs"; the search box finds the others
+
 function plotTools(runs) {
   const smooth = h("input", { id: "smooth", type: "range", min: "0", max: "0.99", step: "0.01" });
   smooth.value = String(state.smooth);
@@ -204,20 +272,41 @@ function plotTools(runs) {
     writeUrl();
     redrawPlots();
   });
-  const others = runs.filter((r) => r.run_id !== state.run);
-  const boxes = others.map((r) => {
-    const box = h("input", { type: "checkbox", "data-run": r.run_id, onchange: async (e) => {
-      state.overlay = e.target.checked ? [...state.overlay, r.run_id] : state.overlay.filter((x) => x !== r.run_id);
+  const choices = h("div", { class: "choices" });
+  const search = h("input", { id: "compare-search", type: "search", placeholder: "search runs" });
+  const list = h("div", { id: "compare-list" });
+  const box = (run) => {
+    const input = h("input", { type: "checkbox", "data-run": run, onchange: async (e) => {
+      state.overlay = e.target.checked ? [...state.overlay, run] : state.overlay.filter((x) => x !== run);
       writeUrl();
       await Promise.all([loadOverlay(), loadDetail()]);
       redrawPlots();
     } });
-    box.checked = state.overlay.includes(r.run_id);
-    return h("label", {}, box, " " + r.run_id);
+    input.checked = state.overlay.includes(run);
+    return h("label", {}, input, " " + run);
+  };
+  // The runs overlaid, then the first of the others the search matches (the server filters them).
+  const fill = (found) => {
+    const others = found.map((r) => r.run_id).filter((r) => r !== state.run && !state.overlay.includes(r))
+      .slice(0, COMPARE_CHOICES);
+    const runs = [...state.overlay, ...others];
+    list.replaceChildren(...(runs.length ? runs.map(box) : [h("span", { class: "muted", text: "no other runs" })]));
+  };
+  let timer = null;
+  let asked = 0;
+  search.addEventListener("input", () => {
+    clearTimeout(timer);
+    timer = setTimeout(async () => {
+      const mine = ++asked;
+      const q = search.value.trim();
+      const found = await api(`/api/runs?limit=${COMPARE_CHOICES + 1}` + (q ? "&q=" + encodeURIComponent(q) : ""))
+        .catch(() => []);
+      if (mine === asked) fill(found);
+    }, SEARCH_WAIT_MS);
   });
-  const compare = h("details", { id: "compare" }, h("summary", { text: "compare runs" }),
-    h("div", { class: "choices" }, ...(boxes.length ? boxes : [h("span", { class: "muted", text: "no other runs" })]),
-      h("p", { class: "muted", text: "other runs are drawn dashed, aligned by step" })));
+  fill(runs);
+  choices.append(search, list, h("p", { class: "muted", text: "other runs are drawn dashed, aligned by step" }));
+  const compare = h("details", { id: "compare" }, h("summary", { text: "compare runs" }), choices);
   const reset = h("button", { id: "zoom-reset", type: "button", hidden: "", onclick: () => setZoom(null) });
   return h("div", { class: "controls plot-tools" }, h("label", { for: "smooth", text: "smoothing" }), smooth, value, compare, reset,
     h("span", { class: "muted hint",
@@ -256,9 +345,9 @@ function openStep(step) {
 
 async function fetchRunData(runId) {
   const base = runPath(runId);
-  const [panels, steps, alerts, withSamples, runs] = await Promise.all([api("/api/panels"), api(stepsPath(runId)),
-    api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`), api("/api/runs")]);
-  return { panels, steps, alerts, withSamples, runs };
+  const [panels, steps, alerts, withSamples] = await Promise.all([api("/api/panels"), api(stepsPath(runId)),
+    api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`)]);
+  return { panels, steps, alerts, withSamples };
 }
 
 // Live view: plots, alerts and the step list follow the run; the samples table is left as the
@@ -279,14 +368,14 @@ window.otelGrpoRefresh = refreshRun;
 async function showRun(runId, query) {
   readUrl(runId, query);
   document.getElementById("crumb").textContent = "run " + runId;
-  const data = await fetchRunData(runId);
+  const [data, choices] = await Promise.all([fetchRunData(runId), api(`/api/runs?limit=${COMPARE_CHOICES + 1}`)]);
   sampleSteps = data.withSamples;
   runData = { ...data, overlay: new Map(), detail: null };
   await Promise.all([loadOverlay(), loadDetail()]);
   if (state.step === null && sampleSteps.length) state.step = String(sampleSteps[0]);
   main.replaceChildren(
     h("h2", { text: "Run " + runId }),
-    plotTools(data.runs),
+    plotTools(choices),
     plotsSection(),
     h("h2", { text: "Alerts" }), alertsSection(data.alerts),
     h("h2", { id: "samples-heading", text: "Samples" }), samplesControls(sampleSteps),
@@ -310,7 +399,11 @@ async function route() {
   const m = location.hash.match(/^#\/run\/([^?]+)(?:\?(.*))?$/);
   try {
     if (m) await showRun(decodeURIComponent(m[1]), m[2] || "");
-    else { state.run = null; await showRuns(); document.body.setAttribute("data-ready", "runs"); }
+    else {
+      state.run = null;
+      await showRuns((location.hash.match(/^#\/?\?(.*)$/) || [])[1] || "");
+      document.body.setAttribute("data-ready", "runs");
+    }
   } catch (err) {
     showError(err);
     document.body.setAttribute("data-ready", "error");

@@ -4,20 +4,45 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request
 
 from ..._columns import describe, stat_keys
 from ...schemas import Message, RunPublic, StepColumn, StepRow
-from ..deps import FastJSON, RunId, StoreDep, bad_param, not_found_run, points_param, require_read, step_param
+from ..deps import (FastJSON, RunId, SettingsDep, StoreDep, bad_param, json_response, not_found_run, points_param,
+                    require_read, step_param)
+from ..listing import RUNS_LIMIT_MAX, TOTAL_HEADER, RunFilters, page_headers
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], dependencies=[Depends(require_read)])
 _404 = {404: {"model": Message, "description": "Unknown run."}}
 
 
-@router.get("", response_model=list[RunPublic], response_class=FastJSON)
-def list_runs(store: StoreDep) -> FastJSON:
-    """Every run: id, first and last step, last update, sample count; most recently updated first."""
-    return FastJSON(store.runs())
+_PAGED = {200: {"headers": {
+    TOTAL_HEADER: {"description": "Runs matching the filters (on every page).", "schema": {"type": "integer"}},
+    "Link": {"description": 'The next page, where there is one: `<?...&cursor=...>; rel="next"` (relative to '
+                            "this request's URL).", "schema": {"type": "string"}}}}}
+
+
+@router.get("", response_model=list[RunPublic], response_class=FastJSON, responses=_PAGED)
+def list_runs(
+    request: Request,
+    store: StoreDep,
+    settings: SettingsDep,
+    query: RunFilters,
+    limit: Annotated[int, Query(ge=1, le=RUNS_LIMIT_MAX, description="Runs per page.")] = 100,
+    offset: Annotated[int, Query(ge=0, le=10**9, description="Runs to skip (a page number's start); "
+                                 "`cursor` reads further pages without walking the skipped runs.")] = 0,
+) -> FastJSON:
+    """A page of runs (id, first and last step, last update, sample count, status), most recently
+    updated first, filtered by id substring, status and time range. `X-Total-Count` says how many
+    runs match; `Link: <...>; rel="next"` gives the next page (with a `cursor`) where there is one.
+
+    A page costs about its rows whatever the number of runs: the default order and the time range
+    walk an index; `cursor` starts where the last page ended (`offset` walks past the skipped runs)."""
+    if offset and query.cursor is not None:
+        raise bad_param("offset", "give either offset or cursor, not both")
+    query.limit, query.offset, query.active_s = limit, offset, settings.run_active_s
+    page = store.run_page(query)
+    return FastJSON(page.runs, headers=page_headers(request, page.total, page.next_cursor))
 
 
 def split_list(values: list[str] | None) -> list[str] | None:
@@ -64,11 +89,12 @@ def list_steps(
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
     selected = split_list(metrics)
-    body = store.steps_json(run_id, stat_keys(selected), step_min, step_max, limit, offset, points=points)
+    pieces = store.steps_pieces(run_id, stat_keys(selected), step_min, step_max, limit, offset, points=points)
     # The rows stay flat (Grafana's Infinity reads them as they are); where each column's other
     # names are is said in the response too (RFC 8288 "describedby"; relative to this URL, so
-    # right behind a path prefix and for a run id with `/`).
-    return Response(body, media_type="application/json", headers={"Link": '<metrics>; rel="describedby"'})
+    # right behind a path prefix and for a run id with `/`). Streamed where it is long: a page of
+    # 100,000 steps is never held whole.
+    return json_response(pieces, headers={"Link": '<metrics>; rel="describedby"'})
 
 
 @router.get("/{run_id:path}/metrics", response_model=list[StepColumn], response_class=FastJSON, responses=_404)
@@ -81,9 +107,10 @@ def list_columns(run_id: RunId, store: StoreDep) -> FastJSON:
 
 
 @router.get("/{run_id:path}", response_model=RunPublic, response_class=FastJSON, responses=_404)
-def get_run(run_id: RunId, store: StoreDep) -> FastJSON:
-    """One run. Declared last: a run id may contain `/`, so this route takes what the others leave."""
-    for run in store.runs():
-        if run["run_id"] == run_id:
-            return FastJSON(run)
-    raise not_found_run(run_id)
+def get_run(run_id: RunId, store: StoreDep, settings: SettingsDep) -> FastJSON:
+    """One run (read by its key). Declared last: a run id may contain `/`, so this route takes what
+    the others leave."""
+    run = store.run(run_id, settings.run_active_s)
+    if run is None:
+        raise not_found_run(run_id)
+    return FastJSON(run)

@@ -2,21 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
-from ...store._queries import selected_run_ids
-from ..deps import StoreDep, bad_param, points_param, require_read, step_param
 from ..._columns import stat_keys
+from ...store._queries import selected_run_ids
+from ..deps import SettingsDep, StoreDep, bad_param, json_response, points_param, require_read, step_param
+from ..listing import TOTAL_HEADER, TRUNCATED_HEADER, RunFilters, page_headers
 from .runs import split_list
 
 router = APIRouter(prefix="/api/steps", tags=["runs"], dependencies=[Depends(require_read)])
 
+MAX_RUNS = 100
+"""Runs per response by default (`max_runs`)."""
+MAX_RUNS_LIMIT = 1000
+MAX_ROWS = 1_000_000
+"""Rows per response at most: runs x (`points`, else `limit`) stays within it."""
 
-@router.get("", response_class=Response, responses={200: {"content": {"application/json": {}}}})
+_RESPONSES = {200: {"content": {"application/json": {}}, "headers": {
+    TOTAL_HEADER: {"description": "Runs the selection and filters match.", "schema": {"type": "integer"}},
+    TRUNCATED_HEADER: {"description": "`true` where the response holds fewer runs than matched (`max_runs`, "
+                                      "`MAX_ROWS`); `Link` then gives the rest.", "schema": {"type": "string"}},
+    "Link": {"description": 'The next runs, where there are more: `<?...&cursor=...>; rel="next"`.',
+             "schema": {"type": "string"}}}}}
+
+
+def runs_cap(max_runs: int, limit: int, points: int | None) -> int:
+    """The runs one response may hold: `max_runs`, fewer where their rows would pass MAX_ROWS."""
+    per_run = limit if points is None else min(limit, points)
+    return max(1, min(max_runs, MAX_ROWS // per_run))
+
+
+@router.get("", response_class=Response, responses=_RESPONSES)
 def list_steps_of_runs(
+    request: Request,
     store: StoreDep,
+    settings: SettingsDep,
+    filters: RunFilters,
     run_id: Annotated[str, Query(description="One run, several as `a|b` (Grafana's `${run_id:pipe}`), or `.*` "
                                              "for every run; unknown runs are left out.")],
     metrics: Annotated[list[str] | None, Query(description="Columns to return (comma-separated or repeated); default: all.")] = None,
@@ -24,15 +48,36 @@ def list_steps_of_runs(
     step_max: Annotated[int | None, step_param("Last step (inclusive).")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000, description="Steps per run.")] = 10_000,
     points: Annotated[int | None, points_param()] = None,
+    max_runs: Annotated[int, Query(ge=1, le=MAX_RUNS_LIMIT, description=(
+        f"Runs per response (default {MAX_RUNS}); fewer where runs x (`points`, else `limit`) would pass "
+        f"{MAX_ROWS:,} rows. The rest: `X-Truncated: true` and the `Link` of the next runs."))] = MAX_RUNS,
 ) -> Response:
-    """The rows of `/api/runs/{run_id}/steps` (columns named by the catalog) of every selected run, run after run, each ordered by step:
-    one table whose `run_id` column tells the runs apart, so one panel can overlay them by step.
-    `points`: each run's rows downsampled as there (at most N rows per run)."""
+    """The rows of `/api/runs/{run_id}/steps` (columns named by the catalog) of the selected runs, run after run,
+    each ordered by step: one table whose `run_id` column tells the runs apart, so one panel can overlay them by step.
+    `points`: each run's rows downsampled as there (at most N rows per run).
+
+    The runs are those of `/api/runs` with the same filters (`q`, `status`, `since`, `until`; in its
+    `order`, most recently updated first by default) within `run_id`, at most `max_runs` of them:
+    a request costs the runs it returns, however many exist. `X-Total-Count` says how many matched;
+    where that is more than were returned, `X-Truncated: true` and `Link: <...>; rel="next"` (a
+    `cursor`) give the next runs. Streamed run by run where it is long: the server holds one run's
+    rows at a time.
+    """
     if step_min is not None and step_max is not None and step_min > step_max:
         raise bad_param("step_min", "must not exceed step_max")
-    ids = selected_run_ids(run_id)
-    runs = sorted(r["run_id"] for r in store.runs()) if ids is None else [r for r in ids if store.run_exists(r)]
-    selected = split_list(metrics)
-    parts = [store.steps_json(r, stat_keys(selected), step_min, step_max, limit, 0, points=points)[1:-1]
-             for r in runs]  # arrays' insides
-    return Response(b"[" + b",".join(p for p in parts if p) + b"]", media_type="application/json")
+    filters.ids = selected_run_ids(run_id)
+    filters.limit, filters.active_s = runs_cap(max_runs, limit, points), settings.run_active_s
+    page = store.run_page(filters)
+    headers = page_headers(request, page.total, page.next_cursor)
+    if page.next_cursor is not None:
+        headers[TRUNCATED_HEADER] = "true"
+    keys = stat_keys(split_list(metrics))
+    runs = [r["run_id"] for r in page.runs]
+
+    def pieces() -> Iterator[bytes]:  # a run at a time
+        for run in runs:
+            yield from store.steps_pieces(run, keys, step_min, step_max, limit, 0, points=points)
+
+    # The first runs are read now (a store error is still a 503); past STREAM_FLUSH_BYTES, the others
+    # as the response goes out.
+    return json_response(pieces(), headers)
