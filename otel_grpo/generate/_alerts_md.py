@@ -141,6 +141,8 @@ def render_alerts_md() -> str:
         "(`alertmanager/routing.yml`) and the failure modes of the scenario grid (`otel_grpo/generate/_grid.py`);",
         "`tests/stack/test_alert_grid.py` checks every row on every grid case, and `benchmarks/alerts.py`",
         "prints the measured latencies (`benchmarks/README.md`). Runbooks: [operations.md](operations.md).",
+        "A sample of the grid's runs, one of every mode, also goes through a real Alertmanager on the",
+        "committed routing: every alert promtool fired for them, in order, side by side in compressed time.",
         "",
         "## The promise",
         "",
