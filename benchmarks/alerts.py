@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from otel_grpo.generate import RuleSettings, rule_files
-from otel_grpo.generate._grid import PER_MODE, STEP_TIMES, grid, run
+from otel_grpo.generate._grid import PER_MODE, STEP_TIMES, Verdict, grid, run
 from otel_grpo.stack._process import StackError, find_binary
 
 
@@ -26,6 +26,35 @@ def _fmt(seconds: float | None) -> str:
     if seconds is None:
         return "never"
     return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def table(verdicts: list[Verdict]) -> list[str]:
+    """The latency table (markdown) and the cases that did not hold."""
+    lines = ["| failure | " + " | ".join(f"{s:g} s steps" for s in STEP_TIMES) + " |",
+             "| --- | " + " | ".join("---" for _ in STEP_TIMES) + " |"]
+    for mode in dict.fromkeys(v.case.mode for v in verdicts):
+        mine = [v for v in verdicts if v.case.mode == mode]
+        cells = []
+        for s in STEP_TIMES:
+            at = [v for v in mine if v.case.step_s == s]
+            if not at:
+                cells.append("")
+            elif mine[0].case.expect is None:
+                cells.append(f"{sum(bool(v.early) for v in at)} of {len(at)} notified")
+            else:
+                lat = [v.latency_s for v in at if v.latency_s is not None]
+                worst = None if len(lat) < len(at) else max(lat)
+                cells.append(f"{_fmt(statistics.median(lat)) if lat else 'never'} / {_fmt(worst)} "
+                             f"({_fmt(at[0].case.bound_s)})")
+        label = f"{mode} (healthy)" if mine[0].case.expect is None else mode
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("\ncells: median / worst latency (bound)")
+    for v in verdicts:
+        if not v.held:
+            c = v.case
+            lines.append(f"NOT HELD {c.run_id}: {c.step_s:g} s steps, {c.scrape_s:g} s scrapes, {c.path}, start-up "
+                         f"{c.startup_s:g} s: latency {_fmt(v.latency_s)} bound {_fmt(c.bound_s)} early {v.early}")
+    return lines
 
 
 def main() -> int:
@@ -44,31 +73,8 @@ def main() -> int:
         verdicts = run(cases, promtool, rule_files(RuleSettings()), Path(tmp), workers=args.workers)
     print(f"{len(cases)} cases in {time.monotonic() - started:.0f} s of promtool; "
           f"{sum(v.held for v in verdicts)} hold\n")
-    print("| failure | " + " | ".join(f"{s:g} s steps" for s in STEP_TIMES) + " |")
-    print("| --- | " + " | ".join("---" for _ in STEP_TIMES) + " |")
-    for mode in dict.fromkeys(v.case.mode for v in verdicts):
-        mine = [v for v in verdicts if v.case.mode == mode]
-        cells = []
-        for s in STEP_TIMES:
-            at = [v for v in mine if v.case.step_s == s]
-            if not at:
-                cells.append("")
-            elif mine[0].case.expect is None:
-                cells.append(f"{sum(bool(v.early) for v in at)} of {len(at)} notified")
-            else:
-                lat = [v.latency_s for v in at if v.latency_s is not None]
-                worst = None if len(lat) < len(at) else max(lat)
-                cells.append(f"{_fmt(statistics.median(lat)) if lat else 'never'} / {_fmt(worst)} "
-                             f"({_fmt(at[0].case.bound_s)})")
-        label = f"{mode} (healthy)" if mine[0].case.expect is None else mode
-        print(f"| {label} | " + " | ".join(cells) + " |")
-    print("\ncells: median / worst latency (bound)")
-    failed = [v for v in verdicts if not v.held]
-    for v in failed:
-        c = v.case
-        print(f"NOT HELD {c.run_id}: {c.step_s:g} s steps, {c.scrape_s:g} s scrapes, {c.path}, start-up "
-              f"{c.startup_s:g} s: latency {_fmt(v.latency_s)} bound {_fmt(c.bound_s)} early {v.early}")
-    return 1 if failed else 0
+    print("\n".join(table(verdicts)))
+    return 0 if all(v.held for v in verdicts) else 1
 
 
 if __name__ == "__main__":

@@ -7,28 +7,39 @@ Three building blocks make the alerts hold on real runs (docs/operations.md):
   (`_evidence.py`): "KL over 1 for 3 steps" is 3 consecutive steps, whatever the
   step duration and scrape interval, and a step below the threshold resets it.
 - *Trend streaks* for conditions against a run's own baseline, which only
-  Prometheus can judge: a recording rule in the alert group remembers the step
-  index at which a condition was first seen to hold
-  (`run_id:grpo_check:streak_start{check=...}`, self-referencing; -1 once seen
-  not to hold, which ends the streak). A run without data for `streak_memory`
-  (a scrape gap) keeps its streak: gaps delay an alert, never raise one.
+  Prometheus can judge: a recording rule in the alert group records each condition
+  (`run_id:grpo_check:holds{check=...}`), another remembers the step index at which
+  it was first seen to hold (`run_id:grpo_check:streak_start{check=...}`,
+  self-referencing; -1 once seen not to hold, which ends the streak). A run without
+  data for `streak_memory` (a scrape gap) keeps its streak: gaps delay an alert,
+  never raise one.
 - *Increases* of counters, with a series that is new (unseen for
   `counter_lookback`) counting by its value: a failed scrape or an outage
   raises nothing, since the series' last value before the gap is still found.
+
+Every building block is a small named recording rule of the alert group, listed before the
+rules that read it: Prometheus evaluates a group's rules in order at one timestamp, each
+seeing the samples the ones before it wrote, so a record adds no evaluation interval of latency.
 """
 
 from __future__ import annotations
 
 from otel_grpo import catalog
 
-from ._alerts_base import PCT as _PCT, RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert, by_run as _max
-from ._evidence import at_step, beyond, counted
-from ._rules import ENTROPY, KL_JUDGED, NONFINITE, REWARD, SKIPPED, STEP_INDEX, THROUGHPUT, RuleSettings, prometheus_name, threshold
+from ._alerts_base import PCT as _PCT, RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert
+from ._evidence import at_step, counted, evidence_rules, held, held_uses
+from ._rules import (ENTROPY, KL_JUDGED, NONFINITE, REWARD, SKIPPED, STEP_INDEX, STEP_MAX, THROUGHPUT, RuleSettings,
+                     prometheus_name, threshold)
 from ._run_end import run_end_alerts, run_end_rules
 from .dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS
 
 STREAK = "run_id:grpo_check:streak_start"
+HOLDS = "run_id:grpo_check:holds"  # label `check`: the trend condition holds now; its value
+STREAK_STEPS = "run_id:grpo_check:streak_steps"  # label `check`: the steps its streak has lasted, this one included
 BETA = prometheus_name("beta")
+BETA_LAST = f"run_id:{BETA}:last"
+REWARD_DROP = f"run_id:{REWARD}:baseline_drop"
+THROUGHPUT_FRACTION = f"run_id:{THROUGHPUT}:baseline_fraction"
 # Targets are told by what they serve, never by `job` (the Prometheus Operator names jobs after
 # namespace/service): a self-referencing record remembers every target that served a collector's
 # (sidecar's) own metrics, so it is known while it is down.
@@ -37,66 +48,87 @@ _BEYOND = "{{ $labels.signal }} beyond {{ $labels.bound }}"
 
 
 # ---- trend streaks -----------------------------------------------------------------------
-def _streak_rule(s: RuleSettings, check: str, cond: str) -> dict:
-    """The step index at which `cond` (an instant vector by run_id) started holding, kept while it holds;
-    -1 while the run exports and `cond` does not hold, so one evaluation without it ends the streak."""
-    prev = f'{STREAK}{{check="{check}"}}'
+def _recent(metric: str) -> str:
+    """The record of `metric`'s mean over `recent_window`, by run."""
+    return f"run_id:{metric}:recent_mean"
+
+
+def _check(record: str, check: str) -> str:
+    return f'{record}{{check="{check}"}}'
+
+
+def _streak_rule(s: RuleSettings, check: str) -> dict:
+    """The step index at which the check's condition started holding, kept while it holds;
+    -1 while the run exports and it does not hold, so one evaluation without it ends the streak."""
+    prev, cond = _check(STREAK, check), _check(HOLDS, check)
     return {
         "record": STREAK,
         # kept: started (>= 0), not after the current step (a resume went back), still holding
-        "expr": f"(max by (run_id) (last_over_time({prev}[{s.streak_memory}])) >= 0 <= on (run_id) {_max(STEP_INDEX)}"
-                f" and on (run_id) ({cond}))"
-                f" or ({_max(STEP_INDEX)} and on (run_id) ({cond}))"
-                f" or (0 * {_max(STEP_INDEX)} - 1 unless on (run_id) ({cond}))",
+        "expr": f"(max by (run_id) (last_over_time({prev}[{s.streak_memory}])) >= 0 <= on (run_id) {STEP_MAX}"
+                f" and on (run_id) {cond})"
+                f" or ({STEP_MAX} and on (run_id) {cond})"
+                f" or (0 * {STEP_MAX} - 1 unless on (run_id) {cond})",
         "labels": {"check": check},
     }
 
 
-def _for_steps(check: str, cond: str, steps: int) -> str:
-    """`cond`, once it has held for `steps` consecutive steps (the value stays the condition's)."""
-    held = f'{_max(STEP_INDEX)} - on (run_id) max by (run_id) ({STREAK}{{check="{check}"}} >= 0)'
-    return f"({cond}) and on (run_id) ({held} >= {steps - 1})"
-
-
 def _trend_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
     """Conditions against the run's own baseline, judged once the baseline spans enough steps."""
-    def recent(metric: str) -> str:
-        return f"max by (run_id) (avg_over_time({metric}[{s.recent_window}]))"
-
     # A baseline exists only once its window spans enough steps; warm-up: not before warmup_steps.
-    enough = f"and on (run_id) {_max(STEP_INDEX)} >= {s.warmup_steps}"
-    drop = f"(run_id:grpo_reward_mean:baseline_mean - {recent(REWARD)})"
+    enough = f"and on (run_id) {STEP_MAX} >= {s.warmup_steps}"
     return {
         "kl_jump": (f"run_id:grpo_kl:zscore > {s.kl_zscore} and on (run_id) {KL_JUDGED}"
                     f" > {s.kl_jump_factor} * run_id:grpo_kl:baseline_p90 {enough} {_kl_on(s)}", s.kl_steps),
-        "reward_collapse": (f"{drop} / (run_id:grpo_reward_mean:baseline_stddev + 0.05) > {s.reward_zscore}"
-                            f" and on (run_id) {drop} > {s.reward_drop} {enough}", s.drift_steps),
-        "entropy_collapse": (f"({recent(ENTROPY)} < {s.entropy_fraction} * run_id:grpo_policy_entropy:baseline_mean"
+        "reward_collapse": (f"{REWARD_DROP} / (run_id:grpo_reward_mean:baseline_stddev + 0.05) > {s.reward_zscore}"
+                            f" and on (run_id) {REWARD_DROP} > {s.reward_drop} {enough}", s.drift_steps),
+        "entropy_collapse": (f"({_recent(ENTROPY)} < {s.entropy_fraction} * run_id:grpo_policy_entropy:baseline_mean"
                              f" {enough}) or max by (run_id) ({ENTROPY}) < {s.entropy_floor}", s.drift_steps),
-        "throughput_drop": (threshold(s, "throughput_fraction",
-                                      f"{recent(THROUGHPUT)} / on (run_id) run_id:{THROUGHPUT}:baseline_mean", "<")
-                            + f" {enough}", s.drift_steps),
+        "throughput_drop": (threshold(s, "throughput_fraction", THROUGHPUT_FRACTION, "<") + f" {enough}",
+                            s.drift_steps),
     }
+
+
+def _run_rules(s: RuleSettings) -> list[dict]:
+    """What every check reads of a run now: its step, its beta, its recent means against their baselines."""
+    rules = [{"record": STEP_MAX, "expr": f"max by (run_id) ({STEP_INDEX})"},
+             # The run's last beta within `absent_window`: a step that logs none keeps it (`_kl_on`).
+             {"record": BETA_LAST, "expr": f"max by (run_id) (last_over_time({BETA}[{s.absent_window}]))"}]
+    rules += [{"record": _recent(m), "expr": f"max by (run_id) (avg_over_time({m}[{s.recent_window}]))"}
+              for m in (REWARD, ENTROPY, THROUGHPUT)]
+    return rules + [
+        {"record": REWARD_DROP, "expr": f"run_id:{REWARD}:baseline_mean - {_recent(REWARD)}"},
+        {"record": THROUGHPUT_FRACTION, "expr": f"{_recent(THROUGHPUT)} / on (run_id) run_id:{THROUGHPUT}:baseline_mean"},
+    ]
+
+
+def _trend_rules(s: RuleSettings) -> list[dict]:
+    """Each trend check's condition, its streak's start, and how many steps each streak has lasted."""
+    checks = _trend_checks(s)
+    rules = [{"record": HOLDS, "expr": cond, "labels": {"check": check}} for check, (cond, _) in checks.items()]
+    rules += [_streak_rule(s, check) for check in checks]
+    rules += [{"record": STREAK_STEPS, "expr": f"{STEP_MAX} - on (run_id) ({_check(STREAK, check)} >= 0) + 1",
+               "labels": {"check": check}} for check in checks]
+    return rules
 
 
 def _step_alert(s: RuleSettings, check: str, name: str, severity: str, summary: str, description: str,
                 panel: str) -> dict:
-    cond, steps = _trend_checks(s)[check]
-    return _alert(s, name, _for_steps(check, cond, steps), "0s", severity,
-                  summary + f" for {steps}+ steps", description, panel)
+    """The check's condition (its value), once it has held for its steps."""
+    steps = _trend_checks(s)[check][1]
+    expr = f"max by (run_id) ({_check(HOLDS, check)}) and on (run_id) {_check(STREAK_STEPS, check)} >= {steps}"
+    return _alert(s, name, expr, "0s", severity, summary + f" for {steps}+ steps", description, panel)
 
 
 def _kl_on(s: RuleSettings) -> str:
     """beta = 0: KL is not optimised, so no KL alert. The run's last beta within `absent_window`: a step that
     logs none (a failed batch, a run that logs it once) has no beta gauge, and its KL alerts stay off."""
-    return f"unless on (run_id) max by (run_id) (last_over_time({BETA}[{s.absent_window}])) == 0"
+    return f"unless on (run_id) {BETA_LAST} == 0"
 
 
 def _evidence_alert(s: RuleSettings, name: str, fields: tuple[str, ...], steps: int, severity: str, summary: str,
                     description: str, panel: str, kl: bool = False) -> dict:
     """A threshold alert on the trainer's step evidence: `steps` consecutive steps beyond the run's threshold."""
-    cond = " or ".join(f"({beyond(s, f, steps)})" for f in fields)
-    expr = at_step(cond) + (f" {_kl_on(s)}" if kl else "")
+    expr = at_step(held(fields, steps)) + (f" {_kl_on(s)}" if kl else "")
     run = f" for {steps}+ consecutive steps" if steps > 1 else ""
     return _alert(s, name, expr, "0s", severity, f"{summary}{run} in {_RUN} (step {_STEP})", description, panel)
 
@@ -256,11 +288,12 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
 
 
 def alert_rules(s: RuleSettings) -> dict:
-    """The alert rule file: streak and progress records first (same group: evaluated in order), then alerts."""
-    records = [_streak_rule(s, check, cond) for check, (cond, _) in _trend_checks(s).items()]
+    """The alert rule file: the records first, each before those that read it (one group: evaluated in order at
+    one timestamp), then the alerts."""
+    alerts = _drift_alerts(s) + _training_alerts(s) + _health_alerts(s) + _stack_alerts(s)
+    records = _run_rules(s) + _trend_rules(s) + evidence_rules(s, held_uses(a["expr"] for a in alerts))
     collector, sidecar = _seen_rule(s, "collector"), _seen_rule(s, "sidecar")
     records += [collector, sidecar] + run_end_rules(s, collector["record"])
-    alerts = _drift_alerts(s) + _training_alerts(s) + _health_alerts(s) + _stack_alerts(s)
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}
 
 

@@ -12,10 +12,6 @@ STEP = '{{ $value | printf "%.0f" }}'  # a step index
 DURATION = "{{ $value | humanizeDuration }}"  # seconds
 
 
-def by_run(metric: str) -> str:
-    return f"max by (run_id) ({metric})"
-
-
 def alert(s: RuleSettings, name: str, expr: str, for_: str, severity: str, summary: str, description: str,
           panel: str | None = None) -> dict:
     annotations = {"summary": summary, "description": description,

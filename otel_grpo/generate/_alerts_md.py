@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from ._alerts import alerts
+import re
+
+from ._alerts import alert_rules, alerts
 from ._grid import MODES, PATHS, SCRAPES, STEP_TIMES, STARTUPS
 from ._routing import class_of
-from ._rules import RuleSettings
+from ._rules import RuleSettings, recording_rules
 
 # What each alert reads, and why that evidence survives what a scrape-based view loses.
 EVIDENCE = {
@@ -35,6 +37,92 @@ EVIDENCE = {
 }
 
 
+# What each recording rule an alert reads holds (docs/operations.md lists the dashboards' records too).
+BLOCKS = {
+    "run_id:grpo_step_index:baseline_steps": "`{rung}`: distinct step indexes seen in each baseline window",
+    "run_id:grpo_kl:judged": "the KL the `kl` step check judges: `grpo_kl`, else TRL's `grpo_trl_kl`",
+    "run_id:grpo_kl:baseline_median": "that KL's median over the baseline (the shortest window of enough steps, "
+                                      "ending `baseline_offset` ago)",
+    "run_id:grpo_kl:baseline_q25": "its 25th percentile there",
+    "run_id:grpo_kl:baseline_q75": "its 75th percentile there",
+    "run_id:grpo_kl:baseline_iqr": "the interquartile range",
+    "run_id:grpo_kl:baseline_p90": "its 90th percentile there",
+    "run_id:grpo_kl:zscore": "(KL - median) / (0.741 IQR + 10 % of the median + 0.001)",
+    "run_id:grpo_reward_mean:baseline_mean": "the reward's mean over the baseline",
+    "run_id:grpo_reward_mean:baseline_stddev": "its standard deviation there",
+    "run_id:grpo_policy_entropy:baseline_mean": "the entropy's mean over the baseline",
+    "run_id:grpo_throughput:baseline_mean": "the throughput's mean over the baseline",
+    "run_id:grpo_step_index:max": "the run's highest step index now",
+    "run_id:grpo_kl_coef:last": "the run's last beta within `absent_window` (0: KL alerts off)",
+    "run_id:grpo_reward_mean:recent_mean": "the reward's mean over `recent_window`",
+    "run_id:grpo_policy_entropy:recent_mean": "the entropy's mean over `recent_window`",
+    "run_id:grpo_throughput:recent_mean": "the throughput's mean over `recent_window`",
+    "run_id:grpo_reward_mean:baseline_drop": "baseline mean - recent mean of the reward",
+    "run_id:grpo_throughput:baseline_fraction": "recent / baseline mean of the throughput",
+    "run_id:grpo_check:holds": "`{check}`: the trend condition holds now (value: the condition's, e.g. the z-score)",
+    "run_id:grpo_check:streak_start": "`{check}`: the step index at which it started holding (-1: it does not); "
+                                      "kept through a scrape gap of `streak_memory`",
+    "run_id:grpo_check:streak_steps": "`{check}`: the steps the streak has lasted, the current one included",
+    "run_id_signal_bound:grpo_step_streak:max": "the run's current streak beyond its own bound of the signal",
+    "run_id_signal_bound:grpo_step_beyond:increase": "`{streak}`: the counter of streaks of that length at the "
+                                                     "run's bound rose within `counter_window` (or is new)",
+    "run_id_signal_bound:grpo_step_check:beyond": "`{streak}`: beyond the run's bound for that many consecutive "
+                                                  "steps, lately (the counter) or now (the streak)",
+    "job_instance:collector:seen": "targets that served the collector's own metrics, remembered while down",
+    "job_instance:sidecar:seen": "targets that served the sidecar's own metrics, remembered while down",
+    "run_id:grpo_process:alive_until": "the latest promise of the run's process to be heard from again",
+    "run_id:grpo_process:overdue_seconds": "how far past that promise now",
+    "run_id:grpo_process:start_time": "the latest process's start",
+    "run_id:grpo_process:progress_time": "the later of that start, its last step's end and its last heartbeat",
+    "run_id:grpo_step_index:last": "the latest process's last step (-1: none yet)",
+    "run_id:grpo_step:longest_interval_seconds": "the longest recent step time or time between reported steps",
+    "run_id:grpo_run:ended": "`{how}`: finished or preempted, by the latest process's end markers",
+    "grpo:collector_down:last_time": "when a collector was last seen down",
+    "run_id:grpo_process:idle_seconds": "seconds since that progress, for live runs (heard from within the "
+                                        "slack, not ended)",
+    "run_id:grpo_process:stall_limit_seconds": "3x the longest interval, at least `stall_floor` (or the run's own)",
+    "run_id:grpo_process:first_step_limit_seconds": "`first_step_floor` (or the run's own)",
+}
+
+
+_REF = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?")
+_MATCHER = re.compile(r'(\w+)(=~|!~|!=|=)"([^"]*)"')
+
+
+def _reads(expr: str, rules: list[dict]) -> set[int]:
+    """The record rules (indexes in `rules`) whose series `expr` may select: by name, and by the label matchers
+    it gives on the labels a rule sets (`run_id:grpo_check:holds{check="kl_jump"}` reads that check's rule)."""
+    out = set()
+    for ref in _REF.finditer(expr):
+        matchers = _MATCHER.findall(ref.group(2) or "")
+        for i, rule in enumerate(rules):
+            labels = rule.get("labels", {})
+            if rule["record"] == ref.group(1) and all(
+                    (labels[k] == v if op == "=" else labels[k] != v if op == "!=" else
+                     bool(re.fullmatch(v, labels[k])) == (op == "=~")) for k, op, v in matchers if k in labels):
+                out.add(i)
+    return out
+
+
+def _building_blocks(s: RuleSettings) -> list[str]:
+    """The records the alerts read (directly or through other records), in evaluation order, each with the
+    alerts that read it."""
+    rules = [r for doc in (recording_rules(s), alert_rules(s)) for r in doc["groups"][0]["rules"] if "record" in r]
+    reads = [_reads(r["expr"], rules) for r in rules]
+    readers: dict[str, set[str]] = {}
+    for a in alerts(s):
+        seen, todo = set(), list(_reads(a["expr"], rules))
+        while todo:
+            i = todo.pop()
+            if i not in seen:
+                seen.add(i)
+                readers.setdefault(rules[i]["record"], set()).add(a["alert"])
+                todo += reads[i]
+    rows = [f"| `{name}` | {BLOCKS[name]} | {', '.join(sorted(readers[name]))} |"
+            for name in dict.fromkeys(r["record"] for r in rules) if name in readers]
+    return ["| record | holds, by run | read by |", "| --- | --- | --- |"] + rows
+
+
 def _fmt_s(seconds: float) -> str:
     if seconds >= 3600 and seconds % 3600 == 0:
         return f"{seconds / 3600:g} h"
@@ -53,6 +141,8 @@ def render_alerts_md() -> str:
         "(`alertmanager/routing.yml`) and the failure modes of the scenario grid (`otel_grpo/generate/_grid.py`);",
         "`tests/stack/test_alert_grid.py` checks every row on every grid case, and `benchmarks/alerts.py`",
         "prints the measured latencies (`benchmarks/README.md`). Runbooks: [operations.md](operations.md).",
+        "A sample of the grid's runs, one of every mode, also goes through a real Alertmanager on the",
+        "committed routing: every alert promtool fired for them, in order, side by side in compressed time.",
         "",
         "## The promise",
         "",
@@ -109,6 +199,17 @@ def render_alerts_md() -> str:
         "",
         "Healthy variants in the grid, none of which may notify: "
         + ", ".join(m.name for m in MODES if m.expect is None) + ".",
+        "",
+        "## Building blocks",
+        "",
+        "Each alert reads a few named recording rules (the kubernetes-mixin style), so its expression stays",
+        "short: `tests/stack/test_rules.py` keeps every alert expression under 300 characters. The baselines",
+        "are in the recording group (`prometheus/rules/grpo_recording.yml`); the rest are in the alert group",
+        "(`grpo_alerts.yml`), each before the rules that read it: Prometheus evaluates a group's rules in order",
+        "at one timestamp, each seeing what the ones before it wrote, so a record adds no evaluation interval",
+        "of latency (the grid's verdicts, latencies included, are the same as with the expressions inlined).",
+        "",
+        *_building_blocks(s),
         "",
         "## Settings the bounds rest on",
         "",

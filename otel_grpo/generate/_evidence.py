@@ -1,8 +1,11 @@
 """PromQL over the training process's per-step evidence: step checks and health counters.
 
     >>> from otel_grpo.generate import RuleSettings
-    >>> 'streak="3"' in beyond(RuleSettings(), "kl_threshold", 3)
-    True
+    >>> [r["record"] for r in evidence_rules(RuleSettings(), [("kl_threshold", 3)])]  # doctest: +NORMALIZE_WHITESPACE
+    ['run_id_signal_bound:grpo_step_streak:max', 'run_id_signal_bound:grpo_step_beyond:increase',
+     'run_id_signal_bound:grpo_step_check:beyond']
+    >>> held(("kl_threshold",), 3)
+    'max without (streak) (run_id_signal_bound:grpo_step_check:beyond{signal="kl", streak="3"})'
 
 `grpo_step_beyond_total{signal, bound, streak}` counts the steps at which a checked
 scalar had been beyond `bound` for `streak` consecutive steps (the training
@@ -12,19 +15,30 @@ over T" is: the counter for (T, N) rose within `counter_window` (fast steps: the
 streak may be over by the next scrape) or the current streak is at least N (slow
 steps: between two steps the counter does not move). A step within the bound
 resets the streak in the trainer, so alternating values never make one.
+
+Each part is a recording rule of the alert group (`evidence_rules`), evaluated before the alerts
+that read it, at the same evaluation: the counter's rise (`INCREASE{streak}`), the current streak
+(`STREAK_MAX`) and their union (`HELD{streak}`), each for the run's own bound only.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from typing import Iterable
 
 from otel_grpo.catalog import bound_label
 
-from ._rules import STEP_INDEX, STEP_THRESHOLDS, RuleSettings, prometheus_name
+from ._rules import STEP_MAX, STEP_THRESHOLDS, RuleSettings, prometheus_name
 
 BEYOND, STREAK_NOW = prometheus_name("step_beyond"), prometheus_name("step_streak")
 BY = "run_id, signal, bound"
+INCREASE = "run_id_signal_bound:grpo_step_beyond:increase"
+"""Label `streak`: the run's counter of that streak length at its bound rose within `counter_window` (or is new)."""
+STREAK_MAX = "run_id_signal_bound:grpo_step_streak:max"
+"""The run's current streak beyond its bound."""
+HELD = "run_id_signal_bound:grpo_step_check:beyond"
+"""Label `streak`: the run's scalar has been beyond its bound for `streak` consecutive steps, lately or now."""
 
 
 def counted(metric: str, by: str, s: RuleSettings) -> str:
@@ -41,7 +55,7 @@ def counted(metric: str, by: str, s: RuleSettings) -> str:
             f" unless last_over_time({metric}[{s.counter_lookback}] offset {s.counter_window}))")
 
 
-def _literal(text: str) -> str:
+def regex_literal(text: str) -> str:
     """`text` as a regex inside a PromQL string: metacharacters escaped, the backslash doubled for the string."""
     return re.sub(r"([.+*?()\[\]{}|^$\\])", r"\\\\\1", text)
 
@@ -49,28 +63,62 @@ def _literal(text: str) -> str:
 def selectors(s: RuleSettings, field: str) -> list[str]:
     """Label matchers of a step threshold, one per distinct setting: the default for runs without an
     override of `field`, then each override (a +Inf override: no matcher, the run is never judged)."""
+    return [sel for sel, _ in _settings(s, field)]
+
+
+def _settings(s: RuleSettings, field: str) -> list[tuple[str, dict[str, str]]]:
+    """`selectors`, each with the labels its series share: the signal, and an override's run."""
     key = STEP_THRESHOLDS[field]
     own = {run: v[field] for run, v in s.overrides.items() if field in v}
     default = f'signal="{key}", bound="{bound_label(getattr(s, field))}"'
     if own:
-        default += f', run_id!~"{"|".join(_literal(r) for r in sorted(own))}"'
-    return [default] + [f'signal="{key}", run_id="{run}", bound="{bound_label(v)}"'
-                        for run, v in sorted(own.items()) if not math.isinf(v)]
+        default += f', run_id!~"{"|".join(regex_literal(r) for r in sorted(own))}"'
+    return [(default, {"signal": key})] + [(f'signal="{key}", run_id="{run}", bound="{bound_label(v)}"',
+                                            {"signal": key, "run_id": run})
+                                           for run, v in sorted(own.items()) if not math.isinf(v)]
 
 
-def beyond(s: RuleSettings, field: str, steps: int) -> str:
-    """Runs whose scalar of `field` has been beyond the run's threshold for `steps` consecutive steps,
-    by (run_id, signal, bound): lately (the counter) or now (the streak)."""
-    parts = []
-    for sel in selectors(s, field):
-        counter = f'{BEYOND}{{{sel}, streak="{steps}"}}'
-        parts.append(f"({counted(counter, BY, s)}) or (max by ({BY}) ({STREAK_NOW}{{{sel}}}) >= {steps})")
-    return " or ".join(f"({p})" for p in parts)
+def evidence_rules(s: RuleSettings, uses: Iterable[tuple[str, int]]) -> list[dict]:
+    """The recording rules of the step evidence the alerts read, in evaluation order: for each (threshold
+    field, consecutive steps) in `uses`, with one rule per distinct setting of the field (`selectors`). Each
+    rule's labels are those its series share, so no two rules of a record have the same."""
+    uses = list(dict.fromkeys(uses))
+    rules = [{"record": STREAK_MAX, "expr": f"max by ({BY}) ({STREAK_NOW}{{{sel}}})", "labels": labels}
+             for field in dict.fromkeys(f for f, _ in uses) for sel, labels in _settings(s, field)]
+    for field, steps in uses:
+        key, streak = STEP_THRESHOLDS[field], f'streak="{steps}"'
+        rules += [{"record": INCREASE, "expr": counted(f"{BEYOND}{{{sel}, {streak}}}", BY, s),
+                   "labels": {**labels, "streak": str(steps)}} for sel, labels in _settings(s, field)]
+        # One series per run and signal: the counter's where both hold (`or` keeps the left side's).
+        rules.append({"record": HELD, "labels": {"signal": key, "streak": str(steps)},
+                      "expr": f'max without (streak) ({INCREASE}{{signal="{key}", {streak}}})'
+                              f' or {STREAK_MAX}{{signal="{key}"}} >= {steps}'})
+    return rules
+
+
+def held(fields: tuple[str, ...], steps: int) -> str:
+    """Runs whose scalar of any of `fields` has been beyond the run's threshold for `steps` consecutive steps,
+    by (run_id, signal, bound): lately (the counter) or now (the streak). Reads `evidence_rules` of them."""
+    keys = "|".join(STEP_THRESHOLDS[f] for f in fields)
+    signal = f'signal="{keys}"' if len(fields) == 1 else f'signal=~"{keys}"'
+    return f'max without (streak) ({HELD}{{{signal}, streak="{steps}"}})'
+
+
+_HELD_READ = re.compile(re.escape(HELD) + r'\{signal=~?"([\w|]+)", streak="(\d+)"\}')
+
+
+def held_uses(exprs: Iterable[str]) -> list[tuple[str, int]]:
+    """The (threshold field, steps) pairs that `exprs` read through `held`, in order: what `evidence_rules` must
+    record for them."""
+    field_of = {key: f for f, key in STEP_THRESHOLDS.items()}
+    return list(dict.fromkeys((field_of[key], int(steps)) for expr in exprs
+                              for keys, steps in _HELD_READ.findall(expr) for key in keys.split("|")))
 
 
 def at_step(cond: str) -> str:
     """`cond`'s series with the run's last step index as value (the alert summary's "step N")."""
-    return f"({cond}) * 0 + on (run_id) group_left max by (run_id) ({STEP_INDEX})"
+    return f"({cond}) * 0 + on (run_id) group_left {STEP_MAX}"
 
 
-__all__ = ["at_step", "beyond", "counted", "selectors"]
+__all__ = ["HELD", "INCREASE", "STREAK_MAX", "at_step", "counted", "evidence_rules", "held", "held_uses", "regex_literal",
+           "selectors"]

@@ -19,23 +19,25 @@ outage) or failing in one way from `onset_s` on. The property, for every case:
 
 `promtool_groups` packs the cases into promtool test groups (runs of one scrape interval and
 outage side by side, one query for every run's first firing of every alert); `first_firings`
-reads promtool's answer. benchmarks/alerts.py prints the latency table;
-tests/stack/test_alert_grid.py asserts the property.
+reads promtool's answer. Runs can be traced too: their firing alerts at every evaluation
+(`_grid_trace`), which tests/stack/test_alert_grid.py sends a real Alertmanager for a sample.
+benchmarks/alerts.py prints the latency table; tests/stack/test_alert_grid.py asserts the property.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Collection, Iterable, Mapping, Sequence
 
 import yaml
 
+from ._evidence import regex_literal
+from ._grid_trace import TRACE, Firing, report, traced as traced_firing, transitions
 from ._replay import Outage, Pause, Segment, replay
 from ._rules import RuleSettings, seconds
 
@@ -377,37 +379,44 @@ def promtool_groups(cases: Sequence[Case], max_runs: int = 40) -> list[list[Case
     return sorted(groups, key=lambda g: -g[0].length_s)
 
 
-def promtool_group(cases: Sequence[Case], name: str, evaluation_interval: str = "60s") -> dict:
+def group_length_s(cases: Sequence[Case]) -> float:
+    """How long a promtool group of `cases` runs: whole hours, its longest case's length rounded up."""
+    return _hours(max(c.length_s for c in cases)) * 3600.0
+
+
+def promtool_group(cases: Sequence[Case], name: str, evaluation_interval: str = "60s",
+                   traced: Collection[str] = ()) -> dict:
     """One promtool test group of `cases` (one scrape interval and outage): their series, and one query for
-    every run's first firing of every alert (expected: none, so promtool prints them all)."""
+    every run's first firing of every alert (expected: none, so promtool prints them all); for the runs in
+    `traced`, one query of their firing alerts at every evaluation."""
     scrape_s, outages = cases[0].scrape_s, cases[0].outages
-    length = _hours(max(c.length_s for c in cases)) * 3600
+    length = group_length_s(cases)
     scrapes = int(length // scrape_s)
     series: dict[str, str] = {}
     for c in cases:
         series.update(replay(c.segments, scrape_s, scrapes, outages))
+    queries = [{"expr": FIRINGS.format(step=evaluation_interval), "eval_time": f"{30 * k}m", "exp_samples": []}
+               for k in range(1, int(length // 1800) + 1)]
+    runs = sorted(c.run_id for c in cases if c.run_id in traced)
+    if runs:
+        every = seconds(evaluation_interval)
+        trace = TRACE.format(runs="|".join(regex_literal(r) for r in runs))
+        queries += [{"expr": trace, "eval_time": f"{k * every}s", "exp_samples": []}
+                    for k in range(int(length // every) + 1)]
     return {"name": name, "interval": f"{scrape_s:g}s",
-            "input_series": [{"series": k, "values": v} for k, v in series.items()],
-            "promql_expr_test": [{"expr": FIRINGS.format(step=evaluation_interval), "eval_time": f"{30 * k}m",
-                                  "exp_samples": []} for k in range(1, int(length // 1800) + 1)]}
-
-
-_SAMPLE = re.compile(r"\{([^{}]*)\} (\S+?)(?:,|$)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+            "input_series": [{"series": k, "values": v} for k, v in series.items()], "promql_expr_test": queries}
 
 
 def first_firings(promtool_output: str) -> dict[tuple[str, str, str], float]:
     """(run_id, alertname, severity) -> first firing time in seconds, from promtool's report of the groups'
-    queries (their `got:` lines)."""
+    first-firing queries."""
     out: dict[tuple[str, str, str], float] = {}
-    for line in promtool_output.splitlines():
-        line = line.strip()
-        if not line.startswith("got:"):
+    for expr, _, samples in report(promtool_output):
+        if not expr.startswith(FIRINGS.partition(" (min_over_time")[0]):  # not a trace's query
             continue
-        for labels, value in _SAMPLE.findall(line[4:].strip()):
-            lab = dict(_LABEL.findall(labels))
+        for lab, value in samples:
             key = (lab.get("run_id", ""), lab["alertname"], lab.get("severity", ""))
-            out[key] = min(float(value), out.get(key, math.inf))
+            out[key] = min(value, out.get(key, math.inf))
     return out
 
 
@@ -423,6 +432,8 @@ class Verdict:
     """The expected alert's severity when it fired (its class: who receives it)."""
     early: tuple[str, ...]
     """Alerts of the run that notified before the onset (a healthy run: at all)."""
+    firing: Firing | None = None
+    """A traced run's firing alerts at each evaluation that changed them (`_grid_trace`); None: not traced."""
 
     @property
     def held(self) -> bool:
@@ -433,7 +444,8 @@ class Verdict:
         return self.latency_s is not None and self.latency_s <= (self.case.bound_s or 0)
 
 
-def judge(cases: Iterable[Case], firings: dict[tuple[str, str, str], float]) -> list[Verdict]:
+def judge(cases: Iterable[Case], firings: dict[tuple[str, str, str], float],
+          traces: Mapping[str, Firing] | None = None) -> list[Verdict]:
     verdicts = []
     by_run: dict[str, list[tuple[str, str, float]]] = {}
     for (run_id, name, severity), t in firings.items():
@@ -447,14 +459,15 @@ def judge(cases: Iterable[Case], firings: dict[tuple[str, str, str], float]) -> 
             hits = sorted((t, sev) for n, sev, t in fired if n == c.expect and t >= onset)
             if hits:
                 latency, severity = hits[0][0] - onset + GROUP_WAIT_S, hits[0][1]
-        verdicts.append(Verdict(c, latency, severity, early))
+        verdicts.append(Verdict(c, latency, severity, early, (traces or {}).get(c.run_id)))
     return verdicts
 
 
 def run(cases: Sequence[Case], promtool: str, rule_files: dict[str, str], workdir: Path,
-        workers: int = 2, evaluation_interval: str = "60s") -> list[Verdict]:
+        workers: int = 2, evaluation_interval: str = "60s", traced: Collection[str] = ()) -> list[Verdict]:
     """Every case through `promtool test rules` against `rule_files` (relative path -> text), one promtool per
-    group, `workers` at a time; their verdicts.
+    group, `workers` at a time; their verdicts, with the firing alerts of the runs in `traced` at every
+    evaluation.
 
     The rules are evaluated every 60 s by default, a quarter of compose's evaluations (15 s): the grid's
     hundreds of run-hours fit the test budget, a latency is measured up to 45 s late (never early), and a
@@ -465,7 +478,8 @@ def run(cases: Sequence[Case], promtool: str, rule_files: dict[str, str], workdi
     groups = promtool_groups(cases)
 
     def one(i: int) -> str:
-        group = promtool_group(groups[i], f"grid {i}: " + " ".join(c.run_id for c in groups[i]), evaluation_interval)
+        group = promtool_group(groups[i], f"grid {i}: " + " ".join(c.run_id for c in groups[i]), evaluation_interval,
+                               traced)
         doc = {"rule_files": list(rule_files), "evaluation_interval": evaluation_interval, "tests": [group]}
         path = workdir / f"grid_{i}.yml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
@@ -479,9 +493,14 @@ def run(cases: Sequence[Case], promtool: str, rule_files: dict[str, str], workdi
     with ThreadPoolExecutor(workers) as pool:
         outputs = list(pool.map(one, range(len(groups))))
     firings: dict[tuple[str, str, str], float] = {}
-    for text in outputs:
+    traces: dict[str, Firing] = {}
+    every = float(seconds(evaluation_interval))
+    for group, text in zip(groups, outputs):
         firings.update(first_firings(text))
-    return judge(cases, firings)
+        fired = traced_firing(text)
+        traces.update({c.run_id: transitions(fired.get(c.run_id, {}), group_length_s(group), every)
+                       for c in group if c.run_id in traced})
+    return judge(cases, firings, traces)
 
 
 __all__ = ["Case", "MODES", "Verdict", "first_firings", "grid", "judge", "promtool_groups", "run"]

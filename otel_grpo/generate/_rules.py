@@ -50,6 +50,7 @@ COUNTERS = ("steps", "tokens", "samples")
 THRESHOLD_RECORD = "run_id:grpo_threshold:"
 KL_JUDGED = "run_id:grpo_kl:judged"  # grpo_kl, else TRL's grpo_trl_kl: the KL the `kl` step check judges
 BASELINE_STEPS = "run_id:grpo_step_index:baseline_steps"  # steps in each baseline window (label `rung`)
+STEP_MAX = "run_id:grpo_step_index:max"  # the run's highest step index now (alert group)
 RUNG_FACTOR = 4  # each baseline window (and its offset) is this many times the previous one
 
 # Settings that are thresholds: the ones `overrides` may set per run.
@@ -346,7 +347,9 @@ def _kl_baseline(s: RuleSettings) -> list[dict]:
         # before the baselines that read its history: the rules of a group are evaluated in order
         {"record": KL_JUDGED, "expr": _judged("kl")},
         {"record": "run_id:grpo_kl:baseline_median", "expr": q(0.5)},
-        {"record": "run_id:grpo_kl:baseline_iqr", "expr": f"({q(0.75)}) - ({q(0.25)})"},
+        {"record": "run_id:grpo_kl:baseline_q25", "expr": q(0.25)},
+        {"record": "run_id:grpo_kl:baseline_q75", "expr": q(0.75)},
+        {"record": "run_id:grpo_kl:baseline_iqr", "expr": "run_id:grpo_kl:baseline_q75 - run_id:grpo_kl:baseline_q25"},
         # A jump must also leave the baseline's upper range (its 90th percentile, which one absurd step does
         # not move): a KL that creeps up steadily is many robust deviations above a tight, early baseline
         # median, never twice its own recent highs.

@@ -25,12 +25,13 @@ fills with an older process's values):
   GRPOCollectorDown pages for all of them.
 
 Each building block is a named recording rule (`run_id:grpo_process:*`, `run_id:grpo_run:*`),
-evaluated in the alert group before the alerts.
+evaluated in the alert group before the alerts: a live run's idle seconds and the limits they are
+judged against too, so each alert reads a few records.
 """
 
 from __future__ import annotations
 
-from ._alerts_base import DURATION as _DURATION, RUN, STEP as _STEP, alert, by_run
+from ._alerts_base import DURATION as _DURATION, RUN, STEP as _STEP, alert
 from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, run_floor, seconds
 
 FINISHED, PREEMPTED, STARTED, ACTIVITY, STEP_END, ALIVE = map(
@@ -44,6 +45,9 @@ LAST_STEP = "run_id:grpo_step_index:last"
 INTERVAL = "run_id:grpo_step:longest_interval_seconds"
 ENDED = "run_id:grpo_run:ended"  # label `how`: finished, preempted
 PATH_DOWN = "grpo:collector_down:last_time"
+IDLE = "run_id:grpo_process:idle_seconds"  # live runs only
+STALL_LIMIT = "run_id:grpo_process:stall_limit_seconds"
+FIRST_STEP_LIMIT = "run_id:grpo_process:first_step_limit_seconds"
 
 
 def _larger(first: str, second: str) -> str:
@@ -66,7 +70,8 @@ def _floor_text(s: RuleSettings, name: str) -> str:
 
 
 def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
-    """The building blocks, in evaluation order: what each run's latest process last said about itself."""
+    """The building blocks, in evaluation order: what each run's latest process last said about itself, and the
+    limits its idleness is judged against."""
     step_end = _last(s, STEP_END)
     # A run's last step is its latest process's only if it ended after that process started; -1: no step yet.
     last_step = (f"({_last(s, STEP_INDEX)} and on (run_id) ({step_end} >= on (run_id) {START}))"
@@ -83,29 +88,23 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": ENDED, "labels": {"how": "finished"}, "expr": f"{_last(s, FINISHED)} == 1"},
         {"record": ENDED, "labels": {"how": "preempted"}, "expr": f"{_last(s, PREEMPTED)} == 1"},
         {"record": PATH_DOWN, "expr": f"max(timestamp({down})) or last_over_time({PATH_DOWN}[{s.absent_window}])"},
+        # Live runs (heard from within their promise and the slack, not ended on purpose): seconds without a
+        # step, heartbeat or start.
+        {"record": IDLE, "expr": f"time() - {PROGRESS} and on (run_id)"
+                                 f" ({OVERDUE} <= {seconds(s.liveness_slack)} unless on (run_id) {ENDED})"},
+        {"record": STALL_LIMIT, "expr": _larger(f"{s.stall_factor} * {INTERVAL}", run_floor(s, "stall_floor", START))},
+        {"record": FIRST_STEP_LIMIT, "expr": run_floor(s, "first_step_floor", START)},
     ]
 
 
-def _live(s: RuleSettings) -> str:
-    """Runs heard from within their promise (plus the slack), that have not ended on purpose."""
-    return f"{OVERDUE} <= {seconds(s.liveness_slack)} unless on (run_id) {ENDED}"
-
-
-def _idle_beyond(s: RuleSettings, limit: str) -> str:
-    """Live runs idle (no step, heartbeat or start) for longer than `limit` (a vector by run_id); value: the
-    seconds idle."""
-    return f"((time() - {PROGRESS} > on (run_id) {limit}) and on (run_id) ({_live(s)}))"
-
-
-def _stalled(s: RuleSettings) -> str:
-    limit = _larger(f"{s.stall_factor} * {INTERVAL}", run_floor(s, "stall_floor", START))
+def _stalled() -> str:
     # Value: the last step.
-    return f"{_idle_beyond(s, limit)} * 0 + on (run_id) ({LAST_STEP} >= 0)"
+    return f"({IDLE} > on (run_id) {STALL_LIMIT}) * 0 + on (run_id) ({LAST_STEP} >= 0)"
 
 
-def _no_first_step(s: RuleSettings) -> str:
+def _no_first_step() -> str:
     # Value: the seconds since the process started.
-    return (f"{_idle_beyond(s, run_floor(s, 'first_step_floor', START))} * 0 + on (run_id) (time() - {START})"
+    return (f"({IDLE} > on (run_id) {FIRST_STEP_LIMIT}) * 0 + on (run_id) (time() - {START})"
             f" and on (run_id) {LAST_STEP} < 0")
 
 
@@ -120,7 +119,7 @@ def _overdue(s: RuleSettings) -> str:
 def run_end_alerts(s: RuleSettings) -> list[dict]:
     panel = "Step index and steps per second"
     return [
-        alert(s, "GRPOTrainerStalled", _stalled(s), "0s", "critical",
+        alert(s, "GRPOTrainerStalled", _stalled(), "0s", "critical",
               f"No training step after step {_STEP} in {RUN}, yet it still exports",
               f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its longest recent "
               f"step time or time between reported steps (at least {_floor_text(s, 'stall_floor')}), nor any "
@@ -128,7 +127,7 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
               "collective, a dead data loader or a deadlock. Measured on the trainer's clock from its last step's "
               "end; it resolves only when a step completes, the process reports work again, or the run ends.",
               panel),
-        alert(s, "GRPONoFirstStep", _no_first_step(s), "0s", "critical",
+        alert(s, "GRPONoFirstStep", _no_first_step(), "0s", "critical",
               f"{RUN} has completed no training step in the {_DURATION} since its process started",
               f"The run's process is alive and has no step, and nothing it reports has happened for longer than "
               f"{_floor_text(s, 'first_step_floor')} since its start or its last heartbeat: it hangs before its "

@@ -3,25 +3,46 @@
 Every case runs through the committed rules in promtool (Prometheus 3.16): a healthy run notifies
 nobody at any evaluation; a failing one notifies nobody before its onset and fires the alert its
 failure mode names within the mode's bound. The alerts that fire reach their class's receiver on
-the real Alertmanager's routing tree (`amtool config routes test` on the committed config).
+the real Alertmanager's routing tree (`amtool config routes test` on the committed config), and a
+sample of runs, one of every mode, is replayed through a real Alertmanager as promtool fired it.
 """
 
 from __future__ import annotations
 
 import collections
 import subprocess
+import time
+from datetime import datetime, timedelta, timezone
 
+import httpx
 import pytest
-from otel_grpo.generate import RuleSettings, rule_files
-from otel_grpo.generate._grid import MODES, Case, grid, run
+from otel_grpo.generate import RuleSettings, class_of, rule_files
+from otel_grpo.generate._grid import MODES, Case, Verdict, grid, run
+from otel_grpo.generate._grid_trace import Change, Labels, changes, schedule
+from tests._support.alertmanager import SIDECAR_HOOK, delivering_alertmanager
 
 pytestmark = pytest.mark.integration
+
+GROUP_WAIT, GROUP_INTERVAL = "250ms", "500ms"
+SLOT_S = 1.5
+"""Compressed time: one slot per evaluation at which a run's alerts changed, long enough for Alertmanager to send
+what the change makes it send (after group_wait, or at the group's next group_interval), as it does in the
+10 s and 1 minute after an evaluation at the committed timings, before the next change (60 s later at least)."""
+
+
+def _sample(cases: list[Case]) -> set[str]:
+    """One run of every mode (the healthy variants too), its step time, scrape interval and path varying with the
+    mode: the runs traced at every evaluation and replayed through Alertmanager."""
+    by_mode: dict[str, list[Case]] = {}
+    for c in cases:
+        by_mode.setdefault(c.mode, []).append(c)
+    return {runs[i % len(runs)].run_id for i, runs in enumerate(by_mode.values())}
 
 
 @pytest.fixture(scope="module")
 def verdicts(promtool, tmp_path_factory):
     cases = grid()
-    return run(cases, promtool, rule_files(RuleSettings()), tmp_path_factory.mktemp("grid"))
+    return run(cases, promtool, rule_files(RuleSettings()), tmp_path_factory.mktemp("grid"), traced=_sample(cases))
 
 
 def _describe(case: Case) -> str:
@@ -68,3 +89,69 @@ def test_each_expected_alert_routes_to_its_class(verdicts, root, amtool):
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == [wanted[severity]], (mode, alert, out.stdout)
+
+
+def _first(v: Verdict, changed: list[Change]) -> int | None:
+    """The change at which a failing run's alert first fired at or after its onset."""
+    return next((i for i, c in enumerate(changed) if c.at_s >= (v.case.onset_s or 0)
+                 and any(dict(labels)["alertname"] == v.case.expect for labels in c.fired)), None)
+
+
+def _replay(url: str, slots: list[dict[str, Change]]) -> None:
+    """Each slot's changes sent as Prometheus sends them: alerts that start firing (until an end far ahead, as
+    it renews them while they fire), alerts that stopped with their end now."""
+    started: dict[Labels, str] = {}
+    for slot in slots:
+        now = datetime.now(timezone.utc)
+        alerts = []
+        for change in slot.values():
+            for labels in change.fired:
+                started[labels] = now.isoformat()
+                alerts.append({"labels": dict(labels), "startsAt": started[labels],
+                               "endsAt": (now + timedelta(hours=1)).isoformat()})
+            alerts += [{"labels": dict(labels), "startsAt": started[labels], "endsAt": now.isoformat()}
+                       for labels in change.resolved]
+        if alerts:
+            assert httpx.post(f"{url}/api/v2/alerts", json=alerts, timeout=10).status_code == 200
+        time.sleep(SLOT_S)  # pacing, not an assertion: what Alertmanager sent is read once every slot is sent
+
+
+@pytest.mark.timeout(300)
+def test_sampled_runs_reach_their_receivers_on_the_real_alertmanager(verdicts, root, tmp_path_factory,
+                                                                     free_port_factory, alertmanager_bin):
+    """A sample of the grid's runs, one of every mode, replayed side by side through a real Alertmanager on the
+    committed routing tree and inhibitions: every alert promtool fired for them (those with their run_id: the
+    stack's own, GRPOCollectorDown in an outage, pair with no run), in the order it fired them. A healthy run
+    notifies nobody; a failing run's alert reaches the receiver of the class it fired with. Each
+    failure's alert arrives in one slot with the other runs' (critical and warning), so an inhibition that
+    paired alerts of different runs would silence some of them."""
+    traced = [v for v in verdicts if v.firing is not None]
+    assert sorted(v.case.mode for v in traced) == sorted(m.name for m in MODES)
+    runs = {v.case.run_id: changes(v.firing) for v in traced}
+    failing = {v.case.run_id: v for v in traced if v.case.expect is not None}
+    align = {run: _first(v, runs[run]) for run, v in failing.items()}
+    assert [run for run, i in align.items() if i is None] == []
+    slots = schedule(runs, align)
+    fired = {(run, dict(labels)["severity"]) for run, c in slots[max(align.values())].items() for labels in c.fired}
+    critical, warning = ({run for run, sev in fired if sev == s} for s in ("critical", "warning"))
+    assert critical and warning - critical, "each failure's alert arrives with other runs' critical alerts"
+
+    want: dict[str, set[str]] = {"page": set(), "notify": set()}
+    for run, v in failing.items():
+        want[class_of({"alertname": v.case.expect, "severity": v.severity})].add(f"{v.case.expect}/{run}")
+    assert want["page"] and want["notify"]
+    with delivering_alertmanager(alertmanager_bin, root, tmp_path_factory.mktemp("am-grid"), free_port_factory(),
+                                 group_wait=GROUP_WAIT, group_interval=GROUP_INTERVAL) as (url, hooks, _):
+        _replay(url, slots)
+        got = hooks.delivered({"/page": want["page"], "/notify": want["notify"],
+                               SIDECAR_HOOK: want["page"] | want["notify"]})
+        with hooks.lock:  # the sidecar's copy names the receiver (the class) of each notification
+            classes = {(body["receiver"], f'{a["labels"]["alertname"]}/{a["labels"].get("run_id", "")}')
+                       for body in hooks.received[SIDECAR_HOOK] for a in body["alerts"] if a["status"] == "firing"}
+    assert {cls: want[cls] - got.get(f"/{cls}", set()) for cls in want} == {"page": set(), "notify": set()}
+    assert {(cls, a) for cls, alerts in want.items() for a in alerts} - classes == set()
+    healthy = {v.case.run_id for v in traced if v.case.expect is None}
+    heard = {(cls, a) for cls, a in classes if cls != "record" and a.split("/", 1)[1] in healthy}
+    heard |= {(path, a) for path in ("/page", "/notify", "/deadman") for a in got.get(path, set())
+              if a.split("/", 1)[1] in healthy}
+    assert heard == set()

@@ -7,83 +7,30 @@ the committed ones, checked below, and every notification is a real HTTP request
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from collections import defaultdict
-from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 import yaml
 
-from otel_grpo.generate import Destination, alertmanager_config, dump
-from otel_grpo.generate._routing import load_routing
-from otel_grpo.stack._process import Managed
+from tests._support.alertmanager import SIDECAR_HOOK, delivering_alertmanager, serve_alertmanager
 
 pytestmark = pytest.mark.integration
-
-
-def _serve_alertmanager(binary: str, config, d, port: int):
-    return Managed("alertmanager", [binary, f"--config.file={config}", f"--storage.path={d}", "--cluster.listen-address=",
-                                    f"--web.listen-address=127.0.0.1:{port}"],
-                   f"http://127.0.0.1:{port}/-/ready", d / "am.log")
 
 
 @pytest.fixture(scope="module")
 def alertmanager(root, tmp_path_factory, free_port_factory, alertmanager_bin):
     d, port = tmp_path_factory.mktemp("am"), free_port_factory()
-    with _serve_alertmanager(alertmanager_bin, root / "alertmanager/alertmanager.yml", d, port).running(60):
+    with serve_alertmanager(alertmanager_bin, root / "alertmanager/alertmanager.yml", d, port).running(60):
         yield f"http://127.0.0.1:{port}"
-
-
-class _Hooks(ThreadingHTTPServer):
-    """Webhook receivers on one port, one path each: what Alertmanager delivered, by path."""
-
-    def __init__(self) -> None:
-        self.received: dict[str, list[dict]] = defaultdict(list)
-        self.lock = threading.Lock()
-        hooks = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                with hooks.lock:
-                    hooks.received[self.path].append(body)
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-    def firing(self) -> dict[str, set[str]]:
-        """path -> `alertname/run_id` of every firing alert delivered there."""
-        with self.lock:
-            return {path: {f'{a["labels"]["alertname"]}/{a["labels"].get("run_id", "")}'
-                           for body in bodies for a in body["alerts"] if a["status"] == "firing"}
-                    for path, bodies in self.received.items()}
 
 
 @pytest.fixture(scope="module")
 def delivery(root, tmp_path_factory, free_port_factory, alertmanager_bin):
     """An Alertmanager routing to webhook receivers here: (its URL, the receivers, the config it runs)."""
-    hooks = _Hooks()
-    threading.Thread(target=hooks.serve_forever, daemon=True).start()
-    d, port = tmp_path_factory.mktemp("am-delivery"), free_port_factory()
-    for name in ("page", "notify", "deadman"):
-        (d / f"{name}_url").write_text(f"{hooks.url}/{name}")
-    committed = load_routing(root)
-    routing = replace(committed, **{n: Destination(kind="webhook", url_file=f"{n}_url") for n in ("page", "notify", "deadman")})
-    config = alertmanager_config(f"{hooks.url}/sidecar", routing, secrets_dir=str(d), group_wait="1s",
-                                 group_interval="1s")
-    (d / "alertmanager.yml").write_text(dump(config))
-    with _serve_alertmanager(alertmanager_bin, d / "alertmanager.yml", d, port).running(60):
-        yield f"http://127.0.0.1:{port}", hooks, config
-    hooks.shutdown()
+    with delivering_alertmanager(alertmanager_bin, root, tmp_path_factory.mktemp("am-delivery"), free_port_factory(),
+                                 group_wait="1s", group_interval="1s") as served:
+        yield served
 
 
 def _alert(name: str, severity: str, **labels: str) -> dict:
@@ -148,15 +95,6 @@ def test_delivery_runs_the_committed_routing_tree_and_inhibitions(root, delivery
     assert config["route"] == committed["route"] and config["inhibit_rules"] == committed["inhibit_rules"]
 
 
-def _delivered(hooks: _Hooks, expected: dict[str, set[str]], settle_s: float = 3.0) -> dict[str, set[str]]:
-    """What arrived once `expected` has (or after 30 s), and `settle_s` more for anything extra."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(not want <= hooks.firing().get(p, set()) for p, want in expected.items()):
-        time.sleep(0.2)
-    time.sleep(settle_s)
-    return hooks.firing()
-
-
 def test_each_class_reaches_exactly_its_receiver_and_every_alert_the_sidecar(delivery):
     url, hooks, _ = delivery
     alerts = [
@@ -174,10 +112,10 @@ def test_each_class_reaches_exactly_its_receiver_and_every_alert_the_sidecar(del
     page = {"GRPOKLHigh/p", "GRPOCollectorDown/", "GRPOMetricsAbsent/crashed"}
     notify = {"GRPOEntropyCollapse/n", "GRPOSidecarDown/", "GRPORunPreempted/preempted"}
     expected = {"/page": page, "/notify": notify, "/deadman": {"GRPOWatchdog/"},
-                "/sidecar/api/alerts": page | notify | {"CustomInfo/r", "GRPOWatchdog/"}}
-    assert _delivered(hooks, expected) == expected
+                SIDECAR_HOOK: page | notify | {"CustomInfo/r", "GRPOWatchdog/"}}
+    assert hooks.delivered(expected) == expected
     with hooks.lock:  # the sidecar's copy says which class each notification was for
-        receivers = {(b["receiver"], a["labels"]["alertname"]) for b in hooks.received["/sidecar/api/alerts"]
+        receivers = {(b["receiver"], a["labels"]["alertname"]) for b in hooks.received[SIDECAR_HOOK]
                      for a in b["alerts"]}
     assert ("record", "CustomInfo") in receivers and ("page", "GRPOMetricsAbsent") in receivers
     assert ("notify", "GRPORunPreempted") in receivers and ("deadman", "GRPOWatchdog") in receivers

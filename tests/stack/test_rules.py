@@ -20,7 +20,7 @@ from otel_grpo.stack import RuleSettings, alerts, generated_files
 from otel_grpo.generate._checks import allowed_series, metric_names, rule_exprs
 from otel_grpo.generate import rule_files
 from otel_grpo.generate._promtool import load_scenarios, render_tests
-from otel_grpo.generate._rules import seconds
+from otel_grpo.generate._rules import FLOORS, THRESHOLDS, seconds
 
 ALERTS = {r["alert"] for r in alerts(RuleSettings())}
 ALWAYS_FIRING = {"GRPOWatchdog"}
@@ -201,6 +201,23 @@ def test_rule_expressions_run_on_prometheus(prometheus_api, http, settings):
     for name, expr in rule_exprs(settings):
         r = http.get(f"{prometheus_api}/api/v1/query", params={"query": expr})
         assert r.status_code == 200 and r.json()["status"] == "success", (name, r.text)
+
+
+_DEFAULTS = RuleSettings()
+_EVERY_OVERRIDE = RuleSettings(overrides={
+    "own": {name: getattr(_DEFAULTS, name) for name in THRESHOLDS + FLOORS},
+    "exp-42": {"kl_threshold": 2.0, "ess_min": float("inf"), "throughput_fraction": 0.3, "stall_floor": "45m"}})
+
+
+@pytest.mark.parametrize("settings", [_DEFAULTS, RuleSettings.fast(), _EVERY_OVERRIDE],
+                         ids=["default", "fast", "overrides"])
+def test_alerts_read_small_named_building_blocks(settings):
+    """Alerts read named recording rules, one per building block (kubernetes-mixin style), so no alert
+    expression is longer than 300 characters, whatever the settings. No record with the defaults is longer than
+    500 (a baseline picks one of its rungs; a threshold's overrides list their runs in its records' selectors)."""
+    assert [(a["alert"], len(a["expr"])) for a in alerts(settings) if len(a["expr"]) > 300] == []
+    if settings is _DEFAULTS:
+        assert [(name, len(expr)) for name, expr in rule_exprs(settings) if len(expr) > 500] == []
 
 
 def test_fast_rules_pass_promtool(tmp_path, promtool):

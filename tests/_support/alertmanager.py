@@ -1,0 +1,89 @@
+"""A real Alertmanager for the tests, and webhook receivers that record what it delivers."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+
+from otel_grpo.generate import Destination, alertmanager_config, dump
+from otel_grpo.generate._routing import load_routing
+from otel_grpo.stack._process import Managed
+
+
+def serve_alertmanager(binary: str, config: Path, d: Path, port: int) -> Managed:
+    """A real Alertmanager on 127.0.0.1:`port` (no cluster), running `config` with its state under `d`."""
+    return Managed("alertmanager", [binary, f"--config.file={config}", f"--storage.path={d}", "--cluster.listen-address=",
+                                    f"--web.listen-address=127.0.0.1:{port}"],
+                   f"http://127.0.0.1:{port}/-/ready", d / "am.log")
+
+
+class Hooks(ThreadingHTTPServer):
+    """Webhook receivers on one port, one path each: what Alertmanager delivered, by path."""
+
+    def __init__(self) -> None:
+        self.received: dict[str, list[dict]] = defaultdict(list)
+        self.lock = threading.Lock()
+        hooks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                with hooks.lock:
+                    hooks.received[self.path].append(body)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+    def firing(self) -> dict[str, set[str]]:
+        """path -> `alertname/run_id` of every firing alert delivered there."""
+        with self.lock:
+            return {path: {f'{a["labels"]["alertname"]}/{a["labels"].get("run_id", "")}'
+                           for body in bodies for a in body["alerts"] if a["status"] == "firing"}
+                    for path, bodies in self.received.items()}
+
+    def delivered(self, expected: dict[str, set[str]], settle_s: float = 3.0) -> dict[str, set[str]]:
+        """What arrived once `expected` has (or after 30 s), and `settle_s` more for anything extra."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(not want <= self.firing().get(p, set()) for p, want in expected.items()):
+            time.sleep(0.2)
+        time.sleep(settle_s)
+        return self.firing()
+
+
+SIDECAR_HOOK = "/sidecar/api/alerts"
+"""Where every receiver of a `delivering_alertmanager` posts first (the sidecar's copy, naming the receiver)."""
+
+
+@contextmanager
+def delivering_alertmanager(binary: str, root: Path, d: Path, port: int, *, group_wait: str,
+                            group_interval: str) -> Iterator[tuple[str, Hooks, dict]]:
+    """An Alertmanager routing to webhook receivers here (`/page`, `/notify`, `/deadman`, and every receiver to
+    `SIDECAR_HOOK`): (its URL, the receivers, the config it runs). The config renders from the function and the
+    routing compose's does: the committed routing tree and inhibitions (test_inhibitions.py compares them); only
+    destinations and the grouping timings differ, so a notification arrives within `group_wait`."""
+    hooks = Hooks()
+    threading.Thread(target=hooks.serve_forever, daemon=True).start()
+    for name in ("page", "notify", "deadman"):
+        (d / f"{name}_url").write_text(f"{hooks.url}/{name}")
+    committed = load_routing(root)
+    routing = replace(committed, **{n: Destination(kind="webhook", url_file=f"{n}_url") for n in ("page", "notify", "deadman")})
+    config = alertmanager_config(f"{hooks.url}/sidecar", routing, secrets_dir=str(d), group_wait=group_wait,
+                                 group_interval=group_interval)
+    (d / "alertmanager.yml").write_text(dump(config))
+    try:
+        with serve_alertmanager(binary, d / "alertmanager.yml", d, port).running(60):
+            yield f"http://127.0.0.1:{port}", hooks, config
+    finally:
+        hooks.shutdown()
