@@ -37,7 +37,7 @@ from ._errors import StoreUnavailable
 from ._health import WriteHealth
 from ._pool import ConnectionPool
 from ._step_series import StepCache
-from ._schema import PG_LOCK, migrate_postgres
+from .migrations import PG_LOCK, migrate_postgres
 from ._writes import MAINTENANCE_TIMEOUT_S
 
 log = logging.getLogger("otel_grpo.sidecar")
@@ -168,17 +168,11 @@ class PgStore(_queries.Reads, _writes.Writes):
              step_cache: StepCache | None = None, timeout_s: float = 5.0) -> "PgStore":
         """Connect and migrate; raises psycopg.OperationalError if the server cannot be reached."""
         store = cls(url, synchronous, read_connections, step_cache, timeout_s)
-        conn = store._connect(deadline_s=MAINTENANCE_TIMEOUT_S)  # a migration may rewrite a large table
-        try:
-            # A replica waits for another's migration (its advisory lock) as long as that may take.
-            ms = int(MAINTENANCE_TIMEOUT_S * 1000)
-            conn.raw.execute(f"SET statement_timeout = {ms}; SET lock_timeout = {ms}")
-            store.found_version = migrate_postgres(conn.raw)
-            conn.raw.execute("RESET statement_timeout; RESET lock_timeout")
-            conn.raw.deadline_s = store.timeout_s + GRACE_S
-        except BaseException:
-            conn.close()
-            raise
+        # A migration may rewrite a large table, and a replica waits for another's migration (its
+        # advisory lock) as long as that may take: the maintenance timeouts, on a connection of its own.
+        store.found_version = migrate_postgres(lambda: store._connect_raw(
+            autocommit=False, deadline_s=MAINTENANCE_TIMEOUT_S, statement_s=MAINTENANCE_TIMEOUT_S))
+        conn = store._connect()
         store._writer = conn
         return store
 
@@ -189,16 +183,22 @@ class PgStore(_queries.Reads, _writes.Writes):
         return cls(url, synchronous, read_connections=1, timeout_s=timeout_s)
 
     def _connect(self, deadline_s: float | None = None) -> _Connection:
+        return _Connection(self._connect_raw(deadline_s=deadline_s))
+
+    def _connect_raw(self, autocommit: bool = True, deadline_s: float | None = None,
+                     statement_s: float | None = None) -> "_BoundedConnection":
         # autocommit: a statement outside `_tx` is its own transaction, so a pooled read
         # connection never sits "idle in transaction" holding back vacuum. The settings travel in
         # the start-up packet (`options`): no round trip of their own.
-        ms = int(self.timeout_s * 1000)
-        raw = _BoundedConnection.connect(
-            self.url, autocommit=True, application_name="otel-grpo-sidecar",
-            connect_timeout=max(2, math.ceil(self.timeout_s)), **KEEPALIVE,  # libpq's least connect_timeout is 2 s
-            options=f"-c statement_timeout={ms} -c lock_timeout={ms} -c synchronous_commit=on")
+        raw = _BoundedConnection.connect(self.url, autocommit=autocommit, **self._connect_kwargs(statement_s))
         raw.deadline_s = deadline_s or self.timeout_s + GRACE_S
-        return _Connection(raw)
+        return raw
+
+    def _connect_kwargs(self, statement_s: float | None = None) -> dict:
+        ms = int((statement_s or self.timeout_s) * 1000)
+        return dict(application_name="otel-grpo-sidecar",
+                    connect_timeout=max(2, math.ceil(self.timeout_s)), **KEEPALIVE,  # libpq's least is 2 s
+                    options=f"-c statement_timeout={ms} -c lock_timeout={ms} -c synchronous_commit=on")
 
     def ping(self) -> bool:
         """`SELECT 1` on a connection of its own: readiness never waits behind reads for a pooled one.
