@@ -17,25 +17,29 @@ server cancels a statement after `timeout_s` (`statement_timeout`) and a lock wa
 kernel still acknowledges packets, so TCP keepalives see nothing wrong) is given up on by the
 client a second later (`_BoundedConnection`); keepalives and `tcp_user_timeout` find a dead peer
 on an idle or a sending connection. A request waits at most `timeout_s` for the write lock or a
-read connection.
+read connection: reads share a psycopg_pool.ConnectionPool of `read_connections`, which opens them on
+demand (its own threads) and replaces a broken one; one idle for over a second is checked with
+`SELECT 1` before use (a server restarted meanwhile has closed it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import threading
+import time
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import _queries, _writes
 from ._dialect import POSTGRES
 from ._errors import StoreUnavailable
 from ._health import WriteHealth
-from ._pool import ConnectionPool
 from ._step_series import StepCache
 from .migrations import PG_LOCK, migrate_postgres
 from ._writes import MAINTENANCE_TIMEOUT_S
@@ -50,6 +54,8 @@ KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "
              "tcp_user_timeout": 30_000}
 """TCP keepalives and user timeout: a connection to a host that vanished (no RST ever comes) fails
 within ~30 s, idle or sending, instead of the kernel's ~15 minutes of retransmissions."""
+IDLE_CHECK_S = 1.0
+"""A pooled read connection idle longer than this is checked with `SELECT 1` before it is used again."""
 _WAIT_TIMEOUT = getattr(pg_errors, "_WaitTimeout", pg_errors.ConnectionTimeout)  # psycopg >= 3.2 bounds waits with it
 
 
@@ -120,6 +126,7 @@ class _BoundedConnection(psycopg.Connection):
     stopped, since libpq has no client-side timeout beyond `connect_timeout`."""
 
     deadline_s: float | None = None
+    idle_since = 0.0  # when the read pool last had it back (see _check_idle)
 
     def wait(self, gen, interval: float = 0.1, timeout: float | None = None):
         bound = self.deadline_s if timeout is None else timeout
@@ -132,12 +139,15 @@ class _BoundedConnection(psycopg.Connection):
             raise pg_errors.ConnectionTimeout(f"the database did not answer within {bound:g} s") from None
 
 
-def _alive(conn: _Connection) -> bool:
-    try:
-        conn.raw.execute("SELECT 1")
-        return True
-    except psycopg.Error:
-        return False
+def _given_back(raw: _BoundedConnection) -> None:
+    raw.idle_since = time.monotonic()
+
+
+def _check_idle(raw: _BoundedConnection) -> None:
+    # The pool's own check (`check_connection`) costs a round trip on every read; a connection in use a
+    # moment ago is alive. A failed check is a broken connection: the pool closes it and makes another.
+    if time.monotonic() - raw.idle_since > IDLE_CHECK_S:
+        raw.execute("SELECT 1")
 
 
 class PgStore(_queries.Reads, _writes.Writes):
@@ -159,7 +169,10 @@ class PgStore(_queries.Reads, _writes.Writes):
         self.found_version: int | None = None
         self._wlock = threading.Lock()
         self._writer: _Connection | None = None
-        self._pool = ConnectionPool(self._connect, read_connections, alive=_alive, wait_s=timeout_s)
+        self._pool = ConnectionPool(
+            url, connection_class=_BoundedConnection, kwargs={"autocommit": True, **self._connect_kwargs()},
+            min_size=0, max_size=read_connections, timeout=timeout_s, open=True, name="otel-grpo-reads",
+            configure=self._configure_read, check=_check_idle, reset=_given_back)
         self._probe: _Connection | None = None  # readiness's own connection (see ping)
         self._closed = False
 
@@ -212,9 +225,23 @@ class PgStore(_queries.Reads, _writes.Writes):
             self._probe = None
             raise
 
+    def _configure_read(self, raw: _BoundedConnection) -> None:
+        raw.deadline_s = self.timeout_s + GRACE_S
+        _given_back(raw)
+
+    @contextlib.contextmanager
     def read(self):
-        """Context manager: a pooled read connection."""
-        return self._pool.connection()
+        """Context manager: a pooled read connection; StoreUnavailable (a 503) when none is free (or can be
+        made) within `timeout_s`."""
+        try:
+            raw = self._pool.getconn()
+        except PoolTimeout:
+            raise StoreUnavailable(f"no database connection free within {self.timeout_s:g} s "
+                                   f"(all {self._pool.max_size} busy, or the database unreachable)") from None
+        try:
+            yield _Connection(raw)
+        finally:
+            self._pool.putconn(raw)
 
     def _insert_samples(self, conn: _Connection, rows: list[tuple]) -> int:
         columns = [list(column) for column in zip(*(_clean(r) for r in rows))]
