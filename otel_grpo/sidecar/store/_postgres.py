@@ -183,10 +183,13 @@ class PgStore(_queries.Reads, _writes.Writes):
         store = cls(url, synchronous, read_connections, step_cache, timeout_s)
         # A migration may rewrite a large table, and a replica waits for another's migration (its
         # advisory lock) as long as that may take: the maintenance timeouts, on a connection of its own.
-        store.found_version = migrate_postgres(lambda: store._connect_raw(
-            autocommit=False, deadline_s=MAINTENANCE_TIMEOUT_S, statement_s=MAINTENANCE_TIMEOUT_S))
-        conn = store._connect()
-        store._writer = conn
+        try:
+            store.found_version = migrate_postgres(lambda: store._connect_raw(
+                autocommit=False, deadline_s=MAINTENANCE_TIMEOUT_S, statement_s=MAINTENANCE_TIMEOUT_S))
+            store._writer = store._connect()
+        except BaseException:
+            store._pool.close()  # its threads
+            raise
         return store
 
     @classmethod
