@@ -144,7 +144,8 @@ def test_concurrent_reads_share_a_bounded_set_of_connections(db, otlp):
     for t in threads:
         t.join()
     assert not errors and results == [60] * 40
-    assert store._pool.opened <= 3
+    pool = store._pool  # SQLite's own pool, or psycopg_pool's (PostgreSQL)
+    assert (pool.opened if hasattr(pool, "opened") else pool.get_stats()["connections_num"]) <= 3
     store.close()
 
 

@@ -70,14 +70,12 @@ def test_an_old_schema_that_cannot_migrate_is_a_503_naming_the_versions(sidecar_
     # the steps endpoints answered 503 "no such column: step_epoch" for good, a retry that never works.
     import sqlite3
 
-    from otel_grpo.sidecar.store._schema import MIGRATIONS, SCHEMA_VERSION, _split
+    from otel_grpo.sidecar.store import SCHEMA_VERSION
+    from tests._support import old_schema
 
     db = small_disk / "sidecar.db"
+    old_schema.make(db, 3)
     with sqlite3.connect(db) as conn:
-        for script in MIGRATIONS[:3]:
-            for statement in _split(script):
-                conn.execute(statement)
-        conn.execute("PRAGMA user_version = 3")
         conn.execute("INSERT INTO runs (run_id, first_seen, last_update) VALUES ('old', 0, 0)")
     conn.close()
     _fill(small_disk)

@@ -145,12 +145,10 @@ def test_retention_by_steps_runs_and_age(db, otlp):
 
 
 def test_v1_database_is_migrated_and_backfilled(tmp_path):
-    from otel_grpo.sidecar.store._schema import MIGRATIONS, _split
+    from tests._support import old_schema
 
+    old_schema.make(tmp_path / "old.db", 1)
     conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
-    for statement in _split(MIGRATIONS[0]):
-        conn.execute(statement)
-    conn.execute("PRAGMA user_version = 1")
     conn.execute("INSERT INTO runs (run_id, first_seen, last_update) VALUES ('r', 0, 0)")
     conn.execute("""INSERT INTO steps (run_id, step, end_time, updated_at, metrics) VALUES ('r', 3, 1, 1, '{"kl": 0.5}')""")
     conn.close()
@@ -266,7 +264,13 @@ def test_postgres_is_migrated_once_and_a_newer_schema_is_refused(pg_url):
     first.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(PG_SCHEMA_VERSION,)]
-        conn.execute("UPDATE schema_version SET version = version + 1")
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [(f"v{PG_SCHEMA_VERSION}",)]
+        conn.execute("UPDATE schema_version SET version = version + 1")  # what an older sidecar reads
+    with pytest.raises(SchemaError, match="newer"):
+        PgStore.open(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE schema_version SET version = version - 1")
+        conn.execute("UPDATE alembic_version SET version_num = 'v99_from_the_future'")
     with pytest.raises(SchemaError, match="newer"):
         PgStore.open(pg_url)
 
@@ -276,13 +280,10 @@ def test_a_postgres_database_of_schema_3_upgrades_in_place(pg_url, otlp):
     import psycopg
 
     from otel_grpo.sidecar.store import PgStore
-    from otel_grpo.sidecar.store._schema import PG_MIGRATIONS, _split
+    from tests._support import old_schema
 
+    old_schema.make(pg_url, 3)
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        for script in PG_MIGRATIONS[:3]:
-            for statement in _split(script):
-                conn.execute(statement)
-        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (3)")
         conn.execute("INSERT INTO runs (run_id, first_seen, last_update) VALUES ('r', 0, 0)")
         conn.execute("""INSERT INTO steps (run_id, step, end_time, updated_at, metrics) VALUES ('r', 3, 1, 1, '{"kl": 0.5}')""")
         conn.execute("INSERT INTO step_values (run_id, key, step, value) VALUES ('r', 'kl', 3, 0.5)")
@@ -460,23 +461,9 @@ def test_a_newer_attempts_samples_may_come_before_its_step_span(db, otlp):
 def test_a_store_of_schema_4_keeps_every_row_and_a_newer_attempt_replaces_them(db, otlp):
     """Rows stored before attempts existed (a v4 store, or a sender without `grpo.attempt`) are kept by the
     migration and merged as before; the first attempt that names itself replaces its steps' rows."""
-    import psycopg
+    from tests._support import old_schema
 
-    from otel_grpo.sidecar.store._schema import MIGRATIONS, PG_MIGRATIONS, _split
-
-    if str(db).startswith("postgresql"):
-        with psycopg.connect(db, autocommit=True) as conn:
-            for script in PG_MIGRATIONS[:4]:
-                for statement in _split(script):
-                    conn.execute(statement)
-            conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (4)")
-    else:
-        conn = sqlite3.connect(db, isolation_level=None)
-        for script in MIGRATIONS[:4]:
-            for statement in _split(script):
-                conn.execute(statement)
-        conn.execute("PRAGMA user_version = 4")
-        conn.close()
+    old_schema.make(db, 4)
     store = open_store(db)
     assert store.found_version == 4
     store.write_batch(_attempt(otlp, None, samples=6, tag="first", kl=10.0))  # as the previous release wrote them
@@ -502,3 +489,120 @@ def test_rows_a_sender_stored_without_an_attempt_are_replaced_by_the_first_attem
     assert completions == [f"second 0/{i}" for i in range(4)]
     assert store.runs()[0]["sample_count"] == 8
     store.close()
+
+
+_TABLES = ("runs", "steps", "step_spans", "phases", "samples", "alerts", "step_attempts")
+
+
+class _Db:
+    """Plain connections to either backend's file or database, for the tests of stored rows."""
+
+    def __init__(self, target) -> None:
+        import psycopg
+
+        self.pg = str(target).startswith("postgresql")
+        self.conn = psycopg.connect(str(target), autocommit=True) if self.pg else \
+            sqlite3.connect(target, isolation_level=None)
+
+    def columns(self, table: str) -> list[str]:
+        if self.pg:
+            return [r[0] for r in self.conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = %s ORDER BY ordinal_position",
+                (table,))]
+        return [r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")]
+
+    def rows(self, table: str, columns: list[str]) -> list[tuple]:
+        return sorted(self.conn.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall(), key=repr)
+
+    def insert(self, table: str, columns: list[str], rows: list[tuple]) -> None:
+        marks = ", ".join(["%s" if self.pg else "?"] * len(columns))
+        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+        if self.pg:
+            self.conn.cursor().executemany(sql, rows)
+        else:
+            self.conn.executemany(sql, rows)
+
+    def revision(self) -> list[tuple]:
+        return self.conn.execute("SELECT version_num FROM alembic_version").fetchall()
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_store_of_schema_4_or_5_is_upgraded_in_place_with_every_row_kept(db, version, otlp, tmp_path, request):
+    """Every row of every table, as the release of that schema stored them (written here at the head, then
+    copied into a database of the old schema, column by column), comes back unchanged after the upgrade."""
+    from tests._support import old_schema
+
+    pg = str(db).startswith("postgresql")
+    source = request.getfixturevalue("pg_server").new_database() if pg else tmp_path / "source.db"
+    store = open_store(source)
+    store.write_batch(_attempt(otlp, None, steps=range(3), samples=5, tag="old", kl=1.0))
+    store.write_batch(_attempt(otlp, None if version == 4 else 7, steps=range(3, 5), tag="late", kl=2.0))
+    store.upsert_alerts([{"fingerprint": "f1", "startsAt": "2023-11-14T22:13:20Z", "status": "firing",
+                          "labels": {"alertname": "GRPOKLHigh", "run_id": "r"}, "annotations": {"summary": "kl"},
+                          "endsAt": None, "generatorURL": None}])
+    store.close()
+    old_schema.make(db, version)
+    src, dst = _Db(source), _Db(db)
+    expected = {}
+    for table in _TABLES:
+        if not dst.columns(table):
+            continue  # not in that schema (step_attempts before v5)
+        columns = dst.columns(table)
+        expected[table] = (columns, src.rows(table, columns))
+        assert expected[table][1], table  # the test stores rows in every table it checks
+        dst.insert(table, columns, expected[table][1])
+    src.conn.close()
+
+    store = open_store(db)
+    assert store.found_version == version
+    assert len(store.samples("r", SampleQuery(step_min=0, limit=100))) == 23
+    store.close()
+    after = _Db(db)
+    for table, (columns, rows) in expected.items():
+        assert after.rows(table, columns) == rows, table
+    assert after.revision() == [(f"v{SCHEMA_VERSION}",)]
+    after.conn.close()
+
+
+def test_a_fresh_store_gets_the_head_revision(db):
+    open_store(db).close()
+    conn = _Db(db)
+    assert conn.revision() == [(f"v{SCHEMA_VERSION}",)]
+    if conn.pg:
+        assert conn.conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        indexes = {r[0] for r in conn.conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'runs'")}
+    else:
+        assert conn.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        indexes = {r[0] for r in conn.conn.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'runs'")}
+    assert "runs_last_update" in indexes  # v6
+    conn.conn.close()
+
+
+def test_replicas_starting_together_on_an_old_store_migrate_it_once(db):
+    """Four stores open one database of schema 4 at once: exactly one finds version 4 and migrates (PostgreSQL:
+    the advisory lock; SQLite: BEGIN IMMEDIATE, then the version read again); the others find the head."""
+    import threading
+
+    from tests._support import old_schema
+
+    old_schema.make(db, 4)
+    found, errors, start = [], [], threading.Barrier(4)
+
+    def replica() -> None:
+        start.wait()
+        try:
+            store = open_store(db)
+            found.append(store.found_version)
+            store.close()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=replica) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and sorted(found) == [4] + [SCHEMA_VERSION] * 3, (found, errors)
+    conn = _Db(db)
+    assert conn.revision() == [(f"v{SCHEMA_VERSION}",)]
+    conn.conn.close()

@@ -14,11 +14,12 @@ from pathlib import Path
 from ._errors import STORE_ERRORS, StoreUnavailable, describe, unavailable
 from ._postgres import PgStore, is_postgres_url, redact
 from ._queries import SAMPLE_CORE_COLUMNS, SampleQuery
-from ._schema import PG_SCHEMA_VERSION, SCHEMA_VERSION, SchemaError
+from .migrations import HEAD as SCHEMA_VERSION
+from .migrations import SchemaError
 from ._step_series import StepCache
 from ._store import Store
 
-
+PG_SCHEMA_VERSION = SCHEMA_VERSION  # one revision chain: both dialects share the version number
 DB_TIMEOUT_S = 5.0  # see SidecarSettings.db_timeout_s
 
 

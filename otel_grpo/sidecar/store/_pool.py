@@ -1,4 +1,4 @@
-"""A small bounded pool of read connections, shared by both backends.
+"""A small bounded pool of SQLite read connections (PostgreSQL's is psycopg_pool's).
 
     pool = ConnectionPool(connect, size=8)
     with pool.connection() as conn:
@@ -6,9 +6,7 @@
 
 The server runs reads on up to 40 threads. With one connection per thread, each SQLite
 connection kept its page cache for good (concurrent queries multiplied the sidecar's memory:
-benchmarks/README.md); here at most `size` connections exist and a read waits for a free one. A
-connection that a failed read left broken is closed, not reused; one that sat idle for a while
-is first checked with `alive` (a server restarted meanwhile has closed it), and replaced if dead.
+benchmarks/README.md); here at most `size` connections exist and a read waits for a free one.
 `renew()` retires every connection made so far (each is closed instead of reused): SQLite loads
 the planner's statistics when a connection opens and never again. A read waits at most `wait_s`
 for a connection, then gets StoreUnavailable (a 503): with the database hung, reads used to pile
@@ -19,31 +17,26 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._errors import StoreUnavailable
 
-IDLE_CHECK_S = 1.0  # a connection idle longer than this is checked before it is used again
-
 
 class ConnectionPool:
-    def __init__(self, connect: Callable[[], Any], size: int, alive: Callable[[Any], bool] | None = None,
-                 wait_s: float | None = None) -> None:
+    def __init__(self, connect: Callable[[], Any], size: int, wait_s: float | None = None) -> None:
         if size < 1:
             raise ValueError(f"size must be at least 1, got {size}")
         self.size = size
         self.wait_s = wait_s
         self._connect = connect
-        self._alive = alive
-        self._idle: list[tuple[Any, float, int]] = []  # (connection, when it was given back, generation)
+        self._idle: list[tuple[Any, int]] = []  # (connection, generation)
         self._generation = 0
         self._slots = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
         self._closed = False
         self.opened = 0
-        """Connections made so far (closed broken ones included)."""
+        """Connections made so far."""
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[Any]:
@@ -58,45 +51,30 @@ class ConnectionPool:
                 self.opened += 1
             try:
                 yield conn
-            except BaseException:
-                if _broken(conn):
-                    conn.close()
-                    conn = None
-                raise
             finally:
-                if conn is not None:
-                    with self._lock:
-                        if self._closed or generation != self._generation:
-                            conn.close()
-                        else:  # LIFO: the warmest is used next
-                            self._idle.append((conn, time.monotonic(), generation))
+                with self._lock:
+                    if self._closed or generation != self._generation:
+                        conn.close()
+                    else:  # LIFO: the warmest is used next
+                        self._idle.append((conn, generation))
         finally:
             self._slots.release()
 
     def _take_idle(self) -> tuple[Any, int]:
         with self._lock:
-            conn, since, generation = self._idle.pop() if self._idle else (None, 0.0, 0)
-        if conn is not None and self._alive is not None and time.monotonic() - since > IDLE_CHECK_S:
-            if not self._alive(conn):
-                conn.close()
-                return None, 0
-        return conn, generation
+            return self._idle.pop() if self._idle else (None, 0)
 
     def renew(self) -> None:
         """Close the idle connections; those in use are closed when given back."""
         with self._lock:
             self._generation += 1
             idle, self._idle = self._idle, []
-        for conn, _, _ in idle:
+        for conn, _ in idle:
             conn.close()
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        for conn, _, _ in idle:
+        for conn, _ in idle:
             conn.close()
-
-
-def _broken(conn: Any) -> bool:
-    return bool(getattr(conn, "broken", False))

@@ -17,27 +17,31 @@ server cancels a statement after `timeout_s` (`statement_timeout`) and a lock wa
 kernel still acknowledges packets, so TCP keepalives see nothing wrong) is given up on by the
 client a second later (`_BoundedConnection`); keepalives and `tcp_user_timeout` find a dead peer
 on an idle or a sending connection. A request waits at most `timeout_s` for the write lock or a
-read connection.
+read connection: reads share a psycopg_pool.ConnectionPool of `read_connections`, which opens them on
+demand (its own threads) and replaces a broken one; one idle for over a second is checked with
+`SELECT 1` before use (a server restarted meanwhile has closed it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import threading
+import time
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import _queries, _writes
 from ._dialect import POSTGRES
 from ._errors import StoreUnavailable
 from ._health import WriteHealth
-from ._pool import ConnectionPool
 from ._step_series import StepCache
-from ._schema import PG_LOCK, migrate_postgres
+from .migrations import PG_LOCK, migrate_postgres
 from ._writes import MAINTENANCE_TIMEOUT_S
 
 log = logging.getLogger("otel_grpo.sidecar")
@@ -50,6 +54,8 @@ KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "
              "tcp_user_timeout": 30_000}
 """TCP keepalives and user timeout: a connection to a host that vanished (no RST ever comes) fails
 within ~30 s, idle or sending, instead of the kernel's ~15 minutes of retransmissions."""
+IDLE_CHECK_S = 1.0
+"""A pooled read connection idle longer than this is checked with `SELECT 1` before it is used again."""
 _WAIT_TIMEOUT = getattr(pg_errors, "_WaitTimeout", pg_errors.ConnectionTimeout)  # psycopg >= 3.2 bounds waits with it
 
 
@@ -120,6 +126,7 @@ class _BoundedConnection(psycopg.Connection):
     stopped, since libpq has no client-side timeout beyond `connect_timeout`."""
 
     deadline_s: float | None = None
+    idle_since = 0.0  # when the read pool last had it back (see _check_idle)
 
     def wait(self, gen, interval: float = 0.1, timeout: float | None = None):
         bound = self.deadline_s if timeout is None else timeout
@@ -132,12 +139,15 @@ class _BoundedConnection(psycopg.Connection):
             raise pg_errors.ConnectionTimeout(f"the database did not answer within {bound:g} s") from None
 
 
-def _alive(conn: _Connection) -> bool:
-    try:
-        conn.raw.execute("SELECT 1")
-        return True
-    except psycopg.Error:
-        return False
+def _given_back(raw: _BoundedConnection) -> None:
+    raw.idle_since = time.monotonic()
+
+
+def _check_idle(raw: _BoundedConnection) -> None:
+    # The pool's own check (`check_connection`) costs a round trip on every read; a connection in use a
+    # moment ago is alive. A failed check is a broken connection: the pool closes it and makes another.
+    if time.monotonic() - raw.idle_since > IDLE_CHECK_S:
+        raw.execute("SELECT 1")
 
 
 class PgStore(_queries.Reads, _writes.Writes):
@@ -159,7 +169,10 @@ class PgStore(_queries.Reads, _writes.Writes):
         self.found_version: int | None = None
         self._wlock = threading.Lock()
         self._writer: _Connection | None = None
-        self._pool = ConnectionPool(self._connect, read_connections, alive=_alive, wait_s=timeout_s)
+        self._pool = ConnectionPool(
+            url, connection_class=_BoundedConnection, kwargs={"autocommit": True, **self._connect_kwargs()},
+            min_size=0, max_size=read_connections, timeout=timeout_s, open=True, name="otel-grpo-reads",
+            configure=self._configure_read, check=_check_idle, reset=_given_back)
         self._probe: _Connection | None = None  # readiness's own connection (see ping)
         self._closed = False
 
@@ -168,18 +181,15 @@ class PgStore(_queries.Reads, _writes.Writes):
              step_cache: StepCache | None = None, timeout_s: float = 5.0) -> "PgStore":
         """Connect and migrate; raises psycopg.OperationalError if the server cannot be reached."""
         store = cls(url, synchronous, read_connections, step_cache, timeout_s)
-        conn = store._connect(deadline_s=MAINTENANCE_TIMEOUT_S)  # a migration may rewrite a large table
+        # A migration may rewrite a large table, and a replica waits for another's migration (its
+        # advisory lock) as long as that may take: the maintenance timeouts, on a connection of its own.
         try:
-            # A replica waits for another's migration (its advisory lock) as long as that may take.
-            ms = int(MAINTENANCE_TIMEOUT_S * 1000)
-            conn.raw.execute(f"SET statement_timeout = {ms}; SET lock_timeout = {ms}")
-            store.found_version = migrate_postgres(conn.raw)
-            conn.raw.execute("RESET statement_timeout; RESET lock_timeout")
-            conn.raw.deadline_s = store.timeout_s + GRACE_S
+            store.found_version = migrate_postgres(lambda: store._connect_raw(
+                autocommit=False, deadline_s=MAINTENANCE_TIMEOUT_S, statement_s=MAINTENANCE_TIMEOUT_S))
+            store._writer = store._connect()
         except BaseException:
-            conn.close()
+            store._pool.close()  # its threads
             raise
-        store._writer = conn
         return store
 
     @classmethod
@@ -189,16 +199,22 @@ class PgStore(_queries.Reads, _writes.Writes):
         return cls(url, synchronous, read_connections=1, timeout_s=timeout_s)
 
     def _connect(self, deadline_s: float | None = None) -> _Connection:
+        return _Connection(self._connect_raw(deadline_s=deadline_s))
+
+    def _connect_raw(self, autocommit: bool = True, deadline_s: float | None = None,
+                     statement_s: float | None = None) -> "_BoundedConnection":
         # autocommit: a statement outside `_tx` is its own transaction, so a pooled read
         # connection never sits "idle in transaction" holding back vacuum. The settings travel in
         # the start-up packet (`options`): no round trip of their own.
-        ms = int(self.timeout_s * 1000)
-        raw = _BoundedConnection.connect(
-            self.url, autocommit=True, application_name="otel-grpo-sidecar",
-            connect_timeout=max(2, math.ceil(self.timeout_s)), **KEEPALIVE,  # libpq's least connect_timeout is 2 s
-            options=f"-c statement_timeout={ms} -c lock_timeout={ms} -c synchronous_commit=on")
+        raw = _BoundedConnection.connect(self.url, autocommit=autocommit, **self._connect_kwargs(statement_s))
         raw.deadline_s = deadline_s or self.timeout_s + GRACE_S
-        return _Connection(raw)
+        return raw
+
+    def _connect_kwargs(self, statement_s: float | None = None) -> dict:
+        ms = int((statement_s or self.timeout_s) * 1000)
+        return dict(application_name="otel-grpo-sidecar",
+                    connect_timeout=max(2, math.ceil(self.timeout_s)), **KEEPALIVE,  # libpq's least is 2 s
+                    options=f"-c statement_timeout={ms} -c lock_timeout={ms} -c synchronous_commit=on")
 
     def ping(self) -> bool:
         """`SELECT 1` on a connection of its own: readiness never waits behind reads for a pooled one.
@@ -212,9 +228,23 @@ class PgStore(_queries.Reads, _writes.Writes):
             self._probe = None
             raise
 
+    def _configure_read(self, raw: _BoundedConnection) -> None:
+        raw.deadline_s = self.timeout_s + GRACE_S
+        _given_back(raw)
+
+    @contextlib.contextmanager
     def read(self):
-        """Context manager: a pooled read connection."""
-        return self._pool.connection()
+        """Context manager: a pooled read connection; StoreUnavailable (a 503) when none is free (or can be
+        made) within `timeout_s`."""
+        try:
+            raw = self._pool.getconn()
+        except PoolTimeout:
+            raise StoreUnavailable(f"no database connection free within {self.timeout_s:g} s "
+                                   f"(all {self._pool.max_size} busy, or the database unreachable)") from None
+        try:
+            yield _Connection(raw)
+        finally:
+            self._pool.putconn(raw)
 
     def _insert_samples(self, conn: _Connection, rows: list[tuple]) -> int:
         columns = [list(column) for column in zip(*(_clean(r) for r in rows))]

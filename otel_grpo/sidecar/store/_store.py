@@ -27,7 +27,8 @@ from ._errors import StoreUnavailable
 from ._health import WriteHealth
 from ._pool import ConnectionPool
 from ._step_series import StepCache
-from ._schema import SCHEMA_VERSION, migrate_sqlite
+from .migrations import HEAD as SCHEMA_VERSION
+from .migrations import migrate_sqlite, sqlite_version
 
 # Sample rows are 1-4 KiB (prompt + completion), so with SQLite's default 4 KiB pages most
 # rows take a page of their own: a new store was 26% padding and every byte is written twice
@@ -90,17 +91,28 @@ class Store(_queries.Reads, _writes.Writes):
             conn = store._connect()
             conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # takes effect only in a new database
             conn.execute("PRAGMA journal_mode = WAL")
-            store.found_version = migrate_sqlite(conn)
+            store._open_flock()
+            store.found_version = store._migrate(conn)
         except sqlite3.OperationalError as exc:
             if not store.path.is_file() or store.path.stat().st_size == 0:
                 raise
             store._open_read_only(exc)
             return store
         store._writer = _as_writer(conn)
-        store._open_flock()
         store._checkpointer = Checkpointer(store.path, synchronous)
         store.optimize()
         return store
+
+    def _migrate(self, conn: sqlite3.Connection) -> int:
+        # Under the write lock: of two processes opening one old file together, one migrates and the
+        # other then finds the head (the version is read again under the lock).
+        if self._flock is not None:
+            fcntl.flock(self._flock, fcntl.LOCK_EX)
+        try:
+            return migrate_sqlite(self.path, conn)
+        finally:
+            if self._flock is not None:
+                fcntl.flock(self._flock, fcntl.LOCK_UN)
 
     def _open_read_only(self, exc: sqlite3.OperationalError) -> None:
         # mode=ro still needs the WAL index (-shm), which a full disk cannot hold; immutable=1 reads
@@ -115,7 +127,7 @@ class Store(_queries.Reads, _writes.Writes):
                 continue
         else:
             raise exc
-        found = self._connect().execute("PRAGMA user_version").fetchone()[0]
+        found = sqlite_version(self._connect())
         if found != SCHEMA_VERSION:  # its migration is what could not run: reads would name missing columns
             self.stale_schema = (f"the database is at schema version {found} and this sidecar reads version "
                                  f"{SCHEMA_VERSION}; the migration could not run ({exc})")

@@ -1,0 +1,1 @@
+"""The revisions, v1 to the head, one per schema version."""
