@@ -185,7 +185,7 @@ def test_run_page_plots_sorts_escapes_and_screenshots(site, otlp, tmp_path, new_
 
     # Long text is cut, and expands on click.
     assert "END" not in page.locator("#samples-table").text_content()
-    page.locator("button.more").first.click()
+    page.locator("#samples-table tr", has_text="long answer").locator("button.more").click()
     assert " END" in page.locator("#samples-table").text_content()
 
     # Picking another step reloads the table.
@@ -363,28 +363,28 @@ def _hash(page) -> dict:
 
 
 def test_an_older_samples_answer_arriving_late_does_not_replace_the_newer_one(site, new_page):
-    """Sort ascending, then at once descending: the first answer, held back, arrives last. The table
-    keeps the rows of the latest request (a slow store under load showed the ascending rows under a
-    descending header)."""
+    """Sort descending (the KL column's first click), then at once ascending: the first answer, held
+    back, arrives last. The table keeps the rows of the latest request (a slow store under load
+    showed one order's rows under the other's header)."""
     site.seed(_seed_explorer)
     page = new_page()
     page.goto(f"{site.url}/#/run/{MAIN}?step=12")
     wait(page, "document.body.dataset.ready === 'run' && !!document.querySelector('#samples-table')")
-    # answers to ascending sorts come 1.5 s late (the page fetches through window.fetch); window.__late
+    # answers to descending sorts come 1.5 s late (the page fetches through window.fetch); window.__late
     # settles once the held answer has been read (a task after its body, which the page reads too)
     page.evaluate("""() => { const fetch0 = window.fetch; window.fetch = (url, ...rest) => {
-        const late = String(url).includes('/samples') && String(url).includes('order_by') && !String(url).includes('desc=true');
+        const late = String(url).includes('/samples') && String(url).includes('order_by') && String(url).includes('desc=true');
         if (!late) return fetch0(url, ...rest);
         const held = new Promise((ok) => setTimeout(() => ok(fetch0(url, ...rest)), 1500));
         window.__late = held.then((r) => r.clone().text()).then(() => new Promise((ok) => setTimeout(ok, 100)));
         return held; }; }""")
     th = "document.querySelector('th[data-col=\"kl_ref_mean\"]')"
-    page.click('th[data-col="kl_ref_mean"]')  # ascending: held back
-    page.click('th[data-col="kl_ref_mean"]')  # descending, at once: answered first
-    wait(page, f"{th}.classList.contains('sorted-desc')")
-    page.evaluate("window.__late")  # the ascending answer has arrived meanwhile
-    assert page.evaluate(f"{th}.className").endswith("sorted-desc")
-    assert page.evaluate("document.querySelector('#samples-table tbody tr').dataset.sample") == "3"
+    page.click('th[data-col="kl_ref_mean"]')  # descending: held back
+    page.click('th[data-col="kl_ref_mean"]')  # ascending, at once: answered first
+    wait(page, f"{th}.classList.contains('sorted-asc')")
+    page.evaluate("window.__late")  # the descending answer has arrived meanwhile
+    assert page.evaluate(f"{th}.className").endswith("sorted-asc")
+    assert page.evaluate("document.querySelector('#samples-table tbody tr').dataset.sample") == "0"
 
 
 def test_run_explorer_from_a_bad_step_to_its_completions(site, tmp_path, new_page):
@@ -415,12 +415,18 @@ def test_run_explorer_from_a_bad_step_to_its_completions(site, tmp_path, new_pag
     click_step(page, kl, 12, (0, 19))
     wait(page, "document.querySelector('#step-select').value === '12'")
     assert _hash(page)["step"] == "12"
-    page.click('th[data-col="kl_ref_mean"]')
-    wait(page, "document.querySelector('th[data-col=\"kl_ref_mean\"]').classList.contains('sorted-asc')")
+    # A diagnostic sorts worst first: the first click puts the largest KL on top.
     page.click('th[data-col="kl_ref_mean"]')
     wait(page, "document.querySelector('th[data-col=\"kl_ref_mean\"]').classList.contains('sorted-desc')")
     assert page.evaluate("document.querySelector('#samples-table tbody tr').dataset.sample") == "3"
     assert _hash(page) == {"step": "12", "sort": "kl_ref_mean", "desc": "1"}
+    # From the keyboard: the focus stays on the header across the redraw, Enter and Space sort.
+    page.keyboard.press("Enter")
+    wait(page, "document.querySelector('th[data-col=\"kl_ref_mean\"]').classList.contains('sorted-asc')")
+    assert page.evaluate("document.activeElement.closest('th').dataset.col") == "kl_ref_mean"
+    page.keyboard.press(" ")
+    wait(page, "document.querySelector('th[data-col=\"kl_ref_mean\"]').classList.contains('sorted-desc')")
+    assert page.evaluate("document.querySelector('#samples-table tbody tr').dataset.sample") == "3"
 
     # Full headers: no header is cut, whatever its length; the page does not scroll sideways.
     cut = page.evaluate("[...document.querySelectorAll('#samples-table th')].filter(t => t.scrollWidth > t.clientWidth + 1).map(t => t.dataset.col)")
@@ -576,7 +582,7 @@ def test_touch_zoom_and_tap_on_a_phone(site, tmp_path, new_page):
     assert href.startswith(site.url + "/") and resources
     assert all(name.startswith(site.url + "/") for name, _ in resources), resources
     static = {name.rsplit("/", 1)[1]: size for name, size in resources if "/static/" in name}
-    assert static.keys() == {"util.js", "plot.js", "table.js", "app.js", "style.css"}
+    assert static.keys() == {"util.js", "plot.js", "table.js", "group.js", "app.js", "style.css"}
     assert sum(static.values()) < 100_000
 
 
@@ -630,3 +636,170 @@ def test_the_page_runs_under_its_content_security_policy_and_refuses_frames(site
     # The table's widths are set through the CSSOM, which the policy allows (a style attribute it refuses).
     assert page.evaluate("document.querySelector('#samples-table').style.minWidth").endswith("px")
     assert page.evaluate("window.__violations") == []
+
+
+TABLE_RUN, KL_SPIKE_ROW = "table-run", 7
+KEPT = ("kl spike: grpo.kl 5.2 is above 3 x the median of the last 50 steps (0.012); every sample of the "
+        "step kept")
+RUNBOOK = "https://github.com/otel-grpo/otel-grpo/blob/main/docs/operations.md#grpoklspike"
+
+
+def _table_row(step: int, i: int) -> dict:
+    """An anomalous step's sample as the trainer writes it: long-digit diagnostics, the reason it was kept."""
+    out = {"group": i // 8, "kl_ref_mean": 12.345678901 if i == KL_SPIKE_ROW else 0.011234567 * (1 + i / 1000),
+           "kl_ref_max": 0.0123456789, "log_ratio_absmax": -0.000123456789 * (i + 1), "is_weight_max": 1.00001234567,
+           "entropy_mean": 1.23456789e-5 * (i + 1), "length_clipped": float(i % 5 == 0)}
+    if step == 1:
+        out["kept_because"] = KEPT
+    return out
+
+
+def _seed_table(url: str, otlp) -> None:
+    long = "the model starts over " * 20  # wider than the completion column at any width
+    for steps, samples in (([0], 4), ([1], 120)):  # 120: the SDK keeps 128 events a span
+        spans = otlp.spans(TABLE_RUN, steps, samples=samples, extra=_table_row,
+                           completion=lambda s, i: long if i % 3 == 0 else f"short {i}")
+        assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(),
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+    fired = httpx.get(f"{url}/api/runs/{TABLE_RUN}/steps").json()[-1]["time"]
+    alerts = [{"status": "firing", "labels": {"alertname": "GRPOKLSpike", "run_id": TABLE_RUN, "severity": "critical"},
+               "annotations": {"summary": "KL to the reference jumped to 5.2 nat, 400 x its median over the last 50 steps",
+                               "runbook_url": RUNBOOK}, "startsAt": fired, "fingerprint": "t1"},
+              {"status": "firing", "labels": {"alertname": "Odd", "run_id": TABLE_RUN, "severity": "warning"},
+               "annotations": {"summary": "a runbook that is no web address", "runbook_url": "javascript:alert(1)"},
+               "startsAt": fired, "fingerprint": "t2"}]
+    assert httpx.post(url + "/api/alerts", json={"version": "4", "alerts": alerts}).status_code == 200
+
+
+CELL = "[...document.querySelectorAll('#samples-table th')].findIndex(t => t.dataset.col === %s)"
+
+
+def test_tables_people_can_read(site, tmp_path, new_page):
+    """An anomalous step at 1280 px: numbers whole (value as stored on hover and copy), one-line rows
+    with long text opening in place, the shared reason said once, a loading state on a step change."""
+    site.seed(_seed_table)
+    page = new_page(viewport={"width": 1280, "height": 900})
+    open_run(page, f"{site.url}/#/run/{TABLE_RUN}?step=1")
+    wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 120")
+
+    # No number is cut: every numeric cell shows all its text, at four significant digits.
+    cut = page.evaluate("[...document.querySelectorAll('#samples-table td.num')].filter(td => td.scrollWidth > td.clientWidth)"
+                        ".map(td => td.textContent)")
+    assert cut == []
+    kl = page.evaluate(f"(() => {{ const i = {CELL % json.dumps('kl_ref_mean')}; const td = "
+                       "document.querySelector('#samples-table tbody tr').children[i]; return [td.textContent, td.title]; })()")
+    assert kl == ["0.01123", "0.011234567"]
+    assert page.evaluate(f"document.querySelector('#samples-table tbody tr').children[{CELL % json.dumps('entropy_mean')}].textContent") == "1.235e-5"
+    # A copy of cells gives the values as stored, tab-separated.
+    copied = page.evaluate(f"""() => {{
+        const i = {CELL % json.dumps('kl_ref_mean')}, row = document.querySelector('#samples-table tbody tr');
+        const range = document.createRange();
+        range.setStart(row.children[i], 0);
+        range.setEnd(row.children[i + 1], row.children[i + 1].childNodes.length);
+        getSelection().removeAllRanges();
+        getSelection().addRange(range);
+        const data = new DataTransfer();
+        row.children[i].dispatchEvent(new ClipboardEvent('copy', {{clipboardData: data, bubbles: true, cancelable: true}}));
+        return data.getData('text/plain'); }}""")
+    assert copied.startswith("0.011234567\t")
+
+    # Compact rows: every row one line of one height, whatever its text; 15+ rows in the table's box.
+    heights = page.evaluate("[...document.querySelectorAll('#samples-table tbody tr')].map(r => r.getBoundingClientRect().height)")
+    assert len(set(heights)) == 1 and heights[0] <= 32
+    assert page.evaluate("(() => { const box = document.querySelector('#samples').getBoundingClientRect(); return "
+                         "[...document.querySelectorAll('#samples-table tbody tr')].filter(r => r.getBoundingClientRect().bottom"
+                         " <= box.bottom).length; })()") >= 15
+    # The reason every sample of the step was kept is said once, not on 120 rows.
+    assert page.locator("#samples-common").text_content() == "kept_because: " + KEPT
+    assert page.locator('#samples-table th[data-col="kept_because"]').count() == 0
+    # A cut completion opens in place: its row grows, the others stay.
+    row = page.locator("#samples-table tbody tr").first
+    more = row.locator("td.text button.more")
+    assert more.is_visible() and "the model starts over" in row.locator("td.text").text_content()
+    more.click()
+    assert row.bounding_box()["height"] > heights[0] * 2
+    assert page.locator("#samples-table tbody tr").nth(1).bounding_box()["height"] == heights[0]
+    _shot(page, tmp_path, "table-1280.png")
+
+    # Worst first: the KL column's first click puts the spiking sample on top; reward starts lowest.
+    page.click('th[data-col="kl_ref_mean"]')
+    wait(page, "document.querySelector('th[data-col=\"kl_ref_mean\"]').getAttribute('aria-sort') === 'descending'")
+    assert page.evaluate("document.querySelector('#samples-table tbody tr').dataset.sample") == str(KL_SPIKE_ROW)
+    # Headers by keyboard: Tab from one header's button to the next, its focus drawn; Enter sorts.
+    page.focus('th[data-col="kl_ref_mean"] button')
+    page.keyboard.press("Tab")
+    nxt = page.evaluate("document.activeElement.closest('th').dataset.col")
+    assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") == "solid"
+    page.keyboard.press("Enter")
+    wait(page, f"document.querySelector('th[data-col=\"{nxt}\"]').getAttribute('aria-sort') !== 'none'")
+    assert page.evaluate("document.activeElement.closest('th').dataset.col") == nxt
+
+    # A step change under latency: the old rows stay dimmed and busy, the status says what is coming.
+    held = []
+    page.route("**/samples?*", lambda route: held.append(route) if "step=0" in route.request.url else route.continue_())
+    page.select_option("#step-select", "0")
+    wait(page, "document.querySelector('#samples').getAttribute('aria-busy') === 'true'")
+    assert page.locator("#samples-status").text_content() == "loading step 0…"
+    assert float(page.evaluate("getComputedStyle(document.querySelector('#samples-table tbody')).opacity")) < 1
+    while not held:
+        page.wait_for_timeout(50)
+    held[0].continue_()
+    wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 4")
+    assert page.evaluate("document.querySelector('#samples').getAttribute('aria-busy')") is None
+    assert page.locator("#samples-status").text_content() == ""
+    assert page.locator("#samples-common").text_content() == ""  # step 0 was not kept for a reason
+    page.unroute("**/samples?*")
+
+    # Alerts: a runbook link where the annotation is a web address, none where it is not.
+    assert page.locator("#alerts a.runbook").count() == 1
+    assert page.locator("#alerts a.runbook").get_attribute("href") == RUNBOOK
+    assert page.locator("#alerts tr", has_text="Odd").locator("a.runbook").count() == 0
+    assert page.locator('#alerts a[href^="javascript"]').count() == 0
+
+
+def test_alerts_and_rows_on_a_phone(site, tmp_path, new_page):
+    """390 px: every alert readable without scrolling sideways, its runbook one tap away; rows one line."""
+    site.seed(_seed_table)
+    page = new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True, has_touch=True)
+    open_run(page, f"{site.url}/#/run/{TABLE_RUN}?step=1")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert page.evaluate("(() => { const a = document.querySelector('#alerts'); return a.scrollWidth <= a.clientWidth; })()")
+    hidden = page.evaluate("[...document.querySelectorAll('#alerts td')].filter(td => td.scrollWidth > td.clientWidth + 1)"
+                           ".map(td => td.dataset.label)")
+    assert hidden == []
+    summary = page.locator("#alerts tr", has_text="GRPOKLSpike").locator("td.alert-summary")
+    assert "400 x its median" in summary.inner_text() and summary.bounding_box()["x"] + summary.bounding_box()["width"] <= 390
+    link = page.locator("#alerts a.runbook")
+    link.scroll_into_view_if_needed()
+    box = link.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= 390
+    heights = page.evaluate("[...document.querySelectorAll('#samples-table tbody tr')].map(r => r.getBoundingClientRect().height)")
+    assert len(set(heights)) == 1 and heights[0] <= 32
+    page.locator("#alerts").scroll_into_view_if_needed()
+    _shot(page, tmp_path, "alerts-390.png")
+
+
+def test_a_wrong_read_token_is_told_from_a_missing_one(sidecar_factory, new_page):
+    """A sidecar with a read token: the page asks for it in a masked field, and says when the one given is wrong."""
+    sidecar = sidecar_factory(env={"OTEL_GRPO_SIDECAR_READ_TOKEN": "right-token"})
+    page = new_page()
+    page.add_init_script("window.__prompts = 0; window.prompt = () => { window.__prompts += 1; return null; };")
+    page.goto(sidecar.url + "/#/")
+    wait(page, "document.body.dataset.ready === 'error'")
+    assert "needs a token" in page.locator("main").text_content()
+    field = page.locator("#token-form input[name=token]")
+    assert field.is_visible() and field.get_attribute("type") == "password"
+    assert page.evaluate("document.activeElement.id") == "token-input"
+
+    field.fill("wrong-token")
+    field.press("Enter")
+    wait(page, "document.body.dataset.ready === 'error'")
+    message = page.locator("main").text_content()
+    assert "refused" in message and "needs a token" not in message and "wrong-token" not in message
+    assert page.locator("#token-form").is_visible() and page.locator("#token-status").text_content() == "refused"
+
+    field.fill("right-token")
+    page.click("#token-form button[type=submit]")
+    wait(page, "document.body.dataset.ready === 'runs'")
+    assert not page.locator("#token-form").is_visible()
+    assert page.evaluate("window.__prompts") == 0
