@@ -17,9 +17,26 @@ function freshState(run) {
            zoom: null, filter: { col: "", min: "", max: "" } };
 }
 
+// The read token: typed into a masked field (never a prompt(), which shows it), kept in this
+// browser's storage, sent as a bearer token (util.js).
+const tokenForm = document.getElementById("token-form");
 document.getElementById("token-button").addEventListener("click", () => {
-  const t = prompt("Bearer token for the read API");
-  if (t !== null) { localStorage.setItem("otel-grpo-read-token", t); route(); }
+  tokenForm.hidden = !tokenForm.hidden;
+  document.getElementById("token-forget").hidden = !readToken();
+  if (!tokenForm.hidden) document.getElementById("token-input").focus();
+});
+tokenForm.addEventListener("submit", (e) => {
+  e.preventDefault();  // nothing is sent anywhere but this browser's storage (the CSP has form-action 'none')
+  const input = document.getElementById("token-input");
+  localStorage.setItem(TOKEN_KEY, input.value.trim());
+  input.value = "";
+  tokenForm.hidden = true;
+  route();
+});
+document.getElementById("token-forget").addEventListener("click", () => {
+  localStorage.removeItem(TOKEN_KEY);
+  tokenForm.hidden = true;
+  route();
 });
 
 // ---- the URL ------------------------------------------------------------------------------------
@@ -314,22 +331,42 @@ function plotTools(runs) {
 }
 
 // ---- alerts -------------------------------------------------------------------------------------
+// An alert's runbook: its `runbook_url` annotation (every rule of ours has one: docs/operations.md),
+// linked only when it is a web address (an annotation is text anyone who can post alerts wrote).
+function runbookOf(alert) {
+  try {
+    const url = new URL(alert.annotations.runbook_url || "");
+    return url.protocol === "https:" || url.protocol === "http:" ? url.href : null;
+  } catch (e) {
+    return null;
+  }
+}
+
+// Each cell carries its column's name (data-label): on a phone a row is a card of labelled lines.
 function alertsSection(alerts) {
   if (!alerts.length) return h("p", { class: "muted", id: "alerts", text: "no alerts for this run" });
-  const table = h("table", {}, h("thead", {}, h("tr", {},
-    ...["status", "alert", "severity", "step", "summary", "started", "ended"].map((c) => h("th", { text: c })))));
+  const columns = ["status", "alert", "severity", "step", "summary", "runbook", "started", "ended"];
+  const table = h("table", { id: "alerts-table" }, h("thead", {}, h("tr", {}, ...columns.map((c) => h("th", { text: c })))));
   const body = h("tbody");
-  for (const a of alerts) {
+  alerts.forEach((a, i) => {
     const summary = a.annotations.summary || a.annotations.description || "";
     const step = a.step;
-    const stepCell = step === null ? h("td") : h("td", { class: "num" }, h("a", {
-      href: runHash(state.run, { step }), class: "alert-step", text: String(step),
-      title: "the last step before the alert fired: open its samples",
-      onclick: (e) => { e.preventDefault(); openStep(step); } }));
-    body.appendChild(h("tr", {}, h("td", { class: "alert-" + a.status, text: a.status }), h("td", { text: fmtCell(a.alertname) }),
-      h("td", { text: fmtCell(a.labels.severity) }), stepCell, h("td", { text: summary }), h("td", { text: a.starts_at }),
-      h("td", { text: a.status === "resolved" ? fmtCell(a.ends_at) : "" })));
-  }
+    const runbook = runbookOf(a);
+    const cell = (label, props, ...children) => h("td", { ...props, "data-label": label }, ...children);
+    body.appendChild(h("tr", { id: "alert-" + i, "data-fingerprint": a.fingerprint },
+      cell("status", { class: "alert-" + a.status, text: a.status }),
+      cell("alert", { class: "alert-name", text: fmtCell(a.alertname) }),
+      cell("severity", { text: fmtCell(a.labels.severity) }),
+      step === null ? cell("step", {}) : cell("step", { class: "num" }, h("a", {
+        href: runHash(state.run, { step }), class: "alert-step", text: String(step),
+        title: "the last step before the alert fired: open its samples",
+        onclick: (e) => { e.preventDefault(); openStep(step); } })),
+      cell("summary", { class: "alert-summary", text: summary }),
+      cell("runbook", {}, ...(runbook ? [h("a", { href: runbook, class: "runbook", target: "_blank", rel: "noopener noreferrer",
+                                                  title: runbook, text: "runbook" })] : [])),
+      cell("started", { text: a.starts_at }),
+      cell("ended", { text: a.status === "resolved" ? fmtCell(a.ends_at) : "" })));
+  });
   table.appendChild(body);
   return h("div", { id: "alerts", class: "scroll-x" }, table);
 }
@@ -379,6 +416,7 @@ async function showRun(runId, query) {
     plotsSection(),
     h("h2", { text: "Alerts" }), alertsSection(data.alerts),
     h("h2", { id: "samples-heading", text: "Samples" }), samplesControls(sampleSteps),
+    h("p", { id: "samples-common", class: "common" }),
     h("div", { id: "group-view" }),
     h("div", { class: "table-wrap", id: "samples" }));
   redrawPlots();

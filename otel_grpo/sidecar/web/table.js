@@ -1,6 +1,7 @@
 // The samples table of a run: columns (all of them, full headers, a picker for the ones shown),
 // server-side sort and text search, a client-side range filter, CSV/JSONL downloads of what is
-// selected, a link per sample, and the group view (the completions of one prompt side by side).
+// selected, a link per sample; the group view is group.js. Rows are one line each; numbers are
+// never cut (a column is as wide as its widest value); a copy gives the values as stored.
 // Reads and writes `state` (app.js); every change goes to the URL, so a view can be linked.
 "use strict";
 
@@ -35,25 +36,66 @@ const COLUMN_HELP = {
 const HIDDEN_BY_DEFAULT = new Set(["prompt_length", "policy_version", "source_rank", "completion_index", "group_size",
                                    "truncated", "target", "reward_rank", "selection", "prompt", "terminated", "kl_ref_max",
                                    "log_ratio_mean", "is_weight_mean"]);
-const CHAR_PX = 7.2, CELL_PAD_PX = 14, MIN_CHARS = 7, TEXT_MIN_PX = { prompt: 220, completion: 320 };
+// Columns whose largest values are the suspects (the per-completion KL, log-ratio and IS-weight
+// diagnostics, a clipped length): the first click sorts them largest first. Others start with
+// their lowest (the worst reward first).
+const HIGH_FIRST = /^(kl_ref_|log_ratio_|is_weight_)|^(length_clipped|truncated)$/;
+const CELL_PAD_PX = 16, MIN_PX = 36, STRING_MAX_PX = 240, ACTIONS_PX = 74, TEXT_MIN_PX = { prompt: 220, completion: 320 };
+const TITLE_MAX = 400;  // a longer text's tooltip would cover the screen: "more" shows it
 let shownRows = [];
 let userColumns = null;  // the picker's choice: Set of hidden columns, null until the user picks
+const fullText = new WeakMap();  // cell -> its value as stored: what a copy of the cell gives
 
-// Long text shows its start; "more" expands the cell in place (and "less" folds it again).
+// A text cell is one line (a long string no longer wraps its row to 200 px); "more" opens it in
+// place, "less" folds it. Only the first TEXT_PREVIEW characters are in the page until then.
 function textCell(value) {
   const full = fmtCell(value);
-  const td = h("td", { class: "text", title: full.length > TEXT_PREVIEW ? "" : full });
-  if (full.length <= TEXT_PREVIEW) { td.textContent = full; return td; }
-  const span = h("span", { text: full.slice(0, TEXT_PREVIEW) + "…" });
+  const preview = full.length > TEXT_PREVIEW ? full.slice(0, TEXT_PREVIEW) + "…" : full;
+  const span = h("span", { class: "clip", text: preview });
+  const td = h("td", { class: "text", title: full.length <= TITLE_MAX ? full : "" }, span);
+  fullText.set(td, full);
   let open = false;
-  const btn = h("button", { class: "more", type: "button", text: "more", onclick: () => {
+  const btn = h("button", { class: "more", type: "button", text: "more", "aria-expanded": "false", onclick: () => {
     open = !open;
-    span.textContent = open ? full : full.slice(0, TEXT_PREVIEW) + "…";
+    span.textContent = open ? full : preview;
     btn.textContent = open ? "less" : "more";
+    btn.setAttribute("aria-expanded", String(open));
     td.classList.toggle("open", open);
   } });
+  btn.hidden = preview === full;  // markCut shows it where the column's width cuts a shorter text
+  if (!btn.hidden) td.classList.add("long");
   td.append(span, btn);
   return td;
+}
+
+// After layout: a text its column cuts gets its "more" (all reads first, then the writes).
+function markCut(wrap) {
+  const spans = [...wrap.querySelectorAll("td.text:not(.long) > span.clip")];
+  const cut = spans.map((s) => s.scrollWidth > s.clientWidth + 1);
+  spans.forEach((s, i) => { if (cut[i]) { s.parentNode.classList.add("long"); s.nextSibling.hidden = false; } });
+}
+
+// A number: four significant digits (never cut: its column fits the widest); the value as
+// stored is its tooltip and what a copy gives. The step's tooltip is its time.
+function valueCell(c, r) {
+  const v = r[c];
+  const td = h("td", { class: typeof v === "number" ? "num" : "", text: cellText(v),
+                       title: c === "step" ? `step ${r.step}, ${r.time}` : fmtFull(v) });
+  fullText.set(td, fmtFull(v));
+  return td;
+}
+
+function cellText(v) {
+  return typeof v === "number" ? fmtShort(v) : fmtCell(v);
+}
+
+// Four significant digits in a cell (the full value is its tooltip, its copy and in the downloads).
+// A rounded value keeps its zeros ("1.000": an IS weight of 1.0000123 is not 1); an exact one drops them.
+function fmtShort(v) {
+  if (typeof v !== "number" || Number.isInteger(v)) return fmtCell(v);
+  const a = Math.abs(v);
+  const s = a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(3) : v.toPrecision(4);
+  return +s === v ? s.replace(/\.?0+(?=e|$)/, "") : s;
 }
 
 // `run_id` is the page's; `time` is the step cell's tooltip (an ISO time is wider than any number).
@@ -63,9 +105,17 @@ function allColumnsOf(rows) {
   return [...LEAD.filter((c) => all.includes(c)), ...rest, ...TEXT_COLUMNS.filter((c) => all.includes(c))];
 }
 
+// A string the same on every row (a kept step's `kept_because`) is said once above the table.
+function constantColumns(rows) {
+  if (rows.length < 2) return [];
+  return allColumnsOf(rows).filter((c) => !TEXT_COLUMNS.includes(c) && typeof rows[0][c] === "string"
+                                          && rows.every((r) => r[c] === rows[0][c]));
+}
+
 // `<text>_original_length` (the length before the text was cut for export) is bookkeeping too.
 function hiddenColumns() {
-  return userColumns || new Set([...HIDDEN_BY_DEFAULT, ...allColumnsOf(shownRows).filter((c) => c.endsWith("_original_length"))]);
+  return userColumns || new Set([...HIDDEN_BY_DEFAULT, ...constantColumns(shownRows),
+                                 ...allColumnsOf(shownRows).filter((c) => c.endsWith("_original_length"))]);
 }
 
 function samplesParams(limit) {
@@ -76,11 +126,17 @@ function samplesParams(limit) {
   return p;
 }
 
-// A full header: the name breaks after "_", "." and "/" rather than being cut.
+// A full header: the name breaks after "_", "." and "/" rather than being cut. Its button takes
+// the focus (Tab) and sorts on Enter or Space as on a click.
 function headerCell(c) {
-  const cls = "sortable" + (state.orderBy === c ? (state.desc ? " sorted-desc" : " sorted-asc") : "");
-  const th = h("th", { class: cls, "data-col": c, title: (COLUMN_HELP[c] ? `${c}: ${COLUMN_HELP[c]}` : c) + " (click to sort)", onclick: () => sortBy(c) });
-  for (const part of c.split(/(?<=[_./])/)) th.append(document.createTextNode(part), document.createElement("wbr"));
+  const sorted = state.orderBy === c ? (state.desc ? "descending" : "ascending") : null;
+  const first = HIGH_FIRST.test(c) ? "largest first" : "smallest first";
+  const th = h("th", { class: "sortable" + (sorted ? (state.desc ? " sorted-desc" : " sorted-asc") : ""), "data-col": c,
+                       "aria-sort": sorted || "none", title: (COLUMN_HELP[c] ? `${c}: ${COLUMN_HELP[c]}` : c) + ` (sort: ${first})`,
+                       onclick: () => sortBy(c) });
+  const button = h("button", { type: "button", class: "sort" });
+  for (const part of c.split(/(?<=[_./])/)) button.append(document.createTextNode(part), document.createElement("wbr"));
+  th.appendChild(button);
   return th;
 }
 
@@ -89,9 +145,7 @@ function sampleLink(r, extra) {
 }
 
 function sampleRow(r, cols) {
-  const cells = cols.map((c) => TEXT_COLUMNS.includes(c) || (typeof r[c] === "string" && r[c].length > 24)
-    ? textCell(r[c]) : h("td", { class: typeof r[c] === "number" ? "num" : "",
-                                 title: c === "step" ? `step ${r.step}, ${r.time}` : fmtCell(r[c]), text: fmtShort(r[c]) }));
+  const cells = cols.map((c) => (TEXT_COLUMNS.includes(c) || typeof r[c] === "string" ? textCell(r[c]) : valueCell(c, r)));
   const group = h("button", { class: "group-open", type: "button", title: "all completions of this prompt, side by side",
                               text: "group", onclick: () => openGroup(r) });
   const link = h("a", { class: "sample-link", href: sampleLink(r, { sample: r.sample_index }), title: "link to this sample",
@@ -99,13 +153,6 @@ function sampleRow(r, cols) {
   const tr = h("tr", { "data-sample": fmtCell(r.sample_index) }, h("td", { class: "actions" }, group, link), ...cells);
   if (state.sample !== null && String(r.sample_index) === state.sample && String(r.step) === state.step) tr.classList.add("linked");
   return tr;
-}
-
-// Four significant digits in a cell (the full value is its tooltip and in the downloads).
-function fmtShort(v) {
-  if (typeof v !== "number" || Number.isInteger(v)) return fmtCell(v);
-  const a = Math.abs(v);
-  return a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(2) : String(+v.toPrecision(4));
 }
 
 function numericColumns(rows) {
@@ -119,24 +166,66 @@ function filtered(rows) {
   return rows.filter((r) => typeof r[col] === "number" && (min === "" || r[col] >= +min) && (max === "" || r[col] <= +max));
 }
 
-// A number column is as wide as its header's longest piece (headers wrap after "_" and "."); the
-// table is at least as wide as its columns need, and its box scrolls sideways below that.
-function columnWidth(c) {
+// Widths as drawn: a canvas measures each text in the cells' font. A number column is as wide as
+// its widest value or its header's longest piece (headers wrap after "_" and "."); a string column
+// at most STRING_MAX_PX (its text is cut, with "more"). The table is as wide as its columns need,
+// and its box scrolls sideways below that (a phone).
+let measureCtx = null;
+function textWidth(text, font) {
+  measureCtx = measureCtx || document.createElement("canvas").getContext("2d");
+  measureCtx.font = font;
+  return measureCtx.measureText(text).width;
+}
+
+function columnWidth(c, rows, fonts) {
   if (TEXT_COLUMNS.includes(c)) return TEXT_MIN_PX[c];
-  const longest = Math.max(MIN_CHARS, ...c.split(/(?<=[_./])/).map((part) => part.length));
-  return Math.ceil(longest * CHAR_PX + CELL_PAD_PX);
+  const head = Math.max(...c.split(/(?<=[_./])/).map((part) => textWidth(part, fonts.head)));
+  let cells = 0, strings = false;
+  for (const r of rows) {
+    if (r[c] === undefined || r[c] === null) continue;
+    strings = strings || typeof r[c] === "string";
+    cells = Math.max(cells, textWidth(cellText(r[c]), fonts.cell));
+  }
+  return Math.ceil(Math.max(MIN_PX, head, strings ? Math.min(cells, STRING_MAX_PX) : cells) + CELL_PAD_PX);
+}
+
+// Copying cells gives their values as stored, tab-separated, a line per row (a selection inside
+// one text cell copies as the browser does: part of an opened completion).
+function copyFull(e) {
+  const sel = document.getSelection();
+  if (!sel || sel.isCollapsed) return;
+  const within = (n) => (n && n.nodeType !== 1 ? n.parentNode : n)?.closest("td");
+  const one = within(sel.anchorNode);
+  if (one && one === within(sel.focusNode) && one.classList.contains("text")) return;
+  const lines = [];
+  for (const tr of e.currentTarget.rows) {
+    const cells = [...tr.cells].filter((td) => fullText.has(td) && sel.containsNode(td, true));
+    if (cells.length) lines.push(cells.map((td) => fullText.get(td)).join("\t"));
+  }
+  if (!lines.length) return;
+  e.clipboardData.setData("text/plain", lines.join("\n"));
+  e.preventDefault();
 }
 
 function tableOf(rows) {
   const hidden = hiddenColumns();
   const cols = allColumnsOf(rows).filter((c) => !hidden.has(c));
-  const ACTIONS_PX = 74;
+  const family = getComputedStyle(document.body).fontFamily;
+  const fonts = { cell: `13px ${family}`, head: `bold 12px ${family}` };
+  const widths = cols.map((c) => columnWidth(c, rows, fonts));
   const colgroup = h("colgroup", {}, h("col", { style: `width: ${ACTIONS_PX}px` }),
-    ...cols.map((c) => h("col", TEXT_COLUMNS.includes(c) ? { class: "c-" + c } : { style: `width: ${columnWidth(c)}px` })));
+    ...cols.map((c, i) => h("col", TEXT_COLUMNS.includes(c) ? { class: "c-" + c } : { style: `width: ${widths[i]}px` })));
   const head = h("tr", {}, h("th", { text: "" }), ...cols.map(headerCell));
-  const minWidth = ACTIONS_PX + cols.reduce((sum, c) => sum + columnWidth(c), 0);
-  return h("table", { id: "samples-table", style: `min-width: ${minWidth}px` }, colgroup, h("thead", {}, head),
-    h("tbody", {}, ...rows.map((r) => sampleRow(r, cols))));
+  const minWidth = ACTIONS_PX + widths.reduce((sum, w) => sum + w, 0);
+  return h("table", { id: "samples-table", style: `min-width: ${minWidth}px`, oncopy: copyFull }, colgroup,
+    h("thead", {}, head), h("tbody", {}, ...rows.map((r) => sampleRow(r, cols))));
+}
+
+// The strings every row shares, once: "kept_because: kl spike ..." (not bookkeeping, not picked).
+function commonLine(rows) {
+  const hidden = hiddenColumns();
+  const shared = constantColumns(rows).filter((c) => hidden.has(c) && !HIDDEN_BY_DEFAULT.has(c));
+  return shared.map((c) => h("span", { "data-col": c }, h("b", { text: c + ": " }), fmtCell(rows[0][c])));
 }
 
 function render() {
@@ -147,10 +236,27 @@ function render() {
   if (state.q) parts.push(`${shownRows.length}${shownRows.length === PAGE_ROWS ? "+" : ""} match(es) over all steps`);
   if (rows.length !== shownRows.length) parts.push(`${rows.length} of ${shownRows.length} rows pass the filter`);
   note.textContent = parts.join("; ");
+  document.getElementById("samples-common").replaceChildren(...commonLine(shownRows));
+  // A sort started from the keyboard keeps the focus on its header across the redraw.
+  const focused = document.activeElement && document.activeElement.closest && document.activeElement.closest("#samples-table th");
   wrap.replaceChildren(rows.length ? tableOf(rows) : h("p", { class: "muted empty", text: "no samples" }));
+  if (focused) {
+    const again = [...wrap.querySelectorAll("th[data-col]")].find((th) => th.dataset.col === focused.dataset.col);
+    if (again) again.querySelector("button").focus({ preventScroll: true });
+  }
+  markCut(wrap);
   refreshPickers();
   const linked = wrap.querySelector("tr.linked");
   if (linked) linked.scrollIntoView({ block: "center" });
+}
+
+// While rows are on their way the ones shown stay, dimmed and marked busy, and the status says
+// what is coming (a step change on a slow store showed the old step's rows as if they were new).
+function setLoading(text) {
+  const wrap = document.getElementById("samples");
+  wrap.classList.toggle("loading", !!text);
+  if (text) wrap.setAttribute("aria-busy", "true"); else wrap.removeAttribute("aria-busy");
+  document.getElementById("samples-status").textContent = text || "";
 }
 
 // Errors of the samples table stay in its own box, and the table shown before stays usable: the
@@ -162,15 +268,18 @@ async function loadSamples() {
   const wrap = document.getElementById("samples");
   const note = document.getElementById("samples-note");
   const asked = ++samplesAsked;
+  setLoading(state.q ? `searching "${state.q}"…` : `loading step ${state.step}…`);
   try {
     const rows = await api(`${runPath(state.run)}/samples?${samplesParams(PAGE_ROWS)}`);
     if (asked !== samplesAsked) return;
     shownRows = rows;
     note.classList.remove("alert-firing");
     wrap.removeAttribute("data-error");
+    setLoading(null);
     render();
   } catch (err) {
     if (asked !== samplesAsked) return;
+    setLoading(null);
     note.textContent = `cannot show these samples: ${err instanceof ApiError ? err.message : String(err)}`;
     note.classList.add("alert-firing");
     wrap.setAttribute("data-error", "1");
@@ -179,7 +288,7 @@ async function loadSamples() {
 
 function sortBy(column) {
   const before = { orderBy: state.orderBy, desc: state.desc };
-  state.desc = state.orderBy === column ? !state.desc : false;
+  state.desc = state.orderBy === column ? !state.desc : HIGH_FIRST.test(column);
   state.orderBy = column;
   loadSamples().then(() => {
     if (document.getElementById("samples").dataset.error) Object.assign(state, before);  // keep what is shown
@@ -260,6 +369,7 @@ function samplesControls(steps) {
                   onclick: () => download("csv") }),
     h("button", { id: "download-jsonl", type: "button", text: "JSONL", title: "download these samples (every row) as JSON Lines",
                   onclick: () => download("jsonl") }),
+    h("span", { id: "samples-status", class: "muted", role: "status" }),
     h("span", { id: "samples-note", class: "muted" }));
 }
 
@@ -280,52 +390,4 @@ function pickSample(r) {
   for (const tr of document.querySelectorAll("#samples-table tr.linked")) tr.classList.remove("linked");
   const tr = [...document.querySelectorAll("#samples-table tbody tr")].find((t) => t.dataset.sample === state.sample);
   if (tr) tr.classList.add("linked"); else loadSamples();
-}
-
-// ---- group view: every stored completion of one prompt at one step, ranked by reward ----------
-function groupError(err) {
-  document.getElementById("group-view").replaceChildren(h("p", { class: "alert-firing", text: String(err.message || err) }));
-}
-
-function openGroup(row) {
-  state.group = "group" in row ? String(row.group) : null;
-  writeUrl();
-  showGroup(row).catch(groupError);
-}
-
-function sameGroup(a, b) {
-  return a.step === b.step && ("group" in a && "group" in b ? a.group === b.group : a.prompt === b.prompt);
-}
-
-function sameSample(a, b) {
-  return a.sample_index === b.sample_index && a.completion === b.completion;
-}
-
-const GROUP_STATS = [["reward", "reward"], ["advantage", "advantage"], ["length", "completion_length"],
-                     ["KL to ref", "kl_ref_mean"], ["IS weight max", "is_weight_max"], ["entropy", "entropy_mean"],
-                     ["sample", "sample_index"]];
-
-// `row`: a row of the table, or {step, group} from a link.
-async function showGroup(row) {
-  const p = new URLSearchParams({ step: String(row.step), limit: "10000", order_by: "reward", desc: "true" });
-  const rows = (await api(`${runPath(state.run)}/samples?${p}`)).filter((r) => sameGroup(r, row));
-  const view = document.getElementById("group-view");
-  const fns = [...new Set(rows.flatMap((r) => Object.keys(r)))].filter((k) => k.startsWith("reward.")).sort();
-  const stats = [GROUP_STATS[0], ...fns.map((f) => [f, f]), ...GROUP_STATS.slice(1)];
-  const cards = rows.map((r, i) => h("div", { class: "group-card" + ("sample_index" in row && sameSample(r, row) ? " picked" : "") },
-    h("div", { class: "rank", text: `#${i + 1}` }),
-    h("table", { class: "group-stats" }, h("tbody", {},
-      ...stats.filter(([, k]) => k in r).map(([label, k]) => h("tr", {}, h("th", { text: label }),
-                                                                   h("td", { class: "num", text: fmtCell(r[k]) }))))),
-    h("pre", { class: "completion", text: fmtCell(r.completion) })));
-  const title = `Group at step ${row.step}` + ("group" in row ? ` (group ${row.group})` : "") +
-    `: ${rows.length} completion(s) stored, ranked by reward`;
-  const link = h("a", { href: runHash(state.run, { step: row.step, group: row.group }), class: "group-link", text: "link" });
-  view.replaceChildren(
-    h("div", { class: "group-head" }, h("h3", { text: title }), link,
-      h("button", { type: "button", class: "group-close", text: "close",
-                    onclick: () => { view.replaceChildren(); state.group = null; writeUrl(); } })),
-    h("pre", { class: "prompt", text: fmtCell(rows.length ? rows[0].prompt : row.prompt) }),
-    h("div", { class: "group-cards", "data-count": String(rows.length) }, ...cards));
-  view.scrollIntoView();
 }

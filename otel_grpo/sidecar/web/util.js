@@ -17,17 +17,34 @@ function h(tag, props, ...children) {
 
 class ApiError extends Error {}
 
+const TOKEN_KEY = "otel-grpo-read-token";
+const readToken = () => localStorage.getItem(TOKEN_KEY);
+
 function authHeaders() {
-  const token = localStorage.getItem("otel-grpo-read-token");
+  const token = readToken();
   return token ? { Authorization: "Bearer " + token } : {};
+}
+
+// The read API said no (401, or 403 from a proxy in front): a token that was sent is a wrong one,
+// none sent is a missing one. The masked token form (index.html) opens, saying which.
+function tokenRefused(status) {
+  const sent = !!readToken();
+  const message = sent
+    ? `the read token was refused (HTTP ${status}): it is not this sidecar's read token; enter it again above`
+    : "the read API needs a token: enter the sidecar's read token above";
+  document.getElementById("token-button").hidden = false;
+  document.getElementById("token-forget").hidden = !sent;
+  const form = document.getElementById("token-form");
+  form.hidden = false;
+  form.dataset.reason = sent ? "refused" : "missing";
+  document.getElementById("token-status").textContent = sent ? "refused" : "needed";
+  document.getElementById("token-input").focus();
+  return new ApiError(message);
 }
 
 async function apiFetch(path) {
   const r = await fetch(path, { headers: authHeaders() });
-  if (r.status === 401) {
-    document.getElementById("token-button").hidden = false;
-    throw new ApiError("the read API needs a token: use 'set read token'");
-  }
+  if (r.status === 401 || r.status === 403) throw tokenRefused(r.status);
   if (!r.ok) {
     let detail = "";
     try {
@@ -46,6 +63,11 @@ async function api(path) {
 // Any run id: "/" is sent as %2F (the API reads it back), "." as %2E (a run named ".." must not
 // become a dot segment that fetch resolves away).
 const runPath = (runId) => "/api/runs/" + encodeURIComponent(runId).replace(/\./g, "%2E");
+
+// A value exactly as stored (a number's shortest round-trip form): tooltips, copies.
+function fmtFull(v) {
+  return typeof v === "number" ? String(v) : fmtCell(v);
+}
 
 function fmtCell(v) {
   if (v === null || v === undefined) return "";
