@@ -850,5 +850,7 @@ def test_ten_thousand_runs_come_a_page_at_a_time_searched_by_the_server(sidecar_
     open_run(page, proc.url + "/#/run/exp-00005")
     offered = "[...document.querySelectorAll('#compare input[data-run]')].map(i => i.dataset.run)"
     assert len(page.evaluate(offered)) == 20 and "exp-00005" not in page.evaluate(offered)
-    page.fill("#compare-search", "0000")
+    # (the box sits in the folded "compare runs" panel: typed into as the page's script would see it)
+    page.evaluate("(() => { const s = document.querySelector('#compare-search'); s.value = '0000'; "
+                  "s.dispatchEvent(new Event('input')); })()")
     wait(page, f"{offered}.length === 9 && {offered}[0] === 'exp-00009'")
