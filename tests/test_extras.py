@@ -104,7 +104,8 @@ def test_the_sidecar_extra_serves_and_starts_the_stack(sidecar_env, tmp_path):
             except httpx.HTTPError:
                 time.sleep(0.2)
         assert "run explorer" in httpx.get(f"http://127.0.0.1:{port}/").text
-        assert httpx.get(f"http://127.0.0.1:{port}/static/plot.js").status_code == 200
+        for static in ("plot.js", "charts.js", "vendor/uPlot.iife.min.js", "vendor/uPlot.min.css"):  # package data
+            assert httpx.get(f"http://127.0.0.1:{port}/static/{static}").status_code == 200, static
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -89,14 +89,22 @@ def open_run(page, url: str) -> None:
 
 
 def step_point(page, card: str, step: float, domain: tuple[float, float]) -> tuple[float, float]:
-    """Viewport coordinates of `step` on the plot of `card` (the plot's x range is `domain`).
-
-    The plot's SVG is 440 units wide with 62 on the left and 10 on the right around the data."""
-    page.evaluate(f"{card}.querySelector('svg').scrollIntoView({{block: 'center'}})")
-    box = page.evaluate(f"(() => {{ const b = {card}.querySelector('svg').getBoundingClientRect(); "
+    """Viewport coordinates of `step` on the chart of `card` (the chart's x range is `domain`): on
+    uPlot's plotting area (`.u-over`), which spans the range."""
+    page.evaluate(f"{card}.querySelector('.u-over').scrollIntoView({{block: 'center'}})")
+    box = page.evaluate(f"(() => {{ const b = {card}.querySelector('.u-over').getBoundingClientRect(); "
                         "return [b.left, b.top, b.width, b.height]; })()")
-    x = box[0] + (62 + (step - domain[0]) / (domain[1] - domain[0]) * (440 - 72)) / 440 * box[2]
+    x = box[0] + (step - domain[0]) / (domain[1] - domain[0]) * box[2]
     return x, box[1] + box[3] / 2
+
+
+def chart(page, card: str) -> dict:
+    """What the chart of `card` draws (plot.js's inspect): scale, ticks, axis labels, each series' values."""
+    return page.evaluate(f"Plot.inspect({card})")
+
+
+def series(page, card: str, name: str, **where) -> list[dict]:
+    return [s for s in chart(page, card)["series"] if s["name"] == name and all(s[k] == v for k, v in where.items())]
 
 
 def click_step(page, card: str, step: float, domain: tuple[float, float]) -> None:
@@ -155,15 +163,15 @@ def test_run_page_plots_sorts_escapes_and_screenshots(site, otlp, tmp_path, new_
     for title in ("Reward (mean and quantiles)", "KL to the reference (log scale)", "Clip ratios",
                   "Phase durations", "IS weights (mean, min, max) (log scale)", "Effective sample size"):
         assert title in titles
-    assert page.evaluate("document.querySelectorAll('svg.plot path.series').length") >= 8
-    # KL on log10: step 0's KL of exactly 0 is left out rather than drawn at -infinity.
+    assert page.evaluate("[...document.querySelectorAll('.plot-card')].reduce((n, c) => n + Plot.inspect(c).series.length, 0)") >= 8
+    assert page.locator(".plot-card canvas").count() >= 8  # uPlot draws on canvases
+    # KL on log10: step 0's KL of exactly 0 is left out (a gap) rather than drawn at -infinity.
     card = "[...document.querySelectorAll('.plot-card')].find(c => c.querySelector('h3').textContent.startsWith('%s'))"
     kl, reward = card % "KL to the reference", card % "Reward (mean"
-    assert page.evaluate(f"{kl}.querySelector('svg').dataset.scale") == "log"
-    assert page.evaluate(f"{reward}.querySelector('svg').dataset.scale") == "linear"
-    paths = page.evaluate(f"[...{kl}.querySelectorAll('path.series')].map(p => p.getAttribute('d'))")
-    assert paths and all("NaN" not in d and "Infinity" not in d for d in paths)
-    ticks = page.evaluate(f"[...{kl}.querySelectorAll('text.y-tick')].map(t => +t.textContent)")
+    assert chart(page, kl)["scale"] == "log" and chart(page, reward)["scale"] == "linear"
+    values = series(page, kl, "grpo.kl")[0]["values"]
+    assert values[0] == "gap" and all(isinstance(v, float) and v > 0 for v in values[1:])
+    ticks = [float(t) for t in chart(page, kl)["ticks"]["y"]]
     assert len(ticks) >= 2 and all(t > 0 for t in ticks) and ticks == sorted(ticks)
     assert page.locator("#alerts").text_content().count("GrpoKlDrift") == 1
 
@@ -255,8 +263,8 @@ def test_plots_stay_readable_on_a_bad_run(site, tmp_path, new_page):
     assert {"Loss", "Gradient norm (log scale)"} <= set(titles)  # apart: a loss spike flattens nothing
 
     kl = _card("KL to the reference")
-    assert 2 <= page.evaluate(f"{kl}.querySelectorAll('text.y-tick').length") <= 6  # 1e-6 .. 1e22, readable
-    assert page.evaluate(f"{kl}.querySelector('text.y-label').textContent") == "nat"  # the catalog's {nat}
+    assert 2 <= len(chart(page, kl)["ticks"]["y"]) <= 6  # 1e-6 .. 1e22, readable
+    assert chart(page, kl)["yLabel"] == "nat"  # the catalog's {nat}
     # One name per signal: the catalog name (the API's column), the Prometheus series beside it.
     legend = page.evaluate(f"[...{kl}.querySelectorAll('.legend span')].map(s => [s.textContent, s.title])")
     assert ["grpo.kl grpo_kl", catalog.get("kl").description] in legend
@@ -264,20 +272,23 @@ def test_plots_stay_readable_on_a_bad_run(site, tmp_path, new_page):
     assert rows[3]["grpo.kl"] == _metrics(3)["kl"]
 
     mis = _card("IS mismatch: KL")
-    assert page.evaluate(f"{mis}.querySelector('svg').dataset.scale") == "symlog"
-    d = page.evaluate(f"{mis}.querySelector('path[data-label=\"grpo.mismatch.kl\"]').getAttribute('d')")
-    assert d.count("M") == 2 and d.count("L") == 9  # 11 of 12 steps drawn, zeros and negatives too; no bridge
-    ticks = page.evaluate(f"[...{mis}.querySelectorAll('text.y-tick')].map(t => t.textContent)")
+    assert chart(page, mis)["scale"] == "symlog"
+    # 11 of 12 steps drawn, zeros and negatives too; the NaN a gap (null), not bridged
+    values = series(page, mis, "grpo.mismatch.kl")[0]["values"]
+    assert len(values) == 12 and values[5] == "gap" and all(isinstance(v, (int, float)) for i, v in enumerate(values) if i != 5)
+    assert 0 in values and any(v < 0 for v in values if v != "gap")
+    ticks = chart(page, mis)["ticks"]["y"]
     assert "0" in ticks and any(t.startswith("-") for t in ticks)
 
     weights = _card("IS weights")
-    assert page.evaluate(f"{weights}.querySelectorAll('path.series').length") == 3  # min and max too
-    labels = page.evaluate(f"[...{weights}.querySelectorAll('text.y-tick')].map(t => t.textContent)")
+    assert len(chart(page, weights)["series"]) == 3  # min and max too
+    labels = chart(page, weights)["ticks"]["y"]
     assert len(labels) >= 2 and len(set(labels)) == len(labels)
 
-    x_ticks = page.evaluate("[...document.querySelectorAll('svg.plot')].map(s => [...s.querySelectorAll('text.x-tick')].map(t => t.textContent).join())")
-    assert len(set(x_ticks)) == 1 and x_ticks[0].startswith("0,")  # one x range for every panel
-    assert page.evaluate("[...document.querySelectorAll('svg.plot')].every(s => s.querySelector('text.x-label').textContent === 'step')")
+    charts = page.evaluate("[...document.querySelectorAll('.plot-card')].map(c => Plot.inspect(c))")
+    x_ticks = [",".join(c["ticks"]["x"]) for c in charts]
+    assert len(set(x_ticks)) == 1 and x_ticks[0].startswith("0,")  # one x range for every chart
+    assert all(c["xLabel"] == "step" for c in charts)
 
     # The samples table fits the 1347 px view; long text expands in place.
     assert page.evaluate("document.querySelector('#samples-table').scrollWidth <= document.querySelector('#samples').clientWidth")
@@ -290,7 +301,7 @@ def test_plots_stay_readable_on_a_bad_run(site, tmp_path, new_page):
     wait(page, "document.querySelector('#samples').dataset.error === '1'")
     assert "cannot show these samples" in page.locator("#samples-note").text_content()
     assert page.locator("#samples-table tbody tr").count() == 6  # still there
-    assert page.evaluate("document.querySelectorAll('#plots svg.plot').length") >= 8
+    assert page.locator("#plots .plot-card canvas").count() >= 8
     page.locator(f"#samples-table th[data-col={json.dumps(ODD)}]").click()
     wait(page, f"{header % json.dumps(ODD)}.classList.contains('sorted-asc')")
     col = page.evaluate(f"[...document.querySelectorAll('#samples-table th')].findIndex(t => t.dataset.col === {json.dumps(ODD)})")
@@ -324,10 +335,11 @@ def test_plots_stay_readable_on_a_bad_run(site, tmp_path, new_page):
 
 
 MAIN, OTHER = "explore-a", "explore-b"
+EXPLORER_RUNBOOK = "https://github.com/otel-grpo/otel-grpo/blob/main/docs/operations.md#grpoklspike"
 
 
 def _explorer_metrics(step: int) -> dict:
-    out = {"kl": 1e-3 * (1 + step % 3) if step != 12 else 5.0, "loss": 0.1 * (step % 4)}
+    out = {"kl": 1e-3 * (1 + step % 3) if step != 12 else 5.0, "loss": 0.1 * (step % 4), "learning_rate": 1e-6 * (1 + step)}
     if step % 2 == 0:  # logged every other step (as TRL logs some metrics): one line, not dots
         out["entropy"] = 2.0 - 0.05 * step
     return out
@@ -353,7 +365,7 @@ def _seed_explorer(url: str, otlp) -> None:
     steps = httpx.get(f"{url}/api/runs/{MAIN}/steps").json()
     fired = next(s["time"] for s in steps if s["step"] == 12)
     alert = {"status": "firing", "labels": {"alertname": "GRPOKLSpike", "run_id": MAIN, "severity": "warning"},
-             "annotations": {"summary": "KL spiked"}, "startsAt": fired, "fingerprint": "kl12"}
+             "annotations": {"summary": "KL spiked", "runbook_url": EXPLORER_RUNBOOK}, "startsAt": fired, "fingerprint": "kl12"}
     assert httpx.post(url + "/api/alerts", json={"version": "4", "alerts": [alert]}).status_code == 200
 
 
@@ -396,14 +408,22 @@ def test_run_explorer_from_a_bad_step_to_its_completions(site, tmp_path, new_pag
     wait(page, "document.body.dataset.ready === 'run'")
     kl, entropy = _card("KL to the reference"), _card("Entropy")
 
-    # A metric logged every other step is one line (one M, nine L), not ten dots.
-    d = page.evaluate(f"{entropy}.querySelector('path[data-label=\"grpo.policy.entropy\"]').getAttribute('d')")
-    assert d.count("M") == 1 and d.count("L") == 9
-    assert page.evaluate(f"{entropy}.querySelectorAll('circle.lone').length") == 0
+    # A metric logged every other step is one line, not ten dots: its ten steps, no gap between them.
+    assert chart(page, entropy)["steps"] == list(range(0, 20, 2))
+    assert all(isinstance(v, (int, float)) for v in series(page, entropy, "grpo.policy.entropy")[0]["values"])
 
-    # The alert sits on the step axis: step 12 in the table and a mark on every plot.
+    # The alert sits on the step axis: step 12 in the table and a mark on every chart, labelled with its
+    # name, linked to its row in the alerts table and to its runbook.
     assert page.locator("#alerts a.alert-step").text_content() == "12"
-    assert page.evaluate(f"{kl}.querySelector('line.mark-alert').dataset.step") == "12"
+    assert page.evaluate(f"{kl}.querySelector('.mark-alert').dataset.step") == "12"
+    assert page.locator(".plot-card .mark-alert").count() == page.locator(".plot-card").count()
+    mark = page.locator(f'.plot-card[data-chart="kl"] .mark-alert')
+    assert mark.locator("button.mark-label").text_content() == "GRPOKLSpike"
+    assert mark.locator("a.mark-runbook").get_attribute("href") == EXPLORER_RUNBOOK
+    mark.locator("button.mark-label").click()
+    wait(page, "document.querySelector('#alert-0').classList.contains('flash')")
+    assert page.evaluate("(() => { const b = document.querySelector('#alert-0').getBoundingClientRect(); "
+                         "return b.top >= 0 && b.bottom <= innerHeight; })()")
 
     # Hover: the values of every series at the step under the pointer.
     x, y = step_point(page, kl, 12, (0, 19))
@@ -466,20 +486,32 @@ def test_run_explorer_from_a_bad_step_to_its_completions(site, tmp_path, new_pag
     page.dispatch_event("#filter-min", "change")
     wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 8")
 
-    # Smoothing redraws the lines (raw values stay in the hover box).
-    before = page.evaluate(f"{kl}.querySelector('path[data-label=\"grpo.kl\"]').getAttribute('d')")
+    # Smoothing draws a smoothed line over the raw one, which stays, faded (raw values stay in the hover box).
+    raw = series(page, kl, "grpo.kl")[0]
     page.fill("#smooth", "0.8")
-    wait(page, f"{kl}.querySelector('path[data-label=\"grpo.kl\"]').getAttribute('d') !== {json.dumps(before)}")
+    wait(page, f"Plot.inspect({kl}).series.length === 2")
+    [faded], [smoothed] = series(page, kl, "grpo.kl", raw=True), series(page, kl, "grpo.kl", raw=False)
+    assert faded["values"] == raw["values"] and smoothed["values"] != raw["values"]
+    assert faded["stroke"].startswith("rgba(") and faded["stroke"].endswith(", 0.28)") and smoothed["stroke"] == raw["color"]
+    # Smoothed on the log scale (logs averaged): the spike's step stays above its neighbours, which stay near 1e-3.
+    assert smoothed["values"][12] > smoothed["values"][14] and smoothed["values"][14] < 0.1  # a linear EMA: 0.64
     assert _hash(page)["smooth"] == "0.8"
+    # Another weight redraws the same charts (their canvases stay) with new values.
+    page.evaluate(f"{kl}.querySelector('canvas').dataset.kept = '1'")
+    page.fill("#smooth", "0.5")
+    wait(page, f"Plot.inspect({kl}).series[1].values[14] !== {json.dumps(smoothed['values'][14])}")
+    assert page.evaluate(f"{kl}.querySelector('canvas').dataset.kept") == "1" and _hash(page)["smooth"] == "0.5"
 
-    # Overlay another run, aligned by step: its lines are dashed.
+    # Overlay another run, aligned by step: its lines in a colour of their own, the run legend says which.
     page.click("#compare summary")
     page.click(f'#compare input[data-run="{OTHER}"]')
-    wait(page, f"!!{kl}.querySelector('path[data-run=\"{OTHER}\"]')")
-    assert page.evaluate(f"{kl}.querySelector('path[data-run=\"{OTHER}\"]').getAttribute('stroke-dasharray')")
-    assert page.evaluate(f"{kl}.querySelector('path[data-run=\"{MAIN}\"]').getAttribute('stroke-dasharray')") is None
+    wait(page, f"Plot.inspect({kl}).series.some(s => s.run === {json.dumps(OTHER)})")
+    mine, other = series(page, kl, "grpo.kl", run=MAIN, raw=False)[0], series(page, kl, "grpo.kl", run=OTHER, raw=False)[0]
+    assert mine["color"] != other["color"] and mine["dash"] == other["dash"]
     assert _hash(page)["vs"] == OTHER
     assert page.evaluate("[...document.querySelectorAll('#run-legend span')].map(s => s.dataset.run)") == [MAIN, OTHER]
+    legend_colors = page.evaluate("[...document.querySelectorAll('#run-legend line')].map(l => l.getAttribute('stroke'))")
+    assert legend_colors == [mine["color"], other["color"]]
     phases = page.evaluate(f"[...{_card('Phase durations')}.querySelectorAll('.legend code')].map(c => c.textContent)")
     assert 'grpo_phase_duration_seconds{phase="rollout"}' in phases
     page.click("#compare summary")
@@ -489,7 +521,7 @@ def test_run_explorer_from_a_bad_step_to_its_completions(site, tmp_path, new_pag
     wait(page, "location.hash.includes('from=')")
     state = _hash(page)
     assert 4 <= int(state["from"]) <= 6 and 14 <= int(state["to"]) <= 16
-    x_ticks = page.evaluate("[...document.querySelectorAll('svg.plot')].map(s => [...s.querySelectorAll('text.x-tick')].map(t => +t.textContent))")
+    x_ticks = page.evaluate("[...document.querySelectorAll('.plot-card')].map(c => Plot.inspect(c).ticks.x.filter(Boolean).map(Number))")
     assert all(min(t) >= int(state["from"]) and max(t) <= int(state["to"]) for t in x_ticks if t)
     assert page.locator("#zoom-reset").is_visible()
     x, y = step_point(page, kl, 10, (int(state["from"]), int(state["to"])))
@@ -512,9 +544,58 @@ def test_run_explorer_from_a_bad_step_to_its_completions(site, tmp_path, new_pag
     phone = new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True, has_touch=True)
     open_run(phone, f"{site.url}/#/run/{MAIN}?step=12&sort=kl_ref_mean&desc=1&vs={OTHER}")
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
-    assert phone.evaluate("document.querySelector('#plots svg.plot').getBoundingClientRect().width") <= 390
+    assert phone.evaluate("document.querySelector('#plots .plot-card canvas').getBoundingClientRect().width") <= 390
     assert phone.evaluate("document.querySelector('#samples').scrollWidth > document.querySelector('#samples').clientWidth")
     _shot(phone, tmp_path, "explorer-phone.png")
+
+
+def test_any_step_column_is_a_chart_and_the_layout_is_in_the_url(site, tmp_path, new_page):
+    """Every step column can be found by search and charted; charts can be removed and rescaled; the
+    layout is in the URL, so a reload (a link) shows it again; every chart's cursor follows the pointer."""
+    site.seed(_seed_explorer)
+    page = new_page(viewport={"width": 1366, "height": 900})
+    open_run(page, f"{site.url}/#/run/{MAIN}")
+    columns = [c["name"] for c in httpx.get(f"{site.url}/api/runs/{MAIN}/metrics").json()]
+    assert "grpo.learning_rate" in columns and page.locator('.plot-card[data-chart="grpo.learning_rate"]').count() == 0
+    found = page.evaluate("""(names) => names.filter((n) => {
+        const input = document.querySelector('#chart-search'); input.value = n; input.dispatchEvent(new Event('input'));
+        return [...document.querySelectorAll('#chart-results button.chart-add')].some((b) => b.dataset.col === n); })""", columns)
+    assert found == columns
+    page.fill("#chart-search", "learning rate optimizer")  # words of its description find it too
+    assert page.locator("#chart-results button.chart-add").all_text_contents() == ["grpo.learning_rate grpo_learning_rateadd chart"]
+
+    # Enter charts the first match; the URL says so.
+    page.press("#chart-search", "Enter")
+    wait(page, "!!document.querySelector('.plot-card[data-chart=\"grpo.learning_rate\"]')")
+    assert _hash(page)["add"] == "grpo.learning_rate"
+    lr = _card("grpo.learning_rate")
+    assert series(page, lr, "grpo.learning_rate")[0]["values"] == pytest.approx([1e-6 * (1 + s) for s in range(20)])
+    assert chart(page, lr)["yLabel"] == "lr"
+    page.select_option('.plot-card[data-chart="grpo.learning_rate"] select.chart-scale', "log")
+    wait(page, f"Plot.inspect({lr}).scale === 'log'")
+    assert _hash(page)["scale"] == "grpo.learning_rate:log"
+    page.click('.plot-card[data-chart="loss"] button.chart-remove')
+    wait(page, "!document.querySelector('.plot-card[data-chart=\"loss\"]')")
+    assert _hash(page)["hide"] == "loss"
+
+    # A reload of that URL shows the same charts.
+    open_run(page, page.url)
+    assert page.locator('.plot-card[data-chart="loss"]').count() == 0
+    assert chart(page, _card("grpo.learning_rate"))["scale"] == "log"
+    # The removed panel comes back through search; "default charts" undoes the rest.
+    page.fill("#chart-search", "grpo.loss")
+    page.click('#chart-results button.chart-add[data-col="grpo.loss"]')
+    wait(page, "!!document.querySelector('.plot-card[data-chart=\"loss\"]')")
+    assert "hide" not in _hash(page)
+    page.click("#charts-reset")
+    wait(page, "!document.querySelector('.plot-card[data-chart=\"grpo.learning_rate\"]')")
+    assert not {"add", "hide", "scale"} & _hash(page).keys()
+
+    # Cursor sync: the pointer on the KL chart at step 12 puts every chart's cursor on step 12.
+    kl = _card("KL to the reference")
+    page.mouse.move(*step_point(page, kl, 12, (0, 19)))
+    wait(page, "[...document.querySelectorAll('.plot-card')].every(c => Plot.inspect(c).cursor === 12)")
+    _shot(page, tmp_path, "charts-cursor-sync.png")
 
 
 def test_touch_zoom_and_tap_on_a_phone(site, tmp_path, new_page):
@@ -565,7 +646,7 @@ def test_touch_zoom_and_tap_on_a_phone(site, tmp_path, new_page):
     touch("touchEnd", [], t + 3.2)
     wait(page, "location.hash.includes('from=')")
     assert (_hash(page)["from"], _hash(page)["to"]) == ("8", "12")
-    x_ticks = page.evaluate(f"[...{kl}.querySelectorAll('text.x-tick')].map(t => +t.textContent)")
+    x_ticks = [int(t) for t in chart(page, kl)["ticks"]["x"] if t]
     assert x_ticks and min(x_ticks) >= 8 and max(x_ticks) <= 12
 
     # Pinching in over the whole view shows all steps again.
@@ -582,8 +663,11 @@ def test_touch_zoom_and_tap_on_a_phone(site, tmp_path, new_page):
     assert href.startswith(site.url + "/") and resources
     assert all(name.startswith(site.url + "/") for name, _ in resources), resources
     static = {name.rsplit("/", 1)[1]: size for name, size in resources if "/static/" in name}
-    assert static.keys() == {"util.js", "plot.js", "table.js", "group.js", "app.js", "style.css"}
-    assert sum(static.values()) < 100_000
+    vendor = {"uPlot.iife.min.js", "uPlot.min.css"}  # uPlot 1.6.32, served from /static/vendor/
+    assert static.keys() == {"util.js", "touch.js", "plot.js", "charts.js", "table.js", "group.js", "app.js", "style.css"} | vendor
+    assert all(name.startswith(f"{site.url}/static/vendor/") for name, _ in resources if name.rsplit("/", 1)[1] in vendor)
+    assert sum(size for name, size in static.items() if name not in vendor) < 100_000
+    assert sum(static[name] for name in vendor) < 60_000
 
 
 LONG, LONG_STEPS, LONG_SPIKE = "long-run", 1500, 777
@@ -609,7 +693,7 @@ def test_a_long_run_is_downsampled_and_its_spike_drawn(site, new_page):
     assert len(asked) == 2 and all("points=1366" in n for n in asked)  # the run and the one overlaid
     assert int(page.evaluate("document.querySelector('#plots').dataset.steps")) <= 1366 < LONG_STEPS
     kl = _card("KL to the reference")
-    top = f"Math.max(...[...{kl}.querySelectorAll('text.y-tick')].map(t => +t.textContent))"
+    top = f"Math.max(...Plot.inspect({kl}).ticks.y.map(Number))"
     assert page.evaluate(top) >= 1  # the spike (5 nat) sets the axis; the other steps are ~1e-3
 
     drag_steps(page, kl, 700, 850, (0, LONG_STEPS - 1))
@@ -632,7 +716,7 @@ def test_the_page_runs_under_its_content_security_policy_and_refuses_frames(site
                          "e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));")
     open_run(page, site.url + "/#/run/web-run")
     wait(page, "document.querySelectorAll('#samples-table tbody tr').length > 0")
-    assert page.evaluate("document.querySelectorAll('svg.plot path.series').length") >= 8
+    assert page.evaluate("[...document.querySelectorAll('.plot-card')].reduce((n, c) => n + Plot.inspect(c).series.length, 0)") >= 8
     # The table's widths are set through the CSSOM, which the policy allows (a style attribute it refuses).
     assert page.evaluate("document.querySelector('#samples-table').style.minWidth").endswith("px")
     assert page.evaluate("window.__violations") == []

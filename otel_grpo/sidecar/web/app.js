@@ -1,8 +1,10 @@
 // The sidecar's web page, a run explorer: runs (a page at a time, searched by the server), per-step
-// plots (hover, zoom, smoothing, other runs overlaid by step, alerts on the step axis), alerts, and the
-// samples table (table.js). The view lives in the URL: #/?q=exp&status=active&page=2 (the runs), and
-// #/run/<id>?step=4&group=0&sample=3&q=..&sort=reward&desc=1&vs=<run>,<run>
-// &smooth=0.6&from=10&to=40&fcol=kl_ref_mean&fmin=0.1&fmax= links to exactly what is shown.
+// charts (charts.js, drawn by plot.js: hover, zoom, smoothing, other runs overlaid by step, alerts on
+// the step axis, any step column found by search), alerts, and the samples table (table.js). The view
+// lives in the URL: #/?q=exp&status=active&page=2 (the runs), and
+// #/run/<id>?step=4&group=0&sample=3&q=..&sort=reward&desc=1&vs=<run>,<run>&smooth=0.6&from=10
+// &to=40&fcol=kl_ref_mean&fmin=0.1&fmax=&add=grpo.learning_rate&hide=loss&scale=kl:linear links to
+// exactly what is shown.
 "use strict";
 
 const main = document.getElementById("main");
@@ -10,11 +12,13 @@ const REFRESH_MS = 10000;
 const state = freshState(null);
 let refreshTimer = null;
 let sampleSteps = [];
-let runData = null;  // {panels, steps, alerts, overlay: Map run -> steps, detail: {zoom, runs: Map run -> steps}} of the run shown
+// The run shown: {panels, alerts, withSamples, runs, columns: its step columns described,
+// steps: Map run -> rows, names: Map run -> its columns, detail: {zoom, runs: Map run -> rows}}
+let runData = null;
 
 function freshState(run) {
   return { run, step: null, group: null, sample: null, orderBy: null, desc: false, q: "", overlay: [], smooth: 0,
-           zoom: null, filter: { col: "", min: "", max: "" } };
+           zoom: null, filter: { col: "", min: "", max: "" }, add: [], hide: [], scales: {} };
 }
 
 // The read token: typed into a masked field (never a prompt(), which shows it), kept in this
@@ -42,7 +46,10 @@ document.getElementById("token-forget").addEventListener("click", () => {
 // ---- the URL ------------------------------------------------------------------------------------
 function runHash(runId, params) {
   const p = new URLSearchParams();
-  for (const [k, v] of Object.entries(params || {})) if (v !== null && v !== undefined && v !== "") p.set(k, String(v));
+  for (const [k, v] of Object.entries(params || {})) {
+    if (Array.isArray(v)) for (const x of v) p.append(k, String(x));  // repeated: the values may hold commas
+    else if (v !== null && v !== undefined && v !== "") p.set(k, String(v));
+  }
   const qs = p.toString();
   return "#/run/" + encodeURIComponent(runId) + (qs ? "?" + qs : "");
 }
@@ -51,7 +58,8 @@ function stateParams() {
   return { step: state.step, group: state.group, sample: state.sample, q: state.q, sort: state.orderBy,
            desc: state.orderBy && state.desc ? 1 : null, vs: state.overlay.join(","), smooth: state.smooth || null,
            from: state.zoom && state.zoom[0], to: state.zoom && state.zoom[1],
-           fcol: state.filter.col, fmin: state.filter.col && state.filter.min, fmax: state.filter.col && state.filter.max };
+           fcol: state.filter.col, fmin: state.filter.col && state.filter.min, fmax: state.filter.col && state.filter.max,
+           add: state.add, hide: state.hide, scale: Object.entries(state.scales).map(([id, s]) => `${id}:${s}`) };
 }
 
 // Writes the view into the URL without a navigation (no hashchange, no reload).
@@ -68,6 +76,9 @@ function readUrl(runId, query) {
     overlay: (p.get("vs") || "").split(",").filter((r) => r && r !== runId), smooth: Math.min(Math.max(num("smooth") || 0, 0), 0.99),
     zoom: num("from") !== null && num("to") !== null && num("from") < num("to") ? [num("from"), num("to")] : null,
     filter: { col: p.get("fcol") || "", min: p.get("fmin") || "", max: p.get("fmax") || "" },
+    add: [...new Set(p.getAll("add").filter(Boolean))], hide: [...new Set(p.getAll("hide").filter(Boolean))],
+    scales: Object.fromEntries(p.getAll("scale").map((v) => [v.slice(0, v.lastIndexOf(":")), v.slice(v.lastIndexOf(":") + 1)])
+      .filter(([id, s]) => id && ["linear", "log", "symlog"].includes(s))),
   });
 }
 
@@ -153,183 +164,6 @@ async function runsPage(view) {
   return [pager, table];  // the count and the pager above the rows: in view without scrolling
 }
 
-// ---- plots --------------------------------------------------------------------------------------
-// A plot never needs every step of a long run: the steps API downsamples to `points` rows, keeping
-// each bucket's first and last step and every column's lowest and highest step, so a one-step
-// spike is drawn. About the screen's width in pixels. A zoom asks for its own steps the same way,
-// so detail appears as the range narrows.
-function chartPoints() {
-  return Math.min(2000, Math.max(1000, Math.round(window.innerWidth * (window.devicePixelRatio || 1))));
-}
-
-function stepsPath(runId, zoom) {
-  const p = new URLSearchParams({ points: String(chartPoints()) });
-  if (zoom) { p.set("step_min", String(Math.floor(zoom[0]))); p.set("step_max", String(Math.ceil(zoom[1]))); }
-  return `${runPath(runId)}/steps?${p}`;
-}
-
-// The zoomed range's own rows of the run shown and of each overlaid run (their whole-run rows
-// stay for the alerts' steps). True when they add rows to those at hand: a run short enough to
-// have come whole adds none.
-async function loadDetail() {
-  const zoom = state.zoom;
-  if (!runData) return false;
-  if (!zoom) { runData.detail = null; return false; }
-  const ids = [state.run, ...state.overlay];
-  const rows = await Promise.all(ids.map((r) => api(stepsPath(r, zoom)).catch(() => null)));
-  if (state.zoom !== zoom) return false;  // a later zoom wins
-  const runs = new Map(ids.map((r, i) => [r, rows[i]]).filter(([, s]) => s !== null));
-  runData.detail = { zoom, runs };
-  const inZoom = (s) => (s || []).filter((r) => r.step >= zoom[0] && r.step <= zoom[1]).length;
-  return [...runs].some(([r, s]) => s.length !== inZoom(r === state.run ? runData.steps : runData.overlay.get(r)));
-}
-
-// One point per step that has the column: a step without it (a metric logged every other step) is
-// no point, so the line bridges it; a null (a non-finite value) is a gap in the line.
-// A step column is the signal's catalog name (`grpo.kl`); a templated signal has one column per
-// label value (`grpo.reward_fn.mean/<fn>`), each its own line.
-function seriesFor(panel, steps, run, runIndex) {
-  const out = [];
-  panel.series.forEach((s, colorIndex) => {
-    const prefix = s.name + "/";
-    const columns = s.attribute ? [...new Set(steps.flatMap((r) => Object.keys(r)))].filter((k) => k.startsWith(prefix)).sort()
-      : [s.name];
-    columns.forEach((column, j) => {
-      const points = steps.filter((r) => column in r)
-        .map((r) => [r.step, typeof r[column] === "number" && Number.isFinite(r[column]) ? r[column] : null]);
-      const value = s.attribute ? column.slice(prefix.length) : null;
-      const prometheus = s.attribute ? `${s.prometheus}{${s.attribute}="${value}"}` : s.prometheus;
-      out.push({ label: column, name: column, prometheus, description: s.description, points, run, runIndex,
-                 colorIndex: colorIndex + j });
-    });
-  });
-  return out;
-}
-
-function marks() {
-  // An alert's step comes from the server (the last step to end before it started): the rows at
-  // hand may be downsampled.
-  const out = runData.alerts.map((a) => ({ step: a.step, kind: "alert",
-                                           label: `${a.alertname} (${a.status}) from ${a.starts_at}` }))
-    .filter((m) => m.step !== null);
-  if (state.step !== null) out.unshift({ step: +state.step, kind: "picked", label: `step ${state.step}: samples shown below` });
-  return out;
-}
-
-function setZoom(zoom) {
-  state.zoom = zoom;
-  writeUrl();
-  // At once from the rows at hand; again with the range's own only where they differ (a redraw
-  // replaces the plots, and with them a gesture that had begun on one).
-  redrawPlots();
-  loadDetail().then((more) => { if (more) redrawPlots(); }).catch(() => {});
-}
-
-function plotsSection() {
-  const { panels, steps, overlay, detail } = runData;
-  const grid = h("div", { class: "grid", id: "plots", "data-steps": String(steps.length) });
-  const zoomed = detail && detail.zoom === state.zoom ? detail.runs : new Map();
-  const rowsOf = (run, whole) => zoomed.get(run) || whole;
-  const runs = [[state.run, rowsOf(state.run, steps)],
-    ...state.overlay.filter((r) => overlay.has(r)).map((r) => [r, rowsOf(r, overlay.get(r))])];
-  const all = runs.flatMap(([, s]) => s.map((r) => r.step));
-  const xDomain = state.zoom || (all.length ? [Math.min(...all), Math.max(...all)] : null);  // the same on every panel
-  const opts = { xDomain, smooth: state.smooth, marks: marks(), onPick: openStep, onZoom: setZoom };
-  for (const panel of panels) {
-    const series = runs.flatMap(([run, s], i) => seriesFor(panel, s, run, i)).filter((s) => s.points.some((p) => p[1] !== null));
-    if (!series.length) continue;
-    const scaleNote = { log: " (log scale)", symlog: " (symmetric log scale)" }[panel.scale] || "";
-    grid.appendChild(h("div", { class: "card plot-card", "data-group": panel.group },
-      h("h3", { text: panel.title + scaleNote }),
-      Plot.draw(series, { ...opts, scale: panel.scale, unit: panel.unit }), Plot.legend(series)));
-  }
-  if (!grid.children.length) grid.appendChild(h("p", { class: "muted", text: "no step history yet" }));
-  if (runs.length > 1) grid.prepend(runLegend(runs.map(([run]) => run)));
-  return grid;
-}
-
-// Which line style is which run, when runs are overlaid.
-function runLegend(runs) {
-  return h("div", { class: "run-legend", id: "run-legend" }, ...runs.map((run, i) => {
-    const sample = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-    sample.setAttribute("viewBox", "0 0 30 6");
-    const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
-    for (const [k, v] of Object.entries({ x1: 0, x2: 30, y1: 3, y2: 3, stroke: "currentColor", "stroke-width": 2,
-                                          "stroke-dasharray": Plot.DASHES[i % Plot.DASHES.length] })) line.setAttribute(k, v);
-    sample.appendChild(line);
-    return h("span", { "data-run": run }, sample, " " + run + (i ? "" : " (this run)"));
-  }));
-}
-
-function redrawPlots() {
-  const plots = document.getElementById("plots");
-  if (plots && runData) plots.replaceWith(plotsSection());
-  const reset = document.getElementById("zoom-reset");
-  if (reset) {
-    reset.hidden = !state.zoom;
-    reset.textContent = state.zoom ? `steps ${state.zoom[0]}–${state.zoom[1]}: show all` : "";
-  }
-}
-
-async function loadOverlay() {
-  await Promise.all(state.overlay.filter((r) => !runData.overlay.has(r)).map(async (r) => {
-    try { runData.overlay.set(r, await api(stepsPath(r))); } catch (e) { runData.overlay.set(r, []); }
-  }));
-}
-
-const COMPARE_CHOICES = 20;  // runs offered at a time in "compare runs"; the search box finds the others
-
-function plotTools(runs) {
-  const smooth = h("input", { id: "smooth", type: "range", min: "0", max: "0.99", step: "0.01" });
-  smooth.value = String(state.smooth);
-  const value = h("span", { id: "smooth-value", text: state.smooth ? String(state.smooth) : "off" });
-  smooth.addEventListener("input", () => {
-    state.smooth = +smooth.value;
-    value.textContent = state.smooth ? String(state.smooth) : "off";
-    writeUrl();
-    redrawPlots();
-  });
-  const choices = h("div", { class: "choices" });
-  const search = h("input", { id: "compare-search", type: "search", placeholder: "search runs" });
-  const list = h("div", { id: "compare-list" });
-  const box = (run) => {
-    const input = h("input", { type: "checkbox", "data-run": run, onchange: async (e) => {
-      state.overlay = e.target.checked ? [...state.overlay, run] : state.overlay.filter((x) => x !== run);
-      writeUrl();
-      await Promise.all([loadOverlay(), loadDetail()]);
-      redrawPlots();
-    } });
-    input.checked = state.overlay.includes(run);
-    return h("label", {}, input, " " + run);
-  };
-  // The runs overlaid, then the first of the others the search matches (the server filters them).
-  const fill = (found) => {
-    const others = found.map((r) => r.run_id).filter((r) => r !== state.run && !state.overlay.includes(r))
-      .slice(0, COMPARE_CHOICES);
-    const runs = [...state.overlay, ...others];
-    list.replaceChildren(...(runs.length ? runs.map(box) : [h("span", { class: "muted", text: "no other runs" })]));
-  };
-  let timer = null;
-  let asked = 0;
-  search.addEventListener("input", () => {
-    clearTimeout(timer);
-    timer = setTimeout(async () => {
-      const mine = ++asked;
-      const q = search.value.trim();
-      const found = await api(`/api/runs?limit=${COMPARE_CHOICES + 1}` + (q ? "&q=" + encodeURIComponent(q) : ""))
-        .catch(() => []);
-      if (mine === asked) fill(found);
-    }, SEARCH_WAIT_MS);
-  });
-  fill(runs);
-  choices.append(search, list, h("p", { class: "muted", text: "other runs are drawn dashed, aligned by step" }));
-  const compare = h("details", { id: "compare" }, h("summary", { text: "compare runs" }), choices);
-  const reset = h("button", { id: "zoom-reset", type: "button", hidden: "", onclick: () => setZoom(null) });
-  return h("div", { class: "controls plot-tools" }, h("label", { for: "smooth", text: "smoothing" }), smooth, value, compare, reset,
-    h("span", { class: "muted hint",
-                text: "hover or tap: values · drag or pinch: zoom · double-click or double-tap: all steps · click: that step's samples" }));
-}
-
 // ---- alerts -------------------------------------------------------------------------------------
 // An alert's runbook: its `runbook_url` annotation (every rule of ours has one: docs/operations.md),
 // linked only when it is a web address (an annotation is text anyone who can post alerts wrote).
@@ -380,21 +214,27 @@ function openStep(step) {
   loadSamples().then(() => document.getElementById("samples-heading").scrollIntoView());
 }
 
+// The run's step rows (every column), the columns' names and meanings, its alerts, the steps that
+// have samples, and the runs to compare with.
 async function fetchRunData(runId) {
   const base = runPath(runId);
-  const [panels, steps, alerts, withSamples] = await Promise.all([api("/api/panels"), api(stepsPath(runId)),
-    api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`)]);
-  return { panels, steps, alerts, withSamples };
+  const [panels, described, alerts, withSamples, steps] = await Promise.all([api("/api/panels"), api(`${base}/metrics`),
+    api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`), api(stepsPath(runId))]);
+  const names = namesOf(steps);
+  // Every column the search can find: those the API describes, and any the rows have besides.
+  const columns = [...described, ...[...names].filter((n) => !described.some((c) => c.name === n)).map((name) => ({ name }))];
+  runData = { panels, alerts, withSamples, columns, steps: new Map([[runId, steps]]), names: new Map([[runId, names]]),
+              detail: null };
+  await Promise.all([loadOverlay(), loadDetail()]);
+  return runData;
 }
 
-// Live view: plots, alerts and the step list follow the run; the samples table is left as the
+// Live view: charts, alerts and the step list follow the run; the samples table is left as the
 // user arranged it (sort, step, expanded cells).
 async function refreshRun() {
   if (!state.run || !document.getElementById("plots")) return;
   const data = await fetchRunData(state.run);
   sampleSteps = data.withSamples;
-  runData = { ...data, overlay: new Map(), detail: null };
-  await Promise.all([loadOverlay(), loadDetail()]);
   redrawPlots();
   document.getElementById("alerts").replaceWith(alertsSection(data.alerts));
   const select = document.getElementById("step-select");
@@ -407,13 +247,11 @@ async function showRun(runId, query) {
   document.getElementById("crumb").textContent = "run " + runId;
   const [data, choices] = await Promise.all([fetchRunData(runId), api(`/api/runs?limit=${COMPARE_CHOICES + 1}`)]);
   sampleSteps = data.withSamples;
-  runData = { ...data, overlay: new Map(), detail: null };
-  await Promise.all([loadOverlay(), loadDetail()]);
   if (state.step === null && sampleSteps.length) state.step = String(sampleSteps[0]);
   main.replaceChildren(
     h("h2", { text: "Run " + runId }),
     plotTools(choices),
-    plotsSection(),
+    h("div", { id: "plots" }),
     h("h2", { text: "Alerts" }), alertsSection(data.alerts),
     h("h2", { id: "samples-heading", text: "Samples" }), samplesControls(sampleSteps),
     h("p", { id: "samples-common", class: "common" }),

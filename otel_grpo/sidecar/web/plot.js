@@ -1,30 +1,48 @@
-// Line plots against step, drawn as SVG. Written for this page: no library, nothing from a CDN.
-// Every label goes through textContent, so no data is ever parsed as markup.
-// Interactions: hover shows every series' value at the step under the pointer; a click picks that
-// step (once no second click follows); a horizontal drag zooms to the dragged steps (the caller redraws every panel), a double
-// click zooms out. On a touch screen: tap, one-finger drag or pinch, double tap, alike. Optional: exponential smoothing, vertical marks (alerts, the picked step), and
-// series of other runs drawn dashed (overlay, aligned by step).
+// Step charts on uPlot (vendor/uPlot.iife.min.js, MIT; served by the sidecar, nothing from a CDN).
+// uPlot draws the lines on a canvas; what is text (the hover box, alert marks, legends) is DOM,
+// set through textContent only, so no data is ever parsed as markup.
+// Interactions: hover shows every line's value at the step under the pointer, and every chart's
+// cursor follows it (uPlot's sync); a click picks that step (once no second click follows); a
+// horizontal drag zooms to the dragged steps (the caller redraws every chart), a double click
+// shows all steps. On a touch screen (touch.js): tap, one-finger drag or pinch, double tap, alike.
+// Optional: exponential smoothing (the raw line stays, faded, behind the smoothed one), marks
+// (alerts, labelled and linked; the picked step), other runs overlaid (a colour per run).
 "use strict";
 
 const Plot = (() => {
-  const NS = "http://www.w3.org/2000/svg";
   const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#db2777"];
-  const DASHES = ["", "6 3", "2 2", "8 3 2 3"];  // run 0 (the page's run) solid, overlaid runs dashed
-  const W = 440, H = 210, M = { l: 62, r: 10, t: 8, b: 32 };
+  // A colour per run when runs are compared (the columns of a chart then differ by dash).
+  const RUN_COLORS = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#db2777", "#0891b2", "#a16207", "#4b5563"];
+  const DASHES = [[], [6, 3], [2, 2], [8, 3, 2, 3], [4, 4], [1, 3]];
+  const HEIGHT = 220;
+  const RAW_ALPHA = 0.28;  // the raw line behind a smoothed one
+  const FLAG_PX = 150;  // room an alert's label takes right of its line
   const MAX_Y_TICKS = 6;
-  const DRAG_PX = 6;  // a pointer move shorter than this is a click, not a zoom
-  const DOUBLE_CLICK_MS = 300;  // a click waits this long for a second one (a double click zooms out)
-  let pendingPick = null;  // shared by every plot: a redraw replaces them
-  let lastTap = null;  // when the last single tap ended (event time), for a double tap
+  const { DRAG_PX, DOUBLE_CLICK_MS } = PlotTouch;
+  const SYNC = "otel-grpo-steps";  // every chart of the page shares its cursor
+  const X_INCRS = [1, 2, 5].flatMap((m) => Array.from({ length: 13 }, (_, e) => m * 10 ** e)).sort((a, b) => a - b);
+  const shown = new WeakMap();  // chart element -> what it draws (inspect)
+  let pendingPick = null;  // shared by every chart: a redraw replaces them
 
-  function el(name, attrs, parent) {
-    const node = document.createElementNS(NS, name);
-    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
-    if (parent) parent.appendChild(node);
-    return node;
+  function fmt(v, digits) {
+    const a = Math.abs(v);
+    if (a !== 0 && (a < 1e-3 || a >= 1e5)) return v.toExponential(Math.max(0, Math.min(digits - 1, 3)));
+    return String(+v.toPrecision(digits));
   }
 
-  function ticks(lo, hi, n) {
+  // Tick labels: the fewest digits that write every tick exactly and tell them apart (a tight range
+  // such as 0.99995 .. 1.00005 printed with 4 digits was "1" five times).
+  function labels(values) {
+    if (values.some((v) => typeof v !== "number")) return values.map((v) => (typeof v === "number" ? fmt(v, 6) : ""));
+    const exact = (v, s) => Math.abs(+s - v) <= 1e-9 * Math.abs(v);
+    for (let d = 1; d <= 12; d++) {
+      const out = values.map((v) => fmt(v, d));
+      if (new Set(out).size === out.length && out.every((s, i) => exact(values[i], s))) return out;
+    }
+    return values.map((v) => String(v));
+  }
+
+  function niceTicks(lo, hi, n) {
     if (!(hi > lo)) return [lo];
     const raw = (hi - lo) / n, mag = Math.pow(10, Math.floor(Math.log10(raw)));
     const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => raw <= s);
@@ -35,361 +53,381 @@ const Plot = (() => {
     return out;
   }
 
-  function fmt(v, digits) {
-    const a = Math.abs(v);
-    if (a !== 0 && (a < 1e-3 || a >= 1e5)) return v.toExponential(Math.max(0, Math.min(digits - 1, 3)));
-    return String(+v.toPrecision(digits));
-  }
-
-  // Tick labels that differ from each other: more digits until they do (a tight range such as
-  // 0.99995 .. 1.00005 printed with 4 digits was "1" five times).
-  function labels(values) {
-    for (let d = 3; d <= 12; d++) {
-      const out = values.map((v) => fmt(v, d));
-      if (new Set(out).size === out.length) return out;
-    }
-    return values.map((v) => String(v));
-  }
-
-  // Scales map data to a plotting coordinate; null means "no place on this axis" (a gap).
-  // log: positive values only. symlog: sign(y) * log10(1 + |y| / c), linear within c of 0, so
-  // zero and negative values are drawn; c is the smallest non-zero magnitude in the data.
-  function scaleOf(kind, values) {
-    if (kind === "log" && values.some((v) => v > 0)) {
-      return { kind, f: (v) => (v > 0 ? Math.log10(v) : null), inv: (t) => Math.pow(10, t) };
-    }
-    if (kind === "symlog" || kind === "log") {
-      const mags = values.filter((v) => v !== 0).map(Math.abs);
-      const c = mags.length ? Math.pow(10, Math.floor(Math.log10(Math.min(...mags)))) : 1;
-      return { kind: "symlog", c, f: (v) => Math.sign(v) * Math.log10(1 + Math.abs(v) / c),
-               inv: (t) => Math.sign(t) * c * (Math.pow(10, Math.abs(t)) - 1) };
-    }
-    return { kind: "linear", f: (v) => v, inv: (t) => t };
-  }
-
   function thin(values, n) {
     if (values.length <= n) return values;
     const stride = Math.ceil(values.length / n);
     return values.filter((_, i) => i % stride === 0);
   }
 
-  // Ticks in plotting coordinates: at most MAX_Y_TICKS whatever the range (1e-6 .. 1e22 used to
-  // print 30 labels on top of each other).
+  // The y scale. log: positive values only (others have no place: a gap). symlog: uPlot's asinh
+  // scale, linear within c of 0, so zero and negative values are drawn; c is the smallest non-zero
+  // magnitude in the data. A log chart without a positive value is drawn symlog.
+  function scaleOf(kind, values) {
+    if (kind === "log" && values.some((v) => v > 0)) {
+      return { kind, uplot: { distr: 3, log: 10 }, place: (v) => (v > 0 ? v : null), f: Math.log10, inv: (t) => 10 ** t };
+    }
+    if (kind === "symlog" || kind === "log") {
+      const mags = values.filter((v) => v !== 0).map(Math.abs);
+      const c = mags.length ? Math.pow(10, Math.floor(Math.log10(Math.min(...mags)))) : 1;
+      return { kind: "symlog", c, uplot: { distr: 4, asinh: c }, place: (v) => v,
+               f: (v) => Math.sign(v) * Math.log10(1 + Math.abs(v) / c), inv: (t) => Math.sign(t) * c * (10 ** Math.abs(t) - 1) };
+    }
+    return { kind: "linear", uplot: { distr: 1 }, place: (v) => v, f: (v) => v, inv: (t) => t };
+  }
+
+  // At most MAX_Y_TICKS ticks whatever the range (1e-6 .. 1e22 used to print 30 labels on top of
+  // each other): decades on a log scale, 0 and +-c*10^k on a symlog one, nice numbers otherwise.
   function yTicks(scale, lo, hi) {
-    if (scale.kind === "linear") return ticks(lo, hi, 4);
+    if (!(hi > lo)) return [lo];
+    if (scale.kind === "linear") return niceTicks(lo, hi, 4);
     if (scale.kind === "log") {
       const out = [];
-      for (let e = Math.ceil(lo); e <= Math.floor(hi); e++) out.push(e);
-      if (out.length < 2) return ticks(Math.pow(10, lo), Math.pow(10, hi), 4).filter((v) => v > 0).map(Math.log10);
-      return thin(out, MAX_Y_TICKS);
+      for (let e = Math.ceil(Math.log10(lo) - 1e-9); e <= Math.floor(Math.log10(hi) + 1e-9); e++) out.push(10 ** e);
+      return out.length >= 2 ? thin(out, MAX_Y_TICKS) : niceTicks(lo, hi, 4).filter((v) => v > 0);
     }
-    const out = [];  // symlog: 0 and +-c*10^k
-    const c = scale.c;
+    const out = [];
     for (const sign of [-1, 1]) {
       for (let k = 0; k < 40; k++) {
-        const t = scale.f(sign * c * Math.pow(10, k));
-        if (t >= lo && t <= hi) out.push(t);
+        const v = sign * scale.c * 10 ** k;
+        if (v >= lo && v <= hi) out.push(v);
       }
     }
-    if (lo <= 0 && hi >= 0) out.push(0);
     out.sort((a, b) => a - b);
-    return out.length >= 2 ? thin(out, MAX_Y_TICKS) : ticks(lo, hi, 4);
+    const kept = out.length >= 2 ? thin(out, MAX_Y_TICKS) : niceTicks(lo, hi, 4);
+    return lo <= 0 && hi >= 0 && !kept.includes(0) ? [...kept, 0].sort((a, b) => a - b) : kept;  // 0 always has a tick
   }
 
-  // Exponential moving average with TensorBoard's debiasing (the first points are not pulled to 0);
-  // a gap (null) restarts it. weight 0: the raw values.
-  function smooth(points, weight) {
-    if (!weight) return points;
+  // The y range of the steps in view: theirs, padded by 5% on the scale (a flat line gets a band
+  // around it, not a 1e-17 range). uPlot's own log range snaps to whole decades, which flattened IS
+  // weights between 0.99998 and 1.00005 onto one line.
+  function yRange(scale, lo, hi) {
+    if (lo === null || hi === null || !Number.isFinite(lo) || !Number.isFinite(hi)) return [scale.kind === "log" ? 0.1 : 0, 1];
+    let [t0, t1] = [scale.f(lo), scale.f(hi)];
+    if (t1 - t0 <= Math.abs(t0) * 1e-9) { const d = Math.abs(t0) * 0.1 || 1; t0 -= d; t1 += d; }
+    const pad = (t1 - t0) * 0.05;
+    return [scale.inv(t0 - pad), scale.inv(t1 + pad)];
+  }
+
+  // Exponential moving average with TensorBoard's debiasing (the first points are not pulled to
+  // 0), taken on the chart's scale (a log chart averages logs: one spike does not hold the line up
+  // for the next 30 steps); a gap (null) restarts it. The smoothed value of each point.
+  function smooth(points, weight, scale) {
     let acc = 0, n = 0;
-    return points.map(([x, y]) => {
-      if (y === null) { acc = 0; n = 0; return [x, null]; }
-      acc = weight * acc + (1 - weight) * y;
+    return points.map(([, y]) => {
+      const t = y === null || scale.place(y) === null ? null : scale.f(y);
+      if (t === null) { acc = 0; n = 0; return null; }
+      acc = weight * acc + (1 - weight) * t;
       n += 1;
-      return [x, acc / (1 - Math.pow(weight, n))];
+      return scale.inv(acc / (1 - Math.pow(weight, n)));
     });
   }
 
-  // series: [{label, name, prometheus, description, run, runIndex, points: [[step, value or null], ...]}]
-  //   A step a series has no entry for (logged every other step) is bridged; a null is a gap.
-  // opts: {scale, unit, xDomain: [first, last], smooth: 0..0.99, marks: [{step, label, kind}],
-  //        onPick(step), onZoom([lo, hi] or null)}
-  function draw(series, opts) {
-    const o = opts || {};
-    const wrap = document.createElement("div");
-    wrap.className = "plot-wrap";
-    const values = series.map((s) => smooth(s.points, o.smooth || 0));
-    const scale = scaleOf(o.scale || "linear", series.flatMap((s) => s.points.map((p) => p[1]).filter((v) => v !== null)));
-    const mapped = values.map((pts) => pts.map((p) => [p[0], p[1] === null ? null : scale.f(p[1])]));
-    const svg = el("svg", { class: "plot", viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", "data-scale": scale.kind }, wrap);
-    const all = mapped.flat().filter((p) => p[1] !== null);
-    if (!all.length) {
-      el("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "no-data" }, svg).textContent = "no data";
-      return wrap;
+  function withAlpha(hex, alpha) {
+    const n = parseInt(hex.slice(1), 16);
+    return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
+  }
+
+  function colorOf(line, compare) {
+    return compare ? RUN_COLORS[(line.runIndex || 0) % RUN_COLORS.length] : COLORS[(line.colorIndex || 0) % COLORS.length];
+  }
+
+  function dashOf(line, compare) {
+    return compare ? DASHES[(line.colorIndex || 0) % DASHES.length] : [];
+  }
+
+  function displayName(line) {
+    return (line.name || line.label) + (line.runIndex ? ` [${line.run}]` : "");
+  }
+
+  // uPlot's columns: the steps of every line, and per line a value per step: a number, null (a
+  // gap: a non-finite value, or no place on a log scale) or undefined (no entry: bridged, so a
+  // metric logged every other step is one line). Laid out once per chart; a smoothing weight then
+  // only fills new columns.
+  function layout(lines, scale, compare) {
+    const xs = [...new Set(lines.flatMap((l) => l.points.map((p) => p[0])))].sort((a, b) => a - b);
+    const at = new Map(xs.map((x, i) => [x, i]));
+    const cols = lines.map((l) => {
+      const idx = l.points.map((p) => at.get(p[0]));
+      const raw = new Array(xs.length).fill(undefined);
+      l.points.forEach(([, y], i) => { raw[idx[i]] = y === null ? null : scale.place(y); });
+      return { line: l, color: colorOf(l, compare), dash: dashOf(l, compare), values: new Map(l.points), idx, raw };
+    });
+    return { xs, at, cols };
+  }
+
+  // The series drawn: a line, or with smoothing two: the raw values, faded, then the smoothed ones.
+  function seriesOf(laid, scale, weight) {
+    const out = [];
+    for (const c of laid.cols) {
+      if (!weight) { out.push({ ...c, raw: false, ys: c.raw }); continue; }
+      const ys = new Array(laid.xs.length).fill(undefined);
+      smooth(c.line.points, weight, scale).forEach((v, i) => { ys[c.idx[i]] = v; });
+      out.push({ ...c, raw: true, ys: c.raw }, { ...c, raw: false, ys, smoothed: true });
     }
-    let [x0, x1] = o.xDomain || [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
-    const inView = all.filter((p) => p[0] >= x0 && p[0] <= x1);
-    const pts = inView.length ? inView : all;
-    let [y0, y1] = [Math.min(...pts.map((p) => p[1])), Math.max(...pts.map((p) => p[1]))];
+    return out;
+  }
+
+  // A point between two gaps (or a line of one point) would draw nothing: it gets a dot. Asked at
+  // every draw, found once per column.
+  const lone = new WeakMap();
+  function lonePoints(ys) {
+    if (lone.has(ys)) return lone.get(ys);
+    const out = [];
+    let prev = null;  // the last value that was not undefined
+    for (let i = 0; i < ys.length; i++) {
+      if (ys[i] === undefined) continue;
+      if (ys[i] !== null && prev === null) {
+        let j = i + 1;
+        while (j < ys.length && ys[j] === undefined) j++;
+        if (j >= ys.length || ys[j] === null) out.push(i);
+      }
+      prev = ys[i];
+    }
+    lone.set(ys, out);
+    return out;
+  }
+
+  // chart: {lines: [{name, label, prometheus, description, run, runIndex, colorIndex,
+  //                  points: [[step, value or null], ...]}], scale, unit, xDomain: [first, last],
+  //         smooth: 0..0.99, compare, marks: [{step, kind, label, name, runbook, onOpen}],
+  //         onPick(step), onZoom([lo, hi] or null)}
+  // Returns {element, mount(width), destroy()}: uPlot needs the width it is given, known once the
+  // element is in the page.
+  function chart(c) {
+    const element = document.createElement("div");
+    element.className = "plot-wrap";
+    const values = c.lines.flatMap((l) => l.points.map((p) => p[1]).filter((v) => v !== null));
+    const scale = scaleOf(c.scale || "linear", values);
+    element.dataset.scale = scale.kind;
+    const laid = layout(c.lines, scale, !!c.compare);
+    const drawn = { xs: laid.xs, out: seriesOf(laid, scale, c.smooth || 0) };  // a new smoothing replaces out
+    let weight = c.smooth || 0;
+    let [x0, x1] = c.xDomain || [drawn.xs[0], drawn.xs[drawn.xs.length - 1]];
     if (x0 === x1) { x0 -= 1; x1 += 1; }
-    // Flat (smoothing leaves a constant a few ulps apart): a band around it, not a 1e-17 range.
-    if (y1 - y0 <= Math.abs(y0) * 1e-9) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
-    const pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad;
-    const frame = { x0, x1, sx: (x) => M.l + ((x - x0) / (x1 - x0)) * (W - M.l - M.r),
-                    sy: (y) => H - M.b - ((y - y0) / (y1 - y0)) * (H - M.t - M.b) };
-    axes(svg, frame, scale, y0, y1, o.unit);
-    const clip = "clip-" + Math.random().toString(36).slice(2);
-    el("rect", { x: M.l, y: M.t, width: W - M.l - M.r, height: H - M.t - M.b }, el("clipPath", { id: clip }, svg));
-    const body = el("g", { "clip-path": `url(#${clip})` }, svg);
-    for (const mark of o.marks || []) drawMark(body, mark, frame);
-    mapped.forEach((points, i) => drawSeries(body, series[i], points, colorOf(series[i], i), frame));
-    interactive(wrap, svg, series, values, frame, o);
-    return wrap;
-  }
-
-  function colorOf(s, i) {
-    return COLORS[(s.colorIndex ?? i) % COLORS.length];
-  }
-
-  function axes(svg, frame, scale, y0, y1, unit) {
-    const { sx, sy, x0, x1 } = frame;
-    const yt = yTicks(scale, y0, y1);
-    labels(yt.map((t) => (scale.kind === "linear" ? t : +scale.inv(t).toPrecision(12)))).forEach((text, i) => {
-      el("line", { class: "grid-line", x1: M.l, x2: W - M.r, y1: sy(yt[i]), y2: sy(yt[i]) }, svg);
-      el("text", { x: M.l - 4, y: sy(yt[i]) + 3, "text-anchor": "end", class: "y-tick" }, svg).textContent = text;
-    });
-    for (const v of ticks(x0, x1, 5).filter(Number.isInteger)) {
-      el("text", { x: sx(v), y: H - M.b + 12, "text-anchor": "middle", class: "x-tick" }, svg).textContent = String(v);
-    }
-    el("text", { x: W - M.r, y: H - 3, "text-anchor": "end", class: "axis-label x-label" }, svg).textContent = "step";
-    if (unit) {
-      const mid = M.t + (H - M.t - M.b) / 2;
-      el("text", { x: 10, y: mid, "text-anchor": "middle", class: "axis-label y-label", transform: `rotate(-90 10 ${mid})` },
-         svg).textContent = unit;
-    }
-    el("line", { class: "axis", x1: M.l, x2: M.l, y1: M.t, y2: H - M.b }, svg);
-    el("line", { class: "axis", x1: M.l, x2: W - M.r, y1: H - M.b, y2: H - M.b }, svg);
-  }
-
-  // A vertical line at a step: an alert ("alert"), the step whose samples are shown ("picked").
-  function drawMark(svg, mark, frame) {
-    const x = frame.sx(mark.step);
-    const line = el("line", { class: "mark mark-" + mark.kind, x1: x, x2: x, y1: M.t, y2: H - M.b, "data-step": mark.step }, svg);
-    el("title", {}, line).textContent = mark.label;
-  }
-
-  // A null breaks the line (no segment bridges a non-finite value); steps without an entry are
-  // not points at all, so a metric logged every other step is one line.
-  function drawSeries(svg, s, points, color, frame) {
-    let d = "", run = [];
-    const flush = () => {
-      if (run.length === 1) el("circle", { class: "lone", cx: frame.sx(run[0][0]), cy: frame.sy(run[0][1]), r: 2, fill: color }, svg);
-      run = [];
+    const ticks = { x: [], y: [] };
+    const info = () => ({ scale: scale.kind, xLabel: "step", yLabel: c.unit || "", ticks, steps: drawn.xs, xRange: [x0, x1],
+                          series: drawn.out.map((s) => ({ name: s.line.name || s.line.label, run: s.line.run, raw: s.raw,
+                                                          color: s.color, stroke: s.raw ? withAlpha(s.color, RAW_ALPHA) : s.color,
+                                                          dash: s.dash, values: s.ys.map((v) => (v === undefined ? "absent"
+                                                                                                 : v === null ? "gap" : v)) })) });
+    let u = null;
+    shown.set(element, { info, cursor: () => (u && u.cursor.idx !== null && u.cursor.idx !== undefined && u.cursor.left >= 0
+                                                ? u.data[0][u.cursor.idx] : null) });
+    return {
+      element,
+      mount(width) {
+        u = new uPlot(options(c, scale, drawn.out, ticks, [x0, x1], width), [drawn.xs, ...drawn.out.map((s) => s.ys)], element);
+        interactive(u, element, c, () => [drawn.out, laid.at], [x0, x1]);
+      },
+      // Another smoothing weight, drawn on the same chart (no new canvas), where the series stay
+      // the same: raw and smoothed, or raw alone. False where the chart has to be built again.
+      smooth(w) {
+        if (!u || (w > 0) !== (weight > 0)) return false;
+        drawn.out = seriesOf(laid, scale, w);
+        weight = w;
+        u.setData([drawn.xs, ...drawn.out.map((s) => s.ys)]);  // the x range stays (not auto); y follows the values
+        return true;
+      },
+      resize(width) { if (u && Math.abs(u.width - width) >= 1) u.setSize({ width, height: HEIGHT }); },
+      destroy() { if (u) u.destroy(); u = null; },
     };
-    for (const p of points) {
-      if (p[1] === null) { flush(); continue; }
-      d += `${run.length ? "L" : "M"}${frame.sx(p[0]).toFixed(1)},${frame.sy(p[1]).toFixed(1)}`;
-      run.push(p);
-    }
-    flush();
-    if (!d) return;
-    const dash = DASHES[(s.runIndex || 0) % DASHES.length];
-    const path = el("path", { class: "series", d, stroke: color, ...(dash ? { "stroke-dasharray": dash } : {}) }, svg);
-    path.setAttribute("data-label", s.label);
-    if (s.run !== undefined) path.setAttribute("data-run", s.run);
-    el("title", {}, path).textContent = displayName(s) + (s.description ? " — " + s.description : "");
   }
 
-  function displayName(s) {
-    return (s.name || s.label) + (s.runIndex ? ` [${s.run}]` : "");
+  function options(c, scale, out, ticks, domain, width) {
+    const axisFont = "11px system-ui, -apple-system, 'Segoe UI', sans-serif";
+    const axis = { stroke: "#6b7280", font: axisFont, labelFont: axisFont, grid: { stroke: "#f1f5f9", width: 1 },
+                   ticks: { stroke: "#9ca3af", width: 1, size: 4 } };
+    return {
+      width, height: HEIGHT,
+      legend: { show: false },
+      scales: { x: { time: false, auto: false, range: domain }, y: { ...scale.uplot, range: (u, lo, hi) => yRange(scale, lo, hi) } },
+      axes: [
+        { ...axis, label: "step", labelSize: 14, size: 28, incrs: X_INCRS, space: 50,
+          values: (u, splits) => (ticks.x = splits.map((v) => (Number.isInteger(v) ? String(v) : ""))) },
+        { ...axis, label: c.unit || undefined, labelSize: c.unit ? 14 : 0, size: 56,
+          splits: (u, i, lo, hi) => yTicks(scale, lo, hi), filter: (u, splits) => splits,
+          values: (u, splits) => (ticks.y = labels(splits)) },
+      ],
+      series: [{ label: "step" }, ...out.map((s) => ({
+        label: displayName(s.line) + (s.raw ? " (raw)" : ""), spanGaps: false, dash: s.dash,
+        stroke: s.raw ? withAlpha(s.color, RAW_ALPHA) : s.color, width: s.raw ? 1 : 1.6,
+        points: { show: true, size: 5, fill: s.color, stroke: s.color, filter: (u, si) => lonePoints(u.data[si]) } }))],
+      cursor: { y: false, sync: { key: SYNC, setSeries: false }, drag: { x: true, y: false, setScale: false, dist: DRAG_PX },
+                points: { show: false }, bind: { dblclick: () => null } },
+      select: { show: true },
+    };
   }
 
-  // The point of `points` (sorted by step) nearest to `step`, or null.
-  function nearest(points, step) {
-    let lo = 0, hi = points.length - 1;
-    if (hi < 0) return null;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if (points[mid][0] < step) lo = mid + 1; else hi = mid;
-    }
-    const cands = [points[lo], points[lo - 1]].filter(Boolean);
-    return cands.reduce((a, b) => (Math.abs(b[0] - step) < Math.abs(a[0] - step) ? b : a));
-  }
-
-  // Hover: a guide line and a box with each series' value at the nearest step; click: pick; drag: zoom.
-  // Touch does the same with plain touch events (touchInput). Returns nothing; the listeners hold it.
-  function interactive(wrap, svg, series, smoothed, frame, o) {
-    const guide = el("line", { class: "guide", y1: M.t, y2: H - M.b, visibility: "hidden" }, svg);
-    const band = el("rect", { class: "zoom-band", y: M.t, height: H - M.t - M.b, width: 0, visibility: "hidden" }, svg);
+  // Hover box, pick, zoom and the marks, around uPlot's cursor and selection.
+  function interactive(u, element, c, series, [x0, x1]) {
     const tip = document.createElement("div");
     tip.className = "plot-tip";
     tip.hidden = true;
-    wrap.appendChild(tip);
-    const steps = [...new Set(series.flatMap((s) => s.points.map((p) => p[0])))].sort((a, b) => a - b).map((x) => [x]);
-    const svgX = (clientX) => {
-      const box = svg.getBoundingClientRect();
-      return ((clientX - box.left) / box.width) * W;
+    element.appendChild(tip);
+    const layer = document.createElement("div");
+    layer.className = "marks";
+    u.over.appendChild(layer);
+    let here = false;  // the pointer (or a finger) is on this chart: its box shows
+    const stepAt = (clientX) => u.posToVal(clientX - u.over.getBoundingClientRect().left, "x");
+    const clamp = (s) => Math.min(Math.max(s, x0), x1);
+    const showTip = () => {
+      const idx = u.cursor.idx;
+      if (!here || idx === null || idx === undefined || u.cursor.left < 0) { tip.hidden = true; return; }
+      fillTip(tip, u.data[0][idx], ...series());
+      const box = element.getBoundingClientRect(), over = u.over.getBoundingClientRect();
+      const left = over.left - box.left + u.cursor.left + 12;
+      tip.style.left = (left + tip.offsetWidth > box.width ? Math.max(0, left - tip.offsetWidth - 24) : left) + "px";
+      tip.style.top = (over.top - box.top + Math.max(0, u.cursor.top) + 12) + "px";
     };
-    const toStep = (clientX) => frame.x0 + ((svgX(clientX) - M.l) / (W - M.l - M.r)) * (frame.x1 - frame.x0);
-    const clamp = (s) => Math.min(Math.max(s, frame.x0), frame.x1);
-    let dragFrom = null;  // where the press (mouse button or finger) began: {px, step}
-
-    const input = {
-      svgX, toStep,
-      press(clientX) { dragFrom = { px: clientX, step: toStep(clientX) }; },
-      cancel() { dragFrom = null; band.setAttribute("visibility", "hidden"); },
-      pressedAt() { return dragFrom && dragFrom.px; },
-      hide() { guide.setAttribute("visibility", "hidden"); tip.hidden = true; },
-      hover(clientX, clientY) {
-        const at = nearest(steps, toStep(clientX));
-        if (!at) return;
-        guide.setAttribute("x1", frame.sx(at[0]));
-        guide.setAttribute("x2", frame.sx(at[0]));
-        guide.setAttribute("visibility", "visible");
-        showTip(tip, at[0], series, smoothed, o.smooth);
-        const box = wrap.getBoundingClientRect();
-        const left = clientX - box.left + 12;
-        tip.style.left = (left + tip.offsetWidth > box.width ? Math.max(0, left - tip.offsetWidth - 24) : left) + "px";
-        tip.style.top = (clientY - box.top + 12) + "px";
-        if (dragFrom !== null) {
-          const a = Math.min(dragFrom.px, clientX), b = Math.max(dragFrom.px, clientX);
-          band.setAttribute("x", svgX(a));
-          band.setAttribute("width", svgX(b) - svgX(a));
-          band.setAttribute("visibility", b - a >= DRAG_PX ? "visible" : "hidden");
-        }
-      },
-      // Steps a..b (data coordinates) as the view: within this one, or all steps when as wide or wider.
-      zoomTo(a, b) {
-        if (!o.onZoom) return;
-        if (a <= frame.x0 && b >= frame.x1) o.onZoom(null);
-        else if (Math.ceil(clamp(a)) < Math.floor(clamp(b))) o.onZoom([Math.ceil(clamp(a)), Math.floor(clamp(b))]);
-      },
-      // The end of a press: a drag zooms, a double press shows all steps, a single one picks its
-      // step once no second press follows (the pick scrolls to the samples, which would take a
-      // double press's second one off the plot).
-      release(clientX, double) {
-        if (dragFrom === null) return;
-        const from = dragFrom;
-        input.cancel();
-        clearTimeout(pendingPick);
-        if (double && o.onZoom) {
-          o.onZoom(null);
-        } else if (Math.abs(clientX - from.px) >= DRAG_PX) {
-          input.zoomTo(Math.min(from.step, toStep(clientX)), Math.max(from.step, toStep(clientX)));
-        } else if (o.onPick) {
-          const step = clamp(Math.round(toStep(clientX)));
-          pendingPick = setTimeout(() => o.onPick(step), DOUBLE_CLICK_MS);
-        }
-      },
-    };
-    svg.classList.add("pickable");
-    svg.addEventListener("mousemove", (e) => input.hover(e.clientX, e.clientY));
-    svg.addEventListener("mouseleave", input.hide);
-    svg.addEventListener("mousedown", (e) => { input.press(e.clientX); e.preventDefault(); });
-    svg.addEventListener("mouseup", (e) => input.release(e.clientX, e.detail >= 2));
-    touchInput(svg, input);
-  }
-
-  // Fingers do what the mouse does: a tap shows the values and picks the step, a one-finger
-  // horizontal drag zooms (vertical swipes scroll the page: touch-action pan-y), a pinch zooms to
-  // the view that keeps the steps first under the fingers under them (pinching in to the whole
-  // view or more: all steps), a double tap shows all steps.
-  function touchInput(svg, input) {
-    let pinch = null;  // {ids, steps: the steps first under each finger, px: where each finger is now}
-    const finger = (e, id) => [...e.touches].find((t) => t.identifier === id);
-    svg.addEventListener("touchstart", (e) => {
-      if (e.touches.length === 1) {
-        input.press(e.touches[0].clientX);
-        input.hover(e.touches[0].clientX, e.touches[0].clientY);
-      } else if (e.touches.length === 2) {
-        const [a, b] = e.touches;
-        input.cancel();
-        pinch = { ids: [a.identifier, b.identifier], steps: [input.toStep(a.clientX), input.toStep(b.clientX)],
-                  px: [a.clientX, b.clientX] };
-      }
-    }, { passive: true });
-    svg.addEventListener("touchmove", (e) => {
-      if (pinch) {
-        pinch.px = pinch.ids.map((id, i) => (finger(e, id) || { clientX: pinch.px[i] }).clientX);
-      } else if (input.pressedAt() !== null && e.touches.length === 1) {
-        input.hover(e.touches[0].clientX, e.touches[0].clientY);
-        if (e.cancelable) e.preventDefault();  // a horizontal drag is ours (touch-action lets pan-y through)
-      }
-    }, { passive: false });
-    svg.addEventListener("touchend", (e) => {
-      if (e.cancelable) e.preventDefault();  // no mouse events emulated after it: the touch was handled
-      if (pinch) {
-        if (e.touches.length < 2) pinchEnd();
-        return;
-      }
-      const t = e.changedTouches[0], from = input.pressedAt();
-      if (!t || from === null) return;
-      const tap = Math.abs(t.clientX - from) < DRAG_PX;
-      const double = tap && lastTap !== null && e.timeStamp - lastTap < DOUBLE_CLICK_MS;
-      lastTap = tap && !double ? e.timeStamp : null;
-      input.release(t.clientX, double);
-    }, { passive: false });
-    svg.addEventListener("touchcancel", () => { pinch = null; input.cancel(); });
-
-    function pinchEnd() {
-      const { steps: [sa, sb], px: [pa, pb] } = pinch;
-      pinch = null;
-      const perStep = (input.svgX(pb) - input.svgX(pa)) / (sb - sa);  // svg units per step, after the pinch
-      if (!(perStep > 0)) return;  // fingers crossed, or both on one step: no view
-      const first = sa - (input.svgX(pa) - M.l) / perStep;
-      input.zoomTo(first, first + (W - M.l - M.r) / perStep);
-    }
-  }
-
-  function showTip(tip, step, series, smoothed, weight) {
-    const rows = [];
-    series.forEach((s, i) => {
-      const raw = s.points.find((p) => p[0] === step);
-      if (!raw) return;
-      const sm = smoothed[i].find((p) => p[0] === step);
-      const value = raw[1] === null ? "not finite" : fmt(raw[1], 5) +
-        (weight && sm && sm[1] !== null ? ` (smoothed ${fmt(sm[1], 5)})` : "");
-      rows.push([displayName(s), value, colorOf(s, i)]);
+    u.hooks.setCursor = [showTip];
+    u.hooks.draw = [() => placeMarks(u, layer, c.marks || [])];
+    placeMarks(u, layer, c.marks || []);
+    u.hooks.setSelect = [() => {
+      const { left, width } = u.select;
+      if (width >= DRAG_PX) zoomTo(u.posToVal(left, "x"), u.posToVal(left + width, "x"));
+      u.setSelect({ left: 0, width: 0, top: 0, height: 0 }, false);
+    }];
+    u.over.addEventListener("mouseenter", () => { here = true; });
+    u.over.addEventListener("mouseleave", () => { here = false; tip.hidden = true; });
+    let pressed = null;
+    u.over.addEventListener("mousedown", (e) => { pressed = e.clientX; });
+    u.over.addEventListener("mouseup", (e) => {
+      if (pressed === null) return;
+      const moved = Math.abs(e.clientX - pressed) >= DRAG_PX;
+      pressed = null;
+      if (!moved) release(e.clientX, e.detail >= 2);
     });
+    // Steps a..b as the view: within this one, or all steps when as wide or wider.
+    function zoomTo(a, b) {
+      if (!c.onZoom) return;
+      if (a <= x0 && b >= x1) c.onZoom(null);
+      else if (Math.ceil(clamp(a)) < Math.floor(clamp(b))) c.onZoom([Math.ceil(clamp(a)), Math.floor(clamp(b))]);
+    }
+    // A press that did not move: a double press shows all steps, a single one picks its step once
+    // no second press follows (the pick scrolls to the samples, which would take a double press's
+    // second one off the chart).
+    function release(clientX, double) {
+      clearTimeout(pendingPick);
+      if (double && c.onZoom) c.onZoom(null);
+      else if (!double && c.onPick) {
+        const step = clamp(Math.round(stepAt(clientX)));
+        pendingPick = setTimeout(() => c.onPick(step), DOUBLE_CLICK_MS);
+      }
+    }
+    PlotTouch.bind(u.over, { stepAt, zoomTo, release, hover(clientX, clientY) {
+      here = true;
+      const over = u.over.getBoundingClientRect();
+      u.setCursor({ left: clientX - over.left, top: clientY - over.top });
+    } });
+  }
+
+  function fillTip(tip, step, out, at) {
     const head = document.createElement("div");
     head.className = "tip-step";
     head.textContent = "step " + step;
-    const lines = rows.map(([name, value, color]) => {
+    const lines = [];
+    for (const s of out) {
+      if (s.raw || !s.values.has(step)) continue;
+      const raw = s.values.get(step), sm = s.smoothed ? s.ys[at.get(step)] : null;
       const line = document.createElement("div");
-      line.style.setProperty("--c", color);
+      line.style.setProperty("--c", s.color);
       const n = document.createElement("span");
-      n.textContent = name + " ";
+      n.textContent = displayName(s.line) + " ";
       const v = document.createElement("b");
-      v.textContent = value;
+      v.textContent = raw === null ? "not finite" : fmt(raw, 5) + (sm !== null && sm !== undefined ? ` (smoothed ${fmt(sm, 5)})` : "");
       line.append(n, v);
-      return line;
-    });
+      lines.push(line);
+    }
     tip.replaceChildren(head, ...lines);
     tip.hidden = false;
   }
 
-  // One entry per signal: its catalog name (the API's column too), the Prometheus name beside it;
-  // overlaid runs share it.
-  function legend(series) {
+  // Marks at steps: an alert (its name, a link to its row in the alerts table and to its runbook),
+  // the step whose samples are shown. Labels close to each other stack downwards.
+  function placeMarks(u, layer, marks) {
+    const width = parseFloat(u.over.style.width);  // as uPlot set it: reading the layout here forced one per chart
+    const key = [width, u.scales.x.min, u.scales.x.max].join();
+    if (layer.dataset.at === key) return;  // a draw with new values only (smoothing): the marks stand
+    layer.dataset.at = key;
+    const placed = [];
+    layer.replaceChildren(...marks.flatMap((m) => {
+      const x = u.valToPos(m.step, "x");
+      if (!(x >= 0 && x <= width)) return [];
+      const mark = document.createElement("div");
+      mark.className = "mark mark-" + m.kind;
+      mark.dataset.step = String(m.step);
+      mark.title = m.label;
+      mark.style.left = x + "px";
+      if (m.kind === "alert") {
+        const row = placed.filter((p) => Math.abs(p - x) < 90).length;
+        placed.push(x);
+        const flag = document.createElement("span");
+        flag.className = "mark-flag" + (x > width - FLAG_PX ? " flip" : "");  // near the right edge: to the line's left
+        flag.style.top = row * 17 + "px";
+        const name = document.createElement("button");
+        name.type = "button";
+        name.className = "mark-label";
+        name.textContent = m.name;
+        name.title = m.label + ": show it in the alerts table";
+        name.addEventListener("click", () => m.onOpen && m.onOpen());
+        flag.appendChild(name);
+        if (m.runbook) {
+          const link = document.createElement("a");
+          link.className = "mark-runbook";
+          link.href = m.runbook;
+          link.target = "_blank";
+          link.rel = "noopener noreferrer";
+          link.textContent = "runbook";
+          flag.appendChild(link);
+        }
+        for (const kind of ["mousedown", "touchstart"]) flag.addEventListener(kind, (e) => e.stopPropagation(), { passive: true });
+        mark.appendChild(flag);
+      }
+      return [mark];
+    }));
+  }
+
+  // One entry per column: its catalog name (the API's column too), the Prometheus name beside it;
+  // overlaid runs share it (the run legend says which colour is which run). Compared runs: the
+  // swatch is the column's dash.
+  function legend(lines, compare) {
     const div = document.createElement("div");
     div.className = "legend";
     const seen = new Set();
-    series.forEach((s, i) => {
-      if (seen.has(s.label)) return;
-      seen.add(s.label);
+    for (const l of lines) {
+      if (seen.has(l.label)) continue;
+      seen.add(l.label);
       const span = document.createElement("span");
-      span.style.setProperty("--c", colorOf(s, i));
-      span.textContent = s.name || s.label;
-      if (s.prometheus) {
+      span.appendChild(swatch(compare ? "#374151" : colorOf(l, false), dashOf(l, compare)));
+      span.append(l.name || l.label);
+      if (l.prometheus) {
         const prom = document.createElement("code");
         prom.className = "prom";
-        prom.textContent = s.prometheus;
+        prom.textContent = l.prometheus;
         span.append(" ", prom);
       }
-      if (s.description) span.title = s.description;
+      if (l.description) span.title = l.description;
       div.appendChild(span);
-    });
+    }
     return div;
   }
 
-  return { draw, legend, smooth, DASHES };
+  function swatch(color, dash) {
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("viewBox", "0 0 24 6");
+    svg.setAttribute("class", "swatch");
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
+    for (const [k, v] of Object.entries({ x1: 0, x2: 24, y1: 3, y2: 3, stroke: color, "stroke-width": 2.5,
+                                          "stroke-dasharray": dash.join(" ") })) line.setAttribute(k, v);
+    svg.appendChild(line);
+    return svg;
+  }
+
+  // What a chart draws, for a test or a curious console: scale, ticks, each series' values.
+  function inspect(element) {
+    const chart = shown.get(element.classList.contains("plot-wrap") ? element : element.querySelector(".plot-wrap"));
+    return chart ? { ...JSON.parse(JSON.stringify(chart.info())), cursor: chart.cursor() } : null;
+  }
+
+  return { chart, legend, swatch, inspect, RUN_COLORS };
 })();

@@ -90,12 +90,13 @@ function cellText(v) {
 }
 
 // Four significant digits in a cell (the full value is its tooltip, its copy and in the downloads).
-// A rounded value keeps its zeros ("1.000": an IS weight of 1.0000123 is not 1); an exact one drops them.
+// A rounded value keeps its zeros ("1.000": an IS weight of 1.0000123 is not 1); an exact one (to
+// float noise) drops them.
 function fmtShort(v) {
   if (typeof v !== "number" || Number.isInteger(v)) return fmtCell(v);
   const a = Math.abs(v);
   const s = a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(3) : v.toPrecision(4);
-  return +s === v ? s.replace(/\.?0+(?=e|$)/, "") : s;
+  return Math.abs(+s - v) <= Math.abs(v) * 1e-12 ? s.replace(/\.?0+(?=e|$)/, "") : s;  // 0.9000000000000001 is 0.9
 }
 
 // `run_id` is the page's; `time` is the step cell's tooltip (an ISO time is wider than any number).
