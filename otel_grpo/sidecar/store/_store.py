@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 from . import _queries, _writes
 from ._checkpoint import TRUNCATE_BYTES, Checkpointer, past_valve, truncate_wal
+from ._deadline import StatementDeadline
 from ._dialect import SQLITE
 from ._errors import StoreUnavailable
 from ._health import WriteHealth
@@ -175,6 +176,10 @@ class Store(_queries.Reads, _writes.Writes):
         conn = self._connect()
         conn.execute("PRAGMA query_only = ON")
         conn.execute("PRAGMA cache_size = -8192")  # 8 MiB: at most READ_CONNECTIONS of these exist
+        # PostgreSQL's lock_timeout and statement_timeout: a read waits at most `timeout_s` for a lock
+        # another process holds (rather than the connection's 30 s) and runs at most `timeout_s`.
+        conn.execute(f"PRAGMA busy_timeout = {round(self.timeout_s * 1000)}")
+        StatementDeadline(conn, self.timeout_s)
         return conn
 
     def read(self):
