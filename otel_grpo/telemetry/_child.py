@@ -6,8 +6,8 @@
 the start-up dict (settings, rank, world_size, local_rank) first, then tuples
 `("step", seq, pickled StepRecord)`, `("flush", token, timeout_s)` and `("shutdown", None,
 (timeout_s, finished, preempted))`. Messages out: `("ready", prometheus_port)`; `("done", seq)`
-once every step up to `seq` is emitted, spill lines written (one per batch of steps that arrived
-together); `("flushed", token, ok)` and `("closed", None)`. The training process going away (end
+once every step up to `seq` is emitted, spill lines written (in batches: see `ACK_EVERY_S`);
+`("flushed", token, ok)` and `("closed", None)`. The training process going away (end
 of the pipe, or a send that finds it closed) closes the backend as a crash would, without a
 traceback of ours (a crashed torchrun rank's own is the last one): `grpo.run.finished` stays 0.
 It runs `emit_nice` (default 10) below the training process's CPU priority: background work, which
@@ -23,11 +23,19 @@ import os
 import pickle
 import signal
 import sys
+import time
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._backend import Backend
+
+ACK_EVERY_S = 1.0
+"""Steps are acknowledged together: once the oldest unacknowledged one was emitted this long ago, or
+`ACK_EVERY_STEPS` of them wait, and before every answer to a flush or a shutdown. Each acknowledgement
+wakes a thread of the training process, which then takes the GIL from training; the steps it
+covers stay held there (pickled) meanwhile."""
+ACK_EVERY_STEPS = 64  # below the trainer's backlog warning (`_sinks.BACKLOG_WARNING`)
 
 
 def main(fd: int) -> None:
@@ -70,23 +78,28 @@ def _serve(conn: Connection, backend: Backend) -> None:
 
     send(("ready", backend.prometheus_port))
     unacked: int | None = None  # the last step emitted, not yet acknowledged
+    held, due = 0, 0.0  # how many steps that covers, and when the oldest of them is to be acknowledged
 
     def ack() -> None:
-        nonlocal unacked
+        nonlocal unacked, held
         if unacked is not None:
             send(("done", unacked))
-            unacked = None
+            unacked, held = None, 0
 
     while True:
-        if unacked is not None and not conn.poll():  # one acknowledgement per batch the sender sent
-            ack()
+        if unacked is not None:
+            wait = due - time.monotonic()
+            if held >= ACK_EVERY_STEPS or wait <= 0 or not conn.poll(wait):
+                ack()
         try:
             kind, key, payload = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError) as exc:  # the training process is gone
             raise _Gone from exc
         if kind == "step":
             backend.emit(pickle.loads(payload))  # spans, metrics, spill lines: emitted when this returns
-            unacked = key
+            if unacked is None:
+                due = time.monotonic() + ACK_EVERY_S
+            unacked, held = key, held + 1
         elif kind == "flush":
             ack()
             send(("flushed", key, backend.flush(payload)))

@@ -1,7 +1,7 @@
 """`ProcessSink`: step records pickled to a child process that runs the same `Backend`, off the trainer's GIL.
 
     sink = ProcessSink(settings, rank=0, world_size=1, local_rank=0)
-    sink.submit(record)        # training thread: one pickle, one deque append
+    sink.submit(record)        # training thread: one pickle, one non-blocking write
     sink.flush(5.0)            # the child emitted and flushed everything so far
     sink.close(10.0, finished=True, preempted=False)
 
@@ -10,9 +10,16 @@ step (metric points, span attributes, sample events, OTLP encoding; how much:
 benchmarks/README.md, trl). A training loop releases the GIL around every torch op and,
 while such a thread runs, may wait up to the interpreter's switch interval
 (`sys.getswitchinterval()`) to get it back, so on a Python-bound loop that work is paid by
-training. Here the training thread pickles the step record and
-a sender thread passes the records queued in each quarter second to `otel_grpo.telemetry._child`
-(and sleeps while none come).
+training.
+
+The hand-over wakes no thread of this process: the training thread pickles the step record and
+writes it to the socket itself, without blocking (`MSG_DONTWAIT`), when nothing is queued ahead of
+it and the socket has room for it. Waking a sleeping sender thread instead cost the training thread
+the wake-up and then the GIL while the sender ran (benchmarks/README.md, handover). The sender thread
+is the fallback: it writes, blocking, what did not fit (a child that falls behind or is stopped) and
+the flush and shutdown messages, and sleeps otherwise. The child acknowledges in batches
+(`_child.ACK_EVERY_S`), so the thread here that reads the acknowledgements wakes once a batch, not
+once a step.
 
 No sample is lost to a child that dies, stops or falls behind: each record is kept here
 (pickled) until the child says it has emitted it (spill lines written). When the child
@@ -20,6 +27,8 @@ exits, or when the records it has not acknowledged exceed `UNACKED_LIMIT_BYTES` 
 stopped by SIGSTOP, or slower than training), this process takes over (one warning): the
 child is killed, and a `ThreadSink` here, which builds its own exporters on its own thread,
 emits the unacknowledged records again and every later one. The training thread never waits.
+A step in the socket is the child's to read even once this process is gone, so a training
+process killed outright (SIGKILL, the OOM killer) loses only what the fallback still held.
 """
 
 from __future__ import annotations
@@ -27,10 +36,11 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
-import math
 import os
 import pickle
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -47,20 +57,12 @@ from ._sinks import BACKLOG_WARNING, ThreadSink
 logger = logging.getLogger("otel_grpo.telemetry")
 
 START_TIMEOUT_S = 60.0  # the child imports the OTel SDK and binds its exporters; a loaded node is slow
-SEND_EVERY_S = 0.25
-"""The sender's batching window: after sending, it waits this long and sends the steps queued
-meanwhile; flush and shutdown cut the wait short. Waking it at every step cost the training thread a
-wake-up call, and each wake-up of a thread CPU time (benchmarks/README.md, costs). When steps come
-further apart than `SPARSE_AFTER_S` (logging_steps > 1), the sender sleeps until `submit` wakes it:
-one wake-up per logged step, none between. The price: a training process killed
-outright (SIGKILL, the OOM killer) loses the steps of its last quarter second; an exception or Ctrl-C
-still sends everything."""
-SPARSE_AFTER_S = 3 * SEND_EVERY_S
-"""Steps further apart than this, or none for this long, are sparse: the sender then waits for the next one
-without a timer. Three windows, so that steps which land in every window or every other keep the timer."""
+SEND_BUFFER_BYTES = 4 << 20
+"""Asked of the kernel for the socket's send buffer (it grants up to `net.core.wmem_max`): room for many
+logged steps, so that the training thread's own write fits and the sender stays asleep."""
 UNACKED_LIMIT_BYTES = 64 << 20
 """Most bytes of pickled records held for a child that has not acknowledged them; beyond it this
-process takes over. Far above what a healthy child holds (the steps of the last quarter second)."""
+process takes over. Far above what a healthy child holds (the steps of its last acknowledgement batch)."""
 _PLAIN = (str, int, float, bool, type(None))
 
 
@@ -80,10 +82,12 @@ class ProcessSink:
         self._local: ThreadSink | None = None
         self._closed = threading.Event()  # the child acknowledged its shutdown
         self._gone = threading.Event()  # the child's end of the pipe closed
-        # The sender's, appended without a wake-up: (seq, pickled record) of a step, a pickled message, None to stop.
-        self._out: collections.deque[tuple[int, bytes] | bytes | None] = collections.deque()
+        # The sender's: framed messages the training thread could not write at once, in order; None to stop.
+        self._out: collections.deque[bytes | None] = collections.deque()
         self._send_now = threading.Event()
-        self._sender_idle = False  # the sender sleeps until a step arrives: `submit` wakes it
+        # Held by whoever writes to the socket, for a whole message: the sender (blocking, while it drains
+        # `_out`) or `submit` (only ever tried, never waited for).
+        self._writing = threading.Lock()
         self._warned_pickle = False
         self._warned_backlog = False
         self._port: int | None = None
@@ -109,7 +113,7 @@ class ProcessSink:
             )
         finally:
             theirs.close()
-        self._conn = ours
+        self._conn = ours  # for reading: the acknowledgements
         rank, world_size, local_rank = self._where
         ours.send({"settings": self._settings.model_dump(), "rank": rank, "world_size": world_size,
                    "local_rank": local_rank})
@@ -119,6 +123,10 @@ class ProcessSink:
         if kind != "ready":
             raise RuntimeError(f"unexpected first message {kind!r}")
         self._port = port
+        # For writing: the same socket as a `socket.socket`, whose `send` takes `MSG_DONTWAIT` per call (a
+        # non-blocking flag on the descriptor would make the reader's `recv` fail too).
+        self._sock = socket.socket(fileno=os.dup(ours.fileno()))
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
 
     def _build_here(self) -> Backend:
         """The backend of this process, once the child has exited (its Prometheus port is then free)."""
@@ -143,7 +151,7 @@ class ProcessSink:
         return local.export_health if local is not None else self._health
 
     def submit(self, record: StepRecord | Heartbeat) -> None:
-        with self._lock:
+        with self._lock:  # seq order is write order: heartbeats may come from another thread
             if self._local is not None:
                 self._local.submit(record)
                 return
@@ -152,9 +160,9 @@ class ProcessSink:
             self._pending[seq] = data
             self.unacked_bytes += len(data)
             over = self.unacked_bytes > self._limit
-            self._out.append((seq, data))  # framed by the sender, off the training thread
-        if self._sender_idle:  # read after the append: the sender either sees the step or is woken here
-            self._send_now.set()
+            queued = self._write_now(_frame(pickle.dumps(("step", seq, data), protocol=pickle.HIGHEST_PROTOCOL)))
+        if queued:
+            self._send_now.set()  # the fallback: the sender writes it, blocking
         if over:
             self._take_over("holds more than %d KiB of steps it has not acknowledged (stopped, or slower than "
                             "training); stopping it" % (self._limit >> 10))
@@ -162,6 +170,29 @@ class ProcessSink:
             self._warned_backlog = True
             logger.warning("otel-grpo: %d steps wait to be emitted; the telemetry process falls behind",
                            BACKLOG_WARNING)
+
+    def _write_now(self, frame: bytes) -> bool:
+        """Write `frame` to the socket without blocking if nothing is queued ahead of it; True if (the rest of)
+        it was queued for the sender instead: the sender is writing, has a backlog, or the socket is full."""
+        if not self._writing.acquire(blocking=False):
+            self._out.append(frame)  # the sender is writing: it takes this too, or, woken by `submit`, next
+            return True
+        try:
+            if self._out:
+                self._out.append(frame)
+                return True
+            try:
+                sent = self._sock.send(frame, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+            except BlockingIOError:
+                sent = 0
+            except OSError:  # the child is gone: the record is pending, and the reader takes over
+                return False
+            if sent < len(frame):  # a partial write: the rest must follow before anything else
+                self._out.append(frame[sent:])
+                return True
+            return False
+        finally:
+            self._writing.release()
 
     def _pickle(self, record: StepRecord | Heartbeat) -> bytes:
         try:
@@ -179,7 +210,7 @@ class ProcessSink:
         if self._local is None and not self._gone.is_set():
             token = next(self._tokens)
             done = self._flushes[token] = [threading.Event(), False]
-            self._send(pickle.dumps(("flush", token, timeout_s)))
+            self._send(_frame(pickle.dumps(("flush", token, timeout_s))))
             done[0].wait(timeout_s + 1.0)  # the child's own flush is bounded by timeout_s
             self._flushes.pop(token, None)
             if done[1]:
@@ -195,7 +226,7 @@ class ProcessSink:
         linger = self._settings.prometheus_linger_s if ended and self.prometheus_port is not None else 0.0
         deadline = time.monotonic() + timeout_s + linger
         if self._local is None:
-            self._send(pickle.dumps(("shutdown", None, (timeout_s / 2, finished, preempted))))
+            self._send(_frame(pickle.dumps(("shutdown", None, (timeout_s / 2, finished, preempted)))))
             self._gone.wait(timeout_s / 2 + linger + 0.5)  # it exits right after acknowledging
             if self._closed.is_set() and not self._pending:
                 self._send(None)
@@ -238,51 +269,29 @@ class ProcessSink:
             proc.wait()
 
     # ---- the pipe's threads ----------------------------------------------------------------------
-    def _send(self, data: bytes | None) -> None:
-        """Queue a message and wake the sender now (None: the sender's last)."""
-        self._out.append(data)
+    def _send(self, frame: bytes | None) -> None:
+        """Queue a framed message behind any the training thread queued and wake the sender (None: its last)."""
+        self._out.append(frame)
         self._send_now.set()
 
     def _write(self) -> None:
+        """The sender: sleeps until woken, then writes everything queued, blocking while the socket is full."""
         out = self._out
-        sent_at, gap = -math.inf, math.inf  # when the sender last sent a step, and the time before that one
-        while (steps := self._send_queued()) is not None:
-            now = time.monotonic()
-            if steps:
-                gap, sent_at = now - sent_at, now
-            if gap < SPARSE_AFTER_S and now - sent_at < SPARSE_AFTER_S:
-                # steps come often: send those of the next window together (one wake-up per window)
-                self._send_now.wait(SEND_EVERY_S)
-                self._send_now.clear()
-                continue
-            # Sparse steps (logging_steps > 1): sleep until `submit` or `_send` wakes us (one wake-up per
-            # logged step, none between). Idle is set before the queue is looked at again, and `submit`
-            # looks at idle after its append, so a step appended meanwhile is seen here or wakes us.
-            self._sender_idle = True
-            if not out:
-                self._send_now.wait()
-            self._sender_idle = False
-            self._send_now.clear()
-
-    def _send_queued(self) -> int | None:
-        """Send what is queued: the number of steps sent, None once the sender is done (its stop message, or
-        the child is gone)."""
-        out, steps = self._out, 0
-        while out:
-            try:
-                data = out.popleft()
-            except IndexError:  # emptied by a take-over meanwhile
-                break
-            if data is None:
-                return None
-            if isinstance(data, tuple):
-                data = pickle.dumps(("step", *data), protocol=pickle.HIGHEST_PROTOCOL)
-                steps += 1
-            try:
-                self._conn.send_bytes(data)
-            except OSError:  # the child is gone: the reader takes over
-                return None
-        return steps
+        while True:
+            self._send_now.wait()
+            self._send_now.clear()  # before looking at the queue: a frame queued from now on sets it again
+            with self._writing:  # `submit` queues behind us meanwhile, in order
+                while out:
+                    try:
+                        frame = out.popleft()
+                    except IndexError:  # emptied by a take-over meanwhile
+                        break
+                    if frame is None:
+                        return
+                    try:
+                        self._sock.sendall(frame)
+                    except OSError:  # the child is gone: the reader takes over
+                        return
 
     def _read(self) -> None:
         try:
@@ -308,6 +317,13 @@ class ProcessSink:
             self._take_over(f"exited (code {code})")
         for waiter in list(self._flushes.values()):
             waiter[0].set()
+
+
+def _frame(message: bytes) -> bytes:
+    """`message` as `Connection.send_bytes` frames it (a 4-byte big-endian length first), for the child's
+    `Connection.recv_bytes`."""
+    n = len(message)
+    return (struct.pack("!i", n) if n < 0x7FFFFFFF else struct.pack("!iQ", -1, n)) + message
 
 
 def _child_env() -> dict[str, str]:

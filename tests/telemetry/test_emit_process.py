@@ -151,24 +151,61 @@ def test_a_stopped_child_costs_bounded_memory_and_loses_no_sample(tmp_path, capl
     assert rx.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
 
 
-def test_sparse_and_dense_steps_reach_the_child_without_a_flush(tmp_path):
-    """The sender sleeps while steps come sparsely (logging_steps > 1) and batches steps that come often: a
-    step submitted to a sleeping sender wakes it, and none waits for a later step or a flush to be sent."""
+def test_sparse_and_dense_steps_reach_the_child_without_a_flush_or_the_sender(tmp_path):
+    """The training thread writes each step to the socket itself: steps that come sparsely (logging_steps > 1)
+    or in a burst reach the child at once, none waits for a later step or a flush, and the sender thread is
+    never woken (a wake-up cost the training thread the GIL while the sender ran)."""
     tel = Telemetry(TelemetrySettings(run_id="sparse", output_dir=tmp_path, emit_in="process",
                                       metrics_exporters=["none"], traces_exporters=["none"]))
+    sink, wakes = tel._sink, []
+    wake = sink._send_now.set
+    sink._send_now.set = lambda: (wakes.append(1), wake())[1]
     try:
         step = 0
         for pause in (0.0, 0.3, 0.6, 1.2, 0.6, 0.05, 0.05, 0.05, 2.0, 0.0):
-            time.sleep(pause)  # sparser than the window, between windows, and a burst
+            time.sleep(pause)  # sparser than the acknowledgements, between them, and a burst
             with tel.step(step) as s:
                 s.samples([{"prompt": "p", "completion": "c", "reward": 1.0}])
             wait_for(lambda: step in _spilled(tmp_path), f"step {step} emitted by the child", timeout=10)
             step += 1
-        assert tel._sink.pid is not None  # the child emitted them all, no take-over
-        wait_for(lambda: tel._sink.unacked_bytes == 0, "every step acknowledged", timeout=10)
+        assert wakes == [] and not sink._out  # every step written by the training thread
+        assert sink.pid is not None  # the child emitted them all, no take-over
+        wait_for(lambda: sink.unacked_bytes == 0, "every step acknowledged", timeout=10)
     finally:
         tel.finish()
     assert sorted(_spilled(tmp_path)) == list(range(10))
+
+
+def test_a_step_submitted_to_a_full_socket_does_not_block_and_is_not_lost(tmp_path, monkeypatch):
+    """A stopped child reads nothing: the socket fills, the training thread's write is partial, and the rest of
+    that step and every later one go to the sender, which waits for room. Once the child runs again, every step
+    reaches it whole and in order (a frame cut or reordered would fail to unpickle and end the child)."""
+    from otel_grpo.telemetry import _process_sink
+
+    monkeypatch.setattr(_process_sink, "SEND_BUFFER_BYTES", 4096)  # the kernel's least: full after a step
+    big = [{**row, "completion": str(i) * 4000} for i, row in enumerate(ROWS)]  # ~25 KiB pickled per step
+    tel = Telemetry(TelemetrySettings(run_id="full", output_dir=tmp_path, emit_in="process",
+                                      metrics_exporters=["none"], traces_exporters=["none"]))
+    sink, pid = tel._sink, tel._sink.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        def train() -> None:
+            for step in range(12):
+                with tel.step(step) as s:
+                    s.samples(big, group_size=3)
+
+        training = threading.Thread(target=train)
+        training.start()
+        training.join(30)  # a bound on waiting: the assertion is that it returned
+        assert not training.is_alive(), "a submit blocked on the full socket"
+        assert sink._out and _spilled(tmp_path) == {}  # the sender holds what did not fit
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert tel.flush(30)
+    assert sink.pid == pid  # no take-over: the child read every frame whole
+    assert sorted(_spilled(tmp_path)) == list(range(12)) and not sink._out
+    tel.finish()
+    assert sink.unacked_bytes == 0
 
 
 def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(tmp_path):
@@ -182,8 +219,7 @@ def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(t
             with tel.step(step) as s:
                 s.samples([{{"prompt": "p", "completion": "c", "reward": 1.0}}])
         print(tel._sink.pid, flush=True)
-        time.sleep(1.0)  # the sender sends the steps queued within a quarter second: let it send these
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)  # at once: the steps are in the socket, the child reads them
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
