@@ -59,7 +59,9 @@ its name and TRL's definition state.
   of each per logged step).
 - **TRL's own numbers, as logged.** Every number TRL (or another transformers Trainer) logs at a
   training step is also exported exactly as logged, under its key: `grpo_trl_logged{metric="<key>"}`
-  (`grpo.trl.logged`; from `instrument`, `OtelGrpoCallback` and `follow --trl-output` alike). It is
+  (`grpo.trl.logged`; from `instrument`, `OtelGrpoCallback`, `follow --trl-output`,
+  `Telemetry.log_metrics(step, logs, source="trl")` and `JsonlStream(path, source="trl")` alike,
+  through one mapping, `catalog.peer_scalars`). It is
   the number W&B shows as `train/<key>` and `trainer_state.json`'s `log_history` holds. So where
   TRL's value differs from ours (the micro-batch means above, at gradient accumulation or
   `logging_steps` > 1), both are in Prometheus: the `grpo_*` signal is ours, exact; `grpo_trl_logged`

@@ -25,9 +25,10 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from otel_grpo.catalog import is_evaluation
 from otel_grpo.catalog.spans import check_step
 from otel_grpo.integrations.trl._chat import chat_text  # the renderer instrument uses: same text
-from otel_grpo.integrations.trl._keys import is_evaluation, logged_scalars
+from otel_grpo.integrations.trl._keys import map_logs
 
 from ._records import PARSE_ERRORS, BadInput, Record, finite_or_none, numbers
 from ._tail import open_regular
@@ -278,7 +279,7 @@ class TrlOutput:
                 continue
             # as the callbacks map TRL's log dict: signals (less TRL's 0.0 for lengths no completion has) and,
             # for a training step, every number as logged (grpo.trl.logged)
-            out.append(Record(step, logged_scalars(scalars), cursor=("scalars", step),
+            out.append(Record(step, map_logs(scalars), cursor=("scalars", step),
                               evaluation=is_evaluation(scalars)))
         if out:
             self._handed_scalar_step = out[-1].step

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_grpo.integrations.follow import TrlOutput
+from otel_grpo.integrations.follow import JsonlStream, TrlOutput
 from expected import as_logged_by_step, exported_as_logged
 
 from .test_files import Run
@@ -34,6 +34,12 @@ def _train(tmp_path_factory, mode: str) -> Path:
 @pytest.fixture(scope="module")
 def trl_output(tmp_path_factory) -> Path:
     return _train(tmp_path_factory, "checkpoint")
+
+
+@pytest.fixture(scope="module")
+def trl_summary(tmp_path_factory) -> Path:
+    """No checkpoint; `trainer.save_state()` after training (the summary) and an evaluation before step 1."""
+    return _train(tmp_path_factory, "save_state")
 
 
 def test_trl_completions_become_samples_once_per_generation_batch(tmp_path, trl_output):
@@ -85,10 +91,10 @@ def test_trl_files_without_an_end_stay_live(tmp_path, trl_output):
     assert run.gauge("grpo.run.finished") == 0  # exported 0 from the first step: not finished
 
 
-def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, tmp_path_factory):
+def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, trl_summary):
     """No checkpoint at all: the summary `trainer.save_state()` writes (train_runtime) is the end. The evaluation
     before the first step (`eval_on_start`) goes out at step 0 as an evaluation: no step, no step index."""
-    out = _train(tmp_path_factory, "save_state")
+    out = trl_summary
     assert not list(out.glob("checkpoint-*"))
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     assert "train_runtime" in history[-1]
@@ -101,6 +107,49 @@ def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, tmp_path_f
     assert {a.get("grpo.metric.eval_metric/reward") for a in at_start} >= {history[0]["eval_reward"]}
     assert run.gauge("grpo.steps") == STEPS  # the evaluation counts no step
     assert run.gauge("grpo.step_index") == STEPS
+
+
+def _as_logged_served(run) -> dict[str, float]:
+    """What the `grpo.trl.logged` gauge serves now, by TRL's key."""
+    data = run.reader.get_metrics_data()
+    return {p.attributes["metric"]: p.value for rm in data.resource_metrics for sm in rm.scope_metrics
+            for m in sm.metrics if m.name == "grpo.trl.logged" for p in m.data.data_points}
+
+
+def _step_scalars(run) -> dict[int, dict]:
+    steps: dict[int, dict] = {}
+    for a in (s.attributes for s in run.spans.get_finished_spans() if s.name == "grpo.step"):
+        steps.setdefault(a["grpo.step"], {}).update({k[len("grpo.metric."):]: v for k, v in a.items()
+                                                     if k.startswith("grpo.metric.")})
+    return steps
+
+
+def test_trl_named_dicts_export_as_logged_through_log_metrics_and_jsonl(tmp_path, trl_summary):
+    """Issue 62: a loop of the user's own that logs TRL's dicts (`log_metrics(..., source="trl")`) and a JSONL of
+    them (`JsonlStream(source="trl")`) export every number of each training log exactly as TRL logged it
+    (`grpo.trl.logged`), as instrument, the callback and --trl-output do; the evaluation stays `grpo.eval`."""
+    history = json.loads((trl_summary / "trainer_state.json").read_text())["log_history"]
+    assert "eval_reward" in history[0] and "train_runtime" in history[-1]  # an evaluation and the summary too
+    expected = as_logged_by_step(history)
+    assert sorted(expected) == list(range(1, STEPS + 1)) and "total_flos" in expected[STEPS]
+    (tmp_path / "direct").mkdir()
+    direct = Run(tmp_path / "direct", [JsonlStream("jsonl", tmp_path / "none.jsonl")])
+    for entry in history:
+        logs = {k: v for k, v in entry.items() if k != "step"}
+        direct.tel.log_metrics(entry["step"], logs, source="trl",
+                               evaluation=any(k.startswith("eval_") for k in logs))
+    direct.tel.flush()
+    lines = tmp_path / "trl.jsonl"
+    lines.write_text("".join(json.dumps(e) + "\n" for e in history))
+    (tmp_path / "jsonl").mkdir()
+    followed = Run(tmp_path / "jsonl", [JsonlStream("jsonl", lines, source="trl")])
+    followed.once()
+    for run in (direct, followed):
+        steps = _step_scalars(run)
+        assert exported_as_logged(steps) == expected
+        assert _as_logged_served(run) == expected[STEPS]  # the last step's records, the summary's included
+        assert steps[0]["eval_metric/reward"] == history[0]["eval_reward"]
+        assert run.gauge("grpo.steps") == STEPS and run.gauge("grpo.step_index") == STEPS  # the evaluation: no step
 
 
 def _sample_events(run, step: int) -> list[dict]:
