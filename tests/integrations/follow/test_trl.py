@@ -10,11 +10,15 @@ import sys
 import threading
 from pathlib import Path
 
+import httpx
 import pytest
 
 from otel_grpo.integrations.follow import JsonlStream, TrlOutput
 from expected import as_logged_by_step, exported_as_logged
+from tests._support.waiting import wait_for
+from tests.sidecar.conftest import free_port
 
+from .conftest import FollowProcess
 from .test_files import Run
 
 STEPS = 4
@@ -24,11 +28,16 @@ WRITER = Path(__file__).with_name("trl_writer.py")
 def _train(tmp_path_factory, mode: str) -> Path:
     pytest.importorskip("trl")
     out = tmp_path_factory.mktemp("trl") / "grpo-run"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, str(WRITER), str(out), str(STEPS), mode], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _write(out, STEPS, mode)
     return out
+
+
+def _write(out: Path, steps: int, mode: str, *options: str, tag: str = "extra", code: int = 0) -> None:
+    """trl_writer.py: a real TRL job writing into `out`, to its end (or its exit code `code`: 17, a crash)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_WRITER_TAG": tag}
+    done = subprocess.run([sys.executable, str(WRITER), str(out), str(steps), mode, *options], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == code, done.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -236,3 +245,111 @@ def test_trls_logged_kl_over_the_threshold_is_kl_evidence_for_the_alerts(tmp_pat
     assert beyond[("kl", "0.1", "1")] == 3  # step 1's 0.05 is within every bound
     assert streak[("kl", "5.0")] == 3 and streak[("kl", "0.1")] == 3
     assert not [k for k in beyond if k[0] != "kl"]  # no series of another signal (trl_kl) for the rules to miss
+
+
+def _notes(sidecar, run) -> dict[int, list[str]]:
+    """Each step's stored samples by the attempt that wrote them (trl_writer's `note` column)."""
+    r = httpx.get(f"{sidecar.url}/api/runs/{run}/samples", params={"step_min": 0, "limit": 10000}, timeout=10)
+    out: dict[int, list[str]] = {}
+    for row in r.json() if r.status_code == 200 else ():
+        out.setdefault(row["step"], []).append(row.get("note"))
+    return out
+
+
+@pytest.mark.integration
+def test_a_relaunched_trl_job_replaces_the_crashed_attempts_samples(tmp_path, sidecar):
+    """Issue 62: a TRL job dies after logging step 5 (its last checkpoint: step 3) and is relaunched from that
+    checkpoint into the same output dir while one follower keeps running. The relaunch rewrites
+    completions_00004/5.parquet with its own rows: the sidecar shows those steps with the relaunch's samples only,
+    never the crashed attempt's beside them; steps 1-3 stay the first attempt's."""
+    pytest.importorskip("trl")
+    out, state, log, run = tmp_path / "grpo-run", tmp_path / "state.json", tmp_path / "follow.log", "trl-relaunch"
+    _write(out, 6, "checkpoint", "save_steps=3", "crash_after=5", tag="first", code=17)
+    assert sorted(p.name for p in (out / "completions").iterdir())[-1] == "completions_00005.parquet"
+    assert [p.name for p in out.glob("checkpoint-*")] == ["checkpoint-3"]
+    follower = FollowProcess(["--trl-output", str(out), "--run-id", run, "--state", str(state), "--from-start",
+                              "--poll", "0.1"], sidecar.url, free_port(), log)
+    try:
+        # steps_per_generation=2: steps 1, 3 and 5 bring new rows (2 and 4 repeat them)
+        wait_for(lambda: sorted(_notes(sidecar, run)) == [1, 3, 5], "the first attempt's samples")
+        _write(out, 6, "checkpoint", "save_steps=3", "resume=1", "seed=1", tag="second")
+        assert follower.wait() == 0, log.read_text()[-3000:]  # checkpoint-6: global_step == max_steps, the end
+    finally:
+        follower.stop_if_running()
+    import pyarrow.parquet as pq
+
+    for step in (4, 5, 6):  # what TRL's files hold now: the relaunch's rows
+        written = pq.read_table(out / "completions" / f"completions_{step:05d}.parquet").to_pylist()
+        assert {r["note"] for r in written} == {"second"}
+    notes = _notes(sidecar, run)
+    # The relaunch generates at step 4, its first, and at 6; its step 5 reuses step 4's rows (sent once), so the
+    # crashed attempt's step-5 rows are gone with the rest of its step 5, not kept beside the relaunch's values
+    assert sorted(notes) == [1, 3, 4, 6]
+    assert {step: set(rows) for step, rows in notes.items()} == {1: {"first"}, 3: {"first"}, 4: {"second"},
+                                                                  6: {"second"}}
+    assert all(len(rows) == 8 for rows in notes.values())
+    history = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
+    logged = {e["step"]: e["loss"] for e in history if "loss" in e}
+    steps = {row["step"]: row for row in httpx.get(f"{sidecar.url}/api/runs/{run}/steps", timeout=10).json()}
+    assert sorted(steps) == list(range(1, 7))  # the relaunch's log history holds the first attempt's steps 1-3 too
+    assert {step: steps[step]["grpo.loss"] for step in steps} == pytest.approx(logged)
+
+
+def _rewrite(path: Path, note: str) -> None:
+    """Write `path` again as TRL's `log` does (pandas' to_parquet, in place), its rows marked `note`."""
+    import pandas as pd
+
+    frame = pd.read_parquet(path)
+    frame["completion"] = [f"{note} {c}" for c in frame["completion"]]
+    frame["note"] = note
+    frame.to_parquet(path)
+
+
+def _samples_attempts(run) -> dict[int, set[int]]:
+    out: dict[int, set[int]] = {}
+    for span in run.spans.get_finished_spans():
+        if span.name == "grpo.samples":
+            out.setdefault(span.attributes["grpo.step"], set()).add(span.attributes["grpo.attempt"])
+    return out
+
+
+def test_a_rewrite_below_the_latest_step_is_a_relaunch_one_at_it_is_not(tmp_path, trl_output, caplog):
+    """TRL rewrites the latest step's completions file for an evaluation (other rows) or the summary (the same):
+    the same attempt. A file written again below the latest step is a relaunch: a newer attempt from there, kept
+    across a restarted follower, whose scalars come from the trainer states it writes, from its first step."""
+    out = tmp_path / "grpo-run"
+    shutil.copytree(trl_output, out)
+    history = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+    shutil.rmtree(out / "checkpoint-4")  # the job died after logging step 4, its last checkpoint at step 2
+
+    def checkpoint(step: int) -> None:
+        (out / f"checkpoint-{step}").mkdir(exist_ok=True)
+        (out / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(
+            {"global_step": step, "max_steps": 6, "log_history": [e for e in history if e["step"] <= step]}))
+
+    checkpoint(2)
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    assert _samples_attempts(run) == {1: {first}, 3: {first}}
+    _rewrite(out / "completions" / "completions_00004.parquet", "eval")  # an evaluation at the latest step
+    run.once()
+    assert _samples_attempts(run)[4] == {first}
+    with caplog.at_level("WARNING", logger="otel_grpo.follow"):  # resumed from checkpoint-2: step 3 again
+        _rewrite(out / "completions" / "completions_00003.parquet", "relaunch")
+        run.once()
+    (relaunch,) = _samples_attempts(run)[3] - {first}
+    assert relaunch > first and "relaunched" in caplog.text
+    # its checkpoint-4 holds the first attempt's steps 1-2 (from checkpoint-2) and its own 3-4: those go out as
+    # its attempt, steps 1-2 are not sent again
+    checkpoint(4)
+    run.once()
+    scalar_steps = [(s.attributes["grpo.step"], s.attributes["grpo.attempt"]) for s in run.spans.get_finished_spans()
+                    if s.name == "grpo.step" and "grpo.metric.trl_kl" in s.attributes]
+    assert scalar_steps == [(1, first), (2, first), (3, relaunch), (4, relaunch)]
+    # a restarted follower goes on with the relaunch's attempt: step 4 written again is its latest step, not below
+    run.tel.shutdown()
+    again = Run(tmp_path, [TrlOutput(out)], from_start=False)
+    _rewrite(out / "completions" / "completions_00004.parquet", "relaunch")
+    again.once()
+    assert _samples_attempts(again) == {4: {relaunch}}
