@@ -181,7 +181,10 @@ class TrlOutput:
         state = self._state()
         if state is not None:
             self._learn_reward_names(state)
+        since = self._since
         out = self._poll_parquet(max_records)
+        if self._since != since:  # a relaunch: from now on only its own trainer states count
+            state = self._state()
         if state is not None:
             out.extend(self._poll_state(state))
         return out

@@ -353,3 +353,33 @@ def test_a_rewrite_below_the_latest_step_is_a_relaunch_one_at_it_is_not(tmp_path
     _rewrite(out / "completions" / "completions_00004.parquet", "relaunch")
     again.once()
     assert _samples_attempts(again) == {4: {relaunch}}
+
+
+def test_a_fresh_relaunch_sends_its_own_scalars_not_the_crashed_attempts(tmp_path, trl_output):
+    """Relaunched afresh (from step 1), the job's steps 1-2 go out as its attempt with its own logged values, from its
+    trainer state, never the crashed attempt's checkpoint values under the relaunch's attempt."""
+    out = tmp_path / "grpo-run"
+    shutil.copytree(trl_output, out)
+    history = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+    shutil.rmtree(out / "checkpoint-4")
+    (out / "checkpoint-2").mkdir()
+
+    def checkpoint(shift: float) -> None:
+        entries = [{**e, "loss": e["loss"] + shift} for e in history if e["step"] <= 2]
+        (out / "checkpoint-2" / "trainer_state.json").write_text(
+            json.dumps({"global_step": 2, "max_steps": 6, "log_history": entries}))
+
+    checkpoint(0.0)  # the first attempt's
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    _rewrite(out / "completions" / "completions_00001.parquet", "relaunch")
+    run.once()
+    (relaunch,) = _samples_attempts(run)[1] - {first}
+    checkpoint(10.0)  # the relaunch's own checkpoint-2, its own numbers
+    run.once()
+    sent = [(s.attributes["grpo.step"], s.attributes["grpo.attempt"], s.attributes["grpo.metric.loss"])
+            for s in run.spans.get_finished_spans() if s.name == "grpo.step" and "grpo.metric.trl_kl" in s.attributes]
+    losses = {e["step"]: e["loss"] for e in history if "loss" in e}
+    assert sent == [(1, first, losses[1]), (2, first, losses[2]),
+                    (1, relaunch, losses[1] + 10.0), (2, relaunch, losses[2] + 10.0)]
