@@ -76,8 +76,9 @@ its name and TRL's definition state.
   catalog signal; logged, they become `grpo.extra.*` gauges.
 - **Empty inputs.** A statistic with no element (a mean over no token, the minimum of no
   terminated completion) is invalid: not exported that step and listed in
-  `ReducedStats.invalid`. TRL and verl report 0.0 or NaN there (the TRL integrations and
-  `follow` drop TRL's 0.0 terminated lengths of a step whose every completion was clipped).
+  `ReducedStats.invalid`. TRL and verl report 0.0 or NaN there (the TRL integrations, `follow`
+  and `log_metrics(..., source="trl")` drop TRL's 0.0 terminated lengths of a step whose every
+  completion was clipped; `grpo.trl.logged` keeps them, as logged).
 
 ## Gauges hold the latest step's values only
 
