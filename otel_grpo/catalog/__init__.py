@@ -12,6 +12,7 @@ or are checked against `SIGNALS`.
 
 from . import spans
 from ._lookup import PEERS, by_name, get, peer_names, resolve, split_stat_key, stat_key
+from ._peer_logs import is_evaluation, peer_scalars
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
 from ._step_checks import (
     BASELINE_MIN_STEPS,
@@ -50,9 +51,11 @@ __all__ = [
     "bound_label",
     "by_name",
     "get",
+    "is_evaluation",
     "judged",
     "load_rule_settings",
     "peer_names",
+    "peer_scalars",
     "process_id",
     "reached",
     "resolve",

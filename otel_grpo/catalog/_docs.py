@@ -59,7 +59,9 @@ its name and TRL's definition state.
   of each per logged step).
 - **TRL's own numbers, as logged.** Every number TRL (or another transformers Trainer) logs at a
   training step is also exported exactly as logged, under its key: `grpo_trl_logged{metric="<key>"}`
-  (`grpo.trl.logged`; from `instrument`, `OtelGrpoCallback` and `follow --trl-output` alike). It is
+  (`grpo.trl.logged`; from `instrument`, `OtelGrpoCallback`, `follow --trl-output`,
+  `Telemetry.log_metrics(step, logs, source="trl")` and `JsonlStream(path, source="trl")` alike,
+  through one mapping, `catalog.peer_scalars`). It is
   the number W&B shows as `train/<key>` and `trainer_state.json`'s `log_history` holds. So where
   TRL's value differs from ours (the micro-batch means above, at gradient accumulation or
   `logging_steps` > 1), both are in Prometheus: the `grpo_*` signal is ours, exact; `grpo_trl_logged`
@@ -74,8 +76,9 @@ its name and TRL's definition state.
   catalog signal; logged, they become `grpo.extra.*` gauges.
 - **Empty inputs.** A statistic with no element (a mean over no token, the minimum of no
   terminated completion) is invalid: not exported that step and listed in
-  `ReducedStats.invalid`. TRL and verl report 0.0 or NaN there (the TRL integrations and
-  `follow` drop TRL's 0.0 terminated lengths of a step whose every completion was clipped).
+  `ReducedStats.invalid`. TRL and verl report 0.0 or NaN there (the TRL integrations, `follow`
+  and `log_metrics(..., source="trl")` drop TRL's 0.0 terminated lengths of a step whose every
+  completion was clipped; `grpo.trl.logged` keeps them, as logged).
 
 ## Gauges hold the latest step's values only
 

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from otel_grpo.catalog import spans, stat_key
+from otel_grpo.catalog import peer_scalars, spans
 
 from . import _preemption
 from ._backend import Backend
@@ -359,14 +359,17 @@ class Telemetry:
 
         `source` ("trl", "verl", "maxent"): whose names `metrics` uses, where a peer's name means
         another signal than our key of that name (`log_metrics(s, {"kl": x}, source="trl")` is
-        TRL's bias-corrected `grpo.trl.kl`; without a source `kl` is the plain k3 `grpo.kl`).
+        TRL's bias-corrected `grpo.trl.kl`; without a source `kl` is the plain k3 `grpo.kl`). With
+        `source="trl"` a training step's numbers also go out exactly as given, `grpo.trl.logged{metric=<key>}`,
+        as `instrument` and `follow --trl-output` export TRL's logs (`catalog.peer_scalars`); a None is NaN.
         `evaluation`: the values of an evaluation (one before training included), not of a training
         step: exported at `step`, but they count no step and do not move `grpo.step_index`, so the
         step count stays the trainer's and a run that hangs after such an evaluation, before its
         first step, still shows no first step (GRPONoFirstStep).
         """
         metrics = _mapping(metrics, "metrics")
-        named = metrics if source is None else {stat_key(k, source): v for k, v in metrics.items()}
+        # a peer's dict through the catalog's one mapping, that of the TRL callbacks and `follow`: TRL's as logged too
+        named = metrics if source is None else peer_scalars(metrics, source, evaluation=evaluation)
         with self._open(step, count_one=False, evaluation=evaluation) as s:
             s.record(named)
 

@@ -12,6 +12,17 @@ Formats, from TRL 1.16's `GRPOTrainer.log` and transformers' `Trainer`:
 
 The run has ended when a trainer state holds the end-of-training summary
 (`train_runtime`), or its `global_step` reached `max_steps` (the final checkpoint).
+
+A job relaunched into the same output dir (a fresh start, or a resume from a checkpoint) writes
+completions files again from an earlier step. Within one attempt TRL writes them in step order:
+it rewrites only the latest one (at the same `global_step`, an evaluation's `log` writes the
+evaluation's rows and the end-of-training summary's the same rows again). So a file written for
+a step below the latest one read is a relaunch: from it on, the records are a newer attempt
+(`grpo.attempt`: the sidecar replaces the crashed attempt's samples and scalars of each step the
+relaunch sends), its logged scalars are read again from that step, and only trainer states
+written since count. A relaunch whose first file is the latest step's (a resume after a crash
+right after logging the step past the checkpoint) cannot be told from an evaluation there
+(docs/follow.md, "Relaunched and resumed jobs").
 """
 
 from __future__ import annotations
@@ -22,12 +33,14 @@ import json
 import logging
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from otel_grpo.catalog import is_evaluation
 from otel_grpo.catalog.spans import check_step
 from otel_grpo.integrations.trl._chat import chat_text  # the renderer instrument uses: same text
-from otel_grpo.integrations.trl._keys import is_evaluation, logged_scalars
+from otel_grpo.integrations.trl._keys import map_logs
 
 from ._records import PARSE_ERRORS, BadInput, Record, finite_or_none, numbers
 from ._tail import open_regular
@@ -88,7 +101,6 @@ class TrlOutput:
     name = "trl-output"
     source = SOURCE
     holds = "both"
-    attempt = None  # the follower's own (`Telemetry.attempt`): TRL's halves of a step must share one
 
     def __init__(self, output_dir: str | os.PathLike[str], reward_weights: Sequence[float] | None = None) -> None:
         if importlib.util.find_spec("pyarrow") is None:
@@ -98,7 +110,7 @@ class TrlOutput:
         self.bad = BadInput(self.name)
         self.ended = False
         self.behind = False
-        self._done: dict[str, list[int]] = {}
+        self._done: dict[str, list[int]] = {}  # file name -> [inode, size, mtime ns] once emitted
         self._handed: set[str] = set()
         self._digest = ""
         self._handed_digest = ""
@@ -108,6 +120,13 @@ class TrlOutput:
         self._warned_columns = False
         self._steps: dict[Path, tuple[tuple[int, int, int], int]] = {}  # trainer state -> (version, global_step)
         self._newest: tuple[Path, tuple[int, int, int], dict[str, Any]] | None = None
+        self.attempt: int | None = None
+        """The job's attempt read now (`grpo.attempt`); None: the follower's own (`Telemetry.attempt`) until
+        a relaunch shows, then the time it was seen, in ns, so that its steps replace the earlier attempt's."""
+        self._since = 0  # mtime (ns) of the attempt's first file: trainer states older than it are an earlier one's
+        self._top = -1  # the latest completions step read in this attempt
+        self._done_attempt: tuple[int | None, int] = (None, 0)  # (attempt, since) of the emitted records
+        self._done_top = -1  # the latest completions step emitted in that attempt
 
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
         self._handed = set()
@@ -115,24 +134,34 @@ class TrlOutput:
             self._done = {k: list(v) for k, v in saved.get("done", {}).items()}
             self._digest = self._handed_digest = saved.get("digest", "")
             self._scalar_step = self._handed_scalar_step = int(saved.get("scalar_step", -1))
+            attempt = saved.get("attempt")
+            self._done_attempt = (None if attempt is None else int(attempt), int(saved.get("since", 0)))
+            self._done_top = int(saved.get("top", _latest(self._done)))
         elif not from_start:
             for _, path in self._parquets():
-                stat = path.stat()
-                self._done[path.name] = [stat.st_ino, stat.st_size]
+                self._done[path.name] = _identity(path.stat())
+            self._done_top = _latest(self._done)
             state = self._state()
             if state:
                 self._scalar_step = self._handed_scalar_step = _global_step(state)
+        (self.attempt, self._since), self._top = self._done_attempt, self._done_top
 
     def cursor(self) -> dict[str, Any]:
-        return {"done": dict(self._done), "digest": self._digest, "scalar_step": self._scalar_step}
+        attempt, since = self._done_attempt
+        return {"done": dict(self._done), "digest": self._digest, "scalar_step": self._scalar_step,
+                "attempt": attempt, "since": since, "top": self._done_top}
 
     def mark_done(self, record: Record) -> None:
         kind, value = record.cursor
         if kind == "parquet":
-            name, inode, size, digest = value
-            self._done[name] = [inode, size]
+            name, identity, digest, since = value
+            self._done[name] = identity
             self._handed.discard(name)
             self._digest = digest or self._digest
+            if (record.attempt, since) != self._done_attempt:  # a relaunch's first file: its scalars from here on
+                self._done_attempt, self._done_top = (record.attempt, since), record.step
+                self._scalar_step = min(self._scalar_step, record.step - 1)
+            self._done_top = max(self._done_top, record.step)
         else:
             self._scalar_step = max(self._scalar_step, value)
 
@@ -152,7 +181,10 @@ class TrlOutput:
         state = self._state()
         if state is not None:
             self._learn_reward_names(state)
+        since = self._since
         out = self._poll_parquet(max_records)
+        if self._since != since:  # a relaunch: from now on only its own trainer states count
+            state = self._state()
         if state is not None:
             out.extend(self._poll_state(state))
         return out
@@ -175,20 +207,31 @@ class TrlOutput:
                 stat = path.stat()
             except FileNotFoundError:
                 continue
-            name = path.name
-            if self._done.get(name) == [stat.st_ino, stat.st_size] or name in self._handed:
+            name, identity = path.name, _identity(stat)
+            if _same(self._done.get(name), identity) or name in self._handed:
                 continue
             rows = self._read(path, is_last=i == len(files) - 1)
             if rows is None:
                 break  # keep file order: wait for this one
+            if step < self._top:  # written again below the latest step: the job was relaunched
+                self._relaunched(step, stat.st_mtime_ns)
+                digest = ""  # its first batch repeats none of the earlier attempt's
+            self._top = max(self._top, step)
             new_digest = _digest(rows)
             fresh = rows if new_digest != digest else []  # a reused generation batch is sent once
             digest = self._handed_digest = new_digest
             self._handed.add(name)
             # at step 0, before the first optimizer step, only an evaluation (`eval_on_start`) logs completions
-            out.append(Record(step, rows=fresh, cursor=("parquet", (name, stat.st_ino, stat.st_size, new_digest)),
-                              evaluation=step == 0))
+            out.append(Record(step, rows=fresh, cursor=("parquet", (name, identity, new_digest, self._since)),
+                              evaluation=step == 0, attempt=self.attempt))
         return out
+
+    def _relaunched(self, step: int, since_ns: int) -> None:
+        """A newer attempt from `step` on, whose first file was written at `since_ns` (its mtime)."""
+        logger.warning("otel-grpo follow: %s: completions of step %d written again after step %d: the job was "
+                       "relaunched; its steps replace the earlier attempt's", self.dir, step, self._top)
+        self.attempt, self._since, self._top = time.time_ns(), since_ns, step
+        self._handed_scalar_step = min(self._handed_scalar_step, step - 1)
 
     def _read(self, path: Path, is_last: bool) -> list[dict[str, Any]] | None:
         import pyarrow.parquet as pq
@@ -228,6 +271,8 @@ class TrlOutput:
                 info = os.stat(path)
             except OSError:
                 continue
+            if info.st_mtime_ns < self._since:
+                continue  # an earlier attempt's (a relaunch resumed from it, or left it behind)
             key = (info.st_ino, info.st_size, info.st_mtime_ns)
             seen = self._steps.get(path)
             if seen is None or seen[0] != key:
@@ -278,8 +323,8 @@ class TrlOutput:
                 continue
             # as the callbacks map TRL's log dict: signals (less TRL's 0.0 for lengths no completion has) and,
             # for a training step, every number as logged (grpo.trl.logged)
-            out.append(Record(step, logged_scalars(scalars), cursor=("scalars", step),
-                              evaluation=is_evaluation(scalars)))
+            out.append(Record(step, map_logs(scalars), cursor=("scalars", step),
+                              evaluation=is_evaluation(scalars), attempt=self.attempt))
         if out:
             self._handed_scalar_step = out[-1].step
         max_steps = state.get("max_steps")
@@ -298,6 +343,21 @@ def _history(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def _global_step(doc: dict[str, Any]) -> int:
     step = doc.get("global_step")
     return step if isinstance(step, int) and not isinstance(step, bool) else -1
+
+
+def _latest(done: dict[str, list[int]]) -> int:
+    """The latest step among completions files' names; -1: none."""
+    return max((int(m.group(1)) for name in done if (m := _PARQUET.match(name))), default=-1)
+
+
+def _identity(stat: os.stat_result) -> list[int]:
+    """What tells one write of a file from another: TRL rewrites a step's file in place (same inode)."""
+    return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
+
+
+def _same(done: list[int] | None, identity: list[int]) -> bool:
+    """`done` (a saved identity; [inode, size] from an earlier version) is this write of the file."""
+    return done is not None and done == identity[:len(done)]
 
 
 def _digest(rows: list[dict[str, Any]]) -> str:

@@ -16,12 +16,13 @@ import os
 import time
 from typing import Any
 
-from otel_grpo.catalog import PEERS, stat_key
+from otel_grpo.catalog import PEERS, is_evaluation, peer_scalars
 from otel_grpo.catalog.spans import check_step
 
 from ._records import PARSE_ERRORS, BadInput, Record, numbers
 from ._tail import LineTail, Position
 
+TRL = "trl"
 VERL = "verl"
 """verl's peer in the catalog (`catalog.PEERS`): its metric names; its metrics and rollouts pair by step."""
 TIMING_PREFIX = "timing_s/"
@@ -52,9 +53,10 @@ def split_timing(data: dict[str, float]) -> tuple[dict[str, float], list[tuple[s
 class JsonlStream:
     """A JSONL file of `{"step": N, ...}` lines; `parse` turns one decoded object into a Record.
 
-    `source` ("trl", "verl", "maxent" or None): whose names the lines use, for the catalog's
-    resolver (`catalog.stat_key`), as `Telemetry.log_metrics(..., source=)` takes it; a peer's
-    scalars pair with the same peer's samples source (`VerlRollouts`) by step.
+    `source` ("trl", "verl", "maxent" or None): whose names the lines use, mapped as
+    `Telemetry.log_metrics(..., source=)` maps them (`catalog.peer_scalars`: with "trl", a training
+    line's numbers also as logged, `grpo.trl.logged`, and a line of `eval_` keys is an evaluation);
+    a peer's scalars pair with the same peer's samples source (`VerlRollouts`) by step.
     """
 
     holds = "scalars"
@@ -124,12 +126,15 @@ class JsonlStream:
         return out
 
     def parse(self, step: int, doc: dict[str, Any]) -> Record:
-        """Any `{"step": N, name: number, ...}` line: the numbers are the step's scalars."""
-        return Record(step, self.keyed(numbers({k: v for k, v in doc.items() if k != "step"})))
+        """Any `{"step": N, name: number, ...}` line: the numbers are the step's scalars; with TRL's names, a line
+        of `eval_` keys is an evaluation (as TRL's log history holds one)."""
+        scalars = numbers({k: v for k, v in doc.items() if k != "step"})
+        return Record(step, self.keyed(scalars), evaluation=self.source == TRL and is_evaluation(scalars))
 
     def keyed(self, scalars: dict[str, float]) -> dict[str, float]:
-        """`scalars` under the catalog's stat keys (unknown names as they are)."""
-        return {stat_key(name, self.source): value for name, value in scalars.items()}
+        """`scalars` under the catalog's stat keys (unknown names as they are) through its one mapping of a peer's
+        dict (`catalog.peer_scalars`): with TRL's names, a training log's numbers also as logged (`grpo.trl.logged`)."""
+        return peer_scalars(scalars, self.source)
 
 
 class VerlMetrics(JsonlStream):

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
+from ...catalog import is_evaluation
 from ...telemetry import Telemetry
 from ._accumulate import Accumulator
 from ._generation import sample_rows
-from ._keys import is_evaluation, map_logs
+from ._keys import map_logs
 from ._settings import TrlSettings
 
 if TYPE_CHECKING:

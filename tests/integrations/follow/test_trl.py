@@ -10,11 +10,15 @@ import sys
 import threading
 from pathlib import Path
 
+import httpx
 import pytest
 
-from otel_grpo.integrations.follow import TrlOutput
+from otel_grpo.integrations.follow import JsonlStream, TrlOutput
 from expected import as_logged_by_step, exported_as_logged
+from tests._support.waiting import wait_for
+from tests.sidecar.conftest import free_port
 
+from .conftest import FollowProcess
 from .test_files import Run
 
 STEPS = 4
@@ -24,16 +28,27 @@ WRITER = Path(__file__).with_name("trl_writer.py")
 def _train(tmp_path_factory, mode: str) -> Path:
     pytest.importorskip("trl")
     out = tmp_path_factory.mktemp("trl") / "grpo-run"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, str(WRITER), str(out), str(STEPS), mode], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _write(out, STEPS, mode)
     return out
+
+
+def _write(out: Path, steps: int, mode: str, *options: str, tag: str = "extra", code: int = 0) -> None:
+    """trl_writer.py: a real TRL job writing into `out`, to its end (or its exit code `code`: 17, a crash)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_WRITER_TAG": tag}
+    done = subprocess.run([sys.executable, str(WRITER), str(out), str(steps), mode, *options], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == code, done.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
 def trl_output(tmp_path_factory) -> Path:
     return _train(tmp_path_factory, "checkpoint")
+
+
+@pytest.fixture(scope="module")
+def trl_summary(tmp_path_factory) -> Path:
+    """No checkpoint; `trainer.save_state()` after training (the summary) and an evaluation before step 1."""
+    return _train(tmp_path_factory, "save_state")
 
 
 def test_trl_completions_become_samples_once_per_generation_batch(tmp_path, trl_output):
@@ -85,10 +100,10 @@ def test_trl_files_without_an_end_stay_live(tmp_path, trl_output):
     assert run.gauge("grpo.run.finished") == 0  # exported 0 from the first step: not finished
 
 
-def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, tmp_path_factory):
+def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, trl_summary):
     """No checkpoint at all: the summary `trainer.save_state()` writes (train_runtime) is the end. The evaluation
     before the first step (`eval_on_start`) goes out at step 0 as an evaluation: no step, no step index."""
-    out = _train(tmp_path_factory, "save_state")
+    out = trl_summary
     assert not list(out.glob("checkpoint-*"))
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     assert "train_runtime" in history[-1]
@@ -101,6 +116,49 @@ def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, tmp_path_f
     assert {a.get("grpo.metric.eval_metric/reward") for a in at_start} >= {history[0]["eval_reward"]}
     assert run.gauge("grpo.steps") == STEPS  # the evaluation counts no step
     assert run.gauge("grpo.step_index") == STEPS
+
+
+def _as_logged_served(run) -> dict[str, float]:
+    """What the `grpo.trl.logged` gauge serves now, by TRL's key."""
+    data = run.reader.get_metrics_data()
+    return {p.attributes["metric"]: p.value for rm in data.resource_metrics for sm in rm.scope_metrics
+            for m in sm.metrics if m.name == "grpo.trl.logged" for p in m.data.data_points}
+
+
+def _step_scalars(run) -> dict[int, dict]:
+    steps: dict[int, dict] = {}
+    for a in (s.attributes for s in run.spans.get_finished_spans() if s.name == "grpo.step"):
+        steps.setdefault(a["grpo.step"], {}).update({k[len("grpo.metric."):]: v for k, v in a.items()
+                                                     if k.startswith("grpo.metric.")})
+    return steps
+
+
+def test_trl_named_dicts_export_as_logged_through_log_metrics_and_jsonl(tmp_path, trl_summary):
+    """Issue 62: a loop of the user's own that logs TRL's dicts (`log_metrics(..., source="trl")`) and a JSONL of
+    them (`JsonlStream(source="trl")`) export every number of each training log exactly as TRL logged it
+    (`grpo.trl.logged`), as instrument, the callback and --trl-output do; the evaluation stays `grpo.eval`."""
+    history = json.loads((trl_summary / "trainer_state.json").read_text())["log_history"]
+    assert "eval_reward" in history[0] and "train_runtime" in history[-1]  # an evaluation and the summary too
+    expected = as_logged_by_step(history)
+    assert sorted(expected) == list(range(1, STEPS + 1)) and "total_flos" in expected[STEPS]
+    (tmp_path / "direct").mkdir()
+    direct = Run(tmp_path / "direct", [JsonlStream("jsonl", tmp_path / "none.jsonl")])
+    for entry in history:
+        logs = {k: v for k, v in entry.items() if k != "step"}
+        direct.tel.log_metrics(entry["step"], logs, source="trl",
+                               evaluation=any(k.startswith("eval_") for k in logs))
+    direct.tel.flush()
+    lines = tmp_path / "trl.jsonl"
+    lines.write_text("".join(json.dumps(e) + "\n" for e in history))
+    (tmp_path / "jsonl").mkdir()
+    followed = Run(tmp_path / "jsonl", [JsonlStream("jsonl", lines, source="trl")])
+    followed.once()
+    for run in (direct, followed):
+        steps = _step_scalars(run)
+        assert exported_as_logged(steps) == expected
+        assert _as_logged_served(run) == expected[STEPS]  # the last step's records, the summary's included
+        assert steps[0]["eval_metric/reward"] == history[0]["eval_reward"]
+        assert run.gauge("grpo.steps") == STEPS and run.gauge("grpo.step_index") == STEPS  # the evaluation: no step
 
 
 def _sample_events(run, step: int) -> list[dict]:
@@ -187,3 +245,141 @@ def test_trls_logged_kl_over_the_threshold_is_kl_evidence_for_the_alerts(tmp_pat
     assert beyond[("kl", "0.1", "1")] == 3  # step 1's 0.05 is within every bound
     assert streak[("kl", "5.0")] == 3 and streak[("kl", "0.1")] == 3
     assert not [k for k in beyond if k[0] != "kl"]  # no series of another signal (trl_kl) for the rules to miss
+
+
+def _notes(sidecar, run) -> dict[int, list[str]]:
+    """Each step's stored samples by the attempt that wrote them (trl_writer's `note` column)."""
+    r = httpx.get(f"{sidecar.url}/api/runs/{run}/samples", params={"step_min": 0, "limit": 10000}, timeout=10)
+    out: dict[int, list[str]] = {}
+    for row in r.json() if r.status_code == 200 else ():
+        out.setdefault(row["step"], []).append(row.get("note"))
+    return out
+
+
+@pytest.mark.integration
+def test_a_relaunched_trl_job_replaces_the_crashed_attempts_samples(tmp_path, sidecar):
+    """Issue 62: a TRL job dies after logging step 5 (its last checkpoint: step 3) and is relaunched from that
+    checkpoint into the same output dir while one follower keeps running. The relaunch rewrites
+    completions_00004/5.parquet with its own rows: the sidecar shows those steps with the relaunch's samples only,
+    never the crashed attempt's beside them; steps 1-3 stay the first attempt's."""
+    pytest.importorskip("trl")
+    out, state, log, run = tmp_path / "grpo-run", tmp_path / "state.json", tmp_path / "follow.log", "trl-relaunch"
+    _write(out, 6, "checkpoint", "save_steps=3", "crash_after=5", tag="first", code=17)
+    assert sorted(p.name for p in (out / "completions").iterdir())[-1] == "completions_00005.parquet"
+    assert [p.name for p in out.glob("checkpoint-*")] == ["checkpoint-3"]
+    follower = FollowProcess(["--trl-output", str(out), "--run-id", run, "--state", str(state), "--from-start",
+                              "--poll", "0.1"], sidecar.url, free_port(), log)
+    try:
+        # steps_per_generation=2: steps 1, 3 and 5 bring new rows (2 and 4 repeat them)
+        wait_for(lambda: sorted(_notes(sidecar, run)) == [1, 3, 5], "the first attempt's samples")
+        _write(out, 6, "checkpoint", "save_steps=3", "resume=1", "seed=1", tag="second")
+        assert follower.wait() == 0, log.read_text()[-3000:]  # checkpoint-6: global_step == max_steps, the end
+    finally:
+        follower.stop_if_running()
+    import pyarrow.parquet as pq
+
+    for step in (4, 5, 6):  # what TRL's files hold now: the relaunch's rows
+        written = pq.read_table(out / "completions" / f"completions_{step:05d}.parquet").to_pylist()
+        assert {r["note"] for r in written} == {"second"}
+    notes = _notes(sidecar, run)
+    # The relaunch generates at step 4, its first, and at 6; its step 5 reuses step 4's rows (sent once), so the
+    # crashed attempt's step-5 rows are gone with the rest of its step 5, not kept beside the relaunch's values
+    assert sorted(notes) == [1, 3, 4, 6]
+    assert {step: set(rows) for step, rows in notes.items()} == {1: {"first"}, 3: {"first"}, 4: {"second"},
+                                                                  6: {"second"}}
+    assert all(len(rows) == 8 for rows in notes.values())
+    history = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
+    logged = {e["step"]: e["loss"] for e in history if "loss" in e}
+    steps = {row["step"]: row for row in httpx.get(f"{sidecar.url}/api/runs/{run}/steps", timeout=10).json()}
+    assert sorted(steps) == list(range(1, 7))  # the relaunch's log history holds the first attempt's steps 1-3 too
+    assert {step: steps[step]["grpo.loss"] for step in steps} == pytest.approx(logged)
+
+
+def _rewrite(path: Path, note: str) -> None:
+    """Write `path` again as TRL's `log` does (pandas' to_parquet, in place), its rows marked `note`."""
+    import pandas as pd
+
+    frame = pd.read_parquet(path)
+    frame["completion"] = [f"{note} {c}" for c in frame["completion"]]
+    frame["note"] = note
+    frame.to_parquet(path)
+
+
+def _samples_attempts(run) -> dict[int, set[int]]:
+    out: dict[int, set[int]] = {}
+    for span in run.spans.get_finished_spans():
+        if span.name == "grpo.samples":
+            out.setdefault(span.attributes["grpo.step"], set()).add(span.attributes["grpo.attempt"])
+    return out
+
+
+def test_a_rewrite_below_the_latest_step_is_a_relaunch_one_at_it_is_not(tmp_path, trl_output, caplog):
+    """TRL rewrites the latest step's completions file for an evaluation (other rows) or the summary (the same):
+    the same attempt. A file written again below the latest step is a relaunch: a newer attempt from there, kept
+    across a restarted follower, whose scalars come from the trainer states it writes, from its first step."""
+    out = tmp_path / "grpo-run"
+    shutil.copytree(trl_output, out)
+    history = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+    shutil.rmtree(out / "checkpoint-4")  # the job died after logging step 4, its last checkpoint at step 2
+
+    def checkpoint(step: int) -> None:
+        (out / f"checkpoint-{step}").mkdir(exist_ok=True)
+        (out / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(
+            {"global_step": step, "max_steps": 6, "log_history": [e for e in history if e["step"] <= step]}))
+
+    checkpoint(2)
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    assert _samples_attempts(run) == {1: {first}, 3: {first}}
+    _rewrite(out / "completions" / "completions_00004.parquet", "eval")  # an evaluation at the latest step
+    run.once()
+    assert _samples_attempts(run)[4] == {first}
+    with caplog.at_level("WARNING", logger="otel_grpo.follow"):  # resumed from checkpoint-2: step 3 again
+        _rewrite(out / "completions" / "completions_00003.parquet", "relaunch")
+        run.once()
+    (relaunch,) = _samples_attempts(run)[3] - {first}
+    assert relaunch > first and "relaunched" in caplog.text
+    # its checkpoint-4 holds the first attempt's steps 1-2 (from checkpoint-2) and its own 3-4: those go out as
+    # its attempt, steps 1-2 are not sent again
+    checkpoint(4)
+    run.once()
+    scalar_steps = [(s.attributes["grpo.step"], s.attributes["grpo.attempt"]) for s in run.spans.get_finished_spans()
+                    if s.name == "grpo.step" and "grpo.metric.trl_kl" in s.attributes]
+    assert scalar_steps == [(1, first), (2, first), (3, relaunch), (4, relaunch)]
+    # a restarted follower goes on with the relaunch's attempt: step 4 written again is its latest step, not below
+    run.tel.shutdown()
+    again = Run(tmp_path, [TrlOutput(out)], from_start=False)
+    _rewrite(out / "completions" / "completions_00004.parquet", "relaunch")
+    again.once()
+    assert _samples_attempts(again) == {4: {relaunch}}
+
+
+def test_a_fresh_relaunch_sends_its_own_scalars_not_the_crashed_attempts(tmp_path, trl_output):
+    """Relaunched afresh (from step 1), the job's steps 1-2 go out as its attempt with its own logged values, from its
+    trainer state, never the crashed attempt's checkpoint values under the relaunch's attempt."""
+    out = tmp_path / "grpo-run"
+    shutil.copytree(trl_output, out)
+    history = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+    shutil.rmtree(out / "checkpoint-4")
+    (out / "checkpoint-2").mkdir()
+
+    def checkpoint(shift: float) -> None:
+        entries = [{**e, "loss": e["loss"] + shift} for e in history if e["step"] <= 2]
+        (out / "checkpoint-2" / "trainer_state.json").write_text(
+            json.dumps({"global_step": 2, "max_steps": 6, "log_history": entries}))
+
+    checkpoint(0.0)  # the first attempt's
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    _rewrite(out / "completions" / "completions_00001.parquet", "relaunch")
+    run.once()
+    (relaunch,) = _samples_attempts(run)[1] - {first}
+    checkpoint(10.0)  # the relaunch's own checkpoint-2, its own numbers
+    run.once()
+    sent = [(s.attributes["grpo.step"], s.attributes["grpo.attempt"], s.attributes["grpo.metric.loss"])
+            for s in run.spans.get_finished_spans() if s.name == "grpo.step" and "grpo.metric.trl_kl" in s.attributes]
+    losses = {e["step"]: e["loss"] for e in history if "loss" in e}
+    assert sent == [(1, first, losses[1]), (2, first, losses[2]),
+                    (1, relaunch, losses[1] + 10.0), (2, relaunch, losses[2] + 10.0)]

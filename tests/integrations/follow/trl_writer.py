@@ -1,10 +1,15 @@
 """A real TRL job for the follower: `trl.GRPOTrainer` on the tiny local model (tests/_support/tiny_trl.py)
 with `log_completions=True`, writing TRL's own completions parquet and its final checkpoint.
 
-    python trl_writer.py OUTPUT_DIR STEPS [checkpoint|save_state]
+    python trl_writer.py OUTPUT_DIR STEPS [checkpoint|save_state] [save_steps=N] [crash_after=N] [resume=1] [seed=N]
 
 `checkpoint` (default): a checkpoint at the last step (`trainer_state.json` with
-`global_step == max_steps`). `save_state`: no checkpoint; the script calls
+`global_step == max_steps`), and every `save_steps` steps before it. `crash_after=N`: the job
+dies (exit code 17, nothing flushed) once step N is logged and saved, before step N+1 is;
+`resume=1`: `trainer.train(resume_from_checkpoint=True)`, a relaunch from the latest checkpoint
+in OUTPUT_DIR; `seed`: GRPOConfig's (another one samples other completions); `TRL_WRITER_TAG`
+in the environment: the text `log_extra` column's value (default `extra`), which marks each
+sample row with the attempt that wrote it. `save_state`: no checkpoint; the script calls
 `trainer.save_state()` after training, as TRL's example scripts do, which writes the
 end-of-training summary (`train_runtime`) into `<output_dir>/trainer_state.json`; that run
 also evaluates before its first step (`eval_on_start`: `eval_` values logged at step 0).
@@ -18,6 +23,7 @@ writes them after the reward columns, and they are not rewards.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -33,19 +39,34 @@ def reward_words(completions, log_extra=None, **kwargs):
     """tiny_trl's reward_words, logging two extra completions columns as a user's reward function may."""
     if log_extra is not None:
         log_extra("chars", [float(len(c)) for c in completions])
-        log_extra("note", ["extra"] * len(completions))
+        log_extra("note", [os.environ.get("TRL_WRITER_TAG", "extra")] * len(completions))
     return tiny_trl.reward_words(completions, **kwargs)
+
+
+def crash_after(step: int):
+    """A callback that kills the job at the end of step `step + 1`'s update, before that step logs or saves."""
+    from transformers import TrainerCallback
+
+    class Crash(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step > step:
+                os._exit(17)
+
+    return Crash()
 
 
 if __name__ == "__main__":
     steps = int(sys.argv[2])
     mode = sys.argv[3] if len(sys.argv) > 3 else "checkpoint"
-    saving = {"save_strategy": "steps", "save_steps": steps} if mode == "checkpoint" else {
-        "save_strategy": "no", "eval_on_start": True, "per_device_eval_batch_size": 4,
-        "eval_dataset": tiny_trl.make_dataset(8)}
+    options = dict(arg.split("=", 1) for arg in sys.argv[4:])
+    saving = {"save_strategy": "steps", "save_steps": int(options.get("save_steps", steps))} if mode == "checkpoint" \
+        else {"save_strategy": "no", "eval_on_start": True, "per_device_eval_batch_size": 4,
+              "eval_dataset": tiny_trl.make_dataset(8)}
+    callbacks = [crash_after(int(options["crash_after"]))] if "crash_after" in options else None
     trainer = tiny_trl.make_grpo_trainer(sys.argv[1], log_completions=True, max_steps=steps, steps_per_generation=2,
-                                         reward_weights=list(REWARD_WEIGHTS),
-                                         reward_funcs=[reward_words, tiny_trl.reward_short], **saving)
-    trainer.train()
+                                         reward_weights=list(REWARD_WEIGHTS), seed=int(options.get("seed", 0)),
+                                         reward_funcs=[reward_words, tiny_trl.reward_short], callbacks=callbacks,
+                                         **saving)
+    trainer.train(resume_from_checkpoint=True if options.get("resume") == "1" else None)
     if mode == "save_state":
         trainer.save_state()
