@@ -50,8 +50,21 @@ def test_a_held_history_shows_every_later_write_of_another_writer(stores):
     assert _kl(reader, "r") == expected
     rows = {r["step"]: r for r in reader.steps("r")}
     assert rows[3]["entropy"] == 0.5 and "entropy" not in rows[4]
-    assert [r["step"] for r in reader.steps("r", ["entropy"]) if r["entropy"] is not None] == [3]
+    assert [r["step"] for r in reader.steps("r", ["entropy"]) if "entropy" in r] == [3]  # logged at step 3 only
     assert _kl(reader, "r", step_min=2, step_max=3) == {2: 9.0, 3: 0.03}
+
+
+def test_a_held_history_keeps_which_steps_were_not_finite_across_writes(stores):
+    """A non-finite value (stored null: the OTLP decoder's None for NaN and inf) stays null in the held history as later steps arrive, and
+    goes once its step is written again with a value; a step that did not log the column has no entry."""
+    reader, writer = stores
+    writer.write_batch(_batch("r", range(4), kl=lambda s: None if s == 1 else 0.1 * s))
+    assert [r.get("kl", "absent") for r in reader.steps("r", ["kl"])] == [0.0, None, 0.2, pytest.approx(0.3)]
+    writer.write_batch(_batch("r", [4, 5], kl=lambda s: 0.5, extra=lambda s: {"entropy": None} if s == 5 else {}))
+    rows = reader.steps("r", ["kl", "entropy"])
+    assert [r["kl"] for r in rows][1] is None and [r.get("entropy", "absent") for r in rows] == ["absent"] * 5 + [None]
+    writer.write_batch(_batch("r", [1], kl=lambda s: 0.1))
+    assert [r["kl"] for r in reader.steps("r", ["kl"])][1] == 0.1
 
 
 def test_steps_deleted_by_retention_are_gone_from_a_held_history(stores):

@@ -13,13 +13,16 @@ reads the run whole.
 
 Held per step: its number, time text and JSON object (as stored, its keys renamed once to the
 names reads give them: `rename`), and each scalar as a float64 column under its stored key (NaN
-where the step has none), for selecting and downsampling columns without parsing the objects.
+where the step has no finite value), for selecting and downsampling columns without parsing the
+objects. A column logged non-finite at some step (stored as null: ingest keeps no NaN or inf) also
+has a mask of those steps, so a read tells "not logged here" (no key) from "logged, not finite" (null).
 The cache is bounded in bytes; the least recently read runs go first.
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -47,7 +50,10 @@ class Series:
     blobs: np.ndarray
     """object: each step's JSON object text"""
     columns: dict[str, np.ndarray]
-    """stat key -> float64 values, NaN where the step has none"""
+    """stat key -> float64 values, NaN where the step has no finite value"""
+    nulls: dict[str, np.ndarray]
+    """stat key -> bool per step, True where the step logged it non-finite (stored null); only for the
+    keys that have such a step (rare: most runs have none)"""
     text_bytes: int
     """the JSON objects' length in all"""
 
@@ -74,19 +80,31 @@ class Series:
         times, blobs = np.empty(len(steps), dtype=object), np.empty(len(steps), dtype=object)
         times[old_at], blobs[old_at] = self.times, self.blobs
         times[new_at], blobs[new_at] = [r[1] for r in rows], new_blobs
-        columns = {}
+        columns, nulls = {}, {}
         for key in sorted(set(self.columns).union(*objs)):
             column = np.full(len(steps), np.nan)
             if key in self.columns:
                 column[old_at] = self.columns[key]
-            column[new_at] = np.array(list(map(dict.get, objs, itertools.repeat(key))), dtype=np.float64)
+            # An absent key reads as NaN, a stored null as None: both NaN as float64, told apart first
+            # (count is a C loop; the mask is built only for the rare column that has a null).
+            new = list(map(dict.get, objs, itertools.repeat(key), itertools.repeat(np.nan)))
+            column[new_at] = np.array(new, dtype=np.float64)
             columns[key] = column
-        return Series(identity, version, steps, times, blobs, columns, text_bytes)
+            old_null, has_null = self.nulls.get(key), new.count(None) > 0
+            if old_null is not None or has_null:
+                null = np.zeros(len(steps), dtype=bool)
+                if old_null is not None:
+                    null[old_at] = old_null
+                null[new_at] = np.fromiter(map(operator.is_, new, itertools.repeat(None)), dtype=bool, count=len(new))
+                if null.any():
+                    nulls[key] = null
+        return Series(identity, version, steps, times, blobs, columns, nulls, text_bytes)
 
     @property
     def nbytes(self) -> int:
         """About what the series holds in memory."""
-        return (self.steps.nbytes + sum(c.nbytes for c in self.columns.values()) + self.text_bytes
+        return (self.steps.nbytes + sum(c.nbytes for c in self.columns.values())
+                + sum(n.nbytes for n in self.nulls.values()) + self.text_bytes
                 + _ROW_OVERHEAD * len(self.steps))
 
     def window(self, step_min: int | None, step_max: int | None, limit: int, offset: int) -> np.ndarray:
@@ -102,13 +120,18 @@ class Series:
         column = self.columns.get(key)
         return np.full(len(rows), np.nan) if column is None else column[rows]
 
+    def nulls_at(self, key: str, rows: np.ndarray) -> np.ndarray | None:
+        """Where column `key` was logged non-finite at `rows` (bool); None where it never was."""
+        null = self.nulls.get(key)
+        return None if null is None else null[rows]
+
     def columns_with_values(self, rows: np.ndarray) -> list[np.ndarray]:
         """Each column at `rows`, for the columns with a value at one of them at least."""
         found = (column[rows] for column in self.columns.values())
         return [c for c in found if not np.isnan(c).all()]
 
 
-_EMPTY = Series((), -1, np.empty(0, dtype=np.int64), np.empty(0, dtype=object), np.empty(0, dtype=object), {}, 0)
+_EMPTY = Series((), -1, np.empty(0, dtype=np.int64), np.empty(0, dtype=object), np.empty(0, dtype=object), {}, {}, 0)
 
 
 def _renamed(objs: list[dict], rename: Callable[[str], str]) -> Iterator[str]:
