@@ -664,7 +664,8 @@ def test_touch_zoom_and_tap_on_a_phone(site, tmp_path, new_page):
     assert all(name.startswith(site.url + "/") for name, _ in resources), resources
     static = {name.rsplit("/", 1)[1]: size for name, size in resources if "/static/" in name}
     vendor = {"uPlot.iife.min.js", "uPlot.min.css"}  # uPlot 1.6.32, served from /static/vendor/
-    assert static.keys() == {"util.js", "touch.js", "plot.js", "charts.js", "table.js", "group.js", "app.js", "style.css"} | vendor
+    assert static.keys() == {"util.js", "touch.js", "scales.js", "interact.js", "plot.js", "charts.js", "table.js", "group.js",
+                             "app.js", "style.css"} | vendor
     assert all(name.startswith(f"{site.url}/static/vendor/") for name, _ in resources if name.rsplit("/", 1)[1] in vendor)
     assert sum(size for name, size in static.items() if name not in vendor) < 100_000
     assert sum(static[name] for name in vendor) < 60_000
