@@ -677,7 +677,7 @@ def test_touch_zoom_and_tap_on_a_phone(site, tmp_path, new_page):
     assert static.keys() == {"util.js", "touch.js", "scales.js", "interact.js", "plot.js", "charts.js", "table.js", "group.js",
                              "app.js", "style.css"} | vendor
     assert all(name.startswith(f"{site.url}/static/vendor/") for name, _ in resources if name.rsplit("/", 1)[1] in vendor)
-    assert sum(size for name, size in static.items() if name not in vendor) < 100_000
+    assert sum(size for name, size in static.items() if name not in vendor) < 105_000  # 101 KB with the keyboard and lazy charts
     assert sum(static[name] for name in vendor) < 60_000
 
 
@@ -735,6 +735,37 @@ def test_a_chart_is_drawn_and_its_rows_asked_for_once_scrolled_to(site, new_page
     page.evaluate(f"{last}.scrollIntoView({{block: 'center'}})")
     wait(page, f"{last}.dataset.drawn === '1'")
     assert page.evaluate(f"{last}.querySelectorAll('canvas').length") >= 1 and len(page.evaluate(mine)) == 1
+
+
+def test_the_keyboard_moves_a_charts_cursor(site, new_page):
+    """Tab to a chart; Left/Right move its cursor a step, Home/End to the first and last step, with the
+    hover's box of values; every chart's cursor follows; Enter opens that step's samples."""
+    site.seed(_seed_explorer)
+    page = new_page(viewport={"width": 1366, "height": 900})
+    open_run(page, f"{site.url}/#/run/{MAIN}")
+    kl = _card("KL to the reference")
+    chart(page, kl)
+    page.evaluate(f"{kl}.querySelector('.u-over').focus()")
+    tip = f"{kl}.querySelector('.plot-tip')"
+    seen = []
+    for key, step in (("End", 19), ("ArrowLeft", 18), ("ArrowLeft", 17), ("Home", 0), ("ArrowRight", 1), ("ArrowLeft", 0),
+                      ("ArrowLeft", 0)):
+        page.keyboard.press(key)
+        wait(page, f"Plot.inspect({kl}).cursor === {step} && !{tip}.hidden")
+        seen.append(page.evaluate(f"{tip}.textContent"))
+    assert seen[0].startswith("step 19") and "grpo.kl" in seen[0]
+    assert seen[3].startswith("step 0") and seen[-1].startswith("step 0")
+    page.keyboard.press("End")
+    page.keyboard.press("ArrowLeft")  # step 18: the entropy chart has even steps only
+    wait(page, "[...document.querySelectorAll('.plot-card[data-drawn]')].every(c => Plot.inspect(c).cursor === 18)")
+    page.keyboard.press("Enter")
+    wait(page, "document.querySelector('#step-select').value === '18'")
+    page.keyboard.press("Shift+Tab")  # the focus leaves a chart: its box goes
+    page.evaluate(f"{kl}.querySelector('.u-over').focus()")
+    page.keyboard.press("Home")
+    wait(page, f"!{tip}.hidden")
+    page.evaluate(f"{kl}.querySelector('.u-over').blur()")
+    wait(page, f"{tip}.hidden")
 
 
 def test_the_page_runs_under_its_content_security_policy_and_refuses_frames(site, new_page):

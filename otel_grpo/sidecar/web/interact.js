@@ -1,8 +1,10 @@
 // What a user does to a step chart (plot.js draws it on uPlot): hover (or a finger: touch.js) shows
 // every line's value at the step under the pointer in a box, and every chart's cursor follows it
 // (uPlot's sync); a click picks that step (once no second click follows); a horizontal drag zooms
-// to the dragged steps (the caller redraws every chart), a double click shows all steps. Marks at
-// steps: alerts (labelled, linked) and the picked step. All text is set through textContent.
+// to the dragged steps (the caller redraws every chart), a double click shows all steps. From the
+// keyboard: the chart takes the focus (Tab), Left/Right move its cursor a step, Home/End to the
+// first/last step in view, with the same box; Enter picks the step. Marks at steps: alerts
+// (labelled, linked) and the picked step. All text is set through textContent.
 "use strict";
 
 const PlotInteract = (() => {
@@ -70,6 +72,7 @@ const PlotInteract = (() => {
         pendingPick = setTimeout(() => c.onPick(step), DOUBLE_CLICK_MS);
       }
     }
+    keyboard(u, c, () => { here = true; }, () => { here = false; tip.hidden = true; });
     PlotTouch.bind(u.over, { stepAt, zoomTo, release, hover(clientX, clientY) {
       here = true;
       const over = u.over.getBoundingClientRect();
@@ -143,6 +146,35 @@ const PlotInteract = (() => {
     }));
   }
 
+
+  // The cursor from the keyboard, on the steps drawn in view: uPlot places it by position, so it
+  // goes to a step's own x (its index then is that step's). `show` and `hide` the hover box.
+  function keyboard(u, c, show, hide) {
+    const over = u.over;
+    over.tabIndex = 0;
+    over.setAttribute("role", "group");
+    over.setAttribute("aria-label", "steps chart: Left and Right move the cursor a step, Home and End to the first " +
+                                    "and last, Enter shows that step's samples");
+    over.addEventListener("keydown", (e) => {
+      const xs = u.data[0], { min, max } = u.scales.x;
+      let lo = 0, hi = xs.length - 1;
+      while (lo <= hi && xs[lo] < min) lo++;
+      while (hi >= lo && xs[hi] > max) hi--;
+      if (lo > hi) return;
+      const at = u.cursor.left >= 0 ? u.cursor.idx : null;
+      let i;
+      if (e.key === "ArrowRight") i = at === null || at < lo ? lo : Math.min(hi, at + 1);
+      else if (e.key === "ArrowLeft") i = at === null || at > hi ? hi : Math.max(lo, at - 1);
+      else if (e.key === "Home") i = lo;
+      else if (e.key === "End") i = hi;
+      else if (e.key === "Enter" && at !== null && c.onPick) { e.preventDefault(); c.onPick(xs[at]); return; }
+      else return;
+      e.preventDefault();  // the arrows would scroll the page
+      show();
+      u.setCursor({ left: u.valToPos(xs[i], "x"), top: parseFloat(over.style.height) / 2 }, true, true);  // hooks, and the other charts (sync)
+    });
+    over.addEventListener("blur", hide);
+  }
 
   return { bind, displayName };
 })();
