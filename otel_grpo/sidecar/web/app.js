@@ -222,10 +222,11 @@ async function fetchRunData(runId, stale) {
   const base = runPath(runId);
   const [panels, columns, alerts, withSamples, info] = await Promise.all([api("/api/panels"), api(`${base}/metrics`),
     api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`), api(base)]);
-  runData = { panels, alerts, withSamples, columns, runInfo: new Map([[runId, info]]),
-              names: new Map([[runId, new Set(columns.map((c) => c.name))]]), rows: new Map(), asked: new Map(),
-              stale: stale || new Map() };
-  await loadOverlay();
+  const data = { panels, alerts, withSamples, columns, runInfo: new Map([[runId, info]]),
+                names: new Map([[runId, new Set(columns.map((c) => c.name))]]), rows: new Map(), asked: new Map(),
+                stale: stale || new Map() };
+  await loadOverlay(data);
+  runData = data;  // once whole: a chart drawn meanwhile (a scroll) never sees half of it
   return runData;
 }
 

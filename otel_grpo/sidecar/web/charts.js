@@ -85,12 +85,12 @@ function stepDomain(runs) {
 
 // ---- rows ---------------------------------------------------------------------------------------
 // Each overlaid run's record (its step range) and columns, once.
-async function loadOverlay() {
-  await Promise.all(state.overlay.filter((r) => !runData.runInfo.has(r)).map(async (r) => {
+async function loadOverlay(data = runData) {
+  await Promise.all(state.overlay.filter((r) => !data.runInfo.has(r)).map(async (r) => {
     try {
       const [info, described] = await Promise.all([api(runPath(r)), api(`${runPath(r)}/metrics`)]);
-      runData.runInfo.set(r, info);
-      runData.names.set(r, new Set(described.map((c) => c.name)));
+      data.runInfo.set(r, info);
+      data.names.set(r, new Set(described.map((c) => c.name)));
     } catch (e) { /* drawn without that run */ }
   }));
 }
@@ -105,11 +105,14 @@ function rowsAtHand(run, columns, zoom) {
     const exact = held.get(rowsKey(run, columns, zoom));
     if (exact) return { rows: exact, exact: held === runData.rows };
     const whole = zoom && held.get(rowsKey(run, columns, null));
-    // A run that came whole (fewer rows than asked for) has every step of any zoom already.
-    if (whole) return { rows: whole, exact: held === runData.rows && whole.length < chartPoints() };
+    // Rows of every step from the first to the last came whole (not downsampled): they hold every
+    // step of any zoom already.
+    if (whole) return { rows: whole, exact: held === runData.rows && complete(whole) };
   }
   return null;
 }
+
+const complete = (rows) => !rows.length || rows[rows.length - 1].step - rows[0].step + 1 === rows.length;
 
 // Asks for a chart's rows of one run (once: a second ask waits on the first).
 function loadRows(run, columns, zoom) {
