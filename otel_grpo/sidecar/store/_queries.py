@@ -197,7 +197,7 @@ class Reads(RunReads):
         taken, so a response that streams them holds one piece at a time, not the page.
         """
         with self.read() as conn:
-            series = self._series(conn, run_id)
+            series = self._series(conn, run_id, text=metrics is None)
         if series is None:
             return iter(())
         rows = series.window(step_min, step_max, limit, offset)
@@ -223,8 +223,9 @@ class Reads(RunReads):
                 yield _selected_rows(run_id, names, [series.values(m, part) for m in metrics],
                                      [series.nulls_at(m, part) for m in metrics], steps, times)
 
-    def _series(self, conn, run_id: str) -> Series | None:
-        """The run's steps, current as of this read; None for an unknown run."""
+    def _series(self, conn, run_id: str, text: bool = True) -> Series | None:
+        """The run's steps, current as of this read; None for an unknown run. `text`: with the
+        steps' JSON text (whole rows), else perhaps a lean series (named columns)."""
         head = conn.execute("SELECT first_seen, step_epoch, step_version FROM runs WHERE run_id = ?",
                             (run_id,)).fetchone()
         if head is None:
@@ -233,7 +234,7 @@ class Reads(RunReads):
         # to find the few written since; the (run_id, version) index finds just those.
         sql = f"SELECT step, {self.dialect.step_time}, metrics FROM steps WHERE run_id = ? AND version > ?"
         return self.step_cache.current(run_id, (head[0], head[1]), head[2],
-                                       lambda version: conn.execute(sql, (run_id, version)).fetchall())
+                                       lambda version: conn.execute(sql, (run_id, version)).fetchall(), text)
 
     def steps(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
               step_max: int | None = None, limit: int = 10000, offset: int = 0, points: int | None = None) -> list[dict]:
