@@ -10,13 +10,15 @@ reused, so two versions of the page read the same rows. A sidecar started from -
 Debian's Chromium (Playwright, 1366x900, the tests' launch) loads the run page ROUNDS times after a
 warm-up load, taking the sources in turn (a sidecar each, on the same store). Per load:
 
-- ready: navigation start to the page's `data-ready="run"` (charts, alerts and the samples box
-  drawn; the steps API's downsampling to about 1366 rows per request included), ms
+- ready: navigation start to the page's `data-ready="run"` (the charts in view, alerts and the
+  samples box drawn; the steps API's downsampling to about 1366 rows per request included), ms
 - after data: from the last steps answer's end to ready: the page's own work on the rows, ms
+  (a page that asks per chart draws each chart as its rows come: this is then the last one's)
 - main CPU: the CPU time of the page's main thread over the load (CDP Performance.getMetrics
   ThreadTime): scripting, style, layout and paint, ms; on a shared machine steadier than times
-- smooth: smoothing turned on, until the second frame after it (every chart drawn again from the
-  rows at hand, no request), ms, and the main thread's CPU time for it
+- smooth: smoothing turned on, until the second frame after it (every chart drawn, or only those
+  in view where the page draws charts as they scroll near, drawn again from the rows at hand, no
+  request), ms, and the main thread's CPU time for it
 - resmooth: the smoothing weight changed again (uPlot: the same charts given new values), the same
 - steps requests and the bytes they carried.
 

@@ -25,7 +25,8 @@ class RunPublic(BaseModel):
 class StepRow(BaseModel):
     """One step: `run_id`, `step`, `time`, then one column per scalar, named by the catalog
     (`grpo.kl`, `grpo.reward.mean`, `grpo.reward_fn.mean/<fn>`, ...), and
-    `grpo.phase.duration/<phase>` in seconds. `StepColumn` gives each one's Prometheus name."""
+    `grpo.phase.duration/<phase>` in seconds. `StepColumn` gives each one's Prometheus name.
+    A column the step did not log is missing; a non-finite value (NaN, +-inf) is null."""
 
     model_config = ConfigDict(extra="allow")
     run_id: str

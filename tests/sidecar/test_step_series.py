@@ -12,7 +12,7 @@ import pytest
 from otel_grpo.sidecar.otlp._extract import Batch, StepRecord
 from otel_grpo.sidecar.store import open_store, open_writer
 from otel_grpo.sidecar.store._downsample import bucket_count, m4_rows
-from otel_grpo.sidecar.store._step_series import StepCache
+from otel_grpo.sidecar.store._step_series import Series, StepCache
 
 
 def _batch(run_id: str, steps, kl=lambda step: 0.01 * step, extra=None, start: float = 1000.0) -> Batch:
@@ -50,8 +50,21 @@ def test_a_held_history_shows_every_later_write_of_another_writer(stores):
     assert _kl(reader, "r") == expected
     rows = {r["step"]: r for r in reader.steps("r")}
     assert rows[3]["entropy"] == 0.5 and "entropy" not in rows[4]
-    assert [r["step"] for r in reader.steps("r", ["entropy"]) if r["entropy"] is not None] == [3]
+    assert [r["step"] for r in reader.steps("r", ["entropy"]) if "entropy" in r] == [3]  # logged at step 3 only
     assert _kl(reader, "r", step_min=2, step_max=3) == {2: 9.0, 3: 0.03}
+
+
+def test_a_held_history_keeps_which_steps_were_not_finite_across_writes(stores):
+    """A non-finite value (stored null: the OTLP decoder's None for NaN and inf) stays null in the held history as later steps arrive, and
+    goes once its step is written again with a value; a step that did not log the column has no entry."""
+    reader, writer = stores
+    writer.write_batch(_batch("r", range(4), kl=lambda s: None if s == 1 else 0.1 * s))
+    assert [r.get("kl", "absent") for r in reader.steps("r", ["kl"])] == [0.0, None, 0.2, pytest.approx(0.3)]
+    writer.write_batch(_batch("r", [4, 5], kl=lambda s: 0.5, extra=lambda s: {"entropy": None} if s == 5 else {}))
+    rows = reader.steps("r", ["kl", "entropy"])
+    assert [r["kl"] for r in rows][1] is None and [r.get("entropy", "absent") for r in rows] == ["absent"] * 5 + [None]
+    writer.write_batch(_batch("r", [1], kl=lambda s: 0.1))
+    assert [r["kl"] for r in reader.steps("r", ["kl"])][1] == 0.1
 
 
 def test_steps_deleted_by_retention_are_gone_from_a_held_history(stores):
@@ -109,6 +122,32 @@ def test_a_held_history_reads_only_what_was_written_since():
     assert np.isnan(series.columns["x"][:100]).all()
     cache.current("r", (1.0, 1), 101, read_since)  # a new epoch (retention deleted steps): whole again
     assert reads == [-1, 100, -1]
+
+
+def test_a_run_over_the_budget_is_held_lean_for_its_named_columns():
+    """A run whose steps' JSON text passes the whole budget is held without it (its columns): reads of
+    named columns (a chart's) stay in memory; a read of whole rows reads it whole again, and a lean
+    series stays lean as new steps arrive."""
+    reads = []
+    keys = [f"stat_{i}" for i in range(40)]
+    rows = [(s, f"t{s}", "{" + ",".join(f'"{k}":{s}.5' for k in keys) + "}") for s in range(500)]
+
+    def read_since(version):
+        reads.append(version)
+        return rows if version < 0 else [r for r in rows if r[0] >= version]
+
+    full = Series.build((1.0, 0), 500, rows)
+    cache = StepCache(full.nbytes // 2)
+    assert full.lean().nbytes <= cache.max_bytes < full.nbytes
+    lean = cache.current("r", (1.0, 0), 500, read_since, text=False)
+    assert lean.blobs is None and lean.columns["stat_3"][7] == 7.5 and len(cache) == 1
+    assert cache.current("r", (1.0, 0), 500, read_since, text=False) is lean and reads == [-1]  # held
+    rows.append((500, "t500", '{"stat_3":1}'))
+    grown = cache.current("r", (1.0, 0), 501, read_since, text=False)
+    assert grown.blobs is None and grown.columns["stat_3"][-1] == 1.0 and reads == [-1, 500]
+    whole = cache.current("r", (1.0, 0), 501, read_since)  # whole rows: the text, read again
+    assert whole.blobs[5] == rows[5][2] and reads == [-1, 500, -1]
+    assert cache.nbytes <= cache.max_bytes
 
 
 def test_the_held_total_is_kept_as_runs_come_and_go():

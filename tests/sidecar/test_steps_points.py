@@ -119,3 +119,28 @@ def test_both_stores_write_a_step_time_alike(db, end, text):
         assert [r["time"] for r in store.steps("t")] == [text]
     finally:
         store.close()
+
+
+def _sparse(step: int) -> dict:
+    """KL non-finite at three steps (NaN, +inf, -inf), entropy logged every other step only."""
+    kl = {7: float("nan"), 8: float("inf"), 9: float("-inf")}.get(step, 0.01 * step)
+    return {"kl": kl, **({"entropy": 1.0 + step} if step % 2 == 0 else {})}
+
+
+@pytest.mark.parametrize("path,params", [("/api/runs/sparse/steps", {}), ("/api/steps", {"run_id": "sparse"})],
+                         ids=["one run", "runs"])
+def test_a_row_tells_a_step_not_logged_from_a_non_finite_value(client, otlp, path, params):
+    """The API's contract (docs/api.md): a column the step did not log is missing from its row, a value
+    that was not finite is null; the same whether the request names columns or takes them all."""
+    spans = otlp.spans("sparse", range(12), samples=0, metrics=_sparse)
+    assert client.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
+    named = _get(client, path, metrics="grpo.kl,grpo.policy.entropy", **params)
+    assert [("grpo.policy.entropy" in r) for r in named] == [s % 2 == 0 for s in range(12)]
+    assert [r["grpo.kl"] for r in named[7:10]] == [None, None, None]
+    assert all(isinstance(r["grpo.kl"], float) for i, r in enumerate(named) if i not in (7, 8, 9))
+    whole = _get(client, path, **params)
+    assert [{k: r[k] for k in r if k in ("step", "grpo.kl", "grpo.policy.entropy")} for r in whole] == \
+        [{k: r[k] for k in r if k != "run_id" and k != "time"} for r in named]
+    # Downsampled, a non-finite step is kept as an extreme is: the chart draws its gap.
+    few = _get(client, path, metrics="grpo.kl", points=4, **params)
+    assert len(few) <= 4 and any(r["step"] in (7, 8, 9) and r["grpo.kl"] is None for r in few)

@@ -99,8 +99,17 @@ def step_point(page, card: str, step: float, domain: tuple[float, float]) -> tup
 
 
 def chart(page, card: str) -> dict:
-    """What the chart of `card` draws (plot.js's inspect): scale, ticks, axis labels, each series' values."""
+    """What the chart of `card` draws (plot.js's inspect): scale, ticks, axis labels, each series' values.
+    Scrolled into view first: a chart is drawn (its rows asked for) as it nears the view."""
+    page.evaluate(f"{card}.scrollIntoView({{block: 'center'}})")
+    wait(page, f"{card}.dataset.drawn === '1' && !!Plot.inspect({card})")
     return page.evaluate(f"Plot.inspect({card})")
+
+
+def every_chart(page) -> list[dict]:
+    """What every chart of the page draws, each scrolled to in turn."""
+    count = page.locator(".plot-card").count()
+    return [chart(page, f"document.querySelectorAll('.plot-card')[{i}]") for i in range(count)]
 
 
 def series(page, card: str, name: str, **where) -> list[dict]:
@@ -163,7 +172,7 @@ def test_run_page_plots_sorts_escapes_and_screenshots(site, otlp, tmp_path, new_
     for title in ("Reward (mean and quantiles)", "KL to the reference (log scale)", "Clip ratios",
                   "Phase durations", "IS weights (mean, min, max) (log scale)", "Effective sample size"):
         assert title in titles
-    assert page.evaluate("[...document.querySelectorAll('.plot-card')].reduce((n, c) => n + Plot.inspect(c).series.length, 0)") >= 8
+    assert sum(len(c["series"]) for c in every_chart(page)) >= 8
     assert page.locator(".plot-card canvas").count() >= 8  # uPlot draws on canvases
     # KL on log10: step 0's KL of exactly 0 is left out (a gap) rather than drawn at -infinity.
     card = "[...document.querySelectorAll('.plot-card')].find(c => c.querySelector('h3').textContent.startsWith('%s'))"
@@ -201,12 +210,12 @@ def test_run_page_plots_sorts_escapes_and_screenshots(site, otlp, tmp_path, new_
     wait(page, "document.querySelector('#samples-table').textContent.includes('answer 0 of step 0')")
 
     # Live refresh: a new step shows up in the plots, the samples table stays as arranged.
-    assert page.evaluate("document.querySelector('#plots').dataset.steps") == "6"
+    assert chart(page, reward)["steps"] == list(range(6))
     more = otlp.request(otlp.spans("web-run", [6], samples=5)).SerializeToString()
     assert httpx.post(site.url + "/v1/traces", content=more,
                       headers={"Content-Type": "application/x-protobuf"}).status_code == 200
     page.evaluate("window.otelGrpoRefresh()")
-    wait(page, "document.querySelector('#plots').dataset.steps === '7'")
+    wait(page, f"Plot.inspect({reward}).steps.length === 7")
     assert page.evaluate("document.querySelectorAll('#step-select option').length") == 7
     assert page.evaluate("document.querySelector('#samples-table').textContent.includes('answer 0 of step 0')")
 
@@ -285,7 +294,7 @@ def test_plots_stay_readable_on_a_bad_run(site, tmp_path, new_page):
     labels = chart(page, weights)["ticks"]["y"]
     assert len(labels) >= 2 and len(set(labels)) == len(labels)
 
-    charts = page.evaluate("[...document.querySelectorAll('.plot-card')].map(c => Plot.inspect(c))")
+    charts = every_chart(page)
     x_ticks = [",".join(c["ticks"]["x"]) for c in charts]
     assert len(set(x_ticks)) == 1 and x_ticks[0].startswith("0,")  # one x range for every chart
     assert all(c["xLabel"] == "step" for c in charts)
@@ -301,7 +310,7 @@ def test_plots_stay_readable_on_a_bad_run(site, tmp_path, new_page):
     wait(page, "document.querySelector('#samples').dataset.error === '1'")
     assert "cannot show these samples" in page.locator("#samples-note").text_content()
     assert page.locator("#samples-table tbody tr").count() == 6  # still there
-    assert page.locator("#plots .plot-card canvas").count() >= 8
+    assert page.locator("#plots .plot-card").count() >= 8  # the charts stay
     page.locator(f"#samples-table th[data-col={json.dumps(ODD)}]").click()
     wait(page, f"{header % json.dumps(ODD)}.classList.contains('sorted-asc')")
     col = page.evaluate(f"[...document.querySelectorAll('#samples-table th')].findIndex(t => t.dataset.col === {json.dumps(ODD)})")
@@ -415,8 +424,8 @@ def test_run_explorer_from_a_bad_step_to_its_completions(site, tmp_path, new_pag
     # The alert sits on the step axis: step 12 in the table and a mark on every chart, labelled with its
     # name, linked to its row in the alerts table and to its runbook.
     assert page.locator("#alerts a.alert-step").text_content() == "12"
-    assert page.evaluate(f"{kl}.querySelector('.mark-alert').dataset.step") == "12"
-    assert page.locator(".plot-card .mark-alert").count() == page.locator(".plot-card").count()
+    assert chart(page, kl) and page.evaluate(f"{kl}.querySelector('.mark-alert').dataset.step") == "12"
+    assert page.locator(".plot-card[data-drawn] .mark-alert").count() == page.locator(".plot-card[data-drawn]").count() >= 2
     mark = page.locator(f'.plot-card[data-chart="kl"] .mark-alert')
     assert mark.locator("button.mark-label").text_content() == "GRPOKLSpike"
     assert mark.locator("a.mark-runbook").get_attribute("href") == EXPLORER_RUNBOOK
@@ -521,7 +530,7 @@ def test_run_explorer_from_a_bad_step_to_its_completions(site, tmp_path, new_pag
     wait(page, "location.hash.includes('from=')")
     state = _hash(page)
     assert 4 <= int(state["from"]) <= 6 and 14 <= int(state["to"]) <= 16
-    x_ticks = page.evaluate("[...document.querySelectorAll('.plot-card')].map(c => Plot.inspect(c).ticks.x.filter(Boolean).map(Number))")
+    x_ticks = [[float(t) for t in c["ticks"]["x"] if t] for c in every_chart(page)]
     assert all(min(t) >= int(state["from"]) and max(t) <= int(state["to"]) for t in x_ticks if t)
     assert page.locator("#zoom-reset").is_visible()
     x, y = step_point(page, kl, 10, (int(state["from"]), int(state["to"])))
@@ -594,7 +603,8 @@ def test_any_step_column_is_a_chart_and_the_layout_is_in_the_url(site, tmp_path,
     # Cursor sync: the pointer on the KL chart at step 12 puts every chart's cursor on step 12.
     kl = _card("KL to the reference")
     page.mouse.move(*step_point(page, kl, 12, (0, 19)))
-    wait(page, "[...document.querySelectorAll('.plot-card')].every(c => Plot.inspect(c).cursor === 12)")
+    wait(page, "[...document.querySelectorAll('.plot-card[data-drawn]')].every(c => Plot.inspect(c).cursor === 12)")
+    assert page.locator(".plot-card[data-drawn]").count() >= 2
     _shot(page, tmp_path, "charts-cursor-sync.png")
 
 
@@ -664,9 +674,10 @@ def test_touch_zoom_and_tap_on_a_phone(site, tmp_path, new_page):
     assert all(name.startswith(site.url + "/") for name, _ in resources), resources
     static = {name.rsplit("/", 1)[1]: size for name, size in resources if "/static/" in name}
     vendor = {"uPlot.iife.min.js", "uPlot.min.css"}  # uPlot 1.6.32, served from /static/vendor/
-    assert static.keys() == {"util.js", "touch.js", "plot.js", "charts.js", "table.js", "group.js", "app.js", "style.css"} | vendor
+    assert static.keys() == {"util.js", "touch.js", "scales.js", "interact.js", "plot.js", "charts.js", "table.js", "group.js",
+                             "app.js", "style.css"} | vendor
     assert all(name.startswith(f"{site.url}/static/vendor/") for name, _ in resources if name.rsplit("/", 1)[1] in vendor)
-    assert sum(size for name, size in static.items() if name not in vendor) < 100_000
+    assert sum(size for name, size in static.items() if name not in vendor) < 105_000  # 101 KB with the keyboard and lazy charts
     assert sum(static[name] for name in vendor) < 60_000
 
 
@@ -689,20 +700,72 @@ def test_a_long_run_is_downsampled_and_its_spike_drawn(site, new_page):
     page = new_page(viewport={"width": 1366, "height": 900})
     open_run(page, f"{site.url}/#/run/{LONG}?vs=long-other")
     steps_requests = "performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('/steps?'))"
-    asked = page.evaluate(steps_requests)
-    assert len(asked) == 2 and all("points=1366" in n for n in asked)  # the run and the one overlaid
-    assert int(page.evaluate("document.querySelector('#plots').dataset.steps")) <= 1366 < LONG_STEPS
     kl = _card("KL to the reference")
+    assert len(chart(page, kl)["steps"]) <= 1366 < LONG_STEPS
+    # A request per chart and run, naming only the chart's columns: the KL chart's asks for grpo.kl.
+    asked = page.evaluate(steps_requests)
+    assert asked and all("points=1366" in n and "metrics=" in n for n in asked)
+    for run in (LONG, "long-other"):
+        assert [n for n in asked if f"/{run}/steps?metrics=grpo.kl&" in n]
     top = f"Math.max(...Plot.inspect({kl}).ticks.y.map(Number))"
     assert page.evaluate(top) >= 1  # the spike (5 nat) sets the axis; the other steps are ~1e-3
 
     drag_steps(page, kl, 700, 850, (0, LONG_STEPS - 1))
-    wait(page, f"{steps_requests}.some(n => n.includes('step_min='))")
-    wait(page, f"{steps_requests}.filter(n => n.includes('step_min=')).length == 2")
-    zoomed = [n for n in page.evaluate(steps_requests) if "step_min=" in n]
+    zoomed = f"{steps_requests}.filter(n => n.includes('step_min=') && n.includes('metrics=grpo.kl&'))"
+    wait(page, f"{zoomed}.length == 2")
+    zoomed = page.evaluate(zoomed)
     assert all("points=1366" in n and "step_max=" in n for n in zoomed)
     assert any("/long-other/steps" in n for n in zoomed) and any(f"/{LONG}/steps" in n for n in zoomed)
     wait(page, f"{top} >= 1")
+
+
+def test_a_chart_is_drawn_and_its_rows_asked_for_once_scrolled_to(site, new_page):
+    """Off-screen charts cost nothing until they near the view: no canvas, no rows asked for."""
+    site.seed(_seed_explorer)
+    page = new_page(viewport={"width": 800, "height": 600})  # one chart a row
+    open_run(page, f"{site.url}/#/run/{MAIN}")
+    last = "[...document.querySelectorAll('.plot-card')].at(-1)"
+    columns = page.evaluate(f"{last}.columns")
+    assert page.evaluate(f"{last}.getBoundingClientRect().top") > 600 + 400  # well below the view
+    asked = "performance.getEntriesByType('resource').map(e => decodeURIComponent(e.name)).filter(n => n.includes('/steps?'))"
+    mine = f"{asked}.filter(n => {json.dumps(columns)}.every(c => n.includes(c)))"
+    assert page.evaluate(f"{last}.dataset.drawn") is None and page.evaluate(f"Plot.inspect({last})") is None
+    assert page.evaluate(f"{last}.querySelectorAll('canvas').length") == 0 and page.evaluate(mine) == []
+    assert page.locator(".plot-card[data-drawn]").count() >= 2  # those in view are drawn
+    page.evaluate(f"{last}.scrollIntoView({{block: 'center'}})")
+    wait(page, f"{last}.dataset.drawn === '1'")
+    assert page.evaluate(f"{last}.querySelectorAll('canvas').length") >= 1 and len(page.evaluate(mine)) == 1
+
+
+def test_the_keyboard_moves_a_charts_cursor(site, new_page):
+    """Tab to a chart; Left/Right move its cursor a step, Home/End to the first and last step, with the
+    hover's box of values; every chart's cursor follows; Enter opens that step's samples."""
+    site.seed(_seed_explorer)
+    page = new_page(viewport={"width": 1366, "height": 900})
+    open_run(page, f"{site.url}/#/run/{MAIN}")
+    kl = _card("KL to the reference")
+    chart(page, kl)
+    page.evaluate(f"{kl}.querySelector('.u-over').focus()")
+    tip = f"{kl}.querySelector('.plot-tip')"
+    seen = []
+    for key, step in (("End", 19), ("ArrowLeft", 18), ("ArrowLeft", 17), ("Home", 0), ("ArrowRight", 1), ("ArrowLeft", 0),
+                      ("ArrowLeft", 0)):
+        page.keyboard.press(key)
+        wait(page, f"Plot.inspect({kl}).cursor === {step} && !{tip}.hidden")
+        seen.append(page.evaluate(f"{tip}.textContent"))
+    assert seen[0].startswith("step 19") and "grpo.kl" in seen[0]
+    assert seen[3].startswith("step 0") and seen[-1].startswith("step 0")
+    page.keyboard.press("End")
+    page.keyboard.press("ArrowLeft")  # step 18: the entropy chart has even steps only
+    wait(page, "[...document.querySelectorAll('.plot-card[data-drawn]')].every(c => Plot.inspect(c).cursor === 18)")
+    page.keyboard.press("Enter")
+    wait(page, "document.querySelector('#step-select').value === '18'")
+    page.keyboard.press("Shift+Tab")  # the focus leaves a chart: its box goes
+    page.evaluate(f"{kl}.querySelector('.u-over').focus()")
+    page.keyboard.press("Home")
+    wait(page, f"!{tip}.hidden")
+    page.evaluate(f"{kl}.querySelector('.u-over').blur()")
+    wait(page, f"{tip}.hidden")
 
 
 def test_the_page_runs_under_its_content_security_policy_and_refuses_frames(site, new_page):
@@ -716,7 +779,7 @@ def test_the_page_runs_under_its_content_security_policy_and_refuses_frames(site
                          "e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));")
     open_run(page, site.url + "/#/run/web-run")
     wait(page, "document.querySelectorAll('#samples-table tbody tr').length > 0")
-    assert page.evaluate("[...document.querySelectorAll('.plot-card')].reduce((n, c) => n + Plot.inspect(c).series.length, 0)") >= 8
+    assert sum(len(c["series"]) for c in every_chart(page)) >= 8
     # The table's widths are set through the CSSOM, which the policy allows (a style attribute it refuses).
     assert page.evaluate("document.querySelector('#samples-table').style.minWidth").endswith("px")
     assert page.evaluate("window.__violations") == []

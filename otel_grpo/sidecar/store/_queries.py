@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+import numpy as np
 import orjson
 
 from otel_grpo.catalog.spans import ALL_RUNS
@@ -106,25 +107,36 @@ def _alert_step(conn, run_id: str, starts_at: str) -> int | None:
     return row[0]
 
 
-def _selected_rows(run_id: str, names: list[str], columns: list, steps: list[int], times: list) -> bytes:
+def _selected_rows(run_id: str, names: list[str], columns: list, nulls: list, steps: list[int], times: list) -> bytes:
     """Rows of the selected columns (`names`, each a float64 array aligned with `steps`, NaN: no
-    value) then `run_id`, `step`, `time`, as the comma-joined JSON objects of `steps_json`'s array.
+    finite value; `nulls`: per column a bool array of the steps that logged it non-finite, or None)
+    then `run_id`, `step`, `time`, as the comma-joined JSON objects of `steps_json`'s array. As in a
+    row of every column: a column the step did not log is left out of its row, a non-finite value
+    is null.
 
     Written column by column: orjson writes each column's numbers (NaN as null, floats as the
-    shortest text that reads back the same), which are split into one text per row, and each row
-    is one bytes format of those texts (the run id written into the format). No dict per row: a long run's chart made ~10,000 of them a
-    request, and the garbage collector's full passes over the server's objects they set off
+    shortest text that reads back the same), which are split into one text per row and given the
+    column's name, or emptied where the step has no entry; each row is one bytes format of those
+    texts (the run id written into the format). No dict per row: a long run's chart made ~10,000 of
+    them a request, and the garbage collector's full passes over the server's objects they set off
     stalled a request now and then."""
     if not steps:
         return b""
-    cells = [orjson.dumps(c, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",") for c in columns]
+    cells = [_named_cells(name, values, null) for name, values, null in zip(names, columns, nulls)]
     cells += [orjson.dumps(steps)[1:-1].split(b","), orjson.dumps(times)[1:-1].split(b",")]
-    def field(name: str, value: bytes = b"%b") -> bytes:
-        return orjson.dumps(name).replace(b"%", b"%%") + b":" + value
-
-    row = b"{" + b",".join([*map(field, names), field("run_id", orjson.dumps(run_id).replace(b"%", b"%%")),
-                            field("step"), field("time")]) + b"}"
+    row = (b"{" + b"%b" * len(names) + b'"run_id":' + orjson.dumps(run_id).replace(b"%", b"%%")
+           + b',"step":%b,"time":%b}')
     return b",".join(map(row.__mod__, zip(*cells)))  # C loops: no Python call per row
+
+
+def _named_cells(name: str, values, null) -> list[bytes]:
+    """Per row `"name":value,` (null where `null` says non-finite), or b"" where the step has no entry."""
+    texts = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",")
+    cell = orjson.dumps(name).replace(b"%", b"%%") + b":%b,"
+    out = np.array(list(map(cell.__mod__, texts)), dtype=object)
+    absent = np.isnan(values) if null is None else np.isnan(values) & ~null
+    out[absent] = b""
+    return out.tolist()
 
 
 def _sample_row(row) -> dict:
@@ -185,13 +197,17 @@ class Reads(RunReads):
         taken, so a response that streams them holds one piece at a time, not the page.
         """
         with self.read() as conn:
-            series = self._series(conn, run_id)
+            series = self._series(conn, run_id, text=metrics is None)
         if series is None:
             return iter(())
         rows = series.window(step_min, step_max, limit, offset)
         if points is not None and len(rows) > points:
             columns = (series.columns_with_values(rows) if metrics is None
                        else [series.values(m, rows) for m in metrics])  # absent columns count too
+            # A step that logged a column non-finite is kept as an extreme is (each bucket's first such
+            # step): a chart draws its gap, as it draws a spike.
+            masks = (series.nulls_at(m, rows) for m in (series.nulls if metrics is None else metrics))
+            columns += [np.where(mask, 1.0, np.nan) for mask in masks if mask is not None and mask.any()]
             rows = rows[m4_rows(series.steps[rows], columns, points)]
         return self._pieces(run_id, series, rows, metrics)
 
@@ -204,10 +220,12 @@ class Reads(RunReads):
             if metrics is None:
                 yield _whole_rows(run_id, zip(steps, times, series.blobs[part].tolist()))
             else:
-                yield _selected_rows(run_id, names, [series.values(m, part) for m in metrics], steps, times)
+                yield _selected_rows(run_id, names, [series.values(m, part) for m in metrics],
+                                     [series.nulls_at(m, part) for m in metrics], steps, times)
 
-    def _series(self, conn, run_id: str) -> Series | None:
-        """The run's steps, current as of this read; None for an unknown run."""
+    def _series(self, conn, run_id: str, text: bool = True) -> Series | None:
+        """The run's steps, current as of this read; None for an unknown run. `text`: with the
+        steps' JSON text (whole rows), else perhaps a lean series (named columns)."""
         head = conn.execute("SELECT first_seen, step_epoch, step_version FROM runs WHERE run_id = ?",
                             (run_id,)).fetchone()
         if head is None:
@@ -216,7 +234,7 @@ class Reads(RunReads):
         # to find the few written since; the (run_id, version) index finds just those.
         sql = f"SELECT step, {self.dialect.step_time}, metrics FROM steps WHERE run_id = ? AND version > ?"
         return self.step_cache.current(run_id, (head[0], head[1]), head[2],
-                                       lambda version: conn.execute(sql, (run_id, version)).fetchall())
+                                       lambda version: conn.execute(sql, (run_id, version)).fetchall(), text)
 
     def steps(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
               step_max: int | None = None, limit: int = 10000, offset: int = 0, points: int | None = None) -> list[dict]:

@@ -13,13 +13,17 @@ reads the run whole.
 
 Held per step: its number, time text and JSON object (as stored, its keys renamed once to the
 names reads give them: `rename`), and each scalar as a float64 column under its stored key (NaN
-where the step has none), for selecting and downsampling columns without parsing the objects.
+where the step has no finite value), for selecting and downsampling columns without parsing the
+objects. A column logged non-finite at some step (stored as null: ingest keeps no NaN or inf) also
+has a mask of those steps, so a read tells "not logged here" (no key) from "logged, not finite" (null).
 The cache is bounded in bytes; the least recently read runs go first.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -44,18 +48,21 @@ class Series:
     """int64, ascending"""
     times: np.ndarray
     """object: each step's time text (None: no end time)"""
-    blobs: np.ndarray
-    """object: each step's JSON object text"""
+    blobs: np.ndarray | None
+    """object: each step's JSON object text; None in a lean series (`lean`), which holds the columns only"""
     columns: dict[str, np.ndarray]
-    """stat key -> float64 values, NaN where the step has none"""
+    """stat key -> float64 values, NaN where the step has no finite value"""
+    nulls: dict[str, np.ndarray]
+    """stat key -> bool per step, True where the step logged it non-finite (stored null); only for the
+    keys that have such a step (rare: most runs have none)"""
     text_bytes: int
     """the JSON objects' length in all"""
 
     @classmethod
     def build(cls, identity: tuple, version: int, rows: Sequence[tuple],
-              rename: Callable[[str], str] | None = None) -> "Series":
-        """From (step, time, JSON object) rows, one per step, in any order."""
-        return _EMPTY.merged(identity, version, rows, rename)
+              rename: Callable[[str], str] | None = None, text: bool = True) -> "Series":
+        """From (step, time, JSON object) rows, one per step, in any order; lean without `text`."""
+        return (_EMPTY if text else _EMPTY.lean()).merged(identity, version, rows, rename)
 
     def merged(self, identity: tuple, version: int, rows: Sequence[tuple],
                rename: Callable[[str], str] | None = None) -> "Series":
@@ -68,25 +75,44 @@ class Series:
         old_at, new_at = np.searchsorted(steps, self.steps), np.searchsorted(steps, new_steps)
         # One parse of the new objects; each column through C loops (map), not per value.
         objs = orjson.loads("[" + ",".join(r[2] for r in rows) + "]")
-        new_blobs = [r[2] for r in rows] if rename is None else list(_renamed(objs, rename))
-        replaced = self.blobs[np.isin(self.steps, new_steps)]
-        text_bytes = self.text_bytes - sum(map(len, replaced)) + sum(map(len, new_blobs))
-        times, blobs = np.empty(len(steps), dtype=object), np.empty(len(steps), dtype=object)
-        times[old_at], blobs[old_at] = self.times, self.blobs
-        times[new_at], blobs[new_at] = [r[1] for r in rows], new_blobs
-        columns = {}
+        times = np.empty(len(steps), dtype=object)
+        times[old_at], times[new_at] = self.times, [r[1] for r in rows]
+        blobs, text_bytes = None, 0
+        if self.blobs is not None:  # a lean series stays lean: its columns only
+            new_blobs = [r[2] for r in rows] if rename is None else list(_renamed(objs, rename))
+            replaced = self.blobs[np.isin(self.steps, new_steps)]
+            text_bytes = self.text_bytes - sum(map(len, replaced)) + sum(map(len, new_blobs))
+            blobs = np.empty(len(steps), dtype=object)
+            blobs[old_at], blobs[new_at] = self.blobs, new_blobs
+        columns, nulls = {}, {}
         for key in sorted(set(self.columns).union(*objs)):
             column = np.full(len(steps), np.nan)
             if key in self.columns:
                 column[old_at] = self.columns[key]
-            column[new_at] = np.array(list(map(dict.get, objs, itertools.repeat(key))), dtype=np.float64)
+            # An absent key reads as NaN, a stored null as None: both NaN as float64, told apart first
+            # (count is a C loop; the mask is built only for the rare column that has a null).
+            new = list(map(dict.get, objs, itertools.repeat(key), itertools.repeat(np.nan)))
+            column[new_at] = np.array(new, dtype=np.float64)
             columns[key] = column
-        return Series(identity, version, steps, times, blobs, columns, text_bytes)
+            old_null, has_null = self.nulls.get(key), new.count(None) > 0
+            if old_null is not None or has_null:
+                null = np.zeros(len(steps), dtype=bool)
+                if old_null is not None:
+                    null[old_at] = old_null
+                null[new_at] = np.fromiter(map(operator.is_, new, itertools.repeat(None)), dtype=bool, count=len(new))
+                if null.any():
+                    nulls[key] = null
+        return Series(identity, version, steps, times, blobs, columns, nulls, text_bytes)
+
+    def lean(self) -> "Series":
+        """This series without the steps' JSON text: what reads of named columns use."""
+        return dataclasses.replace(self, blobs=None, text_bytes=0)
 
     @property
     def nbytes(self) -> int:
         """About what the series holds in memory."""
-        return (self.steps.nbytes + sum(c.nbytes for c in self.columns.values()) + self.text_bytes
+        return (self.steps.nbytes + sum(c.nbytes for c in self.columns.values())
+                + sum(n.nbytes for n in self.nulls.values()) + self.text_bytes
                 + _ROW_OVERHEAD * len(self.steps))
 
     def window(self, step_min: int | None, step_max: int | None, limit: int, offset: int) -> np.ndarray:
@@ -102,13 +128,18 @@ class Series:
         column = self.columns.get(key)
         return np.full(len(rows), np.nan) if column is None else column[rows]
 
+    def nulls_at(self, key: str, rows: np.ndarray) -> np.ndarray | None:
+        """Where column `key` was logged non-finite at `rows` (bool); None where it never was."""
+        null = self.nulls.get(key)
+        return None if null is None else null[rows]
+
     def columns_with_values(self, rows: np.ndarray) -> list[np.ndarray]:
         """Each column at `rows`, for the columns with a value at one of them at least."""
         found = (column[rows] for column in self.columns.values())
         return [c for c in found if not np.isnan(c).all()]
 
 
-_EMPTY = Series((), -1, np.empty(0, dtype=np.int64), np.empty(0, dtype=object), np.empty(0, dtype=object), {}, 0)
+_EMPTY = Series((), -1, np.empty(0, dtype=np.int64), np.empty(0, dtype=object), np.empty(0, dtype=object), {}, {}, 0)
 
 
 def _renamed(objs: list[dict], rename: Callable[[str], str]) -> Iterator[str]:
@@ -124,8 +155,9 @@ def _renamed(objs: list[dict], rename: Callable[[str], str]) -> Iterator[str]:
 
 
 class StepCache:
-    """Runs' `Series`, at most `max_bytes` in all (a run larger than that is read whole at every
-    read and not kept); thread-safe. `rename`: stored stat key -> the name reads give its column
+    """Runs' `Series`, at most `max_bytes` in all (a run larger than that is kept lean, its columns
+    without the JSON text, where that fits, and read whole at every read for whole rows or where it
+    does not); thread-safe. `rename`: stored stat key -> the name reads give its column
     (the API's catalog names); None: the stored keys.
 
     The bookkeeping of a read is O(1) in the runs held: each run is held with its size, and their
@@ -141,16 +173,17 @@ class StepCache:
         self._run_locks = [threading.Lock() for _ in range(_STRIPES)]
 
     def current(self, run_id: str, identity: tuple, version: int,
-                read_since: Callable[[int], Sequence[tuple]]) -> Series:
+                read_since: Callable[[int], Sequence[tuple]], text: bool = True) -> Series:
         """The run's series at `version` (or later). `read_since(v)`: the (step, time, JSON object)
         rows stamped after version v, in any order (v = -1: every row); `version` must have been
-        read before any of them, so a row it has not seen yet is read again next time."""
+        read before any of them, so a row it has not seen yet is read again next time. `text`:
+        the steps' JSON text is needed (whole rows); without it a lean series may come back."""
         with self._run_locks[hash(run_id) % _STRIPES]:
             with self._lock:
                 entry = self._runs.get(run_id)
             held = None if entry is None else entry[0]
-            if held is None or held.identity != identity or held.version > version:
-                held = Series.build(identity, version, read_since(-1), self.rename)
+            if held is None or held.identity != identity or held.version > version or (text and held.blobs is None):
+                held = Series.build(identity, version, read_since(-1), self.rename, text)
             elif held.version < version:
                 held = held.merged(identity, version, read_since(held.version), self.rename)
             self._keep(run_id, held)
@@ -158,6 +191,11 @@ class StepCache:
 
     def _keep(self, run_id: str, series: Series) -> None:
         size = series.nbytes
+        if size > self.max_bytes:
+            # Over the whole budget: kept lean, without the steps' JSON text (most of a long run's
+            # bytes), so a chart's reads of named columns stay in memory; whole rows read it again.
+            series = series.lean()
+            size = series.nbytes
         with self._lock:
             old = self._runs.pop(run_id, None)
             if old is not None:

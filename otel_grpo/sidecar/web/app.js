@@ -12,8 +12,9 @@ const REFRESH_MS = 10000;
 const state = freshState(null);
 let refreshTimer = null;
 let sampleSteps = [];
-// The run shown: {panels, alerts, withSamples, runs, columns: its step columns described,
-// steps: Map run -> rows, names: Map run -> its columns, detail: {zoom, runs: Map run -> rows}}
+// The run shown: {panels, alerts, withSamples, columns: its step columns described, runInfo: Map
+// run -> its record (step range), names: Map run -> its columns, rows: Map chart request -> rows,
+// asked: Map chart request -> its promise, stale: the rows before the last refresh}
 let runData = null;
 
 function freshState(run) {
@@ -214,18 +215,18 @@ function openStep(step) {
   loadSamples().then(() => document.getElementById("samples-heading").scrollIntoView());
 }
 
-// The run's step rows (every column), the columns' names and meanings, its alerts, the steps that
-// have samples, and the runs to compare with.
-async function fetchRunData(runId) {
+// The run (its step range), its columns' names and meanings, its alerts, the steps that have
+// samples, and the overlaid runs' ranges and columns; no rows: each chart asks for its own
+// (charts.js). `stale`: the rows of the last read, drawn until a refresh's own come.
+async function fetchRunData(runId, stale) {
   const base = runPath(runId);
-  const [panels, described, alerts, withSamples, steps] = await Promise.all([api("/api/panels"), api(`${base}/metrics`),
-    api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`), api(stepsPath(runId))]);
-  const names = namesOf(steps);
-  // Every column the search can find: those the API describes, and any the rows have besides.
-  const columns = [...described, ...[...names].filter((n) => !described.some((c) => c.name === n)).map((name) => ({ name }))];
-  runData = { panels, alerts, withSamples, columns, steps: new Map([[runId, steps]]), names: new Map([[runId, names]]),
-              detail: null };
-  await Promise.all([loadOverlay(), loadDetail()]);
+  const [panels, columns, alerts, withSamples, info] = await Promise.all([api("/api/panels"), api(`${base}/metrics`),
+    api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`), api(base)]);
+  const data = { panels, alerts, withSamples, columns, runInfo: new Map([[runId, info]]),
+                names: new Map([[runId, new Set(columns.map((c) => c.name))]]), rows: new Map(), asked: new Map(),
+                stale: stale || new Map() };
+  await loadOverlay(data);
+  runData = data;  // once whole: a chart drawn meanwhile (a scroll) never sees half of it
   return runData;
 }
 
@@ -233,7 +234,7 @@ async function fetchRunData(runId) {
 // user arranged it (sort, step, expanded cells).
 async function refreshRun() {
   if (!state.run || !document.getElementById("plots")) return;
-  const data = await fetchRunData(state.run);
+  const data = await fetchRunData(state.run, runData && runData.rows);
   sampleSteps = data.withSamples;
   redrawPlots();
   document.getElementById("alerts").replaceWith(alertsSection(data.alerts));
@@ -257,7 +258,7 @@ async function showRun(runId, query) {
     h("p", { id: "samples-common", class: "common" }),
     h("div", { id: "group-view" }),
     h("div", { class: "table-wrap", id: "samples" }));
-  redrawPlots();
+  await redrawPlots();
   await loadSamples();
   if (state.group !== null && state.step !== null) await showGroup({ step: +state.step, group: +state.group }).catch(groupError);
   writeUrl();

@@ -1,19 +1,22 @@
-// The run page's charts (plot.js draws each one): which charts, and their rows.
+// The run page's charts (plot.js draws each one): which charts, their rows, and when each is drawn.
 // Charts: the catalog's panels (GET /api/panels) the run has columns for, then any step column
 // added by search (every column of GET /api/runs/<id>/metrics can be found and charted). The layout
 // is in the URL: add=<column> and hide=<chart id> (repeated), scale=<chart id>:<linear|log|symlog>.
-// Rows: per run, the steps API's rows with every column (a column missing from a row is a step
-// the signal was not logged at, bridged; a null is a non-finite value, a gap: a request naming
-// columns would answer null for both), downsampled to about the screen's width; a zoom asks for
-// its range again. Other runs are overlaid by step, a colour each. Reads and writes `state` and
-// `runData` (app.js).
+// Rows: each chart asks the steps API for its own columns only, per run, downsampled to about the
+// screen's width (a column missing from a row is a step the signal was not logged at, bridged; a
+// null is a non-finite value, a gap); a zoom asks for its range again. A chart is drawn, and its
+// rows asked for, once it scrolls into view. Other runs are overlaid by step, a colour each. Reads
+// and writes `state` and `runData` (app.js).
 "use strict";
 
 const SCALES = ["linear", "log", "symlog"];
 const SCALE_NOTE = { log: " (log scale)", symlog: " (symmetric log scale)" };
 const SEARCH_SHOWN = 40;  // results listed at once (the count says how many match)
-let mounted = [];  // the charts on the page (plot.js), destroyed before a redraw
+const NEAR_PX = 200;  // a chart this close below (or above) the view is drawn already: no blank on a slow scroll
+let mounted = [];  // the charts drawn (plot.js), destroyed before a redraw
+let cards = [];  // every chart card on the page, drawn or not
 let resizer = null;
+let watcher = null;  // the IntersectionObserver that draws a card as it nears the view
 
 // A chart never needs every step of a long run: the steps API downsamples to `points` rows, keeping
 // each bucket's first and last step and every column's lowest and highest step, so a one-step
@@ -23,8 +26,8 @@ function chartPoints() {
   return Math.min(2000, Math.max(1000, Math.round(window.innerWidth * (window.devicePixelRatio || 1))));
 }
 
-function stepsPath(runId, zoom) {
-  const p = new URLSearchParams({ points: String(chartPoints()) });
+function stepsPath(runId, columns, zoom) {
+  const p = new URLSearchParams({ metrics: columns.join(","), points: String(chartPoints()) });
   if (zoom) { p.set("step_min", String(Math.floor(zoom[0]))); p.set("step_max", String(Math.ceil(zoom[1]))); }
   return `${runPath(runId)}/steps?${p}`;
 }
@@ -49,15 +52,8 @@ function chartSpecs() {
   return specs;
 }
 
-// The step columns of a run's rows (`run_id`, `step` and `time` are the row's own).
-function namesOf(rows) {
-  const names = new Set();
-  for (const r of rows) for (const k in r) names.add(k);
-  for (const own of ["run_id", "step", "time"]) names.delete(own);
-  return names;
-}
-
-// The columns a chart draws for a run: a templated signal (`attribute`) has one per label value.
+// The columns a chart draws for a run (of those its /metrics lists): a templated signal
+// (`attribute`) has one per label value.
 function linesOf(spec, run) {
   const have = runData.names.get(run) || new Set();
   const names = [...have];
@@ -74,30 +70,58 @@ function linesOf(spec, run) {
   return out;
 }
 
+// The runs on the charts: the run shown, then those overlaid that could be read.
+function runsShown() {
+  return [state.run, ...state.overlay.filter((r) => runData.runInfo.has(r))];
+}
+
+// Every chart's step range, the same on all (known before any chart has rows): the zoom, else
+// from the first to the last step of the runs shown.
+function stepDomain(runs) {
+  if (state.zoom) return state.zoom;
+  const infos = runs.map((r) => runData.runInfo.get(r)).filter((i) => i && i.first_step !== null && i.last_step !== null);
+  return infos.length ? [Math.min(...infos.map((i) => i.first_step)), Math.max(...infos.map((i) => i.last_step))] : null;
+}
+
 // ---- rows ---------------------------------------------------------------------------------------
-async function loadOverlay() {
-  await Promise.all(state.overlay.filter((r) => !runData.steps.has(r)).map(async (r) => {
-    let rows = [];
-    try { rows = await api(stepsPath(r)); } catch (e) { /* drawn without that run */ }
-    runData.steps.set(r, rows);
-    runData.names.set(r, namesOf(rows));
+// Each overlaid run's record (its step range) and columns, once.
+async function loadOverlay(data = runData) {
+  await Promise.all(state.overlay.filter((r) => !data.runInfo.has(r)).map(async (r) => {
+    try {
+      const [info, described] = await Promise.all([api(runPath(r)), api(`${runPath(r)}/metrics`)]);
+      data.runInfo.set(r, info);
+      data.names.set(r, new Set(described.map((c) => c.name)));
+    } catch (e) { /* drawn without that run */ }
   }));
 }
 
-// The zoomed range's own rows of the run shown and of each overlaid run (their whole-run rows
-// stay for the alerts' steps). True when they add rows to those at hand: a run short enough to
-// have come whole adds none.
-async function loadDetail() {
-  const zoom = state.zoom;
-  if (!runData) return false;
-  if (!zoom) { runData.detail = null; return false; }
-  const ids = [state.run, ...state.overlay];
-  const rows = await Promise.all(ids.map((r) => api(stepsPath(r, zoom)).catch(() => null)));
-  if (state.zoom !== zoom) return false;  // a later zoom wins
-  const runs = new Map(ids.map((r, i) => [r, rows[i]]).filter(([, s]) => s !== null));
-  runData.detail = { zoom, runs };
-  const inZoom = (s) => (s || []).filter((r) => r.step >= zoom[0] && r.step <= zoom[1]).length;
-  return [...runs].some(([r, s]) => s.length !== inZoom(runData.steps.get(r)));
+const rowsKey = (run, columns, zoom) => JSON.stringify([run, columns, zoom]);
+
+// A chart's rows of one run at hand, best first: its own (of the zoom), the whole run's (a zoom
+// draws those at once while its own are asked for), those from before the last refresh.
+// {rows, exact} or null.
+function rowsAtHand(run, columns, zoom) {
+  for (const held of [runData.rows, runData.stale]) {
+    const exact = held.get(rowsKey(run, columns, zoom));
+    if (exact) return { rows: exact, exact: held === runData.rows };
+    const whole = zoom && held.get(rowsKey(run, columns, null));
+    // Rows of every step from the first to the last came whole (not downsampled): they hold every
+    // step of any zoom already.
+    if (whole) return { rows: whole, exact: held === runData.rows && complete(whole) };
+  }
+  return null;
+}
+
+const complete = (rows) => !rows.length || rows[rows.length - 1].step - rows[0].step + 1 === rows.length;
+
+// Asks for a chart's rows of one run (once: a second ask waits on the first).
+function loadRows(run, columns, zoom) {
+  const key = rowsKey(run, columns, zoom);
+  if (!runData.asked.has(key)) {
+    const data = runData;
+    data.asked.set(key, api(stepsPath(run, columns, zoom)).catch(() => []).then((rows) => { data.rows.set(key, rows); }));
+  }
+  return runData.asked.get(key);
 }
 
 // ---- drawing ------------------------------------------------------------------------------------
@@ -121,49 +145,76 @@ function marks() {
 function setZoom(zoom) {
   state.zoom = zoom;
   writeUrl();
-  // At once from the rows at hand; again with the range's own only where they differ (a redraw
-  // replaces the charts, and with them a gesture that had begun on one).
-  redrawPlots();
-  loadDetail().then((more) => { if (more) redrawPlots(); }).catch(() => {});
+  redrawPlots();  // at once from the rows at hand; each chart again with its range's own where they add steps
 }
 
+// The cards, one per chart with a column in a run shown, not drawn yet (a box of the chart's height).
 function plotsSection() {
-  const { steps, detail } = runData;
-  const zoomed = detail && detail.zoom === state.zoom ? detail.runs : new Map();
-  const runs = [state.run, ...state.overlay.filter((r) => steps.has(r))];
-  const rowsOf = (run) => zoomed.get(run) || steps.get(run) || [];
-  const grid = h("div", { class: "grid", id: "plots", "data-steps": String((steps.get(state.run) || []).length) });
-  const all = runs.flatMap((r) => steps.get(r).map((x) => x.step));
-  const xDomain = state.zoom || (all.length ? [Math.min(...all), Math.max(...all)] : null);  // the same on every chart
+  const runs = runsShown();
+  const grid = h("div", { class: "grid", id: "plots" });
   const compare = runs.length > 1;
-  const opts = { xDomain, smooth: state.smooth, marks: marks(), compare, onPick: openStep, onZoom: setZoom };
-  const cards = [];
+  const made = [];
   for (const spec of chartSpecs()) {
-    const lines = runs.flatMap((run, runIndex) => linesOf(spec, run).map((l) => ({ ...l, run, runIndex,
-                                                                                 points: pointsOf(rowsOf(run), l.column) })))
-      .filter((l) => l.points.some((p) => p[1] !== null));
-    if (!lines.length) continue;
-    const chart = Plot.chart({ ...opts, lines, scale: spec.scale, unit: spec.unit });
-    cards.push([chartCard(spec, lines, chart, compare), chart]);
+    const lines = runs.flatMap((run, runIndex) => linesOf(spec, run).map((l) => ({ ...l, run, runIndex })));
+    if (lines.length) made.push(chartCard(spec, lines, compare));
   }
-  grid.append(...cards.map(([card]) => card));
-  if (!cards.length) grid.appendChild(h("p", { class: "muted", text: "no step history yet" }));
+  grid.append(...made);
+  if (!made.length) grid.appendChild(h("p", { class: "muted", text: "no step history yet" }));
   if (compare) grid.prepend(runLegend(runs));
-  return { grid, charts: cards.map(([card, chart]) => ({ card, chart })) };
+  return { grid, made };
 }
 
-function chartCard(spec, lines, chart, compare) {
+function chartCard(spec, lines, compare) {
   const scale = h("select", { class: "chart-scale", "aria-label": `scale of ${spec.title}`, title: "y scale",
                               onchange: (e) => setScale(spec, e.target.value) },
     ...SCALES.map((s) => h("option", { value: s, text: s })));
   scale.value = spec.scale;
   const remove = h("button", { type: "button", class: "chart-remove", text: "×", title: "remove this chart (search adds it back)",
                                "aria-label": `remove chart ${spec.title}`, onclick: () => removeChart(spec) });
+  const title = h("h3", { text: spec.title + (SCALE_NOTE[spec.scale] || "") });  // drawn: the scale its values allow
   const card = h("div", { class: "card plot-card", "data-group": spec.group, "data-chart": spec.id },
-    h("div", { class: "chart-head" }, h("h3", { text: spec.title + (SCALE_NOTE[chart.element.dataset.scale] || "") }), scale, remove),
-    chart.element, Plot.legend(lines, compare));
+    h("div", { class: "chart-head" }, title, scale, remove),
+    h("div", { class: "plot-wrap plot-pending" }), Plot.legend(lines, compare));
   card.columns = [...new Set(lines.map((l) => l.column))];
+  card.chart = { spec, lines, compare, title, drawn: null };
   return card;
+}
+
+// Draws a card from the rows at hand, at once (the same task: a redraw does not blink), then
+// again with its own rows once they come, where the ones at hand were a stand-in.
+function drawCard(card) {
+  const c = card.chart, zoom = state.zoom, data = runData;
+  const runs = [...new Set(c.lines.map((l) => l.run))];
+  const columnsOf = (run) => [...new Set(c.lines.filter((l) => l.run === run).map((l) => l.column))];
+  const atHand = runs.map((run) => rowsAtHand(run, columnsOf(run), zoom));
+  if (atHand.every(Boolean)) paint(card, new Map(runs.map((r, i) => [r, atHand[i].rows])));
+  if (atHand.every((a) => a && a.exact)) return Promise.resolve();
+  return Promise.all(runs.map((run) => loadRows(run, columnsOf(run), zoom))).then(() => {
+    if (runData !== data || state.zoom !== zoom || !card.isConnected) return;  // a later page or zoom took over
+    paint(card, new Map(runs.map((run) => [run, data.rows.get(rowsKey(run, columnsOf(run), zoom))])));
+  });
+}
+
+function paint(card, rowsByRun) {
+  const c = card.chart;
+  const lines = c.lines.map((l) => ({ ...l, points: pointsOf(rowsByRun.get(l.run) || [], l.column) }))
+    .filter((l) => l.points.some((p) => p[1] !== null));
+  const old = card.querySelector(".plot-wrap");
+  if (c.drawn) { c.drawn.destroy(); mounted = mounted.filter((m) => m !== c.drawn); }
+  if (!lines.length) {
+    c.drawn = null;
+    old.replaceWith(h("div", { class: "plot-wrap plot-pending" }, h("p", { class: "muted", text: "no finite value in these steps" })));
+    return;
+  }
+  const chart = Plot.chart({ xDomain: stepDomain(runsShown()), smooth: state.smooth, marks: marks(), compare: c.compare,
+                             onPick: openStep, onZoom: setZoom, lines, scale: c.spec.scale, unit: c.spec.unit });
+  const width = old.clientWidth;
+  old.replaceWith(chart.element);
+  chart.mount(width);
+  c.title.textContent = c.spec.title + (SCALE_NOTE[chart.element.dataset.scale] || "");
+  c.drawn = chart;
+  card.dataset.drawn = "1";
+  mounted.push(chart);
 }
 
 // Which colour is which run, when runs are compared.
@@ -172,18 +223,31 @@ function runLegend(runs) {
     Plot.swatch(Plot.RUN_COLORS[i % Plot.RUN_COLORS.length], []), " " + run + (i ? "" : " (this run)"))));
 }
 
-// Charts are drawn once in the page (uPlot takes their width); a resize follows the cards.
+// The charts as cards; those in or near the view drawn now, the others as they scroll near it.
+// Resolves once the ones in view are drawn with their own rows (the page is then ready).
 function redrawPlots() {
   const plots = document.getElementById("plots");
+  let drawn = Promise.resolve();
   if (plots && runData) {
-    for (const m of mounted) m.chart.destroy();
-    const { grid, charts } = plotsSection();
+    for (const chart of mounted) chart.destroy();
+    mounted = [];
+    if (watcher) watcher.disconnect();
+    const { grid, made } = plotsSection();
     plots.replaceWith(grid);
-    mounted = charts;
-    const widths = mounted.map((m) => m.chart.element.clientWidth);  // one layout for all, before any chart is drawn
-    mounted.forEach((m, i) => m.chart.mount(widths[i]));
+    cards = made;
+    const near = (b) => b.bottom >= -NEAR_PX && b.top <= window.innerHeight + NEAR_PX;
+    const now = cards.filter((card) => near(card.getBoundingClientRect()));  // one layout for all
+    drawn = Promise.all(now.map(drawCard));
+    watcher = new IntersectionObserver((entries) => {
+      for (const e of entries) {
+        if (!e.isIntersecting) continue;
+        watcher.unobserve(e.target);
+        drawCard(e.target);
+      }
+    }, { rootMargin: `${NEAR_PX}px 0px` });
+    for (const card of cards) if (!now.includes(card)) watcher.observe(card);
     if (resizer) resizer.disconnect();
-    resizer = new ResizeObserver(() => { for (const m of mounted) m.chart.resize(m.chart.element.clientWidth); });
+    resizer = new ResizeObserver(() => { for (const chart of mounted) chart.resize(chart.element.clientWidth); });
     resizer.observe(grid);
   }
   const reset = document.getElementById("zoom-reset");
@@ -194,6 +258,7 @@ function redrawPlots() {
   const layout = document.getElementById("charts-reset");
   if (layout) layout.hidden = !(state.add.length || state.hide.length || Object.keys(state.scales).length);
   refreshSearch();
+  return drawn;
 }
 
 function showAlert(i) {
@@ -295,7 +360,7 @@ function plotTools(runs) {
   smooth.addEventListener("input", () => {
     state.smooth = +smooth.value;
     value.textContent = state.smooth ? String(state.smooth) : "off";
-    if (!mounted.every((m) => m.chart.smooth(state.smooth))) redrawPlots();  // in place while the series stay
+    if (!mounted.every((chart) => chart.smooth(state.smooth))) redrawPlots();  // in place while the series stay
   });
   smooth.addEventListener("change", writeUrl);  // once let go (a URL a step of the slider is many history writes)
   const choices = h("div", { class: "choices" });
@@ -305,7 +370,7 @@ function plotTools(runs) {
     const input = h("input", { type: "checkbox", "data-run": run, onchange: async (e) => {
       state.overlay = e.target.checked ? [...state.overlay, run] : state.overlay.filter((x) => x !== run);
       writeUrl();
-      await Promise.all([loadOverlay(), loadDetail()]);
+      await loadOverlay();
       redrawPlots();
     } });
     input.checked = state.overlay.includes(run);

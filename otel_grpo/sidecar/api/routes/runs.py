@@ -74,10 +74,16 @@ def list_steps(
     Prometheus name beside it (the response's `Link` header, rel="describedby", points there). A scalar the catalog does not know keeps its own name; one named
     `run_id`, `step` or `time` appears as `stat.<name>`.
 
+    A column the step did not log (a metric logged every other step) is missing from its row; a
+    value logged non-finite (NaN or infinite: JSON has no such number, and ingest keeps which it
+    was nowhere) is `null`. The same with or without `metrics`: a client tells the two apart by
+    the key (`"grpo.kl" in row`), and a table reader (pandas, Grafana's Infinity) sees both as empty.
+
     `points=N` downsamples for a chart: where the page of steps (`step_min`..`step_max`, `limit`,
     `offset`) holds more than N steps, the steps are cut into buckets of consecutive step numbers and
     only these rows come back: each bucket's first and last step and, for every returned column,
-    the step where it is lowest and the step where it is highest (M4). Every row is a real step
+    the step where it is lowest and the step where it is highest (M4), and the first step where it
+    was not finite (its gap). Every row is a real step
     with its stored values, as without `points`, ordered by step; a spike at a single step is
     always among them. At most N rows, for any number of columns: as many buckets as fit (columns
     often share their extremes); where a single bucket's 2 + 2 x columns steps are more than N, the
