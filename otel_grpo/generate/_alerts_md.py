@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from ._alerts import alert_rules, alerts
 from ._grid import MODES, PATHS, SCRAPES, STEP_TIMES, STARTUPS
 from ._routing import class_of
 from ._rules import RuleSettings, recording_rules
+from ._subset import reads
 
 # What each alert reads, and why that evidence survives what a scrape-based view loses.
 EVIDENCE = {
@@ -85,39 +84,20 @@ BLOCKS = {
 }
 
 
-_REF = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?")
-_MATCHER = re.compile(r'(\w+)(=~|!~|!=|=)"([^"]*)"')
-
-
-def _reads(expr: str, rules: list[dict]) -> set[int]:
-    """The record rules (indexes in `rules`) whose series `expr` may select: by name, and by the label matchers
-    it gives on the labels a rule sets (`run_id:grpo_check:holds{check="kl_jump"}` reads that check's rule)."""
-    out = set()
-    for ref in _REF.finditer(expr):
-        matchers = _MATCHER.findall(ref.group(2) or "")
-        for i, rule in enumerate(rules):
-            labels = rule.get("labels", {})
-            if rule["record"] == ref.group(1) and all(
-                    (labels[k] == v if op == "=" else labels[k] != v if op == "!=" else
-                     bool(re.fullmatch(v, labels[k])) == (op == "=~")) for k, op, v in matchers if k in labels):
-                out.add(i)
-    return out
-
-
 def _building_blocks(s: RuleSettings) -> list[str]:
     """The records the alerts read (directly or through other records), in evaluation order, each with the
     alerts that read it."""
     rules = [r for doc in (recording_rules(s), alert_rules(s)) for r in doc["groups"][0]["rules"] if "record" in r]
-    reads = [_reads(r["expr"], rules) for r in rules]
+    read = [reads(r["expr"], rules) for r in rules]
     readers: dict[str, set[str]] = {}
     for a in alerts(s):
-        seen, todo = set(), list(_reads(a["expr"], rules))
+        seen, todo = set(), list(reads(a["expr"], rules))
         while todo:
             i = todo.pop()
             if i not in seen:
                 seen.add(i)
                 readers.setdefault(rules[i]["record"], set()).add(a["alert"])
-                todo += reads[i]
+                todo += read[i]
     rows = [f"| `{name}` | {BLOCKS[name]} | {', '.join(sorted(readers[name]))} |"
             for name in dict.fromkeys(r["record"] for r in rules) if name in readers]
     return ["| record | holds, by run | read by |", "| --- | --- | --- |"] + rows
