@@ -201,8 +201,8 @@ def test_runbook_has_a_section_per_alert(root):
 
 def test_kl_jump_baseline_is_offset_so_a_jump_is_not_absorbed():
     s = RuleSettings()
-    baseline = dict(rule_exprs(s))["run_id:grpo_kl:baseline_median"]
-    assert f"[{s.baseline_window}] offset {s.baseline_offset}" in baseline
+    rungs = [expr for name, expr in rule_exprs(s) if name == "run_id_rung:grpo_kl:baseline_median"]
+    assert len(rungs) == s.baseline_rungs and f"[{s.baseline_window}] offset {s.baseline_offset}" in rungs[0]
 
 
 def test_no_wall_clock_unless_offset_on_counters():
