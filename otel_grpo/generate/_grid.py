@@ -39,7 +39,7 @@ import yaml
 from ._evidence import regex_literal
 from ._grid_trace import TRACE, Firing, report, traced as traced_firing, transitions
 from ._replay import Outage, Pause, Segment, replay
-from ._rules import RuleSettings, seconds
+from ._rules import RuleSettings, duration, seconds
 
 GROUP_WAIT_S = 10.0
 """Alertmanager's group_wait in the committed routing: a new alert's first notification waits this long."""
@@ -353,9 +353,19 @@ def grid(per_mode: int = PER_MODE, seed: int = 0) -> list[Case]:
 
 
 # ---- promtool -------------------------------------------------------------------------------
-FIRINGS = 'min by (alertname, run_id, severity) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})[30m:{step}]))'
-"""Each alert's first firing within the half hour before the query, at the evaluation interval: one query per
-half hour of a group (promtool's engine loads at most 10,000 samples a query)."""
+FIRINGS = ('min by (alertname, run_id, severity) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})'
+           '[{window}:{step}]))')
+"""Each alert's first firing within the window before the query, at the evaluation interval: one query per window
+of a group, 30 evaluations long at most (promtool's engine loads at most 10,000 samples a query)."""
+
+
+def _window_s(every: float) -> float:
+    """The first-firing queries' window: the most evaluations, at most 30 and half an hour, that divide an hour
+    (a group is whole hours long)."""
+    fits = [k * every for k in range(1, 31) if k * every <= 1800 and 3600 % (k * every) == 0]
+    if not fits:
+        raise ValueError(f"an evaluation interval of {every:g} s does not divide an hour")
+    return max(fits)
 
 
 def _hours(length_s: float) -> float:
@@ -395,11 +405,13 @@ def promtool_group(cases: Sequence[Case], name: str, evaluation_interval: str = 
     series: dict[str, str] = {}
     for c in cases:
         series.update(replay(c.segments, scrape_s, scrapes, outages))
-    queries = [{"expr": FIRINGS.format(step=evaluation_interval), "eval_time": f"{30 * k}m", "exp_samples": []}
-               for k in range(1, int(length // 1800) + 1)]
+    every = seconds(evaluation_interval)
+    window = _window_s(every)
+    expr = FIRINGS.format(window=duration(int(window)), step=evaluation_interval)
+    queries = [{"expr": expr, "eval_time": duration(int(k * window)), "exp_samples": []}
+               for k in range(1, int(length // window) + 1)]
     runs = sorted(c.run_id for c in cases if c.run_id in traced)
     if runs:
-        every = seconds(evaluation_interval)
         trace = TRACE.format(runs="|".join(regex_literal(r) for r in runs))
         queries += [{"expr": trace, "eval_time": f"{k * every}s", "exp_samples": []}
                     for k in range(int(length // every) + 1)]
