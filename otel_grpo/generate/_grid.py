@@ -360,17 +360,21 @@ of a group, 30 evaluations long at most (promtool's engine loads at most 10,000 
 
 
 def _window_s(every: float) -> float:
-    """The first-firing queries' window: the most evaluations, at most 30 and half an hour, that divide an hour
-    (a group is whole hours long)."""
-    fits = [k * every for k in range(1, 31) if k * every <= 1800 and 3600 % (k * every) == 0]
+    """The first-firing queries' window: the most evaluations, at most 30, that divide UNIT_S (a group's length
+    is whole UNIT_S)."""
+    fits = [k * every for k in range(1, 31) if UNIT_S % (k * every) == 0]
     if not fits:
-        raise ValueError(f"an evaluation interval of {every:g} s does not divide an hour")
+        raise ValueError(f"an evaluation interval of {every:g} s does not divide {UNIT_S:g} s")
     return max(fits)
 
 
-def _hours(length_s: float) -> float:
-    """A group's length: whole hours (its cases' lengths rounded up), so runs of one length share a group."""
-    return math.ceil(length_s / 3600)
+UNIT_S = 1800.0
+"""A group's length is whole half hours: its longest case's, rounded up."""
+
+
+def _units(length_s: float) -> int:
+    """A length in UNIT_S, rounded up: runs of one such length share a group."""
+    return math.ceil(length_s / UNIT_S)
 
 
 def promtool_groups(cases: Sequence[Case], max_runs: int = 40) -> list[list[Case]]:
@@ -381,17 +385,20 @@ def promtool_groups(cases: Sequence[Case], max_runs: int = 40) -> list[list[Case
         buckets.setdefault((c.scrape_s, c.outages), []).append(c)
     groups: list[list[Case]] = []
     for members in buckets.values():
-        for c in members:  # a new group when full, or when this case is an hour shorter than the group
+        # A new group when full, or when this case is shorter (in UNIT_S) than the group: promtool's time
+        # grows with a group's length squared (every evaluation reads each series back to its start), so
+        # padding a case to a longer group costs more than another group does.
+        for c in members:
             if not groups or groups[-1][0].scrape_s != c.scrape_s or groups[-1][0].outages != c.outages \
-                    or len(groups[-1]) == max_runs or _hours(c.length_s) < _hours(groups[-1][0].length_s) - 1:
+                    or len(groups[-1]) == max_runs or _units(c.length_s) < _units(groups[-1][0].length_s):
                 groups.append([])
             groups[-1].append(c)
     return sorted(groups, key=lambda g: -g[0].length_s)
 
 
 def group_length_s(cases: Sequence[Case]) -> float:
-    """How long a promtool group of `cases` runs: whole hours, its longest case's length rounded up."""
-    return _hours(max(c.length_s for c in cases)) * 3600.0
+    """How long a promtool group of `cases` runs: whole UNIT_S, its longest case's length rounded up."""
+    return _units(max(c.length_s for c in cases)) * UNIT_S
 
 
 def promtool_group(cases: Sequence[Case], name: str, evaluation_interval: str = "60s",
