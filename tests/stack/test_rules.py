@@ -29,7 +29,7 @@ ALWAYS_FIRING = {"GRPOWatchdog"}
 
 
 def run(*argv: str, cwd=None) -> subprocess.CompletedProcess:
-    # The longest scenario replays 13 hours of steps, evaluated every 15 s: about a minute of promtool.
+    # The longest scenarios replay 13 hours of steps, evaluated every 15 s (benchmarks/promtool_tests.py).
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
