@@ -489,8 +489,9 @@ def run(cases: Sequence[Case], promtool: str, rule_files: dict[str, str], workdi
     evaluation.
 
     The rules are evaluated every 60 s by default, a quarter of compose's evaluations (15 s): the grid's
-    hundreds of run-hours fit the test budget, a latency is measured up to 45 s late (never early), and a
-    condition must hold at an evaluation to count (the scenarios of prometheus/tests/scenarios.yml run at 15 s)."""
+    hundreds of run-hours fit the test budget, a latency is measured up to 45 s late (crash-in-outage's up to
+    45 s early: the collector's last evaluation seen down is earlier), and a condition must hold at an
+    evaluation to count (the scenarios of prometheus/tests/scenarios.yml run at 15 s)."""
     for rel, text in rule_files.items():
         (workdir / rel).parent.mkdir(parents=True, exist_ok=True)
         (workdir / rel).write_text(text)
