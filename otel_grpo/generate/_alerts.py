@@ -34,6 +34,7 @@ from ._run_end import run_end_alerts, run_end_rules
 from .dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS
 
 STREAK = "run_id:grpo_check:streak_start"
+STREAK_FROM = "run_id:grpo_check:streak_from"  # label `check`: where its streak starts if it holds now
 HOLDS = "run_id:grpo_check:holds"  # label `check`: the trend condition holds now; its value
 STREAK_STEPS = "run_id:grpo_check:streak_steps"  # label `check`: the steps its streak has lasted, this one included
 BETA = prometheus_name("beta")
@@ -57,19 +58,21 @@ def _check(record: str, check: str) -> str:
     return f'{record}{{check="{check}"}}'
 
 
-def _streak_rule(s: RuleSettings, check: str) -> dict:
+def _streak_rules(s: RuleSettings, check: str) -> list[dict]:
     """The step index at which the check's condition started holding, kept while it holds;
-    -1 while the run exports and it does not hold, so one evaluation without it ends the streak."""
-    prev, cond = _check(STREAK, check), _check(HOLDS, check)
-    return {
-        "record": STREAK,
-        # kept: started (>= 0), not after the current step (a resume went back), still holding
-        "expr": f"(max by (run_id) (last_over_time({prev}[{s.streak_memory}])) >= 0 <= on (run_id) {STEP_MAX}"
-                f" and on (run_id) {cond})"
-                f" or ({STEP_MAX} and on (run_id) {cond})"
-                f" or (0 * {STEP_MAX} - 1 unless on (run_id) {cond})",
-        "labels": {"check": check},
-    }
+    -1 while the run exports and it does not hold, so one evaluation without it ends the streak.
+
+    Two records, the first read by the second at the same evaluation (a group's rules run in order): where
+    the streak would start if the condition holds now, and the start itself."""
+    prev, cond, start = _check(STREAK, check), _check(HOLDS, check), _check(STREAK_FROM, check)
+    return [
+        # kept: started (>= 0), not after the current step (a resume went back); else this step
+        {"record": STREAK_FROM, "labels": {"check": check},
+         "expr": f"max by (run_id) (last_over_time({prev}[{s.streak_memory}])) >= 0 <= on (run_id) {STEP_MAX}"
+                 f" or {STEP_MAX}"},
+        {"record": STREAK, "labels": {"check": check},
+         "expr": f"(max by (run_id) ({start}) and on (run_id) {cond}) or (0 * {STEP_MAX} - 1 unless on (run_id) {cond})"},
+    ]
 
 
 def _trend_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
@@ -105,7 +108,7 @@ def _trend_rules(s: RuleSettings) -> list[dict]:
     """Each trend check's condition, its streak's start, and how many steps each streak has lasted."""
     checks = _trend_checks(s)
     rules = [{"record": HOLDS, "expr": cond, "labels": {"check": check}} for check, (cond, _) in checks.items()]
-    rules += [_streak_rule(s, check) for check in checks]
+    rules += [r for check in checks for r in _streak_rules(s, check)]
     rules += [{"record": STREAK_STEPS, "expr": f"{STEP_MAX} - on (run_id) ({_check(STREAK, check)} >= 0) + 1",
                "labels": {"check": check}} for check in checks]
     return rules

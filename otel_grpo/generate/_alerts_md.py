@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from ._alerts import alert_rules, alerts
 from ._grid import MODES, PATHS, SCRAPES, STEP_TIMES, STARTUPS
 from ._routing import class_of
 from ._rules import RuleSettings, recording_rules
+from ._subset import reads
 
 # What each alert reads, and why that evidence survives what a scrape-based view loses.
 EVIDENCE = {
@@ -41,15 +40,23 @@ EVIDENCE = {
 BLOCKS = {
     "run_id:grpo_step_index:baseline_steps": "`{rung}`: distinct step indexes seen in each baseline window",
     "run_id:grpo_kl:judged": "the KL the `kl` step check judges: `grpo_kl`, else TRL's `grpo_trl_kl`",
-    "run_id:grpo_kl:baseline_median": "that KL's median over the baseline (the shortest window of enough steps, "
-                                      "ending `baseline_offset` ago)",
-    "run_id:grpo_kl:baseline_q25": "its 25th percentile there",
-    "run_id:grpo_kl:baseline_q75": "its 75th percentile there",
+    "run_id_rung:grpo_kl:baseline_median": "`{rung}`: that KL's median over each baseline window (ending "
+                                           "`baseline_offset` ago) that holds enough steps",
+    "run_id:grpo_kl:baseline_median": "that median over the baseline: the shortest such window (the lowest rung)",
+    "run_id_rung:grpo_kl:baseline_q25": "`{rung}`: its 25th percentile over each such window",
+    "run_id_rung:grpo_kl:baseline_q75": "`{rung}`: its 75th percentile over each such window",
+    "run_id_rung:grpo_kl:baseline_p90": "`{rung}`: its 90th percentile over each such window",
+    "run_id_rung:grpo_reward_mean:baseline_mean": "`{rung}`: the reward's mean over each baseline window of enough steps",
+    "run_id_rung:grpo_reward_mean:baseline_stddev": "`{rung}`: its standard deviation over each such window",
+    "run_id_rung:grpo_policy_entropy:baseline_mean": "`{rung}`: the entropy's mean over each baseline window of enough steps",
+    "run_id_rung:grpo_throughput:baseline_mean": "`{rung}`: the throughput's mean over each baseline window of enough steps",
+    "run_id:grpo_kl:baseline_q25": "its 25th percentile over the baseline",
+    "run_id:grpo_kl:baseline_q75": "its 75th percentile over the baseline",
     "run_id:grpo_kl:baseline_iqr": "the interquartile range",
-    "run_id:grpo_kl:baseline_p90": "its 90th percentile there",
+    "run_id:grpo_kl:baseline_p90": "its 90th percentile over the baseline",
     "run_id:grpo_kl:zscore": "(KL - median) / (0.741 IQR + 10 % of the median + 0.001)",
     "run_id:grpo_reward_mean:baseline_mean": "the reward's mean over the baseline",
-    "run_id:grpo_reward_mean:baseline_stddev": "its standard deviation there",
+    "run_id:grpo_reward_mean:baseline_stddev": "its standard deviation over the baseline",
     "run_id:grpo_policy_entropy:baseline_mean": "the entropy's mean over the baseline",
     "run_id:grpo_throughput:baseline_mean": "the throughput's mean over the baseline",
     "run_id:grpo_step_index:max": "the run's highest step index now",
@@ -60,12 +67,17 @@ BLOCKS = {
     "run_id:grpo_reward_mean:baseline_drop": "baseline mean - recent mean of the reward",
     "run_id:grpo_throughput:baseline_fraction": "recent / baseline mean of the throughput",
     "run_id:grpo_check:holds": "`{check}`: the trend condition holds now (value: the condition's, e.g. the z-score)",
+    "run_id:grpo_check:streak_from": "`{check}`: where its streak starts if it holds now: its kept start (within "
+                                     "`streak_memory`, not after the current step), else this step",
     "run_id:grpo_check:streak_start": "`{check}`: the step index at which it started holding (-1: it does not); "
                                       "kept through a scrape gap of `streak_memory`",
     "run_id:grpo_check:streak_steps": "`{check}`: the steps the streak has lasted, the current one included",
     "run_id_signal_bound:grpo_step_streak:max": "the run's current streak beyond its own bound of the signal",
-    "run_id_signal_bound:grpo_step_beyond:increase": "`{streak}`: the counter of streaks of that length at the "
-                                                     "run's bound rose within `counter_window` (or is new)",
+    "run_id_signal_bound:grpo_step_beyond:rose": "`{streak}`: the counter of streaks of that length at the run's "
+                                                 "bound rose within `counter_window`",
+    "run_id_signal_bound:grpo_step_beyond:new": "`{streak}`: that counter is new within `counter_window` (unseen "
+                                                "for `counter_lookback` before), by its value",
+    "run_id_signal_bound:grpo_step_beyond:increase": "`{streak}`: either of the two",
     "run_id_signal_bound:grpo_step_check:beyond": "`{streak}`: beyond the run's bound for that many consecutive "
                                                   "steps, lately (the counter) or now (the streak)",
     "job_instance:collector:seen": "targets that served the collector's own metrics, remembered while down",
@@ -85,39 +97,20 @@ BLOCKS = {
 }
 
 
-_REF = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?")
-_MATCHER = re.compile(r'(\w+)(=~|!~|!=|=)"([^"]*)"')
-
-
-def _reads(expr: str, rules: list[dict]) -> set[int]:
-    """The record rules (indexes in `rules`) whose series `expr` may select: by name, and by the label matchers
-    it gives on the labels a rule sets (`run_id:grpo_check:holds{check="kl_jump"}` reads that check's rule)."""
-    out = set()
-    for ref in _REF.finditer(expr):
-        matchers = _MATCHER.findall(ref.group(2) or "")
-        for i, rule in enumerate(rules):
-            labels = rule.get("labels", {})
-            if rule["record"] == ref.group(1) and all(
-                    (labels[k] == v if op == "=" else labels[k] != v if op == "!=" else
-                     bool(re.fullmatch(v, labels[k])) == (op == "=~")) for k, op, v in matchers if k in labels):
-                out.add(i)
-    return out
-
-
 def _building_blocks(s: RuleSettings) -> list[str]:
     """The records the alerts read (directly or through other records), in evaluation order, each with the
     alerts that read it."""
     rules = [r for doc in (recording_rules(s), alert_rules(s)) for r in doc["groups"][0]["rules"] if "record" in r]
-    reads = [_reads(r["expr"], rules) for r in rules]
+    read = [reads(r["expr"], rules) for r in rules]
     readers: dict[str, set[str]] = {}
     for a in alerts(s):
-        seen, todo = set(), list(_reads(a["expr"], rules))
+        seen, todo = set(), list(reads(a["expr"], rules))
         while todo:
             i = todo.pop()
             if i not in seen:
                 seen.add(i)
                 readers.setdefault(rules[i]["record"], set()).add(a["alert"])
-                todo += reads[i]
+                todo += read[i]
     rows = [f"| `{name}` | {BLOCKS[name]} | {', '.join(sorted(readers[name]))} |"
             for name in dict.fromkeys(r["record"] for r in rules) if name in readers]
     return ["| record | holds, by run | read by |", "| --- | --- | --- |"] + rows
@@ -203,7 +196,8 @@ def render_alerts_md() -> str:
         "## Building blocks",
         "",
         "Each alert reads a few named recording rules (the kubernetes-mixin style), so its expression stays",
-        "short: `tests/stack/test_rules.py` keeps every alert expression under 300 characters. The baselines",
+        "short: `tests/stack/test_rules.py` keeps every alert expression, and every record with the default",
+        "settings, at 300 characters or fewer. A baseline is a record per rung and one that picks the rung. The baselines",
         "are in the recording group (`prometheus/rules/grpo_recording.yml`); the rest are in the alert group",
         "(`grpo_alerts.yml`), each before the rules that read it: Prometheus evaluates a group's rules in order",
         "at one timestamp, each seeing what the ones before it wrote, so a record adds no evaluation interval",
@@ -231,7 +225,9 @@ def render_alerts_md() -> str:
         "collector and the pull endpoint export (`otel_grpo/generate/_replay.py`: one timeline per process,",
         "the collector's expiry and restarts, the endpoint's linger after a clean end). The grid evaluates",
         "the rules every 60 s (its hundreds of run-hours fit the test budget; a latency is measured up to 45 s",
-        "late, never early); the hand-written scenarios of `prometheus/tests/scenarios.yml` run at 15 s.",
+        "late, except crash-in-outage's, up to 45 s early: its settling counts from the last evaluation that saw",
+        "the collector down); `benchmarks/alerts.py --evaluation-interval 15s` runs it as compose evaluates, and",
+        "the hand-written scenarios of `prometheus/tests/scenarios.yml` run at 15 s.",
         "",
     ]
     return "\n".join(lines)

@@ -2,7 +2,8 @@
 
     >>> from otel_grpo.generate import RuleSettings
     >>> [r["record"] for r in evidence_rules(RuleSettings(), [("kl_threshold", 3)])]  # doctest: +NORMALIZE_WHITESPACE
-    ['run_id_signal_bound:grpo_step_streak:max', 'run_id_signal_bound:grpo_step_beyond:increase',
+    ['run_id_signal_bound:grpo_step_streak:max', 'run_id_signal_bound:grpo_step_beyond:rose',
+     'run_id_signal_bound:grpo_step_beyond:new', 'run_id_signal_bound:grpo_step_beyond:increase',
      'run_id_signal_bound:grpo_step_check:beyond']
     >>> held(("kl_threshold",), 3)
     'max without (streak) (run_id_signal_bound:grpo_step_check:beyond{signal="kl", streak="3"})'
@@ -33,6 +34,10 @@ from ._rules import STEP_MAX, STEP_THRESHOLDS, RuleSettings, prometheus_name
 
 BEYOND, STREAK_NOW = prometheus_name("step_beyond"), prometheus_name("step_streak")
 BY = "run_id, signal, bound"
+ROSE = "run_id_signal_bound:grpo_step_beyond:rose"
+"""Label `streak`: the run's counter of that streak length at its bound rose within `counter_window`."""
+NEW = "run_id_signal_bound:grpo_step_beyond:new"
+"""Label `streak`: that counter is a series first seen within `counter_window` (a new process's), by its value."""
 INCREASE = "run_id_signal_bound:grpo_step_beyond:increase"
 """Label `streak`: the run's counter of that streak length at its bound rose within `counter_window` (or is new)."""
 STREAK_MAX = "run_id_signal_bound:grpo_step_streak:max"
@@ -41,7 +46,7 @@ HELD = "run_id_signal_bound:grpo_step_check:beyond"
 """Label `streak`: the run's scalar has been beyond its bound for `streak` consecutive steps, lately or now."""
 
 
-def counted(metric: str, by: str, s: RuleSettings) -> str:
+def counted_parts(metric: str, by: str, s: RuleSettings) -> tuple[str, str]:
     """Any increase within `counter_window`; a series unseen for `counter_lookback` before it counts by its value.
 
     Per series, then summed: each process of a run counts in series of its own (attribute
@@ -50,9 +55,13 @@ def counted(metric: str, by: str, s: RuleSettings) -> str:
     with a short lookback: after a failed scrape or an outage that would see every counter as
     new again. `last_over_time` over the lookback still finds its last value.
     """
-    return (f"sum by ({by}) (increase({metric}[{s.counter_window}])) > 0"
-            f" or sum by ({by}) ({metric} > 0"
-            f" unless last_over_time({metric}[{s.counter_lookback}] offset {s.counter_window}))")
+    return (f"sum by ({by}) (increase({metric}[{s.counter_window}])) > 0",
+            f"sum by ({by}) ({metric} > 0 unless last_over_time({metric}[{s.counter_lookback}] offset {s.counter_window}))")
+
+
+def counted(metric: str, by: str, s: RuleSettings) -> str:
+    """`counted_parts` in one expression: the increase, or else a new series by its value."""
+    return " or ".join(counted_parts(metric, by, s))
 
 
 def regex_literal(text: str) -> str:
@@ -87,8 +96,13 @@ def evidence_rules(s: RuleSettings, uses: Iterable[tuple[str, int]]) -> list[dic
              for field in dict.fromkeys(f for f, _ in uses) for sel, labels in _settings(s, field)]
     for field, steps in uses:
         key, streak = STEP_THRESHOLDS[field], f'streak="{steps}"'
-        rules += [{"record": INCREASE, "expr": counted(f"{BEYOND}{{{sel}, {streak}}}", BY, s),
-                   "labels": {**labels, "streak": str(steps)}} for sel, labels in _settings(s, field)]
+        for sel, labels in _settings(s, field):
+            rose, new = counted_parts(f"{BEYOND}{{{sel}, {streak}}}", BY, s)
+            own = {**labels, "streak": str(steps)}
+            # the two parts as records of their own, then `or`: what `counted` gives, in shorter expressions
+            rules += [{"record": ROSE, "expr": rose, "labels": own}, {"record": NEW, "expr": new, "labels": own},
+                      {"record": INCREASE, "expr": f"{ROSE}{{{sel}, {streak}}} or {NEW}{{{sel}, {streak}}}",
+                       "labels": own}]
         # One series per run and signal: the counter's where both hold (`or` keeps the left side's).
         rules.append({"record": HELD, "labels": {"signal": key, "streak": str(steps)},
                       "expr": f'max without (streak) ({INCREASE}{{signal="{key}", {streak}}})'
@@ -120,5 +134,5 @@ def at_step(cond: str) -> str:
     return f"({cond}) * 0 + on (run_id) group_left {STEP_MAX}"
 
 
-__all__ = ["HELD", "INCREASE", "STREAK_MAX", "at_step", "counted", "evidence_rules", "held", "held_uses", "regex_literal",
+__all__ = ["HELD", "INCREASE", "NEW", "ROSE", "STREAK_MAX", "at_step", "counted", "counted_parts", "evidence_rules", "held", "held_uses", "regex_literal",
            "selectors"]

@@ -39,7 +39,7 @@ import yaml
 from ._evidence import regex_literal
 from ._grid_trace import TRACE, Firing, report, traced as traced_firing, transitions
 from ._replay import Outage, Pause, Segment, replay
-from ._rules import RuleSettings, seconds
+from ._rules import RuleSettings, duration, seconds
 
 GROUP_WAIT_S = 10.0
 """Alertmanager's group_wait in the committed routing: a new alert's first notification waits this long."""
@@ -353,14 +353,28 @@ def grid(per_mode: int = PER_MODE, seed: int = 0) -> list[Case]:
 
 
 # ---- promtool -------------------------------------------------------------------------------
-FIRINGS = 'min by (alertname, run_id, severity) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})[30m:{step}]))'
-"""Each alert's first firing within the half hour before the query, at the evaluation interval: one query per
-half hour of a group (promtool's engine loads at most 10,000 samples a query)."""
+FIRINGS = ('min by (alertname, run_id, severity) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})'
+           '[{window}:{step}]))')
+"""Each alert's first firing within the window before the query, at the evaluation interval: one query per window
+of a group, 30 evaluations long at most (promtool's engine loads at most 10,000 samples a query)."""
 
 
-def _hours(length_s: float) -> float:
-    """A group's length: whole hours (its cases' lengths rounded up), so runs of one length share a group."""
-    return math.ceil(length_s / 3600)
+def _window_s(every: float) -> float:
+    """The first-firing queries' window: the most evaluations, at most 30, that divide UNIT_S (a group's length
+    is whole UNIT_S)."""
+    fits = [k * every for k in range(1, 31) if UNIT_S % (k * every) == 0]
+    if not fits:
+        raise ValueError(f"an evaluation interval of {every:g} s does not divide {UNIT_S:g} s")
+    return max(fits)
+
+
+UNIT_S = 1800.0
+"""A group's length is whole half hours: its longest case's, rounded up."""
+
+
+def _units(length_s: float) -> int:
+    """A length in UNIT_S, rounded up: runs of one such length share a group."""
+    return math.ceil(length_s / UNIT_S)
 
 
 def promtool_groups(cases: Sequence[Case], max_runs: int = 40) -> list[list[Case]]:
@@ -371,17 +385,20 @@ def promtool_groups(cases: Sequence[Case], max_runs: int = 40) -> list[list[Case
         buckets.setdefault((c.scrape_s, c.outages), []).append(c)
     groups: list[list[Case]] = []
     for members in buckets.values():
-        for c in members:  # a new group when full, or when this case is an hour shorter than the group
+        # A new group when full, or when this case is shorter (in UNIT_S) than the group: promtool's time
+        # grows with a group's length squared (every evaluation reads each series back to its start), so
+        # padding a case to a longer group costs more than another group does.
+        for c in members:
             if not groups or groups[-1][0].scrape_s != c.scrape_s or groups[-1][0].outages != c.outages \
-                    or len(groups[-1]) == max_runs or _hours(c.length_s) < _hours(groups[-1][0].length_s) - 1:
+                    or len(groups[-1]) == max_runs or _units(c.length_s) < _units(groups[-1][0].length_s):
                 groups.append([])
             groups[-1].append(c)
     return sorted(groups, key=lambda g: -g[0].length_s)
 
 
 def group_length_s(cases: Sequence[Case]) -> float:
-    """How long a promtool group of `cases` runs: whole hours, its longest case's length rounded up."""
-    return _hours(max(c.length_s for c in cases)) * 3600.0
+    """How long a promtool group of `cases` runs: whole UNIT_S, its longest case's length rounded up."""
+    return _units(max(c.length_s for c in cases)) * UNIT_S
 
 
 def promtool_group(cases: Sequence[Case], name: str, evaluation_interval: str = "60s",
@@ -395,11 +412,13 @@ def promtool_group(cases: Sequence[Case], name: str, evaluation_interval: str = 
     series: dict[str, str] = {}
     for c in cases:
         series.update(replay(c.segments, scrape_s, scrapes, outages))
-    queries = [{"expr": FIRINGS.format(step=evaluation_interval), "eval_time": f"{30 * k}m", "exp_samples": []}
-               for k in range(1, int(length // 1800) + 1)]
+    every = seconds(evaluation_interval)
+    window = _window_s(every)
+    expr = FIRINGS.format(window=duration(int(window)), step=evaluation_interval)
+    queries = [{"expr": expr, "eval_time": duration(int(k * window)), "exp_samples": []}
+               for k in range(1, int(length // window) + 1)]
     runs = sorted(c.run_id for c in cases if c.run_id in traced)
     if runs:
-        every = seconds(evaluation_interval)
         trace = TRACE.format(runs="|".join(regex_literal(r) for r in runs))
         queries += [{"expr": trace, "eval_time": f"{k * every}s", "exp_samples": []}
                     for k in range(int(length // every) + 1)]
@@ -470,8 +489,9 @@ def run(cases: Sequence[Case], promtool: str, rule_files: dict[str, str], workdi
     evaluation.
 
     The rules are evaluated every 60 s by default, a quarter of compose's evaluations (15 s): the grid's
-    hundreds of run-hours fit the test budget, a latency is measured up to 45 s late (never early), and a
-    condition must hold at an evaluation to count (the scenarios of prometheus/tests/scenarios.yml run at 15 s)."""
+    hundreds of run-hours fit the test budget, a latency is measured up to 45 s late (crash-in-outage's up to
+    45 s early: the collector's last evaluation seen down is earlier), and a condition must hold at an
+    evaluation to count (the scenarios of prometheus/tests/scenarios.yml run at 15 s)."""
     for rel, text in rule_files.items():
         (workdir / rel).parent.mkdir(parents=True, exist_ok=True)
         (workdir / rel).write_text(text)

@@ -310,20 +310,27 @@ def threshold_rules(s: RuleSettings) -> list[dict]:
             for run_id, values in s.overrides.items() for name, value in values.items()]
 
 
-def _laddered(s: RuleSettings, over_time: str) -> str:
-    """`over_time` ("avg_over_time({m}[{w}] offset {o})") on the shortest rung holding enough steps."""
-    parts = [f"(max by (run_id) ({over_time.format(w=w, o=o)})"
-             f' and on (run_id) {BASELINE_STEPS}{{rung="{i}"}} >= {s.baseline_min_steps})'
+def _laddered(s: RuleSettings, record: str, over_time: str) -> list[dict]:
+    """`record`: `over_time` ("avg_over_time({m}[{w}] offset {o})") on the shortest rung holding enough steps.
+
+    Two building blocks: one record per rung (label `rung`), present where that rung holds enough steps, and
+    `record`, the first rung present. A rung whose window holds the steps but not the metric is skipped, as
+    `or` skips it. A group's rules are evaluated in order at one timestamp, so the rungs cost no latency."""
+    per_rung = record.replace("run_id:", "run_id_rung:", 1)
+    rules = [{"record": per_rung, "labels": {"rung": str(i)},
+              "expr": f"max by (run_id) ({over_time.format(w=w, o=o)})"
+                      f' and on (run_id) {BASELINE_STEPS}{{rung="{i}"}} >= {s.baseline_min_steps}'}
              for i, (w, o) in enumerate(rungs(s))]
-    return " or ".join(parts)
+    first = " or ".join(f'max by (run_id) ({per_rung}{{rung="{i}"}})' for i in range(len(rungs(s))))
+    return rules + [{"record": record, "expr": first}]
 
 
-def _baseline(s: RuleSettings, metric: str, fn: str) -> str:
-    return _laddered(s, f"{fn}({metric}[{{w}}] offset {{o}})")
+def _baseline(s: RuleSettings, record: str, metric: str, fn: str) -> list[dict]:
+    return _laddered(s, record, f"{fn}({metric}[{{w}}] offset {{o}})")
 
 
-def _quantile_baseline(s: RuleSettings, metric: str, p: float) -> str:
-    return _laddered(s, f"quantile_over_time({p}, {metric}[{{w}}] offset {{o}})")
+def _quantile_baseline(s: RuleSettings, record: str, metric: str, p: float) -> list[dict]:
+    return _laddered(s, record, f"quantile_over_time({p}, {metric}[{{w}}] offset {{o}})")
 
 
 def _judged(key: str) -> str:
@@ -340,20 +347,20 @@ def _kl_baseline(s: RuleSettings) -> list[dict]:
     learning rate explodes) inside the window would otherwise inflate the std so
     much that no later jump counts.
     """
-    def q(p: float) -> str:
-        return _quantile_baseline(s, KL_JUDGED, p)
+    def q(record: str, p: float) -> list[dict]:
+        return _quantile_baseline(s, f"run_id:grpo_kl:{record}", KL_JUDGED, p)
 
     return [
         # before the baselines that read its history: the rules of a group are evaluated in order
         {"record": KL_JUDGED, "expr": _judged("kl")},
-        {"record": "run_id:grpo_kl:baseline_median", "expr": q(0.5)},
-        {"record": "run_id:grpo_kl:baseline_q25", "expr": q(0.25)},
-        {"record": "run_id:grpo_kl:baseline_q75", "expr": q(0.75)},
+        *q("baseline_median", 0.5),
+        *q("baseline_q25", 0.25),
+        *q("baseline_q75", 0.75),
         {"record": "run_id:grpo_kl:baseline_iqr", "expr": "run_id:grpo_kl:baseline_q75 - run_id:grpo_kl:baseline_q25"},
         # A jump must also leave the baseline's upper range (its 90th percentile, which one absurd step does
         # not move): a KL that creeps up steadily is many robust deviations above a tight, early baseline
         # median, never twice its own recent highs.
-        {"record": "run_id:grpo_kl:baseline_p90", "expr": q(0.9)},
+        *q("baseline_p90", 0.9),
         # 0.741 * IQR estimates the std of a normal distribution. The divisor is floored
         # by 10 % of the median plus a constant: a flat baseline must not turn every
         # wiggle into an infinite z-score.
@@ -370,13 +377,9 @@ def _baselines(s: RuleSettings) -> list[dict]:
              for i, (w, o) in enumerate(rungs(s))]
     rules += _kl_baseline(s)
     for metric, name in ((REWARD, "grpo_reward_mean"), (ENTROPY, "grpo_policy_entropy")):
-        rules += [
-            {"record": f"run_id:{name}:baseline_mean", "expr": _baseline(s, metric, "avg_over_time")},
-            {"record": f"run_id:{name}:baseline_stddev", "expr": _baseline(s, metric, "stddev_over_time")},
-        ]
-    rules += [
-        {"record": f"run_id:{THROUGHPUT}:baseline_mean", "expr": _baseline(s, THROUGHPUT, "avg_over_time")},
-    ]
+        rules += _baseline(s, f"run_id:{name}:baseline_mean", metric, "avg_over_time")
+        rules += _baseline(s, f"run_id:{name}:baseline_stddev", metric, "stddev_over_time")
+    rules += _baseline(s, f"run_id:{THROUGHPUT}:baseline_mean", THROUGHPUT, "avg_over_time")
     return rules
 
 

@@ -19,7 +19,9 @@ import yaml
 from otel_grpo.stack import RuleSettings, alerts, generated_files
 from otel_grpo.generate._checks import allowed_series, metric_names, rule_exprs
 from otel_grpo.generate import rule_files
-from otel_grpo.generate._promtool import load_scenarios, render_tests
+from otel_grpo.generate._configs import RULE_FILES
+from otel_grpo.generate._promtool import asserted_alerts, load_scenarios, render_tests, scenario_rules
+from otel_grpo.generate._subset import reads
 from otel_grpo.generate._rules import FLOORS, THRESHOLDS, seconds
 
 ALERTS = {r["alert"] for r in alerts(RuleSettings())}
@@ -27,7 +29,7 @@ ALWAYS_FIRING = {"GRPOWatchdog"}
 
 
 def run(*argv: str, cwd=None) -> subprocess.CompletedProcess:
-    # The longest scenario replays 13 hours of steps, evaluated every 15 s: about a minute of promtool.
+    # The longest scenarios replay 13 hours of steps, evaluated every 15 s (benchmarks/promtool_tests.py).
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
@@ -47,28 +49,53 @@ def test_promtool_check_compose_config(root, promtool):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-# 5.5 minutes of promtool on one core (the 17 groups), which `make test`'s other worker may leave it
 @pytest.mark.timeout(1200)
 def test_promtool_unit_tests_pass(root, promtool, tmp_path):
-    """The committed rule files, exactly as compose mounts them, against every scenario.
+    """The committed test file against the committed rule files, each scenario against the rules it asserts on.
 
-    promtool runs a file's test groups one after another on about one core, so each group runs in a
-    promtool of its own, as many at once as there are cores, the longest replays first; each
-    promtool's JUnit report shows that its one group ran."""
+    promtool evaluates every rule of the files it loads at every evaluation, so each scenario runs against
+    the committed rules cut to its alerts and the records they read (`scenario_rules`: verbatim, in order),
+    which fire as the full files do; each in a promtool of its own, as many at once as there are cores, the
+    longest replays first; each promtool's JUnit report shows that its one group ran."""
     scenarios = sorted(load_scenarios(root), key=lambda sc: -seconds(sc.get("length", "0s")))
+    committed = (root / "prometheus/tests/grpo_alerts_test.yml").read_text()
 
-    def one(i: int, name: str) -> tuple[str, subprocess.CompletedProcess, int]:
-        report = tmp_path / f"{i}.xml"
-        out = run(promtool, "test", "rules", "--junit", str(report), "--run", f"^{re.escape(name)}$",
-                  "prometheus/tests/grpo_alerts_test.yml", cwd=root)
+    def one(i: int) -> tuple[str, subprocess.CompletedProcess, int]:
+        sc, work = scenarios[i], tmp_path / str(i)
+        for rel, text in {**scenario_rules(root, sc), "tests/t.yml": committed}.items():
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            (work / rel).write_text(text)
+        report = work / "report.xml"
+        out = run(promtool, "test", "rules", "--junit", str(report), "--run", f"^{re.escape(sc['name'])}$",
+                  "tests/t.yml", cwd=work)
         ran = sum(int(s.get("tests")) for s in ET.parse(report).getroot().iter("testsuite")) if report.exists() else 0
-        return name, out, ran
+        return sc["name"], out, ran
 
     with ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:
-        results = list(pool.map(one, range(len(scenarios)), [sc["name"] for sc in scenarios]))
+        results = list(pool.map(one, range(len(scenarios))))
     failed = {name: out.stdout[-3000:] + out.stderr[-1000:] for name, out, ran in results
               if out.returncode != 0 or ran != 1}
     assert failed == {}, "\n\n".join(f"{name}:\n{text}" for name, text in failed.items())
+
+
+def test_each_scenario_loads_the_rules_it_asserts_on_and_every_record_they_read(root):
+    """The cut the unit tests run on is closed: every record a kept rule may select is kept (a missing one would
+    silence an alert, and a silent check would pass); it keeps the asserted alerts and no other, a `never_firing`
+    scenario every alert of that severity, and a record of one label value only where only that one is read."""
+    full = {rel: yaml.safe_load((root / "prometheus" / rel).read_text()) for rel in RULE_FILES}
+    records = [r for doc in full.values() for g in doc["groups"] for r in g["rules"] if "record" in r]
+    for sc in load_scenarios(root):
+        cut = [yaml.safe_load(text) for text in scenario_rules(root, sc).values()]
+        kept = [r for doc in cut for g in doc["groups"] for r in g["rules"]]
+        assert {r["alert"] for r in kept if "alert" in r} == asserted_alerts(sc, full), sc["name"]
+        assert all(records[i] in kept for r in kept for i in reads(r["expr"], records)), sc["name"]
+    by_name = {sc["name"]: sc for sc in load_scenarios(root)}
+    healthy = asserted_alerts(by_name["a healthy TRL run replayed at 10 min per step pages nobody"], full)
+    assert {"GRPOMetricsAbsent", "GRPOTrainerStalled", "GRPOKLHigh"} <= healthy and "GRPOKLSpike" not in healthy
+    jump = scenario_rules(root, {"checks": [{"alert": "GRPOKLJump"}]})
+    assert 'check: kl_jump' in jump["rules/grpo_alerts.yml"] and "reward_collapse" not in jump["rules/grpo_alerts.yml"]
+    assert "run_id:grpo_kl:baseline_median" in jump["rules/grpo_recording.yml"]
+    assert "run_id:grpo_throughput:baseline_mean" not in jump["rules/grpo_recording.yml"]
 
 
 def test_promtool_catches_a_wrong_expectation(root, promtool, tmp_path):
@@ -76,7 +103,8 @@ def test_promtool_catches_a_wrong_expectation(root, promtool, tmp_path):
     text = (root / "prometheus/tests/grpo_alerts_test.yml").read_text().replace("eval_time: 91m", "eval_time: 85m")
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests/t.yml").write_text(text)
-    for rel, rules in rule_files(RuleSettings()).items():
+    kl_high = next(sc for sc in load_scenarios(root) if sc["name"].startswith("KL high is 3"))
+    for rel, rules in scenario_rules(root, kl_high).items():  # as test_promtool_unit_tests_pass runs it
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(rules)
     out = run(promtool, "test", "rules", "--run", "^KL high is 3", "tests/t.yml", cwd=tmp_path)
@@ -173,8 +201,8 @@ def test_runbook_has_a_section_per_alert(root):
 
 def test_kl_jump_baseline_is_offset_so_a_jump_is_not_absorbed():
     s = RuleSettings()
-    baseline = dict(rule_exprs(s))["run_id:grpo_kl:baseline_median"]
-    assert f"[{s.baseline_window}] offset {s.baseline_offset}" in baseline
+    rungs = [expr for name, expr in rule_exprs(s) if name == "run_id_rung:grpo_kl:baseline_median"]
+    assert len(rungs) == s.baseline_rungs and f"[{s.baseline_window}] offset {s.baseline_offset}" in rungs[0]
 
 
 def test_no_wall_clock_unless_offset_on_counters():
@@ -213,11 +241,11 @@ _EVERY_OVERRIDE = RuleSettings(overrides={
                          ids=["default", "fast", "overrides"])
 def test_alerts_read_small_named_building_blocks(settings):
     """Alerts read named recording rules, one per building block (kubernetes-mixin style), so no alert
-    expression is longer than 300 characters, whatever the settings. No record with the defaults is longer than
-    500 (a baseline picks one of its rungs; a threshold's overrides list their runs in its records' selectors)."""
+    expression is longer than 300 characters, whatever the settings, and no record with the defaults or the fast
+    settings either (a threshold's overrides list their runs in its records' selectors)."""
     assert [(a["alert"], len(a["expr"])) for a in alerts(settings) if len(a["expr"]) > 300] == []
-    if settings is _DEFAULTS:
-        assert [(name, len(expr)) for name, expr in rule_exprs(settings) if len(expr) > 500] == []
+    if settings is not _EVERY_OVERRIDE:
+        assert [(name, len(expr)) for name, expr in rule_exprs(settings) if len(expr) > 300] == []
 
 
 def test_fast_rules_pass_promtool(tmp_path, promtool):
