@@ -282,16 +282,6 @@ class Stats:
         self.vectors[key] = torch.cat([self.vectors[key], flat]) if key in self.vectors else flat
         return self
 
-    def move_rows(self, positions: Tensor, size: int) -> Stats:
-        """Row i of every column (`add_column`) moved to row `positions[i]` of `size` rows, NaN (no value) in
-        rows no position names: columns computed on shuffled rows, put back in order. In place; returns self."""
-        keys = [k for k in self.vectors if k.startswith(COLUMN_PREFIX)]
-        if keys:
-            columns = torch.stack([self.vectors[k] for k in keys])
-            moved = columns.new_full((len(keys), size), float("nan")).index_copy_(1, positions, columns)
-            self.vectors.update(zip(keys, moved.unbind()))
-        return self
-
     def add_distinct(self, key: str, ids: Tensor) -> Stats:
         """`key` = distinct / total over the gathered int64 `ids` [N] of every rank (-1: none)."""
         if ids.dim() != 1 or ids.dtype != torch.int64:

@@ -257,8 +257,7 @@ class Capture:
         target = self._first_pass
         if target is not None:
             if ROW_KEY in inputs:  # else (a subclass dropped it) the rows go out without the loss's numbers
-                mb.rows = inputs[ROW_KEY]
-                target.passes.append(mb)
+                mb.rows, mb.batch = inputs[ROW_KEY], target
             target.pending -= logps.shape[0]
             if target.pending <= 0:
                 self._first_pass = None
