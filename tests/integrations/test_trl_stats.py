@@ -75,6 +75,15 @@ def test_policy_stats_of_two_micro_batches_equal_one_of_their_concatenation():
     assert policy(settings(), [a, b]) == policy(settings(), [whole])  # bit for bit: the same rows, fsum-ed
 
 
+def test_a_nan_in_the_tensors_reaches_the_stats_it_feeds():
+    """A NaN log-prob is an anomaly to report (grpo.nonfinite), never a row left out as if its tensor were absent."""
+    for at in ((0, 0), (1, 0)):  # the NaN row first or last: Python's max would depend on the order
+        logps = LOGPS.clone()
+        logps[at] = math.nan
+        got = policy(settings(), [micro_batch(logps=logps)])
+        assert all(math.isnan(got[k]) for k in ("kl", "kl_max", "policy_ratio_mean", "policy_ratio_max", "trl_kl")), got
+
+
 @pytest.mark.parametrize("split", [[6], [2, 4], [1, 2, 3]])
 def test_policy_stats_from_the_table_are_the_public_signals_policy_stats(split):
     """The host-finished table gives `signals.policy_stats`' keys and values (float64 inputs: the same

@@ -46,14 +46,16 @@ CLIP_C = 3.0
 # The table's columns, per row. Counts of tokens (exact in float64):
 COUNTS = ("tokens", "low", "high", "region", "dual", "neg_adv", "pos_adv")
 # sums over the row's tokens (0 on padding; the b_ ones against the behaviour policy, the sampler's
-# log-probs with vLLM, else pi_old), NaN where the micro-batch lacks the tensor (no reference, no entropy):
+# log-probs with vLLM, else pi_old), NaN where the micro-batch lacks the tensor (no reference, no entropy;
+# `kind` says which, as a NaN of the data itself must not read as absent):
 SUMS = ("ratio", "log_ratio_sq", "log_ratio_clamped", "log_ratio", "advantage", "b_log_ratio", "b_weight",
         "k3", "ref_log_ratio", "ref", "k3_ratio", "entropy")
 # maxes over the row's tokens (-inf for a row without tokens; -ratio's max is the ratio's min):
 MAXES = ("ratio_max", "neg_ratio_max", "b_abs_log_ratio_max", "b_weight_max", "k3_max")
-# the row's position in its generation batch on that batch's first loss pass (-1 on later passes), and with
-# sequence-level ratios whether its advantages were per token (1) or one per row (0)
-COLUMNS = COUNTS + SUMS + MAXES + ("position", "token_advantages")
+# the row's position in its generation batch on that batch's first loss pass (-1 on later passes), and its
+# micro-batch's kind: the sum of the `KIND_*` flags of what it had
+COLUMNS = COUNTS + SUMS + MAXES + ("position", "kind")
+KIND_REF, KIND_ENTROPY, KIND_TOKEN_ADVANTAGES = 1, 2, 4
 C = {name: i for i, name in enumerate(COLUMNS)}
 TABLE = "trl_policy"
 """The table's name in `Stats.add_table` / `ReducedStats.tables`."""
@@ -141,12 +143,11 @@ def policy_table(settings: TrlSettings, batches: Sequence[MicroBatch]) -> Tensor
     row_maxes = torch.stack(list(maxes.values())).masked_fill_(pad, -math.inf).amax(-1)  # [X, B]
     positions = [b.rows if b.rows is not None else torch.full_like(b.logps[:, 0], -1, dtype=torch.int64)
                  for b in batches]
-    at = (*range(len(COUNTS)), *(C[k] for k in sums), *(C[k] for k in maxes), C["position"])
-    parts = [counts.to(_F64), row_sums, row_maxes, cat_rows(positions, -1).to(_F64).unsqueeze(0)]
-    if settings.sequence:  # the sequence clips need the advantages' shape (host-side finishing)
-        at += (C["token_advantages"],)
-        parts.append(torch.full((1, m.shape[0]), float(first.advantages.dim() == 2), dtype=_F64, device=m.device))
-    parts = torch.cat(parts)
+    kind = (KIND_REF * (first.ref is not None) + KIND_ENTROPY * (first.entropy is not None)
+            + KIND_TOKEN_ADVANTAGES * (first.advantages.dim() == 2))
+    at = (*range(len(COUNTS)), *(C[k] for k in sums), *(C[k] for k in maxes), C["position"], C["kind"])
+    parts = torch.cat([counts.to(_F64), row_sums, row_maxes, cat_rows(positions, -1).to(_F64).unsqueeze(0),
+                       torch.full((1, m.shape[0]), float(kind), dtype=_F64, device=m.device)])
     table = parts.new_full((parts.shape[1], len(COLUMNS)), math.nan)
     return table.index_copy_(1, _index(at, table.device), parts.T)
 
@@ -173,10 +174,12 @@ def policy_values(settings: TrlSettings, rows: Sequence[Sequence[float]]) -> tup
             invalid.add(key)
 
     def extreme(key: str, values: list[float], pick) -> None:
-        if values:
-            out[key] = pick(values)
-        else:
+        if not values:
             invalid.add(key)
+        elif any(v != v for v in values):  # a NaN wins, as in torch's min and max (Python's depend on the order)
+            out[key] = math.nan
+        else:
+            out[key] = pick(values)
 
     col = dict(zip(COLUMNS, zip(*rows))) if rows else {name: () for name in COLUMNS}
     fsum = math.fsum
@@ -200,11 +203,11 @@ def policy_values(settings: TrlSettings, rows: Sequence[Sequence[float]]) -> tup
             invalid.discard(key)
     if settings.clipped and settings.sequence:
         _sequence_clips(settings, col, mean, extreme)
-    k3 = col["k3"]
-    with_ref = [i for i, x in enumerate(k3) if x == x]  # not NaN: the row's micro-batch had the reference
+    kinds = [int(k) for k in col["kind"]]
+    with_ref = [i for i, k in enumerate(kinds) if k & KIND_REF]
     if with_ref:
         _reference(settings, col, with_ref, mean, extreme, out)
-    with_entropy = [i for i, x in enumerate(col["entropy"]) if x == x]
+    with_entropy = [i for i, k in enumerate(kinds) if k & KIND_ENTROPY]
     if with_entropy:
         mean("entropy", fsum(col["entropy"][i] for i in with_entropy), fsum(tokens[i] for i in with_entropy))
     return out, invalid
@@ -249,7 +252,7 @@ def _sequence_clips(settings: TrlSettings, col: dict, mean, extreme) -> None:
     tokens, log_ratio = col["tokens"], col["log_ratio"]
     low_at, high_at = 1.0 - settings.epsilon_low, 1.0 + settings.epsilon_high
     flags = []  # per row: (low, high) as counts of the tokens (per-token advantages) or 0/1 (one per sequence)
-    per_token = any(x == 1.0 for x in col["token_advantages"])  # one kind per run: TRL's advantages' shape
+    per_token = any(int(k) & KIND_TOKEN_ADVANTAGES for k in col["kind"])  # one shape per run: TRL's
     for i, t in enumerate(tokens):
         weight = math.exp(log_ratio[i] / max(t, 1.0))
         neg, pos = col["neg_adv"][i], col["pos_adv"][i]
@@ -274,14 +277,16 @@ def row_numbers(row: Sequence[float]) -> dict[str, float]:
     """One row's loss-pass numbers for its sample (`signals.sample_diagnostics`' columns): means over its tokens
     and maxes of the log ratio and IS weight against the behaviour policy, of k3 to the reference and of the
     entropy; none for a row without tokens, none of a tensor its micro-batch lacked."""
-    n = row[C["tokens"]]
+    n, kind = row[C["tokens"]], int(row[C["kind"]])
     if not n > 0:
         return {}
     out = {"log_ratio_mean": row[C["b_log_ratio"]] / n, "log_ratio_absmax": row[C["b_abs_log_ratio_max"]],
-           "is_weight_mean": row[C["b_weight"]] / n, "is_weight_max": row[C["b_weight_max"]],
-           "kl_ref_mean": row[C["k3"]] / n, "kl_ref_max": row[C["k3_max"]],
-           "entropy_mean": row[C["entropy"]] / n}
-    return {k: v for k, v in out.items() if v == v}  # NaN: the micro-batch had no such tensor
+           "is_weight_mean": row[C["b_weight"]] / n, "is_weight_max": row[C["b_weight_max"]]}
+    if kind & KIND_REF:
+        out |= {"kl_ref_mean": row[C["k3"]] / n, "kl_ref_max": row[C["k3_max"]]}
+    if kind & KIND_ENTROPY:
+        out["entropy_mean"] = row[C["entropy"]] / n
+    return {k: v for k, v in out.items() if v == v}  # a NaN goes out as no value, as sample_diagnostics' columns
 
 
 def attach(rows: Sequence[Sequence[float]], segments: Sequence[tuple[int, Any]]) -> None:
