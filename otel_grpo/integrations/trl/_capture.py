@@ -178,8 +178,8 @@ class Capture:
 
         def capture() -> None:
             self.acc.phase("reward", seconds)
-            self._captured = Captured(list(prompts), list(completions), [list(c) for c in completion_ids_list],
-                                      rewards.detach())
+            # references, not copies: TRL builds these lists afresh for each generation and leaves them as they are
+            self._captured = Captured(prompts, completions, completion_ids_list, rewards.detach())
         if self._training():
             self._guard("rewards", capture)
         return rewards

@@ -24,7 +24,8 @@ from ._settings import TrlSettings
 
 @dataclass(slots=True)
 class Captured:
-    """What `_calculate_rewards` saw: this rank's prompts and completions, and every rank's rewards."""
+    """What `_calculate_rewards` saw: this rank's prompts and completions (TRL's own lists, not copied), and every
+    rank's rewards."""
 
     prompts: list[Any]
     completions: list[Any]
