@@ -271,8 +271,9 @@ class Stats:
     def add_table(self, name: str, table: Tensor) -> Stats:
         """A [R, K] float64 table of per-row numbers, not a catalog signal: gathered with the per-sample vectors
         (same collective, same host copy) and returned as host rows, every rank's in rank order, in
-        `ReducedStats.tables[name]` (a list of R * world lists of K floats, NaN kept). A caller finishes its
-        own stats from them on the host; tables of one `name` concatenate their rows (same K)."""
+        `ReducedStats.tables[name]` (one flat row-major list of R * world * K floats, NaN kept: column j is
+        `[j::K]`). A caller finishes its own stats from them on the host; tables of one `name` concatenate
+        their rows (same K)."""
         if not name or not isinstance(name, str):
             raise ValueError(f"name: a table needs a non-empty name, got {name!r}")
         if table.dim() != 2 or table.dtype != _F64:

@@ -270,10 +270,8 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     samples, columns, summarized, tables = {}, {}, {}, {}
     for key, n in lay.vectors:
         block = host[at : at + n * world]
-        if key.startswith(TABLE_PREFIX):  # "table:<width>:<name>": rows of every rank, in rank order
-            width, name = key[len(TABLE_PREFIX):].split(":", 1)
-            k = int(width)
-            tables[name] = [block[i : i + k] for i in range(0, len(block), k)]
+        if key.startswith(TABLE_PREFIX):  # "table:<width>:<name>": rows of every rank, in rank order, flat
+            tables[key[len(TABLE_PREFIX):].split(":", 1)[1]] = block
         elif key.startswith(COLUMN_PREFIX):  # every row, in rank order; NaN: no value
             columns[key[len(COLUMN_PREFIX):]] = [x if x == x else None for x in block]
         elif key.startswith(SUMMARIZED_PREFIX):

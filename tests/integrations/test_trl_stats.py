@@ -33,7 +33,7 @@ def reduced(stats: signals.Stats) -> signals.ReducedStats:
 
 def policy(st: TrlSettings, batches: list[MicroBatch]) -> dict[str, float]:
     """The policy stats of `batches` as a logged step finishes them: one table, its host rows."""
-    values, _ = policy_values(st, policy_table(st, batches).tolist())
+    values, _ = policy_values(st, policy_table(st, batches).reshape(-1).tolist())
     return values
 
 
@@ -98,7 +98,7 @@ def test_policy_stats_from_the_table_are_the_public_signals_policy_stats(split):
     for n in split:
         at.append(at[-1] + n)
     parts = [MicroBatch(logps[i:j], old[i:j], adv[i:j], mask[i:j], ref[i:j], entropy[i:j]) for i, j in zip(at, at[1:])]
-    values, invalid = policy_values(settings(), policy_table(settings(), parts).tolist())
+    values, invalid = policy_values(settings(), policy_table(settings(), parts).reshape(-1).tolist())
     assert set(values) - {"trl_kl"} == set(want) and invalid == set(want.invalid)
     assert values == pytest.approx({**want, "trl_kl": want["kl"]}, rel=1e-12, abs=1e-15)
 

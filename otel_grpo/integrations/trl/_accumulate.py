@@ -33,7 +33,7 @@ import torch
 from ... import signals
 from ._diagnostics import diagnose
 from ._generation import Generation, SampleBatch, generation_stats
-from ._micro_batch import TABLE, MicroBatch, attach, policy_table, policy_values
+from ._micro_batch import COLUMNS, TABLE, MicroBatch, attach, policy_table, policy_values
 from ._settings import TrlSettings
 
 FOLD_BYTES = 64 << 20
@@ -159,14 +159,14 @@ class Accumulator:
     def _finish(self, reduced: signals.ReducedStats) -> None:
         """The policy stats from every rank's table rows, into `reduced`; this rank's first-pass rows' numbers
         to their sample batches (a batch that goes out now, or one still waiting for its other rows)."""
-        rows = reduced.tables.pop(TABLE, None)
-        if rows is None:
+        table = reduced.tables.pop(TABLE, None)
+        if table is None:
             return
-        values, invalid = policy_values(self.settings, rows)
+        values, invalid = policy_values(self.settings, table)
         reduced.update(values)
         reduced.invalid = reduced.invalid | invalid
-        n = sum(count for count, _ in self.segments)  # this rank's rows; every rank holds as many (reduce_stats)
-        attach(rows if len(rows) == n else rows[self.settings.rank * n : (self.settings.rank + 1) * n], self.segments)
+        n = sum(count for count, _ in self.segments) * len(COLUMNS)  # this rank's; every rank's as many (reduce_stats)
+        attach(table if len(table) == n else table[self.settings.rank * n : (self.settings.rank + 1) * n], self.segments)
 
     def clear(self) -> None:
         self.stats, self.captures, self.held_bytes, self.batches, self.phases = [], [], 0, [], []

@@ -158,12 +158,13 @@ def _index(columns: tuple[int, ...], device: torch.device) -> Tensor:
     return torch.tensor(columns, device=device)
 
 
-def policy_values(settings: TrlSettings, rows: Sequence[Sequence[float]]) -> tuple[dict[str, float], set[str]]:
-    """Every policy stat of the rows of every rank (`policy_table`'s, from the host copy): (values, keys with no
-    valid element). Means are over tokens (`kl_seq_mean`, `kl_k1_seq_mean`: over rows with tokens),
+def policy_values(settings: TrlSettings, table: Sequence[float]) -> tuple[dict[str, float], set[str]]:
+    """Every policy stat of the rows of every rank (`policy_table`'s, flat from the host copy): (values, keys
+    with no valid element). Means are over tokens (`kl_seq_mean`, `kl_k1_seq_mean`: over rows with tokens),
     `clip_ratio_low_min` / `clip_ratio_high_max` over the rows' clip fractions, `kl_by_length/<bucket>` over
     the tokens of the rows whose length falls in the bucket; the keys of `signals.policy_stats`, less the token
-    clips where TRL clips none (`loss_type`) or clips sequences (then TRL's sequence clips), plus TRL's `kl`."""
+    clips where TRL clips none (`loss_type`) or clips sequences (then TRL's sequence clips), plus TRL's `kl`.
+    Columns are slices of the flat table and sums `math.fsum`s of them: C loops, not Python ones per row."""
     out: dict[str, float] = {}
     invalid: set[str] = set()
 
@@ -173,72 +174,83 @@ def policy_values(settings: TrlSettings, rows: Sequence[Sequence[float]]) -> tup
         else:
             invalid.add(key)
 
-    def extreme(key: str, values: list[float], pick) -> None:
-        if not values:
+    def extreme(key: str, values: Sequence[float], pick, valid: bool) -> None:
+        """`pick` of `values` (rows without tokens hold -inf in max columns: never picked while `valid`)."""
+        if not valid:
             invalid.add(key)
-        elif any(v != v for v in values):  # a NaN wins, as in torch's min and max (Python's depend on the order)
-            out[key] = math.nan
+        elif sum(values) != sum(values) and any(v != v for v in values):  # NaN wins, as in torch's max
+            out[key] = math.nan  # (Python's min and max would depend on the order)
         else:
             out[key] = pick(values)
 
-    col = dict(zip(COLUMNS, zip(*rows))) if rows else {name: () for name in COLUMNS}
+    width = len(COLUMNS)
+    col = {name: table[j::width] for j, name in enumerate(COLUMNS)}
     fsum = math.fsum
     tokens = col["tokens"]
     n = fsum(tokens)
-    full = [i for i, t in enumerate(tokens) if t > 0]  # rows with tokens
     for key, name in (("clip_ratio_low_mean", "low"), ("clip_ratio_high_mean", "high"),
                       ("clip_ratio_region_mean", "region"), ("dual_clip_fraction", "dual"),
                       ("policy_ratio_mean", "ratio"), ("advantage_token_mean", "advantage")):
         mean(key, fsum(col[name]), n)
     mean("approx_kl", fsum(col["log_ratio_sq"]) * 0.5, n)
     mean("ppo_kl", -fsum(col["log_ratio_clamped"]), n)
-    low, high = col["low"], col["high"]
-    extreme("clip_ratio_low_min", [low[i] / tokens[i] for i in full], min)
-    extreme("clip_ratio_high_max", [high[i] / tokens[i] for i in full], max)
-    extreme("policy_ratio_min", [-col["neg_ratio_max"][i] for i in full], min)
-    extreme("policy_ratio_max", [col["ratio_max"][i] for i in full], max)
-    if not settings.clipped or settings.sequence:
-        for key in CLIP_KEYS:  # TRL clipped no token ratio: the token-level fractions would be of nothing it did
+    if settings.clipped and not settings.sequence:
+        fractions = [(lo / t, hi / t) for lo, hi, t in zip(col["low"], col["high"], tokens) if t > 0]
+        extreme("clip_ratio_low_min", [lo for lo, _ in fractions], min, n > 0)
+        extreme("clip_ratio_high_max", [hi for _, hi in fractions], max, n > 0)
+    else:  # TRL clipped no token ratio: the token-level fractions would be of nothing it did
+        for key in CLIP_KEYS[:3]:
             out.pop(key, None)
             invalid.discard(key)
-    if settings.clipped and settings.sequence:
-        _sequence_clips(settings, col, mean, extreme)
-    kinds = [int(k) for k in col["kind"]]
-    with_ref = [i for i, k in enumerate(kinds) if k & KIND_REF]
-    if with_ref:
-        _reference(settings, col, with_ref, mean, extreme, out)
-    with_entropy = [i for i, k in enumerate(kinds) if k & KIND_ENTROPY]
-    if with_entropy:
-        mean("entropy", fsum(col["entropy"][i] for i in with_entropy), fsum(tokens[i] for i in with_entropy))
+        if settings.clipped:  # it clipped sequences
+            _sequence_clips(settings, col, mean, extreme)
+    extreme("policy_ratio_min", col["neg_ratio_max"], lambda v: -max(v), n > 0)
+    extreme("policy_ratio_max", col["ratio_max"], max, n > 0)
+    with_ref = _rows_of(col, KIND_REF)
+    if with_ref is not None:
+        _reference(settings, with_ref, mean, extreme, out)
+    with_entropy = _rows_of(col, KIND_ENTROPY)
+    if with_entropy is not None:
+        mean("entropy", fsum(with_entropy["entropy"]), fsum(with_entropy["tokens"]))
     return out, invalid
 
 
-def _reference(settings: TrlSettings, col: dict, rows: list[int], mean, extreme, out: dict[str, float]) -> None:
-    """The KL-to-reference stats over the rows whose micro-batch had the reference, and TRL's `kl`: k3 times
-    the policy ratio with `use_bias_correction_kl` (the sequence's ratio at the sequence level)."""
+def _rows_of(col: dict[str, Sequence[float]], flag: int) -> dict[str, Sequence[float]] | None:
+    """`col` restricted to the rows whose micro-batch had `flag` (`col` itself when all had: one run, one kind);
+    None when none had."""
+    has = [int(k) & flag for k in col["kind"]]
+    if all(has):
+        return col
+    if not any(has):
+        return None
+    return {name: [x for x, h in zip(values, has) if h] for name, values in col.items()}
+
+
+def _reference(settings: TrlSettings, col: dict, mean, extreme, out: dict[str, float]) -> None:
+    """The KL-to-reference stats over `col`'s rows (those whose micro-batch had the reference), and TRL's `kl`:
+    k3 times the policy ratio with `use_bias_correction_kl` (the sequence's ratio at the sequence level)."""
     fsum, tokens, k3 = math.fsum, col["tokens"], col["k3"]
-    n = fsum(tokens[i] for i in rows)
-    full = [i for i in rows if tokens[i] > 0]
-    kl, k1 = fsum(k3[i] for i in rows), -fsum(col["ref_log_ratio"][i] for i in rows)
+    n = fsum(tokens)
+    rows = sum(t > 0 for t in tokens)  # with tokens
+    kl, k1 = fsum(k3), -fsum(col["ref_log_ratio"])
     mean("kl", kl, n)
     mean("kl_k1", k1, n)
-    mean("ref_logp_mean", fsum(col["ref"][i] for i in rows), n)
-    mean("kl_seq_mean", kl, len(full))  # rows without tokens sum to 0
-    mean("kl_k1_seq_mean", k1, len(full))
-    extreme("kl_max", [col["k3_max"][i] for i in full], max)
+    mean("ref_logp_mean", fsum(col["ref"]), n)
+    mean("kl_seq_mean", kl, rows)  # rows without tokens sum to 0
+    mean("kl_k1_seq_mean", k1, rows)
+    extreme("kl_max", col["k3_max"], max, n > 0)
     if not settings.use_bias_correction_kl:
         trl = kl
     elif settings.sequence:
-        log_ratio = col["log_ratio"]
-        trl = fsum(k3[i] * math.exp(log_ratio[i] / max(tokens[i], 1.0)) for i in rows)
+        trl = fsum(k * math.exp(lr / max(t, 1.0)) for k, lr, t in zip(k3, col["log_ratio"], tokens))
     else:
-        trl = fsum(col["k3_ratio"][i] for i in rows)
+        trl = fsum(col["k3_ratio"])
     mean("trl_kl", trl, n)
-    buckets = [[0.0] * len(LENGTH_BUCKETS + (0,)) for _ in range(2)]  # kl, tokens per bucket (the last open)
-    for i in rows:
-        b = bisect.bisect_left(LENGTH_BUCKETS, tokens[i])  # torch.bucketize's: length <= the bucket's bound
-        buckets[0][b] += k3[i]
-        buckets[1][b] += tokens[i]
+    buckets = [[0.0] * (len(LENGTH_BUCKETS) + 1) for _ in range(2)]  # kl, tokens per bucket (the last open)
+    for k, t in zip(k3, tokens):
+        b = bisect.bisect_left(LENGTH_BUCKETS, t)  # torch.bucketize's: length <= the bucket's bound
+        buckets[0][b] += k
+        buckets[1][b] += t
     for label, kl_b, n_b in zip(bucket_labels(), *buckets):
         mean(f"kl_by_length/{label}", kl_b, n_b)
         out[f"kl_by_length_tokens/{label}"] = n_b
@@ -269,8 +281,8 @@ def _sequence_clips(settings: TrlSettings, col: dict, mean, extreme) -> None:
     mean("clip_ratio_low_mean", math.fsum(lows), count)
     mean("clip_ratio_high_mean", math.fsum(highs), count)
     mean("clip_ratio_region_mean", math.fsum(lows) + math.fsum(highs), count)  # a ratio clips one side at most
-    extreme("clip_ratio_low_min", [lo for lo, _ in fractions], min)
-    extreme("clip_ratio_high_max", [hi for _, hi in fractions], max)
+    extreme("clip_ratio_low_min", [lo for lo, _ in fractions], min, bool(fractions))
+    extreme("clip_ratio_high_max", [hi for _, hi in fractions], max, bool(fractions))
 
 
 def row_numbers(row: Sequence[float]) -> dict[str, float]:
@@ -289,12 +301,13 @@ def row_numbers(row: Sequence[float]) -> dict[str, float]:
     return {k: v for k, v in out.items() if v == v}  # a NaN goes out as no value, as sample_diagnostics' columns
 
 
-def attach(rows: Sequence[Sequence[float]], segments: Sequence[tuple[int, Any]]) -> None:
-    """Give each first-pass row's numbers to its sample: `rows` are this rank's table rows, `segments` the
+def attach(table: Sequence[float], segments: Sequence[tuple[int, Any]]) -> None:
+    """Give each first-pass row's numbers to its sample: `table` is this rank's rows (flat), `segments` the
     (row count, generation batch or None) of each micro-batch behind them, in the same order."""
-    at = 0
+    width, at = len(COLUMNS), 0
     for count, batch in segments:
         if batch is not None:
-            for row in rows[at : at + count]:
+            for i in range(at, at + count):
+                row = table[i * width : (i + 1) * width]
                 batch.loss_numbers[int(row[C["position"]])] = row_numbers(row)
         at += count
