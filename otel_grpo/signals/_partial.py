@@ -101,6 +101,8 @@ FIELDS = {
 # vectors gathered only for their summaries (`add_summarized`).
 COLUMN_PREFIX = "column:"
 SUMMARIZED_PREFIX = "summarized:"
+# Per-row tables (`add_table`) ride there too, flattened, their width in the key: "table:<width>:<name>".
+TABLE_PREFIX = "table:"
 
 
 def _scalar(x: Tensor | float, like: Tensor | None = None) -> Tensor:
@@ -266,14 +268,19 @@ class Stats:
         self.vectors[key] = torch.cat([self.vectors[key], values]) if key in self.vectors else values
         return self
 
-    def move_rows(self, positions: Tensor, size: int) -> Stats:
-        """Row i of every column (`add_column`) moved to row `positions[i]` of `size` rows, NaN (no value) in
-        rows no position names: columns computed on shuffled rows, put back in order. In place; returns self."""
-        keys = [k for k in self.vectors if k.startswith(COLUMN_PREFIX)]
-        if keys:
-            columns = torch.stack([self.vectors[k] for k in keys])
-            moved = columns.new_full((len(keys), size), float("nan")).index_copy_(1, positions, columns)
-            self.vectors.update(zip(keys, moved.unbind()))
+    def add_table(self, name: str, table: Tensor) -> Stats:
+        """A [R, K] float64 table of per-row numbers, not a catalog signal: gathered with the per-sample vectors
+        (same collective, same host copy) and returned as host rows, every rank's in rank order, in
+        `ReducedStats.tables[name]` (one flat row-major list of R * world * K floats, NaN kept: column j is
+        `[j::K]`). A caller finishes its own stats from them on the host; tables of one `name` concatenate
+        their rows (same K)."""
+        if not name or not isinstance(name, str):
+            raise ValueError(f"name: a table needs a non-empty name, got {name!r}")
+        if table.dim() != 2 or table.dtype != _F64:
+            raise ValueError(f"table {name!r} must be 2-D float64, got {table.dtype} {tuple(table.shape)}")
+        key = f"{TABLE_PREFIX}{table.shape[1]}:{name}"
+        flat = table.detach().reshape(-1)
+        self.vectors[key] = torch.cat([self.vectors[key], flat]) if key in self.vectors else flat
         return self
 
     def add_distinct(self, key: str, ids: Tensor) -> Stats:

@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ._host import quantile, summaries
-from ._partial import COLUMN_PREFIX, FIELDS, SUMMARIZED_PREFIX, Part, Stats, pad_ids
+from ._partial import COLUMN_PREFIX, FIELDS, SUMMARIZED_PREFIX, TABLE_PREFIX, Part, Stats, pad_ids
 from ._reduced import ReducedStats
 
 _F64 = torch.float64
@@ -267,10 +267,12 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     mins = host[n_sums + n_checks : n_sums + n_checks + k_min]
     keys, pairs = _finalize_sums(host[:n_sums], lay, mins, host[at - k_max : at])
     at += 1
-    samples, columns, summarized = {}, {}, {}
+    samples, columns, summarized, tables = {}, {}, {}, {}
     for key, n in lay.vectors:
         block = host[at : at + n * world]
-        if key.startswith(COLUMN_PREFIX):  # every row, in rank order; NaN: no value
+        if key.startswith(TABLE_PREFIX):  # "table:<width>:<name>": rows of every rank, in rank order, flat
+            tables[key[len(TABLE_PREFIX):].split(":", 1)[1]] = block
+        elif key.startswith(COLUMN_PREFIX):  # every row, in rank order; NaN: no value
             columns[key[len(COLUMN_PREFIX):]] = [x if x == x else None for x in block]
         elif key.startswith(SUMMARIZED_PREFIX):
             summarized[key] = [x for x in block if x == x]
@@ -300,4 +302,4 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     keys += lay.keys[Part.DISTINCT]
     result = {key: val for key, (val, ok) in zip(keys, pairs) if ok}
     invalid = frozenset(key for key, (_, ok) in zip(keys, pairs) if not ok)
-    return ReducedStats(result, samples=samples, invalid=invalid, columns=columns)
+    return ReducedStats(result, samples=samples, invalid=invalid, columns=columns, tables=tables)

@@ -17,9 +17,12 @@ class ReducedStats(dict[str, float]):
         invalid: stat keys that had no valid element this step.
         columns: per-sample columns (`Stats.add_column`, e.g. `sample_diagnostics`) -> one value
             per row of every rank, rank 0's rows first; None where a row has none.
+        tables: per-row tables (`Stats.add_table`) -> their rows, flat (row-major: K floats a row, NaN kept;
+            column j of every row is `table[j::K]`), every rank's, rank 0's first: a caller's own numbers,
+            finished by the caller.
     """
 
-    __slots__ = ("samples", "invalid", "columns")
+    __slots__ = ("samples", "invalid", "columns", "tables")
 
     def __init__(
         self,
@@ -28,11 +31,13 @@ class ReducedStats(dict[str, float]):
         samples: dict[str, list[float]] | None = None,
         invalid: frozenset[str] = frozenset(),
         columns: dict[str, list[float | None]] | None = None,
+        tables: dict[str, list[float]] | None = None,
     ) -> None:
         super().__init__(values or {})
         self.samples: dict[str, list[float]] = samples or {}
         self.invalid: frozenset[str] = invalid
         self.columns: dict[str, list[float | None]] = columns or {}
+        self.tables: dict[str, list[float]] = tables or {}
 
     def column_rows(self, rank: int = 0, world: int = 1) -> list[dict[str, float]]:
         """This rank's rows of `columns`, one dict per sample in the order its stats were built

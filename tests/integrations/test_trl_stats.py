@@ -13,7 +13,7 @@ from otel_grpo.integrations.trl._accumulate import Accumulator
 from otel_grpo.integrations.trl._diagnostics import diagnose
 from otel_grpo.integrations.trl._generation import (Captured, Generation, SampleBatch, generation_stats, sample_rows,
                                                     truncated_flags, weighted_totals)
-from otel_grpo.integrations.trl._micro_batch import MicroBatch, policy_stats
+from otel_grpo.integrations.trl._micro_batch import MicroBatch, policy_table, policy_values
 from otel_grpo.integrations.trl._settings import TrlSettings
 from tests.signals.test_host_transfers import host_transfers  # noqa: F401 (a fixture)
 
@@ -31,6 +31,12 @@ def reduced(stats: signals.Stats) -> signals.ReducedStats:
     return signals.reduce_stats(stats)
 
 
+def policy(st: TrlSettings, batches: list[MicroBatch]) -> dict[str, float]:
+    """The policy stats of `batches` as a logged step finishes them: one table, its host rows."""
+    values, _ = policy_values(st, policy_table(st, batches).reshape(-1).tolist())
+    return values
+
+
 # Two rows of two tokens (the second row's second token is padding): ratios 2 and 1/2 on row 0, 1 on row 1.
 LOGPS = torch.tensor([[0.0, -L2], [-1.0, 0.0]])
 OLD = torch.tensor([[-L2, 0.0], [-1.0, 0.0]])
@@ -44,21 +50,21 @@ def micro_batch(**kw) -> MicroBatch:
 
 
 def test_policy_stats_token_clips_and_trl_kl_with_and_without_bias_correction():
-    got = reduced(policy_stats(settings(use_bias_correction_kl=False), [micro_batch()]))
+    got = policy(settings(use_bias_correction_kl=False), [micro_batch()])
     assert got["clip_ratio_high_mean"] == pytest.approx(1 / 3)  # ratio 2 > 1.2 with a positive advantage
     assert got["clip_ratio_low_mean"] == 0.0  # ratio 1/2 has a positive advantage: not clipped low
     assert got["trl_kl"] == pytest.approx((0.0 + K3_LOG2 + K3_LOG2) / 3)  # k3 of (ref - logps) = 0, log 2, log 2
-    corrected = reduced(policy_stats(settings(use_bias_correction_kl=True), [micro_batch()]))
+    corrected = policy(settings(use_bias_correction_kl=True), [micro_batch()])
     assert corrected["trl_kl"] == pytest.approx((0.0 * 2 + K3_LOG2 * 0.5 + K3_LOG2 * 1.0) / 3)
 
 
 def test_policy_stats_follow_the_loss_type_and_level():
-    assert "clip_ratio_high_mean" not in reduced(policy_stats(settings(loss_type="sapo"), [micro_batch()]))
-    seq = reduced(policy_stats(settings(importance_sampling_level="sequence"), [micro_batch()]))
+    assert "clip_ratio_high_mean" not in policy(settings(loss_type="sapo"), [micro_batch()])
+    seq = policy(settings(importance_sampling_level="sequence"), [micro_batch()])
     # row 0: exp(mean(log 2, -log 2)) = 1 (not clipped); row 1: ratio 1: sequences count once each
     assert seq["clip_ratio_region_mean"] == 0.0 and seq["clip_ratio_high_max"] == 0.0
     high = micro_batch(logps=torch.tensor([[0.0, 0.0], [0.0, 0.0]]))  # row 0: exp(mean(log 2, 0)) = 1.41 > 1.2
-    assert reduced(policy_stats(settings(importance_sampling_level="sequence"), [high]))["clip_ratio_high_mean"] == 0.5
+    assert policy(settings(importance_sampling_level="sequence"), [high])["clip_ratio_high_mean"] == 0.5
 
 
 def test_policy_stats_of_two_micro_batches_equal_one_of_their_concatenation():
@@ -66,7 +72,35 @@ def test_policy_stats_of_two_micro_batches_equal_one_of_their_concatenation():
     whole = micro_batch(logps=torch.cat([LOGPS, LOGPS - 0.1]), old=torch.cat([OLD, OLD]),
                         advantages=torch.tensor([1.0, -1.0, 1.0, -1.0]), mask=torch.cat([MASK, MASK]),
                         ref=torch.cat([REF, REF]))
-    assert reduced(policy_stats(settings(), [a, b])) == pytest.approx(reduced(policy_stats(settings(), [whole])))
+    assert policy(settings(), [a, b]) == policy(settings(), [whole])  # bit for bit: the same rows, fsum-ed
+
+
+def test_a_nan_in_the_tensors_reaches_the_stats_it_feeds():
+    """A NaN log-prob is an anomaly to report (grpo.nonfinite), never a row left out as if its tensor were absent."""
+    for at in ((0, 0), (1, 0)):  # the NaN row first or last: Python's max would depend on the order
+        logps = LOGPS.clone()
+        logps[at] = math.nan
+        got = policy(settings(), [micro_batch(logps=logps)])
+        assert all(math.isnan(got[k]) for k in ("kl", "kl_max", "policy_ratio_mean", "policy_ratio_max", "trl_kl")), got
+
+
+@pytest.mark.parametrize("split", [[6], [2, 4], [1, 2, 3]])
+def test_policy_stats_from_the_table_are_the_public_signals_policy_stats(split):
+    """The host-finished table gives `signals.policy_stats`' keys and values (float64 inputs: the same
+    arithmetic per token), whatever the split of the rows over micro-batches; plus TRL's own `kl`."""
+    g = torch.Generator().manual_seed(7)
+    logps, old, ref = (-torch.rand(6, 5, generator=g, dtype=torch.float64) * 2 for _ in range(3))
+    entropy = torch.rand(6, 5, generator=g, dtype=torch.float64)
+    mask = (torch.arange(5)[None] < torch.tensor([5, 3, 0, 1, 4, 2])[:, None]).int()
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0], dtype=torch.float64)
+    want = reduced(signals.policy_stats(logps, old, adv, mask, 0.2, 0.2, ref_logprobs=ref, entropy=entropy))
+    at = [0]
+    for n in split:
+        at.append(at[-1] + n)
+    parts = [MicroBatch(logps[i:j], old[i:j], adv[i:j], mask[i:j], ref[i:j], entropy[i:j]) for i, j in zip(at, at[1:])]
+    values, invalid = policy_values(settings(), policy_table(settings(), parts).reshape(-1).tolist())
+    assert set(values) - {"trl_kl"} == set(want) and invalid == set(want.invalid)
+    assert values == pytest.approx({**want, "trl_kl": want["kl"]}, rel=1e-12, abs=1e-15)
 
 
 def generation(rewards: torch.Tensor, lengths=(1, 2, 1, 2)) -> Generation:
@@ -135,22 +169,31 @@ def feed(acc: Accumulator, st: TrlSettings, gen: Generation, passes=()) -> Sampl
     acc.capture(gen)
     acc.batches.append(batch)
     for mb in passes:
-        batch.passes.append(mb)
+        mb.batch = batch
         batch.pending -= len(mb.rows)
         acc.capture(mb)
     return batch
 
 
-def test_diagnose_puts_the_shuffled_rows_back_in_order():
+def sample_rows_of(acc: Accumulator, st: TrlSettings, final: bool = True) -> list[dict]:
+    """The sample rows a logged step of `acc` sends, as the callback builds them."""
+    logged = acc.take(acc.merged(final=final))
+    diagnostics = iter(logged.stats.column_rows())
+    return [r for b in logged.batches for r in sample_rows(b, st.reward_names, st.num_generations, diagnostics)]
+
+
+def test_loss_numbers_put_the_shuffled_rows_back_in_order():
     st = settings()
-    batch = batch_of(generation(torch.zeros(4, 1)), st)
+    acc = Accumulator(st)
+    passes = []
     # TRL's shuffle: rows 2, 0 in the first micro-batch, 3, 1 in the second; row r has log ratio r / 10
     for rows in ([2, 0], [3, 1]):
         r = torch.tensor(rows, dtype=torch.float32)[:, None] / 10
         logps = torch.full((2, 2), -1.0)
-        batch.passes.append(first_pass(rows, logps, logps - r, ref=logps, entropy=torch.tensor(rows)[:, None]
-                                       .float().expand(2, 2)))
-    got = reduced(diagnose(st, [batch])).column_rows()
+        passes.append(first_pass(rows, logps, logps - r, ref=logps, entropy=torch.tensor(rows)[:, None]
+                                 .float().expand(2, 2)))
+    feed(acc, st, generation(torch.zeros(4, 1)), passes)
+    got = sample_rows_of(acc, st)
     assert [row["log_ratio_mean"] for row in got] == pytest.approx([0.0, 0.1, 0.2, 0.3])
     assert [row["is_weight_max"] for row in got] == pytest.approx([math.exp(r / 10) for r in range(4)])
     assert [row["entropy_mean"] for row in got] == [0.0, 1.0, 2.0, 3.0]
@@ -158,30 +201,41 @@ def test_diagnose_puts_the_shuffled_rows_back_in_order():
     assert [row["length_clipped"] for row in got] == [0.0, 1.0, 0.0, 1.0]
 
 
-def test_diagnose_uses_the_samplers_logprobs_and_leaves_rows_no_pass_reached_without_loss_numbers():
+LOSS_NUMBERS = {"log_ratio_mean", "log_ratio_absmax", "is_weight_mean", "is_weight_max", "kl_ref_mean", "kl_ref_max",
+                "entropy_mean"}
+
+
+def test_loss_numbers_use_the_samplers_logprobs_and_rows_no_pass_reached_have_none():
     st = settings(beta=0.0)
-    batch = batch_of(generation(torch.zeros(4, 1)), st)
+    acc = Accumulator(st)
     logps = torch.zeros(2, 2)
     sampling = torch.tensor([[-L2, math.nan], [0.0, 0.0]])  # vLLM's unscored token: pi_old, as TRL
-    batch.passes.append(first_pass([1, 0], logps, logps, sampling=sampling))
-    got = reduced(diagnose(st, [batch])).column_rows()
+    feed(acc, st, generation(torch.zeros(4, 1)), [first_pass([1, 0], logps, logps, sampling=sampling)])
+    got = sample_rows_of(acc, st)
     assert got[1]["is_weight_max"] == pytest.approx(2.0) and got[1]["is_weight_mean"] == pytest.approx(1.5)
-    assert got[0]["log_ratio_absmax"] == 0.0
-    # a row no pass reached: the generation's columns only (its completion_length is the batch's, in sample_rows)
-    assert set(got[2]) == {"length_clipped", "reward", "rewards/fmt", "advantage"} and "kl_ref_mean" not in got[0]
+    assert got[0]["log_ratio_absmax"] == 0.0 and "kl_ref_mean" not in got[0] and "entropy_mean" not in got[0]
+    # rows no pass reached: the generation's columns only
+    assert not LOSS_NUMBERS & set(got[2]) and got[2]["length_clipped"] == 0.0
 
 
-def test_diagnose_of_batches_of_different_widths_at_once_equals_each_alone():
+def test_loss_numbers_of_batches_of_different_widths_at_once_equal_each_alone():
     st = settings()
-    made = []
-    for width in (2, 3):
-        batch = batch_of(generation(torch.zeros(4, 1)), st)
+
+    def made(acc: Accumulator, width: int) -> None:
         logps = -torch.rand(4, width, generator=torch.Generator().manual_seed(width))
-        batch.passes.append(first_pass([2, 3, 0, 1], logps, logps * 0.9, ref=logps * 1.1, entropy=-logps))
-        made.append(batch)
-    alone = [row for b in made for row in reduced(diagnose(st, [b])).column_rows()]
-    together = reduced(diagnose(st, made)).column_rows()
-    assert len(together) == 8 and all(got == pytest.approx(want) for got, want in zip(together, alone))
+        feed(acc, st, generation(torch.zeros(4, 1)),
+             [first_pass([2, 3, 0, 1], logps, logps * 0.9, ref=logps * 1.1, entropy=-logps)])
+
+    alone = []
+    for width in (2, 3):
+        acc = Accumulator(st)
+        made(acc, width)
+        alone += sample_rows_of(acc, st)
+    acc = Accumulator(st)
+    for width in (2, 3):
+        made(acc, width)
+    together = sample_rows_of(acc, st)
+    assert len(together) == 8 and together == alone and all(LOSS_NUMBERS <= set(r) for r in together)
 
 
 @pytest.mark.parametrize("factors", [(4, 4, 4), (1, 2, 4)])
@@ -203,9 +257,9 @@ def test_rows_wait_for_their_first_loss_pass_and_go_out_at_the_end_regardless():
     batch = feed(acc, st, generation(torch.zeros(4, 1)), [half])
     logged = acc.take(acc.merged())
     assert logged.batches == [] and acc.batches == [batch] and logged.stats.columns == {}  # half its rows passed
-    logged = acc.take(acc.merged(final=True))
-    assert logged.batches == [batch] and acc.batches == []
-    rows = logged.stats.column_rows()
+    assert set(batch.loss_numbers) == {0, 1}  # the pass's numbers wait with the batch, on the host
+    rows = sample_rows_of(acc, st)
+    assert acc.batches == []
     assert [r.get("is_weight_mean") for r in rows] == [1.0, 1.0, None, None]
 
 
@@ -236,7 +290,6 @@ def test_a_logged_step_reads_the_device_once_for_its_stats_and_its_rows(host_tra
     assert host_transfers == ["tolist"]  # the rows' rewards and advantages came with it
     assert len(rows) == 8 and all(r["is_weight_mean"] == pytest.approx(math.exp(0.1)) for r in rows)
     assert [r["advantage"] for r in rows] == [0.5, -0.5] * 4
-
 
 
 def test_the_logged_steps_stats_pass_runs_in_one_cpu_thread_and_gives_the_threads_back():

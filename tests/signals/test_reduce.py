@@ -174,3 +174,19 @@ def test_summaries_are_the_same_whatever_the_order_of_the_rows():
 def test_a_bad_summary_is_refused_naming_it(summaries, match):
     with pytest.raises((ValueError, KeyError), match=match):
         Stats().add_samples("sample_reward", torch.tensor([1.0]), summaries=summaries)
+
+
+def test_a_table_comes_back_as_host_rows_beside_the_stats_nan_kept():
+    first = torch.tensor([[1.0, math.nan], [2.0, -math.inf]], dtype=torch.float64)
+    stats = Stats().add_sum("samples", 2.0).add_table("t", first).add_table("t", first[:1] * 10)  # rows append
+    got = reduce_stats(stats)
+    assert got["samples"] == 2.0 and got.columns == {} and got.samples == {}
+    flat = got.tables["t"]  # row-major, two columns
+    assert flat[0::2] == [1.0, 2.0, 10.0] and flat[3] == -math.inf
+    assert math.isnan(flat[1]) and math.isnan(flat[5]) and len(flat) == 6
+
+
+@pytest.mark.parametrize("table", [torch.zeros(3), torch.zeros(2, 2, dtype=torch.float32)])
+def test_a_table_must_be_two_dimensional_float64(table):
+    with pytest.raises(ValueError, match="table 't'"):
+        Stats().add_table("t", table)

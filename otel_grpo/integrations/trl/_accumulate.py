@@ -11,13 +11,14 @@
 Captured tensors get their stats at the logged step, all micro-batches (and all generation
 batches) at once: on a micro-batch's small tensors each torch op costs more in dispatch than
 in arithmetic, so with `logging_steps` or gradient accumulation one pass over the
-concatenation costs a fraction of one pass per batch. That pass and the reduction run under
+concatenation costs a fraction of one pass per batch. The micro-batches' pass makes one table
+of per-row sums, counts and maxes (`_micro_batch`), which travels in the same reduction and
+from which the host finishes every policy stat and each sample row's loss-pass numbers. That pass and the reduction run under
 `torch.inference_mode` (no autograd bookkeeping per op; its share: benchmarks/README.md, costs)
 and, on the CPU, in one intra-op thread (`signals.single_threaded`).
 Beyond `FOLD_BYTES` of held tensors the stats are computed early, which bounds the device
 memory held between logged steps. A sample batch whose rows have all been through the loss
-gets its per-row diagnostics then (`_diagnostics`), which also releases that pass's tensors;
-they travel in the same `reduce_stats`.
+gets its per-row generation columns then (`_diagnostics`); they travel in the same `reduce_stats`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 from ... import signals
 from ._diagnostics import diagnose
 from ._generation import Generation, SampleBatch, generation_stats
-from ._micro_batch import MicroBatch, policy_stats
+from ._micro_batch import COLUMNS, TABLE, MicroBatch, attach, policy_table, policy_values
 from ._settings import TrlSettings
 
 FOLD_BYTES = 64 << 20
@@ -64,6 +65,10 @@ class Logged:
 class Accumulator:
     settings: TrlSettings
     stats: list[signals.Stats] = field(default_factory=list)
+    tables: list[torch.Tensor] = field(default_factory=list)
+    """The micro-batches' per-row tables (`policy_table`), in capture order of their kinds' folds."""
+    segments: list[tuple[int, SampleBatch | None]] = field(default_factory=list)
+    """(rows, generation batch whose first pass it is, else None) of each micro-batch behind `tables`' rows."""
     captures: list[MicroBatch | Generation] = field(default_factory=list)
     held_bytes: int = 0
     batches: list[SampleBatch] = field(default_factory=list)
@@ -95,7 +100,7 @@ class Accumulator:
 
     @property
     def pending(self) -> bool:
-        return bool(self.stats or self.captures or self.batches or self.losses)
+        return bool(self.stats or self.tables or self.captures or self.batches or self.losses)
 
     @_stats_pass
     def _fold(self) -> None:
@@ -105,8 +110,11 @@ class Accumulator:
             groups.setdefault((type(item), item.kind), []).append(item)
         self.captures, self.held_bytes = [], 0
         for (cls, _), items in groups.items():
-            compute = policy_stats if cls is MicroBatch else generation_stats
-            self.stats.append(compute(self.settings, items))
+            if cls is MicroBatch:
+                self.tables.append(policy_table(self.settings, items))
+                self.segments += [(item.logps.shape[0], item.batch) for item in items]
+            else:
+                self.stats.append(generation_stats(self.settings, items))
         self._diagnose(final=False)
 
     def _diagnose(self, final: bool) -> None:
@@ -120,8 +128,6 @@ class Accumulator:
             ready.append(batch)
         if ready:
             self.diagnosed.append((ready, diagnose(self.settings, ready)))
-            for batch in ready:
-                batch.passes = []  # their tensors are no longer needed
 
     @_stats_pass
     def merged(self, final: bool = False) -> signals.Stats:
@@ -133,24 +139,38 @@ class Accumulator:
             self.stats.append(_loss_stats(self.losses))
             self.losses = []
         parts = self.stats + [stats for _, stats in self.diagnosed]
-        if not parts:
-            return signals.Stats()
-        return parts[0].update(*parts[1:])  # in place: the parts are this accumulator's own
+        merged = parts[0].update(*parts[1:]) if parts else signals.Stats()  # in place: this accumulator's own
+        if self.tables:
+            merged.add_table(TABLE, torch.cat(self.tables) if len(self.tables) > 1 else self.tables[0])
+        return merged
 
     @_stats_pass
     def take(self, merged: signals.Stats, accelerator: Any = None) -> Logged:
         """Reduce `merged` (a collective: every rank calls it) and start afresh."""
         try:
             reduced = signals.reduce_stats(merged, accelerator)  # the logged step's one device-to-host copy
+            self._finish(reduced)
             return Logged(reduced, [b for batches, _ in self.diagnosed for b in batches], self.phases)
         finally:
             kept = self.batches[sum(len(batches) for batches, _ in self.diagnosed):]  # still waiting for the loss
             self.clear()
             self.batches = kept
 
+    def _finish(self, reduced: signals.ReducedStats) -> None:
+        """The policy stats from every rank's table rows, into `reduced`; this rank's first-pass rows' numbers
+        to their sample batches (a batch that goes out now, or one still waiting for its other rows)."""
+        table = reduced.tables.pop(TABLE, None)
+        if table is None:
+            return
+        values, invalid = policy_values(self.settings, table)
+        reduced.update(values)
+        reduced.invalid = reduced.invalid | invalid
+        n = sum(count for count, _ in self.segments) * len(COLUMNS)  # this rank's; every rank's as many (reduce_stats)
+        attach(table if len(table) == n else table[self.settings.rank * n : (self.settings.rank + 1) * n], self.segments)
+
     def clear(self) -> None:
         self.stats, self.captures, self.held_bytes, self.batches, self.phases = [], [], 0, [], []
-        self.diagnosed, self.losses = [], []
+        self.diagnosed, self.losses, self.tables, self.segments = [], [], [], []
 
 
 def _loss_stats(losses: list[tuple[torch.Tensor, int]]) -> signals.Stats:

@@ -178,8 +178,8 @@ class Capture:
 
         def capture() -> None:
             self.acc.phase("reward", seconds)
-            self._captured = Captured(list(prompts), list(completions), [list(c) for c in completion_ids_list],
-                                      rewards.detach())
+            # references, not copies: TRL builds these lists afresh for each generation and leaves them as they are
+            self._captured = Captured(prompts, completions, completion_ids_list, rewards.detach())
         if self._training():
             self._guard("rewards", capture)
         return rewards
@@ -257,8 +257,7 @@ class Capture:
         target = self._first_pass
         if target is not None:
             if ROW_KEY in inputs:  # else (a subclass dropped it) the rows go out without the loss's numbers
-                mb.rows = inputs[ROW_KEY]
-                target.passes.append(mb)
+                mb.rows, mb.batch = inputs[ROW_KEY], target
             target.pending -= logps.shape[0]
             if target.pending <= 0:
                 self._first_pass = None

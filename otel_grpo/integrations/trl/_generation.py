@@ -18,14 +18,14 @@ from torch import Tensor
 
 from ... import signals
 from ._chat import chat_text
-from ._micro_batch import MicroBatch
 from ._rows import cat_rows, held_bytes
 from ._settings import TrlSettings
 
 
 @dataclass(slots=True)
 class Captured:
-    """What `_calculate_rewards` saw: this rank's prompts and completions, and every rank's rewards."""
+    """What `_calculate_rewards` saw: this rank's prompts and completions (TRL's own lists, not copied), and every
+    rank's rewards."""
 
     prompts: list[Any]
     completions: list[Any]
@@ -47,8 +47,9 @@ class SampleBatch:
     first_index: int
     """Global index of this rank's first row (groups are global)."""
     policy_version: int
-    passes: list[MicroBatch] = field(default_factory=list)
-    """The micro-batches of the batch's first pass through the loss (its rows shuffled over them)."""
+    loss_numbers: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Row position -> the numbers of its first pass through the loss (`_micro_batch.row_numbers`), put here
+    on the host when the logged step that reduced that pass comes back."""
     pending: int = 0
     """Rows not yet through their first loss pass (their per-sample diagnostics come from it)."""
 
@@ -197,12 +198,14 @@ REWARD_COLUMN, ADVANTAGE_COLUMN, FN_COLUMN = "reward", "advantage", "rewards/"
 
 def sample_rows(batch: SampleBatch, names: Sequence[str], group: int,
                 diagnostics: Iterator[dict[str, float]] = iter(())) -> list[dict[str, Any]]:
-    """The rows of one generation batch; each takes the next of `diagnostics` (its per-sample numbers,
-    already on the host: `ReducedStats.column_rows`), its rewards and advantage among them, under its own
-    columns. No device read: the numbers came in the logged step's one copy."""
+    """The rows of one generation batch; each takes the next of `diagnostics` (its generation's per-sample
+    numbers, already on the host: `ReducedStats.column_rows`), its rewards and advantage among them, and its
+    loss pass's numbers (`SampleBatch.loss_numbers`), under its own columns. No device read: the numbers came
+    in the logged steps' one copy each."""
     cap, rows = batch.captured, []
     for i in range(batch.size):
         numbers = next(diagnostics, {})
+        numbers.update(batch.loss_numbers.get(i, ()))
         rewards = {n: numbers.pop(FN_COLUMN + n, math.nan) for n in names}  # NaN: the function scored no value
         reward, advantage = numbers.pop(REWARD_COLUMN, math.nan), numbers.pop(ADVANTAGE_COLUMN, math.nan)
         rows.append({**numbers,

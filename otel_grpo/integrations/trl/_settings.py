@@ -2,7 +2,7 @@
 
     settings = TrlSettings(reward_names=("fmt",), reward_weights=(1.0,), num_generations=4,
                            epsilon_low=0.2, epsilon_high=0.2, beta=0.04, stop_ids=frozenset({2}))
-    stats = policy_stats(settings, micro_batches)          # plain tensors + these settings: no TRL
+    table = policy_table(settings, micro_batches)          # plain tensors + these settings: no TRL
 
 Only `_capture` reads a trainer (`_capture.snapshot`); everything else takes this.
 """
