@@ -124,7 +124,7 @@ class SidecarProcess:
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **self.env}, stderr=stderr)
         if stderr:
             stderr.close()
-        deadline = time.monotonic() + 60  # a bound on start-up, not an assertion on speed
+        deadline = time.monotonic() + 180  # a bound on start-up (a loaded CI machine), not on speed
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, "sidecar exited during start-up"
             try:

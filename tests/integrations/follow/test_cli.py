@@ -138,11 +138,14 @@ def test_a_save_into_the_trl_output_dir_reaches_the_exporter_as_a_heartbeat(tmp_
             deadline = time.monotonic() + 60
             while not (tmp_path / "s.json").exists() and time.monotonic() < deadline:  # its start is saved
                 time.sleep(0.05)
-            time.sleep(1.0)  # its watch has taken the folder as it was
             began = time.time()
-            (out / "checkpoint-10").mkdir()
-            (out / "checkpoint-10" / "model.safetensors").write_bytes(b"x" * 1024)
-            time.sleep(5.5)  # one look (every 5 s) after the write
+            # A save a second for 12 s: whenever its watch took the folder as it was (later on a loaded
+            # machine), saves follow it, and it looks (every 5 s) at least once after one of them.
+            for step in range(10, 130, 10):
+                (out / f"checkpoint-{step}").mkdir()
+                (out / f"checkpoint-{step}" / "model.safetensors").write_bytes(b"x" * 1024)
+                time.sleep(1.0)
+            time.sleep(5.5)
             proc.send_signal(signal.SIGTERM)  # its exporters flush on the way out
             rest = proc.communicate(timeout=60)[1]
         finally:
