@@ -1,6 +1,7 @@
 """IS correction + mismatch metrics: otel_grpo.signals vs the seed-004 way, same inputs, same numbers.
 
     .venv/bin/python benchmarks/signals.py [--repeat N] [--quick] [--separate] [--threads N] [--ranks N]
+                                           [--no-collectives]
 
 Ours: rollout_correction(..., with_mismatch=True) + reduce_stats (one all_gather,
 one host copy); `--separate` times rollout_correction + mismatch_stats instead.
@@ -11,7 +12,9 @@ run in one process inside a 1-rank gloo group: the reference makes its per-key
 all-reduces there as the seed's code does, while ours, as with an accelerator of
 one process, exchanges nothing in a group of one. `--ranks 2` starts that many
 processes (torchrun, gloo, one core each) that all run the same inputs, so that
-every collective crosses processes; rank 0 prints. The script asserts that both
+every collective crosses processes; rank 0 prints. `--no-collectives` starts no
+process group and leaves out the reference's merge: the stats alone, each side as
+it runs on one process (issue 63 measures this). The script asserts that both
 produce the same numbers (identical inputs on every rank make the seed's per-key
 averaging exact), then prints per-configuration medians (wall clock and process CPU
 time, runs of the two sides interleaved so that both see the same machine load) and
@@ -72,8 +75,8 @@ def ours_separate(train, rollout, mask, level, mode, veto):
     return weights, new_mask, dict(reduced)
 
 
-def seed_way(train, rollout, mask, level, mode, veto):
-    """What the seed does per step on one rank: metrics, .item() each, then a collective per key."""
+def seed_way(train, rollout, mask, level, mode, veto, merge: bool = True):
+    """What the seed does per step on one rank: metrics, .item() each, then a collective per key (`merge`)."""
     local = {"valid": mask.any().item()}
     local.update({k: v.item() for k, v in seed.mismatch(train, rollout, mask).items()})
     weights, new_mask, metrics = seed.rollout_is(
@@ -81,7 +84,7 @@ def seed_way(train, rollout, mask, level, mode, veto):
     )
     local.update({k: v.item() for k, v in metrics.items()})
     local.pop("valid")
-    return weights, new_mask, seed.merge_per_key([local], dist)
+    return weights, new_mask, seed.merge_per_key([local], dist) if merge else local
 
 
 def check_same(a: dict, b: dict, label: str, ranks: int = 1) -> None:
@@ -127,9 +130,13 @@ def main() -> None:
     parser.add_argument("--separate", action="store_true", help="ours as two calls (no with_mismatch)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both sides)")
     parser.add_argument("--ranks", type=int, default=1, help="processes in the gloo group (>1: via torchrun)")
+    parser.add_argument("--no-collectives", action="store_true",
+                        help="no process group, no merge in the reference: the stats alone")
     args = parser.parse_args()
     if args.ranks < 1:
         parser.error("--ranks must be at least 1")
+    if args.no_collectives and args.ranks > 1:
+        parser.error("--no-collectives runs one process: leave --ranks at 1")
     if args.ranks > 1 and "RANK" not in os.environ:
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ranks}"]
         sys.exit(subprocess.call([*torchrun, __file__, *sys.argv[1:]], env={**os.environ, "OMP_NUM_THREADS": "1"}))
@@ -142,9 +149,11 @@ def main() -> None:
         dist.init_process_group("gloo")  # torchrun's environment
         if dist.get_rank() != 0:  # the other ranks run the same sequence silently
             sys.stdout = open(os.devnull, "w")
-    else:
+    elif not args.no_collectives:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", world_size=1, rank=0)
-    print(f"# ranks {dist.get_world_size()}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+    merge = not args.no_collectives
+    ranks = dist.get_world_size() if merge else 1
+    print(f"# ranks {ranks}{'' if merge else ' (no process group, no collectives)'}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads")  # fmt: skip
     print(f"{'B x T':>11} {'level':>9} {'mode':>8} {'veto':>4} | {'seed ms':>8} {'ours ms':>8} {'ratio':>6} "
@@ -154,12 +163,13 @@ def main() -> None:
         inputs = make_inputs(B, T)
         for level, mode, veto in CONFIGS:
             w1, m1, a = ours_fn(*inputs, level, mode, veto)
-            w2, m2, b = seed_way(*inputs, level, mode, veto)
+            w2, m2, b = seed_way(*inputs, level, mode, veto, merge)
             torch.testing.assert_close(w1, w2, rtol=1e-5, atol=0)
             assert torch.equal(m1, m2)
-            check_same(a, b, f"{B}x{T} {level}/{mode}", dist.get_world_size())
+            check_same(a, b, f"{B}x{T} {level}/{mode}", ranks)
             t = paired_medians(
-                lambda: seed_way(*inputs, level, mode, veto), lambda: ours_fn(*inputs, level, mode, veto), repeat
+                lambda: seed_way(*inputs, level, mode, veto, merge), lambda: ours_fn(*inputs, level, mode, veto),
+                repeat,
             )
             wall_ratios.append(t["seed_wall"] / t["ours_wall"])
             cpu_ratios.append(t["seed_cpu"] / t["ours_cpu"])
@@ -168,7 +178,8 @@ def main() -> None:
                   f"{t['seed_cpu'] * 1e3:>8.1f} {t['ours_cpu'] * 1e3:>8.1f} {cpu_ratios[-1]:>5.1f}x")  # fmt: skip
     print(f"same numbers: yes; speed ratio (seed-way / ours), median over configurations: "
           f"wall {statistics.median(wall_ratios):.1f}x, CPU {statistics.median(cpu_ratios):.1f}x")  # fmt: skip
-    dist.destroy_process_group()
+    if merge:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
