@@ -221,6 +221,7 @@ def test_the_collector_runs_the_same_config_and_it_validates(helm, root, otelcol
     (("tokens.existingSecret=mine",), 'monitoring.grafanaDatasource needs the read token, and tokens.existingSecret "mine" '
                                       "cannot be read here (helm template has no cluster)"),
     (("sidecar.ingress.enabled=true",), "sidecar.ingress.enabled needs sidecar.ingress.hosts"),
+    (("collector.enabled=false",), "collector.enabled=false needs collector.endpoint: the OTLP/gRPC endpoint of your collector"),
 ])
 def test_impossible_values_fail_with_one_line(helm, root, sets, message):
     """Each refusal is one line of `helm template`'s error, whole (a collector queue claim shared by
@@ -538,6 +539,42 @@ def test_the_network_policy_lets_the_collector_and_the_test_pod_reach_the_sideca
     collector = _objects(docs, "NetworkPolicy")["grpo-otel-grpo-collector"]
     assert admits(collector, _pods(docs)["grpo-otel-grpo-test"]["metadata"]["labels"], "otlp-http")
     assert not admits(collector, {"any": "pod"}, "otlp-grpc")
+
+
+YOURS = ("collector.enabled=false", "collector.endpoint=http://otel-collector.observability:4317")
+
+
+def test_with_a_collector_of_yours_the_chart_makes_none_and_points_at_yours(helm, root, tmp_path, free_port_factory):
+    """collector.enabled=false: no object of the collector (Deployment, Service, config, monitor, policy, budget);
+    the follower sends to collector.endpoint, the sidecar admits what networkPolicy.sidecarFrom names (your
+    collector) and not a collector pod of ours, and the `helm test` pod's command checks the sidecar alone
+    (run against a real one)."""
+    yours = {"podSelector": {"matchLabels": {"app": "my-collector"}}}
+    docs = _template(helm, root, *YOURS, *FOLLOWER, "networkPolicy.enabled=true", "collector.podDisruptionBudget.enabled=true",
+                     "networkPolicy.sidecarFrom[0].podSelector.matchLabels.app=my-collector")
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs
+            if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "collector"] == []
+    follower = _pods(docs)["grpo-otel-grpo-follower"]["spec"]["containers"][0]
+    assert {e["name"]: e.get("value") for e in follower["env"]}["OTEL_EXPORTER_OTLP_ENDPOINT"] == \
+        "http://otel-collector.observability:4317"
+    (rule,) = _objects(docs, "NetworkPolicy")["grpo-otel-grpo-sidecar"]["spec"]["ingress"]
+    assert yours in rule["from"]
+    assert not [peer for peer in rule["from"]
+                if peer.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component") == "collector"]
+    assert "otel-collector.observability:4317" in _notes(helm, root, tmp_path, *YOURS)
+
+    (pod,) = _objects(docs, "Pod").values()
+    (c,) = pod["spec"]["containers"]
+    assert "COLLECTOR_URL" not in {e["name"] for e in c["env"]}
+    port = free_port_factory()
+    sidecar = Managed("sidecar", [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--host", "127.0.0.1",
+                                  "--port", str(port), "--db", str(tmp_path / "sidecar.db")],
+                      f"http://127.0.0.1:{port}/readyz", tmp_path / "sidecar.log", env={"OTEL_GRPO_SIDECAR_INGEST_WORKERS": "0"})
+    with sidecar.running(60):
+        out = subprocess.run([sys.executable, *c["command"][1:], *c["args"]], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "SIDECAR_URL": f"http://127.0.0.1:{port}", "OTLP_TOKEN": "unused"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == ["sidecar /healthz: 200 (ok)"]
 
 
 def test_the_explorer_service_type_and_ingress_hosts_reach_the_host_check(helm, root, monkeypatch):

@@ -158,3 +158,15 @@ spec:
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{- /* Where trainers and the follower send OTLP/gRPC: the chart's collector, or collector.endpoint when
+       collector.enabled=false (a collector of yours). */}}
+{{- define "otel-grpo.otlpEndpoint" -}}
+{{- if .Values.collector.enabled -}}
+http://{{ include "otel-grpo.name" (dict "root" . "component" "collector") }}.{{ .Release.Namespace }}:4317
+{{- else if .Values.collector.endpoint -}}
+{{ .Values.collector.endpoint }}
+{{- else -}}
+{{- fail "collector.enabled=false needs collector.endpoint: the OTLP/gRPC endpoint of your collector" -}}
+{{- end -}}
+{{- end }}
