@@ -33,6 +33,7 @@ from ._record import Error, Heartbeat, StepRecord
 from ._retention import RowBudget
 from ._samples import ColumnTracker, Selected, StepRows, event_attributes, flatten_row, pick_rows, step_rng
 from ._settings import TelemetrySettings
+from ._span_ids import derived_ids
 from ._spill import SampleSpill
 
 logger = logging.getLogger("otel_grpo.telemetry")
@@ -110,9 +111,10 @@ class Backend:
     # ---- one step ------------------------------------------------------------------------
     def _emit(self, rec: StepRecord) -> None:
         s = self._settings
-        step = self._tracer.start_span(spans.STEP_SPAN, attributes={spans.RUN_ID_ATTR: s.run_id,
-                                                                    spans.STEP_ATTR: rec.step, **_attempt(rec)},
-                                       start_time=rec.start_ns)
+        with derived_ids(s.run_id, rec.step, rec.attempt, spans.STEP_SPAN, rec.start_ns):
+            step = self._tracer.start_span(spans.STEP_SPAN, attributes={spans.RUN_ID_ATTR: s.run_id,
+                                                                        spans.STEP_ATTR: rec.step, **_attempt(rec)},
+                                           start_time=rec.start_ns)
         try:
             _fail(step, rec.error, rec.end_ns)
             parent = trace.set_span_in_context(step)
@@ -130,11 +132,12 @@ class Backend:
     def _phases(self, rec: StepRecord, parent: Context) -> None:
         """A child span per phase, with the phase's own start and end (timed by `phase()` or measured elsewhere)."""
         s = self._settings
-        for name, start_ns, end_ns, error in rec.phases:
+        for i, (name, start_ns, end_ns, error) in enumerate(rec.phases):
             # run_id and step too: phase spans may reach the sidecar in an earlier batch than their step span
             attrs = {spans.PHASE_ATTR: name, spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step, **_attempt(rec)}
-            span = self._tracer.start_span(spans.PHASE_PREFIX + name, context=parent, attributes=attrs,
-                                           start_time=start_ns)
+            with derived_ids(s.run_id, rec.step, rec.attempt, spans.PHASE_PREFIX + name, rec.start_ns, i):
+                span = self._tracer.start_span(spans.PHASE_PREFIX + name, context=parent, attributes=attrs,
+                                               start_time=start_ns)
             _fail(span, error, end_ns)
             span.end(end_time=end_ns)
 
@@ -208,7 +211,9 @@ class Backend:
             part = range(start, min(start + per_span, len(picked)))
             attrs = {spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step, spans.CHUNK_ATTR: chunk,
                      spans.COUNT_ATTR: len(part), **_attempt(rec)}
-            span = self._tracer.start_span(spans.SAMPLES_SPAN, context=parent, start_time=handed_ns, attributes=attrs)
+            with derived_ids(s.run_id, rec.step, rec.attempt, spans.SAMPLES_SPAN, rec.start_ns, chunk):
+                span = self._tracer.start_span(spans.SAMPLES_SPAN, context=parent, start_time=handed_ns,
+                                               attributes=attrs)
             for i in part:
                 span.add_event(spans.SAMPLE_EVENT, event_attributes(flats[i], picked[i], s.max_text_chars), handed_ns)
             span.end(end_time=end_ns)

@@ -30,6 +30,7 @@ from otel_grpo.catalog import spans
 from ._prometheus import prometheus_reader
 from ._quiet import ExportHealth, QuietMetricExporter, QuietSpanExporter
 from ._settings import SDK_EVENT_LIMIT, TelemetrySettings
+from ._span_ids import DerivedIds
 
 
 def detect_rank() -> tuple[int, int]:
@@ -179,7 +180,8 @@ def build_tracer_provider(settings: TelemetrySettings, resource: Resource, healt
         max_events=SDK_EVENT_LIMIT,
         max_event_attributes=512,  # a sample row is one event; keep all of its columns
     )
-    provider = TracerProvider(resource=resource, span_limits=limits, shutdown_on_exit=False)
+    # Ids from what each span is: a step emitted again after its telemetry process died is stored once
+    provider = TracerProvider(resource=resource, span_limits=limits, shutdown_on_exit=False, id_generator=DerivedIds())
     for name in settings.traces_exporters:
         if name == "otlp":
             provider.add_span_processor(BatchSpanProcessor(_otlp_span_exporter(settings, health)))

@@ -19,6 +19,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from otel_grpo.catalog import spans
+
 logger = logging.getLogger("otel_grpo.telemetry")
 
 
@@ -115,6 +117,11 @@ class SpillReader:
             lines = spill.step_lines(step)    # {run_id: [step line, ...]} (a resumed run wrote some twice)
             rows = spill.samples(step)        # the sample rows of every rank's file of that step
         spill.unreadable                      # {file: lines skipped}: no JSON object with a run id and a step
+
+    The spill is written at least once: a step whose telemetry process died before it acknowledged
+    the step is emitted again by the trainer, after the child may have spilled it. The reader makes it
+    exactly once: a step line written twice, word for word, is read once, and so is a sample row
+    written twice (the same run, step, attempt, rank and sample index; the first one read is kept).
     """
 
     def __init__(self, output_dir: Path) -> None:
@@ -139,17 +146,28 @@ class SpillReader:
     def step_lines(self, step: int | None) -> dict[str, list[dict]]:
         lines: dict[str, list[dict]] = {}
         for run_id, places in self._places.get(step, {}).items():  # type: ignore[arg-type]
+            seen: set[bytes] = set()
             for path, offset in places:
                 with path.open("rb") as fh:
                     fh.seek(offset)
-                    lines.setdefault(run_id, []).append(json.loads(fh.readline()))
+                    raw = fh.readline().strip()
+                if raw not in seen:  # another line of the step (an evaluation, a resumed attempt) differs
+                    seen.add(raw)
+                    lines.setdefault(run_id, []).append(json.loads(raw))
         return lines
 
     def samples(self, step: int | None) -> list[dict]:
-        rows = []
+        rows, seen = [], set()
         for path in self._files.get(step, []):
             with path.open("rb") as fh:
-                rows.extend(row for raw in fh if (row := self._row(path, raw)) is not None)
+                for raw in fh:
+                    row = self._row(path, raw)
+                    if row is None:
+                        continue
+                    key = _sample_key(row)
+                    if key is None or key not in seen:  # a row without a sample index (an older spill) is kept
+                        seen.add(key)
+                        rows.append(row)
         return rows
 
     def _row(self, path: Path, raw: bytes) -> dict | None:
@@ -164,3 +182,11 @@ class SpillReader:
         if raw.strip():
             self.unreadable[path] = self.unreadable.get(path, 0) + 1
         return None
+
+
+def _sample_key(row: dict) -> tuple | None:
+    """What names one sample row of a spill: None where the row has no sample index to name it by."""
+    index = row.get("sample_index")
+    if type(index) is not int:
+        return None
+    return row["run_id"], row["step"], row.get(spans.ATTEMPT_ATTR), row.get("source_rank"), index

@@ -10,12 +10,15 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
+from otel_grpo.telemetry._backend import Backend
+from otel_grpo.telemetry._record import StepRecord
 from otel_grpo.telemetry._spill import SampleSpill, SpillReader
 from tests._support.waiting import wait_for
 
@@ -120,6 +123,33 @@ def test_replay_after_the_telemetry_process_was_killed(sidecar_factory, tmp_path
     tel.shutdown()
     _replay(sidecar.url, out)
     _assert_exactly_the_spill(sidecar.url, out, "child")
+
+
+def test_a_step_emitted_again_by_the_trainer_that_took_over_is_stored_once(sidecar_factory, tmp_path):
+    """The telemetry process exported a step and died before it acknowledged it: the trainer emits the
+    same record again. Its spans carry the same ids, so the store keeps one copy: phase durations are
+    not added up twice, and replaying the spill (written by both) changes nothing."""
+    sidecar = sidecar_factory()
+    out = tmp_path / "run"
+    settings = _settings(sidecar.url, out, "again")
+    rec = StepRecord(step=3, steps_done=1, start_ns=time.time_ns() - 2_000_000_000, end_ns=time.time_ns(),
+                     scalars=[{"kl": 0.03}], phases=[("rollout", time.time_ns() - 1_500_000_000, time.time_ns(), None)],
+                     rows=[(time.time_ns(), [{"prompt": f"p{i}", "completion": "c", "reward": i / 8}
+                                             for i in range(8)], None)])
+    for _ in ("child", "trainer"):
+        backend = Backend.build(settings, rank=0, world_size=1, local_rank=0)
+        backend.emit(rec)
+        backend.close(10, finished=False, preempted=False)
+
+    def stored() -> tuple[float, int]:
+        (row,) = httpx.get(f"{sidecar.url}/api/runs/again/steps", params={"limit": 10}).json()
+        return row["grpo.phase.duration/rollout"], httpx.get(f"{sidecar.url}/api/runs/again").json()["sample_count"]
+
+    rollout_s = (rec.phases[0][2] - rec.phases[0][1]) / 1e9
+    assert stored() == (pytest.approx(rollout_s), 5)
+    _replay(sidecar.url, out)
+    _assert_exactly_the_spill(sidecar.url, out, "again")
+    assert stored() == (pytest.approx(rollout_s), 5)
 
 
 TRAINER = textwrap.dedent("""

@@ -38,3 +38,22 @@ def test_a_line_without_its_run_and_step_is_counted_per_file_and_a_file_named_ot
     assert reader.steps == [1, None]
     assert reader.samples(None) == [{"run_id": "exp", "step": 1, "sample_index": 5}]
     assert reader.unreadable == {spill.steps_path: 3, odd: 1}
+
+
+def test_a_step_spilled_twice_by_the_child_and_the_trainer_that_took_over_is_read_once(tmp_path):
+    # The telemetry process spilled the step, then died before it acknowledged it: the trainer emits it
+    # again. An evaluation at the same step, and another attempt's rows, are no copies and stay.
+    child, trainer = SampleSpill(tmp_path), SampleSpill(tmp_path)
+    for spill in (child, trainer):
+        spill.write_step("exp", 4, 1, 2, {"kl": 0.4}, {"rollout": 0.5}, attempt=7)
+        spill.write(4, [{"run_id": "exp", "step": 4, "sample_index": i, "source_rank": 0, "grpo.attempt": 7}
+                        for i in range(3)])
+    trainer.write_step("exp", 4, 3, 4, {"eval_reward": 0.9}, {}, attempt=7)
+    trainer.write(4, [{"run_id": "exp", "step": 4, "sample_index": 0, "source_rank": 0, "grpo.attempt": 8},
+                      {"run_id": "exp", "step": 4, "prompt": "no index"}, {"run_id": "exp", "step": 4, "prompt": "no index"}])
+
+    spill = SpillReader(tmp_path)
+    assert [line["metrics"] for line in spill.step_lines(4)["exp"]] == [{"kl": 0.4}, {"eval_reward": 0.9}]
+    rows = spill.samples(4)
+    assert [(r.get("sample_index"), r.get("grpo.attempt")) for r in rows] == \
+        [(0, 7), (1, 7), (2, 7), (0, 8), (None, None), (None, None)]
