@@ -8,7 +8,9 @@ SQLite in WAL mode lets readers run while the writer commits. Every write holds 
 and an `flock` of `<db>-ingest.lock` for its whole transaction: one writer at a time, as
 SQLite wants, whichever thread or process (the ingest workers) calls; the kernel drops the
 flock of a process that dies. Waiting on the flock rather than on SQLite's busy handler
-spares the busy sleeps.
+spares the busy sleeps. A write waits for both locks together at most `timeout_s` (PostgreSQL's
+`lock_timeout`), then raises StoreUnavailable (a 503): a writer that holds the flock and never
+lets go (blocked on a disk that answers nothing, stopped) no longer holds every other writer.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import fcntl
 import logging
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -41,8 +44,32 @@ log = logging.getLogger("otel_grpo.sidecar")
 READ_CONNECTIONS = 8  # reads at once; more wait for a free connection (see _pool)
 
 
+FLOCK_POLL_S = (0.0002, 0.002)
+"""A writer waiting for another process's flock tries again after the first pause, doubling up to the
+second: the kernel has no timed flock, and a blocked `flock()` in a thread other than the main one
+cannot be interrupted (Python retries it after a signal). 2 ms at most keeps a waiter from missing
+the gaps between another process's transactions (each worker decodes its next request between
+two) and costs a few hundred system calls a second per waiting writer."""
+
+
 def lock_path(db: Path) -> Path:
     return Path(str(db) + "-ingest.lock")
+
+
+def flock_until(file, deadline: float) -> bool:
+    """Take an exclusive flock of `file`, waiting until `deadline` (`time.monotonic()`) at most;
+    False if another process held it all that time."""
+    pause, longest = FLOCK_POLL_S
+    while True:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, longest)
 
 
 def _as_writer(conn: sqlite3.Connection) -> sqlite3.Connection:
@@ -213,7 +240,8 @@ class Store(_queries.Reads, _writes.Writes):
 
     def _tx(self, samples_first: bool = False, timeout_s: float | None = None):
         """Context: the write lock plus one IMMEDIATE transaction, committed on success. (SQLite has one
-        writer: serialized from the start; no statement timeout.)"""
+        writer: serialized from the start; no statement timeout. The locks are waited for at most the
+        store's `timeout_s`, whatever `timeout_s` says, as PostgreSQL's `lock_timeout`.)"""
         return _Transaction(self)
 
     def optimize(self) -> None:
@@ -252,16 +280,23 @@ class _Transaction:
         self.store = store
 
     def __enter__(self) -> sqlite3.Connection:
-        if not self.store._wlock.acquire(timeout=self.store.timeout_s):
-            raise StoreUnavailable(f"the store's write lock was not free within {self.store.timeout_s:g} s")
-        conn = self.store._writer
+        store = self.store
+        deadline = time.monotonic() + store.timeout_s  # for both locks together
+        if not store._wlock.acquire(timeout=store.timeout_s):
+            raise StoreUnavailable(f"the store's write lock was not free within {store.timeout_s:g} s")
+        conn = store._writer
         if conn is None:
-            self.store._wlock.release()
-            if self.store.health.read_only:
-                raise StoreUnavailable(f"store is read-only ({self.store.health.read_only})")
+            store._wlock.release()
+            if store.health.read_only:
+                raise StoreUnavailable(f"store is read-only ({store.health.read_only})")
             raise RuntimeError("store is closed")
-        if self.store._flock is not None:
-            fcntl.flock(self.store._flock, fcntl.LOCK_EX)
+        try:
+            if store._flock is not None and not flock_until(store._flock, deadline):
+                raise StoreUnavailable(f"{lock_path(store.path).name} was not free within {store.timeout_s:g} s "
+                                       "(another process writing to this database holds it: stuck or stopped)")
+        except BaseException:
+            store._wlock.release()
+            raise
         try:
             conn.execute("BEGIN IMMEDIATE")
         except BaseException:

@@ -1,0 +1,100 @@
+"""A writer that holds SQLite's cross-process write lock and never lets go (stuck on a disk that answers
+nothing, stopped) costs the other writers `db_timeout_s`, then a retryable 503, never a hang.
+
+The holder is a real process taking the same `flock` on `<db>-ingest.lock` as every SQLite writer does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from otel_grpo.sidecar.otlp import extract
+from otel_grpo.sidecar.store import Store, StoreUnavailable
+from otel_grpo.sidecar.store._errors import unavailable
+from otel_grpo.sidecar.store._store import lock_path
+
+PB = {"Content-Type": "application/x-protobuf"}
+HOLD_AT_MOST_S = 20  # the holder lets go by itself then, so that a writer that waits for it fails the test
+HOLD = """
+import fcntl, select, sys
+lock = open(sys.argv[1], "a+b")
+fcntl.flock(lock, fcntl.LOCK_EX)
+print("held", flush=True)
+select.select([sys.stdin], [], [], float(sys.argv[2]))  # until the test closes our stdin
+"""
+
+
+class Holder:
+    """A process that holds the store's write lock until `release()`."""
+
+    def __init__(self, db) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", HOLD, str(lock_path(db)), str(HOLD_AT_MOST_S)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline() == "held\n"
+
+    def release(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+
+
+def test_a_held_write_lock_is_a_retryable_error_after_the_timeout(tmp_path, otlp):
+    def batch(step):
+        return extract(otlp.request(otlp.spans("held", [step], samples=2)))
+
+    store = Store.open(tmp_path / "s.db", timeout_s=0.3)
+    try:
+        store.write_batch(batch(0))
+        holder = Holder(store.path)
+        try:
+            start = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="ingest.lock") as raised:
+                store.write_batch(batch(1))
+            waited = time.monotonic() - start
+            assert unavailable(raised.value)  # the store's trouble: the routes answer 503 + Retry-After
+            assert 0.3 <= waited < 3, waited  # the timeout, not forever (nor at once)
+        finally:
+            holder.release()
+        store.write_batch(batch(2))  # the write lock was given back: the next write goes through
+        with store.read() as conn:
+            steps = [s for (s,) in conn.execute("SELECT step FROM steps ORDER BY step")]
+        assert steps == [0, 2]  # the refused write changed nothing
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("workers", ["2", "0"])
+def test_ingest_behind_a_held_write_lock_is_a_fast_503(sidecar_factory, tmp_path, otlp, workers):
+    """A real sidecar (ingest workers as by default, then in its own process): while another process
+    holds the write lock every ingest request answers 503 + Retry-After within about `db_timeout_s`,
+    where it used to wait as long as the holder; once it lets go, the same request is stored."""
+    db = tmp_path / "locked.db"
+    proc = sidecar_factory(db=db, env={"OTEL_GRPO_SIDECAR_DB_TIMEOUT_S": "1",
+                                       "OTEL_GRPO_SIDECAR_INGEST_WORKERS": workers})
+
+    def post(step):
+        body = otlp.request(otlp.spans("held", [step], samples=2)).SerializeToString()
+        start = time.monotonic()
+        answer = httpx.post(proc.url + "/v1/traces", content=body, headers=PB, timeout=20)
+        return answer, time.monotonic() - start
+
+    assert post(0)[0].status_code == 200
+    holder = Holder(db)
+    try:
+        for _ in range(2):  # both workers (or the server's own writer) give up, none stays stuck
+            answer, took = post(1)
+            assert answer.status_code == 503, answer.text
+            assert int(answer.headers["Retry-After"]) >= 1
+            assert 1 <= took < 1 + 5, took  # db_timeout_s, plus slack for a loaded machine
+        assert httpx.get(proc.url + "/healthz", timeout=5).status_code == 200
+    finally:
+        holder.release()
+    answer, _ = post(1)  # the exporter's retry
+    assert answer.status_code == 200, answer.text
+    steps = httpx.get(proc.url + "/api/runs/held/steps", timeout=10).json()
+    assert [s["step"] for s in steps] == [0, 1]
