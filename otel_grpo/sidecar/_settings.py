@@ -93,7 +93,8 @@ class SidecarSettings(BaseSettings):
     """The longest a request waits on the database: a statement (PostgreSQL's `statement_timeout`
     and `lock_timeout`; the client gives up one second later on a server that answers nothing, e.g.
     one that is stopped or hung; on SQLite a read statement, interrupted, and its wait for another
-    process's lock), the store's write lock, or a free read connection. Beyond it the
+    process's lock), the store's write lock (SQLite: with the other writing processes' flock of
+    `<db>-ingest.lock`), or a free read connection. Beyond it the
     request gets 503 + Retry-After, so a database in trouble never holds requests or threads for
     long. Raise it if single statements legitimately take longer (reads of very large runs,
     `max_body_bytes` bodies); retention runs with a longer bound of its own (10 minutes)."""
