@@ -47,9 +47,11 @@ READ_CONNECTIONS = 8  # reads at once; more wait for a free connection (see _poo
 FLOCK_POLL_S = (0.0002, 0.002)
 """A writer waiting for another process's flock tries again after the first pause, doubling up to the
 second: the kernel has no timed flock, and a blocked `flock()` in a thread other than the main one
-cannot be interrupted (Python retries it after a signal). 2 ms at most keeps a waiter from missing
-the gaps between another process's transactions (each worker decodes its next request between
-two) and costs a few hundred system calls a second per waiting writer."""
+cannot be interrupted (Python retries it after a signal). 2 ms at most costs a few hundred system
+calls a second per waiting writer and rarely misses the gaps between another process's transactions
+(each worker decodes its next request between two): three processes writing 8-sample requests,
+decoding each as a worker does, kept a blocking flock's throughput; their slowest wait for the lock
+was 0.06-0.23 s, a blocking flock's 0.04-0.07 s (the kernel wakes a blocked waiter at once)."""
 
 
 def lock_path(db: Path) -> Path:
