@@ -109,12 +109,18 @@ class PostgresServer:
         """SIGSTOP the whole server: it accepts TCP connections (the kernel does) but answers nothing.
         The postmaster first, so it starts no process that the stop would miss."""
         os.kill(self.postmaster_pid(), signal.SIGSTOP)
-        for pid in self.processes()[1:]:
-            os.kill(pid, signal.SIGSTOP)
+        self._signal(self.processes()[1:], signal.SIGSTOP)
 
     def thaw(self) -> None:
-        for pid in self.processes():
-            os.kill(pid, signal.SIGCONT)
+        self._signal(self.processes(), signal.SIGCONT)
+
+    @staticmethod
+    def _signal(pids: list[int], sig: signal.Signals) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:  # a backend that exited after it was listed (its client left)
+                pass
 
     def _run(self, tool: str, *args: str) -> None:
         cmd = [str(BIN / tool), *args]
