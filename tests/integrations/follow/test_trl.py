@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -383,3 +384,107 @@ def test_a_fresh_relaunch_sends_its_own_scalars_not_the_crashed_attempts(tmp_pat
     losses = {e["step"]: e["loss"] for e in history if "loss" in e}
     assert sent == [(1, first, losses[1]), (2, first, losses[2]),
                     (1, relaunch, losses[1] + 10.0), (2, relaunch, losses[2] + 10.0)]
+
+
+def _entry(step: int, loss: float) -> dict:
+    """One training step's `log_history` entry, as TRL's GRPOTrainer logs it (a few of its keys)."""
+    return {"loss": loss, "grad_norm": 0.5, "learning_rate": 1e-6, "kl": 0.01 * step, "reward": 0.5,
+            "epoch": 0.25 * step, "step": step}
+
+
+def _save(out: Path, step: int, history: list[dict], *, folder: str | None = None, max_steps: int = 6) -> None:
+    """A trainer state as transformers' `TrainerState.save_to_json` writes it at a checkpoint (or `save_state`)."""
+    path = out / (folder or f"checkpoint-{step}") / "trainer_state.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    time.sleep(0.05)  # written after the previous one, as a job's saves are: a later modification time
+    path.write_text(json.dumps({"global_step": step, "max_steps": max_steps, "log_history": history}, indent=2))
+
+
+def _scalars_sent(run) -> list[tuple[int, int, float]]:
+    """(step, attempt, loss) of each training step sent with TRL's logged scalars, in order."""
+    return [(s.attributes["grpo.step"], s.attributes["grpo.attempt"], s.attributes["grpo.metric.loss"])
+            for s in run.spans.get_finished_spans()
+            if s.name == "grpo.step" and "grpo.metric.loss" in s.attributes and not s.attributes.get("grpo.evaluation")]
+
+
+def test_without_completions_a_state_that_logs_a_step_again_is_a_relaunch(tmp_path, caplog):
+    """No `log_completions`: only the trainer states show a relaunch. The job saved checkpoints 2 and 4 and died;
+    relaunched from checkpoint-2 (resume_from_checkpoint="checkpoint-2"), it writes checkpoint-4 again with the
+    first attempt's steps 1-2 and its own 3-4. Steps 3-4 go out again as a newer attempt with its values (the
+    sidecar replaces the crashed attempt's); steps 1-2 are not sent again."""
+    out = tmp_path / "grpo-run"
+    first_try = [_entry(s, 1.0 + s) for s in range(1, 5)]
+    _save(out, 2, first_try[:2])
+    _save(out, 4, first_try)
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    assert _scalars_sent(run) == [(s, first, 1.0 + s) for s in range(1, 5)]
+    with caplog.at_level("WARNING", logger="otel_grpo.follow"):
+        _save(out, 4, first_try[:2] + [_entry(s, 9.0 + s) for s in (3, 4)])
+        run.once()
+    sent = _scalars_sent(run)[4:]
+    relaunch = sent[0][1]
+    assert relaunch > first and sent == [(3, relaunch, 12.0), (4, relaunch, 13.0)]
+    assert "checkpoint-4/trainer_state.json logs step 3 again" in caplog.text
+    _save(out, 6, first_try[:2] + [_entry(s, 9.0 + s) for s in range(3, 7)])  # its next checkpoint: its attempt
+    run.once()
+    assert _scalars_sent(run)[6:] == [(5, relaunch, 14.0), (6, relaunch, 15.0)]
+    state = json.loads((tmp_path / "state.json").read_text())["sources"]["trl-output"]
+    assert state["attempt"] == relaunch and state["scalar_step"] == 6  # a restarted follower goes on with it
+
+
+def test_without_completions_a_fresh_relaunch_sends_its_steps_again(tmp_path):
+    """Relaunched afresh into the same output dir: its checkpoint-2 ends below the step read (4). From step 1 (its
+    numbers differ) the steps go out as its attempt; the crashed attempt's checkpoint-4 no longer counts."""
+    out = tmp_path / "grpo-run"
+    _save(out, 2, [_entry(s, 1.0 + s) for s in (1, 2)])
+    _save(out, 4, [_entry(s, 1.0 + s) for s in range(1, 5)])
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    _save(out, 2, [_entry(s, 5.0 + s) for s in (1, 2)])
+    run.once()
+    sent = _scalars_sent(run)[4:]
+    relaunch = sent[0][1]
+    assert relaunch > first and sent == [(1, relaunch, 6.0), (2, relaunch, 7.0)]
+    _save(out, 4, [_entry(s, 5.0 + s) for s in range(1, 5)])
+    run.once()
+    assert _scalars_sent(run)[6:] == [(3, relaunch, 8.0), (4, relaunch, 9.0)]
+
+
+def test_a_fresh_relaunch_that_logs_the_same_numbers_is_one_from_the_step_after_its_state(tmp_path):
+    """A deterministic job relaunched afresh logs the same numbers: its checkpoint-2 agrees with what was read but
+    ends below step 4. Steps 1-2 are the same either way; from step 3 its steps go out as its attempt."""
+    out = tmp_path / "grpo-run"
+    history = [_entry(s, 1.0 + s) for s in range(1, 5)]
+    _save(out, 2, history[:2])
+    _save(out, 4, history)
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    _save(out, 2, history[:2])
+    run.once()
+    assert len(_scalars_sent(run)) == 4  # nothing new yet
+    _save(out, 4, history)
+    run.once()
+    sent = _scalars_sent(run)[4:]
+    assert [s for s, _, _ in sent] == [3, 4] and {a for _, a, _ in sent} != {first}
+
+
+def test_the_same_attempts_saves_evaluations_and_summary_are_no_relaunch(tmp_path):
+    """What one attempt writes after a state: the next checkpoint (further on), an evaluation logged at the latest
+    step, and `save_state()`'s end-of-training summary at that step (the same entries and more): no relaunch."""
+    out = tmp_path / "grpo-run"
+    history = [_entry(s, 1.0 + s) for s in range(1, 3)]
+    _save(out, 2, history)
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    history += [_entry(s, 1.0 + s) for s in (3, 4)] + [{"eval_loss": 0.3, "eval_reward": 0.1, "epoch": 1.0, "step": 4}]
+    _save(out, 4, history)
+    run.once()
+    history.append({"train_runtime": 12.5, "train_loss": 3.0, "epoch": 1.0, "step": 4})
+    _save(out, 4, history, folder=".")
+    assert run.follower.run(threading.Event()) is True  # the summary: the end
+    assert {a for _, a, _ in _scalars_sent(run)} == {run.tel.attempt}
+    assert [s for s, _, _ in _scalars_sent(run)] == [1, 2, 3, 4]
