@@ -138,16 +138,17 @@ class TrlOutput:
         self._logged: dict[int, dict[str, Any]] = {}
         """The training entries (step -> log_history entry) of the trainer state last handed out, less those a
         relaunch has since replaced: what a later state must agree with to be the same attempt's."""
-        self._logged_mtime = 0  # that state's mtime (ns): only states written after it are compared with it
+        self._logged_from: tuple[Path, tuple[int, int, int]] | None = None
+        """That state's (path, version): a new version is read again; only states written after it are compared."""
         self._checked: set[tuple[Path, tuple[int, int, int]]] = set()  # state versions compared with `_logged`
-        self._unsaved: tuple[dict[int, dict[str, Any]], int] | None = None
+        self._unsaved: tuple[dict[int, dict[str, Any]], tuple[Path, tuple[int, int, int]] | None] | None = None
         """`_logged` before a relaunch not yet saved: a failed flush goes back to the earlier attempt, and its
         states must show the relaunch again."""
 
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
         self._handed = set()
         if self._unsaved is not None:  # the relaunch seen since the last save is seen again
-            (self._logged, self._logged_mtime), self._unsaved, self._checked = self._unsaved, None, set()
+            (self._logged, self._logged_from), self._unsaved, self._checked = self._unsaved, None, set()
         if saved:
             self._done = {k: list(v) for k, v in saved.get("done", {}).items()}
             self._digest = self._handed_digest = saved.get("digest", "")
@@ -211,7 +212,8 @@ class TrlOutput:
         if state is not None:
             out.extend(self._poll_state(state))
             assert self._newest is not None
-            self._logged, self._logged_mtime = _training(state), self._newest[1][2]
+            if self._newest[:2] != self._logged_from:  # once per version: a long history is not walked every poll
+                self._logged, self._logged_from = _training(state), self._newest[:2]
         return out
 
     def _learn_reward_names(self, state: dict[str, Any]) -> None:
@@ -261,7 +263,7 @@ class TrlOutput:
         self._handed_scalar_step = min(self._handed_scalar_step, step - 1)
         self._handed_digest = ""  # its first batch repeats none of the earlier attempt's
         if self._unsaved is None:
-            self._unsaved = self._logged, self._logged_mtime
+            self._unsaved = self._logged, self._logged_from
         self._logged = {s: e for s, e in self._logged.items() if s < step}  # what the relaunch has not replaced
 
     def _went_back(self, doc: dict[str, Any]) -> int | None:
@@ -343,12 +345,12 @@ class TrlOutput:
     def _relaunch_in(self, fresh: dict[Path, dict[str, Any]]) -> bool:
         """Compare each trainer state written after the one read (once per version) with what was read; True if
         one shows a relaunch (the attempt changed). Before any state was read there is nothing to compare."""
-        if not self._logged:
+        if not self._logged or self._logged_from is None:
             return False
         versions = {(path, key) for path, (key, _) in self._steps.items()}
         self._checked &= versions
         for path, key in sorted(versions - self._checked, key=lambda v: v[1][2]):  # in the order written
-            if key[2] <= self._logged_mtime or key[2] < self._since:
+            if key[2] <= self._logged_from[1][2] or key[2] < self._since:
                 continue  # written before the state read, or an earlier attempt's
             doc = fresh.get(path) or self._read_state(path)
             if doc is None:

@@ -522,3 +522,49 @@ def test_a_relaunched_trl_job_without_completions_replaces_the_crashed_attempts_
     wait_for(lambda: sorted(stored()) == list(range(1, 7)), "the relaunch's steps")
     assert stored() == pytest.approx(logged)
     assert "logs step 1 again: the job was relaunched" in log.read_text()
+
+
+def test_a_relaunch_seen_in_a_batch_whose_export_failed_is_seen_again(tmp_path):
+    """A failed flush sends the source back to its saved point (the earlier attempt): reading again, the trainer
+    state that showed the relaunch shows it again, and its steps go out as a newer attempt, not the saved one's."""
+    out = tmp_path / "grpo-run"
+    first_try = [_entry(s, 1.0 + s) for s in range(1, 5)]
+    _save(out, 4, first_try)
+    source = TrlOutput(out)
+    source.restore(None, True)
+    for record in source.poll(100):
+        source.mark_done(record)
+    saved = source.cursor()
+    _save(out, 4, first_try[:2] + [_entry(s, 9.0 + s) for s in (3, 4)])
+    seen = source.poll(100)
+    assert [(r.step, r.scalars["loss"]) for r in seen] == [(3, 12.0), (4, 13.0)] and seen[0].attempt is not None
+    source.restore(saved, False)  # the flush failed: nothing of it was saved
+    again = source.poll(100)
+    assert [(r.step, r.scalars["loss"]) for r in again] == [(3, 12.0), (4, 13.0)]
+    assert again[0].attempt is not None and again[0].attempt >= seen[0].attempt
+
+
+def test_steps_never_read_from_the_resumed_checkpoint_go_out_under_the_relaunch(tmp_path, trl_output):
+    """docs/follow.md: the follower read checkpoint-2 only; the job also saved checkpoint-4, logged steps 5-6, died,
+    and resumed from checkpoint-4 (its completions of step 5 again show the relaunch). Steps 3-4, never sent, go
+    out from the relaunch's trainer state under its attempt, with the values the crashed attempt logged."""
+    out = tmp_path / "grpo-run"
+    shutil.copytree(trl_output / "completions", out / "completions")
+    history = [_entry(s, 1.0 + s) for s in range(1, 6)]
+    _save(out, 2, history[:2])
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    completions = out / "completions"  # TRL's of steps 1-4; the crashed attempt's steps 5-6, read before it died
+    for step in (5, 6):
+        shutil.copy(completions / "completions_00004.parquet", completions / f"completions_{step:05d}.parquet")
+    run.once()
+    _save(out, 4, history[:4])  # its checkpoint-4, written as it died: the follower does not read it
+    time.sleep(0.05)
+    _rewrite(out / "completions" / "completions_00005.parquet", "relaunch")  # resumed from checkpoint-4
+    run.once()
+    (relaunch,) = _samples_attempts(run)[5] - {first}
+    _save(out, 6, history[:4] + [_entry(s, 9.0 + s) for s in (5, 6)])
+    run.once()
+    assert _scalars_sent(run) == [(1, first, 2.0), (2, first, 3.0), (3, relaunch, 4.0), (4, relaunch, 5.0),
+                                  (5, relaunch, 14.0), (6, relaunch, 15.0)]
