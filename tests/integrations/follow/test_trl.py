@@ -474,9 +474,11 @@ def test_a_fresh_relaunch_that_logs_the_same_numbers_is_one_from_the_step_after_
 
 def test_the_same_attempts_saves_evaluations_and_summary_are_no_relaunch(tmp_path):
     """What one attempt writes after a state: the next checkpoint (further on), an evaluation logged at the latest
-    step, and `save_state()`'s end-of-training summary at that step (the same entries and more): no relaunch."""
+    step, and `save_state()`'s end-of-training summary at that step (the same entries and more): no relaunch, a
+    NaN among the entries included."""
     out = tmp_path / "grpo-run"
     history = [_entry(s, 1.0 + s) for s in range(1, 3)]
+    history[1]["grad_norm"] = float("nan")  # written as NaN: equal when read again (json reads one NaN object)
     _save(out, 2, history)
     run = Run(tmp_path, [TrlOutput(out)])
     run.once()
