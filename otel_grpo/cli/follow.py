@@ -5,13 +5,16 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
 from ._app import app, fail, speaker
 
 _STATE_DIR = Path(".otel-grpo-follow")
+JsonlNames = Literal["none", "trl", "verl", "maxent"]
+"""--source's choices: none, or one of the catalog's peers (`catalog.PEERS`, which a test holds this to; not imported
+here, so that every `otel-grpo` command starts without loading the catalog)."""
 
 
 def _weights(text: str | None) -> list[float] | None:
@@ -41,6 +44,7 @@ def follow(
     trl_output: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_OUTPUT", readable=False, help="A TRL GRPOConfig.output_dir: completions/*.parquet (log_completions=True) and trainer_state.json.")] = None,
     trl_reward_weights: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_TRL_REWARD_WEIGHTS", help="TRL's reward_weights, comma-separated, for the total reward of a sample (default: 1 each, TRL's default).")] = None,
     jsonl: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_JSONL", readable=False, help="Any JSONL of {\"step\": N, name: number, ...} lines.")] = None,
+    jsonl_source: Annotated[JsonlNames, typer.Option("--source", envvar="OTEL_GRPO_FOLLOW_SOURCE", help="Whose names --jsonl's lines use: none (our keys and OTel names, as log_metrics takes them), or trl, verl, maxent (that framework's logged names, through the catalog's aliases; with trl, each training line's numbers also as logged, grpo.trl.logged, and a line of eval_ keys is an evaluation).")] = "none",
     checkpoints: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_CHECKPOINTS", readable=False, help="The folder the job saves its checkpoints into (verl's trainer.default_local_dir; --trl-output's folder is watched anyway): a change there, looked for every 5 s, is a heartbeat, so a long save is not taken for a stall.")] = None,
     run_id: Annotated[Optional[str], typer.Option(envvar="OTEL_GRPO_FOLLOW_RUN_ID", help="Run id (default: OTEL_GRPO_RUN_ID, else the verl experiment / JSONL file name, or the TRL output dir's name).")] = None,
     from_start: Annotated[bool, typer.Option("--from-start", envvar="OTEL_GRPO_FOLLOW_FROM_START", help="Read what the files already hold; by default only what is written from now on (a saved state always wins).")] = False,
@@ -76,6 +80,9 @@ def follow(
         if given is not None and given.exists() and given.is_dir() != directory:  # not yet there is fine (live)
             fail(f"{flag} {given}: is a {'file' if directory else 'directory'}, not a "
                  f"{'directory' if directory else 'file'}", 2)
+    if jsonl_source != "none" and jsonl is None:
+        fail(f"--source {jsonl_source}: says whose names --jsonl's lines use; give --jsonl (--verl-metrics and "
+             "--trl-output know their own)", 2)
     if finished:
         for given in (verl_metrics, verl_rollouts, trl_output, jsonl):
             if given is not None and not given.exists():
@@ -91,7 +98,7 @@ def follow(
         except ValueError as exc:
             fail(str(exc), 2)
     if jsonl:
-        sources.append(JsonlStream("jsonl", jsonl))
+        sources.append(JsonlStream("jsonl", jsonl, source=None if jsonl_source == "none" else jsonl_source))
     # Where the files end now, before the slow set-up below (the exporters' modules, the exporters): lines the
     # job writes from here on are read. Saved with the run's state as soon as it is known (a saved state wins).
     for source in sources:

@@ -14,14 +14,22 @@ The run has ended when a trainer state holds the end-of-training summary
 (`train_runtime`), or its `global_step` reached `max_steps` (the final checkpoint).
 
 A job relaunched into the same output dir (a fresh start, or a resume from a checkpoint) writes
-completions files again from an earlier step. Within one attempt TRL writes them in step order:
-it rewrites only the latest one (at the same `global_step`, an evaluation's `log` writes the
-evaluation's rows and the end-of-training summary's the same rows again). So a file written for
-a step below the latest one read is a relaunch: from it on, the records are a newer attempt
+its steps again from an earlier one, and either of its two streams can show it first:
+- completions: within one attempt TRL writes them in step order and rewrites only the latest one
+  (at the same `global_step`, an evaluation's `log` writes the evaluation's rows and the
+  end-of-training summary's the same rows again), so a file written for a step below the latest
+  one read is a relaunch from that step;
+- trainer states (the only stream without `log_completions`): within one attempt each state written
+  holds the previous one's log history and goes further (transformers writes one at each checkpoint
+  and in `save_state`, the end's summary at the same step), so a state written after the one read
+  whose training entries differ from it at some step (a resume from an earlier checkpoint, or a fresh
+  start with other numbers), or that ends below it (a fresh start), is a relaunch from the first
+  such step (evaluation rows and the summary do not count).
+Either way (`_relaunched`, one mechanism): from that step on, the records are a newer attempt
 (`grpo.attempt`: the sidecar replaces the crashed attempt's samples and scalars of each step the
 relaunch sends), its logged scalars are read again from that step, and only trainer states
-written since count. A relaunch whose first file is the latest step's (a resume after a crash
-right after logging the step past the checkpoint) cannot be told from an evaluation there
+written since count. A relaunch whose first completions file is the latest step's (a resume after a
+crash right after logging the step past the checkpoint) cannot be told from an evaluation there
 (docs/follow.md, "Relaunched and resumed jobs").
 """
 
@@ -127,9 +135,20 @@ class TrlOutput:
         self._top = -1  # the latest completions step read in this attempt
         self._done_attempt: tuple[int | None, int] = (None, 0)  # (attempt, since) of the emitted records
         self._done_top = -1  # the latest completions step emitted in that attempt
+        self._logged: dict[int, dict[str, Any]] = {}
+        """The training entries (step -> log_history entry) of the trainer state last handed out, less those a
+        relaunch has since replaced: what a later state must agree with to be the same attempt's."""
+        self._logged_from: tuple[Path, tuple[int, int, int]] | None = None
+        """That state's (path, version): a new version is read again; only states written after it are compared."""
+        self._checked: set[tuple[Path, tuple[int, int, int]]] = set()  # state versions compared with `_logged`
+        self._unsaved: tuple[dict[int, dict[str, Any]], tuple[Path, tuple[int, int, int]] | None] | None = None
+        """`_logged` before a relaunch not yet saved: a failed flush goes back to the earlier attempt, and its
+        states must show the relaunch again."""
 
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
         self._handed = set()
+        if self._unsaved is not None:  # the relaunch seen since the last save is seen again
+            (self._logged, self._logged_from), self._unsaved, self._checked = self._unsaved, None, set()
         if saved:
             self._done = {k: list(v) for k, v in saved.get("done", {}).items()}
             self._digest = self._handed_digest = saved.get("digest", "")
@@ -148,6 +167,8 @@ class TrlOutput:
 
     def cursor(self) -> dict[str, Any]:
         attempt, since = self._done_attempt
+        if self._done_attempt == (self.attempt, self._since):
+            self._unsaved = None
         return {"done": dict(self._done), "digest": self._digest, "scalar_step": self._scalar_step,
                 "attempt": attempt, "since": since, "top": self._done_top}
 
@@ -158,12 +179,15 @@ class TrlOutput:
             self._done[name] = identity
             self._handed.discard(name)
             self._digest = digest or self._digest
-            if (record.attempt, since) != self._done_attempt:  # a relaunch's first file: its scalars from here on
-                self._done_attempt, self._done_top = (record.attempt, since), record.step
-                self._scalar_step = min(self._scalar_step, record.step - 1)
+        else:
+            since = value[1]
+        if (record.attempt, since) != self._done_attempt:  # a relaunch's first record: its steps from here on
+            self._done_attempt, self._done_top = (record.attempt, since), record.step - 1
+            self._scalar_step = min(self._scalar_step, record.step - 1)
+        if kind == "parquet":
             self._done_top = max(self._done_top, record.step)
         else:
-            self._scalar_step = max(self._scalar_step, value)
+            self._scalar_step = max(self._scalar_step, record.step)
 
     def _parquets(self) -> list[tuple[int, Path]]:
         completions = self.dir / "completions"
@@ -187,6 +211,9 @@ class TrlOutput:
             state = self._state()
         if state is not None:
             out.extend(self._poll_state(state))
+            assert self._newest is not None
+            if self._newest[:2] != self._logged_from:  # once per version: a long history is not walked every poll
+                self._logged, self._logged_from = _training(state), self._newest[:2]
         return out
 
     def _learn_reward_names(self, state: dict[str, Any]) -> None:
@@ -214,7 +241,8 @@ class TrlOutput:
             if rows is None:
                 break  # keep file order: wait for this one
             if step < self._top:  # written again below the latest step: the job was relaunched
-                self._relaunched(step, stat.st_mtime_ns)
+                self._relaunched(step, stat.st_mtime_ns, f"completions of step {step} written again after "
+                                                         f"step {self._top}")
                 digest = ""  # its first batch repeats none of the earlier attempt's
             self._top = max(self._top, step)
             new_digest = _digest(rows)
@@ -226,12 +254,29 @@ class TrlOutput:
                               evaluation=step == 0, attempt=self.attempt))
         return out
 
-    def _relaunched(self, step: int, since_ns: int) -> None:
-        """A newer attempt from `step` on, whose first file was written at `since_ns` (its mtime)."""
-        logger.warning("otel-grpo follow: %s: completions of step %d written again after step %d: the job was "
-                       "relaunched; its steps replace the earlier attempt's", self.dir, step, self._top)
-        self.attempt, self._since, self._top = time.time_ns(), since_ns, step
+    def _relaunched(self, step: int, since_ns: int, seen: str) -> None:
+        """A newer attempt from `step` on, whose first file (completions or trainer state) was written at
+        `since_ns` (its mtime); `seen`: what showed it, for the log."""
+        logger.warning("otel-grpo follow: %s: %s: the job was relaunched; its steps from %d replace the earlier "
+                       "attempt's", self.dir, seen, step)
+        self.attempt, self._since, self._top = time.time_ns(), since_ns, step - 1
         self._handed_scalar_step = min(self._handed_scalar_step, step - 1)
+        self._handed_digest = ""  # its first batch repeats none of the earlier attempt's
+        if self._unsaved is None:
+            self._unsaved = self._logged, self._logged_from
+        self._logged = {s: e for s, e in self._logged.items() if s < step}  # what the relaunch has not replaced
+
+    def _went_back(self, doc: dict[str, Any]) -> int | None:
+        """The step from which a trainer state written after the one read is another attempt's: the first training
+        step whose entry differs from the one read, else the step after its last one if that is below the latest
+        read (a fresh start that logged the same numbers so far); None: the same attempt's, further on."""
+        entries = _training(doc)
+        for step in sorted(entries):
+            if step in self._logged and entries[step] != self._logged[step]:
+                return step
+        if entries and self._logged and max(entries) < max(self._logged):
+            return max(entries) + 1
+        return None
 
     def _read(self, path: Path, is_last: bool) -> list[dict[str, Any]] | None:
         import pyarrow.parquet as pq
@@ -258,14 +303,15 @@ class TrlOutput:
         return [trl_row(e, self.weights, columns) for e in table.to_pylist()]
 
     def _state(self) -> dict[str, Any] | None:
-        """The newest trainer state in the output dir or its checkpoints (largest global_step).
+        """The newest trainer state in the output dir or its checkpoints (largest global_step; of two at one step,
+        the later written: `save_state` after the final checkpoint adds the summary).
 
         Each file is parsed once per version (inode, size, mtime): a long log history is not parsed
         again on every poll, and only the newest state is kept in memory.
         """
         candidates = [self.dir / "trainer_state.json", *self.dir.glob("checkpoint-*/trainer_state.json")]
         fresh: dict[Path, dict[str, Any]] = {}
-        best: tuple[int, Path] | None = None
+        best: tuple[int, int, Path] | None = None  # (global_step, mtime, path)
         for path in candidates:
             try:
                 info = os.stat(path)
@@ -281,18 +327,40 @@ class TrlOutput:
                     continue  # being written, or not a state: read on a later poll
                 fresh[path] = doc
                 seen = self._steps[path] = (key, _global_step(doc))
-            if best is None or seen[1] >= best[0]:
-                best = (seen[1], path)
+            if best is None or (seen[1], key[2]) >= best[:2]:  # a tie: the later write (save_state's summary)
+                best = (seen[1], key[2], path)
         self._steps = {p: v for p, v in self._steps.items() if p in candidates}
+        if self._relaunch_in(fresh):
+            return self._state()  # chosen again among the relaunch's own states
         if best is None:
             return None
-        path, key = best[1], self._steps[best[1]][0]
+        path, key = best[2], self._steps[best[2]][0]
         if self._newest is None or self._newest[:2] != (path, key):
             doc = fresh.get(path) or self._read_state(path)
             if doc is None:
                 return None
             self._newest = (path, key, doc)
         return self._newest[2]
+
+    def _relaunch_in(self, fresh: dict[Path, dict[str, Any]]) -> bool:
+        """Compare each trainer state written after the one read (once per version) with what was read; True if
+        one shows a relaunch (the attempt changed). Before any state was read there is nothing to compare."""
+        if not self._logged or self._logged_from is None:
+            return False
+        versions = {(path, key) for path, (key, _) in self._steps.items()}
+        self._checked &= versions
+        for path, key in sorted(versions - self._checked, key=lambda v: v[1][2]):  # in the order written
+            if key[2] <= self._logged_from[1][2] or key[2] < self._since:
+                continue  # written before the state read, or an earlier attempt's
+            doc = fresh.get(path) or self._read_state(path)
+            if doc is None:
+                continue  # being written: compared once whole
+            self._checked.add((path, key))
+            step = self._went_back(doc)
+            if step is not None:
+                self._relaunched(step, key[2], f"{path.relative_to(self.dir)} logs step {step} again")
+                return True
+        return False
 
     @staticmethod
     def _read_state(path: Path) -> dict[str, Any] | None:
@@ -323,7 +391,7 @@ class TrlOutput:
                 continue
             # as the callbacks map TRL's log dict: signals (less TRL's 0.0 for lengths no completion has) and,
             # for a training step, every number as logged (grpo.trl.logged)
-            out.append(Record(step, map_logs(scalars), cursor=("scalars", step),
+            out.append(Record(step, map_logs(scalars), cursor=("scalars", (step, self._since)),
                               evaluation=is_evaluation(scalars), attempt=self.attempt))
         if out:
             self._handed_scalar_step = out[-1].step
@@ -338,6 +406,12 @@ def _history(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """The state's log history entries (what is not a dict is left out: the file may not be TRL's)."""
     history = doc.get("log_history")
     return [e for e in history if isinstance(e, dict)] if isinstance(history, list) else []
+
+
+def _training(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """A state's training log entries by step: neither an evaluation's (`eval_` keys) nor the end's summary."""
+    return {e["step"]: e for e in _history(doc) if isinstance(e.get("step"), int) and not isinstance(e["step"], bool)
+            and SUMMARY_KEY not in e and not is_evaluation(e)}
 
 
 def _global_step(doc: dict[str, Any]) -> int:

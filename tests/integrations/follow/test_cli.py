@@ -29,12 +29,64 @@ def follow(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess[str]:
     (("--jsonl", "x.jsonl", "--checkpoints", "/etc/passwd"), "--checkpoints /etc/passwd: is a file, not a directory"),
     (("--jsonl", "x.jsonl", "--state", "/proc/no/s.json"), "state file /proc/no/s.json: cannot be written there"),
     (("--jsonl", "x.jsonl", "--run-id", "exp/steps"), "ends in '/steps'"),
+    (("--jsonl", "x.jsonl", "--source", "wandb"), "Invalid value for '--source'"),
+    (("--trl-output", "d", "--source", "trl"), "--source trl: says whose names --jsonl's lines use; give --jsonl"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
     out = follow(*args, *(() if "--state" in args else ("--state", str(tmp_path / "s.json"))))
     assert out.returncode == 2
     assert says in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_bad_source_from_the_environment_is_one_line_and_exit_2(tmp_path):
+    out = follow("--jsonl", "x.jsonl", "--state", str(tmp_path / "s.json"), env={"OTEL_GRPO_FOLLOW_SOURCE": "TRL"})
+    assert out.returncode == 2 and "OTEL_GRPO_FOLLOW_SOURCE" in out.stderr and "'TRL' is not one of" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_sources_are_none_or_the_catalogs_peers():
+    """--source takes what `JsonlStream(source=)` takes (spelled out there so the CLI starts without the catalog)."""
+    from typing import get_args
+
+    from otel_grpo.catalog import PEERS
+    from otel_grpo.cli.follow import JsonlNames
+
+    assert get_args(JsonlNames) == ("none", *PEERS)
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_source_trl_reads_trls_names_and_its_kl_is_judged_as_kl(tmp_path, how):
+    """`--jsonl FILE --source trl` reads lines of TRL's logged dicts as `JsonlStream(source="trl")` does: TRL's
+    `kl` is exported as grpo.trl.kl, each number also as logged (grpo.trl.logged), and the `kl` step check
+    judges it (grpo.step.beyond{signal="kl"}, GRPOKLHigh's evidence); an `eval_` line is no step."""
+    from tests.telemetry._receiver import OTLPReceiver, attrs
+
+    path = tmp_path / "trl-logs.jsonl"
+    kls = [0.05, 5.5, 5.5, 5.5]
+    lines = [{"step": s, "kl": kl, "loss": 0.1, "reward": 1.0, "clip_ratio/region_mean": 0.0}
+             for s, kl in enumerate(kls, 1)]
+    lines.insert(2, {"step": 2, "eval_loss": 0.3, "eval_reward": 0.5})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    given = ("--source", "trl") if how == "flag" else ()
+    with OTLPReceiver() as rx:
+        env = {"OTEL_GRPO_METRICS_EXPORTERS": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+               "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{rx.port}",
+               **({"OTEL_GRPO_FOLLOW_SOURCE": "trl"} if how == "env" else {})}
+        out = follow("--jsonl", str(path), *given, "--finished", "--poll", "0.05",
+                     "--state", str(tmp_path / "s.json"), env=env)
+        assert out.returncode == 0 and "5 steps emitted, 0 bad lines" in out.stderr, out.stderr
+        beyond = {}
+        for _, p in rx.metric_points("grpo.step.beyond"):  # cumulative: the last export holds the totals
+            a = attrs(p.attributes)
+            beyond[(a["signal"], a["bound"], a["streak"])] = p.as_int or p.as_double
+        kl_gauges = {m.name for name in ("grpo.kl", "grpo.trl.kl") for m, _ in rx.metric_points(name)}
+        logged = {attrs(p.attributes)["metric"] for _, p in rx.metric_points("grpo.trl.logged")}
+        steps = [p.as_int or p.as_double for _, p in rx.metric_points("grpo.steps")]
+    assert kl_gauges == {"grpo.trl.kl"}  # TRL's estimate under its own name, judged as KL
+    assert beyond[("kl", "5.0", "1")] == 3 and beyond[("kl", "5.0", "3")] == 1 and beyond[("kl", "0.1", "1")] == 3
+    assert {"kl", "loss", "reward"} <= logged and not {k for k in logged if k.startswith("eval_")}
+    assert steps and steps[-1] == 4  # the evaluation line counts no step
 
 
 def test_a_run_id_naming_a_path_outside_the_state_directory_touches_nothing(tmp_path):

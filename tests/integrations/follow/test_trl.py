@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -383,3 +384,189 @@ def test_a_fresh_relaunch_sends_its_own_scalars_not_the_crashed_attempts(tmp_pat
     losses = {e["step"]: e["loss"] for e in history if "loss" in e}
     assert sent == [(1, first, losses[1]), (2, first, losses[2]),
                     (1, relaunch, losses[1] + 10.0), (2, relaunch, losses[2] + 10.0)]
+
+
+def _entry(step: int, loss: float) -> dict:
+    """One training step's `log_history` entry, as TRL's GRPOTrainer logs it (a few of its keys)."""
+    return {"loss": loss, "grad_norm": 0.5, "learning_rate": 1e-6, "kl": 0.01 * step, "reward": 0.5,
+            "epoch": 0.25 * step, "step": step}
+
+
+def _save(out: Path, step: int, history: list[dict], *, folder: str | None = None, max_steps: int = 6) -> None:
+    """A trainer state as transformers' `TrainerState.save_to_json` writes it at a checkpoint (or `save_state`)."""
+    path = out / (folder or f"checkpoint-{step}") / "trainer_state.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    time.sleep(0.05)  # written after the previous one, as a job's saves are: a later modification time
+    path.write_text(json.dumps({"global_step": step, "max_steps": max_steps, "log_history": history}, indent=2))
+
+
+def _scalars_sent(run) -> list[tuple[int, int, float]]:
+    """(step, attempt, loss) of each training step sent with TRL's logged scalars, in order."""
+    return [(s.attributes["grpo.step"], s.attributes["grpo.attempt"], s.attributes["grpo.metric.loss"])
+            for s in run.spans.get_finished_spans()
+            if s.name == "grpo.step" and "grpo.metric.loss" in s.attributes and not s.attributes.get("grpo.evaluation")]
+
+
+def test_without_completions_a_state_that_logs_a_step_again_is_a_relaunch(tmp_path, caplog):
+    """No `log_completions`: only the trainer states show a relaunch. The job saved checkpoints 2 and 4 and died;
+    relaunched from checkpoint-2 (resume_from_checkpoint="checkpoint-2"), it writes checkpoint-4 again with the
+    first attempt's steps 1-2 and its own 3-4. Steps 3-4 go out again as a newer attempt with its values (the
+    sidecar replaces the crashed attempt's); steps 1-2 are not sent again."""
+    out = tmp_path / "grpo-run"
+    first_try = [_entry(s, 1.0 + s) for s in range(1, 5)]
+    _save(out, 2, first_try[:2])
+    _save(out, 4, first_try)
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    assert _scalars_sent(run) == [(s, first, 1.0 + s) for s in range(1, 5)]
+    with caplog.at_level("WARNING", logger="otel_grpo.follow"):
+        _save(out, 4, first_try[:2] + [_entry(s, 9.0 + s) for s in (3, 4)])
+        run.once()
+    sent = _scalars_sent(run)[4:]
+    relaunch = sent[0][1]
+    assert relaunch > first and sent == [(3, relaunch, 12.0), (4, relaunch, 13.0)]
+    assert "checkpoint-4/trainer_state.json logs step 3 again" in caplog.text
+    _save(out, 6, first_try[:2] + [_entry(s, 9.0 + s) for s in range(3, 7)])  # its next checkpoint: its attempt
+    run.once()
+    assert _scalars_sent(run)[6:] == [(5, relaunch, 14.0), (6, relaunch, 15.0)]
+    state = json.loads((tmp_path / "state.json").read_text())["sources"]["trl-output"]
+    assert state["attempt"] == relaunch and state["scalar_step"] == 6  # a restarted follower goes on with it
+
+
+def test_without_completions_a_fresh_relaunch_sends_its_steps_again(tmp_path):
+    """Relaunched afresh into the same output dir: its checkpoint-2 ends below the step read (4). From step 1 (its
+    numbers differ) the steps go out as its attempt; the crashed attempt's checkpoint-4 no longer counts."""
+    out = tmp_path / "grpo-run"
+    _save(out, 2, [_entry(s, 1.0 + s) for s in (1, 2)])
+    _save(out, 4, [_entry(s, 1.0 + s) for s in range(1, 5)])
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    _save(out, 2, [_entry(s, 5.0 + s) for s in (1, 2)])
+    run.once()
+    sent = _scalars_sent(run)[4:]
+    relaunch = sent[0][1]
+    assert relaunch > first and sent == [(1, relaunch, 6.0), (2, relaunch, 7.0)]
+    _save(out, 4, [_entry(s, 5.0 + s) for s in range(1, 5)])
+    run.once()
+    assert _scalars_sent(run)[6:] == [(3, relaunch, 8.0), (4, relaunch, 9.0)]
+
+
+def test_a_fresh_relaunch_that_logs_the_same_numbers_is_one_from_the_step_after_its_state(tmp_path):
+    """A deterministic job relaunched afresh logs the same numbers: its checkpoint-2 agrees with what was read but
+    ends below step 4. Steps 1-2 are the same either way; from step 3 its steps go out as its attempt."""
+    out = tmp_path / "grpo-run"
+    history = [_entry(s, 1.0 + s) for s in range(1, 5)]
+    _save(out, 2, history[:2])
+    _save(out, 4, history)
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    _save(out, 2, history[:2])
+    run.once()
+    assert len(_scalars_sent(run)) == 4  # nothing new yet
+    _save(out, 4, history)
+    run.once()
+    sent = _scalars_sent(run)[4:]
+    assert [s for s, _, _ in sent] == [3, 4] and {a for _, a, _ in sent} != {first}
+
+
+def test_the_same_attempts_saves_evaluations_and_summary_are_no_relaunch(tmp_path):
+    """What one attempt writes after a state: the next checkpoint (further on), an evaluation logged at the latest
+    step, and `save_state()`'s end-of-training summary at that step (the same entries and more): no relaunch, a
+    NaN among the entries included."""
+    out = tmp_path / "grpo-run"
+    history = [_entry(s, 1.0 + s) for s in range(1, 3)]
+    history[1]["grad_norm"] = float("nan")  # written as NaN: equal when read again (json reads one NaN object)
+    _save(out, 2, history)
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    history += [_entry(s, 1.0 + s) for s in (3, 4)] + [{"eval_loss": 0.3, "eval_reward": 0.1, "epoch": 1.0, "step": 4}]
+    _save(out, 4, history)
+    run.once()
+    history.append({"train_runtime": 12.5, "train_loss": 3.0, "epoch": 1.0, "step": 4})
+    _save(out, 4, history, folder=".")
+    assert run.follower.run(threading.Event()) is True  # the summary: the end
+    assert {a for _, a, _ in _scalars_sent(run)} == {run.tel.attempt}
+    assert [s for s, _, _ in _scalars_sent(run)] == [1, 2, 3, 4]
+
+
+@pytest.mark.integration
+def test_a_relaunched_trl_job_without_completions_replaces_the_crashed_attempts_steps(tmp_path, sidecar):
+    """Without `log_completions` the trainer states are all there is. A real TRL job saves checkpoints 2 and 4 and
+    dies during step 6; it is relaunched afresh (another seed) into the same output dir while one follower keeps
+    running. Its checkpoint-2 logs steps 1-2 again: from there its steps are a newer attempt, so the sidecar holds
+    every step with the relaunch's logged values, none with the crashed attempt's."""
+    pytest.importorskip("trl")
+    out, state, log, run = tmp_path / "grpo-run", tmp_path / "state.json", tmp_path / "follow.log", "trl-fresh"
+    _write(out, 6, "checkpoint", "save_steps=2", "crash_after=5", "completions=0", code=17)
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert not (out / "completions").exists()
+    crashed = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+    follower = FollowProcess(["--trl-output", str(out), "--run-id", run, "--state", str(state), "--from-start",
+                              "--poll", "0.1"], sidecar.url, free_port(), log)
+
+    def stored() -> dict[int, float]:
+        rows = httpx.get(f"{sidecar.url}/api/runs/{run}/steps", timeout=10)
+        return {row["step"]: row["grpo.loss"] for row in rows.json()} if rows.status_code == 200 else {}
+
+    try:
+        first = {e["step"]: e["loss"] for e in crashed if "loss" in e}
+        wait_for(lambda: stored() == pytest.approx(first), "the first attempt's steps 1-4")
+        _write(out, 6, "checkpoint", "save_steps=2", "seed=1", "completions=0")
+        assert follower.wait() == 0, log.read_text()[-3000:]  # checkpoint-6: global_step == max_steps, the end
+    finally:
+        follower.stop_if_running()
+    history = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
+    logged = {e["step"]: e["loss"] for e in history if "loss" in e}
+    assert sorted(logged) == list(range(1, 7)) and {s: logged[s] for s in first} != pytest.approx(first)
+    wait_for(lambda: sorted(stored()) == list(range(1, 7)), "the relaunch's steps")
+    assert stored() == pytest.approx(logged)
+    assert "logs step 1 again: the job was relaunched" in log.read_text()
+
+
+def test_a_relaunch_seen_in_a_batch_whose_export_failed_is_seen_again(tmp_path):
+    """A failed flush sends the source back to its saved point (the earlier attempt): reading again, the trainer
+    state that showed the relaunch shows it again, and its steps go out as a newer attempt, not the saved one's."""
+    out = tmp_path / "grpo-run"
+    first_try = [_entry(s, 1.0 + s) for s in range(1, 5)]
+    _save(out, 4, first_try)
+    source = TrlOutput(out)
+    source.restore(None, True)
+    for record in source.poll(100):
+        source.mark_done(record)
+    saved = source.cursor()
+    _save(out, 4, first_try[:2] + [_entry(s, 9.0 + s) for s in (3, 4)])
+    seen = source.poll(100)
+    assert [(r.step, r.scalars["loss"]) for r in seen] == [(3, 12.0), (4, 13.0)] and seen[0].attempt is not None
+    source.restore(saved, False)  # the flush failed: nothing of it was saved
+    again = source.poll(100)
+    assert [(r.step, r.scalars["loss"]) for r in again] == [(3, 12.0), (4, 13.0)]
+    assert again[0].attempt is not None and again[0].attempt >= seen[0].attempt
+
+
+def test_steps_never_read_from_the_resumed_checkpoint_go_out_under_the_relaunch(tmp_path, trl_output):
+    """docs/follow.md: the follower read checkpoint-2 only; the job also saved checkpoint-4, logged steps 5-6, died,
+    and resumed from checkpoint-4 (its completions of step 5 again show the relaunch). Steps 3-4, never sent, go
+    out from the relaunch's trainer state under its attempt, with the values the crashed attempt logged."""
+    out = tmp_path / "grpo-run"
+    shutil.copytree(trl_output / "completions", out / "completions")
+    history = [_entry(s, 1.0 + s) for s in range(1, 6)]
+    _save(out, 2, history[:2])
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    completions = out / "completions"  # TRL's of steps 1-4; the crashed attempt's steps 5-6, read before it died
+    for step in (5, 6):
+        shutil.copy(completions / "completions_00004.parquet", completions / f"completions_{step:05d}.parquet")
+    run.once()
+    _save(out, 4, history[:4])  # its checkpoint-4, written as it died: the follower does not read it
+    time.sleep(0.05)
+    _rewrite(out / "completions" / "completions_00005.parquet", "relaunch")  # resumed from checkpoint-4
+    run.once()
+    (relaunch,) = _samples_attempts(run)[5] - {first}
+    _save(out, 6, history[:4] + [_entry(s, 9.0 + s) for s in (5, 6)])
+    run.once()
+    assert _scalars_sent(run) == [(1, first, 2.0), (2, first, 3.0), (3, relaunch, 4.0), (4, relaunch, 5.0),
+                                  (5, relaunch, 14.0), (6, relaunch, 15.0)]

@@ -2,6 +2,7 @@
 with `log_completions=True`, writing TRL's own completions parquet and its final checkpoint.
 
     python trl_writer.py OUTPUT_DIR STEPS [checkpoint|save_state] [save_steps=N] [crash_after=N] [resume=1] [seed=N]
+                         [completions=0]
 
 `checkpoint` (default): a checkpoint at the last step (`trainer_state.json` with
 `global_step == max_steps`), and every `save_steps` steps before it. `crash_after=N`: the job
@@ -9,7 +10,8 @@ dies (exit code 17, nothing flushed) once step N is logged and saved, before ste
 `resume=1`: `trainer.train(resume_from_checkpoint=True)`, a relaunch from the latest checkpoint
 in OUTPUT_DIR; `seed`: GRPOConfig's (another one samples other completions); `TRL_WRITER_TAG`
 in the environment: the text `log_extra` column's value (default `extra`), which marks each
-sample row with the attempt that wrote it. `save_state`: no checkpoint; the script calls
+sample row with the attempt that wrote it. `completions=0`: `log_completions=False` (no parquet: the
+trainer states are all the follower sees). `save_state`: no checkpoint; the script calls
 `trainer.save_state()` after training, as TRL's example scripts do, which writes the
 end-of-training summary (`train_runtime`) into `<output_dir>/trainer_state.json`; that run
 also evaluates before its first step (`eval_on_start`: `eval_` values logged at step 0).
@@ -63,7 +65,8 @@ if __name__ == "__main__":
         else {"save_strategy": "no", "eval_on_start": True, "per_device_eval_batch_size": 4,
               "eval_dataset": tiny_trl.make_dataset(8)}
     callbacks = [crash_after(int(options["crash_after"]))] if "crash_after" in options else None
-    trainer = tiny_trl.make_grpo_trainer(sys.argv[1], log_completions=True, max_steps=steps, steps_per_generation=2,
+    trainer = tiny_trl.make_grpo_trainer(sys.argv[1], log_completions=options.get("completions") != "0",
+                                         max_steps=steps, steps_per_generation=2,
                                          reward_weights=list(REWARD_WEIGHTS), seed=int(options.get("seed", 0)),
                                          reward_funcs=[reward_words, tiny_trl.reward_short], callbacks=callbacks,
                                          **saving)
