@@ -60,6 +60,27 @@ def test_steps_name_every_column_by_the_catalog(loaded):
     assert "grpo_kl" in step_column["properties"]["prometheus"]["description"]
 
 
+def test_metrics_lists_a_column_logged_only_early_in_a_long_run(client, otlp):
+    """Every column the run ever logged, however long ago: an evaluation at step 50 of 300, a column
+    the latest steps carry no longer, one that came only with the last export."""
+    def early(step: int) -> dict:
+        return {"eval_accuracy": 0.5} if step == 50 else {"learning_rate": 1e-6} if step < 100 else {}
+
+    for first in range(0, 300, 100):
+        spans = otlp.spans("long", range(first, first + 100), samples=0, metrics=early)
+        assert client.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
+    late = otlp.spans("long", range(300, 301), samples=0, metrics=lambda s: {"late_only": 2.0})
+    assert client.post("/v1/traces", content=otlp.request(late).SerializeToString(), headers=PB).status_code == 200
+    columns = [c["name"] for c in client.get("/api/runs/long/metrics").json()]
+    assert {"eval_accuracy", "grpo.learning_rate", "late_only", "grpo.kl", "grpo.phase.duration/rollout"} <= set(columns)
+    assert columns == sorted(columns) and len(columns) == len(set(columns))
+    # The same set as the columns of every step's row, no more.
+    rows = client.get("/api/runs/long/steps").json()
+    assert set(columns) == {k for row in rows for k in row} - {"run_id", "step", "time"}
+    rows = client.get("/api/runs/long/steps", params={"metrics": "eval_accuracy", "points": 100}).json()
+    assert [(r["step"], r["eval_accuracy"]) for r in rows if "eval_accuracy" in r] == [(50, 0.5)]
+
+
 def test_grafana_step_history_reads_catalog_names(loaded):
     """The committed dashboard's Infinity query of the step history, sent as Grafana sends it: its
     columns come back under the names it asks for (the legend Grafana draws), one per signal."""

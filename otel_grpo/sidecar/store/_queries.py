@@ -242,13 +242,13 @@ class Reads(RunReads):
         return json.loads(self.steps_json(run_id, metrics, step_min, step_max, limit, offset, points=points))
 
     def metric_keys(self, run_id: str) -> list[str]:
-        """Every scalar key the run's steps carry (from the latest 200 steps, enough to see them all)."""
-        keys: set[str] = set()
+        """Every scalar key a step of the run has carried, sorted: a column logged at one step of a
+        100,000-step run is among them. Kept as steps are written (`step_columns`), so this reads the
+        run's keys alone, whatever its length. A key stays listed once its steps are gone (retention
+        that keeps a run's latest steps, a newer attempt at the step), until the run is deleted."""
         with self.read() as conn:
-            for (blob,) in conn.execute(
-                    "SELECT metrics FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT 200", (run_id,)):
-                keys.update(json.loads(blob))
-        return sorted(keys)
+            rows = conn.execute("SELECT key FROM step_columns WHERE run_id = ?", (run_id,)).fetchall()
+        return sorted(key for (key,) in rows)
 
     def sample_steps(self, run_id: str, limit: int = 5000) -> list[int]:
         """Steps that have samples, newest first."""

@@ -105,8 +105,10 @@ def list_steps(
 
 @router.get("/{run_id:path}/metrics", response_model=list[StepColumn], response_class=FastJSON, responses=_404)
 def list_columns(run_id: RunId, store: StoreDep) -> FastJSON:
-    """The scalar columns the run's steps carry: each one's name (the column of `/steps`), its
-    Prometheus series beside it, its catalog key, unit and description; ordered by name."""
+    """Every scalar column a step of the run has carried, however long ago (an evaluation logged
+    once at step 50 of 100,000 too): each one's name (the column of `/steps`), its Prometheus
+    series beside it, its catalog key, unit and description; ordered by name. Kept as steps are
+    written, so this costs the run's columns, not its steps."""
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
     return FastJSON(sorted((describe(k) for k in store.metric_keys(run_id)), key=lambda c: c["name"]))
