@@ -5,9 +5,9 @@
 
 Listing a run's columns then reads its keys alone (`Reads.metric_keys`), whatever its length: a
 column logged at one step of 100,000 is found. The insert leaves keys already there alone, but it
-still costs ~100 us a write for a run's ~110 keys, a tenth of a step's write; so each writer keeps,
-per run it wrote lately, the keys it knows are stored, and inserts only the others (none, after
-a run's first steps). What it knows is per run identity (`first_seen`): a run deleted and made
+still probes the index once per key at every write (a run has ~110); so each writer keeps, per
+run it wrote lately, the keys it knows are stored, and inserts only the others (none, after a
+run's first steps). What it knows is per run identity (`first_seen`): a run deleted and made
 again, by any writer, is written whole again. Another writer's inserts are unknown to this one,
 which at worst inserts a key again (a no-op).
 """
