@@ -709,7 +709,7 @@ def test_a_long_run_is_downsampled_and_its_spike_drawn(site, new_page):
     assert len(chart(page, kl)["steps"]) <= 1366 < LONG_STEPS
     # A request per chart and run, naming only the chart's columns: the KL chart's asks for grpo.kl.
     asked = page.evaluate(steps_requests)
-    assert asked and all("points=1366" in n and "metrics=" in n for n in asked)
+    assert asked and all("points=1366" in n and "metrics=" in n and "fields=step" in n for n in asked)  # rows: step, columns
     for run in (LONG, "long-other"):
         assert [n for n in asked if f"/{run}/steps?metrics=grpo.kl&" in n]
     top = f"Math.max(...Plot.inspect({kl}).ticks.y.map(Number))"
