@@ -21,8 +21,8 @@ from ..otlp._extract import PHASE_COLUMN, Batch
 from . import _attempts, _retention
 from ._alerts import upsert_episodes
 from ._dialect import Dialect
-from ._step_columns import KnownColumns
 from ._queries import iso
+from ._step_columns import KnownColumns
 
 MAINTENANCE_TIMEOUT_S = 600.0
 """Statement timeout of maintenance transactions (retention), which may delete a long run's rows."""
