@@ -26,12 +26,15 @@ class StepRow(BaseModel):
     """One step: `run_id`, `step`, `time`, then one column per scalar, named by the catalog
     (`grpo.kl`, `grpo.reward.mean`, `grpo.reward_fn.mean/<fn>`, ...), and
     `grpo.phase.duration/<phase>` in seconds. `StepColumn` gives each one's Prometheus name.
-    A column the step did not log is missing; a non-finite value (NaN, +-inf) is null."""
+    A column the step did not log is missing; a non-finite value (NaN, +-inf) is null. `fields`
+    (`/api/runs/{run_id}/steps`) may leave `run_id`, `step` or `time` out of every row (a chart
+    asks `fields=step`); they are always there otherwise."""
 
     model_config = ConfigDict(extra="allow")
-    run_id: str
-    step: int
-    time: str | None = Field(None, description="End of the step span (ISO 8601, UTC).")
+    run_id: str | None = Field(None, description="The run; left out where `fields` does not name it.")
+    step: int | None = Field(None, description="The step; left out where `fields` does not name it.")
+    time: str | None = Field(None, description="End of the step span (ISO 8601, UTC); left out where `fields` "
+                                               "does not name it.")
 
 
 class StepColumn(BaseModel):

@@ -36,6 +36,34 @@ def test_steps_select_metrics_and_range(loaded):
         assert repeated[0] == {"run_id": "run-a", "step": 0, "time": repeated[0]["time"], "grpo.kl": 0.0}
 
 
+@pytest.mark.parametrize("metrics", ["grpo.kl,grpo.reward.mean", None])
+def test_steps_fields_leave_out_what_a_chart_does_not_read(client, otlp, metrics):
+    """`fields` names the row's own fields to write: a chart's `fields=step` rows are the full rows
+    without `run_id` and `time`, selected columns or all, downsampled or not; the default is unchanged."""
+    run = 'odd %s "run" %'  # written into a bytes format: its `%` and quotes must come out as they are
+    spans = otlp.spans(run, range(12), samples=0, metrics=lambda s: {"kl": float("nan")} if s == 7 else
+                       {"eval_accuracy": 0.5} if s == 3 else {})
+    assert client.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
+    base = {"metrics": metrics} if metrics else {}
+    path = f"/api/runs/{run}/steps"
+    for extra in ({}, {"points": 4}):
+        full = client.get(path, params={**base, **extra}).json()
+        assert full and all(r["run_id"] == run and r["time"].endswith("Z") for r in full)
+        for fields, kept in (("step", {"step"}), ("step,time", {"step", "time"}), ("time,run_id", {"run_id", "time"}),
+                             ("run_id,step,time", {"run_id", "step", "time"})):
+            got = client.get(path, params={**base, **extra, "fields": fields}).json()
+            assert got == [{k: v for k, v in r.items() if k in kept or k not in {"run_id", "step", "time"}}
+                           for r in full], fields
+    compact = client.get(path, params={**base, "fields": "step"}).json()
+    assert compact[7]["grpo.kl"] is None and ("eval_accuracy" in compact[3]) == (metrics is None)
+    if metrics:
+        assert compact[3] == {"grpo.kl": 0.03, "grpo.reward.mean": 3.5, "step": 3}
+    assert client.get(path, params={**base, "fields": ["step", "time"]}).json()[0].keys() >= {"step", "time"}
+    bad = client.get(path, params={"fields": "step,rowid"})
+    assert bad.status_code == 422 and "fields" in bad.text and "rowid" in bad.text
+    assert client.get(path, params={"fields": ""}).json() == client.get(path).json()  # empty: the default
+
+
 def test_steps_name_every_column_by_the_catalog(loaded):
     """One name per signal: the catalog's in every row, the Prometheus name beside it in /metrics."""
     response = loaded.get("/api/runs/run-a/steps", params={"step_min": 1, "step_max": 1})
@@ -58,6 +86,27 @@ def test_steps_name_every_column_by_the_catalog(loaded):
     step_column = spec["components"]["schemas"]["StepColumn"]
     assert {"name", "prometheus", "key"} <= step_column["properties"].keys()
     assert "grpo_kl" in step_column["properties"]["prometheus"]["description"]
+
+
+def test_metrics_lists_a_column_logged_only_early_in_a_long_run(client, otlp):
+    """Every column the run ever logged, however long ago: an evaluation at step 50 of 300, a column
+    the latest steps carry no longer, one that came only with the last export."""
+    def early(step: int) -> dict:
+        return {"eval_accuracy": 0.5} if step == 50 else {"learning_rate": 1e-6} if step < 100 else {}
+
+    for first in range(0, 300, 100):
+        spans = otlp.spans("long", range(first, first + 100), samples=0, metrics=early)
+        assert client.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
+    late = otlp.spans("long", range(300, 301), samples=0, metrics=lambda s: {"late_only": 2.0})
+    assert client.post("/v1/traces", content=otlp.request(late).SerializeToString(), headers=PB).status_code == 200
+    columns = [c["name"] for c in client.get("/api/runs/long/metrics").json()]
+    assert {"eval_accuracy", "grpo.learning_rate", "late_only", "grpo.kl", "grpo.phase.duration/rollout"} <= set(columns)
+    assert columns == sorted(columns) and len(columns) == len(set(columns))
+    # The same set as the columns of every step's row, no more.
+    rows = client.get("/api/runs/long/steps").json()
+    assert set(columns) == {k for row in rows for k in row} - {"run_id", "step", "time"}
+    rows = client.get("/api/runs/long/steps", params={"metrics": "eval_accuracy", "points": 100}).json()
+    assert [(r["step"], r["eval_accuracy"]) for r in rows if "eval_accuracy" in r] == [(50, 0.5)]
 
 
 def test_grafana_step_history_reads_catalog_names(loaded):

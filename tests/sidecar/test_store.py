@@ -138,6 +138,10 @@ def test_retention_by_steps_runs_and_age(db, otlp):
     assert (run["first_step"], run["sample_count"]) == (3, 4)
     store.apply_retention(max_runs=1)
     assert [r["run_id"] for r in store.runs()] == ["new"]
+    assert store.metric_keys("old") == []  # a deleted run's columns go with it: made again, it lists its own
+    store.write_batch(extract(otlp.request(otlp.spans("old", range(1), samples=0, metrics=lambda s: {"eval_score": 1.0}))))
+    assert {"eval_score", "kl"} <= set(store.metric_keys("old")) and "eval_score" not in store.metric_keys("new")
+    store.apply_retention(max_runs=1)
     assert store.apply_retention(max_age_s=3600)["runs"] == 0  # nothing is an hour old
     assert store.apply_retention(max_age_s=1, now=10**10)["runs"] == 1  # everything is old by then
     assert store.runs() == []
@@ -158,6 +162,7 @@ def test_v1_database_is_migrated_and_backfilled(tmp_path):
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert "samples_run_step_index" not in indexes and SAMPLES_STEP_INDEX in indexes  # v3 dropped it
     assert store.steps("r", ["kl"]) == [{"kl": 0.5, "run_id": "r", "step": 3, "time": "1970-01-01T00:00:01.000Z"}]
+    assert store.metric_keys("r") == ["kl"]  # v7 listed the stored steps' columns
 
 
 def test_step_scalars_keep_full_double_precision_across_merges(db, otlp):
@@ -291,6 +296,7 @@ def test_a_postgres_database_of_schema_3_upgrades_in_place(pg_url, otlp):
     try:
         assert store.found_version == 3
         assert store.steps("r", ["kl"]) == [{"kl": 0.5, "run_id": "r", "step": 3, "time": "1970-01-01T00:00:01.000Z"}]
+        assert store.metric_keys("r") == ["kl"]  # v7 listed the stored steps' columns
         _load(store, otlp, "r", [3, 4])  # an old step written again, and a new one
         assert [(r["step"], r["kl"]) for r in store.steps("r", ["kl"])] == [(3, 0.03), (4, 0.04)]
     finally:
@@ -540,6 +546,8 @@ def test_a_store_of_schema_4_or_5_is_upgraded_in_place_with_every_row_kept(db, v
     store.upsert_alerts([{"fingerprint": "f1", "startsAt": "2023-11-14T22:13:20Z", "status": "firing",
                           "labels": {"alertname": "GRPOKLHigh", "run_id": "r"}, "annotations": {"summary": "kl"},
                           "endsAt": None, "generatorURL": None}])
+    listed = store.metric_keys("r")
+    assert "kl" in listed and "phase_duration/rollout" in listed
     store.close()
     old_schema.make(db, version)
     src, dst = _Db(source), _Db(db)
@@ -556,6 +564,7 @@ def test_a_store_of_schema_4_or_5_is_upgraded_in_place_with_every_row_kept(db, v
     store = open_store(db)
     assert store.found_version == version
     assert len(store.samples("r", SampleQuery(step_min=0, limit=100))) == 23
+    assert store.metric_keys("r") == listed  # v7 lists the columns of the steps stored before it
     store.close()
     after = _Db(db)
     for table, (columns, rows) in expected.items():

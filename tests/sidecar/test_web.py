@@ -681,14 +681,19 @@ def test_touch_zoom_and_tap_on_a_phone(site, tmp_path, new_page):
     assert sum(static[name] for name in vendor) < 60_000
 
 
-LONG, LONG_STEPS, LONG_SPIKE = "long-run", 1500, 777
+LONG, LONG_STEPS, LONG_SPIKE, LONG_EVAL = "long-run", 1500, 777, 50
+
+
+def _long_metrics(step: int) -> dict:
+    """KL with a one-step spike; an evaluation logged once, early (the latest steps never carry it)."""
+    return {"kl": 5.0 if step == LONG_SPIKE else 1e-3 * (1 + step % 3),
+            **({"eval_accuracy": 0.625} if step == LONG_EVAL else {})}
 
 
 def _seed_long(url: str, otlp) -> None:
     for run_id in (LONG, "long-other"):
         for first in range(0, LONG_STEPS, 250):  # exports of the size a trainer sends, not one of 1500 steps
-            spans = otlp.spans(run_id, range(first, first + 250), samples=0,
-                               metrics=lambda s: {"kl": 5.0 if s == LONG_SPIKE else 1e-3 * (1 + s % 3)})
+            spans = otlp.spans(run_id, range(first, first + 250), samples=0, metrics=_long_metrics)
             assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(), timeout=60,
                               headers={"Content-Type": "application/x-protobuf"}).status_code == 200
 
@@ -704,7 +709,7 @@ def test_a_long_run_is_downsampled_and_its_spike_drawn(site, new_page):
     assert len(chart(page, kl)["steps"]) <= 1366 < LONG_STEPS
     # A request per chart and run, naming only the chart's columns: the KL chart's asks for grpo.kl.
     asked = page.evaluate(steps_requests)
-    assert asked and all("points=1366" in n and "metrics=" in n for n in asked)
+    assert asked and all("points=1366" in n and "metrics=" in n and "fields=step" in n for n in asked)  # rows: step, columns
     for run in (LONG, "long-other"):
         assert [n for n in asked if f"/{run}/steps?metrics=grpo.kl&" in n]
     top = f"Math.max(...Plot.inspect({kl}).ticks.y.map(Number))"
@@ -717,6 +722,23 @@ def test_a_long_run_is_downsampled_and_its_spike_drawn(site, new_page):
     assert all("points=1366" in n and "step_max=" in n for n in zoomed)
     assert any("/long-other/steps" in n for n in zoomed) and any(f"/{LONG}/steps" in n for n in zoomed)
     wait(page, f"{top} >= 1")
+
+
+def test_a_column_logged_only_early_in_a_long_run_is_found_and_charted(site, new_page):
+    """The column search finds every column the run ever logged: one logged only at step 50 of 1,500
+    is found, charted, and its one value drawn."""
+    site.seed(_seed_long)
+    page = new_page(viewport={"width": 1366, "height": 900})
+    open_run(page, f"{site.url}/#/run/{LONG}")
+    page.fill("#chart-search", "eval_acc")
+    found = page.locator("#chart-results button.chart-add")
+    assert [found.nth(i).get_attribute("data-col") for i in range(found.count())] == ["eval_accuracy"]
+    page.press("#chart-search", "Enter")
+    card = _card("eval_accuracy")
+    wait(page, f"!!{card}")
+    assert _hash(page)["add"] == "eval_accuracy"
+    drawn = chart(page, card)
+    assert drawn["steps"] == [LONG_EVAL] and [s["values"] for s in drawn["series"]] == [[0.625]]
 
 
 def test_a_chart_is_drawn_and_its_rows_asked_for_once_scrolled_to(site, new_page):

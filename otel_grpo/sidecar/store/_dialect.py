@@ -22,6 +22,9 @@ class Dialect:
     """Forces the (run_id, step, uid) index for step-bounded sample queries (see _queries)."""
     data_keys: str
     """Distinct keys of the `data` JSON of the samples whose ids the subquery `{ids}` selects."""
+    add_step_columns: str
+    """Adds a run's step columns (`?`: the run, then a JSON array of stat keys) to `step_columns`, those it
+    has already left alone: one statement however many keys."""
 
     def json_key(self, column: str) -> str:
         """The bound parameter that addresses `column` in `json_field`."""
@@ -37,6 +40,9 @@ SQLITE = Dialect(
     # The index SQLite builds for the UNIQUE (run_id, step, uid) constraint (its first and only one).
     step_index_hint=" INDEXED BY sqlite_autoindex_samples_1",
     data_keys="SELECT DISTINCT j.key FROM samples, json_each(samples.data) AS j WHERE samples.id IN ({ids})",
+    # `WHERE true`: an upsert's SELECT needs a WHERE, or SQLite reads ON CONFLICT as a join's ON.
+    add_step_columns=("INSERT INTO step_columns (run_id, key) SELECT ?, j.value FROM json_each(?) AS j WHERE true "
+                      "ON CONFLICT (run_id, key) DO NOTHING"),
 )
 
 _PG_JULIAN_MS = "floor(end_time * 1000::float8 + 210866760000000::float8 + 0.5::float8)::bigint"
@@ -54,4 +60,6 @@ POSTGRES = Dialect(
     like="ILIKE",
     step_index_hint="",  # PostgreSQL's planner picks the (run_id, step, uid) index by itself
     data_keys="SELECT DISTINCT jsonb_object_keys(data::jsonb) FROM samples WHERE id IN ({ids})",
+    add_step_columns=("INSERT INTO step_columns (run_id, key) SELECT ?, json_array_elements_text(?::json) "
+                      "ON CONFLICT (run_id, key) DO NOTHING"),
 )

@@ -40,6 +40,7 @@ from . import _queries, _writes
 from ._dialect import POSTGRES
 from ._errors import StoreUnavailable
 from ._health import WriteHealth
+from ._step_columns import KnownColumns
 from ._step_series import StepCache
 from .migrations import PG_LOCK, migrate_postgres
 from ._writes import MAINTENANCE_TIMEOUT_S
@@ -159,6 +160,7 @@ class PgStore(_queries.Reads, _writes.Writes):
                  step_cache: StepCache | None = None, timeout_s: float = 5.0) -> None:
         self.step_cache = StepCache() if step_cache is None else step_cache
         self.url = url
+        self.known_columns = KnownColumns()
         # `synchronous` is SQLite's setting: on PostgreSQL every commit is flushed to the server's WAL
         # before it returns (synchronous_commit = on), so a 200 survives the server's processes being
         # killed too. With `off` (this store's old NORMAL), killing one backend with -9 lost 8 of 4,800

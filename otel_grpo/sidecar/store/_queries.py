@@ -65,14 +65,33 @@ def _order_sql(dialect: Dialect, column: str | None, desc: bool, params: list) -
     return f"{expr}{d or ' ASC'} NULLS LAST, id{d}"
 
 
-def _whole_rows(run_id: str, rows) -> bytes:
-    """Rows of (step, time, JSON object) as the comma-joined JSON objects of `steps_json`'s array."""
-    head = f'"run_id":{json.dumps(run_id)},"step":'
-    parts = []
-    for step, when, blob in rows:
-        sep = "," if len(blob) > 2 else ""
-        parts.append(f'{blob[:-1]}{sep}{head}{step},"time":{json.dumps(when)}}}')
-    return ",".join(parts).encode()
+ROW_FIELDS = ("run_id", "step", "time")
+"""A step row's own fields, written after its columns; a read may ask for fewer (`fields`)."""
+
+
+def _row_tail(run_id: str, fields: tuple[str, ...]) -> tuple[bytes, list[str]]:
+    """The end of every row (after its columns) as a bytes format, and the fields it takes per row
+    (`step`, `time`, in that order): the run id is written into the format, `%` escaped."""
+    parts, per_row = [], []
+    for name in ROW_FIELDS:
+        if name not in fields:
+            continue
+        if name == "run_id":
+            parts.append(b'"run_id":' + orjson.dumps(run_id).replace(b"%", b"%%"))
+        else:
+            parts.append(b'"%b":%%b' % name.encode())
+            per_row.append(name)
+    return b",".join(parts) + b"}", per_row
+
+
+def _whole_rows(run_id: str, steps: list[int], times: list, blobs: list[str],
+                fields: tuple[str, ...] = ROW_FIELDS) -> bytes:
+    """Each step's stored JSON object with its `fields` after its columns, as the comma-joined JSON
+    objects of `steps_json`'s array."""
+    tail, per_row = _row_tail(run_id, fields)
+    cells = [orjson.dumps(steps if f == "step" else times)[1:-1].split(b",") for f in per_row]
+    heads = [blob[:-1].encode() + (b"," if len(blob) > 2 else b"") for blob in blobs]
+    return b",".join(map((b"%b" + tail).__mod__, zip(heads, *cells)))
 
 
 # RFC 3339 as Alertmanager writes it (Go's RFC3339Nano: up to 9 fraction digits, `Z` or an offset).
@@ -107,12 +126,13 @@ def _alert_step(conn, run_id: str, starts_at: str) -> int | None:
     return row[0]
 
 
-def _selected_rows(run_id: str, names: list[str], columns: list, nulls: list, steps: list[int], times: list) -> bytes:
+def _selected_rows(run_id: str, names: list[str], columns: list, nulls: list, steps: list[int], times: list,
+                   fields: tuple[str, ...] = ROW_FIELDS) -> bytes:
     """Rows of the selected columns (`names`, each a float64 array aligned with `steps`, NaN: no
     finite value; `nulls`: per column a bool array of the steps that logged it non-finite, or None)
-    then `run_id`, `step`, `time`, as the comma-joined JSON objects of `steps_json`'s array. As in a
-    row of every column: a column the step did not log is left out of its row, a non-finite value
-    is null.
+    then `run_id`, `step`, `time` (those of them in `fields`), as the comma-joined JSON objects of
+    `steps_json`'s array. As in a row of every column: a column the step did not log is left out of
+    its row, a non-finite value is null.
 
     Written column by column: orjson writes each column's numbers (NaN as null, floats as the
     shortest text that reads back the same), which are split into one text per row and given the
@@ -123,9 +143,9 @@ def _selected_rows(run_id: str, names: list[str], columns: list, nulls: list, st
     if not steps:
         return b""
     cells = [_named_cells(name, values, null) for name, values, null in zip(names, columns, nulls)]
-    cells += [orjson.dumps(steps)[1:-1].split(b","), orjson.dumps(times)[1:-1].split(b",")]
-    row = (b"{" + b"%b" * len(names) + b'"run_id":' + orjson.dumps(run_id).replace(b"%", b"%%")
-           + b',"step":%b,"time":%b}')
+    tail, per_row = _row_tail(run_id, fields)
+    cells += [orjson.dumps(steps if f == "step" else times)[1:-1].split(b",") for f in per_row]
+    row = b"{" + b"%b" * len(names) + tail
     return b",".join(map(row.__mod__, zip(*cells)))  # C loops: no Python call per row
 
 
@@ -172,9 +192,10 @@ class Reads(RunReads):
 
     def steps_json(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
                    step_max: int | None = None, limit: int = 10000, offset: int = 0,
-                   points: int | None = None) -> bytes:
+                   points: int | None = None, fields: tuple[str, ...] = ROW_FIELDS) -> bytes:
         """Per-step rows as a JSON array: every scalar of the step (or just `metrics`, stat keys),
-        then `run_id`, `step`, `time` (ISO, step end, ms precision). Columns are named by the
+        then `run_id`, `step`, `time` (ISO, step end, ms precision), or those of them in `fields`
+        (at least one: a chart needs only `step`). Columns are named by the
         step cache's `rename` (the API's catalog names), else by their stat keys.
 
         `points`: where the page of steps (`limit`, `offset`) holds more steps than that, only the
@@ -186,16 +207,19 @@ class Reads(RunReads):
         each row is the held JSON object with the three fields spliced in (stat keys cannot
         collide with them, see RESERVED_STEP_KEYS).
         """
-        return b"[" + b",".join(self.steps_pieces(run_id, metrics, step_min, step_max, limit, offset, points)) + b"]"
+        return b"[" + b",".join(self.steps_pieces(run_id, metrics, step_min, step_max, limit, offset, points,
+                                                  fields)) + b"]"
 
     def steps_pieces(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
                      step_max: int | None = None, limit: int = 10000, offset: int = 0,
-                     points: int | None = None) -> Iterator[bytes]:
+                     points: int | None = None, fields: tuple[str, ...] = ROW_FIELDS) -> Iterator[bytes]:
         """The rows of `steps_json`, its array's inside in pieces of at most STEP_PIECE_ROWS rows
         (each its rows' objects joined by commas; join the pieces with commas). The database is read
         before this returns (a store error is raised here); the rows are written as the pieces are
         taken, so a response that streams them holds one piece at a time, not the page.
         """
+        if not set(fields) & set(ROW_FIELDS):
+            raise ValueError(f"fields: at least one of {', '.join(ROW_FIELDS)}")
         with self.read() as conn:
             series = self._series(conn, run_id, text=metrics is None)
         if series is None:
@@ -209,19 +233,20 @@ class Reads(RunReads):
             masks = (series.nulls_at(m, rows) for m in (series.nulls if metrics is None else metrics))
             columns += [np.where(mask, 1.0, np.nan) for mask in masks if mask is not None and mask.any()]
             rows = rows[m4_rows(series.steps[rows], columns, points)]
-        return self._pieces(run_id, series, rows, metrics)
+        return self._pieces(run_id, series, rows, metrics, fields)
 
-    def _pieces(self, run_id: str, series: Series, rows, metrics: list[str] | None) -> Iterator[bytes]:
+    def _pieces(self, run_id: str, series: Series, rows, metrics: list[str] | None,
+                fields: tuple[str, ...]) -> Iterator[bytes]:
         rename = self.step_cache.rename
         names = None if metrics is None else metrics if rename is None else [rename(m) for m in metrics]
         for i in range(0, len(rows), STEP_PIECE_ROWS):
             part = rows[i:i + STEP_PIECE_ROWS]
             steps, times = series.steps[part].tolist(), series.times[part].tolist()
             if metrics is None:
-                yield _whole_rows(run_id, zip(steps, times, series.blobs[part].tolist()))
+                yield _whole_rows(run_id, steps, times, series.blobs[part].tolist(), fields)
             else:
                 yield _selected_rows(run_id, names, [series.values(m, part) for m in metrics],
-                                     [series.nulls_at(m, part) for m in metrics], steps, times)
+                                     [series.nulls_at(m, part) for m in metrics], steps, times, fields)
 
     def _series(self, conn, run_id: str, text: bool = True) -> Series | None:
         """The run's steps, current as of this read; None for an unknown run. `text`: with the
@@ -242,13 +267,13 @@ class Reads(RunReads):
         return json.loads(self.steps_json(run_id, metrics, step_min, step_max, limit, offset, points=points))
 
     def metric_keys(self, run_id: str) -> list[str]:
-        """Every scalar key the run's steps carry (from the latest 200 steps, enough to see them all)."""
-        keys: set[str] = set()
+        """Every scalar key a step of the run has carried, sorted: a column logged at one step of a
+        100,000-step run is among them. Kept as steps are written (`step_columns`), so this reads the
+        run's keys alone, whatever its length. A key stays listed once its steps are gone (retention
+        that keeps a run's latest steps, a newer attempt at the step), until the run is deleted."""
         with self.read() as conn:
-            for (blob,) in conn.execute(
-                    "SELECT metrics FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT 200", (run_id,)):
-                keys.update(json.loads(blob))
-        return sorted(keys)
+            rows = conn.execute("SELECT key FROM step_columns WHERE run_id = ?", (run_id,)).fetchall()
+        return sorted(key for (key,) in rows)
 
     def sample_steps(self, run_id: str, limit: int = 5000) -> list[int]:
         """Steps that have samples, newest first."""

@@ -9,7 +9,8 @@ _ORPHAN_PHASE_S = 3600.0  # a phase whose step span never came is kept this long
 def _delete_run(conn, run_id: str, counts: dict[str, int]) -> None:
     for table in ("samples", "steps", "step_spans", "phases", "runs"):
         counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,)).rowcount
-    conn.execute("DELETE FROM step_attempts WHERE run_id = ?", (run_id,))  # bookkeeping: not counted
+    for table in ("step_attempts", "step_columns"):  # bookkeeping: not counted
+        conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
 
 
 def _delete_before(conn, run_id: str, step: int, counts: dict[str, int]) -> None:

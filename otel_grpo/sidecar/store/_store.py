@@ -30,6 +30,7 @@ from ._dialect import SQLITE
 from ._errors import StoreUnavailable
 from ._health import WriteHealth
 from ._pool import ConnectionPool
+from ._step_columns import KnownColumns
 from ._step_series import StepCache
 from .migrations import HEAD as SCHEMA_VERSION
 from .migrations import migrate_sqlite, sqlite_version
@@ -90,6 +91,7 @@ class Store(_queries.Reads, _writes.Writes):
                  step_cache: StepCache | None = None, timeout_s: float = 5.0) -> None:
         self.step_cache = StepCache() if step_cache is None else step_cache
         self.path = Path(path)
+        self.known_columns = KnownColumns()
         self.synchronous = synchronous
         self.timeout_s = timeout_s
         self._wlock = threading.Lock()

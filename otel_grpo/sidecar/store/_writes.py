@@ -20,7 +20,9 @@ import orjson
 from ..otlp._extract import PHASE_COLUMN, Batch
 from . import _attempts, _retention
 from ._alerts import upsert_episodes
+from ._dialect import Dialect
 from ._queries import iso
+from ._step_columns import KnownColumns
 
 MAINTENANCE_TIMEOUT_S = 600.0
 """Statement timeout of maintenance transactions (retention), which may delete a long run's rows."""
@@ -59,6 +61,7 @@ ON CONFLICT (run_id) DO UPDATE SET
     host = coalesce(excluded.host, runs.host),
     last_update = excluded.last_update
 """
+_RUN_UPSERT_IDENTITY = _RUN_UPSERT + "RETURNING first_seen"  # the run's identity (`_step_columns`)
 _RUN_PROGRESS = """
 UPDATE runs SET
     first_step = CASE WHEN first_step IS NULL OR first_step > ? THEN ? ELSE first_step END,
@@ -88,6 +91,10 @@ class Writes:
     """Mixed into both stores, which provide `_tx()`: a context giving the connection of one
     write transaction, serialized with every other writer of the database and committed on exit."""
 
+    dialect: Dialect
+    known_columns: KnownColumns
+    """The step columns this writer knows are stored, per run (each store makes its own)."""
+
     def _tx(self, samples_first: bool = False, timeout_s: float | None = None):  # pragma: no cover - per store
         """`samples_first`: the transaction may insert samples before it serializes with the
         other writers (`_serialize`); only sample inserts may come before that call. `timeout_s`:
@@ -107,24 +114,32 @@ class Writes:
         with self._tx(samples_first=True) as conn:
             inserted = self._write_samples(conn, batch)
             self._serialize(conn)
+            identity = {}  # run -> its first_seen
             for run_id, info in batch.runs.items():
-                conn.execute(_RUN_UPSERT, (run_id, info.get("service.name"), info.get("grpo.model"),
-                                           info.get("host.name"), now, now))
+                (identity[run_id],) = conn.execute(_RUN_UPSERT_IDENTITY, (
+                    run_id, info.get("service.name"), info.get("grpo.model"), info.get("host.name"), now, now)).fetchone()
             settled = _attempts.settle(conn, batch)
             if settled.replaced:  # rows of the new attempt that met an older one's (same uid) go in now
                 again = self._write_samples(conn, batch, only=settled)
                 inserted = {run: inserted.get(run, 0) + again.get(run, 0) for run in {*inserted, *again}}
             steps = [st for st in batch.steps if not settled.stale(st.run_id, st.step, st.attempt)]
+            columns: dict[str, set[str]] = defaultdict(set)  # run -> the stat keys its steps were given here
             for st in steps:
                 merge_step(conn, st.run_id, st.step, st.start, st.end, now, st.metrics)
+                columns[st.run_id].update(st.metrics)
             conn.executemany(_SPAN_UPSERT, [(s.span_id, s.run_id, s.step) for s in steps])
-            self._write_phases(conn, batch, now, settled)
+            self._write_phases(conn, batch, now, settled, columns)
+            added = self._write_columns(conn, columns, identity)
             kept = {run: inserted.get(run, 0) - settled.dropped.get(run, 0) for run in inserted}
             self._write_progress(conn, batch, {run: kept.get(run, 0) - settled.removed.get(run, 0)
                                                for run in {*kept, *settled.removed}})
+        for run_id, keys in added.items():  # committed: this writer leaves them out from now on
+            self.known_columns.written(run_id, identity.get(run_id), keys)
         return sum(kept.values())
 
-    def _write_phases(self, conn, batch: Batch, now: float, settled: _attempts.Settled) -> None:
+    def _write_phases(self, conn, batch: Batch, now: float, settled: _attempts.Settled,
+                      columns: dict[str, set[str]]) -> None:
+        """Phase spans, and each touched step's phase durations (added to `columns`, per run)."""
         conn.executemany(_PHASE_UPSERT, [
             (p.span_id, p.parent_span_id, p.name, p.duration, p.run_id, p.step, now, p.attempt) for p in batch.phases
             if not settled.stale(p.run_id, p.step, p.attempt)])
@@ -145,6 +160,18 @@ class Writes:
             if sums:
                 conn.execute(_RUN_UPSERT, (run_id, None, None, None, now, now))
                 merge_step(conn, run_id, step, None, None, now, {PHASE_COLUMN + name: total for name, total in sums})
+                columns[run_id].update(PHASE_COLUMN + name for name, _ in sums)
+
+    def _write_columns(self, conn, columns: dict[str, set[str]], identity: dict[str, object]) -> dict[str, set[str]]:
+        """The stat keys just written, in each run's `step_columns` (what `metric_keys` lists), but those this
+        writer knows are there (`_step_columns`): one statement a run with new keys. Returns them per run."""
+        added = {}
+        for run_id, keys in columns.items():
+            new = self.known_columns.new(run_id, identity.get(run_id), keys)
+            if new:
+                conn.execute(self.dialect.add_step_columns, (run_id, orjson.dumps(sorted(new)).decode()))
+                added[run_id] = new
+        return added
 
     def _write_samples(self, conn, batch: Batch, only: _attempts.Settled | None = None) -> dict[str, int]:
         """`only`: just the newest attempt's samples of the steps whose older rows it removed."""

@@ -26,8 +26,10 @@ function chartPoints() {
   return Math.min(2000, Math.max(1000, Math.round(window.innerWidth * (window.devicePixelRatio || 1))));
 }
 
+// A chart reads each row's step and its columns: `fields=step` leaves out the run id and time that
+// every row would repeat (half of a one-column chart's bytes: benchmarks/README.md, explorer).
 function stepsPath(runId, columns, zoom) {
-  const p = new URLSearchParams({ metrics: columns.join(","), points: String(chartPoints()) });
+  const p = new URLSearchParams({ metrics: columns.join(","), points: String(chartPoints()), fields: "step" });
   if (zoom) { p.set("step_min", String(Math.floor(zoom[0]))); p.set("step_max", String(Math.ceil(zoom[1]))); }
   return `${runPath(runId)}/steps?${p}`;
 }

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from ..._columns import describe, stat_keys
 from ...schemas import Message, RunPublic, StepColumn, StepRow
+from ...store._queries import ROW_FIELDS
 from ..deps import (FastJSON, RunId, SettingsDep, StoreDep, bad_param, json_response, not_found_run, points_param,
                     require_read, step_param)
 from ..listing import RUNS_LIMIT_MAX, TOTAL_HEADER, RunFilters, page_headers
@@ -53,6 +54,17 @@ def split_list(values: list[str] | None) -> list[str] | None:
     return out or None
 
 
+def row_fields(values: list[str] | None) -> tuple[str, ...]:
+    """`fields=step,time` -> ("step", "time") (in the rows' order); a 422 naming `fields` for another name."""
+    names = split_list(values)
+    if names is None:
+        return ROW_FIELDS
+    unknown = sorted(set(names) - set(ROW_FIELDS))
+    if unknown:
+        raise bad_param("fields", f"unknown {', '.join(unknown)}; give any of {', '.join(ROW_FIELDS)}")
+    return tuple(f for f in ROW_FIELDS if f in names)
+
+
 @router.get("/{run_id:path}/steps", response_model=list[StepRow], response_class=FastJSON, responses=_404)
 def list_steps(
     run_id: RunId,
@@ -65,11 +77,14 @@ def list_steps(
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
     offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
     points: Annotated[int | None, points_param()] = None,
+    fields: Annotated[list[str] | None, Query(description=(
+        "Which of the row's own fields to write (comma-separated or repeated): `run_id`, `step`, `time`; "
+        "default all three. A chart needs only the step: `fields=step` leaves out what every row repeats."))] = None,
 ) -> FastJSON:
     """Per-step scalar history, one flat row per step, ordered by step.
 
-    Columns: `run_id`, `step`, `time`, then every scalar of the step span under its catalog
-    name (`grpo.kl`, `grpo.reward.mean`, `grpo.reward_fn.mean/<fn>`, ...) and
+    Columns: `run_id`, `step`, `time` (or those of them `fields` names), then every scalar of the
+    step span under its catalog name (`grpo.kl`, `grpo.reward.mean`, `grpo.reward_fn.mean/<fn>`, ...) and
     `grpo.phase.duration/<phase>` in seconds; `/api/runs/{run_id}/metrics` gives each column's
     Prometheus name beside it (the response's `Link` header, rel="describedby", points there). A scalar the catalog does not know keeps its own name; one named
     `run_id`, `step` or `time` appears as `stat.<name>`.
@@ -95,7 +110,8 @@ def list_steps(
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
     selected = split_list(metrics)
-    pieces = store.steps_pieces(run_id, stat_keys(selected), step_min, step_max, limit, offset, points=points)
+    pieces = store.steps_pieces(run_id, stat_keys(selected), step_min, step_max, limit, offset, points=points,
+                                fields=row_fields(fields))
     # The rows stay flat (Grafana's Infinity reads them as they are); where each column's other
     # names are is said in the response too (RFC 8288 "describedby"; relative to this URL, so
     # right behind a path prefix and for a run id with `/`). Streamed where it is long: a page of
@@ -105,8 +121,10 @@ def list_steps(
 
 @router.get("/{run_id:path}/metrics", response_model=list[StepColumn], response_class=FastJSON, responses=_404)
 def list_columns(run_id: RunId, store: StoreDep) -> FastJSON:
-    """The scalar columns the run's steps carry: each one's name (the column of `/steps`), its
-    Prometheus series beside it, its catalog key, unit and description; ordered by name."""
+    """Every scalar column a step of the run has carried, however long ago (an evaluation logged
+    once at step 50 of 100,000 too): each one's name (the column of `/steps`), its Prometheus
+    series beside it, its catalog key, unit and description; ordered by name. Kept as steps are
+    written, so this costs the run's columns, not its steps."""
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
     return FastJSON(sorted((describe(k) for k in store.metric_keys(run_id)), key=lambda c: c["name"]))
