@@ -42,6 +42,7 @@ Targets (issue 11): <= 2 ms per step on the tiny CPU model; <= 2% on a model who
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import math
@@ -119,6 +120,31 @@ class Meter:
                 meter.wall += time.perf_counter() - t0
                 meter.cpu += time.thread_time() - c0
                 meter.depth -= 1
+        return wrapper
+
+    def own(self, hook):
+        """A capture hook `hook(original, ...)`: its CPU and wall less the TRL method's inside it (hooks nested
+        in that method add their own)."""
+        meter = self
+
+        def wrapper(original, *args, **kwargs):
+            if not meter.on:
+                return hook(original, *args, **kwargs)
+            inside = [0.0, 0.0]
+
+            def trl(*a, **k):
+                t0, c0 = time.perf_counter(), time.thread_time()
+                try:
+                    return original(*a, **k)
+                finally:
+                    inside[0] += time.perf_counter() - t0
+                    inside[1] += time.thread_time() - c0
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return hook(trl, *args, **kwargs)
+            finally:
+                meter.wall += time.perf_counter() - t0 - inside[0]
+                meter.cpu += time.thread_time() - c0 - inside[1]
         return wrapper
 
     def mark(self, exclude: set[int]) -> None:
@@ -230,11 +256,12 @@ def _time_arm(trainer, arm: str, meter: Meter) -> None:
         from otel_grpo.integrations.trl import _capture
 
         mine = [c for c in trainer.callback_handler.callbacks if type(c).__module__.startswith("otel_grpo")]
-        guard = getattr(_capture.Capture, "_guard", None)
-        if not mine or guard is None:
-            raise SystemExit("benchmarks/trl.py: otel-grpo's TRL callback or Capture._guard not found; "
-                             "update _time_arm to the integration's hooks")
-        _capture.Capture._guard = meter.timed(guard)
+        hooks = {name: getattr(trainer, name, None) for name in _capture.WRAPPED}
+        if not mine or not all(isinstance(h, functools.partial) for h in hooks.values()):
+            raise SystemExit("benchmarks/trl.py: otel-grpo's TRL callback or its hooks (functools.partial of "
+                             "the hook and TRL's method) not found; update _time_arm to the integration's hooks")
+        for name, wrapped in hooks.items():  # each hook whole, less the TRL method it wraps
+            setattr(trainer, name, functools.partial(meter.own(wrapped.func), *wrapped.args))
     else:
         from transformers import integrations
 

@@ -51,26 +51,32 @@ def measure(steps: int, logging_steps: int, profile: bool = False) -> dict[str, 
 
     torch.set_num_threads(1)
     spent = {"hooks": 0.0, "flush": 0.0}
-    counting = [False]
+    per_hook: dict[str, list[float]] = {}  # wrapped method -> [own CPU s, calls], the whole run
 
     wrap = _capture.Capture._wrap
 
     def timed_wrap(self, name, hook):  # hook's own time = its total less the TRL method's inside it
+        inside = [0.0]
+
         def inner(original):
             def call(*args, **kwargs):
                 t0 = time.thread_time()
                 try:
                     return original(*args, **kwargs)
                 finally:
-                    spent["hooks"] -= time.thread_time() - t0
+                    inside[0] += time.thread_time() - t0
             return call
 
         def outer(original, *args, **kwargs):
-            t0 = time.thread_time()
+            t0, before = time.thread_time(), inside[0]
             try:
                 return hook(inner(original), *args, **kwargs)
             finally:
-                spent["hooks"] += time.thread_time() - t0
+                own = time.thread_time() - t0 - (inside[0] - before)
+                spent["hooks"] += own
+                mine = per_hook.setdefault(name, [0.0, 0])
+                mine[0] += own
+                mine[1] += 1
         wrap(self, name, outer)
 
     _capture.Capture._wrap = timed_wrap
@@ -115,6 +121,10 @@ def measure(steps: int, logging_steps: int, profile: bool = False) -> dict[str, 
     n = steps - warm
     out = {k: 1e3 * (spent[k] - marks["start"][k]) / n for k in spent}
     out["total"] = out["hooks"] + out["flush"]
+    if profile:  # each hook's own CPU per call (the whole run, warm-up included), to stderr
+        for name, (seconds, calls) in sorted(per_hook.items(), key=lambda kv: -kv[1][0]):
+            print(f"hook {name}: {calls} calls, {1e6 * seconds / calls:.1f} us/call, "
+                  f"{1e3 * seconds / steps:.3f} ms/step", file=sys.stderr)
     return out
 
 

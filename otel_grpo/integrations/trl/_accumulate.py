@@ -78,11 +78,12 @@ class Accumulator:
     losses: list[tuple[torch.Tensor, int]] = field(default_factory=list)
     """Each training step's loss (0-d, detached) and the factor transformers scales it by."""
     device: torch.device | None = None
-    """Where the captured tensors are (the latest capture's)."""
+    """Where the captured tensors are (the first capture's: one device per rank in a run)."""
 
     def capture(self, item: MicroBatch | Generation) -> None:
         """Keep `item`'s tensors for the logged step's one pass; compute now if too much is held."""
-        self.device = item.mask.device
+        if self.device is None:  # one device per rank for a run
+            self.device = item.mask.device
         self.captures.append(item)
         self.held_bytes += item.nbytes
         if self.held_bytes > FOLD_BYTES:

@@ -91,28 +91,29 @@ def model_name(trainer: Any) -> str | None:
     return getattr(getattr(trainer.model, "config", None), "_name_or_path", None)
 
 
-@functools.lru_cache(maxsize=16)
-def _positions(batch: int, device: torch.device) -> torch.Tensor:
-    """0 .. batch - 1 (the same every generation: TRL's shuffle and split make new tensors of it)."""
-    return torch.arange(batch, device=device)
-
-
-def _mask(d: dict) -> torch.Tensor:
-    """Completion tokens as TRL's loss masks them (model-generated only, with tools)."""
-    return d["completion_mask"] if "tool_mask" not in d else d["completion_mask"] * d["tool_mask"]
-
-
 class Capture:
-    """Installs the wrappers on `trainer`; `acc` receives stats, sample batches and phase timings."""
+    """Installs the wrappers on `trainer`; `acc` receives stats, sample batches and phase timings.
+
+    The hooks run on the training thread between a step's model passes, with the CPU's caches cold from
+    them: there each attribute read and torch call costs several times what it does in a loop
+    (benchmarks/README.md, trl_hooks_flush). So a hook checks one flag, keeps references and
+    `perf_counter_ns` readings, and does the rest once: each step's phases become wall-clock spans in the
+    training-step hook, a generation's scoring passes are named in its hook, and no tensor is touched
+    that the logged step can read as well. `training_step` sets the flag: the hooks capture only inside a
+    training step (never in an evaluation's), while the capture is on.
+    """
 
     def __init__(self, trainer: Any, settings: TrlSettings, acc: Accumulator) -> None:
         self.trainer, self.settings, self.acc = trainer, settings, acc
         self.enabled = True
+        self._stepping = False  # inside a training step, capture on: the hooks capture
         self._captured: Captured | None = None
-        self._loss_logps: tuple[torch.Tensor, torch.Tensor | None] | None = None
-        self._generation_s = 0.0  # generation time inside the current training_step
+        self._loss_logps: tuple | None = None  # the loss pass's (log-probs, entropies, aux), as TRL returned them
+        self._generation_ns = 0  # generation time inside the current training_step
         self._first_pass = None  # the latest sample batch, until its rows have all been through the loss once
-        self._scoring: list[tuple[torch.Tensor, float, int]] = []  # this generation's log-prob passes: (logps, s, end)
+        self._scoring: list[tuple[torch.Tensor, int, int]] = []  # this generation's log-prob passes: (logps, t0, t1)
+        self._timings: list[tuple[str, int, int]] = []  # this step's phases: (name, ns, end on perf_counter_ns)
+        self._positions: dict[int, torch.Tensor] = {}  # batch size -> 0 .. size - 1 on the captures' device
 
     @property
     def accelerator(self) -> Any:
@@ -120,7 +121,7 @@ class Capture:
 
     def install(self) -> None:
         t = self.trainer
-        self._wrap("_generate", self._timed("rollout"))
+        self._wrap("_generate", self._rollout)
         self._wrap("_calculate_rewards", self._rewards)
         self._wrap("_get_per_token_logps_and_entropies", self._logps)
         self._wrap("_generate_and_score_completions", self._generation)
@@ -133,144 +134,179 @@ class Capture:
         original = getattr(self.trainer, name)
         setattr(self.trainer, name, functools.wraps(original)(functools.partial(hook, original)))
 
-    def _guard(self, what: str, fn: Callable[[], None]) -> None:
-        """Run our part; on error, stop capturing (one warning) and let training go on."""
-        if not self.enabled:
-            return
-        try:
-            fn()
-        except Exception:
-            self.enabled = False
+    def _fail(self, what: str) -> None:
+        """Our part raised: stop capturing (one warning) and let training go on."""
+        if self.enabled:
             logger.warning("otel-grpo: capturing TRL's %s failed; TRL signals from tensors are off for this run "
                            "(logged values still export)", what, exc_info=True)
-
-    def _training(self) -> bool:
-        return bool(self.trainer.model.training)
-
-    def _timed(self, phase: str) -> Callable[..., Any]:
-        def hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            result = original(*args, **kwargs)
-            if self._training():
-                self.acc.phase(phase, time.perf_counter() - t0)
-            return result
-        return hook
+        self.enabled = self._stepping = False
 
     def _timed_reward(self, func: Any, name: str) -> Any:
         """Plain callables only: TRL dispatches on nn.Module and coroutine functions (timed as `reward`)."""
         if isinstance(func, torch.nn.Module) or inspect.iscoroutinefunction(func) or not callable(func):
             return func
+        phase = f"reward.{name}"
 
         @functools.wraps(func)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
+            if not self._stepping:
+                return func(*args, **kwargs)
+            t0 = time.perf_counter_ns()
             result = func(*args, **kwargs)
-            if self._training():
-                self.acc.phase(f"reward.{name}", time.perf_counter() - t0)
+            t1 = time.perf_counter_ns()
+            self._timings.append((phase, t1 - t0, t1))
             return result
         return timed
 
     # ---- hooks ------------------------------------------------------------------------
-    def _rewards(self, original, inputs, prompts, completions, completion_ids_list, *args, **kwargs):
-        t0 = time.perf_counter()
-        rewards = original(inputs, prompts, completions, completion_ids_list, *args, **kwargs)
-        seconds = time.perf_counter() - t0
+    def _rollout(self, original, *args, **kwargs):
+        if not self._stepping:
+            return original(*args, **kwargs)
+        t0 = time.perf_counter_ns()
+        result = original(*args, **kwargs)
+        t1 = time.perf_counter_ns()
+        self._timings.append(("rollout", t1 - t0, t1))
+        return result
 
-        def capture() -> None:
-            self.acc.phase("reward", seconds)
-            # references, not copies: TRL builds these lists afresh for each generation and leaves them as they are
-            self._captured = Captured(prompts, completions, completion_ids_list, rewards.detach())
-        if self._training():
-            self._guard("rewards", capture)
+    def _rewards(self, original, inputs, prompts, completions, completion_ids_list, *args, **kwargs):
+        if not self._stepping:
+            return original(inputs, prompts, completions, completion_ids_list, *args, **kwargs)
+        t0 = time.perf_counter_ns()
+        rewards = original(inputs, prompts, completions, completion_ids_list, *args, **kwargs)
+        t1 = time.perf_counter_ns()
+        self._timings.append(("reward", t1 - t0, t1))
+        # references, not copies: TRL builds these lists afresh for each generation and leaves them as they are
+        self._captured = Captured(prompts, completions, completion_ids_list, rewards)  # detached at the generation
         return rewards
 
     def _logps(self, original, model, *args, **kwargs):
-        t0 = time.perf_counter()
+        if not self._stepping:
+            return original(model, *args, **kwargs)
+        t0 = time.perf_counter_ns()
         result = original(model, *args, **kwargs)
-        seconds = time.perf_counter() - t0
-
-        def capture() -> None:
-            logps, entropies, _ = result
-            if kwargs.get("compute_entropy"):  # the loss's forward pass: read by _loss
-                self._loss_logps = (logps.detach(), None if entropies is None else entropies.detach())
-            elif self._training():  # pi_old's or the reference's: the generation's outputs say which
-                self._scoring.append((logps, seconds, time.time_ns()))
-        self._guard("log-probs", capture)
+        if kwargs.get("compute_entropy"):  # the loss's forward pass: read by _loss
+            self._loss_logps = result
+        else:  # pi_old's or the reference's: the generation's outputs say which
+            self._scoring.append((result, t0, time.perf_counter_ns()))
         return result
 
     def _generation(self, original, inputs, *args, **kwargs):
-        t0 = time.perf_counter()
+        if not self._stepping:
+            return original(inputs, *args, **kwargs)
+        t0 = time.perf_counter_ns()
         out = original(inputs, *args, **kwargs)
-        self._generation_s += time.perf_counter() - t0
+        self._generation_ns += time.perf_counter_ns() - t0
         captured, self._captured = self._captured, None
         scoring, self._scoring = self._scoring, []
-        if self._training():
-            self._guard("log-probs", lambda: self._name_scoring(out, scoring))
+        try:
+            self._name_scoring(out, scoring)
             if captured is not None:
-                self._guard("generation batch", lambda: self._add_generation(out, captured))
+                self._add_generation(out, captured)
+        except Exception:
+            self._fail("generation batch")
         return out
 
-    def _name_scoring(self, out: dict, scoring: list[tuple[torch.Tensor, float, int]]) -> None:
+    def _name_scoring(self, out: dict, scoring: list[tuple[Any, int, int]]) -> None:
         """Each log-prob pass of the generation, timed as the tensor it made: the reference's is the batch's
         `ref_per_token_logps` (with a PEFT adapter TRL scores it with the policy model, adapter off)."""
         ref = out.get("ref_per_token_logps")
-        for logps, seconds, end_ns in scoring:
-            self.acc.phase("reference" if logps is ref else "old_logprobs", seconds, end_ns)
+        for result, t0, t1 in scoring:
+            self._timings.append(("reference" if result[0] is ref else "old_logprobs", t1 - t0, t1))
 
     def _add_generation(self, out: dict, cap: Captured) -> None:
         """References to the batch's tensors for its stats and its sample rows (no device op: the logged
         step computes); marks each row's position for the loss."""
         ids = out["completion_ids"]
-        batch = ids.shape[0]
-        if "tool_mask" in out:  # TRL counts only model-generated tokens then
-            lengths = out["tool_mask"].sum(-1).tolist()  # host sync, with tools only (TRL's own count)
+        batch = len(cap.completion_ids)  # this rank's rows, as `ids`'
+        tool = out.get("tool_mask")
+        if tool is not None:  # TRL counts only model-generated tokens then
+            lengths = tool.sum(-1).tolist()  # host sync, with tools only (TRL's own count)
+            mask = out["completion_mask"] * tool
         else:
-            lengths = [len(c) for c in cap.completion_ids]
+            lengths = list(map(len, cap.completion_ids))
+            mask = out["completion_mask"]
+        rewards = cap.rewards_per_func
+        if rewards.requires_grad:  # TRL's are plain numbers; a subclass's might hold a graph
+            cap.rewards_per_func = rewards = rewards.detach()
         truncated = truncated_flags(cap.completion_ids, self.settings.stop_ids)
         advantages = out["advantages"]
-        gen = Generation(cap.rewards_per_func, advantages, ids, _mask(out), lengths, truncated,
-                         out.get("sampling_per_token_logps"), out.get("old_per_token_logps"),
-                         out.get("importance_sampling_ratio"))
+        gen = Generation(rewards, advantages, ids, mask, lengths, truncated, out.get("sampling_per_token_logps"),
+                         out.get("old_per_token_logps"), out.get("importance_sampling_ratio"))
         rows = SampleBatch(cap, advantages, lengths, truncated, self.settings.rank * batch,
                            int(self.trainer.state.global_step), pending=batch)
-        self.acc.capture(gen)
-        self.acc.batches.append(rows)
-        out[ROW_KEY] = _positions(batch, ids.device)  # shuffled and split with the batch by TRL
+        acc = self.acc
+        acc.capture(gen)
+        acc.batches.append(rows)
+        positions = self._positions.get(batch)
+        if positions is None:
+            positions = self._positions[batch] = torch.arange(batch, device=ids.device)
+        out[ROW_KEY] = positions  # shuffled and split with the batch by TRL (new tensors: this one stays as is)
         self._first_pass = rows
 
     def _loss(self, original, model, inputs, *args, **kwargs):
+        if not self._stepping:
+            return original(model, inputs, *args, **kwargs)
         self._loss_logps = None
         loss = original(model, inputs, *args, **kwargs)
         captured, self._loss_logps = self._loss_logps, None
-        if self._training() and captured is not None:
-            self._guard("loss", lambda: self._add_micro_batch(inputs, *captured))
+        if captured is not None:
+            try:
+                self._add_micro_batch(inputs, captured)
+            except Exception:
+                self._fail("loss")
         return loss
 
-    def _add_micro_batch(self, inputs: dict, logps: torch.Tensor, entropies: torch.Tensor | None) -> None:
-        """What `_compute_loss` used; no device op beyond a tool-mask product. TRL passes over a generation
-        batch's chunks in order, so its first `pending` rows through the loss are the first pass."""
-        old = inputs.get("old_per_token_logps")
-        old = logps if old is None else old  # TRL: pi_old = pi_theta.detach() when it skipped computing it
-        ref = inputs.get("ref_per_token_logps") if self.settings.beta != 0.0 else None
-        mb = MicroBatch(logps, old, inputs["advantages"], _mask(inputs), ref, entropies,
-                        inputs.get("sampling_per_token_logps"))
+    def _add_micro_batch(self, inputs: dict, result: tuple) -> None:
+        """What `_compute_loss` used; no device op beyond the detach of its log-probs (they hold the step's
+        graph) and a tool-mask product. TRL passes over a generation batch's chunks in order, so its first
+        `pending` rows through the loss are the first pass."""
+        logps, entropies = result[0].detach(), result[1]
+        if entropies is not None and entropies.requires_grad:
+            entropies = entropies.detach()
+        get = inputs.get
+        old = get("old_per_token_logps")
+        if old is None:  # TRL: pi_old = pi_theta.detach() when it skipped computing it
+            old = logps
+        mask, tool = inputs["completion_mask"], get("tool_mask")
+        if tool is not None:  # completion tokens as TRL's loss masks them (model-generated only)
+            mask = mask * tool
+        mb = MicroBatch(logps, old, inputs["advantages"], mask,
+                        get("ref_per_token_logps") if self.settings.beta != 0.0 else None, entropies,
+                        get("sampling_per_token_logps"))
         target = self._first_pass
         if target is not None:
-            if ROW_KEY in inputs:  # else (a subclass dropped it) the rows go out without the loss's numbers
-                mb.rows, mb.batch = inputs[ROW_KEY], target
-            target.pending -= logps.shape[0]
+            rows = get(ROW_KEY)
+            if rows is not None:  # else (a subclass dropped it) the rows go out without the loss's numbers
+                mb.rows, mb.batch = rows, target
+            target.pending -= len(logps)
             if target.pending <= 0:
                 self._first_pass = None
         self.acc.capture(mb)
 
     def _training_step(self, original, model, inputs, *args, **kwargs):
-        t0 = time.perf_counter()
-        self._generation_s = 0.0
-        loss = original(model, inputs, *args, **kwargs)
-        seconds = max(time.perf_counter() - t0 - self._generation_s, 0.0)
-
-        def add_loss() -> None:
-            self.acc.phase("update", seconds)
-            self.acc.loss(loss.detach(), self.trainer.current_gradient_accumulation_steps)
-        self._guard("loss", add_loss)
+        if not self.enabled:
+            return original(model, inputs, *args, **kwargs)
+        t0 = time.perf_counter_ns()
+        self._generation_ns = 0
+        self._stepping = True
+        try:
+            loss = original(model, inputs, *args, **kwargs)
+        finally:
+            self._stepping = False
+        t1 = time.perf_counter_ns()
+        if self.enabled:
+            try:
+                self._step_done(loss, max(t1 - t0 - self._generation_ns, 0), t1)
+            except Exception:
+                self._fail("loss")
         return loss
+
+    def _step_done(self, loss: torch.Tensor, update_ns: int, end: int) -> None:
+        """The step's phases (the update: its time less the generation's), as wall-clock spans, and its loss."""
+        timings = self._timings
+        timings.append(("update", update_ns, end))
+        to_wall = time.time_ns() - time.perf_counter_ns()  # one clock pair for the step's phases
+        self.acc.phases += [(name, ns / 1e9, t1 + to_wall) for name, ns, t1 in timings]
+        timings.clear()
+        # transformers returns it detached; a subclass's might hold the step's graph
+        self.acc.loss(loss.detach() if loss.requires_grad else loss, self.trainer.current_gradient_accumulation_steps)

@@ -28,4 +28,4 @@ def cat_rows(tensors: Sequence[Tensor], fill: float | bool) -> Tensor:
 
 def held_bytes(*tensors: Tensor | None) -> int:
     """Bytes of the given tensors' elements (None: absent)."""
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+    return sum([t.nbytes for t in tensors if t is not None])  # one read per tensor (numel and element_size: two)
