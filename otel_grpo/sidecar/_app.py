@@ -78,7 +78,7 @@ async def lifespan(app: FastAPI):
     # Step rows come out with the catalog's names for their columns (`grpo.kl`), as the API gives them.
     steps = StepCache(settings.step_cache_mb * MiB, rename=column)
     store = await run_in_threadpool(open_store, settings.db, settings.synchronous, settings.read_connections, steps,
-                                    settings.db_timeout_s)
+                                    settings.db_timeout_s, settings.startup_lock_timeout_s)
     app.state.store = store
     app.state.readiness = Readiness(store)
     await run_in_threadpool(app.state.store_size.measure, store)  # the first scrape has it
