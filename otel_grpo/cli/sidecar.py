@@ -56,7 +56,7 @@ def sidecar(
         settings = SidecarSettings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as e:  # pydantic's ValidationError is one
         fail(f"invalid sidecar settings: {_first_error(e)}")
-    _check_db(settings.db, settings.db_name)
+    _check_db(settings)
     if settings.log_file is not None:
         _check_log_file(settings.log_file)
     _check_port(settings.host, settings.port)
@@ -104,24 +104,26 @@ def _first_error(e: ValueError) -> str:
     return str(e)
 
 
-def _check_db(target, name: str) -> None:
-    """Open the store once before serving: an unwritable path or an unreachable server is one
-    line, not uvicorn's traceback."""
+def _check_db(settings) -> None:
+    """Open the store once before serving: an unwritable path, an unreachable server or a write
+    lock that another process never gives back is one line, not uvicorn's traceback."""
     import sqlite3
 
     import psycopg
 
-    from otel_grpo.sidecar.store import SchemaError, open_store
+    from otel_grpo.sidecar.store import SchemaError, StoreUnavailable, open_store
+
+    target, name = settings.db, settings.db_name
 
     # an existing database file may be served read-only: only a new one must be creatable
     problem = path_problem(target, "--db") if isinstance(target, Path) and not target.is_file() else None
     if problem:
         fail(f"cannot create the sidecar database: {problem}")
     try:
-        open_store(target).close()
+        open_store(target, startup_lock_timeout_s=settings.startup_lock_timeout_s).close()
     except OSError as e:
         fail(f"cannot open the sidecar database: {os_error_line(e, target, '--db')}")
-    except (sqlite3.Error, psycopg.Error, SchemaError) as e:
+    except (sqlite3.Error, psycopg.Error, SchemaError, StoreUnavailable) as e:
         message = " ".join(str(e).replace(str(target), name).split())  # psycopg's are multi-line
         fail(f"cannot open the sidecar database {name!r}: {message}")
 

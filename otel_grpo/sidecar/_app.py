@@ -12,9 +12,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-import math
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 
 from anyio import CapacityLimiter
 from fastapi import FastAPI, Request
@@ -28,6 +26,7 @@ from ._columns import column
 from ._fds import RefusalLog
 from ._hosts import HostCheckMiddleware
 from ._idle import close_idle
+from ._latest import Latest
 from ._metrics import LatencyMiddleware, SidecarMetrics
 from ._readiness import Readiness
 from ._settings import MiB, SidecarSettings
@@ -78,10 +77,14 @@ async def lifespan(app: FastAPI):
     # Step rows come out with the catalog's names for their columns (`grpo.kl`), as the API gives them.
     steps = StepCache(settings.step_cache_mb * MiB, rename=column)
     store = await run_in_threadpool(open_store, settings.db, settings.synchronous, settings.read_connections, steps,
-                                    settings.db_timeout_s)
+                                    settings.db_timeout_s, settings.startup_lock_timeout_s)
     app.state.store = store
     app.state.readiness = Readiness(store)
-    await run_in_threadpool(app.state.store_size.measure, store)  # the first scrape has it
+    # The gauge reads the last size: a scrape never waits on the database (measuring it on the scrape,
+    # PostgreSQL's query, took the database timeout and more while it hung, and the scrape failed).
+    app.state.store_size = Latest(store.size_bytes, fresh_s=STORE_SIZE_FRESH_S, name="store-size")
+    with contextlib.suppress(Exception):  # the first scrape has it, unless the database is in trouble now
+        await app.state.store_size.fresh(settings.db_timeout_s)
     await run_in_threadpool(_retain, app)
     pool = None
     if settings.ingest_workers and not store.health.read_only:  # read-only: ingest fails fast in process
@@ -106,38 +109,18 @@ async def lifespan(app: FastAPI):
         if pool is not None:
             await run_in_threadpool(pool.close)
         app.state.readiness.close()
+        app.state.store_size.close()
         store.close()
 
 
-class _StoreSize:
-    """Store size for the gauge, as last measured; 0 before the lifespan has opened the store.
+STORE_SIZE_FRESH_S = 30.0  # the gauge's value is at most this old (more while the database does not answer)
 
-    A scrape never waits on the database: measuring it (PostgreSQL: a query) on the scrape took the
-    database timeout and more while the database hung, and Prometheus' scrape then failed. A scrape
-    reads the last value and, when it is older than `fresh_s`, asks one dedicated thread for a new
-    one (at most one in flight); a failed measurement keeps the last value."""
 
-    def __init__(self, app: FastAPI, fresh_s: float = 30.0) -> None:
-        self.app = app
-        self.fresh_s = fresh_s
-        self._value = 0.0
-        self._measured = -math.inf
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="otel-grpo-store-size")
-        self._pending: Future | None = None
-
-    def __call__(self) -> float:
-        store = getattr(self.app.state, "store", None)
-        if store is not None and time.monotonic() - self._measured >= self.fresh_s and (
-                self._pending is None or self._pending.done()):
-            self._pending = self._thread.submit(self.measure, store)
-        return self._value
-
-    def measure(self, store) -> None:
-        try:
-            self._value = float(store.size_bytes())
-            self._measured = time.monotonic()
-        except Exception:  # noqa: BLE001 - the database's trouble is /readyz's to report, not the gauge's
-            log.debug("store size not measured", exc_info=True)
+def _store_size(app: FastAPI) -> float:
+    """The store-size gauge: its last measurement; 0 before the lifespan has opened the store."""
+    size = getattr(app.state, "store_size", None)
+    value = None if size is None else size.value
+    return 0.0 if value is None else float(value)
 
 
 async def _store_error(request: Request, exc: Exception) -> JSONResponse:
@@ -163,8 +146,7 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
     )
     app.state.settings = settings
     app.state.registry = registry
-    app.state.store_size = _StoreSize(app)
-    app.state.metrics = SidecarMetrics(registry, app.state.store_size)
+    app.state.metrics = SidecarMetrics(registry, lambda: _store_size(app))
     app.state.gate = IngestGate(settings.max_concurrent_ingest)
     app.state.body_gate = IngestGate(settings.max_concurrent_bodies)
     app.state.ingest_threads = CapacityLimiter(settings.max_concurrent_ingest)  # in-process ingest's own threads

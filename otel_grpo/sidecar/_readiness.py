@@ -5,17 +5,15 @@
 
 A readiness handler that queried the store on the shared thread pool queued behind reads: with the
 database hung, /readyz took as long as the hang (and /healthz too, sharing the pool), so probes
-failed and pods restarted during a database hiccup. Here one dedicated thread runs at most one
-probe at a time, on the store's own probe connection; a caller waits at most `timeout_s` for it and
-is told the database did not answer in time; answers are reused for `fresh_s`.
+failed and pods restarted during a database hiccup. Here the probe runs through `Latest` (one
+thread of its own, at most one probe at a time) on the store's own probe connection; a caller
+waits at most `timeout_s` for it and is told the database did not answer in time; answers are
+reused for `fresh_s`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from concurrent.futures import ThreadPoolExecutor
-
+from ._latest import Latest
 from .store import describe
 
 FRESH_S = 0.5
@@ -25,14 +23,14 @@ class Readiness:
     def __init__(self, store, timeout_s: float = 1.0, fresh_s: float = FRESH_S) -> None:
         self.store = store
         self.timeout_s = timeout_s
-        self.fresh_s = fresh_s
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="otel-grpo-readyz")
-        self._probe: asyncio.Future | None = None
-        self._last: tuple[float, str | None] | None = None  # (when, the probe's error or None)
+        self._ping = Latest(self._ping_once, fresh_s, name="readyz")
 
     async def check(self) -> tuple[int, dict]:
         """(status code, body) for /readyz; the body's `detail` says why when not ready."""
-        error = await self._ping_result()
+        try:
+            error = await self._ping.fresh(self.timeout_s)
+        except TimeoutError:
+            error = f"the database did not answer within {self.timeout_s:g} s"
         if error is not None:
             return 503, {"status": "unavailable", "detail": error}
         problem = self.store.health.problem()  # reads work, but every ingest would get 503
@@ -40,27 +38,12 @@ class Readiness:
             return 503, {"status": "not_writable", "detail": problem, "reads": "ok"}
         return 200, {"status": "ready"}
 
-    async def _ping_result(self) -> str | None:
-        if self._last is not None and time.monotonic() - self._last[0] < self.fresh_s:
-            return self._last[1]
-        if self._probe is None:  # one probe at a time: a hung database holds one thread, not one per call
-            self._probe = asyncio.wrap_future(self._thread.submit(self._ping))
-            self._probe.add_done_callback(self._done)
-        try:
-            return await asyncio.wait_for(asyncio.shield(self._probe), self.timeout_s)
-        except TimeoutError:
-            return f"the database did not answer within {self.timeout_s:g} s"
-
-    def _ping(self) -> str | None:
+    def _ping_once(self) -> str | None:
+        """None when the store answered, else why not (never raises: an error is an answer to reuse)."""
         try:
             return None if self.store.ping() else "the database answered SELECT 1 wrongly"
         except Exception as exc:  # any store failure means "not ready", never a 500
             return describe(exc)
 
-    def _done(self, probe: asyncio.Future) -> None:
-        self._probe = None
-        if not probe.cancelled():
-            self._last = (time.monotonic(), probe.result())
-
     def close(self) -> None:
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        self._ping.close()

@@ -98,6 +98,14 @@ class SidecarSettings(BaseSettings):
     request gets 503 + Retry-After, so a database in trouble never holds requests or threads for
     long. Raise it if single statements legitimately take longer (reads of very large runs,
     `max_body_bytes` bodies); retention runs with a longer bound of its own (10 minutes)."""
+    startup_lock_timeout_s: float = Field(60.0, gt=0, le=3600)
+    """SQLite: the longest start-up waits for `<db>-ingest.lock`, under which it checks and migrates
+    the schema, while another process holds it (another sidecar migrating or writing, or a writer
+    stuck or stopped; the log names its pid at once). Beyond it an existing database is served
+    read-only (ingest 503, /readyz names the lock and its holder) until restarted, as one whose
+    migration cannot run; a new one is an error. Longer than `db_timeout_s`: another sidecar's
+    migration of a large store is worth waiting for. (PostgreSQL replicas wait for one another's
+    migration up to 10 minutes, the maintenance bound.)"""
     retention_max_runs: int | None = Field(None, ge=1)
     """Keep this many most recently updated runs; none: all."""
     retention_max_steps: int | None = Field(None, ge=1)

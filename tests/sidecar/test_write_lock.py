@@ -98,3 +98,41 @@ def test_ingest_behind_a_held_write_lock_is_a_fast_503(sidecar_factory, tmp_path
     assert answer.status_code == 200, answer.text
     steps = httpx.get(proc.url + "/api/runs/held/steps", timeout=10).json()
     assert [s["step"] for s in steps] == [0, 1]
+
+
+def test_a_sidecar_started_behind_a_held_write_lock_serves_read_only_naming_the_holder(sidecar_factory, tmp_path,
+                                                                                      otlp):
+    """Start-up migrates under the write lock. Behind a holder that never lets go (a stopped writer) it
+    waited for good, saying nothing; now it waits `startup_lock_timeout_s`, then serves the store
+    read-only as it does one whose migration cannot run, naming the lock and the process holding it.
+    (On the old code the sidecar starts only once the holder lets go by itself, writable: /readyz 200.)"""
+    db, log = tmp_path / "held.db", tmp_path / "sidecar.log"
+    store = Store.open(db)
+    store.write_batch(extract(otlp.request(otlp.spans("before", [0], samples=2))))
+    store.close()
+    holder = Holder(db)
+    try:
+        proc = sidecar_factory(db=db, log=log, ready="/healthz",
+                               env={"OTEL_GRPO_SIDECAR_STARTUP_LOCK_TIMEOUT_S": "1"})
+        ready = httpx.get(proc.url + "/readyz", timeout=10)
+        assert ready.status_code == 503, ready.text
+        detail = ready.json()["detail"]
+        assert detail.startswith("read-only: held.db-ingest.lock") and f"pid {holder.proc.pid}" in detail, detail
+        assert [r["run_id"] for r in httpx.get(proc.url + "/api/runs", timeout=10).json()] == ["before"]
+        body = otlp.request(otlp.spans("after", [0], samples=2)).SerializeToString()
+        assert httpx.post(proc.url + "/v1/traces", content=body, headers=PB, timeout=20).status_code == 503
+    finally:
+        holder.release()
+    proc.stop()
+    text = log.read_text()
+    assert "serving it read-only" in text and f"pid {holder.proc.pid}" in text, text
+
+
+def test_a_new_store_behind_a_held_write_lock_is_an_error_naming_the_holder(tmp_path):
+    db = tmp_path / "new.db"
+    holder = Holder(db)  # the lock file exists, the database not yet
+    try:
+        with pytest.raises(StoreUnavailable, match=rf"new.db-ingest.lock .*pid {holder.proc.pid}"):
+            Store.open(db, startup_lock_timeout_s=0.2)
+    finally:
+        holder.release()

@@ -11,12 +11,15 @@ flock of a process that dies. Waiting on the flock rather than on SQLite's busy 
 spares the busy sleeps. A write waits for both locks together at most `timeout_s` (PostgreSQL's
 `lock_timeout`), then raises StoreUnavailable (a 503): a writer that holds the flock and never
 lets go (blocked on a disk that answers nothing, stopped) no longer holds every other writer.
+Start-up migrates under the same flock and waits for it at most `startup_lock_timeout_s`; then an
+existing database is served read-only, as when its migration cannot run, naming who holds the lock.
 """
 
 from __future__ import annotations
 
 import fcntl
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -43,6 +46,7 @@ PAGE_BYTES = 32768
 log = logging.getLogger("otel_grpo.sidecar")
 
 READ_CONNECTIONS = 8  # reads at once; more wait for a free connection (see _pool)
+STARTUP_LOCK_TIMEOUT_S = 60.0  # see SidecarSettings.startup_lock_timeout_s
 
 
 FLOCK_POLL_S = (0.0002, 0.002)
@@ -73,6 +77,27 @@ def flock_until(file, deadline: float) -> bool:
                 return False
             time.sleep(min(pause, left))
             pause = min(2 * pause, longest)
+
+
+def lock_holder(path: Path) -> str:
+    """Who holds the flock of `path`: "pid N (its command line)" as Linux's /proc/locks tells, else
+    "another process". For the log and /readyz: a wait on the lock should name what to look at."""
+    try:
+        st = os.stat(path)
+        inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        with open("/proc/locks") as locks:
+            # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:99 0 EOF"; waiters' lines have "->" after the number
+            pids = [f[4] for f in map(str.split, locks) if f[1:2] == ["FLOCK"] and f[5:6] == [inode]]
+    except OSError:
+        return "another process"
+    if not pids:
+        return "another process"
+    try:
+        command = " ".join(Path(f"/proc/{pids[0]}/cmdline").read_bytes().decode(errors="replace")
+                           .replace("\0", " ").split())
+    except OSError:  # gone meanwhile, or another user's
+        command = ""
+    return f"pid {pids[0]}" + (f" ({command[:80]})" if command else "")
 
 
 def _as_writer(conn: sqlite3.Connection) -> sqlite3.Connection:
@@ -109,13 +134,15 @@ class Store(_queries.Reads, _writes.Writes):
 
     @classmethod
     def open(cls, path: str | Path, synchronous: str = "NORMAL", read_connections: int = READ_CONNECTIONS,
-             step_cache: StepCache | None = None, timeout_s: float = 5.0) -> "Store":
+             step_cache: StepCache | None = None, timeout_s: float = 5.0,
+             startup_lock_timeout_s: float = STARTUP_LOCK_TIMEOUT_S) -> "Store":
         """Open (creating if needed) and migrate; the writer connection is ready on return.
 
-        An existing database that cannot be written (a full disk, a read-only mount) is opened
-        read-only instead: reads work, writes raise StoreUnavailable, and `health.read_only` says
-        why. If it is at an older schema version (its migration is what failed), reads raise
-        StoreUnavailable naming both versions. A database that cannot be created raises.
+        An existing database that cannot be written (a full disk, a read-only mount) or whose write
+        lock another process holds for all of `startup_lock_timeout_s` is opened read-only instead:
+        reads work, writes raise StoreUnavailable, and `health.read_only` says why. If it is at an
+        older schema version (its migration is what failed), reads raise StoreUnavailable naming both
+        versions. A database that cannot be created (or migrated: the lock) raises.
         """
         store = cls(Path(path), synchronous, read_connections, step_cache, timeout_s)
         store.path.parent.mkdir(parents=True, exist_ok=True)
@@ -124,8 +151,8 @@ class Store(_queries.Reads, _writes.Writes):
             conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # takes effect only in a new database
             conn.execute("PRAGMA journal_mode = WAL")
             store._open_flock()
-            store.found_version = store._migrate(conn)
-        except sqlite3.OperationalError as exc:
+            store.found_version = store._migrate(conn, startup_lock_timeout_s)
+        except (sqlite3.OperationalError, StoreUnavailable) as exc:
             if not store.path.is_file() or store.path.stat().st_size == 0:
                 raise
             store._open_read_only(exc)
@@ -135,21 +162,34 @@ class Store(_queries.Reads, _writes.Writes):
         store.optimize()
         return store
 
-    def _migrate(self, conn: sqlite3.Connection) -> int:
+    def _migrate(self, conn: sqlite3.Connection, wait_s: float) -> int:
         # Under the write lock: of two processes opening one old file together, one migrates and the
         # other then finds the head (the version is read again under the lock).
         if self._flock is not None:
-            fcntl.flock(self._flock, fcntl.LOCK_EX)
+            self._lock_to_migrate(wait_s)
         try:
             return migrate_sqlite(self.path, conn)
         finally:
             if self._flock is not None:
                 fcntl.flock(self._flock, fcntl.LOCK_UN)
 
-    def _open_read_only(self, exc: sqlite3.OperationalError) -> None:
+    def _lock_to_migrate(self, wait_s: float) -> None:
+        # A holder that never lets go (a stopped or hung writer) held start-up for good, saying nothing.
+        if flock_until(self._flock, time.monotonic()):  # free: the usual case
+            return
+        lock = lock_path(self.path)
+        log.warning("store %s: waiting up to %g s for %s to check the schema; %s holds it", self.path, wait_s,
+                    lock.name, lock_holder(lock))
+        if not flock_until(self._flock, time.monotonic() + wait_s):
+            raise StoreUnavailable(f"{lock.name} was not free within {wait_s:g} s at start-up, so the schema could "
+                                   f"not be checked; held by {lock_holder(lock)}, a writer stuck or stopped?")
+
+    def _open_read_only(self, exc: sqlite3.OperationalError | StoreUnavailable) -> None:
         # mode=ro still needs the WAL index (-shm), which a full disk cannot hold; immutable=1 reads
         # the main file alone (frames still in a -wal file stay unseen until the disk has room).
-        self.health.read_only = f"{exc} at start-up (free on its disk: {self.health.free_text()})"
+        locked = isinstance(exc, StoreUnavailable)  # the write lock's holder, not the disk
+        self.health.read_only = str(exc) if locked else \
+            f"{exc} at start-up (free on its disk: {self.health.free_text()})"
         for flags in ("mode=ro", "immutable=1"):
             self._uri = f"file:{quote(str(self.path.resolve()))}?{flags}"
             try:
@@ -165,7 +205,7 @@ class Store(_queries.Reads, _writes.Writes):
                                  f"{SCHEMA_VERSION}; the migration could not run ({exc})")
             self.health.read_only += f"; {self.stale_schema}"
         log.error("store %s is not writable (%s): serving it read-only (%s); ingest answers 503 until restarted "
-                  "with room on the disk%s", self.path, exc, flags,
+                  "%s%s", self.path, exc, flags, "once the lock is free" if locked else "with room on the disk",
                   "" if self.stale_schema is None else f"; reads answer 503 too: {self.stale_schema}")
 
     @classmethod
