@@ -69,12 +69,13 @@ setup: system-deps $(STAMP)
 # The collector, Prometheus 3 + promtool, Alertmanager + amtool, helm and the Prometheus Operator's
 # CRDs the tests run, built from their Go modules at otel_grpo/stack/backends.yml's versions into ~/.cache/otel-grpo/bin,
 # once per machine; without Go it says so and the tests skip. The demo runs two of them: Prometheus
-# and Alertmanager (`otel-grpo up`), and builds only those.
+# and Alertmanager (`otel-grpo up`), and builds only those the machine has neither built nor on PATH
+# (Debian's, from system-deps, are used and named with their versions: minutes instead of a long Go build).
 backends:
 	@scripts/build-backends.sh
 
-demo-backends:
-	@scripts/build-backends.sh prometheus alertmanager
+demo-backends: $(STAMP)
+	@$(PY) scripts/demo-backends.py prometheus alertmanager
 
 # One pytest worker per core (pytest-xdist), each test file on one worker so that a file's
 # module fixtures (a running stack, a trained run) are made once: much of the suite waits on
