@@ -56,7 +56,7 @@ def sidecar(
         settings = SidecarSettings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as e:  # pydantic's ValidationError is one
         fail(f"invalid sidecar settings: {_first_error(e)}")
-    _check_db(settings)
+    settings = _check_db(settings)
     if settings.log_file is not None:
         _check_log_file(settings.log_file)
     _check_port(settings.host, settings.port)
@@ -104,10 +104,13 @@ def _first_error(e: ValueError) -> str:
     return str(e)
 
 
-def _check_db(settings) -> None:
+def _check_db(settings):
     """Open the store once before serving: an unwritable path, an unreachable server or a write
-    lock that another process never gives back is one line, not uvicorn's traceback."""
+    lock that another process never gives back is one line, not uvicorn's traceback. Returns the
+    settings with what is left of `startup_lock_timeout_s`, so that start-up waits for the lock at
+    most that long in all (the server's own open waits only for the rest)."""
     import sqlite3
+    import time
 
     import psycopg
 
@@ -119,6 +122,7 @@ def _check_db(settings) -> None:
     problem = path_problem(target, "--db") if isinstance(target, Path) and not target.is_file() else None
     if problem:
         fail(f"cannot create the sidecar database: {problem}")
+    started = time.monotonic()
     try:
         open_store(target, startup_lock_timeout_s=settings.startup_lock_timeout_s).close()
     except OSError as e:
@@ -126,6 +130,8 @@ def _check_db(settings) -> None:
     except (sqlite3.Error, psycopg.Error, SchemaError, StoreUnavailable) as e:
         message = " ".join(str(e).replace(str(target), name).split())  # psycopg's are multi-line
         fail(f"cannot open the sidecar database {name!r}: {message}")
+    left = max(0.0, settings.startup_lock_timeout_s - (time.monotonic() - started))
+    return settings.model_copy(update={"startup_lock_timeout_s": left})
 
 
 def _check_log_file(path: Path) -> None:

@@ -126,6 +126,8 @@ def test_a_sidecar_started_behind_a_held_write_lock_serves_read_only_naming_the_
     proc.stop()
     text = log.read_text()
     assert "serving it read-only" in text and f"pid {holder.proc.pid}" in text, text
+    # the CLI's start-up check waited the whole budget; the server's own open did not wait again
+    assert text.count("waiting up to") == 1, text
 
 
 def test_a_new_store_behind_a_held_write_lock_is_an_error_naming_the_holder(tmp_path):

@@ -178,11 +178,12 @@ class Store(_queries.Reads, _writes.Writes):
         if flock_until(self._flock, time.monotonic()):  # free: the usual case
             return
         lock = lock_path(self.path)
-        log.warning("store %s: waiting up to %g s for %s to check the schema; %s holds it", self.path, wait_s,
-                    lock.name, lock_holder(lock))
-        if not flock_until(self._flock, time.monotonic() + wait_s):
-            raise StoreUnavailable(f"{lock.name} was not free within {wait_s:g} s at start-up, so the schema could "
-                                   f"not be checked; held by {lock_holder(lock)}, a writer stuck or stopped?")
+        if wait_s > 0:  # 0: the start-up check (`otel-grpo sidecar`) has already waited the whole budget
+            log.warning("store %s: waiting up to %g s for %s to check the schema; %s holds it", self.path, wait_s,
+                        lock.name, lock_holder(lock))
+        if wait_s <= 0 or not flock_until(self._flock, time.monotonic() + wait_s):
+            raise StoreUnavailable(f"{lock.name} was not free within the start-up wait (startup_lock_timeout_s), so the "
+                                   f"schema could not be checked; held by {lock_holder(lock)}, a writer stuck or stopped?")
 
     def _open_read_only(self, exc: sqlite3.OperationalError | StoreUnavailable) -> None:
         # mode=ro still needs the WAL index (-shm), which a full disk cannot hold; immutable=1 reads
