@@ -55,13 +55,29 @@ store filled fast from empty (a replay, a benchmark) otherwise planned whole-run
 table's statistics until the next retention pass (benchmarks/README.md, sidecar)."""
 
 
+async def _ingest_pool(app: FastAPI) -> IngestPool | None:
+    """The ingest worker processes, if configured and the store takes writes (read-only: ingest fails fast in
+    process)."""
+    settings: SidecarSettings = app.state.settings
+    if not settings.ingest_workers or app.state.store.health.read_only:
+        return None
+    pool = IngestPool(settings.ingest_workers, settings.db, settings.synchronous, settings.ingest_worker_timeout_s,
+                      settings.db_timeout_s)
+    await pool.open()
+    return pool
+
+
 async def _maintenance_loop(app: FastAPI) -> None:
-    """Planner statistics every `STATISTICS_CHECK_S`, retention every `retention_interval_s`."""
+    """A read-only store's try for writes, planner statistics every `STATISTICS_CHECK_S`, retention every
+    `retention_interval_s`."""
     interval = app.state.settings.retention_interval_s
     retain_at = time.monotonic() + interval
     while True:
         await asyncio.sleep(min(STATISTICS_CHECK_S, interval))
         try:
+            store = app.state.store
+            if store.health.read_only and await run_in_threadpool(store.writable_again):
+                app.state.pool = await _ingest_pool(app)
             if time.monotonic() >= retain_at:
                 retain_at = time.monotonic() + interval
                 await run_in_threadpool(_retain, app)
@@ -86,12 +102,7 @@ async def lifespan(app: FastAPI):
     with contextlib.suppress(Exception):  # the first scrape has it, unless the database is in trouble now
         await app.state.store_size.fresh(settings.db_timeout_s)
     await run_in_threadpool(_retain, app)
-    pool = None
-    if settings.ingest_workers and not store.health.read_only:  # read-only: ingest fails fast in process
-        pool = IngestPool(settings.ingest_workers, settings.db, settings.synchronous, settings.ingest_worker_timeout_s,
-                          settings.db_timeout_s)
-        await pool.open()
-    app.state.pool = pool
+    app.state.pool = await _ingest_pool(app)
     tasks = [asyncio.create_task(_maintenance_loop(app))]
     connections = getattr(app.state, "connections", None)  # set when served by `otel-grpo sidecar`
     if connections is not None:
@@ -106,8 +117,8 @@ async def lifespan(app: FastAPI):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if pool is not None:
-            await run_in_threadpool(pool.close)
+        if app.state.pool is not None:
+            await run_in_threadpool(app.state.pool.close)
         app.state.readiness.close()
         app.state.store_size.close()
         store.close()

@@ -102,8 +102,9 @@ class SidecarSettings(BaseSettings):
     """SQLite: the longest start-up waits for `<db>-ingest.lock`, under which it checks and migrates
     the schema, while another process holds it (another sidecar migrating or writing, or a writer
     stuck or stopped; the log names its pid at once). Beyond it an existing database is served
-    read-only (ingest 503, /readyz names the lock and its holder) until restarted, as one whose
-    migration cannot run; a new one is an error. Longer than `db_timeout_s`: another sidecar's
+    read-only (ingest 503, /readyz names the lock and its holder), as one whose migration cannot run,
+    until the lock is free (tried every few seconds: then it migrates and takes writes); a new one is
+    an error. Longer than `db_timeout_s`: another sidecar's
     migration of a large store is worth waiting for. (PostgreSQL replicas wait for one another's
     migration up to 10 minutes, the maintenance bound.)"""
     retention_max_runs: int | None = Field(None, ge=1)

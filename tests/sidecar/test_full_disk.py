@@ -12,6 +12,8 @@ import subprocess
 import httpx
 import pytest
 
+from tests._support.waiting import wait_for
+
 PB = {"Content-Type": "application/x-protobuf"}
 
 
@@ -61,8 +63,12 @@ def test_a_sidecar_starts_read_only_on_a_full_disk(sidecar_factory, small_disk, 
     assert [r["run_id"] for r in httpx.get(again.url + "/api/runs").json()] == ["before"]
     assert httpx.get(again.url + "/api/runs/before/samples.csv", params={"step": 1}).text.count("before 1/") == 8
     assert _ingest(again.url, otlp, "after", [0]).status_code == 503
+    (small_disk / "filler").unlink()  # room again: it takes writes without a restart
+    wait_for(lambda: httpx.get(again.url + "/readyz").status_code == 200, "writable again", timeout=30)
+    assert _ingest(again.url, otlp, "after", [0]).status_code == 200
+    assert len(httpx.get(again.url + "/api/runs/after/samples", params={"step": 0}).json()) == 8
     again.stop()
-    assert "serving it read-only" in log.read_text()
+    assert "serving it read-only" in log.read_text() and "takes writes again" in log.read_text()
 
 
 def test_an_old_schema_that_cannot_migrate_is_a_503_naming_the_versions(sidecar_factory, small_disk, tmp_path):
@@ -86,6 +92,10 @@ def test_an_old_schema_that_cannot_migrate_is_a_503_naming_the_versions(sidecar_
     for path in ("/api/runs", "/api/runs/old/steps", "/api/runs/old/samples"):
         answer = httpx.get(proc.url + path)
         assert answer.status_code == 503 and "schema version 3" in answer.json()["detail"], (path, answer.text)
+    (small_disk / "filler").unlink()  # room again: the migration runs, reads and writes work
+    wait_for(lambda: httpx.get(proc.url + "/readyz").status_code == 200, "migrated", timeout=30)
+    assert [r["run_id"] for r in httpx.get(proc.url + "/api/runs").json()] == ["old"]
+    assert httpx.get(proc.url + "/api/runs/old/steps").status_code == 200
 
 
 def test_a_disk_filling_up_is_reported_on_readyz_and_logged_once(sidecar_factory, small_disk, otlp, tmp_path):

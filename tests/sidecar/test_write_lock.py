@@ -17,6 +17,7 @@ from otel_grpo.sidecar.otlp import extract
 from otel_grpo.sidecar.store import Store, StoreUnavailable
 from otel_grpo.sidecar.store._errors import unavailable
 from otel_grpo.sidecar.store._store import lock_path
+from tests._support.waiting import wait_for
 
 PB = {"Content-Type": "application/x-protobuf"}
 HOLD_AT_MOST_S = 20  # the holder lets go by itself then, so that a writer that waits for it fails the test
@@ -100,12 +101,13 @@ def test_ingest_behind_a_held_write_lock_is_a_fast_503(sidecar_factory, tmp_path
     assert [s["step"] for s in steps] == [0, 1]
 
 
-def test_a_sidecar_started_behind_a_held_write_lock_serves_read_only_naming_the_holder(sidecar_factory, tmp_path,
-                                                                                      otlp):
+def test_a_sidecar_started_behind_a_held_write_lock_serves_read_only_until_the_holder_lets_go(sidecar_factory,
+                                                                                             tmp_path, otlp):
     """Start-up migrates under the write lock. Behind a holder that never lets go (a stopped writer) it
     waited for good, saying nothing; now it waits `startup_lock_timeout_s`, then serves the store
     read-only as it does one whose migration cannot run, naming the lock and the process holding it.
-    (On the old code the sidecar starts only once the holder lets go by itself, writable: /readyz 200.)"""
+    Once the holder is gone it takes writes again by itself (ingest workers as by default), where it
+    used to answer 503 until restarted."""
     db, log = tmp_path / "held.db", tmp_path / "sidecar.log"
     store = Store.open(db)
     store.write_batch(extract(otlp.request(otlp.spans("before", [0], samples=2))))
@@ -121,11 +123,18 @@ def test_a_sidecar_started_behind_a_held_write_lock_serves_read_only_naming_the_
         assert [r["run_id"] for r in httpx.get(proc.url + "/api/runs", timeout=10).json()] == ["before"]
         body = otlp.request(otlp.spans("after", [0], samples=2)).SerializeToString()
         assert httpx.post(proc.url + "/v1/traces", content=body, headers=PB, timeout=20).status_code == 503
+        time.sleep(6)  # a try for writes or more while the lock is still held: it stays read-only
+        assert httpx.get(proc.url + "/readyz", timeout=10).status_code == 503
     finally:
         holder.release()
+    wait_for(lambda: httpx.get(proc.url + "/readyz", timeout=10).status_code == 200, "writable again", timeout=30)
+    assert httpx.post(proc.url + "/v1/traces", content=body, headers=PB, timeout=20).status_code == 200
+    assert sorted(r["run_id"] for r in httpx.get(proc.url + "/api/runs", timeout=10).json()) == ["after", "before"]
+    assert len(httpx.get(proc.url + "/api/runs/after/samples", params={"step": 0}, timeout=10).json()) == 2
     proc.stop()
     text = log.read_text()
     assert "serving it read-only" in text and f"pid {holder.proc.pid}" in text, text
+    assert text.count("takes writes again (it was read-only)") == 1, text
     # the CLI's start-up check waited the whole budget; the server's own open did not wait again
     assert text.count("waiting up to") == 1, text
 

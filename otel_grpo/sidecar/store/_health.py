@@ -45,11 +45,14 @@ class WriteHealth:
             log.debug("ingest rejected, store not writable: %s", exc)
 
     def ok(self) -> None:
-        if self.failure is None:
+        """Writes work (one committed, or a read-only store opened for writing): a failing streak is over."""
+        if self.failure is None and self.read_only is None:
             return
         with self._lock:
-            count, self.failure, self.rejected = self.rejected, None, 0
-        log.warning("store %s takes writes again, after %d rejected ingest request(s)", self.name, count)
+            was = "read-only" if self.read_only else "failing"
+            count, self.failure, self.read_only, self.rejected = self.rejected, None, None, 0
+        log.warning("store %s takes writes again (it was %s), after %d rejected ingest request(s)", self.name, was,
+                    count)
 
     def free_bytes(self) -> int | None:
         if self.path is None:

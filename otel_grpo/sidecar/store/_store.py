@@ -12,7 +12,8 @@ spares the busy sleeps. A write waits for both locks together at most `timeout_s
 `lock_timeout`), then raises StoreUnavailable (a 503): a writer that holds the flock and never
 lets go (blocked on a disk that answers nothing, stopped) no longer holds every other writer.
 Start-up migrates under the same flock and waits for it at most `startup_lock_timeout_s`; then an
-existing database is served read-only, as when its migration cannot run, naming who holds the lock.
+existing database is served read-only, as when its migration cannot run, naming who holds the lock,
+until `writable_again()` finds the lock free (or the disk with room).
 """
 
 from __future__ import annotations
@@ -147,20 +148,50 @@ class Store(_queries.Reads, _writes.Writes):
         store = cls(Path(path), synchronous, read_connections, step_cache, timeout_s)
         store.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            conn = store._connect()
-            conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # takes effect only in a new database
-            conn.execute("PRAGMA journal_mode = WAL")
-            store._open_flock()
-            store.found_version = store._migrate(conn, startup_lock_timeout_s)
+            store._open_for_writing(startup_lock_timeout_s)
         except (sqlite3.OperationalError, StoreUnavailable) as exc:
             if not store.path.is_file() or store.path.stat().st_size == 0:
                 raise
             store._open_read_only(exc)
-            return store
-        store._writer = _as_writer(conn)
-        store._checkpointer = Checkpointer(store.path, synchronous)
-        store.optimize()
         return store
+
+    def _open_for_writing(self, lock_wait_s: float) -> None:
+        """Connect the writer and migrate under the write lock (waiting for it at most `lock_wait_s`); the
+        writer is set only once the schema is at the head."""
+        conn = self._connect(writable=True)
+        try:
+            conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # takes effect only in a new database
+            conn.execute("PRAGMA journal_mode = WAL")
+            if self._flock is None:
+                self._open_flock()
+            self.found_version = self._migrate(conn, lock_wait_s)
+        except BaseException:
+            conn.close()
+            raise
+        with self._wlock:
+            self._writer = _as_writer(conn)
+        self._checkpointer = Checkpointer(self.path, self.synchronous)
+        self.optimize()
+
+    def writable_again(self) -> bool:
+        """A store served read-only: open it for writing if it now can be (the lock's holder let go, the disk
+        has room), without waiting; True once it is writable.
+
+        The sidecar asks every few seconds (`_maintenance_loop`): a fallback that lasted until a restart
+        kept every ingest at 503 after the stuck writer was killed or the disk cleaned, a page nobody
+        could clear but by hand. Reads go on meanwhile; the read connections, opened read-only (or
+        `immutable`, blind to later commits), are renewed once the writer is open.
+        """
+        if self.health.read_only is None:
+            return self._writer is not None
+        try:
+            self._open_for_writing(lock_wait_s=0)
+        except (sqlite3.OperationalError, StoreUnavailable):
+            return False  # still held or still full: said once at start-up, the next try is silent
+        self.stale_schema, self._uri = None, None
+        self._pool.renew()
+        self.health.ok()  # says so in the log
+        return True
 
     def _migrate(self, conn: sqlite3.Connection, wait_s: float) -> int:
         # Under the write lock: of two processes opening one old file together, one migrates and the
@@ -205,8 +236,9 @@ class Store(_queries.Reads, _writes.Writes):
             self.stale_schema = (f"the database is at schema version {found} and this sidecar reads version "
                                  f"{SCHEMA_VERSION}; the migration could not run ({exc})")
             self.health.read_only += f"; {self.stale_schema}"
-        log.error("store %s is not writable (%s): serving it read-only (%s); ingest answers 503 until restarted "
-                  "%s%s", self.path, exc, flags, "once the lock is free" if locked else "with room on the disk",
+        log.error("store %s is not writable (%s): serving it read-only (%s); ingest answers 503 until %s (tried "
+                  "again every few seconds)%s", self.path, exc, flags, "the lock is free" if locked else
+                  "the disk has room",
                   "" if self.stale_schema is None else f"; reads answer 503 too: {self.stale_schema}")
 
     @classmethod
@@ -233,9 +265,9 @@ class Store(_queries.Reads, _writes.Writes):
         if self._checkpointer is not None:
             self._checkpointer.committed()
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, writable: bool = False) -> sqlite3.Connection:
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so "committed" means committed.
-        if self._uri is not None:
+        if self._uri is not None and not writable:
             conn = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0)
         else:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
