@@ -35,6 +35,7 @@ crash right after logging the step past the checkpoint) cannot be told from an e
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import importlib.util
 import json
@@ -135,9 +136,10 @@ class TrlOutput:
         self._top = -1  # the latest completions step read in this attempt
         self._done_attempt: tuple[int | None, int] = (None, 0)  # (attempt, since) of the emitted records
         self._done_top = -1  # the latest completions step emitted in that attempt
-        self._logged: dict[int, dict[str, Any]] = {}
-        """The training entries (step -> log_history entry) of the trainer state last handed out, less those a
-        relaunch has since replaced: what a later state must agree with to be the same attempt's."""
+        self._logged: dict[int, str] = {}
+        """The history of the trainer state last handed out, as step -> digest of its training entries up to that
+        step (`_chain`), less the steps a relaunch has since replaced: what a later state must agree with to be the
+        same attempt's. Saved in part (`_saved_chain`): a restarted follower compares with those steps."""
         self._logged_from: tuple[Path, tuple[int, int, int]] | None = None
         """That state's (path, version): a new version is read again; only states written after it are compared."""
         self._checked: set[tuple[Path, tuple[int, int, int]]] = set()  # state versions compared with `_logged`
@@ -149,6 +151,10 @@ class TrlOutput:
         self._handed = set()
         if self._unsaved is not None:  # the relaunch seen since the last save is seen again
             (self._logged, self._logged_from), self._unsaved, self._checked = self._unsaved, None, set()
+        elif saved and saved.get("logged_from") and not self._logged:  # a restarted follower: what it had read
+            path, *key = saved["logged_from"]
+            self._logged = {int(step): digest for step, digest in saved.get("logged", {}).items()}
+            self._logged_from = (self.dir / path, tuple(int(k) for k in key))
         if saved:
             self._done = {k: list(v) for k, v in saved.get("done", {}).items()}
             self._digest = self._handed_digest = saved.get("digest", "")
@@ -169,8 +175,23 @@ class TrlOutput:
         attempt, since = self._done_attempt
         if self._done_attempt == (self.attempt, self._since):
             self._unsaved = None
+        logged, logged_from = self._unsaved or (self._logged, self._logged_from)  # the saved attempt's
         return {"done": dict(self._done), "digest": self._digest, "scalar_step": self._scalar_step,
-                "attempt": attempt, "since": since, "top": self._done_top}
+                "attempt": attempt, "since": since, "top": self._done_top, **self._saved_chain(logged, logged_from)}
+
+    def _saved_chain(self, logged: dict[int, str], logged_from: tuple[Path, tuple[int, int, int]] | None
+                     ) -> dict[str, Any]:
+        """What a restarted follower compares later trainer states with: `logged`'s digests at the last logged step
+        of each trainer state on disk (a relaunch resumes from one of them, so its first step is told exactly) and at
+        the latest step; a few dozen entries however long the history."""
+        if not logged or logged_from is None:
+            return {}
+        steps = sorted(logged)
+        ends = {global_step for _, global_step in self._steps.values()} | {steps[-1]}
+        kept = {steps[i] for end in ends if (i := bisect.bisect_right(steps, end) - 1) >= 0}
+        path, key = logged_from
+        return {"logged": {str(step): logged[step] for step in sorted(kept)},
+                "logged_from": [str(path.relative_to(self.dir)), *key]}
 
     def mark_done(self, record: Record) -> None:
         kind, value = record.cursor
@@ -213,7 +234,7 @@ class TrlOutput:
             out.extend(self._poll_state(state))
             assert self._newest is not None
             if self._newest[:2] != self._logged_from:  # once per version: a long history is not walked every poll
-                self._logged, self._logged_from = _training(state), self._newest[:2]
+                self._logged, self._logged_from = _chain(state), self._newest[:2]
         return out
 
     def _learn_reward_names(self, state: dict[str, Any]) -> None:
@@ -267,15 +288,20 @@ class TrlOutput:
         self._logged = {s: e for s, e in self._logged.items() if s < step}  # what the relaunch has not replaced
 
     def _went_back(self, doc: dict[str, Any]) -> int | None:
-        """The step from which a trainer state written after the one read is another attempt's: the first training
-        step whose entry differs from the one read, else the step after its last one if that is below the latest
-        read (a fresh start that logged the same numbers so far); None: the same attempt's, further on."""
-        entries = _training(doc)
-        for step in sorted(entries):
-            if step in self._logged and entries[step] != self._logged[step]:
-                return step
-        if entries and self._logged and max(entries) < max(self._logged):
-            return max(entries) + 1
+        """The step from which a trainer state written after the one read is another attempt's: its first training
+        step after the last one at which both histories agree up to there (the first entry that differs, where all
+        of the read history is known; after a restart, the step after the saved point it still agrees with), else
+        the step after its last one if that is below the latest read (a fresh start that logged the same numbers so
+        far); None: the same attempt's, further on."""
+        chain = _chain(doc)
+        agreed = -1
+        for step in sorted(chain):
+            if step in self._logged:
+                if chain[step] != self._logged[step]:
+                    return min(s for s in chain if s > agreed)
+                agreed = step
+        if chain and self._logged and max(chain) < max(self._logged):
+            return max(chain) + 1
         return None
 
     def _read(self, path: Path, is_last: bool) -> list[dict[str, Any]] | None:
@@ -412,6 +438,17 @@ def _training(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """A state's training log entries by step: neither an evaluation's (`eval_` keys) nor the end's summary."""
     return {e["step"]: e for e in _history(doc) if isinstance(e.get("step"), int) and not isinstance(e["step"], bool)
             and SUMMARY_KEY not in e and not is_evaluation(e)}
+
+
+def _chain(doc: dict[str, Any]) -> dict[int, str]:
+    """Each training step of a state -> a digest of its training entries up to that step: two histories agree up
+    to a step where their digests are equal, and differ from their first differing entry on (so a few saved digests
+    tell where a relaunch began). NaN, as JSON writes it, digests alike on every read."""
+    chain, h = {}, hashlib.sha1()
+    for step, entry in sorted(_training(doc).items()):
+        h.update(json.dumps(entry, sort_keys=True, default=str).encode())
+        chain[step] = h.copy().hexdigest()[:16]
+    return chain
 
 
 def _global_step(doc: dict[str, Any]) -> int:

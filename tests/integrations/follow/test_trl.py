@@ -434,6 +434,36 @@ def test_without_completions_a_state_that_logs_a_step_again_is_a_relaunch(tmp_pa
     assert state["attempt"] == relaunch and state["scalar_step"] == 6  # a restarted follower goes on with it
 
 
+@pytest.mark.parametrize("resumed_from", [2, 4, 0])
+def test_a_follower_restarted_after_a_relaunch_tells_where_it_began(tmp_path, caplog, resumed_from):
+    """The follower read checkpoints 2, 4 and 6 and stopped (a rescheduled pod). Meanwhile the job died and was
+    relaunched from checkpoint-2, from checkpoint-4, or afresh (0), and wrote checkpoint-6 again with its own
+    numbers from there. The restarted follower no longer holds the history it read (a restart used to compare the
+    relaunch's state with nothing and send nothing); from the digests it saved at each checkpoint's step it tells
+    the relaunch's first step exactly, and sends that step on under a newer attempt."""
+    out = tmp_path / "grpo-run"
+    first_try = [_entry(s, 1.0 + s) for s in range(1, 7)]
+    for step in (2, 4, 6):
+        _save(out, step, first_try[:step])
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    assert _scalars_sent(run) == [(s, first, 1.0 + s) for s in range(1, 7)]
+    saved = json.loads((tmp_path / "state.json").read_text())["sources"]["trl-output"]
+    assert sorted(map(int, saved["logged"])) == [2, 4, 6]  # a digest per checkpoint, not the whole history
+    run.follower.state.unlock()
+
+    relaunch = first_try[:resumed_from] + [_entry(s, 20.0 + s) for s in range(resumed_from + 1, 7)]
+    _save(out, 6, relaunch)
+    again = Run(tmp_path, [TrlOutput(out)])
+    with caplog.at_level("WARNING", logger="otel_grpo.follow"):
+        again.once()
+    sent = _scalars_sent(again)
+    assert [(s, loss) for s, _, loss in sent] == [(s, 20.0 + s) for s in range(resumed_from + 1, 7)]
+    assert len({a for _, a, _ in sent}) == 1 and sent[0][1] > first
+    assert f"logs step {resumed_from + 1} again: the job was relaunched" in caplog.text
+
+
 def test_without_completions_a_fresh_relaunch_sends_its_steps_again(tmp_path):
     """Relaunched afresh into the same output dir: its checkpoint-2 ends below the step read (4). From step 1 (its
     numbers differ) the steps go out as its attempt; the crashed attempt's checkpoint-4 no longer counts."""
