@@ -20,6 +20,12 @@ class RunPublic(BaseModel):
     status: Literal["firing", "active", "idle"] = Field(description=(
         "`firing`: an alert of the run is firing; else `active`: it sent data within the sidecar's "
         "`run_active_s` (600 s by default); else `idle`."))
+    latest_reward: float | None = Field(None, description=(
+        "The reward mean (`grpo.reward.mean`) at the latest of the run's last 8 steps that logged one; null: "
+        "none did, or it is not finite."))
+    latest_kl: float | None = Field(None, description=(
+        "The KL (`grpo.kl`, else TRL's logged `grpo.trl.kl`) at the latest of the run's last 8 steps that logged "
+        "one; null: none did, or it is not finite."))
 
 
 class StepRow(BaseModel):

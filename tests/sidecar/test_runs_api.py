@@ -148,7 +148,7 @@ def test_one_run_by_its_key_is_the_row_the_list_gives(many):
     for run_id in ("run-07", "x_15"):
         assert many.get(f"/api/runs/{run_id}").json() == listed[run_id]
     assert set(listed["run-07"]) == {"run_id", "service_name", "model", "host", "first_step", "last_step", "first_seen",
-                                    "last_update", "sample_count", "status"}
+                                    "last_update", "sample_count", "status", "latest_reward", "latest_kl"}
     assert many.get("/api/runs/run-99").status_code == 404
 
 
@@ -167,6 +167,34 @@ def test_the_store_pages_alike_on_both_backends(db):
         assert store.run("r03", now=1001.0 + 600)["status"] == "active"
         assert store.run("r03", now=1001.0 + 601)["status"] == "idle"
         assert store.run("zz") is None
+    finally:
+        store.close()
+
+
+def test_each_run_says_its_latest_reward_and_kl_on_both_backends(db):
+    """The runs list's summary: the reward mean and KL at the latest step that logged each. A step that logs
+    neither (an evaluation, or a statistic absent that step) leaves the previous one; TRL's logged `kl`
+    (`trl_kl`) stands in for ours; a non-finite value is null, as in the steps API."""
+    store = open_store(db)
+
+    def write(run_id: str, step: int, scalars: dict) -> None:
+        batch = Batch()
+        batch.runs[run_id] = {"grpo.model": "tiny"}
+        batch.steps.append(StepRecord(run_id, step, f"{run_id}{step}".encode()[:8].ljust(8, b"-"), 1000.0 + step,
+                                      1000.0 + step, scalars))
+        store.write_batch(batch, now=1000.0 + step)
+
+    try:
+        write("ours", 0, {"reward": 0.1, "kl": 0.01})
+        write("ours", 1, {"reward": 0.5, "kl": 0.02})
+        write("ours", 2, {"loss": 1.0})  # neither logged at the latest step
+        write("trl", 0, {"reward": 0.25, "trl_kl": 0.003})
+        write("bad", 0, {"reward": float("nan"), "kl": float("inf")})
+        write("none", 0, {"loss": 1.0})
+        listed = {r["run_id"]: (r["latest_reward"], r["latest_kl"]) for r in store.runs(RunQuery(latest=True))}
+        assert listed == {"ours": (0.5, 0.02), "trl": (0.25, 0.003), "bad": (None, None), "none": (None, None)}
+        assert (store.run("ours")["latest_reward"], store.run("ours")["latest_kl"]) == (0.5, 0.02)
+        assert "latest_reward" not in store.runs()[0]  # the steps API's selection of runs reads no summary
     finally:
         store.close()
 

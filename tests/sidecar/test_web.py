@@ -227,6 +227,12 @@ def test_run_page_plots_sorts_escapes_and_screenshots(site, otlp, tmp_path, new_
     page.goto(site.url + "/#/")
     wait(page, "document.body.dataset.ready === 'runs'")
     assert "web-run" in page.locator("#runs-table a").all_text_contents()  # (the module's other runs too)
+    # its summary: the latest step's reward mean and KL (four significant digits, the full value on hover)
+    last = httpx.get(site.url + "/api/runs/web-run/steps").json()[-1]
+    row = page.locator("#runs-table tbody tr", has=page.locator("a", has_text="web-run"))
+    for cell, column in (("latest-reward", "grpo.reward.mean"), ("latest-kl", "grpo.kl")):
+        assert float(row.locator(f"td.{cell}").get_attribute("title")) == last[column]
+        assert float(row.locator(f"td.{cell}").text_content()) == pytest.approx(last[column], rel=1e-3)
 
 
 RUN = "team/exp-1"  # a run id with a slash: the page must read it back like any other

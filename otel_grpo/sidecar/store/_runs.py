@@ -12,7 +12,9 @@ offset skips). `run_id` order walks the primary key. Filters on the order's colu
 The total is one count over the same filters.
 
 A run's status: `firing` where an alert of the run fires (`/api/alerts`), else `active` where it
-sent data within `active_s` seconds, else `idle`.
+sent data within `active_s` seconds, else `idle`. Its summary: the reward mean and KL at the latest
+step that logged each, looked for in its last few steps (`_with_latest`), so a page of runs says
+which are learning without opening each.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,6 +38,34 @@ _FIRING = "EXISTS (SELECT 1 FROM alerts WHERE alerts.run_id = runs.run_id AND al
 _COLUMNS = ("run_id, service_name, model, host, first_step, last_step, first_seen, last_update, sample_count, "
             f"{_FIRING} AS firing")
 _ORDER_SQL = {"last_update": "last_update DESC, run_id DESC", "run_id": "run_id"}
+LATEST = {"latest_reward": ("reward",), "latest_kl": ("kl", "trl_kl")}
+"""A run's summary: field -> the stat keys it reads, first logged first (TRL's logged `kl` is `trl_kl`)."""
+LATEST_STEPS = 8
+"""The summary looks this many latest steps back for each value: a step may log neither (an evaluation, a
+second iteration on one generation batch, a statistic absent that step), and a run's page must not
+walk a long run's history to say what it is doing now."""
+
+
+def _with_latest(conn, runs: list[dict]) -> list[dict]:
+    """`runs` with their summary (`LATEST`): each value at the latest of the run's last `LATEST_STEPS` steps
+    that logged it, None where none did or it is not finite. A backward walk of the (run_id, step) key and
+    a parse of at most that many steps' values, per run of the page."""
+    for run in runs:
+        rows = conn.execute("SELECT metrics FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT ?",
+                            (run["run_id"], LATEST_STEPS)).fetchall()
+        steps = [json.loads(metrics) for (metrics,) in rows]
+        for field, keys in LATEST.items():
+            value = next((m[k] for m in steps for k in keys if m.get(k) is not None), None)
+            run[field] = value if isinstance(value, (int, float)) and math.isfinite(value) else None
+    return runs
+    marks = ", ".join("?" * len(runs))
+    values = ", ".join(_latest_sql(keys) for keys in LATEST.values())
+    found = {r[0]: r[1:] for r in conn.execute(f"SELECT run_id, {values} FROM runs WHERE run_id IN ({marks})",
+                                               [run["run_id"] for run in runs]).fetchall()}
+    for run in runs:
+        for field, value in zip(LATEST, found.get(run["run_id"], (None,) * len(LATEST))):
+            run[field] = value if value is not None and math.isfinite(value) else None
+    return runs
 
 
 def iso(ts: float | None) -> str | None:
@@ -75,6 +106,8 @@ class RunQuery:
     active_s: float = ACTIVE_S
     now: float | None = None
     """The time `active_s` counts back from; None: now."""
+    latest: bool = False
+    """With each run's summary (`LATEST`): the runs list's; the readers of runs' steps leave it out."""
 
     def __post_init__(self) -> None:
         if self.order not in RUN_ORDERS:
@@ -179,14 +212,16 @@ class RunReads:
             rows = conn.execute(sql, page_params).fetchall()
             more = query.limit is not None and len(rows) > query.limit
             rows = rows[:query.limit] if more else rows
+            runs = [_row(r, now - query.active_s) for r in rows]
+            if query.latest:
+                _with_latest(conn, runs)
             if count and not more and query.cursor is None and (rows or not query.offset):
                 total = query.offset + len(rows)  # the last page from the first run: no count needed
             elif count:
                 total = conn.execute("SELECT count(*) FROM runs" + (" WHERE " + " AND ".join(where) if where else ""),
                                      params).fetchone()[0]
-        cutoff = now - query.active_s
         cursor = encode_cursor(query.order, rows[-1][7], rows[-1][0]) if more else None
-        return RunPage([_row(r, cutoff) for r in rows], total, cursor)
+        return RunPage(runs, total, cursor)
 
     def runs(self, query: RunQuery | None = None) -> list[dict]:
         """The runs `query` selects (default: every run, most recently updated first)."""
@@ -197,7 +232,7 @@ class RunReads:
         now = time.time() if now is None else now
         with self.read() as conn:
             row = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return None if row is None else _row(row, now - active_s)
+            return None if row is None else _with_latest(conn, [_row(row, now - active_s)])[0]
 
     def run_exists(self, run_id: str) -> bool:
         with self.read() as conn:

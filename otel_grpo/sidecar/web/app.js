@@ -144,11 +144,15 @@ async function runsPage(view) {
     return [h("p", { class: "muted empty", id: "runs-count", text: filtered ? "no runs match" : "no runs yet" })];
   }
   const table = h("table", { id: "runs-table" }, h("thead", {}, h("tr", {},
-    ...["run", "status", "model", "first step", "last step", "samples", "last update"].map((c) => h("th", { text: c })))));
+    ...["run", "status", "reward", "KL", "model", "first step", "last step", "samples", "last update"]
+      .map((c) => h("th", { text: c })))));
   const body = h("tbody");
   for (const r of runs) {
     const link = h("a", { href: runHash(r.run_id), text: r.run_id });
+    // the summary: the reward mean and KL at the latest step that logged each (full value on hover)
     body.appendChild(h("tr", {}, h("td", {}, link), h("td", { class: "status-" + r.status, text: r.status }),
+      h("td", { class: "num latest-reward", text: cellText(r.latest_reward), title: fmtFull(r.latest_reward) }),
+      h("td", { class: "num latest-kl", text: cellText(r.latest_kl), title: fmtFull(r.latest_kl) }),
       h("td", { text: fmtCell(r.model) }),
       h("td", { class: "num", text: fmtCell(r.first_step) }), h("td", { class: "num", text: fmtCell(r.last_step) }),
       h("td", { class: "num", text: fmtCell(r.sample_count) }), h("td", { text: fmtCell(r.last_update) })));

@@ -41,7 +41,7 @@ def list_runs(
     walk an index; `cursor` starts where the last page ended (`offset` walks past the skipped runs)."""
     if offset and query.cursor is not None:
         raise bad_param("offset", "give either offset or cursor, not both")
-    query.limit, query.offset, query.active_s = limit, offset, settings.run_active_s
+    query.limit, query.offset, query.active_s, query.latest = limit, offset, settings.run_active_s, True
     page = store.run_page(query)
     return FastJSON(page.runs, headers=page_headers(request, page.total, page.next_cursor))
 
