@@ -183,7 +183,7 @@ class TrlOutput:
                      ) -> dict[str, Any]:
         """What a restarted follower compares later trainer states with: `logged`'s digests at the last logged step
         of each trainer state on disk (a relaunch resumes from one of them, so its first step is told exactly) and at
-        the latest step; a few dozen entries however long the history."""
+        the latest step: an entry per checkpoint on disk, however long the history."""
         if not logged or logged_from is None:
             return {}
         steps = sorted(logged)
