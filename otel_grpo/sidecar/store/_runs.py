@@ -58,14 +58,6 @@ def _with_latest(conn, runs: list[dict]) -> list[dict]:
             value = next((m[k] for m in steps for k in keys if m.get(k) is not None), None)
             run[field] = value if isinstance(value, (int, float)) and math.isfinite(value) else None
     return runs
-    marks = ", ".join("?" * len(runs))
-    values = ", ".join(_latest_sql(keys) for keys in LATEST.values())
-    found = {r[0]: r[1:] for r in conn.execute(f"SELECT run_id, {values} FROM runs WHERE run_id IN ({marks})",
-                                               [run["run_id"] for run in runs]).fetchall()}
-    for run in runs:
-        for field, value in zip(LATEST, found.get(run["run_id"], (None,) * len(LATEST))):
-            run[field] = value if value is not None and math.isfinite(value) else None
-    return runs
 
 
 def iso(ts: float | None) -> str | None:
