@@ -3,6 +3,7 @@
     server = PostgresServer.start()          # initdb + pg_ctl start, as the `postgres` user when root
     url = server.new_database()              # postgresql://otel:secret@127.0.0.1:<port>/t_1
     server.freeze(); server.thaw()           # SIGSTOP / SIGCONT every server process (a hung database)
+    server.crash(every_process=True); server.resume()   # SIGKILL, then crash recovery
     server.stop()
 
 The server refuses to run as root, so as root the data directory is handed to the `postgres`
@@ -20,6 +21,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 def _bin() -> Path:
@@ -44,6 +46,14 @@ def available() -> str | None:
         except KeyError:
             return "running as root and there is no `postgres` user to run the server as"
     return None
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie, killed but not yet reaped, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _free_port() -> int:
@@ -104,6 +114,21 @@ class PostgresServer:
             if int(fields[1]) == master:  # the field after the state: the parent's pid
                 children.append(int(stat.parent.name))
         return [master, *children]
+
+    def crash(self, every_process: bool) -> None:
+        """SIGKILL the postmaster (its backends then exit by themselves) or every server process at once (the OOM
+        killer, a node failure), and wait until they are gone; `resume()` then starts the server, which recovers
+        from its WAL. Here the killed postmaster may stay an unreaped zombie that its lock files still name, so
+        they are removed, as a restarted host or container would not have that process."""
+        processes = self.processes()
+        self._signal(processes if every_process else processes[:1], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while any(map(_running, processes)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server processes still running 60 s after the kill: {processes}")
+            time.sleep(0.05)
+        for lock in (self.data / "postmaster.pid", self.root / f".s.PGSQL.{self.port}.lock"):
+            lock.unlink(missing_ok=True)
 
     def freeze(self) -> None:
         """SIGSTOP the whole server: it accepts TCP connections (the kernel does) but answers nothing.

@@ -1,9 +1,11 @@
-"""A PostgreSQL server in trouble, under load, against a real sidecar process (ingest workers as by default).
+"""A PostgreSQL server in trouble, under load, against real sidecar processes (ingest workers as by default).
 
 Stopped (SIGSTOP, the server answers nothing while the kernel still accepts its connections):
 every ingest request is answered within a few seconds, 503 + Retry-After while it is stopped, and
-abandoned reads slow neither /healthz nor /metrics. One backend killed with -9 (the server restarts every
-backend): every sample answered 200 before, during or after is in the database afterwards.
+abandoned reads slow neither /healthz nor /metrics. Killed with -9 under two replicas and four writers
+(one backend: the server restarts every backend; the postmaster; every server process, as the OOM
+killer or a node failure does, then the server started again): every sample answered 200 before,
+during or after is in the database afterwards.
 """
 
 from __future__ import annotations
@@ -57,22 +59,25 @@ def server():
 
 
 class Ingest:
-    """Threads that post one step per request, each a new step of their own run, and keep every answer."""
+    """Threads that post one step per request, each a new step of their own run, and keep every answer; writer
+    `i` posts to `urls[i % len(urls)]` (replicas of one database)."""
 
-    def __init__(self, url: str, otlp, runs: int = 2) -> None:
-        self.url, self.otlp = url, otlp
+    def __init__(self, urls: str | list[str], otlp, runs: int = 2) -> None:
+        urls = [urls] if isinstance(urls, str) else urls
+        self.otlp = otlp
         self.answers: list[tuple[str, int, int, float, str | None]] = []  # run, step, status, seconds, Retry-After
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._post, args=(f"fault-{i}",)) for i in range(runs)]
+        self.threads = [threading.Thread(target=self._post, args=(f"fault-{i}", urls[i % len(urls)]))
+                        for i in range(runs)]
 
-    def _post(self, run_id: str) -> None:
+    def _post(self, run_id: str, url: str) -> None:
         step = 0
         http = httpx.Client()
         while not self.stop.is_set():
             body = self.otlp.request(self.otlp.spans(run_id, [step], samples=SAMPLES)).SerializeToString()
             start = time.monotonic()
             try:
-                answer = http.post(self.url + "/v1/traces", content=body, headers=PB, timeout=60)
+                answer = http.post(url + "/v1/traces", content=body, headers=PB, timeout=60)
                 status, retry = answer.status_code, answer.headers.get("Retry-After")
             except httpx.HTTPError:
                 status, retry = 0, None
@@ -162,18 +167,29 @@ def test_a_stopped_database_is_a_fast_503_and_nothing_acknowledged_is_lost(sidec
     assert not _missing(url, ingest.answers)
 
 
-def test_a_killed_backend_loses_no_acknowledged_sample(sidecar_factory, server, otlp):
+@pytest.mark.parametrize("killed", ["backend", "postmaster", "every process"])
+def test_killed_server_processes_lose_no_acknowledged_sample(sidecar_factory, server, otlp, killed):
+    """Two replicas, four writers. A backend killed with -9 makes the server restart every backend (three
+    times); the postmaster killed leaves its backends to exit by themselves; every process killed loses what
+    only their memory held. Then the server is started again (crash recovery from its WAL): whatever a
+    replica answered 200 is in the database, and ingest goes on through both replicas."""
     url = server.new_database()
-    proc = sidecar_factory(db=url)
-    with Ingest(proc.url, otlp, runs=3) as ingest:
-        for _ in range(3):  # the server restarts every backend after each kill (crash recovery)
+    replicas = [sidecar_factory(db=url), sidecar_factory(db=url)]
+    with Ingest([r.url for r in replicas], otlp, runs=4) as ingest:
+        for _ in range(3 if killed == "backend" else 1):
             ingest.wait_acked(30)
-            with psycopg.connect(url, autocommit=True) as conn:
-                pids = [pid for (pid,) in conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE application_name = 'otel-grpo-sidecar'")]
-            assert pids
-            os.kill(pids[0], signal.SIGKILL)
-        ingest.wait_acked(30)
+            if killed == "backend":
+                with psycopg.connect(url, autocommit=True) as conn:
+                    pids = [pid for (pid,) in conn.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE application_name = 'otel-grpo-sidecar'")]
+                assert pids
+                os.kill(pids[0], signal.SIGKILL)
+                continue
+            server.crash(every_process=killed == "every process")
+            server.resume()
+        ingest.wait_acked(30, timeout=120)  # through both replicas again, with nothing restarted
     statuses = {a[2] for a in ingest.answers}
     assert statuses <= {200, 503}, statuses
+    assert {run for run, _, status, _, _ in ingest.answers[-40:] if status == 200} >= {"fault-0", "fault-1"}
     assert not _missing(url, ingest.answers)
+
