@@ -134,6 +134,12 @@ def _store_size(app: FastAPI) -> float:
     return 0.0 if value is None else float(value)
 
 
+def _step_cache_bytes(app: FastAPI) -> float:
+    """The step-cache gauge: the bytes of step histories held; 0 before the lifespan has opened the store."""
+    store = getattr(app.state, "store", None)
+    return 0.0 if store is None else float(store.step_cache.nbytes)
+
+
 async def _store_error(request: Request, exc: Exception) -> JSONResponse:
     """A store error in a read: the database's trouble (unreachable, timed out, locked, full) is a
     retryable 503; anything else (SQL naming a missing column) is a bug, a 500 that names itself."""
@@ -157,7 +163,7 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
     )
     app.state.settings = settings
     app.state.registry = registry
-    app.state.metrics = SidecarMetrics(registry, lambda: _store_size(app))
+    app.state.metrics = SidecarMetrics(registry, lambda: _store_size(app), lambda: _step_cache_bytes(app))
     app.state.gate = IngestGate(settings.max_concurrent_ingest)
     app.state.body_gate = IngestGate(settings.max_concurrent_bodies)
     app.state.ingest_threads = CapacityLimiter(settings.max_concurrent_ingest)  # in-process ingest's own threads

@@ -1,7 +1,7 @@
 """The sidecar's own metrics, on a registry the app is given (never the global one).
 
     registry = CollectorRegistry()
-    metrics = SidecarMetrics(registry, store_size=lambda: 0.0)
+    metrics = SidecarMetrics(registry, store_size=lambda: 0.0, step_cache=lambda: 0.0)
     metrics.rejected.labels("too_large").inc()
 """
 
@@ -20,9 +20,10 @@ REJECT_REASONS = ("unsupported_media_type", "unsupported_encoding", "too_large",
 
 
 class SidecarMetrics:
-    """Counters for ingest, rejections by reason, store size and request latency."""
+    """Counters for ingest, rejections by reason, store size, the step cache's size and request latency."""
 
-    def __init__(self, registry: CollectorRegistry, store_size: Callable[[], float]) -> None:
+    def __init__(self, registry: CollectorRegistry, store_size: Callable[[], float],
+                 step_cache: Callable[[], float]) -> None:
         ns = "otel_grpo_sidecar"
         self.spans = Counter("spans_ingested", "Spans received in accepted OTLP requests.", namespace=ns, registry=registry)
         self.spans_rejected = Counter("spans_rejected", "Spans reported back as rejected (partial success).",
@@ -38,6 +39,11 @@ class SidecarMetrics:
         self.store_size = Gauge("store_size_bytes", "SQLite database plus WAL size on disk.", namespace=ns,
                                 registry=registry)
         self.store_size.set_function(store_size)
+        # What of the sidecar's memory is the runs' step histories it holds (at most `step_cache_mb`): the
+        # rest of a growing RSS is something else.
+        self.step_cache = Gauge("step_cache_bytes", "Step histories held in memory (at most step_cache_mb).",
+                                namespace=ns, registry=registry)
+        self.step_cache.set_function(step_cache)
         self.latency = Histogram("request_duration_seconds", "HTTP request latency by route template.",
                                  ["method", "route", "status"], namespace=ns, registry=registry,
                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))

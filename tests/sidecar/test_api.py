@@ -227,6 +227,11 @@ def test_ops_endpoints_and_metrics(loaded):
     size = [line for line in text.splitlines() if line.startswith("otel_grpo_sidecar_store_size_bytes")]
     assert float(size[0].split()[1]) > 0
 
+    run_id = loaded.get("/api/runs").json()[0]["run_id"]
+    assert loaded.get(f"/api/runs/{run_id}/steps").status_code == 200  # a run's steps read are held, and counted
+    lines = loaded.get("/metrics").text.splitlines()
+    assert float(next(line for line in lines if line.startswith("otel_grpo_sidecar_step_cache_bytes")).split()[1]) > 0
+
 
 def test_each_app_has_its_own_registry(make_client, tmp_path):
     from prometheus_client import REGISTRY
