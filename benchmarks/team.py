@@ -66,6 +66,7 @@ sys.path.insert(0, str(ROOT))
 import sidecar as bench  # noqa: E402  (benchmarks/sidecar.py: PostgreSQL, sidecar processes, /proc readings)
 
 RSS_EVERY_S = 30.0
+MiB = 1 << 20
 FLAT_MARGIN = 0.10  # "flat": the last minute's largest RSS within 10% of the second minute's
 # Healthy values of the scalars that the alerts and the anomaly test judge (catalog.STEP_CHECKS, the
 # outlier test's reward): 0.5 would put every step of every run beyond its threshold.
@@ -297,6 +298,10 @@ class Sampler:
                          "PostgreSQL": [bench._postmaster(stack["pg"])], "Prometheus": [managed["prometheus"]],
                          "Alertmanager": [managed["alertmanager"]]}
         self.rss: dict[str, list[tuple[float, float]]] = {name: [] for name in self.rss_pids}
+        self.cache_urls = {f"sidecar {i + 1}": url for i, (_, url) in enumerate(stack["sidecars"])}
+        self.cached: dict[str, list[tuple[float, float]]] = {name: [] for name in self.cache_urls}
+        """Each sidecar's step cache (MiB, its own gauge) at each RSS sample: what of its RSS is the runs' step
+        histories it holds, which grow with the steps written, up to `step_cache_mb`."""
         self._stop = threading.Event()
 
     def begin(self) -> None:
@@ -312,6 +317,8 @@ class Sampler:
             at = time.monotonic() - self.t0
             for name, pid in self.rss_pids.items():
                 self.rss[name].append((at, bench.rss_mib(pid)))
+            for name, url in self.cache_urls.items():
+                self.cached[name].append((at, step_cache_mib(url)))
             if self._stop.wait(RSS_EVERY_S):
                 return
 
@@ -589,8 +596,11 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict:
         drained = drain(stack)
         for name, pid in sampler.rss_pids.items():
             sampler.rss[name].append((time.monotonic() - sampler.t0, bench.rss_mib(pid)))
+        for name, url in sampler.cache_urls.items():
+            sampler.cached[name].append((time.monotonic() - sampler.t0, step_cache_mib(url)))
         lost = loss(stack, out, args.hosts)
-        return {"cores": cores, "waited": waited, "rss": sampler.rss, "drain_s": drained, "loss": lost,
+        return {"cores": cores, "waited": waited, "rss": sampler.rss, "cached": sampler.cached, "drain_s": drained,
+                "loss": lost,
                 "ingest": ingest_quantiles(urls), "queries": latencies, "query_errors": query_errors,
                 "prometheus": prometheus_check(stack, lost["results"]), "errors": errors(stack),
                 "proxy": stack["proxy"].connections, "proxy_ingest_ms": stack["proxy"].ingest_ms,
@@ -603,6 +613,16 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict:
 def _q(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(len(values) * q))] if values else float("nan")
+
+
+def step_cache_mib(url: str) -> float:
+    """A sidecar's `otel_grpo_sidecar_step_cache_bytes`, in MiB (NaN where it did not answer)."""
+    try:
+        text = httpx.get(url + "/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return float("nan")
+    line = next((ln for ln in text.splitlines() if ln.startswith("otel_grpo_sidecar_step_cache_bytes ")), None)
+    return float("nan") if line is None else float(line.split()[1]) / MiB
 
 
 def rss_cells(series: list[tuple[float, float]]) -> tuple[str, bool]:
@@ -653,6 +673,11 @@ def report(r: dict, args: argparse.Namespace, tmp: Path) -> None:
         cells, flat = rss_cells(values)
         rows.append((f"RSS MiB first / max / last: {name}", f"{cells} ({'flat' if flat else 'NOT flat'}, "
                                                           f"{len(values)} samples)"))
+        cached = r["cached"].get(name)
+        if cached:  # a sidecar: its RSS less the step histories it holds, sample by sample
+            cells, flat = rss_cells([(t, v - c) for (t, v), (_, c) in zip(values, cached)])
+            rows.append((f"the same less its step cache (last {cached[-1][1]:.0f} MiB)",
+                         f"{cells} ({'flat' if flat else 'NOT flat'})"))
     rows.append(("CPU cores over the trainers' minutes", ", ".join(f"{k} {v:.2f}" for k, v in r["cores"].items())
                  + f"; total {sum(r['cores'].values()):.2f}"))
     rows.append(("threads waiting for a core, on average (runnable, not running)",
