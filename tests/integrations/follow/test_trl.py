@@ -523,19 +523,22 @@ def test_the_same_attempts_saves_evaluations_and_summary_are_no_relaunch(tmp_pat
 
 
 @pytest.mark.integration
-def test_a_relaunched_trl_job_without_completions_replaces_the_crashed_attempts_steps(tmp_path, sidecar):
+@pytest.mark.parametrize("follower_stopped", [False, True], ids=["one-follower", "follower-restarted"])
+def test_a_relaunched_trl_job_without_completions_replaces_the_crashed_attempts_steps(tmp_path, sidecar,
+                                                                                    follower_stopped):
     """Without `log_completions` the trainer states are all there is. A real TRL job saves checkpoints 2 and 4 and
-    dies during step 6; it is relaunched afresh (another seed) into the same output dir while one follower keeps
-    running. Its checkpoint-2 logs steps 1-2 again: from there its steps are a newer attempt, so the sidecar holds
-    every step with the relaunch's logged values, none with the crashed attempt's."""
+    dies during step 6; it is relaunched afresh (another seed) into the same output dir, while one follower keeps
+    running, or while the follower is stopped (then started again on its state once the relaunch has rewritten
+    every checkpoint). Its checkpoint-2 logs steps 1-2 again: from there its steps are a newer attempt, so the
+    sidecar holds every step with the relaunch's logged values, none with the crashed attempt's."""
     pytest.importorskip("trl")
     out, state, log, run = tmp_path / "grpo-run", tmp_path / "state.json", tmp_path / "follow.log", "trl-fresh"
     _write(out, 6, "checkpoint", "save_steps=2", "crash_after=5", "completions=0", code=17)
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     assert not (out / "completions").exists()
     crashed = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
-    follower = FollowProcess(["--trl-output", str(out), "--run-id", run, "--state", str(state), "--from-start",
-                              "--poll", "0.1"], sidecar.url, free_port(), log)
+    args = ["--trl-output", str(out), "--run-id", run, "--state", str(state), "--from-start", "--poll", "0.1"]
+    follower = FollowProcess(args, sidecar.url, free_port(), log)
 
     def stored() -> dict[int, float]:
         rows = httpx.get(f"{sidecar.url}/api/runs/{run}/steps", timeout=10)
@@ -544,7 +547,11 @@ def test_a_relaunched_trl_job_without_completions_replaces_the_crashed_attempts_
     try:
         first = {e["step"]: e["loss"] for e in crashed if "loss" in e}
         wait_for(lambda: stored() == pytest.approx(first), "the first attempt's steps 1-4")
+        if follower_stopped:
+            assert follower.terminate() == 0, log.read_text()[-3000:]  # saves its state, then exits
         _write(out, 6, "checkpoint", "save_steps=2", "seed=1", "completions=0")
+        if follower_stopped:
+            follower = FollowProcess(args, sidecar.url, free_port(), log)
         assert follower.wait() == 0, log.read_text()[-3000:]  # checkpoint-6: global_step == max_steps, the end
     finally:
         follower.stop_if_running()
