@@ -1,14 +1,15 @@
 """Alert latency per failure mode and step time: the scenario grid through promtool (docs/alerts.md).
 
     .venv/bin/python benchmarks/alerts.py [--per-mode N] [--workers N] [--evaluation-interval 15s]
-                                          [--step-times 2 10]
+                                          [--step-times 2 10] [--modes healthy kl-jump]
 
 Runs `otel_grpo.generate._grid.grid()` through the committed rules in promtool 3.16 (built by
 scripts/build-backends.sh) and prints, per failure mode and step time, the median and worst
 latency from the onset to the alert's first notification (group_wait included) against the bound,
 and the cases that did not hold. Not a timed benchmark: the figures are simulated time.
 `--evaluation-interval` evaluates the rules as often as a deployment does (compose: 15 s; the grid's
-default, 60 s, measures a latency up to 45 s late); `--step-times` keeps the cases of those step times.
+default, 60 s, measures a latency up to 45 s late); `--step-times` and `--modes` keep the cases of those step
+times and failure modes.
 """
 
 from __future__ import annotations
@@ -67,13 +68,15 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--evaluation-interval", default="60s", help="a Prometheus duration: 15s as in compose")
     parser.add_argument("--step-times", type=float, nargs="+", metavar="S", help="only cases of these step times")
+    parser.add_argument("--modes", nargs="+", metavar="MODE", help="only cases of these failure modes (healthy, kl-jump)")
     args = parser.parse_args()
     try:
         promtool = find_binary("promtool", pinned_only=True)
     except StackError as missing:
         print(f"{missing}: run scripts/build-backends.sh", file=sys.stderr)
         return 1
-    cases = [c for c in grid(args.per_mode) if not args.step_times or c.step_s in args.step_times]
+    cases = [c for c in grid(args.per_mode) if (not args.step_times or c.step_s in args.step_times)
+             and (not args.modes or c.mode in args.modes)]
     started, cpu = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory() as tmp:
         verdicts = run(cases, promtool, rule_files(RuleSettings()), Path(tmp), workers=args.workers,

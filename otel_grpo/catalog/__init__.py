@@ -15,12 +15,13 @@ from ._lookup import PEERS, by_name, get, peer_names, resolve, split_stat_key, s
 from ._peer_logs import is_evaluation, peer_scalars
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
 from ._step_checks import (
-    BASELINE_MIN_STEPS,
+    Baseline,
     CHECK_INPUTS,
     PROCESS,
     STEP_CHECKS,
     STEP_THRESHOLDS,
     STREAKS,
+    TREND,
     StepCheck,
     Streaks,
     bound_label,
@@ -33,7 +34,7 @@ from ._step_checks import (
 from ._table import SIGNALS, STATE_GAUGES
 
 __all__ = [
-    "BASELINE_MIN_STEPS",
+    "Baseline",
     "CHECK_INPUTS",
     "PEERS",
     "PROCESS",
@@ -46,6 +47,7 @@ __all__ = [
     "Kind",
     "Reduction",
     "Signal",
+    "TREND",
     "StepCheck",
     "Streaks",
     "bound_label",

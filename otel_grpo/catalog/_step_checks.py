@@ -21,9 +21,15 @@ supported TRL) has no plain-k3 `grpo.kl`; the `kl` check then judges `trl_kl`, s
 `signal="kl"`, so the KL alerts read one set of series whichever estimate the run has
 (`judged`). A step with both is judged on the check's own key only.
 
-A relative check (`baseline_steps`, the gradient norm) compares each step's value
-divided by the median of the run's previous `baseline_steps` values with its bounds
-(factors): a spike against the run's own recent history, judged on every step.
+A relative check (`baseline`) judges a statistic of each step's value against the run's
+own previous values instead of the value itself: the gradient norm over its median (a
+spike), KL's robust z-score (a jump), the reward's drop in standard deviations (a
+collapse), entropy and throughput over their mean. The baseline is counted in steps, never
+in time, so a run of 30-minute steps is judged from the same step as one of 2-second steps
+(`Baseline.min_steps`). While a check holds, the steps of its streak stay out of the baseline
+(up to `gap` of them): the streak an alert waits for is never part of the baseline it is judged
+against, yet a change that lasts becomes the run's new normal. A check's name (its `signal`
+attribute) may differ from the catalog key it reads: `kl_jump` reads `kl`.
 
 Each process counts in series of its own (attribute `process`, its start time): a
 resumed run's first counts are new series, which the alerts count whole, so a
@@ -34,12 +40,14 @@ stale, still shows its first step's events.
     (0.1, 0.2, 0.5)
     >>> STEP_CHECKS["rollout_is_eff_sample_size"].below
     True
-    >>> [(c.key, v) for c, v in judged({"trl_kl": 0.3, "reward": 1.0})]
-    [('kl', 0.3)]
-    >>> state = Streaks(StepCheck("x", (2.0,), baseline_steps=4), min_history=2)
+    >>> [(c.name, v) for c, v in judged({"trl_kl": 0.3, "reward": 1.0})]
+    [('kl', 0.3), ('kl_jump', 0.3), ('reward_collapse', 1.0)]
+    >>> state = Streaks(StepCheck("x", (2.0,), baseline=Baseline("ratio_to_median", steps=4, min_steps=2)))
     >>> for v in (1.0, 1.0, 1.0, 3.0): state.advance(v)
     >>> state.counts   # 3.0 is 3 times the median of 1.0, 1.0, 1.0
     [1]
+    >>> STEP_CHECKS["kl_jump"].key, STEP_CHECKS["kl_jump"].baseline.min_steps
+    ('kl', 8)
 """
 
 from __future__ import annotations
@@ -58,6 +66,89 @@ STREAKS: tuple[int, ...] = (1, 2, 3, 5, 10)
 """Streak lengths counted by `grpo.step.beyond` (its `streak` attribute): the N an alert may ask for."""
 
 
+def _ratio_to_median(value: float, base: list[float]) -> float | None:
+    median = statistics.median(base)
+    return value / median if median > 0 else None
+
+
+def _ratio_to_mean(value: float, base: list[float]) -> float | None:
+    mean = statistics.fmean(base)
+    return value / mean if mean > 0 else None
+
+
+KL_JUMP_FACTOR = 2.0
+"""A KL jump must also reach this multiple of the baseline's 90th percentile: a KL that creeps up steadily (0.02
+to 0.14 over an hour) moves many robust deviations against a tight baseline, yet never doubles its recent highs."""
+
+
+def _jump_zscore(value: float, base: list[float]) -> float | None:
+    """Robust standard deviations above the baseline median, 0 below `KL_JUMP_FACTOR` x its 90th percentile.
+
+    Median and IQR rather than mean and std: one absurd step (a 1e11 KL the step a learning rate
+    explodes) in the baseline would inflate a std so much that no later jump counts. 0.741 IQR
+    estimates a normal std; the divisor is floored by 10 % of the median plus 0.005, so a flat baseline
+    does not turn every wiggle into an infinite z-score, nor the first steps' climb from KL 0 into jumps."""
+    q = statistics.quantiles(base, n=20, method="inclusive")  # 5 % steps: q[4] = 25th, q[14] = 75th, q[17] = 90th
+    median = statistics.median(base)
+    if value <= KL_JUMP_FACTOR * q[17]:
+        return 0.0
+    return (value - median) / (0.741 * (q[14] - q[4]) + 0.1 * abs(median) + 0.005)
+
+
+REWARD_MIN_DROP = 0.1
+"""A reward collapse is also a drop of at least this much below the baseline mean (rewards of a few hundredths)."""
+
+
+def _drop_zscore(value: float, base: list[float]) -> float | None:
+    """Standard deviations of the step-to-step noise (plus 0.05, so a flat baseline is no hair trigger) below the
+    baseline mean; 0 for a drop under `REWARD_MIN_DROP`.
+
+    The noise is estimated from successive differences (von Neumann: the mean squared difference is twice
+    the variance), not the baseline's spread: a run that learns climbs, and a climb of 0.4 over the baseline
+    would pass for noise and hide the collapse that follows it."""
+    mean = statistics.fmean(base)
+    if mean - value <= REWARD_MIN_DROP:
+        return 0.0
+    noise = math.sqrt(sum((b - a) ** 2 for a, b in zip(base, base[1:])) / (2 * (len(base) - 1)))
+    return (mean - value) / (noise + 0.05)
+
+
+STATISTICS = {"ratio_to_median": _ratio_to_median, "ratio_to_mean": _ratio_to_mean,
+              "jump_zscore": _jump_zscore, "drop_zscore": _drop_zscore}
+"""What a relative check judges of a step's value against its baseline (the run's earlier values)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """The run's own earlier values a relative check judges a step against, counted in steps."""
+
+    statistic: str
+    """A name of `STATISTICS`: the value judged, from the step's value and the baseline's."""
+    steps: int
+    """The baseline holds at most this many values ..."""
+    min_steps: int
+    """... and judges nothing before it holds this many (the warm-up: a process's first `min_steps` steps are not
+    judged, their streaks stay 0)."""
+    gap: int = 0
+    """The latest values of a streak (beyond some bound) left out of it, at most: a change lasting up to this many
+    steps is not yet its own baseline."""
+
+    def __post_init__(self) -> None:
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"statistic: {self.statistic!r} is none of {sorted(STATISTICS)}")
+        if not 2 <= self.min_steps <= self.steps or self.gap < 0:
+            raise ValueError("baseline: need 2 <= min_steps <= steps and gap >= 0")
+
+    def judge(self, value: float, history: deque[float], held: int) -> float | None:
+        """The value judged at a step of `value` after `history` (the earlier values, newest last), the latest
+        `held` of which are a streak's; None: too few earlier values, or no finite statistic."""
+        end = len(history) - held
+        if end < self.min_steps:
+            return None
+        base = list(history)[max(0, end - self.steps):end]
+        return STATISTICS[self.statistic](value, base)
+
+
 @dataclass(frozen=True, slots=True)
 class StepCheck:
     """One checked scalar: the bounds it is compared with on every step."""
@@ -68,20 +159,22 @@ class StepCheck:
     """Thresholds the streaks are kept for (each one a series set: keep them few)."""
     below: bool = False
     """Beyond means below the bound (an effective sample size), not above it."""
-    baseline_steps: int = 0
-    """Relative check: the value judged is the scalar over the median of its previous `baseline_steps`
-    values (bounds are factors), once `BASELINE_MIN_STEPS` of them are known; 0: the scalar itself."""
+    baseline: Baseline | None = None
+    """Relative check: what is judged is `baseline.statistic` of the value against the run's earlier values (the
+    bounds are factors or z-scores); None: the value itself."""
     fallbacks: tuple[str, ...] = ()
     """Catalog keys judged in this check's place at a step that lacks `key`, the first one present (a
-    trainer's own estimate of the same quantity); its series stay this check's (`signal=key`)."""
+    trainer's own estimate of the same quantity); its series stay this check's (`signal=name`)."""
+    name: str = ""
+    """The check's name, its series' `signal` attribute; default: `key`."""
 
     def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.key)
         if not self.bounds or list(self.bounds) != sorted(set(self.bounds)):
-            raise ValueError(f"{self.key!r}: bounds must be non-empty and strictly increasing")
-        if self.baseline_steps < 0:
-            raise ValueError(f"{self.key!r}: baseline_steps must be >= 0")
+            raise ValueError(f"{self.name!r}: bounds must be non-empty and strictly increasing")
         if self.key in self.fallbacks:
-            raise ValueError(f"{self.key!r}: a check is no fallback of itself")
+            raise ValueError(f"{self.name!r}: a check is no fallback of itself")
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -92,10 +185,6 @@ class StepCheck:
         return value < bound if self.below else value > bound
 
 
-BASELINE_MIN_STEPS = 20
-"""Earlier steps a relative check needs before it judges one (its warm-up, as the trend alerts' 20 steps)."""
-
-
 class Streaks:
     """The streaks of one checked scalar against each of its bounds, advanced one step at a time.
 
@@ -103,31 +192,28 @@ class Streaks:
     alert tests' replay of recorded runs (otel_grpo.stack).
     """
 
-    __slots__ = ("check", "counts", "_history", "_min")
+    __slots__ = ("check", "counts", "_history", "_held")
 
-    def __init__(self, check: StepCheck, min_history: int = BASELINE_MIN_STEPS) -> None:
+    def __init__(self, check: StepCheck) -> None:
         self.check = check
         self.counts = [0] * len(check.bounds)
         """Consecutive steps, up to the last one, beyond each bound."""
-        self._history: deque[float] | None = deque(maxlen=check.baseline_steps) if check.baseline_steps else None
-        self._min = min_history
+        b = check.baseline
+        self._history: deque[float] | None = deque(maxlen=b.steps + b.gap) if b else None
+        self._held = 0  # the latest values of the history that were beyond a bound (at most `gap`)
 
     def advance(self, value: float) -> None:
         """One step of `value`: each bound's streak grows by one if beyond it, else restarts at 0
-        (as it does while a relative check has too short a history to judge)."""
+        (as it does while a relative check's baseline is too short to judge)."""
         judged: float | None = value
-        if self._history is not None:
-            judged = self._relative(value)
+        baseline = self.check.baseline
+        if baseline is not None and self._history is not None:
+            judged = baseline.judge(value, self._history, self._held)  # ~100 floats: microseconds a step
             self._history.append(value)
         for i, bound in enumerate(self.check.bounds):
             self.counts[i] = self.counts[i] + 1 if judged is not None and self.check.beyond(judged, bound) else 0
-
-    def _relative(self, value: float) -> float | None:
-        history = self._history
-        if history is None or len(history) < self._min:
-            return None
-        median = statistics.median(history)  # ~100 floats: a few microseconds a step
-        return value / median if median > 0 else None
+        if baseline is not None:
+            self._held = min(self._held + 1, baseline.gap) if any(self.counts) else 0
 
 
 PROCESS = "process"
@@ -149,7 +235,11 @@ def bound_label(bound: float) -> str:
     return repr(float(bound))
 
 
-STEP_CHECKS: dict[str, StepCheck] = {c.key: c for c in (
+TREND = {"steps": 30, "min_steps": 8, "gap": 5}
+"""The trend checks' baseline: up to 30 earlier steps, but the latest 5 while they are a streak (a 3- or 5-step
+streak is never its own baseline); judged from a process's 9th step on, whatever its step time."""
+
+STEP_CHECKS: dict[str, StepCheck] = {c.name: c for c in (
     # TRL's logged kl (k3 times the policy ratio under use_bias_correction_kl, TRL's default; close to
     # k3 on-policy) where a run has no plain k3: runs integrated through TRL's logs alone.
     StepCheck("kl", (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0), fallbacks=("trl_kl",)),
@@ -161,10 +251,19 @@ STEP_CHECKS: dict[str, StepCheck] = {c.key: c for c in (
     StepCheck("clip_ratio_region_mean", (0.1, 0.2, 0.3, 0.5)),
     StepCheck("completions_clipped_ratio", (0.1, 0.2, 0.3, 0.5)),
     StepCheck("frac_reward_zero_std", (0.5, 0.8, 0.9, 0.95)),
+    StepCheck("entropy", (0.001, 0.01, 0.05), below=True),
     # The gradient norm against its median over the previous 100 steps: a spike is one step.
-    StepCheck("grad_norm", (3.0, 5.0, 10.0, 20.0), baseline_steps=100),
+    StepCheck("grad_norm", (3.0, 5.0, 10.0, 20.0), baseline=Baseline("ratio_to_median", steps=100, min_steps=10)),
+    # Trends: each step against the run's own recent steps (`TREND`).
+    StepCheck("kl", (3.0, 4.0, 6.0, 10.0), baseline=Baseline("jump_zscore", **TREND), fallbacks=("trl_kl",),
+              name="kl_jump"),
+    StepCheck("reward", (2.0, 3.0, 5.0), baseline=Baseline("drop_zscore", **TREND), name="reward_collapse"),
+    StepCheck("entropy", (0.1, 0.25, 0.5), below=True, baseline=Baseline("ratio_to_mean", **TREND),
+              name="entropy_collapse"),
+    StepCheck("tokens_per_second", (0.25, 0.5, 0.75), below=True, baseline=Baseline("ratio_to_mean", **TREND),
+              name="throughput_drop"),
 )}
-"""Checked scalars by catalog key."""
+"""Checked scalars by check name."""
 
 CHECK_INPUTS: frozenset[str] = frozenset(k for c in STEP_CHECKS.values() for k in c.inputs)
 """Catalog keys some step check judges: its own key or a fallback."""
@@ -188,9 +287,11 @@ STEP_THRESHOLDS: dict[str, str] = {
     "chi2_threshold": "mismatch_chi2_token", "veto_fraction_threshold": "rollout_is_veto_fraction",
     "catastrophic_fraction_threshold": "rollout_is_catastrophic_token_fraction",
     "clip_ratio_threshold": "clip_ratio_region_mean", "completions_clipped_threshold": "completions_clipped_ratio",
-    "zero_std_threshold": "frac_reward_zero_std", "grad_norm_factor": "grad_norm",
+    "zero_std_threshold": "frac_reward_zero_std", "grad_norm_factor": "grad_norm", "entropy_floor": "entropy",
+    "kl_zscore": "kl_jump", "reward_zscore": "reward_collapse", "entropy_fraction": "entropy_collapse",
+    "throughput_fraction": "throughput_drop",
 }
-"""The alert rules' thresholds that are step checks: `RuleSettings` field -> checked catalog key."""
+"""The alert rules' thresholds that are step checks: `RuleSettings` field -> check name."""
 
 
 def load_rule_settings(path: str | Path) -> dict[str, Any]:
@@ -219,8 +320,8 @@ def run_thresholds(settings: Mapping[str, Any], run_id: str) -> dict[str, float]
     own = own if isinstance(own, Mapping) else {}
     out: dict[str, float] = {}
     for name, key in STEP_THRESHOLDS.items():
-        if STEP_CHECKS[key].baseline_steps:
-            continue  # a factor over the run's own median, not a bound on the value itself
+        if STEP_CHECKS[key].baseline:
+            continue  # a statistic against the run's own history, not a bound on the value itself
         value = own.get(name, settings.get(name))
         if value is None:
             continue

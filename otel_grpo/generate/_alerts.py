@@ -2,17 +2,13 @@
 
 Three building blocks make the alerts hold on real runs (docs/operations.md):
 
-- *Step evidence* for thresholds: the training process counts, on every step,
-  the consecutive steps each checked scalar has been beyond each bound
+- *Step evidence* for thresholds and trends: the training process counts, on every
+  step, the consecutive steps each checked scalar has been beyond each bound
   (`_evidence.py`): "KL over 1 for 3 steps" is 3 consecutive steps, whatever the
-  step duration and scrape interval, and a step below the threshold resets it.
-- *Trend streaks* for conditions against a run's own baseline, which only
-  Prometheus can judge: a recording rule in the alert group records each condition
-  (`run_id:grpo_check:holds{check=...}`), another remembers the step index at which
-  it was first seen to hold (`run_id:grpo_check:streak_start{check=...}`,
-  self-referencing; -1 once seen not to hold, which ends the streak). A run without
-  data for `streak_memory` (a scrape gap) keeps its streak: gaps delay an alert,
-  never raise one.
+  step duration and scrape interval, and a step below the threshold resets it. A
+  trend (KL jump, reward or entropy collapse, throughput drop) is such a check of a
+  statistic against the run's own recent steps (`otel_grpo.catalog.Baseline`).
+- *Run ends* (`_run_end.py`): crashes, hangs and preemptions from each process's own clock.
 - *Increases* of counters, with a series that is new (unseen for
   `counter_lookback`) counting by its value: a failed scrape or an outage
   raises nothing, since the series' last value before the gap is still found.
@@ -26,100 +22,28 @@ from __future__ import annotations
 
 from otel_grpo import catalog
 
-from ._alerts_base import PCT as _PCT, RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert
+from ._alerts_base import RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert
 from ._evidence import at_step, counted, evidence_rules, held, held_uses
-from ._rules import (ENTROPY, KL_JUDGED, NONFINITE, REWARD, SKIPPED, STEP_INDEX, STEP_MAX, THROUGHPUT, RuleSettings,
-                     prometheus_name, threshold)
+from ._rules import NONFINITE, SKIPPED, STEP_INDEX, STEP_MAX, RuleSettings, prometheus_name
 from ._run_end import run_end_alerts, run_end_rules
 from .dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS
 
-STREAK = "run_id:grpo_check:streak_start"
-STREAK_FROM = "run_id:grpo_check:streak_from"  # label `check`: where its streak starts if it holds now
-HOLDS = "run_id:grpo_check:holds"  # label `check`: the trend condition holds now; its value
-STREAK_STEPS = "run_id:grpo_check:streak_steps"  # label `check`: the steps its streak has lasted, this one included
 BETA = prometheus_name("beta")
 BETA_LAST = f"run_id:{BETA}:last"
-REWARD_DROP = f"run_id:{REWARD}:baseline_drop"
-THROUGHPUT_FRACTION = f"run_id:{THROUGHPUT}:baseline_fraction"
 # Targets are told by what they serve, never by `job` (the Prometheus Operator names jobs after
 # namespace/service): a self-referencing record remembers every target that served a collector's
 # (sidecar's) own metrics, so it is known while it is down.
 SEEN = {"collector": '{__name__=~"otelcol_process_uptime.*"}', "sidecar": "otel_grpo_sidecar_spans_ingested_total"}
 _BEYOND = "{{ $labels.signal }} beyond {{ $labels.bound }}"
-
-
-# ---- trend streaks -----------------------------------------------------------------------
-def _recent(metric: str) -> str:
-    """The record of `metric`'s mean over `recent_window`, by run."""
-    return f"run_id:{metric}:recent_mean"
-
-
-def _check(record: str, check: str) -> str:
-    return f'{record}{{check="{check}"}}'
-
-
-def _streak_rules(s: RuleSettings, check: str) -> list[dict]:
-    """The step index at which the check's condition started holding, kept while it holds;
-    -1 while the run exports and it does not hold, so one evaluation without it ends the streak.
-
-    Two records, the first read by the second at the same evaluation (a group's rules run in order): where
-    the streak would start if the condition holds now, and the start itself."""
-    prev, cond, start = _check(STREAK, check), _check(HOLDS, check), _check(STREAK_FROM, check)
-    return [
-        # kept: started (>= 0), not after the current step (a resume went back); else this step
-        {"record": STREAK_FROM, "labels": {"check": check},
-         "expr": f"max by (run_id) (last_over_time({prev}[{s.streak_memory}])) >= 0 <= on (run_id) {STEP_MAX}"
-                 f" or {STEP_MAX}"},
-        {"record": STREAK, "labels": {"check": check},
-         "expr": f"(max by (run_id) ({start}) and on (run_id) {cond}) or (0 * {STEP_MAX} - 1 unless on (run_id) {cond})"},
-    ]
-
-
-def _trend_checks(s: RuleSettings) -> dict[str, tuple[str, int]]:
-    """Conditions against the run's own baseline, judged once the baseline spans enough steps."""
-    # A baseline exists only once its window spans enough steps; warm-up: not before warmup_steps.
-    enough = f"and on (run_id) {STEP_MAX} >= {s.warmup_steps}"
-    return {
-        "kl_jump": (f"run_id:grpo_kl:zscore > {s.kl_zscore} and on (run_id) {KL_JUDGED}"
-                    f" > {s.kl_jump_factor} * run_id:grpo_kl:baseline_p90 {enough} {_kl_on(s)}", s.kl_steps),
-        "reward_collapse": (f"{REWARD_DROP} / (run_id:grpo_reward_mean:baseline_stddev + 0.05) > {s.reward_zscore}"
-                            f" and on (run_id) {REWARD_DROP} > {s.reward_drop} {enough}", s.drift_steps),
-        "entropy_collapse": (f"({_recent(ENTROPY)} < {s.entropy_fraction} * run_id:grpo_policy_entropy:baseline_mean"
-                             f" {enough}) or max by (run_id) ({ENTROPY}) < {s.entropy_floor}", s.drift_steps),
-        "throughput_drop": (threshold(s, "throughput_fraction", THROUGHPUT_FRACTION, "<") + f" {enough}",
-                            s.drift_steps),
-    }
+_TREND_STEPS = catalog.TREND["steps"]
+_GRAD = catalog.STEP_CHECKS["grad_norm"].baseline
 
 
 def _run_rules(s: RuleSettings) -> list[dict]:
-    """What every check reads of a run now: its step, its beta, its recent means against their baselines."""
-    rules = [{"record": STEP_MAX, "expr": f"max by (run_id) ({STEP_INDEX})"},
-             # The run's last beta within `absent_window`: a step that logs none keeps it (`_kl_on`).
-             {"record": BETA_LAST, "expr": f"max by (run_id) (last_over_time({BETA}[{s.absent_window}]))"}]
-    rules += [{"record": _recent(m), "expr": f"max by (run_id) (avg_over_time({m}[{s.recent_window}]))"}
-              for m in (REWARD, ENTROPY, THROUGHPUT)]
-    return rules + [
-        {"record": REWARD_DROP, "expr": f"run_id:{REWARD}:baseline_mean - {_recent(REWARD)}"},
-        {"record": THROUGHPUT_FRACTION, "expr": f"{_recent(THROUGHPUT)} / on (run_id) run_id:{THROUGHPUT}:baseline_mean"},
-    ]
-
-
-def _trend_rules(s: RuleSettings) -> list[dict]:
-    """Each trend check's condition, its streak's start, and how many steps each streak has lasted."""
-    checks = _trend_checks(s)
-    rules = [{"record": HOLDS, "expr": cond, "labels": {"check": check}} for check, (cond, _) in checks.items()]
-    rules += [r for check in checks for r in _streak_rules(s, check)]
-    rules += [{"record": STREAK_STEPS, "expr": f"{STEP_MAX} - on (run_id) ({_check(STREAK, check)} >= 0) + 1",
-               "labels": {"check": check}} for check in checks]
-    return rules
-
-
-def _step_alert(s: RuleSettings, check: str, name: str, severity: str, summary: str, description: str,
-                panel: str) -> dict:
-    """The check's condition (its value), once it has held for its steps."""
-    steps = _trend_checks(s)[check][1]
-    expr = f"max by (run_id) ({_check(HOLDS, check)}) and on (run_id) {_check(STREAK_STEPS, check)} >= {steps}"
-    return _alert(s, name, expr, "0s", severity, summary + f" for {steps}+ steps", description, panel)
+    """What every check reads of a run now: its step and its beta."""
+    return [{"record": STEP_MAX, "expr": f"max by (run_id) ({STEP_INDEX})"},
+            # The run's last beta within `absent_window`: a step that logs none keeps it (`_kl_on`).
+            {"record": BETA_LAST, "expr": f"max by (run_id) (last_over_time({BETA}[{s.absent_window}]))"}]
 
 
 def _kl_on(s: RuleSettings) -> str:
@@ -148,10 +72,12 @@ def _drift_alerts(s: RuleSettings) -> list[dict]:
                         "Single steps exceeded the KL threshold, counted by the trainer on every step "
                         "(grpo_step_beyond_total), so spikes between two scrapes are not lost.",
                         "KL to the reference", kl=True),
-        _step_alert(s, "kl_jump", "GRPOKLJump", "warning",
-                    f"KL jumped {_VAL} robust standard deviations above its baseline median in {_RUN}",
-                    "KL rose suddenly against its own history (the baseline ends an offset ago, so the jump is not part of it).",
-                    "KL z-score against its baseline (alert GRPOKLJump above 4)"),
+        _evidence_alert(s, "GRPOKLJump", ("kl_zscore",), s.kl_steps, "warning",
+                        "KL jumped over {{ $labels.bound }} robust standard deviations above its recent median",
+                        f"KL rose suddenly against the run's own last {_TREND_STEPS} steps (the jump's own steps left "
+                        "out), below the KL threshold itself: a learning-rate or data change, or the start of a "
+                        "blow-up.",
+                        "KL to the reference", kl=True),
         _evidence_alert(s, "GRPORolloutISDrift", ("ess_min", "chi2_threshold"), s.drift_steps, "warning",
                         f"IS weights degenerate: {_BEYOND}",
                         "Rollout and training policies disagree on token probabilities (effective sample size below, "
@@ -174,14 +100,15 @@ def _training_alerts(s: RuleSettings) -> list[dict]:
                         "Clipped token fraction above {{ $labels.bound }}",
                         "Updates push the ratio outside the trust region: too many optimizer steps per batch or a "
                         "learning rate too high.", "Clip ratios (low, high, region)"),
-        _step_alert(s, "reward_collapse", "GRPORewardCollapse", "critical",
-                    f"Reward fell {_VAL} standard deviations below its baseline in {_RUN}",
-                    "Mean reward dropped well below its recent history: divergence, reward-function bug or data change.",
-                    "Reward mean, std, min, max"),
-        _step_alert(s, "entropy_collapse", "GRPOEntropyCollapse", "warning",
-                    f"Policy entropy is {_VAL} in {_RUN}, collapsed against its baseline",
-                    "The policy became near-deterministic: exploration has stopped and group rewards stop varying.",
-                    "Entropy"),
+        _evidence_alert(s, "GRPORewardCollapse", ("reward_zscore",), s.drift_steps, "critical",
+                        "Reward mean fell over {{ $labels.bound }} standard deviations below its recent mean",
+                        "Mean reward dropped well below the run's own recent steps: divergence, reward-function bug "
+                        "or data change.", "Reward mean, std, min, max"),
+        _evidence_alert(s, "GRPOEntropyCollapse", ("entropy_floor", "entropy_fraction"), s.drift_steps, "warning",
+                        "Policy entropy collapsed: {{ $labels.signal }} below {{ $labels.bound }}",
+                        "The policy became near-deterministic (entropy below its floor, or below a fraction of its "
+                        "mean over the run's recent steps): exploration has stopped and group rewards stop varying.",
+                        "Entropy"),
         _evidence_alert(s, "GRPOCompletionsClipped", ("completions_clipped_threshold",), s.drift_steps, "warning",
                         "Fraction of completions hitting the length limit above {{ $labels.bound }}",
                         "Completions are truncated without EOS: raise max length or penalize length; rewards on "
@@ -197,13 +124,13 @@ def _training_alerts(s: RuleSettings) -> list[dict]:
                         f"100 steps within the last {s.counter_window}",
                         "A gradient-norm spike usually precedes a loss or KL blow-up: a bad batch, a learning-rate "
                         "jump, or fp16 overflow. The training process compares every step's gradient norm with the "
-                        "median of the run's previous 100 (from its 20th step on) and counts the spikes "
+                        f"median of the run's previous 100 (from its {_GRAD.min_steps + 1}th step on) and counts the spikes "
                         "(grpo_step_beyond_total{signal=\"grad_norm\"}), so a spike between two scrapes is not lost.",
                         "Loss and gradient norm"),
-        _step_alert(s, "throughput_drop", "GRPOThroughputDrop", "warning",
-                    f"Throughput is {_PCT} of its baseline in {_RUN}",
-                    "Tokens per second fell: a slower node, thermal throttling, longer completions or a contended rollout engine.",
-                    "Tokens per second"),
+        _evidence_alert(s, "GRPOThroughputDrop", ("throughput_fraction",), s.drift_steps, "warning",
+                        "Throughput below {{ $labels.bound }} of its recent mean",
+                        "Tokens per second fell against the run's own recent steps: a slower node, thermal throttling, "
+                        "longer completions or a contended rollout engine.", "Tokens per second"),
     ]
 
 
@@ -294,7 +221,7 @@ def alert_rules(s: RuleSettings) -> dict:
     """The alert rule file: the records first, each before those that read it (one group: evaluated in order at
     one timestamp), then the alerts."""
     alerts = _drift_alerts(s) + _training_alerts(s) + _health_alerts(s) + _stack_alerts(s)
-    records = _run_rules(s) + _trend_rules(s) + evidence_rules(s, held_uses(a["expr"] for a in alerts))
+    records = _run_rules(s) + evidence_rules(s, held_uses(a["expr"] for a in alerts))
     collector, sidecar = _seen_rule(s, "collector"), _seen_rule(s, "sidecar")
     records += [collector, sidecar] + run_end_rules(s, collector["record"])
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}

@@ -7,7 +7,6 @@ from .dashboards import UID, panel_id
 
 RUN = "run {{ $labels.run_id }}"
 VAL = '{{ $value | printf "%.3g" }}'  # humanize would print 0.5 as "500m"
-PCT = "{{ $value | humanizePercentage }}"  # fractions read as "65%", not "0.65 of"
 STEP = '{{ $value | printf "%.0f" }}'  # a step index
 DURATION = "{{ $value | humanizeDuration }}"  # seconds
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from otel_grpo.catalog import STEP_CHECKS
+
 from ._alerts import alert_rules, alerts
 from ._grid import MODES, PATHS, SCRAPES, STEP_TIMES, STARTUPS
 from ._routing import class_of
 from ._rules import RuleSettings, recording_rules
 from ._subset import reads
+
+_TREND = STEP_CHECKS["kl_jump"].baseline
+_GRAD = STEP_CHECKS["grad_norm"].baseline
 
 # What each alert reads, and why that evidence survives what a scrape-based view loses.
 EVIDENCE = {
@@ -24,10 +29,16 @@ EVIDENCE = {
     "GRPOKLHigh": ("`grpo_step_beyond_total{signal=\"kl\", streak=\"3\"}`: the trainer counts every step",
                    "a counter: every step is counted between scrapes; a new process counts in series of its own"),
     "GRPOKLSpike": ("`grpo_step_beyond_total{signal=\"kl\", streak=\"1\"}`", "as GRPOKLHigh"),
-    "GRPOKLJump": ("the KL gauge's robust z-score against its baseline, and at least twice its median, for 3 steps",
-                   "baselines span steps and time (30m, 2h, 8h rungs); a gap delays, never raises it"),
+    "GRPOKLJump": ("step evidence of `kl_jump`: each step's KL in robust standard deviations above the median of "
+                   "the run's own recent steps (and twice their 90th percentile), 3 consecutive steps",
+                   "as GRPOKLHigh; the baseline is the process's own steps, counted in steps: a resume starts a new one"),
     "GRPORolloutISDrift": ("step evidence of the ESS and chi-square checks, 3 consecutive steps", "as GRPOKLHigh"),
-    "GRPOEntropyCollapse": ("entropy below 0.01, or below 25% of its baseline, for 3 steps", "as GRPOKLJump"),
+    "GRPOEntropyCollapse": ("step evidence of `entropy` below 0.01, or `entropy_collapse`: below 25% of its mean "
+                            "over the run's recent steps, 3 consecutive steps", "as GRPOKLJump"),
+    "GRPORewardCollapse": ("step evidence of `reward_collapse`: the reward mean 3 standard deviations of its step-to-step "
+                           "noise (and 0.1) below its mean over the run's recent steps, 3 consecutive steps", "as GRPOKLJump"),
+    "GRPOThroughputDrop": ("step evidence of `throughput_drop`: tokens per second below half their mean over the "
+                           "run's recent steps, 3 consecutive steps", "as GRPOKLJump"),
     "GRPONoLearningSignal": ("step evidence of `frac_reward_zero_std`, 3 consecutive steps", "as GRPOKLHigh"),
     "GRPOGradNormSpike": ("step evidence: a step's gradient norm over 10x the median of the previous 100",
                           "as GRPOKLHigh"),
@@ -38,40 +49,8 @@ EVIDENCE = {
 
 # What each recording rule an alert reads holds (docs/operations.md lists the dashboards' records too).
 BLOCKS = {
-    "run_id:grpo_step_index:baseline_steps": "`{rung}`: distinct step indexes seen in each baseline window",
-    "run_id:grpo_kl:judged": "the KL the `kl` step check judges: `grpo_kl`, else TRL's `grpo_trl_kl`",
-    "run_id_rung:grpo_kl:baseline_median": "`{rung}`: that KL's median over each baseline window (ending "
-                                           "`baseline_offset` ago) that holds enough steps",
-    "run_id:grpo_kl:baseline_median": "that median over the baseline: the shortest such window (the lowest rung)",
-    "run_id_rung:grpo_kl:baseline_q25": "`{rung}`: its 25th percentile over each such window",
-    "run_id_rung:grpo_kl:baseline_q75": "`{rung}`: its 75th percentile over each such window",
-    "run_id_rung:grpo_kl:baseline_p90": "`{rung}`: its 90th percentile over each such window",
-    "run_id_rung:grpo_reward_mean:baseline_mean": "`{rung}`: the reward's mean over each baseline window of enough steps",
-    "run_id_rung:grpo_reward_mean:baseline_stddev": "`{rung}`: its standard deviation over each such window",
-    "run_id_rung:grpo_policy_entropy:baseline_mean": "`{rung}`: the entropy's mean over each baseline window of enough steps",
-    "run_id_rung:grpo_throughput:baseline_mean": "`{rung}`: the throughput's mean over each baseline window of enough steps",
-    "run_id:grpo_kl:baseline_q25": "its 25th percentile over the baseline",
-    "run_id:grpo_kl:baseline_q75": "its 75th percentile over the baseline",
-    "run_id:grpo_kl:baseline_iqr": "the interquartile range",
-    "run_id:grpo_kl:baseline_p90": "its 90th percentile over the baseline",
-    "run_id:grpo_kl:zscore": "(KL - median) / (0.741 IQR + 10 % of the median + 0.001)",
-    "run_id:grpo_reward_mean:baseline_mean": "the reward's mean over the baseline",
-    "run_id:grpo_reward_mean:baseline_stddev": "its standard deviation over the baseline",
-    "run_id:grpo_policy_entropy:baseline_mean": "the entropy's mean over the baseline",
-    "run_id:grpo_throughput:baseline_mean": "the throughput's mean over the baseline",
     "run_id:grpo_step_index:max": "the run's highest step index now",
     "run_id:grpo_kl_coef:last": "the run's last beta within `absent_window` (0: KL alerts off)",
-    "run_id:grpo_reward_mean:recent_mean": "the reward's mean over `recent_window`",
-    "run_id:grpo_policy_entropy:recent_mean": "the entropy's mean over `recent_window`",
-    "run_id:grpo_throughput:recent_mean": "the throughput's mean over `recent_window`",
-    "run_id:grpo_reward_mean:baseline_drop": "baseline mean - recent mean of the reward",
-    "run_id:grpo_throughput:baseline_fraction": "recent / baseline mean of the throughput",
-    "run_id:grpo_check:holds": "`{check}`: the trend condition holds now (value: the condition's, e.g. the z-score)",
-    "run_id:grpo_check:streak_from": "`{check}`: where its streak starts if it holds now: its kept start (within "
-                                     "`streak_memory`, not after the current step), else this step",
-    "run_id:grpo_check:streak_start": "`{check}`: the step index at which it started holding (-1: it does not); "
-                                      "kept through a scrape gap of `streak_memory`",
-    "run_id:grpo_check:streak_steps": "`{check}`: the steps the streak has lasted, the current one included",
     "run_id_signal_bound:grpo_step_streak:max": "the run's current streak beyond its own bound of the signal",
     "run_id_signal_bound:grpo_step_beyond:rose": "`{streak}`: the counter of streaks of that length at the run's "
                                                  "bound rose within `counter_window`",
@@ -156,9 +135,11 @@ def render_alerts_md() -> str:
             lines.append(f"- **{mode.name}** ({mode.expect}): {mode.why}")
     lines += [
         "- Trend alerts (GRPOKLJump, a relative GRPOEntropyCollapse, GRPORewardCollapse, GRPOThroughputDrop)",
-        f"  judge a run from step {s.warmup_steps} on, against a baseline of at least {s.baseline_min_steps} steps:",
-        "  a run of 10-minute steps has no baseline for its first hours. The absolute checks (KL, IS, clipping,",
-        "  zero-std groups, entropy below its floor, non-finite values, hangs, crashes) have no warm-up.",
+        f"  judge a process's steps against its own earlier ones from its {_TREND.min_steps + 1}th judged step on",
+        f"  ({_TREND.min_steps} to {_TREND.steps} earlier steps, a streak's own steps left out), and the gradient-norm",
+        f"  spike from its {_GRAD.min_steps + 1}th: a trend needs a history, counted in steps whatever the step time",
+        "  (the grid's trend failures start at step 12). The absolute checks (KL, IS, clipping, zero-std groups,",
+        "  entropy below its floor, non-finite values, hangs, crashes) have no warm-up.",
         "",
         "## Receivers",
         "",
@@ -197,8 +178,8 @@ def render_alerts_md() -> str:
         "",
         "Each alert reads a few named recording rules (the kubernetes-mixin style), so its expression stays",
         "short: `tests/stack/test_rules.py` keeps every alert expression, and every record with the default",
-        "settings, at 300 characters or fewer. A baseline is a record per rung and one that picks the rung. The baselines",
-        "are in the recording group (`prometheus/rules/grpo_recording.yml`); the rest are in the alert group",
+        "settings, at 300 characters or fewer. No record holds a baseline: the trend checks' baselines are",
+        "the training process's (`otel_grpo.catalog.Baseline`). The records are in the alert group",
         "(`grpo_alerts.yml`), each before the rules that read it: Prometheus evaluates a group's rules in order",
         "at one timestamp, each seeing what the ones before it wrote, so a record adds no evaluation interval",
         "of latency (the grid's verdicts, latencies included, are the same as with the expressions inlined).",
@@ -213,7 +194,7 @@ def render_alerts_md() -> str:
         f"| `path_settle` | {s.path_settle} | after the collector was down, how long no run is judged absent |",
         f"| `stall_factor`, `stall_floor` | {s.stall_factor:g}, {s.stall_floor} | a hang: idle longer than this many longest recent intervals, and the floor (above an export interval and a scrape) |",
         f"| `first_step_floor` | {s.first_step_floor} | a hang before the first step: longer than the longest healthy start-up |",
-        f"| `kl_steps`, `drift_steps` | {s.kl_steps}, {s.drift_steps} | consecutive steps the threshold alerts need |",
+        f"| `kl_steps`, `drift_steps` | {s.kl_steps}, {s.drift_steps} | consecutive steps the threshold and trend alerts need |",
         f"| `for_fast` | {s.for_fast} | GRPOMetricsAbsent and GRPORunPreempted wait this long (one failed scrape is no crash) |",
         "",
         "## The grid",

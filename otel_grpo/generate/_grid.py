@@ -49,7 +49,7 @@ PATHS = ((0.0, 0.0), (10.0, 120.0), (60.0, 120.0))
 """(export_s, expire_s): the pull endpoint; OTLP through the collector every 10 s and every 60 s."""
 STARTUPS = (0.0, 300.0, 1800.0)
 FIRST_STEP_FLOOR_S = float(seconds(RuleSettings().first_step_floor))  # the default rules' floor
-PER_MODE = 22
+PER_MODE = 19
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +107,16 @@ class _Built:
 
 
 # ---- values -------------------------------------------------------------------------------
+TRENDED = ("kl", "reward", "entropy", "tokens_per_second")
+"""The signals every run of the grid logs at every step."""
+TREND_ONSET = 12
+"""The step of a trend's (and a gradient spike's) failure: a process's 9th step (the gradient norm's 11th) is the
+first its baselines judge (`otel_grpo.catalog.Baseline.min_steps`)."""
+
+
 def healthy(n: int, rng: random.Random, *keys: str) -> dict[str, list[float | None]]:
-    """A run that learns: KL slowly up from 0.02, reward up, entropy slowly down (the trend alerts' signals),
-    and `keys` at healthy values (gradients steady, IS weights fine, groups that vary, finite losses)."""
+    """A run that learns: KL slowly up from 0.02, reward up, entropy slowly down, throughput steady (the trend
+    alerts' signals: `TRENDED`), and `keys` at healthy values (gradients steady, IS weights fine, groups that vary, finite losses)."""
     def wiggle(x: float, rel: float = 0.1) -> float:
         return x * (1 + rel * (2 * rng.random() - 1))
 
@@ -119,6 +126,7 @@ def healthy(n: int, rng: random.Random, *keys: str) -> dict[str, list[float | No
         "kl": [wiggle(0.02 + 0.02 * i / max(n, 1)) for i in range(n)],  # a faster creep: the kl-creep mode
         "reward": [wiggle(0.3 + 0.4 * i / max(n, 1), 0.05) for i in range(n)],
         "entropy": [wiggle(1.0 - 0.2 * i / max(n, 1), 0.02) for i in range(n)],
+        "tokens_per_second": [wiggle(2000.0) for _ in range(n)],
     }
     for key in keys:
         values[key] = [0.5] * n if key == "sample_reward" else [wiggle(*at[key]) for _ in range(n)]
@@ -218,7 +226,7 @@ def _valued(key: str, value: Callable[[float], float], one_step: bool = False, a
         k = at if at > 5 else _k(p, at)
         onset = _end_of(p, k)
         n = max(k + 1, int((_after_steps(p, k, onset) - p.startup_s) / p.step_s))
-        values = healthy(n, p.rng, *({key} - {"kl", "reward", "entropy"}))
+        values = healthy(n, p.rng, *({key} - set(TRENDED)))
         for i in range(k, k + 1 if one_step else n):
             values[key][i] = value(values[key][i])
         return _Built([_seg(p, values)], onset, _bound(p), _end_of(p, n) + 600)
@@ -322,9 +330,12 @@ MODES: tuple[Mode, ...] = (
     Mode("kl-spike", _valued("kl", lambda v: 5.0, one_step=True), "GRPOKLSpike"),
     Mode("is-drift", _valued("rollout_is_eff_sample_size", lambda v: 0.3), "GRPORolloutISDrift"),
     Mode("entropy-collapse", _valued("entropy", lambda v: 0.005), "GRPOEntropyCollapse"),
+    Mode("entropy-drop", _valued("entropy", lambda v: 0.15, at=TREND_ONSET), "GRPOEntropyCollapse"),
+    Mode("kl-jump", _valued("kl", lambda v: 0.3, at=TREND_ONSET), "GRPOKLJump"),
+    Mode("reward-collapse", _valued("reward", lambda v: 0.05, at=TREND_ONSET), "GRPORewardCollapse"),
+    Mode("throughput-drop", _valued("tokens_per_second", lambda v: 0.3 * v, at=TREND_ONSET), "GRPOThroughputDrop"),
     Mode("no-learning-signal", _valued("frac_reward_zero_std", lambda v: 0.95), "GRPONoLearningSignal"),
-    Mode("grad-spike", _valued("grad_norm", lambda v: 50 * v, one_step=True, at=30), "GRPOGradNormSpike",
-         max_step_s=300.0),
+    Mode("grad-spike", _valued("grad_norm", lambda v: 50 * v, one_step=True, at=TREND_ONSET), "GRPOGradNormSpike"),
 )
 
 

@@ -163,7 +163,7 @@ def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
     for end in ("finish", "preempt"):  # 0 from the start, 1 at a deliberate end
         out[f"{_name('run_' + end + 'ed')}{{{run}}}"] = 0.0
     yield dict(out)
-    streaks = {key: Streaks(c) for key, c in STEP_CHECKS.items()}
+    streaks = {name: Streaks(c) for name, c in STEP_CHECKS.items()}
     for i in range(seg.steps):
         end_s = line.ends[i]
         out[f"{_name('step')}{{{run}}}"] = float(seg.first_step + i * seg.stride)
@@ -189,10 +189,10 @@ def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
             out[name] = finite[key] = value
         # the checks this step judges, each on its own key, else a fallback (TRL's kl), as the trainer does
         for check, value in judged(finite):
-            state = streaks[check.key]
+            state = streaks[check.name]
             state.advance(value)
             for bound, streak in zip(check.bounds, state.counts):
-                labels = f'{run}, signal="{check.key}", bound="{bound_label(bound)}"'
+                labels = f'{run}, signal="{check.name}", bound="{bound_label(bound)}"'
                 out[f"{_name('step_streak')}{{{labels}}}"] = float(streak)
                 done = reached(streak)
                 for n in catalog.STREAKS:

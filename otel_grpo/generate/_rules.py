@@ -9,19 +9,19 @@ diffs them); `otel-grpo up` renders `RuleSettings.fast()` so that a demo run of 
 minute can fire alerts. Every metric name comes from the catalog, so a renamed
 signal breaks here at import time, not silently in Prometheus.
 
-Thresholds are fields of `RuleSettings`; `overrides` sets them per run. The
-thresholds of step checks (`STEP_THRESHOLDS`: KL, mismatch, IS, clipping, zero
-std) are read from the training process's per-step streak counters, so they and
-their overrides are bounds of that check (`otel_grpo.catalog.STEP_CHECKS`); the
-alerts select each run's bound. Other overrides are recording rules
-`run_id:grpo_threshold:<field>` carrying that run's `run_id`, which the alerts
-compare a run against when it exists, against the default otherwise (`threshold`).
+Thresholds are fields of `RuleSettings`; `overrides` sets them per run. Every
+threshold is a step check's (`STEP_THRESHOLDS`: KL, mismatch, IS, clipping, zero
+std, gradient norm, the trends), read from the training process's per-step streak
+counters, so it and its overrides are bounds of that check
+(`otel_grpo.catalog.STEP_CHECKS`); the alerts select each run's bound. Overrides are
+also recording rules `run_id:grpo_threshold:<field>` carrying that run's `run_id`:
+the dashboards draw them, and the hang alerts compare a run against its own floor
+(`run_floor`) where it has one, against the default otherwise.
 
-Trend baselines (KL jump, reward and entropy collapse, throughput)
-span steps and time, whichever is longer: of the windows `baseline_window` x 4^i
-(offset `baseline_offset` x 4^i, i < `baseline_rungs`), a run's baseline is the
-shortest one holding `baseline_min_steps` steps, so a run of 10-minute steps gets
-a baseline of 2 or 8 hours where a run of 2-second steps gets 30 minutes.
+Trends (KL jump, reward and entropy collapse, throughput drop) are step checks too:
+the training process judges each step against the run's own earlier steps (a baseline
+counted in steps, `otel_grpo.catalog.Baseline`), so a run of 10-minute steps is judged
+from the same step on as one of 2-second steps, and Prometheus holds no baseline.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Mapping
 
 from otel_grpo import catalog
-from otel_grpo.catalog import STEP_CHECKS, STEP_THRESHOLDS, STREAKS, load_rule_settings
+from otel_grpo.catalog import STEP_CHECKS, STEP_THRESHOLDS, STREAKS, TREND, load_rule_settings
 
 
 def prometheus_name(key: str) -> str:
@@ -40,24 +40,21 @@ def prometheus_name(key: str) -> str:
     return catalog.get(key).prometheus_name
 
 
-KL, REWARD, ENTROPY = map(prometheus_name, ("kl", "reward", "entropy"))
 STEP_INDEX, NONFINITE, SKIPPED = map(prometheus_name, ("step", "nonfinite", "skipped_steps"))
-THROUGHPUT, STEP_TIME, LOG_INTERVAL = map(prometheus_name, ("tokens_per_second", "step_time", "log_interval"))
+STEP_TIME, LOG_INTERVAL = map(prometheus_name, ("step_time", "log_interval"))
 # Histograms whose rates the dashboards turn into quantiles (heavy: one series per bucket).
 HISTOGRAMS = ("sample_reward", "sample_advantage", "sample_completion_length", "sample_is_ratio", "step_kl")
 LABELLED_HISTOGRAMS = ("phase_duration", "sample_reward_fn")
 COUNTERS = ("steps", "tokens", "samples")
 THRESHOLD_RECORD = "run_id:grpo_threshold:"
-KL_JUDGED = "run_id:grpo_kl:judged"  # grpo_kl, else TRL's grpo_trl_kl: the KL the `kl` step check judges
-BASELINE_STEPS = "run_id:grpo_step_index:baseline_steps"  # steps in each baseline window (label `rung`)
 STEP_MAX = "run_id:grpo_step_index:max"  # the run's highest step index now (alert group)
-RUNG_FACTOR = 4  # each baseline window (and its offset) is this many times the previous one
 
 # Settings that are thresholds: the ones `overrides` may set per run.
 THRESHOLDS = (
     "kl_threshold", "mismatch_kl_threshold", "clip_ratio_threshold", "completions_clipped_threshold",
     "zero_std_threshold", "ess_min", "chi2_threshold", "veto_fraction_threshold",
-    "catastrophic_fraction_threshold", "grad_norm_factor", "throughput_fraction",
+    "catastrophic_fraction_threshold", "grad_norm_factor", "throughput_fraction", "kl_zscore", "reward_zscore",
+    "entropy_fraction", "entropy_floor",
 )
 # Durations `overrides` may set per run too: the hang alerts' floors (a run whose checkpoints or
 # evaluations take longer than the others' limits, without slowing every run's hang page).
@@ -73,11 +70,8 @@ class RuleSettings:
     """KL to the reference (k3, nats per token) above which a run has drifted: one step fires
     GRPOKLSpike, `kl_steps` consecutive steps GRPOKLHigh. A bound of the `kl` step check."""
     kl_zscore: float = 4.0
-    """Robust standard deviations (from the IQR) above the KL baseline median that count as a jump."""
-    kl_jump_factor: float = 2.0
-    """... and at least this multiple of the baseline's 90th percentile: a KL that creeps up steadily (0.02 to
-    0.14 over an hour) moves many robust deviations against a tight, early baseline, yet never doubles its own
-    recent highs."""
+    """Robust standard deviations (from the IQR) above the median of the run's recent steps that count as a KL
+    jump, for `kl_steps` consecutive steps (and twice their 90th percentile): a bound of the `kl_jump` check."""
     mismatch_kl_threshold: float = 0.01
     """k3 KL(pi_rollout || pi_train) above which the rollout engine has drifted."""
     ess_min: float = 0.5
@@ -96,13 +90,14 @@ class RuleSettings:
     """Gradient norm above this multiple of its median over the previous 100 steps is a spike: judged by the
     training process on every step (a bound of the relative `grad_norm` step check)."""
     throughput_fraction: float = 0.5
-    """Throughput below this fraction of its baseline mean is a drop."""
-    reward_drop: float = 0.1
-    """Minimum absolute drop of the recent reward below its baseline for a collapse."""
+    """Throughput below this fraction of its mean over the run's recent steps is a drop (`throughput_drop`)."""
     reward_zscore: float = 3.0
+    """Standard deviations of its step-to-step noise (and at least 0.1) below its mean over the run's recent steps
+    that the reward mean must fall for a collapse (`reward_collapse`)."""
     entropy_fraction: float = 0.25
-    """Entropy below this fraction of its baseline counts as collapsed."""
+    """Entropy below this fraction of its mean over the run's recent steps counts as collapsed (`entropy_collapse`)."""
     entropy_floor: float = 0.01
+    """Entropy below this counts as collapsed whatever the run's history (the `entropy` check)."""
     overrides: Mapping[str, Mapping[str, float | str]] = field(default_factory=dict)
     """Per-run thresholds and floors: `{run_id: {"kl_threshold": 2.0, "stall_floor": "45m"}}`; names from
     `THRESHOLDS` (numbers) and `FLOORS` (durations)."""
@@ -112,29 +107,9 @@ class RuleSettings:
     drift_steps: int = 3
     """Consecutive steps for the step-aware warnings (mismatch, IS, clipping, zero std, trends): 3 keeps a
     warning within max(3 steps, 5 min) of its onset at every step time (docs/alerts.md). Both are streak
-    lengths the training process counts (`otel_grpo.catalog.STREAKS`)."""
-    streak_memory: str = "2m"
-    """How long a trend streak survives a scrape gap (no data at all). At least 2 scrape intervals."""
+    lengths the training process counts (`otel_grpo.catalog.STREAKS`), and at most the trend baselines'
+    `gap` (a streak is never part of the baseline it is judged against)."""
     # ---- windows -------------------------------------------------------------------
-    baseline_window: str = "30m"
-    """Length of the baseline window."""
-    recent_window: str = "5m"
-    """Window the current value of a trend (reward, entropy, throughput) is averaged over."""
-    baseline_offset: str = "15m"
-    """The baseline ends this long ago (`offset`), so a sudden jump is not absorbed.
-
-    Must cover `recent_window` plus the `drift_steps` a collapse must last: otherwise, by
-    the time an alert fires, its own collapse has entered the baseline.
-    """
-    baseline_min_steps: int = 10
-    """Training steps a baseline window must span to be the run's baseline (the shortest such window).
-
-    Steps, not scrapes: a run of 10-minute steps has 120 scrapes but 3 steps in 30 minutes,
-    too few for a baseline; it gets the 2-hour window."""
-    baseline_rungs: int = 3
-    """How many baseline windows there are, each 4 times the previous (30m, 2h, 8h by default)."""
-    warmup_steps: int = 20
-    """Trend alerts judge a run from this step index on: KL and entropy move fast at the start."""
     counter_window: str = "10m"
     """An increase of a health counter (non-finite values, skipped steps) fires for this long."""
     counter_lookback: str = "1d"
@@ -182,12 +157,10 @@ class RuleSettings:
     def __post_init__(self) -> None:
         if self.kl_threshold <= 0 or self.mismatch_kl_threshold <= 0:
             raise ValueError("KL thresholds must be positive")
-        if not 0 < self.entropy_fraction < 1:
-            raise ValueError("entropy_fraction must be in (0, 1)")
-        if self.kl_steps not in STREAKS or self.drift_steps not in STREAKS:
-            raise ValueError(f"kl_steps and drift_steps must be streak lengths the trainer counts: {STREAKS}")
-        if self.baseline_rungs < 1 or self.baseline_min_steps < 2 or self.warmup_steps < 0:
-            raise ValueError("baseline_rungs must be >= 1, baseline_min_steps >= 2, warmup_steps >= 0")
+        lengths = [n for n in STREAKS if n <= TREND["gap"]]
+        if self.kl_steps not in lengths or self.drift_steps not in lengths:
+            raise ValueError(f"kl_steps and drift_steps must be streak lengths the trainer counts, at most the "
+                             f"trend baselines' gap: {lengths}")
         for name, key in STEP_THRESHOLDS.items():
             bounds = STEP_CHECKS[key].bounds
             if getattr(self, name) not in bounds:
@@ -219,10 +192,9 @@ class RuleSettings:
     def fast(cls, **overrides: object) -> "RuleSettings":
         """Windows of seconds for the local demo (1 s scrapes): a one-minute run can fire and resolve."""
         base = cls(
-            baseline_window="30s", recent_window="3s", baseline_offset="10s", baseline_min_steps=5, warmup_steps=10,
             counter_window="20s", stall_floor="20s", first_step_floor="30s", liveness_slack="3s", path_settle="10s",
             history_window="10m",
-            absent_window="60s", rate_window="15s", histogram_window="15s", streak_memory="5s",
+            absent_window="60s", rate_window="15s", histogram_window="15s",
             for_fast="2s", for_slow="5s", for_target="10s",
         )
         return replace(base, **overrides)  # type: ignore[arg-type]
@@ -276,24 +248,6 @@ def duration(secs: int) -> str:
     raise AssertionError("every integer is a number of seconds")
 
 
-def rungs(s: RuleSettings) -> list[tuple[str, str]]:
-    """(window, offset) of each baseline rung, shortest first."""
-    w, o = seconds(s.baseline_window), seconds(s.baseline_offset)
-    return [(duration(w * RUNG_FACTOR**i), duration(o * RUNG_FACTOR**i)) for i in range(s.baseline_rungs)]
-
-
-def threshold(s: RuleSettings, name: str, lhs: str, op: str) -> str:
-    """`lhs op threshold` per run: the run's override where one exists, the default elsewhere.
-
-    lhs must be an instant vector with the label `run_id` only (`max by (run_id) (...)`).
-    """
-    record = THRESHOLD_RECORD + name
-    default = getattr(s, name)
-    if not s.overridden(name):
-        return f"{lhs} {op} {_num(default)}"
-    return f"(({lhs} {op} on (run_id) {record}) or ({lhs} {op} {_num(default)} unless on (run_id) {record}))"
-
-
 def run_floor(s: RuleSettings, name: str, runs: str) -> str:
     """The floor `name` (seconds) of each run in `runs` (a vector by run_id): its override where one exists,
     the setting elsewhere."""
@@ -310,82 +264,9 @@ def threshold_rules(s: RuleSettings) -> list[dict]:
             for run_id, values in s.overrides.items() for name, value in values.items()]
 
 
-def _laddered(s: RuleSettings, record: str, over_time: str) -> list[dict]:
-    """`record`: `over_time` ("avg_over_time({m}[{w}] offset {o})") on the shortest rung holding enough steps.
-
-    Two building blocks: one record per rung (label `rung`), present where that rung holds enough steps, and
-    `record`, the first rung present. A rung whose window holds the steps but not the metric is skipped, as
-    `or` skips it. A group's rules are evaluated in order at one timestamp, so the rungs cost no latency."""
-    per_rung = record.replace("run_id:", "run_id_rung:", 1)
-    rules = [{"record": per_rung, "labels": {"rung": str(i)},
-              "expr": f"max by (run_id) ({over_time.format(w=w, o=o)})"
-                      f' and on (run_id) {BASELINE_STEPS}{{rung="{i}"}} >= {s.baseline_min_steps}'}
-             for i, (w, o) in enumerate(rungs(s))]
-    first = " or ".join(f'max by (run_id) ({per_rung}{{rung="{i}"}})' for i in range(len(rungs(s))))
-    return rules + [{"record": record, "expr": first}]
-
-
-def _baseline(s: RuleSettings, record: str, metric: str, fn: str) -> list[dict]:
-    return _laddered(s, record, f"{fn}({metric}[{{w}}] offset {{o}})")
-
-
-def _quantile_baseline(s: RuleSettings, record: str, metric: str, p: float) -> list[dict]:
-    return _laddered(s, record, f"quantile_over_time({p}, {metric}[{{w}}] offset {{o}})")
-
-
-def _judged(key: str) -> str:
-    """A run's value of the step check `key` as the trainer judges it (catalog `judged`): the gauge of its
-    own key, else of its first fallback the run has (TRL's logged kl, where a run has no grpo.kl)."""
-    return " or ".join(f"max by (run_id) ({prometheus_name(k)})" for k in STEP_CHECKS[key].inputs)
-
-
-def _kl_baseline(s: RuleSettings) -> list[dict]:
-    """The run's KL (as its `kl` step check judges it), its median and IQR over the baseline window, and
-    the robust z-score against them.
-
-    Median and IQR rather than mean and std: one absurd step (a 1e11 KL the step a
-    learning rate explodes) inside the window would otherwise inflate the std so
-    much that no later jump counts.
-    """
-    def q(record: str, p: float) -> list[dict]:
-        return _quantile_baseline(s, f"run_id:grpo_kl:{record}", KL_JUDGED, p)
-
-    return [
-        # before the baselines that read its history: the rules of a group are evaluated in order
-        {"record": KL_JUDGED, "expr": _judged("kl")},
-        *q("baseline_median", 0.5),
-        *q("baseline_q25", 0.25),
-        *q("baseline_q75", 0.75),
-        {"record": "run_id:grpo_kl:baseline_iqr", "expr": "run_id:grpo_kl:baseline_q75 - run_id:grpo_kl:baseline_q25"},
-        # A jump must also leave the baseline's upper range (its 90th percentile, which one absurd step does
-        # not move): a KL that creeps up steadily is many robust deviations above a tight, early baseline
-        # median, never twice its own recent highs.
-        *q("baseline_p90", 0.9),
-        # 0.741 * IQR estimates the std of a normal distribution. The divisor is floored
-        # by 10 % of the median plus a constant: a flat baseline must not turn every
-        # wiggle into an infinite z-score.
-        {"record": "run_id:grpo_kl:zscore",
-         "expr": f"({KL_JUDGED} - run_id:grpo_kl:baseline_median)"
-                 " / (0.741 * run_id:grpo_kl:baseline_iqr + 0.1 * abs(run_id:grpo_kl:baseline_median) + 0.001)"},
-    ]
-
-
-def _baselines(s: RuleSettings) -> list[dict]:
-    # Distinct step indexes seen in each rung's window: steps, as far as scrapes show them.
-    rules = [{"record": BASELINE_STEPS, "labels": {"rung": str(i)},
-              "expr": f"max by (run_id) (changes({STEP_INDEX}[{w}] offset {o}))"}
-             for i, (w, o) in enumerate(rungs(s))]
-    rules += _kl_baseline(s)
-    for metric, name in ((REWARD, "grpo_reward_mean"), (ENTROPY, "grpo_policy_entropy")):
-        rules += _baseline(s, f"run_id:{name}:baseline_mean", metric, "avg_over_time")
-        rules += _baseline(s, f"run_id:{name}:baseline_stddev", metric, "stddev_over_time")
-    rules += _baseline(s, f"run_id:{THROUGHPUT}:baseline_mean", THROUGHPUT, "avg_over_time")
-    return rules
-
-
 def recording_rules(s: RuleSettings) -> dict:
-    """Baselines (used by alerts), per-run threshold overrides, and bucket/counter rates (dashboards)."""
-    rules = _baselines(s) + threshold_rules(s)
+    """Per-run threshold overrides (used by alerts), and bucket/counter rates (dashboards)."""
+    rules = threshold_rules(s)
     for key in HISTOGRAMS:
         base = prometheus_name(key)
         rules.append({
@@ -407,5 +288,5 @@ def recording_rules(s: RuleSettings) -> dict:
     return {"groups": [{"name": "grpo-recording", "rules": rules}]}
 
 
-__all__ = ["FLOORS", "RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "prometheus_name", "recording_rules", "rungs",
-           "run_floor", "seconds", "threshold"]
+__all__ = ["FLOORS", "RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "prometheus_name", "recording_rules",
+           "run_floor", "seconds"]

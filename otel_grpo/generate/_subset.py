@@ -24,7 +24,8 @@ _MATCHER = re.compile(r'(\w+)(=~|!~|!=|=)"([^"]*)"')
 
 def reads(expr: str, records: list[dict]) -> set[int]:
     """The record rules (indexes in `records`) whose series `expr` may select: by name, and by the label matchers
-    it gives on the labels a rule sets (`run_id:grpo_check:holds{check="kl_jump"}` reads that check's rule)."""
+    it gives on the labels a rule sets (`run_id_signal_bound:grpo_step_check:beyond{signal="kl_jump", streak="3"}`
+    reads that check's rule)."""
     out = set()
     for ref in _REF.finditer(expr):
         matchers = _MATCHER.findall(ref.group(2) or "")

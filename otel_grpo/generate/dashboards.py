@@ -55,6 +55,18 @@ def _rec(expr: str, legend: str) -> Query:
     return Query(expr, legend)
 
 
+TREND_THRESHOLDS = ("kl_zscore", "reward_zscore", "entropy_fraction", "throughput_fraction")
+"""The settings of the trend checks (step checks against the run's own recent steps)."""
+
+
+def _trend_streaks(limits: RuleSettings) -> str:
+    """Each trend check's current streak at its default bound, by run."""
+    streak = catalog.get("step_streak").prometheus_name
+    parts = [f'{streak}{{{RUN}, signal="{catalog.STEP_THRESHOLDS[f]}", bound="{catalog.bound_label(getattr(limits, f))}"}}'
+             for f in TREND_THRESHOLDS]
+    return f"max by (run_id, signal) ({' or '.join(parts)})"
+
+
 def _overridden(limits: RuleSettings, name: str) -> list[Query]:
     """The per-run thresholds of `name` (`overrides`) as lines of their own; the default is the red line."""
     if not limits.overridden(name):
@@ -97,13 +109,15 @@ def _learning_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gr
         ("KL and policy", (Group.KL, Group.POLICY), [
             # Log scale: k3 estimates only (never negative); the k1 estimates go below zero.
             _signals("KL to the reference", ["kl", "kl_max", "kl_seq_mean", "step_kl"],
-                     extra=[_rec(f"run_id:grpo_kl:baseline_median{{{RUN}}}", "kl baseline median (alert) {{run_id}}"),
-                            *_overridden(limits, "kl_threshold")],
+                     extra=_overridden(limits, "kl_threshold"),
                      threshold=limits.kl_threshold, log_scale=True),
             _signals("KL k1 estimates (unbiased per token, negative at times)", ["kl_k1", "kl_k1_seq_mean"]),
-            Panel("KL z-score against its baseline (alert GRPOKLJump above 4)",
-                  [Query(f"run_id:grpo_kl:zscore{{{RUN}}}", "z-score {{run_id}}")], threshold=limits.kl_zscore,
-                  description="(KL - baseline median) / (0.741 IQR + floor); the baseline window ends `offset` ago so a jump is not part of it."),
+            Panel(f"Trend checks: consecutive steps beyond (alerts at {limits.drift_steps})",
+                  [Query(_trend_streaks(limits), "{{signal}} {{run_id}}")],
+                  threshold=limits.drift_steps,
+                  description="The training process judges every step against the run's own recent steps: a KL jump "
+                              "(robust z-score), a reward collapse (standard deviations below), entropy and throughput "
+                              "against their mean. Each line is the current streak at the default alert bound."),
             _signals("Clip ratios (low, high, region)",
                      ["clip_ratio_low_mean", "clip_ratio_low_min", "clip_ratio_high_mean", "clip_ratio_high_max",
                       "clip_ratio_region_mean", "dual_clip_fraction"], threshold=limits.clip_ratio_threshold,

@@ -243,7 +243,7 @@ class Instruments:
         per reported step; `interval_s`: the wall time since the previous progress, None: the step recorded its
         own; `end_s`: the step's end, Unix seconds)."""
         for check, value in self._streaks.end_step():
-            per_step = self._per_step.get(check.key)
+            per_step = self._per_step.get(check.name)
             if per_step is not None:
                 per_step.record(value, per_step.attributes)
         self._step_end_route.record(end_s, self._step_end_route.attributes)

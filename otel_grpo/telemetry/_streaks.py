@@ -30,7 +30,7 @@ class _Check:
 
     def __init__(self, check: StepCheck, base: Mapping[str, Any], process: str) -> None:
         self.streaks = Streaks(check)
-        self.gauge_attrs = [{**base, "signal": check.key, "bound": bound_label(b)} for b in check.bounds]
+        self.gauge_attrs = [{**base, "signal": check.name, "bound": bound_label(b)} for b in check.bounds]
         # counter attributes per bound, one per streak length; this process's own series
         self.counter_attrs = [[{**attrs, PROCESS: process, "streak": str(n)} for n in STREAKS]
                               for attrs in self.gauge_attrs]
@@ -61,9 +61,9 @@ class StepStreaks:
         steps = judged(self._pending)
         self._pending.clear()
         for check, value in steps:
-            state = self._checks.get(check.key)
+            state = self._checks.get(check.name)
             if state is None:
-                state = self._checks[check.key] = self._start(check)
+                state = self._checks[check.name] = self._start(check)
             self._advance(state, value)
         return steps
 

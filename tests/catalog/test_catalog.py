@@ -135,9 +135,64 @@ def test_step_checks_and_their_fallbacks_are_per_step_gauges_of_one_unit():
 
 
 def test_judged_takes_a_checks_own_key_else_its_first_fallback():
-    kl = catalog.STEP_CHECKS["kl"]
-    assert catalog.judged({"trl_kl": 2.0}) == [(kl, 2.0)]
-    assert catalog.judged({"trl_kl": 2.0, "kl": 0.5}) == [(kl, 0.5)]
-    assert catalog.judged({"reward": 1.0}) == []
+    kl, jump = catalog.STEP_CHECKS["kl"], catalog.STEP_CHECKS["kl_jump"]
+    assert catalog.judged({"trl_kl": 2.0}) == [(kl, 2.0), (jump, 2.0)]
+    assert catalog.judged({"trl_kl": 2.0, "kl": 0.5}) == [(kl, 0.5), (jump, 0.5)]
+    assert catalog.judged({"loss": 1.0}) == []
     with pytest.raises(ValueError, match="no fallback of itself"):
         catalog.StepCheck("kl", (1.0,), fallbacks=("kl",))
+
+
+def _streaks(name: str, values: list[float]) -> list[list[int]]:
+    """The check's streaks (one per bound) after each of `values`."""
+    state = catalog.Streaks(catalog.STEP_CHECKS[name])
+    out = []
+    for value in values:
+        state.advance(value)
+        out.append(list(state.counts))
+    return out
+
+
+TRENDS = ("kl_jump", "reward_collapse", "entropy_collapse", "throughput_drop")
+
+
+@pytest.mark.parametrize("name", TRENDS)
+def test_a_trend_is_judged_from_the_same_step_whatever_the_step_time(name):
+    """The baseline is counted in steps: a change at the first judged step is seen there, one step before is not."""
+    check = catalog.STEP_CHECKS[name]
+    first = check.baseline.min_steps
+    normal, broken = {"kl_jump": (0.02, 0.3), "reward_collapse": (0.6, 0.1), "entropy_collapse": (2.0, 0.2),
+                      "throughput_drop": (1000.0, 300.0)}[name]
+    assert not any(_streaks(name, [normal] * (first - 1) + [broken] * 3)[first - 1])
+    assert max(_streaks(name, [normal] * first + [broken] * 3)[first + 2]) == 3
+
+
+@pytest.mark.parametrize("name", TRENDS)
+def test_a_streak_stays_out_of_its_baseline_and_a_lasting_change_becomes_the_norm(name):
+    """Up to `gap` steps of a streak are left out of the baseline (streaks of 3 and 5 hold against the old
+    normal); a change that lasts enters it, and the check stops holding."""
+    gap = catalog.STEP_CHECKS[name].baseline.gap
+    normal, broken = {"kl_jump": (0.02, 0.3), "reward_collapse": (0.6, 0.1), "entropy_collapse": (2.0, 0.2),
+                      "throughput_drop": (1000.0, 300.0)}[name]
+    after = _streaks(name, [normal] * 30 + [broken] * 60)
+    assert [max(s) for s in after[30:30 + gap]] == list(range(1, gap + 1))
+    assert after[-1] == [0] * len(after[-1])
+
+
+def test_kl_climbing_from_zero_is_no_jump_and_one_absurd_step_moves_no_baseline():
+    """Training starts at KL 0 and climbs: steadily or quadratically that is the run's normal. A jump is judged
+    against the median and IQR, which one step of 1e11 does not move."""
+    assert not any(map(any, _streaks("kl_jump", [0.0004 * i * i for i in range(40)])))
+    assert not any(map(any, _streaks("kl_jump", [0.001 + 0.002 * i for i in range(40)])))
+    after = _streaks("kl_jump", [0.02] * 20 + [1e11] + [0.02] * 19 + [0.08] * 3)
+    assert after[-1][catalog.STEP_CHECKS["kl_jump"].bounds.index(4.0)] == 3
+    assert not any(map(any, _streaks("kl_jump", [0.02] * 30 + [0.025] * 30)))  # 0.7 robust sigma
+
+
+def test_a_reward_that_climbed_then_collapses_is_a_collapse():
+    """The noise a drop is measured in comes from step-to-step differences: a climb of 0.33 over 12 steps is
+    no noise (its spread would put the collapse at 2.7 standard deviations, under the bound of 3)."""
+    bound = catalog.STEP_CHECKS["reward_collapse"].bounds.index(3.0)
+    after = _streaks("reward_collapse", [0.3 + 0.03 * i for i in range(12)] + [0.05] * 3)
+    assert after[-1][bound] == 3
+    assert not any(map(any, _streaks("reward_collapse", [0.3 + 0.03 * i for i in range(40)])))

@@ -9,11 +9,12 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from otel_grpo.catalog import STEP_CHECKS
 from otel_grpo.generate._replay import Segment, encode, expand, replay
 from otel_grpo.telemetry._instruments import Instruments
 
 KL = [0.1, 1.5, 1.2, 0.4, 1.1, 2.5, 3.0, 1.5, 0.2, 5.5]
-GRAD_NORM = [1.0] * 10 + [12.0] + [1.0] * 14 + [12.0, 1.0, 4.0, 1.0]
+GRAD_NORM = [1.0] * 9 + [12.0] + [1.0] * 15 + [12.0, 1.0, 4.0, 1.0]
 
 
 def _last(series: dict[str, str], name: str) -> float:
@@ -23,7 +24,11 @@ def _last(series: dict[str, str], name: str) -> float:
     return float(m.group(1)) + float(m.group(2) or 0) * int(m.group(3) or 0)
 
 
-@pytest.mark.parametrize("key, values", [("kl", KL), ("grad_norm", GRAD_NORM)], ids=["kl", "grad_norm-relative"])
+REWARD = [0.6] * 12 + [0.1] * 3 + [0.6] * 5  # a collapse against the run's own steps (a trend check)
+
+
+@pytest.mark.parametrize("key, values", [("kl", KL), ("grad_norm", GRAD_NORM), ("reward", REWARD)],
+                         ids=["kl", "grad_norm-relative", "reward-trend"])
 def test_replayed_step_evidence_equals_what_the_trainer_exports(key, values):
     reader = InMemoryMetricReader()
     instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
@@ -35,15 +40,16 @@ def test_replayed_step_evidence_equals_what_the_trainer_exports(key, values):
         if metric.name in ("grpo.step.beyond", "grpo.step.streak"):
             for p in metric.data.data_points:
                 a = dict(p.attributes)
-                assert a["signal"] == key and ("process" in a) == (metric.name == "grpo.step.beyond")
-                exported[(metric.name, a["bound"], a.get("streak"))] = p.value
+                assert ("process" in a) == (metric.name == "grpo.step.beyond")
+                exported[(metric.name, a["signal"], a["bound"], a.get("streak"))] = p.value
     series = replay([Segment("r", {key: values}, step_s=10)], scrape_s=10, scrapes=len(values))
-    assert exported and any(v > 0 for (name, _, _), v in exported.items() if name == "grpo.step.beyond")
-    for (name, bound, streak), value in exported.items():
+    assert exported and any(v > 0 for (name, *_), v in exported.items() if name == "grpo.step.beyond")
+    assert {signal for _, signal, _, _ in exported} == {c.name for c in STEP_CHECKS.values() if key in c.inputs}
+    for (name, signal, bound, streak), value in exported.items():
         if name == "grpo.step.beyond":
-            series_name = f'grpo_step_beyond_total{{run_id="r", signal="{key}", bound="{bound}", process="0", streak="{streak}"}}'
+            series_name = f'grpo_step_beyond_total{{run_id="r", signal="{signal}", bound="{bound}", process="0", streak="{streak}"}}'
         else:
-            series_name = f'grpo_step_streak{{run_id="r", signal="{key}", bound="{bound}"}}'
+            series_name = f'grpo_step_streak{{run_id="r", signal="{signal}", bound="{bound}"}}'
         assert _last(series, series_name) == value, series_name
 
 
@@ -51,7 +57,8 @@ def test_a_grad_norm_spike_counts_against_the_median_of_earlier_steps_after_a_wa
     series = replay([Segment("r", {"grad_norm": GRAD_NORM}, step_s=10)], scrape_s=10, scrapes=len(GRAD_NORM))
     spikes = {b: _last(series, f'grpo_step_beyond_total{{run_id="r", signal="grad_norm", bound="{b}", process="0", streak="1"}}')
               for b in ("3.0", "5.0", "10.0", "20.0")}
-    # 12 (step 10, no history yet) is never judged; 12 at step 25 is 12 x the median 1.0; 4.0 is 4 x.
+    # 12 at step 9 (9 earlier steps, fewer than the baseline's 10) is never judged; 12 at step 25 is 12 x the
+    # median 1.0; 4.0 is 4 x.
     assert spikes == {"3.0": 2, "5.0": 1, "10.0": 1, "20.0": 0}
 
 

@@ -92,10 +92,8 @@ def test_each_scenario_loads_the_rules_it_asserts_on_and_every_record_they_read(
     by_name = {sc["name"]: sc for sc in load_scenarios(root)}
     healthy = asserted_alerts(by_name["a healthy TRL run replayed at 10 min per step pages nobody"], full)
     assert {"GRPOMetricsAbsent", "GRPOTrainerStalled", "GRPOKLHigh"} <= healthy and "GRPOKLSpike" not in healthy
-    jump = scenario_rules(root, {"checks": [{"alert": "GRPOKLJump"}]})
-    assert 'check: kl_jump' in jump["rules/grpo_alerts.yml"] and "reward_collapse" not in jump["rules/grpo_alerts.yml"]
-    assert "run_id:grpo_kl:baseline_median" in jump["rules/grpo_recording.yml"]
-    assert "run_id:grpo_throughput:baseline_mean" not in jump["rules/grpo_recording.yml"]
+    jump = scenario_rules(root, {"checks": [{"alert": "GRPOKLJump"}]})["rules/grpo_alerts.yml"]
+    assert "signal: kl_jump" in jump and "reward_collapse" not in jump and 'signal="kl"' not in jump
 
 
 def test_promtool_catches_a_wrong_expectation(root, promtool, tmp_path):
@@ -173,9 +171,13 @@ def test_settings_validate_overrides_and_links():
         RuleSettings(overrides={"r": {"ess_min": 0.45}})
     with pytest.raises(ValueError, match="streak lengths"):
         RuleSettings(kl_steps=4)
+    with pytest.raises(ValueError, match="at most the trend baselines' gap"):  # a streak must stay out of it
+        RuleSettings(drift_steps=10)
+    with pytest.raises(ValueError, match="bound of the 'kl_jump' step check"):  # trends are judged by the trainer
+        RuleSettings(kl_zscore=3.5)
     with pytest.raises(ValueError, match="bound of the 'grad_norm' step check"):  # judged by the trainer too
         RuleSettings(overrides={"r": {"grad_norm_factor": 7.5}})
-    RuleSettings(overrides={"r": {"kl_threshold": float("inf"), "grad_norm_factor": 20.0, "throughput_fraction": 0.3}})
+    RuleSettings(overrides={"r": {"kl_threshold": float("inf"), "grad_norm_factor": 20.0, "throughput_fraction": 0.25}})
     for floor in ("45", 45, "-5m", "0m", "45 min"):
         with pytest.raises(ValueError, match=r"\['stall_floor'\]: .* is not a duration"):
             RuleSettings(overrides={"r": {"stall_floor": floor}})
@@ -197,12 +199,6 @@ def test_runbook_has_a_section_per_alert(root):
     text = (root / "docs/operations.md").read_text()
     missing = [a for a in ALERTS if f"### {a}\n" not in text]
     assert missing == []
-
-
-def test_kl_jump_baseline_is_offset_so_a_jump_is_not_absorbed():
-    s = RuleSettings()
-    rungs = [expr for name, expr in rule_exprs(s) if name == "run_id_rung:grpo_kl:baseline_median"]
-    assert len(rungs) == s.baseline_rungs and f"[{s.baseline_window}] offset {s.baseline_offset}" in rungs[0]
 
 
 def test_no_wall_clock_unless_offset_on_counters():
@@ -234,7 +230,7 @@ def test_rule_expressions_run_on_prometheus(prometheus_api, http, settings):
 _DEFAULTS = RuleSettings()
 _EVERY_OVERRIDE = RuleSettings(overrides={
     "own": {name: getattr(_DEFAULTS, name) for name in THRESHOLDS + FLOORS},
-    "exp-42": {"kl_threshold": 2.0, "ess_min": float("inf"), "throughput_fraction": 0.3, "stall_floor": "45m"}})
+    "exp-42": {"kl_threshold": 2.0, "ess_min": float("inf"), "throughput_fraction": 0.25, "stall_floor": "45m"}})
 
 
 @pytest.mark.parametrize("settings", [_DEFAULTS, RuleSettings.fast(), _EVERY_OVERRIDE],

@@ -104,7 +104,7 @@ def test_state_gauges_keep_their_value_when_a_step_reports_nothing_of_theirs(cap
     the alerts read them at any step."""
     tel = captured.tel
     tel.log_metrics(1, {"mismatch_chi2_token": 5.0})  # beyond every bound of its step check: streaks of 1
-    tel.log_metrics(2, {"entropy": 0.5})  # none at this step: its streaks stay where they were
+    tel.log_metrics(2, {"loss": 0.5})  # none at this step: its streaks stay where they were
     assert _current(captured, "grpo.mismatch.chi2_token") == {}
     streaks = _current(captured, "grpo.step.streak", "signal")
     assert streaks and set(streaks) == {"mismatch_chi2_token"} and set(streaks.values()) == {1.0}
@@ -113,7 +113,7 @@ def test_state_gauges_keep_their_value_when_a_step_reports_nothing_of_theirs(cap
     assert len(_current(captured, "grpo.process.start_time")) == 1
     tel.finish()
     assert _current(captured, "grpo.run.finished") == {None: 1.0}
-    assert _current(captured, "grpo.policy.entropy") == {None: 0.5}  # the last step's values stay current
+    assert _current(captured, get("loss").name) == {None: 0.5}  # the last step's values stay current
 
 
 def test_state_gauges_are_catalog_gauges():

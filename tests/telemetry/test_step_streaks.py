@@ -56,7 +56,7 @@ def test_below_checks_and_unseen_or_nonfinite_values_keep_the_streak(captured):
 
 
 def test_unchecked_scalars_export_no_step_series(captured):
-    captured.tel.log_metrics(0, {"reward": 1.0})
+    captured.tel.log_metrics(0, {"loss": 1.0})
     metrics = captured.metrics()
     assert "grpo.step.beyond" not in metrics or not metrics["grpo.step.beyond"].data.data_points
 

@@ -245,7 +245,8 @@ def test_trls_logged_kl_over_the_threshold_is_kl_evidence_for_the_alerts(tmp_pat
     assert beyond[("kl", "5.0", "1")] == 3 and beyond[("kl", "5.0", "3")] == 1 and beyond[("kl", "10.0", "1")] == 0
     assert beyond[("kl", "0.1", "1")] == 3  # step 1's 0.05 is within every bound
     assert streak[("kl", "5.0")] == 3 and streak[("kl", "0.1")] == 3
-    assert not [k for k in beyond if k[0] != "kl"]  # no series of another signal (trl_kl) for the rules to miss
+    # the checks that judge TRL's kl (and the reward) by their names: no series of trl_kl for the rules to miss
+    assert {k[0] for k in beyond} == {"kl", "kl_jump", "reward_collapse"}
 
 
 def _notes(sidecar, run) -> dict[int, list[str]]:
