@@ -56,6 +56,9 @@ def sidecar(
         settings = SidecarSettings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as e:  # pydantic's ValidationError is one
         fail(f"invalid sidecar settings: {_first_error(e)}")
+    # Before anything starts a thread (opening a PostgreSQL store starts its pool's): the arena cap
+    # holds only for arenas made after it, and the check's threads had made four more for good.
+    keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
     settings = _check_db(settings)
     if settings.log_file is not None:
         _check_log_file(settings.log_file)
@@ -63,7 +66,6 @@ def sidecar(
     if not loopback_only(settings.host) and not (settings.ingest_token and settings.read_token):
         warn(f"the sidecar listens on {settings.host} without both tokens, as allowed: anyone who reaches it can "
              "read samples or write runs (browsers are held off by the Host check, see OTEL_GRPO_SIDECAR_ALLOWED_HOSTS)")
-    keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
     # Idle keep-alive connections close after keep_alive_s (those that never sent a request too,
     # see _idle); past max_connections uvicorn answers 503 at once (see _fds for accept errors).
     extra = {} if settings.log_file is None else {"log_config": log_config(settings, log_level)}

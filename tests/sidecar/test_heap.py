@@ -40,3 +40,24 @@ def test_freed_request_buffers_are_reused_without_page_faults():
     # these 50 bodies), so it is only required to be well above the kept bound.
     assert default > 4 * 500
     assert kept < 500
+
+
+def test_the_sidecar_caps_the_arenas_before_its_database_check_starts_threads(tmp_path, monkeypatch):
+    # The cap holds only for arenas made after it: the check opens the store, and a PostgreSQL store's
+    # pool starts four threads, which had left the server with five arenas for good.
+    from typer.testing import CliRunner
+
+    from otel_grpo.cli import app
+    from otel_grpo.cli import sidecar as cli
+    from otel_grpo.sidecar import _heap
+
+    calls = []
+    monkeypatch.setattr(_heap, "keep_freed_heap", lambda: calls.append("cap arenas") or True)
+
+    def check_db(settings):
+        calls.append("open the store")
+        raise SystemExit(3)
+
+    monkeypatch.setattr(cli, "_check_db", check_db)
+    CliRunner().invoke(app, ["sidecar", "--db", str(tmp_path / "s.db")])
+    assert calls == ["cap arenas", "open the store"]
