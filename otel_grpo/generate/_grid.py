@@ -116,7 +116,8 @@ first its baselines judge (`otel_grpo.catalog.Baseline.min_steps`)."""
 
 def healthy(n: int, rng: random.Random, *keys: str) -> dict[str, list[float | None]]:
     """A run that learns: KL slowly up from 0.02, reward up, entropy slowly down, throughput steady (the trend
-    alerts' signals: `TRENDED`), and `keys` at healthy values (gradients steady, IS weights fine, groups that vary, finite losses)."""
+    alerts' signals: `TRENDED`), and `keys` at healthy values (gradients steady, IS weights fine, groups that
+    vary, finite losses)."""
     def wiggle(x: float, rel: float = 0.1) -> float:
         return x * (1 + rel * (2 * rng.random() - 1))
 

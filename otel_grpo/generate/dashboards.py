@@ -116,7 +116,7 @@ def _learning_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gr
                   [Query(_trend_streaks(limits), "{{signal}} {{run_id}}")],
                   threshold=limits.drift_steps,
                   description="The training process judges every step against the run's own recent steps: a KL jump "
-                              "(robust z-score), a reward collapse (standard deviations below), entropy and throughput "
+                              "(robust z-score), a reward collapse (in its step-to-step noise), entropy and throughput "
                               "against their mean. Each line is the current streak at the default alert bound."),
             _signals("Clip ratios (low, high, region)",
                      ["clip_ratio_low_mean", "clip_ratio_low_min", "clip_ratio_high_mean", "clip_ratio_high_max",
