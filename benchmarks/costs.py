@@ -25,7 +25,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_grpo.telemetry._bulk_histogram import HistogramRecorder
+from otel_grpo.catalog import STEP_CHECKS, Streaks
 from otel_grpo.telemetry._instruments import LatestValueGauge
+from otel_grpo.telemetry._streaks import StepStreaks
 
 ATTRS = {"run_id": "exp-42"}
 
@@ -117,6 +119,36 @@ def small_exp(repeat: int) -> list[tuple[str, float, str]]:
     return out
 
 
+def step_checks(meter, repeat: int) -> list[tuple[str, float, str]]:
+    """One logged step's step checks on the emitter thread (the alerts' evidence), and the trend checks' share."""
+    streaks = StepStreaks(meter, ATTRS, LatestValueGauge(meter, "g.streak", "{step}", ""), "1")
+    rng = random.Random(1)
+    scalars = {"kl": 0.02, "reward": 0.5, "entropy": 1.0, "tokens_per_second": 2000.0, "grad_norm": 1.0,
+               "frac_reward_zero_std": 0.2, "clip_ratio_region_mean": 0.05, "completions_clipped_ratio": 0.05}
+
+    def step() -> None:
+        for key, value in scalars.items():
+            streaks.observe(key, value * (1 + 0.1 * rng.random()))
+        streaks.end_step()
+
+    trends = [Streaks(c) for c in STEP_CHECKS.values() if c.name in TRENDS]
+
+    def advance_trends() -> None:
+        for state in trends:
+            state.advance(1.0 + 0.1 * rng.random())
+
+    for _ in range(100):  # full baselines
+        step()
+        advance_trends()
+    return [(f"step checks of one logged step ({len(scalars)} scalars, {len(STEP_CHECKS)} checks)",
+             per_call(step, 500, repeat), "us"),
+            (f"(of which the {len(trends)} trend checks' baselines, `Streaks.advance`)",
+             per_call(advance_trends, 500, repeat), "us")]
+
+
+TRENDS = ("kl_jump", "reward_collapse", "entropy_collapse", "throughput_drop")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
@@ -154,6 +186,7 @@ def main() -> None:
         rows.append((f"sorted() of {n} floats (host quantiles)", per_call(lambda: sorted(xs), 20, r), "ms"))
         rows.append((f"torch.nanquantile of {n} float64, 3 quantiles", per_call(lambda: torch.nanquantile(t, q), 20, r), "ms"))
 
+    rows += step_checks(meter, r)
     rows += thread_wakeups(2000)
 
     with tempfile.TemporaryDirectory() as tmp:
