@@ -25,7 +25,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_grpo.telemetry._bulk_histogram import HistogramRecorder
-from otel_grpo.catalog import STEP_CHECKS, Streaks
+from otel_grpo.catalog import STEP_CHECKS, TRENDS, Streaks
 from otel_grpo.telemetry._instruments import LatestValueGauge
 from otel_grpo.telemetry._streaks import StepStreaks
 
@@ -131,7 +131,7 @@ def step_checks(meter, repeat: int) -> list[tuple[str, float, str]]:
             streaks.observe(key, value * (1 + 0.1 * rng.random()))
         streaks.end_step()
 
-    trends = [Streaks(c) for c in STEP_CHECKS.values() if c.name in TRENDS]
+    trends = [Streaks(STEP_CHECKS[name]) for name in TRENDS]
 
     def advance_trends() -> None:
         for state in trends:
@@ -145,8 +145,6 @@ def step_checks(meter, repeat: int) -> list[tuple[str, float, str]]:
             (f"(of which the {len(trends)} trend checks' baselines, `Streaks.advance`)",
              per_call(advance_trends, 500, repeat), "us")]
 
-
-TRENDS = ("kl_jump", "reward_collapse", "entropy_collapse", "throughput_drop")
 
 
 def main() -> None:

@@ -56,7 +56,7 @@ import math
 import statistics
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -207,7 +207,7 @@ class Streaks:
         (as it does while a relative check's baseline is too short to judge)."""
         judged: float | None = value
         baseline = self.check.baseline
-        if baseline is not None and self._history is not None:
+        if baseline is not None:
             judged = baseline.judge(value, self._history, self._held)  # ~100 floats: microseconds a step
             self._history.append(value)
         for i, bound in enumerate(self.check.bounds):
@@ -264,6 +264,10 @@ STEP_CHECKS: dict[str, StepCheck] = {c.name: c for c in (
               name="throughput_drop"),
 )}
 """Checked scalars by check name."""
+
+TRENDS: tuple[str, ...] = tuple(c.name for c in STEP_CHECKS.values()
+                                if c.baseline is not None and c.baseline == replace(c.baseline, **TREND))
+"""The trend checks (judged against the `TREND` baseline): kl_jump, reward_collapse, entropy_collapse, throughput_drop."""
 
 CHECK_INPUTS: frozenset[str] = frozenset(k for c in STEP_CHECKS.values() for k in c.inputs)
 """Catalog keys some step check judges: its own key or a fallback."""

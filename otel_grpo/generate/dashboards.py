@@ -55,15 +55,11 @@ def _rec(expr: str, legend: str) -> Query:
     return Query(expr, legend)
 
 
-TREND_THRESHOLDS = ("kl_zscore", "reward_zscore", "entropy_fraction", "throughput_fraction")
-"""The settings of the trend checks (step checks against the run's own recent steps)."""
-
-
 def _trend_streaks(limits: RuleSettings) -> str:
-    """Each trend check's current streak at its default bound, by run."""
+    """Each trend check's current streak at its default bound (its setting's), by run."""
     streak = catalog.get("step_streak").prometheus_name
-    parts = [f'{streak}{{{RUN}, signal="{catalog.STEP_THRESHOLDS[f]}", bound="{catalog.bound_label(getattr(limits, f))}"}}'
-             for f in TREND_THRESHOLDS]
+    parts = [f'{streak}{{{RUN}, signal="{check}", bound="{catalog.bound_label(getattr(limits, field))}"}}'
+             for field, check in catalog.STEP_THRESHOLDS.items() if check in catalog.TRENDS]
     return f"max by (run_id, signal) ({' or '.join(parts)})"
 
 

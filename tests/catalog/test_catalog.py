@@ -156,6 +156,10 @@ def _streaks(name: str, values: list[float]) -> list[list[int]]:
 TRENDS = ("kl_jump", "reward_collapse", "entropy_collapse", "throughput_drop")
 
 
+def test_the_trend_checks_are_those_on_the_trend_baseline():
+    assert catalog.TRENDS == TRENDS
+
+
 @pytest.mark.parametrize("name", TRENDS)
 def test_a_trend_is_judged_from_the_same_step_whatever_the_step_time(name):
     """The baseline is counted in steps: a change at the first judged step is seen there, one step before is not."""

@@ -112,6 +112,9 @@ def _run_span(http: httpx.Client, prometheus: str) -> tuple[float, float]:
     return min(times), max(times)
 
 
+_KEYS = {s.prometheus_name: s.key for s in catalog.SIGNALS}
+
+
 def _rarely_logged(expr: str, logged: dict[int, dict]) -> bool:
     """Whether every signal `expr` reads is absent from the run's own log at most of its steps. A statistic a step
     does not define (no completion ended before the length limit: no terminated length) is not served for it
@@ -121,9 +124,6 @@ def _rarely_logged(expr: str, logged: dict[int, dict]) -> bool:
     keys = [_KEYS.get(name) for name in metric_names(expr)]
     return all(keys) and all(sum(row.get(key) is not None for row in logged.values()) * 2 < len(logged)
                              for key in keys)
-
-
-_KEYS = {s.prometheus_name: s.key for s in catalog.SIGNALS}
 
 
 # Heartbeats come from evaluation batches, and the demo trainer does not evaluate (tests/stack/test_local.py
