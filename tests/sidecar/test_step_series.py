@@ -3,6 +3,7 @@ whoever wrote it, in bounded memory; and the downsampling over them (`m4_rows`).
 
 from __future__ import annotations
 
+import json
 import random
 import time
 
@@ -115,7 +116,7 @@ def test_a_held_history_reads_only_what_was_written_since():
 
     cache = StepCache(10**8)
     assert len(cache.current("r", (1.0, 0), 100, read_since).steps) == 100
-    assert cache.current("r", (1.0, 0), 100, read_since).blobs[5] == '{"kl":5}'  # current: nothing read
+    assert cache.current("r", (1.0, 0), 100, read_since).columns["kl"][5] == 5.0  # current: nothing read
     rows.append((100, "t100", '{"kl":100,"x":1}'))
     series = cache.current("r", (1.0, 0), 101, read_since)
     assert reads == [-1, 100] and series.steps[-1] == 100 and series.columns["x"][-1] == 1.0
@@ -124,30 +125,64 @@ def test_a_held_history_reads_only_what_was_written_since():
     assert reads == [-1, 100, -1]
 
 
-def test_a_run_over_the_budget_is_held_lean_for_its_named_columns():
-    """A run whose steps' JSON text passes the whole budget is held without it (its columns): reads of
-    named columns (a chart's) stay in memory; a read of whole rows reads it whole again, and a lean
-    series stays lean as new steps arrive."""
+def test_a_run_over_the_budget_is_read_whole_at_every_read():
     reads = []
-    keys = [f"stat_{i}" for i in range(40)]
-    rows = [(s, f"t{s}", "{" + ",".join(f'"{k}":{s}.5' for k in keys) + "}") for s in range(500)]
+    rows = [(s, f"t{s}", "{" + ",".join(f'"stat_{k}":{s}.5' for k in range(40)) + "}") for s in range(500)]
 
     def read_since(version):
         reads.append(version)
         return rows if version < 0 else [r for r in rows if r[0] >= version]
 
-    full = Series.build((1.0, 0), 500, rows)
-    cache = StepCache(full.nbytes // 2)
-    assert full.lean().nbytes <= cache.max_bytes < full.nbytes
-    lean = cache.current("r", (1.0, 0), 500, read_since, text=False)
-    assert lean.blobs is None and lean.columns["stat_3"][7] == 7.5 and len(cache) == 1
-    assert cache.current("r", (1.0, 0), 500, read_since, text=False) is lean and reads == [-1]  # held
-    rows.append((500, "t500", '{"stat_3":1}'))
-    grown = cache.current("r", (1.0, 0), 501, read_since, text=False)
-    assert grown.blobs is None and grown.columns["stat_3"][-1] == 1.0 and reads == [-1, 500]
-    whole = cache.current("r", (1.0, 0), 501, read_since)  # whole rows: the text, read again
-    assert whole.blobs[5] == rows[5][2] and reads == [-1, 500, -1]
-    assert cache.nbytes <= cache.max_bytes
+    cache = StepCache(Series.build((1.0, 0), 500, rows).nbytes // 2)
+    assert cache.current("r", (1.0, 0), 500, read_since).columns["stat_3"][7] == 7.5
+    assert cache.current("r", (1.0, 0), 500, read_since).columns["stat_3"][7] == 7.5
+    assert reads == [-1, -1] and len(cache) == 0 and cache.nbytes == 0
+
+
+def _rows(steps, value=lambda s: s) -> list[tuple]:
+    return [(s, f"t{s}", '{"kl":%r}' % float(value(s))) for s in steps]
+
+
+def test_new_steps_grow_the_held_arrays_in_place_and_an_older_series_never_changes():
+    """Steps after the held ones are written into the arrays' spare room: a run's steps are copied a
+    bounded number of times as it grows one step a read (the heap does not churn a copy of every
+    column per read), and a series a reader holds reads the same steps and values throughout."""
+    series, rooms = Series.build((1.0, 0), 0, _rows(range(10))), set()
+    old = series
+    for step in range(10, 2000):
+        series = series.merged((1.0, 0), step, _rows([step]))
+        rooms.add(id(series._room))
+    assert len(rooms) <= 16 and series.columns["kl"].tolist() == list(map(float, range(2000)))
+    assert old.steps.tolist() == list(range(10)) and old.columns["kl"].tolist() == list(map(float, range(10)))
+    grown = old.merged((1.0, 0), 1, _rows([10], lambda s: -1.0))  # an older series extended again: a copy
+    assert grown.columns["kl"][10] == -1.0 and series.columns["kl"][10] == 10.0
+    tip = series
+    again = tip.merged((1.0, 0), 2001, _rows([5], lambda s: 99.0))  # a held step written again: a copy
+    assert again.columns["kl"][5] == 99.0 and tip.columns["kl"][5] == 5.0 and len(again.steps) == 2000
+    assert not np.shares_memory(again.columns["kl"], tip.columns["kl"])
+
+
+def test_a_row_of_every_column_is_the_step_as_written(stores):
+    """Whole rows are written from the held columns: each is the step's stored object (every value
+    exactly, nulls as null, a key the step did not log absent), however the steps arrived."""
+    reader, writer = stores
+    rng = random.Random(3)
+    keys = ["kl", "reward", "entropy", "grpo.x/y", "clip_ratio/region_mean"]
+    written = {}
+    for start in range(0, 60, 7):
+        batch = Batch()
+        batch.runs["r"] = {}
+        for step in rng.sample(range(start, start + 7), 7):  # in any order within a request
+            metrics = {k: rng.choice([None, rng.uniform(-1e6, 1e6), rng.random() * 1e-300, 0.1 + 0.2])
+                       for k in keys if rng.random() < 0.7}
+            written[step] = metrics
+            batch.steps.append(StepRecord("r", step, rng.randbytes(8), 1000.0 + step, 1001.0 + step, metrics))
+        writer.write_batch(batch)
+        rows = reader.steps("r")
+        assert [{k: v for k, v in r.items() if k not in ("run_id", "step", "time")} for r in rows] == \
+            [written[s] for s in sorted(written)]
+    only_ids = json.loads(b"[" + b",".join(reader.steps_pieces("r", fields=("run_id",))) + b"]")
+    assert only_ids == [{**written[s], "run_id": "r"} for s in sorted(written)]
 
 
 def test_the_held_total_is_kept_as_runs_come_and_go():

@@ -84,16 +84,6 @@ def _row_tail(run_id: str, fields: tuple[str, ...]) -> tuple[bytes, list[str]]:
     return b",".join(parts) + b"}", per_row
 
 
-def _whole_rows(run_id: str, steps: list[int], times: list, blobs: list[str],
-                fields: tuple[str, ...] = ROW_FIELDS) -> bytes:
-    """Each step's stored JSON object with its `fields` after its columns, as the comma-joined JSON
-    objects of `steps_json`'s array."""
-    tail, per_row = _row_tail(run_id, fields)
-    cells = [orjson.dumps(steps if f == "step" else times)[1:-1].split(b",") for f in per_row]
-    heads = [blob[:-1].encode() + (b"," if len(blob) > 2 else b"") for blob in blobs]
-    return b",".join(map((b"%b" + tail).__mod__, zip(heads, *cells)))
-
-
 # RFC 3339 as Alertmanager writes it (Go's RFC3339Nano: up to 9 fraction digits, `Z` or an offset).
 _RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", re.IGNORECASE)
 
@@ -126,37 +116,48 @@ def _alert_step(conn, run_id: str, starts_at: str) -> int | None:
     return row[0]
 
 
-def _selected_rows(run_id: str, names: list[str], columns: list, nulls: list, steps: list[int], times: list,
-                   fields: tuple[str, ...] = ROW_FIELDS) -> bytes:
-    """Rows of the selected columns (`names`, each a float64 array aligned with `steps`, NaN: no
-    finite value; `nulls`: per column a bool array of the steps that logged it non-finite, or None)
-    then `run_id`, `step`, `time` (those of them in `fields`), as the comma-joined JSON objects of
-    `steps_json`'s array. As in a row of every column: a column the step did not log is left out of
-    its row, a non-finite value is null.
+def _step_rows(run_id: str, names: list[str], columns: list, nulls: list, steps: list[int], times: list,
+               fields: tuple[str, ...] = ROW_FIELDS) -> bytes:
+    """Rows of the columns `names` (each a float64 array aligned with `steps`, NaN: no finite value;
+    `nulls`: per column a bool array of the steps that logged it non-finite, or None) then `run_id`,
+    `step`, `time` (those of them in `fields`), as the comma-joined JSON objects of `steps_json`'s
+    array: a column the step did not log is left out of its row, a non-finite value is null.
 
-    Written column by column: orjson writes each column's numbers (NaN as null, floats as the
-    shortest text that reads back the same), which are split into one text per row and given the
-    column's name, or emptied where the step has no entry; each row is one bytes format of those
-    texts (the run id written into the format). No dict per row: a long run's chart made ~10,000 of
+    orjson writes the page's numbers at once (NaN as null, floats as the shortest text that reads
+    back the same), split into each row's texts; the rows that logged the same columns (nearly every
+    row: most steps log every column) share one bytes format of their names (the run id written into
+    it), so a row is one split and one format. No dict per row: a long run's chart made ~10,000 of
     them a request, and the garbage collector's full passes over the server's objects they set off
     stalled a request now and then."""
     if not steps:
         return b""
-    cells = [_named_cells(name, values, null) for name, values, null in zip(names, columns, nulls)]
     tail, per_row = _row_tail(run_id, fields)
-    cells += [orjson.dumps(steps if f == "step" else times)[1:-1].split(b",") for f in per_row]
-    row = b"{" + b"%b" * len(names) + tail
-    return b",".join(map(row.__mod__, zip(*cells)))  # C loops: no Python call per row
-
-
-def _named_cells(name: str, values, null) -> list[bytes]:
-    """Per row `"name":value,` (null where `null` says non-finite), or b"" where the step has no entry."""
-    texts = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",")
-    cell = orjson.dumps(name).replace(b"%", b"%%") + b":%b,"
-    out = np.array(list(map(cell.__mod__, texts)), dtype=object)
-    absent = np.isnan(values) if null is None else np.isnan(values) & ~null
-    out[absent] = b""
-    return out.tolist()
+    own = list(zip(*[orjson.dumps(steps if f == "step" else times)[1:-1].split(b",") for f in per_row]))
+    if not names:
+        return b",".join([(b"{" + tail) % row for row in own] if own else [(b"{" + tail) % ()] * len(steps))
+    matrix = np.column_stack(columns)
+    logged = ~np.isnan(matrix)
+    for j, null in enumerate(nulls):
+        if null is not None:
+            logged[:, j] |= null
+    texts = orjson.dumps(matrix, option=orjson.OPT_SERIALIZE_NUMPY)[2:-2].split(b"],[")
+    cells = [orjson.dumps(name).replace(b"%", b"%%") + b":%b," for name in names]
+    own = own or [()] * len(steps)
+    shapes: dict[bytes, list[int]] = {}  # the columns a row logged -> its rows
+    for i, shape in enumerate(np.packbits(logged, axis=1)):
+        shapes.setdefault(shape.tobytes(), []).append(i)
+    out = texts
+    for at in shapes.values():
+        kept = np.flatnonzero(logged[at[0]]).tolist()
+        row = b"{" + b"".join([cells[j] for j in kept]) + tail
+        if len(kept) == len(names):
+            for i in at:
+                out[i] = row % (*texts[i].split(b","), *own[i])
+        else:
+            for i in at:
+                values = texts[i].split(b",")
+                out[i] = row % (*[values[j] for j in kept], *own[i])
+    return b",".join(out)
 
 
 def _sample_row(row) -> dict:
@@ -204,7 +205,7 @@ class Reads(RunReads):
 
         Served from the run's steps held in memory (`_step_series`), brought up to date first:
         one primary-key read, and the steps written since the last read of the run. All columns:
-        each row is the held JSON object with the three fields spliced in (stat keys cannot
+        each row has every column its step logged, by key, then the three fields (stat keys cannot
         collide with them, see RESERVED_STEP_KEYS).
         """
         return b"[" + b",".join(self.steps_pieces(run_id, metrics, step_min, step_max, limit, offset, points,
@@ -221,7 +222,7 @@ class Reads(RunReads):
         if not set(fields) & set(ROW_FIELDS):
             raise ValueError(f"fields: at least one of {', '.join(ROW_FIELDS)}")
         with self.read() as conn:
-            series = self._series(conn, run_id, text=metrics is None)
+            series = self._series(conn, run_id)
         if series is None:
             return iter(())
         rows = series.window(step_min, step_max, limit, offset)
@@ -237,20 +238,16 @@ class Reads(RunReads):
 
     def _pieces(self, run_id: str, series: Series, rows, metrics: list[str] | None,
                 fields: tuple[str, ...]) -> Iterator[bytes]:
-        rename = self.step_cache.rename
-        names = None if metrics is None else metrics if rename is None else [rename(m) for m in metrics]
+        rename = self.step_cache.rename or str
         for i in range(0, len(rows), STEP_PIECE_ROWS):
             part = rows[i:i + STEP_PIECE_ROWS]
-            steps, times = series.steps[part].tolist(), series.times[part].tolist()
-            if metrics is None:
-                yield _whole_rows(run_id, steps, times, series.blobs[part].tolist(), fields)
-            else:
-                yield _selected_rows(run_id, names, [series.values(m, part) for m in metrics],
-                                     [series.nulls_at(m, part) for m in metrics], steps, times, fields)
+            keys = series.logged_keys(part) if metrics is None else metrics  # every column: those of these steps
+            yield _step_rows(run_id, [rename(k) for k in keys], [series.values(k, part) for k in keys],
+                             [series.nulls_at(k, part) for k in keys], series.steps[part].tolist(),
+                             series.times[part].tolist(), fields)
 
-    def _series(self, conn, run_id: str, text: bool = True) -> Series | None:
-        """The run's steps, current as of this read; None for an unknown run. `text`: with the
-        steps' JSON text (whole rows), else perhaps a lean series (named columns)."""
+    def _series(self, conn, run_id: str) -> Series | None:
+        """The run's steps, current as of this read; None for an unknown run."""
         head = conn.execute("SELECT first_seen, step_epoch, step_version FROM runs WHERE run_id = ?",
                             (run_id,)).fetchone()
         if head is None:
@@ -259,7 +256,7 @@ class Reads(RunReads):
         # to find the few written since; the (run_id, version) index finds just those.
         sql = f"SELECT step, {self.dialect.step_time}, metrics FROM steps WHERE run_id = ? AND version > ?"
         return self.step_cache.current(run_id, (head[0], head[1]), head[2],
-                                       lambda version: conn.execute(sql, (run_id, version)).fetchall(), text)
+                                       lambda version: conn.execute(sql, (run_id, version)).fetchall())
 
     def steps(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
               step_max: int | None = None, limit: int = 10000, offset: int = 0, points: int | None = None) -> list[dict]:

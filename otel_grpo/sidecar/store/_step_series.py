@@ -11,109 +11,155 @@ its last read, not the run's length. The versions live in the database: a replic
 other replica's writes as its own. A changed epoch or `first_seen` (a run deleted and made again)
 reads the run whole.
 
-Held per step: its number, time text and JSON object (as stored, its keys renamed once to the
-names reads give them: `rename`), and each scalar as a float64 column under its stored key (NaN
-where the step has no finite value), for selecting and downsampling columns without parsing the
-objects. A column logged non-finite at some step (stored as null: ingest keeps no NaN or inf) also
+Held per step: its number, its time text, and each scalar as a float64 column under its stored key
+(NaN where the step has no finite value). Every stored value is a float or null (ingest makes each
+a float: `otlp._extract`), so the columns are the whole step: a row of every column is written
+from them, and the steps' JSON text (three quarters of a held step's bytes at 233 scalars) is not
+kept. A column logged non-finite at some step (stored as null: ingest keeps no NaN or inf) also
 has a mask of those steps, so a read tells "not logged here" (no key) from "logged, not finite" (null).
-The cache is bounded in bytes; the least recently read runs go first.
+
+The arrays have room to grow (`_Room`): steps newer than every held one, the common write, are
+written in place after the held ones, and the series grows by a view; only a write of an older
+step (a step written again) copies the run. Copying every column at every read with new steps
+made a sidecar's heap grow for good under a team's load: each copy a little larger than the one
+it freed (benchmarks/README.md, team). The cache is bounded in bytes; the least recently read
+runs go first.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import orjson
 
 STEP_CACHE_BYTES = 256 * 2**20  # the sidecar's default (`step_cache_mb`)
-_ROW_OVERHEAD = 120  # bytes a held step costs besides its JSON text and columns (str and list slots)
+_TIME_BYTES = 90  # what a held step's time text costs besides its slot (a str object of ~24 characters)
 _STRIPES = 64  # run locks: loads of different runs proceed side by side, two of one run do not
+_MIN_ROOM = 8  # spare rows of a run's arrays made for its steps at once
+_GROWTH = 1.5  # the arrays' size made when they are full, as a multiple of the steps they held
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+class _Room:
+    """A run's arrays, with room for more steps than are held: the series that extend one another
+    share them, each a view of its first rows. Only the newest (all `filled` rows) may write
+    after them, so the rows an older series sees never change."""
+
+    __slots__ = ("steps", "times", "columns", "nulls", "filled")
+
+    def __init__(self, capacity: int) -> None:
+        self.steps = np.zeros(capacity, dtype=np.int64)
+        self.times = np.empty(capacity, dtype=object)
+        self.columns: dict[str, np.ndarray] = {}  # stat key -> float64, NaN beyond what was written
+        self.nulls: dict[str, np.ndarray] = {}  # stat key -> bool, for the keys that ever held a null
+        self.filled = 0
+
+    @property
+    def capacity(self) -> int:
+        return len(self.steps)
+
+    def column(self, key: str) -> np.ndarray:
+        column = self.columns.get(key)
+        if column is None:
+            column = self.columns[key] = np.full(self.capacity, np.nan)
+        return column
+
+    def null(self, key: str) -> np.ndarray:
+        null = self.nulls.get(key)
+        if null is None:
+            null = self.nulls[key] = np.zeros(self.capacity, dtype=bool)
+        return null
+
+    def moved(self, n: int, capacity: int, at: np.ndarray | None = None) -> "_Room":
+        """A new room of `capacity` holding this room's first `n` rows (a series' steps) at `at` (None:
+        where they are)."""
+        room = _Room(capacity)
+        at = slice(0, n) if at is None else at
+        room.steps[at], room.times[at] = self.steps[:n], self.times[:n]
+        for key, column in self.columns.items():
+            room.column(key)[at] = column[:n]
+        for key, null in self.nulls.items():
+            room.null(key)[at] = null[:n]
+        return room
+
+    def write(self, at: np.ndarray, objs: list[dict], keys) -> None:
+        """The step objects `objs` (each a step's whole, merged state) into rows `at`: every one of
+        `keys` (NaN where an object lacks it, a null marked in the key's mask)."""
+        for key in keys:
+            # An absent key reads as NaN, a stored null as None: both NaN as float64, told apart first
+            # (count is a C loop; the mask is written only for a column that has a null).
+            new = list(map(dict.get, objs, itertools.repeat(key), itertools.repeat(np.nan)))
+            self.column(key)[at] = np.array(new, dtype=np.float64)
+            if key in self.nulls or new.count(None) > 0:
+                self.null(key)[at] = np.fromiter(map(operator.is_, new, itertools.repeat(None)), dtype=bool,
+                                                 count=len(new))
+
+    def nbytes(self) -> int:
+        return (self.capacity * (self.steps.itemsize + self.times.itemsize + 8 * len(self.columns) + len(self.nulls))
+                + _TIME_BYTES * self.filled)
+
+
 class Series:
-    """One run's steps, ordered by step; immutable (a newer version is a new Series), so a reader
-    keeps using the one it got while another thread moves the cache on."""
+    """One run's steps, ordered by step; a view that never changes (a newer version is a new
+    Series), so a reader keeps using the one it got while another thread moves the cache on."""
 
-    identity: tuple
-    version: int
-    steps: np.ndarray
-    """int64, ascending"""
-    times: np.ndarray
-    """object: each step's time text (None: no end time)"""
-    blobs: np.ndarray | None
-    """object: each step's JSON object text; None in a lean series (`lean`), which holds the columns only"""
-    columns: dict[str, np.ndarray]
-    """stat key -> float64 values, NaN where the step has no finite value"""
-    nulls: dict[str, np.ndarray]
-    """stat key -> bool per step, True where the step logged it non-finite (stored null); only for the
-    keys that have such a step (rare: most runs have none)"""
-    text_bytes: int
-    """the JSON objects' length in all"""
+    __slots__ = ("identity", "version", "steps", "times", "columns", "nulls", "_room")
+
+    def __init__(self, identity: tuple, version: int, room: _Room, n: int) -> None:
+        self.identity, self.version, self._room = identity, version, room
+        self.steps: np.ndarray = room.steps[:n]
+        """int64, ascending"""
+        self.times: np.ndarray = room.times[:n]
+        """object: each step's time text (None: no end time)"""
+        self.columns: dict[str, np.ndarray] = {key: column[:n] for key, column in sorted(room.columns.items())}
+        """stat key -> float64 values, NaN where the step has no finite value; by key"""
+        self.nulls: dict[str, np.ndarray] = {key: null[:n] for key, null in room.nulls.items() if null[:n].any()}
+        """stat key -> bool per step, True where the step logged it non-finite (stored null); only for the
+        keys that have such a step (rare: most runs have none)"""
 
     @classmethod
-    def build(cls, identity: tuple, version: int, rows: Sequence[tuple],
-              rename: Callable[[str], str] | None = None, text: bool = True) -> "Series":
-        """From (step, time, JSON object) rows, one per step, in any order; lean without `text`."""
-        return (_EMPTY if text else _EMPTY.lean()).merged(identity, version, rows, rename)
+    def build(cls, identity: tuple, version: int, rows: Sequence[tuple]) -> "Series":
+        """From (step, time, JSON object) rows, one per step, in any order."""
+        return _EMPTY.merged(identity, version, rows)
 
-    def merged(self, identity: tuple, version: int, rows: Sequence[tuple],
-               rename: Callable[[str], str] | None = None) -> "Series":
+    def merged(self, identity: tuple, version: int, rows: Sequence[tuple]) -> "Series":
         """This series with `rows` (step, time, JSON object; one per step, in any order) added or replacing
-        the rows of their steps (a stored object is the step's whole, merged state); the new
-        objects' keys renamed by `rename` (None: as stored). Every copy is a C loop over whole
-        arrays: a step more costs a few copies of the run's arrays, not a Python loop over it."""
+        the rows of their steps (a stored object is the step's whole, merged state). Steps after every
+        held one are written after them, in place where the arrays have room; a step held already
+        copies the run into new arrays. Every copy is a C loop over whole arrays."""
+        if not rows:
+            return Series(identity, version, self._room, len(self.steps))
         new_steps = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        steps = np.union1d(self.steps, new_steps)
-        old_at, new_at = np.searchsorted(steps, self.steps), np.searchsorted(steps, new_steps)
-        # One parse of the new objects; each column through C loops (map), not per value.
-        objs = orjson.loads("[" + ",".join(r[2] for r in rows) + "]")
-        times = np.empty(len(steps), dtype=object)
-        times[old_at], times[new_at] = self.times, [r[1] for r in rows]
-        blobs, text_bytes = None, 0
-        if self.blobs is not None:  # a lean series stays lean: its columns only
-            new_blobs = [r[2] for r in rows] if rename is None else list(_renamed(objs, rename))
-            replaced = self.blobs[np.isin(self.steps, new_steps)]
-            text_bytes = self.text_bytes - sum(map(len, replaced)) + sum(map(len, new_blobs))
-            blobs = np.empty(len(steps), dtype=object)
-            blobs[old_at], blobs[new_at] = self.blobs, new_blobs
-        columns, nulls = {}, {}
-        for key in sorted(set(self.columns).union(*objs)):
-            column = np.full(len(steps), np.nan)
-            if key in self.columns:
-                column[old_at] = self.columns[key]
-            # An absent key reads as NaN, a stored null as None: both NaN as float64, told apart first
-            # (count is a C loop; the mask is built only for the rare column that has a null).
-            new = list(map(dict.get, objs, itertools.repeat(key), itertools.repeat(np.nan)))
-            column[new_at] = np.array(new, dtype=np.float64)
-            columns[key] = column
-            old_null, has_null = self.nulls.get(key), new.count(None) > 0
-            if old_null is not None or has_null:
-                null = np.zeros(len(steps), dtype=bool)
-                if old_null is not None:
-                    null[old_at] = old_null
-                null[new_at] = np.fromiter(map(operator.is_, new, itertools.repeat(None)), dtype=bool, count=len(new))
-                if null.any():
-                    nulls[key] = null
-        return Series(identity, version, steps, times, blobs, columns, nulls, text_bytes)
-
-    def lean(self) -> "Series":
-        """This series without the steps' JSON text: what reads of named columns use."""
-        return dataclasses.replace(self, blobs=None, text_bytes=0)
+        objs = orjson.loads("[" + ",".join(r[2] for r in rows) + "]")  # one parse of the new objects
+        room, n = self._room, len(self.steps)
+        if room.filled == n and (n == 0 or new_steps.min() > self.steps[-1]):
+            # After every held step: written in the room's spare rows, by step.
+            if n + len(rows) > room.capacity:
+                # Room in proportion to the steps held: each step is copied O(1) times as the run grows,
+                # and a run read whole (a finished one never grows) is held with little to spare.
+                room = room.moved(n, max(n + len(rows) + _MIN_ROOM, int(n * _GROWTH)))
+            new_at = n + np.argsort(np.argsort(new_steps))
+            keys = set(room.columns).union(*objs)
+            room.filled = n + len(rows)
+        else:
+            # A held step written again (or an older one): the union, copied into new arrays.
+            steps = np.union1d(self.steps, new_steps)
+            room = room.moved(n, len(steps) + _MIN_ROOM, np.searchsorted(steps, self.steps))
+            new_at = np.searchsorted(steps, new_steps)
+            keys = set(room.columns).union(*objs)  # a step's object replaces the whole row
+            room.filled = len(steps)
+        room.steps[new_at], room.times[new_at] = new_steps, [r[1] for r in rows]
+        room.write(new_at, objs, sorted(keys))
+        return Series(identity, version, room, room.filled)
 
     @property
     def nbytes(self) -> int:
-        """About what the series holds in memory."""
-        return (self.steps.nbytes + sum(c.nbytes for c in self.columns.values())
-                + sum(n.nbytes for n in self.nulls.values()) + self.text_bytes
-                + _ROW_OVERHEAD * len(self.steps))
+        """About what the series' arrays hold in memory, their spare room included."""
+        return self._room.nbytes()
 
     def window(self, step_min: int | None, step_max: int | None, limit: int, offset: int) -> np.ndarray:
         """Row indices of the page of steps in `step_min..step_max` (inclusive; None: open),
@@ -138,27 +184,19 @@ class Series:
         found = (column[rows] for column in self.columns.values())
         return [c for c in found if not np.isnan(c).all()]
 
+    def logged_keys(self, rows: np.ndarray) -> list[str]:
+        """The keys logged at one of `rows` at least (a value or a null), in key order: a row of every column."""
+        return [key for key, column in self.columns.items()
+                if not np.isnan(column[rows]).all() or (key in self.nulls and self.nulls[key][rows].any())]
 
-_EMPTY = Series((), -1, np.empty(0, dtype=np.int64), np.empty(0, dtype=object), np.empty(0, dtype=object), {}, {}, 0)
 
-
-def _renamed(objs: list[dict], rename: Callable[[str], str]) -> Iterator[str]:
-    """Each object as JSON text with its keys renamed; a run's steps mostly share one key order,
-    renamed once."""
-    names: dict[tuple, tuple] = {}
-    for obj in objs:
-        keys = tuple(obj)
-        renamed = names.get(keys)
-        if renamed is None:
-            renamed = names[keys] = tuple(map(rename, keys))
-        yield orjson.dumps(dict(zip(renamed, obj.values()))).decode()
+_EMPTY = Series((), -1, _Room(0), 0)
 
 
 class StepCache:
-    """Runs' `Series`, at most `max_bytes` in all (a run larger than that is kept lean, its columns
-    without the JSON text, where that fits, and read whole at every read for whole rows or where it
-    does not); thread-safe. `rename`: stored stat key -> the name reads give its column
-    (the API's catalog names); None: the stored keys.
+    """Runs' `Series`, at most `max_bytes` in all (a run larger than that is read whole at every read);
+    thread-safe. `rename`: stored stat key -> the name reads give its column (the API's catalog
+    names); None: the stored keys.
 
     The bookkeeping of a read is O(1) in the runs held: each run is held with its size, and their
     total is kept as they come and go. (Summing every held run at each read made a read of all of
@@ -173,29 +211,23 @@ class StepCache:
         self._run_locks = [threading.Lock() for _ in range(_STRIPES)]
 
     def current(self, run_id: str, identity: tuple, version: int,
-                read_since: Callable[[int], Sequence[tuple]], text: bool = True) -> Series:
+                read_since: Callable[[int], Sequence[tuple]]) -> Series:
         """The run's series at `version` (or later). `read_since(v)`: the (step, time, JSON object)
         rows stamped after version v, in any order (v = -1: every row); `version` must have been
-        read before any of them, so a row it has not seen yet is read again next time. `text`:
-        the steps' JSON text is needed (whole rows); without it a lean series may come back."""
+        read before any of them, so a row it has not seen yet is read again next time."""
         with self._run_locks[hash(run_id) % _STRIPES]:
             with self._lock:
                 entry = self._runs.get(run_id)
             held = None if entry is None else entry[0]
-            if held is None or held.identity != identity or held.version > version or (text and held.blobs is None):
-                held = Series.build(identity, version, read_since(-1), self.rename, text)
+            if held is None or held.identity != identity or held.version > version:
+                held = Series.build(identity, version, read_since(-1))
             elif held.version < version:
-                held = held.merged(identity, version, read_since(held.version), self.rename)
+                held = held.merged(identity, version, read_since(held.version))
             self._keep(run_id, held)
         return held
 
     def _keep(self, run_id: str, series: Series) -> None:
         size = series.nbytes
-        if size > self.max_bytes:
-            # Over the whole budget: kept lean, without the steps' JSON text (most of a long run's
-            # bytes), so a chart's reads of named columns stay in memory; whole rows read it again.
-            series = series.lean()
-            size = series.nbytes
         with self._lock:
             old = self._runs.pop(run_id, None)
             if old is not None:
