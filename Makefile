@@ -92,6 +92,7 @@ bench: setup
 	$(PY) benchmarks/emit.py
 	$(PY) benchmarks/sidecar.py
 	$(PY) benchmarks/runs_scale.py
+	$(PY) benchmarks/step_reads.py
 	$(PY) benchmarks/sqlite_wal.py
 	$(PY) benchmarks/trainer.py
 	$(PY) benchmarks/trl.py
