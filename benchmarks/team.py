@@ -561,9 +561,10 @@ def main() -> None:
 
 
 def save(r: dict, tmp: Path) -> None:
-    """The series behind the table (RSS samples, ingest times at the proxy in order), for a look at their course."""
-    raw = {"rss": r["rss"], "proxy_ingest_ms": r["proxy_ingest_ms"], "proxy_ingest_at_s": r["proxy_ingest_at"],
-           "queries_ms": r["queries"]}
+    """The series behind the table (RSS samples and the sidecars' step caches beside them, ingest times at the
+    proxy in order), for a look at their course."""
+    raw = {"rss": r["rss"], "step_cache_mib": r["cached"], "proxy_ingest_ms": r["proxy_ingest_ms"],
+           "proxy_ingest_at_s": r["proxy_ingest_at"], "queries_ms": r["queries"]}
     (tmp / "series.json").write_text(json.dumps(raw))
 
 

@@ -19,16 +19,18 @@ from otel_grpo.sidecar import SidecarSettings, create_app
 from otel_grpo.sidecar.api.deps import STREAM_FLUSH_BYTES
 from otel_grpo.sidecar.otlp._extract import Batch, SampleRecord
 from otel_grpo.sidecar.store import SampleQuery
-from otel_grpo.sidecar.store._queries import SAMPLE_CHUNK_ROWS, STEP_PIECE_ROWS
+from otel_grpo.sidecar.store._queries import SAMPLE_CHUNK_ROWS, step_piece_rows
 from otel_grpo.sidecar.store._writes import _STEP_UPSERT
 
-SAMPLES, STEPS, TEXT, READS = 5000, 10 * 2048, 100, 4
+SAMPLES, TEXT, READS, COLUMNS = 5000, 100, 4, 20
+PIECE = step_piece_rows(COLUMNS)  # rows of every column a piece holds
+STEPS = 10 * PIECE
 MiB = 2**20
 ROW = b'"run_id":'
 
 
 def _fill(store, steps: int = STEPS) -> None:
-    """SAMPLES samples of TEXT-long prompts, STEPS steps of 20 scalars (stored as a batch of write
+    """SAMPLES samples of TEXT-long prompts, STEPS steps of COLUMNS scalars (stored as a batch of write
     versions at once: a merge per step took most of the test on PostgreSQL)."""
     batch = Batch()
     batch.runs["big"] = {}
@@ -37,7 +39,7 @@ def _fill(store, steps: int = STEPS) -> None:
                                           f"prompt {i} " + "p" * TEXT, f"completion {i}", 1.0, {"selection": "top"}))
     store.write_batch(batch)
     with store._tx() as conn:
-        conn.executemany(_STEP_UPSERT, [("big", step, 1.0, 2.0, 2.0, json.dumps({f"m{k}": step + k / 10 for k in range(20)}),
+        conn.executemany(_STEP_UPSERT, [("big", step, 1.0, 2.0, 2.0, json.dumps({f"m{k}": step + k / 10 for k in range(COLUMNS)}),
                                          step + 1) for step in range(steps)])
         conn.execute("UPDATE runs SET step_version = ? WHERE run_id = 'big'", (steps,))
 
@@ -91,13 +93,16 @@ def test_a_store_hands_out_page_reads_a_bounded_piece_at_a_time(db):
 
     store = open_store(db)
     try:
-        _fill(store, 2 * STEP_PIECE_ROWS + 5)
+        _fill(store, 2 * PIECE + 5)
         chunks = list(store.sample_chunks("big", SampleQuery(step_min=0, limit=SAMPLES)))
         assert [len(c) for c in chunks] == [SAMPLE_CHUNK_ROWS] * (SAMPLES // SAMPLE_CHUNK_ROWS)
         assert [r["sample_index"] for c in chunks for r in c] == [i % 500 for i in range(SAMPLES)]
-        pieces = list(store.steps_pieces("big", ["m1"], limit=STEPS))
-        assert [p.count(ROW) for p in pieces] == [STEP_PIECE_ROWS, STEP_PIECE_ROWS, 5]
-        assert store.steps_json("big", ["m1"], limit=STEPS) == b"[" + b",".join(pieces) + b"]"
+        pieces = list(store.steps_pieces("big", limit=STEPS))  # every column
+        assert [p.count(ROW) for p in pieces] == [PIECE, PIECE, 5]
+        assert store.steps_json("big", limit=STEPS) == b"[" + b",".join(pieces) + b"]"
+        # A piece is counted in values: rows of one column and the step come 16,384 to a piece.
+        narrow = list(store.steps_pieces("big", ["m1"], limit=STEPS, fields=("step",)))
+        assert [p.count(b'"step"') for p in narrow] == [2 * PIECE + 5] and step_piece_rows(1, 1) == 16384
     finally:
         store.close()
 
@@ -126,7 +131,7 @@ def _check(app, path: str, query: str, rows: int, small: int, piece: int, row: i
 
 
 def test_concurrent_large_pages_are_answered_within_the_pieces_in_flight(sqlite_client):
-    """Pages of 5,000 samples and of 20,480 steps: a page holds a chunk (piece) of rows at a time (the one
+    """Pages of 5,000 samples and of ten pieces of steps: a page holds a chunk (piece) of rows at a time (the one
     being written, and the one before it being sent), so a page five times as long as two chunks takes about
     the same heap (built whole: five times as much), and READS of them at once about READS times that."""
     client = sqlite_client
@@ -141,4 +146,4 @@ def test_concurrent_large_pages_are_answered_within_the_pieces_in_flight(sqlite_
     _check(client.app, "/api/runs/big/samples", "step_min=0&limit={}", SAMPLES, 2 * SAMPLE_CHUNK_ROWS,
            SAMPLE_CHUNK_ROWS, row)
     row = len(client.get("/api/runs/big/steps", params={"limit": 1}).content)
-    _check(client.app, "/api/runs/big/steps", "limit={}", STEPS, 2 * STEP_PIECE_ROWS, STEP_PIECE_ROWS, row)
+    _check(client.app, "/api/runs/big/steps", "limit={}", STEPS, 2 * PIECE, PIECE, row)

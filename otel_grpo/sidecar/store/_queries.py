@@ -169,8 +169,15 @@ def _sample_row(row) -> dict:
     return out
 
 
-STEP_PIECE_ROWS = 2048
-"""Step rows written at a time (`steps_pieces`): what a streamed step response holds besides the run."""
+STEP_PIECE_CELLS = 32768
+"""Values (a row's columns and own fields) of the step rows written at a time (`steps_pieces`): what a
+streamed step response holds besides the run, about 0.5-1 MB of text however wide the rows are
+(counted in rows, a piece of 2,048 steps of 233 scalars was 18 MB)."""
+
+
+def step_piece_rows(columns: int, fields: int = len(ROW_FIELDS)) -> int:
+    """Step rows a piece holds where each row has `columns` columns and `fields` own fields."""
+    return max(1, STEP_PIECE_CELLS // (columns + fields))
 
 SAMPLE_CHUNK_ROWS = 500
 """Sample rows read and written at a time by a streamed read (an export, a JSON page): what it holds."""
@@ -214,8 +221,8 @@ class Reads(RunReads):
     def steps_pieces(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
                      step_max: int | None = None, limit: int = 10000, offset: int = 0,
                      points: int | None = None, fields: tuple[str, ...] = ROW_FIELDS) -> Iterator[bytes]:
-        """The rows of `steps_json`, its array's inside in pieces of at most STEP_PIECE_ROWS rows
-        (each its rows' objects joined by commas; join the pieces with commas). The database is read
+        """The rows of `steps_json`, its array's inside in pieces of at most STEP_PIECE_CELLS values
+        (`step_piece_rows`; each its rows' objects joined by commas; join the pieces with commas). The database is read
         before this returns (a store error is raised here); the rows are written as the pieces are
         taken, so a response that streams them holds one piece at a time, not the page.
         """
@@ -239,8 +246,9 @@ class Reads(RunReads):
     def _pieces(self, run_id: str, series: Series, rows, metrics: list[str] | None,
                 fields: tuple[str, ...]) -> Iterator[bytes]:
         rename = self.step_cache.rename or str
-        for i in range(0, len(rows), STEP_PIECE_ROWS):
-            part = rows[i:i + STEP_PIECE_ROWS]
+        piece = step_piece_rows(len(series.columns if metrics is None else metrics), len(fields))
+        for i in range(0, len(rows), piece):
+            part = rows[i:i + piece]
             keys = series.logged_keys(part) if metrics is None else metrics  # every column: those of these steps
             yield _step_rows(run_id, [rename(k) for k in keys], [series.values(k, part) for k in keys],
                              [series.nulls_at(k, part) for k in keys], series.steps[part].tolist(),
