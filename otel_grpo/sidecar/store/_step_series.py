@@ -142,18 +142,15 @@ class Series:
                 # Room in proportion to the steps held: each step is copied O(1) times as the run grows,
                 # and a run read whole (a finished one never grows) is held with little to spare.
                 room = room.moved(n, max(n + len(rows) + _MIN_ROOM, int(n * _GROWTH)))
-            new_at = n + np.argsort(np.argsort(new_steps))
-            keys = set(room.columns).union(*objs)
-            room.filled = n + len(rows)
+            new_at, room.filled = n + np.argsort(np.argsort(new_steps)), n + len(rows)
         else:
             # A held step written again (or an older one): the union, copied into new arrays.
             steps = np.union1d(self.steps, new_steps)
             room = room.moved(n, len(steps) + _MIN_ROOM, np.searchsorted(steps, self.steps))
-            new_at = np.searchsorted(steps, new_steps)
-            keys = set(room.columns).union(*objs)  # a step's object replaces the whole row
-            room.filled = len(steps)
+            new_at, room.filled = np.searchsorted(steps, new_steps), len(steps)
         room.steps[new_at], room.times[new_at] = new_steps, [r[1] for r in rows]
-        room.write(new_at, objs, sorted(keys))
+        # Every column at the new rows: a step's object replaces its whole row (NaN where it lacks a key).
+        room.write(new_at, objs, sorted(set(room.columns).union(*objs)))
         return Series(identity, version, room, room.filled)
 
     @property
