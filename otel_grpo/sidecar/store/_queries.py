@@ -234,12 +234,12 @@ class Reads(RunReads):
             return iter(())
         rows = series.window(step_min, step_max, limit, offset)
         if points is not None and len(rows) > points:
-            columns = (series.columns_with_values(rows) if metrics is None
-                       else [series.values(m, rows) for m in metrics])  # absent columns count too
+            cells = series.logged(rows) if metrics is None else series.at(metrics, rows)
+            # Every named column counts (an absent one too); of every column, those with a value.
+            columns = [values for _, values, _ in cells if metrics is not None or not np.isnan(values).all()]
             # A step that logged a column non-finite is kept as an extreme is (each bucket's first such
             # step): a chart draws its gap, as it draws a spike.
-            masks = (series.nulls_at(m, rows) for m in (series.nulls if metrics is None else metrics))
-            columns += [np.where(mask, 1.0, np.nan) for mask in masks if mask is not None and mask.any()]
+            columns += [np.where(null, 1.0, np.nan) for _, _, null in cells if null is not None and null.any()]
             rows = rows[m4_rows(series.steps[rows], columns, points)]
         return self._pieces(run_id, series, rows, metrics, fields)
 
@@ -249,10 +249,9 @@ class Reads(RunReads):
         piece = step_piece_rows(len(series.columns if metrics is None else metrics), len(fields))
         for i in range(0, len(rows), piece):
             part = rows[i:i + piece]
-            keys = series.logged_keys(part) if metrics is None else metrics  # every column: those of these steps
-            yield _step_rows(run_id, [rename(k) for k in keys], [series.values(k, part) for k in keys],
-                             [series.nulls_at(k, part) for k in keys], series.steps[part].tolist(),
-                             series.times[part].tolist(), fields)
+            cells = series.logged(part) if metrics is None else series.at(metrics, part)  # every column: these steps'
+            yield _step_rows(run_id, [rename(k) for k, _, _ in cells], [v for _, v, _ in cells],
+                             [n for _, _, n in cells], series.steps[part].tolist(), series.times[part].tolist(), fields)
 
     def _series(self, conn, run_id: str) -> Series | None:
         """The run's steps, current as of this read; None for an unknown run."""

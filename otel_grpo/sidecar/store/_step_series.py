@@ -32,7 +32,7 @@ import itertools
 import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import orjson
@@ -176,15 +176,15 @@ class Series:
         null = self.nulls.get(key)
         return None if null is None else null[rows]
 
-    def columns_with_values(self, rows: np.ndarray) -> list[np.ndarray]:
-        """Each column at `rows`, for the columns with a value at one of them at least."""
-        found = (column[rows] for column in self.columns.values())
-        return [c for c in found if not np.isnan(c).all()]
+    def at(self, keys: Iterable[str], rows: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
+        """Each of `keys` with its values (`values`) and nulls (`nulls_at`) at `rows`."""
+        return [(key, self.values(key, rows), self.nulls_at(key, rows)) for key in keys]
 
-    def logged_keys(self, rows: np.ndarray) -> list[str]:
-        """The keys logged at one of `rows` at least (a value or a null), in key order: a row of every column."""
-        return [key for key, column in self.columns.items()
-                if not np.isnan(column[rows]).all() or (key in self.nulls and self.nulls[key][rows].any())]
+    def logged(self, rows: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
+        """`at` for the keys logged at one of `rows` at least (a value or a null), in key order: a row of
+        every column. Each column is gathered once."""
+        return [(key, values, null) for key, values, null in self.at(self.columns, rows)
+                if not np.isnan(values).all() or (null is not None and null.any())]
 
 
 _EMPTY = Series((), -1, _Room(0), 0)
