@@ -93,6 +93,7 @@ bench: setup
 	$(PY) benchmarks/sidecar.py
 	$(PY) benchmarks/runs_scale.py
 	$(PY) benchmarks/step_reads.py
+	$(PY) benchmarks/read_burst.py
 	$(PY) benchmarks/sqlite_wal.py
 	$(PY) benchmarks/trainer.py
 	$(PY) benchmarks/trl.py

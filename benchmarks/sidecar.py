@@ -258,9 +258,10 @@ class Backend:
             self.server.stop()
 
 
-def start_sidecar(db: Path | str) -> tuple[subprocess.Popen, str]:
+def start_sidecar(db: Path | str, settings: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """A sidecar process on `db` and its URL; `settings`: environment variables it gets besides ours."""
     port = free_port()
-    env = os.environ | {"OTEL_GRPO_SIDECAR_SYNCHRONOUS": SYNCHRONOUS}
+    env = os.environ | {"OTEL_GRPO_SIDECAR_SYNCHRONOUS": SYNCHRONOUS} | (settings or {})
     if WORKERS is not None:
         env["OTEL_GRPO_SIDECAR_INGEST_WORKERS"] = str(WORKERS)
     proc = subprocess.Popen([sys.executable, "-m", "otel_grpo.cli", "sidecar", "--port", str(port), "--db", str(db),

@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ._columns import column
 from ._fds import RefusalLog
+from ._heap import release_free_heap
 from ._hosts import HostCheckMiddleware
 from ._idle import close_idle
 from ._latest import Latest
@@ -69,12 +70,16 @@ async def _ingest_pool(app: FastAPI) -> IngestPool | None:
 
 async def _maintenance_loop(app: FastAPI) -> None:
     """A read-only store's try for writes, planner statistics every `STATISTICS_CHECK_S`, retention every
-    `retention_interval_s`."""
-    interval = app.state.settings.retention_interval_s
-    retain_at = time.monotonic() + interval
+    `retention_interval_s`, the allocator's free memory back to the kernel every `heap_release_s`."""
+    settings: SidecarSettings = app.state.settings
+    interval, release = settings.retention_interval_s, settings.heap_release_s
+    retain_at, release_at = time.monotonic() + interval, time.monotonic() + release
     while True:
-        await asyncio.sleep(min(STATISTICS_CHECK_S, interval))
+        await asyncio.sleep(min(STATISTICS_CHECK_S, interval, release or STATISTICS_CHECK_S))
         try:
+            if release and time.monotonic() >= release_at:  # first: it needs no database
+                release_at = time.monotonic() + release
+                await run_in_threadpool(release_free_heap)
             store = app.state.store
             if store.health.read_only and await run_in_threadpool(store.writable_again):
                 app.state.pool = await _ingest_pool(app)

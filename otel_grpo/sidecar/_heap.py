@@ -13,6 +13,12 @@ gives each new thread an arena of its own, up to 8 per core, and the server read
 threads: concurrent queries multiplied its resident memory, kept for good
 (benchmarks/README.md, costs). So the arenas are capped at `ARENAS` (the GIL serializes the
 Python threads anyway, so they hardly contend).
+
+What stays free is given back in the background (`release_free_heap`, the sidecar's maintenance
+every `heap_release_s`): a burst of large reads left the server at its peak for good, whatever it
+held afterwards, since the arenas keep up to `TRIM_BYTES` each and blocks freed between live ones
+are never trimmed at all; with the release it falls back within a minute (benchmarks/README.md,
+read_burst). The bodies that follow fault their pages in again once per release, not per request.
 glibc only; on another C library (musl) this does nothing.
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 
 log = logging.getLogger("otel_grpo.sidecar")
@@ -33,17 +40,38 @@ TRIM_BYTES = 64 * 1024 * 1024  # free heap kept before trimming: a few in-flight
 MMAP_BYTES = 32 * 1024 * 1024  # glibc's ceiling for this threshold on 64-bit; larger blocks are mmapped
 
 
+@functools.cache
+def _glibc():
+    """The C library if it is glibc (it has `mallopt` and `malloc_trim`); else None."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+        libc.malloc_trim.argtypes = (ctypes.c_size_t,)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
 def keep_freed_heap() -> bool:
     """Cap glibc's arenas and raise its trim and mmap thresholds for this process; False where it
     cannot (not glibc). Call it before the process starts threads."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    libc = _glibc()
+    if libc is None:
         return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt = libc.mallopt
     ok = (bool(mallopt(_M_ARENA_MAX, ARENAS)) and bool(mallopt(_M_MMAP_THRESHOLD, MMAP_BYTES))
           and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_BYTES)))
     if not ok:
         log.debug("mallopt refused the heap thresholds; the allocator keeps its defaults")
     return ok
+
+
+def release_free_heap() -> bool:
+    """Hand the kernel every whole free page of every arena, wherever it lies (glibc's `malloc_trim(0)`:
+    the heap's top, and the unused pages of free blocks between live ones); False where it cannot (not
+    glibc). The arenas are locked meanwhile: call it off the event loop."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    libc.malloc_trim(0)
+    return True

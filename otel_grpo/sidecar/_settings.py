@@ -117,6 +117,9 @@ class SidecarSettings(BaseSettings):
     retention_interval_s: float = Field(60.0, gt=0)
     """How often retention runs. (The query planner's statistics are refreshed within seconds of the store's
     samples doubling, whatever this is.)"""
+    heap_release_s: float = Field(60.0, ge=0)
+    """How often the server hands the kernel back the memory its allocator holds free (what a burst of
+    large reads freed, otherwise kept for good); 0: never."""
     allowed_hosts: list[str] = []
     """Host names served besides those that cannot be DNS-rebound (IP literals, localhost,
     single-label names such as a compose service); `["*"]` serves any Host. A page on another
