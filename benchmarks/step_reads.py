@@ -13,6 +13,9 @@ opens the store as the sidecar does and times, per run, in the store (no HTTP):
 - `live`: one step written, then the explorer's request, 300 times: a live run's chart.
 Each read is taken `--requests` times after one to warm up (the run held); p50 ms. Beside them, the
 step cache's bytes after the live loop and glibc's heap growth over it (mallinfo2: in use + free).
+First, on the fresh heap, a team's runs: 50 new runs of 233 scalars grow together, a step of each in
+turn, each read (`points=1000`) after its step, to 150 steps; the heap's growth over them less the step
+cache's, and the free heap's growth (what the allocator holds that the runs do not use).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"r62": 62, "r233": 233}
 LIVE_STEPS = 300
+TEAM_RUNS, TEAM_STEPS, TEAM_SCALARS = 50, 150, 233
 
 
 def _checkout(rev: str, into: Path) -> Path:
@@ -94,6 +98,17 @@ def measure(db: str, steps: int, requests: int) -> dict:
         return statistics.median(times)
 
     try:
+        # First, on a fresh heap (the reads below leave tens of MiB free for it to fill).
+        heap = libc.mallinfo2()
+        for step in range(TEAM_STEPS):
+            for k in range(TEAM_RUNS):
+                writer.write_batch(_batch(f"team{k}", [step], TEAM_SCALARS, rng))
+                store.steps_json(f"team{k}", points=1000)
+        grown, cached = libc.mallinfo2(), store.step_cache.nbytes
+        out["team heap growth less the cache MiB"] = (grown.uordblks + grown.fordblks - heap.uordblks - heap.fordblks
+                                                       - cached) / 2**20
+        out["team free heap growth MiB"] = (grown.fordblks - heap.fordblks) / 2**20
+        out["team step cache MiB"] = cached / 2**20
         for run_id, scalars in RUNS.items():
             keys = ["group1/stat_1", "group2/stat_2"]
             out[f"{run_id} kl,reward"] = p50(lambda: store.steps_json(run_id, keys))
@@ -110,7 +125,7 @@ def measure(db: str, steps: int, requests: int) -> dict:
             heap = libc.mallinfo2()
             out[f"{run_id} live"] = statistics.median(live)
             out[f"{run_id} heap growth MiB"] = (heap.uordblks + heap.fordblks - before) / 2**20
-        out["step cache MiB"] = store.step_cache.nbytes / 2**20
+        out["step cache MiB"] = (store.step_cache.nbytes - cached) / 2**20  # the two runs
     finally:
         writer.close()
         store.close()

@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/team.py                          # 50 trainers for 10 minutes
     .venv/bin/python benchmarks/team.py --trainers 10 --minutes 2   # a short run while developing
+    .venv/bin/python benchmarks/team.py --minutes 40 --last-replica OTEL_GRPO_SIDECAR_HEAP_RELEASE_S=0
+                                          # an A/B of a sidecar setting: the replicas share the load
 
 Trainers: the real `Telemetry` (emit_in="thread", the default, so each trainer's spans, metrics
 and spill are made on its own threads as in a real training process), configured as compose's
@@ -228,9 +230,9 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, seen
         writer.close()
 
 
-def start_stack(tmp: Path, replicas: int) -> dict:
+def start_stack(tmp: Path, replicas: int, last_settings: dict[str, str] | None = None) -> dict:
     """PostgreSQL, the sidecar replicas, the proxy, Alertmanager, the collector and Prometheus: what to stop and
-    where each is."""
+    where each is. `last_settings`: environment variables for the last replica only."""
     from otel_grpo.stack._process import find_binary
     from tests.stack import test_collector_e2e as e2e
     from tests.stack.conftest import free_port
@@ -241,8 +243,8 @@ def start_stack(tmp: Path, replicas: int) -> dict:
     try:
         db = pg.new_target()
         os.environ["OTEL_GRPO_SIDECAR_TOKEN"] = e2e.TOKEN  # what the collector and Alertmanager send
-        for _ in range(replicas):
-            stack["sidecars"].append(bench.start_sidecar(db))
+        for i in range(replicas):
+            stack["sidecars"].append(bench.start_sidecar(db, last_settings if i == replicas - 1 else None))
         st = e2e.Stack(ROOT, tmp, free_port, binaries)  # its sidecar port is the proxy's
         stack["proxy"] = RoundRobinProxy(st.ports["sidecar"], [("127.0.0.1", int(url.rsplit(":", 1)[1]))
                                                                for _, url in stack["sidecars"]])
@@ -539,6 +541,9 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=2, help="sidecar processes on the one database")
     ap.add_argument("--query-clients", type=int, default=4)
     ap.add_argument("--query-every", type=float, default=1.0, help="seconds between a client's queries (mean)")
+    ap.add_argument("--last-replica", action="append", default=[], metavar="VAR=VALUE",
+                    help="an environment variable for the last replica only (repeatable): an A/B of a sidecar "
+                         "setting in one run, the replicas sharing the load, e.g. OTEL_GRPO_SIDECAR_HEAP_RELEASE_S=0")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=Path, default=None, help="keep logs and spills here (default: a temp folder)")
     ap.add_argument("--host", type=int, default=None, help=argparse.SUPPRESS)
@@ -546,6 +551,8 @@ def main() -> None:
     ap.add_argument("--start", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--until", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if any("=" not in v for v in args.last_replica):
+        ap.error("--last-replica takes VAR=VALUE")
     if args.host is not None:
         host_main(args)
         return
@@ -569,7 +576,7 @@ def save(r: dict, tmp: Path) -> None:
 
 
 def measure(args: argparse.Namespace, tmp: Path) -> dict:
-    stack = start_stack(tmp / "stack", args.replicas)
+    stack = start_stack(tmp / "stack", args.replicas, dict(v.split("=", 1) for v in args.last_replica))
     out = tmp / "trainers"
     out.mkdir()
     try:
@@ -645,7 +652,8 @@ def report(r: dict, args: argparse.Namespace, tmp: Path) -> None:
           f"{r['load'][0]:.1f} / {r['load'][1]:.1f} / {r['load'][2]:.1f} (shared machine)")
     print(f"\n{args.trainers} trainers in {args.hosts} processes for {args.minutes:g} min, {args.replicas} sidecar "
           f"replicas on one PostgreSQL (proxy connections per replica: {r['proxy']}), {args.query_clients} query "
-          f"clients; drained in {r['drain_s']:.0f} s; host exit codes {r['host_rc']}\n")
+          f"clients; drained in {r['drain_s']:.0f} s; host exit codes {r['host_rc']}"
+          + (f"; the last replica with {' '.join(args.last_replica)}" if args.last_replica else "") + "\n")
     print("| measure | figure |\n| --- | --- |")
     rows = [("steps (stored in the sidecar: all but)", f"{t['steps']:,} ({t['steps missing']} missing)"),
             ("samples spilled (of them in steps kept whole)", f"{t['spilled']:,} ({t['kept whole']:,})"),
