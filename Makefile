@@ -94,6 +94,7 @@ bench: setup
 	$(PY) benchmarks/runs_scale.py
 	$(PY) benchmarks/step_reads.py
 	$(PY) benchmarks/read_burst.py
+	$(PY) benchmarks/cache_full.py
 	$(PY) benchmarks/sqlite_wal.py
 	$(PY) benchmarks/trainer.py
 	$(PY) benchmarks/trl.py
