@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
+from typing import Mapping
 
 
 def quantile(ordered: list[float], q: float) -> float:
@@ -44,4 +45,19 @@ def summaries(values: list[float], stats: set[str]) -> dict[str, tuple[float, bo
             deviations = [x - mean for x in values]
             spread = math.sqrt(math.fsum(map(operator.mul, deviations, deviations)) / (n - 1)) if n > 1 else 0.0
             out["std"] = (spread, True)
+    return out
+
+
+def finish_vector(values: list[float], quantiles: Mapping[str, float],
+                  summarized: Mapping[str, str]) -> list[tuple[str, float, bool]]:
+    """(key, value, valid) of each quantile (key -> q) and summary (key -> stat) of one vector's non-NaN `values`,
+    as `reduce_stats` finishes a gathered per-sample vector (`Stats.add_samples`): for a caller that gets its
+    rows to the host another way (a per-row table), the same numbers."""
+    out = []
+    if quantiles:
+        ordered = sorted(values)
+        out += [(key, quantile(ordered, q), True) if ordered else (key, 0.0, False) for key, q in quantiles.items()]
+    if summarized:
+        of = summaries(values, set(summarized.values()))
+        out += [(key, *of[stat]) for key, stat in summarized.items()]
     return out

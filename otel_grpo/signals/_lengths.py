@@ -12,9 +12,10 @@ from ._masked import count
 from ._partial import Stats
 
 
-_ALL = {"completion_length_mean": "mean", "completion_length_std": "std", "completion_length_min": "min",
-        "completion_length_max": "max", "tokens": "sum"}
-_TERMINATED = {"terminated_length_mean": "mean", "terminated_length_min": "min", "terminated_length_max": "max"}
+LENGTH_SUMMARIES = {"completion_length_mean": "mean", "completion_length_std": "std",
+                    "completion_length_min": "min", "completion_length_max": "max", "tokens": "sum"}
+TERMINATED_SUMMARIES = {"terminated_length_mean": "mean", "terminated_length_min": "min",
+                        "terminated_length_max": "max"}
 
 
 @torch.no_grad()
@@ -37,8 +38,8 @@ def length_stats(completion_mask: Tensor, truncated: Tensor) -> Stats:
     done_early = v.binary(truncated, "truncated", stats, shape=(batch,))
     lengths = mask.sum(-1, dtype=torch.float64)  # [B]
     # summaries of the gathered lengths (host): of every completion, and of those that ended with EOS
-    stats.add_samples("sample_completion_length", lengths, summaries=_ALL)
-    stats.add_summarized("terminated_length", torch.where(done_early, math.nan, lengths), _TERMINATED)
+    stats.add_samples("sample_completion_length", lengths, summaries=LENGTH_SUMMARIES)
+    stats.add_summarized("terminated_length", torch.where(done_early, math.nan, lengths), TERMINATED_SUMMARIES)
     every = torch.full((), batch, dtype=torch.float64, device=lengths.device)
     stats.add_mean("completions_clipped_ratio", count(done_early), every)
     return stats

@@ -13,11 +13,11 @@ from ._masked import count
 from ._partial import Stats
 
 _Q = {"p00": 0.0, "p05": 0.05, "p25": 0.25, "p50": 0.50, "p75": 0.75, "p95": 0.95, "p100": 1.0}
-_QUANTILES = {f"reward_{name}": q for name, q in _Q.items()}
+REWARD_QUANTILES = {f"reward_{name}": q for name, q in _Q.items()}
 # torch.isclose(std, 0) as TRL's frac_reward_zero_std uses it: |std| <= atol (rtol * 0 = 0).
-_ZERO_STD_ATOL = 1e-8
-_SUMMARIES = {"reward": "mean", "reward_std": "std", "reward_min": "min", "reward_max": "max"}
-_ADVANTAGE_SUMMARIES = {"advantage_mean": "mean", "advantage_std": "std", "advantage_min": "min",
+ZERO_STD_ATOL = 1e-8
+REWARD_SUMMARIES = {"reward": "mean", "reward_std": "std", "reward_min": "min", "reward_max": "max"}
+ADVANTAGE_SUMMARIES = {"advantage_mean": "mean", "advantage_std": "std", "advantage_min": "min",
                         "advantage_max": "max"}
 
 
@@ -62,11 +62,11 @@ def reward_stats(
     # the total and every function's rewards: [1 + F, B] in float64 (the vectors' dtype, one conversion for
     # all); their means, spreads, extremes and quantiles are summaries of the gathered vectors (host)
     rows = (torch.stack([rewards, *parts.values()]) if parts else rewards.unsqueeze(0)).to(torch.float64)
-    stats.add_samples("sample_reward", rows[0], _QUANTILES, _SUMMARIES)
+    stats.add_samples("sample_reward", rows[0], REWARD_QUANTILES, REWARD_SUMMARIES)
     # in the rewards' dtype, as TRL
     _group_stats(stats, rewards.view(-1, group_size), ~torch.isnan(rewards).view(-1, group_size))
     for i, name in enumerate(parts, start=1):
-        stats.add_samples(f"sample_reward_fn/{name}", rows[i], _fn_quantiles(name), _fn_summaries(name))
+        stats.add_samples(f"sample_reward_fn/{name}", rows[i], fn_quantiles(name), fn_summaries(name))
     if advantages is not None:
         v.floating(advantages, "advantages", shape=(batch,))
         stats.update(advantage_stats(advantages))
@@ -75,12 +75,12 @@ def reward_stats(
 
 
 @lru_cache(maxsize=256)
-def _fn_quantiles(name: str) -> dict[str, float]:
+def fn_quantiles(name: str) -> dict[str, float]:
     return {f"reward_fn_{q}/{name}": x for q, x in _Q.items()}
 
 
 @lru_cache(maxsize=256)
-def _fn_summaries(name: str) -> dict[str, str]:
+def fn_summaries(name: str) -> dict[str, str]:
     return {f"reward_fn_mean/{name}": "mean", f"reward_fn_std/{name}": "std"}
 
 
@@ -92,7 +92,7 @@ def advantage_stats(advantages: Tensor) -> Stats:
     straddling ranks).
     """
     return Stats().add_samples("sample_advantage", v.floating(advantages, "advantages", dim=1),
-                               summaries=_ADVANTAGE_SUMMARIES)
+                               summaries=ADVANTAGE_SUMMARIES)
 
 
 def _group_stats(stats: Stats, grouped: Tensor, valid: Tensor) -> None:
@@ -105,4 +105,4 @@ def _group_stats(stats: Stats, grouped: Tensor, valid: Tensor) -> None:
     has = n > 0
     groups = count(has)
     stats.add_mean("reward_group_std", torch.where(has, std, 0.0).sum(), groups)
-    stats.add_mean("frac_reward_zero_std", count(has & (std <= _ZERO_STD_ATOL)), groups)
+    stats.add_mean("frac_reward_zero_std", count(has & (std <= ZERO_STD_ATOL)), groups)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -10,9 +11,9 @@ import torch
 from otel_grpo import signals
 from otel_grpo.signals import _validate
 from otel_grpo.integrations.trl._accumulate import Accumulator
-from otel_grpo.integrations.trl._diagnostics import diagnose
-from otel_grpo.integrations.trl._generation import (Captured, Generation, SampleBatch, generation_stats, sample_rows,
-                                                    truncated_flags, weighted_totals)
+from otel_grpo.integrations.trl._generation import (GENERATION_TABLE, Captured, Generation, SampleBatch,
+                                                    attach_generation, generation_stats, generation_values,
+                                                    sample_rows, truncated_flags, weighted_totals)
 from otel_grpo.integrations.trl._micro_batch import MicroBatch, policy_table, policy_values
 from otel_grpo.integrations.trl._settings import TrlSettings
 from tests.signals.test_host_transfers import host_transfers  # noqa: F401 (a fixture)
@@ -112,12 +113,57 @@ def generation(rewards: torch.Tensor, lengths=(1, 2, 1, 2)) -> Generation:
     return Generation(rewards, advantages, ids, mask, list(lengths), [False, True, False, True][:n], None, None, None)
 
 
-def test_generation_stats_take_each_rank_its_own_groups_of_the_gathered_rewards():
+def generation_table(st: TrlSettings, gens: list[Generation]) -> list[float]:
+    """This rank's generation table of `gens`, flat, as the host gets it."""
+    return reduced(generation_stats(st, gens)).tables[GENERATION_TABLE]
+
+
+def test_generation_table_holds_this_ranks_rows_of_the_gathered_rewards():
     rewards = torch.tensor([[1.0], [3.0], [10.0], [30.0]])  # two groups of 2, gathered from 2 ranks
-    rank1 = reduced(generation_stats(settings(rank=1, world=2), [generation(rewards, lengths=(1, 2))]))
-    assert rank1["reward"] == 20.0 and rank1["reward_group_std"] == pytest.approx(math.sqrt(200.0))
-    alone = reduced(generation_stats(settings(), [generation(rewards)]))
-    assert alone["reward"] == 11.0 and alone["completions_clipped_ratio"] == 0.5
+    rank1 = generation_table(settings(rank=1, world=2), [generation(rewards, lengths=(1, 2))])
+    assert rank1 == [10.0, 0.5, 1.0, 0.0, 10.0, 30.0, -0.5, 2.0, 1.0, 30.0]  # reward, advantage, length, cut, fmt
+    rank0 = generation_table(settings(rank=0, world=2), [generation(rewards, lengths=(1, 2))])
+    both, _, samples = generation_values(settings(world=2), rank0 + rank1, [2])
+    alone, _, _ = generation_values(settings(), generation_table(settings(), [generation(rewards)]), [4])
+    assert both == alone  # two ranks' rows are one process's rows
+    assert alone["reward"] == 11.0 and alone["completions_clipped_ratio"] == 0.5 and alone["samples"] == 4.0
+    assert alone["reward_group_std"] == pytest.approx((math.sqrt(2.0) + math.sqrt(200.0)) / 2)
+    assert sorted(samples["sample_reward"]) == [1.0, 3.0, 10.0, 30.0]
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_generation_values_are_the_public_signals_stats_of_the_batches_together(world):
+    """The host-finished table gives `signals.reward_stats`', `advantage_stats`' and `length_stats`' keys and
+    values on the batches taken together, whatever their split over batches and ranks; groups straddle ranks."""
+    g = torch.Generator().manual_seed(3)
+    n_all, group = 16, 4
+    rewards = torch.rand(n_all, 2, generator=g, dtype=torch.float64)
+    rewards[3, 1] = rewards[7] = math.nan  # a function that scored no value; a row none scored
+    rewards[8:12, 0] = 0.5  # a group whose first function gives each row the same reward
+    rewards[8:12, 1] = 0.25
+    lengths = torch.randint(0, 6, (n_all,), generator=g)
+    advantages = torch.randn(n_all, generator=g, dtype=torch.float64)
+    truncated = lengths == 5
+    st = settings(reward_names=("a", "b"), reward_weights=(1.0, 0.5), num_generations=group, world=world)
+    totals = weighted_totals(st.reward_weights, rewards)
+    mask = torch.arange(6)[None] < lengths[:, None]
+    want = reduced(signals.reward_stats(totals, group, {"a": rewards[:, 0], "b": rewards[:, 1]})
+                   | signals.advantage_stats(advantages) | signals.length_stats(mask, truncated))
+    per_rank = n_all // world  # two generation batches, each of n_all / 2 rows over the ranks
+    table = []
+    for rank in range(world):
+        gens = []
+        for b in range(2):
+            rows = [b * n_all // 2 + rank * per_rank // 2 + i for i in range(per_rank // 2)]
+            gens.append(Generation(rewards[b * n_all // 2 : (b + 1) * n_all // 2], advantages[rows],
+                                   torch.zeros(len(rows), 6, dtype=torch.int64), mask[rows],
+                                   lengths[rows].tolist(), truncated[rows].tolist(), None, None, None))
+        table += generation_table(dataclasses.replace(st, rank=rank), gens)
+    values, invalid, samples = generation_values(st, table, [per_rank // 2] * 2)
+    assert set(values) == set(want) and invalid == set(want.invalid)
+    assert values == pytest.approx(dict(want), rel=1e-12, abs=1e-15)
+    assert {k: sorted(v) for k, v in samples.items()} == {k: sorted(v) for k, v in want.samples.items()}
+    assert values["frac_reward_zero_std"] == 0.25  # the group of equal rewards
 
 
 def test_weighted_totals_and_truncation():
@@ -148,9 +194,9 @@ def test_sample_rows_are_this_ranks_rows_with_their_rewards_and_diagnostics_from
     rewards = torch.tensor([[1.0, 2.0], [3.0, math.nan], [10.0, 20.0], [30.0, math.nan]])  # ranks 0 and 1, gathered
     st = settings(rank=1, world=2, reward_names=("fmt", "len"), reward_weights=(1.0, 0.5))
     batch = batch_of(generation(rewards, lengths=(1, 2)), st, prompts=("p1", [{"role": "user", "content": "hi"}]))
-    diagnostics = reduced(diagnose(st, [batch])).column_rows()
-    diagnostics[0]["entropy_mean"] = 0.5
-    rows = sample_rows(batch, st.reward_names, st.num_generations, iter(diagnostics))
+    attach_generation(st, generation_table(st, [generation(rewards, lengths=(1, 2))]), [(2, batch)])
+    batch.numbers[0]["entropy_mean"] = 0.5
+    rows = sample_rows(batch, st.reward_names, st.num_generations)
     assert [(r["reward"], r["rewards"]["fmt"], r["advantage"], r["group"], r["policy_version"], r["completion_length"])
             for r in rows] == [(20.0, 10.0, 0.5, 1, 3, 1), (30.0, 30.0, -0.5, 1, 3, 2)]  # its own length wins
     assert rows[0]["rewards"]["len"] == 20.0 and math.isnan(rows[1]["rewards"]["len"])  # the function scored none
@@ -165,7 +211,7 @@ def first_pass(rows: list[int], logps, old, ref=None, entropy=None, sampling=Non
 
 def feed(acc: Accumulator, st: TrlSettings, gen: Generation, passes=()) -> SampleBatch:
     """Into `acc` as the capture feeds it: the generation batch, then each loss pass over its rows."""
-    batch = batch_of(gen, st)
+    batch = gen.batch = batch_of(gen, st)
     acc.capture(gen)
     acc.batches.append(batch)
     for mb in passes:
@@ -178,8 +224,7 @@ def feed(acc: Accumulator, st: TrlSettings, gen: Generation, passes=()) -> Sampl
 def sample_rows_of(acc: Accumulator, st: TrlSettings, final: bool = True) -> list[dict]:
     """The sample rows a logged step of `acc` sends, as the callback builds them."""
     logged = acc.take(acc.merged(final=final))
-    diagnostics = iter(logged.stats.column_rows())
-    return [r for b in logged.batches for r in sample_rows(b, st.reward_names, st.num_generations, diagnostics)]
+    return [r for b in logged.batches for r in sample_rows(b, st.reward_names, st.num_generations)]
 
 
 def test_loss_numbers_put_the_shuffled_rows_back_in_order():
@@ -256,8 +301,10 @@ def test_rows_wait_for_their_first_loss_pass_and_go_out_at_the_end_regardless():
     half = first_pass([0, 1], torch.zeros(2, 2), torch.zeros(2, 2), ref=torch.zeros(2, 2))
     batch = feed(acc, st, generation(torch.zeros(4, 1)), [half])
     logged = acc.take(acc.merged())
-    assert logged.batches == [] and acc.batches == [batch] and logged.stats.columns == {}  # half its rows passed
-    assert set(batch.loss_numbers) == {0, 1}  # the pass's numbers wait with the batch, on the host
+    assert logged.batches == [] and acc.batches == [batch]  # half its rows passed
+    # the generation's numbers of every row and the pass's of its rows wait with the batch, on the host
+    assert set(batch.numbers) == {0, 1, 2, 3} and "is_weight_mean" in batch.numbers[1]
+    assert "is_weight_mean" not in batch.numbers[2]
     rows = sample_rows_of(acc, st)
     assert acc.batches == []
     assert [r.get("is_weight_mean") for r in rows] == [1.0, 1.0, None, None]
@@ -285,8 +332,7 @@ def test_a_logged_step_reads_the_device_once_for_its_stats_and_its_rows(host_tra
     host_transfers.clear()
     logged = acc.take(acc.merged())
     assert host_transfers == ["tolist"]  # the logged step's one reduce_stats
-    diagnostics = iter(logged.stats.column_rows())
-    rows = [r for b in logged.batches for r in sample_rows(b, st.reward_names, st.num_generations, diagnostics)]
+    rows = [r for b in logged.batches for r in sample_rows(b, st.reward_names, st.num_generations)]
     assert host_transfers == ["tolist"]  # the rows' rewards and advantages came with it
     assert len(rows) == 8 and all(r["is_weight_mean"] == pytest.approx(math.exp(0.1)) for r in rows)
     assert [r["advantage"] for r in rows] == [0.5, -0.5] * 4

@@ -12,13 +12,14 @@ Captured tensors get their stats at the logged step, all micro-batches (and all 
 batches) at once: on a micro-batch's small tensors each torch op costs more in dispatch than
 in arithmetic, so with `logging_steps` or gradient accumulation one pass over the
 concatenation costs a fraction of one pass per batch. The micro-batches' pass makes one table
-of per-row sums, counts and maxes (`_micro_batch`), which travels in the same reduction and
-from which the host finishes every policy stat and each sample row's loss-pass numbers. That pass and the reduction run under
-`torch.inference_mode` (no autograd bookkeeping per op; its share: benchmarks/README.md, costs)
-and, on the CPU, in one intra-op thread (`signals.single_threaded`).
+of per-row sums, counts and maxes (`_micro_batch`), the generation batches' one table of each
+row's rewards, advantage and length (`_generation`); both travel in the same reduction, and from
+them the host finishes every policy, reward and length stat and each sample row's numbers. That
+pass and the reduction run under `torch.inference_mode` (no autograd bookkeeping per op; its share:
+benchmarks/README.md, costs) and, on the CPU, in one intra-op thread (`signals.single_threaded`).
 Beyond `FOLD_BYTES` of held tensors the stats are computed early, which bounds the device
-memory held between logged steps. A sample batch whose rows have all been through the loss
-gets its per-row generation columns then (`_diagnostics`); they travel in the same `reduce_stats`.
+memory held between logged steps. A sample batch goes out once its rows have all been through the
+loss (their numbers are on the host by then).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from typing import Any, Callable, TypeVar
 import torch
 
 from ... import signals
-from ._diagnostics import diagnose
-from ._generation import Generation, SampleBatch, generation_stats
+from ._generation import (GENERATION_TABLE, Generation, SampleBatch, attach_generation, generation_columns,
+                          generation_stats, generation_values)
 from ._micro_batch import COLUMNS, TABLE, MicroBatch, attach, policy_table, policy_values
 from ._settings import TrlSettings
 
@@ -53,8 +54,8 @@ def _stats_pass(method: Callable[..., _R]) -> Callable[..., _R]:
 
 @dataclass(slots=True)
 class Logged:
-    """One logged step's reduced stats, sample batches (with their rows' diagnostics in `stats.columns`, in
-    batch order) and phases (name, seconds, end in ns)."""
+    """One logged step's reduced stats, the sample batches that go out (their rows' numbers on the host) and
+    phases (name, seconds, end in ns)."""
 
     stats: signals.ReducedStats
     batches: list[SampleBatch]
@@ -69,12 +70,14 @@ class Accumulator:
     """The micro-batches' per-row tables (`policy_table`), in capture order of their kinds' folds."""
     segments: list[tuple[int, SampleBatch | None]] = field(default_factory=list)
     """(rows, generation batch whose first pass it is, else None) of each micro-batch behind `tables`' rows."""
+    generations: list[tuple[int, SampleBatch | None]] = field(default_factory=list)
+    """(rows, sample batch) of each generation batch behind the generation table's rows, in its order."""
     captures: list[MicroBatch | Generation] = field(default_factory=list)
     held_bytes: int = 0
     batches: list[SampleBatch] = field(default_factory=list)
     phases: list[tuple[str, float, int]] = field(default_factory=list)
-    diagnosed: list[tuple[list[SampleBatch], signals.Stats]] = field(default_factory=list)
-    """Sample batches whose first loss pass is complete, with their rows' diagnostics, in batch order."""
+    ready: int = 0
+    """The leading `batches` that go out at this logged step (`merged`): every row through the loss once."""
     losses: list[tuple[torch.Tensor, int]] = field(default_factory=list)
     """Each training step's loss (0-d, detached) and the factor transformers scales it by."""
     device: torch.device | None = None
@@ -116,30 +119,20 @@ class Accumulator:
                 self.segments += [(item.logps.shape[0], item.batch) for item in items]
             else:
                 self.stats.append(generation_stats(self.settings, items))
-        self._diagnose(final=False)
-
-    def _diagnose(self, final: bool) -> None:
-        """Diagnostics of the leading batches whose rows have all been through the loss (all if `final`),
-        in one pass; rows go out in generation order, so a later batch waits for an earlier one."""
-        done = sum(len(batches) for batches, _ in self.diagnosed)
-        ready = []
-        for batch in self.batches[done:]:
-            if batch.pending > 0 and not final:
-                break
-            ready.append(batch)
-        if ready:
-            self.diagnosed.append((ready, diagnose(self.settings, ready)))
+                self.generations += [(len(item.lengths), item.batch) for item in items]
 
     @_stats_pass
     def merged(self, final: bool = False) -> signals.Stats:
-        """This rank's stats since the last logged step, in one `Stats`, with the diagnostics of the sample
-        batches ready to send (every row through the loss; every batch if `final`: training ended)."""
+        """This rank's stats since the last logged step, in one `Stats`; marks the sample batches ready to send
+        (the leading ones whose rows have all been through the loss; every batch if `final`: training ended).
+        Rows go out in generation order, so a later batch waits for an earlier one."""
         self._fold()
-        self._diagnose(final)
+        self.ready = len(self.batches) if final else next(
+            (i for i, batch in enumerate(self.batches) if batch.pending > 0), len(self.batches))
         if self.losses:
             self.stats.append(_loss_stats(self.losses))
             self.losses = []
-        parts = self.stats + [stats for _, stats in self.diagnosed]
+        parts = self.stats  # in fold order: the generation table's rows in `generations`' order
         merged = parts[0].update(*parts[1:]) if parts else signals.Stats()  # in place: this accumulator's own
         if self.tables:
             merged.add_table(TABLE, torch.cat(self.tables) if len(self.tables) > 1 else self.tables[0])
@@ -151,27 +144,40 @@ class Accumulator:
         try:
             reduced = signals.reduce_stats(merged, accelerator)  # the logged step's one device-to-host copy
             self._finish(reduced)
-            return Logged(reduced, [b for batches, _ in self.diagnosed for b in batches], self.phases)
+            return Logged(reduced, self.batches[: self.ready], self.phases)
         finally:
-            kept = self.batches[sum(len(batches) for batches, _ in self.diagnosed):]  # still waiting for the loss
+            kept = self.batches[self.ready :]  # still waiting for the loss
             self.clear()
             self.batches = kept
 
     def _finish(self, reduced: signals.ReducedStats) -> None:
-        """The policy stats from every rank's table rows, into `reduced`; this rank's first-pass rows' numbers
-        to their sample batches (a batch that goes out now, or one still waiting for its other rows)."""
+        """The policy, reward and length stats from every rank's table rows, into `reduced`; this rank's rows'
+        numbers to their sample batches (a batch that goes out now, or one still waiting for its other rows)."""
+        table = reduced.tables.pop(GENERATION_TABLE, None)
+        if table is not None:
+            sizes = [count for count, _ in self.generations]
+            values, invalid, samples = generation_values(self.settings, table, sizes)
+            self._add(reduced, values, invalid)
+            reduced.samples.update(samples)
+            attach_generation(self.settings, self._own(table, sum(sizes) * len(generation_columns(self.settings))),
+                              self.generations)
         table = reduced.tables.pop(TABLE, None)
-        if table is None:
-            return
-        values, invalid = policy_values(self.settings, table)
+        if table is not None:
+            self._add(reduced, *policy_values(self.settings, table))
+            attach(self._own(table, sum(count for count, _ in self.segments) * len(COLUMNS)), self.segments)
+
+    def _own(self, table: list[float], n: int) -> list[float]:
+        """This rank's `n` numbers of every rank's `table` (every rank has as many: reduce_stats)."""
+        return table if len(table) == n else table[self.settings.rank * n : (self.settings.rank + 1) * n]
+
+    @staticmethod
+    def _add(reduced: signals.ReducedStats, values: dict[str, float], invalid: set[str]) -> None:
         reduced.update(values)
         reduced.invalid = reduced.invalid | invalid
-        n = sum(count for count, _ in self.segments) * len(COLUMNS)  # this rank's; every rank's as many (reduce_stats)
-        attach(table if len(table) == n else table[self.settings.rank * n : (self.settings.rank + 1) * n], self.segments)
 
     def clear(self) -> None:
         self.stats, self.captures, self.held_bytes, self.batches, self.phases = [], [], 0, [], []
-        self.diagnosed, self.losses, self.tables, self.segments = [], [], [], []
+        self.ready, self.losses, self.tables, self.segments, self.generations = 0, [], [], [], []
 
 
 def _loss_stats(losses: list[tuple[torch.Tensor, int]]) -> signals.Stats:

@@ -229,10 +229,8 @@ class InstrumentedCallback(_ReportsProgress):
                 for name, seconds, end_ns in logged.phases:
                     s.record_phase(name, seconds, end_ns=end_ns)
                 s.record(logged.stats, **scalars)
-                diagnostics = iter(logged.stats.column_rows(self.settings.rank, self.settings.world))
-                for batch in logged.batches:  # their diagnostics' rows in the same order
-                    s.samples(sample_rows(batch, self.settings.reward_names, self.settings.num_generations,
-                                          diagnostics))
+                for batch in logged.batches:
+                    s.samples(sample_rows(batch, self.settings.reward_names, self.settings.num_generations))
             else:
                 s.record(scalars)
 

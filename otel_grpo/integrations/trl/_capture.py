@@ -6,7 +6,7 @@
 
 Every trainer attribute, GRPOConfig field, wrapped method and TRL dict key the
 integration relies on is read here and listed below (`_compat` checks them against
-the installed TRL); the stats (`_generation`, `_micro_batch`, `_diagnostics`) take plain
+the installed TRL); the stats (`_generation`, `_micro_batch`) take plain
 tensors and `TrlSettings`. Each wrapper calls TRL's method unchanged and then reads what
 it took or returned; a failure in our part disables the capture with one warning and
 never reaches training. Nothing here reads a device value on the host (but TRL's tool
@@ -230,10 +230,10 @@ class Capture:
             cap.rewards_per_func = rewards = rewards.detach()
         truncated = truncated_flags(cap.completion_ids, self.settings.stop_ids)
         advantages = out["advantages"]
-        gen = Generation(rewards, advantages, ids, mask, lengths, truncated, out.get("sampling_per_token_logps"),
-                         out.get("old_per_token_logps"), out.get("importance_sampling_ratio"))
         rows = SampleBatch(cap, advantages, lengths, truncated, self.settings.rank * batch,
                            int(self.trainer.state.global_step), pending=batch)
+        gen = Generation(rewards, advantages, ids, mask, lengths, truncated, out.get("sampling_per_token_logps"),
+                         out.get("old_per_token_logps"), out.get("importance_sampling_ratio"), rows)
         acc = self.acc
         acc.capture(gen)
         acc.batches.append(rows)

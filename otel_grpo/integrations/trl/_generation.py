@@ -1,8 +1,18 @@
 """One generation batch of a GRPOTrainer -> its sample rows and what its stats need (still on device).
 
+    stats = generation_stats(settings, gens)            # device: one per-row table, diversity, the sampler's sets
+    ...                                                 # the logged step's one gather and host copy carry it
+    values, invalid, samples = generation_values(settings, rows, sizes)  # host: every reward/length stat
+    attach_generation(rows, segments)                   # host: each sample row's rewards and advantage
+
 Captured once per `_generate_and_score_completions`, so a batch that TRL reuses for
 `num_iterations` passes or splits over `steps_per_generation` steps is counted once;
-the stats of every batch a logged step covers are computed together (`generation_stats`).
+the stats of every batch a logged step covers are computed together. Every reward,
+advantage and length stat is a summary of one number per row, so the device makes one
+table of those numbers (a few ops for all the batches, where the per-stat functions took
+about 200 small ones) and the host finishes the stats from every rank's rows with the
+same float64 arithmetic `reduce_stats` applies to per-sample vectors; the rows' numbers
+also become their sample rows' rewards and advantage, with no pass of their own.
 Plain tensors and `TrlSettings` in: `_capture` reads TRL's dicts into these.
 """
 
@@ -11,15 +21,29 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
 
 from ... import signals
+from ...signals._host import finish_vector
+from ...signals._lengths import LENGTH_SUMMARIES, TERMINATED_SUMMARIES
+from ...signals._rewards import (ADVANTAGE_SUMMARIES, REWARD_QUANTILES, REWARD_SUMMARIES, ZERO_STD_ATOL,
+                                 fn_quantiles, fn_summaries)
 from ._chat import chat_text
 from ._rows import cat_rows, held_bytes
 from ._settings import TrlSettings
+
+_F64 = torch.float64
+GENERATION_TABLE = "trl_generation"
+"""The table's name in `Stats.add_table` / `ReducedStats.tables`."""
+# The table's columns, per row: its total reward as TRL weights it (NaN: no function scored it), its
+# advantage, length and truncation (1.0: it hit the length limit), then each reward function's reward
+# (NaN where the function scored none): `generation_columns(settings)`
+ROW_COLUMNS = ("reward", "advantage", "length", "truncated")
+# Each sample row's reward, advantage and per-function rewards come from its table row (`attach_generation`)
+REWARD_COLUMN, ADVANTAGE_COLUMN, FN_COLUMN = "reward", "advantage", "rewards/"
 
 
 @dataclass(slots=True)
@@ -36,8 +60,8 @@ class Captured:
 
 @dataclass(slots=True)
 class SampleBatch:
-    """A generation batch's rows, kept until the logged step: host columns here, their rewards and advantages
-    on device (they reach the host as diagnostics columns, in the logged step's one copy)."""
+    """A generation batch's rows, kept until every row has been through the loss once: host columns here, their
+    numbers (`numbers`) as the logged steps' copies bring them."""
 
     captured: Captured
     advantages: Tensor
@@ -47,9 +71,10 @@ class SampleBatch:
     first_index: int
     """Global index of this rank's first row (groups are global)."""
     policy_version: int
-    loss_numbers: dict[int, dict[str, float]] = field(default_factory=dict)
-    """Row position -> the numbers of its first pass through the loss (`_micro_batch.row_numbers`), put here
-    on the host when the logged step that reduced that pass comes back."""
+    numbers: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Row position -> its numbers, put here on the host when the logged step that reduced them comes back: its
+    generation's (`attach_generation`: rewards, advantage, truncation) and its first pass through the loss's
+    (`_micro_batch.row_numbers`)."""
     pending: int = 0
     """Rows not yet through their first loss pass (their per-sample diagnostics come from it)."""
 
@@ -76,6 +101,8 @@ class Generation:
     old: Tensor | None
     is_ratio: Tensor | None
     """TRL's corrected importance-sampling ratio: [B, T], or [B, 1] in sequence modes."""
+    batch: SampleBatch | None = None
+    """Its sample rows: they get the table's numbers of this batch's rows."""
 
     @property
     def kind(self) -> tuple:
@@ -92,12 +119,6 @@ class Generation:
 def row_advantages(advantages: Tensor) -> Tensor:
     """[B] from TRL's [B] or [B, T] advantages (per-token ones: each row's first token's)."""
     return advantages if advantages.dim() == 1 else advantages.reshape(advantages.shape[0], -1)[:, 0]
-
-
-def local_rewards(settings: TrlSettings, batch: SampleBatch) -> Tensor:
-    """[B, F]: this rank's rows of the batch's gathered rewards (TRL gathers every rank's)."""
-    rewards, b = batch.captured.rewards_per_func, batch.size
-    return rewards if settings.world == 1 else rewards[settings.rank * b : (settings.rank + 1) * b]
 
 
 def weighted_totals(weights: Sequence[float], rewards_per_func: Tensor) -> Tensor:
@@ -118,49 +139,118 @@ def truncated_flags(completion_ids: Sequence[Sequence[int]], stop_ids: frozenset
     return [bool(ids) and ids[-1] not in stop_ids for ids in completion_ids]
 
 
+def generation_columns(settings: TrlSettings) -> tuple[str, ...]:
+    """The generation table's columns: `ROW_COLUMNS`, then each reward function's."""
+    return ROW_COLUMNS + tuple(FN_COLUMN + name for name in settings.reward_names)
+
+
 def generation_stats(settings: TrlSettings, gens: Sequence[Generation]) -> signals.Stats:
-    """Reward, advantage, length, diversity, mismatch and rollout-IS stats of generation batches of
-    one kind, as one batch (one pass of torch ops for all of them)."""
-    rewards_per_func = cat_rows([g.rewards_per_func for g in gens], math.nan)
-    totals = weighted_totals(settings.reward_weights, rewards_per_func)  # once for every batch of the step
-    stats = _reward_family(settings, rewards_per_func, totals)
+    """Generation batches of one kind, as one batch: their per-row table (`GENERATION_TABLE`, this rank's rows,
+    `generation_columns`), distinct-n, and the mismatch and rollout-IS sets where TRL holds the sampler's log-probs.
+    Device ops only; the lengths and truncation flags, known on the host, go over in one copy."""
+    sizes = [len(g.lengths) for g in gens]
+    at = settings.rank
+    # TRL gathers every rank's rewards (for its advantages): this rank's rows of each batch
+    rewards = cat_rows([g.rewards_per_func if settings.world == 1 else g.rewards_per_func[at * n : (at + 1) * n]
+                        for g, n in zip(gens, sizes)], math.nan)  # [R, F]
     ids, mask = cat_rows([g.ids for g in gens], 0), cat_rows([g.mask for g in gens], 0)
-    # the rows' lengths and truncation flags, known on the host: one copy for both
-    host = [[n for g in gens for n in g.lengths], [t for g in gens for t in g.truncated]]
-    lengths, truncated = signals.to_device(host, ids.device, torch.int64)
+    host = [[n for g in gens for n in g.lengths], [float(t) for g in gens for t in g.truncated]]
+    lengths, truncated = signals.to_device(host, ids.device, _F64)
+    totals = weighted_totals(settings.reward_weights, rewards)  # TRL's dtype, as TRL's
+    advantages = cat_rows([row_advantages(g.advantages) for g in gens], 0.0)
+    table = torch.cat([torch.stack([totals.to(_F64), advantages.to(_F64), lengths, truncated], 1), rewards.to(_F64)], 1)
+    stats = signals.Stats().add_table(GENERATION_TABLE, table)
     width = ids.shape[1]
     length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < lengths[:, None]
     # the n-gram payloads are gathered across ranks, which needs one size on every rank: the generation limit
     max_len = max(settings.max_completion_length, width) if settings.world > 1 else None
-    stats.update(  # in place: each `|` would copy every part so far
-        signals.advantage_stats(cat_rows([row_advantages(g.advantages) for g in gens], 0.0)),
-        signals.length_stats(length_mask, truncated.bool()),
-        signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len), *_sampling_stats(settings, gens, mask))
-    return stats
+    return stats.update(signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len),
+                        *_sampling_stats(settings, gens, mask))
 
 
-def _reward_family(settings: TrlSettings, rewards_per_func: Tensor, totals: Tensor) -> signals.Stats:
-    """Reward stats over whole prompt groups, each counted on exactly one rank.
+def generation_values(settings: TrlSettings, table: Sequence[float],
+                      sizes: Sequence[int]) -> tuple[dict[str, float], set[str], dict[str, list[float]]]:
+    """Every reward, advantage and length stat of the rows of every rank (`generation_stats`' table, flat from
+    the host copy, rank by rank; `sizes`: the rows of each generation batch in a rank's part, the same on every
+    rank): (values, keys with no valid element, per-sample vectors for the histograms). The keys and
+    arithmetic of `signals.reward_stats`, `advantage_stats` and `length_stats` on the batches taken together,
+    finished as `reduce_stats` finishes per-sample vectors; the within-group spread in float64 (TRL's is in
+    the rewards' dtype)."""
+    names = generation_columns(settings)
+    width = len(names)
+    col = {name: table[j::width] for j, name in enumerate(names)}
+    out: dict[str, float] = {}
+    invalid: set[str] = set()
+    samples: dict[str, list[float]] = {}
 
-    A rank's rows need not hold whole groups (8 completions per GPU with num_generations=16),
-    but TRL gathers every rank's rewards for its advantages: rank r takes groups r, r + world,
-    ... of that gathered batch, so group std and zero-std fractions are exact after the one
-    reduction. A rank left without a group adds one group of NaN rewards (rows no function
-    scored count nowhere) and takes its rows back out of the completions counter.
-    """
-    group, world, names = settings.num_generations, settings.world, settings.reward_names
-    if world == 1:  # every group is this rank's
-        return signals.reward_stats(totals, group, {n: rewards_per_func[:, i] for i, n in enumerate(names)})
-    rows = torch.arange(totals.shape[0], device=totals.device).view(-1, group)
-    owned = rows[settings.rank :: world].reshape(-1)
-    padded = owned.numel() == 0
-    if padded:
-        totals, rewards_per_func = totals.new_full((group,), math.nan), rewards_per_func.new_full((group, len(names)), math.nan)
-        owned = torch.arange(group, device=totals.device)
-    stats = signals.reward_stats(totals[owned], group, {n: rewards_per_func[owned, i] for i, n in enumerate(names)})
-    if padded:
-        stats.add_sum("samples", -float(group))
-    return stats
+    def vector(key: str, values: Sequence[float], quantiles: dict, summaries: dict) -> None:
+        kept = [x for x in values if x == x]  # x == x: not NaN (a row without that number)
+        if key:
+            samples[key] = kept
+        for name, value, ok in finish_vector(kept, quantiles, summaries):
+            if ok:
+                out[name] = value
+            else:
+                invalid.add(name)
+
+    vector("sample_reward", col["reward"], REWARD_QUANTILES, REWARD_SUMMARIES)
+    for name in settings.reward_names:
+        vector(f"sample_reward_fn/{name}", col[FN_COLUMN + name], fn_quantiles(name), fn_summaries(name))
+    vector("sample_advantage", col["advantage"], {}, ADVANTAGE_SUMMARIES)
+    lengths, truncated = col["length"], col["truncated"]
+    vector("sample_completion_length", lengths, {}, LENGTH_SUMMARIES)
+    vector("", [n for n, t in zip(lengths, truncated) if not t], {}, TERMINATED_SUMMARIES)
+    rows = len(lengths)
+    out["samples"] = float(rows)
+    if rows:
+        out["completions_clipped_ratio"] = math.fsum(truncated) / rows
+    else:
+        invalid.add("completions_clipped_ratio")
+    _group_spread(settings, col["reward"], sizes, out, invalid)
+    return out, invalid, samples
+
+
+def _group_spread(settings: TrlSettings, totals: Sequence[float], sizes: Sequence[int], out: dict[str, float],
+                  invalid: set[str]) -> None:
+    """`reward_group_std` (the unbiased within-group std of the rewards, 0 for one member, averaged over groups
+    with a reward) and `frac_reward_zero_std` (TRL's: groups whose std is 0 within 1e-8). A group is
+    `num_generations` consecutive rows of one generation batch in TRL's order, which is rank by rank: the
+    table holds each rank's rows of every batch in turn, so a batch's rows are gathered from every rank's part."""
+    group, n = settings.num_generations, sum(sizes)
+    world = len(totals) // n if n else 0
+    spreads = []
+    at = 0
+    for size in sizes:
+        ordered = [x for r in range(world) for x in totals[r * n + at : r * n + at + size]]
+        at += size
+        for g in range(0, len(ordered), group):
+            valid = [x for x in ordered[g : g + group] if x == x]
+            if not valid:
+                continue
+            mean = math.fsum(valid) / len(valid)
+            deviations = [x - mean for x in valid]
+            spreads.append(math.sqrt(math.fsum([d * d for d in deviations]) / (len(valid) - 1)) if len(valid) > 1
+                           else 0.0)
+    if spreads:
+        out["reward_group_std"] = math.fsum(spreads) / len(spreads)
+        out["frac_reward_zero_std"] = sum(s <= ZERO_STD_ATOL for s in spreads) / len(spreads)
+    else:
+        invalid.update(("reward_group_std", "frac_reward_zero_std"))
+
+
+def attach_generation(settings: TrlSettings, table: Sequence[float], segments: Sequence[tuple[int, Any]]) -> None:
+    """Give each row of this rank's part of the table (flat) its numbers, in its sample batch (`segments`: the
+    (row count, sample batch or None) of each generation batch behind the rows, in the same order): its
+    rewards, advantage and truncation, a number it lacks (NaN) left out."""
+    names = generation_columns(settings)
+    width, at = len(names), 0
+    keep = [(j, "length_clipped" if name == "truncated" else name) for j, name in enumerate(names) if name != "length"]
+    for count, batch in segments:
+        if batch is not None:
+            for i in range(count):
+                row = table[(at + i) * width : (at + i + 1) * width]
+                batch.numbers.setdefault(i, {}).update({name: row[j] for j, name in keep if row[j] == row[j]})
+        at += count
 
 
 def _sampling_stats(settings: TrlSettings, gens: Sequence[Generation], mask: Tensor) -> list[signals.Stats]:
@@ -192,20 +282,13 @@ def _trl_is_ratio(ratio: Tensor, mask: Tensor) -> signals.Stats:
     return st
 
 
-# Each sample row's reward, advantage and per-function rewards travel as diagnostics columns (`_diagnostics`)
-REWARD_COLUMN, ADVANTAGE_COLUMN, FN_COLUMN = "reward", "advantage", "rewards/"
-
-
-def sample_rows(batch: SampleBatch, names: Sequence[str], group: int,
-                diagnostics: Iterator[dict[str, float]] = iter(())) -> list[dict[str, Any]]:
-    """The rows of one generation batch; each takes the next of `diagnostics` (its generation's per-sample
-    numbers, already on the host: `ReducedStats.column_rows`), its rewards and advantage among them, and its
-    loss pass's numbers (`SampleBatch.loss_numbers`), under its own columns. No device read: the numbers came
-    in the logged steps' one copy each."""
+def sample_rows(batch: SampleBatch, names: Sequence[str], group: int) -> list[dict[str, Any]]:
+    """The rows of one generation batch, each with its numbers (`SampleBatch.numbers`: its generation's rewards,
+    advantage and truncation, its first loss pass's diagnostics) under its own columns. No device read: the
+    numbers came in the logged steps' one copy each."""
     cap, rows = batch.captured, []
     for i in range(batch.size):
-        numbers = next(diagnostics, {})
-        numbers.update(batch.loss_numbers.get(i, ()))
+        numbers = dict(batch.numbers.get(i, ()))
         rewards = {n: numbers.pop(FN_COLUMN + n, math.nan) for n in names}  # NaN: the function scored no value
         reward, advantage = numbers.pop(REWARD_COLUMN, math.nan), numbers.pop(ADVANTAGE_COLUMN, math.nan)
         rows.append({**numbers,

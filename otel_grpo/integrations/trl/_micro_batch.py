@@ -309,5 +309,5 @@ def attach(table: Sequence[float], segments: Sequence[tuple[int, Any]]) -> None:
         if batch is not None:
             for i in range(at, at + count):
                 row = table[i * width : (i + 1) * width]
-                batch.loss_numbers[int(row[C["position"]])] = row_numbers(row)
+                batch.numbers.setdefault(int(row[C["position"]]), {}).update(row_numbers(row))
         at += count
