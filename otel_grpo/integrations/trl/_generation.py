@@ -9,8 +9,8 @@ Captured once per `_generate_and_score_completions`, so a batch that TRL reuses 
 `num_iterations` passes or splits over `steps_per_generation` steps is counted once;
 the stats of every batch a logged step covers are computed together. Every reward,
 advantage and length stat is a summary of one number per row, so the device makes one
-table of those numbers (a few ops for all the batches, where the per-stat functions took
-about 200 small ones) and the host finishes the stats from every rank's rows with the
+table of those numbers (a few ops for all the batches, where the per-stat functions took a
+few per stat: benchmarks/README.md, trl_hooks_flush) and the host finishes the stats from every rank's rows with the
 same float64 arithmetic `reduce_stats` applies to per-sample vectors; the rows' numbers
 also become their sample rows' rewards and advantage, with no pass of their own.
 Plain tensors and `TrlSettings` in: `_capture` reads TRL's dicts into these.
