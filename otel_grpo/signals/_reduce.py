@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._host import quantile, summaries
+from ._host import finish_vector
 from ._partial import COLUMN_PREFIX, FIELDS, SUMMARIZED_PREFIX, TABLE_PREFIX, Part, Stats, pad_ids
 from ._reduced import ReducedStats
 
@@ -49,10 +49,9 @@ class _Layout:
     checks: list[str] = field(default_factory=list)
     messages: dict[str, str] = field(default_factory=dict)
     unbiased: set[str] = field(default_factory=set)
-    quantiles: dict[str, tuple[str, float]] = field(default_factory=dict)
-    summaries: dict[str, tuple[str, str]] = field(default_factory=dict)
-    summarized: dict[str, set[str]] = field(default_factory=dict)
-    """Each summarized vector's wanted summaries (computed together: one mean for the mean and the std)."""
+    finishing: dict[str, tuple[dict[str, float], dict[str, str]]] = field(default_factory=dict)
+    """Each per-sample vector's quantiles (key -> q) and summaries (key -> stat), finished together
+    (`finish_vector`: one sort, one mean for the mean and the std)."""
     fingerprint: float = 0.0
 
     @staticmethod
@@ -82,10 +81,10 @@ class _Layout:
         lay.checks = [a for a, _ in checks]
         lay.messages = dict(checks)
         lay.unbiased = {k for k in lay.keys[Part.STD] if specs[k].unbiased}
-        lay.quantiles = {k: (specs[k].source, specs[k].q) for k in lay.keys[Part.QUANTILE]}
-        lay.summaries = {k: (specs[k].source, specs[k].stat) for k in lay.keys[Part.SUMMARY]}
-        for source, stat in lay.summaries.values():
-            lay.summarized.setdefault(source, set()).add(stat)
+        for k in lay.keys[Part.QUANTILE]:
+            lay.finishing.setdefault(specs[k].source, ({}, {}))[0][k] = specs[k].q
+        for k in lay.keys[Part.SUMMARY]:
+            lay.finishing.setdefault(specs[k].source, ({}, {}))[1][k] = specs[k].stat
         text = repr((lay.keys, lay.sum_slots, lay.vectors, lay.ids, lay.checks))
         lay.fingerprint = float(zlib.crc32(text.encode()))  # < 2**32: exact in float64
         return lay
@@ -282,21 +281,11 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     # Quantiles and summaries on the host, where every rank's rows already are after the step's one
     # copy: a device nanquantile per vector would add device work and a sync each (sort times:
     # benchmarks/README.md, costs), and moments need no device op either
-    ordered: dict[str, list[float]] = {}
-    for key in lay.keys[Part.QUANTILE]:
-        source, q = lay.quantiles[key]
-        values = ordered.get(source)
-        if values is None:
-            values = ordered[source] = sorted(samples[source])
-        keys.append(key)
-        pairs.append((quantile(values, q), True) if values else (0.0, False))  # all NaN: invalid
-    of_source: dict[str, dict[str, tuple[float, bool]]] = {}
-    for source, wanted in lay.summarized.items():
-        of_source[source] = summaries(samples[source] if source in samples else summarized[source], wanted)
-    for key in lay.keys[Part.SUMMARY]:
-        source, stat = lay.summaries[key]
-        keys.append(key)
-        pairs.append(of_source[source][stat])
+    for source, (quantiles, summarized_as) in lay.finishing.items():
+        for key, value, ok in finish_vector(samples[source] if source in samples else summarized[source],
+                                            quantiles, summarized_as):
+            keys.append(key)
+            pairs.append((value, ok))
     k = len(lay.keys[Part.DISTINCT])
     pairs += zip(host[at : at + k], (ok > 0 for ok in host[at + k : at + 2 * k]))
     keys += lay.keys[Part.DISTINCT]
