@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Mapping
+from typing import Mapping, Sequence
 
 
 def quantile(ordered: list[float], q: float) -> float:
@@ -61,3 +61,26 @@ def finish_vector(values: list[float], quantiles: Mapping[str, float],
         of = summaries(values, set(summarized.values()))
         out += [(key, *of[stat]) for key, stat in summarized.items()]
     return out
+
+
+ZERO_STD_ATOL = 1e-8
+"""`torch.isclose(std, 0)` as TRL's `frac_reward_zero_std` uses it: |std| <= atol (rtol * 0 = 0)."""
+
+
+def group_spread(values: Sequence[float], size: int) -> dict[str, tuple[float, bool]]:
+    """(value, valid) of "std", the mean over the groups of `size` consecutive `values` that hold a non-NaN value
+    of their unbiased std (0 for one value; two passes, `math.fsum`), and of "zero_std", the fraction of those
+    groups whose std is 0 within `ZERO_STD_ATOL`; both invalid without such a group."""
+    spreads = []
+    for start in range(0, len(values), size):
+        group = [x for x in values[start : start + size] if x == x]
+        if not group:
+            continue
+        mean = math.fsum(group) / len(group)
+        deviations = [x - mean for x in group]
+        spreads.append(math.sqrt(math.fsum(map(operator.mul, deviations, deviations)) / (len(group) - 1))
+                       if len(group) > 1 else 0.0)
+    if not spreads:
+        return {"std": (0.0, False), "zero_std": (0.0, False)}
+    return {"std": (math.fsum(spreads) / len(spreads), True),
+            "zero_std": (sum(s <= ZERO_STD_ATOL for s in spreads) / len(spreads), True)}

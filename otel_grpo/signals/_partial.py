@@ -40,6 +40,7 @@ class Part(str, enum.Enum):
     ESS = "ess"  # (mean w)^2 / mean(w^2) from sum, sum of squares, count
     QUANTILE = "quantile"  # from a gathered per-sample vector
     SUMMARY = "summary"  # mean, std, min, max or sum of a gathered per-sample vector
+    GROUP = "group"  # the spread within consecutive groups of a gathered per-sample vector
     DISTINCT = "distinct"  # distinct / total of gathered int64 n-gram ids
 
 
@@ -51,17 +52,20 @@ class Spec:
     unbiased: bool = False
     """STD only: divide by n - 1 (torch's default) instead of n."""
     source: str = ""
-    """QUANTILE and SUMMARY: the per-sample vector key; DISTINCT: the id payload key."""
+    """QUANTILE, SUMMARY and GROUP: the per-sample vector key; DISTINCT: the id payload key."""
     q: float = 0.0
     """QUANTILE only: the quantile in [0, 1]."""
     stat: str = ""
-    """SUMMARY only: one of `SUMMARIES`."""
+    """SUMMARY: one of `SUMMARIES`; GROUP: one of `GROUP_SPREADS`."""
+    size: int = 0
+    """GROUP only: values per group."""
     _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # hashed for every key of every step (the layout cache): once here, not per lookup
         # (the generated hash goes through the enum's Python-level __hash__)
-        object.__setattr__(self, "_hash", hash((self.part.value, self.unbiased, self.source, self.q, self.stat)))
+        object.__setattr__(self, "_hash", hash((self.part.value, self.unbiased, self.source, self.q, self.stat,
+                                                 self.size)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -72,15 +76,17 @@ _MEAN, _ESS, _MIN, _MAX, _SUM = (Spec(p) for p in (Part.MEAN, Part.ESS, Part.MIN
 _STD = {True: Spec(Part.STD, unbiased=True), False: Spec(Part.STD, unbiased=False)}
 
 SUMMARIES = ("mean", "std", "min", "max", "sum")
+GROUP_SPREADS = ("std", "zero_std")
+"""What `add_samples` can tell of the groups of a per-sample vector."""
 """What `add_samples` can summarize of a per-sample vector (std: unbiased, n - 1)."""
 _SUMMARY_KINDS = {"mean": Reduction.MEAN, "std": Reduction.STD, "min": Reduction.MIN, "max": Reduction.MAX,
                   "sum": Reduction.SUM}
 
 
 @lru_cache(maxsize=4096)
-def _sourced(part: Part, source: str, q: float = 0.0, stat: str = "") -> Spec:
+def _sourced(part: Part, source: str, q: float = 0.0, stat: str = "", size: int = 0) -> Spec:
     """The recipe of a quantile, summary or distinct-n key: the same few dozen every step, made once."""
-    return Spec(part, unbiased=stat == "std", source=source, q=q, stat=stat)
+    return Spec(part, unbiased=stat == "std", source=source, q=q, stat=stat, size=size)
 
 
 # Slot fields each part keeps in the SUM-combined part of the pack, in pack order.
@@ -93,6 +99,7 @@ FIELDS = {
     Part.SUM: ("sum",),
     Part.QUANTILE: (),
     Part.SUMMARY: (),
+    Part.GROUP: (),
     Part.DISTINCT: (),
 }
 
@@ -208,14 +215,18 @@ class Stats:
         return self._add(key, _SUM, sum=value)
 
     def add_samples(self, key: str, values: Tensor, quantiles: dict[str, float] | None = None,
-                    summaries: dict[str, str] | None = None) -> Stats:
+                    summaries: dict[str, str] | None = None, groups: dict[str, str] | None = None,
+                    group_size: int = 0) -> Stats:
         """Per-sample vector `values` [N] (NaN: invalid row), gathered for histograms.
 
         `quantiles` maps stat keys to q in [0, 1] computed from the gathered vector
         (linear interpolation, NaN rows ignored); `summaries` maps stat keys to what they
-        are of its valid values: "mean", "std" (unbiased), "min", "max" or "sum" (`SUMMARIES`).
-        Both are finalized on the host from every rank's rows, which reach it anyway in the
-        step's one copy: no device op, and the same value one process gets on the
+        are of its valid values: "mean", "std" (unbiased), "min", "max" or "sum" (`SUMMARIES`);
+        `groups` maps stat keys to a spread within the groups of `group_size` consecutive rows
+        (each rank's rows whole groups): "std" (the mean over groups with a valid value of their
+        unbiased std) or "zero_std" (the fraction of those whose std is 0 within 1e-8)
+        (`GROUP_SPREADS`). All are finalized on the host from every rank's rows, which reach it
+        anyway in the step's one copy: no device op, and the same value one process gets on the
         concatenated batch, bit for bit.
         """
         _check_key(key, (Reduction.SAMPLES,))
@@ -225,6 +236,14 @@ class Stats:
                 raise ValueError(f"quantile {qkey!r}: q={q} is outside [0, 1]")
             self._claim_new(qkey, _sourced(Part.QUANTILE, key, q))  # no parts: finalized from the vector
         self._summaries(key, summaries)
+        for gkey, spread in (groups or {}).items():
+            if spread not in GROUP_SPREADS:
+                raise ValueError(f"group spread {gkey!r}: {spread!r} is none of {', '.join(GROUP_SPREADS)}")
+            if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 \
+                    or values.shape[0] % group_size:
+                raise ValueError(f"group_size must be a positive int dividing the {values.shape[0]} rows of "
+                                 f"{key!r}, got {group_size!r}")
+            self._claim_new(gkey, _sourced(Part.GROUP, key, stat=spread, size=group_size))
         return self
 
     def add_summarized(self, name: str, values: Tensor, summaries: dict[str, str]) -> Stats:

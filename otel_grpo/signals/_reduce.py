@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._host import finish_vector
+from ._host import finish_vector, group_spread
 from ._partial import COLUMN_PREFIX, FIELDS, SUMMARIZED_PREFIX, TABLE_PREFIX, Part, Stats, pad_ids
 from ._reduced import ReducedStats
 
@@ -52,6 +52,8 @@ class _Layout:
     finishing: dict[str, tuple[dict[str, float], dict[str, str]]] = field(default_factory=dict)
     """Each per-sample vector's quantiles (key -> q) and summaries (key -> stat), finished together
     (`finish_vector`: one sort, one mean for the mean and the std)."""
+    grouped: dict[str, tuple[int, dict[str, str]]] = field(default_factory=dict)
+    """Each per-sample vector's group size and group spreads (key -> spread: `group_spread`)."""
     fingerprint: float = 0.0
 
     @staticmethod
@@ -85,6 +87,8 @@ class _Layout:
             lay.finishing.setdefault(specs[k].source, ({}, {}))[0][k] = specs[k].q
         for k in lay.keys[Part.SUMMARY]:
             lay.finishing.setdefault(specs[k].source, ({}, {}))[1][k] = specs[k].stat
+        for k in lay.keys[Part.GROUP]:
+            lay.grouped.setdefault(specs[k].source, (specs[k].size, {}))[1][k] = specs[k].stat
         text = repr((lay.keys, lay.sum_slots, lay.vectors, lay.ids, lay.checks))
         lay.fingerprint = float(zlib.crc32(text.encode()))  # < 2**32: exact in float64
         return lay
@@ -277,6 +281,11 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
             summarized[key] = [x for x in block if x == x]
         else:
             samples[key] = [x for x in block if x == x]  # x == x: not NaN
+            if key in lay.grouped:  # rows in rank order, each rank's whole groups: the groups in order
+                spreads = group_spread(block, lay.grouped[key][0])
+                for gkey, spread in lay.grouped[key][1].items():
+                    keys.append(gkey)
+                    pairs.append(spreads[spread])
         at += n * world
     # Quantiles and summaries on the host, where every rank's rows already are after the step's one
     # copy: a device nanquantile per vector would add device work and a sync each (sort times:

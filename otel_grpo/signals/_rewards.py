@@ -9,14 +9,12 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import count
 from ._partial import Stats
 
 _Q = {"p00": 0.0, "p05": 0.05, "p25": 0.25, "p50": 0.50, "p75": 0.75, "p95": 0.95, "p100": 1.0}
 REWARD_QUANTILES = {f"reward_{name}": q for name, q in _Q.items()}
-# torch.isclose(std, 0) as TRL's frac_reward_zero_std uses it: |std| <= atol (rtol * 0 = 0).
-ZERO_STD_ATOL = 1e-8
 REWARD_SUMMARIES = {"reward": "mean", "reward_std": "std", "reward_min": "min", "reward_max": "max"}
+REWARD_GROUPS = {"reward_group_std": "std", "frac_reward_zero_std": "zero_std"}
 ADVANTAGE_SUMMARIES = {"advantage_mean": "mean", "advantage_std": "std", "advantage_min": "min",
                         "advantage_max": "max"}
 
@@ -44,7 +42,8 @@ def reward_stats(
     `reward_fn_std/<fn>`, the same quantiles per function (`reward_fn_p25/<fn>`, ...)
     with the per-sample vector `sample_reward_fn/<fn>`, `advantage_mean/std/min/max`, the per-sample vectors
     `sample_reward` and `sample_advantage`, and the counter `samples` (B).
-    Standard deviations are unbiased (n - 1), as torch's and TRL's.
+    Standard deviations are unbiased (n - 1), as torch's and TRL's; every one is of the rewards in
+    float64, on the host (TRL's per-group std is in the rewards' dtype).
     """
     stats = Stats()
     rewards = v.floating(rewards, "rewards", dim=1)
@@ -62,9 +61,8 @@ def reward_stats(
     # the total and every function's rewards: [1 + F, B] in float64 (the vectors' dtype, one conversion for
     # all); their means, spreads, extremes and quantiles are summaries of the gathered vectors (host)
     rows = (torch.stack([rewards, *parts.values()]) if parts else rewards.unsqueeze(0)).to(torch.float64)
-    stats.add_samples("sample_reward", rows[0], REWARD_QUANTILES, REWARD_SUMMARIES)
-    # in the rewards' dtype, as TRL
-    _group_stats(stats, rewards.view(-1, group_size), ~torch.isnan(rewards).view(-1, group_size))
+    # the groups' spread too, on the host: each rank's rows are whole groups
+    stats.add_samples("sample_reward", rows[0], REWARD_QUANTILES, REWARD_SUMMARIES, REWARD_GROUPS, group_size)
     for i, name in enumerate(parts, start=1):
         stats.add_samples(f"sample_reward_fn/{name}", rows[i], fn_quantiles(name), fn_summaries(name))
     if advantages is not None:
@@ -93,16 +91,3 @@ def advantage_stats(advantages: Tensor) -> Stats:
     """
     return Stats().add_samples("sample_advantage", v.floating(advantages, "advantages", dim=1),
                                summaries=ADVANTAGE_SUMMARIES)
-
-
-def _group_stats(stats: Stats, grouped: Tensor, valid: Tensor) -> None:
-    """Within-group std (unbiased, 0 for one member) averaged over groups: [G_count, G]."""
-    n = valid.sum(-1, dtype=grouped.dtype)
-    x = torch.where(valid, grouped, 0.0)
-    mean = x.sum(-1) / n.clamp(min=1)
-    dev = torch.where(valid, grouped - mean.unsqueeze(-1), 0.0)
-    std = ((dev * dev).sum(-1) / (n - 1).clamp(min=1)).sqrt()
-    has = n > 0
-    groups = count(has)
-    stats.add_mean("reward_group_std", torch.where(has, std, 0.0).sum(), groups)
-    stats.add_mean("frac_reward_zero_std", count(has & (std <= ZERO_STD_ATOL)), groups)

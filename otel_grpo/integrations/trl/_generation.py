@@ -27,9 +27,9 @@ import torch
 from torch import Tensor
 
 from ... import signals
-from ...signals._host import finish_vector
+from ...signals._host import finish_vector, group_spread
 from ...signals._lengths import LENGTH_SUMMARIES, TERMINATED_SUMMARIES
-from ...signals._rewards import (ADVANTAGE_SUMMARIES, REWARD_QUANTILES, REWARD_SUMMARIES, ZERO_STD_ATOL,
+from ...signals._rewards import (ADVANTAGE_SUMMARIES, REWARD_GROUPS, REWARD_QUANTILES, REWARD_SUMMARIES,
                                  fn_quantiles, fn_summaries)
 from ._chat import chat_text
 from ._rows import cat_rows, held_bytes
@@ -174,8 +174,7 @@ def generation_values(settings: TrlSettings, table: Sequence[float],
     the host copy, rank by rank; `sizes`: the rows of each generation batch in a rank's part, the same on every
     rank): (values, keys with no valid element, per-sample vectors for the histograms). The keys and
     arithmetic of `signals.reward_stats`, `advantage_stats` and `length_stats` on the batches taken together,
-    finished as `reduce_stats` finishes per-sample vectors; the within-group spread in float64 (TRL's is in
-    the rewards' dtype)."""
+    finished as `reduce_stats` finishes per-sample vectors."""
     names = generation_columns(settings)
     width = len(names)
     col = {name: table[j::width] for j, name in enumerate(names)}
@@ -212,30 +211,22 @@ def generation_values(settings: TrlSettings, table: Sequence[float],
 
 def _group_spread(settings: TrlSettings, totals: Sequence[float], sizes: Sequence[int], out: dict[str, float],
                   invalid: set[str]) -> None:
-    """`reward_group_std` (the unbiased within-group std of the rewards, 0 for one member, averaged over groups
-    with a reward) and `frac_reward_zero_std` (TRL's: groups whose std is 0 within 1e-8). A group is
-    `num_generations` consecutive rows of one generation batch in TRL's order, which is rank by rank: the
-    table holds each rank's rows of every batch in turn, so a batch's rows are gathered from every rank's part."""
-    group, n = settings.num_generations, sum(sizes)
+    """`reward_group_std` and `frac_reward_zero_std` as `signals.reward_stats` finishes them, over groups of
+    `num_generations` consecutive rows of one generation batch in TRL's order, which is rank by rank: the table
+    holds each rank's rows of every batch in turn, so a batch's rows are gathered from every rank's part."""
+    n = sum(sizes)
     world = len(totals) // n if n else 0
-    spreads = []
-    at = 0
+    ordered, at = [], 0
     for size in sizes:
-        ordered = [x for r in range(world) for x in totals[r * n + at : r * n + at + size]]
+        ordered += [x for r in range(world) for x in totals[r * n + at : r * n + at + size]]
         at += size
-        for g in range(0, len(ordered), group):
-            valid = [x for x in ordered[g : g + group] if x == x]
-            if not valid:
-                continue
-            mean = math.fsum(valid) / len(valid)
-            deviations = [x - mean for x in valid]
-            spreads.append(math.sqrt(math.fsum([d * d for d in deviations]) / (len(valid) - 1)) if len(valid) > 1
-                           else 0.0)
-    if spreads:
-        out["reward_group_std"] = math.fsum(spreads) / len(spreads)
-        out["frac_reward_zero_std"] = sum(s <= ZERO_STD_ATOL for s in spreads) / len(spreads)
-    else:
-        invalid.update(("reward_group_std", "frac_reward_zero_std"))
+    spreads = group_spread(ordered, settings.num_generations)
+    for key, spread in REWARD_GROUPS.items():
+        value, ok = spreads[spread]
+        if ok:
+            out[key] = value
+        else:
+            invalid.add(key)
 
 
 def attach_generation(settings: TrlSettings, table: Sequence[float], segments: Sequence[tuple[int, Any]]) -> None:
