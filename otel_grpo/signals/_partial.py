@@ -76,9 +76,9 @@ _MEAN, _ESS, _MIN, _MAX, _SUM = (Spec(p) for p in (Part.MEAN, Part.ESS, Part.MIN
 _STD = {True: Spec(Part.STD, unbiased=True), False: Spec(Part.STD, unbiased=False)}
 
 SUMMARIES = ("mean", "std", "min", "max", "sum")
+"""What `add_samples` can summarize of a per-sample vector (std: unbiased, n - 1)."""
 GROUP_SPREADS = ("std", "zero_std")
 """What `add_samples` can tell of the groups of a per-sample vector."""
-"""What `add_samples` can summarize of a per-sample vector (std: unbiased, n - 1)."""
 _SUMMARY_KINDS = {"mean": Reduction.MEAN, "std": Reduction.STD, "min": Reduction.MIN, "max": Reduction.MAX,
                   "sum": Reduction.SUM}
 

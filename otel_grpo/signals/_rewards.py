@@ -16,7 +16,7 @@ REWARD_QUANTILES = {f"reward_{name}": q for name, q in _Q.items()}
 REWARD_SUMMARIES = {"reward": "mean", "reward_std": "std", "reward_min": "min", "reward_max": "max"}
 REWARD_GROUPS = {"reward_group_std": "std", "frac_reward_zero_std": "zero_std"}
 ADVANTAGE_SUMMARIES = {"advantage_mean": "mean", "advantage_std": "std", "advantage_min": "min",
-                        "advantage_max": "max"}
+                       "advantage_max": "max"}
 
 
 @torch.no_grad()
