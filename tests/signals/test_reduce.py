@@ -176,6 +176,32 @@ def test_a_bad_summary_is_refused_naming_it(summaries, match):
         Stats().add_samples("sample_reward", torch.tensor([1.0]), summaries=summaries)
 
 
+def test_group_spreads_of_a_per_sample_vector_skip_nan_rows_and_empty_groups():
+    """Groups of 3 consecutive rows: [1, 2, NaN] (std of 1 and 2), [5, 5, 5] (std 0), [NaN x 3] (no group),
+    [4, NaN, NaN] (one value: std 0); merged from two calls of whole groups, as ranks and micro-batches give them."""
+    nan = float("nan")
+    groups = {"reward_group_std": "std", "frac_reward_zero_std": "zero_std"}
+    first = Stats().add_samples("sample_reward", torch.tensor([1.0, 2.0, nan, 5.0, 5.0, 5.0]), groups=groups,
+                                group_size=3)
+    second = Stats().add_samples("sample_reward", torch.tensor([nan, nan, nan, 4.0, nan, nan]), groups=groups,
+                                 group_size=3)
+    r = reduce_stats(first | second)
+    assert r["reward_group_std"] == pytest.approx(math.sqrt(0.5) / 3, rel=1e-15)
+    assert r["frac_reward_zero_std"] == 2 / 3
+    none = reduce_stats(Stats().add_samples("sample_reward", torch.tensor([nan, nan]), groups=groups, group_size=2))
+    assert none.invalid == set(groups)
+
+
+@pytest.mark.parametrize("groups, size, match", [
+    ({"reward_group_std": "var"}, 2, "'var' is none of std, zero_std"),
+    ({"reward_group_std": "std"}, 3, "group_size must be a positive int dividing the 4 rows"),
+    ({"reward_group_std": "std"}, 0, "group_size must be a positive int"),
+])
+def test_a_bad_group_spread_is_refused_naming_it(groups, size, match):
+    with pytest.raises(ValueError, match=match):
+        Stats().add_samples("sample_reward", torch.tensor([1.0, 2.0, 3.0, 4.0]), groups=groups, group_size=size)
+
+
 def test_a_table_comes_back_as_host_rows_beside_the_stats_nan_kept():
     first = torch.tensor([[1.0, math.nan], [2.0, -math.inf]], dtype=torch.float64)
     stats = Stats().add_sum("samples", 2.0).add_table("t", first).add_table("t", first[:1] * 10)  # rows append
