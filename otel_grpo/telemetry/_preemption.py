@@ -18,6 +18,11 @@ handler when the main thread next executes Python code: a process blocked in a c
 peers are already gone is killed before that, and its run then counts as crashed. As PID 1 of a
 container without an init, where the kernel ignores SIGTERM's default action, the process goes on
 as before until its SIGKILL, its run already ended as preempted.
+
+Ending a run takes the locks of the hand-over to the sink, which the main thread holds while it hands a
+step over (`deferred`): a SIGTERM that arrives there waits until the hand-over is done (a second one does
+not wait), where running the shutdown at once would wait for locks that the interrupted thread cannot
+release, and end the run only when the handler gave up.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ import os
 import signal
 import threading
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 logger = logging.getLogger("otel_grpo.telemetry")
 
@@ -60,7 +66,34 @@ def unwatch(telemetry: Any) -> None:
         _installed_in = None
 
 
+_inside = 0  # the main thread's depth in `deferred` sections
+_waiting = False  # a SIGTERM came inside one: it runs when the outermost ends
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """A section in which the main thread holds locks that ending a run takes (the hand-over of a step to the
+    sink): a SIGTERM handled inside it runs when it ends. On other threads, a plain section (Python runs
+    signal handlers on the main thread only)."""
+    global _inside, _waiting
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _inside += 1
+    try:
+        yield
+    finally:
+        _inside -= 1
+        if not _inside and _waiting:
+            _waiting = False
+            _on_sigterm(signal.SIGTERM, None)
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
+    global _waiting
+    if _inside and not _waiting:  # inside a hand-over: once it is done (a second SIGTERM does not wait)
+        _waiting = True
+        return
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         runs = list(_open.values()) if os.getpid() == _installed_in else []

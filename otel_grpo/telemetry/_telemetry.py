@@ -272,7 +272,7 @@ class Telemetry:
 
     def _advance(self, step: int, count_one: bool) -> int:
         """Increment of `grpo.steps`: 1 per `step()`; `log_metrics` adds the steps since the last call."""
-        with self._lock:
+        with _preemption.deferred(), self._lock:  # shutdown takes the lock too
             last = self._last_step
             self._last_step = step if last is None else max(step, last)
         if count_one or last is None:
@@ -329,7 +329,8 @@ class Telemetry:
                 record.picked = self._select_across_ranks(record)  # every rank's rows compete
             record.end_ns = time.time_ns()
             if not self._closed:
-                self._sink.submit(record)
+                with _preemption.deferred():  # the sink's locks: a SIGTERM here ends the run after it
+                    self._sink.submit(record)
             elif not self._warned_closed:  # a script that goes on after finish(): its steps go nowhere
                 self._warned_closed = True
                 logger.warning("otel-grpo: step %d came after this Telemetry's finish() or shutdown(); it and "
@@ -384,7 +385,8 @@ class Telemetry:
         if now - self._last_beat < _HEARTBEAT_EVERY_S or self._closed:
             return
         self._last_beat = now
-        self._sink.submit(Heartbeat(time.time_ns()))
+        with _preemption.deferred():
+            self._sink.submit(Heartbeat(time.time_ns()))
 
     def beat_while_writing(self, path: str | os.PathLike[str], every_s: float | None = None) -> WriteBeats:
         """A context manager for work that writes files, such as a checkpoint save: while its block runs, a

@@ -71,6 +71,56 @@ def test_sigterm_ends_the_run_as_preempted_and_the_process_still_dies_of_it(tmp_
         assert (tmp_path / "samples" / f"step_{last}.jsonl").exists()  # the spill is complete up to the last step
 
 
+_INSIDE_A_HAND_OVER = """
+import logging, os, signal, sys, time
+logging.basicConfig(stream=sys.stderr, format="%(message)s")
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+tel = Telemetry(TelemetrySettings(run_id="preempted-run", output_dir=sys.argv[1], emit_in="process",
+                                  otlp_protocol="http/protobuf", otlp_endpoint="http://127.0.0.1:" + sys.argv[2],
+                                  metrics_exporters=["otlp"], traces_exporters=["otlp"]))
+
+
+class Signalled:
+    # the training thread's end of the socket to the telemetry process: the third step's write is where
+    # SIGTERM arrives, with the sink's locks held, and Python runs the handler right there, on this thread
+    def __init__(self, sock):
+        self.sock, self.writes = sock, 0
+
+    def send(self, *args):
+        self.writes += 1
+        if self.writes == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+        return self.sock.send(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+tel._sink._sock = Signalled(tel._sink._sock)
+for step in range(10_000):
+    with tel.step(step) as s:
+        s.record({"kl": 0.1, "reward": 0.5})
+    time.sleep(0.05)
+tel.finish()
+"""
+
+
+def test_a_sigterm_inside_a_step_s_hand_over_ends_the_run_once_it_is_handed_over(tmp_path):
+    """The handler runs on the thread the signal interrupted, which here holds the sink's locks; the run's
+    shutdown needs them, so it waits for the hand-over to end, and the run still ends as preempted at once."""
+    with OTLPReceiver() as rx:
+        began = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-c", _INSIDE_A_HAND_OVER, str(tmp_path), str(rx.port)],
+                                stderr=subprocess.PIPE, text=True)
+        _, err = proc.communicate(timeout=60)  # without the wait: the handler's whole bound, 86 s
+        assert proc.returncode == -signal.SIGTERM, err
+        assert time.monotonic() - began < 30, err
+        assert "SIGTERM: ending run 'preempted-run' as preempted" in err
+        assert "emitting in this process" not in err  # the telemetry process saw the run to its end
+        assert _last(rx, "grpo.run.preempted") == 1.0 and _last(rx, "grpo.run.finished") == 0.0
+
+
 def test_a_handler_of_the_program_s_own_is_left_in_place(tmp_path):
     def ours(signum, frame):
         pass
