@@ -86,7 +86,7 @@ _SUMMARY_KINDS = {"mean": Reduction.MEAN, "std": Reduction.STD, "min": Reduction
 @lru_cache(maxsize=4096)
 def _sourced(part: Part, source: str, q: float = 0.0, stat: str = "", size: int = 0) -> Spec:
     """The recipe of a quantile, summary or distinct-n key: the same few dozen every step, made once."""
-    return Spec(part, unbiased=stat == "std", source=source, q=q, stat=stat, size=size)
+    return Spec(part, unbiased=part is Part.SUMMARY and stat == "std", source=source, q=q, stat=stat, size=size)
 
 
 # Slot fields each part keeps in the SUM-combined part of the pack, in pack order.

@@ -182,9 +182,10 @@ def generation_values(settings: TrlSettings, table: Sequence[float],
     invalid: set[str] = set()
     samples: dict[str, list[float]] = {}
 
-    def vector(key: str, values: Sequence[float], quantiles: dict, summaries: dict) -> None:
+    def vector(key: str | None, values: Sequence[float], quantiles: dict, summaries: dict) -> None:
+        """Finish `values`' quantiles and summaries; `key`: its histogram's per-sample signal (None: none)."""
         kept = [x for x in values if x == x]  # x == x: not NaN (a row without that number)
-        if key:
+        if key is not None:
             samples[key] = kept
         for name, value, ok in finish_vector(kept, quantiles, summaries):
             if ok:
@@ -198,7 +199,7 @@ def generation_values(settings: TrlSettings, table: Sequence[float],
     vector("sample_advantage", col["advantage"], {}, ADVANTAGE_SUMMARIES)
     lengths, truncated = col["length"], col["truncated"]
     vector("sample_completion_length", lengths, {}, LENGTH_SUMMARIES)
-    vector("", [n for n, t in zip(lengths, truncated) if not t], {}, TERMINATED_SUMMARIES)
+    vector(None, [n for n, t in zip(lengths, truncated) if not t], {}, TERMINATED_SUMMARIES)
     rows = len(lengths)
     out["samples"] = float(rows)
     if rows:
