@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import typer
 
+from .._stop_request import StopRequest
 from ._app import app, fail, speaker
 
 _STATE_DIR = Path(".otel-grpo-follow")
@@ -135,11 +134,8 @@ def follow(
     if checkpoints is not None and not checkpoints.exists():  # before the job's first save; a typo stays silent
         typer.echo(f"{speaker()}: {checkpoints} does not exist yet; saves into it will be heartbeats once it does",
                    err=True)
-    stop = threading.Event()
-    # Both explicitly: a shell starting us in the background leaves SIGINT ignored.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    ended = follower.run(stop, drain=finished)
+    with StopRequest().installed() as stop:
+        ended = follower.run(stop, drain=finished)
     if ended:
         tel.finish()
     else:

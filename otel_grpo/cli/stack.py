@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import signal
-import threading
 from pathlib import Path
 from typing import List, NoReturn, Optional
 
 import typer
 
 from .._extras import require
+from .._stop_request import StopRequest
 from ._app import app, fail
 from ._paths import os_error_line, path_problem
 
@@ -87,18 +87,13 @@ def _serve_until_interrupted(stack) -> None:
     """Block until Ctrl-C or SIGTERM, checking that the components stay up."""
     from otel_grpo.stack import StackError
 
-    stop = threading.Event()
-    # Both explicitly: a shell starting us in the background leaves SIGINT ignored.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    typer.echo("The stack serves these until Ctrl-C.")
-    try:
-        while not stop.wait(1.0):
-            stack.check_alive()
-    except KeyboardInterrupt:
-        pass
-    except StackError as e:
-        fail(str(e))
+    with StopRequest().installed() as stop:
+        typer.echo("The stack serves these until Ctrl-C.")
+        try:
+            while not stop.wait(1.0):
+                stack.check_alive()
+        except StackError as e:
+            fail(str(e))
 
 
 @app.command()

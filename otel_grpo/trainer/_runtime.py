@@ -6,14 +6,13 @@ import json
 import math
 import os
 import signal
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import torch
 
+from .._stop_request import StopRequest
 from ._loading import ConfigError
 
 CHECKPOINT = "checkpoint.pt"
@@ -61,41 +60,23 @@ def append_metrics(path: Path, step: int, values: Mapping[str, float]) -> None:
         fh.write(json.dumps(row, allow_nan=False) + "\n")
 
 
-class StopFlag:
+class StopFlag(StopRequest):
     """Set by the first Ctrl-C (SIGINT/SIGTERM): the loop finishes the step, flushes and exits.
     A second Ctrl-C raises KeyboardInterrupt as usual. SIGTERM is a preemption (a scheduler
     stops the job to resume it), not a finished run."""
 
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.preempted = False
-        self._previous: dict[int, Any] = {}
+    @property
+    def preempted(self) -> bool:
+        return self.signum == signal.SIGTERM
 
-    def __bool__(self) -> bool:
-        return self.event.is_set()
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.event.is_set():
+    def on_signal(self, signum: int, frame: Any) -> None:
+        if self.is_set():
             raise KeyboardInterrupt
-        self.preempted = signum == signal.SIGTERM
-        self.event.set()
-
-    @contextmanager
-    def installed(self) -> Iterator[StopFlag]:
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        try:
-            yield self
-        finally:
-            for sig, handler in self._previous.items():
-                signal.signal(sig, handler)
+        self.request(signum)
 
     def sleep(self, seconds: float) -> None:
         """Sleep, waking early when stopped; seconds <= 0 sleeps until stopped."""
-        self.event.wait(None if seconds <= 0 else seconds)
+        self.wait(None if seconds <= 0 else seconds)
 
 
 class Progress:

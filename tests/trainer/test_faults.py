@@ -107,8 +107,8 @@ def test_sigterm_is_a_preemption_and_ctrl_c_is_not():
     from otel_grpo.trainer._runtime import StopFlag
 
     term, interrupt = StopFlag(), StopFlag()
-    term._handle(signal.SIGTERM, None)
-    interrupt._handle(signal.SIGINT, None)
+    term.on_signal(signal.SIGTERM, None)
+    interrupt.on_signal(signal.SIGINT, None)
     assert term and term.preempted
     assert interrupt and not interrupt.preempted
 

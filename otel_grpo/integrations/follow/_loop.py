@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections import deque
 from contextlib import ExitStack
@@ -28,6 +27,7 @@ from ._records import BadInput, Record, finite_or_none
 from ._state import State
 
 if TYPE_CHECKING:  # the sources and `start` are used before the exporters' modules are loaded (`otel-grpo follow`)
+    from otel_grpo._stop_request import StopRequest
     from otel_grpo.telemetry import Telemetry
 
 logger = logging.getLogger("otel_grpo.follow")
@@ -122,7 +122,7 @@ class Follower:
     def malformed(self) -> int:
         return sum(s.bad.count for s in self.sources)
 
-    def run(self, stop: threading.Event, *, drain: bool = False) -> bool:
+    def run(self, stop: StopRequest, *, drain: bool = False) -> bool:
         """Follow until `stop` is set or the run ended; True if it ended (the caller then finishes the run).
 
         `drain`: the run is known to be over (`--finished`): read what the files hold, pair
@@ -133,7 +133,7 @@ class Follower:
                 watching.enter_context(self.tel.beat_while_writing(path, self.options.look_every_s))
             return self._follow(stop, drain)
 
-    def _follow(self, stop: threading.Event, drain: bool) -> bool:
+    def _follow(self, stop: StopRequest, drain: bool) -> bool:
         quiet_polls = 0
         while not stop.is_set():
             read = self._poll()

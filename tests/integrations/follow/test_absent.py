@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 
+from otel_grpo._stop_request import StopRequest
 from otel_grpo.integrations.follow import JsonlStream, TrlOutput
 from expected import as_logged
 
@@ -52,7 +52,7 @@ def test_trl_s_last_logged_step_serves_only_its_own_values(tmp_path, trl_output)
                  "rewards/reward_short/mean": None})
     state_path.write_text(json.dumps(state))
     run = Run(tmp_path, [TrlOutput(out)])
-    assert run.follower.run(threading.Event()) is True
+    assert run.follower.run(StopRequest()) is True
     run.tel.flush()
     gauges = _gauges(run)
     assert gauges["grpo.trl.kl"] and list(gauges["grpo.completion.clipped_ratio"].values()) == [1.0]

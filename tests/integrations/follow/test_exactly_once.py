@@ -9,10 +9,10 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 
+from otel_grpo._stop_request import StopRequest
 from otel_grpo.integrations.follow import Follower, FollowOptions, State, VerlMetrics, VerlRollouts
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
@@ -185,7 +185,7 @@ def test_a_backlog_streams_through_pairing_without_splitting_steps(tmp_path, ver
     reads: list[int] = []
     poll = source.poll
     source.poll = lambda n: reads.append(len(got := poll(n))) or got  # type: ignore[method-assign]
-    assert run.follower.run(threading.Event()) is True
+    assert run.follower.run(StopRequest()) is True
     assert max(reads) <= 2  # never more than the budget of dumps in memory
     assert run.steps() == list(range(1, 13))  # one span per step: every pair kept together
     assert _samples(run) == {step: list(range(8)) for step in range(1, 13)}

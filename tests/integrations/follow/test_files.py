@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from otel_grpo._stop_request import StopRequest
 from otel_grpo.integrations.follow import (Follower, FollowOptions, JsonlStream, LineTail, State, VerlMetrics,
                                            VerlRollouts)
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
@@ -161,7 +162,7 @@ def test_metrics_and_rollouts_pair_into_one_step_with_phases_and_samples(tmp_pat
     path, rollouts = tmp_path / "exp.jsonl", tmp_path / "rollouts"
     write_verl(verl, path, 1, 2, rollouts)
     run = Run(tmp_path, [VerlMetrics(path, total_steps=2), VerlRollouts(rollouts, settle_s=0.0)], pair_wait_s=30)
-    assert run.follower.run(threading.Event()) is True  # step 2 of 2: the run ended
+    assert run.follower.run(StopRequest()) is True  # step 2 of 2: the run ended
     run.tel.finish()
     assert run.steps() == [1, 2]
     attrs = run.step_attrs(1)
@@ -202,7 +203,7 @@ def test_finished_reads_the_last_dump_too(tmp_path, verl):
     path, rollouts = tmp_path / "exp.jsonl", tmp_path / "rollouts"
     write_verl(verl, path, 1, 3, rollouts)
     run = Run(tmp_path, [VerlMetrics(path), VerlRollouts(rollouts, settle_s=0.0)], pair_wait_s=30)
-    assert run.follower.run(threading.Event(), drain=True) is True
+    assert run.follower.run(StopRequest(), drain=True) is True
     spans = run.spans.get_finished_spans()
     assert run.steps() == [1, 2, 3]
     assert sorted(s.attributes["grpo.step"] for s in spans if s.name == "grpo.samples") == [1, 2, 3]
@@ -212,8 +213,8 @@ def test_files_that_stop_growing_stay_live(tmp_path, verl):
     path = tmp_path / "exp.jsonl"
     write_verl(verl, path, 1, 3)
     run = Run(tmp_path, [VerlMetrics(path, total_steps=100)])
-    stop = threading.Event()
-    timer = threading.Timer(1.0, stop.set)  # the user stops the follower; the job never reached step 100
+    stop = StopRequest()
+    timer = threading.Timer(1.0, stop.request)  # the user stops the follower; the job never reached step 100
     timer.start()
     assert run.follower.run(stop) is False
     run.tel.shutdown()
@@ -241,7 +242,7 @@ def test_a_checkpoint_written_between_steps_is_a_heartbeat_and_a_quiet_folder_is
     metrics, checkpoints = tmp_path / "m.jsonl", tmp_path / "checkpoints"
     metrics.write_text(json.dumps({"step": 1, "kl": 0.1}) + "\n")
     run = Run(tmp_path, [JsonlStream("jsonl", metrics)], writes=[checkpoints], look_every_s=0.05)
-    stop = threading.Event()
+    stop = StopRequest()
     thread = threading.Thread(target=run.follower.run, args=(stop,))
     thread.start()
     try:
@@ -261,5 +262,5 @@ def test_a_checkpoint_written_between_steps_is_a_heartbeat_and_a_quiet_folder_is
         assert began <= run.gauge("grpo.process.activity_time") <= time.time()
         assert run.gauge("grpo.step_index") == 1  # work, not a step
     finally:
-        stop.set()
+        stop.request()
         thread.join(30)

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from otel_grpo._stop_request import StopRequest
 from otel_grpo.integrations.follow import JsonlStream, TrlOutput
 from expected import as_logged_by_step, exported_as_logged
 from tests._support.waiting import wait_for
@@ -54,7 +55,7 @@ def trl_summary(tmp_path_factory) -> Path:
 
 def test_trl_completions_become_samples_once_per_generation_batch(tmp_path, trl_output):
     run = Run(tmp_path, [TrlOutput(trl_output, reward_weights=[1.0, 0.5])])
-    assert run.follower.run(threading.Event()) is True  # checkpoint-4: global_step reached max_steps
+    assert run.follower.run(StopRequest()) is True  # checkpoint-4: global_step reached max_steps
     run.tel.finish()
     spans = run.spans.get_finished_spans()
     by_step: dict[int, list[dict]] = {}
@@ -93,8 +94,8 @@ def test_trl_files_without_an_end_stay_live(tmp_path, trl_output):
     partial = tmp_path / "crashed"
     shutil.copytree(trl_output / "completions", partial / "completions")
     run = Run(tmp_path, [TrlOutput(partial)])
-    stop = threading.Event()
-    threading.Timer(1.0, stop.set).start()
+    stop = StopRequest()
+    threading.Timer(1.0, stop.request).start()
     assert run.follower.run(stop) is False
     run.tel.shutdown()
     assert {s.attributes["grpo.step"] for s in run.spans.get_finished_spans() if s.name == "grpo.samples"} == {1, 3}
@@ -110,7 +111,7 @@ def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, trl_summar
     assert "train_runtime" in history[-1]
     assert history[0]["step"] == 0 and "eval_reward" in history[0]
     run = Run(tmp_path, [TrlOutput(out, reward_weights=[1.0, 0.5])])
-    assert run.follower.run(threading.Event()) is True
+    assert run.follower.run(StopRequest()) is True
     run.tel.finish()
     assert run.gauge("grpo.run.finished") == 1.0
     at_start = [dict(s.attributes) for s in run.spans.get_finished_spans() if s.attributes.get("grpo.step") == 0]
@@ -178,8 +179,8 @@ def test_log_extra_columns_are_not_reward_functions(tmp_path, trl_output):
     shutil.copytree(trl_output / "completions", partial / "completions")
     for directory, weights in ((trl_output, None), (partial, [1.0, 0.5])):
         run = Run(tmp_path / directory.name, [TrlOutput(directory, reward_weights=weights)])
-        stop = threading.Event()
-        threading.Timer(1.0, stop.set).start()
+        stop = StopRequest()
+        threading.Timer(1.0, stop.request).start()
         run.follower.run(stop)
         events = _sample_events(run, 1)
         assert len(events) == 8
@@ -203,7 +204,7 @@ def test_null_in_trls_log_history_is_counted_nonfinite_and_the_step_emitted(tmp_
     entry["epoch"] = None
     state_path.write_text(json.dumps(state))
     run = Run(tmp_path, [TrlOutput(out)])
-    assert run.follower.run(threading.Event()) is True
+    assert run.follower.run(StopRequest()) is True
     run.tel.finish()
     steps = [s.attributes["grpo.step"] for s in run.spans.get_finished_spans()
              if s.name == "grpo.step" and s.attributes["grpo.step"] == 2]
@@ -518,7 +519,7 @@ def test_the_same_attempts_saves_evaluations_and_summary_are_no_relaunch(tmp_pat
     run.once()
     history.append({"train_runtime": 12.5, "train_loss": 3.0, "epoch": 1.0, "step": 4})
     _save(out, 4, history, folder=".")
-    assert run.follower.run(threading.Event()) is True  # the summary: the end
+    assert run.follower.run(StopRequest()) is True  # the summary: the end
     assert {a for _, a, _ in _scalars_sent(run)} == {run.tel.attempt}
     assert [s for s, _, _ in _scalars_sent(run)] == [1, 2, 3, 4]
 
