@@ -11,7 +11,8 @@ calls `Event.set()` there takes that lock again and waits for its own thread, fo
 a loop hangs for good on a SIGTERM that lands in that window (reproduced by a burst of signals at such a
 loop: it hangs within seconds). A handler that raises instead (KeyboardInterrupt) can leave a lock that the
 interrupted code held taken (`subprocess.Popen`'s waitpid lock, which stopping a child then waits for). So
-the handler here only sets a field, which takes no lock, and `wait` sleeps in short slices that read it.
+the handler here only sets a field, which takes no lock, and `wait` sleeps in short slices that read it;
+code that unwinds on Ctrl-C calls `check()` where it can stop, which raises KeyboardInterrupt there.
 """
 
 from __future__ import annotations
@@ -43,8 +44,6 @@ class StopRequest:
     def is_set(self) -> bool:
         return self.signum is not None
 
-    __bool__ = is_set
-
     def wait(self, timeout: float | None = None) -> bool:
         """Until requested or `timeout` seconds passed (None: no limit); whether it was requested."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -54,6 +53,11 @@ class StopRequest:
                 break
             time.sleep(left)  # a signal in it runs the handler, then the sleep ends its slice (PEP 475)
         return self.signum is not None
+
+    def check(self) -> None:
+        """Raise KeyboardInterrupt once requested: Ctrl-C's exception, where the caller holds no lock."""
+        if self.signum is not None:
+            raise KeyboardInterrupt
 
     def on_signal(self, signum: int, frame: Any) -> None:
         """The handler `installed` puts in place; a subclass may do more, taking no lock."""

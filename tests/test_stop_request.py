@@ -66,7 +66,7 @@ def test_the_signal_that_asked_is_kept_and_the_handlers_come_back():
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     stop = StopRequest()
     with stop.installed():
-        assert not stop and not stop.wait(0.01)
+        assert not stop.is_set() and not stop.wait(0.01)
         signal.raise_signal(signal.SIGTERM)
         signal.raise_signal(signal.SIGINT)  # a second request keeps the first one's signal
         assert stop.wait(0) and stop.signum == signal.SIGTERM

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
-from typing import List, NoReturn, Optional
+from typing import List, Optional
 
 import typer
 
@@ -37,36 +36,29 @@ def _settings(dir: Path, sidecar_port: int, prometheus_port: int, alertmanager_p
         raise typer.BadParameter(str(e)) from None
 
 
-def _start(settings):
-    """Start the stack, or exit 1 with the one-line reason (e.g. how to install Prometheus)."""
+def _start(settings, stop: StopRequest):
+    """Start the stack, or exit 1 with the one-line reason (e.g. how to install Prometheus); 130 once `stop` is
+    requested (Ctrl-C, or a supervisor's SIGTERM, even mid-start), having stopped the components started so
+    far (the default action would leave them running orphaned)."""
     from otel_grpo.stack import LocalStack, StackError
 
     problem = path_problem(settings.dir, "--dir", directory=True)
     if problem:
         fail(problem)
     stack = LocalStack(settings)
-    # From here on SIGTERM (a supervisor stopping us, even mid-start) unwinds like Ctrl-C, so the
-    # components started so far are stopped; the default action would leave them running orphaned.
-    signal.signal(signal.SIGTERM, _interrupt)
     # A loaded machine takes a minute or more to get all three ready: say so before the wait.
     typer.echo(f"starting the sidecar, Alertmanager and Prometheus (logs: {settings.dir / 'logs'}) ...")
     try:
-        return stack.start()
+        return stack.start(stop)
     except StackError as e:
         fail(str(e))
     except KeyboardInterrupt:
-        stack.stop()  # idempotent: start() stops what it started, this covers an interrupt just after it returned
+        stack.stop()  # idempotent: start() stops what it started
         typer.echo("interrupted.", err=True)
         raise typer.Exit(130) from None
     except OSError as e:  # /proc/foo: the kernel refuses what looked writable
         stack.stop()
         fail(os_error_line(e, settings.dir, "--dir"))
-
-
-def _interrupt(signum, frame) -> NoReturn:
-    raise KeyboardInterrupt
-
-
 
 
 def _print_urls(stack) -> None:
@@ -83,17 +75,16 @@ def _print_trainer_env(stack) -> None:
         typer.echo(f"  export {key}={value}")
 
 
-def _serve_until_interrupted(stack) -> None:
-    """Block until Ctrl-C or SIGTERM, checking that the components stay up."""
+def _serve_until_interrupted(stack, stop: StopRequest) -> None:
+    """Block until Ctrl-C or SIGTERM (`stop`), checking that the components stay up."""
     from otel_grpo.stack import StackError
 
-    with StopRequest().installed() as stop:
-        typer.echo("The stack serves these until Ctrl-C.")
-        try:
-            while not stop.wait(1.0):
-                stack.check_alive()
-        except StackError as e:
-            fail(str(e))
+    typer.echo("The stack serves these until Ctrl-C.")
+    try:
+        while not stop.wait(1.0):
+            stack.check_alive()
+    except StackError as e:
+        fail(str(e))
 
 
 @app.command()
@@ -114,17 +105,17 @@ def up(dir: Path = _DIR, sidecar_port: int = _SIDECAR, prometheus_port: int = _P
     OTEL_GRPO_PROMETHEUS_PORT=<trainer metrics port>).
     """
     require("sidecar")
-    stack = _start(_settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port,
-                             routing, secrets_dir))
-    try:
-        _print_urls(stack)
-        _print_trainer_env(stack)
-        _serve_until_interrupted(stack)
-    except KeyboardInterrupt:  # SIGTERM before the wait's own handlers were in place
-        pass
-    finally:
-        stack.stop()
-        typer.echo("stopped.")
+    settings = _settings(dir, sidecar_port, prometheus_port, alertmanager_port, trainer_metrics_port, routing,
+                         secrets_dir)
+    with StopRequest().installed() as stop:
+        stack = _start(settings, stop)
+        try:
+            _print_urls(stack)
+            _print_trainer_env(stack)
+            _serve_until_interrupted(stack, stop)
+        finally:
+            stack.stop()
+            typer.echo("stopped.")
 
 
 @app.command()
@@ -150,21 +141,22 @@ def demo(
                                      **({"run_id": run_id} if run_id else {}))
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
-    stack = _start(settings)
-    try:
-        _print_urls(stack)
-        summary = run_demo(stack, demo_settings)
-        typer.echo("")
-        typer.echo(format_summary(summary, live=not exit_))  # live: the run's pages, served below
-        if not exit_:
-            _serve_until_interrupted(stack)
-        if summary.trainer_exit_code != 0:
-            raise typer.Exit(summary.trainer_exit_code)
-    except KeyboardInterrupt:
-        typer.echo("interrupted.")
-    finally:
-        stack.stop()
-        typer.echo("stopped.")
+    with StopRequest().installed() as stop:
+        stack = _start(settings, stop)
+        try:
+            _print_urls(stack)
+            summary = run_demo(stack, demo_settings, stop)
+            typer.echo("")
+            typer.echo(format_summary(summary, live=not exit_))  # live: the run's pages, served below
+            if not exit_:
+                _serve_until_interrupted(stack, stop)
+            if summary.trainer_exit_code != 0:
+                raise typer.Exit(summary.trainer_exit_code)
+        except KeyboardInterrupt:  # `stop` requested while the demo trained
+            typer.echo("interrupted.")
+        finally:
+            stack.stop()
+            typer.echo("stopped.")
 
 
 @app.command()

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._stop_request import StopRequest
 from ._local import LocalStack, StackSettings
 from ._process import interrupts_held
 
@@ -179,7 +180,17 @@ def _sidecar_alerts(client: httpx.Client, settings: StackSettings, run_id: str) 
         return set()
 
 
-def _settle(watcher: AlertWatcher, settings: StackSettings, run_id: str, timeout_s: float) -> set[str]:
+def _exit_code(proc: subprocess.Popen, stop: StopRequest) -> int:
+    """The trainer's exit code once it exits; KeyboardInterrupt once `stop` is requested."""
+    while True:
+        try:
+            return proc.wait(0.2)
+        except subprocess.TimeoutExpired:
+            stop.check()
+
+
+def _settle(watcher: AlertWatcher, settings: StackSettings, run_id: str, timeout_s: float,
+            stop: StopRequest) -> set[str]:
     """Wait until every alert Prometheus fired and Alertmanager did not suppress reached the sidecar."""
     import httpx
 
@@ -189,11 +200,14 @@ def _settle(watcher: AlertWatcher, settings: StackSettings, run_id: str, timeout
             in_sidecar = _sidecar_alerts(client, settings, run_id)
             if watcher.prometheus - watcher.suppressed <= in_sidecar or time.monotonic() > deadline:
                 return in_sidecar
-            time.sleep(0.5)
+            stop.wait(0.5)
+            stop.check()
 
 
-def run_demo(stack: LocalStack, demo: DemoSettings) -> DemoSummary:
-    """Run the trainer to completion against a started stack and summarize."""
+def run_demo(stack: LocalStack, demo: DemoSettings, stop: StopRequest | None = None) -> DemoSummary:
+    """Run the trainer to completion against a started stack and summarize; KeyboardInterrupt (Ctrl-C, or
+    `stop` requested) stops the trainer as Ctrl-C would and goes on once it has exited."""
+    stop = StopRequest() if stop is None else stop  # None: a request that never comes
     settings = stack.settings
     out = run_dir(settings, demo)
     out.mkdir(parents=True, exist_ok=True)
@@ -206,16 +220,17 @@ def run_demo(stack: LocalStack, demo: DemoSettings) -> DemoSummary:
             try:
                 with interrupts_held():  # an interrupt comes once `proc` holds the trainer, so it is stopped
                     proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=log)
-                code = proc.wait()
+                code = _exit_code(proc, stop)
             except KeyboardInterrupt:
                 if proc is not None:
                     proc.send_signal(signal.SIGINT)  # the user stopped it: a finished run (SIGTERM: preempted)
                     proc.wait()
                 raise
             # A few evaluations more: an alert whose `for:` ends with the last step still counts.
-            time.sleep(RECORD_GRACE_S)
+            stop.wait(RECORD_GRACE_S)
+            stop.check()
             watcher.freeze()
-            in_sidecar = _settle(watcher, settings, demo.run_id, demo.settle_s) & watcher.prometheus
+            in_sidecar = _settle(watcher, settings, demo.run_id, demo.settle_s, stop) & watcher.prometheus
     finally:
         if log:
             log.close()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
+from otel_grpo._stop_request import StopRequest
 from otel_grpo.generate import (RuleSettings, Routing, Targets, alertmanager_config, dump, prometheus_config, rule_files,
                                 write_files)
 
@@ -232,16 +233,18 @@ class LocalStack:
                     s.prometheus_url + "/-/ready", logs / "prometheus.log"),
         ]
 
-    def start(self) -> "LocalStack":
+    def start(self, stop: StopRequest | None = None) -> "LocalStack":
+        """Start the components in order, each ready before the next; KeyboardInterrupt (Ctrl-C, or `stop`
+        requested while a component gets ready) stops those started."""
         plan = self._plan()
         (self.settings.dir / "sidecar").mkdir(parents=True, exist_ok=True)
         # Everything from the first spawn on, the pages' lookup included, is inside the try: an interrupt
-        # anywhere in it (Ctrl-C, or the SIGTERM `up` turns into one) stops what has started.
+        # anywhere in it stops what has started.
         try:
             for component in plan:
                 self.components.append(component)  # before the spawn; stop() skips one never started
                 component.start()
-                component.wait_ready(self.settings.ready_timeout_s)
+                component.wait_ready(self.settings.ready_timeout_s, stop)
             self.alerts_path = find_alerts_page(self.settings.prometheus_url)
             self.prometheus_path = find_alerts_page(self.settings.prometheus_url, PROMETHEUS_PAGES)
             self.alertmanager_path = find_alerts_page(self.settings.alertmanager_url, ALERTMANAGER_PAGES)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from .._stop_request import StopRequest
+
 # Built from their Go modules by scripts/build-backends.sh into the cache first (the
 # versions compose pins); then the PATH, where Debian names them as below.
 BINARIES = {
@@ -158,7 +160,7 @@ def interrupts_held() -> Iterator[None]:
         for s, handler in saved.items():
             signal.signal(s, handler)
         for s in dict.fromkeys(caught):
-            signal.raise_signal(s)  # to the handler it had: KeyboardInterrupt, `up`'s, or the default
+            signal.raise_signal(s)  # to the handler it had: KeyboardInterrupt, a StopRequest's, or the default
 
 
 @dataclass(slots=True)
@@ -186,13 +188,16 @@ class Managed:
         finally:
             log.close()
 
-    def wait_ready(self, timeout_s: float) -> None:
-        """Poll the readiness URL until 200; fail early if the process exits."""
+    def wait_ready(self, timeout_s: float, stop: StopRequest | None = None) -> None:
+        """Poll the readiness URL until 200; fail early if the process exits, and with KeyboardInterrupt
+        once `stop` is requested."""
         import httpx  # the [sidecar] extra, which `up` and `demo` require
 
+        stop = StopRequest() if stop is None else stop  # None: a request that never comes
         deadline = time.monotonic() + timeout_s
         with httpx.Client(timeout=2.0) as client:
             while True:
+                stop.check()
                 if self.proc is not None and self.proc.poll() is not None:
                     raise StackError(f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}")
                 try:
@@ -202,7 +207,7 @@ class Managed:
                     pass  # not listening yet
                 if time.monotonic() > deadline:
                     raise StackError(f"{self.name} not ready at {self.ready_url} after {timeout_s:.0f}s: {self.log_tail()}")
-                time.sleep(0.2)
+                stop.wait(0.2)
 
     @contextmanager
     def running(self, timeout_s: float) -> Iterator[Managed]:

@@ -167,7 +167,7 @@ class GRPOTrainer:
                     if cfg.faults.stalls_at(step):
                         progress.note(f"fault: stall at step {step}")
                         self.stop.sleep(cfg.faults.stall_seconds)  # alive, no progress
-                    if self.stop:
+                    if self.stop.is_set():
                         step -= 1
                         break
                     t0 = monotonic()
@@ -178,7 +178,7 @@ class GRPOTrainer:
                         self.save(step + 1)
                     if cfg.min_step_seconds:
                         self.stop.sleep(max(cfg.min_step_seconds - (monotonic() - t0), 1e-3))
-                    if self.stop:
+                    if self.stop.is_set():
                         break
             ended = True
         finally:
@@ -186,7 +186,7 @@ class GRPOTrainer:
             self.save(step + 1)
             preempted = ended and self.stop.preempted  # SIGTERM: resumed later, not finished
             self.telemetry.shutdown(finished=ended and not preempted, preempted=preempted)
-        return TrainResult(self.run_id, self.output_dir, self.start_step, step, history, bool(self.stop), self.is_main)
+        return TrainResult(self.run_id, self.output_dir, self.start_step, step, history, self.stop.is_set(), self.is_main)
 
     def train_step(self, step: int) -> dict[str, float]:
         """One GRPO step; returns the step's scalars (identical on every rank)."""

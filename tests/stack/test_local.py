@@ -232,6 +232,42 @@ def test_the_demo_serves_the_pages_it_prints_until_ctrl_c(tmp_path, free_port_fa
     assert not [p for p in ports[:3] if _listening(p)]
 
 
+def _alive_under(directory: Path) -> list[str]:
+    """Command lines of the processes still running with `directory` in them."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(str(directory).encode() in arg for arg in argv):
+            found.append(" ".join(a.decode(errors="replace") for a in argv))
+    return found
+
+
+def test_a_sigterm_while_the_demo_trains_stops_the_trainer_and_every_component(tmp_path, free_port_factory):
+    """A supervisor's SIGTERM in the middle of the demo's training: the trainer gets Ctrl-C and ends, then the
+    stack stops; nothing the demo started is left running."""
+    ports = [free_port_factory() for _ in range(4)]
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "otel_grpo.cli", "demo", "--dir", str(tmp_path / "stack"), "--run-id", "sigterm'd",
+         "--steps", "100000", "--trainer-arg=--preset", "--trainer-arg=tiny", "--trainer-log", str(tmp_path / "t.log"),
+         "--sidecar-port", str(ports[0]), "--prometheus-port", str(ports[1]), "--alertmanager-port", str(ports[2]),
+         "--trainer-metrics-port", str(ports[3])], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        steps = _wait_for(lambda: [p for p in (tmp_path / "stack").rglob("metrics.jsonl") if p.stat().st_size]
+                          or demo.poll() is not None, 180)
+        assert steps and demo.poll() is None, demo.stderr.read() if demo.poll() is not None else "no step"
+        demo.send_signal(signal.SIGTERM)
+        out, err = demo.communicate(timeout=90)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 0 and "interrupted." in out and "Traceback" not in err, (out, err)
+    assert not _alive_under(tmp_path), _alive_under(tmp_path)
+    assert not [p for p in ports[:3] if _listening(p)]
+
+
 def _listening(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()

@@ -109,8 +109,8 @@ def test_sigterm_is_a_preemption_and_ctrl_c_is_not():
     term, interrupt = StopFlag(), StopFlag()
     term.on_signal(signal.SIGTERM, None)
     interrupt.on_signal(signal.SIGINT, None)
-    assert term and term.preempted
-    assert interrupt and not interrupt.preempted
+    assert term.is_set() and term.preempted
+    assert interrupt.is_set() and not interrupt.preempted
 
 
 def test_a_step_without_a_statistic_leaves_its_gauge_without_a_data_point(tmp_path):
