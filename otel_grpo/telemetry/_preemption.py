@@ -22,7 +22,9 @@ as before until its SIGKILL, its run already ended as preempted.
 Ending a run takes the locks of the hand-over to the sink, which the main thread holds while it hands a
 step over (`deferred`): a SIGTERM that arrives there waits until the hand-over is done (a second one does
 not wait), where running the shutdown at once would wait for locks that the interrupted thread cannot
-release, and end the run only when the handler gave up.
+release, and end the run only when the handler gave up. The same holds for a program's own handler that
+calls `shutdown()` (`defer`): the shutdown runs as the hand-over ends, where it used to wait for the step
+counter's lock for ever.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 logger = logging.getLogger("otel_grpo.telemetry")
 
@@ -67,15 +69,17 @@ def unwatch(telemetry: Any) -> None:
 
 
 _inside = 0  # the main thread's depth in `deferred` sections
-_waiting = False  # a SIGTERM came inside one: it runs when the outermost ends
+_pending: list[Callable[[], None]] = []  # what signal handlers asked for inside one: run when the outermost ends
+_sigterm_waits = False  # our handler's run is pending: a second SIGTERM does not wait
 
 
 @contextmanager
 def deferred() -> Iterator[None]:
     """A section in which the main thread holds locks that ending a run takes (the hand-over of a step to the
-    sink): a SIGTERM handled inside it runs when it ends. On other threads, a plain section (Python runs
-    signal handlers on the main thread only)."""
-    global _inside, _waiting
+    sink): what a signal handler `defer`s inside it runs when it ends, once its locks are released (an
+    exception that the handler raised, `sys.exit`'s, releases them on its way out). On other threads, a
+    plain section (Python runs signal handlers on the main thread only)."""
+    global _inside
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -84,16 +88,25 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         _inside -= 1
-        if not _inside and _waiting:
-            _waiting = False
-            _on_sigterm(signal.SIGTERM, None)
+        while not _inside and _pending:
+            _pending.pop(0)()
+
+
+def defer(fn: Callable[[], None]) -> bool:
+    """Queue `fn` for the end of the main thread's outermost `deferred` section, when called inside one (from a
+    signal handler: nothing else runs there); False, queuing nothing, anywhere else: call `fn` now."""
+    if _inside and threading.current_thread() is threading.main_thread():
+        _pending.append(fn)
+        return True
+    return False
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    global _waiting
-    if _inside and not _waiting:  # inside a hand-over: once it is done (a second SIGTERM does not wait)
-        _waiting = True
+    global _sigterm_waits
+    if not _sigterm_waits and defer(lambda: _on_sigterm(signum, None)):  # once the hand-over is done
+        _sigterm_waits = True
         return
+    _sigterm_waits = False
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         runs = list(_open.values()) if os.getpid() == _installed_in else []

@@ -452,8 +452,11 @@ class Telemetry:
         that exits without finishing its run did not end it on purpose. `preempted=True`:
         a scheduler stopped the run (SIGTERM) to resume it later, `grpo.run.preempted` = 1. While the
         run is open, a SIGTERM that nothing else in the program handles does this by itself and then
-        lets the signal end the process as it would have (`_preemption`).
+        lets the signal end the process as it would have (`_preemption`). Called from a signal handler of the
+        program's own while the training thread was handing a step over, it runs once the hand-over is done.
         """
+        if _preemption.defer(lambda: self.shutdown(finished, preempted)):  # it holds locks taken below
+            return
         with self._lock:
             if self._closed:
                 return

@@ -121,6 +121,87 @@ def test_a_sigterm_inside_a_step_s_hand_over_ends_the_run_once_it_is_handed_over
         assert _last(rx, "grpo.run.preempted") == 1.0 and _last(rx, "grpo.run.finished") == 0.0
 
 
+_OWN_HANDLER_INSIDE_A_HAND_OVER = """
+import logging, os, signal, sys, threading, time
+logging.basicConfig(stream=sys.stderr, format="%(message)s")
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+
+stopped = []
+
+
+def graceful(signum, frame):  # the program's own: end the run as preempted, then leave the loop
+    tel.shutdown(preempted=True)
+    stopped.append(signum)
+
+
+signal.signal(signal.SIGTERM, graceful)
+tel = Telemetry(TelemetrySettings(run_id="preempted-run", output_dir=sys.argv[1], emit_in="process",
+                                  otlp_protocol="http/protobuf", otlp_endpoint="http://127.0.0.1:" + sys.argv[2],
+                                  metrics_exporters=["otlp"], traces_exporters=["otlp"]))
+
+
+class Signalled:
+    # SIGTERM on the third use, from inside it, with whatever the training thread holds there held:
+    # Python runs the handler right there, on this thread
+    def __init__(self, inner):
+        self.inner, self.uses = inner, 0
+
+    def _signal(self):
+        self.uses += 1
+        if self.uses == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+
+
+class SignalledSocket(Signalled):  # the training thread's end of the socket to the telemetry process
+    def send(self, *args):
+        self._signal()
+        return self.inner.send(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class SignalledLock(Signalled):  # the step counter's lock, which shutdown takes too
+    def __enter__(self):
+        self.inner.acquire()
+        if threading.current_thread() is threading.main_thread() and not stopped:
+            self._signal()
+
+    def __exit__(self, *exc):
+        self.inner.release()
+
+
+if sys.argv[3] == "socket":
+    tel._sink._sock = SignalledSocket(tel._sink._sock)
+else:
+    tel._lock = SignalledLock(tel._lock)
+for step in range(10_000):
+    if stopped:
+        break
+    with tel.step(step) as s:
+        s.record({"kl": 0.1, "reward": 0.5})
+    time.sleep(0.05)
+print("stopped at step", step)
+"""
+
+
+@pytest.mark.parametrize("inside", ["socket", "step counter"])
+def test_a_program_s_own_handler_ending_the_run_inside_a_hand_over_ends_it_once_it_is_handed_over(tmp_path, inside):
+    """A program's handler that calls `shutdown(preempted=True)` (docs/integrations.md) runs where the signal
+    interrupted the training thread: inside the socket write, with the sink's locks held, or inside the step
+    counter's lock, which shutdown takes. The shutdown then runs once the hand-over is done: it used to take
+    the run over in this process after half the shutdown bound (socket), or to wait for the lock for ever."""
+    with OTLPReceiver() as rx:
+        began = time.monotonic()
+        proc = subprocess.run([sys.executable, "-c", _OWN_HANDLER_INSIDE_A_HAND_OVER, str(tmp_path), str(rx.port),
+                               inside.split()[0]], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "stopped at step" in proc.stdout, proc.stderr
+        assert time.monotonic() - began < 30, proc.stderr
+        assert "emitting in this process" not in proc.stderr  # the telemetry process saw the run to its end
+        assert _last(rx, "grpo.run.preempted") == 1.0 and _last(rx, "grpo.run.finished") == 0.0
+
+
 def test_a_handler_of_the_program_s_own_is_left_in_place(tmp_path):
     def ours(signum, frame):
         pass
