@@ -198,16 +198,22 @@ def test_a_backend_found_on_path_is_named_as_not_the_pinned_build(monkeypatch, t
     assert f"`scripts/build-backends.sh {component}` builds it" in str(backend)
 
 
+def _start_demo(tmp_path: Path, ports: list[int], run_id: str, steps: int) -> subprocess.Popen:
+    """`otel-grpo demo` of the tiny preset in `tmp_path`, serving until Ctrl-C, on the given four ports."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "otel_grpo.cli", "demo", "--dir", str(tmp_path / "stack"), "--run-id", run_id,
+         "--steps", str(steps), "--trainer-arg=--preset", "--trainer-arg=tiny", "--trainer-log",
+         str(tmp_path / "trainer.log"), "--sidecar-port", str(ports[0]), "--prometheus-port", str(ports[1]),
+         "--alertmanager-port", str(ports[2]), "--trainer-metrics-port", str(ports[3])],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_the_demo_serves_the_pages_it_prints_until_ctrl_c(tmp_path, free_port_factory):
     """Without --exit the demo prints, after its summary, the pages that show the run, its alerts and their
     history, and serves them until Ctrl-C: each answers (none is a web UI these builds lack, nor a list of
     alerts Alertmanager has forgotten), and Ctrl-C then stops every component."""
     ports = [free_port_factory() for _ in range(4)]
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "otel_grpo.cli", "demo", "--dir", str(tmp_path / "stack"), "--run-id", "served",
-         "--steps", "3", "--trainer-arg=--preset", "--trainer-arg=tiny", "--trainer-log", str(tmp_path / "trainer.log"),
-         "--sidecar-port", str(ports[0]), "--prometheus-port", str(ports[1]), "--alertmanager-port", str(ports[2]),
-         "--trainer-metrics-port", str(ports[3])], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    demo = _start_demo(tmp_path, ports, "served", steps=3)
     try:
         lines: list[str] = []
         while not lines or "until Ctrl-C" not in lines[-1]:
@@ -249,11 +255,7 @@ def test_a_sigterm_while_the_demo_trains_stops_the_trainer_and_every_component(t
     """A supervisor's SIGTERM in the middle of the demo's training: the trainer gets Ctrl-C and ends, then the
     stack stops; nothing the demo started is left running."""
     ports = [free_port_factory() for _ in range(4)]
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "otel_grpo.cli", "demo", "--dir", str(tmp_path / "stack"), "--run-id", "sigterm'd",
-         "--steps", "100000", "--trainer-arg=--preset", "--trainer-arg=tiny", "--trainer-log", str(tmp_path / "t.log"),
-         "--sidecar-port", str(ports[0]), "--prometheus-port", str(ports[1]), "--alertmanager-port", str(ports[2]),
-         "--trainer-metrics-port", str(ports[3])], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    demo = _start_demo(tmp_path, ports, "sigterm'd", steps=100_000)
     try:
         steps = _wait_for(lambda: [p for p in (tmp_path / "stack").rglob("metrics.jsonl") if p.stat().st_size]
                           or demo.poll() is not None, 180)
