@@ -71,61 +71,12 @@ def test_sigterm_ends_the_run_as_preempted_and_the_process_still_dies_of_it(tmp_
         assert (tmp_path / "samples" / f"step_{last}.jsonl").exists()  # the spill is complete up to the last step
 
 
-_INSIDE_A_HAND_OVER = """
-import logging, os, signal, sys, time
-logging.basicConfig(stream=sys.stderr, format="%(message)s")
-from otel_grpo.telemetry import Telemetry, TelemetrySettings
-tel = Telemetry(TelemetrySettings(run_id="preempted-run", output_dir=sys.argv[1], emit_in="process",
-                                  otlp_protocol="http/protobuf", otlp_endpoint="http://127.0.0.1:" + sys.argv[2],
-                                  metrics_exporters=["otlp"], traces_exporters=["otlp"]))
-
-
-class Signalled:
-    # the training thread's end of the socket to the telemetry process: the third step's write is where
-    # SIGTERM arrives, with the sink's locks held, and Python runs the handler right there, on this thread
-    def __init__(self, sock):
-        self.sock, self.writes = sock, 0
-
-    def send(self, *args):
-        self.writes += 1
-        if self.writes == 3:
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.2)
-        return self.sock.send(*args)
-
-    def __getattr__(self, name):
-        return getattr(self.sock, name)
-
-
-tel._sink._sock = Signalled(tel._sink._sock)
-for step in range(10_000):
-    with tel.step(step) as s:
-        s.record({"kl": 0.1, "reward": 0.5})
-    time.sleep(0.05)
-tel.finish()
-"""
-
-
-def test_a_sigterm_inside_a_step_s_hand_over_ends_the_run_once_it_is_handed_over(tmp_path):
-    """The handler runs on the thread the signal interrupted, which here holds the sink's locks; the run's
-    shutdown needs them, so it waits for the hand-over to end, and the run still ends as preempted at once."""
-    with OTLPReceiver() as rx:
-        began = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-c", _INSIDE_A_HAND_OVER, str(tmp_path), str(rx.port)],
-                                stderr=subprocess.PIPE, text=True)
-        _, err = proc.communicate(timeout=60)  # without the wait: the handler's whole bound, 86 s
-        assert proc.returncode == -signal.SIGTERM, err
-        assert time.monotonic() - began < 30, err
-        assert "SIGTERM: ending run 'preempted-run' as preempted" in err
-        assert "emitting in this process" not in err  # the telemetry process saw the run to its end
-        assert _last(rx, "grpo.run.preempted") == 1.0 and _last(rx, "grpo.run.finished") == 0.0
-
-
-_OWN_HANDLER_INSIDE_A_HAND_OVER = """
+_SIGNALLED_HAND_OVER = """
 import logging, os, signal, sys, threading, time
 logging.basicConfig(stream=sys.stderr, format="%(message)s")
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
+output_dir, port, inside, handler = sys.argv[1:]
 stopped = []
 
 
@@ -134,9 +85,10 @@ def graceful(signum, frame):  # the program's own: end the run as preempted, the
     stopped.append(signum)
 
 
-signal.signal(signal.SIGTERM, graceful)
-tel = Telemetry(TelemetrySettings(run_id="preempted-run", output_dir=sys.argv[1], emit_in="process",
-                                  otlp_protocol="http/protobuf", otlp_endpoint="http://127.0.0.1:" + sys.argv[2],
+if handler == "own":  # before the Telemetry: it then leaves SIGTERM to the program
+    signal.signal(signal.SIGTERM, graceful)
+tel = Telemetry(TelemetrySettings(run_id="preempted-run", output_dir=output_dir, emit_in="process",
+                                  otlp_protocol="http/protobuf", otlp_endpoint="http://127.0.0.1:" + port,
                                   metrics_exporters=["otlp"], traces_exporters=["otlp"]))
 
 
@@ -172,7 +124,7 @@ class SignalledLock(Signalled):  # the step counter's lock, which shutdown takes
         self.inner.release()
 
 
-if sys.argv[3] == "socket":
+if inside == "socket":
     tel._sink._sock = SignalledSocket(tel._sink._sock)
 else:
     tel._lock = SignalledLock(tel._lock)
@@ -186,6 +138,28 @@ print("stopped at step", step)
 """
 
 
+def _signalled_hand_over(tmp_path: Path, port: int, inside: str, handler: str) -> subprocess.CompletedProcess:
+    """The script above: SIGTERM from inside the socket write or the step counter's lock, to `handler`."""
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", _SIGNALLED_HAND_OVER, str(tmp_path), str(port), inside.split()[0],
+                           handler], capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - began < 30, done.stderr
+    assert "emitting in this process" not in done.stderr  # the telemetry process saw the run to its end
+    return done
+
+
+@pytest.mark.parametrize("inside", ["socket", "step counter"])
+def test_a_sigterm_inside_a_step_s_hand_over_ends_the_run_once_it_is_handed_over(tmp_path, inside):
+    """The handler runs on the thread the signal interrupted, which here holds the sink's locks or the step
+    counter's; the run's shutdown needs them, so it waits for the hand-over to end, and the run still ends as
+    preempted at once (without the wait: the handler's whole bound, 86 s)."""
+    with OTLPReceiver() as rx:
+        done = _signalled_hand_over(tmp_path, rx.port, inside, "ours")
+        assert done.returncode == -signal.SIGTERM, done.stderr
+        assert "SIGTERM: ending run 'preempted-run' as preempted" in done.stderr
+        assert _last(rx, "grpo.run.preempted") == 1.0 and _last(rx, "grpo.run.finished") == 0.0
+
+
 @pytest.mark.parametrize("inside", ["socket", "step counter"])
 def test_a_program_s_own_handler_ending_the_run_inside_a_hand_over_ends_it_once_it_is_handed_over(tmp_path, inside):
     """A program's handler that calls `shutdown(preempted=True)` (docs/integrations.md) runs where the signal
@@ -193,12 +167,8 @@ def test_a_program_s_own_handler_ending_the_run_inside_a_hand_over_ends_it_once_
     counter's lock, which shutdown takes. The shutdown then runs once the hand-over is done: it used to take
     the run over in this process after half the shutdown bound (socket), or to wait for the lock for ever."""
     with OTLPReceiver() as rx:
-        began = time.monotonic()
-        proc = subprocess.run([sys.executable, "-c", _OWN_HANDLER_INSIDE_A_HAND_OVER, str(tmp_path), str(rx.port),
-                               inside.split()[0]], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0 and "stopped at step" in proc.stdout, proc.stderr
-        assert time.monotonic() - began < 30, proc.stderr
-        assert "emitting in this process" not in proc.stderr  # the telemetry process saw the run to its end
+        done = _signalled_hand_over(tmp_path, rx.port, inside, "own")
+        assert done.returncode == 0 and "stopped at step" in done.stdout, done.stderr
         assert _last(rx, "grpo.run.preempted") == 1.0 and _last(rx, "grpo.run.finished") == 0.0
 
 
