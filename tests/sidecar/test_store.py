@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 
 import pytest
 
@@ -615,3 +616,35 @@ def test_replicas_starting_together_on_an_old_store_migrate_it_once(db):
     conn = _Db(db)
     assert conn.revision() == [(f"v{SCHEMA_VERSION}",)]
     conn.conn.close()
+
+
+def test_a_replica_starting_while_another_migrates_a_rollback_journal_file_opens_it_writable(tmp_path):
+    """A store file in rollback-journal mode (copied, restored, made by another tool) that one replica is
+    migrating under the write lock: a second replica starting meanwhile waits for the lock before it switches
+    the file to WAL. Switching first, it held a shared lock the migration's commit needed, and SQLite answered
+    it "database is locked" without waiting: that replica served the store read-only until the next try."""
+    import fcntl
+    import threading
+
+    from otel_grpo.sidecar.store._store import lock_path
+
+    path = tmp_path / "sidecar.db"
+    open_store(path).close()
+    other = sqlite3.connect(path, isolation_level=None, timeout=30.0)  # the replica migrating, lock in hand
+    other.execute("PRAGMA journal_mode = DELETE")
+    lock = open(lock_path(path), "a+b")  # noqa: SIM115 - closed below
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE a_migration_step (x)")
+    opened: list[Store] = []
+    replica = threading.Thread(target=lambda: opened.append(open_store(path, startup_lock_timeout_s=30)))
+    replica.start()
+    time.sleep(0.5)  # the replica is at its start-up now: waiting for the lock, or (before) inside the switch
+    other.execute("COMMIT")
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    lock.close()
+    other.close()
+    replica.join()
+    (store,) = opened
+    assert store.health.read_only is None and store.found_version == SCHEMA_VERSION
+    store.close()

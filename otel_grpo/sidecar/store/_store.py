@@ -161,7 +161,6 @@ class Store(_queries.Reads, _writes.Writes):
         conn = self._connect(writable=True)
         try:
             conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # takes effect only in a new database
-            conn.execute("PRAGMA journal_mode = WAL")
             if self._flock is None:
                 self._open_flock()
             self.found_version = self._migrate(conn, lock_wait_s)
@@ -195,10 +194,13 @@ class Store(_queries.Reads, _writes.Writes):
 
     def _migrate(self, conn: sqlite3.Connection, wait_s: float) -> int:
         # Under the write lock: of two processes opening one old file together, one migrates and the
-        # other then finds the head (the version is read again under the lock).
+        # other then finds the head (the version is read again under the lock). The switch to WAL too:
+        # two connections switching a rollback-journal file at once each hold a shared lock and want
+        # the exclusive one, and SQLite answers one of them "database is locked" without waiting.
         if self._flock is not None:
             self._lock_to_migrate(wait_s)
         try:
+            conn.execute("PRAGMA journal_mode = WAL")
             return migrate_sqlite(self.path, conn)
         finally:
             if self._flock is not None:
