@@ -147,3 +147,29 @@ def test_a_new_store_behind_a_held_write_lock_is_an_error_naming_the_holder(tmp_
             Store.open(db, startup_lock_timeout_s=0.2)
     finally:
         holder.release()
+
+
+def test_planner_statistics_wait_their_turn_for_the_write_lock(tmp_path, otlp):
+    """`optimize` (the sidecar's statistics, every few seconds) writes like ingest: under the write lock. It ran
+    ANALYZE beside another process holding the lock, one writer too many, and behind a writer stuck inside its
+    transaction waited SQLite's 30 s holding the store's own lock. Now a held lock skips it, for the next try."""
+    store = Store.open(tmp_path / "s.db", timeout_s=0.3)
+
+    def analyzed() -> int:
+        with store.read() as conn:
+            return conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'samples'").fetchone()[0]
+
+    try:
+        store.write_batch(extract(otlp.request(otlp.spans("stats", [0, 1], samples=4))))
+        holder = Holder(store.path)
+        try:
+            start = time.monotonic()
+            store.optimize()
+            assert time.monotonic() - start < 3  # the lock's timeout, not SQLite's 30 s
+            assert analyzed() == 0  # nothing written while another process holds the lock
+        finally:
+            holder.release()
+        store.optimize()
+        assert analyzed() > 0  # the next try, once the lock is free
+    finally:
+        store.close()

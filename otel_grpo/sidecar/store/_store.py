@@ -337,11 +337,15 @@ class Store(_queries.Reads, _writes.Writes):
             if self._writer is None:  # read-only: nothing here changes the statistics
                 return
             written = self._writer.execute("SELECT coalesce(max(id), 0) FROM samples").fetchone()[0]
-            if self._analyzed_at is not None and written < 2 * max(self._analyzed_at, 1):
-                return
-            self._writer.execute("PRAGMA analysis_limit = 1000")
-            self._writer.execute("ANALYZE")
-            self._analyzed_at = written
+        if self._analyzed_at is not None and written < 2 * max(self._analyzed_at, 1):
+            return
+        try:
+            with self._tx() as conn:  # a write like the others: under both write locks, waited for as long
+                conn.execute("PRAGMA analysis_limit = 1000")
+                conn.execute("ANALYZE")
+        except StoreUnavailable:  # another process holds the write lock (stuck?): its writes say so; next time
+            return
+        self._analyzed_at = written
         self._pool.renew()
 
     def size_bytes(self) -> int:
