@@ -13,6 +13,7 @@ from otel_grpo.sidecar.otlp import extract
 from otel_grpo.sidecar.store import SCHEMA_VERSION, SampleQuery, SchemaError, Store, open_store
 from otel_grpo.sidecar.store._dialect import SQLITE
 from otel_grpo.sidecar.store._store import PAGE_BYTES
+from tests._support.waiting import wait_for
 
 SAMPLES_STEP_INDEX = SQLITE.step_index_hint.split()[-1]
 
@@ -618,7 +619,7 @@ def test_replicas_starting_together_on_an_old_store_migrate_it_once(db):
     conn.conn.close()
 
 
-def test_a_replica_starting_while_another_migrates_a_rollback_journal_file_opens_it_writable(tmp_path):
+def test_a_replica_starting_while_another_migrates_a_rollback_journal_file_opens_it_writable(tmp_path, caplog):
     """A store file in rollback-journal mode (copied, restored, made by another tool) that one replica is
     migrating under the write lock: a second replica starting meanwhile waits for the lock before it switches
     the file to WAL. Switching first, it held a shared lock the migration's commit needed, and SQLite answered
@@ -639,12 +640,14 @@ def test_a_replica_starting_while_another_migrates_a_rollback_journal_file_opens
     opened: list[Store] = []
     replica = threading.Thread(target=lambda: opened.append(open_store(path, startup_lock_timeout_s=30)))
     replica.start()
-    time.sleep(0.5)  # the replica is at its start-up now: waiting for the lock, or (before) inside the switch
-    other.execute("COMMIT")
-    fcntl.flock(lock, fcntl.LOCK_UN)
-    lock.close()
-    other.close()
-    replica.join()
+    try:  # before the change the replica was inside the switch by now, never at the lock
+        wait_for(lambda: "to check the schema" in caplog.text, "the replica waiting for the write lock", timeout=15)
+    finally:
+        other.execute("COMMIT")
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+        other.close()
+        replica.join()
     (store,) = opened
     assert store.health.read_only is None and store.found_version == SCHEMA_VERSION
     store.close()
