@@ -6,6 +6,7 @@ The holder is a real process taking the same `flock` on `<db>-ingest.lock` as ev
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import time
@@ -172,4 +173,25 @@ def test_planner_statistics_wait_their_turn_for_the_write_lock(tmp_path, otlp):
         store.optimize()
         assert analyzed() > 0  # the next try, once the lock is free
     finally:
+        store.close()
+
+
+def test_a_write_behind_a_transaction_left_open_without_the_flock_is_a_retryable_error_after_the_timeout(
+        tmp_path, otlp):
+    """SQLite's own write lock taken by a process that knows nothing of our flock (the sqlite3 shell, an
+    operator's `BEGIN IMMEDIATE` left open): a write waits for it within `timeout_s`, as for the flock, where
+    it waited the connection's 30 s, holding every other write of the store behind it."""
+    store = Store.open(tmp_path / "s.db", timeout_s=0.3)
+    shell = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        shell.execute("BEGIN IMMEDIATE")
+        start = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError, match="locked") as raised:
+            store.write_batch(extract(otlp.request(otlp.spans("shell", [0], samples=2))))
+        assert time.monotonic() - start < 3  # the timeout, not the connection's 30 s
+        assert unavailable(raised.value)  # the routes answer 503 + Retry-After
+        shell.execute("ROLLBACK")
+        store.write_batch(extract(otlp.request(otlp.spans("shell", [1], samples=2))))  # the lock is free again
+    finally:
+        shell.close()
         store.close()

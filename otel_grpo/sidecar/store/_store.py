@@ -381,6 +381,9 @@ class _Transaction:
             store._wlock.release()
             raise
         try:
+            # SQLite's own lock, within what is left: a process that writes without the flock (the sqlite3
+            # shell with a transaction left open) held each write for the connection's 30 s.
+            conn.execute(f"PRAGMA busy_timeout = {max(1, round((deadline - time.monotonic()) * 1000))}")
             conn.execute("BEGIN IMMEDIATE")
         except BaseException:
             self._unlock()
