@@ -8,9 +8,10 @@ SQLite in WAL mode lets readers run while the writer commits. Every write holds 
 and an `flock` of `<db>-ingest.lock` for its whole transaction: one writer at a time, as
 SQLite wants, whichever thread or process (the ingest workers) calls; the kernel drops the
 flock of a process that dies. Waiting on the flock rather than on SQLite's busy handler
-spares the busy sleeps. A write waits for both locks together at most `timeout_s` (PostgreSQL's
-`lock_timeout`), then raises StoreUnavailable (a 503): a writer that holds the flock and never
-lets go (blocked on a disk that answers nothing, stopped) no longer holds every other writer.
+spares the busy sleeps. A write waits for both locks, and then SQLite's own (which a process that
+knows nothing of the flock may hold), at most `timeout_s` in all (PostgreSQL's `lock_timeout`), then
+raises a retryable error (a 503): a writer that holds a lock and never lets go (blocked on a disk that
+answers nothing, stopped) no longer holds every other writer.
 Start-up migrates under the same flock and waits for it at most `startup_lock_timeout_s`; then an
 existing database is served read-only, as when its migration cannot run, naming who holds the lock,
 until `writable_again()` finds the lock free (or the disk with room).
