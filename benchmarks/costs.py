@@ -147,6 +147,28 @@ def step_checks(meter, repeat: int) -> list[tuple[str, float, str]]:
 
 
 
+def store_write_bound(repeat: int) -> list[tuple[str, float, str]]:
+    """What bounding SQLite's own lock adds to each write transaction (one PRAGMA), against the store's
+    emptiest write transaction (both locks, BEGIN IMMEDIATE, COMMIT; no rows), on a real WAL file."""
+    from otel_grpo.sidecar.store import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(Path(tmp) / "costs.db")
+        try:
+            conn = store._writer
+
+            def empty_write() -> None:
+                with store._tx():
+                    pass
+
+            return [("PRAGMA busy_timeout on the store's writer", per_call(
+                        lambda: conn.execute("PRAGMA busy_timeout = 5000"), 2000, repeat), "us"),
+                    ("the store's emptiest write transaction (locks, BEGIN IMMEDIATE, COMMIT)",
+                     per_call(empty_write, 500, repeat), "us")]
+        finally:
+            store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
@@ -186,6 +208,7 @@ def main() -> None:
 
     rows += step_checks(meter, r)
     rows += thread_wakeups(2000)
+    rows += store_write_bound(r)
 
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp) / "samples"
