@@ -146,7 +146,8 @@ class Backend:
         if self.spill is None:
             return
         phases = {name: sum(seconds) for name, seconds in durations.items()}
-        self.spill.write_step(self._settings.run_id, rec.step, rec.start_ns, rec.end_ns, finite, phases, rec.attempt)
+        self.spill.write_step(self._settings.run_id, rec.step, rec.start_ns, rec.end_ns, finite, phases,
+                              _claimed(rec))
 
     def _record_metrics(self, rec: StepRecord, durations: dict[str, list[float]]) -> dict[str, float]:
         instruments = self._instruments
@@ -219,9 +220,18 @@ class Backend:
             span.end(end_time=end_ns)
 
 
+def _claimed(rec: StepRecord) -> int | None:
+    """The attempt the record claims its step for: a training record's. An evaluation claims none, so it merges
+    into whatever attempt trained the step: a resumed job evaluates at the checkpoint's step (verl's
+    `val_before_train`, transformers' `eval_on_start`) without training it again, and that step must keep
+    the training that ran it."""
+    return None if rec.evaluation else rec.attempt
+
+
 def _attempt(rec: StepRecord) -> dict[str, int]:
-    """The `grpo.attempt` attribute of the step's spans (none where the record has none)."""
-    return {} if rec.attempt is None else {spans.ATTEMPT_ATTR: rec.attempt}
+    """The `grpo.attempt` attribute of the step's spans (none where the record claims none: `_claimed`)."""
+    attempt = _claimed(rec)
+    return {} if attempt is None else {spans.ATTEMPT_ATTR: attempt}
 
 
 def _fail(span: Span, error: Error | None, at_ns: int | None) -> None:

@@ -51,7 +51,7 @@ class SampleSpill:
     def write_step(self, run_id: str, step: int, start_ns: int | None, end_ns: int | None,
                    metrics: Mapping[str, float], phases: Mapping[str, float], attempt: int | None = None) -> None:
         """The step's finite scalars and its phase durations (seconds, summed per phase name); `attempt`: whose
-        (`grpo.attempt`: replay sends a step's newest attempt only)."""
+        (`grpo.attempt`: replay sends a step's newest attempt only, and what claims none: an evaluation)."""
         line = json.dumps({"run_id": run_id, "step": step, "start_ns": start_ns, "end_ns": end_ns,
                            "metrics": {k: _json_safe(v) for k, v in metrics.items()}, "phases": dict(phases),
                            **({"attempt": attempt} if attempt is not None else {})},

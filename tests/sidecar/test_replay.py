@@ -257,12 +257,15 @@ def test_rows_without_a_sample_index_are_stored_once_however_often_replayed(side
 def test_a_resumed_runs_spill_replays_its_newest_attempt_of_each_step_only(sidecar_factory, tmp_path):
     """The run crashed after step 4 and resumed from step 2 into the same output dir: the spill holds steps 3-4
     twice. A replay (into an empty store, and again) sends each step's newest attempt only, with its attempt,
-    so the store shows the resumed completions beside the resumed scalars, whatever arrived first."""
+    so the store shows the resumed completions beside the resumed scalars, whatever arrived first. The resumed
+    attempt's evaluation at its checkpoint's step (before it trains on) goes too, beside that step's training."""
     sidecar = sidecar_factory()
     out = tmp_path / "run"
 
-    def attempt(steps, tag: str, kl: float) -> None:
+    def attempt(steps, tag: str, kl: float, evaluate_at: int | None = None) -> None:
         tel = Telemetry(_settings(sidecar.url, out, "resumed").model_copy(update={"traces_exporters": ["none"]}))
+        if evaluate_at is not None:
+            tel.log_metrics(evaluate_at, {"eval_accuracy": 0.5}, evaluation=True)
         for step in steps:
             with tel.step(step) as s:
                 s.record({"kl": kl + step})
@@ -271,7 +274,7 @@ def test_a_resumed_runs_spill_replays_its_newest_attempt_of_each_step_only(sidec
         tel.shutdown()
 
     attempt(range(5), "first", 10.0)
-    attempt(range(3, 6), "second", 20.0)
+    attempt(range(3, 6), "second", 20.0, evaluate_at=2)
     for _ in range(2):
         _replay(sidecar.url, out)
         rows = httpx.get(f"{sidecar.url}/api/runs/resumed/samples", params={"step_min": 0, "limit": 1000}).json()
@@ -281,4 +284,7 @@ def test_a_resumed_runs_spill_replays_its_newest_attempt_of_each_step_only(sidec
         assert by_step == {0: {"first"}, 1: {"first"}, 2: {"first"}, 3: {"second"}, 4: {"second"}, 5: {"second"}}
         kl = {r["step"]: r["grpo.kl"] for r in httpx.get(f"{sidecar.url}/api/runs/resumed/steps").json()}
         assert kl == {0: 10.0, 1: 11.0, 2: 12.0, 3: 23.0, 4: 24.0, 5: 25.0}
+        evaluated = {r["step"]: r["grpo.eval/accuracy"] for r in httpx.get(f"{sidecar.url}/api/runs/resumed/steps").json()
+                     if "grpo.eval/accuracy" in r}
+        assert evaluated == {2: 0.5}
         assert httpx.get(f"{sidecar.url}/api/runs/resumed").json()["sample_count"] == len(rows)
