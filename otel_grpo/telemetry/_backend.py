@@ -157,7 +157,7 @@ class Backend:
             for values in rec.scalars:
                 finite.update(instruments.record_scalars(values))
         finally:  # a per-step gauge this record (the latest step) gave no value has no data point from here
-            instruments.end_record(rec.step)
+            instruments.end_record(rec.step, rec.attempt)
         for samples in rec.samples:
             instruments.record_samples(samples)
         instruments.record_phases(durations)

@@ -32,7 +32,7 @@ class StepGauges:
     record of an earlier step.
     """
 
-    __slots__ = ("stamp", "evaluation", "_current", "_step")
+    __slots__ = ("stamp", "evaluation", "_current", "_latest")
 
     def __init__(self) -> None:
         self.stamp = 0
@@ -40,17 +40,20 @@ class StepGauges:
         self.evaluation = False
         """The record being recorded is an evaluation's."""
         self._current = [0, 0]  # per set (training, evaluation): values stamped before this are stale
-        self._step: list[int | None] = [None, None]  # per set: the latest step recorded
+        # per set: the latest (attempt, step) recorded
+        self._latest: list[tuple[int, int] | None] = [None, None]
 
     def begin_record(self, evaluation: bool) -> None:
         self.evaluation = evaluation
 
-    def end_record(self, step: int) -> None:
-        """The record's values are in: a later step than the latest of its set makes the set's older values stale."""
+    def end_record(self, step: int, attempt: int | None = None) -> None:
+        """The record's values are in: a later step than the latest of its set, or a newer attempt's, makes the
+        set's older values stale. `attempt` None: the latest record's attempt."""
         kind = int(self.evaluation)
-        latest = self._step[kind]
-        if latest is None or step > latest:
-            self._step[kind], self._current[kind] = step, self.stamp
+        latest = self._latest[kind]
+        position = (latest[0] if latest is not None else 0) if attempt is None else attempt, step
+        if latest is None or position > latest:
+            self._latest[kind], self._current[kind] = position, self.stamp
         self.evaluation = False
         self.stamp += 1
 

@@ -168,9 +168,10 @@ class Instruments:
         evaluation's)."""
         self._gauge_steps.begin_record(evaluation)
 
-    def end_record(self, step: int) -> None:
-        """The record of `step` is in: if it is the latest step, per-step gauges it gave no value are stale."""
-        self._gauge_steps.end_record(step)
+    def end_record(self, step: int, attempt: int | None = None) -> None:
+        """The record of `step` is in: if it is the latest step (or a newer attempt's), per-step gauges it gave no
+        value are stale."""
+        self._gauge_steps.end_record(step, attempt)
 
     def count_nonfinite(self, stat_key: str, count: int = 1) -> None:
         self._nonfinite.add(count, {**self._events, "signal": stat_key})

@@ -179,6 +179,36 @@ def test_the_pull_endpoint_drops_a_gauge_absent_at_the_latest_step(tmp_path, emi
     assert second == {"grpo_kl": "0.4", "grpo_reward_fn_mean/acc": "1.0", "grpo_step_index": "2.0"}
 
 
+def test_a_relaunchs_steps_make_the_crashed_attempts_gauges_stale(tmp_path):
+    """`follow` re-emits a relaunched job's steps under a newer attempt, from below the crashed attempt's last
+    step: a signal only the crashed attempt logged is not served as the relaunch's current value."""
+    settings = TelemetrySettings(
+        run_id="relaunched", metrics_exporters=["prometheus"], traces_exporters=["none"], prometheus_port=0,
+        output_dir=tmp_path,
+    )
+    tel = Telemetry(settings)
+
+    def served() -> set[str]:
+        assert tel.flush(10)
+        with urllib.request.urlopen(f"http://127.0.0.1:{tel.prometheus_port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        return {line.split("{")[0] for line in text.splitlines() if line.startswith(("grpo_kl{", "grpo_reward_mean{"))}
+
+    try:
+        for step in range(1, 7):
+            with tel.logged_step(step, attempt=1) as s:
+                s.record({"reward": 0.5, **({"kl": 9.99} if step == 6 else {})})
+        assert served() == {"grpo_kl", "grpo_reward_mean"}
+        with tel.logged_step(4, attempt=2) as s:  # the relaunch resumed from step 3
+            s.record({"reward": 0.7})
+        assert served() == {"grpo_reward_mean"}
+        with tel.logged_step(5, attempt=2) as s:
+            s.record({"reward": 0.8})
+        assert served() == {"grpo_reward_mean"}
+    finally:
+        tel.shutdown()
+
+
 def _second_step(tel: Telemetry) -> None:
     """Every completion hit the length limit (terminated lengths invalid); no `reward` logged (TRL's
     second-iteration step); the format reward function returned None for the whole step (NaN)."""
