@@ -451,6 +451,29 @@ def test_an_older_attempt_arriving_late_is_dropped_and_a_resend_is_stored_once(d
     store.close()
 
 
+def test_a_relaunch_retires_the_crashed_attempts_steps_after_the_one_it_resumed_at(db, otlp):
+    """The crashed attempt reached step 5; the relaunch resumed from step 2's checkpoint and is at step 4 (or
+    crashed there too): the run reads as the relaunch, steps 0-2 the first's, 3-4 the relaunch's, and step 5,
+    of a run that no longer is, is gone with its samples, a late record of it dropped, until the relaunch
+    sends its own."""
+    store = open_store(db)
+    store.write_batch(_attempt(otlp, 100, steps=range(6), tag="first", kl=10.0))
+    assert [r["step"] for r in store.steps("r")] == list(range(6))  # held by this reader's step cache
+    store.write_batch(_attempt(otlp, 200, steps=range(3, 5), tag="second", kl=20.0))
+    kl = {r["step"]: r["kl"] for r in store.steps("r")}
+    assert kl == {0: 10.0, 1: 11.0, 2: 12.0, 3: 23.0, 4: 24.0}
+    (run,) = store.runs()
+    assert run["last_step"] == 4 and run["sample_count"] == 5 * 4
+    assert store.samples("r", SampleQuery(step_min=5, step_max=5, limit=100)) == []
+    store.write_batch(_attempt(otlp, 100, steps=range(5, 6), tag="first", kl=10.0))  # a retried old export
+    assert 5 not in {r["step"] for r in store.steps("r")} and store.runs()[0]["last_step"] == 4
+    store.write_batch(_attempt(otlp, 200, steps=range(5, 6), tag="second", kl=20.0))
+    completions, scalars = _view(store, 5)
+    assert completions == [f"second 5/{i}" for i in range(4)] and scalars["kl"] == 25.0
+    assert "only_first" not in scalars and store.runs()[0]["sample_count"] == 6 * 4
+    store.close()
+
+
 def test_a_newer_attempts_samples_may_come_before_its_step_span(db, otlp):
     """Sample spans end (and are exported) before their step span: the relaunch's samples arrive first, in
     their own request; the step then shows them with the relaunch's scalars, never the first's."""

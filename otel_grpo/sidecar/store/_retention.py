@@ -19,7 +19,7 @@ def _delete_before(conn, run_id: str, step: int, counts: dict[str, int]) -> None
     conn.execute("DELETE FROM step_attempts WHERE run_id = ? AND step < ?", (run_id, step))
 
 
-def _refresh_run(conn, run_id: str, steps_deleted: bool) -> None:
+def refresh_run(conn, run_id: str, steps_deleted: bool) -> None:
     """Recount a run's step range and sample count after deletions. Where steps were deleted, a
     new step epoch tells the readers holding the run's steps in memory to read them again
     (_step_series)."""
@@ -69,5 +69,5 @@ def apply(conn, max_runs: int | None, max_steps: int | None,
     counts["phases"] += conn.execute("DELETE FROM phases WHERE run_id IS NULL AND received_at < ?",
                                      (now - _ORPHAN_PHASE_S,)).rowcount
     for run_id, steps_deleted in touched.items():
-        _refresh_run(conn, run_id, steps_deleted)
+        refresh_run(conn, run_id, steps_deleted)
     return counts

@@ -131,8 +131,10 @@ class Writes:
             self._write_phases(conn, batch, now, settled, columns)
             added = self._write_columns(conn, columns, identity)
             kept = {run: inserted.get(run, 0) - settled.dropped.get(run, 0) for run in inserted}
-            self._write_progress(conn, batch, {run: kept.get(run, 0) - settled.removed.get(run, 0)
-                                               for run in {*kept, *settled.removed}})
+            self._write_progress(conn, batch, settled, {run: kept.get(run, 0) - settled.removed.get(run, 0)
+                                                        for run in {*kept, *settled.removed}})
+            for run_id in settled.retired:  # steps gone from its end: recounted, and read again by readers
+                _retention.refresh_run(conn, run_id, steps_deleted=True)
         for run_id, keys in added.items():  # committed: this writer leaves them out from now on
             self.known_columns.written(run_id, identity.get(run_id), keys)
         return sum(kept.values())
@@ -194,14 +196,14 @@ class Writes:
         # rowcount of an executemany sums the rows each insert changed: a duplicate changes none.
         return conn.executemany(_SAMPLE_INSERT, rows).rowcount
 
-    def _write_progress(self, conn, batch: Batch, inserted: dict[str, int]) -> None:
+    def _write_progress(self, conn, batch: Batch, settled: _attempts.Settled, inserted: dict[str, int]) -> None:
+        """The runs' step ranges and sample counts, from this batch's records but a stale attempt's."""
         steps: dict[str, list[int]] = defaultdict(list)
-        for record in (*batch.steps, *batch.samples):
-            steps[record.run_id].append(record.step)
-        for p in batch.phases:
-            if p.run_id is not None:
-                steps[p.run_id].append(p.step)
-        for run_id, values in steps.items():
+        for record in (*batch.steps, *batch.samples, *batch.phases):
+            if record.run_id is not None and not settled.stale(record.run_id, record.step, record.attempt):
+                steps[record.run_id].append(record.step)
+        for run_id in {*steps, *inserted}:
+            values = steps.get(run_id, [None])  # None: only its sample count changes
             first, last = min(values), max(values)
             conn.execute(_RUN_PROGRESS, (first, first, last, last, inserted.get(run_id, 0), run_id))
 
