@@ -279,6 +279,19 @@ class Telemetry:
             return 1
         return max(step - last, 0)
 
+    def new_attempt(self) -> int:
+        """Start a newer attempt at the run's steps in this process, and return it (`grpo.attempt`).
+
+        Call it where a loop goes back to a checkpoint and runs its steps again without a new process
+        (a notebook's `trainer.train(resume_from_checkpoint=...)` after a failed `train()`; the TRL
+        callbacks call it at every train begin): the sidecar then replaces what the failed attempt stored for
+        each step run again and drops its later steps, and the gauges serve the new attempt's values only.
+        A new process is a new attempt already.
+        """
+        with self._lock:
+            self.attempt = max(time.time_ns(), self.attempt + 1)
+            return self.attempt
+
     def step(self, step: int) -> AbstractContextManager[Step]:
         """One training step: the `grpo.step` span, from the block's start to its end.
 

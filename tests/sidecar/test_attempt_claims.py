@@ -62,3 +62,58 @@ def test_an_evaluation_at_the_resumed_steps_checkpoint_keeps_that_steps_training
     assert three["grpo.reward.mean"] == pytest.approx(0.3) and three["grpo.kl"] == pytest.approx(0.03)
     assert completions(3) == [f"first-3-{i}" for i in range(4)]  # trained once, by the crashed attempt
     assert completions(4) == [f"second-4-{i}" for i in range(4)]  # trained again: the relaunch's only
+
+
+def test_steps_run_again_in_the_same_process_after_new_attempt_replace_the_failed_ones(sidecar_factory, db,
+                                                                                      tmp_path, monkeypatch):
+    """A notebook's `train()` fails at step 6 and a `train(resume_from_checkpoint=...)` in the same process runs
+    steps 5-6 again (the TRL callbacks call `new_attempt()` at train begin): step 6 shows the re-run's
+    completions and scalars only, none of the failed attempt's keys, and the gauges follow."""
+    sidecar = sidecar_factory(db=db)
+    tel = _telemetry(sidecar.url, tmp_path, "a", monkeypatch)
+
+    def step(number: int) -> dict:
+        rows = httpx.get(f"{sidecar.url}/api/runs/{RUN}/steps", timeout=10).json()
+        return next((r for r in rows if r["step"] == number), {})
+
+    def completions(number: int) -> list[str]:
+        rows = httpx.get(f"{sidecar.url}/api/runs/{RUN}/samples", params={"step": number, "limit": 100}, timeout=10)
+        return sorted(r["completion"] for r in rows.json()) if rows.status_code == 200 else []
+
+    try:
+        _train(tel, range(1, 6), "first")
+        with tel.step(6) as s:
+            s.record({"reward": 12.0, "kl_max": 9.0})
+            s.samples([{"prompt": "p", "completion": f"first-6-{i}", "reward": 1.0} for i in range(4)])
+        assert tel.flush(10)
+        wait_for(lambda: len(completions(6)) == 4, "the failed attempt's step 6", timeout=30)
+        assert "grpo.kl.max" in step(6)
+        first = tel.attempt
+        assert tel.new_attempt() > first
+        _train(tel, range(5, 7), "rerun")
+        assert tel.flush(10)
+        wait_for(lambda: completions(6) == [f"rerun-6-{i}" for i in range(4)], "the re-run's step 6", timeout=30)
+        six = step(6)
+        assert six["grpo.reward.mean"] == pytest.approx(0.6) and "grpo.kl.max" not in six
+        assert completions(5) == [f"rerun-5-{i}" for i in range(4)]
+        assert completions(4) == [f"first-4-{i}" for i in range(4)]
+    finally:
+        tel.finish()
+
+
+def test_the_trl_callbacks_start_a_new_attempt_at_every_train_begin(tmp_path):
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from otel_grpo.integrations.trl import OtelGrpoCallback
+
+    tel = Telemetry(TelemetrySettings(run_id=RUN, output_dir=tmp_path, metrics_exporters=["none"],
+                                      traces_exporters=["none"]))
+    callback = OtelGrpoCallback(telemetry=tel)
+    args, state, control = TrainingArguments(output_dir=str(tmp_path), report_to=[]), TrainerState(), TrainerControl()
+    try:
+        callback.on_train_begin(args, state, control)
+        failed = tel.attempt
+        callback.on_train_begin(args, state, control)  # train(resume_from_checkpoint=...) after a failed train()
+        assert tel.attempt > failed
+    finally:
+        tel.finish()

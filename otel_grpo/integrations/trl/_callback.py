@@ -46,6 +46,8 @@ class _ReportsProgress(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._stepped, self._began = False, time.perf_counter()
+        if self.telemetry is not None:  # a train() again in this process (a resume after a failed one) re-runs steps
+            self.telemetry.new_attempt()
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._saved()
