@@ -514,16 +514,18 @@ def test_helm_lint_passes_with_every_optional_piece(helm, root):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def admits(policy: dict, pod_labels: dict, port: str) -> bool:
+    """Whether the NetworkPolicy lets a pod of its own namespace with these labels in on this port."""
+    return any(port in [p["port"] for p in rule.get("ports", [])] and (
+        "from" not in rule or any("podSelector" in peer and "namespaceSelector" not in peer
+                                  and peer["podSelector"]["matchLabels"].items() <= pod_labels.items()
+                                  for peer in rule["from"])) for rule in policy["spec"]["ingress"])
+
+
 def test_the_network_policy_lets_the_collector_and_the_test_pod_reach_the_sidecar(helm, root):
     docs = _template(helm, root, "networkPolicy.enabled=true", *FOLLOWER)
     policies = _objects(docs, "NetworkPolicy")
     pods = _pods(docs)
-
-    def admits(policy: dict, pod_labels: dict, port: str) -> bool:
-        return any(port in [p["port"] for p in rule.get("ports", [])] and (
-            "from" not in rule or any("podSelector" in peer and "namespaceSelector" not in peer
-                                      and peer["podSelector"]["matchLabels"].items() <= pod_labels.items()
-                                      for peer in rule["from"])) for rule in policy["spec"]["ingress"])
 
     sidecar = policies["grpo-otel-grpo-sidecar"]
     assert sidecar["spec"]["podSelector"]["matchLabels"].items() <= pods["grpo-otel-grpo-sidecar"]["metadata"]["labels"].items()
@@ -539,6 +541,26 @@ def test_the_network_policy_lets_the_collector_and_the_test_pod_reach_the_sideca
     collector = _objects(docs, "NetworkPolicy")["grpo-otel-grpo-collector"]
     assert admits(collector, _pods(docs)["grpo-otel-grpo-test"]["metadata"]["labels"], "otlp-http")
     assert not admits(collector, {"any": "pod"}, "otlp-grpc")
+
+
+@pytest.mark.parametrize("sets", [(), ("networkPolicy.otlpFrom[0].namespaceSelector.matchLabels.team=rl",),
+                                  ("networkPolicy.otlpFrom[0].podSelector.matchLabels.app=trainer", "tests.enabled=false")],
+                         ids=["anyone", "otlp-from", "otlp-from-no-test-pod"])
+def test_every_pod_of_the_chart_that_sends_otlp_gets_through_the_collectors_policy(helm, root, sets):
+    """The chart's own OTLP senders (found in the rendered pods: an env value naming the collector's
+    Service) are let in on both OTLP ports whatever networkPolicy.otlpFrom adds; a pod the chart does
+    not make is not, once otlpFrom is set."""
+    docs = _template(helm, root, "networkPolicy.enabled=true", *FOLLOWER, *sets)
+    (service,) = [n for n, s in _objects(docs, "Service").items()
+                  if s["metadata"]["labels"]["app.kubernetes.io/component"] == "collector"]
+    senders = {n: p["metadata"]["labels"] for n, p in _pods(docs).items()
+               if any(re.search(f"//{service}[:.]", e.get("value", "")) for c in p["spec"]["containers"] for e in c.get("env", []))}
+    assert set(senders) == {"grpo-otel-grpo-follower"} | ({"grpo-otel-grpo-test"} if "tests.enabled=false" not in sets else set())
+    collector = _objects(docs, "NetworkPolicy")["grpo-otel-grpo-collector"]
+    for name, labels in senders.items():
+        for port in ("otlp-grpc", "otlp-http"):
+            assert admits(collector, labels, port), (name, port)
+    assert admits(collector, {"any": "pod"}, "otlp-grpc") == (not sets)
 
 
 YOURS = ("collector.enabled=false", "collector.endpoint=http://otel-collector.observability:4317")

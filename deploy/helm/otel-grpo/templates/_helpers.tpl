@@ -159,6 +159,16 @@ spec:
 {{- end }}
 {{- end -}}
 
+{{/* The chart's own pods that send OTLP to its collector, as a JSON list of components: the collector's
+     NetworkPolicy lets them in whatever networkPolicy.otlpFrom says. A template whose pod sends to
+     otel-grpo.otlpEndpoint or to the collector's Service belongs here (tests find them in the pods). */}}
+{{- define "otel-grpo.otlpSenders" -}}
+{{- $senders := list -}}
+{{- if .Values.follower.enabled }}{{ $senders = append $senders "follower" }}{{ end -}}
+{{- if .Values.tests.enabled }}{{ $senders = append $senders "test" }}{{ end -}}
+{{- toJson $senders -}}
+{{- end -}}
+
 {{- /* Where trainers and the follower send OTLP/gRPC: the chart's collector, or collector.endpoint when
        collector.enabled=false (a collector of yours). */}}
 {{- define "otel-grpo.otlpEndpoint" -}}
