@@ -467,21 +467,24 @@ def test_a_release_named_otel_grpo_gets_no_service_links_that_would_crash_the_si
     assert _sidecar_settings(c, tokens, {}, monkeypatch).port == 8000
 
 
+# Every optional piece of the chart on: every kind of object it can make.
+ALL_ON = (*EVERYTHING, "networkPolicy.enabled=true", "networkPolicy.otlpFrom[0].namespaceSelector.matchLabels.team=rl",
+          "collector.podDisruptionBudget.enabled=true",
+          "sidecar.podDisruptionBudget.enabled=true", "sidecar.podDisruptionBudget.minAvailable=1",
+          "sidecar.ingress.enabled=true", "sidecar.ingress.hosts[0].host=grpo.example.org",
+          "sidecar.ingress.tls[0].secretName=grpo-tls", "sidecar.ingress.tls[0].hosts[0]=grpo.example.org",
+          "sidecar.service.type=LoadBalancer", "collector.queue.persistence.enabled=true",
+          "collector.priorityClassName=high", "sidecar.nodeSelector.pool=cpu",
+          "sidecar.tolerations[0].key=gpu", "sidecar.tolerations[0].operator=Exists",
+          "commonLabels.team=rl", "podAnnotations.a=b", "collector.podAnnotations.c=d")
+
+
 def test_every_core_object_matches_the_kubernetes_schema_strictly(helm, root):
     """Each object against Kubernetes' own OpenAPI schema (kubernetes-validate's strict copies: no
     unknown field), oldest and newest version kube-prometheus-stack runs on here, with every optional
     piece on; the operator's objects against its CRDs (above)."""
     import kubernetes_validate
-    sets = (*EVERYTHING, "networkPolicy.enabled=true", "networkPolicy.otlpFrom[0].namespaceSelector.matchLabels.team=rl",
-            "collector.podDisruptionBudget.enabled=true",
-            "sidecar.podDisruptionBudget.enabled=true", "sidecar.podDisruptionBudget.minAvailable=1",
-            "sidecar.ingress.enabled=true", "sidecar.ingress.hosts[0].host=grpo.example.org",
-            "sidecar.ingress.tls[0].secretName=grpo-tls", "sidecar.ingress.tls[0].hosts[0]=grpo.example.org",
-            "sidecar.service.type=LoadBalancer", "collector.queue.persistence.enabled=true",
-            "collector.priorityClassName=high", "sidecar.nodeSelector.pool=cpu",
-            "sidecar.tolerations[0].key=gpu", "sidecar.tolerations[0].operator=Exists",
-            "commonLabels.team=rl", "podAnnotations.a=b", "collector.podAnnotations.c=d")
-    docs = _template(helm, root, *sets)
+    docs = _template(helm, root, *ALL_ON)
     kinds = {d["kind"] for d in docs}
     assert {"ServiceAccount", "NetworkPolicy", "PodDisruptionBudget", "Ingress", "Pod", "PersistentVolumeClaim",
             "Deployment", "Service", "Secret", "ConfigMap"} <= kinds
@@ -495,6 +498,36 @@ def test_every_core_object_matches_the_kubernetes_schema_strictly(helm, root):
                 pytest.fail(f"{version} {d['kind']} {d['metadata']['name']}: {'.'.join(map(str, e.path))}: {e.message}")
     for d in docs:
         assert d["metadata"]["labels"]["team"] == "rl", (d["kind"], d["metadata"]["name"])
+
+
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# Kinds whose names are DNS subdomains (253 characters) and where the chart appends to a name
+# (<fullname>-tokens, -datasource, -dashboard-<board>, <component>-data, -queue): renaming the tokens
+# Secret or a claim on upgrade would rotate the tokens or leave the data behind, so they may pass 63.
+SUBDOMAIN_KINDS = {"Secret", "ConfigMap", "PersistentVolumeClaim"}
+
+
+@pytest.mark.parametrize("release", ["r", "r" * 40, "r" * 52, "r" * 53, "otel-grpo-" + "x" * 43],
+                         ids=["1", "40", "52", "53", "53-with-chart-name"])
+def test_every_name_is_distinct_and_a_dns_label_whatever_the_release_name(helm, root, release):
+    """Helm allows release names of 53 characters: every object's (kind, name) stays unique, every
+    component's name ends with its component and is a DNS label of at most 63 characters (the base is
+    cut, not the component), and a name that fits is the whole <release>-otel-grpo-<component>."""
+    docs = _template(helm, root, *ALL_ON, release=release)
+    names = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    base = release if "otel-grpo" in release else f"{release}-otel-grpo"
+    for d in docs:
+        kind, name = d["kind"], d["metadata"]["name"]
+        if kind in SUBDOMAIN_KINDS:
+            assert len(name) <= 253 and all(DNS_LABEL.fullmatch(p) for p in name.split(".")), (kind, name)
+        else:
+            assert len(name) <= 63 and DNS_LABEL.fullmatch(name), (kind, name)
+        component = d["metadata"]["labels"]["app.kubernetes.io/component"]
+        if kind in {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "ServiceMonitor", "Pod", "Ingress"}:
+            assert name.endswith(f"-{component}") and len(name) <= 63, (kind, name)
+            whole = f"{base}-{component}"
+            assert name == whole if len(whole) <= 63 else whole.startswith(name[:-len(component) - 1]), (kind, name)
 
 
 def test_the_strict_kubernetes_check_catches_a_misspelt_field():

@@ -1,4 +1,4 @@
-{{/* Names: <release>-otel-grpo-<component>, cut to 63 characters (a DNS label). */}}
+{{/* Names: <release>-otel-grpo (the release alone when it holds the chart's name), cut to 63 characters (a DNS label). */}}
 {{- define "otel-grpo.fullname" -}}
 {{- if contains .Chart.Name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
@@ -7,8 +7,12 @@
 {{- end -}}
 {{- end -}}
 
+{{/* A component's name: <fullname>-<component>, a DNS label of at most 63 characters. Where that is
+     longer (release names of 41 to 53 characters) the fullname is cut, never the component, so
+     every component keeps a name of its own; a name that fits is never changed. */}}
 {{- define "otel-grpo.name" -}}
-{{- printf "%s-%s" (include "otel-grpo.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- $suffix := printf "-%s" .component -}}
+{{- include "otel-grpo.fullname" .root | trunc (sub 63 (len $suffix) | int) | trimSuffix "-" -}}{{ $suffix }}
 {{- end -}}
 
 {{- define "otel-grpo.selectorLabels" -}}
