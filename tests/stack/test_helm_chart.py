@@ -530,6 +530,13 @@ def test_every_name_is_distinct_and_a_dns_label_whatever_the_release_name(helm, 
             assert name == whole if len(whole) <= 63 else whole.startswith(name[:-len(component) - 1]), (kind, name)
 
 
+def test_every_object_names_the_release_namespace(helm, root):
+    """`helm template -n ml | kubectl apply -f -` puts every object in ml (where the chart's URLs say
+    `.ml.svc`), not in kubectl's current namespace: the chart makes namespaced objects only."""
+    docs = _template(helm, root, *ALL_ON)
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs if d["metadata"].get("namespace") != "ml"] == []
+
+
 def test_the_strict_kubernetes_check_catches_a_misspelt_field():
     import kubernetes_validate
     bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},

@@ -147,6 +147,7 @@ apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
   name: {{ include "otel-grpo.name" $ }}
+  namespace: {{ $.root.Release.Namespace }}
   labels:
     {{- include "otel-grpo.labels" $ | nindent 4 }}
 spec:
