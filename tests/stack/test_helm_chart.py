@@ -674,6 +674,21 @@ def test_probes_and_scheduling_values_reach_the_pods(helm, root):
         assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(c)
 
 
+def test_pod_labels_and_annotations_reach_every_pod_the_test_pod_included(helm, root):
+    """podLabels / podAnnotations are documented for every pod the chart makes: the `helm test` pod
+    gets them too, and keeps its hook annotations; a component's podAnnotations stay on its pods."""
+    docs = _template(helm, root, *FOLLOWER, "podLabels.team=rl", "podAnnotations.a=b", "sidecar.podAnnotations.x=y")
+    pods = _pods(docs)
+    assert len(pods) == 4
+    for name, pod in pods.items():
+        assert pod["metadata"]["labels"]["team"] == "rl" and pod["metadata"]["annotations"]["a"] == "b", name
+        assert ("x" in pod["metadata"]["annotations"]) == (name == "grpo-otel-grpo-sidecar"), name
+    test = pods["grpo-otel-grpo-test"]["metadata"]
+    assert test["annotations"]["helm.sh/hook"] == "test"
+    assert test["annotations"]["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    assert test["labels"]["app.kubernetes.io/component"] == "test"  # what the NetworkPolicies select
+
+
 # --- helm test ------------------------------------------------------------------------------------
 
 def test_the_helm_test_pod_checks_a_real_sidecar_and_collector(helm, root, otelcol, tmp_path, free_port_factory):

@@ -91,8 +91,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- printf "%s.%s.svc" (include "otel-grpo.name" (dict "root" . "component" "sidecar")) .Release.Namespace -}}
 {{- end -}}
 
-{{/* A pod's metadata: labels (+ podLabels), annotations (podAnnotations, the component's, and
-     the checksums passed in). Call with (dict "root" $ "component" "x" "values" .Values.x "checksums" (dict ...)). */}}
+{{/* A pod's metadata: labels (+ podLabels), annotations (podAnnotations, the component's, the
+     checksums passed in, then the fixed "annotations" passed in, which win).
+     Call with (dict "root" $ "component" "x" "values" .Values.x "checksums" (dict ...) ["annotations" (dict ...)]). */}}
 {{- define "otel-grpo.podMetadata" -}}
 labels:
   {{- include "otel-grpo.labels" . | nindent 2 }}
@@ -102,6 +103,9 @@ labels:
 {{- $annotations := merge (dict) (.values.podAnnotations | default dict) (.root.Values.podAnnotations | default dict) }}
 {{- range $k, $v := .checksums }}
 {{- $_ := set $annotations (printf "checksum/%s" $k) $v }}
+{{- end }}
+{{- range $k, $v := .annotations }}
+{{- $_ := set $annotations $k $v }}
 {{- end }}
 {{- with $annotations }}
 annotations:
