@@ -222,12 +222,44 @@ def test_the_collector_runs_the_same_config_and_it_validates(helm, root, otelcol
                                       "cannot be read here (helm template has no cluster)"),
     (("sidecar.ingress.enabled=true",), "sidecar.ingress.enabled needs sidecar.ingress.hosts"),
     (("collector.enabled=false",), "collector.enabled=false needs collector.endpoint: the OTLP/gRPC endpoint of your collector"),
+    (("collector.memoryLimitMiB=512",), "collector.memoryLimitMiB=512 is not below collector.resources.limits.memory=512Mi "
+                                        "(512 MiB): memory_limiter must refuse data before the container is killed"),
+    (("collector.spikeLimitMiB=400",), "collector.spikeLimitMiB=400 is not below collector.memoryLimitMiB=400 "
+                                       "(the collector refuses it)"),
 ])
 def test_impossible_values_fail_with_one_line(helm, root, sets, message):
     """Each refusal is one line of `helm template`'s error, whole (a collector queue claim shared by
     two pods, or a sidecar SQLite file shared by two, would corrupt or block)."""
     lines = [line for line in _template(helm, root, *sets, ok=False).splitlines() if message in line]
     assert len(lines) == 1, lines
+
+
+@pytest.mark.parametrize("limit,below,at", [
+    ("1Gi", 1023, 1024), ("0.5Gi", 511, 512), ("600M", 572, 573), ("536870912", 511, 512), ("2048Ki", 1, 2),
+], ids=["Gi", "fraction", "decimal-M", "bytes", "Ki"])
+def test_the_memory_limiter_must_stay_below_the_containers_limit(helm, root, limit, below, at):
+    """memory_limiter's limit (collector.memoryLimitMiB) below the container's memory limit in each
+    quantity form Kubernetes takes; none set: no bound to check."""
+    sets = (f"collector.resources.limits.memory={limit}", "collector.spikeLimitMiB=0")
+    (dep,) = [d for n, d in _objects(_template(helm, root, *sets, f"collector.memoryLimitMiB={below}"), "Deployment").items()
+              if n.endswith("-collector")]
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["OTELCOL_MEMORY_LIMIT_MIB"] == str(below)
+    err = _template(helm, root, *sets, f"collector.memoryLimitMiB={at}", ok=False)
+    assert f"collector.memoryLimitMiB={at} is not below collector.resources.limits.memory={limit}" in err, err
+    _template(helm, root, "collector.resources.limits=null", "collector.memoryLimitMiB=100000")
+
+
+def test_the_spike_limit_the_chart_refuses_is_the_one_the_collector_refuses(helm, root, otelcol, tmp_path):
+    """spike_limit_mib must be below limit_mib (the collector exits otherwise, in CrashLoopBackOff)."""
+    config = tmp_path / "config.yaml"
+    config.write_text((root / "collector/config.yaml").read_text())
+    for spike, ok in ((399, True), (400, False)):
+        sets = ("collector.memoryLimitMiB=400", f"collector.spikeLimitMiB={spike}")
+        assert isinstance(_template(helm, root, *sets, ok=ok), list) == ok
+        out = subprocess.run([otelcol, "validate", f"--config={config}"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "OTELCOL_MEMORY_LIMIT_MIB": "400", "OTELCOL_MEMORY_SPIKE_MIB": str(spike)})
+        assert (out.returncode == 0) == ok, out.stderr
 
 
 def test_the_sidecar_settings_the_chart_gives_are_valid(helm, root, monkeypatch):

@@ -45,6 +45,18 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
 {{- end -}}
 
+{{/* A memory quantity (512Mi, 0.5Gi, 600M, 536870912: bytes) in MiB; empty for any other form (the
+     API server judges those). */}}
+{{- define "otel-grpo.mebibytes" -}}
+{{- $q := ternary (printf "%.0f" (float64 .)) (toString .) (or (kindIs "float64" .) (kindIs "int64" .)) -}}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$" $q -}}
+{{- $factors := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "Pi" 1125899906842624
+      "Ei" 1152921504606846976 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 -}}
+{{- $number := regexReplaceAll "[A-Za-z]+$" $q "" -}}
+{{- divf (mulf (float64 $number) (get $factors (trimPrefix $number $q))) 1048576 -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "otel-grpo.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- .Values.serviceAccount.name | default (include "otel-grpo.fullname" .) -}}
