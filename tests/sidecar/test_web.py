@@ -1029,3 +1029,38 @@ def test_ten_thousand_runs_come_a_page_at_a_time_searched_by_the_server(sidecar_
     page.evaluate("(() => { const s = document.querySelector('#compare-search'); s.value = '0000'; "
                   "s.dispatchEvent(new Event('input')); })()")
     wait(page, f"{offered}.length === 9 && {offered}[0] === 'exp-00009'")
+
+
+# ---- run ids with commas, overlaid runs' columns, steps of many rows, a runs page past the last ------
+COMMA = "lr=1e-6,bs=32"  # a Hydra-style run id: its value holds a comma (and "=")
+PLAIN, WIDE = "plain-cmp", "wide-cmp"
+
+
+def _seed_compare(url: str, otlp) -> None:
+    """Three runs of 6 steps; only WIDE logs `only_in_wide` (a column the run shown does not have)."""
+    for run, extra in ((PLAIN, {}), (COMMA, {}), (WIDE, {"only_in_wide": 1.0})):
+        spans = otlp.spans(run, range(6), samples=2, metrics=lambda s, extra=extra: {"kl": 0.01 * (s + 1), **{
+            k: v * s for k, v in extra.items()}})
+        assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(),
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+def _legend(page) -> list[str]:
+    return page.evaluate("[...document.querySelectorAll('#run-legend [data-run]')].map(s => s.dataset.run)")
+
+
+def test_a_comparison_with_a_comma_in_a_run_id_survives_a_reload(site, new_page):
+    """Overlaid runs are a repeated `vs` parameter (a value may hold commas): a reload, or the link,
+    shows the same runs."""
+    site.seed(_seed_compare)
+    page = new_page(viewport={"width": 1280, "height": 900})
+    open_run(page, f"{site.url}/#/run/{PLAIN}")
+    page.click("#compare summary")
+    for run in (COMMA, WIDE):
+        page.check(f'#compare-list input[data-run="{run}"]')
+        wait(page, f"[...document.querySelectorAll('#run-legend [data-run]')].some(s => s.dataset.run === {json.dumps(run)})")
+    assert _legend(page) == [PLAIN, COMMA, WIDE]
+    assert page.evaluate("new URLSearchParams(location.hash.split('?')[1]).getAll('vs')") == [COMMA, WIDE]
+    open_run(page, page.url)
+    assert _legend(page) == [PLAIN, COMMA, WIDE]
+    assert page.evaluate("[...document.querySelectorAll('#compare-list input:checked')].map(i => i.dataset.run)") == [COMMA, WIDE]

@@ -2,9 +2,11 @@
 // charts (charts.js, drawn by plot.js: hover, zoom, smoothing, other runs overlaid by step, alerts on
 // the step axis, any step column found by search), alerts, and the samples table (table.js). The view
 // lives in the URL: #/?q=exp&status=active&page=2 (the runs), and
-// #/run/<id>?step=4&group=0&sample=3&q=..&sort=reward&desc=1&vs=<run>,<run>&smooth=0.6&from=10
+// #/run/<id>?step=4&group=0&sample=3&q=..&sort=reward&desc=1&vs=<run>&vs=<run>&smooth=0.6&from=10
 // &to=40&fcol=kl_ref_mean&fmin=0.1&fmax=&add=grpo.learning_rate&hide=loss&scale=kl:linear links to
-// exactly what is shown.
+// exactly what is shown. Every parameter goes through one encoding (hashQuery): a list is the
+// parameter repeated, never joined, since a value (a Hydra-style run id `lr=1e-6,bs=32`) may hold
+// any character.
 "use strict";
 
 const main = document.getElementById("main");
@@ -45,19 +47,25 @@ document.getElementById("token-forget").addEventListener("click", () => {
 });
 
 // ---- the URL ------------------------------------------------------------------------------------
-function runHash(runId, params) {
+// The query of a view's hash, "" or "?...": a list is the parameter repeated (read back with getAll),
+// an empty value (null, undefined, "") is left out.
+function hashQuery(params) {
   const p = new URLSearchParams();
   for (const [k, v] of Object.entries(params || {})) {
-    if (Array.isArray(v)) for (const x of v) p.append(k, String(x));  // repeated: the values may hold commas
+    if (Array.isArray(v)) for (const x of v) p.append(k, String(x));
     else if (v !== null && v !== undefined && v !== "") p.set(k, String(v));
   }
   const qs = p.toString();
-  return "#/run/" + encodeURIComponent(runId) + (qs ? "?" + qs : "");
+  return qs ? "?" + qs : "";
+}
+
+function runHash(runId, params) {
+  return "#/run/" + encodeURIComponent(runId) + hashQuery(params);
 }
 
 function stateParams() {
   return { step: state.step, group: state.group, sample: state.sample, q: state.q, sort: state.orderBy,
-           desc: state.orderBy && state.desc ? 1 : null, vs: state.overlay.join(","), smooth: state.smooth || null,
+           desc: state.orderBy && state.desc ? 1 : null, vs: state.overlay, smooth: state.smooth || null,
            from: state.zoom && state.zoom[0], to: state.zoom && state.zoom[1],
            fcol: state.filter.col, fmin: state.filter.col && state.filter.min, fmax: state.filter.col && state.filter.max,
            add: state.add, hide: state.hide, scale: Object.entries(state.scales).map(([id, s]) => `${id}:${s}`) };
@@ -74,7 +82,7 @@ function readUrl(runId, query) {
   Object.assign(state, freshState(runId), {
     step: num("step") === null ? null : String(num("step")), group: p.get("group"), sample: p.get("sample"),
     q: p.get("q") || "", orderBy: p.get("sort"), desc: p.get("desc") === "1",
-    overlay: (p.get("vs") || "").split(",").filter((r) => r && r !== runId), smooth: Math.min(Math.max(num("smooth") || 0, 0), 0.99),
+    overlay: [...new Set(p.getAll("vs").filter((r) => r && r !== runId))], smooth: Math.min(Math.max(num("smooth") || 0, 0), 0.99),
     zoom: num("from") !== null && num("to") !== null && num("from") < num("to") ? [num("from"), num("to")] : null,
     filter: { col: p.get("fcol") || "", min: p.get("fmin") || "", max: p.get("fmax") || "" },
     add: [...new Set(p.getAll("add").filter(Boolean))], hide: [...new Set(p.getAll("hide").filter(Boolean))],
@@ -91,12 +99,7 @@ const RUNS_PAGE = 50;
 const SEARCH_WAIT_MS = 250;  // typing pauses this long before the list is asked for again
 
 function runsHash(view) {
-  const p = new URLSearchParams();
-  if (view.q) p.set("q", view.q);
-  if (view.status) p.set("status", view.status);
-  if (view.page > 1) p.set("page", String(view.page));
-  const qs = p.toString();
-  return "#/" + (qs ? "?" + qs : "");
+  return "#/" + hashQuery({ q: view.q, status: view.status, page: view.page > 1 ? view.page : null });
 }
 
 async function showRuns(query) {
