@@ -1037,8 +1037,9 @@ PLAIN, WIDE = "plain-cmp", "wide-cmp"
 
 
 def _seed_compare(url: str, otlp) -> None:
-    """Three runs of 6 steps; only WIDE logs `only_in_wide` (a column the run shown does not have)."""
-    for run, extra in ((PLAIN, {}), (COMMA, {}), (WIDE, {"only_in_wide": 1.0})):
+    """Three runs of 6 steps; only WIDE logs `only_in_wide` and the learning rate (columns the run
+    shown does not have)."""
+    for run, extra in ((PLAIN, {}), (COMMA, {}), (WIDE, {"only_in_wide": 1.0, "learning_rate": 1e-6})):
         spans = otlp.spans(run, range(6), samples=2, metrics=lambda s, extra=extra: {"kl": 0.01 * (s + 1), **{
             k: v * s for k, v in extra.items()}})
         assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(),
@@ -1064,3 +1065,31 @@ def test_a_comparison_with_a_comma_in_a_run_id_survives_a_reload(site, new_page)
     open_run(page, page.url)
     assert _legend(page) == [PLAIN, COMMA, WIDE]
     assert page.evaluate("[...document.querySelectorAll('#compare-list input:checked')].map(i => i.dataset.run)") == [COMMA, WIDE]
+
+
+def test_an_overlaid_runs_columns_are_found_and_charted(site, new_page):
+    """The column search covers every run shown: a column only a compared run logged is found, with
+    its description, and its chart draws it for the runs that have it."""
+    site.seed(_seed_compare)
+    page = new_page(viewport={"width": 1280, "height": 900})
+    open_run(page, f"{site.url}/#/run/{PLAIN}?vs={WIDE}")
+    own = len(httpx.get(f"{site.url}/api/runs/{PLAIN}/metrics").json())
+    union = {c["name"] for run in (PLAIN, WIDE) for c in httpx.get(f"{site.url}/api/runs/{run}/metrics").json()}
+    assert len(union) > own
+    assert page.evaluate("document.querySelector('#chart-search').placeholder") == f"find a step column ({len(union)})…"
+    page.fill("#chart-search", "learning rate optimizer")  # the catalog's description of WIDE's column
+    assert page.evaluate("[...document.querySelectorAll('#chart-results button.chart-add')].map(b => b.dataset.col)") == [
+        "grpo.learning_rate"]
+    page.fill("#chart-search", "only_in_wide")
+    page.click('#chart-results button.chart-add[data-col="only_in_wide"]')
+    card = "document.querySelector('.plot-card[data-chart=\"only_in_wide\"]')"
+    wait(page, f"!!{card}")
+    assert _hash(page)["add"] == "only_in_wide"
+    drawn = chart(page, card)["series"]
+    assert [(s["name"], s["values"]) for s in drawn if s["name"] == "only_in_wide"] == [
+        ("only_in_wide", [float(s) for s in range(6)])]
+    # Linked: the reload charts it again; without the compared run it has no line (no card).
+    open_run(page, page.url)
+    wait(page, f"!!{card}")
+    open_run(page, f"{site.url}/#/run/{PLAIN}?add=only_in_wide")
+    assert page.evaluate(f"{card}") is None

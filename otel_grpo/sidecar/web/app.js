@@ -14,9 +14,10 @@ const REFRESH_MS = 10000;
 const state = freshState(null);
 let refreshTimer = null;
 let sampleSteps = [];
-// The run shown: {panels, alerts, withSamples, columns: its step columns described, runInfo: Map
-// run -> its record (step range), names: Map run -> its columns, rows: Map chart request -> rows,
-// asked: Map chart request -> its promise, stale: the rows before the last refresh}
+// The run shown: {panels, alerts, withSamples, runInfo: Map run -> its record (step range),
+// described: Map run -> its step columns described (/metrics), names: Map run -> Set of their names,
+// rows: Map chart request -> rows, asked: Map chart request -> its promise, stale: the rows before
+// the last refresh}; each map holds the run shown and the runs overlaid.
 let runData = null;
 
 function freshState(run) {
@@ -229,7 +230,7 @@ async function fetchRunData(runId, stale) {
   const base = runPath(runId);
   const [panels, columns, alerts, withSamples, info] = await Promise.all([api("/api/panels"), api(`${base}/metrics`),
     api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`), api(base)]);
-  const data = { panels, alerts, withSamples, columns, runInfo: new Map([[runId, info]]),
+  const data = { panels, alerts, withSamples, runInfo: new Map([[runId, info]]), described: new Map([[runId, columns]]),
                 names: new Map([[runId, new Set(columns.map((c) => c.name))]]), rows: new Map(), asked: new Map(),
                 stale: stale || new Map() };
   await loadOverlay(data);

@@ -1,6 +1,7 @@
 // The run page's charts (plot.js draws each one): which charts, their rows, and when each is drawn.
-// Charts: the catalog's panels (GET /api/panels) the run has columns for, then any step column
-// added by search (every column of GET /api/runs/<id>/metrics can be found and charted). The layout
+// Charts: the catalog's panels (GET /api/panels) the runs shown have columns for, then any step
+// column added by search (every column of GET /api/runs/<id>/metrics of the run shown and of each
+// run overlaid can be found and charted; its chart draws it for every run that has it). The layout
 // is in the URL: add=<column> and hide=<chart id> (repeated), scale=<chart id>:<linear|log|symlog>.
 // Rows: each chart asks the steps API for its own columns only, per run, downsampled to about the
 // screen's width (a column missing from a row is a step the signal was not logged at, bridged; a
@@ -44,7 +45,7 @@ function chartSpecs() {
     specs.push({ id, title: panel.title, group: panel.group, unit: panel.unit, series: panel.series,
                  defaultScale: panel.scale, scale: state.scales[id] || panel.scale });
   }
-  const known = new Map(runData.columns.map((c) => [c.name, c]));
+  const known = new Map(shownColumns().map((c) => [c.name, c]));
   for (const name of state.add) {
     const c = known.get(name) || { name };
     specs.push({ id: name, title: name, group: "added", unit: c.unit || "", added: true, defaultScale: "linear",
@@ -77,6 +78,19 @@ function runsShown() {
   return [state.run, ...state.overlay.filter((r) => runData.runInfo.has(r))];
 }
 
+// The step columns of every run shown, once each by name (the run shown first); a description
+// any of them has is kept (a column one run logged under the catalog's name, another not).
+function shownColumns() {
+  const out = new Map();
+  for (const run of runsShown()) {
+    for (const c of runData.described.get(run) || []) {
+      const seen = out.get(c.name);
+      if (!seen || (!seen.description && c.description)) out.set(c.name, c);
+    }
+  }
+  return [...out.values()];
+}
+
 // Every chart's step range, the same on all (known before any chart has rows): the zoom, else
 // from the first to the last step of the runs shown.
 function stepDomain(runs) {
@@ -92,6 +106,7 @@ async function loadOverlay(data = runData) {
     try {
       const [info, described] = await Promise.all([api(runPath(r)), api(`${runPath(r)}/metrics`)]);
       data.runInfo.set(r, info);
+      data.described.set(r, described);
       data.names.set(r, new Set(described.map((c) => c.name)));
     } catch (e) { /* drawn without that run */ }
   }));
@@ -301,10 +316,11 @@ function showColumn(name) {
 }
 
 // ---- search over every step column ---------------------------------------------------------------
-// Every word typed must be in the column's name, Prometheus name, key or description.
-function matchingColumns(query) {
+// Over the columns of every run shown: every word typed must be in the column's name, Prometheus
+// name, key or description.
+function matchingColumns(query, all) {
   const words = query.toLowerCase().split(/\s+/).filter(Boolean);
-  return runData.columns.filter((c) => {
+  return all.filter((c) => {
     const text = [c.name, c.prometheus, c.key, c.description].filter(Boolean).join(" ").toLowerCase();
     return words.every((w) => text.includes(w));
   });
@@ -313,10 +329,10 @@ function matchingColumns(query) {
 function refreshSearch() {
   const input = document.getElementById("chart-search"), list = document.getElementById("chart-results");
   if (!input || !runData) return;
-  const all = runData.columns;
+  const all = shownColumns();
   input.placeholder = `find a step column (${all.length})…`;
   if (!input.value.trim()) { list.hidden = true; list.replaceChildren(); return; }
-  const found = matchingColumns(input.value);
+  const found = matchingColumns(input.value, all);
   const charted = new Set([...document.querySelectorAll(".plot-card")].flatMap((c) => c.columns));
   const items = found.slice(0, SEARCH_SHOWN).map((c) => h("li", {}, h("button", {
     type: "button", class: "chart-add", "data-col": c.name, title: c.description || c.name,
