@@ -145,6 +145,27 @@ def test_samples_filters_and_ordering(loaded):
     assert [(s["step"], s["sample_index"]) for s in page] == [(0, 5), (1, 0), (1, 1), (1, 2), (1, 3)]
 
 
+def test_samples_filter_on_any_numeric_column_and_count_every_page(loaded, client, otlp):
+    """`filter_col` bounds any numeric column, a dynamic one included, over every row the other filters
+    select (not a page of them); `X-Total-Count` counts those rows on all pages."""
+    get = lambda **p: loaded.get("/api/runs/run-a/samples", params=p)  # noqa: E731
+    r = get(step=0, limit=2)
+    assert len(r.json()) == 2 and r.headers["X-Total-Count"] == "6"
+    r = get(step=0, filter_col="completion_original_length", filter_min=103, order_by="sample_index", desc=True, limit=2)
+    assert [s["sample_index"] for s in r.json()] == [5, 4] and r.headers["X-Total-Count"] == "3"
+    r = get(step_min=0, filter_col="sample_index", filter_min=2, filter_max=2)
+    assert [(s["step"], s["sample_index"]) for s in r.json()] == [(0, 2), (1, 2), (2, 2), (3, 2)]
+    assert r.headers["X-Total-Count"] == "4"
+    assert [s["sample_index"] for s in get(step=1, filter_col="reward.format", filter_max=0).json()] == [0, 2, 4]
+    # A string (or a missing key) is not a number: no bound lets it through, even in "b" > 1.
+    mixed = otlp.spans("mixed", range(1), samples=3, extra=lambda s, i: {"score": ["b", 0.5, 2.0][i]})
+    assert client.post("/v1/traces", content=otlp.request(mixed).SerializeToString(), headers=PB).status_code == 200
+    by = lambda **p: [s["sample_index"] for s in loaded.get("/api/runs/mixed/samples", params=p).json()]  # noqa: E731
+    assert by(filter_col="score", filter_min=1) == [2]
+    assert by(filter_col="score") == [1, 2] and by(filter_col="nope") == []
+    assert loaded.get("/api/runs/mixed/samples", params={"filter_col": "nope"}).headers["X-Total-Count"] == "0"
+
+
 def test_csv_and_jsonl_exports(loaded):
     text = loaded.get("/api/runs/run-a/samples.csv", params={"step": 1}).text
     rows = list(csv.DictReader(io.StringIO(text)))
@@ -191,6 +212,9 @@ def test_an_alert_names_the_step_it_belongs_to(client):
     ({"step_min": 3, "step_max": 1}, "step_min"), ({"reward_min": 2, "reward_max": 1}, "reward_min"),
     ({"order_by": 'say "hi"'}, "order_by"), ({"reward_min": "nan"}, "reward_min"),
     ({"desc": "maybe"}, "desc"), ({"offset": -1}, "offset"),
+    ({"filter_min": 1}, "filter_col"), ({"filter_col": "prompt", "filter_min": 1}, "filter_col"),
+    ({"filter_col": "kl", "filter_min": 2, "filter_max": 1}, "filter_min"),
+    ({"filter_col": "kl", "filter_max": "inf"}, "filter_max"),
 ])
 def test_bad_parameters_are_422_naming_the_parameter(loaded, params, name):
     r = loaded.get("/api/runs/run-a/samples", params=params)

@@ -16,6 +16,9 @@ class Dialect:
     """ISO-8601 UTC text of `end_time` (epoch seconds), millisecond precision, `Z`-suffixed."""
     json_field: str
     """A dynamic sample column: the value at key `?` of the `data` JSON text, typed for ordering."""
+    json_number: str
+    """A dynamic sample column's value where it is a JSON number, else NULL: each of its two `?` is the
+    key (`json_key`). Unguarded, a string would compare greater than any number in both databases."""
     like: str
     """The case-insensitive substring operator (SQLite's LIKE already is, for ASCII)."""
     step_index_hint: str
@@ -36,6 +39,7 @@ SQLITE = Dialect(
     name="sqlite",
     step_time="strftime('%Y-%m-%dT%H:%M:%fZ', end_time, 'unixepoch')",
     json_field="json_extract(data, ?)",
+    json_number="(CASE WHEN json_type(data, ?) IN ('integer', 'real') THEN json_extract(data, ?) END)",
     like="LIKE",
     # The index SQLite builds for the UNIQUE (run_id, step, uid) constraint (its first and only one).
     step_index_hint=" INDEXED BY sqlite_autoindex_samples_1",
@@ -57,6 +61,7 @@ POSTGRES = Dialect(
                "'YYYY-MM-DD\"T\"HH24:MI:SS.') || lpad((" + _PG_JULIAN_MS + " % 1000)::text, 3, '0') || 'Z'"),
     # jsonb orders numbers as numbers and strings as strings, as json_extract's values sort in SQLite.
     json_field="(data::jsonb -> ?)",
+    json_number="(CASE WHEN jsonb_typeof(data::jsonb -> ?) = 'number' THEN (data::jsonb ->> ?)::float8 END)",
     like="ILIKE",
     step_index_hint="",  # PostgreSQL's planner picks the (run_id, step, uid) index by itself
     data_keys="SELECT DISTINCT jsonb_object_keys(data::jsonb) FROM samples WHERE id IN ({ids})",

@@ -27,6 +27,8 @@ _SAMPLE_SELECT = "SELECT id, " + ", ".join(SAMPLE_CORE_COLUMNS) + ", data FROM s
 # Dynamic sample columns are JSON keys, addressed as the quoted path `$."<key>"` (a bound parameter):
 # any key works there but one holding `"` (SQLite's path syntax has no escape) or control characters.
 COLUMN_RE = re.compile(r'^[^"\x00-\x1f]{1,128}$')
+SAMPLE_TEXT_COLUMNS = ("run_id", "prompt", "completion", "time")
+"""Core columns that hold text: no range filter applies to them."""
 
 
 def selected_run_ids(run_id: str) -> list[str] | None:
@@ -46,6 +48,11 @@ class SampleQuery:
     reward_max: float | None = None
     q: str | None = None
     """Case-insensitive substring of the prompt or completion."""
+    filter_col: str | None = None
+    """A numeric column (core or dynamic) whose value must be within [filter_min, filter_max] (either
+    bound may be None); a row without a number there is left out."""
+    filter_min: float | None = None
+    filter_max: float | None = None
     order_by: str | None = None
     desc: bool = False
     limit: int = 100
@@ -286,8 +293,9 @@ class Reads(RunReads):
                 "SELECT DISTINCT step FROM samples WHERE run_id = ? ORDER BY step DESC LIMIT ?", (run_id, limit))
             return [r[0] for r in rows]
 
-    def _sample_ids_sql(self, conn, run_id: str, query: SampleQuery) -> tuple[str, list] | None:
-        """The id query of a sample filter (ordered and paged); None when the run has no samples."""
+    def _sample_where(self, conn, run_id: str, query: SampleQuery) -> tuple[str, list] | None:
+        """`FROM samples... WHERE ...` of a sample filter and its parameters; None when the run has no
+        samples (no latest step to default to)."""
         where, params = ["run_id = ?"], [run_id]
         step = query.step
         if step is None and query.step_min is None and query.step_max is None:
@@ -299,20 +307,49 @@ class Reads(RunReads):
             if value is not None:
                 where.append(clause)
                 params.append(value)
+        if query.filter_col is not None:
+            where.append(self._range_sql(query.filter_col, query.filter_min, query.filter_max, params))
         if query.q:
             like = self.dialect.like
             where.append(f"(prompt {like} ? ESCAPE '\\' OR completion {like} ? ESCAPE '\\')")
             params += [like_pattern(query.q)] * 2
-        order_params: list = []
-        order = _order_sql(self.dialect, query.order_by, query.desc, order_params)
-        # Two phases: order and page over ids first, so the sorter never carries the long
-        # prompt/completion text (they sit last in the row); then fetch the page.
         # A step or a closed step range bounds the rows: filter through the (run, step) index and sort
         # those. Left alone, SQLite's planner may walk the whole run in reward order instead (seconds).
         bounded = step is not None or (query.step_min is not None and query.step_max is not None)
         hint = self.dialect.step_index_hint if bounded else ""
-        sql = f"SELECT id FROM samples{hint} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
-        return sql, [*params, *order_params, query.limit, query.offset]
+        return f"FROM samples{hint} WHERE {' AND '.join(where)}", params
+
+    def _range_sql(self, column: str, low: float | None, high: float | None, params: list) -> str:
+        """`column` within [low, high] (a bound of None: open), a number either way; appends its parameters."""
+        if column in SAMPLE_CORE_COLUMNS:
+            expr, keys = column, []
+        else:  # a dynamic column: its value where it is a number, else NULL (never passes a bound)
+            expr, keys = self.dialect.json_number, [self.dialect.json_key(column)] * 2
+        tests = [(op, v) for op, v in ((">=", low), ("<=", high)) if v is not None]
+        if not tests:
+            params += keys
+            return f"{expr} IS NOT NULL"
+        for _, v in tests:
+            params += [*keys, v]
+        return " AND ".join(f"{expr} {op} ?" for op, _ in tests)
+
+    def _sample_ids_sql(self, conn, run_id: str, query: SampleQuery) -> tuple[str, list] | None:
+        """The id query of a sample filter (ordered and paged); None when the run has no samples."""
+        found = self._sample_where(conn, run_id, query)
+        if found is None:
+            return None
+        source, params = found
+        order_params: list = []
+        order = _order_sql(self.dialect, query.order_by, query.desc, order_params)
+        # Two phases: order and page over ids first, so the sorter never carries the long
+        # prompt/completion text (they sit last in the row); then fetch the page.
+        return f"SELECT id {source} ORDER BY {order} LIMIT ? OFFSET ?", [*params, *order_params, query.limit, query.offset]
+
+    def count_samples(self, run_id: str, query: SampleQuery) -> int:
+        """How many rows `query` matches on all its pages (its `limit` and `offset` aside)."""
+        with self.read() as conn:
+            found = self._sample_where(conn, run_id, query)
+            return 0 if found is None else conn.execute(f"SELECT count(*) {found[0]}", found[1]).fetchone()[0]
 
     @staticmethod
     def _rows_by_id(conn, ids: list[int]) -> list[dict]:

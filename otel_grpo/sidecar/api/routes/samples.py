@@ -14,8 +14,9 @@ from fastapi.responses import StreamingResponse
 
 from ...schemas import Message, SampleRow
 from ...store import SampleQuery
-from ...store._queries import COLUMN_RE
+from ...store._queries import COLUMN_RE, SAMPLE_TEXT_COLUMNS
 from ..deps import FastJSON, RunId, StoreDep, bad_param, json_response, not_found_run, require_read, step_param
+from ..listing import TOTAL_HEADER
 
 router = APIRouter(prefix="/api/runs/{run_id:path}", tags=["samples"], dependencies=[Depends(require_read)])
 _404 = {404: {"model": Message, "description": "Unknown run."}}
@@ -30,6 +31,12 @@ async def sample_query(  # async: pure validation, no reason for a thread-pool h
     reward_max: Annotated[float | None, Query(allow_inf_nan=False)] = None,
     q: Annotated[str | None, Query(max_length=1000, description="Substring of prompt or completion (case-insensitive for ASCII); "
                                    "a NUL character is a 422 (PostgreSQL text cannot hold one).")] = None,
+    filter_col: Annotated[str | None, Query(max_length=128, description=(
+        "Keep rows whose number in this column (a numeric core column such as `sample_index`, or a dynamic one "
+        "such as `kl_ref_mean`) is within [`filter_min`, `filter_max`]; a row without a number there is left "
+        "out. Both bounds open: rows that have a number there."))] = None,
+    filter_min: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+    filter_max: Annotated[float | None, Query(allow_inf_nan=False)] = None,
     order_by: Annotated[str | None, Query(max_length=128, description="Any column: step, reward, advantage, completion_length, sample_index, prompt, completion, time, or a dynamic one such as `reward.format`.")] = None,
     desc: bool = False,
     limit: Annotated[int, Query(ge=1, le=_EXPORT_MAX)] = 100,
@@ -43,8 +50,16 @@ async def sample_query(  # async: pure validation, no reason for a thread-pool h
         raise bad_param("q", "cannot contain NUL (U+0000)")
     if order_by is not None and not COLUMN_RE.match(order_by):
         raise bad_param("order_by", 'a column to sort by cannot contain " or control characters')
+    if filter_col is None and (filter_min is not None or filter_max is not None):
+        raise bad_param("filter_col", "name the column that filter_min and filter_max bound")
+    if filter_col is not None and (filter_col in SAMPLE_TEXT_COLUMNS or not COLUMN_RE.match(filter_col)):
+        raise bad_param("filter_col", "must be a column of numbers (not run_id, prompt, completion or time; "
+                                      'no " or control characters)')
+    if filter_min is not None and filter_max is not None and filter_min > filter_max:
+        raise bad_param("filter_min", "must not exceed filter_max")
     return SampleQuery(step=step, step_min=step_min, step_max=step_max, reward_min=reward_min,
-                       reward_max=reward_max, q=q, order_by=order_by, desc=desc, limit=limit, offset=offset)
+                       reward_max=reward_max, q=q, filter_col=filter_col, filter_min=filter_min, filter_max=filter_max,
+                       order_by=order_by, desc=desc, limit=limit, offset=offset)
 
 
 QueryDep = Annotated[SampleQuery, Depends(sample_query)]
@@ -54,9 +69,14 @@ PAGE_MAX = 10_000
 """Rows of one JSON page at most (`limit`); exports go to _EXPORT_MAX."""
 
 
-@router.get("/samples", response_model=list[SampleRow], response_class=FastJSON, responses=_404)
+_PAGED = {**_404, 200: {"headers": {TOTAL_HEADER: {
+    "description": "Rows the filters match on all pages (`limit` and `offset` aside).", "schema": {"type": "integer"}}}}}
+
+
+@router.get("/samples", response_model=list[SampleRow], response_class=FastJSON, responses=_PAGED)
 def list_samples(run_id: RunId, store: StoreDep, query: QueryDep) -> Response:
     """Samples as flat rows (every event attribute is a column), filtered and ordered; at most 10,000 a page.
+    `X-Total-Count` says how many rows match on all pages (a step of 1,024 rows read 500 at a time).
 
     Streamed as the exports are: the server holds a few hundred rows at a time whatever `limit` is,
     so many concurrent large pages do not add up to their whole size in memory."""
@@ -64,8 +84,9 @@ def list_samples(run_id: RunId, store: StoreDep, query: QueryDep) -> Response:
         raise bad_param("limit", f"must be at most {PAGE_MAX} here")
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
+    total = store.count_samples(run_id, query)
     chunks = store.sample_chunks(run_id, query)  # the ids are read now: a store error is still a 503
-    return json_response(b",".join(map(orjson.dumps, rows)) for rows in chunks)
+    return json_response((b",".join(map(orjson.dumps, rows)) for rows in chunks), {TOTAL_HEADER: str(total)})
 
 
 # OWASP "CSV injection": a spreadsheet runs a cell that starts with one of these as a formula,
