@@ -1093,3 +1093,64 @@ def test_an_overlaid_runs_columns_are_found_and_charted(site, new_page):
     wait(page, f"!!{card}")
     open_run(page, f"{site.url}/#/run/{PLAIN}?add=only_in_wide")
     assert page.evaluate(f"{card}") is None
+
+
+BIG, BIG_ROWS, BIG_EXPORTS = "big-step", 720, 6
+
+
+def _seed_big(url: str, otlp) -> None:
+    """Step 0 of BIG has 720 samples (an anomalous step keeps every row), sent in 6 exports of 120
+    (the SDK keeps 128 events a span); sample i has kl_ref_mean i / 1000."""
+    per = BIG_ROWS // BIG_EXPORTS
+    for k in range(BIG_EXPORTS):
+        spans = otlp.spans(BIG, range(1), samples=per, extra=lambda s, i, k=k: {
+            "sample_index": k * per + i, "group": (k * per + i) // 16, "kl_ref_mean": 0.001 * (k * per + i)})
+        assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(),
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+def _rows(page) -> list[int]:
+    return page.evaluate("[...document.querySelectorAll('#samples-table tbody tr')].map(t => +t.dataset.sample)")
+
+
+def _note(page) -> str:
+    return page.evaluate("document.getElementById('samples-note').textContent")
+
+
+def test_a_step_of_more_rows_than_a_page_is_shown_truthfully(site, new_page):
+    """A 720-row step: the table says how many of the step's rows it shows, the range filter and the
+    sort cover the whole step (the server's), "more" loads the rest, and a link to a sample past the
+    first page lands on it."""
+    site.seed(_seed_big)
+    page = new_page(viewport={"width": 1280, "height": 900})
+    open_run(page, f"{site.url}/#/run/{BIG}?step=0")
+    assert _rows(page) == list(range(500)) and _note(page) == "500 of 720 rows"
+    page.click("#samples-more")
+    wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 720")
+    assert _rows(page) == list(range(720)) and _note(page) == ""
+
+    # The range filter is the server's: every row of the step within it, however far down.
+    open_run(page, f"{site.url}/#/run/{BIG}?step=0&fcol=kl_ref_mean&fmin=0.6")
+    assert _rows(page) == list(range(600, 720)) and _note(page) == "120 of 720 rows pass the filter"
+    page.fill("#filter-max", "0.65")
+    page.dispatch_event("#filter-max", "change")
+    wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 51")
+    assert _rows(page) == list(range(600, 651)) and _hash(page)["fmax"] == "0.65"
+
+    # The sort is the server's; a sample's link keeps the order, so the sample is on the page it opens.
+    open_run(page, f"{site.url}/#/run/{BIG}?step=0")
+    page.click('#samples-table th[data-col="kl_ref_mean"] button')  # first click: largest first
+    wait(page, "document.querySelector('#samples-table tbody tr').dataset.sample === '719'")
+    href = page.evaluate("document.querySelector('#samples-table tbody tr .sample-link').getAttribute('href')")
+    assert "sort=kl_ref_mean" in href and "desc=1" in href and "sample=719" in href
+    open_run(page, site.url + "/" + href)
+    assert page.evaluate("[...document.querySelectorAll('#samples-table tr.linked')].map(t => t.dataset.sample)") == ["719"]
+
+    # A link to a sample beyond the first page (in the step's order) fetches that sample and marks it.
+    open_run(page, f"{site.url}/#/run/{BIG}?step=0&sample=650")
+    assert page.evaluate("[...document.querySelectorAll('#samples-table tr.linked')].map(t => t.dataset.sample)") == ["650"]
+    assert _rows(page)[0] == 650 and _note(page).startswith("500 of 720 rows")
+    assert page.evaluate("document.querySelector('#samples-table tr.linked').getBoundingClientRect().top") >= 0
+    page.click("#samples-more")
+    wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 720")
+    assert sorted(_rows(page)) == list(range(720))  # the linked sample once, not twice

@@ -1,8 +1,11 @@
 // The samples table of a run: columns (all of them, full headers, a picker for the ones shown),
-// server-side sort and text search, a client-side range filter, CSV/JSONL downloads of what is
-// selected, a link per sample; the group view is group.js. Rows are one line each; numbers are
-// never cut (a column is as wide as its widest value); a copy gives the values as stored.
-// Reads and writes `state` (app.js); every change goes to the URL, so a view can be linked.
+// sort, text search and range filter all done by the server over the whole step (or every step,
+// for a search), read PAGE_ROWS rows at a time: "500 of 1,024 rows" and "more" until all are
+// loaded (an anomalous step keeps every row). CSV/JSONL downloads of every row of the step (or
+// search), a link per sample (a linked sample beyond the rows loaded is asked for by its index and
+// shown first); the group view is group.js. Rows are one line each; numbers are never cut (a
+// column is as wide as its widest value); a copy gives the values as stored. Reads and writes
+// `state` (app.js); every change goes to the URL, so a view can be linked.
 "use strict";
 
 const TEXT_PREVIEW = 160;
@@ -42,7 +45,10 @@ const HIDDEN_BY_DEFAULT = new Set(["prompt_length", "policy_version", "source_ra
 const HIGH_FIRST = /^(kl_ref_|log_ratio_|is_weight_)|^(length_clipped|truncated)$/;
 const CELL_PAD_PX = 16, MIN_PX = 36, STRING_MAX_PX = 240, ACTIONS_PX = 74, TEXT_MIN_PX = { prompt: 220, completion: 320 };
 const TITLE_MAX = 400;  // a longer text's tooltip would cover the screen: "more" shows it
-let shownRows = [];
+let shownRows = [];  // the rows of the pages loaded, in the server's order
+let totalRows = 0;  // the rows the step (or search) and the filter hold on all pages (X-Total-Count)
+let unfilteredRows = 0;  // the rows of the step (or search) alone, where a range filter is set
+let linkedRow = null;  // the linked sample, asked for alone where it is not among shownRows
 let userColumns = null;  // the picker's choice: Set of hidden columns, null until the user picks
 const fullText = new WeakMap();  // cell -> its value as stored: what a copy of the cell gives
 
@@ -119,10 +125,20 @@ function hiddenColumns() {
                                  ...allColumnsOf(shownRows).filter((c) => c.endsWith("_original_length"))]);
 }
 
-function samplesParams(limit) {
+const filtering = () => !!state.filter.col && (state.filter.min !== "" || state.filter.max !== "");
+
+// The rows selected (the step or the search, the range filter, the order), `limit` from `offset`;
+// `filter`: false for the step's (or search's) rows whatever the range filter (the downloads').
+function samplesParams(limit, offset = 0, filter = true) {
   const p = new URLSearchParams({ limit: String(limit) });
+  if (offset) p.set("offset", String(offset));
   if (state.q) { p.set("q", state.q); p.set("step_min", ALL_STEPS); }  // a search spans every step
   else if (state.step !== null) p.set("step", state.step);
+  if (filter && filtering()) {
+    p.set("filter_col", state.filter.col);
+    if (state.filter.min !== "") p.set("filter_min", state.filter.min);
+    if (state.filter.max !== "") p.set("filter_max", state.filter.max);
+  }
   if (state.orderBy) { p.set("order_by", state.orderBy); if (state.desc) p.set("desc", "true"); }
   return p;
 }
@@ -141,9 +157,12 @@ function headerCell(c) {
   return th;
 }
 
+// The view as it is (order, filter, charts) at the row's step: the sample opens in the same order.
 function sampleLink(r, extra) {
-  return runHash(state.run, { step: r.step, ...extra });
+  return runHash(state.run, { ...stateParams(), q: null, group: null, sample: null, step: r.step, ...extra });
 }
+
+const sameRow = (a, b) => a.step === b.step && a.sample_index === b.sample_index;
 
 function sampleRow(r, cols) {
   const cells = cols.map((c) => (TEXT_COLUMNS.includes(c) || typeof r[c] === "string" ? textCell(r[c]) : valueCell(c, r)));
@@ -158,13 +177,6 @@ function sampleRow(r, cols) {
 
 function numericColumns(rows) {
   return allColumnsOf(rows).filter((c) => rows.some((r) => typeof r[c] === "number"));
-}
-
-// The range filter applies to the rows loaded (one step, or a search's first PAGE_ROWS matches).
-function filtered(rows) {
-  const { col, min, max } = state.filter;
-  if (!col || (min === "" && max === "")) return rows;
-  return rows.filter((r) => typeof r[col] === "number" && (min === "" || r[col] >= +min) && (max === "" || r[col] <= +max));
 }
 
 // Widths as drawn: a canvas measures each text in the cells' font. A number column is as wide as
@@ -229,18 +241,32 @@ function commonLine(rows) {
   return shared.map((c) => h("span", { "data-col": c }, h("b", { text: c + ": " }), fmtCell(rows[0][c])));
 }
 
+// What the table holds of what is selected: "500 of 1,024 rows" until every row is loaded.
+function countNote() {
+  const n = (x) => x.toLocaleString("en");
+  const of = shownRows.length < totalRows ? `${n(shownRows.length)} of ${n(totalRows)}` : n(totalRows);
+  const parts = [];
+  const shown = shownRows.length < totalRows ? ` (${n(shownRows.length)} shown)` : "";
+  if (filtering()) parts.push(`${n(totalRows)} of ${n(unfilteredRows)} ${state.q ? "matches over all steps" : "rows"} pass the filter${shown}`);
+  else if (state.q) parts.push(`${of} match(es) over all steps`);
+  else if (shownRows.length < totalRows) parts.push(`${of} rows`);
+  if (linkedRow) parts.push(`sample ${linkedRow.sample_index} (linked) shown first`);
+  return parts.join("; ");
+}
+
 function render() {
   const wrap = document.getElementById("samples");
-  const rows = filtered(shownRows);
-  const note = document.getElementById("samples-note");
-  const parts = [];
-  if (state.q) parts.push(`${shownRows.length}${shownRows.length === PAGE_ROWS ? "+" : ""} match(es) over all steps`);
-  if (rows.length !== shownRows.length) parts.push(`${rows.length} of ${shownRows.length} rows pass the filter`);
-  note.textContent = parts.join("; ");
+  const rows = linkedRow ? [linkedRow, ...shownRows.filter((r) => !sameRow(r, linkedRow))] : shownRows;
+  document.getElementById("samples-note").textContent = countNote();
+  const more = document.getElementById("samples-more");
+  const left = totalRows - shownRows.length;
+  more.hidden = left <= 0;
+  more.textContent = `${Math.min(left, PAGE_ROWS).toLocaleString("en")} more`;
   document.getElementById("samples-common").replaceChildren(...commonLine(shownRows));
   // A sort started from the keyboard keeps the focus on its header across the redraw.
   const focused = document.activeElement && document.activeElement.closest && document.activeElement.closest("#samples-table th");
-  wrap.replaceChildren(rows.length ? tableOf(rows) : h("p", { class: "muted empty", text: "no samples" }));
+  wrap.replaceChildren(rows.length ? tableOf(rows)
+    : h("p", { class: "muted empty", text: filtering() ? "no samples pass the filter" : "no samples" }));
   if (focused) {
     const again = [...wrap.querySelectorAll("th[data-col]")].find((th) => th.dataset.col === focused.dataset.col);
     if (again) again.querySelector("button").focus({ preventScroll: true });
@@ -265,15 +291,24 @@ function setLoading(text) {
 // Only the latest request's answer is shown: an older one arriving after it (a step picked, then a
 // sort clicked twice) would put its rows under the newer state's headers.
 let samplesAsked = 0;
-async function loadSamples() {
+// `more`: the next PAGE_ROWS rows after those loaded, else the first page (and the linked sample).
+async function loadSamples(more = false) {
   const wrap = document.getElementById("samples");
   const note = document.getElementById("samples-note");
   const asked = ++samplesAsked;
-  setLoading(state.q ? `searching "${state.q}"…` : `loading step ${state.step}…`);
+  const offset = more ? shownRows.length : 0;
+  setLoading(more ? `loading rows ${(offset + 1).toLocaleString("en")}–…` : state.q ? `searching "${state.q}"…` : `loading step ${state.step}…`);
   try {
-    const rows = await api(`${runPath(state.run)}/samples?${samplesParams(PAGE_ROWS)}`);
+    const response = await apiFetch(`${runPath(state.run)}/samples?${samplesParams(PAGE_ROWS, offset)}`);
+    const rows = await response.json();
+    const total = Number(response.headers.get("X-Total-Count") || offset + rows.length);
+    const linked = more ? linkedRow : await linkedSample(rows);
+    const unfiltered = more || !filtering() ? unfilteredRows : await rowsOf(samplesParams(1, 0, false));
     if (asked !== samplesAsked) return;
-    shownRows = rows;
+    unfilteredRows = unfiltered;
+    shownRows = more ? [...shownRows, ...rows] : rows;
+    totalRows = total;
+    linkedRow = linked && !shownRows.some((r) => sameRow(r, linked)) ? linked : null;
     note.classList.remove("alert-firing");
     wrap.removeAttribute("data-error");
     setLoading(null);
@@ -285,6 +320,22 @@ async function loadSamples() {
     note.classList.add("alert-firing");
     wrap.setAttribute("data-error", "1");
   }
+}
+
+// How many rows the server has for `params` (on all pages).
+async function rowsOf(params) {
+  const response = await apiFetch(`${runPath(state.run)}/samples?${params}`);
+  return Number(response.headers.get("X-Total-Count"));
+}
+
+// The linked sample of the step, where the page of `rows` does not hold it: asked for by its index.
+async function linkedSample(rows) {
+  if (state.sample === null || state.q || state.step === null || rows.some((r) => String(r.sample_index) === state.sample
+                                                                          && String(r.step) === state.step)) return null;
+  const p = new URLSearchParams({ step: state.step, filter_col: "sample_index", filter_min: state.sample,
+                                  filter_max: state.sample, limit: "1" });
+  const found = await api(`${runPath(state.run)}/samples?${p}`).catch(() => []);
+  return found[0] || null;
 }
 
 function sortBy(column) {
@@ -313,7 +364,7 @@ function refreshPickers() {
     return h("label", {}, box, " " + c);
   }));
   const select = document.getElementById("filter-col");
-  const names = ["", ...numericColumns(shownRows)];
+  const names = [...new Set(["", ...numericColumns(shownRows), state.filter.col])];  // the filter's column, rows or none
   if ([...select.options].map((o) => o.value).join() !== names.join()) {
     select.replaceChildren(...names.map((c) => h("option", { value: c, text: c || "filter: column…" })));
   }
@@ -323,7 +374,7 @@ function refreshPickers() {
 async function download(kind) {
   const note = document.getElementById("samples-note");
   try {
-    const r = await apiFetch(`${runPath(state.run)}/samples.${kind}?${samplesParams(EXPORT_ROWS)}`);
+    const r = await apiFetch(`${runPath(state.run)}/samples.${kind}?${samplesParams(EXPORT_ROWS, 0, false)}`);
     const url = URL.createObjectURL(await r.blob());
     const name = `${state.run.replace(/[^\w.-]+/g, "_")}-${state.q ? "search" : "step-" + state.step}.${kind}`;
     const a = h("a", { href: url, download: name });
@@ -343,10 +394,10 @@ function filterControls() {
   const max = h("input", { id: "filter-max", type: "number", step: "any", placeholder: "max" });
   min.value = state.filter.min;
   max.value = state.filter.max;
-  const apply = () => {
+  const apply = () => {  // the server filters the whole step (or search), not the rows loaded
     state.filter = { col: col.value, min: min.value, max: max.value };
     writeUrl();
-    render();
+    loadSamples();
   };
   for (const input of [col, min, max]) input.addEventListener("change", apply);
   return [col, min, max];
@@ -371,7 +422,9 @@ function samplesControls(steps) {
     h("button", { id: "download-jsonl", type: "button", text: "JSONL", title: "download these samples (every row) as JSON Lines",
                   onclick: () => download("jsonl") }),
     h("span", { id: "samples-status", class: "muted", role: "status" }),
-    h("span", { id: "samples-note", class: "muted" }));
+    h("span", { id: "samples-note", class: "muted" }),
+    h("button", { id: "samples-more", type: "button", hidden: "", title: "load the next rows of these samples",
+                  onclick: () => loadSamples(true) }));
 }
 
 function setStep(step) {
@@ -384,11 +437,13 @@ function setStep(step) {
   redrawPlots();
 }
 
+// A row's "#": that sample linked (the URL) and marked; a search's row opens its step.
 function pickSample(r) {
+  const searched = !!state.q;
   setStep(r.step);
   state.sample = String(r.sample_index);
   writeUrl();
   for (const tr of document.querySelectorAll("#samples-table tr.linked")) tr.classList.remove("linked");
   const tr = [...document.querySelectorAll("#samples-table tbody tr")].find((t) => t.dataset.sample === state.sample);
-  if (tr) tr.classList.add("linked"); else loadSamples();
+  if (tr && !searched) tr.classList.add("linked"); else loadSamples();
 }
