@@ -1154,3 +1154,14 @@ def test_a_step_of_more_rows_than_a_page_is_shown_truthfully(site, new_page):
     page.click("#samples-more")
     wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 720")
     assert sorted(_rows(page)) == list(range(720))  # the linked sample once, not twice
+
+
+def test_a_runs_page_past_the_last_says_so_and_links_the_first(site, new_page):
+    site.seed(_seed_compare)
+    page = new_page()
+    page.goto(site.url + "/#/?page=999")
+    wait(page, "document.body.dataset.ready === 'runs'")
+    assert page.evaluate("document.querySelector('#runs-count').textContent") == "no runs on this page"
+    page.click("#runs-first")
+    wait(page, "!!document.querySelector('#runs-table')")
+    assert page.evaluate("location.hash") == "#/"

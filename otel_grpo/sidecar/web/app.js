@@ -143,6 +143,10 @@ async function runsPage(view) {
   const response = await apiFetch("/api/runs?" + params);
   const runs = await response.json();
   const total = Number(response.headers.get("X-Total-Count") || runs.length);
+  if (!runs.length && total > 0) {  // a page past the last (an old link, runs deleted since)
+    return [h("p", { class: "muted empty" }, h("span", { id: "runs-count", text: "no runs on this page" }), " · ",
+      h("a", { id: "runs-first", href: runsHash({ ...view, page: 1 }), text: `first page (${total.toLocaleString("en")} runs)` }))];
+  }
   if (!runs.length) {
     const filtered = view.q || view.status;
     return [h("p", { class: "muted empty", id: "runs-count", text: filtered ? "no runs match" : "no runs yet" })];
