@@ -112,9 +112,8 @@ class Backend:
     def _emit(self, rec: StepRecord) -> None:
         s = self._settings
         with derived_ids(s.run_id, rec.step, rec.attempt, spans.STEP_SPAN, rec.start_ns):
-            step = self._tracer.start_span(spans.STEP_SPAN, attributes={spans.RUN_ID_ATTR: s.run_id,
-                                                                        spans.STEP_ATTR: rec.step, **_attempt(rec)},
-                                           start_time=rec.start_ns)
+            attrs = {spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step, **_attempt(rec, self._rank)}
+            step = self._tracer.start_span(spans.STEP_SPAN, attributes=attrs, start_time=rec.start_ns)
         try:
             _fail(step, rec.error, rec.end_ns)
             parent = trace.set_span_in_context(step)
@@ -134,7 +133,8 @@ class Backend:
         s = self._settings
         for i, (name, start_ns, end_ns, error) in enumerate(rec.phases):
             # run_id and step too: phase spans may reach the sidecar in an earlier batch than their step span
-            attrs = {spans.PHASE_ATTR: name, spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step, **_attempt(rec)}
+            attrs = {spans.PHASE_ATTR: name, spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step,
+                     **_attempt(rec, self._rank)}
             with derived_ids(s.run_id, rec.step, rec.attempt, spans.PHASE_PREFIX + name, rec.start_ns, i):
                 span = self._tracer.start_span(spans.PHASE_PREFIX + name, context=parent, attributes=attrs,
                                                start_time=start_ns)
@@ -147,7 +147,7 @@ class Backend:
             return
         phases = {name: sum(seconds) for name, seconds in durations.items()}
         self.spill.write_step(self._settings.run_id, rec.step, rec.start_ns, rec.end_ns, finite, phases,
-                              _claimed(rec))
+                              _claimed(rec, self._rank))
 
     def _record_metrics(self, rec: StepRecord, durations: dict[str, list[float]]) -> dict[str, float]:
         instruments = self._instruments
@@ -203,7 +203,7 @@ class Backend:
         if self.spill is not None:
             self.spill.write(rec.step, (
                 {**flat, "run_id": s.run_id, "step": rec.step, "sample_index": p.index, "selection": p.selection,
-                 **_attempt(rec)}
+                 **_attempt(rec, self._rank)}
                 for p, flat in zip(picked, flats)
             ))
         end_ns = max(rec.end_ns or handed_ns, handed_ns)
@@ -211,7 +211,7 @@ class Backend:
         for chunk, start in enumerate(range(0, len(picked), per_span)):
             part = range(start, min(start + per_span, len(picked)))
             attrs = {spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step, spans.CHUNK_ATTR: chunk,
-                     spans.COUNT_ATTR: len(part), **_attempt(rec)}
+                     spans.COUNT_ATTR: len(part), **_attempt(rec, self._rank)}
             with derived_ids(s.run_id, rec.step, rec.attempt, spans.SAMPLES_SPAN, rec.start_ns, chunk):
                 span = self._tracer.start_span(spans.SAMPLES_SPAN, context=parent, start_time=handed_ns,
                                                attributes=attrs)
@@ -220,17 +220,21 @@ class Backend:
             span.end(end_time=end_ns)
 
 
-def _claimed(rec: StepRecord) -> int | None:
-    """The attempt the record claims its step for: a training record's. An evaluation claims none, so it merges
-    into whatever attempt trained the step: a resumed job evaluates at the checkpoint's step (verl's
-    `val_before_train`, transformers' `eval_on_start`) without training it again, and that step must keep
-    the training that ran it."""
-    return None if rec.evaluation else rec.attempt
+def _claimed(rec: StepRecord, rank: int) -> int | None:
+    """The attempt the record claims its step for: rank 0's training record's.
+
+    An evaluation claims none, so it merges into whatever attempt trained the step: a resumed job evaluates
+    at the checkpoint's step (verl's `val_before_train`, transformers' `eval_on_start`) without training it
+    again, and that step must keep the training that ran it. Nor does another rank's (`export_all_ranks`):
+    each rank's Telemetry starts at its own instant, yet they are one attempt, and rank 1's step span must
+    not replace the rows rank 0 sent for the step.
+    """
+    return None if rec.evaluation or rank != 0 else rec.attempt
 
 
-def _attempt(rec: StepRecord) -> dict[str, int]:
+def _attempt(rec: StepRecord, rank: int) -> dict[str, int]:
     """The `grpo.attempt` attribute of the step's spans (none where the record claims none: `_claimed`)."""
-    attempt = _claimed(rec)
+    attempt = _claimed(rec, rank)
     return {} if attempt is None else {spans.ATTEMPT_ATTR: attempt}
 
 

@@ -117,3 +117,42 @@ def test_the_trl_callbacks_start_a_new_attempt_at_every_train_begin(tmp_path):
         assert tel.attempt > failed
     finally:
         tel.finish()
+
+
+def test_every_rank_exporting_keeps_rank_zeros_samples(sidecar_factory, tmp_path, monkeypatch):
+    """`export_all_ranks`: each rank's Telemetry starts at its own instant, yet they are one attempt. Rank 0 sends
+    the step's kept rows (the global selection's), rank 1 its step span alone: the rows stay."""
+    sidecar = sidecar_factory()
+
+    def completions(number: int) -> list[str]:
+        rows = httpx.get(f"{sidecar.url}/api/runs/{RUN}/samples", params={"step": number, "limit": 100}, timeout=10)
+        return sorted(r["completion"] for r in rows.json()) if rows.status_code == 200 else []
+
+    ranks = []
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        tel = _telemetry(sidecar.url, tmp_path, f"rank{rank}", monkeypatch)
+        ranks.append(tel.settings.model_copy(update={"export_all_ranks": True, "sample_reduce": "per_rank"}))
+        tel.shutdown()
+    zero, one = (Telemetry(settings) for settings in ranks)  # rank 1's starts later: a larger attempt
+    try:
+        for step in (1, 2):
+            with zero.step(step) as s:
+                s.record({"reward": 0.5})
+                s.samples([{"prompt": "p", "completion": f"zero-{step}-{i}", "reward": 0.5} for i in range(4)])
+            assert zero.flush(10)
+            wait_for(lambda: len(completions(step)) == 4, f"rank 0's step {step}", timeout=30)
+            with one.step(step) as s:
+                s.record({"reward": 0.5, "from_rank_one": 1.0})
+            assert one.flush(10)
+
+        def rank_one_stored() -> bool:
+            rows = httpx.get(f"{sidecar.url}/api/runs/{RUN}/steps", timeout=10).json()
+            return sum(1 for r in rows if any("from_rank_one" in k for k in r)) == 2
+
+        wait_for(rank_one_stored, "rank 1's steps", timeout=30)
+        assert completions(1) == [f"zero-1-{i}" for i in range(4)] and completions(2) == [f"zero-2-{i}" for i in range(4)]
+    finally:
+        zero.finish()
+        one.finish()
