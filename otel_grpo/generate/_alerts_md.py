@@ -18,7 +18,7 @@ EVIDENCE = {
     "GRPOMetricsAbsent": ("`grpo_process_alive_until` (each collection: its time plus the export interval) and the "
                           "latest process's end markers", "trainer clock: a collector's expiry, scrape gaps and export lag "
                           "only add up to `liveness_slack`; markers are 0 from each process's start, so a reused run id "
-                          "or a resume is running again; not judged while the collector is down or settling"),
+                          "or a resume is running again; not judged while every collector replica is down or one is settling"),
     "GRPORunPreempted": ("as GRPOMetricsAbsent, with `grpo_run_preempted` = 1", "as GRPOMetricsAbsent"),
     "GRPOTrainerStalled": ("`time()` minus the later of the process start, `grpo_step_end_time_seconds` and "
                            "`grpo_process_activity_time_seconds`, against 3x the longest recent step or log interval "
@@ -68,7 +68,7 @@ BLOCKS = {
     "run_id:grpo_step_index:last": "the latest process's last step (-1: none yet)",
     "run_id:grpo_step:longest_interval_seconds": "the longest recent step time or time between reported steps",
     "run_id:grpo_run:ended": "`{how}`: finished or preempted, by the latest process's end markers",
-    "grpo:collector_down:last_time": "when a collector was last seen down",
+    "grpo:collector_down:last_time": "when no collector seen was last up (one replica of several down: never)",
     "run_id:grpo_process:idle_seconds": "seconds since that progress, for live runs (heard from within the "
                                         "slack, not ended)",
     "run_id:grpo_process:stall_limit_seconds": "3x the longest interval, at least `stall_floor` (or the run's own)",
@@ -123,7 +123,8 @@ def render_alerts_md() -> str:
         "(Alertmanager's group_wait included), at any step time from 2 s to 30 min, scrape interval from",
         "15 to 60 s, over the pull endpoint or OTLP through the collector (export every 10 to 60 s, the",
         "collector's 2-minute metric_expiration), with start-ups up to 30 min, evaluations and saves up",
-        "to an hour between steps, relaunches, resumes, reused run ids and collector outages. A step",
+        "to an hour between steps, relaunches, resumes, reused run ids and outages of the collector or of",
+        "one of its replicas. A step",
         "interval is the time between two reported steps: `logging_steps` steps for a trainer that",
         "reports every N. The onset of a hang is when its next step was due.",
         "",
@@ -153,8 +154,9 @@ def render_alerts_md() -> str:
         "Until an operator names a destination in `alertmanager/routing.yml` every class reaches the",
         "sidecar only: no alert text leaves the host. Inhibitions pair alerts of one run only",
         "(`equal: [run_id]`): a run's critical alert silences its warnings, GRPONonFiniteValues its",
-        "GRPOStepsSkipped. No infrastructure alert inhibits a run's: while the collector is down the",
-        "run-end rules do not judge absence (GRPOCollectorDown pages once for all runs).",
+        "GRPOStepsSkipped. No infrastructure alert inhibits a run's: while the collector is down (every",
+        "replica seen; one replica of several down is on no run's path once its runs export to the others)",
+        "the run-end rules do not judge absence (GRPOCollectorDown pages once for all runs).",
         "",
         "## Failure modes",
         "",
@@ -191,7 +193,7 @@ def render_alerts_md() -> str:
         "| setting | default | role |",
         "| --- | --- | --- |",
         f"| `liveness_slack` | {s.liveness_slack} | how far past its promise a process may be heard from: a 60-s scrape and the delivery lag |",
-        f"| `path_settle` | {s.path_settle} | after the collector was down, how long no run is judged absent |",
+        f"| `path_settle` | {s.path_settle} | after the collector (every replica) was down, how long no run is judged absent |",
         f"| `stall_factor`, `stall_floor` | {s.stall_factor:g}, {s.stall_floor} | a hang: idle longer than this many longest recent intervals, and the floor (above an export interval and a scrape) |",
         f"| `first_step_floor` | {s.first_step_floor} | a hang before the first step: longer than the longest healthy start-up |",
         f"| `kl_steps`, `drift_steps` | {s.kl_steps}, {s.drift_steps} | consecutive steps the threshold and trend alerts need |",

@@ -213,11 +213,21 @@ OUTAGES = (Outage(3600.0, 3750.0), Outage(3600.0, 4200.0))
 """The collector down for 2.5 or 10 minutes, an hour in (one outage per promtool group: it is the collector's)."""
 
 
-def _outage(p: _Params) -> _Built:
+REPLICA_OUTAGE = Outage(60.0, 14400.0, replica=1)
+"""A second collector replica, seen up at first, down from its second minute for 4 hours (crash-looping): on no
+run's path (the runs export through replica 0)."""
+
+
+def _both(down: Outage) -> list[Outage]:
+    """Both replicas down over the same time: every path is down."""
+    return [down, Outage(down.start_s, down.end_s, replica=1)]
+
+
+def _outage(p: _Params, replicas: int = 1) -> _Built:
     down = p.rng.choice(OUTAGES)
     n = max(4, int((down.end_s + 1800 - p.startup_s) / p.step_s) + 1)
     return _Built([_seg(p, healthy(n, p.rng), end="finish")], length_s=max(_end_of(p, n), down.end_s) + 1800,
-                  outages=[down])
+                  outages=[down] if replicas == 1 else _both(down))
 
 
 # ---- failures -----------------------------------------------------------------------------
@@ -239,6 +249,13 @@ def _crash(p: _Params) -> _Built:
     killed = _end_of(p, k) + p.rng.random() * p.step_s  # mid-step
     seg = _seg(p, healthy(k + 1, p.rng), end="crash", end_after_s=killed - _end_of(p, k))
     return _Built([seg], killed, _bound(p), killed + _bound(p) + 600)
+
+
+def _crash_replica_down(p: _Params) -> _Built:
+    """Killed while another collector replica, on no path of this run, is down: judged as any crash."""
+    built = _crash(p)
+    built.outages = [REPLICA_OUTAGE]
+    return built
 
 
 def _crash_starting(p: _Params) -> _Built:
@@ -294,13 +311,14 @@ def _reused_crash(p: _Params) -> _Built:
     return _Built([first, second], killed, _bound(p), killed + _bound(p) + 600)
 
 
-def _crash_in_outage(p: _Params) -> _Built:
-    """Killed while the collector is down: judged once the collector is back and settled."""
+def _crash_in_outage(p: _Params, replicas: int = 1) -> _Built:
+    """Killed while the collector (every replica) is down: judged once one is back and settled."""
     down = p.rng.choice(OUTAGES)
     killed = down.start_s + 60.0
     k = max(0, int((killed - p.startup_s) / p.step_s) - 1)  # the last step that ends before the kill
     seg = _seg(p, healthy(k + 1, p.rng), end="crash", end_after_s=killed - _end_of(p, k))
-    return _Built([seg], down.end_s, 180.0 + 300.0, down.end_s + 1200, outages=[down])
+    return _Built([seg], down.end_s, 180.0 + 300.0, down.end_s + 1200,
+                  outages=[down] if replicas == 1 else _both(down))
 
 
 _WHY_FIRST = ("A process that has no step yet cannot be told from a slow start-up (30 minutes here) until "
@@ -316,10 +334,14 @@ MODES: tuple[Mode, ...] = (
     Mode("relaunched", _relaunched),
     Mode("kl-creep", _creep, max_step_s=60.0),
     Mode("collector-outage", _outage, pushed_only=True),
+    Mode("replicas-outage", lambda p: _outage(p, replicas=2), pushed_only=True),
     Mode("crash", _crash, "GRPOMetricsAbsent"),
     Mode("crash-starting", _crash_starting, "GRPOMetricsAbsent"),
     Mode("reused-id-crash", _reused_crash, "GRPOMetricsAbsent"),
     Mode("crash-in-outage", _crash_in_outage, "GRPOMetricsAbsent", pushed_only=True, why=_WHY_OUTAGE),
+    Mode("crash-in-replicas-outage", lambda p: _crash_in_outage(p, replicas=2), "GRPOMetricsAbsent",
+         pushed_only=True, why=_WHY_OUTAGE),
+    Mode("crash-replica-down", _crash_replica_down, "GRPOMetricsAbsent", pushed_only=True),
     Mode("hang", _hang_mid, "GRPOTrainerStalled"),
     Mode("hang-after-first-step", _hang_after_first, "GRPOTrainerStalled"),
     Mode("hang-before-first-step", _hang_before_first, "GRPONoFirstStep", why=_WHY_FIRST),

@@ -69,10 +69,14 @@ class Pause:
 
 @dataclass(frozen=True, slots=True)
 class Outage:
-    """The collector down from `start_s` to `end_s`: not scraped, exports to it lost, its memory gone after."""
+    """A collector replica down from `start_s` to `end_s`: not scraped, exports to it lost, its memory gone
+    after."""
 
     start_s: float
     end_s: float
+    replica: int = 0
+    """Which replica (`collector.replicas` > 1 in the Helm chart): the runs export through replica 0; another
+    one down is a target of its own that is down, on nobody's path."""
 
 
 @dataclass(kw_only=False, slots=True)
@@ -230,13 +234,18 @@ def _deliveries(seg: Segment, line: _Timeline, scrape_s: float, scrapes: int) ->
     return times + ([line.end_s] if line.end_s <= horizon else [])
 
 
-def _down(outages: Sequence[Outage], t: float) -> bool:
-    return any(o.start_s <= t < o.end_s for o in outages)
+def _down(outages: Sequence[Outage], t: float, replica: int = 0) -> bool:
+    return any(o.start_s <= t < o.end_s for o in outages if o.replica == replica)
 
 
-def _restarted(outages: Sequence[Outage], t: float) -> float:
-    """The collector's last restart at or before `t` (-inf: none)."""
-    return max((o.end_s for o in outages if o.end_s <= t), default=-math.inf)
+def _restarted(outages: Sequence[Outage], t: float, replica: int = 0) -> float:
+    """The replica's last restart at or before `t` (-inf: none)."""
+    return max((o.end_s for o in outages if o.end_s <= t and o.replica == replica), default=-math.inf)
+
+
+def collector_target(replica: int) -> str:
+    """Labels of a collector replica's own scrape target in replays (its `up` and uptime series)."""
+    return COLLECTOR if replica == 0 else f'job="otelcol", instance="otelcol-{replica}:8888"'
 
 
 def _segment_series(seg: Segment, scrape_s: float, scrapes: int, outages: Sequence[Outage]) -> dict[str, list]:
@@ -297,17 +306,23 @@ def _segment_series(seg: Segment, scrape_s: float, scrapes: int, outages: Sequen
 
 
 def collector_series(outages: Sequence[Outage], scrape_s: float, scrapes: int) -> dict[str, list]:
-    """The collector's own target: `up` (0 during an outage) and its uptime (not scraped while down)."""
-    up, uptime = [], []
-    for k in range(scrapes + 1):
-        t = k * scrape_s
-        down = _down(outages, t)
-        up.append(0.0 if down else 1.0)
-        uptime.append(None if down else float(t - max(_restarted(outages, t), 0.0)))
-    for k in range(1, scrapes + 1):
-        if uptime[k] is None and uptime[k - 1] not in (None, STALE):
-            uptime[k] = STALE
-    return {f"up{{{COLLECTOR}}}": up, f"otelcol_process_uptime_seconds_total{{{COLLECTOR}}}": uptime}
+    """The collector's own targets, replica 0 and every replica an outage names: `up` (0 during an outage) and
+    its uptime (not scraped while down)."""
+    series: dict[str, list] = {}
+    for replica in sorted({0} | {o.replica for o in outages}):
+        up, uptime = [], []
+        for k in range(scrapes + 1):
+            t = k * scrape_s
+            down = _down(outages, t, replica)
+            up.append(0.0 if down else 1.0)
+            uptime.append(None if down else float(t - max(_restarted(outages, t, replica), 0.0)))
+        for k in range(1, scrapes + 1):
+            if uptime[k] is None and uptime[k - 1] not in (None, STALE):
+                uptime[k] = STALE
+        target = collector_target(replica)
+        series[f"up{{{target}}}"] = up
+        series[f"otelcol_process_uptime_seconds_total{{{target}}}"] = uptime
+    return series
 
 
 def _fmt(v: float) -> str:
@@ -385,4 +400,4 @@ def expand(text: str) -> list[float | None]:
     return out
 
 
-__all__ = ["Outage", "Pause", "Segment", "collector_series", "encode", "expand", "replay"]
+__all__ = ["Outage", "Pause", "Segment", "collector_series", "collector_target", "encode", "expand", "replay"]

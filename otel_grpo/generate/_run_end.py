@@ -20,9 +20,11 @@ fills with an older process's values):
   does not count its start-up or beating pauses), and at least `stall_floor`, is hung:
   GRPOTrainerStalled; one that has no step yet (its last step's end is older than its
   start) has `first_step_floor` instead: GRPONoFirstStep.
-- *the path*: while the collector is down, and for `path_settle` after it is back (one
-  export interval and a scrape for every run to be heard again), no run is judged absent:
-  GRPOCollectorDown pages for all of them.
+- *the path*: while the collector is down (every replica of it that was seen: one replica
+  down of several is on no run's path once its runs export to the others, and GRPOCollectorDown
+  pages for it alone), and for `path_settle` after one is back (one export interval and a
+  scrape for every run to be heard again), no run is judged absent: GRPOCollectorDown pages
+  for all of them.
 
 Each building block is a named recording rule (`run_id:grpo_process:*`, `run_id:grpo_run:*`),
 evaluated in the alert group before the alerts: a live run's idle seconds and the limits they are
@@ -44,7 +46,7 @@ PROGRESS = "run_id:grpo_process:progress_time"
 LAST_STEP = "run_id:grpo_step_index:last"
 INTERVAL = "run_id:grpo_step:longest_interval_seconds"
 ENDED = "run_id:grpo_run:ended"  # label `how`: finished, preempted
-PATH_DOWN = "grpo:collector_down:last_time"
+PATH_DOWN = "grpo:collector_down:last_time"  # the last time no collector seen was up
 IDLE = "run_id:grpo_process:idle_seconds"  # live runs only
 STALL_LIMIT = "run_id:grpo_process:stall_limit_seconds"
 FIRST_STEP_LIMIT = "run_id:grpo_process:first_step_limit_seconds"
@@ -77,7 +79,8 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
     last_step = (f"({_last(s, STEP_INDEX)} and on (run_id) ({step_end} >= on (run_id) {START}))"
                  f" or (0 * {START} - 1)")
     longest = _larger(*(f"max_over_time({m}[{s.history_window}])" for m in (STEP_TIME, LOG_INTERVAL)))
-    down = f"up == 0 and on (job, instance) {collector_seen}"
+    # No seen collector up (a series only then): one replica of several down is on nobody's path.
+    down = f"max(up and on (job, instance) {collector_seen}) == 0"
     return [
         {"record": ALIVE_UNTIL, "expr": _last(s, ALIVE)},
         {"record": OVERDUE, "expr": f"time() - {ALIVE_UNTIL}"},
@@ -87,7 +90,7 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": INTERVAL, "expr": longest},
         {"record": ENDED, "labels": {"how": "finished"}, "expr": f"{_last(s, FINISHED)} == 1"},
         {"record": ENDED, "labels": {"how": "preempted"}, "expr": f"{_last(s, PREEMPTED)} == 1"},
-        {"record": PATH_DOWN, "expr": f"max(timestamp({down})) or last_over_time({PATH_DOWN}[{s.absent_window}])"},
+        {"record": PATH_DOWN, "expr": f"timestamp({down}) or last_over_time({PATH_DOWN}[{s.absent_window}])"},
         # Live runs (heard from within their promise and the slack, not ended on purpose): seconds without a
         # step, heartbeat or start.
         {"record": IDLE, "expr": f"time() - {PROGRESS} and on (run_id)"
