@@ -17,8 +17,9 @@ _GRAD = STEP_CHECKS["grad_norm"].baseline
 EVIDENCE = {
     "GRPOMetricsAbsent": ("`grpo_process_alive_until` (each collection: its time plus the export interval) and the "
                           "latest process's end markers", "trainer clock: a collector's expiry, scrape gaps and export lag "
-                          "only add up to `liveness_slack`; markers are 0 from each process's start, so a reused run id "
-                          "or a resume is running again; not judged while every collector replica is down or one is settling"),
+                          "only add up to `liveness_slack`; markers are 0 from each process's start and read in the latest "
+                          "process's series only (its `job`, `instance`), so a reused run id, at another world size "
+                          "or service name too, or a resume is running again; not judged while every collector replica is down or one is settling"),
     "GRPORunPreempted": ("as GRPOMetricsAbsent, with `grpo_run_preempted` = 1", "as GRPOMetricsAbsent"),
     "GRPOTrainerStalled": ("`time()` minus the later of the process start, `grpo_step_end_time_seconds` and "
                            "`grpo_process_activity_time_seconds`, against 3x the longest recent step or log interval "
@@ -64,6 +65,10 @@ BLOCKS = {
     "run_id:grpo_process:alive_until": "the latest promise of the run's process to be heard from again",
     "run_id:grpo_process:overdue_seconds": "how far past that promise now",
     "run_id:grpo_process:start_time": "the latest process's start",
+    "run_id_job_instance:grpo_process:start_time": "the same, in the series of the latest process only: its "
+                                                   "target labels (`job`, `instance`), which the end markers and "
+                                                   "the last step are read in",
+    "run_id:grpo_step:end_time": "the end of the run's last step",
     "run_id:grpo_process:progress_time": "the later of that start, its last step's end and its last heartbeat",
     "run_id:grpo_step_index:last": "the latest process's last step (-1: none yet)",
     "run_id:grpo_step:longest_interval_seconds": "the longest recent step time or time between reported steps",

@@ -191,13 +191,23 @@ def _checkpoints(p: _Params) -> _Built:
                            beat_s=5.0)
 
 
-def _relaunched(p: _Params) -> _Built:
-    """A run that finishes, then a new process under the same run id (a second attempt, a reused id)."""
+def _other_target(p: _Params) -> dict[str, str]:
+    """The target labels of a process that reuses the run id at another world size (service.instance.id
+    `<run id>/rank0`) under another service name; over the pull endpoint, at another address."""
+    if p.export_s == 0:
+        return {"instance": "127.0.0.1:9465"}
+    return {"job": "grpo-trainer-2", "instance": f"{p.run_id}/rank0"}
+
+
+def _relaunched(p: _Params, other: bool = False) -> _Built:
+    """A run that finishes, then a new process under the same run id (a second attempt, a reused id); `other`:
+    exporting under other target labels than the first."""
     n = _steps_for(p, 0.5, 4, 150)
     values = healthy(2 * n, p.rng)  # the second attempt goes on where the first ended
     first = _seg(p, {k: v[:n] for k, v in values.items()}, end="finish")
     later = _end_of(p, n) + 900
-    second = _seg(p, {k: v[n:] for k, v in values.items()}, start_s=later, end="finish")
+    second = _seg(p, {k: v[n:] for k, v in values.items()}, start_s=later, end="finish",
+                  **(_other_target(p) if other else {}))
     return _Built([first, second], length_s=later + _end_of(p, n) + 1800)
 
 
@@ -301,14 +311,26 @@ def _preempt(p: _Params) -> _Built:
     return _Built([seg], stopped, _bound(p), stopped + _bound(p) + 600)
 
 
-def _reused_crash(p: _Params) -> _Built:
-    """A finished run's id reused by a new process that is killed a few steps in."""
+def _reused_crash(p: _Params, other: bool = False) -> _Built:
+    """A finished run's id reused by a new process that is killed a few steps in; `other`: the new process
+    exports under other target labels (another world size or service name) than the finished one."""
     n, k = _k(p, 10), _k(p, 5)
     first = _seg(p, healthy(n, p.rng), end="finish")
     later = _end_of(p, n) + 900
     killed = later + _end_of(p, k) + p.rng.random() * p.step_s
-    second = _seg(p, healthy(k + 1, p.rng), start_s=later, end="crash", end_after_s=killed - later - _end_of(p, k))
+    second = _seg(p, healthy(k + 1, p.rng), start_s=later, end="crash", end_after_s=killed - later - _end_of(p, k),
+                  **(_other_target(p) if other else {}))
     return _Built([first, second], killed, _bound(p), killed + _bound(p) + 600)
+
+
+def _reused_hang(p: _Params) -> _Built:
+    """A finished run's id reused, under other target labels, by a new process that hangs a few steps in."""
+    n, k = _k(p, 10), _k(p, 5)
+    first = _seg(p, healthy(n, p.rng), end="finish")
+    later = _end_of(p, n) + 900
+    due = later + _end_of(p, k) + p.step_s  # a hang shows once the next step is due
+    second = _seg(p, healthy(k + 1, p.rng), start_s=later, **_other_target(p))
+    return _Built([first, second], due, _bound(p), due + _bound(p) + 600)
 
 
 def _crash_in_outage(p: _Params, replicas: int = 1) -> _Built:
@@ -332,12 +354,15 @@ MODES: tuple[Mode, ...] = (
     Mode("evaluations", _evaluations),
     Mode("checkpoints", _checkpoints),
     Mode("relaunched", _relaunched),
+    Mode("relaunched-other-target", lambda p: _relaunched(p, other=True)),
     Mode("kl-creep", _creep, max_step_s=60.0),
     Mode("collector-outage", _outage, pushed_only=True),
     Mode("replicas-outage", lambda p: _outage(p, replicas=2), pushed_only=True),
     Mode("crash", _crash, "GRPOMetricsAbsent"),
     Mode("crash-starting", _crash_starting, "GRPOMetricsAbsent"),
     Mode("reused-id-crash", _reused_crash, "GRPOMetricsAbsent"),
+    Mode("reused-id-other-target-crash", lambda p: _reused_crash(p, other=True), "GRPOMetricsAbsent"),
+    Mode("reused-id-other-target-hang", _reused_hang, "GRPOTrainerStalled"),
     Mode("crash-in-outage", _crash_in_outage, "GRPOMetricsAbsent", pushed_only=True, why=_WHY_OUTAGE),
     Mode("crash-in-replicas-outage", lambda p: _crash_in_outage(p, replicas=2), "GRPOMetricsAbsent",
          pushed_only=True, why=_WHY_OUTAGE),

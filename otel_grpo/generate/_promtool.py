@@ -86,7 +86,7 @@ def _expected(rule: dict, spec: dict) -> dict:
 
 def _segment(run: dict) -> Segment:
     """A run of a scenario: `step`, `start`, `startup`, `export` (push interval; pull: `expire: 0s`) and
-    `end_after` are durations; `pauses` maps a step index to `[duration, beat every]` (beat `0s`: none)."""
+    `end_after` are durations; `job` and `instance` its target's labels; `pauses` maps a step index to `[duration, beat every]` (beat `0s`: none)."""
     values = {key: v if isinstance(v, list) else expand(str(v)) for key, v in run["values"].items()}
     pauses = {int(i): Pause(seconds(p[0]), seconds(p[1]) if len(p) > 1 else 0.0)
               for i, p in run.get("pauses", {}).items()}
@@ -95,7 +95,8 @@ def _segment(run: dict) -> Segment:
                    run.get("first_step", 0), run.get("stride", 1), run.get("end", "hang"),
                    expire_s=float(seconds(run.get("expire", "5m"))), export_s=float(seconds(run.get("export", "0s"))),
                    startup_s=float(seconds(run.get("startup", "0s"))),
-                   pauses=pauses, end_after_s=None if end_after is None else float(seconds(end_after)))
+                   pauses=pauses, end_after_s=None if end_after is None else float(seconds(end_after)),
+                   job=run.get("job"), instance=run.get("instance"))
 
 
 def _recorded(path: Path, keys: list[str], steps: int | None) -> dict[str, list[float]]:

@@ -2,9 +2,9 @@
 
     >>> run = Segment("r", {"kl": [0.1, 1.5, 1.5, 1.5]}, step_s=10)
     >>> series = replay([run], scrape_s=15, scrapes=4)
-    >>> series['grpo_step_index{run_id="r"}']
+    >>> series['grpo_step_index{run_id="r", job="grpo-trainer", instance="r"}']
     '_ 0 2 3 3'
-    >>> series['grpo_step_beyond_total{run_id="r", signal="kl", bound="1.0", process="0", streak="3"}']
+    >>> series['grpo_step_beyond_total{run_id="r", job="grpo-trainer", instance="r", signal="kl", bound="1.0", process="0", streak="3"}']
     '_ 0 0 1 1'
     >>> encode([None, None, 1.0, 2.0, 3.0, 4.0, 0.5, 0.5, 0.5, "stale"])
     '_x2 1+1x3 0.5x2 stale'
@@ -28,7 +28,10 @@ time t sees depends on the path:
 The gauges hold the last step's values (a value not logged at a step, None, is absent:
 no data point), non-finite values are counted, not exported, the counters count every
 step (in series of the process: `process` is its start), and the step checks' streaks are
-advanced by the catalog's own `Streaks` (the same code the trainer runs). The health
+advanced by the catalog's own `Streaks` (the same code the trainer runs). Every series
+carries the process's target labels as Prometheus stores them (`Segment.job`, `.instance`):
+through the collector its service.name and service.instance.id, so a relaunch of a run id at
+another world size or under another service name writes series of its own. The health
 gauges are the trainer's: its start, its last step's end and last heartbeat (trainer
 clock), `grpo.process.alive_until` (the collection time plus the export interval), and
 the end markers (0 from the start). So a scenario says what a run does (2 s or 30 min
@@ -51,6 +54,9 @@ STALE = "stale"
 ENDS = ("hang", "finish", "preempt", "crash")
 COLLECTOR = 'job="otelcol", instance="otelcol:8888"'
 """Labels of the collector's own scrape target in replays (its `up` and uptime series)."""
+SERVICE, PULL_JOB, PULL_INSTANCE = "grpo-trainer", "trainer", "127.0.0.1:9464"
+"""A process's default target labels: its service.name through the collector; the local stack's scrape job and
+the endpoint's address over the pull path."""
 
 
 def _name(key: str) -> str:
@@ -107,6 +113,12 @@ class Segment:
     end_after_s: float | None = None
     """From the last step's end to the process's end (a crash mid-step); default 0, and for a process
     without steps one step time after its start-up."""
+    job: str | None = None
+    """The series' `job`: through the collector (honor_labels) the process's service.name (OTEL_SERVICE_NAME,
+    default `SERVICE`), over the pull endpoint the scrape job's name (`PULL_JOB`)."""
+    instance: str | None = None
+    """The series' `instance`: through the collector the process's service.instance.id (the run id for one
+    process, `<run id>/rank0` for several), over the pull endpoint its address (default `PULL_INSTANCE`)."""
     steps: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -120,6 +132,13 @@ class Segment:
     @property
     def pull(self) -> bool:
         return self.export_s == 0 and self.expire_s == 0
+
+    @property
+    def labels(self) -> str:
+        """The labels every series of the process carries: its run id and its target's `job` and `instance`."""
+        job = self.job or (PULL_JOB if self.pull else SERVICE)
+        instance = self.instance or (PULL_INSTANCE if self.pull else self.run_id)
+        return f'run_id="{self.run_id}", job="{job}", instance="{instance}"'
 
 
 @dataclass(slots=True)
@@ -161,7 +180,7 @@ class _Timeline:
 def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
     """The exported values at the process's start, then after each step, keyed by series (labels included);
     the time-dependent gauges (alive, heartbeat) are added at collection."""
-    run = f'run_id="{seg.run_id}"'
+    run = seg.labels
     process = f'{PROCESS}="{process_id(seg.start_s)}"'  # the event counters' series are the process's own
     out: dict[str, float] = {f"{_name('process_start')}{{{run}}}": float(int(seg.start_s))}
     for end in ("finish", "preempt"):  # 0 from the start, 1 at a deliberate end
@@ -207,7 +226,7 @@ def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
 
 def _at(seg: Segment, line: _Timeline, states: list[dict[str, float]], c: float) -> dict[str, float]:
     """Everything the process exports when collected at `c`."""
-    run = f'run_id="{seg.run_id}"'
+    run = seg.labels
     out = dict(states[line.done(c)])
     ended = c >= line.end_s
     if ended and seg.end in ("finish", "preempt"):
@@ -251,7 +270,7 @@ def collector_target(replica: int) -> str:
 def _segment_series(seg: Segment, scrape_s: float, scrapes: int, outages: Sequence[Outage]) -> dict[str, list]:
     line = _Timeline.of(seg)
     states = list(_states(seg, line))
-    alive = f'{_name("alive")}{{run_id="{seg.run_id}"}}'
+    alive = f'{_name("alive")}{{{seg.labels}}}'
     # What each scrape sees, as (series -> value) and the collection time of the alive gauge; consecutive
     # scrapes that see the same collection share one dict (steps of minutes span many scrapes).
     seen: list[tuple[dict[str, float], float] | None] = [None] * (scrapes + 1)

@@ -13,7 +13,9 @@ fills with an older process's values):
   series are kept, is overdue once `time()` passes that promise by `liveness_slack` (a
   scrape interval and the delivery's lag): GRPOMetricsAbsent (crashed, killed, lost its
   exporter) or GRPORunPreempted, by the end markers of its *latest* process (0 from each
-  process's start, so a new process of a reused run id is running again).
+  process's start, so a new process of a reused run id is running again; read in the series of
+  the latest start only, so an older process that exported under other target labels, at another
+  world size or service name, marks nothing ended).
 - *progress*: the later of the process's start, its last step's end and its last heartbeat
   (`grpo.process.start_time`, `grpo.step.end_time`, `grpo.process.activity_time`). A live
   process idle longer than `stall_factor` times its longest recent step interval (which
@@ -42,7 +44,9 @@ FINISHED, PREEMPTED, STARTED, ACTIVITY, STEP_END, ALIVE = map(
 ALIVE_UNTIL = "run_id:grpo_process:alive_until"
 OVERDUE = "run_id:grpo_process:overdue_seconds"
 START = "run_id:grpo_process:start_time"
+LATEST = "run_id_job_instance:grpo_process:start_time"  # the series of the run's latest process only
 PROGRESS = "run_id:grpo_process:progress_time"
+LAST_END = "run_id:grpo_step:end_time"
 LAST_STEP = "run_id:grpo_step_index:last"
 INTERVAL = "run_id:grpo_step:longest_interval_seconds"
 ENDED = "run_id:grpo_run:ended"  # label `how`: finished, preempted
@@ -63,6 +67,15 @@ def _last(s: RuleSettings, metric: str) -> str:
     return f"max by (run_id) (last_over_time({metric}[{s.absent_window}]))"
 
 
+def _latest(s: RuleSettings, metric: str) -> str:
+    """The last value of `metric` in the series of the run's latest process: those with its target's labels
+    (`job`, `instance`: its service.name and service.instance.id through the collector, its address pulled). An
+    older process of a reused run id may have exported under other labels (another world size, service
+    name or host): its series keep their last values for `absent_window` and judge nothing."""
+    return (f"max by (run_id) (last_over_time({metric}[{s.absent_window}])"
+            f" and on (run_id, job, instance) {LATEST})")
+
+
 def _floor_text(s: RuleSettings, name: str) -> str:
     """A floor as the alert's description says it: the setting, and that some runs have their own."""
     text = getattr(s, name)
@@ -74,9 +87,8 @@ def _floor_text(s: RuleSettings, name: str) -> str:
 def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
     """The building blocks, in evaluation order: what each run's latest process last said about itself, and the
     limits its idleness is judged against."""
-    step_end = _last(s, STEP_END)
     # A run's last step is its latest process's only if it ended after that process started; -1: no step yet.
-    last_step = (f"({_last(s, STEP_INDEX)} and on (run_id) ({step_end} >= on (run_id) {START}))"
+    last_step = (f"({_latest(s, STEP_INDEX)} and on (run_id) ({LAST_END} >= on (run_id) {START}))"
                  f" or (0 * {START} - 1)")
     longest = _larger(*(f"max_over_time({m}[{s.history_window}])" for m in (STEP_TIME, LOG_INTERVAL)))
     # No seen collector up (a series only then): one replica of several down is on nobody's path.
@@ -85,11 +97,13 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": ALIVE_UNTIL, "expr": _last(s, ALIVE)},
         {"record": OVERDUE, "expr": f"time() - {ALIVE_UNTIL}"},
         {"record": START, "expr": _last(s, STARTED)},
-        {"record": PROGRESS, "expr": _larger(_larger(START, step_end), _last(s, ACTIVITY))},
+        {"record": LATEST, "expr": f"last_over_time({STARTED}[{s.absent_window}]) == on (run_id) group_left {START}"},
+        {"record": LAST_END, "expr": _last(s, STEP_END)},
+        {"record": PROGRESS, "expr": _larger(_larger(START, LAST_END), _last(s, ACTIVITY))},
         {"record": LAST_STEP, "expr": last_step},
         {"record": INTERVAL, "expr": longest},
-        {"record": ENDED, "labels": {"how": "finished"}, "expr": f"{_last(s, FINISHED)} == 1"},
-        {"record": ENDED, "labels": {"how": "preempted"}, "expr": f"{_last(s, PREEMPTED)} == 1"},
+        {"record": ENDED, "labels": {"how": "finished"}, "expr": f"{_latest(s, FINISHED)} == 1"},
+        {"record": ENDED, "labels": {"how": "preempted"}, "expr": f"{_latest(s, PREEMPTED)} == 1"},
         {"record": PATH_DOWN, "expr": f"timestamp({down}) or last_over_time({PATH_DOWN}[{s.absent_window}])"},
         # Live runs (heard from within their promise and the slack, not ended on purpose): seconds without a
         # step, heartbeat or start.

@@ -47,15 +47,15 @@ def test_replayed_step_evidence_equals_what_the_trainer_exports(key, values):
     assert {signal for _, signal, _, _ in exported} == {c.name for c in STEP_CHECKS.values() if key in c.inputs}
     for (name, signal, bound, streak), value in exported.items():
         if name == "grpo.step.beyond":
-            series_name = f'grpo_step_beyond_total{{run_id="r", signal="{signal}", bound="{bound}", process="0", streak="{streak}"}}'
+            series_name = f'grpo_step_beyond_total{{run_id="r", job="grpo-trainer", instance="r", signal="{signal}", bound="{bound}", process="0", streak="{streak}"}}'
         else:
-            series_name = f'grpo_step_streak{{run_id="r", signal="{signal}", bound="{bound}"}}'
+            series_name = f'grpo_step_streak{{run_id="r", job="grpo-trainer", instance="r", signal="{signal}", bound="{bound}"}}'
         assert _last(series, series_name) == value, series_name
 
 
 def test_a_grad_norm_spike_counts_against_the_median_of_earlier_steps_after_a_warm_up():
     series = replay([Segment("r", {"grad_norm": GRAD_NORM}, step_s=10)], scrape_s=10, scrapes=len(GRAD_NORM))
-    spikes = {b: _last(series, f'grpo_step_beyond_total{{run_id="r", signal="grad_norm", bound="{b}", process="0", streak="1"}}')
+    spikes = {b: _last(series, f'grpo_step_beyond_total{{run_id="r", job="grpo-trainer", instance="r", signal="grad_norm", bound="{b}", process="0", streak="1"}}')
               for b in ("3.0", "5.0", "10.0", "20.0")}
     # 12 at step 9 (9 earlier steps, fewer than the baseline's 10) is never judged; 12 at step 25 is 12 x the
     # median 1.0; 4.0 is 4 x.
@@ -67,9 +67,9 @@ def test_a_crash_goes_stale_after_the_expiry_and_a_resume_takes_over():
     resumed = Segment("r", {"kl": [0.1] * 2}, step_s=60, start_s=600, first_step=1)
     series = replay([first, resumed], scrape_s=60, scrapes=13)
     # steps at 1-3 min, kept to 5 min, stale at 6, nothing, then the resumed process from step 1.
-    assert series['grpo_step_index{run_id="r"}'] == "_ 0+1x2 2 2 stale _x4 1 2 2"
+    assert series['grpo_step_index{run_id="r", job="grpo-trainer", instance="r"}'] == "_ 0+1x2 2 2 stale _x4 1 2 2"
     # the end markers are 0 from each process's start on
-    assert series['grpo_run_finished{run_id="r"}'] == "0x5 stale _x3 0x3"
+    assert series['grpo_run_finished{run_id="r", job="grpo-trainer", instance="r"}'] == "0x5 stale _x3 0x3"
 
 
 def test_notation():
@@ -85,11 +85,11 @@ def test_a_value_not_logged_at_a_step_leaves_the_scrape_and_counts_nothing():
     without it leaves the gauge without a data point, as the trainer's instruments export it."""
     pulled = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10, expire_s=0)], scrape_s=10,
                     scrapes=3)
-    assert pulled['grpo_throughput{run_id="r"}'] == "_x2 5 stale"  # the trainer's /metrics: gone, stale
+    assert pulled['grpo_throughput{run_id="r", job="trainer", instance="127.0.0.1:9464"}'] == "_x2 5 stale"  # the trainer's /metrics: gone, stale
     assert not [name for name in pulled if name.startswith("grpo_nonfinite")]
     # through the collector, its exporter serves a series' last value until metric_expiration
     collected = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10)], scrape_s=10, scrapes=3)
-    assert collected['grpo_throughput{run_id="r"}'] == "_x2 5 5"
+    assert collected['grpo_throughput{run_id="r", job="grpo-trainer", instance="r"}'] == "_x2 5 5"
     reader = InMemoryMetricReader()
     instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
     exported = []
