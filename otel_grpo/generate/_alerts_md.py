@@ -22,7 +22,8 @@ EVIDENCE = {
                           "or service name too, or a resume is running again; not judged while every collector replica is down or one is settling"),
     "GRPORunPreempted": ("as GRPOMetricsAbsent, with `grpo_run_preempted` = 1", "as GRPOMetricsAbsent"),
     "GRPOTrainerStalled": ("`time()` minus the later of the process start, `grpo_step_end_time_seconds` and "
-                           "`grpo_process_activity_time_seconds`, against 3x the longest recent step or log interval "
+                           "`grpo_process_activity_time_seconds`, against 3x the step or log interval: the larger of the "
+                           "typical one (90th percentile over `history_window`) and the longest within `recent_window` "
                            "(at least `stall_floor`)", "trainer clock, exact whatever the scrape or export interval; "
                            "start-up and pauses that beat are no interval; only live runs (alive within the slack)"),
     "GRPONoFirstStep": ("as GRPOTrainerStalled, for a process whose last step ended before it started (none yet), "
@@ -71,7 +72,11 @@ BLOCKS = {
     "run_id:grpo_step:end_time": "the end of the run's last step",
     "run_id:grpo_process:progress_time": "the later of that start, its last step's end and its last heartbeat",
     "run_id:grpo_step_index:last": "the latest process's last step (-1: none yet)",
-    "run_id:grpo_step:longest_interval_seconds": "the longest recent step time or time between reported steps",
+    "run_id:grpo_step:typical_interval_seconds": "the 90th percentile of the step times and times between "
+                                                 "reported steps over `history_window`",
+    "run_id:grpo_step:recent_longest_interval_seconds": "the longest of them within `recent_window`",
+    "run_id:grpo_step:longest_interval_seconds": "the larger of the two: one slow step (a first step that "
+                                                 "compiles) counts for `recent_window` only",
     "run_id:grpo_run:ended": "`{how}`: finished or preempted, by the latest process's end markers",
     "grpo:collector_down:last_time": "when no collector seen was last up (one replica of several down: never)",
     "run_id:grpo_process:idle_seconds": "seconds since that progress, for live runs (heard from within the "
@@ -140,6 +145,10 @@ def render_alerts_md() -> str:
         if mode.why:
             lines.append(f"- **{mode.name}** ({mode.expect}): {mode.why}")
     lines += [
+        f"- A hang within `recent_window` ({s.recent_window}) of a step longer than a third of that hang's bound",
+        "  (a first step that compiles, a slow evaluation that does not beat) pages up to 3 times that step",
+        "  after its onset: the run's own longest healthy step in that window sets its limit. Later, the",
+        "  run's typical step does (hang-after-slow-first-step: a 10-minute first step, a hang 45 min on).",
         "- Trend alerts (GRPOKLJump, a relative GRPOEntropyCollapse, GRPORewardCollapse, GRPOThroughputDrop)",
         f"  judge a process's steps against its own earlier ones from its {_TREND.min_steps + 1}th judged step on",
         f"  ({_TREND.min_steps} to {_TREND.steps} earlier steps, a streak's own steps left out), and the gradient-norm",
@@ -199,7 +208,8 @@ def render_alerts_md() -> str:
         "| --- | --- | --- |",
         f"| `liveness_slack` | {s.liveness_slack} | how far past its promise a process may be heard from: a 60-s scrape and the delivery lag |",
         f"| `path_settle` | {s.path_settle} | after the collector (every replica) was down, how long no run is judged absent |",
-        f"| `stall_factor`, `stall_floor` | {s.stall_factor:g}, {s.stall_floor} | a hang: idle longer than this many longest recent intervals, and the floor (above an export interval and a scrape) |",
+        f"| `history_window`, `recent_window` | {s.history_window}, {s.recent_window} | a run's step interval: the 90th percentile over the first, or the longest step within the second where larger |",
+        f"| `stall_factor`, `stall_floor` | {s.stall_factor:g}, {s.stall_floor} | a hang: idle longer than this many step intervals, and the floor (above an export interval and a scrape) |",
         f"| `first_step_floor` | {s.first_step_floor} | a hang before the first step: longer than the longest healthy start-up |",
         f"| `kl_steps`, `drift_steps` | {s.kl_steps}, {s.drift_steps} | consecutive steps the threshold and trend alerts need |",
         f"| `for_fast` | {s.for_fast} | GRPOMetricsAbsent and GRPORunPreempted wait this long (one failed scrape is no crash) |",

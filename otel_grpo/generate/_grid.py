@@ -295,6 +295,20 @@ def _hang_before_first(p: _Params) -> _Built:
     return _Built([seg], 0.0, bound, bound + 600)
 
 
+SLOW_FIRST_STEP_S = 600.0
+"""A first step that compiles or warms caches: 10 minutes, however short the others are."""
+
+
+def _slow_first_step(p: _Params) -> _Built:
+    """A first step of 10 minutes (compilation), then steady steps, and a hang 45 minutes after it."""
+    k = max(8, int(2700 / p.step_s))
+    values = {**healthy(k + 1, p.rng), "step_time": [SLOW_FIRST_STEP_S] + [p.step_s] * k}
+    seg = Segment(p.run_id, values, p.step_s, export_s=p.export_s, expire_s=p.expire_s, startup_s=p.startup_s,
+                  first_step_s=SLOW_FIRST_STEP_S)
+    due = p.startup_s + SLOW_FIRST_STEP_S + (k + 1) * p.step_s
+    return _Built([seg], due, _bound(p), due + _bound(p) + 600)
+
+
 def _stall(p: _Params) -> _Built:
     k = _k(p, 8)
     seconds = max(3 * p.step_s, 300.0) + p.rng.choice((300.0, 1800.0))
@@ -371,6 +385,7 @@ MODES: tuple[Mode, ...] = (
     Mode("hang-after-first-step", _hang_after_first, "GRPOTrainerStalled"),
     Mode("hang-before-first-step", _hang_before_first, "GRPONoFirstStep", why=_WHY_FIRST),
     Mode("stall", _stall, "GRPOTrainerStalled"),
+    Mode("hang-after-slow-first-step", _slow_first_step, "GRPOTrainerStalled", max_step_s=60.0),
     Mode("preempted", _preempt, "GRPORunPreempted"),
     Mode("nan-loss", _valued("loss", lambda v: math.nan, one_step=True), "GRPONonFiniteValues"),
     Mode("nan-reward", _valued("sample_reward", lambda v: math.nan, one_step=True), "GRPONonFiniteValues"),
@@ -403,6 +418,8 @@ def grid(per_mode: int = PER_MODE, seed: int = 0) -> list[Case]:
             startup = min(rng.choice(STARTUPS), max(0.0, STARTUPS[-1] - step_s))
             if mode.name == "hang-before-first-step":
                 startup = min(startup, STARTUPS[1])
+            if mode.name == "hang-after-slow-first-step":  # its first step ends within 30 minutes too
+                startup = min(startup, STARTUPS[-1] - SLOW_FIRST_STEP_S)
             run_id = f"{mode.name}-{i}"
             p = _Params(run_id, step_s, export_s, expire_s, startup, random.Random(f"{seed}-{run_id}"))
             built = mode.build(p)

@@ -113,6 +113,9 @@ class Segment:
     end_after_s: float | None = None
     """From the last step's end to the process's end (a crash mid-step); default 0, and for a process
     without steps one step time after its start-up."""
+    first_step_s: float | None = None
+    """The first step's duration, where it is longer than the others (a warm-up: compilation, cold caches);
+    default `step_s`. Its `step_time` value is the scenario's."""
     job: str | None = None
     """The series' `job`: through the collector (honor_labels) the process's service.name (OTEL_SERVICE_NAME,
     default `SERVICE`), over the pull endpoint the scrape job's name (`PULL_JOB`)."""
@@ -156,7 +159,7 @@ class _Timeline:
         t = seg.start_s + seg.startup_s
         for i in range(-1, seg.steps):
             if i >= 0:
-                t += seg.step_s
+                t += seg.first_step_s if i == 0 and seg.first_step_s is not None else seg.step_s
                 ends.append(t)
             pause = seg.pauses.get(i)
             if pause is not None:  # after the last step too: a process that beats, then hangs or ends
@@ -193,7 +196,8 @@ def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
         out[f"{_name('steps')}{{{run}}}"] = float((i + 1) * seg.stride)
         out[f"{_name('step_end')}{{{run}}}"] = end_s
         # from the later of the last step and heartbeat; the first step's is its own duration (not the start-up)
-        since = max(line.ends[i - 1], line.last_beat(end_s) or -math.inf) if i else end_s - seg.step_s
+        first = seg.first_step_s if seg.first_step_s is not None else seg.step_s
+        since = max(line.ends[i - 1], line.last_beat(end_s) or -math.inf) if i else end_s - first
         out[f"{_name('log_interval')}{{{run}}}"] = end_s - since
         finite: dict[str, float] = {}
         for key, values in seg.values.items():

@@ -18,8 +18,10 @@ fills with an older process's values):
   world size or service name, marks nothing ended).
 - *progress*: the later of the process's start, its last step's end and its last heartbeat
   (`grpo.process.start_time`, `grpo.step.end_time`, `grpo.process.activity_time`). A live
-  process idle longer than `stall_factor` times its longest recent step interval (which
-  does not count its start-up or beating pauses), and at least `stall_floor`, is hung:
+  process idle longer than `stall_factor` times its step interval (which does not count its
+  start-up or beating pauses: the larger of its typical one, the 90th percentile over
+  `history_window`, and its longest within `recent_window`, so one slow step such as a first
+  step that compiles raises the limit only that long), and at least `stall_floor`, is hung:
   GRPOTrainerStalled; one that has no step yet (its last step's end is older than its
   start) has `first_step_floor` instead: GRPONoFirstStep.
 - *the path*: while the collector is down (every replica of it that was seen: one replica
@@ -48,6 +50,8 @@ LATEST = "run_id_job_instance:grpo_process:start_time"  # the series of the run'
 PROGRESS = "run_id:grpo_process:progress_time"
 LAST_END = "run_id:grpo_step:end_time"
 LAST_STEP = "run_id:grpo_step_index:last"
+TYPICAL = "run_id:grpo_step:typical_interval_seconds"
+RECENT = "run_id:grpo_step:recent_longest_interval_seconds"
 INTERVAL = "run_id:grpo_step:longest_interval_seconds"
 ENDED = "run_id:grpo_run:ended"  # label `how`: finished, preempted
 PATH_DOWN = "grpo:collector_down:last_time"  # the last time no collector seen was up
@@ -90,7 +94,8 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
     # A run's last step is its latest process's only if it ended after that process started; -1: no step yet.
     last_step = (f"({_latest(s, STEP_INDEX)} and on (run_id) ({LAST_END} >= on (run_id) {START}))"
                  f" or (0 * {START} - 1)")
-    longest = _larger(*(f"max_over_time({m}[{s.history_window}])" for m in (STEP_TIME, LOG_INTERVAL)))
+    typical = _larger(*(f"quantile_over_time(0.9, {m}[{s.history_window}])" for m in (STEP_TIME, LOG_INTERVAL)))
+    recent = _larger(*(f"max_over_time({m}[{s.recent_window}])" for m in (STEP_TIME, LOG_INTERVAL)))
     # No seen collector up (a series only then): one replica of several down is on nobody's path.
     down = f"max(up and on (job, instance) {collector_seen}) == 0"
     return [
@@ -101,7 +106,11 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": LAST_END, "expr": _last(s, STEP_END)},
         {"record": PROGRESS, "expr": _larger(_larger(START, LAST_END), _last(s, ACTIVITY))},
         {"record": LAST_STEP, "expr": last_step},
-        {"record": INTERVAL, "expr": longest},
+        # One long step (a first step that compiles) counts for `recent_window`; a lasting one at once, and in
+        # the run's typical step once it is a tenth of `history_window`'s samples.
+        {"record": TYPICAL, "expr": typical},
+        {"record": RECENT, "expr": recent},
+        {"record": INTERVAL, "expr": _larger(TYPICAL, RECENT)},
         {"record": ENDED, "labels": {"how": "finished"}, "expr": f"{_latest(s, FINISHED)} == 1"},
         {"record": ENDED, "labels": {"how": "preempted"}, "expr": f"{_latest(s, PREEMPTED)} == 1"},
         {"record": PATH_DOWN, "expr": f"timestamp({down}) or last_over_time({PATH_DOWN}[{s.absent_window}])"},
@@ -138,8 +147,9 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
     return [
         alert(s, "GRPOTrainerStalled", _stalled(), "0s", "critical",
               f"No training step after step {_STEP} in {RUN}, yet it still exports",
-              f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its longest recent "
-              f"step time or time between reported steps (at least {_floor_text(s, 'stall_floor')}), nor any "
+              f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its step time or "
+              f"time between reported steps (the larger of its typical one and its longest in the last "
+              f"{s.recent_window}, and at least {_floor_text(s, 'stall_floor')}), nor any "
               "other work it reports (heartbeats: evaluation batches, a checkpoint save that writes): a hung "
               "collective, a dead data loader or a deadlock. Measured on the trainer's clock from its last step's "
               "end; it resolves only when a step completes, the process reports work again, or the run ends.",
