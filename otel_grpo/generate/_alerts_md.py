@@ -17,14 +17,15 @@ _GRAD = STEP_CHECKS["grad_norm"].baseline
 EVIDENCE = {
     "GRPOMetricsAbsent": ("`grpo_process_alive_until` (each collection: its time plus the export interval) and the "
                           "latest process's end markers", "trainer clock: a collector's expiry, scrape gaps and export lag "
-                          "only add up to `liveness_slack`; markers are 0 from each process's start and read in the latest "
-                          "process's series only (its `job`, `instance`), so a reused run id, at another world size "
-                          "or service name too, or a resume is running again; not judged while every collector replica is down or one is settling"),
+                          "only add up to `liveness_slack`; markers are 0 from each process's start and "
+                          "read in the latest process's series only (its `job`, `instance`), so a reused run id, "
+                          "at another world size or service name too, or a resume is running again; not judged "
+                          "while every collector replica is down or one is settling"),
     "GRPORunPreempted": ("as GRPOMetricsAbsent, with `grpo_run_preempted` = 1", "as GRPOMetricsAbsent"),
     "GRPOTrainerStalled": ("`time()` minus the later of the process start, `grpo_step_end_time_seconds` and "
-                           "`grpo_process_activity_time_seconds`, against 3x the step or log interval: the larger of the "
-                           "typical one (90th percentile over `history_window`) and the longest within `recent_window` "
-                           "(at least `stall_floor`)", "trainer clock, exact whatever the scrape or export interval; "
+                           "`grpo_process_activity_time_seconds`, against 3x the step or log interval: the larger "
+                           "of the typical one (90th percentile over `history_window`) and the longest within "
+                           "`recent_window` (at least `stall_floor`)", "trainer clock, exact whatever the scrape or export interval; "
                            "start-up and pauses that beat are no interval; only live runs (alive within the slack)"),
     "GRPONoFirstStep": ("as GRPOTrainerStalled, for a process whose last step ended before it started (none yet), "
                         "against `first_step_floor`", "as GRPOTrainerStalled"),

@@ -86,7 +86,8 @@ def _expected(rule: dict, spec: dict) -> dict:
 
 def _segment(run: dict) -> Segment:
     """A run of a scenario: `step`, `start`, `startup`, `export` (push interval; pull: `expire: 0s`) and
-    `end_after` are durations; `job` and `instance` its target's labels; `pauses` maps a step index to `[duration, beat every]` (beat `0s`: none)."""
+    `end_after` are durations; `job` and `instance` its target's labels; `pauses` maps a step index to
+    `[duration, beat every]` (beat `0s`: none)."""
     values = {key: v if isinstance(v, list) else expand(str(v)) for key, v in run["values"].items()}
     pauses = {int(i): Pause(seconds(p[0]), seconds(p[1]) if len(p) > 1 else 0.0)
               for i, p in run.get("pauses", {}).items()}
