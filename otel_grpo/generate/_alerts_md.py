@@ -24,7 +24,7 @@ EVIDENCE = {
     "GRPORunPreempted": ("as GRPOMetricsAbsent, with `grpo_run_preempted` = 1", "as GRPOMetricsAbsent"),
     "GRPOTrainerStalled": ("`time()` minus the later of the process start, `grpo_step_end_time_seconds` and "
                            "`grpo_process_activity_time_seconds`, against 3x the step or log interval: the larger "
-                           "of the typical one (90th percentile over `history_window`) and the longest within "
+                           "of the typical step (90th percentile of its step times over `history_window`) and the longest within "
                            "`recent_window` (at least `stall_floor`)", "trainer clock, exact whatever the scrape or export interval; "
                            "start-up and pauses that beat are no interval; only live runs (alive within the slack)"),
     "GRPONoFirstStep": ("as GRPOTrainerStalled, for a process whose last step ended before it started (none yet), "
@@ -73,9 +73,9 @@ BLOCKS = {
     "run_id:grpo_step:end_time": "the end of the run's last step",
     "run_id:grpo_process:progress_time": "the later of that start, its last step's end and its last heartbeat",
     "run_id:grpo_step_index:last": "the latest process's last step (-1: none yet)",
-    "run_id:grpo_step:typical_interval_seconds": "the 90th percentile of the step times and times between "
-                                                 "reported steps over `history_window`",
-    "run_id:grpo_step:recent_longest_interval_seconds": "the longest of them within `recent_window`",
+    "run_id:grpo_step:typical_interval_seconds": "the 90th percentile of the step times over `history_window`",
+    "run_id:grpo_step:recent_longest_interval_seconds": "the longest step time or time between reported steps "
+                                                        "within `recent_window`",
     "run_id:grpo_step:longest_interval_seconds": "the larger of the two: one slow step (a first step that "
                                                  "compiles) counts for `recent_window` only",
     "run_id:grpo_run:ended": "`{how}`: finished or preempted, by the latest process's end markers",
@@ -209,7 +209,7 @@ def render_alerts_md() -> str:
         "| --- | --- | --- |",
         f"| `liveness_slack` | {s.liveness_slack} | how far past its promise a process may be heard from: a 60-s scrape and the delivery lag |",
         f"| `path_settle` | {s.path_settle} | after the collector (every replica) was down, how long no run is judged absent |",
-        f"| `history_window`, `recent_window` | {s.history_window}, {s.recent_window} | a run's step interval: the 90th percentile over the first, or the longest step within the second where larger |",
+        f"| `history_window`, `recent_window` | {s.history_window}, {s.recent_window} | a run's step interval: the 90th percentile of its step times over the first, or its longest step or log interval within the second where larger |",
         f"| `stall_factor`, `stall_floor` | {s.stall_factor:g}, {s.stall_floor} | a hang: idle longer than this many step intervals, and the floor (above an export interval and a scrape) |",
         f"| `first_step_floor` | {s.first_step_floor} | a hang before the first step: longer than the longest healthy start-up |",
         f"| `kl_steps`, `drift_steps` | {s.kl_steps}, {s.drift_steps} | consecutive steps the threshold and trend alerts need |",

@@ -134,12 +134,12 @@ class RuleSettings:
     """After the collector was last seen down, how long no run is judged absent: one export interval (60 s at
     most) and a scrape for every live run to be heard again, and the slack."""
     history_window: str = "6h"
-    """How far back the run's typical step time (the 90th percentile of its step times and times between
-    reported steps) and the last progress are looked up."""
+    """How far back the run's typical step time (the 90th percentile of its step times) and the last progress
+    are looked up."""
     recent_window: str = "30m"
     """How long one long step (a first step that compiles, a slow one) raises the hang threshold by itself:
-    a run's limit is `stall_factor` times the larger of its typical step and its longest step within this
-    window, so a lasting slow-down counts at once and a single slow step only this long."""
+    a run's limit is `stall_factor` times the larger of its typical step and its longest step time or time
+    between reported steps within this window, so a lasting slow-down counts at once and a single slow step only this long."""
     absent_window: str = "1d"
     """A run that exported within this window and no longer does has ended: GRPOMetricsAbsent (a crash) or
     GRPORunPreempted fire until it resumes or this window has passed since its last export."""

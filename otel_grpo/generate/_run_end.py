@@ -19,8 +19,8 @@ fills with an older process's values):
 - *progress*: the later of the process's start, its last step's end and its last heartbeat
   (`grpo.process.start_time`, `grpo.step.end_time`, `grpo.process.activity_time`). A live
   process idle longer than `stall_factor` times its step interval (which does not count its
-  start-up or beating pauses: the larger of its typical one, the 90th percentile over
-  `history_window`, and its longest within `recent_window`, so one slow step such as a first
+  start-up or beating pauses: the larger of its typical step, the 90th percentile of its step
+  times over `history_window`, and its longest step or log interval within `recent_window`, so one slow step such as a first
   step that compiles raises the limit only that long), and at least `stall_floor`, is hung:
   GRPOTrainerStalled; one that has no step yet (its last step's end is older than its
   start) has `first_step_floor` instead: GRPONoFirstStep.
@@ -94,7 +94,10 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
     # A run's last step is its latest process's only if it ended after that process started; -1: no step yet.
     last_step = (f"({_latest(s, STEP_INDEX)} and on (run_id) ({LAST_END} >= on (run_id) {START}))"
                  f" or (0 * {START} - 1)")
-    typical = _larger(*(f"quantile_over_time(0.9, {m}[{s.history_window}])" for m in (STEP_TIME, LOG_INTERVAL)))
+    # The typical step from the step times alone: measured at every step on every path, while a log interval
+    # may be given once (the first optimizer step's, times logging_steps) and then held; the log interval (a
+    # trainer reporting every N steps) counts through the recent max, which always holds its current value.
+    typical = f"max by (run_id) (quantile_over_time(0.9, {STEP_TIME}[{s.history_window}]))"
     recent = _larger(*(f"max_over_time({m}[{s.recent_window}])" for m in (STEP_TIME, LOG_INTERVAL)))
     # No seen collector up (a series only then): one replica of several down is on nobody's path.
     down = f"max(up and on (job, instance) {collector_seen}) == 0"
@@ -107,7 +110,7 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": PROGRESS, "expr": _larger(_larger(START, LAST_END), _last(s, ACTIVITY))},
         {"record": LAST_STEP, "expr": last_step},
         # One long step (a first step that compiles) counts for `recent_window`; a lasting one at once, and in
-        # the run's typical step once it is a tenth of `history_window`'s samples.
+        # the run's typical step once it is a tenth of `history_window`'s samples of the step time.
         {"record": TYPICAL, "expr": typical},
         {"record": RECENT, "expr": recent},
         {"record": INTERVAL, "expr": _larger(TYPICAL, RECENT)},
