@@ -3,6 +3,8 @@ backends; the SQLite plans that keep a page's cost its own rows."""
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import time
 from datetime import datetime, timezone
@@ -217,3 +219,23 @@ def test_sqlite_pages_walk_the_index_and_never_sort_every_run(tmp_path):
                 assert "runs_last_update" in plan and "TEMP B-TREE" not in plan, plan
     finally:
         store.close()
+
+
+def _cursor(key: list) -> str:
+    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode().rstrip("=")
+
+
+# Cursors that are well-formed JSON of the right types but no key a listing gave: an integer beyond
+# a 64-bit column (SQLite raised OverflowError binding it), a float beyond any (JSON's 1e999 is
+# inf), a lone surrogate (no UTF-8 for it: UnicodeEncodeError on both backends). Each was a bare 500.
+FORGED = [["last_update", 10**30, "x"], ["last_update", -10**19, "x"], ["last_update", 1e999, "x"],
+          ["last_update", 1, "\ud800"], ["run_id", "a\udfffb"]]
+
+
+@pytest.mark.parametrize("path, extra", [("/api/runs", {}), ("/api/steps", {"run_id": ".*"})])
+def test_a_forged_cursor_is_422_not_500(many, path, extra):
+    for key in FORGED:
+        params = {**extra, "cursor": _cursor(key), **({"order": "run_id"} if key[0] == "run_id" else {})}
+        r = many.get(path, params=params)
+        assert r.status_code == 422, (key, r.status_code, r.text)
+        assert any(e["loc"][-1] == "cursor" for e in r.json()["detail"]), (key, r.json())

@@ -149,7 +149,24 @@ def decode_cursor(text: str, order: str) -> tuple:
     if (not isinstance(key, list) or len(key) != len(shape) + 1 or key[0] != order
             or not all(isinstance(v, t) and not isinstance(v, bool) for v, t in zip(key[1:], shape))):
         raise CursorError(f"not a cursor of this listing (order={order})")
+    if not all(map(_bindable, key[1:])):
+        raise CursorError("not a cursor this listing gave (a value no database column holds)")
     return tuple(key[1:])
+
+
+def _bindable(value: int | float | str) -> bool:
+    """Whether both databases take `value` as a parameter: the right types alone let through an integer
+    past 64 bits (SQLite: OverflowError), an infinite float (JSON's 1e999) and a lone surrogate (no
+    UTF-8 for it: UnicodeEncodeError on both), each a 500 before any SQL ran."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    return math.isfinite(value)
 
 
 def _filters(dialect: Dialect, query: RunQuery, now: float) -> tuple[list[str], list]:
