@@ -196,3 +196,62 @@ def test_killed_server_processes_lose_no_acknowledged_sample(sidecar_factory, se
     assert {run for run, _, status, _, _ in ingest.answers[-40:] if status == 200} >= {"fault-0", "fault-1"}
     assert not _missing(url, ingest.answers)
 
+
+
+def _set_read_only(server, on: bool) -> None:
+    """The whole server read-only for new transactions, as operators make one (and as a primary demoted to a hot
+    standby answers writes: SQLSTATE 25006), or writable again; applied by a configuration reload."""
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        if on:
+            conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+        else:
+            conn.execute("SET default_transaction_read_only = off")
+            conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def _until(check, timeout: float, what: str):
+    """Poll `check()` until it returns something true; that value. A bound on waiting, named in the failure."""
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.1)
+    return found
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_read_only_database_is_a_retryable_503_that_readiness_reports(sidecar_factory, server, otlp, workers):
+    """A read-only server (psycopg's ReadOnlySqlTransaction is an InternalError, not an OperationalError) was a
+    500 on every ingest, which OTLP exporters drop rather than retry, while /readyz said 200. Now: 503 with
+    Retry-After, fast; /readyz 503 naming it; reads go on; once writable, /readyz is 200 again by itself."""
+    url = server.new_database()
+    proc = sidecar_factory(db=url, env={"OTEL_GRPO_SIDECAR_INGEST_WORKERS": workers})
+    http = httpx.Client(timeout=30)
+
+    def post(step: int) -> tuple[int, float, str | None]:
+        body = otlp.request(otlp.spans("ro", [step], samples=SAMPLES)).SerializeToString()
+        start = time.monotonic()
+        answer = http.post(proc.url + "/v1/traces", content=body, headers=PB)
+        return answer.status_code, time.monotonic() - start, answer.headers.get("Retry-After")
+
+    assert post(0)[0] == 200
+    _set_read_only(server, True)
+    try:
+        first = _until(lambda: (a := post(1))[0] != 200 and a, 10, "an ingest refused")
+        answers = [first] + [post(step) for step in range(2, 5)]
+        assert all(status == 503 and retry == "1" for status, _, retry in answers), answers
+        assert max(took for _, took, _ in answers) < 3, answers
+        ready = http.get(proc.url + "/readyz")
+        assert ready.status_code == 503 and "read-only" in ready.json()["detail"], ready.text
+        assert http.get(proc.url + "/api/runs/ro/steps").status_code == 200  # reads work meanwhile
+        alert = http.post(proc.url + "/api/alerts", json={"version": "4", "status": "firing", "alerts": [
+            {"status": "firing", "labels": {"alertname": "GRPOKLHigh"}, "startsAt": "2026-12-01T00:00:00Z",
+             "fingerprint": "ro"}]})
+        assert alert.status_code == 503 and alert.headers["Retry-After"] == "1", alert.text
+    finally:
+        _set_read_only(server, False)
+    _until(lambda: http.get(proc.url + "/readyz").status_code == 200, 10, "/readyz 200 with no ingest meanwhile")
+    assert post(5)[0] == 200
+    steps = http.get(proc.url + "/api/runs/ro/steps").json()
+    assert [s["step"] for s in steps] == [0, 5]
+    http.close()

@@ -40,3 +40,24 @@ def test_a_search_slower_than_the_timeout_is_a_503(make_client, otlp):
     slow = reader.get("/api/runs/long/samples", params={"step_min": 0, "q": "never written", "limit": 10})
     assert slow.status_code == 503, slow.text
     assert slow.headers["retry-after"]
+
+
+# SQLSTATEs as a real server raises them, and whether each is the database's state (a 503 + Retry-After) or a
+# bug (a 500). psycopg's classes do not tell: 25006 (read-only) is an InternalError, 54001 an OperationalError.
+SQLSTATES = {"25006": True, "40P01": True, "40001": True, "57P01": True, "57P03": True, "53100": True,
+             "53300": True, "08006": True, "55P03": True, "58030": True,
+             "42703": False, "54001": False, "22P02": False, "23505": False, "XX000": False, "2F005": False}
+
+
+def test_postgresql_errors_are_told_apart_by_sqlstate(pg_url):
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for state, retryable in SQLSTATES.items():
+            with pytest.raises(psycopg.Error) as raised:
+                conn.execute(f"DO $$ BEGIN RAISE EXCEPTION 'raised' USING ERRCODE = '{state}'; END $$")
+            assert raised.value.sqlstate == state
+            assert unavailable(raised.value) is retryable, (state, type(raised.value).__name__)
+        conn.execute("SET default_transaction_read_only = on")  # the real refusal, not a raised code
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction) as raised:
+            conn.execute("CREATE TABLE t (x int)")
+        assert unavailable(raised.value)

@@ -9,9 +9,12 @@
 
 sqlite3 raises OperationalError both for a locked or full database and for SQL that names a
 missing column (SQLITE_ERROR): only the first kind is retryable, so SQLite's errors are told
-apart by their primary result code. psycopg's OperationalError is the server's or the
-connection's trouble (unreachable, restarting, statement or lock timeout, disk full); its
-programming errors (a missing column) are ProgrammingError, never retryable.
+apart by their primary result code. PostgreSQL's are told apart by their SQLSTATE, not by
+psycopg's class: a read-only server (a primary demoted to a hot standby, or
+`default_transaction_read_only` set, 25006) raises InternalError, and a deadlock raises
+OperationalError beside SQL routine errors that are bugs. An error with no SQLSTATE was raised
+by the client (cannot connect, no answer within the bound, pool exhausted): retryable when it is
+an OperationalError.
 """
 
 from __future__ import annotations
@@ -22,12 +25,36 @@ import psycopg
 
 
 class StoreUnavailable(Exception):
-    """The store cannot take this request now (locked, full, read-only, unreachable, busy): retry later."""
+    """The store cannot take this request now (locked, full, read-only, unreachable, busy): retry later.
+    `read_only`: the database refused the write as read-only (an ingest worker's error, passed on as text)."""
+
+    def __init__(self, message: str = "", read_only: bool = False) -> None:
+        super().__init__(message)
+        self.read_only = read_only
 
 
 # SQLite's primary result codes that describe the database's state, not the statement:
 # BUSY, LOCKED, NOMEM, READONLY, INTERRUPT, IOERR, FULL, CANTOPEN, PROTOCOL.
 _SQLITE_TRANSIENT = frozenset({5, 6, 7, 8, 9, 10, 13, 14, 15})
+
+_SQLITE_READONLY = 8
+
+# PostgreSQL's SQLSTATEs (classes of two characters, or whole codes) that describe the server's or the
+# connection's state, not the statement: the same request may work once the state passes.
+_PG_TRANSIENT = frozenset({
+    "08",     # connection exception (the server went away mid-request, refused a connection)
+    "28",     # authorization (a password rotated under a running sidecar: the operator's to fix, not the client's)
+    "53",     # insufficient resources: disk full, out of memory, too many connections
+    "57",     # operator intervention: admin or crash shutdown, cannot connect now (starting, recovering),
+              # query cancelled (statement_timeout), database dropped, idle session timeout
+    "58000", "58030",                    # system error, I/O error
+    "25006",                             # read-only transaction: default_transaction_read_only, a hot standby
+    "25P03", "25P04",                    # idle-in-transaction and transaction timeouts
+    "40001", "40P01", "40003",           # serialization failure, deadlock, statement completion unknown
+    "55P03", "55006",                    # lock not available (lock_timeout), object in use
+    "72000",                             # snapshot too old
+})
+_PG_READ_ONLY = "25006"
 
 # Every error a store raises about its database; `unavailable()` says whether one is retryable.
 STORE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, psycopg.Error, StoreUnavailable)
@@ -35,11 +62,28 @@ STORE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, psycopg.Error, S
 
 def unavailable(exc: BaseException) -> bool:
     """True when `exc` means "the store cannot serve this now; the same request may work later"."""
-    if isinstance(exc, (StoreUnavailable, psycopg.OperationalError)):
+    if isinstance(exc, StoreUnavailable):
         return True
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate
+        if state is None:  # the client's own: cannot connect, no answer in time, no pooled connection
+            return isinstance(exc, psycopg.OperationalError)
+        return state[:2] in _PG_TRANSIENT or state in _PG_TRANSIENT
     if isinstance(exc, sqlite3.OperationalError):
         code = getattr(exc, "sqlite_errorcode", None)
         return code is not None and code & 0xFF in _SQLITE_TRANSIENT
+    return False
+
+
+def read_only(exc: BaseException) -> bool:
+    """True when `exc` says the database refuses writes as a whole (read-only): a state the readiness probe can
+    see pass by itself, unlike a failed commit."""
+    if isinstance(exc, StoreUnavailable):
+        return exc.read_only
+    if isinstance(exc, psycopg.Error):
+        return exc.sqlstate == _PG_READ_ONLY
+    if isinstance(exc, sqlite3.OperationalError):
+        return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF == _SQLITE_READONLY
     return False
 
 
@@ -47,6 +91,7 @@ def describe(exc: BaseException) -> str:
     """`exc` as any client may read it (/readyz and reads are open by default): our own and SQLite's
     messages, a psycopg timeout's; other psycopg errors by type alone, since libpq's messages name
     the database's host and port."""
-    if isinstance(exc, (StoreUnavailable, sqlite3.Error, psycopg.errors.ConnectionTimeout, psycopg.errors.QueryCanceled)):
+    if isinstance(exc, (StoreUnavailable, sqlite3.Error, psycopg.errors.ConnectionTimeout, psycopg.errors.QueryCanceled,
+                        psycopg.errors.ReadOnlySqlTransaction)):
         return f"{type(exc).__name__}: {exc}".strip()
     return type(exc).__name__

@@ -3,10 +3,13 @@
     health = WriteHealth(Path("sidecar.db"))
     health.failed(exc)     # an ingest could not commit (disk full, I/O error, read-only)
     health.ok()            # the next commit worked
+    health.checked(why)    # the readiness probe's own finding: the database refuses writes (why), or not (None)
     health.problem()       # None when writable, else a one-line reason
 
 A full disk used to be invisible: /readyz said 200 while every ingest got 503, and nothing was
 logged. The first failure of a streak is logged, then every `LOG_EVERY`-th, then the recovery.
+A streak of read-only refusals ends when the probe finds the database writable, with no ingest:
+a pod that /readyz takes out of its Service gets no ingest that could end it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import logging
 import shutil
 import threading
 from pathlib import Path
+
+from ._errors import read_only
 
 log = logging.getLogger("otel_grpo.sidecar")
 LOG_EVERY = 100
@@ -30,19 +35,37 @@ class WriteHealth:
         self.read_only: str | None = None
         """Why the store was opened read-only (None: it was opened for writing)."""
         self.failure: str | None = None
+        self.refused: str | None = None
+        """Why the readiness probe found the database refusing writes (read-only, a hot standby); None: it takes them."""
         self.rejected = 0
+        self._failure_read_only = False  # the streak's last failure was a read-only refusal (see checked)
         self._lock = threading.Lock()
 
     def failed(self, exc: BaseException) -> None:
         with self._lock:
             self.rejected += 1
             first, self.failure = self.failure is None, str(exc)
+            self._failure_read_only = read_only(exc)
             count = self.rejected
         if first or count % LOG_EVERY == 0:
             log.error("store %s cannot take writes (%s): ingest answers 503, reads still work; %d request(s) "
                       "rejected so far (free on its disk: %s)", self.name, exc, count, self.free_text())
         else:
             log.debug("ingest rejected, store not writable: %s", exc)
+
+    def checked(self, refused: str | None) -> None:
+        """The readiness probe asked the database whether it takes writes: `refused` says why not, None that it
+        does. Once it does, a streak of read-only refusals is over (other failures end with a commit)."""
+        was, self.refused = self.refused, refused
+        if refused is not None and was is None:
+            log.error("store %s refuses writes (%s): ingest answers 503, reads still work", self.name, refused)
+        elif refused is None and (was is not None or self._failure_read_only):
+            with self._lock:
+                if self.failure is not None and not self._failure_read_only:
+                    return  # a failure the probe cannot see pass (a full disk): the next commit ends it
+                count, self.failure, self._failure_read_only, self.rejected = self.rejected, None, False, 0
+            log.warning("store %s takes writes again (it was read-only), after %d rejected ingest request(s)",
+                        self.name, count)
 
     def ok(self) -> None:
         """Writes work (one committed, or a read-only store opened for writing): a failing streak is over."""
@@ -51,6 +74,7 @@ class WriteHealth:
         with self._lock:
             was = "read-only" if self.read_only else "failing"
             count, self.failure, self.read_only, self.rejected = self.rejected, None, None, 0
+            self._failure_read_only = False
         log.warning("store %s takes writes again (it was %s), after %d rejected ingest request(s)", self.name, was,
                     count)
 
@@ -70,6 +94,8 @@ class WriteHealth:
         """A one-line reason why writes fail or are about to; None when the store is writable."""
         if self.read_only:
             return f"read-only: {self.read_only}"
+        if self.refused:
+            return f"read-only: {self.refused}"
         free = self.free_bytes()
         if free is not None and free < LOW_DISK_BYTES:
             return f"disk full: {free} bytes free on the database's filesystem"

@@ -219,16 +219,22 @@ class PgStore(_queries.Reads, _writes.Writes):
                     options=f"-c statement_timeout={ms} -c lock_timeout={ms} -c synchronous_commit=on")
 
     def ping(self) -> bool:
-        """`SELECT 1` on a connection of its own: readiness never waits behind reads for a pooled one.
-        Called from one thread at a time (the readiness probe's)."""
+        """Whether the server answers, on a connection of its own (readiness never waits behind reads for a
+        pooled one), and whether it takes writes, which `health` is told (`checked`): a server made read-only
+        or demoted to a hot standby answered every ingest 503 while /readyz said 200. Called from one thread
+        at a time (the readiness probe's)."""
         if self._probe is None or self._probe.broken:
             self._probe = self._connect()
         try:
-            return self._probe.raw.execute("SELECT 1").fetchone()[0] == 1
+            standby, read_only = self._probe.raw.execute(
+                "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')").fetchone()
         except psycopg.Error:
             self._probe.close()
             self._probe = None
             raise
+        self.health.checked("the database is a hot standby (in recovery)" if standby else
+                            "the database refuses writes (default_transaction_read_only)" if read_only == "on" else None)
+        return True
 
     def _configure_read(self, raw: _BoundedConnection) -> None:
         raw.deadline_s = self.timeout_s + GRACE_S
