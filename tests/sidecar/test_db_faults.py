@@ -255,3 +255,38 @@ def test_a_read_only_database_is_a_retryable_503_that_readiness_reports(sidecar_
     steps = http.get(proc.url + "/api/runs/ro/steps").json()
     assert [s["step"] for s in steps] == [0, 5]
     http.close()
+
+
+def test_reads_and_readiness_recover_within_seconds_of_a_restart(sidecar_factory, server):
+    """The server stopped for 20 s under reads, then started again. The read pool's growth attempt backed off
+    1, 2, 4, 8, 16 s (psycopg_pool's reconnect_timeout of 300 s), so reads stayed 503 for up to about half the
+    outage after the server was back, while /readyz, on a connection of its own, said 200. Now reads work
+    within a few seconds of the restart, and /readyz is not 200 while reads cannot get a connection."""
+    url = server.new_database()
+    proc = sidecar_factory(db=url, env={"OTEL_GRPO_SIDECAR_DB_TIMEOUT_S": "2"})
+    http = httpx.Client(timeout=30)
+    assert http.get(proc.url + "/api/runs").status_code == 200
+    back: list[float] = []
+    resumer = threading.Timer(20, lambda: (server.resume(), back.append(time.monotonic())))
+    server.halt()
+    resumer.start()
+    polls: list[tuple[float, int, int]] = []  # when each poll ended, /readyz's status, a read's status
+    try:
+        while not back or time.monotonic() - back[0] < 12:
+            ready = http.get(proc.url + "/readyz").status_code
+            polls.append((time.monotonic(), ready, http.get(proc.url + "/api/runs").status_code))
+            if back and len([p for p in polls if p[0] > back[0] and p[2] == 200]) >= 5:
+                break
+            time.sleep(0.2)
+    finally:
+        resumer.join()
+    http.close()
+    # The outage's polls, its last 2 s aside (pg_ctl returns a moment after the server takes connections).
+    during = [(ready, read) for t, ready, read in polls if back[0] - 12 < t < back[0] - 2]
+    after = [(round(t - back[0], 1), ready, read) for t, ready, read in polls if t > back[0]]
+    print("after the restart (s, /readyz, read):", after)
+    assert during and set(during) == {(503, 503)}, during
+    first = next((t for t, _, read in after if read == 200), None)
+    assert first is not None and first < 5, f"the first read that worked came {first} s after the restart: {after}"
+    assert all(read == 200 for _, ready, read in after if ready == 200), after  # ready means reads work
+    assert after[-1][1:] == (200, 200), after

@@ -19,7 +19,9 @@ client a second later (`_BoundedConnection`); keepalives and `tcp_user_timeout` 
 on an idle or a sending connection. A request waits at most `timeout_s` for the write lock or a
 read connection: reads share a psycopg_pool.ConnectionPool of `read_connections`, which opens them on
 demand (its own threads) and replaces a broken one; one idle for over a second is checked with
-`SELECT 1` before use (a server restarted meanwhile has closed it).
+`SELECT 1` before use (a server restarted meanwhile has closed it). The pool tries to connect for at
+most `timeout_s` at a time (backing off 1, 2 s), then again at once while reads wait: reads work
+within a few seconds of the server's return, and readiness asks the pool for a connection too.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "
              "tcp_user_timeout": 30_000}
 """TCP keepalives and user timeout: a connection to a host that vanished (no RST ever comes) fails
 within ~30 s, idle or sending, instead of the kernel's ~15 minutes of retransmissions."""
+READ_PROBE_S = 0.5
+"""The longest the readiness probe waits for a read connection (its caller waits 1 s for the whole probe)."""
 IDLE_CHECK_S = 1.0
 """A pooled read connection idle longer than this is checked with `SELECT 1` before it is used again."""
 _WAIT_TIMEOUT = getattr(pg_errors, "_WaitTimeout", pg_errors.ConnectionTimeout)  # psycopg >= 3.2 bounds waits with it
@@ -151,6 +155,14 @@ def _check_idle(raw: _BoundedConnection) -> None:
         raw.execute("SELECT 1")
 
 
+def _grow_if_awaited(pool: ConnectionPool) -> None:
+    # The pool's attempt to open a connection gave up (after `reconnect_timeout`, the store's timeout: its
+    # default of 300 s backed off 1, 2, 4 ... 128 s, and reads stayed 503 for up to half an outage after the
+    # server was back). A read waiting now would otherwise wait out its timeout for nothing: start another.
+    if pool.get_stats().get("requests_waiting"):
+        pool.check()
+
+
 class PgStore(_queries.Reads, _writes.Writes):
     """Runs, steps, phases, samples and alerts in one PostgreSQL database."""
 
@@ -174,7 +186,8 @@ class PgStore(_queries.Reads, _writes.Writes):
         self._pool = ConnectionPool(
             url, connection_class=_BoundedConnection, kwargs={"autocommit": True, **self._connect_kwargs()},
             min_size=0, max_size=read_connections, timeout=timeout_s, open=True, name="otel-grpo-reads",
-            configure=self._configure_read, check=_check_idle, reset=_given_back)
+            configure=self._configure_read, check=_check_idle, reset=_given_back,
+            reconnect_timeout=timeout_s, reconnect_failed=_grow_if_awaited)
         self._probe: _Connection | None = None  # readiness's own connection (see ping)
         self._closed = False
 
@@ -234,7 +247,23 @@ class PgStore(_queries.Reads, _writes.Writes):
             raise
         self.health.checked("the database is a hot standby (in recovery)" if standby else
                             "the database refuses writes (default_transaction_read_only)" if read_only == "on" else None)
+        self._ping_reads()
         return True
+
+    def _ping_reads(self) -> None:
+        """StoreUnavailable when the read pool cannot give a connection within `READ_PROBE_S` although one is
+        free or can be made: after a restart the probe's own connection is back before the pool's (which
+        reconnects on its schedule), and /readyz said 200 while every read was 503. Every connection in use
+        is a pool at work (a read waits for one at most `timeout_s`): ready."""
+        stats = self._pool.get_stats()
+        if stats.get("pool_available", 0) == 0 and stats.get("pool_size", 0) >= self._pool.max_size:
+            return
+        try:
+            raw = self._pool.getconn(timeout=min(READ_PROBE_S, self.timeout_s))
+        except PoolTimeout:
+            raise StoreUnavailable(f"the database answers, but no read connection could be opened within "
+                                   f"{min(READ_PROBE_S, self.timeout_s):g} s (reconnecting)") from None
+        self._pool.putconn(raw)
 
     def _configure_read(self, raw: _BoundedConnection) -> None:
         raw.deadline_s = self.timeout_s + GRACE_S
