@@ -4,6 +4,8 @@
     health.failed(exc)     # an ingest could not commit (disk full, I/O error, read-only)
     health.ok()            # the next commit worked
     health.checked(why)    # the readiness probe's own finding: the database refuses writes (why), or not (None)
+    health.watch()         # remember which file the path names (SQLite) ...
+    health.file_problem()  # ... and say so when it names another or none
     health.problem()       # None when writable, else a one-line reason
 
 A full disk used to be invisible: /readyz said 200 while every ingest got 503, and nothing was
@@ -15,6 +17,7 @@ a pod that /readyz takes out of its Service gets no ingest that could end it.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -39,7 +42,33 @@ class WriteHealth:
         """Why the readiness probe found the database refusing writes (read-only, a hot standby); None: it takes them."""
         self.rejected = 0
         self._failure_read_only = False  # the streak's last failure was a read-only refusal (see checked)
+        self._identity: tuple[int, int] | None = None  # the database file's (st_dev, st_ino) when opened
         self._lock = threading.Lock()
+
+    def watch(self) -> None:
+        """Remember which file `path` names now (its device and inode), for `file_problem`."""
+        st = os.stat(self.path)
+        self._identity = (st.st_dev, st.st_ino)
+
+    def file_problem(self) -> str | None:
+        """Why the database file is no longer the one opened (deleted, or another file at its path), else None.
+
+        A deleted file stays open, so its connections went on committing into it: ingest answered 200 for
+        rows that nothing could read after a restart, and a new connection made a new, empty file."""
+        if self._identity is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            found = None
+        except OSError:  # cannot tell (a permission changed): the statements will say
+            return None
+        else:
+            if (st.st_dev, st.st_ino) == self._identity:
+                return None
+            found = st.st_ino
+        return (f"the database file {self.path} was deleted or replaced ({'none' if found is None else 'another'} "
+                "is at its path) while the sidecar had it open; restore it or restart the sidecar")
 
     def failed(self, exc: BaseException) -> None:
         with self._lock:
@@ -92,6 +121,9 @@ class WriteHealth:
 
     def problem(self) -> str | None:
         """A one-line reason why writes fail or are about to; None when the store is writable."""
+        moved = self.file_problem()
+        if moved:
+            return moved
         if self.read_only:
             return f"read-only: {self.read_only}"
         if self.refused:

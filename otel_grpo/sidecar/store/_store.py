@@ -154,6 +154,7 @@ class Store(_queries.Reads, _writes.Writes):
             if not store.path.is_file() or store.path.stat().st_size == 0:
                 raise
             store._open_read_only(exc)
+        store.health.watch()
         return store
 
     def _open_for_writing(self, lock_wait_s: float) -> None:
@@ -253,7 +254,8 @@ class Store(_queries.Reads, _writes.Writes):
         made here). Commits are as durable as `write_batch` on the opening handle.
         """
         store = cls(Path(path), synchronous, read_connections=1, timeout_s=timeout_s)
-        store._writer = _as_writer(store._connect())
+        store._writer = _as_writer(store._connect(writable=True, create=False))
+        store.health.watch()
         store._open_flock()
         return store
 
@@ -268,12 +270,17 @@ class Store(_queries.Reads, _writes.Writes):
         if self._checkpointer is not None:
             self._checkpointer.committed()
 
-    def _connect(self, writable: bool = False) -> sqlite3.Connection:
+    def _connect(self, writable: bool = False, create: bool = True) -> sqlite3.Connection:
+        """A connection to the file; only the opening writer (`writable` and `create`) may create it: a read
+        connection opened after the file was deleted made a new, empty one (reads then named missing tables)."""
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so "committed" means committed.
-        if self._uri is not None and not writable:
-            conn = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0)
+        if writable and create:
+            target, uri = self.path, False
         else:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            target, uri = self._uri if self._uri is not None and not writable else \
+                f"file:{quote(str(self.path.resolve()))}?mode=rw", True
+        conn = sqlite3.connect(target, uri=uri, isolation_level=None, check_same_thread=False, timeout=30.0)
+        if writable:
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         conn.execute("PRAGMA foreign_keys = OFF")
         conn.execute("PRAGMA cache_size = -32768")  # 32 MiB page cache per connection
@@ -293,11 +300,19 @@ class Store(_queries.Reads, _writes.Writes):
         """Context manager: a pooled read connection (WAL: it sees the last committed state)."""
         if self.stale_schema is not None:
             raise StoreUnavailable(self.stale_schema)
+        self._same_file()
         return self._pool.connection()
+
+    def _same_file(self) -> None:
+        """StoreUnavailable (a 503) when the path no longer names the file opened (deleted, replaced)."""
+        moved = self.health.file_problem()
+        if moved is not None:
+            raise StoreUnavailable(moved)
 
     def ping(self) -> bool:
         """`SELECT 1` on a connection of its own: readiness never waits behind reads for a pooled one.
         Called from one thread at a time (the readiness probe's)."""
+        self._same_file()
         if self._probe is None:
             self._probe = self._read_connection()
         return self._probe.execute("SELECT 1").fetchone()[0] == 1
@@ -382,6 +397,7 @@ class _Transaction:
             store._wlock.release()
             raise
         try:
+            store._same_file()  # else it commits into a deleted file, or one no longer at the path
             # SQLite's own lock, within what is left: a process that writes without the flock (the sqlite3
             # shell with a transaction left open) held each write for the connection's 30 s.
             conn.execute(f"PRAGMA busy_timeout = {max(1, round((deadline - time.monotonic()) * 1000))}")
