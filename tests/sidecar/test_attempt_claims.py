@@ -33,17 +33,25 @@ def _train(tel: Telemetry, steps, tag: str) -> None:
                       group_size=4)
 
 
+def _step(url: str, number: int) -> dict:
+    rows = httpx.get(f"{url}/api/runs/{RUN}/steps", timeout=10).json()
+    return next((r for r in rows if r["step"] == number), {})
+
+
+def _completions(url: str, number: int) -> list[str]:
+    rows = httpx.get(f"{url}/api/runs/{RUN}/samples", params={"step": number, "limit": 100}, timeout=10)
+    return sorted(r["completion"] for r in rows.json()) if rows.status_code == 200 else []
+
+
 def test_an_evaluation_at_the_resumed_steps_checkpoint_keeps_that_steps_training(sidecar_factory, db, tmp_path,
                                                                                  monkeypatch):
     sidecar = sidecar_factory(db=db)
 
     def step(number: int) -> dict:
-        rows = httpx.get(f"{sidecar.url}/api/runs/{RUN}/steps", timeout=10).json()
-        return next((r for r in rows if r["step"] == number), {})
+        return _step(sidecar.url, number)
 
     def completions(number: int) -> list[str]:
-        rows = httpx.get(f"{sidecar.url}/api/runs/{RUN}/samples", params={"step": number, "limit": 100}, timeout=10)
-        return sorted(r["completion"] for r in rows.json()) if rows.status_code == 200 else []
+        return _completions(sidecar.url, number)
 
     crashed = _telemetry(sidecar.url, tmp_path, "a", monkeypatch)
     _train(crashed, range(1, 6), "first")
@@ -73,12 +81,10 @@ def test_steps_run_again_in_the_same_process_after_new_attempt_replace_the_faile
     tel = _telemetry(sidecar.url, tmp_path, "a", monkeypatch)
 
     def step(number: int) -> dict:
-        rows = httpx.get(f"{sidecar.url}/api/runs/{RUN}/steps", timeout=10).json()
-        return next((r for r in rows if r["step"] == number), {})
+        return _step(sidecar.url, number)
 
     def completions(number: int) -> list[str]:
-        rows = httpx.get(f"{sidecar.url}/api/runs/{RUN}/samples", params={"step": number, "limit": 100}, timeout=10)
-        return sorted(r["completion"] for r in rows.json()) if rows.status_code == 200 else []
+        return _completions(sidecar.url, number)
 
     try:
         _train(tel, range(1, 6), "first")
@@ -125,8 +131,7 @@ def test_every_rank_exporting_keeps_rank_zeros_samples(sidecar_factory, tmp_path
     sidecar = sidecar_factory()
 
     def completions(number: int) -> list[str]:
-        rows = httpx.get(f"{sidecar.url}/api/runs/{RUN}/samples", params={"step": number, "limit": 100}, timeout=10)
-        return sorted(r["completion"] for r in rows.json()) if rows.status_code == 200 else []
+        return _completions(sidecar.url, number)
 
     ranks = []
     for rank in (0, 1):
