@@ -215,6 +215,12 @@ def render_alerts_md() -> str:
         f"| `kl_steps`, `drift_steps` | {s.kl_steps}, {s.drift_steps} | consecutive steps the threshold and trend alerts need |",
         f"| `for_fast` | {s.for_fast} | GRPOMetricsAbsent and GRPORunPreempted wait this long (one failed scrape is no crash) |",
         "",
+        "The bounds assume the trainers' clocks agree with Prometheus's (NTP or chrony, as any cluster runs): a",
+        "process's liveness promise and its progress are its own timestamps, judged against Prometheus's `time()`.",
+        f"A trainer clock behind by more than `liveness_slack` ({s.liveness_slack}) pages GRPOMetricsAbsent on a healthy",
+        "run (and GRPOTrainerStalled where it also passes the stall limit's headroom); one ahead delays its crash",
+        "and hang pages by as much.",
+        "",
         "## The grid",
         "",
         f"Step times {', '.join(_fmt_s(x) for x in STEP_TIMES)}; scrape intervals "
