@@ -47,8 +47,8 @@ walk a long run's history to say what it is doing now."""
 
 
 # Each run's last LATEST_STEPS steps, for a page of runs in one statement (a statement per run costs a round
-# trip each: a page of 1,000 runs took 53 s on a database 50 ms away). Per run, the lowest of those steps
-# is a backward walk of the (run_id, step) key; the steps from it on are a range of that key.
+# trip each, so a page of many runs on a distant database took as many round trips). Per run, the lowest of
+# those steps is a backward walk of the (run_id, step) key; the steps from it on are a range of that key.
 _LATEST_SQL = """
 SELECT s.run_id, s.metrics FROM steps AS s
 JOIN (SELECT r.run_id, (SELECT step FROM steps WHERE run_id = r.run_id ORDER BY step DESC LIMIT 1 OFFSET ?) AS low
