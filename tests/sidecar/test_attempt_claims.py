@@ -133,14 +133,16 @@ def test_every_rank_exporting_keeps_rank_zeros_samples(sidecar_factory, tmp_path
     def completions(number: int) -> list[str]:
         return _completions(sidecar.url, number)
 
+    settings = _telemetry(sidecar.url, tmp_path, "ranks", monkeypatch)
+    settings.shutdown()
+    settings = settings.settings.model_copy(update={"export_all_ranks": True, "sample_reduce": "per_rank"})
+    monkeypatch.setenv("WORLD_SIZE", "2")
     ranks = []
-    for rank in (0, 1):
+    for rank in (0, 1):  # rank 1's starts later: a larger attempt
         monkeypatch.setenv("RANK", str(rank))
-        monkeypatch.setenv("WORLD_SIZE", "2")
-        tel = _telemetry(sidecar.url, tmp_path, f"rank{rank}", monkeypatch)
-        ranks.append(tel.settings.model_copy(update={"export_all_ranks": True, "sample_reduce": "per_rank"}))
-        tel.shutdown()
-    zero, one = (Telemetry(settings) for settings in ranks)  # rank 1's starts later: a larger attempt
+        ranks.append(Telemetry(settings.model_copy(update={"output_dir": tmp_path / f"rank{rank}"})))
+    zero, one = ranks
+    assert (zero.rank, one.rank) == (0, 1)
     try:
         for step in (1, 2):
             with zero.step(step) as s:

@@ -195,9 +195,11 @@ def test_each_run_says_its_latest_reward_and_kl_on_both_backends(db):
         write("none", 0, {"loss": 1.0})
         for step in range(12):  # the last 8 steps are 4-11: a reward at step 3 is too far back, a KL at 4 is not
             write("long", step, {"reward": 3.0} if step == 3 else {"kl": 4.0} if step == 4 else {"loss": 1.0})
+        write("warm", -2, {"reward": 0.25, "kl": 0.5})  # the sidecar takes any int64 step: below 0 too
+        write("warm", 0, {"loss": 1.0})
         listed = {r["run_id"]: (r["latest_reward"], r["latest_kl"]) for r in store.runs(RunQuery(latest=True))}
         assert listed == {"ours": (0.5, 0.02), "trl": (0.25, 0.003), "bad": (None, None), "none": (None, None),
-                          "long": (None, 4.0)}
+                          "long": (None, 4.0), "warm": (0.25, 0.5)}
         page = store.runs(RunQuery(latest=True, limit=2))  # the most recently updated two
         assert {r["run_id"]: r["latest_kl"] for r in page} == {"long": 4.0, "ours": 0.02}
         assert (store.run("ours")["latest_reward"], store.run("ours")["latest_kl"]) == (0.5, 0.02)

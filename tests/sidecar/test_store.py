@@ -474,6 +474,26 @@ def test_a_relaunch_retires_the_crashed_attempts_steps_after_the_one_it_resumed_
     store.close()
 
 
+def test_a_batch_holding_the_relaunch_and_a_late_step_of_the_crashed_attempt_never_mixes_it(db, otlp):
+    """The collector batches the relaunch's step 3 with the crashed attempt's step 5, still in flight: step 5 is
+    of a run that no longer is (dropped, the run at step 3), and later the relaunch's own step 5 alone."""
+    store = open_store(db)
+    store.write_batch(_attempt(otlp, 100, steps=range(5), tag="first", kl=10.0))
+    mixed = _attempt(otlp, 200, steps=[3], tag="second", kl=20.0)
+    late = _attempt(otlp, 100, steps=[5], tag="first", kl=10.0)
+    mixed.steps += late.steps
+    mixed.samples += late.samples
+    mixed.phases += late.phases
+    store.write_batch(mixed)
+    assert sorted(r["step"] for r in store.steps("r")) == [0, 1, 2, 3] and store.runs()[0]["last_step"] == 3
+    assert store.samples("r", SampleQuery(step_min=5, step_max=5, limit=100)) == []
+    store.write_batch(_attempt(otlp, 200, steps=[4, 5], tag="second", kl=20.0))
+    completions, scalars = _view(store, 5)
+    assert completions == [f"second 5/{i}" for i in range(4)] and "only_first" not in scalars
+    assert store.runs()[0]["sample_count"] == 6 * 4
+    store.close()
+
+
 def test_a_newer_attempts_samples_may_come_before_its_step_span(db, otlp):
     """Sample spans end (and are exported) before their step span: the relaunch's samples arrive first, in
     their own request; the step then shows them with the relaunch's scalars, never the first's."""

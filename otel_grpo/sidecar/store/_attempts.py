@@ -76,6 +76,9 @@ def settle(conn, batch: Batch) -> Settled:
     # again), not taken for one of the run that no longer is
     for run_id, step, attempt in resumed:
         _retire_after(conn, run_id, step, attempt, out)
+        for key, held in out.newest.items():  # this batch's own records of the retired steps: stale too
+            if key[0] == run_id and key[1] > step and held < attempt:
+                out.newest[key] = attempt
     return out
 
 

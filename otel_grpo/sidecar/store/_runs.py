@@ -53,7 +53,7 @@ _LATEST_SQL = """
 SELECT s.run_id, s.metrics FROM steps AS s
 JOIN (SELECT r.run_id, (SELECT step FROM steps WHERE run_id = r.run_id ORDER BY step DESC LIMIT 1 OFFSET ?) AS low
       FROM runs AS r WHERE r.run_id IN ({ids})) AS t
-  ON s.run_id = t.run_id AND s.step >= coalesce(t.low, -1)
+  ON s.run_id = t.run_id AND (t.low IS NULL OR s.step >= t.low)
 ORDER BY s.run_id, s.step DESC
 """
 
