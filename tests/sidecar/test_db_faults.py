@@ -257,6 +257,39 @@ def test_a_read_only_database_is_a_retryable_503_that_readiness_reports(sidecar_
     http.close()
 
 
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_database_writable_again_takes_writes_though_its_sessions_began_read_only(sidecar_factory, server, otlp,
+                                                                                    workers):
+    """Read-only for this database's new sessions (`ALTER DATABASE ... SET default_transaction_read_only`, or a
+    failover whose address now leads to a standby), and the sidecar's sessions began while it was: a session
+    keeps that default, so once the database was writable again every ingest still answered 503. A refusal as
+    read-only now ends the writer's session, and the next write begins one that sees the current setting."""
+    url = server.new_database()
+    name = url.rsplit("/", 1)[1].split("?")[0]
+    proc = sidecar_factory(db=url, env={"OTEL_GRPO_SIDECAR_INGEST_WORKERS": workers})
+    http = httpx.Client(timeout=30)
+
+    def post(step: int) -> int:
+        body = otlp.request(otlp.spans("ro", [step], samples=SAMPLES)).SerializeToString()
+        return http.post(proc.url + "/v1/traces", content=body, headers=PB).status_code
+
+    def database(statement: str, sessions_start_over: bool) -> None:
+        with psycopg.connect(server.url(), autocommit=True) as conn:
+            conn.execute(statement)
+            if sessions_start_over:
+                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+
+    assert post(0) == 200
+    database(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on', sessions_start_over=True)
+    _until(lambda: post(1) == 503, 15, "an ingest refused as read-only")
+    database(f'ALTER DATABASE "{name}" RESET default_transaction_read_only', sessions_start_over=False)
+    _until(lambda: post(2) == 200, 15, "an ingest taken once the database is writable")
+    # (a pooled read connection the termination ended may answer one read 503 first: retryable)
+    steps = _until(lambda: (r := http.get(proc.url + "/api/runs/ro/steps")).status_code == 200 and r, 10, "a read")
+    assert [s["step"] for s in steps.json()] == [0, 2], steps.text
+    http.close()
+
+
 def test_reads_and_readiness_recover_within_seconds_of_a_restart(sidecar_factory, server):
     """The server stopped for 20 s under reads, then started again. The read pool's growth attempt backed off
     1, 2, 4, 8, 16 s (psycopg_pool's reconnect_timeout of 300 s), so reads stayed 503 for up to about half the

@@ -40,7 +40,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import _queries, _writes
 from ._dialect import POSTGRES
-from ._errors import StoreUnavailable
+from ._errors import StoreUnavailable, read_only
 from ._health import WriteHealth
 from ._step_columns import KnownColumns
 from ._step_series import StepCache
@@ -376,4 +376,10 @@ class _Transaction:
         try:
             self.tx.__exit__(exc_type, exc, tb)
         finally:
+            if exc is not None and read_only(exc) and self.store._writer is not None:
+                # A session keeps the read-only default it began with (`ALTER DATABASE ... SET
+                # default_transaction_read_only`, a failover's new primary reached through the same
+                # address): the next write starts a new one, which sees the database's current setting.
+                self.store._writer.close()
+                self.store._writer = None
             self.store._wlock.release()
