@@ -10,6 +10,7 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 import numpy as np
 import orjson
@@ -35,6 +36,13 @@ def selected_run_ids(run_id: str) -> list[str] | None:
     """The run ids a selection names: None for every run (`.*`), else one run or Grafana's multi-run
     `a|b` (the whole value also counts as one id: a run id may hold `|`)."""
     return None if run_id == ALL_RUNS else list(dict.fromkeys([run_id, *run_id.split("|")]))
+
+
+class SamplePage(NamedTuple):
+    total: int
+    """Rows the query matches on all its pages."""
+    chunks: Iterator[list[dict]]
+    """This page's rows, a chunk at a time (`Reads.sample_chunks`)."""
 
 
 @dataclass(kw_only=True)
@@ -333,9 +341,11 @@ class Reads(RunReads):
             params += [*keys, v]
         return " AND ".join(f"{expr} {op} ?" for op, _ in tests)
 
-    def _sample_ids_sql(self, conn, run_id: str, query: SampleQuery) -> tuple[str, list] | None:
-        """The id query of a sample filter (ordered and paged); None when the run has no samples."""
-        found = self._sample_where(conn, run_id, query)
+    def _sample_ids_sql(self, conn, run_id: str, query: SampleQuery,
+                        where: tuple[str, list] | None = None) -> tuple[str, list] | None:
+        """The id query of a sample filter (ordered and paged); None when the run has no samples. `where`: the
+        filter's `_sample_where`, where the caller has it already."""
+        found = self._sample_where(conn, run_id, query) if where is None else where
         if found is None:
             return None
         source, params = found
@@ -345,11 +355,6 @@ class Reads(RunReads):
         # prompt/completion text (they sit last in the row); then fetch the page.
         return f"SELECT id {source} ORDER BY {order} LIMIT ? OFFSET ?", [*params, *order_params, query.limit, query.offset]
 
-    def count_samples(self, run_id: str, query: SampleQuery) -> int:
-        """How many rows `query` matches on all its pages (its `limit` and `offset` aside)."""
-        with self.read() as conn:
-            found = self._sample_where(conn, run_id, query)
-            return 0 if found is None else conn.execute(f"SELECT count(*) {found[0]}", found[1]).fetchone()[0]
 
     @staticmethod
     def _rows_by_id(conn, ids: list[int]) -> list[dict]:
@@ -384,11 +389,27 @@ class Reads(RunReads):
         client that stops reading thus holds no connection, no transaction and no more than one
         chunk. Rows deleted meanwhile (retention) are left out.
         """
+        return self.sample_page(run_id, query, chunk).chunks
+
+    def sample_page(self, run_id: str, query: SampleQuery, chunk: int = SAMPLE_CHUNK_ROWS) -> SamplePage:
+        """`sample_chunks`, and how many rows `query` matches on all its pages (`limit` and `offset` aside).
+
+        Both from one read of the filter: with no step given, the run's latest step is looked up once, so
+        the total and the rows are of one step though a newer one arrives meanwhile. The count is a
+        statement of its own only where the page is full: a page with fewer rows than `limit` (or none past
+        the first) says where the matches end.
+        """
         with self.read() as conn:
-            found = self._sample_ids_sql(conn, run_id, query)
-            ids = array("q") if found is None else array("q", (r[0] for r in conn.execute(*found)))
+            where = self._sample_where(conn, run_id, query)
+            if where is None:
+                return SamplePage(0, iter(()))
+            ids = array("q", (r[0] for r in conn.execute(*self._sample_ids_sql(conn, run_id, query, where))))
+            if len(ids) < query.limit and (ids or not query.offset):
+                total = query.offset + len(ids)
+            else:
+                total = conn.execute(f"SELECT count(*) {where[0]}", where[1]).fetchone()[0]
             first = self._rows_by_id(conn, ids[:chunk].tolist()) if ids else []
-        return itertools.chain([first] if first else [], self._chunks_by_id(ids, chunk, chunk))
+        return SamplePage(total, itertools.chain([first] if first else [], self._chunks_by_id(ids, chunk, chunk)))
 
     def _chunks_by_id(self, ids: array, chunk: int, start: int) -> Iterator[list[dict]]:
         for i in range(start, len(ids), chunk):

@@ -84,9 +84,8 @@ def list_samples(run_id: RunId, store: StoreDep, query: QueryDep) -> Response:
         raise bad_param("limit", f"must be at most {PAGE_MAX} here")
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
-    total = store.count_samples(run_id, query)
-    chunks = store.sample_chunks(run_id, query)  # the ids are read now: a store error is still a 503
-    return json_response((b",".join(map(orjson.dumps, rows)) for rows in chunks), {TOTAL_HEADER: str(total)})
+    page = store.sample_page(run_id, query)  # the ids are read now: a store error is still a 503
+    return json_response((b",".join(map(orjson.dumps, rows)) for rows in page.chunks), {TOTAL_HEADER: str(page.total)})
 
 
 # OWASP "CSV injection": a spreadsheet runs a cell that starts with one of these as a formula,
