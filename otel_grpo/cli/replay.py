@@ -133,16 +133,21 @@ def _requests(spill: SpillReader) -> Iterator[_Request]:
         for row in spill.samples(step):  # their own step: a file named otherwise, or edited, still goes
             rows[(row["run_id"], row["step"])].append(row)
         for run_id, number in sorted({*found_lines, *rows}):
-            # A relaunched run spilled the step again: only its newest attempt goes, as that attempt, with what
-            # claims no attempt (an evaluation, which merges into whichever attempt trained the step)
-            attempt = _newest(found_lines.get((run_id, number), []), rows.get((run_id, number), []))
-            kept = [ln for ln in found_lines.get((run_id, number), []) if ln.get("attempt") in (attempt, None)]
+            # A relaunched run spilled the step again, and steps after it that it never reached: what a newer
+            # attempt superseded stays out, the rest goes as the attempt that claims the step (an evaluation or
+            # another rank claims none: it merges into whichever attempt trained the step)
+            kept = [ln for ln in found_lines.get((run_id, number), [])
+                    if not spill.superseded(run_id, number, ln.get("attempt"))]
+            attempt = _newest([ln for ln in kept if ln.get("claims", True) is not False],
+                              [r for r in rows.get((run_id, number), [])
+                               if not spill.superseded(run_id, number, r.get(spans.ATTEMPT_ATTR))])
             line = functools.reduce(_merged, kept, None)
             end_ns = (line or {}).get("end_ns") or time.time_ns()
             if line is not None:
                 request.size += _step_span(request.span(run_id), run_id, number, line, end_ns, attempt).ByteSize()
                 request.steps += 1
-            group = [r for r in rows.get((run_id, number), []) if r.get(spans.ATTEMPT_ATTR) in (attempt, None)]
+            group = [r for r in rows.get((run_id, number), []) if r.get(spans.ATTEMPT_ATTR) in (attempt, None)
+                     and not spill.superseded(run_id, number, r.get(spans.ATTEMPT_ATTR))]
             for first in range(0, len(group), per_span):
                 chunk = group[first:first + per_span]
                 request.size += _samples_span(request.span(run_id), run_id, number, chunk, end_ns, first,

@@ -147,7 +147,7 @@ class Backend:
             return
         phases = {name: sum(seconds) for name, seconds in durations.items()}
         self.spill.write_step(self._settings.run_id, rec.step, rec.start_ns, rec.end_ns, finite, phases,
-                              _claimed(rec, self._rank))
+                              rec.attempt, claims=_claimed(rec, self._rank) is not None)
 
     def _record_metrics(self, rec: StepRecord, durations: dict[str, list[float]]) -> dict[str, float]:
         instruments = self._instruments

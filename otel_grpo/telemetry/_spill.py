@@ -49,12 +49,15 @@ class SampleSpill:
         return self.directory / f"step_{step}{self._suffix}.jsonl"
 
     def write_step(self, run_id: str, step: int, start_ns: int | None, end_ns: int | None,
-                   metrics: Mapping[str, float], phases: Mapping[str, float], attempt: int | None = None) -> None:
+                   metrics: Mapping[str, float], phases: Mapping[str, float], attempt: int | None = None,
+                   claims: bool = True) -> None:
         """The step's finite scalars and its phase durations (seconds, summed per phase name); `attempt`: whose
-        (`grpo.attempt`: replay sends a step's newest attempt only, and what claims none: an evaluation)."""
+        (`grpo.attempt`); `claims`: False for a record that claims no attempt at its step (an evaluation, another
+        rank's). Replay sends what no newer attempt superseded (`SpillReader.superseded`)."""
         line = json.dumps({"run_id": run_id, "step": step, "start_ns": start_ns, "end_ns": end_ns,
                            "metrics": {k: _json_safe(v) for k, v in metrics.items()}, "phases": dict(phases),
-                           **({"attempt": attempt} if attempt is not None else {})},
+                           **({"attempt": attempt} if attempt is not None else {}),
+                           **({} if claims else {"claims": False})},
                           ensure_ascii=False, default=str)
         try:
             self._append(self.steps_path, line + "\n")
@@ -128,6 +131,7 @@ class SpillReader:
         output_dir = Path(output_dir)
         self.unreadable: dict[Path, int] = {}
         self._places: dict[int, dict[str, list[tuple[Path, int]]]] = {}  # step -> run -> (file, offset)
+        self._resumed: dict[str, dict[int, int]] = {}  # run -> attempt -> the first step it claimed
         for path in sorted(output_dir.glob("steps*.jsonl")):
             with path.open("rb") as fh:
                 offset = 0
@@ -135,6 +139,10 @@ class SpillReader:
                     row = self._row(path, raw)
                     if row is not None:
                         self._places.setdefault(row["step"], {}).setdefault(row["run_id"], []).append((path, offset))
+                        attempt = row.get("attempt")
+                        if type(attempt) is int and row.get("claims", True) is not False:
+                            firsts = self._resumed.setdefault(row["run_id"], {})
+                            firsts[attempt] = min(firsts.get(attempt, row["step"]), row["step"])
                     offset += len(raw)
         self._files: dict[int | None, list[Path]] = {}
         for path in sorted((output_dir / "samples").glob("step_*.jsonl")):
@@ -142,6 +150,14 @@ class SpillReader:
             self._files.setdefault(int(match.group(1)) if match else None, []).append(path)
         numbered = sorted({*self._places, *(step for step in self._files if step is not None)})
         self.steps: list[int | None] = numbered + ([None] if None in self._files else [])
+
+    def superseded(self, run_id: str, step: int, attempt: object) -> bool:
+        """Whether a newer attempt of the run claimed `step` or a step before it: then what `attempt` (an older
+        one) spilled at `step` is of a run that no longer is (the relaunch resumed from before it), as the
+        sidecar holds it. A line or row without an attempt is superseded by none."""
+        if type(attempt) is not int:
+            return False
+        return any(newer > attempt and first <= step for newer, first in self._resumed.get(run_id, {}).items())
 
     def step_lines(self, step: int | None) -> dict[str, list[dict]]:
         lines: dict[str, list[dict]] = {}

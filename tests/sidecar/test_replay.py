@@ -288,3 +288,36 @@ def test_a_resumed_runs_spill_replays_its_newest_attempt_of_each_step_only(sidec
                      if "grpo.eval/accuracy" in r}
         assert evaluated == {2: 0.5}
         assert httpx.get(f"{sidecar.url}/api/runs/resumed").json()["sample_count"] == len(rows)
+
+
+def test_a_replay_leaves_out_the_steps_a_relaunch_superseded(sidecar_factory, tmp_path):
+    """The run reached step 5 (an evaluation at 4), crashed, and its relaunch evaluated at its checkpoint (step 2),
+    ran step 3 and crashed too. Replayed into an empty store, the run reads as the live sidecar held it: steps
+    0-2 the first's, 3 the relaunch's, the evaluation at 2 beside the first's training; steps 4 and 5, and the
+    first's evaluation at 4, of a run that no longer is, stay out."""
+    sidecar = sidecar_factory()
+    out = tmp_path / "run"
+
+    def attempt(steps, tag: str, kl: float, evaluate: dict[int, float]) -> None:
+        tel = Telemetry(_settings(sidecar.url, out, "superseded").model_copy(update={"traces_exporters": ["none"]}))
+        for step in steps:
+            with tel.step(step) as s:
+                s.record({"kl": kl + step})
+                s.samples([{"prompt": f"{step}-{i}", "completion": f"{tag} {step}/{i}", "reward": i / 8}
+                           for i in range(4)])
+            if step in evaluate:
+                tel.log_metrics(step, {"eval_accuracy": evaluate[step]}, evaluation=True)
+        if 0 not in steps:  # the relaunch's evaluation at its checkpoint, before it trains on
+            tel.log_metrics(min(steps) - 1, {"eval_accuracy": 0.5}, evaluation=True)
+        tel.shutdown()
+
+    attempt(range(6), "first", 10.0, {4: 0.9})
+    attempt(range(3, 4), "second", 20.0, {})
+    _replay(sidecar.url, out)
+    steps = {r["step"]: r for r in httpx.get(f"{sidecar.url}/api/runs/superseded/steps").json()}
+    assert {n: r["grpo.kl"] for n, r in steps.items()} == {0: 10.0, 1: 11.0, 2: 12.0, 3: 23.0}
+    assert {n: r["grpo.eval/accuracy"] for n, r in steps.items() if "grpo.eval/accuracy" in r} == {2: 0.5}
+    rows = httpx.get(f"{sidecar.url}/api/runs/superseded/samples", params={"step_min": 0, "limit": 1000}).json()
+    assert {(r["step"], r["completion"].split()[0]) for r in rows} == {
+        (0, "first"), (1, "first"), (2, "first"), (3, "second")}
+    assert httpx.get(f"{sidecar.url}/api/runs/superseded").json()["last_step"] == 3
