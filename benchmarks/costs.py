@@ -148,8 +148,10 @@ def step_checks(meter, repeat: int) -> list[tuple[str, float, str]]:
 
 
 def store_write_bound(repeat: int) -> list[tuple[str, float, str]]:
-    """What bounding SQLite's own lock adds to each write transaction (one PRAGMA), against the store's
-    emptiest write transaction (both locks, BEGIN IMMEDIATE, COMMIT; no rows), on a real WAL file."""
+    """What bounding SQLite's own lock adds to each write transaction (one PRAGMA), and what the check that the
+    database file is still the one opened adds to each read and write (one `os.stat`), against the store's
+    emptiest write transaction (both locks, the file check, BEGIN IMMEDIATE, COMMIT; no rows), on a real WAL
+    file."""
     from otel_grpo.sidecar.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,6 +165,8 @@ def store_write_bound(repeat: int) -> list[tuple[str, float, str]]:
 
             return [("PRAGMA busy_timeout on the store's writer", per_call(
                         lambda: conn.execute("PRAGMA busy_timeout = 5000"), 2000, repeat), "us"),
+                    ("the database file's identity check (each read and write)",
+                     per_call(store.health.file_problem, 2000, repeat), "us"),
                     ("the store's emptiest write transaction (locks, BEGIN IMMEDIATE, COMMIT)",
                      per_call(empty_write, 500, repeat), "us")]
         finally:
