@@ -389,7 +389,7 @@ class Reads(RunReads):
         client that stops reading thus holds no connection, no transaction and no more than one
         chunk. Rows deleted meanwhile (retention) are left out.
         """
-        return self.sample_page(run_id, query, chunk).chunks
+        return self._read_page(run_id, query, chunk, counted=False).chunks
 
     def sample_page(self, run_id: str, query: SampleQuery, chunk: int = SAMPLE_CHUNK_ROWS) -> SamplePage:
         """`sample_chunks`, and how many rows `query` matches on all its pages (`limit` and `offset` aside).
@@ -399,14 +399,19 @@ class Reads(RunReads):
         statement of its own only where the page is full: a page with fewer rows than `limit` (or none past
         the first) says where the matches end.
         """
+        return self._read_page(run_id, query, chunk, counted=True)
+
+    def _read_page(self, run_id: str, query: SampleQuery, chunk: int, counted: bool) -> SamplePage:
+        """The page's ids and first chunk, and where `counted` its total (else 0: exports need none)."""
         with self.read() as conn:
             where = self._sample_where(conn, run_id, query)
             if where is None:
                 return SamplePage(0, iter(()))
             ids = array("q", (r[0] for r in conn.execute(*self._sample_ids_sql(conn, run_id, query, where))))
-            if len(ids) < query.limit and (ids or not query.offset):
+            total = 0
+            if counted and len(ids) < query.limit and (ids or not query.offset):
                 total = query.offset + len(ids)
-            else:
+            elif counted:
                 total = conn.execute(f"SELECT count(*) {where[0]}", where[1]).fetchone()[0]
             first = self._rows_by_id(conn, ids[:chunk].tolist()) if ids else []
         return SamplePage(total, itertools.chain([first] if first else [], self._chunks_by_id(ids, chunk, chunk)))
