@@ -51,7 +51,9 @@ class StepGauges:
         set's older values stale. `attempt` None: the latest record's attempt."""
         kind = int(self.evaluation)
         latest = self._latest[kind]
-        position = (latest[0] if latest is not None else 0) if attempt is None else attempt, step
+        if attempt is None:
+            attempt = latest[0] if latest is not None else 0
+        position = (attempt, step)
         if latest is None or position > latest:
             self._latest[kind], self._current[kind] = position, self.stamp
         self.evaluation = False

@@ -30,6 +30,9 @@ ON CONFLICT (run_id, step) DO UPDATE SET attempt = excluded.attempt
 """
 
 
+_OLDER = "(attempt IS NULL OR attempt < ?)"  # rows of an older attempt, or of a sender that named none
+
+
 @dataclass(slots=True)
 class Settled:
     newest: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -86,7 +89,7 @@ def _replace(conn, run_id: str, step: int, attempt: int, out: Settled) -> bool:
     """Remove what older attempts (or senders that named none) stored for the step; True if anything was."""
     removed = _remove_samples(conn, run_id, step, attempt)
     out.removed[run_id] += removed
-    phases = conn.execute("DELETE FROM phases WHERE run_id = ? AND step = ? AND (attempt IS NULL OR attempt < ?)",
+    phases = conn.execute(f"DELETE FROM phases WHERE run_id = ? AND step = ? AND {_OLDER}",
                           (run_id, step, attempt)).rowcount
     scalars = conn.execute("SELECT 1 FROM steps WHERE run_id = ? AND step = ? AND metrics <> '{}'",
                            (run_id, step)).fetchone() is not None
@@ -101,11 +104,10 @@ def _replace(conn, run_id: str, step: int, attempt: int, out: Settled) -> bool:
 def _retire_after(conn, run_id: str, step: int, attempt: int, out: Settled) -> None:
     """Remove what attempts older than `attempt` (or senders that named none) stored after `step`, and claim
     those steps for `attempt`. Steps it has already sent itself (records arriving out of order) stay."""
-    older = "(attempt IS NULL OR attempt < ?)"
-    removed = conn.execute(f"DELETE FROM samples WHERE run_id = ? AND step > ? AND {older}",
+    removed = conn.execute(f"DELETE FROM samples WHERE run_id = ? AND step > ? AND {_OLDER}",
                            (run_id, step, attempt)).rowcount
     out.removed[run_id] += removed
-    gone = removed + conn.execute(f"DELETE FROM phases WHERE run_id = ? AND step > ? AND {older}",
+    gone = removed + conn.execute(f"DELETE FROM phases WHERE run_id = ? AND step > ? AND {_OLDER}",
                                   (run_id, step, attempt)).rowcount
     for table in ("steps", "step_spans"):
         gone += conn.execute(
@@ -119,5 +121,5 @@ def _retire_after(conn, run_id: str, step: int, attempt: int, out: Settled) -> N
 
 
 def _remove_samples(conn, run_id: str, step: int, attempt: int) -> int:
-    return conn.execute("DELETE FROM samples WHERE run_id = ? AND step = ? AND (attempt IS NULL OR attempt < ?)",
+    return conn.execute(f"DELETE FROM samples WHERE run_id = ? AND step = ? AND {_OLDER}",
                         (run_id, step, attempt)).rowcount
