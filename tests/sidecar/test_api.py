@@ -175,6 +175,25 @@ def test_csv_and_jsonl_exports(loaded):
     assert len(lines) == 24 and json.loads(lines[0])["step"] == 0
 
 
+@pytest.mark.parametrize("params", [
+    {"step": 2, "filter_col": "reward", "filter_max": 1.0},  # a core column, an upper bound
+    {"step_min": 0, "filter_col": "completion_original_length", "filter_min": 103, "filter_max": 104,
+     "order_by": "reward", "desc": True},  # a dynamic column, both bounds, every step, an order
+    {"step_min": 0, "q": "<b>answer", "filter_col": "reward.format", "filter_min": 1},  # a search, filtered
+])
+def test_exports_are_the_rows_the_range_filter_keeps(loaded, params):
+    """A download is the filtered table, not the whole step: CSV and JSONL hold exactly the rows (and the
+    order) of the JSON rows for the same parameters: one parsing of the filters (the routes' shared query)."""
+    base = "/api/runs/run-a/samples"
+    rows = loaded.get(base, params={**params, "limit": 10_000}).json()
+    unfiltered = loaded.get(base, params={k: v for k, v in params.items() if not k.startswith("filter_")})
+    assert 0 < len(rows) < int(unfiltered.headers["X-Total-Count"])
+    jsonl = [json.loads(line) for line in loaded.get(base + ".jsonl", params=params).text.splitlines()]
+    assert jsonl == rows
+    table = list(csv.DictReader(io.StringIO(loaded.get(base + ".csv", params=params).text)))
+    assert [(int(r["step"]), int(r["sample_index"])) for r in table] == [(r["step"], r["sample_index"]) for r in rows]
+
+
 @pytest.mark.parametrize("path", ["/api/runs/nope/steps", "/api/runs/nope/samples", "/api/runs/nope/samples.csv",
                                   "/api/runs/nope", "/api/runs/nope/metrics", "/api/runs/nope/sample-steps"])
 def test_unknown_run_is_404_with_a_message(loaded, path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import shutil
@@ -384,6 +386,17 @@ def _seed_explorer(url: str, otlp) -> None:
     assert httpx.post(url + "/api/alerts", json={"version": "4", "alerts": [alert]}).status_code == 200
 
 
+def _download(page, folder, kind: str) -> tuple[str, list[int]]:
+    """Clicks the page's CSV or JSONL download: the file's name and the sample indexes of its rows."""
+    with page.expect_download() as download:
+        page.click(f"#download-{kind}")
+    path = folder / download.value.suggested_filename
+    download.value.save_as(path)
+    text = path.read_text()
+    rows = list(csv.DictReader(io.StringIO(text))) if kind == "csv" else [json.loads(x) for x in text.splitlines()]
+    return path.name, [int(r["sample_index"]) for r in rows]
+
+
 def _hash(page) -> dict:
     """The page's URL state: the query of `#/run/<id>?...` as a dict."""
     return page.evaluate("Object.fromEntries(new URLSearchParams(location.hash.split('?')[1] || ''))")
@@ -487,19 +500,15 @@ def test_run_explorer_from_a_bad_step_to_its_completions(site, tmp_path, new_pag
     assert "1 of 8 rows" in page.locator("#samples-note").text_content()
     assert _hash(page)["fcol"] == "is_weight_max" and _hash(page)["fmin"] == "10"
 
-    # Downloads: every row of the step (the filter is the page's), as CSV and as JSONL.
-    for kind in ("csv", "jsonl"):
-        with page.expect_download() as download:
-            page.click(f"#download-{kind}")
-        download.value.save_as(downloads / download.value.suggested_filename)
-    csv_file, jsonl_file = downloads / f"{MAIN}-step-12.csv", downloads / f"{MAIN}-step-12.jsonl"
-    lines = csv_file.read_text().splitlines()
-    assert len(lines) == 9 and "kl_ref_mean" in lines[0]
-    rows = [json.loads(line) for line in jsonl_file.read_text().splitlines()]
-    assert [r["sample_index"] for r in rows] == [3, 7, 6, 5, 4, 2, 1, 0]  # in the page's order: KL descending
+    # Downloads are what the table selects: the filtered row alone, then (the filter cleared) every row
+    # of the step in the page's order, as CSV and as JSONL.
+    assert _download(page, downloads, "jsonl") == (f"{MAIN}-step-12-filtered.jsonl", [3])
     page.fill("#filter-min", "")
     page.dispatch_event("#filter-min", "change")
     wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 8")
+    assert _download(page, downloads, "jsonl") == (f"{MAIN}-step-12.jsonl", [3, 7, 6, 5, 4, 2, 1, 0])  # KL descending
+    assert _download(page, downloads, "csv") == (f"{MAIN}-step-12.csv", [3, 7, 6, 5, 4, 2, 1, 0])
+    assert "kl_ref_mean" in (downloads / f"{MAIN}-step-12.csv").read_text().splitlines()[0]
 
     # Smoothing draws a smoothed line over the raw one, which stays, faded (raw values stay in the hover box).
     raw = series(page, kl, "grpo.kl")[0]
@@ -1154,6 +1163,20 @@ def test_a_step_of_more_rows_than_a_page_is_shown_truthfully(site, new_page):
     page.click("#samples-more")
     wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 720")
     assert sorted(_rows(page)) == list(range(720))  # the linked sample once, not twice
+
+
+def test_a_download_is_the_rows_the_range_filter_keeps(site, tmp_path, new_page):
+    """Filtered to 120 of a step's 720 rows, a download holds those 120 (every one, not only the rows
+    loaded) in the table's order: the download asks with the table's own parameters."""
+    site.seed(_seed_big)
+    page = new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    open_run(page, f"{site.url}/#/run/{BIG}?step=0&fcol=kl_ref_mean&fmin=0.6&sort=kl_ref_mean&desc=1")
+    assert _note(page) == "120 of 720 rows pass the filter"
+    for kind in ("csv", "jsonl"):
+        assert _download(page, tmp_path, kind) == (f"{BIG}-step-0-filtered.{kind}", list(range(719, 599, -1)))
+    asked = page.evaluate("performance.getEntriesByType('resource').map(e => e.name)"
+                          ".filter(n => n.includes('/samples.'))")
+    assert len(asked) == 2 and all("filter_col=kl_ref_mean&filter_min=0.6" in url for url in asked)
 
 
 def test_a_runs_page_past_the_last_says_so_and_links_the_first(site, new_page):

@@ -1,8 +1,8 @@
 // The samples table of a run: columns (all of them, full headers, a picker for the ones shown),
 // sort, text search and range filter all done by the server over the whole step (or every step,
 // for a search), read PAGE_ROWS rows at a time: "500 of 1,024 rows" and "more" until all are
-// loaded (an anomalous step keeps every row). CSV/JSONL downloads of every row of the step (or
-// search), a link per sample (a linked sample beyond the rows loaded is asked for by its index and
+// loaded (an anomalous step keeps every row). CSV/JSONL downloads of all the rows the table selects,
+// a link per sample (a linked sample beyond the rows loaded is asked for by its index and
 // shown first); the group view is group.js. Rows are one line each; numbers are never cut (a
 // column is as wide as its widest value); a copy gives the values as stored. Reads and writes
 // `state` (app.js); every change goes to the URL, so a view can be linked.
@@ -127,8 +127,8 @@ function hiddenColumns() {
 
 const filtering = () => !!state.filter.col && (state.filter.min !== "" || state.filter.max !== "");
 
-// The rows selected (the step or the search, the range filter, the order), `limit` from `offset`;
-// `filter`: false for the step's (or search's) rows whatever the range filter (the downloads').
+// The rows selected (the step or the search, the range filter, the order), `limit` from `offset`:
+// the table's and the downloads'. `filter`: false for the step's (or search's) rows alone.
 function samplesParams(limit, offset = 0, filter = true) {
   const p = new URLSearchParams({ limit: String(limit) });
   if (offset) p.set("offset", String(offset));
@@ -374,9 +374,10 @@ function refreshPickers() {
 async function download(kind) {
   const note = document.getElementById("samples-note");
   try {
-    const r = await apiFetch(`${runPath(state.run)}/samples.${kind}?${samplesParams(EXPORT_ROWS, 0, false)}`);
+    const r = await apiFetch(`${runPath(state.run)}/samples.${kind}?${samplesParams(EXPORT_ROWS)}`);
     const url = URL.createObjectURL(await r.blob());
-    const name = `${state.run.replace(/[^\w.-]+/g, "_")}-${state.q ? "search" : "step-" + state.step}.${kind}`;
+    const name = `${state.run.replace(/[^\w.-]+/g, "_")}-${state.q ? "search" : "step-" + state.step}`
+      + `${filtering() ? "-filtered" : ""}.${kind}`;
     const a = h("a", { href: url, download: name });
     document.body.appendChild(a);
     a.click();
@@ -417,10 +418,10 @@ function samplesControls(steps) {
   const picker = h("details", { id: "column-picker" }, h("summary", { text: "columns" }), h("div", { class: "choices" }));
   return h("div", { class: "controls" }, h("label", { for: "step-select", text: "step" }), select, search,
     ...filterControls(), picker,
-    h("button", { id: "download-csv", type: "button", text: "CSV", title: "download these samples (every row) as CSV",
-                  onclick: () => download("csv") }),
-    h("button", { id: "download-jsonl", type: "button", text: "JSONL", title: "download these samples (every row) as JSON Lines",
-                  onclick: () => download("jsonl") }),
+    h("button", { id: "download-csv", type: "button", text: "CSV", onclick: () => download("csv"),
+                  title: "download these samples (all that pass the filter) as CSV" }),
+    h("button", { id: "download-jsonl", type: "button", text: "JSONL", onclick: () => download("jsonl"),
+                  title: "download these samples (all that pass the filter) as JSON Lines" }),
     h("span", { id: "samples-status", class: "muted", role: "status" }),
     h("span", { id: "samples-note", class: "muted" }),
     h("button", { id: "samples-more", type: "button", hidden: "", title: "load the next rows of these samples",
