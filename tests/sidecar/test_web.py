@@ -1076,6 +1076,41 @@ def test_a_comparison_with_a_comma_in_a_run_id_survives_a_reload(site, new_page)
     assert page.evaluate("[...document.querySelectorAll('#compare-list input:checked')].map(i => i.dataset.run)") == [COMMA, WIDE]
 
 
+def _seed_comma_parts(url: str, otlp) -> None:
+    """Runs named after the parts of COMMA: split on its comma, the id would name these instead."""
+    for run in COMMA.split(","):
+        spans = otlp.spans(run, range(3), samples=0)
+        assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(),
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+def _overlay(page) -> list[str]:
+    """The runs the page overlays, as its URL says (the repeated `vs`)."""
+    return page.evaluate("new URLSearchParams(location.hash.split('?')[1]).getAll('vs')")
+
+
+def test_an_old_comparison_link_with_commas_still_compares_those_runs(site, new_page):
+    """Links from before `vs` was repeated join the runs with commas (`vs=b,c`): read as those runs, and
+    the URL rewritten to the repeated form. A value that names a run stays that run, though its
+    comma-separated parts are runs too (Hydra's `lr=1e-6,bs=32`, beside runs `lr=1e-6` and `bs=32`)."""
+    site.seed(_seed_compare)
+    site.seed(_seed_comma_parts)
+    page = new_page(viewport={"width": 1280, "height": 900})
+    open_run(page, f"{site.url}/#/run/{COMMA}?step=5&vs={PLAIN},{WIDE}")
+    assert _legend(page) == [COMMA, PLAIN, WIDE] and _overlay(page) == [PLAIN, WIDE]
+    assert "vs=plain-cmp&vs=wide-cmp" in page.evaluate("location.hash") and _hash(page)["step"] == "5"
+    assert page.evaluate("history.length") == 2  # rewritten in place (about:blank, the link): no entry added
+    checked = "[...document.querySelectorAll('#compare-list input:checked')].map(i => i.dataset.run)"
+    assert page.evaluate(checked) == [PLAIN, WIDE]
+    # The comma id, written as an old link would (unencoded) and as the page writes it: one run.
+    for value in (COMMA, "lr%3D1e-6%2Cbs%3D32"):
+        open_run(page, f"{site.url}/#/run/{PLAIN}?vs={value}")
+        assert _legend(page) == [PLAIN, COMMA] and _overlay(page) == [COMMA]
+    # A part that names no run: the value is kept whole (a run not found is drawn without, as before).
+    open_run(page, f"{site.url}/#/run/{PLAIN}?vs={WIDE},no-such-run")
+    assert _overlay(page) == [f"{WIDE},no-such-run"] and page.locator("#run-legend").count() == 0
+
+
 def test_an_overlaid_runs_columns_are_found_and_charted(site, new_page):
     """The column search covers every run shown: a column only a compared run logged is found, with
     its description, and its chart draws it for the runs that have it."""

@@ -6,7 +6,7 @@
 // &to=40&fcol=kl_ref_mean&fmin=0.1&fmax=&add=grpo.learning_rate&hide=loss&scale=kl:linear links to
 // exactly what is shown. Every parameter goes through one encoding (hashQuery): a list is the
 // parameter repeated, never joined, since a value (a Hydra-style run id `lr=1e-6,bs=32`) may hold
-// any character.
+// any character; one decoding (readUrl) reads it back, old links' `vs=<run>,<run>` included.
 "use strict";
 
 const main = document.getElementById("main");
@@ -77,19 +77,34 @@ function writeUrl() {
   if (state.run !== null) history.replaceState(null, "", runHash(state.run, stateParams()));
 }
 
-function readUrl(runId, query) {
+// The view in the URL into `state` (writeUrl writes it back in the current form).
+async function readUrl(runId, query) {
   const p = new URLSearchParams(query);
   const num = (k) => (p.get(k) !== null && p.get(k) !== "" && Number.isFinite(+p.get(k)) ? +p.get(k) : null);
   Object.assign(state, freshState(runId), {
     step: num("step") === null ? null : String(num("step")), group: p.get("group"), sample: p.get("sample"),
     q: p.get("q") || "", orderBy: p.get("sort"), desc: p.get("desc") === "1",
-    overlay: [...new Set(p.getAll("vs").filter((r) => r && r !== runId))], smooth: Math.min(Math.max(num("smooth") || 0, 0), 0.99),
+    overlay: [], smooth: Math.min(Math.max(num("smooth") || 0, 0), 0.99),
     zoom: num("from") !== null && num("to") !== null && num("from") < num("to") ? [num("from"), num("to")] : null,
     filter: { col: p.get("fcol") || "", min: p.get("fmin") || "", max: p.get("fmax") || "" },
     add: [...new Set(p.getAll("add").filter(Boolean))], hide: [...new Set(p.getAll("hide").filter(Boolean))],
     scales: Object.fromEntries(p.getAll("scale").map((v) => [v.slice(0, v.lastIndexOf(":")), v.slice(v.lastIndexOf(":") + 1)])
       .filter(([id, s]) => id && ["linear", "log", "symlog"].includes(s))),
   });
+  state.overlay = await overlaidRuns(p.getAll("vs"), runId);
+}
+
+// The runs a link overlays. Old links joined them (`vs=b,c`) and a run id may hold commas
+// (`lr=1e-6,bs=32`): a value that names a run is that run; one that names none but whose parts all
+// do is those runs. Only a value with a comma costs a request.
+async function overlaidRuns(values, runId) {
+  const exists = (r) => apiFetch(runPath(r)).then(() => true, () => false);
+  const runs = await Promise.all(values.filter(Boolean).map(async (value) => {
+    const parts = value.split(",").filter(Boolean);
+    if (parts.length < 2 || await exists(value)) return [value];
+    return (await Promise.all(parts.map(exists))).every(Boolean) ? parts : [value];
+  }));
+  return [...new Set(runs.flat())].filter((r) => r !== runId);
 }
 
 // ---- runs ---------------------------------------------------------------------------------------
@@ -256,7 +271,7 @@ async function refreshRun() {
 window.otelGrpoRefresh = refreshRun;
 
 async function showRun(runId, query) {
-  readUrl(runId, query);
+  await readUrl(runId, query);
   document.getElementById("crumb").textContent = "run " + runId;
   const [data, choices] = await Promise.all([fetchRunData(runId), api(`/api/runs?limit=${COMPARE_CHOICES + 1}`)]);
   sampleSteps = data.withSamples;
