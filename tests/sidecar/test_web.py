@@ -503,8 +503,7 @@ def test_run_explorer_from_a_bad_step_to_its_completions(site, tmp_path, new_pag
     # Downloads are what the table selects: the filtered row alone, then (the filter cleared) every row
     # of the step in the page's order, as CSV and as JSONL.
     assert _download(page, downloads, "jsonl") == (f"{MAIN}-step-12-filtered.jsonl", [3])
-    page.fill("#filter-min", "")
-    page.dispatch_event("#filter-min", "change")
+    page.select_option("#filter-col", "")  # no column: no filter (a column alone keeps its rows with a number)
     wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 8")
     assert _download(page, downloads, "jsonl") == (f"{MAIN}-step-12.jsonl", [3, 7, 6, 5, 4, 2, 1, 0])  # KL descending
     assert _download(page, downloads, "csv") == (f"{MAIN}-step-12.csv", [3, 7, 6, 5, 4, 2, 1, 0])
@@ -1212,6 +1211,43 @@ def test_a_download_is_the_rows_the_range_filter_keeps(site, tmp_path, new_page)
     asked = page.evaluate("performance.getEntriesByType('resource').map(e => e.name)"
                           ".filter(n => n.includes('/samples.'))")
     assert len(asked) == 2 and all("filter_col=kl_ref_mean&filter_min=0.6" in url for url in asked)
+
+
+SPARSE = "sparse-judge"
+
+
+def _seed_sparse(url: str, otlp) -> None:
+    """One step of 6 samples; only the even ones have a `judge` score (i)."""
+    spans = otlp.spans(SPARSE, range(1), samples=6, extra=lambda s, i: {"judge": float(i)} if i % 2 == 0 else {})
+    assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(),
+                      headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+def _filter_shown(page) -> list[str]:
+    return page.evaluate("['#filter-col', '#filter-min', '#filter-max'].map(s => document.querySelector(s).value)")
+
+
+def test_the_range_filter_shown_is_the_one_applied(site, new_page):
+    """The filter the controls show is the one the rows passed: a column picked without bounds keeps the
+    rows that have a number there (as the API's filter_col does); a link's bound that a number box cannot
+    show (or that has no column to bound) filters nothing and leaves the address."""
+    site.seed(_seed_sparse)
+    page = new_page(viewport={"width": 1280, "height": 900})
+    open_run(page, f"{site.url}/#/run/{SPARSE}?step=0&fcol=judge")
+    assert _rows(page) == [0, 2, 4] and _note(page) == "3 of 6 rows pass the filter"
+    assert _filter_shown(page) == ["judge", "", ""]
+    open_run(page, f"{site.url}/#/run/{SPARSE}?step=0&fcol=judge&fmin=abc&fmax=2")
+    assert _rows(page) == [0, 2] and _filter_shown(page) == ["judge", "", "2"]
+    assert _hash(page) == {"step": "0", "fcol": "judge", "fmax": "2"}
+    for link in ("fmin=1", "fcol=judge&fmin=0x1&fmax=1e999"):  # no column; not a number box's numbers
+        open_run(page, f"{site.url}/#/run/{SPARSE}?step=0&{link}")
+        assert _filter_shown(page)[1:] == ["", ""] and not {"fmin", "fmax"} & _hash(page).keys()
+    # Back to no column: the bounds typed go too (they would bound nothing).
+    open_run(page, f"{site.url}/#/run/{SPARSE}?step=0&fcol=judge&fmin=1")
+    assert _rows(page) == [2, 4]
+    page.select_option("#filter-col", "")
+    wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 6")
+    assert _filter_shown(page) == ["", "", ""] and _hash(page) == {"step": "0"}
 
 
 def test_a_runs_page_past_the_last_says_so_and_links_the_first(site, new_page):

@@ -77,16 +77,22 @@ function writeUrl() {
   if (state.run !== null) history.replaceState(null, "", runHash(state.run, stateParams()));
 }
 
+// What an <input type="number"> holds: HTML's valid floating-point number ("1." and "0x10" are not).
+const FLOAT_RE = /^-?(\d+|\d*\.\d+)([eE][-+]?\d+)?$/;
+
 // The view in the URL into `state` (writeUrl writes it back in the current form).
 async function readUrl(runId, query) {
   const p = new URLSearchParams(query);
   const num = (k) => (p.get(k) !== null && p.get(k) !== "" && Number.isFinite(+p.get(k)) ? +p.get(k) : null);
+  // A bound only as its number box can show it, and with a column: nothing filters unseen.
+  const fcol = p.get("fcol") || "";
+  const bound = (k) => (fcol && FLOAT_RE.test(p.get(k)) && Number.isFinite(+p.get(k)) ? p.get(k) : "");
   Object.assign(state, freshState(runId), {
     step: num("step") === null ? null : String(num("step")), group: p.get("group"), sample: p.get("sample"),
     q: p.get("q") || "", orderBy: p.get("sort"), desc: p.get("desc") === "1",
     overlay: [], smooth: Math.min(Math.max(num("smooth") || 0, 0), 0.99),
     zoom: num("from") !== null && num("to") !== null && num("from") < num("to") ? [num("from"), num("to")] : null,
-    filter: { col: p.get("fcol") || "", min: p.get("fmin") || "", max: p.get("fmax") || "" },
+    filter: { col: fcol, min: bound("fmin"), max: bound("fmax") },
     add: [...new Set(p.getAll("add").filter(Boolean))], hide: [...new Set(p.getAll("hide").filter(Boolean))],
     scales: Object.fromEntries(p.getAll("scale").map((v) => [v.slice(0, v.lastIndexOf(":")), v.slice(v.lastIndexOf(":") + 1)])
       .filter(([id, s]) => id && ["linear", "log", "symlog"].includes(s))),

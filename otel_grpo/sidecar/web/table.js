@@ -125,7 +125,8 @@ function hiddenColumns() {
                                  ...allColumnsOf(shownRows).filter((c) => c.endsWith("_original_length"))]);
 }
 
-const filtering = () => !!state.filter.col && (state.filter.min !== "" || state.filter.max !== "");
+// A column picked filters, bounds or not (as the API's filter_col: rows with a number there).
+const filtering = () => !!state.filter.col;
 
 // The rows selected (the step or the search, the range filter, the order), `limit` from `offset`:
 // the table's and the downloads'. `filter`: false for the step's (or search's) rows alone.
@@ -396,6 +397,7 @@ function filterControls() {
   min.value = state.filter.min;
   max.value = state.filter.max;
   const apply = () => {  // the server filters the whole step (or search), not the rows loaded
+    if (!col.value) { min.value = ""; max.value = ""; }  // no column: no bounds shown
     state.filter = { col: col.value, min: min.value, max: max.value };
     writeUrl();
     loadSamples();
