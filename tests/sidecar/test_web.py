@@ -1250,6 +1250,36 @@ def test_the_range_filter_shown_is_the_one_applied(site, new_page):
     assert _filter_shown(page) == ["", "", ""] and _hash(page) == {"step": "0"}
 
 
+def _headers(page) -> list[str]:
+    return page.evaluate("[...document.querySelectorAll('#samples-table th[data-col]')].map(t => t.dataset.col)")
+
+
+def test_the_columns_picked_survive_a_reload(site, new_page):
+    """The column picker's choices are in the URL (showcol, hidecol): a reload or a sample's link shows
+    the same columns; a column picked back to its default leaves the URL."""
+    site.seed(_seed_sparse)
+    page = new_page(viewport={"width": 1280, "height": 900})
+    open_run(page, f"{site.url}/#/run/{SPARSE}?step=0")
+    assert "advantage" in _headers(page) and "selection" not in _headers(page)  # the defaults
+    page.click("#column-picker summary")
+    page.click('#column-picker input[data-col="selection"]')
+    page.click('#column-picker input[data-col="advantage"]')
+    wait(page, "!document.querySelector('#samples-table th[data-col=\"advantage\"]')")
+    assert _hash(page) == {"step": "0", "showcol": "selection", "hidecol": "advantage"}
+    picked = _headers(page)
+    assert "selection" in picked and "advantage" not in picked
+    open_run(page, page.url)
+    assert _headers(page) == picked
+    assert page.evaluate("document.querySelector('#column-picker input[data-col=\"advantage\"]').checked") is False
+    link = page.evaluate("document.querySelector('#samples-table tbody tr .sample-link').getAttribute('href')")
+    open_run(page, site.url + "/" + link)
+    assert _headers(page) == picked
+    page.click("#column-picker summary")
+    page.click('#column-picker input[data-col="advantage"]')
+    wait(page, "!!document.querySelector('#samples-table th[data-col=\"advantage\"]')")
+    assert "hidecol" not in _hash(page) and _hash(page)["showcol"] == "selection"
+
+
 def test_a_runs_page_past_the_last_says_so_and_links_the_first(site, new_page):
     site.seed(_seed_compare)
     page = new_page()

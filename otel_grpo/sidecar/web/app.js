@@ -3,10 +3,11 @@
 // the step axis, any step column found by search), alerts, and the samples table (table.js). The view
 // lives in the URL: #/?q=exp&status=active&page=2 (the runs), and
 // #/run/<id>?step=4&group=0&sample=3&q=..&sort=reward&desc=1&vs=<run>&vs=<run>&smooth=0.6&from=10
-// &to=40&fcol=kl_ref_mean&fmin=0.1&fmax=&add=grpo.learning_rate&hide=loss&scale=kl:linear links to
-// exactly what is shown. Every parameter goes through one encoding (hashQuery): a list is the
-// parameter repeated, never joined, since a value (a Hydra-style run id `lr=1e-6,bs=32`) may hold
-// any character; one decoding (readUrl) reads it back, old links' `vs=<run>,<run>` included.
+// &to=40&fcol=kl_ref_mean&fmin=0.1&fmax=&showcol=policy_version&hidecol=entropy_mean
+// &add=grpo.learning_rate&hide=loss&scale=kl:linear links to exactly what is shown. Every parameter
+// goes through one encoding (hashQuery): a list is the parameter repeated, never joined, since a
+// value (a Hydra-style run id `lr=1e-6,bs=32`) may hold any character; one decoding (readUrl)
+// reads it back, old links' `vs=<run>,<run>` included.
 "use strict";
 
 const main = document.getElementById("main");
@@ -22,7 +23,8 @@ let runData = null;
 
 function freshState(run) {
   return { run, step: null, group: null, sample: null, orderBy: null, desc: false, q: "", overlay: [], smooth: 0,
-           zoom: null, filter: { col: "", min: "", max: "" }, add: [], hide: [], scales: {} };
+           zoom: null, filter: { col: "", min: "", max: "" }, columns: { show: [], hide: [] }, add: [], hide: [],
+           scales: {} };
 }
 
 // The read token: typed into a masked field (never a prompt(), which shows it), kept in this
@@ -69,6 +71,7 @@ function stateParams() {
            desc: state.orderBy && state.desc ? 1 : null, vs: state.overlay, smooth: state.smooth || null,
            from: state.zoom && state.zoom[0], to: state.zoom && state.zoom[1],
            fcol: state.filter.col, fmin: state.filter.col && state.filter.min, fmax: state.filter.col && state.filter.max,
+           showcol: state.columns.show, hidecol: state.columns.hide,
            add: state.add, hide: state.hide, scale: Object.entries(state.scales).map(([id, s]) => `${id}:${s}`) };
 }
 
@@ -93,6 +96,8 @@ async function readUrl(runId, query) {
     overlay: [], smooth: Math.min(Math.max(num("smooth") || 0, 0), 0.99),
     zoom: num("from") !== null && num("to") !== null && num("from") < num("to") ? [num("from"), num("to")] : null,
     filter: { col: fcol, min: bound("fmin"), max: bound("fmax") },
+    columns: { show: [...new Set(p.getAll("showcol").filter(Boolean))],
+               hide: [...new Set(p.getAll("hidecol").filter(Boolean))] },
     add: [...new Set(p.getAll("add").filter(Boolean))], hide: [...new Set(p.getAll("hide").filter(Boolean))],
     scales: Object.fromEntries(p.getAll("scale").map((v) => [v.slice(0, v.lastIndexOf(":")), v.slice(v.lastIndexOf(":") + 1)])
       .filter(([id, s]) => id && ["linear", "log", "symlog"].includes(s))),

@@ -49,7 +49,6 @@ let shownRows = [];  // the rows of the pages loaded, in the server's order
 let totalRows = 0;  // the rows the step (or search) and the filter hold on all pages (X-Total-Count)
 let unfilteredRows = 0;  // the rows of the step (or search) alone, where a range filter is set
 let linkedRow = null;  // the linked sample, asked for alone where it is not among shownRows
-let userColumns = null;  // the picker's choice: Set of hidden columns, null until the user picks
 const fullText = new WeakMap();  // cell -> its value as stored: what a copy of the cell gives
 
 // A text cell is one line (a long string no longer wraps its row to 200 px); "more" opens it in
@@ -120,9 +119,27 @@ function constantColumns(rows) {
 }
 
 // `<text>_original_length` (the length before the text was cut for export) is bookkeeping too.
+function hiddenByDefault() {
+  return new Set([...HIDDEN_BY_DEFAULT, ...constantColumns(shownRows),
+                  ...allColumnsOf(shownRows).filter((c) => c.endsWith("_original_length"))]);
+}
+
+// The defaults and the picker's changes to them (state.columns: showcol, hidecol in the URL).
 function hiddenColumns() {
-  return userColumns || new Set([...HIDDEN_BY_DEFAULT, ...constantColumns(shownRows),
-                                 ...allColumnsOf(shownRows).filter((c) => c.endsWith("_original_length"))]);
+  const hidden = hiddenByDefault();
+  for (const c of state.columns.show) hidden.delete(c);
+  for (const c of state.columns.hide) hidden.add(c);
+  return hidden;
+}
+
+// A change from a column's default is kept; one back to it is dropped.
+function pickColumn(column, shown) {
+  const show = state.columns.show.filter((c) => c !== column), hide = state.columns.hide.filter((c) => c !== column);
+  if (shown && hiddenByDefault().has(column)) show.push(column);
+  if (!shown && !hiddenByDefault().has(column)) hide.push(column);
+  state.columns = { show, hide };
+  writeUrl();
+  render();
 }
 
 // A column picked filters, bounds or not (as the API's filter_col: rows with a number there).
@@ -356,11 +373,7 @@ function refreshPickers() {
   const picker = document.getElementById("column-picker");
   picker.querySelector("summary").textContent = `columns (${cols.filter((c) => hidden.has(c)).length} hidden)`;
   picker.querySelector(".choices").replaceChildren(...cols.map((c) => {
-    const box = h("input", { type: "checkbox", "data-col": c, onchange: (e) => {
-      userColumns = new Set(hiddenColumns());
-      if (e.target.checked) userColumns.delete(c); else userColumns.add(c);
-      render();
-    } });
+    const box = h("input", { type: "checkbox", "data-col": c, onchange: (e) => pickColumn(c, e.target.checked) });
     box.checked = !hidden.has(c);
     return h("label", {}, box, " " + c);
   }));
