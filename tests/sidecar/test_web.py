@@ -1280,6 +1280,23 @@ def test_the_columns_picked_survive_a_reload(site, new_page):
     assert "hidecol" not in _hash(page) and _hash(page)["showcol"] == "selection"
 
 
+def test_the_runs_status_shown_is_the_one_applied(site, new_page):
+    """A link's status that the status select cannot show (a typo, or the API's `firing,active`) does not
+    filter the list under "any status", nor fail it: the list is every run and the address says so."""
+    site.seed(_seed_compare)
+    page = new_page()
+    every = len(httpx.get(site.url + "/api/runs", params={"limit": 50}).json())
+    rows = "document.querySelectorAll('#runs-table tbody tr').length"
+    for status, shown in (("idle", "idle"), ("activ", ""), ("firing,idle", "")):
+        page.goto("about:blank")
+        page.goto(f"{site.url}/#/?status={status}")
+        assert wait(page, "document.body.dataset.ready") == "runs"
+        assert page.evaluate("document.querySelector('#runs-status').value") == shown
+        assert page.evaluate("location.hash") == ("#/?status=idle" if shown else "#/")
+        if not shown:
+            assert page.evaluate(rows) == every
+
+
 def test_a_runs_page_past_the_last_says_so_and_links_the_first(site, new_page):
     site.seed(_seed_compare)
     page = new_page()

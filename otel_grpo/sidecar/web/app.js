@@ -124,6 +124,7 @@ async function overlaidRuns(values, runId) {
 // #/?q=exp&status=active&page=3.
 const RUNS_PAGE = 50;
 const SEARCH_WAIT_MS = 250;  // typing pauses this long before the list is asked for again
+const STATUS_CHOICES = [["", "any status"], ["firing", "firing"], ["active", "active"], ["idle", "idle"]];
 
 function runsHash(view) {
   return "#/" + hashQuery({ q: view.q, status: view.status, page: view.page > 1 ? view.page : null });
@@ -132,10 +133,12 @@ function runsHash(view) {
 async function showRuns(query) {
   document.getElementById("crumb").textContent = "runs";
   const p = new URLSearchParams(query);
-  const view = { q: p.get("q") || "", status: p.get("status") || "", page: Math.max(1, parseInt(p.get("page"), 10) || 1) };
+  // Only a status the select can show (not firing,idle nor a typo): the one shown is the one applied.
+  const offered = STATUS_CHOICES.some(([v]) => v === p.get("status")) ? p.get("status") : "";
+  const view = { q: p.get("q") || "", status: offered, page: Math.max(1, parseInt(p.get("page"), 10) || 1) };
   const search = h("input", { id: "runs-search", type: "search", placeholder: "search run ids", value: view.q });
   const status = h("select", { id: "runs-status" },
-    ...[["", "any status"], ["firing", "firing"], ["active", "active"], ["idle", "idle"]].map(([v, t]) => h("option", { value: v, text: t })));
+    ...STATUS_CHOICES.map(([v, t]) => h("option", { value: v, text: t })));
   status.value = view.status;
   const list = h("div", { id: "runs-list" });
   let timer = null;
