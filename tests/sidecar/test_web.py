@@ -572,6 +572,23 @@ def test_run_explorer_from_a_bad_step_to_its_completions(site, tmp_path, new_pag
     _shot(phone, tmp_path, "explorer-phone.png")
 
 
+def test_a_group_link_keeps_the_view(site, new_page):
+    """The group view's link opens the group in the same view (as a sample's link does): the compared
+    run, the zoom, the table's order, filter and columns come with it."""
+    site.seed(_seed_explorer)
+    page = new_page(viewport={"width": 1366, "height": 900})
+    view = f"sort=kl_ref_mean&desc=1&fcol=kl_ref_mean&fmax=1&showcol=policy_version&vs={OTHER}&from=2&to=18"
+    open_run(page, f"{site.url}/#/run/{MAIN}?step=12&{view}")
+    page.locator("#samples-table tbody tr:first-child button.group-open").click()
+    wait(page, "document.querySelectorAll('#group-view .group-card').length === 4")
+    link = page.evaluate("document.querySelector('#group-view a.group-link').getAttribute('href')")
+    open_run(page, site.url + "/" + link)
+    wait(page, "document.querySelectorAll('#group-view .group-card').length === 4")
+    kept = {k: v for k, v in _hash(page).items() if k not in ("step", "group")}
+    assert kept == dict(pair.split("=") for pair in view.split("&"))
+    assert _legend(page) == [MAIN, OTHER] and "policy_version" in _headers(page)
+
+
 def test_any_step_column_is_a_chart_and_the_layout_is_in_the_url(site, tmp_path, new_page):
     """Every step column can be found by search and charted; charts can be removed and rescaled; the
     layout is in the URL, so a reload (a link) shows it again; every chart's cursor follows the pointer."""

@@ -39,7 +39,9 @@ async function showGroup(row) {
     h("pre", { class: "completion", text: fmtCell(r.completion) })));
   const title = `Group at step ${row.step}` + ("group" in row ? ` (group ${row.group})` : "") +
     `: ${rows.length} completion(s) stored, ranked by reward`;
-  const link = h("a", { href: runHash(state.run, { step: row.step, group: row.group }), class: "group-link", text: "link" });
+  // The view as it is, with this group open (as a sample's link).
+  const here = { ...stateParams(), q: null, sample: null, step: row.step, group: row.group };
+  const link = h("a", { href: runHash(state.run, here), class: "group-link", text: "link" });
   view.replaceChildren(
     h("div", { class: "group-head" }, h("h3", { text: title }), link,
       h("button", { type: "button", class: "group-close", text: "close",
