@@ -5,11 +5,15 @@ sidecar reads (and `otel-grpo replay` writes again from the spill). Defined once
 - `grpo.phase.<name>`: child of the step span, attribute `grpo.phase`; duration = end - start;
 - `grpo.samples`: attributes `grpo.run_id`, `grpo.step`, `grpo.samples.chunk`, `grpo.samples.count`;
   one `grpo.sample` event per sample.
-Each of the three also carries `grpo.attempt`: which attempt at the step sent it, an int that grows with
-each attempt (a `Telemetry`'s start in ns; `follow`: when it began reading the job's current files). A step
+Each of the three also carries the attempt of the process that wrote it, an int that grows with each
+attempt (a `Telemetry`'s start in ns; `follow`: when it began reading the job's current files), under one of
+two names. `grpo.attempt`: the record claims its step for that attempt (rank 0's training records). A step
 sent again by a relaunched or resumed job has a larger one: the sidecar then replaces the step's samples,
-scalars and phases together; a smaller one is stale and dropped; the same one (a re-sent export, a replay)
-is stored once. A span without it is merged as before.
+scalars and phases together, and the older attempts' later steps go (the relaunch resumed before them); a
+smaller one is stale and dropped; the same one (a re-sent export, a replay) is stored once.
+`grpo.writer_attempt`: the record claims nothing (an evaluation, another rank's records): it merges into the
+step, and is dropped where a newer attempt than its writer's took the step over (`writers_from`). A span
+with neither is merged as before.
 The resource may carry `grpo.run_id` too (the reader's fallback).
 A step number is an integer in 0 .. 2**63 - 1 (`check_step`): OTel attributes and the sidecar's
 step column are int64. A run id names a run everywhere (`check_run_id`): its run directory, the
@@ -29,6 +33,7 @@ RUN_ID_ATTR = "grpo.run_id"
 STEP_ATTR = "grpo.step"
 PHASE_ATTR = "grpo.phase"
 ATTEMPT_ATTR = "grpo.attempt"
+WRITER_ATTEMPT_ATTR = "grpo.writer_attempt"
 METRIC_PREFIX = "grpo.metric."
 CHUNK_ATTR = "grpo.samples.chunk"
 COUNT_ATTR = "grpo.samples.count"
@@ -41,6 +46,17 @@ ALL_RUNS = ".*"
 run variable's allValue): no run's own id."""
 RUN_SUBRESOURCES = frozenset({"steps", "metrics", "samples", "samples.csv", "samples.jsonl", "sample-steps"})
 """The sidecar's `/api/runs/{run_id}/<name>` routes: a run id ending in `/<name>` would read as one of them."""
+
+
+def writers_from(before: int | None, newer: int) -> int | None:
+    """The first writer attempt (`WRITER_ATTEMPT_ATTR`) that counts as attempt `newer`'s, where `before` is the
+    newest attempt that claimed steps before `newer` did; None where none did (every writer counts as `newer`'s).
+
+    A writer's attempt is its process's start. The ranks of one job start close together but each at its own
+    instant, so another rank's attempt is not its rank 0's; a relaunch starts after the attempt before it
+    crashed. Halfway between the two claims tells the jobs apart, in the sidecar and in `otel-grpo replay` alike.
+    """
+    return None if before is None else before + (newer - before + 1) // 2
 
 
 def check_step(step: Any) -> int:

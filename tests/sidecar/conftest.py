@@ -32,10 +32,14 @@ PHASES = ("rollout", "reward", "update")
 
 
 def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completion=None, resource_run: bool = True,
-               extra=None, metrics=None, attempt=None):
+               extra=None, metrics=None, attempt=None, writer_attempt=None, first_index: int = 0):
     """Finished SDK spans exactly as the telemetry layer writes them (the span contract); `attempt`: their
-    `grpo.attempt` (none by default, as a sender before attempts)."""
+    `grpo.attempt` (none by default, as a sender before attempts); `writer_attempt`: their `grpo.writer_attempt`
+    instead (records that claim no attempt: an evaluation's, another rank's); `first_index`: the sample index of
+    each step's first sample (another sender's rows: other indices)."""
     tag = {} if attempt is None else {"grpo.attempt": attempt}
+    if writer_attempt is not None:
+        tag["grpo.writer_attempt"] = writer_attempt
     exporter = InMemorySpanExporter()
     attrs = {"service.name": "trainer", "grpo.model": "tiny", "host.name": "h", "grpo.rank": 0}
     if resource_run:
@@ -56,7 +60,7 @@ def grpo_spans(run_id: str = "run-a", steps=range(3), samples: int = 4, completi
                         "prompt": f"prompt {step}/{i}",
                         "completion": completion(step, i) if completion else f"answer {i} of step {step}",
                         "reward": float(i) / 2, "reward.format": float(i % 2), "advantage": i - 1.5,
-                        "completion_length": 10.0 + i, "sample_index": i, "selection": "top",
+                        "completion_length": 10.0 + i, "sample_index": first_index + i, "selection": "top",
                         "truncated": i == 3, "completion_original_length": 100 + i,
                         **(extra(step, i) if extra else {}),
                     })

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from otel_grpo.catalog.spans import (ATTEMPT_ATTR, METRIC_PREFIX, PHASE_ATTR, PHASE_PREFIX, RUN_ID_ATTR, SAMPLE_EVENT,
-                                     SAMPLES_SPAN, STEP_ATTR, STEP_SPAN, check_run_id)
+                                     SAMPLES_SPAN, STEP_ATTR, STEP_SPAN, WRITER_ATTEMPT_ATTR, check_run_id)
 
 # Columns every step row carries; a stat key of the same name (the catalog has `step`) is
 # stored as `stat.<key>` so a row never has two fields of one name.
@@ -28,7 +28,9 @@ class StepRecord:
     end: float
     metrics: dict[str, float | None]
     attempt: int | None = None
-    """`grpo.attempt`: which attempt at the step sent it (None: not said; merged as before)."""
+    """The attempt of the process that wrote it (None: not said; merged as before)."""
+    claims: bool = False
+    """It claims its step for `attempt` (`grpo.attempt`), rather than merging into the step (`grpo.writer_attempt`)."""
 
 
 @dataclass(slots=True)
@@ -40,6 +42,7 @@ class PhaseRecord:
     run_id: str | None
     step: int | None
     attempt: int | None = None
+    claims: bool = False
 
 
 @dataclass(slots=True)
@@ -56,6 +59,7 @@ class SampleRecord:
     time: float
     data: dict
     attempt: int | None = None
+    claims: bool = False
 
 
 @dataclass(slots=True)
@@ -148,7 +152,7 @@ def extract(request) -> Batch:
         default_run = resource.get(RUN_ID_ATTR)
         default_run = str(default_run) if default_run not in (None, "") else None
         info = {k: str(resource[k]) for k in ("service.name", "grpo.model", "host.name") if k in resource}
-        n_steps, n_samples = len(batch.steps), len(batch.samples)
+        n_steps, n_samples, n_phases = len(batch.steps), len(batch.samples), len(batch.phases)
         for ss in rs.scope_spans:
             for span in ss.spans:
                 batch.spans += 1
@@ -159,8 +163,9 @@ def extract(request) -> Batch:
                     _samples_span(batch, span, default_run)
                 elif name.startswith(PHASE_PREFIX):
                     _phase_span(batch, span)
-        for record in (*batch.steps[n_steps:], *batch.samples[n_samples:]):
-            if record.run_id not in batch.runs:
+        for record in (*batch.steps[n_steps:], *batch.samples[n_samples:], *batch.phases[n_phases:]):
+            if record.run_id is not None and record.run_id not in batch.runs:  # a phase's too: the store reads
+                # the run's newest attempt with its row (`_attempts`)
                 batch.runs[record.run_id] = info
     return batch
 
@@ -195,7 +200,7 @@ def _step_span(batch: Batch, span, default_run: str | None) -> None:
             stat = name[len(METRIC_PREFIX):]
             metrics["stat." + stat if stat in RESERVED_STEP_KEYS else stat] = _num(value)
     batch.steps.append(StepRecord(key[0], key[1], bytes(span.span_id), span.start_time_unix_nano / 1e9,
-                                  span.end_time_unix_nano / 1e9, metrics, _attempt(attrs)))
+                                  span.end_time_unix_nano / 1e9, metrics, *_attempt(attrs)))
 
 
 def _phase_span(batch: Batch, span) -> None:
@@ -213,7 +218,7 @@ def _phase_span(batch: Batch, span) -> None:
     duration = max(0.0, (span.end_time_unix_nano - span.start_time_unix_nano) / 1e9)
     batch.phases.append(PhaseRecord(bytes(span.span_id), bytes(span.parent_span_id), str(phase), duration,
                                     str(run_id) if run_id and step is not None else None,
-                                    step if run_id else None, _attempt(attrs)))
+                                    step if run_id else None, *_attempt(attrs)))
 
 
 def _samples_span(batch: Batch, span, default_run: str | None) -> None:
@@ -222,7 +227,7 @@ def _samples_span(batch: Batch, span, default_run: str | None) -> None:
     if key is None:
         return
     run_id, step = key
-    attempt = _attempt(attrs)
+    attempt, claims = _attempt(attrs)
     span_hex = None
     append = batch.samples.append
     for i, event in enumerate(span.events):
@@ -240,14 +245,18 @@ def _samples_span(batch: Batch, span, default_run: str | None) -> None:
         append(SampleRecord(
             run_id, step, uid, index, _take_num(data, "reward"), _take_num(data, "advantage"),
             _take_num(data, "completion_length"), _take_text(data, "prompt"), _take_text(data, "completion"),
-            event.time_unix_nano / 1e9, data, attempt,
+            event.time_unix_nano / 1e9, data, attempt, claims,
         ))
 
 
-def _attempt(attrs: dict) -> int | None:
-    """A span's `grpo.attempt`: a non-negative int64, else None (not said: stored as before, merged)."""
-    attempt = _int(attrs.get(ATTEMPT_ATTR))
-    return attempt if attempt is not None and attempt >= 0 else None
+def _attempt(attrs: dict) -> tuple[int | None, bool]:
+    """A span's writer attempt, a non-negative int64, and whether it claims its step: `grpo.attempt` does,
+    `grpo.writer_attempt` does not; (None, False) where neither is said (stored as before, merged)."""
+    for name, claims in ((ATTEMPT_ATTR, True), (WRITER_ATTEMPT_ATTR, False)):
+        attempt = _int(attrs.get(name))
+        if attempt is not None and attempt >= 0:
+            return attempt, claims
+    return None, False
 
 
 def _take_num(data: dict, key: str) -> float | None:

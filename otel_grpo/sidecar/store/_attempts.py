@@ -1,20 +1,30 @@
-"""Attempts at a step (`grpo.attempt`, catalog `spans`): a newer attempt replaces an older one's rows.
+"""Attempts at a step (catalog `spans`): a newer attempt replaces an older one's rows, and the run reads as it.
 
-A relaunched or resumed job sends its steps again with other completions and other scalars. The
-store keeps one attempt per step, the newest it has seen (`step_attempts`): a write carrying a newer
-attempt first removes the step's samples and phases of older attempts (and rows stored with none) and
-empties its scalars, so the step never shows one attempt's completions beside another's metrics;
-records of an older attempt are dropped; records of the same attempt (a re-sent export, a replay)
-merge as always, so re-delivery stays idempotent. Records without an attempt merge as before (an
-evaluation claims none: it merges into whichever attempt trained its step).
+A relaunched or resumed job sends its steps again with other completions and other scalars. Every record says
+the attempt of the process that wrote it; rank 0's training records claim their step for it (`grpo.attempt`),
+the others (an evaluation, another rank's) merge into the step (`grpo.writer_attempt`). Samples, phases and
+step rows keep their writers' attempt (a step row: the oldest of the scalars merged into it).
 
-A newer attempt that re-sends a step the store holds from an older one resumed from before it: the
-older attempts' later steps belong to a run that no longer is (the relaunch runs them again, or
-crashed before it got there). They are removed with their samples and phases, and claimed for the
-newer attempt so that a late record of theirs is dropped: the run reads as the relaunch, up to its
-latest step, never a mix of the relaunch's early steps and the crashed attempt's later ones.
+What the store holds, per run and per step:
+- the run's floor (`runs.attempt`, `attempt_step`, `attempt_since`): its newest claiming attempt, the first step
+  that attempt claimed (where it resumed), and the first writer attempt counted as its (`writers_from`). Every
+  step from there on is that attempt's, whether or not the store has a row of it.
+- `step_attempts`: the newest attempt that claimed each step it has a row for.
 
-Runs inside `Writes.write_batch`'s transaction, after it has serialized with the other writers.
+A claim of an attempt newer than the one holding its step takes the step over: what older attempts' writers
+(and senders that named none) stored there goes, samples, phases and scalars together, while rows another rank
+or an evaluation of the claiming attempt sent first stay. A claim newer than the run's floor moves the floor to
+it: the older attempts' later steps belong to a run that no longer is (the relaunch runs them again, or crashed
+before it got there), and go with their samples and phases; the run reads as the relaunch, up to its latest
+step, never a mix of the relaunch's early steps and the crashed attempt's later ones. From then on a record
+of an older attempt at a step from the floor on is stale and dropped, however late it comes and whether or not
+the step exists (a retried export, a replayed spill, a record below what `max_steps` retention kept); a claim
+of an older attempt than its step's holder is stale anywhere; the same attempt (a re-sent export, a replay)
+merges, so re-delivery stays idempotent. The run's first claim removes only rows of senders that named none.
+Records without an attempt merge as before.
+
+Runs inside `Writes.write_batch`'s transaction, after it has serialized with the other writers; the floor
+comes with the run's row that transaction upserts anyway, so the only reads are the claimed steps' holders.
 """
 
 from __future__ import annotations
@@ -22,104 +32,176 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from otel_grpo.catalog.spans import writers_from
+
 from ..otlp._extract import Batch
 
 _UPSERT = """
 INSERT INTO step_attempts (run_id, step, attempt) VALUES (?, ?, ?)
 ON CONFLICT (run_id, step) DO UPDATE SET attempt = excluded.attempt
 """
+_FLOOR = "UPDATE runs SET attempt = ?, attempt_step = ?, attempt_since = ? WHERE run_id = ?"
+
+_OLDER = "(attempt IS NULL OR attempt < ?)"
+"""Rows written by an attempt older than the parameter, or by a sender that named none: the parameter is a
+writers' boundary (`writers_from`), 0 where none is known (then only the latter)."""
 
 
-_OLDER = "(attempt IS NULL OR attempt < ?)"  # rows of an older attempt, or of a sender that named none
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """A run's newest claiming attempt and where it resumed (the columns `runs.attempt*`)."""
+
+    attempt: int
+    step: int
+    """The first step `attempt` claimed: every step from here on is its."""
+    since: int | None
+    """The first writer attempt counted as `attempt`'s (`writers_from`); None: no older attempt claimed steps."""
+
+    def covers(self, step: int) -> bool:
+        return step >= self.step
+
+
+def floor_of(row) -> Floor | None:
+    """The floor from a run row's (attempt, attempt_step, attempt_since); None before its first claim."""
+    return None if row[0] is None else Floor(row[0], row[1], row[2])
 
 
 @dataclass(slots=True)
 class Settled:
+    floors: dict[str, Floor] = field(default_factory=dict)
+    """Each run's floor after this write."""
     newest: dict[tuple[str, int], int] = field(default_factory=dict)
-    """Each step's attempt after this write."""
+    """The attempt holding each step this batch claims, after this write."""
     replaced: dict[tuple[str, int], bool] = field(default_factory=dict)
-    """Steps whose older attempt's rows were removed by this write (their scalars start over)."""
+    """Steps this batch took over, and whether older rows went (their scalars start over)."""
     removed: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     """Sample rows of older attempts removed, per run."""
     dropped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     """This batch's sample rows of a stale attempt, inserted with the others and taken out again, per run."""
     retired: set[str] = field(default_factory=set)
-    """Runs whose older attempts' later steps this write removed (`_retire_after`): their step range and
+    """Runs whose older attempts' later steps this write removed (`_retire`): their step range and
     sample count are recounted, and readers holding their steps read them again."""
 
-    def stale(self, run_id: str | None, step: int | None, attempt: int | None) -> bool:
-        """A record of an attempt older than its step's newest: dropped."""
-        return attempt is not None and attempt < self.newest.get((run_id, step), attempt)  # type: ignore[arg-type]
+    def stale(self, record) -> bool:
+        """A record (step, phase or sample) of an attempt older than the one holding its step: dropped."""
+        attempt, run_id = record.attempt, record.run_id
+        if attempt is None or run_id is None:
+            return False
+        floor = self.floors.get(run_id)
+        if floor is not None and floor.covers(record.step):  # the newest attempt's step: older writers' are stale
+            older_than = floor.attempt if record.claims else floor.since
+            if older_than is not None and attempt < older_than:
+                return True
+        held = self.newest.get((run_id, record.step))
+        return record.claims and held is not None and attempt < held
 
 
-def settle(conn, batch: Batch) -> Settled:
-    """Bring each step the batch names an attempt for to its newest attempt; returns what the rest of the
-    write must skip and the samples removed."""
-    out = Settled()
-    sent: dict[tuple[str, int], tuple[int, int]] = {}  # step -> (newest, oldest) attempt in this batch
+def settle(conn, batch: Batch, floors: dict[str, Floor]) -> Settled:
+    """Bring each run's floor and each step the batch claims to their newest attempt; `floors`: the runs'
+    floors before this write. Returns what the rest of the write must skip and the samples removed."""
+    out = Settled(floors=dict(floors))
+    claims: dict[tuple[str, int], int] = {}  # step -> the newest attempt claiming it in this batch
     for rec in (*batch.steps, *batch.samples, *batch.phases):
-        if rec.attempt is not None and rec.run_id is not None and rec.step is not None:
+        if rec.claims and rec.attempt is not None and rec.run_id is not None and rec.step is not None:
             key = (rec.run_id, rec.step)
-            newest, oldest = sent.get(key, (rec.attempt, rec.attempt))
-            sent[key] = (max(newest, rec.attempt), min(oldest, rec.attempt))
-    resumed = []  # (run, step, attempt): a newer attempt re-sent a step an older one had sent
-    for (run_id, step), (newest, oldest) in sorted(sent.items()):
+            claims[key] = max(claims.get(key, rec.attempt), rec.attempt)
+    retire = _move_floors(conn, claims, out)
+    for (run_id, step), attempt in sorted(claims.items()):
+        floor, before = out.floors[run_id], floors.get(run_id)
+        if floor.covers(step) and attempt < floor.attempt:  # a step the newest attempt holds: stale claims
+            out.newest[(run_id, step)] = floor.attempt
+            continue
         row = conn.execute("SELECT attempt FROM step_attempts WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
         stored = None if row is None else row[0]
-        final = newest if stored is None else max(stored, newest)
-        out.newest[(run_id, step)] = final
-        if stored is None or final > stored:
-            conn.execute(_UPSERT, (run_id, step, final))
-            out.replaced[(run_id, step)] = _replace(conn, run_id, step, final, out)
-            if stored is not None:
-                resumed.append((run_id, step, final))
-        elif oldest < final:  # this batch's rows of an older attempt went in with the samples: take them out
-            out.dropped[run_id] += _remove_samples(conn, run_id, step, final)
-    # after every step of the batch is settled: a later step it re-sends is replaced (its rows go in
+        held = _newer(stored, before.attempt if before is not None and before.covers(step) else None)
+        if stored is None or attempt > stored:
+            conn.execute(_UPSERT, (run_id, step, attempt))
+        if held is None or attempt > held:  # taken over: what older attempts' writers stored goes
+            since = floor.since if attempt == floor.attempt else writers_from(held, attempt)
+            out.replaced[(run_id, step)] = _take_over(conn, run_id, step, since, out)
+        out.newest[(run_id, step)] = _newer(held, attempt)  # type: ignore[assignment]
+    # after every claimed step is settled: a later step the batch claims is taken over (its rows go in
     # again), not taken for one of the run that no longer is
-    for run_id, step, attempt in resumed:
-        _retire_after(conn, run_id, step, attempt, out)
-        for key, held in out.newest.items():  # this batch's own records of the retired steps: stale too
-            if key[0] == run_id and key[1] > step and held < attempt:
-                out.newest[key] = attempt
+    for run_id, (above, below) in retire.items():
+        _retire(conn, run_id, above, below, out.floors[run_id], out)
+    _drop_stale_samples(conn, batch, out)
     return out
 
 
-def _replace(conn, run_id: str, step: int, attempt: int, out: Settled) -> bool:
-    """Remove what older attempts (or senders that named none) stored for the step; True if anything was."""
-    removed = _remove_samples(conn, run_id, step, attempt)
+def _move_floors(conn, claims: dict[tuple[str, int], int], out: Settled) -> dict[str, tuple[int, int | None]]:
+    """Each run's floor after the batch's claims, stored where it moved; returns the steps to retire per run:
+    (above, below), below None for every later step."""
+    by_run: dict[str, dict[int, int]] = defaultdict(dict)  # run -> attempt -> the first step it claims here
+    for (run_id, step), attempt in claims.items():
+        firsts = by_run[run_id]
+        firsts[attempt] = min(firsts.get(attempt, step), step)
+    retire = {}
+    for run_id, firsts in by_run.items():
+        old = out.floors.get(run_id)
+        newest = max(firsts)
+        if old is None or newest > old.attempt:  # a newer attempt: a relaunch, from its first step on
+            before = max([a for a in firsts if a < newest] + ([old.attempt] if old else []), default=None)
+            floor = Floor(newest, firsts[newest], writers_from(before, newest))
+            if floor.since is not None:  # nothing older than a run's first claim is known
+                retire[run_id] = (floor.step, None)
+        elif newest == old.attempt and firsts[newest] < old.step:  # the same one, resumed earlier than seen
+            floor = Floor(newest, firsts[newest], old.since)
+            if floor.since is not None:  # the steps from old.step on were retired when it came
+                retire[run_id] = (floor.step, old.step)
+        else:
+            continue
+        out.floors[run_id] = floor
+        conn.execute(_FLOOR, (floor.attempt, floor.step, floor.since, run_id))
+    return retire
+
+
+def _newer(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _take_over(conn, run_id: str, step: int, since: int | None, out: Settled) -> bool:
+    """Remove what writers older than `since` (or senders that named none) stored for the step; True if any."""
+    bound = 0 if since is None else since
+    removed = conn.execute(f"DELETE FROM samples WHERE run_id = ? AND step = ? AND {_OLDER}",
+                           (run_id, step, bound)).rowcount
     out.removed[run_id] += removed
     phases = conn.execute(f"DELETE FROM phases WHERE run_id = ? AND step = ? AND {_OLDER}",
-                          (run_id, step, attempt)).rowcount
-    scalars = conn.execute("SELECT 1 FROM steps WHERE run_id = ? AND step = ? AND metrics <> '{}'",
-                           (run_id, step)).fetchone() is not None
-    if scalars:
+                          (run_id, step, bound)).rowcount
+    scalars = conn.execute(f"SELECT 1 FROM steps WHERE run_id = ? AND step = ? AND metrics <> '{{}}' AND {_OLDER}",
+                           (run_id, step, bound)).fetchone() is not None
+    if scalars:  # merged into one object: an older writer's scalars take the step's along
         (version,) = conn.execute("UPDATE runs SET step_version = step_version + 1 WHERE run_id = ? "
                                   "RETURNING step_version", (run_id,)).fetchone()
-        conn.execute("UPDATE steps SET metrics = '{}', version = ? WHERE run_id = ? AND step = ?",
+        conn.execute("UPDATE steps SET metrics = '{}', attempt = NULL, version = ? WHERE run_id = ? AND step = ?",
                      (version, run_id, step))
     return bool(removed or phases or scalars)
 
 
-def _retire_after(conn, run_id: str, step: int, attempt: int, out: Settled) -> None:
-    """Remove what attempts older than `attempt` (or senders that named none) stored after `step`, and claim
-    those steps for `attempt`. Steps it has already sent itself (records arriving out of order) stay."""
-    removed = conn.execute(f"DELETE FROM samples WHERE run_id = ? AND step > ? AND {_OLDER}",
-                           (run_id, step, attempt)).rowcount
+def _retire(conn, run_id: str, above: int, below: int | None, floor: Floor, out: Settled) -> None:
+    """Remove what writers older than the floor's (or senders that named none) stored at the steps after
+    `above` (and before `below`), and claim those steps for the floor's attempt. Steps it has claimed itself
+    (records arriving out of order) stay, and so do step rows only its own writers merged into."""
+    where = "run_id = ? AND step > ?" + ("" if below is None else " AND step < ?")
+    span = (run_id, above) if below is None else (run_id, above, below)
+    older = (*span, floor.since)
+    removed = conn.execute(f"DELETE FROM samples WHERE {where} AND {_OLDER}", older).rowcount
     out.removed[run_id] += removed
-    gone = removed + conn.execute(f"DELETE FROM phases WHERE run_id = ? AND step > ? AND {_OLDER}",
-                                  (run_id, step, attempt)).rowcount
-    for table in ("steps", "step_spans"):
-        gone += conn.execute(
-            f"DELETE FROM {table} WHERE run_id = ? AND step > ? AND NOT EXISTS (SELECT 1 FROM step_attempts AS a "
-            f"WHERE a.run_id = {table}.run_id AND a.step = {table}.step AND a.attempt >= ?)",
-            (run_id, step, attempt)).rowcount
-    conn.execute("UPDATE step_attempts SET attempt = ? WHERE run_id = ? AND step > ? AND attempt < ?",
-                 (attempt, run_id, step, attempt))
+    gone = removed + conn.execute(f"DELETE FROM phases WHERE {where} AND {_OLDER}", older).rowcount
+    gone += conn.execute(
+        f"DELETE FROM steps WHERE {where} AND {_OLDER} AND NOT EXISTS (SELECT 1 FROM step_attempts AS a "
+        "WHERE a.run_id = steps.run_id AND a.step = steps.step AND a.attempt >= ?)", (*older, floor.attempt)).rowcount
+    gone += conn.execute(f"DELETE FROM step_spans WHERE {where} AND NOT EXISTS (SELECT 1 FROM steps AS s "
+                         "WHERE s.run_id = step_spans.run_id AND s.step = step_spans.step)", span).rowcount
+    conn.execute(f"UPDATE step_attempts SET attempt = ? WHERE {where} AND attempt < ?",
+                 (floor.attempt, *span, floor.attempt))
     if gone:
         out.retired.add(run_id)
 
 
-def _remove_samples(conn, run_id: str, step: int, attempt: int) -> int:
-    return conn.execute(f"DELETE FROM samples WHERE run_id = ? AND step = ? AND {_OLDER}",
-                        (run_id, step, attempt)).rowcount
+def _drop_stale_samples(conn, batch: Batch, out: Settled) -> None:
+    """This batch's sample rows of a stale record went in with the others, before the settling: out again.
+    Whatever else the store holds of that attempt at that step is as stale."""
+    groups = {(s.run_id, s.step, s.attempt) for s in batch.samples if out.stale(s)}
+    for run_id, step, attempt in sorted(groups):
+        out.dropped[run_id] += conn.execute("DELETE FROM samples WHERE run_id = ? AND step = ? AND attempt = ?",
+                                            (run_id, step, attempt)).rowcount

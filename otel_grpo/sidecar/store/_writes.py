@@ -5,7 +5,7 @@ qualified (`steps.start_time`), which both accept and PostgreSQL requires, and t
 numbered parameters. Every write is idempotent under re-delivery: samples are unique on
 (run, step, sample id), steps, values, spans and phases are upserts, so a retried export or a
 replayed spill never duplicates a row. A newer attempt at a step (`grpo.attempt`) replaces the older
-one's samples, scalars and phases together (`_attempts`).
+one's samples, scalars and phases together, and the run's older attempts' later steps (`_attempts`).
 """
 
 from __future__ import annotations
@@ -34,13 +34,15 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, step, uid) DO NOTHING
 """
 _STEP_UPSERT = """
-INSERT INTO steps (run_id, step, start_time, end_time, updated_at, metrics, version) VALUES (?, ?, ?, ?, ?, ?, ?)
+INSERT INTO steps (run_id, step, start_time, end_time, updated_at, metrics, version, attempt)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, step) DO UPDATE SET
     start_time = coalesce(excluded.start_time, steps.start_time),
     end_time = coalesce(excluded.end_time, steps.end_time),
     updated_at = excluded.updated_at,
     metrics = excluded.metrics,
-    version = excluded.version
+    version = excluded.version,
+    attempt = excluded.attempt
 """
 _SPAN_UPSERT = """
 INSERT INTO step_spans (span_id, run_id, step) VALUES (?, ?, ?)
@@ -61,7 +63,8 @@ ON CONFLICT (run_id) DO UPDATE SET
     host = coalesce(excluded.host, runs.host),
     last_update = excluded.last_update
 """
-_RUN_UPSERT_IDENTITY = _RUN_UPSERT + "RETURNING first_seen"  # the run's identity (`_step_columns`)
+# the run's identity (`_step_columns`) and its attempt floor (`_attempts`)
+_RUN_UPSERT_IDENTITY = _RUN_UPSERT + "RETURNING first_seen, attempt, attempt_step, attempt_since"
 _RUN_PROGRESS = """
 UPDATE runs SET
     first_step = CASE WHEN first_step IS NULL OR first_step > ? THEN ? ELSE first_step END,
@@ -72,19 +75,23 @@ WHERE run_id = ?
 
 
 def merge_step(conn, run_id: str, step: int, start: float | None, end: float | None, now: float,
-               metrics: dict) -> None:
+               metrics: dict, writer: int | None) -> None:
     """Upsert a step, merging its scalars into what earlier exports stored, stamped with the run's
     next step version (readers holding the run's steps read what is newer: _step_series). The
-    run's row must exist.
+    run's row must exist. `writer`: the attempt that wrote `metrics` (None: a sender that named none);
+    the row keeps the oldest of its scalars' writers, so a newer attempt knows whether to empty it (`_attempts`).
 
     Merged here rather than in SQL (SQLite's json_patch re-renders every number with 15
     significant digits): Python's json keeps each double exact (17 digits where needed).
     """
-    row = conn.execute("SELECT metrics FROM steps WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
-    merged = {**json.loads(row[0]), **metrics} if row else metrics
+    row = conn.execute("SELECT metrics, attempt FROM steps WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
+    held = json.loads(row[0]) if row else {}
+    if held:  # None, a sender that named none, is older than any
+        writer = None if writer is None or row[1] is None else min(writer, row[1])
     (version,) = conn.execute("UPDATE runs SET step_version = step_version + 1 WHERE run_id = ? RETURNING step_version",
                               (run_id,)).fetchone()
-    conn.execute(_STEP_UPSERT, (run_id, step, start, end, now, json.dumps(merged, separators=(",", ":")), version))
+    conn.execute(_STEP_UPSERT, (run_id, step, start, end, now, json.dumps({**held, **metrics}, separators=(",", ":")),
+                                version, writer))
 
 
 class Writes:
@@ -114,21 +121,24 @@ class Writes:
         with self._tx(samples_first=True) as conn:
             inserted = self._write_samples(conn, batch)
             self._serialize(conn)
-            identity = {}  # run -> its first_seen
+            identity, floors = {}, {}  # run -> its first_seen; run -> its attempt floor
             for run_id, info in batch.runs.items():
-                (identity[run_id],) = conn.execute(_RUN_UPSERT_IDENTITY, (
+                first_seen, *floor = conn.execute(_RUN_UPSERT_IDENTITY, (
                     run_id, info.get("service.name"), info.get("grpo.model"), info.get("host.name"), now, now)).fetchone()
-            settled = _attempts.settle(conn, batch)
+                identity[run_id] = first_seen
+                if (known := _attempts.floor_of(floor)) is not None:
+                    floors[run_id] = known
+            settled = _attempts.settle(conn, batch, floors)
             if settled.replaced:  # rows of the new attempt that met an older one's (same uid) go in now
                 again = self._write_samples(conn, batch, only=settled)
                 inserted = {run: inserted.get(run, 0) + again.get(run, 0) for run in {*inserted, *again}}
-            steps = [st for st in batch.steps if not settled.stale(st.run_id, st.step, st.attempt)]
+            steps = [st for st in batch.steps if not settled.stale(st)]
             columns: dict[str, set[str]] = defaultdict(set)  # run -> the stat keys its steps were given here
             for st in steps:
-                merge_step(conn, st.run_id, st.step, st.start, st.end, now, st.metrics)
+                merge_step(conn, st.run_id, st.step, st.start, st.end, now, st.metrics, st.attempt)
                 columns[st.run_id].update(st.metrics)
             conn.executemany(_SPAN_UPSERT, [(s.span_id, s.run_id, s.step) for s in steps])
-            self._write_phases(conn, batch, now, settled, columns)
+            self._write_phases(conn, batch, steps, now, settled, columns)
             added = self._write_columns(conn, columns, identity)
             kept = {run: inserted.get(run, 0) - settled.dropped.get(run, 0) for run in inserted}
             self._write_progress(conn, batch, settled, {run: kept.get(run, 0) - settled.removed.get(run, 0)
@@ -139,30 +149,32 @@ class Writes:
             self.known_columns.written(run_id, identity.get(run_id), keys)
         return sum(kept.values())
 
-    def _write_phases(self, conn, batch: Batch, now: float, settled: _attempts.Settled,
+    def _write_phases(self, conn, batch: Batch, steps: list, now: float, settled: _attempts.Settled,
                       columns: dict[str, set[str]]) -> None:
-        """Phase spans, and each touched step's phase durations (added to `columns`, per run)."""
+        """Phase spans, and each touched step's phase durations (added to `columns`, per run); `steps`: the
+        batch's step records that are not stale."""
+        phases = [p for p in batch.phases if not settled.stale(p)]
         conn.executemany(_PHASE_UPSERT, [
-            (p.span_id, p.parent_span_id, p.name, p.duration, p.run_id, p.step, now, p.attempt) for p in batch.phases
-            if not settled.stale(p.run_id, p.step, p.attempt)])
+            (p.span_id, p.parent_span_id, p.name, p.duration, p.run_id, p.step, now, p.attempt) for p in phases])
         if batch.phases or batch.steps:
             conn.execute("""UPDATE phases SET run_id = s.run_id, step = s.step FROM step_spans AS s
                             WHERE phases.run_id IS NULL AND phases.parent_span_id = s.span_id""")
-        touched = {(s.run_id, s.step) for s in batch.steps} | {k for k, removed in settled.replaced.items() if removed}
-        for p in batch.phases:
-            if settled.stale(p.run_id, p.step, p.attempt):
-                continue
+        touched = {(s.run_id, s.step) for s in steps} | {k for k, removed in settled.replaced.items() if removed}
+        for p in phases:
             row = conn.execute("SELECT run_id, step FROM phases WHERE span_id = ?", (p.span_id,)).fetchone()
             if row[0] is not None:
                 touched.add((row[0], row[1]))
-        # Sum per phase name over the step's phase spans: idempotent under re-delivery.
+        # Sum per phase name over the step's phase spans: idempotent under re-delivery. Their oldest writer
+        # (-1: one that named none) writes the sums.
         for run_id, step in sorted(touched):
-            sums = conn.execute("SELECT name, sum(duration) FROM phases WHERE run_id = ? AND step = ? GROUP BY name",
-                                (run_id, step)).fetchall()
+            sums = conn.execute("SELECT name, sum(duration), min(coalesce(attempt, -1)) FROM phases "
+                                "WHERE run_id = ? AND step = ? GROUP BY name", (run_id, step)).fetchall()
             if sums:
+                writer = min(oldest for _, _, oldest in sums)
                 conn.execute(_RUN_UPSERT, (run_id, None, None, None, now, now))
-                merge_step(conn, run_id, step, None, None, now, {PHASE_COLUMN + name: total for name, total in sums})
-                columns[run_id].update(PHASE_COLUMN + name for name, _ in sums)
+                merge_step(conn, run_id, step, None, None, now, {PHASE_COLUMN + name: total for name, total, _ in sums},
+                           None if writer < 0 else writer)
+                columns[run_id].update(PHASE_COLUMN + name for name, _, _ in sums)
 
     def _write_columns(self, conn, columns: dict[str, set[str]], identity: dict[str, object]) -> dict[str, set[str]]:
         """The stat keys just written, in each run's `step_columns` (what `metric_keys` lists), but those this
@@ -183,8 +195,7 @@ class Writes:
         dumps = orjson.dumps
         by_run: dict[str, list] = defaultdict(list)
         for s in batch.samples:
-            if only is not None and not (only.replaced.get((s.run_id, s.step))
-                                         and not only.stale(s.run_id, s.step, s.attempt)):
+            if only is not None and not (only.replaced.get((s.run_id, s.step)) and not only.stale(s)):
                 continue
             by_run[s.run_id].append((s.run_id, s.step, s.uid, s.sample_index, s.reward, s.advantage,
                                      s.completion_length, s.prompt, s.completion, s.time,
@@ -200,7 +211,7 @@ class Writes:
         """The runs' step ranges and sample counts, from this batch's records but a stale attempt's."""
         steps: dict[str, list[int]] = defaultdict(list)
         for record in (*batch.steps, *batch.samples, *batch.phases):
-            if record.run_id is not None and not settled.stale(record.run_id, record.step, record.attempt):
+            if record.run_id is not None and not settled.stale(record):
                 steps[record.run_id].append(record.step)
         for run_id in {*steps, *inserted}:
             values = steps.get(run_id, [None])  # None: only its sample count changes
