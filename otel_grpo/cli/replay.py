@@ -124,6 +124,7 @@ def _requests(spill: SpillReader) -> Iterator[_Request]:
     (`max_events_per_span`), so a step larger than a request (every row of an anomalous step kept) is sent in
     parts."""
     from otel_grpo.telemetry import TelemetrySettings
+    from otel_grpo.telemetry._spill import row_attempt
 
     per_span = TelemetrySettings.model_fields["max_events_per_span"].default
     request = _Request()
@@ -135,23 +136,25 @@ def _requests(spill: SpillReader) -> Iterator[_Request]:
         for run_id, number in sorted({*found_lines, *rows}):
             # A relaunched run spilled the step again, and steps after it that it never reached: what a newer
             # attempt superseded stays out, the rest goes as the attempt that claims the step (an evaluation or
-            # another rank claims none: it merges into whichever attempt trained the step)
+            # another rank claims none: it merges into whichever attempt trained the step); a step only such
+            # records hold goes under its newest writer's attempt, claiming nothing, as they went live
             kept = [ln for ln in found_lines.get((run_id, number), [])
-                    if not spill.superseded(run_id, number, ln.get("attempt"))]
-            attempt = _newest([ln for ln in kept if ln.get("claims", True) is not False],
-                              [r for r in rows.get((run_id, number), [])
-                               if not spill.superseded(run_id, number, r.get(spans.ATTEMPT_ATTR))])
+                    if not spill.superseded(run_id, number, *_line_attempt(ln))]
+            live = [r for r in rows.get((run_id, number), []) if not spill.superseded(run_id, number, *row_attempt(r))]
+            said = [_line_attempt(ln) for ln in kept] + [row_attempt(r) for r in live]
+            attempt = _newest(said, claims=True)
+            writer = None if attempt is not None else _newest(said, claims=False)
             line = functools.reduce(_merged, kept, None)
             end_ns = (line or {}).get("end_ns") or time.time_ns()
             if line is not None:
-                request.size += _step_span(request.span(run_id), run_id, number, line, end_ns, attempt).ByteSize()
+                request.size += _step_span(request.span(run_id), run_id, number, line, end_ns, attempt,
+                                           writer).ByteSize()
                 request.steps += 1
-            group = [r for r in rows.get((run_id, number), []) if r.get(spans.ATTEMPT_ATTR) in (attempt, None)
-                     and not spill.superseded(run_id, number, r.get(spans.ATTEMPT_ATTR))]
+            group = [r for r in live if row_attempt(r)[0] == attempt or not row_attempt(r)[1]]
             for first in range(0, len(group), per_span):
                 chunk = group[first:first + per_span]
                 request.size += _samples_span(request.span(run_id), run_id, number, chunk, end_ns, first,
-                                              attempt).ByteSize()
+                                              attempt, writer).ByteSize()
                 request.samples += len(chunk)
                 if request.size >= _REQUEST_BYTES:
                     yield request
@@ -164,11 +167,16 @@ def _requests(spill: SpillReader) -> Iterator[_Request]:
         yield request
 
 
-def _newest(lines: list[dict], rows: list[dict]) -> int | None:
-    """The newest attempt (`grpo.attempt`) a step was spilled by; None where none says one (an older spill)."""
-    attempts = [a for a in (*(ln.get("attempt") for ln in lines), *(r.get(spans.ATTEMPT_ATTR) for r in rows))
-                if isinstance(a, int) and not isinstance(a, bool)]
-    return max(attempts, default=None)
+def _line_attempt(line: dict) -> tuple[object, bool]:
+    """A step line's writer attempt, and whether it claims its step."""
+    return line.get("attempt"), line.get("claims", True) is not False
+
+
+def _newest(attempts: list[tuple[object, bool]], claims: bool) -> int | None:
+    """The newest of the (attempt, claims) pairs that do (`claims`) or do not claim their step; None where none
+    says one (an older spill)."""
+    return max((a for a, c in attempts if c is claims and isinstance(a, int) and not isinstance(a, bool)),
+               default=None)
 
 
 def _merged(earlier: dict | None, line: dict) -> dict:
@@ -192,11 +200,11 @@ def _resource_spans(request, run_id: str):
 
 
 def _new_span(span, name: str, run_id: str, step: int, start_ns: int, end_ns: int, part: int = 0,
-              attempt: int | None = None):
+              attempt: int | None = None, writer: int | None = None):
     # Ids derived from what the span holds, not random: the sidecar keys a sample row without a
     # sample_index by its span's id and its place there, so a second replay of such rows stored them
     # twice. `part`: the span's first row within the step; `attempt`: whose rows (another attempt's
-    # spans must not share ids with these).
+    # spans must not share ids with these); `writer`: the attempt of records that claim nothing.
     key = [run_id, step, name, part] + ([attempt] if attempt is not None else [])
     digest = hashlib.blake2b(json.dumps(key).encode(), digest_size=24).digest()
     span.trace_id, span.span_id = digest[:16], digest[16:]
@@ -205,11 +213,14 @@ def _new_span(span, name: str, run_id: str, step: int, start_ns: int, end_ns: in
     _set(span.attributes.add(), spans.STEP_ATTR, step)
     if attempt is not None:  # the attempt's own: a replay of it is stored once, and never over a newer one
         _set(span.attributes.add(), spans.ATTEMPT_ATTR, attempt)
+    elif writer is not None:  # merged into the step, dropped where a newer attempt took it over
+        _set(span.attributes.add(), spans.WRITER_ATTEMPT_ATTR, writer)
     return span
 
 
-def _step_span(span, run_id: str, step: int, line: dict, end_ns: int, attempt: int | None = None):
-    _new_span(span, spans.STEP_SPAN, run_id, step, line.get("start_ns") or end_ns, end_ns, 0, attempt)
+def _step_span(span, run_id: str, step: int, line: dict, end_ns: int, attempt: int | None = None,
+               writer: int | None = None):
+    _new_span(span, spans.STEP_SPAN, run_id, step, line.get("start_ns") or end_ns, end_ns, 0, attempt, writer)
     scalars = {**(line.get("metrics") or {}),
                **{f"phase_duration/{name}": s for name, s in (line.get("phases") or {}).items()}}
     for key, value in scalars.items():
@@ -219,13 +230,13 @@ def _step_span(span, run_id: str, step: int, line: dict, end_ns: int, attempt: i
 
 
 def _samples_span(span, run_id: str, step: int, rows: list[dict], time_ns: int, part: int,
-                  attempt: int | None = None):
-    _new_span(span, spans.SAMPLES_SPAN, run_id, step, time_ns, time_ns, part, attempt)
+                  attempt: int | None = None, writer: int | None = None):
+    _new_span(span, spans.SAMPLES_SPAN, run_id, step, time_ns, time_ns, part, attempt, writer)
     for row in rows:
         event = span.events.add()
         event.name, event.time_unix_nano = spans.SAMPLE_EVENT, time_ns
         for key, value in row.items():
-            if key in ("run_id", "step", spans.ATTEMPT_ATTR) or value is None:
+            if key in ("run_id", "step", spans.ATTEMPT_ATTR, spans.WRITER_ATTEMPT_ATTR) or value is None:
                 continue
             if key not in _TEXT and isinstance(value, str) and value in _NON_FINITE:
                 value = _NON_FINITE[value]

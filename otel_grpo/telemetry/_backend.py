@@ -233,9 +233,12 @@ def _claimed(rec: StepRecord, rank: int) -> int | None:
 
 
 def _attempt(rec: StepRecord, rank: int) -> dict[str, int]:
-    """The `grpo.attempt` attribute of the step's spans (none where the record claims none: `_claimed`)."""
-    attempt = _claimed(rec, rank)
-    return {} if attempt is None else {spans.ATTEMPT_ATTR: attempt}
+    """The attempt attribute of the step's spans and spilled rows: `grpo.attempt` where the record claims its
+    step (`_claimed`), else `grpo.writer_attempt`, so that the sidecar drops it where a newer attempt than
+    this process's took the step over, and never lets it replace what the step holds."""
+    if rec.attempt is None:
+        return {}
+    return {spans.ATTEMPT_ATTR if _claimed(rec, rank) is not None else spans.WRITER_ATTEMPT_ATTR: rec.attempt}
 
 
 def _fail(span: Span, error: Error | None, at_ns: int | None) -> None:

@@ -132,6 +132,7 @@ class SpillReader:
         self.unreadable: dict[Path, int] = {}
         self._places: dict[int, dict[str, list[tuple[Path, int]]]] = {}  # step -> run -> (file, offset)
         self._resumed: dict[str, dict[int, int]] = {}  # run -> attempt -> the first step it claimed
+        self._floors: dict[str, list[tuple[int, int, int | None]]] = {}  # `_claims`, once read
         for path in sorted(output_dir.glob("steps*.jsonl")):
             with path.open("rb") as fh:
                 offset = 0
@@ -151,13 +152,25 @@ class SpillReader:
         numbered = sorted({*self._places, *(step for step in self._files if step is not None)})
         self.steps: list[int | None] = numbered + ([None] if None in self._files else [])
 
-    def superseded(self, run_id: str, step: int, attempt: object) -> bool:
+    def superseded(self, run_id: str, step: int, attempt: object, claims: bool = True) -> bool:
         """Whether a newer attempt of the run claimed `step` or a step before it: then what `attempt` (an older
         one) spilled at `step` is of a run that no longer is (the relaunch resumed from before it), as the
-        sidecar holds it. A line or row without an attempt is superseded by none."""
+        sidecar holds it. `claims` False: `attempt` is the writer's of a record that claims nothing (an
+        evaluation, another rank's), older where it is below the writers counted as the newer one's
+        (`spans.writers_from`), as the sidecar counts them. A line or row without an attempt is superseded
+        by none."""
         if type(attempt) is not int:
             return False
-        return any(newer > attempt and first <= step for newer, first in self._resumed.get(run_id, {}).items())
+        return any(first <= step and (newer > attempt if claims else since is not None and attempt < since)
+                   for newer, first, since in self._claims(run_id))
+
+    def _claims(self, run_id: str) -> list[tuple[int, int, int | None]]:
+        """The run's claiming attempts: (attempt, the first step it claimed, the first writer counted as its)."""
+        if run_id not in self._floors:
+            firsts = sorted(self._resumed.get(run_id, {}).items())
+            self._floors[run_id] = [(attempt, first, spans.writers_from(firsts[i - 1][0] if i else None, attempt))
+                                    for i, (attempt, first) in enumerate(firsts)]
+        return self._floors[run_id]
 
     def step_lines(self, step: int | None) -> dict[str, list[dict]]:
         lines: dict[str, list[dict]] = {}
@@ -200,9 +213,16 @@ class SpillReader:
         return None
 
 
+def row_attempt(row: Mapping[str, Any]) -> tuple[object, bool]:
+    """A spilled sample row's writer attempt, and whether it claims its step (the attribute it was sent under)."""
+    if spans.ATTEMPT_ATTR in row:
+        return row[spans.ATTEMPT_ATTR], True
+    return row.get(spans.WRITER_ATTEMPT_ATTR), False
+
+
 def _sample_key(row: dict) -> tuple | None:
     """What names one sample row of a spill: None where the row has no sample index to name it by."""
     index = row.get("sample_index")
     if type(index) is not int:
         return None
-    return row["run_id"], row["step"], row.get(spans.ATTEMPT_ATTR), row.get("source_rank"), index
+    return row["run_id"], row["step"], row_attempt(row)[0], row.get("source_rank"), index

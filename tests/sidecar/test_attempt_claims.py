@@ -163,3 +163,63 @@ def test_every_rank_exporting_keeps_rank_zeros_samples(sidecar_factory, tmp_path
     finally:
         zero.finish()
         one.finish()
+
+
+def test_every_rank_exporting_through_a_relaunch_keeps_each_jobs_ranks_together(sidecar_factory, db, tmp_path,
+                                                                              monkeypatch):
+    """`export_all_ranks`, rank 1's Telemetry made before rank 0's (so its attempt is the smaller), and rank 1's
+    records reaching the sidecar first: rank 0's claim of the step keeps rank 1's scalars. The relaunch resumes at
+    step 2: its own rank 1's values replace the crashed job's there, and the crashed rank 1's steps 2 and 3, sent
+    late, stay out of the relaunched run."""
+    sidecar = sidecar_factory(db=db)
+
+    def steps() -> dict[int, dict]:
+        return {r["step"]: r for r in httpx.get(f"{sidecar.url}/api/runs/{RUN}/steps", timeout=10).json()}
+
+    def rank_one(step: int):
+        return next((v for k, v in steps().get(step, {}).items() if "from_rank_one" in k), None)
+
+    base = _telemetry(sidecar.url, tmp_path, "base", monkeypatch)
+    base.shutdown()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+
+    def job(name: str) -> tuple[Telemetry, Telemetry]:
+        ranks = {}
+        for rank in (1, 0):  # rank 1 first: the smaller attempt
+            monkeypatch.setenv("RANK", str(rank))
+            ranks[rank] = Telemetry(base.settings.model_copy(update={
+                "export_all_ranks": True, "sample_reduce": "per_rank", "output_dir": tmp_path / f"{name}{rank}"}))
+        assert (ranks[0].rank, ranks[1].rank) == (0, 1) and ranks[1].attempt < ranks[0].attempt
+        return ranks[0], ranks[1]
+
+    def train(tel: Telemetry, step: int, reward: float, **extra: float) -> None:
+        with tel.step(step) as s:
+            s.record({"reward": reward, **extra})
+        assert tel.flush(10)
+
+    zero, one = job("crashed")
+    try:
+        train(one, 1, 0.5, from_rank_one=1.0)
+        wait_for(lambda: rank_one(1) == 1.0, "rank 1's step 1", timeout=30)
+        for step in (1, 2, 3):
+            train(zero, step, 0.1 * step)
+        wait_for(lambda: 3 in steps(), "rank 0's step 3", timeout=30)
+        assert rank_one(1) == 1.0, "rank 0's first claim of step 1 emptied rank 1's scalars"
+        again_zero, again_one = job("relaunch")
+        try:
+            train(again_zero, 2, 0.9)
+            wait_for(lambda: 3 not in steps() and 2 in steps() and rank_one(2) is None,
+                     "the relaunch's step 2, the crashed step 3 retired", timeout=30)
+            train(again_one, 2, 2.0, from_rank_one=2.0)
+            wait_for(lambda: rank_one(2) == 2.0, "the relaunch's rank 1 at step 2", timeout=30)
+            for step in (2, 3):  # the crashed job's rank 1, late
+                train(one, step, 0.3, from_rank_one=1.0)
+            train(again_zero, 4, 1.0)
+            wait_for(lambda: 4 in steps(), "the relaunch's step 4", timeout=30)
+            assert sorted(steps()) == [1, 2, 4] and rank_one(1) == 1.0 and rank_one(2) == 2.0
+        finally:
+            again_zero.finish()
+            again_one.finish()
+    finally:
+        zero.finish()
+        one.finish()

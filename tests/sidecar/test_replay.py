@@ -321,3 +321,36 @@ def test_a_replay_leaves_out_the_steps_a_relaunch_superseded(sidecar_factory, tm
     assert {(r["step"], r["completion"].split()[0]) for r in rows} == {
         (0, "first"), (1, "first"), (2, "first"), (3, "second")}
     assert httpx.get(f"{sidecar.url}/api/runs/superseded").json()["last_step"] == 3
+
+
+def test_a_replay_keeps_each_jobs_other_ranks_beside_its_rank_zero(sidecar_factory, tmp_path, monkeypatch):
+    """`export_all_ranks` into one output dir, rank 1's Telemetry made before rank 0's (its attempt the smaller,
+    though it is the same job's): the crashed job ran steps 0-3, its relaunch resumed at step 2. Replayed into an
+    empty store, each step has its own job's rank 1 beside its rank 0: none was taken for an older attempt's, and
+    the crashed job's rank 1 stays out of the steps the relaunch ran again."""
+    sidecar = sidecar_factory()
+    out = tmp_path / "run"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+
+    def job(steps, tag: float) -> None:
+        ranks = {}
+        for rank in (1, 0):
+            monkeypatch.setenv("RANK", str(rank))
+            settings = _settings(sidecar.url, out, "ranks", export_all_ranks=True, sample_reduce="per_rank")
+            ranks[rank] = Telemetry(settings.model_copy(update={"traces_exporters": ["none"]}))
+        assert ranks[1].attempt < ranks[0].attempt
+        for step in steps:
+            for rank, tel in ranks.items():
+                with tel.step(step) as s:
+                    s.record({"kl": tag + step, f"rank{rank}_of_{tag:.0f}": 1.0})
+        for tel in ranks.values():
+            tel.shutdown()
+
+    job(range(4), 10.0)
+    time.sleep(1.0)  # a relaunch starts after the crash, much longer after the crashed job than its ranks apart
+    job(range(2, 4), 20.0)
+    _replay(sidecar.url, out)
+    steps = {r["step"]: r for r in httpx.get(f"{sidecar.url}/api/runs/ranks/steps").json()}
+    crashed, relaunch = {"rank0_of_10", "rank1_of_10"}, {"rank0_of_20", "rank1_of_20"}
+    assert {n: {k for k in r if "_of_" in k} for n, r in steps.items()} == {
+        0: crashed, 1: crashed, 2: relaunch, 3: relaunch}
