@@ -19,7 +19,8 @@ from otel_grpo.sidecar import SidecarSettings, create_app
 from otel_grpo.sidecar.api.deps import STREAM_FLUSH_BYTES
 from otel_grpo.sidecar.otlp._extract import Batch, SampleRecord
 from otel_grpo.sidecar.store import SampleQuery
-from otel_grpo.sidecar.store._queries import SAMPLE_CHUNK_ROWS, step_piece_rows
+from otel_grpo.sidecar.store._queries import SAMPLE_CHUNK_ROWS
+from otel_grpo.sidecar.store._step_reads import step_piece_rows
 from otel_grpo.sidecar.store._writes import _STEP_UPSERT
 
 SAMPLES, TEXT, READS, COLUMNS = 5000, 100, 4, 20

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from ..._columns import describe, stat_keys
 from ...schemas import Message, RunPublic, StepColumn, StepRow
-from ...store._queries import ROW_FIELDS
+from ...store._step_reads import ROW_FIELDS
 from ..deps import (FastJSON, RunId, SettingsDep, StoreDep, bad_param, json_response, not_found_run, points_param,
                     require_read, step_param)
 from ..listing import RUNS_LIMIT_MAX, TOTAL_HEADER, RunFilters, page_headers
