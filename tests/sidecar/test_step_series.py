@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from otel_grpo.sidecar.otlp._extract import Batch, StepRecord
-from otel_grpo.sidecar.store import open_store, open_writer
+from otel_grpo.sidecar.store import _step_reads, open_store, open_writer
 from otel_grpo.sidecar.store._downsample import bucket_count, m4_rows
 from otel_grpo.sidecar.store._step_series import Series, StepCache
 
@@ -106,6 +106,12 @@ def test_the_held_histories_stay_within_their_bytes(db):
         store.close()
 
 
+def _current(cache: StepCache, run_id: str, identity: tuple, version: int, read_since) -> Series:
+    """One run's series through the cache's reads of many runs: `read_since(v)` gives the run's rows after v."""
+    return cache.current([(run_id, identity, version)],
+                         lambda behind: [(run_id, *row) for row in read_since(behind[run_id])])[run_id]
+
+
 def test_a_held_history_reads_only_what_was_written_since():
     reads = []
     rows = [(s, f"t{s}", '{"kl":%s}' % s) for s in range(100)]
@@ -115,14 +121,34 @@ def test_a_held_history_reads_only_what_was_written_since():
         return rows if version < 0 else [r for r in rows if r[0] >= version]
 
     cache = StepCache(10**8)
-    assert len(cache.current("r", (1.0, 0), 100, read_since).steps) == 100
-    assert cache.current("r", (1.0, 0), 100, read_since).columns["kl"][5] == 5.0  # current: nothing read
+    assert len(_current(cache, "r", (1.0, 0), 100, read_since).steps) == 100
+    assert _current(cache, "r", (1.0, 0), 100, read_since).columns["kl"][5] == 5.0  # current: nothing read
     rows.append((100, "t100", '{"kl":100,"x":1}'))
-    series = cache.current("r", (1.0, 0), 101, read_since)
+    series = _current(cache, "r", (1.0, 0), 101, read_since)
     assert reads == [-1, 100] and series.steps[-1] == 100 and series.columns["x"][-1] == 1.0
     assert np.isnan(series.columns["x"][:100]).all()
-    cache.current("r", (1.0, 1), 101, read_since)  # a new epoch (retention deleted steps): whole again
+    _current(cache, "r", (1.0, 1), 101, read_since)  # a new epoch (retention deleted steps): whole again
     assert reads == [-1, 100, -1]
+
+
+def test_many_runs_are_brought_up_to_date_by_one_read_of_those_behind():
+    """A read of several runs asks for the rows of those behind only, each from its own held version, in one call."""
+    calls = []
+    stored = {run: [(run, s, f"t{s}", '{"kl":%d}' % s) for s in range(n)] for run, n in (("a", 3), ("b", 5), ("c", 2))}
+
+    def read_since(behind):
+        calls.append(dict(behind))
+        return [row for run, since in behind.items() for row in stored[run] if row[1] >= since]
+
+    cache = StepCache(10**8)
+    heads = [("a", (1.0, 0), 3), ("b", (1.0, 0), 5)]
+    assert {run: len(s.steps) for run, s in cache.current(heads, read_since).items()} == {"a": 3, "b": 5}
+    stored["b"].append(("b", 5, "t5", '{"kl":5}'))
+    series = cache.current([("c", (1.0, 0), 2), ("b", (1.0, 0), 6), ("a", (1.0, 0), 3)], read_since)
+    assert calls == [{"a": -1, "b": -1}, {"c": -1, "b": 5}]  # "a" is current: not asked for
+    assert list(series) == ["c", "b", "a"] and series["b"].steps.tolist() == list(range(6))
+    cache.current([("a", (1.0, 0), 3), ("b", (1.0, 0), 6), ("c", (1.0, 0), 2)], read_since)
+    assert len(calls) == 2  # every run current: nothing read
 
 
 def test_a_run_over_the_budget_is_read_whole_at_every_read():
@@ -134,8 +160,8 @@ def test_a_run_over_the_budget_is_read_whole_at_every_read():
         return rows if version < 0 else [r for r in rows if r[0] >= version]
 
     cache = StepCache(Series.build((1.0, 0), 500, rows).nbytes // 2)
-    assert cache.current("r", (1.0, 0), 500, read_since).columns["stat_3"][7] == 7.5
-    assert cache.current("r", (1.0, 0), 500, read_since).columns["stat_3"][7] == 7.5
+    assert _current(cache, "r", (1.0, 0), 500, read_since).columns["stat_3"][7] == 7.5
+    assert _current(cache, "r", (1.0, 0), 500, read_since).columns["stat_3"][7] == 7.5
     assert reads == [-1, -1] and len(cache) == 0 and cache.nbytes == 0
 
 
@@ -185,6 +211,68 @@ def test_a_row_of_every_column_is_the_step_as_written(stores):
     assert only_ids == [{**written[s], "run_id": "r"} for s in sorted(written)]
 
 
+RUNS = [f"run-{i:02d}" for i in range(30)]
+QUERIES = [{}, {"metrics": ["kl"], "step_min": 1, "points": 3},
+           {"metrics": ["entropy", "kl"], "limit": 2, "offset": 1, "fields": ("step",)}]
+
+
+def _many_runs(reader, writer) -> list[bytes]:
+    """Reads of RUNS (and an unknown run) together, their steps held in every state (none, current, behind,
+    another epoch), with two runs written to between a read's chunks; each read checked against the runs
+    read one by one, each whole (on `writer`, holding nothing). Returns the reads."""
+    rng = random.Random(11)
+    for i, run_id in enumerate(RUNS):  # run-07 has more steps than a chunk holds in the tests: read alone
+        writer.write_batch(_batch(run_id, range(30) if i == 7 else range(rng.randint(1, 8)),
+                                  kl=lambda s, i=i: i + s / 8, start=1000.2567,
+                                  extra=lambda s: {"entropy": None} if s == 2 else {"entropy": s / 3}))
+    for run_id in RUNS[::3]:
+        reader.steps_json(run_id)  # held, current
+    for run_id in RUNS[::4]:  # behind: a new step, and an old one written again (a resumed run)
+        writer.write_batch(_batch(run_id, [20, 1], kl=lambda s: -1.0))
+    writer.apply_retention(max_steps=6)  # the runs with more steps: another epoch, read whole again
+
+    def alone(**query) -> dict[str, bytes]:
+        writer.step_cache = StepCache()  # nothing held: each run read whole
+        return {run_id: b",".join(writer.steps_pieces(run_id, **query)) for run_id in RUNS}
+
+    def joined(answers) -> bytes:
+        return b",".join(a for a in answers if a)
+
+    before = alone()
+    pieces = reader.runs_steps_pieces([*RUNS, "unknown"])
+    first = next(pieces)  # every run's version and the first chunk's steps are read
+    writer.write_batch(_batch(RUNS[0], [21], kl=lambda s: 5.0))  # held and behind, in the first chunk: read
+    writer.write_batch(_batch(RUNS[-1], [22], kl=lambda s: 5.0))  # never held, in the last chunk: not yet
+    reads = [b",".join([first, *pieces])]
+    after = alone()
+    assert before[RUNS[0]] != after[RUNS[0]] and before[RUNS[-1]] != after[RUNS[-1]]
+    assert reads[0] == joined([*(before[r] for r in RUNS[:-1]), after[RUNS[-1]]])
+    for query in QUERIES:  # the next reads see both writes, whatever version the held steps were kept at
+        reads.append(b",".join(reader.runs_steps_pieces([*RUNS, "unknown"], **query)))
+        assert reads[-1] == joined(alone(**query).values()), query
+    return reads
+
+
+def test_runs_read_together_answer_as_each_read_alone(stores, monkeypatch):
+    """A read of many runs (Grafana's All) answers each run's rows as a read of that run alone does, whatever
+    each run's held steps, however the runs are cut into chunks, and with runs written to as it reads."""
+    monkeypatch.setattr(_step_reads, "STEP_READ_ROWS", 12)
+    _many_runs(*stores)
+
+
+def test_both_backends_answer_runs_read_together_alike(tmp_path, pg_url, monkeypatch):
+    monkeypatch.setattr(_step_reads, "STEP_READ_ROWS", 12)
+    reads = []
+    for db in (tmp_path / "sidecar.db", pg_url):
+        reader, writer = open_store(db), open_writer(db)
+        try:
+            reads.append(_many_runs(reader, writer))
+        finally:
+            writer.close()
+            reader.close()
+    assert reads[0] == reads[1] and len(reads[0][1]) > 10_000
+
+
 def test_the_held_total_is_kept_as_runs_come_and_go():
     """The cache keeps its total as runs are held, replaced, dropped and refused (no sum over the
     runs at each read): after any sequence it is the sum of what it holds, within its bound."""
@@ -199,7 +287,7 @@ def test_the_held_total_is_kept_as_runs_come_and_go():
         run_id = f"r{rng.randrange(40)}"
         n = rng.choice([5, 50, 200, 2000])  # 2000 steps is more than the whole bound: never held
         versions[run_id] = versions.get(run_id, 0) + 1
-        cache.current(run_id, (1.0, versions[run_id]), 1, lambda v, run_id=run_id, n=n: rows(run_id, n))
+        _current(cache, run_id, (1.0, versions[run_id]), 1, lambda v, run_id=run_id, n=n: rows(run_id, n))
         held = [series for series, _ in cache._runs.values()]
         assert cache.nbytes == sum(s.nbytes for s in held) <= 60_000
         assert len(cache) == len(held)

@@ -8,6 +8,8 @@ import pytest
 
 from otel_grpo.sidecar.api.routes.steps import MAX_ROWS, runs_cap
 from otel_grpo.sidecar.otlp._extract import Batch, StepRecord
+from otel_grpo.sidecar.store import _step_reads
+from tests._support.statements import Statement, read_statements
 
 PB = {"Content-Type": "application/x-protobuf"}
 
@@ -74,6 +76,39 @@ def test_a_response_holds_at_most_max_runs_and_links_the_rest(client, run_id):
         url = None if _next(r) is None else "/api/steps" + _next(r)
     assert pages == [(["r06", "r05", "r04"], "7", "true"), (["r03", "r02", "r01"], "7", "true"), (["r00"], "7", None)]
     assert seen == [(f"r{i:02d}", s, i + s / 10) for i in reversed(range(7)) for s in range(2)]
+
+
+def test_a_request_costs_the_same_statements_for_any_number_of_runs(client, monkeypatch):
+    """Grafana's All brings its runs' steps up to date in a bounded number of statements (each a round trip
+    to the database), not one or two a run: one reads the runs' versions, one per chunk the steps written
+    since of the runs that are behind, at most STEP_READ_ROWS rows each; none where every run is current."""
+    store = client.app.state.store
+
+    def statements(**params) -> list[Statement]:
+        with read_statements(store) as done:
+            r = client.get("/api/steps", params={"run_id": ".*", "metrics": "grpo.kl", **params})
+            assert r.status_code == 200, r.text
+        return done
+
+    _runs(store, 3, steps=3)
+    few = [len(statements()), len(statements())]  # every run read whole, then every run current
+    _runs(store, 60, steps=3, at=2_000_000.0)  # 57 more runs, and the first 3 written again
+    many = [len(statements()), len(statements())]
+    assert many == few and few[1] == few[0] - 1  # current: no statement of steps
+    store.write_batch(_batch_of("r30", [3]))  # one run behind among current ones
+    assert len(statements()) == few[0]
+    monkeypatch.setattr(_step_reads, "STEP_READ_ROWS", 10)
+    _runs(store, 60, steps=3, at=3_000_000.0)  # every run 3 steps behind: chunks of 3 runs (9 rows)
+    steps_read = [s.rows for s in statements() if "FROM steps" in s.sql]
+    assert len(steps_read) == 20 and max(steps_read) <= 10 and sum(steps_read) == 180
+
+
+def _batch_of(run_id: str, steps) -> Batch:
+    batch = Batch()
+    batch.runs[run_id] = {}
+    for step in steps:
+        batch.steps.append(StepRecord(run_id, step, bytes([step]) * 8, 5_000_000.0, 5_000_000.0, {"kl": 0.5}))
+    return batch
 
 
 def test_the_runs_a_response_holds_keep_its_rows_within_the_cap(client):

@@ -9,8 +9,10 @@ at each read; the rows are written from its columns (`_step_rows`), a piece at a
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import orjson
@@ -93,6 +95,35 @@ def step_piece_rows(columns: int, fields: int = len(ROW_FIELDS)) -> int:
     return max(1, STEP_PIECE_CELLS // (columns + fields))
 
 
+STEP_READ_ROWS = 10_000
+"""Step rows one statement of a read of several runs returns at most: the runs whose held steps are
+behind are read together in chunks of about this many rows (`StepReads._chunks`), and a run with more
+alone, as a read of that run alone reads it. What a read holds besides its pieces."""
+STEP_READ_RUNS = 500
+"""Runs a chunk holds at most (its statement binds two values a run)."""
+
+# The versions of a page of runs in one statement: a statement per run cost a round trip each, and a
+# page of runs on a distant database as many (benchmarks/README.md, runs_scale).
+_HEADS_SQL = ("SELECT run_id, first_seen, step_epoch, step_version, first_step, last_step FROM runs "
+              "WHERE run_id IN ({ids})")
+# A chunk's steps stamped after each run's held version (-1: all) in one statement: per run a range of the
+# (run_id, version) index. No ORDER BY: ordered by step, SQLite walks the primary key and reads every step
+# of a run to find the few written since. Both databases name a VALUES list's columns column1, column2.
+_SINCE_SQL = ("SELECT s.run_id, s.step, {time}, s.metrics FROM steps AS s JOIN (VALUES {runs}) AS held "
+              "ON s.run_id = held.column1 AND s.version > held.column2")
+
+
+class _Head(NamedTuple):
+    """What a read knows of a run before its rows: its version, and how many steps it can have."""
+
+    run_id: str
+    identity: tuple
+    """(first_seen, step_epoch): another is another history (`StepCache.held`)."""
+    version: int
+    steps: int
+    """Its range of step numbers (0 without steps): at most that many rows."""
+
+
 class StepReads:
     """Mixed into both stores (through `_queries.Reads`): the runs' step reads."""
 
@@ -116,7 +147,7 @@ class StepReads:
         downsampled over `metrics`, or every column with a value in the page.
 
         Served from the run's steps held in memory (`_step_series`), brought up to date first:
-        one primary-key read, and the steps written since the last read of the run. All columns:
+        its version read by its key, and the steps written since the last read of the run. All columns:
         each row has every column its step logged, by key, then the three fields (stat keys cannot
         collide with them, see RESERVED_STEP_KEYS).
         """
@@ -126,17 +157,36 @@ class StepReads:
     def steps_pieces(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
                      step_max: int | None = None, limit: int = 10000, offset: int = 0,
                      points: int | None = None, fields: tuple[str, ...] = ROW_FIELDS) -> Iterator[bytes]:
-        """The rows of `steps_json`, its array's inside in pieces of at most STEP_PIECE_CELLS values
-        (`step_piece_rows`; each its rows' objects joined by commas; join the pieces with commas). The database is read
-        before this returns (a store error is raised here); the rows are written as the pieces are
-        taken, so a response that streams them holds one piece at a time, not the page.
+        """The rows of `steps_json`, its array's inside in pieces: `runs_steps_pieces` of the one run."""
+        return self.runs_steps_pieces([run_id], metrics, step_min, step_max, limit, offset, points, fields)
+
+    def runs_steps_pieces(self, run_ids: Sequence[str], metrics: list[str] | None = None,
+                          step_min: int | None = None, step_max: int | None = None, limit: int = 10000,
+                          offset: int = 0, points: int | None = None,
+                          fields: tuple[str, ...] = ROW_FIELDS) -> Iterator[bytes]:
+        """The rows of `steps_json` of each of `run_ids` (unknown runs left out), run after run in their
+        order, each run's page of steps (`step_min`..`step_max`, `limit`, `offset`, `points`) as
+        `steps_json` gives it alone: the inside of one JSON array, in pieces of at most STEP_PIECE_CELLS
+        values (`step_piece_rows`; each its rows' objects joined by commas; join the pieces with commas).
+
+        A bounded number of statements for any number of runs: one reads every run's versions, one
+        per chunk of runs (`_chunks`) the steps written since the read before. The versions and the
+        first chunk are read before this returns (a store error is raised here); the rows are written
+        as the pieces are taken and each further chunk read as they reach it, so a response that
+        streams them holds one piece and one chunk's steps at a time, not the page.
         """
+        if isinstance(run_ids, str):
+            raise ValueError("run_ids: a list of run ids, not one id")
         if not set(fields) & set(ROW_FIELDS):
             raise ValueError(f"fields: at least one of {', '.join(ROW_FIELDS)}")
-        with self.read() as conn:
-            series = self._series(conn, run_id)
-        if series is None:
-            return iter(())
+        runs = self._runs_series(run_ids)
+        return (piece for run_id, series in runs
+                for piece in self._run_pieces(run_id, series, metrics, step_min, step_max, limit, offset, points,
+                                              fields))
+
+    def _run_pieces(self, run_id: str, series: Series, metrics: list[str] | None, step_min: int | None,
+                    step_max: int | None, limit: int, offset: int, points: int | None,
+                    fields: tuple[str, ...]) -> Iterator[bytes]:
         rows = series.window(step_min, step_max, limit, offset)
         if points is not None and len(rows) > points:
             cells = series.logged(rows) if metrics is None else series.at(metrics, rows)
@@ -146,10 +196,6 @@ class StepReads:
             # step): a chart draws its gap, as it draws a spike.
             columns += [np.where(null, 1.0, np.nan) for _, _, null in cells if null is not None and null.any()]
             rows = rows[m4_rows(series.steps[rows], columns, points)]
-        return self._pieces(run_id, series, rows, metrics, fields)
-
-    def _pieces(self, run_id: str, series: Series, rows, metrics: list[str] | None,
-                fields: tuple[str, ...]) -> Iterator[bytes]:
         rename = self.step_cache.rename or str
         piece = step_piece_rows(len(series.columns if metrics is None else metrics), len(fields))
         for i in range(0, len(rows), piece):
@@ -158,17 +204,55 @@ class StepReads:
             yield _step_rows(run_id, [rename(k) for k, _, _ in cells], [v for _, v, _ in cells],
                              [n for _, _, n in cells], series.steps[part].tolist(), series.times[part].tolist(), fields)
 
-    def _series(self, conn, run_id: str) -> Series | None:
-        """The run's steps, current as of this read; None for an unknown run."""
-        head = conn.execute("SELECT first_seen, step_epoch, step_version FROM runs WHERE run_id = ?",
-                            (run_id,)).fetchone()
-        if head is None:
-            return None
-        # No ORDER BY: ordered by step, SQLite walks the primary key and reads every step of the run
-        # to find the few written since; the (run_id, version) index finds just those.
-        sql = f"SELECT step, {self.dialect.step_time}, metrics FROM steps WHERE run_id = ? AND version > ?"
-        return self.step_cache.current(run_id, (head[0], head[1]), head[2],
-                                       lambda version: conn.execute(sql, (run_id, version)).fetchall())
+    def _runs_series(self, run_ids: Sequence[str]) -> Iterator[tuple[str, Series]]:
+        """Each known run of `run_ids`, in their order, with its steps current as of this read: the
+        runs' versions and the first chunk read now, each further chunk on a connection of its own
+        as the iterator reaches it (none is held while the caller writes what it has)."""
+        run_ids = list(dict.fromkeys(run_ids))
+        if not run_ids:
+            return iter(())
+        with self.read() as conn:
+            found = conn.execute(_HEADS_SQL.format(ids=", ".join("?" * len(run_ids))), run_ids).fetchall()
+            heads = {r[0]: _Head(r[0], (r[1], r[2]), r[3], 0 if r[4] is None else r[5] - r[4] + 1) for r in found}
+            chunks = self._chunks([heads[run_id] for run_id in run_ids if run_id in heads])
+            if not chunks:
+                return iter(())
+            first = self._chunk_series(conn, chunks[0])
+        return itertools.chain(first, itertools.chain.from_iterable(map(self._read_chunk, chunks[1:])))
+
+    def _chunks(self, heads: list[_Head]) -> list[list[_Head]]:
+        """`heads` cut, in order, into chunks whose steps to read come to at most STEP_READ_ROWS (a run
+        with more alone) and whose runs to STEP_READ_RUNS: each chunk is one statement, and what it
+        reads is held until its runs' rows are written."""
+        chunks: list[list[_Head]] = []
+        rows = 0
+        for head in heads:
+            more = self._unread_rows(head)
+            if not chunks or len(chunks[-1]) >= STEP_READ_RUNS or (rows and rows + more > STEP_READ_ROWS):
+                chunks.append([])
+                rows = 0
+            chunks[-1].append(head)
+            rows += more
+        return chunks
+
+    def _unread_rows(self, head: _Head) -> int:
+        """The most rows a read of the run returns: none where its held series is current, the versions
+        written since the held one (each write of a step stamps its row with the next), else (read whole)
+        its range of step numbers (a step is a row)."""
+        held = self.step_cache.held(head.run_id, head.identity, head.version)
+        return head.steps if held is None else head.version - held.version
+
+    def _read_chunk(self, chunk: list[_Head]) -> list[tuple[str, Series]]:
+        with self.read() as conn:
+            return self._chunk_series(conn, chunk)
+
+    def _chunk_series(self, conn, chunk: list[_Head]) -> list[tuple[str, Series]]:
+        def read_since(behind: dict[str, int]) -> list[tuple]:
+            sql = _SINCE_SQL.format(time=self.dialect.step_time, runs=", ".join(["(?, ?)"] * len(behind)))
+            return conn.execute(sql, [value for pair in behind.items() for value in pair]).fetchall()
+
+        series = self.step_cache.current([(h.run_id, h.identity, h.version) for h in chunk], read_since)
+        return [(h.run_id, series[h.run_id]) for h in chunk]
 
     def steps(self, run_id: str, metrics: list[str] | None = None, step_min: int | None = None,
               step_max: int | None = None, limit: int = 10000, offset: int = 0, points: int | None = None) -> list[dict]:

@@ -1,15 +1,16 @@
 """Each run's step history, held in memory by the process that reads it and kept current by version.
 
-    series = cache.current(run_id, identity, version, read_since)
-    rows = series.window(step_min, step_max, limit, offset)     # row indices, by step
+    series = cache.current([(run_id, identity, version), ...], read_since)   # run -> Series
+    rows = series[run_id].window(step_min, step_max, limit, offset)       # row indices, by step
 
 Every write of a run's step stamps the row with the run's new `step_version`
 (`_writes.merge_step`), and retention that deletes steps of a run bumps its `step_epoch`. A read
-asks the run's `(first_seen, step_epoch, step_version)` (one primary-key row) and reads only the
-steps stamped after the version it holds, so a chart of a long run costs the steps written since
-its last read, not the run's length. The versions live in the database: a replica sees every
-other replica's writes as its own. A changed epoch or `first_seen` (a run deleted and made again)
-reads the run whole.
+asks its runs' `(first_seen, step_epoch, step_version)` (one statement for all of them) and reads
+only the steps stamped after the version it holds of each (one statement for the runs that are
+behind, a chunk of them at a time: `_step_reads`), so a chart of a long run costs the steps written
+since its last read, not the run's length, and a page of many runs a few statements, not two a
+run. The versions live in the database: a replica sees every other replica's writes as its own. A
+changed epoch or `first_seen` (a run deleted and made again) reads the run whole.
 
 Held per step: its number, its time text, and each scalar as a float64 column under its stored key
 (NaN where the step has no finite value). Every stored value is a float or null (ingest makes each
@@ -28,6 +29,7 @@ runs go first.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import threading
@@ -207,21 +209,43 @@ class StepCache:
         self._lock = threading.Lock()
         self._run_locks = [threading.Lock() for _ in range(_STRIPES)]
 
-    def current(self, run_id: str, identity: tuple, version: int,
-                read_since: Callable[[int], Sequence[tuple]]) -> Series:
-        """The run's series at `version` (or later). `read_since(v)`: the (step, time, JSON object)
-        rows stamped after version v, in any order (v = -1: every row); `version` must have been
-        read before any of them, so a row it has not seen yet is read again next time."""
-        with self._run_locks[hash(run_id) % _STRIPES]:
-            with self._lock:
-                entry = self._runs.get(run_id)
-            held = None if entry is None else entry[0]
-            if held is None or held.identity != identity or held.version > version:
-                held = Series.build(identity, version, read_since(-1))
-            elif held.version < version:
-                held = held.merged(identity, version, read_since(held.version))
-            self._keep(run_id, held)
-        return held
+    def held(self, run_id: str, identity: tuple, version: int) -> Series | None:
+        """The run's held series that a read of it at `version` builds on; None where it is read whole:
+        none held, another `identity` (the run deleted and made again, or retention deleted steps), or
+        a later version than the database's (a database put back from an older copy)."""
+        with self._lock:
+            entry = self._runs.get(run_id)
+        held = None if entry is None else entry[0]
+        return None if held is None or held.identity != identity or held.version > version else held
+
+    def current(self, heads: Sequence[tuple[str, tuple, int]],
+                read_since: Callable[[dict[str, int]], Iterable[Sequence]]) -> dict[str, Series]:
+        """Each run's series at its version (or later), by run: `heads` are (run_id, identity, version),
+        each read from the database before any of its rows. `read_since({run: v})`: the (run_id, step,
+        time, JSON object) rows of those runs stamped after their v (v = -1: every row of the run), in
+        any order; called once, for the runs whose held series is behind, and not at all where none is.
+        A row it has not seen yet is read again next time (its version is newer than the head's).
+
+        Holds the runs' locks while it reads (taken in one order: no two reads wait for each other in a
+        cycle), so concurrent reads of a run read its new rows once: the later finds it current."""
+        with contextlib.ExitStack() as stack:
+            for stripe in sorted({hash(run_id) % _STRIPES for run_id, _, _ in heads}):
+                stack.enter_context(self._run_locks[stripe])
+            bases = {run_id: self.held(run_id, identity, version) for run_id, identity, version in heads}
+            behind = {run_id: -1 if bases[run_id] is None else bases[run_id].version
+                      for run_id, _, version in heads if bases[run_id] is None or bases[run_id].version < version}
+            rows: dict[str, list] = {run_id: [] for run_id in behind}
+            if behind:
+                for row in read_since(behind):
+                    rows[row[0]].append(row[1:])
+            out = {}
+            for run_id, identity, version in heads:
+                series = bases[run_id]
+                if run_id in behind:
+                    series = (_EMPTY if series is None else series).merged(identity, version, rows[run_id])
+                self._keep(run_id, series)
+                out[run_id] = series
+        return out
 
     def _keep(self, run_id: str, series: Series) -> None:
         size = series.nbytes
