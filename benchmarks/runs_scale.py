@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/runs_scale.py                           # both backends, before = main
     .venv/bin/python benchmarks/runs_scale.py --backend sqlite --runs 2000 --requests 20
     .venv/bin/python benchmarks/runs_scale.py --before fb77a15          # the code to compare with
+    .venv/bin/python benchmarks/runs_scale.py --backend postgresql --runs 1000 --latency-ms 50   # a distant database
 
 One store per backend (an SQLite file; a database on a PostgreSQL server started for the run, as the
 tests start it) is created by the earlier code (`git archive <before>` into a temporary folder, so
@@ -10,16 +11,23 @@ its schema is the earlier one) and filled with plain SQL: `--runs` runs of `--st
 scalars a step, one run updated a second (the newest 600 inside the active window), and a firing
 alert on every 200th run. Then a sidecar process of the earlier code serves it and the query mix is
 timed over HTTP keep-alive from this process, then a sidecar of this code (which migrates the store
-to its schema: the runs' `(last_update, run_id)` index) on the same data. Each query: `--requests`
-requests after 3 to warm up (the step cache included), p50 / p99 ms. The earlier code's
-`/api/steps?run_id=.*` reads every run: timed once, with `--all-timeout` (it may not finish); its
-sidecar is stopped right after (it goes on working for a client that left). Queries the earlier
-code does not have (filters, cursors) are left blank on its side: there a client read the whole list.
+to its schema: the runs' `(last_update, run_id)` index) on the same data. First, once, an All
+(`/api/steps?run_id=.*`) on the fresh sidecar: every run's steps read whole. Then each query:
+`--requests` requests after 3 to warm up (the step cache included), p50 / p99 ms. Where the earlier
+code has no runs listing (before da7e939), its `/api/steps?run_id=.*` reads every run: timed once,
+with `--all-timeout` (it may not finish); its sidecar is stopped right after (it goes on working for
+a client that left), and queries it does not have (filters, cursors) are left blank on its side:
+there a client read the whole list.
+
+`--latency-ms N` (PostgreSQL): both sidecars reach the server through a TCP proxy in this process
+that holds every byte the server sends for N ms, as a database that far away answers: each
+statement costs a round trip of N ms more (the fill and the timing client go direct).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import io
 import json
@@ -33,6 +41,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -152,6 +161,61 @@ class Sidecar:
         self.proc.wait()
 
 
+class LatencyProxy:
+    """A TCP proxy on a free loopback port to `target` (host, port) that holds every byte the target sends
+    for `delay_s` before passing it on (the client's bytes pass at once): a server that far away, whose
+    every answer arrives `delay_s` later, however many are in flight."""
+
+    def __init__(self, target: tuple[str, int], delay_s: float) -> None:
+        self.target, self.delay_s, self.port = target, delay_s, _free_port()
+        self._loop = asyncio.new_event_loop()
+        started = threading.Event()
+        threading.Thread(target=self._serve, args=(started,), name="latency-proxy", daemon=True).start()
+        if not started.wait(10):
+            raise RuntimeError("the latency proxy did not start")
+
+    def _serve(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
+        started.set()
+        self._loop.run_forever()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(_pipe(reader, up_writer, 0.0), _pipe(up_reader, writer, self.delay_s))
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:
+    """Bytes from `reader` to `writer`, each `delay_s` after it came, in order."""
+    loop = asyncio.get_running_loop()
+    held: asyncio.Queue = asyncio.Queue()
+
+    async def send() -> None:
+        try:
+            while (item := await held.get()) is not None:
+                await asyncio.sleep(item[0] - loop.time())
+                writer.write(item[1])
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    sender = asyncio.create_task(send())
+    try:
+        while data := await reader.read(65536):
+            held.put_nowait((loop.time() + delay_s, data))
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        held.put_nowait(None)
+        await sender
+
+
 def _time(client: httpx.Client, requests: list[tuple[str, dict]], n: int, timeout: float) -> tuple[float, float, int]:
     """(p50 ms, p99 ms, bytes of the last answer) of `n` GETs (3 more first, untimed), cycling through
     `requests`; this process collects no garbage while it times."""
@@ -174,11 +238,15 @@ def _time(client: httpx.Client, requests: list[tuple[str, dict]], n: int, timeou
     return statistics.median(times), times[min(n - 1, int(n * 0.99))], size
 
 
+COLD = "All, the sidecar's first request (no run's steps held: each read whole), once"
+
+
 def _mix(runs: int, now: float, rng: random.Random) -> dict[str, list[tuple[str, dict]]]:
     """The query mix: name -> the requests it cycles through."""
     some = [f"run-{rng.randrange(runs):05d}" for _ in range(50)]
     hour_ago = str(int((now - 3600) * 1000))
     return {
+        COLD: [("/api/steps", {"run_id": ".*", "metrics": "grpo.kl"})],
         "/api/runs (first page; before: every run)": [("/api/runs", {})],
         "/api/runs, a page 50 pages in (cursor)": [],  # filled in with a cursor the server gave
         "/api/runs?offset=<half the runs>&limit=100": [("/api/runs", {"offset": runs // 2, "limit": 100})],
@@ -201,21 +269,29 @@ BEFORE_HAS = {"/api/runs (first page; before: every run)", "/api/runs/{id}",
 ALL = "/api/steps?run_id=.*&metrics=grpo.kl (All)"
 
 
-def _measure(side: str, code: Path, db: str, mix: dict, n: int, all_timeout: float, runs: int) -> dict:
+def _measure(side: str, code: Path, db: str, mix: dict, n: int, all_timeout: float, runs: int,
+             paged: bool) -> dict:
+    """`paged`: the earlier code has the runs listing (its filters, cursors and a bounded All)."""
     server = Sidecar(code, db)
     out: dict = {}
     try:
         with httpx.Client(base_url=server.url) as client:
-            if side == "after":  # a cursor the server gave, 50 pages in (fewer where there are fewer)
+            if side == "after" or paged:  # a cursor the server gave, 50 pages in (fewer where there are fewer)
                 cursor = None
                 for _ in range(max(1, min(50, runs // 100 - 1))):
                     link = client.get("/api/runs", params={"limit": 100, **({"cursor": cursor} if cursor else {})})
                     cursor = link.headers["link"].split("cursor=", 1)[1].split(">", 1)[0]
                 mix["/api/runs, a page 50 pages in (cursor)"] = [("/api/runs", {"limit": 100, "cursor": cursor})]
             for name, requests in mix.items():
-                if side == "before" and name not in BEFORE_HAS:
+                if side == "before" and not paged and name not in BEFORE_HAS:
                     continue
-                if side == "before" and name == ALL:
+                if name == COLD:  # timed first, once: afterwards the runs' steps are held
+                    t = time.perf_counter()
+                    r = client.get(requests[0][0], params=requests[0][1], timeout=all_timeout)
+                    ms = (time.perf_counter() - t) * 1000
+                    out[name] = (ms, ms, len(r.raise_for_status().content))
+                    continue
+                if side == "before" and not paged and name == ALL:
                     t = time.perf_counter()
                     try:
                         r = client.get(requests[0][0], params=requests[0][1], timeout=all_timeout)
@@ -225,7 +301,8 @@ def _measure(side: str, code: Path, db: str, mix: dict, n: int, all_timeout: flo
                         out[name] = None  # did not answer within all_timeout
                     break  # the server goes on with it: nothing after this would be timed fairly
                 # The earlier code's whole list, and its one run found by reading every run: fewer requests.
-                slow = side == "before" and name in ("/api/runs (first page; before: every run)", "/api/runs/{id}")
+                slow = side == "before" and not paged and name in ("/api/runs (first page; before: every run)",
+                                                                      "/api/runs/{id}")
                 out[name] = _time(client, requests, max(5, n // 5) if slow else n, all_timeout)
         out["rss"] = server.rss_mib()
     finally:
@@ -233,8 +310,9 @@ def _measure(side: str, code: Path, db: str, mix: dict, n: int, all_timeout: flo
     return out
 
 
-def run_backend(name: str, before: Path, tmp: Path, runs: int, steps: int, n: int, all_timeout: float) -> dict:
-    server = None
+def run_backend(name: str, before: Path, tmp: Path, runs: int, steps: int, n: int, all_timeout: float,
+                latency_ms: float = 0.0) -> dict:
+    server = proxy = None
     if name == "postgresql":
         from tests._support.postgres import PostgresServer, available
 
@@ -250,8 +328,13 @@ def run_backend(name: str, before: Path, tmp: Path, runs: int, steps: int, n: in
         _fill(db, runs, steps, now)
         fill_s = time.perf_counter() - t
         mix = _mix(runs, now, random.Random(1))
-        before_figures = _measure("before", before, db, mix, n, all_timeout, runs)
-        after_figures = _measure("after", ROOT, db, mix, n, all_timeout, runs)
+        served = db
+        if latency_ms:
+            proxy = LatencyProxy(("127.0.0.1", server.port), latency_ms / 1000)
+            served = db.replace(f":{server.port}/", f":{proxy.port}/")
+        paged = (before / "otel_grpo/sidecar/api/listing.py").exists()
+        before_figures = _measure("before", before, served, mix, n, all_timeout, runs, paged)
+        after_figures = _measure("after", ROOT, served, mix, n, all_timeout, runs, paged)
     finally:
         if server is not None:
             server.stop()
@@ -275,7 +358,11 @@ def main() -> None:
     ap.add_argument("--before", default="main", help="the git revision to compare with (default: main)")
     ap.add_argument("--all-timeout", type=float, default=180.0,
                     help="seconds the earlier code's /api/steps?run_id=.* may take")
+    ap.add_argument("--latency-ms", type=float, default=0.0,
+                    help="PostgreSQL: hold each of the server's answers this long on the way to the sidecars")
     args = ap.parse_args()
+    if args.latency_ms and args.backend != "postgresql":
+        ap.error("--latency-ms needs --backend postgresql (SQLite is a file: no round trips)")
     names = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.before], check=True,
                          capture_output=True, text=True).stdout.strip()
@@ -286,11 +373,13 @@ def main() -> None:
         tmp = Path(d)
         before = _checkout(args.before, tmp / "before")
         for name in names:
-            results[name] = run_backend(name, before, tmp, args.runs, args.steps, args.requests, args.all_timeout)
+            results[name] = run_backend(name, before, tmp, args.runs, args.steps, args.requests, args.all_timeout,
+                                        args.latency_ms)
     print(f"# runs_scale  {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC  {platform.node()}  {os.cpu_count()} cpus  "
           f"python {platform.python_version()}  load average at the end {os.getloadavg()[0]:.1f}")
     print(f"{args.runs:,} runs x {args.steps} steps ({len(SCALARS)} scalars a step); before = {args.before} "
-          f"({rev}), after = {head} (working tree); {args.requests} requests a query after 3 to warm up")
+          f"({rev}), after = {head} (working tree); {args.requests} requests a query after 3 to warm up"
+          + (f"; each database answer held {args.latency_ms:g} ms (proxy)" if args.latency_ms else ""))
     for name, r in results.items():
         print(f"\n## {name} (filled in {r['fill_s']:.0f} s): p50 / p99 ms (bytes of an answer)")
         print("| query | before | after |\n| --- | ---: | ---: |")
