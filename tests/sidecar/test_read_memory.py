@@ -41,7 +41,7 @@ def _fill(store, steps: int = STEPS) -> None:
     store.write_batch(batch)
     with store._tx() as conn:
         conn.executemany(_STEP_UPSERT, [("big", step, 1.0, 2.0, 2.0, json.dumps({f"m{k}": step + k / 10 for k in range(COLUMNS)}),
-                                         step + 1) for step in range(steps)])
+                                         step + 1, None) for step in range(steps)])
         conn.execute("UPDATE runs SET step_version = ? WHERE run_id = 'big'", (steps,))
 
 
