@@ -241,8 +241,10 @@ def _outage(p: _Params, replicas: int = 1) -> _Built:
 
 
 # ---- failures -----------------------------------------------------------------------------
-def _valued(key: str, value: Callable[[float], float], one_step: bool = False, at: int = 5) -> Callable:
-    """A failure in one signal from step `at` on (or at that step only)."""
+def _valued(key: str, value: Callable[[float], float], one_step: bool = False, at: int = 5,
+            skipped: bool = False) -> Callable:
+    """A failure in one signal from step `at` on (or at that step only; `skipped`: the loop skips its update, as
+    a trainer that guards against a non-finite loss does)."""
     def build(p: _Params) -> _Built:
         k = at if at > 5 else _k(p, at)
         onset = _end_of(p, k)
@@ -250,7 +252,8 @@ def _valued(key: str, value: Callable[[float], float], one_step: bool = False, a
         values = healthy(n, p.rng, *({key} - set(TRENDED)))
         for i in range(k, k + 1 if one_step else n):
             values[key][i] = value(values[key][i])
-        return _Built([_seg(p, values)], onset, _bound(p), _end_of(p, n) + 600)
+        return _Built([_seg(p, values, skipped=frozenset({k} if skipped else ()))], onset, _bound(p),
+                      _end_of(p, n) + 600)
     return build
 
 
@@ -387,7 +390,7 @@ MODES: tuple[Mode, ...] = (
     Mode("stall", _stall, "GRPOTrainerStalled"),
     Mode("hang-after-slow-first-step", _slow_first_step, "GRPOTrainerStalled", max_step_s=60.0),
     Mode("preempted", _preempt, "GRPORunPreempted"),
-    Mode("nan-loss", _valued("loss", lambda v: math.nan, one_step=True), "GRPONonFiniteValues"),
+    Mode("nan-loss", _valued("loss", lambda v: math.nan, one_step=True, skipped=True), "GRPONonFiniteValues"),
     Mode("nan-reward", _valued("sample_reward", lambda v: math.nan, one_step=True), "GRPONonFiniteValues"),
     Mode("kl-high", _valued("kl", lambda v: 1.5), "GRPOKLHigh"),
     Mode("kl-spike", _valued("kl", lambda v: 5.0, one_step=True), "GRPOKLSpike"),

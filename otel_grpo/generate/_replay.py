@@ -26,7 +26,8 @@ time t sees depends on the path:
   process's state at that moment), kept `expire_s` after the end.
 
 The gauges hold the last step's values (a value not logged at a step, None, is absent:
-no data point), non-finite values are counted, not exported, the counters count every
+no data point), non-finite values are counted, not exported, as are the steps whose update
+was skipped (`Segment.skipped`), the counters count every
 step (in series of the process: `process` is its start), and the step checks' streaks are
 advanced by the catalog's own `Streaks` (the same code the trainer runs). Every series
 carries the process's target labels as Prometheus stores them (`Segment.job`, `.instance`):
@@ -113,6 +114,9 @@ class Segment:
     end_after_s: float | None = None
     """From the last step's end to the process's end (a crash mid-step); default 0, and for a process
     without steps one step time after its start-up."""
+    skipped: frozenset[int] = frozenset()
+    """Steps (0-based) whose update the loop skipped (a non-finite loss, a failed batch): counted in the
+    process's `grpo.skipped_steps`, as the trainer counts them."""
     first_step_s: float | None = None
     """The first step's duration, where it is longer than the others (a warm-up: compilation, cold caches);
     default `step_s`. Its `step_time` value is the scenario's."""
@@ -127,9 +131,10 @@ class Segment:
     def __post_init__(self) -> None:
         lengths = {len(v) for v in self.values.values()} or {0}
         if (len(lengths) != 1 or self.step_s <= 0 or self.end not in ENDS or self.stride < 1 or self.export_s < 0
-                or self.expire_s < 0 or self.startup_s < 0):
+                or self.expire_s < 0 or self.startup_s < 0
+                or any(not 0 <= i < max(lengths) for i in self.skipped)):
             raise ValueError(f"segment {self.run_id!r}: values of one length, step_s > 0, stride >= 1, end in {ENDS}, "
-                             "export_s, expire_s and startup_s >= 0")
+                             "export_s, expire_s and startup_s >= 0, skipped steps among the steps")
         self.steps = lengths.pop()
 
     @property
@@ -214,6 +219,9 @@ def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
                     out[bad] = out.get(bad, 0.0) + 1
                 continue
             out[name] = finite[key] = value
+        if i in seg.skipped:
+            skipped = f'{_name("skipped_steps")}{{{run}, {process}}}'
+            out[skipped] = out.get(skipped, 0.0) + 1
         # the checks this step judges, each on its own key, else a fallback (TRL's kl), as the trainer does
         for check, value in judged(finite):
             state = streaks[check.name]

@@ -100,3 +100,23 @@ def test_a_value_not_logged_at_a_step_leaves_the_scrape_and_counts_nothing():
         metrics = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
         exported.append(next((m.data.data_points[0].value for m in metrics if m.name == "grpo.throughput"), None))
     assert exported == [None, 5.0, None]
+
+
+def test_a_skipped_update_counts_as_the_trainer_counts_it():
+    """The steps whose update the loop skipped (`Segment.skipped`) are the trainer's skipped-steps counter: a series
+    of the process, from its first skip on, one per skipped step."""
+    reader = InMemoryMetricReader()
+    instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
+    skipped = {1, 3}
+    exported: list[dict] = []
+    for step in range(5):
+        instruments.count_steps(1, step, step in skipped, 10.0, 10.0 * (step + 1))
+        metrics = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
+        exported.append({tuple(sorted(p.attributes)): p.value for m in metrics if m.name == "grpo.skipped_steps"
+                         for p in m.data.data_points})
+    series = replay([Segment("r", {"kl": [0.1] * 5}, step_s=10, skipped=frozenset(skipped))], scrape_s=10, scrapes=5)
+    (name,) = [n for n in series if n.startswith("grpo_skipped_steps_total")]
+    assert name == 'grpo_skipped_steps_total{run_id="r", job="grpo-trainer", instance="r", process="0"}'
+    assert exported[0] == {} and set(exported[-1]) == {("process", "run_id")}
+    # one scrape per step end: none before the first skip, then the counter's values after each step
+    assert series[name] == encode([None, None] + [e[("process", "run_id")] for e in exported[1:]])
