@@ -4,9 +4,10 @@
                                           [--step-times 2 10] [--modes healthy kl-jump]
 
 Runs `otel_grpo.generate._grid.grid()` through the committed rules in promtool 3.16 (built by
-scripts/build-backends.sh) and prints, per failure mode and step time, the median and worst
-latency from the onset to the alert's first notification (group_wait included) against the bound,
-and the cases that did not hold. Not a timed benchmark: the figures are simulated time.
+scripts/build-backends.sh), delivers what fires as the committed alertmanager/alertmanager.yml routes,
+groups and inhibits it, and prints, per failure mode and step time, the median and worst latency
+from the onset to the alert's first notification of a person (group_wait included) against the
+bound, and the cases that did not hold. Not a timed benchmark: the figures are simulated time.
 `--evaluation-interval` evaluates the rules as often as a deployment does (compose: 15 s; the grid's
 default, 60 s, measures a latency up to 45 s late); `--step-times` and `--modes` keep the cases of those step
 times and failure modes.
@@ -22,9 +23,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 from otel_grpo.generate import RuleSettings, rule_files
-from otel_grpo.generate._grid import PER_MODE, STEP_TIMES, Verdict, grid, run
+from otel_grpo.generate._grid import PER_MODE, STEP_TIMES, grid
+from otel_grpo.generate._grid_run import Verdict, run
 from otel_grpo.stack._process import StackError, find_binary
+
+
+ALERTMANAGER = Path(__file__).resolve().parents[1] / "alertmanager/alertmanager.yml"
+"""The committed Alertmanager config: its routing, grouping and inhibitions deliver what fires."""
 
 
 def _fmt(seconds: float | None) -> str:
@@ -79,8 +87,8 @@ def main() -> int:
              and (not args.modes or c.mode in args.modes)]
     started, cpu = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory() as tmp:
-        verdicts = run(cases, promtool, rule_files(RuleSettings()), Path(tmp), workers=args.workers,
-                       evaluation_interval=args.evaluation_interval)
+        verdicts = run(cases, promtool, rule_files(RuleSettings()), yaml.safe_load(ALERTMANAGER.read_text()), Path(tmp),
+                       workers=args.workers, evaluation_interval=args.evaluation_interval)
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
     print(f"{len(cases)} cases evaluated every {args.evaluation_interval} in {time.monotonic() - started:.0f} s of "

@@ -10,17 +10,15 @@ Each `Case` is one run (its processes as `_replay.Segment`s) at one step time (2
 scrape interval (15 .. 60 s) and path (the pull endpoint, or OTLP through the collector every
 10 or 60 s), with a start-up of up to 30 minutes, and either healthy (evaluations and saves
 that beat, a clean finish, a relaunch under the same run id, a KL that creeps up, a collector
-outage) or failing in one way from `onset_s` on. The property, for every case:
+outage) or failing in one way from `onset_s` on. The property is about what a person receives
+(`_grid_run`: the alerts Prometheus fires, as the committed Alertmanager config routes, groups and
+inhibits them). For every case:
 
 - healthy: no alert of the run notifies anyone (critical or warning) at any evaluation;
-- failing: nothing of the run notifies before the onset, and `expect` fires within
-  `bound_s` of it (Alertmanager's group_wait included): max(3 step intervals, 5 minutes),
-  longer only where docs/alerts.md says why (`Mode.bound`).
+- failing: nothing of the run notifies anyone about what it saw before the onset, and `expect`
+  reaches its receiver within `bound_s` of it (Alertmanager's group_wait included): max(3 step
+  intervals, 5 minutes), longer only where docs/alerts.md says why (`Mode.why`).
 
-`promtool_groups` packs the cases into promtool test groups (runs of one scrape interval and
-outage side by side, one query for every run's first firing of every alert); `first_firings`
-reads promtool's answer. Runs can be traced too: their firing alerts at every evaluation
-(`_grid_trace`), which tests/stack/test_alert_grid.py sends a real Alertmanager for a sample.
 benchmarks/alerts.py prints the latency table; tests/stack/test_alert_grid.py asserts the property.
 """
 
@@ -28,21 +26,12 @@ from __future__ import annotations
 
 import math
 import random
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Callable
 
-import yaml
+from ._replay import Outage, Pause, Segment
+from ._rules import RuleSettings, seconds
 
-from ._evidence import regex_literal
-from ._grid_trace import TRACE, Firing, report, traced as traced_firing, transitions
-from ._replay import Outage, Pause, Segment, replay
-from ._rules import RuleSettings, duration, seconds
-
-GROUP_WAIT_S = 10.0
-"""Alertmanager's group_wait in the committed routing: a new alert's first notification waits this long."""
 STEP_TIMES = (2.0, 10.0, 60.0, 300.0, 1800.0)
 SCRAPES = (15.0, 30.0, 60.0)
 PATHS = ((0.0, 0.0), (10.0, 120.0), (60.0, 120.0))
@@ -431,175 +420,4 @@ def grid(per_mode: int = PER_MODE, seed: int = 0) -> list[Case]:
     return cases
 
 
-# ---- promtool -------------------------------------------------------------------------------
-FIRINGS = ('min by (alertname, run_id, severity) (min_over_time(timestamp(ALERTS{{alertstate="firing"}})'
-           '[{window}:{step}]))')
-"""Each alert's first firing within the window before the query, at the evaluation interval: one query per window
-of a group, 30 evaluations long at most (promtool's engine loads at most 10,000 samples a query)."""
-
-
-def _window_s(every: float) -> float:
-    """The first-firing queries' window: the most evaluations, at most 30, that divide UNIT_S (a group's length
-    is whole UNIT_S)."""
-    fits = [k * every for k in range(1, 31) if UNIT_S % (k * every) == 0]
-    if not fits:
-        raise ValueError(f"an evaluation interval of {every:g} s does not divide {UNIT_S:g} s")
-    return max(fits)
-
-
-UNIT_S = 1800.0
-"""A group's length is whole half hours: its longest case's, rounded up."""
-
-
-def _units(length_s: float) -> int:
-    """A length in UNIT_S, rounded up: runs of one such length share a group."""
-    return math.ceil(length_s / UNIT_S)
-
-
-def promtool_groups(cases: Sequence[Case], max_runs: int = 40) -> list[list[Case]]:
-    """Cases packed into promtool test groups: one scrape interval and one collector outage each, the longest
-    cases together, `max_runs` at a time (a group is as long as its longest case)."""
-    buckets: dict[tuple, list[Case]] = {}
-    for c in sorted(cases, key=lambda c: (-c.length_s, c.run_id)):
-        buckets.setdefault((c.scrape_s, c.outages), []).append(c)
-    groups: list[list[Case]] = []
-    for members in buckets.values():
-        # A new group when full, or when this case is shorter (in UNIT_S) than the group: promtool's time
-        # grows with a group's length squared (every evaluation reads each series back to its start), so
-        # padding a case to a longer group costs more than another group does.
-        for c in members:
-            if not groups or groups[-1][0].scrape_s != c.scrape_s or groups[-1][0].outages != c.outages \
-                    or len(groups[-1]) == max_runs or _units(c.length_s) < _units(groups[-1][0].length_s):
-                groups.append([])
-            groups[-1].append(c)
-    return sorted(groups, key=lambda g: -g[0].length_s)
-
-
-def group_length_s(cases: Sequence[Case]) -> float:
-    """How long a promtool group of `cases` runs: whole UNIT_S, its longest case's length rounded up."""
-    return _units(max(c.length_s for c in cases)) * UNIT_S
-
-
-def promtool_group(cases: Sequence[Case], name: str, evaluation_interval: str = "60s",
-                   traced: Collection[str] = ()) -> dict:
-    """One promtool test group of `cases` (one scrape interval and outage): their series, and one query for
-    every run's first firing of every alert (expected: none, so promtool prints them all); for the runs in
-    `traced`, one query of their firing alerts at every evaluation."""
-    scrape_s, outages = cases[0].scrape_s, cases[0].outages
-    length = group_length_s(cases)
-    scrapes = int(length // scrape_s)
-    series: dict[str, str] = {}
-    for c in cases:
-        series.update(replay(c.segments, scrape_s, scrapes, outages))
-    every = seconds(evaluation_interval)
-    window = _window_s(every)
-    expr = FIRINGS.format(window=duration(int(window)), step=evaluation_interval)
-    queries = [{"expr": expr, "eval_time": duration(int(k * window)), "exp_samples": []}
-               for k in range(1, int(length // window) + 1)]
-    runs = sorted(c.run_id for c in cases if c.run_id in traced)
-    if runs:
-        trace = TRACE.format(runs="|".join(regex_literal(r) for r in runs))
-        queries += [{"expr": trace, "eval_time": f"{k * every}s", "exp_samples": []}
-                    for k in range(int(length // every) + 1)]
-    return {"name": name, "interval": f"{scrape_s:g}s",
-            "input_series": [{"series": k, "values": v} for k, v in series.items()], "promql_expr_test": queries}
-
-
-def first_firings(promtool_output: str) -> dict[tuple[str, str, str], float]:
-    """(run_id, alertname, severity) -> first firing time in seconds, from promtool's report of the groups'
-    first-firing queries."""
-    out: dict[tuple[str, str, str], float] = {}
-    for expr, _, samples in report(promtool_output):
-        if not expr.startswith(FIRINGS.partition(" (min_over_time")[0]):  # not a trace's query
-            continue
-        for lab, value in samples:
-            key = (lab.get("run_id", ""), lab["alertname"], lab.get("severity", ""))
-            out[key] = min(value, out.get(key, math.inf))
-    return out
-
-
-NOTIFYING = ("critical", "warning")
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    case: Case
-    latency_s: float | None
-    """From the onset to the expected alert's first notification (group_wait included); None: never."""
-    severity: str | None
-    """The expected alert's severity when it fired (its class: who receives it)."""
-    early: tuple[str, ...]
-    """Alerts of the run that notified before the onset (a healthy run: at all)."""
-    firing: Firing | None = None
-    """A traced run's firing alerts at each evaluation that changed them (`_grid_trace`); None: not traced."""
-
-    @property
-    def held(self) -> bool:
-        if self.early:
-            return False
-        if self.case.expect is None:
-            return True
-        return self.latency_s is not None and self.latency_s <= (self.case.bound_s or 0)
-
-
-def judge(cases: Iterable[Case], firings: dict[tuple[str, str, str], float],
-          traces: Mapping[str, Firing] | None = None) -> list[Verdict]:
-    verdicts = []
-    by_run: dict[str, list[tuple[str, str, float]]] = {}
-    for (run_id, name, severity), t in firings.items():
-        by_run.setdefault(run_id, []).append((name, severity, t))
-    for c in cases:
-        fired = by_run.get(c.run_id, [])
-        onset = math.inf if c.onset_s is None else c.onset_s
-        early = tuple(sorted(n for n, sev, t in fired if sev in NOTIFYING and t < onset))
-        latency, severity = None, None
-        if c.expect is not None:
-            hits = sorted((t, sev) for n, sev, t in fired if n == c.expect and t >= onset)
-            if hits:
-                latency, severity = hits[0][0] - onset + GROUP_WAIT_S, hits[0][1]
-        verdicts.append(Verdict(c, latency, severity, early, (traces or {}).get(c.run_id)))
-    return verdicts
-
-
-def run(cases: Sequence[Case], promtool: str, rule_files: dict[str, str], workdir: Path,
-        workers: int = 2, evaluation_interval: str = "60s", traced: Collection[str] = ()) -> list[Verdict]:
-    """Every case through `promtool test rules` against `rule_files` (relative path -> text), one promtool per
-    group, `workers` at a time; their verdicts, with the firing alerts of the runs in `traced` at every
-    evaluation.
-
-    The rules are evaluated every 60 s by default, a quarter of compose's evaluations (15 s): the grid's
-    hundreds of run-hours fit the test budget, a latency is measured up to 45 s late (crash-in-outage's up to
-    45 s early: the collector's last evaluation seen down is earlier), and a condition must hold at an
-    evaluation to count (the scenarios of prometheus/tests/scenarios.yml run at 15 s)."""
-    for rel, text in rule_files.items():
-        (workdir / rel).parent.mkdir(parents=True, exist_ok=True)
-        (workdir / rel).write_text(text)
-    groups = promtool_groups(cases)
-
-    def one(i: int) -> str:
-        group = promtool_group(groups[i], f"grid {i}: " + " ".join(c.run_id for c in groups[i]), evaluation_interval,
-                               traced)
-        doc = {"rule_files": list(rule_files), "evaluation_interval": evaluation_interval, "tests": [group]}
-        path = workdir / f"grid_{i}.yml"
-        path.write_text(yaml.safe_dump(doc, sort_keys=False, width=10_000))
-        out = subprocess.run([promtool, "test", "rules", path.name], cwd=workdir, capture_output=True, text=True,
-                             timeout=1800)
-        text = out.stdout + out.stderr
-        if (out.returncode != 0 and "got:" not in text) or ", err: " in text:  # an error, not the report
-            raise RuntimeError(f"promtool failed on {path}: {text[-3000:]}")
-        return text
-
-    with ThreadPoolExecutor(workers) as pool:
-        outputs = list(pool.map(one, range(len(groups))))
-    firings: dict[tuple[str, str, str], float] = {}
-    traces: dict[str, Firing] = {}
-    every = float(seconds(evaluation_interval))
-    for group, text in zip(groups, outputs):
-        firings.update(first_firings(text))
-        fired = traced_firing(text)
-        traces.update({c.run_id: transitions(fired.get(c.run_id, {}), group_length_s(group), every)
-                       for c in group if c.run_id in traced})
-    return judge(cases, firings, traces)
-
-
-__all__ = ["Case", "MODES", "Verdict", "first_firings", "grid", "judge", "promtool_groups", "run"]
+__all__ = ["Case", "MODES", "Mode", "grid"]

@@ -1,17 +1,18 @@
-"""What the grid's promtool runs report, and what a traced run fired at every evaluation, as Alertmanager gets it.
+"""What the grid's promtool runs report: every alert's changes at every evaluation, as Alertmanager gets them.
 
-    >>> out = '''    expr: "ALERTS{alertstate=\\\\"firing\\\\", run_id=~\\\\"a\\\\"}", time: 1h2m,
+    >>> out = '''    expr: "label_replace(ALERTS...)", time: 1h2m,
     ...         exp: nil
-    ...         got: {__name__="ALERTS", alertname="X", alertstate="firing", run_id="a", severity="warning"} 1E+00'''
-    >>> [(expr[:7], t, samples[0][0]["alertname"]) for expr, t, samples in report(out)]
-    [('ALERTS{', 3720.0, 'X')]
-    >>> transitions({60.0: {(("alertname", "X"),)}}, 180.0, 60.0)
-    ((60.0, frozenset({(('alertname', 'X'),)})), (120.0, frozenset()))
+    ...         got: {__name__="ALERTS", alertname="X", alertstate="firing", change="fired", run_id="a"} 1E+00'''
+    >>> [(expr[:14], t, samples[0][0]["alertname"]) for expr, t, samples in report(out)]
+    [('label_replace(', 3720.0, 'X')]
+    >>> firing(out)
+    ((3720.0, frozenset({(('alertname', 'X'), ('run_id', 'a'))})),)
 
-A traced run's groups get one query of its firing alerts (`ALERTS`) at every evaluation; promtool reports each
-evaluation at which some alert of the run fired. `transitions` turns them into the evaluations at which the
-set of firing alerts changed, each with the alerts (label sets, as Prometheus sends them) firing from then
-on; `changes` and `schedule` replay those to a real Alertmanager (tests/stack/test_alert_grid.py).
+Each promtool group gets one query (`CHANGES`) at every evaluation: the alerts that started firing then, and
+those that stopped; promtool reports each evaluation at which some alert changed. `firing` turns them into
+the group's `Firing`: at each change, the alerts (label sets, as Prometheus sends them) firing from then on,
+of every run and of the stack. `_delivery` replays it through Alertmanager's routing and inhibitions; `of_run`,
+`changes` and `schedule` replay a run to a real Alertmanager (tests/stack/test_alert_grid.py).
 """
 
 from __future__ import annotations
@@ -24,19 +25,25 @@ from typing import Iterator, Mapping, Sequence
 Labels = tuple[tuple[str, str], ...]
 """An alert's label set, sorted: what Prometheus sends Alertmanager (ALERTS without `__name__`, `alertstate`)."""
 Firing = tuple[tuple[float, frozenset[Labels]], ...]
-"""(evaluation time in seconds, the run's alerts firing from then on), at each change, the first included."""
+"""(evaluation time in seconds, the alerts firing from then on), at each change, the first included."""
 
-TRACE = 'ALERTS{{alertstate="firing", run_id=~"{runs}"}}'
-"""The firing alerts of the traced runs of a group (`runs`: their ids as a regex alternation)."""
+_NOW = 'ALERTS{{alertstate="firing"}}'
+CHANGES = (f'label_replace({_NOW} unless {_NOW} offset {{every}}, "change", "fired", "", "")'
+           f' or label_replace({_NOW} offset {{every}} unless {_NOW}, "change", "resolved", "", "")')
+"""The alerts that started firing at an evaluation (change="fired") and those that stopped (change="resolved"),
+against the evaluation `every` earlier: Prometheus writes a staleness marker for a series an evaluation drops."""
 _BLOCK = re.compile(r'^expr: "(.*)", time: (\S+),$')
 _DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 _SAMPLE = re.compile(r"\{([^{}]*)\} (\S+?)(?:,|$)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_NOT_SENT = ("__name__", "alertstate", "change")
 
 
-def _seconds(duration: str) -> float:
-    """A duration as promtool prints it (Go's model.Duration: "1d2h30m", "45s", "0s") in seconds."""
+def duration_s(duration: str) -> float:
+    """A Go duration as Prometheus, promtool and Alertmanager write it ("1d2h30m", "45s") in seconds."""
+    if not re.fullmatch(r"(\d+(ms|y|w|d|h|m|s))+", duration):
+        raise ValueError(f"duration {duration!r}: expected e.g. 1m30s")
     return float(sum(int(n) * _UNIT_S[unit] for n, unit in _DURATION.findall(duration)))
 
 
@@ -47,34 +54,37 @@ def report(promtool_output: str) -> Iterator[tuple[str, float, list[tuple[dict[s
     for line in promtool_output.splitlines():
         line = line.strip()
         if m := _BLOCK.match(line):
-            expr, at = m.group(1).replace('\\"', '"'), _seconds(m.group(2))
+            expr, at = m.group(1).replace('\\"', '"'), duration_s(m.group(2))
         elif line.startswith("got:") and expr is not None:
             yield expr, at, [(dict(_LABEL.findall(labels)), float(value))
                              for labels, value in _SAMPLE.findall(line[4:].strip())]
             expr = None
 
 
-def traced(promtool_output: str) -> dict[str, dict[float, set[Labels]]]:
-    """run_id -> evaluation time -> the alerts of the run firing then, from a traced group's report."""
-    out: dict[str, dict[float, set[Labels]]] = {}
+def firing(promtool_output: str) -> Firing:
+    """The alerts firing from each change on, from a group's report of its `CHANGES` queries."""
+    fired: dict[float, dict[Labels, bool]] = {}
     for expr, at, samples in report(promtool_output):
-        if not expr.startswith("ALERTS{"):
+        if not expr.startswith("label_replace(ALERTS"):
             continue
         for labels, _ in samples:
-            sent = tuple(sorted((k, v) for k, v in labels.items() if k not in ("__name__", "alertstate")))
-            out.setdefault(labels["run_id"], {}).setdefault(at, set()).add(sent)
-    return out
-
-
-def transitions(firing: Mapping[float, set[Labels]], length_s: float, every_s: float) -> Firing:
-    """The evaluations (every `every_s` from 0 to `length_s`) at which the set of firing alerts changed."""
+            sent = tuple(sorted((k, v) for k, v in labels.items() if k not in _NOT_SENT))
+            fired.setdefault(at, {})[sent] = labels["change"] == "fired"
     out, now = [], frozenset()
-    for k in range(int(length_s // every_s) + 1):
-        at = k * every_s
-        then = frozenset(firing.get(at, ()))
-        if then != now:
-            out.append((at, then))
-            now = then
+    for at in sorted(fired):
+        now = frozenset({a for a in now if fired[at].get(a, True)} | {a for a, up in fired[at].items() if up})
+        out.append((at, now))
+    return tuple(out)
+
+
+def of_run(alerts: Firing, run_id: str) -> Firing:
+    """The changes of one run's alerts (those with its `run_id`) in `alerts`."""
+    out, before = [], frozenset()
+    for at, now in alerts:
+        mine = frozenset(a for a in now if ("run_id", run_id) in a)
+        if mine != before:
+            out.append((at, mine))
+            before = mine
     return tuple(out)
 
 
@@ -87,9 +97,9 @@ class Change:
     resolved: tuple[Labels, ...]
 
 
-def changes(firing: Firing) -> list[Change]:
+def changes(alerts: Firing) -> list[Change]:
     out, before = [], frozenset()
-    for at, now in firing:
+    for at, now in alerts:
         out.append(Change(at, tuple(sorted(now - before)), tuple(sorted(before - now))))
         before = now
     return out
@@ -109,4 +119,4 @@ def schedule(runs: Mapping[str, Sequence[Change]], align: Mapping[str, int]) -> 
     return slots
 
 
-__all__ = ["TRACE", "Change", "Firing", "Labels", "changes", "report", "schedule", "traced", "transitions"]
+__all__ = ["CHANGES", "Change", "Firing", "Labels", "changes", "duration_s", "firing", "of_run", "report", "schedule"]
