@@ -5,6 +5,7 @@ from __future__ import annotations
 from otel_grpo.catalog import STEP_CHECKS
 
 from ._alerts import alert_rules, alerts
+from ._configs import EXPLAINS
 from ._grid import MODES, PATHS, SCRAPES, STEP_TIMES, STARTUPS
 from ._routing import class_of
 from ._rules import RuleSettings, recording_rules
@@ -47,6 +48,8 @@ EVIDENCE = {
                           "as GRPOKLHigh"),
     "GRPONonFiniteValues": ("`grpo_nonfinite_total` (non-finite values are counted, never exported)",
                             "a counter, per process: a resume's first NaN is a new series"),
+    "GRPOStepsSkipped": ("`grpo_skipped_steps_total`: the loop counts each update it skipped",
+                         "as GRPONonFiniteValues"),
 }
 
 
@@ -171,8 +174,15 @@ def render_alerts_md() -> str:
         "",
         "Until an operator names a destination in `alertmanager/routing.yml` every class reaches the",
         "sidecar only: no alert text leaves the host. Inhibitions pair alerts of one run only",
-        "(`equal: [run_id]`): a run's critical alert silences its warnings, GRPONonFiniteValues its",
-        "GRPOStepsSkipped. No infrastructure alert inhibits a run's: while the collector is down (every",
+        "(`equal: [run_id]`), and only where the critical alert's cause explains the other:",
+        "",
+        *(f"- {cause} (critical) silences {', '.join(symptoms)}" for cause, symptoms in EXPLAINS.items()),
+        "",
+        "A critical alert does not silence its run's other warnings: the page reaches whoever is on call,",
+        "the warning the run's owner, and a page can fire for long (a NaN's for `counter_window`, GRPOKLHigh",
+        "while KL stays high), so a warning of another cause would reach nobody until it ends",
+        "(nan-loss-then-is-drift: IS weights that degenerate after a NaN loss notify within the usual bound).",
+        "No infrastructure alert inhibits a run's: while the collector is down (every",
         "replica seen; one replica of several down is on no run's path once its runs export to the others)",
         "the run-end rules do not judge absence (GRPOCollectorDown pages once for all runs).",
         "",

@@ -95,22 +95,33 @@ def prometheus_config(t: Targets) -> dict:
     }
 
 
+EXPLAINS = {
+    # KL above its threshold for `kl_steps` steps: a step above it and a jump up to it are that same KL.
+    "GRPOKLHigh": ("GRPOKLSpike", "GRPOKLJump"),
+    # A non-finite loss or gradient norm (the critical one) makes the loop skip steps; a NaN reward does not.
+    "GRPONonFiniteValues": ("GRPOStepsSkipped",),
+}
+"""Critical alert -> the alerts of its run that its cause explains, which it inhibits while it fires."""
+
+
 def _inhibitions() -> list[dict]:
-    """What a firing alert makes redundant (docs/operations.md, Alerts): only what its cause explains.
+    """What a firing alert makes redundant (docs/operations.md, Alerts): only what its cause explains (`EXPLAINS`).
 
     Every pair is of one run (`equal: [run_id]`, with a `run_id` on both sides: `equal` alone also pairs
-    two alerts without one). No stack alert inhibits run alerts: a collector or sidecar outage must never
-    hide another run's crash, and the run-end rules themselves hold back while the collector is down.
+    two alerts without one). No blanket "a critical alert inhibits its run's warnings": a page goes to
+    whoever is on call, a warning to the run's owner, and a critical alert can fire for long (a NaN's for
+    `counter_window`, GRPOKLHigh while KL stays high, GRPOMetricsAbsent up to a day): a warning of another
+    cause (IS weights that drift after a NaN loss) would reach nobody until it ends, and never if it ends
+    first. No stack alert inhibits run alerts: a collector or sidecar outage must never hide another run's
+    crash, and the run-end rules themselves hold back while the collector is down.
     """
     run = 'run_id=~".+"'
-    return [
-        # A critical alert of a run makes its warnings noise (KL high over KL jump, ...).
-        {"source_matchers": ['severity="critical"', run], "target_matchers": ['severity="warning"', run],
-         "equal": ["run_id"]},
-        # A non-finite loss or gradient norm makes the loop skip steps: one cause, one notification.
-        {"source_matchers": ['alertname="GRPONonFiniteValues"', 'severity="critical"', run],
-         "target_matchers": ['alertname="GRPOStepsSkipped"', run], "equal": ["run_id"]},
-    ]
+    rules = []
+    for cause, symptoms in EXPLAINS.items():
+        target = f'alertname="{symptoms[0]}"' if len(symptoms) == 1 else f'alertname=~"{"|".join(symptoms)}"'
+        rules.append({"source_matchers": [f'alertname="{cause}"', 'severity="critical"', run],
+                      "target_matchers": [target, run], "equal": ["run_id"]})
+    return rules
 
 
 def _destination(d: Destination, secrets_dir: str, *, resolved: bool) -> dict:

@@ -246,6 +246,36 @@ def _valued(key: str, value: Callable[[float], float], one_step: bool = False, a
     return build
 
 
+COUNTER_WINDOW_S = float(seconds(RuleSettings().counter_window))
+"""How long an event counter's alert fires after the event (GRPONonFiniteValues, GRPOStepsSkipped)."""
+
+
+def _nan_then_drift(p: _Params) -> _Built:
+    """A NaN loss at one step (its update skipped: a page), and from the next step on IS weights that degenerate:
+    another cause, a warning that must reach the run's owner while the page still fires."""
+    k = _k(p, 5)
+    onset = _end_of(p, k)
+    n = max(k + 2, int((_after_steps(p, k + 1, onset) - p.startup_s) / p.step_s))
+    values = healthy(n, p.rng, "loss", "rollout_is_eff_sample_size")
+    values["loss"][k] = math.nan
+    values["rollout_is_eff_sample_size"][k + 1:] = [0.3] * (n - k - 1)
+    return _Built([_seg(p, values, skipped=frozenset({k}))], onset, _bound(p), _end_of(p, n) + 600)
+
+
+def _skipped_after_nan(p: _Params) -> _Built:
+    """A NaN loss at one step (its update skipped: a page, which withholds the run's GRPOStepsSkipped: one cause),
+    then, about 4 minutes later while the page still fires, a failed batch skipped: a cause of its own, which
+    reaches the owner once the page resolves."""
+    k = _k(p, 5)
+    later = k + max(1, int(240 / p.step_s))
+    onset = _end_of(p, k)
+    n = max(later + 1, int((_after_steps(p, later, onset) - p.startup_s) / p.step_s))
+    values = healthy(n, p.rng, "loss")
+    values["loss"][k] = math.nan
+    return _Built([_seg(p, values, skipped=frozenset({k, later}))], onset, _bound(p) + COUNTER_WINDOW_S,
+                  _end_of(p, n) + COUNTER_WINDOW_S + 600)
+
+
 def _crash(p: _Params) -> _Built:
     k = _k(p, 5)
     killed = _end_of(p, k) + p.rng.random() * p.step_s  # mid-step
@@ -351,6 +381,9 @@ def _crash_in_outage(p: _Params, replicas: int = 1) -> _Built:
 
 _WHY_FIRST = ("A process that has no step yet cannot be told from a slow start-up (30 minutes here) until "
               "`first_step_floor` has passed without a heartbeat.")
+_WHY_SKIPPED = ("A non-finite loss pages (GRPONonFiniteValues) and withholds the run's GRPOStepsSkipped while it "
+                "fires, `counter_window` after the NaN: one cause, one page. A step skipped for another cause "
+                "meanwhile reaches the owner when the page resolves (the next group_interval after it).")
 _WHY_OUTAGE = ("Nothing of any run is heard while the collector is down (GRPOCollectorDown pages for all); a run "
                "killed meanwhile is judged `path_settle` after the collector is back.")
 
@@ -391,6 +424,9 @@ MODES: tuple[Mode, ...] = (
     Mode("throughput-drop", _valued("tokens_per_second", lambda v: 0.3 * v, at=TREND_ONSET), "GRPOThroughputDrop"),
     Mode("no-learning-signal", _valued("frac_reward_zero_std", lambda v: 0.95), "GRPONoLearningSignal"),
     Mode("grad-spike", _valued("grad_norm", lambda v: 50 * v, one_step=True, at=TREND_ONSET), "GRPOGradNormSpike"),
+    Mode("nan-loss-then-is-drift", _nan_then_drift, "GRPORolloutISDrift", max_step_s=60.0),
+    Mode("steps-skipped-after-nan-loss", _skipped_after_nan, "GRPOStepsSkipped", max_step_s=300.0,
+         why=_WHY_SKIPPED),
 )
 
 

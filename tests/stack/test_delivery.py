@@ -58,6 +58,18 @@ def test_another_runs_critical_alert_inhibits_nothing(committed):
     assert a.firing == ((60.0, frozenset({KL_SPIKE})), (900.0, frozenset()))
 
 
+def test_a_critical_alert_inhibits_only_what_its_cause_explains(committed):
+    """A non-finite loss pages and withholds the run's skipped steps, not its IS drift (another cause)."""
+    nan, skipped = _a("GRPONonFiniteValues", "critical", signal="loss"), _a("GRPOStepsSkipped", "warning")
+    drift = _a("GRPORolloutISDrift", "warning", signal="rollout_is_eff_sample_size")
+    alerts: Firing = ((60.0, frozenset({nan, skipped})), (180.0, frozenset({nan, skipped, drift})),
+                      (660.0, frozenset({drift})))
+    (v,) = judge([_case(expect="GRPORolloutISDrift", onset=30.0)], alerts, Delivery.from_config(committed), 3600.0)
+    assert [(n.alertname, n.sent_s) for n in v.notified] == [("GRPONonFiniteValues", 70.0),
+                                                              ("GRPORolloutISDrift", 190.0)]
+    assert v.latency_s == 160.0 and v.held
+
+
 def _config(committed: dict, *rules: dict) -> dict:
     return {**committed, "inhibit_rules": list(rules)}
 
@@ -150,4 +162,4 @@ def test_the_models_inhibitions_are_a_real_alertmanagers(committed, tmp_path, fr
     real = {tuple(sorted(a["labels"].items())) for a in listed if a["status"]["inhibitedBy"]}
     assert real == {alerts[i] for i in model}
     assert {dict(a)["alertname"] + "/" + dict(a)["run_id"] for a in real} == {
-        "GRPOKLJump/c", "GRPOEntropyCollapse/c", "GRPOStepsSkipped/e", "GRPORolloutISDrift/e", "Z/x"}
+        "GRPOKLJump/c", "GRPOStepsSkipped/e", "Z/x"}

@@ -60,9 +60,13 @@ def test_causes_inhibit_only_their_own_runs_symptoms(alertmanager):
         _alert("GRPORunPreempted", "warning", run_id="g"),
         _alert("GRPOKLHigh", "critical", run_id="c"),
         _alert("GRPOKLJump", "warning", run_id="c"),
+        _alert("GRPOKLSpike", "warning", run_id="c"),
+        _alert("GRPOEntropyCollapse", "warning", run_id="c"),
         _alert("GRPOKLJump", "warning", run_id="d"),  # no critical alert for run d
         _alert("GRPONonFiniteValues", "critical", run_id="e", signal="loss"),
         _alert("GRPOStepsSkipped", "warning", run_id="e"),
+        _alert("GRPORolloutISDrift", "warning", run_id="e"),
+        _alert("GRPORunPreempted", "warning", run_id="a"),
         _alert("GRPONonFiniteValues", "warning", run_id="h", signal="sample_reward"),
         _alert("GRPOStepsSkipped", "warning", run_id="h"),
     ]
@@ -78,10 +82,14 @@ def test_causes_inhibit_only_their_own_runs_symptoms(alertmanager):
         "GRPONoFirstStep/f": False,
         "GRPORunPreempted/g": False,
         "GRPOKLHigh/c": False,
-        "GRPOKLJump/c": True,          # critical suppresses warning of the same run
+        "GRPOKLJump/c": True,          # KL over its threshold explains the jump and the spike of the same run
+        "GRPOKLSpike/c": True,
+        "GRPOEntropyCollapse/c": False,  # ... not another cause's warning: it reaches the run's owner
         "GRPOKLJump/d": False,         # ... and only of the same run
         "GRPONonFiniteValues/e": False,
         "GRPOStepsSkipped/e": True,    # a non-finite loss explains the skipped steps
+        "GRPORolloutISDrift/e": False,  # ... not IS weights that drift
+        "GRPORunPreempted/a": False,   # a crash page does not hide a preemption warning either
         "GRPONonFiniteValues/h": False,
         "GRPOStepsSkipped/h": False,   # a NaN reward does not
     }
