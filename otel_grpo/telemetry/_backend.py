@@ -31,7 +31,8 @@ from ._exporters import Exporters
 from ._instruments import Instruments
 from ._record import Error, Heartbeat, StepRecord
 from ._retention import RowBudget
-from ._samples import ColumnTracker, Selected, StepRows, event_attributes, flatten_row, pick_rows, step_rng
+from ._samples import (ColumnTracker, Selected, StepRows, event_attributes, flatten_row, pick_rows,
+                       rank_sample_index, step_rng)
 from ._settings import TelemetrySettings
 from ._span_ids import derived_ids
 from ._spill import SampleSpill
@@ -48,8 +49,11 @@ class Backend:
         self._rank = rank
         self.exporters = exporters
         base: dict[str, Any] = {"run_id": settings.run_id}
-        if settings.export_all_ranks and world_size > 1:
+        side_by_side = settings.export_all_ranks and world_size > 1
+        if side_by_side:
             base["rank"] = rank  # per-rank series would otherwise collide
+        self._ranks = world_size if side_by_side else 1
+        """How many ranks export their own selection of a step's rows, this one's included (`rank_sample_index`)."""
         self._tracer = exporters.tracer_provider.get_tracer(_SCOPE)
         pushed = any(name in ("otlp", "console") for name in settings.metrics_exporters)
         promise_s = settings.metric_export_interval_ms / 1000 if pushed else 0.0
@@ -191,7 +195,8 @@ class Backend:
             rows = StepRows(rec.rows, s.score)
             kept = pick_rows(rows.scores, s, rec.keep_reason, self._budget, step_rng(s.seed, s.run_id, rec.step))
             reason = rec.keep_reason if kept and kept[0][1] == "all" else None
-            picked = [Selected(i, selection, rows.annotated(i, self._rank, reason)) for i, selection in kept]
+            picked = [Selected(rank_sample_index(i, self._rank, self._ranks), selection,
+                               rows.annotated(i, self._rank, reason)) for i, selection in kept]
         if not picked:
             return
         if (s.top_k or s.bottom_k) and picked[0].selection == "random" and not self._warned_score:

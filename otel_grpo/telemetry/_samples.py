@@ -2,6 +2,7 @@
 
     kept = pick_rows(scores, settings, keep_reason="kl 3.2 above 1", budget=RowBudget(settings), rng=rng)
     kept = select_indices(scores_of(rows, "reward"), top_k=4, bottom_k=4, random_k=4, rng=random.Random(0))
+    number = rank_sample_index(i, rank=1, ranks=2)     # row i of rank 1's own, beside rank 0's: 2 * i + 1
     flat = flatten_row(rows[i])                        # rewards={"format": 1} -> reward.format
     attrs = event_attributes(flat, Selected(i, "top", rows[i]), max_chars=4096)
 """
@@ -25,9 +26,11 @@ _PRIMITIVES = (bool, int, float, str)
 
 @dataclass(frozen=True, slots=True)
 class Selected:
-    """One kept row: its position in the step's rows and why it was kept."""
+    """One kept row: its `sample_index` and why it was kept."""
 
     index: int
+    """Unique among the step's rows of every rank: the position among the rows the selection ran over, every
+    rank's (`select_across_ranks`) or, where each rank selects its own, `rank_sample_index`."""
     selection: str
     """"top", "bottom", "random", or "all" (every row of an anomalous step, see `_retention`)."""
     row: Mapping[str, Any]
@@ -89,6 +92,17 @@ def select_indices(
     rest = [i for i in range(len(scores)) if i not in taken]
     random_idx = sorted(rng.sample(rest, min(random_k, len(rest))))
     return [(i, "top") for i in top_idx] + [(i, "bottom") for i in bottom_idx] + [(i, "random") for i in random_idx]
+
+
+def rank_sample_index(index: int, rank: int, ranks: int) -> int:
+    """The `sample_index` of row `index` of `rank`'s own rows where `ranks` ranks select and export theirs side by
+    side (`export_all_ranks`; 1 where one rank exports): index * ranks + rank.
+
+    The sidecar, the spill and the web page's sample links name a row by its run, step and sample index, so two
+    ranks' rows of one step must never share one (the second would be dropped as the first sent again); a row sent
+    again keeps its number, and `sample_index % ranks` is its rank (`source_rank`).
+    """
+    return index * ranks + rank
 
 
 def pick_rows(scores: Sequence[float | None], settings, keep_reason: str | None, budget, rng: random.Random

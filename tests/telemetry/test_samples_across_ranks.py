@@ -79,14 +79,19 @@ def test_per_rank_selection_keeps_each_ranks_own_rows_without_collectives(two_ra
     from tests.telemetry.dist_samples_worker import SETTINGS
 
     out, ranks = two_ranks
+    numbers = []
     for rank, data in enumerate(ranks):
         assert data["per_rank_collectives"] == []
         rows = [row for call in data["handed"][0] for row in call]
         kept = [json.loads(x) for x in (out / "per_rank" / "samples" / f"step_0_rank{rank}.jsonl").read_text().splitlines()]
         tops = select_indices([r["reward"] for r in rows], top_k=SETTINGS["top_k"], bottom_k=SETTINGS["bottom_k"],
                               random_k=0, rng=random.Random(0))
-        assert [r["sample_index"] for r in kept if r["selection"] != "random"] == [i for i, _ in tops]
+        # row i of this rank's own: 2 * i + rank, so the two ranks' rows of the step never share a sample index
+        assert [r["sample_index"] for r in kept if r["selection"] != "random"] == [2 * i + rank for i, _ in tops]
+        assert [r["completion"] for r in kept] == [rows[r["sample_index"] // 2]["completion"] for r in kept]
         assert {r["source_rank"] for r in kept} == {rank}
+        numbers += [r["sample_index"] for r in kept]
+    assert len(set(numbers)) == len(numbers)
 
 
 def test_with_every_rank_exporting_only_rank_0_emits_the_global_selection(two_ranks):
