@@ -27,7 +27,6 @@ statement costs a round trip of N ms more (the fill and the timing client go dir
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import io
 import json
@@ -41,7 +40,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,6 +48,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _proxy import TcpProxy, pipe  # noqa: E402  (benchmarks/_proxy.py)
 
 SCALARS = ("kl", "reward", "entropy", "clip_ratio_low_mean", "clip_ratio_high_mean", "completion_length_mean",
            "grad_norm", "loss", "learning_rate", "rollout_is_mean", "mismatch_kl", "reward_std")
@@ -161,59 +161,20 @@ class Sidecar:
         self.proc.wait()
 
 
-class LatencyProxy:
+class LatencyProxy(TcpProxy):
     """A TCP proxy on a free loopback port to `target` (host, port) that holds every byte the target sends
     for `delay_s` before passing it on (the client's bytes pass at once): a server that far away, whose
     every answer arrives `delay_s` later, however many are in flight."""
 
     def __init__(self, target: tuple[str, int], delay_s: float) -> None:
-        self.target, self.delay_s, self.port = target, delay_s, _free_port()
-        self._loop = asyncio.new_event_loop()
-        started = threading.Event()
-        threading.Thread(target=self._serve, args=(started,), name="latency-proxy", daemon=True).start()
-        if not started.wait(10):
-            raise RuntimeError("the latency proxy did not start")
+        self.target, self.delay_s = target, delay_s
+        super().__init__(_free_port(), "latency proxy")
 
-    def _serve(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
-        started.set()
-        self._loop.run_forever()
+    def upstream(self) -> tuple[str, int]:
+        return self.target
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            return
-        await asyncio.gather(_pipe(reader, up_writer, 0.0), _pipe(up_reader, writer, self.delay_s))
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:
-    """Bytes from `reader` to `writer`, each `delay_s` after it came, in order."""
-    loop = asyncio.get_running_loop()
-    held: asyncio.Queue = asyncio.Queue()
-
-    async def send() -> None:
-        try:
-            while (item := await held.get()) is not None:
-                await asyncio.sleep(item[0] - loop.time())
-                writer.write(item[1])
-                await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            writer.close()
-
-    sender = asyncio.create_task(send())
-    try:
-        while data := await reader.read(65536):
-            held.put_nowait((loop.time() + delay_s, data))
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        held.put_nowait(None)
-        await sender
+    def pipes(self, reader, writer, up_reader, up_writer):
+        return pipe(reader, up_writer), pipe(up_reader, writer, self.delay_s)
 
 
 def _time(client: httpx.Client, requests: list[tuple[str, dict]], n: int, timeout: float) -> tuple[float, float, int]:

@@ -43,7 +43,6 @@ component over the trainers' minutes.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
 import json
 import os
@@ -66,6 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import sidecar as bench  # noqa: E402  (benchmarks/sidecar.py: PostgreSQL, sidecar processes, /proc readings)
+from _proxy import TcpProxy, pipe  # noqa: E402  (benchmarks/_proxy.py)
 
 RSS_EVERY_S = 30.0
 MiB = 1 << 20
@@ -172,37 +172,26 @@ def _row(rng: random.Random, corpus: str, i: int) -> dict:
 
 # ---- the stack -----------------------------------------------------------------------------
 
-class RoundRobinProxy:
+class RoundRobinProxy(TcpProxy):
     """A TCP proxy on 127.0.0.1:`port` handing each new connection to the next of `targets` (host, port),
     as a Kubernetes Service (kube-proxy) balances connections between replicas."""
 
     def __init__(self, port: int, targets: list[tuple[str, int]]) -> None:
-        self.port, self.targets = port, targets
+        self.targets = targets
         self.connections = [0] * len(targets)
         self.ingest_ms: list[float] = []
         """Each POST /v1/traces from its first byte in to the first byte of its answer out, as the collector
         waits for it (HTTP/1.1: a connection carries one request at a time)."""
         self.ingest_at: list[float] = []  # when each of them was answered (time.monotonic)
         self._turn = itertools.count()
-        self._loop = asyncio.new_event_loop()
-        started = threading.Event()
-        threading.Thread(target=self._serve, args=(started,), name="proxy", daemon=True).start()
-        started.wait(10)
+        super().__init__(port, "proxy")
 
-    def _serve(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
-        started.set()
-        self._loop.run_forever()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def upstream(self) -> tuple[str, int]:
         i = next(self._turn) % len(self.targets)
         self.connections[i] += 1
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.targets[i])
-        except OSError:
-            writer.close()
-            return
+        return self.targets[i]
+
+    def pipes(self, reader, writer, up_reader, up_writer):
         since: list[float | None] = [None]  # when the request in flight began, if it is an ingest request
 
         def request(data: bytes) -> None:
@@ -215,19 +204,7 @@ class RoundRobinProxy:
                 self.ingest_at.append(time.monotonic())
                 since[0] = None
 
-        await asyncio.gather(_pipe(reader, up_writer, request), _pipe(up_reader, writer, answer))
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, seen) -> None:
-    try:
-        while data := await reader.read(65536):
-            seen(data)
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        writer.close()
+        return pipe(reader, up_writer, seen=request), pipe(up_reader, writer, seen=answer)
 
 
 def start_stack(tmp: Path, replicas: int, last_settings: dict[str, str] | None = None) -> dict:
