@@ -46,7 +46,7 @@ class Source(Protocol):
     bad: BadInput
     attempt: int | None
     """The job's attempt this source reads now (`grpo.attempt`), for a partner's record that goes out alone;
-    None: each record says its own, or the follower's own is used."""
+    None: each record says its own, or the follower's own is used (`State.attempt`)."""
 
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
         """Resume at `saved` (None: the start, or the end with `from_start` False); forgets what was read
@@ -116,6 +116,8 @@ class Follower:
         for source in self.sources:
             if not state.sources.get(source.name):
                 source.restore(None, from_start)
+        if state.attempt is None:  # the first follower of these files: its own attempt, saved with `start`
+            state.attempt = telemetry.attempt
         start(self.sources, state)  # saved positions restored; every position saved at once
 
     @property
@@ -224,7 +226,7 @@ class Follower:
 
     def _emit(self, record: Record, partner: tuple[Source, Record] | None, attempt: int | None = None) -> int:
         """One `grpo.step` span with the record's (and its partner's) content, as attempt `attempt` (None:
-        `Telemetry.attempt`); returns the spans it started."""
+        the follower's own, `State.attempt`); returns the spans it started."""
         scalars, phases, rows = dict(record.scalars), list(record.phases), record.rows
         if partner is not None:
             other = partner[1]
@@ -236,6 +238,7 @@ class Follower:
         # A logged step: `grpo.steps` advances by the steps since the previous one (a TRL step whose
         # samples and scalars arrive apart goes out twice and counts once; logging_steps > 1 counts all).
         evaluation = record.evaluation and (partner is None or partner[1].evaluation)
+        attempt = self.state.attempt if attempt is None else attempt
         with self.tel.logged_step(record.step, evaluation=evaluation, attempt=attempt) as s:
             if scalars or rows:
                 s.record(_Values(scalars, _histograms(rows or ())))

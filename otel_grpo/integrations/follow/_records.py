@@ -27,7 +27,7 @@ class Record:
     """An evaluation's values (verl's validation, a TRL `eval_` log), not a training step's (`Telemetry.log_metrics`)."""
     attempt: int | None = None
     """Which attempt of the job wrote it (`grpo.attempt`: a relaunched job's steps replace the crashed one's in
-    the sidecar); None: the follower's own (`Telemetry.attempt`)."""
+    the sidecar); None: the follower's own (`State.attempt`)."""
 
 
 class BadInput:

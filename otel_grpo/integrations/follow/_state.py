@@ -33,6 +33,10 @@ class State:
     run_id: str | None = None
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per source name: whatever that source needs to resume (offsets, files done)."""
+    attempt: int | None = None
+    """The follower's own attempt (`grpo.attempt`), for the records whose source names none: when it first
+    read the job's files. Kept across restarts: a newer one would take the steps over from the records this
+    follower sent before (the sidecar's relaunch rule), and those it does not send again would go."""
     _lock_fd: int | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -47,7 +51,8 @@ class State:
             raise ValueError(f"state file {path}: unreadable ({exc})") from None
         if not isinstance(doc, dict) or doc.get("version") != VERSION:
             raise ValueError(f"state file {path}: not an otel-grpo follow state (version {VERSION})")
-        return cls(path, doc.get("run_id"), dict(doc.get("sources", {})))
+        attempt = doc.get("attempt")
+        return cls(path, doc.get("run_id"), dict(doc.get("sources", {})), attempt if type(attempt) is int else None)
 
     def lock(self) -> None:
         """Hold the state file for this process; `ValueError` naming the holder's pid if another has it."""
@@ -81,7 +86,8 @@ class State:
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        body = json.dumps({"version": VERSION, "run_id": self.run_id, "sources": self.sources}, sort_keys=True)
+        body = json.dumps({"version": VERSION, "run_id": self.run_id, "sources": self.sources, "attempt": self.attempt},
+                          sort_keys=True)
         with open(tmp, "w") as fp:
             fp.write(body)
             fp.flush()

@@ -130,7 +130,7 @@ class TrlOutput:
         self._steps: dict[Path, tuple[tuple[int, int, int], int]] = {}  # trainer state -> (version, global_step)
         self._newest: tuple[Path, tuple[int, int, int], dict[str, Any]] | None = None
         self.attempt: int | None = None
-        """The job's attempt read now (`grpo.attempt`); None: the follower's own (`Telemetry.attempt`) until
+        """The job's attempt read now (`grpo.attempt`); None: the follower's own (`State.attempt`) until
         a relaunch shows, then the time it was seen, in ns, so that its steps replace the earlier attempt's."""
         self._since = 0  # mtime (ns) of the attempt's first file: trainer states older than it are an earlier one's
         self._top = -1  # the latest completions step read in this attempt

@@ -298,6 +298,40 @@ def test_a_relaunched_trl_job_replaces_the_crashed_attempts_samples(tmp_path, si
     assert {step: steps[step]["grpo.loss"] for step in steps} == pytest.approx(logged)
 
 
+@pytest.mark.integration
+def test_a_restarted_follower_keeps_the_samples_it_sent_before(tmp_path, sidecar):
+    """No relaunch: the follower is stopped after sending completions 1-5 (checkpoint-3 on disk) and started again
+    on its state when the job has written step 6 and checkpoint-6. The trainer state's steps 4-6 it sends then are
+    the same attempt's as the completions sent before: step 5's samples stay (they went when the restarted
+    follower's records claimed the steps as a newer attempt, which the job's files never sent again)."""
+    pytest.importorskip("trl")
+    job, out, state, run = tmp_path / "job", tmp_path / "grpo-run", tmp_path / "state.json", "trl-restarted"
+    _write(job, 6, "checkpoint", "save_steps=3", tag="first")
+    (out / "completions").mkdir(parents=True)
+    for step in range(1, 6):  # what the job had written when the follower stopped, times kept
+        shutil.copy2(job / "completions" / f"completions_{step:05d}.parquet", out / "completions")
+    shutil.copytree(job / "checkpoint-3", out / "checkpoint-3")
+    args = ["--trl-output", str(out), "--run-id", run, "--state", str(state), "--from-start", "--poll", "0.1"]
+    first = FollowProcess(args, sidecar.url, free_port(), tmp_path / "first.log")
+    try:
+        # steps_per_generation=2: steps 1, 3 and 5 bring new rows (2, 4 and 6 repeat them)
+        wait_for(lambda: sorted(_notes(sidecar, run)) == [1, 3, 5], "the first follower's samples")
+        assert first.terminate() == 0
+    finally:
+        first.stop_if_running()
+    shutil.copy2(job / "completions" / "completions_00006.parquet", out / "completions")
+    shutil.copytree(job / "checkpoint-6", out / "checkpoint-6")
+    log = tmp_path / "again.log"
+    again = FollowProcess(args, sidecar.url, free_port(), log)
+    try:
+        assert again.wait() == 0, log.read_text()[-3000:]  # checkpoint-6: global_step == max_steps, the end
+    finally:
+        again.stop_if_running()
+    assert {step: len(rows) for step, rows in _notes(sidecar, run).items()} == {1: 8, 3: 8, 5: 8}
+    steps = httpx.get(f"{sidecar.url}/api/runs/{run}/steps", timeout=10).json()
+    assert [row["step"] for row in steps] == list(range(1, 7))
+
+
 def _rewrite(path: Path, note: str) -> None:
     """Write `path` again as TRL's `log` does (pandas' to_parquet, in place), its rows marked `note`."""
     import pandas as pd
