@@ -52,9 +52,9 @@ def writers_from(before: int | None, newer: int) -> int | None:
     """The first writer attempt (`WRITER_ATTEMPT_ATTR`) that counts as attempt `newer`'s, where `before` is the
     newest attempt that claimed steps before `newer` did; None where none did (every writer counts as `newer`'s).
 
-    A writer's attempt is its process's start. The ranks of one job start close together but each at its own
-    instant, so another rank's attempt is not its rank 0's; a relaunch starts after the attempt before it
-    crashed. Halfway between the two claims tells the jobs apart, in the sidecar and in `otel-grpo replay` alike.
+    A writer's attempt is its process's start (`telemetry._attempt`). The launcher starts one job's ranks
+    together, yet not at one instant, so another rank's attempt is not exactly its rank 0's; a relaunch starts
+    after the attempt before it crashed. Halfway between the two claims tells the jobs apart, in the sidecar and in `otel-grpo replay` alike.
     """
     return None if before is None else before + (newer - before + 1) // 2
 

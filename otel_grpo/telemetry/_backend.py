@@ -231,7 +231,7 @@ def _claimed(rec: StepRecord, rank: int) -> int | None:
     An evaluation claims none, so it merges into whatever attempt trained the step: a resumed job evaluates
     at the checkpoint's step (verl's `val_before_train`, transformers' `eval_on_start`) without training it
     again, and that step must keep the training that ran it. Nor does another rank's (`export_all_ranks`):
-    each rank's Telemetry starts at its own instant, yet they are one attempt, and rank 1's step span must
+    each rank's process starts at its own instant, yet they are one attempt, and rank 1's step span must
     not replace the rows rank 0 sent for the step.
     """
     return None if rec.evaluation or rank != 0 else rec.attempt

@@ -41,6 +41,7 @@ from opentelemetry.trace import TracerProvider
 from otel_grpo.catalog import peer_scalars, spans
 
 from . import _preemption
+from ._attempt import next_attempt
 from ._backend import Backend
 from ._exchange import current_group, select_across_ranks
 from ._process_sink import ProcessSink
@@ -203,9 +204,11 @@ class Telemetry:
         self._closed = False
         self._lock = threading.Lock()
         self._last_step: int | None = None
-        self.attempt = time.time_ns()
-        """This process's attempt at its steps (`grpo.attempt`): a relaunched or resumed run's is larger, so the
-        sidecar replaces what an earlier attempt stored for a step this one sends again."""
+        self.attempt = next_attempt()
+        """This process's attempt at its steps (`grpo.attempt`; `_attempt`: the process's start, so one job's
+        ranks carry attempts together): a relaunched or resumed run's is larger, so the sidecar replaces what an
+        earlier attempt stored for a step this one sends again."""
+        self._attempt_trained = False  # a training step went out under `attempt` (`new_attempt`)
         self._sink = self._open_sink(meter_provider, tracer_provider) if self.exporting else NullSink()
         self._select_rng = random.Random(settings.seed)  # the training thread's: rank 0 seeds every rank's draw
         self._judge = AnomalyJudge(settings)  # anomalous steps keep every row (rank 0's verdict)
@@ -286,10 +289,12 @@ class Telemetry:
         (a notebook's `trainer.train(resume_from_checkpoint=...)` after a failed `train()`; the TRL
         callbacks call it at every train begin): the sidecar then replaces what the failed attempt stored for
         each step run again and drops its later steps, and the gauges serve the new attempt's values only.
-        A new process is a new attempt already.
+        A new process is a new attempt already, and so is an attempt no training step went out under yet: it is
+        kept (the callbacks' first train begin keeps the process's start, which one job's ranks share).
         """
         with self._lock:
-            self.attempt = max(time.time_ns(), self.attempt + 1)
+            if self._attempt_trained:
+                self.attempt, self._attempt_trained = next_attempt(), False
             return self.attempt
 
     def step(self, step: int) -> AbstractContextManager[Step]:
@@ -326,6 +331,8 @@ class Telemetry:
         if attempt is not None and (type(attempt) is not int or not 0 <= attempt <= spans.MAX_STEP):
             raise ValueError(f"attempt must be an int in 0 .. 2**63 - 1, got {attempt!r}")
         gather = count_one if gather_samples is None else gather_samples
+        if attempt is None and not evaluation:
+            self._attempt_trained = True
         record = StepRecord(step, 0 if evaluation else self._advance(step, count_one), time.time_ns(),
                             evaluation=evaluation, attempt=self.attempt if attempt is None else attempt)
         clean = False

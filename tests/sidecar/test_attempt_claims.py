@@ -107,7 +107,10 @@ def test_steps_run_again_in_the_same_process_after_new_attempt_replace_the_faile
         tel.finish()
 
 
-def test_the_trl_callbacks_start_a_new_attempt_at_every_train_begin(tmp_path):
+def test_the_trl_callbacks_start_a_new_attempt_at_a_train_begin_after_training_steps(tmp_path):
+    """The first train begin keeps the process's attempt (its start, which the job's other ranks share); one after
+    a training step went out (train(resume_from_checkpoint=...) after a failed train()) starts a newer one. An
+    evaluation alone claims nothing, so it does not call for one."""
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
     from otel_grpo.integrations.trl import OtelGrpoCallback
@@ -116,11 +119,20 @@ def test_the_trl_callbacks_start_a_new_attempt_at_every_train_begin(tmp_path):
                                       traces_exporters=["none"]))
     callback = OtelGrpoCallback(telemetry=tel)
     args, state, control = TrainingArguments(output_dir=str(tmp_path), report_to=[]), TrainerState(), TrainerControl()
+    started = tel.attempt
     try:
         callback.on_train_begin(args, state, control)
-        failed = tel.attempt
+        with tel.logged_step(0, evaluation=True) as s:  # eval_on_start
+            s.record({"reward": 1.0})
+        callback.on_train_begin(args, state, control)
+        assert tel.attempt == started
+        with tel.step(1) as s:
+            s.record({"reward": 1.0})
         callback.on_train_begin(args, state, control)  # train(resume_from_checkpoint=...) after a failed train()
-        assert tel.attempt > failed
+        assert tel.attempt > started
+        failed = tel.attempt
+        callback.on_train_begin(args, state, control)  # nothing trained under it yet: kept
+        assert tel.attempt == failed
     finally:
         tel.finish()
 

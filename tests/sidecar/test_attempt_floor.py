@@ -4,6 +4,9 @@ writer's attempt and claim nothing (`grpo.writer_attempt`). Store level, on both
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from otel_grpo.sidecar.otlp import extract
 from otel_grpo.sidecar.store import SampleQuery, open_store
 
@@ -163,3 +166,43 @@ def test_a_store_of_schema_7_gets_its_runs_floors_from_the_steps_attempts(db, ot
     assert store.write_batch(_records(otlp, [6], "rank1", 40.0, writer=RELAUNCH - SKEW, first_index=100)) == 4
     assert _whose(store) == {0: {"first"}, 1: {"first"}, 2: {"first"}, 3: {"second"}, 4: {"second"}, 6: {"rank1"}}
     store.close()
+
+
+_RANK = """
+import sys, time
+time.sleep(float(sys.argv[1]))  # the rank's own set-up before it builds its Telemetry
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+tel = Telemetry(TelemetrySettings(run_id="r", output_dir=sys.argv[2], metrics_exporters=["none"],
+                                  traces_exporters=["none"], spill_samples=False))
+print(tel.attempt)
+tel.shutdown()
+"""
+
+
+def _launch(tmp_path, setups: list[float]) -> list[int]:
+    """The attempts of one job's ranks, started together as a launcher starts them, each building its
+    Telemetry after its own set-up."""
+    procs = [subprocess.Popen([sys.executable, "-c", _RANK, str(setup), str(tmp_path / f"rank{i}")],
+                              stdout=subprocess.PIPE, text=True) for i, setup in enumerate(setups)]
+    out = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), out
+    return [int(o.split()[-1]) for o in out]
+
+
+def test_a_jobs_ranks_stay_apart_from_a_relaunch_soon_after_whatever_their_set_up_takes(db, otlp, tmp_path):
+    """Rank 0 prepares alone for a while before it builds its Telemetry, rank 1 does not; the job crashes in its
+    first steps and is relaunched at once. Attempts taken at construction put the crashed job's rank 1 nearer
+    the relaunch than its own rank 0 (halfway between the two jobs' rank 0: the relaunch's side), and the
+    relaunch's rank 1 on the crashed job's side, so the crashed rank 1's later steps stayed and the relaunch's
+    rank 1 was dropped for good. A rank's attempt is its process's start: each job's ranks carry one attempt."""
+    crashed = _launch(tmp_path / "a", [4.0, 0.0])
+    relaunch = _launch(tmp_path / "b", [4.0, 0.0])
+    assert max(crashed) < min(relaunch)
+    store = open_store(db)
+    store.write_batch(_records(otlp, range(4), "a0", 1.0, attempt=crashed[0]))
+    store.write_batch(_records(otlp, range(4), "a1", 1.0, writer=crashed[1], first_index=100, samples=1))
+    store.write_batch(_records(otlp, [2], "b0", 2.0, attempt=relaunch[0]))
+    store.write_batch(_records(otlp, [2, 3], "b1", 2.0, writer=relaunch[1], first_index=100, samples=1))
+    assert _whose(store)[2] == {"b0", "b1"}
+    assert _completions(store, 2) == sorted([*(f"b0 2/{i}" for i in range(4)), "b1 2/0"])
+    assert _whose(store)[3] == {"b1"} and _completions(store, 3) == ["b1 3/0"]

@@ -1,0 +1,43 @@
+"""A process's attempt at its run's steps (`grpo.attempt`, catalog `spans`): when the launcher started it.
+
+    attempt = next_attempt()    # the first in a process: the process's start; any later one: now
+
+The sidecar tells one job's ranks from a relaunch's by their attempts alone (`spans.writers_from`: halfway
+between two jobs' claims), so the ranks of one job must carry attempts close together. A launcher
+(torchrun, srun, mpirun) starts a job's ranks at one instant, but each rank builds its `Telemetry` when its
+own set-up is done, which may be seconds apart (rank 0 alone preparing data, loading a checkpoint): an
+attempt taken at construction put the crashed job's rank 1 on the relaunch's side of the boundary, or the
+relaunch's rank 1 on the crashed job's, where the relaunch followed soon. The process's start time does not
+depend on its set-up. A later attempt in the same process (a second `Telemetry`, `new_attempt()` after a
+failed `train()`) is its own moment: the time it is asked for, after any earlier one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+_lock = threading.Lock()
+_last: int | None = None
+
+
+def next_attempt() -> int:
+    """A newer attempt than any this process gave before: its start time (ns since the epoch) the first time."""
+    global _last
+    with _lock:
+        _last = process_start_ns() if _last is None else max(time.time_ns(), _last + 1)
+        return _last
+
+
+def process_start_ns() -> int:
+    """When this process started, in ns since the epoch: from `/proc/self/stat` (clock ticks since boot, read
+    against CLOCK_BOOTTIME, so a clock that NTP stepped since boot does not shift it), else now."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
+        started_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, `starttime`
+        age_s = time.clock_gettime(time.CLOCK_BOOTTIME) - started_s
+    except (OSError, IndexError, ValueError, AttributeError):  # no procfs (macOS), or no CLOCK_BOOTTIME
+        return time.time_ns()
+    return time.time_ns() - max(0, int(age_s * 1e9))
