@@ -206,3 +206,27 @@ def test_a_jobs_ranks_stay_apart_from_a_relaunch_soon_after_whatever_their_set_u
     assert _whose(store)[2] == {"b0", "b1"}
     assert _completions(store, 2) == sorted([*(f"b0 2/{i}" for i in range(4)), "b1 2/0"])
     assert _whose(store)[3] == {"b1"} and _completions(store, 3) == ["b1 3/0"]
+
+
+def test_a_relaunch_of_a_job_that_sent_no_attempts_retires_its_later_steps(db, otlp):
+    """A job of a release before attempts sent steps 0-5 and crashed; the relaunch, upgraded, resumed from step
+    2's checkpoint. Its first claim is the run's first: the old job's steps after it go all the same (its rows are
+    older than any attempt's), so the run reads as the relaunch, not its step 3 followed by the old 4-5."""
+    store = open_store(db)
+    store.write_batch(_records(otlp, range(6), "old", 10.0))
+    store.write_batch(_records(otlp, [3], "new", 20.0, attempt=RELAUNCH))
+    assert _whose(store) == {0: {"old"}, 1: {"old"}, 2: {"old"}, 3: {"new"}}
+    (run,) = store.runs()
+    assert run["last_step"] == 3 and run["sample_count"] == 4 * 4
+    assert _completions(store, 4) == [] and _completions(store, 3) == [f"new 3/{i}" for i in range(4)]
+    store.close()
+
+
+def test_a_new_runs_first_claim_keeps_its_own_other_ranks_later_steps(db, otlp):
+    """Rank 1 of a new run is ahead of rank 0: its step 3 arrives before rank 0's first claim, at step 2. Rows
+    that name their writer are the job's own: the first claim keeps them."""
+    store = open_store(db)
+    store.write_batch(_records(otlp, [3], "r1", 1.0, writer=RELAUNCH + SKEW, first_index=100, samples=1))
+    store.write_batch(_records(otlp, [2], "r0", 1.0, attempt=RELAUNCH))
+    assert _whose(store) == {2: {"r0"}, 3: {"r1"}} and store.runs()[0]["last_step"] == 3
+    store.close()

@@ -20,7 +20,8 @@ step, never a mix of the relaunch's early steps and the crashed attempt's later 
 of an older attempt at a step from the floor on is stale and dropped, however late it comes and whether or not
 the step exists (a retried export, a replayed spill, a record below what `max_steps` retention kept); a claim
 of an older attempt than its step's holder is stale anywhere; the same attempt (a re-sent export, a replay)
-merges, so re-delivery stays idempotent. The run's first claim removes only rows of senders that named none.
+merges, so re-delivery stays idempotent. The run's first claim removes only rows of senders that named none:
+at its step, and at every later step (a job of a release before attempts, relaunched by this one).
 Records without an attempt merge as before.
 
 Runs inside `Writes.write_batch`'s transaction, after it has serialized with the other writers; the floor
@@ -142,12 +143,12 @@ def _move_floors(conn, claims: dict[tuple[str, int], int], out: Settled) -> dict
         if old is None or newest > old.attempt:  # a newer attempt: a relaunch, from its first step on
             before = max([a for a in firsts if a < newest] + ([old.attempt] if old else []), default=None)
             floor = Floor(newest, firsts[newest], writers_from(before, newest))
-            if floor.since is not None:  # nothing older than a run's first claim is known
-                retire[run_id] = (floor.step, None)
+            # the run's first claim: what senders that named no attempt (a release before attempts, whose job
+            # this one was relaunched from) stored after it goes, as a relaunch's older attempts' later steps
+            retire[run_id] = (floor.step, None)
         elif newest == old.attempt and firsts[newest] < old.step:  # the same one, resumed earlier than seen
             floor = Floor(newest, firsts[newest], old.since)
-            if floor.since is not None:  # the steps from old.step on were retired when it came
-                retire[run_id] = (floor.step, old.step)
+            retire[run_id] = (floor.step, old.step)  # the steps from old.step on were retired when it came
         else:
             continue
         out.floors[run_id] = floor
@@ -183,7 +184,7 @@ def _retire(conn, run_id: str, above: int, below: int | None, floor: Floor, out:
     (records arriving out of order) stay, and so do step rows only its own writers merged into."""
     where = "run_id = ? AND step > ?" + ("" if below is None else " AND step < ?")
     span = (run_id, above) if below is None else (run_id, above, below)
-    older = (*span, floor.since)
+    older = (*span, 0 if floor.since is None else floor.since)  # none known: only senders that named none
     removed = conn.execute(f"DELETE FROM samples WHERE {where} AND {_OLDER}", older).rowcount
     out.removed[run_id] += removed
     gone = removed + conn.execute(f"DELETE FROM phases WHERE {where} AND {_OLDER}", older).rowcount
