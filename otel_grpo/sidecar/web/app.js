@@ -123,7 +123,6 @@ async function overlaidRuns(values, runId) {
 // page draws RUNS_PAGE rows whether there are ten runs or 10,000. The list's view is in the URL too:
 // #/?q=exp&status=active&page=3.
 const RUNS_PAGE = 50;
-const SEARCH_WAIT_MS = 250;  // typing pauses this long before the list is asked for again
 const STATUS_CHOICES = [["", "any status"], ["firing", "firing"], ["active", "active"], ["idle", "idle"]];
 
 function runsHash(view) {
@@ -141,7 +140,6 @@ async function showRuns(query) {
     ...STATUS_CHOICES.map(([v, t]) => h("option", { value: v, text: t })));
   status.value = view.status;
   const list = h("div", { id: "runs-list" });
-  let timer = null;
   let shown = 0;  // the latest request: an older answer arriving late is dropped
   const load = async () => {
     const mine = ++shown;
@@ -150,10 +148,7 @@ async function showRuns(query) {
     if (mine === shown) list.replaceChildren(...rows);
   };
   const refilter = () => { view.page = 1; load().catch(showError); };
-  search.addEventListener("input", () => {
-    clearTimeout(timer);
-    timer = setTimeout(() => { view.q = search.value.trim(); refilter(); }, SEARCH_WAIT_MS);
-  });
+  onTyped(search, (q) => { view.q = q; refilter(); });
   status.addEventListener("change", () => { view.status = status.value; refilter(); });
   list.addEventListener("click", (e) => {
     const turn = e.target.dataset && e.target.dataset.page;

@@ -401,17 +401,12 @@ function plotTools(runs) {
     const shown = [...state.overlay, ...others];
     list.replaceChildren(...(shown.length ? shown.map(box) : [h("span", { class: "muted", text: "no other runs" })]));
   };
-  let timer = null;
   let asked = 0;
-  search.addEventListener("input", () => {
-    clearTimeout(timer);
-    timer = setTimeout(async () => {
-      const mine = ++asked;
-      const q = search.value.trim();
-      const found = await api(`/api/runs?limit=${COMPARE_CHOICES + 1}` + (q ? "&q=" + encodeURIComponent(q) : ""))
-        .catch(() => []);
-      if (mine === asked) fill(found);
-    }, SEARCH_WAIT_MS);
+  onTyped(search, async (q) => {
+    const mine = ++asked;
+    const found = await api(`/api/runs?limit=${COMPARE_CHOICES + 1}` + (q ? "&q=" + encodeURIComponent(q) : ""))
+      .catch(() => []);
+    if (mine === asked) fill(found);
   });
   fill(runs);
   choices.append(search, list, h("p", { class: "muted", text: "other runs are drawn in their own colours, aligned by step" }));

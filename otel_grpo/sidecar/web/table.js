@@ -12,7 +12,6 @@ const TEXT_PREVIEW = 160;
 const PAGE_ROWS = 500;
 const EXPORT_ROWS = 1000000;
 const ALL_STEPS = "-9223372036854775808";  // step_min for a search over every step
-const SEARCH_DELAY_MS = 250;
 // Columns first in the table, in this order: identity, reward, then the per-sample diagnostics
 // (token-level numbers of each completion), then the rest as the rows have them, text last.
 // (signals.sample_diagnostics names them.)
@@ -425,11 +424,7 @@ function samplesControls(steps) {
   if (state.step !== null) select.value = String(state.step);
   const search = h("input", { id: "search", type: "search", placeholder: "search prompt / completion (all steps)" });
   search.value = state.q;
-  let timer = null;
-  search.addEventListener("input", () => {  // filters as you type, once the typing pauses
-    clearTimeout(timer);
-    timer = setTimeout(() => { state.q = search.value.trim(); writeUrl(); loadSamples(); }, SEARCH_DELAY_MS);
-  });
+  onTyped(search, (q) => { state.q = q; writeUrl(); loadSamples(); });
   const picker = h("details", { id: "column-picker" }, h("summary", { text: "columns" }), h("div", { class: "choices" }));
   return h("div", { class: "controls" }, h("label", { for: "step-select", text: "step" }), select, search,
     ...filterControls(), picker,

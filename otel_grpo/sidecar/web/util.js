@@ -1,5 +1,6 @@
 // Shared by the page's scripts: element building (text only through textContent, never
-// innerHTML: a completion containing <script> is shown as text), the read API, number formatting.
+// innerHTML: a completion containing <script> is shown as text), the read API, number formatting,
+// search as you type.
 "use strict";
 
 function h(tag, props, ...children) {
@@ -63,6 +64,17 @@ async function api(path) {
 // Any run id: "/" is sent as %2F (the API reads it back), "." as %2E (a run named ".." must not
 // become a dot segment that fetch resolves away).
 const runPath = (runId) => "/api/runs/" + encodeURIComponent(runId).replace(/\./g, "%2E");
+
+const SEARCH_WAIT_MS = 250;  // typing pauses this long before a search box's text is used
+
+// Search as you type: `use(text)` with the box's text, trimmed, once the typing pauses.
+function onTyped(box, use) {
+  let timer = null;
+  box.addEventListener("input", () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => use(box.value.trim()), SEARCH_WAIT_MS);
+  });
+}
 
 // A value exactly as stored (a number's shortest round-trip form): tooltips, copies.
 function fmtFull(v) {
