@@ -18,12 +18,9 @@ const PlotInteract = (() => {
 
   // Hover box, pick, zoom and the marks, around uPlot's cursor and selection.
   function bind(u, element, c, series, [x0, x1]) {
-    const tip = document.createElement("div");
-    tip.className = "plot-tip";
-    tip.hidden = true;
+    const tip = h("div", { class: "plot-tip", hidden: "" });
     element.appendChild(tip);
-    const layer = document.createElement("div");
-    layer.className = "marks";
+    const layer = h("div", { class: "marks" });
     u.over.appendChild(layer);
     let here = false;  // the pointer (or a finger) is on this chart: its box shows
     const stepAt = (clientX) => u.posToVal(clientX - u.over.getBoundingClientRect().left, "x");
@@ -81,23 +78,13 @@ const PlotInteract = (() => {
   }
 
   function fillTip(tip, step, out, at) {
-    const head = document.createElement("div");
-    head.className = "tip-step";
-    head.textContent = "step " + step;
-    const lines = [];
-    for (const s of out) {
-      if (s.raw || !s.values.has(step)) continue;
+    const lines = out.filter((s) => !s.raw && s.values.has(step)).map((s) => {
       const raw = s.values.get(step), sm = s.smoothed ? s.ys[at.get(step)] : null;
-      const line = document.createElement("div");
-      line.style.setProperty("--c", s.color);
-      const n = document.createElement("span");
-      n.textContent = displayName(s.line) + " ";
-      const v = document.createElement("b");
-      v.textContent = raw === null ? "not finite" : PlotScales.fmt(raw, 5) + (sm !== null && sm !== undefined ? ` (smoothed ${PlotScales.fmt(sm, 5)})` : "");
-      line.append(n, v);
-      lines.push(line);
-    }
-    tip.replaceChildren(head, ...lines);
+      const value = raw === null ? "not finite"
+        : PlotScales.fmt(raw, 5) + (sm !== null && sm !== undefined ? ` (smoothed ${PlotScales.fmt(sm, 5)})` : "");
+      return h("div", { style: `--c: ${s.color}` }, h("span", { text: displayName(s.line) + " " }), h("b", { text: value }));
+    });
+    tip.replaceChildren(h("div", { class: "tip-step", text: "step " + step }), ...lines);
     tip.hidden = false;
   }
 
@@ -112,33 +99,17 @@ const PlotInteract = (() => {
     layer.replaceChildren(...marks.flatMap((m) => {
       const x = u.valToPos(m.step, "x");
       if (!(x >= 0 && x <= width)) return [];
-      const mark = document.createElement("div");
-      mark.className = "mark mark-" + m.kind;
-      mark.dataset.step = String(m.step);
-      mark.title = m.label;
-      mark.style.left = x + "px";
+      const mark = h("div", { class: "mark mark-" + m.kind, "data-step": String(m.step), title: m.label,
+                              style: `left: ${x}px` });
       if (m.kind === "alert") {
         const row = placed.filter((p) => Math.abs(p - x) < 90).length;
         placed.push(x);
-        const flag = document.createElement("span");
-        flag.className = "mark-flag" + (x > width - FLAG_PX ? " flip" : "");  // near the right edge: to the line's left
-        flag.style.top = row * 17 + "px";
-        const name = document.createElement("button");
-        name.type = "button";
-        name.className = "mark-label";
-        name.textContent = m.name;
-        name.title = m.label + ": show it in the alerts table";
-        name.addEventListener("click", () => m.onOpen && m.onOpen());
-        flag.appendChild(name);
-        if (m.runbook) {
-          const link = document.createElement("a");
-          link.className = "mark-runbook";
-          link.href = m.runbook;
-          link.target = "_blank";
-          link.rel = "noopener noreferrer";
-          link.textContent = "runbook";
-          flag.appendChild(link);
-        }
+        // Near the right edge: to the line's left.
+        const flag = h("span", { class: "mark-flag" + (x > width - FLAG_PX ? " flip" : ""), style: `top: ${row * 17}px` },
+          h("button", { type: "button", class: "mark-label", text: m.name, title: m.label + ": show it in the alerts table",
+                        onclick: () => m.onOpen && m.onOpen() }),
+          ...(m.runbook ? [h("a", { class: "mark-runbook", href: m.runbook, target: "_blank", rel: "noopener noreferrer",
+                                    text: "runbook" })] : []));
         for (const kind of ["mousedown", "touchstart"]) flag.addEventListener(kind, (e) => e.stopPropagation(), { passive: true });
         mark.appendChild(flag);
       }

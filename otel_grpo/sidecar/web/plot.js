@@ -102,8 +102,7 @@ const Plot = (() => {
   // Returns {element, mount(width), destroy()}: uPlot needs the width it is given, known once the
   // element is in the page.
   function chart(c) {
-    const element = document.createElement("div");
-    element.className = "plot-wrap";
+    const element = h("div", { class: "plot-wrap" });
     const values = c.lines.flatMap((l) => l.points.map((p) => p[1]).filter((v) => v !== null));
     const scale = scaleOf(c.scale || "linear", values);
     element.dataset.scale = scale.kind;
@@ -170,25 +169,10 @@ const Plot = (() => {
   // overlaid runs share it (the run legend says which colour is which run). Compared runs: the
   // swatch is the column's dash.
   function legend(lines, compare) {
-    const div = document.createElement("div");
-    div.className = "legend";
-    const seen = new Set();
-    for (const l of lines) {
-      if (seen.has(l.label)) continue;
-      seen.add(l.label);
-      const span = document.createElement("span");
-      span.appendChild(swatch(compare ? "#374151" : colorOf(l, false), dashOf(l, compare)));
-      span.append(l.name || l.label);
-      if (l.prometheus) {
-        const prom = document.createElement("code");
-        prom.className = "prom";
-        prom.textContent = l.prometheus;
-        span.append(" ", prom);
-      }
-      if (l.description) span.title = l.description;
-      div.appendChild(span);
-    }
-    return div;
+    const first = lines.filter((l, i) => lines.findIndex((o) => o.label === l.label) === i);
+    return h("div", { class: "legend" }, ...first.map((l) => h("span", l.description ? { title: l.description } : {},
+      swatch(compare ? "#374151" : colorOf(l, false), dashOf(l, compare)), l.name || l.label,
+      ...(l.prometheus ? [" ", h("code", { class: "prom", text: l.prometheus })] : []))));
   }
 
   function swatch(color, dash) {
