@@ -1267,6 +1267,59 @@ def test_the_range_filter_shown_is_the_one_applied(site, new_page):
     assert _filter_shown(page) == ["", "", ""] and _hash(page) == {"step": "0"}
 
 
+def _typed(page, box: str, text: str) -> None:
+    """`text` typed into the number box `box` (over what it held) and the box left, as a user does."""
+    page.click(box)
+    page.keyboard.press("Control+A")
+    page.keyboard.type(text)
+    page.keyboard.press("Tab")
+
+
+def _rows_shown(page, n: int) -> None:
+    wait(page, f"document.querySelectorAll('#samples-table tbody tr').length === {n}")
+
+
+def _boxes_marked(page) -> list[list]:
+    """Each range bound box: [whether aria-invalid, its title, whether it is drawn in its invalid colour]."""
+    return page.evaluate("['#filter-min', '#filter-max'].map(s => document.querySelector(s)).map(b => ["
+                         "b.getAttribute('aria-invalid') === 'true', b.title, "
+                         "getComputedStyle(b).borderColor === 'rgb(185, 28, 28)'])")
+
+
+def test_a_number_box_never_shows_a_bound_it_does_not_apply(site, tmp_path, new_page):
+    """Text a number box cannot read as a finite number ("1e999", "--3": Chromium keeps it shown while
+    the box's value is "") is marked as ignored, and the table, the address and the download are the
+    rows without that bound; a readable number clears the mark. Before, such text stayed shown,
+    unmarked, over rows it did not bound."""
+    site.seed(_seed_sparse)
+    page = new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    ignored, fine = [True, "not a number: ignored", True], [False, "", False]
+    open_run(page, f"{site.url}/#/run/{SPARSE}?step=0&fcol=judge&fmin=1&fmax=3")
+    assert _rows(page) == [2] and _boxes_marked(page) == [fine, fine]
+    _typed(page, "#filter-min", "1e999")
+    _rows_shown(page, 2)
+    assert _rows(page) == [0, 2] and _hash(page) == {"step": "0", "fcol": "judge", "fmax": "3"}
+    assert _boxes_marked(page) == [ignored, fine] and _note(page) == "2 of 6 rows pass the filter"
+    assert _download(page, tmp_path, "csv") == (f"{SPARSE}-step-0-filtered.csv", [0, 2])
+    _typed(page, "#filter-max", "--3")
+    _rows_shown(page, 3)
+    assert _hash(page) == {"step": "0", "fcol": "judge"} and _boxes_marked(page) == [ignored, ignored]
+    _typed(page, "#filter-min", "2")
+    _rows_shown(page, 2)
+    assert _rows(page) == [2, 4] and _hash(page) == {"step": "0", "fcol": "judge", "fmin": "2"}
+    assert _boxes_marked(page) == [fine, ignored]
+    # No column: the bounds go, their marks with them.
+    page.select_option("#filter-col", "")
+    _rows_shown(page, 6)
+    assert _filter_shown(page) == ["", "", ""] and _boxes_marked(page) == [fine, fine]
+    # Typed into an empty box, such text changes no value (no change event): marked as it is typed.
+    page.select_option("#filter-col", "judge")
+    _rows_shown(page, 3)
+    _typed(page, "#filter-max", "--3")
+    assert _boxes_marked(page) == [fine, ignored] and _hash(page) == {"step": "0", "fcol": "judge"}
+    assert _rows(page) == [0, 2, 4]
+
+
 def _headers(page) -> list[str]:
     return page.evaluate("[...document.querySelectorAll('#samples-table th[data-col]')].map(t => t.dataset.col)")
 

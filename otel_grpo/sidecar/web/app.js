@@ -80,16 +80,13 @@ function writeUrl() {
   if (state.run !== null) history.replaceState(null, "", runHash(state.run, stateParams()));
 }
 
-// What an <input type="number"> holds: HTML's valid floating-point number ("1." and "0x10" are not).
-const FLOAT_RE = /^-?(\d+|\d*\.\d+)([eE][-+]?\d+)?$/;
-
 // The view in the URL into `state` (writeUrl writes it back in the current form).
 async function readUrl(runId, query) {
   const p = new URLSearchParams(query);
   const num = (k) => (p.get(k) !== null && p.get(k) !== "" && Number.isFinite(+p.get(k)) ? +p.get(k) : null);
-  // A bound only as its number box can show it, and with a column: nothing filters unseen.
+  // A bound only with a column (nothing filters unseen), and as its number box reads it (table.js).
   const fcol = p.get("fcol") || "";
-  const bound = (k) => (fcol && FLOAT_RE.test(p.get(k)) && Number.isFinite(+p.get(k)) ? p.get(k) : "");
+  const bound = (k) => (fcol && p.get(k)) || "";
   Object.assign(state, freshState(runId), {
     step: num("step") === null ? null : String(num("step")), group: p.get("group"), sample: p.get("sample"),
     q: p.get("q") || "", orderBy: p.get("sort"), desc: p.get("desc") === "1",

@@ -404,13 +404,15 @@ async function download(kind) {
 
 function filterControls() {
   const col = h("select", { id: "filter-col", title: "keep rows whose value in this column is within [min, max]" });
-  const min = h("input", { id: "filter-min", type: "number", step: "any", placeholder: "min" });
-  const max = h("input", { id: "filter-max", type: "number", step: "any", placeholder: "max" });
+  const min = numberBox({ id: "filter-min", placeholder: "min" });
+  const max = numberBox({ id: "filter-max", placeholder: "max" });
   min.value = state.filter.min;
   max.value = state.filter.max;
+  // A link's bound as the box reads it: "abc", "0x1", "1e999" are none (and leave the URL).
+  Object.assign(state.filter, { min: boxNumber(min), max: boxNumber(max) });
   const apply = () => {  // the server filters the whole step (or search), not the rows loaded
     if (!col.value) { min.value = ""; max.value = ""; }  // no column: no bounds shown
-    state.filter = { col: col.value, min: min.value, max: max.value };
+    state.filter = { col: col.value, min: boxNumber(min), max: boxNumber(max) };
     writeUrl();
     loadSamples();
   };

@@ -87,3 +87,20 @@ function fmtCell(v) {
   if (typeof v === "object") return JSON.stringify(v);
   return String(v);
 }
+
+// Every number box of the page. Text it cannot read as a finite number ("--3", "1e999": the box's
+// value is then "", and no change event comes where it was "" already) stays shown, so it is marked
+// as ignored as it is typed: red, aria-invalid, a title saying so. Read it with boxNumber.
+function numberBox(props) {
+  const box = h("input", { ...props, type: "number", step: "any" });
+  box.addEventListener("input", () => boxNumber(box));
+  return box;
+}
+
+// What a number box applies, its mark brought up to date: its number's text, or "" (none, or ignored).
+function boxNumber(box) {
+  const bad = box.validity.badInput || !Number.isFinite(+box.value);
+  box.setAttribute("aria-invalid", bad);
+  box.title = bad ? "not a number: ignored" : "";
+  return bad ? "" : box.value;
+}
