@@ -1320,6 +1320,49 @@ def test_a_number_box_never_shows_a_bound_it_does_not_apply(site, tmp_path, new_
     assert _rows(page) == [0, 2, 4]
 
 
+PROMPT_GROUPS = "prompt-groups"
+
+
+def _seed_prompt_groups(url: str, otlp) -> None:
+    """Rows without a `group` attribute (a verl or TRL dump): the page groups them by prompt, samples
+    3 i to 3 i + 2 sharing prompt i, at steps 0 and 1."""
+    spans = otlp.spans(PROMPT_GROUPS, range(2), samples=9,
+                       extra=lambda s, i: {"prompt": f"prompt {i // 3} of step {s}"})
+    assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(),
+                      headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+def _group_shown(page) -> list:
+    """The group view's prompt and the sample index of each of its cards (in order)."""
+    return page.evaluate("[document.querySelector('#group-view .prompt')?.textContent ?? null, "
+                         "[...document.querySelectorAll('#group-view .group-card')].map(c => +[...c.querySelectorAll('tr')]"
+                         ".find(r => r.children[0].textContent === 'sample').children[1].textContent).sort((a, b) => a - b)]")
+
+
+def test_a_group_without_a_group_attribute_reopens_on_reload(site, new_page):
+    """A group of rows that carry no `group` attribute (grouped by their prompt) is in the address too,
+    by one of its samples: a reload, or the group view's link, shows the same group with the same
+    sample marked. Before, the address lost it and a reload showed no group."""
+    site.seed(_seed_prompt_groups)
+    page = new_page(viewport={"width": 1280, "height": 900})
+    open_run(page, f"{site.url}/#/run/{PROMPT_GROUPS}?step=1")
+    page.locator('#samples-table tbody tr[data-sample="4"] button.group-open').click()
+    wait(page, "document.querySelectorAll('#group-view .group-card').length === 3")
+    opened = ["prompt 1 of step 1", [3, 4, 5]]
+    picked = "document.querySelector('#group-view .picked .rank').textContent"
+    assert _group_shown(page) == opened
+    marked = page.evaluate(picked)
+    link = page.evaluate("document.querySelector('#group-view a.group-link').getAttribute('href')")
+    open_run(page, page.url)
+    assert _group_shown(page) == opened and page.evaluate(picked) == marked
+    assert _hash(page) == {"step": "1", "groupof": "4"}
+    open_run(page, f"{site.url}/#/run/{PROMPT_GROUPS}?step=0")
+    open_run(page, site.url + "/" + link)
+    assert _group_shown(page) == opened and _hash(page) == {"step": "1", "groupof": "4"}
+    page.click("#group-view .group-close")
+    assert _hash(page) == {"step": "1"}
+
+
 def _headers(page) -> list[str]:
     return page.evaluate("[...document.querySelectorAll('#samples-table th[data-col]')].map(t => t.dataset.col)")
 

@@ -67,8 +67,9 @@ function runHash(runId, params) {
 }
 
 function stateParams() {
-  return { step: state.step, group: state.group, sample: state.sample, q: state.q, sort: state.orderBy,
-           desc: state.orderBy && state.desc ? 1 : null, vs: state.overlay, smooth: state.smooth || null,
+  return { step: state.step, group: state.group?.group, groupof: state.group?.sample_index, sample: state.sample,
+           q: state.q, sort: state.orderBy, desc: state.orderBy && state.desc ? 1 : null, vs: state.overlay,
+           smooth: state.smooth || null,
            from: state.zoom && state.zoom[0], to: state.zoom && state.zoom[1],
            fcol: state.filter.col, fmin: state.filter.col && state.filter.min, fmax: state.filter.col && state.filter.max,
            showcol: state.columns.show, hidecol: state.columns.hide,
@@ -88,7 +89,8 @@ async function readUrl(runId, query) {
   const fcol = p.get("fcol") || "";
   const bound = (k) => (fcol && p.get(k)) || "";
   Object.assign(state, freshState(runId), {
-    step: num("step") === null ? null : String(num("step")), group: p.get("group"), sample: p.get("sample"),
+    step: num("step") === null ? null : String(num("step")), sample: p.get("sample"),
+    group: p.has("group") ? { group: p.get("group") } : p.has("groupof") ? { sample_index: p.get("groupof") } : null,
     q: p.get("q") || "", orderBy: p.get("sort"), desc: p.get("desc") === "1",
     overlay: [], smooth: Math.min(Math.max(num("smooth") || 0, 0), 0.99),
     zoom: num("from") !== null && num("to") !== null && num("from") < num("to") ? [num("from"), num("to")] : null,
@@ -293,7 +295,7 @@ async function showRun(runId, query) {
     h("div", { class: "table-wrap", id: "samples" }));
   await redrawPlots();
   await loadSamples();
-  if (state.group !== null && state.step !== null) await showGroup({ step: +state.step, group: +state.group }).catch(groupError);
+  if (state.group !== null && state.step !== null) await showGroup(state.step, state.group).catch(groupError);
   writeUrl();
   refreshTimer = setInterval(() => refreshRun().catch(() => {}), REFRESH_MS);
   document.body.setAttribute("data-ready", "run");

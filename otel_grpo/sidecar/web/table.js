@@ -176,7 +176,7 @@ function headerCell(c) {
 
 // The view as it is (order, filter, charts) at the row's step: the sample opens in the same order.
 function sampleLink(r, extra) {
-  return runHash(state.run, { ...stateParams(), q: null, group: null, sample: null, step: r.step, ...extra });
+  return runHash(state.run, { ...stateParams(), q: null, group: null, groupof: null, sample: null, step: r.step, ...extra });
 }
 
 const sameRow = (a, b) => a.step === b.step && a.sample_index === b.sample_index;
