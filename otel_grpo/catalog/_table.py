@@ -139,6 +139,7 @@ SIGNALS: tuple[Signal, ...] = (
     _g("activity", "grpo.process.activity_time", "s", "Unix time of the process's last work between training steps (`Telemetry.heartbeat()`: `instrument` and `OtelGrpoCallback` beat per evaluation batch and per change on disk during a checkpoint save, `otel-grpo follow` per change in the job's checkpoint folder), exported from the first heartbeat on: the stall alerts count from the later of it and the last step, so a long evaluation or save is no hang while one stuck in a batch or on a hung file system is.", R.HOST, Group.HEALTH),
     _g("step_end", "grpo.step.end_time", "s", "Unix time at which the process's last reported step ended (the trainer's clock): the stall alerts measure a hang from the later of it, the last heartbeat and the process's start, exactly, whatever the scrape and export intervals; a value older than the process's start is an earlier process's, so the process has no step yet.", R.HOST, Group.HEALTH),
     _g("alive", "grpo.process.alive_until", "s", "Unix time until which the exporting process vouches for itself: at each collection the time plus the metric export interval (a push reader, OTLP) or the time alone (a Prometheus scrape, and the last export of a process that closes). It freezes when the process dies, whatever a collector keeps serving until its metric_expiration: GRPOMetricsAbsent fires once the run's latest promise is overdue by the scrape slack, not when series disappear.", R.HOST, Group.HEALTH),
+    _g("clock", "grpo.process.clock", "s", "Unix time on the exporting process's clock at each collection (an export, or a scrape of the pull endpoint). Prometheus stamps every sample with its own scrape time, so the smallest difference between that time and this value over `clock_window` is the process's clock offset (plus the shortest delivery lag): the liveness and hang alerts move every time the process exports (its start, its last step's end and heartbeat, its promise) onto Prometheus's clock by it, so a trainer clock minutes off neither pages a healthy run nor delays a page.", R.HOST, Group.HEALTH),
     _g("run_preempted", "grpo.run.preempted", "{bool}", "1 once the run was stopped by SIGTERM (a scheduler's preemption: to be resumed), 0 from each process's start on.", R.HOST, Group.HEALTH),
     # ---- per-step distributions for alerts (issue 15) -------------------------------
     # One observation per training step: the bucket counters count the steps over each
@@ -181,7 +182,7 @@ SIGNALS += _TRL_SIGNALS
 # (invalid there, not logged, TRL's None) leaves it without a data point (telemetry `_gauges`).
 STATE_GAUGES: frozenset[str] = frozenset({
     "step", "log_interval", "step_end", "run_finished", "run_preempted", "process_start", "activity", "alive",
-    "step_streak",
+    "clock", "step_streak",
 })
 TRL_ONLY: frozenset[str] = frozenset(s.key for s in _TRL_SIGNALS)
 """Keys only a TRL (or transformers) Trainer logs, under its own definitions (`otel_grpo.integrations.trl`)."""

@@ -88,6 +88,10 @@ class Instruments:
         alive = get("alive")
         self._promise_s = promise_s
         meter.create_observable_gauge(alive.name, [self._vouch], unit=alive.unit, description=alive.description)
+        # This process's clock at each collection: Prometheus learns its offset from it (its own scrape time minus
+        # this), and so judges the times above on its own clock, however far off this host's clock is.
+        clock = get("clock")
+        meter.create_observable_gauge(clock.name, [self._clock], unit=clock.unit, description=clock.description)
 
     # ---- instruments ---------------------------------------------------------------
     def _instrument(self, signal: Signal) -> Any:
@@ -229,6 +233,10 @@ class Instruments:
     def _vouch(self, _options: CallbackOptions) -> Iterable[Observation]:
         """Read at each collection: this process is alive now, and until its next export."""
         return [Observation(time.time() + self._promise_s, dict(self._base))]
+
+    def _clock(self, _options: CallbackOptions) -> Iterable[Observation]:
+        """Read at each collection: the time on this process's clock."""
+        return [Observation(time.time(), dict(self._base))]
 
     def closing(self) -> None:
         """The process is going away: its last collections vouch for no further export."""

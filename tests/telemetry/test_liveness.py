@@ -43,6 +43,15 @@ def test_each_collection_vouches_for_the_process_until_its_next_export(make_capt
         assert _value(cap, "grpo.process.alive_until") <= time.time()
 
 
+def test_each_collection_exports_the_processs_clock(make_captured):
+    """Whatever the export interval, the clock gauge is the time of the collection itself (no promise added):
+    Prometheus subtracts it from its own scrape time to learn the process's clock offset."""
+    for run_id, interval_ms in (("short", 100), ("long", 30_000)):
+        cap = make_captured(run_id=run_id, metric_export_interval_ms=interval_ms)
+        before = time.time()
+        assert before - 1 <= _value(cap, "grpo.process.clock") <= time.time()
+
+
 def test_each_step_reports_its_end_time_and_the_first_its_own_duration(captured):
     tel = captured.tel
     time.sleep(0.5)  # a start-up: no step interval
