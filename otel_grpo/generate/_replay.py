@@ -33,9 +33,10 @@ advanced by the catalog's own `Streaks` (the same code the trainer runs). Every 
 carries the process's target labels as Prometheus stores them (`Segment.job`, `.instance`):
 through the collector its service.name and service.instance.id, so a relaunch of a run id at
 another world size or under another service name writes series of its own. The health
-gauges are the trainer's: its start, its last step's end and last heartbeat (trainer
-clock), `grpo.process.alive_until` (the collection time plus the export interval), and
-the end markers (0 from the start). So a scenario says what a run does (2 s or 30 min
+gauges are the trainer's: its start, its last step's end and last heartbeat,
+`grpo.process.clock` (the collection time) and `grpo.process.alive_until` (the collection
+time plus the export interval), all on the process's own clock (`Segment.clock_s` off
+Prometheus's, whose scrape timestamps are the replay's), and the end markers (0 from the start). So a scenario says what a run does (2 s or 30 min
 per step, crashes, hangs, resumes) and the rules are tested against what the scrapes
 of it show, hours long.
 """
@@ -126,6 +127,9 @@ class Segment:
     instance: str | None = None
     """The series' `instance`: through the collector the process's service.instance.id (the run id for one
     process, `<run id>/rank0` for several), over the pull endpoint its address (default `PULL_INSTANCE`)."""
+    clock_s: float = 0.0
+    """The process's clock minus Prometheus's: every time the process exports (its start, step ends, heartbeats,
+    promise and clock) is shifted by it; the scrapes' timestamps, Prometheus's own, are not."""
     steps: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -189,8 +193,8 @@ def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
     """The exported values at the process's start, then after each step, keyed by series (labels included);
     the time-dependent gauges (alive, heartbeat) are added at collection."""
     run = seg.labels
-    process = f'{PROCESS}="{process_id(seg.start_s)}"'  # the event counters' series are the process's own
-    out: dict[str, float] = {f"{_name('process_start')}{{{run}}}": float(int(seg.start_s))}
+    process = f'{PROCESS}="{process_id(seg.start_s + seg.clock_s)}"'  # the event counters' series are its own
+    out: dict[str, float] = {f"{_name('process_start')}{{{run}}}": float(int(seg.start_s + seg.clock_s))}
     for end in ("finish", "preempt"):  # 0 from the start, 1 at a deliberate end
         out[f"{_name('run_' + end + 'ed')}{{{run}}}"] = 0.0
     yield dict(out)
@@ -199,7 +203,7 @@ def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
         end_s = line.ends[i]
         out[f"{_name('step')}{{{run}}}"] = float(seg.first_step + i * seg.stride)
         out[f"{_name('steps')}{{{run}}}"] = float((i + 1) * seg.stride)
-        out[f"{_name('step_end')}{{{run}}}"] = end_s
+        out[f"{_name('step_end')}{{{run}}}"] = end_s + seg.clock_s
         # from the later of the last step and heartbeat; the first step's is its own duration (not the start-up)
         first = seg.first_step_s if seg.first_step_s is not None else seg.step_s
         since = max(line.ends[i - 1], line.last_beat(end_s) or -math.inf) if i else end_s - first
@@ -245,9 +249,16 @@ def _at(seg: Segment, line: _Timeline, states: list[dict[str, float]], c: float)
         out[f"{_name('run_' + seg.end + 'ed')}{{{run}}}"] = 1.0
     beat = line.last_beat(c)
     if beat is not None:
-        out[f"{_name('activity')}{{{run}}}"] = beat
-    out[f"{_name('alive')}{{{run}}}"] = c if ended else c + seg.export_s  # closing: no further export vouched for
+        out[f"{_name('activity')}{{{run}}}"] = beat + seg.clock_s
+    out.update(_collected(seg, c, ended))
     return out
+
+
+def _collected(seg: Segment, c: float, ended: bool = False) -> dict[str, float]:
+    """The gauges read at the collection itself, at `c` (Prometheus's time), on the process's clock: its clock,
+    and its promise (closing: no further export vouched for)."""
+    run, now = seg.labels, c + seg.clock_s
+    return {f"{_name('clock')}{{{run}}}": now, f"{_name('alive')}{{{run}}}": now if ended else now + seg.export_s}
 
 
 def _deliveries(seg: Segment, line: _Timeline, scrape_s: float, scrapes: int) -> list[float]:
@@ -282,10 +293,9 @@ def collector_target(replica: int) -> str:
 def _segment_series(seg: Segment, scrape_s: float, scrapes: int, outages: Sequence[Outage]) -> dict[str, list]:
     line = _Timeline.of(seg)
     states = list(_states(seg, line))
-    alive = f'{_name("alive")}{{{seg.labels}}}'
-    # What each scrape sees, as (series -> value) and the collection time of the alive gauge; consecutive
+    # What each scrape sees, as (series -> value) and the time of a pull endpoint's collection; consecutive
     # scrapes that see the same collection share one dict (steps of minutes span many scrapes).
-    seen: list[tuple[dict[str, float], float] | None] = [None] * (scrapes + 1)
+    seen: list[tuple[dict[str, float], float | None] | None] = [None] * (scrapes + 1)
     if not seg.pull:  # each series' last delivered value and its time, as the collector holds them
         deliveries = [c for c in _deliveries(seg, line, scrape_s, scrapes) if not _down(outages, c)]
         held: dict[str, tuple[float, float]] = {}
@@ -304,7 +314,7 @@ def _segment_series(seg: Segment, scrape_s: float, scrapes: int, outages: Sequen
             if changed:
                 view, changed = {n: v for n, (v, _) in held.items()}, False
             if view and not _down(outages, t):
-                seen[k] = (view, math.nan)
+                seen[k] = (view, None)
     else:  # the endpoint, collected at each scrape while the process runs
         read_end, last = False, None
         for k in range(scrapes + 1):
@@ -324,11 +334,13 @@ def _segment_series(seg: Segment, scrape_s: float, scrapes: int, outages: Sequen
         if got is None:
             continue
         view, t = got
+        if t is not None:  # a pull endpoint collects at the scrape itself
+            view = {**view, **_collected(seg, t, t >= line.end_s)}
         for name, v in view.items():
             values = series.get(name)
             if values is None:
                 values = series[name] = [None] * (scrapes + 1)
-            values[k] = t if name == alive and not math.isnan(t) else v
+            values[k] = v
     for values in series.values():  # a series gone from a scrape that had it: one staleness marker
         for k in range(1, scrapes + 1):
             if values[k] is None and values[k - 1] not in (None, STALE):

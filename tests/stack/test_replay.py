@@ -10,7 +10,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_grpo.catalog import STEP_CHECKS
-from otel_grpo.generate._replay import Segment, encode, expand, replay
+from otel_grpo.generate._replay import Pause, Segment, encode, expand, replay
 from otel_grpo.telemetry._instruments import Instruments
 
 KL = [0.1, 1.5, 1.2, 0.4, 1.1, 2.5, 3.0, 1.5, 0.2, 5.5]
@@ -120,3 +120,43 @@ def test_a_skipped_update_counts_as_the_trainer_counts_it():
     assert exported[0] == {} and set(exported[-1]) == {("process", "run_id")}
     # one scrape per step end: none before the first skip, then the counter's values after each step
     assert series[name] == encode([None, None] + [e[("process", "run_id")] for e in exported[1:]])
+
+
+def _values(text: str) -> list[float | None]:
+    """promtool's expanding notation back to one value per scrape (None: missing or stale)."""
+    out: list[float | None] = []
+    for token in text.split():
+        m = re.fullmatch(r"(_|stale|-?[\d.e]+)(?:([+-][\d.e]+))?(?:x(\d+))?", token)
+        assert m, token
+        if m.group(1) in ("_", "stale"):
+            out += [None] * int(m.group(3) or 1)
+            continue
+        start, step, n = float(m.group(1)), float(m.group(2) or 0), int(m.group(3) or 0)
+        out += [start + step * k for k in range(n + 1)]
+    return out
+
+
+TIMES = ("grpo_process_start_time_seconds", "grpo_step_end_time_seconds", "grpo_process_activity_time_seconds",
+         "grpo_process_alive_until_seconds", "grpo_process_clock_seconds")
+
+
+@pytest.mark.parametrize("export_s, expire_s", [(0.0, 0.0), (60.0, 120.0)], ids=["pull", "push"])
+@pytest.mark.parametrize("clock_s", [-600.0, 600.0], ids=["behind", "ahead"])
+def test_a_skewed_clock_shifts_every_time_the_process_exports_and_no_scrape(clock_s, export_s, expire_s):
+    """A trainer clock off Prometheus's: its start, step ends, heartbeats, promise and clock move by the offset
+    (and its `process` label, its start), what it counts does not, and the scrapes keep Prometheus's time: a
+    pull endpoint's clock gauge is the scrape's time plus the offset."""
+    def run(skew: float) -> dict[str, list]:
+        seg = Segment("r", {"kl": [0.1] * 12}, 30.0, start_s=15.0, export_s=export_s, expire_s=expire_s,
+                      pauses={5: Pause(300.0, 30.0)}, end="finish", clock_s=skew)
+        series = replay([seg], scrape_s=15.0, scrapes=60)
+        return {re.sub(r'process="-?\d+"', "process", name): _values(v) for name, v in series.items()}
+
+    agreed, skewed = run(0.0), run(clock_s)
+    assert set(skewed) == set(agreed)
+    for name, values in agreed.items():
+        shift = clock_s if name.split("{")[0] in TIMES else 0.0
+        assert skewed[name] == [None if v is None else v + shift for v in values], name
+    clock = next(v for n, v in skewed.items() if n.startswith("grpo_process_clock_seconds"))
+    if export_s == 0:
+        assert all(v is None or v == 15.0 * k + clock_s for k, v in enumerate(clock))
