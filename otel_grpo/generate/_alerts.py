@@ -8,7 +8,8 @@ Three building blocks make the alerts hold on real runs (docs/operations.md):
   step duration and scrape interval, and a step below the threshold resets it. A
   trend (KL jump, reward or entropy collapse, throughput drop) is such a check of a
   statistic against the run's own recent steps (`otel_grpo.catalog.Baseline`).
-- *Run ends* (`_run_end.py`): crashes, hangs and preemptions from each process's own clock.
+- *Run ends* (`_run_end.py`): crashes, hangs and preemptions from the times each process exports,
+  moved onto Prometheus's clock by the process's own clock offset.
 - *Increases* of counters, with a series that is new (unseen for
   `counter_lookback`) counting by its value: a failed scrape or an outage
   raises nothing, since the series' last value before the gap is still found.

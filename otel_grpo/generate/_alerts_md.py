@@ -6,7 +6,7 @@ from otel_grpo.catalog import STEP_CHECKS
 
 from ._alerts import alert_rules, alerts
 from ._configs import EXPLAINS
-from ._grid import MODES, PATHS, SCRAPES, STEP_TIMES, STARTUPS
+from ._grid import CLOCK_SKEW_S, MODES, PATHS, SCRAPES, STEP_TIMES, STARTUPS
 from ._routing import class_of
 from ._rules import RuleSettings, recording_rules
 from ._subset import reads
@@ -17,7 +17,8 @@ _GRAD = STEP_CHECKS["grad_norm"].baseline
 # What each alert reads, and why that evidence survives what a scrape-based view loses.
 EVIDENCE = {
     "GRPOMetricsAbsent": ("`grpo_process_alive_until` (each collection: its time plus the export interval) and the "
-                          "latest process's end markers", "trainer clock: a collector's expiry, scrape gaps and export lag "
+                          "latest process's end markers", "the trainer's times on Prometheus's clock (`grpo_process_clock_seconds` gives "
+                          "its offset): a collector's expiry, scrape gaps and export lag "
                           "only add up to `liveness_slack`; markers are 0 from each process's start and "
                           "read in the latest process's series only (its `job`, `instance`), so a reused run id, "
                           "at another world size or service name too, or a resume is running again; not judged "
@@ -26,7 +27,7 @@ EVIDENCE = {
     "GRPOTrainerStalled": ("`time()` minus the later of the process start, `grpo_step_end_time_seconds` and "
                            "`grpo_process_activity_time_seconds`, against 3x the step or log interval: the larger "
                            "of the typical step (90th percentile of its step times over `history_window`) and the longest within "
-                           "`recent_window` (at least `stall_floor`)", "trainer clock, exact whatever the scrape or export interval; "
+                           "`recent_window` (at least `stall_floor`)", "the trainer's times on Prometheus's clock, exact whatever the scrape or export interval; "
                            "start-up and pauses that beat are no interval; only live runs (alive within the slack)"),
     "GRPONoFirstStep": ("as GRPOTrainerStalled, for a process whose last step ended before it started (none yet), "
                         "against `first_step_floor`", "as GRPOTrainerStalled"),
@@ -67,6 +68,14 @@ BLOCKS = {
                                                   "steps, lately (the counter) or now (the streak)",
     "job_instance:collector:seen": "targets that served the collector's own metrics, remembered while down",
     "job_instance:sidecar:seen": "targets that served the sidecar's own metrics, remembered while down",
+    "run_id_job_instance:grpo_process:clock_lag_seconds": "each process's lag now: Prometheus's scrape time of "
+                                                          "its `grpo_process_clock_seconds` minus that value",
+    "run_id_job_instance:grpo_process:clock_least_lag_seconds": "its smallest lag over `clock_window`, where one "
+                                                                "process was heard on the target (its start unchanged)",
+    "run_id_job_instance:grpo_process:clock_offset_seconds": "Prometheus's clock minus the process's: that smallest "
+                                                             "lag (a new process on the target: its latest lag; gone: "
+                                                             "its last offset; no clock exported: 0), added to every "
+                                                             "time it exports before the records below compare it",
     "run_id:grpo_process:alive_until": "the latest promise of the run's process to be heard from again",
     "run_id:grpo_process:overdue_seconds": "how far past that promise now",
     "run_id:grpo_process:start_time": "the latest process's start",
@@ -74,6 +83,7 @@ BLOCKS = {
                                                    "target labels (`job`, `instance`), which the end markers and "
                                                    "the last step are read in",
     "run_id:grpo_step:end_time": "the end of the run's last step",
+    "run_id:grpo_process:activity_time": "the run's last heartbeat",
     "run_id:grpo_process:progress_time": "the later of that start, its last step's end and its last heartbeat",
     "run_id:grpo_step_index:last": "the latest process's last step (-1: none yet)",
     "run_id:grpo_step:typical_interval_seconds": "the 90th percentile of the step times over `history_window`",
@@ -221,6 +231,7 @@ def render_alerts_md() -> str:
         "| setting | default | role |",
         "| --- | --- | --- |",
         f"| `liveness_slack` | {s.liveness_slack} | how far past its promise a process may be heard from: a 60-s scrape and the delivery lag |",
+        f"| `clock_window` | {s.clock_window} | how far back a process's clock offset is taken: longer than the collector's metric_expiration and the slack |",
         f"| `path_settle` | {s.path_settle} | after the collector (every replica) was down, how long no run is judged absent |",
         f"| `history_window`, `recent_window` | {s.history_window}, {s.recent_window} | a run's step interval: the 90th percentile of its step times over the first, or its longest step or log interval within the second where larger |",
         f"| `stall_factor`, `stall_floor` | {s.stall_factor:g}, {s.stall_floor} | a hang: idle longer than this many step intervals, and the floor (above an export interval and a scrape) |",
@@ -228,11 +239,19 @@ def render_alerts_md() -> str:
         f"| `kl_steps`, `drift_steps` | {s.kl_steps}, {s.drift_steps} | consecutive steps the threshold and trend alerts need |",
         f"| `for_fast` | {s.for_fast} | GRPOMetricsAbsent and GRPORunPreempted wait this long (one failed scrape is no crash) |",
         "",
-        "The bounds assume the trainers' clocks agree with Prometheus's (NTP or chrony, as any cluster runs): a",
-        "process's liveness promise and its progress are its own timestamps, judged against Prometheus's `time()`.",
-        f"A trainer clock behind by more than `liveness_slack` ({s.liveness_slack}) pages GRPOMetricsAbsent on a healthy",
-        "run (and GRPOTrainerStalled where it also passes the stall limit's headroom); one ahead delays its crash",
-        "and hang pages by as much.",
+        "A process's liveness promise and its progress are its own timestamps, judged on Prometheus's clock: each",
+        "collection also exports the process's clock (`grpo_process_clock_seconds`), Prometheus stamps every sample",
+        "with its own scrape time (the collector's Prometheus exporter and the pull endpoint send none), and the",
+        f"smallest difference of the two over `clock_window` ({s.clock_window}) is the process's offset, added to each",
+        "time it exports before any is compared with `time()`. So a trainer clock minutes ahead or behind pages as",
+        f"one that agrees (the grid's clock modes: {_fmt_s(CLOCK_SKEW_S)} either way). The offset includes the",
+        "window's shortest delivery lag (a collection waits in the collector until the next scrape): it only makes",
+        "a process look later, so where exports and scrapes keep one phase a crash or hang may page up to a scrape",
+        "interval later than on an exact clock. Still assumed: a clock that runs at Prometheus's rate and is not",
+        f"stepped back mid-run by more than `liveness_slack` ({s.liveness_slack}), which pages GRPOMetricsAbsent for up to",
+        "`clock_window` (a step forward is taken at once; a step or heartbeat exported before it then looks older",
+        "until the next). A new process on a target whose start changed within `clock_window` is judged by its",
+        "latest lag alone until then: never early, at worst an export interval and a scrape late.",
         "",
         "## The grid",
         "",

@@ -10,7 +10,8 @@ Each `Case` is one run (its processes as `_replay.Segment`s) at one step time (2
 scrape interval (15 .. 60 s) and path (the pull endpoint, or OTLP through the collector every
 10 or 60 s), with a start-up of up to 30 minutes, and either healthy (evaluations and saves
 that beat, a clean finish, a relaunch under the same run id, a KL that creeps up, a collector
-outage) or failing in one way from `onset_s` on. The property is about what a person receives
+outage, a trainer clock 10 minutes behind or ahead of Prometheus's) or failing in one way from
+`onset_s` on (a crash and a hang on such a clock too). The property is about what a person receives
 (`_grid_run`: the alerts Prometheus fires, as the committed Alertmanager config routes, groups and
 inhibits them). For every case:
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ._replay import Outage, Pause, Segment
@@ -379,6 +380,29 @@ def _crash_in_outage(p: _Params, replicas: int = 1) -> _Built:
                   outages=[down] if replicas == 1 else _both(down))
 
 
+CLOCK_SKEW_S = 600.0
+"""How far a skewed trainer's clock is off Prometheus's, ahead or behind: minutes beyond `liveness_slack`."""
+
+
+def _skewed(build: Callable[[_Params], _Built], clock_s: float) -> Callable[[_Params], _Built]:
+    """`build`'s run with every process on a clock `clock_s` off Prometheus's (its exported times shifted, the
+    scrapes' timestamps not): judged as the same run on a clock that agrees."""
+    def skewed(p: _Params) -> _Built:
+        built = build(p)
+        built.segments = [replace(seg, clock_s=clock_s) for seg in built.segments]
+        return built
+    return skewed
+
+
+def _relaunched_on_another_clock(p: _Params) -> _Built:
+    """A finished run relaunched under its id on its target, on a host whose clock is behind the first one's (a
+    requeue onto another node): judged by its own offset, not the first process's."""
+    built = _relaunched(p)
+    first, second = built.segments
+    built.segments = [first, replace(second, clock_s=-CLOCK_SKEW_S)]
+    return built
+
+
 _WHY_FIRST = ("A process that has no step yet cannot be told from a slow start-up (30 minutes here) until "
               "`first_step_floor` has passed without a heartbeat.")
 _WHY_SKIPPED = ("A non-finite loss pages (GRPONonFiniteValues) and withholds the run's GRPOStepsSkipped while it "
@@ -427,6 +451,14 @@ MODES: tuple[Mode, ...] = (
     Mode("nan-loss-then-is-drift", _nan_then_drift, "GRPORolloutISDrift", max_step_s=60.0),
     Mode("steps-skipped-after-nan-loss", _skipped_after_nan, "GRPOStepsSkipped", max_step_s=300.0,
          why=_WHY_SKIPPED),
+    # Last, so that every mode above draws the start-ups it drew before them (one random sequence for the grid).
+    Mode("healthy-clock-behind", _skewed(_evaluations, -CLOCK_SKEW_S)),
+    Mode("healthy-clock-ahead", _skewed(_evaluations, CLOCK_SKEW_S)),
+    Mode("relaunched-clock-behind", _relaunched_on_another_clock),
+    Mode("crash-clock-behind", _skewed(_crash, -CLOCK_SKEW_S), "GRPOMetricsAbsent"),
+    Mode("crash-clock-ahead", _skewed(_crash, CLOCK_SKEW_S), "GRPOMetricsAbsent"),
+    Mode("hang-clock-behind", _skewed(_hang_mid, -CLOCK_SKEW_S), "GRPOTrainerStalled"),
+    Mode("hang-clock-ahead", _skewed(_hang_mid, CLOCK_SKEW_S), "GRPOTrainerStalled"),
 )
 
 

@@ -130,6 +130,12 @@ class RuleSettings:
     """How far past its promise (`grpo.process.alive_until`: a collection's time plus the export interval) a
     process may be heard from before it counts as gone: the longest scrape interval (60 s) and the delivery's
     lag. GRPOMetricsAbsent then waits `for_fast` more (one failed scrape is no crash)."""
+    clock_window: str = "10m"
+    """How far back each process's clock offset is taken (the smallest lag between Prometheus's scrape time and
+    the process's clock, `grpo.process.clock`): several collections, and longer than the collector's
+    metric_expiration plus `liveness_slack`, so that the values a collector keeps serving for a dead process
+    cannot move its offset by more than that expiration once its last fresh one has left the window. A clock
+    that steps back mid-run is misjudged for this long."""
     path_settle: str = "3m"
     """After the collector was last seen down, how long no run is judged absent: one export interval (60 s at
     most) and a scrape for every live run to be heard again, and the slack."""
@@ -198,6 +204,7 @@ class RuleSettings:
         """Windows of seconds for the local demo (1 s scrapes): a one-minute run can fire and resolve."""
         base = cls(
             counter_window="20s", stall_floor="20s", first_step_floor="30s", liveness_slack="3s", path_settle="10s",
+            clock_window="30s",
             history_window="10m", recent_window="1m",
             absent_window="60s", rate_window="15s", histogram_window="15s",
             for_fast="2s", for_slow="5s", for_target="10s",

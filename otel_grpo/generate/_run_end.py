@@ -1,4 +1,4 @@
-"""How a run ends, told apart by the trainer's own clock: finished, preempted, crashed, hung.
+"""How a run ends, told apart by the times the trainer exports: finished, preempted, crashed, hung.
 
     >>> from otel_grpo.generate import RuleSettings
     >>> [a["alert"] for a in run_end_alerts(RuleSettings())]
@@ -6,7 +6,15 @@
 
 Every judgement here reads times the training process exports, not the presence of series
 (which a collector keeps for its metric_expiration, a scrape gap hides, and a reused run id
-fills with an older process's values):
+fills with an older process's values), each moved onto Prometheus's clock first:
+
+- *the clock*: each collection exports the process's clock (`grpo.process.clock`), and Prometheus stamps
+  the sample with its own scrape time, which is never earlier than the collection. So the smallest
+  difference of the two over `clock_window` is the process's offset from Prometheus's clock (plus the
+  shortest delivery lag, which only makes the process look later); it is added to every time the process
+  exports before any is compared with `time()`, so a trainer clock minutes ahead or behind judges as one
+  that agrees. A new process on the same target (its start changed within the window) has its latest
+  difference until the window holds only its own; a process no longer heard keeps its last offset.
 
 - *alive*: each collection exports `grpo.process.alive_until`, the time plus the export
   interval (a scrape: the time). A process that stops being heard from, however its
@@ -40,14 +48,20 @@ from __future__ import annotations
 from ._alerts_base import DURATION as _DURATION, RUN, STEP as _STEP, alert
 from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, run_floor, seconds
 
-FINISHED, PREEMPTED, STARTED, ACTIVITY, STEP_END, ALIVE = map(
-    prometheus_name, ("run_finished", "run_preempted", "process_start", "activity", "step_end", "alive"))
+FINISHED, PREEMPTED, STARTED, ACTIVITY, STEP_END, ALIVE, CLOCK = map(
+    prometheus_name, ("run_finished", "run_preempted", "process_start", "activity", "step_end", "alive", "clock"))
+
+TARGET = "run_id, job, instance"  # the labels of one process's series: its run id and its scrape target's
+CLOCK_LAG = "run_id_job_instance:grpo_process:clock_lag_seconds"  # Prometheus's scrape time minus the clock
+CLOCK_LEAST = "run_id_job_instance:grpo_process:clock_least_lag_seconds"  # over the window, of one process
+CLOCK_OFFSET = "run_id_job_instance:grpo_process:clock_offset_seconds"  # added to the process's times
 
 ALIVE_UNTIL = "run_id:grpo_process:alive_until"
 OVERDUE = "run_id:grpo_process:overdue_seconds"
 START = "run_id:grpo_process:start_time"
 LATEST = "run_id_job_instance:grpo_process:start_time"  # the series of the run's latest process only
 PROGRESS = "run_id:grpo_process:progress_time"
+HEARTBEAT = "run_id:grpo_process:activity_time"
 LAST_END = "run_id:grpo_step:end_time"
 LAST_STEP = "run_id:grpo_step_index:last"
 TYPICAL = "run_id:grpo_step:typical_interval_seconds"
@@ -66,9 +80,31 @@ def _larger(first: str, second: str) -> str:
     return f'max by (run_id) ({first} or label_replace({second}, "larger", "1", "", ""))'
 
 
+def _on_prometheus_clock(s: RuleSettings, metric: str) -> str:
+    """Each series' last value of `metric` within `absent_window` (a time on its process's clock), however long
+    ago it was scraped, moved onto Prometheus's clock by its process's offset."""
+    return f"(last_over_time({metric}[{s.absent_window}]) + on ({TARGET}) group_left {CLOCK_OFFSET})"
+
+
 def _last(s: RuleSettings, metric: str) -> str:
-    """The run's last exported value of `metric` within `absent_window`, however long ago it was scraped."""
-    return f"max by (run_id) (last_over_time({metric}[{s.absent_window}]))"
+    """The run's last exported time `metric`, on Prometheus's clock: the latest of its processes'."""
+    return f"max by (run_id) ({_on_prometheus_clock(s, metric)})"
+
+
+def _clock_rules(s: RuleSettings) -> list[dict]:
+    """Each process's clock offset, before any rule reads a time it exports: the smallest lag of Prometheus's
+    scrape time behind its clock over `clock_window` while one process is heard on its target; a new one (its
+    start changed within the window): its latest lag, never less than its own offset; one no longer heard: its
+    last offset; one that exports no clock (an older otel-grpo): 0, its own clock as before."""
+    relaunched = f"max by ({TARGET}) (changes({STARTED}[{s.clock_window}])) > 0"
+    offset = (f"{CLOCK_LEAST} or {CLOCK_LAG} or last_over_time({CLOCK_OFFSET}[{s.absent_window}])"
+              f" or 0 * group by ({TARGET}) (last_over_time({ALIVE}[{s.absent_window}]))")
+    return [
+        {"record": CLOCK_LAG, "expr": f"min by ({TARGET}) (timestamp({CLOCK}) - {CLOCK})"},
+        {"record": CLOCK_LEAST,
+         "expr": f"min_over_time({CLOCK_LAG}[{s.clock_window}]) unless on ({TARGET}) ({relaunched})"},
+        {"record": CLOCK_OFFSET, "expr": offset},
+    ]
 
 
 def _latest(s: RuleSettings, metric: str) -> str:
@@ -102,12 +138,14 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
     # No seen collector up (a series only then): one replica of several down is on nobody's path.
     down = f"max(up and on (job, instance) {collector_seen}) == 0"
     return [
+        *_clock_rules(s),
         {"record": ALIVE_UNTIL, "expr": _last(s, ALIVE)},
         {"record": OVERDUE, "expr": f"time() - {ALIVE_UNTIL}"},
         {"record": START, "expr": _last(s, STARTED)},
-        {"record": LATEST, "expr": f"last_over_time({STARTED}[{s.absent_window}]) == on (run_id) group_left {START}"},
+        {"record": LATEST, "expr": f"{_on_prometheus_clock(s, STARTED)} == on (run_id) group_left {START}"},
         {"record": LAST_END, "expr": _last(s, STEP_END)},
-        {"record": PROGRESS, "expr": _larger(_larger(START, LAST_END), _last(s, ACTIVITY))},
+        {"record": HEARTBEAT, "expr": _last(s, ACTIVITY)},
+        {"record": PROGRESS, "expr": _larger(_larger(START, LAST_END), HEARTBEAT)},
         {"record": LAST_STEP, "expr": last_step},
         # One long step (a first step that compiles) counts for `recent_window`; a lasting one at once, and in
         # the run's typical step once it is a tenth of `history_window`'s samples of the step time.
@@ -154,8 +192,9 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
               f"time between reported steps (the larger of its typical one and its longest in the last "
               f"{s.recent_window}, and at least {_floor_text(s, 'stall_floor')}), nor any "
               "other work it reports (heartbeats: evaluation batches, a checkpoint save that writes): a hung "
-              "collective, a dead data loader or a deadlock. Measured on the trainer's clock from its last step's "
-              "end; it resolves only when a step completes, the process reports work again, or the run ends.",
+              "collective, a dead data loader or a deadlock. Measured from its last step's end as the trainer "
+              "reports it, moved onto Prometheus's clock (the trainer's clock offset removed); it resolves only "
+              "when a step completes, the process reports work again, or the run ends.",
               panel),
         alert(s, "GRPONoFirstStep", _no_first_step(), "0s", "critical",
               f"{RUN} has completed no training step in the {_DURATION} since its process started",
