@@ -75,6 +75,15 @@ def unavailable(exc: BaseException) -> bool:
     return False
 
 
+def connection_lost(exc: BaseException, conn: psycopg.Connection) -> bool:
+    """True when `exc` ended `conn`'s session rather than failing its statement (the backend terminated by an
+    administrator, a PgBouncer restart, a failover, an idle timeout, a server restart): nothing more runs on
+    `conn`, and a new connection may run the same statement. Not a ConnectionTimeout: a server that answered
+    nothing within the bound would make a second try wait as long again."""
+    return (isinstance(exc, psycopg.OperationalError) and not isinstance(exc, psycopg.errors.ConnectionTimeout)
+            and (conn.broken or conn.closed))
+
+
 def read_only(exc: BaseException) -> bool:
     """True when `exc` says the database refuses writes as a whole (read-only): a state the readiness probe can
     see pass by itself, unlike a failed commit."""

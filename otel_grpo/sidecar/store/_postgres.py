@@ -15,19 +15,24 @@ A database in trouble is a fast error, never a hang (each becomes a 503 + Retry-
 server cancels a statement after `timeout_s` (`statement_timeout`) and a lock wait after as long
 (`lock_timeout`); a server that answers nothing at all (stopped, hung, a host gone silent whose
 kernel still acknowledges packets, so TCP keepalives see nothing wrong) is given up on by the
-client a second later (`_BoundedConnection`); keepalives and `tcp_user_timeout` find a dead peer
+client a second later (`BoundedConnection`); keepalives and `tcp_user_timeout` find a dead peer
 on an idle or a sending connection. A request waits at most `timeout_s` for the write lock or a
 read connection: reads share a psycopg_pool.ConnectionPool of `read_connections`, which opens them on
-demand (its own threads) and replaces a broken one; one idle for over a second is checked with
-`SELECT 1` before use (a server restarted meanwhile has closed it). The pool tries to connect for at
-most `timeout_s` at a time (backing off 1, 2 s), then again at once while reads wait: reads work
-within a few seconds of the server's return, and readiness asks the pool for a connection too.
-"""
+demand (its own threads) and replaces a broken one. The pool tries to connect for at most
+`timeout_s` at a time (backing off 1, 2 s), then again at once while reads wait: reads work within a
+few seconds of the server's return, and readiness asks the pool for a connection too.
+
+A connection the server ended while it sat idle (a backend terminated by an administrator, a PgBouncer
+restart, a failover, an idle timeout, a restart) is found by the first statement that uses it: a read's,
+a write transaction's (BEGIN and its lock) or the readiness probe's. Nothing of it can have been kept,
+so it runs once more on a new connection (`Connection.first`, in _pg_connection), whose wait shares the
+same `timeout_s`, and the request succeeds; a lost read connection also drains the pool, whose other idle
+connections were most likely ended with it. A statement after one that worked is never run again: a write
+that may have committed is the client's to retry."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
 import threading
@@ -35,13 +40,13 @@ import time
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import _queries, _writes
 from ._dialect import POSTGRES
 from ._errors import StoreUnavailable, read_only
 from ._health import WriteHealth
+from ._pg_connection import BoundedConnection, Connection, clean
 from ._step_columns import KnownColumns
 from ._step_series import StepCache
 from .migrations import PG_LOCK, migrate_postgres
@@ -59,9 +64,6 @@ KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "
 within ~30 s, idle or sending, instead of the kernel's ~15 minutes of retransmissions."""
 READ_PROBE_S = 0.5
 """The longest the readiness probe waits for a read connection (its caller waits 1 s for the whole probe)."""
-IDLE_CHECK_S = 1.0
-"""A pooled read connection idle longer than this is checked with `SELECT 1` before it is used again."""
-_WAIT_TIMEOUT = getattr(pg_errors, "_WaitTimeout", pg_errors.ConnectionTimeout)  # psycopg >= 3.2 bounds waits with it
 
 
 def is_postgres_url(target: object) -> bool:
@@ -77,41 +79,6 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc}"))
 
 
-@functools.lru_cache(maxsize=512)
-def _pg_sql(sql: str) -> str:
-    return sql.replace("%", "%%").replace("?", "%s")
-
-
-def _clean(params) -> tuple:
-    # PostgreSQL text cannot hold NUL (SQLite's can): a NUL in a prompt or completion would fail
-    # the whole request, so it is stored as U+FFFD, the replacement character.
-    return tuple(p.replace("\x00", "\ufffd") if type(p) is str and "\x00" in p else p for p in params)
-
-
-class _Connection:
-    """A psycopg connection that speaks the shared statements (and sqlite3's execute/executemany)."""
-
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: psycopg.Connection) -> None:
-        self.raw = raw
-
-    def execute(self, sql: str, params=()) -> psycopg.Cursor:
-        return self.raw.execute(_pg_sql(sql), _clean(params))
-
-    def executemany(self, sql: str, rows) -> psycopg.Cursor:
-        cursor = self.raw.cursor()
-        cursor.executemany(_pg_sql(sql), [_clean(r) for r in rows])
-        return cursor
-
-    @property
-    def broken(self) -> bool:
-        return self.raw.broken or self.raw.closed
-
-    def close(self) -> None:
-        self.raw.close()
-
-
 # One statement for a request's samples: the rows go as one array per column, in the binary
 # format (%b; the text format escapes every element with a regex). An executemany (pipelined)
 # spent most of its time in psycopg's per-row protocol work in Python (benchmarks/README.md).
@@ -122,37 +89,6 @@ SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::bigint[], %b::flo
                      %b::float8[], %b::text[], %b::text[], %b::float8[], %b::text[], %b::bigint[])
 ON CONFLICT (run_id, step, uid) DO NOTHING
 """
-
-
-class _BoundedConnection(psycopg.Connection):
-    """A psycopg connection that waits at most `deadline_s` for the server's answer to any one
-    operation (a statement, a COMMIT, a fetch), then closes itself and raises ConnectionTimeout
-    (an OperationalError): a stopped server otherwise held the calling thread for as long as it was
-    stopped, since libpq has no client-side timeout beyond `connect_timeout`."""
-
-    deadline_s: float | None = None
-    idle_since = 0.0  # when the read pool last had it back (see _check_idle)
-
-    def wait(self, gen, interval: float = 0.1, timeout: float | None = None):
-        bound = self.deadline_s if timeout is None else timeout
-        try:
-            return super().wait(gen, interval, bound)
-        except _WAIT_TIMEOUT:
-            # Mid-protocol, the connection's state is unknown: close it (the pool and the writer
-            # replace a closed connection). The server rolls back whatever it had open.
-            self.pgconn.finish()
-            raise pg_errors.ConnectionTimeout(f"the database did not answer within {bound:g} s") from None
-
-
-def _given_back(raw: _BoundedConnection) -> None:
-    raw.idle_since = time.monotonic()
-
-
-def _check_idle(raw: _BoundedConnection) -> None:
-    # The pool's own check (`check_connection`) costs a round trip on every read; a connection in use a
-    # moment ago is alive. A failed check is a broken connection: the pool closes it and makes another.
-    if time.monotonic() - raw.idle_since > IDLE_CHECK_S:
-        raw.execute("SELECT 1")
 
 
 def _grow_if_awaited(pool: ConnectionPool) -> None:
@@ -182,13 +118,13 @@ class PgStore(_queries.Reads, _writes.Writes):
         self.health = WriteHealth(None, redact(url))
         self.found_version: int | None = None
         self._wlock = threading.Lock()
-        self._writer: _Connection | None = None
+        self._writer: Connection | None = None
         self._pool = ConnectionPool(
-            url, connection_class=_BoundedConnection, kwargs={"autocommit": True, **self._connect_kwargs()},
+            url, connection_class=BoundedConnection,
+            kwargs={"autocommit": True, **self._connect_kwargs()},
             min_size=0, max_size=read_connections, timeout=timeout_s, open=True, name="otel-grpo-reads",
-            configure=self._configure_read, check=_check_idle, reset=_given_back,
-            reconnect_timeout=timeout_s, reconnect_failed=_grow_if_awaited)
-        self._probe: _Connection | None = None  # readiness's own connection (see ping)
+            configure=self._configure_read, reconnect_timeout=timeout_s, reconnect_failed=_grow_if_awaited)
+        self._probe: Connection | None = None  # readiness's own connection (see ping)
         self._closed = False
 
     @classmethod
@@ -213,15 +149,15 @@ class PgStore(_queries.Reads, _writes.Writes):
         at its first write, so a worker started while the server is away still starts."""
         return cls(url, synchronous, read_connections=1, timeout_s=timeout_s)
 
-    def _connect(self, deadline_s: float | None = None) -> _Connection:
-        return _Connection(self._connect_raw(deadline_s=deadline_s))
+    def _connect(self, deadline_s: float | None = None) -> Connection:
+        return Connection(self._connect_raw(deadline_s=deadline_s))
 
     def _connect_raw(self, autocommit: bool = True, deadline_s: float | None = None,
-                     statement_s: float | None = None) -> "_BoundedConnection":
+                     statement_s: float | None = None) -> "BoundedConnection":
         # autocommit: a statement outside `_tx` is its own transaction, so a pooled read
         # connection never sits "idle in transaction" holding back vacuum. The settings travel in
         # the start-up packet (`options`): no round trip of their own.
-        raw = _BoundedConnection.connect(self.url, autocommit=autocommit, **self._connect_kwargs(statement_s))
+        raw = BoundedConnection.connect(self.url, autocommit=autocommit, **self._connect_kwargs(statement_s))
         raw.deadline_s = deadline_s or self.timeout_s + GRACE_S
         return raw
 
@@ -238,8 +174,9 @@ class PgStore(_queries.Reads, _writes.Writes):
         at a time (the readiness probe's)."""
         if self._probe is None or self._probe.broken:
             self._probe = self._connect()
+        self._probe.renew = self._reconnect
         try:
-            standby, read_only = self._probe.raw.execute(
+            standby, read_only = self._probe.execute(
                 "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')").fetchone()
         except psycopg.Error:
             self._probe.close()
@@ -265,32 +202,48 @@ class PgStore(_queries.Reads, _writes.Writes):
                                    f"{min(READ_PROBE_S, self.timeout_s):g} s (reconnecting)") from None
         self._pool.putconn(raw)
 
-    def _configure_read(self, raw: _BoundedConnection) -> None:
+    def _configure_read(self, raw: BoundedConnection) -> None:
         raw.deadline_s = self.timeout_s + GRACE_S
-        _given_back(raw)
+
+    def _reconnect(self, dead: psycopg.Connection) -> BoundedConnection:
+        """A new connection of its own in place of `dead` (the writer's, the probe's)."""
+        dead.close()
+        return self._connect_raw()
+
+    def _read_connection(self, deadline: float) -> BoundedConnection:
+        try:
+            return self._pool.getconn(timeout=max(0.0, deadline - time.monotonic()))
+        except PoolTimeout:
+            raise StoreUnavailable(f"no database connection free within {self.timeout_s:g} s "
+                                   f"(all {self._pool.max_size} busy, or the database unreachable)") from None
+
+    def _renew_read(self, dead: psycopg.Connection, deadline: float) -> BoundedConnection:
+        # The server ended it while idle, and most likely the pool's other idle connections with it (a restart, a
+        # failover, all terminated): each would cost a request its one retry.
+        self._pool.putconn(dead)  # broken: the pool discards it
+        self._pool.drain()
+        return self._read_connection(deadline)
 
     @contextlib.contextmanager
     def read(self):
         """Context manager: a pooled read connection; StoreUnavailable (a 503) when none is free (or can be
-        made) within `timeout_s`."""
+        made) within `timeout_s`, the wait for a new one in place of a lost one included."""
+        deadline = time.monotonic() + self.timeout_s
+        conn = Connection(self._read_connection(deadline), lambda dead: self._renew_read(dead, deadline))
         try:
-            raw = self._pool.getconn()
-        except PoolTimeout:
-            raise StoreUnavailable(f"no database connection free within {self.timeout_s:g} s "
-                                   f"(all {self._pool.max_size} busy, or the database unreachable)") from None
-        try:
-            yield _Connection(raw)
+            yield conn
         finally:
-            self._pool.putconn(raw)
+            if conn.raw is not None:
+                self._pool.putconn(conn.raw)
 
-    def _insert_samples(self, conn: _Connection, rows: list[tuple]) -> int:
-        columns = [list(column) for column in zip(*(_clean(r) for r in rows))]
+    def _insert_samples(self, conn: Connection, rows: list[tuple]) -> int:
+        columns = [list(column) for column in zip(*(clean(r) for r in rows))]
         return conn.raw.execute(_SAMPLE_INSERT_ARRAYS, columns).rowcount
 
     def _tx(self, samples_first: bool = False, timeout_s: float | None = None):
         return _Transaction(self, lock=not samples_first, timeout_s=timeout_s)
 
-    def _serialize(self, conn: _Connection) -> None:
+    def _serialize(self, conn: Connection) -> None:
         conn.raw.execute("SELECT pg_advisory_xact_lock(%s)", (PG_LOCK,))
 
     def wake_checkpointer(self) -> None:
@@ -317,7 +270,8 @@ class PgStore(_queries.Reads, _writes.Writes):
 
 
 class _Transaction:
-    """The write lock, a transaction and the advisory lock; reconnects once if the connection was lost."""
+    """The write lock, a transaction and the advisory lock; on a new connection once if its first statements found
+    the writer's lost (`Connection.first`)."""
 
     def __init__(self, store: PgStore, lock: bool, timeout_s: float | None = None) -> None:
         self.store = store
@@ -325,7 +279,7 @@ class _Transaction:
         self.timeout_s = timeout_s  # a maintenance transaction's longer statement timeout
         self.tx = None
 
-    def __enter__(self) -> _Connection:
+    def __enter__(self) -> Connection:
         store = self.store
         if not store._wlock.acquire(timeout=store.timeout_s):
             raise StoreUnavailable(f"the store's write lock was not free within {store.timeout_s:g} s "
@@ -333,30 +287,16 @@ class _Transaction:
         try:
             if store._closed:
                 raise RuntimeError("store is closed")
-            try:
-                self._begin()
-            except pg_errors.ConnectionTimeout:
-                raise  # the server answers nothing: a second try would only double the wait
-            except psycopg.OperationalError:
-                # The connection may have died while idle (the server restarted): a new one, once.
-                self._reconnect()
-                self._begin()
+            if store._writer is None or store._writer.broken:
+                store._writer = store._connect()
+            store._writer.renew = store._reconnect
+            self.tx = store._writer.first(self._begin)
         except BaseException:
             store._wlock.release()
             raise
         return store._writer
 
-    def _reconnect(self) -> None:
-        store = self.store
-        if store._writer is not None:
-            store._writer.close()
-            store._writer = None
-        store._writer = store._connect()
-
-    def _begin(self) -> None:
-        if self.store._writer is None or self.store._writer.broken:
-            self._reconnect()
-        raw = self.store._writer.raw
+    def _begin(self, raw: "BoundedConnection") -> psycopg.Transaction:
         raw.deadline_s = (self.timeout_s or self.store.timeout_s) + GRACE_S
         tx = raw.transaction()
         tx.__enter__()
@@ -370,7 +310,7 @@ class _Transaction:
         except BaseException as exc:
             tx.__exit__(type(exc), exc, exc.__traceback__)
             raise
-        self.tx = tx
+        return tx
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
