@@ -35,7 +35,7 @@ from ._workers import IngestPool
 from .api.deps import IngestGate
 from .api.listing import PAGE_HEADERS
 from .api.routes import alerts, ingest, ops, runs, samples, steps, web
-from .store import STORE_ERRORS, StepCache, describe, open_store, unavailable
+from .store import STORE_ERRORS, StepCache, auth_failed, describe, open_store, unavailable
 
 log = logging.getLogger("otel_grpo.sidecar")
 
@@ -151,7 +151,9 @@ async def _store_error(request: Request, exc: Exception) -> JSONResponse:
     if not unavailable(exc):
         log.error("store error on %s", request.url.path, exc_info=exc)
         return JSONResponse({"detail": f"internal error: {type(exc).__name__}: {exc}"}, 500)
-    log.warning("store unavailable for %s: %s", request.url.path, exc)
+    # A refused log-in is said once by the store, not per request (store/_login.py).
+    log.log(logging.DEBUG if auth_failed(exc) else logging.WARNING, "store unavailable for %s: %s", request.url.path,
+            exc)
     return JSONResponse({"detail": f"store unavailable: {describe(exc)}"}, 503,
                         headers={"Retry-After": str(request.app.state.settings.retry_after_s)})
 

@@ -40,7 +40,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ._heap import keep_freed_heap
 from .otlp import PROTOBUF, DecodeError, decode_request, extract
-from .store import STORE_ERRORS, StoreUnavailable, describe, open_writer, read_only, unavailable
+from .store import STORE_ERRORS, StoreUnavailable, auth_failed, describe, open_writer, read_only, unavailable
 
 log = logging.getLogger("otel_grpo.sidecar")
 MiB = 1024 * 1024
@@ -108,7 +108,7 @@ def _ingest(store, shared: mmap.mmap, media: str, size: int) -> tuple:
         inserted = store.write_batch(batch)
     except STORE_ERRORS as exc:
         if unavailable(exc):
-            return ("store", describe(exc), read_only(exc))
+            return ("store", describe(exc), read_only(exc), auth_failed(exc))
         return ("error", traceback.format_exc())
     except Exception:
         return ("error", traceback.format_exc())
@@ -227,7 +227,7 @@ class IngestPool:
         if kind == "malformed":
             raise DecodeError(reply[1])
         if kind == "store":
-            raise StoreUnavailable(reply[1], read_only=reply[2])
+            raise StoreUnavailable(reply[1], read_only=reply[2], auth=reply[3])
         log.error("ingest worker failed:\n%s", reply[1])
         raise IngestFailed(reply[1].rstrip().rsplit("\n", 1)[-1])  # the exception's line names it
 

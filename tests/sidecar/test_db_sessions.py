@@ -3,7 +3,10 @@
 Terminated (`pg_terminate_backend`, as a DBA, a PgBouncer restart, a failover or an idle timeout does): the
 next request that took such a pooled connection answered 503 ("AdminShutdown") though the server was fine.
 Now every request after it succeeds, on both replicas of one database, ingest included. A stopped server is
-still a 503 within the bound, saying why.
+still a 503 within the bound, saying why. A rotated password (`ALTER ROLE ... PASSWORD`): every 503 and
+/readyz read "OperationalError" (reads: "no database connection free ... all 8 busy"), and the log had a
+warning per request and per connection attempt; now they say "authentication failed", the log says it once,
+and the sidecar takes requests again by itself once the password is set back.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import httpx
 import psycopg
 import pytest
 
+from tests._support import postgres
 
 pytestmark = pytest.mark.integration
 PB = {"Content-Type": "application/x-protobuf"}
@@ -107,3 +111,43 @@ def test_a_stopped_server_is_a_fast_503_that_says_so(sidecar_factory, server, ot
     reads = [text for path, _, _, _, text in answers if path != "/v1/traces"]
     assert all("no database connection free within 2 s" in text for text in reads), reads
     _until(lambda: client.get("/api/runs").status_code == 200, 15, "a read once the server is back")
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_rotated_password_is_a_503_that_says_authentication_and_is_logged_once(sidecar_factory, server, otlp,
+                                                                                 tmp_path, workers):
+    url = server.new_database()
+    log = tmp_path / "sidecar.log"
+    proc = sidecar_factory(db=url, env={"OTEL_GRPO_SIDECAR_DB_TIMEOUT_S": "2",
+                                        "OTEL_GRPO_SIDECAR_INGEST_WORKERS": workers}, log=log)
+    client = Client(proc.url, otlp)
+    assert client.post(0).status_code == 200 and client.get("/api/runs").status_code == 200
+    rotated = server.url().replace(f":{postgres.PASSWORD}@", ":rotated@")
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        conn.execute("ALTER ROLE otel PASSWORD 'rotated'")
+    try:
+        assert client.get("/api/runs").status_code == 200  # a rotation ends no session: it reads on the ones it has
+        assert _terminate(url.replace(f":{postgres.PASSWORD}@", ":rotated@"))  # as a restart, failover, idle timeout
+        answers = []
+        for step in range(2, 6):
+            for r in (client.get("/api/runs"), client.get("/api/runs/r/steps"), client.post(step),
+                      client.get("/readyz")):
+                answers.append((r.request.url.path, r.status_code, r.headers.get("Retry-After"), r.content[:200]))
+    finally:
+        with psycopg.connect(rotated, autocommit=True) as conn:
+            conn.execute(f"ALTER ROLE otel PASSWORD '{postgres.PASSWORD}'")
+    print("refused:", answers)
+    assert all(status == 503 and b"authentication failed" in body for _, status, _, body in answers), answers
+    assert all(retry == "1" for path, _, retry, _ in answers if path != "/readyz"), answers  # retryable
+    assert all(b"127.0.0.1" not in body for *_, body in answers), answers  # libpq's message names the host
+    _until(lambda: client.get("/readyz").status_code == 200, 15, "/readyz 200 once the password is right again")
+    assert client.get("/api/runs").status_code == 200 and client.post(9).status_code == 200
+    proc.stop()
+    lines = log.read_text().splitlines()
+    refused = [line for line in lines if "refused the sidecar's log-in" in line]
+    assert 1 <= len(refused) <= 1 + int(workers), refused  # once per process that met it (ingest workers too)
+    assert "authentication failed for user" in refused[0]  # the server's own words, in the log only
+    assert any("lets the sidecar log in again" in line for line in lines), lines
+    noise = [line for line in lines if any(s in line for s in ("store unavailable for", "error connecting",
+                                                                "reconnection attempt", "cannot take writes"))]
+    assert not noise, noise

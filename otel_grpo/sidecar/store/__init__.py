@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._errors import STORE_ERRORS, StoreUnavailable, describe, read_only, unavailable
+from ._errors import STORE_ERRORS, StoreUnavailable, auth_failed, describe, read_only, unavailable
 from ._postgres import PgStore, is_postgres_url, redact
 from ._queries import SAMPLE_CORE_COLUMNS, SampleQuery
 from .migrations import HEAD as SCHEMA_VERSION
@@ -45,5 +45,5 @@ def open_writer(target: str | Path, synchronous: str = "NORMAL", timeout_s: floa
 
 
 __all__ = ["DB_TIMEOUT_S", "PG_SCHEMA_VERSION", "SAMPLE_CORE_COLUMNS", "SCHEMA_VERSION", "STORE_ERRORS", "PgStore",
-           "SampleQuery", "SchemaError", "StepCache", "Store", "StoreUnavailable", "describe", "is_postgres_url", "open_store",
-           "open_writer", "read_only", "redact", "unavailable"]
+           "SampleQuery", "SchemaError", "StepCache", "Store", "StoreUnavailable", "auth_failed", "describe",
+           "is_postgres_url", "open_store", "open_writer", "read_only", "redact", "unavailable"]

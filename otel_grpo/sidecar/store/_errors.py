@@ -15,10 +15,16 @@ psycopg's class: a read-only server (a primary demoted to a hot standby, or
 OperationalError beside SQL routine errors that are bugs. An error with no SQLSTATE was raised
 by the client (cannot connect, no answer within the bound, pool exhausted): retryable when it is
 an OperationalError.
+
+A refused log-in (a password rotated under a running sidecar) is retryable too, on purpose: an OTLP
+exporter drops a batch answered 500 or 4xx and retries one answered 503, and the sidecar reconnects
+by itself once the password is fixed. It must still reach a person: `auth_failed` tells it apart,
+`describe` says so in the 503 and in /readyz, and the store logs it once (_login).
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import psycopg
@@ -28,9 +34,11 @@ class StoreUnavailable(Exception):
     """The store cannot take this request now (locked, full, read-only, unreachable, busy): retry later.
     `read_only`: the database refused the write as read-only (an ingest worker's error, passed on as text)."""
 
-    def __init__(self, message: str = "", read_only: bool = False) -> None:
+    def __init__(self, message: str = "", read_only: bool = False, auth: bool = False) -> None:
         super().__init__(message)
         self.read_only = read_only
+        self.auth = auth
+        """The database refused the sidecar's log-in (see `auth_failed`)."""
 
 
 # SQLite's primary result codes that describe the database's state, not the statement:
@@ -43,7 +51,7 @@ _SQLITE_READONLY = 8
 # connection's state, not the statement: the same request may work once the state passes.
 _PG_TRANSIENT = frozenset({
     "08",     # connection exception (the server went away mid-request, refused a connection)
-    "28",     # authorization (a password rotated under a running sidecar: the operator's to fix, not the client's)
+    "28",     # authorization: a password rotated under a running sidecar (see the module's docstring)
     "53",     # insufficient resources: disk full, out of memory, too many connections
     "57",     # operator intervention: admin or crash shutdown, cannot connect now (starting, recovering),
               # query cancelled (statement_timeout), database dropped, idle session timeout
@@ -55,6 +63,13 @@ _PG_TRANSIENT = frozenset({
     "72000",                             # snapshot too old
 })
 _PG_READ_ONLY = "25006"
+
+# libpq gives a failed connection attempt no SQLSTATE (no result carries one), only the text: the server's
+# messages of class 28 at log-in (28P01 a wrong password, also an unknown role's; 28000 no pg_hba.conf entry,
+# a role without LOGIN) and libpq's own for a URL without a password the server asks for.
+_LOGIN_REFUSED = re.compile(r"authentication failed|no pg_hba\.conf entry|not permitted to log in|no password supplied")
+AUTH_FAILED = ("authentication failed: the database refused the sidecar's user or password (changed or rotated?); "
+               "give the sidecar the current password, or set the role's back: it reconnects by itself")
 
 # Every error a store raises about its database; `unavailable()` says whether one is retryable.
 STORE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, psycopg.Error, StoreUnavailable)
@@ -73,6 +88,17 @@ def unavailable(exc: BaseException) -> bool:
         code = getattr(exc, "sqlite_errorcode", None)
         return code is not None and code & 0xFF in _SQLITE_TRANSIENT
     return False
+
+
+def auth_failed(exc: BaseException) -> bool:
+    """True when `exc` says the database refused the sidecar's log-in (SQLSTATE class 28)."""
+    if isinstance(exc, StoreUnavailable):
+        return exc.auth
+    if not isinstance(exc, psycopg.Error):
+        return False
+    if exc.sqlstate is not None:
+        return exc.sqlstate.startswith("28")
+    return isinstance(exc, psycopg.OperationalError) and _LOGIN_REFUSED.search(str(exc)) is not None
 
 
 def connection_lost(exc: BaseException, conn: psycopg.Connection) -> bool:
@@ -99,7 +125,9 @@ def read_only(exc: BaseException) -> bool:
 def describe(exc: BaseException) -> str:
     """`exc` as any client may read it (/readyz and reads are open by default): our own and SQLite's
     messages, a psycopg timeout's; other psycopg errors by type alone, since libpq's messages name
-    the database's host and port."""
+    the database's host and port; a refused log-in by what to do about it."""
+    if auth_failed(exc):
+        return AUTH_FAILED
     if isinstance(exc, (StoreUnavailable, sqlite3.Error, psycopg.errors.ConnectionTimeout, psycopg.errors.QueryCanceled,
                         psycopg.errors.ReadOnlySqlTransaction)):
         return f"{type(exc).__name__}: {exc}".strip()

@@ -10,8 +10,9 @@
 
 A full disk used to be invisible: /readyz said 200 while every ingest got 503, and nothing was
 logged. The first failure of a streak is logged, then every `LOG_EVERY`-th, then the recovery.
-A streak of read-only refusals ends when the probe finds the database writable, with no ingest:
-a pod that /readyz takes out of its Service gets no ingest that could end it.
+A streak of read-only refusals, or of refused log-ins (a rotated password), ends when the probe finds the
+database writable (it got in to ask), with no ingest: a pod that /readyz takes out of its Service gets no
+ingest that could end it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from ._errors import read_only
+from ._errors import auth_failed, read_only
 
 log = logging.getLogger("otel_grpo.sidecar")
 LOG_EVERY = 100
@@ -41,7 +42,7 @@ class WriteHealth:
         self.refused: str | None = None
         """Why the readiness probe found the database refusing writes (read-only, a hot standby); None: it takes them."""
         self.rejected = 0
-        self._failure_read_only = False  # the streak's last failure was a read-only refusal (see checked)
+        self._probe_ends: str | None = None  # the streak's last failure is one the probe sees end (see checked)
         self._identity: tuple[int, int] | None = None  # the database file's (st_dev, st_ino) when opened
         self._lock = threading.Lock()
 
@@ -74,9 +75,9 @@ class WriteHealth:
         with self._lock:
             self.rejected += 1
             first, self.failure = self.failure is None, str(exc)
-            self._failure_read_only = read_only(exc)
+            self._probe_ends = "read-only" if read_only(exc) else "refusing the log-in" if auth_failed(exc) else None
             count = self.rejected
-        if first or count % LOG_EVERY == 0:
+        if (first or count % LOG_EVERY == 0) and not auth_failed(exc):  # a refused log-in: said once (_login)
             log.error("store %s cannot take writes (%s): ingest answers 503, reads still work; %d request(s) "
                       "rejected so far (free on its disk: %s)", self.name, exc, count, self.free_text())
         else:
@@ -84,17 +85,18 @@ class WriteHealth:
 
     def checked(self, refused: str | None) -> None:
         """The readiness probe asked the database whether it takes writes: `refused` says why not, None that it
-        does. Once it does, a streak of read-only refusals is over (other failures end with a commit)."""
+        does. Once it does, a streak of read-only refusals or refused log-ins is over (others end with a commit)."""
         was, self.refused = self.refused, refused
         if refused is not None and was is None:
             log.error("store %s refuses writes (%s): ingest answers 503, reads still work", self.name, refused)
-        elif refused is None and (was is not None or self._failure_read_only):
+        elif refused is None and (was is not None or self._probe_ends):
             with self._lock:
-                if self.failure is not None and not self._failure_read_only:
+                if self.failure is not None and not self._probe_ends:
                     return  # a failure the probe cannot see pass (a full disk): the next commit ends it
-                count, self.failure, self._failure_read_only, self.rejected = self.rejected, None, False, 0
-            log.warning("store %s takes writes again (it was read-only), after %d rejected ingest request(s)",
-                        self.name, count)
+                count, self.failure, self.rejected = self.rejected, None, 0
+                self._probe_ends, why = None, self._probe_ends or "read-only"
+            log.warning("store %s takes writes again (it was %s), after %d rejected ingest request(s)",
+                        self.name, why, count)
 
     def ok(self) -> None:
         """Writes work (one committed, or a read-only store opened for writing): a failing streak is over."""
@@ -103,7 +105,7 @@ class WriteHealth:
         with self._lock:
             was = "read-only" if self.read_only else "failing"
             count, self.failure, self.read_only, self.rejected = self.rejected, None, None, 0
-            self._failure_read_only = False
+            self._probe_ends = None
         log.warning("store %s takes writes again (it was %s), after %d rejected ingest request(s)", self.name, was,
                     count)
 

@@ -1,6 +1,6 @@
 """A PostgreSQL connection as the store uses it: the shared statements, a bound on every wait, one retry.
 
-    raw = BoundedConnection.connect(url)   # waits at most `raw.deadline_s` for any answer
+    raw = BoundedConnection.connect(url, login=login)   # waits at most `raw.deadline_s` for any answer
     conn = Connection(raw, renew=lambda dead: new_one())
     conn.execute("SELECT ... WHERE run_id = ?", (run_id,))  # run again on new_one() if it found raw lost
 
@@ -17,6 +17,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from ._errors import connection_lost
+from ._login import Login
 
 _WAIT_TIMEOUT = getattr(pg_errors, "_WaitTimeout", pg_errors.ConnectionTimeout)  # psycopg >= 3.2 bounds waits with it
 T = TypeVar("T")
@@ -85,6 +86,20 @@ class BoundedConnection(psycopg.Connection):
     stopped, since libpq has no client-side timeout beyond `connect_timeout`."""
 
     deadline_s: float | None = None
+
+    @classmethod
+    def connect(cls, conninfo: str = "", *, login: Login | None = None, **kwargs) -> "BoundedConnection":
+        """psycopg's connect; `login` is told whether the server let it in (every connection of a store, the read
+        pool's included, is made here)."""
+        try:
+            conn = super().connect(conninfo, **kwargs)
+        except psycopg.OperationalError as exc:
+            if login is not None:
+                login.refused(exc)
+            raise
+        if login is not None:
+            login.accepted()
+        return conn
 
     def wait(self, gen, interval: float = 0.1, timeout: float | None = None):
         bound = self.deadline_s if timeout is None else timeout

@@ -28,7 +28,8 @@ a write transaction's (BEGIN and its lock) or the readiness probe's. Nothing of 
 so it runs once more on a new connection (`Connection.first`, in _pg_connection), whose wait shares the
 same `timeout_s`, and the request succeeds; a lost read connection also drains the pool, whose other idle
 connections were most likely ended with it. A statement after one that worked is never run again: a write
-that may have committed is the client's to retry."""
+that may have committed is the client's to retry. A refused log-in (a rotated password) is told apart
+(_login)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ from . import _queries, _writes
 from ._dialect import POSTGRES
 from ._errors import StoreUnavailable, read_only
 from ._health import WriteHealth
+from ._login import Login
 from ._pg_connection import BoundedConnection, Connection, clean
 from ._step_columns import KnownColumns
 from ._step_series import StepCache
@@ -116,12 +118,14 @@ class PgStore(_queries.Reads, _writes.Writes):
         self.synchronous = synchronous
         self.timeout_s = timeout_s
         self.health = WriteHealth(None, redact(url))
+        self.login = Login(redact(url))
+        logging.getLogger("psycopg.pool").addFilter(self.login)
         self.found_version: int | None = None
         self._wlock = threading.Lock()
         self._writer: Connection | None = None
         self._pool = ConnectionPool(
             url, connection_class=BoundedConnection,
-            kwargs={"autocommit": True, **self._connect_kwargs()},
+            kwargs={"autocommit": True, "login": self.login, **self._connect_kwargs()},
             min_size=0, max_size=read_connections, timeout=timeout_s, open=True, name="otel-grpo-reads",
             configure=self._configure_read, reconnect_timeout=timeout_s, reconnect_failed=_grow_if_awaited)
         self._probe: Connection | None = None  # readiness's own connection (see ping)
@@ -139,7 +143,7 @@ class PgStore(_queries.Reads, _writes.Writes):
                 autocommit=False, deadline_s=MAINTENANCE_TIMEOUT_S, statement_s=MAINTENANCE_TIMEOUT_S))
             store._writer = store._connect()
         except BaseException:
-            store._pool.close()  # its threads
+            store.close()  # the pool's threads
             raise
         return store
 
@@ -157,7 +161,8 @@ class PgStore(_queries.Reads, _writes.Writes):
         # autocommit: a statement outside `_tx` is its own transaction, so a pooled read
         # connection never sits "idle in transaction" holding back vacuum. The settings travel in
         # the start-up packet (`options`): no round trip of their own.
-        raw = BoundedConnection.connect(self.url, autocommit=autocommit, **self._connect_kwargs(statement_s))
+        raw = BoundedConnection.connect(self.url, autocommit=autocommit, login=self.login,
+                                         **self._connect_kwargs(statement_s))
         raw.deadline_s = deadline_s or self.timeout_s + GRACE_S
         return raw
 
@@ -198,8 +203,8 @@ class PgStore(_queries.Reads, _writes.Writes):
         try:
             raw = self._pool.getconn(timeout=min(READ_PROBE_S, self.timeout_s))
         except PoolTimeout:
-            raise StoreUnavailable(f"the database answers, but no read connection could be opened within "
-                                   f"{min(READ_PROBE_S, self.timeout_s):g} s (reconnecting)") from None
+            raise self._no_connection(f"the database answers, but no read connection could be opened within "
+                                      f"{min(READ_PROBE_S, self.timeout_s):g} s (reconnecting)") from None
         self._pool.putconn(raw)
 
     def _configure_read(self, raw: BoundedConnection) -> None:
@@ -210,12 +215,18 @@ class PgStore(_queries.Reads, _writes.Writes):
         dead.close()
         return self._connect_raw()
 
+    def _no_connection(self, why: str) -> StoreUnavailable:
+        """The 503 of a read that got no connection: why, or that the database refuses the sidecar's log-in."""
+        if self.login.problem is not None:
+            return StoreUnavailable(self.login.problem, auth=True)
+        return StoreUnavailable(why)
+
     def _read_connection(self, deadline: float) -> BoundedConnection:
         try:
             return self._pool.getconn(timeout=max(0.0, deadline - time.monotonic()))
         except PoolTimeout:
-            raise StoreUnavailable(f"no database connection free within {self.timeout_s:g} s "
-                                   f"(all {self._pool.max_size} busy, or the database unreachable)") from None
+            raise self._no_connection(f"no database connection free within {self.timeout_s:g} s "
+                                      f"(all {self._pool.max_size} busy, or the database unreachable)") from None
 
     def _renew_read(self, dead: psycopg.Connection, deadline: float) -> BoundedConnection:
         # The server ended it while idle, and most likely the pool's other idle connections with it (a restart, a
@@ -267,6 +278,7 @@ class PgStore(_queries.Reads, _writes.Writes):
             self._probe.close()
             self._probe = None
         self._pool.close()
+        logging.getLogger("psycopg.pool").removeFilter(self.login)
 
 
 class _Transaction:
