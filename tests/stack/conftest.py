@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -12,6 +14,7 @@ from typing import Iterator
 import httpx
 import pytest
 
+from otel_grpo.stack import LocalStack, StackSettings
 from otel_grpo.stack._process import Managed, StackError, build_target, find_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,3 +111,24 @@ def prometheus_bin() -> str:
 @pytest.fixture(scope="session")
 def alertmanager_bin() -> str:
     return need("alertmanager")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, free_port_factory):
+    """`otel-grpo up`'s stack (local-mode rules, 1 s scrapes) on free ports, one per test module."""
+    ports = {k: free_port_factory() for k in ("sidecar_port", "prometheus_port", "alertmanager_port",
+                                              "trainer_metrics_port")}
+    with LocalStack(StackSettings(dir=tmp_path_factory.mktemp("stack"), **ports)) as s:
+        yield s
+
+
+def scraped_process(code: str, settings: StackSettings, out: Path, env: dict[str, str] | None = None
+                    ) -> subprocess.Popen:
+    """A Python process running `code` whose telemetry serves `/metrics` where the local Prometheus scrapes the
+    trainer (no OTel variables of ours leak in; `env` adds to its environment)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    full.update(OTEL_GRPO_METRICS_EXPORTERS="prometheus", OTEL_GRPO_TRACES_EXPORTERS="none",
+                OTEL_GRPO_PROMETHEUS_PORT=str(settings.trainer_metrics_port), OTEL_GRPO_OUTPUT_DIR=str(out),
+                **(env or {}))
+    return subprocess.Popen([sys.executable, "-c", code], env=full, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)

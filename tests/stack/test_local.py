@@ -21,6 +21,7 @@ import pytest
 from otel_grpo.stack import Backend, LocalStack, RuleSettings, StackSettings, alerts
 from otel_grpo.stack._process import binary_version
 from otel_grpo.stack._demo import DemoSettings, run_demo
+from tests.stack.conftest import scraped_process
 
 pytestmark = pytest.mark.integration
 
@@ -63,14 +64,6 @@ def _wait_for(fetch, deadline_s: float = 60.0):
         if value or time.monotonic() > end:
             return value
         time.sleep(0.5)
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory, free_port_factory):
-    ports = {k: free_port_factory() for k in ("sidecar_port", "prometheus_port", "alertmanager_port",
-                                              "trainer_metrics_port")}
-    with LocalStack(StackSettings(dir=tmp_path_factory.mktemp("stack"), **ports)) as s:
-        yield s
 
 
 def test_up_loads_every_rule_and_scrapes_the_sidecar(stack):
@@ -413,16 +406,6 @@ def test_the_trl_example_lands_samples_in_the_sidecar_and_metrics_in_prometheus(
     assert rewarded and float(rewarded[0]["value"][1]) == 16
 
 
-def _scraped_process(code: str, settings, out) -> subprocess.Popen:
-    """A Python process running `code` whose telemetry serves `/metrics` where the local Prometheus scrapes the
-    trainer (no OTel variables of ours leak in)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(OTEL_GRPO_METRICS_EXPORTERS="prometheus", OTEL_GRPO_TRACES_EXPORTERS="none",
-               OTEL_GRPO_PROMETHEUS_PORT=str(settings.trainer_metrics_port), OTEL_GRPO_OUTPUT_DIR=str(out))
-    return subprocess.Popen([sys.executable, "-c", code], env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-
-
 HANGS_BEFORE_ITS_FIRST_STEP = """
 import time
 from otel_grpo.telemetry import Telemetry
@@ -436,7 +419,7 @@ def test_a_run_that_hangs_before_its_first_step_pages(stack, tmp_path):
     """A process whose telemetry started but that never completes a step: GRPONoFirstStep fires on the real
     Prometheus (local mode: `first_step_floor` 30 s), the run's start time scraped from its `/metrics`."""
     s = stack.settings
-    proc = _scraped_process(HANGS_BEFORE_ITS_FIRST_STEP, s, tmp_path)
+    proc = scraped_process(HANGS_BEFORE_ITS_FIRST_STEP, s, tmp_path)
     try:
         assert proc.stdout.readline().strip() == "open", proc.stderr.read()
         query = 'ALERTS{alertname="GRPONoFirstStep", alertstate="firing", run_id="no-first-step"}'
@@ -499,7 +482,7 @@ def test_heartbeats_keep_a_long_evaluation_or_save_from_paging_until_they_stop(s
     (`Telemetry.heartbeat()` per batch) or a save's (`Telemetry.beat_while_writing`: a beat per change on disk)
     for 30 s after a step (the limit: 20 s) stay silent; once they stop, it fires."""
     s = stack.settings
-    proc = _scraped_process(code, s, tmp_path)
+    proc = scraped_process(code, s, tmp_path)
     stalled = f'ALERTS{{alertname="GRPOTrainerStalled", run_id="{run_id}"}}'
     try:
         assert proc.stdout.readline().strip() == "stepped", proc.stderr.read()

@@ -1,0 +1,149 @@
+"""A real trainer process whose clock is 10 minutes off Prometheus's, against `otel-grpo up`'s stack.
+
+Debian's libfaketime, preloaded into the trainer alone, moves its wall clock (`time.time()`, and so every
+time it exports: its clock, liveness promise, start, step ends) by FAKETIME; Prometheus, the rules and this
+test keep the host's. `FAKETIME_DONT_FAKE_MONOTONIC=1` leaves the monotonic clocks and CLOCK_BOOTTIME real,
+as on a host whose wall clock is off: by default libfaketime reports its fake wall time for them too, which
+hangs Python's timed waits (a deadline minutes away) and is no clock a host has. The process's start and
+attempt come from /proc/self/stat against CLOCK_BOOTTIME, so they are on its own (skewed) clock like the
+rest. The alerts must judge it as one whose clock agrees: the rules move its times onto Prometheus's clock
+by the offset they estimate from `grpo_process_clock_seconds`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from otel_grpo.generate._rules import seconds
+from otel_grpo.generate._run_end import CLOCK_OFFSET, START
+from tests.stack.conftest import scraped_process
+
+pytestmark = pytest.mark.integration
+
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
+SKEW_S = 600
+RUN_END = "GRPOMetricsAbsent|GRPOTrainerStalled|GRPONoFirstStep"
+MARGIN_S = 10  # scrape, evaluation and this test's polling on a busy machine, over a bound of the settings
+
+# The trainer pauses with Event.wait, not time.sleep: under FAKETIME_DONT_FAKE_MONOTONIC libfaketime 0.9.10
+# hands Python 3.11's sleep (clock_nanosleep on the monotonic clock, an absolute deadline) a wall-clock
+# deadline and the kernel refuses it (EINVAL; wolfcw/libfaketime#426).
+TRAINER = """
+import threading, time
+from otel_grpo.telemetry import Telemetry
+pause = threading.Event().wait
+tel = Telemetry.from_env(run_id={run_id!r})
+print("open", tel.attempt, time.time_ns(), flush=True)
+for step in range({steps}):
+    with tel.step(step) as s:
+        pause(0.5)
+        s.record({{"kl": 0.01, "step_time": 0.5}})
+    print("step", step, flush=True)
+print("stuck", flush=True)
+pause(600)  # a hung collective: alive, serving /metrics, no step, no beat
+"""
+
+
+def _skewed(code: str, settings, out: Path, faketime: str):
+    if LIBFAKETIME is None:
+        pytest.skip("no libfaketime (/usr/lib/*/faketime/libfaketime.so.1): apt-get install libfaketime, "
+                    "or `make system-deps`")
+    return scraped_process(code, settings, out, env={
+        "LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": faketime, "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+
+
+class Prometheus:
+    def __init__(self, url: str, http: httpx.Client) -> None:
+        self.url, self.http = url, http
+
+    def query(self, expr: str) -> list:
+        return self.http.get(f"{self.url}/api/v1/query", params={"query": expr}).json()["data"]["result"]
+
+    def value(self, expr: str) -> float | None:
+        result = self.query(expr)
+        return float(result[0]["value"][1]) if result else None
+
+    def firing_after(self, alert: str, run_id: str, since: float, bound_s: float) -> float | None:
+        """Seconds from `since` until `alert` fires for `run_id`, polled up to `bound_s` past it; None if not."""
+        expr = f'ALERTS{{alertname="{alert}", alertstate="firing", run_id="{run_id}"}}'
+        while time.time() < since + bound_s:
+            if self.query(expr):
+                return time.time() - since
+            time.sleep(0.5)
+        return None
+
+
+def _opened(proc) -> tuple[int, int]:
+    """The process's attempt and its own clock then, both in ns (from its first line)."""
+    line = proc.stdout.readline().split()
+    assert line[:1] == ["open"], proc.stderr.read()
+    return int(line[1]), int(line[2])
+
+
+def _read_until(proc, text: str) -> None:
+    for line in proc.stdout:
+        if line.strip() == text:
+            return
+    raise AssertionError(f"the trainer ended before printing {text!r}: {proc.stderr.read()[-2000:]}")
+
+
+def test_a_trainer_clock_behind_runs_without_a_page_and_its_crash_pages_in_time(stack, tmp_path):
+    """10 minutes behind, stepping: nothing of the run-end alerts for longer than the local liveness, stall
+    and first-step limits (the rules before issue 61 paged GRPOMetricsAbsent within seconds); killed:
+    GRPOMetricsAbsent fires within `liveness_slack` plus `for_fast`."""
+    s, rules = stack.settings, stack.settings.rules
+    run_id = "clock-behind"
+    healthy_s = max(seconds(rules.first_step_floor), seconds(rules.stall_floor), seconds(rules.liveness_slack)) + 5
+    started = time.time()
+    proc = _skewed(TRAINER.format(run_id=run_id, steps=10_000), s, tmp_path, f"-{SKEW_S // 60}m")
+    try:
+        attempt_ns, clock_ns = _opened(proc)
+        _read_until(proc, "step 0")
+        with httpx.Client(timeout=10) as http:
+            prom = Prometheus(s.prometheus_url, http)
+            time.sleep(healthy_s)
+            paged = prom.query(f'max_over_time(ALERTS{{alertname=~"{RUN_END}", run_id="{run_id}"}}[{healthy_s}s])')
+            offset = prom.value(f'{CLOCK_OFFSET}{{run_id="{run_id}"}}')
+            start = prom.value(f'{START}{{run_id="{run_id}"}}')
+            assert proc.poll() is None, proc.stderr.read()
+            proc.kill()
+            killed = time.time()
+            crash_s = prom.firing_after("GRPOMetricsAbsent", run_id, killed,
+                                        seconds(rules.liveness_slack) + seconds(rules.for_fast) + MARGIN_S)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert [a["metric"]["alertname"] for a in paged] == []
+    assert crash_s is not None
+    # Its own clock and start are 10 minutes behind; the rules' offset and its start on Prometheus's clock:
+    assert abs((started - clock_ns / 1e9) - SKEW_S) < 30 and 0 <= (clock_ns - attempt_ns) / 1e9 < 30
+    assert offset is not None and abs(offset - SKEW_S) < 5
+    assert start is not None and abs(start - started) < 30
+
+
+def test_a_trainer_clock_ahead_that_hangs_after_a_step_pages_in_time(stack, tmp_path):
+    """10 minutes ahead, hung after two steps: GRPOTrainerStalled fires within `stall_floor` (the rules before
+    issue 61 waited the 10 minutes more), and nothing says the live process crashed."""
+    s, rules = stack.settings, stack.settings.rules
+    run_id = "clock-ahead"
+    proc = _skewed(TRAINER.format(run_id=run_id, steps=2), s, tmp_path, f"+{SKEW_S // 60}m")
+    try:
+        _opened(proc)
+        _read_until(proc, "stuck")
+        hung = time.time()
+        with httpx.Client(timeout=10) as http:
+            prom = Prometheus(s.prometheus_url, http)
+            stall_s = prom.firing_after("GRPOTrainerStalled", run_id, hung, seconds(rules.stall_floor) + MARGIN_S)
+            absent = prom.query(f'ALERTS{{alertname="GRPOMetricsAbsent", run_id="{run_id}"}}')
+            offset = prom.value(f'{CLOCK_OFFSET}{{run_id="{run_id}"}}')
+        assert proc.poll() is None, proc.stderr.read()  # alive: a hang, not a crash
+    finally:
+        proc.kill()
+        proc.wait()
+    assert stall_s is not None and stall_s >= seconds(rules.stall_floor) - 2  # not early either
+    assert absent == []
+    assert offset is not None and abs(offset + SKEW_S) < 5
