@@ -31,13 +31,17 @@ def next_attempt() -> int:
 
 
 def process_start_ns() -> int:
-    """When this process started, in ns since the epoch: from `/proc/self/stat` (clock ticks since boot, read
-    against CLOCK_BOOTTIME, so a clock that NTP stepped since boot does not shift it), else now."""
+    """When this process started, in ns since the epoch on its own clock: its age, from `/proc/self/stat`
+    (clock ticks since boot) against `/proc/uptime` (since boot, from the kernel too), taken from now. So a
+    wall clock that NTP stepped since boot does not shift it, nor does a clock faker preloaded into the process
+    (libfaketime reports its fake wall time for CLOCK_BOOTTIME too, which put an age read from it at decades).
+    Without procfs (macOS): now."""
     try:
         with open("/proc/self/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
+        with open("/proc/uptime", "rb") as f:
+            up_s = float(f.read().split()[0])
         started_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, `starttime`
-        age_s = time.clock_gettime(time.CLOCK_BOOTTIME) - started_s
-    except (OSError, IndexError, ValueError, AttributeError):  # no procfs (macOS), or no CLOCK_BOOTTIME
+    except (OSError, IndexError, ValueError):
         return time.time_ns()
-    return time.time_ns() - max(0, int(age_s * 1e9))
+    return time.time_ns() - max(0, int((up_s - started_s) * 1e9))

@@ -5,13 +5,16 @@ time it exports: its clock, liveness promise, start, step ends) by FAKETIME; Pro
 test keep the host's. `FAKETIME_DONT_FAKE_MONOTONIC=1` leaves the monotonic clocks and CLOCK_BOOTTIME real,
 as on a host whose wall clock is off: by default libfaketime reports its fake wall time for them too, which
 hangs Python's timed waits (a deadline minutes away) and is no clock a host has. The process's start and
-attempt come from /proc/self/stat against CLOCK_BOOTTIME, so they are on its own (skewed) clock like the
-rest. The alerts must judge it as one whose clock agrees: the rules move its times onto Prometheus's clock
+attempt are its age since boot (the kernel's /proc files) taken from its wall clock, so they are on its own
+(skewed) clock like the rest. The alerts must judge it as one whose clock agrees: the rules move its times onto Prometheus's clock
 by the offset they estimate from `grpo_process_clock_seconds`.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -48,12 +51,29 @@ pause(600)  # a hung collective: alive, serving /metrics, no step, no beat
 """
 
 
-def _skewed(code: str, settings, out: Path, faketime: str):
+def _faked(faketime: str) -> dict[str, str]:
+    """The environment that preloads libfaketime with FAKETIME `faketime`; a skip where it is not installed."""
     if LIBFAKETIME is None:
         pytest.skip("no libfaketime (/usr/lib/*/faketime/libfaketime.so.1): apt-get install libfaketime, "
                     "or `make system-deps`")
-    return scraped_process(code, settings, out, env={
-        "LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": faketime, "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": faketime}
+
+
+def _skewed(code: str, settings, out: Path, faketime: str):
+    return scraped_process(code, settings, out, env={**_faked(faketime), "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+
+
+@pytest.mark.parametrize("faketime", [f"-{SKEW_S // 60}m", f"+{SKEW_S // 60}m"])
+def test_a_clock_faker_that_moves_the_boot_clock_too_leaves_the_attempt_at_the_process_start(faketime):
+    """libfaketime by default reports its fake wall time for CLOCK_BOOTTIME too: the process's start (its
+    attempt, which one job's ranks share) is its age since boot taken from its own wall clock, and an age read
+    against that faked boot clock put it in 1970. Both ends of the age come from the kernel's files."""
+    code = ("import time; from otel_grpo.telemetry._attempt import next_attempt; "
+            "print(next_attempt(), time.time_ns())")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **_faked(faketime)}, capture_output=True,
+                         text=True, timeout=60)
+    attempt_ns, clock_ns = map(int, out.stdout.split())
+    assert 0 <= (clock_ns - attempt_ns) / 1e9 < 30  # started just now, on its own clock
 
 
 class Prometheus:
