@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from otel_grpo.generate._grid import CLOCK_SKEW_S
 from otel_grpo.generate._rules import seconds
 from otel_grpo.generate._run_end import CLOCK_OFFSET, START
 from tests.stack.conftest import scraped_process
@@ -28,7 +29,7 @@ from tests.stack.conftest import scraped_process
 pytestmark = pytest.mark.integration
 
 LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
-SKEW_S = 600
+SKEW_S = int(CLOCK_SKEW_S)  # the grid's clock modes, which docs/alerts.md says this test runs too
 RUN_END = "GRPOMetricsAbsent|GRPOTrainerStalled|GRPONoFirstStep"
 MARGIN_S = 10  # scrape, evaluation and this test's polling on a busy machine, over a bound of the settings
 
