@@ -125,15 +125,16 @@ def test_a_relaunch_resuming_earlier_than_its_first_record_keeps_what_it_sent_si
 
 def test_a_relaunchs_evaluation_before_its_first_claim_keeps_its_rows(db, otlp):
     """The relaunch evaluates at step 4 and at step 7 (beyond the crashed attempt's last) before its training
-    record of step 3, where it resumed, arrives. Its rows stay; step 4's scalars were one object with the crashed
-    attempt's training values and go with them, step 7's are the evaluation's alone and stay."""
+    record of step 3, where it resumed, arrives. Its rows and scalars stay, at step 4 beside nothing of the crashed
+    attempt's (whose training values there were merged into one object with them before v9, and went with them)."""
     store = open_store(db)
     store.write_batch(_records(otlp, range(6), "first", 10.0, attempt=CRASHED))
     store.write_batch(_records(otlp, [4, 7], "eval", 30.0, writer=RELAUNCH, first_index=100))
     store.write_batch(_records(otlp, [3], "second", 20.0, attempt=RELAUNCH))
     assert _completions(store, 4) == [f"eval 4/{i}" for i in range(4)]
     assert _completions(store, 5) == []
-    assert _whose(store) == {0: {"first"}, 1: {"first"}, 2: {"first"}, 3: {"second"}, 7: {"eval"}}
+    assert _whose(store) == {0: {"first"}, 1: {"first"}, 2: {"first"}, 3: {"second"}, 4: {"eval"}, 7: {"eval"}}
+    assert _steps(store)[4]["kl"] == 30.0 + 4
     assert store.runs()[0]["sample_count"] == 3 * 4 + 4 + 2 * 4
     store.close()
 

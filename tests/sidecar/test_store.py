@@ -150,6 +150,28 @@ def test_retention_by_steps_runs_and_age(db, otlp):
     store.close()
 
 
+def test_a_step_that_retention_deleted_and_is_sent_again_holds_only_what_is_sent_again(db, otlp):
+    """Each way retention deletes a step (steps per run, the run, the step's age) takes every writer's scalars of
+    it along: a step sent again afterwards (a replay, a run id used again) reads as the new record alone."""
+    def again(run_id: str, step: int, now: float | None = None) -> dict:
+        store.write_batch(extract(otlp.request(otlp.spans(run_id, [step], samples=0,
+                                                          metrics=lambda s: {"eval_score": 2.0}))), now)
+        return next(r for r in store.steps(run_id) if r["step"] == step)
+
+    store = open_store(db)
+    for run_id in ("steps", "runs", "age"):
+        store.write_batch(extract(otlp.request(otlp.spans(run_id, range(3), samples=0,
+                                                          metrics=lambda s: {"first_score": 1.0}))))
+    store.apply_retention(max_steps=2)
+    assert "first_score" not in again("steps", 0)
+    store.apply_retention(max_runs=2)  # "steps" and "age" were written last
+    assert "first_score" not in again("runs", 2)
+    store.write_batch(extract(otlp.request(otlp.spans("age", [5], samples=0))), now=10**10)  # the run is recent
+    assert store.apply_retention(max_age_s=3600, now=10**10)["steps"] >= 3  # its steps, ended long before, are not
+    assert "first_score" not in again("age", 2, now=10**10)
+    store.close()
+
+
 def test_v1_database_is_migrated_and_backfilled(tmp_path):
     from tests._support import old_schema
 

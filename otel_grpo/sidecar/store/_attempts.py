@@ -3,7 +3,9 @@
 A relaunched or resumed job sends its steps again with other completions and other scalars. Every record says
 the attempt of the process that wrote it; rank 0's training records claim their step for it (`grpo.attempt`),
 the others (an evaluation, another rank's) merge into the step (`grpo.writer_attempt`). Samples, phases and
-step rows keep their writers' attempt (a step row: the oldest of the scalars merged into it).
+each writer's scalars of a step (`_step_scalars`: a step's sole writer's, or, where several wrote it, each
+one's apart; the step's object that reads serve is written again from them where some go) keep their writers'
+attempt.
 
 What the store holds, per run and per step:
 - the run's floor (`runs.attempt`, `attempt_step`, `attempt_since`): its newest claiming attempt, the first step
@@ -12,16 +14,18 @@ What the store holds, per run and per step:
 - `step_attempts`: the newest attempt that claimed each step it has a row for.
 
 A claim of an attempt newer than the one holding its step takes the step over: what older attempts' writers
-(and senders that named none) stored there goes, samples, phases and scalars together, while rows another rank
-or an evaluation of the claiming attempt sent first stay. A claim newer than the run's floor moves the floor to
-it: the older attempts' later steps belong to a run that no longer is (the relaunch runs them again, or crashed
-before it got there), and go with their samples and phases; the run reads as the relaunch, up to its latest
-step, never a mix of the relaunch's early steps and the crashed attempt's later ones. From then on a record
-of an older attempt at a step from the floor on is stale and dropped, however late it comes and whether or not
-the step exists (a retried export, a replayed spill, a record below what `max_steps` retention kept); a claim
-of an older attempt than its step's holder is stale anywhere; the same attempt (a re-sent export, a replay)
-merges, so re-delivery stays idempotent. The run's first claim removes only rows of senders that named none:
-at its step, and at every later step (a job of a release before attempts, relaunched by this one).
+(and senders that named none) stored there goes, samples, phases and scalars together, while the rows and
+scalars another rank or an evaluation of the claiming attempt sent first stay, whatever order they came in.
+A claim newer than the run's floor moves the floor to it: the older attempts' later steps belong to a run that
+no longer is (the relaunch runs them again, or crashed before it got there), and go with their samples and
+phases (a step row stays where newer writers sent scalars or phases to it, of theirs alone); the run reads as
+the relaunch, up to its latest step, never a mix of the relaunch's early steps and the crashed attempt's later
+ones. From then on a record of an older attempt at a step from the floor on is stale and dropped, however late
+it comes and whether or not the step exists (a retried export, a replayed spill, a record below what
+`max_steps` retention kept); a claim of an older attempt than its step's holder is stale anywhere; the same
+attempt (a re-sent export, a replay) merges, so re-delivery stays idempotent. The run's first claim removes only
+rows of senders that named none: at its step, and at every later step (a job of a release before attempts,
+relaunched by this one).
 Records without an attempt merge as before.
 
 Runs inside `Writes.write_batch`'s transaction, after it has serialized with the other writers; the floor
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 from otel_grpo.catalog.spans import writers_from
 
 from ..otlp._extract import Batch
+from . import _step_scalars
 
 _UPSERT = """
 INSERT INTO step_attempts (run_id, step, attempt) VALUES (?, ?, ?)
@@ -168,34 +173,40 @@ def _take_over(conn, run_id: str, step: int, since: int | None, out: Settled) ->
     out.removed[run_id] += removed
     phases = conn.execute(f"DELETE FROM phases WHERE run_id = ? AND step = ? AND {_OLDER}",
                           (run_id, step, bound)).rowcount
-    scalars = conn.execute(f"SELECT 1 FROM steps WHERE run_id = ? AND step = ? AND metrics <> '{{}}' AND {_OLDER}",
-                           (run_id, step, bound)).fetchone() is not None
-    if scalars:  # merged into one object: an older writer's scalars take the step's along
-        (version,) = conn.execute("UPDATE runs SET step_version = step_version + 1 WHERE run_id = ? "
-                                  "RETURNING step_version", (run_id,)).fetchone()
-        conn.execute("UPDATE steps SET metrics = '{}', attempt = NULL, version = ? WHERE run_id = ? AND step = ?",
-                     (version, run_id, step))
+    scalars = _step_scalars.drop_older(conn, run_id, "step = ?", (step,), bound)
+    if scalars or phases:  # the step's object again, of the newer writers' scalars that stay
+        _step_scalars.rebuild(conn, run_id, step)
     return bool(removed or phases or scalars)
 
 
 def _retire(conn, run_id: str, above: int, below: int | None, floor: Floor, out: Settled) -> None:
     """Remove what writers older than the floor's (or senders that named none) stored at the steps after
-    `above` (and before `below`), and claim those steps for the floor's attempt. Steps it has claimed itself
-    (records arriving out of order) stay, and so do step rows only its own writers merged into."""
-    where = "run_id = ? AND step > ?" + ("" if below is None else " AND step < ?")
-    span = (run_id, above) if below is None else (run_id, above, below)
-    older = (*span, 0 if floor.since is None else floor.since)  # none known: only senders that named none
-    removed = conn.execute(f"DELETE FROM samples WHERE {where} AND {_OLDER}", older).rowcount
+    `above` (and before `below`), and claim those steps for the floor's attempt. What newer writers stored there
+    (records arriving out of order, another rank's or an evaluation's before the claim) stays: a step row goes
+    where nothing of theirs is left, else its object is written again of theirs."""
+    where = "step > ?" + ("" if below is None else " AND step < ?")
+    span = (above,) if below is None else (above, below)
+    bound = 0 if floor.since is None else floor.since  # none known: only senders that named none
+    removed = conn.execute(f"DELETE FROM samples WHERE run_id = ? AND {where} AND {_OLDER}",
+                           (run_id, *span, bound)).rowcount
     out.removed[run_id] += removed
-    gone = removed + conn.execute(f"DELETE FROM phases WHERE {where} AND {_OLDER}", older).rowcount
-    gone += conn.execute(
-        f"DELETE FROM steps WHERE {where} AND {_OLDER} AND NOT EXISTS (SELECT 1 FROM step_attempts AS a "
-        "WHERE a.run_id = steps.run_id AND a.step = steps.step AND a.attempt >= ?)", (*older, floor.attempt)).rowcount
-    gone += conn.execute(f"DELETE FROM step_spans WHERE {where} AND NOT EXISTS (SELECT 1 FROM steps AS s "
-                         "WHERE s.run_id = step_spans.run_id AND s.step = step_spans.step)", span).rowcount
-    conn.execute(f"UPDATE step_attempts SET attempt = ? WHERE {where} AND attempt < ?",
-                 (floor.attempt, *span, floor.attempt))
-    if gone:
+    touched = {step for (step,) in conn.execute(
+        f"DELETE FROM phases WHERE run_id = ? AND {where} AND {_OLDER} RETURNING step", (run_id, *span, bound))}
+    touched |= _step_scalars.drop_older(conn, run_id, where, span, bound)
+    # a step row of no writer's scalars (`_step_scalars`) and no phases goes, but one the floor's attempt claimed
+    gone = {step for (step,) in conn.execute(
+        f"DELETE FROM steps WHERE run_id = ? AND {where} AND attempt IS NULL "
+        "AND NOT EXISTS (SELECT 1 FROM step_scalars AS w WHERE w.run_id = steps.run_id AND w.step = steps.step) "
+        "AND NOT EXISTS (SELECT 1 FROM phases AS p WHERE p.run_id = steps.run_id AND p.step = steps.step) "
+        "AND NOT EXISTS (SELECT 1 FROM step_attempts AS a WHERE a.run_id = steps.run_id AND a.step = steps.step "
+        "AND a.attempt >= ?) RETURNING step", (run_id, *span, floor.attempt))}
+    for step in sorted(touched - gone):
+        _step_scalars.rebuild(conn, run_id, step)
+    conn.execute(f"DELETE FROM step_spans WHERE run_id = ? AND {where} AND NOT EXISTS (SELECT 1 FROM steps AS s "
+                 "WHERE s.run_id = step_spans.run_id AND s.step = step_spans.step)", (run_id, *span))
+    conn.execute(f"UPDATE step_attempts SET attempt = ? WHERE run_id = ? AND {where} AND attempt < ?",
+                 (floor.attempt, run_id, *span, floor.attempt))
+    if removed or touched:
         out.retired.add(run_id)
 
 

@@ -9,14 +9,15 @@ _ORPHAN_PHASE_S = 3600.0  # a phase whose step span never came is kept this long
 def _delete_run(conn, run_id: str, counts: dict[str, int]) -> None:
     for table in ("samples", "steps", "step_spans", "phases", "runs"):
         counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,)).rowcount
-    for table in ("step_attempts", "step_columns"):  # bookkeeping: not counted
+    for table in ("step_scalars", "step_attempts", "step_columns"):  # per writer, bookkeeping: not counted
         conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
 
 
 def _delete_before(conn, run_id: str, step: int, counts: dict[str, int]) -> None:
     for table in ("samples", "steps", "step_spans", "phases"):
         counts[table] += conn.execute(f"DELETE FROM {table} WHERE run_id = ? AND step < ?", (run_id, step)).rowcount
-    conn.execute("DELETE FROM step_attempts WHERE run_id = ? AND step < ?", (run_id, step))
+    for table in ("step_scalars", "step_attempts"):
+        conn.execute(f"DELETE FROM {table} WHERE run_id = ? AND step < ?", (run_id, step))
 
 
 def refresh_run(conn, run_id: str, steps_deleted: bool) -> None:
@@ -49,6 +50,7 @@ def apply(conn, max_runs: int | None, max_steps: int | None,
         n = conn.execute("DELETE FROM samples WHERE time < ?", (cutoff,)).rowcount
         old_steps = "FROM steps WHERE coalesce(end_time, updated_at) < ?"
         touched.update((r, True) for (r,) in conn.execute(f"SELECT DISTINCT run_id {old_steps}", (cutoff,)).fetchall())
+        conn.execute(f"DELETE FROM step_scalars WHERE (run_id, step) IN (SELECT run_id, step {old_steps})", (cutoff,))
         m = conn.execute(f"DELETE {old_steps}", (cutoff,)).rowcount
         counts["samples"] += n
         counts["steps"] += m

@@ -4,7 +4,7 @@
     rows = series[run_id].window(step_min, step_max, limit, offset)       # row indices, by step
 
 Every write of a run's step stamps the row with the run's new `step_version`
-(`_writes.merge_step`), and retention that deletes steps of a run bumps its `step_epoch`. A read
+(`_step_scalars`), and retention that deletes steps of a run bumps its `step_epoch`. A read
 asks its runs' `(first_seen, step_epoch, step_version)` (one statement for all of them) and reads
 only the steps stamped after the version it holds of each (one statement for the runs that are
 behind, a chunk of them at a time: `_step_reads`), so a chart of a long run costs the steps written

@@ -5,24 +5,25 @@ qualified (`steps.start_time`), which both accept and PostgreSQL requires, and t
 numbered parameters. Every write is idempotent under re-delivery: samples are unique on
 (run, step, sample id), steps, values, spans and phases are upserts, so a retried export or a
 replayed spill never duplicates a row. A newer attempt at a step (`grpo.attempt`) replaces the older
-one's samples, scalars and phases together, and the run's older attempts' later steps (`_attempts`).
+one's samples, scalars and phases together, and the run's older attempts' later steps (`_attempts`); a step's
+scalars are attributed to their writer attempts for that (`_step_scalars`).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 from typing import Mapping
 
 import orjson
 
-from ..otlp._extract import PHASE_COLUMN, Batch
+from ..otlp._extract import Batch
 from . import _attempts, _retention
 from ._alerts import upsert_episodes
 from ._dialect import Dialect
 from ._queries import iso
 from ._step_columns import KnownColumns
+from ._step_scalars import merge_phase_sums, merge_step, phase_sums
 
 MAINTENANCE_TIMEOUT_S = 600.0
 """Statement timeout of maintenance transactions (retention), which may delete a long run's rows."""
@@ -32,17 +33,6 @@ INSERT INTO samples (run_id, step, uid, sample_index, reward, advantage, complet
                      prompt, completion, time, data, attempt)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, step, uid) DO NOTHING
-"""
-_STEP_UPSERT = """
-INSERT INTO steps (run_id, step, start_time, end_time, updated_at, metrics, version, attempt)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id, step) DO UPDATE SET
-    start_time = coalesce(excluded.start_time, steps.start_time),
-    end_time = coalesce(excluded.end_time, steps.end_time),
-    updated_at = excluded.updated_at,
-    metrics = excluded.metrics,
-    version = excluded.version,
-    attempt = excluded.attempt
 """
 _SPAN_UPSERT = """
 INSERT INTO step_spans (span_id, run_id, step) VALUES (?, ?, ?)
@@ -72,26 +62,6 @@ UPDATE runs SET
     sample_count = sample_count + ?
 WHERE run_id = ?
 """
-
-
-def merge_step(conn, run_id: str, step: int, start: float | None, end: float | None, now: float,
-               metrics: dict, writer: int | None) -> None:
-    """Upsert a step, merging its scalars into what earlier exports stored, stamped with the run's
-    next step version (readers holding the run's steps read what is newer: _step_series). The
-    run's row must exist. `writer`: the attempt that wrote `metrics` (None: a sender that named none);
-    the row keeps the oldest of its scalars' writers, so a newer attempt knows whether to empty it (`_attempts`).
-
-    Merged here rather than in SQL (SQLite's json_patch re-renders every number with 15
-    significant digits): Python's json keeps each double exact (17 digits where needed).
-    """
-    row = conn.execute("SELECT metrics, attempt FROM steps WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
-    held = json.loads(row[0]) if row else {}
-    if held:  # None, a sender that named none, is older than any
-        writer = None if writer is None or row[1] is None else min(writer, row[1])
-    (version,) = conn.execute("UPDATE runs SET step_version = step_version + 1 WHERE run_id = ? RETURNING step_version",
-                              (run_id,)).fetchone()
-    conn.execute(_STEP_UPSERT, (run_id, step, start, end, now, json.dumps({**held, **metrics}, separators=(",", ":")),
-                                version, writer))
 
 
 class Writes:
@@ -164,17 +134,12 @@ class Writes:
             row = conn.execute("SELECT run_id, step FROM phases WHERE span_id = ?", (p.span_id,)).fetchone()
             if row[0] is not None:
                 touched.add((row[0], row[1]))
-        # Sum per phase name over the step's phase spans: idempotent under re-delivery. Their oldest writer
-        # (-1: one that named none) writes the sums.
         for run_id, step in sorted(touched):
-            sums = conn.execute("SELECT name, sum(duration), min(coalesce(attempt, -1)) FROM phases "
-                                "WHERE run_id = ? AND step = ? GROUP BY name", (run_id, step)).fetchall()
+            sums = phase_sums(conn, run_id, step)
             if sums:
-                writer = min(oldest for _, _, oldest in sums)
                 conn.execute(_RUN_UPSERT, (run_id, None, None, None, now, now))
-                merge_step(conn, run_id, step, None, None, now, {PHASE_COLUMN + name: total for name, total, _ in sums},
-                           None if writer < 0 else writer)
-                columns[run_id].update(PHASE_COLUMN + name for name, _, _ in sums)
+                merge_phase_sums(conn, run_id, step, now, sums)
+                columns[run_id].update(sums)
 
     def _write_columns(self, conn, columns: dict[str, set[str]], identity: dict[str, object]) -> dict[str, set[str]]:
         """The stat keys just written, in each run's `step_columns` (what `metric_keys` lists), but those this
