@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from otel_grpo.sidecar.otlp import extract
 from otel_grpo.sidecar.store import SampleQuery, open_store
 
@@ -230,4 +232,24 @@ def test_a_new_runs_first_claim_keeps_its_own_other_ranks_later_steps(db, otlp):
     store.write_batch(_records(otlp, [3], "r1", 1.0, writer=RELAUNCH + SKEW, first_index=100, samples=1))
     store.write_batch(_records(otlp, [2], "r0", 1.0, attempt=RELAUNCH))
     assert _whose(store) == {2: {"r0"}, 3: {"r1"}} and store.runs()[0]["last_step"] == 3
+    store.close()
+
+
+@pytest.mark.parametrize("rank_one_first", [True, False])
+def test_a_middle_launchs_late_records_stay_out_of_the_newest_launchs_steps(db, otlp, rank_one_first):
+    """Launches A, B and C of one run: A ran 0-7, B resumed at 3 and ran 3-6, C resumed at 5. B's records reach the
+    store after C's, its rank 1's (started nearer C than A) before or after its rank 0's: the run reads as A below
+    B's resume step, B below C's, C from there on, B's rank 1 nowhere in C's steps."""
+    a, b, c = 1_000_000, 3_000_000, 3_500_000  # B relaunched a while after A, C soon after B
+    store = open_store(db)
+    store.write_batch(_records(otlp, range(8), "a", 1.0, attempt=a))
+    store.write_batch(_records(otlp, range(5, 9), "c", 3.0, attempt=c))
+    late = [_records(otlp, range(3, 7), "b1", 2.0, writer=b - SKEW, first_index=100, samples=1),
+            _records(otlp, range(3, 7), "b", 2.0, attempt=b)]
+    for batch in late if rank_one_first else late[::-1]:
+        store.write_batch(batch)
+    assert _whose(store) == {0: {"a"}, 1: {"a"}, 2: {"a"}, 3: {"b", "b1"}, 4: {"b", "b1"}, 5: {"c"}, 6: {"c"},
+                             7: {"c"}, 8: {"c"}}
+    assert _completions(store, 6) == [f"c 6/{i}" for i in range(4)]
+    assert store.runs()[0]["sample_count"] == 3 * 4 + 2 * (4 + 1) + 4 * 4
     store.close()

@@ -354,3 +354,58 @@ def test_a_replay_keeps_each_jobs_other_ranks_beside_its_rank_zero(sidecar_facto
     crashed, relaunch = {"rank0_of_10", "rank1_of_10"}, {"rank0_of_20", "rank1_of_20"}
     assert {n: {k for k in r if "_of_" in k} for n, r in steps.items()} == {
         0: crashed, 1: crashed, 2: relaunch, 3: relaunch}
+
+
+def test_a_middle_jobs_late_exports_read_the_same_live_and_replayed(sidecar_factory, tmp_path, monkeypatch, otlp):
+    """Three launches of one run, `export_all_ranks`: A ran steps 0-7, B resumed at 3 and ran 3-6, C resumed at 5.
+    A and C export live; B's exports (its rank 1's first) reach the live sidecar only after C's claims. The whole
+    run's spill replayed into an empty sidecar reads the same as the live one: A's steps below B's resume step,
+    B's below C's, C's from there on, each with its own job's rank 1 alone. Live, B's rank 1 counted as C's
+    writers (halfway between A's claim and C's, B not known yet) and stayed in C's steps."""
+    live, replayed = sidecar_factory(), sidecar_factory()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+
+    def job(tag: str, steps, exporter: str) -> tuple[Path, dict[int, int]]:
+        out = tmp_path / tag
+        ranks = {}
+        for rank in (1, 0):
+            monkeypatch.setenv("RANK", str(rank))
+            settings = _settings(live.url, out, "late", export_all_ranks=True, sample_reduce="per_rank")
+            ranks[rank] = Telemetry(settings.model_copy(update={"traces_exporters": [exporter]}))
+        for step in steps:
+            for rank, tel in ranks.items():
+                with tel.step(step) as s:
+                    s.record({"kl": 0.1 * step, f"rank{rank}_of_{tag}": 1.0})
+        for tel in ranks.values():
+            assert exporter == "none" or tel.flush(10)
+            tel.shutdown()
+        return out, {rank: tel.attempt for rank, tel in ranks.items()}
+
+    def jobs(url: str) -> dict[int, set[str]]:
+        rows = httpx.get(f"{url}/api/runs/late/steps").json()
+        return {r["step"]: {k.split(".")[-1] for k in r if "_of_" in k} for r in rows}
+
+    a, _ = job("a", range(8), "otlp")
+    wait_for(lambda: len(jobs(live.url)) == 8 and jobs(live.url)[7] == {"rank0_of_a", "rank1_of_a"}, "A's steps",
+             timeout=30)
+    time.sleep(1.0)  # B is relaunched a while after A; C right after B crashed
+    b, attempts = job("b", range(3, 7), "none")
+    c, _ = job("c", range(5, 9), "otlp")
+    wait_for(lambda: jobs(live.url).get(8) == {"rank0_of_c", "rank1_of_c"}, "C's steps", timeout=30)
+    for rank in (1, 0):  # B's exports, late: the spans its ranks sent
+        said = {"attempt" if rank == 0 else "writer_attempt": attempts[rank]}
+        spans = otlp.spans("late", range(3, 7), samples=0, **said,
+                           metrics=lambda step, rank=rank: {"kl": 0.1 * step, f"rank{rank}_of_b": 1.0})
+        assert httpx.post(f"{live.url}/v1/traces", content=otlp.request(spans).SerializeToString(),
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+    whole = tmp_path / "whole"  # one output dir of the three launches, as they append to it
+    for spill in (a, b, c):
+        for path in spill.rglob("*.jsonl"):
+            target = whole / path.relative_to(spill)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with target.open("ab") as fh:
+                fh.write(path.read_bytes())
+    _replay(replayed.url, whole)
+    expected = {step: {f"rank0_of_{tag}", f"rank1_of_{tag}"} for step, tag in enumerate("aaabbcccc")}
+    assert jobs(replayed.url) == expected
+    assert jobs(live.url) == expected

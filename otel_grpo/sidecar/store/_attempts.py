@@ -26,6 +26,9 @@ it comes and whether or not the step exists (a retried export, a replayed spill,
 attempt (a re-sent export, a replay) merges, so re-delivery stays idempotent. The run's first claim removes only
 rows of senders that named none: at its step, and at every later step (a job of a release before attempts,
 relaunched by this one).
+A claim of an attempt older than the floor's but newer than the one before it that the floor knew (a middle
+launch whose exports came late) moves the floor's writers' boundary up to halfway between the two, as `otel-grpo
+replay` counts it with every claim known, and retires what that launch's writers sent from the floor's step on.
 Records without an attempt merge as before.
 
 Runs inside `Writes.write_batch`'s transaction, after it has serialized with the other writers; the floor
@@ -126,11 +129,11 @@ def settle(conn, batch: Batch, floors: dict[str, Floor]) -> Settled:
             since = floor.since if attempt == floor.attempt else writers_from(held, attempt)
             out.replaced[(run_id, step)] = _take_over(conn, run_id, step, since, out)
         out.newest[(run_id, step)] = _newer(held, attempt)  # type: ignore[assignment]
+    _drop_stale_samples(conn, batch, out)  # before the retirements, which would count them as stored before
     # after every claimed step is settled: a later step the batch claims is taken over (its rows go in
     # again), not taken for one of the run that no longer is
     for run_id, (above, below) in retire.items():
         _retire(conn, run_id, above, below, out.floors[run_id], out)
-    _drop_stale_samples(conn, batch, out)
     return out
 
 
@@ -151,11 +154,17 @@ def _move_floors(conn, claims: dict[tuple[str, int], int], out: Settled) -> dict
             # the run's first claim: what senders that named no attempt (a release before attempts, whose job
             # this one was relaunched from) stored after it goes, as a relaunch's older attempts' later steps
             retire[run_id] = (floor.step, None)
-        elif newest == old.attempt and firsts[newest] < old.step:  # the same one, resumed earlier than seen
-            floor = Floor(newest, firsts[newest], old.since)
-            retire[run_id] = (floor.step, old.step)  # the steps from old.step on were retired when it came
-        else:
-            continue
+        else:  # the floor's attempt resumed earlier than seen, or an older one's claims came late
+            step = min(old.step, firsts.get(old.attempt, old.step))
+            older = [a for a in firsts if a < old.attempt]
+            # a launch between the floor's and the one before it that the floor knew (its exports late): its
+            # writers are not the floor's, as `writers_from` counts them with every claim known (as replay does)
+            since = old.since if not older else _newer(old.since, writers_from(max(older), old.attempt))
+            if (step, since) == (old.step, old.since):
+                continue
+            floor = Floor(old.attempt, step, since)
+            # the steps from old.step on were retired when it came, but for writers the floor counted as its
+            retire[run_id] = (step, old.step) if since == old.since else (step - 1, None)
         out.floors[run_id] = floor
         conn.execute(_FLOOR, (floor.attempt, floor.step, floor.since, run_id))
     return retire
