@@ -95,6 +95,7 @@ bench: setup
 	$(PY) benchmarks/sidecar.py
 	$(PY) benchmarks/runs_scale.py
 	$(PY) benchmarks/step_reads.py
+	$(PY) benchmarks/step_writes.py
 	$(PY) benchmarks/read_burst.py
 	$(PY) benchmarks/cache_full.py
 	$(PY) benchmarks/sqlite_wal.py
