@@ -21,7 +21,7 @@ from otel_grpo.sidecar.otlp._extract import Batch, SampleRecord
 from otel_grpo.sidecar.store import SampleQuery
 from otel_grpo.sidecar.store._queries import SAMPLE_CHUNK_ROWS
 from otel_grpo.sidecar.store._step_reads import step_piece_rows
-from otel_grpo.sidecar.store._writes import _STEP_UPSERT
+from otel_grpo.sidecar.store._step_scalars import _STEP_UPSERT, NO_WRITER
 
 SAMPLES, TEXT, READS, COLUMNS = 5000, 100, 4, 20
 PIECE = step_piece_rows(COLUMNS)  # rows of every column a piece holds
@@ -41,7 +41,7 @@ def _fill(store, steps: int = STEPS) -> None:
     store.write_batch(batch)
     with store._tx() as conn:
         conn.executemany(_STEP_UPSERT, [("big", step, 1.0, 2.0, 2.0, json.dumps({f"m{k}": step + k / 10 for k in range(COLUMNS)}),
-                                         step + 1, None) for step in range(steps)])
+                                         step + 1, NO_WRITER) for step in range(steps)])
         conn.execute("UPDATE runs SET step_version = ? WHERE run_id = 'big'", (steps,))
 
 
