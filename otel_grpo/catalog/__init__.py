@@ -11,6 +11,7 @@ or are checked against `SIGNALS`.
 """
 
 from . import spans
+from ._alert_annotations import CLOCK_OFFSET_ANNOTATION
 from ._lookup import PEERS, by_name, get, peer_names, resolve, split_stat_key, stat_key
 from ._peer_logs import is_evaluation, peer_scalars
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
@@ -37,6 +38,7 @@ from ._table import SIGNALS, STATE_GAUGES
 __all__ = [
     "Baseline",
     "CHECK_INPUTS",
+    "CLOCK_OFFSET_ANNOTATION",
     "PEERS",
     "PROCESS",
     "SIGNALS",

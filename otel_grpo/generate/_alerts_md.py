@@ -9,7 +9,7 @@ from ._configs import EXPLAINS
 from ._grid import CLOCK_SKEW_S, MODES, PATHS, SCRAPES, STEP_TIMES, STARTUPS
 from ._routing import class_of
 from ._rules import RuleSettings, recording_rules
-from ._subset import reads
+from ._subset import reads, rule_reads
 
 _TREND = STEP_CHECKS["kl_jump"].baseline
 _GRAD = STEP_CHECKS["grad_norm"].baseline
@@ -82,6 +82,9 @@ BLOCKS = {
     "run_id_job_instance:grpo_process:start_time": "the same, in the series of the latest process only: its "
                                                    "target labels (`job`, `instance`), which the end markers and "
                                                    "the last step are read in",
+    "run_id:grpo_process:clock_offset_seconds": "that process's clock offset, taken while the run is live and then "
+                                                "held (a dead process's clock, still served, would creep): every run "
+                                                "alert's `clock_offset_seconds` annotation",
     "run_id:grpo_step:end_time": "the end of the run's last step",
     "run_id:grpo_process:activity_time": "the run's last heartbeat",
     "run_id:grpo_process:progress_time": "the later of that start, its last step's end and its last heartbeat",
@@ -107,7 +110,7 @@ def _building_blocks(s: RuleSettings) -> list[str]:
     read = [reads(r["expr"], rules) for r in rules]
     readers: dict[str, set[str]] = {}
     for a in alerts(s):
-        seen, todo = set(), list(reads(a["expr"], rules))
+        seen, todo = set(), list(rule_reads(a, rules))
         while todo:
             i = todo.pop()
             if i not in seen:
@@ -252,6 +255,12 @@ def render_alerts_md() -> str:
         "`clock_window` (a step forward is taken at once; a step or heartbeat exported before it then looks older",
         "until the next). A new process on a target whose start changed within `clock_window` is judged by its",
         "latest lag alone until then: never early, at worst an export interval and a scrape late.",
+        "",
+        "Every alert of a run carries the run's offset as its `clock_offset_seconds` annotation (`%.3f`, read from",
+        "`run_id:grpo_process:clock_offset_seconds` when the rule is evaluated; empty for a run that exports no",
+        "clock). The sidecar takes an alert's `startsAt` (Prometheus's clock) minus it to find the step the alert",
+        "belongs to among the run's step times (the trainer's clock): the last step ended at or before the alert",
+        "started. An alert without it (rules older than the annotation) is placed as if the clocks agreed.",
         "",
         "Tested beyond the grid's simulated series with a real trainer process whose wall clock libfaketime puts",
         f"{_fmt_s(CLOCK_SKEW_S)} behind or ahead (its monotonic and boot clocks left real, as on such a host), scraped by the",

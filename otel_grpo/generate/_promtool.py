@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from otel_grpo.catalog import CLOCK_OFFSET_ANNOTATION
+
 from ._alerts import alerts
 from ._configs import RULE_FILES, dump
 from ._replay import Pause, Segment, expand, replay
@@ -76,18 +78,24 @@ def _rule_for(rules: list[dict], spec: dict) -> dict:
     return found[0]
 
 
-def _expected(rule: dict, spec: dict) -> dict:
-    labels = {k: str(v) for k, v in spec.items() if k != "value"}
+def _expected(rule: dict, spec: dict, replayed: dict[str, float]) -> dict:
+    """An expected alert; its clock offset annotation (a query, not rendered here) is the spec's `clock_offset`,
+    else for a replayed run the opposite of its `clock_s` (each scrape collects the process's clock: no delivery
+    lag), and empty for one of hand-written series (no clock)."""
+    labels = {k: str(v) for k, v in spec.items() if k not in ("value", "clock_offset")}
     full = {**rule["labels"], **labels}
     value = float(spec.get("value", 0))
-    return {"exp_labels": full,
-            "exp_annotations": {k: render_template(v, full, value) for k, v in rule["annotations"].items()}}
+    annotations = {k: render_template(v, full, value) for k, v in rule["annotations"].items()}
+    if CLOCK_OFFSET_ANNOTATION in annotations:
+        offset = replayed.get(full.get("run_id", ""))
+        annotations[CLOCK_OFFSET_ANNOTATION] = str(spec.get("clock_offset", "" if offset is None else f"{offset:.3f}"))
+    return {"exp_labels": full, "exp_annotations": annotations}
 
 
 def _segment(run: dict) -> Segment:
     """A run of a scenario: `step`, `start`, `startup`, `export` (push interval; pull: `expire: 0s`) and
     `end_after` are durations; `job` and `instance` its target's labels; `pauses` maps a step index to
-    `[duration, beat every]` (beat `0s`: none)."""
+    `[duration, beat every]` (beat `0s`: none); `clock_s` its clock minus Prometheus's, in seconds."""
     values = {key: v if isinstance(v, list) else expand(str(v)) for key, v in run["values"].items()}
     pauses = {int(i): Pause(seconds(p[0]), seconds(p[1]) if len(p) > 1 else 0.0)
               for i, p in run.get("pauses", {}).items()}
@@ -97,7 +105,7 @@ def _segment(run: dict) -> Segment:
                    expire_s=float(seconds(run.get("expire", "5m"))), export_s=float(seconds(run.get("export", "0s"))),
                    startup_s=float(seconds(run.get("startup", "0s"))),
                    pauses=pauses, end_after_s=None if end_after is None else float(seconds(end_after)),
-                   job=run.get("job"), instance=run.get("instance"))
+                   job=run.get("job"), instance=run.get("instance"), clock_s=float(run.get("clock_s", 0)))
 
 
 def _recorded(path: Path, keys: list[str], steps: int | None) -> dict[str, list[float]]:
@@ -125,11 +133,12 @@ def render_tests(scenarios: list[dict], settings: RuleSettings, rule_files: list
         by_name.setdefault(r["alert"], []).append(r)
     tests = []
     for sc in scenarios:
-        checks = []
+        checks, replayed = [], {run["run_id"]: 0.0 - run.get("clock_s", 0) for run in sc.get("runs", [])}
         for check in sc["checks"]:
             rules = by_name[check["alert"]]
             checks.append({"eval_time": check["at"], "alertname": check["alert"],
-                           "exp_alerts": [_expected(_rule_for(rules, spec), spec) for spec in check.get("firing", [])]})
+                           "exp_alerts": [_expected(_rule_for(rules, spec), spec, replayed)
+                                          for spec in check.get("firing", [])]})
         test = {"name": sc["name"], "interval": sc["interval"], "input_series": input_series(sc),
                 "alert_rule_test": checks}
         if "never_firing" in sc:  # no alert of this severity fired at any evaluation of the whole scenario

@@ -15,6 +15,8 @@ fills with an older process's values), each moved onto Prometheus's clock first:
   exports before any is compared with `time()`, so a trainer clock minutes ahead or behind judges as one
   that agrees. A new process on the same target (its start changed within the window) has its latest
   difference until the window holds only its own; a process no longer heard keeps its last offset.
+  Every alert of a run says its latest process's offset (`clock_offset_annotation`): the sidecar moves
+  the alert's start by it onto the clock of the run's step times to find the step it belongs to.
 
 - *alive*: each collection exports `grpo.process.alive_until`, the time plus the export
   interval (a scrape: the time). A process that stops being heard from, however its
@@ -45,6 +47,8 @@ judged against too, so each alert reads a few records.
 
 from __future__ import annotations
 
+from otel_grpo.catalog import CLOCK_OFFSET_ANNOTATION
+
 from ._alerts_base import DURATION as _DURATION, RUN, STEP as _STEP, alert
 from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, run_floor, seconds
 
@@ -60,6 +64,7 @@ ALIVE_UNTIL = "run_id:grpo_process:alive_until"
 OVERDUE = "run_id:grpo_process:overdue_seconds"
 START = "run_id:grpo_process:start_time"
 LATEST = "run_id_job_instance:grpo_process:start_time"  # the series of the run's latest process only
+RUN_OFFSET = "run_id:grpo_process:clock_offset_seconds"  # the latest process's offset: alerts' annotation
 PROGRESS = "run_id:grpo_process:progress_time"
 HEARTBEAT = "run_id:grpo_process:activity_time"
 LAST_END = "run_id:grpo_step:end_time"
@@ -143,6 +148,11 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": OVERDUE, "expr": f"time() - {ALIVE_UNTIL}"},
         {"record": START, "expr": _last(s, STARTED)},
         {"record": LATEST, "expr": f"{_on_prometheus_clock(s, STARTED)} == on (run_id) group_left {START}"},
+        # Taken while the run is live, then held: a collector serves a dead process's last clock until it expires,
+        # its lag growing, and once the window holds only those lags its offset would creep by up to that much.
+        {"record": RUN_OFFSET, "expr": f"(max by (run_id) ({CLOCK_OFFSET} and on ({TARGET}) {LATEST})"
+                                       f" and on (run_id) {OVERDUE} <= {seconds(s.liveness_slack)})"
+                                       f" or last_over_time({RUN_OFFSET}[{s.absent_window}])"},
         {"record": LAST_END, "expr": _last(s, STEP_END)},
         {"record": HEARTBEAT, "expr": _last(s, ACTIVITY)},
         {"record": PROGRESS, "expr": _larger(_larger(START, LAST_END), HEARTBEAT)},
@@ -162,6 +172,15 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": STALL_LIMIT, "expr": _larger(f"{s.stall_factor} * {INTERVAL}", run_floor(s, "stall_floor", START))},
         {"record": FIRST_STEP_LIMIT, "expr": run_floor(s, "first_step_floor", START)},
     ]
+
+
+def clock_offset_annotation() -> dict[str, str]:
+    """The annotation every alert of a run carries (`catalog.CLOCK_OFFSET_ANNOTATION`): its latest process's
+    clock offset, read when the alert is evaluated, so the sidecar puts the alert's start on the clock of the
+    run's step times (a value in a label would make each new offset a new alert). `%q` quotes the run id as
+    PromQL reads a string; empty where the run exports no clock."""
+    query = 'printf "' + RUN_OFFSET + '{run_id=%q}" $labels.run_id | query'
+    return {CLOCK_OFFSET_ANNOTATION: "{{ with " + query + ' }}{{ . | first | value | printf "%.3f" }}{{ end }}'}
 
 
 def _stalled() -> str:
@@ -218,4 +237,4 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
     ]
 
 
-__all__ = ["FINISHED", "PREEMPTED", "run_end_alerts", "run_end_rules"]
+__all__ = ["FINISHED", "PREEMPTED", "clock_offset_annotation", "run_end_alerts", "run_end_rules"]

@@ -38,6 +38,12 @@ def reads(expr: str, records: list[dict]) -> set[int]:
     return out
 
 
+def rule_reads(rule: dict, records: list[dict]) -> set[int]:
+    """The records a rule reads: in its expression, and in its annotations' `query` templates
+    (`clock_offset_annotation`), evaluated with the rule."""
+    return reads(" ".join([rule["expr"], *rule.get("annotations", {}).values()]), records)
+
+
 def needed_rules(docs: Mapping[str, dict], alerts: Collection[str]) -> dict[str, dict]:
     """`docs` (rule file -> its parsed groups) with only the rules of `alerts` and every record they read,
     directly or through other records; groups left empty are dropped (a file may end with none)."""
@@ -49,7 +55,7 @@ def needed_rules(docs: Mapping[str, dict], alerts: Collection[str]) -> dict[str,
     keep = {id(r) for r in rules if r.get("alert") in alerts}
     todo = [r for r in rules if id(r) in keep]
     while todo:
-        for i in reads(todo.pop()["expr"], records):
+        for i in rule_reads(todo.pop(), records):
             if id(records[i]) not in keep:
                 keep.add(id(records[i]))
                 todo.append(records[i])
@@ -60,4 +66,4 @@ def needed_rules(docs: Mapping[str, dict], alerts: Collection[str]) -> dict[str,
     return out
 
 
-__all__ = ["needed_rules", "reads"]
+__all__ = ["needed_rules", "reads", "rule_reads"]

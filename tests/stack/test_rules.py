@@ -16,12 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 
+from otel_grpo import catalog
 from otel_grpo.stack import RuleSettings, alerts, generated_files
 from otel_grpo.generate._checks import allowed_series, metric_names, rule_exprs
 from otel_grpo.generate import rule_files
 from otel_grpo.generate._configs import RULE_FILES
 from otel_grpo.generate._promtool import asserted_alerts, load_scenarios, render_tests, scenario_rules
-from otel_grpo.generate._subset import reads
+from otel_grpo.generate._subset import rule_reads
 from otel_grpo.generate._rules import FLOORS, THRESHOLDS, seconds
 
 ALERTS = {r["alert"] for r in alerts(RuleSettings())}
@@ -88,7 +89,7 @@ def test_each_scenario_loads_the_rules_it_asserts_on_and_every_record_they_read(
         cut = [yaml.safe_load(text) for text in scenario_rules(root, sc).values()]
         kept = [r for doc in cut for g in doc["groups"] for r in g["rules"]]
         assert {r["alert"] for r in kept if "alert" in r} == asserted_alerts(sc, full), sc["name"]
-        assert all(records[i] in kept for r in kept for i in reads(r["expr"], records)), sc["name"]
+        assert all(records[i] in kept for r in kept for i in rule_reads(r, records)), sc["name"]
     by_name = {sc["name"]: sc for sc in load_scenarios(root)}
     healthy = asserted_alerts(by_name["a healthy TRL run replayed at 10 min per step pages nobody"], full)
     assert {"GRPOMetricsAbsent", "GRPOTrainerStalled", "GRPOKLHigh"} <= healthy and "GRPOKLSpike" not in healthy
@@ -278,3 +279,31 @@ def test_a_bad_settings_file_is_one_readable_line(tmp_path):
     out = _cli("dashboards", "--root", str(tmp_path), "--rule-settings", str(tmp_path / "rules.yml"))
     assert out.returncode != 0 and "kl_treshold" in out.stderr
     assert not (tmp_path / "prometheus").exists()
+
+
+def test_every_alert_of_a_run_and_no_other_says_its_runs_clock_offset():
+    """The sidecar places a run's alert at its step by the run's clock offset: every alert that carries run_id
+    (its summary names the run) has the annotation; the stack's alerts, of no run, do not."""
+    for rule in alerts(RuleSettings()):
+        of_a_run = "$labels.run_id" in rule["annotations"]["summary"]
+        assert (catalog.CLOCK_OFFSET_ANNOTATION in rule["annotations"]) == of_a_run, rule["alert"]
+
+
+@pytest.mark.parametrize("clock_s", [600, -600])
+def test_a_run_alert_says_the_clock_offset_of_a_trainer_clock_10_minutes_off(tmp_path, promtool, clock_s):
+    """promtool renders the annotation from the rules' own offset estimate: a KL alert of a run whose clock is
+    10 minutes ahead (behind) of Prometheus's says -600.000 (600.000): Prometheus's clock minus the run's."""
+    s = RuleSettings()
+    skewed = {"run_id": "skewed", "step": "1m", "clock_s": clock_s, "values": {"kl": "1.5*120"}}
+    firing = [{"run_id": "skewed", "signal": "kl", "bound": "1.0", "value": 59}]
+    scenario = {"name": "skewed", "interval": "15s", "length": "2h", "runs": [skewed],
+                "checks": [{"at": "1h", "alert": "GRPOKLHigh", "firing": firing}]}
+    for rel, text in rule_files(s).items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    doc = render_tests([scenario], s, ["rules/grpo_recording.yml", "rules/grpo_alerts.yml"])
+    (expected,) = doc["tests"][0]["alert_rule_test"][0]["exp_alerts"]
+    assert expected["exp_annotations"][catalog.CLOCK_OFFSET_ANNOTATION] == f"{-clock_s:.3f}"
+    (tmp_path / "t.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = run(promtool, "test", "rules", "t.yml", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
