@@ -226,6 +226,38 @@ def test_an_alert_names_the_step_it_belongs_to(client):
     assert steps == {"a": 7, "b": 7, "c": 8, "d": 5, "e": 9, "f": None, "g": None, "h": None}
 
 
+@pytest.mark.parametrize("offset", [-600.0, 600.0])  # the trainer's clock 10 min ahead of Prometheus's, behind
+def test_an_alert_of_a_trainer_whose_clock_is_off_names_the_step_it_belongs_to(client, offset):
+    """Steps end on the trainer's clock, an alert starts on Prometheus's: the rules' clock offset annotation
+    (Prometheus's clock minus the trainer's) places it; without it (older rules), or empty (a run that exports
+    no clock), the two clocks are taken to agree, as before."""
+    from datetime import datetime, timezone
+
+    from otel_grpo.sidecar.otlp._extract import Batch, StepRecord
+
+    base = 1_795_800_000.0  # on the trainer's clock: step k ends at base + 60 k
+    batch = Batch()
+    batch.runs["r"] = {}
+    for step in range(30):
+        batch.steps.append(StepRecord("r", step, bytes([step + 1]) * 8, base + 60 * step - 50, base + 60 * step,
+                                      {"kl": 0.1}))
+    client.app.state.store.write_batch(batch)
+    # On Prometheus's clock: 30 s after step 12 ended; step 20's end to the millisecond.
+    starts = {"mid": base + 60 * 12 + 30 + offset, "at_end": base + 60 * 20 + offset}
+    annotations = {"": {catalog.CLOCK_OFFSET_ANNOTATION: f"{offset:.3f}"}, "-old": {},
+                   "-noclock": {catalog.CLOCK_OFFSET_ANNOTATION: ""}}
+    alerts = [{"status": "firing", "labels": {"alertname": name + kind, "run_id": "r"}, "annotations": a,
+               "startsAt": datetime.fromtimestamp(at, timezone.utc).isoformat().replace("+00:00", "Z"),
+               "fingerprint": name + kind} for name, at in starts.items() for kind, a in annotations.items()]
+    assert client.post("/api/alerts", json={"version": "4", "alerts": alerts}).status_code == 200
+    steps = {r["alertname"]: r["step"] for r in client.get("/api/alerts").json()}
+    assert steps["mid"] == 12 and steps["at_end"] == 20
+    # Without the offset: 10 steps early (its first step where none had ended yet) or late, as before.
+    early = offset < 0
+    assert steps["mid-old"] == steps["mid-noclock"] == (2 if early else 22)
+    assert steps["at_end-old"] == steps["at_end-noclock"] == (10 if early else 29)
+
+
 @pytest.mark.parametrize("params,name", [
     ({"limit": 0}, "limit"), ({"limit": "x"}, "limit"), ({"step": "one"}, "step"),
     ({"step_min": 3, "step_max": 1}, "step_min"), ({"reward_min": 2, "reward_max": 1}, "reward_min"),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
+from otel_grpo.catalog import CLOCK_OFFSET_ANNOTATION
 from otel_grpo.catalog.spans import ALL_RUNS
 
 from ._dialect import Dialect
@@ -92,13 +93,26 @@ def _epoch(text: str) -> float | None:
         return None
 
 
-def _alert_step(conn, run_id: str, starts_at: str) -> int | None:
-    """The step an alert belongs to: the run's last step to end at or before the alert started (its
-    data made the rule fire); the run's first step where none had ended yet; None without steps
-    or for a start time that is not RFC 3339."""
+def _clock_offset(annotations: dict) -> float:
+    """The alert's run clock offset (`catalog.CLOCK_OFFSET_ANNOTATION`, from the alert rules): Prometheus's clock
+    minus the trainer's, in seconds; 0 (the two clocks taken to agree, as before the rules gave it) where the
+    annotation is missing (older rules), empty (a run that exports no clock) or not a number."""
+    try:
+        offset = float(annotations.get(CLOCK_OFFSET_ANNOTATION, ""))
+    except ValueError:
+        return 0.0
+    return offset if math.isfinite(offset) else 0.0
+
+
+def _alert_step(conn, run_id: str, starts_at: str, offset: float) -> int | None:
+    """The step an alert belongs to: the run's last step to end at or before the alert started (its data
+    made the rule fire); the run's first step where none had ended yet; None without steps
+    or for a start time that is not RFC 3339. `starts_at` is on Prometheus's clock, the steps' ends on the
+    trainer's: `offset` (`_clock_offset`) moves the start onto the trainer's clock."""
     when = _epoch(starts_at)
     if when is None:
         return None
+    when -= offset
     # To the millisecond, as the API writes both times: a step's (rounded) not after the alert's.
     bound = (math.floor(when * 1000) + 0.5) / 1000
     row = conn.execute("SELECT step FROM steps WHERE run_id = ? AND end_time < ? ORDER BY end_time DESC, step DESC "
@@ -286,8 +300,11 @@ class Reads(StepReads, RunReads):
                + " ORDER BY starts_at DESC LIMIT ?")
         with self.read() as conn:
             rows = conn.execute(sql, [*params, limit]).fetchall()
-            steps = {(r[3], r[6]): _alert_step(conn, r[3], r[6]) for r in rows if r[3] is not None}
+            annotations = [json.loads(r[5]) for r in rows]
+            offsets = [_clock_offset(a) for a in annotations]
+            places = {(r[3], r[6], o) for r, o in zip(rows, offsets) if r[3] is not None}
+            steps = {p: _alert_step(conn, *p) for p in places}
         return [{"fingerprint": r[0], "status": r[1], "alertname": r[2], "run_id": r[3],
-                 "labels": json.loads(r[4]), "annotations": json.loads(r[5]), "starts_at": r[6],
+                 "labels": json.loads(r[4]), "annotations": a, "starts_at": r[6],
                  "ends_at": r[7], "generator_url": r[8], "received_at": iso(r[9]),
-                 "step": steps.get((r[3], r[6]))} for r in rows]
+                 "step": steps.get((r[3], r[6], o))} for r, a, o in zip(rows, annotations, offsets)]
