@@ -125,10 +125,10 @@ def stack(tmp_path_factory, free_port_factory):
 def scraped_process(code: str, settings: StackSettings, out: Path, env: dict[str, str] | None = None
                     ) -> subprocess.Popen:
     """A Python process running `code` whose telemetry serves `/metrics` where the local Prometheus scrapes the
-    trainer (no OTel variables of ours leak in; `env` adds to its environment)."""
+    trainer (no OTel variables of ours leak in; `env` adds to its environment, or replaces: its traces' exporter)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     full.update(OTEL_GRPO_METRICS_EXPORTERS="prometheus", OTEL_GRPO_TRACES_EXPORTERS="none",
-                OTEL_GRPO_PROMETHEUS_PORT=str(settings.trainer_metrics_port), OTEL_GRPO_OUTPUT_DIR=str(out),
-                **(env or {}))
+                OTEL_GRPO_PROMETHEUS_PORT=str(settings.trainer_metrics_port), OTEL_GRPO_OUTPUT_DIR=str(out))
+    full.update(env or {})
     return subprocess.Popen([sys.executable, "-c", code], env=full, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)

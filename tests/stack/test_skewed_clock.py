@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from otel_grpo import catalog
 from otel_grpo.generate._grid import CLOCK_SKEW_S
 from otel_grpo.generate._rules import seconds
 from otel_grpo.generate._run_end import CLOCK_OFFSET, START
@@ -60,8 +61,12 @@ def _faked(faketime: str) -> dict[str, str]:
     return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": faketime}
 
 
-def _skewed(code: str, settings, out: Path, faketime: str):
-    return scraped_process(code, settings, out, env={**_faked(faketime), "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+def _skewed(code: str, settings, out: Path, faketime: str, traced: bool = False):
+    """The trainer under libfaketime; `traced`: its step spans to the stack's sidecar too (its step history)."""
+    env = {**_faked(faketime), "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    if traced:
+        env.update({k: v for k, v in settings.trainer_env().items() if "TRACES" in k or "PROTOCOL" in k})
+    return scraped_process(code, settings, out, env=env)
 
 
 @pytest.mark.parametrize("faketime", [f"-{SKEW_S // 60}m", f"+{SKEW_S // 60}m"])
@@ -146,12 +151,28 @@ def test_a_trainer_clock_behind_runs_without_a_page_and_its_crash_pages_in_time(
     assert start is not None and abs(start - started) < 30
 
 
+def _delivered(sidecar_url: str, http: httpx.Client, alert: str, run_id: str, bound_s: float) -> dict | None:
+    """The sidecar's row of `alert` for `run_id`, once Alertmanager's webhook delivered it (polled up to
+    `bound_s`); None if it did not."""
+    deadline = time.time() + bound_s
+    while time.time() < deadline:
+        rows = http.get(f"{sidecar_url}/api/alerts", params={"run_id": run_id}).json()
+        found = [r for r in rows if r["alertname"] == alert]
+        if found:
+            return found[0]
+        time.sleep(0.5)
+    return None
+
+
 def test_a_trainer_clock_ahead_that_hangs_after_a_step_pages_in_time(stack, tmp_path):
     """10 minutes ahead, hung after two steps: GRPOTrainerStalled fires within `stall_floor` (the rules before
-    issue 61 waited the 10 minutes more), and nothing says the live process crashed."""
+    issue 61 waited the 10 minutes more), and nothing says the live process crashed. The alert, delivered by
+    Alertmanager to the sidecar that holds the run's steps (their ends on the trainer's clock), names the step
+    it hung after: its start, 10 minutes before both steps' ends on Prometheus's clock, is moved by the
+    annotation's offset (without it: the run's first step, where none had ended yet)."""
     s, rules = stack.settings, stack.settings.rules
     run_id = "clock-ahead"
-    proc = _skewed(TRAINER.format(run_id=run_id, steps=2), s, tmp_path, f"+{SKEW_S // 60}m")
+    proc = _skewed(TRAINER.format(run_id=run_id, steps=2), s, tmp_path, f"+{SKEW_S // 60}m", traced=True)
     try:
         _opened(proc)
         _read_until(proc, "stuck")
@@ -161,6 +182,8 @@ def test_a_trainer_clock_ahead_that_hangs_after_a_step_pages_in_time(stack, tmp_
             stall_s = prom.firing_after("GRPOTrainerStalled", run_id, hung, seconds(rules.stall_floor) + MARGIN_S)
             absent = prom.query(f'ALERTS{{alertname="GRPOMetricsAbsent", run_id="{run_id}"}}')
             offset = prom.value(f'{CLOCK_OFFSET}{{run_id="{run_id}"}}')
+            stored = _delivered(s.sidecar_url, http, "GRPOTrainerStalled", run_id, MARGIN_S)
+            steps = http.get(f"{s.sidecar_url}/api/runs/{run_id}/steps").json()
         assert proc.poll() is None, proc.stderr.read()  # alive: a hang, not a crash
     finally:
         proc.kill()
@@ -168,3 +191,7 @@ def test_a_trainer_clock_ahead_that_hangs_after_a_step_pages_in_time(stack, tmp_
     assert stall_s is not None and stall_s >= seconds(rules.stall_floor) - 2  # not early either
     assert absent == []
     assert offset is not None and abs(offset + SKEW_S) < 5
+    assert [r["step"] for r in steps] == [0, 1]
+    assert stored is not None, "Alertmanager delivered no GRPOTrainerStalled to the sidecar"
+    assert abs(float(stored["annotations"][catalog.CLOCK_OFFSET_ANNOTATION]) + SKEW_S) < 5
+    assert stored["step"] == 1
