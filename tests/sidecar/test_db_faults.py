@@ -21,6 +21,8 @@ import httpx
 import psycopg
 import pytest
 
+from tests._support.waiting import wait_for
+
 pytestmark = pytest.mark.integration
 PB = {"Content-Type": "application/x-protobuf"}
 SAMPLES = 8  # per step (one request)
@@ -194,15 +196,6 @@ def _set_read_only(server, on: bool) -> None:
         conn.execute("SELECT pg_reload_conf()")
 
 
-def _until(check, timeout: float, what: str):
-    """Poll `check()` until it returns something true; that value. A bound on waiting, named in the failure."""
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.1)
-    return found
-
-
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_a_read_only_database_is_a_retryable_503_that_readiness_reports(sidecar_factory, server, otlp, workers):
     """A read-only server (psycopg's ReadOnlySqlTransaction is an InternalError, not an OperationalError) was a
@@ -221,7 +214,7 @@ def test_a_read_only_database_is_a_retryable_503_that_readiness_reports(sidecar_
     assert post(0)[0] == 200
     _set_read_only(server, True)
     try:
-        first = _until(lambda: (a := post(1))[0] != 200 and a, 10, "an ingest refused")
+        first = wait_for(lambda: (a := post(1))[0] != 200 and a, "an ingest refused", 10)
         answers = [first] + [post(step) for step in range(2, 5)]
         assert all(status == 503 and retry == "1" for status, _, retry in answers), answers
         assert max(took for _, took, _ in answers) < 3, answers
@@ -234,7 +227,7 @@ def test_a_read_only_database_is_a_retryable_503_that_readiness_reports(sidecar_
         assert alert.status_code == 503 and alert.headers["Retry-After"] == "1", alert.text
     finally:
         _set_read_only(server, False)
-    _until(lambda: http.get(proc.url + "/readyz").status_code == 200, 10, "/readyz 200 with no ingest meanwhile")
+    wait_for(lambda: http.get(proc.url + "/readyz").status_code == 200, "/readyz 200 with no ingest meanwhile", 10)
     assert post(5)[0] == 200
     steps = http.get(proc.url + "/api/runs/ro/steps").json()
     assert [s["step"] for s in steps] == [0, 5]
@@ -265,9 +258,9 @@ def test_a_database_writable_again_takes_writes_though_its_sessions_began_read_o
 
     assert post(0) == 200
     database(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on', sessions_start_over=True)
-    _until(lambda: post(1) == 503, 15, "an ingest refused as read-only")
+    wait_for(lambda: post(1) == 503, "an ingest refused as read-only", 15)
     database(f'ALTER DATABASE "{name}" RESET default_transaction_read_only', sessions_start_over=False)
-    _until(lambda: post(2) == 200, 15, "an ingest taken once the database is writable")
+    wait_for(lambda: post(2) == 200, "an ingest taken once the database is writable", 15)
     steps = http.get(proc.url + "/api/runs/ro/steps")  # its pooled connection was terminated: read on a new one
     assert steps.status_code == 200 and [s["step"] for s in steps.json()] == [0, 2], steps.text
     http.close()

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from tests._support import postgres
+from tests._support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 PB = {"Content-Type": "application/x-protobuf"}
@@ -31,15 +32,6 @@ def _terminate(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s "
                             "AND application_name = 'otel-grpo-sidecar'", (name,)).fetchone()[0]
-
-
-def _until(check, timeout: float, what: str):
-    """Poll `check()` until it returns something true; that value. A bound on waiting, named in the failure."""
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.1)
-    return found
 
 
 class Client:
@@ -110,7 +102,7 @@ def test_a_stopped_server_is_a_fast_503_that_says_so(sidecar_factory, server, ot
     assert all(status == 503 and retry == "1" and took < 2 + 1.5 for _, status, took, retry, _ in answers), answers
     reads = [text for path, _, _, _, text in answers if path != "/v1/traces"]
     assert all("no database connection free within 2 s" in text for text in reads), reads
-    _until(lambda: client.get("/api/runs").status_code == 200, 15, "a read once the server is back")
+    wait_for(lambda: client.get("/api/runs").status_code == 200, "a read once the server is back", 15)
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
@@ -140,7 +132,7 @@ def test_a_rotated_password_is_a_503_that_says_authentication_and_is_logged_once
     assert all(status == 503 and b"authentication failed" in body for _, status, _, body in answers), answers
     assert all(retry == "1" for path, _, retry, _ in answers if path != "/readyz"), answers  # retryable
     assert all(b"127.0.0.1" not in body for *_, body in answers), answers  # libpq's message names the host
-    _until(lambda: client.get("/readyz").status_code == 200, 15, "/readyz 200 once the password is right again")
+    wait_for(lambda: client.get("/readyz").status_code == 200, "/readyz 200 once the password is right again", 15)
     assert client.get("/api/runs").status_code == 200 and client.post(9).status_code == 200
     proc.stop()
     lines = log.read_text().splitlines()
