@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import threading
-import time
+
+from . import _clock as clock
 
 _lock = threading.Lock()
 _last: int | None = None
@@ -26,7 +27,7 @@ def next_attempt() -> int:
     """A newer attempt than any this process gave before: its start time (ns since the epoch) the first time."""
     global _last
     with _lock:
-        _last = process_start_ns() if _last is None else max(time.time_ns(), _last + 1)
+        _last = process_start_ns() if _last is None else max(clock.now_ns(), _last + 1)
         return _last
 
 
@@ -43,5 +44,5 @@ def process_start_ns() -> int:
             up_s = float(f.read().split()[0])
         started_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, `starttime`
     except (OSError, IndexError, ValueError):
-        return time.time_ns()
-    return time.time_ns() - max(0, int((up_s - started_s) * 1e9))
+        return clock.now_ns()
+    return clock.now_ns() - max(0, int((up_s - started_s) * 1e9))

@@ -2,7 +2,7 @@
 
     backend = Backend.build(settings, rank=0, world_size=1, local_rank=0)
     backend.emit(record)                 # a finished step: every span made here, after the fact
-    backend.emit(Heartbeat(time.time_ns()))  # work between steps: the activity gauge only
+    backend.emit(Heartbeat(clock.now_ns()))  # work between steps: the activity gauge only
     backend.flush(5.0)
     backend.close(10.0, finished=True, preempted=False)
 
@@ -17,7 +17,6 @@ spilling them more. Nothing in here raises: a failing step is logged once and th
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from opentelemetry import trace
@@ -27,6 +26,7 @@ from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 
 from otel_grpo.catalog import spans
 
+from . import _clock as clock
 from ._exporters import Exporters
 from ._instruments import Instruments
 from ._record import Error, Heartbeat, StepRecord
@@ -167,7 +167,7 @@ class Backend:
         instruments.record_phases(durations)
         if rec.evaluation:  # no step: a hang after an evaluation before the first step is still "no first step"
             return finite
-        end_ns = rec.end_ns or time.time_ns()
+        end_ns = rec.end_ns or clock.now_ns()
         # measured, unless the caller gave it (a trainer that reports a step ahead of its logging cadence)
         last = self._last_progress_ns
         # The first step's interval is its own duration: its wait before (the start-up) is no step interval

@@ -3,7 +3,7 @@
     python -m otel_grpo.telemetry._child FD
 
 `ProcessSink` starts it with one end of a socket pair as `FD`. Messages in are pickled:
-the start-up dict (settings, rank, world_size, local_rank) first, then tuples
+the start-up dict (settings, rank, world_size, local_rank, the trainer's clock anchor) first, then tuples
 `("step", seq, pickled StepRecord)`, `("flush", token, timeout_s)` and `("shutdown", None,
 (timeout_s, finished, preempted))`. Messages out: `("ready", prometheus_port)`; `("done", seq)`
 once every step up to `seq` is emitted, spill lines written (in batches: see `ACK_EVERY_S`);
@@ -46,9 +46,11 @@ def main(fd: int) -> None:
         start = conn.recv()
     except EOFError:
         return
+    from . import _clock as clock
     from ._backend import Backend
     from ._settings import TelemetrySettings
 
+    clock.adopt(start["clock"])  # the times it exports (its promise, its clock) on the trainer's clock
     settings = TelemetrySettings(**start["settings"])
     _lower_priority(settings.emit_nice)
     backend = Backend.build(settings, start["rank"], start["world_size"], start["local_rank"])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -20,6 +19,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from otel_grpo.catalog import PROCESS, STATE_GAUGES, Kind, Signal, get, process_id, resolve, sanitize_key
 
+from . import _clock as clock
 from ._bulk_histogram import HistogramRecorder
 from ._gauges import LatestValueGauge, StepGauges
 from ._streaks import StepStreaks
@@ -232,11 +232,11 @@ class Instruments:
 
     def _vouch(self, _options: CallbackOptions) -> Iterable[Observation]:
         """Read at each collection: this process is alive now, and until its next export."""
-        return [Observation(time.time() + self._promise_s, dict(self._base))]
+        return [Observation(clock.now_s() + self._promise_s, dict(self._base))]
 
     def _clock(self, _options: CallbackOptions) -> Iterable[Observation]:
         """Read at each collection: the time on this process's clock."""
-        return [Observation(time.time(), dict(self._base))]
+        return [Observation(clock.now_s(), dict(self._base))]
 
     def closing(self) -> None:
         """The process is going away: its last collections vouch for no further export."""

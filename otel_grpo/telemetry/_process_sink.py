@@ -48,6 +48,7 @@ import time
 from multiprocessing import Pipe
 from typing import Any, Mapping
 
+from . import _clock as clock
 from ._backend import Backend
 from ._quiet import ExportHealth
 from ._record import Heartbeat, StepRecord
@@ -116,7 +117,7 @@ class ProcessSink:
         self._conn = ours  # for reading: the acknowledgements
         rank, world_size, local_rank = self._where
         ours.send({"settings": self._settings.model_dump(), "rank": rank, "world_size": world_size,
-                   "local_rank": local_rank})
+                   "local_rank": local_rank, "clock": clock.anchor_ns()})
         if not ours.poll(START_TIMEOUT_S):
             raise TimeoutError(f"no answer within {START_TIMEOUT_S:.0f}s")
         kind, port = ours.recv()  # EOFError: the child failed (its traceback is on stderr)

@@ -1,9 +1,9 @@
 """`StepRecord`: what the training thread leaves of one step, as plain picklable data.
 
-    rec = StepRecord(step=7, steps_done=1, start_ns=time.time_ns())
+    rec = StepRecord(step=7, steps_done=1, start_ns=clock.now_ns())
     rec.phases.append(("rollout", start_ns, end_ns, None))
     rec.scalars.append({"kl": 0.01})
-    rec.end_ns = time.time_ns()
+    rec.end_ns = clock.now_ns()
 
 Times, names, floats, rows and errors only: no live span, no tracer. A sink hands the
 record to the backend (`_backend.Backend`) in this process or, pickled, in a child

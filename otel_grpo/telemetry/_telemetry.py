@@ -40,6 +40,7 @@ from opentelemetry.trace import TracerProvider
 
 from otel_grpo.catalog import peer_scalars, spans
 
+from . import _clock as clock
 from . import _preemption
 from ._attempt import next_attempt
 from ._backend import Backend
@@ -114,7 +115,7 @@ class Step:
         An exception leaving the block marks the phase span as an error (status and `exception` event).
         """
         _phase_name(name)
-        start = time.time_ns()
+        start = clock.now_ns()
         error = None
         try:
             yield
@@ -122,7 +123,7 @@ class Step:
             error = error_of(exc)
             raise
         finally:
-            self._record.phases.append((name, start, time.time_ns(), error))
+            self._record.phases.append((name, start, clock.now_ns(), error))
 
     def record(self, stats: Mapping[str, Any], **scalars: Any) -> None:
         """Scalars of the step (stat keys, TRL or verl names); per-sample vectors from `ReducedStats.samples`.
@@ -163,7 +164,7 @@ class Step:
             bad = next((i for i, row in enumerate(listed) if not isinstance(row, Mapping)), None)
             if bad is not None:
                 raise ValueError(f"rows[{bad}]: expected a dict, got {type(listed[bad]).__name__}")
-        self._record.rows.append((time.time_ns(), listed, group_size))
+        self._record.rows.append((clock.now_ns(), listed, group_size))
 
     def record_phase(self, name: str, seconds: float, *, end_ns: int | None = None) -> None:
         """A phase measured elsewhere (a framework's own timer): the same span and histogram as `phase`.
@@ -174,7 +175,7 @@ class Step:
         seconds = float(seconds)
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"seconds: a phase duration must be finite and >= 0, got {seconds!r}")
-        end = time.time_ns() if end_ns is None else int(end_ns)
+        end = clock.now_ns() if end_ns is None else int(end_ns)
         self._record.phases.append((name, end - round(seconds * 1e9), end, None))
 
     def skip(self) -> None:
@@ -333,7 +334,7 @@ class Telemetry:
         gather = count_one if gather_samples is None else gather_samples
         if attempt is None and not evaluation:
             self._attempt_trained = True
-        record = StepRecord(step, 0 if evaluation else self._advance(step, count_one), time.time_ns(),
+        record = StepRecord(step, 0 if evaluation else self._advance(step, count_one), clock.now_ns(),
                             evaluation=evaluation, attempt=self.attempt if attempt is None else attempt)
         clean = False
         try:
@@ -347,7 +348,7 @@ class Telemetry:
             record.keep_reason = self._judge(record.scalars, record.skipped)  # a few dict lookups
             if clean and gather:
                 record.picked = self._select_across_ranks(record)  # every rank's rows compete
-            record.end_ns = time.time_ns()
+            record.end_ns = clock.now_ns()
             if not self._closed:
                 with _preemption.deferred():  # the sink's locks: a SIGTERM here ends the run after it
                     self._sink.submit(record)
@@ -406,7 +407,7 @@ class Telemetry:
             return
         self._last_beat = now
         with _preemption.deferred():
-            self._sink.submit(Heartbeat(time.time_ns()))
+            self._sink.submit(Heartbeat(clock.now_ns()))
 
     def beat_while_writing(self, path: str | os.PathLike[str], every_s: float | None = None) -> WriteBeats:
         """A context manager for work that writes files, such as a checkpoint save: while its block runs, a

@@ -24,7 +24,7 @@ import pytest
 from otel_grpo import catalog
 from otel_grpo.generate._grid import CLOCK_SKEW_S
 from otel_grpo.generate._rules import seconds
-from otel_grpo.generate._run_end import CLOCK_OFFSET, START
+from otel_grpo.generate._run_end import CLOCK_LAG, CLOCK_OFFSET, START
 from tests.stack.conftest import scraped_process
 
 pytestmark = pytest.mark.integration
@@ -61,9 +61,14 @@ def _faked(faketime: str) -> dict[str, str]:
     return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": faketime}
 
 
-def _skewed(code: str, settings, out: Path, faketime: str, traced: bool = False):
-    """The trainer under libfaketime; `traced`: its step spans to the stack's sidecar too (its step history)."""
+def _skewed(code: str, settings, out: Path, faketime: str, traced: bool = False, stepped: Path | None = None):
+    """The trainer under libfaketime; `traced`: its step spans to the stack's sidecar too (its step history);
+    `stepped`: FAKETIME is read from this file at every call instead, so the test can step the clock mid-run."""
     env = {**_faked(faketime), "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    if stepped is not None:
+        stepped.write_text(faketime)
+        env.update(FAKETIME_TIMESTAMP_FILE=str(stepped), FAKETIME_NO_CACHE="1")
+        del env["FAKETIME"]  # which libfaketime would read instead
     if traced:
         env.update({k: v for k, v in settings.trainer_env().items() if "TRACES" in k or "PROTOCOL" in k})
     return scraped_process(code, settings, out, env=env)
@@ -92,6 +97,13 @@ class Prometheus:
     def value(self, expr: str) -> float | None:
         result = self.query(expr)
         return float(result[0]["value"][1]) if result else None
+
+    def wait_value(self, expr: str, bound_s: float) -> float | None:
+        """`value(expr)` once there is one, polled up to `bound_s`; None if there is none by then."""
+        deadline = time.time() + bound_s
+        while (value := self.value(expr)) is None and time.time() < deadline:
+            time.sleep(0.5)
+        return value
 
     def firing_after(self, alert: str, run_id: str, since: float, bound_s: float) -> float | None:
         """Seconds from `since` until `alert` fires for `run_id`, polled up to `bound_s` past it; None if not."""
@@ -149,6 +161,43 @@ def test_a_trainer_clock_behind_runs_without_a_page_and_its_crash_pages_in_time(
     assert abs((started - clock_ns / 1e9) - SKEW_S) < 30 and 0 <= (clock_ns - attempt_ns) / 1e9 < 30
     assert offset is not None and abs(offset - SKEW_S) < 5
     assert start is not None and abs(start - started) < 30
+
+
+def test_a_trainer_clock_stepped_back_mid_run_keeps_its_times_and_runs_without_a_page(stack, tmp_path):
+    """NTP (or an operator) steps the trainer's wall clock 10 minutes back after a few steps, as on a host whose
+    clock was ahead: the times it exports do not jump (the telemetry reads its wall clock once and advances it
+    by the monotonic clock, which no step moves), so the offset the rules estimated holds, nothing of the run-end
+    alerts fires for longer than `clock_window`, and its crash afterwards pages in time. Before, its promise,
+    clock and step ends jumped 10 minutes back while the rules' offset held the old one for `clock_window`:
+    GRPOMetricsAbsent paged the live run within seconds."""
+    s, rules = stack.settings, stack.settings.rules
+    run_id = "clock-stepped"
+    healthy_s = seconds(rules.clock_window) + 5
+    stepped = tmp_path / "faketime"
+    proc = _skewed(TRAINER.format(run_id=run_id, steps=10_000), s, tmp_path, "+0", stepped=stepped)
+    try:
+        _opened(proc)
+        _read_until(proc, "step 2")
+        with httpx.Client(timeout=10) as http:
+            prom = Prometheus(s.prometheus_url, http)
+            before = prom.wait_value(f'{CLOCK_OFFSET}{{run_id="{run_id}"}}', MARGIN_S)  # estimated: then step
+            stepped.write_text(f"-{SKEW_S // 60}m")
+            time.sleep(healthy_s)
+            paged = prom.query(f'max_over_time(ALERTS{{alertname=~"{RUN_END}", run_id="{run_id}"}}[{healthy_s}s])')
+            after = prom.value(f'{CLOCK_OFFSET}{{run_id="{run_id}"}}')
+            lag = prom.value(f'{CLOCK_LAG}{{run_id="{run_id}"}}')
+            assert proc.poll() is None, proc.stderr.read()
+            proc.kill()
+            killed = time.time()
+            crash_s = prom.firing_after("GRPOMetricsAbsent", run_id, killed,
+                                        seconds(rules.liveness_slack) + seconds(rules.for_fast) + MARGIN_S)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert [a["metric"]["alertname"] for a in paged] == []
+    assert before is not None and after is not None and lag is not None
+    assert abs(after - before) < 5 and abs(lag - before) < 5  # its clock did not step with the wall clock
+    assert crash_s is not None
 
 
 def _delivered(sidecar_url: str, http: httpx.Client, alert: str, run_id: str, bound_s: float) -> dict | None:

@@ -23,6 +23,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
+from otel_grpo.telemetry import _clock as clock
+
 from ._records import BadInput, Record, finite_or_none
 from ._state import State
 
@@ -242,7 +244,7 @@ class Follower:
         with self.tel.logged_step(record.step, evaluation=evaluation, attempt=attempt) as s:
             if scalars or rows:
                 s.record(_Values(scalars, _histograms(rows or ())))
-            end = time.time_ns()
+            end = clock.now_ns()
             start = end - int(sum(sec for _, sec in phases) * 1e9)
             for name, seconds in phases:  # laid end to end, ending now, in the order timed
                 start += int(seconds * 1e9)

@@ -42,7 +42,6 @@ import json
 import logging
 import os
 import re
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -50,6 +49,7 @@ from otel_grpo.catalog import is_evaluation
 from otel_grpo.catalog.spans import check_step
 from otel_grpo.integrations.trl._chat import chat_text  # the renderer instrument uses: same text
 from otel_grpo.integrations.trl._keys import map_logs
+from otel_grpo.telemetry import _clock as clock
 
 from ._records import PARSE_ERRORS, BadInput, Record, finite_or_none, numbers
 from ._tail import open_regular
@@ -280,7 +280,7 @@ class TrlOutput:
         `since_ns` (its mtime); `seen`: what showed it, for the log."""
         logger.warning("otel-grpo follow: %s: %s: the job was relaunched; its steps from %d replace the earlier "
                        "attempt's", self.dir, seen, step)
-        self.attempt, self._since, self._top = time.time_ns(), since_ns, step - 1
+        self.attempt, self._since, self._top = clock.now_ns(), since_ns, step - 1
         self._handed_scalar_step = min(self._handed_scalar_step, step - 1)
         self._handed_digest = ""  # its first batch repeats none of the earlier attempt's
         if self._unsaved is None:

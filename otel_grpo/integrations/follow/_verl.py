@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from typing import Any
 
 from otel_grpo.catalog import PEERS, is_evaluation, peer_scalars
 from otel_grpo.catalog.spans import check_step
+from otel_grpo.telemetry import _clock as clock
 
 from ._records import PARSE_ERRORS, BadInput, Record, numbers
 from ._tail import LineTail, Position
@@ -80,7 +80,7 @@ class JsonlStream:
     def restore(self, saved: dict[str, Any] | None, from_start: bool) -> None:
         """Resume at `saved` (also after a failed flush: what was read since is read again)."""
         self.tail.close()
-        self.attempt = int((saved or {}).get("attempt") or time.time_ns())
+        self.attempt = int((saved or {}).get("attempt") or clock.now_ns())
         if saved:
             check = saved.get("check")
             position = Position(int(saved["inode"]), int(saved["offset"]), None if check is None else int(check),
@@ -95,7 +95,7 @@ class JsonlStream:
 
     def _position(self) -> dict[str, Any]:
         if self.tail.resets != self._resets:  # read again from 0: what the file holds now is a new attempt's
-            self._resets, self.attempt = self.tail.resets, time.time_ns()
+            self._resets, self.attempt = self.tail.resets, clock.now_ns()
         position = self.tail.position
         return {"inode": position.inode, "offset": position.offset, "check": position.check,
                 "check_len": position.check_len, "at_end": position.at_end, "attempt": self.attempt}

@@ -25,13 +25,13 @@ loss (their numbers are on the host by then).
 from __future__ import annotations
 
 import functools
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 import torch
 
 from ... import signals
+from ...telemetry import _clock as clock
 from ._generation import (GENERATION_TABLE, Generation, SampleBatch, attach_generation, generation_columns,
                           generation_stats, generation_values)
 from ._micro_batch import COLUMNS, TABLE, MicroBatch, attach, policy_table, policy_values
@@ -100,7 +100,7 @@ class Accumulator:
 
     def phase(self, name: str, seconds: float, end_ns: int | None = None) -> None:
         """A phase of `seconds` that ended at `end_ns` (default: now)."""
-        self.phases.append((name, seconds, time.time_ns() if end_ns is None else end_ns))
+        self.phases.append((name, seconds, clock.now_ns() if end_ns is None else end_ns))
 
     @property
     def pending(self) -> bool:

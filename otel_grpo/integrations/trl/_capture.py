@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import torch
 
+from ...telemetry import _clock as clock
 from ._accumulate import Accumulator
 from ._generation import Captured, Generation, SampleBatch, truncated_flags
 from ._micro_batch import MicroBatch
@@ -305,7 +306,7 @@ class Capture:
         """The step's phases (the update: its time less the generation's), as wall-clock spans, and its loss."""
         timings = self._timings
         timings.append(("update", update_ns, end))
-        to_wall = time.time_ns() - time.perf_counter_ns()  # one clock pair for the step's phases
+        to_wall = clock.now_ns() - time.perf_counter_ns()  # one clock pair for the step's phases
         self.acc.phases += [(name, ns / 1e9, t1 + to_wall) for name, ns, t1 in timings]
         timings.clear()
         # transformers returns it detached; a subclass's might hold the step's graph
