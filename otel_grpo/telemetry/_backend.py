@@ -58,9 +58,10 @@ class Backend:
         pushed = any(name in ("otlp", "console") for name in settings.metrics_exporters)
         promise_s = settings.metric_export_interval_ms / 1000 if pushed else 0.0
         self._instruments = Instruments(exporters.meter_provider.get_meter(_SCOPE), base, promise_s)
-        exporters.announce()  # the run, its start time and its first promise, before the first interval ends
         suffix = f"_rank{rank}" if "rank" in base else ""  # ranks must not append to one file
-        self.spill = SampleSpill(settings.output_dir, suffix) if settings.spill_samples else None
+        self.spill = SampleSpill(settings.output_dir, suffix, exporters.health) if settings.spill_samples else None
+        exporters.health.spill = self.spill  # before the first export: its failure's warning names what is kept
+        exporters.announce()  # the run, its start time and its first promise, before the first interval ends
         self._budget = RowBudget(settings)  # anomalous steps kept whole: this backend selects (one process)
         self._columns = ColumnTracker()
         self._failed_kinds: set[str] = set()
@@ -110,7 +111,10 @@ class Backend:
             self._instruments.record_scalars({"run_preempted": 1.0})
         if finished:
             self._instruments.record_scalars({"run_finished": 1.0})
-        self.exporters.close(timeout_s, linger=finished or preempted)
+        closed = self.exporters.close(timeout_s, linger=finished or preempted)
+        if self.spill is not None:  # after the exporters' last word: whether what was not spilled is lost
+            self.spill.report(exported=closed and not self.exporters.health.failures
+                              and "otlp" in self._settings.traces_exporters)
 
     # ---- one step ------------------------------------------------------------------------
     def _emit(self, rec: StepRecord) -> None:

@@ -81,9 +81,9 @@ class Exporters:
         _bounded(lambda: done.append(all([flush(ms) for flush in self._flushers])), "otel-grpo-flush", timeout_s)
         return bool(done and done[0])
 
-    def close(self, timeout_s: float, linger: bool) -> None:
+    def close(self, timeout_s: float, linger: bool) -> bool:
         """`linger`: serve `/metrics` until one more scrape (bounded by `prometheus_linger_s`); then flush and
-        close everything, within `timeout_s` in all."""
+        close everything, within `timeout_s` in all. False: the exporters did not finish in time."""
         deadline = time.monotonic() + timeout_s
         settings = self._settings
         if linger and self._linger is not None and settings.prometheus_linger_s > 0:
@@ -103,11 +103,13 @@ class Exporters:
             # timeout (10 s added to every exit). The spill holds the samples; give them a moment only.
             remaining_ms = min(remaining_ms, int(DOWN_GRACE_S * 1000))
         closers = self._closers
-        if not _bounded(lambda: [close(remaining_ms) for close in closers], "otel-grpo-shutdown", remaining_ms / 1000):
-            # Expected when the endpoint is down: its failure is the one warning (ExportHealth).
-            level = logging.INFO if down or health.failing else logging.WARNING
-            logger.log(level, "otel-grpo: shutdown: exporters did not finish within %.1fs%s; giving up on them",
-                       remaining_ms / 1000, " (export endpoint down)" if down else "")
+        if _bounded(lambda: [close(remaining_ms) for close in closers], "otel-grpo-shutdown", remaining_ms / 1000):
+            return True
+        # Expected when the endpoint is down: its failure is the one warning (ExportHealth).
+        level = logging.INFO if down or health.failing else logging.WARNING
+        logger.log(level, "otel-grpo: shutdown: exporters did not finish within %.1fs%s; giving up on them",
+                   remaining_ms / 1000, " (export endpoint down)" if down else "")
+        return False
 
 
 def _bounded(work: Callable[[], Any], name: str, timeout_s: float) -> bool:

@@ -14,11 +14,14 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+if TYPE_CHECKING:
+    from ._spill import SampleSpill
 
 logger = logging.getLogger("otel_grpo.telemetry")
 
@@ -94,6 +97,8 @@ class ExportHealth:
         self._lock = threading.Lock()
         self._failing: set[str] = set()
         self.failures = 0
+        self.spill: SampleSpill | None = None
+        """The local copy of the same steps (set by the backend), which the warning names; None: not spilled."""
 
     @property
     def failing(self) -> bool:
@@ -107,9 +112,19 @@ class ExportHealth:
         if first:
             logger.warning(
                 "otel-grpo: exporting %s to %s failed (%s); training continues, further failures "
-                "are counted, not logged; samples stay in the local spill",
-                signal, target, detail,
+                "are counted, not logged; %s",
+                signal, target, detail, self._kept(),
             )
+
+    def _kept(self) -> str:
+        """Where the steps that are not exported remain, as the warning says it."""
+        spill = self.spill
+        if spill is None:
+            return "samples are not spilled (spill_samples is off)"
+        if spill.error is not None:
+            return (f"the local spill to {spill.directory.parent} failed too ({spill.error}): what neither keeps is "
+                    "lost, and the run's end counts it")
+        return f"samples stay in the local spill ({spill.directory.parent})"
 
     def succeeded(self, signal: str, target: str) -> None:
         with self._lock:

@@ -6,7 +6,9 @@ dead collector or sidecar, and that `otel-grpo replay` sends again.
     spill.write_step("exp-42", 7, start_ns, end_ns, {"kl": 0.01}, {"rollout": 1.5})  # -> runs/exp-42/steps.jsonl
 
 Every write appends whole lines or nothing: a write that fails (a full disk) is cut back to
-where it began, so a reader never meets half a line.
+where it began, so a reader never meets half a line. A spill that cannot be written (a read-only
+or full file system) never stops training: its first failure is one warning, a recovery one info
+line, and the run's end says how many steps and sample rows it could not keep (`report`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from otel_grpo.catalog import spans
+
+if TYPE_CHECKING:
+    from ._quiet import ExportHealth
 
 logger = logging.getLogger("otel_grpo.telemetry")
 
@@ -34,16 +39,25 @@ def _json_safe(value: Any) -> Any:
 class SampleSpill:
     """Appends sample records to `<output_dir>/samples/step_<step>.jsonl`; never raises.
 
-    `suffix` keeps ranks apart when every rank exports (`step_3_rank1.jsonl`).
+    `suffix` keeps ranks apart when every rank exports (`step_3_rank1.jsonl`). `exports`: the health of the
+    exporters that send the same steps, so that a failure says whether what was not spilled is lost.
     """
 
-    def __init__(self, output_dir: Path, suffix: str = "") -> None:
+    def __init__(self, output_dir: Path, suffix: str = "", exports: ExportHealth | None = None) -> None:
         self.directory = Path(output_dir) / "samples"
         self.steps_path = Path(output_dir) / f"steps{suffix}.jsonl"
         """One line per emitted step span: what the sidecar's step row is made of."""
         self._suffix = suffix
-        self._failed = False
+        self._exports = exports
         self.written = 0
+        self.unwritten_steps = 0
+        """Step lines that could not be written: their steps are not in the spill, and no replay sends them."""
+        self.unwritten_rows = 0
+        self.failing = False
+        """The last write failed."""
+        self.error: str | None = None
+        """The first failure's cause, once one failed."""
+        self._recovered = False
 
     def path(self, step: int) -> Path:
         return self.directory / f"step_{step}{self._suffix}.jsonl"
@@ -62,7 +76,10 @@ class SampleSpill:
         try:
             self._append(self.steps_path, line + "\n")
         except OSError as exc:
-            self._warn(exc)
+            self.unwritten_steps += 1
+            self._failed(exc)
+            return
+        self._worked()
 
     def write(self, step: int, records: Iterable[Mapping[str, Any]]) -> None:
         lines = [
@@ -73,14 +90,45 @@ class SampleSpill:
         try:
             self._append(self.path(step), "\n".join(lines) + "\n")
         except OSError as exc:
-            self._warn(exc)
+            self.unwritten_rows += len(lines)
+            self._failed(exc)
             return
         self.written += len(lines)
+        self._worked()
 
-    def _warn(self, exc: OSError) -> None:
-        if not self._failed:  # a full disk must not stop training, nor flood the log
-            self._failed = True
-            logger.warning("otel-grpo: spill to %s failed (%s); further failures not logged", self.directory.parent, exc)
+    def report(self, exported: bool) -> None:
+        """At the run's end, what the spill could not keep, if anything. `exported`: every export of the run's
+        spans succeeded, so the receiver has them (an info line); else a warning that the rest is lost."""
+        if not (self.unwritten_steps or self.unwritten_rows):
+            return
+        logger.log(logging.INFO if exported else logging.WARNING,
+                   "otel-grpo: %d steps and %d sample rows of this run were not spilled to %s (%s), so "
+                   "`otel-grpo replay` cannot send them; %s", self.unwritten_steps, self.unwritten_rows,
+                   self.directory.parent, self.error,
+                   "every export succeeded" if exported else "what the exporters did not deliver of them is lost")
+
+    def _failed(self, exc: OSError) -> None:
+        if self.failing:  # a full disk must not stop training, nor flood the log: counted for `report`
+            return
+        self.failing = True
+        if self.error is not None:  # failing again after a recovery: counted for `report`, one warning a run
+            return
+        self.error = f"{type(exc).__name__}: {exc}"
+        exports = self._exports
+        fate = ("exports fail too: these steps and samples are lost" if exports is not None and exports.failing
+                else "they still go to the exporters, but a replay cannot send them again")
+        logger.warning("otel-grpo: spilling to %s failed (%s); training continues; %s; the run's end says how "
+                       "many were not spilled", self.directory.parent, self.error, fate)
+
+    def _worked(self) -> None:
+        if not self.failing:
+            return
+        self.failing = False
+        if not self._recovered:  # once: a nearly full disk takes a step line and refuses its samples every step
+            self._recovered = True
+            logger.info("otel-grpo: spilling to %s works again (%d steps and %d sample rows not spilled so far; "
+                        "later failures are counted, not logged)", self.directory.parent, self.unwritten_steps,
+                        self.unwritten_rows)
 
     @staticmethod
     def _append(path: Path, text: str) -> None:
