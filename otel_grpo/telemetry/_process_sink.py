@@ -23,8 +23,9 @@ once a step.
 
 No sample is lost to a child that dies, stops or falls behind: each record is kept here
 (pickled) until the child says it has emitted it (spill lines written). When the child
-exits, or when the records it has not acknowledged exceed `UNACKED_LIMIT_BYTES` (a child
-stopped by SIGSTOP, or slower than training), this process takes over (one warning): the
+exits, acknowledges nothing for `UNACKED_LIMIT_S` while records wait (stopped by SIGSTOP, hung),
+or the records it has not acknowledged exceed `UNACKED_LIMIT_BYTES` (slower than training, or
+stopped under a fast loop), this process takes over (one warning): the
 child is killed, and a `ThreadSink` here, which builds its own exporters on its own thread,
 emits the unacknowledged records again and every later one. The training thread never waits.
 A step in the socket is the child's to read even once this process is gone, so a training
@@ -64,6 +65,12 @@ logged steps, so that the training thread's own write fits and the sender stays 
 UNACKED_LIMIT_BYTES = 64 << 20
 """Most bytes of pickled records held for a child that has not acknowledged them; beyond it this
 process takes over. Far above what a healthy child holds (the steps of its last acknowledgement batch)."""
+UNACKED_LIMIT_S = 30.0
+"""A child that acknowledges nothing for this long while steps wait for it (stopped, hung) is taken over, however
+few steps a slow loop sends. A healthy child acknowledges every `_child.ACK_EVERY_S` while it has steps. The time
+is counted in the acknowledgement reader's own waits (`_SILENT_WAITS` of them, each begun with steps waiting), so
+a whole job stopped and continued (a suspended batch job), whose pause every process sees at once, is no silence."""
+_SILENT_WAITS = 3
 _PLAIN = (str, int, float, bool, type(None))
 
 
@@ -77,6 +84,7 @@ class ProcessSink:
         self._pending: dict[int, bytes] = {}  # sent, not yet acknowledged: emitted here if the child is lost
         self.unacked_bytes = 0
         self._limit = UNACKED_LIMIT_BYTES
+        self._silence_s = UNACKED_LIMIT_S
         self._seq = itertools.count()
         self._tokens = itertools.count()
         self._flushes: dict[int, list[Any]] = {}  # token -> [Event, ok]
@@ -295,8 +303,17 @@ class ProcessSink:
                         return
 
     def _read(self) -> None:
+        silent = 0  # the reader's waits in a row, each begun with steps waiting, that got no message
         try:
             while True:
+                waiting = bool(self._pending) and not self._flushes  # a flush may hold the child for its timeout
+                if not self._conn.poll(self._silence_s / _SILENT_WAITS):
+                    silent = silent + 1 if waiting else 0
+                    if silent == _SILENT_WAITS:  # killed: the end of the pipe ends this loop
+                        self._take_over("acknowledged nothing for %.0fs while steps waited (stopped or hung); "
+                                        "stopping it" % self._silence_s)
+                    continue
+                silent = 0
                 msg = self._conn.recv()
                 if msg[0] == "done":  # every step up to this one
                     with self._lock:

@@ -206,8 +206,8 @@ class TelemetrySettings(BaseSettings):
     "process": a child process (`python -m otel_grpo.telemetry._child`), so that the backend's and the
     exporters' GIL time (benchmarks/README.md, trl) is not paid by a Python-bound training loop; the
     training thread pickles each step record. Needs providers built from these settings. If the child
-    dies, or holds more unacknowledged steps than its bound (stopped, or slower than training), this
-    process takes over (one warning) and loses no sample."""
+    dies, acknowledges nothing for a while as steps wait (stopped, hung), or holds more unacknowledged steps
+    than its bound (slower than training), this process takes over (one warning) and loses no sample."""
     emit_nice: int = Field(10, ge=0, le=19)
     """With `emit_in="process"`: how much lower the child's CPU priority is than the training process's
     (added to its nice value; 0: the same). On a node whose cores are all busy (data loaders, reward

@@ -55,6 +55,7 @@ class ThreadSink:
             self._built.set()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._warned_backlog = False
+        self._inherited = 0  # taken-over records still queued: no backlog of this sink's (`submit_pickled`)
         self._thread = threading.Thread(target=self._run, name="otel-grpo-emit", daemon=True)
         self._thread.start()
 
@@ -68,14 +69,16 @@ class ThreadSink:
 
     def submit(self, record: StepRecord | Heartbeat | _Pickled) -> None:
         self._queue.put(record)
-        if not self._warned_backlog and self._queue.qsize() > BACKLOG_WARNING:
+        if not self._warned_backlog and self._queue.qsize() - self._inherited > BACKLOG_WARNING:
             # Steps far shorter than the emit work (~ms per 1000 histogram values): memory grows.
             self._warned_backlog = True
             logger.warning("otel-grpo: %d steps wait to be emitted; the emitter thread falls behind", BACKLOG_WARNING)
 
     def submit_pickled(self, data: bytes) -> None:
-        """A record pickled by `ProcessSink` (its child never acknowledged it)."""
-        self.submit(_Pickled(data))
+        """A record pickled by `ProcessSink` (its child never acknowledged it). Not counted towards the backlog
+        warning: a take-over hands over every waiting step at once, and its own warning says how many."""
+        self._inherited += 1
+        self._queue.put(_Pickled(data))
 
     def drain(self, timeout_s: float | None) -> bool:
         """Wait until everything submitted so far is emitted; False on timeout (or once the thread stopped)."""
@@ -117,8 +120,12 @@ class ThreadSink:
                 return
             if isinstance(job, threading.Event):
                 job.set()
+            elif isinstance(job, _Pickled):
+                self._inherited -= 1
+                if backend is not None:
+                    backend.emit(pickle.loads(job.data))
             elif backend is not None:
-                backend.emit(pickle.loads(job.data) if isinstance(job, _Pickled) else job)
+                backend.emit(job)
 
 
 class NullSink:

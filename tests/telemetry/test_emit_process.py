@@ -151,6 +151,66 @@ def test_a_stopped_child_costs_bounded_memory_and_loses_no_sample(tmp_path, capl
     assert rx.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
 
 
+def test_a_child_stopped_under_a_slow_loop_is_taken_over_within_its_time_bound(tmp_path, caplog, monkeypatch):
+    """SIGSTOP under a loop of few, small steps: far from the byte bound, the child is still taken over once it
+    has acknowledged nothing for `UNACKED_LIMIT_S`, not at the run's end; one warning (the steps handed over
+    are no backlog of this process's), no sample lost."""
+    from otel_grpo.telemetry import _process_sink, _sinks
+
+    monkeypatch.setattr(_process_sink, "UNACKED_LIMIT_S", 1.5, raising=False)
+    monkeypatch.setattr(_sinks, "BACKLOG_WARNING", 2)  # this process's own queue: the two steps after the take-over
+    with OTLPReceiver() as rx, caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+        tel = Telemetry(_settings(rx, tmp_path, shutdown_timeout_s=2.0))
+        sink, pid = tel._sink, tel._sink.pid
+        _step(tel, 0)
+        assert tel.flush(10)
+        os.kill(pid, signal.SIGSTOP)
+        for step in (1, 2):
+            _step(tel, step)
+        wait_for(lambda: sink.pid is None, "this process to take over the stopped child", timeout=15)
+        wait_for(lambda: not alive(pid), "the stopped child killed", timeout=15)
+        for step in (3, 4):
+            _step(tel, step)
+        tel.finish()
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1 and "acknowledged nothing for 2s" in said[0] and "2 unacknowledged steps" in said[0], said
+    assert sorted(_spilled(tmp_path)) == list(range(5))
+    steps = sorted(attrs(s.attributes)["grpo.step"] for s in rx.spans() if s.name == "grpo.step")
+    assert sorted(set(steps)) == list(range(5))
+
+
+def test_a_whole_job_stopped_and_continued_keeps_its_child(tmp_path):
+    """A suspended batch job: the trainer and its child stopped together for longer than `UNACKED_LIMIT_S`, then
+    continued. The pause is no silence of the child's: nothing is taken over, nothing is warned."""
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+        from otel_grpo.telemetry import Telemetry, TelemetrySettings, _process_sink
+        _process_sink.UNACKED_LIMIT_S = 1.5
+        tel = Telemetry(TelemetrySettings(run_id="suspended", output_dir={str(tmp_path)!r}, emit_in="process",
+                                          metrics_exporters=["none"], traces_exporters=["none"]))
+        print(tel._sink.pid, flush=True)
+        for step in range(40):
+            with tel.step(step) as s:
+                s.samples([{{"prompt": "p", "completion": "c", "reward": 1.0}}])
+            time.sleep(0.1)
+        print("child", "kept" if tel._sink.pid is not None else "taken over", flush=True)
+        tel.finish()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    wait_for(lambda: len(_spilled(tmp_path)) >= 5, "a few steps spilled", timeout=30)
+    for pid in (proc.pid, child):
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(3.0)  # twice the bound
+    for pid in (proc.pid, child):
+        os.kill(pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.split() == ["child", "kept"], (out, err)
+    assert "otel-grpo" not in err, err
+    assert sorted(_spilled(tmp_path)) == list(range(40))
+
+
 def test_sparse_and_dense_steps_reach_the_child_without_a_flush_or_the_sender(tmp_path):
     """The training thread writes each step to the socket itself: steps that come sparsely (logging_steps > 1)
     or in a burst reach the child at once, none waits for a later step or a flush, and the sender thread is
