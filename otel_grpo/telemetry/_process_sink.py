@@ -49,6 +49,9 @@ import time
 from multiprocessing import Pipe
 from typing import Any, Mapping
 
+from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.trace import NoOpTracerProvider
+
 from . import _clock as clock
 from ._backend import Backend
 from ._quiet import ExportHealth
@@ -138,10 +141,17 @@ class ProcessSink:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
 
     def _build_here(self) -> Backend:
-        """The backend of this process, once the child has exited (its Prometheus port is then free)."""
+        """The backend of this process, once the child has exited (its Prometheus port is then free). Where no
+        exporters can be built here (a take-over at interpreter exit: the SDK's resource detection needs a thread
+        pool that is shut down by then), one that exports nothing and still spills every step."""
         if self._proc is not None:
             self._proc.wait()
-        return Backend.build(self._settings, *self._where)
+        try:
+            return Backend.build(self._settings, *self._where)
+        except Exception as exc:
+            logger.warning("otel-grpo: this process cannot build exporters (%s: %s); the steps taken over are "
+                           "spilled, not exported", type(exc).__name__, exc)
+            return Backend.build(self._settings, *self._where, NoOpMeterProvider(), NoOpTracerProvider())
 
     # ---- what every sink has -----------------------------------------------------------------
     @property

@@ -288,6 +288,34 @@ def test_the_child_ends_the_run_as_a_crash_when_the_training_process_is_killed(t
     assert sorted(_spilled(tmp_path)) == [0, 1, 2]  # what was sent before the kill is emitted
 
 
+def test_a_child_stopped_at_interpreter_exit_is_taken_over_and_every_step_spilled(tmp_path):
+    """The process exits (no `finish()`: the exit hook) with its child stopped: the take-over comes while the
+    interpreter shuts down, where the SDK cannot build exporters; the steps are still spilled, with no traceback,
+    and the exit keeps its bound."""
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+        from otel_grpo.telemetry import Telemetry, TelemetrySettings
+        tel = Telemetry(TelemetrySettings(run_id="exiting", output_dir={str(tmp_path)!r}, emit_in="process",
+                                          traces_exporters=["otlp"], metrics_exporters=["none"],
+                                          otlp_protocol="http/protobuf", otlp_endpoint="http://127.0.0.1:9",
+                                          shutdown_timeout_s=2.0))
+        os.kill(tel._sink.pid, signal.SIGSTOP)
+        for step in range(6):
+            with tel.step(step) as s:
+                s.samples([{{"prompt": "p", "completion": "c", "reward": 1.0}}])
+        print(tel._sink.pid, flush=True)
+    """)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert sorted(_spilled(tmp_path)) == list(range(6)), proc.stderr
+    assert not alive(int(proc.stdout))
+    assert took < 30  # the exit hook's bound is shutdown_timeout_s; the interpreter's start and imports come on top
+
+
 def test_ctrl_c_in_the_terminal_reaches_the_trainer_which_closes_the_child(tmp_path):
     script = textwrap.dedent(f"""
         import faulthandler, signal, sys, time
