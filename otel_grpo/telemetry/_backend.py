@@ -29,6 +29,7 @@ from otel_grpo.catalog import spans
 from . import _clock as clock
 from ._exporters import Exporters
 from ._instruments import Instruments
+from ._quiet import spans_dropped_said_once
 from ._record import Error, Heartbeat, StepRecord
 from ._retention import RowBudget
 from ._samples import (ColumnTracker, Selected, StepRows, event_attributes, flatten_row, pick_rows,
@@ -94,7 +95,8 @@ class Backend:
                 self._last_progress_ns = max(self._last_progress_ns, rec.at_ns)
             return
         try:
-            self._emit(rec)
+            with spans_dropped_said_once(self.exporters.health, self.exporters.traces_target):
+                self._emit(rec)
         except Exception as exc:  # keep the sink (and the next steps) alive
             kind = type(exc).__name__
             if kind not in self._failed_kinds:

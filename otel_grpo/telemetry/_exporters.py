@@ -20,7 +20,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from ._providers import (Owned, build_meter_provider, build_resource, build_tracer_provider, otlp_unreachable,
-                         sdk_disabled)
+                         sdk_disabled, traces_target)
 from ._quiet import ExportHealth
 from ._settings import TelemetrySettings
 
@@ -37,6 +37,8 @@ class Exporters:
                  meter_provider: MeterProvider | None = None, tracer_provider: TracerProvider | None = None) -> None:
         self._settings = settings
         self.health = ExportHealth()
+        self.traces_target = traces_target(settings)
+        """Where spans go, as the export warning names it."""
         self.prometheus_port: int | None = None
         self._linger: Callable[[float], None] | None = None  # the pull endpoint's, when this process serves one
         self._closers: list[Callable[[int], Any]] = []

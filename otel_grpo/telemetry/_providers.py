@@ -111,6 +111,13 @@ def otlp_unreachable(settings: TelemetrySettings, timeout_s: float = 0.5) -> str
     return None
 
 
+def traces_target(settings: TelemetrySettings) -> str:
+    """Where the spans go, as a warning names it: the OTLP endpoint, else the other exporters."""
+    if "otlp" in settings.traces_exporters:
+        return _otlp_target(settings, "traces") or "localhost:4317"
+    return ", ".join(settings.traces_exporters)
+
+
 def _otlp_span_exporter(settings: TelemetrySettings, health: ExportHealth) -> QuietSpanExporter:
     endpoint = _otlp_target(settings, "traces")
     if settings.protocol_for("traces") == "http/protobuf":

@@ -50,11 +50,12 @@ class _LogGate(logging.Filter):
         the first failure would otherwise reach the log next to our own warning.
         """
         captured: list[logging.LogRecord] = []
+        outer = getattr(self._local, "captured", None)  # an export inside a recording (a synchronous processor)
         self._local.captured = captured
         try:
             yield captured
         finally:
-            self._local.captured = None
+            self._local.captured = outer
 
     def filter(self, record: logging.LogRecord) -> bool:
         captured = getattr(self._local, "captured", None)
@@ -68,10 +69,25 @@ class _LogGate(logging.Filter):
         for name in names:
             target = logging.getLogger(name)
             if self not in target.filters:
-                target.addFilter(self)
+                # first: the SDK's own DuplicateFilter would hide a repeat (within 20 s) of what we count
+                target.filters.insert(0, self)
 
 
 GATE = _LogGate()  # one per process, as the loggers it is added to
+
+
+@contextmanager
+def spans_dropped_said_once(health: ExportHealth, target: str) -> Iterator[None]:
+    """Around a backend's recording: the batch processor's "Queue full, dropping Span." (the SDK says it every
+    20 s for as long as the endpoint takes no spans, a black hole or a dead collector under a fast loop) counts as
+    an export failure, whose one warning is the run's; anything else the SDK logs there is passed on."""
+    with GATE.capturing() as captured:
+        yield
+    for record in captured:
+        if isinstance(record.msg, str) and record.msg.startswith("Queue full"):
+            health.failed("traces", target, "the span queue is full: new spans are dropped")
+        else:
+            logging.getLogger(record.name).callHandlers(record)
 
 
 def _as_record(exc: BaseException) -> logging.LogRecord:

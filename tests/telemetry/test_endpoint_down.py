@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import time
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
@@ -112,3 +114,40 @@ def test_while_ours_fail_other_sdk_users_logs_still_appear(tmp_path, monkeypatch
     }
     ours = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("otel_grpo")]
     assert len(ours) == 1 and "failed" in ours[0].getMessage()
+
+
+def test_an_endpoint_that_takes_the_connection_and_never_answers_is_one_warning(tmp_path, monkeypatch, caplog):
+    """A black hole (a wedged collector, a proxy that holds the connection): every export waits its whole
+    timeout, the span queue fills and the SDK says "Queue full, dropping Span." every 20 s for the whole run.
+    That is the run's one export warning; training does not wait, the spill is complete, `finish()` keeps
+    its bound."""
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "16")  # full within a few steps, as a fast loop fills 2048
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "8")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "3")
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(64)  # the kernel completes the handshakes; nothing ever reads the requests
+        settings = TelemetrySettings(
+            run_id="black-hole", otlp_protocol="http/protobuf",
+            otlp_endpoint=f"http://127.0.0.1:{hole.getsockname()[1]}", metrics_exporters=["none"],
+            traces_exporters=["otlp"], output_dir=tmp_path, top_k=2, bottom_k=0, random_k=0, shutdown_timeout_s=1.5,
+        )
+        caplog.set_level(logging.WARNING)
+        tel = Telemetry(settings)
+        started = time.monotonic()
+        for step in range(40):
+            with tel.step(step) as s:
+                with s.phase("rollout"):
+                    pass
+                s.samples([{"prompt": f"{step}-{i}", "completion": "x", "reward": i / 4} for i in range(4)])
+        stepped = time.monotonic() - started
+        started = time.monotonic()
+        tel.finish()
+        finished = time.monotonic() - started
+
+    assert stepped < 5 and finished < 1.5 + 1.0, (stepped, finished)
+    said = [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING and r.name.startswith(("opentelemetry", "otel_grpo"))]
+    assert len(said) == 1 and "span queue is full" in said[0], said
+    assert "samples stay in the local spill" in said[0]
+    assert len(list((tmp_path / "samples").glob("step_*.jsonl"))) == 40
