@@ -5,6 +5,18 @@
     conn.execute("SELECT ... WHERE run_id = ?", (run_id,))  # run again on new_one() if it found raw lost
 
 The statements are SQLite's (`?` placeholders), rewritten once each for psycopg (`%s`).
+
+Every transaction carries its own settings, and no statement is prepared on the server, so that a store works the
+same through a transaction pooler (PgBouncer's `pool_mode = transaction`, RDS Proxy, the poolers of managed
+databases), which runs each transaction on whichever server session is free:
+
+    begin(raw, statement_s=5.0, lock_s=5.0)    # BEGIN and its timeouts (SET LOCAL), in one round trip
+    ...
+    end(raw, commit=True)                      # COMMIT (False: ROLLBACK, quietly on a lost connection)
+
+Session settings would stay on (or miss) another client's session, and a pooler refuses them in the start-up
+packet (`options`: "unsupported startup parameter"); a statement prepared on one session is unknown to the next
+("prepared statement _pg3_0 does not exist"), hence `prepare_threshold=None` on every connection (`CONNECT`).
 """
 
 from __future__ import annotations
@@ -21,6 +33,8 @@ from ._login import Login
 
 _WAIT_TIMEOUT = getattr(pg_errors, "_WaitTimeout", pg_errors.ConnectionTimeout)  # psycopg >= 3.2 bounds waits with it
 T = TypeVar("T")
+CONNECT = {"prepare_threshold": None}
+"""psycopg's arguments of every connection: no server-side prepared statement (see above)."""
 
 
 @functools.lru_cache(maxsize=512)
@@ -32,6 +46,38 @@ def clean(params) -> tuple:
     # PostgreSQL text cannot hold NUL (SQLite's can): a NUL in a prompt or completion would fail
     # the whole request, so it is stored as U+FFFD, the replacement character.
     return tuple(p.replace("\x00", "\ufffd") if type(p) is str and "\x00" in p else p for p in params)
+
+
+def transaction_settings(statement_s: float, lock_s: float) -> str:
+    """The settings of one transaction, as statements to run first in it: the server cancels a statement after
+    `statement_s` and a lock wait after `lock_s`; its commit is flushed to the server's WAL before it returns (a
+    database whose default is `synchronous_commit = off` would lose acknowledged writes to a crash)."""
+    return (f"SET LOCAL statement_timeout = {_ms(statement_s)}; SET LOCAL lock_timeout = {_ms(lock_s)}; "
+            "SET LOCAL synchronous_commit = on")
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))  # 0 would mean no timeout at all
+
+
+def begin(raw: psycopg.Connection, statement_s: float, lock_s: float) -> None:
+    """BEGIN on `raw` (an autocommit connection) and the transaction's settings, one message: no parameters, so
+    psycopg sends it as a simple query, which may hold several statements."""
+    raw.execute("BEGIN; " + transaction_settings(statement_s, lock_s))
+
+
+def end(raw: psycopg.Connection, commit: bool) -> None:
+    """COMMIT the transaction `begin` started (raises what the commit raises), or ROLLBACK it; a rollback that fails
+    leaves a lost connection behind, which the server rolled back and whose owner replaces it."""
+    if commit:
+        raw.execute("COMMIT")
+        return
+    if raw.closed or raw.broken or raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        return
+    try:
+        raw.execute("ROLLBACK")
+    except psycopg.Error:
+        pass
 
 
 class Connection:

@@ -9,7 +9,8 @@ single writer (no deadlocks between the upserts of concurrent requests, no lost 
 retry loops); reads never wait for it. An ingest inserts its samples before it takes the lock
 (inserts unique on (run, step, sample id) are safe side by side, and a transaction that holds
 the lock never inserts samples, so none waits for another in a cycle). Statements are the shared ones (`?` placeholders), rewritten
-once each for psycopg (`%s`).
+once each for psycopg (`%s`). Every read and write is a transaction that sets its own timeouts (_pg_connection.begin),
+so the store works through a transaction pooler (PgBouncer) as on a direct connection.
 
 A database in trouble is a fast error, never a hang (each becomes a 503 + Retry-After): the
 server cancels a statement after `timeout_s` (`statement_timeout`) and a lock wait after as long
@@ -48,7 +49,7 @@ from ._dialect import POSTGRES
 from ._errors import StoreUnavailable, read_only
 from ._health import WriteHealth
 from ._login import Login
-from ._pg_connection import BoundedConnection, Connection, clean
+from ._pg_connection import CONNECT, BoundedConnection, Connection, begin, clean, end
 from ._step_columns import KnownColumns
 from ._step_series import StepCache
 from .migrations import PG_LOCK, migrate_postgres
@@ -139,8 +140,9 @@ class PgStore(_queries.Reads, _writes.Writes):
         # A migration may rewrite a large table, and a replica waits for another's migration (its
         # advisory lock) as long as that may take: the maintenance timeouts, on a connection of its own.
         try:
-            store.found_version = migrate_postgres(lambda: store._connect_raw(
-                autocommit=False, deadline_s=MAINTENANCE_TIMEOUT_S, statement_s=MAINTENANCE_TIMEOUT_S))
+            store.found_version = migrate_postgres(
+                lambda: store._connect_raw(autocommit=False, deadline_s=MAINTENANCE_TIMEOUT_S),
+                timeout_s=MAINTENANCE_TIMEOUT_S)
             store._writer = store._connect()
         except BaseException:
             store.close()  # the pool's threads
@@ -156,21 +158,17 @@ class PgStore(_queries.Reads, _writes.Writes):
     def _connect(self, deadline_s: float | None = None) -> Connection:
         return Connection(self._connect_raw(deadline_s=deadline_s))
 
-    def _connect_raw(self, autocommit: bool = True, deadline_s: float | None = None,
-                     statement_s: float | None = None) -> "BoundedConnection":
-        # autocommit: a statement outside `_tx` is its own transaction, so a pooled read
-        # connection never sits "idle in transaction" holding back vacuum. The settings travel in
-        # the start-up packet (`options`): no round trip of their own.
-        raw = BoundedConnection.connect(self.url, autocommit=autocommit, login=self.login,
-                                         **self._connect_kwargs(statement_s))
+    def _connect_raw(self, autocommit: bool = True, deadline_s: float | None = None) -> "BoundedConnection":
+        # autocommit: the store begins and ends every transaction itself (`begin`, `end`), so a pooled read
+        # connection never sits "idle in transaction" holding back vacuum.
+        raw = BoundedConnection.connect(self.url, autocommit=autocommit, login=self.login, **self._connect_kwargs())
         raw.deadline_s = deadline_s or self.timeout_s + GRACE_S
         return raw
 
-    def _connect_kwargs(self, statement_s: float | None = None) -> dict:
-        ms = int((statement_s or self.timeout_s) * 1000)
+    def _connect_kwargs(self) -> dict:
+        # No session settings (`options`): each transaction sets its own (_pg_connection.begin).
         return dict(application_name="otel-grpo-sidecar",
-                    connect_timeout=max(2, math.ceil(self.timeout_s)), **KEEPALIVE,  # libpq's least is 2 s
-                    options=f"-c statement_timeout={ms} -c lock_timeout={ms} -c synchronous_commit=on")
+                    connect_timeout=max(2, math.ceil(self.timeout_s)), **KEEPALIVE, **CONNECT)  # libpq's least: 2 s
 
     def ping(self) -> bool:
         """Whether the server answers, on a connection of its own (readiness never waits behind reads for a
@@ -237,14 +235,17 @@ class PgStore(_queries.Reads, _writes.Writes):
 
     @contextlib.contextmanager
     def read(self):
-        """Context manager: a pooled read connection; StoreUnavailable (a 503) when none is free (or can be
-        made) within `timeout_s`, the wait for a new one in place of a lost one included."""
+        """Context manager: a pooled read connection in a transaction of the read's timeouts; StoreUnavailable
+        (a 503) when none is free (or can be made) within `timeout_s`, the wait for a new one in place of a lost
+        one included."""
         deadline = time.monotonic() + self.timeout_s
         conn = Connection(self._read_connection(deadline), lambda dead: self._renew_read(dead, deadline))
         try:
+            conn.first(lambda raw: begin(raw, self.timeout_s, self.timeout_s))
             yield conn
         finally:
             if conn.raw is not None:
+                end(conn.raw, commit=False)  # a read writes nothing
                 self._pool.putconn(conn.raw)
 
     def _insert_samples(self, conn: Connection, rows: list[tuple]) -> int:
@@ -283,13 +284,12 @@ class PgStore(_queries.Reads, _writes.Writes):
 
 class _Transaction:
     """The write lock, a transaction and the advisory lock; on a new connection once if its first statements found
-    the writer's lost (`Connection.first`)."""
+    the writer's lost (`Connection.first`). `timeout_s`: a maintenance transaction's longer statement timeout."""
 
     def __init__(self, store: PgStore, lock: bool, timeout_s: float | None = None) -> None:
         self.store = store
         self.lock = lock
-        self.timeout_s = timeout_s  # a maintenance transaction's longer statement timeout
-        self.tx = None
+        self.timeout_s = timeout_s
 
     def __enter__(self) -> Connection:
         store = self.store
@@ -302,31 +302,26 @@ class _Transaction:
             if store._writer is None or store._writer.broken:
                 store._writer = store._connect()
             store._writer.renew = store._reconnect
-            self.tx = store._writer.first(self._begin)
+            store._writer.first(self._begin)
         except BaseException:
             store._wlock.release()
             raise
         return store._writer
 
-    def _begin(self, raw: "BoundedConnection") -> psycopg.Transaction:
-        raw.deadline_s = (self.timeout_s or self.store.timeout_s) + GRACE_S
-        tx = raw.transaction()
-        tx.__enter__()
-        try:
-            if self.timeout_s is not None:  # for this transaction only (SET LOCAL)
-                raw.execute(f"SET LOCAL statement_timeout = {int(self.timeout_s * 1000)}")
-            if self.lock:
+    def _begin(self, raw: "BoundedConnection") -> None:
+        store = self.store
+        raw.deadline_s = (self.timeout_s or store.timeout_s) + GRACE_S
+        begin(raw, self.timeout_s or store.timeout_s, store.timeout_s)  # also finds a connection that died idle
+        if self.lock:
+            try:
                 raw.execute("SELECT pg_advisory_xact_lock(%s)", (PG_LOCK,))
-            else:
-                raw.execute("SELECT 1")  # a first statement here finds a connection that died idle
-        except BaseException as exc:
-            tx.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        return tx
+            except BaseException:
+                end(raw, commit=False)
+                raise
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
-            self.tx.__exit__(exc_type, exc, tb)
+            end(self.store._writer.raw, commit=exc is None)
         finally:
             if exc is not None and read_only(exc) and self.store._writer is not None:
                 # A session keeps the read-only default it began with (`ALTER DATABASE ... SET

@@ -1,7 +1,7 @@
 """Schema migrations of both stores: one Alembic revision chain, run on start.
 
     found = migrate_sqlite(path, conn)          # conn: any open sqlite3 connection to the file
-    found = migrate_postgres(connect)           # connect(): a new psycopg connection (autocommit off)
+    found = migrate_postgres(connect, timeout_s=600.0)   # connect(): a new psycopg connection (autocommit off)
 
 Revision `vN` takes a database to schema version N, in one transaction, so a crash mid-migration
 leaves the previous version intact; each revision's upgrade() branches on the dialect only where the
@@ -11,8 +11,11 @@ psycopg. It is imported only when a database is behind: a store at the head open
 Databases made before Alembic keep their version in `PRAGMA user_version` (SQLite) or the one-row
 table `schema_version` (PostgreSQL): one at version N is stamped `vN`, then upgraded. Both counters
 are still set by every revision (`env.py`), so an older sidecar refuses a newer database instead of
-reading it. PostgreSQL migrates under a session advisory lock: replicas starting together migrate
-once, the others wait and find the head.
+reading it. PostgreSQL migrates in one transaction under a transaction-level advisory lock: replicas
+starting together migrate once, the others wait and find the head. A session lock would not hold behind a
+transaction pooler (PgBouncer's `pool_mode = transaction`), where the lock, the migration and the unlock
+may each run on another server session: the lock stayed with a session the pooler kept, so it excluded
+nothing, and every migration after it waited out its timeout.
 
 A release that changes the schema adds a revision (`alembic revision` with this folder as the
 script location, `down_revision` the previous head), never edits one.
@@ -70,9 +73,10 @@ def migrate_sqlite(path: Path, conn: sqlite3.Connection, to: int = HEAD) -> int:
     return found
 
 
-def migrate_postgres(connect: Callable[[], object], to: int = HEAD) -> int:
-    """Bring a PostgreSQL database to version `to`; `connect()` opens a psycopg connection (with the
-    maintenance timeouts) used for this run only. Returns the version found before migrating."""
+def migrate_postgres(connect: Callable[[], object], to: int = HEAD, timeout_s: float | None = None) -> int:
+    """Bring a PostgreSQL database to version `to`; `connect()` opens a psycopg connection used for this run
+    only; `timeout_s`: the migration transaction's statement and lock timeouts (None: the server's). Returns the
+    version found before migrating."""
     conn = connect()
     try:
         found = postgres_version(conn)
@@ -81,7 +85,7 @@ def migrate_postgres(connect: Callable[[], object], to: int = HEAD) -> int:
             return found
         from ._runner import run_postgres
 
-        return run_postgres(conn, revision(to))  # under the lock: perhaps another replica's work by then
+        return run_postgres(conn, revision(to), timeout_s)  # under the lock: perhaps another replica's work by then
     finally:
         conn.close()
 

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
+from .._pg_connection import transaction_settings
 from . import PG_LOCK, postgres_version, revision, sqlite_version
 
 
@@ -23,11 +24,11 @@ def _config(conn: Connection) -> Config:
 
 
 def _upgrade(conn: Connection, found: int, to: str) -> None:
+    """Stamp and upgrade, then commit; where `conn` is in a transaction already, Alembic runs in it."""
     config = _config(conn)
     try:
         if found:  # made before Alembic, or by it: (re)stamp the version found
             command.stamp(config, revision(found), purge=True)
-            conn.commit()
         command.upgrade(config, to)
         conn.commit()
     except DBAPIError as exc:  # the stores handle the driver's own errors (sqlite3's full disk, psycopg's)
@@ -47,23 +48,19 @@ def run_sqlite(path: Path, found: int, to: str) -> None:
         engine.dispose()
 
 
-def run_postgres(raw, to: str) -> int:
-    """`raw`: a psycopg connection, not in a transaction; returns the version found under the lock."""
+def run_postgres(raw, to: str, timeout_s: float | None = None) -> int:
+    """`raw`: a psycopg connection, not in a transaction; returns the version found under the lock. One transaction
+    under a transaction-level lock: a replica starting meanwhile waits for it, then finds the head."""
     engine = create_engine("postgresql+psycopg://", poolclass=NullPool, creator=lambda: raw)
     try:
         with engine.connect() as conn:
-            # A session lock for the whole run: a replica starting meanwhile waits here, then finds the head.
-            conn.exec_driver_sql("SELECT pg_advisory_lock(%s)", (PG_LOCK,))
-            conn.commit()
-            try:
-                found = postgres_version(raw)
-                conn.commit()
-                if revision(found) != to:
-                    _upgrade(conn, found, to)
-            finally:
-                conn.rollback()
-                conn.exec_driver_sql("SELECT pg_advisory_unlock(%s)", (PG_LOCK,))
-                conn.commit()
+            if timeout_s is not None:
+                conn.exec_driver_sql(transaction_settings(timeout_s, timeout_s))
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (PG_LOCK,))
+            found = postgres_version(raw)
+            if revision(found) != to:
+                _upgrade(conn, found, to)  # Alembic joins this transaction and commits it
+            conn.rollback()  # the head, found under the lock: nothing to do
         return found
     except DBAPIError as exc:
         raise exc.orig from exc
