@@ -12,7 +12,8 @@ STAMP := $(VENV)/.installed
 # Debian's Prometheus and Alertmanager: what `otel-grpo up` runs (and names) where Go cannot build the
 # pinned ones (the tests skip then); Chromium drives the web-page test;
 # docker-compose (1.29) validates the compose file without an engine; the sidecar's
-# PostgreSQL tests start Debian's server (initdb/pg_ctl) on a temporary cluster; libfaketime
+# PostgreSQL tests start Debian's server (initdb/pg_ctl) on a temporary cluster, and PgBouncer in front of
+# it (tests/sidecar/test_pgbouncer.py); libfaketime
 # moves a real trainer's clock 10 minutes off Prometheus's (tests/stack/test_skewed_clock.py).
 system-deps:
 	@missing=""; \
@@ -21,6 +22,7 @@ system-deps:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || missing="$$missing pgbouncer"; \
 	ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || missing="$$missing libfaketime"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
