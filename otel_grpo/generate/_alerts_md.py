@@ -48,7 +48,8 @@ EVIDENCE = {
     "GRPOGradNormSpike": ("step evidence: a step's gradient norm over 10x the median of the previous 100",
                           "as GRPOKLHigh"),
     "GRPONonFiniteValues": ("`grpo_nonfinite_total` (non-finite values are counted, never exported)",
-                            "a counter, per process: a resume's first NaN is a new series"),
+                            "a counter, per process: a resume's first NaN is a new series; the counts a "
+                            "Prometheus that lost its storage first sees mid-run are old: their increases count"),
     "GRPOStepsSkipped": ("`grpo_skipped_steps_total`: the loop counts each update it skipped",
                          "as GRPONonFiniteValues"),
 }
@@ -58,12 +59,16 @@ EVIDENCE = {
 BLOCKS = {
     "run_id:grpo_step_index:max": "the run's highest step index now",
     "run_id:grpo_kl_coef:last": "the run's last beta within `absent_window` (0: KL alerts off)",
+    "run_id:grpo_process:watched": "runs Prometheus heard before `counter_window` or from their process's start: "
+                                   "a counter series new to it is a new event (first heard mid-run, by a "
+                                   "Prometheus that lost its storage: what it counted before)",
     "run_id_signal_bound:grpo_step_streak:max": "the run's current streak beyond its own bound of the signal",
     "run_id_signal_bound:grpo_step_beyond:rose": "`{streak}`: the counter of streaks of that length at the run's "
                                                  "bound rose within `counter_window`",
     "run_id_signal_bound:grpo_step_beyond:new": "`{streak}`: that counter is new within `counter_window` (unseen "
                                                 "for `counter_lookback` before), by its value",
-    "run_id_signal_bound:grpo_step_beyond:increase": "`{streak}`: either of the two",
+    "run_id_signal_bound:grpo_step_beyond:increase": "`{streak}`: either of the two, a new counter in a "
+                                                     "watched run only",
     "run_id_signal_bound:grpo_step_check:beyond": "`{streak}`: beyond the run's bound for that many consecutive "
                                                   "steps, lately (the counter) or now (the streak)",
     "job_instance:collector:seen": "targets that served the collector's own metrics, remembered while down",
@@ -95,7 +100,10 @@ BLOCKS = {
     "run_id:grpo_step:longest_interval_seconds": "the larger of the two: one slow step (a first step that "
                                                  "compiles) counts for `recent_window` only",
     "run_id:grpo_run:ended": "`{how}`: finished or preempted, by the latest process's end markers",
-    "grpo:collector_down:last_time": "when no collector seen was last up (one replica of several down: never)",
+    "grpo:collector_down:last_time": "when no collector seen was last up (one replica of several down: never), "
+                                     "or Prometheus's evaluations resumed after a pause longer than "
+                                     "`liveness_slack` (a restart that kept its storage)",
+    "grpo:rules:evaluated_time": "the time of the alert group's last evaluation: a pause since shows at the next",
     "run_id:grpo_process:idle_seconds": "seconds since that progress, for live runs (heard from within the "
                                         "slack, not ended)",
     "run_id:grpo_process:stall_limit_seconds": "3x the longest interval, at least `stall_floor` (or the run's own)",
@@ -175,6 +183,23 @@ def render_alerts_md() -> str:
         f"  spike from its {_GRAD.min_steps + 1}th: a trend needs a history, counted in steps whatever the step time",
         "  (the grid's trend failures start at step 12). The absolute checks (KL, IS, clipping, zero-std groups,",
         "  entropy below its floor, non-finite values, hangs, crashes) have no warm-up.",
+        "- A Prometheus that restarts without its storage (an emptyDir, kube-prometheus-stack's default) sees each",
+        "  run first mid-run. Every judgement reads what the process exports now (its start, last step, heartbeat,",
+        "  promise and clock; the trainer's streaks and baselines), so a healthy run notifies nobody and a crash,",
+        "  hang or threshold breach after the restart pages within the usual bound (the grid's `*-after-lost-storage`",
+        "  modes, 3 hours into a run). The counters it shows then count what the process did before (a NaN, a",
+        "  skipped update, a KL streak an hour ago: lost-storage-after-alerts) and notify nobody again",
+        "  (`run_id:grpo_process:watched`). The price: a non-finite value or skipped step whose series is new",
+        f"  within `counter_window` ({s.counter_window}) of such a restart notifies once that window has passed since",
+        "  the restart, and one counted while Prometheus was down (before its first scrape) never does.",
+        "- A Prometheus that restarts with its storage neither scrapes nor evaluates while it is down, and its",
+        "  first evaluation back may come before its first scrape (service discovery's first update): every run",
+        "  would look overdue until then. Its evaluations resumed after a pause longer than `liveness_slack` count",
+        f"  as a path just back: no run is judged absent for `path_settle` ({s.path_settle}), so a healthy run",
+        "  notifies nobody, and a crash while it was down or just after pages within `path_settle`, `for_fast`",
+        "  and group_wait of the restart. Other failures meanwhile page within their usual bound of it. promtool",
+        "  cannot pause its evaluations, so the grid has no such restart: `tests/stack/test_prometheus_restart.py`",
+        "  restarts the local stack's real Prometheus under a real trainer.",
         "",
         "## Receivers",
         "",

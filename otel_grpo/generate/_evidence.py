@@ -31,6 +31,7 @@ from typing import Iterable
 from otel_grpo.catalog import bound_label
 
 from ._rules import STEP_MAX, STEP_THRESHOLDS, RuleSettings, prometheus_name
+from ._run_end import WATCHED
 
 BEYOND, STREAK_NOW = prometheus_name("step_beyond"), prometheus_name("step_streak")
 BY = "run_id, signal, bound"
@@ -39,7 +40,8 @@ ROSE = "run_id_signal_bound:grpo_step_beyond:rose"
 NEW = "run_id_signal_bound:grpo_step_beyond:new"
 """Label `streak`: that counter is a series first seen within `counter_window` (a new process's), by its value."""
 INCREASE = "run_id_signal_bound:grpo_step_beyond:increase"
-"""Label `streak`: the run's counter of that streak length at its bound rose within `counter_window` (or is new)."""
+"""Label `streak`: the run's counter of that streak length at its bound rose within `counter_window` (or is new, in a
+run Prometheus watched: `watched`)."""
 STREAK_MAX = "run_id_signal_bound:grpo_step_streak:max"
 """The run's current streak beyond its bound."""
 HELD = "run_id_signal_bound:grpo_step_check:beyond"
@@ -53,15 +55,24 @@ def counted_parts(metric: str, by: str, s: RuleSettings) -> tuple[str, str]:
     `process`), so a resumed process's first counts are a new series even where the old
     process's series (same run, signal) still show, or count the same. No `unless x offset w`
     with a short lookback: after a failed scrape or an outage that would see every counter as
-    new again. `last_over_time` over the lookback still finds its last value.
+    new again. `last_over_time` over the lookback still finds its last value. A new series counts
+    only through `watched`.
     """
     return (f"sum by ({by}) (increase({metric}[{s.counter_window}])) > 0",
             f"sum by ({by}) ({metric} > 0 unless last_over_time({metric}[{s.counter_lookback}] offset {s.counter_window}))")
 
 
+def watched(new: str) -> str:
+    """New counter series (`new`, by run_id) that count: of runs Prometheus watched before they appeared or from
+    their start (`WATCHED`). A Prometheus that lost its storage sees every counter of a running process as new,
+    and would notify its old events again."""
+    return f"{new} and on (run_id) {WATCHED}"
+
+
 def counted(metric: str, by: str, s: RuleSettings) -> str:
-    """`counted_parts` in one expression: the increase, or else a new series by its value."""
-    return " or ".join(counted_parts(metric, by, s))
+    """`counted_parts` in one expression: the increase, or else a new series by its value (`watched`)."""
+    rose, new = counted_parts(metric, by, s)
+    return f"{rose} or {watched(new)}"
 
 
 def regex_literal(text: str) -> str:
@@ -100,9 +111,9 @@ def evidence_rules(s: RuleSettings, uses: Iterable[tuple[str, int]]) -> list[dic
             rose, new = counted_parts(f"{BEYOND}{{{sel}, {streak}}}", BY, s)
             own = {**labels, "streak": str(steps)}
             # the two parts as records of their own, then `or`: what `counted` gives, in shorter expressions
+            either = f"{ROSE}{{{sel}, {streak}}} or {watched(f'{NEW}{{{sel}, {streak}}}')}"
             rules += [{"record": ROSE, "expr": rose, "labels": own}, {"record": NEW, "expr": new, "labels": own},
-                      {"record": INCREASE, "expr": f"{ROSE}{{{sel}, {streak}}} or {NEW}{{{sel}, {streak}}}",
-                       "labels": own}]
+                      {"record": INCREASE, "expr": either, "labels": own}]
         # One series per run and signal: the counter's where both hold (`or` keeps the left side's).
         rules.append({"record": HELD, "labels": {"signal": key, "streak": str(steps)},
                       "expr": f'max without (streak) ({INCREASE}{{signal="{key}", {streak}}})'
@@ -135,4 +146,4 @@ def at_step(cond: str) -> str:
 
 
 __all__ = ["HELD", "INCREASE", "NEW", "ROSE", "STREAK_MAX", "at_step", "counted", "counted_parts", "evidence_rules", "held", "held_uses", "regex_literal",
-           "selectors"]
+           "selectors", "watched"]

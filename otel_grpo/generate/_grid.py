@@ -403,6 +403,67 @@ def _relaunched_on_another_clock(p: _Params) -> _Built:
     return built
 
 
+LOST_STORAGE_AFTER_S = 3 * 3600.0
+"""How long a run has been going when Prometheus restarts without its storage (an emptyDir lost to a node drain, an
+upgrade, an out-of-memory kill): its process started 3 hours before Prometheus's first scrape (t = 0)."""
+RESTART_ONSET_S = 120.0
+"""A failure this long after such a restart: judged by a Prometheus that has seen the run for minutes."""
+
+
+def _seen_from_restart(p: _Params, values: dict, **kw) -> Segment:
+    """A process that started `LOST_STORAGE_AFTER_S` before Prometheus's first scrape: all Prometheus has of it is
+    what it exports from then on."""
+    return replace(_seg(p, values, **kw), start_s=-LOST_STORAGE_AFTER_S - p.startup_s)
+
+
+def _steps_before(p: _Params, at_s: float) -> int:
+    """Steps a `_seen_from_restart` process completes by `at_s` (Prometheus's time)."""
+    return int((at_s + LOST_STORAGE_AFTER_S) / p.step_s)
+
+
+def _restart_end_of(p: _Params, step: int) -> float:
+    """When step `step` of a `_seen_from_restart` process ends (Prometheus's time)."""
+    return (step + 1) * p.step_s - LOST_STORAGE_AFTER_S
+
+
+def _restart_after_alerts(p: _Params) -> _Built:
+    """A run whose alerts fired an hour before Prometheus restarted without its storage (a NaN reward, a skipped
+    update, KL over its threshold for 3 steps, then healthy again), seen from the restart on: none of those
+    notifies again, and nothing else."""
+    n = _steps_before(p, 5400.0)
+    k = _steps_before(p, -3600.0) - 3  # its 3 KL steps end an hour before the restart
+    values = healthy(n, p.rng, "sample_reward", "loss")
+    values["sample_reward"][k] = math.nan
+    values["kl"][k:k + 3] = [1.5] * 3
+    return _Built([_seen_from_restart(p, values, skipped=frozenset({k}), end="finish")], length_s=5400.0 + 1800)
+
+
+def _crash_after_restart(p: _Params) -> _Built:
+    k = _steps_before(p, RESTART_ONSET_S) - 1
+    killed = _restart_end_of(p, k) + p.rng.random() * p.step_s  # mid-step
+    seg = _seen_from_restart(p, healthy(k + 1, p.rng), end="crash", end_after_s=killed - _restart_end_of(p, k))
+    return _Built([seg], killed, _bound(p), killed + _bound(p) + 600)
+
+
+def _hang_after_restart(p: _Params) -> _Built:
+    k = _steps_before(p, RESTART_ONSET_S) - 1
+    due = _restart_end_of(p, k) + p.step_s  # a hang shows once the next step is due
+    return _Built([_seen_from_restart(p, healthy(k + 1, p.rng))], due, _bound(p), due + _bound(p) + 600)
+
+
+def _valued_after_restart(key: str, value: float, one_step: bool = False, skipped: bool = False) -> Callable:
+    """`key` at `value` from the first step after `RESTART_ONSET_S` on (or at that step only)."""
+    def build(p: _Params) -> _Built:
+        k = _steps_before(p, RESTART_ONSET_S)
+        onset = _restart_end_of(p, k)
+        n = _steps_before(p, onset + _bound(p) + 600)
+        values = healthy(n, p.rng, *({key} - set(TRENDED)))
+        values[key][k:k + 1 if one_step else n] = [value] * (1 if one_step else n - k)
+        seg = _seen_from_restart(p, values, skipped=frozenset({k} if skipped else ()))
+        return _Built([seg], onset, _bound(p), onset + _bound(p) + 600)
+    return build
+
+
 _WHY_FIRST = ("A process that has no step yet cannot be told from a slow start-up (30 minutes here) until "
               "`first_step_floor` has passed without a heartbeat.")
 _WHY_SKIPPED = ("A non-finite loss pages (GRPONonFiniteValues) and withholds the run's GRPOStepsSkipped while it "
@@ -459,6 +520,13 @@ MODES: tuple[Mode, ...] = (
     Mode("crash-clock-ahead", _skewed(_crash, CLOCK_SKEW_S), "GRPOMetricsAbsent"),
     Mode("hang-clock-behind", _skewed(_hang_mid, -CLOCK_SKEW_S), "GRPOTrainerStalled"),
     Mode("hang-clock-ahead", _skewed(_hang_mid, CLOCK_SKEW_S), "GRPOTrainerStalled"),
+    # Prometheus restarted without its storage, 3 hours into the run (`LOST_STORAGE_AFTER_S`).
+    Mode("lost-storage-after-alerts", _restart_after_alerts),
+    Mode("crash-after-lost-storage", _crash_after_restart, "GRPOMetricsAbsent"),
+    Mode("hang-after-lost-storage", _hang_after_restart, "GRPOTrainerStalled"),
+    Mode("kl-high-after-lost-storage", _valued_after_restart("kl", 1.5), "GRPOKLHigh"),
+    Mode("is-drift-after-lost-storage", _valued_after_restart("rollout_is_eff_sample_size", 0.3),
+         "GRPORolloutISDrift"),
 )
 
 

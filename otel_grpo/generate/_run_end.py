@@ -38,7 +38,9 @@ fills with an older process's values), each moved onto Prometheus's clock first:
   down of several is on no run's path once its runs export to the others, and GRPOCollectorDown
   pages for it alone), and for `path_settle` after one is back (one export interval and a
   scrape for every run to be heard again), no run is judged absent: GRPOCollectorDown pages
-  for all of them.
+  for all of them. Prometheus itself back from a pause of its evaluations longer than
+  `liveness_slack` (a restart that kept its storage: its first evaluation may come before its
+  first scrape) counts as such a path: no run is judged absent for `path_settle` after it.
 
 Each building block is a named recording rule (`run_id:grpo_process:*`, `run_id:grpo_run:*`),
 evaluated in the alert group before the alerts: a live run's idle seconds and the limits they are
@@ -59,6 +61,7 @@ TARGET = "run_id, job, instance"  # the labels of one process's series: its run 
 CLOCK_LAG = "run_id_job_instance:grpo_process:clock_lag_seconds"  # Prometheus's scrape time minus the clock
 CLOCK_LEAST = "run_id_job_instance:grpo_process:clock_least_lag_seconds"  # over the window, of one process
 CLOCK_OFFSET = "run_id_job_instance:grpo_process:clock_offset_seconds"  # added to the process's times
+WATCHED = "run_id:grpo_process:watched"  # runs whose every new counter series is a new event
 
 ALIVE_UNTIL = "run_id:grpo_process:alive_until"
 OVERDUE = "run_id:grpo_process:overdue_seconds"
@@ -73,7 +76,8 @@ TYPICAL = "run_id:grpo_step:typical_interval_seconds"
 RECENT = "run_id:grpo_step:recent_longest_interval_seconds"
 INTERVAL = "run_id:grpo_step:longest_interval_seconds"
 ENDED = "run_id:grpo_run:ended"  # label `how`: finished, preempted
-PATH_DOWN = "grpo:collector_down:last_time"  # the last time no collector seen was up
+PATH_DOWN = "grpo:collector_down:last_time"  # the last time no collector seen was up, or the rules resumed
+EVALUATED = "grpo:rules:evaluated_time"  # the time of the alert group's last evaluation
 IDLE = "run_id:grpo_process:idle_seconds"  # live runs only
 STALL_LIMIT = "run_id:grpo_process:stall_limit_seconds"
 FIRST_STEP_LIMIT = "run_id:grpo_process:first_step_limit_seconds"
@@ -110,6 +114,19 @@ def _clock_rules(s: RuleSettings) -> list[dict]:
          "expr": f"min_over_time({CLOCK_LAG}[{s.clock_window}]) unless on ({TARGET}) ({relaunched})"},
         {"record": CLOCK_OFFSET, "expr": offset},
     ]
+
+
+def watched_rule(s: RuleSettings) -> dict:
+    """The runs Prometheus has watched long enough that a counter series new to it is a new event: a process of
+    theirs heard before `counter_window`, or from its start (first heard within `counter_window` of it). A run
+    first heard mid-run (by a Prometheus that lost its storage) is not: the counters its process shows then count
+    what it did before, unwatched; for `counter_window`, until that first sight has left the window, no counter of
+    it is new by its value (an increase still counts). Read on the process's own clock: no offset needed."""
+    since = (f"min_over_time({CLOCK}[{s.counter_window}]) - on ({TARGET}) group_left"
+             f" max by ({TARGET}) (last_over_time({STARTED}[{s.absent_window}]))")
+    before = f"last_over_time({ALIVE}[{s.absent_window}] offset {s.counter_window})"
+    return {"record": WATCHED,
+            "expr": f"group by (run_id) ({before}) or group by (run_id) ({since} <= {seconds(s.counter_window)})"}
 
 
 def _latest(s: RuleSettings, metric: str) -> str:
@@ -164,7 +181,13 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": INTERVAL, "expr": _larger(TYPICAL, RECENT)},
         {"record": ENDED, "labels": {"how": "finished"}, "expr": f"{_latest(s, FINISHED)} == 1"},
         {"record": ENDED, "labels": {"how": "preempted"}, "expr": f"{_latest(s, PREEMPTED)} == 1"},
-        {"record": PATH_DOWN, "expr": f"timestamp({down}) or last_over_time({PATH_DOWN}[{s.absent_window}])"},
+        # Prometheus itself down (a restart that kept its storage): it neither scrapes nor evaluates, and at its
+        # first evaluations back every run looks overdue until its path is scraped again. The group's previous
+        # evaluation (read before this one writes it) more than the slack ago: judged as a path just back.
+        {"record": PATH_DOWN, "expr": f"timestamp({down}) or timestamp(time() - last_over_time({EVALUATED}"
+                                      f"[{s.absent_window}]) > {seconds(s.liveness_slack)})"
+                                      f" or last_over_time({PATH_DOWN}[{s.absent_window}])"},
+        {"record": EVALUATED, "expr": "vector(time())"},
         # Live runs (heard from within their promise and the slack, not ended on purpose): seconds without a
         # step, heartbeat or start.
         {"record": IDLE, "expr": f"time() - {PROGRESS} and on (run_id)"
@@ -228,7 +251,8 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
               f"than {s.liveness_slack}, whatever the collector still serves) and neither finished "
               "(grpo_run_finished = 1) nor was preempted (grpo_run_preempted = 1): it crashed, was killed "
               "(SIGKILL, out of memory) or lost its exporter. Step -1: before its first step. Not judged while the "
-              "collector is down or for a few minutes after it is back (GRPOCollectorDown stands for every run).",
+              "collector is down or for a few minutes after it is back (GRPOCollectorDown stands for every run), "
+              "nor for as long after Prometheus itself restarts with its storage (until it has scraped again).",
               panel),
         alert(s, "GRPORunPreempted", f'{_overdue(s)} and on (run_id) {ENDED}{{how="preempted"}}', s.for_fast,
               "warning", f"{RUN} was preempted at step {_STEP} and has not resumed",
@@ -237,4 +261,5 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
     ]
 
 
-__all__ = ["FINISHED", "PREEMPTED", "clock_offset_annotation", "run_end_alerts", "run_end_rules"]
+__all__ = ["FINISHED", "PREEMPTED", "WATCHED", "clock_offset_annotation", "run_end_alerts", "run_end_rules",
+           "watched_rule"]

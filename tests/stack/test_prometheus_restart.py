@@ -1,0 +1,69 @@
+"""A real trainer process while the local stack's real Prometheus restarts with its storage kept.
+
+In Kubernetes Prometheus restarts often (a node drain, an upgrade, out of memory). With its storage kept it neither
+scrapes nor evaluates while it is down, and its first evaluation back comes before its first scrape (service
+discovery's first update): every run looks overdue until then, with the promise it made before the pause. A
+healthy run must notify nobody (docs/alerts.md), and a crash after the restart still pages. A restart that loses
+the storage is the grid's (`*-after-lost-storage`: promtool starts from nothing) and prometheus/tests/scenarios.yml's.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from otel_grpo.generate._rules import seconds
+from tests._support.waiting import wait_for
+from tests.stack.conftest import scraped_process
+
+pytestmark = pytest.mark.integration
+
+RUN_ID = "prometheus-restart"
+TRAINER = """
+import threading
+from otel_grpo.telemetry import Telemetry
+tel = Telemetry.from_env(run_id={run_id!r})
+for step in range(100000):
+    with tel.step(step) as s:
+        threading.Event().wait(0.5)
+        s.record({{"kl": 0.01, "step_time": 0.5}})
+"""
+
+
+def _run_alerts(stack) -> set[str]:
+    """The run's alerts Prometheus has pending or firing now."""
+    alerts = httpx.get(stack.settings.prometheus_url + "/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+    return {f'{a["labels"]["alertname"]} {a["state"]}' for a in alerts if a["labels"].get("run_id") == RUN_ID}
+
+
+def _scraped(stack) -> bool:
+    query = f'grpo_process_alive_until_seconds{{run_id="{RUN_ID}"}}'
+    got = httpx.get(stack.settings.prometheus_url + "/api/v1/query", params={"query": query}, timeout=5).json()
+    return bool(got["data"]["result"])
+
+
+@pytest.mark.timeout(120)
+def test_a_restart_that_keeps_the_storage_notifies_nothing_and_a_crash_after_it_pages(stack, tmp_path):
+    rules = stack.settings.rules
+    prometheus = next(c for c in stack.components if c.name == "prometheus")
+    trainer = scraped_process(TRAINER.format(run_id=RUN_ID), stack.settings, tmp_path)
+    try:
+        wait_for(lambda: _scraped(stack), "the run scraped", 30)
+        prometheus.stop()
+        time.sleep(2 * seconds(rules.liveness_slack) + 1)  # its promise overdue by more than the slack
+        prometheus.start()
+        prometheus.wait_ready(60)
+        fired: set[str] = set()
+        deadline = time.monotonic() + seconds(rules.path_settle)  # past the first scrape and `for_fast`
+        while time.monotonic() < deadline:
+            fired |= {a for a in _run_alerts(stack) if a.endswith("firing")}
+            time.sleep(0.2)
+        assert fired == set()
+        trainer.kill()
+        wait_for(lambda: "GRPOMetricsAbsent firing" in _run_alerts(stack), "the crash paged after the restart",
+                 seconds(rules.path_settle) + seconds(rules.liveness_slack) + seconds(rules.for_fast) + 10)
+    finally:
+        trainer.kill()
+        trainer.wait(10)
