@@ -70,6 +70,11 @@ class Instruments:
         self._steps = self._instrument(get("steps"))
         self._skipped = self._instrument(get("skipped_steps"))
         self._nonfinite = self._instrument(get("nonfinite"))
+        # The event counters exist at 0 before their first event (skipped steps from the start, a signal's
+        # non-finite count from its first record), as the step evidence's do: a Prometheus that first sees the
+        # run mid-flight (a restart that lost its storage) then sees an event as an increase of a known series.
+        # A series first seen above 0 cannot tell an event now from one hours ago, and counts late or never.
+        self._skipped.add(0, self._events)
         self._phase = self._recorder(get("phase_duration"))
         self._phase_attrs: dict[str, dict[str, Any]] = {}
         self._step_route = self._route_for(get("step"), {})
@@ -156,8 +161,10 @@ class Instruments:
                 self._warn_once(name, "metric name %r has no usable characters; dropped", name)
                 route = None
             else:
-                again = resolve(key)  # "KL" or "Clip Ratio/Low Mean" are still catalog names
-                route = self._route_for(*again) if again is not None else self._extra_route(key, name)
+                found = resolve(key)  # "KL" or "Clip Ratio/Low Mean" are still catalog names
+                route = self._route_for(*found) if found is not None else self._extra_route(key, name)
+        if found is not None and route is not None:  # a catalog signal: its non-finite count exists from its first record (above)
+            self.count_nonfinite(route.stat_key, 0)
         self._routes[name] = route
         return route
 

@@ -12,6 +12,7 @@ from opentelemetry.sdk.metrics.export import Gauge, Histogram, Sum
 
 from otel_grpo.catalog import get
 from otel_grpo.signals import ReducedStats
+from otel_grpo.telemetry import _clock as clock
 
 
 def test_gauges_use_catalog_names_units_and_run_id(captured):
@@ -56,11 +57,11 @@ def test_a_heartbeat_exports_the_time_of_work_between_steps_and_nothing_else(mak
     captured = make_captured()
     with captured.tel.step(0):
         pass
-    before = time.time()
+    before = clock.now_s()  # the process's clock, which every time it exports is on
     captured.tel.heartbeat()
     metrics = captured.metrics()
     (beat,) = metrics["grpo.process.activity_time"].data.data_points
-    assert before <= beat.value <= time.time() and dict(beat.attributes) == {"run_id": "test-run"}
+    assert before <= beat.value <= clock.now_s() and dict(beat.attributes) == {"run_id": "test-run"}
     # work, not a step: no step index, counter or span moves
     assert [p.value for p in metrics["grpo.step_index"].data.data_points] == [0.0]
     assert [p.value for p in metrics["grpo.steps"].data.data_points] == [1]
@@ -188,6 +189,20 @@ def test_nonfinite_values_are_counted_not_exported(captured):
     assert metrics["grpo.sample.advantage"].data.data_points[0].count == 1
     (step1,) = [s for s in captured.spans("grpo.step") if s.attributes["grpo.step"] == 1]
     assert "grpo.metric.kl" not in step1.attributes
+
+
+def test_the_event_counters_exist_at_zero_before_their_first_event(captured):
+    """A Prometheus that first sees a run mid-flight (a restart that lost its storage) counts an event as the
+    increase of a series it saw at 0: skipped steps from the process's start, a signal's non-finite count from
+    its first record, as the step evidence's counters. A series first seen above 0 may hold an event hours old,
+    so the alerts count it only once Prometheus has watched the run for `counter_window`: a NaN loss soon after
+    such a restart paged minutes late."""
+    with captured.tel.step(0) as s:
+        s.record(ReducedStats({"loss": 0.5, "grad_norm": 1.0, "kl": 0.1}, samples={"sample_advantage": [0.5]}))
+    metrics = captured.metrics()
+    counts = {p.attributes["signal"]: p.value for p in metrics["grpo.nonfinite"].data.data_points}
+    assert counts == {"loss": 0, "grad_norm": 0, "kl": 0, "sample_advantage": 0}
+    assert [p.value for p in metrics["grpo.skipped_steps"].data.data_points] == [0]
 
 
 def test_skipped_steps_and_failed_steps_are_counted(captured):
