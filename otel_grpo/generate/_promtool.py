@@ -93,19 +93,22 @@ def _expected(rule: dict, spec: dict, replayed: dict[str, float]) -> dict:
 
 
 def _segment(run: dict) -> Segment:
-    """A run of a scenario: `step`, `start`, `startup`, `export` (push interval; pull: `expire: 0s`) and
-    `end_after` are durations; `job` and `instance` its target's labels; `pauses` maps a step index to
-    `[duration, beat every]` (beat `0s`: none); `clock_s` its clock minus Prometheus's, in seconds."""
+    """A run of a scenario: `step`, `start`, `startup`, `export` (push interval; pull: `expire: 0s`),
+    `end_after` and `moved` (when its exports move to another collector replica) are durations; `skipped` the
+    steps whose update the loop skipped; `job` and
+    `instance` its target's labels; `pauses` maps a step index to `[duration, beat every]` (beat `0s`: none);
+    `clock_s` its clock minus Prometheus's, in seconds."""
     values = {key: v if isinstance(v, list) else expand(str(v)) for key, v in run["values"].items()}
     pauses = {int(i): Pause(seconds(p[0]), seconds(p[1]) if len(p) > 1 else 0.0)
               for i, p in run.get("pauses", {}).items()}
-    end_after = run.get("end_after")
+    end_after, moved = run.get("end_after"), run.get("moved")
     return Segment(run["run_id"], values, seconds(run["step"]), seconds(run.get("start", "0s")),
                    run.get("first_step", 0), run.get("stride", 1), run.get("end", "hang"),
                    expire_s=float(seconds(run.get("expire", "5m"))), export_s=float(seconds(run.get("export", "0s"))),
                    startup_s=float(seconds(run.get("startup", "0s"))),
                    pauses=pauses, end_after_s=None if end_after is None else float(seconds(end_after)),
-                   job=run.get("job"), instance=run.get("instance"), clock_s=float(run.get("clock_s", 0)))
+                   job=run.get("job"), instance=run.get("instance"), clock_s=float(run.get("clock_s", 0)),
+                   moved_s=None if moved is None else float(seconds(moved)), skipped=frozenset(run.get("skipped", ())))
 
 
 def _recorded(path: Path, keys: list[str], steps: int | None) -> dict[str, list[float]]:

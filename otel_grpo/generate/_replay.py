@@ -21,7 +21,9 @@ time t sees depends on the path:
   once more when it closes on purpose; a killed one does not); the collector serves each
   series' last delivered value until `expire_s` (its metric_expiration) after that
   series' last update, forgets everything when it restarts, and is not scraped during an
-  outage (`Outage`), when the exports to it fail too.
+  outage (`Outage`), when the exports to it fail too. A process whose exports move to
+  another replica (`Segment.moved_s`) leaves the first serving what it got until its
+  expiry, and the second serves copies of its own under its own target label (`with_replica`).
 - `export_s=0` with `expire_s>0`: a collector fed continuously (each scrape sees the
   process's state at that moment), kept `expire_s` after the end.
 
@@ -47,7 +49,7 @@ import bisect
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from otel_grpo import catalog
 from otel_grpo.catalog import PROCESS, STEP_CHECKS, Streaks, bound_label, judged, process_id, reached
@@ -83,8 +85,8 @@ class Outage:
     start_s: float
     end_s: float
     replica: int = 0
-    """Which replica (`collector.replicas` > 1 in the Helm chart): the runs export through replica 0; another
-    one down is a target of its own that is down, on nobody's path."""
+    """Which replica (`collector.replicas` > 1 in the Helm chart): the runs export through replica 0 (until a
+    `Segment.moved_s`); another one down is a target of its own that is down, on nobody's path."""
 
 
 @dataclass(kw_only=False, slots=True)
@@ -130,15 +132,20 @@ class Segment:
     clock_s: float = 0.0
     """The process's clock minus Prometheus's: every time the process exports (its start, step ends, heartbeats,
     promise and clock) is shifted by it; the scrapes' timestamps, Prometheus's own, are not."""
+    moved_s: float | None = None
+    """From this time on the process exports through collector replica 1 (a new connection that the Service
+    balanced to another pod); replica 0 still serves what it got until its expiry. None: replica 0 throughout."""
     steps: int = field(init=False)
 
     def __post_init__(self) -> None:
         lengths = {len(v) for v in self.values.values()} or {0}
         if (len(lengths) != 1 or self.step_s <= 0 or self.end not in ENDS or self.stride < 1 or self.export_s < 0
                 or self.expire_s < 0 or self.startup_s < 0
-                or any(not 0 <= i < max(lengths) for i in self.skipped)):
+                or any(not 0 <= i < max(lengths) for i in self.skipped)
+                or (self.moved_s is not None and self.export_s <= 0)):
             raise ValueError(f"segment {self.run_id!r}: values of one length, step_s > 0, stride >= 1, end in {ENDS}, "
-                             "export_s, expire_s and startup_s >= 0, skipped steps among the steps")
+                             "export_s, expire_s and startup_s >= 0, skipped steps among the steps, moved_s only "
+                             "where it exports")
         self.steps = lengths.pop()
 
     @property
@@ -293,66 +300,98 @@ def collector_target(replica: int) -> str:
 def _segment_series(seg: Segment, scrape_s: float, scrapes: int, outages: Sequence[Outage]) -> dict[str, list]:
     line = _Timeline.of(seg)
     states = list(_states(seg, line))
-    # What each scrape sees, as (series -> value) and the time of a pull endpoint's collection; consecutive
-    # scrapes that see the same collection share one dict (steps of minutes span many scrapes).
-    seen: list[tuple[dict[str, float], float | None] | None] = [None] * (scrapes + 1)
-    if not seg.pull:  # each series' last delivered value and its time, as the collector holds them
-        deliveries = [c for c in _deliveries(seg, line, scrape_s, scrapes) if not _down(outages, c)]
-        held: dict[str, tuple[float, float]] = {}
-        view: dict[str, float] = {}
-        j, changed = 0, True
-        for k in range(scrapes + 1):
-            t = k * scrape_s
-            while j < len(deliveries) and deliveries[j] <= t:
-                for name, v in _at(seg, line, states, deliveries[j]).items():
-                    held[name] = (v, deliveries[j])
-                j, changed = j + 1, True
-            restart = _restarted(outages, t)
-            kept = {n: vc for n, vc in held.items() if t - vc[1] <= seg.expire_s and vc[1] >= restart}
-            if len(kept) != len(held):
-                held, changed = kept, True
-            if changed:
-                view, changed = {n: v for n, (v, _) in held.items()}, False
-            if view and not _down(outages, t):
-                seen[k] = (view, None)
-    else:  # the endpoint, collected at each scrape while the process runs
-        read_end, last = False, None
-        for k in range(scrapes + 1):
-            t = k * scrape_s
-            if t < seg.start_s:
-                continue
-            if t >= line.end_s:
-                if seg.end not in ("finish", "preempt") or read_end:
-                    continue
-                read_end = True  # it lingers until one more scrape has read its end
-            key = (line.done(t), line.last_beat(t), t >= line.end_s)
-            if last is None or last[0] != key:
-                last = (key, _at(seg, line, states, t))
-            seen[k] = (last[1], t)
+    if seg.pull:
+        return _series_of(_pulled(seg, line, states, scrape_s, scrapes))
     series: dict[str, list] = {}
-    for k, got in enumerate(seen):
-        if got is None:
+    for replica in _path(seg):  # each replica on the process's path serves a copy of its own
+        for name, values in _series_of(_relayed(seg, line, states, replica, outages, scrape_s, scrapes)).items():
+            series[with_replica(name, replica)] = values
+    return series
+
+
+def _pulled(seg: Segment, line: "_Timeline", states: list[dict[str, float]], scrape_s: float,
+            scrapes: int) -> list[dict[str, float] | None]:
+    """What each scrape of the pull endpoint sees: the process collected at the scrape itself, while it runs."""
+    seen: list[dict[str, float] | None] = [None] * (scrapes + 1)
+    read_end, last = False, None
+    for k in range(scrapes + 1):
+        t = k * scrape_s
+        if t < seg.start_s:
             continue
-        view, t = got
-        if t is not None:  # a pull endpoint collects at the scrape itself
-            view = {**view, **_collected(seg, t, t >= line.end_s)}
-        for name, v in view.items():
+        if t >= line.end_s:
+            if seg.end not in ("finish", "preempt") or read_end:
+                continue
+            read_end = True  # it lingers until one more scrape has read its end
+        key = (line.done(t), line.last_beat(t), t >= line.end_s)
+        if last is None or last[0] != key:  # scrapes of one collection share its values (steps of minutes)
+            last = (key, _at(seg, line, states, t))
+        seen[k] = {**last[1], **_collected(seg, t, t >= line.end_s)}
+    return seen
+
+
+def _path(seg: Segment) -> tuple[int, ...]:
+    """The collector replicas the process exports through, in turn."""
+    return (0,) if seg.moved_s is None else (0, 1)
+
+
+def with_replica(name: str, replica: int) -> str:
+    """A series as a scrape of collector replica `replica` stores it: replica 0's as it is (compose's one
+    collector), another's with the label its own target adds (a ServiceMonitor's `pod`), so two replicas' copies
+    of one series are two series."""
+    return name if replica == 0 else f'{name[:-1]}, pod="otel-collector-{replica}"}}'
+
+
+def _relayed(seg: Segment, line: "_Timeline", states: list[dict[str, float]], replica: int,
+             outages: Sequence[Outage], scrape_s: float, scrapes: int) -> list[dict[str, float] | None]:
+    """What each scrape of `replica` serves of the process: each series' last value delivered to it (its exports
+    while the process's path goes through it), until its expiry, a restart or an outage."""
+    moved = math.inf if seg.moved_s is None else seg.moved_s
+    deliveries = [c for c in _deliveries(seg, line, scrape_s, scrapes)
+                  if (c < moved) == (replica == 0) and not _down(outages, c, replica)]
+    seen: list[dict[str, float] | None] = [None] * (scrapes + 1)
+    held: dict[str, tuple[float, float]] = {}
+    view: dict[str, float] = {}
+    j, changed = 0, True
+    for k in range(scrapes + 1):
+        t = k * scrape_s
+        while j < len(deliveries) and deliveries[j] <= t:
+            for name, v in _at(seg, line, states, deliveries[j]).items():
+                held[name] = (v, deliveries[j])
+            j, changed = j + 1, True
+        restart = _restarted(outages, t, replica)
+        kept = {n: vc for n, vc in held.items() if t - vc[1] <= seg.expire_s and vc[1] >= restart}
+        if len(kept) != len(held):
+            held, changed = kept, True
+        if changed:
+            view, changed = {n: v for n, (v, _) in held.items()}, False
+        if view and not _down(outages, t, replica):
+            seen[k] = view
+    return seen
+
+
+def _series_of(seen: Sequence[Mapping[str, float] | None]) -> dict[str, list]:
+    """Per-scrape views (series -> value; None: nothing served) as series -> values, with one staleness marker
+    where a series is gone from a scrape that had it."""
+    series: dict[str, list] = {}
+    for k, view in enumerate(seen):
+        for name, v in (view or {}).items():
             values = series.get(name)
             if values is None:
-                values = series[name] = [None] * (scrapes + 1)
+                values = series[name] = [None] * len(seen)
             values[k] = v
-    for values in series.values():  # a series gone from a scrape that had it: one staleness marker
-        for k in range(1, scrapes + 1):
+    for values in series.values():
+        for k in range(1, len(values)):
             if values[k] is None and values[k - 1] not in (None, STALE):
                 values[k] = STALE
     return series
 
 
-def collector_series(outages: Sequence[Outage], scrape_s: float, scrapes: int) -> dict[str, list]:
-    """The collector's own targets, replica 0 and every replica an outage names: `up` (0 during an outage) and
-    its uptime (not scraped while down)."""
+def collector_series(outages: Sequence[Outage], scrape_s: float, scrapes: int,
+                     replicas: Iterable[int] = ()) -> dict[str, list]:
+    """The collector's own targets, replica 0, `replicas` and every replica an outage names: `up` (0 during an
+    outage) and its uptime (not scraped while down)."""
     series: dict[str, list] = {}
-    for replica in sorted({0} | {o.replica for o in outages}):
+    for replica in sorted({0, *replicas} | {o.replica for o in outages}):
         up, uptime = [], []
         for k in range(scrapes + 1):
             t = k * scrape_s
@@ -420,7 +459,7 @@ def replay(segments: Sequence[Segment], scrape_s: float, scrapes: int,
             first = next((k for k, v in enumerate(values) if v is not None), scrapes + 1)
             old[first:] = values[first:]
     if any(seg.export_s > 0 for seg in segments) or outages:
-        merged.update(collector_series(outages, scrape_s, scrapes))
+        merged.update(collector_series(outages, scrape_s, scrapes, {r for seg in segments for r in _path(seg)}))
     return {name: encode(values) for name, values in merged.items()}
 
 
@@ -443,4 +482,5 @@ def expand(text: str) -> list[float | None]:
     return out
 
 
-__all__ = ["Outage", "Pause", "Segment", "collector_series", "collector_target", "encode", "expand", "replay"]
+__all__ = ["Outage", "Pause", "Segment", "collector_series", "collector_target", "encode", "expand", "replay",
+           "with_replica"]

@@ -160,3 +160,33 @@ def test_a_skewed_clock_shifts_every_time_the_process_exports_and_no_scrape(cloc
     clock = next(v for n, v in skewed.items() if n.startswith("grpo_process_clock_seconds"))
     if export_s == 0:
         assert all(v is None or v == 15.0 * k + clock_s for k, v in enumerate(clock))
+
+
+def test_a_run_moved_to_another_replica_has_two_copies_until_the_first_expires():
+    """Exports every 10 s, moved to replica 1 at 5 minutes: replica 0 serves its last values until its 2-minute
+    expiry (then one staleness marker), replica 1 serves a copy of its own, under its own `pod`, from its first
+    export on, at the counts so far."""
+    run = Segment("r", {"kl": [0.1] * 60}, step_s=10, export_s=10, expire_s=120, moved_s=300)
+    series = replay([run], scrape_s=15, scrapes=40)
+    first = 'grpo_step_index{run_id="r", job="grpo-trainer", instance="r"}'
+    moved = 'grpo_step_index{run_id="r", job="grpo-trainer", instance="r", pod="otel-collector-1"}'
+    old, new = expand_scrapes(series[first]), expand_scrapes(series[moved])
+    assert old[20] == 28 and old[27] == 28 and old[28] == "stale"  # last export at 290 s, expired by 420 s
+    assert new[:20] == [None] * 20 and new[20] == 29 and new[40] == 59  # from 300 s on, the fresh steps
+    steps = 'grpo_steps_total{run_id="r", job="grpo-trainer", instance="r", pod="otel-collector-1"}'
+    assert expand_scrapes(series[steps])[20] == 30  # the count so far, not from 0
+    assert 'up{job="otelcol", instance="otelcol-1:8888"}' in series  # the second replica is a target too
+
+
+def expand_scrapes(text: str) -> list:
+    """promtool's notation back to one value per scrape (None: no sample)."""
+    out: list = []
+    for token in text.split():
+        m = re.fullmatch(r"(_|stale|-?[\d.e]+)(?:([+-][\d.e]+)?x(\d+))?", token)
+        assert m, token
+        head, step, n = m.group(1), float(m.group(2) or 0), int(m.group(3) or 0)
+        if head in ("_", "stale"):
+            out += [None if head == "_" else head] * max(n, 1)
+        else:
+            out += [float(head) + step * i for i in range(n + 1)]
+    return out
