@@ -24,7 +24,7 @@ from __future__ import annotations
 from otel_grpo import catalog
 
 from ._alerts_base import RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert
-from ._evidence import at_step, counted, evidence_rules, held, held_uses
+from ._evidence import at_step, counted, counter_rules, evidence_rules, held, held_uses
 from ._rules import NONFINITE, SKIPPED, STEP_INDEX, STEP_MAX, RuleSettings, prometheus_name
 from ._run_end import clock_offset_annotation, run_end_alerts, run_end_rules, watched_rule
 from .dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS
@@ -225,7 +225,7 @@ def alert_rules(s: RuleSettings) -> dict:
     runs = [{**a, "annotations": {**a["annotations"], **clock_offset_annotation()}}
             for a in _drift_alerts(s) + _training_alerts(s) + _health_alerts(s)]
     alerts = runs + _stack_alerts(s)
-    records = _run_rules(s) + [watched_rule(s)] + evidence_rules(s, held_uses(a["expr"] for a in alerts))
+    records = counter_rules() + _run_rules(s) + [watched_rule(s)] + evidence_rules(s, held_uses(a["expr"] for a in alerts))
     collector, sidecar = _seen_rule(s, "collector"), _seen_rule(s, "sidecar")
     records += [collector, sidecar] + run_end_rules(s, collector["record"])
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}

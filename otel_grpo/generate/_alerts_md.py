@@ -56,7 +56,12 @@ EVIDENCE = {
 
 
 # What each recording rule an alert reads holds (docs/operations.md lists the dashboards' records too).
+_PER_PROCESS = ("the counter once per process (its run, target and start) whichever collector replicas relayed "
+                "it: the largest of their copies")
 BLOCKS = {
+    "process:grpo_step_beyond_total": _PER_PROCESS,
+    "process:grpo_nonfinite_total": _PER_PROCESS,
+    "process:grpo_skipped_steps_total": _PER_PROCESS,
     "run_id:grpo_step_index:max": "the run's highest step index now",
     "run_id:grpo_kl_coef:last": "the run's last beta within `absent_window` (0: KL alerts off)",
     "run_id:grpo_process:watched": "runs Prometheus heard before `counter_window` or from their process's start: "
@@ -161,8 +166,8 @@ def render_alerts_md() -> str:
         "inhibited, as the committed routing and inhibitions deliver it), at any step time from 2 s to 30 min,",
         "scrape interval from 15 to 60 s, over the pull endpoint or OTLP through the collector (export every",
         "10 to 60 s, the collector's 2-minute metric_expiration), with start-ups up to 30 min, evaluations and",
-        "saves up to an hour between steps, relaunches, resumes, reused run ids and outages of the collector or of",
-        "one of its replicas. A step",
+        "saves up to an hour between steps, relaunches, resumes, reused run ids, outages of the collector or of",
+        "one of its replicas, and a run's exports moving from one replica to another. A step",
         "interval is the time between two reported steps: `logging_steps` steps for a trainer that",
         "reports every N. The onset of a hang is when its next step was due.",
         "",
@@ -223,6 +228,25 @@ def render_alerts_md() -> str:
         "No infrastructure alert inhibits a run's: while the collector is down (every",
         "replica seen; one replica of several down is on no run's path once its runs export to the others)",
         "the run-end rules do not judge absence (GRPOCollectorDown pages once for all runs).",
+        "",
+        "## Several collector replicas",
+        "",
+        "A run's exports can move to another replica (a reconnect that the Service balances to another pod;",
+        "the chart's Service keeps a client on one pod while it is ready, `sessionAffinity: ClientIP`, so this",
+        "is a rare event, not every reconnect). The first replica then still serves the run's last values until",
+        "its metric_expiration, and each replica's scrape adds its own target labels (the ServiceMonitor's",
+        "`pod`): for that while the run has two copies of each series. The rules read every series by run",
+        "(largest step, latest promise, smallest clock lag), and count each event counter once per process",
+        "(`process:*` records: the largest of its copies), so an old NaN, skipped step or KL spike is not",
+        "new again under the other replica, and a count that rose between the last export to one replica and",
+        "the first to the other still pages (`prometheus/tests/scenarios.yml`; the grid's moved-replica,",
+        "crash-after-move and hang-after-move). A Prometheus that scrapes several replicas with",
+        "`honor_labels` and no label of each target's own writes both copies into one series: with two real",
+        "collectors no alert fired falsely and a crash paged as through one, but for that while gauges and the",
+        "step index alternate between old and fresh values, counter rates read several times too high and the",
+        "liveness promise can look overdue (GRPOMetricsAbsent pending, not firing); give each replica's target",
+        "a label of its own, as the ServiceMonitor does. docs/operations.md, \"Several collector replicas\",",
+        "says what only a real cluster shows.",
         "",
         "## Failure modes",
         "",

@@ -28,9 +28,9 @@ import math
 import re
 from typing import Iterable
 
-from otel_grpo.catalog import bound_label
+from otel_grpo.catalog import PROCESS, bound_label
 
-from ._rules import STEP_MAX, STEP_THRESHOLDS, RuleSettings, prometheus_name
+from ._rules import NONFINITE, SKIPPED, STEP_MAX, STEP_THRESHOLDS, RuleSettings, prometheus_name
 from ._run_end import WATCHED
 
 BEYOND, STREAK_NOW = prometheus_name("step_beyond"), prometheus_name("step_streak")
@@ -48,16 +48,40 @@ HELD = "run_id_signal_bound:grpo_step_check:beyond"
 """Label `streak`: the run's scalar has been beyond its bound for `streak` consecutive steps, lately or now."""
 
 
+COUNTERS = (BEYOND, NONFINITE, SKIPPED)
+"""The training process's event counters the alerts count: each read through its `per_process` record."""
+IDENTITY = f"run_id, job, instance, {PROCESS}, signal, bound, streak"
+"""What makes one of those counters: the process (its run, target and start) and the counter's own attributes. Not
+which collector replica relayed it: a scrape of each replica adds that replica's target labels (the Prometheus
+Operator's `pod`, `service`, ...), so a run whose exports move to another replica, or a collector rolled out as a new
+pod, shows a second copy of every counter, at its count so far."""
+
+
+def per_process(metric: str) -> str:
+    """The record of a counter (its name, a selector may follow) that holds it once per process: `process:<name>`."""
+    name, brace, selector = metric.partition("{")
+    return f"process:{name}{brace}{selector}"
+
+
+def counter_rules() -> list[dict]:
+    """One series per process of each event counter: the largest of its copies. The copies are of one cumulative
+    count, the later the larger, so the record counts on as if one collector had relayed it all; a copy seen
+    anew under another replica is not a new counter, and a count that rose between the last export through one
+    replica and the first through another is an increase."""
+    return [{"record": per_process(m), "expr": f"max by ({IDENTITY}) ({m})"} for m in COUNTERS]
+
+
 def counted_parts(metric: str, by: str, s: RuleSettings) -> tuple[str, str]:
     """Any increase within `counter_window`; a series unseen for `counter_lookback` before it counts by its value.
 
-    Per series, then summed: each process of a run counts in series of its own (attribute
-    `process`), so a resumed process's first counts are a new series even where the old
-    process's series (same run, signal) still show, or count the same. No `unless x offset w`
+    Per process (`per_process`: whichever collector replicas relayed it), then summed: each process of a run
+    counts in series of its own (attribute `process`), so a resumed process's first counts are a new series even
+    where the old process's series (same run, signal) still show, or count the same. No `unless x offset w`
     with a short lookback: after a failed scrape or an outage that would see every counter as
     new again. `last_over_time` over the lookback still finds its last value. A new series counts
     only through `watched`.
     """
+    metric = per_process(metric)
     return (f"sum by ({by}) (increase({metric}[{s.counter_window}])) > 0",
             f"sum by ({by}) ({metric} > 0 unless last_over_time({metric}[{s.counter_lookback}] offset {s.counter_window}))")
 
@@ -145,5 +169,5 @@ def at_step(cond: str) -> str:
     return f"({cond}) * 0 + on (run_id) group_left {STEP_MAX}"
 
 
-__all__ = ["HELD", "INCREASE", "NEW", "ROSE", "STREAK_MAX", "at_step", "counted", "counted_parts", "evidence_rules", "held", "held_uses", "regex_literal",
-           "selectors", "watched"]
+__all__ = ["HELD", "INCREASE", "NEW", "ROSE", "STREAK_MAX", "at_step", "counted", "counted_parts", "counter_rules",
+           "evidence_rules", "held", "held_uses", "regex_literal", "selectors", "watched"]

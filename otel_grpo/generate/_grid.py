@@ -464,6 +464,19 @@ def _valued_after_restart(key: str, value: float, one_step: bool = False, skippe
     return build
 
 
+def _moved(build: Callable[[_Params], _Built]) -> Callable[[_Params], _Built]:
+    """`build`'s run with its exports moving to another collector replica (a reconnect the Service balanced to
+    another pod): a failure's within the collector's expiry before its onset, so the first replica still serves
+    the run's last values then; a healthy run's a third of the way in."""
+    def moved(p: _Params) -> _Built:
+        built = build(p)
+        at = (built.length_s / 3 if built.onset_s is None
+              else max(0.0, built.onset_s - p.rng.uniform(p.export_s, p.expire_s)))
+        built.segments = [replace(seg, moved_s=at) for seg in built.segments]
+        return built
+    return moved
+
+
 _WHY_FIRST = ("A process that has no step yet cannot be told from a slow start-up (30 minutes here) until "
               "`first_step_floor` has passed without a heartbeat.")
 _WHY_SKIPPED = ("A non-finite loss pages (GRPONonFiniteValues) and withholds the run's GRPOStepsSkipped while it "
@@ -527,6 +540,9 @@ MODES: tuple[Mode, ...] = (
     Mode("kl-high-after-lost-storage", _valued_after_restart("kl", 1.5), "GRPOKLHigh"),
     Mode("is-drift-after-lost-storage", _valued_after_restart("rollout_is_eff_sample_size", 0.3),
          "GRPORolloutISDrift"),
+    Mode("moved-replica", _moved(_healthy), pushed_only=True),
+    Mode("crash-after-move", _moved(_crash), "GRPOMetricsAbsent", pushed_only=True),
+    Mode("hang-after-move", _moved(_hang_mid), "GRPOTrainerStalled", pushed_only=True),
 )
 
 
