@@ -635,6 +635,15 @@ def test_every_pod_of_the_chart_that_sends_otlp_gets_through_the_collectors_poli
     assert admits(collector, {"any": "pod"}, "otlp-grpc") == (not sets)
 
 
+def test_a_trainer_keeps_to_one_collector_replica(helm, root):
+    """The collector's Service sends each client's connections to one pod (while it is ready), so a trainer's
+    reconnects do not spread its exports over several replicas (docs/operations.md, "Several collector
+    replicas")."""
+    (service,) = [s for s in _objects(_template(helm, root, "collector.replicas=3"), "Service").values()
+                  if s["metadata"]["labels"]["app.kubernetes.io/component"] == "collector"]
+    assert service["spec"]["sessionAffinity"] == "ClientIP"
+
+
 YOURS = ("collector.enabled=false", "collector.endpoint=http://otel-collector.observability:4317")
 
 
