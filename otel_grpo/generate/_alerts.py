@@ -151,11 +151,18 @@ STOPS_TRAINING = tuple(catalog.get(k).key for k in ("loss", "grad_norm"))
 """Catalog signals whose non-finite value breaks the update itself: GRPONonFiniteValues pages for these."""
 
 
+NONFINITE_COUNTED = "run_id_signal:grpo_nonfinite:counted"
+
+
+def _nonfinite_rule(s: RuleSettings) -> dict:
+    """The run's signals with non-finite values counted lately: the building block of both severities."""
+    return {"record": NONFINITE_COUNTED, "expr": counted(NONFINITE, "run_id, signal", s)}
+
+
 def _nonfinite(s: RuleSettings, severity: str, match: str) -> dict:
     """GRPONonFiniteValues of the signals that stop training (`=~`, critical) or of the others (`!~`)."""
     signals = "|".join(STOPS_TRAINING)
-    metric = f'{NONFINITE}{{signal{match}"{signals}"}}'
-    return _alert(s, "GRPONonFiniteValues", counted(metric, "run_id, signal", s), "0s", severity,
+    return _alert(s, "GRPONonFiniteValues", f'{NONFINITE_COUNTED}{{signal{match}"{signals}"}}', "0s", severity,
                   _VAL + " non-finite values of {{ $labels.signal }} in " + _RUN,
                   "NaN or Inf appeared in a training signal; they are counted, not exported. A non-finite loss or "
                   "gradient norm pages (the update is skipped or corrupt); any other signal notifies.",
@@ -225,7 +232,8 @@ def alert_rules(s: RuleSettings) -> dict:
     runs = [{**a, "annotations": {**a["annotations"], **clock_offset_annotation()}}
             for a in _drift_alerts(s) + _training_alerts(s) + _health_alerts(s)]
     alerts = runs + _stack_alerts(s)
-    records = counter_rules() + _run_rules(s) + [watched_rule(s)] + evidence_rules(s, held_uses(a["expr"] for a in alerts))
+    records = counter_rules() + _run_rules(s) + [watched_rule(s), _nonfinite_rule(s)]
+    records += evidence_rules(s, held_uses(a["expr"] for a in alerts))
     collector, sidecar = _seen_rule(s, "collector"), _seen_rule(s, "sidecar")
     records += [collector, sidecar] + run_end_rules(s, collector["record"])
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}

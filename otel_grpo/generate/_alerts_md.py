@@ -63,6 +63,8 @@ BLOCKS = {
     "process:grpo_nonfinite_total": _PER_PROCESS,
     "process:grpo_skipped_steps_total": _PER_PROCESS,
     "run_id:grpo_step_index:max": "the run's highest step index now",
+    "run_id_signal:grpo_nonfinite:counted": "the run's signals with non-finite values counted within "
+                                            "`counter_window` (a new series: by its value, in a watched run)",
     "run_id:grpo_kl_coef:last": "the run's last beta within `absent_window` (0: KL alerts off)",
     "run_id:grpo_process:watched": "runs Prometheus heard before `counter_window` or from their process's start: "
                                    "a counter series new to it is a new event (first heard mid-run, by a "
@@ -194,9 +196,13 @@ def render_alerts_md() -> str:
         "  hang or threshold breach after the restart pages within the usual bound (the grid's `*-after-lost-storage`",
         "  modes, 3 hours into a run). The counters it shows then count what the process did before (a NaN, a",
         "  skipped update, a KL streak an hour ago: lost-storage-after-alerts) and notify nobody again",
-        "  (`run_id:grpo_process:watched`). The price: a non-finite value or skipped step whose series is new",
-        f"  within `counter_window` ({s.counter_window}) of such a restart notifies once that window has passed since",
-        "  the restart, and one counted while Prometheus was down (before its first scrape) never does.",
+        "  (`run_id:grpo_process:watched`). A new event after the restart is an increase of a series Prometheus saw",
+        "  at 0: the trainer exports its event counters at 0 before their first event (skipped steps from its",
+        "  start, a signal's non-finite count from its first record, the step evidence from a scalar's first",
+        "  step), so a NaN loss soon after the restart pages in the usual time (nan-loss-after-lost-storage). The",
+        "  price: a signal whose very first record is non-finite within `counter_window`",
+        f"  ({s.counter_window}) of such a restart notifies once that window has passed since the restart, and an",
+        "  event counted while Prometheus was down (before its first scrape) never does.",
         "- A Prometheus that restarts with its storage neither scrapes nor evaluates while it is down, and its",
         "  first evaluation back may come before its first scrape (service discovery's first update): every run",
         "  would look overdue until then. Its evaluations resumed after a pause longer than `liveness_slack` count",

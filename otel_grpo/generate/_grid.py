@@ -543,6 +543,8 @@ MODES: tuple[Mode, ...] = (
     Mode("moved-replica", _moved(_healthy), pushed_only=True),
     Mode("crash-after-move", _moved(_crash), "GRPOMetricsAbsent", pushed_only=True),
     Mode("hang-after-move", _moved(_hang_mid), "GRPOTrainerStalled", pushed_only=True),
+    Mode("nan-loss-after-lost-storage", _valued_after_restart("loss", math.nan, one_step=True, skipped=True),
+         "GRPONonFiniteValues"),
 )
 
 

@@ -82,29 +82,34 @@ def test_notation():
 
 def test_a_value_not_logged_at_a_step_leaves_the_scrape_and_counts_nothing():
     """A recorded run's absent key (TRL logs no throughput at its first step) is no non-finite value; a step
-    without it leaves the gauge without a data point, as the trainer's instruments export it."""
+    without it leaves the gauge without a data point, as the trainer's instruments export it. Its non-finite
+    count exists at 0 from its first record on, as the trainer's, so a later NaN is an increase."""
     pulled = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10, expire_s=0)], scrape_s=10,
                     scrapes=3)
     assert pulled['grpo_throughput{run_id="r", job="trainer", instance="127.0.0.1:9464"}'] == "_x2 5 stale"  # the trainer's /metrics: gone, stale
-    assert not [name for name in pulled if name.startswith("grpo_nonfinite")]
+    assert {n: s for n, s in pulled.items() if n.startswith("grpo_nonfinite")} == {
+        'grpo_nonfinite_total{run_id="r", job="trainer", instance="127.0.0.1:9464", process="0", '
+        'signal="tokens_per_second"}': "_x2 0 0"}
     # through the collector, its exporter serves a series' last value until metric_expiration
     collected = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10)], scrape_s=10, scrapes=3)
     assert collected['grpo_throughput{run_id="r", job="grpo-trainer", instance="r"}'] == "_x2 5 5"
     reader = InMemoryMetricReader()
     instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
-    exported = []
+    exported, counted = [], []
     for step, value in enumerate([None, 5.0, None]):
         instruments.begin_record(False)
         instruments.record_scalars({} if value is None else {"tokens_per_second": value})
         instruments.end_record(step)
         metrics = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
         exported.append(next((m.data.data_points[0].value for m in metrics if m.name == "grpo.throughput"), None))
+        counted.append(next((m.data.data_points[0].value for m in metrics if m.name == "grpo.nonfinite"), None))
     assert exported == [None, 5.0, None]
+    assert counted == [None, 0, 0]
 
 
 def test_a_skipped_update_counts_as_the_trainer_counts_it():
     """The steps whose update the loop skipped (`Segment.skipped`) are the trainer's skipped-steps counter: a series
-    of the process, from its first skip on, one per skipped step."""
+    of the process, at 0 from its start (so a skip is an increase of a known series), one per skipped step."""
     reader = InMemoryMetricReader()
     instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
     skipped = {1, 3}
@@ -117,9 +122,9 @@ def test_a_skipped_update_counts_as_the_trainer_counts_it():
     series = replay([Segment("r", {"kl": [0.1] * 5}, step_s=10, skipped=frozenset(skipped))], scrape_s=10, scrapes=5)
     (name,) = [n for n in series if n.startswith("grpo_skipped_steps_total")]
     assert name == 'grpo_skipped_steps_total{run_id="r", job="grpo-trainer", instance="r", process="0"}'
-    assert exported[0] == {} and set(exported[-1]) == {("process", "run_id")}
-    # one scrape per step end: none before the first skip, then the counter's values after each step
-    assert series[name] == encode([None, None] + [e[("process", "run_id")] for e in exported[1:]])
+    assert exported[0] == {("process", "run_id"): 0} and set(exported[-1]) == {("process", "run_id")}
+    # a scrape at the start, then one per step end: the counter's values after each step
+    assert series[name] == encode([0.0] + [e[("process", "run_id")] for e in exported])
 
 
 def _values(text: str) -> list[float | None]:
