@@ -98,6 +98,11 @@ class Prometheus:
         result = self.query(expr)
         return float(result[0]["value"][1]) if result else None
 
+    def run_end_fired(self, run_id: str, window_s: float) -> list[str]:
+        """The run-end alerts that fired for `run_id` within the last `window_s`."""
+        fired = self.query(f'max_over_time(ALERTS{{alertname=~"{RUN_END}", run_id="{run_id}"}}[{window_s}s])')
+        return [a["metric"]["alertname"] for a in fired]
+
     def wait_value(self, expr: str, bound_s: float) -> float | None:
         """`value(expr)` once there is one, polled up to `bound_s`; None if there is none by then."""
         deadline = time.time() + bound_s
@@ -113,6 +118,15 @@ class Prometheus:
                 return time.time() - since
             time.sleep(0.5)
         return None
+
+
+def _killed_pages_after(prom: Prometheus, proc, run_id: str, rules) -> float | None:
+    """Kill the live trainer: seconds until GRPOMetricsAbsent fires for it, polled up to `liveness_slack` plus
+    `for_fast`; None if it did not."""
+    assert proc.poll() is None, proc.stderr.read()
+    proc.kill()
+    return prom.firing_after("GRPOMetricsAbsent", run_id, time.time(),
+                             seconds(rules.liveness_slack) + seconds(rules.for_fast) + MARGIN_S)
 
 
 def _opened(proc) -> tuple[int, int]:
@@ -144,18 +158,14 @@ def test_a_trainer_clock_behind_runs_without_a_page_and_its_crash_pages_in_time(
         with httpx.Client(timeout=10) as http:
             prom = Prometheus(s.prometheus_url, http)
             time.sleep(healthy_s)
-            paged = prom.query(f'max_over_time(ALERTS{{alertname=~"{RUN_END}", run_id="{run_id}"}}[{healthy_s}s])')
+            paged = prom.run_end_fired(run_id, healthy_s)
             offset = prom.value(f'{CLOCK_OFFSET}{{run_id="{run_id}"}}')
             start = prom.value(f'{START}{{run_id="{run_id}"}}')
-            assert proc.poll() is None, proc.stderr.read()
-            proc.kill()
-            killed = time.time()
-            crash_s = prom.firing_after("GRPOMetricsAbsent", run_id, killed,
-                                        seconds(rules.liveness_slack) + seconds(rules.for_fast) + MARGIN_S)
+            crash_s = _killed_pages_after(prom, proc, run_id, rules)
     finally:
         proc.kill()
         proc.wait()
-    assert [a["metric"]["alertname"] for a in paged] == []
+    assert paged == []
     assert crash_s is not None
     # Its own clock and start are 10 minutes behind; the rules' offset and its start on Prometheus's clock:
     assert abs((started - clock_ns / 1e9) - SKEW_S) < 30 and 0 <= (clock_ns - attempt_ns) / 1e9 < 30
@@ -183,18 +193,14 @@ def test_a_trainer_clock_stepped_back_mid_run_keeps_its_times_and_runs_without_a
             before = prom.wait_value(f'{CLOCK_OFFSET}{{run_id="{run_id}"}}', MARGIN_S)  # estimated: then step
             stepped.write_text(f"-{SKEW_S // 60}m")
             time.sleep(healthy_s)
-            paged = prom.query(f'max_over_time(ALERTS{{alertname=~"{RUN_END}", run_id="{run_id}"}}[{healthy_s}s])')
+            paged = prom.run_end_fired(run_id, healthy_s)
             after = prom.value(f'{CLOCK_OFFSET}{{run_id="{run_id}"}}')
             lag = prom.value(f'{CLOCK_LAG}{{run_id="{run_id}"}}')
-            assert proc.poll() is None, proc.stderr.read()
-            proc.kill()
-            killed = time.time()
-            crash_s = prom.firing_after("GRPOMetricsAbsent", run_id, killed,
-                                        seconds(rules.liveness_slack) + seconds(rules.for_fast) + MARGIN_S)
+            crash_s = _killed_pages_after(prom, proc, run_id, rules)
     finally:
         proc.kill()
         proc.wait()
-    assert [a["metric"]["alertname"] for a in paged] == []
+    assert paged == []
     assert before is not None and after is not None and lag is not None
     assert abs(after - before) < 5 and abs(lag - before) < 5  # its clock did not step with the wall clock
     assert crash_s is not None
