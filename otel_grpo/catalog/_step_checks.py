@@ -219,6 +219,10 @@ class Streaks:
 PROCESS = "process"
 """Attribute of the alerts' event counters (step evidence, non-finite values, skipped steps): the process."""
 
+STOPS_TRAINING = ("loss", "grad_norm")
+"""Signals whose non-finite value breaks the update itself: GRPONonFiniteValues pages for these (any other signal
+notifies), and the trainer counts their non-finite values from its start, at 0 until one (`grpo.nonfinite`)."""
+
 
 def process_id(start_s: float | None = None) -> str:
     """The `process` attribute of a process started at `start_s` (Unix seconds; default now)."""

@@ -147,8 +147,6 @@ def _health_alerts(s: RuleSettings) -> list[dict]:
     ] + run_end_alerts(s)
 
 
-STOPS_TRAINING = tuple(catalog.get(k).key for k in ("loss", "grad_norm"))
-"""Catalog signals whose non-finite value breaks the update itself: GRPONonFiniteValues pages for these."""
 
 
 NONFINITE_COUNTED = "run_id_signal:grpo_nonfinite:counted"
@@ -161,7 +159,7 @@ def _nonfinite_rule(s: RuleSettings) -> dict:
 
 def _nonfinite(s: RuleSettings, severity: str, match: str) -> dict:
     """GRPONonFiniteValues of the signals that stop training (`=~`, critical) or of the others (`!~`)."""
-    signals = "|".join(STOPS_TRAINING)
+    signals = "|".join(catalog.get(k).key for k in catalog.STOPS_TRAINING)
     return _alert(s, "GRPONonFiniteValues", f'{NONFINITE_COUNTED}{{signal{match}"{signals}"}}', "0s", severity,
                   _VAL + " non-finite values of {{ $labels.signal }} in " + _RUN,
                   "NaN or Inf appeared in a training signal; they are counted, not exported. A non-finite loss or "

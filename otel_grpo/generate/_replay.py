@@ -205,7 +205,9 @@ def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
     for end in ("finish", "preempt"):  # 0 from the start, 1 at a deliberate end
         out[f"{_name('run_' + end + 'ed')}{{{run}}}"] = 0.0
     skipped = f'{_name("skipped_steps")}{{{run}, {process}}}'
-    out[skipped] = 0.0  # the event counters exist at 0 before their first event, as the trainer's
+    out[skipped] = 0.0  # the counters that page exist at 0 from the start, as the trainer's
+    for key in catalog.STOPS_TRAINING:
+        out[f'{_name("nonfinite")}{{{run}, {process}, signal="{catalog.get(key).key}"}}'] = 0.0
     yield dict(out)
     streaks = {name: Streaks(c) for name, c in STEP_CHECKS.items()}
     for i in range(seg.steps):
@@ -221,13 +223,15 @@ def _states(seg: Segment, line: _Timeline) -> Iterator[dict[str, float]]:
         for key, values in seg.values.items():
             value = values[i]
             name = f"{_name(key)}{{{run}}}"
-            if value is not None:  # recorded: its non-finite count exists from its first record on, at 0 until one
-                bad = f'{_name("nonfinite")}{{{run}, {process}, signal="{key}"}}'
-                out[bad] = out.get(bad, 0.0) + (not math.isfinite(value))
-            if catalog.get(key).kind is catalog.Kind.HISTOGRAM:  # a per-sample value: only its count above
-                continue
+            if catalog.get(key).kind is catalog.Kind.HISTOGRAM:  # a per-sample value: only a non-finite one counts
+                value = None if value is None or math.isfinite(value) else value
+                if value is None:
+                    continue
             if value is None or not math.isfinite(value):  # absent at this step: no data point
                 out.pop(name, None)
+                if value is not None:
+                    bad = f'{_name("nonfinite")}{{{run}, {process}, signal="{key}"}}'
+                    out[bad] = out.get(bad, 0.0) + 1
                 continue
             out[name] = finite[key] = value
         if i in seg.skipped:

@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from otel_grpo.catalog import PROCESS, STATE_GAUGES, Kind, Signal, get, process_id, resolve, sanitize_key
+from otel_grpo.catalog import (PROCESS, STATE_GAUGES, STOPS_TRAINING, Kind, Signal, get, process_id, resolve,
+                               sanitize_key)
 
 from . import _clock as clock
 from ._bulk_histogram import HistogramRecorder
@@ -70,11 +71,14 @@ class Instruments:
         self._steps = self._instrument(get("steps"))
         self._skipped = self._instrument(get("skipped_steps"))
         self._nonfinite = self._instrument(get("nonfinite"))
-        # The event counters exist at 0 before their first event (skipped steps from the start, a signal's
-        # non-finite count from its first record), as the step evidence's do: a Prometheus that first sees the
-        # run mid-flight (a restart that lost its storage) then sees an event as an increase of a known series.
-        # A series first seen above 0 cannot tell an event now from one hours ago, and counts late or never.
+        # The counters that page exist at 0 from the start (skipped steps, the non-finite counts of the signals that
+        # stop training), as the step evidence's from a scalar's first step: a Prometheus that first sees the run
+        # mid-flight (a restart that lost its storage) then sees an event as an increase of a known series. A
+        # series first seen above 0 cannot tell an event now from one hours ago, and counts only once Prometheus
+        # has watched the run for `counter_window`.
         self._skipped.add(0, self._events)
+        for key in STOPS_TRAINING:
+            self.count_nonfinite(get(key).key, 0)
         self._phase = self._recorder(get("phase_duration"))
         self._phase_attrs: dict[str, dict[str, Any]] = {}
         self._step_route = self._route_for(get("step"), {})
@@ -161,10 +165,8 @@ class Instruments:
                 self._warn_once(name, "metric name %r has no usable characters; dropped", name)
                 route = None
             else:
-                found = resolve(key)  # "KL" or "Clip Ratio/Low Mean" are still catalog names
-                route = self._route_for(*found) if found is not None else self._extra_route(key, name)
-        if found is not None and route is not None:  # a catalog signal: its non-finite count exists from its first record (above)
-            self.count_nonfinite(route.stat_key, 0)
+                again = resolve(key)  # "KL" or "Clip Ratio/Low Mean" are still catalog names
+                route = self._route_for(*again) if again is not None else self._extra_route(key, name)
         self._routes[name] = route
         return route
 

@@ -214,7 +214,7 @@ def test_callback_maps_trl_keys_none_and_eval(tmp_path):
     tel.flush()
     metrics = metrics_by_name(reader)
     nonfinite = {p.attributes["signal"]: p.value for p in metrics["grpo.nonfinite"].data.data_points}
-    assert nonfinite == {"reward": 1, "trl_kl": 1}
+    assert nonfinite == {"reward": 1, "trl_kl": 1, "loss": 0, "grad_norm": 0}  # the last two: from the start
     assert {p.attributes["metric"]: p.value for p in metrics["grpo.eval"].data.data_points} == {
         "reward": 0.5, "loss": 1.5}
     assert [p.attributes["reward_fn"] for p in metrics["grpo.reward_fn.mean"].data.data_points] == ["fmt"]
@@ -286,5 +286,6 @@ def test_a_reward_function_without_values_is_counted_nonfinite(tmp_path):
     assert trainer.state.log_history[0]["rewards/reward_short/mean"] is None  # TRL's all-NaN mean
     metrics = metrics_by_name(reader)
     nonfinite = {(p.attributes["signal"]): p.value for p in metrics["grpo.nonfinite"].data.data_points}
-    assert nonfinite == {"reward_fn_mean/reward_short": 1, "reward_fn_std/reward_short": 1}
+    assert nonfinite == {"reward_fn_mean/reward_short": 1, "reward_fn_std/reward_short": 1, "loss": 0,
+                         "grad_norm": 0}
     assert "reward_fn_mean/reward_words" in exported(exporter)["steps"]["1"]

@@ -82,6 +82,7 @@ def test_a_training_process_that_dies_leaves_no_traceback_of_the_telemetry_proce
     from multiprocessing import Pipe
 
     from otel_grpo.telemetry import TelemetrySettings
+    from otel_grpo.telemetry import _clock as clock
 
     ours, theirs = Pipe()
     child = subprocess.Popen([sys.executable, "-m", "otel_grpo.telemetry._child", str(theirs.fileno())],
@@ -90,7 +91,8 @@ def test_a_training_process_that_dies_leaves_no_traceback_of_the_telemetry_proce
     theirs.close()
     settings = TelemetrySettings(run_id="gone", output_dir=str(tmp_path), metrics_exporters=["none"],
                                  traces_exporters=["none"])
-    ours.send({"settings": settings.model_dump(), "rank": 0, "world_size": 1, "local_rank": 0})
+    ours.send({"settings": settings.model_dump(), "rank": 0, "world_size": 1, "local_rank": 0,
+               "clock": clock.anchor_ns()})
     assert ours.recv()[0] == "ready"
     ours.send_bytes(pickle.dumps(("flush", 1, 1.0)))
     ours.close()  # the training process dies before the answer

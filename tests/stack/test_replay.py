@@ -82,29 +82,29 @@ def test_notation():
 
 def test_a_value_not_logged_at_a_step_leaves_the_scrape_and_counts_nothing():
     """A recorded run's absent key (TRL logs no throughput at its first step) is no non-finite value; a step
-    without it leaves the gauge without a data point, as the trainer's instruments export it. Its non-finite
-    count exists at 0 from its first record on, as the trainer's, so a later NaN is an increase."""
+    without it leaves the gauge without a data point, as the trainer's instruments export it."""
     pulled = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10, expire_s=0)], scrape_s=10,
                     scrapes=3)
     assert pulled['grpo_throughput{run_id="r", job="trainer", instance="127.0.0.1:9464"}'] == "_x2 5 stale"  # the trainer's /metrics: gone, stale
-    assert {n: s for n, s in pulled.items() if n.startswith("grpo_nonfinite")} == {
-        'grpo_nonfinite_total{run_id="r", job="trainer", instance="127.0.0.1:9464", process="0", '
-        'signal="tokens_per_second"}': "_x2 0 0"}
+    # no non-finite count of its own; those of the signals that stop training exist at 0 from the start
+    assert {n for n in pulled if n.startswith("grpo_nonfinite")} == {
+        f'grpo_nonfinite_total{{run_id="r", job="trainer", instance="127.0.0.1:9464", process="0", signal="{k}"}}'
+        for k in ("loss", "grad_norm")}
     # through the collector, its exporter serves a series' last value until metric_expiration
     collected = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10)], scrape_s=10, scrapes=3)
     assert collected['grpo_throughput{run_id="r", job="grpo-trainer", instance="r"}'] == "_x2 5 5"
     reader = InMemoryMetricReader()
     instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
-    exported, counted = [], []
+    exported = []
     for step, value in enumerate([None, 5.0, None]):
         instruments.begin_record(False)
         instruments.record_scalars({} if value is None else {"tokens_per_second": value})
         instruments.end_record(step)
         metrics = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
         exported.append(next((m.data.data_points[0].value for m in metrics if m.name == "grpo.throughput"), None))
-        counted.append(next((m.data.data_points[0].value for m in metrics if m.name == "grpo.nonfinite"), None))
+        counted = {p.attributes["signal"] for m in metrics if m.name == "grpo.nonfinite" for p in m.data.data_points}
+        assert counted == {"loss", "grad_norm"}
     assert exported == [None, 5.0, None]
-    assert counted == [None, 0, 0]
 
 
 def test_a_skipped_update_counts_as_the_trainer_counts_it():

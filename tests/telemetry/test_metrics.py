@@ -185,23 +185,24 @@ def test_nonfinite_values_are_counted_not_exported(captured):
     assert "grpo.kl" not in metrics  # absent at step 1: not the last finite value, no data point
     assert "grpo.loss" not in metrics
     counts = {p.attributes["signal"]: p.value for p in metrics["grpo.nonfinite"].data.data_points}
-    assert counts == {"kl": 1, "loss": 1, "sample_advantage": 2}
+    assert counts == {"kl": 1, "loss": 1, "sample_advantage": 2, "grad_norm": 0}
     assert metrics["grpo.sample.advantage"].data.data_points[0].count == 1
     (step1,) = [s for s in captured.spans("grpo.step") if s.attributes["grpo.step"] == 1]
     assert "grpo.metric.kl" not in step1.attributes
 
 
-def test_the_event_counters_exist_at_zero_before_their_first_event(captured):
+def test_the_counters_that_page_exist_at_zero_from_the_start(captured):
     """A Prometheus that first sees a run mid-flight (a restart that lost its storage) counts an event as the
-    increase of a series it saw at 0: skipped steps from the process's start, a signal's non-finite count from
-    its first record, as the step evidence's counters. A series first seen above 0 may hold an event hours old,
-    so the alerts count it only once Prometheus has watched the run for `counter_window`: a NaN loss soon after
-    such a restart paged minutes late."""
+    increase of a series it saw at 0: skipped steps and the non-finite counts of the signals that stop training
+    (GRPONonFiniteValues pages for them) exist from the process's start, as the step evidence's counters from a
+    scalar's first step. A series first seen above 0 may hold an event hours old, so the alerts count it only once
+    Prometheus has watched the run for `counter_window`: a NaN loss soon after such a restart paged minutes late.
+    Other signals count from their first non-finite value, as before (a zero series each would crowd the panel)."""
     with captured.tel.step(0) as s:
-        s.record(ReducedStats({"loss": 0.5, "grad_norm": 1.0, "kl": 0.1}, samples={"sample_advantage": [0.5]}))
+        s.record(ReducedStats({"kl": 0.1}, samples={"sample_advantage": [0.5]}))
     metrics = captured.metrics()
     counts = {p.attributes["signal"]: p.value for p in metrics["grpo.nonfinite"].data.data_points}
-    assert counts == {"loss": 0, "grad_norm": 0, "kl": 0, "sample_advantage": 0}
+    assert counts == {"loss": 0, "grad_norm": 0}
     assert [p.value for p in metrics["grpo.skipped_steps"].data.data_points] == [0]
 
 
