@@ -62,7 +62,8 @@ def test_a_reward_function_that_returned_none_has_no_data_point(captured):
         s.record({"rewards/fmt/mean": 1.0, "rewards/acc/mean": 1.0})
         s.record({"rewards/fmt/mean": None, "rewards/acc/mean": math.nan})  # None is not a number: dropped
     assert _current(captured, "grpo.reward_fn.mean", "reward_fn") == {"fmt": 1.0}
-    assert _current(captured, "grpo.nonfinite", "signal") == {"reward_fn_mean/fmt": 1, "reward_fn_mean/acc": 1}
+    assert _current(captured, "grpo.nonfinite", "signal") == {"reward_fn_mean/fmt": 1, "reward_fn_mean/acc": 1,
+                                                            "loss": 0, "grad_norm": 0}  # these two: from the start
 
 
 def test_several_records_of_one_step_are_its_values(captured):
