@@ -357,17 +357,6 @@ class Stats:
         for arg, (bad, message) in other.checks.items():
             self.add_check(arg, bad, message)
 
-    def drop(self, *keys: str) -> Stats:
-        """Remove `keys` and their parts (a caller whose trainer does not compute them); returns self."""
-        gone = set(keys)
-        for key in gone:
-            self.specs.pop(key, None)
-            self.mins.pop(key, None)
-            self.maxs.pop(key, None)
-        for slot in [slot for slot in self.sums if slot[0] in gone]:
-            del self.sums[slot]
-        return self
-
     # ---- internals -------------------------------------------------------------
     def _claim(self, key: str, spec: Spec) -> None:
         held = self.specs.get(key)
