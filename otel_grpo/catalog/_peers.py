@@ -29,8 +29,10 @@ GEN = ("TRL computes it per generation batch and logs the mean of those values o
        "logged step)")
 POPULATION = "population std (divides by n); ours is the sample std (n - 1), as torch and TRL"
 EMPTY = "with no element TRL reports 0.0; ours is invalid (not exported that step)"
-GSPO = ("; with importance_sampling_level='sequence' (GSPO, luspo) TRL clips and counts whole sequences, and so "
-        "does the TRL integration; with loss types cispo, sapo and vespo (no two-sided clip) it exports none")
+TRL_CLIPS = ("; with importance_sampling_level='sequence' (GSPO, luspo) TRL clips and counts whole sequences, and "
+             "with delta (two-sided GRPO) it caps the ratio at delta before the clip test (no high clip when delta <= "
+             "1 + epsilon_high); the TRL integration does both; with loss types cispo, sapo and vespo (no two-sided "
+             "clip) it exports none")
 NON_ABORTED = "verl excludes aborted (zero-length) responses; ours counts every completion with a finite reward"
 
 
@@ -203,11 +205,11 @@ NOTES: dict[str, dict] = {
     "terminated_length_max": dict(maxent=M + "completions/max_length_terminated", differs=(("trl", EMPTY + "; " + GEN), ("maxent", "with no terminated completion the seed reports 0; ours is invalid"))),
     "distinct_1": dict(maxent=M + "completions/diversity/distinct_1", differs=(("maxent", "the seed tokenizes the completion text with its own tokenizer; ours counts token ids"),)),
     "distinct_2": dict(maxent=M + "completions/diversity/distinct_2", differs=(("maxent", "the seed tokenizes the completion text with its own tokenizer; ours counts token ids"),)),
-    "clip_ratio_low_mean": dict(maxent=M + "clip_ratio/low_mean", differs=(("trl", MICRO + GSPO),)),
-    "clip_ratio_low_min": dict(maxent=M + "clip_ratio/low_min", differs=(("trl", "TRL takes the min per micro-batch and logs the mean of those minima over the logging window; ours is the min over every sequence of the step (equal with one micro-batch per step)" + GSPO),)),
-    "clip_ratio_high_mean": dict(maxent=M + "clip_ratio/high_mean", differs=(("trl", MICRO + GSPO),)),
-    "clip_ratio_high_max": dict(maxent=M + "clip_ratio/high_max", differs=(("trl", "TRL takes the max per micro-batch and logs the mean of those maxima over the logging window; ours is the max over every sequence of the step (equal with one micro-batch per step)" + GSPO),)),
-    "clip_ratio_region_mean": dict(maxent=M + "clip_ratio/region_mean", aliases=(M + "clip_ratio", "policy/clipfrac_avg"), differs=(("trl", MICRO + GSPO), ("other", "train/clip_ratio: the seed's diagnostics clip ratio (its definition is not in the seed); TRL PPO's policy/clipfrac_avg: the same token set, averaged over PPO minibatches"), ("verl", "verl's torch.gt(-A * clip(r), -A * r) selects the same tokens; " + VERL_MICRO))),
+    "clip_ratio_low_mean": dict(maxent=M + "clip_ratio/low_mean", differs=(("trl", MICRO + TRL_CLIPS),)),
+    "clip_ratio_low_min": dict(maxent=M + "clip_ratio/low_min", differs=(("trl", "TRL takes the min per micro-batch and logs the mean of those minima over the logging window; ours is the min over every sequence of the step (equal with one micro-batch per step)" + TRL_CLIPS),)),
+    "clip_ratio_high_mean": dict(maxent=M + "clip_ratio/high_mean", differs=(("trl", MICRO + TRL_CLIPS),)),
+    "clip_ratio_high_max": dict(maxent=M + "clip_ratio/high_max", differs=(("trl", "TRL takes the max per micro-batch and logs the mean of those maxima over the logging window; ours is the max over every sequence of the step (equal with one micro-batch per step)" + TRL_CLIPS),)),
+    "clip_ratio_region_mean": dict(maxent=M + "clip_ratio/region_mean", aliases=(M + "clip_ratio", "policy/clipfrac_avg"), differs=(("trl", MICRO + TRL_CLIPS), ("other", "train/clip_ratio: the seed's diagnostics clip ratio (its definition is not in the seed); TRL PPO's policy/clipfrac_avg: the same token set, averaged over PPO minibatches"), ("verl", "verl's torch.gt(-A * clip(r), -A * r) selects the same tokens; " + VERL_MICRO))),
     "policy_ratio_mean": dict(aliases=("val/ratio",), differs=(("other", "TRL PPO's val/ratio averages over every position of each minibatch, padding included (ratio 1 there)"),)),
     "approx_kl": dict(aliases=("policy/approxkl_avg",), differs=(("other", "TRL PPO's policy/approxkl_avg averages over every position of each minibatch, padding included (0 there), then over minibatches"),)),
     "entropy": dict(maxent=M + "policy_entropy", aliases=("policy/entropy_avg",), differs=(("trl", MICRO), ("other", "TRL PPO's policy/entropy_avg averages over every position, padding included"), ("verl", "verl logs the entropy of the old policy, recomputed before the update, aggregated by loss_agg_mode over the whole batch (token-mean: the same number when the policy has not moved)"))),

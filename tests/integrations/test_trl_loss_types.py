@@ -45,3 +45,16 @@ def test_loss_types_without_two_sided_clipping_export_no_clip_ratios(tmp_path, l
         assert not set(CLIP) & set(trl[step])  # TRL logs none of them either
     if loss_type == "cispo":  # what cispo clips, as TRL counts it
         assert all(steps[s]["trl_cispo_clip_ratio"] == pytest.approx(trl[s]["cispo_clip_ratio"]) for s in trl)
+
+
+@pytest.mark.parametrize("level, epsilon", [("token", 0.02), ("sequence", 0.002)])
+def test_delta_bounds_the_ratio_trl_counts_as_clipped(tmp_path, level, epsilon):
+    """Two-sided GRPO (`delta`): TRL bounds the ratio at delta before it flags clipped tokens, so with delta
+    below 1 + epsilon_high no token is high-clipped in its logs; the exported clip ratios are TRL's."""
+    delta = 1.0 + epsilon / 2
+    steps, trl = _run(tmp_path, importance_sampling_level=level, epsilon=epsilon, delta=delta)
+    for step in (1, 2, 3, 4):
+        for name, key in CLIP.items():
+            assert steps[step][key] == pytest.approx(trl[step][name], abs=1e-6), (step, key)
+    assert max(steps[s]["policy_ratio_max"] for s in steps if "policy_ratio_max" in steps[s]) > 1 + epsilon
+    assert sum(trl[s]["clip_ratio/low_mean"] for s in trl) > 0  # the runs did clip: not a comparison of zeros

@@ -68,6 +68,16 @@ def test_policy_stats_follow_the_loss_type_and_level():
     assert policy(settings(importance_sampling_level="sequence"), [high])["clip_ratio_high_mean"] == 0.5
 
 
+def test_delta_caps_the_ratio_before_the_clip_test_as_trl():
+    """Two-sided GRPO: TRL caps the ratio at delta, then flags it; the policy ratio itself stays uncapped."""
+    assert policy(settings(delta=1.5), [micro_batch()])["clip_ratio_high_mean"] == pytest.approx(1 / 3)
+    capped = policy(settings(delta=1.1), [micro_batch()])  # min(2, 1.1) is inside [0.8, 1.2]
+    assert capped["clip_ratio_high_mean"] == capped["clip_ratio_high_max"] == 0.0
+    assert capped["policy_ratio_max"] == pytest.approx(2.0)
+    high = micro_batch(logps=torch.tensor([[0.0, 0.0], [0.0, 0.0]]))  # row 0's sequence ratio: 1.41
+    assert policy(settings(importance_sampling_level="sequence", delta=1.1), [high])["clip_ratio_high_mean"] == 0.0
+
+
 def test_policy_stats_of_two_micro_batches_equal_one_of_their_concatenation():
     a, b = micro_batch(), micro_batch(logps=LOGPS - 0.1)
     whole = micro_batch(logps=torch.cat([LOGPS, LOGPS - 0.1]), old=torch.cat([OLD, OLD]),

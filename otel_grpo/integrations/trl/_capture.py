@@ -48,8 +48,8 @@ ATTRIBUTES = (  # trainer attributes read (the settings once, the rest as traini
     "num_generations", "beta", "epsilon_low", "epsilon_high", "eos_token_ids", "processing_class", "loss_type",
     "importance_sampling_level", "max_completion_length",
 )
-CONFIG_FIELDS = ("use_bias_correction_kl", "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_min",
-                 "vllm_importance_sampling_clip_max")
+CONFIG_FIELDS = ("delta", "use_bias_correction_kl", "vllm_importance_sampling_mode",
+                 "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max")
 KEYS = {  # TRL-private dict keys read, by the method whose source holds them
     "_generate_and_score_completions": ("completion_ids", "completion_mask", "advantages", "old_per_token_logps",
                                         "ref_per_token_logps", "sampling_per_token_logps",
@@ -70,11 +70,13 @@ def snapshot(trainer: Any) -> TrlSettings:
     tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)  # a processor's
     level, mode = _IS_MODES.get(getattr(args, "vllm_importance_sampling_mode", ""), ("token", "truncate"))
     stop = {*trainer.eos_token_ids, tokenizer.pad_token_id} - {None}
+    delta = getattr(args, "delta", None)
     return TrlSettings(
         reward_names=tuple(fn_name(n) for n in trainer.reward_func_names),
         reward_weights=tuple(float(w) for w in trainer.reward_weights.tolist()),  # a CPU tensor: no device read
         num_generations=int(trainer.num_generations), epsilon_low=float(trainer.epsilon_low),
-        epsilon_high=float(trainer.epsilon_high), beta=float(trainer.beta), stop_ids=frozenset(stop),
+        epsilon_high=float(trainer.epsilon_high), delta=None if delta is None else float(delta),
+        beta=float(trainer.beta), stop_ids=frozenset(stop),
         rank=int(trainer.accelerator.process_index), world=int(trainer.accelerator.num_processes),
         loss_type=str(getattr(trainer, "loss_type", "grpo")),
         importance_sampling_level=str(getattr(trainer, "importance_sampling_level", "token")),

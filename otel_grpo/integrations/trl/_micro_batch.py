@@ -101,7 +101,8 @@ def policy_table(settings: TrlSettings, batches: Sequence[MicroBatch]) -> Tensor
     than in arithmetic). Device ops only.
 
     As TRL: a token is low-clipped when ratio < 1 - eps_low and its advantage is negative, high-clipped when
-    ratio > 1 + eps_high and the advantage positive; dual-clipped when ratio > 3 with a negative advantage.
+    ratio > 1 + eps_high and the advantage positive, the ratio capped at `delta` for both tests where TRL caps
+    it; dual-clipped when ratio > 3 with a negative advantage.
     k3 = exp(r) - r - 1 with r = log pi_ref - log pi_theta."""
     first = batches[0]
     m = cat_rows([b.mask for b in batches], 0).bool()  # padding: not a completion token
@@ -114,8 +115,10 @@ def policy_table(settings: TrlSettings, batches: Sequence[MicroBatch]) -> Tensor
     log_ratio = (logps - old).masked_fill_(pad, 0.0)
     ratio = log_ratio.exp()  # exactly 1 on padding: inside the clip range and below CLIP_C, so no flag there
     negative, positive = adv < 0, adv > 0
-    low = (ratio < 1.0 - settings.epsilon_low) & negative
-    high = (ratio > 1.0 + settings.epsilon_high) & positive
+    # TRL flags the ratio its loss reads: capped at delta (two-sided GRPO) before the clip test
+    flagged = ratio if settings.delta is None else ratio.clamp(max=settings.delta)
+    low = (flagged < 1.0 - settings.epsilon_low) & negative
+    high = (flagged > 1.0 + settings.epsilon_high) & positive
     dual = (ratio > CLIP_C) & negative
     counts = torch.stack([m, low, high, low | high, dual, negative & m, positive & m]).sum(-1)  # [7, B] int64
 
@@ -265,8 +268,9 @@ def _sequence_clips(settings: TrlSettings, col: dict, mean, extreme) -> None:
     low_at, high_at = 1.0 - settings.epsilon_low, 1.0 + settings.epsilon_high
     flags = []  # per row: (low, high) as counts of the tokens (per-token advantages) or 0/1 (one per sequence)
     per_token = any(int(k) & KIND_TOKEN_ADVANTAGES for k in col["kind"])  # one shape per run: TRL's
+    cap = math.inf if settings.delta is None else settings.delta  # TRL's two-sided bound, as on tokens
     for i, t in enumerate(tokens):
-        weight = math.exp(log_ratio[i] / max(t, 1.0))
+        weight = min(math.exp(log_ratio[i] / max(t, 1.0)), cap)
         neg, pos = col["neg_adv"][i], col["pos_adv"][i]
         if not per_token:  # the sequence's advantage: each of its tokens carries it
             neg, pos = float(neg > 0), float(pos > 0)

@@ -36,6 +36,9 @@ class TrlSettings:
     epsilon_low: float
     epsilon_high: float
     """The ratio's clip range: [1 - epsilon_low, 1 + epsilon_high]."""
+    delta: float | None = None
+    """TRL's two-sided GRPO bound (`GRPOConfig.delta`): TRL caps the ratio at delta before it flags clipped
+    tokens, so with delta <= 1 + epsilon_high none is high-clipped; None: no cap."""
     beta: float
     """The KL coefficient; 0: TRL computes no reference log-probs."""
     stop_ids: frozenset[int]
