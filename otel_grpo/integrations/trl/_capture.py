@@ -48,7 +48,7 @@ ATTRIBUTES = (  # trainer attributes read (the settings once, the rest as traini
     "num_generations", "beta", "epsilon_low", "epsilon_high", "eos_token_ids", "processing_class", "loss_type",
     "importance_sampling_level", "max_completion_length",
 )
-CONFIG_FIELDS = ("delta", "use_bias_correction_kl", "vllm_importance_sampling_mode",
+CONFIG_FIELDS = ("delta", "mask_truncated_completions", "use_bias_correction_kl", "vllm_importance_sampling_mode",
                  "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max")
 KEYS = {  # TRL-private dict keys read, by the method whose source holds them
     "_generate_and_score_completions": ("completion_ids", "completion_mask", "advantages", "old_per_token_logps",
@@ -81,6 +81,7 @@ def snapshot(trainer: Any) -> TrlSettings:
         loss_type=str(getattr(trainer, "loss_type", "grpo")),
         importance_sampling_level=str(getattr(trainer, "importance_sampling_level", "token")),
         use_bias_correction_kl=bool(getattr(args, "use_bias_correction_kl", False)),
+        mask_truncated_completions=bool(getattr(args, "mask_truncated_completions", False)),
         max_completion_length=int(getattr(trainer, "max_completion_length", 0) or 0),
         is_level=level, is_mode=mode,
         is_threshold=(getattr(args, "vllm_importance_sampling_clip_min", None) or 0.0,

@@ -162,9 +162,12 @@ def generation_stats(settings: TrlSettings, gens: Sequence[Generation]) -> signa
     stats = signals.Stats().add_table(GENERATION_TABLE, table)
     width = ids.shape[1]
     length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < lengths[:, None]
+    generated = mask.bool()
+    if settings.mask_truncated_completions:  # TRL zeroed truncated rows' mask for its loss alone: they were generated
+        generated = generated | (truncated > 0)[:, None]
     # the n-gram payloads are gathered across ranks, which needs one size on every rank: the generation limit
     max_len = max(settings.max_completion_length, width) if settings.world > 1 else None
-    return stats.update(signals.diversity_stats(ids, length_mask & mask.bool(), width=max_len),
+    return stats.update(signals.diversity_stats(ids, length_mask & generated, width=max_len),
                         *_sampling_stats(settings, gens, mask))
 
 
