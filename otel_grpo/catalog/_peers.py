@@ -33,6 +33,7 @@ TRL_CLIPS = ("; with importance_sampling_level='sequence' (GSPO, luspo) TRL clip
              "with delta (two-sided GRPO) it caps the ratio at delta before the clip test (no high clip when delta <= "
              "1 + epsilon_high); the TRL integration does both; with loss types cispo, sapo and vespo (no two-sided "
              "clip) it exports none")
+ONE_SCORED = "; where only one row has a reward (the others None), TRL logs None (its std of one value is NaN), ours 0"
 NON_ABORTED = "verl excludes aborted (zero-length) responses; ours counts every completion with a finite reward"
 
 
@@ -185,15 +186,15 @@ NOTES: dict[str, dict] = {
     "rollout_is_max": dict(aliases=("mismatch/rollout_is_max",)),
     "rollout_is_min": dict(aliases=("mismatch/rollout_is_min",)),
     "reward": dict(maxent=M + "reward", aliases=("objective/scores",), differs=(("verl", NON_ABORTED),)),
-    "reward_std": dict(maxent=M + "reward_std", differs=(("maxent", POPULATION), ("trl", GEN))),
+    "reward_std": dict(maxent=M + "reward_std", differs=(("maxent", POPULATION), ("trl", GEN + ONE_SCORED))),
     "reward_min": dict(differs=(("verl", NON_ABORTED),)),
     "reward_max": dict(differs=(("verl", NON_ABORTED),)),
     "reward_p05": dict(maxent=M + "reward_p05"),
     "reward_p50": dict(maxent=M + "reward_p50"),
     "reward_p95": dict(maxent=M + "reward_p95"),
-    "frac_reward_zero_std": dict(maxent=M + "frac_reward_zero_std", differs=(("maxent", "the seed counts groups whose advantages are all |a| < 1e-8; ours groups whose reward std (n - 1) is <= 1e-8, as TRL"), ("trl", "with scale_rewards='batch' TRL logs whether the whole batch's reward std is zero (0 or 1); ours stays the fraction of prompt groups without a learning signal"))),
+    "frac_reward_zero_std": dict(maxent=M + "frac_reward_zero_std", differs=(("maxent", "the seed counts groups whose advantages are all |a| < 1e-8; ours groups whose reward std (n - 1) is <= 1e-8, as TRL"), ("trl", "with scale_rewards='batch' or multi_objective_aggregation='normalize_then_sum' TRL logs whether the whole batch's reward std is zero (0 or 1); ours stays the fraction of prompt groups without a learning signal; a group in which the reward functions scored one row (None for the others) TRL counts as one with a spread (its std is NaN), ours as one without (TRL zeroes its advantages)"))),
     "reward_fn_mean": dict(maxent=M + "rewards/{reward_fn}/mean"),
-    "reward_fn_std": dict(maxent=M + "rewards/{reward_fn}/std", differs=(("maxent", POPULATION), ("trl", GEN))),
+    "reward_fn_std": dict(maxent=M + "rewards/{reward_fn}/std", differs=(("maxent", POPULATION), ("trl", GEN + ONE_SCORED))),
     "advantage_min": dict(differs=(("verl", "verl takes it over response tokens, so completions without tokens are left out"),)),
     "advantage_max": dict(differs=(("verl", "verl takes it over response tokens, so completions without tokens are left out"),)),
     "completion_length_mean": dict(maxent=M + "completions/mean_length_sampled", aliases=(M + "avg_completion_tokens",), differs=(("other", "train/avg_completion_tokens: the seed's own average of completion tokens (its reduction is not in the seed)"),)),

@@ -54,3 +54,22 @@ def test_loss_masks_leave_trls_numbers_and_the_generated_completions(tmp_path):
         assert got["distinct_1"] == pytest.approx(want["distinct_1"]) and got["distinct_2"] == pytest.approx(
             want["distinct_2"]), gen["step"]
     assert masked > 0  # TRL did mask truncated completions out of its loss
+
+
+def _first_only(completions: list[str], **_) -> list[float | None]:
+    """Scores the first completion of each call, None for the others."""
+    return [1.0] + [None] * (len(completions) - 1)
+
+
+def test_one_scored_row_has_a_spread_of_zero_where_trl_logs_none(tmp_path):
+    """docs/signals.md: with one row scored (the others None) the sample std is 0 here and NaN in TRL (logged as
+    None); the group, whose advantages TRL zeroes, is one without a learning signal here, one with in TRL's log."""
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=1,
+                                     reward_funcs=[_first_only], reward_weights=[1.0])
+    tel, _, exporter = in_memory_telemetry(tmp_path / "telemetry")
+    instrument(trainer, telemetry=tel)
+    trainer.train()
+    ours, (trl, *_) = exported(exporter)["steps"]["1"], trainer.state.log_history
+    assert trl["reward_std"] is None and trl["rewards/_first_only/std"] is None and trl["frac_reward_zero_std"] == 0.0
+    assert ours["reward_std"] == ours["reward_fn_std/_first_only"] == 0.0 and ours["frac_reward_zero_std"] == 1.0
+    assert not trainer.records["generations"][0]["advantages"].any()  # no learning signal in TRL's own advantages
