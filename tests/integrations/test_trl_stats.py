@@ -13,7 +13,7 @@ from otel_grpo.signals import _validate
 from otel_grpo.integrations.trl._accumulate import Accumulator
 from otel_grpo.integrations.trl._generation import (GENERATION_TABLE, Captured, Generation, SampleBatch,
                                                     attach_generation, generation_stats, generation_values,
-                                                    sample_rows, truncated_flags, weighted_totals)
+                                                    sample_rows, tool_spans, truncated_flags, weighted_totals)
 from otel_grpo.integrations.trl._micro_batch import MicroBatch, policy_table, policy_values
 from otel_grpo.integrations.trl._settings import TrlSettings
 from tests.signals.test_host_transfers import host_transfers  # noqa: F401 (a fixture)
@@ -174,6 +174,23 @@ def test_generation_values_are_the_public_signals_stats_of_the_batches_together(
     assert values == pytest.approx(dict(want), rel=1e-12, abs=1e-15)
     assert {k: sorted(v) for k, v in samples.items()} == {k: sorted(v) for k, v in want.samples.items()}
     assert values["frac_reward_zero_std"] == 0.25  # the group of equal rewards
+
+
+def test_distinct_n_counts_the_tokens_the_model_wrote_around_tool_answers():
+    """TRL's host tool mask -> the runs of a tool's answer; distinct-n counts the model's tokens around them, in
+    each batch of a step, whatever TRL's loss mask (here zeroed, as `mask_truncated_completions` zeroes it)."""
+    tool_mask = [[1, 0, 0, 1, 1], [1, 1, 0], [1, 1]]
+    assert tool_spans(tool_mask) == [(0, 1, 3), (1, 2, 3)]
+    ids = torch.tensor([[5, 6, 6, 5, 7], [5, 5, 6, 0, 0], [7, 8, 0, 0, 0]])
+    rewards = torch.ones(3, 1)
+    gens = [Generation(rewards[:2], torch.zeros(2), ids[:2], torch.zeros(2, 5), [3, 2], [False, True], None, None,
+                       None, tool_spans=tool_spans(tool_mask[:2])),
+            Generation(rewards[2:], torch.zeros(1), ids[2:, :2], torch.zeros(1, 2), [2], [False], None, None, None,
+                       tool_spans=tool_spans(tool_mask[2:]))]
+    got = reduced(generation_stats(settings(), gens))
+    model = torch.tensor([[1, 0, 0, 1, 1], [1, 1, 0, 0, 0], [1, 1, 0, 0, 0]]).bool()  # {5, 5, 7}, {5, 5}, {7, 8}
+    want = reduced(signals.diversity_stats(ids, model))
+    assert got["distinct_1"] == want["distinct_1"] == 3 / 7 and got["distinct_2"] == want["distinct_2"]
 
 
 def test_weighted_totals_and_truncation():

@@ -9,9 +9,8 @@ integration relies on is read here and listed below (`_compat` checks them again
 the installed TRL); the stats (`_generation`, `_micro_batch`) take plain
 tensors and `TrlSettings`. Each wrapper calls TRL's method unchanged and then reads what
 it took or returned; a failure in our part disables the capture with one warning and
-never reaches training. Nothing here reads a device value on the host (but TRL's tool
-masks' lengths, which TRL counts the same way), and the stats of what is captured are
-computed at the logged step (`Accumulator`).
+never reaches training. Nothing here reads a device value on the host, and the stats of what
+is captured are computed at the logged step (`Accumulator`).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import torch
 
 from ...telemetry import _clock as clock
 from ._accumulate import Accumulator
-from ._generation import Captured, Generation, SampleBatch, truncated_flags
+from ._generation import Captured, Generation, SampleBatch, tool_spans, truncated_flags
 from ._micro_batch import MicroBatch
 from ._settings import TrlSettings, fn_name
 
@@ -48,7 +47,7 @@ ATTRIBUTES = (  # trainer attributes read (the settings once, the rest as traini
     "num_generations", "beta", "epsilon_low", "epsilon_high", "eos_token_ids", "processing_class", "loss_type",
     "importance_sampling_level", "max_completion_length",
 )
-CONFIG_FIELDS = ("delta", "mask_truncated_completions", "use_bias_correction_kl", "vllm_importance_sampling_mode",
+CONFIG_FIELDS = ("delta", "use_bias_correction_kl", "vllm_importance_sampling_mode",
                  "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max")
 KEYS = {  # TRL-private dict keys read, by the method whose source holds them
     "_generate_and_score_completions": ("completion_ids", "completion_mask", "advantages", "old_per_token_logps",
@@ -56,6 +55,10 @@ KEYS = {  # TRL-private dict keys read, by the method whose source holds them
                                         "importance_sampling_ratio", "tool_mask"),
     "_compute_loss": ("completion_mask", "advantages", "old_per_token_logps", "ref_per_token_logps", "tool_mask"),
 }
+GENERATE_TOOL_MASK = 2
+"""Where TRL's `_generate` returns its tool mask: per row, a host list (1: a token the model wrote, 0: a tool's
+answer), or a `rollout_func`'s `env_mask`, which TRL treats as one; None without either. TRL counts the completion
+lengths it logs from these lists, before `mask_truncated_completions` zeroes the truncated rows' tensors."""
 ROW_KEY = "otel_grpo_row"
 """Added to a generation batch: each row's position, which TRL's shuffle and split carry to the micro-batches."""
 _IS_MODES = {  # TRL's vllm_importance_sampling_mode -> (level, mode) of signals.rollout_correction
@@ -81,7 +84,6 @@ def snapshot(trainer: Any) -> TrlSettings:
         loss_type=str(getattr(trainer, "loss_type", "grpo")),
         importance_sampling_level=str(getattr(trainer, "importance_sampling_level", "token")),
         use_bias_correction_kl=bool(getattr(args, "use_bias_correction_kl", False)),
-        mask_truncated_completions=bool(getattr(args, "mask_truncated_completions", False)),
         max_completion_length=int(getattr(trainer, "max_completion_length", 0) or 0),
         is_level=level, is_mode=mode,
         is_threshold=(getattr(args, "vllm_importance_sampling_clip_min", None) or 0.0,
@@ -112,6 +114,7 @@ class Capture:
         self.enabled = True
         self._stepping = False  # inside a training step, capture on: the hooks capture
         self._captured: Captured | None = None
+        self._generated: tuple | None = None  # what `_generate` returned for the current generation batch
         self._loss_logps: tuple | None = None  # the loss pass's (log-probs, entropies, aux), as TRL returned them
         self._generation_ns = 0  # generation time inside the current training_step
         self._first_pass = None  # the latest sample batch, until its rows have all been through the loss once
@@ -170,6 +173,7 @@ class Capture:
         result = original(*args, **kwargs)
         t1 = time.perf_counter_ns()
         self._timings.append(("rollout", t1 - t0, t1))
+        self._generated = result  # read (its tool mask) with the generation batch, where a failure is caught
         return result
 
     def _rewards(self, original, inputs, prompts, completions, completion_ids_list, *args, **kwargs):
@@ -201,11 +205,12 @@ class Capture:
         out = original(inputs, *args, **kwargs)
         self._generation_ns += time.perf_counter_ns() - t0
         captured, self._captured = self._captured, None
+        rollout, self._generated = self._generated, None
         scoring, self._scoring = self._scoring, []
         try:
             self._name_scoring(out, scoring)
             if captured is not None:
-                self._add_generation(out, captured)
+                self._add_generation(out, captured, None if rollout is None else rollout[GENERATE_TOOL_MASK])
         except Exception:
             self._fail("generation batch")
         return out
@@ -217,18 +222,18 @@ class Capture:
         for result, t0, t1 in scoring:
             self._timings.append(("reference" if result[0] is ref else "old_logprobs", t1 - t0, t1))
 
-    def _add_generation(self, out: dict, cap: Captured) -> None:
+    def _add_generation(self, out: dict, cap: Captured, tool_mask: list | None) -> None:
         """References to the batch's tensors for its stats and its sample rows (no device op: the logged
-        step computes); marks each row's position for the loss."""
+        step computes); marks each row's position for the loss. `tool_mask`: TRL's host lists
+        (`GENERATE_TOOL_MASK`), whose rows TRL sums for the lengths it logs: the model's tokens alone."""
         ids = out["completion_ids"]
         batch = len(cap.completion_ids)  # this rank's rows, as `ids`'
-        tool = out.get("tool_mask")
-        if tool is not None:  # TRL counts only model-generated tokens then
-            lengths = tool.sum(-1).tolist()  # host sync, with tools only (TRL's own count)
-            mask = out["completion_mask"] * tool
+        if tool_mask is not None:
+            lengths, spans = [sum(m) for m in tool_mask], tool_spans(tool_mask)
         else:
-            lengths = list(map(len, cap.completion_ids))
-            mask = out["completion_mask"]
+            lengths, spans = list(map(len, cap.completion_ids)), []
+        tool = out.get("tool_mask")  # TRL's loss masks: a tool's answers and (mask_truncated) truncated rows out
+        mask = out["completion_mask"] if tool is None else out["completion_mask"] * tool
         rewards = cap.rewards_per_func
         if rewards.requires_grad:  # TRL's are plain numbers; a subclass's might hold a graph
             cap.rewards_per_func = rewards = rewards.detach()
@@ -237,7 +242,7 @@ class Capture:
         rows = SampleBatch(cap, advantages, lengths, truncated, self.settings.rank * batch,
                            int(self.trainer.state.global_step), pending=batch)
         gen = Generation(rewards, advantages, ids, mask, lengths, truncated, out.get("sampling_per_token_logps"),
-                         out.get("old_per_token_logps"), out.get("importance_sampling_ratio"), rows)
+                         out.get("old_per_token_logps"), out.get("importance_sampling_ratio"), rows, spans)
         acc = self.acc
         acc.capture(gen)
         acc.batches.append(rows)

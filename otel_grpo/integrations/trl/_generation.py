@@ -93,8 +93,10 @@ class Generation:
     """TRL's, this rank's rows: [B] or [B, T] (`row_advantages`)."""
     ids: Tensor
     mask: Tensor
-    """[B, T] completion (and tool) tokens, 0/1 or bool."""
+    """[B, T] TRL's loss mask: completion tokens less a tool's answers (and, `mask_truncated_completions`, the
+    truncated rows), 0/1 or bool."""
     lengths: list[int]
+    """Each row's tokens that the model wrote, as TRL counts them (its tool mask's ones, with tools)."""
     truncated: list[bool]
     sampling: Tensor | None
     """[B, T] the sampler's log-probs (vLLM), with TRL's log-probs (`old`) beside them."""
@@ -103,6 +105,8 @@ class Generation:
     """TRL's corrected importance-sampling ratio: [B, T], or [B, 1] in sequence modes."""
     batch: SampleBatch | None = None
     """Its sample rows: they get the table's numbers of this batch's rows."""
+    tool_spans: Sequence[tuple[int, int, int]] = ()
+    """(row, start, end) of each run of a tool's answer tokens in the rows (`tool_spans`)."""
 
     @property
     def kind(self) -> tuple:
@@ -139,6 +143,25 @@ def truncated_flags(completion_ids: Sequence[Sequence[int]], stop_ids: frozenset
     return [bool(ids) and ids[-1] not in stop_ids for ids in completion_ids]
 
 
+def tool_spans(tool_mask: Sequence[Sequence[int]]) -> list[tuple[int, int, int]]:
+    """(row, start, end) of each run of 0s in TRL's host tool mask (`tool_mask[row]`: 1 a token the model wrote,
+    0 one a tool's answer put in the completion). A few list scans per tool call, in C: no per-token Python."""
+    spans = []
+    for row, mask in enumerate(tool_mask):
+        mask, end = list(mask), 0
+        while True:
+            try:
+                start = mask.index(0, end)
+            except ValueError:  # no more answers in this row
+                break
+            try:
+                end = mask.index(1, start)
+            except ValueError:  # the row ends in an answer
+                end = len(mask)
+            spans.append((row, start, end))
+    return spans
+
+
 def generation_columns(settings: TrlSettings) -> tuple[str, ...]:
     """The generation table's columns: `ROW_COLUMNS`, then each reward function's."""
     return ROW_COLUMNS + tuple(FN_COLUMN + name for name in settings.reward_names)
@@ -147,28 +170,39 @@ def generation_columns(settings: TrlSettings) -> tuple[str, ...]:
 def generation_stats(settings: TrlSettings, gens: Sequence[Generation]) -> signals.Stats:
     """Generation batches of one kind, as one batch: their per-row table (`GENERATION_TABLE`, this rank's rows,
     `generation_columns`), distinct-n, and the mismatch and rollout-IS sets where TRL holds the sampler's log-probs.
-    Device ops only; the lengths and truncation flags, known on the host, go over in one copy."""
+    Device ops only; the lengths, truncation flags and tool answers' spans, known on the host, go over in one copy."""
     sizes = [len(g.lengths) for g in gens]
-    at = settings.rank
+    total, at = sum(sizes), settings.rank
     # TRL gathers every rank's rewards (for its advantages): this rank's rows of each batch
     rewards = cat_rows([g.rewards_per_func if settings.world == 1 else g.rewards_per_func[at * n : (at + 1) * n]
                         for g, n in zip(gens, sizes)], math.nan)  # [R, F]
     ids, mask = cat_rows([g.ids for g in gens], 0), cat_rows([g.mask for g in gens], 0)
-    host = [[n for g in gens for n in g.lengths], [float(t) for g in gens for t in g.truncated]]
-    lengths, truncated = signals.to_device(host, ids.device, _F64)
+    firsts = [sum(sizes[:i]) for i in range(len(gens))]  # each batch's first row in the concatenation
+    spans = [x for g, first in zip(gens, firsts) for row, start, end in g.tool_spans for x in (first + row, start, end)]
+    host = [n for g in gens for n in g.lengths] + [float(t) for g in gens for t in g.truncated] + spans
+    flat = signals.to_device(host, ids.device, _F64)  # one copy: lengths, truncation flags, tool answers' spans
+    lengths, truncated = flat[:total], flat[total : 2 * total]
     totals = weighted_totals(settings.reward_weights, rewards)  # TRL's dtype, as TRL's
     advantages = cat_rows([row_advantages(g.advantages) for g in gens], 0.0)
     table = torch.cat([torch.stack([totals.to(_F64), advantages.to(_F64), lengths, truncated], 1), rewards.to(_F64)], 1)
     stats = signals.Stats().add_table(GENERATION_TABLE, table)
     width = ids.shape[1]
-    length_mask = torch.arange(width, device=ids.device).unsqueeze(0) < lengths[:, None]
-    generated = mask.bool()
-    if settings.mask_truncated_completions:  # TRL zeroed truncated rows' mask for its loss alone: they were generated
-        generated = generated | (truncated > 0)[:, None]
     # the n-gram payloads are gathered across ranks, which needs one size on every rank: the generation limit
     max_len = max(settings.max_completion_length, width) if settings.world > 1 else None
-    return stats.update(signals.diversity_stats(ids, length_mask & generated, width=max_len),
+    return stats.update(signals.diversity_stats(ids, _model_tokens(lengths, flat[2 * total :].view(-1, 3), width),
+                                                width=max_len),
                         *_sampling_stats(settings, gens, mask))
+
+
+def _model_tokens(lengths: Tensor, spans: Tensor, width: int) -> Tensor:
+    """[N, width] the tokens the model wrote, whatever TRL's loss masks (`mask_truncated_completions` zeroes the
+    truncated rows, which the model wrote as well): each row's first `length` tokens, and a tool's answers
+    (`spans`: [S, 3] row, start, end) between them. Device ops only."""
+    positions = torch.arange(width, device=lengths.device, dtype=lengths.dtype)
+    in_span = ((positions >= spans[:, 1:2]) & (positions < spans[:, 2:3])).to(lengths.dtype)  # [S, width]
+    answer = torch.zeros(lengths.shape[0], width, device=lengths.device, dtype=lengths.dtype)
+    answer.index_add_(0, spans[:, 0].long(), in_span)
+    return (positions < (lengths + answer.sum(1))[:, None]) & (answer == 0)
 
 
 def generation_values(settings: TrlSettings, table: Sequence[float],

@@ -51,8 +51,6 @@ class TrlSettings:
     """TRL's ratio level: "token", or "sequence" (GSPO, luspo)."""
     use_bias_correction_kl: bool = False
     """TRL's `kl` is k3 times the policy ratio."""
-    mask_truncated_completions: bool = False
-    """TRL zeroes the truncated completions' `completion_mask` (its loss skips them); distinct-n keeps them."""
     max_completion_length: int = 0
     """The generation limit (distinct-n's width); 0: unknown, the batch's width is used."""
     is_level: str = "token"
