@@ -192,12 +192,15 @@ def test_outside_the_supported_range_warns_once_and_exports_logged_values(tmp_pa
 
 
 def test_compat_finds_keys_trl_no_longer_uses_in_its_source():
-    from otel_grpo.integrations.trl._capture import KEYS
-    from otel_grpo.integrations.trl._compat import _changed_parameters, _keys_not_in_source
+    from otel_grpo.integrations.trl._capture import KEYS, RETURNS
+    from otel_grpo.integrations.trl._compat import _changed_parameters, _keys_not_in_source, _returns_at
 
     for method, keys in KEYS.items():  # what _capture reads is in the installed TRL
         assert _keys_not_in_source(method, keys) == [], method
     assert _keys_not_in_source("_compute_loss", ("completion_mask", "renamed_mask")) == ["renamed_mask"]
+    for method, (position, name) in RETURNS.items():  # and returned where _capture reads it
+        assert _returns_at(method, position, name), method
+    assert not _returns_at("_generate", RETURNS["_generate"][0] + 1, "tool_mask")  # a reordered tuple is found
     assert _changed_parameters(lambda model, batch: None, ("model", "inputs")) == ["inputs"]
     assert _changed_parameters(lambda model, **kw: None, ("model", "inputs")) == []
 

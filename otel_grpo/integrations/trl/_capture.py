@@ -59,6 +59,8 @@ GENERATE_TOOL_MASK = 2
 """Where TRL's `_generate` returns its tool mask: per row, a host list (1: a token the model wrote, 0: a tool's
 answer), or a `rollout_func`'s `env_mask`, which TRL treats as one; None without either. TRL counts the completion
 lengths it logs from these lists, before `mask_truncated_completions` zeroes the truncated rows' tensors."""
+RETURNS = {"_generate": (GENERATE_TOOL_MASK, "tool_mask")}
+"""Values read from a tuple TRL returns, by method: (position, the name TRL returns there)."""
 ROW_KEY = "otel_grpo_row"
 """Added to a generation batch: each row's position, which TRL's shuffle and split carry to the micro-batches."""
 _IS_MODES = {  # TRL's vllm_importance_sampling_mode -> (level, mode) of signals.rollout_correction

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import re
 from typing import Any
 
-from ._capture import ATTRIBUTES, CONFIG_FIELDS, KEYS, WRAPPED
+from ._capture import ATTRIBUTES, CONFIG_FIELDS, KEYS, RETURNS, WRAPPED
 
 SUPPORTED_TRL = ">=1.16,<1.17"
 """The TRL versions the tests run against; outside them `instrument` falls back to the log-dict path."""
@@ -17,7 +18,8 @@ def unsupported(trainer: Any, version: str | None = None) -> str | None:
 
     Checks what `_capture` reads: the TRL version, the methods it wraps (and the parameters it
     passes them), the trainer attributes and GRPOConfig fields, and the TRL dict keys, which
-    must still appear in the source of the methods that build and read those dicts.
+    must still appear in the source of the methods that build and read those dicts, and the values read
+    from a returned tuple must still be returned where `_capture` reads them.
     """
     from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
@@ -44,6 +46,9 @@ def unsupported(trainer: Any, version: str | None = None) -> str | None:
         gone = _keys_not_in_source(method, keys)
         if gone:
             return f"trl's GRPOTrainer.{method} no longer uses the keys {', '.join(gone)}"
+    for method, (position, name) in RETURNS.items():
+        if not _returns_at(method, position, name):
+            return f"trl's GRPOTrainer.{method} no longer returns {name} at position {position}"
     return None
 
 
@@ -68,3 +73,17 @@ def _keys_not_in_source(method: str, keys: tuple[str, ...]) -> list[str]:
     except (AttributeError, OSError, TypeError):
         return []  # no source shipped (or no such method: reported above): nothing to compare
     return [k for k in keys if f'"{k}"' not in source and f"'{k}'" not in source]
+
+
+def _returns_at(method: str, position: int, name: str) -> bool:
+    """Whether every `return` of a tuple in the installed TRL's `GRPOTrainer.<method>` has `name` at `position`
+    (a tuple's order is not checked by any name, so a reordered return would be read as the wrong value)."""
+    from trl import GRPOTrainer
+
+    try:
+        source = inspect.getsource(getattr(GRPOTrainer, method))
+    except (AttributeError, OSError, TypeError):
+        return True  # no source shipped (or no such method: reported above): nothing to compare
+    returned = [[part.strip() for part in m.split(",")] for m in re.findall(r"^\s*return ([^\n(]+,[^\n]+)$", source,
+                                                                           re.MULTILINE)]
+    return bool(returned) and all(len(parts) > position and parts[position] == name for parts in returned)
