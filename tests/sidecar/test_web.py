@@ -83,6 +83,16 @@ def wait(page, expression: str):
                                   timeout=WAIT_MS).json_value()
 
 
+def console_problems(page) -> list[str]:
+    """What goes wrong in `page` from now on, as it happens: dialogs (dismissed: an injected alert()),
+    uncaught errors and console errors (a failed request included)."""
+    problems: list[str] = []
+    page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    page.on("pageerror", lambda e: problems.append(f"error: {e}"))
+    page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text} {m.location.get('url')}"))
+    return problems
+
+
 def open_run(page, url: str) -> None:
     """A fresh load of `url` (through about:blank: a new hash alone is no reload), until the page is ready."""
     page.goto("about:blank")
@@ -828,6 +838,7 @@ def test_the_page_runs_under_its_content_security_policy_and_refuses_frames(site
     assert response.headers["X-Frame-Options"] == "DENY"
     site.seed(_seed)
     page = new_page()
+    problems = console_problems(page)
     page.add_init_script("window.__violations = []; document.addEventListener('securitypolicyviolation', "
                          "e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));")
     open_run(page, site.url + "/#/run/web-run")
@@ -836,6 +847,7 @@ def test_the_page_runs_under_its_content_security_policy_and_refuses_frames(site
     # The table's widths are set through the CSSOM, which the policy allows (a style attribute it refuses).
     assert page.evaluate("document.querySelector('#samples-table').style.minWidth").endswith("px")
     assert page.evaluate("window.__violations") == []
+    assert problems == []  # nothing failed, not even a favicon the sidecar does not serve
 
 
 TABLE_RUN, KL_SPIKE_ROW = "table-run", 7
