@@ -10,6 +10,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -718,7 +719,8 @@ def test_touch_zoom_and_tap_on_a_phone(site, tmp_path, new_page):
     assert static.keys() == {"util.js", "touch.js", "scales.js", "interact.js", "plot.js", "charts.js", "table.js", "group.js",
                              "app.js", "style.css"} | vendor
     assert all(name.startswith(f"{site.url}/static/vendor/") for name, _ in resources if name.rsplit("/", 1)[1] in vendor)
-    assert sum(size for name, size in static.items() if name not in vendor) < 110_000  # 107 KB with the keyboard, lazy charts and paged samples
+    # A few KB above what is served (the commit that last moved the bound says how much that is).
+    assert sum(size for name, size in static.items() if name not in vendor) < 115_000
     assert sum(static[name] for name in vendor) < 60_000
 
 
@@ -848,6 +850,74 @@ def test_the_page_runs_under_its_content_security_policy_and_refuses_frames(site
     assert page.evaluate("document.querySelector('#samples-table').style.minWidth").endswith("px")
     assert page.evaluate("window.__violations") == []
     assert problems == []  # nothing failed, not even a favicon the sidecar does not serve
+
+
+RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: what follows it on the line is drawn reversed until closed
+BIDI_RUN, BIDI_FN, BIDI_TEXT = f"exp-{RLO}lave", f"judge-{RLO}ssap", f"{RLO}fdp.exe"
+
+
+def _seed_bidi(url: str, otlp) -> None:
+    """A run whose id, reward function name and a completion hold an unclosed override (a model writes
+    any character; run ids and function names come from users' configs), and a run to compare it with."""
+    for run in (BIDI_RUN, "bidi-other"):
+        spans = otlp.spans(run, range(3), samples=3, metrics=lambda step: {f"reward_fn_mean/{BIDI_FN}": 12.5},
+                           completion=lambda s, i: BIDI_TEXT if i == 1 else f"{XSS} answer {i}",
+                           extra=lambda s, i: {f"reward.{BIDI_FN}": 12.5})
+        assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(),
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+def seen(page, element: str) -> str:
+    """The text of `element` as drawn, left to right, line by line (each character where the browser
+    put it): what a reader sees, not the DOM's logical order."""
+    return page.evaluate(f"""(() => {{
+      const el = {element}, at = [];
+      const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+      for (let node = walker.nextNode(); node; node = walker.nextNode()) {{
+        for (let i = 0; i < node.data.length; i += node.data.codePointAt(i) > 0xffff ? 2 : 1) {{
+          const range = document.createRange();
+          range.setStart(node, i);
+          range.setEnd(node, i + (node.data.codePointAt(i) > 0xffff ? 2 : 1));
+          const box = range.getBoundingClientRect();
+          if (box.width > 0) at.push([Math.round(box.top / 4), box.left, range.toString()]);
+        }}
+      }}
+      at.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+      return at.map((c) => c[2]).join("");
+    }})()""")
+
+
+def test_a_bidi_override_in_data_reorders_nothing_else(site, new_page):
+    """An override in a run id, a reward function's name or a completion is shown (as its code point)
+    and reorders nothing: not the page's own words after the run id, not the numbers beside the
+    function's name, not the completion itself. Its markup is text; nothing runs; links round-trip."""
+    site.seed(_seed_bidi)
+    page = new_page(viewport={"width": 1366, "height": 1200})
+    problems = console_problems(page)
+    open_run(page, f"{site.url}/#/run/{quote(BIDI_RUN, safe='')}?vs=bidi-other")
+    assert "(this run)" in seen(page, "document.querySelector('#run-legend [data-run]')")
+    assert seen(page, "document.querySelector('main h2')") == "Run exp-⟨U+202E⟩lave"
+    card = _card("Reward per function")
+    chart(page, card)
+    page.evaluate(f"{card}.querySelector('.u-over').focus()")
+    page.keyboard.press("Home")
+    tip = f"{card}.querySelector('.plot-tip')"
+    wait(page, f"!{tip}.hidden")
+    values = seen(page, tip)
+    assert "judge-⟨U+202E⟩ssap 12.5" in values and "judge-⟨U+202E⟩ssap [bidi-other] 12.5" in values
+    legend = f"[...{card}.querySelectorAll('.legend span')].find(s => s.textContent.includes('judge'))"
+    assert seen(page, legend).endswith('{reward_fn="judge-⟨U+202E⟩ssap"}')
+    cell = "document.querySelector('#samples-table tr[data-sample=\"1\"] td.text')"
+    assert seen(page, cell).startswith("⟨U+202E⟩fdp.exe")
+    header = f"document.querySelector('#samples-table th[data-col={json.dumps('reward.' + BIDI_FN)}]')"
+    assert page.evaluate(f"{header}.textContent") == "reward.judge-⟨U+202E⟩ssap"
+    # The stored values are what the page links to and copies: a reload of its address is the same view.
+    assert page.evaluate("location.hash").startswith("#/run/" + quote(BIDI_RUN, safe="") + "?")
+    open_run(page, page.url)
+    assert page.evaluate("document.querySelector('#run-legend [data-run]').dataset.run") == BIDI_RUN
+    assert page.evaluate("document.querySelector('#samples-table tr[data-sample=\"0\"] td.text span').textContent") \
+        == f"{XSS} answer 0"
+    assert page.evaluate("window.__pwned") is None and problems == []
 
 
 TABLE_RUN, KL_SPIKE_ROW = "table-run", 7

@@ -129,7 +129,7 @@ function runsHash(view) {
 }
 
 async function showRuns(query) {
-  document.getElementById("crumb").textContent = "runs";
+  setText(document.getElementById("crumb"), "runs");
   const p = new URLSearchParams(query);
   // Only a status the select can show (not firing,idle nor a typo): the one shown is the one applied.
   const offered = STATUS_CHOICES.some(([v]) => v === p.get("status")) ? p.get("status") : "";
@@ -280,7 +280,7 @@ window.otelGrpoRefresh = refreshRun;
 
 async function showRun(runId, query) {
   await readUrl(runId, query);
-  document.getElementById("crumb").textContent = "run " + runId;
+  setText(document.getElementById("crumb"), "run " + runId);
   const [data, choices] = await Promise.all([fetchRunData(runId), api(`/api/runs?limit=${COMPARE_CHOICES + 1}`)]);
   sampleSteps = data.withSamples;
   if (state.step === null && sampleSteps.length) state.step = String(sampleSteps[0]);

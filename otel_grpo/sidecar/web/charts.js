@@ -228,7 +228,7 @@ function paint(card, rowsByRun) {
   const width = old.clientWidth;
   old.replaceWith(chart.element);
   chart.mount(width);
-  c.title.textContent = c.spec.title + (SCALE_NOTE[chart.element.dataset.scale] || "");
+  setText(c.title, c.spec.title + (SCALE_NOTE[chart.element.dataset.scale] || ""));
   c.drawn = chart;
   card.dataset.drawn = "1";
   mounted.push(chart);
@@ -270,7 +270,7 @@ function redrawPlots() {
   const reset = document.getElementById("zoom-reset");
   if (reset) {
     reset.hidden = !state.zoom;
-    reset.textContent = state.zoom ? `steps ${state.zoom[0]}–${state.zoom[1]}: show all` : "";
+    setText(reset, state.zoom ? `steps ${state.zoom[0]}–${state.zoom[1]}: show all` : "");
   }
   const layout = document.getElementById("charts-reset");
   if (layout) layout.hidden = !(state.add.length || state.hide.length || Object.keys(state.scales).length);
@@ -377,7 +377,7 @@ function plotTools(runs) {
   const value = h("span", { id: "smooth-value", text: state.smooth ? String(state.smooth) : "off" });
   smooth.addEventListener("input", () => {
     state.smooth = +smooth.value;
-    value.textContent = state.smooth ? String(state.smooth) : "off";
+    setText(value, state.smooth ? String(state.smooth) : "off");
     if (!mounted.every((chart) => chart.smooth(state.smooth))) redrawPlots();  // in place while the series stay
   });
   smooth.addEventListener("change", writeUrl);  // once let go (a URL a step of the slider is many history writes)

@@ -61,8 +61,8 @@ function textCell(value) {
   let open = false;
   const btn = h("button", { class: "more", type: "button", text: "more", "aria-expanded": "false", onclick: () => {
     open = !open;
-    span.textContent = open ? full : preview;
-    btn.textContent = open ? "less" : "more";
+    setText(span, open ? full : preview);
+    setText(btn, open ? "less" : "more");
     btn.setAttribute("aria-expanded", String(open));
     td.classList.toggle("open", open);
   } });
@@ -169,7 +169,9 @@ function headerCell(c) {
                        "aria-sort": sorted || "none", title: (COLUMN_HELP[c] ? `${c}: ${COLUMN_HELP[c]}` : c) + ` (sort: ${first})`,
                        onclick: () => sortBy(c) });
   const button = h("button", { type: "button", class: "sort" });
-  for (const part of c.split(/(?<=[_./])/)) button.append(document.createTextNode(part), document.createElement("wbr"));
+  for (const part of c.split(/(?<=[_./])/)) {
+    button.append(document.createTextNode(shownText(part)), document.createElement("wbr"));
+  }
   th.appendChild(button);
   return th;
 }
@@ -274,11 +276,11 @@ function countNote() {
 function render() {
   const wrap = document.getElementById("samples");
   const rows = linkedRow ? [linkedRow, ...shownRows.filter((r) => !sameRow(r, linkedRow))] : shownRows;
-  document.getElementById("samples-note").textContent = countNote();
+  setText(document.getElementById("samples-note"), countNote());
   const more = document.getElementById("samples-more");
   const left = totalRows - shownRows.length;
   more.hidden = left <= 0;
-  more.textContent = `${Math.min(left, PAGE_ROWS).toLocaleString("en")} more`;
+  setText(more, `${Math.min(left, PAGE_ROWS).toLocaleString("en")} more`);
   document.getElementById("samples-common").replaceChildren(...commonLine(shownRows));
   // A sort started from the keyboard keeps the focus on its header across the redraw.
   const focused = document.activeElement && document.activeElement.closest && document.activeElement.closest("#samples-table th");
@@ -300,7 +302,7 @@ function setLoading(text) {
   const wrap = document.getElementById("samples");
   wrap.classList.toggle("loading", !!text);
   if (text) wrap.setAttribute("aria-busy", "true"); else wrap.removeAttribute("aria-busy");
-  document.getElementById("samples-status").textContent = text || "";
+  setText(document.getElementById("samples-status"), text || "");
 }
 
 // Errors of the samples table stay in its own box, and the table shown before stays usable: the
@@ -333,7 +335,7 @@ async function loadSamples(more = false) {
   } catch (err) {
     if (asked !== samplesAsked) return;
     setLoading(null);
-    note.textContent = `cannot show these samples: ${err instanceof ApiError ? err.message : String(err)}`;
+    setText(note, `cannot show these samples: ${err instanceof ApiError ? err.message : String(err)}`);
     note.classList.add("alert-firing");
     wrap.setAttribute("data-error", "1");
   }
@@ -370,7 +372,7 @@ function refreshPickers() {
   const cols = allColumnsOf(shownRows);
   const hidden = hiddenColumns();
   const picker = document.getElementById("column-picker");
-  picker.querySelector("summary").textContent = `columns (${cols.filter((c) => hidden.has(c)).length} hidden)`;
+  setText(picker.querySelector("summary"), `columns (${cols.filter((c) => hidden.has(c)).length} hidden)`);
   picker.querySelector(".choices").replaceChildren(...cols.map((c) => {
     const box = h("input", { type: "checkbox", "data-col": c, onchange: (e) => pickColumn(c, e.target.checked) });
     box.checked = !hidden.has(c);
@@ -397,7 +399,7 @@ async function download(kind) {
     a.remove();
     setTimeout(() => URL.revokeObjectURL(url), 60000);
   } catch (err) {
-    note.textContent = `cannot download: ${err.message || err}`;
+    setText(note, `cannot download: ${err.message || err}`);
     note.classList.add("alert-firing");
   }
 }

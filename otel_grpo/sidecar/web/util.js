@@ -1,18 +1,39 @@
 // Shared by the page's scripts: element building (text only through textContent, never
-// innerHTML: a completion containing <script> is shown as text), the read API, number formatting,
-// search as you type.
+// innerHTML: a completion containing <script> is shown as text; every text shown goes through
+// shownText()), the read API, number formatting, search as you type.
 "use strict";
+
+// Unicode's explicit bidi controls: embeddings, overrides (U+202A-U+202E) and isolates (U+2066-U+2069).
+const BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069]/g;
+
+// Text as the page shows it: bidi controls as visible code points (`⟨U+202E⟩`). An unclosed
+// RIGHT-TO-LEFT OVERRIDE in a run id, a column name or a completion reverses the rest of its line,
+// the page's own words and numbers too ("(this run)" read "(nur siht)", a hover box's 12.5 read
+// 5.21); an isolate (<bdi>) does not hold it, a stray U+2069 in the data ends one. What links, looks
+// up or exports (hrefs, data-* attributes, option values, copies of cells, downloads) keeps the
+// value as stored. null and undefined show as nothing, as with textContent.
+function shownText(text) {
+  const codePoint = (c) => `⟨U+${c.codePointAt(0).toString(16).toUpperCase()}⟩`;
+  return (text === null || text === undefined ? "" : String(text)).replace(BIDI_CONTROLS, codePoint);
+}
+
+// The attributes a browser shows as text (tooltips, the screen reader's name, an empty box's hint).
+const SHOWN_ATTRIBUTES = new Set(["title", "aria-label", "placeholder"]);
+
+function setText(node, text) {
+  node.textContent = shownText(text);
+}
 
 function h(tag, props, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(props || {})) {
-    if (k === "text") node.textContent = v;
+    if (k === "text") setText(node, v);
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     // Through the CSSOM: the page's Content-Security-Policy refuses style attributes (no 'unsafe-inline').
     else if (k === "style") node.style.cssText = v;
-    else node.setAttribute(k, v);
+    else node.setAttribute(k, SHOWN_ATTRIBUTES.has(k) ? shownText(v) : v);
   }
-  for (const c of children) node.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
+  for (const c of children) node.appendChild(typeof c === "string" ? document.createTextNode(shownText(c)) : c);
   return node;
 }
 
@@ -38,7 +59,7 @@ function tokenRefused(status) {
   const form = document.getElementById("token-form");
   form.hidden = false;
   form.dataset.reason = sent ? "refused" : "missing";
-  document.getElementById("token-status").textContent = sent ? "refused" : "needed";
+  setText(document.getElementById("token-status"), sent ? "refused" : "needed");
   document.getElementById("token-input").focus();
   return new ApiError(message);
 }
