@@ -854,13 +854,15 @@ def test_the_page_runs_under_its_content_security_policy_and_refuses_frames(site
 
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: what follows it on the line is drawn reversed until closed
 BIDI_RUN, BIDI_FN, BIDI_TEXT = f"exp-{RLO}lave", f"judge-{RLO}ssap", f"{RLO}fdp.exe"
+QUOTED_FN = 'judge "strict" \\ v2'  # a reward function's name as a user wrote it: quotes and a backslash
 
 
 def _seed_bidi(url: str, otlp) -> None:
     """A run whose id, reward function name and a completion hold an unclosed override (a model writes
     any character; run ids and function names come from users' configs), and a run to compare it with."""
     for run in (BIDI_RUN, "bidi-other"):
-        spans = otlp.spans(run, range(3), samples=3, metrics=lambda step: {f"reward_fn_mean/{BIDI_FN}": 12.5},
+        spans = otlp.spans(run, range(3), samples=3,
+                           metrics=lambda step: {f"reward_fn_mean/{BIDI_FN}": 12.5, f"reward_fn_mean/{QUOTED_FN}": 1.0},
                            completion=lambda s, i: BIDI_TEXT if i == 1 else f"{XSS} answer {i}",
                            extra=lambda s, i: {f"reward.{BIDI_FN}": 12.5})
         assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(),
@@ -905,7 +907,7 @@ def test_a_bidi_override_in_data_reorders_nothing_else(site, new_page):
     wait(page, f"!{tip}.hidden")
     values = seen(page, tip)
     assert "judge-⟨U+202E⟩ssap 12.5" in values and "judge-⟨U+202E⟩ssap [bidi-other] 12.5" in values
-    legend = f"[...{card}.querySelectorAll('.legend span')].find(s => s.textContent.includes('judge'))"
+    legend = f"[...{card}.querySelectorAll('.legend span')].find(s => s.textContent.includes('ssap'))"
     assert seen(page, legend).endswith('{reward_fn="judge-⟨U+202E⟩ssap"}')
     cell = "document.querySelector('#samples-table tr[data-sample=\"1\"] td.text')"
     assert seen(page, cell).startswith("⟨U+202E⟩fdp.exe")
@@ -918,6 +920,18 @@ def test_a_bidi_override_in_data_reorders_nothing_else(site, new_page):
     assert page.evaluate("document.querySelector('#samples-table tr[data-sample=\"0\"] td.text span').textContent") \
         == f"{XSS} answer 0"
     assert page.evaluate("window.__pwned") is None and problems == []
+
+
+def test_a_legends_prometheus_selector_quotes_the_label_value(site, new_page):
+    """Beside each reward function's line, its Prometheus series as a query Prometheus reads: the
+    function's name as a PromQL string (quotes and backslashes escaped), not cut at its first quote."""
+    site.seed(_seed_bidi)
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/bidi-other")
+    card = _card("Reward per function")
+    selectors = page.evaluate(f"[...{card}.querySelectorAll('.legend code.prom')].map(c => c.textContent)")
+    assert 'grpo_reward_fn_mean{reward_fn="judge \\"strict\\" \\\\ v2"}' in selectors
+    assert 'grpo_reward_fn_mean{reward_fn="format"}' in selectors
 
 
 TABLE_RUN, KL_SPIKE_ROW = "table-run", 7

@@ -56,7 +56,8 @@ function chartSpecs() {
 }
 
 // The columns a chart draws for a run (of those its /metrics lists): a templated signal
-// (`attribute`) has one per label value.
+// (`attribute`) has one per label value, its Prometheus selector beside it quoted as PromQL reads a
+// string (a reward function named `say "hi"` is `reward_fn="say \"hi\""`; JSON's escapes are Go's).
 function linesOf(spec, run) {
   const have = runData.names.get(run) || new Set();
   const names = [...have];
@@ -67,7 +68,7 @@ function linesOf(spec, run) {
     columns.forEach((column, j) => {
       const value = s.attribute ? column.slice(prefix.length) : null;
       out.push({ column, name: column, label: column, description: s.description, colorIndex: i + j,
-                 prometheus: s.attribute ? `${s.prometheus}{${s.attribute}="${value}"}` : s.prometheus });
+                 prometheus: s.attribute ? `${s.prometheus}{${s.attribute}=${JSON.stringify(value)}}` : s.prometheus });
     });
   });
   return out;
