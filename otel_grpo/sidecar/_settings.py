@@ -7,10 +7,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .._setting_lists import comma_list
 
 MiB = 1024 * 1024
 
@@ -120,12 +122,19 @@ class SidecarSettings(BaseSettings):
     heap_release_s: float = Field(60.0, ge=0)
     """How often the server hands the kernel back the memory its allocator holds free (what a burst of
     large reads freed, otherwise kept for good); 0: never."""
-    allowed_hosts: list[str] = []
+    allowed_hosts: Annotated[list[str], NoDecode] = []
     """Host names served besides those that cannot be DNS-rebound (IP literals, localhost,
-    single-label names such as a compose service); `["*"]` serves any Host. A page on another
-    name gets 421. Set it when the sidecar is reached by a dotted name (`sidecar.example.org`)."""
-    cors_origins: list[str] = []
-    """Origins allowed by CORS; empty (the default) adds no CORS headers at all."""
+    single-label names such as a compose service); `*` serves any Host. A page on another
+    name gets 421. Set it when the sidecar is reached by a dotted name (`sidecar.example.org`).
+    In the environment a comma list (`a.example.org,b.example.org`) or a JSON array."""
+    cors_origins: Annotated[list[str], NoDecode] = []
+    """Origins allowed by CORS; empty (the default) adds no CORS headers at all. In the environment
+    a comma list or a JSON array, as `allowed_hosts`."""
+
+    @field_validator("allowed_hosts", "cors_origins", mode="before")
+    @classmethod
+    def _lists_from_env(cls, value: object) -> object:
+        return comma_list(value)
 
     @field_validator("db", mode="after")
     @classmethod

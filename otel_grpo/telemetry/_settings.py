@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, Setting
 
 from .. import catalog
 from .._setting_errors import SettingsError
+from .._setting_lists import comma_list
 
 Exporter = Literal["otlp", "prometheus", "console", "none"]
 Protocol = Literal["grpc", "http/protobuf"]
@@ -47,11 +48,10 @@ def _env_alias(field: str, *standard: str) -> AliasChoices:
     return AliasChoices(f"OTEL_GRPO_{field.upper()}", *standard)
 
 
-def _split_list(value: object) -> object:
-    # Environment values arrive as "otlp,prometheus"; code passes lists.
-    if isinstance(value, str):
-        return [part.strip().lower() for part in value.split(",") if part.strip()]
-    return value
+def _exporter_list(value: object) -> object:
+    # Environment values arrive as "otlp,prometheus" (any case); code passes lists.
+    value = comma_list(value)
+    return [part.lower() if isinstance(part, str) else part for part in value] if isinstance(value, list) else value
 
 
 def _parse_pairs(value: object) -> object:
@@ -241,7 +241,7 @@ class TelemetrySettings(BaseSettings):
     @field_validator("metrics_exporters", "traces_exporters", mode="before")
     @classmethod
     def _lists_from_env(cls, value: object) -> object:
-        return _split_list(value)
+        return _exporter_list(value)
 
     @field_validator("run_id")
     @classmethod

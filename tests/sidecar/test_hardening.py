@@ -81,6 +81,20 @@ def test_host_header_guards_against_dns_rebinding(make_client, host, status):
     assert make_client(allowed_hosts=["*"]).get("/api/runs", headers={"Host": "evil.example"}).status_code == 200
 
 
+@pytest.mark.parametrize("value", ["sidecar.example.org", " grafana.example.org, sidecar.example.org ",
+                                   '["sidecar.example.org"]'])
+def test_allowed_hosts_and_cors_origins_come_from_their_variables_as_comma_lists(make_client, monkeypatch, value):
+    # docs/usage.md: "add dotted names you use to ALLOWED_HOSTS"; a plain name was refused as
+    # 'error parsing value for field "allowed_hosts"' (JSON only), and the sidecar did not start
+    monkeypatch.setenv("OTEL_GRPO_SIDECAR_ALLOWED_HOSTS", value)
+    monkeypatch.setenv("OTEL_GRPO_SIDECAR_CORS_ORIGINS", value.replace("sidecar.", "http://grafana."))
+    client = make_client()
+    assert client.get("/api/runs", headers={"Host": "sidecar.example.org"}).status_code == 200
+    assert client.get("/api/runs", headers={"Host": "evil.example"}).status_code == 421
+    cors = client.get("/api/runs", headers={"Origin": "http://grafana.example.org"})
+    assert cors.headers["access-control-allow-origin"] == "http://grafana.example.org"
+
+
 def test_csv_neutralises_formulas_in_cells_and_headers(client, otlp):
     attack = {"=HYPERLINK(\"http://x\")": "@SUM(1+1)", "note": "+1", "tabbed": "\tx", "cr": "\rx", "neg": -2.5}
     _post(client, otlp, steps=[0], samples=2, completion=lambda s, i: "=cmd|' /C calc'!A0" if i else "-2+3",
