@@ -54,8 +54,8 @@ def sidecar(
              "log_file": log_file, "allow_unauthenticated": allow_unauthenticated or None}
     try:
         settings = SidecarSettings(**{k: v for k, v in given.items() if v is not None})
-    except ValueError as e:  # pydantic's ValidationError is one
-        fail(f"invalid sidecar settings: {_first_error(e)}")
+    except ValueError as e:  # SettingsError: one line naming the flag's field or the variable
+        fail(f"invalid sidecar settings: {e}")
     # Before anything starts a thread (opening a PostgreSQL store starts its pool's): the arena cap
     # holds only for arenas made after it, and the check's threads had made four more for good.
     keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
@@ -94,16 +94,6 @@ def log_config(settings, level: str) -> dict:
         "loggers": {"uvicorn": {"level": level.upper()}, "otel_grpo": {"level": "INFO"}},
         "root": {"handlers": ["file", "stderr"], "level": "WARNING"},
     }
-
-
-
-
-def _first_error(e: ValueError) -> str:
-    errors = getattr(e, "errors", None)
-    if callable(errors):
-        first = errors()[0]
-        return f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}"
-    return str(e)
 
 
 def _check_db(settings):

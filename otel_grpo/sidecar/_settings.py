@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .._setting_errors import SettingsError
 from .._setting_lists import comma_list
 
 MiB = 1024 * 1024
@@ -21,6 +22,14 @@ class SidecarSettings(BaseSettings):
     """Everything the sidecar can be told; each field is also `OTEL_GRPO_SIDECAR_<FIELD>`."""
 
     model_config = SettingsConfigDict(env_prefix="OTEL_GRPO_SIDECAR_", extra="ignore", populate_by_name=True)
+
+    def __init__(self, **values: Any) -> None:
+        """Raises `SettingsError` (a ValueError), one line naming the argument or variable that is wrong:
+        `OTEL_GRPO_SIDECAR_PORT=tcp://10.0.0.7:8000: ...` says where a value came from, as `port: ...` cannot."""
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise SettingsError.of(error, type(self), values) from None
 
     host: str = "127.0.0.1"
     """Bind address; loopback by default so nothing is exposed by accident."""
@@ -152,19 +161,19 @@ class SidecarSettings(BaseSettings):
 
         return redact(self.db) if isinstance(self.db, str) else str(self.db)
 
-    @model_validator(mode="after")
-    def _tokens_not_blank(self) -> "SidecarSettings":
-        for name in ("ingest_token", "read_token"):
-            value = getattr(self, name)
-            if value is not None and not value.strip():
-                raise ValueError(f"{name} must not be blank (leave it unset to disable)")
-        return self
+    @field_validator("ingest_token", "read_token")
+    @classmethod
+    def _token_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("a token must not be blank (leave it unset to disable)")
+        return value
 
     @model_validator(mode="after")
     def _closed_beyond_loopback(self) -> "SidecarSettings":
         if not loopback_only(self.host) and not (self.ingest_token and self.read_token) and not self.allow_unauthenticated:
-            raise ValueError(f"host {self.host} is reachable beyond this machine: set both tokens (ingest_token, "
-                             "read_token), or allow_unauthenticated if an open sidecar is intended")
+            raise ValueError(f"host {self.host} is reachable beyond this machine: set both tokens (ingest_token and "
+                             "read_token: --token and --read-token), or allow_unauthenticated (--allow-unauthenticated) "
+                             "if an open sidecar is intended")
         return self
 
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-from pydantic import ValidationError
 
 from otel_grpo.sidecar import SidecarSettings
 from otel_grpo.stack._process import cache_name
@@ -21,7 +20,7 @@ CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_GRPO_
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "sidecar.example.org"])
 def test_the_sidecar_refuses_to_listen_beyond_loopback_without_both_tokens(host, tmp_path):
     for tokens in ({}, {"ingest_token": "i"}, {"read_token": "r"}):
-        with pytest.raises(ValidationError, match="allow_unauthenticated"):
+        with pytest.raises(ValueError, match="allow_unauthenticated"):
             SidecarSettings(host=host, db=tmp_path / "s.db", **tokens)
     assert SidecarSettings(host=host, db=tmp_path / "s.db", ingest_token="i", read_token="r").host == host
     assert SidecarSettings(host=host, db=tmp_path / "s.db", allow_unauthenticated=True).allow_unauthenticated
@@ -41,6 +40,20 @@ def test_the_sidecar_command_refuses_in_one_line_and_exits_1(tmp_path):
         assert line.startswith("otel-grpo sidecar: invalid sidecar settings") and "--allow-unauthenticated" not in out.stdout
         assert "allow_unauthenticated" in line
     assert not (tmp_path / "s.db").exists()  # refused before anything was created
+
+
+@pytest.mark.parametrize("argv,env,named", [
+    # Kubernetes' service links hand a Service named `otel-grpo` this variable (docs/operations.md)
+    ([], {"OTEL_GRPO_SIDECAR_PORT": "tcp://10.0.0.7:8000"}, "OTEL_GRPO_SIDECAR_PORT=tcp://10.0.0.7:8000: "),
+    (["--port", "99999"], {}, "port=99999: "),
+    ([], {"OTEL_GRPO_SIDECAR_READ_TOKEN": " "}, "OTEL_GRPO_SIDECAR_READ_TOKEN= : "),
+])
+def test_a_bad_sidecar_setting_is_one_line_naming_the_variable_or_flag_it_came_from(tmp_path, argv, env, named):
+    out = subprocess.run(SIDECAR + argv + ["--db", str(tmp_path / "s.db")], capture_output=True, text=True,
+                         timeout=120, env={**CLEAN_ENV, **env})
+    assert out.returncode == 1, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith(f"otel-grpo sidecar: invalid sidecar settings: {named}"), line
 
 
 def test_the_sidecar_flag_says_an_open_sidecar_is_intended():

@@ -493,7 +493,7 @@ def test_a_release_named_otel_grpo_gets_no_service_links_that_would_crash_the_si
     (c,) = pods["otel-grpo-sidecar"]["spec"]["containers"]
     links = _service_links(services)
     assert links["OTEL_GRPO_SIDECAR_PORT"].startswith("tcp://")
-    with pytest.raises(ValueError, match="port"):  # what the links would do
+    with pytest.raises(ValueError, match="OTEL_GRPO_SIDECAR_PORT=tcp://"):  # what the links would do
         _sidecar_settings(c, tokens, links, monkeypatch, flags=False)
     assert _sidecar_settings(c, tokens, {}, monkeypatch, flags=False).port == 8000
     assert _sidecar_settings(c, tokens, {}, monkeypatch).port == 8000
