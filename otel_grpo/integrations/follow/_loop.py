@@ -109,7 +109,10 @@ class Follower:
         # A job's files show no work between two logged steps but the checkpoints it writes: a change in
         # these folders is a heartbeat, so a long save is no stall (a hung job writes nothing)
         self._writes = list(writes)
-        self.emitted = 0
+        # The training steps this follower sent, for the exit line: each once, though TRL's step goes out as
+        # two spans (samples, then scalars) and a relaunched job's again; an evaluation is no step. One int
+        # per step of the run, as the sidecar keeps a row per step.
+        self._steps_sent: set[int] = set()
         self.failed_flushes = 0
         self._warned_slow = False
         self._failures_at_save = telemetry.export_health.failures
@@ -121,6 +124,11 @@ class Follower:
         if state.attempt is None:  # the first follower of these files: its own attempt, saved with `start`
             state.attempt = telemetry.attempt
         start(self.sources, state)  # saved positions restored; every position saved at once
+
+    @property
+    def emitted(self) -> int:
+        """Training steps sent so far by this follower, each counted once (evaluations are none)."""
+        return len(self._steps_sent)
 
     @property
     def malformed(self) -> int:
@@ -251,7 +259,8 @@ class Follower:
                 s.record_phase(name, seconds, end_ns=start)
             if rows:
                 s.samples(rows)
-        self.emitted += 1
+        if not evaluation:
+            self._steps_sent.add(record.step)
         chunks = -(-len(rows or ()) // self.tel.settings.max_events_per_span)
         return 1 + len(phases) + chunks
 

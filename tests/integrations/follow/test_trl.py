@@ -57,6 +57,8 @@ def test_trl_completions_become_samples_once_per_generation_batch(tmp_path, trl_
     run = Run(tmp_path, [TrlOutput(trl_output, reward_weights=[1.0, 0.5])])
     assert run.follower.run(StopRequest()) is True  # checkpoint-4: global_step reached max_steps
     run.tel.finish()
+    # the exit line's "N steps emitted": each step once, though its samples and scalars went out apart
+    assert run.follower.emitted == STEPS
     spans = run.spans.get_finished_spans()
     by_step: dict[int, list[dict]] = {}
     for s in spans:
@@ -117,6 +119,7 @@ def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, trl_summar
     at_start = [dict(s.attributes) for s in run.spans.get_finished_spans() if s.attributes.get("grpo.step") == 0]
     assert {a.get("grpo.metric.eval_metric/reward") for a in at_start} >= {history[0]["eval_reward"]}
     assert run.gauge("grpo.steps") == STEPS  # the evaluation counts no step
+    assert run.follower.emitted == STEPS  # nor in the exit line's "N steps emitted"
     assert run.gauge("grpo.step_index") == STEPS
 
 
