@@ -67,15 +67,16 @@ def _cli(bin_dir: Path, *args: str, cwd: Path | None = None) -> subprocess.Compl
     (["up"], "sidecar"),
     (["demo", "--exit"], "sidecar"),
 ])
-def test_a_base_install_names_the_missing_extra_in_one_line(base, tmp_path, args, extra):
+def test_a_base_install_names_the_missing_extra_in_one_line(base, wheel, tmp_path, args, extra):
     out = _cli(base, *args, cwd=tmp_path)
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and f"pip install 'otel-grpo[{extra}]'" in lines[0], out.stderr
+    # installed from a wheel file: the command installs the extra from that file (no index has otel-grpo)
+    assert len(lines) == 1 and f"pip install '{wheel}[{extra}]'" in lines[0], out.stderr
     assert lines[0].startswith(f"otel-grpo {args[0]}: needs the [{extra}] extra")
 
 
-def test_a_base_install_has_the_library_and_the_generators(base, tmp_path):
+def test_a_base_install_has_the_library_and_the_generators(base, wheel, tmp_path):
     code = ("import otel_grpo, otel_grpo.catalog; print(otel_grpo.Telemetry.__name__)\n"
             "try:\n    from otel_grpo.integrations import OtelGrpoCallback\n"
             "except ImportError as e:\n    print(e)\n"
@@ -86,7 +87,7 @@ def test_a_base_install_has_the_library_and_the_generators(base, tmp_path):
     assert out.returncode == 0, out.stderr
     telemetry, callback, sidecar = out.stdout.strip().splitlines()
     assert telemetry == "Telemetry"
-    assert "[trl] extra" in callback and "pip install 'otel-grpo[trl]'" in callback
+    assert "[trl] extra" in callback and f"pip install '{wheel}[trl]'" in callback
     assert "[sidecar] extra" in sidecar
     assert _cli(base, "dashboards", "--help").returncode == 0  # the stack's generators need no extra
 

@@ -45,6 +45,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from otel_grpo._extras import install_command
 from otel_grpo.catalog import is_evaluation
 from otel_grpo.catalog.spans import check_step
 from otel_grpo.integrations.trl._chat import chat_text  # the renderer instrument uses: same text
@@ -113,7 +114,7 @@ class TrlOutput:
 
     def __init__(self, output_dir: str | os.PathLike[str], reward_weights: Sequence[float] | None = None) -> None:
         if importlib.util.find_spec("pyarrow") is None:
-            raise ValueError("output_dir: reading TRL's parquet needs pyarrow (pip install 'otel-grpo[follow]')")
+            raise ValueError(f"output_dir: reading TRL's parquet needs pyarrow ({install_command('follow')})")
         self.dir = Path(output_dir)
         self.weights = list(reward_weights) if reward_weights else None
         self.bad = BadInput(self.name)
