@@ -53,7 +53,7 @@ def test_a_commands_description_wraps_as_paragraphs_at_80_columns(command):
     "args, env, names",
     [
         (["sidecar", "--port", "-5"], None, "port"),
-        (["sidecar"], {"OTEL_GRPO_SIDECAR_MAX_BODY_BYTES": "lots"}, "max_body_bytes"),
+        (["sidecar"], {"OTEL_GRPO_SIDECAR_MAX_BODY_BYTES": "lots"}, "OTEL_GRPO_SIDECAR_MAX_BODY_BYTES=lots"),
         (["sidecar", "--db", "/proc/no-such-dir/s.db"], None, "/proc/no-such-dir/s.db"),  # was 69 lines
         (["sidecar", "--db", "/dev/null/s.db"], None, "/dev/null/s.db"),
         (["train", "--set", "grpo.epsilon_low=5"], None, "epsilon_low"),
