@@ -1515,3 +1515,35 @@ def test_a_runs_page_past_the_last_says_so_and_links_the_first(site, new_page):
     page.click("#runs-first")
     wait(page, "!!document.querySelector('#runs-table')")
     assert page.evaluate("location.hash") == "#/"
+
+
+LONG_PROMPT = "long-prompt"
+
+
+def _seed_long_prompt(url: str, otlp) -> None:
+    """One group of 3 completions whose prompt is 10,000 lines (a long context, a whole document)."""
+    spans = otlp.spans(LONG_PROMPT, range(1), samples=3,
+                       extra=lambda s, i: {"prompt": "\n".join(f"line {n} of the document" for n in range(10_000))})
+    assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(),
+                      headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+def test_a_long_prompt_leaves_the_group_cards_in_view(site, new_page):
+    """The group view shows its prompt above the completions. A prompt of thousands of lines scrolls in a box of
+    its own, as a completion does, so the cards being compared stay on the first screen. Before, the box grew
+    with the text and the cards began tens of thousands of pixels down."""
+    site.seed(_seed_long_prompt)
+    page = new_page(viewport={"width": 1280, "height": 900})
+    open_run(page, f"{site.url}/#/run/{LONG_PROMPT}?step=0")
+    page.locator('#samples-table tbody tr[data-sample="0"] button.group-open').click()
+    wait(page, "document.querySelectorAll('#group-view .group-card').length === 3")
+    prompt = page.locator("#group-view .prompt")
+    assert prompt.text_content().count("\n") == 9_999  # all of it is there, to scroll through
+    box = page.evaluate("(() => { const p = document.querySelector('#group-view .prompt');"
+                        " return [p.clientHeight, p.scrollHeight]; })()")
+    assert box[0] <= 400 < box[1], box
+    card = page.locator("#group-view .group-card").first
+    card.scroll_into_view_if_needed()
+    top = page.evaluate("document.querySelector('#group-view .group-card').getBoundingClientRect().top"
+                        " - document.querySelector('#group-view .prompt').getBoundingClientRect().top")
+    assert top < 600, top
