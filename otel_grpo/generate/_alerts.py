@@ -173,6 +173,24 @@ def _seen_rule(s: RuleSettings, component: str) -> dict:
                                       f" or last_over_time({record}[{s.history_window}])"}
 
 
+DELIVERY_FAILED = "instance:alert_notifications_failed:increase"
+"""Alert notifications that failed lately: Alertmanager's, after their retries (by integration and reason),
+Prometheus's that every Alertmanager it sends to missed. GRPOAlertDeliveryFailing names them; the Watchdog
+stops while there are any, so the dead man's switch pages even when the failing receiver is the page one."""
+
+
+def _delivery_rule(s: RuleSettings) -> dict:
+    window = s.counter_window
+    return {"record": DELIVERY_FAILED,
+            "expr": "sum by (instance, integration, reason) "
+                    f"(increase(alertmanager_notifications_failed_total[{window}]))"
+                    # Prometheus's side, named as Alertmanager names its own. Counted per Alertmanager: an alert
+                    # another replica took is delivered, so only what every one of them dropped is lost.
+                    f' > 0 or label_replace(label_replace(min by (instance) (increase('
+                    f'prometheus_notifications_dropped_total[{window}])) > 0, "integration", "alertmanager", "", ""),'
+                    f' "reason", "dropped", "", "")'}
+
+
 def _down(component: str) -> str:
     return f"up == 0 and on (job, instance) job_instance:{component}:seen"
 
@@ -217,9 +235,19 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
                "The sidecar rejected " + _VAL + " requests ({{ $labels.reason }})",
                "Requests answered with an error: overloaded (the collector retries), unauthorized (token mismatch), "
                "malformed or too large (client bug), store_unavailable (disk).", STACK_SIDECAR),
-        _alert(s, "GRPOWatchdog", "vector(1)", "0s", "none",
-               "Always firing: proves that rules, Prometheus and Alertmanager deliver",
-               "Route it to a dead man's switch; silence means the alerting pipeline itself is broken."),
+        # A warning: it reaches the run's owner and the sidecar where the page receiver is the one failing; the
+        # Watchdog below stops meanwhile, so whoever watches the dead man's switch is paged whichever receiver fails.
+        _alert(s, "GRPOAlertDeliveryFailing", DELIVERY_FAILED, s.for_fast, "warning",
+               "Alert notifications failing: " + _VAL + " ({{ $labels.integration }}, {{ $labels.reason }}, "
+               "on {{ $labels.instance }})",
+               "Alertmanager gave up on notifications after retrying them for a group interval (its log names "
+               "the receiver), or Prometheus dropped alerts it could not hand to any Alertmanager. Alertmanager "
+               "tries a failed notification again at every group interval, so a page arrives once its receiver "
+               "answers; meanwhile the Watchdog stops, and the dead man's switch pages."),
+        _alert(s, "GRPOWatchdog", f"vector(1) unless on () {DELIVERY_FAILED}", "0s", "none",
+               "Firing while alerts are delivered: proves that rules, Prometheus and Alertmanager deliver",
+               "Route it to a dead man's switch; silence means the alerting pipeline itself is broken. It stops "
+               "while notifications fail (GRPOAlertDeliveryFailing), so a receiver that fails pages someone too."),
     ]
 
 
@@ -233,7 +261,7 @@ def alert_rules(s: RuleSettings) -> dict:
     records = counter_rules() + _run_rules(s) + [watched_rule(s), _nonfinite_rule(s)]
     records += evidence_rules(s, held_uses(a["expr"] for a in alerts))
     collector, sidecar = _seen_rule(s, "collector"), _seen_rule(s, "sidecar")
-    records += [collector, sidecar] + run_end_rules(s, collector["record"])
+    records += [collector, sidecar] + run_end_rules(s, collector["record"]) + [_delivery_rule(s)]
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}
 
 

@@ -80,6 +80,8 @@ BLOCKS = {
                                                   "steps, lately (the counter) or now (the streak)",
     "job_instance:collector:seen": "targets that served the collector's own metrics, remembered while down",
     "job_instance:sidecar:seen": "targets that served the sidecar's own metrics, remembered while down",
+    "instance:alert_notifications_failed:increase": "notifications Alertmanager gave up on (by integration and "
+                                                  "reason) and alerts Prometheus dropped, within `counter_window`",
     "run_id_job_instance:grpo_process:clock_lag_seconds": "each process's lag now: Prometheus's scrape time of "
                                                           "its `grpo_process_clock_seconds` minus that value",
     "run_id_job_instance:grpo_process:clock_least_lag_seconds": "its smallest lag over `clock_window`, where one "
@@ -219,7 +221,8 @@ def render_alerts_md() -> str:
         "| page | critical | the on-call receiver `routing.yml` names (`page`); every alert also reaches the sidecar |",
         "| notify | warning | the run's owner (`notify`): a webhook or chat channel |",
         "| record | anything else | the sidecar only (the run explorer's alert marks) |",
-        "| deadman | GRPOWatchdog | a dead man's switch (`deadman`): silence means alerting is broken |",
+        "| deadman | GRPOWatchdog | a dead man's switch (`deadman`): silence means alerting is broken or notifications "
+        "fail (GRPOAlertDeliveryFailing) |",
         "",
         "Until an operator names a destination in `alertmanager/routing.yml` every class reaches the",
         "sidecar only: no alert text leaves the host. Inhibitions pair alerts of one run only",

@@ -28,6 +28,7 @@ STACK_SERIES = frozenset({
     "otelcol_exporter_queue_size", "otelcol_exporter_queue_capacity", "otelcol_exporter_enqueue_failed_spans_total",
     "otel_grpo_sidecar_requests_rejected_total", "otel_grpo_sidecar_spans_ingested_total",
     "otelcol_receiver_refused_metric_points_total", "otelcol_receiver_refused_spans_total",
+    "alertmanager_notifications_failed_total", "prometheus_notifications_dropped_total",
 })
 
 

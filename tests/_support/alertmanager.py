@@ -25,10 +25,12 @@ def serve_alertmanager(binary: str, config: Path, d: Path, port: int) -> Managed
 
 
 class Hooks(ThreadingHTTPServer):
-    """Webhook receivers on one port, one path each: what Alertmanager delivered, by path."""
+    """Webhook receivers on one port, one path each: what Alertmanager delivered, by path. A path in `failing`
+    answers 500 (a receiver that is down) and records nothing."""
 
     def __init__(self) -> None:
         self.received: dict[str, list[dict]] = defaultdict(list)
+        self.failing: set[str] = set()
         self.lock = threading.Lock()
         hooks = self
 
@@ -36,8 +38,10 @@ class Hooks(ThreadingHTTPServer):
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 with hooks.lock:
-                    hooks.received[self.path].append(body)
-                self.send_response(200)
+                    failing = self.path in hooks.failing
+                    if not failing:
+                        hooks.received[self.path].append(body)
+                self.send_response(500 if failing else 200)
                 self.end_headers()
 
             def log_message(self, *args) -> None:
