@@ -177,18 +177,23 @@ DELIVERY_FAILED = "instance:alert_notifications_failed:increase"
 """Alert notifications that failed lately: Alertmanager's, after their retries (by integration and reason),
 Prometheus's that every Alertmanager it sends to missed. GRPOAlertDeliveryFailing names them; the Watchdog
 stops while there are any, so the dead man's switch pages even when the failing receiver is the page one."""
+_FAILED = "instance:alertmanager_notifications_failed:increase"
+_DROPPED = "instance:prometheus_notifications_dropped:increase"
 
 
-def _delivery_rule(s: RuleSettings) -> dict:
-    window = s.counter_window
-    return {"record": DELIVERY_FAILED,
-            "expr": "sum by (instance, integration, reason) "
-                    f"(increase(alertmanager_notifications_failed_total[{window}]))"
-                    # Prometheus's side, named as Alertmanager names its own. Counted per Alertmanager: an alert
-                    # another replica took is delivered, so only what every one of them dropped is lost.
-                    f' > 0 or label_replace(label_replace(min by (instance) (increase('
-                    f'prometheus_notifications_dropped_total[{window}])) > 0, "integration", "alertmanager", "", ""),'
-                    f' "reason", "dropped", "", "")'}
+def _delivery_rules(s: RuleSettings) -> list[dict]:
+    window, dropped = s.counter_window, "prometheus_notifications_dropped_total"
+    return [
+        {"record": _FAILED, "expr": "sum by (instance, integration, reason) "
+                                    f"(increase(alertmanager_notifications_failed_total[{window}])) > 0"},
+        # Named as Alertmanager names its own. Counted per Alertmanager: an alert another replica took is delivered,
+        # so only what every one it sends to now dropped is lost (one it no longer sends to, say an old pod's
+        # address, keeps a range of zeros for `window`).
+        {"record": _DROPPED, "expr": f"label_replace(label_replace(min by (instance) (increase({dropped}[{window}])"
+                                     f' and {dropped}) > 0, "integration", "alertmanager", "", ""),'
+                                     ' "reason", "dropped", "", "")'},
+        {"record": DELIVERY_FAILED, "expr": f"{_FAILED} or {_DROPPED}"},
+    ]
 
 
 def _down(component: str) -> str:
@@ -261,7 +266,7 @@ def alert_rules(s: RuleSettings) -> dict:
     records = counter_rules() + _run_rules(s) + [watched_rule(s), _nonfinite_rule(s)]
     records += evidence_rules(s, held_uses(a["expr"] for a in alerts))
     collector, sidecar = _seen_rule(s, "collector"), _seen_rule(s, "sidecar")
-    records += [collector, sidecar] + run_end_rules(s, collector["record"]) + [_delivery_rule(s)]
+    records += [collector, sidecar] + run_end_rules(s, collector["record"]) + _delivery_rules(s)
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}
 
 

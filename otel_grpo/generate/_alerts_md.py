@@ -80,8 +80,11 @@ BLOCKS = {
                                                   "steps, lately (the counter) or now (the streak)",
     "job_instance:collector:seen": "targets that served the collector's own metrics, remembered while down",
     "job_instance:sidecar:seen": "targets that served the sidecar's own metrics, remembered while down",
-    "instance:alert_notifications_failed:increase": "notifications Alertmanager gave up on (by integration and "
-                                                  "reason) and alerts Prometheus dropped, within `counter_window`",
+    "instance:alertmanager_notifications_failed:increase": "notifications Alertmanager gave up on within "
+                                                           "`counter_window`, by integration and reason",
+    "instance:prometheus_notifications_dropped:increase": "alerts Prometheus dropped within `counter_window` for every "
+                                                          "Alertmanager it sends to now",
+    "instance:alert_notifications_failed:increase": "either of the two",
     "run_id_job_instance:grpo_process:clock_lag_seconds": "each process's lag now: Prometheus's scrape time of "
                                                           "its `grpo_process_clock_seconds` minus that value",
     "run_id_job_instance:grpo_process:clock_least_lag_seconds": "its smallest lag over `clock_window`, where one "
