@@ -263,8 +263,9 @@ def alert_rules(s: RuleSettings) -> dict:
     runs = [{**a, "annotations": {**a["annotations"], **clock_offset_annotation()}}
             for a in _drift_alerts(s) + _training_alerts(s) + _health_alerts(s)]
     alerts = runs + _stack_alerts(s)
-    records = counter_rules() + _run_rules(s) + [watched_rule(s), _nonfinite_rule(s)]
-    records += evidence_rules(s, held_uses(a["expr"] for a in alerts))
+    uses = held_uses(a["expr"] for a in alerts)
+    records = counter_rules(s, uses) + _run_rules(s) + [watched_rule(s), _nonfinite_rule(s)]
+    records += evidence_rules(s, uses)
     collector, sidecar = _seen_rule(s, "collector"), _seen_rule(s, "sidecar")
     records += [collector, sidecar] + run_end_rules(s, collector["record"]) + _delivery_rules(s)
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}

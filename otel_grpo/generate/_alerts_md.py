@@ -59,7 +59,8 @@ EVIDENCE = {
 _PER_PROCESS = ("the counter once per process (its run, target and start) whichever collector replicas relayed "
                 "it: the largest of their copies")
 BLOCKS = {
-    "process:grpo_step_beyond_total": _PER_PROCESS,
+    "process:grpo_step_beyond_total": _PER_PROCESS + ", at the bounds and streaks the alerts read only (a trainer "
+        "exports every check at every bound and streak)",
     "process:grpo_nonfinite_total": _PER_PROCESS,
     "process:grpo_skipped_steps_total": _PER_PROCESS,
     "run_id:grpo_step_index:max": "the run's highest step index now",

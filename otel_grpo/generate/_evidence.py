@@ -63,12 +63,21 @@ def per_process(metric: str) -> str:
     return f"process:{name}{brace}{selector}"
 
 
-def counter_rules() -> list[dict]:
+def counter_rules(s: RuleSettings, uses: Iterable[tuple[str, int]]) -> list[dict]:
     """One series per process of each event counter: the largest of its copies. The copies are of one cumulative
     count, the later the larger, so the record counts on as if one collector had relayed it all; a copy seen
     anew under another replica is not a new counter, and a count that rose between the last export through one
-    replica and the first through another is an increase."""
-    return [{"record": per_process(m), "expr": f"max by ({IDENTITY}) ({m})"} for m in COUNTERS]
+    replica and the first through another is an increase.
+
+    The step checks' counter only at the bounds and streaks the alerts read (`uses`, as `evidence_rules` takes
+    them; one rule per distinct setting): a trainer exports every check at every bound and streak, several
+    times what the alerts read, and a record of them all copies each of a team's runs' series into a second
+    one at every evaluation (benchmarks/rules_load.py)."""
+    beyond = [{"record": per_process(BEYOND), "expr": f'max by ({IDENTITY}) ({BEYOND}{{{sel}, streak="{steps}"}})',
+               "labels": {**labels, "streak": str(steps)}}
+              for field, steps in dict.fromkeys(uses) for sel, labels in _settings(s, field)]
+    return beyond + [{"record": per_process(m), "expr": f"max by ({IDENTITY}) ({m})"} for m in COUNTERS
+                     if m != BEYOND]
 
 
 def counted_parts(metric: str, by: str, s: RuleSettings) -> tuple[str, str]:

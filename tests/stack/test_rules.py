@@ -307,3 +307,32 @@ def test_a_run_alert_says_the_clock_offset_of_a_trainer_clock_10_minutes_off(tmp
     (tmp_path / "t.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     out = run(promtool, "test", "rules", "t.yml", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_step_checks_no_alert_reads_add_no_recorded_series(tmp_path, promtool):
+    """A trainer exports every step check at every bound and streak, several times the ones the alerts read;
+    a team's Prometheus evaluates the rules over hundreds of runs, so what the rules write per run must not grow
+    with those (benchmarks/rules_load.py). Two runs, one exporting every check, one only the checks the alerts
+    read (the counters of `run_id_signal_bound:grpo_step_beyond:rose`): the rules write as many series of each."""
+    from otel_grpo.generate._replay import Segment, replay
+
+    s = RuleSettings()
+    rules = yaml.safe_load(rule_files(s)["rules/grpo_alerts.yml"])["groups"][0]["rules"]
+    read = {m for r in rules if r.get("record") == "run_id_signal_bound:grpo_step_beyond:rose"
+            for m in re.findall(r'signal="(\w+)", bound="([^"]+)", streak="(\d+)"', r["expr"])}
+    series = replay([Segment(run, {"kl": [0.1] * 40}, step_s=10) for run in ("all", "read")], scrape_s=15, scrapes=40)
+    inputs = [{"series": name, "values": values} for name, values in series.items()
+              if 'run_id="read"' not in name or not name.startswith("grpo_step_beyond_total")
+              or tuple(re.search(rf'{k}="([^"]+)"', name).group(1) for k in ("signal", "bound", "streak")) in read]
+    assert len(inputs) < len(series), "the trainer exports checks the alerts do not read"
+    recorded = 'count({{__name__=~".+:.+", run_id="{}"}})'
+    doc = {"rule_files": ["rules/grpo_recording.yml", "rules/grpo_alerts.yml"], "evaluation_interval": "15s",
+           "tests": [{"interval": "15s", "input_series": inputs, "promql_expr_test": [
+               {"expr": f"{recorded.format('all')} - {recorded.format('read')}", "eval_time": "8m",
+                "exp_samples": [{"labels": "{}", "value": 0}]}]}]}
+    for rel, text in rule_files(s).items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "t.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = run(promtool, "test", "rules", "t.yml", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
