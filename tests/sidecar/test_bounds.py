@@ -194,7 +194,8 @@ def test_bodies_in_flight_are_bounded_too(sidecar_factory, otlp):
 @pytest.mark.integration
 def test_memory_taken_by_concurrent_reads_is_given_back(sidecar_factory, tmp_path):
     """40 concurrent 1000-row reads: the release before this one kept ~1.27 GiB of them for good
-    (a 32 MiB page cache per reading thread, 16 malloc arenas of freed heap); now ~0.2 GiB."""
+    (a 32 MiB page cache per reading thread, 16 malloc arenas of freed heap); now ~0.2 GiB, and under half a
+    GiB within a minute on a loaded machine."""
     from tests.sidecar.test_export_memory import _fill, _status_kib
 
     db = tmp_path / "big.db"
@@ -217,6 +218,10 @@ def test_memory_taken_by_concurrent_reads_is_given_back(sidecar_factory, tmp_pat
         for t in threads:
             t.join()
     assert rows == [1000] * 80
-    kept = (_status_kib(proc.proc.pid, "VmRSS") - base) / 1024
+    # Right after the reads on a quiet machine; on a loaded one, where more of the reads overlap, once the
+    # background release (`heap_release_s`) has run: either way within a minute.
+    deadline = time.monotonic() + 90
+    while (kept := (_status_kib(proc.proc.pid, "VmRSS") - base) / 1024) >= 512 and time.monotonic() < deadline:
+        time.sleep(1)
     print(f"RSS kept after 80 concurrent reads: {kept:.0f} MiB")
     assert kept < 512, f"{kept:.0f} MiB kept after the reads"
