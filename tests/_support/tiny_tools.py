@@ -20,6 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tiny_trl import save_tiny_model  # the directory of both is on sys.path (the tests put it there)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -115,15 +117,6 @@ def make_model(tokenizer: Any) -> Any:
     return model
 
 
-def save_tool_model(directory: str | Path) -> str:
-    directory = Path(directory)
-    if not (directory / "config.json").exists():
-        tokenizer = make_tokenizer()
-        make_model(tokenizer).save_pretrained(directory)
-        tokenizer.save_pretrained(directory)
-    return str(directory)
-
-
 def reward_answered(completions: list[list[dict]], **_: Any) -> list[float]:
     """1 when a tool answered 3."""
     return [float(any(m["role"] == "tool" and m["content"] == "3" for m in c)) for c in completions]
@@ -141,7 +134,7 @@ def make_tool_trainer(output_dir: str | Path, *, trainer_class: Any = None, **co
     from transformers import PreTrainedTokenizerFast
     from trl import GRPOConfig, GRPOTrainer
 
-    model_path = save_tool_model(Path(output_dir) / "tool-model")
+    model_path = save_tiny_model(Path(output_dir) / "tool-model", make_tokenizer, make_model)
     args = GRPOConfig(**{
         "output_dir": str(output_dir), "per_device_train_batch_size": 8, "num_generations": 4,
         "max_completion_length": 28, "max_steps": 3, "logging_steps": 1, "learning_rate": 1e-3,

@@ -62,12 +62,13 @@ def make_dataset(n: int = len(PROMPTS)) -> Any:
     return Dataset.from_dict({"prompt": [PROMPTS[i % len(PROMPTS)] for i in range(n)]})
 
 
-def save_tiny_model(directory: str | Path) -> str:
-    """The tiny model and its tokenizer saved as a local checkpoint (TRL loads the reference from it)."""
+def save_tiny_model(directory: str | Path, tokenizer_maker: Any = None, model_maker: Any = None) -> str:
+    """The tiny model and its tokenizer saved as a local checkpoint (TRL loads the reference from it), once;
+    another tiny model's makers (`tiny_tools`) save theirs the same way."""
     directory = Path(directory)
     if not (directory / "config.json").exists():
-        tokenizer = make_tokenizer()
-        make_model(tokenizer).save_pretrained(directory)
+        tokenizer = (tokenizer_maker or make_tokenizer)()
+        (model_maker or make_model)(tokenizer).save_pretrained(directory)
         tokenizer.save_pretrained(directory)
     return str(directory)
 

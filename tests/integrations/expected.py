@@ -76,3 +76,21 @@ def exported_as_logged(steps: dict[int, dict[str, float]]) -> dict[int, dict[str
     prefix = "trl_logged/"
     out = {step: {k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)} for step, values in steps.items()}
     return {step: values for step, values in out.items() if values}
+
+
+def differences_from_trl(log_history: list[dict], steps: dict[int, dict[str, float]]) -> tuple[set[str], list]:
+    """Every number TRL logged at a training step against the exported value under our name for it
+    (`stat_key(..., "trl")`): the TRL keys compared, and (step, key, TRL's, ours) where they differ."""
+    from otel_grpo.catalog import stat_key
+
+    compared, differ = set(), []
+    for entry in log_history:
+        if "loss" not in entry:
+            continue
+        for name, value in entry.items():
+            key = stat_key(name, "trl")
+            if isinstance(value, float) and key in steps[entry["step"]]:
+                compared.add(name)
+                if not close(steps[entry["step"]][key], value):
+                    differ.append((entry["step"], name, value, steps[entry["step"]][key]))
+    return compared, differ

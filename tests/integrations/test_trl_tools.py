@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from otel_grpo import signals
-from otel_grpo.catalog import stat_key
 from otel_grpo.integrations import instrument
-from expected import close
+from expected import differences_from_trl
 from trl_run import exported, in_memory_telemetry, recording_class
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_support"))
@@ -45,16 +44,7 @@ def test_tool_calling_run_exports_every_number_trl_logs(tmp_path, mask_truncated
     instrument(trainer, telemetry=tel)
     trainer.train()
     steps = {int(k): v for k, v in exported(exporter)["steps"].items()}
-    compared, differ = set(), []
-    for entry in trainer.state.log_history:
-        if "loss" not in entry:
-            continue
-        for name, value in entry.items():
-            key = stat_key(name, "trl")
-            if isinstance(value, float) and key in steps[entry["step"]]:
-                compared.add(name)
-                if not close(steps[entry["step"]][key], value):
-                    differ.append((entry["step"], name, value, steps[entry["step"]][key]))
+    compared, differ = differences_from_trl(trainer.state.log_history, steps)
     assert not differ
     assert {"completions/mean_length", "completions/min_length", "completions/max_length",
             "completions/mean_terminated_length", "tools/call_frequency", "tools/failure_frequency", "kl",
