@@ -9,7 +9,7 @@ import torch
 from otel_grpo import signals
 from otel_grpo.integrations import instrument
 from expected import differences_from_trl
-from trl_run import exported, in_memory_telemetry, make_recording_trainer
+from trl_run import exported, in_memory_telemetry, make_recording_trainer, train_instrumented
 
 MAX_LEN = 4  # short enough that most completions of the tiny model hit it
 
@@ -30,10 +30,7 @@ def test_loss_masks_leave_trls_numbers_and_the_generated_completions(tmp_path):
     trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=3,
                                      max_completion_length=MAX_LEN, mask_truncated_completions=True,
                                      top_entropy_quantile=0.2, off_policy_mask_threshold=0.0, scale_rewards="none")
-    tel, _, exporter = in_memory_telemetry(tmp_path / "telemetry")
-    instrument(trainer, telemetry=tel)
-    trainer.train()
-    steps = {int(k): v for k, v in exported(exporter)["steps"].items()}
+    steps = train_instrumented(trainer, tmp_path / "telemetry")
     compared, differ = differences_from_trl(trainer.state.log_history, steps)
     assert not differ
     assert {"entropy", "kl", "clip_ratio/region_mean", "reward_std", "completions/mean_length"} <= compared

@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from otel_grpo import signals
-from otel_grpo.integrations import instrument
 from expected import differences_from_trl
-from trl_run import exported, in_memory_telemetry, recording_class
+from trl_run import recording_class, train_instrumented
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_support"))
 
@@ -40,10 +39,7 @@ def test_tool_calling_run_exports_every_number_trl_logs(tmp_path, mask_truncated
     `mask_truncated_completions` zeroes the truncated rows' masks; tools/*, KL, entropy and clip stats too."""
     trainer = make_tool_trainer(tmp_path, trainer_class=_tool_recording(), mask_truncated_completions=mask_truncated)
     trainer.records = {"generations": [], "micro_batches": [], "tool_masks": []}
-    tel, _, exporter = in_memory_telemetry(tmp_path / "telemetry")
-    instrument(trainer, telemetry=tel)
-    trainer.train()
-    steps = {int(k): v for k, v in exported(exporter)["steps"].items()}
+    steps = train_instrumented(trainer, tmp_path / "telemetry")
     compared, differ = differences_from_trl(trainer.state.log_history, steps)
     assert not differ
     assert {"completions/mean_length", "completions/min_length", "completions/max_length",

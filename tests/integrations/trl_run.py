@@ -113,6 +113,17 @@ def exported(exporter) -> dict[str, Any]:
     return {"steps": {str(k): v for k, v in sorted(steps.items())}, "samples": samples, "phases": phases}
 
 
+def train_instrumented(trainer: Any, directory: Path) -> dict[int, dict[str, float]]:
+    """Trains `trainer` under `instrument` with an in-memory telemetry in `directory`: the exported steps' scalars
+    by step."""
+    from otel_grpo.integrations import instrument
+
+    tel, _, exporter = in_memory_telemetry(directory)
+    instrument(trainer, telemetry=tel)
+    trainer.train()
+    return {int(k): v for k, v in exported(exporter)["steps"].items()}
+
+
 def main(out: Path, config: dict[str, Any]) -> None:
     import torch
 
