@@ -199,6 +199,8 @@ def _model_tokens(lengths: Tensor, spans: Tensor, width: int) -> Tensor:
     truncated rows, which the model wrote as well): each row's first `length` tokens, and a tool's answers
     (`spans`: [S, 3] row, start, end) between them. Device ops only."""
     positions = torch.arange(width, device=lengths.device, dtype=lengths.dtype)
+    if spans.shape[0] == 0:  # no tool answered (every run without tools): the rows' first `length` tokens
+        return positions < lengths[:, None]
     in_span = ((positions >= spans[:, 1:2]) & (positions < spans[:, 2:3])).to(lengths.dtype)  # [S, width]
     answer = torch.zeros(lengths.shape[0], width, device=lengths.device, dtype=lengths.dtype)
     answer.index_add_(0, spans[:, 0].long(), in_span)
