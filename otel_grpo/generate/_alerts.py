@@ -147,8 +147,6 @@ def _health_alerts(s: RuleSettings) -> list[dict]:
     ] + run_end_alerts(s)
 
 
-
-
 NONFINITE_COUNTED = "run_id_signal:grpo_nonfinite:counted"
 
 
