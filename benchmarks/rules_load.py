@@ -40,6 +40,7 @@ from pathlib import Path
 import yaml
 
 from otel_grpo.generate import RuleSettings, rule_files
+from otel_grpo.generate._rules import seconds
 from otel_grpo.stack._process import Managed, find_binary
 
 STEP_S = 10.0
@@ -209,10 +210,18 @@ def history_cost(url_port: int, series: list[tuple[str, str, str]], tmp: Path) -
     rows += [("process:grpo_nonfinite_total", f'{pro},signal="{s}"') for s in ("loss", "grad_norm")]
     rows += [("process:grpo_skipped_steps_total", pro), ("run_id_job_instance:grpo_process:clock_offset_seconds", lab),
              ("run_id:grpo_process:clock_offset_seconds", 'run_id="r0"')]
+    # The memory group's records of those, written every memory_interval (the alert group reads minutes of them).
+    memory = yaml.safe_load(rule_files(RuleSettings())["rules/grpo_alerts.yml"])["groups"][1]
+    remembered = {re.fullmatch(r"last_over_time\((.+)\[\w+\]\)", r["expr"]).group(1): r["record"] for r in memory["rules"]}
+    every = seconds(memory["interval"])
     with open(tmp / "day.om", "w") as out:
         for name, labels in sorted(rows):
             value = values.get(name, lambda t: 0)
             out.writelines(f"{name}{{{labels}}} {value(t)} {t}\n" for t in range(start, now - 60, 15))
+        for name, labels in sorted(rows):
+            if name in remembered:
+                value = values.get(name, lambda t: 0)
+                out.writelines(f"{remembered[name]}{{{labels}}} {value(t)} {t}\n" for t in range(start, now - 60, every))
         out.write("# EOF\n")
     promtool = find_binary("promtool", pinned_only=True)
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "day.om"), str(tmp / "day")],
@@ -232,9 +241,10 @@ def history_cost(url_port: int, series: list[tuple[str, str, str]], tmp: Path) -
                     cost.append((int(found["samples"]["totalQueryableSamples"]), found["timings"]["execTotalTime"],
                                  r.get("record") or r.get("alert")))
                 print(f"group {group['name']}: one run with a day of history costs {sum(c[0] for c in cost):,} samples "
-                      f"and {sum(c[1] for c in cost) * 1000:.1f} ms of queries per evaluation")
-                for n, seconds, name in sorted(cost, reverse=True)[:5]:
-                    print(f"  {n:>8,} samples {seconds * 1000:6.2f} ms  {name}")
+                      f"and {sum(c[1] for c in cost) * 1000:.1f} ms of queries per evaluation"
+                      + (f" (every {group['interval']})" if "interval" in group else ""))
+                for n, took, name in sorted(cost, reverse=True)[:5]:
+                    print(f"  {n:>8,} samples {took * 1000:6.2f} ms  {name}")
 
 
 def main() -> int:

@@ -25,8 +25,9 @@ from otel_grpo import catalog
 
 from ._alerts_base import RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert
 from ._evidence import at_step, counted, counter_rules, evidence_rules, held, held_uses
+from ._memory import last_record, memory_group, remembered
 from ._rules import NONFINITE, SKIPPED, STEP_INDEX, STEP_MAX, RuleSettings, prometheus_name
-from ._run_end import clock_offset_annotation, run_end_alerts, run_end_rules, watched_rule
+from ._run_end import clock_offset_annotation, remembered_rules, run_end_alerts, run_end_rules, watched_rule
 from .dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS
 
 BETA = prometheus_name("beta")
@@ -44,7 +45,8 @@ def _run_rules(s: RuleSettings) -> list[dict]:
     """What every check reads of a run now: its step and its beta."""
     return [{"record": STEP_MAX, "expr": f"max by (run_id) ({STEP_INDEX})"},
             # The run's last beta within `absent_window`: a step that logs none keeps it (`_kl_on`).
-            {"record": BETA_LAST, "expr": f"max by (run_id) (last_over_time({BETA}[{s.absent_window}]))"}]
+            remembered(s, BETA, s.absent_window),
+            {"record": BETA_LAST, "expr": f"max by (run_id) ({last_record(BETA)})"}]
 
 
 def _kl_on(s: RuleSettings) -> str:
@@ -262,11 +264,12 @@ def alert_rules(s: RuleSettings) -> dict:
             for a in _drift_alerts(s) + _training_alerts(s) + _health_alerts(s)]
     alerts = runs + _stack_alerts(s)
     uses = held_uses(a["expr"] for a in alerts)
-    records = counter_rules(s, uses) + _run_rules(s) + [watched_rule(s), _nonfinite_rule(s)]
+    records = counter_rules(s, uses) + remembered_rules(s) + _run_rules(s) + [watched_rule(s), _nonfinite_rule(s)]
     records += evidence_rules(s, uses)
     collector, sidecar = _seen_rule(s, "collector"), _seen_rule(s, "sidecar")
     records += [collector, sidecar] + run_end_rules(s, collector["record"]) + _delivery_rules(s)
-    return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}]}
+    # The memory group after it: `[0]` is the alert group wherever the file is read.
+    return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}, memory_group(s, records + alerts)]}
 
 
 def alerts(s: RuleSettings) -> list[dict]:

@@ -89,7 +89,8 @@ BLOCKS = {
     "run_id_job_instance:grpo_process:clock_lag_seconds": "each process's lag now: Prometheus's scrape time of "
                                                           "its `grpo_process_clock_seconds` minus that value",
     "run_id_job_instance:grpo_process:clock_least_lag_seconds": "its smallest lag over `clock_window`, where one "
-                                                                "process was heard on the target (its start unchanged)",
+                                                                "process was heard on the target (its start "
+                                                                "unchanged); else its lag now",
     "run_id_job_instance:grpo_process:clock_offset_seconds": "Prometheus's clock minus the process's: that smallest "
                                                              "lag (a new process on the target: its latest lag; gone: "
                                                              "its last offset; no clock exported: 0), added to every "
@@ -124,6 +125,16 @@ BLOCKS = {
 }
 
 
+def _block(name: str) -> str:
+    """What a record holds: `BLOCKS`, or a remembered series' last value (`_memory.remembered`)."""
+    if name in BLOCKS:
+        return BLOCKS[name]
+    metric = name.removeprefix("series:").removesuffix(":last")
+    return (f"each series' last value of `{metric}` within `absent_window` (a count: `counter_lookback`), from "
+            "minutes of its samples or the `grpo-memory` group's record of it; the rules read it as it was "
+            "before this evaluation where it is their own")
+
+
 def _building_blocks(s: RuleSettings) -> list[str]:
     """The records the alerts read (directly or through other records), in evaluation order, each with the
     alerts that read it."""
@@ -138,7 +149,7 @@ def _building_blocks(s: RuleSettings) -> list[str]:
                 seen.add(i)
                 readers.setdefault(rules[i]["record"], set()).add(a["alert"])
                 todo += read[i]
-    rows = [f"| `{name}` | {BLOCKS[name]} | {', '.join(sorted(readers[name]))} |"
+    rows = [f"| `{name}` | {_block(name)} | {', '.join(sorted(readers[name]))} |"
             for name in dict.fromkeys(r["record"] for r in rules) if name in readers]
     return ["| record | holds, by run | read by |", "| --- | --- | --- |"] + rows
 
@@ -288,6 +299,14 @@ def render_alerts_md() -> str:
         "(`grpo_alerts.yml`), each before the rules that read it: Prometheus evaluates a group's rules in order",
         "at one timestamp, each seeing what the ones before it wrote, so a record adds no evaluation interval",
         "of latency (the grid's verdicts, latencies included, are the same as with the expressions inlined).",
+        "",
+        "What a record needs of a process for a day after it stopped (its last promise, start, end markers,",
+        "clock offset; a counter's last value) it reads through the `grpo-memory` group, in the same file:",
+        f"every `memory_interval` ({s.memory_interval}) it records each such series' last value within the day",
+        "(`<name>:last_1d`), and the alert group reads minutes of the series itself and of those records only",
+        "(`otel_grpo/generate/_memory.py`): the value found is the series' last, or none while the memory group",
+        "has not evaluated for three of its intervals (after a restart of Prometheus), never an older one.",
+        "The grid evaluates it at its own interval too.",
         "",
         *_building_blocks(s),
         "",

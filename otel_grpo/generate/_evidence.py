@@ -30,6 +30,7 @@ from typing import Iterable
 
 from otel_grpo.catalog import PROCESS, bound_label
 
+from ._memory import last_record, remembered
 from ._rules import NONFINITE, SKIPPED, STEP_MAX, STEP_THRESHOLDS, RuleSettings, prometheus_name
 from ._run_end import WATCHED
 
@@ -73,11 +74,14 @@ def counter_rules(s: RuleSettings, uses: Iterable[tuple[str, int]]) -> list[dict
     them; one rule per distinct setting): a trainer exports every check at every bound and streak, several
     times what the alerts read, and a record of them all copies each of a team's runs' series into a second
     one at every evaluation (benchmarks/rules_load.py)."""
-    beyond = [{"record": per_process(BEYOND), "expr": f'max by ({IDENTITY}) ({BEYOND}{{{sel}, streak="{steps}"}})',
-               "labels": {**labels, "streak": str(steps)}}
+    beyond = [(f'{BEYOND}{{{sel}, streak="{steps}"}}', {**labels, "streak": str(steps)})
               for field, steps in dict.fromkeys(uses) for sel, labels in _settings(s, field)]
-    return beyond + [{"record": per_process(m), "expr": f"max by ({IDENTITY}) ({m})"} for m in COUNTERS
-                     if m != BEYOND]
+    counters = beyond + [(m, {}) for m in COUNTERS if m != BEYOND]
+    counts = [{"record": per_process(m.partition("{")[0]), "expr": f"max by ({IDENTITY}) ({m})",
+               **({"labels": l} if l else {})}
+              for m, l in counters]
+    # Each count's last value within `counter_lookback`: a series new to it is a new counter (`counted_parts`).
+    return counts + [remembered(s, per_process(m), s.counter_lookback, l) for m, l in counters]
 
 
 def counted_parts(metric: str, by: str, s: RuleSettings) -> tuple[str, str]:
@@ -92,7 +96,7 @@ def counted_parts(metric: str, by: str, s: RuleSettings) -> tuple[str, str]:
     """
     metric = per_process(metric)
     return (f"sum by ({by}) (increase({metric}[{s.counter_window}])) > 0",
-            f"sum by ({by}) ({metric} > 0 unless last_over_time({metric}[{s.counter_lookback}] offset {s.counter_window}))")
+            f"sum by ({by}) ({metric} > 0 unless {last_record(metric)} offset {s.counter_window})")
 
 
 def watched(new: str) -> str:

@@ -22,9 +22,11 @@ from typing import Iterable, Mapping, Sequence
 
 import yaml
 
+from ._configs import dump
 from ._delivery import Delivery, Notification
 from ._grid import Case
 from ._grid_trace import CHANGES, Firing, firing, of_run
+from ._promtool import as_scheduled
 from ._replay import replay
 from ._routing import CLASSES
 from ._rules import duration, seconds
@@ -137,9 +139,9 @@ def run(cases: Sequence[Case], promtool: str, rule_files: dict[str, str], alertm
     45 s early: the collector's last evaluation seen down is earlier), and a condition must hold at an
     evaluation to count (the scenarios of prometheus/tests/scenarios.yml run at 15 s)."""
     delivery = Delivery.from_config(alertmanager)
-    for rel, text in rule_files.items():
+    for rel, text in rule_files.items():  # each group writing as Prometheus schedules it (`as_scheduled`)
         (workdir / rel).parent.mkdir(parents=True, exist_ok=True)
-        (workdir / rel).write_text(text)
+        (workdir / rel).write_text(dump(as_scheduled(yaml.safe_load(text), evaluation_interval)))
     groups = promtool_groups(cases)
 
     def one(i: int) -> str:

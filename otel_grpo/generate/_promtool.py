@@ -174,11 +174,30 @@ def asserted_alerts(scenario: dict, rule_docs: dict[str, dict]) -> set[str]:
     return names
 
 
-def scenario_rules(root: Path, scenario: dict) -> dict[str, str]:
+def as_scheduled(doc: dict, evaluation_interval: str) -> dict:
+    """A rule file whose groups write as Prometheus schedules them, for promtool, which evaluates every group at
+    every evaluation of a test whatever its `interval`: a group with a longer one (the memory group) writes at
+    the multiples of its interval only (one phase of Prometheus's), and nothing between them. Its records are
+    read over ranges only (`_memory`), where the staleness marker promtool leaves between two writes is no
+    sample, as Prometheus leaves none."""
+    every = seconds(evaluation_interval)
+    groups = []
+    for g in doc["groups"]:
+        interval = seconds(g.get("interval", evaluation_interval))
+        if interval > every:
+            due = f" and on () (vector(time() % {interval}) < {every})"
+            g = {**g, "rules": [{**r, "expr": f"({r['expr']}){due}"} for r in g["rules"]]}
+        groups.append(g)
+    return {**doc, "groups": groups}
+
+
+def scenario_rules(root: Path, scenario: dict, evaluation_interval: str = "15s") -> dict[str, str]:
     """The committed rule files (RULE_FILES, relative to prometheus/) cut to the rules `scenario` asserts on and
-    the records they read (`_subset`): the same verdicts for that scenario, in a fraction of promtool's time."""
+    the records they read (`_subset`): the same verdicts for that scenario, in a fraction of promtool's time;
+    each group writing as it would every `evaluation_interval` of Prometheus's (`as_scheduled`)."""
     docs = {rel: yaml.safe_load((root / "prometheus" / rel).read_text()) for rel in RULE_FILES}
-    return {rel: dump(doc) for rel, doc in needed_rules(docs, asserted_alerts(scenario, docs)).items()}
+    return {rel: dump(as_scheduled(doc, evaluation_interval))
+            for rel, doc in needed_rules(docs, asserted_alerts(scenario, docs)).items()}
 
 
 def promtool_tests(root: Path) -> str:
@@ -187,4 +206,4 @@ def promtool_tests(root: Path) -> str:
     return dump(doc)
 
 
-__all__ = ["asserted_alerts", "load_scenarios", "promtool_tests", "render_template", "render_tests", "scenario_rules"]
+__all__ = ["as_scheduled", "asserted_alerts", "load_scenarios", "promtool_tests", "render_template", "render_tests", "scenario_rules"]

@@ -149,6 +149,11 @@ class RuleSettings:
     absent_window: str = "1d"
     """A run that exported within this window and no longer does has ended: GRPOMetricsAbsent (a crash) or
     GRPORunPreempted fire until it resumes or this window has passed since its last export."""
+    memory_interval: str = "10m"
+    """How often the memory group re-reads each process's last values over `absent_window` (and each counter's over
+    `counter_lookback`) for the alert group, which reads its own series over three of these intervals and
+    `liveness_slack` only (otel_grpo/generate/_memory.py): the day is read once per interval, not at every
+    evaluation. Shorter: more of Prometheus's CPU; longer: more samples per alert evaluation."""
     rate_window: str = "1m"
     """Rate window of the counters' recording rules (steps, tokens, samples per second)."""
     histogram_window: str = "15m"
@@ -176,6 +181,9 @@ class RuleSettings:
             bounds = STEP_CHECKS[key].bounds
             if getattr(self, name) not in bounds:
                 raise ValueError(f"{name} must be a bound of the {key!r} step check: {bounds}")
+        if not _positive_duration(self.memory_interval):
+            raise ValueError(f"memory_interval: {self.memory_interval!r} is not a duration; use a positive number and "
+                             "one of s, m, h, d (10m)")
         for base in (self.runbook_base, self.grafana_url):
             if not base.startswith(("http://", "https://")):
                 raise ValueError(f"runbook_base and grafana_url must be absolute http(s) URLs, got {base!r}")
@@ -206,7 +214,7 @@ class RuleSettings:
             counter_window="20s", stall_floor="20s", first_step_floor="30s", liveness_slack="3s", path_settle="10s",
             clock_window="30s",
             history_window="10m", recent_window="1m",
-            absent_window="60s", rate_window="15s", histogram_window="15s",
+            absent_window="60s", memory_interval="5s", rate_window="15s", histogram_window="15s",
             for_fast="2s", for_slow="5s", for_target="10s",
         )
         return replace(base, **overrides)  # type: ignore[arg-type]

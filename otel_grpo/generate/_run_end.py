@@ -52,6 +52,7 @@ from __future__ import annotations
 from otel_grpo.catalog import CLOCK_OFFSET_ANNOTATION
 
 from ._alerts_base import DURATION as _DURATION, RUN, STEP as _STEP, alert
+from ._memory import last_record, remembered
 from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, run_floor, seconds
 
 FINISHED, PREEMPTED, STARTED, ACTIVITY, STEP_END, ALIVE, CLOCK = map(
@@ -59,7 +60,7 @@ FINISHED, PREEMPTED, STARTED, ACTIVITY, STEP_END, ALIVE, CLOCK = map(
 
 TARGET = "run_id, job, instance"  # the labels of one process's series: its run id and its scrape target's
 CLOCK_LAG = "run_id_job_instance:grpo_process:clock_lag_seconds"  # Prometheus's scrape time minus the clock
-CLOCK_LEAST = "run_id_job_instance:grpo_process:clock_least_lag_seconds"  # over the window, of one process
+CLOCK_LEAST = "run_id_job_instance:grpo_process:clock_least_lag_seconds"  # over the window, of one process; or now
 CLOCK_OFFSET = "run_id_job_instance:grpo_process:clock_offset_seconds"  # added to the process's times
 WATCHED = "run_id:grpo_process:watched"  # runs whose every new counter series is a new event
 
@@ -92,7 +93,7 @@ def _larger(first: str, second: str) -> str:
 def _on_prometheus_clock(s: RuleSettings, metric: str) -> str:
     """Each series' last value of `metric` within `absent_window` (a time on its process's clock), however long
     ago it was scraped, moved onto Prometheus's clock by its process's offset."""
-    return f"(last_over_time({metric}[{s.absent_window}]) + on ({TARGET}) group_left {CLOCK_OFFSET})"
+    return f"({last_record(metric)} + on ({TARGET}) group_left {CLOCK_OFFSET})"
 
 
 def _last(s: RuleSettings, metric: str) -> str:
@@ -104,16 +105,28 @@ def _clock_rules(s: RuleSettings) -> list[dict]:
     """Each process's clock offset, before any rule reads a time it exports: the smallest lag of Prometheus's
     scrape time behind its clock over `clock_window` while one process is heard on its target; a new one (its
     start changed within the window): its latest lag, never less than its own offset; one no longer heard: its
-    last offset; one that exports no clock (an older otel-grpo): 0, its own clock as before."""
+    last offset; one that exports no clock (an older otel-grpo): 0, its own clock as before. Only for processes
+    heard within `absent_window`: the offset holds itself, and would otherwise outlive every process ever seen."""
     relaunched = f"max by ({TARGET}) (changes({STARTED}[{s.clock_window}])) > 0"
-    offset = (f"{CLOCK_LEAST} or {CLOCK_LAG} or last_over_time({CLOCK_OFFSET}[{s.absent_window}])"
-              f" or 0 * group by ({TARGET}) (last_over_time({ALIVE}[{s.absent_window}]))")
+    heard = last_record(ALIVE)
+    offset = (f"({CLOCK_LEAST} or {last_record(CLOCK_OFFSET)} or 0 * group by ({TARGET}) ({heard}))"
+              f" and on ({TARGET}) {heard}")
     return [
+        remembered(s, CLOCK_OFFSET, s.absent_window),  # its values before this evaluation
         {"record": CLOCK_LAG, "expr": f"min by ({TARGET}) (timestamp({CLOCK}) - {CLOCK})"},
         {"record": CLOCK_LEAST,
-         "expr": f"min_over_time({CLOCK_LAG}[{s.clock_window}]) unless on ({TARGET}) ({relaunched})"},
+         "expr": f"min_over_time({CLOCK_LAG}[{s.clock_window}]) unless on ({TARGET}) ({relaunched}) or {CLOCK_LAG}"},
         {"record": CLOCK_OFFSET, "expr": offset},
     ]
+
+
+REMEMBERED = (ALIVE, STARTED, STEP_END, ACTIVITY, STEP_INDEX, FINISHED, PREEMPTED)
+"""What the rules read of a process for `absent_window` after it stopped exporting."""
+
+
+def remembered_rules(s: RuleSettings) -> list[dict]:
+    """Each series' last value of `REMEMBERED` within `absent_window`, before any rule reads one (`_memory`)."""
+    return [remembered(s, m, s.absent_window) for m in REMEMBERED]
 
 
 def watched_rule(s: RuleSettings) -> dict:
@@ -123,8 +136,8 @@ def watched_rule(s: RuleSettings) -> dict:
     what it did before, unwatched; for `counter_window`, until that first sight has left the window, no counter of
     it is new by its value (an increase still counts). Read on the process's own clock: no offset needed."""
     since = (f"min_over_time({CLOCK}[{s.counter_window}]) - on ({TARGET}) group_left"
-             f" max by ({TARGET}) (last_over_time({STARTED}[{s.absent_window}]))")
-    before = f"last_over_time({ALIVE}[{s.absent_window}] offset {s.counter_window})"
+             f" max by ({TARGET}) ({last_record(STARTED)})")
+    before = f"{last_record(ALIVE)} offset {s.counter_window}"
     return {"record": WATCHED,
             "expr": f"group by (run_id) ({before}) or group by (run_id) ({since} <= {seconds(s.counter_window)})"}
 
@@ -134,8 +147,7 @@ def _latest(s: RuleSettings, metric: str) -> str:
     (`job`, `instance`: its service.name and service.instance.id through the collector, its address pulled). An
     older process of a reused run id may have exported under other labels (another world size, service
     name or host): its series keep their last values for `absent_window` and judge nothing."""
-    return (f"max by (run_id) (last_over_time({metric}[{s.absent_window}])"
-            f" and on (run_id, job, instance) {LATEST})")
+    return f"max by (run_id) ({last_record(metric)} and on (run_id, job, instance) {LATEST})"
 
 
 def _floor_text(s: RuleSettings, name: str) -> str:
@@ -165,11 +177,13 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": OVERDUE, "expr": f"time() - {ALIVE_UNTIL}"},
         {"record": START, "expr": _last(s, STARTED)},
         {"record": LATEST, "expr": f"{_on_prometheus_clock(s, STARTED)} == on (run_id) group_left {START}"},
+        remembered(s, RUN_OFFSET, s.absent_window),  # its values before this evaluation
         # Taken while the run is live, then held: a collector serves a dead process's last clock until it expires,
         # its lag growing, and once the window holds only those lags its offset would creep by up to that much.
-        {"record": RUN_OFFSET, "expr": f"(max by (run_id) ({CLOCK_OFFSET} and on ({TARGET}) {LATEST})"
-                                       f" and on (run_id) {OVERDUE} <= {seconds(s.liveness_slack)})"
-                                       f" or last_over_time({RUN_OFFSET}[{s.absent_window}])"},
+        # Held while the run has a process heard within `absent_window` (ALIVE_UNTIL), not for ever.
+        {"record": RUN_OFFSET, "expr": f"max by (run_id) ({CLOCK_OFFSET} and on ({TARGET}) {LATEST})"
+                                       f" and on (run_id) {OVERDUE} <= {seconds(s.liveness_slack)}"
+                                       f" or {last_record(RUN_OFFSET)} and {OVERDUE}"},  # both by run_id only
         {"record": LAST_END, "expr": _last(s, STEP_END)},
         {"record": HEARTBEAT, "expr": _last(s, ACTIVITY)},
         {"record": PROGRESS, "expr": _larger(_larger(START, LAST_END), HEARTBEAT)},
@@ -261,5 +275,5 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
     ]
 
 
-__all__ = ["FINISHED", "PREEMPTED", "WATCHED", "clock_offset_annotation", "run_end_alerts", "run_end_rules",
-           "watched_rule"]
+__all__ = ["FINISHED", "PREEMPTED", "WATCHED", "clock_offset_annotation", "remembered_rules", "run_end_alerts",
+           "run_end_rules", "watched_rule"]

@@ -89,7 +89,10 @@ def test_each_scenario_loads_the_rules_it_asserts_on_and_every_record_they_read(
         cut = [yaml.safe_load(text) for text in scenario_rules(root, sc).values()]
         kept = [r for doc in cut for g in doc["groups"] for r in g["rules"]]
         assert {r["alert"] for r in kept if "alert" in r} == asserted_alerts(sc, full), sc["name"]
-        assert all(records[i] in kept for r in kept for i in rule_reads(r, records)), sc["name"]
+        # By name and labels: the memory group's expressions are as promtool schedules them (`as_scheduled`).
+        names = {(r["record"], str(r.get("labels"))) for r in kept if "record" in r}
+        assert all((records[i]["record"], str(records[i].get("labels"))) in names
+                   for r in kept for i in rule_reads(r, records)), sc["name"]
     by_name = {sc["name"]: sc for sc in load_scenarios(root)}
     healthy = asserted_alerts(by_name["a healthy TRL run replayed at 10 min per step pages nobody"], full)
     assert {"GRPOMetricsAbsent", "GRPOTrainerStalled", "GRPOKLHigh"} <= healthy and "GRPOKLSpike" not in healthy
@@ -203,14 +206,17 @@ def test_runbook_has_a_section_per_alert(root):
 
 
 def test_no_wall_clock_unless_offset_on_counters():
-    """An `unless` may look back (`offset`) only through `last_over_time` over a long lookback, which still finds
-    a counter's last value after a scrape gap or an outage; `unless x offset w` would see it as new again."""
+    """An `unless` may look back (`offset`) only at a remembered series (`_memory.remembered`: its last value within
+    the counter lookback, from minutes of samples or the memory group's record), which still finds a counter's
+    last value after a scrape gap or an outage; `unless x offset w` would see it as new again."""
     lookback = RuleSettings().counter_lookback
-    for name, expr in rule_exprs():
+    exprs = dict(rule_exprs())
+    for name, expr in exprs.items():
         for clause in expr.split(" unless ")[1:]:
             head = clause.split(")")[0]
-            assert " offset " not in head or (head.startswith("last_over_time(") and f"[{lookback}] offset " in head), \
-                (name, expr)
+            if " offset " in head:
+                read = head.split(" offset ")[0].strip("( ").partition("{")[0]
+                assert read.endswith(":last") and f"{read}_{lookback}" in exprs[read], (name, expr)
 
 
 def test_rules_use_only_catalog_metrics():
