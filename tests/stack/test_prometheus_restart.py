@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from otel_grpo.generate._memory import fresh_window
 from otel_grpo.generate._rules import seconds
 from tests._support.waiting import wait_for
 from tests.stack.conftest import scraped_process
@@ -44,15 +45,19 @@ def _scraped(stack) -> bool:
     return bool(got["data"]["result"])
 
 
-@pytest.mark.timeout(120)
-def test_a_restart_that_keeps_the_storage_notifies_nothing_and_a_crash_after_it_pages(stack, tmp_path):
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("down", ["overdue", "forgotten"])
+def test_a_restart_that_keeps_the_storage_notifies_nothing_and_a_crash_after_it_pages(stack, tmp_path, down):
+    """`overdue`: down long enough that the run's promise is overdue by more than the slack; `forgotten`: longer
+    than the alert group reads a series and the memory group's records back (`_memory.fresh_window`), so that
+    until the memory group's first evaluation nothing is remembered of the run."""
     rules = stack.settings.rules
     prometheus = next(c for c in stack.components if c.name == "prometheus")
     trainer = scraped_process(TRAINER.format(run_id=RUN_ID), stack.settings, tmp_path)
     try:
         wait_for(lambda: _scraped(stack), "the run scraped", 30)
         prometheus.stop()
-        time.sleep(2 * seconds(rules.liveness_slack) + 1)  # its promise overdue by more than the slack
+        time.sleep(2 * seconds(rules.liveness_slack) + 1 if down == "overdue" else seconds(fresh_window(rules)) + 5)
         prometheus.start()
         prometheus.wait_ready(60)
         fired: set[str] = set()
