@@ -26,7 +26,7 @@ from otel_grpo import catalog
 from ._alerts_base import RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert
 from ._evidence import at_step, counted, counter_rules, evidence_rules, held, held_uses
 from ._memory import last_record, memory_group, remembered
-from ._rules import NONFINITE, SKIPPED, STEP_INDEX, STEP_MAX, RuleSettings, prometheus_name
+from ._rules import NONFINITE, SKIPPED, STEP_INDEX, STEP_MAX, RuleSettings, prometheus_name, seconds
 from ._run_end import clock_offset_annotation, remembered_rules, run_end_alerts, run_end_rules, watched_rule
 from .dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS
 
@@ -182,18 +182,48 @@ _DROPPED = "instance:prometheus_notifications_dropped:increase"
 
 
 def _delivery_rules(s: RuleSettings) -> list[dict]:
-    window, dropped = s.counter_window, "prometheus_notifications_dropped_total"
     return [
-        {"record": _FAILED, "expr": "sum by (instance, integration, reason) "
-                                    f"(increase(alertmanager_notifications_failed_total[{window}])) > 0"},
+        {"record": _FAILED, "expr": f"sum by (instance, integration, reason) ({_increase(_NOTIFY_FAILED)}) > 0"},
         # Named as Alertmanager names its own. Counted per Alertmanager: an alert another replica took is delivered,
         # so only what every one it sends to now dropped is lost (one it no longer sends to, say an old pod's
         # address, keeps a range of zeros for `window`).
-        {"record": _DROPPED, "expr": f"label_replace(label_replace(min by (instance) (increase({dropped}[{window}])"
-                                     f' and {dropped}) > 0, "integration", "alertmanager", "", ""),'
+        {"record": _DROPPED, "expr": f"label_replace(label_replace(min by (instance) ({_increase(_DROPPED_TOTAL)}"
+                                     f' and {_DROPPED_TOTAL}) > 0, "integration", "alertmanager", "", ""),'
                                      ' "reason", "dropped", "", "")'},
         {"record": DELIVERY_FAILED, "expr": f"{_FAILED} or {_DROPPED}"},
     ]
+
+
+# The stack's event counters the alerts count: each through `_increase`.
+_REFUSED_POINTS, _REFUSED_SPANS = "otelcol_receiver_refused_metric_points_total", "otelcol_receiver_refused_spans_total"
+_SEND_FAILED_SPANS = "otelcol_exporter_send_failed_spans_total"
+_SEND_FAILED_POINTS = "otelcol_exporter_send_failed_metric_points_total"
+_ENQUEUE_FAILED = "otelcol_exporter_enqueue_failed_spans_total"
+_REJECTED = "otel_grpo_sidecar_requests_rejected_total"
+_NOTIFY_FAILED, _DROPPED_TOTAL = "alertmanager_notifications_failed_total", "prometheus_notifications_dropped_total"
+STACK_COUNTERS = (_REFUSED_POINTS, _REFUSED_SPANS, _SEND_FAILED_SPANS, _SEND_FAILED_POINTS, _ENQUEUE_FAILED, _REJECTED,
+                  _NOTIFY_FAILED, _DROPPED_TOTAL)
+STARTED_RECENTLY = "job_instance:process:started_recently"
+"""Stack targets whose process started within `counter_window`: the collector by its uptime, the others by their
+process_start_time_seconds (the Go and Python clients' own)."""
+
+
+def _increase(metric: str) -> str:
+    """The record of a stack counter's increase within `counter_window` (`_increase_rules`)."""
+    return f"series:{metric}:increase"
+
+
+def _increase_rules(s: RuleSettings) -> list[dict]:
+    """Each stack counter's increase within `counter_window`, and the whole count of a process that started within
+    it: a component that crashes on start and restarts, or fails before Prometheus first scrapes it, shows its
+    counts in its first sample, which `increase` never counts (its first sample is its start). A series new to
+    Prometheus in an older process (one that lost its storage) counts what happened before: nothing, as before."""
+    w = seconds(s.counter_window)
+    young = (f'max by (job, instance) ({{__name__=~"otelcol_process_uptime.*"}}) < {w}'
+             f" or max by (job, instance) (time() - process_start_time_seconds) < {w}")
+    return [{"record": STARTED_RECENTLY, "expr": young}] + [
+        {"record": _increase(m), "expr": f"{m} and on (job, instance) {STARTED_RECENTLY}"
+                                        f" or increase({m}[{s.counter_window}])"} for m in STACK_COUNTERS]
 
 
 def _down(component: str) -> str:
@@ -211,16 +241,16 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
                "Samples and step history are not being stored (the trainer still spills samples to disk).",
                STACK_TARGETS),
         _alert(s, "GRPOCollectorRefusing",
-               f"sum by (instance, receiver) (increase(otelcol_receiver_refused_metric_points_total[{s.counter_window}])) > 0"
-               f" or sum by (instance, receiver) (increase(otelcol_receiver_refused_spans_total[{s.counter_window}])) > 0",
+               f"sum by (instance, receiver) ({_increase(_REFUSED_POINTS)}) > 0"
+               f" or sum by (instance, receiver) ({_increase(_REFUSED_SPANS)}) > 0",
                s.for_slow, "warning",
                "The collector's receiver {{ $labels.receiver }} refused " + _VAL + " items",
                "The collector turned data away (its memory limiter, or a pipeline that cannot keep up): those "
                "metrics or samples are lost. A warning: the exporter retries refused data, and a run whose "
                "metrics stop arriving altogether pages on its own.", STACK_COLLECTOR),
         _alert(s, "GRPOCollectorExportFailing",
-               f"sum by (instance, exporter) (increase(otelcol_exporter_send_failed_spans_total[{s.counter_window}])) > 0"
-               f" or sum by (instance, exporter) (increase(otelcol_exporter_send_failed_metric_points_total[{s.counter_window}])) > 0",
+               f"sum by (instance, exporter) ({_increase(_SEND_FAILED_SPANS)}) > 0"
+               f" or sum by (instance, exporter) ({_increase(_SEND_FAILED_POINTS)}) > 0",
                s.for_slow, "warning",
                "The collector's exporter {{ $labels.exporter }} failed to send " + _VAL + " items",
                "The collector gave up on data for the sidecar (or another exporter): refused for good "
@@ -228,14 +258,14 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
                "succeed do not count; the persistent queue keeps data across restarts.", STACK_COLLECTOR),
         _alert(s, "GRPOCollectorQueueFull",
                "max by (instance, exporter) (otelcol_exporter_queue_size / otelcol_exporter_queue_capacity) > 0.8"
-               f" or sum by (instance, exporter) (increase(otelcol_exporter_enqueue_failed_spans_total[{s.counter_window}])) > 0",
+               f" or sum by (instance, exporter) ({_increase(_ENQUEUE_FAILED)}) > 0",
                s.for_fast, "warning",
                "The collector's queue of {{ $labels.exporter }} is full (" + _VAL + ")",
                "A full queue drops new spans (samples, step history): the sidecar is down or slower than the "
                "trainer produces. The trainer's spill keeps every sample for `otel-grpo replay`; metrics and "
                "the run alerts do not go through this queue.", STACK_COLLECTOR),
         _alert(s, "GRPOSidecarRejecting",
-               f"sum by (instance, reason) (increase(otel_grpo_sidecar_requests_rejected_total[{s.counter_window}])) > 0",
+               f"sum by (instance, reason) ({_increase(_REJECTED)}) > 0",
                s.for_slow, "warning",
                "The sidecar rejected " + _VAL + " requests ({{ $labels.reason }})",
                "Requests answered with an error: overloaded (the collector retries), unauthorized (token mismatch), "
@@ -267,7 +297,7 @@ def alert_rules(s: RuleSettings) -> dict:
     records = counter_rules(s, uses) + remembered_rules(s) + _run_rules(s) + [watched_rule(s), _nonfinite_rule(s)]
     records += evidence_rules(s, uses)
     collector, sidecar = _seen_rule(s, "collector"), _seen_rule(s, "sidecar")
-    records += [collector, sidecar] + run_end_rules(s, collector["record"]) + _delivery_rules(s)
+    records += [collector, sidecar] + run_end_rules(s, collector["record"]) + _increase_rules(s) + _delivery_rules(s)
     # The memory group after it: `[0]` is the alert group wherever the file is read.
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}, memory_group(s, records + alerts)]}
 

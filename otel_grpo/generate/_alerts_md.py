@@ -86,6 +86,8 @@ BLOCKS = {
     "instance:prometheus_notifications_dropped:increase": "alerts Prometheus dropped within `counter_window` for every "
                                                           "Alertmanager it sends to now",
     "instance:alert_notifications_failed:increase": "either of the two",
+    "job_instance:process:started_recently": "stack targets whose process started within `counter_window` (the "
+                                             "collector by its uptime, the others by `process_start_time_seconds`)",
     "run_id_job_instance:grpo_process:clock_lag_seconds": "each process's lag now: Prometheus's scrape time of "
                                                           "its `grpo_process_clock_seconds` minus that value",
     "run_id_job_instance:grpo_process:clock_least_lag_seconds": "its smallest lag over `clock_window`, where one "
@@ -129,6 +131,9 @@ def _block(name: str) -> str:
     """What a record holds: `BLOCKS`, or a remembered series' last value (`_memory.remembered`)."""
     if name in BLOCKS:
         return BLOCKS[name]
+    if name.endswith(":increase"):
+        return (f"each series' increase of `{name.removeprefix('series:').removesuffix(':increase')}` within "
+                "`counter_window`; its whole count where its process started within it")
     metric = name.removeprefix("series:").removesuffix(":last")
     return (f"each series' last value of `{metric}` within `absent_window` (a count: `counter_lookback`), from "
             "minutes of its samples or the `grpo-memory` group's record of it; the rules read it as it was "

@@ -29,6 +29,7 @@ STACK_SERIES = frozenset({
     "otel_grpo_sidecar_requests_rejected_total", "otel_grpo_sidecar_spans_ingested_total",
     "otelcol_receiver_refused_metric_points_total", "otelcol_receiver_refused_spans_total",
     "alertmanager_notifications_failed_total", "prometheus_notifications_dropped_total",
+    "process_start_time_seconds",  # of the sidecar, Prometheus and Alertmanager (their clients' own)
 })
 
 
