@@ -75,9 +75,11 @@ def save_tiny_model(directory: str | Path, tokenizer_maker: Any = None, model_ma
 
 def make_grpo_trainer(output_dir: str | Path, *, callbacks: list | None = None, trainer_class: Any = None,
                       model_dir: str | Path | None = None, reward_funcs: list | None = None,
-                      peft_config: Any = None, eval_dataset: Any = None, **config: Any) -> Any:
+                      peft_config: Any = None, eval_dataset: Any = None, rollout_func: Any = None,
+                      **config: Any) -> Any:
     """A `GRPOTrainer` (or `trainer_class`) on the tiny model; `config` overrides `GRPOConfig` fields;
-    `peft_config` (a `peft.LoraConfig`) trains an adapter instead of the whole model.
+    `peft_config` (a `peft.LoraConfig`) trains an adapter instead of the whole model; `rollout_func` generates in
+    TRL's place.
 
     The model is saved under `model_dir` (default `<output_dir>/tiny-model`) and loaded from
     there by path, as a user's checkpoint would be. `reward_funcs` default: reward_words, reward_short.
@@ -95,7 +97,7 @@ def make_grpo_trainer(output_dir: str | Path, *, callbacks: list | None = None, 
     cls = trainer_class or GRPOTrainer
     return cls(model=model_path, reward_funcs=reward_funcs or [reward_words, reward_short], args=args,
                train_dataset=make_dataset(), processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config,
-               eval_dataset=eval_dataset)
+               eval_dataset=eval_dataset, rollout_func=rollout_func)
 
 
 if __name__ == "__main__":
