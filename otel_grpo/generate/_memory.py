@@ -8,14 +8,14 @@
 A run's alerts need its processes' last values for a day after they stop exporting: a crashed run pages
 until it resumes or `absent_window` has passed, a counter series is new only if unseen for
 `counter_lookback`, a clock offset is kept after its clock is gone. `last_over_time(x[1d])` at every
-evaluation finds them, but reads every sample of the day (5,712 a series at 15-s scrapes): a run with a day of
-history cost the alert group 186k samples per evaluation, so a team's runs of the last day outgrew a 15-s
-evaluation from a few hundred runs (benchmarks/README.md, rules_load).
+evaluation finds them, but reads every sample of the day, so the alert group's cost grew with each run's
+history and a team's runs of the last day outgrew its interval (benchmarks/README.md, rules_load).
 
-Instead each such value is read by `last_within`: the series' last value within `fresh_window`, or else what the memory
-group (`memory_group`, evaluated every `memory_interval`) last recorded of it, `<metric>:last_<lookback>` =
-`last_over_time(<metric>[<lookback>])`. The alert group reads minutes of samples; the day is read once per
-`memory_interval`.
+Instead each such value is read by `last_within`: the series' last value within `fresh_window`, or else what the
+memory group (`memory_group`, evaluated every `memory_interval`) last recorded of it, `<metric>:last_<lookback>` =
+`last_over_time(<metric>[<lookback>])`. The alert group records that once per evaluation (`remembered`:
+`<metric>:last`) for the rules after it, which read it now or `offset` a window back; it reads minutes of
+samples, and the day is read once per `memory_interval`.
 
 What it reads is the series' last value, or nothing; never an older one. The raw window is longer than the
 memory window by `liveness_slack` (a scrape and its delivery), so where the series has no sample in the raw
