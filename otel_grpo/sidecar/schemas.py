@@ -68,6 +68,8 @@ class SampleRow(BaseModel):
     prompt: str | None = None
     completion: str | None = None
     time: str | None = None
+    texts_cut: dict[str, int] | None = Field(None, description=(
+        "Where `text_chars` cut a text of the row: its column and full length in characters; absent otherwise."))
 
 
 class AlertmanagerAlert(BaseModel):

@@ -166,6 +166,30 @@ def test_samples_filter_on_any_numeric_column_and_count_every_page(loaded, clien
     assert loaded.get("/api/runs/mixed/samples", params={"filter_col": "nope"}).headers["X-Total-Count"] == "0"
 
 
+LONG_CHARS = 200_000  # a long-context run's completion (the telemetry's max_text_chars raised)
+
+
+def test_a_page_of_long_texts_is_bounded_and_each_sample_reads_whole(client, otlp):
+    """`text_chars` (what the run explorer asks for) bounds a page by its rows: 50 completions of 200,000
+    characters came whole, now as each text's first characters with `texts_cut` giving the full length;
+    one sample still reads whole, and a page without `text_chars` (Grafana, scripts) is as it was."""
+    completion = lambda index: (f"sample {index} " + "y" * LONG_CHARS)[:LONG_CHARS]  # noqa: E731
+    for first in range(0, 50, 10):
+        spans = otlp.spans("long-ctx", range(1), samples=10, first_index=first,
+                           completion=lambda s, i, first=first: completion(first + i))
+        assert client.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
+    path = "/api/runs/long-ctx/samples"
+    page = client.get(path, params={"step": 0, "limit": 500, "text_chars": 2000})
+    rows = page.json()
+    assert len(rows) == 50 and page.headers["X-Total-Count"] == "50"
+    assert len(page.content) < 50 * 3000, len(page.content)
+    assert all(len(r["completion"]) == 2000 and r["texts_cut"] == {"completion": LONG_CHARS} for r in rows)
+    assert all(r["completion"] == completion(r["sample_index"])[:2000] and len(r["prompt"]) < 2000 for r in rows)
+    whole = client.get(path, params={"step": 0, "filter_col": "sample_index", "filter_min": 7, "filter_max": 7}).json()
+    assert [r["completion"] for r in whole] == [completion(7)] and "texts_cut" not in whole[0]
+    assert all(len(r["completion"]) == LONG_CHARS for r in client.get(path, params={"step": 0}).json())
+
+
 def test_csv_and_jsonl_exports(loaded):
     text = loaded.get("/api/runs/run-a/samples.csv", params={"step": 1}).text
     rows = list(csv.DictReader(io.StringIO(text)))
@@ -265,7 +289,7 @@ def test_an_alert_of_a_trainer_whose_clock_is_off_names_the_step_it_belongs_to(c
     ({"desc": "maybe"}, "desc"), ({"offset": -1}, "offset"),
     ({"filter_min": 1}, "filter_col"), ({"filter_col": "prompt", "filter_min": 1}, "filter_col"),
     ({"filter_col": "kl", "filter_min": 2, "filter_max": 1}, "filter_min"),
-    ({"filter_col": "kl", "filter_max": "inf"}, "filter_max"),
+    ({"filter_col": "kl", "filter_max": "inf"}, "filter_max"), ({"text_chars": 15}, "text_chars"),
 ])
 def test_bad_parameters_are_422_naming_the_parameter(loaded, params, name):
     r = loaded.get("/api/runs/run-a/samples", params=params)

@@ -67,6 +67,21 @@ QueryDep = Annotated[SampleQuery, Depends(sample_query)]
 
 PAGE_MAX = 10_000
 """Rows of one JSON page at most (`limit`); exports go to _EXPORT_MAX."""
+CUT_COLUMN = "texts_cut"
+"""The column of a page's row that names its cut texts and their full lengths (`text_chars`)."""
+
+
+def cut_texts(rows: list[dict], chars: int) -> list[dict]:
+    """`rows` with every text value (not `run_id`) longer than `chars` characters cut to its first `chars`,
+    and `texts_cut` naming those columns with their full lengths: a page's size is then bounded by its rows,
+    whatever text a run stores (a long-context run raises the telemetry's `max_text_chars`)."""
+    for row in rows:
+        cut = {k: len(v) for k, v in row.items() if k != "run_id" and isinstance(v, str) and len(v) > chars}
+        for k in cut:
+            row[k] = row[k][:chars]
+        if cut:
+            row[CUT_COLUMN] = cut
+    return rows
 
 
 _PAGED = {**_404, 200: {"headers": {TOTAL_HEADER: {
@@ -74,9 +89,15 @@ _PAGED = {**_404, 200: {"headers": {TOTAL_HEADER: {
 
 
 @router.get("/samples", response_model=list[SampleRow], response_class=FastJSON, responses=_PAGED)
-def list_samples(run_id: RunId, store: StoreDep, query: QueryDep) -> Response:
+def list_samples(run_id: RunId, store: StoreDep, query: QueryDep,
+                 text_chars: Annotated[int | None, Query(ge=16, le=_EXPORT_MAX, description=(
+                     "Cut every text longer than this many characters to its first ones; the row's `texts_cut` "
+                     "names those columns with their full lengths (`{\"completion\": 200000}`). The page's tables "
+                     "ask for this and read one sample whole (`filter_col=sample_index`) where it is shown all. "
+                     "Default: texts whole."))] = None) -> Response:
     """Samples as flat rows (every event attribute is a column), filtered and ordered; at most 10,000 a page.
     `X-Total-Count` says how many rows match on all pages (a step of 1,024 rows read 500 at a time).
+    `text_chars` bounds each text of a row (a long-context run's completions), so the page is bounded by its rows.
 
     Streamed as the exports are: the server holds a few hundred rows at a time whatever `limit` is,
     so many concurrent large pages do not add up to their whole size in memory."""
@@ -85,7 +106,8 @@ def list_samples(run_id: RunId, store: StoreDep, query: QueryDep) -> Response:
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
     page = store.sample_page(run_id, query)  # the ids are read now: a store error is still a 503
-    return json_response((b",".join(map(orjson.dumps, rows)) for rows in page.chunks), {TOTAL_HEADER: str(page.total)})
+    chunks = page.chunks if text_chars is None else (cut_texts(rows, text_chars) for rows in page.chunks)
+    return json_response((b",".join(map(orjson.dumps, rows)) for rows in chunks), {TOTAL_HEADER: str(page.total)})
 
 
 # OWASP "CSV injection": a spreadsheet runs a cell that starts with one of these as a formula,
