@@ -190,7 +190,9 @@ class TelemetrySettings(BaseSettings):
     costs is at most rows x (prompt + completion, each cut at `max_text_chars` on export) plus
     the numeric columns: ~20 MB for the demo's short texts."""
     max_text_chars: int = Field(4096, ge=16)
-    """Text columns longer than this are cut on spans (not in the spill) and marked `truncated`."""
+    """Text columns longer than this are cut on spans (not in the spill) and marked `truncated`. A
+    long-context run may raise it: the sidecar's run explorer reads pages of rows with each text cut
+    (`text_chars`) and one sample whole on demand."""
     max_events_per_span: int = Field(64, ge=1, lt=SDK_EVENT_LIMIT)
     """Sample events per `grpo.samples` chunk span; below the SDK's 128-event limit."""
     max_span_attributes: int = Field(2048, ge=128)

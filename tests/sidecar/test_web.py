@@ -1538,6 +1538,8 @@ def test_a_long_prompt_leaves_the_group_cards_in_view(site, new_page):
     page.locator('#samples-table tbody tr[data-sample="0"] button.group-open').click()
     wait(page, "document.querySelectorAll('#group-view .group-card').length === 3")
     prompt = page.locator("#group-view .prompt")
+    page.locator("#group-view button.show-all").click()  # the page holds its first characters until then
+    wait(page, "document.querySelector('#group-view .prompt').textContent.split('\\n').length === 10000")
     assert prompt.text_content().count("\n") == 9_999  # all of it is there, to scroll through
     box = page.evaluate("(() => { const p = document.querySelector('#group-view .prompt');"
                         " return [p.clientHeight, p.scrollHeight]; })()")
@@ -1547,3 +1549,51 @@ def test_a_long_prompt_leaves_the_group_cards_in_view(site, new_page):
     top = page.evaluate("document.querySelector('#group-view .group-card').getBoundingClientRect().top"
                         " - document.querySelector('#group-view .prompt').getBoundingClientRect().top")
     assert top < 600, top
+
+
+LONG_CONTEXT = "long-context"
+LONG_COMPLETION = 200_000  # characters: a long-context run raises the telemetry's max_text_chars
+
+
+def _long_completion(index: int) -> str:
+    return (f"completion {index} " + "y" * LONG_COMPLETION)[:LONG_COMPLETION - 4] + " END"
+
+
+def _seed_long_context(url: str, otlp) -> None:
+    """50 samples of one step, each completion 200,000 characters (10 MB of text)."""
+    for first in range(0, 50, 10):
+        spans = otlp.spans(LONG_CONTEXT, range(1), samples=10, first_index=first,
+                           completion=lambda s, i, first=first: _long_completion(first + i))
+        assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(), timeout=60,
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+def test_a_long_context_runs_samples_come_cut_and_show_all_on_demand(site, new_page):
+    """50 completions of 200,000 characters: the table's page of rows was their whole text (growing
+    with every row loaded); now each text comes cut (the API's text_chars), says so with its full length,
+    and "show all" reads that one sample whole, in the table and in the group view."""
+    site.seed(_seed_long_context)
+    page = new_page(viewport={"width": 1280, "height": 900})
+    pages: list[int] = []
+    page.on("requestfinished", lambda r: "/samples?" in r.url and pages.append(r.sizes()["responseBodySize"]))
+    open_run(page, f"{site.url}/#/run/{LONG_CONTEXT}?step=0")
+    wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 50")
+    assert pages and max(pages) < 200_000, pages
+    cell = page.locator('#samples-table tbody tr[data-sample="3"] td.text').last
+    button = cell.locator("button.more")
+    assert button.text_content() == "show all"
+    assert button.get_attribute("title") == "200,000 characters; the first 2,000 are loaded"
+    assert page.locator('#samples-table th[data-col="texts_cut"]').count() == 0
+    button.click()
+    wait(page, "document.querySelector('#samples-table tbody tr[data-sample=\"3\"] td.text.open') !== null")
+    assert cell.locator("span.clip").text_content() == _long_completion(3)
+    assert button.text_content() == "less"
+
+    page.locator('#samples-table tbody tr[data-sample="5"] button.group-open').click()
+    wait(page, "document.querySelectorAll('#group-view .group-card').length === 5")  # one prompt, 5 samples
+    card = page.locator("#group-view .group-card.picked")
+    assert len(card.locator("pre.completion").text_content()) < 3000
+    card.locator("button.show-all").click()
+    wait(page, "document.querySelector('#group-view .picked pre.completion').textContent.endsWith(' END')")
+    assert card.locator("pre.completion").text_content() == _long_completion(5)
+    assert card.locator("button.show-all").count() == 0

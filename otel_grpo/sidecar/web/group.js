@@ -15,8 +15,29 @@ function openGroup(row) {
   showGroup(row.step, state.group, String(row.sample_index)).catch(groupError);
 }
 
+// A prompt cut by the server (TEXT_CHARS) is compared by what came and its full length.
 function sameGroup(a, b) {
-  return a.step === b.step && ("group" in a && "group" in b ? a.group === b.group : a.prompt === b.prompt);
+  const length = (r) => r.texts_cut?.prompt ?? null;
+  return a.step === b.step && ("group" in a && "group" in b ? a.group === b.group
+    : a.prompt === b.prompt && length(a) === length(b));
+}
+
+// A prompt's or a completion's box; a text the server cut (table.js's TEXT_CHARS) adds "show all",
+// which reads its sample whole.
+function groupText(cls, r, c) {
+  const pre = h("pre", { class: cls, text: fmtCell(r?.[c]) });
+  if (!r?.texts_cut?.[c]) return [pre];
+  const showAll = async () => {
+    try {
+      setText(pre, fmtCell((await wholeSample(r))[c]));
+      all.remove();
+    } catch (err) {
+      setText(all, `cannot show all: ${err.message || err}`);
+    }
+  };
+  const all = h("button", { class: "more show-all", type: "button", text: "show all", title: cutTitle(r, c),
+                            onclick: showAll });
+  return [pre, all];
 }
 
 const GROUP_STATS = [["reward", "reward"], ["advantage", "advantage"], ["length", "completion_length"],
@@ -25,7 +46,8 @@ const GROUP_STATS = [["reward", "reward"], ["advantage", "advantage"], ["length"
 
 // The group of the first row at `step` with `key`'s values (state.group); `picked`: the sample marked.
 async function showGroup(step, key, picked = key.sample_index) {
-  const p = new URLSearchParams({ step: String(step), limit: "10000", order_by: "reward", desc: "true" });
+  const p = withTextChars(new URLSearchParams({ step: String(step), limit: "10000", order_by: "reward",
+                                                desc: "true" }));
   const all = await api(`${runPath(state.run)}/samples?${p}`);
   const named = all.find((r) => Object.entries(key).every(([k, v]) => String(r[k]) === v));
   const rows = named ? all.filter((r) => sameGroup(r, named)) : [];
@@ -37,7 +59,7 @@ async function showGroup(step, key, picked = key.sample_index) {
     h("table", { class: "group-stats" }, h("tbody", {},
       ...stats.filter(([, k]) => k in r).map(([label, k]) => h("tr", {}, h("th", { text: label }),
                                                                    h("td", { class: "num", text: fmtCell(r[k]) }))))),
-    h("pre", { class: "completion", text: fmtCell(r.completion) })));
+    ...groupText("completion", r, "completion")));
   const title = `Group at step ${step}` + ("group" in key ? ` (group ${key.group})` : "") +
     `: ${rows.length} completion(s) stored, ranked by reward`;
   // The view as it is, with this group open (as a sample's link).
@@ -47,7 +69,7 @@ async function showGroup(step, key, picked = key.sample_index) {
     h("div", { class: "group-head" }, h("h3", { text: title }), link,
       h("button", { type: "button", class: "group-close", text: "close",
                     onclick: () => { view.replaceChildren(); state.group = null; writeUrl(); } })),
-    h("pre", { class: "prompt", text: fmtCell(rows[0]?.prompt) }),
+    ...groupText("prompt", rows[0], "prompt"),
     h("div", { class: "group-cards", "data-count": String(rows.length) }, ...cards));
   view.scrollIntoView();
 }

@@ -9,6 +9,10 @@
 "use strict";
 
 const TEXT_PREVIEW = 160;
+// Characters of each text a page of rows holds (the API's text_chars): with a long-context run's
+// completions (the telemetry's max_text_chars raised) a page grew with rows x whole texts. A text
+// cut there says "show all" and reads its sample whole (wholeSample).
+const TEXT_CHARS = 2000;
 const PAGE_ROWS = 500;
 const EXPORT_ROWS = 1000000;
 const ALL_STEPS = "-9223372036854775808";  // step_min for a search over every step
@@ -50,23 +54,64 @@ let unfilteredRows = 0;  // the rows of the step (or search) alone, where a rang
 let linkedRow = null;  // the linked sample, asked for alone where it is not among shownRows
 const fullText = new WeakMap();  // cell -> its value as stored: what a copy of the cell gives
 
+// The rows of a table ask for their texts cut at TEXT_CHARS (`texts_cut` names the cut ones).
+function withTextChars(params) {
+  params.set("text_chars", String(TEXT_CHARS));
+  return params;
+}
+
+// Row `r` with every text whole: its sample read alone (as a linked one is), once.
+const wholeRows = new WeakMap();
+function wholeSample(r) {
+  if (!wholeRows.has(r)) {
+    const index = String(r.sample_index);
+    const p = new URLSearchParams({ step: String(r.step), filter_col: "sample_index", filter_min: index,
+                                    filter_max: index, limit: "1" });
+    wholeRows.set(r, api(`${runPath(state.run)}/samples?${p}`).then((found) => {
+      if (!found.length) throw new ApiError("the sample is no longer stored");
+      return found[0];
+    }));
+  }
+  return wholeRows.get(r);
+}
+
+// What a text cut by the server says until it is shown all: "show all", its full length on hover.
+const cutTitle = (r, c) => `${r.texts_cut[c].toLocaleString("en")} characters; the first ${TEXT_CHARS.toLocaleString("en")}`
+  + " are loaded";
+
 // A text cell is one line (a long string no longer wraps its row to 200 px); "more" opens it in
-// place, "less" folds it. Only the first TEXT_PREVIEW characters are in the page until then.
-function textCell(value) {
-  const full = fmtCell(value);
-  const preview = full.length > TEXT_PREVIEW ? full.slice(0, TEXT_PREVIEW) + "…" : full;
+// place, "less" folds it. Only the first TEXT_PREVIEW characters are in the page until then; a text
+// the server cut (past TEXT_CHARS) says "show all" and opens once its sample is read whole.
+function textCell(r, c) {
+  let full = fmtCell(r[c]);
+  let cut = !!(r.texts_cut && r.texts_cut[c]);
+  const preview = cut || full.length > TEXT_PREVIEW ? full.slice(0, TEXT_PREVIEW) + "…" : full;
   const span = h("span", { class: "clip", text: preview });
-  const td = h("td", { class: "text", title: full.length <= TITLE_MAX ? full : "" }, span);
+  const td = h("td", { class: "text", title: !cut && full.length <= TITLE_MAX ? full : "" }, span);
   fullText.set(td, full);
   let open = false;
-  const btn = h("button", { class: "more", type: "button", text: "more", "aria-expanded": "false", onclick: () => {
+  const toggle = async () => {
+    if (cut) {
+      try {
+        full = fmtCell((await wholeSample(r))[c]);
+      } catch (err) {
+        setText(btn, `cannot show all: ${err.message || err}`);
+        return;
+      }
+      cut = false;
+      fullText.set(td, full);
+      btn.removeAttribute("title");
+    }
     open = !open;
     setText(span, open ? full : preview);
     setText(btn, open ? "less" : "more");
     btn.setAttribute("aria-expanded", String(open));
     td.classList.toggle("open", open);
-  } });
-  btn.hidden = preview === full;  // markCut shows it where the column's width cuts a shorter text
+  };
+  const btn = h("button", { class: "more", type: "button", text: cut ? "show all" : "more", "aria-expanded": "false",
+                            onclick: toggle });
+  if (cut) btn.title = cutTitle(r, c);
+  btn.hidden = !cut && preview === full;  // markCut shows it where the column's width cuts a shorter text
   if (!btn.hidden) td.classList.add("long");
   td.append(span, btn);
   return td;
@@ -103,9 +148,11 @@ function fmtShort(v) {
   return Math.abs(+s - v) <= Math.abs(v) * 1e-12 ? s.replace(/\.?0+(?=e|$)/, "") : s;  // 0.9000000000000001 is 0.9
 }
 
-// `run_id` is the page's; `time` is the step cell's tooltip (an ISO time is wider than any number).
+// `run_id` is the page's; `time` is the step cell's tooltip (an ISO time is wider than any number);
+// `texts_cut` is what the text cells' "show all" says.
+const NOT_COLUMNS = new Set(["run_id", "time", "texts_cut"]);
 function allColumnsOf(rows) {
-  const all = [...new Set(rows.flatMap((r) => Object.keys(r)))].filter((c) => c !== "run_id" && c !== "time");
+  const all = [...new Set(rows.flatMap((r) => Object.keys(r)))].filter((c) => !NOT_COLUMNS.has(c));
   const rest = all.filter((c) => !LEAD.includes(c) && !TEXT_COLUMNS.includes(c)).sort();
   return [...LEAD.filter((c) => all.includes(c)), ...rest, ...TEXT_COLUMNS.filter((c) => all.includes(c))];
 }
@@ -184,7 +231,8 @@ function sampleLink(r, extra) {
 const sameRow = (a, b) => a.step === b.step && a.sample_index === b.sample_index;
 
 function sampleRow(r, cols) {
-  const cells = cols.map((c) => (TEXT_COLUMNS.includes(c) || typeof r[c] === "string" ? textCell(r[c]) : valueCell(c, r)));
+  const cells = cols.map((c) => (TEXT_COLUMNS.includes(c) || typeof r[c] === "string" ? textCell(r, c)
+                                                                                      : valueCell(c, r)));
   const group = h("button", { class: "group-open", type: "button", title: "all completions of this prompt, side by side",
                               text: "group", onclick: () => openGroup(r) });
   const link = h("a", { class: "sample-link", href: sampleLink(r, { sample: r.sample_index }), title: "link to this sample",
@@ -318,7 +366,7 @@ async function loadSamples(more = false) {
   const offset = more ? shownRows.length : 0;
   setLoading(more ? `loading rows ${(offset + 1).toLocaleString("en")}–…` : state.q ? `searching "${state.q}"…` : `loading step ${state.step}…`);
   try {
-    const response = await apiFetch(`${runPath(state.run)}/samples?${samplesParams(PAGE_ROWS, offset)}`);
+    const response = await apiFetch(`${runPath(state.run)}/samples?${withTextChars(samplesParams(PAGE_ROWS, offset))}`);
     const rows = await response.json();
     const total = Number(response.headers.get("X-Total-Count") || offset + rows.length);
     const linked = more ? linkedRow : await linkedSample(rows);
@@ -351,8 +399,8 @@ async function rowsOf(params) {
 async function linkedSample(rows) {
   if (state.sample === null || state.q || state.step === null || rows.some((r) => String(r.sample_index) === state.sample
                                                                           && String(r.step) === state.step)) return null;
-  const p = new URLSearchParams({ step: state.step, filter_col: "sample_index", filter_min: state.sample,
-                                  filter_max: state.sample, limit: "1" });
+  const p = withTextChars(new URLSearchParams({ step: state.step, filter_col: "sample_index", filter_min: state.sample,
+                                                filter_max: state.sample, limit: "1" }));
   const found = await api(`${runPath(state.run)}/samples?${p}`).catch(() => []);
   return found[0] || null;
 }
