@@ -34,7 +34,7 @@ from ... import signals
 from ...telemetry import _clock as clock
 from ._generation import (GENERATION_TABLE, Generation, SampleBatch, attach_generation, generation_columns,
                           generation_stats, generation_values)
-from ._micro_batch import COLUMNS, TABLE, MicroBatch, attach, policy_table, policy_values
+from ._micro_batch import COLUMNS, TABLE, MicroBatch, attach, policy_table, policy_values, sampler_batch_stats
 from ._settings import TrlSettings
 
 FOLD_BYTES = 64 << 20
@@ -116,6 +116,8 @@ class Accumulator:
         for (cls, _), items in groups.items():
             if cls is MicroBatch:
                 self.tables.append(policy_table(self.settings, items))
+                if items[0].measures_sampler:
+                    self.stats.append(sampler_batch_stats(self.settings, items))
                 self.segments += [(item.logps.shape[0], item.batch) for item in items]
             else:
                 self.stats.append(generation_stats(self.settings, items))

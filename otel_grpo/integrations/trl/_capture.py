@@ -275,7 +275,9 @@ class Capture:
         if entropies is not None and entropies.requires_grad:
             entropies = entropies.detach()
         get = inputs.get
-        old = get("old_per_token_logps")
+        old, sampling, target = get("old_per_token_logps"), get("sampling_per_token_logps"), self._first_pass
+        # without pi_old, the sampler is measured against this pass's log-probs, on the rows' first pass
+        measures_sampler = old is None and sampling is not None and target is not None
         if old is None:  # TRL: pi_old = pi_theta.detach() when it skipped computing it
             old = logps
         mask, tool = inputs["completion_mask"], get("tool_mask")
@@ -283,8 +285,7 @@ class Capture:
             mask = mask * tool
         mb = MicroBatch(logps, old, inputs["advantages"], mask,
                         get("ref_per_token_logps") if self.settings.beta != 0.0 else None, entropies,
-                        get("sampling_per_token_logps"))
-        target = self._first_pass
+                        sampling, measures_sampler=measures_sampler)
         if target is not None:
             rows = get(ROW_KEY)
             if rows is not None:  # else (a subclass dropped it) the rows go out without the loss's numbers

@@ -33,6 +33,7 @@ from ...signals._rewards import (ADVANTAGE_SUMMARIES, REWARD_GROUPS, REWARD_QUAN
                                  fn_quantiles, fn_summaries)
 from ._chat import chat_text
 from ._rows import cat_rows, held_bytes
+from ._sampler import sampler_stats
 from ._settings import TrlSettings
 
 _F64 = torch.float64
@@ -99,8 +100,10 @@ class Generation:
     """Each row's tokens that the model wrote, as TRL counts them (its tool mask's ones, with tools)."""
     truncated: list[bool]
     sampling: Tensor | None
-    """[B, T] the sampler's log-probs (vLLM), with TRL's log-probs (`old`) beside them."""
+    """[B, T] the sampler's log-probs (vLLM's or a `rollout_func`'s), NaN where it scored no token."""
     old: Tensor | None
+    """[B, T] TRL's pi_old (`old_per_token_logps`), None where TRL computed none (its loss then takes its own
+    log-probs: the mismatch is measured there)."""
     is_ratio: Tensor | None
     """TRL's corrected importance-sampling ratio: [B, T], or [B, 1] in sequence modes."""
     batch: SampleBatch | None = None
@@ -285,17 +288,13 @@ def attach_generation(settings: TrlSettings, table: Sequence[float], segments: S
 
 
 def _sampling_stats(settings: TrlSettings, gens: Sequence[Generation], mask: Tensor) -> list[signals.Stats]:
-    """Mismatch and rollout-IS sets whenever TRL holds the sampler's log-probs; TRL's corrected IS ratio."""
+    """Mismatch and rollout-IS sets where TRL holds the sampler's log-probs and computed pi_old (without pi_old
+    the rows' first loss pass measures them: `_micro_batch.sampler_batch_stats`); TRL's corrected IS ratio."""
     found = []
     first = gens[0]
     if first.sampling is not None and first.old is not None:
-        train = cat_rows([g.old for g in gens], 0.0)
-        sampling = cat_rows([g.sampling for g in gens], 0.0)
-        sampling = torch.where(torch.isnan(sampling), train, sampling)  # vLLM's unscored tokens: no mismatch, as TRL
-        _, _, is_stats = signals.rollout_correction(train, sampling, mask, level=settings.is_level,
-                                                    mode=settings.is_mode, threshold=settings.is_threshold,
-                                                    with_mismatch=True)
-        found.append(is_stats)
+        found.append(sampler_stats(settings, cat_rows([g.old for g in gens], 0.0),
+                                   cat_rows([g.sampling for g in gens], 0.0), mask))
     if first.is_ratio is not None:
         found.append(_trl_is_ratio(cat_rows([g.is_ratio for g in gens], 1.0), mask))
     return found

@@ -4,6 +4,7 @@
     ...                                              # the logged step's one gather and host copy carry it
     values, invalid = policy_values(settings, rows)  # host: every policy stat from every rank's rows
     numbers = row_numbers(row)                       # host: one first-pass row's sample diagnostics
+    stats = sampler_batch_stats(settings, first_passes)  # device: the sampler's sets where TRL has no pi_old
 
 Every policy stat of a micro-batch (clip ratios, policy ratio, approx KL, KL to the reference, TRL's
 KL, entropy) and every loss-pass number of a sample row is a sum, a count or an extreme over a
@@ -31,9 +32,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 from torch import Tensor
 
+from ... import signals
 from ...signals._masked import SAFETY_BOUND
 from ...signals._policy import LENGTH_BUCKETS, bucket_labels
 from ._rows import cat_rows, held_bytes
+from ._sampler import sampler_stats
 from ._settings import TrlSettings
 
 if TYPE_CHECKING:
@@ -79,16 +82,20 @@ class MicroBatch:
     ref: Tensor | None = None
     entropy: Tensor | None = None
     sampling: Tensor | None = None
-    """The sampler's log-probs (vLLM), NaN where it scored no token."""
+    """The sampler's log-probs (vLLM's or a `rollout_func`'s), NaN where it scored no token."""
     rows: Tensor | None = None
     """[B] int64: each row's position in its generation batch, on the batch's first pass (else None)."""
     batch: SampleBatch | None = None
     """The generation batch whose first pass this is (its rows get this pass's numbers), else None."""
+    measures_sampler: bool = False
+    """Its rows' mismatch and rollout-IS sets are measured here (`sampler_batch_stats`): a first pass with the
+    sampler's log-probs where TRL computed no pi_old, so `logps` are the policy TRL's loss takes for it."""
 
     @property
     def kind(self) -> tuple:
         """Micro-batches of one kind are concatenated: the same optional tensors and advantage shape."""
-        return self.ref is not None, self.entropy is not None, self.sampling is not None, self.advantages.dim()
+        return (self.ref is not None, self.entropy is not None, self.sampling is not None, self.advantages.dim(),
+                self.measures_sampler)
 
     @property
     def nbytes(self) -> int:
@@ -153,6 +160,13 @@ def policy_table(settings: TrlSettings, batches: Sequence[MicroBatch]) -> Tensor
                        torch.full((1, m.shape[0]), float(kind), dtype=_F64, device=m.device)])
     table = parts.new_full((parts.shape[1], len(COLUMNS)), math.nan)
     return table.index_copy_(1, _index(at, table.device), parts.T)
+
+
+def sampler_batch_stats(settings: TrlSettings, batches: Sequence[MicroBatch]) -> signals.Stats:
+    """The mismatch and rollout-IS sets of micro-batches that measure the sampler (`measures_sampler`, one kind):
+    the sampler's log-probs against the loss pass's, the tensors TRL's loss used. Device ops only."""
+    return sampler_stats(settings, cat_rows([b.logps for b in batches], 0.0),
+                         cat_rows([b.sampling for b in batches], 0.0), cat_rows([b.mask for b in batches], 0))
 
 
 @functools.lru_cache(maxsize=64)
