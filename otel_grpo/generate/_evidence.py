@@ -91,8 +91,8 @@ def counted_parts(metric: str, by: str, s: RuleSettings) -> tuple[str, str]:
     counts in series of its own (attribute `process`), so a resumed process's first counts are a new series even
     where the old process's series (same run, signal) still show, or count the same. No `unless x offset w`
     with a short lookback: after a failed scrape or an outage that would see every counter as
-    new again. `last_over_time` over the lookback still finds its last value. A new series counts
-    only through `watched`.
+    new again. Its `remembered` record (its last value within the lookback, `_memory`) still finds it, as it
+    was `counter_window` ago. A new series counts only through `watched`.
     """
     metric = per_process(metric)
     return (f"sum by ({by}) (increase({metric}[{s.counter_window}])) > 0",
