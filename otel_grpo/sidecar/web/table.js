@@ -60,13 +60,17 @@ function withTextChars(params) {
   return params;
 }
 
+// The query of one sample alone: the row at `step` with that `sample_index`.
+function oneSampleParams(step, index) {
+  return new URLSearchParams({ step: String(step), filter_col: "sample_index", filter_min: String(index),
+                               filter_max: String(index), limit: "1" });
+}
+
 // Row `r` with every text whole: its sample read alone (as a linked one is), once.
 const wholeRows = new WeakMap();
 function wholeSample(r) {
   if (!wholeRows.has(r)) {
-    const index = String(r.sample_index);
-    const p = new URLSearchParams({ step: String(r.step), filter_col: "sample_index", filter_min: index,
-                                    filter_max: index, limit: "1" });
+    const p = oneSampleParams(r.step, r.sample_index);
     wholeRows.set(r, api(`${runPath(state.run)}/samples?${p}`).then((found) => {
       if (!found.length) throw new ApiError("the sample is no longer stored");
       return found[0];
@@ -399,8 +403,7 @@ async function rowsOf(params) {
 async function linkedSample(rows) {
   if (state.sample === null || state.q || state.step === null || rows.some((r) => String(r.sample_index) === state.sample
                                                                           && String(r.step) === state.step)) return null;
-  const p = withTextChars(new URLSearchParams({ step: state.step, filter_col: "sample_index", filter_min: state.sample,
-                                                filter_max: state.sample, limit: "1" }));
+  const p = withTextChars(oneSampleParams(state.step, state.sample));
   const found = await api(`${runPath(state.run)}/samples?${p}`).catch(() => []);
   return found[0] || null;
 }
