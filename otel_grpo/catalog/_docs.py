@@ -86,12 +86,15 @@ A gauge is a per-step statistic: it has a data point (in each OTLP export, on th
 trainer's `/metrics`) only while the latest step gave it a finite value. A step that has
 none for it (invalid there, not logged at that step as on TRL's second-iteration steps
 with `num_iterations` > 1, a failed batch, a reward function that returned None, NaN)
-leaves it without a data point, so Prometheus sees a gap (a scraped target's series is
-marked stale at once), never the earlier step's value as current. Several records of one
-step (a summary log, samples that arrive apart from the scalars) are all that step's
-values; an evaluation's values (`evaluation=True`, `grpo.eval`) stay current until the
-next evaluation. Through the collector, its Prometheus exporter drops a series that no
-longer arrives only after `metric_expiration` (2m in `collector/config.yaml`).
+leaves it without a value, so Prometheus sees a gap, never the earlier step's value as
+current: a scraped target's series is marked stale at once, and the next OTLP export
+ends the series with a data point flagged "no recorded value" (OTLP's staleness marker),
+on which the collector's Prometheus exporter drops it (until an export carrying the
+marker succeeds, every export repeats it). A collector serves a series that simply stops
+arriving (its process died) until `metric_expiration` (2m in `collector/config.yaml`).
+Several records of one step (a summary log, samples that arrive apart from the scalars)
+are all that step's values; an evaluation's values (`evaluation=True`, `grpo.eval`) stay
+current until the next evaluation.
 These gauges are the process's state, not a step's statistic, and keep their last
 value: {state}.
 

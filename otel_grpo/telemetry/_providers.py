@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 
 from otel_grpo.catalog import spans
 
+from ._ended_series import otlp_metric_exporter
 from ._prometheus import prometheus_reader
 from ._quiet import ExportHealth, QuietMetricExporter, QuietSpanExporter
 from ._settings import SDK_EVENT_LIMIT, TelemetrySettings
@@ -129,11 +130,8 @@ def _otlp_span_exporter(settings: TelemetrySettings, health: ExportHealth) -> Qu
 
 def _otlp_metric_exporter(settings: TelemetrySettings, health: ExportHealth) -> QuietMetricExporter:
     endpoint = _otlp_target(settings, "metrics")
-    if settings.protocol_for("metrics") == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-    return QuietMetricExporter(OTLPMetricExporter(endpoint=endpoint), endpoint or "localhost:4317", health)
+    exporter = otlp_metric_exporter(settings.protocol_for("metrics"), endpoint)
+    return QuietMetricExporter(exporter, endpoint or "localhost:4317", health)
 
 
 @dataclass

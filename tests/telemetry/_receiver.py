@@ -8,6 +8,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.metrics.v1.metrics_pb2 import DataPointFlags
+
+_NO_RECORDED_VALUE = DataPointFlags.DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK
 
 
 class OTLPReceiver:
@@ -127,7 +130,11 @@ def sdk_metrics(receiver: OTLPReceiver) -> dict:
             for m in sm.metrics:
                 kind = m.WhichOneof("data")
                 if kind == "gauge":
-                    data = Gauge([number(p) for p in m.gauge.data_points])
+                    # a point flagged "no recorded value" ends its series (as the collector reads it): no value
+                    valued = [number(p) for p in m.gauge.data_points if not p.flags & _NO_RECORDED_VALUE]
+                    if not valued:
+                        continue
+                    data = Gauge(valued)
                 elif kind == "sum":
                     data = Sum([number(p) for p in m.sum.data_points],
                                AggregationTemporality(m.sum.aggregation_temporality), m.sum.is_monotonic)
