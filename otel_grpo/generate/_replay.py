@@ -18,9 +18,10 @@ time t sees depends on the path:
   itself; a process that ended is gone from the next scrape on (stale), except that a
   finished or preempted one lingers until one more scrape has read its end marker.
 - *push* through a collector (`export_s>0`): the process exports every `export_s` (and
-  once more when it closes on purpose; a killed one does not); the collector serves each
-  series' last delivered value until `expire_s` (its metric_expiration) after that
-  series' last update, forgets everything when it restarts, and is not scraped during an
+  once more when it closes on purpose; a killed one does not), each time every series it has
+  (one it no longer has comes flagged "no recorded value", which drops it); the collector
+  serves each series' last delivered value until `expire_s` (its metric_expiration) after
+  that series' last update, forgets everything when it restarts, and is not scraped during an
   outage (`Outage`), when the exports to it fail too. A process whose exports move to
   another replica (`Segment.moved_s`) leaves the first serving what it got until its
   expiry, and the second serves copies of its own under its own target label (`with_replica`).
@@ -358,8 +359,9 @@ def _relayed(seg: Segment, line: "_Timeline", states: list[dict[str, float]], re
     for k in range(scrapes + 1):
         t = k * scrape_s
         while j < len(deliveries) and deliveries[j] <= t:
-            for name, v in _at(seg, line, states, deliveries[j]).items():
-                held[name] = (v, deliveries[j])
+            # every series the process has now; one it no longer has (a statistic absent at the latest step) is
+            # ended by the export's "no recorded value" point, which drops it at once
+            held = {name: (v, deliveries[j]) for name, v in _at(seg, line, states, deliveries[j]).items()}
             j, changed = j + 1, True
         restart = _restarted(outages, t, replica)
         kept = {n: vc for n, vc in held.items() if t - vc[1] <= seg.expire_s and vc[1] >= restart}
