@@ -3,9 +3,10 @@
 # versions pinned in otel_grpo/stack/backends.yml: the OpenTelemetry Collector (through the
 # collector builder and collector/builder-config.yaml), Prometheus + promtool,
 # Alertmanager + amtool, helm, the Prometheus Operator's CRDs (YAML files of its module,
-# nothing to compile) and compose-config (target compose-go: scripts/compose-config, which
+# nothing to compile), compose-config (target compose-go: scripts/compose-config, which
 # renders a compose file through compose-go as `docker compose config` does, for machines
-# without the Docker CLI plugin). Everything goes to a per-machine cache outside the repository,
+# without the Docker CLI plugin), kube-score (a linter platform teams run on Helm charts) and
+# pod-security (scripts/pod-security: the API server's PodSecurity evaluator on rendered pods). Everything goes to a per-machine cache outside the repository,
 #   ${OTEL_GRPO_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/otel-grpo/bin}/<name>-<version>
 # (the collector's name also carries a digest of its component list, so a changed
 # builder-config.yaml builds a new collector) and what is already there is reused. Without Go
@@ -14,7 +15,7 @@
 # `make test` all of them. What Go prints (hundreds of `go: downloading` lines) goes to
 # $CACHE/build-backends.log; the terminal gets one line per binary, and the log's name and tail if
 # a build fails.
-#   usage: scripts/build-backends.sh [prometheus|promtool|alertmanager|amtool|collector|helm|crds|compose-go ...]
+#   usage: scripts/build-backends.sh [prometheus|promtool|alertmanager|amtool|collector|helm|crds|compose-go|kube-score|pod-security ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version() { awk -F': *' -v k="$1" '$1 == k { print $2 }' otel_grpo/stack/backends.yml; }
@@ -24,6 +25,8 @@ ALERTMANAGER_VERSION=$(version alertmanager)
 HELM_VERSION=$(version helm)
 OPERATOR_VERSION=$(version prometheus-operator)
 COMPOSE_GO_VERSION=$(version compose-go)
+KUBE_SCORE_VERSION=$(version kube-score)
+POD_SECURITY_VERSION=$(version pod-security-admission)
 # The builder manifest without its comments: the collector's cache name changes with its components.
 OTELCOL_DIGEST=$(grep -v '^[[:space:]]*#' collector/builder-config.yaml | sha256sum | cut -c1-12)
 CACHE="${OTEL_GRPO_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/otel-grpo/bin}"
@@ -54,6 +57,8 @@ binary_of() {
     helm) echo "helm-$HELM_VERSION" ;;
     crds) echo "prometheus-operator-crds-$OPERATOR_VERSION" ;;
     compose-go) echo "compose-config-$COMPOSE_GO_VERSION" ;;
+    kube-score) echo "kube-score-$KUBE_SCORE_VERSION" ;;
+    pod-security) echo "pod-security-$POD_SECURITY_VERSION" ;;
   esac
 }
 announce() {  # announce <target>...: count what is missing, say what and why once
@@ -95,12 +100,12 @@ new_workdir() { WORK=$(mktemp -d); WORKDIRS+=("$WORK"); }  # sets WORK (not in a
 # Prometheus' projects print their version from prometheus/common's variables.
 version_flags() { echo "-X github.com/prometheus/common/version.Version=$1 -X github.com/prometheus/common/version.Branch=release"; }
 
-install_as() {  # install_as <cache name> <package@version> <version> [build tags]
-  local name=$1 pkg=$2 version=$3 tags=${4:-} tmp
+install_as() {  # install_as <cache name> <package@version> <-X version flags> [build tags]
+  local name=$1 pkg=$2 xflags=$3 tags=${4:-} tmp
   have "$name" && return 0
   new_workdir; tmp=$WORK
   begin_step "$name" "go install $pkg"
-  GOBIN="$tmp" go install ${tags:+-tags "$tags"} -ldflags "-s -w $(version_flags "$version")" "$pkg"
+  GOBIN="$tmp" go install ${tags:+-tags "$tags"} -ldflags "-s -w $xflags" "$pkg"
   mv "$tmp"/* "$CACHE/$name.tmp" && mv "$CACHE/$name.tmp" "$CACHE/$name"
   end_step "$name"
 }
@@ -110,15 +115,15 @@ prometheus_module() { echo "v0.${PROMETHEUS_VERSION%%.*}$(printf '%02d' "$(echo 
 # remove_all_sd: no cloud service-discovery plugins (the tests use static targets);
 # the module carries no compiled web UI, so only the API and the rules engine serve.
 build_prometheus() {
-  install_as "prometheus-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/prometheus@$(prometheus_module)" "$PROMETHEUS_VERSION" remove_all_sd
+  install_as "prometheus-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/prometheus@$(prometheus_module)" "$(version_flags "$PROMETHEUS_VERSION")" remove_all_sd
 }
 
 build_promtool() {
-  install_as "promtool-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/promtool@$(prometheus_module)" "$PROMETHEUS_VERSION" remove_all_sd
+  install_as "promtool-$PROMETHEUS_VERSION" "github.com/prometheus/prometheus/cmd/promtool@$(prometheus_module)" "$(version_flags "$PROMETHEUS_VERSION")" remove_all_sd
 }
 
 build_amtool() {
-  install_as "amtool-$ALERTMANAGER_VERSION" "github.com/prometheus/alertmanager/cmd/amtool@v$ALERTMANAGER_VERSION" "$ALERTMANAGER_VERSION"
+  install_as "amtool-$ALERTMANAGER_VERSION" "github.com/prometheus/alertmanager/cmd/amtool@v$ALERTMANAGER_VERSION" "$(version_flags "$ALERTMANAGER_VERSION")"
 }
 
 build_alertmanager() {
@@ -155,7 +160,7 @@ build_collector() {
 }
 
 build_helm() {  # `helm lint` / `helm template` for the chart under deploy/helm
-  install_as "helm-$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" "$HELM_VERSION"
+  install_as "helm-$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" "$(version_flags "$HELM_VERSION")"
 }
 
 build_crds() {  # the CRD schemas the chart's PrometheusRule, PodMonitor and ServiceMonitor are checked against
@@ -184,7 +189,25 @@ build_compose-go() {  # a module of its own around scripts/compose-config/main.g
   end_step "$name"
 }
 
-ALL=(prometheus promtool alertmanager amtool collector helm crds compose-go)
+build_kube-score() {  # a linter platform teams run on Helm charts (tests/stack/test_helm_linters.py)
+  install_as "kube-score-$KUBE_SCORE_VERSION" "github.com/zegl/kube-score/cmd/kube-score@v$KUBE_SCORE_VERSION" \
+    "-X main.version=$KUBE_SCORE_VERSION"
+}
+
+build_pod-security() {  # a module of its own around scripts/pod-security/main.go, at the pinned k8s.io/pod-security-admission
+  local name="pod-security-$POD_SECURITY_VERSION" work
+  have "$name" && return 0
+  new_workdir; work=$WORK
+  begin_step "$name" "scripts/pod-security against k8s.io/pod-security-admission v$POD_SECURITY_VERSION"
+  cp scripts/pod-security/main.go "$work/"
+  (cd "$work" && go mod init pod-security >/dev/null 2>&1 \
+    && go get "k8s.io/pod-security-admission@v$POD_SECURITY_VERSION" && go mod tidy \
+    && go build -ldflags "-s -w" -o "$CACHE/$name.tmp" .)
+  mv "$CACHE/$name.tmp" "$CACHE/$name"
+  end_step "$name"
+}
+
+ALL=(prometheus promtool alertmanager amtool collector helm crds compose-go kube-score pod-security)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${ALL[@]}")
 for t in "${targets[@]}"; do

@@ -27,6 +27,8 @@ BINARIES = {
     "otelcol": ("otelcol", ("otelcol-grpo", "otelcol-contrib")),
     "helm": ("helm", ("helm",)),
     "compose-config": ("compose-go", ("compose-config",)),
+    "kube-score": ("kube-score", ("kube-score",)),
+    "pod-security": ("pod-security-admission", ("pod-security",)),
 }
 _CACHE_NAME = {"otelcol": "otelcol-grpo"}
 _BUILD_TARGET = {"otelcol": "collector", "compose-config": "compose-go"}

@@ -29,7 +29,7 @@ def test_an_unknown_target_is_one_line_naming_every_target(tmp_path):
     out = _run(tmp_path, "grafana")
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
-        "build-backends: unknown target 'grafana' (prometheus promtool alertmanager amtool collector helm crds compose-go)"]
+        "build-backends: unknown target 'grafana' (prometheus promtool alertmanager amtool collector helm crds compose-go kube-score pod-security)"]
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="without Go the script only says so")
