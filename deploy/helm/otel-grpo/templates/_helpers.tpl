@@ -15,18 +15,31 @@
 {{- include "otel-grpo.fullname" .root | trunc (sub 63 (len $suffix) | int) | trimSuffix "-" -}}{{ $suffix }}
 {{- end -}}
 
+{{/* The selector labels: a Deployment's spec.selector is immutable, so `helm upgrade` fails on any change
+     to them. They are fixed for the life of a release: the chart's name as a constant (not .Chart.Name
+     or its version), the release name and the component; never the chart or app version, nor a value.
+     tests/stack/test_helm_upgrade.py holds them to that. */}}
 {{- define "otel-grpo.selectorLabels" -}}
 app.kubernetes.io/name: otel-grpo
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* Every object's labels: the selector labels, the chart's, then commonLabels. */}}
+{{/* Every object's labels: the selector labels, the chart's, then commonLabels. commonLabels and
+     podLabels may not name a label the chart sets: a second value for a selector label would leave the
+     pods outside their Deployment's selector (and is a duplicate key, which kubectl refuses). */}}
 {{- define "otel-grpo.labels" -}}
 {{ include "otel-grpo.selectorLabels" . }}
 app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+{{- range $values := list "commonLabels" "podLabels" }}
+{{- range $key, $_ := get $.root.Values $values | default dict }}
+{{- if has $key (list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" "app.kubernetes.io/version" "app.kubernetes.io/managed-by" "helm.sh/chart") }}
+{{- fail (printf "%s.%s: the chart sets that label itself (its selectors rest on it); use another key" $values $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- with .root.Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
