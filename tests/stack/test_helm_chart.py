@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import jsonschema_rs
@@ -705,7 +706,11 @@ def test_probes_and_scheduling_values_reach_the_pods(helm, root):
     pods = _pods(docs)
     side, coll = pods["grpo-otel-grpo-sidecar"], pods["grpo-otel-grpo-collector"]
     assert side["spec"]["priorityClassName"] == "high" and side["spec"]["nodeSelector"] == {"pool": "cpu"}
-    assert "podAntiAffinity" in coll["spec"]["affinity"] and "affinity" not in side["spec"]
+    # the values' affinity replaces the chart's: replicas on different nodes where there is room
+    assert coll["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 1
+    (spread,) = side["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert spread["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= side["metadata"]["labels"].items()
     assert side["metadata"]["labels"]["team"] == "rl" == coll["metadata"]["labels"]["team"]
     assert side["metadata"]["annotations"]["x"] == "y" and "x" not in coll["metadata"]["annotations"]
     assert {v["name"]: v for v in side["spec"]["volumes"]}["data"]["persistentVolumeClaim"]["claimName"] == "my-runs"
@@ -735,8 +740,9 @@ def test_pod_labels_and_annotations_reach_every_pod_the_test_pod_included(helm, 
 def test_the_helm_test_pod_checks_a_real_sidecar_and_collector(helm, root, otelcol, tmp_path, free_port_factory):
     """The `helm test` pod's own command, run against this checkout's sidecar and the collector built
     from its Go module with collector/config.yaml: it passes with the OTLP token and fails (naming
-    the check) with a wrong one."""
-    (pod,) = _objects(_template(helm, root), "Pod").values()
+    the check) with a wrong one. Every probe of the collector and the sidecar answers them."""
+    docs = _template(helm, root)
+    (pod,) = _objects(docs, "Pod").values()
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     (c,) = pod["spec"]["containers"]
     assert c["command"][0] == "python"
@@ -768,6 +774,13 @@ def test_the_helm_test_pod_checks_a_real_sidecar_and_collector(helm, root, otelc
                             env={**os.environ, **urls, "OTLP_TOKEN": "the-otlp-token"})
         bad = subprocess.run([sys.executable, *c["command"][1:], *c["args"]], capture_output=True, text=True, timeout=60,
                              env={**os.environ, **urls, "OTLP_TOKEN": "not-the-token"})
+        for component, local in (("collector", {"health": ports["health"], "self": ports["self"]}),
+                                 ("sidecar", {"http": ports["sidecar"]})):
+            (container,) = _pods(docs)[f"grpo-otel-grpo-{component}"]["spec"]["containers"]
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                get = container[probe]["httpGet"]
+                with urllib.request.urlopen(f"http://127.0.0.1:{local[get['port']]}{get['path']}", timeout=10) as r:
+                    assert r.status == 200, (component, probe, get)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.splitlines() == ["sidecar /healthz: 200 (ok)", "collector OTLP with the token: 200 (ok)",
                                       "collector OTLP without a token: 401 (ok)"]

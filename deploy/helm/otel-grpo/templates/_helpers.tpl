@@ -140,7 +140,8 @@ annotations:
 
 {{/* What every pod spec shares: no API token, no service links (a Service named
      <x>-sidecar would inject OTEL_GRPO_SIDECAR_PORT=tcp://..., which the sidecar reads as its
-     port), non-root, scheduling. Call with (dict "root" $ "values" .Values.<component>). */}}
+     port), non-root, scheduling (with "spread": replicas on different nodes unless .values.affinity
+     says otherwise). Call with (dict "root" $ "values" .Values.<component> ["component" "x" "spread" true]). */}}
 {{- define "otel-grpo.podSpec" -}}
 serviceAccountName: {{ include "otel-grpo.serviceAccountName" .root }}
 automountServiceAccountToken: false
@@ -162,10 +163,41 @@ nodeSelector:
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .values.affinity }}
+{{- if .values.affinity }}
 affinity:
-  {{- toYaml . | nindent 2 }}
+  {{- toYaml .values.affinity | nindent 2 }}
+{{- else if .spread }}
+# Replicas on different nodes where the cluster has room: one node's loss takes one replica.
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "otel-grpo.selectorLabels" (dict "root" .root "component" .component) | nindent 14 }}
 {{- end }}
+{{- end -}}
+
+{{/* The linter findings a workload makes on purpose, as the annotation kube-score reads (it has no
+     field for a reason: the reasons are these, and docs/operations.md, "Upgrades, linters and Pod Security"):
+       container-image-pull-policy: IfNotPresent, the image pinned by tag or digest: pods restart while
+         the registry is down; <component>.image.pullPolicy=Always where pull credentials must be re-checked.
+       container-resources: no CPU limit (CFS throttling stalls ingest and the probes); only while the
+         requests and the memory limit are set, so a missing one is still reported.
+       pod-networkpolicy: networkPolicy.enabled=false by default (where Prometheus and Grafana run differs
+         per cluster); with it on, egress stays open (the database and a collector of yours are URLs).
+       and the template's own (`checks`): each says why where it is passed.
+     Call with (dict "values" .Values.<component> "resources" <the container's resources> ["checks" (list ...)]). */}}
+{{- define "otel-grpo.lintIgnores" -}}
+{{- $ignore := concat (list "pod-networkpolicy") (.checks | default list) -}}
+{{- if ne (.values.image.pullPolicy | default "") "Always" }}{{ $ignore = append $ignore "container-image-pull-policy" }}{{ end -}}
+{{- $r := .resources | default dict -}}
+{{- $requests := $r.requests | default dict -}}
+{{- $limits := $r.limits | default dict -}}
+{{- if and (not $limits.cpu) $limits.memory $requests.cpu $requests.memory }}{{ $ignore = append $ignore "container-resources" }}{{ end -}}
+kube-score/ignore: {{ $ignore | uniq | sortAlpha | join "," | quote }}
 {{- end -}}
 
 {{/* A PodDisruptionBudget for a component whose values hold podDisruptionBudget. */}}
