@@ -76,32 +76,57 @@ function stateParams() {
            add: state.add, hide: state.hide, scale: Object.entries(state.scales).map(([id, s]) => `${id}:${s}`) };
 }
 
-// Writes the view into the URL without a navigation (no hashchange, no reload).
-function writeUrl() {
-  if (state.run !== null) history.replaceState(null, "", runHash(state.run, stateParams()));
+// Writes the view into the URL. `push`: a step of its own in the history (a step, a sample, a sort,
+// a chart added: what the back button should undo), else it replaces the current entry (typing,
+// a drag of the smoothing slider, a link read back in its current form) and no back press is spent on
+// it. Neither is a navigation (no hashchange): the page is already showing the view.
+function writeUrl(push = false) {
+  if (state.run === null) return;
+  const hash = runHash(state.run, stateParams());
+  if (push && hash !== location.hash) history.pushState(null, "", hash);
+  else history.replaceState(null, "", hash);
 }
 
-// The view in the URL into `state` (writeUrl writes it back in the current form).
+// A link's parameters as `state` holds them, and what of it was not understood (`ignored`: one line
+// each, said once at the top of the page: linkNotes). Whole numbers for steps and sample indices
+// (a step of 2.5 or a sample of 1e30 was asked of the API, which answered 422).
+const INDEX = /^(0|[1-9]\d{0,14})$/;  // a sample index as the API reads it (no sign, no exponent)
+const STEP = /^-?(0|[1-9]\d{0,14})$/;
+const RUN_PARAMS = new Set(["step", "group", "groupof", "sample", "q", "sort", "desc", "vs", "smooth", "from", "to", "fcol",
+                            "fmin", "fmax", "showcol", "hidecol", "add", "hide", "scale"]);
 async function readUrl(runId, query) {
   const p = new URLSearchParams(query);
-  const num = (k) => (p.get(k) !== null && p.get(k) !== "" && Number.isFinite(+p.get(k)) ? +p.get(k) : null);
+  const ignored = [];
+  const ignore = (k, v, why) => { ignored.push(`${k}=${v} (${why})`); return null; };
+  const num = (k) => (p.get(k) !== null && p.get(k) !== "" && Number.isFinite(+p.get(k)) ? +p.get(k)
+    : p.get(k) ? ignore(k, p.get(k), "not a number") : null);
+  const matching = (k, re, why) => (p.get(k) === null || p.get(k) === "" ? null : re.test(p.get(k)) ? p.get(k) : ignore(k, p.get(k), why));
+  for (const k of new Set(p.keys())) if (!RUN_PARAMS.has(k)) ignore(k, p.get(k), "not a setting of this page");
   // A bound only with a column (nothing filters unseen), and as its number box reads it (table.js).
   const fcol = p.get("fcol") || "";
   const bound = (k) => (fcol && p.get(k)) || "";
-  Object.assign(state, freshState(runId), {
-    step: num("step") === null ? null : String(num("step")), sample: p.get("sample"),
-    group: p.has("group") ? { group: p.get("group") } : p.has("groupof") ? { sample_index: p.get("groupof") } : null,
-    q: p.get("q") || "", orderBy: p.get("sort"), desc: p.get("desc") === "1",
-    overlay: [], smooth: Math.min(Math.max(num("smooth") || 0, 0), 0.99),
-    zoom: num("from") !== null && num("to") !== null && num("from") < num("to") ? [num("from"), num("to")] : null,
+  const step = matching("step", STEP, "not a step number");
+  const sample = matching("sample", INDEX, "not a sample index");
+  const groupof = matching("groupof", INDEX, "not a sample index");
+  const [from, to] = [num("from"), num("to")];
+  const smooth = num("smooth");
+  if (smooth !== null && !(smooth >= 0 && smooth <= 0.99)) ignore("smooth", p.get("smooth"), "not within 0–0.99");
+  const scales = p.getAll("scale").map((v) => [v.slice(0, v.lastIndexOf(":")), v.slice(v.lastIndexOf(":") + 1), v])
+    .filter(([id, s, v]) => (id && SCALES.includes(s)) || ignore("scale", v, "not <chart>:linear, log or symlog"));
+  const next = Object.assign(freshState(runId), {
+    step, sample, group: p.get("group") ? { group: p.get("group") } : groupof !== null ? { sample_index: groupof } : null,
+    q: p.get("q") || "", orderBy: p.get("sort") || null, desc: p.get("desc") === "1",
+    smooth: smooth !== null && smooth >= 0 && smooth <= 0.99 ? smooth : 0,
+    zoom: from !== null && to !== null && from < to ? [from, to] : null,
     filter: { col: fcol, min: bound("fmin"), max: bound("fmax") },
     columns: { show: [...new Set(p.getAll("showcol").filter(Boolean))],
                hide: [...new Set(p.getAll("hidecol").filter(Boolean))] },
     add: [...new Set(p.getAll("add").filter(Boolean))], hide: [...new Set(p.getAll("hide").filter(Boolean))],
-    scales: Object.fromEntries(p.getAll("scale").map((v) => [v.slice(0, v.lastIndexOf(":")), v.slice(v.lastIndexOf(":") + 1)])
-      .filter(([id, s]) => id && ["linear", "log", "symlog"].includes(s))),
+    scales: Object.fromEntries(scales.map(([id, s]) => [id, s])),
   });
-  state.overlay = await overlaidRuns(p.getAll("vs"), runId);
+  if (from !== null && to !== null && !(from < to)) ignore("from", `${from}&to=${to}`, "an empty step range");
+  next.overlay = await overlaidRuns(p.getAll("vs"), runId);
+  return { next, ignored };
 }
 
 // The runs a link overlays. Old links joined them (`vs=b,c`) and a run id may hold commas
@@ -242,34 +267,44 @@ function alertsSection(alerts) {
 }
 
 // ---- the run page -------------------------------------------------------------------------------
-// A plot click or an alert's step: that step's samples (or the nearest step that has some).
+// The nearest step to `step` that has samples (null: no step has any).
+function nearestSampleStep(step) {
+  return sampleSteps.length ? sampleSteps.reduce((a, b) => (Math.abs(b - step) < Math.abs(a - step) ? b : a)) : null;
+}
+
+// A plot click or an alert's step: that step's samples (or the nearest step that has some), a step
+// of the history.
 function openStep(step) {
-  if (!sampleSteps.length) return;
-  const best = sampleSteps.reduce((a, b) => (Math.abs(b - step) < Math.abs(a - step) ? b : a));
+  const best = nearestSampleStep(step);
+  if (best === null) return;
   setStep(best);
   loadSamples().then(() => document.getElementById("samples-heading").scrollIntoView());
 }
 
 // The run (its step range), its columns' names and meanings, its alerts, the steps that have
 // samples, and the overlaid runs' ranges and columns; no rows: each chart asks for its own
-// (charts.js). `stale`: the rows of the last read, drawn until a refresh's own come.
+// (charts.js). `stale`: the rows of the last read, drawn until a refresh's own come. The run's own
+// record first: a link to a run that is not there is one request refused, not five.
 async function fetchRunData(runId, stale) {
   const base = runPath(runId);
-  const [panels, columns, alerts, withSamples, info] = await Promise.all([api("/api/panels"), api(`${base}/metrics`),
-    api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`), api(base)]);
+  const info = await api(base);
+  const [panels, columns, alerts, withSamples] = await Promise.all([api("/api/panels"), api(`${base}/metrics`),
+    api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`)]);
   const data = { panels, alerts, withSamples, runInfo: new Map([[runId, info]]), described: new Map([[runId, columns]]),
                 names: new Map([[runId, new Set(columns.map((c) => c.name))]]), rows: new Map(), asked: new Map(),
                 stale: stale || new Map() };
   await loadOverlay(data);
-  runData = data;  // once whole: a chart drawn meanwhile (a scroll) never sees half of it
-  return runData;
+  return data;  // the caller makes it runData once it is still the view asked for (route)
 }
 
 // Live view: charts, alerts and the step list follow the run; the samples table is left as the
-// user arranged it (sort, step, expanded cells).
+// user arranged it (sort, step, expanded cells). A refresh that comes back after a navigation is dropped.
 async function refreshRun() {
   if (!state.run || !document.getElementById("plots")) return;
+  const mine = routed;
   const data = await fetchRunData(state.run, runData && runData.rows);
+  if (mine !== routed) return;
+  runData = data;
   sampleSteps = data.withSamples;
   redrawPlots();
   document.getElementById("alerts").replaceWith(alertsSection(data.alerts));
@@ -278,14 +313,42 @@ async function refreshRun() {
 }
 window.otelGrpoRefresh = refreshRun;
 
-async function showRun(runId, query) {
-  await readUrl(runId, query);
+// What of the link the page did not show as asked, in one line at the top of the run page (a step
+// without samples, a sort column the samples lack, a parameter it could not read): the view shown
+// is what the URL says once it is rewritten without them.
+let linkNotes = [];
+function linkNote(text) {
+  linkNotes.push(text);
+  const note = document.getElementById("link-note");
+  if (note) setText(note, "This link asked for what is not here: " + linkNotes.join("; ") + ".");
+}
+
+async function showRun(runId, query, current) {
+  const { next, ignored } = await readUrl(runId, query);
+  current();
+  Object.assign(state, next);
   setText(document.getElementById("crumb"), "run " + runId);
   const [data, choices] = await Promise.all([fetchRunData(runId), api(`/api/runs?limit=${COMPARE_CHOICES + 1}`)]);
+  current();
+  runData = data;  // once whole: a chart drawn meanwhile (a scroll) never sees half of it
   sampleSteps = data.withSamples;
+  // What the link asks for that is not here is dropped (and said) before anything is drawn.
+  const notes = ignored.map((line) => `${line}: ignored`);
+  for (const r of state.overlay.filter((r) => !data.runInfo.has(r))) notes.push(`vs=${r} (no such run): not overlaid`);
+  state.overlay = state.overlay.filter((r) => data.runInfo.has(r));
+  const columns = new Set(shownColumns().map((c) => c.name));
+  for (const c of state.add.filter((c) => !columns.has(c))) notes.push(`add=${c} (no step column of that name): no chart`);
+  state.add = state.add.filter((c) => columns.has(c));
+  if (state.step !== null && !sampleSteps.includes(+state.step) && sampleSteps.length) {
+    const best = nearestSampleStep(+state.step);
+    notes.push(`step ${state.step} has no samples (this run has samples at steps ${sampleSteps[0]}–${sampleSteps.at(-1)}): `
+               + `step ${best} is shown`);
+    Object.assign(state, { step: String(best), sample: null, group: null });
+  }
   if (state.step === null && sampleSteps.length) state.step = String(sampleSteps[0]);
   main.replaceChildren(
     h("h2", { text: "Run " + runId }),
+    h("p", { id: "link-note", class: "alert-firing", role: "status" }),
     plotTools(choices),
     h("div", { id: "plots" }),
     h("h2", { text: "Alerts" }), alertsSection(data.alerts),
@@ -293,33 +356,63 @@ async function showRun(runId, query) {
     h("p", { id: "samples-common", class: "common" }),
     h("div", { id: "group-view" }),
     h("div", { class: "table-wrap", id: "samples" }));
+  linkNotes = [];
+  for (const note of notes) linkNote(note);
   await redrawPlots();
+  current();
   await loadSamples();
+  current();
   if (state.group !== null && state.step !== null) await showGroup(state.step, state.group).catch(groupError);
+  current();
   writeUrl();
   refreshTimer = setInterval(() => refreshRun().catch(() => {}), REFRESH_MS);
-  document.body.setAttribute("data-ready", "run");
 }
 
+// The one place an error replaces the view: a title, what went wrong, the way back.
 function showError(err) {
-  main.replaceChildren(h("p", { class: "alert-firing", text: String(err.message || err) }));
+  main.replaceChildren(h("h2", { text: "Cannot show this page" }),
+    h("p", { class: "alert-firing", role: "alert", text: String(err.message || err) }),
+    h("p", {}, h("a", { href: "#/", text: "all runs" })));
+}
+
+// Each route() is a view asked for; one that a later one replaced (back pressed twice, a link
+// clicked while a run loads) stops at its next await and draws nothing: an answer arriving late
+// never replaces a newer view nor the URL it wrote.
+let routed = 0;
+class Superseded extends Error {}
+
+// A run id in a link as the page reads it ("%E0%A4%A" is not one: said as such, not "URI malformed").
+function linkedRunId(encoded) {
+  try {
+    return decodeURIComponent(encoded);
+  } catch (e) {
+    throw new ApiError(`this link's run id "${encoded}" is not valid percent-encoding`);
+  }
 }
 
 async function route() {
+  const mine = ++routed;
+  const current = () => { if (mine !== routed) throw new Superseded(); };
   document.body.removeAttribute("data-ready");
   if (refreshTimer !== null) { clearInterval(refreshTimer); refreshTimer = null; }
   const m = location.hash.match(/^#\/run\/([^?]+)(?:\?(.*))?$/);
+  let ready;
   try {
-    if (m) await showRun(decodeURIComponent(m[1]), m[2] || "");
-    else {
+    if (m) {
+      await showRun(linkedRunId(m[1]), m[2] || "", current);
+      ready = "run";
+    } else {
       state.run = null;
       await showRuns((location.hash.match(/^#\/?\?(.*)$/) || [])[1] || "");
-      document.body.setAttribute("data-ready", "runs");
+      current();
+      ready = "runs";
     }
   } catch (err) {
+    if (err instanceof Superseded || mine !== routed) return;
     showError(err);
-    document.body.setAttribute("data-ready", "error");
+    ready = "error";
   }
+  document.body.setAttribute("data-ready", ready);
 }
 
 window.addEventListener("hashchange", route);

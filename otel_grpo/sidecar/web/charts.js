@@ -105,7 +105,8 @@ function stepDomain(runs) {
 async function loadOverlay(data = runData) {
   await Promise.all(state.overlay.filter((r) => !data.runInfo.has(r)).map(async (r) => {
     try {
-      const [info, described] = await Promise.all([api(runPath(r)), api(`${runPath(r)}/metrics`)]);
+      const info = await api(runPath(r));  // first: a run that is not there is one request refused
+      const described = await api(`${runPath(r)}/metrics`);
       data.runInfo.set(r, info);
       data.described.set(r, described);
       data.names.set(r, new Set(described.map((c) => c.name)));
@@ -162,7 +163,7 @@ function marks() {
 
 function setZoom(zoom) {
   state.zoom = zoom;
-  writeUrl();
+  writeUrl(true);
   redrawPlots();  // at once from the rows at hand; each chart again with its range's own where they add steps
 }
 
@@ -291,14 +292,14 @@ function showAlert(i) {
 // ---- the layout ---------------------------------------------------------------------------------
 function setScale(spec, scale) {
   if (scale === spec.defaultScale) delete state.scales[spec.id]; else state.scales[spec.id] = scale;
-  writeUrl();
+  writeUrl(true);
   redrawPlots();
 }
 
 function removeChart(spec) {
   if (spec.added) state.add = state.add.filter((c) => c !== spec.id); else state.hide = [...state.hide, spec.id];
   delete state.scales[spec.id];
-  writeUrl();
+  writeUrl(true);
   redrawPlots();
 }
 
@@ -310,7 +311,7 @@ function showColumn(name) {
   const panel = runData.panels.find((p) => p.series.some((s) => s.name === name || (s.attribute && name.startsWith(s.name + "/"))));
   const id = panel && state.hide.includes(panel.series[0].key) ? panel.series[0].key : name;
   if (id === name) state.add = [...state.add, name]; else state.hide = state.hide.filter((x) => x !== id);
-  writeUrl();
+  writeUrl(true);
   redrawPlots();
   const added = [...document.querySelectorAll(".plot-card")].find((c) => c.dataset.chart === id);
   if (added) added.scrollIntoView({ block: "center" });
@@ -365,7 +366,7 @@ function chartSearch() {
   });
   const reset = h("button", { id: "charts-reset", type: "button", hidden: "", text: "default charts",
                               title: "the catalog's charts, no added ones, default scales",
-                              onclick: () => { state.add = []; state.hide = []; state.scales = {}; writeUrl(); redrawPlots(); } });
+                              onclick: () => { state.add = []; state.hide = []; state.scales = {}; writeUrl(true); redrawPlots(); } });
   return h("div", { class: "chart-search" }, input, list, reset);
 }
 
@@ -381,14 +382,14 @@ function plotTools(runs) {
     setText(value, state.smooth ? String(state.smooth) : "off");
     if (!mounted.every((chart) => chart.smooth(state.smooth))) redrawPlots();  // in place while the series stay
   });
-  smooth.addEventListener("change", writeUrl);  // once let go (a URL a step of the slider is many history writes)
+  smooth.addEventListener("change", () => writeUrl());  // once let go (a URL a step of the slider is many history writes)
   const choices = h("div", { class: "choices" });
   const search = h("input", { id: "compare-search", type: "search", placeholder: "search runs" });
   const list = h("div", { id: "compare-list" });
   const box = (run) => {
     const input = h("input", { type: "checkbox", "data-run": run, onchange: async (e) => {
       state.overlay = e.target.checked ? [...state.overlay, run] : state.overlay.filter((x) => x !== run);
-      writeUrl();
+      writeUrl(true);
       await loadOverlay();
       redrawPlots();
     } });

@@ -11,7 +11,7 @@ function groupError(err) {
 // by one of its samples (groupof=5): state.group is {group} or {sample_index}, and a reload reopens either.
 function openGroup(row) {
   state.group = "group" in row ? { group: String(row.group) } : { sample_index: String(row.sample_index) };
-  writeUrl();
+  writeUrl(true);
   showGroup(row.step, state.group, String(row.sample_index)).catch(groupError);
 }
 
@@ -45,10 +45,15 @@ const GROUP_STATS = [["reward", "reward"], ["advantage", "advantage"], ["length"
                      ["sample", "sample_index"]];
 
 // The group of the first row at `step` with `key`'s values (state.group); `picked`: the sample marked.
+// Only the latest group asked for is drawn, in the view it was asked from (a group opened, then
+// another, or a navigation, before the first came).
+let groupAsked = 0;
 async function showGroup(step, key, picked = key.sample_index) {
   const p = withTextChars(new URLSearchParams({ step: String(step), limit: "10000", order_by: "reward",
                                                 desc: "true" }));
+  const asked = ++groupAsked, shownIn = document.getElementById("group-view");
   const all = await api(`${runPath(state.run)}/samples?${p}`);
+  if (asked !== groupAsked || !shownIn.isConnected) return;
   const named = all.find((r) => Object.entries(key).every(([k, v]) => String(r[k]) === v));
   const rows = named ? all.filter((r) => sameGroup(r, named)) : [];
   const view = document.getElementById("group-view");
@@ -60,15 +65,16 @@ async function showGroup(step, key, picked = key.sample_index) {
       ...stats.filter(([, k]) => k in r).map(([label, k]) => h("tr", {}, h("th", { text: label }),
                                                                    h("td", { class: "num", text: fmtCell(r[k]) }))))),
     ...groupText("completion", r, "completion")));
-  const title = `Group at step ${step}` + ("group" in key ? ` (group ${key.group})` : "") +
-    `: ${rows.length} completion(s) stored, ranked by reward`;
+  const title = !rows.length ? `No group ${"group" in key ? key.group : `of sample ${key.sample_index}`} at step ${step}`
+    : `Group at step ${step}` + ("group" in key ? ` (group ${key.group})` : "") +
+      `: ${rows.length} completion(s) stored, ranked by reward`;
   // The view as it is, with this group open (as a sample's link).
   const here = { ...stateParams(), q: null, sample: null, step };
   const link = h("a", { href: runHash(state.run, here), class: "group-link", text: "link" });
   view.replaceChildren(
     h("div", { class: "group-head" }, h("h3", { text: title }), link,
       h("button", { type: "button", class: "group-close", text: "close",
-                    onclick: () => { view.replaceChildren(); state.group = null; writeUrl(); } })),
+                    onclick: () => { view.replaceChildren(); state.group = null; writeUrl(true); } })),
     ...groupText("prompt", rows[0], "prompt"),
     h("div", { class: "group-cards", "data-count": String(rows.length) }, ...cards));
   view.scrollIntoView();

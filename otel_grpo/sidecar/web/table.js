@@ -51,6 +51,7 @@ const TITLE_MAX = 400;  // a longer text's tooltip would cover the screen: "more
 let shownRows = [];  // the rows of the pages loaded, in the server's order
 let totalRows = 0;  // the rows the step (or search) and the filter hold on all pages (X-Total-Count)
 let unfilteredRows = 0;  // the rows of the step (or search) alone, where a range filter is set
+let filterColumnRows = null;  // where no row passes the range filter: how many have a number in its column
 let linkedRow = null;  // the linked sample, asked for alone where it is not among shownRows
 const fullText = new WeakMap();  // cell -> its value as stored: what a copy of the cell gives
 
@@ -188,7 +189,7 @@ function pickColumn(column, shown) {
   if (shown && hiddenByDefault().has(column)) show.push(column);
   if (!shown && !hiddenByDefault().has(column)) hide.push(column);
   state.columns = { show, hide };
-  writeUrl();
+  writeUrl(true);
   render();
 }
 
@@ -318,7 +319,9 @@ function countNote() {
   const of = shownRows.length < totalRows ? `${n(shownRows.length)} of ${n(totalRows)}` : n(totalRows);
   const parts = [];
   const shown = shownRows.length < totalRows ? ` (${n(shownRows.length)} shown)` : "";
-  if (filtering()) parts.push(`${n(totalRows)} of ${n(unfilteredRows)} ${state.q ? "matches over all steps" : "rows"} pass the filter${shown}`);
+  if (filtering() && filterColumnRows === 0) {
+    parts.push(`none of the ${n(unfilteredRows)} rows has a number in column "${state.filter.col}"`);
+  } else if (filtering()) parts.push(`${n(totalRows)} of ${n(unfilteredRows)} ${state.q ? "matches over all steps" : "rows"} pass the filter${shown}`);
   else if (state.q) parts.push(`${of} match(es) over all steps`);
   else if (shownRows.length < totalRows) parts.push(`${of} rows`);
   if (linkedRow) parts.push(`sample ${linkedRow.sample_index} (linked) shown first`);
@@ -375,7 +378,24 @@ async function loadSamples(more = false) {
     const total = Number(response.headers.get("X-Total-Count") || offset + rows.length);
     const linked = more ? linkedRow : await linkedSample(rows);
     const unfiltered = more || !filtering() ? unfilteredRows : await rowsOf(samplesParams(1, 0, false));
-    if (asked !== samplesAsked) return;
+    // None pass the filter: has any row a number in its column at all (a link's typo, another step's column)?
+    const numbered = more || !filtering() || total || !unfiltered ? null
+      : state.filter.min + state.filter.max === "" ? 0 : await rowsOf(samplesParams(1, 0, false), state.filter.col);
+    if (asked !== samplesAsked || !wrap.isConnected) return;  // a newer ask, or a newer view (route)
+    if (!more && rows.length && state.orderBy && !(state.orderBy in rows[0])) {
+      // The server puts rows without the column last: the first lacks it, so all do (a link's typo).
+      linkNote(`no column "${state.orderBy}" in these samples to sort by: not sorted`);
+      Object.assign(state, { orderBy: null, desc: false });
+      writeUrl();
+      return loadSamples();
+    }
+    if (!more && state.sample !== null && state.step !== null && !state.q && !linked
+        && !rows.some((r) => String(r.sample_index) === state.sample)) {
+      linkNote(`sample ${state.sample} is not at step ${state.step}`);
+      state.sample = null;
+      writeUrl();
+    }
+    filterColumnRows = more ? filterColumnRows : numbered;
     unfilteredRows = unfiltered;
     shownRows = more ? [...shownRows, ...rows] : rows;
     totalRows = total;
@@ -393,8 +413,10 @@ async function loadSamples(more = false) {
   }
 }
 
-// How many rows the server has for `params` (on all pages).
-async function rowsOf(params) {
+// How many rows the server has for `params` (on all pages); with `numberIn`, those that have a number
+// in that column.
+async function rowsOf(params, numberIn = null) {
+  if (numberIn) params.set("filter_col", numberIn);
   const response = await apiFetch(`${runPath(state.run)}/samples?${params}`);
   return Number(response.headers.get("X-Total-Count"));
 }
@@ -413,8 +435,9 @@ function sortBy(column) {
   state.desc = state.orderBy === column ? !state.desc : HIGH_FIRST.test(column);
   state.orderBy = column;
   loadSamples().then(() => {
-    if (document.getElementById("samples").dataset.error) Object.assign(state, before);  // keep what is shown
-    writeUrl();
+    const failed = !!document.getElementById("samples").dataset.error;
+    if (failed) Object.assign(state, before);  // keep what is shown
+    writeUrl(!failed);  // a sort shown is a step back can undo
   });
 }
 
@@ -466,7 +489,7 @@ function filterControls() {
   const apply = () => {  // the server filters the whole step (or search), not the rows loaded
     if (!col.value) { min.value = ""; max.value = ""; }  // no column: no bounds shown
     state.filter = { col: col.value, min: boxNumber(min), max: boxNumber(max) };
-    writeUrl();
+    writeUrl(true);
     loadSamples();
   };
   for (const input of [col, min, max]) input.addEventListener("change", apply);
@@ -493,22 +516,21 @@ function samplesControls(steps) {
                   onclick: () => loadSamples(true) }));
 }
 
-function setStep(step) {
-  Object.assign(state, { step: step === null ? null : String(step), q: "", sample: null, group: null });
+// `sample`: the sample linked at that step. One step of the history either way.
+function setStep(step, sample = null) {
+  Object.assign(state, { step: step === null ? null : String(step), q: "", sample, group: null });
   const search = document.getElementById("search");
   if (search) search.value = "";
   const select = document.getElementById("step-select");
   if (select && state.step !== null) select.value = state.step;
-  writeUrl();
+  writeUrl(true);
   redrawPlots();
 }
 
 // A row's "#": that sample linked (the URL) and marked; a search's row opens its step.
 function pickSample(r) {
   const searched = !!state.q;
-  setStep(r.step);
-  state.sample = String(r.sample_index);
-  writeUrl();
+  setStep(r.step, String(r.sample_index));
   for (const tr of document.querySelectorAll("#samples-table tr.linked")) tr.classList.remove("linked");
   const tr = [...document.querySelectorAll("#samples-table tbody tr")].find((t) => t.dataset.sample === state.sample);
   if (tr && !searched) tr.classList.add("linked"); else loadSamples();

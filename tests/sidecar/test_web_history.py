@@ -1,0 +1,176 @@
+"""The run explorer's history and links: each view a user moves to (a step, a sample, a sort) is one
+press of the back button away, back and forward and a reload show what the URL says, an answer that
+arrives after a newer view asked for its own changes nothing, and a link with what is not there (an
+unknown run, a step beyond the run, an unknown column, garbage in any parameter) says so in one line
+and shows the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+from tests.sidecar.conftest import SidecarProcess, grpo_spans, request_pb
+from tests.sidecar.test_web import (CHROMIUM, MAIN, OTHER, _hash, _seed_explorer, browser, console_problems,  # noqa: F401
+                                    new_page, wait)
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make system-deps)")]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Iterator[SimpleNamespace]:
+    """One sidecar for the module: MAIN has steps 0-19, 8 samples each (test_web's explorer data)."""
+    proc = SidecarProcess(tmp_path_factory.mktemp("history") / "sidecar.db").start()
+    try:
+        _seed_explorer(proc.url, SimpleNamespace(spans=grpo_spans, request=request_pb))
+        yield SimpleNamespace(url=proc.url)
+    finally:
+        proc.stop()
+
+
+def _view(page) -> dict:
+    """What the run page shows once it is ready: the step, the linked sample, the sort, the rows' order."""
+    wait(page, "document.body.dataset.ready === 'run' && !document.getElementById('samples').ariaBusy")
+    return page.evaluate("""(() => { const sorted = document.querySelector('#samples-table th[aria-sort=ascending], '
+                                                                       + '#samples-table th[aria-sort=descending]');
+        return { title: document.querySelector('main h1, main h2').textContent,
+                 crumb: document.getElementById('crumb').textContent,
+                 step: document.getElementById('step-select').value,
+                 sample: document.querySelector('#samples-table tr.linked')?.dataset.sample || null,
+                 sort: sorted ? [sorted.dataset.col, sorted.getAttribute('aria-sort')] : null,
+                 rows: [...document.querySelectorAll('#samples-table tbody tr')].map((tr) => tr.dataset.sample).join(),
+                 history: history.length }; })()""")
+
+
+def _settled(page, view: dict) -> dict:
+    """`view`, less the history's length, checked against the URL: every state shows what its URL says."""
+    url = _hash(page)
+    assert url.get("step") == view["step"] and url.get("sample") == view["sample"]
+    assert ([url["sort"], "descending" if url.get("desc") == "1" else "ascending"] if "sort" in url else None) == view["sort"]
+    return {k: v for k, v in view.items() if k != "history"}
+
+
+def test_back_and_forward_retrace_run_step_sample_sort(site, new_page):
+    page = new_page(viewport={"width": 1280, "height": 900})
+    problems = console_problems(page)
+    page.goto(site.url + "/#/")
+    wait(page, "document.body.dataset.ready === 'runs'")
+    page.click(f"#runs-table a[href='#/run/{MAIN}']")
+    run = _view(page)
+    page.select_option("#step-select", "12")
+    wait(page, "location.hash.includes('step=12')")
+    step = _view(page)
+    page.click("#samples-table tr[data-sample='3'] a.sample-link")
+    wait(page, "location.hash.includes('sample=3')")
+    sample = _view(page)
+    page.click("#samples-table th[data-col='kl_ref_mean'] button")
+    wait(page, "location.hash.includes('sort=kl_ref_mean')")
+    ordered = _view(page)
+    # One entry per view: the back button never needs two presses.
+    assert [step["history"], sample["history"], ordered["history"]] == [run["history"] + i for i in (1, 2, 3)]
+    assert ordered["sort"] == ["kl_ref_mean", "descending"] and ordered["rows"].startswith("3,")
+    assert sample["sample"] == "3" and sample["rows"] != ordered["rows"]
+
+    shown = []
+    for move in (page.go_back, page.go_back, page.go_forward):
+        move()
+        shown.append(_settled(page, _view(page)))
+    assert shown == [{k: v[k] for k in v if k != "history"} for v in (sample, step, sample)]
+    page.reload()
+    assert _settled(page, _view(page)) == shown[-1]
+    page.go_back()
+    page.go_back()
+    assert _settled(page, _view(page)) == {k: v for k, v in run.items() if k != "history"}
+    page.go_back()
+    wait(page, "document.body.dataset.ready === 'runs'")
+    assert problems == []
+
+
+def test_an_answer_arriving_after_a_newer_view_changes_nothing(site, new_page):
+    """A run page still loading (its sample steps held back) when the user moves on to another run:
+    once its answer comes, the newer view (its title, charts, rows) and its URL stay."""
+    page = new_page(viewport={"width": 1280, "height": 900})
+    page.add_init_script("""{ const fetch0 = window.fetch; window.__held = []; window.__flying = 0;
+        window.fetch = (url, ...rest) => {
+          window.__flying += 1;
+          const go = () => fetch0(url, ...rest).finally(() => { window.__flying -= 1; });
+          if (!String(url).includes('/sample-steps') || window.__held.length) return go();
+          return new Promise((done) => window.__held.push(() => done(go())));  // the first only
+        }; }""")
+    page.goto(f"{site.url}/#/run/{OTHER}?step=12&sort=reward")
+    wait(page, "window.__held.length === 1")
+    page.evaluate(f"location.hash = '#/run/{MAIN}?step=4&sample=2'")
+    newer = _view(page)
+    assert newer["step"] == "4" and newer["sample"] == "2" and newer["title"] == f"Run {MAIN}"
+    charts = page.evaluate("document.querySelectorAll('.plot-card').length")
+    page.evaluate("window.__held[0]()")
+    wait(page, "window.__flying === 0")
+    assert _view(page) == newer and _hash(page) == {"step": "4", "sample": "2"}
+    assert page.evaluate("document.querySelectorAll('.plot-card').length") == charts
+
+
+# A link, and what the page says of it (in #link-note, or the error for a run not there).
+MALFORMED = {
+    f"#/run/{MAIN}?step=999": "step 999 has no samples (this run has samples at steps",
+    f"#/run/{MAIN}?step=-3": "step -3 has no samples",
+    f"#/run/{MAIN}?step=2.5": "step=2.5 (not a step number): ignored",
+    f"#/run/{MAIN}?step=1e400": "step=1e400 (not a step number): ignored",
+    f"#/run/{MAIN}?step=4&sort=nope&desc=1": 'no column "nope" in these samples to sort by: not sorted',
+    f"#/run/{MAIN}?step=4&sample=-1": "sample=-1 (not a sample index): ignored",
+    f"#/run/{MAIN}?step=4&sample=99999999999999999999999": "(not a sample index): ignored",
+    f"#/run/{MAIN}?step=4&sample=abc": "sample=abc (not a sample index): ignored",
+    f"#/run/{MAIN}?step=4&sample=77": "sample 77 is not at step 4",
+    f"#/run/{MAIN}?step=4&groupof=x": "groupof=x (not a sample index): ignored",
+    f"#/run/{MAIN}?step=4&add=no.such.column": "add=no.such.column (no step column of that name): no chart",
+    f"#/run/{MAIN}?step=4&from=abc&to=9": "from=abc (not a number): ignored",
+    f"#/run/{MAIN}?step=4&smooth=7": "smooth=7 (not within 0–0.99): ignored",
+    f"#/run/{MAIN}?step=4&scale=kl:weird": "scale=kl:weird (not <chart>:linear, log or symlog): ignored",
+    f"#/run/{MAIN}?step=4&bogus=1": "bogus=1 (not a setting of this page): ignored",
+}
+
+
+def test_a_link_with_what_is_not_there_says_so_once_and_shows_the_rest(site, new_page):
+    page = new_page(viewport={"width": 1280, "height": 900})
+    problems = console_problems(page)
+    said = {}
+    for link, note in MALFORMED.items():
+        page.goto("about:blank")
+        page.goto(site.url + "/" + link)
+        view = _view(page)
+        said[link] = page.locator("#link-note").text_content()
+        assert note in said[link], (link, said[link])
+        assert page.get_by_role("status").filter(has_text="This link asked for").count() == 1
+        # The URL now says what is shown: the parts not understood are gone from it, the rows are there.
+        _settled(page, view)
+        assert view["rows"] and view["step"] in {"4", "19", "0"}
+        assert not set(_hash(page)) - {"step"}, (link, _hash(page))
+    assert problems == []
+
+    # Filtering by a column no row has: said where the rows would be, the filter kept (it may be
+    # another step's).
+    page.goto("about:blank")
+    page.goto(f"{site.url}/#/run/{MAIN}?step=4&fcol=nope&fmin=1")
+    _view(page)
+    assert page.locator("#samples-note").text_content() == 'none of the 8 rows has a number in column "nope"'
+
+    # What cannot be shown at all: one message, a title, a way back; one request refused, nothing else.
+    for link, message in ((f"#/run/no-such-run", "run 'no-such-run' not found"),
+                          ("#/run/%E0%A4%A", 'this link\'s run id "%E0%A4%A" is not valid percent-encoding')):
+        problems.clear()
+        page.goto("about:blank")
+        page.goto(site.url + "/" + link)
+        wait(page, "document.body.dataset.ready === 'error'")
+        assert page.locator("main h2").text_content() == "Cannot show this page"
+        assert page.get_by_role("alert").text_content().endswith(message)
+        assert page.locator("main a[href='#/']").count() == 1
+        assert [p for p in problems if "Failed to load resource" not in p] == [] and len(problems) <= 1
+
+    # A link rewritten as it is read is no entry of the history: one back press leaves it.
+    page.goto(site.url + "/#/")
+    wait(page, "document.body.dataset.ready === 'runs'")
+    page.evaluate(f"location.hash = '#/run/{MAIN}?step=2.5&sort=nope'")
+    _view(page)
+    page.go_back()
+    wait(page, "document.body.dataset.ready === 'runs'")
