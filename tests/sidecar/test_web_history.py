@@ -162,7 +162,7 @@ def test_a_link_with_what_is_not_there_says_so_once_and_shows_the_rest(site, new
         page.goto("about:blank")
         page.goto(site.url + "/" + link)
         wait(page, "document.body.dataset.ready === 'error'")
-        assert page.locator("main h2").text_content() == "Cannot show this page"
+        assert page.locator("main h1").text_content() == "Cannot show this page"
         assert page.get_by_role("alert").text_content().endswith(message)
         assert page.locator("main a[href='#/']").count() == 1
         assert [p for p in problems if "Failed to load resource" not in p] == [] and len(problems) <= 1

@@ -160,7 +160,7 @@ async function showRuns(query) {
   const offered = STATUS_CHOICES.some(([v]) => v === p.get("status")) ? p.get("status") : "";
   const view = { q: p.get("q") || "", status: offered, page: Math.max(1, parseInt(p.get("page"), 10) || 1) };
   const search = h("input", { id: "runs-search", type: "search", placeholder: "search run ids", value: view.q });
-  const status = h("select", { id: "runs-status" },
+  const status = h("select", { id: "runs-status", "aria-label": "status" },
     ...STATUS_CHOICES.map(([v, t]) => h("option", { value: v, text: t })));
   status.value = view.status;
   const list = h("div", { id: "runs-list" });
@@ -178,7 +178,7 @@ async function showRuns(query) {
     const turn = e.target.dataset && e.target.dataset.page;
     if (turn) { view.page = +turn; load().catch(showError); }
   });
-  main.replaceChildren(h("h2", { text: "Runs" }),
+  main.replaceChildren(h("h1", { id: "view-title", tabindex: "-1", text: "Runs" }),
     h("div", { class: "controls" }, h("label", { for: "runs-search", text: "run" }), search, status), list);
   await load();
 }
@@ -273,12 +273,16 @@ function nearestSampleStep(step) {
 }
 
 // A plot click or an alert's step: that step's samples (or the nearest step that has some), a step
-// of the history.
+// of the history. The focus goes with the view (a keyboard or screen reader user is taken there too).
 function openStep(step) {
   const best = nearestSampleStep(step);
   if (best === null) return;
   setStep(best);
-  loadSamples().then(() => document.getElementById("samples-heading").scrollIntoView());
+  loadSamples().then(() => {
+    const heading = document.getElementById("samples-heading");
+    heading.scrollIntoView();
+    heading.focus({ preventScroll: true });
+  });
 }
 
 // The run (its step range), its columns' names and meanings, its alerts, the steps that have
@@ -347,12 +351,13 @@ async function showRun(runId, query, current) {
   }
   if (state.step === null && sampleSteps.length) state.step = String(sampleSteps[0]);
   main.replaceChildren(
-    h("h2", { text: "Run " + runId }),
+    h("h1", { id: "view-title", tabindex: "-1", text: "Run " + runId }),
     h("p", { id: "link-note", class: "alert-firing", role: "status" }),
+    h("h2", { class: "visually-hidden", text: "Charts" }),  // the charts' h3 titles sit under it (heading order)
     plotTools(choices),
     h("div", { id: "plots" }),
     h("h2", { text: "Alerts" }), alertsSection(data.alerts),
-    h("h2", { id: "samples-heading", text: "Samples" }), samplesControls(sampleSteps),
+    h("h2", { id: "samples-heading", tabindex: "-1", text: "Samples" }), samplesControls(sampleSteps),
     h("p", { id: "samples-common", class: "common" }),
     h("div", { id: "group-view" }),
     h("div", { class: "table-wrap", id: "samples" }));
@@ -368,9 +373,9 @@ async function showRun(runId, query, current) {
   refreshTimer = setInterval(() => refreshRun().catch(() => {}), REFRESH_MS);
 }
 
-// The one place an error replaces the view: a title, what went wrong, the way back.
+// The one place an error replaces the view: a title and what went wrong, said to a screen reader.
 function showError(err) {
-  main.replaceChildren(h("h2", { text: "Cannot show this page" }),
+  main.replaceChildren(h("h1", { id: "view-title", tabindex: "-1", text: "Cannot show this page" }),
     h("p", { class: "alert-firing", role: "alert", text: String(err.message || err) }),
     h("p", {}, h("a", { href: "#/", text: "all runs" })));
 }
@@ -394,6 +399,8 @@ async function route() {
   const mine = ++routed;
   const current = () => { if (mine !== routed) throw new Superseded(); };
   document.body.removeAttribute("data-ready");
+  main.setAttribute("aria-busy", "true");
+  setText(document.getElementById("announce"), "loading…");
   if (refreshTimer !== null) { clearInterval(refreshTimer); refreshTimer = null; }
   const m = location.hash.match(/^#\/run\/([^?]+)(?:\?(.*))?$/);
   let ready;
@@ -411,6 +418,14 @@ async function route() {
     if (err instanceof Superseded || mine !== routed) return;
     showError(err);
     ready = "error";
+  }
+  main.removeAttribute("aria-busy");
+  const title = document.getElementById("view-title");
+  setText(document.getElementById("announce"), title ? title.textContent : "");
+  // A navigation took the focus with the old view (it is on the body): it goes to the new one's
+  // title, where a screen reader reads on. Not on the first load, nor where the token form took it.
+  if (title && mine > 1 && (!document.activeElement || document.activeElement === document.body)) {
+    title.focus({ preventScroll: true });
   }
   document.body.setAttribute("data-ready", ready);
 }

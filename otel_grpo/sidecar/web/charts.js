@@ -280,10 +280,14 @@ function redrawPlots() {
   return drawn;
 }
 
+// An alert mark's label: its row in the alerts table, flashed; the focus goes to the row's step link
+// (Enter there opens that step's samples), so the keyboard follows the eye.
 function showAlert(i) {
   const row = document.getElementById("alert-" + i);
   if (!row) return;
   row.scrollIntoView({ block: "center" });
+  const step = row.querySelector("a.alert-step");
+  if (step) step.focus({ preventScroll: true });
   row.classList.remove("flash");
   void row.offsetWidth;  // restart the highlight's animation
   row.classList.add("flash");
@@ -338,7 +342,7 @@ function refreshSearch() {
   const charted = new Set([...document.querySelectorAll(".plot-card")].flatMap((c) => c.columns));
   const items = found.slice(0, SEARCH_SHOWN).map((c) => h("li", {}, h("button", {
     type: "button", class: "chart-add", "data-col": c.name, title: c.description || c.name,
-    onclick: () => { showColumn(c.name); input.value = ""; refreshSearch(); },
+    onclick: () => { showColumn(c.name); input.value = ""; refreshSearch(); input.focus(); },  // the list is gone: back to the box
   }, h("span", { class: "col-name", text: c.name }), " ", ...(c.prometheus ? [h("code", { class: "prom", text: c.prometheus })] : []),
      h("span", { class: "col-action", text: charted.has(c.name) ? "shown" : "add chart" }))));
   const count = h("li", { class: "muted count", text: `${found.length} of ${all.length} columns` +
@@ -384,7 +388,7 @@ function plotTools(runs) {
   });
   smooth.addEventListener("change", () => writeUrl());  // once let go (a URL a step of the slider is many history writes)
   const choices = h("div", { class: "choices" });
-  const search = h("input", { id: "compare-search", type: "search", placeholder: "search runs" });
+  const search = h("input", { id: "compare-search", type: "search", placeholder: "search runs", "aria-label": "search runs to compare" });
   const list = h("div", { id: "compare-list" });
   const box = (run) => {
     const input = h("input", { type: "checkbox", "data-run": run, onchange: async (e) => {

@@ -239,9 +239,10 @@ function sampleRow(r, cols) {
   const cells = cols.map((c) => (TEXT_COLUMNS.includes(c) || typeof r[c] === "string" ? textCell(r, c)
                                                                                       : valueCell(c, r)));
   const group = h("button", { class: "group-open", type: "button", title: "all completions of this prompt, side by side",
-                              text: "group", onclick: () => openGroup(r) });
+                              "aria-label": `group of sample ${r.sample_index}`, text: "group", onclick: () => openGroup(r) });
   const link = h("a", { class: "sample-link", href: sampleLink(r, { sample: r.sample_index }), title: "link to this sample",
-                        text: "#", onclick: (e) => { e.preventDefault(); pickSample(r); } });
+                        "aria-label": `link to sample ${r.sample_index}`, text: "#",
+                        onclick: (e) => { e.preventDefault(); pickSample(r); } });
   const tr = h("tr", { "data-sample": fmtCell(r.sample_index) }, h("td", { class: "actions" }, group, link), ...cells);
   if (state.sample !== null && String(r.sample_index) === state.sample && String(r.step) === state.step) tr.classList.add("linked");
   return tr;
@@ -278,6 +279,12 @@ function columnWidth(c, rows, fonts) {
 // one text cell copies as the browser does: part of an opened completion).
 function copyFull(e) {
   const sel = document.getSelection();
+  const focused = document.activeElement;
+  if ((!sel || sel.isCollapsed) && fullText.has(focused)) {  // the keyboard's cell (cellKeys): its value as stored
+    e.clipboardData.setData("text/plain", fullText.get(focused));
+    e.preventDefault();
+    return;
+  }
   if (!sel || sel.isCollapsed) return;
   const within = (n) => (n && n.nodeType !== 1 ? n.parentNode : n)?.closest("td");
   const one = within(sel.anchorNode);
@@ -292,6 +299,41 @@ function copyFull(e) {
   e.preventDefault();
 }
 
+// The keyboard in the table's cells: one Tab stop (the cell last visited, the first at first), the
+// arrows move a cell (Home and End: the row's first and last), Ctrl+C copies the cell's value as
+// stored, Enter opens a text cell's "more". The buttons and links of a row keep their own Tab stops.
+const CELL_MOVES = { ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, 0] };
+function cellKeys(table) {
+  const cells = [...table.tBodies[0].rows].map((tr) => [...tr.cells].filter((td) => fullText.has(td)));
+  if (!cells.length || !cells[0].length) return;
+  for (const row of cells) for (const td of row) td.tabIndex = -1;
+  cells[0][0].tabIndex = 0;
+  const move = (td) => {
+    for (const other of table.querySelectorAll("td[tabindex='0']")) other.tabIndex = -1;
+    td.tabIndex = 0;
+    td.focus();
+  };
+  table.addEventListener("keydown", (e) => {
+    const td = e.target;
+    if (!fullText.has(td) || e.altKey || e.ctrlKey || e.metaKey) return;
+    const r = cells.findIndex((row) => row.includes(td)), c = cells[r].indexOf(td);
+    let to = null;
+    if (CELL_MOVES[e.key]) {
+      const [dr, dc] = CELL_MOVES[e.key];
+      const row = cells[r + dr];
+      to = row && row[Math.min(Math.max(c + dc, 0), row.length - 1)];
+    } else if (e.key === "Home") to = cells[r][0];
+    else if (e.key === "End") to = cells[r].at(-1);
+    else if (e.key === "Enter" && td.querySelector("button.more:not([hidden])")) {
+      e.preventDefault();
+      td.querySelector("button.more").click();
+      return;
+    } else return;
+    e.preventDefault();  // the arrows would scroll the box
+    if (to) move(to);
+  });
+}
+
 function tableOf(rows) {
   const hidden = hiddenColumns();
   const cols = allColumnsOf(rows).filter((c) => !hidden.has(c));
@@ -300,10 +342,12 @@ function tableOf(rows) {
   const widths = cols.map((c) => columnWidth(c, rows, fonts));
   const colgroup = h("colgroup", {}, h("col", { style: `width: ${ACTIONS_PX}px` }),
     ...cols.map((c, i) => h("col", TEXT_COLUMNS.includes(c) ? { class: "c-" + c } : { style: `width: ${widths[i]}px` })));
-  const head = h("tr", {}, h("th", { text: "" }), ...cols.map(headerCell));
+  const head = h("tr", {}, h("th", {}, h("span", { class: "visually-hidden", text: "sample" })), ...cols.map(headerCell));
   const minWidth = ACTIONS_PX + widths.reduce((sum, w) => sum + w, 0);
-  return h("table", { id: "samples-table", style: `min-width: ${minWidth}px`, oncopy: copyFull }, colgroup,
+  const table = h("table", { id: "samples-table", style: `min-width: ${minWidth}px`, oncopy: copyFull }, colgroup,
     h("thead", {}, head), h("tbody", {}, ...rows.map((r) => sampleRow(r, cols))));
+  cellKeys(table);
+  return table;
 }
 
 // The strings every row shares, once: "kept_because: kl spike ..." (not bookkeeping, not picked).
@@ -479,9 +523,10 @@ async function download(kind) {
 }
 
 function filterControls() {
-  const col = h("select", { id: "filter-col", title: "keep rows whose value in this column is within [min, max]" });
-  const min = numberBox({ id: "filter-min", placeholder: "min" });
-  const max = numberBox({ id: "filter-max", placeholder: "max" });
+  const col = h("select", { id: "filter-col", title: "keep rows whose value in this column is within [min, max]",
+                            "aria-label": "filter: column" });
+  const min = numberBox({ id: "filter-min", placeholder: "min", "aria-label": "filter: minimum" });
+  const max = numberBox({ id: "filter-max", placeholder: "max", "aria-label": "filter: maximum" });
   min.value = state.filter.min;
   max.value = state.filter.max;
   // A link's bound as the box reads it: "abc", "0x1", "1e999" are none (and leave the URL).
@@ -500,7 +545,8 @@ function samplesControls(steps) {
   const select = h("select", { id: "step-select", onchange: (e) => { setStep(e.target.value); loadSamples(); } });
   for (const s of steps) select.appendChild(h("option", { value: String(s), text: "step " + s }));
   if (state.step !== null) select.value = String(state.step);
-  const search = h("input", { id: "search", type: "search", placeholder: "search prompt / completion (all steps)" });
+  const search = h("input", { id: "search", type: "search", placeholder: "search prompt / completion (all steps)",
+                              "aria-label": "search the prompts and completions of all steps" });
   search.value = state.q;
   onTyped(search, (q) => { state.q = q; writeUrl(); loadSamples(); });
   const picker = h("details", { id: "column-picker" }, h("summary", { text: "columns" }), h("div", { class: "choices" }));
