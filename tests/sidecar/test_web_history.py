@@ -118,6 +118,7 @@ MALFORMED = {
     f"#/run/{MAIN}?step=2.5": "step=2.5 (not a step number): ignored",
     f"#/run/{MAIN}?step=1e400": "step=1e400 (not a step number): ignored",
     f"#/run/{MAIN}?step=4&sort=nope&desc=1": 'no column "nope" in these samples to sort by: not sorted',
+    f"#/run/{MAIN}?step=4&desc=yes": "desc=yes (not 1 or 0): ignored",
     f"#/run/{MAIN}?step=4&sample=-1": "sample=-1 (not a sample index): ignored",
     f"#/run/{MAIN}?step=4&sample=99999999999999999999999": "(not a sample index): ignored",
     f"#/run/{MAIN}?step=4&sample=abc": "sample=abc (not a sample index): ignored",

@@ -106,6 +106,7 @@ async function readUrl(runId, query) {
   const fcol = p.get("fcol") || "";
   const bound = (k) => (fcol && p.get(k)) || "";
   const step = matching("step", STEP, "not a step number");
+  const desc = matching("desc", /^[01]$/, "not 1 or 0") === "1";
   const sample = matching("sample", INDEX, "not a sample index");
   const groupof = matching("groupof", INDEX, "not a sample index");
   const [from, to] = [num("from"), num("to")];
@@ -115,7 +116,7 @@ async function readUrl(runId, query) {
     .filter(([id, s, v]) => (id && SCALES.includes(s)) || ignore("scale", v, "not <chart>:linear, log or symlog"));
   const next = Object.assign(freshState(runId), {
     step, sample, group: p.get("group") ? { group: p.get("group") } : groupof !== null ? { sample_index: groupof } : null,
-    q: p.get("q") || "", orderBy: p.get("sort") || null, desc: p.get("desc") === "1",
+    q: p.get("q") || "", orderBy: p.get("sort") || null, desc,
     smooth: smooth !== null && smooth >= 0 && smooth <= 0.99 ? smooth : 0,
     zoom: from !== null && to !== null && from < to ? [from, to] : null,
     filter: { col: fcol, min: bound("fmin"), max: bound("fmax") },
