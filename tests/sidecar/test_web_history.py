@@ -168,6 +168,15 @@ def test_a_link_with_what_is_not_there_says_so_once_and_shows_the_rest(site, new
         assert page.locator("main a[href='#/']").count() == 1
         assert [p for p in problems if "Failed to load resource" not in p] == [] and len(problems) <= 1
 
+    # The runs list reads its link the same way.
+    page.goto("about:blank")
+    page.goto(site.url + "/#/?status=bogus&page=-4&zz=1")
+    wait(page, "document.body.dataset.ready === 'runs'")
+    assert page.locator("#link-note").text_content() == (
+        "This link asked for what is not here: zz=1 (not a setting of this page): ignored; "
+        "status=bogus (not firing, active or idle): ignored; page=-4 (not a page number): ignored.")
+    assert page.evaluate("location.hash") == "#/" and page.locator("#runs-table tbody tr").count() == 2
+
     # A link rewritten as it is read is no entry of the history: one back press leaves it.
     page.goto(site.url + "/#/")
     wait(page, "document.body.dataset.ready === 'runs'")

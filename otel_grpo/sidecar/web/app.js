@@ -87,6 +87,15 @@ function writeUrl(push = false) {
   else history.replaceState(null, "", hash);
 }
 
+// What of a link's query `p` a view could not read (`ignored`, said by linkNote): `ignore(k, v, why)`
+// adds one and returns null; a parameter not among `known` is one already.
+function linkReader(p, known) {
+  const ignored = [];
+  const ignore = (k, v, why) => { ignored.push(`${k}=${v} (${why})`); return null; };
+  for (const k of new Set(p.keys())) if (!known.has(k)) ignore(k, p.get(k), "not a setting of this page");
+  return { ignored, ignore };
+}
+
 // A link's parameters as `state` holds them, and what of it was not understood (`ignored`: one line
 // each, said once at the top of the page: linkNotes). Whole numbers for steps and sample indices
 // (a step of 2.5 or a sample of 1e30 was asked of the API, which answered 422).
@@ -96,12 +105,10 @@ const RUN_PARAMS = new Set(["step", "group", "groupof", "sample", "q", "sort", "
                             "fmin", "fmax", "showcol", "hidecol", "add", "hide", "scale"]);
 async function readUrl(runId, query) {
   const p = new URLSearchParams(query);
-  const ignored = [];
-  const ignore = (k, v, why) => { ignored.push(`${k}=${v} (${why})`); return null; };
+  const { ignored, ignore } = linkReader(p, RUN_PARAMS);
   const num = (k) => (p.get(k) !== null && p.get(k) !== "" && Number.isFinite(+p.get(k)) ? +p.get(k)
     : p.get(k) ? ignore(k, p.get(k), "not a number") : null);
   const matching = (k, re, why) => (p.get(k) === null || p.get(k) === "" ? null : re.test(p.get(k)) ? p.get(k) : ignore(k, p.get(k), why));
-  for (const k of new Set(p.keys())) if (!RUN_PARAMS.has(k)) ignore(k, p.get(k), "not a setting of this page");
   // A bound only with a column (nothing filters unseen), and as its number box reads it (table.js).
   const fcol = p.get("fcol") || "";
   const bound = (k) => (fcol && p.get(k)) || "";
@@ -157,9 +164,13 @@ function runsHash(view) {
 async function showRuns(query) {
   setText(document.getElementById("crumb"), "runs");
   const p = new URLSearchParams(query);
+  const { ignored, ignore } = linkReader(p, new Set(["q", "status", "page"]));
   // Only a status the select can show (not firing,idle nor a typo): the one shown is the one applied.
-  const offered = STATUS_CHOICES.some(([v]) => v === p.get("status")) ? p.get("status") : "";
-  const view = { q: p.get("q") || "", status: offered, page: Math.max(1, parseInt(p.get("page"), 10) || 1) };
+  const offered = STATUS_CHOICES.some(([v]) => v === p.get("status")) ? p.get("status")
+    : p.get("status") && ignore("status", p.get("status"), "not firing, active or idle") || "";
+  const page = p.get("page") && !/^[1-9]\d{0,8}$/.test(p.get("page")) ? ignore("page", p.get("page"), "not a page number")
+    : p.get("page");
+  const view = { q: p.get("q") || "", status: offered, page: Math.max(1, parseInt(page, 10) || 1) };
   const search = h("input", { id: "runs-search", type: "search", placeholder: "search run ids", value: view.q });
   const status = h("select", { id: "runs-status", "aria-label": "status" },
     ...STATUS_CHOICES.map(([v, t]) => h("option", { value: v, text: t })));
@@ -180,7 +191,10 @@ async function showRuns(query) {
     if (turn) { view.page = +turn; load().catch(showError); }
   });
   main.replaceChildren(h("h1", { id: "view-title", tabindex: "-1", text: "Runs" }),
+    h("p", { id: "link-note", class: "alert-firing", role: "status" }),
     h("div", { class: "controls" }, h("label", { for: "runs-search", text: "run" }), search, status), list);
+  linkNotes = [];
+  for (const line of ignored) linkNote(`${line}: ignored`);
   await load();
 }
 
