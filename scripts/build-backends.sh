@@ -176,17 +176,21 @@ build_crds() {  # the CRD schemas the chart's PrometheusRule, PodMonitor and Ser
   end_step "$name"
 }
 
-build_compose-go() {  # a module of its own around scripts/compose-config/main.go, at the pinned compose-go
-  local name="compose-config-$COMPOSE_GO_VERSION" work
+program_as() {  # program_as <cache name> <scripts/ folder> <module> <version>: our main.go, a module of its own
+  local name=$1 dir=$2 module=$3 version=$4 work
   have "$name" && return 0
   new_workdir; work=$WORK
-  begin_step "$name" "scripts/compose-config against compose-go v$COMPOSE_GO_VERSION"
-  cp scripts/compose-config/main.go "$work/"
-  (cd "$work" && go mod init compose-config >/dev/null 2>&1 \
-    && go get "github.com/compose-spec/compose-go/v2@v$COMPOSE_GO_VERSION" && go mod tidy \
+  begin_step "$name" "scripts/$dir against $module v$version"
+  cp "scripts/$dir/main.go" "$work/"
+  (cd "$work" && go mod init "$dir" >/dev/null 2>&1 \
+    && go get "$module@v$version" && go mod tidy \
     && go build -ldflags "-s -w" -o "$CACHE/$name.tmp" .)
   mv "$CACHE/$name.tmp" "$CACHE/$name"
   end_step "$name"
+}
+
+build_compose-go() {  # renders a compose file through compose-go, at the pinned version
+  program_as "compose-config-$COMPOSE_GO_VERSION" compose-config github.com/compose-spec/compose-go/v2 "$COMPOSE_GO_VERSION"
 }
 
 build_kube-score() {  # a linter platform teams run on Helm charts (tests/stack/test_helm_linters.py)
@@ -194,17 +198,8 @@ build_kube-score() {  # a linter platform teams run on Helm charts (tests/stack/
     "-X main.version=$KUBE_SCORE_VERSION"
 }
 
-build_pod-security() {  # a module of its own around scripts/pod-security/main.go, at the pinned k8s.io/pod-security-admission
-  local name="pod-security-$POD_SECURITY_VERSION" work
-  have "$name" && return 0
-  new_workdir; work=$WORK
-  begin_step "$name" "scripts/pod-security against k8s.io/pod-security-admission v$POD_SECURITY_VERSION"
-  cp scripts/pod-security/main.go "$work/"
-  (cd "$work" && go mod init pod-security >/dev/null 2>&1 \
-    && go get "k8s.io/pod-security-admission@v$POD_SECURITY_VERSION" && go mod tidy \
-    && go build -ldflags "-s -w" -o "$CACHE/$name.tmp" .)
-  mv "$CACHE/$name.tmp" "$CACHE/$name"
-  end_step "$name"
+build_pod-security() {  # the API server's PodSecurity evaluator, at the pinned k8s.io/pod-security-admission
+  program_as "pod-security-$POD_SECURITY_VERSION" pod-security k8s.io/pod-security-admission "$POD_SECURITY_VERSION"
 }
 
 ALL=(prometheus promtool alertmanager amtool collector helm crds compose-go kube-score pod-security)

@@ -5,17 +5,14 @@ number) is done with Tab, Enter and the arrows, the focus always visible."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
 import pytest
 
+from tests._support.npm_cache import npm_packages
 from tests.sidecar.conftest import SidecarProcess, grpo_spans, request_pb
 from tests.sidecar.test_web import CHROMIUM, _diagnostics, _explorer_metrics, browser, new_page, wait  # noqa: F401
 
@@ -29,18 +26,7 @@ LONG = "a long completion " + "y" * 400 + " THE END"
 @pytest.fixture(scope="module")
 def axe_source() -> str:
     """axe.min.js, installed by npm once per machine into a cache outside the repository."""
-    if shutil.which("npm") is None:
-        pytest.skip("npm is needed to install axe-core (node 20)")
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    cache = Path(base) / "otel-grpo" / f"axe-core-{AXE}"
-    script = cache / "node_modules/axe-core/axe.min.js"
-    if not script.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        (cache / "package.json").write_text('{"private": true}\n')
-        out = subprocess.run(["npm", "install", "--no-audit", "--no-fund", f"axe-core@{AXE}"], cwd=cache,
-                             capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
-    return script.read_text()
+    return (npm_packages(f"axe-core-{AXE}", f"axe-core@{AXE}") / "axe-core/axe.min.js").read_text()
 
 
 def _seed(url: str) -> None:

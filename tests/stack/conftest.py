@@ -104,6 +104,21 @@ def otelcol() -> str:
 
 
 @pytest.fixture(scope="session")
+def helm() -> str:
+    return need("helm")
+
+
+@pytest.fixture(scope="session")
+def kube_score() -> str:
+    return need("kube-score")
+
+
+@pytest.fixture(scope="session")
+def pod_security() -> str:
+    return need("pod-security")
+
+
+@pytest.fixture(scope="session")
 def prometheus_bin() -> str:
     return need("prometheus")
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from otel_grpo.generate._checks import all_panels
+from tests._support.npm_cache import npm_packages
 from otel_grpo.generate.dashboards import dashboards
 
 SCHEMA, TYPESCRIPT = "13.2.3", "5.9.3"
@@ -25,18 +25,9 @@ TIMESERIES = "@grafana/schema/dist/esm/raw/composable/timeseries/panelcfg/x/Time
 
 @pytest.fixture(scope="module")
 def tsc() -> Path:
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        pytest.skip("node and npm are needed for the Grafana schema check (node 20)")
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    cache = Path(base) / "otel-grpo" / f"grafana-schema-{SCHEMA}"
-    binary = cache / "node_modules/.bin/tsc"
-    if not binary.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        (cache / "package.json").write_text('{"private": true}\n')
-        out = subprocess.run(["npm", "install", "--no-audit", "--no-fund", f"@grafana/schema@{SCHEMA}",
-                              f"typescript@{TYPESCRIPT}"], cwd=cache, capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
-    return binary
+    modules = npm_packages(f"grafana-schema-{SCHEMA}", f"@grafana/schema@{SCHEMA}", f"typescript@{TYPESCRIPT}",
+                           needs="node npm")
+    return modules / ".bin/tsc"
 
 
 def _program(dashboard: dict) -> str:

@@ -30,14 +30,8 @@ from otel_grpo.generate._configs import COMPOSE, prometheus_config
 from otel_grpo.generate._kubernetes import CHART, SCRAPE_JOBS, prometheus_rule_spec
 from otel_grpo.stack._process import Managed, bin_cache, backend_versions
 from otel_grpo.generate.dashboards import dashboards
-from tests.stack.conftest import need
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="session")
-def helm() -> str:
-    return need("helm")
 
 
 @pytest.fixture(scope="session")

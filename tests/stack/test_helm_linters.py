@@ -16,7 +16,6 @@ import subprocess
 import pytest
 import yaml
 
-from tests.stack.conftest import need
 from tests.stack.test_helm_chart import ALL_ON, _template
 
 pytestmark = pytest.mark.integration
@@ -28,16 +27,6 @@ RENDERS = {
 }
 # The Kubernetes version kube-score judges API versions against (its default, v1.18, predates policy/v1).
 KUBERNETES = "v1.30"
-
-
-@pytest.fixture(scope="session")
-def helm() -> str:
-    return need("helm")
-
-
-@pytest.fixture(scope="session")
-def kube_score() -> str:
-    return need("kube-score")
 
 
 def _findings(kube_score: str, docs: list[dict], *flags: str) -> dict[str, dict[str, str]]:

@@ -13,22 +13,11 @@ import subprocess
 import pytest
 import yaml
 
-from tests.stack.conftest import need
 from tests.stack.test_helm_chart import ALL_ON, FOLLOWER, YOURS, _template
 
 pytestmark = pytest.mark.integration
 
 RENDERS = {"defaults": (), "every-optional-piece": ALL_ON, "follower": FOLLOWER, "collector-of-yours": (*YOURS, *FOLLOWER)}
-
-
-@pytest.fixture(scope="session")
-def helm() -> str:
-    return need("helm")
-
-
-@pytest.fixture(scope="session")
-def pod_security() -> str:
-    return need("pod-security")
 
 
 def _check(pod_security: str, docs: list[dict]) -> tuple[int, set[str], int]:

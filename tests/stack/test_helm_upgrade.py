@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from otel_grpo.generate._kubernetes import CHART
-from tests.stack.conftest import need
 from tests.stack.test_helm_chart import FOLLOWER, _template
 
 pytestmark = pytest.mark.integration
@@ -40,11 +39,6 @@ UPGRADE = ("global.imageRegistry=registry.example/ml", "collector.image.tag=0.14
            "sidecar.env.OTEL_GRPO_SIDECAR_RETENTION_MAX_RUNS=200", "follower.env.OTEL_GRPO_FOLLOW_JSONL=/follow/other.jsonl",
            "networkPolicy.enabled=true", "collector.podDisruptionBudget.minAvailable=1", "monitoring.labels.release=kps",
            "tokens.otlpToken=x", "tokens.sidecarToken=y", "tokens.sidecarReadToken=z")
-
-
-@pytest.fixture(scope="session")
-def helm() -> str:
-    return need("helm")
 
 
 def _immutable(docs: list[dict]) -> dict[str, dict]:

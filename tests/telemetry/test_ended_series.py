@@ -7,7 +7,7 @@ tests/stack/test_collector_absent.py.
 from __future__ import annotations
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import DataPointFlags
 from opentelemetry.sdk.metrics.export import MetricExportResult
 
