@@ -20,6 +20,10 @@ A refused log-in (a password rotated under a running sidecar) is retryable too, 
 exporter drops a batch answered 500 or 4xx and retries one answered 503, and the sidecar reconnects
 by itself once the password is fixed. It must still reach a person: `auth_failed` tells it apart,
 `describe` says so in the 503 and in /readyz, and the store logs it once (_login).
+
+`describe` says what went wrong in words any client may read: a connection attempt's reason without the host
+and port that libpq's message names (the server's "sorry, too many clients already" was "OperationalError"),
+and the server's own message of an error it raised ("DiskFull" alone did not say which disk or why).
 """
 
 from __future__ import annotations
@@ -68,6 +72,17 @@ _PG_READ_ONLY = "25006"
 # messages of class 28 at log-in (28P01 a wrong password, also an unknown role's; 28000 no pg_hba.conf entry,
 # a role without LOGIN) and libpq's own for a URL without a password the server asks for.
 _LOGIN_REFUSED = re.compile(r"authentication failed|no pg_hba\.conf entry|not permitted to log in|no password supplied")
+# libpq's message of a failed connection attempt: one line per address tried, each naming the host and port
+# ('connection to server at "db" (10.0.0.5), port 5432 failed: FATAL:  sorry, too many clients already'); the
+# reason follows the last "failed: " (the server's FATAL or libpq's own: "Connection refused", "timeout expired").
+_CONNECT_FAILED = re.compile(r'connection to server (?:at|on socket) .*? failed: (?:FATAL:\s+)?(.+)')
+# The server refuses a log-in when every connection slot is taken (SQLSTATE 53300, which libpq does not pass on).
+_NO_SLOT = re.compile(r"too many clients already|remaining connection slots are reserved")
+# What to look at, where the server's message alone does not say.
+_HINTS = {
+    "55P03": "another session holds a lock on a table the sidecar needs: pg_locks and pg_stat_activity say which",
+    "53100": "the database server's disk is full",
+}
 AUTH_FAILED = ("authentication failed: the database refused the sidecar's user or password (changed or rotated?); "
                "give the sidecar the current password, or set the role's back: it reconnects by itself")
 
@@ -122,13 +137,29 @@ def read_only(exc: BaseException) -> bool:
     return False
 
 
+def connect_failure(exc: BaseException) -> str | None:
+    """Why a connection attempt failed, without the host and port (None: `exc` is not a failed attempt)."""
+    if not isinstance(exc, psycopg.OperationalError) or exc.sqlstate is not None:
+        return None
+    reasons = _CONNECT_FAILED.findall(str(exc))
+    return reasons[-1].strip() if reasons else None
+
+
 def describe(exc: BaseException) -> str:
     """`exc` as any client may read it (/readyz and reads are open by default): our own and SQLite's
-    messages, a psycopg timeout's; other psycopg errors by type alone, since libpq's messages name
-    the database's host and port; a refused log-in by what to do about it."""
+    messages, a psycopg timeout's, the server's own message of an error it raised; a failed connection
+    attempt by its reason alone, since libpq's messages name the database's host and port (other errors
+    of the client by type alone); a refused log-in by what to do about it."""
     if auth_failed(exc):
         return AUTH_FAILED
-    if isinstance(exc, (StoreUnavailable, sqlite3.Error, psycopg.errors.ConnectionTimeout, psycopg.errors.QueryCanceled,
-                        psycopg.errors.ReadOnlySqlTransaction)):
+    if isinstance(exc, (StoreUnavailable, sqlite3.Error, psycopg.errors.ConnectionTimeout)):
         return f"{type(exc).__name__}: {exc}".strip()
+    if (reason := connect_failure(exc)) is not None:
+        if _NO_SLOT.search(reason):
+            return (f"cannot connect to the database: every connection slot is taken (max_connections): {reason}; "
+                    "the sidecar keeps trying")
+        return f"cannot connect to the database: {reason}"
+    if isinstance(exc, psycopg.Error) and exc.sqlstate is not None and exc.diag.message_primary:
+        said = f"{type(exc).__name__}: {exc.diag.message_primary}"  # the server's words: no host or port
+        return f"{said} ({_HINTS[exc.sqlstate]})" if exc.sqlstate in _HINTS else said
     return type(exc).__name__

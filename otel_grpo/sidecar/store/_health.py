@@ -13,6 +13,13 @@ logged. The first failure of a streak is logged, then every `LOG_EVERY`-th, then
 A streak of read-only refusals, or of refused log-ins (a rotated password), ends when the probe finds the
 database writable (it got in to ask), with no ingest: a pod that /readyz takes out of its Service gets no
 ingest that could end it.
+
+Other failures (a lock held by someone else past the timeouts, a statement timeout, the server's disk full,
+every connection slot taken while the probe's own connection is open) are states the probe cannot ask about.
+`problem()` reports one for `HOLD_S` after the latest: while ingest keeps failing, /readyz stays 503; once none
+has failed for that long, /readyz says ready and the next ingest tells. A failure reported until the next commit kept every replica out of its
+Service for good after the database recovered (no ingest reaches a pod that is not ready), and so the
+collector's retries too.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 from ._errors import auth_failed, read_only
@@ -28,6 +36,10 @@ from ._errors import auth_failed, read_only
 log = logging.getLogger("otel_grpo.sidecar")
 LOG_EVERY = 100
 LOW_DISK_BYTES = 1024 * 1024  # below this much free space a commit is about to fail
+HOLD_S = 10.0
+"""How long /readyz reports a failed write that the probe cannot see pass (see the module's docstring): long
+enough that a steady fault keeps it at 503 between the exporters' retries (1 s Retry-After, then backing off),
+short enough that a pod taken out of its Service for it is back within seconds to try again."""
 
 
 class WriteHealth:
@@ -42,6 +54,7 @@ class WriteHealth:
         self.refused: str | None = None
         """Why the readiness probe found the database refusing writes (read-only, a hot standby); None: it takes them."""
         self.rejected = 0
+        self._failed_at = 0.0  # time.monotonic() of the latest failure
         self._probe_ends: str | None = None  # the streak's last failure is one the probe sees end (see checked)
         self._identity: tuple[int, int] | None = None  # the database file's (st_dev, st_ino) when opened
         self._lock = threading.Lock()
@@ -75,6 +88,7 @@ class WriteHealth:
         with self._lock:
             self.rejected += 1
             first, self.failure = self.failure is None, str(exc)
+            self._failed_at = time.monotonic()
             self._probe_ends = "read-only" if read_only(exc) else "refusing the log-in" if auth_failed(exc) else None
             count = self.rejected
         if (first or count % LOG_EVERY == 0) and not auth_failed(exc):  # a refused log-in: said once (_login)
@@ -133,6 +147,6 @@ class WriteHealth:
         free = self.free_bytes()
         if free is not None and free < LOW_DISK_BYTES:
             return f"disk full: {free} bytes free on the database's filesystem"
-        if self.failure:
-            return f"last write failed: {self.failure}"
+        if self.failure and (self._probe_ends or time.monotonic() - self._failed_at < HOLD_S):
+            return f"last write failed: {self.failure}"  # the probe ends a read-only or log-in streak (`checked`)
         return None

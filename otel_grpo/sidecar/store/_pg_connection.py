@@ -48,12 +48,20 @@ def clean(params) -> tuple:
     return tuple(p.replace("\x00", "\ufffd") if type(p) is str and "\x00" in p else p for p in params)
 
 
+LOCK_SHARE = 0.9
+"""The share of a statement's timeout that a lock wait in it may take at most: a statement waiting for a lock that
+someone else holds (a DBA's LOCK TABLE, a VACUUM FULL, an ALTER TABLE) then fails as a lock timeout (55P03,
+"canceling statement due to lock timeout"), which says to look at locks; with both timeouts equal, the statement's
+fired first and read as a slow statement."""
+
+
 def transaction_settings(statement_s: float, lock_s: float) -> str:
     """The settings of one transaction, as statements to run first in it: the server cancels a statement after
-    `statement_s` and a lock wait after `lock_s`; its commit is flushed to the server's WAL before it returns (a
-    database whose default is `synchronous_commit = off` would lose acknowledged writes to a crash)."""
-    return (f"SET LOCAL statement_timeout = {_ms(statement_s)}; SET LOCAL lock_timeout = {_ms(lock_s)}; "
-            "SET LOCAL synchronous_commit = on")
+    `statement_s` and a lock wait after `lock_s` (at most `LOCK_SHARE` of `statement_s`); its commit is flushed to
+    the server's WAL before it returns (a database whose default is `synchronous_commit = off` would lose
+    acknowledged writes to a crash)."""
+    return (f"SET LOCAL statement_timeout = {_ms(statement_s)}; "
+            f"SET LOCAL lock_timeout = {_ms(min(lock_s, LOCK_SHARE * statement_s))}; SET LOCAL synchronous_commit = on")
 
 
 def _ms(seconds: float) -> int:
