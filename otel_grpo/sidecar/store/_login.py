@@ -1,17 +1,20 @@
-"""Whether the database lets the sidecar log in, as each new connection finds out; said in the log once.
+"""Whether the database lets the sidecar connect, as each new connection finds out; said in the log once.
 
     login = Login("postgresql://otel:***@db:5432/otel")
-    login.refused(exc)     # a connection attempt was refused (a rotated password): logged the first time, once
-                           # one had got in (a refusal at start-up fails the start-up, which says so)
-    login.accepted()       # one got in: logged if some were refused before
-    login.problem          # None, or what the 503s and /readyz say (AUTH_FAILED)
+    login.refused(exc)     # a connection attempt failed (a rotated password, every slot taken, the server down):
+                           # logged the first time, once one had got in (a failure at start-up fails the
+                           # start-up, which says so)
+    login.accepted()       # one got in: logged if some failed before
+    login.problem          # None, or what the 503s and /readyz say (AUTH_FAILED, "cannot connect ...")
+    login.auth             # the problem is a refused log-in
     logging.getLogger("psycopg.pool").addFilter(login)   # its warnings per attempt, dropped meanwhile
 
-A password rotated under a running sidecar surfaces when it next connects (a restart of the database,
-terminated sessions, the read pool growing). It used to read "OperationalError" in every 503 and in
-/readyz, "no database connection free ... (all 8 busy ...)" in reads, and a warning per connection
-attempt and per request in the log. The store keeps running and retrying; one error line names the
-cause, one line says when it is over.
+A password rotated under a running sidecar, or every connection slot taken by other clients (max_connections),
+surfaces when it next connects (a restart of the database, terminated sessions, the read pool growing). A
+rotation used to read "OperationalError" in every 503 and in /readyz, "no database connection free ... (all 8
+busy ...)" in reads, and a warning per connection attempt and per request in the log; the slots taken, 42
+warnings of psycopg_pool's in 20 s. The store keeps running and retrying; one error line names the cause, one
+line says when it is over.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from ._errors import AUTH_FAILED, auth_failed
+from ._errors import auth_failed, connect_failure, describe
 
 log = logging.getLogger("otel_grpo.sidecar")
 
@@ -30,36 +33,46 @@ class Login(logging.Filter):
         self.name = name
         """How the store is named in the log (its URL without the password)."""
         self.problem: str | None = None
+        self.auth = False
         self._refusals = 0
         self._got_in = False
         self._said = False  # the refusal was logged: its end is too
         self._lock = threading.Lock()
 
     def refused(self, exc: BaseException) -> None:
-        """A connection attempt failed with `exc`; only a refused log-in counts."""
-        if not auth_failed(exc):
-            return
+        """A connection attempt failed with `exc`."""
+        auth = auth_failed(exc)
+        if not auth and connect_failure(exc) is None:
+            return  # not an attempt the server answered or refused (a timeout: the probe says so)
+        problem = describe(exc)
         with self._lock:
-            first, self.problem = self.problem is None, AUTH_FAILED
+            first, self.problem, self.auth = self.problem is None, problem, auth
             self._refusals += 1
-        if first and self._got_in:
-            self._said = True
+            say = first and self._got_in
+            self._said = self._said or say
+        if not say:
+            return
+        if auth:
             log.error("store %s refused the sidecar's log-in (%s): requests answer 503 and /readyz says "
                       "\"authentication failed\" until a connection gets in; the sidecar keeps trying", self.name,
                       str(exc).strip())
+        else:
+            log.error("store %s: the sidecar cannot connect (%s): requests that need a new connection answer 503 "
+                      "and /readyz says why until one gets in; the sidecar keeps trying", self.name,
+                      connect_failure(exc))
 
     def accepted(self) -> None:
         self._got_in = True
         if self.problem is None:
             return
         with self._lock:
-            count, self.problem, self._refusals = self._refusals, None, 0
-            said, self._said = self._said, False
+            count, self.problem, self._refusals, auth = self._refusals, None, 0, self.auth
+            said, self._said, self.auth = self._said, False, False
         if said:
-            log.warning("store %s lets the sidecar log in again, after %d refused connection attempt(s)", self.name,
-                        count)
+            log.warning("store %s %s again, after %d failed connection attempt(s)", self.name,
+                        "lets the sidecar log in" if auth else "takes the sidecar's connections", count)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """As a filter of psycopg_pool's logger: while the log-in is refused, its warnings (an error connecting,
+        """As a filter of psycopg_pool's logger: while connections fail, its warnings (an error connecting,
         a reconnection given up, every few seconds while reads wait) are all about that, said once here."""
         return self.problem is None or record.levelno > logging.WARNING

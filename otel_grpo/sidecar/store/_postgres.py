@@ -214,10 +214,12 @@ class PgStore(_queries.Reads, _writes.Writes):
         return self._connect_raw()
 
     def _no_connection(self, why: str) -> StoreUnavailable:
-        """The 503 of a read that got no connection: why, or that the database refuses the sidecar's log-in."""
-        if self.login.problem is not None:
-            return StoreUnavailable(self.login.problem, auth=True)
-        return StoreUnavailable(why)
+        """The 503 of a read that got no connection: why, or that the database refuses the sidecar's log-in, and
+        why the last connection attempt failed (every slot taken, the server down)."""
+        problem = self.login.problem
+        if problem is not None and self.login.auth:
+            return StoreUnavailable(problem, auth=True)
+        return StoreUnavailable(why if problem is None else f"{why}; {problem}")
 
     def _read_connection(self, deadline: float) -> BoundedConnection:
         try:
