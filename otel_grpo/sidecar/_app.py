@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 
 from ._columns import column
+from ._every import EveryInterval
 from ._fds import RefusalLog
 from ._heap import release_free_heap
 from ._hosts import HostCheckMiddleware
@@ -151,9 +152,14 @@ async def _store_error(request: Request, exc: Exception) -> JSONResponse:
     if not unavailable(exc):
         log.error("store error on %s", request.url.path, exc_info=exc)
         return JSONResponse({"detail": f"internal error: {type(exc).__name__}: {exc}"}, 500)
-    # A refused log-in is said once by the store, not per request (store/_login.py).
-    log.log(logging.DEBUG if auth_failed(exc) else logging.WARNING, "store unavailable for %s: %s", request.url.path,
-            exc)
+    # A refused log-in is said once by the store (store/_login.py); any other fault fails every read alike
+    # (a locked table: a warning per read), so it is said once a minute with how many reads it failed.
+    count = None if auth_failed(exc) else request.app.state.read_faults.hit()
+    if count is None:
+        log.debug("store unavailable for %s: %s", request.url.path, exc)
+    else:
+        log.warning("store unavailable for reads (%s, on %s): they answer 503; %d read(s) failed since the last "
+                    "report", exc, request.url.path, count)
     return JSONResponse({"detail": f"store unavailable: {describe(exc)}"}, 503,
                         headers={"Retry-After": str(request.app.state.settings.retry_after_s)})
 
@@ -169,6 +175,7 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.read_faults = EveryInterval()  # reads the store could not answer: said once a minute (_store_error)
     app.state.registry = registry
     app.state.metrics = SidecarMetrics(registry, lambda: _store_size(app), lambda: _step_cache_bytes(app))
     app.state.gate = IngestGate(settings.max_concurrent_ingest)

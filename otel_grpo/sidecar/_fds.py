@@ -16,17 +16,15 @@ import asyncio
 import logging
 import time
 
+from ._every import EveryInterval
+
 log = logging.getLogger("otel_grpo.sidecar")
 _OUT_OF_RESOURCES = "out of system resource"  # asyncio's message for EMFILE, ENFILE, ENOBUFS, ENOMEM
 
 
 class RefusalLog:
     def __init__(self, interval_s: float = 60.0, clock=time.monotonic) -> None:
-        self.interval_s = interval_s
-        self._clock = clock
-        self._last: float | None = None
-        self.count = 0
-        """Failed accepts since the last line logged."""
+        self._said = EveryInterval(interval_s, clock)
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         previous = loop.get_exception_handler()
@@ -44,12 +42,10 @@ class RefusalLog:
         loop.set_exception_handler(handle)
 
     def refused(self, exc: BaseException | None) -> None:
-        self.count += 1
-        now = self._clock()
-        if self._last is None or now - self._last >= self.interval_s:
+        count = self._said.hit()
+        if count is not None:
             log.error("cannot accept connections (%s): out of file descriptors or memory; %d accept(s) failed "
-                      "since the last report; idle connections close after the keep-alive timeout", exc, self.count)
-            self._last, self.count = now, 0
+                      "since the last report; idle connections close after the keep-alive timeout", exc, count)
 
 
 def _retry_after_close(context: dict) -> bool:

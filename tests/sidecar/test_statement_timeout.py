@@ -3,10 +3,12 @@ statement_timeout; SQLite's from _deadline), and the connection it ran on serves
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 
 import pytest
 
+from otel_grpo.sidecar._every import EveryInterval
 from otel_grpo.sidecar.store import Store
 from otel_grpo.sidecar.store._errors import unavailable
 
@@ -26,7 +28,7 @@ def test_an_endless_sqlite_read_is_interrupted_and_its_connection_reused(tmp_pat
         store.close()
 
 
-def test_a_search_slower_than_the_timeout_is_a_503(make_client, otlp):
+def test_a_search_slower_than_the_timeout_is_a_503(make_client, otlp, caplog):
     """The search of a run's prompts and completions, which no index serves, with a timeout shorter than
     its scan: the request is cut off with 503 + Retry-After, where it used to run to its end."""
     writer = make_client()
@@ -37,9 +39,24 @@ def test_a_search_slower_than_the_timeout_is_a_503(make_client, otlp):
     assert found.status_code == 200 and found.json() == []
 
     reader = make_client(db_timeout_s=0.001)
-    slow = reader.get("/api/runs/long/samples", params={"step_min": 0, "q": "never written", "limit": 10})
-    assert slow.status_code == 503, slow.text
-    assert slow.headers["retry-after"]
+    with caplog.at_level(logging.DEBUG, logger="otel_grpo.sidecar"):
+        for _ in range(3):
+            slow = reader.get("/api/runs/long/samples", params={"step_min": 0, "q": "never written", "limit": 10})
+            assert slow.status_code == 503, slow.text
+            assert slow.headers["retry-after"]
+    # said once (a fault fails every read alike: a locked table wrote a warning per read), the others counted
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1 and "store unavailable for reads" in said[0] and "1 read(s) failed" in said[0], said
+
+
+def test_a_fault_that_fails_every_read_is_said_once_an_interval_with_its_count():
+    now = [0.0]
+    said = EveryInterval(60.0, clock=lambda: now[0])
+    counts = []
+    for t in (0, 1, 2, 59, 61, 62, 200):
+        now[0] = t
+        counts.append(said.hit())
+    assert counts == [1, None, None, None, 4, None, 2]
 
 
 # SQLSTATEs as a real server raises them, and whether each is the database's state (a 503 + Retry-After) or a
