@@ -169,7 +169,7 @@ def dashboards(
              "see docs/operations.md. The training process reads the same variable (adaptive retention). "
              "Default: the documented defaults."),
 ) -> None:
-    """Regenerate the Grafana dashboards, the Prometheus/Alertmanager files, the Helm chart's files, docs/signals.md and docs/integrations.md from the catalog."""
+    """Regenerate the Grafana dashboards, the Prometheus/Alertmanager files, the promtool tests, the Helm chart's files and the generated docs (docs/signals.md, docs/integrations.md, docs/alerts.md) from the catalog."""
     from otel_grpo.generate import RuleSettings, generated_files
 
     try:

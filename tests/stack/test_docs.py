@@ -1,12 +1,16 @@
 """docs/signals.md and docs/integrations.md are generated from the catalog: committed = regenerated, every signal
-and peer name in them."""
+and peer name in them; `otel-grpo dashboards --help` names them."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import click
+import typer.main
+
 from otel_grpo import catalog
+from otel_grpo.cli._app import app
 from otel_grpo.catalog._docs import render_signals_md
 from otel_grpo.generate._docs import DOC_FILES
 from otel_grpo.generate._integrations_md import render_integrations_md
@@ -47,3 +51,11 @@ def test_integrations_doc_lists_every_trl_key_and_needs_no_framework(root):
     text = render_integrations_md()
     assert all(f"| `{key}` | `{signal.name}` |" in text for key, signal in catalog.peer_names("trl"))
     assert (root / "docs" / "integrations.md").read_text() == text, "run `otel-grpo dashboards`"
+
+
+def test_dashboards_help_names_every_generated_doc():
+    # `otel-grpo dashboards --help` said it writes docs/signals.md and docs/integrations.md, not docs/alerts.md
+    command = typer.main.get_command(app)
+    help_text = command.get_command(click.Context(command), "dashboards").help
+    assert [rel for rel, _ in DOC_FILES if rel not in help_text] == []
+
