@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,6 +27,7 @@ class SidecarSettings(BaseSettings):
     def __init__(self, **values: Any) -> None:
         """Raises `SettingsError` (a ValueError), one line naming the argument or variable that is wrong:
         `OTEL_GRPO_SIDECAR_PORT=tcp://10.0.0.7:8000: ...` says where a value came from, as `port: ...` cannot."""
+        _refuse_empty_variables(type(self), values)
         try:
             super().__init__(**values)
         except ValidationError as error:
@@ -175,6 +177,22 @@ class SidecarSettings(BaseSettings):
                              "read_token: --token and --read-token), or allow_unauthenticated (--allow-unauthenticated) "
                              "if an open sidecar is intended")
         return self
+
+
+def _refuse_empty_variables(settings_cls: type[SidecarSettings], given: dict[str, Any]) -> None:
+    """An `OTEL_GRPO_SIDECAR_*` variable set empty (or blank) is refused, naming it: read as a value it
+    meant a path of ".", a host reachable from anywhere or an empty list, depending on the field, and an
+    empty token must not pass for no token. An argument wins over the variable, as pydantic-settings does."""
+    env = {k.upper(): v for k, v in os.environ.items()}
+    prefix = settings_cls.model_config["env_prefix"]
+    for field, info in settings_cls.model_fields.items():
+        if field in given:
+            continue
+        alias = info.validation_alias
+        names = [str(a).upper() for a in alias.choices] if isinstance(alias, AliasChoices) else []
+        for name in [f"{prefix}{field}".upper(), *names]:
+            if name.startswith(prefix) and name in env and not env[name].strip():
+                raise SettingsError(f"{name}={env[name]}: empty; leave it unset for the default")
 
 
 def loopback_only(host: str) -> bool:

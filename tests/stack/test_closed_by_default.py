@@ -47,6 +47,9 @@ def test_the_sidecar_command_refuses_in_one_line_and_exits_1(tmp_path):
     ([], {"OTEL_GRPO_SIDECAR_PORT": "tcp://10.0.0.7:8000"}, "OTEL_GRPO_SIDECAR_PORT=tcp://10.0.0.7:8000: "),
     (["--port", "99999"], {}, "port=99999: "),
     ([], {"OTEL_GRPO_SIDECAR_READ_TOKEN": " "}, "OTEL_GRPO_SIDECAR_READ_TOKEN= : "),
+    # set empty: was "host  is reachable beyond this machine", and "--log-file .: is a directory"
+    ([], {"OTEL_GRPO_SIDECAR_HOST": ""}, "OTEL_GRPO_SIDECAR_HOST=: empty"),
+    ([], {"OTEL_GRPO_SIDECAR_LOG_FILE": ""}, "OTEL_GRPO_SIDECAR_LOG_FILE=: empty"),
 ])
 def test_a_bad_sidecar_setting_is_one_line_naming_the_variable_or_flag_it_came_from(tmp_path, argv, env, named):
     out = subprocess.run(SIDECAR + argv + ["--db", str(tmp_path / "s.db")], capture_output=True, text=True,
