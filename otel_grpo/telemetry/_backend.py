@@ -60,7 +60,9 @@ class Backend:
         promise_s = settings.metric_export_interval_ms / 1000 if pushed else 0.0
         self._instruments = Instruments(exporters.meter_provider.get_meter(_SCOPE), base, promise_s)
         suffix = f"_rank{rank}" if "rank" in base else ""  # ranks must not append to one file
-        self.spill = SampleSpill(settings.output_dir, suffix, exporters.health) if settings.spill_samples else None
+        # the spill's failure says whether an exporter still sends what it could not keep: none does without OTLP traces
+        sent_by = exporters.health if "otlp" in settings.traces_exporters else None
+        self.spill = SampleSpill(settings.output_dir, suffix, sent_by) if settings.spill_samples else None
         exporters.health.spill = self.spill  # before the first export: its failure's warning names what is kept
         exporters.announce()  # the run, its start time and its first promise, before the first interval ends
         self._budget = RowBudget(settings)  # anomalous steps kept whole: this backend selects (one process)

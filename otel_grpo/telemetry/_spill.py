@@ -40,7 +40,8 @@ class SampleSpill:
     """Appends sample records to `<output_dir>/samples/step_<step>.jsonl`; never raises.
 
     `suffix` keeps ranks apart when every rank exports (`step_3_rank1.jsonl`). `exports`: the health of the
-    exporters that send the same steps, so that a failure says whether what was not spilled is lost.
+    exporters that send the same steps, so that a failure says whether what was not spilled is lost (None: no
+    exporter sends them, so it is).
     """
 
     def __init__(self, output_dir: Path, suffix: str = "", exports: ExportHealth | None = None) -> None:
@@ -115,7 +116,8 @@ class SampleSpill:
             return
         self.error = f"{type(exc).__name__}: {exc}"
         exports = self._exports
-        fate = ("exports fail too: these steps and samples are lost" if exports is not None and exports.failing
+        fate = ("no OTLP traces exporter sends them: these steps and samples are lost" if exports is None
+                else "exports fail too: these steps and samples are lost" if exports.failing
                 else "they still go to the exporters, but a replay cannot send them again")
         logger.warning("otel-grpo: spilling to %s failed (%s); training continues; %s; the run's end says how "
                        "many were not spilled", self.directory.parent, self.error, fate)

@@ -120,3 +120,19 @@ def test_a_nearly_full_disk_that_takes_step_lines_and_refuses_samples_is_said_on
     assert "works again" in said[1].getMessage()
     assert "0 steps and 50 sample rows" in said[2].getMessage() and "every export succeeded" in said[2].getMessage()
     assert _lines(spill.steps_path) == 50
+
+
+def test_a_spill_failure_without_an_otlp_traces_exporter_says_the_samples_are_lost(tmp_path, caplog):
+    """With traces going nowhere (`none`, `console`), no exporter sends what the spill could not keep: the first
+    warning said "they still go to the exporters" all the same."""
+    (tmp_path / "file").write_text("")
+    settings = TelemetrySettings(run_id="nowhere", metrics_exporters=["none"], traces_exporters=["none"],
+                                 output_dir=tmp_path / "file" / "run", emit_in="thread")
+    caplog.set_level(logging.WARNING, logger="otel_grpo.telemetry")
+    with Telemetry(settings) as tel:
+        with tel.step(0) as s:
+            s.record({"kl": 0.01, "reward": 0.5})
+            s.samples([{"prompt": "p", "completion": "c", "reward": 0.5}])
+    (spill,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("otel-grpo: spilling to")]
+    assert "no OTLP traces exporter sends them: these steps and samples are lost" in spill, spill
+    assert "still go to the exporters" not in spill
