@@ -32,7 +32,8 @@ def sidecar(
     Every setting can also come from the environment (OTEL_GRPO_SIDECAR_HOST, _PORT, _DB,
     _TOKEN, _READ_TOKEN, _ALLOW_UNAUTHENTICATED, _MAX_BODY_BYTES, _INGEST_WORKERS (ingest processes,
     default 2; 0: in the server process), _ALLOWED_HOSTS, _RETENTION_MAX_RUNS, _BODY_TIMEOUT_S,
-    _KEEP_ALIVE_S, _MAX_CONNECTIONS, _LOG_FILE, ...); flags win.
+    _KEEP_ALIVE_S, _MAX_CONNECTIONS, _LOG_FILE, ...); flags win, and one set empty is refused (an
+    empty token must not pass for none).
 
     With a PostgreSQL URL, any number of sidecars can serve one database: ingest and read
     through any of them.
