@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import pwd
-import subprocess
 
 import httpx
 import psycopg
 import pytest
 
+from tests._support.tmpfs import resize, small_tmpfs
 from tests._support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -30,12 +30,7 @@ def tablespace(pg_server):
     name = f"disk_{os.getpid()}"
     mnt = pg_server.root / name  # where the server's user may go (a test's tmp_path is root's alone)
     mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], capture_output=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(mnt, "64m"):
         entry = pwd.getpwnam("postgres")
         os.chown(mnt, entry.pw_uid, entry.pw_gid)
         with psycopg.connect(pg_server.url(), autocommit=True) as conn:
@@ -45,12 +40,6 @@ def tablespace(pg_server):
         with psycopg.connect(pg_server.url(), autocommit=True) as conn:
             conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
             conn.execute(f"DROP TABLESPACE {name}")
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def _resize(mnt, size_kib: int) -> None:
-    subprocess.run(["mount", "-o", f"remount,size={size_kib}k", str(mnt)], check=True, capture_output=True)
 
 
 def test_a_full_database_disk_is_a_readable_503_and_passes_by_itself(sidecar_factory, tablespace, otlp):
@@ -69,7 +58,7 @@ def test_a_full_database_disk_is_a_readable_503_and_passes_by_itself(sidecar_fac
 
     assert ingest(0) == 200
     disk = os.statvfs(mnt)
-    _resize(mnt, (disk.f_blocks - disk.f_bfree) * disk.f_frsize // 1024 + 2048)  # 2 MiB of room left
+    resize(mnt, (disk.f_blocks - disk.f_bfree) * disk.f_frsize // 1024 + 2048)  # 2 MiB of room left
     step = 1
     while ingest(step) == 200:
         step += 1
@@ -86,7 +75,7 @@ def test_a_full_database_disk_is_a_readable_503_and_passes_by_itself(sidecar_fac
 
     wait_for(lambda: http.get(proc.url + "/readyz").status_code == 200, "/readyz 200 once ingest stopped failing",
              30)
-    _resize(mnt, 256 * 1024)
+    resize(mnt, 256 * 1024)
     assert ingest(step + 10) == 200
     with psycopg.connect(url) as conn:
         have = dict(conn.execute("SELECT step, count(*) FROM samples WHERE run_id = 'full' GROUP BY step").fetchall())

@@ -7,11 +7,11 @@ Mounting needs root (CAP_SYS_ADMIN); elsewhere the test is skipped, saying so.
 from __future__ import annotations
 
 import os
-import subprocess
 
 import httpx
 import pytest
 
+from tests._support.tmpfs import small_tmpfs
 from tests._support.waiting import wait_for
 
 PB = {"Content-Type": "application/x-protobuf"}
@@ -21,13 +21,8 @@ PB = {"Content-Type": "application/x-protobuf"}
 def small_disk(tmp_path):
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with small_tmpfs(mnt, "4m"):
+        yield mnt
 
 
 def _fill(mnt) -> None:
