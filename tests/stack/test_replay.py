@@ -90,9 +90,10 @@ def test_a_value_not_logged_at_a_step_leaves_the_scrape_and_counts_nothing():
     assert {n for n in pulled if n.startswith("grpo_nonfinite")} == {
         f'grpo_nonfinite_total{{run_id="r", job="trainer", instance="127.0.0.1:9464", process="0", signal="{k}"}}'
         for k in ("loss", "grad_norm")}
-    # through the collector, its exporter serves a series' last value until metric_expiration
+    # through the collector too: the next export ends the series ("no recorded value"), which its exporter drops
+    # (before, it served the last value until metric_expiration: "_x2 5 5")
     collected = replay([Segment("r", {"tokens_per_second": [None, 5.0, None]}, step_s=10)], scrape_s=10, scrapes=3)
-    assert collected['grpo_throughput{run_id="r", job="grpo-trainer", instance="r"}'] == "_x2 5 5"
+    assert collected['grpo_throughput{run_id="r", job="grpo-trainer", instance="r"}'] == "_x2 5 stale"
     reader = InMemoryMetricReader()
     instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
     exported = []
