@@ -2,20 +2,23 @@
 for the test), then gets room again.
 
 Ingest answers 503 + Retry-After at once, saying in words that the server's disk is full (it said "DiskFull");
-reads go on; /readyz reports the failed write while ingest keeps failing and says ready again by itself once it
-stops (a replica out of its Service for it stayed out for good); with room again, ingest is stored and nothing
-answered 200 is missing. Mounting needs root (CAP_SYS_ADMIN); elsewhere the test is skipped, saying so.
+reads go on; /readyz reports the full disk for as long as it lasts, with no ingest meanwhile (it said ready
+`HOLD_S` after the last failed write, the disk still full), and says ready again by itself once there is room (a
+replica out of its Service for it stayed out for good); then ingest is stored and nothing answered 200 is
+missing. Mounting needs root (CAP_SYS_ADMIN); elsewhere the test is skipped, saying so.
 """
 
 from __future__ import annotations
 
 import os
 import pwd
+import time
 
 import httpx
 import psycopg
 import pytest
 
+from otel_grpo.sidecar.store._health import HOLD_S
 from tests._support.tmpfs import resize, small_tmpfs
 from tests._support.waiting import wait_for
 
@@ -73,9 +76,18 @@ def test_a_full_database_disk_is_a_readable_503_and_passes_by_itself(sidecar_fac
     assert ready.status_code == 503 and "No space left on device" in ready.json()["detail"], ready.text
     assert read.status_code == 200, read.text  # reads go on
 
-    wait_for(lambda: http.get(proc.url + "/readyz").status_code == 200, "/readyz 200 once ingest stopped failing",
-             30)
+    still = []  # no ingest meanwhile, as for a replica out of its Service
+    until = time.monotonic() + HOLD_S + 2  # past the hold that used to end it
+    while time.monotonic() < until:
+        answer = http.get(proc.url + "/readyz")
+        still.append((answer.status_code, answer.json().get("detail", "")))
+        time.sleep(0.5)
+    print("full, no ingest:", still[-1], len(still))
+    assert {status for status, _ in still} == {503}, [status for status, _ in still]
+    assert "No space left on device" in still[-1][1], still[-1]
+
     resize(mnt, 256 * 1024)
+    wait_for(lambda: http.get(proc.url + "/readyz").status_code == 200, "/readyz 200 once there is room", 30)
     assert ingest(step + 10) == 200
     with psycopg.connect(url) as conn:
         have = dict(conn.execute("SELECT step, count(*) FROM samples WHERE run_id = 'full' GROUP BY step").fetchall())

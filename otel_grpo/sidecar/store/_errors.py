@@ -145,6 +145,18 @@ def connect_failure(exc: BaseException) -> str | None:
     return reasons[-1].strip() if reasons else None
 
 
+def cannot_connect(exc: BaseException) -> bool:
+    """True when `exc` is a failed connection attempt (every slot taken, the server away), also as an ingest
+    worker passes it on (`describe`'s words): what a connection already open, as the readiness probe's, cannot
+    try again."""
+    if isinstance(exc, StoreUnavailable):
+        return str(exc).startswith(_CANNOT_CONNECT)
+    return connect_failure(exc) is not None
+
+
+_CANNOT_CONNECT = "cannot connect to the database"
+
+
 def describe(exc: BaseException) -> str:
     """`exc` as any client may read it (/readyz and reads are open by default): our own and SQLite's
     messages, a psycopg timeout's, the server's own message of an error it raised; a failed connection
@@ -156,9 +168,9 @@ def describe(exc: BaseException) -> str:
         return f"{type(exc).__name__}: {exc}".strip()
     if (reason := connect_failure(exc)) is not None:
         if _NO_SLOT.search(reason):
-            return (f"cannot connect to the database: every connection slot is taken (max_connections): {reason}; "
+            return (f"{_CANNOT_CONNECT}: every connection slot is taken (max_connections): {reason}; "
                     "the sidecar keeps trying")
-        return f"cannot connect to the database: {reason}"
+        return f"{_CANNOT_CONNECT}: {reason}"
     if isinstance(exc, psycopg.Error) and exc.sqlstate is not None and exc.diag.message_primary:
         said = f"{type(exc).__name__}: {exc.diag.message_primary}"  # the server's words: no host or port
         return f"{said} ({_HINTS[exc.sqlstate]})" if exc.sqlstate in _HINTS else said

@@ -46,7 +46,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import _queries, _writes
 from ._dialect import POSTGRES
-from ._errors import StoreUnavailable, read_only
+from ._errors import StoreUnavailable, describe, read_only, unavailable
 from ._health import WriteHealth
 from ._login import Login
 from ._pg_connection import CONNECT, BoundedConnection, Connection, begin, clean, end
@@ -67,6 +67,8 @@ KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "
 within ~30 s, idle or sending, instead of the kernel's ~15 minutes of retransmissions."""
 READ_PROBE_S = 0.5
 """The longest the readiness probe waits for a read connection (its caller waits 1 s for the whole probe)."""
+WRITE_PROBE_S = 0.4
+"""The readiness probe's write (`_probe_write`): its statement timeout, and its lock timeout's bound."""
 
 
 def is_postgres_url(target: object) -> bool:
@@ -118,7 +120,7 @@ class PgStore(_queries.Reads, _writes.Writes):
         # samples already answered 200 (the postmaster's crash restart drops unwritten WAL buffers).
         self.synchronous = synchronous
         self.timeout_s = timeout_s
-        self.health = WriteHealth(None, redact(url))
+        self.health = WriteHealth(None, redact(url), probe_writes=True)
         self.login = Login(redact(url))
         logging.getLogger("psycopg.pool").addFilter(self.login)
         self.found_version: int | None = None
@@ -188,7 +190,33 @@ class PgStore(_queries.Reads, _writes.Writes):
         self.health.checked("the database is a hot standby (in recovery)" if standby else
                             "the database refuses writes (default_transaction_read_only)" if read_only == "on" else None)
         self._ping_reads()
+        if self.health.write_held():
+            self._probe_write()
         return True
+
+    def _probe_write(self) -> None:
+        """Tell `health` whether a write works now (`probe_wrote`), tried in a transaction rolled back: the lock
+        every write takes on each of the store's tables (a table locked past the timeouts, by a DBA's LOCK TABLE, a
+        VACUUM FULL or an ALTER TABLE, fails it) and a new page of a new table (a full disk fails its extension).
+        A temporary table lives in the database's default tablespace unless `temp_tablespaces` names another, as
+        the store's tables do unless moved: a full disk elsewhere is told by the next ingest. An error that is not
+        the database's state (the TEMPORARY privilege revoked) tells nothing: the failure is then held as one no
+        probe sees (`HOLD_S`), not for good."""
+        raw = self._probe.raw
+        try:
+            begin(raw, WRITE_PROBE_S, min(WRITE_PROBE_S, self.timeout_s))
+            tables = raw.execute("SELECT string_agg(format('%I', tablename), ', ') FROM pg_tables "
+                                 "WHERE schemaname = current_schema()").fetchone()[0]
+            if tables:
+                raw.execute(f"LOCK TABLE {tables} IN ROW EXCLUSIVE MODE")
+            raw.execute("CREATE TEMPORARY TABLE otel_grpo_write_probe (written integer)")
+            raw.execute("INSERT INTO otel_grpo_write_probe VALUES (1)")
+        except psycopg.Error as exc:
+            self.health.probe_wrote(describe(exc), told=unavailable(exc))
+            return
+        finally:
+            end(raw, commit=False)
+        self.health.probe_wrote(None)
 
     def _ping_reads(self) -> None:
         """StoreUnavailable when the read pool cannot give a connection within `READ_PROBE_S` although one is
