@@ -184,3 +184,55 @@ def test_a_link_with_what_is_not_there_says_so_once_and_shows_the_rest(site, new
     _view(page)
     page.go_back()
     wait(page, "document.body.dataset.ready === 'runs'")
+
+
+def test_each_page_of_runs_is_a_step_of_the_history(sidecar_factory, tmp_path, new_page):
+    """Paging through the runs list, then back, shows the page before (it added no entry: back left the list);
+    a status chosen is an entry too, typing a search is not; reload shows the page the URL names."""
+    from otel_grpo.sidecar.store import open_store
+
+    db = tmp_path / "runs.db"
+    store = open_store(db)
+    with store._tx() as conn:
+        conn.executemany("INSERT INTO runs (run_id, model, first_seen, last_update) VALUES (?, 'tiny', ?, ?)",
+                         [(f"exp-{i:03d}", 1000.0 + i, 1000.0 + i) for i in range(120)])
+    store.close()
+    proc = sidecar_factory(db=db, env={"OTEL_GRPO_SIDECAR_INGEST_WORKERS": "0"})
+    page = new_page()
+    problems = console_problems(page)
+
+    def shown() -> tuple[str, str, str]:
+        wait(page, "document.body.dataset.ready === 'runs' && !!document.querySelector('#runs-table')")
+        return (page.evaluate("location.hash"), page.evaluate("document.querySelector('#runs-count').textContent"),
+                page.evaluate("document.querySelector('#runs-table tbody tr a').textContent"))
+
+    page.goto(proc.url + "/#/")
+    first, length = shown(), page.evaluate("history.length")
+    views = [first]
+    for _ in range(2):
+        page.click("#runs-next")
+        wait(page, f"document.querySelector('#runs-count').textContent !== {views[-1][1]!r}")
+        views.append(shown())
+    assert [v[:2] for v in views] == [("#/", "1–50 of 120"), ("#/?page=2", "51–100 of 120"),
+                                      ("#/?page=3", "101–120 of 120")], views
+    assert page.evaluate("history.length") == length + 2
+
+    def showing(view: tuple[str, str, str]) -> bool:
+        """Until the list shows `view` (back, forward and reload are navigations: the old list stays a moment)."""
+        wait(page, f"location.hash === {view[0]!r} && document.querySelector('#runs-count')?.textContent === "
+                   f"{view[1]!r} && document.querySelector('#runs-table tbody tr a').textContent === {view[2]!r}")
+        return shown() == view
+
+    for move, view in ((page.go_back, views[1]), (page.go_back, views[0]), (page.go_forward, views[1]),
+                       (page.reload, views[1])):
+        move()
+        assert showing(view), (move, view)
+
+    page.select_option("#runs-status", "idle")
+    count = "document.querySelector('#runs-count').textContent"
+    wait(page, f"location.hash === '#/?status=idle' && {count} === '1–50 of 120'")
+    page.fill("#runs-search", "exp-1")
+    wait(page, f"location.hash === '#/?q=exp-1&status=idle' && {count} === '1–20 of 20'")
+    page.go_back()  # the search replaced the status' entry: back is the page before it
+    assert showing(views[1])
+    assert problems == []

@@ -76,15 +76,19 @@ function stateParams() {
            add: state.add, hide: state.hide, scale: Object.entries(state.scales).map(([id, s]) => `${id}:${s}`) };
 }
 
-// Writes the view into the URL. `push`: a step of its own in the history (a step, a sample, a sort,
-// a chart added: what the back button should undo), else it replaces the current entry (typing,
-// a drag of the smoothing slider, a link read back in its current form) and no back press is spent on
-// it. Neither is a navigation (no hashchange): the page is already showing the view.
-function writeUrl(push = false) {
-  if (state.run === null) return;
-  const hash = runHash(state.run, stateParams());
+// Writes a view's `hash` into the URL. `push`: a step of its own in the history (a page of runs, a
+// step, a sample, a sort, a chart added: what the back button should undo), else it replaces the
+// current entry (typing, a drag of the smoothing slider, a link read back in its current form) and no
+// back press is spent on it. Neither is a navigation (no hashchange): the page is already showing the
+// view; back and forward are (route).
+function showHash(hash, push) {
   if (push && hash !== location.hash) history.pushState(null, "", hash);
   else history.replaceState(null, "", hash);
+}
+
+// The run page's view into the URL (showHash).
+function writeUrl(push = false) {
+  if (state.run !== null) showHash(runHash(state.run, stateParams()), push);
 }
 
 // What of a link's query `p` a view could not read (`ignored`, said by linkNote): `ignore(k, v, why)`
@@ -177,18 +181,19 @@ async function showRuns(query) {
   status.value = view.status;
   const list = h("div", { id: "runs-list" });
   let shown = 0;  // the latest request: an older answer arriving late is dropped
-  const load = async () => {
+  // `push`: a page turned or a status chosen is a step of the history; typing is not (showHash).
+  const load = async (push = false) => {
     const mine = ++shown;
-    history.replaceState(null, "", runsHash(view));
+    showHash(runsHash(view), push);
     const rows = await runsPage(view);
     if (mine === shown) list.replaceChildren(...rows);
   };
-  const refilter = () => { view.page = 1; load().catch(showError); };
-  onTyped(search, (q) => { view.q = q; refilter(); });
-  status.addEventListener("change", () => { view.status = status.value; refilter(); });
+  const refilter = (push) => { view.page = 1; load(push).catch(showError); };
+  onTyped(search, (q) => { view.q = q; refilter(false); });
+  status.addEventListener("change", () => { view.status = status.value; refilter(true); });
   list.addEventListener("click", (e) => {
     const turn = e.target.dataset && e.target.dataset.page;
-    if (turn) { view.page = +turn; load().catch(showError); }
+    if (turn) { view.page = +turn; load(true).catch(showError); }
   });
   main.replaceChildren(h("h1", { id: "view-title", tabindex: "-1", text: "Runs" }),
     h("p", { id: "link-note", class: "alert-firing", role: "status" }),
