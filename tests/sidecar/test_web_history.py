@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from types import SimpleNamespace
 
+import httpx
 import pytest
 
 from tests.sidecar.conftest import SidecarProcess, grpo_spans, request_pb
@@ -124,6 +125,9 @@ MALFORMED = {
     f"#/run/{MAIN}?step=4&sample=abc": "sample=abc (not a sample index): ignored",
     f"#/run/{MAIN}?step=4&sample=77": "sample 77 is not at step 4",
     f"#/run/{MAIN}?step=4&groupof=x": "groupof=x (not a sample index): ignored",
+    f"#/run/{MAIN}?step=4&group=99": "group 99 is not at step 4",
+    f"#/run/{MAIN}?step=4&groupof=77": "no group of sample 77 at step 4",
+    f"#/run/{MAIN}?step=999&group=0&sample=2": "): step 19 is shown, not its sample=2, group=0",
     f"#/run/{MAIN}?step=4&add=no.such.column": "add=no.such.column (no step column of that name): no chart",
     f"#/run/{MAIN}?step=4&from=abc&to=9": "from=abc (not a number): ignored",
     f"#/run/{MAIN}?step=4&smooth=7": "smooth=7 (not within 0–0.99): ignored",
@@ -148,6 +152,15 @@ def test_a_link_with_what_is_not_there_says_so_once_and_shows_the_rest(site, new
         assert view["rows"] and view["step"] in {"4", "19", "0"}
         assert not set(_hash(page)) - {"step"}, (link, _hash(page))
     assert problems == []
+
+    # A group named twice: the group shown is the one group= names, and the other is said.
+    page.goto("about:blank")
+    page.goto(f"{site.url}/#/run/{MAIN}?step=4&group=0&groupof=5")
+    _view(page)
+    wait(page, "document.querySelectorAll('#group-view .group-card').length > 0")
+    assert page.locator("#link-note").text_content() == (
+        "This link asked for what is not here: groupof=5 (group= names the group): ignored.")
+    assert _hash(page) == {"step": "4", "group": "0"}
 
     # Filtering by a column no row has: said where the rows would be, the filter kept (it may be
     # another step's).
@@ -176,6 +189,17 @@ def test_a_link_with_what_is_not_there_says_so_once_and_shows_the_rest(site, new
         "This link asked for what is not here: zz=1 (not a setting of this page): ignored; "
         "status=bogus (not firing, active or idle): ignored; page=-4 (not a page number): ignored.")
     assert page.evaluate("location.hash") == "#/" and page.locator("#runs-table tbody tr").count() == 2
+
+    # A run with no samples at all: the sample and group a link names are said, not dropped unsaid.
+    body = request_pb(grpo_spans("bare", range(2), samples=0)).SerializeToString()
+    assert httpx.post(site.url + "/v1/traces", content=body,
+                      headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+    page.goto("about:blank")
+    page.goto(site.url + "/#/run/bare?group=0&sample=1")
+    wait(page, "document.body.dataset.ready === 'run'")
+    assert page.locator("#link-note").text_content() == (
+        "This link asked for what is not here: sample=1, group=0 (this run has no samples): not shown.")
+    assert _hash(page) == {}
 
     # A link rewritten as it is read is no entry of the history: one back press leaves it.
     page.goto(site.url + "/#/")

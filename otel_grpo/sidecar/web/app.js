@@ -120,6 +120,7 @@ async function readUrl(runId, query) {
   const desc = matching("desc", /^[01]$/, "not 1 or 0") === "1";
   const sample = matching("sample", INDEX, "not a sample index");
   const groupof = matching("groupof", INDEX, "not a sample index");
+  if (p.get("group") && groupof !== null) ignore("groupof", groupof, "group= names the group");
   const [from, to] = [num("from"), num("to")];
   const smooth = num("smooth");
   if (smooth !== null && !(smooth >= 0 && smooth <= 0.99)) ignore("smooth", p.get("smooth"), "not within 0–0.99");
@@ -337,9 +338,10 @@ async function refreshRun() {
 }
 window.otelGrpoRefresh = refreshRun;
 
-// What of the link the page did not show as asked, in one line at the top of the run page (a step
-// without samples, a sort column the samples lack, a parameter it could not read): the view shown
-// is what the URL says once it is rewritten without them.
+// What of the link the page did not show as asked, in one line at the top of the page (a step
+// without samples, a sort column the samples lack, a group not at its step, a parameter it could not
+// read): every part of a link a view reads is either shown or named here, and the view shown is what
+// the URL says once it is rewritten without them.
 let linkNotes = [];
 function linkNote(text) {
   linkNotes.push(text);
@@ -363,11 +365,18 @@ async function showRun(runId, query, current) {
   const columns = new Set(shownColumns().map((c) => c.name));
   for (const c of state.add.filter((c) => !columns.has(c))) notes.push(`add=${c} (no step column of that name): no chart`);
   state.add = state.add.filter((c) => columns.has(c));
+  // A sample and a group are a step's: with no such step, they are not shown either, and said so.
+  const ofStep = [state.sample !== null && `sample=${state.sample}`, state.group && groupLinkPart(state.group)]
+    .filter(Boolean).join(", ");
   if (state.step !== null && !sampleSteps.includes(+state.step) && sampleSteps.length) {
     const best = nearestSampleStep(+state.step);
-    notes.push(`step ${state.step} has no samples (this run has samples at steps ${sampleSteps[0]}–${sampleSteps.at(-1)}): `
-               + `step ${best} is shown`);
+    const range = `${Math.min(...sampleSteps)}–${Math.max(...sampleSteps)}`;
+    notes.push(`step ${state.step} has no samples (this run has samples at steps ${range}): step ${best} is shown`
+               + (ofStep ? `, not its ${ofStep}` : ""));
     Object.assign(state, { step: String(best), sample: null, group: null });
+  } else if (!sampleSteps.length && ofStep) {
+    notes.push(`${ofStep} (this run has no samples): not shown`);
+    Object.assign(state, { sample: null, group: null });
   }
   if (state.step === null && sampleSteps.length) state.step = String(sampleSteps[0]);
   main.replaceChildren(
@@ -387,7 +396,9 @@ async function showRun(runId, query, current) {
   current();
   await loadSamples();
   current();
-  if (state.group !== null && state.step !== null) await showGroup(state.step, state.group).catch(groupError);
+  if (state.group !== null && state.step !== null) {
+    await showGroup(state.step, state.group, undefined, true).catch(groupError);
+  }
   current();
   writeUrl();
   refreshTimer = setInterval(() => refreshRun().catch(() => {}), REFRESH_MS);

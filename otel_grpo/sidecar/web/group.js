@@ -15,6 +15,11 @@ function openGroup(row) {
   showGroup(row.step, state.group, String(row.sample_index)).catch(groupError);
 }
 
+// How a link names the group `key` (state.group).
+function groupLinkPart(key) {
+  return "group" in key ? `group=${key.group}` : `groupof=${key.sample_index}`;
+}
+
 // A prompt cut by the server (TEXT_CHARS) is compared by what came and its full length.
 function sameGroup(a, b) {
   const length = (r) => r.texts_cut?.prompt ?? null;
@@ -46,9 +51,10 @@ const GROUP_STATS = [["reward", "reward"], ["advantage", "advantage"], ["length"
 
 // The group of the first row at `step` with `key`'s values (state.group); `picked`: the sample marked.
 // Only the latest group asked for is drawn, in the view it was asked from (a group opened, then
-// another, or a navigation, before the first came).
+// another, or a navigation, before the first came). `linked`: asked by the link the page opened, which
+// says so (linkNote) and drops it where there is no such group at that step.
 let groupAsked = 0;
-async function showGroup(step, key, picked = key.sample_index) {
+async function showGroup(step, key, picked = key.sample_index, linked = false) {
   const p = withTextChars(new URLSearchParams({ step: String(step), limit: "10000", order_by: "reward",
                                                 desc: "true" }));
   const asked = ++groupAsked, shownIn = document.getElementById("group-view");
@@ -56,6 +62,13 @@ async function showGroup(step, key, picked = key.sample_index) {
   if (asked !== groupAsked || !shownIn.isConnected) return;
   const named = all.find((r) => Object.entries(key).every(([k, v]) => String(r[k]) === v));
   const rows = named ? all.filter((r) => sameGroup(r, named)) : [];
+  if (!rows.length && linked) {
+    linkNote("group" in key ? `group ${key.group} is not at step ${step}`
+      : `no group of sample ${key.sample_index} at step ${step}`);
+    state.group = null;
+    writeUrl();
+    return;
+  }
   const view = document.getElementById("group-view");
   const fns = [...new Set(rows.flatMap((r) => Object.keys(r)))].filter((k) => k.startsWith("reward.")).sort();
   const stats = [GROUP_STATS[0], ...fns.map((f) => [f, f]), ...GROUP_STATS.slice(1)];
