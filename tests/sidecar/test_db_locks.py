@@ -86,8 +86,13 @@ def test_readiness_stays_unready_while_the_lock_is_held_with_no_ingest(sidecar_f
     assert {status for status, _ in answers} == {503}, [status for status, _ in answers]
     assert "lock timeout" in answers[-1][1], answers[-1]
 
-    wait_for(lambda: http.get(proc.url + "/readyz").status_code == 200, "/readyz 200 once the lock is gone", 30)
-    assert http.post(proc.url + "/v1/traces", content=body, headers=PB).status_code == 200
+    # another application's table in the same schema, locked meanwhile: not the store's to wait for
+    with psycopg.connect(pg_url) as other:
+        other.execute("CREATE TABLE someone_elses (x integer)")
+        other.commit()
+        other.execute("LOCK TABLE someone_elses IN ACCESS EXCLUSIVE MODE")
+        wait_for(lambda: http.get(proc.url + "/readyz").status_code == 200, "/readyz 200 once the lock is gone", 30)
+        assert http.post(proc.url + "/v1/traces", content=body, headers=PB).status_code == 200
     http.close()
 
 

@@ -304,6 +304,20 @@ def test_postgres_is_migrated_once_and_a_newer_schema_is_refused(pg_url):
         PgStore.open(pg_url)
 
 
+def test_the_readiness_probe_write_locks_every_table_the_store_writes(pg_url):
+    """The probe's write (`_probe_write`) takes the lock of each table in `WRITTEN_TABLES`: a migration that adds
+    one must name it there, or a lock on it would pass the probe unseen."""
+    import psycopg
+
+    from otel_grpo.sidecar.store import PgStore
+    from otel_grpo.sidecar.store._postgres import WRITTEN_TABLES
+
+    PgStore.open(pg_url).close()
+    with psycopg.connect(pg_url) as conn:
+        tables = {t for (t,) in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+    assert tables - {"schema_version", "alembic_version"} == set(WRITTEN_TABLES)
+
+
 def test_a_postgres_database_of_schema_3_upgrades_in_place(pg_url, otlp):
     """Schema 3 (the release before the held step histories), made by its own scripts."""
     import psycopg
