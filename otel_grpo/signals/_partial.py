@@ -17,9 +17,10 @@ All tensors stay on their device; nothing here reads a value on the host.
 from __future__ import annotations
 
 import enum
+import inspect
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -111,6 +112,9 @@ SUMMARIZED_PREFIX = "summarized:"
 # Per-row tables (`add_table`) ride there too, flattened, their width in the key: "table:<width>:<name>".
 TABLE_PREFIX = "table:"
 
+Finish = Callable[..., tuple[dict[str, tuple[float, bool]], dict[str, list[float]]]]
+"""`Stats.add_table`'s finish: (rows, params, calls) numpy arrays -> (stat values, per-sample values)."""
+
 
 def _scalar(x: Tensor | float, like: Tensor | None = None) -> Tensor:
     """A 0-d float64 tensor; floats become tensors on `like`'s device (`device_scalar`)."""
@@ -156,7 +160,7 @@ class Stats:
     concatenate); adding it with a different recipe raises `ValueError`.
     """
 
-    __slots__ = ("specs", "sums", "mins", "maxs", "vectors", "ids", "checks")
+    __slots__ = ("specs", "sums", "mins", "maxs", "vectors", "ids", "checks", "finishes")
 
     def __init__(self) -> None:
         self.specs: dict[str, Spec] = {}
@@ -166,6 +170,8 @@ class Stats:
         self.vectors: dict[str, Tensor] = {}  # per-sample key -> [N] float64, NaN = invalid row
         self.ids: dict[str, Tensor] = {}  # id payload key -> [N] int64, -1 = invalid
         self.checks: dict[str, tuple[Tensor, str]] = {}  # argument -> (bad count, message)
+        # table key -> (finish, its calls: ((rows, params), ...)), for tables `reduce_stats` finishes
+        self.finishes: dict[str, tuple[Finish, tuple[tuple[int, tuple[float, ...]], ...]]] = {}
 
     # ---- building --------------------------------------------------------------
     def add_mean(self, key: str, total: Tensor | float, count: Tensor | float) -> Stats:
@@ -287,20 +293,51 @@ class Stats:
         self.vectors[key] = torch.cat([self.vectors[key], values]) if key in self.vectors else values
         return self
 
-    def add_table(self, name: str, table: Tensor) -> Stats:
-        """A [R, K] float64 table of per-row numbers, not a catalog signal: gathered with the per-sample vectors
-        (same collective, same host copy) and returned as host rows, every rank's in rank order, in
-        `ReducedStats.tables[name]` (one flat row-major list of R * world * K floats, NaN kept: column j is
-        `[j::K]`). A caller finishes its own stats from them on the host; tables of one `name` concatenate
-        their rows (same K)."""
+    def add_table(self, name: str, table: Tensor, finish: Finish | None = None,
+                  params: Sequence[float] = ()) -> Stats:
+        """A [R, K] float64 table of per-row numbers: gathered with the per-sample vectors (same collective,
+        same host copy); tables of one `name` concatenate their rows (same K).
+
+        Without `finish` it is no catalog signal: `ReducedStats.tables[name]` gets its host rows, every
+        rank's in rank order (one flat row-major list of R * world * K floats, NaN kept: column j is
+        `[j::K]`), for the caller to finish.
+
+        With `finish`, a module-level function, `reduce_stats` finishes it into ordinary stats:
+        `finish(rows, params, calls)` gets every rank's rows in rank order as a [R * world, K] float64
+        numpy array, this call's `params` (floats: thresholds, modes) repeated on each of its rows as a
+        [R * world, P] array, and each row's call ([R * world] int: one index per call of each rank, so
+        that a merge of calls with different parameters keeps each call's own), and returns
+        `(values, samples)`: stat key -> (value, valid) (invalid keys go to `.invalid`) and per-sample key
+        -> valid values. The finish and every call's row count and params are part of the layout that
+        ranks must share; a name takes one finish and one params length.
+        """
         if not name or not isinstance(name, str):
             raise ValueError(f"name: a table needs a non-empty name, got {name!r}")
         if table.dim() != 2 or table.dtype != _F64:
             raise ValueError(f"table {name!r} must be 2-D float64, got {table.dtype} {tuple(table.shape)}")
+        if finish is not None and not (inspect.isfunction(finish) and "<" not in finish.__qualname__):
+            raise ValueError(f"finish: table {name!r} needs a module-level function (the same on every rank), "
+                             f"got {finish!r}")
+        params = tuple(float(p) for p in params)
+        if params and finish is None:
+            raise ValueError(f"params: table {name!r} has no finish to take them")
         key = f"{TABLE_PREFIX}{table.shape[1]}:{name}"
         flat = table.detach().reshape(-1)
+        if finish is not None or key in self.finishes:
+            self._finishing(key, finish, ((table.shape[0], params),))
         self.vectors[key] = torch.cat([self.vectors[key], flat]) if key in self.vectors else flat
         return self
+
+    def _finishing(self, key: str, finish: Finish | None, calls: tuple[tuple[int, tuple[float, ...]], ...]) -> None:
+        """Add `calls` to the finished table `key`, refusing a second finish or another params length."""
+        held = self.finishes.get(key)
+        if held is None and key in self.vectors or held is not None and held[0] is not finish:
+            raise ValueError(f"table {key.split(':', 2)[2]!r} combined with two finishes: "
+                             f"{held and held[0].__qualname__} and {finish and finish.__qualname__}")
+        if held is not None and len(held[1][0][1]) != len(calls[0][1]):
+            raise ValueError(f"params: table {key.split(':', 2)[2]!r} takes {len(held[1][0][1])} params a call, "
+                             f"got {len(calls[0][1])}")
+        self.finishes[key] = (finish, calls if held is None else held[1] + calls)
 
     def add_distinct(self, key: str, ids: Tensor) -> Stats:
         """`key` = distinct / total over the gathered int64 `ids` [N] of every rank (-1: none)."""
@@ -350,7 +387,11 @@ class Stats:
             self._extreme(self.mins, key, value, torch.minimum)
         for key, value in other.maxs.items():
             self._extreme(self.maxs, key, value, torch.maximum)
+        for key, (finish, calls) in other.finishes.items():
+            self._finishing(key, finish, calls)
         for key, vec in other.vectors.items():
+            if key not in other.finishes and key in self.finishes:
+                self._finishing(key, None, ())
             self.vectors[key] = torch.cat([self.vectors[key], vec]) if key in self.vectors else vec
         for key, ids in other.ids.items():
             self.ids[key] = torch.cat([self.ids[key], ids]) if key in self.ids else ids

@@ -25,12 +25,13 @@ import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from ._host import finish_vector, group_spread
-from ._partial import COLUMN_PREFIX, FIELDS, SUMMARIZED_PREFIX, TABLE_PREFIX, Part, Stats, pad_ids
+from ._partial import COLUMN_PREFIX, FIELDS, SUMMARIZED_PREFIX, TABLE_PREFIX, Finish, Part, Stats, pad_ids
 from ._reduced import ReducedStats
 
 _F64 = torch.float64
@@ -54,7 +55,22 @@ class _Layout:
     (`finish_vector`: one sort, one mean for the mean and the std)."""
     grouped: dict[str, tuple[int, dict[str, str]]] = field(default_factory=dict)
     """Each per-sample vector's group size and group spreads (key -> spread: `group_spread`)."""
+    finishes: dict[str, tuple[Finish, tuple[tuple[int, tuple[float, ...]], ...]]] = field(default_factory=dict)
+    """Each finished table's finish and calls (`Stats.add_table`)."""
+    _call_rows: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     fingerprint: float = 0.0
+
+    def call_rows(self, key: str, world: int) -> tuple[np.ndarray, np.ndarray]:
+        """The finished table `key`'s per-row params [R * world, P] and call indices [R * world], every
+        rank's rows in rank order (made once per layout and world)."""
+        made = self._call_rows.get((key, world))
+        if made is None:
+            calls = self.finishes[key][1]
+            counts = [rows for rows, _ in calls] * world
+            params = np.repeat(np.array([p for _, p in calls] * world, dtype=np.float64).reshape(len(counts), -1),
+                               counts, axis=0)
+            made = self._call_rows[key, world] = (params, np.repeat(np.arange(len(counts)), counts))
+        return made
 
     @staticmethod
     def of(stats: Stats) -> _Layout:
@@ -65,12 +81,13 @@ class _Layout:
             frozenset((k, v.numel()) for k, v in stats.vectors.items()),
             frozenset((k, v.numel()) for k, v in stats.ids.items()),
             frozenset((a, message) for a, (_, message) in stats.checks.items()),
+            frozenset(stats.finishes.items()),
         )
         return _layout_of(signature)
 
     @classmethod
     def build(cls, signature: tuple) -> _Layout:
-        specs_items, vectors, ids, checks = (sorted(part) for part in signature)
+        specs_items, vectors, ids, checks = (sorted(part) for part in signature[:4])
         specs = dict(specs_items)
         lay = cls()
         for part in Part:
@@ -89,7 +106,9 @@ class _Layout:
             lay.finishing.setdefault(specs[k].source, ({}, {}))[1][k] = specs[k].stat
         for k in lay.keys[Part.GROUP]:
             lay.grouped.setdefault(specs[k].source, (specs[k].size, {}))[1][k] = specs[k].stat
-        text = repr((lay.keys, lay.sum_slots, lay.vectors, lay.ids, lay.checks))
+        lay.finishes = dict(signature[4])
+        finishing = sorted((k, f.__module__, f.__qualname__, calls) for k, (f, calls) in lay.finishes.items())
+        text = repr((lay.keys, lay.sum_slots, lay.vectors, lay.ids, lay.checks, finishing))
         lay.fingerprint = float(zlib.crc32(text.encode()))  # < 2**32: exact in float64
         return lay
 
@@ -273,7 +292,9 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     samples, columns, summarized, tables = {}, {}, {}, {}
     for key, n in lay.vectors:
         block = host[at : at + n * world]
-        if key.startswith(TABLE_PREFIX):  # "table:<width>:<name>": rows of every rank, in rank order, flat
+        if key in lay.finishes:  # finished here into ordinary stats (`Stats.add_table`)
+            _finish_table(key, block, lay, world, keys, pairs, samples)
+        elif key.startswith(TABLE_PREFIX):  # "table:<width>:<name>": rows of every rank, in rank order, flat
             tables[key[len(TABLE_PREFIX):].split(":", 1)[1]] = block
         elif key.startswith(COLUMN_PREFIX):  # every row, in rank order; NaN: no value
             columns[key[len(COLUMN_PREFIX):]] = [x if x == x else None for x in block]
@@ -295,9 +316,27 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
                                             quantiles, summarized_as):
             keys.append(key)
             pairs.append((value, ok))
+    if len(set(keys)) != len(keys):  # a finished table's key also made another way: a programming error
+        raise RuntimeError(f"stat keys made twice: {sorted({k for k in keys if keys.count(k) > 1})}")
     k = len(lay.keys[Part.DISTINCT])
     pairs += zip(host[at : at + k], (ok > 0 for ok in host[at + k : at + 2 * k]))
     keys += lay.keys[Part.DISTINCT]
     result = {key: val for key, (val, ok) in zip(keys, pairs) if ok}
     invalid = frozenset(key for key, (_, ok) in zip(keys, pairs) if not ok)
     return ReducedStats(result, samples=samples, invalid=invalid, columns=columns, tables=tables)
+
+
+def _finish_table(key: str, block: list[float], lay: _Layout, world: int, keys: list, pairs: list,
+                  samples: dict[str, list[float]]) -> None:
+    """A finished table's stats and per-sample values from its gathered rows, appended to `keys` / `pairs` /
+    `samples`."""
+    width = int(key[len(TABLE_PREFIX):].split(":", 1)[0])
+    params, calls = lay.call_rows(key, world)
+    values, per_sample = lay.finishes[key][0](np.array(block, dtype=np.float64).reshape(-1, width), params, calls)
+    for name, (value, ok) in values.items():
+        keys.append(name)
+        pairs.append((float(value), bool(ok)))
+    for name, valid in per_sample.items():
+        if name in samples:
+            raise RuntimeError(f"per-sample key {name!r} made twice")
+        samples[name] = valid

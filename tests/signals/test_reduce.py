@@ -216,3 +216,47 @@ def test_a_table_comes_back_as_host_rows_beside_the_stats_nan_kept():
 def test_a_table_must_be_two_dimensional_float64(table):
     with pytest.raises(ValueError, match="table 't'"):
         Stats().add_table("t", table)
+
+
+def _scaled_mean(rows, params, calls):
+    """A test finish: each row's column 0 times its call's param, over the tokens in column 1; one sample a call."""
+    n = rows[:, 1].sum()
+    per_call = [rows[calls == c, 0].sum() for c in range(calls.max() + 1)]
+    return ({"kl": ((rows[:, 0] * params[:, 0]).sum() / max(n, 1.0), n > 0), "entropy": (n, True)},
+            {"sample_reward": [float(x) for x in per_call]})
+
+
+def test_a_finished_table_becomes_stats_each_call_with_its_own_params():
+    first = torch.tensor([[1.0, 2.0], [3.0, 1.0]], dtype=torch.float64)
+    stats = Stats().add_table("t", first, finish=_scaled_mean, params=(10.0,))
+    stats = stats | Stats().add_table("t", first[:1] * 2, finish=_scaled_mean, params=(-1.0,))  # other params
+    got = reduce_stats(stats.add_sum("samples", 1.0))
+    assert got["kl"] == (1 * 10 + 3 * 10 - 2) / 7 and got["entropy"] == 7.0 and got["samples"] == 1.0
+    assert got.samples == {"sample_reward": [4.0, 2.0]} and got.tables == {}
+    empty = reduce_stats(Stats().add_table("t", torch.zeros(1, 2, dtype=torch.float64), finish=_scaled_mean,
+                                           params=(1.0,)))
+    assert "kl" not in empty and empty.invalid == {"kl"}  # invalid: listed, not reported
+
+
+def test_finished_rows_of_several_ranks_come_in_rank_order_with_their_calls():
+    from otel_grpo.signals._reduce import _Layout
+
+    stats = Stats().add_table("t", torch.zeros(2, 2, dtype=torch.float64), finish=_scaled_mean, params=(1.0,))
+    stats |= Stats().add_table("t", torch.zeros(1, 2, dtype=torch.float64), finish=_scaled_mean, params=(2.0,))
+    params, calls = _Layout.of(stats).call_rows("table:2:t", world=2)
+    assert params[:, 0].tolist() == [1.0, 1.0, 2.0] * 2 and calls.tolist() == [0, 0, 1, 2, 2, 3]
+
+
+def test_a_finished_table_refuses_what_ranks_could_not_share():
+    t = torch.zeros(1, 2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="module-level function"):
+        Stats().add_table("t", t, finish=lambda rows, params, calls: ({}, {}))
+    with pytest.raises(ValueError, match="params: table 't' has no finish"):
+        Stats().add_table("t", t, params=(1.0,))
+    with pytest.raises(ValueError, match="two finishes"):
+        Stats().add_table("t", t) | Stats().add_table("t", t, finish=_scaled_mean)
+    with pytest.raises(ValueError, match="two finishes"):
+        Stats().add_table("t", t, finish=_scaled_mean).add_table("t", t)
+    with pytest.raises(ValueError, match="takes 1 params a call, got 2"):
+        Stats().add_table("t", t, finish=_scaled_mean, params=(1.0,)) | Stats().add_table(
+            "t", t, finish=_scaled_mean, params=(1.0, 2.0))
