@@ -1,18 +1,34 @@
 """Rollout-vs-training mismatch: seed 004's compute_mismatch_metrics, plus IS-ratio and chi-square stats.
 
 Measured whenever rollout log-probs exist, whether or not a correction is applied.
+
+The [B, T] passes run on the device into one [B, 10] per-row table (`COLUMNS`), which rides in
+`reduce_stats`' one gather and one copy; `finish_mismatch` makes every stat from every rank's rows
+on the host, in float64 (a handful of numpy operations where the stats as device partials took
+some forty tiny torch ops).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import SAFETY_BOUND, RowSums, TokenMask, tmax, tmin, workspace
+from ._masked import INF, SAFETY_BOUND, TokenMask, workspace
 from ._partial import Stats
+
+_F64 = torch.float64
+TABLE = "mismatch"
+"""The per-row table's name (`Stats.add_table`)."""
+COLUMNS = ("n_row", "train_row", "ratio_row", "abs_diff_row", "abs_diff_max", "k3_row", "rho_row", "rho_max",
+           "rho_sq_row", "rho_min")
+"""Per row: tokens, sums of log pi_train and of the log ratios, sum and max of |log ratio|, sum of the k3
+terms, sum, max, sum of squares and min of the safety-bounded token ratios (+inf without a token). The
+table's one param a call: 1.0 with rollout log-probs, 0.0 for `_training_perplexity` (only the first two
+columns hold numbers there)."""
 
 # exp(-20) and exp(20) as torch rounds them in each dtype (Python floats: clamping to
 # tensor bounds is ten times slower on CPU). Computed once, on CPU, at import.
@@ -54,103 +70,120 @@ def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor | None, mask
     tm = TokenMask(v.mask_like(mask, "mask", shape), "mask", stats, dtype)
     # exactly 0 on padding whatever it held, as the seed's zero-padded tensors
     log_ratio = tm.zero_(torch.sub(train, rollout, out=workspace("log_ratio", tm.mf, dtype)))  # train - rollout
-    rs = RowSums(stats)
-    shared = add_mismatch(rs, tm, train, log_ratio, fresh=False)  # neither buffer leaves the call
+    shared = mismatch_columns(tm, train, log_ratio, fresh=False)  # neither buffer leaves the call
     rho_tok = shared.weights.mul_(tm.mf)  # in place: +0 on padding
-    add_token_ratio(rs, tm, rho_tok, rho_tok.sum(-1), tmax(rho_tok), None)
-    rs.flush()
+    add_table(stats, tm, shared, rho_tok, rho_tok.sum(-1), rho_tok.amax(-1), None)
     return stats
 
 
 class Shared(NamedTuple):
-    """What `add_mismatch` computed that the IS correction needs too (`rollout_correction(with_mismatch=True)`)."""
+    """What `mismatch_columns` computed, which the IS correction needs too (`rollout_correction(with_mismatch=True)`)."""
 
     ratio_row: Tensor
     """[B] summed log ratios (0 for rows without tokens)."""
     weights: Tensor
     """[B, T] exp(clamp(log ratio, +-20)), 1 on padding: fresh or the former scratch; the caller may overwrite it."""
+    columns: list[Tensor]
+    """The table's first six columns ([B] each)."""
 
 
-def add_mismatch(rs: RowSums, tm: TokenMask, train: Tensor, log_ratio: Tensor, fresh: bool) -> Shared:
-    """Every mismatch stat but the token IS-ratio ones (see `add_token_ratio`).
+def mismatch_columns(tm: TokenMask, train: Tensor, log_ratio: Tensor, fresh: bool) -> Shared:
+    """The table's columns up to the token ratios' (see `add_table`), from the [B, T] passes.
 
     `log_ratio` ([B, T] train - rollout, exactly 0 on padding) is used up: its buffer
     ends up holding the k3 terms. The token ratios go to a fresh tensor if `fresh`,
     else to the mask's scratch buffer, and the spent log-ratio buffer becomes the
     scratch (one [B, T] buffer fewer to touch per call). `tm` must not have had
-    `inf_()` yet. Sums over rows are queued on `rs`.
+    `inf_()` yet.
     """
-    stats, n, n_row, rows, s = rs.stats, tm.n, tm.n_row, tm.rows, tm.scratch
+    s = tm.scratch
     # in place on the scratch buffer (fresh multi-MB tensors cost page faults on CPU)
     train_row = tm.zeroed(train, out=s).sum(-1)
     ratio_row = log_ratio.sum(-1)
-    _perplexities(rs, train_row, train_row - ratio_row, tm)
-    rs.call(lambda total_: stats.add_mean("mismatch_kl", -total_, n), ratio_row)
-    abs_diff = torch.abs(log_ratio, out=s)
-    rs.mean("mismatch_logprob_abs_diff", abs_diff.sum(-1), n)
-    stats.add_max("mismatch_logprob_abs_diff_max", tmax(abs_diff), n)  # padding's 0 never exceeds a valid |x|
-
+    abs_diff = torch.abs(log_ratio, out=s)  # padding's 0 never exceeds a valid |x|
+    abs_row, abs_max = abs_diff.sum(-1), abs_diff.amax(-1)
     ratio = torch.exp(log_ratio) if fresh else torch.exp(log_ratio, out=s)  # 1 on padding; unbounded for k3
     k3 = torch.sub(ratio, log_ratio, out=log_ratio).sub_(1.0)  # 0 on padding; the log ratios are spent
-    rs.mean("mismatch_k3_kl", k3.sum(-1), n)
+    k3_row = k3.sum(-1)
     if not fresh:
         tm.scratch = log_ratio
     # exp is monotonic: clamping exp(x) to exp(+-20) equals exp(clamp(x, +-20)), one exp fewer
     weights = ratio.clamp_(*_EXP_BOUNDS[ratio.dtype])
-
-    rho_seq = ratio_row.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
-    # verl's E[rho_seq^2] - 1 over all rows: a row without tokens has ratio_row exactly 0, so it adds 1 - 1 = 0
-    rs.mean("mismatch_chi2_seq", rho_seq.square_().sub_(1.0), tm.all_rows())
-    geometric = (ratio_row / n_row.clamp(min=1)).clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
-    stats.add_samples("sample_is_ratio", torch.where(rows, geometric, float("nan")))
-    return Shared(ratio_row, weights)
+    return Shared(ratio_row, weights, [tm.n_row, train_row, ratio_row, abs_row, abs_max, k3_row])
 
 
-def add_token_ratio(rs: RowSums, tm: TokenMask, rho_tok: Tensor, rho_rows: Tensor, rho_max: Tensor, rho_min) -> None:
-    """is_ratio_mean / max / min and mismatch_chi2_token from the masked token ratios.
+def add_table(stats: Stats, tm: TokenMask, shared: Shared, rho_tok: Tensor, rho_row: Tensor, rho_max: Tensor,
+              rho_min: Tensor | None) -> None:
+    """The mismatch table of one call onto `stats`, from `shared` and the masked token ratios.
 
-    `rho_tok`: [B, T] safety-bounded ratios, +0 on padding; `rho_rows`, `rho_max`: its
-    per-row sums and max; `rho_min`: its min over tokens, or None to compute it here
+    `rho_tok`: [B, T] safety-bounded ratios, +0 on padding; `rho_row`, `rho_max`: its per-row
+    sums and maxima; `rho_min`: its per-row minima over tokens, or None to compute them here
     (lifting `rho_tok`'s padding to +inf in place).
     """
-    stats, n, s = rs.stats, tm.n, tm.scratch
-    rs.mean("is_ratio_mean", rho_rows, n)
-    stats.add_max("is_ratio_max", rho_max, n)
-    rs.mean("mismatch_chi2_token", torch.mul(rho_tok, rho_tok, out=s).sum(-1) - tm.n_row, n)  # E[rho^2] - 1
-    stats.add_min("is_ratio_min", tmin(tm.inf_(rho_tok)) if rho_min is None else rho_min, n)
-
-
-def _perplexities(rs: RowSums, train_row: Tensor, rollout_row: Tensor, tm: TokenMask) -> None:
-    """Seed 004's per-sequence perplexity stats, averaged over all rows ([B] row sums in)."""
-    stats, all_rows = rs.stats, tm.all_rows()
-    means = torch.stack([train_row, rollout_row]).div_(tm.den())  # mean_train, mean_rollout
-    diff = means.diff(dim=0)  # [1, B] mean_rollout - mean_train = log(training ppl / rollout ppl)
-    logs = torch.cat([means.neg_(), diff])  # -mean_train, -mean_rollout, diff
-    # all_rows: 0 on a rank without any valid token, which the seed's merge leaves out
-    rs.block(lambda *totals: _add_means(stats, _PPL_KEYS, totals, all_rows), torch.cat([logs.exp(), logs, diff.abs()]))
-    low, high = torch.aminmax(diff)
-    stats.add_max("mismatch_log_ppl_diff_max", high, all_rows)
-    stats.add_min("mismatch_log_ppl_diff_min", low, all_rows)
+    rho_sq = torch.mul(rho_tok, rho_tok, out=tm.scratch).sum(-1)
+    if rho_min is None:
+        rho_min = tm.inf_(rho_tok).amin(-1)
+    table = torch.stack(shared.columns + [rho_row, rho_max, rho_sq, rho_min], -1).to(_F64)
+    stats.add_table(TABLE, table, finish=finish_mismatch, params=(1.0,))
 
 
 def _training_perplexity(stats: Stats, train: Tensor, mask: Tensor, shape: tuple) -> Stats:
-    """Seed 004's training perplexity alone: mean over all rows of exp(-mean log pi_train)."""
+    """Seed 004's training perplexity alone: the table's first two columns, the others empty."""
     tm = TokenMask(v.mask_like(mask, "mask", shape), "mask", stats, train.dtype)
-    neg_mean = tm.zeroed(train, out=tm.scratch).sum(-1).div_(tm.den()).neg_()  # [B] -mean log pi_train
-    rs = RowSums(stats)
-    keys = ("mismatch_training_ppl", "mismatch_training_log_ppl")
-    rs.block(lambda *totals: _add_means(stats, keys, totals, tm.all_rows()), torch.stack([neg_mean.exp(), neg_mean]))
-    rs.flush()
+    train_row = tm.zeroed(train, out=tm.scratch).sum(-1)
+    zero = torch.zeros_like(train_row)
+    table = torch.stack([tm.n_row, train_row] + [zero] * 7 + [zero + INF], -1).to(_F64)
+    stats.add_table(TABLE, table, finish=finish_mismatch, params=(0.0,))
     return stats
 
 
-def _add_means(stats: Stats, keys, totals, count: Tensor) -> None:
-    for key, total_ in zip(keys, totals):
-        stats.add_mean(key, total_, count)
+def finish_mismatch(rows: np.ndarray, params: np.ndarray, calls: np.ndarray):
+    """Every mismatch stat and `sample_is_ratio` from the gathered tables (`Stats.add_table`'s finish).
+
+    Token means count the tokens of calls with rollout log-probs; seed 004's per-sequence means count
+    every row of a call that has a token (its `valid`: the seed's merge leaves out a rank without one),
+    and a call without rollout log-probs only in the training perplexity.
+    """
+    with np.errstate(all="ignore"):  # exp overflows to inf and NaN inputs stay NaN, as in torch
+        n_row, train_row, ratio_row = rows[:, 0], rows[:, 1], rows[:, 2]
+        rollout = params[:, 0] > 0
+        called = np.bincount(calls, weights=n_row)[calls] > 0  # the rows of calls with a token
+        ppl_rows = called & rollout
+        n = float(n_row @ rollout)
+        tokens = n > 0
+        sel = slice(None) if rollout.all() else rollout  # the rows with rollout log-probs
+        col = rows[sel].sum(0)
+        ok = np.flatnonzero(ppl_rows)
+        k, k_all = len(ok), int(called.sum())
+        den = n_row + 1e-8  # the seed's masked_mean denominator
+        mean_train = train_row / den
+        diff = ((train_row - ratio_row) / den - mean_train)[ok]  # log(training ppl / rollout ppl)
+        neg_rollout = -(train_row - ratio_row)[ok] / den[ok]
+        ppl = np.stack([np.exp(neg_rollout), np.exp(diff), neg_rollout, diff, np.abs(diff),
+                        np.expm1(2 * np.clip(ratio_row[ok], -SAFETY_BOUND, SAFETY_BOUND))]).sum(1) / max(k, 1)
+        train_all = -mean_train[called]
+        train_ppl = (np.exp(train_all).sum() / max(k_all, 1), train_all.sum() / max(k_all, 1))
+        n1 = max(n, 1.0)
+        values = {
+            "mismatch_kl": (-col[2] / n1, tokens),
+            "mismatch_logprob_abs_diff": (col[3] / n1, tokens),
+            "mismatch_logprob_abs_diff_max": (rows[sel, 4].max(initial=-INF), tokens),
+            "mismatch_k3_kl": (col[5] / n1, tokens),
+            "is_ratio_mean": (col[6] / n1, tokens),
+            "is_ratio_max": (rows[sel, 7].max(initial=-INF), tokens),
+            "mismatch_chi2_token": ((rows[sel, 8] - n_row[sel]).sum() / n1, tokens),  # E[rho^2] - 1
+            "is_ratio_min": (rows[sel, 9].min(initial=INF), tokens),
+            "mismatch_training_ppl": (train_ppl[0], k_all > 0),
+            "mismatch_training_log_ppl": (train_ppl[1], k_all > 0),
+            "mismatch_log_ppl_diff_max": (diff.max(initial=-INF), k > 0),
+            "mismatch_log_ppl_diff_min": (diff.min(initial=INF), k > 0),
+        }
+        values.update((key, (x, k > 0)) for key, x in zip(_PPL_KEYS, ppl.tolist()))
+        has = (n_row > 0) & rollout
+        geometric = np.exp(np.clip(ratio_row[has] / n_row[has], -SAFETY_BOUND, SAFETY_BOUND))
+    return values, {"sample_is_ratio": geometric.tolist()}
 
 
-# the rows of _perplexities' [7, B] tensor
-_PPL_KEYS = (
-    "mismatch_training_ppl", "mismatch_rollout_ppl", "mismatch_ppl_ratio",
-    "mismatch_training_log_ppl", "mismatch_rollout_log_ppl", "mismatch_log_ppl_diff", "mismatch_log_ppl_abs_diff",
-)  # fmt: skip
+# the rows of finish_mismatch's per-sequence means over the rows with rollout log-probs
+_PPL_KEYS = ("mismatch_rollout_ppl", "mismatch_ppl_ratio", "mismatch_rollout_log_ppl", "mismatch_log_ppl_diff",
+             "mismatch_log_ppl_abs_diff", "mismatch_chi2_seq")

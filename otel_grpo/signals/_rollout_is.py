@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import INF, SAFETY_BOUND, RowSums, TokenMask, rows_above, rows_below, tmax, tmin, workspace
-from ._mismatch import Shared, add_mismatch, add_token_ratio
+from ._masked import INF, SAFETY_BOUND, RowSums, TokenMask, rows_above, rows_below, workspace
+from ._mismatch import Shared, add_table, mismatch_columns
 from ._partial import Stats
 LEVELS = ("token", "sequence", "geometric")
 MODES = ("truncate", "mask", "both")
@@ -93,12 +93,12 @@ def rollout_correction(
     vetoed = _veto(rs, tok, veto)  # first: the mismatch pass uses up the log ratios
     if with_mismatch:  # before anything lifts padding to inf
         # the token path returns the ratios as its weights (a fresh tensor); the row paths do not
-        tok.shared = add_mismatch(rs, tok.tm, train, tok.log_ratio, fresh=level == "token")
+        tok.shared = mismatch_columns(tok.tm, train, tok.log_ratio, fresh=level == "token")
     step = _token_level if level == "token" else _row_level
     weights, keep = step(rs, tok, bounds, mask_bounds, mode, level)  # 0 on padding
     if tok.shared is not None and level != "token":  # the token path adds them from its own weights
         rho_tok = tok.shared.weights.mul_(tok.tm.mf)
-        add_token_ratio(rs, tok.tm, rho_tok, rho_tok.sum(-1), tmax(rho_tok), None)
+        add_table(stats, tok.tm, tok.shared, rho_tok, rho_tok.sum(-1), rho_tok.amax(-1), None)
     rs.flush()
     if keep is None and vetoed is None:
         return RolloutCorrection(weights, mask, stats)  # nothing rejected: the caller's mask as is
@@ -171,16 +171,17 @@ def _token_level(rs: RowSums, tok: _Tokens, bounds, mask_bounds, mode: str, leve
     # +0 on padding: never above a (positive) upper bound; returned as the weights in mask mode only
     w_tok = torch.mul(w, tm.mf, out=torch.empty_like(w) if mode == "mask" else workspace("w_tok", w, w.dtype))
     row_sum = w_tok.sum(-1)
-    w_max = tmax(w_tok)
+    w_max_row = w_tok.amax(-1)
+    w_max = w_max_row.amax()
     rs.mean("rollout_is_mean", row_sum, n)
     rs.mean("rollout_is_ratio_fraction_high", rows_above(w_tok, upper, s), n)
     stats.add_max("rollout_is_max", w_max, n)
     tm.inf_(w)  # +inf on padding: never below a lower bound
     rs.mean("rollout_is_ratio_fraction_low", rows_below(w, lower, s), n)
-    w_min = tmin(w)
-    stats.add_min("rollout_is_min", w_min, n)
+    w_min_row = w.amin(-1)
+    stats.add_min("rollout_is_min", w_min_row.amin(), n)
     if tok.shared is not None:  # over tokens, rollout_is_mean/max/min are is_ratio_mean/max/min
-        add_token_ratio(rs, tm, w_tok, row_sum, w_max, w_min)
+        add_table(stats, tm, tok.shared, w_tok, row_sum, w_max_row, w_min_row)
     keep = None
     if mode in ("mask", "both"):
         mlow, mup = mask_bounds

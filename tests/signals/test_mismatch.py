@@ -60,3 +60,30 @@ def test_safety_bound_and_rows_without_tokens():
     assert len(r.samples["sample_is_ratio"]) == 1  # the empty row is NaN, dropped from samples
     # the seed's all-row means include the empty row (mean log-prob 0, ppl 1)
     assert r["mismatch_training_ppl"] == pytest.approx((math.exp(-50) + 1) / 2)
+
+
+def test_a_micro_batch_without_tokens_adds_nothing_to_the_all_row_means():
+    """Seed 004 leaves out a rank whose batch has no valid token: merged in, such a call changes nothing (its
+    rows' perplexity of 1 once went into the sums, not the counts: training ppl 1.62 became 2.62)."""
+    g = torch.Generator().manual_seed(0)
+    train = -torch.rand(4, 6, generator=g, dtype=torch.float64)
+    rollout = train + 0.3 * torch.randn(4, 6, generator=g, dtype=torch.float64)
+    mask = torch.ones(4, 6)
+    alone = reduce_stats(mismatch_stats(train, rollout, mask))
+    for other in (mismatch_stats(train, rollout, torch.zeros(4, 6)), mismatch_stats(train, None, torch.zeros(4, 6))):
+        merged = reduce_stats(mismatch_stats(train, rollout, mask) | other)
+        assert merged == alone and merged.samples == alone.samples
+
+
+def test_a_call_without_rollout_logprobs_counts_only_in_the_training_perplexity():
+    g = torch.Generator().manual_seed(1)
+    train = -torch.rand(3, 5, generator=g, dtype=torch.float64)
+    rollout = train + 0.3 * torch.randn(3, 5, generator=g, dtype=torch.float64)
+    mask = torch.ones(3, 5)
+    alone = reduce_stats(mismatch_stats(train, rollout, mask))
+    merged = reduce_stats(mismatch_stats(train, rollout, mask) | mismatch_stats(train - 1.0, None, mask))
+    assert {k: v for k, v in merged.items() if "training" not in k} == {
+        k: v for k, v in alone.items() if "training" not in k}
+    both = reduce_stats(mismatch_stats(torch.cat([train, train - 1.0]), None, torch.ones(6, 5)))
+    assert merged["mismatch_training_ppl"] == pytest.approx(both["mismatch_training_ppl"], rel=1e-12)
+    assert merged["mismatch_training_log_ppl"] == pytest.approx(both["mismatch_training_log_ppl"], rel=1e-12)
