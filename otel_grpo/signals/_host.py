@@ -63,6 +63,28 @@ def finish_vector(values: list[float], quantiles: Mapping[str, float],
     return out
 
 
+ESS_EPS = 1e-8
+"""The seed's: ESS = 1 / mean((w / (mean w + 1e-8))^2)."""
+
+
+def std_from_sums(total: float, sumsq: float, count: float, unbiased: bool) -> float:
+    """The standard deviation from sum x, sum x^2 and n (0 for n <= 1; a NaN stays NaN), as `reduce_stats`
+    finishes a `Stats.add_std` part: the same float64 operations wherever the sums come from."""
+    c1 = max(count, 1.0)
+    mean = total / c1
+    var = max(sumsq / c1 - mean * mean, 0.0)  # max(nan, 0.0) is nan, as torch's clamp
+    if unbiased:
+        var = var * count / max(count - 1, 1.0)
+    return math.sqrt(var) if count > 1 else 0.0
+
+
+def ess_from_sums(total: float, sumsq: float, count: float) -> float:
+    """(mean w + 1e-8)^2 / mean(w^2) from sum w, sum w^2 and n (`Stats.add_ess`)."""
+    c1 = max(count, 1.0)
+    m = total / c1 + ESS_EPS
+    return m * m / max(sumsq / c1, 1e-300)
+
+
 ZERO_STD_ATOL = 1e-8
 """`torch.isclose(std, 0)` as TRL's `frac_reward_zero_std` uses it: |std| <= atol (rtol * 0 = 0)."""
 

@@ -85,12 +85,12 @@ class TokenMask:
 
     Attributes:
         mf: [B, T] the mask as 0.0 / 1.0 (float32 or float64).
-        n_row: [B] tokens per row (mf's dtype); rows: [B] bool, row has a token.
+        n_row: [B] tokens per row (mf's dtype).
         n: 0-d float64, tokens in the batch.
         scratch: [B, T] buffer of mf's dtype, free for any intermediate.
     """
 
-    __slots__ = ("mf", "n_row", "rows", "n", "scratch", "_bits", "_inf", "_all_rows", "_k", "_den")
+    __slots__ = ("mf", "n_row", "n", "scratch", "_bits", "_inf", "_den")
 
     def __init__(self, mask: Tensor, name: str, stats: Stats, dtype: torch.dtype) -> None:
         self.scratch = workspace("scratch", mask, dtype)
@@ -103,27 +103,11 @@ class TokenMask:
         else:
             self.mf = workspace("mask", mask, dtype).copy_(mask)
         self.n_row = self.mf.sum(-1)
-        self.rows = self.n_row > 0
         self.n = self.n_row.sum(dtype=_F64)
         # all bits set on tokens, 0 on padding
         self._bits = workspace("bits", mask, _INT_OF[dtype]).copy_(self.mf).neg_()
         self._inf = False
-        self._all_rows: Tensor | None = None
-        self._k: Tensor | None = None
         self._den: Tensor | None = None
-
-    def all_rows(self) -> Tensor:
-        """0-d float64: B, or 0 when no row has a token (the seed's "over all rows": its merge
-        drops a rank whose batch has no valid token). Computed once, on first use."""
-        if self._all_rows is None:  # n is a whole number: clamped to 1, it is 0 or 1
-            self._all_rows = torch.clamp(self.n, max=1.0).mul_(len(self.n_row))
-        return self._all_rows
-
-    def k(self) -> Tensor:
-        """0-d float64: rows with a token. Computed once, on first use."""
-        if self._k is None:
-            self._k = count(self.rows)
-        return self._k
 
     def den(self) -> Tensor:
         """[B] n_row + 1e-8: the seed's masked_mean denominators. Computed once, on first use."""
@@ -163,26 +147,6 @@ class TokenMask:
         return x
 
 
-def total(x: Tensor) -> Tensor:
-    """Sum of [B, T] `x` as 0-d float64: per-row sums in `x`'s dtype, then float64 across rows.
-
-    Rows are never split across ranks, so the per-row sums are the same however the
-    batch is split, and the result differs across splits only by float64 rounding.
-    """
-    return x.sum(-1).sum(dtype=_F64)
-
-
-def tmax(x: Tensor) -> Tensor:
-    """Max of [B, T] `x` (0-d): per-row maxima, then their max. The same value as `x.max()`
-    (NaN included), at a third of the cost on CPU, where full reductions do not vectorize."""
-    return x.amax(-1).amax()
-
-
-def tmin(x: Tensor) -> Tensor:
-    """Min of [B, T] `x` (0-d), as `tmax`."""
-    return x.amin(-1).amin()
-
-
 def rows_above(x: Tensor, c: float, out: Tensor) -> Tensor:
     """Per-row numbers of elements of [B, T] `x` strictly above `c`, via `out` ([B], x's dtype)."""
     return torch.sub(x, c, out=out).sign_().clamp_(min=0).sum(-1)
@@ -191,55 +155,3 @@ def rows_above(x: Tensor, c: float, out: Tensor) -> Tensor:
 def rows_below(x: Tensor, c: float, out: Tensor) -> Tensor:
     """Per-row numbers of elements of [B, T] `x` strictly below `c`, via `out` ([B], x's dtype)."""
     return torch.sub(x, c, out=out).sign_().clamp_(max=0).sum(-1).neg_()
-
-
-class RowSums:
-    """Sums over rows of [B] vectors, all of one call's in a few float64 reductions.
-
-        >>> rs = RowSums(stats)
-        >>> rs.mean("mismatch_k3_kl", k3.sum(-1), n)   # queued: [B] per-row sums
-        >>> rs.flush()                                 # one stack + sum per dtype, then the add_* calls
-
-    Each stat summed on its own would cost one or two more tiny torch ops, and
-    tiny ops (a fixed cost each on CPU: benchmarks/README.md, costs) are what the hot path
-    spends most on. Rows may be float32, float64 or bool ([B] each); all are summed in float64, grouped by
-    dtype (stacking mixed dtypes costs more than the sums it saves). Rows are never
-    split across ranks, so the per-row values are the same however the batch is split.
-    """
-
-    __slots__ = ("stats", "groups", "calls")
-
-    def __init__(self, stats: Stats) -> None:
-        self.stats = stats
-        self.groups: dict[torch.dtype, list[Tensor]] = {}
-        self.calls: list[tuple] = []
-
-    def mean(self, key: str, row: Tensor, count: Tensor) -> None:
-        """`stats.add_mean(key, sum of row, count)` at `flush`."""
-        self.call(lambda total_: self.stats.add_mean(key, total_, count), row)
-
-    def call(self, fn, *rows: Tensor) -> None:
-        """`fn(*sums of rows)` at `flush`."""
-        at = []
-        for row in rows:
-            group = self.groups.setdefault(row.dtype, [])
-            at.append((row.dtype, len(group)))
-            group.append(row)
-        self.calls.append((fn, at))
-
-    def block(self, fn, rows: Tensor) -> None:
-        """`fn(*sums)` of the rows of a [K, B] tensor at `flush`."""
-        self.call(fn, *rows.unbind())
-
-    def flush(self) -> None:
-        if not self.calls:
-            return
-        start, parts, n = {}, [], 0
-        for dtype, group in self.groups.items():
-            start[dtype] = n
-            parts.append(torch.stack(group).sum(-1, dtype=_F64))
-            n += len(group)
-        sums = (torch.cat(parts) if len(parts) > 1 else parts[0]).unbind()
-        for fn, at in self.calls:
-            fn(*(sums[start[dtype] + i] for dtype, i in at))
-        self.groups, self.calls = {}, []

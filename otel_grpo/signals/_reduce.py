@@ -20,7 +20,6 @@ layout fingerprint travels in the pack and a mismatch raises `RuntimeError`.
 
 from __future__ import annotations
 
-import math
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -30,12 +29,11 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._host import finish_vector, group_spread
+from ._host import ess_from_sums, finish_vector, group_spread, std_from_sums
 from ._partial import COLUMN_PREFIX, FIELDS, SUMMARIZED_PREFIX, TABLE_PREFIX, Finish, Part, Stats, pad_ids
 from ._reduced import ReducedStats
 
 _F64 = torch.float64
-_ESS_EPS = 1e-8  # the seed's: 1 / mean((w / (mean w + 1e-8))^2)
 _BY_PART = (Part.MEAN, Part.STD, Part.ESS, Part.MIN, Part.MAX, Part.SUM)
 
 
@@ -259,16 +257,9 @@ def _finalize_sums(h: list[float], lay: _Layout, mins: list[float], maxs: list[f
     total, n = block(Part.MEAN), block(Part.MEAN)
     out += [(t / max(c, 1.0), c > 0) for t, c in zip(total, n)]
     total, sumsq, n = block(Part.STD), block(Part.STD), block(Part.STD)
-    for key, t, q, c in zip(lay.keys[Part.STD], total, sumsq, n):
-        c1, mean = max(c, 1.0), t / max(c, 1.0)
-        var = max(q / c1 - mean * mean, 0.0)  # a NaN stays NaN, as with clamp
-        if key in lay.unbiased:
-            var = var * c / max(c - 1, 1.0)
-        out.append((math.sqrt(var) if c > 1 else 0.0, c > 0))  # one element: 0, as the seed
+    out += [(std_from_sums(t, q, c, key in lay.unbiased), c > 0) for key, t, q, c in zip(lay.keys[Part.STD], total, sumsq, n)]
     total, sumsq, n = block(Part.ESS), block(Part.ESS), block(Part.ESS)
-    for t, q, c in zip(total, sumsq, n):
-        m = t / max(c, 1.0) + _ESS_EPS
-        out.append((m * m / max(q / max(c, 1.0), 1e-300), c > 0 and q > 0))
+    out += [(ess_from_sums(t, q, c), c > 0 and q > 0) for t, q, c in zip(total, sumsq, n)]
     for part, extreme in ((Part.MIN, mins), (Part.MAX, maxs)):
         out += [(x if c > 0 else 0.0, c > 0) for x, c in zip(extreme, block(part))]
     out += [(t, True) for t in block(Part.SUM)]

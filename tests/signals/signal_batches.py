@@ -33,6 +33,8 @@ def everything(B: int, T: int, seed: int = 0, mask: torch.Tensor | None = None, 
     stats |= length_stats(m, truncated)
     stats |= policy_stats(lp, old, rw - 0.5, m, 0.2, 0.28, ref_logprobs=old, entropy=-lp)
     stats |= rollout_correction(lp, old, m, level="token", mode="both", veto_threshold=(1e-3, 1e3)).stats
+    # a second call at another level, thresholds and mode: each call keeps its own (a micro-batch of another setup)
+    stats |= rollout_correction(lp, old, m, level="geometric", mode="mask", threshold=(0.95, 1.05)).stats
     stats |= mismatch_stats(lp, old, m)
     stats |= sample_diagnostics(m, logprobs=lp, rollout_logprobs=old, ref_logprobs=old, entropy=-lp, truncated=truncated)
     return stats | diversity_stats(ids, m, group_size=group)

@@ -160,3 +160,54 @@ def test_std_is_exact_when_the_mismatch_is_small(level, mode, noise):
     expected = _std_float64(train, rollout, mask, level, threshold)
     assert expected > 0
     assert reduce_stats(stats)["rollout_is_std"] == pytest.approx(expected, rel=1e-5, abs=0)
+
+
+def test_calls_merged_with_different_parameters_keep_each_its_own():
+    """Micro-batches at different levels, thresholds and modes merged with |: each key combines the calls'
+    own values over their own denominators (tokens, rows with tokens, all rows), as one call's would."""
+    (train, rollout), _, mask = _batch(4, B=30, scale=0.9)
+    calls = [dict(level="token", mode="both", threshold=(0.5, 2.0), veto_threshold=(0.05, 20.0)),
+             dict(level="geometric", mode="truncate", threshold=(0.9, 1.1)),
+             dict(level="sequence", mode="mask", threshold=(0.7, 1.3), mask_threshold=(0.2, 5.0))]
+    parts = [rollout_correction(train[i::3], rollout[i::3], mask[i::3], **kw).stats for i, kw in enumerate(calls)]
+    alone = [reduce_stats(p) for p in parts]
+    merged = reduce_stats(parts[0] | parts[1] | parts[2])
+    n = [float(mask[i::3].sum()) for i in range(3)]  # tokens
+    k = [float((mask[i::3].sum(-1) > 0).sum()) for i in range(3)]  # rows with tokens
+    rows = [float(mask[i::3].shape[0]) for i in range(3)]  # all rows
+
+    def combined(key, weights, which=range(3)):
+        return sum(alone[i][key] * weights[i] for i in which) / sum(weights[i] for i in which)
+
+    for key in ("rollout_is_mean", "rollout_is_catastrophic_token_fraction"):
+        assert merged[key] == pytest.approx(combined(key, n), rel=1e-6), key
+    for key in ("rollout_is_seq_mean", "rollout_is_seq_fraction_high", "rollout_is_seq_fraction_low",
+                "rollout_is_veto_fraction"):
+        assert merged[key] == pytest.approx(combined(key, k), rel=1e-6), key
+    for key in ("rollout_is_ratio_fraction_high", "rollout_is_ratio_fraction_low"):  # sequence: over all rows
+        assert merged[key] == pytest.approx(combined(key, [n[0], n[1], rows[2]]), rel=1e-6), key
+    assert merged["rollout_is_masked_fraction"] == pytest.approx(combined("rollout_is_masked_fraction", n, (0, 2)))
+    assert merged["rollout_is_seq_masked_fraction"] == pytest.approx(
+        combined("rollout_is_seq_masked_fraction", rows, (0, 2)))
+    for key, pick in (("rollout_is_max", max), ("rollout_is_seq_max", max), ("rollout_is_seq_max_deviation", max),
+                      ("rollout_is_min", min), ("rollout_is_seq_min", min)):
+        assert merged[key] == pick(a[key] for a in alone), key
+    # the thresholds bite, differently in each call
+    assert len({a["rollout_is_seq_fraction_high"] for a in alone}) == 3 and merged["rollout_is_masked_fraction"] > 0
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_micro_batch_without_tokens_changes_no_rollout_is_stat(level):
+    """Seed 004 leaves out a rank without a valid token; merged in, such a call changes nothing but the fraction
+    of valid calls (an empty sequence-level call's exp(0) = 1 once became the max of ratios all below 1)."""
+    g = torch.Generator().manual_seed(0)
+    rollout = -torch.rand(4, 6, generator=g)
+    train = rollout - 0.3 - 0.1 * torch.rand(4, 6, generator=g)  # every ratio below 1
+    mask = torch.ones(4, 6)
+    kw = dict(level=level, mode="both", veto_threshold=(0.05, 20.0))
+    alone = reduce_stats(rollout_correction(train, rollout, mask, **kw).stats)
+    merged = reduce_stats(rollout_correction(train, rollout, mask, **kw).stats
+                          | rollout_correction(train, rollout, torch.zeros(4, 6), **kw).stats)
+    assert alone["rollout_is_max"] < 1 and (alone["rollout_is_valid"], merged["rollout_is_valid"]) == (1.0, 0.5)
+    assert {k: v for k, v in merged.items() if k != "rollout_is_valid"} == {
+        k: v for k, v in alone.items() if k != "rollout_is_valid"}
