@@ -137,8 +137,8 @@ def reduce_stats(stats: Stats, accelerator=None) -> ReducedStats:
     # one rank's ids need no trip through the pack: its distinct-n are computed from them directly
     gathered = _all_gather(_pack(stats, layout, with_ids=world > 1), accelerator, world)  # [W, L]
     result = _finalize(gathered, layout, None if world > 1 else stats.ids)
-    host = result.tolist()  # the step's one device-to-host transfer
-    return _unpack(host, layout, world=world)
+    # the step's one device-to-host transfer; finished tables are read as numpy views of it
+    return _unpack(result.numpy(force=True), layout, world=world)
 
 
 def _pack(stats: Stats, lay: _Layout, with_ids: bool = True) -> Tensor:
@@ -268,10 +268,11 @@ def _finalize_sums(h: list[float], lay: _Layout, mins: list[float], maxs: list[f
     return keys, out
 
 
-def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
+def _unpack(flat: np.ndarray, lay: _Layout, world: int) -> ReducedStats:
     n_sums, n_checks = len(lay.sum_slots), len(lay.checks)
     k_min, k_max = len(lay.keys[Part.MIN]), len(lay.keys[Part.MAX])
     at = n_sums + n_checks + k_min + k_max
+    host = flat[: at + 1].tolist()  # Python floats: the scalars' parts and the layout check
     if world > 1 and host[at] != 1.0:  # one rank: its own fingerprint, nothing to compare
         raise RuntimeError("ranks passed different stats to reduce_stats (keys or sample counts differ)")
     for argument, count in zip(lay.checks, host[n_sums : n_sums + n_checks]):
@@ -282,10 +283,12 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     at += 1
     samples, columns, summarized, tables = {}, {}, {}, {}
     for key, n in lay.vectors:
-        block = host[at : at + n * world]
         if key in lay.finishes:  # finished here into ordinary stats (`Stats.add_table`)
-            _finish_table(key, block, lay, world, keys, pairs, samples)
-        elif key.startswith(TABLE_PREFIX):  # "table:<width>:<name>": rows of every rank, in rank order, flat
+            _finish_table(key, flat[at : at + n * world], lay, world, keys, pairs, samples)
+            at += n * world
+            continue
+        block = flat[at : at + n * world].tolist()
+        if key.startswith(TABLE_PREFIX):  # "table:<width>:<name>": rows of every rank, in rank order, flat
             tables[key[len(TABLE_PREFIX):].split(":", 1)[1]] = block
         elif key.startswith(COLUMN_PREFIX):  # every row, in rank order; NaN: no value
             columns[key[len(COLUMN_PREFIX):]] = [x if x == x else None for x in block]
@@ -310,20 +313,21 @@ def _unpack(host: list[float], lay: _Layout, world: int) -> ReducedStats:
     if len(set(keys)) != len(keys):  # a finished table's key also made another way: a programming error
         raise RuntimeError(f"stat keys made twice: {sorted({k for k in keys if keys.count(k) > 1})}")
     k = len(lay.keys[Part.DISTINCT])
-    pairs += zip(host[at : at + k], (ok > 0 for ok in host[at + k : at + 2 * k]))
+    distinct = flat[at : at + 2 * k].tolist()
+    pairs += zip(distinct[:k], (ok > 0 for ok in distinct[k:]))
     keys += lay.keys[Part.DISTINCT]
     result = {key: val for key, (val, ok) in zip(keys, pairs) if ok}
     invalid = frozenset(key for key, (_, ok) in zip(keys, pairs) if not ok)
     return ReducedStats(result, samples=samples, invalid=invalid, columns=columns, tables=tables)
 
 
-def _finish_table(key: str, block: list[float], lay: _Layout, world: int, keys: list, pairs: list,
+def _finish_table(key: str, block: np.ndarray, lay: _Layout, world: int, keys: list, pairs: list,
                   samples: dict[str, list[float]]) -> None:
     """A finished table's stats and per-sample values from its gathered rows, appended to `keys` / `pairs` /
     `samples`."""
     width = int(key[len(TABLE_PREFIX):].split(":", 1)[0])
     params, calls = lay.call_rows(key, world)
-    values, per_sample = lay.finishes[key][0](np.array(block, dtype=np.float64).reshape(-1, width), params, calls)
+    values, per_sample = lay.finishes[key][0](block.reshape(-1, width), params, calls)
     for name, (value, ok) in values.items():
         keys.append(name)
         pairs.append((float(value), bool(ok)))

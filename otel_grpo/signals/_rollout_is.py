@@ -249,60 +249,88 @@ def finish_rollout_is(rows: np.ndarray, params: np.ndarray, calls: np.ndarray):
     sum w^2 = sum d^2 + 2 sum d + n.
     """
     with np.errstate(all="ignore"):  # exp overflows to inf and NaN inputs stay NaN, as in torch
-        n_row, veto_row, lw = rows[:, 0], rows[:, 1], rows[:, 2]
-        level, lower, upper, masked = params[:, 0], params[:, 1], params[:, 2], params[:, 3] > 0
-        token, sequence = level == 0, level == 1
+        n_row, veto_row = rows[:, 0], rows[:, 1]
         called = (np.bincount(calls, weights=n_row)[calls] > 0).astype(np.float64)  # rows of calls with a token
-        has = n_row > 0
-        n, k = float(n_row.sum()), int(has.sum())
-        # the row levels' weights (lw: the log weight) and clamped weights - 1 (expm1 keeps its digits near 0)
-        log_lower, log_upper = np.log(lower), np.log(upper)
-        bounded = np.clip(lw, -SAFETY_BOUND, SAFETY_BOUND)
-        w = np.exp(bounded)
-        d = np.expm1(np.clip(bounded, log_lower, log_upper))
-        shifted = np.where(token, rows[:, 9], d * n_row)
-        shifted_sq = np.where(token, rows[:, 10], d * d * n_row)
-        # what a row's fractions count: its tokens, or at the sequence level the row itself
-        per = np.where(sequence, called, n_row)
-        high = np.where(token, rows[:, 5], (lw > log_upper) * per)
-        low = np.where(token, rows[:, 6], (lw < log_lower) * per)
-        # extremes: the token ratios, or the row levels' unclamped log weights over all rows of the call
-        row_level = ~token & (called > 0)
-        w_max = np.where(token, rows[:, 3], np.where(row_level, np.exp(np.minimum(lw, SAFETY_BOUND)), -INF))
-        w_min = np.where(token, rows[:, 4], np.where(row_level, np.exp(lw), INF))
-        extreme_n = float(np.where(token, n_row, called).sum())
-        sums = np.stack([np.where(token, rows[:, 2], w * n_row), shifted, shifted_sq, high, low]).sum(1)
-        n1, per_n = max(n, 1.0), float(per.sum())
-        total = sums[1] + n
-        values = {
-            "rollout_is_mean": (sums[0] / n1, n > 0),
-            "rollout_is_std": (std_from_sums(sums[1], sums[2], n, unbiased=False), n > 0),
-            "rollout_is_eff_sample_size": (ess_from_sums(total, sums[2] + sums[1] + total, n),
-                                           n > 0 and sums[2] + sums[1] + total > 0),
-            "rollout_is_max": (w_max.max(initial=-INF), extreme_n > 0),
-            "rollout_is_min": (w_min.min(initial=INF), extreme_n > 0),
-            "rollout_is_ratio_fraction_high": (sums[3] / max(per_n, 1.0), per_n > 0),
-            "rollout_is_ratio_fraction_low": (sums[4] / max(per_n, 1.0), per_n > 0),
-            "rollout_is_veto_fraction": (float((veto_row > 0).sum()) / max(k, 1), k > 0),
-            "rollout_is_catastrophic_token_fraction": (veto_row.sum() / n1, n > 0),
-        }
-        if masked.any():  # keys of mask and both mode, over those calls' rows only
-            rejected = np.where(token, rows[:, 8], rows[:, 3]) * masked
-            masked_n, masked_rows = float(n_row @ masked), float(called @ masked)
-            masked_tokens = np.where(token, rows[:, 7], rows[:, 3] * n_row) @ masked
-            values["rollout_is_masked_fraction"] = (masked_tokens / max(masked_n, 1.0), masked_n > 0)
-            values["rollout_is_seq_masked_fraction"] = ((rejected * called).sum() / max(masked_rows, 1.0),
-                                                        masked_rows > 0)
-        # per sequence: the mean weight of each row with tokens (unbiased std)
-        seq = (np.where(token, rows[:, 2], w * n_row) / (n_row + 1e-8))[has]
-        k1, seq_sum = max(k, 1), seq.sum()
-        values.update({
-            "rollout_is_seq_mean": (seq_sum / k1, k > 0),
-            "rollout_is_seq_std": (std_from_sums(seq_sum, (seq * seq).sum(), k, unbiased=True), k > 0),
-            "rollout_is_seq_fraction_high": (float((seq > upper[has]).sum()) / k1, k > 0),
-            "rollout_is_seq_fraction_low": (float((seq < lower[has]).sum()) / k1, k > 0),
-            "rollout_is_seq_max": (seq.max(initial=-INF), k > 0),
-            "rollout_is_seq_min": (seq.min(initial=INF), k > 0),
-            "rollout_is_seq_max_deviation": (np.abs(seq - 1.0).max(initial=-INF), k > 0),
-        })
+        n, k = float(n_row.sum()), int(np.count_nonzero(n_row))
+        parts = [_group_parts(rows if sel is None else rows[sel], called if sel is None else called[sel], *group)
+                 for group, sel in _param_groups(params)]
+    total = [sum(p[i] for p in parts) for i in range(_SUMS)]  # the groups' sums, then their extremes
+    high = [np.maximum.reduce([p[i] for p in parts]) for i in (_SUMS, _SUMS + 2, _SUMS + 4)]
+    low = [np.minimum.reduce([p[i] for p in parts]) for i in (_SUMS + 1, _SUMS + 3)]
+    mean_w, shifted, shifted_sq, above, below, per_n, extreme_n, masked_tokens, masked_n, rejected, masked_rows, \
+        seq_sum, seq_sq, seq_above, seq_below = total
+    n1, k1 = max(n, 1.0), max(k, 1)
+    w_total = shifted + n
+    values = {
+        "rollout_is_mean": (mean_w / n1, n > 0),
+        "rollout_is_std": (std_from_sums(shifted, shifted_sq, n, unbiased=False), n > 0),
+        "rollout_is_eff_sample_size": (ess_from_sums(w_total, shifted_sq + shifted + w_total, n),
+                                       n > 0 and shifted_sq + shifted + w_total > 0),
+        "rollout_is_max": (high[0], extreme_n > 0),
+        "rollout_is_min": (low[0], extreme_n > 0),
+        "rollout_is_ratio_fraction_high": (above / max(per_n, 1.0), per_n > 0),
+        "rollout_is_ratio_fraction_low": (below / max(per_n, 1.0), per_n > 0),
+        "rollout_is_veto_fraction": (np.count_nonzero(veto_row > 0) / k1, k > 0),
+        "rollout_is_catastrophic_token_fraction": (veto_row.sum() / n1, n > 0),
+        "rollout_is_seq_mean": (seq_sum / k1, k > 0),
+        "rollout_is_seq_std": (std_from_sums(seq_sum, seq_sq, k, unbiased=True), k > 0),
+        "rollout_is_seq_fraction_high": (seq_above / k1, k > 0),
+        "rollout_is_seq_fraction_low": (seq_below / k1, k > 0),
+        "rollout_is_seq_max": (high[1], k > 0),
+        "rollout_is_seq_min": (low[1], k > 0),
+        "rollout_is_seq_max_deviation": (high[2], k > 0),
+    }
+    if any(p[-1] for p in parts):  # keys of mask and both mode, over those calls' rows only
+        values["rollout_is_masked_fraction"] = (masked_tokens / max(masked_n, 1.0), masked_n > 0)
+        values["rollout_is_seq_masked_fraction"] = (rejected / max(masked_rows, 1.0), masked_rows > 0)
     return values, {}
+
+
+def _param_groups(params: np.ndarray):
+    """(params, rows) of each distinct params row: None for all rows when every call shares them (the usual step)."""
+    if len(params) == 0 or (params == params[0]).all():
+        return [(tuple(params[0].tolist()) if len(params) else (0.0, 1.0, 1.0, 0.0), None)]
+    distinct, which = np.unique(params, axis=0, return_inverse=True)
+    return [(tuple(p.tolist()), which.reshape(-1) == i) for i, p in enumerate(distinct)]
+
+
+_SUMS = 15  # _group_parts' sums, before its extremes
+
+
+def _group_parts(r: np.ndarray, called: np.ndarray, level: float, lower: float, upper: float, masked: float):
+    """The sums and extremes of the rows `r` of calls that share level, thresholds and mode (see COLUMNS):
+    [sum w, sum d, sum d^2, above, below, what the fractions count, what the extremes count, masked tokens,
+    their calls' tokens, rejected rows, their calls' rows, sum, sum of squares, above and below of the
+    per-sequence weights; max, min of the weights; max, min, max |w - 1| of the per-sequence weights;
+    masked]."""
+    n_row = r[:, 0]
+    n = n_row.sum()
+    if level == 0:  # the token level: the device summed every token already
+        sums = r[:, 2:].sum(0)
+        mean_w, above, below, shifted, shifted_sq = sums[0], sums[3], sums[4], sums[7], sums[8]
+        per_n = extreme_n = n
+        w_max, w_min = r[:, 3].max(initial=-INF), r[:, 4].min(initial=INF)
+        masked_tokens, rejected = sums[5], r[:, 8] @ called
+        seq = r[:, 2] / (n_row + 1e-8)
+    else:  # the row levels: one log weight per row
+        lw = r[:, 2]
+        bounded = np.minimum(np.maximum(lw, -SAFETY_BOUND), SAFETY_BOUND)
+        wn = np.exp(bounded) * n_row
+        log_lower, log_upper = math.log(lower) if lower > 0 else -INF, math.log(upper)
+        d = np.expm1(np.minimum(np.maximum(bounded, log_lower), log_upper))
+        dn = d * n_row
+        mean_w, shifted, shifted_sq = wn.sum(), dn.sum(), dn @ d
+        per = called if level == 1 else n_row  # the sequence level counts rows, the geometric level tokens
+        per_n, extreme_n = per.sum(), called.sum()
+        above, below = (lw > log_upper) @ per, (lw < log_lower) @ per
+        # max / min from the unclamped log ratios, over all rows of the calls with a token (the seed's choice)
+        of_calls = lw if extreme_n == len(lw) else lw[called > 0]
+        w_max = np.exp(np.minimum(of_calls.max(initial=-INF), SAFETY_BOUND))
+        w_min = np.exp(of_calls.min(initial=INF))
+        masked_tokens, rejected = r[:, 3] @ n_row, r[:, 3] @ called
+        seq = wn / (n_row + 1e-8)
+    seq = seq[n_row > 0]
+    return (mean_w, shifted, shifted_sq, above, below, per_n, extreme_n,
+            masked_tokens * masked, n * masked, rejected * masked, called.sum() * masked,
+            seq.sum(), seq @ seq, np.count_nonzero(seq > upper), np.count_nonzero(seq < lower),
+            w_max, w_min, seq.max(initial=-INF), seq.min(initial=INF), np.abs(seq - 1.0).max(initial=-INF), masked)

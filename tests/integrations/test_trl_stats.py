@@ -358,9 +358,9 @@ def test_a_logged_step_reads_the_device_once_for_its_stats_and_its_rows(host_tra
     acc = logged_step()
     host_transfers.clear()
     logged = acc.take(acc.merged())
-    assert host_transfers == ["tolist"]  # the logged step's one reduce_stats
+    assert host_transfers == ["numpy"]  # the logged step's one reduce_stats
     rows = [r for b in logged.batches for r in sample_rows(b, st.reward_names, st.num_generations)]
-    assert host_transfers == ["tolist"]  # the rows' rewards and advantages came with it
+    assert host_transfers == ["numpy"]  # the rows' rewards and advantages came with it
     assert len(rows) == 8 and all(r["is_weight_mean"] == pytest.approx(math.exp(0.1)) for r in rows)
     assert [r["advantage"] for r in rows] == [0.5, -0.5] * 4
 

@@ -87,7 +87,7 @@ def test_one_device_to_host_transfer_per_step(host_transfers, monkeypatch):
             continue
         assert host_transfers == []  # the stat functions never read the device, nor copy host numbers to it
         reduced = reduce_stats(stats)
-        assert host_transfers == ["tolist"]
+        assert host_transfers == ["numpy"]
         assert len(reduced) > 60
         assert len(reduced.columns["is_weight_max"]) == 8  # the per-sample columns came in that one copy
 
