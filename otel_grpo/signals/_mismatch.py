@@ -72,12 +72,13 @@ def mismatch_stats(train_logprobs: Tensor, rollout_logprobs: Tensor | None, mask
     log_ratio = tm.zero_(torch.sub(train, rollout, out=workspace("log_ratio", tm.mf, dtype)))  # train - rollout
     shared = mismatch_columns(tm, train, log_ratio, fresh=False)  # neither buffer leaves the call
     rho_tok = shared.weights.mul_(tm.mf)  # in place: +0 on padding
-    add_table(stats, tm, shared, rho_tok, rho_tok.sum(-1), rho_tok.amax(-1), None)
+    add_mismatch_table(stats, tm, shared, rho_tok, rho_tok.sum(-1), rho_tok.amax(-1), None)
     return stats
 
 
 class Shared(NamedTuple):
-    """What `mismatch_columns` computed, which the IS correction needs too (`rollout_correction(with_mismatch=True)`)."""
+    """What `mismatch_columns` computed, which the IS correction needs too
+    (`rollout_correction(with_mismatch=True)`)."""
 
     ratio_row: Tensor
     """[B] summed log ratios (0 for rows without tokens)."""
@@ -88,7 +89,7 @@ class Shared(NamedTuple):
 
 
 def mismatch_columns(tm: TokenMask, train: Tensor, log_ratio: Tensor, fresh: bool) -> Shared:
-    """The table's columns up to the token ratios' (see `add_table`), from the [B, T] passes.
+    """The table's columns up to the token ratios' (see `add_mismatch_table`), from the [B, T] passes.
 
     `log_ratio` ([B, T] train - rollout, exactly 0 on padding) is used up: its buffer
     ends up holding the k3 terms. The token ratios go to a fresh tensor if `fresh`,
@@ -112,8 +113,8 @@ def mismatch_columns(tm: TokenMask, train: Tensor, log_ratio: Tensor, fresh: boo
     return Shared(ratio_row, weights, [tm.n_row, train_row, ratio_row, abs_row, abs_max, k3_row])
 
 
-def add_table(stats: Stats, tm: TokenMask, shared: Shared, rho_tok: Tensor, rho_row: Tensor, rho_max: Tensor,
-              rho_min: Tensor | None) -> None:
+def add_mismatch_table(stats: Stats, tm: TokenMask, shared: Shared, rho_tok: Tensor, rho_row: Tensor,
+                       rho_max: Tensor, rho_min: Tensor | None) -> None:
     """The mismatch table of one call onto `stats`, from `shared` and the masked token ratios.
 
     `rho_tok`: [B, T] safety-bounded ratios, +0 on padding; `rho_row`, `rho_max`: its per-row
@@ -179,11 +180,14 @@ def finish_mismatch(rows: np.ndarray, params: np.ndarray, calls: np.ndarray):
             "mismatch_log_ppl_diff_min": (diff.min(initial=INF), k > 0),
         }
         values.update((key, (x, k > 0)) for key, x in zip(_PPL_KEYS, ppl.tolist()))
+        if not rollout.any():  # only calls without rollout log-probs: the training perplexity alone
+            return {key: values[key] for key in _TRAINING_KEYS}, {}
         has = n_row > 0
         geometric = np.exp(np.minimum(np.maximum(ratio_row[has] / n_row[has], -SAFETY_BOUND), SAFETY_BOUND))
     return values, {"sample_is_ratio": geometric.tolist()}
 
 
+_TRAINING_KEYS = ("mismatch_training_ppl", "mismatch_training_log_ppl")
 # the rows of finish_mismatch's per-sequence means over the rows with rollout log-probs
 _PPL_KEYS = ("mismatch_rollout_ppl", "mismatch_ppl_ratio", "mismatch_rollout_log_ppl", "mismatch_log_ppl_diff",
              "mismatch_log_ppl_abs_diff", "mismatch_chi2_seq")

@@ -11,8 +11,10 @@ combines them in rank order (so all ranks get bit-identical results), finalizes
 what needs the gathered ids on device (distinct-n) and copies one packed result
 tensor to the host, where means, std and ESS are a few float64 operations per key
 and quantiles and summaries (`Stats.add_samples`) are read from the gathered vectors,
-which the host gets anyway for the histograms. That is one collective, where the
-seed's merge runs one all-reduce per key, and one device-to-host transfer per step.
+which the host gets anyway for the histograms, and so are finished per-row tables
+(`Stats.add_table(..., finish=)`: the IS and mismatch sets finish their stats from one [B, K]
+table per call with numpy there). That is one collective, where the seed's merge runs one
+all-reduce per key, and one device-to-host transfer per step.
 
 Ranks must pass the same keys with per-sample vectors of the same length; a
 layout fingerprint travels in the pack and a mismatch raises `RuntimeError`.
@@ -257,7 +259,8 @@ def _finalize_sums(h: list[float], lay: _Layout, mins: list[float], maxs: list[f
     total, n = block(Part.MEAN), block(Part.MEAN)
     out += [(t / max(c, 1.0), c > 0) for t, c in zip(total, n)]
     total, sumsq, n = block(Part.STD), block(Part.STD), block(Part.STD)
-    out += [(std_from_sums(t, q, c, key in lay.unbiased), c > 0) for key, t, q, c in zip(lay.keys[Part.STD], total, sumsq, n)]
+    out += [(std_from_sums(t, q, c, key in lay.unbiased), c > 0)
+            for key, t, q, c in zip(lay.keys[Part.STD], total, sumsq, n)]
     total, sumsq, n = block(Part.ESS), block(Part.ESS), block(Part.ESS)
     out += [(ess_from_sums(t, q, c), c > 0 and q > 0) for t, q, c in zip(total, sumsq, n)]
     for part, extreme in ((Part.MIN, mins), (Part.MAX, maxs)):

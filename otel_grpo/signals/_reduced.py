@@ -17,7 +17,8 @@ class ReducedStats(dict[str, float]):
         invalid: stat keys that had no valid element this step.
         columns: per-sample columns (`Stats.add_column`, e.g. `sample_diagnostics`) -> one value
             per row of every rank, rank 0's rows first; None where a row has none.
-        tables: per-row tables (`Stats.add_table`) -> their rows, flat (row-major: K floats a row, NaN kept;
+        tables: per-row tables (`Stats.add_table` without a finish: a finished one's numbers are among the
+            stats) -> their rows, flat (row-major: K floats a row, NaN kept;
             column j of every row is `table[j::K]`), every rank's, rank 0's first: a caller's own numbers,
             finished by the caller.
     """

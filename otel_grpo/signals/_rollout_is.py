@@ -104,8 +104,8 @@ def rollout_correction(
     veto = None if veto_threshold is None else v.bounds(veto_threshold, "veto_threshold")
 
     # the token path without the mismatch pass turns the log ratios into the returned weights
-    tok = _Tokens.of(train, rollout, TokenMask(m, "mask", stats, dtype), stats, internal=with_mismatch or level != "token")
-    tm = tok.tm
+    tm = TokenMask(m, "mask", stats, dtype)
+    tok = _Tokens.of(train, rollout, tm, stats, internal=with_mismatch or level != "token")
     # seed 004's per-rank `valid` (this rank has a token), as a fraction of ranks
     stats.add_mean("rollout_is_valid", torch.clamp(tm.n, max=1.0), 1.0)
     veto_row = _veto_row(tok, veto)  # first: the mismatch pass uses up the log ratios
@@ -117,10 +117,9 @@ def rollout_correction(
     weights, keep, columns = step(tok, bounds, mask_bounds, mode, level)  # weights 0 on padding
     if tok.shared is not None and level != "token":  # the token path adds them from its own weights
         rho_tok = tok.shared.weights.mul_(tm.mf)
-        _mismatch.add_table(stats, tm, tok.shared, rho_tok, rho_tok.sum(-1), rho_tok.amax(-1), None)
-    zero = tok.zero()
-    table = torch.stack([tm.n_row, zero if veto_row is None else veto_row] + [zero if c is None else c for c in columns],
-                        -1)
+        _mismatch.add_mismatch_table(stats, tm, tok.shared, rho_tok, rho_tok.sum(-1), rho_tok.amax(-1), None)
+    columns = [tm.n_row, veto_row] + columns
+    table = torch.stack([tok.zero() if c is None else c for c in columns], -1)  # None: a column the call leaves 0
     stats.add_table(TABLE, table.to(_F64), finish=finish_rollout_is,
                     params=(LEVELS.index(level), *bounds, float(masked)))
     vetoed = None if veto_row is None else veto_row > 0  # [B]
@@ -198,7 +197,7 @@ def _token_level(tok: _Tokens, bounds, mask_bounds, mode: str, level: str):
     low = rows_below(w, lower, s)
     w_min = w.amin(-1)
     if tok.shared is not None:  # over tokens, rollout_is_mean/max/min are is_ratio_mean/max/min
-        _mismatch.add_table(tok.stats, tm, tok.shared, w_tok, row_sum, w_max, w_min)
+        _mismatch.add_mismatch_table(tok.stats, tm, tok.shared, w_tok, row_sum, w_max, w_min)
     keep = masked_row = rejected = None
     if mode in ("mask", "both"):
         mlow, mup = mask_bounds

@@ -87,3 +87,10 @@ def test_a_call_without_rollout_logprobs_counts_only_in_the_training_perplexity(
     both = reduce_stats(mismatch_stats(torch.cat([train, train - 1.0]), None, torch.ones(6, 5)))
     assert merged["mismatch_training_ppl"] == pytest.approx(both["mismatch_training_ppl"], rel=1e-12)
     assert merged["mismatch_training_log_ppl"] == pytest.approx(both["mismatch_training_log_ppl"], rel=1e-12)
+
+
+@pytest.mark.parametrize("tokens", (0, 1))
+def test_without_rollout_logprobs_only_the_training_perplexity_is_there(tokens):
+    r = reduce_stats(mismatch_stats(-torch.rand(3, 4), None, torch.full((3, 4), tokens)))
+    assert set(r) | r.invalid == {"mismatch_training_ppl", "mismatch_training_log_ppl"}
+    assert bool(r.invalid) == (tokens == 0) and r.samples == {}
