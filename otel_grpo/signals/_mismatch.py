@@ -145,45 +145,44 @@ def finish_mismatch(rows: np.ndarray, params: np.ndarray, calls: np.ndarray):
     every row of a call that has a token (its `valid`: the seed's merge leaves out a rank without one),
     and a call without rollout log-probs only in the training perplexity.
     """
-    with np.errstate(all="ignore"):  # exp overflows to inf and NaN inputs stay NaN, as in torch
-        called = np.bincount(calls, weights=rows[:, 0])[calls] > 0  # the rows of calls with a token
-        rollout = params[:, 0] > 0
-        every = rollout.all()
-        r = rows if every else rows[rollout]  # the rows with rollout log-probs
-        n_row, train_row, ratio_row = r[:, 0], r[:, 1], r[:, 2]
-        n = float(n_row.sum())
-        col = r[:, 2:9].sum(0)
-        # seed 004's per-sequence means over every row of the calls with a token
-        p = r if called.all() else r[called if every else called[rollout]]
-        den = p[:, 0] + 1e-8  # the seed's masked_mean denominator
-        neg = np.stack([p[:, 1], p[:, 1] - p[:, 2]]) / -den  # -mean log pi_train, -mean log pi_rollout
-        diff = neg[0] - neg[1]  # log(training ppl / rollout ppl)
-        e = np.exp(np.stack([neg[1], diff, 2 * np.minimum(np.maximum(p[:, 2], -SAFETY_BOUND), SAFETY_BOUND)]))
-        k = len(p)
-        ppl = np.stack([e[0], e[1], neg[1], diff, np.abs(diff), e[2] - 1.0]).sum(1) / max(k, 1)
-        train_neg = neg[0] if every else np.concatenate([neg[0], -rows[~rollout & called, 1] /
-                                                         (rows[~rollout & called, 0] + 1e-8)])
-        k_all = len(train_neg)
-        n1, tokens = max(n, 1.0), n > 0
-        values = {
-            "mismatch_kl": (-col[0] / n1, tokens),
-            "mismatch_logprob_abs_diff": (col[1] / n1, tokens),
-            "mismatch_logprob_abs_diff_max": (r[:, 4].max(initial=-INF), tokens),
-            "mismatch_k3_kl": (col[3] / n1, tokens),
-            "is_ratio_mean": (col[4] / n1, tokens),
-            "is_ratio_max": (r[:, 7].max(initial=-INF), tokens),
-            "mismatch_chi2_token": ((col[6] - n) / n1, tokens),  # E[rho^2] - 1
-            "is_ratio_min": (r[:, 9].min(initial=INF), tokens),
-            "mismatch_training_ppl": (np.exp(train_neg).sum() / max(k_all, 1), k_all > 0),
-            "mismatch_training_log_ppl": (train_neg.sum() / max(k_all, 1), k_all > 0),
-            "mismatch_log_ppl_diff_max": (diff.max(initial=-INF), k > 0),
-            "mismatch_log_ppl_diff_min": (diff.min(initial=INF), k > 0),
-        }
-        values.update((key, (x, k > 0)) for key, x in zip(_PPL_KEYS, ppl.tolist()))
-        if not rollout.any():  # only calls without rollout log-probs: the training perplexity alone
-            return {key: values[key] for key in _TRAINING_KEYS}, {}
-        has = n_row > 0
-        geometric = np.exp(np.minimum(np.maximum(ratio_row[has] / n_row[has], -SAFETY_BOUND), SAFETY_BOUND))
+    called = np.bincount(calls, weights=rows[:, 0])[calls] > 0  # the rows of calls with a token
+    rollout = params[:, 0] > 0
+    every = rollout.all()
+    r = rows if every else rows[rollout]  # the rows with rollout log-probs
+    n_row, train_row, ratio_row = r[:, 0], r[:, 1], r[:, 2]
+    n = float(n_row.sum())
+    col = r[:, 2:9].sum(0)
+    # seed 004's per-sequence means over every row of the calls with a token
+    p = r if called.all() else r[called if every else called[rollout]]
+    den = p[:, 0] + 1e-8  # the seed's masked_mean denominator
+    neg = np.stack([p[:, 1], p[:, 1] - p[:, 2]]) / -den  # -mean log pi_train, -mean log pi_rollout
+    diff = neg[0] - neg[1]  # log(training ppl / rollout ppl)
+    e = np.exp(np.stack([neg[1], diff, 2 * np.minimum(np.maximum(p[:, 2], -SAFETY_BOUND), SAFETY_BOUND)]))
+    k = len(p)
+    ppl = np.stack([e[0], e[1], neg[1], diff, np.abs(diff), e[2] - 1.0]).sum(1) / max(k, 1)
+    train_neg = neg[0] if every else np.concatenate([neg[0], -rows[~rollout & called, 1] /
+                                                     (rows[~rollout & called, 0] + 1e-8)])
+    k_all = len(train_neg)
+    n1, tokens = max(n, 1.0), n > 0
+    values = {
+        "mismatch_kl": (-col[0] / n1, tokens),
+        "mismatch_logprob_abs_diff": (col[1] / n1, tokens),
+        "mismatch_logprob_abs_diff_max": (r[:, 4].max(initial=-INF), tokens),
+        "mismatch_k3_kl": (col[3] / n1, tokens),
+        "is_ratio_mean": (col[4] / n1, tokens),
+        "is_ratio_max": (r[:, 7].max(initial=-INF), tokens),
+        "mismatch_chi2_token": ((col[6] - n) / n1, tokens),  # E[rho^2] - 1
+        "is_ratio_min": (r[:, 9].min(initial=INF), tokens),
+        "mismatch_training_ppl": (np.exp(train_neg).sum() / max(k_all, 1), k_all > 0),
+        "mismatch_training_log_ppl": (train_neg.sum() / max(k_all, 1), k_all > 0),
+        "mismatch_log_ppl_diff_max": (diff.max(initial=-INF), k > 0),
+        "mismatch_log_ppl_diff_min": (diff.min(initial=INF), k > 0),
+    }
+    values.update((key, (x, k > 0)) for key, x in zip(_PPL_KEYS, ppl.tolist()))
+    if not rollout.any():  # only calls without rollout log-probs: the training perplexity alone
+        return {key: values[key] for key in _TRAINING_KEYS}, {}
+    has = n_row > 0
+    geometric = np.exp(np.minimum(np.maximum(ratio_row[has] / n_row[has], -SAFETY_BOUND), SAFETY_BOUND))
     return values, {"sample_is_ratio": geometric.tolist()}
 
 

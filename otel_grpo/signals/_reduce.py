@@ -287,7 +287,9 @@ def _unpack(flat: np.ndarray, lay: _Layout, world: int) -> ReducedStats:
     samples, columns, summarized, tables = {}, {}, {}, {}
     for key, n in lay.vectors:
         if key in lay.finishes:  # finished here into ordinary stats (`Stats.add_table`)
-            _finish_table(key, flat[at : at + n * world], lay, world, keys, pairs, samples)
+            # torch's float semantics, quietly: exp overflows to inf, NaN stays NaN
+            with np.errstate(all="ignore"):
+                _finish_table(key, flat[at : at + n * world], lay, world, keys, pairs, samples)
             at += n * world
             continue
         block = flat[at : at + n * world].tolist()

@@ -247,15 +247,19 @@ def finish_rollout_is(rows: np.ndarray, params: np.ndarray, calls: np.ndarray):
     digits (at a mismatch of 1e-2 the std came out 7% low); ESS takes sum w = sum d + n and
     sum w^2 = sum d^2 + 2 sum d + n.
     """
-    with np.errstate(all="ignore"):  # exp overflows to inf and NaN inputs stay NaN, as in torch
-        n_row, veto_row = rows[:, 0], rows[:, 1]
-        called = (np.bincount(calls, weights=n_row)[calls] > 0).astype(np.float64)  # rows of calls with a token
-        n, k = float(n_row.sum()), int(np.count_nonzero(n_row))
-        parts = [_group_parts(rows if sel is None else rows[sel], called if sel is None else called[sel], *group)
-                 for group, sel in _param_groups(params)]
-    total = [sum(p[i] for p in parts) for i in range(_SUMS)]  # the groups' sums, then their extremes
-    high = [np.maximum.reduce([p[i] for p in parts]) for i in (_SUMS, _SUMS + 2, _SUMS + 4)]
-    low = [np.minimum.reduce([p[i] for p in parts]) for i in (_SUMS + 1, _SUMS + 3)]
+    n_row, veto_row = rows[:, 0], rows[:, 1]
+    per_call = np.bincount(calls, weights=n_row)
+    # 1.0 on the rows of calls with a token
+    called = np.ones_like(n_row) if per_call.all() else (per_call[calls] > 0).astype(np.float64)
+    n, k = float(n_row.sum()), int(np.count_nonzero(n_row))
+    parts = [_group_parts(rows if sel is None else rows[sel], called if sel is None else called[sel], *group)
+             for group, sel in _param_groups(params)]
+    if len(parts) == 1:  # the usual step: one setup
+        total, high, low = parts[0][:_SUMS], parts[0][_SUMS::2], parts[0][_SUMS + 1:-1:2]
+    else:  # the groups' sums, then their extremes (NaN kept, as torch.maximum)
+        total = [sum(p[i] for p in parts) for i in range(_SUMS)]
+        high = [np.maximum.reduce([p[i] for p in parts]) for i in (_SUMS, _SUMS + 2, _SUMS + 4)]
+        low = [np.minimum.reduce([p[i] for p in parts]) for i in (_SUMS + 1, _SUMS + 3)]
     mean_w, shifted, shifted_sq, above, below, per_n, extreme_n, masked_tokens, masked_n, rejected, masked_rows, \
         seq_sum, seq_sq, seq_above, seq_below = total
     n1, k1 = max(n, 1.0), max(k, 1)
