@@ -318,6 +318,28 @@ def test_the_readiness_probe_write_locks_every_table_the_store_writes(pg_url):
     assert tables - {"schema_version", "alembic_version"} == set(WRITTEN_TABLES)
 
 
+def test_postgres_connections_keep_the_urls_own_keepalives(pg_url, otlp):
+    """TCP settings in the URL (libpq's names) are what every connection uses, reads', writes' and readiness's;
+    the store's defaults (`KEEPALIVE`) fill in only those it leaves out. They were overridden by the defaults,
+    so an operator could not shorten or lengthen how soon a vanished host is given up on."""
+    from otel_grpo.sidecar.store import PgStore
+    from otel_grpo.sidecar.store._postgres import KEEPALIVE
+
+    store = PgStore.open(pg_url + "?tcp_user_timeout=6000&keepalives_idle=2")
+    try:
+        _load(store, otlp, "keep", [0])
+        assert store.ping()
+        with store._pool.connection() as read:
+            conns = {"read": read, "write": store._writer.raw, "readiness": store._probe.raw}
+            used = {name: {o.keyword.decode(): o.val.decode() for o in conn.pgconn.info if o.val is not None}
+                    for name, conn in conns.items()}
+    finally:
+        store.close()
+    for name, options in used.items():
+        assert options["tcp_user_timeout"] == "6000" and options["keepalives_idle"] == "2", (name, options)
+        assert options["keepalives_interval"] == str(KEEPALIVE["keepalives_interval"]), (name, options)
+
+
 def test_a_postgres_database_of_schema_3_upgrades_in_place(pg_url, otlp):
     """Schema 3 (the release before the held step histories), made by its own scripts."""
     import psycopg

@@ -42,6 +42,7 @@ import time
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import _queries, _writes
@@ -64,7 +65,8 @@ live server to report the cancelled statement itself, which keeps the connection
 KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
              "tcp_user_timeout": 30_000}
 """TCP keepalives and user timeout: a connection to a host that vanished (no RST ever comes) fails
-within ~30 s, idle or sending, instead of the kernel's ~15 minutes of retransmissions."""
+within ~30 s, idle or sending, instead of the kernel's ~15 minutes of retransmissions. Defaults: each one that
+the URL sets itself (`?tcp_user_timeout=10000`, libpq's names) is the URL's."""
 READ_PROBE_S = 0.5
 """The longest the readiness probe waits for a read connection (its caller waits 1 s for the whole probe)."""
 WRITE_PROBE_S = 0.4
@@ -174,8 +176,11 @@ class PgStore(_queries.Reads, _writes.Writes):
 
     def _connect_kwargs(self) -> dict:
         # No session settings (`options`): each transaction sets its own (_pg_connection.begin).
+        # psycopg lets keyword arguments override the URL's own parameters: the URL's keepalives stay its own.
+        own = conninfo_to_dict(self.url)
+        keepalive = {k: v for k, v in KEEPALIVE.items() if k not in own}
         return dict(application_name="otel-grpo-sidecar",
-                    connect_timeout=max(2, math.ceil(self.timeout_s)), **KEEPALIVE, **CONNECT)  # libpq's least: 2 s
+                    connect_timeout=max(2, math.ceil(self.timeout_s)), **keepalive, **CONNECT)  # libpq's least: 2 s
 
     def ping(self) -> bool:
         """Whether the server answers, on a connection of its own (readiness never waits behind reads for a
