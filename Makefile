@@ -83,7 +83,8 @@ demo-backends: $(STAMP)
 
 # One pytest worker per core (pytest-xdist), each test file on one worker so that a file's
 # module fixtures (a running stack, a trained run) are made once: much of the suite waits on
-# the real processes it starts, which the other worker's tests fill. `pytest` alone runs serially.
+# the real processes it starts, which the other worker's tests fill; the longest files are handed out
+# first (tests/conftest.py), so the workers end together. `pytest` alone runs serially.
 # The slowest tests are listed at the end: the suite's budget is 30 minutes on 2 cores.
 test: setup backends
 	$(PY) -m pytest -q -n auto --dist loadfile --durations=20
