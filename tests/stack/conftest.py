@@ -14,7 +14,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from otel_grpo.stack import LocalStack, StackSettings
+from otel_grpo.stack import LocalStack, RuleSettings, StackSettings
 from otel_grpo.stack._process import Managed, StackError, build_target, find_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,11 +129,13 @@ def alertmanager_bin() -> str:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, free_port_factory):
-    """`otel-grpo up`'s stack (local-mode rules, 1 s scrapes) on free ports, one per test module."""
+def stack(request, tmp_path_factory, free_port_factory):
+    """`otel-grpo up`'s stack (local-mode rules, 1 s scrapes) on free ports, one per test module; a module's
+    `STACK_RULES` replace the rules (local mode's with per-run overrides, as a user sets them)."""
     ports = {k: free_port_factory() for k in ("sidecar_port", "prometheus_port", "alertmanager_port",
                                               "trainer_metrics_port")}
-    with LocalStack(StackSettings(dir=tmp_path_factory.mktemp("stack"), **ports)) as s:
+    rules = getattr(request.module, "STACK_RULES", None) or RuleSettings.fast()
+    with LocalStack(StackSettings(dir=tmp_path_factory.mktemp("stack"), rules=rules, **ports)) as s:
         yield s
 
 

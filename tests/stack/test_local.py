@@ -18,6 +18,7 @@ from typing import Iterator
 import httpx
 import pytest
 
+from otel_grpo.generate._run_end import STALL_LIMIT
 from otel_grpo.stack import Backend, LocalStack, RuleSettings, StackSettings, alerts
 from otel_grpo.stack._process import binary_version
 from otel_grpo.stack._demo import DemoSettings, run_demo
@@ -438,14 +439,20 @@ def test_a_run_that_hangs_before_its_first_step_pages(stack, tmp_path):
     assert stalled["data"]["result"] == []  # neither a stall after a step nor a crash
 
 
+HEARTBEAT_FLOOR_S = 10
+"""The stall limit of the heartbeat tests' runs, their own floor (local mode's: 20 s): a run's `stall_floor`
+override, as a user sets one for a run whose saves take long; half the default's wait for the same case."""
+STACK_RULES = RuleSettings.fast(overrides={run: {"stall_floor": f"{HEARTBEAT_FLOOR_S}s"}
+                                           for run in ("evaluates", "saves")})
+
 EVALUATES_THEN_HANGS = """
 import time
 from otel_grpo.telemetry import Telemetry
 tel = Telemetry.from_env(run_id="evaluates")
 with tel.step(0) as s:
-    s.record({"kl": 0.01, "step_time": 0.1})
+    s.record({{"kl": 0.01, "step_time": 0.1}})
 print("stepped", flush=True)
-end = time.monotonic() + 30  # an evaluation longer than the stall limit (local mode: 20 s), a beat per batch
+end = time.monotonic() + {work_s}  # an evaluation longer than the stall limit (HEARTBEAT_FLOOR_S), a beat per batch
 while time.monotonic() < end:
     tel.heartbeat()
     time.sleep(0.2)
@@ -460,13 +467,13 @@ from pathlib import Path
 from otel_grpo.telemetry import Telemetry
 tel = Telemetry.from_env(run_id="saves")
 with tel.step(0) as s:
-    s.record({"kl": 0.01, "step_time": 0.1})
+    s.record({{"kl": 0.01, "step_time": 0.1}})
 print("stepped", flush=True)
 checkpoint = Path(os.environ["OTEL_GRPO_OUTPUT_DIR"]) / "checkpoint-1"
 with tel.beat_while_writing(checkpoint, every_s=0.5):
     checkpoint.mkdir()
     with (checkpoint / "model.safetensors").open("wb") as shard:
-        end = time.monotonic() + 30  # a save longer than the stall limit (local mode: 20 s), writing
+        end = time.monotonic() + {work_s}  # a save longer than the stall limit (HEARTBEAT_FLOOR_S), writing
         while time.monotonic() < end:
             shard.write(b"x" * 4096)
             shard.flush()
@@ -480,9 +487,9 @@ with tel.beat_while_writing(checkpoint, every_s=0.5):
 def test_heartbeats_keep_a_long_evaluation_or_save_from_paging_until_they_stop(stack, tmp_path, run_id, code):
     """Work between steps is progress to GRPOTrainerStalled on the real Prometheus: an evaluation's beats
     (`Telemetry.heartbeat()` per batch) or a save's (`Telemetry.beat_while_writing`: a beat per change on disk)
-    for 30 s after a step (the limit: 20 s) stay silent; once they stop, it fires."""
+    for 1.5 times the run's stall limit after a step stay silent; once they stop, it fires."""
     s = stack.settings
-    proc = scraped_process(code, s, tmp_path)
+    proc = scraped_process(code.format(work_s=1.5 * HEARTBEAT_FLOOR_S), s, tmp_path)
     stalled = f'ALERTS{{alertname="GRPOTrainerStalled", run_id="{run_id}"}}'
     try:
         assert proc.stdout.readline().strip() == "stepped", proc.stderr.read()
@@ -493,10 +500,12 @@ def test_heartbeats_keep_a_long_evaluation_or_save_from_paging_until_they_stop(s
             assert proc.stdout.readline().strip() == "stuck"
             during = series(f"max_over_time({stalled}[40s])")  # pending or firing at any point of the evaluation
             beats = series(f'grpo_process_activity_time_seconds{{run_id="{run_id}"}}')
+            limit = series(f'{STALL_LIMIT}{{run_id="{run_id}"}}')  # the run's own floor, which the work outlasted
             fired = _wait_for(lambda: series(f'{stalled[:-1]}, alertstate="firing"}}'), deadline_s=120)
         assert proc.poll() is None  # still alive: a hang
     finally:
         proc.kill()
         proc.wait()
     assert beats and during == []
+    assert [float(v["value"][1]) for v in limit] == [HEARTBEAT_FLOOR_S]
     assert [a["metric"]["severity"] for a in fired] == ["critical"]
