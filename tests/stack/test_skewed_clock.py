@@ -24,7 +24,8 @@ import pytest
 from otel_grpo import catalog
 from otel_grpo.generate._grid import CLOCK_SKEW_S
 from otel_grpo.generate._rules import seconds
-from otel_grpo.generate._run_end import CLOCK_LAG, CLOCK_OFFSET, START
+from otel_grpo.generate._run_end import CLOCK_LAG, CLOCK_OFFSET, STALL_LIMIT, START
+from otel_grpo.stack import RuleSettings
 from tests.stack.conftest import scraped_process
 
 pytestmark = pytest.mark.integration
@@ -33,6 +34,10 @@ LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.
 SKEW_S = int(CLOCK_SKEW_S)  # the grid's clock modes, which docs/alerts.md says this test runs too
 RUN_END = "GRPOMetricsAbsent|GRPOTrainerStalled|GRPONoFirstStep"
 MARGIN_S = 10  # scrape, evaluation and this test's polling on a busy machine, over a bound of the settings
+FLOORS = {"stall_floor": "10s", "first_step_floor": "15s"}
+"""The hang floors of the runs that wait them out (local mode's: 20 s, 30 s), per-run overrides as a user sets
+them, far below the 10-minute skew that the rules before issue 61 mistook for a hang or a crash."""
+STACK_RULES = RuleSettings.fast(overrides={run: FLOORS for run in ("clock-behind", "clock-ahead")})
 
 # The trainer pauses with Event.wait, not time.sleep: under FAKETIME_DONT_FAKE_MONOTONIC libfaketime 0.9.10
 # hands Python 3.11's sleep (clock_nanosleep on the monotonic clock, an absolute deadline) a wall-clock
@@ -149,7 +154,7 @@ def test_a_trainer_clock_behind_runs_without_a_page_and_its_crash_pages_in_time(
     GRPOMetricsAbsent fires within `liveness_slack` plus `for_fast`."""
     s, rules = stack.settings, stack.settings.rules
     run_id = "clock-behind"
-    healthy_s = max(seconds(rules.first_step_floor), seconds(rules.stall_floor), seconds(rules.liveness_slack)) + 5
+    healthy_s = max(*map(seconds, FLOORS.values()), seconds(rules.liveness_slack)) + 5  # the run's own floors
     started = time.time()
     proc = _skewed(TRAINER.format(run_id=run_id, steps=10_000), s, tmp_path, f"-{SKEW_S // 60}m")
     try:
@@ -234,7 +239,8 @@ def test_a_trainer_clock_ahead_that_hangs_after_a_step_pages_in_time(stack, tmp_
         hung = time.time()
         with httpx.Client(timeout=10) as http:
             prom = Prometheus(s.prometheus_url, http)
-            stall_s = prom.firing_after("GRPOTrainerStalled", run_id, hung, seconds(rules.stall_floor) + MARGIN_S)
+            stall_s = prom.firing_after("GRPOTrainerStalled", run_id, hung, seconds(FLOORS["stall_floor"]) + MARGIN_S)
+            limit = prom.value(f'{STALL_LIMIT}{{run_id="{run_id}"}}')  # the run's own floor
             absent = prom.query(f'ALERTS{{alertname="GRPOMetricsAbsent", run_id="{run_id}"}}')
             offset = prom.value(f'{CLOCK_OFFSET}{{run_id="{run_id}"}}')
             stored = _delivered(s.sidecar_url, http, "GRPOTrainerStalled", run_id, MARGIN_S)
@@ -243,7 +249,8 @@ def test_a_trainer_clock_ahead_that_hangs_after_a_step_pages_in_time(stack, tmp_
     finally:
         proc.kill()
         proc.wait()
-    assert stall_s is not None and stall_s >= seconds(rules.stall_floor) - 2  # not early either
+    assert limit == seconds(FLOORS["stall_floor"])
+    assert stall_s is not None and stall_s >= limit - 2  # not early either
     assert absent == []
     assert offset is not None and abs(offset + SKEW_S) < 5
     assert [r["step"] for r in steps] == [0, 1]
