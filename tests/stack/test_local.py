@@ -18,7 +18,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from otel_grpo.generate._run_end import STALL_LIMIT
+from otel_grpo.generate._run_end import FIRST_STEP_LIMIT, STALL_LIMIT
 from otel_grpo.stack import Backend, LocalStack, RuleSettings, StackSettings, alerts
 from otel_grpo.stack._process import binary_version
 from otel_grpo.stack._demo import DemoSettings, run_demo
@@ -407,6 +407,13 @@ def test_the_trl_example_lands_samples_in_the_sidecar_and_metrics_in_prometheus(
     assert rewarded and float(rewarded[0]["value"][1]) == 16
 
 
+HEARTBEAT_FLOOR_S, FIRST_STEP_FLOOR_S = 10, 15
+"""The hang floors of the runs that wait them out, their own (local mode's: 20 s, 30 s): per-run overrides, as a
+user sets them for a run whose saves or model load take long; half the default's wait for the same case."""
+STACK_RULES = RuleSettings.fast(overrides={"evaluates": {"stall_floor": f"{HEARTBEAT_FLOOR_S}s"},
+                                           "saves": {"stall_floor": f"{HEARTBEAT_FLOOR_S}s"},
+                                           "no-first-step": {"first_step_floor": f"{FIRST_STEP_FLOOR_S}s"}})
+
 HANGS_BEFORE_ITS_FIRST_STEP = """
 import time
 from otel_grpo.telemetry import Telemetry
@@ -418,7 +425,8 @@ time.sleep(600)  # loading a model that never loads: no step
 
 def test_a_run_that_hangs_before_its_first_step_pages(stack, tmp_path):
     """A process whose telemetry started but that never completes a step: GRPONoFirstStep fires on the real
-    Prometheus (local mode: `first_step_floor` 30 s), the run's start time scraped from its `/metrics`."""
+    Prometheus past the run's `first_step_floor` (FIRST_STEP_FLOOR_S), the run's start time scraped from its
+    `/metrics`."""
     s = stack.settings
     proc = scraped_process(HANGS_BEFORE_ITS_FIRST_STEP, s, tmp_path)
     try:
@@ -431,19 +439,16 @@ def test_a_run_that_hangs_before_its_first_step_pages(stack, tmp_path):
             fired = _wait_for(firing, deadline_s=120)
             stalled = http.get(f"{s.prometheus_url}/api/v1/query", params={
                 "query": 'ALERTS{alertname=~"GRPOTrainerStalled|GRPOMetricsAbsent", run_id="no-first-step"}'}).json()
+            limit = http.get(f"{s.prometheus_url}/api/v1/query", params={
+                "query": f'{FIRST_STEP_LIMIT}{{run_id="no-first-step"}}'}).json()["data"]["result"]
         assert proc.poll() is None  # still alive, still exporting: a hang, not a crash
     finally:
         proc.kill()
         proc.wait()
     assert [a["metric"]["severity"] for a in fired] == ["critical"]
     assert stalled["data"]["result"] == []  # neither a stall after a step nor a crash
+    assert [float(v["value"][1]) for v in limit] == [FIRST_STEP_FLOOR_S]  # the run's own floor
 
-
-HEARTBEAT_FLOOR_S = 10
-"""The stall limit of the heartbeat tests' runs, their own floor (local mode's: 20 s): a run's `stall_floor`
-override, as a user sets one for a run whose saves take long; half the default's wait for the same case."""
-STACK_RULES = RuleSettings.fast(overrides={run: {"stall_floor": f"{HEARTBEAT_FLOOR_S}s"}
-                                           for run in ("evaluates", "saves")})
 
 EVALUATES_THEN_HANGS = """
 import time
