@@ -382,6 +382,19 @@ def _diagnostics(step: int, i: int) -> dict:
             "length_clipped": float(i == 5), "reward.correct": float(i % 2), "policy_version": step}
 
 
+def sidecar_with_runs(sidecar_factory, tmp_path, count: int) -> SidecarProcess:
+    """A sidecar over `count` runs without steps, `exp-00000` first (SQLite, no ingest workers): the runs list."""
+    from otel_grpo.sidecar.store import open_store
+
+    db = tmp_path / "runs.db"
+    store = open_store(db)
+    with store._tx() as conn:
+        conn.executemany("INSERT INTO runs (run_id, model, first_seen, last_update) VALUES (?, 'tiny', ?, ?)",
+                         [(f"exp-{i:05d}", 1000.0 + i, 1000.0 + i) for i in range(count)])
+    store.close()
+    return sidecar_factory(db=db, env={"OTEL_GRPO_SIDECAR_INGEST_WORKERS": "0"})
+
+
 def _seed_explorer(url: str, otlp) -> None:
     for run, steps in ((MAIN, range(13)), (MAIN, range(13, 20)), (OTHER, range(0, 16))):
         spans = otlp.spans(run, steps, samples=8, metrics=_explorer_metrics, extra=_diagnostics)
@@ -1104,15 +1117,7 @@ def test_a_wrong_read_token_is_told_from_a_missing_one(sidecar_factory, new_page
 def test_ten_thousand_runs_come_a_page_at_a_time_searched_by_the_server(sidecar_factory, tmp_path, new_page):
     """The runs page draws one page of 50 rows of 10,000 runs, pages on, and its search asks the server
     (SQLite only: the listing's SQL runs on both backends in test_runs_api; this is the page)."""
-    from otel_grpo.sidecar.store import open_store
-
-    db = tmp_path / "runs.db"
-    store = open_store(db)
-    with store._tx() as conn:
-        conn.executemany("INSERT INTO runs (run_id, model, first_seen, last_update) VALUES (?, 'tiny', ?, ?)",
-                         [(f"exp-{i:05d}", 1000.0 + i, 1000.0 + i) for i in range(10_000)])
-    store.close()
-    proc = sidecar_factory(db=db, env={"OTEL_GRPO_SIDECAR_INGEST_WORKERS": "0"})
+    proc = sidecar_with_runs(sidecar_factory, tmp_path, 10_000)
     page = new_page()
     rows = "[...document.querySelectorAll('#runs-table tbody tr a')].map(a => a.textContent)"
     count = "document.querySelector('#runs-count').textContent"

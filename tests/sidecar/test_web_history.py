@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.sidecar.conftest import SidecarProcess, grpo_spans, request_pb
-from tests.sidecar.test_web import (CHROMIUM, MAIN, OTHER, _hash, _seed_explorer, browser, console_problems,  # noqa: F401
+from tests.sidecar.test_web import (CHROMIUM, MAIN, OTHER, _hash, _seed_explorer, browser, sidecar_with_runs, console_problems,  # noqa: F401
                                     new_page, wait)
 
 pytestmark = [pytest.mark.integration,
@@ -213,15 +213,7 @@ def test_a_link_with_what_is_not_there_says_so_once_and_shows_the_rest(site, new
 def test_each_page_of_runs_is_a_step_of_the_history(sidecar_factory, tmp_path, new_page):
     """Paging through the runs list, then back, shows the page before (it added no entry: back left the list);
     a status chosen is an entry too, typing a search is not; reload shows the page the URL names."""
-    from otel_grpo.sidecar.store import open_store
-
-    db = tmp_path / "runs.db"
-    store = open_store(db)
-    with store._tx() as conn:
-        conn.executemany("INSERT INTO runs (run_id, model, first_seen, last_update) VALUES (?, 'tiny', ?, ?)",
-                         [(f"exp-{i:03d}", 1000.0 + i, 1000.0 + i) for i in range(120)])
-    store.close()
-    proc = sidecar_factory(db=db, env={"OTEL_GRPO_SIDECAR_INGEST_WORKERS": "0"})
+    proc = sidecar_with_runs(sidecar_factory, tmp_path, 120)
     page = new_page()
     problems = console_problems(page)
 
@@ -255,8 +247,8 @@ def test_each_page_of_runs_is_a_step_of_the_history(sidecar_factory, tmp_path, n
     page.select_option("#runs-status", "idle")
     count = "document.querySelector('#runs-count').textContent"
     wait(page, f"location.hash === '#/?status=idle' && {count} === '1–50 of 120'")
-    page.fill("#runs-search", "exp-1")
-    wait(page, f"location.hash === '#/?q=exp-1&status=idle' && {count} === '1–20 of 20'")
+    page.fill("#runs-search", "exp-001")
+    wait(page, f"location.hash === '#/?q=exp-001&status=idle' && {count} === '1–20 of 20'")
     page.go_back()  # the search replaced the status' entry: back is the page before it
     assert showing(views[1])
     assert problems == []
