@@ -16,7 +16,8 @@ which the host gets anyway for the histograms, and so are finished per-row table
 table per call with numpy there). That is one collective, where the seed's merge runs one
 all-reduce per key, and one device-to-host transfer per step.
 
-Ranks must pass the same keys with per-sample vectors of the same length; a
+Ranks must pass the same keys with per-sample vectors of the same length, and finished
+tables with the same parameters (`rollout_correction`'s level, mode and thresholds); a
 layout fingerprint travels in the pack and a mismatch raises `RuntimeError`.
 """
 
@@ -277,7 +278,8 @@ def _unpack(flat: np.ndarray, lay: _Layout, world: int) -> ReducedStats:
     at = n_sums + n_checks + k_min + k_max
     host = flat[: at + 1].tolist()  # Python floats: the scalars' parts and the layout check
     if world > 1 and host[at] != 1.0:  # one rank: its own fingerprint, nothing to compare
-        raise RuntimeError("ranks passed different stats to reduce_stats (keys or sample counts differ)")
+        raise RuntimeError("ranks passed different stats to reduce_stats (keys, sample counts or a finished "
+                           "table's parameters, such as rollout_correction's thresholds, differ)")
     for argument, count in zip(lay.checks, host[n_sums : n_sums + n_checks]):
         if count > 0:
             raise ValueError(lay.messages[argument])

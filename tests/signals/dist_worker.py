@@ -11,7 +11,7 @@ import sys
 import torch
 from accelerate import Accelerator
 
-from otel_grpo.signals import reduce_stats
+from otel_grpo.signals import reduce_stats, rollout_correction
 from tests._support.collectives import counting_collectives
 from signal_batches import everything
 
@@ -26,6 +26,18 @@ def reduced_json(stats, accelerator=None) -> dict:
             "collectives": calls}
 
 
+def thresholds_differ(rank: int) -> str:
+    """What reduce_stats says when the ranks' rollout_correction calls had different thresholds."""
+    g = torch.Generator().manual_seed(rank)
+    train, rollout = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
+    _, _, stats = rollout_correction(train, rollout, torch.ones(4, 6), threshold=(0.5, 2.0 + rank))
+    try:
+        reduce_stats(stats)
+    except RuntimeError as exc:
+        return str(exc)
+    return "no error"
+
+
 def main(out: str) -> None:
     torch.set_num_threads(1)
     # picks up torchrun's environment; on a machine without CUDA only with cpu=True (accelerate 1.15)
@@ -38,6 +50,7 @@ def main(out: str) -> None:
         "world": world,
         "accelerate": reduced_json(stats, accelerator),
         "torch_distributed": reduced_json(stats),  # the group accelerate initialized
+        "thresholds_differ": thresholds_differ(rank),
     }
     with open(f"{out}/rank{rank}.json", "w") as f:
         json.dump(result, f)

@@ -63,3 +63,10 @@ def test_one_collective_per_reduction_for_every_family(two_ranks):
     for rank in two_ranks:
         for path in ("accelerate", "torch_distributed"):
             assert rank[path]["collectives"] in (["all_gather"], ["all_gather_into_tensor"]), path
+
+
+def test_ranks_with_different_thresholds_are_refused_on_every_rank(two_ranks):
+    """A finished table's parameters are part of the layout the ranks share: each rank's numbers would otherwise
+    be finished with the thresholds of its own call for every rank's rows."""
+    for rank in two_ranks:
+        assert "thresholds" in rank["thresholds_differ"], rank["thresholds_differ"]
