@@ -338,7 +338,7 @@ def _finish_table(key: str, block: np.ndarray, lay: _Layout, world: int, keys: l
     for name, (value, ok) in values.items():
         keys.append(name)
         pairs.append((float(value), bool(ok)))
-    for name, valid in per_sample.items():
+    for name, values_ in per_sample.items():
         if name in samples:
             raise RuntimeError(f"per-sample key {name!r} made twice")
-        samples[name] = valid
+        samples[name] = [x for x in values_ if x == x]  # NaN: an invalid row, left out as from add_samples

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import seed004_reference as seed
-from otel_grpo.signals import mismatch_stats, reduce_stats
+from otel_grpo.signals import mismatch_stats, reduce_stats, rollout_correction
 
 SEED_KEYS = {
     "mismatch_training_ppl", "mismatch_training_log_ppl", "mismatch_kl", "mismatch_k3_kl",
@@ -94,3 +94,17 @@ def test_without_rollout_logprobs_only_the_training_perplexity_is_there(tokens):
     r = reduce_stats(mismatch_stats(-torch.rand(3, 4), None, torch.full((3, 4), tokens)))
     assert set(r) | r.invalid == {"mismatch_training_ppl", "mismatch_training_log_ppl"}
     assert bool(r.invalid) == (tokens == 0) and r.samples == {}
+
+
+@pytest.mark.parametrize("level", [None, "token", "sequence"])
+def test_a_row_with_a_nan_logprob_is_left_out_of_sample_is_ratio(level):
+    """NaN marks an invalid row in every per-sample vector: a NaN log-prob on a token leaves its row out
+    of `sample_is_ratio` (through mismatch_stats or the IS correction's shared pass), never a NaN sample."""
+    train = torch.tensor([[float("nan"), -1.0], [math.log(2), -1.0]], dtype=torch.float64)
+    rollout = torch.tensor([[-1.0, -1.0], [0.0, -1.0]], dtype=torch.float64)
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    if level is None:
+        stats = mismatch_stats(train, rollout, mask)
+    else:
+        stats = rollout_correction(train, rollout, mask, level=level, with_mismatch=True).stats
+    assert reduce_stats(stats).samples["sample_is_ratio"] == pytest.approx([math.sqrt(2)])
