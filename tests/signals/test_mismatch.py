@@ -108,3 +108,16 @@ def test_a_row_with_a_nan_logprob_is_left_out_of_sample_is_ratio(level):
     else:
         stats = rollout_correction(train, rollout, mask, level=level, with_mismatch=True).stats
     assert reduce_stats(stats).samples["sample_is_ratio"] == pytest.approx([math.sqrt(2)])
+
+
+def test_chi2_token_keeps_its_digits_at_a_small_mismatch():
+    """E[rho^2] - 1 near 0 (log ratios of 1e-6) over 19200 tokens: summed row by row it matches the exact
+    mean of expm1(2 x) to 1e-8 (2e-9 here), where sum rho^2 - n over the batch cancelled to 4e-8."""
+    g = torch.Generator().manual_seed(1)
+    x = 1e-6 * torch.randn(64, 300, generator=g, dtype=torch.float64)
+    train = -torch.rand(64, 300, generator=g, dtype=torch.float64)
+    rollout = train - x
+    r = reduce_stats(mismatch_stats(train, rollout, torch.ones(64, 300, dtype=torch.bool)))
+    log_ratio = (train - rollout).reshape(-1)
+    exact = math.fsum(torch.expm1(2 * log_ratio).tolist()) / log_ratio.numel()
+    assert r["mismatch_chi2_token"] == pytest.approx(exact, rel=1e-8, abs=0)
