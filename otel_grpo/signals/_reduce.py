@@ -16,9 +16,13 @@ which the host gets anyway for the histograms, and so are finished per-row table
 table per call with numpy there). That is one collective, where the seed's merge runs one
 all-reduce per key, and one device-to-host transfer per step.
 
-Ranks must pass the same keys with per-sample vectors of the same length, and finished
-tables with the same parameters (`rollout_correction`'s level, mode and thresholds); a
-layout fingerprint travels in the pack and a mismatch raises `RuntimeError`.
+Ranks must pass the same keys with per-sample vectors and per-row tables of the same length
+(`rollout_correction` and `mismatch_stats` make a table: the same B per call on every rank),
+and finished tables with the same parameters (`rollout_correction`'s level, mode and
+thresholds); a layout fingerprint travels in the pack and a mismatch raises `RuntimeError`.
+Lengths that differ make the gather itself fail, in the collective library's words (gloo:
+"Received data size doesn't match"): one gather, of one size on every rank, is what keeps
+the step at one collective.
 """
 
 from __future__ import annotations
