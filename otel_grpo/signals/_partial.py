@@ -308,8 +308,8 @@ class Stats:
         [R * world, P] array, and each row's call ([R * world] int: one index per call of each rank, so
         that a merge of calls with different parameters keeps each call's own), and returns
         `(values, samples)`: stat key -> (value, valid) (invalid keys go to `.invalid`) and per-sample key
-        -> values (NaN: an invalid row, left out as `add_samples`' are). It runs with numpy's floating-point warnings off (overflow to inf, NaN kept, as
-        torch). The finish and every call's row count and params are part of the layout that
+        -> values (NaN: an invalid row, left out as `add_samples`' are). It runs with numpy's floating-point
+        warnings off (overflow to inf, NaN kept, as torch). The finish and every call's row count and params are part of the layout that
         ranks must share; a name takes one finish and one params length.
         """
         if not name or not isinstance(name, str):

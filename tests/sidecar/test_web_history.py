@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from tests.sidecar.conftest import SidecarProcess, grpo_spans, request_pb
-from tests.sidecar.test_web import (CHROMIUM, MAIN, OTHER, _hash, _seed_explorer, browser, sidecar_with_runs, console_problems,  # noqa: F401
-                                    new_page, wait)
+from tests.sidecar.test_web import (CHROMIUM, MAIN, OTHER, _hash, _seed_explorer, browser,  # noqa: F401
+                                    console_problems, new_page, sidecar_with_runs, wait)
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make system-deps)")]
@@ -170,7 +170,7 @@ def test_a_link_with_what_is_not_there_says_so_once_and_shows_the_rest(site, new
     assert page.locator("#samples-note").text_content() == 'none of the 8 rows has a number in column "nope"'
 
     # What cannot be shown at all: one message, a title, a way back; one request refused, nothing else.
-    for link, message in ((f"#/run/no-such-run", "run 'no-such-run' not found"),
+    for link, message in (("#/run/no-such-run", "run 'no-such-run' not found"),
                           ("#/run/%E0%A4%A", 'this link\'s run id "%E0%A4%A" is not valid percent-encoding')):
         problems.clear()
         page.goto("about:blank")

@@ -230,7 +230,7 @@ def test_a_trainer_clock_ahead_that_hangs_after_a_step_pages_in_time(stack, tmp_
     Alertmanager to the sidecar that holds the run's steps (their ends on the trainer's clock), names the step
     it hung after: its start, 10 minutes before both steps' ends on Prometheus's clock, is moved by the
     annotation's offset (without it: the run's first step, where none had ended yet)."""
-    s, rules = stack.settings, stack.settings.rules
+    s = stack.settings
     run_id = "clock-ahead"
     proc = _skewed(TRAINER.format(run_id=run_id, steps=2), s, tmp_path, f"+{SKEW_S // 60}m", traced=True)
     try:
