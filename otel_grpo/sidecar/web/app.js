@@ -370,7 +370,8 @@ async function showRun(runId, query, current) {
     .filter(Boolean).join(", ");
   if (state.step !== null && !sampleSteps.includes(+state.step) && sampleSteps.length) {
     const best = nearestSampleStep(+state.step);
-    const range = `${Math.min(...sampleSteps)}–${Math.max(...sampleSteps)}`;
+    // a run's sample steps may be many: a reduce, not a spread into Math.min's arguments (V8 caps those)
+    const range = `${sampleSteps.reduce((a, b) => Math.min(a, b))}–${sampleSteps.reduce((a, b) => Math.max(a, b))}`;
     notes.push(`step ${state.step} has no samples (this run has samples at steps ${range}): step ${best} is shown`
                + (ofStep ? `, not its ${ofStep}` : ""));
     Object.assign(state, { step: String(best), sample: null, group: null });
