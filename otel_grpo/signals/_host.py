@@ -12,6 +12,8 @@ import math
 import operator
 from typing import Mapping, Sequence
 
+import numpy as np
+
 
 def quantile(ordered: list[float], q: float) -> float:
     """`torch.nanquantile`'s linear interpolation on sorted non-NaN values (its lerp; torch's fused
@@ -61,6 +63,12 @@ def finish_vector(values: list[float], quantiles: Mapping[str, float],
         of = summaries(values, set(summarized.values()))
         out += [(key, *of[stat]) for key, stat in summarized.items()]
     return out
+
+
+def called_rows(calls: np.ndarray, n_row: np.ndarray) -> np.ndarray:
+    """[R] bool: the rows of a finished table (`Stats.add_table`) whose call has a token at all: a call
+    without one counts nowhere, as the seed's merge drops a rank without a valid token."""
+    return np.bincount(calls, weights=n_row)[calls] > 0
 
 
 ESS_EPS = 1e-8

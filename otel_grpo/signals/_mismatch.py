@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
+from ._host import called_rows
 from ._masked import INF, SAFETY_BOUND, TokenMask, workspace
 from ._partial import Stats
 
@@ -145,11 +146,11 @@ def finish_mismatch(rows: np.ndarray, params: np.ndarray, calls: np.ndarray):
     every row of a call that has a token (its `valid`: the seed's merge leaves out a rank without one),
     and a call without rollout log-probs only in the training perplexity.
     """
-    called = np.bincount(calls, weights=rows[:, 0])[calls] > 0  # the rows of calls with a token
+    called = called_rows(calls, rows[:, 0])
     rollout = params[:, 0] > 0
     every = rollout.all()
     r = rows if every else rows[rollout]  # the rows with rollout log-probs
-    n_row, train_row, ratio_row = r[:, 0], r[:, 1], r[:, 2]
+    n_row, ratio_row = r[:, 0], r[:, 2]
     n = float(n_row.sum())
     col = r[:, 2:8].sum(0)
     # sum rho^2 - 1 row by row: each row's difference keeps its digits, where sum rho^2 - n over the batch

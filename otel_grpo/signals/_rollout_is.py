@@ -31,7 +31,7 @@ from torch import Tensor
 
 from . import _validate as v
 from . import _mismatch
-from ._host import ess_from_sums, std_from_sums
+from ._host import called_rows, ess_from_sums, std_from_sums
 from ._masked import INF, SAFETY_BOUND, TokenMask, rows_above, rows_below, workspace
 from ._partial import Stats
 
@@ -248,9 +248,7 @@ def finish_rollout_is(rows: np.ndarray, params: np.ndarray, calls: np.ndarray):
     sum w^2 = sum d^2 + 2 sum d + n.
     """
     n_row, veto_row = rows[:, 0], rows[:, 1]
-    per_call = np.bincount(calls, weights=n_row)
-    # 1.0 on the rows of calls with a token
-    called = np.ones_like(n_row) if per_call.all() else (per_call[calls] > 0).astype(np.float64)
+    called = called_rows(calls, n_row).astype(np.float64)  # 1.0 on the rows of calls with a token
     n, k = float(n_row.sum()), int(np.count_nonzero(n_row))
     parts = [_group_parts(rows if sel is None else rows[sel], called if sel is None else called[sel], *group)
              for group, sel in _param_groups(params)]
