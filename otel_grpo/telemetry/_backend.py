@@ -31,11 +31,12 @@ from ._exporters import Exporters
 from ._instruments import Instruments
 from ._quiet import spans_dropped_said_once
 from ._record import Error, Heartbeat, StepRecord
-from ._retention import RowBudget
+from ._retention import AnomalyJudge, RowBudget
 from ._samples import (ColumnTracker, Selected, StepRows, event_attributes, flatten_row, pick_rows,
                        rank_sample_index, step_rng)
 from ._settings import TelemetrySettings
 from ._span_ids import derived_ids
+from ._step import run_deferred
 from ._spill import SampleSpill
 
 logger = logging.getLogger("otel_grpo.telemetry")
@@ -66,6 +67,7 @@ class Backend:
         exporters.health.spill = self.spill  # before the first export: its failure's warning names what is kept
         exporters.announce()  # the run, its start time and its first promise, before the first interval ends
         self._budget = RowBudget(settings)  # anomalous steps kept whole: this backend selects (one process)
+        self._judge = AnomalyJudge(settings)  # ... as it judges (else the training thread did: `StepRecord.judged`)
         self._columns = ColumnTracker()
         self._failed_kinds: set[str] = set()
         self._warned_span_limit = False
@@ -123,6 +125,9 @@ class Backend:
     # ---- one step ------------------------------------------------------------------------
     def _emit(self, rec: StepRecord) -> None:
         s = self._settings
+        if not rec.judged:  # the step's deferred recordings first: the verdict reads what they record
+            run_deferred(rec, s.run_id)
+            rec.keep_reason = self._judge(rec.scalars, rec.skipped)
         with derived_ids(s.run_id, rec.step, rec.attempt, spans.STEP_SPAN, rec.start_ns):
             attrs = {spans.RUN_ID_ATTR: s.run_id, spans.STEP_ATTR: rec.step, **_attempt(rec, self._rank)}
             step = self._tracer.start_span(spans.STEP_SPAN, attributes=attrs, start_time=rec.start_ns)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ._samples import Selected
 
@@ -53,6 +53,10 @@ class StepRecord:
     skipped: bool = False
     keep_reason: str | None = None
     """Why every row of this step is kept (an anomalous step, `_retention`); None: the usual selection."""
+    judged: bool = False
+    """`keep_reason` is the verdict already (judged on the training thread); else the backend judges the step."""
+    deferred: list[tuple[Callable[..., None], tuple]] = field(default_factory=list)
+    """(function, arguments) of each `Step.defer` not run yet (`_step.run_deferred`)."""
     evaluation: bool = False
     """An evaluation's values (`log_metrics(..., evaluation=True)`), not a training step: it counts no step and
     leaves the step index, the step interval and the step checks' streaks where the last step put them."""

@@ -10,11 +10,12 @@
 
 On the training thread a step only fills a `StepRecord` (plain data: times, floats, rows):
 a clock read per phase and per step, one float conversion per value and one hand-over to
-the sink (with several processes and `sample_reduce="global"`, also the step's two
-sample-selection collectives: scores, then the kept rows). The sink (`_sinks`) carries
+the sink (with several processes and `sample_reduce="global"`, also the step's judging and its
+two sample-selection collectives: scores, then the kept rows). The sink (`_sinks`) carries
 the record to the one `Backend`, on a thread of this process (`emit_in="thread"`) or in a
 child process (`emit_in="process"`: the training thread then also pickles it), and the
-backend makes the step's spans, metrics, sample events and spill lines after the fact.
+backend runs the step's deferred recordings (`Step.defer`), judges it (anomalous steps keep
+every row) and makes its spans, metrics, sample events and spill lines after the fact.
 
 The `grpo.step` span is therefore never the current span on the training thread, nor is a
 phase span: spans of your own inside a step are not their children. Tie them to the step
@@ -33,7 +34,7 @@ import sys
 import threading
 import time
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
@@ -52,135 +53,11 @@ from ._record import Heartbeat, StepRecord, error_of
 from ._retention import AnomalyJudge, RowBudget
 from ._settings import TelemetrySettings
 from ._sinks import NullSink, ThreadSink
+from ._step import Step, _mapping, run_deferred
 from ._writes import WriteBeats
 
 logger = logging.getLogger("otel_grpo.telemetry")
 _HEARTBEAT_EVERY_S = 1.0
-
-
-def _to_floats(stats: Mapping[str, Any]) -> dict[str, float]:
-    """The one float conversion of the step (a 0-d tensor here is a host sync: reduce first)."""
-    try:
-        return {k: float(v) for k, v in stats.items()}
-    except (TypeError, ValueError):
-        pass
-    out: dict[str, float] = {}
-    for key, value in stats.items():
-        try:
-            out[key] = float(value)
-        except (TypeError, ValueError):
-            logger.debug("otel-grpo: %r is not a number (%r); dropped", key, type(value).__name__)
-    return out
-
-
-_DICT = {dict}
-
-
-def _mapping(value: Any, argument: str) -> Mapping[str, Any]:
-    """`value` if it is a mapping of names to numbers, else a `ValueError` naming `argument`."""
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{argument}: expected a mapping of names to numbers, got {type(value).__name__}")
-    return value
-
-
-def _phase_name(name: Any) -> None:
-    """A phase's name: a non-empty string (`grpo.phase.<name>` and the duration histogram's `phase` label)."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"name: a phase needs a non-empty string name, got {name!r}")
-
-
-class Step:
-    """One training step: phases, stats and sample rows. Use through `Telemetry.step`."""
-
-    __slots__ = ("_record", "_run_id")
-
-    def __init__(self, record: StepRecord, run_id: str) -> None:
-        self._record = record
-        self._run_id = run_id
-
-    @property
-    def step(self) -> int:
-        return self._record.step
-
-    @property
-    def attributes(self) -> dict[str, Any]:
-        """`{"grpo.run_id": ..., "grpo.step": ...}`: put them on spans of your own to tie them to this step
-        (the step's spans are made after it, off this thread, so they are never the current span)."""
-        return {spans.RUN_ID_ATTR: self._run_id, spans.STEP_ATTR: self._record.step}
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Time a phase: child span `grpo.phase.<name>` of the step and a `grpo.phase.duration` observation.
-
-        An exception leaving the block marks the phase span as an error (status and `exception` event).
-        """
-        _phase_name(name)
-        start = clock.now_ns()
-        error = None
-        try:
-            yield
-        except BaseException as exc:
-            error = error_of(exc)
-            raise
-        finally:
-            self._record.phases.append((name, start, clock.now_ns(), error))
-
-    def record(self, stats: Mapping[str, Any], **scalars: Any) -> None:
-        """Scalars of the step (stat keys, TRL or verl names); per-sample vectors from `ReducedStats.samples`.
-
-        Host-side scalars go in as keywords, `s.record(reduced, learning_rate=lr)`, so
-        that `reduced` keeps its `.samples` (a `{**reduced, ...}` copy would drop them).
-        May be called several times per step.
-        """
-        self._record.scalars.append(_to_floats(_mapping(stats, "stats")))
-        if scalars:
-            self._record.scalars.append(_to_floats(scalars))
-        samples = getattr(stats, "samples", None)
-        if samples:
-            # Copies: the caller may reuse its lists once this returns.
-            self._record.samples.append({k: list(v) for k, v in samples.items()})
-
-    def samples(
-        self, rows: Sequence[Mapping[str, Any]] | Mapping[str, Any], *, group_size: int | None = None
-    ) -> None:
-        """Candidate sample rows; the step's top/bottom/random selection runs once over every call's rows
-        (and, with `sample_reduce="global"`, every rank's).
-
-        `group_size`: rows g*G .. g*G+G-1 of this call share a prompt; kept rows then carry
-        `completion_index`, `group_size` and `reward_rank` (1: best in its group). Every kept
-        row carries `source_rank`. Rows are read later: pass dicts you do not mutate afterwards.
-        """
-        if rows is None:
-            return
-        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
-                                       or group_size < 1):
-            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-        if isinstance(rows, (str, bytes)) or not isinstance(rows, (Mapping, Iterable)):
-            raise ValueError(f"rows: expected a dict or a sequence of dicts, got {type(rows).__name__}")
-        listed = [rows] if isinstance(rows, Mapping) else list(rows)
-        # checked here (a bad row found later, off this thread, would cost the whole step), in C for the usual
-        # all-dict rows: a Python-level test per row costs the training thread ~10% of a step's telemetry
-        if not set(map(type, listed)) <= _DICT:
-            bad = next((i for i, row in enumerate(listed) if not isinstance(row, Mapping)), None)
-            if bad is not None:
-                raise ValueError(f"rows[{bad}]: expected a dict, got {type(listed[bad]).__name__}")
-        self._record.rows.append((clock.now_ns(), listed, group_size))
-
-    def record_phase(self, name: str, seconds: float, *, end_ns: int | None = None) -> None:
-        """A phase measured elsewhere (a framework's own timer): the same span and histogram as `phase`.
-
-        The span ends at `end_ns` (default: now) and starts `seconds` earlier.
-        """
-        _phase_name(name)
-        seconds = float(seconds)
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"seconds: a phase duration must be finite and >= 0, got {seconds!r}")
-        end = clock.now_ns() if end_ns is None else int(end_ns)
-        self._record.phases.append((name, end - round(seconds * 1e9), end, None))
-
-    def skip(self) -> None:
-        """Mark the step's update as skipped (counted by `grpo.skipped_steps`)."""
-        self._record.skipped = True
 
 
 class Telemetry:
@@ -212,7 +89,7 @@ class Telemetry:
         self._attempt_trained = False  # a training step went out under `attempt` (`new_attempt`)
         self._sink = self._open_sink(meter_provider, tracer_provider) if self.exporting else NullSink()
         self._select_rng = random.Random(settings.seed)  # the training thread's: rank 0 seeds every rank's draw
-        self._judge = AnomalyJudge(settings)  # anomalous steps keep every row (rank 0's verdict)
+        self._judge = AnomalyJudge(settings)  # rank 0's verdict where rows are selected across ranks; else the backend's
         self._budget = RowBudget(settings)  # ... within the run's budget, counted alike on every rank
         self._warned_exchange = False
         self._warned_closed = False
@@ -345,9 +222,11 @@ class Telemetry:
             record.skipped = True
             raise
         finally:
-            record.keep_reason = self._judge(record.scalars, record.skipped)  # a few dict lookups
-            if clean and gather:
-                record.picked = self._select_across_ranks(record)  # every rank's rows compete
+            if self._selects_across_ranks():  # rank 0's verdict decides every rank's rows: judged here
+                run_deferred(record, self.settings.run_id)
+                record.keep_reason, record.judged = self._judge(record.scalars, record.skipped), True
+                if clean and gather:
+                    record.picked = self._select_across_ranks(record)  # every rank's rows compete
             record.end_ns = clock.now_ns()
             if not self._closed:
                 with _preemption.deferred():  # the sink's locks: a SIGTERM here ends the run after it
@@ -357,13 +236,16 @@ class Telemetry:
                 logger.warning("otel-grpo: step %d came after this Telemetry's finish() or shutdown(); it and "
                                "later steps are neither exported nor spilled (make a new Telemetry)", step)
 
-    def _select_across_ranks(self, record: StepRecord) -> list | None:
-        """The step's kept rows of every rank on rank 0, [] on the others; None with one process or per-rank selection."""
-        if self.settings.sample_reduce != "global" or not self.settings.samples_per_step:
-            return None  # every rank has the same settings: all skip the collectives together
+    def _selects_across_ranks(self) -> bool:
+        """A step's rows are selected across ranks (on the training thread, with rank 0's verdict): global
+        selection with several processes. Else the backend judges and selects each step."""
+        # every rank has the same settings: all take the collectives, or skip them, together
+        return self.settings.sample_reduce == "global" and bool(self.settings.samples_per_step) \
+            and current_group() is not None
+
+    def _select_across_ranks(self, record: StepRecord) -> list:
+        """The step's kept rows of every rank on rank 0, [] on the others (`_selects_across_ranks`)."""
         group = current_group()
-        if group is None:
-            return None
         try:
             kept = select_across_ranks(record.rows, self.settings, self._select_rng, group, record.keep_reason,
                                        self._budget)

@@ -1,0 +1,181 @@
+"""`Step`: what a training loop writes into one step, and the step's deferred recording (`Step.defer`).
+
+    with tel.step(7) as s:                 # Telemetry.step / logged_step make it
+        s.record(reduced, learning_rate=lr)
+        s.defer(finish_step, copied)       # finish_step(s, copied) records later, off the training thread
+
+Everything a `Step` takes goes into its `StepRecord` as plain data; `run_deferred` runs the deferred
+recordings into the record where the step is judged: in the `Backend` (the telemetry thread or process), or
+on the training thread where rank 0's verdict must be known there (the sample selection across ranks).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from otel_grpo.catalog import spans
+
+from . import _clock as clock
+from ._record import StepRecord, error_of
+
+logger = logging.getLogger("otel_grpo.telemetry")
+_FAILED: set[str] = set()  # deferred functions whose failure was said (once per function and process)
+
+
+def _to_floats(stats: Mapping[str, Any]) -> dict[str, float]:
+    """The one float conversion of the step (a 0-d tensor here is a host sync: reduce first)."""
+    try:
+        return {k: float(v) for k, v in stats.items()}
+    except (TypeError, ValueError):
+        pass
+    out: dict[str, float] = {}
+    for key, value in stats.items():
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            logger.debug("otel-grpo: %r is not a number (%r); dropped", key, type(value).__name__)
+    return out
+
+
+_DICT = {dict}
+
+
+def _mapping(value: Any, argument: str) -> Mapping[str, Any]:
+    """`value` if it is a mapping of names to numbers, else a `ValueError` naming `argument`."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{argument}: expected a mapping of names to numbers, got {type(value).__name__}")
+    return value
+
+
+def _phase_name(name: Any) -> None:
+    """A phase's name: a non-empty string (`grpo.phase.<name>` and the duration histogram's `phase` label)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name: a phase needs a non-empty string name, got {name!r}")
+
+
+class Step:
+    """One training step: phases, stats and sample rows. Use through `Telemetry.step`."""
+
+    __slots__ = ("_record", "_run_id")
+
+    def __init__(self, record: StepRecord, run_id: str) -> None:
+        self._record = record
+        self._run_id = run_id
+
+    @property
+    def step(self) -> int:
+        return self._record.step
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """`{"grpo.run_id": ..., "grpo.step": ...}`: put them on spans of your own to tie them to this step
+        (the step's spans are made after it, off this thread, so they are never the current span)."""
+        return {spans.RUN_ID_ATTR: self._run_id, spans.STEP_ATTR: self._record.step}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase: child span `grpo.phase.<name>` of the step and a `grpo.phase.duration` observation.
+
+        An exception leaving the block marks the phase span as an error (status and `exception` event).
+        """
+        _phase_name(name)
+        start = clock.now_ns()
+        error = None
+        try:
+            yield
+        except BaseException as exc:
+            error = error_of(exc)
+            raise
+        finally:
+            self._record.phases.append((name, start, clock.now_ns(), error))
+
+    def record(self, stats: Mapping[str, Any], **scalars: Any) -> None:
+        """Scalars of the step (stat keys, TRL or verl names); per-sample vectors from `ReducedStats.samples`.
+
+        Host-side scalars go in as keywords, `s.record(reduced, learning_rate=lr)`, so
+        that `reduced` keeps its `.samples` (a `{**reduced, ...}` copy would drop them).
+        May be called several times per step.
+        """
+        self._record.scalars.append(_to_floats(_mapping(stats, "stats")))
+        if scalars:
+            self._record.scalars.append(_to_floats(scalars))
+        samples = getattr(stats, "samples", None)
+        if samples:
+            # Copies: the caller may reuse its lists once this returns.
+            self._record.samples.append({k: list(v) for k, v in samples.items()})
+
+    def samples(
+        self, rows: Sequence[Mapping[str, Any]] | Mapping[str, Any], *, group_size: int | None = None
+    ) -> None:
+        """Candidate sample rows; the step's top/bottom/random selection runs once over every call's rows
+        (and, with `sample_reduce="global"`, every rank's).
+
+        `group_size`: rows g*G .. g*G+G-1 of this call share a prompt; kept rows then carry
+        `completion_index`, `group_size` and `reward_rank` (1: best in its group). Every kept
+        row carries `source_rank`. Rows are read later: pass dicts you do not mutate afterwards.
+        """
+        if rows is None:
+            return
+        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
+                                       or group_size < 1):
+            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+        if isinstance(rows, (str, bytes)) or not isinstance(rows, (Mapping, Iterable)):
+            raise ValueError(f"rows: expected a dict or a sequence of dicts, got {type(rows).__name__}")
+        listed = [rows] if isinstance(rows, Mapping) else list(rows)
+        # checked here (a bad row found later, off this thread, would cost the whole step), in C for the usual
+        # all-dict rows: a Python-level test per row costs the training thread ~10% of a step's telemetry
+        if not set(map(type, listed)) <= _DICT:
+            bad = next((i for i, row in enumerate(listed) if not isinstance(row, Mapping)), None)
+            if bad is not None:
+                raise ValueError(f"rows[{bad}]: expected a dict, got {type(listed[bad]).__name__}")
+        self._record.rows.append((clock.now_ns(), listed, group_size))
+
+    def record_phase(self, name: str, seconds: float, *, end_ns: int | None = None) -> None:
+        """A phase measured elsewhere (a framework's own timer): the same span and histogram as `phase`.
+
+        The span ends at `end_ns` (default: now) and starts `seconds` earlier.
+        """
+        _phase_name(name)
+        seconds = float(seconds)
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"seconds: a phase duration must be finite and >= 0, got {seconds!r}")
+        end = clock.now_ns() if end_ns is None else int(end_ns)
+        self._record.phases.append((name, end - round(seconds * 1e9), end, None))
+
+    def skip(self) -> None:
+        """Mark the step's update as skipped (counted by `grpo.skipped_steps`)."""
+        self._record.skipped = True
+
+    def defer(self, fn: Callable[..., None], *args: Any) -> None:
+        """Record later: `fn(step, *args)` records into this step as code inside the block would, off the
+        training thread, before the step is emitted (in the telemetry process, pickled with the step, or on
+        the telemetry thread); for work whose result only telemetry reads, such as finishing stats from the
+        step's host copy (`instrument` does). `fn`: a module-level function; `args`: picklable, not changed
+        after this call. Where the step's verdict must be known on the training thread (the sample selection
+        across ranks), it runs there at the block's end. An exception in it is logged once per function; the
+        step goes out with what was recorded."""
+        if not callable(fn):
+            raise ValueError(f"fn: expected a function to call later, got {type(fn).__name__}")
+        self._record.deferred.append((fn, args))
+
+
+def run_deferred(record: StepRecord, run_id: str) -> None:
+    """Run the deferred recordings of `record` into it, in their order, once (`Step.defer`)."""
+    calls, record.deferred = record.deferred, []
+    if not calls:
+        return
+    step, before = Step(record, run_id), len(record.rows)
+    for fn, args in calls:
+        try:
+            fn(step, *args)
+        except Exception:  # telemetry never stops training: the step goes out with the rest
+            name = getattr(fn, "__qualname__", repr(fn))
+            if name not in _FAILED:
+                _FAILED.add(name)
+                logger.warning("otel-grpo: recording step %d's deferred %s failed; later failures of it are not "
+                               "logged", record.step, name, exc_info=True)
+    if record.end_ns is not None:  # rows recorded here were handed over when the step ended
+        record.rows[before:] = [(min(ns, record.end_ns), rows, group) for ns, rows, group in record.rows[before:]]
