@@ -9,6 +9,8 @@
     >>> stats = stats | signals.loss_stats(loss, policy_term, beta_kl_term)  # per micro-batch: the loss and its parts
     >>> reduced = signals.reduce_stats(stats, accelerator)   # one collective, one host copy
     >>> reduced["reward"], reduced.samples["sample_reward"], reduced.invalid
+    >>> # or in two halves, the host's finishing elsewhere: gathered = signals.gather_stats(stats, accelerator)
+    >>> # (every rank: the collective and the copy), then gathered.finish() (picklable: `Step.defer` it)
     >>> # per-completion columns for the sample table (same pack): signals.sample_diagnostics(...)
 
 Stat functions take padded `[B, T]` tensors with a `[B, T]` mask, never read a
@@ -18,20 +20,10 @@ wait for it. On the CPU, run a pass of them inside `single_threaded(device)`: sm
 in several threads cost more than they compute.
 """
 
-from ._diversity import diversity_stats
-from ._lengths import length_stats
-from ._mismatch import mismatch_stats
-from ._partial import Stats
-from ._per_sample import sample_diagnostics
-from ._policy import loss_stats, policy_stats
-from ._reduce import reduce_stats
-from ._reduced import ReducedStats
-from ._rewards import advantage_stats, reward_stats
-from ._rollout_is import LEVELS, MODES, SAFETY_BOUND, RolloutCorrection, rollout_correction
-from ._threads import single_threaded
-from ._transfer import to_device
+from typing import Any
 
 __all__ = [
+    "GatheredStats",
     "LEVELS",
     "MODES",
     "SAFETY_BOUND",
@@ -40,6 +32,7 @@ __all__ = [
     "Stats",
     "advantage_stats",
     "diversity_stats",
+    "gather_stats",
     "length_stats",
     "loss_stats",
     "mismatch_stats",
@@ -51,3 +44,43 @@ __all__ = [
     "single_threaded",
     "to_device",
 ]
+
+_WHERE = {
+    "GatheredStats": "._gathered",
+    "LEVELS": "._rollout_is",
+    "MODES": "._rollout_is",
+    "ReducedStats": "._reduced",
+    "RolloutCorrection": "._rollout_is",
+    "SAFETY_BOUND": "._rollout_is",
+    "Stats": "._partial",
+    "advantage_stats": "._rewards",
+    "diversity_stats": "._diversity",
+    "gather_stats": "._reduce",
+    "length_stats": "._lengths",
+    "loss_stats": "._policy",
+    "mismatch_stats": "._mismatch",
+    "policy_stats": "._policy",
+    "reduce_stats": "._reduce",
+    "reward_stats": "._rewards",
+    "rollout_correction": "._rollout_is",
+    "sample_diagnostics": "._per_sample",
+    "single_threaded": "._threads",
+    "to_device": "._transfer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazily, as `otel_grpo.integrations` does: the host half (`_gathered`, `_host`) imports no torch, and a
+    # process that finishes stats (the telemetry process) must not import it through this package
+    if name in _WHERE:
+        import importlib
+
+        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+

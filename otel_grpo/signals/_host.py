@@ -1,4 +1,4 @@
-"""What the host finalizes from a gathered per-sample vector: quantiles and summaries.
+"""What the host finalizes from a gathered per-sample vector: quantiles and summaries (numpy: no torch).
 
 Every rank's rows of a per-sample vector reach the host in `reduce_stats`' one copy (for the
 histograms), in rank order, so their quantiles, means, spreads and extremes are plain float64
@@ -13,6 +13,9 @@ import operator
 from typing import Mapping, Sequence
 
 import numpy as np
+
+INF = float("inf")
+SAFETY_BOUND = 20.0  # IS ratios are exp(clamp(log ratio, +-20)); exp(20) ~ 4.9e8: no overflow in float32
 
 
 def quantile(ordered: list[float], q: float) -> float:

@@ -10,12 +10,7 @@ from torch import Tensor
 from . import _validate as v
 from ._masked import count
 from ._partial import Stats
-
-
-LENGTH_SUMMARIES = {"completion_length_mean": "mean", "completion_length_std": "std",
-                    "completion_length_min": "min", "completion_length_max": "max", "tokens": "sum"}
-TERMINATED_SUMMARIES = {"terminated_length_mean": "mean", "terminated_length_min": "min",
-                        "terminated_length_max": "max"}
+from ._summaries import LENGTH_SUMMARIES, TERMINATED_SUMMARIES
 
 
 @torch.no_grad()

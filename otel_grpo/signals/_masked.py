@@ -7,12 +7,11 @@ import threading
 import torch
 from torch import Tensor
 
+from ._host import INF
 from ._partial import Stats
 from ._validate import value_check
 
 _F64 = torch.float64
-INF = float("inf")
-SAFETY_BOUND = 20.0  # IS ratios are exp(clamp(log ratio, +-20)); exp(20) ~ 4.9e8: no overflow in float32
 
 
 def count(valid: Tensor) -> Tensor:

@@ -12,25 +12,17 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._host import called_rows
-from ._masked import INF, SAFETY_BOUND, TokenMask, workspace
+from ._host import INF, SAFETY_BOUND
+from ._masked import TokenMask, workspace
 from ._partial import Stats
+from ._table_finishes import MISMATCH_TABLE as TABLE
+from ._table_finishes import finish_mismatch
 
 _F64 = torch.float64
-TABLE = "mismatch"
-"""The per-row table's name (`Stats.add_table`)."""
-COLUMNS = ("n_row", "train_row", "ratio_row", "abs_diff_row", "abs_diff_max", "k3_row", "rho_row", "rho_max",
-           "rho_sq_row", "rho_min")
-"""Per row: tokens, sums of log pi_train and of the log ratios, sum and max of |log ratio|, sum of the k3
-terms, sum, max, sum of squares and min of the safety-bounded token ratios (+inf without a token). The
-table's one param a call: 1.0 with rollout log-probs, 0.0 for `_training_perplexity` (only the first two
-columns hold numbers there)."""
-
 # exp(-20) and exp(20) as torch rounds them in each dtype (Python floats: clamping to
 # tensor bounds is ten times slower on CPU). Computed once, on CPU, at import.
 _EXP_BOUNDS = {
@@ -137,60 +129,3 @@ def _training_perplexity(stats: Stats, train: Tensor, mask: Tensor, shape: tuple
     table = torch.stack([tm.n_row, train_row] + [zero] * 7 + [zero + INF], -1).to(_F64)
     stats.add_table(TABLE, table, finish=finish_mismatch, params=(0.0,))
     return stats
-
-
-def finish_mismatch(rows: np.ndarray, params: np.ndarray, calls: np.ndarray):
-    """Every mismatch stat and `sample_is_ratio` from the gathered tables (`Stats.add_table`'s finish).
-
-    Token means count the tokens of calls with rollout log-probs; seed 004's per-sequence means count
-    every row of a call that has a token (its `valid`: the seed's merge leaves out a rank without one),
-    and a call without rollout log-probs only in the training perplexity.
-    """
-    called = called_rows(calls, rows[:, 0])
-    rollout = params[:, 0] > 0
-    every = rollout.all()
-    r = rows if every else rows[rollout]  # the rows with rollout log-probs
-    n_row, ratio_row = r[:, 0], r[:, 2]
-    n = float(n_row.sum())
-    col = r[:, 2:8].sum(0)
-    # sum rho^2 - 1 row by row: each row's difference keeps its digits, where sum rho^2 - n over the batch
-    # cancelled them (at a mismatch of 1e-5, E[rho^2] - 1 came out 4e-9 off, relative)
-    chi2_token = (r[:, 8] - n_row).sum()
-    # seed 004's per-sequence means over every row of the calls with a token
-    p = r if called.all() else r[called if every else called[rollout]]
-    den = p[:, 0] + 1e-8  # the seed's masked_mean denominator
-    neg = np.stack([p[:, 1], p[:, 1] - p[:, 2]]) / -den  # -mean log pi_train, -mean log pi_rollout
-    diff = neg[0] - neg[1]  # log(training ppl / rollout ppl)
-    e = np.exp(np.stack([neg[1], diff, 2 * np.minimum(np.maximum(p[:, 2], -SAFETY_BOUND), SAFETY_BOUND)]))
-    k = len(p)
-    ppl = np.stack([e[0], e[1], neg[1], diff, np.abs(diff), e[2] - 1.0]).sum(1) / max(k, 1)
-    train_neg = neg[0] if every else np.concatenate([neg[0], -rows[~rollout & called, 1] /
-                                                     (rows[~rollout & called, 0] + 1e-8)])
-    k_all = len(train_neg)
-    n1, tokens = max(n, 1.0), n > 0
-    values = {
-        "mismatch_kl": (-col[0] / n1, tokens),
-        "mismatch_logprob_abs_diff": (col[1] / n1, tokens),
-        "mismatch_logprob_abs_diff_max": (r[:, 4].max(initial=-INF), tokens),
-        "mismatch_k3_kl": (col[3] / n1, tokens),
-        "is_ratio_mean": (col[4] / n1, tokens),
-        "is_ratio_max": (r[:, 7].max(initial=-INF), tokens),
-        "mismatch_chi2_token": (chi2_token / n1, tokens),  # E[rho^2] - 1
-        "is_ratio_min": (r[:, 9].min(initial=INF), tokens),
-        "mismatch_training_ppl": (np.exp(train_neg).sum() / max(k_all, 1), k_all > 0),
-        "mismatch_training_log_ppl": (train_neg.sum() / max(k_all, 1), k_all > 0),
-        "mismatch_log_ppl_diff_max": (diff.max(initial=-INF), k > 0),
-        "mismatch_log_ppl_diff_min": (diff.min(initial=INF), k > 0),
-    }
-    values.update((key, (x, k > 0)) for key, x in zip(_PPL_KEYS, ppl.tolist()))
-    if not rollout.any():  # only calls without rollout log-probs: the training perplexity alone
-        return {key: values[key] for key in _TRAINING_KEYS}, {}
-    has = n_row > 0
-    geometric = np.exp(np.minimum(np.maximum(ratio_row[has] / n_row[has], -SAFETY_BOUND), SAFETY_BOUND))
-    return values, {"sample_is_ratio": geometric.tolist()}
-
-
-_TRAINING_KEYS = ("mismatch_training_ppl", "mismatch_training_log_ppl")
-# the rows of finish_mismatch's per-sequence means over the rows with rollout log-probs
-_PPL_KEYS = ("mismatch_rollout_ppl", "mismatch_ppl_ratio", "mismatch_rollout_log_ppl", "mismatch_log_ppl_diff",
-             "mismatch_log_ppl_abs_diff", "mismatch_chi2_seq")

@@ -8,11 +8,12 @@ import torch
 from torch import Tensor
 
 from . import _validate as v
-from ._masked import INF, SAFETY_BOUND, masked_max
+from ._host import INF, SAFETY_BOUND
+from ._masked import masked_max
 from ._partial import Stats, device_scalar
+from ._summaries import LENGTH_BUCKETS, bucket_labels
 
 # Completion-length buckets of `kl_by_length` (upper bounds, tokens); the last bucket is open.
-LENGTH_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096)
 _F64 = torch.float64
 
 
@@ -154,12 +155,6 @@ def _kl_by_length(stats: Stats, k3_row: Tensor, lengths: Tensor) -> None:
 @functools.lru_cache(maxsize=16)
 def _bucket_edges(device: torch.device) -> Tensor:
     return torch.tensor(LENGTH_BUCKETS, device=device)
-
-
-@functools.lru_cache(maxsize=1)
-def bucket_labels() -> tuple[str, ...]:
-    """Label values of `kl_by_length`: `le_64`, ..., `le_4096`, `gt_4096`."""
-    return (*(f"le_{b}" for b in LENGTH_BUCKETS), f"gt_{LENGTH_BUCKETS[-1]}")
 
 
 _KL_BY_LENGTH_KEYS = tuple(f"kl_by_length/{label}" for label in bucket_labels())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Mapping
 
 import torch
@@ -10,14 +9,8 @@ from torch import Tensor
 
 from . import _validate as v
 from ._partial import Stats
-
-_Q = {"p00": 0.0, "p05": 0.05, "p25": 0.25, "p50": 0.50, "p75": 0.75, "p95": 0.95, "p100": 1.0}
-REWARD_QUANTILES = {f"reward_{name}": q for name, q in _Q.items()}
-REWARD_SUMMARIES = {"reward": "mean", "reward_std": "std", "reward_min": "min", "reward_max": "max"}
-REWARD_GROUPS = {"reward_group_std": "std", "frac_reward_zero_std": "zero_std"}
-ADVANTAGE_SUMMARIES = {"advantage_mean": "mean", "advantage_std": "std", "advantage_min": "min",
-                       "advantage_max": "max"}
-
+from ._summaries import (ADVANTAGE_SUMMARIES, REWARD_GROUPS, REWARD_QUANTILES, REWARD_SUMMARIES, fn_quantiles,
+                         fn_summaries)
 
 @torch.no_grad()
 def reward_stats(
@@ -70,16 +63,6 @@ def reward_stats(
         stats.update(advantage_stats(advantages))
     stats.add_sum("samples", torch.full((), batch, dtype=torch.float64, device=rewards.device))
     return stats
-
-
-@lru_cache(maxsize=256)
-def fn_quantiles(name: str) -> dict[str, float]:
-    return {f"reward_fn_{q}/{name}": x for q, x in _Q.items()}
-
-
-@lru_cache(maxsize=256)
-def fn_summaries(name: str) -> dict[str, str]:
-    return {f"reward_fn_mean/{name}": "mean", f"reward_fn_std/{name}": "std"}
 
 
 def advantage_stats(advantages: Tensor) -> Stats:

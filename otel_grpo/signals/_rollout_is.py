@@ -25,31 +25,20 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from . import _validate as v
 from . import _mismatch
-from ._host import called_rows, ess_from_sums, std_from_sums
-from ._masked import INF, SAFETY_BOUND, TokenMask, rows_above, rows_below, workspace
+from ._host import INF, SAFETY_BOUND
+from ._masked import TokenMask, rows_above, rows_below, workspace
 from ._partial import Stats
+from ._table_finishes import ROLLOUT_IS_TABLE as TABLE
+from ._table_finishes import finish_rollout_is
 
 LEVELS = ("token", "sequence", "geometric")
 MODES = ("truncate", "mask", "both")
 _F64 = torch.float64
-TABLE = "rollout_is"
-"""The per-row table's name (`Stats.add_table`)."""
-COLUMNS = ("n_row", "veto_row", "w_row", "w_max", "w_min", "high_row", "low_row", "masked_row", "rejected",
-           "shifted_row", "shifted_sq_row")
-"""Per row: tokens and tokens outside the veto band (0 without a veto); then at the token level the sum,
-max and min (+inf without a token) of the token ratios, the tokens above the upper and below the lower
-threshold, the tokens rejected by mask mode, whether the row has one, and the sums of w - 1 and (w - 1)^2
-of the threshold-clamped ratios; at the row levels the row's log weight (summed or averaged log ratio)
-and whether mask mode rejected the row (in the `w_max` column), the rest 0. Params a call: the level's
-index in `LEVELS`, the thresholds, and 1.0 in mask or both mode."""
-
-
 class RolloutCorrection(NamedTuple):
     """What `rollout_correction` returns (unpacks as `weights, mask, stats`)."""
 
@@ -233,105 +222,3 @@ def _row_level(tok: _Tokens, bounds, mask_bounds, mode: str, level: str):
         rejected = (~keep).to(w.dtype)
     weights = w.clamp(lower, upper) if mode in ("truncate", "both") else w
     return weights.unsqueeze(-1) * tm.mf, keep, [log_w, rejected] + [None] * 7
-
-
-def finish_rollout_is(rows: np.ndarray, params: np.ndarray, calls: np.ndarray):
-    """Every `rollout_is_*` stat but `rollout_is_valid` from the gathered tables (`Stats.add_table`'s finish).
-
-    Each row counts with its call's level and thresholds, as the call's own partials would: token means
-    over tokens; at the row levels the weight exp(clamp(log w, +-20)) of each row counts once per token,
-    the max / min / fractions of the sequence level once per row over all rows of the call (the seed's
-    denominators; a call without any token counts nowhere, as the seed's merge drops such a rank); the
-    per-sequence stats over rows with tokens. The std and ESS come from the sums of d = w - 1 and d^2 of
-    the threshold-clamped weights: the weights sit near 1, where E[w^2] - E[w]^2 cancels nearly all its
-    digits (at a mismatch of 1e-2 the std came out 7% low); ESS takes sum w = sum d + n and
-    sum w^2 = sum d^2 + 2 sum d + n.
-    """
-    n_row, veto_row = rows[:, 0], rows[:, 1]
-    called = called_rows(calls, n_row).astype(np.float64)  # 1.0 on the rows of calls with a token
-    n, k = float(n_row.sum()), int(np.count_nonzero(n_row))
-    parts = [_group_parts(rows if sel is None else rows[sel], called if sel is None else called[sel], *group)
-             for group, sel in _param_groups(params)]
-    if len(parts) == 1:  # the usual step: one setup
-        total, high, low = parts[0][:_SUMS], parts[0][_SUMS::2], parts[0][_SUMS + 1:-1:2]
-    else:  # the groups' sums, then their extremes (NaN kept, as torch.maximum)
-        total = [sum(p[i] for p in parts) for i in range(_SUMS)]
-        high = [np.maximum.reduce([p[i] for p in parts]) for i in (_SUMS, _SUMS + 2, _SUMS + 4)]
-        low = [np.minimum.reduce([p[i] for p in parts]) for i in (_SUMS + 1, _SUMS + 3)]
-    mean_w, shifted, shifted_sq, above, below, per_n, extreme_n, masked_tokens, masked_n, rejected, masked_rows, \
-        seq_sum, seq_sq, seq_above, seq_below = total
-    n1, k1 = max(n, 1.0), max(k, 1)
-    w_total = shifted + n
-    values = {
-        "rollout_is_mean": (mean_w / n1, n > 0),
-        "rollout_is_std": (std_from_sums(shifted, shifted_sq, n, unbiased=False), n > 0),
-        "rollout_is_eff_sample_size": (ess_from_sums(w_total, shifted_sq + shifted + w_total, n),
-                                       n > 0 and shifted_sq + shifted + w_total > 0),
-        "rollout_is_max": (high[0], extreme_n > 0),
-        "rollout_is_min": (low[0], extreme_n > 0),
-        "rollout_is_ratio_fraction_high": (above / max(per_n, 1.0), per_n > 0),
-        "rollout_is_ratio_fraction_low": (below / max(per_n, 1.0), per_n > 0),
-        "rollout_is_veto_fraction": (np.count_nonzero(veto_row > 0) / k1, k > 0),
-        "rollout_is_catastrophic_token_fraction": (veto_row.sum() / n1, n > 0),
-        "rollout_is_seq_mean": (seq_sum / k1, k > 0),
-        "rollout_is_seq_std": (std_from_sums(seq_sum, seq_sq, k, unbiased=True), k > 0),
-        "rollout_is_seq_fraction_high": (seq_above / k1, k > 0),
-        "rollout_is_seq_fraction_low": (seq_below / k1, k > 0),
-        "rollout_is_seq_max": (high[1], k > 0),
-        "rollout_is_seq_min": (low[1], k > 0),
-        "rollout_is_seq_max_deviation": (high[2], k > 0),
-    }
-    if any(p[-1] for p in parts):  # keys of mask and both mode, over those calls' rows only
-        values["rollout_is_masked_fraction"] = (masked_tokens / max(masked_n, 1.0), masked_n > 0)
-        values["rollout_is_seq_masked_fraction"] = (rejected / max(masked_rows, 1.0), masked_rows > 0)
-    return values, {}
-
-
-def _param_groups(params: np.ndarray):
-    """(params, rows) of each distinct params row: None for all rows when every call shares them (the usual step)."""
-    if len(params) == 0 or (params == params[0]).all():
-        return [(tuple(params[0].tolist()) if len(params) else (0.0, 1.0, 1.0, 0.0), None)]
-    distinct, which = np.unique(params, axis=0, return_inverse=True)
-    return [(tuple(p.tolist()), which.reshape(-1) == i) for i, p in enumerate(distinct)]
-
-
-_SUMS = 15  # _group_parts' sums, before its extremes
-
-
-def _group_parts(r: np.ndarray, called: np.ndarray, level: float, lower: float, upper: float, masked: float):
-    """The sums and extremes of the rows `r` of calls that share level, thresholds and mode (see COLUMNS):
-    [sum w, sum d, sum d^2, above, below, what the fractions count, what the extremes count, masked tokens,
-    their calls' tokens, rejected rows, their calls' rows, sum, sum of squares, above and below of the
-    per-sequence weights; max, min of the weights; max, min, max |w - 1| of the per-sequence weights;
-    masked]."""
-    n_row = r[:, 0]
-    n = n_row.sum()
-    if level == 0:  # the token level: the device summed every token already
-        sums = r[:, 2:].sum(0)
-        mean_w, above, below, shifted, shifted_sq = sums[0], sums[3], sums[4], sums[7], sums[8]
-        per_n = extreme_n = n
-        w_max, w_min = r[:, 3].max(initial=-INF), r[:, 4].min(initial=INF)
-        masked_tokens, rejected = sums[5], r[:, 8] @ called
-        seq = r[:, 2] / (n_row + 1e-8)
-    else:  # the row levels: one log weight per row
-        lw = r[:, 2]
-        bounded = np.minimum(np.maximum(lw, -SAFETY_BOUND), SAFETY_BOUND)
-        wn = np.exp(bounded) * n_row
-        log_lower, log_upper = math.log(lower) if lower > 0 else -INF, math.log(upper)
-        d = np.expm1(np.minimum(np.maximum(bounded, log_lower), log_upper))
-        dn = d * n_row
-        mean_w, shifted, shifted_sq = wn.sum(), dn.sum(), dn @ d
-        per = called if level == 1 else n_row  # the sequence level counts rows, the geometric level tokens
-        per_n, extreme_n = per.sum(), called.sum()
-        above, below = (lw > log_upper) @ per, (lw < log_lower) @ per
-        # max / min from the unclamped log ratios, over all rows of the calls with a token (the seed's choice)
-        of_calls = lw if extreme_n == len(lw) else lw[called > 0]
-        w_max = np.exp(np.minimum(of_calls.max(initial=-INF), SAFETY_BOUND))
-        w_min = np.exp(of_calls.min(initial=INF))
-        masked_tokens, rejected = r[:, 3] @ n_row, r[:, 3] @ called
-        seq = wn / (n_row + 1e-8)
-    seq = seq[n_row > 0]
-    return (mean_w, shifted, shifted_sq, above, below, per_n, extreme_n,
-            masked_tokens * masked, n * masked, rejected * masked, called.sum() * masked,
-            seq.sum(), seq @ seq, np.count_nonzero(seq > upper), np.count_nonzero(seq < lower),
-            w_max, w_min, seq.max(initial=-INF), seq.min(initial=INF), np.abs(seq - 1.0).max(initial=-INF), masked)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import torch
 
 from otel_grpo.integrations.follow import TrlOutput
-from otel_grpo.integrations.trl._generation import Captured, SampleBatch, sample_rows
+from otel_grpo.integrations.trl._generation_rows import SampleBatch, sample_rows
 
 pytest.importorskip("pyarrow")
 from trl.trainer.utils import strip_images_from_messages  # noqa: E402 (what TRL applies before its parquet)
@@ -25,8 +24,7 @@ CASES = {
 
 
 def instrument_text(prompt, completion) -> tuple[str, str]:
-    cap = Captured([prompt], [completion], [[5]], torch.zeros(1, 1))
-    batch = SampleBatch(cap, torch.zeros(1), [1], [False], 0, 0)
+    batch = SampleBatch([prompt], [completion], [1], [False], 0, 0)
     row = sample_rows(batch, ["fn"], 1)[0]
     return row["prompt"], row["completion"]
 

@@ -48,6 +48,32 @@ def test_instrument_emits_a_trl_run_from_a_child_process(tmp_path):
     assert {json.loads(line)["run_id"] for f in spill for line in f.read_text().splitlines()} == {"train"}
 
 
+def test_the_telemetry_process_finishes_the_logged_steps_without_torch(tmp_path):
+    """The training thread hands each logged step over gathered, not finished (`Step.defer`): the telemetry
+    process finishes every stat and builds the sample rows, and does so without importing torch (about 280 MB
+    of its own memory per process that exports)."""
+    from transformers import TrainerCallback
+
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=3)
+    tel = instrument(trainer, metrics_exporters=["none"], traces_exporters=["none"])
+    pid, seen = tel._sink.pid, {}
+
+    class Look(TrainerCallback):  # after instrument's: the step before the last is handed over by now
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 3:
+                assert tel.flush(10.0)  # the child has emitted every step so far
+                maps = open(f"/proc/{pid}/maps").read()
+                seen["torch"] = "libtorch" in maps or "/torch/" in maps
+                seen["python"] = "python" in maps
+
+    trainer.add_callback(Look())
+    trainer.train()
+    assert seen == {"torch": False, "python": True}
+    spill = sorted((tmp_path / "train" / "samples").glob("step_*.jsonl"))
+    rows = [json.loads(line) for f in spill for line in f.read_text().splitlines()]
+    assert len(spill) == 3 and all("reward" in r and "advantage" in r for r in rows)  # finished in the child
+
+
 def test_the_call_then_the_environment_win_over_what_instrument_derives_from_the_trainer(tmp_path, monkeypatch):
     """A job spec's OTEL_GRPO_RUN_ID / _MODEL_NAME / _EMIT_IN hold for `instrument(trainer)`: the run name,
     output dir and model name it reads from the trainer, and its child-process default, only fill gaps."""

@@ -11,10 +11,12 @@ import torch
 from otel_grpo import signals
 from otel_grpo.signals import _validate
 from otel_grpo.integrations.trl._accumulate import Accumulator
-from otel_grpo.integrations.trl._generation import (GENERATION_TABLE, Captured, Generation, SampleBatch,
-                                                    attach_generation, generation_stats, generation_values,
-                                                    sample_rows, tool_spans, truncated_flags, weighted_totals)
-from otel_grpo.integrations.trl._micro_batch import MicroBatch, policy_table, policy_values
+from otel_grpo.integrations.trl._generation import (Generation, generation_stats, tool_spans, truncated_flags,
+                                                    weighted_totals)
+from otel_grpo.integrations.trl._generation_rows import (GENERATION_TABLE, SampleBatch, attach_generation,
+                                                         generation_values, sample_rows)
+from otel_grpo.integrations.trl._micro_batch import MicroBatch, policy_table
+from otel_grpo.integrations.trl._policy_rows import policy_values
 from otel_grpo.integrations.trl._settings import TrlSettings
 from tests.signals.test_host_transfers import host_transfers  # noqa: F401 (a fixture)
 
@@ -213,8 +215,8 @@ def test_settings_name_the_bad_argument():
 
 def batch_of(gen: Generation, st: TrlSettings, prompts=("p0", "p0", "p1", "p1")) -> SampleBatch:
     n = gen.advantages.shape[0]
-    cap = Captured(list(prompts[:n]), [f"c{i}" for i in range(n)], [[5]] * n, gen.rewards_per_func)
-    return SampleBatch(cap, gen.advantages, gen.lengths, gen.truncated, st.rank * n, 3, pending=n)
+    return SampleBatch(list(prompts[:n]), [f"c{i}" for i in range(n)], gen.lengths, gen.truncated, st.rank * n, 3,
+                       pending=n)
 
 
 def test_sample_rows_are_this_ranks_rows_with_their_rewards_and_diagnostics_from_the_reduction():
@@ -319,7 +321,7 @@ def test_the_logged_loss_is_the_mean_of_each_steps_loss_times_its_factor(factors
     for value, factor in zip(values, factors):
         acc.loss(torch.tensor(value), factor)
     logged = acc.take(acc.merged())
-    assert logged.stats["loss"] == pytest.approx(sum(v * f for v, f in zip(values, factors)) / 3)
+    assert logged.finish()["loss"] == pytest.approx(sum(v * f for v, f in zip(values, factors)) / 3)
 
 
 def test_rows_wait_for_their_first_loss_pass_and_go_out_at_the_end_regardless():
@@ -386,7 +388,7 @@ def test_the_logged_steps_stats_pass_runs_in_one_cpu_thread_and_gives_the_thread
              [first_pass([1, 0, 3, 2], -torch.rand(4, 2), -torch.rand(4, 2), ref=-torch.rand(4, 2))])
         with ThreadsAtEachOp():
             logged = acc.take(acc.merged())
-        assert seen == {1} and "kl" in logged.stats
+        assert seen == {1} and "kl" in logged.finish()
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

@@ -5,7 +5,7 @@ import importlib
 import otel_grpo.signals as signals
 
 EXPECTED = {
-    "LEVELS", "MODES", "SAFETY_BOUND", "ReducedStats", "RolloutCorrection", "Stats",
+    "GatheredStats", "LEVELS", "MODES", "SAFETY_BOUND", "ReducedStats", "RolloutCorrection", "Stats", "gather_stats",
     "advantage_stats", "diversity_stats", "length_stats", "loss_stats", "mismatch_stats", "policy_stats", "reduce_stats",
     "reward_stats", "rollout_correction", "sample_diagnostics", "single_threaded", "to_device",
 }  # fmt: skip

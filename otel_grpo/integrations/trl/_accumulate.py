@@ -32,9 +32,11 @@ import torch
 
 from ... import signals
 from ...telemetry import _clock as clock
-from ._generation import (GENERATION_TABLE, Generation, SampleBatch, attach_generation, generation_columns,
-                          generation_stats, generation_values)
-from ._micro_batch import COLUMNS, TABLE, MicroBatch, attach, policy_table, policy_values, sampler_batch_stats
+from ._generation import Generation, generation_stats
+from ._generation_rows import GENERATION_TABLE, SampleBatch, attach_generation
+from ._logged import Logged
+from ._micro_batch import MicroBatch, policy_table, sampler_batch_stats
+from ._policy_rows import TABLE, attach
 from ._settings import TrlSettings
 
 FOLD_BYTES = 64 << 20
@@ -50,16 +52,6 @@ def _stats_pass(method: Callable[..., _R]) -> Callable[..., _R]:
         with torch.inference_mode(), signals.single_threaded(self.device):
             return method(self, *args, **kwargs)
     return run
-
-
-@dataclass(slots=True)
-class Logged:
-    """One logged step's reduced stats, the sample batches that go out (their rows' numbers on the host) and
-    phases (name, seconds, end in ns)."""
-
-    stats: signals.ReducedStats
-    batches: list[SampleBatch]
-    phases: list[tuple[str, float, int]]
 
 
 @dataclass(slots=True)
@@ -142,40 +134,33 @@ class Accumulator:
 
     @_stats_pass
     def take(self, merged: signals.Stats, accelerator: Any = None) -> Logged:
-        """Reduce `merged` (a collective: every rank calls it) and start afresh."""
+        """Gather `merged` (a collective: every rank calls it), give this rank's rows their numbers, and start
+        afresh. The stats are finished later (`Logged.finish`), off the training thread."""
         try:
-            reduced = signals.reduce_stats(merged, accelerator)  # the logged step's one device-to-host copy
-            self._finish(reduced)
-            return Logged(reduced, self.batches[: self.ready], self.phases)
+            gathered = signals.gather_stats(merged, accelerator)  # the logged step's one device-to-host copy
+            self._attach(gathered)
+            return Logged(gathered, self.settings, [count for count, _ in self.generations],
+                          self.batches[: self.ready], self.phases)
         finally:
             kept = self.batches[self.ready :]  # still waiting for the loss
             self.clear()
             self.batches = kept
 
-    def _finish(self, reduced: signals.ReducedStats) -> None:
-        """The policy, reward and length stats from every rank's table rows, into `reduced`; this rank's rows'
-        numbers to their sample batches (a batch that goes out now, or one still waiting for its other rows)."""
-        table = reduced.tables.pop(GENERATION_TABLE, None)
+    def _attach(self, gathered: signals.GatheredStats) -> None:
+        """This rank's rows' numbers to their sample batches (a batch that goes out now, or one still waiting
+        for its other rows: here, as a waiting batch keeps them until a later step sends it)."""
+        table = gathered.table(GENERATION_TABLE)
         if table is not None:
-            sizes = [count for count, _ in self.generations]
-            values, invalid, samples = generation_values(self.settings, table, sizes)
-            self._add(reduced, values, invalid)
-            reduced.samples.update(samples)
-            attach_generation(self.settings, self._own(table, sum(sizes) * len(generation_columns(self.settings))),
+            attach_generation(self.settings, self._own(table, sum(count for count, _ in self.generations)),
                               self.generations)
-        table = reduced.tables.pop(TABLE, None)
+        table = gathered.table(TABLE)
         if table is not None:
-            self._add(reduced, *policy_values(self.settings, table))
-            attach(self._own(table, sum(count for count, _ in self.segments) * len(COLUMNS)), self.segments)
+            attach(self._own(table, sum(count for count, _ in self.segments)), self.segments)
 
-    def _own(self, table: list[float], n: int) -> list[float]:
-        """This rank's `n` numbers of every rank's `table` (every rank has as many: reduce_stats)."""
-        return table if len(table) == n else table[self.settings.rank * n : (self.settings.rank + 1) * n]
-
-    @staticmethod
-    def _add(reduced: signals.ReducedStats, values: dict[str, float], invalid: set[str]) -> None:
-        reduced.update(values)
-        reduced.invalid = reduced.invalid | invalid
+    def _own(self, table: Any, rows: int) -> list[float]:
+        """This rank's `rows` rows of every rank's `table` ([rows * world, K]), flat."""
+        rank = 0 if table.shape[0] == rows else self.settings.rank
+        return table[rank * rows : (rank + 1) * rows].ravel().tolist()
 
     def clear(self) -> None:
         self.stats, self.captures, self.held_bytes, self.batches, self.phases = [], [], 0, [], []

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import logging
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -13,8 +11,8 @@ from transformers import TrainerCallback
 from ...catalog import is_evaluation
 from ...telemetry import Telemetry
 from ._accumulate import Accumulator
-from ._generation import sample_rows
 from ._keys import map_logs
+from ._logged import record_logged
 from ._settings import TrlSettings
 
 if TYPE_CHECKING:
@@ -215,26 +213,14 @@ class InstrumentedCallback(_ReportsProgress):
                 self.capture.enabled = False
                 logger.warning("otel-grpo: capturing TRL's tensors failed on another rank; TRL signals from "
                                "tensors are off for this run (logged values still export)")
-        mapped = map_logs(logs)
-        computed = _bases(frozenset(logged.stats).union(logged.stats.invalid)) if logged is not None else frozenset()
-        invalid = logged.stats.invalid if logged is not None else frozenset()
-        # Under a signal's name, TRL's own (mean-of-means) value of a key computed exactly from its tensors
-        # gives way to the exact one, unless both found no valid value (TRL's None): that NaN goes on to be
-        # counted in grpo.nonfinite. TRL's number stays, as logged, in `trl_logged/<key>` (grpo.trl.logged).
-        scalars = {k: v for k, v in mapped.items()
-                   if k.partition("/")[0] not in computed or (k in invalid and math.isnan(v))}
-        scalars.update(self._host_scalars(step, state))
+        host = self._host_scalars(step, state)
         # A logged step covers logging_steps steps; every rank is here (the reduction above is
         # collective), so every rank's rows compete in the step's sample selection.
         with self.telemetry.logged_step(step) as s:
-            if logged is not None:
-                for name, seconds, end_ns in logged.phases:
-                    s.record_phase(name, seconds, end_ns=end_ns)
-                s.record(logged.stats, **scalars)
-                for batch in logged.batches:
-                    s.samples(sample_rows(batch, self.settings.reward_names, self.settings.num_generations))
+            if logged is not None:  # finished and recorded off the training thread
+                s.defer(record_logged, logged, logs, host)
             else:
-                s.record(scalars)
+                s.record(map_logs(logs), **host)
 
     def _merged(self, final: bool) -> Any:
         """This rank's stats since the last logged step; None when its capture is off or merging fails."""
@@ -271,9 +257,3 @@ def every_rank(ok: bool, accelerator: Any) -> bool:
     flag = torch.tensor([1.0 if ok else 0.0], device=accelerator.device)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN)
     return bool(flag.item())
-
-
-@functools.lru_cache(maxsize=32)
-def _bases(keys: frozenset[str]) -> frozenset[str]:
-    """Signal names of stat keys (`reward_fn_mean/fmt` -> `reward_fn_mean`); the same keys every step."""
-    return frozenset(k.partition("/")[0] for k in keys)

@@ -26,7 +26,8 @@ import torch
 
 from ...telemetry import _clock as clock
 from ._accumulate import Accumulator
-from ._generation import Captured, Generation, SampleBatch, tool_spans, truncated_flags
+from ._generation import Captured, Generation, tool_spans, truncated_flags
+from ._generation_rows import SampleBatch
 from ._micro_batch import MicroBatch
 from ._settings import TrlSettings, fn_name
 
@@ -238,10 +239,10 @@ class Capture:
         mask = out["completion_mask"] if tool is None else out["completion_mask"] * tool
         rewards = cap.rewards_per_func
         if rewards.requires_grad:  # TRL's are plain numbers; a subclass's might hold a graph
-            cap.rewards_per_func = rewards = rewards.detach()
+            rewards = rewards.detach()
         truncated = truncated_flags(cap.completion_ids, self.settings.stop_ids)
         advantages = out["advantages"]
-        rows = SampleBatch(cap, advantages, lengths, truncated, self.settings.rank * batch,
+        rows = SampleBatch(cap.prompts, cap.completions, lengths, truncated, self.settings.rank * batch,
                            int(self.trainer.state.global_step), pending=batch)
         gen = Generation(rewards, advantages, ids, mask, lengths, truncated, out.get("sampling_per_token_logps"),
                          out.get("old_per_token_logps"), out.get("importance_sampling_ratio"), rows, spans)

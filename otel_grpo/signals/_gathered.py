@@ -1,0 +1,259 @@
+"""The host half of `reduce_stats`: a step's gathered pack finished into `ReducedStats`, with numpy and plain
+floats only. No torch here, so that the finishing can run in the telemetry process (`GatheredStats` is
+picklable: `Step.defer`), which never imports torch.
+
+    gathered = gather_stats(stats, accelerator)   # `_reduce`: the collective, the device work, the one copy
+    reduced = gathered.finish()                   # here: means, stds, ESS, extrema, quantiles, finished tables
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ._host import ess_from_sums, finish_vector, group_spread, std_from_sums
+from ._parts import COLUMN_PREFIX, FIELDS, SUMMARIZED_PREFIX, TABLE_PREFIX, Finish, Part
+from ._reduced import ReducedStats
+
+if TYPE_CHECKING:
+    from ._partial import Stats
+
+_BY_PART = (Part.MEAN, Part.STD, Part.ESS, Part.MIN, Part.MAX, Part.SUM)
+
+
+@dataclass(slots=True)
+class _Layout:
+    """Where each part sits in the flat pack; identical on every rank for the same keys."""
+
+    keys: dict[Part, list[str]] = field(default_factory=dict)
+    sum_slots: list[tuple[str, str]] = field(default_factory=list)
+    vectors: list[tuple[str, int]] = field(default_factory=list)
+    ids: list[tuple[str, int]] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    messages: dict[str, str] = field(default_factory=dict)
+    unbiased: set[str] = field(default_factory=set)
+    finishing: dict[str, tuple[dict[str, float], dict[str, str]]] = field(default_factory=dict)
+    """Each per-sample vector's quantiles (key -> q) and summaries (key -> stat), finished together
+    (`finish_vector`: one sort, one mean for the mean and the std)."""
+    grouped: dict[str, tuple[int, dict[str, str]]] = field(default_factory=dict)
+    """Each per-sample vector's group size and group spreads (key -> spread: `group_spread`)."""
+    finishes: dict[str, tuple[Finish, tuple[tuple[int, tuple[float, ...]], ...]]] = field(default_factory=dict)
+    """Each finished table's finish and calls (`Stats.add_table`)."""
+    _call_rows: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    fingerprint: float = 0.0
+    head: int = 0
+    """Where the vectors start: after the sums, check counts, mins, maxs and the layout check."""
+
+    def __getstate__(self) -> tuple:  # pickled with a `GatheredStats`: its cache is made again where it is read
+        return tuple(getattr(self, f.name) for f in fields(self) if f.name != "_call_rows")
+
+    def __setstate__(self, state: tuple) -> None:
+        for f, value in zip((f for f in fields(self) if f.name != "_call_rows"), state):
+            setattr(self, f.name, value)
+        self._call_rows = {}
+
+    def call_rows(self, key: str, world: int) -> tuple[np.ndarray, np.ndarray]:
+        """The finished table `key`'s per-row params [R * world, P] and call indices [R * world], every
+        rank's rows in rank order (made once per layout and world)."""
+        made = self._call_rows.get((key, world))
+        if made is None:
+            calls = self.finishes[key][1]
+            counts = [rows for rows, _ in calls] * world
+            params = np.repeat(np.array([p for _, p in calls] * world, dtype=np.float64).reshape(len(counts), -1),
+                               counts, axis=0)
+            made = self._call_rows[key, world] = (params, np.repeat(np.arange(len(counts)), counts))
+        return made
+
+    @staticmethod
+    def of(stats: Stats) -> _Layout:
+        """The layout of `stats`' structure; cached, as every step has the same structure."""
+        # frozensets, not sorted tuples: hashing a step's ~200 keys costs less than sorting them
+        signature = (
+            frozenset(stats.specs.items()),
+            frozenset((k, v.numel()) for k, v in stats.vectors.items()),
+            frozenset((k, v.numel()) for k, v in stats.ids.items()),
+            frozenset((a, message) for a, (_, message) in stats.checks.items()),
+            frozenset(stats.finishes.items()),
+        )
+        return _layout_of(signature)
+
+    @classmethod
+    def build(cls, signature: tuple) -> _Layout:
+        specs_items, vectors, ids, checks = (sorted(part) for part in signature[:4])
+        specs = dict(specs_items)
+        lay = cls()
+        for part in Part:
+            lay.keys[part] = sorted(k for k, s in specs.items() if s.part is part)
+        # slots grouped by part, then field: finalizing is one vector op per part
+        for part in _BY_PART:
+            for name in FIELDS[part]:
+                lay.sum_slots += [(k, name) for k in lay.keys[part]]
+        lay.vectors, lay.ids = list(vectors), list(ids)
+        lay.checks = [a for a, _ in checks]
+        lay.head = len(lay.sum_slots) + len(lay.checks) + len(lay.keys[Part.MIN]) + len(lay.keys[Part.MAX]) + 1
+        lay.messages = dict(checks)
+        lay.unbiased = {k for k in lay.keys[Part.STD] if specs[k].unbiased}
+        for k in lay.keys[Part.QUANTILE]:
+            lay.finishing.setdefault(specs[k].source, ({}, {}))[0][k] = specs[k].q
+        for k in lay.keys[Part.SUMMARY]:
+            lay.finishing.setdefault(specs[k].source, ({}, {}))[1][k] = specs[k].stat
+        for k in lay.keys[Part.GROUP]:
+            lay.grouped.setdefault(specs[k].source, (specs[k].size, {}))[1][k] = specs[k].stat
+        lay.finishes = dict(signature[4])
+        finishing = sorted((k, f.__module__, f.__qualname__, calls) for k, (f, calls) in lay.finishes.items())
+        text = repr((lay.keys, lay.sum_slots, lay.vectors, lay.ids, lay.checks, finishing))
+        lay.fingerprint = float(zlib.crc32(text.encode()))  # < 2**32: exact in float64
+        return lay
+
+
+@lru_cache(maxsize=64)
+def _layout_of(signature: tuple) -> _Layout:
+    return _Layout.build(signature)
+
+
+@dataclass(slots=True)
+class GatheredStats:
+    """A step's stats of every rank on the host, not finished yet: the first half of `reduce_stats` (the
+    collective, the device work and the one copy, on every rank), whose `finish()` is the second (host
+    arithmetic only). Picklable, so that the finishing can run elsewhere (`Step.defer`):
+
+        gathered = gather_stats(stats, accelerator)   # training thread, every rank
+        reduced = gathered.finish()                   # anywhere, later: the ReducedStats reduce_stats returns
+    """
+
+    flat: np.ndarray
+    """The packed result: every part combined over ranks, then every rank's vectors and tables."""
+    layout: _Layout | None
+    """Where each part sits in `flat`; None: nothing was passed."""
+    world: int
+
+    def finish(self) -> ReducedStats:
+        """The finished stats, as `reduce_stats` returns them."""
+        if self.layout is None:
+            return ReducedStats()
+        return _unpack(self.flat, self.layout, world=self.world)
+
+    def table(self, name: str) -> np.ndarray | None:
+        """The rows of the unfinished table `name` (`Stats.add_table` without a finish), every rank's in rank
+        order, [rows, K] (a view of `flat`); None where the step has no such table."""
+        lay, at = self.layout, 0
+        for key, n in lay.vectors if lay is not None else ():
+            if key.startswith(TABLE_PREFIX) and key not in lay.finishes:
+                width, table = key[len(TABLE_PREFIX):].split(":", 1)
+                if table == name:
+                    start = lay.head + at * self.world
+                    return self.flat[start : start + n * self.world].reshape(-1, int(width))
+            at += n
+        return None
+
+
+def _finalize_sums(h: list[float], lay: _Layout, mins: list[float], maxs: list[float]) -> tuple[list, list]:
+    """Means, stds, ESS, extrema and sums on the host, in `_BY_PART` order: (keys, (value, valid) pairs).
+
+    The same float64 operations, in the same order, as torch would run on device
+    (x * x for squares; max(x, c) for clamp), so the same values, except that
+    math.sqrt is correctly rounded where torch's vectorized sqrt may be 1 ulp off.
+    """
+    keys, out, at = [], [], 0
+
+    def block(part: Part) -> list[float]:
+        nonlocal at
+        width = len(lay.keys[part])
+        at += width
+        return h[at - width : at]
+
+    total, n = block(Part.MEAN), block(Part.MEAN)
+    out += [(t / max(c, 1.0), c > 0) for t, c in zip(total, n)]
+    total, sumsq, n = block(Part.STD), block(Part.STD), block(Part.STD)
+    out += [(std_from_sums(t, q, c, key in lay.unbiased), c > 0)
+            for key, t, q, c in zip(lay.keys[Part.STD], total, sumsq, n)]
+    total, sumsq, n = block(Part.ESS), block(Part.ESS), block(Part.ESS)
+    out += [(ess_from_sums(t, q, c), c > 0 and q > 0) for t, q, c in zip(total, sumsq, n)]
+    for part, extreme in ((Part.MIN, mins), (Part.MAX, maxs)):
+        out += [(x if c > 0 else 0.0, c > 0) for x, c in zip(extreme, block(part))]
+    out += [(t, True) for t in block(Part.SUM)]
+    for part in _BY_PART:
+        keys += lay.keys[part]
+    return keys, out
+
+
+def _check(flat: np.ndarray, lay: _Layout, world: int) -> None:
+    """The ranks passed the same layout, and every on-device data check held."""
+    n_sums, n_checks = len(lay.sum_slots), len(lay.checks)
+    at = lay.head - 1
+    if world > 1 and flat[at] != 1.0:  # one rank: its own fingerprint, nothing to compare
+        raise RuntimeError("ranks passed different stats to reduce_stats (keys, sample counts or a finished "
+                           "table's parameters, such as rollout_correction's thresholds, differ)")
+    for argument, count in zip(lay.checks, flat[n_sums : n_sums + n_checks].tolist()):
+        if count > 0:
+            raise ValueError(lay.messages[argument])
+
+
+def _unpack(flat: np.ndarray, lay: _Layout, world: int) -> ReducedStats:
+    n_sums, n_checks = len(lay.sum_slots), len(lay.checks)
+    k_min, k_max = len(lay.keys[Part.MIN]), len(lay.keys[Part.MAX])
+    at = lay.head - 1
+    host = flat[:at].tolist()  # Python floats: the scalars' parts
+    mins = host[n_sums + n_checks : n_sums + n_checks + k_min]
+    keys, pairs = _finalize_sums(host[:n_sums], lay, mins, host[at - k_max : at])
+    at += 1
+    samples, columns, summarized, tables = {}, {}, {}, {}
+    for key, n in lay.vectors:
+        if key in lay.finishes:  # finished here into ordinary stats (`Stats.add_table`)
+            # torch's float semantics, quietly: exp overflows to inf, NaN stays NaN
+            with np.errstate(all="ignore"):
+                _finish_table(key, flat[at : at + n * world], lay, world, keys, pairs, samples)
+            at += n * world
+            continue
+        block = flat[at : at + n * world].tolist()
+        if key.startswith(TABLE_PREFIX):  # "table:<width>:<name>": rows of every rank, in rank order, flat
+            tables[key[len(TABLE_PREFIX):].split(":", 1)[1]] = block
+        elif key.startswith(COLUMN_PREFIX):  # every row, in rank order; NaN: no value
+            columns[key[len(COLUMN_PREFIX):]] = [x if x == x else None for x in block]
+        elif key.startswith(SUMMARIZED_PREFIX):
+            summarized[key] = [x for x in block if x == x]
+        else:
+            samples[key] = [x for x in block if x == x]  # x == x: not NaN
+            if key in lay.grouped:  # rows in rank order, each rank's whole groups: the groups in order
+                spreads = group_spread(block, lay.grouped[key][0])
+                for gkey, spread in lay.grouped[key][1].items():
+                    keys.append(gkey)
+                    pairs.append(spreads[spread])
+        at += n * world
+    # Quantiles and summaries on the host, where every rank's rows already are after the step's one
+    # copy: a device nanquantile per vector would add device work and a sync each (sort times:
+    # benchmarks/README.md, costs), and moments need no device op either
+    for source, (quantiles, summarized_as) in lay.finishing.items():
+        for key, value, ok in finish_vector(samples[source] if source in samples else summarized[source],
+                                            quantiles, summarized_as):
+            keys.append(key)
+            pairs.append((value, ok))
+    if len(set(keys)) != len(keys):  # a finished table's key also made another way: a programming error
+        raise RuntimeError(f"stat keys made twice: {sorted({k for k in keys if keys.count(k) > 1})}")
+    k = len(lay.keys[Part.DISTINCT])
+    distinct = flat[at : at + 2 * k].tolist()
+    pairs += zip(distinct[:k], (ok > 0 for ok in distinct[k:]))
+    keys += lay.keys[Part.DISTINCT]
+    result = {key: val for key, (val, ok) in zip(keys, pairs) if ok}
+    invalid = frozenset(key for key, (_, ok) in zip(keys, pairs) if not ok)
+    return ReducedStats(result, samples=samples, invalid=invalid, columns=columns, tables=tables)
+
+
+def _finish_table(key: str, block: np.ndarray, lay: _Layout, world: int, keys: list, pairs: list,
+                  samples: dict[str, list[float]]) -> None:
+    """A finished table's stats and per-sample values from its gathered rows, appended to `keys` / `pairs` /
+    `samples`."""
+    width = int(key[len(TABLE_PREFIX):].split(":", 1)[0])
+    params, calls = lay.call_rows(key, world)
+    values, per_sample = lay.finishes[key][0](block.reshape(-1, width), params, calls)
+    for name, (value, ok) in values.items():
+        keys.append(name)
+        pairs.append((float(value), bool(ok)))
+    for name, values_ in per_sample.items():
+        if name in samples:
+            raise RuntimeError(f"per-sample key {name!r} made twice")
+        samples[name] = [x for x in values_ if x == x]  # NaN: an invalid row, left out as from add_samples
