@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import pytest
+import numpy as np
 import torch
 
 from otel_grpo import signals
@@ -16,7 +17,7 @@ from otel_grpo.integrations.trl._generation import (Generation, generation_stats
 from otel_grpo.integrations.trl._generation_rows import (GENERATION_TABLE, SampleBatch, attach_generation,
                                                          generation_values, sample_rows)
 from otel_grpo.integrations.trl._micro_batch import MicroBatch, policy_table
-from otel_grpo.integrations.trl._policy_rows import policy_values
+from otel_grpo.integrations.trl._policy_rows import COLUMNS, KIND_ENTROPY, attach, policy_values
 from otel_grpo.integrations.trl._settings import TrlSettings
 from tests.signals.test_host_transfers import host_transfers  # noqa: F401 (a fixture)
 
@@ -223,8 +224,10 @@ def test_sample_rows_are_this_ranks_rows_with_their_rewards_and_diagnostics_from
     rewards = torch.tensor([[1.0, 2.0], [3.0, math.nan], [10.0, 20.0], [30.0, math.nan]])  # ranks 0 and 1, gathered
     st = settings(rank=1, world=2, reward_names=("fmt", "len"), reward_weights=(1.0, 0.5))
     batch = batch_of(generation(rewards, lengths=(1, 2)), st, prompts=("p1", [{"role": "user", "content": "hi"}]))
-    attach_generation(st, generation_table(st, [generation(rewards, lengths=(1, 2))]), [(2, batch)])
-    batch.numbers[0]["entropy_mean"] = 0.5
+    table = generation_table(st, [generation(rewards, lengths=(1, 2))])
+    attach_generation(np.array(table).reshape(2, -1), [(2, batch)])
+    loss_row = dict.fromkeys(COLUMNS, 0.0) | {"tokens": 2.0, "entropy": 1.0, "kind": KIND_ENTROPY, "position": 0}
+    attach(np.array([list(loss_row.values())]), [(1, batch)])  # row 0's first loss pass: entropy 1.0 over 2 tokens
     rows = sample_rows(batch, st.reward_names, st.num_generations)
     assert [(r["reward"], r["rewards"]["fmt"], r["advantage"], r["group"], r["policy_version"], r["completion_length"])
             for r in rows] == [(20.0, 10.0, 0.5, 1, 3, 1), (30.0, 30.0, -0.5, 1, 3, 2)]  # its own length wins
@@ -332,8 +335,9 @@ def test_rows_wait_for_their_first_loss_pass_and_go_out_at_the_end_regardless():
     logged = acc.take(acc.merged())
     assert logged.batches == [] and acc.batches == [batch]  # half its rows passed
     # the generation's numbers of every row and the pass's of its rows wait with the batch, on the host
-    assert set(batch.numbers) == {0, 1, 2, 3} and "is_weight_mean" in batch.numbers[1]
-    assert "is_weight_mean" not in batch.numbers[2]
+    numbers = batch.numbers(st.reward_names)
+    assert set(numbers) == {0, 1, 2, 3} and "is_weight_mean" in numbers[1]
+    assert "is_weight_mean" not in numbers[2]
     rows = sample_rows_of(acc, st)
     assert acc.batches == []
     assert [r.get("is_weight_mean") for r in rows] == [1.0, 1.0, None, None]

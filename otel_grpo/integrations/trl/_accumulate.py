@@ -151,16 +151,15 @@ class Accumulator:
         for its other rows: here, as a waiting batch keeps them until a later step sends it)."""
         table = gathered.table(GENERATION_TABLE)
         if table is not None:
-            attach_generation(self.settings, self._own(table, sum(count for count, _ in self.generations)),
-                              self.generations)
+            attach_generation(self._own(table, sum(count for count, _ in self.generations)), self.generations)
         table = gathered.table(TABLE)
         if table is not None:
             attach(self._own(table, sum(count for count, _ in self.segments)), self.segments)
 
-    def _own(self, table: Any, rows: int) -> list[float]:
-        """This rank's `rows` rows of every rank's `table` ([rows * world, K]), flat."""
+    def _own(self, table: Any, rows: int) -> Any:
+        """This rank's `rows` rows of every rank's `table` ([rows * world, K] numpy, a view)."""
         rank = 0 if table.shape[0] == rows else self.settings.rank
-        return table[rank * rows : (rank + 1) * rows].ravel().tolist()
+        return table[rank * rows : (rank + 1) * rows]
 
     def clear(self) -> None:
         self.stats, self.captures, self.held_bytes, self.batches, self.phases = [], [], 0, [], []

@@ -3,7 +3,7 @@ length stat finished from every rank's rows, each sample row's numbers, and the 
 torch: these may run in the telemetry process (`_logged`); `_generation` makes the table on the device.
 
     values, invalid, samples = generation_values(settings, rows, sizes)  # every reward/length stat
-    attach_generation(settings, rows, segments)                          # each sample row's rewards, advantage
+    attach_generation(rows, segments)                                    # each batch's rows, for its samples
     rows = sample_rows(batch, reward_names, group)                       # a batch's rows, for `Step.samples`
 """
 
@@ -17,6 +17,7 @@ from ...signals._host import finish_vector, group_spread
 from ...signals._summaries import (ADVANTAGE_SUMMARIES, LENGTH_SUMMARIES, REWARD_GROUPS, REWARD_QUANTILES,
                                    REWARD_SUMMARIES, TERMINATED_SUMMARIES, fn_quantiles, fn_summaries)
 from ._chat import chat_text
+from ._policy_rows import C, row_numbers
 from ._settings import TrlSettings
 
 GENERATION_TABLE = "trl_generation"
@@ -43,16 +44,32 @@ class SampleBatch:
     first_index: int
     """Global index of this rank's first row (groups are global)."""
     policy_version: int
-    numbers: dict[int, dict[str, float]] = field(default_factory=dict)
-    """Row position -> its numbers, put here on the host when the logged step that reduced them comes back: its
-    generation's (`attach_generation`: rewards, advantage, truncation) and its first pass through the loss's
-    (`_micro_batch.row_numbers`)."""
+    generation_rows: Any = None
+    """Its rows of the generation table ([size, K] float64, `generation_columns`), put here on the host when the
+    logged step that reduced them comes back (`attach_generation`): rewards, advantage, truncation."""
+    loss_rows: list[Any] = field(default_factory=list)
+    """Its rows of the policy table from their first pass through the loss ([rows, len(COLUMNS)] float64 a
+    micro-batch, rows in the loss's order: each carries its position; `_policy_rows.attach`)."""
     pending: int = 0
     """Rows not yet through their first loss pass (their per-sample diagnostics come from it)."""
 
     @property
     def size(self) -> int:
         return len(self.lengths)
+
+    def numbers(self, reward_names: Sequence[str]) -> dict[int, dict[str, float]]:
+        """Row position -> its numbers: its generation's (rewards, advantage, truncation: `length_clipped`) and its
+        first loss pass's diagnostics (`row_numbers`); a number it lacks (NaN) left out. Made where the rows are
+        (the telemetry process): the training thread only keeps the table rows."""
+        names = ROW_COLUMNS + tuple(FN_COLUMN + name for name in reward_names)
+        keep = [(j, "length_clipped" if name == "truncated" else name) for j, name in enumerate(names)
+                if name != "length"]
+        rows = [] if self.generation_rows is None else self.generation_rows.tolist()
+        out = {i: {name: row[j] for j, name in keep if row[j] == row[j]} for i, row in enumerate(rows)}
+        for block in self.loss_rows:
+            for row in block.tolist():
+                out.setdefault(int(row[C["position"]]), {}).update(row_numbers(row))
+        return out
 
 
 def generation_columns(settings: TrlSettings) -> tuple[str, ...]:
@@ -122,18 +139,14 @@ def _group_spread(settings: TrlSettings, totals: Sequence[float], sizes: Sequenc
             invalid.add(key)
 
 
-def attach_generation(settings: TrlSettings, table: Sequence[float], segments: Sequence[tuple[int, Any]]) -> None:
-    """Give each row of this rank's part of the table (flat) its numbers, in its sample batch (`segments`: the
-    (row count, sample batch or None) of each generation batch behind the rows, in the same order): its
-    rewards, advantage and truncation, a number it lacks (NaN) left out."""
-    names = generation_columns(settings)
-    width, at = len(names), 0
-    keep = [(j, "length_clipped" if name == "truncated" else name) for j, name in enumerate(names) if name != "length"]
+def attach_generation(table: Any, segments: Sequence[tuple[int, Any]]) -> None:
+    """Give each sample batch its rows of this rank's part of the table ([rows, K] numpy; `segments`: the (row
+    count, sample batch or None) of each generation batch behind the rows, in the same order): one slice a
+    batch, their numbers made later (`SampleBatch.numbers`)."""
+    at = 0
     for count, batch in segments:
         if batch is not None:
-            for i in range(count):
-                row = table[(at + i) * width : (at + i + 1) * width]
-                batch.numbers.setdefault(i, {}).update({name: row[j] for j, name in keep if row[j] == row[j]})
+            batch.generation_rows = table[at : at + count]
         at += count
 
 
@@ -141,9 +154,9 @@ def sample_rows(batch: SampleBatch, names: Sequence[str], group: int) -> list[di
     """The rows of one generation batch, each with its numbers (`SampleBatch.numbers`: its generation's rewards,
     advantage and truncation, its first loss pass's diagnostics) under its own columns. No device read: the
     numbers came in the logged steps' one copy each."""
-    rows = []
+    rows, numbered = [], batch.numbers(names)
     for i in range(batch.size):
-        numbers = dict(batch.numbers.get(i, ()))
+        numbers = numbered.get(i, {})
         rewards = {n: numbers.pop(FN_COLUMN + n, math.nan) for n in names}  # NaN: the function scored no value
         reward, advantage = numbers.pop(REWARD_COLUMN, math.nan), numbers.pop(ADVANTAGE_COLUMN, math.nan)
         rows.append({**numbers,

@@ -4,7 +4,7 @@ telemetry process (`_logged`); `_micro_batch` makes the table on the device.
 
     values, invalid = policy_values(settings, rows)  # every policy stat from every rank's rows (flat)
     numbers = row_numbers(row)                       # one first-pass row's sample diagnostics
-    attach(rows, segments)                           # this rank's rows' numbers to their sample batches
+    attach(rows, segments)                           # this rank's first-pass rows to their sample batches
 """
 
 from __future__ import annotations
@@ -181,13 +181,12 @@ def row_numbers(row: Sequence[float]) -> dict[str, float]:
     return {k: v for k, v in out.items() if v == v}  # a NaN goes out as no value, as sample_diagnostics' columns
 
 
-def attach(table: Sequence[float], segments: Sequence[tuple[int, Any]]) -> None:
-    """Give each first-pass row's numbers to its sample: `table` is this rank's rows (flat), `segments` the
-    (row count, generation batch or None) of each micro-batch behind them, in the same order."""
-    width, at = len(COLUMNS), 0
+def attach(table: Any, segments: Sequence[tuple[int, Any]]) -> None:
+    """Give each first-pass micro-batch's rows to their sample batch: `table` is this rank's rows ([rows, K]
+    numpy), `segments` the (row count, generation batch or None) of each micro-batch behind them, in the same
+    order. One slice a micro-batch: the rows' numbers are made later (`SampleBatch.numbers`: `row_numbers`)."""
+    at = 0
     for count, batch in segments:
         if batch is not None:
-            for i in range(at, at + count):
-                row = table[i * width : (i + 1) * width]
-                batch.numbers.setdefault(int(row[C["position"]]), {}).update(row_numbers(row))
+            batch.loss_rows.append(table[at : at + count])
         at += count
