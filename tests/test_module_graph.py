@@ -39,11 +39,15 @@ def _under(name: str, packages: tuple[str, ...]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in packages)
 
 
-def _imported(name: str, path: Path) -> list[tuple[str, list[str]]]:
-    """(module imported, names taken from it) for every import of otel_grpo in the file, at any depth."""
+def _imported(name: str, path: Path, runtime: bool = False) -> list[tuple[str, list[str]]]:
+    """(module imported, names taken from it) for every import of otel_grpo in the file, at any depth;
+    `runtime`: those that run (not under `if TYPE_CHECKING:`)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    if runtime:
+        tree.body = [n for n in tree.body if not (isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")]
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -55,10 +59,10 @@ def _imported(name: str, path: Path) -> list[tuple[str, list[str]]]:
     return [(m, names) for m, names in out if _under(m, ("otel_grpo",))]
 
 
-def _edges(name: str) -> set[str]:
+def _edges(name: str, runtime: bool = False) -> set[str]:
     """The modules of the tree that `name` imports (`from pkg import mod` counts as importing `mod`)."""
     edges = set()
-    for module, names in _imported(name, MODULES[name]):
+    for module, names in _imported(name, MODULES[name], runtime):
         submodules = {f"{module}.{n}" for n in names} & MODULES.keys()
         edges |= submodules
         if len(submodules) < len(names) or not names:  # a name defined in `module` itself
@@ -129,3 +133,39 @@ def test_no_private_name_crosses_a_module():
     crossing = {(m, f"{module}.{n}") for m in SPLIT_MODULES for module, names in _imported(m, MODULES[m])
                 for n in names if n.startswith("_") and f"{module}.{n}" not in MODULES}
     assert crossing == set()
+
+
+HOST_HALF = ("otel_grpo.signals._gathered", "otel_grpo.signals._table_finishes", "otel_grpo.integrations.trl._logged",
+             "otel_grpo.telemetry._backend", "otel_grpo.telemetry._child")
+"""What the telemetry process runs: a logged step's finishing (`Step.defer`) and the backend. That process never
+imports torch (about 280 MB of its own memory): `test_trl_process` reads its memory map."""
+
+
+def _imports_torch(name: str) -> bool:
+    return any(m == "torch" or m.startswith("torch.")
+               for node in ast.walk(ast.parse(MODULES[name].read_text()))
+               for m in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []))
+
+
+def _reach(start: str) -> set[str]:
+    """Every module of the tree that importing `start` runs: its imports' (at any depth), and each one's packages."""
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in MODULES:
+            continue
+        seen.add(name)
+        todo += _edges(name, runtime=True)
+        todo += [name.rsplit(".", i)[0] for i in range(1, name.count("."))]  # its packages' __init__
+    return seen
+
+
+@pytest.mark.parametrize("name", HOST_HALF)
+def test_the_host_half_imports_no_torch(name):
+    assert {m for m in _reach(name) if _imports_torch(m)} == set()
+
+
+def test_the_torch_check_sees_a_torch_module():
+    assert _imports_torch("otel_grpo.signals._partial") and "otel_grpo.signals._partial" in _reach("otel_grpo.signals._masked")
+    assert "otel_grpo.signals._gathered" in _reach("otel_grpo.signals._reduce")

@@ -26,7 +26,7 @@ _BY_PART = (Part.MEAN, Part.STD, Part.ESS, Part.MIN, Part.MAX, Part.SUM)
 
 
 @dataclass(slots=True)
-class _Layout:
+class Layout:
     """Where each part sits in the flat pack; identical on every rank for the same keys."""
 
     keys: dict[Part, list[str]] = field(default_factory=dict)
@@ -69,7 +69,7 @@ class _Layout:
         return made
 
     @staticmethod
-    def of(stats: Stats) -> _Layout:
+    def of(stats: Stats) -> Layout:
         """The layout of `stats`' structure; cached, as every step has the same structure."""
         # frozensets, not sorted tuples: hashing a step's ~200 keys costs less than sorting them
         signature = (
@@ -82,7 +82,7 @@ class _Layout:
         return _layout_of(signature)
 
     @classmethod
-    def build(cls, signature: tuple) -> _Layout:
+    def build(cls, signature: tuple) -> Layout:
         specs_items, vectors, ids, checks = (sorted(part) for part in signature[:4])
         specs = dict(specs_items)
         lay = cls()
@@ -111,8 +111,8 @@ class _Layout:
 
 
 @lru_cache(maxsize=64)
-def _layout_of(signature: tuple) -> _Layout:
-    return _Layout.build(signature)
+def _layout_of(signature: tuple) -> Layout:
+    return Layout.build(signature)
 
 
 @dataclass(slots=True)
@@ -127,7 +127,7 @@ class GatheredStats:
 
     flat: np.ndarray
     """The packed result: every part combined over ranks, then every rank's vectors and tables."""
-    layout: _Layout | None
+    layout: Layout | None
     """Where each part sits in `flat`; None: nothing was passed."""
     world: int
 
@@ -151,7 +151,7 @@ class GatheredStats:
         return None
 
 
-def _finalize_sums(h: list[float], lay: _Layout, mins: list[float], maxs: list[float]) -> tuple[list, list]:
+def _finalize_sums(h: list[float], lay: Layout, mins: list[float], maxs: list[float]) -> tuple[list, list]:
     """Means, stds, ESS, extrema and sums on the host, in `_BY_PART` order: (keys, (value, valid) pairs).
 
     The same float64 operations, in the same order, as torch would run on device
@@ -181,7 +181,7 @@ def _finalize_sums(h: list[float], lay: _Layout, mins: list[float], maxs: list[f
     return keys, out
 
 
-def _check(flat: np.ndarray, lay: _Layout, world: int) -> None:
+def check_layout(flat: np.ndarray, lay: Layout, world: int) -> None:
     """The ranks passed the same layout, and every on-device data check held."""
     n_sums, n_checks = len(lay.sum_slots), len(lay.checks)
     at = lay.head - 1
@@ -193,7 +193,7 @@ def _check(flat: np.ndarray, lay: _Layout, world: int) -> None:
             raise ValueError(lay.messages[argument])
 
 
-def _unpack(flat: np.ndarray, lay: _Layout, world: int) -> ReducedStats:
+def _unpack(flat: np.ndarray, lay: Layout, world: int) -> ReducedStats:
     n_sums, n_checks = len(lay.sum_slots), len(lay.checks)
     k_min, k_max = len(lay.keys[Part.MIN]), len(lay.keys[Part.MAX])
     at = lay.head - 1
@@ -243,7 +243,7 @@ def _unpack(flat: np.ndarray, lay: _Layout, world: int) -> ReducedStats:
     return ReducedStats(result, samples=samples, invalid=invalid, columns=columns, tables=tables)
 
 
-def _finish_table(key: str, block: np.ndarray, lay: _Layout, world: int, keys: list, pairs: list,
+def _finish_table(key: str, block: np.ndarray, lay: Layout, world: int, keys: list, pairs: list,
                   samples: dict[str, list[float]]) -> None:
     """A finished table's stats and per-sample values from its gathered rows, appended to `keys` / `pairs` /
     `samples`."""

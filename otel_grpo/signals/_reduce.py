@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._gathered import GatheredStats, _check, _Layout
+from ._gathered import GatheredStats, Layout, check_layout
 from ._partial import Part, Stats, pad_ids
 from ._reduced import ReducedStats
 
@@ -62,18 +62,18 @@ def gather_stats(stats: Stats, accelerator=None) -> GatheredStats:
         raise ValueError(f"stats: expected the signals' Stats (merge micro-batches with |), got {type(stats).__name__}")
     if not stats.specs and not stats.vectors and not stats.checks:
         return GatheredStats(np.empty(0), None, 1)
-    layout = _Layout.of(stats)
+    layout = Layout.of(stats)
     world = _world(accelerator)
     # one rank's ids need no trip through the pack: its distinct-n are computed from them directly
     gathered = _all_gather(_pack(stats, layout, with_ids=world > 1), accelerator, world)  # [W, L]
     result = _finalize(gathered, layout, None if world > 1 else stats.ids)
     # the step's one device-to-host transfer; finished tables are read as numpy views of it
     flat = result.numpy(force=True)
-    _check(flat, layout, world)
+    check_layout(flat, layout, world)
     return GatheredStats(flat, layout, world)
 
 
-def _pack(stats: Stats, lay: _Layout, with_ids: bool = True) -> Tensor:
+def _pack(stats: Stats, lay: Layout, with_ids: bool = True) -> Tensor:
     """[sums, check counts, mins, maxs, layout fingerprint, vectors, ids (with several ranks)]."""
     device = _device(stats)
     scalars = [stats.sums[s] for s in lay.sum_slots] + [stats.checks[a][0] for a in lay.checks]
@@ -125,7 +125,7 @@ class _Reader:
         return block
 
 
-def _finalize(gathered: Tensor, lay: _Layout, local_ids: dict[str, Tensor] | None) -> Tensor:
+def _finalize(gathered: Tensor, lay: Layout, local_ids: dict[str, Tensor] | None) -> Tensor:
     """[W, L] -> [sums, check counts, mins, maxs, layout ok, vectors, gathered values, their valid flags].
 
     Only what needs the gathered vectors (quantiles, distinct-n) is finalized on

@@ -239,11 +239,11 @@ def test_a_finished_table_becomes_stats_each_call_with_its_own_params():
 
 
 def test_finished_rows_of_several_ranks_come_in_rank_order_with_their_calls():
-    from otel_grpo.signals._reduce import _Layout
+    from otel_grpo.signals._gathered import Layout
 
     stats = Stats().add_table("t", torch.zeros(2, 2, dtype=torch.float64), finish=_scaled_mean, params=(1.0,))
     stats |= Stats().add_table("t", torch.zeros(1, 2, dtype=torch.float64), finish=_scaled_mean, params=(2.0,))
-    params, calls = _Layout.of(stats).call_rows("table:2:t", world=2)
+    params, calls = Layout.of(stats).call_rows("table:2:t", world=2)
     assert params[:, 0].tolist() == [1.0, 1.0, 2.0] * 2 and calls.tolist() == [0, 0, 1, 2, 2, 3]
 
 
