@@ -11,6 +11,7 @@
 """
 
 from ._settings import TelemetrySettings
-from ._telemetry import Step, Telemetry
+from ._step import Step
+from ._telemetry import Telemetry
 
 __all__ = ["Step", "Telemetry", "TelemetrySettings"]

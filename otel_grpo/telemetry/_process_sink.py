@@ -58,6 +58,7 @@ from ._quiet import ExportHealth
 from ._record import Heartbeat, StepRecord
 from ._settings import TelemetrySettings
 from ._sinks import BACKLOG_WARNING, ThreadSink
+from ._step import run_deferred
 
 logger = logging.getLogger("otel_grpo.telemetry")
 
@@ -101,6 +102,7 @@ class ProcessSink:
         # `_out`) or `submit` (only ever tried, never waited for).
         self._writing = threading.Lock()
         self._warned_pickle = False
+        self._warned_defer = False
         self._warned_backlog = False
         self._port: int | None = None
         self._health = ExportHealth()  # the child's exporters report there; this one stays quiet
@@ -214,14 +216,30 @@ class ProcessSink:
             self._writing.release()
 
     def _pickle(self, record: StepRecord | Heartbeat) -> bytes:
+        if isinstance(record, StepRecord) and any(getattr(fn, "__module__", None) == "__main__"
+                                                  for fn, _ in record.deferred):
+            # the child's __main__ is not the training script: such a function runs here, said once
+            self._run_here(record, "it is defined in the training script (__main__), which the telemetry process "
+                                   "cannot import (define it in a module)")
         try:
             return pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # a sample row with a value that does not pickle (a lock, a generator)
+        except Exception as exc:  # a sample row or a deferred argument that does not pickle (a lock, a generator)
+            if isinstance(record, StepRecord) and record.deferred:
+                self._run_here(record, f"its arguments do not pickle ({exc})")
+                return self._pickle(record)
             if not self._warned_pickle:
                 self._warned_pickle = True
                 logger.warning("otel-grpo: a sample row does not pickle (%s); such values are sent as text", exc)
             record.rows = [(ns, [_plain_row(r) for r in rows], group) for ns, rows, group in record.rows]
             return pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _run_here(self, record: StepRecord, why: str) -> None:
+        """The step's deferred recordings on this (the training) thread: the child could not run them."""
+        if not self._warned_defer:
+            self._warned_defer = True
+            names = ", ".join(sorted({getattr(fn, "__qualname__", repr(fn)) for fn, _ in record.deferred}))
+            logger.warning("otel-grpo: the deferred %s runs on the training thread: %s", names, why)
+        run_deferred(record, self._settings.run_id)
 
     def flush(self, timeout_s: float) -> bool:
         """The child emits everything sent so far and flushes its exporters; False on timeout or if it is gone."""

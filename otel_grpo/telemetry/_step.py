@@ -43,7 +43,7 @@ def _to_floats(stats: Mapping[str, Any]) -> dict[str, float]:
 _DICT = {dict}
 
 
-def _mapping(value: Any, argument: str) -> Mapping[str, Any]:
+def checked_mapping(value: Any, argument: str) -> Mapping[str, Any]:
     """`value` if it is a mapping of names to numbers, else a `ValueError` naming `argument`."""
     if not isinstance(value, Mapping):
         raise ValueError(f"{argument}: expected a mapping of names to numbers, got {type(value).__name__}")
@@ -99,7 +99,7 @@ class Step:
         that `reduced` keeps its `.samples` (a `{**reduced, ...}` copy would drop them).
         May be called several times per step.
         """
-        self._record.scalars.append(_to_floats(_mapping(stats, "stats")))
+        self._record.scalars.append(_to_floats(checked_mapping(stats, "stats")))
         if scalars:
             self._record.scalars.append(_to_floats(scalars))
         samples = getattr(stats, "samples", None)
@@ -153,12 +153,16 @@ class Step:
         """Record later: `fn(step, *args)` records into this step as code inside the block would, off the
         training thread, before the step is emitted (in the telemetry process, pickled with the step, or on
         the telemetry thread); for work whose result only telemetry reads, such as finishing stats from the
-        step's host copy (`instrument` does). `fn`: a module-level function; `args`: picklable, not changed
-        after this call. Where the step's verdict must be known on the training thread (the sample selection
-        across ranks), it runs there at the block's end. An exception in it is logged once per function; the
-        step goes out with what was recorded."""
+        step's host copy (`instrument` does). `fn`: a module-level function of a module the telemetry process
+        can import (one in the training script itself runs on the training thread there, said once); `args`:
+        picklable, not changed after this call. Where the step's verdict must be known on the training thread
+        (the sample selection across ranks), it runs there at the block's end. An exception in it is logged
+        once per function; the step goes out with what was recorded."""
         if not callable(fn):
             raise ValueError(f"fn: expected a function to call later, got {type(fn).__name__}")
+        name = getattr(fn, "__qualname__", "")
+        if "<lambda>" in name or "<locals>" in name:  # the telemetry process finds a function by its name
+            raise ValueError(f"fn: a module-level function, not {name} (the telemetry process imports it by name)")
         self._record.deferred.append((fn, args))
 
 

@@ -53,7 +53,7 @@ from ._record import Heartbeat, StepRecord, error_of
 from ._retention import AnomalyJudge, RowBudget
 from ._settings import TelemetrySettings
 from ._sinks import NullSink, ThreadSink
-from ._step import Step, _mapping, run_deferred
+from ._step import Step, checked_mapping, run_deferred
 from ._writes import WriteBeats
 
 logger = logging.getLogger("otel_grpo.telemetry")
@@ -271,7 +271,7 @@ class Telemetry:
         step count stays the trainer's and a run that hangs after such an evaluation, before its
         first step, still shows no first step (GRPONoFirstStep).
         """
-        metrics = _mapping(metrics, "metrics")
+        metrics = checked_mapping(metrics, "metrics")
         # a peer's dict through the catalog's one mapping, that of the TRL callbacks and `follow`: TRL's as logged too
         named = metrics if source is None else peer_scalars(metrics, source, evaluation=evaluation)
         with self._open(step, count_one=False, evaluation=evaluation) as s:
