@@ -20,7 +20,7 @@ wait for it. On the CPU, run a pass of them inside `single_threaded(device)`: sm
 in several threads cost more than they compute.
 """
 
-from typing import Any
+from .._lazy import lazy_names
 
 __all__ = [
     "GatheredStats",
@@ -69,16 +69,9 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # Lazily, as `otel_grpo.integrations` does: the host half (`_gathered`, `_host`) imports no torch, and a
-    # process that finishes stats (the telemetry process) must not import it through this package
-    if name in _WHERE:
-        import importlib
-
-        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Lazily, as `otel_grpo.integrations.trl`: the host half (`_gathered`, `_host`) imports no torch, and a process
+# that finishes stats (the telemetry process) must not import it through this package
+__getattr__ = lazy_names(__name__, _WHERE)
 
 
 def __dir__() -> list[str]:

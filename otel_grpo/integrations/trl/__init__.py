@@ -11,7 +11,8 @@ Names are resolved lazily so that `_keys` (the mapping) imports neither transfor
 nor TRL. docs/integrations.md is rendered from the catalog by `otel_grpo.generate`.
 """
 
-from typing import Any
+from ..._extras import require
+from ..._lazy import lazy_names
 
 __all__ = ["SUPPORTED_TRL", "OtelGrpoCallback", "instrument", "trl_mapping"]
 
@@ -23,14 +24,9 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        import importlib
+def _needs_trl(name: str) -> None:
+    if _WHERE[name] != "._keys":  # the mapping needs neither transformers nor TRL
+        require("trl", f"otel_grpo.integrations.trl.{name}")
 
-        if _WHERE[name] != "._keys":  # the mapping needs neither transformers nor TRL
-            from ..._extras import require
 
-            require("trl", f"otel_grpo.integrations.trl.{name}")
-
-        return getattr(importlib.import_module(_WHERE[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _WHERE, before=_needs_trl)
