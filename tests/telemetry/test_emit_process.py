@@ -23,6 +23,7 @@ from otel_grpo.signals import ReducedStats
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
 from tests._support.waiting import alive, wait_for
+from . import _deferred
 from ._receiver import OTLPReceiver, attrs
 
 ROWS = [{"prompt": f"p{i}", "completion": f"c{i}", "reward": i / 10, "rewards": {"fmt": 1.0}} for i in range(6)]
@@ -34,10 +35,14 @@ def _settings(rx: OTLPReceiver, out: Path, **extra) -> TelemetrySettings:
                              traces_exporters=["otlp"], top_k=2, bottom_k=1, random_k=0, emit_in="process", **extra)
 
 
-def _step(tel: Telemetry, step: int) -> None:
+def _step(tel: Telemetry, step: int, deferred: bool = False) -> None:
+    """A step with a phase, stats and rows; `deferred`: its stats and rows recorded by the backend (`Step.defer`)."""
     with tel.step(step) as s:
         with s.phase("rollout"):
             pass
+        if deferred:
+            s.defer(_deferred.finish, 0.01 * step, ROWS)
+            return
         s.record(ReducedStats({"kl": 0.01 * step}, samples={"sample_reward": [0.0, 1.0]}))
         s.samples(ROWS, group_size=3)
 
@@ -80,18 +85,20 @@ def test_a_run_emitted_by_the_child_process_reaches_the_receiver_whole(tmp_path)
     assert spilled[0][0]["reward.fmt"] == 1.0 and spilled[0][0]["group_size"] == 3
 
 
-def test_a_killed_child_loses_no_sample_and_this_process_takes_over(tmp_path, caplog):
+@pytest.mark.parametrize("deferred", [False, True], ids=["recorded", "deferred"])
+def test_a_killed_child_loses_no_sample_and_this_process_takes_over(tmp_path, caplog, deferred):
+    """Deferred work the child never ran runs here, once this process emits the steps it had sent."""
     with OTLPReceiver() as rx:
         tel = Telemetry(_settings(rx, tmp_path))
         pid = tel._sink.pid
         os.kill(pid, signal.SIGSTOP)  # steps 0-4 wait unacknowledged in the pipe
         with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
             for step in range(5):
-                _step(tel, step)
+                _step(tel, step, deferred)
             os.kill(pid, signal.SIGKILL)
             wait_for(lambda: tel._sink.pid is None, "this process to take over", timeout=30)
             for step in range(5, 8):
-                _step(tel, step)
+                _step(tel, step, deferred)
             tel.finish()
     taken = [r for r in caplog.records if "telemetry process exited" in r.getMessage()]
     assert len(taken) == 1 and "5 unacknowledged steps" in taken[0].getMessage()
