@@ -838,12 +838,35 @@ def test_the_keyboard_moves_a_charts_cursor(site, new_page):
     wait(page, "[...document.querySelectorAll('.plot-card[data-drawn]')].every(c => Plot.inspect(c).cursor === 18)")
     page.keyboard.press("Enter")
     wait(page, "document.querySelector('#step-select').value === '18'")
-    page.keyboard.press("Shift+Tab")  # the focus leaves a chart: its box goes
+    # the focus goes with the view once the samples are in (a focus of the chart before would lose it to them),
+    # and the chart it leaves hides its box
+    wait(page, f"document.activeElement === document.getElementById('samples-heading') && {tip}.hidden")
     page.evaluate(f"{kl}.querySelector('.u-over').focus()")
     page.keyboard.press("Home")
     wait(page, f"!{tip}.hidden")
     page.evaluate(f"{kl}.querySelector('.u-over').blur()")
     wait(page, f"{tip}.hidden")
+
+
+def test_a_live_refresh_keeps_the_keyboards_chart_and_cursor(site, new_page):
+    """A live run's page draws every chart again every 10 s: a keyboard user stays on the chart, at the step."""
+    site.seed(_seed_explorer)
+    page = new_page(viewport={"width": 1366, "height": 900})
+    open_run(page, f"{site.url}/#/run/{MAIN}")
+    kl = _card("KL to the reference")
+    chart(page, kl)
+    page.evaluate(f"{kl}.querySelector('.u-over').focus()")
+    tip = f"{kl}.querySelector('.plot-tip')"
+    page.keyboard.press("End")
+    page.keyboard.press("ArrowLeft")
+    wait(page, f"Plot.inspect({kl}).cursor === 18 && !{tip}.hidden")
+    page.evaluate(f"{kl}.querySelector('.u-over').dataset.before = '1'")
+    page.evaluate("window.otelGrpoRefresh()")
+    over = f"{kl}.querySelector('.u-over')"
+    wait(page, f"{over} && !{over}.dataset.before")  # drawn again: a new chart
+    wait(page, f"document.activeElement === {over} && Plot.inspect({kl}).cursor === 18 && !{tip}.hidden")
+    page.keyboard.press("ArrowLeft")  # the keys go on from there
+    wait(page, f"Plot.inspect({kl}).cursor === 17 && !{tip}.hidden")
 
 
 def test_the_page_runs_under_its_content_security_policy_and_refuses_frames(site, new_page):

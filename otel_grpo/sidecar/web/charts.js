@@ -242,12 +242,28 @@ function runLegend(runs) {
     Plot.swatch(Plot.RUN_COLORS[i % Plot.RUN_COLORS.length], []), " " + run + (i ? "" : " (this run)"))));
 }
 
+// The chart that has the keyboard's focus, and its cursor's step (null: none); null where no chart has it.
+function keyboardPlace() {
+  const card = document.activeElement && document.activeElement.closest(".plot-card");
+  if (!card || !cards.includes(card)) return null;
+  const seen = Plot.inspect(card);
+  return { chart: card.dataset.chart, step: seen ? seen.cursor : null };
+}
+
+// The focus and the cursor back on the same chart, drawn again, unless the focus went elsewhere meanwhile.
+function restorePlace(place) {
+  if (document.activeElement && document.activeElement !== document.body) return;
+  const card = cards.find((c) => c.dataset.chart === place.chart);
+  if (card && card.chart.drawn) card.chart.drawn.focusAt(place.step);
+}
+
 // The charts as cards; those in or near the view drawn now, the others as they scroll near it.
 // Resolves once the ones in view are drawn with their own rows (the page is then ready).
 function redrawPlots() {
   const plots = document.getElementById("plots");
   let drawn = Promise.resolve();
   if (plots && runData) {
+    const place = keyboardPlace();  // taken with the old charts: the new ones get it back once drawn
     for (const chart of mounted) chart.destroy();
     mounted = [];
     if (watcher) watcher.disconnect();
@@ -257,6 +273,7 @@ function redrawPlots() {
     const near = (b) => b.bottom >= -NEAR_PX && b.top <= window.innerHeight + NEAR_PX;
     const now = cards.filter((card) => near(card.getBoundingClientRect()));  // one layout for all
     drawn = Promise.all(now.map(drawCard));
+    if (place) drawn = drawn.then(() => restorePlace(place));
     watcher = new IntersectionObserver((entries) => {
       for (const e of entries) {
         if (!e.isIntersecting) continue;

@@ -69,12 +69,13 @@ const PlotInteract = (() => {
         pendingPick = setTimeout(() => c.onPick(step), DOUBLE_CLICK_MS);
       }
     }
-    keyboard(u, c, () => { here = true; }, () => { here = false; tip.hidden = true; });
+    const keys = keyboard(u, c, () => { here = true; }, () => { here = false; tip.hidden = true; });
     PlotTouch.bind(u.over, { stepAt, zoomTo, release, hover(clientX, clientY) {
       here = true;
       const over = u.over.getBoundingClientRect();
       u.setCursor({ left: clientX - over.left, top: clientY - over.top });
     } });
+    return keys;
   }
 
   function fillTip(tip, step, out, at) {
@@ -145,6 +146,16 @@ const PlotInteract = (() => {
       u.setCursor({ left: u.valToPos(xs[i], "x"), top: parseFloat(over.style.height) / 2 }, true, true);  // hooks, and the other charts (sync)
     });
     over.addEventListener("blur", hide);
+    return {
+      // The focus back on this chart, its cursor (and box) at `step` (null: none): where a keyboard user was
+      // on the chart this one replaces (a live refresh draws every chart again).
+      focusAt(step) {
+        over.focus({ preventScroll: true });
+        if (step === null) return;
+        show();
+        u.setCursor({ left: u.valToPos(step, "x"), top: parseFloat(over.style.height) / 2 }, true, true);
+      },
+    };
   }
 
   return { bind, displayName };

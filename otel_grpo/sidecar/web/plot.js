@@ -99,7 +99,7 @@ const Plot = (() => {
   //                  points: [[step, value or null], ...]}], scale, unit, xDomain: [first, last],
   //         smooth: 0..0.99, compare, marks: [{step, kind, label, name, runbook, onOpen}],
   //         onPick(step), onZoom([lo, hi] or null)}
-  // Returns {element, mount(width), destroy()}: uPlot needs the width it is given, known once the
+  // Returns {element, mount(width), focusAt(step), destroy()}: uPlot needs the width it is given, known once the
   // element is in the page.
   function chart(c) {
     const element = h("div", { class: "plot-wrap" });
@@ -117,15 +117,17 @@ const Plot = (() => {
                                                           color: s.color, stroke: s.raw ? withAlpha(s.color, RAW_ALPHA) : s.color,
                                                           dash: s.dash, values: s.ys.map((v) => (v === undefined ? "absent"
                                                                                                  : v === null ? "gap" : v)) })) });
-    let u = null;
+    let u = null, keys = null;
     shown.set(element, { info, cursor: () => (u && u.cursor.idx !== null && u.cursor.idx !== undefined && u.cursor.left >= 0
                                                 ? u.data[0][u.cursor.idx] : null) });
     return {
       element,
       mount(width) {
         u = new uPlot(options(c, scale, drawn.out, ticks, [x0, x1], width), [drawn.xs, ...drawn.out.map((s) => s.ys)], element);
-        PlotInteract.bind(u, element, c, () => [drawn.out, laid.at], [x0, x1]);
+        keys = PlotInteract.bind(u, element, c, () => [drawn.out, laid.at], [x0, x1]);
       },
+      // The keyboard's focus on this chart, its cursor at `step` (null: none): `PlotInteract`'s focusAt.
+      focusAt(step) { if (keys) keys.focusAt(step); },
       // Another smoothing weight, drawn on the same chart (no new canvas), where the series stay
       // the same: raw and smoothed, or raw alone. False where the chart has to be built again.
       smooth(w) {
