@@ -815,16 +815,21 @@ def test_a_chart_is_drawn_and_its_rows_asked_for_once_scrolled_to(site, new_page
     assert page.evaluate(f"{last}.querySelectorAll('canvas').length") >= 1 and len(page.evaluate(mine)) == 1
 
 
-def test_the_keyboard_moves_a_charts_cursor(site, new_page):
-    """Tab to a chart; Left/Right move its cursor a step, Home/End to the first and last step, with the
-    hover's box of values; every chart's cursor follows; Enter opens that step's samples."""
+def _keyboard_on_kl(site, new_page):
+    """The explorer's run page with the keyboard's focus on the KL chart: (page, its card, its box), as JS."""
     site.seed(_seed_explorer)
     page = new_page(viewport={"width": 1366, "height": 900})
     open_run(page, f"{site.url}/#/run/{MAIN}")
     kl = _card("KL to the reference")
     chart(page, kl)
     page.evaluate(f"{kl}.querySelector('.u-over').focus()")
-    tip = f"{kl}.querySelector('.plot-tip')"
+    return page, kl, f"{kl}.querySelector('.plot-tip')"
+
+
+def test_the_keyboard_moves_a_charts_cursor(site, new_page):
+    """Tab to a chart; Left/Right move its cursor a step, Home/End to the first and last step, with the
+    hover's box of values; every chart's cursor follows; Enter opens that step's samples."""
+    page, kl, tip = _keyboard_on_kl(site, new_page)
     seen = []
     for key, step in (("End", 19), ("ArrowLeft", 18), ("ArrowLeft", 17), ("Home", 0), ("ArrowRight", 1), ("ArrowLeft", 0),
                       ("ArrowLeft", 0)):
@@ -850,13 +855,7 @@ def test_the_keyboard_moves_a_charts_cursor(site, new_page):
 
 def test_a_live_refresh_keeps_the_keyboards_chart_and_cursor(site, new_page):
     """A live run's page draws every chart again every 10 s: a keyboard user stays on the chart, at the step."""
-    site.seed(_seed_explorer)
-    page = new_page(viewport={"width": 1366, "height": 900})
-    open_run(page, f"{site.url}/#/run/{MAIN}")
-    kl = _card("KL to the reference")
-    chart(page, kl)
-    page.evaluate(f"{kl}.querySelector('.u-over').focus()")
-    tip = f"{kl}.querySelector('.plot-tip')"
+    page, kl, tip = _keyboard_on_kl(site, new_page)
     page.keyboard.press("End")
     page.keyboard.press("ArrowLeft")
     wait(page, f"Plot.inspect({kl}).cursor === 18 && !{tip}.hidden")
