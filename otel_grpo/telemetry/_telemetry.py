@@ -45,7 +45,7 @@ from . import _clock as clock
 from . import _preemption
 from ._attempt import next_attempt
 from ._backend import Backend
-from ._exchange import current_group, select_across_ranks
+from ._exchange import ProcessGroup, current_group, select_across_ranks
 from ._process_sink import ProcessSink
 from ._providers import detect_rank, sdk_disabled
 from ._quiet import ExportHealth
@@ -222,11 +222,12 @@ class Telemetry:
             record.skipped = True
             raise
         finally:
-            if self._selects_across_ranks():  # rank 0's verdict decides every rank's rows: judged here
+            group = self._selection_group()
+            if group is not None:  # rank 0's verdict decides every rank's rows: judged here
                 run_deferred(record, self.settings.run_id)
                 record.keep_reason, record.judged = self._judge(record.scalars, record.skipped), True
                 if clean and gather:
-                    record.picked = self._select_across_ranks(record)  # every rank's rows compete
+                    record.picked = self._select_across_ranks(record, group)  # every rank's rows compete
             record.end_ns = clock.now_ns()
             if not self._closed:
                 with _preemption.deferred():  # the sink's locks: a SIGTERM here ends the run after it
@@ -236,16 +237,16 @@ class Telemetry:
                 logger.warning("otel-grpo: step %d came after this Telemetry's finish() or shutdown(); it and "
                                "later steps are neither exported nor spilled (make a new Telemetry)", step)
 
-    def _selects_across_ranks(self) -> bool:
-        """A step's rows are selected across ranks (on the training thread, with rank 0's verdict): global
-        selection with several processes. Else the backend judges and selects each step."""
+    def _selection_group(self) -> ProcessGroup | None:
+        """The processes a step's rows are selected across (on the training thread, with rank 0's verdict):
+        global selection with several processes; None: the backend judges and selects each step."""
         # every rank has the same settings: all take the collectives, or skip them, together
-        return self.settings.sample_reduce == "global" and bool(self.settings.samples_per_step) \
-            and current_group() is not None
+        if self.settings.sample_reduce != "global" or not self.settings.samples_per_step:
+            return None
+        return current_group()
 
-    def _select_across_ranks(self, record: StepRecord) -> list:
-        """The step's kept rows of every rank on rank 0, [] on the others (`_selects_across_ranks`)."""
-        group = current_group()
+    def _select_across_ranks(self, record: StepRecord, group: ProcessGroup) -> list:
+        """The step's kept rows of every rank on rank 0, [] on the others."""
         try:
             kept = select_across_ranks(record.rows, self.settings, self._select_rng, group, record.keep_reason,
                                        self._budget)

@@ -24,7 +24,7 @@ GENERATION_TABLE = "trl_generation"
 """The table's name in `Stats.add_table` / `ReducedStats.tables`."""
 # The table's columns, per row: its total reward as TRL weights it (NaN: no function scored it), its
 # advantage, length and truncation (1.0: it hit the length limit), then each reward function's reward
-# (NaN where the function scored none): `generation_columns(settings)`
+# (NaN where the function scored none): `generation_columns(reward_names)`
 ROW_COLUMNS = ("reward", "advantage", "length", "truncated")
 # Each sample row's reward, advantage and per-function rewards come from its table row (`attach_generation`)
 REWARD_COLUMN, ADVANTAGE_COLUMN, FN_COLUMN = "reward", "advantage", "rewards/"
@@ -61,7 +61,7 @@ class SampleBatch:
         """Row position -> its numbers: its generation's (rewards, advantage, truncation: `length_clipped`) and its
         first loss pass's diagnostics (`row_numbers`); a number it lacks (NaN) left out. Made where the rows are
         (the telemetry process): the training thread only keeps the table rows."""
-        names = ROW_COLUMNS + tuple(FN_COLUMN + name for name in reward_names)
+        names = generation_columns(reward_names)
         keep = [(j, "length_clipped" if name == "truncated" else name) for j, name in enumerate(names)
                 if name != "length"]
         rows = [] if self.generation_rows is None else self.generation_rows.tolist()
@@ -72,9 +72,9 @@ class SampleBatch:
         return out
 
 
-def generation_columns(settings: TrlSettings) -> tuple[str, ...]:
+def generation_columns(reward_names: Sequence[str]) -> tuple[str, ...]:
     """The generation table's columns: `ROW_COLUMNS`, then each reward function's."""
-    return ROW_COLUMNS + tuple(FN_COLUMN + name for name in settings.reward_names)
+    return ROW_COLUMNS + tuple(FN_COLUMN + name for name in reward_names)
 
 
 def generation_values(settings: TrlSettings, table: Sequence[float],
@@ -84,7 +84,7 @@ def generation_values(settings: TrlSettings, table: Sequence[float],
     rank): (values, keys with no valid element, per-sample vectors for the histograms). The keys and
     arithmetic of `signals.reward_stats`, `advantage_stats` and `length_stats` on the batches taken together,
     finished as `reduce_stats` finishes per-sample vectors."""
-    names = generation_columns(settings)
+    names = generation_columns(settings.reward_names)
     width = len(names)
     col = {name: table[j::width] for j, name in enumerate(names)}
     out: dict[str, float] = {}
