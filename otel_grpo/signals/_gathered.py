@@ -11,7 +11,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -43,29 +43,37 @@ class Layout:
     """Each per-sample vector's group size and group spreads (key -> spread: `group_spread`)."""
     finishes: dict[str, tuple[Finish, tuple[tuple[int, tuple[float, ...]], ...]]] = field(default_factory=dict)
     """Each finished table's finish and calls (`Stats.add_table`)."""
-    _call_rows: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _call_rows: dict[tuple[str, tuple], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _on_device: dict = field(default_factory=dict)
+    """`gather_stats`' per-device copies of [fingerprint, *lengths] (torch tensors: never pickled)."""
     fingerprint: float = 0.0
     head: int = 0
-    """Where the vectors start: after the sums, check counts, mins, maxs and the layout check."""
+    """Where the ranks' sizes start: after the sums, check counts, mins, maxs and the layout check."""
+    lengths: list[float] = field(default_factory=list)
+    """This rank's sizes, which may differ between ranks (`gather_stats` pads every rank's to the largest):
+    each vector's and id payload's entries, then each finished table's rows per call (`call_slots`)."""
+    n_lengths: int = 0
+    """How many sizes each rank sends: `len(lengths)`."""
+    call_slots: dict[str, slice] = field(default_factory=dict)
+    """Where each finished table's rows per call sit in `lengths`."""
 
-    def __getstate__(self) -> tuple:  # pickled with a `GatheredStats`: its cache is made again where it is read
-        return tuple(getattr(self, f.name) for f in fields(self) if f.name != "_call_rows")
+    def __getstate__(self) -> tuple:  # pickled with a `GatheredStats`
+        return tuple(getattr(self, f.name) for f in _PICKLED)
 
     def __setstate__(self, state: tuple) -> None:
-        for f, value in zip((f for f in fields(self) if f.name != "_call_rows"), state):
+        for f, value in zip(_PICKLED, state):
             setattr(self, f.name, value)
-        self._call_rows = {}
+        self._call_rows, self._on_device = {}, {}
 
-    def call_rows(self, key: str, world: int) -> tuple[np.ndarray, np.ndarray]:
-        """The finished table `key`'s per-row params [R * world, P] and call indices [R * world], every
-        rank's rows in rank order (made once per layout and world)."""
-        made = self._call_rows.get((key, world))
+    def call_rows(self, key: str, rows: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The finished table `key`'s per-row params [R, P] and call indices [R] over every rank's rows in rank
+        order, `rows[r][c]` being rank r's rows of call c (made once per layout and row counts)."""
+        made = self._call_rows.get((key, rows))
         if made is None:
-            calls = self.finishes[key][1]
-            counts = [rows for rows, _ in calls] * world
-            params = np.repeat(np.array([p for _, p in calls] * world, dtype=np.float64).reshape(len(counts), -1),
-                               counts, axis=0)
-            made = self._call_rows[key, world] = (params, np.repeat(np.arange(len(counts)), counts))
+            params = [p for _, p in self.finishes[key][1]] * len(rows)
+            counts = [n for rank in rows for n in rank]
+            params = np.repeat(np.array(params, dtype=np.float64).reshape(len(counts), -1), counts, axis=0)
+            made = self._call_rows[key, rows] = (params, np.repeat(np.arange(len(counts)), counts))
         return made
 
     @staticmethod
@@ -104,10 +112,25 @@ class Layout:
         for k in lay.keys[Part.GROUP]:
             lay.grouped.setdefault(specs[k].source, (specs[k].size, {}))[1][k] = specs[k].stat
         lay.finishes = dict(signature[4])
-        finishing = sorted((k, f.__module__, f.__qualname__, calls) for k, (f, calls) in lay.finishes.items())
-        text = repr((lay.keys, lay.sum_slots, lay.vectors, lay.ids, lay.checks, finishing))
+        at = len(lay.vectors) + len(lay.ids)
+        for key in sorted(lay.finishes):
+            calls = len(lay.finishes[key][1])
+            lay.call_slots[key] = slice(at, at + calls)
+            at += calls
+        lay.n_lengths = at
+        lay.lengths = ([float(n) for _, n in lay.vectors] + [float(n) for _, n in lay.ids]
+                       + [float(rows) for key in lay.call_slots for rows, _ in lay.finishes[key][1]])
+        # the structure the ranks must share; sizes (rows, entries) may differ and travel in the pack
+        finishing = sorted((k, f.__module__, f.__qualname__, tuple(p for _, p in calls))
+                           for k, (f, calls) in lay.finishes.items())
+        text = repr((lay.keys, lay.sum_slots, [k for k, _ in lay.vectors], [k for k, _ in lay.ids], lay.checks,
+                     finishing))
         lay.fingerprint = float(zlib.crc32(text.encode()))  # < 2**32: exact in float64
         return lay
+
+
+_PICKLED = tuple(f for f in fields(Layout) if not f.name.startswith("_"))
+"""A layout's fields but its caches: made again where it is read."""
 
 
 @lru_cache(maxsize=64)
@@ -126,28 +149,47 @@ class GatheredStats:
     """
 
     flat: np.ndarray
-    """The packed result: every part combined over ranks, then every rank's vectors and tables."""
+    """The packed result: every part combined over ranks, every rank's sizes (`Layout.lengths`), then every
+    rank's vectors and tables, each rank's padded to `widths`."""
     layout: Layout | None
     """Where each part sits in `flat`; None: nothing was passed."""
     world: int
+    widths: tuple[int, ...] = ()
+    """Each vector's entries per rank in `flat`: the largest rank's (or more), the others padded."""
 
     def finish(self) -> ReducedStats:
         """The finished stats, as `reduce_stats` returns them."""
         if self.layout is None:
             return ReducedStats()
-        return _unpack(self.flat, self.layout, world=self.world)
+        return _unpack(self)
+
+    def sizes(self) -> np.ndarray:
+        """[world, len(Layout.lengths)]: every rank's sizes, in rank order."""
+        lay = self.layout
+        return self.flat[lay.head : lay.head + lay.n_lengths * self.world].reshape(self.world, lay.n_lengths)
+
+    def vectors(self) -> Iterator[tuple[str, np.ndarray]]:
+        """Each vector's entries of every rank, in rank order, without the padding (views where no rank was
+        padded), in `Layout.vectors`' order."""
+        lay, world = self.layout, self.world
+        sizes = self.sizes()
+        at = lay.head + sizes.size
+        for i, ((key, _), width) in enumerate(zip(lay.vectors, self.widths)):
+            block, counts = self.flat[at : at + width * world], sizes[:, i]
+            if (counts != width).any():
+                block = np.concatenate([block[r * width : r * width + int(n)] for r, n in enumerate(counts)])
+            yield key, block
+            at += width * world
 
     def table(self, name: str) -> np.ndarray | None:
         """The rows of the unfinished table `name` (`Stats.add_table` without a finish), every rank's in rank
-        order, [rows, K] (a view of `flat`); None where the step has no such table."""
-        lay, at = self.layout, 0
-        for key, n in lay.vectors if lay is not None else ():
-            if key.startswith(TABLE_PREFIX) and key not in lay.finishes:
+        order, [rows, K] (a view of `flat` where the ranks had as many rows); None where the step has no such
+        table."""
+        for key, block in self.vectors() if self.layout is not None else ():
+            if key.startswith(TABLE_PREFIX) and key not in self.layout.finishes:
                 width, table = key[len(TABLE_PREFIX):].split(":", 1)
                 if table == name:
-                    start = lay.head + at * self.world
-                    return self.flat[start : start + n * self.world].reshape(-1, int(width))
-            at += n
+                    return block.reshape(-1, int(width))
         return None
 
 
@@ -186,34 +228,36 @@ def check_layout(flat: np.ndarray, lay: Layout, world: int) -> None:
     n_sums, n_checks = len(lay.sum_slots), len(lay.checks)
     at = lay.head - 1
     if world > 1 and flat[at] != 1.0:  # one rank: its own fingerprint, nothing to compare
-        raise RuntimeError("ranks passed different stats to reduce_stats (keys, sample counts or a finished "
-                           "table's parameters, such as rollout_correction's thresholds, differ)")
+        raise RuntimeError("ranks passed different stats to reduce_stats (their keys or a finished table's "
+                           "parameters, such as rollout_correction's thresholds, differ)")
     for argument, count in zip(lay.checks, flat[n_sums : n_sums + n_checks].tolist()):
         if count > 0:
             raise ValueError(lay.messages[argument])
 
 
-def _unpack(flat: np.ndarray, lay: Layout, world: int) -> ReducedStats:
+def _unpack(g: GatheredStats) -> ReducedStats:
+    lay, flat = g.layout, g.flat
     n_sums, n_checks = len(lay.sum_slots), len(lay.checks)
     k_min, k_max = len(lay.keys[Part.MIN]), len(lay.keys[Part.MAX])
     at = lay.head - 1
     host = flat[:at].tolist()  # Python floats: the scalars' parts
     mins = host[n_sums + n_checks : n_sums + n_checks + k_min]
     keys, pairs = _finalize_sums(host[:n_sums], lay, mins, host[at - k_max : at])
-    at += 1
-    samples, columns, summarized, tables = {}, {}, {}, {}
-    for key, n in lay.vectors:
+    sizes = g.sizes().astype(np.int64)
+    samples, columns, summarized, tables, column_ranks = {}, {}, {}, {}, ()
+    for i, (key, block) in enumerate(g.vectors()):
         if key in lay.finishes:  # finished here into ordinary stats (`Stats.add_table`)
+            rows = tuple(tuple(rank) for rank in sizes[:, lay.call_slots[key]].tolist())
             # torch's float semantics, quietly: exp overflows to inf, NaN stays NaN
             with np.errstate(all="ignore"):
-                _finish_table(key, flat[at : at + n * world], lay, world, keys, pairs, samples)
-            at += n * world
+                _finish_table(key, block, lay, rows, keys, pairs, samples)
             continue
-        block = flat[at : at + n * world].tolist()
+        block = block.tolist()
         if key.startswith(TABLE_PREFIX):  # "table:<width>:<name>": rows of every rank, in rank order, flat
             tables[key[len(TABLE_PREFIX):].split(":", 1)[1]] = block
         elif key.startswith(COLUMN_PREFIX):  # every row, in rank order; NaN: no value
             columns[key[len(COLUMN_PREFIX):]] = [x if x == x else None for x in block]
+            column_ranks = tuple(sizes[:, i].tolist())
         elif key.startswith(SUMMARIZED_PREFIX):
             summarized[key] = [x for x in block if x == x]
         else:
@@ -223,7 +267,7 @@ def _unpack(flat: np.ndarray, lay: Layout, world: int) -> ReducedStats:
                 for gkey, spread in lay.grouped[key][1].items():
                     keys.append(gkey)
                     pairs.append(spreads[spread])
-        at += n * world
+    at = lay.head + sizes.size + sum(g.widths) * g.world
     # Quantiles and summaries on the host, where every rank's rows already are after the step's one
     # copy: a device nanquantile per vector would add device work and a sync each (sort times:
     # benchmarks/README.md, costs), and moments need no device op either
@@ -240,15 +284,16 @@ def _unpack(flat: np.ndarray, lay: Layout, world: int) -> ReducedStats:
     keys += lay.keys[Part.DISTINCT]
     result = {key: val for key, (val, ok) in zip(keys, pairs) if ok}
     invalid = frozenset(key for key, (_, ok) in zip(keys, pairs) if not ok)
-    return ReducedStats(result, samples=samples, invalid=invalid, columns=columns, tables=tables)
+    return ReducedStats(result, samples=samples, invalid=invalid, columns=columns, tables=tables,
+                        column_ranks=column_ranks)
 
 
-def _finish_table(key: str, block: np.ndarray, lay: Layout, world: int, keys: list, pairs: list,
-                  samples: dict[str, list[float]]) -> None:
+def _finish_table(key: str, block: np.ndarray, lay: Layout, rows: tuple[tuple[int, ...], ...], keys: list,
+                  pairs: list, samples: dict[str, list[float]]) -> None:
     """A finished table's stats and per-sample values from its gathered rows, appended to `keys` / `pairs` /
     `samples`."""
     width = int(key[len(TABLE_PREFIX):].split(":", 1)[0])
-    params, calls = lay.call_rows(key, world)
+    params, calls = lay.call_rows(key, rows)
     values, per_sample = lay.finishes[key][0](block.reshape(-1, width), params, calls)
     for name, (value, ok) in values.items():
         keys.append(name)

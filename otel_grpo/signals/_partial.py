@@ -260,18 +260,20 @@ class Stats:
         same host copy); tables of one `name` concatenate their rows (same K).
 
         Without `finish` it is no catalog signal: `ReducedStats.tables[name]` gets its host rows, every
-        rank's in rank order (one flat row-major list of R * world * K floats, NaN kept: column j is
+        rank's in rank order (one flat row-major list of K floats a row, NaN kept: column j is
         `[j::K]`), for the caller to finish.
 
         With `finish`, a module-level function, `reduce_stats` finishes it into ordinary stats:
-        `finish(rows, params, calls)` gets every rank's rows in rank order as a [R * world, K] float64
-        numpy array, this call's `params` (floats: thresholds, modes) repeated on each of its rows as a
-        [R * world, P] array, and each row's call ([R * world] int: one index per call of each rank, so
+        `finish(rows, params, calls)` gets every rank's rows in rank order as an [N, K] float64 numpy
+        array (N: the rows of every rank, which may differ between ranks), this call's `params` (floats:
+        thresholds, modes) repeated on each of its rows as an [N, P] array, and each row's call ([N] int:
+        one index per call of each rank, so
         that a merge of calls with different parameters keeps each call's own), and returns
         `(values, samples)`: stat key -> (value, valid) (invalid keys go to `.invalid`) and per-sample key
         -> values (NaN: an invalid row, left out as `add_samples`' are). It runs with numpy's floating-point
-        warnings off (overflow to inf, NaN kept, as torch). The finish and every call's row count and params are part of the layout that
-        ranks must share; a name takes one finish and one params length.
+        warnings off (overflow to inf, NaN kept, as torch). The finish, the number of calls and each call's
+        params are part of the layout that ranks must share (not the rows); a name takes one finish and one
+        params length.
         """
         if not name or not isinstance(name, str):
             raise ValueError(f"name: a table needs a non-empty name, got {name!r}")

@@ -16,13 +16,13 @@ which the host gets anyway for the histograms, and so are finished per-row table
 table per call with numpy there). That is one collective, where the seed's merge runs one
 all-reduce per key, and one device-to-host transfer per step.
 
-Ranks must pass the same keys with per-sample vectors and per-row tables of the same length
-(`rollout_correction` and `mismatch_stats` make a table: the same B per call on every rank),
-and finished tables with the same parameters (`rollout_correction`'s level, mode and
-thresholds); a layout fingerprint travels in the pack and a mismatch raises `RuntimeError`.
-Lengths that differ make the gather itself fail, in the collective library's words (gloo:
-"Received data size doesn't match"): one gather, of one size on every rank, is what keeps
-the step at one collective.
+Ranks must pass the same keys, and finished tables with the same parameters
+(`rollout_correction`'s level, mode and thresholds); a layout fingerprint travels in the pack and a
+mismatch raises `RuntimeError`. Their numbers of rows may differ (a last batch, packing by tokens):
+each rank's sizes travel in the pack too, and every rank pads its vectors and tables to widths all
+ranks agree on (the largest so far, per layout), so the gather has one size on every rank. A rank
+with more rows than those widths makes the step gather twice (every rank sees it in the gathered
+sizes and gathers again, wider); so does a layout's first step, which learns the sizes.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from torch import Tensor
 from ._gathered import GatheredStats, Layout, check_layout
 from ._partial import Part, Stats, pad_ids
 from ._reduced import ReducedStats
+from ._transfer import to_device
 
 _F64 = torch.float64
 
@@ -64,27 +65,68 @@ def gather_stats(stats: Stats, accelerator=None) -> GatheredStats:
         return GatheredStats(np.empty(0), None, 1)
     layout = Layout.of(stats)
     world = _world(accelerator)
-    # one rank's ids need no trip through the pack: its distinct-n are computed from them directly
-    gathered = _all_gather(_pack(stats, layout, with_ids=world > 1), accelerator, world)  # [W, L]
-    result = _finalize(gathered, layout, None if world > 1 else stats.ids)
-    # the step's one device-to-host transfer; finished tables are read as numpy views of it
-    flat = result.numpy(force=True)
+    if world == 1:  # nothing to pad to, and one rank's ids need no trip through the pack
+        widths = [n for _, n in layout.vectors]
+        flat = _finalize(_pack(stats, layout, widths, with_ids=False).unsqueeze(0), layout, widths, stats.ids)
+        return _checked(flat.numpy(force=True), layout, 1, widths)
+    widths = _widths(layout, world)
+    while True:
+        gathered = _all_gather(_pack(stats, layout, widths), accelerator, world)  # [W, L]
+        # the step's one device-to-host transfer; finished tables are read as numpy views of it
+        flat = _finalize(gathered, layout, widths, None).numpy(force=True)
+        gathered = _checked(flat, layout, world, widths[: len(layout.vectors)])
+        needed = gathered.sizes()[:, : len(widths)].max(0).astype(np.int64).tolist()
+        if all(n <= w for n, w in zip(needed, widths)):
+            return gathered
+        # a rank had more entries than the widths the ranks agreed on: gather again at the new widths, which
+        # every rank takes from the same gathered sizes (so the next collective has one size on every rank)
+        widths = _WIDTHS[layout.fingerprint, world] = [max(n, w) for n, w in zip(needed, widths)]
+
+
+_WIDTHS: dict[tuple[float, int], list[int]] = {}
+"""Per layout (its fingerprint: the structure the ranks share) and world: the entries each rank packs of
+each vector and id payload, the largest any rank had so far (padded below it). Every rank makes the same
+changes, from the same gathered sizes, in the same order of calls, so the widths agree without a
+collective of their own: a step gathers once, and twice only when a rank has more rows than before."""
+
+
+def _widths(layout: Layout, world: int) -> list[int]:
+    if len(_WIDTHS) > 256:  # bounded; every rank clears at the same call
+        _WIDTHS.clear()
+    return _WIDTHS.setdefault((layout.fingerprint, world), [0] * (len(layout.vectors) + len(layout.ids)))
+
+
+def _checked(flat: np.ndarray, layout: Layout, world: int, widths: list[int]) -> GatheredStats:
     check_layout(flat, layout, world)
-    return GatheredStats(flat, layout, world)
+    return GatheredStats(flat, layout, world, tuple(widths))
 
 
-def _pack(stats: Stats, lay: Layout, with_ids: bool = True) -> Tensor:
-    """[sums, check counts, mins, maxs, layout fingerprint, vectors, ids (with several ranks)]."""
+def _pack(stats: Stats, lay: Layout, widths: list[int], with_ids: bool = True) -> Tensor:
+    """[sums, check counts, mins, maxs, layout fingerprint, sizes, vectors, ids (with several ranks)], each
+    vector and id payload padded or cut to its width (a cut one is gathered again)."""
     device = _device(stats)
     scalars = [stats.sums[s] for s in lay.sum_slots] + [stats.checks[a][0] for a in lay.checks]
     scalars += [stats.mins[k] for k in lay.keys[Part.MIN]] + [stats.maxs[k] for k in lay.keys[Part.MAX]]
     pieces = [torch.stack(scalars)] if scalars else []  # one stack: each is a few us on CPU
-    pieces.append(torch.full((1,), lay.fingerprint, dtype=_F64, device=device))
-    pieces += [stats.vectors[k] for k, _ in lay.vectors]
-    # int64 ids travel bit for bit inside the float64 pack (cat and gather copy bytes)
+    head = lay._on_device.get(device)
+    if head is None:  # one (pinned, non-blocking) copy per layout and device: a step of the same sizes reuses it
+        head = lay._on_device[device] = to_device([lay.fingerprint, *lay.lengths], device, _F64)
+    pieces.append(head)
+    pieces += [_fit(stats.vectors[k], w, 0.0) for (k, _), w in zip(lay.vectors, widths)]
+    # int64 ids travel bit for bit inside the float64 pack (cat and gather copy bytes); -1 pads: no n-gram
     if with_ids:
-        pieces += [stats.ids[k].contiguous().view(_F64) for k, _ in lay.ids]
+        pieces += [_fit(stats.ids[k].reshape(-1), w, -1).view(_F64)
+                   for (k, _), w in zip(lay.ids, widths[len(lay.vectors):])]
     return torch.cat(pieces)
+
+
+def _fit(values: Tensor, width: int, pad: float) -> Tensor:
+    n = values.numel()
+    if n == width:
+        return values
+    if n > width:
+        return values[:width]
+    return torch.cat([values, values.new_full((width - n,), pad)])
 
 
 def _device(stats: Stats) -> torch.device:
@@ -125,14 +167,16 @@ class _Reader:
         return block
 
 
-def _finalize(gathered: Tensor, lay: Layout, local_ids: dict[str, Tensor] | None) -> Tensor:
-    """[W, L] -> [sums, check counts, mins, maxs, layout ok, vectors, gathered values, their valid flags].
+def _finalize(gathered: Tensor, lay: Layout, widths: list[int], local_ids: dict[str, Tensor] | None) -> Tensor:
+    """[W, L] -> [sums, check counts, mins, maxs, layout ok, every rank's sizes, vectors, gathered values,
+    their valid flags].
 
     Only what needs the gathered vectors (quantiles, distinct-n) is finalized on
     device; means, stds, ESS and extrema are a few float operations per key, done
     on the host by `_unpack` (IEEE float64 either way), as some 40 tiny device ops
-    cost more than the arithmetic. `local_ids`: one rank's id payloads, which its
-    pack left out (None with several ranks: they are in the pack).
+    cost more than the arithmetic. `widths`: each vector's and id payload's entries per rank in the pack.
+    `local_ids`: one rank's id payloads, which its pack left out (None with several ranks: they are in the
+    pack, padded with -1, which distinct-n counts nowhere).
     """
     world = gathered.shape[0]
     if world == 1:
@@ -147,11 +191,12 @@ def _finalize(gathered: Tensor, lay: Layout, local_ids: dict[str, Tensor] | None
     sums_checks = read.take(width).sum(0)
     head = torch.cat([sums_checks, read.take(k_min).amin(0), read.take(k_max).amax(0)])
     prints = read.take(1)
-    head = torch.cat([head, (prints == prints[0]).all().to(_F64).reshape(1)])
-    vectors = {k: read.take(n).reshape(-1) for k, n in lay.vectors}
-    ids = {k: read.take(n).contiguous().view(torch.int64).reshape(-1) for k, n in lay.ids}
-    out = [head] + [vectors[k] for k, _ in lay.vectors]
+    out = [head, (prints == prints[0]).all().to(_F64).reshape(1), read.take(lay.n_lengths).reshape(-1)]
+    n_vectors = len(lay.vectors)
+    out += [read.take(w).reshape(-1) for w in widths[:n_vectors]]
     if lay.ids:
+        ids = {k: read.take(w).contiguous().view(torch.int64).reshape(-1)
+               for (k, _), w in zip(lay.ids, widths[n_vectors:])}
         out.append(_distinct([ids[k] for k in lay.keys[Part.DISTINCT]]))
     return torch.cat(out)
 

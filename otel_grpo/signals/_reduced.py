@@ -23,7 +23,7 @@ class ReducedStats(dict[str, float]):
             finished by the caller.
     """
 
-    __slots__ = ("samples", "invalid", "columns", "tables")
+    __slots__ = ("samples", "invalid", "columns", "tables", "column_ranks")
 
     def __init__(
         self,
@@ -33,23 +33,31 @@ class ReducedStats(dict[str, float]):
         invalid: frozenset[str] = frozenset(),
         columns: dict[str, list[float | None]] | None = None,
         tables: dict[str, list[float]] | None = None,
+        column_ranks: tuple[int, ...] = (),
     ) -> None:
         super().__init__(values or {})
         self.samples: dict[str, list[float]] = samples or {}
         self.invalid: frozenset[str] = invalid
         self.columns: dict[str, list[float | None]] = columns or {}
         self.tables: dict[str, list[float]] = tables or {}
+        self.column_ranks: tuple[int, ...] = column_ranks
+        """Each rank's rows of `columns`, in rank order (ranks may pass different numbers of rows)."""
 
     def column_rows(self, rank: int = 0, world: int = 1) -> list[dict[str, float]]:
-        """This rank's rows of `columns`, one dict per sample in the order its stats were built
-        (ranks pass equal row counts, as `reduce_stats` requires); None values are left out.
+        """This rank's rows of `columns`, one dict per sample in the order its stats were built; None values
+        are left out. `world` must be the number of ranks that reduced.
 
             rows = [{**row, **extra} for row, extra in zip(rows, reduced.column_rows(rank, world))]
         """
         if not self.columns:
             return []
-        n = len(next(iter(self.columns.values()))) // world
-        return [{k: v[i] for k, v in self.columns.items() if v[i] is not None} for i in range(rank * n, rank * n + n)]
+        if len(self.column_ranks) != world:
+            raise ValueError(f"world: these stats were reduced over {len(self.column_ranks)} ranks, got {world}")
+        if not 0 <= rank < world:
+            raise ValueError(f"rank: expected 0 .. {world - 1}, got {rank}")
+        start = sum(self.column_ranks[:rank])
+        return [{k: v[i] for k, v in self.columns.items() if v[i] is not None}
+                for i in range(start, start + self.column_ranks[rank])]
 
     def __repr__(self) -> str:
         return (

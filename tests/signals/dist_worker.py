@@ -38,6 +38,26 @@ def thresholds_differ(rank: int) -> str:
     return "no error"
 
 
+UNEVEN = (slice(0, 2), slice(2, B))
+"""Each rank's rows of the batch where ranks pass different numbers of rows (whole groups of 2 on each)."""
+
+
+def is_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One batch for `rollout_correction` alone: (train, rollout log-probs, mask), 8 x 6."""
+    g = torch.Generator().manual_seed(3)
+    mask = (torch.arange(6) < torch.randint(1, 7, (8, 1), generator=g)).float()
+    return -torch.rand(8, 6, generator=g), -torch.rand(8, 6, generator=g), mask
+
+
+def uneven(rank: int) -> dict:
+    """Ranks with different numbers of rows: every family (twice: the second at widths already agreed), and
+    `rollout_correction` alone, 3 rows against 5."""
+    stats = everything(B, T, SEED, rows=UNEVEN[rank])
+    rows = slice(0, 3) if rank == 0 else slice(3, 8)
+    _, _, alone = rollout_correction(*(t[rows] for t in is_batch()), level="sequence", mode="truncate")
+    return {"first": reduced_json(stats), "again": reduced_json(stats), "rollout_correction": reduced_json(alone)}
+
+
 def main(out: str) -> None:
     torch.set_num_threads(1)
     # picks up torchrun's environment; on a machine without CUDA only with cpu=True (accelerate 1.15)
@@ -46,11 +66,15 @@ def main(out: str) -> None:
     assert world == 2, world
     half = B // world
     stats = everything(B, T, SEED, rows=slice(rank * half, (rank + 1) * half))
+    with counting_collectives() as first:  # a layout's first reduction agrees on its sizes
+        reduce_stats(stats, accelerator)
     result = {
         "world": world,
+        "first_collectives": first,
         "accelerate": reduced_json(stats, accelerator),
         "torch_distributed": reduced_json(stats),  # the group accelerate initialized
         "thresholds_differ": thresholds_differ(rank),
+        "uneven": uneven(rank),
     }
     with open(f"{out}/rank{rank}.json", "w") as f:
         json.dump(result, f)

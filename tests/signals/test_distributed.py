@@ -53,16 +53,51 @@ def test_every_rank_gets_identical_numbers(two_ranks):
     def shared(result):  # all but "rows", each rank's own slice of the per-sample columns
         return {k: v for k, v in result.items() if k != "rows"}
 
+    assert shared(two_ranks[0]["uneven"]["first"]) == shared(two_ranks[1]["uneven"]["first"])
     assert shared(two_ranks[0]["accelerate"]) == shared(two_ranks[1]["accelerate"])
     assert shared(two_ranks[0]["torch_distributed"]) == shared(two_ranks[1]["torch_distributed"])
     assert two_ranks[0]["accelerate"] == two_ranks[0]["torch_distributed"]
 
 
 def test_one_collective_per_reduction_for_every_family(two_ranks):
-    # Every signal family of a step in one reduce_stats call: one gather, whatever the number of keys.
+    # Every signal family of a step in one reduce_stats call: one gather, whatever the number of keys, once the
+    # ranks know each other's sizes (a layout's first reduction, and one where a rank has more rows, gather twice)
     for rank in two_ranks:
+        assert rank["first_collectives"] in (["all_gather"] * 2, ["all_gather_into_tensor"] * 2)
         for path in ("accelerate", "torch_distributed"):
             assert rank[path]["collectives"] in (["all_gather"], ["all_gather_into_tensor"]), path
+        assert rank["uneven"]["first"]["collectives"] == ["all_gather"] * 2  # rank 1's 6 rows: more than before
+        assert rank["uneven"]["again"]["collectives"] == ["all_gather"]
+
+
+def test_ranks_with_different_numbers_of_rows_equal_one_process(two_ranks):
+    """A user's last batch, or packing by tokens, gives ranks different numbers of rows: every family reduces as
+    one process over the concatenated rows, and each rank gets its own rows of the per-sample columns."""
+    from dist_worker import B, SEED, T, UNEVEN, is_batch
+
+    from otel_grpo.signals import rollout_correction
+
+    single = reduce_stats(everything(B, T, SEED))
+    _, _, alone = rollout_correction(*is_batch(), level="sequence", mode="truncate")
+    single_is = reduce_stats(alone)
+    rows = single.column_rows()
+    for r, rank in enumerate(two_ranks):
+        for got in (rank["uneven"]["first"], rank["uneven"]["again"]):
+            assert got["values"] == pytest.approx(dict(single), rel=1e-6, abs=1e-9)
+            assert got["invalid"] == sorted(single.invalid)
+            _same_lists(got["samples"], single.samples)
+            _same_lists(got["columns"], single.columns)
+            assert len(got["rows"]) == len(rows[UNEVEN[r]])
+            for mine, want in zip(got["rows"], rows[UNEVEN[r]]):
+                assert mine == pytest.approx(want)
+        assert rank["uneven"]["rollout_correction"]["values"] == pytest.approx(dict(single_is), rel=1e-6, abs=1e-9)
+        _same_lists(rank["uneven"]["rollout_correction"]["samples"], single_is.samples)
+
+
+def _same_lists(got: dict, want: dict) -> None:
+    assert set(got) == set(want)
+    for key, values in want.items():
+        assert got[key] == pytest.approx(values), key
 
 
 def test_ranks_with_different_thresholds_are_refused_on_every_rank(two_ranks):

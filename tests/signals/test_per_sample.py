@@ -98,5 +98,12 @@ def test_bad_input_names_the_argument(call, argument):
 def test_column_rows_split_by_rank():
     reduced = reduce_stats(sample_diagnostics(MASK))
     reduced.columns = {"x": [1.0, 2.0, None, 4.0]}  # as two ranks of two rows each would give
+    reduced.column_ranks = (2, 2)
     assert reduced.column_rows(0, 2) == [{"x": 1.0}, {"x": 2.0}]
     assert reduced.column_rows(1, 2) == [{}, {"x": 4.0}]
+    reduced.column_ranks = (1, 3)  # ranks with different numbers of rows
+    assert reduced.column_rows(0, 2) == [{"x": 1.0}] and reduced.column_rows(1, 2) == [{"x": 2.0}, {}, {"x": 4.0}]
+    with pytest.raises(ValueError, match="world: these stats were reduced over 2 ranks, got 3"):
+        reduced.column_rows(0, 3)
+    with pytest.raises(ValueError, match="rank: expected 0 .. 1, got 2"):
+        reduced.column_rows(2, 2)

@@ -243,8 +243,10 @@ def test_finished_rows_of_several_ranks_come_in_rank_order_with_their_calls():
 
     stats = Stats().add_table("t", torch.zeros(2, 2, dtype=torch.float64), finish=_scaled_mean, params=(1.0,))
     stats |= Stats().add_table("t", torch.zeros(1, 2, dtype=torch.float64), finish=_scaled_mean, params=(2.0,))
-    params, calls = Layout.of(stats).call_rows("table:2:t", world=2)
+    params, calls = Layout.of(stats).call_rows("table:2:t", rows=((2, 1), (2, 1)))
     assert params[:, 0].tolist() == [1.0, 1.0, 2.0] * 2 and calls.tolist() == [0, 0, 1, 2, 2, 3]
+    params, calls = Layout.of(stats).call_rows("table:2:t", rows=((1, 0), (3, 2)))  # ranks' own row counts
+    assert params[:, 0].tolist() == [1.0, 1.0, 1.0, 1.0, 2.0, 2.0] and calls.tolist() == [0, 2, 2, 2, 3, 3]
 
 
 def test_a_finished_table_refuses_what_ranks_could_not_share():
