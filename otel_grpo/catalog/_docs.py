@@ -91,7 +91,12 @@ current: a scraped target's series is marked stale at once, and the next OTLP ex
 ends the series with a data point flagged "no recorded value" (OTLP's staleness marker),
 on which the collector's Prometheus exporter drops it (until an export carrying the
 marker succeeds, every export repeats it). A collector serves a series that simply stops
-arriving (its process died) until `metric_expiration` (2m in `collector/config.yaml`).
+arriving (its process died) until `metric_expiration` (2m in `collector/config.yaml`); a
+relaunched or resumed process of the run, which exports under the same target labels, ends
+every untemplated per-step series of the catalog in its first export (at its start), so the
+crashed attempt's last values are not served as current while it starts (templated series,
+such as a reward function's or TRL's logged keys, and `grpo.extra.*` stay until the relaunch
+logs them or they expire).
 Several records of one step (a summary log, samples that arrive apart from the scalars)
 are all that step's values; an evaluation's values (`evaluation=True`, `grpo.eval`) stay
 current until the next evaluation.

@@ -65,7 +65,9 @@ class Backend:
         sent_by = exporters.health if "otlp" in settings.traces_exporters else None
         self.spill = SampleSpill(settings.output_dir, suffix, sent_by) if settings.spill_samples else None
         exporters.health.spill = self.spill  # before the first export: its failure's warning names what is kept
-        exporters.announce()  # the run, its start time and its first promise, before the first interval ends
+        # the run, its start time and its first promise, before the first interval ends; and the end of what a
+        # crashed attempt of the run may still have on a collector under these target labels
+        exporters.announce(self._instruments.step_gauge_series())
         self._budget = RowBudget(settings)  # anomalous steps kept whole: this backend selects (one process)
         self._judge = AnomalyJudge(settings)  # ... as it judges (else the training thread did: `StepRecord.judged`)
         self._columns = ColumnTracker()

@@ -1,6 +1,8 @@
 """OTLP metric exporters that end a gauge series the latest export no longer has.
 
-    exporter = otlp_metric_exporter("http/protobuf", endpoint)    # or "grpc"
+    ended = EndedSeries()
+    exporter = otlp_metric_exporter("http/protobuf", endpoint, ended)    # or "grpc"
+    ended.end_earlier([("grpo.kl", "{nat}", {"run_id": "r"})])        # what a crashed attempt may have left
 
 A per-step statistic that the latest step did not give (`_gauges.StepGauges`) has no data point in the next
 export. On the pull endpoint that ends the series at Prometheus's next scrape; through a collector it did
@@ -12,6 +14,11 @@ Prometheus exporter drops the series on it at once, and Prometheus's own OTLP en
 marker. So each export here adds such a point for every gauge series an earlier export sent that this one
 lacks, until an export carrying it succeeds (a failed one may not have reached the collector).
 
+A relaunched or resumed process of the same run exports under the same target labels as the one that died,
+whose per-step series the collector still serves until they expire: `end_earlier` ends those a process can
+name at its start (the catalog's per-step gauges with its own point attributes) in its first export, so the
+crashed attempt's last values are not served as the new attempt's current ones while it starts.
+
 The SDK's data points carry no flags, so the points are added to the encoded request (`opentelemetry-proto`)
 at the exporters' one encoding step. Each goes in a `Metric` of its own: the collector's exporter stops
 reading a metric's points at the first flagged one (0.144's `accumulateGauge` returns there).
@@ -20,10 +27,10 @@ reading a metric's points at the first flagged one (0.144's `accumulateGauge` re
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as pb
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.sdk.metrics.export import MetricExportResult
@@ -47,7 +54,18 @@ class EndedSeries:
         self._sources: dict[_Source, tuple[Resource, InstrumentationScope]] = {}
         self._sent: dict[_Key, tuple[pb.Metric, Any]] = {}
         """The series of the export under way (parts of its request), until `settle`."""
+        self._earlier: list[tuple[pb.Metric, list]] = []
+        """Series an earlier process of the run may have left (`end_earlier`): their metric, point attributes."""
         self._lock = threading.Lock()
+
+    def end_earlier(self, series: Iterable[tuple[str, str, Mapping[str, Any]]]) -> None:
+        """End `series` (gauge name, unit, point attributes) in the next export that lacks them, as if an
+        earlier export had sent them: an earlier process of this run, under the same target labels, may have.
+        The unit is part of the name a collector's Prometheus exporter gives the series."""
+        earlier = [(pb.Metric(name=name, unit=unit), [_key_value(k, v) for k, v in attributes.items()])
+                   for name, unit, attributes in series]
+        with self._lock:
+            self._earlier += earlier
 
     def mark(self, request: ExportMetricsServiceRequest) -> ExportMetricsServiceRequest:
         """`request` with a NO_RECORDED_VALUE point for each held gauge series it lacks. The same for every
@@ -69,6 +87,14 @@ class EndedSeries:
                         key = (source, metric.name, attributes.SerializeToString(deterministic=True))
                         sent[key] = (metric, point.attributes)
         with self._lock:
+            if self._earlier and scopes:  # held from now on as this process's own: ended until a success says so
+                source, names = next(iter(scopes)), {name for _, name, _ in sent}
+                for metric, attributes in self._earlier:
+                    if metric.name not in names:  # one this export has, it renews: nothing to end
+                        key = (source, metric.name, pb.NumberDataPoint(attributes=attributes).SerializeToString(
+                            deterministic=True))
+                        self._held.setdefault(key, (metric, attributes))
+                self._earlier = []
             gone = [(key, held) for key, held in self._held.items() if key not in sent]
             self._sent = sent
         now = clock.now_ns()
@@ -97,15 +123,26 @@ def _kept(metric: pb.Metric, attributes: Any) -> tuple[pb.Metric, list]:
     return kept, [_detached(a) for a in attributes]
 
 
+def _key_value(key: str, value: Any) -> KeyValue:
+    """One point attribute as the SDK encodes it (a string, an int, a float or a bool)."""
+    if isinstance(value, bool):
+        return KeyValue(key=key, value=AnyValue(bool_value=value))
+    if isinstance(value, int):
+        return KeyValue(key=key, value=AnyValue(int_value=value))
+    if isinstance(value, float):
+        return KeyValue(key=key, value=AnyValue(double_value=value))
+    return KeyValue(key=key, value=AnyValue(string_value=str(value)))
+
+
 def _detached(message: Any) -> Any:
     copy = type(message)()
     copy.CopyFrom(message)
     return copy
 
 
-def otlp_metric_exporter(protocol: str, endpoint: str | None) -> Any:
-    """The SDK's OTLP metric exporter for `protocol` ("grpc" or "http/protobuf"), ending absent gauge series."""
-    ended = EndedSeries()
+def otlp_metric_exporter(protocol: str, endpoint: str | None, ended: EndedSeries) -> Any:
+    """The SDK's OTLP metric exporter for `protocol` ("grpc" or "http/protobuf"), ending absent gauge series
+    (`ended`'s)."""
     if protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
@@ -44,6 +44,7 @@ class Exporters:
         self._closers: list[Callable[[int], Any]] = []
         self._flushers: list[Callable[[int], bool]] = []
         self._push_readers: list[Any] = []
+        self._ended: list[Any] = []  # the OTLP exporters' `EndedSeries`, when this process built them
         self._owned = tracer_provider is None or meter_provider is None
         resource = None
         if tracer_provider is None:
@@ -59,6 +60,7 @@ class Exporters:
             self.prometheus_port = owned.prometheus_port
             self._linger = owned.linger
             self._push_readers = owned.push_readers
+            self._ended = owned.ended
             self._closers.append(lambda ms, mp=meter_provider, o=owned: _close_meter(mp, o, ms))
             self._flushers.append(lambda ms, o=owned: all([_flush(r, ms) for r in o.push_readers]))
         else:
@@ -67,10 +69,15 @@ class Exporters:
         self.meter_provider: MeterProvider = meter_provider
         self.tracer_provider: TracerProvider = tracer_provider
 
-    def announce(self) -> None:
+    def announce(self, earlier: Iterable[tuple[str, str, Mapping[str, Any]]] = ()) -> None:
         """One export of the push readers now, on a daemon thread (never waiting on the endpoint): the
         process is seen from its start. Their first own export comes one interval later; a process
-        killed before it (10-60 s) would never be seen, so no alert could say it died."""
+        killed before it (10-60 s) would never be seen, so no alert could say it died. `earlier`: gauge
+        series (name, unit, point attributes) an earlier process of the run may have left on a collector,
+        ended in this export (`EndedSeries.end_earlier`)."""
+        earlier = list(earlier)
+        for ended in self._ended:
+            ended.end_earlier(earlier)
         readers = self._push_readers
         if readers:
             threading.Thread(target=_collect, args=(readers, self._settings.metric_export_interval_ms),

@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from otel_grpo.catalog import (PROCESS, STATE_GAUGES, STOPS_TRAINING, Kind, Signal, get, process_id, resolve,
-                               sanitize_key)
+from otel_grpo.catalog import (PROCESS, SIGNALS, STATE_GAUGES, STOPS_TRAINING, Kind, Signal, get, process_id,
+                               resolve, sanitize_key)
 
 from . import _clock as clock
 from ._bulk_histogram import HistogramRecorder
@@ -103,6 +103,13 @@ class Instruments:
         meter.create_observable_gauge(clock.name, [self._clock], unit=clock.unit, description=clock.description)
 
     # ---- instruments ---------------------------------------------------------------
+    def step_gauge_series(self) -> list[tuple[str, str, Mapping[str, Any]]]:
+        """(name, unit, point attributes) of every per-step gauge series this process can name before it has
+        recorded anything: the catalog's untemplated ones (a templated one's labels, a reward function's
+        name, and extras are known only once logged)."""
+        return [(s.name, s.unit, self._base) for s in SIGNALS
+                if s.kind is Kind.GAUGE and s.label is None and s.key not in STATE_GAUGES]
+
     def _instrument(self, signal: Signal) -> Any:
         found = self._by_name.get(signal.name)
         if found is None:

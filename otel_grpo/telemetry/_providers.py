@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 
 from otel_grpo.catalog import spans
 
-from ._ended_series import otlp_metric_exporter
+from ._ended_series import EndedSeries, otlp_metric_exporter
 from ._prometheus import prometheus_reader
 from ._quiet import ExportHealth, QuietMetricExporter, QuietSpanExporter
 from ._settings import SDK_EVENT_LIMIT, TelemetrySettings
@@ -128,9 +128,9 @@ def _otlp_span_exporter(settings: TelemetrySettings, health: ExportHealth) -> Qu
     return QuietSpanExporter(OTLPSpanExporter(endpoint=endpoint), endpoint or "localhost:4317", health)
 
 
-def _otlp_metric_exporter(settings: TelemetrySettings, health: ExportHealth) -> QuietMetricExporter:
+def _otlp_metric_exporter(settings: TelemetrySettings, health: ExportHealth, ended: EndedSeries) -> QuietMetricExporter:
     endpoint = _otlp_target(settings, "metrics")
-    exporter = otlp_metric_exporter(settings.protocol_for("metrics"), endpoint)
+    exporter = otlp_metric_exporter(settings.protocol_for("metrics"), endpoint, ended)
     return QuietMetricExporter(exporter, endpoint or "localhost:4317", health)
 
 
@@ -146,6 +146,8 @@ class Owned:
     """Port the Prometheus endpoint listens on (resolved when 0 was asked for)."""
     linger: Callable[[float], None] | None = None
     """The endpoint's `ServedReader.linger`: after `finish()`, serve until one more scrape (bounded)."""
+    ended: list[EndedSeries] = field(default_factory=list)
+    """The OTLP exporters' gauge series to end (`EndedSeries.end_earlier`)."""
 
 
 def build_meter_provider(
@@ -157,10 +159,11 @@ def build_meter_provider(
     interval = settings.metric_export_interval_ms
     for name in settings.metrics_exporters:
         if name in ("otlp", "console"):
-            exporter = (
-                _otlp_metric_exporter(settings, health) if name == "otlp"
-                else QuietMetricExporter(ConsoleMetricExporter(), "console", health)
-            )
+            if name == "otlp":
+                owned.ended.append(EndedSeries())
+                exporter = _otlp_metric_exporter(settings, health, owned.ended[-1])
+            else:
+                exporter = QuietMetricExporter(ConsoleMetricExporter(), "console", health)
             reader = PeriodicExportingMetricReader(exporter, interval)
             readers.append(reader)
             owned.push_readers.append(reader)

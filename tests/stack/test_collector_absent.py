@@ -9,6 +9,8 @@ tests/telemetry/test_absent_gauges.py.
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -43,13 +45,18 @@ def collector(root, tmp_path_factory, free_port_factory, otelcol):
         proc.stop()
 
 
+def _all_served(ports: dict, run_id: str) -> dict[str, float]:
+    """What the collector's Prometheus endpoint serves for `run_id` now: sample name -> value."""
+    text = httpx.get(f"http://127.0.0.1:{ports['exporter']}/metrics", timeout=10).text
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+            if s.labels.get("run_id") == run_id and "metric" not in s.labels}
+
+
 def _served(ports: dict, run_id: str, step: int) -> dict[str, float]:
     """What the collector's Prometheus endpoint serves for `run_id` once it has `step`'s export (its batch
     processor passes it on within a second): sample name -> value."""
     def served() -> dict[str, float]:
-        text = httpx.get(f"http://127.0.0.1:{ports['exporter']}/metrics", timeout=10).text
-        out = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
-               if s.labels.get("run_id") == run_id and "metric" not in s.labels}
+        out = _all_served(ports, run_id)
         return out if out.get("grpo_step_index") == step else {}
 
     return wait_for(served, f"step {step}'s export on the collector's Prometheus endpoint", timeout=30)
@@ -83,3 +90,38 @@ def test_a_statistic_the_latest_step_lacks_leaves_the_collector_at_the_next_expo
         assert served["grpo_reward_mean"] == 0.75 and "grpo_reward_fn_mean" not in served
     finally:
         tel.shutdown()
+
+
+def test_a_relaunch_under_the_same_run_id_ends_the_crashed_attempts_statistics_at_its_start(collector, tmp_path,
+                                                                                              monkeypatch):
+    """The relaunch exports under the crashed process's target labels: before, the collector served the crashed
+    attempt's statistics as current until metric_expiration (2 minutes), while the relaunch started."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer%20{TOKEN}")
+    run_id = "relaunched"
+    settings = dict(run_id=run_id, output_dir=tmp_path, otlp_endpoint=f"http://127.0.0.1:{collector['grpc']}",
+                    otlp_protocol="grpc", metrics_exporters=["otlp"], traces_exporters=["none"],
+                    metric_export_interval_ms=600_000, spill_samples=False)
+    crashed = Telemetry(TelemetrySettings(**settings))
+    relaunch = None
+    try:
+        crashed.log_metrics(5, {"kl": 0.1, "reward": 0.5, "rewards/fmt/mean": 0.25})
+        assert crashed.flush(10)
+        started = _served(collector, run_id, 5)["grpo_process_start_time_seconds"]
+        # the crashed process exports nothing more (its next export is 10 minutes away); the relaunch starts
+        time.sleep(0.01)
+        relaunch = Telemetry(TelemetrySettings(**settings))
+
+        def announced() -> dict[str, float]:
+            served = _all_served(collector, run_id)
+            return served if served.get("grpo_process_start_time_seconds", started) != started else {}
+
+        served = wait_for(announced, "the relaunch's first export on the collector's Prometheus endpoint", timeout=30)
+        assert "grpo_kl" not in served and "grpo_reward_mean" not in served  # before: 0.1 and 0.5
+        relaunch.log_metrics(3, {"kl": 0.3})  # resumed from an earlier checkpoint
+        assert relaunch.flush(10)
+        served = _served(collector, run_id, 3)
+        assert served["grpo_kl"] == 0.3 and "grpo_reward_mean" not in served
+    finally:
+        if relaunch is not None:
+            relaunch.shutdown()
+        crashed.shutdown()

@@ -90,3 +90,21 @@ def test_the_retries_of_one_export_carry_the_same_markers():
     series.settle(OK)
     assert tries == [[("run-1", "grpo.reward.mean", {"run_id": "run-1"})]] * 3
     assert export(series, request({"grpo.kl": {"": 0.3}})) == []
+
+
+def test_what_an_earlier_process_may_have_left_is_ended_in_the_first_export():
+    """A relaunch under the same target labels: the crashed attempt's per-step series are ended at the new
+    process's first export (unless it renews them), and again after a failed one; once only."""
+    series = EndedSeries()
+    series.end_earlier([("grpo.kl", "{nat}", {"run_id": "run-1"}), ("grpo.reward.mean", "{reward}", {"run_id": "run-1"}),
+                        ("grpo.entropy", "{nat}", {"run_id": "run-1"})])
+    first = series.mark(request({"grpo.entropy": {"": 0.5}}))  # this one it has: renewed, not ended
+    series.settle(FAILED)
+    assert sorted(m for _, m, _ in ended(first)) == ["grpo.kl", "grpo.reward.mean"]
+    assert ended(first)[0][2] == {"run_id": "run-1"}
+    units = {m.name: m.unit for rm in first.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    assert units["grpo.kl"] == "{nat}"  # part of the series' name on the collector's Prometheus endpoint
+    assert sorted(m for _, m, _ in export(series, request({"grpo.entropy": {"": 0.6}}))) == ["grpo.kl",
+                                                                                           "grpo.reward.mean"]
+    assert export(series, request({"grpo.entropy": {"": 0.7}})) == []
+    assert export(series, request({"grpo.kl": {"": 0.1}, "grpo.entropy": {"": 0.7}})) == []
