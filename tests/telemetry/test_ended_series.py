@@ -96,8 +96,8 @@ def test_what_an_earlier_process_may_have_left_is_ended_in_the_first_export():
     """A relaunch under the same target labels: the crashed attempt's per-step series are ended at the new
     process's first export (unless it renews them), and again after a failed one; once only."""
     series = EndedSeries()
-    series.end_earlier([("grpo.kl", "{nat}", {"run_id": "run-1"}), ("grpo.reward.mean", "{reward}", {"run_id": "run-1"}),
-                        ("grpo.entropy", "{nat}", {"run_id": "run-1"})])
+    run = {"run_id": "run-1"}
+    series.end_earlier([("grpo.kl", "{nat}", run), ("grpo.reward.mean", "{reward}", run), ("grpo.entropy", "{nat}", run)])
     first = series.mark(request({"grpo.entropy": {"": 0.5}}))  # this one it has: renewed, not ended
     series.settle(FAILED)
     assert sorted(m for _, m, _ in ended(first)) == ["grpo.kl", "grpo.reward.mean"]
