@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from otel_grpo.catalog import Kind, Signal
+from otel_grpo.catalog import Kind, Signal, get
 
 PROM = {"type": "prometheus", "uid": "${datasource}"}
 """Panels use the dashboard's datasource variable (default: the provisioned uid `prom`)."""
@@ -15,6 +15,18 @@ RATE = "$__rate_interval"
 # Quantiles drawn from the per-sample histograms (the exact p05/p50/p95 gauges of the
 # reward come from the trainer; these cover every histogram the same way).
 QUANTILES = (0.1, 0.5, 0.9)
+
+
+def current_copy(series: str, ignoring: str | None = None) -> str:
+    """`series` (gauges of the selected runs) from the copy of each run (and rank) that its exporter vouched for
+    last: its `grpo.process.alive_until` is the run's largest. Other copies hold a dead process's last values: a
+    crashed attempt's under other target labels after a relaunch (another world size or service name), or a
+    collector replica's that a run moved away from; a collector serves them until its metric_expiration (2
+    minutes), and a `max by (run_id)` over every copy would mix them in. `ignoring`: the templated signal's label,
+    which the liveness series has not."""
+    alive = f"{get('alive').prometheus_name}{{{RUN}}}"
+    freshest = f"({alive} == on (run_id, rank) group_left max by (run_id, rank) ({alive}))"
+    return f"({series} and{f' ignoring ({ignoring})' if ignoring else ''} {freshest})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +77,7 @@ def signal_queries(signal: Signal) -> list[Query]:
     legend = (f"{signal.key} {{{{{label}}}}}" if label else signal.key) + " {{run_id}}"
     if signal.kind is Kind.GAUGE:
         by = f"run_id, {label}" if label else "run_id"
-        return [Query(f"max by ({by}) ({name}{{{RUN}}})", legend)]
+        return [Query(f"max by ({by}) {current_copy(f'{name}{{{RUN}}}', label)}", legend)]
     if signal.kind is Kind.COUNTER:
         by = f"run_id, {label}" if label else "run_id"
         return [Query(f"sum by ({by}) (rate({name}{{{RUN}}}[{RATE}]))", f"{legend} /s")]

@@ -20,7 +20,7 @@ from otel_grpo import catalog
 from otel_grpo.catalog import Group
 
 from ._configs import COMPOSE
-from ._panels import PROM, PROM_UID, RUN, Panel, Query, render, row, signal_queries, unit_of
+from ._panels import PROM, PROM_UID, RUN, Panel, Query, current_copy, render, row, signal_queries, unit_of
 from ._rules import THRESHOLD_RECORD, RuleSettings
 
 UID = "grpo-overview"
@@ -60,7 +60,8 @@ def _trend_streaks(limits: RuleSettings) -> str:
     streak = catalog.get("step_streak").prometheus_name
     parts = [f'{streak}{{{RUN}, signal="{check}", bound="{catalog.bound_label(getattr(limits, field))}"}}'
              for field, check in catalog.STEP_THRESHOLDS.items() if check in catalog.TRENDS]
-    return f"max by (run_id, signal) ({' or '.join(parts)})"
+    either = " or ".join(parts)
+    return f"max by (run_id, signal) {current_copy(f'({either})', 'signal, bound')}"
 
 
 def _overridden(limits: RuleSettings, name: str) -> list[Query]:
@@ -218,8 +219,8 @@ _KL_ENTROPY = ("trl_kl", "entropy")
 
 def _as_logged(trl_key: str) -> Query:
     logged = catalog.get("trl_logged")
-    return Query(f'max by (run_id) ({logged.prometheus_name}{{{RUN}, {logged.label}="{trl_key}"}})',
-                 f"{trl_key}: TRL (as logged) {{{{run_id}}}}")
+    series = f'{logged.prometheus_name}{{{RUN}, {logged.label}="{trl_key}"}}'
+    return Query(f"max by (run_id) {current_copy(series, logged.label)}", f"{trl_key}: TRL (as logged) {{{{run_id}}}}")
 
 
 def _ours_and_trls(title: str, keys: Iterable[str], **draw: object) -> Panel:
@@ -240,7 +241,8 @@ def _ours_and_trls(title: str, keys: Iterable[str], **draw: object) -> Panel:
 def _trl_logged_panels() -> list[Panel]:
     """TRL's own numbers as it logged them (any key, picked), and next to ours where they differ most."""
     logged = catalog.get("trl_logged")
-    picked = Query(f'max by (run_id, {logged.label}) ({logged.prometheus_name}{{{RUN}, {logged.label}=~"${TRL_KEY}"}})',
+    series = f'{logged.prometheus_name}{{{RUN}, {logged.label}=~"${TRL_KEY}"}}'
+    picked = Query(f"max by (run_id, {logged.label}) {current_copy(series, logged.label)}",
                    f"{{{{{logged.label}}}}} {{{{run_id}}}}")
     return [
         Panel(f"As logged by TRL: ${TRL_KEY}", [picked], width=24, signals=(logged.key,),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import yaml
 
@@ -10,6 +11,7 @@ from otel_grpo.stack import RuleSettings, recording_rules
 
 from otel_grpo.generate._checks import (all_panels, allowed_series, catalog_series, concrete, dashboard_exprs, drawn_series,
                                      metric_names)
+from otel_grpo.generate._panels import current_copy
 from otel_grpo.generate.dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS, dashboard_files, dashboards
 
 
@@ -226,12 +228,51 @@ def test_trls_logged_numbers_have_a_row_next_to_ours():
     assert keys["multi"] and keys["includeAll"] and keys["allValue"] == ".*"
     assert keys["query"]["query"] == 'label_values(grpo_trl_logged{run_id=~"$run_id"}, metric)'
     (picked,) = _panel(d, "As logged by TRL: $trl_key")["targets"]
-    assert picked["expr"] == 'max by (run_id, metric) (grpo_trl_logged{run_id=~"$run_id", metric=~"$trl_key"})'
+    logged = 'grpo_trl_logged{run_id=~"$run_id", metric=~"$trl_key"}'
+    assert picked["expr"] == f"max by (run_id, metric) {current_copy(logged, 'metric')}"
     clips = [t["expr"] for t in _panel(d, "Clip ratios: ours (exact) and as logged by TRL")["targets"]]
-    assert 'max by (run_id) (grpo_clip_ratio_high_max{run_id=~"$run_id"})' in clips
-    assert 'max by (run_id) (grpo_trl_logged{run_id=~"$run_id", metric="clip_ratio/high_max"})' in clips
+    ours = 'grpo_clip_ratio_high_max{run_id=~"$run_id"}'
+    assert f"max by (run_id) {current_copy(ours)}" in clips
+    logged = 'grpo_trl_logged{run_id=~"$run_id", metric="clip_ratio/high_max"}'
+    assert f"max by (run_id) {current_copy(logged, 'metric')}" in clips
     kl = [t["expr"] for t in _panel(d, "KL and entropy: ours (exact) and as logged by TRL")["targets"]]
-    assert 'max by (run_id) (grpo_trl_kl{run_id=~"$run_id"})' in kl
-    assert 'max by (run_id) (grpo_trl_logged{run_id=~"$run_id", metric="kl"})' in kl
+    ours = 'grpo_trl_kl{run_id=~"$run_id"}'
+    assert f"max by (run_id) {current_copy(ours)}" in kl
+    logged = 'grpo_trl_logged{run_id=~"$run_id", metric="kl"}'
+    assert f"max by (run_id) {current_copy(logged, 'metric')}" in kl
     # drawn through the key picker, not again in a leftover panel of every key at once
     assert not [p["title"] for p in all_panels(d) if p.get("title", "").startswith("More as logged")]
+
+
+def test_gauges_are_drawn_from_the_copy_each_run_last_vouched_for(promtool, tmp_path):
+    """A relaunch under other target labels (here another service name), or a run that moved to another collector
+    replica, leaves a copy of the run's last values that a collector serves until its metric_expiration: the
+    panels draw the copy whose exporter vouched for it last (`grpo.process.alive_until`), per rank. Through
+    promtool, on the generated expressions."""
+    from otel_grpo import catalog
+    from otel_grpo.generate._configs import dump
+    from otel_grpo.generate._panels import signal_queries
+
+    old, new = 'job="grpo-trainer", instance="r/rank0", run_id="r"', 'job="grpo-trainer-2", instance="r/rank0", run_id="r"'
+    series = [  # every 15 s; the first process dies after its 4th collection, the relaunch starts at the 5th
+        ("grpo_kl", old, "9 9 9 9 9 9 9 9"), ("grpo_process_alive_until_seconds", old, "100 110 120 130 130 130 130 130"),
+        ("grpo_reward_fn_mean", old + ', reward_fn="fmt"', "1 1 1 1 1 1 1 1"),
+        ("grpo_kl", new, "_ _ _ _ 0.1 0.2 0.3 0.4"), ("grpo_process_alive_until_seconds", new, "_ _ _ _ 150 160 170 180"),
+        ("grpo_reward_fn_mean", new + ', reward_fn="fmt"', "_ _ _ _ 0.5 0.5 0.5 0.5"),
+    ]
+    for rank in ("0", "1"):  # ranks exporting side by side are each their own copy
+        labels = f'job="grpo-trainer", instance="s/rank{rank}", run_id="s", rank="{rank}"'
+        series += [("grpo_kl", labels, f"{rank}.5x7"), ("grpo_process_alive_until_seconds", labels, f"{100 + int(rank)}+10x7")]
+    kl = signal_queries(catalog.get("kl"))[0].expr.replace("$run_id", "r|s")
+    fn = signal_queries(catalog.get("reward_fn_mean"))[0].expr.replace("$run_id", "r|s")
+    checks = [{"expr": f"{kl}", "eval_time": "90s", "exp_samples": [{"labels": '{run_id="r"}', "value": 0.3},
+                                                                   {"labels": '{run_id="s"}', "value": 1.5}]},
+              {"expr": fn, "eval_time": "90s", "exp_samples": [{"labels": '{run_id="r", reward_fn="fmt"}', "value": 0.5}]},
+              # before the relaunch, the first process's copy
+              {"expr": kl, "eval_time": "30s", "exp_samples": [{"labels": '{run_id="r"}', "value": 9},
+                                                              {"labels": '{run_id="s"}', "value": 1.5}]}]
+    test = {"interval": "15s", "input_series": [{"series": f"{n}{{{labels}}}", "values": v} for n, labels, v in series],
+            "promql_expr_test": checks}
+    (tmp_path / "t.yml").write_text(dump({"rule_files": [], "evaluation_interval": "15s", "tests": [test]}))
+    out = subprocess.run([promtool, "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
