@@ -253,26 +253,30 @@ def test_gauges_are_drawn_from_the_copy_each_run_last_vouched_for(promtool, tmp_
     from otel_grpo.generate._configs import dump
     from otel_grpo.generate._panels import signal_queries
 
-    old, new = 'job="grpo-trainer", instance="r/rank0", run_id="r"', 'job="grpo-trainer-2", instance="r/rank0", run_id="r"'
+    old = 'job="grpo-trainer", instance="r/rank0", run_id="r"'
+    new = 'job="grpo-trainer-2", instance="r/rank0", run_id="r"'
+    alive = "grpo_process_alive_until_seconds"
     series = [  # every 15 s; the first process dies after its 4th collection, the relaunch starts at the 5th
-        ("grpo_kl", old, "9 9 9 9 9 9 9 9"), ("grpo_process_alive_until_seconds", old, "100 110 120 130 130 130 130 130"),
+        ("grpo_kl", old, "9 9 9 9 9 9 9 9"), (alive, old, "100 110 120 130 130 130 130 130"),
         ("grpo_reward_fn_mean", old + ', reward_fn="fmt"', "1 1 1 1 1 1 1 1"),
-        ("grpo_kl", new, "_ _ _ _ 0.1 0.2 0.3 0.4"), ("grpo_process_alive_until_seconds", new, "_ _ _ _ 150 160 170 180"),
+        ("grpo_kl", new, "_ _ _ _ 0.1 0.2 0.3 0.4"), (alive, new, "_ _ _ _ 150 160 170 180"),
         ("grpo_reward_fn_mean", new + ', reward_fn="fmt"', "_ _ _ _ 0.5 0.5 0.5 0.5"),
     ]
     for rank in ("0", "1"):  # ranks exporting side by side are each their own copy
         labels = f'job="grpo-trainer", instance="s/rank{rank}", run_id="s", rank="{rank}"'
-        series += [("grpo_kl", labels, f"{rank}.5x7"), ("grpo_process_alive_until_seconds", labels, f"{100 + int(rank)}+10x7")]
+        series += [("grpo_kl", labels, f"{rank}.5x7"), (alive, labels, f"{100 + int(rank)}+10x7")]
     kl = signal_queries(catalog.get("kl"))[0].expr.replace("$run_id", "r|s")
     fn = signal_queries(catalog.get("reward_fn_mean"))[0].expr.replace("$run_id", "r|s")
     checks = [{"expr": f"{kl}", "eval_time": "90s", "exp_samples": [{"labels": '{run_id="r"}', "value": 0.3},
                                                                    {"labels": '{run_id="s"}', "value": 1.5}]},
-              {"expr": fn, "eval_time": "90s", "exp_samples": [{"labels": '{run_id="r", reward_fn="fmt"}', "value": 0.5}]},
+              {"expr": fn, "eval_time": "90s",
+               "exp_samples": [{"labels": '{run_id="r", reward_fn="fmt"}', "value": 0.5}]},
               # before the relaunch, the first process's copy
               {"expr": kl, "eval_time": "30s", "exp_samples": [{"labels": '{run_id="r"}', "value": 9},
                                                               {"labels": '{run_id="s"}', "value": 1.5}]}]
     test = {"interval": "15s", "input_series": [{"series": f"{n}{{{labels}}}", "values": v} for n, labels, v in series],
             "promql_expr_test": checks}
     (tmp_path / "t.yml").write_text(dump({"rule_files": [], "evaluation_interval": "15s", "tests": [test]}))
-    out = subprocess.run([promtool, "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([promtool, "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
