@@ -171,26 +171,37 @@ class GatheredStats:
     def vectors(self) -> Iterator[tuple[str, np.ndarray]]:
         """Each vector's entries of every rank, in rank order, without the padding (views where no rank was
         padded), in `Layout.vectors`' order."""
-        lay, world = self.layout, self.world
-        sizes = self.sizes()
-        at = lay.head + sizes.size
-        for i, ((key, _), width) in enumerate(zip(lay.vectors, self.widths)):
-            block, counts = self.flat[at : at + width * world], sizes[:, i]
-            if (counts != width).any():
-                block = np.concatenate([block[r * width : r * width + int(n)] for r, n in enumerate(counts)])
-            yield key, block
-            at += width * world
+        at = self.layout.head + self.layout.n_lengths * self.world
+        for i, (key, _) in enumerate(self.layout.vectors):
+            yield key, self._block(i, at)
+            at += self.widths[i] * self.world
 
     def table(self, name: str) -> np.ndarray | None:
         """The rows of the unfinished table `name` (`Stats.add_table` without a finish), every rank's in rank
         order, [rows, K] (a view of `flat` where the ranks had as many rows); None where the step has no such
         table."""
-        for key, block in self.vectors() if self.layout is not None else ():
-            if key.startswith(TABLE_PREFIX) and key not in self.layout.finishes:
+        lay = self.layout
+        if lay is None:
+            return None
+        at = lay.head + lay.n_lengths * self.world
+        for i, (key, _) in enumerate(lay.vectors):
+            if key.startswith(TABLE_PREFIX) and key not in lay.finishes:
                 width, table = key[len(TABLE_PREFIX):].split(":", 1)
                 if table == name:
-                    return block.reshape(-1, int(width))
+                    return self._block(i, at).reshape(-1, int(width))
+            at += self.widths[i] * self.world
         return None
+
+    def _block(self, i: int, at: int) -> np.ndarray:
+        """Vector `i`'s entries of every rank, which start at `at`: a view, or a copy without the padding."""
+        width, world = self.widths[i], self.world
+        block = self.flat[at : at + width * world]
+        if world == 1:  # one rank: its own sizes are the widths
+            return block
+        counts = self.sizes()[:, i]
+        if (counts == width).all():
+            return block
+        return np.concatenate([block[r * width : r * width + int(n)] for r, n in enumerate(counts.tolist())])
 
 
 def _finalize_sums(h: list[float], lay: Layout, mins: list[float], maxs: list[float]) -> tuple[list, list]:
