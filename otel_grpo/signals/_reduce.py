@@ -77,6 +77,9 @@ def gather_stats(stats: Stats, accelerator=None) -> GatheredStats:
         gathered = _checked(flat, layout, world, widths[: len(layout.vectors)])
         needed = gathered.sizes()[:, : len(widths)].max(0).astype(np.int64).tolist()
         if all(n <= w for n, w in zip(needed, widths)):
+            # a width more than twice what every rank needed now (one large step) shrinks to it, so that padding
+            # stays within 2x; every rank sees the same sizes and shrinks alike
+            _WIDTHS[layout.fingerprint, world] = [n if 2 * n < w else w for n, w in zip(needed, widths)]
             return gathered
         # a rank had more entries than the widths the ranks agreed on: gather again at the new widths, which
         # every rank takes from the same gathered sizes (so the next collective has one size on every rank)
@@ -85,9 +88,10 @@ def gather_stats(stats: Stats, accelerator=None) -> GatheredStats:
 
 _WIDTHS: dict[tuple[float, int], list[int]] = {}
 """Per layout (its fingerprint: the structure the ranks share) and world: the entries each rank packs of
-each vector and id payload, the largest any rank had so far (padded below it). Every rank makes the same
-changes, from the same gathered sizes, in the same order of calls, so the widths agree without a
-collective of their own: a step gathers once, and twice only when a rank has more rows than before."""
+each vector and id payload (padded below it): the largest any rank had so far, shrunk to a step's largest
+where that is less than half. Every rank makes the same changes, from the same gathered sizes, in the same
+order of calls, so the widths agree without a collective of their own: a step gathers once, and twice only
+when a rank has more rows than the widths."""
 
 
 def _widths(layout: Layout, world: int) -> list[int]:

@@ -11,7 +11,8 @@ import sys
 import torch
 from accelerate import Accelerator
 
-from otel_grpo.signals import reduce_stats, rollout_correction
+from otel_grpo.signals import _reduce, reduce_stats, rollout_correction
+from otel_grpo.signals._gathered import Layout
 from tests._support.collectives import counting_collectives
 from signal_batches import everything
 
@@ -55,7 +56,10 @@ def uneven(rank: int) -> dict:
     stats = everything(B, T, SEED, rows=UNEVEN[rank])
     rows = slice(0, 3) if rank == 0 else slice(3, 8)
     _, _, alone = rollout_correction(*(t[rows] for t in is_batch()), level="sequence", mode="truncate")
-    return {"first": reduced_json(stats), "again": reduced_json(stats), "rollout_correction": reduced_json(alone)}
+    small = everything(B, T, SEED, rows=slice(2 * rank, 2 * rank + 2))  # then 2 rows each: the widths shrink
+    return {"first": reduced_json(stats), "again": reduced_json(stats), "rollout_correction": reduced_json(alone),
+            "widths": max(max(w) for w in _reduce._WIDTHS.values()), "small": reduced_json(small),
+            "small_widths": max(_reduce._WIDTHS[Layout.of(small).fingerprint, 2])}
 
 
 def main(out: str) -> None:

@@ -91,6 +91,12 @@ def test_ranks_with_different_numbers_of_rows_equal_one_process(two_ranks):
             for mine, want in zip(got["rows"], rows[UNEVEN[r]]):
                 assert mine == pytest.approx(want)
         assert rank["uneven"]["rollout_correction"]["values"] == pytest.approx(dict(single_is), rel=1e-6, abs=1e-9)
+        # a step of 2 rows each after one of 6: the widths shrink back (padding within 2x), in one gather, and the
+        # numbers are one process's on rows 0-3
+        small = rank["uneven"]["small"]
+        assert small["collectives"] == ["all_gather"] and rank["uneven"]["small_widths"] < rank["uneven"]["widths"]
+        assert small["values"] == pytest.approx(dict(reduce_stats(everything(B, T, SEED, rows=slice(0, 4)))),
+                                                rel=1e-6, abs=1e-9)
         _same_lists(rank["uneven"]["rollout_correction"]["samples"], single_is.samples)
 
 
