@@ -20,7 +20,7 @@ Ranks must pass the same keys, and finished tables with the same parameters
 (`rollout_correction`'s level, mode and thresholds); a layout fingerprint travels in the pack and a
 mismatch raises `RuntimeError`. Their numbers of rows may differ (a last batch, packing by tokens):
 each rank's sizes travel in the pack too, and every rank pads its vectors and tables to widths all
-ranks agree on (the largest so far, per layout), so the gather has one size on every rank. A rank
+ranks agree on (the largest so far, per pack shape), so the gather has one size on every rank. A rank
 with more rows than those widths makes the step gather twice (every rank sees it in the gathered
 sizes and gathers again, wider); so does a layout's first step, which learns the sizes.
 """
@@ -69,7 +69,8 @@ def gather_stats(stats: Stats, accelerator=None) -> GatheredStats:
         widths = [n for _, n in layout.vectors]
         flat = _finalize(_pack(stats, layout, widths, with_ids=False).unsqueeze(0), layout, widths, stats.ids)
         return _checked(flat.numpy(force=True), layout, 1, widths)
-    widths = _widths(layout, world)
+    key = _widths_key(layout, world)
+    widths = _widths(key, len(layout.vectors) + len(layout.ids))
     while True:
         gathered = _all_gather(_pack(stats, layout, widths), accelerator, world)  # [W, L]
         # the step's one device-to-host transfer; finished tables are read as numpy views of it
@@ -79,25 +80,36 @@ def gather_stats(stats: Stats, accelerator=None) -> GatheredStats:
         if all(n <= w for n, w in zip(needed, widths)):
             # a width more than twice what every rank needed now (one large step) shrinks to it, so that padding
             # stays within 2x; every rank sees the same sizes and shrinks alike
-            _WIDTHS[layout.fingerprint, world] = [n if 2 * n < w else w for n, w in zip(needed, widths)]
+            _WIDTHS[key] = [n if 2 * n < w else w for n, w in zip(needed, widths)]
             return gathered
         # a rank had more entries than the widths the ranks agreed on: gather again at the new widths, which
         # every rank takes from the same gathered sizes (so the next collective has one size on every rank)
-        widths = _WIDTHS[layout.fingerprint, world] = [max(n, w) for n, w in zip(needed, widths)]
+        widths = _WIDTHS[key] = [max(n, w) for n, w in zip(needed, widths)]
 
 
-_WIDTHS: dict[tuple[float, int], list[int]] = {}
-"""Per layout (its fingerprint: the structure the ranks share) and world: the entries each rank packs of
-each vector and id payload (padded below it): the largest any rank had so far, shrunk to a step's largest
-where that is less than half. Every rank makes the same changes, from the same gathered sizes, in the same
-order of calls, so the widths agree without a collective of their own: a step gathers once, and twice only
-when a rank has more rows than the widths."""
+_WIDTHS: dict[tuple[int, ...], list[int]] = {}
+"""Per pack shape (`_widths_key`): the entries each rank packs of each vector and id payload (padded below
+it): the largest any rank had so far, shrunk to a step's largest where that is less than half. Every rank
+makes the same changes, from the same gathered sizes, in the same order of calls, so the widths agree
+without a collective of their own: a step gathers once, and twice only when a rank has more rows than the
+widths."""
 
 
-def _widths(layout: Layout, world: int) -> list[int]:
+def _widths_key(layout: Layout, world: int) -> tuple[int, ...]:
+    """The counts a pack's length depends on besides the widths, and the world. Not the layout's fingerprint:
+    ranks whose layouts differ (another rollout_correction threshold on one rank) must still pack alike, so
+    that the gather goes through and `check_layout` refuses the step on every rank, rather than the collective
+    library aborting a rank on packs of different sizes when one layout's widths were learned and the other's
+    not."""
+    lay = layout
+    return (world, len(lay.sum_slots), len(lay.checks), len(lay.keys[Part.MIN]), len(lay.keys[Part.MAX]),
+            lay.n_lengths, len(lay.vectors), len(lay.ids))
+
+
+def _widths(key: tuple[int, ...], n: int) -> list[int]:
     if len(_WIDTHS) > 256:  # bounded; every rank clears at the same call
         _WIDTHS.clear()
-    return _WIDTHS.setdefault((layout.fingerprint, world), [0] * (len(layout.vectors) + len(layout.ids)))
+    return _WIDTHS.setdefault(key, [0] * n)
 
 
 def _checked(flat: np.ndarray, layout: Layout, world: int, widths: list[int]) -> GatheredStats:

@@ -28,10 +28,13 @@ def reduced_json(stats, accelerator=None) -> dict:
 
 
 def thresholds_differ(rank: int) -> str:
-    """What reduce_stats says when the ranks' rollout_correction calls had different thresholds."""
+    """What reduce_stats says when the ranks' rollout_correction calls had different thresholds: at a step after
+    one where they agreed (3 rows against 5), whose sizes the ranks keep for the next gather."""
     g = torch.Generator().manual_seed(rank)
-    train, rollout = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
-    _, _, stats = rollout_correction(train, rollout, torch.ones(4, 6), threshold=(0.5, 2.0 + rank))
+    rows = 3 + 2 * rank
+    train, rollout = torch.randn(rows, 6, generator=g), torch.randn(rows, 6, generator=g)
+    reduce_stats(rollout_correction(train, rollout, torch.ones(rows, 6), threshold=(0.5, 2.0)).stats)
+    _, _, stats = rollout_correction(train, rollout, torch.ones(rows, 6), threshold=(0.5, 2.0 + rank))
     try:
         reduce_stats(stats)
     except RuntimeError as exc:
@@ -59,7 +62,7 @@ def uneven(rank: int) -> dict:
     small = everything(B, T, SEED, rows=slice(2 * rank, 2 * rank + 2))  # then 2 rows each: the widths shrink
     return {"first": reduced_json(stats), "again": reduced_json(stats), "rollout_correction": reduced_json(alone),
             "widths": max(max(w) for w in _reduce._WIDTHS.values()), "small": reduced_json(small),
-            "small_widths": max(_reduce._WIDTHS[Layout.of(small).fingerprint, 2])}
+            "small_widths": max(_reduce._WIDTHS[_reduce._widths_key(Layout.of(small), 2)])}
 
 
 def main(out: str) -> None:
