@@ -229,17 +229,17 @@ def test_trls_logged_numbers_have_a_row_next_to_ours():
     assert keys["query"]["query"] == 'label_values(grpo_trl_logged{run_id=~"$run_id"}, metric)'
     (picked,) = _panel(d, "As logged by TRL: $trl_key")["targets"]
     logged = 'grpo_trl_logged{run_id=~"$run_id", metric=~"$trl_key"}'
-    assert picked["expr"] == f"max by (run_id, metric) {current_copy(logged, 'metric')}"
+    assert picked["expr"] == f"max by (run_id, metric) {current_copy(logged, ('metric',))}"
     clips = [t["expr"] for t in _panel(d, "Clip ratios: ours (exact) and as logged by TRL")["targets"]]
     ours = 'grpo_clip_ratio_high_max{run_id=~"$run_id"}'
     assert f"max by (run_id) {current_copy(ours)}" in clips
     logged = 'grpo_trl_logged{run_id=~"$run_id", metric="clip_ratio/high_max"}'
-    assert f"max by (run_id) {current_copy(logged, 'metric')}" in clips
+    assert f"max by (run_id) {current_copy(logged, ('metric',))}" in clips
     kl = [t["expr"] for t in _panel(d, "KL and entropy: ours (exact) and as logged by TRL")["targets"]]
     ours = 'grpo_trl_kl{run_id=~"$run_id"}'
     assert f"max by (run_id) {current_copy(ours)}" in kl
     logged = 'grpo_trl_logged{run_id=~"$run_id", metric="kl"}'
-    assert f"max by (run_id) {current_copy(logged, 'metric')}" in kl
+    assert f"max by (run_id) {current_copy(logged, ('metric',))}" in kl
     # drawn through the key picker, not again in a leftover panel of every key at once
     assert not [p["title"] for p in all_panels(d) if p.get("title", "").startswith("More as logged")]
 
@@ -280,3 +280,51 @@ def test_gauges_are_drawn_from_the_copy_each_run_last_vouched_for(promtool, tmp_
     out = subprocess.run([promtool, "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_gauge_panel_draws_a_healthy_run_from_its_real_series(promtool, tmp_path):
+    """The freshest-copy match (`current_copy`) keeps a gauge only where the liveness series of its copy has the
+    same labels but the gauge's own point attributes: every gauge panel draws a run that logged its signals, on the
+    labels a real pull endpoint serves (the streaks' `signal` and `bound` included). Through promtool."""
+    import re
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from otel_grpo import catalog
+    from otel_grpo.generate._configs import dump
+    from otel_grpo.telemetry import Telemetry, TelemetrySettings
+
+    values = {s.key: 0.5 for s in catalog.SIGNALS
+              if s.kind is catalog.Kind.GAUGE and s.label is None and s.key not in catalog.STATE_GAUGES}
+    tel = Telemetry(TelemetrySettings(run_id="r", output_dir=tmp_path, metrics_exporters=["prometheus"],
+                                      traces_exporters=["none"], prometheus_port=0, spill_samples=False))
+    try:
+        tel.log_metrics(1, {**values, "rewards/fmt/mean": 0.25})
+        assert tel.flush(10)
+        with urllib.request.urlopen(f"http://127.0.0.1:{tel.prometheus_port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    finally:
+        tel.shutdown()
+    scraped = [s for family in text_string_to_metric_families(text) for s in family.samples
+               if s.labels.get("run_id") == "r"]
+    served = {s.name for s in scraped}
+    series = [{"series": s.name + "{" + ", ".join(f'{k}="{v}"' for k, v in {**s.labels, "job": "grpo-trainer",
+                                                                           "instance": "h:9"}.items()) + "}",
+               "values": f"{s.value}+0x4"} for s in scraped]
+    alive = catalog.get("alive").prometheus_name
+    checks = []
+    for _, expr in dashboard_exprs(dashboards()["grpo-overview.json"]):
+        drawn = re.search(r"(grpo_\w+)\{", expr)
+        if alive not in expr or drawn.group(1) not in served:  # not a gauge's current copy, or not logged here
+            continue
+        expr = expr.replace("$__rate_interval", "1m").replace("$run_id", "r")
+        expr = re.sub(r"\$\w+", ".*", expr)
+        checks.append({"expr": f"count by (run_id) ({expr}) > bool 0", "eval_time": "30s",
+                       "exp_samples": [{"labels": '{run_id="r"}', "value": 1}]})
+    assert len(checks) > 100 and any("grpo_step_streak" in c["expr"] for c in checks)
+    test = {"interval": "15s", "input_series": series, "promql_expr_test": checks}
+    (tmp_path / "t.yml").write_text(dump({"rule_files": [], "evaluation_interval": "15s", "tests": [test]}))
+    out = subprocess.run([promtool, "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
