@@ -59,7 +59,9 @@ class OTLPReceiver:
         return [s for req in self.traces for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
 
     def metric_points(self, name: str) -> list:
-        """Data points of a metric over every request (gauge, sum or histogram)."""
+        """Data points with a value of a metric over every request (gauge, sum or histogram): not the points
+        flagged "no recorded value", which end a series (a statistic a step lacks; what a crashed attempt of the
+        run may have left, at a process's start)."""
         found = []
         for req in self.metrics:
             for rm in req.resource_metrics:
@@ -67,7 +69,8 @@ class OTLPReceiver:
                     for m in sm.metrics:
                         if m.name == name:
                             kind = m.WhichOneof("data")
-                            found.extend((m, p) for p in getattr(m, kind).data_points)
+                            found.extend((m, p) for p in getattr(m, kind).data_points
+                                         if not p.flags & _NO_RECORDED_VALUE)
         return found
 
 
