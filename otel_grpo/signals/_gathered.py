@@ -44,16 +44,14 @@ class Layout:
     finishes: dict[str, tuple[Finish, tuple[tuple[int, tuple[float, ...]], ...]]] = field(default_factory=dict)
     """Each finished table's finish and calls (`Stats.add_table`)."""
     _call_rows: dict[tuple[str, tuple], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    _on_device: dict = field(default_factory=dict)
-    """`gather_stats`' per-device copies of [fingerprint, *lengths] (torch tensors: never pickled)."""
+    device_heads: dict = field(default_factory=dict)
+    """`gather_stats`' cache: per device, [fingerprint, *lengths] as a tensor there (never pickled)."""
     fingerprint: float = 0.0
     head: int = 0
     """Where the ranks' sizes start: after the sums, check counts, mins, maxs and the layout check."""
     lengths: list[float] = field(default_factory=list)
     """This rank's sizes, which may differ between ranks (`gather_stats` pads every rank's to the largest):
     each vector's and id payload's entries, then each finished table's rows per call (`call_slots`)."""
-    n_lengths: int = 0
-    """How many sizes each rank sends: `len(lengths)`."""
     call_slots: dict[str, slice] = field(default_factory=dict)
     """Where each finished table's rows per call sit in `lengths`."""
 
@@ -63,7 +61,12 @@ class Layout:
     def __setstate__(self, state: tuple) -> None:
         for f, value in zip(_PICKLED, state):
             setattr(self, f.name, value)
-        self._call_rows, self._on_device = {}, {}
+        self._call_rows, self.device_heads = {}, {}
+
+    @property
+    def n_lengths(self) -> int:
+        """How many sizes each rank sends."""
+        return len(self.lengths)
 
     def call_rows(self, key: str, rows: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
         """The finished table `key`'s per-row params [R, P] and call indices [R] over every rank's rows in rank
@@ -117,7 +120,6 @@ class Layout:
             calls = len(lay.finishes[key][1])
             lay.call_slots[key] = slice(at, at + calls)
             at += calls
-        lay.n_lengths = at
         lay.lengths = ([float(n) for _, n in lay.vectors] + [float(n) for _, n in lay.ids]
                        + [float(rows) for key in lay.call_slots for rows, _ in lay.finishes[key][1]])
         # the structure the ranks must share; sizes (rows, entries) may differ and travel in the pack
@@ -129,7 +131,7 @@ class Layout:
         return lay
 
 
-_PICKLED = tuple(f for f in fields(Layout) if not f.name.startswith("_"))
+_PICKLED = tuple(f for f in fields(Layout) if f.name not in ("_call_rows", "device_heads"))
 """A layout's fields but its caches: made again where it is read."""
 
 

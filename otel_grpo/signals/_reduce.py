@@ -124,9 +124,9 @@ def _pack(stats: Stats, lay: Layout, widths: list[int], with_ids: bool = True) -
     scalars = [stats.sums[s] for s in lay.sum_slots] + [stats.checks[a][0] for a in lay.checks]
     scalars += [stats.mins[k] for k in lay.keys[Part.MIN]] + [stats.maxs[k] for k in lay.keys[Part.MAX]]
     pieces = [torch.stack(scalars)] if scalars else []  # one stack: each is a few us on CPU
-    head = lay._on_device.get(device)
+    head = lay.device_heads.get(device)
     if head is None:  # one (pinned, non-blocking) copy per layout and device: a step of the same sizes reuses it
-        head = lay._on_device[device] = to_device([lay.fingerprint, *lay.lengths], device, _F64)
+        head = lay.device_heads[device] = to_device([lay.fingerprint, *lay.lengths], device, _F64)
     pieces.append(head)
     pieces += [_fit(stats.vectors[k], w, 0.0) for (k, _), w in zip(lay.vectors, widths)]
     # int64 ids travel bit for bit inside the float64 pack (cat and gather copy bytes); -1 pads: no n-gram
