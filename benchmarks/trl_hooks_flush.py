@@ -7,7 +7,8 @@ process that trains one instrumented tiny GRPOTrainer (benchmarks/trl.py's tiny 
 8 completions of <= 8 tokens, num_iterations 2, beta 0.04; in-memory exporters, thread sink)
 and measures the training thread's CPU time (`time.thread_time`) inside our code only:
 every wrapped TRL method's time less the time of the TRL method it wraps (what the hook
-itself adds), and the logged-step callback (`on_log`: merge, reduce, hand-over). The
+itself adds) and the callback's step events (hooks), and the logged-step callback (`on_log`:
+merge, reduce, hand-over: flush). The
 trees alternate within a round and the first one alternates across rounds, so an A/B
 shares the machine's state. Printed: per tree, the median over rounds (and range) of
 the per-step mean after a warm-up of 2 logged steps: hooks, flush, total.
@@ -96,6 +97,24 @@ def measure(steps: int, logging_steps: int, profile: bool = False) -> dict[str, 
                 profiler.disable()
             spent["flush"] += time.thread_time() - t0
     _callback.InstrumentedCallback.on_log = timed_log
+
+    def timed_event(event):  # the step events (the optimizer step's phases): hook CPU as well
+        method = getattr(_callback.InstrumentedCallback, event)
+
+        def call(self, *args, **kwargs):
+            t0 = time.thread_time()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                own = time.thread_time() - t0
+                spent["hooks"] += own
+                mine = per_hook.setdefault(event, [0.0, 0])
+                mine[0] += own
+                mine[1] += 1
+        setattr(_callback.InstrumentedCallback, event, call)
+
+    for event in ("on_step_begin", "on_step_end"):
+        timed_event(event)
 
     warm = 2 * logging_steps
     marks = {}
