@@ -135,7 +135,8 @@ def _peer(signal: Signal, peer: str) -> str:
 
 
 def _row(signal: Signal) -> str:
-    label = f" (attribute `{signal.label}`)" if signal.label else ""
+    named = signal.point_labels
+    label = f" (attribute{'s' * (len(named) > 1)} {', '.join(f'`{a}`' for a in named)})" if named else ""
     cells = [f"`{signal.key}`{label}<br>`{signal.name}`<br>`{signal.prometheus_name}`", f"{signal.kind.value}, `{signal.unit}`",
              _cell(signal.description)]
     cells += [_peer(signal, peer) for peer, _ in _PEERS]

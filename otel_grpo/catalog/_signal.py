@@ -97,6 +97,10 @@ class Signal:
     """The name the MaxEnt-GRPO metrics module (seed 000) logs this under, `train/` included."""
     aliases: tuple[str, ...] = ()
     """Further names that resolve here: the seed-004 mismatch helper's `mismatch/*`, TRL's PPO names, MaxEnt duplicates."""
+    attributes: tuple[str, ...] = ()
+    """Attributes its data points carry besides the run's and `label` (a step check's `signal` and `bound`): labels
+    a query must keep apart, or ignore where it matches the series with the run's own (the dashboards'
+    liveness match)."""
     differs: tuple[tuple[str, str], ...] = ()
     """(peer, how) for each of `trl`, `verl`, `maxent` and `other` (the `aliases`) whose value is not
     computed as ours; a peer with an alias and no entry here computes the same number
@@ -121,6 +125,11 @@ class Signal:
         for peer, how in self.differs:
             if peer not in _PEERS or not how:
                 raise ValueError(f"{self.key!r}: differs entries are (peer in {_PEERS}, how), got {(peer, how)!r}")
+
+    @property
+    def point_labels(self) -> tuple[str, ...]:
+        """Every attribute its data points carry besides the run's: `label`, then `attributes`."""
+        return ((self.label,) if self.label else ()) + self.attributes
 
     @property
     def all_aliases(self) -> tuple[str, ...]:

@@ -146,8 +146,8 @@ SIGNALS: tuple[Signal, ...] = (
     # bound, so a one-step spike between two scrapes still reaches Prometheus.
     Signal("step_kl", "grpo.step.kl", H, "{nat}", "KL to the reference of each step as the `kl` step check judges it (`kl`, else TRL's `trl_kl`), one observation per step: counts the steps above each bound (dashboards).", R.HOST, Group.KL, buckets=STEP_KL_BUCKETS),
     # Step checks (catalog/_step_checks.py): the streaks the alerts count steps with.
-    _g("step_streak", "grpo.step.streak", "{step}", "Consecutive steps, up to the last one, whose step check (attribute `signal`: a scalar, or a trend such as `kl_jump` judged against the run's own recent steps) was beyond `bound` (above it; below it for an effective sample size, entropy or throughput); 0 after a step within the bound.", R.HOST, Group.HEALTH),
-    Signal("step_beyond", "grpo.step.beyond", C, "{step}", "Steps at which the step check `signal` had been beyond `bound` for at least `streak` consecutive steps, that step included (`streak` 1: every step beyond); attribute `process`: the counting process (a resumed run counts in new series). Lossless between scrapes: the alerts' step evidence.", R.HOST, Group.HEALTH),
+    _g("step_streak", "grpo.step.streak", "{step}", "Consecutive steps, up to the last one, whose step check (attribute `signal`: a scalar, or a trend such as `kl_jump` judged against the run's own recent steps) was beyond `bound` (above it; below it for an effective sample size, entropy or throughput); 0 after a step within the bound.", R.HOST, Group.HEALTH, attributes=("signal", "bound")),
+    Signal("step_beyond", "grpo.step.beyond", C, "{step}", "Steps at which the step check `signal` had been beyond `bound` for at least `streak` consecutive steps, that step included (`streak` 1: every step beyond); attribute `process`: the counting process (a resumed run counts in new series). Lossless between scrapes: the alerts' step evidence.", R.HOST, Group.HEALTH, attributes=("signal", "bound", "streak", "process")),
 )
 
 # ---- TRL ----------------------------------------------------------------------------

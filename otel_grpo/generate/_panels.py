@@ -17,23 +17,13 @@ RATE = "$__rate_interval"
 QUANTILES = (0.1, 0.5, 0.9)
 
 
-_POINT_LABELS = {"step_streak": ("signal", "bound")}
-"""Gauges whose points carry attributes besides the run's and a templated signal's `label` (telemetry
-`_streaks`: one streak per checked signal and bound)."""
-
-
-def point_labels(signal: Signal) -> tuple[str, ...]:
-    """The labels a gauge's series has that its process's liveness series has not (`current_copy`)."""
-    return _POINT_LABELS.get(signal.key, (signal.label,) if signal.label else ())
-
-
 def current_copy(series: str, ignoring: tuple[str, ...] = ()) -> str:
     """`series` (gauges of the selected runs) from the copy of each run (and rank) that its exporter vouched for
     last: its `grpo.process.alive_until` is the run's largest. Other copies hold a dead process's last values: a
     crashed attempt's under other target labels after a relaunch (another world size or service name), or a
     collector replica's that a run moved away from; a collector serves them until its metric_expiration (2
     minutes), and a `max by (run_id)` over every copy would mix them in. `ignoring`: the series' own labels, which
-    the liveness series has not (`point_labels`): without them `and` matches nothing."""
+    the liveness series has not (`Signal.point_labels`): without them `and` matches nothing."""
     alive = f"{get('alive').prometheus_name}{{{RUN}}}"
     freshest = f"({alive} == on (run_id, rank) group_left max by (run_id, rank) ({alive}))"
     matching = f" ignoring ({', '.join(ignoring)})" if ignoring else ""
@@ -88,7 +78,7 @@ def signal_queries(signal: Signal) -> list[Query]:
     legend = (f"{signal.key} {{{{{label}}}}}" if label else signal.key) + " {{run_id}}"
     if signal.kind is Kind.GAUGE:
         by = f"run_id, {label}" if label else "run_id"
-        return [Query(f"max by ({by}) {current_copy(f'{name}{{{RUN}}}', point_labels(signal))}", legend)]
+        return [Query(f"max by ({by}) {current_copy(f'{name}{{{RUN}}}', signal.point_labels)}", legend)]
     if signal.kind is Kind.COUNTER:
         by = f"run_id, {label}" if label else "run_id"
         return [Query(f"sum by ({by}) (rate({name}{{{RUN}}}[{RATE}]))", f"{legend} /s")]

@@ -20,7 +20,7 @@ from otel_grpo import catalog
 from otel_grpo.catalog import Group
 
 from ._configs import COMPOSE
-from ._panels import (PROM, PROM_UID, RUN, Panel, Query, current_copy, point_labels, render, row, signal_queries,
+from ._panels import (PROM, PROM_UID, RUN, Panel, Query, current_copy, render, row, signal_queries,
                       unit_of)
 from ._rules import THRESHOLD_RECORD, RuleSettings
 
@@ -62,7 +62,7 @@ def _trend_streaks(limits: RuleSettings) -> str:
     parts = [f'{streak}{{{RUN}, signal="{check}", bound="{catalog.bound_label(getattr(limits, field))}"}}'
              for field, check in catalog.STEP_THRESHOLDS.items() if check in catalog.TRENDS]
     either = " or ".join(parts)
-    return f"max by (run_id, signal) {current_copy(f'({either})', point_labels(catalog.get('step_streak')))}"
+    return f"max by (run_id, signal) {current_copy(f'({either})', catalog.get('step_streak').point_labels)}"
 
 
 def _overridden(limits: RuleSettings, name: str) -> list[Query]:
@@ -221,7 +221,7 @@ _KL_ENTROPY = ("trl_kl", "entropy")
 def _as_logged(trl_key: str) -> Query:
     logged = catalog.get("trl_logged")
     series = f'{logged.prometheus_name}{{{RUN}, {logged.label}="{trl_key}"}}'
-    return Query(f"max by (run_id) {current_copy(series, point_labels(logged))}",
+    return Query(f"max by (run_id) {current_copy(series, logged.point_labels)}",
                  f"{trl_key}: TRL (as logged) {{{{run_id}}}}")
 
 
@@ -244,7 +244,7 @@ def _trl_logged_panels() -> list[Panel]:
     """TRL's own numbers as it logged them (any key, picked), and next to ours where they differ most."""
     logged = catalog.get("trl_logged")
     series = f'{logged.prometheus_name}{{{RUN}, {logged.label}=~"${TRL_KEY}"}}'
-    picked = Query(f"max by (run_id, {logged.label}) {current_copy(series, point_labels(logged))}",
+    picked = Query(f"max by (run_id, {logged.label}) {current_copy(series, logged.point_labels)}",
                    f"{{{{{logged.label}}}}} {{{{run_id}}}}")
     return [
         Panel(f"As logged by TRL: ${TRL_KEY}", [picked], width=24, signals=(logged.key,),

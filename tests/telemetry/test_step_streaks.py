@@ -89,3 +89,17 @@ def test_a_step_with_both_estimates_is_judged_on_grpo_kl_once(captured):
     assert beyond[("1.0", "3")] == 1  # steps 1-3: one streak, whichever estimate each step had
     (point,) = metrics["grpo.step.kl"].data.data_points
     assert point.count == 4 and point.sum == 0.05 + 1.5 + 1.5 + 1.2  # one observation per step
+
+
+def test_each_exported_signals_extra_attributes_are_the_catalogs_point_labels(captured):
+    """The dashboards keep apart (or ignore, to match the liveness series) exactly the attributes the catalog
+    names for a signal (`Signal.point_labels`): every point's attributes beyond a plain gauge's are those."""
+    from otel_grpo.catalog import get
+
+    captured.tel.log_metrics(0, {"kl": 1.5, "reward_fn_mean/fmt": 0.5})
+    metrics = captured.metrics()
+    plain = set(dict(metrics["grpo.kl"].data.data_points[0].attributes))
+    for key in ("reward_fn_mean", "step_streak", "step_beyond"):
+        signal = get(key)
+        extra = {frozenset(set(dict(p.attributes)) - plain) for p in metrics[signal.name].data.data_points}
+        assert extra == {frozenset(signal.point_labels)}, key
