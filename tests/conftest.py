@@ -1,4 +1,4 @@
-"""The suite's order: its longest files first, so that `make test`'s two workers end together.
+"""The suite's order: its longest files first, so that `make test`'s workers end together.
 
 `make test` hands out whole files (pytest-xdist `--dist loadfile`) in collection order, the next one to the
 first worker that is almost done. A long file handed out last keeps one worker busy while the other idles;
