@@ -83,9 +83,9 @@ demo-backends: $(STAMP)
 
 # One pytest worker more than there are cores (pytest-xdist), each test file on one worker so that a
 # file's module fixtures (a running stack, a trained run) are made once: much of the suite waits on the
-# real processes it starts (at one worker per core the cores idled 29% of a 2-core run, which took 24.0
-# minutes against 20.5 with three workers: benchmarks/README.md, suite); the longest files are handed out
-# first (tests/conftest.py), so the workers end together. `pytest` alone runs serially.
+# real processes it starts, so at one worker per core the cores idle (benchmarks/README.md, suite); the
+# longest files are handed out first (tests/conftest.py), so the workers end together. `pytest` alone
+# runs serially.
 # The slowest tests are listed at the end: the suite's budget is 30 minutes on 2 cores.
 test: setup backends
 	$(PY) -m pytest -q -n $$(($$(nproc) + 1)) --dist loadfile --durations=20
