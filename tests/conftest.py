@@ -1,8 +1,8 @@
 """The suite's order: its longest files first, so that `make test`'s workers end together.
 
 `make test` hands out whole files (pytest-xdist `--dist loadfile`) in collection order, the next one to the
-first worker that is almost done. A long file handed out last keeps one worker busy while the other idles;
-handed out first, the other worker runs the many short files meanwhile. pytest-xdist's own order (files
+first worker that is almost done. A long file handed out last keeps one worker busy while the others idle;
+handed out first, the other workers run the many short files meanwhile. pytest-xdist's own order (files
 with the most tests first) is turned off: it put these files, a few tests each, last.
 """
 
