@@ -12,10 +12,13 @@
 # builder-config.yaml builds a new collector) and what is already there is reused. Without Go
 # it says so and exits 0: the tests then fall back to binaries on PATH or skip with that reason.
 # One target per binary: `make demo` builds only the two servers it runs (prometheus alertmanager),
-# `make test` all of them. What Go prints (hundreds of `go: downloading` lines) goes to
-# $CACHE/build-backends.log; the terminal gets one line per binary, and the log's name and tail if
-# a build fails.
-#   usage: scripts/build-backends.sh [prometheus|promtool|alertmanager|amtool|collector|helm|crds|compose-go|kube-score|pod-security ...]
+# `make test` all of them (scripts/test.sh: beside the suite, whose tests each run this script for the
+# binary they need). What Go prints (hundreds of `go: downloading` lines) goes to a log per binary,
+# $CACHE/logs/<name>.log; the terminal gets one line per binary, and the log's name and tail if a build
+# fails. Each binary is built under a lock of its own ($CACHE/.<name>.lock): a second run that wants
+# one being built waits for it, says so, and builds nothing.
+#   usage: scripts/build-backends.sh [--missing] [prometheus|promtool|alertmanager|amtool|collector|helm|crds|compose-go|kube-score|pod-security ...]
+#   --missing: print the names of those not built yet, build nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version() { awk -F': *' -v k="$1" '$1 == k { print $2 }' otel_grpo/stack/backends.yml; }
@@ -43,9 +46,9 @@ have() { [ -x "$CACHE/$1" ]; }
 # Progress on the terminal (fd 3, our stderr): one banner saying what is built and why when anything
 # is missing (a machine that has them all prints nothing), then one line per binary,
 #   build-backends: [2/4] prometheus-3.16.0 (go install ...) ... done in 212 s (250 s so far)
-# Everything the builds print goes to the log, named again if one fails.
+# Everything a build prints goes to its log, named again if it fails.
 exec 3>&2
-LOG="$CACHE/build-backends.log"
+LOGS="$CACHE/logs"
 STEP=0 TOTAL=0 STARTED=$SECONDS CURRENT=""
 binary_of() {
   case "$1" in
@@ -61,19 +64,22 @@ binary_of() {
     pod-security) echo "pod-security-$POD_SECURITY_VERSION" ;;
   esac
 }
+missing() {  # missing <target>...: the binaries not built yet, by name
+  local t b
+  for t in "$@"; do b=$(binary_of "$t"); have "$b" || echo "$b"; done
+}
 announce() {  # announce <target>...: count what is missing, say what and why once
-  local missing=() b
-  for t in "$@"; do b=$(binary_of "$t"); have "$b" || missing+=("$b"); done
+  local missing
+  mapfile -t missing < <(missing "$@")
   TOTAL=${#missing[@]}
   [ "$TOTAL" -gt 0 ] || return 0
-  : > "$LOG"
-  echo "build-backends: building ${missing[*]} from their Go modules into $CACHE (Go's output: $LOG)" >&3
+  echo "build-backends: building ${missing[*]} from their Go modules into $CACHE (Go's output: $LOGS/<name>.log)" >&3
   echo "build-backends: why: the tests and 'otel-grpo up' run these pinned versions (otel_grpo/stack/backends.yml);" \
        "no package registry here ships them. Once per machine, then reused." >&3
 }
 begin_step() {
   STEP=$((STEP + 1)) STEP_STARTED=$SECONDS CURRENT=$1
-  echo "==== [$STEP/$TOTAL] $1: $2" >> "$LOG"
+  echo "==== $1: $2"
   printf 'build-backends: [%s/%s] %s (%s) ...' "$STEP" "$TOTAL" "$1" "$2" >&3
 }
 end_step() {
@@ -203,11 +209,33 @@ build_pod-security() {  # the API server's PodSecurity evaluator, at the pinned 
 }
 
 ALL=(prometheus promtool alertmanager amtool collector helm crds compose-go kube-score pod-security)
+LIST_MISSING=0
+if [ "${1:-}" = --missing ]; then LIST_MISSING=1; shift; fi
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${ALL[@]}")
 for t in "${targets[@]}"; do
   [[ " ${ALL[*]} " == *" $t "* ]] || { echo "build-backends: unknown target '$t' (${ALL[*]})" >&2; exit 2; }
 done
+if [ "$LIST_MISSING" = 1 ]; then missing "${targets[@]}"; exit 0; fi
 announce "${targets[@]}"
 [ "$TOTAL" -gt 0 ] || exit 0
-for t in "${targets[@]}"; do "build_$t" >> "$LOG" 2>&1; done
+mkdir -p "$LOGS"
+
+# One build of a binary at a time on this machine: `make test` builds them all beside the suite while
+# its tests ask for the one each needs (tests/stack/conftest.py), so a test waits for the build under way
+# rather than starting a second. The build functions look for the binary again once they hold the lock.
+locked() {  # locked <target>: built under its lock, its output in its log
+  local name lock
+  name=$(binary_of "$1")
+  exec {lock}>"$CACHE/.$name.lock"
+  if ! flock -n "$lock"; then
+    echo "build-backends: $name is being built by another run; waiting for it" >&3
+    flock "$lock"
+  fi
+  if ! have "$name"; then
+    LOG="$LOGS/$name.log"
+    "build_$1" > "$LOG" 2>&1
+  fi
+  exec {lock}>&-
+}
+for t in "${targets[@]}"; do locked "$t"; done

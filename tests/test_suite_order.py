@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import LONGEST_FIRST, pytest_collection_modifyitems
+from tests.conftest import LONGEST_FIRST, NEED_BACKENDS, pytest_collection_modifyitems
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,3 +28,27 @@ def test_the_longest_files_come_first_and_xdist_keeps_that_order(request: pytest
     assert [i.nodeid for i in items] == [f"{LONGEST_FIRST[0]}::u", f"{LONGEST_FIRST[0]}::v[1]",
                                          f"{LONGEST_FIRST[1]}::t", "tests/a.py::x", "tests/a.py::y", "tests/b.py::z"]
     assert getattr(request.config.option, "loadscopereorder", False) is False
+
+
+def test_while_the_backends_build_the_files_that_need_none_go_first(request: pytest.FixtureRequest, monkeypatch):
+    """`make test` on a machine that lacks backends builds them beside the suite: a file that needs one, handed out
+    first, would hold its worker waiting for the build."""
+    stack = [p for p in LONGEST_FIRST if p.startswith(NEED_BACKENDS)]
+    other = [p for p in LONGEST_FIRST if not p.startswith(NEED_BACKENDS)]
+    assert stack and other
+    nodeids = ["tests/stack/test_x.py::a", "tests/sidecar/test_y.py::b", f"{stack[0]}::c", f"{other[0]}::d",
+               f"{stack[1]}::e", f"{other[1]}::f"]
+    monkeypatch.setenv("OTEL_GRPO_BACKENDS_BUILDING", "1")
+    items = [SimpleNamespace(nodeid=n) for n in nodeids]
+    pytest_collection_modifyitems(request.config, items)
+    assert [i.nodeid for i in items] == [f"{other[0]}::d", f"{other[1]}::f", "tests/sidecar/test_y.py::b",
+                                         f"{stack[0]}::c", f"{stack[1]}::e", "tests/stack/test_x.py::a"]
+
+
+def test_every_file_that_runs_a_backend_is_where_the_order_expects_it():
+    """A test asking for a backend (`need`, the binaries' cache, the build script) outside NEED_BACKENDS would be
+    handed out first while the backends build, and wait."""
+    asking = [p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("*.py")
+              if any(word in p.read_text() for word in ("need(", "bin_cache()", "build-backends.sh"))]
+    assert "tests/stack/conftest.py" in asking
+    assert [p for p in asking if not p.startswith(NEED_BACKENDS) and p != "tests/test_suite_order.py"] == []

@@ -36,7 +36,8 @@ def free_port() -> int:
 
 
 def need(component: str) -> str:
-    """The pinned build of a backend (scripts/build-backends.sh), built now if Go is there.
+    """The pinned build of a backend (scripts/build-backends.sh), built now if Go is there (or waited for, where
+    `make test` is building it beside the suite: the script's lock for that binary).
 
     The rules rely on Prometheus 3 semantics (left-open ranges, normalized `le`), so
     older binaries on PATH (Debian's 2.42) are not used: without Go, the test skips.

@@ -1,14 +1,17 @@
 """scripts/build-backends.sh, the first thing `make test` and `make demo` run on a new machine
-(`make demo` through scripts/demo-backends.py, which builds only the servers the machine lacks):
-every target it names builds, a machine that has them all rebuilds nothing and says nothing, and
-what Go prints goes to a log that a failed build names."""
+(`make test` beside the suite through scripts/test.sh, `make demo` through scripts/demo-backends.py,
+which builds only the servers the machine lacks): every target it names builds, a machine that has
+them all rebuilds nothing and says nothing, a binary being built is waited for and not built twice,
+and what Go prints goes to a log per binary that a failed build names."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,7 +46,8 @@ def test_a_machine_that_has_every_build_rebuilds_nothing_and_says_nothing(tmp_pa
     (tmp_path / f"prometheus-operator-crds-{backend_versions()['prometheus-operator']}").mkdir()
     out = _run(tmp_path)
     assert (out.returncode, out.stderr) == (0, "")
-    assert not (tmp_path / "build-backends.log").exists()
+    assert not (tmp_path / "logs").exists()
+    assert _run(tmp_path, "--missing").stdout == ""
 
 
 def test_each_binary_has_its_own_target_and_make_demo_builds_only_the_servers_it_runs(tmp_path):
@@ -68,7 +72,7 @@ def test_make_demo_runs_the_servers_the_machine_has_and_names_their_versions(tmp
     lines = out.stderr.splitlines()
     assert [line.split()[1] for line in lines] == ["prometheus", "alertmanager"]
     assert all("from PATH, not the pinned" in line and "(version unknown)" not in line for line in lines), lines
-    assert not (tmp_path / "build-backends.log").exists()
+    assert not (tmp_path / "logs").exists()
     (tmp_path / cache_name("prometheus")).write_text("#!/bin/sh\n")
     (tmp_path / cache_name("prometheus")).chmod(0o755)
     out = _demo_backends(tmp_path, os.environ["PATH"])
@@ -98,11 +102,76 @@ def test_a_failed_build_names_its_log_and_keeps_go_off_the_terminal(tmp_path):
     cannot fetch its module (no proxy, an empty module cache) fails at once."""
     offline = {"GOPROXY": "off", "GOMODCACHE": str(tmp_path / "mod"), "GOFLAGS": "-modcacherw"}
     out = _run(tmp_path / "bin", "helm", "amtool", env=offline)
-    log = tmp_path / "bin" / "build-backends.log"
+    log = tmp_path / "bin" / "logs" / f"{cache_name('helm')}.log"
     assert out.returncode != 0
     lines = out.stderr.splitlines()
-    assert lines[0].startswith("build-backends: building helm-") and str(log) in lines[0]
+    assert lines[0].startswith("build-backends: building helm-") and f"{log.parent}/<name>.log" in lines[0]
     assert lines[2].startswith("build-backends: [1/2] helm-") and lines[2].endswith(" failed (exit 1)")
     assert lines[3] == f"build-backends: building helm-{backend_versions()['helm']} failed; Go's output is in {log}, ending:"
     assert all(line.startswith("  ") for line in lines[4:]) and "GOPROXY=off" in out.stderr
     assert "GOPROXY=off" in log.read_text() and not (tmp_path / "bin" / cache_name("helm")).exists()
+
+
+OFFLINE = {"GOPROXY": "off", "GOFLAGS": "-modcacherw"}
+"""With an empty module cache (GOMODCACHE) a build fails at once: a run that builds anything shows it."""
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="without Go the script only says so")
+def test_a_binary_being_built_by_another_run_is_waited_for_and_not_built_again(tmp_path):
+    """`make test` builds every backend while each test asks for the one it needs: the test's run waits for
+    the build under way (its lock) and then uses what it built."""
+    cache, name = tmp_path / "bin", cache_name("helm")
+    cache.mkdir()
+    env = {**os.environ, "OTEL_GRPO_BIN_CACHE": str(cache), "GOMODCACHE": str(tmp_path / "mod"), **OFFLINE}
+    with open(cache / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the other run, building helm
+        waiting = subprocess.Popen(["bash", str(SCRIPT), "helm"], stderr=subprocess.PIPE, text=True, env=env)
+        said = [waiting.stderr.readline() for _ in range(3)]
+        assert said[2] == f"build-backends: {name} is being built by another run; waiting for it\n", said
+        time.sleep(0.5)
+        assert waiting.poll() is None
+        (cache / name).write_text("#!/bin/sh\n")  # what the other run built
+        (cache / name).chmod(0o755)
+    assert waiting.wait(timeout=60) == 0, waiting.stderr.read()
+    assert waiting.stderr.read() == "" and not (cache / "logs" / f"{name}.log").exists()  # it built nothing
+
+
+def _processes_with(text: str) -> list[int]:
+    """The processes whose environment holds `text`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="without Go nothing is built beside the suite")
+def test_make_test_builds_what_is_missing_beside_the_suite_and_stops_the_builds_with_it(tmp_path):
+    """scripts/test.sh starts the builds, tells the suite they are under way (its order), runs the suite and stops
+    the builds when it ends, with the Go processes they started."""
+    cache = tmp_path / "bin"
+    cache.mkdir()
+    env = {**os.environ, "OTEL_GRPO_BIN_CACHE": str(cache), "GOMODCACHE": str(tmp_path / "mod"), **OFFLINE}
+    env.pop("OTEL_GRPO_BACKENDS_BUILDING", None)
+    progress = tmp_path / "backends.log"
+    suite = "import os, time; time.sleep(1); print(os.environ.get('OTEL_GRPO_BACKENDS_BUILDING'))"
+    with open(cache / f".{cache_name('prometheus')}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the builds' first binary: they wait there until stopped
+        out = subprocess.run(["bash", str(ROOT / "scripts/test.sh"), str(progress), sys.executable, "-c", suite],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == "1\n"
+        assert out.stderr == f"make test: building {len(BINARIES) + 1} backends beside the tests (progress: {progress})\n"
+        assert "prometheus-3" in progress.read_text() and "waiting for it" in progress.read_text()
+        assert _processes_with(str(cache)) == []  # stopped, though still waiting
+    env["OTEL_GRPO_BIN_CACHE"] = str(tmp_path)  # nothing missing: nothing is built, and the suite's order is its own
+    for binary in map(cache_name, BINARIES):
+        (tmp_path / binary).write_text("#!/bin/sh\n")
+        (tmp_path / binary).chmod(0o755)
+    (tmp_path / f"prometheus-operator-crds-{backend_versions()['prometheus-operator']}").mkdir()
+    out = subprocess.run(["bash", str(ROOT / "scripts/test.sh"), str(progress), sys.executable, "-c",
+                          suite + "; raise SystemExit(3)"], capture_output=True, text=True, timeout=60, env=env)
+    assert (out.returncode, out.stdout, out.stderr) == (3, "None\n", "")  # the suite's status

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `make test`: the suite, with the backends this machine has not built yet built beside it.
+#   usage: scripts/test.sh <progress log> <python> -m pytest [pytest's arguments]
+# On a new machine the ten Go builds take about 10 minutes, a third of it waiting on the module
+# proxy with the cores idle, and about half of the suite's work needs no backend: run one after the
+# other they cost a fresh `make test` those 10 minutes (benchmarks/README.md, suite). So the builds
+# run in the background while the tests run. A test that needs a backend runs
+# scripts/build-backends.sh for it (`need` in tests/stack/conftest.py), which waits for the build
+# under way (one lock per binary); OTEL_GRPO_BACKENDS_BUILDING tells tests/conftest.py to hand out
+# the files that need none first. The builds are stopped when the suite ends: those the tests
+# needed are done by then, and a Ctrl-C stops them too.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+log=$1
+shift
+builder=""
+missing=$(scripts/build-backends.sh --missing)
+if [ -n "$missing" ] && command -v go >/dev/null; then
+  echo "make test: building $(echo "$missing" | wc -l) backends beside the tests (progress: $log)" >&2
+  # A session of its own: the builds and Go's compilers are one process group, stopped together below.
+  setsid scripts/build-backends.sh > "$log" 2>&1 &
+  builder=$!
+  export OTEL_GRPO_BACKENDS_BUILDING=1
+fi
+stop_builds() {
+  if [ -n "$builder" ] && kill -0 "$builder" 2>/dev/null; then
+    kill -TERM -- "-$builder" 2>/dev/null
+    wait "$builder" 2>/dev/null
+  fi
+}
+trap stop_builds EXIT
+"$@"
