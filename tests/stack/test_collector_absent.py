@@ -107,8 +107,10 @@ def test_a_relaunch_under_the_same_run_id_ends_the_crashed_attempts_statistics_a
         crashed.log_metrics(5, {"kl": 0.1, "reward": 0.5, "rewards/fmt/mean": 0.25})
         assert crashed.flush(10)
         started = _served(collector, run_id, 5)["grpo_process_start_time_seconds"]
-        # the crashed process exports nothing more (its next export is 10 minutes away); the relaunch starts
-        time.sleep(0.01)
+        # the crashed process exports nothing more (its next export is 10 minutes away); the relaunch starts, in a
+        # later second: a process's start time is in whole seconds (its `process` attribute), and a relaunch within
+        # the crashed one's first second would announce the same one (as the test did in 3 of 10 runs under load)
+        time.sleep(1.01 - time.time() % 1)
         relaunch = Telemetry(TelemetrySettings(**settings))
 
         def announced() -> dict[str, float]:
