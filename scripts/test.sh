@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `make test`: the suite, with the backends this machine has not built yet built beside it.
 #   usage: scripts/test.sh <progress log> <python> -m pytest [pytest's arguments]
-# On a new machine the ten Go builds take about 10 minutes, a third of it waiting on the module
-# proxy with the cores idle, and about half of the suite's work needs no backend: run one after the
-# other they cost a fresh `make test` those 10 minutes (benchmarks/README.md, suite). So the builds
-# run in the background while the tests run. A test that needs a backend runs
+# On a new machine the ten Go builds take about 10 minutes with the cores idle a third of it (module
+# downloads, single-threaded links), and about half of the suite's work needs no backend: run one
+# after the other, they add those minutes to a fresh `make test`; run together, the suite fills the
+# idle cores (benchmarks/README.md, suite). A test that needs a backend runs
 # scripts/build-backends.sh for it (`need` in tests/stack/conftest.py), which waits for the build
 # under way (one lock per binary); OTEL_GRPO_BACKENDS_BUILDING tells tests/conftest.py to hand out
 # the files that need none first. The builds are stopped when the suite ends: those the tests
