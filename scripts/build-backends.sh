@@ -108,7 +108,6 @@ version_flags() { echo "-X github.com/prometheus/common/version.Version=$1 -X gi
 
 install_as() {  # install_as <cache name> <package@version> <-X version flags> [build tags]
   local name=$1 pkg=$2 xflags=$3 tags=${4:-} tmp
-  have "$name" && return 0
   new_workdir; tmp=$WORK
   begin_step "$name" "go install $pkg"
   GOBIN="$tmp" go install ${tags:+-tags "$tags"} -ldflags "-s -w $xflags" "$pkg"
@@ -134,7 +133,6 @@ build_amtool() {
 
 build_alertmanager() {
   local name="alertmanager-$ALERTMANAGER_VERSION" src work
-  have "$name" && return 0
   # The published module embeds ui/app/dist, the compiled web UI, which it does not ship
   # (`pattern app/dist: no matching files found`): build from a copy of the module with
   # a one-page stand-in there. The API, routing and notifications are unaffected.
@@ -152,7 +150,6 @@ build_alertmanager() {
 
 build_collector() {
   local name="otelcol-grpo-$OTELCOL_VERSION-$OTELCOL_DIGEST" work
-  have "$name" && return 0
   new_workdir; work=$WORK
   begin_step "$name" "the collector builder with collector/builder-config.yaml's components"
   # The checksum database has no entry for the builder v0.144.0 (a 404 from sum.golang.org;
@@ -171,7 +168,6 @@ build_helm() {  # `helm lint` / `helm template` for the chart under deploy/helm
 
 build_crds() {  # the CRD schemas the chart's PrometheusRule, PodMonitor and ServiceMonitor are checked against
   local name="prometheus-operator-crds-$OPERATOR_VERSION" src
-  have "$name" && return 0
   begin_step "$name" "the CRD files of the prometheus-operator module"
   src=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@v$OPERATOR_VERSION" | awk -F'"' '/"Dir"/ { print $4 }')
   mkdir -p "$CACHE/$name.tmp"
@@ -184,7 +180,6 @@ build_crds() {  # the CRD schemas the chart's PrometheusRule, PodMonitor and Ser
 
 program_as() {  # program_as <cache name> <scripts/ folder> <module> <version>: our main.go, a module of its own
   local name=$1 dir=$2 module=$3 version=$4 work
-  have "$name" && return 0
   new_workdir; work=$WORK
   begin_step "$name" "scripts/$dir against $module v$version"
   cp "scripts/$dir/main.go" "$work/"
@@ -223,7 +218,7 @@ mkdir -p "$LOGS"
 
 # One build of a binary at a time on this machine: `make test` builds them all beside the suite while
 # its tests ask for the one each needs (tests/stack/conftest.py), so a test waits for the build under way
-# rather than starting a second. The build functions look for the binary again once they hold the lock.
+# rather than starting a second, and looks for the binary again once it holds the lock.
 locked() {  # locked <target>: built under its lock, its output in its log
   local name lock
   name=$(binary_of "$1")
