@@ -87,11 +87,15 @@ end_step() {
   CURRENT=""
 }
 
-# Build directories, removed at exit even when a build fails; a failed build names its log.
+# Build directories, removed at exit even when a build fails or is stopped (scripts/test.sh stops the
+# builds when the suite ends, a Ctrl-C stops them here); a failed build names its log.
 WORKDIRS=()
+STOPPED=""
 cleanup() {
   local code=$?
-  if [ "$code" -ne 0 ] && [ -n "$CURRENT" ]; then
+  if [ -n "$STOPPED" ] && [ -n "$CURRENT" ]; then
+    echo " stopped" >&3
+  elif [ "$code" -ne 0 ] && [ -n "$CURRENT" ]; then
     echo " failed (exit $code)" >&3
     echo "build-backends: building $CURRENT failed; Go's output is in $LOG, ending:" >&3
     tail -n 15 "$LOG" | sed 's/^/  /' >&3
@@ -99,6 +103,8 @@ cleanup() {
   [ ${#WORKDIRS[@]} -eq 0 ] || rm -rf "${WORKDIRS[@]}"
 }
 trap cleanup EXIT
+trap 'STOPPED=1; exit 143' TERM
+trap 'STOPPED=1; exit 130' INT
 new_workdir() { WORK=$(mktemp -d); WORKDIRS+=("$WORK"); }  # sets WORK (not in a subshell: the list must grow)
 
 # A fresh GOBIN per tool: `go install` names the binary after its package, and several

@@ -23,10 +23,15 @@ if [ -n "$missing" ]; then
   export OTEL_GRPO_BACKENDS_BUILDING=1
 fi
 stop_builds() {
-  if [ -n "$builder" ] && kill -0 "$builder" 2>/dev/null; then
-    kill -TERM -- "-$builder" 2>/dev/null
-    wait "$builder" 2>/dev/null
-  fi
+  [ -n "$builder" ] || return 0
+  kill -TERM -- "-$builder" 2>/dev/null
+  kill -TERM "$builder" 2>/dev/null  # a suite that ends at once may end before the builder made its group
+  wait "$builder" 2>/dev/null
+  # The script's end is not its group's: a compiler or linker it started ends in its own time, seconds on a
+  # loaded machine. Wait for the last of them (what is left after 10 s is killed): nothing outlives the suite.
+  local tries=100
+  while kill -0 -- "-$builder" 2>/dev/null && [ $((tries -= 1)) -gt 0 ]; do sleep 0.1; done
+  kill -KILL -- "-$builder" 2>/dev/null || true
 }
 trap stop_builds EXIT
 "$@"
