@@ -25,15 +25,18 @@ if [ -n "$missing" ]; then
   export OTEL_GRPO_BACKENDS_BUILDING=1
 fi
 stop_builds() {
-  [ -n "$builder" ] || return 0
+  # Only while the builder runs: its number is ours until it ends, and the suite's processes reuse numbers.
+  [ -n "$builder" ] && [[ " $(jobs -pr) " == *" $builder "* ]] || return 0
   kill -TERM -- "-$builder" 2>/dev/null
   kill -TERM "$builder" 2>/dev/null  # a set-up that fails at once may end before the builder made its group
   wait "$builder" 2>/dev/null
   # The script's end is not its group's: a compiler or linker it started ends in its own time, seconds on a
   # loaded machine. Wait for the last of them (what is left after 10 s is killed): nothing outlives the suite.
   local tries=100
-  while kill -0 -- "-$builder" 2>/dev/null && [ $((tries -= 1)) -gt 0 ]; do sleep 0.1; done
-  kill -KILL -- "-$builder" 2>/dev/null || true
+  while kill -0 -- "-$builder" 2>/dev/null; do
+    if [ $((tries -= 1)) -eq 0 ]; then kill -KILL -- "-$builder" 2>/dev/null; break; fi
+    sleep 0.1
+  done
 }
 trap stop_builds EXIT
 $setup || exit  # a plain command line (`make setup`): split on its spaces
