@@ -85,12 +85,11 @@ demo-backends: $(STAMP)
 # file's module fixtures (a running stack, a trained run) are made once: much of the suite waits on the
 # real processes it starts, so at one worker per core the cores idle (benchmarks/README.md, suite); the
 # longest files are handed out first (tests/conftest.py), so the workers end together. The backends
-# this machine lacks are built beside the set-up and the suite (scripts/test.sh; their progress in
-# $(VENV)/backends.log), not before them. `pytest` alone runs serially.
+# this machine lacks are built beside the suite (scripts/test.sh; their progress in $(VENV)/backends.log),
+# not before it. `pytest` alone runs serially.
 # The slowest tests are listed at the end: the suite's budget is 30 minutes on 2 cores.
-test:
-	scripts/test.sh $(VENV)/backends.log "$(MAKE) --no-print-directory setup" \
-	  $(PY) -m pytest -q -n $$(($$(nproc) + 1)) --dist loadfile --durations=20
+test: setup
+	scripts/test.sh $(VENV)/backends.log $(PY) -m pytest -q -n $$(($$(nproc) + 1)) --dist loadfile --durations=20
 
 demo: setup demo-backends
 	@$(VENV)/bin/otel-grpo demo

@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# `make test`: the set-up, then the suite, with the backends this machine has not built yet built beside both.
-#   usage: scripts/test.sh <progress log> <set-up command line> <python> -m pytest [pytest's arguments]
+# `make test`: the suite, with the backends this machine has not built yet built beside it.
+#   usage: scripts/test.sh <progress log> <python> -m pytest [pytest's arguments]
 # On a new machine the ten Go builds take about 10 minutes with the cores idle a third of it (module
-# downloads, single-threaded links), the set-up (apt-get, pip) a few with the cores half idle, and about half
-# of the suite's work needs no backend: run one after the other, they add those minutes to a fresh
-# `make test`; run together, each fills the others' idle cores (benchmarks/README.md, suite). The builds
-# need only Go, so they start first. A test that needs a backend runs scripts/build-backends.sh for it
-# (`need` in tests/stack/conftest.py), which waits for the build under way (one lock per binary);
-# OTEL_GRPO_BACKENDS_BUILDING tells tests/conftest.py to hand out the files that need none first. The
-# builds are stopped when the suite ends (those the tests needed are done by then), when the set-up fails,
-# and on a Ctrl-C.
+# downloads, single-threaded links), and about half of the suite's work needs no backend: run one
+# after the other, they add those minutes to a fresh `make test`; run together, the suite fills the
+# idle cores (benchmarks/README.md, suite). A test that needs a backend runs
+# scripts/build-backends.sh for it (`need` in tests/stack/conftest.py), which waits for the build
+# under way (one lock per binary); OTEL_GRPO_BACKENDS_BUILDING tells tests/conftest.py to hand out
+# the files that need none first. The builds are stopped when the suite ends: those the tests
+# needed are done by then, and a Ctrl-C stops them too. They start after the set-up (`make test`
+# depends on it), not before: its pip installs (torch's wheels unpacked) keep the cores busy, and a
+# paired fresh run with the builds started first was slower (benchmarks/README.md, suite).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-log=$1 setup=$2
-shift 2
+log=$1
+shift
 builder=""
 missing=$(scripts/build-backends.sh --missing)  # nothing without Go (it says so: the stack tests skip)
 if [ -n "$missing" ]; then
-  mkdir -p "$(dirname "$log")"
-  echo "make test: building $(echo "$missing" | wc -l) backends beside the set-up and the tests (progress: $log)" >&2
+  echo "make test: building $(echo "$missing" | wc -l) backends beside the tests (progress: $log)" >&2
   # A session of its own: the builds and Go's compilers are one process group, stopped together below.
   setsid scripts/build-backends.sh > "$log" 2>&1 &
   builder=$!
@@ -28,7 +28,7 @@ stop_builds() {
   # Only while the builder runs: its number is ours until it ends, and the suite's processes reuse numbers.
   [ -n "$builder" ] && [[ " $(jobs -pr) " == *" $builder "* ]] || return 0
   kill -TERM -- "-$builder" 2>/dev/null
-  kill -TERM "$builder" 2>/dev/null  # a set-up that fails at once may end before the builder made its group
+  kill -TERM "$builder" 2>/dev/null  # a suite that ends at once may end before the builder made its group
   wait "$builder" 2>/dev/null
   # The script's end is not its group's: a compiler or linker it started ends in its own time, seconds on a
   # loaded machine. Wait for the last of them (what is left after 10 s is killed): nothing outlives the suite.
@@ -39,5 +39,4 @@ stop_builds() {
   done
 }
 trap stop_builds EXIT
-$setup || exit  # a plain command line (`make setup`): split on its spaces
 "$@"

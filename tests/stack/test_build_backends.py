@@ -174,11 +174,10 @@ def _processes_with(text: str) -> list[int]:
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="without Go nothing is built beside the suite")
-def test_make_test_builds_what_is_missing_beside_the_setup_and_suite_and_stops_the_builds_with_it(tmp_path):
-    """scripts/test.sh starts the builds, runs the set-up while they go on, tells the suite they are under way (its
-    order), runs the suite and stops the builds when it ends, with every process they started, also one slow to stop
-    (a linker on a loaded machine: CI once found one still running as the suite ended). A failed set-up stops them
-    too, and the suite does not run."""
+def test_make_test_builds_what_is_missing_beside_the_suite_and_stops_the_builds_with_it(tmp_path):
+    """scripts/test.sh starts the builds, tells the suite they are under way (its order), runs the suite and stops
+    the builds when it ends, with every process they started, also one slow to stop (a linker on a loaded machine:
+    CI once found one still running as the suite ended)."""
     cache = tmp_path / "bin"
     cache.mkdir()
     slow = tmp_path / "slow"
@@ -189,32 +188,23 @@ def test_make_test_builds_what_is_missing_beside_the_setup_and_suite_and_stops_t
     env = {**os.environ, "OTEL_GRPO_BIN_CACHE": str(cache), "GOMODCACHE": str(tmp_path / "mod"), **OFFLINE,
            "PATH": f"{slow}:{os.environ['PATH']}"}
     env.pop("OTEL_GRPO_BACKENDS_BUILDING", None)
-    progress = tmp_path / "logs" / "backends.log"  # its folder made too (the virtualenv's, before the set-up)
-    setup = tmp_path / "setup.sh"  # done once the builds are waiting on the lock
-    setup.write_text(f"#!/bin/bash\nfor _ in $(seq 300); do grep -q 'waiting for it' {progress} && break; sleep 0.1; done\n"
-                     f"echo \"set up while building: $(grep -c 'waiting for it' {progress})\"\n")
-    setup.chmod(0o755)
+    progress = tmp_path / "backends.log"
     suite = "import os, time; time.sleep(1); print(os.environ.get('OTEL_GRPO_BACKENDS_BUILDING'))"
-
-    def make_test(setup: str, *suite: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", str(ROOT / "scripts/test.sh"), str(progress), setup, sys.executable, "-c", *suite],
-                              capture_output=True, text=True, timeout=60, env=env)
-
     with open(cache / f".{cache_name('prometheus')}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the builds' first binary: they wait there until stopped
-        out = make_test(str(setup), suite)
+        out = subprocess.run(["bash", str(ROOT / "scripts/test.sh"), str(progress), sys.executable, "-c", suite],
+                             capture_output=True, text=True, timeout=60, env=env)
         assert out.returncode == 0, out.stderr
-        assert out.stdout == "set up while building: 1\n1\n"
-        assert out.stderr == (f"make test: building {len(BINARIES) + 1} backends beside the set-up and the tests "
-                              f"(progress: {progress})\n")
-        assert "prometheus-3" in progress.read_text() and "failed" not in progress.read_text()  # stopped, not failed
+        assert out.stdout == "1\n"
+        assert out.stderr == f"make test: building {len(BINARIES) + 1} backends beside the tests (progress: {progress})\n"
+        assert "prometheus-3" in progress.read_text() and "waiting for it" in progress.read_text()
+        assert "failed" not in progress.read_text()  # stopped, not failed
         assert _processes_with(str(cache)) == []  # stopped, though still waiting
-        out = make_test("false", "print('the suite')")
-        assert (out.returncode, out.stdout) == (1, "") and _processes_with(str(cache)) == []
     env["OTEL_GRPO_BIN_CACHE"] = str(tmp_path)  # nothing missing: nothing is built, and the suite's order is its own
     for binary in map(cache_name, BINARIES):
         (tmp_path / binary).write_text("#!/bin/sh\n")
         (tmp_path / binary).chmod(0o755)
     (tmp_path / f"prometheus-operator-crds-{backend_versions()['prometheus-operator']}").mkdir()
-    out = make_test("true", suite + "; raise SystemExit(3)")
+    out = subprocess.run(["bash", str(ROOT / "scripts/test.sh"), str(progress), sys.executable, "-c",
+                          suite + "; raise SystemExit(3)"], capture_output=True, text=True, timeout=60, env=env)
     assert (out.returncode, out.stdout, out.stderr) == (3, "None\n", "")  # the suite's status
