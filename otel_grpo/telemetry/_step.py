@@ -25,18 +25,24 @@ logger = logging.getLogger("otel_grpo.telemetry")
 _FAILED: set[str] = set()  # deferred functions whose failure was said (once per function and process)
 
 
+_NOT_A_FLOAT = (TypeError, ValueError, OverflowError)
+"""What `float()` raises for a value that is no number it can hold: a string, an object, an int beyond a float's
+range (10**400), which must never reach the training loop."""
+
+
 def _to_floats(stats: Mapping[str, Any]) -> dict[str, float]:
-    """The one float conversion of the step (a 0-d tensor here is a host sync: reduce first)."""
+    """The one float conversion of the step (a 0-d tensor here is a host sync: reduce first); a value that is no
+    float is dropped, as the peers' logs drop it (`catalog.peer_scalars`)."""
     try:
         return {k: float(v) for k, v in stats.items()}
-    except (TypeError, ValueError):
+    except _NOT_A_FLOAT:
         pass
     out: dict[str, float] = {}
     for key, value in stats.items():
         try:
             out[key] = float(value)
-        except (TypeError, ValueError):
-            logger.debug("otel-grpo: %r is not a number (%r); dropped", key, type(value).__name__)
+        except _NOT_A_FLOAT:
+            logger.debug("otel-grpo: %r is not a number a float holds (%r); dropped", key, type(value).__name__)
     return out
 
 

@@ -119,3 +119,15 @@ def test_state_gauges_keep_their_value_when_a_step_reports_nothing_of_theirs(cap
 
 def test_state_gauges_are_catalog_gauges():
     assert STATE_GAUGES and all(get(key).kind is Kind.GAUGE for key in STATE_GAUGES)
+
+
+def test_a_number_no_float_holds_is_dropped_and_never_reaches_the_loop(captured):
+    """An int beyond a float's range (10**400) in `log_metrics` or `Step.record` raised OverflowError into the
+    training loop and counted the step as skipped; it is dropped, as TRL's logs drop it, and the rest recorded."""
+    tel = captured.tel
+    tel.log_metrics(1, {"kl": 0.1, "num_tokens": 10**400})
+    with tel.step(2) as s:
+        s.record({"reward": 1.0}, big=10**400)
+    assert _current(captured, "grpo.reward.mean") == {None: 1.0}
+    assert _current(captured, "grpo.skipped_steps") in ({}, {None: 0})
+    assert _current(captured, "grpo.step_index") == {None: 2.0}
