@@ -218,14 +218,18 @@ def _new_span(span, name: str, run_id: str, step: int, start_ns: int, end_ns: in
     return span
 
 
+_NONFINITE = frozenset(("nan", "inf", "-inf"))
+"""How the spill spells a non-finite value (JSON has none: `_spill._json_safe`)."""
+
+
 def _step_span(span, run_id: str, step: int, line: dict, end_ns: int, attempt: int | None = None,
                writer: int | None = None):
     _new_span(span, spans.STEP_SPAN, run_id, step, line.get("start_ns") or end_ns, end_ns, 0, attempt, writer)
     scalars = {**(line.get("metrics") or {}),
                **{f"phase_duration/{name}": s for name, s in (line.get("phases") or {}).items()}}
     for key, value in scalars.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            _set(span.attributes.add(), spans.METRIC_PREFIX + key, float(value))
+        if isinstance(value, (int, float)) and not isinstance(value, bool) or value in _NONFINITE:
+            _set(span.attributes.add(), spans.METRIC_PREFIX + key, float(value))  # non-finite: stored as null
     return span
 
 

@@ -17,6 +17,7 @@ spilling them more. Nothing in here raises: a failing step is logged once and th
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from opentelemetry import trace
@@ -138,10 +139,12 @@ class Backend:
             parent = trace.set_span_in_context(step)
             self._phases(rec, parent)
             durations = _durations(rec)
-            finite = self._record_metrics(rec, durations)
-            step.set_attributes({spans.METRIC_PREFIX + k: v for k, v in finite.items()})
+            # Non-finite values too: the sidecar stores them as null, so a step that diverged shows a gap, not the
+            # last finite value (Prometheus gets no data point for them: `Instruments.record_scalars`).
+            scalars = self._record_metrics(rec, durations)
+            step.set_attributes({spans.METRIC_PREFIX + k: v for k, v in scalars.items()})
             self._check_span_limit(step)
-            self._spill_step(rec, finite, durations)
+            self._spill_step(rec, scalars, durations)
             if rec.rows or rec.picked:
                 self._emit_samples(rec, parent)
         finally:
@@ -160,37 +163,39 @@ class Backend:
             _fail(span, error, end_ns)
             span.end(end_time=end_ns)
 
-    def _spill_step(self, rec: StepRecord, finite: dict[str, float], durations: dict[str, list[float]]) -> None:
+    def _spill_step(self, rec: StepRecord, scalars: dict[str, float], durations: dict[str, list[float]]) -> None:
         """The step span's content, spilled: `otel-grpo replay` rebuilds the sidecar's step row from it."""
         if self.spill is None:
             return
         phases = {name: sum(seconds) for name, seconds in durations.items()}
-        self.spill.write_step(self._settings.run_id, rec.step, rec.start_ns, rec.end_ns, finite, phases,
+        self.spill.write_step(self._settings.run_id, rec.step, rec.start_ns, rec.end_ns, scalars, phases,
                               rec.attempt, claims=_claimed(rec, self._rank) is not None)
 
     def _record_metrics(self, rec: StepRecord, durations: dict[str, list[float]]) -> dict[str, float]:
+        """The step's scalars recorded, and returned as its span carries them (the last record's value of each)."""
         instruments = self._instruments
-        finite: dict[str, float] = {}
+        scalars: dict[str, float] = {}
         instruments.begin_record(rec.evaluation)
         try:
             for values in rec.scalars:
-                finite.update(instruments.record_scalars(values))
+                scalars.update(instruments.record_scalars(values))
         finally:  # a per-step gauge this record (the latest step) gave no value has no data point from here
             instruments.end_record(rec.step, rec.attempt)
         for samples in rec.samples:
             instruments.record_samples(samples)
         instruments.record_phases(durations)
         if rec.evaluation:  # no step: a hang after an evaluation before the first step is still "no first step"
-            return finite
+            return scalars
         end_ns = rec.end_ns or clock.now_ns()
         # measured, unless the caller gave it (a trainer that reports a step ahead of its logging cadence)
         last = self._last_progress_ns
         # The first step's interval is its own duration: its wait before (the start-up) is no step interval
         since = last if last is not None else rec.start_ns
-        interval = None if "log_interval" in finite or not since else max(end_ns - since, 0) / 1e9
+        given = math.isfinite(scalars.get("log_interval", math.nan))
+        interval = None if given or not since else max(end_ns - since, 0) / 1e9
         instruments.count_steps(rec.steps_done, rec.step, rec.skipped, interval, end_ns / 1e9)
         self._last_progress_ns = end_ns if last is None else max(end_ns, last)
-        return finite
+        return scalars
 
     def _check_span_limit(self, span: Span) -> None:
         dropped = getattr(span, "dropped_attributes", 0)

@@ -197,8 +197,9 @@ class Instruments:
         self._nonfinite.add(count, {**self._events, "signal": stat_key})
 
     def record_scalars(self, values: Mapping[str, float]) -> dict[str, float]:
-        """Record one step's scalars; returns `{stat_key: value}` of the finite ones (span attributes)."""
-        finite: dict[str, float] = {}
+        """Record one step's scalars; returns `{stat_key: value}` of those it took, non-finite ones included (span
+        attributes: the sidecar stores a non-finite value as null, in place of any earlier one of the step)."""
+        taken: dict[str, float] = {}
         for name, value in values.items():
             route = self._routes.get(name) or self.route(name)
             if route is None:
@@ -210,14 +211,15 @@ class Instruments:
                 self.count_nonfinite(route.stat_key)
                 if route.clear is not None:
                     route.clear(route.attributes)
+                taken[route.stat_key] = value
                 continue
             if route.kind is Kind.COUNTER and value < 0:
                 self._warn_once(route.stat_key, "counter %r got a negative value; dropped", route.stat_key)
                 continue
             route.record(value, route.attributes)
-            finite[route.stat_key] = value
+            taken[route.stat_key] = value
             self._streaks.observe(route.stat_key, value)
-        return finite
+        return taken
 
     def record_samples(self, samples: Mapping[str, list[float]]) -> None:
         """Per-sample vectors into their histograms (non-finite values counted, not recorded)."""

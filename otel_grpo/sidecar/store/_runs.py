@@ -71,7 +71,9 @@ def _with_latest(conn, runs: list[dict]) -> list[dict]:
     for run in runs:
         steps = by_run.get(run["run_id"], [])
         for field, keys in LATEST.items():
-            value = next((m[k] for m in steps for k in keys if m.get(k) is not None), None)
+            # a step that logged it non-finite (stored as null) is the latest that logged it: a diverged step
+            # shows as null, not as the last finite value before it
+            value = next((m[k] for m in steps for k in keys if k in m), None)
             run[field] = value if isinstance(value, (int, float)) and math.isfinite(value) else None
     return runs
 
