@@ -80,6 +80,9 @@ class Backend:
         # Measured from the later of the last step and the last heartbeat (work between steps is
         # no part of a step interval); the first step's is its own duration, not the start-up before it.
         self._last_progress_ns: int | None = None
+        # The step index is the latest step of the newest attempt: a late record of an earlier step (a summary, a
+        # metric logged afterwards) never moves it back; a newer attempt (a resume in this process) starts it anew.
+        self._index: tuple[int, int] | None = None  # (attempt, step)
 
     @classmethod
     def build(cls, settings: TelemetrySettings, rank: int, world_size: int, local_rank: int,
@@ -193,9 +196,19 @@ class Backend:
         since = last if last is not None else rec.start_ns
         given = math.isfinite(scalars.get("log_interval", math.nan))
         interval = None if given or not since else max(end_ns - since, 0) / 1e9
-        instruments.count_steps(rec.steps_done, rec.step, rec.skipped, interval, end_ns / 1e9)
+        instruments.count_steps(rec.steps_done, self._step_index(rec), rec.skipped, interval, end_ns / 1e9)
         self._last_progress_ns = end_ns if last is None else max(end_ns, last)
         return scalars
+
+    def _step_index(self, rec: StepRecord) -> int:
+        """`grpo.step_index` after `rec`: its step where its attempt is newer than the index's, else the later of
+        the two (an older attempt's record moves nothing)."""
+        attempt = rec.attempt if rec.attempt is not None else -1
+        if self._index is None or attempt > self._index[0]:
+            self._index = (attempt, rec.step)
+        elif attempt == self._index[0] and rec.step > self._index[1]:
+            self._index = (attempt, rec.step)
+        return self._index[1]
 
     def _check_span_limit(self, span: Span) -> None:
         dropped = getattr(span, "dropped_attributes", 0)

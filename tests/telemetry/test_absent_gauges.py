@@ -131,3 +131,16 @@ def test_a_number_no_float_holds_is_dropped_and_never_reaches_the_loop(captured)
     assert _current(captured, "grpo.reward.mean") == {None: 1.0}
     assert _current(captured, "grpo.skipped_steps") in ({}, {None: 0})
     assert _current(captured, "grpo.step_index") == {None: 2.0}
+
+
+def test_the_step_index_is_the_latest_step_of_the_newest_attempt(captured):
+    """A late record of an earlier step moved `grpo.step_index` back to it; a resume in this process
+    (`new_attempt`) still starts it again from the checkpoint's step."""
+    tel = captured.tel
+    for step in range(4):
+        tel.log_metrics(step, {"kl": 0.1})
+    tel.log_metrics(1, {"reward": 0.9})  # a metric of step 1 logged late
+    assert _current(captured, "grpo.step_index") == {None: 3.0}
+    tel.new_attempt()
+    tel.log_metrics(2, {"kl": 0.2})  # resumed from step 1's checkpoint
+    assert _current(captured, "grpo.step_index") == {None: 2.0}
