@@ -27,7 +27,8 @@ from ._alerts_base import RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _ale
 from ._evidence import at_step, counted, counter_rules, evidence_rules, held, held_uses
 from ._memory import last_record, memory_group, remembered
 from ._rules import NONFINITE, SKIPPED, STEP_INDEX, STEP_MAX, RuleSettings, prometheus_name, seconds
-from ._run_end import clock_offset_annotation, remembered_rules, run_end_alerts, run_end_rules, watched_rule
+from ._run_end import (clock_offset_annotation, remembered_rules, run_end_alerts, run_end_rules, suspended_alert,
+                       watched_rule)
 from .dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS
 
 BETA = prometheus_name("beta")
@@ -236,6 +237,7 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
                "The OpenTelemetry Collector is not scraped ({{ $labels.instance }})",
                "No trainer metrics reach Prometheus while the collector is down. Any target that served the "
                "collector's own metrics counts, whatever its job is called.", STACK_TARGETS),
+        suspended_alert(s, STACK_TARGETS),
         _alert(s, "GRPOSidecarDown", _down("sidecar"), s.for_target, "warning",
                "The sidecar is not scraped ({{ $labels.instance }})",
                "Samples and step history are not being stored (the trainer still spills samples to disk).",

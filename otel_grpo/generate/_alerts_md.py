@@ -116,6 +116,7 @@ BLOCKS = {
     "run_id:grpo_step:longest_interval_seconds": "the larger of the two: one slow step (a first step that "
                                                  "compiles) counts for `recent_window` only",
     "run_id:grpo_run:ended": "`{how}`: finished or preempted, by the latest process's end markers",
+    "grpo:collector:up": "1 while a collector seen is up (one replica of several is enough), 0 while none is",
     "grpo:collector_down:last_time": "when no collector seen was last up (one replica of several down: never), "
                                      "or Prometheus's evaluations resumed after a pause longer than "
                                      "`liveness_slack` (a restart that kept its storage)",
@@ -256,7 +257,13 @@ def render_alerts_md() -> str:
         "(nan-loss-then-is-drift: IS weights that degenerate after a NaN loss notify within the usual bound).",
         "No infrastructure alert inhibits a run's: while the collector is down (every",
         "replica seen; one replica of several down is on no run's path once its runs export to the others)",
-        "the run-end rules do not judge absence (GRPOCollectorDown pages once for all runs).",
+        "the run-end rules do not judge absence (GRPOCollectorDown pages once for all runs). Each failed scrape",
+        "of the collector suspends that judgement for `path_settle`, so scrapes that keep failing now and then",
+        "(a timeout under load, a collector that restarts in seconds, again and again) suspend it for good",
+        "without the continuous failure GRPOCollectorDown needs: GRPOCrashDetectionSuspended pages once for all",
+        "runs when the suspension has lasted three times `path_settle` and a minute while the collector kept",
+        "coming back (`prometheus/tests/scenarios.yml`: one scrape in eight failing pages; one outage, long or",
+        "short, does not).",
         "",
         "## Several collector replicas",
         "",

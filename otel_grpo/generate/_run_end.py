@@ -53,7 +53,7 @@ from otel_grpo.catalog import CLOCK_OFFSET_ANNOTATION
 
 from ._alerts_base import DURATION as _DURATION, RUN, STEP as _STEP, alert
 from ._memory import last_record, remembered
-from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, prometheus_name, run_floor, seconds
+from ._rules import LOG_INTERVAL, STEP_INDEX, STEP_TIME, RuleSettings, duration, prometheus_name, run_floor, seconds
 
 FINISHED, PREEMPTED, STARTED, ACTIVITY, STEP_END, ALIVE, CLOCK = map(
     prometheus_name, ("run_finished", "run_preempted", "process_start", "activity", "step_end", "alive", "clock"))
@@ -78,6 +78,7 @@ RECENT = "run_id:grpo_step:recent_longest_interval_seconds"
 INTERVAL = "run_id:grpo_step:longest_interval_seconds"
 ENDED = "run_id:grpo_run:ended"  # label `how`: finished, preempted
 PATH_DOWN = "grpo:collector_down:last_time"  # the last time no collector seen was up, or the rules resumed
+COLLECTOR_UP = "grpo:collector:up"  # 1 while a collector seen is up, 0 while none is; absent where none was seen
 EVALUATED = "grpo:rules:evaluated_time"  # the time of the alert group's last evaluation
 IDLE = "run_id:grpo_process:idle_seconds"  # live runs only
 STALL_LIMIT = "run_id:grpo_process:stall_limit_seconds"
@@ -170,9 +171,10 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
     typical = f"max by (run_id) (quantile_over_time(0.9, {STEP_TIME}[{s.history_window}]))"
     recent = _larger(*(f"max_over_time({m}[{s.recent_window}])" for m in (STEP_TIME, LOG_INTERVAL)))
     # No seen collector up (a series only then): one replica of several down is on nobody's path.
-    down = f"max(up and on (job, instance) {collector_seen}) == 0"
+    down = f"{COLLECTOR_UP} == 0"
     return [
         *_clock_rules(s),
+        {"record": COLLECTOR_UP, "expr": f"max(up and on (job, instance) {collector_seen})"},
         {"record": ALIVE_UNTIL, "expr": _last(s, ALIVE)},
         {"record": OVERDUE, "expr": f"time() - {ALIVE_UNTIL}"},
         {"record": START, "expr": _last(s, STARTED)},
@@ -231,12 +233,42 @@ def _no_first_step() -> str:
             f" and on (run_id) {LAST_STEP} < 0")
 
 
+def suspended(s: RuleSettings) -> str:
+    """Whether no run is judged absent now: a collector seen was down, or the rules paused, within `path_settle`."""
+    return f"time() - {PATH_DOWN} < {seconds(s.path_settle)}"
+
+
 def _overdue(s: RuleSettings) -> str:
     """Runs whose latest promise is overdue, judged only with the collector up and settled; value: the last step
     (-1: none)."""
-    settled = f"time() - {PATH_DOWN} < {seconds(s.path_settle)}"
     return (f"({OVERDUE} > {seconds(s.liveness_slack)}) * 0 + on (run_id) {LAST_STEP}"
-            f" unless on () ({settled})")
+            f" unless on () ({suspended(s)})")
+
+
+def suspended_alert(s: RuleSettings, panel: str) -> dict:
+    """GRPOCrashDetectionSuspended: the suspension (`suspended`) lasting while the collector keeps coming back, which
+    no single outage does (GRPOCollectorDown pages for those): its scrapes fail now and then (a scrape timeout under
+    load, a collector that restarts in seconds, again and again), or Prometheus keeps missing evaluations. Each
+    such failure suspends every run's crash detection for `path_settle`, so failures closer together than that
+    suspend it for good, and a run that crashes meanwhile pages no one.
+
+    Judged with the collector seen up within a window of twice `path_settle`, for that window, `path_settle` and a
+    minute: one outage keeps both true for its first window at most and for `path_settle` after it, so it never
+    fires for one (however long: a longer one is all down in the window before it ends)."""
+    settle = seconds(s.path_settle)
+    window = duration(2 * settle)
+    coming_back = f"avg_over_time({COLLECTOR_UP}[{window}]) > 0"
+    return alert(s, "GRPOCrashDetectionSuspended", f"{coming_back} and on () ({suspended(s)})",
+                 duration(3 * settle + 60), "critical",
+                 "Crash detection is suspended for every run: the collector's scrapes keep failing",
+                 f"Every failed scrape of the collector (and every pause of Prometheus's evaluations) suspends "
+                 f"GRPOMetricsAbsent and GRPORunPreempted for every run for {s.path_settle}, the time for live runs "
+                 f"to be heard again. Failures that come more often than that, the collector coming back between "
+                 f"them (up {{{{ $value | humanizePercentage }}}} of the last {window}), keep them suspended, and "
+                 "a run that crashes meanwhile pages no one. Find why scrapes of the collector fail (Prometheus's "
+                 "targets page: a scrape timeout under load, a collector that restarts) or why Prometheus misses "
+                 f"evaluations. Runs that crashed meanwhile page once scrapes have succeeded for {s.path_settle}.",
+                 panel)
 
 
 def run_end_alerts(s: RuleSettings) -> list[dict]:
@@ -276,4 +308,4 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
 
 
 __all__ = ["FINISHED", "PREEMPTED", "WATCHED", "clock_offset_annotation", "remembered_rules", "run_end_alerts",
-           "run_end_rules", "watched_rule"]
+           "run_end_rules", "suspended_alert", "watched_rule"]
