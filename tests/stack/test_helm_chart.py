@@ -630,6 +630,24 @@ def test_every_pod_of_the_chart_that_sends_otlp_gets_through_the_collectors_poli
     assert admits(collector, {"any": "pod"}, "otlp-grpc") == (not sets)
 
 
+@pytest.mark.parametrize("given", [[], [{"namespaceSelector": {"matchLabels": {"team": "obs"}}}]], ids=["empty", "one"])
+def test_monitoring_from_empty_admits_no_one_to_the_metrics_or_the_sidecar(helm, root, tmp_path, given):
+    """networkPolicy.monitoringFrom: [] (from a values file) means nobody for the collector's metrics
+    ports as for the sidecar: the rule is left out, where `from: []` would let every source in."""
+    values = tmp_path / "np.yaml"
+    values.write_text(yaml.safe_dump({"networkPolicy": {"enabled": True, "monitoringFrom": given}}))
+    policies = _objects(_template(helm, root, values=(values,)), "NetworkPolicy")
+    for name, policy in policies.items():
+        assert all(rule.get("from", True) for rule in policy["spec"].get("ingress", [])), name  # no `from: []`
+    metrics = [r for r in policies["grpo-otel-grpo-collector"]["spec"]["ingress"]
+               if {"exporter", "self"} & {p["port"] for p in r["ports"]}]
+    (sidecar,) = policies["grpo-otel-grpo-sidecar"]["spec"]["ingress"]
+    if given:
+        assert [r["from"] for r in metrics] == [given] and given[0] in sidecar["from"]
+    else:
+        assert metrics == [] and not [peer for peer in sidecar["from"] if "namespaceSelector" in peer]
+
+
 def test_a_trainer_keeps_to_one_collector_replica(helm, root):
     """The collector's Service sends each client's connections to one pod (while it is ready), so a trainer's
     reconnects do not spread its exports over several replicas (docs/operations.md, "Several collector
