@@ -275,6 +275,36 @@ def test_the_sidecar_settings_the_chart_gives_are_valid(helm, root, monkeypatch)
     assert s.allowed_hosts == ["grpo-otel-grpo-sidecar.ml.svc", "grpo-otel-grpo-sidecar.ml.svc.cluster.local"]
 
 
+def test_env_numbers_from_a_values_file_reach_the_pods_as_written(helm, root, tmp_path, monkeypatch):
+    """A values file hands the templates its numbers as floats, which `quote` wrote as 1.34217728e+08 from
+    1,000,000 up: the sidecar's settings (ints) refused that and the pod crash-looped. Whole numbers
+    reach sidecar.env and follower.env as integers, other values as given, and the settings take them."""
+    values = tmp_path / "env.yaml"
+    values.write_text(
+        "sidecar:\n  env:\n"
+        "    OTEL_GRPO_SIDECAR_MAX_BODY_BYTES: 134217728\n"
+        "    OTEL_GRPO_SIDECAR_RETENTION_MAX_STEPS: 1000000\n"
+        "    OTEL_GRPO_SIDECAR_RUN_ACTIVE_S: 0.5\n"
+        "    OTEL_GRPO_SIDECAR_ALLOW_UNAUTHENTICATED: true\n"
+        "    OTEL_GRPO_SIDECAR_SYNCHRONOUS: FULL\n"
+        "follower:\n  env:\n"
+        "    OTEL_GRPO_FOLLOW_VERL_TOTAL_STEPS: 1000000\n")
+    docs = _template(helm, root, *FOLLOWER, values=(values,))
+    pods = _pods(docs)
+    (c,) = pods["grpo-otel-grpo-sidecar"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    written = {"OTEL_GRPO_SIDECAR_MAX_BODY_BYTES": "134217728", "OTEL_GRPO_SIDECAR_RETENTION_MAX_STEPS": "1000000",
+               "OTEL_GRPO_SIDECAR_RUN_ACTIVE_S": "0.5", "OTEL_GRPO_SIDECAR_ALLOW_UNAUTHENTICATED": "true",
+               "OTEL_GRPO_SIDECAR_SYNCHRONOUS": "FULL"}
+    assert {k: env.get(k) for k in written} == written
+    tokens = {k: base64.b64decode(v).decode() for k, v in _tokens(docs).items()}
+    s = _sidecar_settings(c, tokens, {}, monkeypatch)
+    assert (s.max_body_bytes, s.retention_max_steps, s.run_active_s, s.allow_unauthenticated, s.synchronous) == (
+        134217728, 1000000, 0.5, True, "FULL")
+    (f,) = pods["grpo-otel-grpo-follower"]["spec"]["containers"]
+    assert {e["name"]: e.get("value") for e in f["env"]}["OTEL_GRPO_FOLLOW_VERL_TOTAL_STEPS"] == "1000000"  # an int option
+
+
 @pytest.mark.parametrize("sets", [(), ("tokens.existingSecret=mine", "alerting.secret=pager-urls",
                                         "monitoring.grafanaDatasource.bearerToken=$__env{READ_TOKEN}")],
                          ids=["defaults", "named-secrets"])
