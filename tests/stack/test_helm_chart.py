@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from otel_grpo.sidecar import SidecarSettings
+from otel_grpo.sidecar._hosts import HostCheckMiddleware, host_allowed
 from otel_grpo.stack import RuleSettings
 from otel_grpo.generate._configs import COMPOSE, prometheus_config
 from otel_grpo.generate._kubernetes import CHART, SCRAPE_JOBS, prometheus_rule_spec
@@ -737,6 +738,20 @@ def test_the_explorer_service_type_and_ingress_hosts_reach_the_host_check(helm, 
     (c,) = _pods(docs)["grpo-otel-grpo-sidecar"]["spec"]["containers"]
     s = _sidecar_settings(c, tokens, {}, monkeypatch)
     assert {"grpo.example.org", "grpo.internal.example", "grpo-otel-grpo-sidecar.ml.svc"} <= set(s.allowed_hosts)
+
+
+def test_a_wildcard_ingress_host_is_served_by_the_sidecars_host_check(helm, root, monkeypatch):
+    """The chart copies the Ingress hosts into ALLOWED_HOSTS; a wildcard host (`*.grpo.example.org`) got
+    421 on every request. The sidecar's check, fed the pod's environment, serves one label in its
+    place, as the Ingress routes it, and nothing more."""
+    docs = _template(helm, root, "sidecar.ingress.enabled=true", "sidecar.ingress.hosts[0].host=*.grpo.example.org")
+    (ing,) = _objects(docs, "Ingress").values()
+    assert ing["spec"]["rules"][0]["host"] == "*.grpo.example.org"
+    tokens = {k: base64.b64decode(v).decode() for k, v in _tokens(docs).items()}
+    (c,) = _pods(docs)["grpo-otel-grpo-sidecar"]["spec"]["containers"]
+    allowed = HostCheckMiddleware(None, _sidecar_settings(c, tokens, {}, monkeypatch).allowed_hosts).allowed
+    assert host_allowed("team1.grpo.example.org", allowed) and host_allowed("grpo-otel-grpo-sidecar.ml.svc:8000", allowed)
+    assert not host_allowed("grpo.example.org", allowed) and not host_allowed("a.b.grpo.example.org", allowed)
 
 
 def test_probes_and_scheduling_values_reach_the_pods(helm, root):
