@@ -330,6 +330,37 @@ def test_the_alertmanager_config_secret_is_compose_routing_for_this_release(helm
     assert "alertmanager.yaml" not in str(_template(helm, root, "alerting.enabled=false"))
 
 
+@pytest.mark.parametrize("sets", [(), ("tokens.existingSecret=mine", "monitoring.grafanaDatasource.bearerToken=$__env{T}")],
+                         ids=["chart-tokens", "existing-secret"])
+def test_alerting_namespace_puts_what_alertmanager_mounts_in_its_namespace(helm, root, sets):
+    """The Prometheus Operator reads alertmanagerSpec.configSecret and .secrets only from the
+    Alertmanager's namespace (kube-prometheus-stack's `monitoring`, not the release's `ml`): with
+    alerting.namespace the config Secret goes there, with a copy of the sidecar token under the
+    tokens Secret's name (what the config's credentials_file names); everything else stays in ml."""
+    import kubernetes_validate
+    docs = _template(helm, root, "alerting.namespace=monitoring", *sets)
+    moved = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["metadata"]["namespace"] != "ml"}
+    tokens = "mine" if sets else "grpo-otel-grpo-tokens"
+    # existingSecret: the chart cannot read it, so no copy (the docs say to make one there)
+    assert set(moved) == {("Secret", "grpo-otel-grpo-alertmanager")} | (set() if sets else {("Secret", tokens)})
+    assert {d["metadata"]["namespace"] for d in moved.values()} == {"monitoring"}
+    config = yaml.safe_load(moved["Secret", "grpo-otel-grpo-alertmanager"]["stringData"]["alertmanager.yaml"])
+    assert {r["webhook_configs"][0]["http_config"]["authorization"]["credentials_file"] for r in config["receivers"]} == {
+        f"/etc/alertmanager/secrets/{tokens}/sidecar_token"}
+    assert {r["webhook_configs"][0]["url"] for r in config["receivers"]} == {
+        "http://grpo-otel-grpo-sidecar.ml.svc:8000/api/alerts"}  # the sidecar stays in ml
+    if not sets:
+        (own,) = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == tokens
+                  and d["metadata"]["namespace"] == "ml"]
+        assert moved["Secret", tokens]["data"] == {"sidecar_token": own["data"]["sidecar_token"]}  # that token only
+    for d in moved.values():
+        kubernetes_validate.validate(d, "1.37.0", strict=True)
+    for same in ((), ("alerting.namespace=ml",)):  # the release's namespace: one tokens Secret, all in ml
+        docs = _template(helm, root, *same)
+        assert {d["metadata"]["namespace"] for d in docs} == {"ml"}
+        assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"].count("grpo-otel-grpo-tokens") == 1
+
+
 # --- tokens and checksums -------------------------------------------------------------------------
 
 GITOPS = "otel-grpo values for GitOps"
@@ -432,7 +463,9 @@ def test_every_pod_reading_a_secret_or_config_restarts_when_it_changes(helm, roo
     (("--set", "sidecar.service.type=Public"), "sidecar/service/type"),
     (("--set", "collector.queue.persistence.accessModes={ReadWriteSometimes}"), "collector/queue/persistence/accessModes"),
     (("--set", "tokens.existingSecret=true"), "tokens/existingSecret"),
-], ids=["replicas-string", "misspelt-key", "pull-policy", "digest", "service-type", "access-mode", "secret-bool"])
+    (("--set", "alerting.namespace=Monitoring"), "alerting/namespace"),
+], ids=["replicas-string", "misspelt-key", "pull-policy", "digest", "service-type", "access-mode", "secret-bool",
+        "alerting-namespace"])
 def test_the_values_schema_rejects_wrong_types_and_unknown_keys(helm, root, args, where):
     err = _template(helm, root, args=args, ok=False)
     assert "values don't meet the specifications of the schema" in err and where in err, err
