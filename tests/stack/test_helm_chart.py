@@ -163,6 +163,37 @@ def test_dashboards_are_configmaps_grafana_discovers(helm, root):
     assert got == dashboards(RuleSettings())
 
 
+ANNOTATIONS_LIMIT = 262_144
+"""The API server's cap on an object's annotations, keys and values together (apimachinery ValidateAnnotations)."""
+
+
+def _annotations_after_client_side_apply(obj: dict) -> int:
+    """Bytes of an object's annotations once `kubectl apply` (client-side, Argo CD's default) adds
+    kubectl.kubernetes.io/last-applied-configuration: the object as kubectl encodes it (Go's
+    encoding/json: sorted keys, no spaces, <>& escaped, an empty `annotations` map kept) and a newline.
+    Equal, byte for byte, to what kubectl's util.CreateOrUpdateAnnotation computes for each object here."""
+    key = "kubectl.kubernetes.io/last-applied-configuration"
+    annotations = dict(obj["metadata"].get("annotations") or {})
+    obj = {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+    text = json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escaped)
+    annotations[key] = text + "\n"
+    return sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+
+
+def test_every_object_can_be_applied_client_side_with_room_to_spare(helm, root):
+    """docs/operations.md's `helm template ... | kubectl apply -f -`: client-side apply copies each object
+    into an annotation, and the indented grpo-overview dashboard came to 290 KB there, which the API
+    server refuses. Every object stays under 85% of the limit (other tools' annotations, e.g. Argo CD's
+    tracking id, share it, and the dashboards grow): a failure here means splitting a dashboard."""
+    for sets in ((), (*ALL_ON, "alerting.namespace=monitoring")):
+        sizes = {(d["kind"], d["metadata"]["name"]): _annotations_after_client_side_apply(d)
+                 for d in _template(helm, root, *sets)}
+        assert {k: n for k, n in sizes.items() if n > 0.85 * ANNOTATIONS_LIMIT} == {}
+        assert max(sizes.values()) > 100_000  # the dashboard ConfigMap is among them
+
+
 def test_the_infinity_datasource_reaches_the_sidecar_with_the_read_token(helm, root):
     docs = _template(helm, root)
     secrets = _objects(docs, "Secret")
