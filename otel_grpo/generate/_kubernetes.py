@@ -14,6 +14,7 @@ namespace are called.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -22,7 +23,7 @@ from ._alerts import alert_rules
 from ._configs import COMPOSE, HEADER, alertmanager_config, dump
 from ._routing import Routing
 from ._rules import RuleSettings, recording_rules
-from .dashboards import dashboards, render_json
+from .dashboards import dashboards
 
 CHART = "deploy/helm/otel-grpo"
 COLLECTOR_CONFIG = "collector/config.yaml"
@@ -34,6 +35,13 @@ PLACEHOLDERS = {"sidecar": "@SIDECAR_HOST@", "tokens": "@TOKEN_SECRET@", "alerti
 
 SCRAPE_JOBS = {"collector-exporter": COMPOSE.metrics_job, "collector-self": "otelcol", "sidecar": "sidecar"}
 """ServiceMonitor endpoint -> the `job` label it sets: compose's job names (prometheus_config(COMPOSE))."""
+
+
+def compact_json(dashboard: dict) -> str:
+    """A dashboard as the chart's ConfigMap holds it: no indentation. `kubectl apply` (client-side, also
+    Argo CD's default) copies the whole object into its last-applied-configuration annotation, which
+    the API server caps at 262,144 bytes; grpo-overview indented came to 290 KB there, compact to 190 KB."""
+    return json.dumps(dashboard, separators=(",", ":")) + "\n"
 
 
 def prometheus_rule_spec(s: RuleSettings) -> dict:
@@ -57,7 +65,7 @@ def kubernetes_files(root: Path, settings: RuleSettings | None = None, routing: 
     files = {f"{CHART}/files/prometheus-rule-spec.yaml":
              HEADER + yaml.safe_dump(prometheus_rule_spec(s), sort_keys=False, width=10_000, allow_unicode=True),
              f"{CHART}/files/alertmanager.yaml": dump(helm_alertmanager_config(routing))}
-    files.update({f"{CHART}/files/dashboards/{name}": render_json(d) for name, d in dashboards(s).items()})
+    files.update({f"{CHART}/files/dashboards/{name}": compact_json(d) for name, d in dashboards(s).items()})
     collector = root / COLLECTOR_CONFIG
     if collector.exists():  # an installed package has no collector/ folder: nothing to copy then
         files[f"{CHART}/files/collector.yaml"] = (

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from otel_grpo.sidecar import SidecarSettings, create_app
+from otel_grpo.sidecar._hosts import host_allowed
 
 PB = {"Content-Type": "application/x-protobuf"}
 MiB = 1024 * 1024
@@ -79,6 +80,19 @@ def test_host_header_guards_against_dns_rebinding(make_client, host, status):
     if status == 421:
         assert "OTEL_GRPO_SIDECAR_ALLOWED_HOSTS" in client.get("/api/runs", headers={"Host": host}).json()["detail"]
     assert make_client(allowed_hosts=["*"]).get("/api/runs", headers={"Host": "evil.example"}).status_code == 200
+
+
+@pytest.mark.parametrize("host,status", [
+    ("a.grpo.example.org", 200), ("Team-1.GRPO.example.org.:443", 200), ("grpo.example.org", 421),
+    ("a.b.grpo.example.org", 421), ("agrpo.example.org", 421), ("a.grpo.example.org.evil.example", 421),
+    ("evil.example", 421),
+])
+def test_a_wildcard_host_matches_one_label_as_a_kubernetes_ingress_host(make_client, host, status):
+    # the chart copies its Ingress hosts into ALLOWED_HOSTS; `*.grpo.example.org` matched no name, so an
+    # Ingress with a wildcard host got 421 on every request
+    client = make_client(allowed_hosts=["*.grpo.example.org"])
+    assert (client.get("/api/runs", headers={"Host": host}).status_code == 421) == (status == 421), host
+    assert host_allowed(host, frozenset({"*.grpo.example.org"})) == (status == 200)
 
 
 @pytest.mark.parametrize("value", ["sidecar.example.org", " grafana.example.org, sidecar.example.org ",

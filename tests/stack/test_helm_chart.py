@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from otel_grpo.sidecar import SidecarSettings
+from otel_grpo.sidecar._hosts import HostCheckMiddleware, host_allowed
 from otel_grpo.stack import RuleSettings
 from otel_grpo.generate._configs import COMPOSE, prometheus_config
 from otel_grpo.generate._kubernetes import CHART, SCRAPE_JOBS, prometheus_rule_spec
@@ -162,6 +163,37 @@ def test_dashboards_are_configmaps_grafana_discovers(helm, root):
     assert got == dashboards(RuleSettings())
 
 
+ANNOTATIONS_LIMIT = 262_144
+"""The API server's cap on an object's annotations, keys and values together (apimachinery ValidateAnnotations)."""
+
+
+def _annotations_after_client_side_apply(obj: dict) -> int:
+    """Bytes of an object's annotations once `kubectl apply` (client-side, Argo CD's default) adds
+    kubectl.kubernetes.io/last-applied-configuration: the object as kubectl encodes it (Go's
+    encoding/json: sorted keys, no spaces, <>& escaped, an empty `annotations` map kept) and a newline.
+    Equal, byte for byte, to what kubectl's util.CreateOrUpdateAnnotation computes for each object here."""
+    key = "kubectl.kubernetes.io/last-applied-configuration"
+    annotations = dict(obj["metadata"].get("annotations") or {})
+    obj = {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+    text = json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escaped)
+    annotations[key] = text + "\n"
+    return sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+
+
+def test_every_object_can_be_applied_client_side_with_room_to_spare(helm, root):
+    """docs/operations.md's `helm template ... | kubectl apply -f -`: client-side apply copies each object
+    into an annotation, and the indented grpo-overview dashboard came to 290 KB there, which the API
+    server refuses. Every object stays under 85% of the limit (other tools' annotations, e.g. Argo CD's
+    tracking id, share it, and the dashboards grow): a failure here means splitting a dashboard."""
+    for sets in ((), (*ALL_ON, "alerting.namespace=monitoring")):
+        sizes = {(d["kind"], d["metadata"]["name"]): _annotations_after_client_side_apply(d)
+                 for d in _template(helm, root, *sets)}
+        assert {k: n for k, n in sizes.items() if n > 0.85 * ANNOTATIONS_LIMIT} == {}
+        assert max(sizes.values()) > 100_000  # the dashboard ConfigMap is among them
+
+
 def test_the_infinity_datasource_reaches_the_sidecar_with_the_read_token(helm, root):
     docs = _template(helm, root)
     secrets = _objects(docs, "Secret")
@@ -275,6 +307,36 @@ def test_the_sidecar_settings_the_chart_gives_are_valid(helm, root, monkeypatch)
     assert s.allowed_hosts == ["grpo-otel-grpo-sidecar.ml.svc", "grpo-otel-grpo-sidecar.ml.svc.cluster.local"]
 
 
+def test_env_numbers_from_a_values_file_reach_the_pods_as_written(helm, root, tmp_path, monkeypatch):
+    """A values file hands the templates its numbers as floats, which `quote` wrote as 1.34217728e+08 from
+    1,000,000 up: the sidecar's settings (ints) refused that and the pod crash-looped. Whole numbers
+    reach sidecar.env and follower.env as integers, other values as given, and the settings take them."""
+    values = tmp_path / "env.yaml"
+    values.write_text(
+        "sidecar:\n  env:\n"
+        "    OTEL_GRPO_SIDECAR_MAX_BODY_BYTES: 134217728\n"
+        "    OTEL_GRPO_SIDECAR_RETENTION_MAX_STEPS: 1000000\n"
+        "    OTEL_GRPO_SIDECAR_RUN_ACTIVE_S: 0.5\n"
+        "    OTEL_GRPO_SIDECAR_ALLOW_UNAUTHENTICATED: true\n"
+        "    OTEL_GRPO_SIDECAR_SYNCHRONOUS: FULL\n"
+        "follower:\n  env:\n"
+        "    OTEL_GRPO_FOLLOW_VERL_TOTAL_STEPS: 1000000\n")
+    docs = _template(helm, root, *FOLLOWER, values=(values,))
+    pods = _pods(docs)
+    (c,) = pods["grpo-otel-grpo-sidecar"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    written = {"OTEL_GRPO_SIDECAR_MAX_BODY_BYTES": "134217728", "OTEL_GRPO_SIDECAR_RETENTION_MAX_STEPS": "1000000",
+               "OTEL_GRPO_SIDECAR_RUN_ACTIVE_S": "0.5", "OTEL_GRPO_SIDECAR_ALLOW_UNAUTHENTICATED": "true",
+               "OTEL_GRPO_SIDECAR_SYNCHRONOUS": "FULL"}
+    assert {k: env.get(k) for k in written} == written
+    tokens = {k: base64.b64decode(v).decode() for k, v in _tokens(docs).items()}
+    s = _sidecar_settings(c, tokens, {}, monkeypatch)
+    assert (s.max_body_bytes, s.retention_max_steps, s.run_active_s, s.allow_unauthenticated, s.synchronous) == (
+        134217728, 1000000, 0.5, True, "FULL")
+    (f,) = pods["grpo-otel-grpo-follower"]["spec"]["containers"]
+    assert {e["name"]: e.get("value") for e in f["env"]}["OTEL_GRPO_FOLLOW_VERL_TOTAL_STEPS"] == "1000000"  # an int option
+
+
 @pytest.mark.parametrize("sets", [(), ("tokens.existingSecret=mine", "alerting.secret=pager-urls",
                                         "monitoring.grafanaDatasource.bearerToken=$__env{READ_TOKEN}")],
                          ids=["defaults", "named-secrets"])
@@ -297,6 +359,37 @@ def test_the_alertmanager_config_secret_is_compose_routing_for_this_release(helm
         assert hook["http_config"]["authorization"]["credentials_file"] == \
             f"/etc/alertmanager/secrets/{tokens}/sidecar_token"
     assert "alertmanager.yaml" not in str(_template(helm, root, "alerting.enabled=false"))
+
+
+@pytest.mark.parametrize("sets", [(), ("tokens.existingSecret=mine", "monitoring.grafanaDatasource.bearerToken=$__env{T}")],
+                         ids=["chart-tokens", "existing-secret"])
+def test_alerting_namespace_puts_what_alertmanager_mounts_in_its_namespace(helm, root, sets):
+    """The Prometheus Operator reads alertmanagerSpec.configSecret and .secrets only from the
+    Alertmanager's namespace (kube-prometheus-stack's `monitoring`, not the release's `ml`): with
+    alerting.namespace the config Secret goes there, with a copy of the sidecar token under the
+    tokens Secret's name (what the config's credentials_file names); everything else stays in ml."""
+    import kubernetes_validate
+    docs = _template(helm, root, "alerting.namespace=monitoring", *sets)
+    moved = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["metadata"]["namespace"] != "ml"}
+    tokens = "mine" if sets else "grpo-otel-grpo-tokens"
+    # existingSecret: the chart cannot read it, so no copy (the docs say to make one there)
+    assert set(moved) == {("Secret", "grpo-otel-grpo-alertmanager")} | (set() if sets else {("Secret", tokens)})
+    assert {d["metadata"]["namespace"] for d in moved.values()} == {"monitoring"}
+    config = yaml.safe_load(moved["Secret", "grpo-otel-grpo-alertmanager"]["stringData"]["alertmanager.yaml"])
+    assert {r["webhook_configs"][0]["http_config"]["authorization"]["credentials_file"] for r in config["receivers"]} == {
+        f"/etc/alertmanager/secrets/{tokens}/sidecar_token"}
+    assert {r["webhook_configs"][0]["url"] for r in config["receivers"]} == {
+        "http://grpo-otel-grpo-sidecar.ml.svc:8000/api/alerts"}  # the sidecar stays in ml
+    if not sets:
+        (own,) = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == tokens
+                  and d["metadata"]["namespace"] == "ml"]
+        assert moved["Secret", tokens]["data"] == {"sidecar_token": own["data"]["sidecar_token"]}  # that token only
+    for d in moved.values():
+        kubernetes_validate.validate(d, "1.37.0", strict=True)
+    for same in ((), ("alerting.namespace=ml",)):  # the release's namespace: one tokens Secret, all in ml
+        docs = _template(helm, root, *same)
+        assert {d["metadata"]["namespace"] for d in docs} == {"ml"}
+        assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"].count("grpo-otel-grpo-tokens") == 1
 
 
 # --- tokens and checksums -------------------------------------------------------------------------
@@ -401,7 +494,9 @@ def test_every_pod_reading_a_secret_or_config_restarts_when_it_changes(helm, roo
     (("--set", "sidecar.service.type=Public"), "sidecar/service/type"),
     (("--set", "collector.queue.persistence.accessModes={ReadWriteSometimes}"), "collector/queue/persistence/accessModes"),
     (("--set", "tokens.existingSecret=true"), "tokens/existingSecret"),
-], ids=["replicas-string", "misspelt-key", "pull-policy", "digest", "service-type", "access-mode", "secret-bool"])
+    (("--set", "alerting.namespace=Monitoring"), "alerting/namespace"),
+], ids=["replicas-string", "misspelt-key", "pull-policy", "digest", "service-type", "access-mode", "secret-bool",
+        "alerting-namespace"])
 def test_the_values_schema_rejects_wrong_types_and_unknown_keys(helm, root, args, where):
     err = _template(helm, root, args=args, ok=False)
     assert "values don't meet the specifications of the schema" in err and where in err, err
@@ -630,6 +725,24 @@ def test_every_pod_of_the_chart_that_sends_otlp_gets_through_the_collectors_poli
     assert admits(collector, {"any": "pod"}, "otlp-grpc") == (not sets)
 
 
+@pytest.mark.parametrize("given", [[], [{"namespaceSelector": {"matchLabels": {"team": "obs"}}}]], ids=["empty", "one"])
+def test_monitoring_from_empty_admits_no_one_to_the_metrics_or_the_sidecar(helm, root, tmp_path, given):
+    """networkPolicy.monitoringFrom: [] (from a values file) means nobody for the collector's metrics
+    ports as for the sidecar: the rule is left out, where `from: []` would let every source in."""
+    values = tmp_path / "np.yaml"
+    values.write_text(yaml.safe_dump({"networkPolicy": {"enabled": True, "monitoringFrom": given}}))
+    policies = _objects(_template(helm, root, values=(values,)), "NetworkPolicy")
+    for name, policy in policies.items():
+        assert all(rule.get("from", True) for rule in policy["spec"].get("ingress", [])), name  # no `from: []`
+    metrics = [r for r in policies["grpo-otel-grpo-collector"]["spec"]["ingress"]
+               if {"exporter", "self"} & {p["port"] for p in r["ports"]}]
+    (sidecar,) = policies["grpo-otel-grpo-sidecar"]["spec"]["ingress"]
+    if given:
+        assert [r["from"] for r in metrics] == [given] and given[0] in sidecar["from"]
+    else:
+        assert metrics == [] and not [peer for peer in sidecar["from"] if "namespaceSelector" in peer]
+
+
 def test_a_trainer_keeps_to_one_collector_replica(helm, root):
     """The collector's Service sends each client's connections to one pod (while it is ready), so a trainer's
     reconnects do not spread its exports over several replicas (docs/operations.md, "Several collector
@@ -689,6 +802,20 @@ def test_the_explorer_service_type_and_ingress_hosts_reach_the_host_check(helm, 
     (c,) = _pods(docs)["grpo-otel-grpo-sidecar"]["spec"]["containers"]
     s = _sidecar_settings(c, tokens, {}, monkeypatch)
     assert {"grpo.example.org", "grpo.internal.example", "grpo-otel-grpo-sidecar.ml.svc"} <= set(s.allowed_hosts)
+
+
+def test_a_wildcard_ingress_host_is_served_by_the_sidecars_host_check(helm, root, monkeypatch):
+    """The chart copies the Ingress hosts into ALLOWED_HOSTS; a wildcard host (`*.grpo.example.org`) got
+    421 on every request. The sidecar's check, fed the pod's environment, serves one label in its
+    place, as the Ingress routes it, and nothing more."""
+    docs = _template(helm, root, "sidecar.ingress.enabled=true", "sidecar.ingress.hosts[0].host=*.grpo.example.org")
+    (ing,) = _objects(docs, "Ingress").values()
+    assert ing["spec"]["rules"][0]["host"] == "*.grpo.example.org"
+    tokens = {k: base64.b64decode(v).decode() for k, v in _tokens(docs).items()}
+    (c,) = _pods(docs)["grpo-otel-grpo-sidecar"]["spec"]["containers"]
+    allowed = HostCheckMiddleware(None, _sidecar_settings(c, tokens, {}, monkeypatch).allowed_hosts).allowed
+    assert host_allowed("team1.grpo.example.org", allowed) and host_allowed("grpo-otel-grpo-sidecar.ml.svc:8000", allowed)
+    assert not host_allowed("grpo.example.org", allowed) and not host_allowed("a.b.grpo.example.org", allowed)
 
 
 def test_probes_and_scheduling_values_reach_the_pods(helm, root):

@@ -70,6 +70,18 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
 {{- end -}}
 
+{{/* A user's env value (sidecar.env, follower.env) as a quoted string. A number from a values file
+     reaches the template as a float64, which `quote` writes as 1.34217728e+08 from 1,000,000 up: the
+     settings (pydantic ints) refuse that and the pod crash-loops. Whole numbers are written as
+     integers, anything else as given (0.5, true, strings). */}}
+{{- define "otel-grpo.envValue" -}}
+{{- if and (kindIs "float64" .) (eq . (floor .)) -}}
+{{- printf "%.0f" . | quote -}}
+{{- else -}}
+{{- . | quote -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "otel-grpo.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- .Values.serviceAccount.name | default (include "otel-grpo.fullname" .) -}}
