@@ -282,6 +282,29 @@ def test_an_alert_of_a_trainer_whose_clock_is_off_names_the_step_it_belongs_to(c
     assert steps["at_end-old"] == steps["at_end-noclock"] == (10 if early else 29)
 
 
+def test_an_alert_whose_clock_offset_is_no_clock_offset_is_placed_as_if_the_clocks_agreed(client):
+    """Anyone who can post alerts writes their annotations: an offset beyond any clock's (`1e306` overflowed the
+    step's arithmetic) must not make every read of the alerts fail; the alert is placed as without one."""
+    from otel_grpo.sidecar.otlp._extract import Batch, StepRecord
+    from otel_grpo.sidecar.store._queries import MAX_CLOCK_OFFSET_S
+
+    base = 1_795_800_000.0  # 2026-11-27T17:20:00Z; step k ends at base + k
+    batch = Batch()
+    batch.runs["r"] = {}
+    for step in range(1, 4):
+        batch.steps.append(StepRecord("r", step, bytes([step]) * 8, base + step - 1, base + step, {"kl": 0.1}))
+    client.app.state.store.write_batch(batch)
+    offsets = ["1e306", "-1e306", "inf", "nan", f"{MAX_CLOCK_OFFSET_S * 1.01:.3f}", "x", "1e-400"]
+    alerts = [{"status": "firing", "labels": {"alertname": f"a{i}", "run_id": "r"},
+               "annotations": {catalog.CLOCK_OFFSET_ANNOTATION: offset}, "startsAt": "2026-11-27T17:20:02.5Z",
+               "fingerprint": f"fp{i}"} for i, offset in enumerate(offsets)]
+    assert client.post("/api/alerts", json={"version": "4", "alerts": alerts}).status_code == 200
+    for params in ({}, {"run_id": "r"}, {"status": "firing"}):
+        r = client.get("/api/alerts", params=params)
+        assert r.status_code == 200
+        assert sorted((a["alertname"], a["step"]) for a in r.json()) == [(f"a{i}", 2) for i in range(len(offsets))]
+
+
 @pytest.mark.parametrize("params,name", [
     ({"limit": 0}, "limit"), ({"limit": "x"}, "limit"), ({"step": "one"}, "step"),
     ({"step_min": 3, "step_max": 1}, "step_min"), ({"reward_min": 2, "reward_max": 1}, "reward_min"),

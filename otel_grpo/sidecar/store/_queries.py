@@ -93,15 +93,23 @@ def _epoch(text: str) -> float | None:
         return None
 
 
+MAX_CLOCK_OFFSET_S = 100 * 365.25 * 86400
+"""The largest clock offset (either way) an alert's annotation may give, 100 years: a trainer whose clock was reset
+to the epoch is some 56 years off Prometheus's. A larger one is no clock's offset but a broken annotation (anyone
+who can post alerts writes them), and `1e306` overflowed the arithmetic of the alert's step: every read of the
+alerts failed for as long as that alert was stored."""
+
+
 def _clock_offset(annotations: dict) -> float:
     """The alert's run clock offset (`catalog.CLOCK_OFFSET_ANNOTATION`, from the alert rules): Prometheus's clock
     minus the trainer's, in seconds; 0 (the two clocks taken to agree, as before the rules gave it) where the
-    annotation is missing (older rules), empty (a run that exports no clock) or not a number."""
+    annotation is missing (older rules), empty (a run that exports no clock), not a number, or no plausible
+    offset (beyond `MAX_CLOCK_OFFSET_S`, infinite, NaN)."""
     try:
         offset = float(annotations.get(CLOCK_OFFSET_ANNOTATION, ""))
     except ValueError:
         return 0.0
-    return offset if math.isfinite(offset) else 0.0
+    return offset if abs(offset) <= MAX_CLOCK_OFFSET_S else 0.0  # False for NaN too
 
 
 def _alert_step(conn, run_id: str, starts_at: str, offset: float) -> int | None:
