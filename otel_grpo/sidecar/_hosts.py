@@ -4,7 +4,8 @@ A web page on `evil.example` can make its own name resolve to the sidecar's addr
 or a LAN/container address) and then read `/api/...` as a same-origin page. The browser still
 sends `Host: evil.example`, so the sidecar answers only to names that cannot be rebound from
 outside: IP literals, `localhost` (and `*.localhost`), single-label names (compose service names
-such as `sidecar`, the machine's short name) and the names in `allowed_hosts` (`*`: any).
+such as `sidecar`, the machine's short name) and the names in `allowed_hosts` (`*`: any;
+`*.example.org`: any one label before `example.org`, as a Kubernetes Ingress host reads it).
 
     app.add_middleware(HostCheckMiddleware, allowed=["sidecar.example.org"])
 """
@@ -28,6 +29,11 @@ def host_allowed(host: str, allowed: frozenset[str]) -> bool:
         return True
     name = _hostname(host).rstrip(".")
     if not name or name in allowed:
+        return True
+    # `*.example.org` as a Kubernetes Ingress host (the chart copies those here): exactly one label
+    # in place of `*`, so `a.example.org` matches and neither `example.org` nor `a.b.example.org` does.
+    label, _, parent = name.partition(".")
+    if label and parent and f"*.{parent}" in allowed:
         return True
     try:
         ipaddress.ip_address(name)

@@ -137,6 +137,8 @@ class SidecarSettings(BaseSettings):
     """Host names served besides those that cannot be DNS-rebound (IP literals, localhost,
     single-label names such as a compose service); `*` serves any Host. A page on another
     name gets 421. Set it when the sidecar is reached by a dotted name (`sidecar.example.org`).
+    A leading `*.` matches exactly one DNS label, as a Kubernetes Ingress host does: `*.example.org`
+    serves `a.example.org`, not `example.org` nor `a.b.example.org`.
     In the environment a comma list (`a.example.org,b.example.org`) or a JSON array."""
     cors_origins: Annotated[list[str], NoDecode] = []
     """Origins allowed by CORS; empty (the default) adds no CORS headers at all. In the environment
