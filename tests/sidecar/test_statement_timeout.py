@@ -30,7 +30,8 @@ def test_an_endless_sqlite_read_is_interrupted_and_its_connection_reused(tmp_pat
 
 def test_a_search_slower_than_the_timeout_is_a_503(make_client, otlp, caplog):
     """The search of a run's prompts and completions, which no index serves, with a timeout shorter than
-    its scan: the request is cut off with 503 + Retry-After, where it used to run to its end."""
+    its scan: the request is cut off with 503 + Retry-After, where it used to run to its end; an export's
+    too, before its response starts (it was a 200 whose download then broke off)."""
     writer = make_client()
     text = "x" * 4000
     spans = otlp.spans("long", range(20), samples=100, completion=lambda s, i: f"{text} {s}/{i}")  # 8 MB
@@ -47,6 +48,9 @@ def test_a_search_slower_than_the_timeout_is_a_503(make_client, otlp, caplog):
     # said once (a fault fails every read alike: a locked table wrote a warning per read), the others counted
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(said) == 1 and "store unavailable for reads" in said[0] and "1 read(s) failed" in said[0], said
+    for export in ("samples.csv", "samples.jsonl"):
+        slow = reader.get(f"/api/runs/long/{export}", params={"step_min": 0, "q": "never written"})
+        assert slow.status_code == 503 and slow.headers["retry-after"], slow.text
 
 
 def test_a_fault_that_fails_every_read_is_said_once_an_interval_with_its_count():

@@ -236,9 +236,9 @@ class Reads(StepReads, RunReads):
             return self._rows_by_id(conn, ids) if ids else []
 
     def iter_samples(self, run_id: str, query: SampleQuery, chunk: int = SAMPLE_CHUNK_ROWS) -> Iterator[dict]:
-        """`samples` as a generator holding `chunk` rows at a time (for exports of any size)."""
-        for rows in self.sample_chunks(run_id, query, chunk):
-            yield from rows
+        """`samples` as an iterator holding `chunk` rows at a time (for exports of any size); its ids and first
+        chunk read before it returns, as `sample_chunks`'s."""
+        return itertools.chain.from_iterable(self.sample_chunks(run_id, query, chunk))
 
     def sample_chunks(self, run_id: str, query: SampleQuery, chunk: int = SAMPLE_CHUNK_ROWS) -> Iterator[list[dict]]:
         """The rows of `samples`, `chunk` at a time.

@@ -147,8 +147,7 @@ def _batched(lines: Iterator[bytes]) -> Iterator[bytes]:
         yield b"".join(batch)
 
 
-def _csv_lines(store, run_id: str, query: SampleQuery) -> Iterator[bytes]:
-    columns = store.sample_columns(run_id, query)
+def _csv_lines(columns: list[str], rows: Iterator[dict]) -> Iterator[bytes]:
     buf = io.StringIO()
     writer = csv.writer(buf)
 
@@ -159,24 +158,27 @@ def _csv_lines(store, run_id: str, query: SampleQuery) -> Iterator[bytes]:
         return buf.getvalue().encode()
 
     yield line([csv_cell(c) for c in columns])
-    for row in store.iter_samples(run_id, query):
+    for row in rows:
         yield line([csv_cell(row.get(c)) for c in columns])
 
 
-def _jsonl_lines(store, run_id: str, query: SampleQuery) -> Iterator[bytes]:
-    for row in store.iter_samples(run_id, query):
+def _jsonl_lines(rows: Iterator[dict]) -> Iterator[bytes]:
+    for row in rows:
         yield orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
 
 
 # Both exports stream: a few hundred rows in memory at a time, whatever the size (an export
-# built in memory grew with the run: benchmarks/README.md, costs).
+# built in memory grew with the run: benchmarks/README.md, costs). Their first store reads run
+# before the response starts: an error there (a timeout, a lost database) is the API's 503 or
+# 500, where inside the stream it came after a 200 and cut the download short.
 @router.get("/samples.csv", response_class=StreamingResponse, responses={**_404, 200: {"content": {"text/csv": {}}}})
 def export_csv(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingResponse:
     """The same rows as CSV; the header is the union of all columns. Text cells that a spreadsheet
     would take for a formula (`=`, `+`, `-`, `@`, tab, CR first, after any blanks or line breaks,
     full-width forms included) get a leading `'`."""
     _checked(store, run_id, query)
-    return StreamingResponse(_batched(_csv_lines(store, run_id, query)), media_type="text/csv; charset=utf-8",
+    columns, rows = store.sample_columns(run_id, query), store.iter_samples(run_id, query)
+    return StreamingResponse(_batched(_csv_lines(columns, rows)), media_type="text/csv; charset=utf-8",
                              headers={"Content-Disposition": 'attachment; filename="samples.csv"'})
 
 
@@ -185,7 +187,8 @@ def export_csv(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingResp
 def export_jsonl(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingResponse:
     """The same rows as JSON Lines, one sample per line."""
     _checked(store, run_id, query)
-    return StreamingResponse(_batched(_jsonl_lines(store, run_id, query)), media_type="application/x-ndjson")
+    return StreamingResponse(_batched(_jsonl_lines(store.iter_samples(run_id, query))),
+                             media_type="application/x-ndjson")
 
 
 @router.get("/sample-steps", response_model=list[int], response_class=FastJSON, responses=_404)
