@@ -190,6 +190,21 @@ def test_a_page_of_long_texts_is_bounded_and_each_sample_reads_whole(client, otl
     assert all(len(r["completion"]) == LONG_CHARS for r in client.get(path, params={"step": 0}).json())
 
 
+def test_text_chars_cuts_the_texts_of_a_sample_and_never_its_envelope(client, otlp):
+    """A short `text_chars` cut the row's `time` (`2026-12-06T22:47`, no longer a time) and would its run id
+    and the telemetry's bookkeeping: only what the model read or wrote, and other text columns, are cut."""
+    run = "a-run-whose-id-is-longer-than-16"
+    envelope = {"selection": "anomaly-and-more-than-16", "kept_because": "kl 1.5 beyond its threshold 1.0"}
+    spans = otlp.spans(run, [0], samples=1, extra=lambda step, i: {**envelope, "extracted_answer": "x" * 40})
+    assert client.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
+    (whole,) = client.get(f"/api/runs/{run}/samples").json()
+    (cut,) = client.get(f"/api/runs/{run}/samples", params={"text_chars": 16}).json()
+    assert cut["texts_cut"] == {"completion": len(whole["completion"]), "extracted_answer": 40}
+    assert cut["completion"] == whole["completion"][:16] and cut["extracted_answer"] == "x" * 16
+    assert {k: cut[k] for k in ("run_id", "time", *envelope)} == {k: whole[k] for k in ("run_id", "time", *envelope)}
+    assert len(whole["time"]) > 16 and cut["prompt"] == whole["prompt"] == "prompt 0/0"
+
+
 def test_csv_and_jsonl_exports(loaded):
     text = loaded.get("/api/runs/run-a/samples.csv", params={"step": 1}).text
     rows = list(csv.DictReader(io.StringIO(text)))

@@ -197,7 +197,8 @@ def test_a_nul_in_keys_and_texts_reads_as_the_replacement_character_on_both_back
     r = client.get("/api/runs/nul/samples.csv", params={"step": 1, "order_by": "kl_ref_mean"})
     assert r.status_code == 200
     rows = list(csv.DictReader(io.StringIO(r.text)))
-    assert [(row["extracted_answer"], row["note\ufffdkey"]) for row in rows] == [(f"{i}\ufffd{i}", "x") for i in range(3)]
+    assert [(row["extracted_answer"], row["note\ufffdkey"]) for row in rows] == [(f"{i}\ufffd{i}", "x")
+                                                                                 for i in range(3)]
 
 
 def test_the_reserved_run_id_endings_are_the_sidecars_run_routes(client):

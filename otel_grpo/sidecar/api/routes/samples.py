@@ -71,12 +71,19 @@ CUT_COLUMN = "texts_cut"
 """The column of a page's row that names its cut texts and their full lengths (`text_chars`)."""
 
 
+ENVELOPE_TEXTS = frozenset({"run_id", "time", "selection", "kept_because"})
+"""A sample's text columns that say whose it is, when, and why it was kept (the store's `run_id` and `time`, the
+telemetry's bookkeeping: `telemetry._samples`), not what the model read or wrote: `text_chars` never cuts them
+(a cut `time` no longer read as a time)."""
+
+
 def cut_texts(rows: list[dict], chars: int) -> list[dict]:
-    """`rows` with every text value (not `run_id`) longer than `chars` characters cut to its first `chars`,
-    and `texts_cut` naming those columns with their full lengths: a page's size is then bounded by its rows,
-    whatever text a run stores (a long-context run raises the telemetry's `max_text_chars`)."""
+    """`rows` with every text of the sample (`prompt`, `completion`, any other text column but `ENVELOPE_TEXTS`)
+    longer than `chars` characters cut to its first `chars`, and `texts_cut` naming those columns with their full
+    lengths: a page's size is then bounded by its rows, whatever text a run stores (a long-context run raises the
+    telemetry's `max_text_chars`)."""
     for row in rows:
-        cut = {k: len(v) for k, v in row.items() if k != "run_id" and isinstance(v, str) and len(v) > chars}
+        cut = {k: len(v) for k, v in row.items() if isinstance(v, str) and len(v) > chars and k not in ENVELOPE_TEXTS}
         for k in cut:
             row[k] = row[k][:chars]
         if cut:
@@ -91,13 +98,14 @@ _PAGED = {**_404, 200: {"headers": {TOTAL_HEADER: {
 @router.get("/samples", response_model=list[SampleRow], response_class=FastJSON, responses=_PAGED)
 def list_samples(run_id: RunId, store: StoreDep, query: QueryDep,
                  text_chars: Annotated[int | None, Query(ge=16, le=_EXPORT_MAX, description=(
-                     "Cut every text longer than this many characters to its first ones; the row's `texts_cut` "
-                     "names those columns with their full lengths (`{\"completion\": 200000}`). The page's tables "
-                     "ask for this and read one sample whole (`filter_col=sample_index`) where it is shown all. "
-                     "Default: texts whole."))] = None) -> Response:
+                     "Cut every text of a sample (prompt, completion and other text columns; never `run_id`, "
+                     "`time`, `selection` or `kept_because`) longer than this many characters to its first ones; "
+                     "the row's `texts_cut` names those columns with their full lengths (`{\"completion\": 200000}`). "
+                     "The page's tables ask for this and read one sample whole (`filter_col=sample_index`) where it "
+                     "is shown all. Default: texts whole."))] = None) -> Response:
     """Samples as flat rows (every event attribute is a column), filtered and ordered; at most 10,000 a page.
     `X-Total-Count` says how many rows match on all pages (a step of 1,024 rows read 500 at a time).
-    `text_chars` bounds each text of a row (a long-context run's completions), so the page is bounded by its rows.
+    `text_chars` bounds each text of a sample (a long-context run's completions), so the page is bounded by its rows.
 
     Streamed as the exports are: the server holds a few hundred rows at a time whatever `limit` is,
     so many concurrent large pages do not add up to their whole size in memory."""
