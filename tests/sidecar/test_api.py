@@ -465,3 +465,29 @@ def test_alerts_of_several_runs_and_of_all_runs(client):
     assert runs("run-a|run-c") == ["run-a", "run-c"]
     assert runs(".*") == ["run-a", "run-b", "run-c"]
     assert runs("run-b") == ["run-b"] and runs("nope") == []
+
+
+def test_a_runs_alerts_are_those_labelled_with_its_exact_id(client, otlp):
+    """The run page asks `/api/runs/{run_id}/alerts`: `/api/alerts?run_id=` reads `a|b` as Grafana's multi-run
+    selection, so the page of run `exp|lr=1e-5` showed run `exp`'s alerts (and `lr=1e-5`'s) as its own."""
+    from urllib.parse import quote
+
+    runs = ("exp|lr=1e-5", "exp", "team/exp")
+    spans = [s for run in runs for s in otlp.spans(run, [0], samples=1)]
+    assert client.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
+    alerts = [_am_alert("firing", f"fp-{r}", "2026-11-22T05:00:00Z", run_id=r) for r in (*runs, "lr=1e-5")]
+    alerts.append(_am_alert("resolved", "fp-old", "2026-11-22T04:00:00Z", run_id="exp|lr=1e-5"))
+    assert client.post("/api/alerts", json=_webhook(alerts, group={})).status_code == 200
+
+    def of(run: str, **params) -> list[tuple[str, str]]:
+        r = client.get(f"/api/runs/{quote(run, safe='')}/alerts", params=params)
+        assert r.status_code == 200, r.text
+        return [(a["run_id"], a["fingerprint"]) for a in r.json()]
+    assert of("exp|lr=1e-5") == [("exp|lr=1e-5", "fp-exp|lr=1e-5"), ("exp|lr=1e-5", "fp-old")]  # newest first
+    assert of("exp|lr=1e-5", status="resolved") == [("exp|lr=1e-5", "fp-old")]
+    assert of("exp|lr=1e-5", limit=1) == [("exp|lr=1e-5", "fp-exp|lr=1e-5")]
+    assert of("exp") == [("exp", "fp-exp")] and of("team/exp") == [("team/exp", "fp-team/exp")]
+    assert client.get("/api/runs/exp/alerts").json() == client.get("/api/alerts", params={"run_id": "exp"}).json()
+    r = client.get("/api/runs/lr=1e-5/alerts")  # alerts, but no run of that id: as the run's other routes
+    assert r.status_code == 404 and r.json() == {"detail": "run 'lr=1e-5' not found"}
+    assert client.get("/api/runs/exp/alerts", params={"limit": 0}).status_code == 422

@@ -294,12 +294,12 @@ class Reads(StepReads, RunReads):
             keys = conn.execute(self.dialect.data_keys.format(ids=sql), params)
             return list(dict.fromkeys([*SAMPLE_CORE_COLUMNS, *(k for (k,) in keys)]))
 
-    def alerts(self, run_id: str | None = None, status: str | None = None, limit: int = 1000) -> list[dict]:
+    def alerts(self, run_ids: list[str] | None = None, status: str | None = None, limit: int = 1000) -> list[dict]:
+        """Stored alerts, newest first: those whose `run_id` label is one of `run_ids` (None: every alert)."""
         where, params = [], []
-        ids = None if run_id is None else selected_run_ids(run_id)
-        if ids is not None:
-            where.append(f"run_id IN ({', '.join('?' * len(ids))})")
-            params += ids
+        if run_ids is not None:
+            where.append(f"run_id IN ({', '.join('?' * len(run_ids))})")
+            params += run_ids
         if status is not None:
             where.append("status = ?")
             params.append(status)
