@@ -44,7 +44,7 @@ RUN_ID_MAX_LENGTH = 128
 ALL_RUNS = ".*"
 """The sidecar's `run_id` selection of every run (`/api/steps`, `/api/alerts`), Grafana's "All" (the dashboards'
 run variable's allValue): no run's own id."""
-RUN_SUBRESOURCES = frozenset({"steps", "metrics", "samples", "samples.csv", "samples.jsonl", "sample-steps"})
+RUN_SUBRESOURCES = frozenset({"steps", "metrics", "samples", "samples.csv", "samples.jsonl", "sample-steps", "alerts"})
 """The sidecar's `/api/runs/{run_id}/<name>` routes: a run id ending in `/<name>` would read as one of them."""
 
 

@@ -10,6 +10,7 @@ Endpoints:
     GET  /api/runs/{run_id}/steps          per-step scalars by catalog name (grpo.kl, grpo.phase.duration/<phase>)
     GET  /api/runs/{run_id}/metrics        a run's step columns: catalog name, Prometheus name, key, unit
     GET  /api/runs/{run_id}/samples[.csv|.jsonl], /sample-steps
+    GET  /api/runs/{run_id}/alerts         a run's stored alerts (its id exactly: no `a|b` selection)
     GET  /api/steps                        several runs' step history (at most max_runs runs a response)
     GET  /api/alerts, /api/panels          stored alerts; the web page's plot layout
     GET  /, /static/...                    the web page

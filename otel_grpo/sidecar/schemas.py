@@ -119,8 +119,8 @@ class AlertPublic(BaseModel):
     made the rule fire), the run's first step where none had ended yet; null without a run or
     steps, or where `starts_at` is not an RFC 3339 time. `starts_at` is on Prometheus's clock and
     the steps' ends on the trainer's: the alert's `clock_offset_seconds` annotation (the rules' estimate
-    of the run's offset) moves the one onto the other; an alert without it (older rules) is placed
-    as if the two clocks agreed."""
+    of the run's offset) moves the one onto the other; an alert without it (older rules), or with one that is
+    no clock's offset (not a number, or beyond 100 years either way), is placed as if the two clocks agreed."""
 
 
 class Panel(BaseModel):

@@ -190,6 +190,21 @@ def test_a_page_of_long_texts_is_bounded_and_each_sample_reads_whole(client, otl
     assert all(len(r["completion"]) == LONG_CHARS for r in client.get(path, params={"step": 0}).json())
 
 
+def test_text_chars_cuts_the_texts_of_a_sample_and_never_its_envelope(client, otlp):
+    """A short `text_chars` cut the row's `time` (`2026-12-06T22:47`, no longer a time) and would its run id
+    and the telemetry's bookkeeping: only what the model read or wrote, and other text columns, are cut."""
+    run = "a-run-whose-id-is-longer-than-16"
+    envelope = {"selection": "anomaly-and-more-than-16", "kept_because": "kl 1.5 beyond its threshold 1.0"}
+    spans = otlp.spans(run, [0], samples=1, extra=lambda step, i: {**envelope, "extracted_answer": "x" * 40})
+    assert client.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
+    (whole,) = client.get(f"/api/runs/{run}/samples").json()
+    (cut,) = client.get(f"/api/runs/{run}/samples", params={"text_chars": 16}).json()
+    assert cut["texts_cut"] == {"completion": len(whole["completion"]), "extracted_answer": 40}
+    assert cut["completion"] == whole["completion"][:16] and cut["extracted_answer"] == "x" * 16
+    assert {k: cut[k] for k in ("run_id", "time", *envelope)} == {k: whole[k] for k in ("run_id", "time", *envelope)}
+    assert len(whole["time"]) > 16 and cut["prompt"] == whole["prompt"] == "prompt 0/0"
+
+
 def test_csv_and_jsonl_exports(loaded):
     text = loaded.get("/api/runs/run-a/samples.csv", params={"step": 1}).text
     rows = list(csv.DictReader(io.StringIO(text)))
@@ -280,6 +295,29 @@ def test_an_alert_of_a_trainer_whose_clock_is_off_names_the_step_it_belongs_to(c
     early = offset < 0
     assert steps["mid-old"] == steps["mid-noclock"] == (2 if early else 22)
     assert steps["at_end-old"] == steps["at_end-noclock"] == (10 if early else 29)
+
+
+def test_an_alert_whose_clock_offset_is_no_clock_offset_is_placed_as_if_the_clocks_agreed(client):
+    """Anyone who can post alerts writes their annotations: an offset beyond any clock's (`1e306` overflowed the
+    step's arithmetic) must not make every read of the alerts fail; the alert is placed as without one."""
+    from otel_grpo.sidecar.otlp._extract import Batch, StepRecord
+    from otel_grpo.sidecar.store._queries import MAX_CLOCK_OFFSET_S
+
+    base = 1_795_800_000.0  # 2026-11-27T17:20:00Z; step k ends at base + k
+    batch = Batch()
+    batch.runs["r"] = {}
+    for step in range(1, 4):
+        batch.steps.append(StepRecord("r", step, bytes([step]) * 8, base + step - 1, base + step, {"kl": 0.1}))
+    client.app.state.store.write_batch(batch)
+    offsets = ["1e306", "-1e306", "inf", "nan", f"{MAX_CLOCK_OFFSET_S * 1.01:.3f}", "x", "1e-400"]
+    alerts = [{"status": "firing", "labels": {"alertname": f"a{i}", "run_id": "r"},
+               "annotations": {catalog.CLOCK_OFFSET_ANNOTATION: offset}, "startsAt": "2026-11-27T17:20:02.5Z",
+               "fingerprint": f"fp{i}"} for i, offset in enumerate(offsets)]
+    assert client.post("/api/alerts", json={"version": "4", "alerts": alerts}).status_code == 200
+    for params in ({}, {"run_id": "r"}, {"status": "firing"}):
+        r = client.get("/api/alerts", params=params)
+        assert r.status_code == 200
+        assert sorted((a["alertname"], a["step"]) for a in r.json()) == [(f"a{i}", 2) for i in range(len(offsets))]
 
 
 @pytest.mark.parametrize("params,name", [
@@ -427,3 +465,29 @@ def test_alerts_of_several_runs_and_of_all_runs(client):
     assert runs("run-a|run-c") == ["run-a", "run-c"]
     assert runs(".*") == ["run-a", "run-b", "run-c"]
     assert runs("run-b") == ["run-b"] and runs("nope") == []
+
+
+def test_a_runs_alerts_are_those_labelled_with_its_exact_id(client, otlp):
+    """The run page asks `/api/runs/{run_id}/alerts`: `/api/alerts?run_id=` reads `a|b` as Grafana's multi-run
+    selection, so the page of run `exp|lr=1e-5` showed run `exp`'s alerts (and `lr=1e-5`'s) as its own."""
+    from urllib.parse import quote
+
+    runs = ("exp|lr=1e-5", "exp", "team/exp")
+    spans = [s for run in runs for s in otlp.spans(run, [0], samples=1)]
+    assert client.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
+    alerts = [_am_alert("firing", f"fp-{r}", "2026-11-22T05:00:00Z", run_id=r) for r in (*runs, "lr=1e-5")]
+    alerts.append(_am_alert("resolved", "fp-old", "2026-11-22T04:00:00Z", run_id="exp|lr=1e-5"))
+    assert client.post("/api/alerts", json=_webhook(alerts, group={})).status_code == 200
+
+    def of(run: str, **params) -> list[tuple[str, str]]:
+        r = client.get(f"/api/runs/{quote(run, safe='')}/alerts", params=params)
+        assert r.status_code == 200, r.text
+        return [(a["run_id"], a["fingerprint"]) for a in r.json()]
+    assert of("exp|lr=1e-5") == [("exp|lr=1e-5", "fp-exp|lr=1e-5"), ("exp|lr=1e-5", "fp-old")]  # newest first
+    assert of("exp|lr=1e-5", status="resolved") == [("exp|lr=1e-5", "fp-old")]
+    assert of("exp|lr=1e-5", limit=1) == [("exp|lr=1e-5", "fp-exp|lr=1e-5")]
+    assert of("exp") == [("exp", "fp-exp")] and of("team/exp") == [("team/exp", "fp-team/exp")]
+    assert client.get("/api/runs/exp/alerts").json() == client.get("/api/alerts", params={"run_id": "exp"}).json()
+    r = client.get("/api/runs/lr=1e-5/alerts")  # alerts, but no run of that id: as the run's other routes
+    assert r.status_code == 404 and r.json() == {"detail": "run 'lr=1e-5' not found"}
+    assert client.get("/api/runs/exp/alerts", params={"limit": 0}).status_code == 422

@@ -49,6 +49,20 @@ def test_a_search_slower_than_the_timeout_is_a_503(make_client, otlp, caplog):
     assert len(said) == 1 and "store unavailable for reads" in said[0] and "1 read(s) failed" in said[0], said
 
 
+def test_an_export_slower_than_the_timeout_is_a_503_before_its_response_starts(make_client, otlp):
+    """An export reads its columns and first rows before its response starts: a search slower than the timeout is
+    the 503 a page answers, where it was a 200 whose download then broke off. Many short rows: SQLite checks its
+    deadline every 10,000 instructions, which a scan of a few long ones may finish within."""
+    writer = make_client()
+    for first in range(0, 160, 40):  # 20,480 rows
+        spans = otlp.spans("many", range(first, first + 40), samples=128)
+        assert writer.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
+    reader = make_client(db_timeout_s=0.001)
+    for export in ("samples.csv", "samples.jsonl"):
+        slow = reader.get(f"/api/runs/many/{export}", params={"step_min": 0, "q": "never written"})
+        assert slow.status_code == 503 and slow.headers["retry-after"], slow.text
+
+
 def test_a_fault_that_fails_every_read_is_said_once_an_interval_with_its_count():
     now = [0.0]
     said = EveryInterval(60.0, clock=lambda: now[0])

@@ -1110,6 +1110,30 @@ def test_alerts_and_rows_on_a_phone(site, tmp_path, new_page):
     _shot(page, tmp_path, "alerts-390.png")
 
 
+PIPE_RUN = "pipe|lr=1e-5"
+"""A run id with `|`, which the dashboards' `run_id=a|b` reads as two runs (`pipe`, `lr=1e-5`)."""
+
+
+def _seed_pipe(url: str, otlp) -> None:
+    for run in (PIPE_RUN, "pipe"):
+        spans = otlp.spans(run, range(2), samples=1)
+        assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(),
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+    alerts = [{"status": "firing", "labels": {"alertname": f"Of{run}", "run_id": run}, "annotations": {},
+               "startsAt": "2026-11-22T05:00:00Z", "fingerprint": f"fp-{run}"} for run in ("pipe", "lr=1e-5")]
+    assert httpx.post(url + "/api/alerts", json={"version": "4", "alerts": alerts}).status_code == 200
+
+
+def test_a_run_whose_id_holds_a_pipe_shows_its_own_alerts_alone(site, new_page):
+    """The page of `pipe|lr=1e-5` showed the alerts of runs `pipe` and `lr=1e-5`: it has none; `pipe` has its one."""
+    site.seed(_seed_pipe)
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/{quote(PIPE_RUN, safe='')}")
+    assert page.locator("#alerts").text_content() == "no alerts for this run"
+    open_run(page, f"{site.url}/#/run/pipe")
+    assert page.locator("#alerts-table tbody tr").count() == 1 and "Ofpipe" in page.locator("#alerts").text_content()
+
+
 def test_a_wrong_read_token_is_told_from_a_missing_one(sidecar_factory, new_page):
     """A sidecar with a read token: the page asks for it in a masked field, and says when the one given is wrong."""
     sidecar = sidecar_factory(env={"OTEL_GRPO_SIDECAR_READ_TOKEN": "right-token"})

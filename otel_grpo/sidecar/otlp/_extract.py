@@ -3,6 +3,9 @@
 The span contract is `otel_grpo.catalog.spans` (written by `otel_grpo.telemetry`). run_id falls
 back to the resource's `grpo.run_id`; a span whose run id could not be addressed (`check_run_id`: `a/steps`,
 `../x`) is rejected with the reason. Other spans are accepted and ignored.
+
+Every key and string kept has its NULs as U+FFFD (`sidecar._nul`), on both stores alike; but a run id's, which
+`check_run_id` refuses (a control character) with the reason.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from dataclasses import dataclass, field
 
 from otel_grpo.catalog.spans import (ATTEMPT_ATTR, METRIC_PREFIX, PHASE_ATTR, PHASE_PREFIX, RUN_ID_ATTR, SAMPLE_EVENT,
                                      SAMPLES_SPAN, STEP_ATTR, STEP_SPAN, WRITER_ATTEMPT_ATTR, check_run_id)
+
+from .._nul import NUL, without_nul
 
 # Columns every step row carries; a stat key of the same name (the catalog has `step`) is
 # stored as `stat.<key>` so a row never has two fields of one name.
@@ -89,7 +94,7 @@ def value_of(v):
     """AnyValue -> a JSON-able Python value."""
     kind = v.WhichOneof("value")
     if kind == "string_value":
-        return v.string_value
+        return _text(v.string_value)
     if kind == "double_value":
         return _finite(v.double_value)
     if kind == "int_value":
@@ -99,13 +104,17 @@ def value_of(v):
     if kind == "array_value":
         return [value_of(x) for x in v.array_value.values]
     if kind == "kvlist_value":
-        return {kv.key: value_of(kv.value) for kv in v.kvlist_value.values}
+        return {_text(kv.key): value_of(kv.value) for kv in v.kvlist_value.values}
     if kind == "bytes_value":
         return v.bytes_value.hex()
     return None
 
 
-_PLAIN = frozenset(("string_value", "int_value", "bool_value"))
+def _text(text: str) -> str:
+    return without_nul(text) if NUL in text else text
+
+
+_PLAIN = frozenset(("int_value", "bool_value"))
 
 
 def _attrs(kvs) -> dict:
@@ -113,15 +122,20 @@ def _attrs(kvs) -> dict:
     the scalar kinds are read inline (one WhichOneof, one getattr) rather than through value_of."""
     out = {}
     for kv in kvs:
-        v = kv.value
+        key, v = kv.key, kv.value
+        if NUL in key:
+            key = without_nul(key)
         kind = v.WhichOneof("value")
-        if kind in _PLAIN:
-            out[kv.key] = getattr(v, kind)
+        if kind == "string_value":
+            text = v.string_value
+            out[key] = without_nul(text) if NUL in text and key != RUN_ID_ATTR else text
+        elif kind in _PLAIN:
+            out[key] = getattr(v, kind)
         elif kind == "double_value":
             x = v.double_value
-            out[kv.key] = x if x - x == 0.0 else None  # x - x is nan for nan and inf
+            out[key] = x if x - x == 0.0 else None  # x - x is nan for nan and inf
         else:
-            out[kv.key] = value_of(v)
+            out[key] = value_of(v)
     return out
 
 
@@ -205,7 +219,7 @@ def _step_span(batch: Batch, span, default_run: str | None) -> None:
 
 def _phase_span(batch: Batch, span) -> None:
     attrs = _attrs(span.attributes)
-    phase = attrs.get(PHASE_ATTR) or span.name[len(PHASE_PREFIX):]
+    phase = attrs.get(PHASE_ATTR) or _text(span.name[len(PHASE_PREFIX):])
     step = _int(attrs.get(STEP_ATTR))
     run_id = attrs.get(RUN_ID_ATTR)
     if not span.parent_span_id and (step is None or not run_id):

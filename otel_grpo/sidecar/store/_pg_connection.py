@@ -28,6 +28,7 @@ from typing import TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 
+from .._nul import NUL, without_nul
 from ._errors import connection_lost
 from ._login import Login
 
@@ -43,9 +44,9 @@ def _pg_sql(sql: str) -> str:
 
 
 def clean(params) -> tuple:
-    # PostgreSQL text cannot hold NUL (SQLite's can): a NUL in a prompt or completion would fail
-    # the whole request, so it is stored as U+FFFD, the replacement character.
-    return tuple(p.replace("\x00", "\ufffd") if type(p) is str and "\x00" in p else p for p in params)
+    """`params` with the NULs of their strings as U+FFFD (`_nul`): PostgreSQL text cannot hold one, and a statement
+    given one fails whole."""
+    return tuple(without_nul(p) if type(p) is str and NUL in p else p for p in params)
 
 
 LOCK_SHARE = 0.9

@@ -93,15 +93,23 @@ def _epoch(text: str) -> float | None:
         return None
 
 
+MAX_CLOCK_OFFSET_S = 100 * 365.25 * 86400
+"""The largest clock offset (either way) an alert's annotation may give, 100 years: a trainer whose clock was reset
+to the epoch is some 56 years off Prometheus's. A larger one is no clock's offset but a broken annotation (anyone
+who can post alerts writes them), and `1e306` overflowed the arithmetic of the alert's step: every read of the
+alerts failed for as long as that alert was stored."""
+
+
 def _clock_offset(annotations: dict) -> float:
     """The alert's run clock offset (`catalog.CLOCK_OFFSET_ANNOTATION`, from the alert rules): Prometheus's clock
     minus the trainer's, in seconds; 0 (the two clocks taken to agree, as before the rules gave it) where the
-    annotation is missing (older rules), empty (a run that exports no clock) or not a number."""
+    annotation is missing (older rules), empty (a run that exports no clock), not a number, or no plausible
+    offset (beyond `MAX_CLOCK_OFFSET_S`, infinite, NaN)."""
     try:
         offset = float(annotations.get(CLOCK_OFFSET_ANNOTATION, ""))
     except ValueError:
         return 0.0
-    return offset if math.isfinite(offset) else 0.0
+    return offset if abs(offset) <= MAX_CLOCK_OFFSET_S else 0.0  # False for NaN too
 
 
 def _alert_step(conn, run_id: str, starts_at: str, offset: float) -> int | None:
@@ -228,9 +236,9 @@ class Reads(StepReads, RunReads):
             return self._rows_by_id(conn, ids) if ids else []
 
     def iter_samples(self, run_id: str, query: SampleQuery, chunk: int = SAMPLE_CHUNK_ROWS) -> Iterator[dict]:
-        """`samples` as a generator holding `chunk` rows at a time (for exports of any size)."""
-        for rows in self.sample_chunks(run_id, query, chunk):
-            yield from rows
+        """`samples` as an iterator holding `chunk` rows at a time (for exports of any size); its ids and first
+        chunk read before it returns, as `sample_chunks`'s."""
+        return itertools.chain.from_iterable(self.sample_chunks(run_id, query, chunk))
 
     def sample_chunks(self, run_id: str, query: SampleQuery, chunk: int = SAMPLE_CHUNK_ROWS) -> Iterator[list[dict]]:
         """The rows of `samples`, `chunk` at a time.
@@ -286,12 +294,12 @@ class Reads(StepReads, RunReads):
             keys = conn.execute(self.dialect.data_keys.format(ids=sql), params)
             return list(dict.fromkeys([*SAMPLE_CORE_COLUMNS, *(k for (k,) in keys)]))
 
-    def alerts(self, run_id: str | None = None, status: str | None = None, limit: int = 1000) -> list[dict]:
+    def alerts(self, run_ids: list[str] | None = None, status: str | None = None, limit: int = 1000) -> list[dict]:
+        """Stored alerts, newest first: those whose `run_id` label is one of `run_ids` (None: every alert)."""
         where, params = [], []
-        ids = None if run_id is None else selected_run_ids(run_id)
-        if ids is not None:
-            where.append(f"run_id IN ({', '.join('?' * len(ids))})")
-            params += ids
+        if run_ids is not None:
+            where.append(f"run_id IN ({', '.join('?' * len(run_ids))})")
+            params += run_ids
         if status is not None:
             where.append("status = ?")
             params.append(status)

@@ -314,7 +314,7 @@ async function fetchRunData(runId, stale) {
   const base = runPath(runId);
   const info = await api(base);
   const [panels, columns, alerts, withSamples] = await Promise.all([api("/api/panels"), api(`${base}/metrics`),
-    api(`/api/alerts?run_id=${encodeURIComponent(runId)}`), api(`${base}/sample-steps`)]);
+    api(`${base}/alerts`), api(`${base}/sample-steps`)]);
   const data = { panels, alerts, withSamples, runInfo: new Map([[runId, info]]), described: new Map([[runId, columns]]),
                 names: new Map([[runId, new Set(columns.map((c) => c.name))]]), rows: new Map(), asked: new Map(),
                 stale: stale || new Map() };

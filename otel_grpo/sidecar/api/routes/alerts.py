@@ -11,9 +11,13 @@ from starlette.concurrency import run_in_threadpool
 
 from ...otlp import BodyError, read_body
 from ...schemas import AlertmanagerWebhook, AlertPublic, AlertsAccepted
+from ...store._queries import selected_run_ids
 from ..deps import FastJSON, MetricsDep, SettingsDep, StoreDep, require_ingest, require_json, require_read
 
 router = APIRouter(prefix="/api/alerts", tags=["alerts"])
+StatusParam = Annotated[Literal["firing", "resolved"] | None, Query()]
+LimitParam = Annotated[int, Query(ge=1, le=10_000)]
+"""The alert listings' parameters: here and a run's (`/api/runs/{run_id}/alerts`)."""
 _BODY_DOC = {"requestBody": {"required": True, "content": {"application/json": {
     "schema": {"type": "object", "description": "Alertmanager's webhook payload, version 4."}}}}}
 
@@ -54,10 +58,11 @@ async def receive_alerts(request: Request, store: StoreDep, settings: SettingsDe
 @router.get("", response_model=list[AlertPublic], response_class=FastJSON, dependencies=[Depends(require_read)])
 def list_alerts(
     store: StoreDep,
-    run_id: Annotated[str | None, Query(description="Only alerts whose `run_id` label is this, or one of `a|b` "
-                                                     "(Grafana's `${run_id:pipe}`); `.*` is every run.")] = None,
-    status: Annotated[Literal["firing", "resolved"] | None, Query()] = None,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    run_id: Annotated[str | None, Query(description=(
+        "Only alerts whose `run_id` label is this, or one of `a|b` (Grafana's `${run_id:pipe}`); `.*` is every run. "
+        "One run's alerts, whatever its id holds: `/api/runs/{run_id}/alerts`."))] = None,
+    status: StatusParam = None,
+    limit: LimitParam = 1000,
 ) -> FastJSON:
     """Stored alerts, newest first; labels and annotations as objects."""
-    return FastJSON(store.alerts(run_id, status, limit))
+    return FastJSON(store.alerts(None if run_id is None else selected_run_ids(run_id), status, limit))

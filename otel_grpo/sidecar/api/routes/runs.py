@@ -1,4 +1,4 @@
-"""`/api/runs`: runs and their per-step scalar history."""
+"""`/api/runs`: runs, their per-step scalar history and their alerts."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 
 from ..._columns import describe, stat_keys
-from ...schemas import Message, RunPublic, StepColumn, StepRow
+from ...schemas import AlertPublic, Message, RunPublic, StepColumn, StepRow
 from ...store._step_reads import ROW_FIELDS
 from ..deps import (FastJSON, RunId, SettingsDep, StoreDep, bad_param, json_response, not_found_run, points_param,
                     require_read, step_param)
 from ..listing import RUNS_LIMIT_MAX, TOTAL_HEADER, RunFilters, page_headers
+from .alerts import LimitParam, StatusParam
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], dependencies=[Depends(require_read)])
 _404 = {404: {"model": Message, "description": "Unknown run."}}
@@ -128,6 +129,16 @@ def list_columns(run_id: RunId, store: StoreDep) -> FastJSON:
     if not store.run_exists(run_id):
         raise not_found_run(run_id)
     return FastJSON(sorted((describe(k) for k in store.metric_keys(run_id)), key=lambda c: c["name"]))
+
+
+@router.get("/{run_id:path}/alerts", response_model=list[AlertPublic], response_class=FastJSON, responses=_404)
+def list_run_alerts(run_id: RunId, store: StoreDep, status: StatusParam = None, limit: LimitParam = 1000) -> FastJSON:
+    """The run's stored alerts (those whose `run_id` label is exactly its id), newest first, as `/api/alerts` lists
+    them (`status`, `limit` as there). What the run explorer shows: `/api/alerts?run_id=` reads a `|` as Grafana's
+    multi-run selection (`a|b`), and gave a run whose id holds one other runs' alerts."""
+    if not store.run_exists(run_id):
+        raise not_found_run(run_id)
+    return FastJSON(store.alerts([run_id], status, limit))
 
 
 @router.get("/{run_id:path}", response_model=RunPublic, response_class=FastJSON, responses=_404)

@@ -71,12 +71,19 @@ CUT_COLUMN = "texts_cut"
 """The column of a page's row that names its cut texts and their full lengths (`text_chars`)."""
 
 
+ENVELOPE_TEXTS = frozenset({"run_id", "time", "selection", "kept_because"})
+"""A sample's text columns that say whose it is, when, and why it was kept (the store's `run_id` and `time`, the
+telemetry's bookkeeping: `telemetry._samples`), not what the model read or wrote: `text_chars` never cuts them
+(a cut `time` no longer read as a time)."""
+
+
 def cut_texts(rows: list[dict], chars: int) -> list[dict]:
-    """`rows` with every text value (not `run_id`) longer than `chars` characters cut to its first `chars`,
-    and `texts_cut` naming those columns with their full lengths: a page's size is then bounded by its rows,
-    whatever text a run stores (a long-context run raises the telemetry's `max_text_chars`)."""
+    """`rows` with every text of the sample (`prompt`, `completion`, any other text column but `ENVELOPE_TEXTS`)
+    longer than `chars` characters cut to its first `chars`, and `texts_cut` naming those columns with their full
+    lengths: a page's size is then bounded by its rows, whatever text a run stores (a long-context run raises the
+    telemetry's `max_text_chars`)."""
     for row in rows:
-        cut = {k: len(v) for k, v in row.items() if k != "run_id" and isinstance(v, str) and len(v) > chars}
+        cut = {k: len(v) for k, v in row.items() if isinstance(v, str) and len(v) > chars and k not in ENVELOPE_TEXTS}
         for k in cut:
             row[k] = row[k][:chars]
         if cut:
@@ -91,13 +98,14 @@ _PAGED = {**_404, 200: {"headers": {TOTAL_HEADER: {
 @router.get("/samples", response_model=list[SampleRow], response_class=FastJSON, responses=_PAGED)
 def list_samples(run_id: RunId, store: StoreDep, query: QueryDep,
                  text_chars: Annotated[int | None, Query(ge=16, le=_EXPORT_MAX, description=(
-                     "Cut every text longer than this many characters to its first ones; the row's `texts_cut` "
-                     "names those columns with their full lengths (`{\"completion\": 200000}`). The page's tables "
-                     "ask for this and read one sample whole (`filter_col=sample_index`) where it is shown all. "
-                     "Default: texts whole."))] = None) -> Response:
+                     "Cut every text of a sample (prompt, completion and other text columns; never `run_id`, "
+                     "`time`, `selection` or `kept_because`) longer than this many characters to its first ones; "
+                     "the row's `texts_cut` names those columns with their full lengths (`{\"completion\": 200000}`). "
+                     "The page's tables ask for this and read one sample whole (`filter_col=sample_index`) where it "
+                     "is shown all. Default: texts whole."))] = None) -> Response:
     """Samples as flat rows (every event attribute is a column), filtered and ordered; at most 10,000 a page.
     `X-Total-Count` says how many rows match on all pages (a step of 1,024 rows read 500 at a time).
-    `text_chars` bounds each text of a row (a long-context run's completions), so the page is bounded by its rows.
+    `text_chars` bounds each text of a sample (a long-context run's completions), so the page is bounded by its rows.
 
     Streamed as the exports are: the server holds a few hundred rows at a time whatever `limit` is,
     so many concurrent large pages do not add up to their whole size in memory."""
@@ -147,8 +155,7 @@ def _batched(lines: Iterator[bytes]) -> Iterator[bytes]:
         yield b"".join(batch)
 
 
-def _csv_lines(store, run_id: str, query: SampleQuery) -> Iterator[bytes]:
-    columns = store.sample_columns(run_id, query)
+def _csv_lines(columns: list[str], rows: Iterator[dict]) -> Iterator[bytes]:
     buf = io.StringIO()
     writer = csv.writer(buf)
 
@@ -159,24 +166,27 @@ def _csv_lines(store, run_id: str, query: SampleQuery) -> Iterator[bytes]:
         return buf.getvalue().encode()
 
     yield line([csv_cell(c) for c in columns])
-    for row in store.iter_samples(run_id, query):
+    for row in rows:
         yield line([csv_cell(row.get(c)) for c in columns])
 
 
-def _jsonl_lines(store, run_id: str, query: SampleQuery) -> Iterator[bytes]:
-    for row in store.iter_samples(run_id, query):
+def _jsonl_lines(rows: Iterator[dict]) -> Iterator[bytes]:
+    for row in rows:
         yield orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
 
 
 # Both exports stream: a few hundred rows in memory at a time, whatever the size (an export
-# built in memory grew with the run: benchmarks/README.md, costs).
+# built in memory grew with the run: benchmarks/README.md, costs). Their first store reads run
+# before the response starts: an error there (a timeout, a lost database) is the API's 503 or
+# 500, where inside the stream it came after a 200 and cut the download short.
 @router.get("/samples.csv", response_class=StreamingResponse, responses={**_404, 200: {"content": {"text/csv": {}}}})
 def export_csv(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingResponse:
     """The same rows as CSV; the header is the union of all columns. Text cells that a spreadsheet
     would take for a formula (`=`, `+`, `-`, `@`, tab, CR first, after any blanks or line breaks,
     full-width forms included) get a leading `'`."""
     _checked(store, run_id, query)
-    return StreamingResponse(_batched(_csv_lines(store, run_id, query)), media_type="text/csv; charset=utf-8",
+    columns, rows = store.sample_columns(run_id, query), store.iter_samples(run_id, query)
+    return StreamingResponse(_batched(_csv_lines(columns, rows)), media_type="text/csv; charset=utf-8",
                              headers={"Content-Disposition": 'attachment; filename="samples.csv"'})
 
 
@@ -185,7 +195,8 @@ def export_csv(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingResp
 def export_jsonl(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingResponse:
     """The same rows as JSON Lines, one sample per line."""
     _checked(store, run_id, query)
-    return StreamingResponse(_batched(_jsonl_lines(store, run_id, query)), media_type="application/x-ndjson")
+    return StreamingResponse(_batched(_jsonl_lines(store.iter_samples(run_id, query))),
+                             media_type="application/x-ndjson")
 
 
 @router.get("/sample-steps", response_model=list[int], response_class=FastJSON, responses=_404)
