@@ -303,7 +303,10 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
         alert(s, "GRPORunPreempted", f'{_overdue(s)} and on (run_id) {ENDED}{{how="preempted"}}', s.for_fast,
               "warning", f"{RUN} was preempted at step {_STEP} and has not resumed",
               "The run was stopped by SIGTERM (a scheduler's preemption or a job's time limit): resume it from its "
-              "last checkpoint. A resumed run exports again and this resolves.", panel),
+              "last checkpoint. A resumed run exports again and this resolves. A launcher that stops its workers "
+              "when one fails (torchrun, accelerate) sends the others SIGTERM too: where another rank crashed "
+              "(out of memory, killed), the exporting rank reports a preemption; the launcher's log names the "
+              "rank that failed first.", panel),
     ]
 
 
