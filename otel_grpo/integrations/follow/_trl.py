@@ -236,6 +236,10 @@ class TrlOutput:
             assert self._newest is not None
             if self._newest[:2] != self._logged_from:  # once per version: a long history is not walked every poll
                 self._logged, self._logged_from = _chain(state), self._newest[:2]
+        # In step order: TRL writes a step's completions as it logs, its scalars only at a checkpoint, so a step's
+        # completions come before the scalars of the steps below it, which would then be late records, whose
+        # values stay current beside the latest step's (its invalid ones, a metric only they logged).
+        out.sort(key=lambda record: record.step)
         return out
 
     def _learn_reward_names(self, state: dict[str, Any]) -> None:

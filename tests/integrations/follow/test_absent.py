@@ -64,3 +64,38 @@ def test_trl_s_last_logged_step_serves_only_its_own_values(tmp_path, trl_output)
     served = {dict(k)["metric"]: v for k, v in gauges["grpo.trl.logged"].items()}
     assert served == as_logged(last) and served["completions/mean_terminated_length"] == 0.0
     assert "rewards/reward_short/mean" not in served and "reward" not in served
+
+
+def test_trl_s_checkpoint_after_its_completions_serves_the_latest_step_only(tmp_path):
+    """TRL writes each step's completions as it logs, its trainer state only at a checkpoint: the follower read the
+    completions of steps 1 and 2 first, and step 1's scalars then came as a late record that stayed current (its
+    terminated lengths and a metric logged at step 1 only) beside step 2's. Records go out in step order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "run"
+    (out / "completions").mkdir(parents=True)
+    (out / "checkpoint-2").mkdir()
+    for step in (1, 2):
+        pq.write_table(pa.table({"step": [step] * 2, "prompt": ["p0", "p1"], "completion": [f"c{step}a", f"c{step}b"],
+                                 "reward_short": [0.1 * step, 0.2 * step], "advantage": [0.5, -0.5]}),
+                       out / "completions" / f"completions_{step:05d}.parquet")
+    history = [
+        {"step": 1, "loss": 0.1, "reward": 0.5, "completions/mean_terminated_length": 50.0,
+         "completions/min_terminated_length": 40.0, "completions/max_terminated_length": 60.0,
+         "completions/clipped_ratio": 0.5, "kl": 0.01, "my_custom": 7.0},
+        {"step": 2, "loss": 0.2, "reward": 0.6, "completions/mean_terminated_length": 0.0,
+         "completions/min_terminated_length": 0.0, "completions/max_terminated_length": 0.0,
+         "completions/clipped_ratio": 1.0, "kl": 0.02},
+    ]
+    (out / "checkpoint-2" / "trainer_state.json").write_text(
+        json.dumps({"global_step": 2, "max_steps": 2, "log_history": history}))
+    run = Run(tmp_path, [TrlOutput(out)])
+    assert run.follower.run(StopRequest()) is True
+    run.tel.flush()
+    gauges = _gauges(run)
+    assert list(gauges["grpo.completion.clipped_ratio"].values()) == [1.0]
+    assert list(gauges["grpo.step_index"].values()) == [2.0]
+    for name in ("grpo.completion.terminated_length.mean", "grpo.completion.terminated_length.min",
+                 "grpo.completion.terminated_length.max", "grpo.extra.my_custom"):
+        assert name not in gauges, name
