@@ -1,6 +1,6 @@
 """A process's attempt at its run's steps (`grpo.attempt`, catalog `spans`): when the launcher started it.
 
-    attempt = next_attempt()    # the first in a process: the process's start; any later one: now
+    attempt = next_attempt(ranks=8)  # the first in a process of a job of ranks: the process's start; else now
 
 The sidecar tells one job's ranks from a relaunch's by their attempts alone (`spans.writers_from`: halfway
 between two jobs' claims), so the ranks of one job must carry attempts close together. A launcher
@@ -8,8 +8,10 @@ between two jobs' claims), so the ranks of one job must carry attempts close tog
 own set-up is done, which may be seconds apart (rank 0 alone preparing data, loading a checkpoint): an
 attempt taken at construction put the crashed job's rank 1 on the relaunch's side of the boundary, or the
 relaunch's rank 1 on the crashed job's, where the relaunch followed soon. The process's start time does not
-depend on its set-up. A later attempt in the same process (a second `Telemetry`, `new_attempt()` after a
-failed `train()`) is its own moment: the time it is asked for, after any earlier one.
+depend on its set-up. A single process has no ranks to keep together, and its start may be long before its run
+(a notebook's kernel resuming a run after a job launched later crashed, whose steps it must replace): its first
+attempt is the time it is asked for, as is a later attempt in any process (a second `Telemetry`,
+`new_attempt()` after a failed `train()`), after any earlier one.
 """
 
 from __future__ import annotations
@@ -23,11 +25,15 @@ _lock = threading.Lock()
 _last: int | None = None
 
 
-def next_attempt() -> int:
-    """A newer attempt than any this process gave before: its start time (ns since the epoch) the first time."""
+def next_attempt(ranks: int = 1) -> int:
+    """A newer attempt than any this process gave before (ns since the epoch): the process's start the first time
+    in a job of several `ranks`, else now."""
     global _last
     with _lock:
-        _last = process_start_ns() if _last is None else max(clock.now_ns(), _last + 1)
+        if _last is None:
+            _last = process_start_ns() if ranks > 1 else clock.now_ns()
+        else:
+            _last = max(clock.now_ns(), _last + 1)
         return _last
 
 

@@ -82,10 +82,10 @@ class Telemetry:
         self._closed = False
         self._lock = threading.Lock()
         self._last_step: int | None = None
-        self.attempt = next_attempt()
-        """This process's attempt at its steps (`grpo.attempt`; `_attempt`: the process's start, so one job's
-        ranks carry attempts together): a relaunched or resumed run's is larger, so the sidecar replaces what an
-        earlier attempt stored for a step this one sends again."""
+        self.attempt = next_attempt(self.world_size)
+        """This process's attempt at its steps (`grpo.attempt`; `_attempt`: with several ranks the process's start,
+        so one job's ranks carry attempts together): a relaunched or resumed run's is larger, so the sidecar
+        replaces what an earlier attempt stored for a step this one sends again."""
         self._attempt_trained = False  # a training step went out under `attempt` (`new_attempt`)
         self._sink = self._open_sink(meter_provider, tracer_provider) if self.exporting else NullSink()
         self._select_rng = random.Random(settings.seed)  # the training thread's: rank 0 seeds every rank's draw
@@ -172,7 +172,7 @@ class Telemetry:
         """
         with self._lock:
             if self._attempt_trained:
-                self.attempt, self._attempt_trained = next_attempt(), False
+                self.attempt, self._attempt_trained = next_attempt(self.world_size), False
             return self.attempt
 
     def step(self, step: int) -> AbstractContextManager[Step]:

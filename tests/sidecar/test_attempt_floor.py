@@ -4,6 +4,7 @@ writer's attempt and claim nothing (`grpo.writer_attempt`). Store level, on both
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -183,10 +184,13 @@ tel.shutdown()
 
 
 def _launch(tmp_path, setups: list[float]) -> list[int]:
-    """The attempts of one job's ranks, started together as a launcher starts them, each building its
-    Telemetry after its own set-up."""
+    """The attempts of one job's ranks, started together as a launcher starts them (its rank variables set),
+    each building its Telemetry after its own set-up."""
+    ranks = [{**os.environ, "RANK": str(i), "LOCAL_RANK": str(i), "WORLD_SIZE": str(len(setups))}
+             for i in range(len(setups))]
     procs = [subprocess.Popen([sys.executable, "-c", _RANK, str(setup), str(tmp_path / f"rank{i}")],
-                              stdout=subprocess.PIPE, text=True) for i, setup in enumerate(setups)]
+                              stdout=subprocess.PIPE, text=True, env=env) for i, (setup, env) in
+             enumerate(zip(setups, ranks))]
     out = [p.communicate(timeout=120)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), out
     return [int(o.split()[-1]) for o in out]

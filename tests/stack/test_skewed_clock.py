@@ -85,7 +85,7 @@ def test_a_clock_faker_that_moves_the_boot_clock_too_leaves_the_attempt_at_the_p
     attempt, which one job's ranks share) is its age since boot taken from its own wall clock, and an age read
     against that faked boot clock put it in 1970. Both ends of the age come from the kernel's files."""
     code = ("import time; from otel_grpo.telemetry._attempt import next_attempt; "
-            "print(next_attempt(), time.time_ns())")
+            "print(next_attempt(ranks=2), time.time_ns())")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **_faked(faketime)}, capture_output=True,
                          text=True, timeout=60)
     attempt_ns, clock_ns = map(int, out.stdout.split())
