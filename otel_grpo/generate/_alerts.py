@@ -236,12 +236,12 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
         _alert(s, "GRPOCollectorDown", _down("collector"), s.for_target, "critical",
                "The OpenTelemetry Collector is not scraped ({{ $labels.instance }})",
                "No trainer metrics reach Prometheus while the collector is down. Any target that served the "
-               "collector's own metrics counts, whatever its job is called.", STACK_TARGETS),
+               "collector's own metrics counts, whatever its job is called.", STACK_TARGETS, per_run=False),
         suspended_alert(s, STACK_TARGETS),
         _alert(s, "GRPOSidecarDown", _down("sidecar"), s.for_target, "warning",
                "The sidecar is not scraped ({{ $labels.instance }})",
                "Samples and step history are not being stored (the trainer still spills samples to disk).",
-               STACK_TARGETS),
+               STACK_TARGETS, per_run=False),
         _alert(s, "GRPOCollectorRefusing",
                f"sum by (instance, receiver) ({_increase(_REFUSED_POINTS)}) > 0"
                f" or sum by (instance, receiver) ({_increase(_REFUSED_SPANS)}) > 0",
@@ -249,7 +249,7 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
                "The collector's receiver {{ $labels.receiver }} refused " + _VAL + " items",
                "The collector turned data away (its memory limiter, or a pipeline that cannot keep up): those "
                "metrics or samples are lost. A warning: the exporter retries refused data, and a run whose "
-               "metrics stop arriving altogether pages on its own.", STACK_COLLECTOR),
+               "metrics stop arriving altogether pages on its own.", STACK_COLLECTOR, per_run=False),
         _alert(s, "GRPOCollectorExportFailing",
                f"sum by (instance, exporter) ({_increase(_SEND_FAILED_SPANS)}) > 0"
                f" or sum by (instance, exporter) ({_increase(_SEND_FAILED_POINTS)}) > 0",
@@ -257,7 +257,8 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
                "The collector's exporter {{ $labels.exporter }} failed to send " + _VAL + " items",
                "The collector gave up on data for the sidecar (or another exporter): refused for good "
                "(401: token mismatch, 400: malformed) or retried past max_elapsed_time (10m). Retries that "
-               "succeed do not count; the persistent queue keeps data across restarts.", STACK_COLLECTOR),
+               "succeed do not count; the persistent queue keeps data across restarts.", STACK_COLLECTOR,
+               per_run=False),
         _alert(s, "GRPOCollectorQueueFull",
                "max by (instance, exporter) (otelcol_exporter_queue_size / otelcol_exporter_queue_capacity) > 0.8"
                f" or sum by (instance, exporter) ({_increase(_ENQUEUE_FAILED)}) > 0",
@@ -265,13 +266,13 @@ def _stack_alerts(s: RuleSettings) -> list[dict]:
                "The collector's queue of {{ $labels.exporter }} is full (" + _VAL + ")",
                "A full queue drops new spans (samples, step history): the sidecar is down or slower than the "
                "trainer produces. The trainer's spill keeps every sample for `otel-grpo replay`; metrics and "
-               "the run alerts do not go through this queue.", STACK_COLLECTOR),
+               "the run alerts do not go through this queue.", STACK_COLLECTOR, per_run=False),
         _alert(s, "GRPOSidecarRejecting",
                f"sum by (instance, reason) ({_increase(_REJECTED)}) > 0",
                s.for_slow, "warning",
                "The sidecar rejected " + _VAL + " requests ({{ $labels.reason }})",
                "Requests answered with an error: overloaded (the collector retries), unauthorized (token mismatch), "
-               "malformed or too large (client bug), store_unavailable (disk).", STACK_SIDECAR),
+               "malformed or too large (client bug), store_unavailable (disk).", STACK_SIDECAR, per_run=False),
         # A warning: it reaches the run's owner and the sidecar where the page receiver is the one failing; the
         # Watchdog below stops meanwhile, so whoever watches the dead man's switch is paged whichever receiver fails.
         _alert(s, "GRPOAlertDeliveryFailing", DELIVERY_FAILED, s.for_fast, "warning",

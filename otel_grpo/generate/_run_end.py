@@ -268,7 +268,7 @@ def suspended_alert(s: RuleSettings, panel: str) -> dict:
                  "a run that crashes meanwhile pages no one. Find why scrapes of the collector fail (Prometheus's "
                  "targets page: a scrape timeout under load, a collector that restarts) or why Prometheus misses "
                  f"evaluations. Runs that crashed meanwhile page once scrapes have succeeded for {s.path_settle}.",
-                 panel)
+                 panel, per_run=False)
 
 
 def run_end_alerts(s: RuleSettings) -> list[dict]:

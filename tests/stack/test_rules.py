@@ -197,6 +197,8 @@ def test_alerts_carry_severity_absolute_runbook_and_name_run_and_value():
         if "run_id" in rule["expr"]:
             assert "$labels.run_id" in ann["summary"], rule["alert"]
             assert ann["dashboard_url"].startswith("https://grafana.example.org/d/grpo-overview/?viewPanel=panel-")
+        if "dashboard_url" in ann:  # it selects the alert's run where it has one; a stack alert's has none
+            assert ("var-run_id=" in ann["dashboard_url"]) == ("$labels.run_id" in ann["summary"]), rule["alert"]
 
 
 def test_runbook_has_a_section_per_alert(root):
