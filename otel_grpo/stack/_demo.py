@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from .._stop_request import StopRequest
 from ._local import LocalStack, StackSettings
@@ -173,10 +174,12 @@ def _rewards(path: Path) -> tuple[int, float | None, float | None]:
 def _sidecar_alerts(client: httpx.Client, settings: StackSettings, run_id: str) -> set[str]:
     import httpx
 
-    try:
-        r = client.get(f"{settings.sidecar_url}/api/alerts", params={"run_id": run_id})
+    try:  # the run's own (exact); 404 until the sidecar has stored one of its steps
+        r = client.get(f"{settings.sidecar_url}/api/runs/{quote(run_id, safe='/')}/alerts")
+        if r.status_code != 200:
+            return set()
         return {a["alertname"] for a in r.json() if a.get("alertname")}
-    except (httpx.HTTPError, KeyError, ValueError, TypeError):
+    except (httpx.HTTPError, KeyError, ValueError, TypeError, AttributeError):
         return set()
 
 

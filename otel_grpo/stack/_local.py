@@ -174,7 +174,7 @@ class LocalStack:
                  "step": f"{max(1, round(span / 200))}s"})
         return {
             "run explorer": f"{s.sidecar_url}/#/run/{quote(run_id, safe='')}",
-            "alerts received": f"{s.sidecar_url}/api/alerts?" + urlencode({"run_id": run_id}),
+            "alerts received": f"{s.sidecar_url}/api/runs/{quote(run_id, safe='/')}/alerts",
             "alert history": history,
             "samples": f"{s.sidecar_url}/api/runs/{quote(run_id, safe='/')}/samples",
         }

@@ -84,7 +84,7 @@ def test_summary_text():
     pages = LocalStack(StackSettings(dir=Path("x"))).run_urls("team/r 1", 1000.0, 1100.0)
     linked = format_summary(DemoSummary(**{**asdict(s), "urls": pages})).splitlines()
     assert "  run explorer     http://127.0.0.1:8000/#/run/team%2Fr%201" in linked
-    assert "  alerts received  http://127.0.0.1:8000/api/alerts?run_id=team%2Fr+1" in linked
+    assert "  alerts received  http://127.0.0.1:8000/api/runs/team/r%201/alerts" in linked
     assert "  samples          http://127.0.0.1:8000/api/runs/team/r%201/samples" in linked
     history = next(line for line in linked if line.startswith("  alert history"))
     assert "/api/v1/query_range?query=ALERTS%7Brun_id%3D%22team%2Fr+1%22" in history  # no web UI: its API
