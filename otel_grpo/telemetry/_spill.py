@@ -68,7 +68,8 @@ class SampleSpill:
                    claims: bool = True) -> None:
         """The step's scalars (a non-finite one as `_json_safe` spells it) and its phase durations (seconds, summed
         per phase name); `attempt`: whose (`grpo.attempt`); `claims`: False for a record that claims no attempt at
-        its step (an evaluation, another rank's). Replay sends what no newer attempt superseded (`SpillReader.superseded`)."""
+        its step (an evaluation, another rank's). Replay sends what no newer attempt superseded
+        (`SpillReader.superseded`)."""
         line = json.dumps({"run_id": run_id, "step": step, "start_ns": start_ns, "end_ns": end_ns,
                            "metrics": {k: _json_safe(v) for k, v in metrics.items()}, "phases": dict(phases),
                            **({"attempt": attempt} if attempt is not None else {}),
