@@ -50,6 +50,7 @@ def test_trl_s_last_logged_step_serves_only_its_own_values(tmp_path, trl_output)
     last.update({"completions/clipped_ratio": 1.0, "completions/mean_terminated_length": 0.0,
                  "completions/min_terminated_length": 0.0, "completions/max_terminated_length": 0.0,
                  "rewards/reward_short/mean": None})
+    first["my_custom"] = 7.0  # a metric only step 1 logs: read after step 4's completions, it was served as current
     state_path.write_text(json.dumps(state))
     run = Run(tmp_path, [TrlOutput(out)])
     assert run.follower.run(StopRequest()) is True
@@ -60,6 +61,7 @@ def test_trl_s_last_logged_step_serves_only_its_own_values(tmp_path, trl_output)
                  "grpo.completion.terminated_length.mean", "grpo.completion.terminated_length.max"):
         assert name not in gauges, name
     assert "grpo.reward_fn.mean" not in gauges  # reward_words not logged at step 4, reward_short None
+    assert "grpo.extra.my_custom" not in gauges
     # TRL's numbers as logged: step 4's own, its 0.0 terminated lengths included, reward_short's None not
     served = {dict(k)["metric"]: v for k, v in gauges["grpo.trl.logged"].items()}
     assert served == as_logged(last) and served["completions/mean_terminated_length"] == 0.0
