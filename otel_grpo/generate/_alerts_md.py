@@ -26,8 +26,7 @@ EVIDENCE = {
     "GRPORunPreempted": ("as GRPOMetricsAbsent, with `grpo_run_preempted` = 1", "as GRPOMetricsAbsent"),
     "GRPOTrainerStalled": ("`time()` minus the later of the process start, `grpo_step_end_time_seconds` and "
                            "`grpo_process_activity_time_seconds`, against 3x the step or log interval: the larger "
-                           "of the typical step (90th percentile of its step times over `history_window`) and the longest within "
-                           "`recent_window` (at least `stall_floor`)", "the trainer's times on Prometheus's clock, exact whatever the scrape or export interval; "
+                           "of its latest process within `recent_window` (at least `stall_floor`)", "the trainer's times on Prometheus's clock, exact whatever the scrape or export interval; "
                            "start-up and pauses that beat are no interval; only live runs (alive within the slack)"),
     "GRPONoFirstStep": ("as GRPOTrainerStalled, for a process whose last step ended before it started (none yet), "
                         "against `first_step_floor`", "as GRPOTrainerStalled"),
@@ -92,9 +91,15 @@ BLOCKS = {
                                                           "its `grpo_process_clock_seconds` minus that value",
     "run_id_job_instance:grpo_process:clock_least_lag_seconds": "its smallest lag over `clock_window`, where one "
                                                                 "process was heard on the target (its start "
-                                                                "unchanged); else its lag now",
+                                                                "unchanged); else its smallest since that start",
+    "run_id_job_instance:grpo_process:same_start": "each target's process start (its clock) where it is the one the "
+                                                   "previous evaluation saw",
+    "run_id_job_instance:grpo_process:start_seen_seconds": "each target's process start now, for the next "
+                                                           "evaluation to compare",
+    "run_id_job_instance:grpo_process:clock_least_lag_since_start_seconds": "the smallest lag since the target's "
+        "process start last changed: its lag now, or the previous value where it is smaller and the start the same",
     "run_id_job_instance:grpo_process:clock_offset_seconds": "Prometheus's clock minus the process's: that smallest "
-                                                             "lag (a new process on the target: its latest lag; gone: "
+                                                             "lag (a new process on the target: its smallest since its start; gone: "
                                                              "its last offset; no clock exported: 0), added to every "
                                                              "time it exports before the records below compare it",
     "run_id:grpo_process:alive_until": "the latest promise of the run's process to be heard from again",
@@ -110,11 +115,14 @@ BLOCKS = {
     "run_id:grpo_process:activity_time": "the run's last heartbeat",
     "run_id:grpo_process:progress_time": "the later of that start, its last step's end and its last heartbeat",
     "run_id:grpo_step_index:last": "the latest process's last step (-1: none yet)",
-    "run_id:grpo_step:typical_interval_seconds": "the 90th percentile of the step times over `history_window`",
-    "run_id:grpo_step:recent_longest_interval_seconds": "the longest step time or time between reported steps "
-                                                        "within `recent_window`",
-    "run_id:grpo_step:longest_interval_seconds": "the larger of the two: one slow step (a first step that "
-                                                 "compiles) counts for `recent_window` only",
+    "run_id_window:grpo_step:longest_interval_seconds": "`{window}`: the longest step time or time between "
+                                                        "reported steps within the window, for runs whose latest "
+                                                        "process has run it (`path_settle` more) and not twice it: "
+                                                        "the longest halving of `recent_window` that holds that "
+                                                        "process's samples alone",
+    "run_id:grpo_step:longest_interval_seconds": "that one, per run: one slow step (a first step that compiles) "
+                                                 "counts for `recent_window` only, the process before a relaunch "
+                                                 "not at all",
     "run_id:grpo_run:ended": "`{how}`: finished or preempted, by the latest process's end markers",
     "grpo:collector:up": "1 while a collector seen is up (one replica of several is enough), 0 while none is",
     "grpo:collector_down:last_time": "when no collector seen was last up (one replica of several down: never), "
@@ -192,7 +200,8 @@ def render_alerts_md() -> str:
         "scrape interval from 15 to 60 s, over the pull endpoint or OTLP through the collector (export every",
         "10 to 60 s, the collector's 2-minute metric_expiration), with a start-up and first step that end within",
         "30 min together, evaluations and",
-        "saves up to an hour between steps, relaunches, resumes, reused run ids, outages of the collector or of",
+        "saves up to an hour between steps, relaunches (one with steps 10 times faster than the process before it),",
+        "resumes, reused run ids, outages of the collector or of",
         "one of its replicas, and a run's exports moving from one replica to another. A step",
         "interval is the time between two reported steps: `logging_steps` steps for a trainer that",
         "reports every N. The onset of a hang is when its next step was due.",
@@ -212,8 +221,10 @@ def render_alerts_md() -> str:
     lines += [
         f"- A hang within `recent_window` ({s.recent_window}) of a step longer than a third of that hang's bound",
         "  (a first step that compiles, a slow evaluation that does not beat) pages up to 3 times that step",
-        "  after its onset: the run's own longest healthy step in that window sets its limit. Later, the",
-        "  run's typical step does (hang-after-slow-first-step: a 10-minute first step, a hang 45 min on).",
+        "  after its onset: the run's own longest healthy step in that window sets its limit, and so does a",
+        "  process's last slower step after it sped up (hang-after-slow-first-step: a 10-minute first step, a",
+        "  hang 45 min on; hang-after-speed-up: steps 10 times faster after an hour, a hang 35 to 60 min on). A",
+        "  relaunch under the run id is judged by its own steps alone (hang-after-faster-relaunch).",
         "- Trend alerts (GRPOKLJump, a relative GRPOEntropyCollapse, GRPORewardCollapse, GRPOThroughputDrop)",
         f"  judge a process's steps against its own earlier ones from its {_TREND.min_steps + 1}th judged step on",
         f"  ({_TREND.min_steps} to {_TREND.steps} earlier steps, a streak's own steps left out), and the gradient-norm",
@@ -336,7 +347,8 @@ def render_alerts_md() -> str:
         f"| `liveness_slack` | {s.liveness_slack} | how far past its promise a process may be heard from: a 60-s scrape and the delivery lag |",
         f"| `clock_window` | {s.clock_window} | how far back a process's clock offset is taken: longer than the collector's metric_expiration and the slack |",
         f"| `path_settle` | {s.path_settle} | after the collector (every replica) was down, how long no run is judged absent |",
-        f"| `history_window`, `recent_window` | {s.history_window}, {s.recent_window} | a run's step interval: the 90th percentile of its step times over the first, or its longest step or log interval within the second where larger |",
+        f"| `recent_window` | {s.recent_window} | a run's step interval: its latest process's longest step or log interval within it (the longest halving of it that the process has run, less `path_settle`) |",
+        f"| `history_window` | {s.history_window} | how long a collector or sidecar target once seen is remembered while it is down |",
         f"| `stall_factor`, `stall_floor` | {s.stall_factor:g}, {s.stall_floor} | a hang: idle longer than this many step intervals, and the floor (above an export interval and a scrape) |",
         f"| `first_step_floor` | {s.first_step_floor} | a hang before the first step: longer than the longest healthy start-up |",
         f"| `kl_steps`, `drift_steps` | {s.kl_steps}, {s.drift_steps} | consecutive steps the threshold and trend alerts need |",
@@ -356,7 +368,8 @@ def render_alerts_md() -> str:
         "(tests/stack/test_skewed_clock.py steps a real trainer's 10 minutes back). Its rate is the monotonic clock's,",
         "which NTP corrects as it does the wall clock's; a host without NTP drifts by its oscillator's error, seconds",
         "a day, which the offset follows within `clock_window`. A new process on a target whose start changed within",
-        "`clock_window` is judged by its latest lag alone until then: never early, at worst an export interval and a",
+        "`clock_window` is judged by its smallest lag since that start until then (not its latest: a collector serves",
+        "a dead process's clock until it expires, its lag growing): never early, at worst an export interval and a",
         "scrape late.",
         "",
         "Every alert of a run carries the run's offset as its `clock_offset_seconds` annotation (`%.3f`, read from",

@@ -370,6 +370,53 @@ def _reused_hang(p: _Params) -> _Built:
     return _Built([first, second], due, _bound(p), due + _bound(p) + 600)
 
 
+RELAUNCH_SPEED_UP = 10
+"""How much faster a relaunch's steps are than the process before it (more GPUs, a fixed data loader)."""
+
+
+def _hang_after_faster_relaunch(p: _Params) -> _Built:
+    """A run that finished an hour of slow steps, relaunched under its id a minute later (the collector still
+    serving the first process's series) with steps `RELAUNCH_SPEED_UP` times faster, that hangs 5 to 40
+    minutes in: judged by the relaunch's own step times, not the first process's."""
+    slow_s = RELAUNCH_SPEED_UP * p.step_s  # its first step, too, ends within 30 minutes of its start
+    slow = replace(p, step_s=slow_s, startup_s=max(0.0, min(p.startup_s, STARTUPS[-1] - slow_s)))
+    n = _steps_for(slow, 1.0, 4, 100)
+    first = _seg(slow, healthy(n, p.rng), end="finish")
+    later = _end_of(slow, n - 1) + 60.0
+    k = max(2, int(p.rng.uniform(300.0, 2400.0) / p.step_s))
+    due = later + _end_of(p, k) + p.step_s  # a hang shows once the next step is due
+    second = _seg(p, healthy(k + 1, p.rng), start_s=later)
+    return _Built([first, second], due, _bound(p), due + _bound(p) + 600)
+
+
+def _crash_after_fast_relaunch(p: _Params) -> _Built:
+    """A run that finished, relaunched under its id on its target a minute later (a requeue: its start changes
+    within `clock_window`, the collector still serving the first process's series), killed a few steps in: the
+    collector then serves its frozen clock, whose lag grows by the scrape until it expires."""
+    n, k = _k(p, max(10, int(600 / p.step_s))), _k(p, max(3, int(210 / p.step_s)))  # 10 and 3.5 minutes at least
+    first = _seg(p, healthy(n, p.rng), end="finish")
+    later = _end_of(p, n - 1) + 60.0
+    killed = later + _end_of(p, k) + p.rng.random() * p.step_s
+    second = _seg(p, healthy(k + 1, p.rng), start_s=later, end="crash", end_after_s=killed - later - _end_of(p, k))
+    return _Built([first, second], killed, _bound(p), killed + _bound(p) + 600)
+
+
+def _hang_after_speed_up(p: _Params) -> _Built:
+    """One process whose steps get `RELAUNCH_SPEED_UP` times faster after an hour (shorter completions, a rollout
+    engine warmed up), hanging 35 to 60 minutes later: judged by its new steps once the slower ones have left
+    `recent_window`."""
+    slow_s = RELAUNCH_SPEED_UP * p.step_s
+    startup = max(0.0, min(p.startup_s, STARTUPS[-1] - slow_s))  # its first step ends within 30 minutes
+    n = max(4, int(3600 / slow_s))
+    k = int(p.rng.uniform(2100.0, 3600.0) / p.step_s)
+    durations = [slow_s] * n + [p.step_s] * (k + 1)
+    values = {**healthy(n + k + 1, p.rng), "step_time": durations}
+    seg = Segment(p.run_id, values, p.step_s, export_s=p.export_s, expire_s=p.expire_s, startup_s=startup,
+                  durations=durations)
+    due = startup + sum(durations) + p.step_s  # a hang shows once the next step is due
+    return _Built([seg], due, _bound(p), due + _bound(p) + 600)
+
+
 def _crash_in_outage(p: _Params, replicas: int = 1) -> _Built:
     """Killed while the collector (every replica) is down: judged once one is back and settled."""
     down = p.rng.choice(OUTAGES)
@@ -545,6 +592,9 @@ MODES: tuple[Mode, ...] = (
     Mode("hang-after-move", _moved(_hang_mid), "GRPOTrainerStalled", pushed_only=True),
     Mode("nan-loss-after-lost-storage", _valued_after_restart("loss", math.nan, one_step=True, skipped=True),
          "GRPONonFiniteValues"),
+    Mode("hang-after-faster-relaunch", _hang_after_faster_relaunch, "GRPOTrainerStalled", max_step_s=60.0),
+    Mode("crash-after-fast-relaunch", _crash_after_fast_relaunch, "GRPOMetricsAbsent"),
+    Mode("hang-after-speed-up", _hang_after_speed_up, "GRPOTrainerStalled", max_step_s=60.0),
 )
 
 

@@ -133,6 +133,9 @@ class Segment:
     clock_s: float = 0.0
     """The process's clock minus Prometheus's: every time the process exports (its start, step ends, heartbeats,
     promise and clock) is shifted by it; the scrapes' timestamps, Prometheus's own, are not."""
+    durations: Sequence[float] = ()
+    """Each step's duration, where they vary (a run that speeds up); default `step_s` (`first_step_s` for the
+    first). The `step_time` values are the scenario's."""
     moved_s: float | None = None
     """From this time on the process exports through collector replica 1 (a new connection that the Service
     balanced to another pod); replica 0 still serves what it got until its expiry. None: replica 0 throughout."""
@@ -143,10 +146,11 @@ class Segment:
         if (len(lengths) != 1 or self.step_s <= 0 or self.end not in ENDS or self.stride < 1 or self.export_s < 0
                 or self.expire_s < 0 or self.startup_s < 0
                 or any(not 0 <= i < max(lengths) for i in self.skipped)
-                or (self.moved_s is not None and self.export_s <= 0)):
+                or (self.moved_s is not None and self.export_s <= 0)
+                or len(self.durations) not in (0, max(lengths)) or any(d <= 0 for d in self.durations)):
             raise ValueError(f"segment {self.run_id!r}: values of one length, step_s > 0, stride >= 1, end in {ENDS}, "
                              "export_s, expire_s and startup_s >= 0, skipped steps among the steps, moved_s only "
-                             "where it exports")
+                             "where it exports, a duration > 0 for each step or none")
         self.steps = lengths.pop()
 
     @property
@@ -176,7 +180,10 @@ class _Timeline:
         t = seg.start_s + seg.startup_s
         for i in range(-1, seg.steps):
             if i >= 0:
-                t += seg.first_step_s if i == 0 and seg.first_step_s is not None else seg.step_s
+                if seg.durations:
+                    t += seg.durations[i]
+                else:
+                    t += seg.first_step_s if i == 0 and seg.first_step_s is not None else seg.step_s
                 ends.append(t)
             pause = seg.pauses.get(i)
             if pause is not None:  # after the last step too: a process that beats, then hangs or ends

@@ -140,12 +140,13 @@ class RuleSettings:
     """After the collector was last seen down, how long no run is judged absent: one export interval (60 s at
     most) and a scrape for every live run to be heard again, and the slack."""
     history_window: str = "6h"
-    """How far back the run's typical step time (the 90th percentile of its step times) and the last progress
-    are looked up."""
+    """How long a collector or sidecar target once seen is remembered while it is down (GRPOCollectorDown and
+    GRPOSidecarDown judge the targets seen)."""
     recent_window: str = "30m"
     """How long one long step (a first step that compiles, a slow one) raises the hang threshold by itself:
-    a run's limit is `stall_factor` times the larger of its typical step and its longest step time or time
-    between reported steps within this window, so a lasting slow-down counts at once and a single slow step only this long."""
+    a run's limit is `stall_factor` times its latest process's longest step time or time between reported steps
+    within this window, so a lasting slow-down counts at once, a single slow step only this long, and a run that
+    sped up is judged by its new steps this long after its last slower one."""
     absent_window: str = "1d"
     """A run that exported within this window and no longer does has ended: GRPOMetricsAbsent (a crash) or
     GRPORunPreempted fire until it resumes or this window has passed since its last export."""

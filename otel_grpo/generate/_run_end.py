@@ -13,8 +13,9 @@ fills with an older process's values), each moved onto Prometheus's clock first:
   difference of the two over `clock_window` is the process's offset from Prometheus's clock (plus the
   shortest delivery lag, which only makes the process look later); it is added to every time the process
   exports before any is compared with `time()`, so a trainer clock minutes ahead or behind judges as one
-  that agrees. A new process on the same target (its start changed within the window) has its latest
-  difference until the window holds only its own; a process no longer heard keeps its last offset.
+  that agrees. A new process on the same target (its start changed within the window) has its smallest
+  difference since that start until the window holds only its own; a process no longer heard keeps its last
+  offset.
   Every alert of a run says its latest process's offset (`clock_offset_annotation`): the sidecar moves
   the alert's start by it onto the clock of the run's step times to find the step it belongs to.
 
@@ -29,9 +30,10 @@ fills with an older process's values), each moved onto Prometheus's clock first:
 - *progress*: the later of the process's start, its last step's end and its last heartbeat
   (`grpo.process.start_time`, `grpo.step.end_time`, `grpo.process.activity_time`). A live
   process idle longer than `stall_factor` times its step interval (which does not count its
-  start-up or beating pauses: the larger of its typical step, the 90th percentile of its step
-  times over `history_window`, and its longest step or log interval within `recent_window`, so one slow step such as a first
-  step that compiles raises the limit only that long), and at least `stall_floor`, is hung:
+  start-up or beating pauses: its longest step or log interval within `recent_window`, of its latest
+  process alone, `_since_start`: one slow step such as a first step that compiles raises the limit only
+  that long, a run that speeds up is judged by its new steps once the slower ones left the window, and a
+  relaunch on faster hardware by its own), and at least `stall_floor`, is hung:
   GRPOTrainerStalled; one that has no step yet (its last step's end is older than its
   start) has `first_step_floor` instead: GRPONoFirstStep.
 - *the path*: while the collector is down (every replica of it that was seen: one replica
@@ -49,6 +51,8 @@ judged against too, so each alert reads a few records.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from otel_grpo.catalog import CLOCK_OFFSET_ANNOTATION
 
 from ._alerts_base import DURATION as _DURATION, RUN, STEP as _STEP, alert
@@ -62,6 +66,9 @@ TARGET = "run_id, job, instance"  # the labels of one process's series: its run 
 CLOCK_LAG = "run_id_job_instance:grpo_process:clock_lag_seconds"  # Prometheus's scrape time minus the clock
 CLOCK_LEAST = "run_id_job_instance:grpo_process:clock_least_lag_seconds"  # over the window, of one process; or now
 CLOCK_OFFSET = "run_id_job_instance:grpo_process:clock_offset_seconds"  # added to the process's times
+SAME_START = "run_id_job_instance:grpo_process:same_start"  # the start as at the previous evaluation
+START_SEEN = "run_id_job_instance:grpo_process:start_seen_seconds"  # the start now (its clock): the next one's
+SINCE_START = "run_id_job_instance:grpo_process:clock_least_lag_since_start_seconds"  # of its latest process
 WATCHED = "run_id:grpo_process:watched"  # runs whose every new counter series is a new event
 
 ALIVE_UNTIL = "run_id:grpo_process:alive_until"
@@ -73,8 +80,6 @@ PROGRESS = "run_id:grpo_process:progress_time"
 HEARTBEAT = "run_id:grpo_process:activity_time"
 LAST_END = "run_id:grpo_step:end_time"
 LAST_STEP = "run_id:grpo_step_index:last"
-TYPICAL = "run_id:grpo_step:typical_interval_seconds"
-RECENT = "run_id:grpo_step:recent_longest_interval_seconds"
 INTERVAL = "run_id:grpo_step:longest_interval_seconds"
 ENDED = "run_id:grpo_run:ended"  # label `how`: finished, preempted
 PATH_DOWN = "grpo:collector_down:last_time"  # the last time no collector seen was up, or the rules resumed
@@ -105,18 +110,29 @@ def _last(s: RuleSettings, metric: str) -> str:
 def _clock_rules(s: RuleSettings) -> list[dict]:
     """Each process's clock offset, before any rule reads a time it exports: the smallest lag of Prometheus's
     scrape time behind its clock over `clock_window` while one process is heard on its target; a new one (its
-    start changed within the window): its latest lag, never less than its own offset; one no longer heard: its
-    last offset; one that exports no clock (an older otel-grpo): 0, its own clock as before. Only for processes
-    heard within `absent_window`: the offset holds itself, and would otherwise outlive every process ever seen."""
+    start changed within the window): its smallest lag since that start, never the process's before it (another
+    host's clock, perhaps); one no longer heard: its last offset; one that exports no clock (an older otel-grpo):
+    0, its own clock as before. Only for processes heard within `absent_window`: the offset holds itself, and
+    would otherwise outlive every process ever seen.
+
+    The smallest lag, not the latest: a collector serves a dead process's last clock until it expires, its lag
+    growing with every scrape, which would move the process's promise later by up to that expiration and page
+    its crash that much later."""
     relaunched = f"max by ({TARGET}) (changes({STARTED}[{s.clock_window}])) > 0"
     heard = last_record(ALIVE)
     offset = (f"({CLOCK_LEAST} or {last_record(CLOCK_OFFSET)} or 0 * group by ({TARGET}) ({heard}))"
               f" and on ({TARGET}) {heard}")
+    held = f"last_over_time({SINCE_START}[{s.clock_window}]) and on ({TARGET}) {SAME_START}"
     return [
         remembered(s, CLOCK_OFFSET, s.absent_window),  # its values before this evaluation
         {"record": CLOCK_LAG, "expr": f"min by ({TARGET}) (timestamp({CLOCK}) - {CLOCK})"},
+        # Read before this evaluation writes START_SEEN and SINCE_START: their previous values.
+        {"record": SAME_START, "expr": f"max by ({TARGET}) ({STARTED})"
+                                      f" == on ({TARGET}) last_over_time({START_SEEN}[{s.clock_window}])"},
+        {"record": SINCE_START, "expr": f'min by ({TARGET}) ({CLOCK_LAG} or label_replace({held}, "held", "1", "", ""))'},
+        {"record": START_SEEN, "expr": f"max by ({TARGET}) ({STARTED})"},
         {"record": CLOCK_LEAST,
-         "expr": f"min_over_time({CLOCK_LAG}[{s.clock_window}]) unless on ({TARGET}) ({relaunched}) or {CLOCK_LAG}"},
+         "expr": f"min_over_time({CLOCK_LAG}[{s.clock_window}]) unless on ({TARGET}) ({relaunched}) or {SINCE_START}"},
         {"record": CLOCK_OFFSET, "expr": offset},
     ]
 
@@ -151,6 +167,44 @@ def _latest(s: RuleSettings, metric: str) -> str:
     return f"max by (run_id) ({last_record(metric)} and on (run_id, job, instance) {LATEST})"
 
 
+def _rungs(s: RuleSettings, window: str) -> list[int]:
+    """`window` and its halvings (seconds) down to `liveness_slack`, the shortest that holds a sample of every
+    series (a scrape and its delivery)."""
+    rungs = [seconds(window)]
+    while rungs[-1] // 2 >= seconds(s.liveness_slack):
+        rungs.append(rungs[-1] // 2)
+    return rungs
+
+
+def _since_start(s: RuleSettings, record: str, over: Callable[[str], str], window: str) -> list[dict]:
+    """`record` (by run_id): `over(range)`, an expression by run_id over a range of samples, within `window`, or
+    within the longest of its halvings that the run's latest process (`START`) has run, less `path_settle` (until
+    its first export replaced what a collector served of the process before it); the shortest for a process younger
+    than that. A relaunch under the run id shares its target labels with the processes before it, whose samples
+    stay in its series: a resume on faster hardware would be judged by its predecessor's steps. Where no process
+    start is known (an older otel-grpo), `window`.
+
+    One record per halving, labelled `window`, for the runs whose process's age falls in its band (so each record
+    reads only its own range), then `record`, their one value per run. Reads each series at most twice as far back
+    as `window` alone."""
+    settle = seconds(s.path_settle)
+    rungs = _rungs(s, window)
+    banded = record.replace("run_id:", "run_id_window:", 1)
+    age = f"time() - {START}"
+    rules = []
+    for i, rung in enumerate(rungs):
+        if len(rungs) == 1:
+            band = ""
+        elif i == 0:
+            band = f" unless on (run_id) ({age} < {rung + settle})"
+        elif i == len(rungs) - 1:
+            band = f" unless on (run_id) ({age} >= {rungs[i - 1] + settle})"
+        else:
+            band = f" and on (run_id) ({age} >= {rung + settle} < {rungs[i - 1] + settle})"
+        rules.append({"record": banded, "labels": {"window": duration(rung)}, "expr": over(duration(rung)) + band})
+    return [*rules, {"record": record, "expr": f"max by (run_id) ({banded})"}]
+
+
 def _floor_text(s: RuleSettings, name: str) -> str:
     """A floor as the alert's description says it: the setting, and that some runs have their own."""
     text = getattr(s, name)
@@ -165,11 +219,11 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
     # A run's last step is its latest process's only if it ended after that process started; -1: no step yet.
     last_step = (f"({_latest(s, STEP_INDEX)} and on (run_id) ({LAST_END} >= on (run_id) {START}))"
                  f" or (0 * {START} - 1)")
-    # The typical step from the step times alone: measured at every step on every path, while a log interval
-    # may be given once (the first optimizer step's, times logging_steps) and then held; the log interval (a
-    # trainer reporting every N steps) counts through the recent max, which always holds its current value.
-    typical = f"max by (run_id) (quantile_over_time(0.9, {STEP_TIME}[{s.history_window}]))"
-    recent = _larger(*(f"max_over_time({m}[{s.recent_window}])" for m in (STEP_TIME, LOG_INTERVAL)))
+    # The step or log interval: the step time is measured at every step on every path, while a log interval may
+    # be given once (the first optimizer step's, times logging_steps) and then held; the recent max holds both.
+    def longest(within: str) -> str:
+        return _larger(*(f"max_over_time({m}[{within}])" for m in (STEP_TIME, LOG_INTERVAL)))
+
     # No seen collector up (a series only then): one replica of several down is on nobody's path.
     down = f"{COLLECTOR_UP} == 0"
     return [
@@ -190,11 +244,9 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": HEARTBEAT, "expr": _last(s, ACTIVITY)},
         {"record": PROGRESS, "expr": _larger(_larger(START, LAST_END), HEARTBEAT)},
         {"record": LAST_STEP, "expr": last_step},
-        # One long step (a first step that compiles) counts for `recent_window`; a lasting one at once, and in
-        # the run's typical step once it is a tenth of `history_window`'s samples of the step time.
-        {"record": TYPICAL, "expr": typical},
-        {"record": RECENT, "expr": recent},
-        {"record": INTERVAL, "expr": _larger(TYPICAL, RECENT)},
+        # One long step (a first step that compiles) counts for `recent_window`; a lasting slow-down at once, and
+        # a lasting speed-up once its last slower step has left the window.
+        *_since_start(s, INTERVAL, longest, s.recent_window),
         {"record": ENDED, "labels": {"how": "finished"}, "expr": f"{_latest(s, FINISHED)} == 1"},
         {"record": ENDED, "labels": {"how": "preempted"}, "expr": f"{_latest(s, PREEMPTED)} == 1"},
         # Prometheus itself down (a restart that kept its storage): it neither scrapes nor evaluates, and at its
@@ -277,8 +329,8 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
         alert(s, "GRPOTrainerStalled", _stalled(), "0s", "critical",
               f"No training step after step {_STEP} in {RUN}, yet it still exports",
               f"The process is alive but makes no progress for longer than {s.stall_factor:g} times its step time or "
-              f"time between reported steps (the larger of its typical one and its longest in the last "
-              f"{s.recent_window}, and at least {_floor_text(s, 'stall_floor')}), nor any "
+              f"time between reported steps (its longest in the last {s.recent_window} since its process "
+              f"started, and at least {_floor_text(s, 'stall_floor')}), nor any "
               "other work it reports (heartbeats: evaluation batches, a checkpoint save that writes): a hung "
               "collective, a dead data loader or a deadlock. Measured from its last step's end as the trainer "
               "reports it, moved onto Prometheus's clock (the trainer's clock offset removed); it resolves only "
