@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from ._nul import without_nul
+
+AlertText = Annotated[str, AfterValidator(without_nul)]
+"""A string of an Alertmanager alert that the store keeps or matches, with each NUL as U+FFFD (`_nul`) as it enters,
+whatever the backend. Stored as it came, a NUL stayed in SQLite, and in PostgreSQL's labels JSON as `\\u0000`, while
+PostgreSQL's plain columns took U+FFFD: the backends answered differently, and on PostgreSQL the alert's stored
+fingerprint no longer matched the notification's, which resolved the alert as soon as it fired."""
 
 
 class RunPublic(BaseModel):
@@ -76,12 +84,12 @@ class AlertmanagerAlert(BaseModel):
     """One alert of an Alertmanager webhook (version 4)."""
 
     status: Literal["firing", "resolved"]
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-    startsAt: str = Field(min_length=1, max_length=64)
-    endsAt: str | None = Field(None, max_length=64)
-    generatorURL: str | None = None
-    fingerprint: str = Field(min_length=1, max_length=128)
+    labels: dict[AlertText, AlertText] = {}
+    annotations: dict[AlertText, AlertText] = {}
+    startsAt: AlertText = Field(min_length=1, max_length=64)
+    endsAt: AlertText | None = Field(None, max_length=64)
+    generatorURL: AlertText | None = None
+    fingerprint: AlertText = Field(min_length=1, max_length=128)
 
 
 class AlertmanagerWebhook(BaseModel):
@@ -92,7 +100,8 @@ class AlertmanagerWebhook(BaseModel):
     truncatedAlerts: int = 0
     status: Literal["firing", "resolved"] | None = None
     receiver: str | None = None
-    groupLabels: dict[str, str] = {}
+    groupLabels: dict[AlertText, AlertText] = {}
+    """Matched against the stored alerts' labels (`store._alerts`), so their NULs are replaced as those are."""
     commonLabels: dict[str, str] = {}
     commonAnnotations: dict[str, str] = {}
     externalURL: str | None = None

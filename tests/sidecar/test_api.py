@@ -457,6 +457,31 @@ def test_alerts_mirror_alertmanager_one_row_per_episode(client):
         ("2026-11-22T05:00:00Z", "resolved"), ("2026-11-22T07:00:00Z", "resolved")]
 
 
+def test_a_nul_in_an_alert_reads_as_the_replacement_character_on_both_backends(client):
+    """As OTLP ingest does (`sidecar._nul`), the webhook stores each NUL of an alert as U+FFFD: PostgreSQL kept one
+    in the labels' JSON as `\\u0000` and wrote U+FFFD in its plain columns, SQLite kept it, so the backends listed
+    the alert differently, and PostgreSQL resolved it as soon as it fired (its stored fingerprint was not the one
+    the notification listed)."""
+    alert = _am_alert("firing", "fp\x001", "2026-11-22T05:00:00Z", alertname="Kl\x00Drift", run_id="run\x00a")
+    alert["labels"]["team\x00"] = "rl\x00"
+    alert["annotations"] = {"summary\x00": "KL\x00 high"}
+    alert["generatorURL"] = "http://prom/graph?g0.expr=\x00"
+    group = {"alertname": "Kl\x00Drift"}
+    assert client.post("/api/alerts", json=_webhook([alert], group=group)).json() == {"stored": 1}
+    (row,) = client.get("/api/alerts").json()
+    assert {k: row[k] for k in ("fingerprint", "status", "alertname", "run_id", "labels", "annotations",
+                                "generator_url")} == {
+        "fingerprint": "fp\ufffd1", "status": "firing", "alertname": "Kl\ufffdDrift", "run_id": "run\ufffda",
+        "labels": {"alertname": "Kl\ufffdDrift", "run_id": "run\ufffda", "severity": "warning", "team\ufffd": "rl\ufffd"},
+        "annotations": {"summary\ufffd": "KL\ufffd high"}, "generator_url": "http://prom/graph?g0.expr=\ufffd"}
+    assert client.get("/api/alerts", params={"run_id": "run\ufffda"}).json() == [row]
+    # The group's labels are matched as the alert's are: a notification of it no longer listing the alert resolves it.
+    other = _am_alert("firing", "fp2", "2026-11-22T05:00:00Z", alertname="Kl\x00Drift")
+    assert client.post("/api/alerts", json=_webhook([other], group=group)).status_code == 200
+    assert {r["fingerprint"]: r["status"] for r in client.get("/api/alerts").json()} == {
+        "fp\ufffd1": "resolved", "fp2": "firing"}
+
+
 def test_alerts_of_several_runs_and_of_all_runs(client):
     """The dashboards' run selection: `a|b` (Grafana's pipe format) and `.*` ("All")."""
     alerts = [_am_alert("firing", f"fp-{r}", "2026-11-22T05:00:00Z", run_id=r) for r in ("run-a", "run-b", "run-c")]
