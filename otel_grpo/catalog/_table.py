@@ -184,6 +184,13 @@ STATE_GAUGES: frozenset[str] = frozenset({
     "step", "log_interval", "step_end", "run_finished", "run_preempted", "process_start", "activity", "alive",
     "clock", "step_streak",
 })
+TRAINER_STATE: frozenset[str] = STATE_GAUGES | frozenset({
+    "epoch", "num_tokens", "num_input_tokens_seen", "learning_rate", "beta", "entropy_coef", "kl_in_reward_coef",
+})
+"""Signals whose value is the trainer's state when it logs (its progress, its schedule), not a statistic of a batch:
+the state gauges, and what a trainer logs beside any metrics (transformers puts `epoch`, and
+`num_input_tokens_seen` where counted, into its evaluation logs too). An evaluation's value of one is that state,
+on the signal's own gauge; an evaluation's value of any other signal is the evaluation's (`evaluation_key`)."""
 TRL_ONLY: frozenset[str] = frozenset(s.key for s in _TRL_SIGNALS)
 """Keys only a TRL (or transformers) Trainer logs, under its own definitions (`otel_grpo.integrations.trl`)."""
 
