@@ -12,7 +12,7 @@ or are checked against `SIGNALS`.
 
 from . import spans
 from ._alert_annotations import CLOCK_OFFSET_ANNOTATION
-from ._lookup import PEERS, by_name, get, peer_names, resolve, split_stat_key, stat_key
+from ._lookup import PEERS, by_name, evaluation_key, get, peer_names, resolve, split_stat_key, stat_key
 from ._peer_logs import is_evaluation, peer_scalars
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
 from ._step_checks import (
@@ -34,7 +34,7 @@ from ._step_checks import (
     reached,
     run_thresholds,
 )
-from ._table import SIGNALS, STATE_GAUGES
+from ._table import SIGNALS, STATE_GAUGES, TRAINER_STATE
 
 __all__ = [
     "Baseline",
@@ -48,6 +48,7 @@ __all__ = [
     "STEP_THRESHOLDS",
     "STOPS_TRAINING",
     "STREAKS",
+    "TRAINER_STATE",
     "Group",
     "Kind",
     "Reduction",
@@ -58,6 +59,7 @@ __all__ = [
     "Streaks",
     "bound_label",
     "by_name",
+    "evaluation_key",
     "get",
     "is_evaluation",
     "judged",

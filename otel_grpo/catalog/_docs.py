@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from ._signal import Group, Signal
-from ._table import SIGNALS, STATE_GAUGES
+from ._table import SIGNALS, STATE_GAUGES, TRAINER_STATE
 
 _PEERS = (("trl", "TRL"), ("verl", "verl"), ("maxent", "MaxEnt-GRPO"))
 _TITLES = {
@@ -103,6 +103,21 @@ current until the next evaluation.
 These gauges are the process's state, not a step's statistic, and keep their last
 value: {state}.
 
+## An evaluation's values are `grpo.eval`
+
+An evaluation's record (`Telemetry.log_metrics(step, values, evaluation=True)`, `logged_step(step,
+evaluation=True)`; transformers' `eval_` logs, verl's `val_before_train` line) never sets a training
+series. Its value of a training step's statistic is the evaluation's metric of that name:
+`log_metrics(7, {"reward": 0.9}, evaluation=True)` goes out exactly as `{"eval_reward": 0.9}` does, as
+`grpo_eval{metric="reward"}`, as `eval_metric/reward` in the step span and the spill (the sidecar's
+`grpo.eval/reward` column), and no step check judges it; `grpo_reward_mean` keeps the step's training
+value (`catalog.evaluation_key`). The trainer's state logged beside (transformers' `epoch`) stays on its
+own gauge: {trainer_state} and the state gauges above.
+Names the catalog does not know stay `grpo.extra.*` gauges, as in a training record. Its per-sample
+values (`ReducedStats.samples`, the per-sample columns `follow` reads from an evaluation's
+completions) are not recorded: the `grpo.sample.*` histograms are the training completions'
+distributions. Its sample rows (`Step.samples`) go to the sidecar at its step, beside the step's own.
+
 ## Each sample's diagnostics are measured where the step's value is
 
 The sample table's per-completion columns (`signals.sample_diagnostics`) explain the step
@@ -153,7 +168,9 @@ def render_signals_md() -> str:
     rule = "|" + " --- |" * (len(_PEERS) + 4)
     by_key = {s.key: s for s in SIGNALS}
     state = ", ".join(f"`{by_key[k].name}`" for k in sorted(STATE_GAUGES, key=[s.key for s in SIGNALS].index))
-    parts = [_HEADER.replace("{state}", state)]
+    trainer_state = ", ".join(f"`{by_key[k].name}`" for k in sorted(TRAINER_STATE - STATE_GAUGES,
+                                                                    key=[s.key for s in SIGNALS].index))
+    parts = [_HEADER.replace("{state}", state).replace("{trainer_state}", trainer_state)]
     for group in Group:
         members = [s for s in SIGNALS if s.group is group]
         if members:

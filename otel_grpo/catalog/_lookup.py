@@ -6,8 +6,8 @@ import re
 from functools import lru_cache
 from typing import Mapping
 
-from ._signal import Signal
-from ._table import SIGNALS, VERL_ALIASES
+from ._signal import Signal, sanitize_key
+from ._table import SIGNALS, TRAINER_STATE, VERL_ALIASES
 
 _BY_KEY: Mapping[str, Signal] = {s.key: s for s in SIGNALS}
 _BY_NAME: Mapping[str, Signal] = {s.name: s for s in SIGNALS}
@@ -15,6 +15,8 @@ if len(_BY_KEY) != len(SIGNALS) or len(_BY_NAME) != len(SIGNALS):
     raise RuntimeError("catalog keys and names must be unique")
 
 PEERS = ("trl", "verl", "maxent")
+EVAL_KEY = "eval_metric"
+"""An evaluation's metric (`grpo.eval`), its name in attribute `metric`."""
 """The `source` values of `resolve`: whose names a metrics dict uses."""
 
 Templates = list[tuple["re.Pattern[str]", Signal]]
@@ -110,6 +112,31 @@ def stat_key(name: str, source: str | None = None) -> str:
         return name
     signal, labels = found
     return f"{signal.key}/{labels[signal.label]}" if signal.label else signal.key
+
+
+@lru_cache(maxsize=8192)  # an evaluation's record keys every name it logs (a training step's: none)
+def evaluation_key(name: str) -> str:
+    """The name an evaluation's value of `name` is recorded under: its own for the trainer's state (`TRAINER_STATE`:
+    the `epoch` transformers logs beside its `eval_` keys), an evaluation metric already or a name the catalog does
+    not know (a `grpo.extra.*` gauge); for every other signal, a statistic of training steps, the evaluation's metric
+    of that name, `eval_metric/<name>` (`grpo.eval{metric="<name>"}`, as transformers' `eval_<name>`).
+
+    >>> evaluation_key("reward"), evaluation_key("rewards/acc/mean"), evaluation_key("epoch")
+    ('eval_metric/reward', 'eval_metric/rewards/acc/mean', 'epoch')
+
+    `Step.record` applies it to every key of an evaluation's record (`Telemetry.log_metrics(..., evaluation=True)`,
+    `logged_step(..., evaluation=True)`), so an evaluation never sets a training series and its value goes
+    everywhere `eval_<name>`'s goes (gauge, step span, spill), whichever of the two names it was logged under.
+    """
+    found = _resolve(name, None)
+    if found is None:
+        try:  # the emitter resolves a name it does not know once more, sanitized ("KL" is grpo.kl)
+            found = _resolve(sanitize_key(name), None)
+        except ValueError:
+            return name
+    if found is None or found[0].key == EVAL_KEY or found[0].key in TRAINER_STATE:
+        return name
+    return f"{EVAL_KEY}/{name}"
 
 
 def _match(name: str, exact: Mapping[str, Signal], templates: Templates) -> tuple[Signal, dict[str, str]] | None:

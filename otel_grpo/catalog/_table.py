@@ -173,7 +173,7 @@ _TRL_SIGNALS = (
     _g("total_flos", "grpo.train.total_flos", "{flop}", "End-of-training summary: floating-point operations of the run as transformers estimates them (`total_flos`).", R.HOST, Group.THROUGHPUT, "total_flos"),
     _g("train_loss", "grpo.train.loss", "{loss}", "End-of-training summary: mean training loss over the run (transformers' `train_loss`).", R.HOST, Group.OPTIM, "train_loss"),
     _g("trl_logged", "grpo.trl.logged", "{value}", "Every number a TRL GRPOTrainer (or another transformers Trainer) logged at a training step, exactly as logged, its key in attribute `metric` (`clip_ratio/high_max`, `rewards/<function>/mean`, `kl`, `loss`, ...): the value `trainer.state.log_history` holds and W&B (as `train/<key>`), TensorBoard and MLflow show. TRL averages per-micro-batch values over the logging window, so with gradient accumulation or `logging_steps` > 1 its number differs from the grpo.* series of the same key, which `instrument` computes exactly over every token of the window: this series is TRL's number, that one ours. A key the step did not log, or logged as None or non-finite, has no data point (not counted in grpo.nonfinite: the grpo.* series counts it); TRL's 0.0 for the terminated lengths of a step without a terminated completion is exported as logged. No step check judges it (the KL alerts read grpo.kl, else grpo.trl.kl). Evaluation keys are grpo.eval, also as logged.", R.HOST, Group.TRL_LOGGED, None, None, "metric"),
-    _g("eval_metric", "grpo.eval", "{value}", "An evaluation metric: transformers' `eval_<name>` keys, the name (TRL's, e.g. `reward`, `loss`, `rewards/acc/mean`) in attribute `metric`.", R.HOST, Group.OPTIM, "eval_{metric}", None, "metric"),
+    _g("eval_metric", "grpo.eval", "{value}", "An evaluation metric: transformers' `eval_<name>` keys, and any training statistic an evaluation's record logs (`log_metrics(..., evaluation=True)`: its `reward` is `eval_reward`), the name (TRL's, e.g. `reward`, `loss`, `rewards/acc/mean`) in attribute `metric`.", R.HOST, Group.OPTIM, "eval_{metric}", None, "metric"),
 )
 SIGNALS += _TRL_SIGNALS
 
@@ -184,6 +184,13 @@ STATE_GAUGES: frozenset[str] = frozenset({
     "step", "log_interval", "step_end", "run_finished", "run_preempted", "process_start", "activity", "alive",
     "clock", "step_streak",
 })
+TRAINER_STATE: frozenset[str] = STATE_GAUGES | frozenset({
+    "epoch", "num_tokens", "num_input_tokens_seen", "learning_rate", "beta", "entropy_coef", "kl_in_reward_coef",
+})
+"""Signals whose value is the trainer's state when it logs (its progress, its schedule), not a statistic of a batch:
+the state gauges, and what a trainer logs beside any metrics (transformers puts `epoch`, and
+`num_input_tokens_seen` where counted, into its evaluation logs too). An evaluation's value of one is that state,
+on the signal's own gauge; an evaluation's value of any other signal is the evaluation's (`evaluation_key`)."""
 TRL_ONLY: frozenset[str] = frozenset(s.key for s in _TRL_SIGNALS)
 """Keys only a TRL (or transformers) Trainer logs, under its own definitions (`otel_grpo.integrations.trl`)."""
 

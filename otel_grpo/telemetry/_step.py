@@ -16,7 +16,7 @@ import math
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from otel_grpo.catalog import spans
+from otel_grpo.catalog import evaluation_key, spans
 
 from . import _clock as clock
 from ._record import StepRecord, error_of
@@ -44,6 +44,11 @@ def _to_floats(stats: Mapping[str, Any]) -> dict[str, float]:
         except _NOT_A_FLOAT:
             logger.debug("otel-grpo: %r is not a number a float holds (%r); dropped", key, type(value).__name__)
     return out
+
+
+def _evaluation_keys(values: dict[str, float]) -> dict[str, float]:
+    """An evaluation's values under the names it records them by (`catalog.evaluation_key`)."""
+    return {evaluation_key(k): v for k, v in values.items()}
 
 
 _DICT = {dict}
@@ -104,14 +109,25 @@ class Step:
         Host-side scalars go in as keywords, `s.record(reduced, learning_rate=lr)`, so
         that `reduced` keeps its `.samples` (a `{**reduced, ...}` copy would drop them).
         May be called several times per step.
+
+        In an evaluation's record (`evaluation=True`) a statistic of training steps is the evaluation's
+        (`catalog.evaluation_key`: `reward` goes out as `eval_reward` does, `grpo.eval{metric="reward"}`), never
+        a training series; the trainer's state (`epoch`) stays itself. Its per-sample vectors are not recorded:
+        `grpo.sample.*` are the training completions' distributions (its rows, `samples()`, are kept as a step's).
         """
-        self._record.scalars.append(_to_floats(checked_mapping(stats, "stats")))
-        if scalars:
-            self._record.scalars.append(_to_floats(scalars))
+        record = self._record
+        values = _to_floats(checked_mapping(stats, "stats"))
+        more = _to_floats(scalars) if scalars else None
+        if record.evaluation:  # once per call: a training step's names go in as they are
+            values = _evaluation_keys(values)
+            more = None if more is None else _evaluation_keys(more)
+        record.scalars.append(values)
+        if more is not None:
+            record.scalars.append(more)
         samples = getattr(stats, "samples", None)
-        if samples:
+        if samples and not record.evaluation:
             # Copies: the caller may reuse its lists once this returns.
-            self._record.samples.append({k: list(v) for k, v in samples.items()})
+            record.samples.append({k: list(v) for k, v in samples.items()})
 
     def samples(
         self, rows: Sequence[Mapping[str, Any]] | Mapping[str, Any], *, group_size: int | None = None

@@ -270,7 +270,9 @@ class Telemetry:
         `evaluation`: the values of an evaluation (one before training included), not of a training
         step: exported at `step`, but they count no step and do not move `grpo.step_index`, so the
         step count stays the trainer's and a run that hangs after such an evaluation, before its
-        first step, still shows no first step (GRPONoFirstStep).
+        first step, still shows no first step (GRPONoFirstStep). Its value of a training statistic is the
+        evaluation's, never the training series': `reward` goes out as `eval_reward` does, `grpo.eval{metric="reward"}`
+        (`catalog.evaluation_key`); the trainer's state (`epoch`) stays on its own gauge.
         """
         metrics = checked_mapping(metrics, "metrics")
         # a peer's dict through the catalog's one mapping, that of the TRL callbacks and `follow`: TRL's as logged too

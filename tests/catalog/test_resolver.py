@@ -42,3 +42,30 @@ def test_unknown_names_stay_and_a_bad_source_is_a_value_error():
     assert stat_key("my/custom", "trl") == "my/custom" and resolve("my/custom") is None
     with pytest.raises(ValueError, match="source"):
         resolve("kl", source="wandb")
+
+
+@pytest.mark.parametrize("name, recorded", [
+    ("reward", "eval_metric/reward"),  # a training step's statistic: the evaluation's, as `eval_reward`
+    ("loss", "eval_metric/loss"),
+    ("rewards/acc/mean", "eval_metric/rewards/acc/mean"),  # as `eval_rewards/acc/mean`: the name as given
+    ("actor/kl_loss", "eval_metric/actor/kl_loss"),
+    ("KL", "eval_metric/KL"),  # the emitter's sanitized name is grpo.kl: still a training statistic
+    ("sample_reward", "eval_metric/sample_reward"),  # a histogram signal's value is no training sample either
+    ("eval_reward", "eval_reward"),  # an evaluation metric already
+    ("eval_metric/reward", "eval_metric/reward"),
+    ("epoch", "epoch"),  # the trainer's state: transformers logs it beside its eval metrics
+    ("learning_rate", "learning_rate"),
+    ("step", "step"),
+    ("my_accuracy", "my_accuracy"),  # unknown: a grpo.extra gauge as in a training record
+    ("val-core/acc", "val-core/acc"),
+    ("!!", "!!"),
+])
+def test_an_evaluations_keys(name, recorded):
+    assert catalog.evaluation_key(name) == recorded
+    found = resolve(recorded)
+    assert found is None or found[0].key in {"eval_metric", *catalog.TRAINER_STATE}
+
+
+def test_the_trainer_state_is_catalog_gauges():
+    assert catalog.STATE_GAUGES <= catalog.TRAINER_STATE
+    assert all(catalog.get(key).kind is catalog.Kind.GAUGE for key in catalog.TRAINER_STATE)

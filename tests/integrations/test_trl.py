@@ -212,8 +212,10 @@ def test_callback_maps_trl_keys_none_and_eval(tmp_path):
     callback = OtelGrpoCallback(tel)
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
     callback.on_log(args, TrainerState(global_step=3), TrainerControl(),
-                    logs={"reward": None, "kl": float("nan"), "eval_reward": 0.5, "eval_loss": 1.5,
-                          "rewards/fmt/mean": 1.0, "my_metric": 2.0})
+                    logs={"reward": None, "kl": float("nan"), "rewards/fmt/mean": 1.0, "my_metric": 2.0})
+    # transformers logs an evaluation apart: a log with `eval_` keys is an evaluation's, every key of it
+    callback.on_log(args, TrainerState(global_step=3), TrainerControl(),
+                    logs={"eval_reward": 0.5, "eval_loss": 1.5, "epoch": 1.0})
     tel.flush()
     metrics = metrics_by_name(reader)
     nonfinite = {p.attributes["signal"]: p.value for p in metrics["grpo.nonfinite"].data.data_points}
@@ -222,6 +224,7 @@ def test_callback_maps_trl_keys_none_and_eval(tmp_path):
         "reward": 0.5, "loss": 1.5}
     assert [p.attributes["reward_fn"] for p in metrics["grpo.reward_fn.mean"].data.data_points] == ["fmt"]
     assert "grpo.extra.my_metric" in metrics  # a user's own key stays an extra
+    assert [p.value for p in metrics["grpo.epoch"].data.data_points] == [1.0]  # the trainer's state
     tel.shutdown()
 
 
