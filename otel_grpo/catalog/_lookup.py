@@ -15,9 +15,9 @@ if len(_BY_KEY) != len(SIGNALS) or len(_BY_NAME) != len(SIGNALS):
     raise RuntimeError("catalog keys and names must be unique")
 
 PEERS = ("trl", "verl", "maxent")
+"""The `source` values of `resolve`: whose names a metrics dict uses."""
 EVAL_KEY = "eval_metric"
 """An evaluation's metric (`grpo.eval`), its name in attribute `metric`."""
-"""The `source` values of `resolve`: whose names a metrics dict uses."""
 
 Templates = list[tuple["re.Pattern[str]", Signal]]
 
