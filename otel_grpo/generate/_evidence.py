@@ -31,7 +31,7 @@ from typing import Iterable
 from otel_grpo.catalog import PROCESS, bound_label
 
 from ._memory import last_record, remembered
-from ._rules import NONFINITE, SKIPPED, STEP_MAX, STEP_THRESHOLDS, RuleSettings, prometheus_name
+from ._rules import NONFINITE, SKIPPED, STEP_MAX, STEP_THRESHOLDS, RuleSettings, prometheus_name, promql_string
 from ._run_end import WATCHED
 
 BEYOND, STREAK_NOW = prometheus_name("step_beyond"), prometheus_name("step_streak")
@@ -113,8 +113,8 @@ def counted(metric: str, by: str, s: RuleSettings) -> str:
 
 
 def regex_literal(text: str) -> str:
-    """`text` as a regex inside a PromQL string: metacharacters escaped, the backslash doubled for the string."""
-    return re.sub(r"([.+*?()\[\]{}|^$\\])", r"\\\\\1", text)
+    """`text` as a regex (RE2) that matches it alone: its metacharacters escaped."""
+    return re.sub(r"([.+*?()\[\]{}|^$\\])", r"\\\1", text)
 
 
 def selectors(s: RuleSettings, field: str) -> list[str]:
@@ -129,8 +129,8 @@ def _settings(s: RuleSettings, field: str) -> list[tuple[str, dict[str, str]]]:
     own = {run: v[field] for run, v in s.overrides.items() if field in v}
     default = f'signal="{key}", bound="{bound_label(getattr(s, field))}"'
     if own:
-        default += f', run_id!~"{"|".join(regex_literal(r) for r in sorted(own))}"'
-    return [(default, {"signal": key})] + [(f'signal="{key}", run_id="{run}", bound="{bound_label(v)}"',
+        default += f', run_id!~{promql_string("|".join(regex_literal(r) for r in sorted(own)))}'
+    return [(default, {"signal": key})] + [(f'signal="{key}", run_id={promql_string(run)}, bound="{bound_label(v)}"',
                                             {"signal": key, "run_id": run})
                                            for run, v in sorted(own.items()) if not math.isinf(v)]
 

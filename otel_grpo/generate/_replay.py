@@ -55,6 +55,8 @@ from typing import Iterable, Iterator, Mapping, Sequence
 from otel_grpo import catalog
 from otel_grpo.catalog import PROCESS, STEP_CHECKS, Streaks, bound_label, judged, process_id, reached
 
+from ._rules import promql_string
+
 STALE = "stale"
 ENDS = ("hang", "finish", "preempt", "crash")
 COLLECTOR = 'job="otelcol", instance="otelcol:8888"'
@@ -162,7 +164,7 @@ class Segment:
         """The labels every series of the process carries: its run id and its target's `job` and `instance`."""
         job = self.job or (PULL_JOB if self.pull else SERVICE)
         instance = self.instance or (PULL_INSTANCE if self.pull else self.run_id)
-        return f'run_id="{self.run_id}", job="{job}", instance="{instance}"'
+        return f"run_id={promql_string(self.run_id)}, job={promql_string(job)}, instance={promql_string(instance)}"
 
 
 @dataclass(slots=True)

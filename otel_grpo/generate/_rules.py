@@ -26,6 +26,7 @@ from the same step on as one of 2-second steps, and Prometheus holds no baseline
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -235,6 +236,13 @@ class RuleSettings:
             raise ValueError(f"rule settings {path}: {e}") from None
 
 
+def promql_string(text: str) -> str:
+    """`text` as a double-quoted PromQL string literal (Go's escapes, which JSON's are a subset of): a run id may hold
+    `"` or `\\`, which unquoted end the selector (Prometheus then refuses the whole rule file) or become another
+    character (the override then matches no run)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
 def _num(value: float) -> str:
     """A PromQL number literal: 1.0 -> "1", 0.01 -> "0.01", inf -> "+Inf" (an override that disables)."""
     if math.isinf(value):
@@ -309,5 +317,5 @@ def recording_rules(s: RuleSettings) -> dict:
     return {"groups": [{"name": "grpo-recording", "rules": rules}]}
 
 
-__all__ = ["FLOORS", "RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "prometheus_name", "recording_rules",
-           "run_floor", "seconds"]
+__all__ = ["FLOORS", "RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "prometheus_name", "promql_string",
+           "recording_rules", "run_floor", "seconds"]

@@ -124,13 +124,16 @@ def test_every_alert_has_a_firing_and_a_silent_case(root):
 
 def test_per_run_overrides_and_disabled_thresholds(tmp_path, promtool):
     """A run with its own KL threshold (2.0) stays silent at 1.5 where the default (1.0) fires, in every
-    KL alert and its summary; +Inf disables them for a run; an override of 2.0 fires at 2.5 and says 2.0."""
-    s = RuleSettings(overrides={"lenient": {"kl_threshold": 2.0}, "off": {"kl_threshold": float("inf")},
-                                "high": {"kl_threshold": 2.0}})
+    KL alert and its summary; +Inf disables them for a run; an override of 2.0 fires at 2.5 and says 2.0. Run ids
+    with a quote or a backslash (which PromQL strings escape) get theirs too, and the rules still load."""
+    lenient, high = 'len"ient', "hi\\gh.v2"
+    s = RuleSettings(overrides={lenient: {"kl_threshold": 2.0}, "off": {"kl_threshold": float("inf")},
+                                high: {"kl_threshold": 2.0}})
     runs = [{"run_id": r, "step": "1m", "values": {"kl": f"{kl}*120"}}
-            for r, kl in (("strict", 1.5), ("lenient", 1.5), ("off", 1.5), ("high", 2.5))]
+            for r, kl in (("strict", 1.5), (lenient, 1.5), ("off", 1.5), (high, 2.5), ("hi\\gh2v2", 1.5))]
     firing = [{"run_id": "strict", "signal": "kl", "bound": "1.0", "value": 59},
-              {"run_id": "high", "signal": "kl", "bound": "2.0", "value": 59}]
+              {"run_id": high, "signal": "kl", "bound": "2.0", "value": 59},
+              {"run_id": "hi\\gh2v2", "signal": "kl", "bound": "1.0", "value": 59}]
     scenario = {"name": "overrides", "interval": "15s", "length": "2h", "runs": runs,
                 "checks": [{"at": "1h", "alert": a, "firing": firing} for a in ("GRPOKLHigh", "GRPOKLSpike")]}
     for rel, text in rule_files(s).items():
@@ -138,7 +141,7 @@ def test_per_run_overrides_and_disabled_thresholds(tmp_path, promtool):
         (tmp_path / rel).write_text(text)
     doc = render_tests([scenario], s, ["rules/grpo_recording.yml", "rules/grpo_alerts.yml"])
     summaries = [a["exp_annotations"]["summary"] for c in doc["tests"][0]["alert_rule_test"] for a in c["exp_alerts"]]
-    assert "KL to the reference above 2.0 for 3+ consecutive steps in run high (step 59)" in summaries
+    assert "KL to the reference above 2.0 for 3+ consecutive steps in run hi\\gh.v2 (step 59)" in summaries
     (tmp_path / "t.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     out = run(promtool, "test", "rules", "t.yml", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
