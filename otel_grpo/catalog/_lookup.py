@@ -18,6 +18,8 @@ PEERS = ("trl", "verl", "maxent")
 """The `source` values of `resolve`: whose names a metrics dict uses."""
 EVAL_KEY = "eval_metric"
 """An evaluation's metric (`grpo.eval`), its name in attribute `metric`."""
+STEP_KEY = "step"
+"""The run's step index (`grpo.step_index`): training records move it."""
 
 Templates = list[tuple["re.Pattern[str]", Signal]]
 
@@ -115,14 +117,16 @@ def stat_key(name: str, source: str | None = None) -> str:
 
 
 @lru_cache(maxsize=8192)  # an evaluation's record keys every name it logs (a training step's: none)
-def evaluation_key(name: str) -> str:
+def evaluation_key(name: str) -> str | None:
     """The name an evaluation's value of `name` is recorded under: its own for the trainer's state (`TRAINER_STATE`:
-    the `epoch` transformers logs beside its `eval_` keys), an evaluation metric already or a name the catalog does
-    not know (a `grpo.extra.*` gauge); for every other signal, a statistic of training steps, the evaluation's metric
-    of that name, `eval_metric/<name>` (`grpo.eval{metric="<name>"}`, as transformers' `eval_<name>`).
+    the `epoch` transformers logs beside its `eval_` keys) and for an evaluation metric already; none for the step
+    index (`step`, verl's `training/global_step`: an evaluation does not move the run's step); for every other name,
+    a statistic of training steps or one the catalog does not know (a `grpo.extra.*` gauge, a column of the step's
+    row, which training fills), the evaluation's metric of that name, `eval_metric/<name>`
+    (`grpo.eval{metric="<name>"}`, as transformers' `eval_<name>`).
 
-    >>> evaluation_key("reward"), evaluation_key("rewards/acc/mean"), evaluation_key("epoch")
-    ('eval_metric/reward', 'eval_metric/rewards/acc/mean', 'epoch')
+    >>> evaluation_key("reward"), evaluation_key("my_score"), evaluation_key("epoch"), evaluation_key("step")
+    ('eval_metric/reward', 'eval_metric/my_score', 'epoch', None)
 
     `Step.record` applies it to every key of an evaluation's record (`Telemetry.log_metrics(..., evaluation=True)`,
     `logged_step(..., evaluation=True)`), so an evaluation never sets a training series and its value goes
@@ -133,8 +137,10 @@ def evaluation_key(name: str) -> str:
         try:  # the emitter resolves a name it does not know once more, sanitized ("KL" is grpo.kl)
             found = _resolve(sanitize_key(name), None)
         except ValueError:
-            return name
-    if found is None or found[0].key == EVAL_KEY or found[0].key in TRAINER_STATE:
+            pass
+    if found is not None and found[0].key == STEP_KEY:
+        return None
+    if found is not None and (found[0].key == EVAL_KEY or found[0].key in TRAINER_STATE):
         return name
     return f"{EVAL_KEY}/{name}"
 

@@ -178,12 +178,12 @@ class Backend:
         """The step's scalars recorded, and returned as its span carries them (the last record's value of each)."""
         instruments = self._instruments
         scalars: dict[str, float] = {}
-        instruments.begin_record(rec.evaluation)
+        instruments.begin_record(rec.evaluation, rec.step, rec.attempt)
         try:
             for values in rec.scalars:
                 scalars.update(instruments.record_scalars(values))
         finally:  # a per-step gauge this record (the latest step) gave no value has no data point from here
-            instruments.end_record(rec.step, rec.attempt)
+            instruments.end_record()
         for samples in rec.samples:
             instruments.record_samples(samples)
         instruments.record_phases(durations)

@@ -3,8 +3,8 @@
     steps = StepGauges()
     kl = LatestValueGauge(meter, "grpo.kl", "{nat}", "", steps)        # a per-step statistic
     index = LatestValueGauge(meter, "grpo.step_index", "{step}", "")   # state: kept until set again
-    steps.begin_record(evaluation=False); kl.set(0.1, attrs); steps.end_record(step=1)
-    steps.begin_record(evaluation=False); steps.end_record(step=2)   # no kl at step 2: no data point
+    steps.begin_record(False, step=1); kl.set(0.1, attrs); steps.end_record()
+    steps.begin_record(False, step=2); steps.end_record()              # no kl at step 2: no data point
 
 The gauge set of a step is exactly that step's values: a per-step statistic the latest step did not
 give a finite value (invalid there, not logged at that step, TRL's None) has no data point, in OTLP
@@ -27,36 +27,49 @@ class StepGauges:
     record of a later step than any before it makes every older value stale, whatever it reports (a
     failed step that records no statistic leaves none current). Training steps and evaluations are two
     sets: an evaluation's values are current until the next evaluation, a training step's until the next
-    training step, neither ends the other. Several records of one step all stay current (a summary log at
-    the last logged step, a TRL step whose samples and scalars arrive apart), and so do those of a late
-    record of an earlier step.
+    training step, neither ends the other; a newer attempt's first record (a relaunch, `new_attempt()`) ends
+    both, so a failed attempt's evaluation is not served beside the new attempt's steps. Several records of
+    one step all stay current (a summary log at the last logged step, a TRL step whose samples and scalars
+    arrive apart). A late record (of an earlier step than the latest of its set, or an older attempt's) adds
+    what the latest step lacks, until the next step, and changes nothing the latest step gave (`late`).
     """
 
-    __slots__ = ("stamp", "evaluation", "_current", "_latest")
+    __slots__ = ("stamp", "evaluation", "late", "_position", "_current", "_latest", "_attempt")
 
     def __init__(self) -> None:
         self.stamp = 0
         """The record being recorded."""
         self.evaluation = False
         """The record being recorded is an evaluation's."""
+        self.late = False
+        """The record being recorded is of an earlier step (or an older attempt) than the latest of its set."""
+        self._position = (0, 0)
         self._current = [0, 0]  # per set (training, evaluation): values stamped before this are stale
         # per set: the latest (attempt, step) recorded
         self._latest: list[tuple[int, int] | None] = [None, None]
+        self._attempt: int | None = None  # the newest attempt recorded
 
-    def begin_record(self, evaluation: bool) -> None:
+    def begin_record(self, evaluation: bool, step: int, attempt: int | None = None) -> None:
+        """A record of `step` begins (`attempt` None: the newest attempt's)."""
         self.evaluation = evaluation
-
-    def end_record(self, step: int, attempt: int | None = None) -> None:
-        """The record's values are in: a later step than the latest of its set, or a newer attempt's, makes the
-        set's older values stale. `attempt` None: the latest record's attempt."""
-        kind = int(self.evaluation)
-        latest = self._latest[kind]
+        latest = self._latest[int(evaluation)]
         if attempt is None:
-            attempt = latest[0] if latest is not None else 0
-        position = (attempt, step)
+            attempt = self._attempt if self._attempt is not None else 0
+        self._position = (attempt, step)
+        self.late = latest is not None and self._position < latest
+
+    def end_record(self) -> None:
+        """The record's values are in: a later step than the latest of its set, or a newer attempt's, makes the
+        set's older values stale; a newer attempt's, the other set's too."""
+        kind = int(self.evaluation)
+        latest, position = self._latest[kind], self._position
         if latest is None or position > latest:
             self._latest[kind], self._current[kind] = position, self.stamp
-        self.evaluation = False
+        if self._attempt is None or position[0] > self._attempt:
+            if self._attempt is not None:
+                self._current[1 - kind] = self.stamp
+            self._attempt = position[0]
+        self.evaluation = self.late = False
         self.stamp += 1
 
     def current(self, stamp: int, evaluation: bool) -> bool:
@@ -87,12 +100,24 @@ class LatestValueGauge:
         steps = self._steps
         if steps is None:
             self._last[self._series(attributes)] = (value, attributes, 0, False)
-        else:
-            self._last[self._series(attributes)] = (value, attributes, steps.stamp, steps.evaluation)
+            return
+        series = self._series(attributes)
+        if steps.late and self._held(series, steps):
+            return
+        self._last[series] = (value, attributes, steps.stamp, steps.evaluation)
 
     def clear(self, attributes: Mapping[str, Any]) -> None:
         """The series has no value at this step (a non-finite one was reported): no data point."""
-        self._last.pop(self._series(attributes), None)
+        series = self._series(attributes)
+        steps = self._steps
+        if steps is not None and steps.late and self._held(series, steps):
+            return
+        self._last.pop(series, None)
+
+    def _held(self, series: frozenset, steps: StepGauges) -> bool:
+        """Whether `series` has a current value of the record's set: one a late record must leave as it is."""
+        held = self._last.get(series)
+        return held is not None and held[3] == steps.evaluation and steps.current(held[2], held[3])
 
     def _series(self, attributes: Mapping[str, Any]) -> frozenset:
         known = self._keys.get(id(attributes))

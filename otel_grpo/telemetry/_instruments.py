@@ -183,15 +183,15 @@ class Instruments:
             logger.warning("otel-grpo: " + msg, *args)
 
     # ---- recording (background thread) -------------------------------------------------
-    def begin_record(self, evaluation: bool) -> None:
-        """The per-step gauge values recorded from here to `end_record` are those of one record (a step's or an
-        evaluation's)."""
-        self._gauge_steps.begin_record(evaluation)
+    def begin_record(self, evaluation: bool, step: int, attempt: int | None = None) -> None:
+        """The per-step gauge values recorded from here to `end_record` are those of one record of `step` (a step's
+        or an evaluation's; `attempt` None: the newest attempt's)."""
+        self._gauge_steps.begin_record(evaluation, step, attempt)
 
-    def end_record(self, step: int, attempt: int | None = None) -> None:
-        """The record of `step` is in: if it is the latest step (or a newer attempt's), per-step gauges it gave no
-        value are stale."""
-        self._gauge_steps.end_record(step, attempt)
+    def end_record(self) -> None:
+        """The record is in: if it is of the latest step (or a newer attempt's), per-step gauges it gave no value
+        are stale."""
+        self._gauge_steps.end_record()
 
     def count_nonfinite(self, stat_key: str, count: int = 1) -> None:
         self._nonfinite.add(count, {**self._events, "signal": stat_key})

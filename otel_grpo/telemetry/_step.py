@@ -47,8 +47,8 @@ def _to_floats(stats: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _evaluation_keys(values: dict[str, float]) -> dict[str, float]:
-    """An evaluation's values under the names it records them by (`catalog.evaluation_key`)."""
-    return {evaluation_key(k): v for k, v in values.items()}
+    """An evaluation's values under the names it records them by (`catalog.evaluation_key`; none: dropped)."""
+    return {key: v for k, v in values.items() if (key := evaluation_key(k)) is not None}
 
 
 _DICT = {dict}

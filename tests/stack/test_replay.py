@@ -98,9 +98,9 @@ def test_a_value_not_logged_at_a_step_leaves_the_scrape_and_counts_nothing():
     instruments = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"), {"run_id": "r"})
     exported = []
     for step, value in enumerate([None, 5.0, None]):
-        instruments.begin_record(False)
+        instruments.begin_record(False, step)
         instruments.record_scalars({} if value is None else {"tokens_per_second": value})
-        instruments.end_record(step)
+        instruments.end_record()
         metrics = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
         exported.append(next((m.data.data_points[0].value for m in metrics if m.name == "grpo.throughput"), None))
         counted = {p.attributes["signal"] for m in metrics if m.name == "grpo.nonfinite" for p in m.data.data_points}

@@ -144,3 +144,32 @@ def test_the_step_index_is_the_latest_step_of_the_newest_attempt(captured):
     tel.new_attempt()
     tel.log_metrics(2, {"kl": 0.2})  # resumed from step 1's checkpoint
     assert _current(captured, "grpo.step_index") == {None: 2.0}
+
+
+def test_a_late_record_changes_nothing_the_latest_step_gave(captured):
+    """A late record of an earlier step (a re-sent log, a callback that reports behind) set its values over the
+    latest step's: `grpo.kl` showed step 1's 0.111 after step 3's 0.3, and a late NaN removed the latest reward.
+    It adds only what the latest step lacks."""
+    tel = captured.tel
+    for step, kl in ((1, 0.1), (2, 0.2), (3, 0.3)):
+        tel.log_metrics(step, {"kl": kl, "reward": 0.5})
+    tel.log_metrics(1, {"kl": 0.111, "reward": math.nan, "learning_rate": 1e-5})
+    assert _current(captured, "grpo.kl") == {None: 0.3}
+    assert _current(captured, "grpo.reward.mean") == {None: 0.5}
+    assert _current(captured, "grpo.learning_rate") == {None: 1e-5}  # what step 3 lacked
+    tel.log_metrics(3, {"kl": 0.33})  # another record of the latest step is its value
+    assert _current(captured, "grpo.kl") == {None: 0.33}
+
+
+def test_a_new_attempt_ends_the_failed_attempts_evaluation(captured):
+    """After `new_attempt()` (a resume in this process) the failed attempt's evaluation stayed current beside
+    the new attempt's steps."""
+    tel = captured.tel
+    for step in range(6):
+        tel.log_metrics(step, {"kl": 0.1})
+    tel.log_metrics(5, {"eval_reward": 0.9, "eval_loss": 2.0}, source="trl", evaluation=True)
+    assert _current(captured, "grpo.eval", "metric") == {"reward": 0.9, "loss": 2.0}
+    tel.new_attempt()
+    tel.log_metrics(3, {"kl": 0.33})
+    assert _current(captured, "grpo.eval", "metric") == {}
+    assert _current(captured, "grpo.kl") == {None: 0.33}

@@ -103,3 +103,17 @@ def test_the_pull_endpoint_serves_the_training_reward_and_the_evaluations(tmp_pa
     served = {line.split("{")[0] + ("/" + line.split('metric="')[1].split('"')[0] if 'metric="' in line else ""):
               line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(("grpo_reward_mean{", "grpo_eval{"))}
     assert served == {"grpo_reward_mean": "0.5", "grpo_eval/reward": "0.9"}
+
+
+def test_an_evaluations_unknown_keys_and_step_leave_the_training_run_as_it_was(captured):
+    """An evaluation's key the catalog does not know overwrote the training value of that `grpo.extra.*` gauge
+    (and the step row's column); its `step` (or verl's `training/global_step`) moved `grpo.step_index`, back or
+    before the first step. The unknown key is the evaluation's metric; the step index moves with training only."""
+    tel = captured.tel
+    tel.log_metrics(0, {"training/global_step": 0, "val-core/acc": 0.4}, source="verl", evaluation=True)
+    assert _current(captured, "grpo.step_index") == {}  # no step yet: GRPONoFirstStep still judges the run
+    tel.log_metrics(2, {"my_metric": 2.0, "reward": 0.6})
+    tel.log_metrics(2, {"my_metric": 99.0, "step": 9, "training/global_step": 1}, evaluation=True)
+    assert _current(captured, "grpo.extra.my_metric") == {None: 2.0}
+    assert _current(captured, "grpo.step_index") == {None: 2.0}
+    assert _current(captured, "grpo.eval", "metric") == {"my_metric": 99.0}
