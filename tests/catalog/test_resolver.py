@@ -57,7 +57,7 @@ def test_unknown_names_stay_and_a_bad_source_is_a_value_error():
     ("learning_rate", "learning_rate"),
     ("step", "step"),
     ("my_accuracy", "my_accuracy"),  # unknown: a grpo.extra gauge as in a training record
-    ("val-core/acc", "val-core/acc"),
+    ("val-core/acc", "val-core/acc"),  # verl's validation metric: an evaluation metric already, core/acc
     ("!!", "!!"),
 ])
 def test_an_evaluations_keys(name, recorded):
