@@ -113,6 +113,10 @@ series. Its value of a training step's statistic is the evaluation's metric of t
 `grpo.eval/reward` column), and no step check judges it; `grpo_reward_mean` keeps the step's training
 value (`catalog.evaluation_key`). The trainer's state logged beside (transformers' `epoch`) stays on its
 own gauge: {trainer_state} and the state gauges above.
+verl's validation metrics are evaluation metrics wherever they are logged (`log_metrics(..., source="verl")`,
+`otel-grpo follow`, on their own or on a `test_freq` step's line): `val-core/openai/gsm8k/reward/mean@4` is
+`grpo_eval{metric="core/openai/gsm8k/reward/mean@4"}` (the name after `val-`, as TRL's `eval_` is dropped; `core/`
+and `aux/` keep verl's two sections apart), the sidecar's `grpo.eval/core/openai/gsm8k/reward/mean@4` column.
 Names the catalog does not know stay `grpo.extra.*` gauges, as in a training record. Its per-sample
 values (`ReducedStats.samples`, the per-sample columns `follow` reads from an evaluation's
 completions) are not recorded: the `grpo.sample.*` histograms are the training completions'

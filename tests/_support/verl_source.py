@@ -21,7 +21,7 @@ from pathlib import Path
 
 VERL_VERSION = "0.9.1"
 FAMILIES = ("actor", "critic", "response_length", "prompt_length", "timing_s", "perf", "rollout_corr", "mismatch",
-            "training")
+            "training", "val-core", "val-aux")
 _NAME = re.compile(rf"^({'|'.join(FAMILIES)})/[\w@.*/-]*[\w*]$")
 
 
@@ -101,7 +101,7 @@ def logged_metric_names(site: Path) -> set[str]:
     and `critic/<key>` for the keys the loss and the engine worker assign before
     `ray_trainer` prefixes them (`rename_dict`, nested keys such as `perf/...` included);
     `timing_s/<name>` for every
-    `marked_timer` in the trainer.
+    `marked_timer` in the trainer; `val-core/*/*/*@*` and `val-aux/*/*/*@*` for the validation metrics.
     """
     verl = site / "verl"
     names = _literal_names(site)
@@ -116,5 +116,11 @@ def logged_metric_names(site: Path) -> set[str]:
     names |= {f"{role}/{k}" for role in ("actor", "critic")
               for k in _assigned_keys(verl / "workers/engine_workers.py", nested=True) if not k.startswith(role + "/")}
     names |= {f"timing_s/{n}" for n in _timer_names(verl / "trainer/ppo/ray_trainer.py")}
+    # `_val_metrics_update` files each validation metric under `metric_sec` ("val-core" or "val-aux"):
+    # `{metric_sec}/{data_source}/{var_name}/{metric_name}`, every metric name a statistic of N samples
+    # (`mean@4`, `best@4/std`, `maj@4/mean`: it parses N after the `@`).
+    trainer = (verl / "trainer/ppo/ray_trainer.py").read_text()
+    assert 'pfx = f"{metric_sec}/{data_source}/{var_name}/{metric_name}"' in trainer, "_val_metrics_update changed"
+    names |= {f"{section}/*/*/*@*" for section in ("val-core", "val-aux") if f'metric_sec = "{section}"' in trainer}
     # "rollout_corr/*" and "timing_s/*" are the prefixing f-strings themselves, expanded above.
     return {n for n in names if _NAME.match(n) and not n.endswith("/*")}

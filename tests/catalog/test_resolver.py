@@ -58,6 +58,7 @@ def test_unknown_names_stay_and_a_bad_source_is_a_value_error():
     ("step", None),  # the step index moves with training records only
     ("training/global_step", None),  # verl's name of it
     ("my_accuracy", "eval_metric/my_accuracy"),  # unknown: the evaluation's, not the training run's grpo.extra gauge
+    ("val-core/acc", "val-core/acc"),  # verl's validation metric: an evaluation metric already, core/acc
     ("!!", "eval_metric/!!"),
 ])
 def test_an_evaluations_keys(name, recorded):

@@ -21,6 +21,8 @@ def verl_names() -> set[str]:
 def _covered(name: str) -> str | None:
     if "*" not in name and catalog.resolve(name) is not None:
         return "signal"
+    if name.startswith(("val-core/", "val-aux/")) and catalog.resolve(name.replace("*", "x"), "verl") is not None:
+        return "signal"  # a validation metric per data source, variable and statistic: grpo.eval
     if re.fullmatch(r"timing_s/[\w-]+", name) and name != "timing_s/step":
         return "phase"
     for pattern, reason in VERL_EXTRAS.items():
@@ -37,10 +39,11 @@ def test_every_verl_name_is_a_signal_a_phase_or_a_documented_extra(verl_names):
 def test_the_extraction_finds_each_family(verl_names):
     """The source scan itself works: each family the issue lists yields names (mismatch/ is pre-0.9 only)."""
     for family in ("actor", "critic", "response_length", "prompt_length", "timing_s", "perf", "rollout_corr",
-                   "training"):
+                   "training", "val-core", "val-aux"):
         assert any(n.startswith(family + "/") for n in verl_names), family
     assert {"actor/pg_loss", "actor/kl_loss", "actor/loss", "rollout_corr/rollout_is_mean", "timing_s/gen",
-            "perf/mfu/actor", "actor/perf/max_memory_allocated_gb", "actor/perf/cpu_memory_used_gb"} <= verl_names
+            "perf/mfu/actor", "actor/perf/max_memory_allocated_gb", "actor/perf/cpu_memory_used_gb",
+            "val-core/*/*/*@*", "val-aux/*/*/*@*", "val-aux/num_turns/mean"} <= verl_names
     assert not any(n.startswith("mismatch/") for n in verl_names)
 
 
@@ -56,6 +59,20 @@ def test_verl_names_map_to_the_signals_they_mean():
     assert catalog.stat_key("actor/perf/max_memory_allocated_gb", "verl") == "device_memory_allocated_max"
     assert catalog.stat_key("actor/perf/max_memory_reserved_gb", "verl") == "device_memory_reserved_max"
     assert catalog.stat_key("actor/perf/cpu_memory_used_gb", "verl") == "host_memory_used"
+
+
+def test_verl_validation_metrics_are_evaluation_metrics(verl_names):
+    """`val-core/<data source>/<var>/<metric>` (data sources hold slashes) and `val-aux/...` are grpo.eval, the name
+    after `val-` in attribute `metric`: the two sections stay apart; verl's training names stay where they were."""
+    training = [n for n in verl_names if "*" not in n and not n.startswith("val-")]
+    assert training and not any((catalog.resolve(n, "verl") or (None,))[0] == catalog.get("eval_metric")
+                                for n in training)
+    assert catalog.resolve("val-core/openai/gsm8k/reward/mean@4", "verl") == (
+        catalog.get("eval_metric"), {"metric": "core/openai/gsm8k/reward/mean@4"})
+    assert catalog.stat_key("val-aux/openai/gsm8k/reward/mean@4", "verl") == "eval_metric/aux/openai/gsm8k/reward/mean@4"
+    assert catalog.stat_key("val-aux/num_turns/mean", "verl") == "eval_metric/aux/num_turns/mean"
+    assert catalog.evaluation_key("val-core/openai/gsm8k/acc/best@4/mean") == "val-core/openai/gsm8k/acc/best@4/mean"
+    assert catalog.stat_key("val/ratio") == "policy_ratio_mean"  # TRL PPO's `val/`, not verl's `val-`
 
 
 def test_verl_aliases_name_catalog_keys_and_extras_give_reasons():

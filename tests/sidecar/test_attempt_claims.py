@@ -64,7 +64,7 @@ def test_an_evaluation_at_the_resumed_steps_checkpoint_keeps_that_steps_training
     _train(resumed, range(4, 6), "second")
     resumed.finish()
     wait_for(lambda: completions(5) == [f"second-5-{i}" for i in range(4)], "the relaunch's step 5", timeout=30)
-    wait_for(lambda: step(3).get("val_core_acc") == 0.5, "the evaluation stored at step 3", timeout=30)
+    wait_for(lambda: step(3).get("grpo.eval/core/acc") == 0.5, "the evaluation stored at step 3", timeout=30)
 
     three = step(3)
     assert three["grpo.reward.mean"] == pytest.approx(0.3) and three["grpo.kl"] == pytest.approx(0.03)

@@ -66,6 +66,12 @@ class Run:
                         return m.data.data_points[-1].value
         return None
 
+    def gauges(self, name: str, label: str) -> dict[str, float]:
+        """A templated gauge's current data points, by `label`'s value ({} where it has none)."""
+        data = self.reader.get_metrics_data()
+        return {p.attributes[label]: p.value for rm in (data.resource_metrics if data else ())
+                for sm in rm.scope_metrics for m in sm.metrics if m.name == name for p in m.data.data_points}
+
 
 def write_verl(verl, path, first, last, rollouts="-"):
     subprocess.run([sys.executable, str(WRITER), str(verl), str(path), str(rollouts), str(first), str(last)],

@@ -74,9 +74,13 @@ def test_a_verl_validation_before_training_is_no_step(tmp_path, verl):
     verl_log(verl, path, {0: {"val-core/gsm8k/reward/mean@4": 0.25, "val-aux/num_turns/mean": 1.0}})
     run = Run(tmp_path, [VerlMetrics(path)])
     run.once()
-    assert run.steps() == [0] and run.step_attrs(0)["grpo.metric.val_core_gsm8k_reward_mean_4"] == 0.25  # an extra
+    assert run.steps() == [0] and run.step_attrs(0)["grpo.metric.eval_metric/core/gsm8k/reward/mean@4"] == 0.25
+    assert run.gauges("grpo.eval", "metric") == {"core/gsm8k/reward/mean@4": 0.25, "aux/num_turns/mean": 1.0}
+    assert run.gauge("grpo.extra.val_core_gsm8k_reward_mean_4") is None  # no longer an extra
     assert run.gauge("grpo.step_index") is None and run.gauge("grpo.steps") is None
     verl_log(verl, path, {1: {"actor/pg_loss": 0.1}, 2: {"actor/pg_loss": 0.2, "val-core/gsm8k/reward/mean@4": 0.5}})
     run.once()
     assert run.steps() == [0, 1, 2]  # step 2's validation rides with its training values: a step
     assert run.gauge("grpo.steps") == 2 and run.gauge("grpo.step_index") == 2
+    assert run.gauges("grpo.eval", "metric")["core/gsm8k/reward/mean@4"] == 0.5  # an evaluation metric there too
+    assert run.gauge("grpo.loss.policy") == 0.2
