@@ -75,13 +75,15 @@ class Backend:
         self._failed_kinds: set[str] = set()
         self._warned_span_limit = False
         self._warned_score = False
-        # The step index advances once per reported step: a trainer that reports every N steps
+        # The step interval is measured once per new latest step: a trainer that reports every N steps
         # (TRL's logging_steps) moves it every N step times, and the stall alert must wait that long.
         # Measured from the later of the last step and the last heartbeat (work between steps is
-        # no part of a step interval); the first step's is its own duration, not the start-up before it.
+        # no part of a step interval); the first step's is its own duration, not the start-up before it,
+        # and so is a newer attempt's first (its wait before is the failed attempt's end and the resume).
         self._last_progress_ns: int | None = None
         # The step index is the latest step of the newest attempt: a late record of an earlier step (a summary, a
         # metric logged afterwards) never moves it back; a newer attempt (a resume in this process) starts it anew.
+        # Only a record that moves it counts a step (`_record_metrics`).
         self._index: tuple[int, int] | None = None  # (attempt, step)
 
     @classmethod
@@ -189,6 +191,14 @@ class Backend:
         instruments.record_phases(durations)
         if rec.evaluation:  # no step: a hang after an evaluation before the first step is still "no first step"
             return scalars
+        before = self._index
+        if not self._moves_index(rec):  # a further record of the latest step, a late one, a re-send: no step
+            instruments.count_again(rec.skipped, latest=(_attempt_of(rec), rec.step) == before)
+            return scalars
+        index = self._index
+        restart = before is not None and index[0] > before[0]  # a newer attempt: its first step
+        if restart:
+            self._last_progress_ns = None
         end_ns = rec.end_ns or clock.now_ns()
         # measured, unless the caller gave it (a trainer that reports a step ahead of its logging cadence)
         last = self._last_progress_ns
@@ -196,19 +206,18 @@ class Backend:
         since = last if last is not None else rec.start_ns
         given = math.isfinite(scalars.get("log_interval", math.nan))
         interval = None if given or not since else max(end_ns - since, 0) / 1e9
-        instruments.count_steps(rec.steps_done, self._step_index(rec), rec.skipped, interval, end_ns / 1e9)
+        instruments.count_steps(rec.steps_done, index[1], rec.skipped, interval, end_ns / 1e9, restart)
         self._last_progress_ns = end_ns if last is None else max(end_ns, last)
         return scalars
 
-    def _step_index(self, rec: StepRecord) -> int:
-        """`grpo.step_index` after `rec`: its step where its attempt is newer than the index's, else the later of
-        the two (an older attempt's record moves nothing)."""
-        attempt = rec.attempt if rec.attempt is not None else -1
-        if self._index is None or attempt > self._index[0]:
+    def _moves_index(self, rec: StepRecord) -> bool:
+        """Whether `rec` is a new latest step, which moves the index (attempt, `grpo.step_index`) to it: its attempt
+        is newer than the index's, or the same at a later step (an older attempt's record moves nothing)."""
+        attempt, index = _attempt_of(rec), self._index
+        if index is None or attempt > index[0] or (attempt == index[0] and rec.step > index[1]):
             self._index = (attempt, rec.step)
-        elif attempt == self._index[0] and rec.step > self._index[1]:
-            self._index = (attempt, rec.step)
-        return self._index[1]
+            return True
+        return False
 
     def _check_span_limit(self, span: Span) -> None:
         dropped = getattr(span, "dropped_attributes", 0)
@@ -256,6 +265,11 @@ class Backend:
             for i in part:
                 span.add_event(spans.SAMPLE_EVENT, event_attributes(flats[i], picked[i], s.max_text_chars), handed_ns)
             span.end(end_time=end_ns)
+
+
+def _attempt_of(rec: StepRecord) -> int:
+    """The record's attempt for the step index: a sender's that named none is older than any."""
+    return rec.attempt if rec.attempt is not None else -1
 
 
 def _claimed(rec: StepRecord, rank: int) -> int | None:

@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from otel_grpo.catalog import (PROCESS, SIGNALS, STATE_GAUGES, STOPS_TRAINING, Kind, Signal, get, process_id,
-                               resolve, sanitize_key)
+from otel_grpo.catalog import (PROCESS, SIGNALS, STATE_GAUGES, STOPS_TRAINING, Kind, Signal, StepCheck, get,
+                               process_id, resolve, sanitize_key)
 
 from . import _clock as clock
 from ._bulk_histogram import HistogramRecorder
@@ -265,14 +265,14 @@ class Instruments:
         self._activity_route.record(unix_s, self._activity_route.attributes)
 
     def count_steps(self, steps: int, last_step: int, skipped: bool, interval_s: float | None,
-                    end_s: float) -> None:
+                    end_s: float, restart: bool = False) -> None:
         """Progress counters, the `step`, `step_end` and `log_interval` gauges and the step checks' streaks (once
-        per reported step; `interval_s`: the wall time since the previous progress, None: the step recorded its
-        own; `end_s`: the step's end, Unix seconds)."""
-        for check, value in self._streaks.end_step():
-            per_step = self._per_step.get(check.name)
-            if per_step is not None:
-                per_step.record(value, per_step.attributes)
+        per new latest step of the latest attempt; `interval_s`: the wall time since the previous progress, None:
+        the step recorded its own; `end_s`: the step's end, Unix seconds; `restart`: the step is a newer
+        attempt's first, whose streaks start again)."""
+        if restart:
+            self._streaks.restart()
+        self._judged(self._streaks.end_step())
         self._step_end_route.record(end_s, self._step_end_route.attributes)
         if steps > 0:
             self._steps.add(steps, self._base)
@@ -281,3 +281,21 @@ class Instruments:
         self._step_route.record(float(last_step), self._step_route.attributes)
         if interval_s is not None:
             self._interval_route.record(interval_s, self._interval_route.attributes)
+
+    def count_again(self, skipped: bool, latest: bool) -> None:
+        """A training record that is no new step: a further record of the latest step (`latest`: it judges the
+        checks that step has not judged yet), else a late one of an earlier step or of an older attempt (it judges
+        none). No step, interval or end time; a skipped update is still one."""
+        if latest:
+            self._judged(self._streaks.end_step(again=True))
+        else:
+            self._streaks.discard()
+        if skipped:
+            self._skipped.add(1, self._events)
+
+    def _judged(self, checks: list[tuple[StepCheck, float]]) -> None:
+        """The per-step histograms of the checks a step judged (`STEP_DISTRIBUTIONS`): one observation a step."""
+        for check, value in checks:
+            per_step = self._per_step.get(check.name)
+            if per_step is not None:
+                per_step.record(value, per_step.attributes)

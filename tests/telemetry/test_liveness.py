@@ -135,3 +135,42 @@ def test_a_process_killed_before_its_first_interval_was_seen(tmp_path):
     (promise,) = [p["value"] for rm in exported["resource_metrics"] for sm in rm["scope_metrics"]
                   for m in sm["metrics"] if m["name"] == "grpo.process.alive_until" for p in m["data"]["data_points"]]
     assert started + 60 <= promise <= time.time() + 60  # its start plus the push interval it vouched for
+
+
+def test_a_further_or_late_record_of_a_step_is_no_step(captured):
+    """A second record of the latest step (a summary) and a late one of an earlier step (a re-send) measure no
+    interval, move no end time and count no step (the reviewer's g4: 0.1 s and 0.003 s for 1 s steps)."""
+    tel = captured.tel
+    with tel.step(0):
+        pass
+    time.sleep(0.6)
+    with tel.step(1):
+        pass
+    end1 = _value(captured, "grpo.step.end_time")
+    time.sleep(0.2)
+    tel.log_metrics(1, {"train_runtime": 12.0})
+    with tel.step(1):  # the same step again
+        pass
+    tel.log_metrics(0, {"learning_rate": 1e-5})
+    assert _value(captured, "grpo.log_interval") >= 0.55  # still step 0 to step 1
+    assert _value(captured, "grpo.step.end_time") == end1
+    assert _value(captured, "grpo.steps") == 2 and _value(captured, "grpo.step_index") == 1
+    time.sleep(0.3)
+    with tel.step(2):
+        pass
+    assert _value(captured, "grpo.log_interval") >= 0.45  # from step 1's end, not from its later records
+
+
+def test_a_new_attempts_first_step_measures_its_own_duration(captured):
+    """A resume in this process: the wait before it (the failed attempt's end, loading the checkpoint) is no step
+    interval, as a process's start-up is none."""
+    tel = captured.tel
+    for step in (0, 1):
+        with tel.step(step):
+            pass
+    time.sleep(1.0)
+    tel.new_attempt()
+    with tel.step(1):
+        pass
+    assert _value(captured, "grpo.log_interval") < 0.5
+    assert _value(captured, "grpo.step_index") == 1

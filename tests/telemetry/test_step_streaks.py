@@ -103,3 +103,59 @@ def test_each_exported_signals_extra_attributes_are_the_catalogs_point_labels(ca
         signal = get(key)
         extra = {frozenset(set(dict(p.attributes)) - plain) for p in metrics[signal.name].data.data_points}
         assert extra == {frozenset(signal.point_labels)}, key
+
+
+def test_a_further_or_late_record_of_a_step_advances_no_streak(captured):
+    """`otel-grpo follow` sends steps again after a failed flush; a summary comes at the last step: a streak
+    counts steps, each once (the reviewer's g4: steps 4, 5, then 5 and 4 again, read a streak of 4)."""
+    tel = captured.tel
+    for step in (4, 5, 5, 4):
+        tel.log_metrics(step, {"mismatch_chi2_token": 5.0})
+    tel.log_metrics(5, {"train_runtime": 12.0})  # transformers' summary at the last step
+    metrics = captured.metrics()
+    streak = _points(metrics, "grpo.step.streak", signal="mismatch_chi2_token")
+    assert streak[("1.0", None)] == 2
+    beyond = _points(metrics, "grpo.step.beyond", signal="mismatch_chi2_token")
+    assert beyond[("1.0", "1")] == 2 and beyond[("1.0", "2")] == 1 and beyond[("1.0", "3")] == 0
+
+
+def test_a_check_a_step_has_not_judged_is_judged_by_its_later_record_once(captured):
+    """A TRL step whose samples and scalars go out apart: its kl, in the second record, is that step's; a third
+    record of the step judges it no more, and a late record's values never carry into the next step."""
+    tel = captured.tel
+    tel.log_metrics(1, {"kl": 1.5})
+    tel.log_metrics(2, {"reward": 1.0})  # the step's first record: no kl yet
+    tel.log_metrics(2, {"kl": 1.5})
+    tel.log_metrics(2, {"kl": 1.5})
+    tel.log_metrics(1, {"kl": 0.05})  # late: no step, and not the next step's value either
+    tel.log_metrics(3, {"reward": 1.0})
+    metrics = captured.metrics()
+    assert _points(metrics, "grpo.step.streak", signal="kl")[("1.0", None)] == 2
+    beyond = _points(metrics, "grpo.step.beyond", signal="kl")
+    assert beyond[("1.0", "1")] == 2 and beyond[("1.0", "2")] == 1
+    (point,) = metrics["grpo.step.kl"].data.data_points
+    assert point.count == 2  # one observation per step
+
+
+def test_a_new_attempt_starts_every_streak_again(captured):
+    """A resume in this process (`new_attempt`) counts its own steps, as a resumed process does: steps 3-5 beyond,
+    then the resume from step 3's checkpoint beyond at step 4 is a streak of 1, not 4 (the reviewer's g5)."""
+    tel = captured.tel
+    failed = tel.attempt
+    for step in (3, 4, 5):
+        tel.log_metrics(step, {"mismatch_chi2_token": 5.0, "kl": 1.5})
+    tel.new_attempt()
+    tel.log_metrics(4, {"mismatch_chi2_token": 5.0})
+    metrics = captured.metrics()
+    assert _points(metrics, "grpo.step.streak", signal="mismatch_chi2_token")[("1.0", None)] == 1
+    assert _points(metrics, "grpo.step.streak", signal="kl")[("1.0", None)] == 0  # not judged in this attempt
+    beyond = _points(metrics, "grpo.step.beyond", signal="mismatch_chi2_token")
+    assert beyond[("1.0", "1")] == 4 and beyond[("1.0", "3")] == 1  # the process's counts stay: they happened
+    with tel.logged_step(6, attempt=failed) as s:  # the failed attempt's record, sent late (`follow`)
+        s.record({"mismatch_chi2_token": 5.0})
+    for step in (5, 6):
+        tel.log_metrics(step, {"mismatch_chi2_token": 5.0})
+    metrics = captured.metrics()
+    assert _points(metrics, "grpo.step.streak", signal="mismatch_chi2_token")[("1.0", None)] == 3
+    beyond = _points(metrics, "grpo.step.beyond", signal="mismatch_chi2_token")
+    assert beyond[("1.0", "1")] == 6 and beyond[("1.0", "3")] == 2
