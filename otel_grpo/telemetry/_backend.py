@@ -30,6 +30,7 @@ from otel_grpo.catalog import spans
 from . import _clock as clock
 from ._exporters import Exporters
 from ._instruments import Instruments
+from ._numbering import StepNumbering, record_key
 from ._quiet import spans_dropped_said_once
 from ._record import Error, Heartbeat, StepRecord
 from ._retention import AnomalyJudge, RowBudget
@@ -72,6 +73,7 @@ class Backend:
         self._budget = RowBudget(settings)  # anomalous steps kept whole: this backend selects (one process)
         self._judge = AnomalyJudge(settings)  # ... as it judges (else the training thread did: `StepRecord.judged`)
         self._columns = ColumnTracker()
+        self._numbering = StepNumbering()  # a step's records number their rows one after another
         self._failed_kinds: set[str] = set()
         self._warned_span_limit = False
         self._warned_score = False
@@ -229,22 +231,27 @@ class Backend:
             )
 
     def _emit_samples(self, rec: StepRecord, parent: Context) -> None:
-        """The step's kept rows: selected once over every row of every `samples()` call (or across ranks)."""
+        """The record's kept rows: selected once over every row of every `samples()` call (or across ranks), and
+        numbered on from the rows of the step's earlier records (`_numbering`)."""
         s = self._settings
         handed_ns = min((ns for ns, _, _ in rec.rows), default=rec.end_ns or rec.start_ns)
-        picked = rec.picked
+        picked, pool, rank, ranks = rec.picked, rec.pool, 0, 1  # across ranks: positions among every rank's rows
         if picked is None:
             rows = StepRows(rec.rows, s.score)
             kept = pick_rows(rows.scores, s, rec.keep_reason, self._budget, step_rng(s.seed, s.run_id, rec.step))
             reason = rec.keep_reason if kept and kept[0][1] == "all" else None
-            picked = [Selected(rank_sample_index(i, self._rank, self._ranks), selection,
-                               rows.annotated(i, self._rank, reason)) for i, selection in kept]
+            picked = [Selected(i, selection, rows.annotated(i, self._rank, reason)) for i, selection in kept]
+            pool, rank, ranks = len(rows.rows), self._rank, self._ranks
         if not picked:
             return
         if (s.top_k or s.bottom_k) and picked[0].selection == "random" and not self._warned_score:
             self._warned_score = True  # top/bottom come first: none means no row had a finite score
             logger.warning("otel-grpo: no sample row has a numeric %r column; only random samples are kept", s.score)
         flats = [flatten_row(p.row) for p in picked]
+        first = self._numbering.start(rec.attempt, rec.step, pool, record_key(rec.evaluation, pool, picked, flats))
+        if first or rank or ranks > 1:
+            picked = [Selected(rank_sample_index(first + p.index, rank, ranks), p.selection, p.row)
+                      for p in picked]
         self._columns.observe(set().union(*flats), rec.step)
         # The spill first: it is the copy that must be complete whatever the exporters do.
         if self.spill is not None:

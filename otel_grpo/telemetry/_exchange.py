@@ -1,7 +1,7 @@
 """Sample selection per step over every rank (torchforge's `global_reduce`): scores travel, then only the kept rows.
 
-    kept = select_across_ranks(calls, settings, rng, group)   # every rank, on the training thread
-    # rank 0: the step's kept rows of every rank (Selected); other ranks: None
+    kept, pool = select_across_ranks(calls, settings, rng, group)   # every rank, on the training thread
+    # kept: on rank 0 the step's kept rows of every rank (Selected), None elsewhere; pool: every rank's row count
 
 Two object collectives per step, whatever the number of rows or `samples()` calls:
 an all-gather of each rank's scores (floats, never text) with rank 0's random seed,
@@ -49,10 +49,10 @@ def select_across_ranks(
     group: ProcessGroup,
     keep_reason: str | None = None,
     budget: RowBudget | None = None,
-) -> list[Selected] | None:
+) -> tuple[list[Selected] | None, int]:
     """Top / bottom / random rows of the step over every rank (or all of them, for an anomalous
-    step: rank 0's `keep_reason`, within `budget`, which every rank counts alike); the kept rows on
-    rank 0, None elsewhere.
+    step: rank 0's `keep_reason`, within `budget`, which every rank counts alike): the kept rows on
+    rank 0, None elsewhere, and how many rows every rank handed.
 
     Every rank must call this once per step (with no rows if it has none). `Selected.index`
     is the row's position among every rank's rows, rank by rank; rows carry their group
@@ -77,6 +77,6 @@ def select_across_ranks(
     received: list[Any] | None = [None] * world if rank == 0 else None
     dist.gather_object(mine, received, dst=0)  # collective 2: the kept rows only
     if received is None:
-        return None
+        return None, len(flat)
     kept = sorted((item for part in received for item in part), key=lambda item: item[0])
-    return [Selected(index, selection, row) for _, index, selection, row in kept]
+    return [Selected(index, selection, row) for _, index, selection, row in kept], len(flat)

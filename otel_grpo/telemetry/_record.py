@@ -49,6 +49,9 @@ class StepRecord:
     """(time in ns when handed over, rows, group size) per `samples()` call."""
     picked: list[Selected] | None = None
     """The rows kept across ranks (`select_across_ranks`); None: select among `rows` in the backend."""
+    pool: int = 0
+    """With `picked`: how many rows every rank handed, the positions `picked` numbers (the next record of the
+    step numbers its rows after them)."""
     phases: list[Phase] = field(default_factory=list)
     skipped: bool = False
     keep_reason: str | None = None

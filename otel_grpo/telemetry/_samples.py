@@ -29,8 +29,9 @@ class Selected:
     """One kept row: its `sample_index` and why it was kept."""
 
     index: int
-    """Unique among the step's rows of every rank: the position among the rows the selection ran over, every
-    rank's (`select_across_ranks`) or, where each rank selects its own, `rank_sample_index`."""
+    """The position among the rows the selection ran over, every rank's (`select_across_ranks`) or this rank's
+    own; the backend numbers it on after the step's earlier records (`_numbering`) and, where each rank selects
+    its own, by `rank_sample_index`: unique among the step's rows of every rank and record."""
     selection: str
     """"top", "bottom", "random", or "all" (every row of an anomalous step, see `_retention`)."""
     row: Mapping[str, Any]
@@ -100,7 +101,8 @@ def rank_sample_index(index: int, rank: int, ranks: int) -> int:
 
     The sidecar, the spill and the web page's sample links name a row by its run, step and sample index, so two
     ranks' rows of one step must never share one (the second would be dropped as the first sent again); a row sent
-    again keeps its number, and `sample_index % ranks` is its rank (`source_rank`).
+    again keeps its number, and `sample_index % ranks` is its rank (`source_rank`). `index` counts the rank's rows
+    of the step's earlier records too (`_numbering`).
     """
     return index * ranks + rank
 

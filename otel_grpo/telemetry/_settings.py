@@ -166,7 +166,7 @@ class TelemetrySettings(BaseSettings):
     every rank (torchforge's global_reduce: every rank must enter `step()`, which then runs two
     small collectives; rank 0 exports the kept rows); "per_rank" selects among each exporting
     rank's own rows (torchforge's per_rank_reduce), with no collective. Either way a kept row's `sample_index` is
-    unique within its step (`Selected.index`)."""
+    unique within its step (`Selected.index`), across the step's records too (`_numbering`)."""
     keep_anomalous_steps: bool = True
     """Keep every sample row of an anomalous step (skipped update, a non-finite scalar, a scalar above
     `anomaly_thresholds`, a reward or KL outlier against the last `anomaly_window` steps), not only

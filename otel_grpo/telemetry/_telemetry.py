@@ -227,7 +227,7 @@ class Telemetry:
                 run_deferred(record, self.settings.run_id)
                 record.keep_reason, record.judged = self._judge(record.scalars, record.skipped), True
                 if clean and gather:
-                    record.picked = self._select_across_ranks(record, group)  # every rank's rows compete
+                    self._select_across_ranks(record, group)  # every rank's rows compete
             record.end_ns = clock.now_ns()
             if not self._closed:
                 with _preemption.deferred():  # the sink's locks: a SIGTERM here ends the run after it
@@ -245,18 +245,19 @@ class Telemetry:
             return None
         return current_group()
 
-    def _select_across_ranks(self, record: StepRecord, group: ProcessGroup) -> list:
-        """The step's kept rows of every rank on rank 0, [] on the others."""
+    def _select_across_ranks(self, record: StepRecord, group: ProcessGroup) -> None:
+        """`record.picked`: the step's kept rows of every rank on rank 0, [] on the others; `record.pool`: how many
+        rows every rank handed."""
         try:
-            kept = select_across_ranks(record.rows, self.settings, self._select_rng, group, record.keep_reason,
-                                       self._budget)
-            return [] if kept is None else kept  # only rank 0 emits them, even when every rank exports
+            kept, record.pool = select_across_ranks(record.rows, self.settings, self._select_rng, group,
+                                                    record.keep_reason, self._budget)
+            record.picked = [] if kept is None else kept  # only rank 0 emits them, even when every rank exports
         except Exception:  # telemetry never stops training; the rows of this step are lost, said once
             if not self._warned_exchange:
                 self._warned_exchange = True
                 logger.warning("otel-grpo: selecting samples across ranks failed; this step's samples are lost",
                                exc_info=True)
-            return []
+            record.picked = []
 
     def log_metrics(self, step: int, metrics: Mapping[str, Any], *, source: str | None = None,
                     evaluation: bool = False) -> None:

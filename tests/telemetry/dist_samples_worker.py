@@ -39,6 +39,12 @@ def main(out: str) -> None:
     with tel.step(STEPS) as s:
         s.record({"kl": 5.0})
         s.samples(anomalous, group_size=GROUP)
+    # two records of one step (a training step, then an evaluation at it): the second numbers on after the first
+    records = [rows_of(rank + 20, STEPS + 1, 2), rows_of(rank + 30, STEPS + 1, 2)]
+    with tel.step(STEPS + 1) as s:
+        s.samples(records[0])
+    with tel.logged_step(STEPS + 1, evaluation=True) as s:
+        s.samples(records[1])
     tel.finish()
     # per-rank selection (torchforge's per_rank_reduce), every rank exporting: no collective
     own = Telemetry(TelemetrySettings(run_id="per-rank", output_dir=f"{out}/per_rank", sample_reduce="per_rank",
@@ -46,6 +52,10 @@ def main(out: str) -> None:
     with counting_collectives() as per_rank_calls:
         with own.step(0) as s:
             s.samples(handed[0][0] + handed[0][1], group_size=GROUP)
+    with own.step(1) as s:
+        s.samples(records[0])
+    with own.logged_step(1, evaluation=True) as s:
+        s.samples(records[1])
     own.finish()
     # global selection with every rank exporting: rank 0 alone emits the kept rows
     every = Telemetry(TelemetrySettings(run_id="all-export", output_dir=f"{out}/all_export", export_all_ranks=True,
@@ -54,7 +64,7 @@ def main(out: str) -> None:
         s.samples(handed[0][0] + handed[0][1], group_size=GROUP)
     every.finish()
     with open(f"{out}/rank{rank}.json", "w") as f:
-        json.dump({"handed": handed, "anomalous": anomalous, "collectives": collectives,
+        json.dump({"handed": handed, "anomalous": anomalous, "records": records, "collectives": collectives,
                    "per_rank_collectives": per_rank_calls}, f)
     dist.barrier()
     dist.destroy_process_group()

@@ -53,6 +53,25 @@ def test_an_anomalous_step_keeps_every_row_of_every_rank(two_ranks):
     assert {r["kept_because"] for r in kept} == {"kl 5 above 1"}
 
 
+def test_a_second_record_of_a_step_numbers_its_rows_after_every_ranks_rows_of_the_first(two_ranks):
+    from tests.telemetry.dist_samples_worker import STEPS
+
+    out, ranks = two_ranks
+    first, second = ([row for rank in ranks for row in rank["records"][r]] for r in (0, 1))  # every row is kept
+    kept = {r["completion"]: r["sample_index"] for r in _spilled(out, STEPS + 1)}
+    assert kept == {row["completion"]: i for i, row in enumerate(first + second)}
+
+
+def test_per_rank_a_second_record_of_a_step_numbers_its_rows_after_the_ranks_own_first(two_ranks):
+    out, ranks = two_ranks
+    for rank, data in enumerate(ranks):
+        first, second = data["records"]
+        lines = (out / "per_rank" / "samples" / f"step_1_rank{rank}.jsonl").read_text().splitlines()
+        kept = {r["completion"]: r["sample_index"] for r in map(json.loads, lines)}
+        # row i of the rank's rows at the step, every record's: 2 * i + rank, its rank still sample_index % 2
+        assert kept == {row["completion"]: 2 * i + rank for i, row in enumerate(first + second)}
+
+
 def test_kept_rows_carry_rank_and_group_context(two_ranks):
     from tests.telemetry.dist_samples_worker import GROUP
 

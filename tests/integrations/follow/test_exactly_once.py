@@ -159,6 +159,20 @@ def test_a_resent_step_keeps_its_sample_selection(tmp_path, verl):
     assert picks[0] == picks[1] and all(len(v) == 3 for v in picks[0].values())
 
 
+def test_a_step_sent_again_after_a_failed_flush_keeps_its_sample_indices(tmp_path, verl):
+    """What was sent since the last save goes out again through the same Telemetry: its rows keep their indices
+    (the sidecar stores them once), though a step's later records number theirs after the earlier ones'."""
+    rollouts = tmp_path / "rollouts"
+    for step in (1, 2):
+        dump_generations(str(rollouts), step)
+    run = Run(tmp_path, [VerlRollouts(rollouts, settle_s=0.0)])
+    saved = run.follower.state.sources["verl-rollouts"]
+    run.once()
+    run.follower.sources[0].restore(saved, False)  # as `_commit` does after a failed export
+    run.once()
+    assert _samples(run) == {step: sorted(list(range(8)) * 2) for step in (1, 2)}
+
+
 def test_a_second_follower_on_one_state_file_is_refused(tmp_path):
     path, state = tmp_path / "m.jsonl", tmp_path / "s.json"
     path.write_text('{"step": 1, "kl": 0.1}\n')
