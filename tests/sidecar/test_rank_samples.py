@@ -4,8 +4,6 @@ once, none taken for another rank's row of the same step."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -13,8 +11,9 @@ import pytest
 
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
+from tests._support.replay import replay_spill
+
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 RUN = "ranks"
 STEPS, ROWS = (1, 2), 4
 
@@ -55,12 +54,6 @@ def _stored(url: str) -> list[dict]:
     return answer.json() if answer.status_code == 200 else []
 
 
-def _replay(url: str, out: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "replay", str(out), "--endpoint", url],
-                            capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-
-
 def _assert_every_row_once(url: str, handed: set[tuple[int, str]]) -> None:
     rows = _stored(url)
     assert sorted((r["step"], r["completion"]) for r in rows) == sorted(handed)
@@ -72,13 +65,13 @@ def _assert_every_row_once(url: str, handed: set[tuple[int, str]]) -> None:
 
 
 @pytest.mark.parametrize("reduce", ["per_rank", "global"])
-def test_every_ranks_rows_are_stored_live_and_once_again_after_a_replay(sidecar_factory, db, tmp_path, monkeypatch,
+def test_every_ranks_rows_are_stored_live_and_once_again_after_areplay_spill(sidecar_factory, db, tmp_path, monkeypatch,
                                                                         reduce):
     sidecar = sidecar_factory(db=db)
     out = tmp_path / "run"
     handed = _train(_ranks(sidecar.url, out, monkeypatch, sample_reduce=reduce))
     _assert_every_row_once(sidecar.url, handed)
-    _replay(sidecar.url, out)  # every row sent again: stored once
+    replay_spill(sidecar.url, out)  # every row sent again: stored once
     _assert_every_row_once(sidecar.url, handed)
 
 
@@ -88,7 +81,7 @@ def test_a_replayed_spill_of_every_rank_is_stored_once(sidecar_factory, db, tmp_
     handed = _train(_ranks(sidecar.url, out, monkeypatch, sample_reduce="per_rank", traces_exporters=["none"]))
     assert sorted(p.name for p in (out / "samples").iterdir()) == [
         f"step_{step}_rank{rank}.jsonl" for step in STEPS for rank in (0, 1)]
-    _replay(sidecar.url, out)
+    replay_spill(sidecar.url, out)
     _assert_every_row_once(sidecar.url, handed)
-    _replay(sidecar.url, out)
+    replay_spill(sidecar.url, out)
     _assert_every_row_once(sidecar.url, handed)

@@ -20,6 +20,8 @@ from otel_grpo.telemetry import Telemetry, TelemetrySettings
 from otel_grpo.telemetry._backend import Backend
 from otel_grpo.telemetry._record import StepRecord
 from otel_grpo.telemetry._spill import SampleSpill, SpillReader
+
+from tests._support.replay import replay_spill
 from tests._support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -41,14 +43,7 @@ def _step(tel: Telemetry, step: int) -> None:
 
 
 def _replay(url: str, out: Path) -> str:
-    return _replayed(url, out).stdout
-
-
-def _replayed(url: str, out: Path, exit_code: int = 0) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "replay", str(out), "--endpoint", url],
-                            capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert result.returncode == exit_code, result.stderr
-    return result
+    return replay_spill(url, out).stdout
 
 
 def _spill_only(url: str, out: Path, run_id: str, steps: int = 3) -> None:
@@ -194,7 +189,7 @@ def test_replay_names_the_lines_it_cannot_read_and_sends_the_rest(sidecar_factor
         fh.write("[1, 2]\n\n")  # valid JSON but no row; a blank line is nothing
     with (out / "steps.jsonl").open("a") as fh:
         fh.write('{"run_id": "edited", "step": 3, "met')  # cut short
-    result = _replayed(sidecar.url, out)
+    result = replay_spill(sidecar.url, out)
     assert result.stderr.strip() == ("otel-grpo replay: warning: skipped 2 line(s) that are no step or sample of a run (no JSON "
                                      "object with run_id and step): steps.jsonl (1), samples/step_1.jsonl (1)")
     assert "replayed 3 step(s) and 15 sample(s)" in result.stdout
@@ -209,7 +204,7 @@ def test_spans_the_sidecar_rejects_fail_the_replay_with_its_reason(sidecar_facto
     _spill_only(sidecar.url, out, "legacy")
     for path in [out / "steps.jsonl", *(out / "samples").glob("*.jsonl")]:
         path.write_text(path.read_text().replace('"run_id": "legacy"', '"run_id": "legacy/steps"'))
-    result = _replayed(sidecar.url, out, exit_code=1)
+    result = replay_spill(sidecar.url, out, exit_code=1)
     assert result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
     assert re.fullmatch(r"otel-grpo replay: .*/v1/traces took the replay of .* but rejected 6 span\(s\) \(span "
@@ -237,7 +232,7 @@ def test_a_step_larger_than_a_request_goes_in_parts(sidecar_factory, tmp_path):
     assert requests and float(requests.group(1)) >= 2, metrics
 
 
-def test_rows_without_a_sample_index_are_stored_once_however_often_replayed(sidecar_factory, tmp_path):
+def test_rows_without_a_sample_index_are_stored_once_however_oftenreplay_spill(sidecar_factory, tmp_path):
     """Such a row's id in the store comes from its span's id and its place in the span (the telemetry layer
     numbers its rows; a hand-written or older spill may not): a replay must build the same spans each time."""
     sidecar = sidecar_factory()
@@ -356,7 +351,7 @@ def test_a_replay_keeps_each_jobs_other_ranks_beside_its_rank_zero(sidecar_facto
         0: crashed, 1: crashed, 2: relaunch, 3: relaunch}
 
 
-def test_a_middle_jobs_late_exports_read_the_same_live_and_replayed(sidecar_factory, tmp_path, monkeypatch, otlp):
+def test_a_middle_jobs_late_exports_read_the_same_live_andreplay_spill(sidecar_factory, tmp_path, monkeypatch, otlp):
     """Three launches of one run, `export_all_ranks`: A ran steps 0-7, B resumed at 3 and ran 3-6, C resumed at 5.
     A and C export live; B's exports (its rank 1's first) reach the live sidecar only after C's claims. The whole
     run's spill replayed into an empty sidecar reads the same as the live one: A's steps below B's resume step,

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -13,8 +11,9 @@ import pytest
 
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
 
+from tests._support.replay import replay_spill
+
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 RUN = "records"
 
 
@@ -56,12 +55,6 @@ def _stored(url: str) -> list[dict]:
     return answer.json()
 
 
-def _replay(url: str, out: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "replay", str(out), "--endpoint", url],
-                            capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-
-
 def _assert_every_row_once(url: str, handed: set[tuple[int, str]]) -> None:
     rows = _stored(url)
     assert sorted((r["step"], r["completion"]) for r in rows) == sorted(handed)
@@ -71,12 +64,12 @@ def _assert_every_row_once(url: str, handed: set[tuple[int, str]]) -> None:
     assert httpx.get(f"{url}/api/runs/{RUN}", timeout=10).json()["sample_count"] == len(handed)
 
 
-def test_every_record_of_a_step_stores_its_rows_live_and_once_again_after_a_replay(sidecar_factory, db, tmp_path):
+def test_every_record_of_a_step_stores_its_rows_live_and_once_again_after_areplay_spill(sidecar_factory, db, tmp_path):
     sidecar = sidecar_factory(db=db)
     out = tmp_path / "run"
     handed = _train(_telemetry(sidecar.url, out))
     _assert_every_row_once(sidecar.url, handed)
-    _replay(sidecar.url, out)  # every row sent again: stored once
+    replay_spill(sidecar.url, out)  # every row sent again: stored once
     _assert_every_row_once(sidecar.url, handed)
 
 

@@ -10,8 +10,11 @@ import sys
 
 import pytest
 
-CODE = ("import time; time.sleep(1.5); from otel_grpo.telemetry._attempt import next_attempt; "
-        "asked = time.time_ns(); print(next_attempt(ranks={ranks}), asked, next_attempt(ranks={ranks}))")
+# `asked` on the process's own clock (`_clock`: the wall clock read once, then the monotonic one), which the
+# attempt is taken on: the wall clock read again may be ahead of it by NTP's slewing since.
+CODE = ("import time; time.sleep(1.5); from otel_grpo.telemetry import _clock; "
+        "from otel_grpo.telemetry._attempt import next_attempt; "
+        "asked = _clock.now_ns(); print(next_attempt(ranks={ranks}), asked, next_attempt(ranks={ranks}))")
 
 
 @pytest.mark.parametrize("ranks", [1, 2])
