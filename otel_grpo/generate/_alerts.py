@@ -61,7 +61,9 @@ def _evidence_alert(s: RuleSettings, name: str, fields: tuple[str, ...], steps: 
     """A threshold alert on the trainer's step evidence: `steps` consecutive steps beyond the run's threshold."""
     expr = at_step(held(fields, steps)) + (f" {_kl_on(s)}" if kl else "")
     run = f" for {steps}+ consecutive steps" if steps > 1 else ""
-    return _alert(s, name, expr, "0s", severity, f"{summary}{run} in {_RUN} (step {_STEP})", description, panel)
+    rule = _alert(s, name, expr, "0s", severity, f"{summary}{run} in {_RUN} (step {_STEP})", description, panel)
+    # A condition that keeps coming back is one alert: each return would be a new one, notified again.
+    return {**rule, "keep_firing_for": s.keep_firing_for}
 
 
 # ---- alerts ----------------------------------------------------------------------------

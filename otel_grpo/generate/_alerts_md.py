@@ -352,6 +352,7 @@ def render_alerts_md() -> str:
         f"| `stall_factor`, `stall_floor` | {s.stall_factor:g}, {s.stall_floor} | a hang: idle longer than this many step intervals, and the floor (above an export interval and a scrape) |",
         f"| `first_step_floor` | {s.first_step_floor} | a hang before the first step: longer than the longest healthy start-up |",
         f"| `kl_steps`, `drift_steps` | {s.kl_steps}, {s.drift_steps} | consecutive steps the threshold and trend alerts need |",
+        f"| `keep_firing_for` | {s.keep_firing_for} | how long a threshold or trend alert keeps firing after its condition last held: one that keeps coming back is one notification |",
         f"| `for_fast` | {s.for_fast} | GRPOMetricsAbsent and GRPORunPreempted wait this long (one failed scrape is no crash) |",
         "",
         "A process's liveness promise and its progress are its own timestamps, judged on Prometheus's clock: each",

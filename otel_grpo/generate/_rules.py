@@ -166,6 +166,10 @@ class RuleSettings:
     for_slow: str = "5m"
     """`for:` of the stack's own warnings (export failures, rejected requests)."""
     for_target: str = "2m"
+    keep_firing_for: str = "1h"
+    """How long a threshold or trend alert (the trainer's step evidence) keeps firing after its condition last held:
+    a condition that keeps coming back (3 bad steps of 4, a fraction hovering at its bound) is one alert, notified
+    once and resolved this long after the run's last bad streak, not a new notification each time it returns."""
     # ---- links ---------------------------------------------------------------------
     runbook_base: str = "https://github.com/otel-grpo/otel-grpo/blob/main/docs/operations.md"
     """Absolute URL of the runbook; each alert's `runbook_url` is this plus `#<alert name>`."""
@@ -183,6 +187,9 @@ class RuleSettings:
             bounds = STEP_CHECKS[key].bounds
             if getattr(self, name) not in bounds:
                 raise ValueError(f"{name} must be a bound of the {key!r} step check: {bounds}")
+        if not _positive_duration(self.keep_firing_for):
+            raise ValueError(f"keep_firing_for: {self.keep_firing_for!r} is not a duration; use a positive number "
+                             "and one of s, m, h, d (1h)")
         if not _positive_duration(self.memory_interval):
             raise ValueError(f"memory_interval: {self.memory_interval!r} is not a duration; use a positive number and "
                              "one of s, m, h, d (10m)")
