@@ -117,7 +117,9 @@ verl's validation metrics are evaluation metrics wherever they are logged (`log_
 `otel-grpo follow`, on their own or on a `test_freq` step's line): `val-core/openai/gsm8k/reward/mean@4` is
 `grpo_eval{metric="core/openai/gsm8k/reward/mean@4"}` (the name after `val-`, as TRL's `eval_` is dropped; `core/`
 and `aux/` keep verl's two sections apart), the sidecar's `grpo.eval/core/openai/gsm8k/reward/mean@4` column.
-Names the catalog does not know stay `grpo.extra.*` gauges, as in a training record. Its per-sample
+A name the catalog does not know is the evaluation's metric too (`my_score`: `grpo_eval{metric="my_score"}`),
+never the training run's `grpo.extra.*` gauge or step-row column of that name; its `step` (verl's
+`training/global_step`) is dropped: the step index moves with training. Its per-sample
 values (`ReducedStats.samples`, the per-sample columns `follow` reads from an evaluation's
 completions) are not recorded: the `grpo.sample.*` histograms are the training completions'
 distributions. Its sample rows (`Step.samples`) go to the sidecar at its step, beside the step's own.
