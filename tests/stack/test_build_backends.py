@@ -143,14 +143,17 @@ def test_a_stopped_build_says_stopped_and_leaves_no_work_directory(tmp_path):
     cache, work, fake = tmp_path / "bin", tmp_path / "tmp", tmp_path / "fake"
     for folder in (cache, work, fake):
         folder.mkdir()
-    (fake / "go").write_text("#!/bin/sh\nexec sleep 60\n")
+    (fake / "go").write_text(f"#!/bin/sh\ntouch {fake / 'running'}\nexec sleep 60\n")
     (fake / "go").chmod(0o755)
     env = {**os.environ, "OTEL_GRPO_BIN_CACHE": str(cache), "TMPDIR": str(work), "PATH": f"{fake}:{os.environ['PATH']}"}
     build = subprocess.Popen(["bash", str(SCRIPT), "helm"], stderr=subprocess.PIPE, text=True, env=env,
                              start_new_session=True)
     log = cache / "logs" / f"{cache_name('helm')}.log"
     deadline = time.monotonic() + 30
-    while not (log.exists() and log.read_text().startswith("==== ")) and time.monotonic() < deadline:
+    # The build under way, its `go` started: a TERM before that reaches no `go`, and bash waits for the one it
+    # starts next (60 s) before its trap runs.
+    while not (log.exists() and log.read_text().startswith("==== ") and (fake / "running").exists()) \
+            and time.monotonic() < deadline:
         time.sleep(0.05)
     assert any(work.iterdir())  # the build's work directory
     os.killpg(build.pid, signal.SIGTERM)
