@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from otel_grpo.telemetry import Telemetry, TelemetrySettings
+from otel_grpo.telemetry import Telemetry, TelemetrySettings, _attempt, _telemetry
 from otel_grpo.telemetry._backend import Backend
 from otel_grpo.telemetry._record import StepRecord
 from otel_grpo.telemetry._spill import SampleSpill, SpillReader
@@ -150,7 +150,7 @@ def test_a_step_emitted_again_by_the_trainer_that_took_over_is_stored_once(sidec
 TRAINER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from otel_grpo.telemetry import Telemetry, TelemetrySettings
+    from otel_grpo.telemetry import Telemetry, TelemetrySettings, _attempt, _telemetry
     url, out = sys.argv[1], Path(sys.argv[2])
     tel = Telemetry(TelemetrySettings(run_id="killed", output_dir=out, otlp_protocol="http/protobuf",
                                       otlp_traces_endpoint=url + "/v1/traces", metrics_exporters=["none"],
@@ -363,7 +363,12 @@ def test_a_middle_jobs_late_exports_read_the_same_live_andreplay_spill(sidecar_f
     def job(tag: str, steps, exporter: str) -> tuple[Path, dict[int, int]]:
         out = tmp_path / tag
         ranks = {}
+        # A launcher starts a job's ranks together: each rank's attempt is its process's start, a millisecond
+        # apart here. In this one process a `Telemetry` would take "now" at its construction, which under load
+        # put C's rank 1 nearer to B's claim than to C's own.
+        launch = _attempt.next_attempt()
         for rank in (1, 0):
+            monkeypatch.setattr(_telemetry, "next_attempt", lambda ranks=1, rank=rank: launch + rank * 1_000_000)
             monkeypatch.setenv("RANK", str(rank))
             settings = _settings(live.url, out, "late", export_all_ranks=True, sample_reduce="per_rank")
             ranks[rank] = Telemetry(settings.model_copy(update={"traces_exporters": [exporter]}))
