@@ -12,7 +12,7 @@ or are checked against `SIGNALS`.
 
 from . import spans
 from ._alert_annotations import CLOCK_OFFSET_ANNOTATION
-from ._lookup import PEERS, by_name, evaluation_key, get, peer_names, resolve, split_stat_key, stat_key
+from ._lookup import EVAL_KEY, PEERS, by_name, evaluation_key, get, peer_names, resolve, split_stat_key, stat_key
 from ._peer_logs import is_evaluation, peer_scalars
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
 from ._step_checks import (
@@ -40,6 +40,7 @@ __all__ = [
     "Baseline",
     "CHECK_INPUTS",
     "CLOCK_OFFSET_ANNOTATION",
+    "EVAL_KEY",
     "PEERS",
     "PROCESS",
     "SIGNALS",

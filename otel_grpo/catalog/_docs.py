@@ -98,8 +98,10 @@ crashed attempt's last values are not served as current while it starts (templat
 such as a reward function's or TRL's logged keys, and `grpo.extra.*` stay until the relaunch
 logs them or they expire).
 Several records of one step (a summary log, samples that arrive apart from the scalars)
-are all that step's values; an evaluation's values (`evaluation=True`, `grpo.eval`) stay
-current until the next evaluation.
+are all that step's values; an evaluation's values (`grpo.eval`, whether from an
+`evaluation=True` record or a validation verl logs on its training step's line) stay current
+until the next evaluation, and the trainer's state an evaluation logs (`epoch`) until the next
+training step.
 These gauges are the process's state, not a step's statistic, and keep their last
 value: {state}.
 

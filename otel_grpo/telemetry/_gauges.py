@@ -26,25 +26,32 @@ class StepGauges:
     Values are stamped with the record (one step's, or one `log_metrics` call's) they came in; the
     record of a later step than any before it makes every older value stale, whatever it reports (a
     failed step that records no statistic leaves none current). Training steps and evaluations are two
-    sets: an evaluation's values are current until the next evaluation, a training step's until the next
-    training step, neither ends the other; a newer attempt's first record (a relaunch, `new_attempt()`) ends
-    both, so a failed attempt's evaluation is not served beside the new attempt's steps. Several records of
-    one step all stay current (a summary log at the last logged step, a TRL step whose samples and scalars
-    arrive apart). A late record (of an earlier step than the latest of its set, or an older attempt's) adds
-    what the latest step lacks, until the next step, and changes nothing the latest step gave (`late`).
+    sets, and a value's set is its gauge's (`LatestValueGauge(..., evaluation=True)`: `grpo.eval`), not its
+    record's: an evaluation's values are current until the next evaluation, a training step's until the next
+    training step, neither ends the other. A record ends the older values of its own set, and of the evaluation
+    set where it gave evaluation values (verl logs a validation on its training step's line: that is the run's
+    latest evaluation until the next one, not until the next training step). A newer attempt's first record (a
+    relaunch, `new_attempt()`) ends both sets, so a failed attempt's evaluation is not served beside the new
+    attempt's steps. Several records of one step all stay current (a summary log at the last logged step, a TRL
+    step whose samples and scalars arrive apart). A late record (of an earlier step than the latest of a set, or
+    an older attempt's) adds what that set's latest step lacks, until its next step, and changes nothing the
+    latest step gave (`late`).
     """
 
-    __slots__ = ("stamp", "evaluation", "late", "_position", "_current", "_latest", "_attempt")
+    __slots__ = ("stamp", "evaluation", "late", "gave", "_position", "_current", "_latest", "_attempt")
 
     def __init__(self) -> None:
         self.stamp = 0
         """The record being recorded."""
         self.evaluation = False
         """The record being recorded is an evaluation's."""
-        self.late = False
-        """The record being recorded is of an earlier step (or an older attempt) than the latest of its set."""
+        self.late = [False, False]
+        """Per set (training, evaluation): the record being recorded is of an earlier step (or an older attempt)
+        than the set's latest."""
+        self.gave = [False, False]
+        """Per set: the record being recorded gave the set a value (or cleared one)."""
         self._position = (0, 0)
-        self._current = [0, 0]  # per set (training, evaluation): values stamped before this are stale
+        self._current = [0, 0]  # per set: values stamped before this are stale
         # per set: the latest (attempt, step) recorded
         self._latest: list[tuple[int, int] | None] = [None, None]
         self._attempt: int | None = None  # the newest attempt recorded
@@ -52,24 +59,29 @@ class StepGauges:
     def begin_record(self, evaluation: bool, step: int, attempt: int | None = None) -> None:
         """A record of `step` begins (`attempt` None: the newest attempt's)."""
         self.evaluation = evaluation
-        latest = self._latest[int(evaluation)]
         if attempt is None:
             attempt = self._attempt if self._attempt is not None else 0
-        self._position = (attempt, step)
-        self.late = latest is not None and self._position < latest
+        position = self._position = (attempt, step)
+        self.late = [latest is not None and position < latest for latest in self._latest]
+        self.gave = [False, False]
 
     def end_record(self) -> None:
-        """The record's values are in: a later step than the latest of its set, or a newer attempt's, makes the
-        set's older values stale; a newer attempt's, the other set's too."""
-        kind = int(self.evaluation)
-        latest, position = self._latest[kind], self._position
-        if latest is None or position > latest:
-            self._latest[kind], self._current[kind] = position, self.stamp
+        """The record's values are in: a later step than the latest of a set it ended (its own; the evaluation set
+        where it gave one a value), or a newer attempt's, makes the set's older values stale; a newer attempt's,
+        every set's."""
+        own, position = int(self.evaluation), self._position
+        for kind in (0, 1):
+            if kind != own and not (kind and self.gave[kind]):
+                continue
+            latest = self._latest[kind]
+            if latest is None or position > latest:
+                self._latest[kind], self._current[kind] = position, self.stamp
         if self._attempt is None or position[0] > self._attempt:
             if self._attempt is not None:
-                self._current[1 - kind] = self.stamp
+                self._current = [self.stamp, self.stamp]
             self._attempt = position[0]
-        self.evaluation = self.late = False
+        self.evaluation = False
+        self.late = [False, False]
         self.stamp += 1
 
     def current(self, stamp: int, evaluation: bool) -> bool:
@@ -89,9 +101,11 @@ class LatestValueGauge:
     """
 
     def __init__(self, meter: Meter, name: str, unit: str, description: str,
-                 steps: StepGauges | None = None) -> None:
+                 steps: StepGauges | None = None, evaluation: bool = False) -> None:
+        """`evaluation`: an evaluation's gauge (`grpo.eval`), whose values are current by the evaluation set."""
         self._steps = steps
-        self._last: dict[frozenset, tuple[float, Mapping[str, Any], int, bool]] = {}
+        self._set = int(evaluation)
+        self._last: dict[frozenset, tuple[float, Mapping[str, Any], int]] = {}
         # attribute dicts seen -> their series key: routes pass the same dict every step
         self._keys: dict[int, tuple[Mapping[str, Any], frozenset]] = {}
         meter.create_observable_gauge(name, [self._observe], unit=unit, description=description)
@@ -99,25 +113,28 @@ class LatestValueGauge:
     def set(self, value: float, attributes: Mapping[str, Any]) -> None:
         steps = self._steps
         if steps is None:
-            self._last[self._series(attributes)] = (value, attributes, 0, False)
+            self._last[self._series(attributes)] = (value, attributes, 0)
             return
         series = self._series(attributes)
-        if steps.late and self._held(series, steps):
+        steps.gave[self._set] = True
+        if steps.late[self._set] and self._held(series, steps):
             return
-        self._last[series] = (value, attributes, steps.stamp, steps.evaluation)
+        self._last[series] = (value, attributes, steps.stamp)
 
     def clear(self, attributes: Mapping[str, Any]) -> None:
         """The series has no value at this step (a non-finite one was reported): no data point."""
         series = self._series(attributes)
         steps = self._steps
-        if steps is not None and steps.late and self._held(series, steps):
-            return
+        if steps is not None:
+            steps.gave[self._set] = True
+            if steps.late[self._set] and self._held(series, steps):
+                return
         self._last.pop(series, None)
 
     def _held(self, series: frozenset, steps: StepGauges) -> bool:
-        """Whether `series` has a current value of the record's set: one a late record must leave as it is."""
+        """Whether `series` has a current value: one a late record must leave as it is."""
         held = self._last.get(series)
-        return held is not None and held[3] == steps.evaluation and steps.current(held[2], held[3])
+        return held is not None and steps.current(held[2], self._set)
 
     def _series(self, attributes: Mapping[str, Any]) -> frozenset:
         known = self._keys.get(id(attributes))
@@ -126,8 +143,8 @@ class LatestValueGauge:
         return known[1]
 
     def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
-        steps = self._steps
+        steps, kind = self._steps, self._set
         if steps is None:
-            return [Observation(v, dict(a)) for v, a, _, _ in list(self._last.values())]
+            return [Observation(v, dict(a)) for v, a, _ in list(self._last.values())]
         current = steps.current
-        return [Observation(v, dict(a)) for v, a, stamp, ev in list(self._last.values()) if current(stamp, ev)]
+        return [Observation(v, dict(a)) for v, a, stamp in list(self._last.values()) if current(stamp, kind)]

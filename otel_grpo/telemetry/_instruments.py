@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from otel_grpo.catalog import (PROCESS, SIGNALS, STATE_GAUGES, STOPS_TRAINING, Kind, Signal, StepCheck, get,
+from otel_grpo.catalog import (EVAL_KEY, PROCESS, SIGNALS, STATE_GAUGES, STOPS_TRAINING, Kind, Signal, StepCheck, get,
                                process_id, resolve, sanitize_key)
 
 from . import _clock as clock
@@ -114,7 +114,7 @@ class Instruments:
         found = self._by_name.get(signal.name)
         if found is None:
             found = self._create(signal.name, signal.kind, signal.unit, signal.description, signal.buckets,
-                                 per_step=signal.key not in STATE_GAUGES)
+                                 per_step=signal.key not in STATE_GAUGES, evaluation=signal.key == EVAL_KEY)
             self._by_name[signal.name] = found
         return found
 
@@ -124,7 +124,7 @@ class Instruments:
         return self._histograms[signal.name]
 
     def _create(self, name: str, kind: Kind, unit: str, desc: str, buckets: tuple[float, ...] | None,
-                per_step: bool = True) -> Any:
+                per_step: bool = True, evaluation: bool = False) -> Any:
         meter = self._meter
         if kind is Kind.COUNTER:
             return meter.create_counter(name, unit=unit, description=desc)
@@ -134,7 +134,7 @@ class Instruments:
             )
             self._histograms[name] = HistogramRecorder(histogram)
             return histogram
-        return LatestValueGauge(meter, name, unit, desc, self._gauge_steps if per_step else None)
+        return LatestValueGauge(meter, name, unit, desc, self._gauge_steps if per_step else None, evaluation)
 
     def _route_for(self, signal: Signal, labels: Mapping[str, str]) -> Route:
         instrument = self._instrument(signal)

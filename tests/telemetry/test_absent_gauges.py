@@ -173,3 +173,31 @@ def test_a_new_attempt_ends_the_failed_attempts_evaluation(captured):
     tel.log_metrics(3, {"kl": 0.33})
     assert _current(captured, "grpo.eval", "metric") == {}
     assert _current(captured, "grpo.kl") == {None: 0.33}
+
+
+def test_a_validation_on_a_training_steps_line_is_the_latest_evaluation_until_the_next(captured):
+    """verl logs a validation (`test_freq`) on its training step's line: that record is a training step's, and its
+    `grpo.eval` points ended at the next training step, so a dashboard's latest validation went blank between
+    validations. A value's set is its gauge's: the validation stays until the next evaluation replaces it."""
+    tel = captured.tel
+    tel.log_metrics(10, {"actor/pg_loss": 0.1, "val-core/gsm8k/acc/mean@1": 0.4, "val-aux/num_turns/mean": 2.0},
+                    source="verl")
+    tel.log_metrics(11, {"actor/pg_loss": 0.2}, source="verl")
+    assert _current(captured, "grpo.eval", "metric") == {"core/gsm8k/acc/mean@1": 0.4, "aux/num_turns/mean": 2.0}
+    assert _current(captured, "grpo.loss.policy") == {None: 0.2}
+    tel.log_metrics(20, {"actor/pg_loss": 0.3, "val-core/gsm8k/acc/mean@1": 0.5}, source="verl")
+    assert _current(captured, "grpo.eval", "metric") == {"core/gsm8k/acc/mean@1": 0.5}  # the newer validation's
+    tel.log_metrics(12, {"val-aux/num_turns/mean": 3.0}, source="verl", evaluation=True)  # late: adds what 20 lacks
+    assert _current(captured, "grpo.eval", "metric") == {"core/gsm8k/acc/mean@1": 0.5, "aux/num_turns/mean": 3.0}
+
+
+def test_an_evaluations_trainer_state_is_the_training_steps(captured):
+    """transformers logs `epoch` beside its `eval_` keys: that is the trainer's state, on the training series, and
+    the next training step ends it as it ends the step's own; the evaluation's metrics stay."""
+    tel = captured.tel
+    tel.log_metrics(4, {"kl": 0.1, "epoch": 0.5}, source="trl")
+    tel.log_metrics(4, {"eval_reward": 0.7, "epoch": 0.52}, source="trl", evaluation=True)
+    assert _current(captured, "grpo.epoch") == {None: 0.52}
+    tel.log_metrics(5, {"kl": 0.2}, source="trl")
+    assert _current(captured, "grpo.epoch") == {}
+    assert _current(captured, "grpo.eval", "metric") == {"reward": 0.7}
