@@ -82,6 +82,7 @@ class Telemetry:
         self._closed = False
         self._lock = threading.Lock()
         self._last_step: int | None = None
+        self._counted: tuple[int, int] | None = None  # (attempt, its latest step) that `grpo.steps` counted
         self.attempt = next_attempt(self.world_size)
         """This process's attempt at its steps (`grpo.attempt`; `_attempt`: with several ranks the process's start,
         so one job's ranks carry attempts together): a relaunched or resumed run's is larger, so the sidecar
@@ -151,14 +152,20 @@ class Telemetry:
         """`shutdown()` or `finish()` has run: nothing more is exported."""
         return self._closed
 
-    def _advance(self, step: int, count_one: bool) -> int:
-        """Increment of `grpo.steps`: 1 per `step()`; `log_metrics` adds the steps since the last call."""
+    def _advance(self, step: int, count_one: bool, attempt: int) -> int:
+        """Increment of `grpo.steps`: 1 per `step()`; `log_metrics` adds the steps since the last call of the
+        newest attempt (its first step counts 1: after `new_attempt()` the steps it runs again are work done, as
+        they are through `step()`)."""
         with _preemption.deferred(), self._lock:  # shutdown takes the lock too
             last = self._last_step
             self._last_step = step if last is None else max(step, last)
-        if count_one or last is None:
+            counted = self._counted
+            before = counted[1] if counted is not None and counted[0] == attempt else None
+            if counted is None or attempt >= counted[0]:  # an older attempt's record moves no step (`Backend`)
+                self._counted = (attempt, step if before is None else max(step, before))
+        if count_one or before is None:
             return 1
-        return max(step - last, 0)
+        return max(step - before, 0)
 
     def new_attempt(self) -> int:
         """Start a newer attempt at the run's steps in this process, and return it (`grpo.attempt`).
@@ -211,8 +218,9 @@ class Telemetry:
         gather = count_one if gather_samples is None else gather_samples
         if attempt is None and not evaluation:
             self._attempt_trained = True
-        record = StepRecord(step, 0 if evaluation else self._advance(step, count_one), clock.now_ns(),
-                            evaluation=evaluation, attempt=self.attempt if attempt is None else attempt)
+        attempt = self.attempt if attempt is None else attempt
+        record = StepRecord(step, 0 if evaluation else self._advance(step, count_one, attempt), clock.now_ns(),
+                            evaluation=evaluation, attempt=attempt)
         clean = False
         try:
             yield Step(record, self.settings.run_id)

@@ -82,3 +82,18 @@ def test_an_evaluation_counts_no_step_and_leaves_the_step_index(captured):
     assert sorted(sp.attributes["grpo.step"] for sp in captured.spans("grpo.step")) == [0, 10, 10, 20, 20, 25]
     with pytest.raises(ValueError, match="^evaluation must be True or False, got 'yes'$"):
         tel.log_metrics(30, {"eval_reward": 1.0}, source="trl", evaluation="yes")
+
+
+def test_a_new_attempts_steps_count_as_step_does(captured):
+    """After `new_attempt()` (a resume from step 4's checkpoint in this process) `step()` counted the steps run
+    again and `log_metrics` did not: it counted from the failed attempt's step 8, so steps 5-8 added nothing and
+    the run's step rate read as a stall. Each attempt counts its own steps."""
+    tel = captured.tel
+    for step in (2, 4, 6, 8):
+        tel.log_metrics(step, {"kl": 0.1})
+    tel.new_attempt()
+    for step in (6, 8, 10):
+        tel.log_metrics(step, {"kl": 0.2})
+    tel.log_metrics(4, {"kl": 0.3}, source="trl", evaluation=True)
+    (steps,) = points(captured.metrics()["grpo.steps"]).values()
+    assert steps.value == 1 + 2 + 2 + 2 + 1 + 2 + 2  # the first attempt's 7; the resumed one's first counts 1
