@@ -2,15 +2,15 @@
 
     steps = StepGauges()
     kl = LatestValueGauge(meter, "grpo.kl", "{nat}", "", steps)        # a per-step statistic
-    index = LatestValueGauge(meter, "grpo.step_index", "{step}", "")   # state: kept until set again
+    index = LatestValueGauge(meter, "grpo.step_index", "{step}", "", steps, per_step=False)  # state
     steps.begin_record(False, step=1); kl.set(0.1, attrs); steps.end_record()
     steps.begin_record(False, step=2); steps.end_record()              # no kl at step 2: no data point
 
 The gauge set of a step is exactly that step's values: a per-step statistic the latest step did not
 give a finite value (invalid there, not logged at that step, TRL's None) has no data point, in OTLP
-and on the pull endpoint, instead of an earlier step's value served as current. Gauges without a
-`StepGauges` (catalog `STATE_GAUGES`: the step index, the run-end markers, the streaks) are the
-process's state and keep their last value.
+and on the pull endpoint, instead of an earlier step's value served as current. State gauges
+(`per_step=False`, catalog `STATE_GAUGES`: the step index, the run-end markers, the streaks) keep
+their last value, which a late or an older attempt's record does not change.
 """
 
 from __future__ import annotations
@@ -33,21 +33,23 @@ class StepGauges:
     latest evaluation until the next one, not until the next training step). A newer attempt's first record (a
     relaunch, `new_attempt()`) ends both sets, so a failed attempt's evaluation is not served beside the new
     attempt's steps. Several records of one step all stay current (a summary log at the last logged step, a TRL
-    step whose samples and scalars arrive apart). A late record (of an earlier step than the latest of a set, or
-    an older attempt's) adds what that set's latest step lacks, until its next step, and changes nothing the
-    latest step gave (`late`).
+    step whose samples and scalars arrive apart). A late record (of an earlier step than the latest of a set)
+    adds what that set's latest step lacks, until its next step, and changes nothing the latest step gave nor
+    the process's state (`late`); an older attempt's record sets nothing (`older`: the run is the newer attempt,
+    whatever the crashed one's files still hold for a follower to send).
     """
 
-    __slots__ = ("stamp", "evaluation", "late", "gave", "_position", "_current", "_latest", "_attempt")
+    __slots__ = ("stamp", "evaluation", "older", "late", "gave", "_position", "_current", "_latest", "_attempt")
 
     def __init__(self) -> None:
         self.stamp = 0
         """The record being recorded."""
         self.evaluation = False
         """The record being recorded is an evaluation's."""
+        self.older = False
+        """The record being recorded is an older attempt's than the newest recorded: it sets no gauge."""
         self.late = [False, False]
-        """Per set (training, evaluation): the record being recorded is of an earlier step (or an older attempt)
-        than the set's latest."""
+        """Per set (training, evaluation): the record being recorded is of an earlier step than the set's latest."""
         self.gave = [False, False]
         """Per set: the record being recorded gave the set a value (or cleared one)."""
         self._position = (0, 0)
@@ -62,6 +64,7 @@ class StepGauges:
         if attempt is None:
             attempt = self._attempt if self._attempt is not None else 0
         position = self._position = (attempt, step)
+        self.older = self._attempt is not None and attempt < self._attempt
         self.late = [latest is not None and position < latest for latest in self._latest]
         self.gave = [False, False]
 
@@ -70,7 +73,7 @@ class StepGauges:
         where it gave one a value), or a newer attempt's, makes the set's older values stale; a newer attempt's,
         every set's."""
         own, position = int(self.evaluation), self._position
-        for kind in (0, 1):
+        for kind in (0, 1) if not self.older else ():
             if kind != own and not (kind and self.gave[kind]):
                 continue
             latest = self._latest[kind]
@@ -80,7 +83,7 @@ class StepGauges:
             if self._attempt is not None:
                 self._current = [self.stamp, self.stamp]
             self._attempt = position[0]
-        self.evaluation = False
+        self.evaluation = self.older = False
         self.late = [False, False]
         self.stamp += 1
 
@@ -100,10 +103,13 @@ class LatestValueGauge:
     is current by `steps` (every series, without it); `clear` drops a series' value now.
     """
 
-    def __init__(self, meter: Meter, name: str, unit: str, description: str,
-                 steps: StepGauges | None = None, evaluation: bool = False) -> None:
-        """`evaluation`: an evaluation's gauge (`grpo.eval`), whose values are current by the evaluation set."""
+    def __init__(self, meter: Meter, name: str, unit: str, description: str, steps: StepGauges | None = None, *,
+                 per_step: bool = True, evaluation: bool = False) -> None:
+        """`steps`: the records the values come in (None: set outside any record). `per_step`: a statistic of the
+        step, current by `steps`; else the process's state (catalog `STATE_GAUGES`), kept until set again.
+        `evaluation`: an evaluation's gauge (`grpo.eval`), whose values are current by the evaluation set."""
         self._steps = steps
+        self._per_step = steps is not None and per_step
         self._set = int(evaluation)
         self._last: dict[frozenset, tuple[float, Mapping[str, Any], int]] = {}
         # attribute dicts seen -> their series key: routes pass the same dict every step
@@ -111,30 +117,36 @@ class LatestValueGauge:
         meter.create_observable_gauge(name, [self._observe], unit=unit, description=description)
 
     def set(self, value: float, attributes: Mapping[str, Any]) -> None:
+        series = self._series(attributes)
         steps = self._steps
         if steps is None:
-            self._last[self._series(attributes)] = (value, attributes, 0)
-            return
-        series = self._series(attributes)
-        steps.gave[self._set] = True
-        if steps.late[self._set] and self._held(series, steps):
-            return
-        self._last[series] = (value, attributes, steps.stamp)
+            self._last[series] = (value, attributes, 0)
+        elif self._takes(series, steps):
+            self._last[series] = (value, attributes, steps.stamp)
 
     def clear(self, attributes: Mapping[str, Any]) -> None:
         """The series has no value at this step (a non-finite one was reported): no data point."""
         series = self._series(attributes)
         steps = self._steps
-        if steps is not None:
-            steps.gave[self._set] = True
-            if steps.late[self._set] and self._held(series, steps):
-                return
-        self._last.pop(series, None)
+        if steps is None or self._takes(series, steps):
+            self._last.pop(series, None)
 
-    def _held(self, series: frozenset, steps: StepGauges) -> bool:
-        """Whether `series` has a current value: one a late record must leave as it is."""
-        held = self._last.get(series)
-        return held is not None and steps.current(held[2], self._set)
+    def _takes(self, series: frozenset, steps: StepGauges) -> bool:
+        """Whether the record being recorded sets `series`: a record of the latest step or a newer attempt's does;
+        an older attempt's never (the run is the newer one); a late one only what the latest step lacks, a
+        per-step statistic without a current value (the state is the latest step's: a re-sent log's `step` does
+        not move the step index back)."""
+        kind = self._set
+        if steps.older:
+            return False
+        if self._per_step:
+            steps.gave[kind] = True
+        if not steps.late[kind]:
+            return True
+        if not self._per_step:
+            return False
+        held = self._last.get(series)  # this record's own earlier value of it is no latest step's: replaced
+        return held is None or held[2] == steps.stamp or not steps.current(held[2], kind)
 
     def _series(self, attributes: Mapping[str, Any]) -> frozenset:
         known = self._keys.get(id(attributes))
@@ -144,7 +156,7 @@ class LatestValueGauge:
 
     def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
         steps, kind = self._steps, self._set
-        if steps is None:
+        if steps is None or not self._per_step:
             return [Observation(v, dict(a)) for v, a, _ in list(self._last.values())]
         current = steps.current
         return [Observation(v, dict(a)) for v, a, stamp in list(self._last.values()) if current(stamp, kind)]

@@ -134,7 +134,7 @@ class Instruments:
             )
             self._histograms[name] = HistogramRecorder(histogram)
             return histogram
-        return LatestValueGauge(meter, name, unit, desc, self._gauge_steps if per_step else None, evaluation)
+        return LatestValueGauge(meter, name, unit, desc, self._gauge_steps, per_step=per_step, evaluation=evaluation)
 
     def _route_for(self, signal: Signal, labels: Mapping[str, str]) -> Route:
         instrument = self._instrument(signal)

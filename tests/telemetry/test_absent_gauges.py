@@ -201,3 +201,44 @@ def test_an_evaluations_trainer_state_is_the_training_steps(captured):
     tel.log_metrics(5, {"kl": 0.2}, source="trl")
     assert _current(captured, "grpo.epoch") == {}
     assert _current(captured, "grpo.eval", "metric") == {"reward": 0.7}
+
+
+def test_a_late_record_leaves_the_process_state_as_the_latest_step_set_it(captured):
+    """verl's lines carry `training/global_step`, the step index's own key: a follower re-sending steps 3-5 after
+    a failed export put `grpo.step_index` back at 3 under step 5 (the stall alerts then name the wrong step)."""
+    tel = captured.tel
+    for step in range(1, 6):
+        tel.log_metrics(step, {"actor/pg_loss": 0.1, "training/global_step": step}, source="verl")
+    tel.log_metrics(3, {"actor/pg_loss": 0.3, "training/global_step": 3}, source="verl")
+    assert _current(captured, "grpo.step_index") == {None: 5}
+
+
+def test_a_late_records_last_value_of_a_series_is_its_value(captured):
+    """A record may hold several dicts (`record(stats, **scalars)`, `record` called twice): in a late one the
+    first value of a series the latest step lacked stayed, while the step span carries the last."""
+    tel = captured.tel
+    tel.log_metrics(5, {"kl": 0.5})
+    with tel.logged_step(3) as s:
+        s.record({"reward": 0.3})
+        s.record({"reward": 0.33})
+    assert _current(captured, "grpo.reward.mean") == {None: 0.33}
+
+
+def test_an_older_attempts_late_record_sets_nothing(captured):
+    """A follower sends what the crashed job's files still hold after the relaunch's first records: its later
+    steps' values (a key the relaunch has not logged yet) and its evaluation came back beside the relaunch's."""
+    tel = captured.tel
+    crashed = tel.attempt
+    for step in range(1, 6):
+        tel.log_metrics(step, {"kl": 0.1, "my_metric": float(step)})
+    relaunch = tel.new_attempt()
+    tel.log_metrics(3, {"kl": 0.2})
+    with tel.logged_step(5, attempt=crashed) as s:
+        s.record({"kl": 0.9, "my_metric": 5.0, "training/global_step": 5})
+    with tel.logged_step(5, evaluation=True, attempt=crashed) as s:
+        s.record({"eval_reward": 0.9})
+    assert relaunch > crashed
+    assert _current(captured, "grpo.kl") == {None: 0.2}
+    assert _current(captured, "grpo.extra.my_metric") == {}
+    assert _current(captured, "grpo.eval", "metric") == {}
+    assert _current(captured, "grpo.step_index") == {None: 3}
