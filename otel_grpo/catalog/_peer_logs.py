@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from ._lookup import PEERS, stat_key
+from ._lookup import PEERS, evaluation_key, stat_key
 
 TRL = "trl"
 LOGGED_PREFIX = "trl_logged/"
@@ -40,13 +40,21 @@ def peer_scalars(logs: Mapping[str, Any], source: str | None, *, evaluation: boo
     if source is not None and source not in PEERS:
         raise ValueError(f"source: {source!r} is not one of {PEERS} (or None)")
     numbers = _numbers(logs)
-    if source != TRL:
-        return {stat_key(name, source): value for name, value in numbers.items()}
-    undefined = undefined_keys(numbers)
-    out = {stat_key(name, source): value for name, value in numbers.items() if name not in undefined}
-    if not (evaluation or is_evaluation(numbers)):
+    undefined = undefined_keys(numbers) if source == TRL else frozenset()
+    key = _evaluation_stat_key if evaluation else stat_key
+    out = {k: value for name, value in numbers.items()
+           if name not in undefined and (k := key(name, source)) is not None}
+    if source == TRL and not (evaluation or is_evaluation(numbers)):
         out.update((LOGGED_PREFIX + name, value) for name, value in numbers.items() if math.isfinite(value))
     return out
+
+
+def _evaluation_stat_key(name: str, source: str | None) -> str | None:
+    """An evaluation's logged `name` as its stat key (`evaluation_key`): a training statistic's is the evaluation's
+    metric of the name as logged (TRL's `kl` is `eval_metric/kl`, as its `eval_kl`; not TRL's training `trl_kl`);
+    the peer's own evaluation names and the trainer's state resolve as they are; the step index is none."""
+    evaluated = evaluation_key(name)
+    return stat_key(name, source) if evaluated == name else evaluated
 
 
 def _numbers(logs: Mapping[str, Any]) -> dict[str, float]:

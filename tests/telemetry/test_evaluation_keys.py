@@ -117,3 +117,18 @@ def test_an_evaluations_unknown_keys_and_step_leave_the_training_run_as_it_was(c
     assert _current(captured, "grpo.extra.my_metric") == {None: 2.0}
     assert _current(captured, "grpo.step_index") == {None: 2.0}
     assert _current(captured, "grpo.eval", "metric") == {"my_metric": 99.0}
+
+
+def test_an_evaluation_in_a_peers_names_is_the_metric_of_the_name_as_logged(captured):
+    """With a `source`, an evaluation's plain names went through the peer's training meanings first: TRL's `kl`
+    became `grpo.eval{metric="trl_kl"}` and `rewards/acc/mean` `{metric="reward_fn_mean/acc"}`, beside the
+    `{metric="kl"}` its `eval_kl` gives. The name as logged is the metric, whichever of the two was logged."""
+    tel = captured.tel
+    tel.log_metrics(4, {"kl": 0.2, "rewards/acc/mean": 0.9, "epoch": 1.0}, source="trl", evaluation=True)
+    assert _current(captured, "grpo.eval", "metric") == {"kl": 0.2, "rewards/acc/mean": 0.9}
+    tel.log_metrics(8, {"eval_kl": 0.3, "eval_rewards/acc/mean": 0.8}, source="trl", evaluation=True)
+    assert _current(captured, "grpo.eval", "metric") == {"kl": 0.3, "rewards/acc/mean": 0.8}
+    tel.log_metrics(12, {"actor/pg_loss": 0.5, "val-core/acc": 0.7, "training/global_step": 12}, source="verl",
+                    evaluation=True)
+    assert _current(captured, "grpo.eval", "metric") == {"actor/pg_loss": 0.5, "core/acc": 0.7}
+    assert _current(captured, "grpo.epoch") == {None: 1.0} and _current(captured, "grpo.step_index") == {}
