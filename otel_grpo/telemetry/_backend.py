@@ -182,7 +182,7 @@ class Backend:
         """The step's scalars recorded, and returned as its span carries them (the last record's value of each)."""
         instruments = self._instruments
         scalars: dict[str, float] = {}
-        instruments.begin_record(rec.evaluation, rec.step, rec.attempt)
+        older = instruments.begin_record(rec.evaluation, rec.step, rec.attempt)
         try:
             for values in rec.scalars:
                 scalars.update(instruments.record_scalars(values))
@@ -194,7 +194,8 @@ class Backend:
         if rec.evaluation:  # no step: a hang after an evaluation before the first step is still "no first step"
             return scalars
         before = self._index
-        if not self._moves_index(rec):  # a further record of the latest step, a late one, a re-send: no step
+        # a further record of the latest step, a late one, a re-send, an older attempt's: no step
+        if older or not self._moves_index(rec):
             instruments.count_again(rec.skipped, latest=(_attempt_of(rec), rec.step) == before)
             return scalars
         index = self._index

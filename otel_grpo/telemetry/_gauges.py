@@ -15,6 +15,7 @@ their last value, which a late or an older attempt's record does not change.
 
 from __future__ import annotations
 
+from threading import get_ident
 from typing import Any, Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -39,7 +40,8 @@ class StepGauges:
     whatever the crashed one's files still hold for a follower to send).
     """
 
-    __slots__ = ("stamp", "evaluation", "older", "late", "gave", "_position", "_current", "_latest", "_attempt")
+    __slots__ = ("stamp", "evaluation", "older", "late", "gave", "recording", "position", "_current", "_latest",
+                 "_attempt")
 
     def __init__(self) -> None:
         self.stamp = 0
@@ -52,27 +54,33 @@ class StepGauges:
         """Per set (training, evaluation): the record being recorded is of an earlier step than the set's latest."""
         self.gave = [False, False]
         """Per set: the record being recorded gave the set a value (or cleared one)."""
-        self._position = (0, 0)
+        self.recording: int | None = None
+        """The thread recording a record, between `begin_record` and `end_record`: the flags above are its."""
+        self.position = (0, 0)
+        """The (attempt, step) of the record being recorded."""
         self._current = [0, 0]  # per set: values stamped before this are stale
         # per set: the latest (attempt, step) recorded
         self._latest: list[tuple[int, int] | None] = [None, None]
         self._attempt: int | None = None  # the newest attempt recorded
 
-    def begin_record(self, evaluation: bool, step: int, attempt: int | None = None) -> None:
-        """A record of `step` begins (`attempt` None: the newest attempt's)."""
+    def begin_record(self, evaluation: bool, step: int, attempt: int | None = None) -> bool:
+        """A record of `step` begins (`attempt` None: the newest attempt's); returns whether it is an older attempt's
+        than the newest recorded, evaluations included (`older`)."""
         self.evaluation = evaluation
         if attempt is None:
             attempt = self._attempt if self._attempt is not None else 0
-        position = self._position = (attempt, step)
+        position = self.position = (attempt, step)
+        self.recording = get_ident()
         self.older = self._attempt is not None and attempt < self._attempt
         self.late = [latest is not None and position < latest for latest in self._latest]
         self.gave = [False, False]
+        return self.older
 
     def end_record(self) -> None:
         """The record's values are in: a later step than the latest of a set it ended (its own; the evaluation set
         where it gave one a value), or a newer attempt's, makes the set's older values stale; a newer attempt's,
         every set's."""
-        own, position = int(self.evaluation), self._position
+        own, position = int(self.evaluation), self.position
         for kind in (0, 1) if not self.older else ():
             if kind != own and not (kind and self.gave[kind]):
                 continue
@@ -85,10 +93,15 @@ class StepGauges:
             self._attempt = position[0]
         self.evaluation = self.older = False
         self.late = [False, False]
+        self.recording = None
         self.stamp += 1
 
     def current(self, stamp: int, evaluation: bool) -> bool:
         return stamp >= self._current[evaluation]
+
+    def latest(self, evaluation: bool) -> tuple[int, int] | None:
+        """The (attempt, step) of the latest record of a set."""
+        return self._latest[evaluation]
 
 
 class LatestValueGauge:
@@ -111,7 +124,8 @@ class LatestValueGauge:
         self._steps = steps
         self._per_step = steps is not None and per_step
         self._set = int(evaluation)
-        self._last: dict[frozenset, tuple[float, Mapping[str, Any], int]] = {}
+        # series -> (value, attributes, the stamp and the (attempt, step) of the record that set it)
+        self._last: dict[frozenset, tuple[float, Mapping[str, Any], int, tuple[int, int] | None]] = {}
         # attribute dicts seen -> their series key: routes pass the same dict every step
         self._keys: dict[int, tuple[Mapping[str, Any], frozenset]] = {}
         meter.create_observable_gauge(name, [self._observe], unit=unit, description=description)
@@ -120,9 +134,9 @@ class LatestValueGauge:
         series = self._series(attributes)
         steps = self._steps
         if steps is None:
-            self._last[series] = (value, attributes, 0)
+            self._last[series] = (value, attributes, 0, None)
         elif self._takes(series, steps):
-            self._last[series] = (value, attributes, steps.stamp)
+            self._last[series] = (value, attributes, steps.stamp, steps.position)
 
     def clear(self, attributes: Mapping[str, Any]) -> None:
         """The series has no value at this step (a non-finite one was reported): no data point."""
@@ -134,19 +148,22 @@ class LatestValueGauge:
     def _takes(self, series: frozenset, steps: StepGauges) -> bool:
         """Whether the record being recorded sets `series`: a record of the latest step or a newer attempt's does;
         an older attempt's never (the run is the newer one); a late one only what the latest step lacks, a
-        per-step statistic without a current value (the state is the latest step's: a re-sent log's `step` does
-        not move the step index back)."""
+        per-step statistic without a current value or with one an earlier late record filled in from a step no
+        later than its own (the state is the latest step's: a re-sent log's `step` does not move the step index
+        back)."""
         kind = self._set
-        if steps.older:
-            return False
-        if self._per_step:
-            steps.gave[kind] = True
-        if not steps.late[kind]:
+        if not (steps.older or steps.late[kind]):
+            if self._per_step:
+                steps.gave[kind] = True
             return True
-        if not self._per_step:
+        if steps.recording != get_ident():  # no value of the record: the run's end markers, set from the thread
+            return True                     # that closes the run while the telemetry thread records a late step
+        if steps.older or not self._per_step:
             return False
-        held = self._last.get(series)  # this record's own earlier value of it is no latest step's: replaced
-        return held is None or held[2] == steps.stamp or not steps.current(held[2], kind)
+        held = self._last.get(series)
+        if held is None or not steps.current(held[2], kind):
+            return True
+        return held[3] < steps.latest(kind) and steps.position >= held[3]
 
     def _series(self, attributes: Mapping[str, Any]) -> frozenset:
         known = self._keys.get(id(attributes))
@@ -157,6 +174,6 @@ class LatestValueGauge:
     def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
         steps, kind = self._steps, self._set
         if steps is None or not self._per_step:
-            return [Observation(v, dict(a)) for v, a, _ in list(self._last.values())]
+            return [Observation(v, dict(a)) for v, a, _, _ in list(self._last.values())]
         current = steps.current
-        return [Observation(v, dict(a)) for v, a, stamp in list(self._last.values()) if current(stamp, kind)]
+        return [Observation(v, dict(a)) for v, a, stamp, _ in list(self._last.values()) if current(stamp, kind)]

@@ -183,10 +183,11 @@ class Instruments:
             logger.warning("otel-grpo: " + msg, *args)
 
     # ---- recording (background thread) -------------------------------------------------
-    def begin_record(self, evaluation: bool, step: int, attempt: int | None = None) -> None:
+    def begin_record(self, evaluation: bool, step: int, attempt: int | None = None) -> bool:
         """The per-step gauge values recorded from here to `end_record` are those of one record of `step` (a step's
-        or an evaluation's; `attempt` None: the newest attempt's)."""
-        self._gauge_steps.begin_record(evaluation, step, attempt)
+        or an evaluation's; `attempt` None: the newest attempt's). Returns whether the record is of an older
+        attempt than the newest recorded (an evaluation's too: a relaunch's `val_before_train`): it sets nothing."""
+        return self._gauge_steps.begin_record(evaluation, step, attempt)
 
     def end_record(self) -> None:
         """The record is in: if it is of the latest step (or a newer attempt's), per-step gauges it gave no value

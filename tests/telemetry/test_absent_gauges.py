@@ -242,3 +242,65 @@ def test_an_older_attempts_late_record_sets_nothing(captured):
     assert _current(captured, "grpo.extra.my_metric") == {}
     assert _current(captured, "grpo.eval", "metric") == {}
     assert _current(captured, "grpo.step_index") == {None: 3}
+
+
+def test_a_relaunch_that_evaluates_first_makes_the_crashed_attempts_steps_older(captured):
+    """A relaunch's first record is often an evaluation (verl's `val_before_train`, transformers' `eval_on_start`);
+    a follower then sent the crashed job's later step: the gauges dropped it, but it moved the step index and
+    counted a step (and its KL went to the step checks) as if the run were still the crashed attempt."""
+    tel = captured.tel
+    crashed = tel.attempt
+    for step in range(1, 9):
+        tel.log_metrics(step, {"actor/pg_loss": 0.1, "training/global_step": step}, source="verl")
+    tel.new_attempt()
+    tel.log_metrics(5, {"val-core/acc": 0.5}, source="verl", evaluation=True)
+    with tel.logged_step(9, attempt=crashed) as s:
+        s.record({"actor/pg_loss": 0.9, "training/global_step": 9, "actor/ppo_kl": 5.0})
+    assert _current(captured, "grpo.step_index") == {None: 8}
+    assert _current(captured, "grpo.steps") == {None: 8}
+    assert _current(captured, "grpo.eval", "metric") == {"core/acc": 0.5}
+    tel.log_metrics(6, {"actor/pg_loss": 0.2, "training/global_step": 6}, source="verl")  # the relaunch trains
+    assert _current(captured, "grpo.step_index") == {None: 6}
+    assert _current(captured, "grpo.steps") == {None: 9}
+
+
+def test_a_gap_filled_late_takes_the_latest_late_value(captured):
+    """The latest step (5) has no reward; a follower re-sends step 3 in two records, then step 4: the first late
+    value stayed, though the step span holds step 3's last and step 4 is nearer the latest."""
+    tel = captured.tel
+    tel.log_metrics(5, {"kl": 0.5})
+    tel.log_metrics(3, {"reward": 0.3})
+    tel.log_metrics(3, {"reward": 0.33})
+    assert _current(captured, "grpo.reward.mean") == {None: 0.33}
+    tel.log_metrics(4, {"reward": 0.4})
+    assert _current(captured, "grpo.reward.mean") == {None: 0.4}
+    tel.log_metrics(3, {"reward": 0.333})  # an earlier step than the fill's: leaves it
+    assert _current(captured, "grpo.reward.mean") == {None: 0.4}
+
+
+def test_a_state_gauge_set_outside_the_record_being_recorded_takes_its_value():
+    """`finish()` whose queue did not drain sets the run's end markers from its own thread while the telemetry
+    thread records a late step: the marker was refused as the late record's, and a finished run read as a crash."""
+    import threading
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from otel_grpo.telemetry._gauges import LatestValueGauge, StepGauges
+
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("t")
+    steps = StepGauges()
+    finished = LatestValueGauge(meter, "grpo.run.finished", "1", "", steps, per_step=False)
+    steps.begin_record(False, 5)
+    steps.end_record()
+    steps.begin_record(False, 3)  # the telemetry thread, inside a late record
+    closing = threading.Thread(target=finished.set, args=(1.0, {"run_id": "r"}))
+    closing.start()
+    closing.join()
+    finished.set(0.0, {"run_id": "r"})  # the late record's own value of the state: refused
+    steps.end_record()
+    data = reader.get_metrics_data()
+    points = [p.value for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+              for p in m.data.data_points]
+    assert points == [1.0]
