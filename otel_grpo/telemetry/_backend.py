@@ -244,6 +244,8 @@ class Backend:
             picked = [Selected(i, selection, rows.annotated(i, self._rank, reason)) for i, selection in kept]
             pool, rank, ranks = len(rows.rows), self._rank, self._ranks
         if not picked:
+            if pool:  # positions another rank emitted (rank 0, of a selection across ranks): a later record's go after
+                self._numbering.start(rec.attempt, rec.step, pool, record_key(rec.evaluation, pool, (), ()))
             return
         if (s.top_k or s.bottom_k) and picked[0].selection == "random" and not self._warned_score:
             self._warned_score = True  # top/bottom come first: none means no row had a finite score

@@ -94,3 +94,22 @@ def test_a_record_key_is_the_same_for_equal_rows_nan_included():
     flat = [{"completion": "c"}]
     assert record_key(True, 1, picked, flat) != record_key(False, 1, picked, flat)  # an evaluation's rows
     assert record_key(False, 2, picked, flat) != record_key(False, 1, picked, flat)
+
+
+def test_a_ranks_later_rows_at_a_step_go_after_what_another_rank_emitted_for_it(tmp_path):
+    """Every rank exporting, rows selected across ranks at a step (rank 0 emits them, numbered by position among
+    every rank's rows), then a failed try of the step (each rank emits its own): rank 1 numbered its rows from 0, as
+    if it had no earlier record there, and `i * 2 + 1` met the numbers rank 0 had given, so the sidecar, which stores
+    a step's number once, lost rows."""
+    import json
+    from pathlib import Path
+
+    from tests._support.process_group import run_two_ranks
+
+    run_two_ranks(Path(__file__).parent / "dist_numbering_worker.py", str(tmp_path))
+    rows = [json.loads(line) for path in (tmp_path / "run" / "samples").glob("step_0_rank*.jsonl")
+            for line in path.read_text().splitlines()]
+    numbers = [r["sample_index"] for r in rows]
+    assert {r["completion"].split("-")[0] for r in rows} == {"selected", "failed"}
+    assert any(r["completion"].startswith("failed-rank1") for r in rows)
+    assert len(numbers) == len(set(numbers)), sorted(numbers)
