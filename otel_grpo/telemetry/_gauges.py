@@ -113,7 +113,7 @@ class LatestValueGauge:
     figures: benchmarks/README.md, costs). Here a step costs one dict store per value, and
     the SDK builds the data points once per collection (a scrape or an export interval)
     through the public observable-gauge API. Exported: the last value of each series that
-    is current by `steps` (every series, without it); `clear` drops a series' value now.
+    is current by `steps` (every series of a state gauge); `clear` drops a series' value now.
     """
 
     def __init__(self, meter: Meter, name: str, unit: str, description: str, steps: StepGauges | None = None, *,
