@@ -150,7 +150,7 @@ def test_a_step_emitted_again_by_the_trainer_that_took_over_is_stored_once(sidec
 TRAINER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from otel_grpo.telemetry import Telemetry, TelemetrySettings, _attempt, _telemetry
+    from otel_grpo.telemetry import Telemetry, TelemetrySettings
     url, out = sys.argv[1], Path(sys.argv[2])
     tel = Telemetry(TelemetrySettings(run_id="killed", output_dir=out, otlp_protocol="http/protobuf",
                                       otlp_traces_endpoint=url + "/v1/traces", metrics_exporters=["none"],
