@@ -81,7 +81,6 @@ class Telemetry:
         self.exporting = not _off and (settings.export_all_ranks or self.rank == 0)
         self._closed = False
         self._lock = threading.Lock()
-        self._last_step: int | None = None
         self._counted: tuple[int, int] | None = None  # (attempt, its latest step) that `grpo.steps` counted
         self.attempt = next_attempt(self.world_size)
         """This process's attempt at its steps (`grpo.attempt`; `_attempt`: with several ranks the process's start,
@@ -107,11 +106,11 @@ class Telemetry:
         """The interpreter exits with the run still open: `shutdown()`, so the run ends unfinished (a crash to
         the alerts). Where the exit looks deliberate (no uncaught exception), a forgotten `finish()` is the
         likely cause, and the page it will bring is said here, once, where the user can fix it."""
-        if not self._closed and self.exporting and self._last_step is not None \
+        if not self._closed and self.exporting and self._counted is not None \
                 and getattr(sys, "last_value", None) is None:
             logger.warning("otel-grpo: the process exits with run %r not finished (last step %d), so its alerts "
                            "see a crash; call finish() when training completes (shutdown() on an error path), or "
-                           "train inside `with telemetry:`", self.settings.run_id, self._last_step)
+                           "train inside `with telemetry:`", self.settings.run_id, self._counted[1])
         self.shutdown()
 
     def _open_sink(self, meter_provider: MeterProvider | None,
@@ -157,8 +156,6 @@ class Telemetry:
         newest attempt (its first step counts 1: after `new_attempt()` the steps it runs again are work done, as
         they are through `step()`)."""
         with _preemption.deferred(), self._lock:  # shutdown takes the lock too
-            last = self._last_step
-            self._last_step = step if last is None else max(step, last)
             counted = self._counted
             before = counted[1] if counted is not None and counted[0] == attempt else None
             if counted is None or attempt >= counted[0]:  # an older attempt's record moves no step (`Backend`)
