@@ -12,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
+import httpx
+
 from otel_grpo.generate import Destination, alertmanager_config, dump
 from otel_grpo.generate._routing import load_routing
 from otel_grpo.stack._process import Managed
@@ -91,3 +93,52 @@ def delivering_alertmanager(binary: str, root: Path, d: Path, port: int, *, grou
             yield f"http://127.0.0.1:{port}", hooks, config
     finally:
         hooks.shutdown()
+
+
+def alert(name: str, severity: str, **labels: str) -> dict:
+    """An alert as Prometheus posts it to Alertmanager's API."""
+    return {"labels": {"alertname": name, "severity": severity, **labels},
+            "annotations": {"summary": name}, "startsAt": "2026-01-01T00:00:00Z"}
+
+
+INHIBITION_CASES = {
+    # The stack's alerts inhibit nothing: a collector or sidecar outage never hides a run's alert
+    # (the run-end rules themselves hold back while the collector is down), and they pair with no run.
+    ("GRPOCollectorDown", "critical", (("instance", "otel-collector:8889"),)): False,
+    ("GRPOSidecarDown", "warning", (("instance", "sidecar:8000"),)): False,
+    ("GRPOMetricsAbsent", "critical", (("run_id", "a"),)): False,
+    ("GRPOTrainerStalled", "critical", (("run_id", "b"),)): False,
+    ("GRPONoFirstStep", "critical", (("run_id", "f"),)): False,
+    ("GRPORunPreempted", "warning", (("run_id", "g"),)): False,
+    ("GRPOKLHigh", "critical", (("run_id", "c"),)): False,
+    # KL over its threshold explains the jump and the spike of the same run ...
+    ("GRPOKLJump", "warning", (("run_id", "c"),)): True,
+    ("GRPOKLSpike", "warning", (("run_id", "c"),)): True,
+    ("GRPOEntropyCollapse", "warning", (("run_id", "c"),)): False,  # ... not another cause's warning
+    ("GRPOKLJump", "warning", (("run_id", "d"),)): False,  # ... and only of the same run
+    ("GRPONonFiniteValues", "critical", (("run_id", "e"), ("signal", "loss"))): False,
+    ("GRPOStepsSkipped", "warning", (("run_id", "e"),)): True,  # a non-finite loss explains the skipped steps
+    ("GRPORolloutISDrift", "warning", (("run_id", "e"),)): False,  # ... not IS weights that drift
+    ("GRPORunPreempted", "warning", (("run_id", "a"),)): False,  # a crash page does not hide a preemption
+    # another run's warning of the critical alert's name: run e's non-finite loss hides nothing of run h
+    ("GRPONonFiniteValues", "warning", (("run_id", "h"), ("signal", "sample_reward"))): False,
+    ("GRPOStepsSkipped", "warning", (("run_id", "h"),)): False,  # a NaN reward does not explain skipped steps
+}
+"""GRPO alerts of several runs at once (name, severity, other labels) -> whether Alertmanager holds each back:
+what compose's inhibitions do, and what every configuration the docs give must do."""
+
+
+def inhibited(url: str, cases: dict[tuple, bool]) -> dict[tuple, bool]:
+    """Post the alerts of `cases` to the Alertmanager at `url`; each one's key -> whether it is inhibited."""
+    alerts = {key: alert(key[0], key[1], **dict(key[2])) for key in cases}
+    assert httpx.post(f"{url}/api/v2/alerts", json=list(alerts.values()), timeout=10).status_code == 200
+    by_labels = {tuple(sorted(a["labels"].items())): key for key, a in alerts.items()}
+    deadline = time.monotonic() + 30
+    while True:  # inhibition is evaluated when alerts are listed: wait until all arrived
+        listed = httpx.get(f"{url}/api/v2/alerts", timeout=10).json()
+        state = {by_labels[k]: bool(a["status"]["inhibitedBy"]) for a in listed
+                 if (k := tuple(sorted(a["labels"].items()))) in by_labels}
+        if len(state) == len(cases) or time.monotonic() > deadline:
+            return state
+        time.sleep(0.2)
+

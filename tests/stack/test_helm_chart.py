@@ -32,6 +32,8 @@ from otel_grpo.generate._kubernetes import CHART, SCRAPE_JOBS, prometheus_rule_s
 from otel_grpo.stack._process import Managed, bin_cache, backend_versions
 from otel_grpo.generate.dashboards import dashboards
 
+from tests._support.alertmanager import INHIBITION_CASES, inhibited, serve_alertmanager
+
 pytestmark = pytest.mark.integration
 
 
@@ -142,6 +144,27 @@ def test_the_prometheus_rule_is_the_generated_rules(helm, root):
     assert any("{{ $labels.run_id }}" in s for s in summaries)
 
 
+def test_the_alerts_link_to_the_clusters_grafana(helm, root):
+    """Each alert's `dashboard_url` opens its panel on the Grafana `monitoring.prometheusRule.grafanaUrl` names
+    (the default is compose's localhost:3000, which in a cluster is the reader's own machine)."""
+    (rule,) = _objects(_template(helm, root, "monitoring.prometheusRule.grafanaUrl=https://grafana.example.org/"),
+                       "PrometheusRule").values()
+    assert rule["spec"] == prometheus_rule_spec(RuleSettings(grafana_url="https://grafana.example.org"))
+    assert "localhost:3000" not in json.dumps(rule)
+
+
+def test_name_overrides_name_every_object_and_keep_the_selectors(helm, root):
+    """`fullnameOverride` and `nameOverride` as the anchor charts take them: every object's name starts with
+    the override, the pods' selector labels stay the chart's (a Deployment's selector is immutable)."""
+    for sets, prefix in ((("fullnameOverride=team",), "team"), (("nameOverride=grpo-stack",), "grpo-grpo-stack"),
+                         (("nameOverride=rl",), "grpo-rl")):
+        docs = _template(helm, root, *sets)
+        names = {d["metadata"]["name"] for d in docs} - {"otel-grpo-alerting"}
+        assert names and all(n == prefix or n.startswith(prefix + "-") for n in names), (sets, names)
+        for dep in _objects(docs, "Deployment").values():
+            assert dep["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "otel-grpo"
+
+
 def test_no_alert_selects_by_job_and_the_monitors_set_composes_jobs(helm, root):
     """The alerts' job-name independence: no alert selects by `job` (the Prometheus Operator names jobs
     after namespace and service), and the ServiceMonitors still relabel `job` to compose's names so
@@ -234,6 +257,18 @@ def test_the_collector_runs_the_same_config_and_it_validates(helm, root, otelcol
     assert out.returncode == 0, out.stderr
 
 
+def test_trls_output_directory_may_be_the_followed_volume_itself(helm, root):
+    """TRL's output directory is a directory: the logs claim itself (`/follow`) is one; the other variables
+    name files in it."""
+    for value in ("/follow", "/follow/", "/follow/run-1"):
+        docs = _template(helm, root, *FOLLOWER[:2], f"follower.env.OTEL_GRPO_FOLLOW_TRL_OUTPUT={value}")
+        (dep,) = [d for n, d in _objects(docs, "Deployment").items() if n.endswith("-follower")]
+        env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["OTEL_GRPO_FOLLOW_TRL_OUTPUT"] == value
+    err = _template(helm, root, *FOLLOWER[:2], "follower.env.OTEL_GRPO_FOLLOW_JSONL=/follow", ok=False)
+    assert "follower.env.OTEL_GRPO_FOLLOW_JSONL=/follow: not under /follow" in err
+
+
 @pytest.mark.parametrize("sets,message", [
     (("sidecar.replicas=2",), "sidecar.replicas > 1 needs sidecar.database (PostgreSQL): SQLite on a volume serves one replica"),
     (("follower.enabled=true",), "follower.enabled needs follower.logs: the volume holding the job's log files"),
@@ -253,6 +288,14 @@ def test_the_collector_runs_the_same_config_and_it_validates(helm, root, otelcol
                                         "(512 MiB): memory_limiter must refuse data before the container is killed"),
     (("collector.spikeLimitMiB=400",), "collector.spikeLimitMiB=400 is not below collector.memoryLimitMiB=400 "
                                        "(the collector refuses it)"),
+    (("sidecar.podDisruptionBudget.minAvailable=1",),
+     "sidecar.podDisruptionBudget.minAvailable=1 with 1 replica(s) lets no pod be evicted: every node drain would wait"),
+    (("collector.replicas=2", "collector.queue.persistence.enabled=false", "collector.podDisruptionBudget.minAvailable=100%"),
+     "collector.podDisruptionBudget.minAvailable=100% with 2 replica(s) lets no pod be evicted"),
+    (("collector.podDisruptionBudget.maxUnavailable=0",),
+     "collector.podDisruptionBudget.maxUnavailable=0 with 1 replica(s) lets no pod be evicted"),
+    (("monitoring.prometheusRule.grafanaUrl=grafana.example.org",), "/monitoring/prometheusRule/grafanaUrl"),
+    (("fullnameOverride=Team",), "/fullnameOverride"),
 ])
 def test_impossible_values_fail_with_one_line(helm, root, sets, message):
     """Each refusal is one line of `helm template`'s error, whole (a collector queue claim shared by
@@ -592,7 +635,7 @@ def test_a_release_named_otel_grpo_gets_no_service_links_that_would_crash_the_si
 # Every optional piece of the chart on: every kind of object it can make.
 ALL_ON = (*EVERYTHING, "networkPolicy.enabled=true", "networkPolicy.otlpFrom[0].namespaceSelector.matchLabels.team=rl",
           "collector.podDisruptionBudget.enabled=true",
-          "sidecar.podDisruptionBudget.enabled=true", "sidecar.podDisruptionBudget.minAvailable=1",
+          "sidecar.podDisruptionBudget.enabled=true",
           "sidecar.ingress.enabled=true", "sidecar.ingress.hosts[0].host=grpo.example.org",
           "sidecar.ingress.tls[0].secretName=grpo-tls", "sidecar.ingress.tls[0].hosts[0]=grpo.example.org",
           "sidecar.service.type=LoadBalancer", "collector.queue.persistence.enabled=true",
@@ -963,7 +1006,11 @@ def test_the_docs_kube_prometheus_stack_values_make_a_valid_alertmanager_config(
     out = _check_config(amtool, tmp_path, merged["alertmanager_yaml"])
     assert out.returncode == 0, out.stdout + out.stderr
     config = yaml.safe_load(merged["alertmanager_yaml"])
-    assert config["route"]["receiver"] == "null" and len(config["inhibit_rules"]) == 4  # kept defaults
+    assert config["route"]["receiver"] == "null"
+    defaults = yaml.safe_load((KPS_DEFAULTS / "values.yaml").read_text())["alertmanager"]["config"]["inhibit_rules"]
+    for rule in defaults:  # kept, for every alert but the GRPO ones (the test below runs them)
+        assert any(r.get("source_matchers") == rule.get("source_matchers") and r.get("equal") == rule.get("equal")
+                   and set(rule["target_matchers"]) <= set(r["target_matchers"]) for r in config["inhibit_rules"]), rule
     (sidecar,) = [r for r in config["receivers"] if r["name"] == "otel-grpo-sidecar"]
     (hook,) = sidecar["webhook_configs"]
     assert hook["url"] == "http://grpo-otel-grpo-sidecar.ml.svc:8000/api/alerts"
@@ -975,7 +1022,28 @@ def test_the_docs_kube_prometheus_stack_values_make_a_valid_alertmanager_config(
     assert "yesoreyeram-infinity-datasource" in grafana["plugins"]
     gitops = yaml.safe_load(doc_block(root, GITOPS))["monitoring"]["grafanaDatasource"]["bearerToken"]
     assert gitops == "$__env{%s}" % next(iter(grafana["envValueFrom"]))
+    (grpo,) = [r for r in config["route"]["routes"] if r["receiver"] == "otel-grpo-sidecar"]
+    compose = yaml.safe_load((root / "alertmanager/alertmanager.yml").read_text())["route"]
+    assert {k: grpo[k] for k in ("group_by", "group_wait", "group_interval")} == {
+        k: compose[k] for k in ("group_by", "group_wait", "group_interval")}  # a notification per run's alert
     broken = re.sub(r'\n      - name: "null".*\n', "\n", block)
     assert broken != block
     out = _check_config(amtool, tmp_path, _merged_kps(helm, root, tmp_path, broken)["alertmanager_yaml"])
     assert out.returncode != 0 and 'undefined receiver "null"' in out.stdout + out.stderr
+
+
+def test_the_docs_kube_prometheus_stack_values_hold_back_what_compose_does(helm, root, alertmanager_bin, tmp_path,
+                                                                          free_port_factory):
+    """A real Alertmanager on the merged configuration holds back exactly the GRPO alerts compose's does, across
+    runs: kube-prometheus-stack's "critical silences warning of the same name and namespace" would let one run's
+    critical GRPONonFiniteValues hide every other run's warning one (the GRPO alerts carry no namespace)."""
+    merged = _merged_kps(helm, root, tmp_path, doc_block(root, KPS_VALUES))
+    (tmp_path / "am.yml").write_text(merged["alertmanager_yaml"])
+    port = free_port_factory()
+    with serve_alertmanager(alertmanager_bin, tmp_path / "am.yml", tmp_path, port).running(60):
+        cases = {**INHIBITION_CASES,  # and kube-prometheus-stack's own still hold for its alerts
+                 ("KubeQuotaAlmostFull", "critical", (("namespace", "ml"),)): False,
+                 ("KubeQuotaAlmostFull", "warning", (("namespace", "ml"),)): True,
+                 ("KubeQuotaAlmostFull", "warning", (("namespace", "other"),)): False}
+        assert inhibited(f"http://127.0.0.1:{port}", cases) == cases
+
