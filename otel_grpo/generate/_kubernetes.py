@@ -14,6 +14,7 @@ namespace are called.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -32,6 +33,10 @@ ALERTMANAGER_SECRETS = "/etc/alertmanager/secrets"
 PLACEHOLDERS = {"sidecar": "@SIDECAR_HOST@", "tokens": "@TOKEN_SECRET@", "alerting": "@ALERTING_SECRET@"}
 """Strings of files/alertmanager.yaml that templates/alertmanager.yaml replaces with the release's names
 (the file itself is never templated: its Alertmanager templates reach Alertmanager as written)."""
+
+GRAFANA_PLACEHOLDER = "http://@GRAFANA_URL@"
+"""The Grafana base URL of files/prometheus-rule-spec.yaml's `dashboard_url`s, which templates/monitoring.yaml
+replaces with `monitoring.prometheusRule.grafanaUrl` (the cluster's Grafana, not compose's localhost:3000)."""
 
 SCRAPE_JOBS = {"collector-exporter": COMPOSE.metrics_job, "collector-self": "otelcol", "sidecar": "sidecar"}
 """ServiceMonitor endpoint -> the `job` label it sets: compose's job names (prometheus_config(COMPOSE))."""
@@ -62,8 +67,9 @@ def kubernetes_files(root: Path, settings: RuleSettings | None = None, routing: 
     """The chart's generated files by repository path (`root`: the checkout holding collector/config.yaml;
     `routing`: alertmanager/routing.yml's receivers)."""
     s = settings or RuleSettings()
+    rules = prometheus_rule_spec(dataclasses.replace(s, grafana_url=GRAFANA_PLACEHOLDER))
     files = {f"{CHART}/files/prometheus-rule-spec.yaml":
-             HEADER + yaml.safe_dump(prometheus_rule_spec(s), sort_keys=False, width=10_000, allow_unicode=True),
+             HEADER + yaml.safe_dump(rules, sort_keys=False, width=10_000, allow_unicode=True),
              f"{CHART}/files/alertmanager.yaml": dump(helm_alertmanager_config(routing))}
     files.update({f"{CHART}/files/dashboards/{name}": compact_json(d) for name, d in dashboards(s).items()})
     collector = root / COLLECTOR_CONFIG

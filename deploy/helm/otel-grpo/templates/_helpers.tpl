@@ -1,9 +1,16 @@
-{{/* Names: <release>-otel-grpo (the release alone when it holds the chart's name), cut to 63 characters (a DNS label). */}}
+{{/* Names: fullnameOverride, else <release>-<nameOverride or otel-grpo> (the release alone when it holds that
+     name), cut to 63 characters (a DNS label). The selector labels keep the chart's constant name whatever
+     these are (see below). */}}
 {{- define "otel-grpo.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := .Values.nameOverride | default .Chart.Name -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -214,8 +221,21 @@ kube-score/ignore: {{ $ignore | uniq | sortAlpha | join "," | quote }}
 
 {{/* A PodDisruptionBudget for a component whose values hold podDisruptionBudget. */}}
 {{- define "otel-grpo.pdb" -}}
+{{- $replicas := .values.replicas | default 1 | int }}
 {{- with .values.podDisruptionBudget }}
 {{- if .enabled }}
+{{- /* A budget that lets none of the pods go blocks every node drain (kubectl drain retries for ever). */}}
+{{- $none := false }}
+{{- $said := printf "maxUnavailable=%v" .maxUnavailable }}
+{{- if not (kindIs "invalid" .minAvailable) }}
+{{- $said = printf "minAvailable=%v" .minAvailable }}
+{{- $none = ternary (eq (toString .minAvailable) "100%") (ge (int .minAvailable) $replicas) (kindIs "string" .minAvailable) }}
+{{- else }}
+{{- $none = has (toString .maxUnavailable) (list "0" "0%") }}
+{{- end }}
+{{- if $none }}
+{{- fail (printf "%s.podDisruptionBudget.%s with %d replica(s) lets no pod be evicted: every node drain would wait for ever; lower it or set enabled=false" $.component $said $replicas) }}
+{{- end }}
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
