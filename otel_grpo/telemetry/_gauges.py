@@ -10,7 +10,8 @@ The gauge set of a step is exactly that step's values: a per-step statistic the 
 give a finite value (invalid there, not logged at that step, TRL's None) has no data point, in OTLP
 and on the pull endpoint, instead of an earlier step's value served as current. State gauges
 (`per_step=False`, catalog `STATE_GAUGES`: the step index, the run-end markers, the streaks) keep
-their last value, which a late or an older attempt's record does not change.
+their last value. A late record (of an earlier step than the latest) or an older attempt's changes no gauge:
+the step's span and the sidecar's step row take its values, the gauges stay the latest step's.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ class StepGauges:
     relaunch, `new_attempt()`) ends both sets, so a failed attempt's evaluation is not served beside the new
     attempt's steps. Several records of one step all stay current (a summary log at the last logged step, a TRL
     step whose samples and scalars arrive apart). A late record (of an earlier step than the latest of a set)
-    adds what that set's latest step lacks, until its next step, and changes nothing the latest step gave nor
-    the process's state (`late`); an older attempt's record sets nothing (`older`: the run is the newer attempt,
-    whatever the crashed one's files still hold for a follower to send).
+    sets nothing of that set (`late`): a value the latest step lacks has no data point, whatever an earlier step
+    said of it, or gauges of two steps would be served side by side (a late step's terminated length beside the
+    latest step's clipped ratio of 1). An older attempt's record sets nothing (`older`: the run is the newer
+    attempt, whatever the crashed one's files still hold for a follower to send).
     """
 
     __slots__ = ("stamp", "evaluation", "older", "late", "gave", "recording", "position", "_current", "_latest",
@@ -99,10 +101,6 @@ class StepGauges:
     def current(self, stamp: int, evaluation: bool) -> bool:
         return stamp >= self._current[evaluation]
 
-    def latest(self, evaluation: bool) -> tuple[int, int] | None:
-        """The (attempt, step) of the latest record of a set."""
-        return self._latest[evaluation]
-
 
 class LatestValueGauge:
     """A gauge whose last value per attribute set is read by the SDK at collection time.
@@ -124,8 +122,8 @@ class LatestValueGauge:
         self._steps = steps
         self._per_step = steps is not None and per_step
         self._set = int(evaluation)
-        # series -> (value, attributes, the stamp and the (attempt, step) of the record that set it)
-        self._last: dict[frozenset, tuple[float, Mapping[str, Any], int, tuple[int, int] | None]] = {}
+        # series -> (value, attributes, the stamp of the record that set it)
+        self._last: dict[frozenset, tuple[float, Mapping[str, Any], int]] = {}
         # attribute dicts seen -> their series key: routes pass the same dict every step
         self._keys: dict[int, tuple[Mapping[str, Any], frozenset]] = {}
         meter.create_observable_gauge(name, [self._observe], unit=unit, description=description)
@@ -134,36 +132,29 @@ class LatestValueGauge:
         series = self._series(attributes)
         steps = self._steps
         if steps is None:
-            self._last[series] = (value, attributes, 0, None)
-        elif self._takes(series, steps):
-            self._last[series] = (value, attributes, steps.stamp, steps.position)
+            self._last[series] = (value, attributes, 0)
+        elif self._takes(steps):
+            self._last[series] = (value, attributes, steps.stamp)
 
     def clear(self, attributes: Mapping[str, Any]) -> None:
         """The series has no value at this step (a non-finite one was reported): no data point."""
         series = self._series(attributes)
         steps = self._steps
-        if steps is None or self._takes(series, steps):
+        if steps is None or self._takes(steps):
             self._last.pop(series, None)
 
-    def _takes(self, series: frozenset, steps: StepGauges) -> bool:
-        """Whether the record being recorded sets `series`: a record of the latest step or a newer attempt's does;
-        an older attempt's never (the run is the newer one); a late one only what the latest step lacks, a
-        per-step statistic without a current value or with one an earlier late record filled in from a step no
-        later than its own (the state is the latest step's: a re-sent log's `step` does not move the step index
-        back)."""
+    def _takes(self, steps: StepGauges) -> bool:
+        """Whether the record being recorded sets this gauge: a record of the latest step or a newer attempt's does;
+        a late one or an older attempt's never (the gauges are the latest step's: a re-sent log's `step` does not
+        move the step index back, an earlier step's value does not fill what the latest lacks)."""
         kind = self._set
         if not (steps.older or steps.late[kind]):
             if self._per_step:
                 steps.gave[kind] = True
             return True
-        if steps.recording != get_ident():  # no value of the record: the run's end markers, set from the thread
-            return True                     # that closes the run while the telemetry thread records a late step
-        if steps.older or not self._per_step:
-            return False
-        held = self._last.get(series)
-        if held is None or not steps.current(held[2], kind):
-            return True
-        return held[3] < steps.latest(kind) and steps.position >= held[3]
+        # not the record's value but the run's end markers, set from the thread that closes the run while the
+        # telemetry thread records a late step
+        return steps.recording != get_ident()
 
     def _series(self, attributes: Mapping[str, Any]) -> frozenset:
         known = self._keys.get(id(attributes))
@@ -174,6 +165,6 @@ class LatestValueGauge:
     def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
         steps, kind = self._steps, self._set
         if steps is None or not self._per_step:
-            return [Observation(v, dict(a)) for v, a, _, _ in list(self._last.values())]
+            return [Observation(v, dict(a)) for v, a, _ in list(self._last.values())]
         current = steps.current
-        return [Observation(v, dict(a)) for v, a, stamp, _ in list(self._last.values()) if current(stamp, kind)]
+        return [Observation(v, dict(a)) for v, a, stamp in list(self._last.values()) if current(stamp, kind)]

@@ -73,11 +73,11 @@ def test_several_records_of_one_step_are_its_values(captured):
     tel.log_metrics(4, {"kl": 0.4, "my_metric": 2.0})
     tel.log_metrics(4, {"train_runtime": 12.0})  # transformers' summary, at the same step
     tel.log_metrics(4, {"eval_reward": 0.9}, source="trl", evaluation=True)
-    tel.log_metrics(1, {"learning_rate": 1e-5})  # a late record of an earlier step adds a current value
+    tel.log_metrics(1, {"learning_rate": 1e-5})  # a late record of an earlier step: no gauge of the latest's
     assert _current(captured, "grpo.kl") == {None: 0.4}
     assert _current(captured, "grpo.extra.my_metric") == {None: 2.0}
     assert _current(captured, "grpo.train.runtime") == {None: 12.0}
-    assert _current(captured, "grpo.learning_rate") == {None: 1e-5}
+    assert _current(captured, "grpo.learning_rate") == {}
     with tel.step(5) as s:  # a step that records no statistic (the demo trainer's failed batch): none current
         with s.phase("rollout"):
             pass
@@ -149,14 +149,14 @@ def test_the_step_index_is_the_latest_step_of_the_newest_attempt(captured):
 def test_a_late_record_changes_nothing_the_latest_step_gave(captured):
     """A late record of an earlier step (a re-sent log, a callback that reports behind) set its values over the
     latest step's: `grpo.kl` showed step 1's 0.111 after step 3's 0.3, and a late NaN removed the latest reward.
-    It adds only what the latest step lacks."""
+    It sets no gauge: what the latest step lacks stays without a data point."""
     tel = captured.tel
     for step, kl in ((1, 0.1), (2, 0.2), (3, 0.3)):
         tel.log_metrics(step, {"kl": kl, "reward": 0.5})
     tel.log_metrics(1, {"kl": 0.111, "reward": math.nan, "learning_rate": 1e-5})
     assert _current(captured, "grpo.kl") == {None: 0.3}
     assert _current(captured, "grpo.reward.mean") == {None: 0.5}
-    assert _current(captured, "grpo.learning_rate") == {None: 1e-5}  # what step 3 lacked
+    assert _current(captured, "grpo.learning_rate") == {}  # step 3 did not log it
     tel.log_metrics(3, {"kl": 0.33})  # another record of the latest step is its value
     assert _current(captured, "grpo.kl") == {None: 0.33}
 
@@ -187,8 +187,8 @@ def test_a_validation_on_a_training_steps_line_is_the_latest_evaluation_until_th
     assert _current(captured, "grpo.loss.policy") == {None: 0.2}
     tel.log_metrics(20, {"actor/pg_loss": 0.3, "val-core/gsm8k/acc/mean@1": 0.5}, source="verl")
     assert _current(captured, "grpo.eval", "metric") == {"core/gsm8k/acc/mean@1": 0.5}  # the newer validation's
-    tel.log_metrics(12, {"val-aux/num_turns/mean": 3.0}, source="verl", evaluation=True)  # late: adds what 20 lacks
-    assert _current(captured, "grpo.eval", "metric") == {"core/gsm8k/acc/mean@1": 0.5, "aux/num_turns/mean": 3.0}
+    tel.log_metrics(12, {"val-aux/num_turns/mean": 3.0}, source="verl", evaluation=True)  # late: not step 20's
+    assert _current(captured, "grpo.eval", "metric") == {"core/gsm8k/acc/mean@1": 0.5}
 
 
 def test_an_evaluations_trainer_state_is_the_training_steps(captured):
@@ -213,15 +213,29 @@ def test_a_late_record_leaves_the_process_state_as_the_latest_step_set_it(captur
     assert _current(captured, "grpo.step_index") == {None: 5}
 
 
-def test_a_late_records_last_value_of_a_series_is_its_value(captured):
-    """A record may hold several dicts (`record(stats, **scalars)`, `record` called twice): in a late one the
-    first value of a series the latest step lacked stayed, while the step span carries the last."""
+def test_a_late_record_fills_nothing_the_latest_step_lacks(captured):
+    """A follower sends a step's completions (samples only) before the trainer state's scalars of the steps up to
+    it: every completion of step 8 was clipped (TRL logs 0 for the terminated lengths, which the mapping drops),
+    step 7's were not. Late steps 5-7 filled what step 8 lacked: a terminated length of 3 beside a clipped ratio
+    of 1, two steps' numbers served as one. The gauges are step 8's alone."""
     tel = captured.tel
-    tel.log_metrics(5, {"kl": 0.5})
-    with tel.logged_step(3) as s:
-        s.record({"reward": 0.3})
-        s.record({"reward": 0.33})
-    assert _current(captured, "grpo.reward.mean") == {None: 0.33}
+
+    def logs(step: int, terminated: float) -> dict:
+        return {"reward": 1.0 + step, "completions/clipped_ratio": 1.0 if terminated == 0 else 0.5, "loss": 0.1,
+                "completions/mean_terminated_length": terminated, "completions/min_terminated_length": terminated}
+
+    with tel.logged_step(8) as s:
+        s.samples([{"prompt": "p", "completion": "c", "reward": 1.0}])
+    for step in (5, 6, 7, 8):
+        tel.log_metrics(step, logs(step, 0.0 if step == 8 else 3.0), source="trl")
+    assert _current(captured, "grpo.completion.clipped_ratio") == {None: 1.0}
+    assert _current(captured, "grpo.completion.terminated_length.mean") == {}
+    assert _current(captured, "grpo.completion.terminated_length.min") == {}
+    assert _current(captured, "grpo.reward.mean") == {None: 9.0}
+    with tel.logged_step(3) as s:  # a late record in several parts, a reward the latest step has not logged
+        s.record({"my_metric": 0.3})
+        s.record({"my_metric": 0.33})
+    assert _current(captured, "grpo.extra.my_metric") == {}
 
 
 def test_an_older_attempts_late_record_sets_nothing(captured):
@@ -262,20 +276,6 @@ def test_a_relaunch_that_evaluates_first_makes_the_crashed_attempts_steps_older(
     tel.log_metrics(6, {"actor/pg_loss": 0.2, "training/global_step": 6}, source="verl")  # the relaunch trains
     assert _current(captured, "grpo.step_index") == {None: 6}
     assert _current(captured, "grpo.steps") == {None: 9}
-
-
-def test_a_gap_filled_late_takes_the_latest_late_value(captured):
-    """The latest step (5) has no reward; a follower re-sends step 3 in two records, then step 4: the first late
-    value stayed, though the step span holds step 3's last and step 4 is nearer the latest."""
-    tel = captured.tel
-    tel.log_metrics(5, {"kl": 0.5})
-    tel.log_metrics(3, {"reward": 0.3})
-    tel.log_metrics(3, {"reward": 0.33})
-    assert _current(captured, "grpo.reward.mean") == {None: 0.33}
-    tel.log_metrics(4, {"reward": 0.4})
-    assert _current(captured, "grpo.reward.mean") == {None: 0.4}
-    tel.log_metrics(3, {"reward": 0.333})  # an earlier step than the fill's: leaves it
-    assert _current(captured, "grpo.reward.mean") == {None: 0.4}
 
 
 def test_a_state_gauge_set_outside_the_record_being_recorded_takes_its_value():
