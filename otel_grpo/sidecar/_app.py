@@ -33,6 +33,7 @@ from ._metrics import LatencyMiddleware, SidecarMetrics
 from ._readiness import Readiness
 from ._settings import MiB, SidecarSettings
 from ._workers import IngestPool
+from .api._stream_cut import QUIET
 from .api.deps import IngestGate
 from .api.listing import PAGE_HEADERS
 from .api.routes import alerts, ingest, ops, runs, samples, steps, web
@@ -192,6 +193,7 @@ def create_app(settings: SidecarSettings | None = None, registry: CollectorRegis
                            expose_headers=list(PAGE_HEADERS))
     for error in STORE_ERRORS:
         app.add_exception_handler(error, _store_error)
+    logging.getLogger("uvicorn.error").addFilter(QUIET)  # a cut stream is said once a minute (api/_stream_cut)
     app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
     app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
     return app

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from .._metrics import SidecarMetrics
 from .._settings import SidecarSettings
 from ..store import Store
+from ._stream_cut import cut_on_store_error
 
 
 class IngestGate:
@@ -167,6 +168,6 @@ def json_response(pieces: Iterable[bytes], headers: dict[str, str] | None = None
         first.append(piece)
         size += len(piece)
         if size >= STREAM_FLUSH_BYTES:
-            return StreamingResponse(json_array(itertools.chain(first, pieces)), media_type="application/json",
-                                     headers=headers)
+            return StreamingResponse(cut_on_store_error(json_array(itertools.chain(first, pieces))),
+                                     media_type="application/json", headers=headers)
     return Response(b"[" + b",".join(p for p in first if p) + b"]", media_type="application/json", headers=headers)

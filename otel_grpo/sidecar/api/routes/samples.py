@@ -15,6 +15,7 @@ from fastapi.responses import StreamingResponse
 from ...schemas import Message, SampleRow
 from ...store import SampleQuery
 from ...store._queries import COLUMN_RE, SAMPLE_TEXT_COLUMNS
+from .._stream_cut import cut_on_store_error
 from ..deps import FastJSON, RunId, StoreDep, bad_param, json_response, not_found_run, require_read, step_param
 from ..listing import TOTAL_HEADER
 
@@ -186,7 +187,8 @@ def export_csv(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingResp
     full-width forms included) get a leading `'`."""
     _checked(store, run_id, query)
     columns, rows = store.sample_columns(run_id, query), store.iter_samples(run_id, query)
-    return StreamingResponse(_batched(_csv_lines(columns, rows)), media_type="text/csv; charset=utf-8",
+    return StreamingResponse(cut_on_store_error(_batched(_csv_lines(columns, rows))),
+                             media_type="text/csv; charset=utf-8",
                              headers={"Content-Disposition": 'attachment; filename="samples.csv"'})
 
 
@@ -195,7 +197,7 @@ def export_csv(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingResp
 def export_jsonl(run_id: RunId, store: StoreDep, query: QueryDep) -> StreamingResponse:
     """The same rows as JSON Lines, one sample per line."""
     _checked(store, run_id, query)
-    return StreamingResponse(_batched(_jsonl_lines(store.iter_samples(run_id, query))),
+    return StreamingResponse(cut_on_store_error(_batched(_jsonl_lines(store.iter_samples(run_id, query)))),
                              media_type="application/x-ndjson")
 
 
