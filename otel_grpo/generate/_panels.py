@@ -9,7 +9,10 @@ from otel_grpo.catalog import Kind, Signal, get
 PROM = {"type": "prometheus", "uid": "${datasource}"}
 """Panels use the dashboard's datasource variable (default: the provisioned uid `prom`)."""
 PROM_UID = "prom"
-INFINITY = {"type": "yesoreyeram-infinity-datasource", "uid": "infinity"}
+INFINITY = {"type": "yesoreyeram-infinity-datasource", "uid": "${sidecar}"}
+"""Sample, alert and run panels use the dashboard's sidecar variable (default: the provisioned uid `infinity`):
+several sidecars in one Grafana (a chart release per namespace) are picked there, not mixed."""
+INFINITY_UID = "infinity"
 RUN = 'run_id=~"$run_id"'  # multi-select: several runs side by side
 RATE = "$__rate_interval"
 # Quantiles drawn from the per-sample histograms (the exact p05/p50/p95 gauges of the

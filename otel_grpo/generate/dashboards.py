@@ -20,8 +20,8 @@ from otel_grpo import catalog
 from otel_grpo.catalog import Group
 
 from ._configs import COMPOSE
-from ._panels import (PROM, PROM_UID, RUN, Panel, Query, current_copy, render, row, signal_queries,
-                      unit_of)
+from ._panels import (INFINITY, INFINITY_UID, PROM, PROM_UID, RUN, Panel, Query, current_copy, render, row,
+                      signal_queries, unit_of)
 from ._rules import THRESHOLD_RECORD, RuleSettings
 
 UID = "grpo-overview"
@@ -394,12 +394,14 @@ def _layout(rows: Iterable[tuple[int, str, list[tuple[int, Panel]]]]) -> list[di
 
 
 def _variables() -> list[dict]:
-    """The Prometheus datasource, the runs (several at once, matched as a regex), the scalar compared by step
-    and the TRL keys drawn as logged."""
+    """The Prometheus datasource, the sidecar (an Infinity datasource), the runs (several at once, matched as a
+    regex), the scalar compared by step and the TRL keys drawn as logged."""
     logged = catalog.get("trl_logged")
     return [
         {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
          "current": {"text": "Prometheus", "value": PROM_UID}, "hide": 0, "refresh": 1, "regex": ""},
+        {"name": "sidecar", "label": "Sidecar", "type": "datasource", "query": INFINITY["type"],
+         "current": {"text": "Sidecar", "value": INFINITY_UID}, "hide": 0, "refresh": 1, "regex": ""},
         {"name": "run_id", "label": "run", "type": "query", "datasource": PROM,
          "query": {"query": "label_values(grpo_step_index, run_id)", "refId": "run_id"},
          "refresh": 2, "sort": 1, "multi": True, "includeAll": True, "allValue": catalog.spans.ALL_RUNS,

@@ -48,16 +48,16 @@ def test_datasource_uids_match_provisioning(root):
     for name in dashboard_files():
         d = json.loads((root / name).read_text())
         variables = {v["name"]: v for v in d["templating"]["list"]}
-        # The datasource variable defaults to the provisioned Prometheus.
-        assert variables["datasource"]["query"] == "prometheus"
-        assert provisioned[variables["datasource"]["current"]["value"]] == "prometheus"
+        # The datasource variables default to the provisioned Prometheus and sidecar.
+        chosen = {f"${{{name}}}": variables[name]["current"]["value"] for name in ("datasource", "sidecar")}
+        assert {provisioned[uid] for uid in chosen.values()} == {variables[n]["query"] for n in ("datasource", "sidecar")}
         refs = [variables["run_id"]["datasource"]] + [a["datasource"] for a in d["annotations"]["list"]]
         for p in all_panels(d):
             refs += [p["datasource"]] if "datasource" in p else []
             refs += [t["datasource"] for t in p.get("targets", [])]
         for ref in refs:
-            uid = variables["datasource"]["current"]["value"] if ref["uid"] == "${datasource}" else ref["uid"]
-            assert provisioned.get(uid) == ref["type"], (name, ref)
+            assert ref["uid"] in chosen, (name, ref)  # every panel reads through a variable: none names a uid
+            assert provisioned.get(chosen[ref["uid"]]) == ref["type"], (name, ref)
 
 
 def test_dashboard_provider_points_at_the_mounted_dashboards(root):
@@ -177,11 +177,11 @@ def test_histogram_quantiles_use_the_step_covering_window():
 
 def test_overview_has_run_variable_alerts_and_sidecar_samples():
     d = dashboards()["grpo-overview.json"]
-    assert [v["name"] for v in d["templating"]["list"]] == ["datasource", "run_id", "compare", "trl_key"]
+    assert [v["name"] for v in d["templating"]["list"]] == ["datasource", "sidecar", "run_id", "compare", "trl_key"]
     exprs = [e for _, e in dashboard_exprs(d)]
     assert 'ALERTS{alertstate="firing"}' in exprs
     assert any("histogram_quantile" in e and "phase" in e for e in exprs)
-    urls = [t["url"] for p in all_panels(d) for t in p.get("targets", []) if t["datasource"]["uid"] == "infinity"]
+    urls = [t["url"] for p in all_panels(d) for t in p.get("targets", []) if t["datasource"]["uid"] == "${sidecar}"]
     assert "/api/runs/${run_id:percentencode}/samples" in urls
     # Several runs or "All": one samples table per selected run; the alerts take `a|b` and `.*`.
     assert _panel(d, "Samples of the latest step (sidecar)")["repeat"] == "run_id"
@@ -203,7 +203,7 @@ def test_one_panel_overlays_the_selected_runs_by_step():
     panel = _panel(d, "Runs compared by step: ${compare} (sidecar)")
     assert panel["type"] == "trend" and panel["options"]["xField"] == "step" and "repeat" not in panel
     target = panel["targets"][0]
-    assert target["datasource"]["uid"] == "infinity" and target["url"] == "/api/steps"
+    assert target["datasource"]["uid"] == "${sidecar}" and target["url"] == "/api/steps"
     params = {p["key"]: p["value"] for p in target["url_options"]["params"]}
     # Several runs as `a|b`, "All" as the variable's allValue `.*`: the sidecar reads both. Of thousands of
     # runs, the sidecar sends the 100 most recently updated with data in the dashboard's time range (Unix ms),

@@ -182,8 +182,30 @@ def test_no_alert_selects_by_job_and_the_monitors_set_composes_jobs(helm, root):
 def test_dashboards_are_configmaps_grafana_discovers(helm, root):
     maps = _objects(_template(helm, root), "ConfigMap")
     boards = {n: m for n, m in maps.items() if m["metadata"]["labels"].get("grafana_dashboard") == "1"}
-    got = {k: json.loads(v) for m in boards.values() for k, v in m["data"].items()}
+    got = {k.removeprefix("grpo-otel-grpo-ml-"): json.loads(v) for m in boards.values() for k, v in m["data"].items()}
     assert got == dashboards(RuleSettings())
+
+
+def test_two_releases_give_grafana_a_sidecar_and_dashboard_files_each(helm, root):
+    """Grafana's sidecar writes every release's datasource and dashboard files into one folder by key: with one
+    key for all, one team's panels read the other team's sidecar, and uninstalling either removed the other's
+    dashboard. Each release's keys, datasource name and uid are its own (the dashboards pick the sidecar in their
+    `sidecar` variable), the same on every render."""
+    def grafana_files(release: str, namespace: str) -> tuple[set[str], tuple[str, str]]:
+        argv = [helm, "template", release, str(root / CHART), "--namespace", namespace]
+        docs = [d for d in yaml.safe_load_all(subprocess.run(argv, capture_output=True, text=True, check=True,
+                                                             timeout=120).stdout) if d]
+        keys = {k for d in docs if d["kind"] in ("Secret", "ConfigMap") and {"grafana_datasource", "grafana_dashboard"}
+                & set(d["metadata"]["labels"]) for k in {**d.get("data", {}), **d.get("stringData", {})}}
+        (source,) = [yaml.safe_load(v)["datasources"][0] for d in docs if d["kind"] == "Secret"
+                     for k, v in d.get("stringData", {}).items() if k.endswith("-datasource.yaml")]
+        assert len(source["uid"]) <= 40
+        return keys, (source["name"], source["uid"])
+
+    a, b, again = grafana_files("grpo", "team-a"), grafana_files("grpo", "team-b"), grafana_files("grpo", "team-a")
+    assert len(a[0]) == len(b[0]) == 2 and not a[0] & b[0]
+    assert a[1][0] != b[1][0] and a[1][1] != b[1][1]
+    assert again == a
 
 
 ANNOTATIONS_LIMIT = 262_144
@@ -223,8 +245,9 @@ def test_the_infinity_datasource_reaches_the_sidecar_with_the_read_token(helm, r
     tokens = secrets["grpo-otel-grpo-tokens"]["data"]
     assert set(tokens) == {"otlp_token", "sidecar_token", "sidecar_read_token"}
     (ds,) = [s for s in secrets.values() if s["metadata"]["labels"].get("grafana_datasource") == "1"]
-    (source,) = yaml.safe_load(ds["stringData"]["otel-grpo-datasource.yaml"])["datasources"]
-    assert source["uid"] == "infinity" and source["url"] == "http://grpo-otel-grpo-sidecar.ml.svc:8000"
+    (source,) = yaml.safe_load(ds["stringData"]["grpo-otel-grpo-ml-datasource.yaml"])["datasources"]
+    assert source["type"] == dashboards(RuleSettings())["grpo-overview.json"]["templating"]["list"][1]["query"]
+    assert source["url"] == "http://grpo-otel-grpo-sidecar.ml.svc:8000"
     assert source["secureJsonData"]["bearerToken"] == base64.b64decode(tokens["sidecar_read_token"]).decode()
     sidecar = _objects(docs, "Deployment")["grpo-otel-grpo-sidecar"]["spec"]["template"]["spec"]["containers"][0]
     allowed = json.loads(next(e["value"] for e in sidecar["env"] if e["name"] == "OTEL_GRPO_SIDECAR_ALLOWED_HOSTS"))
@@ -464,7 +487,7 @@ def test_gitops_values_render_identically_twice(helm, root, tmp_path):
     assert first == second
     secrets = _objects(first, "Secret")
     assert "grpo-otel-grpo-tokens" not in secrets  # the Secret is the user's
-    (source,) = yaml.safe_load(secrets["grpo-otel-grpo-datasource"]["stringData"]["otel-grpo-datasource.yaml"])["datasources"]
+    (source,) = yaml.safe_load(secrets["grpo-otel-grpo-datasource"]["stringData"]["grpo-otel-grpo-ml-datasource.yaml"])["datasources"]
     assert source["secureJsonData"]["bearerToken"] == "$__env{OTEL_GRPO_SIDECAR_READ_TOKEN}"  # not empty: Grafana's env
     for name, pod in _pods(first).items():
         refs = {e["valueFrom"]["secretKeyRef"]["name"] for c in pod["spec"]["containers"] for e in c.get("env", [])
@@ -490,7 +513,7 @@ def test_explicit_tokens_are_the_secret_and_the_datasource_token(helm, root):
         "otlp_token": "o-1", "sidecar_token": "s-1", "sidecar_read_token": "r-1"}
     assert _template(helm, root, *sets) == docs
     ds = _objects(docs, "Secret")["grpo-otel-grpo-datasource"]
-    assert yaml.safe_load(ds["stringData"]["otel-grpo-datasource.yaml"])["datasources"][0]["secureJsonData"] == {
+    assert yaml.safe_load(ds["stringData"]["grpo-otel-grpo-ml-datasource.yaml"])["datasources"][0]["secureJsonData"] == {
         "bearerToken": "r-1"}
 
 

@@ -278,3 +278,12 @@ http://{{ include "otel-grpo.name" (dict "root" . "component" "collector") }}.{{
 {{- fail "collector.enabled=false needs collector.endpoint: the OTLP/gRPC endpoint of your collector" -}}
 {{- end -}}
 {{- end }}
+
+{{/* The release's sidecar datasource in Grafana: a name people pick in the dashboards' `sidecar` variable, and a
+     uid (at most 40 characters) of the namespace and release, the same on every render. */}}
+{{- define "otel-grpo.datasourceName" -}}
+Sidecar {{ .Release.Namespace }}/{{ include "otel-grpo.fullname" . }}
+{{- end -}}
+{{- define "otel-grpo.datasourceUid" -}}
+grpo-{{ printf "%s/%s" .Release.Namespace (include "otel-grpo.fullname" .) | sha256sum | trunc 16 }}
+{{- end -}}
