@@ -319,6 +319,9 @@ def test_trls_output_directory_may_be_the_followed_volume_itself(helm, root):
      "collector.podDisruptionBudget.maxUnavailable=0 with 1 replica(s) lets no pod be evicted"),
     (("monitoring.prometheusRule.grafanaUrl=grafana.example.org",), "/monitoring/prometheusRule/grafanaUrl"),
     (("fullnameOverride=Team",), "/fullnameOverride"),
+    (("sidecar.ingress.enabled=true", "sidecar.ingress.hosts[0].host=ml.example.org",
+      "sidecar.ingress.hosts[0].paths[0].path=/grpo", "sidecar.ingress.hosts[0].paths[0].pathType=Prefix"),
+     'sidecar.ingress.hosts: path "/grpo" of ml.example.org: the explorer is served at its host\'s root'),
 ])
 def test_impossible_values_fail_with_one_line(helm, root, sets, message):
     """Each refusal is one line of `helm template`'s error, whole (a collector queue claim shared by
