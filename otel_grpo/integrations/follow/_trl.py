@@ -263,7 +263,7 @@ class TrlOutput:
             name, identity = path.name, _identity(stat)
             if _same(self._done.get(name), identity) or name in self._handed:
                 continue
-            rows = self._read(path, is_last=i == len(files) - 1)
+            rows = self._read(path, identity, is_last=i == len(files) - 1)
             if rows is None:
                 break  # keep file order: wait for this one
             if step < self._top:  # written again below the latest step: the job was relaunched
@@ -309,7 +309,7 @@ class TrlOutput:
             return max(chain) + 1
         return None
 
-    def _read(self, path: Path, is_last: bool) -> list[dict[str, Any]] | None:
+    def _read(self, path: Path, identity: list[int], is_last: bool) -> list[dict[str, Any]] | None:
         import pyarrow.parquet as pq
 
         try:
@@ -320,6 +320,8 @@ class TrlOutput:
         try:
             with fp:
                 table = pq.read_table(fp)
+                if _identity(os.fstat(fp.fileno())) != identity:
+                    return None  # written while read: read once the write is over, so one write counts once
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             if is_last:
                 return None  # pandas may still be writing it: its footer comes last

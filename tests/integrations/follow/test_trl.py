@@ -395,6 +395,44 @@ def test_a_rewrite_below_the_latest_step_is_a_relaunch_one_at_it_is_not(tmp_path
     assert _samples_attempts(again) == {4: {relaunch}}
 
 
+def test_a_completions_file_written_while_read_counts_as_one_write(tmp_path, trl_output, monkeypatch, caplog):
+    """The follower looks at completions_00004.parquet while pandas still writes it, and the write ends while pyarrow
+    reads it: the file is read again once its size and time stay put, so the write counts once, and the trainer state
+    written next, with its one entry at step 4, is no relaunch."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "grpo-run"
+    shutil.copytree(trl_output / "completions", out / "completions")
+    history = json.loads((trl_output / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+    last = out / "completions" / "completions_00004.parquet"
+    whole = last.read_bytes()
+    last.write_bytes(whole[:len(whole) // 2])  # still being written
+    read_table = pq.read_table
+
+    def write_ends_while_read(source, *args, **kwargs):
+        if os.fstat(source.fileno()).st_ino == last.stat().st_ino and last.stat().st_size < len(whole):
+            last.write_bytes(whole)
+        return read_table(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", write_ends_while_read)
+    source = TrlOutput(out)
+    source.restore(None, True)
+
+    def once() -> list:
+        records = source.poll(100)
+        for record in records:
+            source.mark_done(record)
+        return records
+
+    assert [r.step for r in once()] == [1, 2, 3]  # step 4's file waits for its write to end
+    assert [r.step for r in once()] == [4]
+    _save(out, 4, history)
+    with caplog.at_level("WARNING", logger="otel_grpo.follow"):
+        scalars = once()
+    assert [(r.step, r.attempt) for r in scalars] == [(1, None), (2, None), (3, None), (4, None)]
+    assert "relaunched" not in caplog.text
+
+
 def test_a_fresh_relaunch_sends_its_own_scalars_not_the_crashed_attempts(tmp_path, trl_output):
     """Relaunched afresh (from step 1), the job's steps 1-2 go out as its attempt with its own logged values, from its
     trainer state, never the crashed attempt's checkpoint values under the relaunch's attempt."""
