@@ -18,7 +18,10 @@ its steps again from an earlier one, and either of its two streams can show it f
 - completions: within one attempt TRL writes them in step order and rewrites only the latest one
   (at the same `global_step`, an evaluation's `log` writes the evaluation's rows and the
   end-of-training summary's the same rows again), so a file written for a step below the latest
-  one read is a relaunch from that step;
+  one read is a relaunch from that step; one written again at the latest step is told by the next
+  trainer state that reaches it: each `log` writes the file once and appends one history entry at the
+  step, so fewer entries there than writes seen is a relaunch from that step (`_unexplained`), whose
+  completions from there on go out again;
 - trainer states (the only stream without `log_completions`): within one attempt each state written
   holds the previous one's log history and goes further (transformers writes one at each checkpoint
   and in `save_state`, the end's summary at the same step), so a state written after the one read
@@ -28,9 +31,7 @@ its steps again from an earlier one, and either of its two streams can show it f
 Either way (`_relaunched`, one mechanism): from that step on, the records are a newer attempt
 (`grpo.attempt`: the sidecar replaces the crashed attempt's samples and scalars of each step the
 relaunch sends), its logged scalars are read again from that step, and only trainer states
-written since count. A relaunch whose first completions file is the latest step's (a resume after a
-crash right after logging the step past the checkpoint) cannot be told from an evaluation there
-(docs/follow.md, "Relaunched and resumed jobs").
+written since count (docs/follow.md, "Relaunched and resumed jobs").
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import json
 import logging
 import os
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -137,6 +139,10 @@ class TrlOutput:
         self._top = -1  # the latest completions step read in this attempt
         self._done_attempt: tuple[int | None, int] = (None, 0)  # (attempt, since) of the emitted records
         self._done_top = -1  # the latest completions step emitted in that attempt
+        self._writes: dict[int, list[int]] = {}
+        """Step -> mtimes (ns) of the writes of its completions file handed out in this attempt, for the latest step
+        and for the steps written more than once that no trainer state has explained yet (`_unexplained`)."""
+        self._done_writes: dict[int, list[int]] = {}  # the same for the emitted records: saved
         self._logged: dict[int, str] = {}
         """The history of the trainer state last handed out, as step -> digest of its training entries up to that
         step (`_chain`), less the steps a relaunch has since replaced: what a later state must agree with to be the
@@ -163,6 +169,7 @@ class TrlOutput:
             attempt = saved.get("attempt")
             self._done_attempt = (None if attempt is None else int(attempt), int(saved.get("since", 0)))
             self._done_top = int(saved.get("top", _latest(self._done)))
+            self._done_writes = {int(step): [int(t) for t in times] for step, times in saved.get("writes", {}).items()}
         elif not from_start:
             for _, path in self._parquets():
                 self._done[path.name] = _identity(path.stat())
@@ -171,6 +178,7 @@ class TrlOutput:
             if state:
                 self._scalar_step = self._handed_scalar_step = _global_step(state)
         (self.attempt, self._since), self._top = self._done_attempt, self._done_top
+        self._writes = {step: list(times) for step, times in self._done_writes.items()}
 
     def cursor(self) -> dict[str, Any]:
         attempt, since = self._done_attempt
@@ -178,7 +186,9 @@ class TrlOutput:
             self._unsaved = None
         logged, logged_from = self._unsaved or (self._logged, self._logged_from)  # the saved attempt's
         return {"done": dict(self._done), "digest": self._digest, "scalar_step": self._scalar_step,
-                "attempt": attempt, "since": since, "top": self._done_top, **self._saved_chain(logged, logged_from)}
+                "attempt": attempt, "since": since, "top": self._done_top,
+                "writes": {str(step): times for step, times in self._done_writes.items()},
+                **self._saved_chain(logged, logged_from)}
 
     def _saved_chain(self, logged: dict[int, str], logged_from: tuple[Path, tuple[int, int, int]] | None
                      ) -> dict[str, Any]:
@@ -206,8 +216,10 @@ class TrlOutput:
         if (record.attempt, since) != self._done_attempt:  # a relaunch's first record: its steps from here on
             self._done_attempt, self._done_top = (record.attempt, since), record.step - 1
             self._scalar_step = min(self._scalar_step, record.step - 1)
+            self._done_writes = {s: t for s, t in self._done_writes.items() if s < record.step}
         if kind == "parquet":
             self._done_top = max(self._done_top, record.step)
+            self._done_writes = _noted(self._done_writes, record.step, identity[2])
         else:
             self._scalar_step = max(self._scalar_step, record.step)
 
@@ -270,7 +282,14 @@ class TrlOutput:
                 self._relaunched(step, stat.st_mtime_ns, f"completions of step {step} written again after "
                                                          f"step {self._top}")
                 digest = ""  # its first batch repeats none of the earlier attempt's
+            elif step == self._top and self._newest is not None:  # an evaluation's or a relaunch's: a trainer
+                path_read, key, doc = self._newest  # state already written after it tells (a restarted follower)
+                found = self._unexplained(doc, key[2], {step: [*self._writes.get(step, ()), stat.st_mtime_ns]})
+                if found is not None:
+                    self._relaunched(found[0], found[1], _rewritten(found, path_read.relative_to(self.dir)))
+                    digest = ""
             self._top = max(self._top, step)
+            self._writes = _noted(self._writes, step, stat.st_mtime_ns)
             new_digest = _digest(rows)
             fresh = rows if new_digest != digest else []  # a reused generation batch is sent once
             digest = self._handed_digest = new_digest
@@ -280,12 +299,17 @@ class TrlOutput:
                               evaluation=step == 0, attempt=self.attempt))
         return out
 
-    def _relaunched(self, step: int, since_ns: int, seen: str) -> None:
+    def _relaunched(self, step: int, since_ns: int, seen: str, *, reread: bool = False) -> None:
         """A newer attempt from `step` on, whose first file (completions or trainer state) was written at
-        `since_ns` (its mtime); `seen`: what showed it, for the log."""
+        `since_ns` (its mtime); `seen`: what showed it, for the log. `reread`: the completions files from `step`
+        on, already handed out, are the relaunch's (it began at the latest step read): they go out again as its."""
         logger.warning("otel-grpo follow: %s: %s: the job was relaunched; its steps from %d replace the earlier "
                        "attempt's", self.dir, seen, step)
         self.attempt, self._since, self._top = clock.now_ns(), since_ns, step - 1
+        self._writes = {s: times for s, times in self._writes.items() if s < step}
+        if reread:
+            self._done = {name: i for name, i in self._done.items() if _step_of(name) < step}
+            self._handed = {name for name in self._handed if _step_of(name) < step}
         self._handed_scalar_step = min(self._handed_scalar_step, step - 1)
         self._handed_digest = ""  # its first batch repeats none of the earlier attempt's
         if self._unsaved is None:
@@ -307,6 +331,28 @@ class TrlOutput:
                 agreed = step
         if chain and self._logged and max(chain) < max(self._logged):
             return max(chain) + 1
+        return None
+
+    def _unexplained(self, doc: dict[str, Any], written_ns: int, writes: dict[int, list[int]]
+                     ) -> tuple[int, int, int, int] | None:
+        """The first step whose completions file was written (`writes`: the mtimes of the writes handed out) more
+        often than the trainer state `doc`, written at `written_ns`, logs entries at it: (step, mtime of the
+        relaunch's first write there, writes, entries); None: none. Within one attempt each `log` call appends one
+        entry at the step to the log history and writes the step's completions file once (TRL's `GRPOTrainer.log`),
+        so a state written after a step's writes holds an entry for each; a write it does not explain is another
+        attempt's, and its own are the last `entries` ones. Steps the state explains, other than the latest one read,
+        are forgotten: a later write there is below the latest step, a relaunch without counting."""
+        counts = Counter(e["step"] for e in _history(doc) if isinstance(e.get("step"), int))
+        for step in sorted(writes):
+            times = sorted(writes[step])
+            if step > _global_step(doc) or written_ns <= times[-1]:
+                continue  # the state does not cover the step, or was written before a write seen there
+            entries = counts[step]
+            if len(times) > entries:
+                return step, times[-entries] if entries else times[-1] + 1, len(times), entries
+            if step != self._top:
+                self._writes.pop(step, None)
+                self._done_writes.pop(step, None)
         return None
 
     def _read(self, path: Path, identity: list[int], is_last: bool) -> list[dict[str, Any]] | None:
@@ -376,22 +422,26 @@ class TrlOutput:
         return self._newest[2]
 
     def _relaunch_in(self, fresh: dict[Path, dict[str, Any]]) -> bool:
-        """Compare each trainer state written after the one read (once per version) with what was read; True if
-        one shows a relaunch (the attempt changed). Before any state was read there is nothing to compare."""
-        if not self._logged or self._logged_from is None:
-            return False
+        """Compare each trainer state of this attempt not compared yet (once per version) with what was read: the
+        history of the state read (`_went_back`) and the completions written since it (`_unexplained`); True if
+        one shows a relaunch (the attempt changed)."""
         versions = {(path, key) for path, (key, _) in self._steps.items()}
         self._checked &= versions
         for path, key in sorted(versions - self._checked, key=lambda v: v[1][2]):  # in the order written
-            if key[2] <= self._logged_from[1][2] or key[2] < self._since:
-                continue  # written before the state read, or an earlier attempt's
+            if key[2] < self._since:
+                continue  # an earlier attempt's
             doc = fresh.get(path) or self._read_state(path)
             if doc is None:
                 continue  # being written: compared once whole
             self._checked.add((path, key))
-            step = self._went_back(doc)
-            if step is not None:
-                self._relaunched(step, key[2], f"{path.relative_to(self.dir)} logs step {step} again")
+            went_back = self._went_back(doc) if self._logged and self._logged_from is not None and (
+                key[2] > self._logged_from[1][2]) else None  # a state written before the one read: nothing to compare
+            found = self._unexplained(doc, key[2], self._writes)
+            if found is not None and (went_back is None or found[0] < went_back):
+                self._relaunched(found[0], found[1], _rewritten(found, path.relative_to(self.dir)), reread=True)
+                return True
+            if went_back is not None:
+                self._relaunched(went_back, key[2], f"{path.relative_to(self.dir)} logs step {went_back} again")
                 return True
         return False
 
@@ -461,6 +511,28 @@ def _chain(doc: dict[str, Any]) -> dict[int, str]:
 def _global_step(doc: dict[str, Any]) -> int:
     step = doc.get("global_step")
     return step if isinstance(step, int) and not isinstance(step, bool) else -1
+
+
+def _noted(writes: dict[int, list[int]], step: int, written_ns: int) -> dict[int, list[int]]:
+    """`writes` with one more write of `step`'s completions, the latest step's: of the earlier steps only those
+    written more than once are kept (a later trainer state must explain those); a later step's were an earlier
+    attempt's (the write is a relaunch's, below them)."""
+    kept = {s: times for s, times in writes.items() if s < step and len(times) > 1}
+    times = writes.get(step, [])
+    kept[step] = times if written_ns in times else [*times, written_ns]
+    return kept
+
+
+def _rewritten(found: tuple[int, int, int, int], state: Path) -> str:
+    """What showed a relaunch at the latest step read, for the log."""
+    step, _, writes, entries = found
+    return (f"completions of step {step} written {writes} times, {state} logs {entries} "
+            f"entr{'y' if entries == 1 else 'ies'} there")
+
+
+def _step_of(name: str) -> int:
+    m = _PARQUET.match(name)
+    return int(m.group(1)) if m else -1
 
 
 def _latest(done: dict[str, list[int]]) -> int:

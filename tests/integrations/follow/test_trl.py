@@ -302,6 +302,49 @@ def test_a_relaunched_trl_job_replaces_the_crashed_attempts_samples(tmp_path, si
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("follower_stopped", [False, True], ids=["one-follower", "follower-restarted"])
+def test_a_relaunch_that_rewrites_the_latest_steps_completions_replaces_them(tmp_path, sidecar, follower_stopped):
+    """A TRL job saving every 2 steps logs steps 1-5 and dies during step 6; relaunched, it resumes from
+    checkpoint-4, so its first file is completions_00005.parquet again: the latest step's, as an evaluation at step
+    5 would write it. Its checkpoint-6 logs one entry at step 5 where the completions were written twice, which one
+    attempt never does (each `log` writes both): the relaunch began at step 5. The sidecar then holds step 5 with the
+    relaunch's samples and scalars only, with one follower running throughout or one stopped across the relaunch
+    and started again on its state."""
+    pytest.importorskip("trl")
+    out, state, log, run = tmp_path / "grpo-run", tmp_path / "state.json", tmp_path / "follow.log", "trl-at-top"
+    _write(out, 6, "checkpoint", "save_steps=2", "crash_after=5", tag="first", code=17)
+    assert sorted(p.name for p in (out / "completions").iterdir())[-1] == "completions_00005.parquet"
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    args = ["--trl-output", str(out), "--run-id", run, "--state", str(state), "--from-start", "--poll", "0.1"]
+    follower = FollowProcess(args, sidecar.url, free_port(), log)
+    try:
+        # steps_per_generation=2: steps 1, 3 and 5 bring new rows (2 and 4 repeat them)
+        wait_for(lambda: sorted(_notes(sidecar, run)) == [1, 3, 5], "the first attempt's samples")
+        if follower_stopped:
+            assert follower.terminate() == 0, log.read_text()[-3000:]  # saves its state, then exits
+        _write(out, 6, "checkpoint", "save_steps=2", "resume=1", "seed=1", tag="second")
+        if follower_stopped:
+            follower = FollowProcess(args, sidecar.url, free_port(), log)
+        assert follower.wait() == 0, log.read_text()[-3000:]  # checkpoint-6: global_step == max_steps, the end
+    finally:
+        follower.stop_if_running()
+    import pyarrow.parquet as pq
+
+    for step in (5, 6):  # what TRL's files hold now: the relaunch's rows
+        written = pq.read_table(out / "completions" / f"completions_{step:05d}.parquet").to_pylist()
+        assert {r["note"] for r in written} == {"second"}
+    # the relaunch generates at step 5, its first; its step 6 reuses those rows (sent once)
+    notes = _notes(sidecar, run)
+    assert {step: sorted(set(rows)) for step, rows in notes.items()} == {1: ["first"], 3: ["first"], 5: ["second"]}
+    assert all(len(rows) == 8 for rows in notes.values())
+    history = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
+    logged = {e["step"]: e["loss"] for e in history if "loss" in e}
+    steps = {row["step"]: row for row in httpx.get(f"{sidecar.url}/api/runs/{run}/steps", timeout=10).json()}
+    assert {step: steps[step]["grpo.loss"] for step in steps} == pytest.approx(logged)
+    assert "the job was relaunched; its steps from 5" in log.read_text()
+
+
+@pytest.mark.integration
 def test_a_restarted_follower_keeps_the_samples_it_sent_before(tmp_path, sidecar):
     """No relaunch: the follower is stopped after sending completions 1-5 (checkpoint-3 on disk) and started again
     on its state when the job has written step 6 and checkpoint-6. The trainer state's steps 4-6 it sends then are
@@ -393,6 +436,59 @@ def test_a_rewrite_below_the_latest_step_is_a_relaunch_one_at_it_is_not(tmp_path
     _rewrite(out / "completions" / "completions_00004.parquet", "relaunch")
     again.once()
     assert _samples_attempts(again) == {4: {relaunch}}
+
+
+@pytest.mark.parametrize("case", ["relaunch", "relaunch-follower-restarted", "evaluation"])
+def test_a_rewrite_at_the_latest_step_is_told_by_the_next_trainer_state(tmp_path, trl_output, caplog, case):
+    """The job logged steps 1-3 (checkpoint-2 on disk) when completions_00003.parquet is written again: at the latest
+    step, so an evaluation's rows or a relaunch's (resumed from checkpoint-2). The next trainer state tells: each
+    `log` writes the step's file once and one history entry, so an evaluation there left an `eval_` entry beside
+    the training one, while a relaunch's state holds its own entry only. A relaunch's steps 3-4 then go out again
+    as its attempt, samples and scalars; also when the follower was stopped across it; an evaluation stays the
+    first attempt's."""
+    out = tmp_path / "grpo-run"
+    shutil.copytree(trl_output, out)
+    history = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+    shutil.rmtree(out / "checkpoint-4")
+    fourth = out / "completions" / "completions_00004.parquet"
+    shutil.move(fourth, tmp_path / fourth.name)  # the job died during step 4
+    _save(out, 2, [e for e in history if e["step"] <= 2])
+    run = Run(tmp_path, [TrlOutput(out)])
+    run.once()
+    first = run.tel.attempt
+    assert _samples_attempts(run) == {1: {first}, 3: {first}}
+    relaunch = case.startswith("relaunch")
+    if case == "relaunch-follower-restarted":
+        run.tel.shutdown()
+    note = "relaunch" if relaunch else "eval"
+    _rewrite(out / "completions" / "completions_00003.parquet", note)
+    shutil.move(tmp_path / fourth.name, fourth)
+    _rewrite(fourth, note)
+    if case == "relaunch":
+        run.once()  # taken for the same attempt's until a trainer state tells
+    if relaunch:  # its own numbers from step 3 on; steps 1-2 from checkpoint-2
+        entries = [e if e["step"] <= 2 else {**e, "loss": e["loss"] + 10.0} for e in history]
+    else:  # the same attempt's, with its evaluation at step 3
+        entries = [*history[:3], {"eval_loss": 0.5, "eval_reward": 1.0, "step": 3}, *history[3:]]
+    _save(out, 4, entries)
+    with caplog.at_level("WARNING", logger="otel_grpo.follow"):
+        if case == "relaunch-follower-restarted":
+            run = Run(tmp_path, [TrlOutput(out)], from_start=False)
+        run.once()
+    losses = {e["step"]: e["loss"] for e in history if "loss" in e}
+    if not relaunch:
+        assert "relaunched" not in caplog.text
+        assert _samples_attempts(run) == {1: {first}, 3: {first}}
+        assert _scalars_sent(run)[2:] == [(3, first, losses[3]), (4, first, losses[4])]
+        return
+    assert "completions of step 3 written 2 times, checkpoint-4/trainer_state.json logs 1 entry there: the job " \
+           "was relaunched; its steps from 3" in caplog.text
+    (attempt,) = _samples_attempts(run)[3] - {first}
+    assert attempt > first
+    last = [s for s in run.spans.get_finished_spans() if s.name == "grpo.samples" and s.attributes["grpo.step"] == 3]
+    assert last[-1].attributes["grpo.attempt"] == attempt
+    assert _scalars_sent(run)[-2:] == [(3, attempt, losses[3] + 10.0), (4, attempt, losses[4] + 10.0)]
+    assert {a for s, a, _ in _scalars_sent(run) if s >= 3} == {attempt}
 
 
 def test_a_completions_file_written_while_read_counts_as_one_write(tmp_path, trl_output, monkeypatch, caplog):
