@@ -133,12 +133,15 @@ function rowsAtHand(run, columns, zoom) {
 
 const complete = (rows) => !rows.length || rows[rows.length - 1].step - rows[0].step + 1 === rows.length;
 
-// Asks for a chart's rows of one run (once: a second ask waits on the first).
+// Asks for a chart's rows of one run (once: a second ask waits on the first). A read that failed (a
+// 503 while the database is away) rejects and is forgotten: it is never rows (an empty run), and the
+// next ask (a refresh, a zoom) asks again.
 function loadRows(run, columns, zoom) {
   const key = rowsKey(run, columns, zoom);
   if (!runData.asked.has(key)) {
     const data = runData;
-    data.asked.set(key, api(stepsPath(run, columns, zoom)).catch(() => []).then((rows) => { data.rows.set(key, rows); }));
+    data.asked.set(key, api(stepsPath(run, columns, zoom)).then((rows) => { data.rows.set(key, rows); },
+                                                                (err) => { data.asked.delete(key); throw err; }));
   }
   return runData.asked.get(key);
 }
@@ -208,10 +211,22 @@ function drawCard(card) {
   const atHand = runs.map((run) => rowsAtHand(run, columnsOf(run), zoom));
   if (atHand.every(Boolean)) paint(card, new Map(runs.map((r, i) => [r, atHand[i].rows])));
   if (atHand.every((a) => a && a.exact)) return Promise.resolve();
+  const current = () => runData === data && state.zoom === zoom && card.isConnected;  // else a later page or zoom took over
   return Promise.all(runs.map((run) => loadRows(run, columnsOf(run), zoom))).then(() => {
-    if (runData !== data || state.zoom !== zoom || !card.isConnected) return;  // a later page or zoom took over
-    paint(card, new Map(runs.map((run) => [run, data.rows.get(rowsKey(run, columnsOf(run), zoom))])));
-  });
+    if (current()) paint(card, new Map(runs.map((run) => [run, data.rows.get(rowsKey(run, columnsOf(run), zoom))])));
+  }, (err) => { if (current()) paintFailure(card, err); });
+}
+
+// A chart whose rows could not be read says so, with the server's message: never "no finite value"
+// (a run that diverged) for a database that did not answer. A chart drawn from the rows before the
+// refresh stays, the note above it; the next refresh asks again.
+function paintFailure(card, err) {
+  const note = h("p", { class: "chart-error alert-firing",
+                        text: `could not load these steps: ${err.message || err}; asked again on the next refresh` });
+  const c = card.chart;
+  card.querySelector(".chart-error")?.remove();
+  if (c.drawn) c.drawn.element.before(note);
+  else card.querySelector(".plot-wrap").replaceWith(h("div", { class: "plot-wrap plot-pending plot-failed" }, note));
 }
 
 function paint(card, rowsByRun) {
@@ -219,6 +234,7 @@ function paint(card, rowsByRun) {
   const lines = c.lines.map((l) => ({ ...l, points: pointsOf(rowsByRun.get(l.run) || [], l.column) }))
     .filter((l) => l.points.some((p) => p[1] !== null));
   const old = card.querySelector(".plot-wrap");
+  card.querySelector(".chart-error")?.remove();  // a failed read's note (paintFailure): these rows came
   if (c.drawn) { c.drawn.destroy(); mounted = mounted.filter((m) => m !== c.drawn); }
   if (!lines.length) {
     c.drawn = null;

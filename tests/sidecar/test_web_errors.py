@@ -1,0 +1,68 @@
+"""The run explorer when the sidecar cannot answer (a database away: 503 with a message and
+Retry-After, or no answer at all): a read that failed is said as such, never drawn as a run without
+values, and the page comes back by itself once the reads succeed. The failures are the browser's
+(Playwright routes answer as the sidecar does): each phase starts and ends when the test says so."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+from tests.sidecar.conftest import SidecarProcess, grpo_spans, request_pb
+from tests.sidecar.test_web import (CHROMIUM, MAIN, _card, _seed_explorer, browser, chart,  # noqa: F401
+                                    new_page, open_run, wait)
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make system-deps)")]
+SICK = "store unavailable: QueryCanceled: canceling statement due to statement timeout"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Iterator[SimpleNamespace]:
+    """One sidecar for the module: MAIN has steps 0-19 (test_web's explorer data)."""
+    proc = SidecarProcess(tmp_path_factory.mktemp("errors") / "sidecar.db").start()
+    try:
+        _seed_explorer(proc.url, SimpleNamespace(spans=grpo_spans, request=request_pb))
+        yield SimpleNamespace(url=proc.url)
+    finally:
+        proc.stop()
+
+
+def _unavailable(route) -> None:
+    """What the sidecar answers while its database does not: 503, its message, Retry-After."""
+    route.fulfill(status=503, headers={"Retry-After": "1"}, content_type="application/json",
+                  body=json.dumps({"detail": SICK}))
+
+
+def _chart_reads(url: str) -> bool:
+    return "/steps?" in url  # the charts' rows (a run's /sample-steps has no "?")
+
+
+def test_a_chart_whose_rows_could_not_be_read_says_so_and_recovers(site, new_page):
+    page = new_page()
+    kl = _card("KL to the reference")
+    note = f"{kl}.querySelector('.chart-error')"
+    page.route(_chart_reads, _unavailable)
+    open_run(page, f"{site.url}/#/run/{MAIN}")
+    wait(page, f"!!{note}")
+    text = page.evaluate(f"{kl}.textContent")
+    assert f"could not load these steps: HTTP 503: {SICK}" in text and "no finite value" not in text
+    assert page.evaluate(f"{kl}.querySelectorAll('canvas').length") == 0
+
+    page.unroute(_chart_reads, _unavailable)
+    page.evaluate("window.otelGrpoRefresh()")  # what the live view's timer calls
+    assert len(chart(page, kl)["series"]) >= 1
+    assert page.evaluate(f"{note}") is None
+
+    # A refresh whose rows fail keeps the chart drawn from the rows before, the note above it.
+    page.route(_chart_reads, _unavailable)
+    page.evaluate("window.otelGrpoRefresh()")
+    wait(page, f"!!{note}")
+    assert page.evaluate(f"{kl}.querySelectorAll('canvas').length") >= 1
+    page.unroute(_chart_reads, _unavailable)
+    page.evaluate("window.otelGrpoRefresh()")
+    wait(page, "runData.rows.size > 0")  # this refresh's own rows came
+    assert page.evaluate(f"{note}") is None and page.evaluate(f"{kl}.dataset.drawn") == '1'
