@@ -66,3 +66,28 @@ def test_a_chart_whose_rows_could_not_be_read_says_so_and_recovers(site, new_pag
     page.evaluate("window.otelGrpoRefresh()")
     wait(page, "runData.rows.size > 0")  # this refresh's own rows came
     assert page.evaluate(f"{note}") is None and page.evaluate(f"{kl}.dataset.drawn") == '1'
+
+
+def _api(url: str) -> bool:
+    return "/api/" in url
+
+
+def test_a_live_refresh_that_fails_says_so_and_clears_once_one_succeeds(site, new_page):
+    page = new_page()
+    kl = _card("KL to the reference")
+    open_run(page, f"{site.url}/#/run/{MAIN}")
+    chart(page, kl)
+    note = "document.getElementById('refresh-note')"
+    assert page.evaluate(f"{note}.hidden") is True
+
+    page.route(_api, _unavailable)
+    page.evaluate("window.otelGrpoRefresh()")  # what the live view's timer calls
+    assert page.evaluate(f"{note}.hidden") is False and page.locator("#refresh-note").is_visible()
+    text = page.evaluate(f"{note}.textContent")
+    assert text.startswith(f"could not refresh: HTTP 503: {SICK}; retrying") and "as read at" in text
+    assert page.evaluate(f"{kl}.querySelectorAll('canvas').length") >= 1  # what was shown stays
+
+    page.unroute(_api, _unavailable)
+    page.evaluate("window.otelGrpoRefresh()")
+    assert page.evaluate(f"{note}.hidden") is True and page.evaluate(f"{note}.textContent") == ""
+    assert not page.locator("#refresh-note").is_visible()

@@ -336,7 +336,28 @@ async function refreshRun() {
   const select = document.getElementById("step-select");
   if (select && select.options.length !== sampleSteps.length) select.replaceWith(samplesControls(sampleSteps).querySelector("select"));
 }
-window.otelGrpoRefresh = refreshRun;
+
+// The live view's refresh (the timer's, every REFRESH_MS): one that fails (the database away) leaves
+// what is shown and says so in one line above the charts, with the time of what is shown, until a
+// refresh succeeds. An answer after a navigation changes nothing.
+let shownAt = null;  // when the run page's data was read
+async function liveRefresh() {
+  const mine = routed;
+  let failed = null;
+  try {
+    await refreshRun();
+  } catch (err) {
+    failed = err;
+  }
+  if (mine !== routed) return;
+  if (!failed) shownAt = new Date();
+  const note = document.getElementById("refresh-note");
+  if (!note) return;
+  note.hidden = !failed;
+  setText(note, failed ? `could not refresh: ${failed.message || failed}; retrying every ${REFRESH_MS / 1000} s `
+                         + `(shown: as read at ${shownAt.toLocaleTimeString()})` : "");
+}
+window.otelGrpoRefresh = liveRefresh;
 
 // What of the link the page did not show as asked, in one line at the top of the page (a step
 // without samples, a sort column the samples lack, a group not at its step, a parameter it could not
@@ -383,6 +404,7 @@ async function showRun(runId, query, current) {
   main.replaceChildren(
     h("h1", { id: "view-title", tabindex: "-1", text: "Run " + runId }),
     h("p", { id: "link-note", class: "alert-firing", role: "status" }),
+    h("p", { id: "refresh-note", class: "refresh-note", role: "status", hidden: "" }),
     h("h2", { class: "visually-hidden", text: "Charts" }),  // the charts' h3 titles sit under it (heading order)
     plotTools(choices),
     h("div", { id: "plots" }),
@@ -402,7 +424,8 @@ async function showRun(runId, query, current) {
   }
   current();
   writeUrl();
-  refreshTimer = setInterval(() => refreshRun().catch(() => {}), REFRESH_MS);
+  shownAt = new Date();
+  refreshTimer = setInterval(liveRefresh, REFRESH_MS);
 }
 
 // The one place an error replaces the view: a title and what went wrong, said to a screen reader.
