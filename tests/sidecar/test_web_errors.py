@@ -91,3 +91,45 @@ def test_a_live_refresh_that_fails_says_so_and_clears_once_one_succeeds(site, ne
     page.evaluate("window.otelGrpoRefresh()")
     assert page.evaluate(f"{note}.hidden") is True and page.evaluate(f"{note}.textContent") == ""
     assert not page.locator("#refresh-note").is_visible()
+
+
+def _no_answer(route) -> None:
+    route.abort("connectionrefused")
+
+
+def test_an_error_page_tries_again_by_itself_and_shows_the_page_once_it_can(site, new_page):
+    """Opened while the database is away: the error page says what the server said and when it tries
+    again (its Retry-After, then doubling); once a read succeeds, the page asked for is shown."""
+    page = new_page()
+    page.route(_api, _unavailable)
+    page.goto(f"{site.url}/#/run/{MAIN}?step=2")
+    wait(page, "document.body.dataset.ready === 'error'")
+    assert SICK in page.text_content("#error-message")
+    assert page.text_content("#retry-when") == "trying again in 1 s"  # the server's Retry-After
+    wait(page, "document.getElementById('retry-when')?.textContent === 'trying again in 2 s'")  # it tried: 1 s more
+    page.unroute(_api, _unavailable)
+    wait(page, "document.body.dataset.ready === 'run'")
+    assert page.text_content("#view-title") == f"Run {MAIN}" and page.input_value("#step-select") == "2"
+    assert page.locator("#error-message").count() == 0
+
+
+def test_no_answer_at_all_is_tried_again_too(site, new_page):
+    page = new_page()
+    page.route(_api, _no_answer)
+    page.goto(f"{site.url}/#/")
+    wait(page, "document.body.dataset.ready === 'error'")
+    assert page.text_content("#error-message").startswith("the sidecar did not answer")
+    assert page.locator("#retry-when").count() == 1
+    page.unroute(_api, _no_answer)
+    page.click("#retry-now")  # or wait: the same path, sooner
+    wait(page, "document.body.dataset.ready === 'runs'")
+    assert page.locator("#runs-table").count() == 1
+
+
+def test_an_unknown_run_stays_an_error_and_is_not_tried_again(site, new_page):
+    page = new_page()
+    page.goto(f"{site.url}/#/run/no-such-run")
+    wait(page, "document.body.dataset.ready === 'error'")
+    assert "HTTP 404" in page.text_content("#error-message")
+    assert page.locator("#retry-when").count() == 0 and page.locator("#retry-now").count() == 0
+    assert page.evaluate("retryTimer") is None

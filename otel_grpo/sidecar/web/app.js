@@ -429,10 +429,34 @@ async function showRun(runId, query, current) {
 }
 
 // The one place an error replaces the view: a title and what went wrong, said to a screen reader.
+// A read that may succeed later (err.retryable: a 503 while the database is away, no answer at all)
+// is tried again by itself (retryLater); the same error again only updates when (no new alert).
 function showError(err) {
+  const message = String(err.message || err);
+  const wait = err instanceof ApiError && err.retryable ? retryLater(err) : null;
+  const when = wait === null ? [] : [h("span", { id: "retry-when", text: `trying again in ${wait} s` }), " ",
+    h("button", { type: "button", id: "retry-now", text: "try now", onclick: () => route({ retry: true }) }), " · "];
+  const shown = document.getElementById("error-message");
+  if (shown && shown.textContent === shownText(message) && wait !== null) {
+    document.getElementById("error-actions").replaceChildren(...when, h("a", { href: "#/", text: "all runs" }));
+    return;
+  }
   main.replaceChildren(h("h1", { id: "view-title", tabindex: "-1", text: "Cannot show this page" }),
-    h("p", { class: "alert-firing", role: "alert", text: String(err.message || err) }),
-    h("p", {}, h("a", { href: "#/", text: "all runs" })));
+    h("p", { id: "error-message", class: "alert-firing", role: "alert", text: message }),
+    h("p", { id: "error-actions", role: "status" }, ...when, h("a", { href: "#/", text: "all runs" })));
+}
+
+// The view asked for again after the server's Retry-After where it gave one, at least 1 s doubling
+// with each failed try, at most RETRY_MAX_S; the seconds waited. A navigation or a success resets it.
+const RETRY_MAX_S = 30;
+let retryTimer = null;
+let retries = 0;
+function retryLater(err) {
+  const wait = Math.min(RETRY_MAX_S, Math.max(err.retryAfter === null ? 0 : err.retryAfter, 2 ** retries));
+  retries += 1;
+  clearTimeout(retryTimer);
+  retryTimer = setTimeout(() => route({ retry: true }), wait * 1000);
+  return wait;
 }
 
 // Each route() is a view asked for; one that a later one replaced (back pressed twice, a link
@@ -450,13 +474,18 @@ function linkedRunId(encoded) {
   }
 }
 
-async function route() {
+// `retry`: the error page asking again (showError), which keeps counting its tries and is not
+// announced as a new view unless it shows one.
+async function route({ retry = false } = {}) {
   const mine = ++routed;
   const current = () => { if (mine !== routed) throw new Superseded(); };
   document.body.removeAttribute("data-ready");
   main.setAttribute("aria-busy", "true");
-  setText(document.getElementById("announce"), "loading…");
+  if (!retry) setText(document.getElementById("announce"), "loading…");
   if (refreshTimer !== null) { clearInterval(refreshTimer); refreshTimer = null; }
+  clearTimeout(retryTimer);
+  retryTimer = null;
+  if (!retry) retries = 0;
   const m = location.hash.match(/^#\/run\/([^?]+)(?:\?(.*))?$/);
   let ready;
   try {
@@ -474,9 +503,10 @@ async function route() {
     showError(err);
     ready = "error";
   }
+  if (ready !== "error") retries = 0;
   main.removeAttribute("aria-busy");
   const title = document.getElementById("view-title");
-  setText(document.getElementById("announce"), title ? title.textContent : "");
+  if (!(retry && ready === "error")) setText(document.getElementById("announce"), title ? title.textContent : "");
   // A navigation took the focus with the old view (it is on the body): it goes to the new one's
   // title, where a screen reader reads on. Not on the first load, nor where the token form took it.
   if (title && mine > 1 && (!document.activeElement || document.activeElement === document.body)) {
@@ -485,5 +515,5 @@ async function route() {
   document.body.setAttribute("data-ready", ready);
 }
 
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", () => route());
 route();

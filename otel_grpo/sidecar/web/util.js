@@ -37,7 +37,25 @@ function h(tag, props, ...children) {
   return node;
 }
 
-class ApiError extends Error {}
+// A read that failed: `status` (null: no answer at all), `retryAfter` (the server's Retry-After in
+// seconds, null where it gave none) and `retryable` (the same read may succeed later: no answer, a
+// 502, 503 or 504, or any answer with a Retry-After; not a 404 nor a refused token).
+class ApiError extends Error {
+  constructor(message, { status = null, retryAfter = null, retryable = false } = {}) {
+    super(message);
+    Object.assign(this, { status, retryAfter, retryable });
+  }
+}
+
+const RETRYABLE_STATUS = new Set([502, 503, 504]);
+
+// Retry-After's seconds (its two forms: a number of seconds or an HTTP date); null: none or unreadable.
+function retryAfterSeconds(value) {
+  if (value === null || value === "") return null;
+  if (/^\d+$/.test(value.trim())) return Number(value.trim());
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : Math.max(0, Math.ceil((at - Date.now()) / 1000));
+}
 
 const TOKEN_KEY = "otel-grpo-read-token";
 const readToken = () => localStorage.getItem(TOKEN_KEY);
@@ -65,7 +83,12 @@ function tokenRefused(status) {
 }
 
 async function apiFetch(path) {
-  const r = await fetch(path, { headers: authHeaders() });
+  let r;
+  try {
+    r = await fetch(path, { headers: authHeaders() });
+  } catch (e) {  // no answer: the sidecar or the network is down (fetch says only "Failed to fetch")
+    throw new ApiError(`the sidecar did not answer (${e.message})`, { retryable: true });
+  }
   if (r.status === 401 || r.status === 403) throw tokenRefused(r.status);
   if (!r.ok) {
     let detail = "";
@@ -73,7 +96,9 @@ async function apiFetch(path) {
       const body = await r.json();
       detail = typeof body.detail === "string" ? body.detail : body.detail[0].msg;
     } catch (e) { /* no JSON message */ }
-    throw new ApiError(`HTTP ${r.status}${detail ? ": " + detail : ""}`);
+    const retryAfter = retryAfterSeconds(r.headers.get("Retry-After"));
+    throw new ApiError(`HTTP ${r.status}${detail ? ": " + detail : ""}`,
+                       { status: r.status, retryAfter, retryable: retryAfter !== null || RETRYABLE_STATUS.has(r.status) });
   }
   return r;
 }
