@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 from types import SimpleNamespace
 
+import httpx
 import pytest
 
 from tests.sidecar.conftest import SidecarProcess, grpo_spans, request_pb
@@ -17,15 +18,21 @@ from tests.sidecar.test_web import (CHROMIUM, MAIN, _card, _seed_explorer, brows
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make system-deps)")]
+LONG_ID = "x" * 128
 SICK = "store unavailable: QueryCanceled: canceling statement due to statement timeout"
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[SimpleNamespace]:
-    """One sidecar for the module: MAIN has steps 0-19 (test_web's explorer data)."""
+    """One sidecar for the module: MAIN has steps 0-19 (test_web's explorer data); "tiny-kl" a KL of 1.9e-8;
+    LONG_ID's id is 128 characters."""
     proc = SidecarProcess(tmp_path_factory.mktemp("errors") / "sidecar.db").start()
     try:
         _seed_explorer(proc.url, SimpleNamespace(spans=grpo_spans, request=request_pb))
+        for run, kl in (("tiny-kl", 1.9e-8), (LONG_ID, 0.25)):  # a KL of a hyphen's width, a run id of 128 characters
+            spans = grpo_spans(run, range(3), samples=2, metrics=lambda step, kl=kl: {"kl": kl, "reward": 0.5})
+            assert httpx.post(proc.url + "/v1/traces", content=request_pb(spans).SerializeToString(),
+                              headers={"Content-Type": "application/x-protobuf"}).status_code == 200
         yield SimpleNamespace(url=proc.url)
     finally:
         proc.stop()
@@ -133,3 +140,28 @@ def test_an_unknown_run_stays_an_error_and_is_not_tried_again(site, new_page):
     assert "HTTP 404" in page.text_content("#error-message")
     assert page.locator("#retry-when").count() == 0 and page.locator("#retry-now").count() == 0
     assert page.evaluate("retryTimer") is None
+
+
+# The distinct line tops of an element's text: 1 for text on one line.
+LINES = "(e) => { const r = document.createRange(); r.selectNodeContents(e); " \
+        "return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size; }"
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_numbers_stay_on_one_line_and_a_long_run_id_widens_nothing(site, new_page, width):
+    """A KL of 1.9e-8 broke after "1.9e-" (a hyphen is a break opportunity); a run id of 128 characters
+    made the page 1788 px wide at 1280: a number is one line, an id breaks within the view."""
+    page = new_page(viewport={"width": width, "height": 900})
+    page.goto(site.url + "/#/")
+    wait(page, "document.body.dataset.ready === 'runs'")
+    kl = page.locator("#runs-table td.latest-kl", has_text="1.9e-8")
+    assert kl.count() == 1 and kl.evaluate(LINES) == 1
+    assert page.eval_on_selector_all("#runs-table td.num", f"(tds) => tds.filter((td) => ({LINES})(td) > 1).length") == 0
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    link = page.locator(f"#runs-table a[title='{LONG_ID}']")
+    assert link.count() == 1 and link.text_content() == LONG_ID  # broken, not cut: the whole id, on hover too
+
+    page.goto(f"{site.url}/#/run/{LONG_ID}")
+    wait(page, "document.body.dataset.ready === 'run'")
+    assert page.text_content("#view-title") == f"Run {LONG_ID}"
+    assert page.evaluate("document.documentElement.scrollWidth") <= width

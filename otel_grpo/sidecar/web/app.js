@@ -225,9 +225,9 @@ async function runsPage(view) {
       .map((c) => h("th", { text: c })))));
   const body = h("tbody");
   for (const r of runs) {
-    const link = h("a", { href: runHash(r.run_id), text: r.run_id });
+    const link = h("a", { href: runHash(r.run_id), text: r.run_id, title: r.run_id });
     // the summary: the reward mean and KL at the latest step that logged each (full value on hover)
-    body.appendChild(h("tr", {}, h("td", {}, link), h("td", { class: "status-" + r.status, text: r.status }),
+    body.appendChild(h("tr", {}, h("td", { class: "run-id" }, link), h("td", { class: "status-" + r.status, text: r.status }),
       h("td", { class: "num latest-reward", text: cellText(r.latest_reward), title: fmtFull(r.latest_reward) }),
       h("td", { class: "num latest-kl", text: cellText(r.latest_kl), title: fmtFull(r.latest_kl) }),
       h("td", { text: fmtCell(r.model) }),
@@ -243,7 +243,9 @@ async function runsPage(view) {
     h("button", { type: "button", id: "runs-next", "data-page": String(view.page + 1), text: "next" }));
   pager.querySelector("#runs-prev").disabled = view.page <= 1;
   pager.querySelector("#runs-next").disabled = first + runs.length - 1 >= total;
-  return [pager, table];  // the count and the pager above the rows: in view without scrolling
+  // the count and the pager above the rows: in view without scrolling; on a phone the table scrolls
+  // sideways in its box (its numbers stay whole), the page does not
+  return [pager, h("div", { class: "scroll-x" }, table)];
 }
 
 // ---- alerts -------------------------------------------------------------------------------------
