@@ -19,6 +19,9 @@ _LAYOUT: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Reward (mean and quantiles)", "linear",
      ("reward", "reward_p05", "reward_p50", "reward_p95", "reward_min", "reward_max")),
     ("Reward per function", "linear", ("reward_fn_mean",)),
+    # An evaluation's values (`log_metrics(..., evaluation=True)`, TRL's `eval_*`, verl's `val-*`): one line
+    # per metric (`grpo.eval/reward`), apart from the training series of the same name.
+    ("Evaluation", "linear", ("eval_metric",)),
     ("KL to the reference", "log", ("kl", "kl_k1", "approx_kl")),
     ("Clip ratios", "linear", ("clip_ratio_low_mean", "clip_ratio_high_mean", "clip_ratio_region_mean")),
     ("IS mismatch: KL", "symlog", ("mismatch_kl", "mismatch_k3_kl")),

@@ -1,7 +1,9 @@
-"""The run explorer when the sidecar cannot answer (a database away: 503 with a message and
-Retry-After, or no answer at all): a read that failed is said as such, never drawn as a run without
-values, and the page comes back by itself once the reads succeed. The failures are the browser's
-(Playwright routes answer as the sidecar does): each phase starts and ends when the test says so."""
+"""The run explorer telling the truth about what it could not show: when the sidecar cannot answer (a
+database away: 503 with a message and Retry-After, or no answer at all) a read that failed is said as
+such, never drawn as a run without values, and the page comes back by itself once the reads succeed
+(the failures are the browser's: Playwright routes answer as the sidecar does, and each phase starts
+and ends when the test says so); a number or a run id never breaks the layout; a run of an
+evaluation's values alone is charted, not called empty."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
 from tests.sidecar.conftest import SidecarProcess, grpo_spans, request_pb
 from tests.sidecar.test_web import (CHROMIUM, MAIN, _card, _seed_explorer, browser, chart,  # noqa: F401
                                     new_page, open_run, wait)
@@ -25,7 +28,8 @@ SICK = "store unavailable: QueryCanceled: canceling statement due to statement t
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[SimpleNamespace]:
     """One sidecar for the module: MAIN has steps 0-19 (test_web's explorer data); "tiny-kl" a KL of 1.9e-8;
-    LONG_ID's id is 128 characters."""
+    LONG_ID's id is 128 characters; "eval-only" only evaluations' values (from
+    Telemetry.log_metrics, as a trainer logs them)."""
     proc = SidecarProcess(tmp_path_factory.mktemp("errors") / "sidecar.db").start()
     try:
         _seed_explorer(proc.url, SimpleNamespace(spans=grpo_spans, request=request_pb))
@@ -33,9 +37,28 @@ def site(tmp_path_factory) -> Iterator[SimpleNamespace]:
             spans = grpo_spans(run, range(3), samples=2, metrics=lambda step, kl=kl: {"kl": kl, "reward": 0.5})
             assert httpx.post(proc.url + "/v1/traces", content=request_pb(spans).SerializeToString(),
                               headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+        _log(proc.url, tmp_path_factory.mktemp("eval"), "eval-only",
+             lambda s: ({"reward": 0.1 * s, "kl": 0.01 * s}, True))
         yield SimpleNamespace(url=proc.url)
     finally:
         proc.stop()
+
+
+def _log(url: str, spill, run: str, record) -> None:
+    """Steps 0, 10, ... 40 of `run` through Telemetry.log_metrics(step, *record(step)) into the sidecar."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        env.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{url}/v1/traces")
+        env.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+        tel = Telemetry(TelemetrySettings(run_id=run, output_dir=spill, metrics_exporters=["none"],
+                                          traces_exporters=["otlp"]))
+        try:
+            for step in range(0, 50, 10):
+                values, evaluation = record(step)
+                tel.log_metrics(step, values, evaluation=evaluation)
+            assert tel.flush(10)  # exported: the sidecar answered once it committed them
+        finally:
+            tel.finish()
 
 
 def _unavailable(route) -> None:
@@ -165,3 +188,19 @@ def test_numbers_stay_on_one_line_and_a_long_run_id_widens_nothing(site, new_pag
     wait(page, "document.body.dataset.ready === 'run'")
     assert page.text_content("#view-title") == f"Run {LONG_ID}"
     assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+
+def _titles(page) -> list[str]:
+    return page.eval_on_selector_all(".plot-card h3", "(hs) => hs.map((h) => h.textContent)")
+
+
+def test_a_run_of_evaluations_alone_is_charted(site, new_page):
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/eval-only")
+    assert "no step history yet" not in page.text_content("#plots")
+    assert _titles(page) == ["Evaluation"]
+    drawn = chart(page, _card("Evaluation"))
+    assert sorted(s["name"] for s in drawn["series"]) == ["grpo.eval/kl", "grpo.eval/reward"]
+    reward = next(s for s in drawn["series"] if s["name"] == "grpo.eval/reward")
+    assert reward["values"] == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.0])
+
