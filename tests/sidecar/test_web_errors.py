@@ -2,8 +2,8 @@
 database away: 503 with a message and Retry-After, or no answer at all) a read that failed is said as
 such, never drawn as a run without values, and the page comes back by itself once the reads succeed
 (the failures are the browser's: Playwright routes answer as the sidecar does, and each phase starts
-and ends when the test says so); a number or a run id never breaks the layout; a run of an
-evaluation's values alone is charted, not called empty."""
+and ends when the test says so); a number or a run id never breaks the layout; a run whose step
+history no default chart draws (an evaluation's alone) is charted, not called empty."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
 from tests.sidecar.conftest import SidecarProcess, grpo_spans, request_pb
-from tests.sidecar.test_web import (CHROMIUM, MAIN, _card, _seed_explorer, browser, chart,  # noqa: F401
-                                    new_page, open_run, wait)
+from tests.sidecar.test_web import (CHROMIUM, MAIN, _card, _hash, _seed_explorer, browser, chart,  # noqa: F401
+                                    new_page, open_run, series, wait)
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make system-deps)")]
@@ -28,8 +28,8 @@ SICK = "store unavailable: QueryCanceled: canceling statement due to statement t
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[SimpleNamespace]:
     """One sidecar for the module: MAIN has steps 0-19 (test_web's explorer data); "tiny-kl" a KL of 1.9e-8;
-    LONG_ID's id is 128 characters; "eval-only" only evaluations' values (from
-    Telemetry.log_metrics, as a trainer logs them)."""
+    LONG_ID's id is 128 characters; "eval-only" only evaluations' values, "own-columns" only columns no
+    panel names (both from Telemetry.log_metrics, as a trainer logs them)."""
     proc = SidecarProcess(tmp_path_factory.mktemp("errors") / "sidecar.db").start()
     try:
         _seed_explorer(proc.url, SimpleNamespace(spans=grpo_spans, request=request_pb))
@@ -39,6 +39,8 @@ def site(tmp_path_factory) -> Iterator[SimpleNamespace]:
                               headers={"Content-Type": "application/x-protobuf"}).status_code == 200
         _log(proc.url, tmp_path_factory.mktemp("eval"), "eval-only",
              lambda s: ({"reward": 0.1 * s, "kl": 0.01 * s}, True))
+        _log(proc.url, tmp_path_factory.mktemp("own"), "own-columns",
+             lambda s: ({"learning_rate": 1e-6 * (1 + s), "custom/score": s % 3 + 0.5}, False))
         yield SimpleNamespace(url=proc.url)
     finally:
         proc.stop()
@@ -204,3 +206,15 @@ def test_a_run_of_evaluations_alone_is_charted(site, new_page):
     reward = next(s for s in drawn["series"] if s["name"] == "grpo.eval/reward")
     assert reward["values"] == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.0])
 
+
+def test_a_run_whose_columns_no_default_chart_draws_charts_its_own(site, new_page):
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/own-columns")
+    columns = [c["name"] for c in httpx.get(f"{site.url}/api/runs/own-columns/metrics").json()]
+    assert len(columns) == 2 and "no step history yet" not in page.text_content("#plots")
+    assert _titles(page) == columns
+    for column in columns:
+        assert len(series(page, _card(column), column)[0]["values"]) == 5
+    page.click(f".plot-card[data-chart='{columns[0]}'] button.chart-remove")  # laid out as the panels are
+    wait(page, "document.querySelectorAll('.plot-card').length === 1")
+    assert _titles(page) == columns[1:] and _hash(page)["hide"] == columns[0]

@@ -45,6 +45,7 @@ function chartSpecs() {
     specs.push({ id, title: panel.title, group: panel.group, unit: panel.unit, series: panel.series,
                  defaultScale: panel.scale, scale: state.scales[id] || panel.scale });
   }
+  if (!runData.panels.some((panel) => runsShown().some((run) => linesOf(panel, run).length))) specs.push(...ownSpecs());
   const known = new Map(shownColumns().map((c) => [c.name, c]));
   for (const name of state.add) {
     const c = known.get(name) || { name };
@@ -53,6 +54,18 @@ function chartSpecs() {
                  series: [{ name, prometheus: c.prometheus, description: c.description }] });
   }
   return specs;
+}
+
+// The runs shown have step history but none of it is a default chart's (a run that logged only
+// columns the catalog's panels do not name): a chart of each of their columns, the first OWN_CHARTS
+// (search finds the rest), never "no step history yet". Laid out as the panels are: hide=<column>
+// removes one, scale=<column>:log rescales it.
+const OWN_CHARTS = 12;
+function ownSpecs() {
+  return shownColumns().filter((c) => !state.add.includes(c.name) && !state.hide.includes(c.name)).slice(0, OWN_CHARTS)
+    .map((c) => ({ id: c.name, title: c.name, group: "run", unit: c.unit || "", defaultScale: "linear",
+                   scale: state.scales[c.name] || "linear",
+                   series: [{ name: c.name, prometheus: c.prometheus, description: c.description }] }));
 }
 
 // The columns a chart draws for a run (of those its /metrics lists): a templated signal
