@@ -380,6 +380,7 @@ async function showRun(runId, query, current) {
   const [data, choices] = await Promise.all([fetchRunData(runId), api(`/api/runs?limit=${COMPARE_CHOICES + 1}`)]);
   current();
   runData = data;  // once whole: a chart drawn meanwhile (a scroll) never sees half of it
+  shownAt = new Date();
   sampleSteps = data.withSamples;
   // What the link asks for that is not here is dropped (and said) before anything is drawn.
   const notes = ignored.map((line) => `${line}: ignored`);
@@ -426,7 +427,6 @@ async function showRun(runId, query, current) {
   }
   current();
   writeUrl();
-  shownAt = new Date();
   refreshTimer = setInterval(liveRefresh, REFRESH_MS);
 }
 
