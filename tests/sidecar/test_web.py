@@ -733,7 +733,7 @@ def test_touch_zoom_and_tap_on_a_phone(site, tmp_path, new_page):
                              "app.js", "style.css"} | vendor
     assert all(name.startswith(f"{site.url}/static/vendor/") for name, _ in resources if name.rsplit("/", 1)[1] in vendor)
     # A few KB above what is served (the commit that last moved the bound says how much that is).
-    assert sum(size for name, size in static.items() if name not in vendor) < 130_000  # 126 KB with the keyboard cells and screen-reader names
+    assert sum(size for name, size in static.items() if name not in vendor) < 140_000  # 137 KB with the read-failure notes and retries
     assert sum(static[name] for name in vendor) < 60_000
 
 
