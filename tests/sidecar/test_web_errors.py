@@ -218,3 +218,27 @@ def test_a_run_whose_columns_no_default_chart_draws_charts_its_own(site, new_pag
     page.click(f".plot-card[data-chart='{columns[0]}'] button.chart-remove")  # laid out as the panels are
     wait(page, "document.querySelectorAll('.plot-card').length === 1")
     assert _titles(page) == columns[1:] and _hash(page)["hide"] == columns[0]
+
+
+def test_a_page_opened_while_the_database_is_stopped_comes_back_with_it(server, tmp_path, new_page):
+    """The same against the real thing: a sidecar on PostgreSQL whose server is stopped (SIGSTOP) when the page
+    opens answers 503 with Retry-After; once the server runs again the page shows the run, with no reload."""
+    url = server.new_database()
+    proc = SidecarProcess(url, {"OTEL_GRPO_SIDECAR_DB_TIMEOUT_S": "2"}).start()
+    try:
+        spans = grpo_spans("frozen", range(3), samples=2, metrics=lambda step: {"kl": 0.1, "reward": 0.5})
+        assert httpx.post(proc.url + "/v1/traces", content=request_pb(spans).SerializeToString(),
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+        page = new_page()
+        server.freeze()
+        try:
+            page.goto(f"{proc.url}/#/run/frozen")
+            wait(page, "document.body.dataset.ready === 'error'")
+            assert "store unavailable" in page.text_content("#error-message")
+            assert page.locator("#retry-when").count() == 1
+        finally:
+            server.thaw()
+        wait(page, "document.body.dataset.ready === 'run'")
+        assert page.text_content("#view-title") == "Run frozen"
+    finally:
+        proc.stop()
