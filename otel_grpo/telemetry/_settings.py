@@ -55,10 +55,16 @@ def _exporter_list(value: object) -> object:
 
 
 def _parse_pairs(value: object) -> object:
-    # Same syntax as OTEL_RESOURCE_ATTRIBUTES: "key=value,key2=value2".
+    # Same syntax as OTEL_RESOURCE_ATTRIBUTES: "key=value,key2=value2". An item that is not key=value is an
+    # error, not left out: `kl:1` for `kl=1` silently switched a threshold off.
     if isinstance(value, str):
-        pairs = (item.split("=", 1) for item in value.split(",") if "=" in item)
-        return {k.strip(): v.strip() for k, v in pairs if k.strip()}
+        out = {}
+        for item in filter(str.strip, value.split(",")):
+            key, sep, said = item.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"{item.strip()!r} is not key=value (items are separated by commas)")
+            out[key.strip()] = said.strip()
+        return out
     return value
 
 
@@ -200,8 +206,9 @@ class TelemetrySettings(BaseSettings):
 
     export_all_ranks: bool = False
     """Export from every rank (data points get a `rank` attribute). Default: rank 0 only."""
-    shutdown_timeout_s: float = Field(10.0, gt=0)
-    """Upper bound on `Telemetry.shutdown()`: drain, flush and close the exporters."""
+    shutdown_timeout_s: float = Field(10.0, gt=0, le=86_400)
+    """Upper bound on `Telemetry.shutdown()`: drain, flush and close the exporters (at most a day: the threads'
+    waits take no longer, and `inf` raised at the end of training)."""
     emit_in: Literal["thread", "process"] = "thread"
     """How step records travel to the one backend that makes spans, metrics, sample events and spill
     lines from them (the telemetry is the same either way). "thread": a thread of the training process.

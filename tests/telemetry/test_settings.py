@@ -110,6 +110,10 @@ def test_unprefixed_field_names_are_not_read_from_the_environment(monkeypatch):
         {"top_k": -1},
         {"max_text_chars": 0},
         {"shutdown_timeout_s": 0},
+        {"shutdown_timeout_s": float("inf")},  # accepted, it raised OverflowError in finish(): training's end
+        {"anomaly_thresholds": "kl:1"},  # a typo left out switched the KL threshold off without a word
+        {"anomaly_thresholds": "kl=1,mismatch_k3_kl"},
+        {"resource_attributes": "team=rl,=x"},
         {"otlp_endpoint": "collector:4318"},  # the scheme forgotten: every export of the run would fail
         {"otlp_traces_endpoint": "ftp://sidecar/v1/traces"},
         {"otlp_metrics_endpoint": "http://"},
