@@ -58,6 +58,9 @@ def checked_mapping(value: Any, argument: str) -> Mapping[str, Any]:
     """`value` if it is a mapping of names to numbers, else a `ValueError` naming `argument`."""
     if not isinstance(value, Mapping):
         raise ValueError(f"{argument}: expected a mapping of names to numbers, got {type(value).__name__}")
+    for key in value:  # here, not on the telemetry thread, where one such key lost the whole step
+        if not isinstance(key, str):
+            raise ValueError(f"{argument}: names must be strings, got the key {key!r} ({type(key).__name__})")
     return value
 
 

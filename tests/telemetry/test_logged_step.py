@@ -32,11 +32,24 @@ def test_a_bad_step_or_metrics_argument_is_refused_and_changes_nothing(captured)
                 pass
     with pytest.raises(ValueError, match="^metrics: expected a mapping of names to numbers, got list$"):
         captured.tel.log_metrics(7, [("kl", 9.0)])
+    # a name that is no string failed on the telemetry thread: the step was neither exported nor spilled
+    with pytest.raises(ValueError, match=r"^metrics: names must be strings, got the key 0 \(int\)$"):
+        captured.tel.log_metrics(7, {"kl": 9.0, 0: 0.5})
     captured.tel.log_metrics(8, {"kl": 0.2})
     metrics = captured.metrics()
     (steps,) = points(metrics["grpo.steps"]).values()
     assert steps.value == 5  # 1 for step 4, then 4: no refused call counted a step
     assert sorted(sp.attributes["grpo.step"] for sp in captured.spans("grpo.step")) == [4, 8]
+
+
+def test_a_name_that_is_no_string_is_refused_where_it_is_recorded(captured):
+    """It failed on the telemetry thread, which lost the whole step: neither exported nor spilled."""
+    with captured.tel.step(3) as s:
+        with pytest.raises(ValueError, match=r"^stats: names must be strings, got the key \('kl',\) \(tuple\)$"):
+            s.record({("kl",): 9.0})
+        s.record({"reward": 0.5})
+    (span,) = captured.spans("grpo.step")
+    assert span.attributes["grpo.step"] == 3 and span.attributes["grpo.metric.reward"] == 0.5
 
 
 def test_log_interval_is_the_wall_time_between_the_last_two_reported_steps(captured):
