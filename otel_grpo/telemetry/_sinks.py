@@ -56,6 +56,8 @@ class ThreadSink:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._warned_backlog = False
         self._inherited = 0  # taken-over records still queued: no backlog of this sink's (`submit_pickled`)
+        self._dropping = False  # shutdown ran out of time: the thread drops what is still queued, counting it
+        self._dropped: list[int] = []  # the steps dropped (-1: a taken-over record's, not unpickled to tell)
         self._thread = threading.Thread(target=self._run, name="otel-grpo-emit", daemon=True)
         self._thread.start()
 
@@ -96,12 +98,16 @@ class ThreadSink:
         return backend is not None and backend.flush(max(deadline - time.monotonic(), 0.001))
 
     def close(self, timeout_s: float, *, finished: bool, preempted: bool) -> None:
-        """Emit what is queued (half the time at most), then end the run and close the exporters."""
+        """Emit what is queued (half the time at most), then end the run and close the exporters. What is still
+        queued then is dropped (the exporters' close needs the rest of the time) and said, with its steps: it
+        was neither exported nor spilled, and no replay brings it back."""
         deadline = time.monotonic() + timeout_s
         self._queue.put(_STOP)
         self._thread.join(timeout_s / 2)
         if self._thread.is_alive():
-            logger.warning("otel-grpo: shutdown: the emit queue did not drain within %.1fs", timeout_s / 2)
+            self._dropping = True  # the step being emitted ends; the rest goes at once
+            self._thread.join(max(min(timeout_s / 4, deadline - time.monotonic()), 0.001))
+            self._said_dropped(timeout_s / 2, whole=not self._thread.is_alive())
         if self._backend is not None:
             self._backend.close(max(deadline - time.monotonic(), 0.001), finished=finished, preempted=preempted)
 
@@ -120,12 +126,25 @@ class ThreadSink:
                 return
             if isinstance(job, threading.Event):
                 job.set()
+            elif self._dropping:
+                if isinstance(job, (StepRecord, _Pickled)):
+                    self._dropped.append(job.step if isinstance(job, StepRecord) else -1)
             elif isinstance(job, _Pickled):
                 self._inherited -= 1
                 if backend is not None:
                     backend.emit(pickle.loads(job.data))
             elif backend is not None:
                 backend.emit(job)
+
+
+    def _said_dropped(self, waited_s: float, whole: bool) -> None:
+        dropped = list(self._dropped)
+        steps = sorted(step for step in dropped if step >= 0)
+        which = f" (steps {steps[0]} to {steps[-1]})" if steps else ""
+        logger.warning("otel-grpo: shutdown: the emit queue did not drain within %.1fs: %s%d queued step records%s "
+                       "are lost, neither exported nor spilled; the loop logged steps faster than they are emitted "
+                       "(raise shutdown_timeout_s to wait longer)", waited_s, "" if whole else "at least ",
+                       len(dropped), which)
 
 
 class NullSink:
