@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Mapping
@@ -177,29 +178,42 @@ class RuleSettings:
     """Grafana base URL for the alerts' `dashboard_url` (the panel the alert is about)."""
 
     def __post_init__(self) -> None:
-        if self.kl_threshold <= 0 or self.mismatch_kl_threshold <= 0:
-            raise ValueError("KL thresholds must be positive")
-        lengths = [n for n in STREAKS if n <= TREND["gap"]]
-        if self.kl_steps not in lengths or self.drift_steps not in lengths:
-            raise ValueError(f"kl_steps and drift_steps must be streak lengths the trainer counts, at most the "
-                             f"trend baselines' gap: {lengths}")
+        """Every field checked for its type and range; a ValueError names the first bad one."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "overrides":
+                continue
+            if f.name in _LINKS:
+                if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+                    raise ValueError(f"{f.name}: {value!r} is not an absolute http(s) URL (runbook_base and "
+                                     "grafana_url must be absolute http(s) URLs)")
+            elif isinstance(f.default, str):
+                if not _positive_duration(value):
+                    raise ValueError(f"{f.name}: {value!r} is not a duration; use a positive whole number and one "
+                                     f"of s, m, h, d (default {f.default})")
+            elif isinstance(f.default, int) and not isinstance(f.default, float):
+                lengths = [n for n in STREAKS if n <= TREND["gap"]]
+                if not _is_number(value) or value not in lengths:
+                    raise ValueError(f"{f.name}: {value!r}: kl_steps and drift_steps must be streak lengths the "
+                                     f"trainer counts, at most the trend baselines' gap: {lengths}")
+            elif not _is_number(value) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{f.name}: {value!r} is not a positive number (default {f.default})")
         for name, key in STEP_THRESHOLDS.items():
             bounds = STEP_CHECKS[key].bounds
             if getattr(self, name) not in bounds:
                 raise ValueError(f"{name} must be a bound of the {key!r} step check: {bounds}")
-        if not _positive_duration(self.keep_firing_for):
-            raise ValueError(f"keep_firing_for: {self.keep_firing_for!r} is not a duration; use a positive number "
-                             "and one of s, m, h, d (1h)")
-        if not _positive_duration(self.memory_interval):
-            raise ValueError(f"memory_interval: {self.memory_interval!r} is not a duration; use a positive number and "
-                             "one of s, m, h, d (10m)")
-        for base in (self.runbook_base, self.grafana_url):
-            if not base.startswith(("http://", "https://")):
-                raise ValueError(f"runbook_base and grafana_url must be absolute http(s) URLs, got {base!r}")
+        if not isinstance(self.overrides, Mapping):
+            raise ValueError(f"overrides: {self.overrides!r} is not a mapping of run ids to their settings "
+                             "({exp-42: {kl_threshold: 2.0}})")
         for run_id, values in self.overrides.items():
+            if not isinstance(run_id, str) or not run_id:
+                raise ValueError(f"overrides: the run id {run_id!r} is not a non-empty string (quote it in YAML)")
+            if not isinstance(values, Mapping):
+                raise ValueError(f"overrides[{run_id!r}]: {values!r} is not a mapping of thresholds and floors "
+                                 "({kl_threshold: 2.0})")
             unknown = set(values) - set(THRESHOLDS) - set(FLOORS)
             if unknown:
-                raise ValueError(f"overrides[{run_id!r}]: {sorted(unknown)} are not thresholds; use "
+                raise ValueError(f"overrides[{run_id!r}]: {sorted(unknown, key=str)} are not thresholds; use "
                                  f"{THRESHOLDS + FLOORS}")
             for name, value in values.items():
                 if name in FLOORS:
@@ -207,9 +221,9 @@ class RuleSettings:
                         raise ValueError(f"overrides[{run_id!r}][{name!r}]: {value!r} is not a duration; use a "
                                          "positive number and one of s, m, h, d (45m)")
                     continue
-                key = STEP_THRESHOLDS.get(name)
-                if key is not None and value not in STEP_CHECKS[key].bounds and not math.isinf(value):
-                    raise ValueError(f"overrides[{run_id!r}][{name!r}] must be +inf (off) or a bound of "
+                key = STEP_THRESHOLDS[name]
+                if not _is_number(value) or (value not in STEP_CHECKS[key].bounds and value != math.inf):
+                    raise ValueError(f"overrides[{run_id!r}][{name!r}]: {value!r} must be +inf (off) or a bound of "
                                      f"the {key!r} step check: {STEP_CHECKS[key].bounds}")
 
     def overridden(self, name: str) -> bool:
@@ -269,11 +283,16 @@ def seconds(duration: str) -> int:
 
 
 def _positive_duration(value: object) -> bool:
-    """Whether `value` is a duration of one unit above zero ("45m")."""
-    try:
-        return seconds(value) > 0  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
+    """Whether `value` is a duration of one unit above zero as Prometheus reads it ("45m": digits, no sign)."""
+    return isinstance(value, str) and re.fullmatch(r"[0-9]+[smhd]", value) is not None and seconds(value) > 0
+
+
+def _is_number(value: object) -> bool:
+    """Whether `value` is an int or a float (YAML's `yes` is a bool, not 1)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+_LINKS = ("runbook_base", "grafana_url")
 
 
 def duration(secs: int) -> str:

@@ -6,6 +6,8 @@ scales: slow and fast steps, scrape gaps, outages, a clean finish, a crash, beta
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import re
 import subprocess
@@ -290,6 +292,43 @@ def test_a_bad_settings_file_is_one_readable_line(tmp_path):
     out = _cli("dashboards", "--root", str(tmp_path), "--rule-settings", str(tmp_path / "rules.yml"))
     assert out.returncode != 0 and "kl_treshold" in out.stderr
     assert not (tmp_path / "prometheus").exists()
+
+
+@pytest.mark.parametrize("text, names", [
+    ("stall_factor: abc\n", "stall_factor: 'abc' is not a positive number"),  # was a TypeError traceback
+    ("stall_factor: -1\n", "stall_factor: -1 is not a positive number"),  # was written into the rules
+    ("counter_window: abc\n", "counter_window: 'abc' is not a duration"),  # was a ValueError traceback
+    ("counter_window: -5m\n", "counter_window: '-5m' is not a duration"),  # promtool refused the written rules
+    ("overrides: [1]\n", "overrides: [1] is not a mapping"),  # was an AttributeError traceback
+    ("overrides: {r: [1]}\n", "overrides['r']: [1] is not a mapping"),
+    ("overrides: {r: {kl_threshold: abc}}\n", "overrides['r']['kl_threshold']: 'abc' must be +inf"),
+    ("runbook_base: 5\n", "runbook_base: 5 is not an absolute http(s) URL"),
+])
+def test_a_settings_file_of_bad_values_is_one_line_naming_the_field_and_writes_nothing(tmp_path, text, names):
+    (tmp_path / "rules.yml").write_text(text)
+    out = _cli("dashboards", "--root", str(tmp_path), "--rule-settings", str(tmp_path / "rules.yml"))
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode != 0 and len(lines) == 1 and names in lines[0], out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rules.yml"]
+
+
+def test_every_setting_is_checked_for_its_type_and_range():
+    """No field takes a value of the wrong type or out of range: each is a ValueError naming the field, not a
+    TypeError or AttributeError later, nor rules that Prometheus refuses."""
+    for f in dataclasses.fields(RuleSettings):
+        for value in (-1, 0, math.nan, math.inf, "abc", "-5m", None, True, [1]):
+            try:
+                RuleSettings(**{f.name: value})
+            except ValueError as e:
+                assert str(e).startswith(f.name), (f.name, value, str(e))
+            else:
+                pytest.fail(f"{f.name}={value!r} accepted")
+
+
+def test_an_unknown_setting_in_the_file_is_named(tmp_path):
+    (tmp_path / "rules.yml").write_text("bogus: 1\n")
+    with pytest.raises(ValueError, match=r"unknown settings \['bogus'\]"):
+        RuleSettings.from_yaml(tmp_path / "rules.yml")
 
 
 def test_every_alert_of_a_run_and_no_other_says_its_runs_clock_offset():
