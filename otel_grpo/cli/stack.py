@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import List, Optional
 
@@ -159,9 +160,29 @@ def demo(
             typer.echo("stopped.")
 
 
+_GENERATED_MARK = "by `otel-grpo dashboards`"  # docs/signals.md's second line, in every folder it generated
+
+
+def _root_problem(root: Path) -> str | None:
+    """Why `dashboards` must not write into `root`, or None: it writes into an otel-grpo checkout (its
+    pyproject.toml names otel-grpo), a folder it generated before (its docs/signals.md says so) or an empty one,
+    never over the same-named files of a project of the user's own (prometheus/prometheus.yml, docs/alerts.md)."""
+    pyproject, signals = root / "pyproject.toml", root / "docs" / "signals.md"
+    if pyproject.is_file() and re.search(r'^name\s*=\s*"otel-grpo"\s*$', pyproject.read_text(errors="replace"), re.M):
+        return None
+    if signals.is_file() and _GENERATED_MARK in signals.read_text(errors="replace")[:500]:
+        return None
+    if not any(root.iterdir()):
+        return None
+    return (f"--root {root}: not an otel-grpo checkout (no pyproject.toml of otel-grpo there) nor a folder it "
+            "generated into; to generate the files elsewhere, give --root an empty directory")
+
+
 @app.command()
 def dashboards(
-    root: Path = typer.Option(Path("."), exists=True, file_okay=False, help="Repository root to write into (an existing directory)."),
+    root: Path = typer.Option(Path("."), exists=True, file_okay=False,
+                              help="Where to write: an otel-grpo checkout, a folder generated into before, or an "
+                                   "empty directory (to generate the files elsewhere); any other folder is refused."),
     check: bool = typer.Option(False, help="Only compare; exit 1 if a committed file is out of date."),
     rule_settings: Optional[Path] = typer.Option(
         None, envvar="OTEL_GRPO_RULE_SETTINGS",
@@ -176,6 +197,9 @@ def dashboards(
         settings = RuleSettings.from_yaml(rule_settings) if rule_settings else None
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--rule-settings") from None
+    problem = _root_problem(root)
+    if problem:
+        fail(problem, 2)
     stale = []
     for rel, text in generated_files(root.resolve(), settings).items():
         path = root / rel

@@ -137,3 +137,25 @@ def test_resume_without_a_checkpoint_is_one_line_naming_the_directory(tmp_path):
 def test_train_help_says_what_resume_does_without_a_checkpoint():
     out = run("train", "--help", env={"COLUMNS": "200"})
     assert "Without a checkpoint there, an error" in " ".join(out.stdout.split())
+
+
+def test_dashboards_refuses_a_folder_that_is_not_an_otel_grpo_checkout(tmp_path):
+    """The default --root is the working directory: in a project of the user's own it replaced their
+    prometheus/prometheus.yml and docs/alerts.md. Now it is one line and nothing is written; an empty directory
+    is where the files are generated outside a checkout, and a folder generated into before is regenerated."""
+    (tmp_path / "prometheus").mkdir()
+    (tmp_path / "prometheus" / "prometheus.yml").write_text("mine\n")
+    out = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "dashboards"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0].startswith("otel-grpo dashboards: --root .: not an otel-grpo checkout") and "empty directory" in lines[0]
+    assert [p.relative_to(tmp_path).as_posix() for p in sorted(tmp_path.rglob("*"))] == ["prometheus", "prometheus/prometheus.yml"]
+    assert (tmp_path / "prometheus" / "prometheus.yml").read_text() == "mine\n"
+
+    elsewhere = tmp_path / "generated"
+    elsewhere.mkdir()
+    assert run("dashboards", "--root", str(elsewhere)).returncode == 0
+    assert (elsewhere / "prometheus" / "prometheus.yml").exists()
+    again = run("dashboards", "--root", str(elsewhere))
+    assert (again.returncode, again.stdout.strip()) == (0, "0 file(s) written"), again.stderr

@@ -272,7 +272,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_dashboards_command_renders_thresholds_from_a_settings_file(tmp_path, promtool):
     (tmp_path / "rules.yml").write_text("kl_threshold: 2.0\noverrides:\n  exp-42: {kl_threshold: 5.0}\n")
-    out = _cli("dashboards", "--root", str(tmp_path), "--rule-settings", str(tmp_path / "rules.yml"))
+    settings_file, tmp_path = tmp_path / "rules.yml", tmp_path / "out"
+    tmp_path.mkdir()  # an empty directory: how the files are generated outside a checkout
+    out = _cli("dashboards", "--root", str(tmp_path), "--rule-settings", str(settings_file))
     assert out.returncode == 0, out.stderr
     alerts_yml = (tmp_path / "prometheus/rules/grpo_alerts.yml").read_text()
     assert 'grpo_step_beyond_total{signal="kl", bound="2.0", run_id!~"exp-42", streak="3"}' in alerts_yml
