@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from .._stop_request import StopRequest
+from ..catalog.spans import check_run_id
 from ._local import LocalStack, StackSettings
 from ._process import interrupts_held
 
@@ -53,6 +54,9 @@ class DemoSettings:
     """Send the trainer's output here instead of the terminal."""
 
     def __post_init__(self) -> None:
+        # The trainer's own rule, before the stack starts: an id it would refuse (`/abs`, `../x`) would also
+        # put the run's directory and summary outside the stack's --dir.
+        check_run_id(self.run_id)
         for fault in self.faults:
             kind, _, step = fault.partition("@")
             if kind not in FAULT_KINDS or not step.isdigit():
@@ -76,6 +80,7 @@ class DemoSummary:
     alerts_in_sidecar: list[str]
     samples_url: str
     samples_spill: str
+    """The run's sample spill (`<run dir>/samples`); empty where the trainer spilled none (it failed first)."""
     sidecar_db: str
     """The sidecar's database: `otel-grpo sidecar --db <it>` serves the run again after the stack stops."""
     urls: dict[str, str]
@@ -244,7 +249,7 @@ def run_demo(stack: LocalStack, demo: DemoSettings, stop: StopRequest | None = N
         alerts_fired=sorted(watcher.prometheus), alerts_in_alertmanager=sorted(watcher.alertmanager),
         alerts_in_sidecar=sorted(in_sidecar),
         samples_url=f"{settings.sidecar_url}/api/runs/{demo.run_id}/samples",
-        samples_spill=str(out / "samples"), sidecar_db=str(stack.sidecar_db),
+        samples_spill=str(out / "samples") if (out / "samples").is_dir() else "", sidecar_db=str(stack.sidecar_db),
         urls=stack.run_urls(demo.run_id, started, finished), started_at=started, finished_at=finished,
     )
     (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
@@ -268,8 +273,9 @@ def format_summary(s: DemoSummary, live: bool = True) -> str:
     if live:
         lines.append("The run, its alerts and their history (Alertmanager forgets resolved alerts; the sidecar keeps them):")
         lines += [f"  {name:<16} {url}" for name, url in (s.urls or {"samples": s.samples_url}).items()]
-        lines.append(f"  {'samples spilled':<16} {s.samples_spill}")
+        lines.append(f"  {'samples spilled':<16} {s.samples_spill or 'none (the trainer spilled no samples)'}")
     else:
-        lines.append(f"samples: spilled to {s.samples_spill}; the run is kept in {s.sidecar_db} "
+        spill = f"spilled to {s.samples_spill}" if s.samples_spill else "none spilled (the trainer wrote none)"
+        lines.append(f"samples: {spill}; the run is kept in {s.sidecar_db} "
                      f"(`otel-grpo sidecar --db {s.sidecar_db}` serves it again)")
     return "\n".join(lines)

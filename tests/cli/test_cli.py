@@ -159,3 +159,15 @@ def test_dashboards_refuses_a_folder_that_is_not_an_otel_grpo_checkout(tmp_path)
     assert (elsewhere / "prometheus" / "prometheus.yml").exists()
     again = run("dashboards", "--root", str(elsewhere))
     assert (again.returncode, again.stdout.strip()) == (0, "0 file(s) written"), again.stderr
+
+
+@pytest.mark.parametrize("run_id", ["/tmp/elsewhere", "../x", "a/./b"])
+def test_demo_refuses_a_run_id_the_trainer_would_before_starting_anything(tmp_path, run_id):
+    """`--run-id /abs` started the whole stack, the trainer then refused the id, and the summary went to
+    /abs/summary.json; `../x` wrote <dir>/x/summary.json, outside <dir>/runs. Checked first now, by the
+    trainer's own rule: nothing is started or written."""
+    out = run("demo", "--exit", "--dir", str(tmp_path / "d"), "--run-id", run_id)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0].startswith("otel-grpo demo: ") and f"run_id {run_id!r}" in lines[0], lines[0]
+    assert "starting" not in out.stdout and not (tmp_path / "d").exists()

@@ -92,6 +92,10 @@ def test_summary_text():
     stopping = format_summary(s, live=False)  # demo --exit: the stack is about to stop
     assert "http://" not in stopping
     assert "otel-grpo sidecar --db x/sidecar/sidecar.db" in stopping and "x/samples" in stopping
+    # a trainer that spilled nothing (it failed before its first step): no claim of a folder that is not there
+    unspilled = DemoSummary(**{**asdict(s), "samples_spill": ""})
+    assert "samples: none spilled" in format_summary(unspilled, live=False)
+    assert "samples spilled  none" in format_summary(unspilled)
 
 
 def test_the_alerts_link_is_a_page_the_running_prometheus_answers(prometheus_api, free_port_factory):
