@@ -25,7 +25,7 @@ def sidecar(
     allow_unauthenticated: bool = typer.Option(
         False, "--allow-unauthenticated",
         help="Listen beyond loopback without both tokens (refused otherwise: anyone reaching it could write and read)."),
-    log_level: str = typer.Option("info", help="uvicorn log level."),
+    log_level: str = typer.Option("info", help="uvicorn log level: critical, error, warning, info, debug or trace."),
 ) -> None:
     """Run the sidecar: OTLP/HTTP ingest on /v1/traces, API on /api, web page on /.
 
@@ -46,6 +46,10 @@ def sidecar(
     """
     require("sidecar")
     import uvicorn
+    from uvicorn.config import LOG_LEVELS
+
+    if log_level.lower() not in LOG_LEVELS:  # before the database is created (uvicorn's KeyError came after)
+        raise typer.BadParameter(f"{log_level!r} is not one of {', '.join(LOG_LEVELS)}", param_hint="--log-level")
 
     from otel_grpo.sidecar import SidecarSettings, create_app
     from otel_grpo.sidecar._heap import keep_freed_heap
@@ -60,9 +64,9 @@ def sidecar(
     # Before anything starts a thread (opening a PostgreSQL store starts its pool's): the arena cap
     # holds only for arenas made after it, and the check's threads had made four more for good.
     keep_freed_heap()  # this process serves the sidecar only; see _heap for the measured why
-    settings = _check_db(settings)
-    if settings.log_file is not None:
+    if settings.log_file is not None:  # before the database is created: a bad --log-file leaves none behind
         _check_log_file(settings.log_file)
+    settings = _check_db(settings)
     _check_port(settings.host, settings.port)
     if not loopback_only(settings.host) and not (settings.ingest_token and settings.read_token):
         warn(f"the sidecar listens on {settings.host} without both tokens, as allowed: anyone who reaches it can "

@@ -78,6 +78,8 @@ def test_a_commands_description_wraps_as_paragraphs_at_80_columns(command):
         (["train", "--stpes", "3"], None, "No such option: --stpes"),
         (["replay"], None, "Missing argument 'output_dir'"),
         (["demo", "--fault", "meltdown@3"], None, "meltdown"),
+        (["sidecar", "--db", "{tmp}/s.db", "--log-level", "bogus"], None,
+         "Invalid value for --log-level: 'bogus' is not one of critical"),  # was uvicorn's KeyError
         (["dashboards", "--root", "/no/such/checkout", "--check"], None, "'/no/such/checkout' does not exist"),
         (["replay", "{tmp}", "--endpoint", "sidecar:8000"], None, "--endpoint sidecar:8000: expected an http"),
     ],
@@ -86,8 +88,9 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(args, env, names, tmp_path):
     out = run(*(a.replace("{tmp}", str(tmp_path)) for a in args), env=env)
     assert out.returncode != 0
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and names in lines[0], out.stderr
+    assert len(lines) == 1 and names.replace("{tmp}", str(tmp_path)) in lines[0], out.stderr
     assert lines[0].startswith(f"otel-grpo {args[0]}: "), lines[0]  # every command says who is speaking
+    assert not (tmp_path / "d").exists() and not (tmp_path / "s.db").exists()  # nothing written before the check
     assert "Traceback" not in out.stderr
 
 
