@@ -142,6 +142,8 @@ def demo(
                                      **({"run_id": run_id} if run_id else {}))
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
+    if trainer_log is not None and (problem := path_problem(trainer_log, "--trainer-log")):
+        fail(problem, 2)  # before the stack starts: the log is opened once it is up
     with StopRequest().installed() as stop:
         stack = _start(settings, stop)
         try:

@@ -221,6 +221,8 @@ def run_demo(stack: LocalStack, demo: DemoSettings, stop: StopRequest | None = N
     out.mkdir(parents=True, exist_ok=True)
     argv, env = trainer_command(settings, demo)
     started = time.time()
+    if demo.trainer_log:
+        demo.trainer_log.parent.mkdir(parents=True, exist_ok=True)  # as --dir's folders: made where missing
     log = open(demo.trainer_log, "ab") if demo.trainer_log else None
     try:
         with AlertWatcher(settings, demo.run_id) as watcher:

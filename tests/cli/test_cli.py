@@ -78,6 +78,9 @@ def test_a_commands_description_wraps_as_paragraphs_at_80_columns(command):
         (["train", "--stpes", "3"], None, "No such option: --stpes"),
         (["replay"], None, "Missing argument 'output_dir'"),
         (["demo", "--fault", "meltdown@3"], None, "meltdown"),
+        (["demo", "--trainer-log", "{tmp}", "--dir", "{tmp}/d"], None,
+         "--trainer-log {tmp}: is a directory, not a file"),  # was IsADirectoryError once the stack was up
+        (["demo", "--trainer-log", "/etc/passwd/t.log"], None, "--trainer-log /etc/passwd/t.log: /etc/passwd is a file"),
         (["sidecar", "--db", "{tmp}/s.db", "--log-level", "bogus"], None,
          "Invalid value for --log-level: 'bogus' is not one of critical"),  # was uvicorn's KeyError
         (["dashboards", "--root", "/no/such/checkout", "--check"], None, "'/no/such/checkout' does not exist"),

@@ -47,7 +47,7 @@ def demo(tmp_path_factory, free_port_factory):
                                               "trainer-metrics-port")}
     argv = [sys.executable, "-m", "otel_grpo.cli", "demo", "--exit", "--dir", str(d), "--run-id", RUN_ID,
             "--steps", str(STEPS), "--fault", f"kl-spike@{SPIKE_AT}", "--fault", f"nan@{NAN_AT}",
-            "--trainer-log", str(d / "trainer.log"),
+            "--trainer-log", str(d / "logs-of-the-trainer" / "trainer.log"),  # a folder not there yet: made
             # Rollout IS correction is off by default; on (mask mode, so the masked
             # fractions exist too), every rollout-IS panel has data.
             "--trainer-arg=--set", "--trainer-arg=rollout_correction.enabled=true",
@@ -55,7 +55,8 @@ def demo(tmp_path_factory, free_port_factory):
     for flag, port in ports.items():
         argv += [f"--{flag}", str(port)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-    trainer_log = (d / "trainer.log").read_text(errors="replace")[-3000:] if (d / "trainer.log").exists() else ""
+    log = d / "logs-of-the-trainer" / "trainer.log"
+    trainer_log = log.read_text(errors="replace")[-3000:] if log.exists() else ""
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + trainer_log
     summary = json.loads((d / "runs" / RUN_ID / "summary.json").read_text())
     settings = StackSettings(dir=d, **{k.replace("-", "_"): v for k, v in ports.items()})
@@ -72,7 +73,7 @@ def test_demo_prints_a_summary(demo):
     assert "http://" not in after  # --exit: no URL that is dead by the time it is read
     assert s["sidecar_db"] in after and s["samples_spill"] in after
     # the trainer's output went to a file: progress lines, not a bar that draws nothing there
-    assert f"grpo {STEPS}/{STEPS} steps  reward " in (demo["dir"] / "trainer.log").read_text()
+    assert f"grpo {STEPS}/{STEPS} steps  reward " in (demo["dir"] / "logs-of-the-trainer" / "trainer.log").read_text()
 
 
 def test_the_runs_pages_show_it_and_its_alerts_after_it_ended(demo):
