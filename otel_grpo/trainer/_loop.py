@@ -29,7 +29,7 @@ from ._loading import ConfigError, to_dict
 from ._loss import LOSSES, group_advantages
 from ._model import TinyGPT, token_logprobs
 from ._rollout import Rollout, RolloutEngine
-from ._runtime import (CHECKPOINT, METRICS, Progress, StopFlag, append_metrics,
+from ._runtime import (CHECKPOINT, METRICS, Progress, StopFlag, append_metrics, first_line,
                        load_checkpoint, monotonic, save_checkpoint, trains_on_cpu)
 from ._task import Batch, DigitTask
 from ._tokenizer import CharTokenizer
@@ -91,7 +91,11 @@ class GRPOTrainer:
         self.run_id, self.output_dir = self._resolve_run()
         if cfg.resume:  # _resolve_run checked that the checkpoint is there
             state = load_checkpoint(self.output_dir / CHECKPOINT)
-            policy.load_state_dict(state["model"])
+            try:
+                policy.load_state_dict(state["model"])
+            except RuntimeError as e:  # another preset's or model settings' weights
+                raise ConfigError(f"resume: {self.output_dir / CHECKPOINT} holds weights of another model (saved "
+                                  f"with other model settings or preset?): {first_line(e)}") from None
             self.start_step, self.num_tokens = state["next_step"], state["num_tokens"]
         if self.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)

@@ -48,8 +48,29 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+_CHECKPOINT_KEYS = ("next_step", "run_id", "num_tokens", "policy_version", "model", "reference", "optimizer")
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """The checkpoint `save_checkpoint` wrote, else a one-line ConfigError naming the file and what is wrong."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001  a truncated or foreign file: pickle, zip and torch's own errors
+        raise ConfigError(f"resume: {path} is not a checkpoint torch can read ({type(e).__name__}: "
+                          f"{first_line(e)})") from None
+    missing = [key for key in _CHECKPOINT_KEYS if not isinstance(state, dict) or key not in state]
+    if missing:
+        raise ConfigError(f"resume: {path} is not a checkpoint of this trainer (it lacks {', '.join(missing)})")
+    return state
+
+
+def first_line(error: BaseException) -> str:
+    """An exception's message as one line: torch's state-dict errors put a heading above their first problem."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Error(s) in loading state_dict"):
+        lines = lines[1:]
+    line = lines[0] if lines else type(error).__name__
+    return line if len(line) <= 200 else line[:197] + "..."
 
 
 def append_metrics(path: Path, step: int, values: Mapping[str, float]) -> None:

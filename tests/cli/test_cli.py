@@ -177,3 +177,23 @@ def test_demo_refuses_a_run_id_the_trainer_would_before_starting_anything(tmp_pa
     assert out.returncode == 2 and len(lines) == 1, out.stderr
     assert lines[0].startswith("otel-grpo demo: ") and f"run_id {run_id!r}" in lines[0], lines[0]
     assert "starting" not in out.stdout and not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("fixture", ["garbage", "another preset"])
+def test_resume_from_a_checkpoint_that_does_not_fit_is_one_line_naming_it(tmp_path, fixture):
+    """A corrupt checkpoint.pt was pickle's ValueError, another preset's torch's RuntimeError (size mismatch,
+    pages of it): now one line naming the file and what is wrong with it."""
+    run_dir = tmp_path / "run"
+    if fixture == "garbage":
+        run_dir.mkdir()
+        (run_dir / "checkpoint.pt").write_bytes(b"garbage\n")
+        preset = "tiny"
+    else:
+        first = run("train", "--preset", "tiny", "--steps", "1", "--no-telemetry", "--output-dir", str(run_dir))
+        assert first.returncode == 0 and (run_dir / "checkpoint.pt").exists(), first.stderr
+        preset = "demo"
+    out = run("train", "--preset", preset, "--no-telemetry", "--resume", "--output-dir", str(run_dir))
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"otel-grpo train: invalid config: resume: {run_dir / 'checkpoint.pt'} "), lines[0]
+    assert ("is not a checkpoint torch can read" if fixture == "garbage" else "holds weights of another model") in lines[0]
