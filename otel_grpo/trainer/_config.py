@@ -212,8 +212,9 @@ class TrainConfig:
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.mixed_precision not in ("no", "bf16", "fp16"):
             raise ValueError(f"mixed_precision must be no, bf16 or fp16, got {self.mixed_precision!r}")
-        if self.num_threads < 0 or self.min_step_seconds < 0 or self.checkpoint_every < 0:
-            raise ValueError("num_threads, min_step_seconds and checkpoint_every must be >= 0")
+        for name, flag in (("num_threads", ""), ("min_step_seconds", " (--step-delay)"), ("checkpoint_every", "")):
+            if getattr(self, name) < 0:  # the one the user gave, and its flag where `otel-grpo train` has one
+                raise ValueError(f"{name}{flag} must be >= 0, got {getattr(self, name)}")
         seq_len = self.task.prompt_len + self.task.max_new_tokens
         if seq_len > self.model.max_len:
             raise ValueError(f"model.max_len ({self.model.max_len}) is shorter than prompt + completion ({seq_len})")

@@ -58,6 +58,7 @@ def test_a_commands_description_wraps_as_paragraphs_at_80_columns(command):
         (["sidecar", "--db", "/dev/null/s.db"], None, "/dev/null/s.db"),
         (["train", "--set", "grpo.epsilon_low=5"], None, "epsilon_low"),
         (["train", "--fault", "meltdown@3"], None, "meltdown"),
+        (["train", "--step-delay", "-1"], None, "min_step_seconds (--step-delay) must be >= 0, got -1.0"),  # named all three
         (["train", "--preset", "tiny", "--steps", "1", "--telemetry", "--output-dir", "{tmp}"],
          {"OTEL_EXPORTER_OTLP_PROTOCOL": "foo"},
          "OTEL_EXPORTER_OTLP_PROTOCOL=foo"),  # the variable the user set, not OTEL_GRPO_OTLP_PROTOCOL
