@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -127,9 +129,13 @@ def prometheus_reader(settings: TelemetrySettings, local_rank: int) -> ServedRea
     try:
         server, _thread = start_http_server(port, addr=settings.prometheus_host, registry=served)
     except OSError as exc:
-        # A busy port must not stop a training run from starting; the spans and spill still work.
-        logger.warning("otel-grpo: cannot serve Prometheus metrics on %s:%d (%s); set OTEL_GRPO_PROMETHEUS_PORT",
-                       settings.prometheus_host, port, exc)
+        # A busy port or a bad address must not stop a training run from starting; the spans and spill still work.
+        # An address this machine does not have (or a name that does not resolve) is the host's fault, else the port's.
+        host_at_fault = isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL
+        advice = ("set OTEL_GRPO_PROMETHEUS_HOST to an address of this machine (127.0.0.1, 0.0.0.0)" if host_at_fault
+                  else "another process holds the port? set OTEL_GRPO_PROMETHEUS_PORT")
+        logger.warning("otel-grpo: cannot serve Prometheus metrics on %s:%d (%s); %s",
+                       settings.prometheus_host, port, exc, advice)
         return None
     inner = CollectorRegistry(auto_describe=False)
     reader = PrometheusMetricReader(registry=inner)

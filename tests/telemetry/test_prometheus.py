@@ -255,4 +255,19 @@ def test_a_busy_port_warns_and_training_goes_on(tmp_path, caplog):
         tel.log_metrics(0, {"kl": 0.1})
         tel.shutdown()
     assert tel.prometheus_port is None
-    assert [r.getMessage() for r in caplog.records if str(port) in r.getMessage()]
+    warned = [r.getMessage() for r in caplog.records if str(port) in r.getMessage()]
+    assert warned and "OTEL_GRPO_PROMETHEUS_PORT" in warned[0]
+
+
+def test_an_address_not_of_this_machine_warns_about_the_host_not_the_port(tmp_path, caplog):
+    """OTEL_GRPO_PROMETHEUS_HOST=192.0.2.1 (no interface of ours) was told to set OTEL_GRPO_PROMETHEUS_PORT."""
+    import logging
+
+    settings = TelemetrySettings(run_id="badhost", metrics_exporters=["prometheus"], traces_exporters=["none"],
+                                 prometheus_host="192.0.2.1", prometheus_port=0, output_dir=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+        tel = Telemetry(settings)
+    tel.shutdown()
+    assert tel.prometheus_port is None
+    warned = [r.getMessage() for r in caplog.records if "192.0.2.1" in r.getMessage()]
+    assert warned and "OTEL_GRPO_PROMETHEUS_HOST" in warned[0] and "PROMETHEUS_PORT" not in warned[0], warned
