@@ -191,7 +191,7 @@ class RuleSettings:
                 if not _positive_duration(value):
                     raise ValueError(f"{f.name}: {value!r} is not a duration; use a positive whole number and one "
                                      f"of s, m, h, d (default {f.default})")
-            elif isinstance(f.default, int) and not isinstance(f.default, float):
+            elif f.name in _STREAKS:
                 lengths = [n for n in STREAKS if n <= TREND["gap"]]
                 if not _is_number(value) or value not in lengths:
                     raise ValueError(f"{f.name}: {value!r}: kl_steps and drift_steps must be streak lengths the "
@@ -293,6 +293,7 @@ def _is_number(value: object) -> bool:
 
 
 _LINKS = ("runbook_base", "grafana_url")
+_STREAKS = ("kl_steps", "drift_steps")
 
 
 def duration(secs: int) -> str:
