@@ -44,7 +44,8 @@ _TEXT = frozenset(("prompt", "completion"))
 def replay(
     output_dir: Path = typer.Argument(..., help="The run's output directory: the one holding steps.jsonl and samples/."),
     endpoint: str = typer.Option("http://127.0.0.1:8000", envvar="OTEL_GRPO_REPLAY_ENDPOINT",
-                                 help="Sidecar (or OTel Collector OTLP/HTTP) base URL; spans go to <endpoint>/v1/traces."),
+                                 help="Sidecar (or OTel Collector OTLP/HTTP) base URL; spans go to "
+                                      "<endpoint>/v1/traces (a URL ending in /v1/traces is taken as it is)."),
     token: Optional[str] = typer.Option(None, envvar="OTEL_GRPO_SIDECAR_TOKEN",
                                         help="Bearer token of the sidecar's ingest."),
     retries: int = typer.Option(5, min=0, help="Retries of a request answered 429/5xx or not answered at all."),
@@ -61,7 +62,8 @@ def replay(
     spill = SpillReader(output_dir)
     if not spill.steps:
         fail(f"{output_dir} holds no spill (steps*.jsonl, samples/step_*.jsonl)")
-    url = endpoint.rstrip("/") + "/v1/traces"
+    # the traces URL itself (what `up` prints for a trainer) is the same place, not <it>/v1/traces
+    url = endpoint.rstrip("/").removesuffix("/v1/traces") + "/v1/traces"
     headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
     if token:
         headers["Authorization"] = f"Bearer {token}"

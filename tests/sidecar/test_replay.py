@@ -179,6 +179,16 @@ def test_replay_after_the_trainer_was_killed(sidecar_factory, tmp_path):
     assert all(json.loads(line)["run_id"] == "killed" for line in lines)  # whole lines only
 
 
+def test_replay_takes_the_traces_url_itself_as_its_endpoint(sidecar_factory, tmp_path):
+    """`up` prints a trainer's traces endpoint, <sidecar>/v1/traces: given to replay it became
+    /v1/traces/v1/traces, a 404 and no hint."""
+    sidecar = sidecar_factory()
+    out = tmp_path / "run"
+    _spill_only(sidecar.url, out, "by-traces-url")
+    assert "replayed 3 step(s)" in _replay(sidecar.url + "/v1/traces/", out)
+    _assert_exactly_the_spill(sidecar.url, out, "by-traces-url")
+
+
 def test_replay_names_the_lines_it_cannot_read_and_sends_the_rest(sidecar_factory, tmp_path):
     """A spill edited by hand, or cut short by a crash of an older version: each unreadable line is a sample
     or step the store will not get, so the user is told which files hold how many; the rest goes."""
