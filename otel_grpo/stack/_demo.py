@@ -63,6 +63,10 @@ class DemoSettings:
                 raise ValueError(f"fault {fault!r}: expected KIND@STEP with KIND one of {', '.join(FAULT_KINDS)}")
         if self.steps is not None and self.steps < 1:
             raise ValueError("steps must be at least 1")
+        for fault in self.faults:  # the trainer's rule too, before the stack starts (the preset's steps: its)
+            if self.steps is not None and int(fault.partition("@")[2]) >= self.steps:
+                raise ValueError(f"fault {fault!r} comes after the last step ({self.steps - 1} of --steps "
+                                 f"{self.steps}): it would never be injected")
 
 
 @dataclass(slots=True)

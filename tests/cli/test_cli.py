@@ -58,6 +58,10 @@ def test_a_commands_description_wraps_as_paragraphs_at_80_columns(command):
         (["sidecar", "--db", "/dev/null/s.db"], None, "/dev/null/s.db"),
         (["train", "--set", "grpo.epsilon_low=5"], None, "epsilon_low"),
         (["train", "--fault", "meltdown@3"], None, "meltdown"),
+        (["train", "--preset", "tiny", "--steps", "3", "--fault", "kl-spike@3"], None,
+         "fault kl-spike@3 (--fault) comes after the last step (2 of --steps 3): it would never be injected"),
+        (["demo", "--steps", "3", "--fault", "kl-spike@1000", "--dir", "{tmp}/demo"], None,
+         "fault 'kl-spike@1000' comes after the last step (2 of --steps 3)"),  # before the stack starts
         (["train", "--step-delay", "-1"], None, "min_step_seconds (--step-delay) must be >= 0, got -1.0"),  # named all three
         (["train", "--preset", "tiny", "--steps", "1", "--telemetry", "--output-dir", "{tmp}"],
          {"OTEL_EXPORTER_OTLP_PROTOCOL": "foo"},
@@ -94,7 +98,7 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(args, env, names, tmp_path):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and names.replace("{tmp}", str(tmp_path)) in lines[0], out.stderr
     assert lines[0].startswith(f"otel-grpo {args[0]}: "), lines[0]  # every command says who is speaking
-    assert not (tmp_path / "d").exists() and not (tmp_path / "s.db").exists()  # nothing written before the check
+    assert not any((tmp_path / name).exists() for name in ("d", "s.db", "demo"))  # nothing written before the check
     assert "Traceback" not in out.stderr
 
 
