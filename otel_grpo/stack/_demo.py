@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from .._fault_spec import Fault, check_fault_steps
 from .._stop_request import StopRequest
 from ..catalog.spans import check_run_id
 from ._local import LocalStack, StackSettings
@@ -30,9 +31,6 @@ from ._process import interrupts_held
 if TYPE_CHECKING:
     import httpx  # the [sidecar] extra: imported where used, so `otel-grpo dashboards` needs none
 
-# The trainer's FAULT_KINDS (its module imports torch, which the stack does not need); a test
-# keeps the two equal.
-FAULT_KINDS = ("kl-spike", "rollout-drift", "stall", "nan", "bad-batch")
 RECORD_GRACE_S = 3.0
 
 
@@ -57,16 +55,11 @@ class DemoSettings:
         # The trainer's own rule, before the stack starts: an id it would refuse (`/abs`, `../x`) would also
         # put the run's directory and summary outside the stack's --dir.
         check_run_id(self.run_id)
-        for fault in self.faults:
-            kind, _, step = fault.partition("@")
-            if kind not in FAULT_KINDS or not step.isdigit():
-                raise ValueError(f"fault {fault!r}: expected KIND@STEP with KIND one of {', '.join(FAULT_KINDS)}")
+        faults = [Fault.parse(fault) for fault in self.faults]  # the trainer's rules, before the stack starts
         if self.steps is not None and self.steps < 1:
             raise ValueError("steps must be at least 1")
-        for fault in self.faults:  # the trainer's rule too, before the stack starts (the preset's steps: its)
-            if self.steps is not None and int(fault.partition("@")[2]) >= self.steps:
-                raise ValueError(f"fault {fault!r} comes after the last step ({self.steps - 1} of --steps "
-                                 f"{self.steps}): it would never be injected")
+        if self.steps is not None:  # else the preset's steps: the trainer checks them
+            check_fault_steps(faults, self.steps)
 
 
 @dataclass(slots=True)

@@ -9,7 +9,8 @@ from .._extras import require
 require("trainer", "otel_grpo.trainer")  # one line naming the extra, not torch's ModuleNotFoundError
 
 from ._config import GRPOConfig, OptimConfig, RolloutCorrectionConfig, TrainConfig
-from ._faults import FAULT_KINDS, Fault, FaultConfig
+from .._fault_spec import FAULT_KINDS, Fault
+from ._faults import FaultConfig
 from ._loading import ConfigError, load_config, to_dict
 from ._loop import GRPOTrainer, TrainResult
 from ._model import ModelConfig, TinyGPT

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .._fault_spec import check_fault_steps
 from ._faults import Fault, FaultConfig
 from ._model import ModelConfig
 from ._task import TaskConfig
@@ -215,10 +216,7 @@ class TrainConfig:
         for name, flag in (("num_threads", ""), ("min_step_seconds", " (--step-delay)"), ("checkpoint_every", "")):
             if getattr(self, name) < 0:  # the one the user gave, and its flag where `otel-grpo train` has one
                 raise ValueError(f"{name}{flag} must be >= 0, got {getattr(self, name)}")
-        for fault in self.faults.parsed():  # steps run 0 .. steps - 1: a later fault never happens
-            if fault.step >= self.steps:
-                raise ValueError(f"fault {fault.kind}@{fault.step} (--fault) comes after the last step ({self.steps - 1}"
-                                 f" of --steps {self.steps}): it would never be injected")
+        check_fault_steps(self.faults.parsed(), self.steps)
         seq_len = self.task.prompt_len + self.task.max_new_tokens
         if seq_len > self.model.max_len:
             raise ValueError(f"model.max_len ({self.model.max_len}) is shorter than prompt + completion ({seq_len})")

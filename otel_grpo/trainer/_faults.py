@@ -14,24 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FAULT_KINDS = ("kl-spike", "rollout-drift", "stall", "nan", "bad-batch")
-
-
-@dataclass(frozen=True, slots=True)
-class Fault:
-    kind: str
-    step: int
-
-    @classmethod
-    def parse(cls, spec: str) -> Fault:
-        """`"kl-spike@5"` -> Fault("kl-spike", 5); a readable ValueError otherwise."""
-        kind, sep, step = spec.strip().partition("@")
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault {kind!r} in {spec!r}: expected one of {', '.join(FAULT_KINDS)}")
-        if not sep or not step.strip().isdigit():
-            raise ValueError(f"fault {spec!r} must look like KIND@STEP with a non-negative integer step")
-        return cls(kind, int(step))
-
+from .._fault_spec import Fault
 
 @dataclass(kw_only=True, slots=True)
 class FaultConfig:

@@ -61,7 +61,7 @@ def test_a_commands_description_wraps_as_paragraphs_at_80_columns(command):
         (["train", "--preset", "tiny", "--steps", "3", "--fault", "kl-spike@3"], None,
          "fault kl-spike@3 (--fault) comes after the last step (2 of --steps 3): it would never be injected"),
         (["demo", "--steps", "3", "--fault", "kl-spike@1000", "--dir", "{tmp}/demo"], None,
-         "fault 'kl-spike@1000' comes after the last step (2 of --steps 3)"),  # before the stack starts
+         "fault kl-spike@1000 (--fault) comes after the last step (2 of --steps 3)"),  # before the stack starts
         (["train", "--step-delay", "-1"], None, "min_step_seconds (--step-delay) must be >= 0, got -1.0"),  # named all three
         (["train", "--preset", "tiny", "--steps", "1", "--telemetry", "--output-dir", "{tmp}"],
          {"OTEL_EXPORTER_OTLP_PROTOCOL": "foo"},
