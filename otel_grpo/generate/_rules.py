@@ -193,7 +193,7 @@ class RuleSettings:
                                      f"of s, m, h, d (default {f.default})")
             elif f.name in _STREAKS:
                 lengths = [n for n in STREAKS if n <= TREND["gap"]]
-                if not _is_number(value) or value not in lengths:
+                if type(value) is not int or value not in lengths:  # 3.0 would write streak="3.0": no series
                     raise ValueError(f"{f.name}: {value!r}: kl_steps and drift_steps must be streak lengths the "
                                      f"trainer counts, at most the trend baselines' gap: {lengths}")
             elif not _is_number(value) or not math.isfinite(value) or value <= 0:

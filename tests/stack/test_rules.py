@@ -305,6 +305,7 @@ def test_a_bad_settings_file_is_one_readable_line(tmp_path):
     ("overrides: {r: [1]}\n", "overrides['r']: [1] is not a mapping"),
     ("overrides: {r: {kl_threshold: abc}}\n", "overrides['r']['kl_threshold']: 'abc' must be +inf"),
     ("runbook_base: 5\n", "runbook_base: 5 is not an absolute http(s) URL"),
+    ("kl_steps: 3.0\n", "kl_steps: 3.0: kl_steps and drift_steps must be streak lengths"),  # streak="3.0": no series
 ])
 def test_a_settings_file_of_bad_values_is_one_line_naming_the_field_and_writes_nothing(tmp_path, text, names):
     (tmp_path / "rules.yml").write_text(text)
