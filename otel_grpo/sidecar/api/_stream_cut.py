@@ -16,10 +16,10 @@ import logging
 from collections.abc import Iterable, Iterator
 
 from .._every import EveryInterval
-from ..store._errors import STORE_ERRORS, describe
+from ..store._errors import STORE_ERRORS, describe, unavailable
 
 log = logging.getLogger("otel_grpo.sidecar")
-_cuts = EveryInterval()
+_cuts = EveryInterval()  # per process, as the log it keeps quiet
 
 
 class StreamCut(Exception):
@@ -27,10 +27,13 @@ class StreamCut(Exception):
 
 
 def cut_on_store_error(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """`chunks`, where a store error becomes a `StreamCut` (said once a minute with how many)."""
+    """`chunks`, where the database's trouble (`unavailable`: unreachable, timed out) becomes a `StreamCut`, said
+    once a minute with how many; any other store error is a bug, raised as it is (its traceback logged)."""
     try:
         yield from chunks
     except STORE_ERRORS as exc:
+        if not unavailable(exc):
+            raise
         count = _cuts.hit()
         if count is not None:
             log.warning("store failed under a streamed response (%s): it was cut off, unfinished; %d cut since the "
