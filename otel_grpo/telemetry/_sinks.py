@@ -136,9 +136,12 @@ class ThreadSink:
             elif backend is not None:
                 backend.emit(job)
 
-
     def _said_dropped(self, waited_s: float, whole: bool) -> None:
         dropped = list(self._dropped)
+        if not dropped:  # nothing left behind but the step being emitted (still on it: left to finish alone)
+            if not whole:
+                logger.warning("otel-grpo: shutdown: the emitter was still on a step after %.1fs", waited_s)
+            return
         steps = sorted(step for step in dropped if step >= 0)
         which = f" (steps {steps[0]} to {steps[-1]})" if steps else ""
         logger.warning("otel-grpo: shutdown: the emit queue did not drain within %.1fs: %s%d queued step records%s "
