@@ -229,7 +229,13 @@ kube-score/ignore: {{ $ignore | uniq | sortAlpha | join "," | quote }}
 {{- $said := printf "maxUnavailable=%v" .maxUnavailable }}
 {{- if not (kindIs "invalid" .minAvailable) }}
 {{- $said = printf "minAvailable=%v" .minAvailable }}
-{{- $none = ternary (eq (toString .minAvailable) "100%") (ge (int .minAvailable) $replicas) (kindIs "string" .minAvailable) }}
+{{- if kindIs "string" .minAvailable }}
+{{- /* a percentage is rounded up (PodDisruptionBudget's rule): 50% of 1 pod keeps it */}}
+{{- $need := div (add (mul (trimSuffix "%" .minAvailable | int) $replicas) 99) 100 }}
+{{- $none = ge (int $need) $replicas }}
+{{- else }}
+{{- $none = ge (int .minAvailable) $replicas }}
+{{- end }}
 {{- else }}
 {{- $none = has (toString .maxUnavailable) (list "0" "0%") }}
 {{- end }}
