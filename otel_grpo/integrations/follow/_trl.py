@@ -284,7 +284,7 @@ class TrlOutput:
                 digest = ""  # its first batch repeats none of the earlier attempt's
             elif step == self._top and self._newest is not None:  # an evaluation's or a relaunch's: a trainer
                 path_read, key, doc = self._newest  # state already written after it tells (a restarted follower)
-                found = self._unexplained(doc, key[2], {step: [*self._writes.get(step, ()), stat.st_mtime_ns]})
+                found = self._unexplained(doc, key[2], {step: _noted(self._writes, step, stat.st_mtime_ns)[step]})
                 if found is not None:
                     self._relaunched(found[0], found[1], _rewritten(found, path_read.relative_to(self.dir)))
                     digest = ""
