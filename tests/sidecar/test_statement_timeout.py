@@ -32,9 +32,12 @@ def test_a_search_slower_than_the_timeout_is_a_503(make_client, otlp, caplog):
     """The search of a run's prompts and completions, which no index serves, with a timeout shorter than
     its scan: the request is cut off with 503 + Retry-After, where it used to run to its end."""
     writer = make_client()
-    text = "x" * 4000
-    spans = otlp.spans("long", range(20), samples=100, completion=lambda s, i: f"{text} {s}/{i}")  # 8 MB
-    assert writer.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
+    text = "x" * 400
+    # many rows (20,480, 8 MB): SQLite checks its deadline every 10,000 instructions, which a warm scan of a
+    # few thousand long ones finished within now and then (a 200)
+    for first in range(0, 160, 40):
+        spans = otlp.spans("long", range(first, first + 40), samples=128, completion=lambda s, i: f"{text} {s}/{i}")
+        assert writer.post("/v1/traces", content=otlp.request(spans).SerializeToString(), headers=PB).status_code == 200
     found = writer.get("/api/runs/long/samples", params={"step_min": 0, "q": "never written", "limit": 10})
     assert found.status_code == 200 and found.json() == []
 
