@@ -16,8 +16,8 @@ import pytest
 
 from otel_grpo.telemetry import Telemetry, TelemetrySettings
 from tests.sidecar.conftest import SidecarProcess, grpo_spans, request_pb
-from tests.sidecar.test_web import (CHROMIUM, MAIN, _card, _hash, _seed_explorer, browser, chart,  # noqa: F401
-                                    new_page, open_run, series, wait)
+from tests.sidecar.test_web import (CHROMIUM, MAIN, OTHER, _card, _hash, _legend, _overlay,  # noqa: F401
+                                    _seed_explorer, browser, chart, new_page, open_run, series, wait)
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make system-deps)")]
@@ -156,6 +156,32 @@ def test_no_answer_at_all_is_tried_again_too(site, new_page):
     page.click("#retry-now")  # or wait: the same path, sooner
     wait(page, "document.body.dataset.ready === 'runs'")
     assert page.locator("#runs-table").count() == 1
+
+
+def test_a_compared_run_unreadable_in_an_outage_is_kept_and_drawn_once_it_can_be(site, new_page):
+    """A link comparing OTHER, opened while OTHER's reads answer 503: the page waits for it (the error page,
+    tried again) and then draws it; it is not taken for a run that is not there and dropped from the link.
+    Ticking it in the compare list during an outage goes the same way."""
+    other = lambda url: f"/api/runs/{OTHER}" in url  # noqa: E731
+    page = new_page()
+    page.route(other, _unavailable)
+    page.goto(f"{site.url}/#/run/{MAIN}?step=2&vs={OTHER}")
+    wait(page, "document.body.dataset.ready === 'error'")
+    assert SICK in page.text_content("#error-message")
+    page.unroute(other, _unavailable)
+    wait(page, "document.body.dataset.ready === 'run'")
+    assert _legend(page) == [MAIN, OTHER] and _overlay(page) == [OTHER]
+    assert "no such run" not in (page.text_content("#link-note") or "")
+
+    page.goto(f"{site.url}/#/run/{MAIN}?step=2")
+    wait(page, "document.body.dataset.ready === 'run' && document.querySelector('#compare input[data-run]')")
+    page.route(other, _unavailable)
+    page.click("#compare summary")
+    page.click(f'#compare input[data-run="{OTHER}"]')
+    wait(page, "document.body.dataset.ready === 'error'")
+    page.unroute(other, _unavailable)
+    wait(page, "document.body.dataset.ready === 'run'")
+    assert _legend(page) == [MAIN, OTHER] and _overlay(page) == [OTHER]
 
 
 def test_an_unknown_run_stays_an_error_and_is_not_tried_again(site, new_page):

@@ -146,7 +146,7 @@ async function readUrl(runId, query) {
 // (`lr=1e-6,bs=32`): a value that names a run is that run; one that names none but whose parts all
 // do is those runs. Only a value with a comma costs a request.
 async function overlaidRuns(values, runId) {
-  const exists = (r) => apiFetch(runPath(r)).then(() => true, () => false);
+  const exists = async (r) => (await runThere(runPath(r))) !== null;
   const runs = await Promise.all(values.filter(Boolean).map(async (value) => {
     const parts = value.split(",").filter(Boolean);
     if (parts.length < 2 || await exists(value)) return [value];

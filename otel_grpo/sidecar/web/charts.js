@@ -117,13 +117,12 @@ function stepDomain(runs) {
 // Each overlaid run's record (its step range) and columns, once.
 async function loadOverlay(data = runData) {
   await Promise.all(state.overlay.filter((r) => !data.runInfo.has(r)).map(async (r) => {
-    try {
-      const info = await api(runPath(r));  // first: a run that is not there is one request refused
-      const described = await api(`${runPath(r)}/metrics`);
-      data.runInfo.set(r, info);
-      data.described.set(r, described);
-      data.names.set(r, new Set(described.map((c) => c.name)));
-    } catch (e) { /* drawn without that run */ }
+    const info = await runThere(runPath(r));  // first: a run that is not there is one request refused
+    if (info === null) return;  // drawn without that run (the page says so)
+    const described = await api(`${runPath(r)}/metrics`);
+    data.runInfo.set(r, info);
+    data.described.set(r, described);
+    data.names.set(r, new Set(described.map((c) => c.name)));
   }));
 }
 
@@ -440,7 +439,12 @@ function plotTools(runs) {
     const input = h("input", { type: "checkbox", "data-run": run, onchange: async (e) => {
       state.overlay = e.target.checked ? [...state.overlay, run] : state.overlay.filter((x) => x !== run);
       writeUrl(true);
-      await loadOverlay();
+      try {
+        await loadOverlay();
+      } catch (err) {  // the database away: the error page, which shows this view, run added, once it can
+        showError(err);
+        return;
+      }
       redrawPlots();
     } });
     input.checked = state.overlay.includes(run);

@@ -107,6 +107,18 @@ async function api(path) {
   return (await apiFetch(path)).json();
 }
 
+// Whether a run is there: only a 404 says it is not; any other failure (the database away, a 503)
+// is thrown, so a link's compared run is not dropped for an outage but waits with the page for it.
+const NOT_THERE = 404;
+async function runThere(path) {
+  try {
+    return await api(path);
+  } catch (e) {
+    if (e.status === NOT_THERE) return null;
+    throw e;
+  }
+}
+
 // Any run id: "/" is sent as %2F (the API reads it back), "." as %2E (a run named ".." must not
 // become a dot segment that fetch resolves away).
 const runPath = (runId) => "/api/runs/" + encodeURIComponent(runId).replace(/\./g, "%2E");
