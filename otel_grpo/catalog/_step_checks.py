@@ -219,6 +219,11 @@ class Streaks:
 PROCESS = "process"
 """Attribute of the alerts' event counters (step evidence, non-finite values, skipped steps): the process."""
 
+END_WAIT_S = 75.0
+"""How long a finished or preempted process waits, at most, for its end to reach Prometheus (a scrape of its
+endpoint, a collector that takes its last export again): the telemetry's `prometheus_linger_s` by default, and
+what the alert model's replay counts on."""
+
 STOPS_TRAINING = ("loss", "grad_norm")
 """Signals whose non-finite value breaks the update itself: GRPONonFiniteValues pages for these (any other signal
 notifies), and the trainer counts their non-finite values from its start, at 0 until one (`grpo.nonfinite`)."""

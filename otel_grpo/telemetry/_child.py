@@ -108,6 +108,7 @@ def _serve(conn: Connection, backend: Backend) -> None:
         elif kind == "shutdown":
             timeout_s, finished, preempted = payload
             ack()
+            send(("ending", None))  # every step is emitted: what is left is the run's end and the exporters
             backend.close(timeout_s, finished=finished, preempted=preempted)
             try:
                 send(("closed", None))

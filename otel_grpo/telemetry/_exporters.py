@@ -28,6 +28,8 @@ logger = logging.getLogger("otel_grpo.telemetry")
 
 DOWN_GRACE_S = 1.0
 """At shutdown with the export endpoint failing, how long the exporters still get."""
+END_PROBE_S = 1.0
+"""How often an ended run tries the metrics endpoint again while it waits to deliver its end."""
 
 
 class Exporters:
@@ -40,7 +42,7 @@ class Exporters:
         self.traces_target = traces_target(settings)
         """Where spans go, as the export warning names it."""
         self.prometheus_port: int | None = None
-        self._linger: Callable[[float], None] | None = None  # the pull endpoint's, when this process serves one
+        self._linger: Callable[[float], bool] | None = None  # the pull endpoint's, when this process serves one
         self._closers: list[Callable[[int], Any]] = []
         self._flushers: list[Callable[[int], bool]] = []
         self._push_readers: list[Any] = []
@@ -91,12 +93,13 @@ class Exporters:
         return bool(done and done[0])
 
     def close(self, timeout_s: float, linger: bool) -> bool:
-        """`linger`: serve `/metrics` until one more scrape (bounded by `prometheus_linger_s`); then flush and
-        close everything, within `timeout_s` in all. False: the exporters did not finish in time."""
-        deadline = time.monotonic() + timeout_s
+        """`linger` (a run that ended, finished or preempted): first wait for that end to reach Prometheus
+        (`deliver_end`); then flush and close everything within `timeout_s`. False: the exporters did not
+        finish in time."""
         settings = self._settings
-        if linger and self._linger is not None and settings.prometheus_linger_s > 0:
-            self._linger(settings.prometheus_linger_s)  # until one more scrape has seen run_finished = 1
+        if linger and settings.prometheus_linger_s > 0:
+            self.deliver_end(settings.prometheus_linger_s)
+        deadline = time.monotonic() + timeout_s
         remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
         health = self.health
         # with the SDK disabled nothing was recorded, so no endpoint is waited for or blamed
@@ -119,6 +122,30 @@ class Exporters:
         logger.log(level, "otel-grpo: shutdown: exporters did not finish within %.1fs%s; giving up on them",
                    remaining_ms / 1000, " (export endpoint down)" if down else "")
         return False
+
+    def deliver_end(self, bound_s: float) -> bool:
+        """Wait, at most `bound_s`, until the run's end can reach Prometheus: one more scrape of the pull
+        endpoint, and an OTLP metrics endpoint that took the run's exports before and takes connections again
+        for the final one. Without it Prometheus reads the run's last values, `grpo.run.finished` = 0, and its
+        alerts page a crash (GRPOMetricsAbsent): a collector restarting or Prometheus down as a run finishes.
+        Said in one warning where the end could not be delivered; False then."""
+        deadline = time.monotonic() + bound_s
+        missed = []
+        if self._linger is not None and not self._linger(bound_s):
+            missed.append("no scrape of /metrics came")
+        # As the pull endpoint's: only a run whose metrics reached Prometheus before has an end to deliver.
+        if self._owned and self._push_readers and "metrics" in self.health.delivered:
+            down = otlp_unreachable(self._settings, signals=("metrics",))
+            while down is not None and time.monotonic() < deadline:
+                time.sleep(min(END_PROBE_S, max(deadline - time.monotonic(), 0.0)))
+                down = otlp_unreachable(self._settings, signals=("metrics",))
+            if down is not None:
+                missed.append(f"the metrics endpoint {down} took no connection")
+        if missed:
+            logger.warning("otel-grpo: the run's end did not reach Prometheus within %.0fs (%s): its alerts will "
+                           "take the run for crashed (GRPOMetricsAbsent); raise prometheus_linger_s to wait longer",
+                           bound_s, "; ".join(missed))
+        return not missed
 
 
 def _bounded(work: Callable[[], Any], name: str, timeout_s: float) -> bool:

@@ -93,6 +93,7 @@ class ProcessSink:
         self._tokens = itertools.count()
         self._flushes: dict[int, list[Any]] = {}  # token -> [Event, ok]
         self._local: ThreadSink | None = None
+        self._ending = threading.Event()  # the child emitted every step it was sent and closes the run
         self._closed = threading.Event()  # the child acknowledged its shutdown
         self._gone = threading.Event()  # the child's end of the pipe closed
         # The sender's: framed messages the training thread could not write at once, in order; None to stop.
@@ -257,19 +258,24 @@ class ProcessSink:
 
     def close(self, timeout_s: float, *, finished: bool, preempted: bool) -> None:
         """The child emits what it was sent, ends the run and closes its exporters within half of `timeout_s`
-        (plus the Prometheus linger); a child that does not is killed, and this process emits what it had not
-        acknowledged, within what is left."""
-        ended = finished or preempted  # on purpose: the pull endpoint stays for one more scrape
-        linger = self._settings.prometheus_linger_s if ended and self.prometheus_port is not None else 0.0
-        deadline = time.monotonic() + timeout_s + linger
+        (plus the wait for an ended run's end to reach Prometheus); a child that does not is killed, and this
+        process emits what it had not acknowledged, within what is left."""
+        # An ended run waits for its end to reach Prometheus (`Exporters.deliver_end`): by a scrape or a push.
+        reaches = self.prometheus_port is not None or "otlp" in self._settings.metrics_exporters
+        linger = self._settings.prometheus_linger_s if (finished or preempted) and reaches else 0.0
+        started = time.monotonic()
+        deadline = started + timeout_s + linger
         if self._local is None:
             self._send(_frame(pickle.dumps(("shutdown", None, (timeout_s / 2, finished, preempted)))))
-            self._gone.wait(timeout_s / 2 + linger + 0.5)  # it exits right after acknowledging
+            bound = timeout_s / 2 + 0.5
+            if self._ending.wait(bound):  # it emitted every step: only a child that answers waits for the end
+                bound += linger
+            self._gone.wait(max(started + bound - time.monotonic(), 0.0))  # it exits right after acknowledging
             if self._closed.is_set() and not self._pending:
                 self._send(None)
                 self._stop_child(wait_s=1.0)
                 return
-            self._take_over("did not finish within %.1fs; stopping it" % (timeout_s / 2 + linger))
+            self._take_over("did not finish within %.1fs; stopping it" % bound)
         self._send(None)
         self._local.close(max(deadline - time.monotonic(), 1.0), finished=finished, preempted=preempted)
 
@@ -353,6 +359,8 @@ class ProcessSink:
                     if waiter is not None:
                         waiter[1] = msg[2]
                         waiter[0].set()
+                elif msg[0] == "ending":
+                    self._ending.set()
                 elif msg[0] == "closed":
                     self._closed.set()
         except (EOFError, OSError):

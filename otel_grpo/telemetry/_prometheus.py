@@ -74,12 +74,10 @@ class Scrapes:
         self._begun = 0
         self._done = 0  # the highest number of a completed scrape
         self._since = time.monotonic()
-        self._starts: list[float] = []  # the last two scrapes' beginnings: the watcher's interval
 
     def begin(self) -> int:
         with self._cond:
             self._begun += 1
-            self._starts = self._starts[-1:] + [time.monotonic()]
             return self._begun
 
     def end(self, seq: int) -> None:
@@ -87,20 +85,21 @@ class Scrapes:
             self._done = max(self._done, seq)
             self._cond.notify_all()
 
-    def wait_after(self, timeout_s: float) -> None:
-        """Until a scrape that begins after this call has completed, at most `timeout_s`: about one scrape
-        interval of the watcher (twice the last one seen, plus a second, when two were); at most
-        `FIRST_SCRAPE_S` for an endpoint never scraped yet, and not at all once it was served
-        `UNWATCHED_AFTER_S` without a scrape (nobody watches it: no scrape would come)."""
+    def wait_after(self, timeout_s: float) -> bool:
+        """Until a scrape that begins after this call has completed, at most `timeout_s`; False where a watcher
+        was known (the endpoint was scraped) and none came. A watcher scrapes again within its interval; one
+        that is late (Prometheus restarting) is waited for up to the bound, since a run's end it never reads
+        is taken for a crash. An endpoint never scraped yet waits at most `FIRST_SCRAPE_S` (a first scrape may
+        be on its way), and not at all once it was served `UNWATCHED_AFTER_S` without one (nobody watches it):
+        True, as nothing that reads it was left behind."""
         with self._cond:
             if not self._begun:
                 if time.monotonic() - self._since >= self.UNWATCHED_AFTER_S:
-                    return
-                timeout_s = min(timeout_s, self.FIRST_SCRAPE_S)
-            elif len(self._starts) == 2:
-                timeout_s = min(timeout_s, 2 * (self._starts[1] - self._starts[0]) + 1.0)
+                    return True
+                self._cond.wait_for(lambda: self._done > 0, min(timeout_s, self.FIRST_SCRAPE_S))
+                return True
             mark = self._begun
-            self._cond.wait_for(lambda: self._done > mark, timeout_s)
+            return self._cond.wait_for(lambda: self._done > mark, timeout_s)
 
 
 @dataclass
@@ -110,10 +109,11 @@ class ServedReader:
     close: Callable[[], None]
     scrapes: Scrapes = field(default_factory=Scrapes)
 
-    def linger(self, timeout_s: float) -> None:
+    def linger(self, timeout_s: float) -> bool:
         """Keep serving until one more scrape has read what is set now (`grpo.run.finished` = 1), at most
-        `timeout_s`: the end of a run waits about one scrape interval of its watcher (`Scrapes.wait_after`)."""
-        self.scrapes.wait_after(timeout_s)
+        `timeout_s`: the end of a run waits one scrape interval of its watcher (`Scrapes.wait_after`). False:
+        its watcher did not scrape it in time."""
+        return self.scrapes.wait_after(timeout_s)
 
 
 def prometheus_reader(settings: TelemetrySettings, local_rank: int) -> ServedReader | None:

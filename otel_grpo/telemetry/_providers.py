@@ -93,14 +93,16 @@ def sdk_disabled() -> bool:
     return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
 
-def otlp_unreachable(settings: TelemetrySettings, timeout_s: float = 0.5) -> str | None:
-    """The first OTLP endpoint in use that takes no TCP connection within `timeout_s`; None if all do.
+def otlp_unreachable(settings: TelemetrySettings, timeout_s: float = 0.5,
+                     signals: tuple[str, ...] = ("traces", "metrics")) -> str | None:
+    """The first OTLP endpoint in use for `signals` that takes no TCP connection within `timeout_s`; None if
+    all do.
 
     Checked at shutdown: against a closed port the exporters would retry their final batch for
     the whole export timeout (10 s by default) before the process could exit.
     """
     for signal, exporters in (("traces", settings.traces_exporters), ("metrics", settings.metrics_exporters)):
-        if "otlp" not in exporters:
+        if signal not in signals or "otlp" not in exporters:
             continue
         target = _otlp_target(settings, signal) or "localhost:4317"
         url = urlsplit(target if "://" in target else "//" + target)
@@ -144,7 +146,7 @@ class Owned:
     on the Prometheus reader queues a second copy of every series for the next scrape."""
     prometheus_port: int | None = None
     """Port the Prometheus endpoint listens on (resolved when 0 was asked for)."""
-    linger: Callable[[float], None] | None = None
+    linger: Callable[[float], bool] | None = None
     """The endpoint's `ServedReader.linger`: after `finish()`, serve until one more scrape (bounded)."""
     ended: list[EndedSeries] = field(default_factory=list)
     """The OTLP exporters' gauge series to end (`EndedSeries.end_earlier`)."""

@@ -112,6 +112,8 @@ class ExportHealth:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._failing: set[str] = set()
+        self.delivered: set[str] = set()
+        """The signals an endpoint has taken an export of: something downstream knows the run."""
         self.failures = 0
         self.spill: SampleSpill | None = None
         """The local copy of the same steps (set by the backend), which the warning names; None: not spilled."""
@@ -146,6 +148,7 @@ class ExportHealth:
         with self._lock:
             recovered = signal in self._failing
             self._failing.discard(signal)
+            self.delivered.add(signal)
         if recovered:
             logger.info("otel-grpo: exporting %s to %s works again (%d failed exports so far)",
                         signal, target, self.failures)

@@ -140,16 +140,16 @@ class TelemetrySettings(BaseSettings):
     """Bind address of the Prometheus pull endpoint (`/metrics`)."""
     prometheus_port: int = Field(9464, ge=0, le=65535)
     """Port of the Prometheus pull endpoint; with `export_all_ranks` each rank adds its local rank."""
-    prometheus_linger_s: float = Field(75.0, ge=0, le=300)
-    """After `finish()` (or a preemption), keep serving `/metrics` until one more scrape has read
-    `grpo.run.finished` = 1 (`grpo.run.preempted` = 1): about one scrape interval (twice the last one
-    seen, plus a second), at most this long; at most 2.5 s for an endpoint never scraped yet, and not at
-    all once it has been served 60 s without a scrape (nobody watches it).
+    prometheus_linger_s: float = Field(catalog.END_WAIT_S, ge=0, le=300)
+    """After `finish()` (or a preemption), wait at most this long for the run's end (`grpo.run.finished` = 1,
+    `grpo.run.preempted` = 1) to reach Prometheus: the pull endpoint keeps serving `/metrics` until one more
+    scrape has read it (about one scrape interval; at most 2.5 s for an endpoint never scraped yet, and not at
+    all once it has been served 60 s without a scrape: nobody watches it), and OTLP metrics wait for an
+    endpoint that takes no connection (a collector restarting) to take the final export.
 
-    The pull endpoint goes away at shutdown; without a scrape in between, Prometheus never
-    learns how the run ended and GRPOMetricsAbsent fires. So the bound must exceed the longest
-    scrape interval (60 s); the wait itself is one interval of the scraper that watches. A crash
-    (no `finish()`) does not linger.
+    Without it Prometheus never learns how the run ended, and GRPOMetricsAbsent pages a crash: so the bound
+    must exceed the longest scrape interval (60 s). A run whose end did not get through says so in one
+    warning. A crash (no `finish()`) does not wait.
     """
 
     output_dir: Path | None = None

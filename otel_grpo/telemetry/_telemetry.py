@@ -358,7 +358,8 @@ class Telemetry:
 
     def shutdown(self, finished: bool = False, preempted: bool = False) -> None:
         """Emit what is queued (the spill is complete after this), flush, close; bounded by
-        `shutdown_timeout_s` (plus `prometheus_linger_s` for a finished run that serves `/metrics`).
+        `shutdown_timeout_s`, plus up to `prometheus_linger_s` for an ended run whose end has not reached
+        Prometheus yet (the pull endpoint not scraped since, the OTLP metrics endpoint down).
 
         `finished=True` is `finish()`. The exit hook calls this with False: a process
         that exits without finishing its run did not end it on purpose. `preempted=True`:

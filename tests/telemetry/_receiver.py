@@ -16,7 +16,8 @@ _NO_RECORDED_VALUE = DataPointFlags.DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK
 class OTLPReceiver:
     """Collects decoded `ExportTraceServiceRequest` / `ExportMetricsServiceRequest` bodies."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
+        """`port`: 0 for a free one; a receiver's own again, to restart it where a run exports."""
         self.traces: list[ExportTraceServiceRequest] = []
         self.metrics: list[ExportMetricsServiceRequest] = []
         self.content_types: set[str] = set()
@@ -43,7 +44,7 @@ class OTLPReceiver:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

@@ -1,9 +1,13 @@
-"""The local pull endpoint lingers after `finish()` (or a preemption), so Prometheus sees how the run ended;
-and every step's KL is also one observation of `grpo.step.kl` (one-step spikes between scrapes)."""
+"""A run's end reaches Prometheus: the local pull endpoint lingers after `finish()` (or a preemption) until one
+more scrape, and OTLP metrics wait for a collector that is restarting, so Prometheus sees how the run ended
+(else GRPOMetricsAbsent pages a crash); what could not get through is said once. And every step's KL is also
+one observation of `grpo.step.kl` (one-step spikes between scrapes)."""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 
 import httpx
 
@@ -11,6 +15,7 @@ from otel_grpo.telemetry import Telemetry
 from otel_grpo.telemetry._prometheus import Scrapes
 from tests._support.waiting import wait_for
 
+from ._receiver import OTLPReceiver
 from .conftest import free_port, points
 
 
@@ -112,3 +117,67 @@ def test_a_short_run_not_scraped_yet_waits_for_its_first_scrape(tmp_path):
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     wait_for(lambda: not ender.is_alive(), "finish() once the first scrape read the run", timeout=30)
     assert _finished_line(text)
+
+
+def test_a_late_scrape_still_reads_the_end_where_prometheus_was_restarting(tmp_path, caplog):
+    """Scraped every 0.2 s, then not (Prometheus restarting as the run finishes): the endpoint waits on for the
+    scrape that comes back 3 s later, well past its watcher's interval, and that scrape reads the end."""
+    port = free_port()
+    tel = Telemetry.from_env(run_id="late", output_dir=str(tmp_path), metrics_exporters=["prometheus"],
+                             traces_exporters=["none"], prometheus_port=port, prometheus_linger_s=60.0)
+    with tel.step(0) as s:
+        s.record({"kl": 0.1})
+    for _ in range(3):
+        httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        time.sleep(0.2)
+    ender = threading.Thread(target=tel.finish)
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+        ender.start()
+        ender.join(3.0)
+        assert ender.is_alive()
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        wait_for(lambda: not ender.is_alive(), "finish() once the late scrape read the run", timeout=30)
+    assert _finished_line(text)
+    assert not [r for r in caplog.records if "did not reach Prometheus" in r.getMessage()]
+
+
+def _pushed_run(tmp_path, port: int, linger_s: float) -> Telemetry:
+    """A run pushing its metrics to the receiver on `port`, which has taken one export of them."""
+    tel = Telemetry.from_env(run_id="pushed", output_dir=str(tmp_path), metrics_exporters=["otlp"],
+                             traces_exporters=["none"], otlp_protocol="http/protobuf",
+                             otlp_endpoint=f"http://127.0.0.1:{port}", prometheus_linger_s=linger_s)
+    with tel.step(0) as s:
+        s.record({"kl": 0.1})
+    assert tel.flush(10)
+    return tel
+
+
+def test_a_run_that_finishes_while_its_collector_restarts_delivers_its_end_once_it_is_back(tmp_path, caplog):
+    """The collector goes away before `finish()` and is back 3 s later on its port: the run's end gets there
+    (grpo.run.finished = 1), and nothing is said; `finish()` waited for it, not for the whole bound."""
+    with OTLPReceiver() as first:
+        port = first.port
+        tel = _pushed_run(tmp_path, port, linger_s=60.0)
+        assert first.metric_points("grpo.run.finished")[-1][1].as_double == 0.0
+    ender = threading.Thread(target=tel.finish)
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+        ender.start()
+        ender.join(3.0)
+        assert ender.is_alive()
+        with OTLPReceiver(port) as back:
+            wait_for(lambda: not ender.is_alive(), "finish() once the collector was back", timeout=30)
+    assert back.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
+    assert not [r for r in caplog.records if "did not reach Prometheus" in r.getMessage()]
+
+
+def test_a_run_whose_collector_stays_away_says_once_that_its_end_is_lost(tmp_path, caplog):
+    """Bounded by `prometheus_linger_s`, and said: Prometheus will take the run for crashed."""
+    with OTLPReceiver() as gone:
+        tel = _pushed_run(tmp_path, gone.port, linger_s=2.0)
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+        started = time.monotonic()
+        tel.finish()
+        took = time.monotonic() - started
+    said = [r.getMessage() for r in caplog.records if "did not reach Prometheus" in r.getMessage()]
+    assert len(said) == 1 and "GRPOMetricsAbsent" in said[0] and "took no connection" in said[0], said
+    assert took < 30, took  # the bound, not the exporters' own retries on top of it
