@@ -230,6 +230,19 @@ def _outage(p: _Params, replicas: int = 1) -> _Built:
                   outages=[down] if replicas == 1 else _both(down))
 
 
+COLLECTOR_RESTART_S = 60.0
+"""A collector restarting (a rolling update) as a run finishes: shorter than `END_WAIT_S`, which the run waits."""
+
+
+def _finish_in_restart(p: _Params) -> _Built:
+    """A run that finishes 20 s into a collector restart: it waits for the collector to take its last export, so
+    Prometheus reads its end and the run notifies nobody (GRPOCollectorDown is the collector's)."""
+    n = max(4, int((3600.0 - p.startup_s) / p.step_s) + 1)
+    end = _end_of(p, n - 1)
+    down = Outage(end - 20.0, end - 20.0 + COLLECTOR_RESTART_S)
+    return _Built([_seg(p, healthy(n, p.rng), end="finish")], length_s=down.end_s + 2400, outages=[down])
+
+
 # ---- failures -----------------------------------------------------------------------------
 def _valued(key: str, value: Callable[[float], float], one_step: bool = False, at: int = 5,
             skipped: bool = False) -> Callable:
@@ -595,6 +608,7 @@ MODES: tuple[Mode, ...] = (
     Mode("hang-after-faster-relaunch", _hang_after_faster_relaunch, "GRPOTrainerStalled", max_step_s=60.0),
     Mode("crash-after-fast-relaunch", _crash_after_fast_relaunch, "GRPOMetricsAbsent"),
     Mode("hang-after-speed-up", _hang_after_speed_up, "GRPOTrainerStalled", max_step_s=60.0),
+    Mode("finish-in-collector-restart", _finish_in_restart, pushed_only=True),
 )
 
 

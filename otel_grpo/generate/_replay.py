@@ -19,7 +19,8 @@ time t sees depends on the path:
   finished or preempted one lingers until one more scrape has read its end marker.
 - *push* through a collector (`export_s>0`): the process exports every `export_s` (and
   once more when it closes on purpose; a killed one does not), each time every series it has
-  (one it no longer has comes flagged "no recorded value", which drops it); the collector
+  (one it no longer has comes flagged "no recorded value", which drops it; a process that ends on purpose
+  while the collector is down waits up to `END_WAIT_S` for it to take that last export); the collector
   serves each series' last delivered value until `expire_s` (its metric_expiration) after
   that series' last update, forgets everything when it restarts, and is not scraped during an
   outage (`Outage`), when the exports to it fail too. A process whose exports move to
@@ -53,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from otel_grpo import catalog
-from otel_grpo.catalog import PROCESS, STEP_CHECKS, Streaks, bound_label, judged, process_id, reached
+from otel_grpo.catalog import END_WAIT_S, PROCESS, STEP_CHECKS, Streaks, bound_label, judged, process_id, reached
 
 from ._rules import promql_string
 
@@ -359,8 +360,16 @@ def _relayed(seg: Segment, line: "_Timeline", states: list[dict[str, float]], re
     """What each scrape of `replica` serves of the process: each series' last value delivered to it (its exports
     while the process's path goes through it), until its expiry, a restart or an outage."""
     moved = math.inf if seg.moved_s is None else seg.moved_s
-    deliveries = [c for c in _deliveries(seg, line, scrape_s, scrapes)
-                  if (c < moved) == (replica == 0) and not _down(outages, c, replica)]
+    deliveries = [c for c in _deliveries(seg, line, scrape_s, scrapes) if (c < moved) == (replica == 0)]
+    if deliveries and deliveries[-1] == line.end_s and seg.end in ("finish", "preempt"):
+        # a process whose exports got through before waits for a collector that is down as it ends (restarting)
+        # to take its last one, at most `END_WAIT_S`: delivered as the outage ends, else lost
+        back = max((o.end_s for o in outages if o.replica == replica and o.start_s <= line.end_s < o.end_s),
+                   default=line.end_s)
+        if back > line.end_s and back - line.end_s <= END_WAIT_S and any(
+                not _down(outages, c, replica) for c in deliveries[:-1]):
+            deliveries[-1] = back
+    deliveries = [c for c in deliveries if not _down(outages, c, replica)]
     seen: list[dict[str, float] | None] = [None] * (scrapes + 1)
     held: dict[str, tuple[float, float]] = {}
     view: dict[str, float] = {}
