@@ -8,7 +8,7 @@ from ._alerts import alert_rules, alerts
 from ._alerts_table import failure_modes
 from ._configs import EXPLAINS
 from ._grid import CLOCK_SKEW_S, MODES, PATHS, SCRAPES, STEP_TIMES, STARTUPS
-from ._rules import RuleSettings, recording_rules
+from ._rules import RuleSettings, recording_rules, seconds
 from ._subset import reads, rule_reads
 
 _TREND = STEP_CHECKS["kl_jump"].baseline
@@ -134,6 +134,29 @@ def _fmt_s(seconds: float) -> str:
     return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
 
+def _limits(s: RuleSettings) -> list[str]:
+    """The model's known limits, one bullet each (a limit that a change removes is one item to drop)."""
+    step = 60
+    stall = max(s.stall_factor * step, seconds(s.stall_floor))
+    return [
+        "- Warnings go to one `notify` receiver, named once in `alertmanager/routing.yml` for every run and the",
+        "  stack's own warnings alike: the generated Alertmanager config routes by severity, not per run owner or",
+        "  team (docs/operations.md, \"Routing, receivers and inhibitions\", says how to name that receiver).",
+        f"- A step that takes longer than `stall_factor` ({s.stall_factor:g}) times the longest step or log interval",
+        f"  of its process's last `recent_window` ({s.recent_window}), and at least `stall_floor` ({s.stall_floor}),",
+        f"  pages GRPOTrainerStalled as a hang while it runs: with steps of {_fmt_s(step)}, a step still running",
+        f"  {_fmt_s(stall)} in pages (after the next evaluation and group_wait). A loop whose steps can grow that much",
+        "  beats inside them: `Telemetry.heartbeat()` (per rollout or generation batch) or",
+        "  `Telemetry.beat_while_writing(path)` around a save (docs/usage.md); a step that beats is work, not a hang.",
+        "- One run id run by two live processes at once (two jobs started with the same `--run-id` or",
+        "  `OTEL_GRPO_RUN_ID`) is one run to the rules, which take the latest liveness promise over both: the newer",
+        "  process's crash pages only when the older one stops too. A run id must be unique per live process; a",
+        "  relaunch or resume under it after the earlier process ended is judged as above.",
+        "- With several ranks only rank 0 exports the run's liveness: a crash of another rank reaches rank 0 as the",
+        "  launcher's SIGTERM and is reported as a preemption (GRPORunPreempted, warning), not as a crash.",
+    ]
+
+
 def render_alerts_md() -> str:
     s = RuleSettings()
     lines = [
@@ -158,7 +181,7 @@ def render_alerts_md() -> str:
         "10 to 60 s, the collector's 2-minute metric_expiration), with a start-up and first step that end within",
         "30 min together, evaluations and",
         "saves up to an hour between steps, relaunches (one with steps 10 times faster than the process before it),",
-        "resumes, reused run ids, outages of the collector or of",
+        "resumes, a run id reused by a later process, outages of the collector or of",
         "one of its replicas, and a run's exports moving from one replica to another. A step",
         "interval is the time between two reported steps: `logging_steps` steps for a trainer that",
         "reports every N. The onset of a hang is when its next step was due.",
@@ -210,12 +233,17 @@ def render_alerts_md() -> str:
         "  cannot pause its evaluations, so the grid has no such restart: `tests/stack/test_prometheus_restart.py`",
         "  restarts the local stack's real Prometheus under a real trainer.",
         "",
+        "What the promise does not cover:",
+        "",
+        *_limits(s),
+        "",
         "## Receivers",
         "",
         "| class | severity | receives |",
         "| --- | --- | --- |",
         "| page | critical | the on-call receiver `routing.yml` names (`page`); every alert also reaches the sidecar |",
-        "| notify | warning | the run's owner (`notify`): a webhook or chat channel |",
+        "| notify | warning | one receiver (`notify`: a webhook or chat channel) for every run's warnings and the "
+        "stack's: not per run owner |",
         "| record | anything else | the sidecar only (the run explorer's alert marks) |",
         "| deadman | GRPOWatchdog | a dead man's switch (`deadman`): silence means alerting is broken or notifications "
         "fail (GRPOAlertDeliveryFailing) |",
@@ -227,7 +255,7 @@ def render_alerts_md() -> str:
         *(f"- {cause} (critical) silences {', '.join(symptoms)}" for cause, symptoms in EXPLAINS.items()),
         "",
         "A critical alert does not silence its run's other warnings: the page reaches whoever is on call,",
-        "the warning the run's owner, and a page can fire for long (a NaN's for `counter_window`, GRPOKLHigh",
+        "the warning `notify`, and a page can fire for long (a NaN's for `counter_window`, GRPOKLHigh",
         "while KL stays high), so a warning of another cause would reach nobody until it ends",
         "(nan-loss-then-is-drift: IS weights that degenerate after a NaN loss notify within the usual bound).",
         "No infrastructure alert inhibits a run's: while the collector is down (every",
