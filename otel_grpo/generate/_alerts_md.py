@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from otel_grpo.catalog import STEP_CHECKS
+from otel_grpo.catalog import END_WAIT_S, STEP_CHECKS
 
 from ._alerts import alert_rules, alerts
 from ._alerts_table import failure_modes
@@ -152,6 +152,11 @@ def _limits(s: RuleSettings) -> list[str]:
         "  `OTEL_GRPO_RUN_ID`) is one run to the rules, which take the latest liveness promise over both: the newer",
         "  process's crash pages only when the older one stops too. A run id must be unique per live process; a",
         "  relaunch or resume under it after the earlier process ended is judged as above.",
+        f"- A run's end (`grpo_run_finished` = 1, `grpo_run_preempted` = 1) waits at most {END_WAIT_S:g} s (`END_WAIT_S`,",
+        "  the telemetry's `prometheus_linger_s`) to reach Prometheus: a collector that restarts within it takes the",
+        "  last export (the grid's finish-in-collector-restart); one down longer, or a Prometheus that scrapes no",
+        "  more, leaves the run's last values, and GRPOMetricsAbsent pages a crash. The run's log says so in one",
+        "  warning (`the run's end did not reach Prometheus`).",
         "- With several ranks only rank 0 exports the run's liveness: a crash of another rank reaches rank 0 as the",
         "  launcher's SIGTERM and is reported as a preemption (GRPORunPreempted, warning), not as a crash.",
     ]
