@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import subprocess
+import sys
 import time
+
+import pytest
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
@@ -151,3 +155,32 @@ def test_an_endpoint_that_takes_the_connection_and_never_answers_is_one_warning(
     assert len(said) == 1 and "span queue is full" in said[0], said
     assert "samples stay in the local spill" in said[0]
     assert len(list((tmp_path / "samples").glob("step_*.jsonl"))) == 40
+
+
+_BLACK_HOLE_RUN = """
+import sys
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+tel = Telemetry(TelemetrySettings(
+    run_id="short-black-hole", otlp_protocol="http/protobuf", otlp_endpoint=f"http://127.0.0.1:{sys.argv[1]}",
+    metrics_exporters=["otlp"], traces_exporters=["otlp"], output_dir=sys.argv[2], emit_in=sys.argv[3],
+    shutdown_timeout_s=2.0, top_k=2, bottom_k=0, random_k=0))
+for step in range(3):
+    with tel.step(step) as s:
+        s.samples([{"prompt": f"{step}-{i}", "completion": "x", "reward": i / 4} for i in range(4)])
+tel.finish()
+"""
+
+
+@pytest.mark.parametrize("emit_in", ["thread", "process"])
+def test_a_short_run_into_a_black_hole_says_its_samples_stay_in_the_spill(tmp_path, emit_in):
+    """Too short for any export to time out (the bound at the end is below the OTLP timeout): the exporters do
+    not finish, and that is the run's one export warning, naming where the samples stay, from either sink."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(64)
+        done = subprocess.run([sys.executable, "-c", _BLACK_HOLE_RUN, str(hole.getsockname()[1]), str(tmp_path),
+                               emit_in], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = done.stderr.splitlines()  # what reaches stderr: warnings (logging's last resort), not info
+    assert len(said) == 1 and "no answer within" in said[0] and "samples stay in the local spill" in said[0], said
+    assert len(list((tmp_path / "samples").glob("step_*.jsonl"))) == 3
