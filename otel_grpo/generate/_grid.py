@@ -373,6 +373,20 @@ def _reused_crash(p: _Params, other: bool = False) -> _Built:
     return _Built([first, second], killed, _bound(p), killed + _bound(p) + 600)
 
 
+def _concurrent_crash(p: _Params) -> _Built:
+    """One run id run by two live processes at once (a job started twice): the newer one, under other target
+    labels, is killed a few steps in while the older one goes on. The run is its latest process: that crash pages,
+    however long the older one runs (docs/alerts.md says a run id is meant for one live process)."""
+    k = _k(p, 5)
+    later = _end_of(p, 3)
+    killed = later + _end_of(p, k) + p.rng.random() * p.step_s
+    n = int((killed + _bound(p) + 600 - p.startup_s) / p.step_s) + 1  # the older one outlives the judgement
+    older = _seg(p, healthy(n, p.rng), end="finish")
+    newer = _seg(p, healthy(k + 1, p.rng), start_s=later, end="crash", end_after_s=killed - later - _end_of(p, k),
+                 **_other_target(p))
+    return _Built([older, newer], killed, _bound(p), killed + _bound(p) + 600)
+
+
 def _reused_hang(p: _Params) -> _Built:
     """A finished run's id reused, under other target labels, by a new process that hangs a few steps in."""
     n, k = _k(p, 10), _k(p, 5)
@@ -609,6 +623,7 @@ MODES: tuple[Mode, ...] = (
     Mode("crash-after-fast-relaunch", _crash_after_fast_relaunch, "GRPOMetricsAbsent"),
     Mode("hang-after-speed-up", _hang_after_speed_up, "GRPOTrainerStalled", max_step_s=60.0),
     Mode("finish-in-collector-restart", _finish_in_restart, pushed_only=True),
+    Mode("concurrent-id-newer-crash", _concurrent_crash, "GRPOMetricsAbsent"),
 )
 
 

@@ -229,10 +229,12 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
     return [
         *_clock_rules(s),
         {"record": COLLECTOR_UP, "expr": f"max(up and on (job, instance) {collector_seen})"},
-        {"record": ALIVE_UNTIL, "expr": _last(s, ALIVE)},
-        {"record": OVERDUE, "expr": f"time() - {ALIVE_UNTIL}"},
         {"record": START, "expr": _last(s, STARTED)},
         {"record": LATEST, "expr": f"{_on_prometheus_clock(s, STARTED)} == on (run_id) group_left {START}"},
+        # The latest process's promise, not the latest of any process's: a second live process under the run id
+        # (a job started twice) would keep a crashed newer one alive for as long as the older one runs.
+        {"record": ALIVE_UNTIL, "expr": f"max by (run_id) ({_on_prometheus_clock(s, ALIVE)} and on ({TARGET}) {LATEST})"},
+        {"record": OVERDUE, "expr": f"time() - {ALIVE_UNTIL}"},
         remembered(s, RUN_OFFSET, s.absent_window),  # its values before this evaluation
         # Taken while the run is live, then held: a collector serves a dead process's last clock until it expires,
         # its lag growing, and once the window holds only those lags its offset would creep by up to that much.
