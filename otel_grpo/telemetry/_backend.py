@@ -258,11 +258,11 @@ class Backend:
         self._columns.observe(set().union(*flats), rec.step)
         # The spill first: it is the copy that must be complete whatever the exporters do.
         if self.spill is not None:
-            self.spill.write(rec.step, (
+            self.spill.write(rec.step, [
                 {**flat, "run_id": s.run_id, "step": rec.step, "sample_index": p.index, "selection": p.selection,
                  **_attempt(rec, self._rank)}
                 for p, flat in zip(picked, flats)
-            ))
+            ])
         end_ns = max(rec.end_ns or handed_ns, handed_ns)
         per_span = s.max_events_per_span
         for chunk, start in enumerate(range(0, len(picked), per_span)):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ._samples import Selected
+from ._text import valid_text
 
 Error = tuple[str, str, str]
 """(exception type, message, formatted traceback) of an exception that ended a phase or a step."""
@@ -27,8 +28,10 @@ Phase = tuple[str, int, int, "Error | None"]
 
 
 def error_of(exc: BaseException) -> Error:
-    """An exception as the record keeps it (the error path only: formatting a traceback is slow)."""
-    return type(exc).__name__, str(exc), "".join(traceback.format_exception(exc))
+    """An exception as the record keeps it, its text valid (`_text`: a message may quote undecodable bytes); the
+    error path only: formatting a traceback is slow."""
+    return (valid_text(type(exc).__name__), valid_text(str(exc)),
+            valid_text("".join(traceback.format_exception(exc))))
 
 
 @dataclass(slots=True)

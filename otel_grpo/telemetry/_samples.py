@@ -18,6 +18,8 @@ from collections import abc
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ._text import valid_text
+
 logger = logging.getLogger("otel_grpo.telemetry")
 
 TRUNCATION_MARKER = "…[truncated]"
@@ -157,45 +159,52 @@ class StepRows:
 
 
 def _attribute_value(value: Any) -> Any:
-    """An OTel-valid attribute value (str, bool, int, float or a homogeneous tuple); None to drop."""
+    """An OTel-valid attribute value (str, bool, int, float or a homogeneous tuple), its text valid (`_text`);
+    None to drop."""
+    if isinstance(value, str):
+        return valid_text(value)
     if value is None or isinstance(value, _PRIMITIVES):
         return value
     item = getattr(value, "item", None)
     if callable(item) and getattr(value, "ndim", 0) == 0:  # torch / numpy scalars
-        return item()
+        return _attribute_value(item())
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     if isinstance(value, (list, tuple)):
         kinds = {type(v) for v in value}
+        if kinds == {str}:
+            return tuple(map(valid_text, value))
         if len(kinds) == 1 and kinds <= set(_PRIMITIVES):
             return tuple(value)
         if kinds and kinds <= {int, float}:
             return tuple(float(v) for v in value)
-        return json.dumps(value, default=str, ensure_ascii=False)
-    return str(value)
+        return valid_text(json.dumps(value, default=str, ensure_ascii=False))
+    return valid_text(str(value))
 
 
 def flatten_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """Columns of one row as flat OTel-valid values.
 
     A `rewards` dict becomes `reward.<fn>` columns (the catalog's reward_fn label);
-    any other dict column `x` becomes `x.<key>`. None values are dropped.
+    any other dict column `x` becomes `x.<key>`. None values are dropped. Names and text are valid
+    Unicode (`_text`): the one place a row's text is made so, for its sample event and its spill line alike.
     """
     flat: dict[str, Any] = {}
     for key, value in row.items():
+        name = valid_text(key if type(key) is str else str(key))
         if isinstance(value, _PRIMITIVES):  # most columns: no Mapping check (an ABC check costs ~10x)
-            flat[key if type(key) is str else str(key)] = value
+            flat[name] = valid_text(value) if isinstance(value, str) else value
             continue
         if isinstance(value, abc.Mapping):
-            prefix = "reward" if key == "rewards" else str(key)
+            prefix = "reward" if key == "rewards" else name
             for sub, inner in value.items():
                 converted = _attribute_value(inner)
                 if converted is not None:
-                    flat[f"{prefix}.{sub}"] = converted
+                    flat[valid_text(f"{prefix}.{sub}")] = converted
             continue
         converted = _attribute_value(value)
         if converted is not None:
-            flat[str(key)] = converted
+            flat[name] = converted
     return flat
 
 

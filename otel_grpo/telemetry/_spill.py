@@ -6,9 +6,11 @@ dead collector or sidecar, and that `otel-grpo replay` sends again.
     spill.write_step("exp-42", 7, start_ns, end_ns, {"kl": 0.01}, {"rollout": 1.5})  # -> runs/exp-42/steps.jsonl
 
 Every write appends whole lines or nothing: a write that fails (a full disk) is cut back to
-where it began, so a reader never meets half a line. A spill that cannot be written (a read-only
-or full file system) never stops training: its first failure is one warning, a recovery one info
-line, and the run's end says how many steps and sample rows it could not keep (`report`).
+where it began, so a reader never meets half a line. A write never raises, whatever fails (a read-only
+or full file system, a row that JSON cannot hold): the spill is a copy of what the exporters send, never
+a gate on it, so the step still goes out, and training goes on. Its first failure is one warning, a
+recovery one info line, and the run's end says how many steps and sample rows it could not keep (`report`).
+Text arrives valid (`_text`): a line holds what the sample event holds.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from otel_grpo.catalog import spans
 
@@ -70,33 +72,34 @@ class SampleSpill:
         per phase name); `attempt`: whose (`grpo.attempt`); `claims`: False for a record that claims no attempt at
         its step (an evaluation, another rank's). Replay sends what no newer attempt superseded
         (`SpillReader.superseded`)."""
-        line = json.dumps({"run_id": run_id, "step": step, "start_ns": start_ns, "end_ns": end_ns,
-                           "metrics": {k: _json_safe(v) for k, v in metrics.items()}, "phases": dict(phases),
-                           **({"attempt": attempt} if attempt is not None else {}),
-                           **({} if claims else {"claims": False})},
-                          ensure_ascii=False, default=str)
-        try:
-            self._append(self.steps_path, line + "\n")
-        except OSError as exc:
+        line = {"run_id": run_id, "step": step, "start_ns": start_ns, "end_ns": end_ns,
+                "metrics": {k: _json_safe(v) for k, v in metrics.items()}, "phases": dict(phases),
+                **({"attempt": attempt} if attempt is not None else {}),
+                **({} if claims else {"claims": False})}
+        if self._write(self.steps_path, [line]) is None:
             self.unwritten_steps += 1
-            self._failed(exc)
-            return
-        self._worked()
 
-    def write(self, step: int, records: Iterable[Mapping[str, Any]]) -> None:
-        lines = [
-            json.dumps({k: _json_safe(v) for k, v in r.items()}, ensure_ascii=False, default=str) for r in records
-        ]
-        if not lines:
+    def write(self, step: int, records: Sequence[Mapping[str, Any]]) -> None:
+        if not records:
             return
+        if self._write(self.path(step), records) is None:
+            self.unwritten_rows += len(records)
+        else:
+            self.written += len(records)
+
+    def _write(self, path: Path, records: Sequence[Mapping[str, Any]]) -> int | None:
+        """`records` appended to `path` as JSON lines, their non-finite floats as `_json_safe` spells them; None
+        where anything failed, and then nothing was written (counted by the caller, said by `_failed`). Never
+        raises: the one guard of the copy-not-a-gate rule (module docstring)."""
         try:
-            self._append(self.path(step), "\n".join(lines) + "\n")
-        except OSError as exc:
-            self.unwritten_rows += len(lines)
+            text = "".join(json.dumps({k: _json_safe(v) for k, v in r.items()}, ensure_ascii=False, default=str)
+                           + "\n" for r in records)
+            self._append(path, text)
+        except Exception as exc:  # an OSError (a full disk) as much as a row JSON cannot hold
             self._failed(exc)
-            return
-        self.written += len(lines)
+            return None
         self._worked()
+        return len(records)
 
     def report(self, exported: bool) -> None:
         """At the run's end, what the spill could not keep, if anything. `exported`: every export of the run's
@@ -109,7 +112,7 @@ class SampleSpill:
                    self.directory.parent, self.error,
                    "every export succeeded" if exported else "what the exporters did not deliver of them is lost")
 
-    def _failed(self, exc: OSError) -> None:
+    def _failed(self, exc: Exception) -> None:
         if self.failing:  # a full disk must not stop training, nor flood the log: counted for `report`
             return
         self.failing = True

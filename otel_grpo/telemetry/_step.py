@@ -20,6 +20,7 @@ from otel_grpo.catalog import evaluation_key, spans
 
 from . import _clock as clock
 from ._record import StepRecord, error_of
+from ._text import valid_text
 
 logger = logging.getLogger("otel_grpo.telemetry")
 _FAILED: set[str] = set()  # deferred functions whose failure was said (once per function and process)
@@ -64,10 +65,12 @@ def checked_mapping(value: Any, argument: str) -> Mapping[str, Any]:
     return value
 
 
-def _phase_name(name: Any) -> None:
-    """A phase's name: a non-empty string (`grpo.phase.<name>` and the duration histogram's `phase` label)."""
+def _phase_name(name: Any) -> str:
+    """A phase's name: a non-empty string (`grpo.phase.<name>` and the duration histogram's `phase` label), its
+    text valid (`_text`)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"name: a phase needs a non-empty string name, got {name!r}")
+    return valid_text(name)
 
 
 class Step:
@@ -95,7 +98,7 @@ class Step:
 
         An exception leaving the block marks the phase span as an error (status and `exception` event).
         """
-        _phase_name(name)
+        name = _phase_name(name)
         start = clock.now_ns()
         error = None
         try:
@@ -163,7 +166,7 @@ class Step:
 
         The span ends at `end_ns` (default: now) and starts `seconds` earlier.
         """
-        _phase_name(name)
+        name = _phase_name(name)
         seconds = float(seconds)
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"seconds: a phase duration must be finite and >= 0, got {seconds!r}")
