@@ -153,7 +153,9 @@ class TelemetrySettings(BaseSettings):
     """
 
     output_dir: Path | None = None
-    """Run directory; samples spill to `<output_dir>/samples/step_<step>.jsonl`. None: `runs/<run_id>`."""
+    """Run directory; samples spill to `<output_dir>/samples/step_<step>.jsonl`. None: `runs/<run_id>`. A relative
+    path is made absolute against the working directory when the settings are made, once: a later `os.chdir`
+    moves no spill."""
     spill_samples: bool = True
     """Append every selected sample to the local JSONL spill (nothing is lost when export fails)."""
 
@@ -321,8 +323,10 @@ class TelemetrySettings(BaseSettings):
                 raise ValueError(f"{field} lists an exporter twice: {chosen}")
         if "prometheus" in self.traces_exporters:
             raise ValueError("traces_exporters: prometheus exports metrics only")
-        if self.output_dir is None:
-            self.output_dir = Path("runs") / self.run_id
+        # Absolute once, here: the spill opens its files by this path at every write, so a relative one followed
+        # the process's working directory (an os.chdir mid-run split the spill in two), and both sinks (the
+        # process sink's child gets these settings) must write where the run began.
+        self.output_dir = (self.output_dir or Path("runs") / self.run_id).absolute()
         if self.rule_settings is not None:
             try:
                 own = catalog.run_thresholds(catalog.load_rule_settings(self.rule_settings), self.run_id)

@@ -28,7 +28,7 @@ def test_defaults():
     assert s.service_name == "grpo-trainer"
     assert s.metrics_exporters == ["otlp"] and s.traces_exporters == ["otlp"]
     assert (s.prometheus_host, s.prometheus_port) == ("127.0.0.1", 9464)
-    assert s.output_dir == Path("runs") / s.run_id
+    assert s.output_dir == Path.cwd() / "runs" / s.run_id
     assert s.score == "reward"
     assert TelemetrySettings().run_id != s.run_id
 
@@ -149,7 +149,7 @@ def test_a_run_id_that_would_leave_the_runs_directory_or_the_sidecars_reach_is_r
 @pytest.mark.parametrize("run_id", ["exp-42", "team/exp 1", "a|b", "steps", "exp/steps/2", "qwen2.5-7b@lr=1e-6"])
 def test_a_run_id_may_hold_slashes_and_any_printable_text_and_names_its_directory_below_runs(run_id):
     settings = TelemetrySettings(run_id=run_id)
-    assert settings.run_id == run_id and settings.output_dir == Path("runs") / run_id
+    assert settings.run_id == run_id and settings.output_dir == Path.cwd() / "runs" / run_id
 
 
 def test_a_misspelt_argument_is_refused_not_ignored(monkeypatch):
@@ -204,3 +204,27 @@ def test_an_endpoint_without_a_scheme_is_named_as_set_and_fine_where_no_otlp_htt
         TelemetrySettings()
     assert TelemetrySettings(otlp_protocol="grpc").otlp_endpoint == "collector:4318"  # gRPC takes host:port
     assert TelemetrySettings(metrics_exporters=["prometheus"], traces_exporters=["none"])  # no OTLP exporter
+
+
+@pytest.mark.parametrize("emit_in", ["thread", "process"])
+@pytest.mark.parametrize("given", [None, "spill/here"])
+def test_a_chdir_mid_run_moves_no_spill(tmp_path, monkeypatch, emit_in, given):
+    """A relative output dir (the default `runs/<run_id>` too) is the one below the working directory the
+    settings were made in: a script that changes directory mid-run keeps one spill, from either sink."""
+    start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
+    start.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(start)
+    tel = Telemetry(TelemetrySettings(run_id="moved", output_dir=given, emit_in=emit_in, metrics_exporters=["none"],
+                                      traces_exporters=["none"], top_k=2, bottom_k=0, random_k=0))
+    for step in range(4):
+        if step == 2:
+            monkeypatch.chdir(elsewhere)
+        with tel.step(step) as s:
+            s.record({"kl": 0.01})
+            s.samples([{"prompt": "p", "completion": "c", "reward": i} for i in range(3)])
+    tel.finish()
+    run = start / (given or "runs/moved")
+    assert tel.settings.output_dir == run
+    assert len((run / "steps.jsonl").read_text().splitlines()) == 4
+    assert sorted(p.name for p in (run / "samples").iterdir()) == [f"step_{i}.jsonl" for i in range(4)]
+    assert list(elsewhere.iterdir()) == []
