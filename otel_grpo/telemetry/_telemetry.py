@@ -33,6 +33,7 @@ import random
 import sys
 import threading
 import time
+import weakref
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Iterator, Mapping
 
@@ -58,6 +59,22 @@ from ._writes import WriteBeats
 
 logger = logging.getLogger("otel_grpo.telemetry")
 _HEARTBEAT_EVERY_S = 1.0
+
+_exporting: weakref.WeakSet[Telemetry] = weakref.WeakSet()
+"""The exporting `Telemetry` objects of this process: what a forked child must not take for its own runs."""
+
+
+def _forget_inherited_runs() -> None:
+    """In a forked child (a data loader's worker, a helper that exits with `sys.exit`): a run belongs to the process
+    that opened it, so every `Telemetry` the child inherited becomes one that does not export (`_inherited`).
+    Else its exit hook ended the parent's run as a crash with a false warning, and, with the process sink, waited
+    on the parent's telemetry process and emitted its unacknowledged steps again (duplicate spill lines)."""
+    for telemetry in list(_exporting):
+        telemetry._inherited()
+    _exporting.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_runs)
 
 
 class Telemetry:
@@ -100,7 +117,16 @@ class Telemetry:
                            "exports no metrics or spans%s (unset it to export)", settings.run_id, spill)
         atexit.register(self._at_exit)
         if self.exporting:
+            _exporting.add(self)
             _preemption.watch(self)  # SIGTERM left to its default would end the run as a crash
+
+    def _inherited(self) -> None:
+        """This object came to a forked child with its parent's open run (`_forget_inherited_runs`): from here
+        on it is a rank that does not export. Its steps, flushes and end (`finish()`, the exit hook) touch no sink,
+        pipe or spill of the parent's, and it says nothing at exit."""
+        self._lock = threading.Lock()  # another thread of the parent may have held it at the fork
+        self.exporting = False
+        self._sink = NullSink()
 
     def _at_exit(self) -> None:
         """The interpreter exits with the run still open: `shutdown()`, so the run ends unfinished (a crash to

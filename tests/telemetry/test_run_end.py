@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -142,3 +143,45 @@ def test_a_script_that_ends_without_finish_is_told_its_run_will_look_crashed(end
                          timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
     warned = "run 'script' not finished (last step 0), so its alerts see a crash; call finish()" in out.stderr
     assert warned == says, out.stderr
+
+
+_FORK = """
+import os, sys, time
+from otel_grpo import Telemetry
+tel = Telemetry.from_env(run_id="forked", output_dir=sys.argv[2], emit_in=sys.argv[1], metrics_exporters=["none"],
+                         traces_exporters=["none"], shutdown_timeout_s=5)
+def step(n):
+    with tel.step(n) as s:
+        s.samples([{"prompt": "p", "completion": "c", "reward": i} for i in range(4)])
+for n in range(3):
+    step(n)
+pid = os.fork()
+if pid == 0:  # a helper (a data loader's worker, a writer): its work done, it exits normally
+    step(99)  # goes nowhere: the run is the parent's
+    if sys.argv[3] == "finish":
+        tel.finish()
+    sys.exit(0)
+started = time.monotonic()
+os.waitpid(pid, 0)
+print(f"the helper exited in {time.monotonic() - started:.2f}s", file=sys.stderr)
+step(3)
+tel.finish()
+"""
+
+
+@pytest.mark.parametrize("helper", ["exits", "finish"])
+@pytest.mark.parametrize("emit_in", ["thread", "process"])
+def test_a_forked_helper_that_exits_leaves_the_run_to_its_parent(emit_in, helper, tmp_path):
+    """A fork inherits no run: a helper forked mid-run that exits (or calls finish()) says nothing of the run at
+    its exit, waits on nothing of the parent's, and spills and ends nothing; the parent's run goes on whole."""
+    out = subprocess.run([sys.executable, "-c", _FORK, emit_in, str(tmp_path), helper], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == 0, out.stderr
+    assert "not finished" not in out.stderr and "WARNING" not in out.stderr.upper(), out.stderr
+    took = float(out.stderr.split("the helper exited in ")[1].split("s")[0])
+    assert took < 2.0, out.stderr  # not the parent's shutdown bound (5 s) spent waiting on its sink
+    lines = (tmp_path / "steps.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["step"] for line in lines) == [0, 1, 2, 3]  # each once, no helper's step
+    for n in range(4):
+        rows = (tmp_path / "samples" / f"step_{n}.jsonl").read_text().splitlines()
+        assert len(rows) == 4, (n, rows)
