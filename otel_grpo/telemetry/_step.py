@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -63,6 +64,30 @@ def checked_mapping(value: Any, argument: str) -> Mapping[str, Any]:
         if not isinstance(key, str):
             raise ValueError(f"{argument}: names must be strings, got the key {key!r} ({type(key).__name__})")
     return value
+
+
+def checked_seconds(value: Any, argument: str, *, positive: bool = False) -> float:
+    """`value` as seconds: a finite number >= 0 (> 0 where `positive`), else a `ValueError` naming `argument`. A
+    bool or a string is no duration, though `float()` takes them."""
+    try:
+        seconds = math.nan if isinstance(value, (bool, str, bytes)) else float(value)
+    except _NOT_A_FLOAT:
+        seconds = math.nan
+    if not (0 < seconds < math.inf if positive else 0 <= seconds < math.inf):
+        raise ValueError(f"{argument}: expected seconds, a finite number {'> 0' if positive else '>= 0'}, "
+                         f"got {value!r}")
+    return seconds
+
+
+def checked_ns(value: Any, argument: str) -> int:
+    """`value` as a time in ns (`time.time_ns()`): an integer >= 0, else a `ValueError` naming `argument`."""
+    try:
+        ns = -1 if isinstance(value, bool) else operator.index(value)  # an int or numpy's; no float, no string
+    except TypeError:
+        ns = -1
+    if ns < 0:
+        raise ValueError(f"{argument}: expected a time in ns, an int >= 0 (time.time_ns()), got {value!r}")
+    return ns
 
 
 def _phase_name(name: Any) -> str:
@@ -167,10 +192,8 @@ class Step:
         The span ends at `end_ns` (default: now) and starts `seconds` earlier.
         """
         name = _phase_name(name)
-        seconds = float(seconds)
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"seconds: a phase duration must be finite and >= 0, got {seconds!r}")
-        end = clock.now_ns() if end_ns is None else int(end_ns)
+        seconds = checked_seconds(seconds, "seconds")
+        end = clock.now_ns() if end_ns is None else checked_ns(end_ns, "end_ns")
         self._record.phases.append((name, end - round(seconds * 1e9), end, None))
 
     def skip(self) -> None:

@@ -54,7 +54,7 @@ from ._record import Heartbeat, StepRecord, error_of
 from ._retention import AnomalyJudge, RowBudget
 from ._settings import TelemetrySettings
 from ._sinks import NullSink, ThreadSink
-from ._step import Step, checked_mapping, run_deferred
+from ._step import Step, checked_mapping, checked_seconds, run_deferred
 from ._writes import WriteBeats
 
 logger = logging.getLogger("otel_grpo.telemetry")
@@ -339,14 +339,15 @@ class Telemetry:
         `path` need not exist yet; a rank that does not export watches nothing."""
         if not isinstance(path, (str, os.PathLike)):
             raise ValueError(f"path: expected a folder's path (str or os.PathLike), got {type(path).__name__}")
-        if every_s is not None and (isinstance(every_s, bool) or not isinstance(every_s, (int, float))
-                                    or not 0 < every_s < math.inf):
-            raise ValueError(f"every_s: expected seconds > 0, got {every_s!r}")
+        if every_s is not None:
+            every_s = checked_seconds(every_s, "every_s", positive=True)
         return WriteBeats(self.heartbeat if self.exporting else None, path, every_s)
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Emit everything recorded so far and push it to the exporters; False on timeout."""
-        return self._sink.flush(self.settings.shutdown_timeout_s if timeout_s is None else timeout_s)
+        """Emit everything recorded so far and push it to the exporters, waiting at most `timeout_s` seconds
+        (default `shutdown_timeout_s`); False on timeout."""
+        timeout_s = self.settings.shutdown_timeout_s if timeout_s is None else checked_seconds(timeout_s, "timeout_s")
+        return self._sink.flush(timeout_s)
 
     @property
     def prometheus_port(self) -> int | None:

@@ -42,6 +42,17 @@ def test_a_bad_step_or_metrics_argument_is_refused_and_changes_nothing(captured)
     assert sorted(sp.attributes["grpo.step"] for sp in captured.spans("grpo.step")) == [4, 8]
 
 
+def test_a_bad_flush_timeout_is_refused_by_name_and_changes_nothing(captured):
+    """It raised TypeError for a string and quietly returned False (flushed nothing) for -1 or NaN."""
+    with captured.tel.step(1) as s:
+        s.record({"kl": 0.1})
+    for timeout_s in ("x", -1, float("nan"), float("inf"), True, [5]):
+        with pytest.raises(ValueError, match="^timeout_s: expected seconds, a finite number >= 0, got "):
+            captured.tel.flush(timeout_s)
+    assert captured.tel.flush(np.float32(10.0))  # any number type
+    assert [sp.attributes["grpo.step"] for sp in captured.spans("grpo.step")] == [1]
+
+
 def test_a_name_that_is_no_string_is_refused_where_it_is_recorded(captured):
     """It failed on the telemetry thread, which lost the whole step: neither exported nor spilled."""
     with captured.tel.step(3) as s:

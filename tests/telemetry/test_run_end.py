@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from .conftest import points
@@ -103,12 +104,22 @@ def test_a_measured_phase_is_a_child_span_of_that_length_and_a_duration_observat
     assert point.count == 1 and point.sum == pytest.approx(2.5)
 
 
-@pytest.mark.parametrize("seconds", [-1.0, float("nan"), float("inf")])
+@pytest.mark.parametrize("seconds", [-1.0, float("nan"), float("inf"), "x", "1.5", True, None, [1.0]])
 def test_a_bad_phase_duration_names_the_argument_and_records_nothing(captured, seconds):
     with captured.tel.step(0) as s:
-        with pytest.raises(ValueError, match="seconds"):
+        with pytest.raises(ValueError, match="^seconds: expected seconds, a finite number >= 0, got "):
             s.record_phase("update", seconds)
     assert captured.spans("grpo.phase.update") == []
+
+
+@pytest.mark.parametrize("end_ns", ["x", -1, 1.5e18, True, [1]])
+def test_a_bad_phase_end_names_the_argument_and_records_nothing(captured, end_ns):
+    with captured.tel.step(0) as s:
+        with pytest.raises(ValueError, match=r"^end_ns: expected a time in ns, an int >= 0 \(time.time_ns\(\)\), got "):
+            s.record_phase("update", 1.0, end_ns=end_ns)
+        s.record_phase("update", 1.0, end_ns=np.int64(3_000_000_000))  # any integer type
+    (phase,) = captured.spans("grpo.phase.update")
+    assert (phase.start_time, phase.end_time) == (2_000_000_000, 3_000_000_000)
 
 
 @pytest.mark.parametrize("name", ["", None, 3])
