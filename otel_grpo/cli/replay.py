@@ -8,7 +8,9 @@ the whole spill again, as OTLP/HTTP spans of the same contract the trainer's exp
 idempotent: the sidecar keeps samples unique on (run, step, sample index) and merges step
 scalars, so what it already had is left as it was, and replaying twice changes nothing.
 Phase durations travel as the step's `phase_duration/<name>` scalars, the sums the sidecar
-computes from phase spans, so they never add up twice. The spill is read a step at a time
+computes from phase spans, so they never add up twice. The spill keeps texts whole; a replay cuts
+them at `max_text_chars` as the export did (`telemetry._samples.cut_texts`), so a replayed row is
+the row the live export stored. The spill is read a step at a time
 (`SpillReader`), so memory stays at one step's samples and one request whatever its size.
 """
 
@@ -50,9 +52,14 @@ def replay(
                                         help="Bearer token of the sidecar's ingest."),
     retries: int = typer.Option(5, min=0, help="Retries of a request answered 429/5xx or not answered at all."),
     timeout_s: float = typer.Option(30.0, min=0.1, help="Seconds to wait for each answer."),
+    max_text_chars: Optional[int] = typer.Option(
+        None, min=16, envvar="OTEL_GRPO_MAX_TEXT_CHARS",
+        help="Cut texts longer than this, as the run's export did (the spill keeps them whole): the run's "
+             "max_text_chars. Default: the variable the run read, else 4096; give the run's value where it set "
+             "another in code."),
 ) -> None:
     """Send a run's spill to the sidecar again; what it already stored stays as it is."""
-    from otel_grpo.telemetry._settings import is_http_url
+    from otel_grpo.telemetry._settings import TelemetrySettings, is_http_url
     from otel_grpo.telemetry._spill import SpillReader
 
     if not is_http_url(endpoint):  # bad input: no retries can mend it
@@ -60,6 +67,8 @@ def replay(
     if not output_dir.is_dir():
         fail(f"{output_dir} is not a directory")
     spill = SpillReader(output_dir)
+    if max_text_chars is None:
+        max_text_chars = TelemetrySettings.model_fields["max_text_chars"].default
     if not spill.steps:
         fail(f"{output_dir} holds no spill (steps*.jsonl, samples/step_*.jsonl)")
     # the traces URL itself (what `up` prints for a trainer) is the same place, not <it>/v1/traces
@@ -70,7 +79,7 @@ def replay(
     sent_steps = sent_samples = rejected = 0
     reason = ""
     with _progress(len(spill.steps)) as advance:
-        for request in _requests(spill):
+        for request in _requests(spill, max_text_chars):
             if request.size:
                 spans_rejected, why = _post(url, gzip.compress(request.message.SerializeToString(), 5), headers,
                                             retries, timeout_s)
@@ -121,7 +130,7 @@ class _Request:
         return self.runs[run_id].add()
 
 
-def _requests(spill: SpillReader) -> Iterator[_Request]:
+def _requests(spill: SpillReader, max_chars: int) -> Iterator[_Request]:
     """Requests of about `_REQUEST_BYTES` in step order; a step's rows go to spans of as many as the trainer's
     (`max_events_per_span`), so a step larger than a request (every row of an anomalous step kept) is sent in
     parts."""
@@ -156,7 +165,7 @@ def _requests(spill: SpillReader) -> Iterator[_Request]:
             for first in range(0, len(group), per_span):
                 chunk = group[first:first + per_span]
                 request.size += _samples_span(request.span(run_id), run_id, number, chunk, end_ns, first,
-                                              attempt, writer).ByteSize()
+                                              max_chars, attempt, writer).ByteSize()
                 request.samples += len(chunk)
                 if request.size >= _REQUEST_BYTES:
                     yield request
@@ -235,17 +244,22 @@ def _step_span(span, run_id: str, step: int, line: dict, end_ns: int, attempt: i
     return span
 
 
-def _samples_span(span, run_id: str, step: int, rows: list[dict], time_ns: int, part: int,
+def _samples_span(span, run_id: str, step: int, rows: list[dict], time_ns: int, part: int, max_chars: int,
                   attempt: int | None = None, writer: int | None = None):
+    from otel_grpo.telemetry._samples import cut_texts
+
     _new_span(span, spans.SAMPLES_SPAN, run_id, step, time_ns, time_ns, part, attempt, writer)
     for row in rows:
         event = span.events.add()
         event.name, event.time_unix_nano = spans.SAMPLE_EVENT, time_ns
+        columns = {}
         for key, value in row.items():
             if key in ("run_id", "step", spans.ATTEMPT_ATTR, spans.WRITER_ATTEMPT_ATTR) or value is None:
                 continue
             if key not in _TEXT and isinstance(value, str) and value in _NON_FINITE:
                 value = _NON_FINITE[value]
+            columns[key] = value
+        for key, value in cut_texts(columns, max_chars).items():  # as the export cut them: the spill did not
             _set(event.attributes.add(), key, value)
     return span
 

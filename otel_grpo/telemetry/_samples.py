@@ -5,6 +5,7 @@
     number = rank_sample_index(i, rank=1, ranks=2)     # row i of rank 1's own, beside rank 0's: 2 * i + 1
     flat = flatten_row(rows[i])                        # rewards={"format": 1} -> reward.format
     attrs = event_attributes(flat, Selected(i, "top", rows[i]), max_chars=4096)
+    attrs = cut_texts(flat, max_chars=4096)            # the texts cut (and `truncated`), no bookkeeping
 """
 
 from __future__ import annotations
@@ -210,6 +211,18 @@ def flatten_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def event_attributes(flat: Mapping[str, Any], picked: Selected, max_chars: int) -> dict[str, Any]:
     """Attributes of one `grpo.sample` event: the flat row, text cut at `max_chars`, and bookkeeping."""
+    attrs = cut_texts(flat, max_chars)
+    attrs["sample_index"] = picked.index
+    attrs["selection"] = picked.selection
+    return attrs
+
+
+def cut_texts(flat: Mapping[str, Any], max_chars: int) -> dict[str, Any]:
+    """The row's columns with each text longer than `max_chars` cut there and marked, its
+    `<column>_original_length` beside it, and `truncated`: whether any was cut.
+
+    The spill keeps texts whole; `otel-grpo replay` cuts them here as the export did, so that a
+    replayed row is the row the live export stored."""
     attrs: dict[str, Any] = {}
     truncated = False
     for key, value in flat.items():
@@ -219,8 +232,6 @@ def event_attributes(flat: Mapping[str, Any], picked: Selected, max_chars: int) 
             truncated = True
         else:
             attrs[key] = value
-    attrs["sample_index"] = picked.index
-    attrs["selection"] = picked.selection
     attrs["truncated"] = truncated
     return attrs
 

@@ -1,0 +1,70 @@
+"""A replay stores each sample row as the live export stored it: the same run exported live into one sidecar
+and its spill replayed into another, by the real CLI, read the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from otel_grpo.telemetry import Telemetry, TelemetrySettings
+from otel_grpo.telemetry._samples import TRUNCATION_MARKER
+
+from tests._support.replay import replay_spill
+
+pytestmark = pytest.mark.integration
+
+
+def _rows(url: str, run_id: str) -> dict[tuple[int, int], dict]:
+    rows = httpx.get(f"{url}/api/runs/{run_id}/samples", params={"step_min": 0, "limit": 1000}, timeout=30).json()
+    # `time`: an event's, which a replay cannot know to the nanosecond
+    return {(r["step"], r["sample_index"]): {k: v for k, v in r.items() if k != "time"} for r in rows}
+
+
+def _live(url: str, out: Path, run_id: str, steps: list[list[dict]], **extra) -> None:
+    """Export `steps` (each step's rows, every one kept) live to the sidecar at `url`; each step is flushed alone."""
+    tel = Telemetry(TelemetrySettings(
+        run_id=run_id, output_dir=out, otlp_protocol="http/protobuf", otlp_traces_endpoint=f"{url}/v1/traces",
+        metrics_exporters=["none"], traces_exporters=["otlp"], top_k=0, bottom_k=0, random_k=1000,
+        shutdown_timeout_s=30, **extra))
+    for step, rows in enumerate(steps):
+        with tel.step(step) as s:
+            s.record({"kl": 0.1})
+            s.samples(rows)
+        assert tel.flush(30)
+    tel.shutdown()
+
+
+def _same_live_and_replayed(sidecar_factory, tmp_path: Path, steps: list[list[dict]], env: dict | None = None,
+                            **extra) -> dict[tuple[int, int], dict]:
+    live = sidecar_factory(db=tmp_path / "live.db", env=env)
+    replayed = sidecar_factory(db=tmp_path / "replayed.db", env=env)
+    out = tmp_path / "run"
+    _live(live.url, out, "rows", steps, **extra)
+    stored = _rows(live.url, "rows")
+    assert len(stored) == sum(map(len, steps))
+    replay_spill(replayed.url, out)
+    again = _rows(replayed.url, "rows")
+    assert again.keys() == stored.keys()
+    for key, row in stored.items():  # a row at a time: a readable difference
+        assert again[key] == row
+    return stored
+
+
+@pytest.mark.parametrize("max_chars", [None, 100])
+def test_a_replay_cuts_texts_as_the_live_export_did(sidecar_factory, tmp_path, monkeypatch, max_chars):
+    """The spill keeps texts whole; the export cuts each at `max_text_chars` with a marker, `truncated` and the
+    original length. A replay sent the whole text, so a replayed store held what the live one never did. A run
+    that sets `OTEL_GRPO_MAX_TEXT_CHARS` replays with it too."""
+    if max_chars is not None:
+        monkeypatch.setenv("OTEL_GRPO_MAX_TEXT_CHARS", str(max_chars))
+    cut = max_chars or TelemetrySettings.model_fields["max_text_chars"].default
+    rows = [{"prompt": "p" * (cut + 1), "completion": "c" * 10_000, "answer": "a" * 5000, "reward": 0.5},
+            {"prompt": "p", "completion": "c" * cut, "reward": 0.25}]
+    stored = _same_live_and_replayed(sidecar_factory, tmp_path, [rows])
+    long, short = stored[(0, 0)], stored[(0, 1)]
+    assert long["completion"] == "c" * cut + TRUNCATION_MARKER and long["completion_original_length"] == 10_000
+    assert long["truncated"] is True and long["prompt_original_length"] == cut + 1
+    assert short["truncated"] is False and short["completion"] == "c" * cut
+
