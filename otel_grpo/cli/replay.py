@@ -17,8 +17,9 @@ the row the live export stored. The spill is read a step at a time
 from __future__ import annotations
 
 import functools
-import hashlib
 import gzip
+import hashlib
+import itertools
 import json
 import math
 import sys
@@ -37,7 +38,9 @@ from ._app import app, fail, warn
 if TYPE_CHECKING:
     from otel_grpo.telemetry._spill import SpillReader
 
-_REQUEST_BYTES = 4 * 1024 * 1024  # a request is sent once its body passes this (the sidecar takes 64 MiB)
+_REQUEST_BYTES = 4 * 1024 * 1024
+"""A request's encoded size, at most, unless one row alone is larger: far below the sidecar's 64 MiB body limit, and
+below what the trainer's exports sent (a step of up to 64 rows a span), so whatever was exported live replays."""
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how the spill writes them (JSON has none)
 _TEXT = frozenset(("prompt", "completion"))
 
@@ -123,21 +126,27 @@ class _Request:
         self.size = self.steps = self.samples = self.done = 0
         """Serialized bytes so far; step spans; sample rows; spill steps (`SpillReader.steps`) completed."""
 
-    def span(self, run_id: str):
-        """A new span under `run_id`'s resource."""
+    def fits(self, span) -> bool:
+        """Whether `span` goes in without taking the request past `_REQUEST_BYTES` (an empty one takes any)."""
+        return not self.size or self.size + span.ByteSize() <= _REQUEST_BYTES
+
+    def add(self, run_id: str, span) -> None:
+        """A copy of `span` under `run_id`'s resource."""
         if run_id not in self.runs:
             self.runs[run_id] = _resource_spans(self.message, run_id)
-        return self.runs[run_id].add()
+        self.runs[run_id].append(span)
+        self.size += span.ByteSize()
+        if span.name == spans.STEP_SPAN:
+            self.steps += 1
+        else:
+            self.samples += len(span.events)
 
 
 def _requests(spill: SpillReader, max_chars: int) -> Iterator[_Request]:
-    """Requests of about `_REQUEST_BYTES` in step order; a step's rows go to spans of as many as the trainer's
-    (`max_events_per_span`), so a step larger than a request (every row of an anomalous step kept) is sent in
-    parts."""
-    from otel_grpo.telemetry import TelemetrySettings
+    """Requests of at most `_REQUEST_BYTES` in step order, each sent before a span would take it past that; a step
+    larger than a request (every row of an anomalous step kept, a long-context run's texts) is sent in parts."""
     from otel_grpo.telemetry._spill import row_attempt
 
-    per_span = TelemetrySettings.model_fields["max_events_per_span"].default
     request = _Request()
     for step in spill.steps:
         found_lines = {(run_id, step): found for run_id, found in spill.step_lines(step).items()}
@@ -157,23 +166,15 @@ def _requests(spill: SpillReader, max_chars: int) -> Iterator[_Request]:
             writer = None if attempt is not None else _newest(said, claims=False)
             line = functools.reduce(_merged, kept, None)
             end_ns = (line or {}).get("end_ns") or time.time_ns()
-            if line is not None:
-                request.size += _step_span(request.span(run_id), run_id, number, line, end_ns, attempt,
-                                           writer).ByteSize()
-                request.steps += 1
             group = [r for r in live if row_attempt(r)[0] == attempt or not row_attempt(r)[1]]
-            for first in range(0, len(group), per_span):
-                chunk = group[first:first + per_span]
-                request.size += _samples_span(request.span(run_id), run_id, number, chunk, end_ns, first,
-                                              max_chars, attempt, writer).ByteSize()
-                request.samples += len(chunk)
-                if request.size >= _REQUEST_BYTES:
+            steps = [_step_span(run_id, number, line, end_ns, attempt, writer)] if line is not None else []
+            for span in itertools.chain(steps, _samples_spans(run_id, number, group, end_ns, max_chars, attempt,
+                                                              writer)):
+                if not request.fits(span):
                     yield request
                     request = _Request()
+                request.add(run_id, span)
         request.done += 1
-        if request.size >= _REQUEST_BYTES:
-            yield request
-            request = _Request()
     if request.size or request.done:
         yield request
 
@@ -210,15 +211,17 @@ def _resource_spans(request, run_id: str):
     return scope.spans
 
 
-def _new_span(span, name: str, run_id: str, step: int, start_ns: int, end_ns: int, part: int = 0,
+def _new_span(name: str, run_id: str, step: int, start_ns: int, end_ns: int, part: int = 0,
               attempt: int | None = None, writer: int | None = None):
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
     # Ids derived from what the span holds, not random: the sidecar keys a sample row without a
     # sample_index by its span's id and its place there, so a second replay of such rows stored them
     # twice. `part`: the span's first row within the step; `attempt`: whose rows (another attempt's
     # spans must not share ids with these); `writer`: the attempt of records that claim nothing.
     key = [run_id, step, name, part] + ([attempt] if attempt is not None else [])
     digest = hashlib.blake2b(json.dumps(key).encode(), digest_size=24).digest()
-    span.trace_id, span.span_id = digest[:16], digest[16:]
+    span = Span(trace_id=digest[:16], span_id=digest[16:])
     span.name, span.start_time_unix_nano, span.end_time_unix_nano = name, start_ns, end_ns
     _set(span.attributes.add(), spans.RUN_ID_ATTR, run_id)
     _set(span.attributes.add(), spans.STEP_ATTR, step)
@@ -233,9 +236,9 @@ _NONFINITE = frozenset(("nan", "inf", "-inf"))
 """How the spill spells a non-finite value (JSON has none: `_spill._json_safe`)."""
 
 
-def _step_span(span, run_id: str, step: int, line: dict, end_ns: int, attempt: int | None = None,
+def _step_span(run_id: str, step: int, line: dict, end_ns: int, attempt: int | None = None,
                writer: int | None = None):
-    _new_span(span, spans.STEP_SPAN, run_id, step, line.get("start_ns") or end_ns, end_ns, 0, attempt, writer)
+    span = _new_span(spans.STEP_SPAN, run_id, step, line.get("start_ns") or end_ns, end_ns, 0, attempt, writer)
     scalars = {**(line.get("metrics") or {}),
                **{f"phase_duration/{name}": s for name, s in (line.get("phases") or {}).items()}}
     for key, value in scalars.items():
@@ -244,24 +247,44 @@ def _step_span(span, run_id: str, step: int, line: dict, end_ns: int, attempt: i
     return span
 
 
-def _samples_span(span, run_id: str, step: int, rows: list[dict], time_ns: int, part: int, max_chars: int,
-                  attempt: int | None = None, writer: int | None = None):
+def _samples_spans(run_id: str, step: int, rows: list[dict], time_ns: int, max_chars: int,
+                   attempt: int | None = None, writer: int | None = None) -> Iterator[Any]:
+    """The rows' `grpo.samples` spans: as many rows a span as the trainer's (`max_events_per_span`), fewer where
+    their events would pass `_REQUEST_BYTES`, so that a span fits in a request (a long-context run's rows)."""
+    from otel_grpo.telemetry import TelemetrySettings
+
+    per_span = TelemetrySettings.model_fields["max_events_per_span"].default
+    span, size = None, 0
+    for i, row in enumerate(rows):
+        event = _sample_event(row, time_ns, max_chars)
+        event_size = event.ByteSize()
+        if span is not None and (len(span.events) == per_span or size + event_size > _REQUEST_BYTES):
+            yield span
+            span = None
+        if span is None:  # `part`: its first row's place among the step's, which names the span
+            span, size = _new_span(spans.SAMPLES_SPAN, run_id, step, time_ns, time_ns, i, attempt, writer), 0
+        span.events.append(event)
+        size += event_size
+    if span is not None:
+        yield span
+
+
+def _sample_event(row: dict, time_ns: int, max_chars: int):
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
     from otel_grpo.telemetry._samples import cut_texts
 
-    _new_span(span, spans.SAMPLES_SPAN, run_id, step, time_ns, time_ns, part, attempt, writer)
-    for row in rows:
-        event = span.events.add()
-        event.name, event.time_unix_nano = spans.SAMPLE_EVENT, time_ns
-        columns = {}
-        for key, value in row.items():
-            if key in ("run_id", "step", spans.ATTEMPT_ATTR, spans.WRITER_ATTEMPT_ATTR) or value is None:
-                continue
-            if key not in _TEXT and isinstance(value, str) and value in _NON_FINITE:
-                value = _NON_FINITE[value]
-            columns[key] = value
-        for key, value in cut_texts(columns, max_chars).items():  # as the export cut them: the spill did not
-            _set(event.attributes.add(), key, value)
-    return span
+    event = Span.Event(name=spans.SAMPLE_EVENT, time_unix_nano=time_ns)
+    columns = {}
+    for key, value in row.items():
+        if key in ("run_id", "step", spans.ATTEMPT_ATTR, spans.WRITER_ATTEMPT_ATTR) or value is None:
+            continue
+        if key not in _TEXT and isinstance(value, str) and value in _NON_FINITE:
+            value = _NON_FINITE[value]
+        columns[key] = value
+    for key, value in cut_texts(columns, max_chars).items():  # as the export cut them: the spill did not
+        _set(event.attributes.add(), key, value)
+    return event
 
 
 def _set(kv, key: str, value: Any) -> None:

@@ -68,3 +68,17 @@ def test_a_replay_cuts_texts_as_the_live_export_did(sidecar_factory, tmp_path, m
     assert long["truncated"] is True and long["prompt_original_length"] == cut + 1
     assert short["truncated"] is False and short["completion"] == "c" * cut
 
+
+
+def test_a_run_exported_live_replays_however_large_its_rows(sidecar_factory, tmp_path, monkeypatch):
+    """A long-context run raises `max_text_chars`: its rows are megabytes each. Live, each step went in an export
+    of its own, under the sidecar's body limit (6 MiB here, 64 MiB by default); a replay filled a request up to
+    4 MiB and then added a whole span more, past the limit: 413, and nothing of the run was stored. Requests
+    and spans are cut by their encoded size."""
+    monkeypatch.setenv("OTEL_GRPO_MAX_TEXT_CHARS", str(2_000_000))
+    big = 1_900_000
+    steps = [[{"prompt": f"{step}-{i}", "completion": "c" * big, "reward": i / 4} for i in range(rows)]
+             for step, rows in enumerate((2, 2, 3))]
+    stored = _same_live_and_replayed(sidecar_factory, tmp_path, steps,
+                                     env={"OTEL_GRPO_SIDECAR_MAX_BODY_BYTES": str(6 * 1024 * 1024)})
+    assert {len(row["completion"]) for row in stored.values()} == {big}
