@@ -313,12 +313,37 @@ def _post(url: str, body: bytes, headers: dict[str, str], retries: int, timeout_
         else:
             if r.status_code == 200:
                 return _partial_success(r.content)
-            problem = f"HTTP {r.status_code}: {r.text[:200]}"
+            problem = f"HTTP {r.status_code}: {_reason(r)}"
             if r.status_code not in (408, 429) and r.status_code < 500:
                 fail(f"{url} refused the replay ({problem})")
         if attempt < retries:
             time.sleep(min(2.0 ** attempt, 30.0))
     fail(f"{url} did not take the replay after {retries + 1} attempt(s) ({problem})")
+
+
+def _reason(answer) -> str:
+    """What an error answer says: an OTLP/HTTP receiver's google.rpc.Status message, in protobuf (the request's
+    encoding, which the sidecar answers in) or JSON; anything else (a proxy's page) as its first 200 characters.
+    A Status printed as text read "D" and its other framing bytes before the message."""
+    from google.protobuf.message import DecodeError
+    from google.rpc.status_pb2 import Status  # googleapis-common-protos: a dependency of the OTLP exporters
+
+    media = answer.headers.get("Content-Type", "").partition(";")[0].strip().lower()
+    if media == "application/x-protobuf":
+        try:
+            status = Status.FromString(answer.content)
+        except DecodeError:
+            pass
+        else:
+            return status.message or f"google.rpc.Status code {status.code}"
+    elif media == "application/json":
+        try:
+            message = answer.json().get("message")
+        except (ValueError, AttributeError):  # not JSON, or not an object
+            message = None
+        if isinstance(message, str) and message:
+            return message
+    return answer.text[:200]
 
 
 def _partial_success(answer: bytes) -> tuple[int, str]:

@@ -9,9 +9,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def replay_spill(url: str, spill: Path, exit_code: int = 0) -> subprocess.CompletedProcess:
-    """Replay `spill` into the sidecar at `url`; asserts the CLI exits with `exit_code`."""
-    result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "replay", str(spill), "--endpoint", url],
+def replay_spill(url: str, spill: Path, exit_code: int = 0, *options: str) -> subprocess.CompletedProcess:
+    """Replay `spill` into the sidecar at `url` (with `options`); asserts the CLI exits with `exit_code`."""
+    result = subprocess.run([sys.executable, "-m", "otel_grpo.cli", "replay", str(spill), "--endpoint", url, *options],
                             capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == exit_code, result.stderr
     return result

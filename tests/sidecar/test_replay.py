@@ -419,3 +419,16 @@ def test_a_middle_jobs_late_exports_read_the_same_live_andreplay_spill(sidecar_f
     expected = {step: {f"rank0_of_{tag}", f"rank1_of_{tag}"} for step, tag in enumerate("aaabbcccc")}
     assert jobs(replayed.url) == expected
     assert jobs(live.url) == expected
+
+
+def test_a_refused_replay_says_the_receivers_reason(sidecar_factory, tmp_path):
+    """The sidecar answers an error with a google.rpc.Status in the request's encoding, protobuf: printed as
+    text, the reason read "HTTP 413: Drequest body exceeds ...", the message's framing bytes in it."""
+    sidecar = sidecar_factory(env={"OTEL_GRPO_SIDECAR_MAX_BODY_BYTES": str(1024 * 1024)})
+    out = tmp_path / "run"
+    spill = SampleSpill(out)
+    spill.write_step("long", 0, 1, 2, {"kl": 0.5}, {})
+    spill.write(0, [{"run_id": "long", "step": 0, "sample_index": 0, "completion": "c" * 2_000_000}])
+    result = replay_spill(sidecar.url, out, 1, "--max-text-chars", "2000000")  # one row past the body limit
+    assert result.stderr.strip() == (f"otel-grpo replay: {sidecar.url}/v1/traces refused the replay (HTTP 413: "
+                                     "request body exceeds the limit of 1048576 bytes after decompression)")
