@@ -21,7 +21,6 @@ import gzip
 import hashlib
 import itertools
 import json
-import math
 import sys
 import time
 from collections import defaultdict
@@ -41,8 +40,6 @@ if TYPE_CHECKING:
 _REQUEST_BYTES = 4 * 1024 * 1024
 """A request's encoded size, at most, unless one row alone is larger: far below the sidecar's 64 MiB body limit, and
 below what the trainer's exports sent (a step of up to 64 rows a span), so whatever was exported live replays."""
-_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how the spill writes them (JSON has none)
-_TEXT = frozenset(("prompt", "completion"))
 
 
 @app.command()
@@ -232,17 +229,16 @@ def _new_span(name: str, run_id: str, step: int, start_ns: int, end_ns: int, par
     return span
 
 
-_NONFINITE = frozenset(("nan", "inf", "-inf"))
-"""How the spill spells a non-finite value (JSON has none: `_spill._json_safe`)."""
-
-
 def _step_span(run_id: str, step: int, line: dict, end_ns: int, attempt: int | None = None,
                writer: int | None = None):
+    from otel_grpo.telemetry._spill import spilled_value
+
     span = _new_span(spans.STEP_SPAN, run_id, step, line.get("start_ns") or end_ns, end_ns, 0, attempt, writer)
     scalars = {**(line.get("metrics") or {}),
                **{f"phase_duration/{name}": s for name, s in (line.get("phases") or {}).items()}}
     for key, value in scalars.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool) or value in _NONFINITE:
+        value = spilled_value(value, number=True)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
             _set(span.attributes.add(), spans.METRIC_PREFIX + key, float(value))  # non-finite: stored as null
     return span
 
@@ -273,15 +269,14 @@ def _sample_event(row: dict, time_ns: int, max_chars: int):
     from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
     from otel_grpo.telemetry._samples import cut_texts
+    from otel_grpo.telemetry._spill import spilled_value
 
     event = Span.Event(name=spans.SAMPLE_EVENT, time_unix_nano=time_ns)
     columns = {}
     for key, value in row.items():
         if key in ("run_id", "step", spans.ATTEMPT_ATTR, spans.WRITER_ATTEMPT_ATTR) or value is None:
             continue
-        if key not in _TEXT and isinstance(value, str) and value in _NON_FINITE:
-            value = _NON_FINITE[value]
-        columns[key] = value
+        columns[key] = spilled_value(value)
     for key, value in cut_texts(columns, max_chars).items():  # as the export cut them: the spill did not
         _set(event.attributes.add(), key, value)
     return event

@@ -31,10 +31,31 @@ if TYPE_CHECKING:
 logger = logging.getLogger("otel_grpo.telemetry")
 
 
+_FLOAT = "float"
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
 def _json_safe(value: Any) -> Any:
-    # JSON has no NaN / Infinity; strict readers (jq, browsers) reject Python's spelling.
+    # JSON has no NaN / Infinity; strict readers (jq, browsers) reject Python's spelling. A non-finite float is
+    # an object, {"float": "nan"} ("inf", "-inf"), which no other value of a line is (a row's mappings are its
+    # columns: `flatten_row`): the bare "nan" that earlier releases wrote is also a model's answer "nan".
     if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return {_FLOAT: "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    return value
+
+
+def spilled_value(value: Any, number: bool = False) -> Any:
+    """A value of a spilled line as it was before `_json_safe`: {"float": "nan"} is NaN.
+
+    `number`: the value can only be a number (a step line's scalar), so the bare "nan", "inf" or "-inf" of a
+    spill from an earlier release is one too. Elsewhere (a sample row) such a string is a text: an earlier
+    release wrote a non-finite sample value (a NaN reward) and a text of that value alike, and its spill cannot
+    tell them apart; read as the text, its NaN reward still stores as a null reward, and another column
+    (`reward.<fn>`) holds the text "nan" where the export stored null."""
+    if type(value) is dict and value.keys() == {_FLOAT}:
+        return _NON_FINITE.get(value[_FLOAT], value)
+    if number and type(value) is str:
+        return _NON_FINITE.get(value, value)
     return value
 
 

@@ -3,6 +3,8 @@ and its spill replayed into another, by the real CLI, read the same."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import httpx
@@ -82,3 +84,32 @@ def test_a_run_exported_live_replays_however_large_its_rows(sidecar_factory, tmp
     stored = _same_live_and_replayed(sidecar_factory, tmp_path, steps,
                                      env={"OTEL_GRPO_SIDECAR_MAX_BODY_BYTES": str(6 * 1024 * 1024)})
     assert {len(row["completion"]) for row in stored.values()} == {big}
+
+
+def test_a_replay_keeps_texts_that_read_nan_or_inf_apart_from_numbers(sidecar_factory, tmp_path):
+    """The spill wrote a non-finite number as "nan", "inf" or "-inf", the same as a text of that value, and
+    a replay took such a text (a model's answer "inf") for a number, stored as null."""
+    rows = [{"prompt": "p", "completion": "nan", "answer": "inf", "extracted": "-inf", "reward": math.nan,
+             "rewards": {"format": math.inf, "exact": -math.inf}}]
+    (row,) = _same_live_and_replayed(sidecar_factory, tmp_path, [rows]).values()
+    assert (row["completion"], row["answer"], row["extracted"]) == ("nan", "inf", "-inf")
+    assert (row["reward"], row["reward.format"], row["reward.exact"]) == (None, None, None)
+
+
+def test_an_older_spill_reads_as_it_did_where_it_can(sidecar_factory, tmp_path):
+    """Releases before wrote a non-finite number as the bare text "nan", "inf" or "-inf". A step line's scalar
+    is always a number, so there it still is one; in a sample row it is a text (an older spill cannot tell it
+    from a number: its NaN reward goes as the text, and the store's reward is null either way)."""
+    sidecar = sidecar_factory()
+    out = tmp_path / "run"
+    (out / "samples").mkdir(parents=True)
+    (out / "steps.jsonl").write_text(json.dumps({"run_id": "old", "step": 0, "start_ns": 1, "end_ns": 2,
+                                                 "metrics": {"kl": "nan", "loss": "inf", "reward": 0.5},
+                                                 "phases": {}}) + "\n")
+    (out / "samples" / "step_0.jsonl").write_text(json.dumps(
+        {"run_id": "old", "step": 0, "sample_index": 0, "prompt": "p", "answer": "inf", "reward": "nan"}) + "\n")
+    replay_spill(sidecar.url, out)
+    (step,) = httpx.get(f"{sidecar.url}/api/runs/old/steps", timeout=10).json()
+    assert (step.get("grpo.kl"), step.get("grpo.loss"), step["grpo.reward.mean"]) == (None, None, 0.5)
+    (row,) = _rows(sidecar.url, "old").values()
+    assert (row["answer"], row["reward"]) == ("inf", None)
