@@ -30,6 +30,9 @@ DOWN_GRACE_S = 1.0
 """At shutdown with the export endpoint failing, how long the exporters still get."""
 END_PROBE_S = 1.0
 """How often an ended run tries the metrics endpoint again while it waits to deliver its end."""
+GONE_AFTER_S = 60.0
+"""A metrics endpoint that took no export this long (and two export intervals) is gone, not restarting: the end
+waits for it no more (as `_prometheus.Scrapes.UNWATCHED_AFTER_S`, the longest scrape interval)."""
 
 
 class Exporters:
@@ -136,22 +139,30 @@ class Exporters:
         alerts page a crash (GRPOMetricsAbsent): a collector restarting or Prometheus down as a run finishes.
         Said in one warning where the end could not be delivered; False then."""
         deadline = time.monotonic() + bound_s
-        missed = []
+        missed, down = [], None
         if self._linger is not None and not self._linger(bound_s):
             missed.append("no scrape of /metrics came")
-        # As the pull endpoint's: only a run whose metrics reached Prometheus before has an end to deliver.
-        if self._owned and self._push_readers and "metrics" in self.health.delivered:
+        # As the pull endpoint's: only a run whose metrics reached Prometheus has an end to deliver, and only a
+        # collector that took them lately (within a minute and two export intervals) may be restarting.
+        last = self.health.delivered.get("metrics")
+        if self._owned and self._push_readers and last is not None:
             down = otlp_unreachable(self._settings, signals=("metrics",))
-            while down is not None and time.monotonic() < deadline:
+            recent = max(GONE_AFTER_S, 2 * self._settings.metric_export_interval_ms / 1000)
+            while down is not None and time.monotonic() < deadline and time.monotonic() - last < recent:
                 time.sleep(min(END_PROBE_S, max(deadline - time.monotonic(), 0.0)))
                 down = otlp_unreachable(self._settings, signals=("metrics",))
             if down is not None:
                 missed.append(f"the metrics endpoint {down} took no connection")
-        if missed:
-            logger.warning("otel-grpo: the run's end did not reach Prometheus within %.0fs (%s): its alerts will "
-                           "take the run for crashed (GRPOMetricsAbsent); raise prometheus_linger_s to wait longer",
-                           bound_s, "; ".join(missed))
-        return not missed
+        if not missed:
+            return True
+        cost = "its alerts will take the run for crashed (GRPOMetricsAbsent); raise prometheus_linger_s to wait longer"
+        if down is not None and not self.health.failures:  # the run's one export warning: nothing failed before
+            self.health.failed("metrics", down, f"no connection within {bound_s:.0f}s at the run's end, which did not "
+                                                f"reach Prometheus then: {cost}")
+        else:  # said apart: what an outage said before, or a pull endpoint (no export failed), cost the run
+            logger.warning("otel-grpo: the run's end did not reach Prometheus within %.0fs (%s): %s", bound_s,
+                           "; ".join(missed), cost)
+        return False
 
 
 def _bounded(work: Callable[[], Any], name: str, timeout_s: float) -> bool:

@@ -264,7 +264,6 @@ class ProcessSink:
         reaches = self.prometheus_port is not None or "otlp" in self._settings.metrics_exporters
         linger = self._settings.prometheus_linger_s if (finished or preempted) and reaches else 0.0
         started = time.monotonic()
-        deadline = started + timeout_s + linger
         if self._local is None:
             self._send(_frame(pickle.dumps(("shutdown", None, (timeout_s / 2, finished, preempted)))))
             bound = timeout_s / 2 + 0.5
@@ -277,7 +276,8 @@ class ProcessSink:
                 return
             self._take_over("did not finish within %.1fs; stopping it" % bound)
         self._send(None)
-        self._local.close(max(deadline - time.monotonic(), 1.0), finished=finished, preempted=preempted)
+        # Its own bound, not the linger's: the local sink's exporters wait for the run's end themselves.
+        self._local.close(max(started + timeout_s - time.monotonic(), 1.0), finished=finished, preempted=preempted)
 
     # ---- losing the child ----------------------------------------------------------------------
     def _take_over(self, why: str) -> None:

@@ -73,7 +73,7 @@ class Scrapes:
         self._cond = threading.Condition()
         self._begun = 0
         self._done = 0  # the highest number of a completed scrape
-        self._since = time.monotonic()
+        self._since = time.monotonic()  # the endpoint's start, then each scrape's end: how long it went unread
 
     def begin(self) -> int:
         with self._cond:
@@ -83,19 +83,21 @@ class Scrapes:
     def end(self, seq: int) -> None:
         with self._cond:
             self._done = max(self._done, seq)
+            self._since = time.monotonic()
             self._cond.notify_all()
 
     def wait_after(self, timeout_s: float) -> bool:
         """Until a scrape that begins after this call has completed, at most `timeout_s`; False where a watcher
-        was known (the endpoint was scraped) and none came. A watcher scrapes again within its interval; one
-        that is late (Prometheus restarting) is waited for up to the bound, since a run's end it never reads
-        is taken for a crash. An endpoint never scraped yet waits at most `FIRST_SCRAPE_S` (a first scrape may
-        be on its way), and not at all once it was served `UNWATCHED_AFTER_S` without one (nobody watches it):
-        True, as nothing that reads it was left behind."""
+        that scraped the endpoint missed what is set now. A watcher scrapes again within its interval; one that
+        is late (Prometheus restarting) is waited for up to the bound, since a run's end it never reads is taken
+        for a crash. Nothing is waited for once the endpoint went `UNWATCHED_AFTER_S` unread: never scraped,
+        nobody watches it (True: nothing that reads it is left behind); scraped before, its watcher is gone
+        (False). An endpoint never scraped yet waits at most `FIRST_SCRAPE_S` (a first scrape may be on its
+        way)."""
         with self._cond:
-            if not self._begun:
-                if time.monotonic() - self._since >= self.UNWATCHED_AFTER_S:
-                    return True
+            if time.monotonic() - self._since >= self.UNWATCHED_AFTER_S:
+                return not self._done
+            if not self._done:
                 self._cond.wait_for(lambda: self._done > 0, min(timeout_s, self.FIRST_SCRAPE_S))
                 return True
             mark = self._begun

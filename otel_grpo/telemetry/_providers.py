@@ -17,7 +17,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
-from urllib.parse import urlsplit
+import urllib.request
+from urllib.parse import SplitResult, urlsplit
 
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricReader, PeriodicExportingMetricReader
@@ -96,7 +97,8 @@ def sdk_disabled() -> bool:
 def otlp_unreachable(settings: TelemetrySettings, timeout_s: float = 0.5,
                      signals: tuple[str, ...] = ("traces", "metrics")) -> str | None:
     """The first OTLP endpoint in use for `signals` that takes no TCP connection within `timeout_s`; None if
-    all do.
+    all do. Where a proxy carries the exporter's requests (`HTTPS_PROXY`, `grpc_proxy`, ... and `NO_PROXY`, as
+    requests and gRPC read them), the proxy is what must take it: a cluster may reach its collector only so.
 
     Checked at shutdown: against a closed port the exporters would retry their final batch for
     the whole export timeout (10 s by default) before the process could exit.
@@ -105,13 +107,23 @@ def otlp_unreachable(settings: TelemetrySettings, timeout_s: float = 0.5,
         if signal not in signals or "otlp" not in exporters:
             continue
         target = _otlp_target(settings, signal) or "localhost:4317"
-        url = urlsplit(target if "://" in target else "//" + target)
+        url = _dialed(urlsplit(target if "://" in target else "//" + target))
         try:
             port = url.port or (443 if url.scheme == "https" else 80)
             socket.create_connection((url.hostname or "localhost", port), timeout_s).close()
         except (OSError, ValueError):
             return target
     return None
+
+
+def _dialed(url: SplitResult) -> SplitResult:
+    """Where a connection to `url` goes first: its proxy, if one applies (a gRPC target has no scheme)."""
+    proxies = urllib.request.getproxies()
+    found = [proxies.get(s) for s in ((url.scheme,) if url.scheme else ("grpc", "https", "http"))]
+    proxy = next((p for p in found if p), None)
+    if proxy is None or urllib.request.proxy_bypass(url.hostname or "localhost"):
+        return url
+    return urlsplit(proxy if "://" in proxy else "//" + proxy)
 
 
 def traces_target(settings: TelemetrySettings) -> str:

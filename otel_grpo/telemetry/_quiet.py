@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -112,8 +113,9 @@ class ExportHealth:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._failing: set[str] = set()
-        self.delivered: set[str] = set()
-        """The signals an endpoint has taken an export of: something downstream knows the run."""
+        self.delivered: dict[str, float] = {}
+        """The signals an endpoint has taken an export of (something downstream knows the run), and when it last
+        took one (`time.monotonic`)."""
         self.failures = 0
         self.spill: SampleSpill | None = None
         """The local copy of the same steps (set by the backend), which the warning names; None: not spilled."""
@@ -148,7 +150,7 @@ class ExportHealth:
         with self._lock:
             recovered = signal in self._failing
             self._failing.discard(signal)
-            self.delivered.add(signal)
+            self.delivered[signal] = time.monotonic()
         if recovered:
             logger.info("otel-grpo: exporting %s to %s works again (%d failed exports so far)",
                         signal, target, self.failures)

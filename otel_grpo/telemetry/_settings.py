@@ -326,7 +326,11 @@ class TelemetrySettings(BaseSettings):
         # Absolute once, here: the spill opens its files by this path at every write, so a relative one followed
         # the process's working directory (an os.chdir mid-run split the spill in two), and both sinks (the
         # process sink's child gets these settings) must write where the run began.
-        self.output_dir = (self.output_dir or Path("runs") / self.run_id).absolute()
+        out = self.output_dir or Path("runs") / self.run_id
+        try:
+            self.output_dir = out.absolute()
+        except OSError:  # the working directory was removed: the path stays relative, the spill says it fails
+            self.output_dir = out
         if self.rule_settings is not None:
             try:
                 own = catalog.run_thresholds(catalog.load_rule_settings(self.rule_settings), self.run_id)

@@ -39,8 +39,11 @@ def _json_safe(value: Any) -> Any:
     # JSON has no NaN / Infinity; strict readers (jq, browsers) reject Python's spelling. A non-finite float is
     # an object, {"float": "nan"} ("inf", "-inf"), which no other value of a line is (a row's mappings are its
     # columns: `flatten_row`): the bare "nan" that earlier releases wrote is also a model's answer "nan".
+    # A list column (a row's sequence of numbers, an OTLP array) is spelled alike element by element.
     if isinstance(value, float) and not math.isfinite(value):
         return {_FLOAT: "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
     return value
 
 
@@ -54,6 +57,8 @@ def spilled_value(value: Any, number: bool = False) -> Any:
     (`reward.<fn>`) holds the text "nan" where the export stored null."""
     if type(value) is dict and value.keys() == {_FLOAT}:
         return _NON_FINITE.get(value[_FLOAT], value)
+    if type(value) is list:
+        return [spilled_value(v) for v in value]
     if number and type(value) is str:
         return _NON_FINITE.get(value, value)
     return value

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -123,6 +124,28 @@ def test_a_stuck_child_does_not_hold_up_shutdown_beyond_its_timeout(tmp_path, ca
         assert not done.is_alive()
     assert not alive(pid)
     assert any("did not finish within" in r.getMessage() for r in caplog.records)
+    assert sorted(_spilled(tmp_path)) == [0, 1]
+
+
+def test_a_taken_over_run_keeps_its_shutdown_bound_against_a_black_hole(tmp_path):
+    """The child killed mid-run, the collector taking connections and never answering: this process's own close
+    gets `shutdown_timeout_s`, as the thread sink's does, not that plus the wait for the run's end (which its
+    exporters add themselves where there is an end to deliver)."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(64)
+        tel = Telemetry(TelemetrySettings(
+            run_id="taken-over", otlp_protocol="http/protobuf", otlp_endpoint=f"http://127.0.0.1:{hole.getsockname()[1]}",
+            metrics_exporters=["otlp"], traces_exporters=["otlp"], output_dir=tmp_path, emit_in="process",
+            shutdown_timeout_s=2.0))
+        _step(tel, 0)
+        os.kill(tel._sink.pid, signal.SIGKILL)
+        wait_for(lambda: tel._sink.pid is None, "this process to take over", timeout=30)
+        _step(tel, 1)
+        started = time.monotonic()
+        tel.finish()
+        took = time.monotonic() - started
+    assert took < 15, took  # 2 s and the probes; the wait's 75 s on top took 29-77 s
     assert sorted(_spilled(tmp_path)) == [0, 1]
 
 

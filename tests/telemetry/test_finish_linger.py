@@ -5,9 +5,11 @@ one observation of `grpo.step.kl` (one-step spikes between scrapes)."""
 
 from __future__ import annotations
 
+import http.server
 import logging
 import threading
 import time
+import urllib.request
 
 import httpx
 
@@ -92,6 +94,7 @@ def test_finish_waits_for_one_more_scrape_only_and_not_at_all_when_nothing_scrap
     ender = threading.Thread(target=unwatched.finish)
     ender.start()
     wait_for(lambda: not ender.is_alive(), "finish() without the 60 s linger", timeout=30)
+    monkeypatch.setattr(Scrapes, "UNWATCHED_AFTER_S", 60.0)  # watched: scraped within any scrape interval
     port = free_port()
     watched = Telemetry.from_env(run_id="watched", output_dir=str(tmp_path / "w"), metrics_exporters=["prometheus"],
                                  traces_exporters=["none"], prometheus_port=port, prometheus_linger_s=60.0)
@@ -141,11 +144,12 @@ def test_a_late_scrape_still_reads_the_end_where_prometheus_was_restarting(tmp_p
     assert not [r for r in caplog.records if "did not reach Prometheus" in r.getMessage()]
 
 
-def _pushed_run(tmp_path, port: int, linger_s: float) -> Telemetry:
+def _pushed_run(tmp_path, port: int, linger_s: float, interval_ms: int = 10_000) -> Telemetry:
     """A run pushing its metrics to the receiver on `port`, which has taken one export of them."""
     tel = Telemetry.from_env(run_id="pushed", output_dir=str(tmp_path), metrics_exporters=["otlp"],
                              traces_exporters=["none"], otlp_protocol="http/protobuf",
-                             otlp_endpoint=f"http://127.0.0.1:{port}", prometheus_linger_s=linger_s)
+                             otlp_endpoint=f"http://127.0.0.1:{port}", prometheus_linger_s=linger_s,
+                             metric_export_interval_ms=interval_ms)
     with tel.step(0) as s:
         s.record({"kl": 0.1})
     assert tel.flush(10)
@@ -178,6 +182,97 @@ def test_a_run_whose_collector_stays_away_says_once_that_its_end_is_lost(tmp_pat
         started = time.monotonic()
         tel.finish()
         took = time.monotonic() - started
-    said = [r.getMessage() for r in caplog.records if "did not reach Prometheus" in r.getMessage()]
-    assert len(said) == 1 and "GRPOMetricsAbsent" in said[0] and "took no connection" in said[0], said
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1, said  # the collector's going is said once, with what it cost the run
+    assert "did not reach Prometheus" in said[0] and "GRPOMetricsAbsent" in said[0], said
     assert took < 30, took  # the bound, not the exporters' own retries on top of it
+
+
+def test_a_collector_gone_for_a_minute_is_not_waited_for_and_that_is_said(tmp_path, caplog, monkeypatch):
+    """Its last export taken longer ago than a minute and two export intervals (here 1 s, 0.2 s intervals): the
+    collector is gone, not restarting; `finish()` does not wait the bound, and says the end is lost."""
+    from otel_grpo.telemetry import _exporters
+
+    monkeypatch.setattr(_exporters, "GONE_AFTER_S", 1.0)
+    with OTLPReceiver() as gone:
+        tel = _pushed_run(tmp_path, gone.port, linger_s=60.0, interval_ms=200)
+    time.sleep(1.5)
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+        started = time.monotonic()
+        tel.finish()
+        took = time.monotonic() - started
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1 and "did not reach Prometheus" in said[0], said
+    assert took < 30, took  # not the 60 s bound
+
+
+def test_a_prometheus_gone_for_a_minute_is_not_waited_for_and_that_is_said(tmp_path, caplog, monkeypatch):
+    """Scraped once, then not for longer than any scrape interval (`UNWATCHED_AFTER_S`; here 1 s): its Prometheus
+    is gone, not restarting. `finish()` does not wait the bound for it, and says the end is lost."""
+    monkeypatch.setattr(Scrapes, "UNWATCHED_AFTER_S", 1.0)
+    port = free_port()
+    tel = Telemetry.from_env(run_id="gone", output_dir=str(tmp_path), metrics_exporters=["prometheus"],
+                             traces_exporters=["none"], prometheus_port=port, prometheus_linger_s=60.0)
+    with tel.step(0) as s:
+        s.record({"kl": 0.1})
+    httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    time.sleep(1.5)
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+        started = time.monotonic()
+        tel.finish()
+        took = time.monotonic() - started
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1 and "did not reach Prometheus" in said[0], said
+    assert took < 30, took  # not the 60 s bound
+
+
+class _ForwardProxy(http.server.BaseHTTPRequestHandler):
+    """An HTTP forward proxy of one route: what it is asked for goes to `target`'s port on 127.0.0.1."""
+
+    target = 0
+
+    def do_POST(self) -> None:  # noqa: N802 (stdlib name)
+        path = "/" + self.path.split("/", 3)[3]  # the absolute URI a proxy is sent, as a path
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        forwarded = urllib.request.Request(
+            f"http://127.0.0.1:{self.target}{path}", data=body, method="POST",
+            headers={k: v for k, v in self.headers.items() if k.lower() in ("content-type", "content-encoding")})
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(forwarded, timeout=5) as answer:
+            data, status = answer.read(), answer.status
+        self.send_response(status)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_collector_reached_through_a_proxy_is_not_taken_for_down(tmp_path, caplog, monkeypatch):
+    """A cluster that reaches its collector only through HTTP_PROXY (a name only the proxy resolves): the end goes
+    out at once and nothing is said, where a direct probe of the name waited the whole bound and warned."""
+    with OTLPReceiver() as rx:
+        _ForwardProxy.target = rx.port
+        proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ForwardProxy)
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        try:
+            monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.server_address[1]}")
+            monkeypatch.delenv("NO_PROXY", raising=False)
+            monkeypatch.delenv("no_proxy", raising=False)
+            tel = Telemetry.from_env(run_id="proxied", output_dir=str(tmp_path), metrics_exporters=["otlp"],
+                                     traces_exporters=["none"], otlp_protocol="http/protobuf",
+                                     otlp_endpoint="http://otel-collector.invalid:4318", prometheus_linger_s=30.0)
+            with tel.step(0) as s:
+                s.record({"kl": 0.1})
+            assert tel.flush(10)
+            with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+                started = time.monotonic()
+                tel.finish()
+                took = time.monotonic() - started
+        finally:
+            proxy.shutdown()
+            proxy.server_close()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert took < 10, took
+    assert rx.metric_points("grpo.run.finished")[-1][1].as_double == 1.0

@@ -228,3 +228,14 @@ def test_a_chdir_mid_run_moves_no_spill(tmp_path, monkeypatch, emit_in, given):
     assert len((run / "steps.jsonl").read_text().splitlines()) == 4
     assert sorted(p.name for p in (run / "samples").iterdir()) == [f"step_{i}.jsonl" for i in range(4)]
     assert list(elsewhere.iterdir()) == []
+
+
+def test_settings_made_in_a_removed_working_directory_keep_a_relative_output_dir(tmp_path, monkeypatch):
+    """A job's scratch directory cleaned up under it: making the settings must not fail (the path cannot be made
+    absolute); it stays relative, and the spill says where it fails if it does."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    settings = TelemetrySettings(run_id="cwd-gone", metrics_exporters=["none"], traces_exporters=["none"])
+    assert settings.output_dir == Path("runs/cwd-gone")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 
-from otel_grpo.telemetry._spill import SampleSpill, SpillReader
+from otel_grpo.telemetry._spill import SampleSpill, SpillReader, spilled_value
 
 
 def test_steps_come_in_order_with_every_ranks_files_and_every_line_of_a_resumed_step(tmp_path):
@@ -57,3 +58,22 @@ def test_a_step_spilled_twice_by_the_child_and_the_trainer_that_took_over_is_rea
     rows = spill.samples(4)
     assert [(r.get("sample_index"), r.get("grpo.attempt")) for r in rows] == \
         [(0, 7), (1, 7), (2, 7), (0, 8), (None, None), (None, None)]
+
+
+def _strict(line: str) -> dict:
+    """JSON as jq or a browser reads it: NaN and Infinity are no JSON."""
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_a_non_finite_number_in_a_list_column_is_strict_json_and_reads_back(tmp_path):
+    """A row's list of numbers (per-token log-probs) with a NaN in it: the line stays JSON a strict reader takes,
+    and reads back as the number it was, as a NaN column does."""
+    spill = SampleSpill(tmp_path)
+    spill.write(0, [{"run_id": "r", "step": 0, "reward": float("nan"), "token_logprobs": (0.1, float("nan"), -math.inf)}])
+    (line,) = (tmp_path / "samples" / "step_0.jsonl").read_text().splitlines()
+    row = _strict(line)
+    back = spilled_value(row["token_logprobs"])
+    assert back[0] == 0.1 and math.isnan(back[1]) and back[2] == -math.inf
+    assert math.isnan(spilled_value(row["reward"]))
