@@ -13,7 +13,7 @@ or are checked against `SIGNALS`.
 from . import spans
 from ._alert_annotations import CLOCK_OFFSET_ANNOTATION
 from ._lookup import EVAL_KEY, PEERS, by_name, evaluation_key, get, peer_names, resolve, split_stat_key, stat_key
-from ._peer_logs import is_evaluation, peer_scalars
+from ._peer_logs import is_evaluation, is_train_summary, peer_scalars
 from ._signal import Group, Kind, Reduction, Signal, sanitize_key
 from ._step_checks import (
     Baseline,
@@ -65,6 +65,7 @@ __all__ = [
     "evaluation_key",
     "get",
     "is_evaluation",
+    "is_train_summary",
     "judged",
     "load_rule_settings",
     "peer_names",

@@ -81,6 +81,17 @@ def undefined_keys(logs: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(out)
 
 
+TRAIN_SUMMARY_KEY = "train_loss"
+"""Only transformers' end-of-training summary holds it (a training log's loss is `loss`)."""
+
+
+def is_train_summary(logs: Mapping[str, Any]) -> bool:
+    """transformers' end-of-training summary, the one log at the end of `train()` (`train_loss`, `total_flos` and
+    the run's speed). Not told by `train_runtime`: with `include_num_input_tokens_seen` every training log carries
+    `train_runtime` and `train_tokens_per_second` too, and such a log is a step's."""
+    return TRAIN_SUMMARY_KEY in logs
+
+
 def is_evaluation(logs: Mapping[str, Any]) -> bool:
     """transformers' `evaluate()` logs `eval_<name>` keys (and the epoch): an evaluation's values, not a step's
     (`Telemetry.log_metrics(..., evaluation=True)`)."""

@@ -330,3 +330,23 @@ def test_the_run_id_from_the_trainers_output_dir_is_that_directorys_own_name(tmp
         assert tel.settings.run_id == "my-exp"
     finally:
         tel.shutdown()
+
+
+def test_a_trainer_counting_input_tokens_still_logs_each_step_as_a_step(tmp_path):
+    """`include_num_input_tokens_seen` puts `train_runtime` and `train_tokens_per_second` in every training log:
+    each is still a logged step (its tensors' stats and samples exported there, its numbers TRL's), not the
+    end-of-training summary, which alone holds `train_loss`."""
+    trainer = make_recording_trainer(tmp_path / "train", model_dir=tmp_path / "model", max_steps=3,
+                                     include_num_input_tokens_seen="all")
+    tel, _, exporter = in_memory_telemetry(tmp_path / "telemetry")
+    instrument(trainer, telemetry=tel)
+    trainer.train()
+    out = exported(exporter)
+    steps = {int(k): v for k, v in out["steps"].items()}
+    trl = {e["step"]: e for e in trainer.state.log_history if "loss" in e}
+    assert all("train_runtime" in trl[s] for s in (1, 2, 3))  # what makes such a log look like the summary
+    for step in (1, 2, 3):
+        assert "policy_ratio_max" in steps[step], (step, sorted(steps[step]))  # the step's tensors, reduced there
+        assert steps[step]["kl"] == pytest.approx(trl[step]["kl"], rel=1e-5), step
+        assert steps[step]["reward"] == pytest.approx(trl[step]["reward"], rel=1e-5), step
+    assert {s["step"] for s in out["samples"]} == {1, 2, 3}

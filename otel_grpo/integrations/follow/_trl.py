@@ -8,10 +8,10 @@ Formats, from TRL 1.16's `GRPOTrainer.log` and transformers' `Trainer`:
   rows: a file whose rows equal the previous file's is not sent again.
 - `trainer_state.json` (at each checkpoint, `checkpoint-<n>/`, and where the script calls
   `trainer.save_state()`, the output dir): `global_step`, `max_steps` and `log_history`,
-  one dict per logged step; the end of training adds one with `train_runtime`.
+  one dict per logged step; the end of training adds one with `train_loss` (`is_train_summary`).
 
 The run has ended when a trainer state holds the end-of-training summary
-(`train_runtime`), or its `global_step` reached `max_steps` (the final checkpoint).
+(`train_loss`), or its `global_step` reached `max_steps` (the final checkpoint).
 
 A job relaunched into the same output dir (a fresh start, or a resume from a checkpoint) writes
 its steps again from an earlier one, and either of its two streams can show it first:
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from otel_grpo._extras import install_command
-from otel_grpo.catalog import is_evaluation
+from otel_grpo.catalog import is_evaluation, is_train_summary
 from otel_grpo.catalog.spans import check_step
 from otel_grpo.integrations.trl._chat import chat_text  # the renderer instrument uses: same text
 from otel_grpo.integrations.trl._keys import map_logs
@@ -64,7 +64,6 @@ MAX_STATE_BYTES = 256 << 20  # a trainer state larger than this is not TRL's (it
 
 logger = logging.getLogger("otel_grpo.follow")
 _FIXED = {"step", "prompt", "completion", "advantage"}
-SUMMARY_KEY = "train_runtime"
 
 
 def trl_row(entry: dict[str, Any], weights: Sequence[float] | None,
@@ -463,7 +462,7 @@ class TrlOutput:
             step = entry.get("step")
             if not isinstance(step, int) or isinstance(step, bool) or step <= self._handed_scalar_step:
                 continue
-            if SUMMARY_KEY in entry:
+            if is_train_summary(entry):
                 self.ended = True
             try:
                 scalars = numbers({k: v for k, v in entry.items() if k != "step"})
@@ -479,7 +478,7 @@ class TrlOutput:
         if out:
             self._handed_scalar_step = out[-1].step
         max_steps = state.get("max_steps")
-        if any(SUMMARY_KEY in e for e in _history(state)) or (
+        if any(is_train_summary(e) for e in _history(state)) or (
                 isinstance(max_steps, int) and 0 < max_steps <= _global_step(state)):
             self.ended = True
         return out
@@ -494,7 +493,7 @@ def _history(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def _training(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """A state's training log entries by step: neither an evaluation's (`eval_` keys) nor the end's summary."""
     return {e["step"]: e for e in _history(doc) if isinstance(e.get("step"), int) and not isinstance(e["step"], bool)
-            and SUMMARY_KEY not in e and not is_evaluation(e)}
+            and not is_train_summary(e) and not is_evaluation(e)}
 
 
 def _chain(doc: dict[str, Any]) -> dict[int, str]:

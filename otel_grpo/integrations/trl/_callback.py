@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
-from ...catalog import is_evaluation
+from ...catalog import is_evaluation, is_train_summary
 from ...telemetry import Telemetry
 from ._accumulate import Accumulator
 from ._keys import map_logs
@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from ...telemetry._writes import WriteBeats
 
 logger = logging.getLogger("otel_grpo.integrations.trl")
-# transformers' end-of-training summary arrives in one log call with these keys
-_SUMMARY = "train_runtime"
 
 
 class _ReportsProgress(TrainerCallback):
@@ -178,7 +176,7 @@ class InstrumentedCallback(_ReportsProgress):
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = as_logged(state, logs)
         evaluation = is_evaluation(logs)
-        if _SUMMARY in logs or evaluation:  # host values only: no collective
+        if is_train_summary(logs) or evaluation:  # host values only: no collective
             self.telemetry.log_metrics(state.global_step, map_logs(logs), evaluation=evaluation)
             return
         self.flush(state, logs, final=state.global_step >= state.max_steps)

@@ -104,6 +104,22 @@ def test_trl_files_without_an_end_stay_live(tmp_path, trl_output):
     assert run.gauge("grpo.run.finished") == 0  # exported 0 from the first step: not finished
 
 
+def test_a_crashed_job_whose_every_log_holds_train_runtime_stays_live(tmp_path):
+    """`include_num_input_tokens_seen` puts `train_runtime` in every training log: a job that crashed after step 3
+    of 6 is no finished run for it (the summary alone holds `train_loss`), and its logged steps go out as steps."""
+    out = tmp_path / "grpo-run"
+    _write(out, 6, "checkpoint", "save_steps=2", "crash_after=3", "tokens_seen=1", code=17)
+    history = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    assert all("train_runtime" in e for e in history)
+    run = Run(tmp_path, [TrlOutput(out, reward_weights=[1.0, 0.5])])
+    stop = StopRequest()
+    threading.Timer(1.0, stop.request).start()
+    assert run.follower.run(stop) is False  # stopped while the run stays live: not finished
+    run.tel.shutdown()
+    assert run.gauge("grpo.run.finished") == 0
+    assert run.gauge("grpo.steps") == 3  # steps 1-3 (checkpoint-2's state, step 3's completions), each a step
+
+
 def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, trl_summary):
     """No checkpoint at all: the summary `trainer.save_state()` writes (train_runtime) is the end. The evaluation
     before the first step (`eval_on_start`) goes out at step 0 as an evaluation: no step, no step index."""

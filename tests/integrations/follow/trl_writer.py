@@ -2,7 +2,7 @@
 with `log_completions=True`, writing TRL's own completions parquet and its final checkpoint.
 
     python trl_writer.py OUTPUT_DIR STEPS [checkpoint|save_state] [save_steps=N] [crash_after=N] [resume=1] [seed=N]
-                         [completions=0]
+                         [completions=0] [tokens_seen=1]
 
 `checkpoint` (default): a checkpoint at the last step (`trainer_state.json` with
 `global_step == max_steps`), and every `save_steps` steps before it. `crash_after=N`: the job
@@ -11,7 +11,8 @@ dies (exit code 17, nothing flushed) once step N is logged and saved, before ste
 in OUTPUT_DIR; `seed`: GRPOConfig's (another one samples other completions); `TRL_WRITER_TAG`
 in the environment: the text `log_extra` column's value (default `extra`), which marks each
 sample row with the attempt that wrote it. `completions=0`: `log_completions=False` (no parquet: the
-trainer states are all the follower sees). `save_state`: no checkpoint; the script calls
+trainer states are all the follower sees). `tokens_seen=1`: `include_num_input_tokens_seen="all"`, with which
+transformers puts `train_runtime` in every training log. `save_state`: no checkpoint; the script calls
 `trainer.save_state()` after training, as TRL's example scripts do, which writes the
 end-of-training summary (`train_runtime`) into `<output_dir>/trainer_state.json`; that run
 also evaluates before its first step (`eval_on_start`: `eval_` values logged at step 0).
@@ -69,7 +70,8 @@ if __name__ == "__main__":
                                          max_steps=steps, steps_per_generation=2,
                                          reward_weights=list(REWARD_WEIGHTS), seed=int(options.get("seed", 0)),
                                          reward_funcs=[reward_words, tiny_trl.reward_short], callbacks=callbacks,
-                                         **saving)
+                                         include_num_input_tokens_seen="all" if options.get("tokens_seen") == "1"
+                                         else "no", **saving)
     trainer.train(resume_from_checkpoint=True if options.get("resume") == "1" else None)
     if mode == "save_state":
         trainer.save_state()
