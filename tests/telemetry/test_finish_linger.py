@@ -144,6 +144,15 @@ def test_a_late_scrape_still_reads_the_end_where_prometheus_was_restarting(tmp_p
     assert not [r for r in caplog.records if "did not reach Prometheus" in r.getMessage()]
 
 
+def _finish_said(tel: Telemetry, caplog) -> tuple[list[str], float]:
+    """`tel.finish()`: the warnings it gave, and how long it took."""
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+        started = time.monotonic()
+        tel.finish()
+        took = time.monotonic() - started
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING], took
+
+
 def _pushed_run(tmp_path, port: int, linger_s: float, interval_ms: int = 10_000) -> Telemetry:
     """A run pushing its metrics to the receiver on `port`, which has taken one export of them."""
     tel = Telemetry.from_env(run_id="pushed", output_dir=str(tmp_path), metrics_exporters=["otlp"],
@@ -178,11 +187,7 @@ def test_a_run_whose_collector_stays_away_says_once_that_its_end_is_lost(tmp_pat
     """Bounded by `prometheus_linger_s`, and said: Prometheus will take the run for crashed."""
     with OTLPReceiver() as gone:
         tel = _pushed_run(tmp_path, gone.port, linger_s=2.0)
-    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
-        started = time.monotonic()
-        tel.finish()
-        took = time.monotonic() - started
-    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    said, took = _finish_said(tel, caplog)
     assert len(said) == 1, said  # the collector's going is said once, with what it cost the run
     assert "did not reach Prometheus" in said[0] and "GRPOMetricsAbsent" in said[0], said
     assert took < 30, took  # the bound, not the exporters' own retries on top of it
@@ -197,11 +202,7 @@ def test_a_collector_gone_for_a_minute_is_not_waited_for_and_that_is_said(tmp_pa
     with OTLPReceiver() as gone:
         tel = _pushed_run(tmp_path, gone.port, linger_s=60.0, interval_ms=200)
     time.sleep(1.5)
-    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
-        started = time.monotonic()
-        tel.finish()
-        took = time.monotonic() - started
-    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    said, took = _finish_said(tel, caplog)
     assert len(said) == 1 and "did not reach Prometheus" in said[0], said
     assert took < 30, took  # not the 60 s bound
 
@@ -217,11 +218,7 @@ def test_a_prometheus_gone_for_a_minute_is_not_waited_for_and_that_is_said(tmp_p
         s.record({"kl": 0.1})
     httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
     time.sleep(1.5)
-    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
-        started = time.monotonic()
-        tel.finish()
-        took = time.monotonic() - started
-    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    said, took = _finish_said(tel, caplog)
     assert len(said) == 1 and "did not reach Prometheus" in said[0], said
     assert took < 30, took  # not the 60 s bound
 
@@ -266,13 +263,10 @@ def test_a_collector_reached_through_a_proxy_is_not_taken_for_down(tmp_path, cap
             with tel.step(0) as s:
                 s.record({"kl": 0.1})
             assert tel.flush(10)
-            with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
-                started = time.monotonic()
-                tel.finish()
-                took = time.monotonic() - started
+            said, took = _finish_said(tel, caplog)
         finally:
             proxy.shutdown()
             proxy.server_close()
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert said == []
     assert took < 10, took
     assert rx.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
