@@ -284,16 +284,25 @@ def _sample_event(row: dict, time_ns: int, max_chars: int):
 
 def _set(kv, key: str, value: Any) -> None:
     kv.key = key
+    _set_value(kv.value, value)
+
+
+def _set_value(any_value, value: Any) -> None:
+    """`value` into an OTLP AnyValue as the live export sends it: a list of numbers, texts or booleans (a row's
+    list column) is an array, as the exporter's attribute; what else the spill holds (a mapping) is its JSON."""
     if isinstance(value, bool):
-        kv.value.bool_value = value
+        any_value.bool_value = value
     elif isinstance(value, int) and -(2**63) <= value < 2**63:
-        kv.value.int_value = value
+        any_value.int_value = value
     elif isinstance(value, float):
-        kv.value.double_value = value
+        any_value.double_value = value
     elif isinstance(value, str):
-        kv.value.string_value = value
-    else:  # lists and objects: as the JSON the spill holds
-        kv.value.string_value = json.dumps(value, ensure_ascii=False)
+        any_value.string_value = value
+    elif isinstance(value, list) and all(isinstance(v, (bool, int, float, str)) for v in value):
+        for item in value:
+            _set_value(any_value.array_value.values.add(), item)
+    else:
+        any_value.string_value = json.dumps(value, ensure_ascii=False)
 
 
 def _post(url: str, body: bytes, headers: dict[str, str], retries: int, timeout_s: float) -> tuple[int, str]:

@@ -86,6 +86,15 @@ def test_a_run_exported_live_replays_however_large_its_rows(sidecar_factory, tmp
     assert {len(row["completion"]) for row in stored.values()} == {big}
 
 
+def test_a_list_column_replays_as_the_array_the_live_export_sent(sidecar_factory, tmp_path):
+    """A row's list of numbers (per-token log-probs) or texts goes out as an OTLP array and is stored as a list;
+    a replay sent the spill's JSON text of it, stored as a string."""
+    rows = [{"prompt": "p", "completion": "c", "reward": 0.5, "token_logprobs": [-0.5, -1.25, math.nan],
+             "tools": ["search", "calc"]}]
+    (row,) = _same_live_and_replayed(sidecar_factory, tmp_path, [rows]).values()
+    assert row["token_logprobs"][:2] == [-0.5, -1.25] and row["tools"] == ["search", "calc"]
+
+
 def test_a_replay_keeps_texts_that_read_nan_or_inf_apart_from_numbers(sidecar_factory, tmp_path):
     """The spill wrote a non-finite number as "nan", "inf" or "-inf", the same as a text of that value, and
     a replay took such a text (a model's answer "inf") for a number, stored as null."""
