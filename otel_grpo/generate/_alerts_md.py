@@ -62,7 +62,7 @@ BLOCKS = {
                                                              "lag (a new process on the target: its smallest since its start; gone: "
                                                              "its last offset; no clock exported: 0), added to every "
                                                              "time it exports before the records below compare it",
-    "run_id:grpo_process:alive_until": "the latest promise of the run's process to be heard from again",
+    "run_id:grpo_process:alive_until": "the promise of the run's latest process to be heard from again",
     "run_id:grpo_process:overdue_seconds": "how far past that promise now",
     "run_id:grpo_process:start_time": "the latest process's start",
     "run_id_job_instance:grpo_process:start_time": "the same, in the series of the latest process only: its "

@@ -12,12 +12,13 @@ from ._rules import RuleSettings
 
 # What each alert reads, and why that evidence survives what a scrape-based view loses.
 EVIDENCE = {
-    "GRPOMetricsAbsent": ("`grpo_process_alive_until` (each collection: its time plus the export interval) and the "
-                          "latest process's end markers", "the trainer's times on Prometheus's clock (`grpo_process_clock_seconds` gives "
-                          "its offset): a collector's expiry, scrape gaps and export lag "
-                          "only add up to `liveness_slack`; markers are 0 from each process's start and "
-                          "read in the latest process's series only (its `job`, `instance`), so a reused run id, "
-                          "at another world size or service name too, or a resume is running again; not judged "
+    "GRPOMetricsAbsent": ("the latest process's `grpo_process_alive_until` (each collection: its time plus the "
+                          "export interval) and end markers", "the trainer's times on Prometheus's clock "
+                          "(`grpo_process_clock_seconds` gives its offset): a collector's expiry, scrape gaps and "
+                          "export lag only add up to `liveness_slack`; the promise and the markers (0 from each "
+                          "process's start) are read in the latest process's series only (its `job`, `instance`), so "
+                          "a reused run id, at another world size or service name too, or a resume is running again, "
+                          "and an older process still running under the id keeps no newer one alive; not judged "
                           "while every collector replica is down or one is settling"),
     "GRPORunPreempted": ("as GRPOMetricsAbsent, with `grpo_run_preempted` = 1", "as GRPOMetricsAbsent"),
     "GRPOTrainerStalled": ("`time()` minus the later of the process start, `grpo_step_end_time_seconds` and "
