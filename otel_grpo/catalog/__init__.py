@@ -18,6 +18,7 @@ from ._signal import Group, Kind, Reduction, Signal, sanitize_key
 from ._step_checks import (
     Baseline,
     CHECK_INPUTS,
+    END_GONE_AFTER_S,
     END_WAIT_S,
     PROCESS,
     STEP_CHECKS,
@@ -41,6 +42,7 @@ __all__ = [
     "Baseline",
     "CHECK_INPUTS",
     "CLOCK_OFFSET_ANNOTATION",
+    "END_GONE_AFTER_S",
     "END_WAIT_S",
     "EVAL_KEY",
     "PEERS",

@@ -223,6 +223,9 @@ END_WAIT_S = 75.0
 """How long a finished or preempted process waits, at most, for its end to reach Prometheus (a scrape of its
 endpoint, a collector that takes its last export again): the telemetry's `prometheus_linger_s` by default, and
 what the alert model's replay counts on."""
+END_GONE_AFTER_S = 60.0
+"""A collector that took none of a process's exports for this long (and two export intervals) before its end is
+gone, not restarting: the end does not wait for it (the longest scrape interval; the replay models it too)."""
 
 STOPS_TRAINING = ("loss", "grad_norm")
 """Signals whose non-finite value breaks the update itself: GRPONonFiniteValues pages for these (any other signal

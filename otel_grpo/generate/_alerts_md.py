@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from otel_grpo.catalog import END_WAIT_S, STEP_CHECKS
+from otel_grpo.catalog import END_GONE_AFTER_S, END_WAIT_S, STEP_CHECKS
 
 from ._alerts import alert_rules, alerts
 from ._alerts_table import failure_modes
@@ -154,10 +154,12 @@ def _limits(s: RuleSettings) -> list[str]:
         "  hide a hang of the newer one. A run id must be unique per live process; a relaunch or resume under it after",
         "  the earlier process ended is judged as above.",
         f"- A run's end (`grpo_run_finished` = 1, `grpo_run_preempted` = 1) waits at most {END_WAIT_S:g} s (`END_WAIT_S`,",
-        "  the telemetry's `prometheus_linger_s`) to reach Prometheus: a collector that restarts within it takes the",
-        "  last export (the grid's finish-in-collector-restart); one down longer, or a Prometheus that scrapes no",
-        "  more, leaves the run's last values, and GRPOMetricsAbsent pages a crash. The run's log says so in one",
-        "  warning (`the run's end did not reach Prometheus`).",
+        "  the telemetry's `prometheus_linger_s`) to reach Prometheus: a collector that took the run's exports within",
+        f"  {END_GONE_AFTER_S:g} s (and two export intervals) of the end and restarts within the wait takes the last",
+        "  export (the grid's finish-in-collector-restart); one down longer or gone before, a Prometheus that stopped",
+        "  scraping, or a collector behind a proxy (the proxy is all the run can see), leaves the run's last values,",
+        "  and GRPOMetricsAbsent pages a crash. The run's log says so in one warning (`the run's end did not reach",
+        "  Prometheus`).",
         "- With several ranks only rank 0 exports the run's liveness: a crash of another rank reaches rank 0 as the",
         "  launcher's SIGTERM and is reported as a preemption (GRPORunPreempted, warning), not as a crash.",
     ]

@@ -20,7 +20,8 @@ time t sees depends on the path:
 - *push* through a collector (`export_s>0`): the process exports every `export_s` (and
   once more when it closes on purpose; a killed one does not), each time every series it has
   (one it no longer has comes flagged "no recorded value", which drops it; a process that ends on purpose
-  while the collector is down waits up to `END_WAIT_S` for it to take that last export); the collector
+  while the collector is down waits up to `END_WAIT_S` for it to take that last export, where it took one
+  within `END_GONE_AFTER_S` before); the collector
   serves each series' last delivered value until `expire_s` (its metric_expiration) after
   that series' last update, forgets everything when it restarts, and is not scraped during an
   outage (`Outage`), when the exports to it fail too. A process whose exports move to
@@ -54,7 +55,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from otel_grpo import catalog
-from otel_grpo.catalog import END_WAIT_S, PROCESS, STEP_CHECKS, Streaks, bound_label, judged, process_id, reached
+from otel_grpo.catalog import (END_GONE_AFTER_S, END_WAIT_S, PROCESS, STEP_CHECKS, Streaks, bound_label, judged,
+                               process_id, reached)
 
 from ._rules import promql_string
 
@@ -362,12 +364,14 @@ def _relayed(seg: Segment, line: "_Timeline", states: list[dict[str, float]], re
     moved = math.inf if seg.moved_s is None else seg.moved_s
     deliveries = [c for c in _deliveries(seg, line, scrape_s, scrapes) if (c < moved) == (replica == 0)]
     if deliveries and deliveries[-1] == line.end_s and seg.end in ("finish", "preempt"):
-        # a process whose exports got through before waits for a collector that is down as it ends (restarting)
-        # to take its last one, at most `END_WAIT_S`: delivered as the outage ends, else lost
+        # a process whose exports got through lately waits for a collector that is down as it ends (restarting)
+        # to take its last one, at most `END_WAIT_S`: delivered as the outage ends, else lost; one that took
+        # nothing for `END_GONE_AFTER_S` (and two export intervals) before the end is gone, and not waited for
         back = max((o.end_s for o in outages if o.replica == replica and o.start_s <= line.end_s < o.end_s),
                    default=line.end_s)
-        if back > line.end_s and back - line.end_s <= END_WAIT_S and any(
-                not _down(outages, c, replica) for c in deliveries[:-1]):
+        took = [c for c in deliveries[:-1] if not _down(outages, c, replica)]
+        lately = took and line.end_s - took[-1] <= max(END_GONE_AFTER_S, 2 * seg.export_s)
+        if back > line.end_s and back - line.end_s <= END_WAIT_S and lately:
             deliveries[-1] = back
     deliveries = [c for c in deliveries if not _down(outages, c, replica)]
     seen: list[dict[str, float] | None] = [None] * (scrapes + 1)

@@ -19,8 +19,10 @@ from typing import Any, Callable, Iterable, Mapping
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from ._providers import (Owned, build_meter_provider, build_resource, build_tracer_provider, otlp_unreachable,
-                         sdk_disabled, traces_target)
+from .. import catalog
+
+from ._providers import (Owned, build_meter_provider, build_resource, build_tracer_provider, otlp_target,
+                         otlp_unreachable, sdk_disabled, traces_target)
 from ._quiet import ExportHealth
 from ._settings import TelemetrySettings
 
@@ -30,9 +32,9 @@ DOWN_GRACE_S = 1.0
 """At shutdown with the export endpoint failing, how long the exporters still get."""
 END_PROBE_S = 1.0
 """How often an ended run tries the metrics endpoint again while it waits to deliver its end."""
-GONE_AFTER_S = 60.0
-"""A metrics endpoint that took no export this long (and two export intervals) is gone, not restarting: the end
-waits for it no more (as `_prometheus.Scrapes.UNWATCHED_AFTER_S`, the longest scrape interval)."""
+GONE_AFTER_S = catalog.END_GONE_AFTER_S
+"""A metrics endpoint that took no export this long (and two export intervals) before the end is gone, not
+restarting: the end does not wait for it (as `_prometheus.Scrapes.UNWATCHED_AFTER_S`)."""
 
 
 class Exporters:
@@ -134,35 +136,49 @@ class Exporters:
 
     def deliver_end(self, bound_s: float) -> bool:
         """Wait, at most `bound_s`, until the run's end can reach Prometheus: one more scrape of the pull
-        endpoint, and an OTLP metrics endpoint that took the run's exports before and takes connections again
+        endpoint, and an OTLP metrics endpoint that took the run's exports lately and takes connections again
         for the final one. Without it Prometheus reads the run's last values, `grpo.run.finished` = 0, and its
         alerts page a crash (GRPOMetricsAbsent): a collector restarting or Prometheus down as a run finishes.
-        Said in one warning where the end could not be delivered; False then."""
-        deadline = time.monotonic() + bound_s
+        A watcher that took nothing for `GONE_AFTER_S` (and two export intervals) before the end is gone, not
+        restarting, and is not waited for. Said in one warning where the end could not be delivered; False then."""
+        began = time.monotonic()
+        deadline = began + bound_s
         missed, down = [], None
+        target = otlp_target(self._settings, "metrics")
+        last = self.health.delivered.get(("metrics", target))
         if self._linger is not None and not self._linger(bound_s):
             missed.append("no scrape of /metrics came")
-        # As the pull endpoint's: only a run whose metrics reached Prometheus has an end to deliver, and only a
-        # collector that took them lately (within a minute and two export intervals) may be restarting.
-        last = self.health.delivered.get("metrics")
         if self._owned and self._push_readers and last is not None:
-            down = otlp_unreachable(self._settings, signals=("metrics",))
-            recent = max(GONE_AFTER_S, 2 * self._settings.metric_export_interval_ms / 1000)
-            while down is not None and time.monotonic() < deadline and time.monotonic() - last < recent:
+            gone = began - last > max(GONE_AFTER_S, 2 * self._settings.metric_export_interval_ms / 1000)
+            down = self._probe(deadline)
+            while down is not None and not gone and time.monotonic() < deadline:
                 time.sleep(min(END_PROBE_S, max(deadline - time.monotonic(), 0.0)))
-                down = otlp_unreachable(self._settings, signals=("metrics",))
+                down = self._probe(deadline)
             if down is not None:
-                missed.append(f"the metrics endpoint {down} took no connection")
+                missed.append(f"{down} took no connection" + (" and had taken no export for a minute" if gone else ""))
         if not missed:
             return True
-        cost = "its alerts will take the run for crashed (GRPOMetricsAbsent); raise prometheus_linger_s to wait longer"
+        waited = time.monotonic() - began
+        text = (f"the run's end did not reach Prometheus ({'; '.join(missed)}; waited {waited:.0f}s): its alerts "
+                "will take the run for crashed (GRPOMetricsAbsent)"
+                + ("; raise prometheus_linger_s to wait longer" if waited >= bound_s else ""))
         if down is not None and not self.health.failures:  # the run's one export warning: nothing failed before
-            self.health.failed("metrics", down, f"no connection within {bound_s:.0f}s at the run's end, which did not "
-                                                f"reach Prometheus then: {cost}")
+            self.health.failed("metrics", down, text)
         else:  # said apart: what an outage said before, or a pull endpoint (no export failed), cost the run
-            logger.warning("otel-grpo: the run's end did not reach Prometheus within %.0fs (%s): %s", bound_s,
-                           "; ".join(missed), cost)
+            logger.warning("otel-grpo: %s", text)
         return False
+
+    def _probe(self, deadline: float) -> str | None:
+        """`otlp_unreachable` for the metrics endpoint, never past `deadline` (a name lookup is not bounded by
+        the connection's timeout): one that has not answered by then is down."""
+        found: list[str | None] = []
+
+        def probe() -> None:
+            found.append(otlp_unreachable(self._settings, signals=("metrics",)))
+
+        if _bounded(probe, "otel-grpo-probe", max(min(deadline - time.monotonic(), END_PROBE_S), 0.05)) and found:
+            return found[0]
+        return otlp_target(self._settings, "metrics")
 
 
 def _bounded(work: Callable[[], Any], name: str, timeout_s: float) -> bool:

@@ -74,6 +74,7 @@ class Scrapes:
         self._begun = 0
         self._done = 0  # the highest number of a completed scrape
         self._since = time.monotonic()  # the endpoint's start, then each scrape's end: how long it went unread
+        self._interval = 0.0  # between the last two scrapes' ends: the watcher's interval
 
     def begin(self) -> int:
         with self._cond:
@@ -82,20 +83,23 @@ class Scrapes:
 
     def end(self, seq: int) -> None:
         with self._cond:
+            now = time.monotonic()
+            if self._done:
+                self._interval = now - self._since
             self._done = max(self._done, seq)
-            self._since = time.monotonic()
+            self._since = now
             self._cond.notify_all()
 
     def wait_after(self, timeout_s: float) -> bool:
         """Until a scrape that begins after this call has completed, at most `timeout_s`; False where a watcher
         that scraped the endpoint missed what is set now. A watcher scrapes again within its interval; one that
         is late (Prometheus restarting) is waited for up to the bound, since a run's end it never reads is taken
-        for a crash. Nothing is waited for once the endpoint went `UNWATCHED_AFTER_S` unread: never scraped,
-        nobody watches it (True: nothing that reads it is left behind); scraped before, its watcher is gone
-        (False). An endpoint never scraped yet waits at most `FIRST_SCRAPE_S` (a first scrape may be on its
-        way)."""
+        for a crash. Nothing is waited for where the endpoint went unread, as this is called, for
+        `UNWATCHED_AFTER_S` (and twice its watcher's interval): never scraped, nobody watches it (True: nothing
+        that reads it is left behind); scraped before, its watcher is gone (False). An endpoint never scraped yet
+        waits at most `FIRST_SCRAPE_S` (a first scrape may be on its way)."""
         with self._cond:
-            if time.monotonic() - self._since >= self.UNWATCHED_AFTER_S:
+            if time.monotonic() - self._since >= max(self.UNWATCHED_AFTER_S, 2 * self._interval):
                 return not self._done
             if not self._done:
                 self._cond.wait_for(lambda: self._done > 0, min(timeout_s, self.FIRST_SCRAPE_S))

@@ -17,8 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
-import urllib.request
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import urlsplit
 
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricReader, PeriodicExportingMetricReader
@@ -97,8 +96,8 @@ def sdk_disabled() -> bool:
 def otlp_unreachable(settings: TelemetrySettings, timeout_s: float = 0.5,
                      signals: tuple[str, ...] = ("traces", "metrics")) -> str | None:
     """The first OTLP endpoint in use for `signals` that takes no TCP connection within `timeout_s`; None if
-    all do. Where a proxy carries the exporter's requests (`HTTPS_PROXY`, `grpc_proxy`, ... and `NO_PROXY`, as
-    requests and gRPC read them), the proxy is what must take it: a cluster may reach its collector only so.
+    all do. Where a proxy carries the exporter's requests (`_proxy`), the proxy is what must take it: a cluster
+    may reach its collector only so (and a collector behind it that restarts looks reachable).
 
     Checked at shutdown: against a closed port the exporters would retry their final batch for
     the whole export timeout (10 s by default) before the process could exit.
@@ -106,30 +105,44 @@ def otlp_unreachable(settings: TelemetrySettings, timeout_s: float = 0.5,
     for signal, exporters in (("traces", settings.traces_exporters), ("metrics", settings.metrics_exporters)):
         if signal not in signals or "otlp" not in exporters:
             continue
-        target = _otlp_target(settings, signal) or "localhost:4317"
-        url = _dialed(urlsplit(target if "://" in target else "//" + target))
+        target = otlp_target(settings, signal)
+        url = urlsplit(target if "://" in target else "//" + target)
+        proxy = _proxy(target, grpc=settings.protocol_for(signal) != "http/protobuf")
+        dialed = url if proxy is None else urlsplit(proxy if "://" in proxy else "//" + proxy)
         try:
-            port = url.port or (443 if url.scheme == "https" else 80)
-            socket.create_connection((url.hostname or "localhost", port), timeout_s).close()
+            port = dialed.port or (443 if dialed.scheme == "https" else 80)
+            socket.create_connection((dialed.hostname or "localhost", port), timeout_s).close()
         except (OSError, ValueError):
             return target
     return None
 
 
-def _dialed(url: SplitResult) -> SplitResult:
-    """Where a connection to `url` goes first: its proxy, if one applies (a gRPC target has no scheme)."""
-    proxies = urllib.request.getproxies()
-    found = [proxies.get(s) for s in ((url.scheme,) if url.scheme else ("grpc", "https", "http"))]
-    proxy = next((p for p in found if p), None)
-    if proxy is None or urllib.request.proxy_bypass(url.hostname or "localhost"):
-        return url
-    return urlsplit(proxy if "://" in proxy else "//" + proxy)
+def _proxy(target: str, grpc: bool) -> str | None:
+    """The proxy the exporter's own client takes to `target`, if any. OTLP/HTTP: requests' choice from the
+    environment (`HTTP(S)_PROXY`, `ALL_PROXY`, `NO_PROXY` with its CIDR entries). gRPC: its own, lowercase only
+    (`grpc_proxy`, else `https_proxy`, else `http_proxy`; `no_grpc_proxy`, else `no_proxy`), whatever the
+    target's scheme."""
+    import requests.utils
+
+    url = target if "://" in target else "http://" + target
+    if not grpc:
+        return requests.utils.select_proxy(url, requests.utils.get_environ_proxies(url))
+    proxy = next((os.environ[n] for n in ("grpc_proxy", "https_proxy", "http_proxy") if n in os.environ), "")
+    no_proxy = os.environ.get("no_grpc_proxy", os.environ.get("no_proxy"))
+    if not proxy or requests.utils.should_bypass_proxies(url, no_proxy=no_proxy):
+        return None
+    return proxy
+
+
+def otlp_target(settings: TelemetrySettings, signal: Literal["traces", "metrics"]) -> str:
+    """Where a signal's OTLP exporter sends, as its warnings and `ExportHealth` name it."""
+    return _otlp_target(settings, signal) or "localhost:4317"
 
 
 def traces_target(settings: TelemetrySettings) -> str:
     """Where the spans go, as a warning names it: the OTLP endpoint, else the other exporters."""
     if "otlp" in settings.traces_exporters:
-        return _otlp_target(settings, "traces") or "localhost:4317"
+        return otlp_target(settings, "traces")
     return ", ".join(settings.traces_exporters)
 
 
@@ -143,9 +156,8 @@ def _otlp_span_exporter(settings: TelemetrySettings, health: ExportHealth) -> Qu
 
 
 def _otlp_metric_exporter(settings: TelemetrySettings, health: ExportHealth, ended: EndedSeries) -> QuietMetricExporter:
-    endpoint = _otlp_target(settings, "metrics")
-    exporter = otlp_metric_exporter(settings.protocol_for("metrics"), endpoint, ended)
-    return QuietMetricExporter(exporter, endpoint or "localhost:4317", health)
+    exporter = otlp_metric_exporter(settings.protocol_for("metrics"), _otlp_target(settings, "metrics"), ended)
+    return QuietMetricExporter(exporter, otlp_target(settings, "metrics"), health)
 
 
 @dataclass

@@ -113,9 +113,9 @@ class ExportHealth:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._failing: set[str] = set()
-        self.delivered: dict[str, float] = {}
-        """The signals an endpoint has taken an export of (something downstream knows the run), and when it last
-        took one (`time.monotonic`)."""
+        self.delivered: dict[tuple[str, str], float] = {}
+        """(signal, target) of each exporter whose endpoint has taken an export (something downstream knows the
+        run), and when it last took one (`time.monotonic`): a console exporter's success is no collector's."""
         self.failures = 0
         self.spill: SampleSpill | None = None
         """The local copy of the same steps (set by the backend), which the warning names; None: not spilled."""
@@ -150,7 +150,7 @@ class ExportHealth:
         with self._lock:
             recovered = signal in self._failing
             self._failing.discard(signal)
-            self.delivered[signal] = time.monotonic()
+            self.delivered[signal, target] = time.monotonic()
         if recovered:
             logger.info("otel-grpo: exporting %s to %s works again (%d failed exports so far)",
                         signal, target, self.failures)

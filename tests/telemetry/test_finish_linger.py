@@ -12,6 +12,7 @@ import time
 import urllib.request
 
 import httpx
+import pytest
 
 from otel_grpo.telemetry import Telemetry
 from otel_grpo.telemetry._prometheus import Scrapes
@@ -183,6 +184,41 @@ def test_a_run_that_finishes_while_its_collector_restarts_delivers_its_end_once_
     assert not [r for r in caplog.records if "did not reach Prometheus" in r.getMessage()]
 
 
+def test_a_restart_that_outlasts_the_minute_since_the_last_export_is_still_waited_for(tmp_path, caplog, monkeypatch):
+    """Whether the collector is gone is judged as the run ends (its last export within `GONE_AFTER_S`, here 2 s),
+    not again while waiting: a restart that began before the end and ends 3 s into the wait (past the last
+    export's 2 s) still takes the run's end."""
+    from otel_grpo.telemetry import _exporters
+
+    monkeypatch.setattr(_exporters, "GONE_AFTER_S", 2.0)
+    with OTLPReceiver() as first:
+        port = first.port
+        tel = _pushed_run(tmp_path, port, linger_s=30.0, interval_ms=200)
+    time.sleep(1.0)
+    ender = threading.Thread(target=tel.finish)
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+        ender.start()
+        ender.join(3.0)
+        assert ender.is_alive()
+        with OTLPReceiver(port) as back:
+            wait_for(lambda: not ender.is_alive(), "finish() once the collector was back", timeout=30)
+    assert back.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
+
+
+def test_a_console_exporter_beside_a_dead_collector_is_no_collector_that_took_the_run(tmp_path, caplog):
+    """`otlp,console`: the console's exports succeed, the collector never took one: nothing downstream knows the
+    run, so its end is not waited for, and the dead collector is the one warning."""
+    tel = Telemetry.from_env(run_id="console", output_dir=str(tmp_path), metrics_exporters=["otlp", "console"],
+                             traces_exporters=["none"], otlp_protocol="http/protobuf",
+                             otlp_endpoint=f"http://127.0.0.1:{free_port()}", prometheus_linger_s=30.0)
+    with tel.step(0) as s:
+        s.record({"kl": 0.1})
+    tel.flush(5)
+    said, took = _finish_said(tel, caplog)
+    assert len(said) == 1, said
+    assert took < 15, took  # not the 30 s wait
+
+
 def test_a_run_whose_collector_stays_away_says_once_that_its_end_is_lost(tmp_path, caplog):
     """Bounded by `prometheus_linger_s`, and said: Prometheus will take the run for crashed."""
     with OTLPReceiver() as gone:
@@ -270,3 +306,31 @@ def test_a_collector_reached_through_a_proxy_is_not_taken_for_down(tmp_path, cap
     assert said == []
     assert took < 10, took
     assert rx.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
+
+
+_PROXY_VARS = ("grpc_proxy", "https_proxy", "http_proxy", "all_proxy", "no_grpc_proxy", "no_proxy",
+               "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+@pytest.mark.parametrize("env, grpc, expected", [
+    ({"grpc_proxy": "http://gp:3128", "https_proxy": "http://hp:3128"}, True, "http://gp:3128"),
+    ({"https_proxy": "http://hp:3128"}, True, "http://hp:3128"),  # whatever the target's scheme
+    ({"HTTPS_PROXY": "http://hp:3128"}, True, None),  # gRPC reads lowercase names only
+    ({"https_proxy": "http://hp:3128", "no_grpc_proxy": "collector"}, True, None),
+    ({"https_proxy": "http://hp:3128", "no_proxy": ".cluster"}, True, None),
+    ({"HTTP_PROXY": "http://hp:3128"}, False, "http://hp:3128"),
+    ({"ALL_PROXY": "http://ap:3128"}, False, "http://ap:3128"),
+    ({"HTTP_PROXY": "http://hp:3128", "NO_PROXY": "10.0.0.0/8"}, False, None),  # a CIDR entry, as requests reads it
+])
+def test_the_end_probe_takes_the_proxy_the_exporters_client_takes(monkeypatch, env, grpc, expected):
+    """Behind a proxy the probe must dial what the exporter dials: requests' choice for OTLP/HTTP, gRPC's own for
+    gRPC; a probe that dials the collector where the exporter goes through a proxy waits and warns falsely."""
+    from otel_grpo.telemetry._providers import _proxy
+
+    for name in _PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    host = "10.1.2.3" if "10.0.0.0/8" in env.values() else ("collector" if "no_grpc_proxy" in env else
+                                                             "collector.cluster")
+    assert _proxy(f"http://{host}:4317", grpc=grpc) == expected

@@ -121,12 +121,12 @@ def test_a_crashed_job_whose_every_log_holds_train_runtime_stays_live(tmp_path):
 
 
 def test_trl_end_of_training_summary_marks_the_run_finished(tmp_path, trl_summary):
-    """No checkpoint at all: the summary `trainer.save_state()` writes (train_runtime) is the end. The evaluation
+    """No checkpoint at all: the summary `trainer.save_state()` writes (train_loss) is the end. The evaluation
     before the first step (`eval_on_start`) goes out at step 0 as an evaluation: no step, no step index."""
     out = trl_summary
     assert not list(out.glob("checkpoint-*"))
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    assert "train_runtime" in history[-1]
+    assert "train_loss" in history[-1]
     assert history[0]["step"] == 0 and "eval_reward" in history[0]
     run = Run(tmp_path, [TrlOutput(out, reward_weights=[1.0, 0.5])])
     assert run.follower.run(StopRequest()) is True

@@ -14,7 +14,7 @@ sample row with the attempt that wrote it. `completions=0`: `log_completions=Fal
 trainer states are all the follower sees). `tokens_seen=1`: `include_num_input_tokens_seen="all"`, with which
 transformers puts `train_runtime` in every training log. `save_state`: no checkpoint; the script calls
 `trainer.save_state()` after training, as TRL's example scripts do, which writes the
-end-of-training summary (`train_runtime`) into `<output_dir>/trainer_state.json`; that run
+end-of-training summary (`train_loss`) into `<output_dir>/trainer_state.json`; that run
 also evaluates before its first step (`eval_on_start`: `eval_` values logged at step 0).
 
 `steps_per_generation=2`: every generation batch serves two steps, so TRL writes the same
