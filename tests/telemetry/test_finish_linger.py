@@ -166,13 +166,9 @@ def _pushed_run(tmp_path, port: int, linger_s: float, interval_ms: int = 10_000)
     return tel
 
 
-def test_a_run_that_finishes_while_its_collector_restarts_delivers_its_end_once_it_is_back(tmp_path, caplog):
-    """The collector goes away before `finish()` and is back 3 s later on its port: the run's end gets there
-    (grpo.run.finished = 1), and nothing is said; `finish()` waited for it, not for the whole bound."""
-    with OTLPReceiver() as first:
-        port = first.port
-        tel = _pushed_run(tmp_path, port, linger_s=60.0)
-        assert first.metric_points("grpo.run.finished")[-1][1].as_double == 0.0
+def _finished_after_a_restart(tel: Telemetry, port: int, caplog) -> OTLPReceiver:
+    """`tel.finish()` while nothing listens on `port`: still waiting 3 s on, when a receiver comes back there and
+    takes what it sends until `finish()` returns. That receiver."""
     ender = threading.Thread(target=tel.finish)
     with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
         ender.start()
@@ -180,6 +176,17 @@ def test_a_run_that_finishes_while_its_collector_restarts_delivers_its_end_once_
         assert ender.is_alive()
         with OTLPReceiver(port) as back:
             wait_for(lambda: not ender.is_alive(), "finish() once the collector was back", timeout=30)
+    return back
+
+
+def test_a_run_that_finishes_while_its_collector_restarts_delivers_its_end_once_it_is_back(tmp_path, caplog):
+    """The collector goes away before `finish()` and is back 3 s later on its port: the run's end gets there
+    (grpo.run.finished = 1), and nothing is said; `finish()` waited for it, not for the whole bound."""
+    with OTLPReceiver() as first:
+        port = first.port
+        tel = _pushed_run(tmp_path, port, linger_s=60.0)
+        assert first.metric_points("grpo.run.finished")[-1][1].as_double == 0.0
+    back = _finished_after_a_restart(tel, port, caplog)
     assert back.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
     assert not [r for r in caplog.records if "did not reach Prometheus" in r.getMessage()]
 
@@ -195,13 +202,7 @@ def test_a_restart_that_outlasts_the_minute_since_the_last_export_is_still_waite
         port = first.port
         tel = _pushed_run(tmp_path, port, linger_s=30.0, interval_ms=200)
     time.sleep(1.0)
-    ender = threading.Thread(target=tel.finish)
-    with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
-        ender.start()
-        ender.join(3.0)
-        assert ender.is_alive()
-        with OTLPReceiver(port) as back:
-            wait_for(lambda: not ender.is_alive(), "finish() once the collector was back", timeout=30)
+    back = _finished_after_a_restart(tel, port, caplog)
     assert back.metric_points("grpo.run.finished")[-1][1].as_double == 1.0
 
 
