@@ -1,6 +1,6 @@
 """SIGTERM as a preemption: open runs end as preempted, then the process dies of SIGTERM as it would have.
 
-    watch(telemetry)      # an exporting Telemetry, when it opens
+    watch(telemetry)      # an exporting Telemetry, or any rank of a job, when it opens
     unwatch(telemetry)    # when it is shut down
 
 A scheduler stops a job with SIGTERM (SLURM's preemption or time limit, a Kubernetes eviction),
@@ -8,7 +8,8 @@ which by default kills Python on the spot: no exit hook runs, the run's series s
 its alerts page a crash (GRPOMetricsAbsent) where they should say it was preempted and is to be
 resumed (GRPORunPreempted). While a watched run is open, and only where nothing else handles
 SIGTERM (its action is still the default when the first run opens, on the main thread), the
-signal first shuts every open run down as preempted, within their shutdown bound, and is then
+signal first shuts every open run down as preempted (as crashed where another rank of the job ended on its own
+first: `Telemetry.shutdown`, `_rank_ends`), within their shutdown bound, and is then
 raised again with the default action: the process still dies of SIGTERM, and its scheduler or
 launcher sees what it saw before. A handler of the program's own (a launcher's, a trainer's
 graceful stop) owns the signal: it is never replaced, and the default comes back when the last
@@ -117,8 +118,6 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _end_preempted(runs: list[Any]) -> None:
-    logger.warning("otel-grpo: SIGTERM: ending run %s as preempted (grpo.run.preempted = 1) before the process "
-                   "exits", ", ".join(repr(r.run_id) for r in runs))
     # Off this thread: it may have been stopped inside the telemetry, holding a lock that shutdown takes.
     closers = [threading.Thread(target=r.shutdown, kwargs={"preempted": True}, name="otel-grpo-preempted",
                                 daemon=True) for r in runs]

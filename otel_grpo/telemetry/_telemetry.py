@@ -50,6 +50,7 @@ from ._exchange import ProcessGroup, current_group, select_across_ranks
 from ._process_sink import ProcessSink
 from ._providers import detect_rank, sdk_disabled
 from ._quiet import ExportHealth
+from ._rank_ends import RankEnds
 from ._record import Heartbeat, StepRecord, error_of
 from ._retention import AnomalyJudge, RowBudget
 from ._settings import TelemetrySettings
@@ -111,6 +112,8 @@ class Telemetry:
         self._warned_exchange = False
         self._warned_closed = False
         self._last_beat = -math.inf  # monotonic time of the last heartbeat handed to the sink
+        self._rank_ends: RankEnds | None = None  # where this rank's end goes, once its process group is up
+        self._joined = _off or self.world_size <= 1
         if self.exporting and sdk_disabled():  # set for a whole cluster, it would silence the run without a word
             spill = f"; samples still spill to {settings.output_dir / 'samples'}" if settings.spill_samples else ""
             logger.warning("otel-grpo: OTEL_SDK_DISABLED=true turns OpenTelemetry off in this process: run %r "
@@ -118,6 +121,7 @@ class Telemetry:
         atexit.register(self._at_exit)
         if self.exporting:
             _exporting.add(self)
+        if self.exporting or not self._joined:  # every rank of a job writes its end before SIGTERM kills it
             _preemption.watch(self)  # SIGTERM left to its default would end the run as a crash
 
     def _inherited(self) -> None:
@@ -260,6 +264,8 @@ class Telemetry:
                 if clean and gather:
                     self._select_across_ranks(record, group)  # every rank's rows compete
             record.end_ns = clock.now_ns()
+            if not self._joined:
+                self._join_ranks()
             if not self._closed:
                 with _preemption.deferred():  # the sink's locks: a SIGTERM here ends the run after it
                     self._sink.submit(record)
@@ -267,6 +273,26 @@ class Telemetry:
                 self._warned_closed = True
                 logger.warning("otel-grpo: step %d came after this Telemetry's finish() or shutdown(); it and "
                                "later steps are neither exported nor spilled (make a new Telemetry)", step)
+
+    def _join_ranks(self) -> None:
+        """Once the job's process group is up (its first step, or a later one where it comes up later): this
+        rank's host and pid go to the job's store, where its end will go (`_rank_ends`)."""
+        group = current_group()
+        if group is not None:
+            self._rank_ends, self._joined = RankEnds.join(self.settings.run_id, group), True
+
+    def _preempted_unless_fallen(self) -> bool:
+        """A stop that ends the run as preempted (a SIGTERM): so it does, unless another rank of the job ended on its
+        own before it (`RankEnds.fallen`), when the stop is the launcher's after a crash and the run ends as one."""
+        fallen = [] if self._rank_ends is None else self._rank_ends.fallen()
+        if fallen and self.exporting:
+            logger.warning("otel-grpo: SIGTERM after %s of run %r ended on its own (a launcher then stops the other "
+                           "ranks): ending the run as crashed, not as preempted", ", ".join(
+                               f"rank {rank} ({how})" for rank, how in fallen), self.settings.run_id)
+        elif self.exporting:
+            logger.warning("otel-grpo: SIGTERM: ending run %r as preempted (grpo.run.preempted = 1) before the "
+                           "process exits", self.settings.run_id)
+        return not fallen
 
     def _selection_group(self) -> ProcessGroup | None:
         """The processes a step's rows are selected across (on the training thread, with rank 0's verdict):
@@ -390,7 +416,9 @@ class Telemetry:
 
         `finished=True` is `finish()`. The exit hook calls this with False: a process
         that exits without finishing its run did not end it on purpose. `preempted=True`:
-        a scheduler stopped the run (SIGTERM) to resume it later, `grpo.run.preempted` = 1. While the
+        a scheduler stopped the run (SIGTERM) to resume it later, `grpo.run.preempted` = 1, unless another rank of
+        the job ended on its own before (it raised, or was killed: `_rank_ends`), when the stop is a launcher's after
+        a crash and the run ends as crashed. While the
         run is open, a SIGTERM that nothing else in the program handles does this by itself and then
         lets the signal end the process as it would have (`_preemption`). Called from a signal handler of the
         program's own while the training thread was handing a step over, it runs once the hand-over is done.
@@ -403,4 +431,8 @@ class Telemetry:
             self._closed = True
         atexit.unregister(self._at_exit)
         _preemption.unwatch(self)
+        if self._rank_ends is not None:  # first: the launcher stops the other ranks once this process exits
+            self._rank_ends.record("finished" if finished else "preempted" if preempted else "stopped")
+        if preempted and not finished:
+            preempted = self._preempted_unless_fallen()
         self._sink.close(self.settings.shutdown_timeout_s, finished=finished, preempted=preempted)

@@ -1,0 +1,151 @@
+"""Each rank's end in the job's store, so that a launcher's SIGTERM after another rank fell ends the run as a crash.
+
+    ends = RankEnds.join(run_id, group)  # every rank of a job, once its process group is up (its first step)
+    ends.record("stopped")               # as the rank's run ends: "finished", "preempted" or "stopped"
+    ends.fallen()                        # on SIGTERM: the ranks that ended on their own before it
+
+torchrun and `accelerate launch` stop every worker with SIGTERM when one fails: the signal a scheduler's
+preemption sends. Only rank 0 exports the run's liveness, so another rank's crash (CUDA out of memory, the
+kernel's OOM killer) reached the alerts as a preemption (GRPORunPreempted, a warning that says "resume it")
+rather than as the crash it was (GRPOMetricsAbsent, a page). So every rank writes into the job's store (the
+default process group's: the launcher's, kept apart per restart round):
+- `proc/<rank>`: its host and pid, when it joins;
+- `end/<rank>`: how its run ended, as it ends. A rank that ended "stopped" (an exception, an exit without
+  `finish()`) also counts itself into `fallen`, before its process exits, so before the launcher stops the rest.
+On SIGTERM each rank looks at the ranks of its own host: one whose process is gone without an end was killed
+(SIGKILL: nothing ran in it) and is counted into `fallen` too, where the ranks of another host (rank 0's) find
+it. Every rank of a job handles SIGTERM (`_preemption`) and writes its end before it dies, so in a preemption
+no rank is gone without one; a rank blocked in a collective is alive and says nothing. Only evidence counts:
+a rank that says nothing leaves the preemption as it was.
+
+Store calls run on a thread of their own with a bound: a store whose host died (rank 0's, or the launcher's)
+must not hold a rank's exit or its signal handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+from ._exchange import ProcessGroup
+
+logger = logging.getLogger("otel_grpo.telemetry")
+
+_BOUND_S = 2.0
+"""At most this long for one batch of store calls: a healthy store answers in milliseconds."""
+
+T = TypeVar("T")
+
+
+def _bounded(calls: Callable[[], T]) -> T | None:
+    """`calls()` on a daemon thread, waited for `_BOUND_S`; None when it failed or did not return in time."""
+    out: list[T] = []
+
+    def run() -> None:
+        try:
+            out.append(calls())
+        except Exception:  # a store that went away: the rank's end is unknown, as before this module
+            logger.debug("otel-grpo: the job's store did not answer", exc_info=True)
+
+    worker = threading.Thread(target=run, name="otel-grpo-rank-ends", daemon=True)
+    worker.start()
+    worker.join(_BOUND_S)
+    return out[0] if out else None
+
+
+def _gone(pid: int) -> bool:
+    """The process `pid` has exited (a zombie not yet reaped by its launcher included)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except FileNotFoundError:
+        return True
+    except (OSError, IndexError):  # no procfs (macOS): nothing is known
+        return False
+
+
+@dataclass(frozen=True)
+class RankEnds:
+    """This rank's handle on the job's record of how its ranks ended."""
+
+    store: Any
+    prefix: str
+    rank: int
+    local: range
+    """The ranks on this host, as the launcher numbers them (`LOCAL_RANK`, `LOCAL_WORLD_SIZE`)."""
+    host: str
+    pid: int
+
+    @classmethod
+    def join(cls, run_id: str, group: ProcessGroup) -> RankEnds | None:
+        """This rank's handle, its host and pid written; None where the group has no store that answers."""
+        try:
+            store = group.dist.distributed_c10d._get_default_store()
+        except Exception:  # a process group made without a store (a custom backend): nothing to write into
+            return None
+        local_rank = int(os.environ.get("LOCAL_RANK", "-1"))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+        first = group.rank - local_rank
+        local = range(first, first + local_world) if 0 <= local_rank < local_world else range(group.rank,
+                                                                                               group.rank + 1)
+        ends = cls(store, f"otel-grpo/{run_id}/", group.rank, local, socket.gethostname(), os.getpid())
+        return ends if _bounded(ends._running) else None
+
+    def _running(self) -> bool:
+        """This rank runs (again): its host and pid written, an end of an earlier run of this id in the job gone."""
+        self.store.set(f"{self.prefix}proc/{self.rank}", f"{self.host} {self.pid}")
+        self.store.delete_key(f"{self.prefix}end/{self.rank}")
+        return True
+
+    def record(self, how: str) -> None:
+        """This rank's run ended `how`: "finished", "preempted" or "stopped" (anything else: a crash)."""
+        if os.getpid() != self.pid:  # a forked child's exit is not the rank's end
+            return
+
+        def write() -> None:
+            self.store.set(f"{self.prefix}end/{self.rank}", how)
+            if how == "stopped":
+                self._fall(self.rank, "raised")
+
+        _bounded(write)
+
+    def fallen(self) -> list[tuple[int, str]]:
+        """On SIGTERM: the ranks that ended on their own before it, with how ("raised": its run stopped without
+        finishing; "killed": its process is gone without an end), ranks of this host found killed counted in."""
+        if os.getpid() != self.pid:
+            return []
+
+        def look() -> list[tuple[int, str]]:
+            for rank in self.local:
+                if rank != self.rank and self._killed(rank):
+                    self._fall(rank, "killed")
+            count = int(self.store.add(f"{self.prefix}fallen", 0))
+            found: dict[int, str] = {}
+            for n in range(1, count + 1):
+                key = f"{self.prefix}fallen/{n}"
+                if self.store.check([key]):  # else counted, not yet written: a get would wait for it
+                    rank, how = self.store.get(key).decode().split()
+                    if self._end(int(rank)) == ("stopped" if how == "raised" else None):  # still, not run again
+                        found.setdefault(int(rank), how)
+            return sorted(found.items())
+
+        return _bounded(look) or []
+
+    def _end(self, rank: int) -> str | None:
+        key = f"{self.prefix}end/{rank}"
+        return self.store.get(key).decode() if self.store.check([key]) else None
+
+    def _killed(self, rank: int) -> bool:
+        proc = f"{self.prefix}proc/{rank}"
+        if not self.store.check([proc]) or self._end(rank) is not None:
+            return False
+        host, pid = self.store.get(proc).decode().split()
+        return host == self.host and _gone(int(pid))
+
+    def _fall(self, rank: int, how: str) -> None:
+        n = self.store.add(f"{self.prefix}fallen", 1)
+        self.store.set(f"{self.prefix}fallen/{n}", f"{rank} {how}")
