@@ -160,8 +160,14 @@ def _limits(s: RuleSettings) -> list[str]:
         "  scraping, or a collector behind a proxy (the proxy is all the run can see), leaves the run's last values,",
         "  and GRPOMetricsAbsent pages a crash. The run's log says so in one warning (`the run's end did not reach",
         "  Prometheus`).",
-        "- With several ranks only rank 0 exports the run's liveness: a crash of another rank reaches rank 0 as the",
-        "  launcher's SIGTERM and is reported as a preemption (GRPORunPreempted, warning), not as a crash.",
+        "- With several ranks only rank 0 exports the run's liveness; a crash of another rank reaches it as the",
+        "  launcher's SIGTERM, the signal a preemption sends. Every rank writes how its run ended into the job's",
+        "  store (the process group's), and on SIGTERM looks at its host's ranks, so the run ends as crashed",
+        "  (GRPOMetricsAbsent pages) where another rank raised (CUDA out of memory) or one of rank 0's host was",
+        "  killed (SIGKILL: the kernel's OOM killer). A rank of another host killed outright is seen only if a",
+        "  rank of its host handled the launcher's SIGTERM before rank 0 did; else, and where the store does not",
+        "  answer within 2 s, the run is reported as preempted (GRPORunPreempted, warning), as before. A rank",
+        "  blocked in a collective handles SIGTERM only when it returns (or is killed by the launcher's SIGKILL).",
     ]
 
 

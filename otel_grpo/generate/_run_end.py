@@ -358,9 +358,10 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
               "warning", f"{RUN} was preempted at step {_STEP} and has not resumed",
               "The run was stopped by SIGTERM (a scheduler's preemption or a job's time limit): resume it from its "
               "last checkpoint. A resumed run exports again and this resolves. A launcher that stops its workers "
-              "when one fails (torchrun, accelerate) sends the others SIGTERM too: where another rank crashed "
-              "(out of memory, killed), the exporting rank reports a preemption; the launcher's log names the "
-              "rank that failed first.", panel),
+              "when one fails (torchrun, accelerate) sends the others SIGTERM too: where another rank raised or "
+              "a rank of the exporting one's host was killed first, the run ends as crashed (GRPOMetricsAbsent); "
+              "a rank of another host killed outright (SIGKILL) before its host's other ranks had a SIGTERM is "
+              "still reported as a preemption: the launcher's log names the rank that failed first.", panel),
     ]
 
 
