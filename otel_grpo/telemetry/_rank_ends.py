@@ -96,9 +96,10 @@ class RankEnds:
         return ends if _bounded(ends._running) else None
 
     def _running(self) -> bool:
-        """This rank runs (again): its host and pid written, an end of an earlier run of this id in the job gone."""
+        """This rank runs (again): its host and pid written, an end of an earlier run of this id in the job undone."""
         self.store.set(f"{self.prefix}proc/{self.rank}", f"{self.host} {self.pid}")
-        self.store.delete_key(f"{self.prefix}end/{self.rank}")
+        if self.store.check([f"{self.prefix}end/{self.rank}"]):
+            self.store.set(f"{self.prefix}end/{self.rank}", "running")  # not every store can delete a key
         return True
 
     def record(self, how: str) -> None:
@@ -129,7 +130,8 @@ class RankEnds:
                 key = f"{self.prefix}fallen/{n}"
                 if self.store.check([key]):  # else counted, not yet written: a get would wait for it
                     rank, how = self.store.get(key).decode().split()
-                    if self._end(int(rank)) == ("stopped" if how == "raised" else None):  # still, not run again
+                    end = self._end(int(rank))  # still so: not run again since
+                    if end == "stopped" if how == "raised" else end in (None, "running"):
                         found.setdefault(int(rank), how)
             return sorted(found.items())
 
@@ -141,7 +143,7 @@ class RankEnds:
 
     def _killed(self, rank: int) -> bool:
         proc = f"{self.prefix}proc/{rank}"
-        if not self.store.check([proc]) or self._end(rank) is not None:
+        if not self.store.check([proc]) or self._end(rank) not in (None, "running"):
             return False
         host, pid = self.store.get(proc).decode().split()
         return host == self.host and _gone(int(pid))

@@ -8,9 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
+
+from otel_grpo.telemetry._rank_ends import _BOUND_S, RankEnds
 
 from ._receiver import OTLPReceiver
 
@@ -58,3 +62,45 @@ def test_rank_0_ends_the_run_as_crashed_when_another_rank_fell_before_the_launch
             assert _last(rx, "grpo.run.preempted") == 0.0, err[-3000:]
             how = "raised" if fall == "raise" else "killed"
             assert f"SIGTERM after rank 1 ({how}) of run 'ranked' ended on its own" in err, err[-3000:]
+
+
+def _ends(store, rank: int) -> RankEnds:
+    return RankEnds(store, "otel-grpo/r/", rank, range(0, 2), "host", os.getpid())
+
+
+def test_a_rank_that_stopped_counts_until_it_runs_again():
+    store = dist.HashStore()
+    zero, one = _ends(store, 0), _ends(store, 1)
+    assert zero._running() and one._running()
+    one.record("stopped")  # a notebook's evaluate() that raised, caught
+    assert zero.fallen() == [(1, "raised")]
+    assert one._running()  # the next train() under the same id, in the same job
+    assert zero.fallen() == []
+    one.record("finished")
+    assert zero.fallen() == []
+
+
+_STORE_HOST = """
+import sys, time
+import torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+print(store.port, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_store_that_does_not_answer_holds_neither_the_end_nor_the_sigterm():
+    host = subprocess.Popen([sys.executable, "-c", _STORE_HOST], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(host.stdout.readline())
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+        ends = _ends(store, 1)
+        assert ends._running()
+        os.kill(host.pid, signal.SIGSTOP)  # the store's host hangs (a launcher stuck in swap)
+        began = time.monotonic()
+        ends.record("stopped")
+        assert ends.fallen() == []  # nothing known: the preemption stands
+        assert time.monotonic() - began < 2 * _BOUND_S + 1
+    finally:
+        host.kill()
+        host.wait()
