@@ -21,8 +21,8 @@ EVIDENCE = {
                           "and an older process still running under the id keeps no newer one alive; not judged "
                           "while every collector replica is down or one is settling"),
     "GRPORunPreempted": ("as GRPOMetricsAbsent, with `grpo_run_preempted` = 1", "as GRPOMetricsAbsent"),
-    "GRPOTrainerStalled": ("`time()` minus the later of the process start, `grpo_step_end_time_seconds` and "
-                           "`grpo_process_activity_time_seconds`, against 3x the longest step or log "
+    "GRPOTrainerStalled": ("`time()` minus the later of the latest process's start, `grpo_step_end_time_seconds` "
+                           "and `grpo_process_activity_time_seconds`, against 3x the longest step or log "
                            "interval of its latest process within `recent_window` (at least `stall_floor`)",
                            "the trainer's times on Prometheus's clock, exact whatever the scrape or export interval; "
                            "start-up and pauses that beat are no interval; only live runs (alive within the slack)"),

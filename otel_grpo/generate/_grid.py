@@ -387,6 +387,18 @@ def _concurrent_crash(p: _Params) -> _Built:
     return _Built([older, newer], killed, _bound(p), killed + _bound(p) + 600)
 
 
+def _concurrent_hang(p: _Params) -> _Built:
+    """One run id run by two live processes at once, the newer one (under other target labels) hangs a few steps
+    in while the older one goes on stepping: the run is its latest process, so that hang pages."""
+    k = _k(p, 5)
+    later = _end_of(p, 3)
+    due = later + _end_of(p, k) + p.step_s  # a hang shows once the next step is due
+    n = int((due + _bound(p) + 600 - p.startup_s) / p.step_s) + 1  # the older one outlives the judgement
+    older = _seg(p, healthy(n, p.rng), end="finish")
+    newer = _seg(p, healthy(k + 1, p.rng), start_s=later, **_other_target(p))
+    return _Built([older, newer], due, _bound(p), due + _bound(p) + 600)
+
+
 def _reused_hang(p: _Params) -> _Built:
     """A finished run's id reused, under other target labels, by a new process that hangs a few steps in."""
     n, k = _k(p, 10), _k(p, 5)
@@ -624,6 +636,7 @@ MODES: tuple[Mode, ...] = (
     Mode("hang-after-speed-up", _hang_after_speed_up, "GRPOTrainerStalled", max_step_s=60.0),
     Mode("finish-in-collector-restart", _finish_in_restart, pushed_only=True),
     Mode("concurrent-id-newer-crash", _concurrent_crash, "GRPOMetricsAbsent"),
+    Mode("concurrent-id-newer-hang", _concurrent_hang, "GRPOTrainerStalled"),
 )
 
 

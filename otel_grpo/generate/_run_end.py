@@ -107,6 +107,13 @@ def _last(s: RuleSettings, metric: str) -> str:
     return f"max by (run_id) ({_on_prometheus_clock(s, metric)})"
 
 
+def _latest_process(s: RuleSettings, metric: str) -> str:
+    """The last exported time `metric` of the run's latest process (`LATEST`), on Prometheus's clock: a second
+    live process under the run id (a job started twice) would otherwise vouch, with its promise, steps and
+    heartbeats, for a newer one that crashed or hangs, for as long as it runs."""
+    return f"max by (run_id) ({_on_prometheus_clock(s, metric)} and on ({TARGET}) {LATEST})"
+
+
 def _clock_rules(s: RuleSettings) -> list[dict]:
     """Each process's clock offset, before any rule reads a time it exports: the smallest lag of Prometheus's
     scrape time behind its clock over `clock_window` while one process is heard on its target; a new one (its
@@ -231,9 +238,7 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": COLLECTOR_UP, "expr": f"max(up and on (job, instance) {collector_seen})"},
         {"record": START, "expr": _last(s, STARTED)},
         {"record": LATEST, "expr": f"{_on_prometheus_clock(s, STARTED)} == on (run_id) group_left {START}"},
-        # The latest process's promise, not the latest of any process's: a second live process under the run id
-        # (a job started twice) would keep a crashed newer one alive for as long as the older one runs.
-        {"record": ALIVE_UNTIL, "expr": f"max by (run_id) ({_on_prometheus_clock(s, ALIVE)} and on ({TARGET}) {LATEST})"},
+        {"record": ALIVE_UNTIL, "expr": _latest_process(s, ALIVE)},
         {"record": OVERDUE, "expr": f"time() - {ALIVE_UNTIL}"},
         remembered(s, RUN_OFFSET, s.absent_window),  # its values before this evaluation
         # Taken while the run is live, then held: a collector serves a dead process's last clock until it expires,
@@ -242,8 +247,8 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": RUN_OFFSET, "expr": f"max by (run_id) ({CLOCK_OFFSET} and on ({TARGET}) {LATEST})"
                                        f" and on (run_id) {OVERDUE} <= {seconds(s.liveness_slack)}"
                                        f" or {last_record(RUN_OFFSET)} and {OVERDUE}"},  # both by run_id only
-        {"record": LAST_END, "expr": _last(s, STEP_END)},
-        {"record": HEARTBEAT, "expr": _last(s, ACTIVITY)},
+        {"record": LAST_END, "expr": _latest_process(s, STEP_END)},
+        {"record": HEARTBEAT, "expr": _latest_process(s, ACTIVITY)},
         {"record": PROGRESS, "expr": _larger(_larger(START, LAST_END), HEARTBEAT)},
         {"record": LAST_STEP, "expr": last_step},
         # One long step (a first step that compiles) counts for `recent_window`; a lasting slow-down at once, and
