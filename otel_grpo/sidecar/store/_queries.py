@@ -64,15 +64,13 @@ class SampleQuery:
     offset: int = 0
 
 
-def _order_sql(dialect: Dialect, column: str | None, desc: bool, params: list) -> str:
+def _order_sql(column: str | None, desc: bool, byte_order: str) -> str:
+    """`ORDER BY` terms for no column or a core one (a dynamic one: `Dialect.json_ordered_ids`)."""
     d = " DESC" if desc else ""
     if column is None:
         return f"step{d}, sample_index{d}, id{d}"
-    if column in SAMPLE_CORE_COLUMNS:
-        expr = column
-    else:
-        params.append(dialect.json_key(column))
-        expr = dialect.json_field
+    # Text in code point order on both databases, as a dynamic column's (no index serves either text column).
+    expr = f"{column} COLLATE {byte_order}" if column in ("prompt", "completion") else column
     # NULLS LAST both ways; id breaks ties stably. This form still walks (run_id, reward) in order.
     return f"{expr}{d or ' ASC'} NULLS LAST, id{d}"
 
@@ -191,10 +189,11 @@ class Reads(StepReads, RunReads):
 
     def _range_sql(self, column: str, low: float | None, high: float | None, params: list) -> str:
         """`column` within [low, high] (a bound of None: open), a number either way; appends its parameters."""
+        keys: list = []
         if column in SAMPLE_CORE_COLUMNS:
-            expr, keys = column, []
+            expr = column
         else:  # a dynamic column: its value where it is a number, else NULL (never passes a bound)
-            expr, keys = self.dialect.json_number, [self.dialect.json_key(column)] * 2
+            expr = self.dialect.json_number(column, keys)
         tests = [(op, v) for op, v in ((">=", low), ("<=", high)) if v is not None]
         if not tests:
             params += keys
@@ -211,12 +210,15 @@ class Reads(StepReads, RunReads):
         if found is None:
             return None
         source, params = found
-        order_params: list = []
-        order = _order_sql(self.dialect, query.order_by, query.desc, order_params)
+        page = [query.limit, query.offset]
         # Two phases: order and page over ids first, so the sorter never carries the long
         # prompt/completion text (they sit last in the row); then fetch the page.
-        return f"SELECT id {source} ORDER BY {order} LIMIT ? OFFSET ?", [*params, *order_params, query.limit, query.offset]
-
+        if query.order_by is not None and query.order_by not in SAMPLE_CORE_COLUMNS:
+            # A dynamic column: values of any JSON kind, in one order on both databases (MIXED_ORDER).
+            sql, params = self.dialect.json_ordered_ids(query.order_by, query.desc, source, params)
+            return f"{sql} LIMIT ? OFFSET ?", [*params, *page]
+        order = _order_sql(query.order_by, query.desc, self.dialect.byte_order)
+        return f"SELECT id {source} ORDER BY {order} LIMIT ? OFFSET ?", [*params, *page]
 
     @staticmethod
     def _rows_by_id(conn, ids: list[int]) -> list[dict]:
