@@ -30,6 +30,7 @@ from otel_grpo.catalog import spans
 from ._ended_series import EndedSeries, otlp_metric_exporter
 from ._prometheus import prometheus_reader
 from ._quiet import ExportHealth, QuietMetricExporter, QuietSpanExporter
+from ._samples import EVENT_ATTRIBUTE_LIMIT
 from ._settings import SDK_EVENT_LIMIT, TelemetrySettings
 from ._span_ids import DerivedIds
 
@@ -212,7 +213,7 @@ def build_tracer_provider(settings: TelemetrySettings, resource: Resource, healt
     limits = SpanLimits(
         max_span_attributes=settings.max_span_attributes,  # a step span carries every scalar
         max_events=SDK_EVENT_LIMIT,
-        max_event_attributes=512,  # a sample row is one event; keep all of its columns
+        max_event_attributes=EVENT_ATTRIBUTE_LIMIT,  # a sample row is one event: room for its columns
     )
     # Ids from what each span is: a step emitted again after its telemetry process died is stored once
     provider = TracerProvider(resource=resource, span_limits=limits, shutdown_on_exit=False, id_generator=DerivedIds())

@@ -6,6 +6,7 @@
     flat = flatten_row(rows[i])                        # rewards={"format": 1} -> reward.format
     attrs = event_attributes(flat, Selected(i, "top", rows[i]), max_chars=4096)
     attrs = cut_texts(flat, max_chars=4096)            # the texts cut (and `truncated`), no bookkeeping
+    attrs, dropped = as_kept(attrs)                    # what the SDK keeps of an event's attributes
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ logger = logging.getLogger("otel_grpo.telemetry")
 
 TRUNCATION_MARKER = "…[truncated]"
 _PRIMITIVES = (bool, int, float, str)
+EVENT_ATTRIBUTE_LIMIT = 512
+"""Attributes one sample event holds (its row's columns and bookkeeping): the tracer provider's `max_event_attributes`,
+raised from the SDK's 128. Beyond it the SDK drops the oldest, a wide row's first columns (`as_kept`); `otel-grpo
+replay` drops the same."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +220,16 @@ def event_attributes(flat: Mapping[str, Any], picked: Selected, max_chars: int) 
     attrs["sample_index"] = picked.index
     attrs["selection"] = picked.selection
     return attrs
+
+
+def as_kept(attrs: dict[str, Any], limit: int = EVENT_ATTRIBUTE_LIMIT) -> tuple[dict[str, Any], int]:
+    """`attrs` as the SDK keeps them on an event of at most `limit` attributes (its `BoundedAttributes`: when full,
+    each one added drops the oldest), so the last `limit` in the order they were added; and how many it dropped
+    (the event's `dropped_attributes_count`)."""
+    dropped = len(attrs) - limit
+    if dropped <= 0:
+        return attrs, 0
+    return {key: attrs[key] for key in list(attrs)[dropped:]}, dropped
 
 
 def cut_texts(flat: Mapping[str, Any], max_chars: int) -> dict[str, Any]:

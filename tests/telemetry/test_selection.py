@@ -8,7 +8,9 @@ import random
 
 import pytest
 
-from otel_grpo.telemetry._samples import flatten_row, scores_of, select_indices
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+
+from otel_grpo.telemetry._samples import EVENT_ATTRIBUTE_LIMIT, as_kept, flatten_row, scores_of, select_indices
 
 
 def _pick(rows, **kw):
@@ -59,3 +61,15 @@ def test_random_draw_is_uniform_over_the_rest_and_seeded():
 def test_flatten_rewards_dict_and_reward_columns():
     flat = flatten_row({"rewards": {"format": 1, "acc": 0.0}, "reward.len": 0.5, "x": None, "meta": {"k": None}})
     assert flat == {"reward.format": 1, "reward.acc": 0.0, "reward.len": 0.5}
+
+
+@pytest.mark.parametrize("width", [3, EVENT_ATTRIBUTE_LIMIT, EVENT_ATTRIBUTE_LIMIT + 1, 2 * EVENT_ATTRIBUTE_LIMIT + 5])
+def test_as_kept_keeps_what_the_sdk_keeps_of_an_event(width):
+    """`otel-grpo replay` drops what the SDK drops of a wide row's event: the SDK's own event, beside it."""
+    attrs = {f"c{(i * 7919) % width}": i for i in range(width)}  # not in key order: the order added decides
+    provider = TracerProvider(span_limits=SpanLimits(max_event_attributes=EVENT_ATTRIBUTE_LIMIT))
+    span = provider.get_tracer("t").start_span("s")
+    span.add_event("e", attrs)
+    (event,) = span.events
+    kept, dropped = as_kept(attrs)
+    assert list(kept.items()) == list(event.attributes.items()) and dropped == event.attributes.dropped
