@@ -20,7 +20,6 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from .. import catalog
-
 from ._providers import (Owned, build_meter_provider, build_resource, build_tracer_provider, otlp_target,
                          otlp_unreachable, sdk_disabled, traces_target)
 from ._quiet import ExportHealth

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 from opentelemetry.sdk.metrics.export import MetricReader
 
+from .. import catalog
 from ._settings import TelemetrySettings
 
 logger = logging.getLogger("otel_grpo.telemetry")
@@ -64,8 +65,9 @@ class Scrapes:
     the values set before it was called."""
 
     # An endpoint served this long without a scrape has nobody watching it: scrape intervals run
-    # from 1 s (local mode) to 60 s. A shorter-lived one may simply not have been reached yet.
-    UNWATCHED_AFTER_S = 60.0
+    # from 1 s (local mode) to 60 s. A shorter-lived one may simply not have been reached yet. The
+    # pull side of the judgment the push side makes of a silent collector (`_exporters.GONE_AFTER_S`).
+    UNWATCHED_AFTER_S = catalog.END_GONE_AFTER_S
     # Never scraped: how long a short-lived endpoint waits for a first scrape that may be on its way.
     FIRST_SCRAPE_S = 2.5
 
