@@ -268,7 +268,7 @@ def _samples_spans(run_id: str, step: int, rows: list[dict], time_ns: int, max_c
 def _sample_event(row: dict, time_ns: int, max_chars: int):
     from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-    from otel_grpo.telemetry._samples import as_kept, cut_texts
+    from otel_grpo.telemetry._samples import as_kept, cut_texts, in_event_order
     from otel_grpo.telemetry._spill import spilled_value
 
     event = Span.Event(name=spans.SAMPLE_EVENT, time_unix_nano=time_ns)
@@ -277,17 +277,17 @@ def _sample_event(row: dict, time_ns: int, max_chars: int):
         if key in _NOT_COLUMNS or value is None:
             continue
         columns[key] = spilled_value(value)
-    # The texts cut as the export cut them (the spill did not), then the bookkeeping, in the order of the live
-    # event's attributes (`event_attributes`): of a row wider than an event holds, the SDK kept the last ones.
+    # The texts cut as the export cut them (the spill did not), and the bookkeeping, in the order of the live
+    # event's attributes: of a row wider than an event holds, the SDK kept the last ones.
     attrs = {**cut_texts(columns, max_chars), **{k: row[k] for k in _BOOKKEEPING if row.get(k) is not None}}
-    attrs, event.dropped_attributes_count = as_kept(attrs)
+    attrs, event.dropped_attributes_count = as_kept(in_event_order(attrs))
     for key, value in attrs.items():
         _set(event.attributes.add(), key, value)
     return event
 
 
 _BOOKKEEPING = ("sample_index", "selection")
-"""A spilled row's keys that the live event added after the row's columns (`event_attributes`)."""
+"""A spilled row's keys that the live event added beside the row's columns (`event_attributes`)."""
 _NOT_COLUMNS = frozenset({"run_id", "step", spans.ATTEMPT_ATTR, spans.WRITER_ATTEMPT_ATTR, *_BOOKKEEPING})
 
 

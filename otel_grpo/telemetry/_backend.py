@@ -34,8 +34,8 @@ from ._numbering import StepNumbering, record_key
 from ._quiet import spans_dropped_said_once
 from ._record import Error, Heartbeat, StepRecord
 from ._retention import AnomalyJudge, RowBudget
-from ._samples import (ColumnTracker, Selected, StepRows, event_attributes, flatten_row, pick_rows,
-                       rank_sample_index, step_rng)
+from ._samples import (EVENT_ATTRIBUTE_LIMIT, ColumnTracker, Selected, StepRows, event_attributes, flatten_row,
+                       pick_rows, rank_sample_index, step_rng)
 from ._settings import TelemetrySettings
 from ._span_ids import derived_ids
 from ._step import run_deferred
@@ -76,6 +76,7 @@ class Backend:
         self._numbering = StepNumbering()  # a step's records number their rows one after another
         self._failed_kinds: set[str] = set()
         self._warned_span_limit = False
+        self._warned_wide_row = False
         self._warned_score = False
         # The step interval is measured once per new latest step: a trainer that reports every N steps
         # (TRL's logging_steps) moves it every N step times, and the stall alert must wait that long.
@@ -273,7 +274,14 @@ class Backend:
                 span = self._tracer.start_span(spans.SAMPLES_SPAN, context=parent, start_time=handed_ns,
                                                attributes=attrs)
             for i in part:
-                span.add_event(spans.SAMPLE_EVENT, event_attributes(flats[i], picked[i], s.max_text_chars), handed_ns)
+                event = event_attributes(flats[i], picked[i], s.max_text_chars)
+                if len(event) > EVENT_ATTRIBUTE_LIMIT and not self._warned_wide_row:
+                    self._warned_wide_row = True
+                    logger.warning("otel-grpo: a sample row of step %d has %d attributes, over the %d a sample event "
+                                   "holds: its first %d extra columns are not exported (the spill keeps them), here "
+                                   "and in any such row of this run", rec.step, len(event), EVENT_ATTRIBUTE_LIMIT,
+                                   len(event) - EVENT_ATTRIBUTE_LIMIT)
+                span.add_event(spans.SAMPLE_EVENT, event, handed_ns)
             span.end(end_time=end_ns)
 
 

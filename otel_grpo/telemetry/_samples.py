@@ -4,9 +4,9 @@
     kept = select_indices(scores_of(rows, "reward"), top_k=4, bottom_k=4, random_k=4, rng=random.Random(0))
     number = rank_sample_index(i, rank=1, ranks=2)     # row i of rank 1's own, beside rank 0's: 2 * i + 1
     flat = flatten_row(rows[i])                        # rewards={"format": 1} -> reward.format
-    attrs = event_attributes(flat, Selected(i, "top", rows[i]), max_chars=4096)
+    attrs = event_attributes(flat, Selected(i, "top", rows[i]), max_chars=4096)  # in event order
     attrs = cut_texts(flat, max_chars=4096)            # the texts cut (and `truncated`), no bookkeeping
-    attrs, dropped = as_kept(attrs)                    # what the SDK keeps of an event's attributes
+    attrs, dropped = as_kept(in_event_order(attrs))    # what the SDK keeps of an event's attributes
 """
 
 from __future__ import annotations
@@ -28,8 +28,13 @@ TRUNCATION_MARKER = "…[truncated]"
 _PRIMITIVES = (bool, int, float, str)
 EVENT_ATTRIBUTE_LIMIT = 512
 """Attributes one sample event holds (its row's columns and bookkeeping): the tracer provider's `max_event_attributes`,
-raised from the SDK's 128. Beyond it the SDK drops the oldest, a wide row's first columns (`as_kept`); `otel-grpo
-replay` drops the same."""
+raised from the SDK's 128. Beyond it the SDK drops the oldest (`as_kept`): an event's attributes are added in
+`in_event_order`, so what goes is a wide row's first extra columns, never its prompt, completion or reward;
+`otel-grpo replay` drops the same."""
+_ADDED_LAST = ("truncated", "prompt_original_length", "completion_original_length", "completion_length", "advantage",
+               "reward", "completion", "prompt", "sample_index", "selection")
+"""The attributes an event gets after a row's extra columns, in this order: the sidecar's own columns (its core
+ones, read off the event) and what says how the texts were cut."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,11 +220,14 @@ def flatten_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def event_attributes(flat: Mapping[str, Any], picked: Selected, max_chars: int) -> dict[str, Any]:
-    """Attributes of one `grpo.sample` event: the flat row, text cut at `max_chars`, and bookkeeping."""
-    attrs = cut_texts(flat, max_chars)
-    attrs["sample_index"] = picked.index
-    attrs["selection"] = picked.selection
-    return attrs
+    """Attributes of one `grpo.sample` event: the flat row, text cut at `max_chars`, and bookkeeping, in event order."""
+    return in_event_order({**cut_texts(flat, max_chars), "sample_index": picked.index, "selection": picked.selection})
+
+
+def in_event_order(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """`attrs` in the order an event gets them: a row's extra columns as the row has them, then `_ADDED_LAST`."""
+    return {**{k: v for k, v in attrs.items() if k not in _ADDED_LAST},
+            **{k: attrs[k] for k in _ADDED_LAST if k in attrs}}
 
 
 def as_kept(attrs: dict[str, Any], limit: int = EVENT_ATTRIBUTE_LIMIT) -> tuple[dict[str, Any], int]:

@@ -95,22 +95,25 @@ def test_a_list_column_replays_as_the_array_the_live_export_sent(sidecar_factory
     assert row["token_logprobs"][:2] == [-0.5, -1.25] and row["tools"] == ["search", "calc"]
 
 
-def test_a_row_wider_than_an_event_replays_with_the_columns_the_live_export_kept(sidecar_factory, tmp_path):
-    """The tracer provider keeps `EVENT_ATTRIBUTE_LIMIT` attributes an event and drops the oldest beyond it: a wide
-    row's first columns (its prompt among them). A replay sent every column of the spill, so the replayed store held
-    columns, the prompt among them, that the live one never had."""
+def test_a_row_wider_than_an_event_keeps_its_own_columns_live_and_replayed(sidecar_factory, tmp_path, caplog):
+    """The tracer provider keeps `EVENT_ATTRIBUTE_LIMIT` attributes an event and drops the oldest beyond it. A wide
+    row lost its first columns, its prompt, completion and reward among them, without a word, and a replay sent every
+    column of the spill. Now its first extra columns go, one warning says so, and the replay drops the same."""
     cut = TelemetrySettings.model_fields["max_text_chars"].default
     wide = {"prompt": "p", "completion": "c", "reward": 0.5, **{f"col.{i:03}": i for i in range(EVENT_ATTRIBUTE_LIMIT)},
             "answer": "a" * (cut + 1)}
     narrow = {"prompt": "p", "completion": "c", "reward": 0.25, "col.000": 0}
-    stored = _same_live_and_replayed(sidecar_factory, tmp_path, [[wide, narrow]])
+    with caplog.at_level("WARNING", logger="otel_grpo.telemetry"):
+        stored = _same_live_and_replayed(sidecar_factory, tmp_path, [[wide, narrow]])
     row = stored[(0, 0)]
-    assert row["prompt"] is None and row["completion"] is None and row["reward"] is None  # dropped live
-    columns = sorted(k for k in row if k.startswith("col."))
-    first = int(columns[0].removeprefix("col."))  # the last ones, in the order the row had them
-    assert first > 0 and columns == [f"col.{i:03}" for i in range(first, EVENT_ATTRIBUTE_LIMIT)]
+    assert (row["prompt"], row["completion"], row["reward"]) == ("p", "c", 0.5)
     assert row["answer_original_length"] == cut + 1 and row["truncated"] is True and row["selection"] == "random"
+    extra = sorted(k for k in row if k.startswith("col.")) + ["answer"] * ("answer" in row)
+    first = int(extra[0].removeprefix("col."))  # the last ones, in the order the row had them
+    assert first > 0 and extra == [f"col.{i:03}" for i in range(first, EVENT_ATTRIBUTE_LIMIT)] + ["answer"]
     assert stored[(0, 1)]["prompt"] == "p" and stored[(0, 1)]["col.000"] == 0
+    warned = [r.getMessage() for r in caplog.records if "over the 512 a sample event holds" in r.getMessage()]
+    assert len(warned) == 1 and "not exported (the spill keeps them)" in warned[0], warned
 
 
 def test_a_replay_keeps_texts_that_read_nan_or_inf_apart_from_numbers(sidecar_factory, tmp_path):
