@@ -163,10 +163,9 @@ def _requests(spill: SpillReader, max_chars: int) -> Iterator[_Request]:
             writer = None if attempt is not None else _newest(said, claims=False)
             line = functools.reduce(_merged, kept, None)
             end_ns = (line or {}).get("end_ns") or time.time_ns()
-            group = [r for r in live if row_attempt(r)[0] == attempt or not row_attempt(r)[1]]
             steps = [_step_span(run_id, number, line, end_ns, attempt, writer)] if line is not None else []
-            for span in itertools.chain(steps, _samples_spans(run_id, number, group, end_ns, max_chars, attempt,
-                                                              writer)):
+            samples = _writers_spans(run_id, number, live, end_ns, max_chars, attempt, writer)
+            for span in itertools.chain(steps, samples):
                 if not request.fits(span):
                     yield request
                     request = _Request()
@@ -243,15 +242,42 @@ def _step_span(run_id: str, step: int, line: dict, end_ns: int, attempt: int | N
     return span
 
 
+def _writers_spans(run_id: str, step: int, rows: list[dict], time_ns: int, max_chars: int, attempt: int | None,
+                   writer: int | None) -> Iterator[Any]:
+    """The `grpo.samples` spans of a step's rows (none superseded), each under the attribute it went out with, as
+    the sidecar names a row by its writer's attempt (`SampleRecord.uid`): the claiming attempt's rows under its
+    claim (`attempt`), each other writer's (an evaluation, another rank) under its own attempt, claiming nothing;
+    rows that said none go with the step's (`attempt`, else `writer`: its newest writer's), as older spills did."""
+    from otel_grpo.telemetry._spill import row_attempt
+
+    own: dict[int, list[dict]] = defaultdict(list)  # a writer that claims nothing -> its rows
+    step_rows = []
+    for row in rows:
+        said, claims = row_attempt(row)
+        if claims:  # an older claim's rows are another attempt's, which the newer one replaced
+            if said == attempt:
+                step_rows.append(row)
+        elif isinstance(said, int) and not isinstance(said, bool):
+            own[said].append(row)
+        else:
+            step_rows.append(row)
+    yield from _samples_spans(run_id, step, step_rows, time_ns, max_chars, attempt, writer)
+    first = len(step_rows)  # each span is named by its first row's place among the step's: none shared
+    for said, theirs in sorted(own.items()):
+        yield from _samples_spans(run_id, step, theirs, time_ns, max_chars, None, said, first)
+        first += len(theirs)
+
+
 def _samples_spans(run_id: str, step: int, rows: list[dict], time_ns: int, max_chars: int,
-                   attempt: int | None = None, writer: int | None = None) -> Iterator[Any]:
+                   attempt: int | None = None, writer: int | None = None, first: int = 0) -> Iterator[Any]:
     """The rows' `grpo.samples` spans: as many rows a span as the trainer's (`max_events_per_span`), fewer where
-    their events would pass `_REQUEST_BYTES`, so that a span fits in a request (a long-context run's rows)."""
+    their events would pass `_REQUEST_BYTES`, so that a span fits in a request (a long-context run's rows);
+    `first`: the place of the first row among the step's."""
     from otel_grpo.telemetry import TelemetrySettings
 
     per_span = TelemetrySettings.model_fields["max_events_per_span"].default
     span, size = None, 0
-    for i, row in enumerate(rows):
+    for i, row in enumerate(rows, first):
         event = _sample_event(row, time_ns, max_chars)
         event_size = event.ByteSize()
         if span is not None and (len(span.events) == per_span or size + event_size > _REQUEST_BYTES):
