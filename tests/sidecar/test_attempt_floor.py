@@ -147,7 +147,7 @@ def test_a_store_of_schema_7_gets_its_runs_floors_from_the_steps_attempts(db, ot
     the upgrade finds where the relaunch resumed, so the crashed attempt's late step and its evaluation there,
     which `step_attempts` has no row for, are dropped; a run with one attempt has no older writer to drop."""
     from tests._support import old_schema
-    from tests.sidecar.test_store import _TABLES, _Db
+    from tests.sidecar.test_store import _TABLES, _before_v10, _Db
 
     pg = str(db).startswith("postgresql")
     source = request.getfixturevalue("pg_server").new_database() if pg else tmp_path / "source.db"
@@ -159,7 +159,7 @@ def test_a_store_of_schema_7_gets_its_runs_floors_from_the_steps_attempts(db, ot
     src, dst = _Db(source), _Db(db)
     for table in _TABLES:
         columns = [c for c in dst.columns(table) if c != "id"]  # the database numbers rows it is given
-        dst.insert(table, columns, src.rows(table, columns))
+        dst.insert(table, columns, _before_v10(table, columns, src.rows(table, columns)))
     src.conn.close()
     dst.conn.close()
 

@@ -92,7 +92,7 @@ def test_a_store_of_schema_8_keeps_its_steps_and_attributes_them_to_their_oldest
     after the upgrade its steps read exactly as the same records written at the head do, and a relaunch's rank 1
     that reaches a step before its rank 0's claim keeps its scalars there."""
     from tests._support import old_schema
-    from tests.sidecar.test_store import _TABLES, _Db
+    from tests.sidecar.test_store import _TABLES, _before_v10, _Db
 
     pg = str(db).startswith("postgresql")
     source = request.getfixturevalue("pg_server").new_database() if pg else tmp_path / "source.db"
@@ -105,7 +105,7 @@ def test_a_store_of_schema_8_keeps_its_steps_and_attributes_them_to_their_oldest
     src, dst = _Db(source), _Db(db)
     for table in _TABLES:
         columns = [c for c in dst.columns(table) if c != "id" and c in src.columns(table)]
-        dst.insert(table, columns, src.rows(table, columns))
+        dst.insert(table, columns, _before_v10(table, columns, src.rows(table, columns)))
     dst.conn.execute("UPDATE steps SET attempt = {}".format(CRASHED))
     src.conn.close()
     dst.conn.close()

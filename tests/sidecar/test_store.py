@@ -603,6 +603,14 @@ def test_rows_a_sender_stored_without_an_attempt_are_replaced_by_the_first_attem
 _TABLES = ("runs", "steps", "step_spans", "phases", "samples", "alerts", "step_attempts")
 
 
+def _before_v10(table: str, columns: list[str], rows: list[tuple]) -> list[tuple]:
+    """Rows as a release before schema 10 stored them: a sample's `uid` without its writer's `@<attempt>`."""
+    if table != "samples":
+        return rows
+    at = columns.index("uid")
+    return [(*row[:at], row[at].split("@")[0], *row[at + 1:]) for row in rows]
+
+
 class _Db:
     """Plain connections to either backend's file or database, for the tests of stored rows."""
 
@@ -661,7 +669,7 @@ def test_a_store_of_schema_4_or_5_is_upgraded_in_place_with_every_row_kept(db, v
         columns = dst.columns(table)
         expected[table] = (columns, src.rows(table, columns))
         assert expected[table][1], table  # the test stores rows in every table it checks
-        dst.insert(table, columns, expected[table][1])
+        dst.insert(table, columns, _before_v10(table, columns, expected[table][1]))
     src.conn.close()
 
     store = open_store(db)

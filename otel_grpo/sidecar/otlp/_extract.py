@@ -55,6 +55,11 @@ class SampleRecord:
     run_id: str
     step: int
     uid: str
+    """The row's name within its step (`samples`' unique (run_id, step, uid)): its `sample_index` (else its span's
+    id and its place there), then `@<attempt>` where its writer said one. Each writer attempt's rows are its own:
+    a relaunch's evaluation at the step the crashed attempt trained, numbered from 0 as that attempt's training
+    was, goes in beside those rows (whatever the attempt rules keep of them), and the same rows sent again are one
+    row (a retried export, a replayed spill)."""
     sample_index: int | None
     reward: float | None
     advantage: float | None
@@ -242,6 +247,7 @@ def _samples_span(batch: Batch, span, default_run: str | None) -> None:
         return
     run_id, step = key
     attempt, claims = _attempt(attrs)
+    writer = "" if attempt is None else f"@{attempt}"
     span_hex = None
     append = batch.samples.append
     for i, event in enumerate(span.events):
@@ -253,9 +259,9 @@ def _samples_span(batch: Batch, span, default_run: str | None) -> None:
             index = _int(index)
         if index is None:
             span_hex = span_hex or span.span_id.hex()
-            uid = f"{span_hex}:{i}"  # stable across retries of the same export
+            uid = f"{span_hex}:{i}{writer}"  # stable across retries of the same export
         else:
-            uid = str(index)
+            uid = f"{index}{writer}"
         append(SampleRecord(
             run_id, step, uid, index, _take_num(data, "reward"), _take_num(data, "advantage"),
             _take_num(data, "completion_length"), _take_text(data, "prompt"), _take_text(data, "completion"),

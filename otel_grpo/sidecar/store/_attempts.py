@@ -5,7 +5,9 @@ the attempt of the process that wrote it; rank 0's training records claim their 
 the others (an evaluation, another rank's) merge into the step (`grpo.writer_attempt`). Samples, phases and
 each writer's scalars of a step (`_step_scalars`: a step's sole writer's, or, where several wrote it, each
 one's apart; the step's object that reads serve is written again from them where some go) keep their writers'
-attempt.
+attempt. A sample row is named by its writer's attempt too (`SampleRecord.uid`: its index, then `@<attempt>`), so
+two attempts' rows at a step (a relaunch's evaluation at the checkpoint's step, numbered from 0 as the crashed
+attempt's training there was) never take each other's place on insert: which of them stay is said here alone.
 
 What the store holds, per run and per step:
 - the run's floor (`runs.attempt`, `attempt_step`, `attempt_since`): its newest claiming attempt, the first step

@@ -3,7 +3,7 @@
 Statements are written once for SQLite and PostgreSQL: upserts name the target table's columns
 qualified (`steps.start_time`), which both accept and PostgreSQL requires, and there are no
 numbered parameters. Every write is idempotent under re-delivery: samples are unique on
-(run, step, sample id), steps, values, spans and phases are upserts, so a retried export or a
+(run, step, sample id), the id naming its writer's attempt (`SampleRecord.uid`), steps, values, spans and phases are upserts, so a retried export or a
 replayed spill never duplicates a row. A newer attempt at a step (`grpo.attempt`) replaces the older
 one's samples, scalars and phases together, and the run's older attempts' later steps (`_attempts`); a step's
 scalars are attributed to their writer attempts for that (`_step_scalars`).
@@ -99,9 +99,6 @@ class Writes:
                 if (known := _attempts.floor_of(floor)) is not None:
                     floors[run_id] = known
             settled = _attempts.settle(conn, batch, floors)
-            if settled.replaced:  # rows of the new attempt that met an older one's (same uid) go in now
-                again = self._write_samples(conn, batch, only=settled)
-                inserted = {run: inserted.get(run, 0) + again.get(run, 0) for run in {*inserted, *again}}
             steps = [st for st in batch.steps if not settled.stale(st)]
             columns: dict[str, set[str]] = defaultdict(set)  # run -> the stat keys its steps were given here
             for st in steps:
@@ -152,16 +149,15 @@ class Writes:
                 added[run_id] = new
         return added
 
-    def _write_samples(self, conn, batch: Batch, only: _attempts.Settled | None = None) -> dict[str, int]:
-        """`only`: just the newest attempt's samples of the steps whose older rows it removed."""
+    def _write_samples(self, conn, batch: Batch) -> dict[str, int]:
+        """The batch's sample rows, but those already stored (the same writer's same rows: `SampleRecord.uid`);
+        returns how many went in, per run."""
         # orjson: the per-row JSON of the dynamic columns at a fraction of json.dumps' cost
         # (benchmarks/README.md); output is the same compact JSON (UTF-8 rather than \u escapes;
         # ints are int64 by OTLP).
         dumps = orjson.dumps
         by_run: dict[str, list] = defaultdict(list)
         for s in batch.samples:
-            if only is not None and not (only.replaced.get((s.run_id, s.step)) and not only.stale(s)):
-                continue
             by_run[s.run_id].append((s.run_id, s.step, s.uid, s.sample_index, s.reward, s.advantage,
                                      s.completion_length, s.prompt, s.completion, s.time,
                                      dumps(s.data).decode(), s.attempt))

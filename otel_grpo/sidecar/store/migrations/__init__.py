@@ -27,7 +27,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-HEAD = 9
+HEAD = 10
 """The schema version (revision `v{HEAD}`) this sidecar reads and writes."""
 PG_LOCK = 0x6F74_6770  # "otgp": the advisory lock key of migrations and of every write transaction
 
