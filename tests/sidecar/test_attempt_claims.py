@@ -72,6 +72,36 @@ def test_an_evaluation_at_the_resumed_steps_checkpoint_keeps_that_steps_training
     assert completions(4) == [f"second-4-{i}" for i in range(4)]  # trained again: the relaunch's only
 
 
+def test_a_relaunchs_evaluation_rows_at_its_checkpoints_step_are_stored_beside_that_steps_training(
+        sidecar_factory, db, tmp_path, monkeypatch):
+    """The relaunch (spilling into the crashed attempt's output dir) evaluates with sample rows at its checkpoint's
+    step 3 before it trains on: its rows, numbered from 0 as the crashed attempt's training rows of step 3 were,
+    are stored beside those, each once; `otel-grpo replay` of the spill, which holds both attempts' rows of step 3,
+    changes nothing."""
+    from tests._support.replay import replay_spill
+
+    sidecar = sidecar_factory(db=db)
+    crashed = _telemetry(sidecar.url, tmp_path, "run", monkeypatch)
+    _train(crashed, range(6), "first")
+    assert crashed.flush(10)
+    crashed.shutdown()
+    resumed = _telemetry(sidecar.url, tmp_path, "run", monkeypatch)
+    with resumed.logged_step(3, evaluation=True) as s:
+        s.samples([{"prompt": "q", "completion": f"eval-3-{i}", "reward": 1.0} for i in range(4)], group_size=4)
+    _train(resumed, range(4, 6), "second")
+    resumed.finish()
+    expected = sorted([f"first-3-{i}" for i in range(4)] + [f"eval-3-{i}" for i in range(4)])
+    wait_for(lambda: _completions(sidecar.url, 5) == [f"second-5-{i}" for i in range(4)], "the relaunch's step 5",
+             timeout=30)
+    wait_for(lambda: _completions(sidecar.url, 3) == expected, "both attempts' rows of step 3", timeout=30)
+    count = httpx.get(f"{sidecar.url}/api/runs/{RUN}", timeout=10).json()["sample_count"]
+    assert count == 6 * 4 + 4
+    replay_spill(sidecar.url, tmp_path / "run")
+    assert _completions(sidecar.url, 3) == expected
+    assert _completions(sidecar.url, 4) == [f"second-4-{i}" for i in range(4)]
+    assert httpx.get(f"{sidecar.url}/api/runs/{RUN}", timeout=10).json()["sample_count"] == count
+
+
 def test_steps_run_again_in_the_same_process_after_new_attempt_replace_the_failed_ones(sidecar_factory, db,
                                                                                       tmp_path, monkeypatch):
     """A notebook's `train()` fails at step 6 and a `train(resume_from_checkpoint=...)` in the same process runs
