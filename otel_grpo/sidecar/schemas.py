@@ -76,6 +76,10 @@ class SampleRow(BaseModel):
     prompt: str | None = None
     completion: str | None = None
     time: str | None = None
+    attempt: int | None = Field(None, description=(
+        "The attempt of the process that wrote the row (its `grpo.attempt` or `grpo.writer_attempt`: a `Telemetry`'s "
+        "start in ns); null where the sender named none. A step's rows are told apart by it and `sample_index`: a "
+        "relaunch's evaluation at the step the crashed attempt trained numbers its rows from 0 as that training did."))
     texts_cut: dict[str, int] | None = Field(None, description=(
         "Where `text_chars` cut a text of the row: its column and full length in characters; absent otherwise."))
 

@@ -117,3 +117,21 @@ def test_a_store_of_schema_9_names_its_rows_by_their_writers_and_keeps_them(db, 
     assert _rows(store, 7) == _sent("legacy", 7)
     assert store.runs()[0]["sample_count"] == 6 * ROWS + ROWS + ROWS
     store.close()
+
+
+def test_the_api_tells_two_attempts_rows_of_one_index_apart_by_their_writer(make_client, otlp):
+    """`/samples` rows say their writer's `attempt`: the crashed attempt's training row 0 and the relaunch's
+    evaluation row 0 of step 3 are two rows, read by (step, sample_index) as the page's "show all" reads one, and
+    each is found again by its attempt; a sender that named none has a null one."""
+    client = make_client()
+    for steps, tag, said in ((range(6), "first", {"attempt": CRASHED}), ([3], "eval", {"writer_attempt": RELAUNCH}),
+                             ([3], "legacy", {"first_index": 9})):
+        spans = otlp.spans("r", steps, samples=ROWS, completion=lambda step, i, tag=tag: f"{tag} {step}/{i}", **said)
+        assert client.post("/v1/traces", content=otlp.request(spans).SerializeToString(),
+                           headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+    one = client.get("/api/runs/r/samples", params={"step": 3, "filter_col": "sample_index", "filter_min": 0,
+                                                    "filter_max": 0, "limit": 100}).json()
+    assert sorted((r["completion"], r["attempt"]) for r in one) == [("eval 3/0", RELAUNCH), ("first 3/0", CRASHED)]
+    step = client.get("/api/runs/r/samples", params={"step": 3, "limit": 100}).json()
+    assert len({(r["attempt"], r["sample_index"]) for r in step}) == len(step) == 3 * ROWS
+    assert {r["attempt"] for r in step if r["completion"].startswith("legacy")} == {None}

@@ -1649,3 +1649,37 @@ def test_a_long_context_runs_samples_come_cut_and_show_all_on_demand(site, new_p
     wait(page, "document.querySelector('#group-view .picked pre.completion').textContent.endsWith(' END')")
     assert card.locator("pre.completion").text_content() == _long_completion(5)
     assert card.locator("button.show-all").count() == 0
+
+
+TWO_ATTEMPTS = "two-attempts"
+CRASHED_NS, RELAUNCH_NS = 1_733_580_000_123_456_789, 1_733_580_060_987_654_321  # Telemetry starts: past 2**53
+
+
+def _two_attempts_completion(tag: str, index: int) -> str:
+    return (f"{tag} {index} " + "z" * 3000) + f" END {tag}"
+
+
+def _seed_two_attempts(url: str, otlp) -> None:
+    """Step 3 as a relaunch leaves it: the crashed attempt's training rows and the relaunch's evaluation rows
+    (`grpo.writer_attempt`), both numbered from 0, each text longer than the page loads."""
+    for tag, said in (("crashed", {"attempt": CRASHED_NS}), ("eval", {"writer_attempt": RELAUNCH_NS})):
+        spans = otlp.spans(TWO_ATTEMPTS, [3], samples=2, completion=lambda s, i, tag=tag: _two_attempts_completion(tag, i),
+                           **said)
+        assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(), timeout=60,
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+def test_show_all_reads_the_row_of_its_own_attempt_where_two_share_an_index(site, new_page):
+    """Two rows of step 3 are sample 0, one each attempt's: "show all" on the evaluation's reads the evaluation's
+    text whole, not the crashed attempt's row of that index (attempts are ns, beyond a double's exact integers)."""
+    site.seed(_seed_two_attempts)
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/{TWO_ATTEMPTS}?step=3")
+    wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 4")
+    assert page.locator('#samples-table tbody tr[data-sample="0"]').count() == 2
+    for tag in ("eval", "crashed"):
+        cell = page.locator('#samples-table tbody tr[data-sample="0"]', has_text=f"{tag} 0 ").locator("td.text").last
+        cell.locator("button.more").click()
+        wait(page, f"[...document.querySelectorAll('#samples-table td.text.open')].some("
+                   f"t => t.textContent.includes(' END {tag}'))")
+        assert cell.locator("span.clip").text_content() == _two_attempts_completion(tag, 0)

@@ -20,7 +20,7 @@ from ._runs import RunReads, iso, like_pattern
 from ._step_reads import StepReads
 
 SAMPLE_CORE_COLUMNS = ("run_id", "step", "sample_index", "reward", "advantage", "completion_length",
-                       "prompt", "completion", "time")
+                       "prompt", "completion", "time", "attempt")
 _SAMPLE_SELECT = "SELECT id, " + ", ".join(SAMPLE_CORE_COLUMNS) + ", data FROM samples"
 # Dynamic sample columns are JSON keys, addressed as the quoted path `$."<key>"` (a bound parameter):
 # any key works there but one holding `"` (SQLite's path syntax has no escape) or control characters.

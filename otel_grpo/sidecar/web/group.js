@@ -9,8 +9,11 @@ function groupError(err) {
 // A group is its rows' `group` attribute, or their prompt where they carry none (a verl or TRL dump:
 // sameGroup). The URL names it by that attribute (group=3) or, a prompt being too long for a link,
 // by one of its samples (groupof=5): state.group is {group} or {sample_index}, and a reload reopens either.
+// Opened from a row, the sample is that row's writer attempt's too (two attempts' rows of a step may share an
+// index: a relaunch's evaluation at the step the crashed attempt trained); a link names its index alone.
 function openGroup(row) {
-  state.group = "group" in row ? { group: String(row.group) } : { sample_index: String(row.sample_index) };
+  state.group = "group" in row ? { group: String(row.group) }
+    : { sample_index: String(row.sample_index), attempt: String(row.attempt) };
   writeUrl(true);
   showGroup(row.step, state.group, String(row.sample_index)).catch(groupError);
 }

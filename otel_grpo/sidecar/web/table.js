@@ -61,20 +61,25 @@ function withTextChars(params) {
   return params;
 }
 
-// The query of one sample alone: the row at `step` with that `sample_index`.
-function oneSampleParams(step, index) {
+// The query of one sample alone: the rows at `step` with that `sample_index` (`limit` of them: two attempts'
+// rows of a step may share an index, a relaunch's evaluation at the step the crashed attempt trained).
+function oneSampleParams(step, index, limit = 1) {
   return new URLSearchParams({ step: String(step), filter_col: "sample_index", filter_min: String(index),
-                               filter_max: String(index), limit: "1" });
+                               filter_max: String(index), limit: String(limit) });
 }
+
+const SAME_INDEX = 100;  // rows of one step sharing a sample index read at most: one a writer attempt
 
 // Row `r` with every text whole: its sample read alone (as a linked one is), once.
 const wholeRows = new WeakMap();
 function wholeSample(r) {
   if (!wholeRows.has(r)) {
-    const p = oneSampleParams(r.step, r.sample_index);
+    const p = oneSampleParams(r.step, r.sample_index, SAME_INDEX);
     wholeRows.set(r, api(`${runPath(state.run)}/samples?${p}`).then((found) => {
-      if (!found.length) throw new ApiError("the sample is no longer stored");
-      return found[0];
+      // its writer's: an attempt (ns) parses to the same double in both rows; two are a millisecond or more apart
+      const same = found.find((x) => x.attempt === r.attempt);
+      if (!same) throw new ApiError("the sample is no longer stored");
+      return same;
     }));
   }
   return wholeRows.get(r);
@@ -233,7 +238,7 @@ function sampleLink(r, extra) {
   return runHash(state.run, { ...stateParams(), q: null, group: null, groupof: null, sample: null, step: r.step, ...extra });
 }
 
-const sameRow = (a, b) => a.step === b.step && a.sample_index === b.sample_index;
+const sameRow = (a, b) => a.step === b.step && a.sample_index === b.sample_index && a.attempt === b.attempt;
 
 function sampleRow(r, cols) {
   const cells = cols.map((c) => (TEXT_COLUMNS.includes(c) || typeof r[c] === "string" ? textCell(r, c)

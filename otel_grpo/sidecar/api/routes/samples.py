@@ -39,8 +39,8 @@ async def sample_query(  # async: pure validation, no reason for a thread-pool h
     filter_min: Annotated[float | None, Query(allow_inf_nan=False)] = None,
     filter_max: Annotated[float | None, Query(allow_inf_nan=False)] = None,
     order_by: Annotated[str | None, Query(max_length=128, description=(
-        "Any column: step, reward, advantage, completion_length, sample_index, prompt, completion, time, or a dynamic "
-        "one such as `reward.format`. A row without a value there (null, or a dynamic column it lacks) comes last, "
+        "Any column: step, reward, advantage, completion_length, sample_index, prompt, completion, time, attempt, "
+        "or a dynamic one such as `reward.format`. A row without a value there (null, or a dynamic column it lacks) comes last, "
         "`desc` or not; equal values keep the order the rows were stored in (reversed by `desc`), so pages neither "
         "repeat nor skip a row. Text sorts code point by code point (`Z` before `a` before `é`). A dynamic column "
         "may hold values of several kinds; ascending: booleans (false, true), then numbers by value (as 64-bit "
