@@ -3,8 +3,8 @@
 Statements are written once for SQLite and PostgreSQL: upserts name the target table's columns
 qualified (`steps.start_time`), which both accept and PostgreSQL requires, and there are no
 numbered parameters. Every write is idempotent under re-delivery: samples are unique on
-(run, step, sample id), the id naming its writer's attempt (`SampleRecord.uid`), steps, values, spans and phases are upserts, so a retried export or a
-replayed spill never duplicates a row. A newer attempt at a step (`grpo.attempt`) replaces the older
+(run, step, sample id), the id naming its writer's attempt (`SampleRecord.uid`); steps, values, spans and phases
+are upserts; so a retried export or a replayed spill never duplicates a row. A newer attempt at a step (`grpo.attempt`) replaces the older
 one's samples, scalars and phases together, and the run's older attempts' later steps (`_attempts`); a step's
 scalars are attributed to their writer attempts for that (`_step_scalars`).
 """
