@@ -202,6 +202,10 @@ def _flush(provider: Any, timeout_ms: int) -> bool:
 
 
 def _close_meter(provider: Any, owned: Owned, timeout_ms: int) -> None:
-    provider.shutdown(timeout_millis=timeout_ms)
-    for close in owned.closers:
+    try:
+        provider.shutdown(timeout_millis=timeout_ms)
+    except Exception:  # a reader the time ran out on (an endpoint that does not answer): what it held is lost, as
+        # the run's one export warning says; its traceback on the way out would say nothing more
+        logger.debug("otel-grpo: the meter provider's shutdown failed", exc_info=True)
+    for close in owned.closers:  # what the readers leave open (the pull endpoint's server), closed all the same
         close()

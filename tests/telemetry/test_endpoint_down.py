@@ -8,6 +8,7 @@ import logging
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -184,3 +185,38 @@ def test_a_short_run_into_a_black_hole_says_its_samples_stay_in_the_spill(tmp_pa
     said = done.stderr.splitlines()  # what reaches stderr: warnings (logging's last resort), not info
     assert len(said) == 1 and "no answer within" in said[0] and "samples stay in the local spill" in said[0], said
     assert len(list((tmp_path / "samples").glob("step_*.jsonl"))) == 3
+
+
+def test_a_reader_that_runs_out_of_time_at_the_end_leaves_no_traceback_and_the_endpoint_closed(tmp_path):
+    """An OTLP endpoint that takes connections and never answers holds the first metric reader's last export for
+    the whole of the end's time, so the meter provider's shutdown raises for the next reader ("deadline already
+    exceeded"). That exception escaped the closing thread: a traceback at the end of the run, and the pull
+    endpoint's server, closed after the readers, stayed open."""
+    from otel_grpo.telemetry._exporters import Exporters
+
+    escaped = []
+    before = threading.excepthook
+    threading.excepthook = lambda args: escaped.append(args.exc_value)
+    try:
+        with socket.socket() as hole:
+            hole.bind(("127.0.0.1", 0))
+            hole.listen(64)
+            settings = TelemetrySettings(run_id="wedged", output_dir=tmp_path, metrics_exporters=["otlp", "prometheus"],
+                                         traces_exporters=["none"], otlp_protocol="http/protobuf",
+                                         otlp_endpoint=f"http://127.0.0.1:{hole.getsockname()[1]}", prometheus_port=0)
+            exporters = Exporters(settings, 0, 1, 0)
+            exporters.meter_provider.get_meter("t").create_gauge("g").set(1.0)
+            port = exporters.prometheus_port
+            exporters.close(0.5, linger=False)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # the closing goes on past the bound, on its own thread
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                except OSError:
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError(f"the pull endpoint on port {port} is still open")
+    finally:
+        threading.excepthook = before
+    assert escaped == []
