@@ -1661,10 +1661,11 @@ def _two_attempts_completion(tag: str, index: int) -> str:
 
 def _seed_two_attempts(url: str, otlp) -> None:
     """Step 3 as a relaunch leaves it: the crashed attempt's training rows and the relaunch's evaluation rows
-    (`grpo.writer_attempt`), both numbered from 0, each text longer than the page loads."""
+    (`grpo.writer_attempt`), both numbered from 0, each text longer than the page loads; each attempt's two rows
+    answer one prompt of its own (a group each)."""
     for tag, said in (("crashed", {"attempt": CRASHED_NS}), ("eval", {"writer_attempt": RELAUNCH_NS})):
         spans = otlp.spans(TWO_ATTEMPTS, [3], samples=2, completion=lambda s, i, tag=tag: _two_attempts_completion(tag, i),
-                           **said)
+                           extra=lambda s, i, tag=tag: {"prompt": f"{tag} prompt"}, **said)
         assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(), timeout=60,
                           headers={"Content-Type": "application/x-protobuf"}).status_code == 200
 
@@ -1683,3 +1684,67 @@ def test_show_all_reads_the_row_of_its_own_attempt_where_two_share_an_index(site
         wait(page, f"[...document.querySelectorAll('#samples-table td.text.open')].some("
                    f"t => t.textContent.includes(' END {tag}'))")
         assert cell.locator("span.clip").text_content() == _two_attempts_completion(tag, 0)
+
+
+# Whose sample 0 each row the page marks as linked is: its completion's first words ("eval 0 ", "crashed 0 ").
+LINKED_ROWS = ("[...document.querySelectorAll('#samples-table tr.linked')]"
+               ".map(tr => (tr.textContent.match(/(eval|crashed) \\d+ /) || [''])[0])")
+
+
+def _linked_rows(page) -> list[str]:
+    """The linked rows (LINKED_ROWS) of a page opened by a link, once it has shown them."""
+    wait(page, "document.body.dataset.ready === 'run' && !document.getElementById('samples').ariaBusy"
+               " && !!document.querySelector('#samples-table tr.linked')")
+    return page.evaluate(LINKED_ROWS)
+
+
+def test_a_link_to_a_sample_or_its_group_names_the_row_of_its_attempt(site, new_page):
+    """Two rows of step 3 are sample 0, one each attempt's: the page's URL once a row is linked (its "#") or its
+    group opened, opened in a fresh page, shows that row and that group, not the other attempt's of that index
+    (attempts are ns, beyond a double's exact integers: the link carries the exact one)."""
+    site.seed(_seed_two_attempts)
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/{TWO_ATTEMPTS}?step=3")
+    wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 4")
+    for tag, attempt in (("eval", RELAUNCH_NS), ("crashed", CRASHED_NS)):
+        row = page.locator('#samples-table tbody tr[data-sample="0"]', has_text=f"{tag} 0 ")
+        row.locator("a.sample-link").click()
+        wait(page, "location.hash.includes('sample=')")
+        shared = new_page()
+        open_run(shared, page.url)
+        assert _linked_rows(shared) == [f"{tag} 0 "]
+        assert _linked_rows(page) == [f"{tag} 0 "]
+        assert f"sample=0@{attempt}&" in page.url + "&"  # exact: the API's digits, not a double's
+
+        row.locator("button.group-open").click()
+        wait(page, f"document.querySelector('#group-view .prompt')?.textContent === '{tag} prompt'")
+        shared = new_page()
+        open_run(shared, page.url)
+        wait(shared, "document.querySelectorAll('#group-view .group-card').length === 2")
+        assert shared.locator("#group-view .prompt").text_content() == f"{tag} prompt"
+        picked = shared.locator("#group-view .group-card.picked pre.completion")
+        assert picked.count() == 1 and picked.text_content().startswith(f"{tag} 0 ")
+        assert f"groupof=0@{attempt}&" in page.url + "&"
+    # A link from before attempts names the index alone: one row of it is linked, the first.
+    open_run(page, f"{site.url}/#/run/{TWO_ATTEMPTS}?step=3&sample=0")
+    assert len(_linked_rows(page)) == 1
+
+
+def test_back_and_forward_keep_the_linked_row_of_its_attempt(site, new_page):
+    """Linking one attempt's sample 0, then the other's, is two steps of the history: back and forward mark the
+    row each step linked, not the first row of that index."""
+    site.seed(_seed_two_attempts)
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/{TWO_ATTEMPTS}?step=3")
+    wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 4")
+    hashes = []
+    for tag in ("crashed", "eval"):
+        before = page.evaluate("location.hash")
+        page.locator('#samples-table tbody tr[data-sample="0"]', has_text=f"{tag} 0 ").locator("a.sample-link").click()
+        wait(page, f"location.hash !== {json.dumps(before)}")
+        hashes.append(page.evaluate("location.hash"))
+    assert hashes[0] != hashes[1]
+    for move, tag, at in ((page.go_back, "crashed", 0), (page.go_forward, "eval", 1), (page.go_back, "crashed", 0)):
+        move()
+        wait(page, f"location.hash === {json.dumps(hashes[at])} && !document.getElementById('samples').ariaBusy")
+        wait(page, f"JSON.stringify({LINKED_ROWS}) === {json.dumps(json.dumps([f'{tag} 0 ']))}")

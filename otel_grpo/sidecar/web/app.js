@@ -2,7 +2,7 @@
 // charts (charts.js, drawn by plot.js: hover, zoom, smoothing, other runs overlaid by step, alerts on
 // the step axis, any step column found by search), alerts, and the samples table (table.js). The view
 // lives in the URL: #/?q=exp&status=active&page=2 (the runs), and
-// #/run/<id>?step=4&group=0&sample=3&q=..&sort=reward&desc=1&vs=<run>&vs=<run>&smooth=0.6&from=10
+// #/run/<id>?step=4&group=0&sample=3@<attempt>&q=..&sort=reward&desc=1&vs=<run>&vs=<run>&smooth=0.6&from=10
 // &to=40&fcol=kl_ref_mean&fmin=0.1&fmax=&showcol=policy_version&hidecol=entropy_mean
 // &add=grpo.learning_rate&hide=loss&scale=kl:linear links to exactly what is shown. Every parameter
 // goes through one encoding (hashQuery): a list is the parameter repeated, never joined, since a
@@ -51,14 +51,15 @@ document.getElementById("token-forget").addEventListener("click", () => {
 
 // ---- the URL ------------------------------------------------------------------------------------
 // The query of a view's hash, "" or "?...": a list is the parameter repeated (read back with getAll),
-// an empty value (null, undefined, "") is left out.
+// an empty value (null, undefined, "") is left out. "@" stays as it is (a fragment may hold it, and reads it
+// back the same): a sample's name is `<index>@<attempt>` (table.js's rowName).
 function hashQuery(params) {
   const p = new URLSearchParams();
   for (const [k, v] of Object.entries(params || {})) {
     if (Array.isArray(v)) for (const x of v) p.append(k, String(x));
     else if (v !== null && v !== undefined && v !== "") p.set(k, String(v));
   }
-  const qs = p.toString();
+  const qs = p.toString().replace(/%40/g, "@");
   return qs ? "?" + qs : "";
 }
 
@@ -67,7 +68,9 @@ function runHash(runId, params) {
 }
 
 function stateParams() {
-  return { step: state.step, group: state.group?.group, groupof: state.group?.sample_index, sample: state.sample,
+  return { step: state.step, group: state.group?.group,
+           groupof: state.group && !("group" in state.group) ? rowName(state.group) : null,
+           sample: state.sample && rowName(state.sample),
            q: state.q, sort: state.orderBy, desc: state.orderBy && state.desc ? 1 : null, vs: state.overlay,
            smooth: state.smooth || null,
            from: state.zoom && state.zoom[0], to: state.zoom && state.zoom[1],
@@ -102,8 +105,8 @@ function linkReader(p, known) {
 
 // A link's parameters as `state` holds them, and what of it was not understood (`ignored`: one line
 // each, said once at the top of the page: linkNotes). Whole numbers for steps and sample indices
-// (a step of 2.5 or a sample of 1e30 was asked of the API, which answered 422).
-const INDEX = /^(0|[1-9]\d{0,14})$/;  // a sample index as the API reads it (no sign, no exponent)
+// (a step of 2.5 or a sample of 1e30 was asked of the API, which answered 422); a sample as table.js's
+// ROW_NAME reads it (an index, and its writer's attempt where it has one).
 const STEP = /^-?(0|[1-9]\d{0,14})$/;
 const RUN_PARAMS = new Set(["step", "group", "groupof", "sample", "q", "sort", "desc", "vs", "smooth", "from", "to", "fcol",
                             "fmin", "fmax", "showcol", "hidecol", "add", "hide", "scale"]);
@@ -118,8 +121,8 @@ async function readUrl(runId, query) {
   const bound = (k) => (fcol && p.get(k)) || "";
   const step = matching("step", STEP, "not a step number");
   const desc = matching("desc", /^[01]$/, "not 1 or 0") === "1";
-  const sample = matching("sample", INDEX, "not a sample index");
-  const groupof = matching("groupof", INDEX, "not a sample index");
+  const sample = matching("sample", ROW_NAME, "not a sample index");
+  const groupof = matching("groupof", ROW_NAME, "not a sample index");
   if (p.get("group") && groupof !== null) ignore("groupof", groupof, "group= names the group");
   const [from, to] = [num("from"), num("to")];
   const smooth = num("smooth");
@@ -127,7 +130,8 @@ async function readUrl(runId, query) {
   const scales = p.getAll("scale").map((v) => [v.slice(0, v.lastIndexOf(":")), v.slice(v.lastIndexOf(":") + 1), v])
     .filter(([id, s, v]) => (id && SCALES.includes(s)) || ignore("scale", v, "not <chart>:linear, log or symlog"));
   const next = Object.assign(freshState(runId), {
-    step, sample, group: p.get("group") ? { group: p.get("group") } : groupof !== null ? { sample_index: groupof } : null,
+    step, sample: sample && readRowName(sample),
+    group: p.get("group") ? { group: p.get("group") } : groupof !== null ? readRowName(groupof) : null,
     q: p.get("q") || "", orderBy: p.get("sort") || null, desc,
     smooth: smooth !== null && smooth >= 0 && smooth <= 0.99 ? smooth : 0,
     zoom: from !== null && to !== null && from < to ? [from, to] : null,
@@ -390,7 +394,7 @@ async function showRun(runId, query, current) {
   for (const c of state.add.filter((c) => !columns.has(c))) notes.push(`add=${c} (no step column of that name): no chart`);
   state.add = state.add.filter((c) => columns.has(c));
   // A sample and a group are a step's: with no such step, they are not shown either, and said so.
-  const ofStep = [state.sample !== null && `sample=${state.sample}`, state.group && groupLinkPart(state.group)]
+  const ofStep = [state.sample !== null && `sample=${rowName(state.sample)}`, state.group && groupLinkPart(state.group)]
     .filter(Boolean).join(", ");
   if (state.step !== null && !sampleSteps.includes(+state.step) && sampleSteps.length) {
     const best = nearestSampleStep(+state.step);

@@ -8,19 +8,17 @@ function groupError(err) {
 
 // A group is its rows' `group` attribute, or their prompt where they carry none (a verl or TRL dump:
 // sameGroup). The URL names it by that attribute (group=3) or, a prompt being too long for a link,
-// by one of its samples (groupof=5): state.group is {group} or {sample_index}, and a reload reopens either.
-// Opened from a row, the sample is that row's writer attempt's too (two attempts' rows of a step may share an
-// index: a relaunch's evaluation at the step the crashed attempt trained); a link names its index alone.
+// by one of its samples (groupof=5, groupof=5@<attempt>: table.js's rowName): state.group is {group} or that
+// sample's key (rowKey), and a reload reopens either.
 function openGroup(row) {
-  state.group = "group" in row ? { group: String(row.group) }
-    : { sample_index: String(row.sample_index), attempt: String(row.attempt) };
+  state.group = "group" in row ? { group: String(row.group) } : rowKey(row);
   writeUrl(true);
-  showGroup(row.step, state.group, String(row.sample_index)).catch(groupError);
+  showGroup(row.step, state.group, rowKey(row)).catch(groupError);
 }
 
 // How a link names the group `key` (state.group).
 function groupLinkPart(key) {
-  return "group" in key ? `group=${key.group}` : `groupof=${key.sample_index}`;
+  return "group" in key ? `group=${key.group}` : `groupof=${rowName(key)}`;
 }
 
 // A prompt cut by the server (TEXT_CHARS) is compared by what came and its full length.
@@ -52,22 +50,24 @@ const GROUP_STATS = [["reward", "reward"], ["advantage", "advantage"], ["length"
                      ["KL to ref", "kl_ref_mean"], ["IS weight max", "is_weight_max"], ["entropy", "entropy_mean"],
                      ["sample", "sample_index"]];
 
-// The group of the first row at `step` with `key`'s values (state.group); `picked`: the sample marked.
+// The group of the first row at `step` with `key`'s group, or of the row `key` names (state.group); `picked`: the
+// sample marked (a key: rowKey).
 // Only the latest group asked for is drawn, in the view it was asked from (a group opened, then
 // another, or a navigation, before the first came). `linked`: asked by the link the page opened, which
 // says so (linkNote) and drops it where there is no such group at that step.
 let groupAsked = 0;
-async function showGroup(step, key, picked = key.sample_index, linked = false) {
+async function showGroup(step, key, picked = "group" in key ? null : key, linked = false) {
   const p = withTextChars(new URLSearchParams({ step: String(step), limit: "10000", order_by: "reward",
                                                 desc: "true" }));
   const asked = ++groupAsked, shownIn = document.getElementById("group-view");
-  const all = await api(`${runPath(state.run)}/samples?${p}`);
+  const all = await readSamples(p);
   if (asked !== groupAsked || !shownIn.isConnected) return;
-  const named = all.find((r) => Object.entries(key).every(([k, v]) => String(r[k]) === v));
+  const named = "group" in key ? all.find((r) => String(r.group) === key.group) : namedRow(all, key);
   const rows = named ? all.filter((r) => sameGroup(r, named)) : [];
+  const pickedRow = picked && namedRow(rows, picked);
   if (!rows.length && linked) {
     linkNote("group" in key ? `group ${key.group} is not at step ${step}`
-      : `no group of sample ${key.sample_index} at step ${step}`);
+      : `no group of sample ${rowName(key)} at step ${step}`);
     state.group = null;
     writeUrl();
     return;
@@ -75,13 +75,13 @@ async function showGroup(step, key, picked = key.sample_index, linked = false) {
   const view = document.getElementById("group-view");
   const fns = [...new Set(rows.flatMap((r) => Object.keys(r)))].filter((k) => k.startsWith("reward.")).sort();
   const stats = [GROUP_STATS[0], ...fns.map((f) => [f, f]), ...GROUP_STATS.slice(1)];
-  const cards = rows.map((r, i) => h("div", { class: "group-card" + (String(r.sample_index) === picked ? " picked" : "") },
+  const cards = rows.map((r, i) => h("div", { class: "group-card" + (r === pickedRow ? " picked" : "") },
     h("div", { class: "rank", text: `#${i + 1}` }),
     h("table", { class: "group-stats" }, h("tbody", {},
       ...stats.filter(([, k]) => k in r).map(([label, k]) => h("tr", {}, h("th", { text: label }),
                                                                    h("td", { class: "num", text: fmtCell(r[k]) }))))),
     ...groupText("completion", r, "completion")));
-  const title = !rows.length ? `No group ${"group" in key ? key.group : `of sample ${key.sample_index}`} at step ${step}`
+  const title = !rows.length ? `No group ${"group" in key ? key.group : `of sample ${rowName(key)}`} at step ${step}`
     : `Group at step ${step}` + ("group" in key ? ` (group ${key.group})` : "") +
       `: ${rows.length} completion(s) stored, ranked by reward`;
   // The view as it is, with this group open (as a sample's link).

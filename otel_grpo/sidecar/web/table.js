@@ -61,6 +61,21 @@ function withTextChars(params) {
   return params;
 }
 
+// A response's sample rows, each `attempt` (its writer's start in ns, past a double's exact integers: JSON.parse
+// makes 1733580060987654321 1733580060987654400) as its exact decimal text, as the API sent it: the page
+// compares rows by it and a link names a row by it (rowName). The text comes from the reviver's source access
+// (Baseline 2025: Chrome 114, Firefox 135, Safari 18.4); an older browser keeps the rounded number's text,
+// which tells two attempts apart (they are milliseconds apart or more) but does not match a link made elsewhere.
+async function sampleRows(response) {
+  return JSON.parse(await response.text(), (key, value, context) => (key === "attempt" && typeof value === "number"
+    ? context?.source ?? String(value) : value));
+}
+
+// The sample rows of `params` (the run shown): what sampleRows reads.
+async function readSamples(params) {
+  return sampleRows(await apiFetch(`${runPath(state.run)}/samples?${params}`));
+}
+
 // The query of one sample alone: the rows at `step` with that `sample_index` (`limit` of them: two attempts'
 // rows of a step may share an index, a relaunch's evaluation at the step the crashed attempt trained).
 function oneSampleParams(step, index, limit = 1) {
@@ -75,9 +90,8 @@ const wholeRows = new WeakMap();
 function wholeSample(r) {
   if (!wholeRows.has(r)) {
     const p = oneSampleParams(r.step, r.sample_index, SAME_INDEX);
-    wholeRows.set(r, api(`${runPath(state.run)}/samples?${p}`).then((found) => {
-      // its writer's: an attempt (ns) parses to the same double in both rows; two are a millisecond or more apart
-      const same = found.find((x) => x.attempt === r.attempt);
+    wholeRows.set(r, readSamples(p).then((found) => {
+      const same = found.find((x) => sameRow(x, r));  // its writer attempt's
       if (!same) throw new ApiError("the sample is no longer stored");
       return same;
     }));
@@ -240,16 +254,44 @@ function sampleLink(r, extra) {
 
 const sameRow = (a, b) => a.step === b.step && a.sample_index === b.sample_index && a.attempt === b.attempt;
 
-function sampleRow(r, cols) {
+// ---- a row's name -------------------------------------------------------------------------------
+// The page names a row of its step (state.sample, a group's sample in state.group, the links' `sample=` and
+// `groupof=`) by its sample index and its writer's attempt, `<index>@<attempt>` as the store names it: two
+// attempts' rows of a step may share an index (a relaunch's evaluation at the step the crashed attempt trained).
+// A row whose sender named no attempt is named by its index alone, as every row was before attempts. A key is
+// {sample_index, attempt} (text; attempt null where none): rowKey makes it, rowName writes it for a URL,
+// readRowName reads it back, namedRow finds its row.
+const ROW_NAME = /^(0|[1-9]\d{0,14})(?:@(0|[1-9]\d{0,18}))?$/;  // an index as the API reads it, a non-negative int64
+
+function rowKey(r) {
+  return { sample_index: String(r.sample_index), attempt: r.attempt === null || r.attempt === undefined ? null : String(r.attempt) };
+}
+
+const rowName = (key) => (key.attempt === null ? key.sample_index : `${key.sample_index}@${key.attempt}`);
+
+// A link's name as a key; null where it is none.
+function readRowName(text) {
+  const m = ROW_NAME.exec(text);
+  return m && { sample_index: m[1], attempt: m[2] ?? null };
+}
+
+// The row of `rows` (one step's) that `key` names: of its index and attempt. A name without an attempt (a link
+// from before attempts) is the row without one, else the first of its index; null: none.
+function namedRow(rows, key) {
+  const ofIndex = rows.filter((r) => String(r.sample_index) === key.sample_index);
+  return ofIndex.find((r) => rowKey(r).attempt === key.attempt) ?? (key.attempt === null ? ofIndex[0] : null) ?? null;
+}
+
+function sampleRow(r, cols, linked) {
   const cells = cols.map((c) => (TEXT_COLUMNS.includes(c) || typeof r[c] === "string" ? textCell(r, c)
                                                                                       : valueCell(c, r)));
   const group = h("button", { class: "group-open", type: "button", title: "all completions of this prompt, side by side",
                               "aria-label": `group of sample ${r.sample_index}`, text: "group", onclick: () => openGroup(r) });
-  const link = h("a", { class: "sample-link", href: sampleLink(r, { sample: r.sample_index }), title: "link to this sample",
+  const link = h("a", { class: "sample-link", href: sampleLink(r, { sample: rowName(rowKey(r)) }), title: "link to this sample",
                         "aria-label": `link to sample ${r.sample_index}`, text: "#",
-                        onclick: (e) => { e.preventDefault(); pickSample(r); } });
+                        onclick: (e) => { e.preventDefault(); pickSample(r, e.target.closest("tr")); } });
   const tr = h("tr", { "data-sample": fmtCell(r.sample_index) }, h("td", { class: "actions" }, group, link), ...cells);
-  if (state.sample !== null && String(r.sample_index) === state.sample && String(r.step) === state.step) tr.classList.add("linked");
+  if (r === linked) tr.classList.add("linked");
   return tr;
 }
 
@@ -340,6 +382,7 @@ function cellKeys(table) {
 }
 
 function tableOf(rows) {
+  const linked = linkedIn(rows);
   const hidden = hiddenColumns();
   const cols = allColumnsOf(rows).filter((c) => !hidden.has(c));
   const family = getComputedStyle(document.body).fontFamily;
@@ -350,7 +393,7 @@ function tableOf(rows) {
   const head = h("tr", {}, h("th", {}, h("span", { class: "visually-hidden", text: "sample" })), ...cols.map(headerCell));
   const minWidth = ACTIONS_PX + widths.reduce((sum, w) => sum + w, 0);
   const table = h("table", { id: "samples-table", style: `min-width: ${minWidth}px`, oncopy: copyFull }, colgroup,
-    h("thead", {}, head), h("tbody", {}, ...rows.map((r) => sampleRow(r, cols))));
+    h("thead", {}, head), h("tbody", {}, ...rows.map((r) => sampleRow(r, cols, linked))));
   cellKeys(table);
   return table;
 }
@@ -423,7 +466,7 @@ async function loadSamples(more = false) {
   setLoading(more ? `loading rows ${(offset + 1).toLocaleString("en")}–…` : state.q ? `searching "${state.q}"…` : `loading step ${state.step}…`);
   try {
     const response = await apiFetch(`${runPath(state.run)}/samples?${withTextChars(samplesParams(PAGE_ROWS, offset))}`);
-    const rows = await response.json();
+    const rows = await sampleRows(response);
     const total = Number(response.headers.get("X-Total-Count") || offset + rows.length);
     const linked = more ? linkedRow : await linkedSample(rows);
     const unfiltered = more || !filtering() ? unfilteredRows : await rowsOf(samplesParams(1, 0, false));
@@ -438,9 +481,8 @@ async function loadSamples(more = false) {
       writeUrl();
       return loadSamples();
     }
-    if (!more && state.sample !== null && state.step !== null && !state.q && !linked
-        && !rows.some((r) => String(r.sample_index) === state.sample)) {
-      linkNote(`sample ${state.sample} is not at step ${state.step}`);
+    if (!more && state.sample !== null && state.step !== null && !state.q && !linked && !linkedIn(rows)) {
+      linkNote(`sample ${rowName(state.sample)} is not at step ${state.step}`);
       state.sample = null;
       writeUrl();
     }
@@ -470,13 +512,18 @@ async function rowsOf(params, numberIn = null) {
   return Number(response.headers.get("X-Total-Count"));
 }
 
-// The linked sample of the step, where the page of `rows` does not hold it: asked for by its index.
+// The row of `rows` that the link names (state.sample at state.step); null: none.
+function linkedIn(rows) {
+  return state.sample === null ? null : namedRow(rows.filter((r) => String(r.step) === state.step), state.sample);
+}
+
+// The linked sample of the step, where the page of `rows` does not hold it: asked for by its index (the rows of
+// it, one a writer attempt), and the one it names taken.
 async function linkedSample(rows) {
-  if (state.sample === null || state.q || state.step === null || rows.some((r) => String(r.sample_index) === state.sample
-                                                                          && String(r.step) === state.step)) return null;
-  const p = withTextChars(oneSampleParams(state.step, state.sample));
-  const found = await api(`${runPath(state.run)}/samples?${p}`).catch(() => []);
-  return found[0] || null;
+  if (state.sample === null || state.q || state.step === null || linkedIn(rows)) return null;
+  const p = withTextChars(oneSampleParams(state.step, state.sample.sample_index, SAME_INDEX));
+  const found = await readSamples(p).catch(() => []);
+  return namedRow(found, state.sample);
 }
 
 function sortBy(column) {
@@ -567,7 +614,7 @@ function samplesControls(steps) {
                   onclick: () => loadSamples(true) }));
 }
 
-// `sample`: the sample linked at that step. One step of the history either way.
+// `sample`: the sample linked at that step (a key: rowKey). One step of the history either way.
 function setStep(step, sample = null) {
   Object.assign(state, { step: step === null ? null : String(step), q: "", sample, group: null });
   const search = document.getElementById("search");
@@ -578,11 +625,10 @@ function setStep(step, sample = null) {
   redrawPlots();
 }
 
-// A row's "#": that sample linked (the URL) and marked; a search's row opens its step.
-function pickSample(r) {
+// A row's "#" (in its row `tr`): that sample linked (the URL) and marked; a search's row opens its step.
+function pickSample(r, tr) {
   const searched = !!state.q;
-  setStep(r.step, String(r.sample_index));
-  for (const tr of document.querySelectorAll("#samples-table tr.linked")) tr.classList.remove("linked");
-  const tr = [...document.querySelectorAll("#samples-table tbody tr")].find((t) => t.dataset.sample === state.sample);
-  if (tr && !searched) tr.classList.add("linked"); else loadSamples();
+  setStep(r.step, rowKey(r));
+  for (const t of document.querySelectorAll("#samples-table tr.linked")) t.classList.remove("linked");
+  if (!searched) tr.classList.add("linked"); else loadSamples();
 }
