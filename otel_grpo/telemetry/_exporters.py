@@ -125,8 +125,9 @@ class Exporters:
             # Nothing failed before, yet the exporters did not finish: an endpoint that takes connections and
             # never answers (a wedged collector), within a bound shorter than the export timeout. What they held
             # is not delivered: the run's one export warning says so, and where the samples stay.
-            health.failed("telemetry", self.traces_target, f"no answer within {remaining_ms / 1000:.1f}s at the "
-                                                           "end of the run")
+            silent = (otlp_target(settings, "metrics") if "otlp" not in settings.traces_exporters
+                      and "otlp" in settings.metrics_exporters else self.traces_target)  # what did not answer
+            health.failed("telemetry", silent, f"no answer within {remaining_ms / 1000:.1f}s at the end of the run")
         # Expected when the endpoint is down: its failure is the one warning (ExportHealth).
         level = logging.INFO if down or health.failing else logging.WARNING
         logger.log(level, "otel-grpo: shutdown: exporters did not finish within %.1fs%s; giving up on them",

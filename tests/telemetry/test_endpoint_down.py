@@ -187,7 +187,7 @@ def test_a_short_run_into_a_black_hole_says_its_samples_stay_in_the_spill(tmp_pa
     assert len(list((tmp_path / "samples").glob("step_*.jsonl"))) == 3
 
 
-def test_a_reader_that_runs_out_of_time_at_the_end_leaves_no_traceback_and_the_endpoint_closed(tmp_path):
+def test_a_reader_that_runs_out_of_time_at_the_end_leaves_no_traceback_and_the_endpoint_closed(tmp_path, caplog):
     """An OTLP endpoint that takes connections and never answers holds the first metric reader's last export for
     the whole of the end's time, so the meter provider's shutdown raises for the next reader ("deadline already
     exceeded"). That exception escaped the closing thread: a traceback at the end of the run, and the pull
@@ -207,7 +207,12 @@ def test_a_reader_that_runs_out_of_time_at_the_end_leaves_no_traceback_and_the_e
             exporters = Exporters(settings, 0, 1, 0)
             exporters.meter_provider.get_meter("t").create_gauge("g").set(1.0)
             port = exporters.prometheus_port
-            exporters.close(0.5, linger=False)
+            with caplog.at_level(logging.WARNING, logger="otel_grpo.telemetry"):
+                exporters.close(0.5, linger=False)
+            endpoint = f"http://127.0.0.1:{hole.getsockname()[1]}/v1/metrics"  # what did not answer, not "none"
+            said = [r.getMessage() for r in caplog.records if "no answer within" in r.getMessage()]
+            assert len(said) == 1 and said[0].startswith(
+                f"otel-grpo: exporting telemetry to {endpoint} failed (no answer within 0.5s at the end of the run)")
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:  # the closing goes on past the bound, on its own thread
                 try:
