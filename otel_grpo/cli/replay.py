@@ -4,9 +4,12 @@ The telemetry layer spills every step it emits (`steps.jsonl`) and every selecte
 (`samples/step_<n>.jsonl`) before exporting them. When the sidecar or the collector was down,
 or a process died with spans still queued, the store lacks some of them; this command sends
 the whole spill again, as OTLP/HTTP spans of the same contract the trainer's exporter sends
-(a `grpo.step` span per step, `grpo.sample` events on a `grpo.samples` span). Replaying is
+(a `grpo.step` span per step and writer, `grpo.sample` events on a `grpo.samples` span). Replaying is
 idempotent: the sidecar keeps samples unique on (run, step, sample index) and merges step
-scalars, so what it already had is left as it was, and replaying twice changes nothing.
+scalars, so what it already had is left as it was, and replaying twice changes nothing. Each record's scalars
+and rows go under the attempt they went out with (`grpo.attempt` where the record claimed its step, else
+`grpo.writer_attempt`: an evaluation's, another rank's), so a newer attempt's claim of the step, replayed or
+live, keeps and removes of them what it did of the live export's.
 Phase durations travel as the step's `phase_duration/<name>` scalars, the sums the sidecar
 computes from phase spans, so they never add up twice. The spill keeps texts whole; a replay cuts
 them at `max_text_chars` as the export did (`telemetry._samples.cut_texts`), so a replayed row is
@@ -152,9 +155,9 @@ def _requests(spill: SpillReader, max_chars: int) -> Iterator[_Request]:
             rows[(row["run_id"], row["step"])].append(row)
         for run_id, number in sorted({*found_lines, *rows}):
             # A relaunched run spilled the step again, and steps after it that it never reached: what a newer
-            # attempt superseded stays out, the rest goes as the attempt that claims the step (an evaluation or
-            # another rank claims none: it merges into whichever attempt trained the step); a step only such
-            # records hold goes under its newest writer's attempt, claiming nothing, as they went live
+            # attempt superseded stays out, the rest goes as it went live: the claiming attempt's records under
+            # its claim, each other writer's (an evaluation, another rank: they claim none) under its own attempt;
+            # records that said none (older spills) go with the step's claim, else its newest writer's
             kept = [ln for ln in found_lines.get((run_id, number), [])
                     if not spill.superseded(run_id, number, *_line_attempt(ln))]
             live = [r for r in rows.get((run_id, number), []) if not spill.superseded(run_id, number, *row_attempt(r))]
@@ -163,7 +166,7 @@ def _requests(spill: SpillReader, max_chars: int) -> Iterator[_Request]:
             writer = None if attempt is not None else _newest(said, claims=False)
             line = functools.reduce(_merged, kept, None)
             end_ns = (line or {}).get("end_ns") or time.time_ns()
-            steps = [_step_span(run_id, number, line, end_ns, attempt, writer)] if line is not None else []
+            steps = _step_spans(run_id, number, kept, (line or {}).get("phases") or {}, end_ns, attempt, writer)
             samples = _writers_spans(run_id, number, live, end_ns, max_chars, attempt, writer)
             for span in itertools.chain(steps, samples):
                 if not request.fits(span):
@@ -180,11 +183,43 @@ def _line_attempt(line: dict) -> tuple[object, bool]:
     return line.get("attempt"), line.get("claims", True) is not False
 
 
+def _is_attempt(said: object) -> bool:
+    return isinstance(said, int) and not isinstance(said, bool)
+
+
 def _newest(attempts: list[tuple[object, bool]], claims: bool) -> int | None:
     """The newest of the (attempt, claims) pairs that do (`claims`) or do not claim their step; None where none
     says one (an older spill)."""
-    return max((a for a, c in attempts if c is claims and isinstance(a, int) and not isinstance(a, bool)),
-               default=None)
+    return max((a for a, c in attempts if c is claims and _is_attempt(a)), default=None)
+
+
+def _step_spans(run_id: str, step: int, lines: list[dict], phases: dict[str, float], end_ns: int,
+                attempt: int | None, writer: int | None) -> list[Any]:
+    """The `grpo.step` spans of a step's lines (none superseded), each writer's scalars under the attribute they
+    went out with, as the sidecar keeps each writer's apart (`store._step_scalars`) and a newer attempt's claim
+    removes only the older writers' (`store._attempts`): the claiming attempt's lines, and those that said no
+    attempt (older spills), under the step's claim (`attempt`, else `writer`: its newest writer's); each other
+    writer's (an evaluation, another rank: claiming nothing) under its own attempt. In the order they were written
+    (the last one's time is the step's, as live); `phases`: every line's phase durations summed (the sidecar sums
+    the phase spans of every writer), on the step's claim's span, else the last one."""
+    step_lines: list[dict] = []
+    own: dict[int, list[dict]] = defaultdict(list)  # a writer that claims nothing -> its lines
+    for line in lines:
+        said, claims = _line_attempt(line)
+        if claims or not _is_attempt(said):  # a claim kept is the step's (`attempt`): older ones are superseded
+            step_lines.append(line)
+        else:
+            own[said].append(line)  # type: ignore[index]
+    groups = ([(step_lines, attempt, writer)] if step_lines else []) + [(own[w], None, w) for w in sorted(own)]
+    groups.sort(key=lambda group: max(line.get("end_ns") or 0 for line in group[0]))  # stable: ties as listed
+    carrier = next((g for g in groups if g[0] is step_lines), groups[-1] if groups else None)
+    out = []
+    for part, group in enumerate(groups):
+        group_lines, claim, by = group
+        line = functools.reduce(_merged, group_lines, None)
+        line["phases"] = phases if group is carrier else {}
+        out.append(_step_span(run_id, step, line, end_ns, claim, by, part))
+    return out
 
 
 def _merged(earlier: dict | None, line: dict) -> dict:
@@ -213,8 +248,9 @@ def _new_span(name: str, run_id: str, step: int, start_ns: int, end_ns: int, par
 
     # Ids derived from what the span holds, not random: the sidecar keys a sample row without a
     # sample_index by its span's id and its place there, so a second replay of such rows stored them
-    # twice. `part`: the span's first row within the step; `attempt`: whose rows (another attempt's
-    # spans must not share ids with these); `writer`: the attempt of records that claim nothing.
+    # twice. `part`: the span's first row within the step (a step span: its place among the step's);
+    # `attempt`: whose rows (another attempt's spans must not share ids with these); `writer`: the
+    # attempt of records that claim nothing.
     key = [run_id, step, name, part] + ([attempt] if attempt is not None else [])
     digest = hashlib.blake2b(json.dumps(key).encode(), digest_size=24).digest()
     span = Span(trace_id=digest[:16], span_id=digest[16:])
@@ -229,10 +265,11 @@ def _new_span(name: str, run_id: str, step: int, start_ns: int, end_ns: int, par
 
 
 def _step_span(run_id: str, step: int, line: dict, end_ns: int, attempt: int | None = None,
-               writer: int | None = None):
+               writer: int | None = None, part: int = 0):
     from otel_grpo.telemetry._spill import spilled_value
 
-    span = _new_span(spans.STEP_SPAN, run_id, step, line.get("start_ns") or end_ns, end_ns, 0, attempt, writer)
+    end_ns = line.get("end_ns") or end_ns
+    span = _new_span(spans.STEP_SPAN, run_id, step, line.get("start_ns") or end_ns, end_ns, part, attempt, writer)
     scalars = {**(line.get("metrics") or {}),
                **{f"phase_duration/{name}": s for name, s in (line.get("phases") or {}).items()}}
     for key, value in scalars.items():
