@@ -12,7 +12,8 @@ and rows go under the attempt they went out with (`grpo.attempt` where the recor
 live, keeps and removes of them what it did of the live export's.
 Phase durations travel as the step's `phase_duration/<name>` scalars, the sums the sidecar
 computes from phase spans, so they never add up twice. The spill keeps texts whole; a replay cuts
-them at `max_text_chars` as the export did (`telemetry._samples.cut_texts`), so a replayed row is
+them at `max_text_chars` as the export did (`telemetry._samples.cut_texts`): each process's own, which
+its step lines say (`SpillReader.cut`), unless `--max-text-chars` is given, so a replayed row is
 the row the live export stored. The spill is read a step at a time
 (`SpillReader`), so memory stays at one step's samples and one request whatever its size.
 """
@@ -47,6 +48,7 @@ below what the trainer's exports sent (a step of up to 64 rows a span), so whate
 
 @app.command()
 def replay(
+    ctx: typer.Context,
     output_dir: Path = typer.Argument(..., help="The run's output directory: the one holding steps.jsonl and samples/."),
     endpoint: str = typer.Option("http://127.0.0.1:8000", envvar="OTEL_GRPO_REPLAY_ENDPOINT",
                                  help="Sidecar (or OTel Collector OTLP/HTTP) base URL; spans go to "
@@ -57,12 +59,12 @@ def replay(
     timeout_s: float = typer.Option(30.0, min=0.1, help="Seconds to wait for each answer."),
     max_text_chars: Optional[int] = typer.Option(
         None, min=16, envvar="OTEL_GRPO_MAX_TEXT_CHARS",
-        help="Cut texts longer than this, as the run's export did (the spill keeps them whole): the run's "
-             "max_text_chars. Default: the variable the run read, else 4096; give the run's value where it set "
-             "another in code."),
+        help="Cut texts longer than this (the spill keeps them whole); given, it overrides the run's own. Default: "
+             "each process's max_text_chars, as its spill says; for a spill of a release that did not say it, "
+             "this variable, else 4096."),
 ) -> None:
     """Send a run's spill to the sidecar again; what it already stored stays as it is."""
-    from otel_grpo.telemetry._settings import TelemetrySettings, is_http_url
+    from otel_grpo.telemetry._settings import is_http_url
     from otel_grpo.telemetry._spill import SpillReader
 
     if not is_http_url(endpoint):  # bad input: no retries can mend it
@@ -70,10 +72,10 @@ def replay(
     if not output_dir.is_dir():
         fail(f"{output_dir} is not a directory")
     spill = SpillReader(output_dir)
-    if max_text_chars is None:
-        max_text_chars = TelemetrySettings.model_fields["max_text_chars"].default
     if not spill.steps:
         fail(f"{output_dir} holds no spill (steps*.jsonl, samples/step_*.jsonl)")
+    source = ctx.get_parameter_source("max_text_chars")  # click's ParameterSource
+    cut = _cuts(spill, max_text_chars, given=source is not None and source.name == "COMMANDLINE")
     # the traces URL itself (what `up` prints for a trainer) is the same place, not <it>/v1/traces
     url = endpoint.rstrip("/").removesuffix("/v1/traces") + "/v1/traces"
     headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
@@ -82,7 +84,7 @@ def replay(
     sent_steps = sent_samples = rejected = 0
     reason = ""
     with _progress(len(spill.steps)) as advance:
-        for request in _requests(spill, max_text_chars):
+        for request in _requests(spill, cut):
             if request.size:
                 spans_rejected, why = _post(url, gzip.compress(request.message.SerializeToString(), 5), headers,
                                             retries, timeout_s)
@@ -98,6 +100,19 @@ def replay(
     if rejected:  # answered 200 with a partial success: those spans are not in the store
         fail(f"{url} took the replay of {output_dir} but rejected {rejected} span(s) ({reason})")
     typer.echo(f"replayed {sent_steps} step(s) and {sent_samples} sample(s) from {output_dir} to {url}")
+
+
+def _cuts(spill: SpillReader, option: int | None, given: bool) -> Callable[[dict], int]:
+    """Where the export cut a row's texts (`max_text_chars`): `option` where the command line gave it, else its
+    writer's own, which the spill says (`SpillReader.cut`), else (a spill of a release that said none) `option`
+    from its variable, else the default."""
+    from otel_grpo.telemetry._settings import TelemetrySettings
+    from otel_grpo.telemetry._spill import row_attempt
+
+    if given and option is not None:
+        return lambda row: option
+    fallback = option or TelemetrySettings.model_fields["max_text_chars"].default
+    return lambda row: spill.cut(row["run_id"], row_attempt(row)[0]) or fallback
 
 
 @contextmanager
@@ -142,7 +157,7 @@ class _Request:
             self.samples += len(span.events)
 
 
-def _requests(spill: SpillReader, max_chars: int) -> Iterator[_Request]:
+def _requests(spill: SpillReader, max_chars: Callable[[dict], int]) -> Iterator[_Request]:
     """Requests of at most `_REQUEST_BYTES` in step order, each sent before a span would take it past that; a step
     larger than a request (every row of an anomalous step kept, a long-context run's texts) is sent in parts."""
     from otel_grpo.telemetry._spill import row_attempt
@@ -279,8 +294,8 @@ def _step_span(run_id: str, step: int, line: dict, end_ns: int, attempt: int | N
     return span
 
 
-def _writers_spans(run_id: str, step: int, rows: list[dict], time_ns: int, max_chars: int, attempt: int | None,
-                   writer: int | None) -> Iterator[Any]:
+def _writers_spans(run_id: str, step: int, rows: list[dict], time_ns: int, max_chars: Callable[[dict], int],
+                   attempt: int | None, writer: int | None) -> Iterator[Any]:
     """The `grpo.samples` spans of a step's rows (none superseded), each under the attribute it went out with, as
     the sidecar names a row by its writer's attempt (`SampleRecord.uid`): the claiming attempt's rows under its
     claim (`attempt`), each other writer's (an evaluation, another rank) under its own attempt, claiming nothing;
@@ -305,7 +320,7 @@ def _writers_spans(run_id: str, step: int, rows: list[dict], time_ns: int, max_c
         first += len(theirs)
 
 
-def _samples_spans(run_id: str, step: int, rows: list[dict], time_ns: int, max_chars: int,
+def _samples_spans(run_id: str, step: int, rows: list[dict], time_ns: int, max_chars: Callable[[dict], int],
                    attempt: int | None = None, writer: int | None = None, first: int = 0) -> Iterator[Any]:
     """The rows' `grpo.samples` spans: as many rows a span as the trainer's (`max_events_per_span`), fewer where
     their events would pass `_REQUEST_BYTES`, so that a span fits in a request (a long-context run's rows);
@@ -315,7 +330,7 @@ def _samples_spans(run_id: str, step: int, rows: list[dict], time_ns: int, max_c
     per_span = TelemetrySettings.model_fields["max_events_per_span"].default
     span, size = None, 0
     for i, row in enumerate(rows, first):
-        event = _sample_event(row, time_ns, max_chars)
+        event = _sample_event(row, time_ns, max_chars(row))
         event_size = event.ByteSize()
         if span is not None and (len(span.events) == per_span or size + event_size > _REQUEST_BYTES):
             yield span

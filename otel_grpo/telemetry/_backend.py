@@ -65,7 +65,8 @@ class Backend:
         suffix = f"_rank{rank}" if "rank" in base else ""  # ranks must not append to one file
         # the spill's failure says whether an exporter still sends what it could not keep: none does without OTLP traces
         sent_by = exporters.health if "otlp" in settings.traces_exporters else None
-        self.spill = SampleSpill(settings.output_dir, suffix, sent_by) if settings.spill_samples else None
+        self.spill = (SampleSpill(settings.output_dir, suffix, sent_by, settings.max_text_chars)
+                      if settings.spill_samples else None)
         exporters.health.spill = self.spill  # before the first export: its failure's warning names what is kept
         # the run, its start time and its first promise, before the first interval ends; and the end of what a
         # crashed attempt of the run may still have on a collector under these target labels

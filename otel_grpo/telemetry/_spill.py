@@ -69,15 +69,18 @@ class SampleSpill:
 
     `suffix` keeps ranks apart when every rank exports (`step_3_rank1.jsonl`). `exports`: the health of the
     exporters that send the same steps, so that a failure says whether what was not spilled is lost (None: no
-    exporter sends them, so it is).
+    exporter sends them, so it is). `max_text_chars`: where the export cuts this process's texts (the spill keeps
+    them whole), said on each step line so that a replay cuts them there too (`SpillReader.cut`); None: unsaid.
     """
 
-    def __init__(self, output_dir: Path, suffix: str = "", exports: ExportHealth | None = None) -> None:
+    def __init__(self, output_dir: Path, suffix: str = "", exports: ExportHealth | None = None,
+                 max_text_chars: int | None = None) -> None:
         self.directory = Path(output_dir) / "samples"
         self.steps_path = Path(output_dir) / f"steps{suffix}.jsonl"
         """One line per emitted step span: what the sidecar's step row is made of."""
         self._suffix = suffix
         self._exports = exports
+        self._cut = {} if max_text_chars is None else {_CUT: max_text_chars}
         self.written = 0
         self.unwritten_steps = 0
         """Step lines that could not be written: their steps are not in the spill, and no replay sends them."""
@@ -96,12 +99,12 @@ class SampleSpill:
                    claims: bool = True) -> None:
         """The step's scalars (a non-finite one as `_json_safe` spells it) and its phase durations (seconds, summed
         per phase name); `attempt`: whose (`grpo.attempt`); `claims`: False for a record that claims no attempt at
-        its step (an evaluation, another rank's). Replay sends what no newer attempt superseded
-        (`SpillReader.superseded`)."""
+        its step (an evaluation, another rank's); and the process's `max_text_chars`. Replay sends what no newer
+        attempt superseded (`SpillReader.superseded`)."""
         line = {"run_id": run_id, "step": step, "start_ns": start_ns, "end_ns": end_ns,
                 "metrics": {k: _json_safe(v) for k, v in metrics.items()}, "phases": dict(phases),
                 **({"attempt": attempt} if attempt is not None else {}),
-                **({} if claims else {"claims": False})}
+                **({} if claims else {"claims": False}), **self._cut}
         if self._write(self.steps_path, [line]) is None:
             self.unwritten_steps += 1
 
@@ -189,6 +192,8 @@ class SampleSpill:
 
 
 _SAMPLE_FILE = re.compile(r"step_(\d+)(?:_rank\d+)?\.jsonl")
+_CUT = "max_text_chars"
+"""A step line's key: where the export cut the texts of the process that wrote it (a release before did not say)."""
 
 
 class SpillReader:
@@ -199,6 +204,7 @@ class SpillReader:
         for step in spill.steps:              # ascending; None last: sample files named otherwise
             lines = spill.step_lines(step)    # {run_id: [step line, ...]} (a resumed run wrote some twice)
             rows = spill.samples(step)        # the sample rows of every rank's file of that step
+        spill.cut("exp-42", attempt)          # where that attempt's export cut texts (max_text_chars), if said
         spill.unreadable                      # {file: lines skipped}: no JSON object with a run id and a step
 
     The spill is written at least once: a step whose telemetry process died before it acknowledged
@@ -213,6 +219,7 @@ class SpillReader:
         self._places: dict[int, dict[str, list[tuple[Path, int]]]] = {}  # step -> run -> (file, offset)
         self._resumed: dict[str, dict[int, int]] = {}  # run -> attempt -> the first step it claimed
         self._floors: dict[str, list[tuple[int, int, int | None]]] = {}  # `_claims`, once read
+        self._cuts: dict[tuple[str, int | None], int] = {}  # (run, writer attempt) -> its max_text_chars
         for path in sorted(output_dir.glob("steps*.jsonl")):
             with path.open("rb") as fh:
                 offset = 0
@@ -220,7 +227,9 @@ class SpillReader:
                     row = self._row(path, raw)
                     if row is not None:
                         self._places.setdefault(row["step"], {}).setdefault(row["run_id"], []).append((path, offset))
-                        attempt = row.get("attempt")
+                        attempt, cut = row.get("attempt"), row.get(_CUT)
+                        if type(cut) is int and (attempt is None or type(attempt) is int):
+                            self._cuts[(row["run_id"], attempt)] = cut
                         if type(attempt) is int and row.get("claims", True) is not False:
                             firsts = self._resumed.setdefault(row["run_id"], {})
                             firsts[attempt] = min(firsts.get(attempt, row["step"]), row["step"])
@@ -231,6 +240,13 @@ class SpillReader:
             self._files.setdefault(int(match.group(1)) if match else None, []).append(path)
         numbered = sorted({*self._places, *(step for step in self._files if step is not None)})
         self.steps: list[int | None] = numbered + ([None] if None in self._files else [])
+
+    def cut(self, run_id: str, attempt: object) -> int | None:
+        """Where the export of the run's writer `attempt` (a sample row's: `row_attempt`) cut its texts, as its
+        step lines say (the last one read, were they to differ); None where none says it (an earlier release)."""
+        if attempt is not None and type(attempt) is not int:
+            return None
+        return self._cuts.get((run_id, attempt))
 
     def superseded(self, run_id: str, step: int, attempt: object, claims: bool = True) -> bool:
         """Whether a newer attempt of the run claimed `step` or a step before it: then what `attempt` (an older

@@ -24,13 +24,14 @@ def _rows(url: str, run_id: str) -> dict[tuple[int, int], dict]:
     return {(r["step"], r["sample_index"]): {k: v for k, v in r.items() if k != "time"} for r in rows}
 
 
-def _live(url: str, out: Path, run_id: str, steps: list[list[dict]], **extra) -> None:
-    """Export `steps` (each step's rows, every one kept) live to the sidecar at `url`; each step is flushed alone."""
+def _live(url: str, out: Path, run_id: str, steps: list[list[dict]], first: int = 0, **extra) -> None:
+    """Export `steps` (each step's rows, every one kept; the first is step `first`) live to the sidecar at `url`;
+    each step is flushed alone."""
     tel = Telemetry(TelemetrySettings(
         run_id=run_id, output_dir=out, otlp_protocol="http/protobuf", otlp_traces_endpoint=f"{url}/v1/traces",
         metrics_exporters=["none"], traces_exporters=["otlp"], top_k=0, bottom_k=0, random_k=1000,
         shutdown_timeout_s=30, **extra))
-    for step, rows in enumerate(steps):
+    for step, rows in enumerate(steps, first):
         with tel.step(step) as s:
             s.record({"kl": 0.1})
             s.samples(rows)
@@ -70,6 +71,30 @@ def test_a_replay_cuts_texts_as_the_live_export_did(sidecar_factory, tmp_path, m
     assert long["truncated"] is True and long["prompt_original_length"] == cut + 1
     assert short["truncated"] is False and short["completion"] == "c" * cut
 
+
+def test_a_replay_cuts_texts_at_the_max_text_chars_each_process_set_in_code(sidecar_factory, tmp_path, monkeypatch):
+    """A run that sets `max_text_chars` in code, not in the environment (here 100, and its relaunch 300): its export
+    cut texts there, and a replay without `--max-text-chars` cut them at 4096, so a replayed row held what the live
+    one never did. Each step line of the spill says its process's cut; a replay cuts each row at its writer's, and
+    `--max-text-chars` given overrides it."""
+    monkeypatch.delenv("OTEL_GRPO_MAX_TEXT_CHARS", raising=False)
+    live, replayed = sidecar_factory(db=tmp_path / "live.db"), sidecar_factory(db=tmp_path / "replayed.db")
+    out = tmp_path / "run"
+    rows = [{"prompt": "p" * 150, "completion": "c" * 500, "reward": 0.5}, {"prompt": "p", "completion": "c" * 80}]
+    _live(live.url, out, "rows", [rows, rows], max_text_chars=100)
+    _live(live.url, out, "rows", [rows, rows], first=2, max_text_chars=300)  # the relaunch, another setting
+    stored = _rows(live.url, "rows")
+    assert {step: stored[(step, 0)]["completion"] for step in range(4)} == {
+        step: "c" * (100 if step < 2 else 300) + TRUNCATION_MARKER for step in range(4)}
+    assert stored[(0, 0)]["prompt"] == "p" * 100 + TRUNCATION_MARKER and stored[(2, 0)]["prompt"] == "p" * 150
+    replay_spill(replayed.url, out)
+    again = _rows(replayed.url, "rows")
+    assert again.keys() == stored.keys()
+    for key, row in stored.items():  # a row at a time: a readable difference
+        assert again[key] == row
+    overridden = sidecar_factory(db=tmp_path / "overridden.db")
+    replay_spill(overridden.url, out, 0, "--max-text-chars", "50")
+    assert {r["completion"] for r in _rows(overridden.url, "rows").values()} == {"c" * 50 + TRUNCATION_MARKER}
 
 
 def test_a_run_exported_live_replays_however_large_its_rows(sidecar_factory, tmp_path, monkeypatch):
@@ -126,10 +151,12 @@ def test_a_replay_keeps_texts_that_read_nan_or_inf_apart_from_numbers(sidecar_fa
     assert (row["reward"], row["reward.format"], row["reward.exact"]) == (None, None, None)
 
 
-def test_an_older_spill_reads_as_it_did_where_it_can(sidecar_factory, tmp_path):
+def test_an_older_spill_reads_as_it_did_where_it_can(sidecar_factory, tmp_path, monkeypatch):
     """Releases before wrote a non-finite number as the bare text "nan", "inf" or "-inf". A step line's scalar
     is always a number, so there it still is one; in a sample row it is a text (an older spill cannot tell it
-    from a number: its NaN reward goes as the text, and the store's reward is null either way)."""
+    from a number: its NaN reward goes as the text, and the store's reward is null either way). Nor did their
+    step lines say the run's `max_text_chars`: texts are cut at `OTEL_GRPO_MAX_TEXT_CHARS`, else 4096."""
+    monkeypatch.setenv("OTEL_GRPO_MAX_TEXT_CHARS", "100")
     sidecar = sidecar_factory()
     out = tmp_path / "run"
     (out / "samples").mkdir(parents=True)
@@ -137,9 +164,11 @@ def test_an_older_spill_reads_as_it_did_where_it_can(sidecar_factory, tmp_path):
                                                  "metrics": {"kl": "nan", "loss": "inf", "reward": 0.5},
                                                  "phases": {}}) + "\n")
     (out / "samples" / "step_0.jsonl").write_text(json.dumps(
-        {"run_id": "old", "step": 0, "sample_index": 0, "prompt": "p", "answer": "inf", "reward": "nan"}) + "\n")
+        {"run_id": "old", "step": 0, "sample_index": 0, "prompt": "p", "answer": "inf", "reward": "nan",
+         "completion": "c" * 200}) + "\n")
     replay_spill(sidecar.url, out)
     (step,) = httpx.get(f"{sidecar.url}/api/runs/old/steps", timeout=10).json()
     assert (step.get("grpo.kl"), step.get("grpo.loss"), step["grpo.reward.mean"]) == (None, None, 0.5)
     (row,) = _rows(sidecar.url, "old").values()
     assert (row["answer"], row["reward"]) == ("inf", None)
+    assert row["completion"] == "c" * 100 + TRUNCATION_MARKER and row["completion_original_length"] == 200

@@ -77,3 +77,16 @@ def test_a_non_finite_number_in_a_list_column_is_strict_json_and_reads_back(tmp_
     back = spilled_value(row["token_logprobs"])
     assert back[0] == 0.1 and math.isnan(back[1]) and back[2] == -math.inf
     assert math.isnan(spilled_value(row["reward"]))
+
+
+def test_each_writers_max_text_chars_is_read_from_its_step_lines(tmp_path):
+    """Where each process's export cut texts: its step lines say it, a relaunch with another setting its own; a
+    step line of an earlier release says none, and neither does a writer with no step line."""
+    SampleSpill(tmp_path, max_text_chars=100).write_step("exp", 0, 1, 2, {"kl": 0.1}, {}, attempt=7)
+    SampleSpill(tmp_path, max_text_chars=300).write_step("exp", 1, 1, 2, {"kl": 0.1}, {}, attempt=9, claims=False)
+    SampleSpill(tmp_path, max_text_chars=50).write_step("exp", 1, 1, 2, {"kl": 0.1}, {})  # a record of no attempt
+    SampleSpill(tmp_path).write_step("old", 0, 1, 2, {"kl": 0.1}, {}, attempt=7)  # a release that said none
+    spill = SpillReader(tmp_path)
+    assert [spill.cut("exp", a) for a in (7, 9, None, 8)] == [100, 300, 50, None]
+    assert (spill.cut("old", 7), spill.cut("exp", "7")) == (None, None)
+    assert [line.get("max_text_chars") for line in spill.step_lines(1)["exp"]] == [300, 50]
