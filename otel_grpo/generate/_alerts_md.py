@@ -164,10 +164,12 @@ def _limits(s: RuleSettings) -> list[str]:
         "  launcher's SIGTERM, the signal a preemption sends. Every rank writes how its run ended into the job's",
         "  store (the process group's), and on SIGTERM looks at its host's ranks, so the run ends as crashed",
         "  (GRPOMetricsAbsent pages) where another rank raised (CUDA out of memory) or one of rank 0's host was",
-        "  killed (SIGKILL: the kernel's OOM killer). A rank of another host killed outright is seen only if a",
-        "  rank of its host handled the launcher's SIGTERM before rank 0 did; else, and where the store does not",
-        "  answer within 2 s, the run is reported as preempted (GRPORunPreempted, warning), as before. A rank",
-        "  blocked in a collective handles SIGTERM only when it returns (or is killed by the launcher's SIGKILL).",
+        "  killed (SIGKILL: the kernel's OOM killer). Every rank must make its Telemetry (`instrument` does); a",
+        "  rank joins once its process group is up and its Telemetry made. Still reported as preempted",
+        "  (GRPORunPreempted, warning): a rank that fails before it joins (loading the model), a rank of another",
+        "  host killed outright unless a rank of its host handled the launcher's SIGTERM before rank 0 did, and",
+        "  any rank's fall where the store does not answer within 2 s. A rank blocked in a collective handles",
+        "  SIGTERM only when it returns (or is killed by the launcher's SIGKILL).",
     ]
 
 

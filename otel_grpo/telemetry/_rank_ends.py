@@ -8,8 +8,9 @@ torchrun and `accelerate launch` stop every worker with SIGTERM when one fails: 
 preemption sends. Only rank 0 exports the run's liveness, so another rank's crash (CUDA out of memory, the
 kernel's OOM killer) reached the alerts as a preemption (GRPORunPreempted, a warning that says "resume it")
 rather than as the crash it was (GRPOMetricsAbsent, a page). So every rank writes into the job's store (the
-default process group's: the launcher's, kept apart per restart round):
-- `proc/<rank>`: its host and pid, when it joins;
+default process group's, which a launcher keeps across its restarts: the keys name the run and the restart round,
+`TORCHELASTIC_RESTART_COUNT`):
+- `proc/<rank>`: its host and pid, when it joins (its Telemetry is made, or a step begins, with the group up);
 - `end/<rank>`: how its run ended, as it ends. A rank that ended "stopped" (an exception, an exit without
   `finish()`) also counts itself into `fallen`, before its process exits, so before the launcher stops the rest.
 On SIGTERM each rank looks at the ranks of its own host: one whose process is gone without an end was killed
@@ -92,14 +93,14 @@ class RankEnds:
         first = group.rank - local_rank
         local = range(first, first + local_world) if 0 <= local_rank < local_world else range(group.rank,
                                                                                                group.rank + 1)
-        ends = cls(store, f"otel-grpo/{run_id}/", group.rank, local, socket.gethostname(), os.getpid())
+        round_ = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a restart's processes are new ranks
+        ends = cls(store, f"otel-grpo/{run_id}/{round_}/", group.rank, local, socket.gethostname(), os.getpid())
         return ends if _bounded(ends._running) else None
 
     def _running(self) -> bool:
         """This rank runs (again): its host and pid written, an end of an earlier run of this id in the job undone."""
         self.store.set(f"{self.prefix}proc/{self.rank}", f"{self.host} {self.pid}")
-        if self.store.check([f"{self.prefix}end/{self.rank}"]):
-            self.store.set(f"{self.prefix}end/{self.rank}", "running")  # not every store can delete a key
+        self.store.set(f"{self.prefix}end/{self.rank}", "running")  # not every store can delete a key
         return True
 
     def record(self, how: str) -> None:
@@ -110,7 +111,7 @@ class RankEnds:
         def write() -> None:
             self.store.set(f"{self.prefix}end/{self.rank}", how)
             if how == "stopped":
-                self._fall(self.rank, "raised")
+                self._fall(self.rank, "raised", self.pid)
 
         _bounded(write)
 
@@ -122,16 +123,15 @@ class RankEnds:
 
         def look() -> list[tuple[int, str]]:
             for rank in self.local:
-                if rank != self.rank and self._killed(rank):
-                    self._fall(rank, "killed")
+                if rank != self.rank and (pid := self._killed(rank)) is not None:
+                    self._fall(rank, "killed", pid)
             count = int(self.store.add(f"{self.prefix}fallen", 0))
             found: dict[int, str] = {}
             for n in range(1, count + 1):
                 key = f"{self.prefix}fallen/{n}"
                 if self.store.check([key]):  # else counted, not yet written: a get would wait for it
-                    rank, how = self.store.get(key).decode().split()
-                    end = self._end(int(rank))  # still so: not run again since
-                    if end == "stopped" if how == "raised" else end in (None, "running"):
+                    rank, how, pid = self.store.get(key).decode().split()
+                    if self._still(int(rank), how, pid):
                         found.setdefault(int(rank), how)
             return sorted(found.items())
 
@@ -141,13 +141,26 @@ class RankEnds:
         key = f"{self.prefix}end/{rank}"
         return self.store.get(key).decode() if self.store.check([key]) else None
 
-    def _killed(self, rank: int) -> bool:
-        proc = f"{self.prefix}proc/{rank}"
-        if not self.store.check([proc]) or self._end(rank) not in (None, "running"):
-            return False
-        host, pid = self.store.get(proc).decode().split()
-        return host == self.host and _gone(int(pid))
+    def _proc(self, rank: int) -> tuple[str, str] | None:
+        key = f"{self.prefix}proc/{rank}"
+        if not self.store.check([key]):
+            return None
+        host, pid = self.store.get(key).decode().split()
+        return host, pid
 
-    def _fall(self, rank: int, how: str) -> None:
+    def _killed(self, rank: int) -> str | None:
+        """The pid of `rank`'s process where it is of this host, gone, and ended nothing; else None."""
+        proc = self._proc(rank)
+        if proc is None or proc[0] != self.host or self._end(rank) != "running" or not _gone(int(proc[1])):
+            return None
+        return proc[1]
+
+    def _still(self, rank: int, how: str, pid: str) -> bool:
+        """A fallen entry still holds: the rank's process is the one that fell (not one that joined since, in a
+        notebook's next `train()` under the id) and its end still says so."""
+        proc = self._proc(rank)
+        return proc is not None and proc[1] == pid and self._end(rank) == ("stopped" if how == "raised" else "running")
+
+    def _fall(self, rank: int, how: str, pid: int | str) -> None:
         n = self.store.add(f"{self.prefix}fallen", 1)
-        self.store.set(f"{self.prefix}fallen/{n}", f"{rank} {how}")
+        self.store.set(f"{self.prefix}fallen/{n}", f"{rank} {how} {pid}")

@@ -123,6 +123,8 @@ class Telemetry:
             _exporting.add(self)
         if self.exporting or not self._joined:  # every rank of a job writes its end before SIGTERM kills it
             _preemption.watch(self)  # SIGTERM left to its default would end the run as a crash
+        if not self._joined:
+            self._join_ranks()
 
     def _inherited(self) -> None:
         """This object came to a forked child with its parent's open run (`_forget_inherited_runs`): from here
@@ -243,6 +245,8 @@ class Telemetry:
         if attempt is not None and (type(attempt) is not int or not 0 <= attempt <= spans.MAX_STEP):
             raise ValueError(f"attempt must be an int in 0 .. 2**63 - 1, got {attempt!r}")
         gather = count_one if gather_samples is None else gather_samples
+        if not self._joined:  # before the step's work: a rank may fall in its very first step
+            self._join_ranks()
         if attempt is None and not evaluation:
             self._attempt_trained = True
         attempt = self.attempt if attempt is None else attempt
@@ -264,8 +268,6 @@ class Telemetry:
                 if clean and gather:
                     self._select_across_ranks(record, group)  # every rank's rows compete
             record.end_ns = clock.now_ns()
-            if not self._joined:
-                self._join_ranks()
             if not self._closed:
                 with _preemption.deferred():  # the sink's locks: a SIGTERM here ends the run after it
                     self._sink.submit(record)
@@ -275,8 +277,8 @@ class Telemetry:
                                "later steps are neither exported nor spilled (make a new Telemetry)", step)
 
     def _join_ranks(self) -> None:
-        """Once the job's process group is up (its first step, or a later one where it comes up later): this
-        rank's host and pid go to the job's store, where its end will go (`_rank_ends`)."""
+        """Once the job's process group is up (as this Telemetry is made, else as a step begins): this rank's host
+        and pid go to the job's store, where its end will go (`_rank_ends`)."""
         group = current_group()
         if group is not None:
             self._rank_ends, self._joined = RankEnds.join(self.settings.run_id, group), True

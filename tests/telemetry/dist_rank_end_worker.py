@@ -1,6 +1,7 @@
-"""Run under `torchrun --nproc_per_node 2` (gloo, CPU): a run that steps until it is stopped; rank 1 falls at step 3
-as `how` says ("raise": an exception, as CUDA out of memory raises one; anything else: it waits for the test to
-kill it or to stop the job). Rank 0 exports over OTLP/HTTP to `port`; each rank writes its pid to `<out>/rank<r>`.
+"""Run under `torchrun --nproc_per_node 2` (gloo, CPU): a run that steps until it is stopped; rank 1 falls as `how`
+says ("raise": an exception at step 3, as CUDA out of memory raises one; "first": one in its first step, before
+the step's collective; anything else: it waits for the test to kill it or to stop the job). Rank 0 exports over
+OTLP/HTTP to `port`; each rank writes its pid to `<out>/rank<r>`.
 A collective per step, then a pause in Python (long from step 3 on): where rank 0 is when the launcher's SIGTERM
 comes, as in a step's Python or generation between two collectives. Not a test module.
 """
@@ -27,6 +28,10 @@ def main(out: str, port: str, how: str) -> None:
                                       traces_exporters=["none"], metric_export_interval_ms=500))
     for step in range(10_000):
         with tel.step(step) as s:
+            if how == "first" and step == 0:  # rank 1 falls in its first step (its first generation)
+                if rank == 1:
+                    raise RuntimeError("CUDA out of memory (as the test says)")
+                time.sleep(30)  # rank 0 is in Python when the launcher's SIGTERM comes
             dist.all_reduce(torch.ones(1))
             s.record({"kl": 0.1})
         if rank == 1 and step == 3 and how == "raise":

@@ -34,7 +34,7 @@ def _last(rx: OTLPReceiver, name: str) -> float | None:
     return found[-1][1].as_double if found else None
 
 
-@pytest.mark.parametrize("fall", ["raise", "kill", "preempt"])
+@pytest.mark.parametrize("fall", ["raise", "first", "kill", "preempt"])
 def test_rank_0_ends_the_run_as_crashed_when_another_rank_fell_before_the_launchers_sigterm(tmp_path, fall):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(_REPO), os.environ.get(
         "PYTHONPATH", "")])}
@@ -45,7 +45,8 @@ def test_rank_0_ends_the_run_as_crashed_when_another_rank_fell_before_the_launch
                                env=env)
         try:
             steps = tmp_path / "run" / "steps.jsonl"
-            _wait_for(lambda: steps.exists() and len(steps.read_text().splitlines()) >= 3, "third step")
+            if fall != "first":
+                _wait_for(lambda: steps.exists() and len(steps.read_text().splitlines()) >= 3, "third step")
             if fall == "kill":  # the kernel's OOM killer: nothing runs in the rank
                 os.kill(int((tmp_path / "rank1").read_text()), signal.SIGKILL)
             elif fall == "preempt":  # a scheduler stops the job: the launcher passes SIGTERM to every worker
@@ -60,7 +61,7 @@ def test_rank_0_ends_the_run_as_crashed_when_another_rank_fell_before_the_launch
             assert "SIGTERM: ending run 'ranked' as preempted" in err
         else:  # a crash, which pages, not a preemption ("resume it"), which warns
             assert _last(rx, "grpo.run.preempted") == 0.0, err[-3000:]
-            how = "raised" if fall == "raise" else "killed"
+            how = "killed" if fall == "kill" else "raised"
             assert f"SIGTERM after rank 1 ({how}) of run 'ranked' ended on its own" in err, err[-3000:]
 
 
@@ -77,6 +78,21 @@ def test_a_rank_that_stopped_counts_until_it_runs_again():
     assert one._running()  # the next train() under the same id, in the same job
     assert zero.fallen() == []
     one.record("finished")
+    assert zero.fallen() == []
+
+
+def test_a_killed_rank_is_fallen_until_a_process_of_the_next_round_joins_in_its_place():
+    """torchrun's `--max-restarts` keeps its store: a rank SIGKILLed in one round was still "killed" in the next, so
+    a real preemption there ended the run as crashed."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that is gone: the killed rank's
+    store = dist.HashStore()
+    zero = _ends(store, 0)
+    killed = RankEnds(store, "otel-grpo/r/", 1, range(0, 2), "host", dead.pid)
+    assert zero._running() and killed._running()
+    assert zero.fallen() == [(1, "killed")]
+    assert zero.fallen() == [(1, "killed")]  # looked at again (another run's handler): still, and once
+    assert _ends(store, 1)._running()  # the restart's rank 1
     assert zero.fallen() == []
 
 
