@@ -96,7 +96,7 @@ def _segment(run: dict) -> Segment:
     """A run of a scenario: `step`, `start`, `startup`, `export` (push interval; pull: `expire: 0s`),
     `end_after` and `moved` (when its exports move to another collector replica) are durations; `skipped` the
     steps whose update the loop skipped; `job` and
-    `instance` its target's labels; `pauses` maps a step index to `[duration, beat every]` (beat `0s`: none);
+    `instance` its target's labels; `rank` its rank where every rank exports; `pauses` maps a step index to `[duration, beat every]` (beat `0s`: none);
     `clock_s` its clock minus Prometheus's, in seconds."""
     values = {key: v if isinstance(v, list) else expand(str(v)) for key, v in run["values"].items()}
     pauses = {int(i): Pause(seconds(p[0]), seconds(p[1]) if len(p) > 1 else 0.0)
@@ -108,7 +108,8 @@ def _segment(run: dict) -> Segment:
                    startup_s=float(seconds(run.get("startup", "0s"))),
                    pauses=pauses, end_after_s=None if end_after is None else float(seconds(end_after)),
                    job=run.get("job"), instance=run.get("instance"), clock_s=float(run.get("clock_s", 0)),
-                   moved_s=None if moved is None else float(seconds(moved)), skipped=frozenset(run.get("skipped", ())))
+                   moved_s=None if moved is None else float(seconds(moved)), skipped=frozenset(run.get("skipped", ())),
+                   rank=run.get("rank"))
 
 
 def _recorded(path: Path, keys: list[str], steps: int | None) -> dict[str, list[float]]:

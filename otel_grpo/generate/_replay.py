@@ -144,6 +144,8 @@ class Segment:
     moved_s: float | None = None
     """From this time on the process exports through collector replica 1 (a new connection that the Service
     balanced to another pod); replica 0 still serves what it got until its expiry. None: replica 0 throughout."""
+    rank: int | None = None
+    """The process's rank where every rank exports (`export_all_ranks`: its points carry `rank`); None: one does."""
     steps: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -167,7 +169,9 @@ class Segment:
         """The labels every series of the process carries: its run id and its target's `job` and `instance`."""
         job = self.job or (PULL_JOB if self.pull else SERVICE)
         instance = self.instance or (PULL_INSTANCE if self.pull else self.run_id)
-        return f"run_id={promql_string(self.run_id)}, job={promql_string(job)}, instance={promql_string(instance)}"
+        rank = "" if self.rank is None else f", rank={promql_string(str(self.rank))}"
+        return (f"run_id={promql_string(self.run_id)}, job={promql_string(job)}, instance={promql_string(instance)}"
+                f"{rank}")
 
 
 @dataclass(slots=True)

@@ -75,6 +75,8 @@ ALIVE_UNTIL = "run_id:grpo_process:alive_until"
 OVERDUE = "run_id:grpo_process:overdue_seconds"
 START = "run_id:grpo_process:start_time"
 LATEST = "run_id_job_instance:grpo_process:start_time"  # the series of the run's latest process only
+RANK_START = "run_id_rank:grpo_process:start_time"  # each rank's latest process's start (one rank: the run's)
+RANK_LATEST = "run_id_rank_job_instance:grpo_process:start_time"  # ... of each rank's, where every rank exports
 RUN_OFFSET = "run_id:grpo_process:clock_offset_seconds"  # the latest process's offset: alerts' annotation
 PROGRESS = "run_id:grpo_process:progress_time"
 HEARTBEAT = "run_id:grpo_process:activity_time"
@@ -107,11 +109,12 @@ def _last(s: RuleSettings, metric: str) -> str:
     return f"max by (run_id) ({_on_prometheus_clock(s, metric)})"
 
 
-def _latest_process(s: RuleSettings, metric: str) -> str:
-    """The last exported time `metric` of the run's latest process (`LATEST`), on Prometheus's clock: a second
-    live process under the run id (a job started twice) would otherwise vouch, with its promise, steps and
-    heartbeats, for a newer one that crashed or hangs, for as long as it runs."""
-    return f"max by (run_id) ({_on_prometheus_clock(s, metric)} and on ({TARGET}) {LATEST})"
+def _latest_process(s: RuleSettings, metric: str, latest: str = LATEST) -> str:
+    """The last exported time `metric` of the run's latest process (`LATEST`; `RANK_LATEST`: of each rank's, where
+    every rank exports), on Prometheus's clock: a second live process under the run id (a job started twice)
+    would otherwise vouch, with its promise, steps and heartbeats, for a newer one that crashed or hangs, for as
+    long as it runs."""
+    return f"max by (run_id) ({_on_prometheus_clock(s, metric)} and on ({TARGET}) {latest})"
 
 
 def _clock_rules(s: RuleSettings) -> list[dict]:
@@ -247,8 +250,13 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": RUN_OFFSET, "expr": f"max by (run_id) ({CLOCK_OFFSET} and on ({TARGET}) {LATEST})"
                                        f" and on (run_id) {OVERDUE} <= {seconds(s.liveness_slack)}"
                                        f" or {last_record(RUN_OFFSET)} and {OVERDUE}"},  # both by run_id only
-        {"record": LAST_END, "expr": _latest_process(s, STEP_END)},
-        {"record": HEARTBEAT, "expr": _latest_process(s, ACTIVITY)},
+        # Each rank's latest process where every rank exports (`export_all_ranks`: the series carry `rank`), the
+        # run's otherwise: the ranks of one job start apart, and one that saves a checkpoint beats for them all.
+        {"record": RANK_START, "expr": f"max by (run_id, rank) ({_on_prometheus_clock(s, STARTED)})"},
+        {"record": RANK_LATEST, "expr": f"{_on_prometheus_clock(s, STARTED)} == on (run_id, rank) group_left"
+                                        f" {RANK_START}"},
+        {"record": LAST_END, "expr": _latest_process(s, STEP_END, RANK_LATEST)},
+        {"record": HEARTBEAT, "expr": _latest_process(s, ACTIVITY, RANK_LATEST)},
         {"record": PROGRESS, "expr": _larger(_larger(START, LAST_END), HEARTBEAT)},
         {"record": LAST_STEP, "expr": last_step},
         # One long step (a first step that compiles) counts for `recent_window`; a lasting slow-down at once, and
