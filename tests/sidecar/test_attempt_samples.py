@@ -135,3 +135,20 @@ def test_the_api_tells_two_attempts_rows_of_one_index_apart_by_their_writer(make
     step = client.get("/api/runs/r/samples", params={"step": 3, "limit": 100}).json()
     assert len({(r["attempt"], r["sample_index"]) for r in step}) == len(step) == 3 * ROWS
     assert {r["attempt"] for r in step if r["completion"].startswith("legacy")} == {None}
+
+
+def test_a_rows_own_column_named_as_one_the_sidecar_fills_is_kept_apart(make_client, otlp):
+    """A row's own `attempt` (a generation's retry count) was hidden by the writer's attempt the sidecar puts on
+    every row: the API gave the writer's, and a filter on it matched the writer's. A row's column of a name the
+    sidecar fills (`attempt`, `time`, `step`, `run_id`) is `data.<name>`."""
+    client = make_client()
+    spans = otlp.spans("r", [0], samples=3, attempt=CRASHED,
+                       extra=lambda step, i: {"attempt": i + 1, "time": f"t{i}"})
+    assert client.post("/v1/traces", content=otlp.request(spans).SerializeToString(),
+                       headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+    rows = client.get("/api/runs/r/samples", params={"order_by": "sample_index", "limit": 10}).json()
+    assert [(r["attempt"], r["data.attempt"], r["data.time"]) for r in rows] == [
+        (CRASHED, 1, "t0"), (CRASHED, 2, "t1"), (CRASHED, 3, "t2")]
+    assert all(r["time"].endswith("Z") for r in rows)
+    retried = client.get("/api/runs/r/samples", params={"filter_col": "data.attempt", "filter_min": 2}).json()
+    assert sorted(r["data.attempt"] for r in retried) == [2, 3]

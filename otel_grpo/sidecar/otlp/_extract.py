@@ -21,6 +21,9 @@ from .._nul import NUL, without_nul
 # Columns every step row carries; a stat key of the same name (the catalog has `step`) is
 # stored as `stat.<key>` so a row never has two fields of one name.
 RESERVED_STEP_KEYS = frozenset({"run_id", "step", "time"})
+# Columns the sidecar fills in every sample row itself (its writer's attempt, the event's time): a row's own
+# column of such a name is stored as `data.<key>`, read back under that name, never hidden by the sidecar's.
+RESERVED_SAMPLE_KEYS = frozenset({"run_id", "step", "time", "attempt"})
 PHASE_COLUMN = "phase_duration/"
 
 
@@ -255,6 +258,8 @@ def _samples_span(batch: Batch, span, default_run: str | None) -> None:
             continue
         data = _attrs(event.attributes)
         index = data.pop("sample_index", None)
+        for key in RESERVED_SAMPLE_KEYS.intersection(data):
+            data["data." + key] = data.pop(key)
         if type(index) is not int:  # the telemetry layer sends an int; anything else goes the slow way
             index = _int(index)
         if index is None:
