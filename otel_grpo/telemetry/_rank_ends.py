@@ -1,6 +1,6 @@
 """Each rank's end in the job's store, so that a launcher's SIGTERM after another rank fell ends the run as a crash.
 
-    ends = RankEnds.join(run_id, group)  # every rank of a job, once its process group is up (its first step)
+    ends = RankEnds.join(run_id, group)  # every rank of a job, its process group up (Telemetry made, or a step)
     ends.record("stopped")               # as the rank's run ends: "finished", "preempted" or "stopped"
     ends.fallen()                        # on SIGTERM: the ranks that ended on their own before it
 
@@ -11,8 +11,9 @@ rather than as the crash it was (GRPOMetricsAbsent, a page). So every rank write
 default process group's, which a launcher keeps across its restarts: the keys name the run and the restart round,
 `TORCHELASTIC_RESTART_COUNT`):
 - `proc/<rank>`: its host and pid, when it joins (its Telemetry is made, or a step begins, with the group up);
-- `end/<rank>`: how its run ended, as it ends. A rank that ended "stopped" (an exception, an exit without
-  `finish()`) also counts itself into `fallen`, before its process exits, so before the launcher stops the rest.
+- `end/<rank>`: "running" as it joins, how its run ended as it ends. A rank that ended "stopped" (an exception,
+  an exit without `finish()`) also counts itself into `fallen`, before its process exits, so before the launcher
+  stops the rest.
 On SIGTERM each rank looks at the ranks of its own host: one whose process is gone without an end was killed
 (SIGKILL: nothing ran in it) and is counted into `fallen` too, where the ranks of another host (rank 0's) find
 it. Every rank of a job handles SIGTERM (`_preemption`) and writes its end before it dies, so in a preemption
