@@ -20,6 +20,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from .. import catalog
+from ._bounded import bounded
 from ._providers import (Owned, build_meter_provider, build_resource, build_tracer_provider, otlp_target,
                          otlp_unreachable, sdk_disabled, traces_target)
 from ._quiet import ExportHealth
@@ -92,9 +93,7 @@ class Exporters:
     def flush(self, timeout_s: float) -> bool:
         """Push everything recorded to the exporters; False when that did not finish within `timeout_s`."""
         ms = max(int(timeout_s * 1000), 1)
-        done: list[bool] = []
-        _bounded(lambda: done.append(all([flush(ms) for flush in self._flushers])), "otel-grpo-flush", timeout_s)
-        return bool(done and done[0])
+        return bool(bounded(lambda: all([flush(ms) for flush in self._flushers]), "otel-grpo-flush", timeout_s).value)
 
     def close(self, timeout_s: float, linger: bool) -> bool:
         """`linger` (a run that ended, finished or preempted): first wait for that end to reach Prometheus
@@ -119,7 +118,8 @@ class Exporters:
             # timeout (10 s added to every exit). The spill holds the samples; give them a moment only.
             remaining_ms = min(remaining_ms, int(DOWN_GRACE_S * 1000))
         closers = self._closers
-        if _bounded(lambda: [close(remaining_ms) for close in closers], "otel-grpo-shutdown", remaining_ms / 1000):
+        if bounded(lambda: [close(remaining_ms) for close in closers], "otel-grpo-shutdown",
+                   remaining_ms / 1000).finished:
             return True
         if self._owned and not health.failures:
             # Nothing failed before, yet the exporters did not finish: an endpoint that takes connections and
@@ -171,22 +171,9 @@ class Exporters:
     def _probe(self, deadline: float) -> str | None:
         """`otlp_unreachable` for the metrics endpoint, never past `deadline` (a name lookup is not bounded by
         the connection's timeout): one that has not answered by then is down."""
-        found: list[str | None] = []
-
-        def probe() -> None:
-            found.append(otlp_unreachable(self._settings, signals=("metrics",)))
-
-        if _bounded(probe, "otel-grpo-probe", max(min(deadline - time.monotonic(), END_PROBE_S), 0.05)) and found:
-            return found[0]
-        return otlp_target(self._settings, "metrics")
-
-
-def _bounded(work: Callable[[], Any], name: str, timeout_s: float) -> bool:
-    """Run `work` on a daemon thread; True if it finished within `timeout_s` (else it is left behind)."""
-    worker = threading.Thread(target=work, name=name, daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    return not worker.is_alive()
+        probe = bounded(lambda: otlp_unreachable(self._settings, signals=("metrics",)), "otel-grpo-probe",
+                        max(min(deadline - time.monotonic(), END_PROBE_S), 0.05))
+        return probe.value if probe.finished and probe.error is None else otlp_target(self._settings, "metrics")
 
 
 def _collect(readers: list[Any], timeout_ms: int) -> None:

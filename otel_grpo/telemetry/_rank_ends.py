@@ -26,16 +26,13 @@ must not hold a rank's exit or its signal handler.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
+from ._bounded import bounded
 from ._exchange import ProcessGroup
-
-logger = logging.getLogger("otel_grpo.telemetry")
 
 _BOUND_S = 2.0
 """At most this long for one batch of store calls: a healthy store answers in milliseconds."""
@@ -44,19 +41,9 @@ T = TypeVar("T")
 
 
 def _bounded(calls: Callable[[], T]) -> T | None:
-    """`calls()` on a daemon thread, waited for `_BOUND_S`; None when it failed or did not return in time."""
-    out: list[T] = []
-
-    def run() -> None:
-        try:
-            out.append(calls())
-        except Exception:  # a store that went away: the rank's end is unknown, as before this module
-            logger.debug("otel-grpo: the job's store did not answer", exc_info=True)
-
-    worker = threading.Thread(target=run, name="otel-grpo-rank-ends", daemon=True)
-    worker.start()
-    worker.join(_BOUND_S)
-    return out[0] if out else None
+    """`calls()` within `_BOUND_S`; None when the store failed or did not answer in time (the rank's end is then
+    unknown, as before this module)."""
+    return bounded(calls, "otel-grpo-rank-ends", _BOUND_S).value
 
 
 def _gone(pid: int) -> bool:
