@@ -608,7 +608,7 @@ def test_a_group_link_keeps_the_view(site, new_page):
     link = page.evaluate("document.querySelector('#group-view a.group-link').getAttribute('href')")
     open_run(page, site.url + "/" + link)
     wait(page, "document.querySelectorAll('#group-view .group-card').length === 4")
-    kept = {k: v for k, v in _hash(page).items() if k not in ("step", "group")}
+    kept = {k: v for k, v in _hash(page).items() if k not in ("step", "groupof")}
     assert kept == dict(pair.split("=") for pair in view.split("&"))
     assert _legend(page) == [MAIN, OTHER] and "policy_version" in _headers(page)
 
@@ -1728,6 +1728,36 @@ def test_a_link_to_a_sample_or_its_group_names_the_row_of_its_attempt(site, new_
     # A link from before attempts names the index alone: one row of it is linked, the first.
     open_run(page, f"{site.url}/#/run/{TWO_ATTEMPTS}?step=3&sample=0")
     assert len(_linked_rows(page)) == 1
+
+
+ONE_GROUP_NUMBER = "two-attempts-one-group-number"
+
+
+def _seed_two_attempts_one_group_number(url: str, otlp) -> None:
+    """_seed_two_attempts' rows of step 3 (short), each attempt's two carrying the same `group` attribute, 0."""
+    for tag, said in (("crashed", {"attempt": CRASHED_NS}), ("eval", {"writer_attempt": RELAUNCH_NS})):
+        spans = otlp.spans(ONE_GROUP_NUMBER, [3], samples=2, completion=lambda s, i, tag=tag: f"{tag} {i} done",
+                           extra=lambda s, i, tag=tag: {"prompt": f"{tag} prompt", "group": 0}, **said)
+        assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(), timeout=60,
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+def test_a_group_number_two_attempts_share_opens_one_attempts_group(site, new_page):
+    """Each attempt's rows of step 3 are group 0: a row's group shows its own attempt's two completions, not the
+    other attempt's beside them, and the page's URL reopens that group in a fresh page."""
+    site.seed(_seed_two_attempts_one_group_number)
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/{ONE_GROUP_NUMBER}?step=3")
+    wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 4")
+    shown = "[...document.querySelectorAll('#group-view pre.completion')].map(p => p.textContent).sort().join()"
+    for tag in ("eval", "crashed"):
+        page.locator('#samples-table tbody tr[data-sample="1"]', has_text=f"{tag} 1 ").locator("button.group-open").click()
+        wait(page, f"document.querySelector('#group-view .prompt')?.textContent === '{tag} prompt'")
+        assert page.evaluate(shown) == f"{tag} 0 done,{tag} 1 done"
+        shared = new_page()
+        open_run(shared, page.url)
+        wait(shared, f"document.querySelector('#group-view .prompt')?.textContent === '{tag} prompt'")
+        assert shared.evaluate(shown) == f"{tag} 0 done,{tag} 1 done"
 
 
 def test_back_and_forward_keep_the_linked_row_of_its_attempt(site, new_page):
