@@ -1760,6 +1760,33 @@ def test_a_group_number_two_attempts_share_opens_one_attempts_group(site, new_pa
         assert shared.evaluate(shown) == f"{tag} 0 done,{tag} 1 done"
 
 
+RANKS = "two-ranks-groups"
+
+
+def _seed_ranks_numbering_groups_from_0(url: str, otlp) -> None:
+    """One step's rows of two ranks as global selection exports them (rank 0's rows first, each with its
+    `source_rank`), each rank numbering its groups of two from 0 as the demo trainer does."""
+    def extra(step, i):
+        rank, local = divmod(i, 4)
+        return {"prompt": f"rank {rank} prompt {local // 2}", "group": local // 2, "source_rank": rank}
+
+    spans = otlp.spans(RANKS, [0], samples=8, extra=extra, attempt=CRASHED_NS,
+                       completion=lambda s, i: f"rank {i // 4} answer {i % 4}")
+    assert httpx.post(url + "/v1/traces", content=otlp.request(spans).SerializeToString(), timeout=60,
+                      headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+def test_a_group_is_of_one_rank_where_each_rank_numbers_its_own(site, new_page):
+    """Rank 1's group 0 shows rank 1's two completions of its prompt, not rank 0's group 0 beside them."""
+    site.seed(_seed_ranks_numbering_groups_from_0)
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/{RANKS}?step=0")
+    page.locator('#samples-table tbody tr[data-sample="4"] button.group-open').click()
+    wait(page, "document.querySelector('#group-view .prompt')?.textContent === 'rank 1 prompt 0'")
+    shown = "[...document.querySelectorAll('#group-view pre.completion')].map(p => p.textContent).sort().join()"
+    assert page.evaluate(shown) == "rank 1 answer 0,rank 1 answer 1"
+
+
 def test_back_and_forward_keep_the_linked_row_of_its_attempt(site, new_page):
     """Linking one attempt's sample 0, then the other's, is two steps of the history: back and forward mark the
     row each step linked, not the first row of that index."""

@@ -6,12 +6,13 @@ function groupError(err) {
   document.getElementById("group-view").replaceChildren(h("p", { class: "alert-firing", text: String(err.message || err) }));
 }
 
-// A group is one attempt's rows of a step with its `group` attribute, or with its prompt where they carry none (a
-// verl or TRL dump): sameGroup. Two attempts' rows of a step can share a group number (a relaunch's evaluation at
-// the step the crashed attempt trained), so the URL names a group by one of its samples (groupof=5@<attempt>:
-// table.js's rowName), which also carries a prompt too long for a link; state.group is that sample's key (rowKey).
-// A link by the attribute alone (group=3, written before attempts) is still read: state.group is {group}, the
-// group of the first row that has it.
+// A group is one attempt's rows of a step with its `group` attribute (of one rank, `source_rank`: a loop numbers
+// its groups per rank, as the demo trainer does), or with its prompt where they carry none (a verl or TRL dump):
+// sameGroup. Two attempts' rows of a step can share a group number (a relaunch's evaluation at the step the
+// crashed attempt trained), so the URL names a group by one of its samples (groupof=5@<attempt>: table.js's
+// rowName), which also carries a prompt too long for a link; state.group is that sample's key (rowKey). A link by
+// the attribute alone (group=3, written before attempts) is still read: state.group is {group}, the group of the
+// first row that has it.
 function openGroup(row) {
   state.group = rowKey(row);
   writeUrl(true);
@@ -26,8 +27,9 @@ function groupLinkPart(key) {
 // A prompt cut by the server (TEXT_CHARS) is compared by what came and its full length.
 function sameGroup(a, b) {
   const length = (r) => r.texts_cut?.prompt ?? null;
+  const rank = (r) => r.source_rank ?? null;
   return a.step === b.step && rowKey(a).attempt === rowKey(b).attempt && ("group" in a && "group" in b
-    ? a.group === b.group : a.prompt === b.prompt && length(a) === length(b));
+    ? a.group === b.group && rank(a) === rank(b) : a.prompt === b.prompt && length(a) === length(b));
 }
 
 // A prompt's or a completion's box; a text the server cut (table.js's TEXT_CHARS) adds "show all",
