@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -383,7 +384,8 @@ def test_the_sidecar_settings_the_chart_gives_are_valid(helm, root, monkeypatch)
     s = SidecarSettings(host=args["--host"], port=int(args["--port"]))
     assert (s.host, s.ingest_token, s.read_token) == ("0.0.0.0", tokens["sidecar_token"], tokens["sidecar_read_token"])
     assert str(s.db) == "/data/sidecar.db" and s.retention_max_runs == 200
-    assert s.allowed_hosts == ["grpo-otel-grpo-sidecar.ml.svc", "grpo-otel-grpo-sidecar.ml.svc.cluster.local"]
+    assert s.allowed_hosts == ["grpo-otel-grpo-sidecar.ml", "grpo-otel-grpo-sidecar.ml.svc",
+                               "grpo-otel-grpo-sidecar.ml.svc.cluster.local"]
 
 
 def test_env_numbers_from_a_values_file_reach_the_pods_as_written(helm, root, tmp_path, monkeypatch):
@@ -865,6 +867,42 @@ def test_with_a_collector_of_yours_the_chart_makes_none_and_points_at_yours(helm
                              env={**os.environ, "SIDECAR_URL": f"http://127.0.0.1:{port}", "OTLP_TOKEN": "unused"})
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.splitlines() == ["sidecar /healthz: 200 (ok)"]
+
+
+def test_a_real_sidecar_serves_every_in_cluster_name_a_pod_may_use(helm, root, tmp_path, free_port_factory):
+    """A collector of yours in another namespace exports to `http://<svc>.<ns>:8000/v1/traces` (the URL
+    docs/operations.md gives), Grafana and Alertmanager use `<svc>.<ns>.svc` (the chart's URLs), the chart's
+    collector and `helm test` `<svc>`: a real sidecar, given the pod's ALLOWED_HOSTS, answers each (421 was the
+    Host check refusing `<svc>.<ns>`), and still refuses a name of no one's."""
+    import http.client
+    docs = _template(helm, root, *YOURS)
+    (c,) = _pods(docs)["grpo-otel-grpo-sidecar"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e and e["name"] != "OTEL_GRPO_SIDECAR_DB"}
+    hook = _objects(docs, "Secret")["grpo-otel-grpo-alertmanager"]["stringData"]["alertmanager.yaml"]
+    (alertmanager,) = {urllib.parse.urlsplit(r["webhook_configs"][0]["url"]).netloc
+                       for r in yaml.safe_load(hook)["receivers"]}
+    (grafana,) = [urllib.parse.urlsplit(yaml.safe_load(v)["datasources"][0]["url"]).netloc for d in docs
+                  if d["kind"] == "Secret" for k, v in d.get("stringData", {}).items() if k.endswith("-datasource.yaml")]
+    assert "http://<release>-otel-grpo-sidecar.<namespace>:8000/v1/traces" in (root / "docs/operations.md").read_text()
+    yours = "grpo-otel-grpo-sidecar.ml:8000"
+    port = free_port_factory()
+    sidecar = Managed("sidecar", [sys.executable, "-m", "otel_grpo.cli", "sidecar", "--host", "127.0.0.1",
+                                  "--port", str(port), "--db", str(tmp_path / "sidecar.db")],
+                      f"http://127.0.0.1:{port}/readyz", tmp_path / "sidecar.log",
+                      env={**env, "OTEL_GRPO_SIDECAR_INGEST_WORKERS": "0", "OTEL_GRPO_SIDECAR_TOKEN": "t" * 32,
+                           "OTEL_GRPO_SIDECAR_READ_TOKEN": "r" * 32})
+    got = {}
+    with sidecar.running(60):
+        for host in (yours, alertmanager, grafana, "grpo-otel-grpo-sidecar.ml.svc.cluster.local:8000",
+                     "grpo-otel-grpo-sidecar:8000", "grpo-otel-grpo-sidecar.evil.example:8000"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("POST", "/v1/traces", body=b"", headers={
+                "Host": host, "Authorization": "Bearer " + "t" * 32, "Content-Type": "application/x-protobuf"})
+            got[host] = conn.getresponse().status
+            conn.close()
+    assert {alertmanager, grafana} == {"grpo-otel-grpo-sidecar.ml.svc:8000"}
+    assert got == {yours: 200, alertmanager: 200, "grpo-otel-grpo-sidecar.ml.svc.cluster.local:8000": 200,
+                   "grpo-otel-grpo-sidecar:8000": 200, "grpo-otel-grpo-sidecar.evil.example:8000": 421}, got
 
 
 def test_the_explorer_service_type_and_ingress_hosts_reach_the_host_check(helm, root, monkeypatch):
