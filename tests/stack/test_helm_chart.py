@@ -452,17 +452,17 @@ def test_alerting_namespace_puts_what_alertmanager_mounts_in_its_namespace(helm,
     import kubernetes_validate
     docs = _template(helm, root, "alerting.namespace=monitoring", *sets)
     moved = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["metadata"]["namespace"] != "ml"}
-    tokens = "mine" if sets else "grpo-otel-grpo-tokens"
+    tokens = "mine" if sets else "ml.grpo-otel-grpo-tokens"  # named for the release's namespace there
     # existingSecret: the chart cannot read it, so no copy (the docs say to make one there)
-    assert set(moved) == {("Secret", "grpo-otel-grpo-alertmanager")} | (set() if sets else {("Secret", tokens)})
+    assert set(moved) == {("Secret", "ml.grpo-otel-grpo-alertmanager")} | (set() if sets else {("Secret", tokens)})
     assert {d["metadata"]["namespace"] for d in moved.values()} == {"monitoring"}
-    config = yaml.safe_load(moved["Secret", "grpo-otel-grpo-alertmanager"]["stringData"]["alertmanager.yaml"])
+    config = yaml.safe_load(moved["Secret", "ml.grpo-otel-grpo-alertmanager"]["stringData"]["alertmanager.yaml"])
     assert {r["webhook_configs"][0]["http_config"]["authorization"]["credentials_file"] for r in config["receivers"]} == {
         f"/etc/alertmanager/secrets/{tokens}/sidecar_token"}
     assert {r["webhook_configs"][0]["url"] for r in config["receivers"]} == {
         "http://grpo-otel-grpo-sidecar.ml.svc:8000/api/alerts"}  # the sidecar stays in ml
     if not sets:
-        (own,) = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == tokens
+        (own,) = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "grpo-otel-grpo-tokens"
                   and d["metadata"]["namespace"] == "ml"]
         assert moved["Secret", tokens]["data"] == {"sidecar_token": own["data"]["sidecar_token"]}  # that token only
     for d in moved.values():
@@ -471,6 +471,29 @@ def test_alerting_namespace_puts_what_alertmanager_mounts_in_its_namespace(helm,
         docs = _template(helm, root, *same)
         assert {d["metadata"]["namespace"] for d in docs} == {"ml"}
         assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"].count("grpo-otel-grpo-tokens") == 1
+
+
+def test_one_release_name_in_two_namespaces_shares_no_object_in_alertmanagers(helm, root):
+    """Release `grpo` in team-a and in team-b, both with alerting.namespace=monitoring: each renders its config
+    and token copy into monitoring, so those names hold the release's namespace (the second install collided
+    with the first's Secrets, and would have replaced the first's token); a release in monitoring itself keeps
+    its plain names. Every (kind, namespace, name) of the three renders is distinct."""
+    seen: dict[tuple, str] = {}
+    for namespace in ("team-a", "team-b", "monitoring"):
+        out = subprocess.run([helm, "template", "grpo", str(root / CHART), "--namespace", namespace,
+                              "--set", "alerting.namespace=monitoring"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        for d in docs:
+            key = (d["kind"], d["metadata"]["namespace"], d["metadata"]["name"])
+            assert key not in seen, (key, seen.get(key), namespace)
+            seen[key] = namespace
+        there = {d["metadata"]["name"]: d for d in docs if d["metadata"]["namespace"] == "monitoring"}
+        prefix = "" if namespace == "monitoring" else f"{namespace}."
+        assert set(there) >= {f"{prefix}grpo-otel-grpo-alertmanager", f"{prefix}grpo-otel-grpo-tokens"}, set(there)
+        config = yaml.safe_load(there[f"{prefix}grpo-otel-grpo-alertmanager"]["stringData"]["alertmanager.yaml"])
+        assert {r["webhook_configs"][0]["http_config"]["authorization"]["credentials_file"] for r in config["receivers"]} \
+            == {f"/etc/alertmanager/secrets/{prefix}grpo-otel-grpo-tokens/sidecar_token"}
 
 
 # --- tokens and checksums -------------------------------------------------------------------------
