@@ -996,6 +996,51 @@ def test_pod_labels_and_annotations_reach_every_pod_the_test_pod_included(helm, 
     assert test["labels"]["app.kubernetes.io/component"] == "test"  # what the NetworkPolicies select
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys; kustomize and kubectl refuse the document."""
+
+
+def _no_duplicate_keys(loader, node, deep=False):
+    keys = [loader.construct_object(k, deep=deep) for k, _ in node.value]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise yaml.constructor.ConstructorError(None, None, f"duplicate keys {dupes}", node.start_mark)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
+
+
+def test_label_values_naming_one_key_render_it_once_the_more_specific_winning(helm, root):
+    """commonLabels with `release` (the key monitoring.labels sets on the rule and monitors), or a key that
+    podLabels names too, rendered that key twice in one map: a duplicate key kustomize refuses. Each object's
+    labels are one map: monitoring.labels (and the dashboards' and datasource's labels) win over commonLabels on
+    their objects, podLabels on the pods; commonLabels elsewhere. A label the chart sets is refused from any of
+    them, with one line naming the value."""
+    argv = [helm, "template", "grpo", str(root / CHART), "--namespace", "ml", *sum((["--set", s] for s in (
+        *FOLLOWER, "commonLabels.release=platform", "commonLabels.team=ml", "podLabels.team=ml-training",
+        "commonLabels.grafana_dashboard=no", "commonLabels.grafana_datasource=no")), [])]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.load_all(out.stdout, Loader=_StrictLoader) if d]
+    for d in docs:
+        labels = d["metadata"]["labels"]
+        if d["apiVersion"].startswith("monitoring.coreos.com/"):
+            assert labels["release"] == "kube-prometheus-stack", d["metadata"]["name"]  # what its Prometheus selects
+        else:
+            assert labels["release"] == "platform", d["metadata"]["name"]
+        if d["kind"] != "Pod":
+            assert labels["team"] == "ml", d["metadata"]["name"]
+        if labels["app.kubernetes.io/component"] == "dashboards":
+            assert "1" in (labels.get("grafana_dashboard"), labels.get("grafana_datasource")), d["metadata"]["name"]
+    pods = _pods(docs)
+    assert pods and {p["metadata"]["labels"]["team"] for p in pods.values()} == {"ml-training"}
+    for values in ("monitoring.labels", "monitoring.dashboards.labels", "monitoring.grafanaDatasource.labels"):
+        err = _template(helm, root, f"{values}.app\\.kubernetes\\.io/component=x", ok=False)
+        assert [line for line in err.splitlines()
+                if f"{values}.app.kubernetes.io/component: the chart sets that label itself" in line], err
+
+
 # --- helm test ------------------------------------------------------------------------------------
 
 def test_the_helm_test_pod_checks_a_real_sidecar_and_collector(helm, root, otelcol, tmp_path, free_port_factory):

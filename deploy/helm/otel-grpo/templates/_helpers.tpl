@@ -32,24 +32,28 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* Every object's labels: the selector labels, the chart's, then commonLabels. commonLabels and
-     podLabels may not name a label the chart sets: a second value for a selector label would leave the
-     pods outside their Deployment's selector (and is a duplicate key, which kubectl refuses). */}}
+{{/* Every object's labels, one map, each key once (a key written twice is a duplicate YAML key, which
+     kustomize and kubectl refuse): the selector labels and the chart's, then commonLabels, then the
+     object's own label values passed as "extra", a list of (list "<values path>" <map>) — podLabels on
+     pods, monitoring.labels on the PrometheusRule and ServiceMonitors, ...: the more specific source wins
+     a key two of them name. No source may name a label the chart sets: a second value for a selector
+     label would leave the pods outside their Deployment's selector.
+     Call with (dict "root" $ "component" "x" ["extra" (list (list "podLabels" .Values.podLabels))]). */}}
 {{- define "otel-grpo.labels" -}}
-{{ include "otel-grpo.selectorLabels" . }}
-app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .root.Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
-{{- range $values := list "commonLabels" "podLabels" }}
-{{- range $key, $_ := get $.root.Values $values | default dict }}
-{{- if has $key (list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" "app.kubernetes.io/version" "app.kubernetes.io/managed-by" "helm.sh/chart") }}
-{{- fail (printf "%s.%s: the chart sets that label itself (its selectors rest on it); use another key" $values $key) }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- with .root.Values.commonLabels }}
-{{ toYaml . }}
-{{- end }}
+{{- $labels := dict "app.kubernetes.io/name" "otel-grpo" "app.kubernetes.io/instance" .root.Release.Name
+      "app.kubernetes.io/component" .component "app.kubernetes.io/version" (toString .root.Chart.AppVersion)
+      "app.kubernetes.io/managed-by" .root.Release.Service
+      "helm.sh/chart" (printf "%s-%s" .root.Chart.Name .root.Chart.Version) -}}
+{{- $chart := keys $labels -}}
+{{- range $source := prepend (.extra | default list) (list "commonLabels" .root.Values.commonLabels) -}}
+{{- range $key, $value := index $source 1 | default dict -}}
+{{- if has $key $chart -}}
+{{- fail (printf "%s.%s: the chart sets that label itself (its selectors rest on it); use another key" (index $source 0) $key) -}}
+{{- end -}}
+{{- $_ := set $labels $key $value -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $labels -}}
 {{- end -}}
 
 {{/* An image as the anchors write it: [registry/]repository, then @digest or :tag (default: the
@@ -140,10 +144,7 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
      Call with (dict "root" $ "component" "x" "values" .Values.x "checksums" (dict ...) ["annotations" (dict ...)]). */}}
 {{- define "otel-grpo.podMetadata" -}}
 labels:
-  {{- include "otel-grpo.labels" . | nindent 2 }}
-  {{- with .root.Values.podLabels }}
-  {{- toYaml . | nindent 2 }}
-  {{- end }}
+  {{- include "otel-grpo.labels" (dict "root" .root "component" .component "extra" (list (list "podLabels" .root.Values.podLabels))) | nindent 2 }}
 {{- $annotations := merge (dict) (.values.podAnnotations | default dict) (.root.Values.podAnnotations | default dict) }}
 {{- range $k, $v := .checksums }}
 {{- $_ := set $annotations (printf "checksum/%s" $k) $v }}
