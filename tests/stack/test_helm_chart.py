@@ -753,7 +753,23 @@ def test_every_name_is_distinct_and_a_dns_label_whatever_the_release_name(helm, 
         if kind in {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "ServiceMonitor", "Pod", "Ingress"}:
             assert name.endswith(f"-{component}") and len(name) <= 63, (kind, name)
             whole = f"{base}-{component}"
-            assert name == whole if len(whole) <= 63 else whole.startswith(name[:-len(component) - 1]), (kind, name)
+            if len(whole) <= 63:
+                assert name == whole, (kind, name)
+            else:  # <base cut>-<6 hex of the base's sha256>-<component>
+                cut, digest = name[:-len(component) - 1].rsplit("-", 1)
+                assert whole.startswith(cut) and digest == hashlib.sha256(base.encode()).hexdigest()[:6], (kind, name)
+
+
+@pytest.mark.parametrize("tail", [("run01", "run02"), ("a", "b")], ids=["51", "46"])
+def test_release_names_differing_only_where_the_name_is_cut_keep_names_of_their_own(helm, root, tail):
+    """Two release names that differ only in their last characters: cutting the fullname to fit a component gave
+    both one name (the Alertmanager Secret of two 51-character releases); each release's names are its own, for
+    every object (and a name short enough is the whole one, for which the test above holds)."""
+    renders = []
+    for end in tail:
+        release = "grpo-qwen2-7b-math-gsm8k-lr1e-6-kl0-001-sweep-" + end
+        renders.append({(d["kind"], d["metadata"]["name"]) for d in _template(helm, root, *ALL_ON, release=release)})
+    assert renders[0] & renders[1] == set(), sorted(renders[0] & renders[1])
 
 
 def test_every_object_names_the_release_namespace(helm, root):

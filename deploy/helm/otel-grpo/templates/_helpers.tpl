@@ -15,11 +15,18 @@
 {{- end -}}
 
 {{/* A component's name: <fullname>-<component>, a DNS label of at most 63 characters. Where that is
-     longer (release names of 41 to 53 characters) the fullname is cut, never the component, so
-     every component keeps a name of its own; a name that fits is never changed. */}}
+     longer (release names of 41 to 53 characters) the fullname is cut, never the component, and
+     6 hex characters of the whole fullname's sha256 go before the component: every component keeps a
+     name of its own, and two releases whose names differ only in what the cut drops keep theirs (the
+     cut alone gave both one name). A name that fits is never changed. */}}
 {{- define "otel-grpo.name" -}}
 {{- $suffix := printf "-%s" .component -}}
-{{- include "otel-grpo.fullname" .root | trunc (sub 63 (len $suffix) | int) | trimSuffix "-" -}}{{ $suffix }}
+{{- $full := include "otel-grpo.fullname" .root -}}
+{{- if le (add (len $full) (len $suffix)) 63 -}}
+{{- $full }}{{ $suffix }}
+{{- else -}}
+{{- $full | trunc (sub 63 (add (len $suffix) 7) | int) | trimSuffix "-" }}-{{ $full | sha256sum | trunc 6 }}{{ $suffix }}
+{{- end -}}
 {{- end -}}
 
 {{/* The selector labels: a Deployment's spec.selector is immutable, so `helm upgrade` fails on any change
