@@ -341,6 +341,31 @@ def test_impossible_values_fail_with_one_line(helm, root, sets, message):
     assert len(lines) == 1, lines
 
 
+@pytest.mark.parametrize("sets,message", [
+    (("sidecar.env.OTEL_GRPO_SIDECAR_ALLOWED_HOSTS=[\"grpo.internal.example\"]",),
+     "sidecar.env.OTEL_GRPO_SIDECAR_ALLOWED_HOSTS: the chart sets OTEL_GRPO_SIDECAR_ALLOWED_HOSTS itself; set sidecar.allowedHosts"),
+    (("sidecar.env.OTEL_GRPO_SIDECAR_TOKEN=t",), "sidecar.env.OTEL_GRPO_SIDECAR_TOKEN: the chart sets OTEL_GRPO_SIDECAR_TOKEN itself; set tokens.sidecarToken"),
+    (("sidecar.env.OTEL_GRPO_SIDECAR_READ_TOKEN=t",), "set tokens.sidecarReadToken"),
+    (("sidecar.env.OTEL_GRPO_SIDECAR_DB=/x.db",), "sidecar.env.OTEL_GRPO_SIDECAR_DB: the chart sets OTEL_GRPO_SIDECAR_DB itself; set sidecar.database"),
+    (("sidecar.databasePasswordSecret.name=pg", "sidecar.databasePasswordSecret.key=password", "sidecar.env.PGPASSWORD=x"),
+     "sidecar.env.PGPASSWORD: the chart sets PGPASSWORD itself; set sidecar.databasePasswordSecret"),
+    ((*FOLLOWER, "follower.env.OTEL_EXPORTER_OTLP_ENDPOINT=http://c:4317"),
+     "follower.env.OTEL_EXPORTER_OTLP_ENDPOINT: the chart sets OTEL_EXPORTER_OTLP_ENDPOINT itself; set collector.endpoint"),
+    ((*FOLLOWER, "follower.env.OTEL_GRPO_OTLP_TOKEN=t"), "set tokens.otlpToken"),
+    ((*FOLLOWER, "follower.env.OTEL_SERVICE_NAME=x"), "follower.env.OTEL_SERVICE_NAME: the chart sets OTEL_SERVICE_NAME itself"),
+], ids=["allowed-hosts", "token", "read-token", "db", "pgpassword", "endpoint", "otlp-token", "service-name"])
+def test_extra_env_naming_a_variable_the_chart_sets_is_refused(helm, root, sets, message):
+    """sidecar.env / follower.env naming a variable the chart sets in that container gave the pod two entries
+    of one name (the later one won, silently dropping the chart's, e.g. its in-cluster ALLOWED_HOSTS): refused
+    in one line naming the value to set instead. PGPASSWORD is the chart's only with databasePasswordSecret."""
+    lines = [line for line in _template(helm, root, *sets, ok=False).splitlines() if message in line]
+    assert len(lines) == 1, lines
+    docs = _template(helm, root, "sidecar.env.PGPASSWORD=x")  # no databasePasswordSecret: yours to set
+    (c,) = _pods(docs)["grpo-otel-grpo-sidecar"]["spec"]["containers"]
+    names = [e["name"] for e in c["env"]]
+    assert "PGPASSWORD" in names and len(names) == len(set(names))
+
+
 @pytest.mark.parametrize("limit,below,at", [
     ("1Gi", 1023, 1024), ("0.5Gi", 511, 512), ("600M", 572, 573), ("536870912", 511, 512), ("2048Ki", 1, 2),
 ], ids=["Gi", "fraction", "decimal-M", "bytes", "Ki"])

@@ -100,6 +100,17 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* An extra env map (sidecar.env, follower.env) may not name a variable the chart sets in that container:
+     the pod would carry it twice. Call with (dict "values" "sidecar.env" "env" <map> "set" (dict <name> <what
+     to set instead> ...)). */}}
+{{- define "otel-grpo.checkEnv" -}}
+{{- range $k, $_ := .env | default dict -}}
+{{- with get $.set $k -}}
+{{- fail (printf "%s.%s: the chart sets %s itself; set %s instead" $.values $k $k .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "otel-grpo.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- .Values.serviceAccount.name | default (include "otel-grpo.fullname" .) -}}
