@@ -382,6 +382,24 @@ def test_the_memory_limiter_must_stay_below_the_containers_limit(helm, root, lim
     _template(helm, root, "collector.resources.limits=null", "collector.memoryLimitMiB=100000")
 
 
+def test_gomemlimit_stays_below_the_containers_memory_limit(helm, root):
+    """A smaller collector (limits.memory 256Mi, memoryLimitMiB 200) kept GOMEMLIMIT=400MiB, above the container's
+    limit: the Go runtime would not collect before the kernel killed it. GOMEMLIMIT follows memoryLimitMiB unless
+    collector.goMemLimit is given, and one given not below the limit is refused in one line."""
+    def gomemlimit(*sets: str) -> str:
+        (dep,) = [d for n, d in _objects(_template(helm, root, *sets), "Deployment").items() if n.endswith("-collector")]
+        return {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}["GOMEMLIMIT"]
+    small = ("collector.resources.limits.memory=256Mi", "collector.memoryLimitMiB=200", "collector.spikeLimitMiB=40")
+    assert gomemlimit(*small) == "200MiB"
+    assert gomemlimit() == "400MiB"  # the defaults: as before, below 512Mi
+    assert gomemlimit(*small, "collector.goMemLimit=230MiB") == "230MiB"
+    for given, limit in (("256MiB", "256Mi"), ("1GiB", "256Mi"), ("262144KiB", "256Mi")):
+        err = _template(helm, root, *small, f"collector.goMemLimit={given}", ok=False)
+        assert [line for line in err.splitlines()
+                if f"collector.goMemLimit={given} is not below collector.resources.limits.memory={limit} (256 MiB)" in line], err
+    assert gomemlimit("collector.resources.limits=null", "collector.goMemLimit=2GiB") == "2GiB"  # no limit: no bound
+
+
 def test_the_spike_limit_the_chart_refuses_is_the_one_the_collector_refuses(helm, root, otelcol, tmp_path):
     """spike_limit_mib must be below limit_mib (the collector exits otherwise, in CrashLoopBackOff)."""
     config = tmp_path / "config.yaml"
