@@ -815,6 +815,22 @@ def test_release_names_differing_only_where_the_name_is_cut_keep_names_of_their_
     assert renders[0] & renders[1] == set(), sorted(renders[0] & renders[1])
 
 
+@pytest.mark.parametrize("release", ["1grpo", "grpo.a"])
+def test_a_release_name_no_service_may_carry_is_refused_in_one_line(helm, root, release):
+    """Helm takes release names Kubernetes refuses as a Service's name (a DNS-1035 label: a letter first, no dot):
+    `helm template 1grpo` rendered Services named 1grpo-otel-grpo-... that `kubectl apply` refused. Refused in one
+    line naming the release; fullnameOverride (which must start with a letter) is the way out."""
+    err = _template(helm, root, release=release, ok=False)
+    assert len([line for line in err.splitlines() if f'release name "{release}": the objects would be named' in line
+                and "install under a name starting with a letter, or set fullnameOverride" in line]) == 1, err
+    docs = _template(helm, root, "fullnameOverride=grpo", release=release)
+    assert all(DNS_1035.fullmatch(n) for n in _objects(docs, "Service")), list(_objects(docs, "Service"))
+    assert "/fullnameOverride" in _template(helm, root, "fullnameOverride=1grpo", ok=False)
+
+
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
 def test_every_object_names_the_release_namespace(helm, root):
     """`helm template -n ml | kubectl apply -f -` puts every object in ml (where the chart's URLs say
     `.ml.svc`), not in kubectl's current namespace: the chart makes namespaced objects only."""

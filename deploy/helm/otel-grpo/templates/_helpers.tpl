@@ -2,16 +2,22 @@
      name), cut to 63 characters (a DNS label). The selector labels keep the chart's constant name whatever
      these are (see below). */}}
 {{- define "otel-grpo.fullname" -}}
+{{- $full := "" -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- $full = .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := .Values.nameOverride | default .Chart.Name -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- $full = .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- $full = printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
+{{- /* Services take DNS-1035 labels: a letter first, no dot (helm allows release names like 1grpo or a.b). */ -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full) -}}
+{{- fail (printf "release name %q: the objects would be named %s-..., which Kubernetes refuses for a Service (a DNS-1035 label: a lowercase letter first, no dot); install under a name starting with a letter, or set fullnameOverride" .Release.Name $full) -}}
+{{- end -}}
+{{- $full -}}
 {{- end -}}
 
 {{/* A component's name: <fullname>-<component>, a DNS label of at most 63 characters. Where that is
