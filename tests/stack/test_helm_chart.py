@@ -649,6 +649,34 @@ def test_the_values_schema_rejects_wrong_types_and_unknown_keys(helm, root, args
     assert "values don't meet the specifications of the schema" in err and where in err, err
 
 
+@pytest.mark.parametrize("args,where", [
+    (("--set", "securityContext.readOnlyRootFileSystem=false"), "additional properties 'readOnlyRootFileSystem'"),
+    (("--set", "podSecurityContext.runAsuser=20001"), "additional properties 'runAsuser'"),
+    (("--set", "sidecar.tolerations[0].key=gpu", "--set", "sidecar.tolerations[0].efect=NoSchedule"),
+     "additional properties 'efect'"),
+    (("--set", "collector.tolerations[0].tolerationSeconds=soon"), "collector/tolerations/0/tolerationSeconds"),
+], ids=["container", "pod", "toleration", "toleration-type"])
+def test_security_contexts_and_tolerations_refuse_a_misspelt_field(helm, root, args, where):
+    """securityContext, podSecurityContext and tolerations were free-form objects: a misspelt field
+    (readOnlyRootFileSystem) passed `helm lint --strict` and the pod ran without the setting meant. The schema
+    holds Kubernetes' own fields for each (the test below keeps them in step), and refuses others."""
+    err = _template(helm, root, args=args, ok=False)
+    assert "values don't meet the specifications of the schema" in err and where in err, err
+
+
+def test_the_schemas_kubernetes_objects_have_kubernetes_fields(root):
+    """The field names the values schema allows in securityContext, podSecurityContext and a toleration are
+    Kubernetes 1.37's (kubernetes-validate's copy of its OpenAPI schema), neither fewer nor more."""
+    import kubernetes_validate
+    k8s = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema/v1.37.0-local-strict"
+    schema = json.loads((root / CHART / "values.schema.json").read_text())["definitions"]
+    for ours, theirs in ((schema["securityContext"], "securitycontext-v1.json"),
+                         (schema["podSecurityContext"], "podsecuritycontext-v1.json"),
+                         (schema["tolerations"]["items"], "toleration-v1.json")):
+        assert ours["additionalProperties"] is False
+        assert set(ours["properties"]) == set(json.loads((k8s / theirs).read_text())["properties"]), theirs
+
+
 def test_images_name_registry_repository_tag_or_digest(helm, root):
     """No otel-grpo image is published: the defaults name a registry-less image tagged with the chart's
     appVersion (the Dockerfile targets built and pushed by the user); registry, tag and digest are
