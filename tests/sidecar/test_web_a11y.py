@@ -217,3 +217,23 @@ def test_the_main_task_by_keyboard_alone(site, new_page):
     shown = page.evaluate("document.activeElement.textContent")
     copied = page.evaluate("window.__copied")
     assert copied == page.evaluate("document.activeElement.title") and float(copied) == pytest.approx(float(shown), rel=1e-3)
+
+
+def test_a_live_refresh_that_adds_steps_keeps_the_focus_on_the_step_picker(site, new_page):
+    """A keyboard user on the step picker when the trainer's next steps come: the refresh adds them to the
+    picker under the focus, and the arrows go on picking steps."""
+    run = "a11y-live"
+    post = lambda steps: httpx.post(site.url + "/v1/traces", headers={"Content-Type": "application/x-protobuf"},  # noqa: E731
+                                    content=request_pb(grpo_spans(run, steps, samples=2)).SerializeToString())
+    assert post(range(3)).status_code == 200
+    page = _reader(new_page)
+    page.goto(f"{site.url}/#/run/{run}")
+    wait(page, "document.body.dataset.ready === 'run' && !document.getElementById('samples').ariaBusy")
+    page.focus("#step-select")
+    assert post(range(3, 5)).status_code == 200
+    page.evaluate("window.otelGrpoRefresh()")
+    wait(page, "document.querySelectorAll('#step-select option').length === 5")
+    assert page.evaluate("document.activeElement.id") == "step-select"
+    page.keyboard.press("ArrowDown")  # from step 2, the latest when the page opened
+    wait(page, "location.hash.includes('step=1') && !document.getElementById('samples').ariaBusy")
+    assert page.evaluate("document.activeElement.id") == "step-select"

@@ -6,6 +6,7 @@ and shows the rest."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ import pytest
 
 from tests.sidecar.conftest import SidecarProcess, grpo_spans, request_pb
 from tests.sidecar.test_web import (CHROMIUM, MAIN, OTHER, _hash, _seed_explorer, browser,  # noqa: F401
-                                    console_problems, new_page, sidecar_with_runs, wait)
+                                    console_problems, new_page, open_run, sidecar_with_runs, wait)
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make system-deps)")]
@@ -252,3 +253,47 @@ def test_each_page_of_runs_is_a_step_of_the_history(sidecar_factory, tmp_path, n
     page.go_back()  # the search replaced the status' entry: back is the page before it
     assert showing(views[1])
     assert problems == []
+
+
+def _post(url: str, spans) -> None:
+    assert httpx.post(url + "/v1/traces", content=request_pb(spans).SerializeToString(),
+                      headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+
+
+STEP_OPTIONS = "[...document.querySelectorAll('#step-select option')].map(o => o.text).join()"
+FIRST_ROW_STEP = "document.querySelector('#samples-table tbody tr td:nth-child(2)')?.textContent"
+
+
+def test_the_step_picker_offers_the_steps_retention_keeps(sidecar_factory, tmp_path, new_page):
+    """A sidecar that keeps a run's latest 3 steps: once the run moves on, a live refresh offers the steps that
+    have samples now, as many as before (the step shown stays, marked, until another is picked)."""
+    proc = sidecar_factory(db=tmp_path / "kept.db", env={"OTEL_GRPO_SIDECAR_RETENTION_MAX_STEPS": "3",
+                                                          "OTEL_GRPO_SIDECAR_RETENTION_INTERVAL_S": "1"})
+    _post(proc.url, grpo_spans("kept", range(0, 3), samples=4))
+    page = new_page()
+    open_run(page, f"{proc.url}/#/run/kept")
+    assert page.evaluate(STEP_OPTIONS) == "step 2,step 1,step 0"
+    _post(proc.url, grpo_spans("kept", range(3, 6), samples=4))
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{proc.url}/api/runs/kept/sample-steps").json() != [5, 4, 3]:
+        assert time.monotonic() < deadline, "retention did not drop steps 0-2"
+        time.sleep(0.2)
+    page.evaluate("window.otelGrpoRefresh()")
+    wait(page, f"{STEP_OPTIONS} === 'step 5,step 4,step 3,step 2 (no samples now)'")
+    assert page.input_value("#step-select") == "2"
+    page.select_option("#step-select", "4")
+    wait(page, f"{FIRST_ROW_STEP} === '4' && !document.getElementById('samples').ariaBusy")
+    assert page.evaluate(STEP_OPTIONS) == "step 5,step 4,step 3" and _hash(page) == {"step": "4"}
+
+
+def test_a_group_view_closes_when_a_sample_or_a_step_is_picked(site, new_page):
+    """The URL drops the group when a sample's "#" or another step is picked: so does the page."""
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/{MAIN}?step=3")
+    for pick in (lambda: page.click("#samples-table tr[data-sample='5'] a.sample-link"),
+                 lambda: page.select_option("#step-select", "1")):
+        page.locator("#samples-table tbody tr >> nth=0").locator("button.group-open").click()
+        wait(page, "!!document.querySelector('#group-view h3') && location.hash.includes('groupof=')")
+        pick()
+        wait(page, "!location.hash.includes('groupof=') && !document.getElementById('samples').ariaBusy")
+        assert page.evaluate("document.getElementById('group-view').children.length") == 0

@@ -328,8 +328,8 @@ async function fetchRunData(runId, stale) {
   return data;  // the caller makes it runData once it is still the view asked for (route)
 }
 
-// Live view: charts, alerts and the step list follow the run; the samples table is left as the
-// user arranged it (sort, step, expanded cells). A refresh that comes back after a navigation is dropped.
+// Live view: charts, alerts and the step picker follow the run (showSamplesState); the samples table is left
+// as the user arranged it (sort, step, expanded cells). A refresh that comes back after a navigation is dropped.
 async function refreshRun() {
   if (!state.run || !document.getElementById("plots")) return;
   const mine = routed;
@@ -339,8 +339,7 @@ async function refreshRun() {
   sampleSteps = data.withSamples;
   redrawPlots();
   document.getElementById("alerts").replaceWith(alertsSection(data.alerts));
-  const select = document.getElementById("step-select");
-  if (select && select.options.length !== sampleSteps.length) select.replaceWith(samplesControls(sampleSteps).querySelector("select"));
+  showSamplesState();
 }
 
 // The live view's refresh (the timer's, every REFRESH_MS): one that fails (the database away) leaves

@@ -15,8 +15,15 @@ function groupError(err) {
 // first row that has it.
 function openGroup(row) {
   state.group = rowKey(row);
+  showSamplesState();
   writeUrl(true);
   showGroup(row.step, state.group, rowKey(row)).catch(groupError);
+}
+
+// No group shown, nor drawn when one asked for comes (state.group is none: a step or a sample picked).
+function closeGroup() {
+  groupAsked += 1;
+  document.getElementById("group-view")?.replaceChildren();
 }
 
 // How a link names the group `key` (state.group).
@@ -94,7 +101,7 @@ async function showGroup(step, key, picked = "group" in key ? null : key, linked
   view.replaceChildren(
     h("div", { class: "group-head" }, h("h3", { text: title }), link,
       h("button", { type: "button", class: "group-close", text: "close",
-                    onclick: () => { view.replaceChildren(); state.group = null; writeUrl(true); } })),
+                    onclick: () => { state.group = null; closeGroup(); writeUrl(true); } })),
     ...groupText("prompt", rows[0], "prompt"),
     h("div", { class: "group-cards", "data-count": String(rows.length) }, ...cards));
   view.scrollIntoView();

@@ -593,10 +593,29 @@ function filterControls() {
   return [col, min, max];
 }
 
+// The step picker's options: the steps that have samples (`steps`, the latest first) and the step shown, while it
+// is shown (one that retention removed since stays, marked, until another is picked), changed in place (the
+// keyboard's focus stays on the picker); its value state.step.
+function stepOptions(select, steps) {
+  const values = [...new Set([...steps.map(String), ...(state.step === null ? [] : [state.step])])].sort((a, b) => b - a);
+  const text = (s) => `step ${s}` + (steps.includes(+s) ? "" : " (no samples now)");
+  if ([...select.options].map((o) => o.text).join() !== values.map(text).join()) {
+    select.replaceChildren(...values.map((s) => h("option", { value: s, text: text(s) })));
+  }
+  select.value = state.step ?? "";
+}
+
+// The samples' controls as `state` says, after any change of it or of the steps that have samples (a live
+// refresh): the step picker (stepOptions), and the group view, closed where state.group is none.
+function showSamplesState() {
+  const select = document.getElementById("step-select");
+  if (select) stepOptions(select, sampleSteps);
+  if (state.group === null) closeGroup();
+}
+
 function samplesControls(steps) {
   const select = h("select", { id: "step-select", onchange: (e) => { setStep(e.target.value); loadSamples(); } });
-  for (const s of steps) select.appendChild(h("option", { value: String(s), text: "step " + s }));
-  if (state.step !== null) select.value = String(state.step);
+  stepOptions(select, steps);
   const search = h("input", { id: "search", type: "search", placeholder: "search prompt / completion (all steps)",
                               "aria-label": "search the prompts and completions of all steps" });
   search.value = state.q;
@@ -619,8 +638,7 @@ function setStep(step, sample = null) {
   Object.assign(state, { step: step === null ? null : String(step), q: "", sample, group: null });
   const search = document.getElementById("search");
   if (search) search.value = "";
-  const select = document.getElementById("step-select");
-  if (select && state.step !== null) select.value = state.step;
+  showSamplesState();
   writeUrl(true);
   redrawPlots();
 }
