@@ -297,3 +297,17 @@ def test_a_group_view_closes_when_a_sample_or_a_step_is_picked(site, new_page):
         pick()
         wait(page, "!location.hash.includes('groupof=') && !document.getElementById('samples').ariaBusy")
         assert page.evaluate("document.getElementById('group-view').children.length") == 0
+
+
+def test_a_live_run_opened_before_its_first_samples_shows_them_once_they_come(site, new_page):
+    """Opened while the trainer has sent steps but no samples: the refresh after its first samples shows its
+    latest step's rows, the picker and the URL naming that step."""
+    _post(site.url, grpo_spans("early", range(0, 3), samples=0))
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/early")
+    assert page.locator("#samples").text_content() == "no samples" and _hash(page) == {}
+    _post(site.url, grpo_spans("early", range(3, 6), samples=4))
+    page.evaluate("window.otelGrpoRefresh()")
+    wait(page, f"{FIRST_ROW_STEP} === '5' && !document.getElementById('samples').ariaBusy")
+    assert page.locator("#samples-table tbody tr").count() == 4
+    assert page.input_value("#step-select") == "5" and _hash(page) == {"step": "5"}

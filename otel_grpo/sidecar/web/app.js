@@ -329,17 +329,27 @@ async function fetchRunData(runId, stale) {
 }
 
 // Live view: charts, alerts and the step picker follow the run (showSamplesState); the samples table is left
-// as the user arranged it (sort, step, expanded cells). A refresh that comes back after a navigation is dropped.
+// as the user arranged it (sort, step, expanded cells) unless its step had no samples. A refresh that comes back after a navigation is dropped.
 async function refreshRun() {
   if (!state.run || !document.getElementById("plots")) return;
   const mine = routed;
   const data = await fetchRunData(state.run, runData && runData.rows);
   if (mine !== routed) return;
+  const before = sampleSteps;
   runData = data;
   sampleSteps = data.withSamples;
   redrawPlots();
   document.getElementById("alerts").replaceWith(alertsSection(data.alerts));
+  // A run opened before its first samples shows its latest step once there is one (the URL names it), and a
+  // step shown without samples shows them once they come.
+  const arrived = state.step === null ? sampleSteps.length > 0
+    : !before.includes(+state.step) && sampleSteps.includes(+state.step);
+  if (state.step === null && sampleSteps.length) {
+    state.step = String(sampleSteps[0]);
+    writeUrl();
+  }
   showSamplesState();
+  if (arrived && !state.q) await loadSamples();
 }
 
 // The live view's refresh (the timer's, every REFRESH_MS): one that fails (the database away) leaves
