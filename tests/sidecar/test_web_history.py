@@ -311,3 +311,22 @@ def test_a_live_run_opened_before_its_first_samples_shows_them_once_they_come(si
     wait(page, f"{FIRST_ROW_STEP} === '5' && !document.getElementById('samples').ariaBusy")
     assert page.locator("#samples-table tbody tr").count() == 4
     assert page.input_value("#step-select") == "5" and _hash(page) == {"step": "5"}
+
+
+def test_a_group_opened_from_a_search_row_of_another_step_links_that_step(site, new_page):
+    """Search over every step while step 0 is picked, open the group of a found row of step 3: the picker and
+    the URL say step 3, and a reload shows the same group (its prompt), not step 0's group of that index."""
+    prompt = lambda step, i: {"group": i // 2, "prompt": f"prompt of step {step} group {i // 2}",  # noqa: E731
+                              "completion": f"step{step} needle{i}" if step == 3 else f"plain {step}/{i}"}
+    _post(site.url, grpo_spans("searched", range(0, 5), samples=4, extra=prompt))
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/searched?step=0")
+    page.fill("#search", "needle")
+    wait(page, "document.querySelectorAll('#samples-table tbody tr').length === 4 && location.hash.includes('q=needle')")
+    page.locator("#samples-table tbody tr", has_text="needle2").locator("button.group-open").click()
+    shown = "document.querySelector('#group-view pre.prompt')?.textContent"
+    wait(page, f"{shown} === 'prompt of step 3 group 1'")
+    assert _hash(page) == {"step": "3", "groupof": "2", "q": "needle"} and page.input_value("#step-select") == "3"
+    open_run(page, page.url)
+    wait(page, f"{shown} === 'prompt of step 3 group 1'")
+    assert page.input_value("#step-select") == "3" and page.locator("#link-note").text_content() == ""

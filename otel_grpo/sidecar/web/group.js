@@ -14,6 +14,9 @@ function groupError(err) {
 // the attribute alone (group=3, written before attempts) is still read: state.group is {group}, the group of the
 // first row that has it.
 function openGroup(row) {
+  // A search's row may be of another step than the one picked: the group is of the row's step, and so is the link
+  // (a sample linked at the step picked is not of it).
+  if (String(row.step) !== state.step) Object.assign(state, { step: String(row.step), sample: null });
   state.group = rowKey(row);
   showSamplesState();
   writeUrl(true);
