@@ -268,3 +268,26 @@ def test_a_page_opened_while_the_database_is_stopped_comes_back_with_it(server, 
         assert page.text_content("#view-title") == "Run frozen"
     finally:
         proc.stop()
+
+
+def test_a_step_picked_while_the_sidecar_is_away_is_shown_once_a_read_works(site, new_page):
+    """Step 2 picked with no answer from the sidecar: the table says it could not read it and holds no rows of
+    step 1 under the picker's step 2; the first live refresh that works shows step 2's rows, the error gone."""
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/{MAIN}?step=1")
+    first_step = "document.querySelector('#samples-table tbody tr td:nth-child(2)')?.textContent"
+    assert page.evaluate(first_step) == "1"
+    page.route(_api, _no_answer)
+    page.select_option("#step-select", "2")
+    wait(page, "document.getElementById('samples').dataset.error === '1'")
+    assert page.text_content("#samples-note").startswith("cannot show these samples: the sidecar did not answer")
+    assert page.locator("#samples-table").count() == 0
+    assert page.text_content("#samples") == "no rows shown: they could not be read"
+    assert page.input_value("#step-select") == "2" and _hash(page) == {"step": "2"}
+    page.evaluate("window.otelGrpoRefresh()")  # still away: nothing changes but the refresh's note
+    assert page.locator("#samples-table").count() == 0 and not page.evaluate("document.getElementById('refresh-note').hidden")
+    page.unroute(_api, _no_answer)
+    page.evaluate("window.otelGrpoRefresh()")
+    wait(page, f"{first_step} === '2' && !document.getElementById('samples').ariaBusy")
+    assert page.locator("#samples-table tbody tr").count() == 8
+    assert "cannot" not in page.text_content("#samples-note") and page.evaluate("document.getElementById('samples').dataset.error") is None

@@ -340,16 +340,18 @@ async function refreshRun() {
   sampleSteps = data.withSamples;
   redrawPlots();
   document.getElementById("alerts").replaceWith(alertsSection(data.alerts));
-  // A run opened before its first samples shows its latest step once there is one (the URL names it), and a
-  // step shown without samples shows them once they come.
+  // A run opened before its first samples shows its latest step once there is one (the URL names it), a step
+  // shown without samples shows them once they come, and a samples read that failed while the sidecar was
+  // away (data-retry: loadSamples) is read again now that a read works.
   const arrived = state.step === null ? sampleSteps.length > 0
     : !before.includes(+state.step) && sampleSteps.includes(+state.step);
+  const failed = !!document.getElementById("samples")?.dataset.retry;
   if (state.step === null && sampleSteps.length) {
     state.step = String(sampleSteps[0]);
     writeUrl();
   }
   showSamplesState();
-  if (arrived && !state.q) await loadSamples();
+  if ((arrived && !state.q) || failed) await loadSamples();
 }
 
 // The live view's refresh (the timer's, every REFRESH_MS): one that fails (the database away) leaves

@@ -456,12 +456,18 @@ function setLoading(text) {
 // plots and the rest of the run are never replaced by an error (a 422 on a sort did that).
 // Only the latest request's answer is shown: an older one arriving after it (a step picked, then a
 // sort clicked twice) would put its rows under the newer state's headers.
+// A read that failed leaves no rows of another view than the one asked for (a step picked while the sidecar is
+// away): those of the view still asked for stay (a sort refused: `undo` puts `state` back as shown first), others
+// give way to the error alone; one that may succeed later (err.retryable) is read again by the next live refresh
+// that works (data-retry: refreshRun).
 let samplesAsked = 0;
+let samplesShown = null;  // the view whose rows the table holds (samplesView)
+const samplesView = () => `${state.run}?${samplesParams(PAGE_ROWS)}`;
 // `more`: the next PAGE_ROWS rows after those loaded, else the first page (and the linked sample).
-async function loadSamples(more = false) {
+async function loadSamples(more = false, undo = null) {
   const wrap = document.getElementById("samples");
   const note = document.getElementById("samples-note");
-  const asked = ++samplesAsked;
+  const asked = ++samplesAsked, view = samplesView();
   const offset = more ? shownRows.length : 0;
   setLoading(more ? `loading rows ${(offset + 1).toLocaleString("en")}–…` : state.q ? `searching "${state.q}"…` : `loading step ${state.step}…`);
   try {
@@ -493,14 +499,25 @@ async function loadSamples(more = false) {
     linkedRow = linked && !shownRows.some((r) => sameRow(r, linked)) ? linked : null;
     note.classList.remove("alert-firing");
     wrap.removeAttribute("data-error");
+    wrap.removeAttribute("data-retry");
+    samplesShown = view;
     setLoading(null);
     render();
   } catch (err) {
     if (asked !== samplesAsked) return;
+    if (undo) undo();
     setLoading(null);
+    if (!more && samplesView() !== samplesShown) {
+      [shownRows, totalRows, linkedRow, samplesShown] = [[], 0, null, null];
+      wrap.replaceChildren(h("p", { class: "muted empty", text: "no rows shown: they could not be read" }));
+      document.getElementById("samples-common").replaceChildren();
+      document.getElementById("samples-more").hidden = true;
+    }
     setText(note, `cannot show these samples: ${err instanceof ApiError ? err.message : String(err)}`);
     note.classList.add("alert-firing");
     wrap.setAttribute("data-error", "1");
+    if (err instanceof ApiError && err.retryable) wrap.setAttribute("data-retry", "1");
+    else wrap.removeAttribute("data-retry");
   }
 }
 
@@ -530,10 +547,8 @@ function sortBy(column) {
   const before = { orderBy: state.orderBy, desc: state.desc };
   state.desc = state.orderBy === column ? !state.desc : HIGH_FIRST.test(column);
   state.orderBy = column;
-  loadSamples().then(() => {
-    const failed = !!document.getElementById("samples").dataset.error;
-    if (failed) Object.assign(state, before);  // keep what is shown
-    writeUrl(!failed);  // a sort shown is a step back can undo
+  loadSamples(false, () => Object.assign(state, before)).then(() => {  // refused: what is shown is kept
+    writeUrl(!document.getElementById("samples").dataset.error);  // a sort shown is a step back can undo
   });
 }
 
