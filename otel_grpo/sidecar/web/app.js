@@ -329,7 +329,8 @@ async function fetchRunData(runId, stale) {
 }
 
 // Live view: charts, alerts and the step picker follow the run (showSamplesState); the samples table is left
-// as the user arranged it (sort, step, expanded cells) unless its step had no samples. A refresh that comes back after a navigation is dropped.
+// as the user arranged it (sort, step, expanded cells) unless its step had no samples or its read failed. A
+// refresh that comes back after a navigation is dropped.
 async function refreshRun() {
   if (!state.run || !document.getElementById("plots")) return;
   const mine = routed;
