@@ -176,6 +176,27 @@ def test_planner_statistics_wait_their_turn_for_the_write_lock(tmp_path, otlp):
         store.close()
 
 
+def test_planner_statistics_behind_a_transaction_left_open_without_the_flock_wait_for_the_next_try(tmp_path, otlp):
+    """SQLite's own write lock held by a process without our flock (the sqlite3 shell's `BEGIN IMMEDIATE` left
+    open): `optimize` raised SQLite's "database is locked", which the sidecar's maintenance loop logged with a
+    traceback at every try (every few seconds, while the shell stayed open). It skips, as behind the flock."""
+    store = Store.open(tmp_path / "s.db", timeout_s=0.3)
+    try:
+        store.write_batch(extract(otlp.request(otlp.spans("stats", [0, 1], samples=4))))
+        shell = sqlite3.connect(store.path, isolation_level=None)
+        shell.execute("BEGIN IMMEDIATE")
+        try:
+            store.optimize()
+        finally:
+            shell.execute("COMMIT")
+            shell.close()
+        store.optimize()
+        with store.read() as conn:
+            assert conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'samples'").fetchone()[0] > 0
+    finally:
+        store.close()
+
+
 def test_a_write_behind_a_transaction_left_open_without_the_flock_is_a_retryable_error_after_the_timeout(
         tmp_path, otlp):
     """SQLite's own write lock taken by a process that knows nothing of our flock (the sqlite3 shell, an

@@ -32,7 +32,7 @@ from . import _queries, _writes
 from ._checkpoint import TRUNCATE_BYTES, Checkpointer, past_valve, truncate_wal
 from ._deadline import StatementDeadline
 from ._dialect import SQLITE
-from ._errors import StoreUnavailable
+from ._errors import StoreUnavailable, unavailable
 from ._health import WriteHealth
 from ._pool import ConnectionPool
 from ._step_columns import KnownColumns
@@ -359,7 +359,9 @@ class Store(_queries.Reads, _writes.Writes):
             with self._tx() as conn:  # a write like the others: under both write locks, waited for as long
                 conn.execute("PRAGMA analysis_limit = 1000")
                 conn.execute("ANALYZE")
-        except StoreUnavailable:  # another process holds the write lock (stuck?): its writes say so; next time
+        except Exception as exc:  # a lock held (our flock, or SQLite's by a process without it: the sqlite3
+            if not unavailable(exc):  # shell's transaction left open), the disk full: the writes say so; next time
+                raise
             return
         self._analyzed_at = written
         self._pool.renew()
