@@ -7,7 +7,8 @@
     login.accepted()       # one got in: logged if some failed before
     login.problem          # None, or what the 503s and /readyz say (AUTH_FAILED, "cannot connect ...")
     login.auth             # the problem is a refused log-in
-    logging.getLogger("psycopg.pool").addFilter(login)   # its warnings per attempt, dropped meanwhile
+    logging.getLogger("psycopg.pool").addFilter(login)   # its warnings per attempt, dropped meanwhile (a
+                                                         # timeout's too: the requests' failures say it)
 
 A password rotated under a running sidecar, or every connection slot taken by other clients (max_connections),
 surfaces when it next connects (a restart of the database, terminated sessions, the read pool growing). A
@@ -37,13 +38,17 @@ class Login(logging.Filter):
         self._refusals = 0
         self._got_in = False
         self._said = False  # the refusal was logged: its end is too
+        self._unanswered = False  # the last attempt timed out: the server did not answer
         self._lock = threading.Lock()
 
     def refused(self, exc: BaseException) -> None:
         """A connection attempt failed with `exc`."""
         auth = auth_failed(exc)
         if not auth and connect_failure(exc) is None:
-            return  # not an attempt the server answered or refused (a timeout: the probe says so)
+            # not an attempt the server answered or refused (a timeout: the requests' failures say so, once a
+            # streak); psycopg_pool's warnings of each attempt are held back until one gets in
+            self._unanswered = True
+            return
         problem = describe(exc)
         with self._lock:
             first, self.problem, self.auth = self.problem is None, problem, auth
@@ -62,7 +67,7 @@ class Login(logging.Filter):
                       connect_failure(exc))
 
     def accepted(self) -> None:
-        self._got_in = True
+        self._got_in, self._unanswered = True, False
         if self.problem is None:
             return
         with self._lock:
@@ -73,6 +78,7 @@ class Login(logging.Filter):
                         "lets the sidecar log in" if auth else "takes the sidecar's connections", count)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """As a filter of psycopg_pool's logger: while connections fail, its warnings (an error connecting,
-        a reconnection given up, every few seconds while reads wait) are all about that, said once here."""
-        return self.problem is None or record.levelno > logging.WARNING
+        """As a filter of psycopg_pool's logger: while connections fail or time out, its warnings (an error
+        connecting, a reconnection given up, every few seconds while reads wait) are all about that, said once
+        here or by the requests' failures (a database that does not answer: 33 lines in a minute of 7 reads)."""
+        return (self.problem is None and not self._unanswered) or record.levelno > logging.WARNING
