@@ -105,11 +105,11 @@ class Writes:
                 merge_step(conn, st.run_id, st.step, st.start, st.end, now, st.metrics, st.attempt)
                 columns[st.run_id].update(st.metrics)
             conn.executemany(_SPAN_UPSERT, [(s.span_id, s.run_id, s.step) for s in steps])
-            self._write_phases(conn, batch, steps, now, settled, columns)
+            merged = self._write_phases(conn, batch, steps, now, settled, columns)
             added = self._write_columns(conn, columns, identity)
             kept = {run: inserted.get(run, 0) - settled.dropped.get(run, 0) for run in inserted}
             self._write_progress(conn, batch, settled, {run: kept.get(run, 0) - settled.removed.get(run, 0)
-                                                        for run in {*kept, *settled.removed}})
+                                                        for run in {*kept, *settled.removed}}, merged)
             for run_id in settled.retired:  # steps gone from its end: recounted, and read again by readers
                 _retention.refresh_run(conn, run_id, steps_deleted=True)
         for run_id, keys in added.items():  # committed: this writer leaves them out from now on
@@ -117,9 +117,10 @@ class Writes:
         return sum(kept.values())
 
     def _write_phases(self, conn, batch: Batch, steps: list, now: float, settled: _attempts.Settled,
-                      columns: dict[str, set[str]]) -> None:
+                      columns: dict[str, set[str]]) -> list[tuple[str, int]]:
         """Phase spans, and each touched step's phase durations (added to `columns`, per run); `steps`: the
-        batch's step records that are not stale."""
+        batch's step records that are not stale. Returns the steps given phase durations, which may be made
+        here (a phase of a step that is gone, such as one age retention deleted), for the run's step range."""
         phases = [p for p in batch.phases if not settled.stale(p)]
         conn.executemany(_PHASE_UPSERT, [
             (p.span_id, p.parent_span_id, p.name, p.duration, p.run_id, p.step, now, p.attempt) for p in phases])
@@ -131,12 +132,15 @@ class Writes:
             row = conn.execute("SELECT run_id, step FROM phases WHERE span_id = ?", (p.span_id,)).fetchone()
             if row[0] is not None:
                 touched.add((row[0], row[1]))
+        merged = []
         for run_id, step in sorted(touched):
             sums = phase_sums(conn, run_id, step)
             if sums:
                 conn.execute(_RUN_UPSERT, (run_id, None, None, None, now, now))
                 merge_phase_sums(conn, run_id, step, now, sums)
                 columns[run_id].update(sums)
+                merged.append((run_id, step))
+        return merged
 
     def _write_columns(self, conn, columns: dict[str, set[str]], identity: dict[str, object]) -> dict[str, set[str]]:
         """The stat keys just written, in each run's `step_columns` (what `metric_keys` lists), but those this
@@ -168,12 +172,17 @@ class Writes:
         # rowcount of an executemany sums the rows each insert changed: a duplicate changes none.
         return conn.executemany(_SAMPLE_INSERT, rows).rowcount
 
-    def _write_progress(self, conn, batch: Batch, settled: _attempts.Settled, inserted: dict[str, int]) -> None:
-        """The runs' step ranges and sample counts, from this batch's records but a stale attempt's."""
+    def _write_progress(self, conn, batch: Batch, settled: _attempts.Settled, inserted: dict[str, int],
+                        merged: list[tuple[str, int]] = ()) -> None:
+        """The runs' step ranges and sample counts, from this batch's records but a stale attempt's, and the
+        steps given phase durations (`merged`). The range bounds every step a run's steps and samples hold:
+        `max_steps` retention reads only the runs whose range is longer than it keeps."""
         steps: dict[str, list[int]] = defaultdict(list)
         for record in (*batch.steps, *batch.samples, *batch.phases):
             if record.run_id is not None and not settled.stale(record):
                 steps[record.run_id].append(record.step)
+        for run_id, step in merged:
+            steps[run_id].append(step)
         for run_id in {*steps, *inserted}:
             values = steps.get(run_id, [None])  # None: only its sample count changes
             first, last = min(values), max(values)
