@@ -1,5 +1,5 @@
-"""Retention: by number of runs, steps per run, and age. Runs inside the writer's transaction,
-on either store (the statements are written for both)."""
+"""Retention: by number of runs, steps per run, and age. Runs inside writers' transactions (the store's
+`apply_retention`), on either store (the statements are written for both)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,11 @@ def refresh_run(conn, run_id: str, steps_deleted: bool) -> None:
         WHERE run_id = ?""", (int(steps_deleted), *(run_id,) * 6))
 
 
-def apply(conn, max_runs: int | None, max_steps: int | None,
-          max_age_s: float | None, now: float) -> dict[str, int]:
-    counts = dict.fromkeys(("samples", "steps", "step_spans", "phases", "runs", "alerts"), 0)
+def apply(conn, max_runs: int | None, max_age_s: float | None, now: float) -> dict[str, int]:
+    """The set-based rules, by number of runs and by age, in one transaction; returns rows deleted per table.
+    A few statements whatever the store's size, and per-run statements only for the runs they delete or
+    recount. (`max_steps` is `step_candidates` and `trim_steps`, a few runs a transaction.)"""
+    counts = new_counts()
     if max_runs is not None:
         ranked = conn.execute("SELECT run_id FROM runs ORDER BY last_update DESC, run_id").fetchall()
         for (run_id,) in ranked[max_runs:]:
@@ -47,6 +49,8 @@ def apply(conn, max_runs: int | None, max_steps: int | None,
         cutoff = now - max_age_s
         for (run_id,) in conn.execute("SELECT run_id FROM runs WHERE last_update < ?", (cutoff,)).fetchall():
             _delete_run(conn, run_id, counts)
+        # the runs whose samples age out: recounted below (not every run of the store: one statement each)
+        aged = conn.execute("SELECT DISTINCT run_id FROM samples WHERE time < ?", (cutoff,)).fetchall()
         n = conn.execute("DELETE FROM samples WHERE time < ?", (cutoff,)).rowcount
         old_steps = "FROM steps WHERE coalesce(end_time, updated_at) < ?"
         touched.update((r, True) for (r,) in conn.execute(f"SELECT DISTINCT run_id {old_steps}", (cutoff,)).fetchall())
@@ -55,21 +59,40 @@ def apply(conn, max_runs: int | None, max_steps: int | None,
         counts["samples"] += n
         counts["steps"] += m
         counts["alerts"] += conn.execute("DELETE FROM alerts WHERE received_at < ?", (cutoff,)).rowcount
-        if n:
-            touched.update((r, touched.get(r, False)) for (r,) in conn.execute("SELECT run_id FROM runs"))
-    if max_steps is not None:
-        for (run_id,) in conn.execute("SELECT run_id FROM runs").fetchall():
-            row = conn.execute("""
-                SELECT step FROM (SELECT step FROM steps WHERE run_id = ?
-                                  UNION SELECT DISTINCT step FROM samples WHERE run_id = ?) AS u
-                ORDER BY step DESC LIMIT 1 OFFSET ?""", (run_id, run_id, max_steps - 1)).fetchone()
-            if row is not None:
-                before = dict(counts)
-                _delete_before(conn, run_id, row[0], counts)
-                if counts != before:
-                    touched[run_id] = touched.get(run_id, False) or counts["steps"] > before["steps"]
+        touched.update((r, touched.get(r, False)) for (r,) in aged)
     counts["phases"] += conn.execute("DELETE FROM phases WHERE run_id IS NULL AND received_at < ?",
                                      (now - _ORPHAN_PHASE_S,)).rowcount
     for run_id, steps_deleted in touched.items():
         refresh_run(conn, run_id, steps_deleted)
     return counts
+
+
+def new_counts() -> dict[str, int]:
+    return dict.fromkeys(("samples", "steps", "step_spans", "phases", "runs", "alerts"), 0)
+
+
+def step_candidates(conn, max_steps: int, since: float | None) -> list[str]:
+    """The runs that may hold more than `max_steps` steps: those whose step range (`first_step`..`last_step`,
+    which every write widens to its steps, samples and phases) is longer, and, where `since` is given, that were
+    written (`last_update`) since then. One statement, on the runs table alone (`runs_last_update` indexes
+    `since`): a run that cannot hold more is never read, so a pass costs what changed, not the store's size."""
+    sql, params = "SELECT run_id FROM runs WHERE last_step - first_step >= ?", [max_steps]
+    if since is not None:
+        sql += " AND last_update >= ?"
+        params.append(since)
+    return [run_id for (run_id,) in conn.execute(sql + " ORDER BY run_id", params).fetchall()]
+
+
+def trim_steps(conn, run_ids: list[str], max_steps: int, counts: dict[str, int]) -> None:
+    """Keep the latest `max_steps` steps (and their samples) of each of `run_ids`; add the rows deleted to
+    `counts`. One statement a run that keeps all its steps; eight for one that loses some."""
+    for run_id in run_ids:
+        row = conn.execute("""
+            SELECT step FROM (SELECT step FROM steps WHERE run_id = ?
+                              UNION SELECT DISTINCT step FROM samples WHERE run_id = ?) AS u
+            ORDER BY step DESC LIMIT 1 OFFSET ?""", (run_id, run_id, max_steps - 1)).fetchone()
+        if row is not None:
+            before = dict(counts)
+            _delete_before(conn, run_id, row[0], counts)
+            if counts != before:
+                refresh_run(conn, run_id, counts["steps"] > before["steps"])

@@ -27,6 +27,13 @@ from ._step_scalars import merge_phase_sums, merge_step, phase_sums
 
 MAINTENANCE_TIMEOUT_S = 600.0
 """Statement timeout of maintenance transactions (retention), which may delete a long run's rows."""
+RETENTION_CHUNK_RUNS = 50
+"""Runs a `max_steps` retention transaction reads at most: one statement each (eight for a run it trims),
+so the write lock is held a few round trips times this, then given back to ingest."""
+RETENTION_SLACK_S = 600.0
+"""How far before its previous pass a `max_steps` pass looks for runs written: a write's `last_update` is its
+clock when it began, which may be before a pass that did not see it yet committed (a write waits for the lock,
+then runs up to its statements' timeouts), and replicas' clocks may differ a little."""
 
 _SAMPLE_INSERT = """
 INSERT INTO samples (run_id, step, uid, sample_index, reward, advantage, completion_length,
@@ -70,6 +77,9 @@ class Writes:
 
     dialect: Dialect
     known_columns: KnownColumns
+    _retained_at: float | None = None
+    """When this store's last retention pass began (wall clock); `_retained_steps`: its `max_steps`."""
+    _retained_steps: int | None = None
     """The step columns this writer knows are stored, per run (each store makes its own)."""
 
     def _tx(self, samples_first: bool = False, timeout_s: float | None = None):  # pragma: no cover - per store
@@ -199,7 +209,23 @@ class Writes:
 
     def apply_retention(self, max_runs: int | None = None, max_steps: int | None = None,
                         max_age_s: float | None = None, now: float | None = None) -> dict[str, int]:
-        """Delete what the retention settings exclude; returns rows deleted per table."""
+        """Delete what the retention settings exclude; returns rows deleted per table.
+
+        The rules by runs and by age in one transaction; then `max_steps` over the runs that may hold more
+        steps than that (`_retention.step_candidates`), written since this store's previous pass (less
+        `RETENTION_SLACK_S`; the first pass, and one with another `max_steps`, reads them all),
+        `RETENTION_CHUNK_RUNS` runs a transaction: the write lock is given back between them, so a write waits
+        for one of these transactions, not for the pass. (A chunk that deletes many rows, a long run's first
+        trim, still holds the lock as long as that takes.)"""
         now = time.time() if now is None else now
+        started = time.time()  # the wall clock, as writers' `last_update` (`now` may be a test's)
+        since = None if self._retained_at is None or max_steps != self._retained_steps \
+            else self._retained_at - RETENTION_SLACK_S
         with self._tx(timeout_s=MAINTENANCE_TIMEOUT_S) as conn:  # deleting a long run's rows takes a while
-            return _retention.apply(conn, max_runs, max_steps, max_age_s, now)
+            counts = _retention.apply(conn, max_runs, max_age_s, now)
+            candidates = [] if max_steps is None else _retention.step_candidates(conn, max_steps, since)
+        for i in range(0, len(candidates), RETENTION_CHUNK_RUNS):
+            with self._tx(timeout_s=MAINTENANCE_TIMEOUT_S) as conn:
+                _retention.trim_steps(conn, candidates[i:i + RETENTION_CHUNK_RUNS], max_steps, counts)
+        self._retained_at, self._retained_steps = started, max_steps  # not on failure: the next pass reads as many
+        return counts
