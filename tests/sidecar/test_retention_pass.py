@@ -7,11 +7,12 @@ from __future__ import annotations
 import contextlib
 import time
 
+import psycopg
 import pytest
 
 from otel_grpo.sidecar.otlp import extract
-from otel_grpo.sidecar.store import open_store
-from otel_grpo.sidecar.store import _writes
+from otel_grpo.sidecar.store import _retention, _writes, describe, open_store
+from otel_grpo.sidecar.store._errors import MAINTENANCE_APPLICATION_NAME
 
 PER_RUN_READ = "UNION SELECT DISTINCT step FROM samples WHERE run_id"  # max_steps' read of one run
 RECOUNT = "step_epoch = step_epoch +"  # a run's recount (`refresh_run`)
@@ -183,3 +184,35 @@ def test_a_max_steps_pass_that_fails_part_way_leaves_the_rest_to_the_next(db, ot
     assert _reads(transactions) == 2  # long-0 trimmed is no longer than it keeps
     assert [len(store.steps(f"long-{i}")) for i in range(3)] == [2, 2, 2]
     store.close()
+
+
+def test_a_write_that_waited_for_a_retention_pass_does_not_blame_another_session(pg_url, otlp, monkeypatch):
+    """PostgreSQL: a write (another replica's, an ingest worker's) that waits past its timeout for the writers'
+    lock while a retention pass holds it fails with a message that names retention as a possible holder, and
+    pg_stat_activity shows the pass's session by its name (it read `another session holds a lock on a table`)."""
+    sidecar, worker = open_store(pg_url), open_store(pg_url, timeout_s=0.5)
+    _load(sidecar, otlp, "r", range(3))
+    seen = {}
+
+    def held(conn, *args):
+        with psycopg.connect(pg_url) as dba:
+            seen["names"] = {name for (name,) in dba.execute(
+                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                "WHERE l.locktype = 'advisory' AND l.granted")}
+        with pytest.raises(psycopg.errors.LockNotAvailable) as refused:
+            _load(worker, otlp, "r", [3])
+        seen["said"] = describe(refused.value)
+        return apply(conn, *args)
+
+    apply = _retention.apply
+    monkeypatch.setattr(_retention, "apply", held)
+    sidecar.apply_retention(max_steps=2)
+    assert seen["names"] == {MAINTENANCE_APPLICATION_NAME}
+    assert MAINTENANCE_APPLICATION_NAME in seen["said"] and "retention" in seen["said"], seen["said"]
+    assert "pg_locks" in seen["said"]
+    _load(worker, otlp, "r", [3])  # the pass over, the name is the sidecar's own again
+    with psycopg.connect(pg_url) as dba:
+        assert MAINTENANCE_APPLICATION_NAME not in {n for (n,) in dba.execute(
+            "SELECT application_name FROM pg_stat_activity")}
+    sidecar.close()
+    worker.close()

@@ -79,8 +79,13 @@ _CONNECT_FAILED = re.compile(r'connection to server (?:at|on socket) .*? failed:
 # The server refuses a log-in when every connection slot is taken (SQLSTATE 53300, which libpq does not pass on).
 _NO_SLOT = re.compile(r"too many clients already|remaining connection slots are reserved")
 # What to look at, where the server's message alone does not say.
+MAINTENANCE_APPLICATION_NAME = "otel-grpo-sidecar retention"
+"""A PostgreSQL store's maintenance transactions' `application_name` (pg_stat_activity), the sidecar's own
+otherwise: a write that waited past the timeout for the writers' lock may have waited for one."""
 _HINTS = {
-    "55P03": "another session holds a lock on a table the sidecar needs: pg_locks and pg_stat_activity say which",
+    # the writers' advisory lock or a table's: the holder may be a sidecar's own retention pass, which names itself
+    "55P03": (f"the writers' lock (a write, or a retention pass: application_name '{MAINTENANCE_APPLICATION_NAME}') "
+              "or a table lock: pg_locks and pg_stat_activity say which"),
     "53100": "the database server's disk is full",
 }
 AUTH_FAILED = ("authentication failed: the database refused the sidecar's user or password (changed or rotated?); "

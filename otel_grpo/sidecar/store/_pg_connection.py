@@ -69,10 +69,12 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))  # 0 would mean no timeout at all
 
 
-def begin(raw: psycopg.Connection, statement_s: float, lock_s: float) -> None:
+def begin(raw: psycopg.Connection, statement_s: float, lock_s: float, name: str | None = None) -> None:
     """BEGIN on `raw` (an autocommit connection) and the transaction's settings, one message: no parameters, so
-    psycopg sends it as a simple query, which may hold several statements."""
-    raw.execute("BEGIN; " + transaction_settings(statement_s, lock_s))
+    psycopg sends it as a simple query, which may hold several statements. `name`: the session's
+    `application_name` for this transaction (pg_stat_activity shows it), a plain constant."""
+    named = "" if name is None else f"; SET LOCAL application_name = '{name}'"
+    raw.execute("BEGIN; " + transaction_settings(statement_s, lock_s) + named)
 
 
 def end(raw: psycopg.Connection, commit: bool) -> None:

@@ -47,7 +47,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import _queries, _writes
 from ._dialect import POSTGRES
-from ._errors import StoreUnavailable, describe, read_only, unavailable
+from ._errors import MAINTENANCE_APPLICATION_NAME, StoreUnavailable, describe, read_only, unavailable
 from ._health import WriteHealth
 from ._login import Login
 from ._pg_connection import CONNECT, BoundedConnection, Connection, begin, clean, end
@@ -348,7 +348,10 @@ class _Transaction:
     def _begin(self, raw: "BoundedConnection") -> None:
         store = self.store
         raw.deadline_s = (self.timeout_s or store.timeout_s) + GRACE_S
-        begin(raw, self.timeout_s or store.timeout_s, store.timeout_s)  # also finds a connection that died idle
+        # also finds a connection that died idle; a maintenance transaction names itself while it waits and holds
+        # the writers' lock, for whoever finds a write waited for it (`_errors`)
+        begin(raw, self.timeout_s or store.timeout_s, store.timeout_s,
+              None if self.timeout_s is None else MAINTENANCE_APPLICATION_NAME)
         if self.lock:
             try:
                 raw.execute("SELECT pg_advisory_xact_lock(%s)", (PG_LOCK,))
