@@ -104,6 +104,7 @@ def test_a_later_max_steps_pass_reads_only_the_runs_written_since(db, otlp, monk
 
 def test_a_max_steps_pass_gives_the_write_lock_back_between_chunks_of_runs(db, otlp, monkeypatch):
     monkeypatch.setattr(_writes, "RETENTION_CHUNK_RUNS", 2)
+    monkeypatch.setattr(_writes, "RETENTION_CHUNK_S", 60.0)  # the runs bound alone
     store = open_store(db)
     for i in range(5):
         _load(store, otlp, f"long-{i}", range(4))
@@ -114,6 +115,18 @@ def test_a_max_steps_pass_gives_the_write_lock_back_between_chunks_of_runs(db, o
     for i in range(5):
         assert [r["step"] for r in store.steps(f"long-{i}")] == [2, 3]
     assert {r["first_step"] for r in store.runs()} == {2}
+    store.close()
+
+
+def test_a_max_steps_chunk_ends_once_its_time_is_spent(db, otlp, monkeypatch):
+    """However far the database (each statement a round trip), a chunk reads no further run once
+    `RETENTION_CHUNK_S` has passed: here none is left, so each transaction reads one run."""
+    monkeypatch.setattr(_writes, "RETENTION_CHUNK_S", 0.0)
+    store = open_store(db)
+    for i in range(3):
+        _load(store, otlp, f"long-{i}", range(4))
+    deleted, transactions = _pass(store, max_steps=2)
+    assert [_reads([t]) for t in transactions] == [0, 1, 1, 1] and deleted["steps"] == 6
     store.close()
 
 

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import math
+import time
+
 _ORPHAN_PHASE_S = 3600.0  # a phase whose step span never came is kept this long, then dropped
 
 
@@ -83,10 +86,14 @@ def step_candidates(conn, max_steps: int, since: float | None) -> list[str]:
     return [run_id for (run_id,) in conn.execute(sql + " ORDER BY run_id", params).fetchall()]
 
 
-def trim_steps(conn, run_ids: list[str], max_steps: int, counts: dict[str, int]) -> None:
-    """Keep the latest `max_steps` steps (and their samples) of each of `run_ids`; add the rows deleted to
-    `counts`. One statement a run that keeps all its steps; eight for one that loses some."""
-    for run_id in run_ids:
+def trim_steps(conn, run_ids: list[str], max_steps: int, counts: dict[str, int], budget_s: float = math.inf) -> int:
+    """Keep the latest `max_steps` steps (and their samples) of each of `run_ids`, in order, until `budget_s` has
+    passed (one run at least); add the rows deleted to `counts`; returns how many runs it did. One statement a run
+    that keeps all its steps; eight for one that loses some."""
+    deadline = time.monotonic() + budget_s
+    for done, run_id in enumerate(run_ids):
+        if done and time.monotonic() >= deadline:
+            return done
         row = conn.execute("""
             SELECT step FROM (SELECT step FROM steps WHERE run_id = ?
                               UNION SELECT DISTINCT step FROM samples WHERE run_id = ?) AS u
@@ -96,3 +103,4 @@ def trim_steps(conn, run_ids: list[str], max_steps: int, counts: dict[str, int])
             _delete_before(conn, run_id, row[0], counts)
             if counts != before:
                 refresh_run(conn, run_id, counts["steps"] > before["steps"])
+    return len(run_ids)
