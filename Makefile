@@ -99,6 +99,7 @@ bench: setup
 	$(PY) benchmarks/emit.py
 	$(PY) benchmarks/sidecar.py
 	$(PY) benchmarks/runs_scale.py
+	$(PY) benchmarks/retention.py
 	$(PY) benchmarks/step_reads.py
 	$(PY) benchmarks/step_writes.py
 	$(PY) benchmarks/read_burst.py

@@ -31,7 +31,8 @@ RETENTION_CHUNK_RUNS = 50
 """Runs a `max_steps` retention transaction reads at most: one statement each (eight for a run it trims)."""
 RETENTION_CHUNK_S = 0.25
 """And the time after which it reads no further run (it reads one at least), whatever the database's distance:
-then the write lock goes back to ingest. (50 runs trimmed took 0.8 s with the database 1 ms away.)"""
+then the write lock goes back to ingest. (50 runs trimmed, with the database a millisecond away, held it several
+times this: benchmarks/README.md, retention.)"""
 RETENTION_SLACK_S = 600.0
 """How far before its previous pass a `max_steps` pass looks for runs written: a write's `last_update` is its
 clock when it began, which may be before a pass that did not see it yet committed (a write waits for the lock,
