@@ -332,7 +332,7 @@ class _Transaction:
         store = self.store
         if not store._wlock.acquire(timeout=store.timeout_s):
             raise StoreUnavailable(f"the store's write lock was not free within {store.timeout_s:g} s "
-                                   "(another write is waiting for the database)")
+                                   "(another write of this process holds it, or its retention pass)")
         try:
             if store._closed:
                 raise RuntimeError("store is closed")

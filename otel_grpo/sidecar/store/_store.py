@@ -394,7 +394,8 @@ class _Transaction:
         try:
             if store._flock is not None and not flock_until(store._flock, deadline):
                 raise StoreUnavailable(f"{lock_path(store.path).name} was not free within {store.timeout_s:g} s "
-                                       "(another process writing to this database holds it: stuck or stopped)")
+                                       "(another process writing to this database holds it: a sidecar's write or "
+                                       "retention pass, or a writer stuck or stopped)")
         except BaseException:
             store._wlock.release()
             raise
