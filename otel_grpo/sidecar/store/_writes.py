@@ -80,10 +80,10 @@ class Writes:
 
     dialect: Dialect
     known_columns: KnownColumns
+    """The step columns this writer knows are stored, per run (each store makes its own)."""
     _retained_at: float | None = None
     """When this store's last retention pass began (wall clock); `_retained_steps`: its `max_steps`."""
     _retained_steps: int | None = None
-    """The step columns this writer knows are stored, per run (each store makes its own)."""
 
     def _tx(self, samples_first: bool = False, timeout_s: float | None = None):  # pragma: no cover - per store
         """`samples_first`: the transaction may insert samples before it serializes with the
