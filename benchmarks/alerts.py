@@ -66,7 +66,8 @@ def table(verdicts: list[Verdict]) -> list[str]:
         if not v.held:
             c = v.case
             lines.append(f"NOT HELD {c.run_id}: {c.step_s:g} s steps, {c.scrape_s:g} s scrapes, {c.path}, start-up "
-                         f"{c.startup_s:g} s: latency {_fmt(v.latency_s)} bound {_fmt(c.bound_s)} early {v.early}")
+                         f"{c.startup_s:g} s: latency {_fmt(v.latency_s)} bound {_fmt(c.bound_s)} early {v.early}"
+                         + (f" sent again at {v.repaged}" if v.repaged else ""))
     return lines
 
 

@@ -230,7 +230,11 @@ def _increase_rules(s: RuleSettings) -> list[dict]:
 
 
 def _down(component: str) -> str:
-    return f"up == 0 and on (job, instance) job_instance:{component}:seen"
+    """The targets of `component` seen that are down: scraped and failing, or gone from service discovery (no `up`
+    at all: the one collector pod evicted, its replacement not yet scheduled) while no other target seen is up."""
+    seen = f"job_instance:{component}:seen"
+    return (f"up == 0 and on (job, instance) {seen} or {seen} unless on (job, instance) up"
+            f" unless on () (up and on (job, instance) {seen})")
 
 
 def _stack_alerts(s: RuleSettings) -> list[dict]:

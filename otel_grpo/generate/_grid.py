@@ -57,6 +57,8 @@ class Case:
     onset_s: float | None = None
     bound_s: float | None = None
     outages: tuple[Outage, ...] = ()
+    ends_s: float | None = None
+    """When the failure ends (a stall's pause), where it does not last to the case's end."""
 
     @property
     def path(self) -> str:
@@ -94,6 +96,7 @@ class _Built:
     bound_s: float | None = None
     length_s: float = 0.0
     outages: list[Outage] = field(default_factory=list)
+    ends_s: float | None = None
 
 
 # ---- values -------------------------------------------------------------------------------
@@ -351,7 +354,7 @@ def _stall(p: _Params) -> _Built:
     due = _end_of(p, k) + p.step_s
     n = k + min(20, max(2, int(1800 / p.step_s)))
     seg = _seg(p, healthy(n, p.rng), pauses={k: Pause(seconds)})
-    return _Built([seg], due, _bound(p), _end_of(p, n) + seconds + 600)
+    return _Built([seg], due, _bound(p), _end_of(p, n) + seconds + 600, ends_s=due + seconds)
 
 
 def _preempt(p: _Params) -> _Built:
@@ -454,6 +457,20 @@ def _hang_after_speed_up(p: _Params) -> _Built:
                   durations=durations)
     due = startup + sum(durations) + p.step_s  # a hang shows once the next step is due
     return _Built([seg], due, _bound(p), due + _bound(p) + 600)
+
+
+def _then_outage(build: Callable[[_Params], _Built]) -> Callable[[_Params], _Built]:
+    """`build`'s failure, then the collector down (2.5 or 10 minutes) from the first whole hour after its alert's
+    bound and 5 minutes: the page stands through the outage, which hides the run, neither resolved nor sent again
+    about a failure that never ended (the verdict's `repaged`)."""
+    def then(p: _Params) -> _Built:
+        built = build(p)
+        start = math.ceil((built.onset_s + built.bound_s + 300.0) / 3600.0) * 3600.0
+        down = p.rng.choice(OUTAGES)
+        built.outages = [Outage(start, start + down.end_s - down.start_s)]
+        built.length_s = max(built.length_s, built.outages[0].end_s + 1200.0)
+        return built
+    return then
 
 
 def _crash_in_outage(p: _Params, replicas: int = 1) -> _Built:
@@ -637,6 +654,9 @@ MODES: tuple[Mode, ...] = (
     Mode("finish-in-collector-restart", _finish_in_restart, pushed_only=True),
     Mode("concurrent-id-newer-crash", _concurrent_crash, "GRPOMetricsAbsent"),
     Mode("concurrent-id-newer-hang", _concurrent_hang, "GRPOTrainerStalled"),
+    Mode("crash-then-outage", _then_outage(_crash), "GRPOMetricsAbsent", pushed_only=True),
+    Mode("hang-then-outage", _then_outage(_hang_mid), "GRPOTrainerStalled", pushed_only=True),
+    Mode("preempted-then-outage", _then_outage(_preempt), "GRPORunPreempted", pushed_only=True),
 )
 
 
@@ -662,7 +682,8 @@ def grid(per_mode: int = PER_MODE, seed: int = 0) -> list[Case]:
             p = _Params(run_id, step_s, export_s, expire_s, startup, random.Random(f"{seed}-{run_id}"))
             built = mode.build(p)
             cases.append(Case(mode.name, run_id, tuple(built.segments), step_s, scrape_s, export_s, startup,
-                              built.length_s, mode.expect, built.onset_s, built.bound_s, tuple(built.outages)))
+                              built.length_s, mode.expect, built.onset_s, built.bound_s, tuple(built.outages),
+                              built.ends_s))
     return cases
 
 

@@ -99,10 +99,13 @@ class Verdict:
     """The run's firing alerts at each evaluation that changed them (`_grid_trace`)."""
     notified: tuple[Notification, ...] = ()
     """Every first notification of the run's alerts, to any receiver (`_delivery`)."""
+    repaged: tuple[float, ...] = ()
+    """When the expected alert (its labels) reached a person again, having resolved meanwhile, while its failure
+    lasted (to the case's end, or its `ends_s`): a "resolved" and a second page about one failure."""
 
     @property
     def held(self) -> bool:
-        if self.early:
+        if self.early or self.repaged:
             return False
         if self.case.expect is None:
             return True
@@ -124,7 +127,10 @@ def judge(cases: Iterable[Case], alerts: Firing, delivery: Delivery, end_s: floa
         first = next((n for n in person if n.alertname == c.expect and n.since_s >= onset), None)
         latency = None if first is None else first.sent_s - onset
         severity = None if first is None else dict(first.labels).get("severity")
-        verdicts.append(Verdict(c, latency, severity, early, of_run(alerts, c.run_id), tuple(sent)))
+        lasts = math.inf if c.ends_s is None else c.ends_s
+        again = () if first is None else tuple(n.sent_s for n in person if n.labels == first.labels
+                                               and first.since_s < n.since_s < lasts)
+        verdicts.append(Verdict(c, latency, severity, early, of_run(alerts, c.run_id), tuple(sent), again))
     return verdicts
 
 

@@ -90,6 +90,9 @@ EVALUATED = "grpo:rules:evaluated_time"  # the time of the alert group's last ev
 IDLE = "run_id:grpo_process:idle_seconds"  # live runs only
 STALL_LIMIT = "run_id:grpo_process:stall_limit_seconds"
 FIRST_STEP_LIMIT = "run_id:grpo_process:first_step_limit_seconds"
+OVERDUE_JUDGED = "run_id:grpo_judged:overdue_until"  # judged crashed or preempted: its promise
+STALLED_JUDGED = "run_id:grpo_judged:stalled_progress"  # judged hung: its last progress
+NO_FIRST_JUDGED = "run_id:grpo_judged:no_first_step_progress"  # judged hung before its first step
 
 
 def _larger(first: str, second: str) -> str:
@@ -238,7 +241,9 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
     down = f"{COLLECTOR_UP} == 0"
     return [
         *_clock_rules(s),
-        {"record": COLLECTOR_UP, "expr": f"max(up and on (job, instance) {collector_seen})"},
+        # 0 also where no collector seen has a target at all (gone from service discovery, none back yet).
+        {"record": COLLECTOR_UP,
+         "expr": f"max(up and on (job, instance) {collector_seen}) or 0 * group({collector_seen})"},
         {"record": START, "expr": _last(s, STARTED)},
         {"record": LATEST, "expr": f"{_on_prometheus_clock(s, STARTED)} == on (run_id) group_left {START}"},
         {"record": ALIVE_UNTIL, "expr": _latest_process(s, ALIVE)},
@@ -277,7 +282,22 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
                                  f" ({OVERDUE} <= {seconds(s.liveness_slack)} unless on (run_id) {ENDED})"},
         {"record": STALL_LIMIT, "expr": _larger(f"{s.stall_factor} * {INTERVAL}", run_floor(s, "stall_floor", START))},
         {"record": FIRST_STEP_LIMIT, "expr": run_floor(s, "first_step_floor", START)},
+        *_judged(s, OVERDUE_JUDGED, ALIVE_UNTIL,
+                 f"{OVERDUE} > {seconds(s.liveness_slack)} unless on () ({suspended(s)})"),
+        *_judged(s, STALLED_JUDGED, PROGRESS, f"{IDLE} > {STALL_LIMIT} and {LAST_STEP} >= 0"),
+        *_judged(s, NO_FIRST_JUDGED, PROGRESS, f"{IDLE} > {FIRST_STEP_LIMIT} and {LAST_STEP} < 0"),
     ]
+
+
+def _judged(s: RuleSettings, record: str, key: str, now: str) -> list[dict]:
+    """`record`: the runs judged failed now (`now`, by run_id), valued `key`, a time that stays while the failure
+    does (the promise a crashed process left, the last progress of a hung one); and while no run is judged absent
+    (`suspended`: the collector down, or just back), the runs judged so before with the same `key`. A collector
+    outage hides every run: judged afresh, a standing page resolved as the outage began (one failed scrape
+    suspends the judgement for `path_settle`) and paged again after it, about a failure that never ended. A run
+    that came back meanwhile (a resumed process, a step) has a later key and is judged afresh once heard."""
+    return [remembered(s, record, s.absent_window),
+            {"record": record, "expr": f"{key} and {now} or {key} <= {last_record(record)} and on () ({suspended(s)})"}]
 
 
 def clock_offset_annotation() -> dict[str, str]:
@@ -291,13 +311,12 @@ def clock_offset_annotation() -> dict[str, str]:
 
 def _stalled() -> str:
     # Value: the last step.
-    return f"({IDLE} > on (run_id) {STALL_LIMIT}) * 0 + on (run_id) ({LAST_STEP} >= 0)"
+    return f"{STALLED_JUDGED} * 0 + on (run_id) {LAST_STEP}"
 
 
 def _no_first_step() -> str:
     # Value: the seconds since the process started.
-    return (f"({IDLE} > on (run_id) {FIRST_STEP_LIMIT}) * 0 + on (run_id) (time() - {START})"
-            f" and on (run_id) {LAST_STEP} < 0")
+    return f"{NO_FIRST_JUDGED} * 0 + on (run_id) (time() - {START})"
 
 
 def suspended(s: RuleSettings) -> str:
@@ -306,10 +325,9 @@ def suspended(s: RuleSettings) -> str:
 
 
 def _overdue(s: RuleSettings) -> str:
-    """Runs whose latest promise is overdue, judged only with the collector up and settled; value: the last step
-    (-1: none)."""
-    return (f"({OVERDUE} > {seconds(s.liveness_slack)}) * 0 + on (run_id) {LAST_STEP}"
-            f" unless on () ({suspended(s)})")
+    """Runs whose latest promise is overdue, judged only with the collector up and settled (or judged so before
+    it went down: `_judged`); value: the last step (-1: none)."""
+    return f"{OVERDUE_JUDGED} * 0 + on (run_id) {LAST_STEP}"
 
 
 def suspended_alert(s: RuleSettings, panel: str) -> dict:
