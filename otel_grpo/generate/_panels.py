@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from otel_grpo.catalog import Kind, Signal, get
 
+from ._rules import ONE_RANK
+
 PROM = {"type": "prometheus", "uid": "${datasource}"}
 """Panels use the dashboard's datasource variable (default: the provisioned uid `prom`)."""
 PROM_UID = "prom"
@@ -15,6 +17,8 @@ several sidecars in one Grafana (a chart release per namespace) are picked there
 INFINITY_UID = "infinity"
 RUN = 'run_id=~"$run_id"'  # multi-select: several runs side by side
 RATE = "$__rate_interval"
+RUN_SERIES = f"{RUN}, {ONE_RANK}"
+"""The selected runs' own series (`ONE_RANK`): what every rank exports identically is counted, and drawn, once."""
 # Quantiles drawn from the per-sample histograms (the exact p05/p50/p95 gauges of the
 # reward come from the trainer; these cover every histogram the same way).
 QUANTILES = (0.1, 0.5, 0.9)
@@ -84,7 +88,7 @@ def signal_queries(signal: Signal) -> list[Query]:
         return [Query(f"max by ({by}) {current_copy(f'{name}{{{RUN}}}', signal.point_labels)}", legend)]
     if signal.kind is Kind.COUNTER:
         by = f"run_id, {label}" if label else "run_id"
-        return [Query(f"sum by ({by}) (rate({name}{{{RUN}}}[{RATE}]))", f"{legend} /s")]
+        return [Query(f"sum by ({by}) (rate({name}{{{RUN_SERIES}}}[{RATE}]))", f"{legend} /s")]
     return histogram_queries(signal)
 
 

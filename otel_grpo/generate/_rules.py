@@ -50,6 +50,12 @@ LABELLED_HISTOGRAMS = ("phase_duration", "sample_reward_fn")
 COUNTERS = ("steps", "tokens", "samples")
 THRESHOLD_RECORD = "run_id:grpo_threshold:"
 STEP_MAX = "run_id:grpo_step_index:max"  # the run's highest step index now (alert group)
+ONE_RANK = 'rank=~"|0"'
+"""The run's own series where every rank exports (`export_all_ranks`: each rank's carry its `rank`): rank 0's, or
+the series without `rank` where one rank exports. Every rank exports the run's values, reduced across ranks (the
+counters' steps, tokens and completions, the gathered per-sample histograms, the gauges), at its own export times:
+a `sum by (run_id)` over ranks counts them once per rank, and a `max by (run_id)` mixes exports of different steps.
+The dashboards and the recording rules read the run's series through this selector."""
 
 # Settings that are thresholds: the ones `overrides` may set per run.
 THRESHOLDS = (
@@ -327,22 +333,22 @@ def recording_rules(s: RuleSettings) -> dict:
         base = prometheus_name(key)
         rules.append({
             "record": f"run_id_le:{base}_bucket:rate",
-            "expr": f"sum by (run_id, le) (rate({base}_bucket[{s.histogram_window}]))",
+            "expr": f"sum by (run_id, le) (rate({base}_bucket{{{ONE_RANK}}}[{s.histogram_window}]))",
         })
     for key in LABELLED_HISTOGRAMS:  # one quantile per label value: the label stays
         base, label = prometheus_name(key), catalog.get(key).label
         rules.append({
             "record": f"run_id_{label}_le:{base}_bucket:rate",
-            "expr": f"sum by (run_id, {label}, le) (rate({base}_bucket[{s.histogram_window}]))",
+            "expr": f"sum by (run_id, {label}, le) (rate({base}_bucket{{{ONE_RANK}}}[{s.histogram_window}]))",
         })
     for key in COUNTERS:
         name = prometheus_name(key)
         rules.append({
             "record": f"run_id:{name.removesuffix('_total')}:rate",
-            "expr": f"sum by (run_id) (rate({name}[{s.rate_window}]))",
+            "expr": f"sum by (run_id) (rate({name}{{{ONE_RANK}}}[{s.rate_window}]))",
         })
     return {"groups": [{"name": "grpo-recording", "rules": rules}]}
 
 
-__all__ = ["FLOORS", "RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "prometheus_name", "promql_string",
+__all__ = ["FLOORS", "ONE_RANK", "RuleSettings", "STEP_THRESHOLDS", "THRESHOLDS", "prometheus_name", "promql_string",
            "recording_rules", "run_floor", "seconds"]
