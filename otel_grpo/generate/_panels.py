@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from otel_grpo.catalog import Kind, Signal, get
@@ -17,6 +18,9 @@ several sidecars in one Grafana (a chart release per namespace) are picked there
 INFINITY_UID = "infinity"
 RUN = 'run_id=~"$run_id"'  # multi-select: several runs side by side
 RATE = "$__rate_interval"
+RATES = ".*/s.*"
+"""Legends of per-second series: where they share the panel's axis with values of another unit (a step index, a
+duration's quantiles), a right axis of their own (`axes`)."""
 RUN_SERIES = f"{RUN}, {ONE_RANK}"
 """The selected runs' own series (`ONE_RANK`): what every rank exports identically is counted, and drawn, once."""
 # Quantiles drawn from the per-sample histograms (the exact p05/p50/p95 gauges of the
@@ -69,6 +73,8 @@ class Panel:
     """A dashboard variable: one copy of the panel per selected value (a table of one run each)."""
     right_axis: dict[str, str] = field(default_factory=dict)
     """Series (legend regex) drawn on a right axis with their own unit: mixed units in one panel."""
+    per_second: bool = False
+    """Every series is per second, legends without `/s` too (a throughput gauge beside a counter's rate): one axis."""
     partition_by: str | None = None
     """An Infinity table's column whose values split it into one series each (runs overlaid in one panel)."""
     signals: tuple[str, ...] = ()
@@ -172,8 +178,20 @@ def _field_config(panel: Panel) -> dict:
     overrides = [{
         "matcher": {"id": "byRegexp", "options": pattern},
         "properties": [{"id": "unit", "value": unit}, {"id": "custom.axisPlacement", "value": "right"}],
-    } for pattern, unit in panel.right_axis.items()]
+    } for pattern, unit in axes(panel).items()]
     return {"defaults": defaults, "overrides": overrides}
+
+
+def axes(panel: Panel) -> dict[str, str]:
+    """The panel's right axes: its own (`right_axis`), and the per-second rates' where they would share the
+    panel's axis and unit with other values (a duration's quantiles in seconds beside their observations /s)."""
+    out = dict(panel.right_axis)
+    if panel.per_second:
+        return out
+    left = [q.legend for q in panel.queries if not any(re.fullmatch(p, q.legend) for p in out)]
+    if any(re.fullmatch(RATES, legend) for legend in left) and not all(re.fullmatch(RATES, lg) for lg in left):
+        out[RATES] = "short"
+    return out
 
 
 def row(title: str, panel_id: int, y: int, collapsed: bool = False) -> dict:

@@ -39,7 +39,6 @@ STACK_SIDECAR = "Sidecar: rejected requests by reason"
 SIDECAR_PAGE_LIMIT = 200
 SIDECAR_RUNS = 100  # runs a sidecar panel lists or overlays (the sidecar's default cap of /api/steps)
 SIDECAR_POINTS = 1000  # rows per run of the step-aligned comparison: about a panel's width
-RATES = ".*/s.*"  # legends of per-second series: a right axis where counts share the panel
 
 
 def _signals(title: str, keys: Iterable[str], *, unit: str | None = None, extra: Iterable[Query] = (),
@@ -195,13 +194,12 @@ def _rollout_sections(limits: RuleSettings) -> list[tuple[str, Group | tuple[Gro
         ]),
         ("Throughput and progress", Group.THROUGHPUT, [
             _signals("Step index and steps per second", ["step", "steps"],
-                     extra=[_rec(f"run_id:grpo_steps:rate{{{RUN}}}", "steps /s (recorded) {{run_id}}")],
-                     right_axis={RATES: "short"}),
+                     extra=[_rec(f"run_id:grpo_steps:rate{{{RUN}}}", "steps /s (recorded) {{run_id}}")]),
             _signals("Tokens per second", ["tokens_per_second", "tokens_per_second_per_gpu", "tokens"],
-                     extra=[_rec(f"run_id:grpo_tokens:rate{{{RUN}}}", "tokens /s (recorded) {{run_id}}")]),
+                     extra=[_rec(f"run_id:grpo_tokens:rate{{{RUN}}}", "tokens /s (recorded) {{run_id}}")],
+                     per_second=True),
             _signals("Tokens so far, completions per second", ["num_tokens", "samples"],
-                     extra=[_rec(f"run_id:grpo_samples:rate{{{RUN}}}", "samples /s (recorded) {{run_id}}")],
-                     right_axis={RATES: "short"}),
+                     extra=[_rec(f"run_id:grpo_samples:rate{{{RUN}}}", "samples /s (recorded) {{run_id}}")]),
             _signals("Step time, time between reported steps", ["step_time", "log_interval"]),
             _signals("Phase durations (quantiles per phase)", ["phase_duration"], unit="s"),
         ]),

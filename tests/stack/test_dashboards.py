@@ -168,6 +168,28 @@ def test_mixed_units_get_a_right_axis():
         assert {"id": "custom.axisPlacement", "value": "right"} in override["properties"]
 
 
+def test_per_second_rates_never_share_an_axis_with_other_units():
+    """Issue D4: "Phase durations" drew its observations /s on its axis in seconds (0.0258/s read "25.8 ms")."""
+    import re
+    d = dashboards()["grpo-overview.json"]
+    one_unit = {"Tokens per second"}  # a throughput gauge beside the tokens counter's rate: all per second
+    mixed = {}
+    for p in all_panels(d):
+        if p["type"] != "timeseries" or p["title"] in one_unit:
+            continue
+        moved = [o["matcher"]["options"] for o in p["fieldConfig"]["overrides"]]
+        left = [t["legendFormat"] for t in p["targets"] if not any(re.fullmatch(m, t["legendFormat"]) for m in moved)]
+        rates = [lg for lg in left if "/s" in lg]
+        if rates and len(rates) < len(left):
+            mixed[p["title"]] = left
+    assert mixed == {}
+    phases = _panel(d, "Phase durations (quantiles per phase)")["fieldConfig"]
+    assert phases["defaults"]["unit"] == "s"
+    assert phases["overrides"] == [{
+        "matcher": {"id": "byRegexp", "options": ".*/s.*"},
+        "properties": [{"id": "unit", "value": "short"}, {"id": "custom.axisPlacement", "value": "right"}]}]
+
+
 def test_histogram_quantiles_use_the_step_covering_window():
     recorded = {r["record"]: r["expr"] for r in recording_rules(RuleSettings())["groups"][0]["rules"]}
     for name, expr in recorded.items():
