@@ -121,7 +121,15 @@ def bad_param(name: str, message: str, where: str = "query") -> HTTPException:
     return HTTPException(422, [{"loc": [where, name], "msg": f"{name}: {message}", "type": "value_error"}])
 
 
+ALL_RUNS = ".*"
+"""Grafana's "All" of the dashboard's run variable (its allValue): a path segment where a panel was not repeated
+per run."""
+
+
 def not_found_run(run_id: str) -> HTTPException:
+    if run_id == ALL_RUNS:  # the dashboard's default selection, not a run's id: say what to do there
+        return HTTPException(404, f"run {run_id!r} not found: {ALL_RUNS!r} is the dashboard's \"All\"; pick one "
+                                  "or several runs in its `run` variable (a table per run)")
     return HTTPException(404, f"run {run_id!r} not found")
 
 
