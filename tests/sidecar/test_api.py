@@ -243,8 +243,9 @@ def test_unknown_run_is_404_with_a_message(loaded, path):
 def test_the_dashboards_all_as_a_run_is_404_saying_to_pick_runs(loaded):
     """Grafana's "All" of the run variable is `.*`: a sidecar panel asking for that run says what to pick."""
     r = loaded.get("/api/runs/.%2A/samples")
-    assert r.status_code == 404 and r.json() == {"detail": "run '.*' not found: '.*' is the dashboard's \"All\"; "
-                                                           "pick one or several runs in its `run` variable (a table per run)"}
+    assert r.status_code == 404 and r.json() == {"detail": (
+        "run '.*' not found: '.*' is the dashboard's \"All\"; pick one or several runs in its `run` variable (a "
+        "table per run)")}
 
 
 def test_an_alert_names_the_step_it_belongs_to(client):
