@@ -31,7 +31,7 @@ from typing import Iterable
 from otel_grpo.catalog import PROCESS, bound_label
 
 from ._memory import last_record, remembered
-from ._rules import NONFINITE, SKIPPED, STEP_MAX, STEP_THRESHOLDS, RuleSettings, prometheus_name, promql_string
+from ._rules import NONFINITE, ONE_RANK, SKIPPED, STEP_MAX, STEP_THRESHOLDS, RuleSettings, prometheus_name, promql_string
 from ._run_end import WATCHED
 
 BEYOND, STREAK_NOW = prometheus_name("step_beyond"), prometheus_name("step_streak")
@@ -77,11 +77,19 @@ def counter_rules(s: RuleSettings, uses: Iterable[tuple[str, int]]) -> list[dict
     beyond = [(f'{BEYOND}{{{sel}, streak="{steps}"}}', {**labels, "streak": str(steps)})
               for field, steps in dict.fromkeys(uses) for sel, labels in _settings(s, field)]
     counters = beyond + [(m, {}) for m in COUNTERS if m != BEYOND]
-    counts = [{"record": per_process(m.partition("{")[0]), "expr": f"max by ({IDENTITY}) ({m})",
+    counts = [{"record": per_process(m.partition("{")[0]), "expr": f"max by ({IDENTITY}) ({_run_series(m)})",
                **({"labels": l} if l else {})}
               for m, l in counters]
     # Each count's last value within `counter_lookback`: a series new to it is a new counter (`counted_parts`).
     return counts + [remembered(s, per_process(m), s.counter_lookback, l) for m, l in counters]
+
+
+def _run_series(selector: str) -> str:
+    """`selector` of the run's own series (`ONE_RANK`): where every rank exports, each counts the run's events (the
+    reduced values' non-finite ones, the skipped updates, the step checks' streaks), which summed by run would count
+    once per rank."""
+    name, brace, matchers = selector.partition("{")
+    return f"{name}{{{ONE_RANK}, {matchers}" if brace else f"{name}{{{ONE_RANK}}}"
 
 
 def counted_parts(metric: str, by: str, s: RuleSettings) -> tuple[str, str]:
