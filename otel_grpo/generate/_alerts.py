@@ -24,9 +24,9 @@ from __future__ import annotations
 from otel_grpo import catalog
 
 from ._alerts_base import RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _alert
-from ._evidence import at_step, counted, counter_rules, evidence_rules, held, held_uses
+from ._evidence import HELD, at_step, counted, counter_rules, evidence_rules, held, held_uses
 from ._memory import last_record, memory_group, remembered
-from ._rules import NONFINITE, SKIPPED, STEP_INDEX, STEP_MAX, RuleSettings, prometheus_name, seconds
+from ._rules import NONFINITE, SKIPPED, STEP_INDEX, STEP_MAX, STEP_THRESHOLDS, RuleSettings, prometheus_name, seconds
 from ._run_end import (clock_offset_annotation, remembered_rules, run_end_alerts, run_end_rules, suspended_alert,
                        watched_rule)
 from .dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS
@@ -56,10 +56,29 @@ def _kl_on(s: RuleSettings) -> str:
     return f"unless on (run_id) {BETA_LAST} == 0"
 
 
+WITHHELD = {
+    # KL above its threshold for `kl_steps` steps: a step above it and a jump up to it are that same KL.
+    "GRPOKLHigh": ("GRPOKLSpike", "GRPOKLJump"),
+}
+"""Critical alert -> the warnings of its run that its cause explains: they do not fire while its condition holds.
+
+Not an Alertmanager inhibition: the critical alert keeps firing for `keep_firing_for` after its condition last held,
+and an inhibition would hide, for that hour, a warning of a new cause (a KL jump 30 minutes after KL came back
+below its threshold). A warning held back this way fires once the cause's condition ends if its own still holds:
+its cause is then no longer the critical one's."""
+
+
+def _explained(s: RuleSettings, name: str) -> str:
+    """`unless` the run's condition of the critical alert that explains `name` (`WITHHELD`), or nothing."""
+    # Each cause's condition, as its own rule reads it (`held`, one series per run: no `max` needed by `on (run_id)`).
+    condition = {"GRPOKLHigh": f'{HELD}{{signal="{STEP_THRESHOLDS["kl_threshold"]}", streak="{s.kl_steps}"}}'}
+    return "".join(f" unless on (run_id) {condition[c]}" for c, symptoms in WITHHELD.items() if name in symptoms)
+
+
 def _evidence_alert(s: RuleSettings, name: str, fields: tuple[str, ...], steps: int, severity: str, summary: str,
                     description: str, panel: str, kl: bool = False) -> dict:
     """A threshold alert on the trainer's step evidence: `steps` consecutive steps beyond the run's threshold."""
-    expr = at_step(held(fields, steps)) + (f" {_kl_on(s)}" if kl else "")
+    expr = at_step(held(fields, steps)) + (f" {_kl_on(s)}" if kl else "") + _explained(s, name)
     run = f" for {steps}+ consecutive steps" if steps > 1 else ""
     rule = _alert(s, name, expr, "0s", severity, f"{summary}{run} in {_RUN} (step {_STEP})", description, panel)
     # A condition that keeps coming back is one alert: each return would be a new one, notified again.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from otel_grpo.catalog import END_GONE_AFTER_S, END_WAIT_S, STEP_CHECKS
 
-from ._alerts import alert_rules, alerts
+from ._alerts import WITHHELD, alert_rules, alerts
 from ._alerts_table import failure_modes
 from ._configs import EXPLAINS
 from ._grid import CLOCK_SKEW_S, MODES, PATHS, SCRAPES, STEP_TIMES, STARTUPS
@@ -269,6 +269,13 @@ def render_alerts_md() -> str:
         "(`equal: [run_id]`), and only where the critical alert's cause explains the other:",
         "",
         *(f"- {cause} (critical) silences {', '.join(symptoms)}" for cause, symptoms in EXPLAINS.items()),
+        *(f"- {cause}'s condition holds back {', '.join(symptoms)} in their rules" for cause, symptoms in WITHHELD.items()),
+        "",
+        "\"Explains\" means the cause holds now. An alert that keeps firing after its condition ended",
+        "(`keep_firing_for`: GRPOKLHigh, an hour) is no inhibition source: a KL jump 30 minutes after KL came back",
+        "below its threshold is a new cause, and the page still firing would hide it for that hour. The rules of",
+        "its symptoms leave out the runs where its condition holds instead (`unless on (run_id)`); one whose own",
+        "condition outlasts the cause's then fires, as its own (`prometheus/tests/scenarios.yml`).",
         "",
         "A critical alert does not silence its run's other warnings: the page reaches whoever is on call,",
         "the warning `notify`, and a page can fire for long (a NaN's for `counter_window`, GRPOKLHigh",

@@ -96,12 +96,14 @@ def prometheus_config(t: Targets) -> dict:
 
 
 EXPLAINS = {
-    # KL above its threshold for `kl_steps` steps: a step above it and a jump up to it are that same KL.
-    "GRPOKLHigh": ("GRPOKLSpike", "GRPOKLJump"),
     # A non-finite loss or gradient norm (the critical one) makes the loop skip steps; a NaN reward does not.
     "GRPONonFiniteValues": ("GRPOStepsSkipped",),
 }
-"""Critical alert -> the alerts of its run that its cause explains, which it inhibits while it fires."""
+"""Critical alert -> the alerts of its run that its cause explains, which it inhibits while it fires.
+
+Only alerts without `keep_firing_for`, which fire while their cause holds (GRPONonFiniteValues: `counter_window`
+after the NaN). One that keeps firing after its condition ends would hide a warning of a new cause for that long:
+its symptoms are held back in their rules instead (`_alerts.WITHHELD`)."""
 
 
 def _inhibitions() -> list[dict]:

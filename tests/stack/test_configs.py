@@ -96,6 +96,17 @@ def test_inhibitions_pair_only_alerts_of_one_run(root):
         assert 'run_id=~".+"' in rule["source_matchers"] and 'run_id=~".+"' in rule["target_matchers"], rule
 
 
+def test_inhibition_sources_fire_only_while_their_cause_holds(root):
+    """An alert that keeps firing after its condition ended (`keep_firing_for`) inhibits nothing: a KL jump 30
+    minutes after GRPOKLHigh's KL came back down is a new cause, not one the page explains (its rule holds its
+    symptoms back while its condition holds instead: _alerts.WITHHELD)."""
+    am = yaml.safe_load((root / "alertmanager/alertmanager.yml").read_text())
+    rules = yaml.safe_load((root / "prometheus/rules/grpo_alerts.yml").read_text())
+    keeps = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r and "keep_firing_for" in r}
+    sources = {m.split('"')[1] for r in am["inhibit_rules"] for m in r["source_matchers"] if m.startswith("alertname=")}
+    assert sources and not sources & keeps, sources & keeps
+
+
 def test_local_prometheus_config_passes_promtool(promtool, tmp_path):
     path = write_local_configs(StackSettings(dir=tmp_path))["prometheus"]
     out = subprocess.run([promtool, "check", "config", str(path)], capture_output=True, text=True, timeout=60)

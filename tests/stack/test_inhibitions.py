@@ -48,7 +48,8 @@ def test_each_class_reaches_exactly_its_receiver_and_every_alert_the_sidecar(del
     url, hooks, _ = delivery
     alerts = [
         alert("GRPOKLHigh", "critical", run_id="p"),
-        alert("GRPOKLJump", "warning", run_id="p"),  # inhibited by p's critical alert: reaches no one
+        alert("GRPONonFiniteValues", "critical", run_id="p", signal="loss"),
+        alert("GRPOStepsSkipped", "warning", run_id="p"),  # inhibited by p's NaN page: reaches no one
         alert("GRPOEntropyCollapse", "warning", run_id="n"),
         alert("GRPOCollectorDown", "critical", instance="otel-collector:8888"),
         alert("GRPOSidecarDown", "warning", instance="sidecar:8000"),
@@ -58,7 +59,7 @@ def test_each_class_reaches_exactly_its_receiver_and_every_alert_the_sidecar(del
         alert("GRPOWatchdog", "none"),
     ]
     assert httpx.post(f"{url}/api/v2/alerts", json=alerts, timeout=10).status_code == 200
-    page = {"GRPOKLHigh/p", "GRPOCollectorDown/", "GRPOMetricsAbsent/crashed"}
+    page = {"GRPOKLHigh/p", "GRPONonFiniteValues/p", "GRPOCollectorDown/", "GRPOMetricsAbsent/crashed"}
     notify = {"GRPOEntropyCollapse/n", "GRPOSidecarDown/", "GRPORunPreempted/preempted"}
     expected = {"/page": page, "/notify": notify, "/deadman": {"GRPOWatchdog/"},
                 SIDECAR_HOOK: page | notify | {"CustomInfo/r", "GRPOWatchdog/"}}
