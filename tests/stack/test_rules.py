@@ -99,7 +99,9 @@ def test_each_scenario_loads_the_rules_it_asserts_on_and_every_record_they_read(
     healthy = asserted_alerts(by_name["a healthy TRL run replayed at 10 min per step pages nobody"], full)
     assert {"GRPOMetricsAbsent", "GRPOTrainerStalled", "GRPOKLHigh"} <= healthy and "GRPOKLSpike" not in healthy
     jump = scenario_rules(root, {"checks": [{"alert": "GRPOKLJump"}]})["rules/grpo_alerts.yml"]
-    assert "signal: kl_jump" in jump and "reward_collapse" not in jump and 'signal="kl"' not in jump
+    # the KL jump is held back while KL is high (its streak of 3, signal "kl"): that record, no other signal's
+    assert "signal: kl_jump" in jump and "reward_collapse" not in jump and 'signal="entropy"' not in jump
+    assert set(re.findall(r'signal="(\w+)"', jump)) == {"kl", "kl_jump"}
 
 
 def test_promtool_catches_a_wrong_expectation(root, promtool, tmp_path):
@@ -136,8 +138,11 @@ def test_per_run_overrides_and_disabled_thresholds(tmp_path, promtool):
     firing = [{"run_id": "strict", "signal": "kl", "bound": "1.0", "value": 59},
               {"run_id": high, "signal": "kl", "bound": "2.0", "value": 59},
               {"run_id": "hi\\gh2v2", "signal": "kl", "bound": "1.0", "value": 59}]
+    # A spike fires at a run's first step over its bound, before the 3 that make KL high hold it back.
+    spiked = [{**run, "value": 1} for run in firing]
     scenario = {"name": "overrides", "interval": "15s", "length": "2h", "runs": runs,
-                "checks": [{"at": "1h", "alert": a, "firing": firing} for a in ("GRPOKLHigh", "GRPOKLSpike")]}
+                "checks": [{"at": "1h", "alert": "GRPOKLHigh", "firing": firing},
+                           {"at": "2m", "alert": "GRPOKLSpike", "firing": spiked}]}
     for rel, text in rule_files(s).items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
