@@ -34,10 +34,8 @@ def current_copy(series: str, ignoring: tuple[str, ...] = ()) -> str:
     crashed attempt's under other target labels after a relaunch (another world size or service name), or a
     collector replica's that a run moved away from; a collector serves them until its metric_expiration (2
     minutes), and a `max by (run_id)` over every copy would mix them in. `ignoring`: the series' own labels, which
-    the liveness series has not (`Signal.point_labels`): without them `and` matches nothing. Where every rank
-    exports, rank 0's copy only (`RUN_SERIES`): the ranks export out of phase, and a `max by (run_id)` over them
-    would draw one rank's value beside another's step index."""
-    alive = f"{get('alive').prometheus_name}{{{RUN_SERIES}}}"
+    the liveness series has not (`Signal.point_labels`): without them `and` matches nothing."""
+    alive = f"{get('alive').prometheus_name}{{{RUN}}}"
     freshest = f"({alive} == on (run_id, rank) group_left max by (run_id, rank) ({alive}))"
     matching = f" ignoring ({', '.join(ignoring)})" if ignoring else ""
     return f"({series} and{matching} {freshest})"

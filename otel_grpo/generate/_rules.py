@@ -50,12 +50,15 @@ LABELLED_HISTOGRAMS = ("phase_duration", "sample_reward_fn")
 COUNTERS = ("steps", "tokens", "samples")
 THRESHOLD_RECORD = "run_id:grpo_threshold:"
 STEP_MAX = "run_id:grpo_step_index:max"  # the run's highest step index now (alert group)
+PER_RANK_HISTOGRAMS = ("phase_duration",)
+"""Histograms each rank observes of its own (its phases' times): every rank's observations count, where every rank
+exports, and a straggling rank shows in the quantiles."""
 ONE_RANK = 'rank=~"|0"'
 """The run's own series where every rank exports (`export_all_ranks`: each rank's carry its `rank`): rank 0's, or
-the series without `rank` where one rank exports. Every rank exports the run's values, reduced across ranks (the
-counters' steps, tokens and completions, the gathered per-sample histograms, the gauges), at its own export times:
-a `sum by (run_id)` over ranks counts them once per rank, and a `max by (run_id)` mixes exports of different steps.
-The dashboards and the recording rules read the run's series through this selector."""
+the series without `rank` where one rank exports. Every rank exports the run's counters (steps, tokens, completions,
+events) and its gathered per-sample histograms alike, reduced across ranks: a `sum by (run_id)` over ranks counts
+them once per rank. The rates' recording rules and panels read them through this selector (not the gauges, some of
+which are each rank's own, such as its memory: their panels take the largest; nor `PER_RANK_HISTOGRAMS`)."""
 
 # Settings that are thresholds: the ones `overrides` may set per run.
 THRESHOLDS = (
@@ -337,9 +340,10 @@ def recording_rules(s: RuleSettings) -> dict:
         })
     for key in LABELLED_HISTOGRAMS:  # one quantile per label value: the label stays
         base, label = prometheus_name(key), catalog.get(key).label
+        ranks = "" if key in PER_RANK_HISTOGRAMS else f"{{{ONE_RANK}}}"
         rules.append({
             "record": f"run_id_{label}_le:{base}_bucket:rate",
-            "expr": f"sum by (run_id, {label}, le) (rate({base}_bucket{{{ONE_RANK}}}[{s.histogram_window}]))",
+            "expr": f"sum by (run_id, {label}, le) (rate({base}_bucket{ranks}[{s.histogram_window}]))",
         })
     for key in COUNTERS:
         name = prometheus_name(key)

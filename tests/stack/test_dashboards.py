@@ -284,18 +284,18 @@ def test_gauges_are_drawn_from_the_copy_each_run_last_vouched_for(promtool, tmp_
         ("grpo_kl", new, "_ _ _ _ 0.1 0.2 0.3 0.4"), (alive, new, "_ _ _ _ 150 160 170 180"),
         ("grpo_reward_fn_mean", new + ', reward_fn="fmt"', "_ _ _ _ 0.5 0.5 0.5 0.5"),
     ]
-    for rank in ("0", "1"):  # ranks exporting side by side: rank 0's copy is the run's (test_rank_series.py)
+    for rank in ("0", "1"):  # ranks exporting side by side are each their own copy
         labels = f'job="grpo-trainer", instance="s/rank{rank}", run_id="s", rank="{rank}"'
         series += [("grpo_kl", labels, f"{rank}.5x7"), (alive, labels, f"{100 + int(rank)}+10x7")]
     kl = signal_queries(catalog.get("kl"))[0].expr.replace("$run_id", "r|s")
     fn = signal_queries(catalog.get("reward_fn_mean"))[0].expr.replace("$run_id", "r|s")
     checks = [{"expr": f"{kl}", "eval_time": "90s", "exp_samples": [{"labels": '{run_id="r"}', "value": 0.3},
-                                                                   {"labels": '{run_id="s"}', "value": 0.5}]},
+                                                                   {"labels": '{run_id="s"}', "value": 1.5}]},
               {"expr": fn, "eval_time": "90s",
                "exp_samples": [{"labels": '{run_id="r", reward_fn="fmt"}', "value": 0.5}]},
               # before the relaunch, the first process's copy
               {"expr": kl, "eval_time": "30s", "exp_samples": [{"labels": '{run_id="r"}', "value": 9},
-                                                              {"labels": '{run_id="s"}', "value": 0.5}]}]
+                                                              {"labels": '{run_id="s"}', "value": 1.5}]}]
     test = {"interval": "15s", "input_series": [{"series": f"{n}{{{labels}}}", "values": v} for n, labels, v in series],
             "promql_expr_test": checks}
     (tmp_path / "t.yml").write_text(dump({"rule_files": [], "evaluation_interval": "15s", "tests": [test]}))

@@ -31,13 +31,12 @@ COUNTERS = ('grpo_steps_total{%s}', 'grpo_tokens_total{%s}', 'grpo_samples_total
             'grpo_step_beyond_total{%s, signal="kl", bound="1", streak="3", process="1"}')
 
 
-def _promtool_eval(promtool: str, tmp_path, exprs: list[str], series: list[dict], at: str = "30m",
-                   value: float = 1) -> str:
-    """promtool's output for each expression expected at `value` for each run at `at` (empty: all held)."""
+def _promtool_eval(promtool: str, tmp_path, exprs: list[str], series: list[dict], at: str = "30m") -> str:
+    """promtool's output for each expression expected at 1 for each run at `at` (empty: all held)."""
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(recording_rules(RuleSettings())))
     tests = [{"interval": "15s", "input_series": series, "promql_expr_test": [
-        {"expr": e, "eval_time": at, "exp_samples": [{"labels": '{run_id="ranks"}', "value": value},
-                                                      {"labels": '{run_id="solo"}', "value": value}]} for e in exprs]}]
+        {"expr": e, "eval_time": at, "exp_samples": [{"labels": '{run_id="ranks"}', "value": 1},
+                                                      {"labels": '{run_id="solo"}', "value": 1}]} for e in exprs]}]
     (tmp_path / "t.yml").write_text(yaml.safe_dump({"rule_files": ["rules.yml"], "evaluation_interval": "1m",
                                                      "tests": tests}))
     out = subprocess.run([promtool, "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
@@ -51,30 +50,24 @@ def test_rates_count_a_run_once_whatever_its_exporting_ranks(promtool, tmp_path)
     d = dashboards()["grpo-overview.json"]
     stack = ("ALERTS", "otelcol", "sidecar", "histogram_quantile")  # the stack's own panels; quantiles, not rates
     rates = sorted({concrete(e, "ranks|solo", "5m") for _, e in dashboard_exprs(d)
-                    if ("rate(" in e or ":rate{" in e) and not any(s in e for s in stack)})
+                    if ("rate(" in e or ":rate{" in e) and not any(s in e for s in stack + ("phase_duration",))})
     assert len(rates) >= 15  # the counters' panels, the recorded rates, every histogram's observations
     # Each run's every series of each expression at the true rate: its max and its min by run are 1.
     exprs = [f"round({agg} by (run_id) ({e}), 0.001)" for e in rates for agg in ("max", "min")]
     assert _promtool_eval(promtool, tmp_path, exprs, series) == ""
 
 
-def _target(dashboard: dict, title: str, legend: str) -> str:
-    (expr,) = [t["expr"] for p in dashboard["panels"] + [q for p in dashboard["panels"] for q in p.get("panels", [])]
-               if p["title"] == title for t in p.get("targets", []) if t["legendFormat"] == legend]
-    return concrete(expr, "ranks|solo", "5m")
-
-
-def test_gauges_of_a_run_come_from_one_ranks_export(promtool, tmp_path):
-    """Issue D3: ranks export out of phase; a max over ranks drew a lagging rank's reward (of step 5, falling)
-    beside the leading rank's step index (16). The run's gauges are rank 0's: value and step of one export."""
-    values = {"ranks0": (16, 1.84), "ranks1": (5, 1.95), "solo": (16, 1.84)}
-    series = []
-    for target, (step, reward) in values.items():
-        series += [{"series": f"grpo_step_index{{{TARGETS[target]}}}", "values": f"{step}+0x160"},
-                   {"series": f"grpo_reward_mean{{{TARGETS[target]}}}", "values": f"{reward}+0x160"},
-                   {"series": f"grpo_process_alive_until_seconds{{{TARGETS[target]}}}", "values": "1800000000+15x160"}]
-    d = dashboards()["grpo-overview.json"]
-    step = _target(d, "Step index and steps per second", "step {{run_id}}")
-    reward = _target(d, "Reward mean, std, min, max", "reward {{run_id}}")
-    assert _promtool_eval(promtool, tmp_path, [step], series, value=16) == ""
-    assert _promtool_eval(promtool, tmp_path, [reward], series, value=1.84) == ""
+def test_phase_durations_count_every_ranks_own_phases(promtool, tmp_path):
+    """Each rank times its own phases (a straggling rank's generation shows): the phase histogram's rate adds the
+    ranks' observations, where the run's gathered histograms read rank 0's alone."""
+    series = [{"series": c % labels, "values": "0+15x160"} for c in COUNTERS for labels in TARGETS.values()]
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(recording_rules(RuleSettings())))
+    expr = 'round(sum by (run_id) (run_id_phase_le:grpo_phase_duration_seconds_bucket:rate{le="+Inf"}), 0.001)'
+    tests = [{"interval": "15s", "input_series": series, "promql_expr_test": [
+        {"expr": expr, "eval_time": "30m", "exp_samples": [{"labels": '{run_id="ranks"}', "value": 2},
+                                                           {"labels": '{run_id="solo"}', "value": 1}]}]}]
+    (tmp_path / "t.yml").write_text(yaml.safe_dump({"rule_files": ["rules.yml"], "evaluation_interval": "1m",
+                                                     "tests": tests}))
+    out = subprocess.run([promtool, "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
