@@ -60,7 +60,8 @@ WITHHELD = {
     # KL above its threshold for `kl_steps` steps: a step above it and a jump up to it are that same KL.
     "GRPOKLHigh": ("GRPOKLSpike", "GRPOKLJump"),
 }
-"""Critical alert -> the warnings of its run that its cause explains: they do not fire while its condition holds.
+"""Critical alert -> the warnings of its run that its cause explains: they do not fire while its condition holds
+(its rule's record: a streak now or within `counter_window`, which a scrape between fast steps may miss).
 
 Not an Alertmanager inhibition: the critical alert keeps firing for `keep_firing_for` after its condition last held,
 and an inhibition would hide, for that hour, a warning of a new cause (a KL jump 30 minutes after KL came back
@@ -190,9 +191,12 @@ def _nonfinite(s: RuleSettings, severity: str, match: str) -> dict:
 
 
 def _seen_rule(s: RuleSettings, component: str) -> dict:
+    """The targets that served `component`'s own metrics within `history_window` (read from those metrics, a few
+    series: the record read back from itself would renew itself at every evaluation and remember a target for
+    good, a collector removed on purpose down for ever)."""
     record = f"job_instance:{component}:seen"
-    return {"record": record, "expr": f"group by (job, instance) ({SEEN[component]})"
-                                      f" or last_over_time({record}[{s.history_window}])"}
+    return {"record": record,
+            "expr": f"group by (job, instance) (last_over_time({SEEN[component]}[{s.history_window}]))"}
 
 
 DELIVERY_FAILED = "instance:alert_notifications_failed:increase"

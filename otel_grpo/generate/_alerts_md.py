@@ -38,8 +38,8 @@ BLOCKS = {
                                                      "watched run only",
     "run_id_signal_bound:grpo_step_check:beyond": "`{streak}`: beyond the run's bound for that many consecutive "
                                                   "steps, lately (the counter) or now (the streak)",
-    "job_instance:collector:seen": "targets that served the collector's own metrics, remembered while down",
-    "job_instance:sidecar:seen": "targets that served the sidecar's own metrics, remembered while down",
+    "job_instance:collector:seen": "targets that served the collector's own metrics within `history_window`",
+    "job_instance:sidecar:seen": "targets that served the sidecar's own metrics within `history_window`",
     "instance:alertmanager_notifications_failed:increase": "notifications Alertmanager gave up on within "
                                                            "`counter_window`, by integration and reason",
     "instance:prometheus_notifications_dropped:increase": "alerts Prometheus dropped within `counter_window` for every "
@@ -84,7 +84,6 @@ BLOCKS = {
                                                  "counts for `recent_window` only, the process before a relaunch "
                                                  "not at all",
     "run_id:grpo_run:ended": "`{how}`: finished or preempted, by the latest process's end markers",
-    "grpo:collector:up": "1 while a collector seen is up (one replica of several is enough), 0 while none is",
     "grpo:collector_down:last_time": "when no collector seen was last up (one replica of several down: never), "
                                      "or Prometheus's evaluations resumed after a pause longer than "
                                      "`liveness_slack` (a restart that kept its storage)",
@@ -93,6 +92,16 @@ BLOCKS = {
                                         "slack, not ended)",
     "run_id:grpo_process:stall_limit_seconds": "3x the longest interval, at least `stall_floor` (or the run's own)",
     "run_id:grpo_process:first_step_limit_seconds": "`first_step_floor` (or the run's own)",
+    "run_id:grpo_run:open_progress": "that progress, for runs that have not ended (finished or preempted)",
+    "run_id:grpo_judged:overdue_until": "the promise of a run judged gone (overdue past the slack, the collector up "
+                                        "and settled), held while the judgement is suspended and the promise the "
+                                        "same: GRPOMetricsAbsent and GRPORunPreempted",
+    "run_id:grpo_judged:stalled_progress": "the progress of a run judged hung (idle past its stall limit), held the "
+                                           "same way: GRPOTrainerStalled",
+    "run_id:grpo_judged:no_first_step_progress": "the progress of a run judged hung before its first step, held the "
+                                                 "same way: GRPONoFirstStep",
+    "grpo:collector:up": "1 while a collector seen is up (one replica of several is enough), 0 while none is (none "
+                         "scraped, or none with a target at all)",
 }
 
 
@@ -271,11 +280,13 @@ def render_alerts_md() -> str:
         *(f"- {cause} (critical) silences {', '.join(symptoms)}" for cause, symptoms in EXPLAINS.items()),
         *(f"- {cause}'s condition holds back {', '.join(symptoms)} in their rules" for cause, symptoms in WITHHELD.items()),
         "",
-        "\"Explains\" means the cause holds now. An alert that keeps firing after its condition ended",
-        "(`keep_firing_for`: GRPOKLHigh, an hour) is no inhibition source: a KL jump 30 minutes after KL came back",
-        "below its threshold is a new cause, and the page still firing would hide it for that hour. The rules of",
-        "its symptoms leave out the runs where its condition holds instead (`unless on (run_id)`); one whose own",
-        "condition outlasts the cause's then fires, as its own (`prometheus/tests/scenarios.yml`).",
+        "\"Explains\" means the cause holds now or held within `counter_window` (10 minutes: its rule's own",
+        "record of a streak, which a scrape between fast steps may miss). An alert that keeps firing after its",
+        "condition ended (`keep_firing_for`: GRPOKLHigh, an hour) is no inhibition source: a KL jump 30 minutes",
+        "after KL came back below its threshold is a new cause, and the page still firing would hide it for that",
+        "hour. The rules of its symptoms leave out the runs where its condition holds instead (`unless on",
+        "(run_id)`); one whose own condition outlasts the cause's then fires, as its own, up to `counter_window`",
+        "after the cause's last streak (`prometheus/tests/scenarios.yml`).",
         "",
         "A critical alert does not silence its run's other warnings: the page reaches whoever is on call,",
         "the warning `notify`, and a page can fire for long (a NaN's for `counter_window`, GRPOKLHigh",
@@ -284,7 +295,9 @@ def render_alerts_md() -> str:
         "No infrastructure alert inhibits a run's: while the collector is down (every",
         "replica seen; one replica of several down is on no run's path once its runs export to the others)",
         "the run-end rules do not judge absence anew (GRPOCollectorDown pages once for all runs; a collector",
-        "seen that has no target at all, its pod gone and none back yet, is down too). A run judged crashed,",
+        "seen that has no target at all, its pod gone and none back yet, is down too: one removed for good is",
+        "down for `history_window` after its last scrape, so remove a collector while no run uses it, or",
+        "expect GRPOCollectorDown and no absence judged that long). A run judged crashed,",
         "preempted or hung before stays so through the outage, which hides it: its page is neither resolved",
         "nor sent again (the grid's `*-then-outage` modes), until the run is heard to come back. Each failed scrape",
         "of the collector suspends that judgement for `path_settle`, so scrapes that keep failing now and then",

@@ -43,6 +43,8 @@ fills with an older process's values), each moved onto Prometheus's clock first:
   for all of them. Prometheus itself back from a pause of its evaluations longer than
   `liveness_slack` (a restart that kept its storage: its first evaluation may come before its
   first scrape) counts as such a path: no run is judged absent for `path_settle` after it.
+  A run judged crashed, preempted or hung before stays so meanwhile (`_judged`): the outage hides
+  it, and would resolve its page and page again after.
 
 Each building block is a named recording rule (`run_id:grpo_process:*`, `run_id:grpo_run:*`),
 evaluated in the alert group before the alerts: a live run's idle seconds and the limits they are
@@ -79,6 +81,7 @@ RANK_START = "run_id_rank:grpo_process:start_time"  # each rank's latest process
 RANK_LATEST = "run_id_rank_job_instance:grpo_process:start_time"  # ... of each rank's, where every rank exports
 RUN_OFFSET = "run_id:grpo_process:clock_offset_seconds"  # the latest process's offset: alerts' annotation
 PROGRESS = "run_id:grpo_process:progress_time"
+OPEN_PROGRESS = "run_id:grpo_run:open_progress"  # of runs not ended: a hang's judgement holds only for those
 HEARTBEAT = "run_id:grpo_process:activity_time"
 LAST_END = "run_id:grpo_step:end_time"
 LAST_STEP = "run_id:grpo_step_index:last"
@@ -284,8 +287,9 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": FIRST_STEP_LIMIT, "expr": run_floor(s, "first_step_floor", START)},
         *_judged(s, OVERDUE_JUDGED, ALIVE_UNTIL,
                  f"{OVERDUE} > {seconds(s.liveness_slack)} unless on () ({suspended(s)})"),
-        *_judged(s, STALLED_JUDGED, PROGRESS, f"{IDLE} > {STALL_LIMIT} and {LAST_STEP} >= 0"),
-        *_judged(s, NO_FIRST_JUDGED, PROGRESS, f"{IDLE} > {FIRST_STEP_LIMIT} and {LAST_STEP} < 0"),
+        {"record": OPEN_PROGRESS, "expr": f"{PROGRESS} unless on (run_id) {ENDED}"},
+        *_judged(s, STALLED_JUDGED, OPEN_PROGRESS, f"{IDLE} > {STALL_LIMIT} and {LAST_STEP} >= 0"),
+        *_judged(s, NO_FIRST_JUDGED, OPEN_PROGRESS, f"{IDLE} > {FIRST_STEP_LIMIT} and {LAST_STEP} < 0"),
     ]
 
 
@@ -381,8 +385,9 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
               "The run's latest process stopped vouching for itself (grpo_process_alive_until is overdue by more "
               f"than {s.liveness_slack}, whatever the collector still serves) and neither finished "
               "(grpo_run_finished = 1) nor was preempted (grpo_run_preempted = 1): it crashed, was killed "
-              "(SIGKILL, out of memory) or lost its exporter. Step -1: before its first step. Not judged while the "
-              "collector is down or for a few minutes after it is back (GRPOCollectorDown stands for every run), "
+              "(SIGKILL, out of memory) or lost its exporter. Step -1: before its first step. Not judged anew while the "
+              "collector is down or for a few minutes after it is back (GRPOCollectorDown stands for every run; a "
+              "run judged crashed before stays so), "
               "nor for as long after Prometheus itself restarts with its storage (until it has scraped again).",
               panel),
         alert(s, "GRPORunPreempted", f'{_overdue(s)} and on (run_id) {ENDED}{{how="preempted"}}', s.for_fast,
