@@ -16,7 +16,10 @@ function groupError(err) {
 function openGroup(row) {
   // A search's row may be of another step than the one picked: the group is of the row's step, and so is the link
   // (a sample linked at the step picked is not of it).
-  if (String(row.step) !== state.step) Object.assign(state, { step: String(row.step), sample: null });
+  if (String(row.step) !== state.step) {
+    Object.assign(state, { step: String(row.step), sample: null });
+    redrawPlots();  // the charts' step marker
+  }
   state.group = rowKey(row);
   showSamplesState();
   writeUrl(true);
