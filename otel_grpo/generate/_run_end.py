@@ -299,9 +299,11 @@ def _judged(s: RuleSettings, record: str, key: str, now: str) -> list[dict]:
     (`suspended`: the collector down, or just back), the runs judged so before with the same `key`. A collector
     outage hides every run: judged afresh, a standing page resolved as the outage began (one failed scrape
     suspends the judgement for `path_settle`) and paged again after it, about a failure that never ended. A run
-    that came back meanwhile (a resumed process, a step) has a later key and is judged afresh once heard."""
-    return [remembered(s, record, s.absent_window),
-            {"record": record, "expr": f"{key} and {now} or {key} <= {last_record(record)} and on () ({suspended(s)})"}]
+    that came back meanwhile (a resumed process, a step) has a later key and is judged afresh once heard; a
+    judgement that ended (its run heard again) is over, whatever key a later process of the run id shows."""
+    # The record's previous value (this rule reads its own last evaluation): a judgement held without a break, not
+    # one of an earlier process of the run id that a day's memory would still hold.
+    return [{"record": record, "expr": f"{key} and {now} or {key} <= {record} and on () ({suspended(s)})"}]
 
 
 def clock_offset_annotation() -> dict[str, str]:
