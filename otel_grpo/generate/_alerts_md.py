@@ -86,7 +86,8 @@ BLOCKS = {
     "run_id:grpo_run:ended": "`{how}`: finished or preempted, by the latest process's end markers",
     "grpo:collector_down:last_time": "when no collector seen was last up (one replica of several down: never), "
                                      "or Prometheus's evaluations resumed after a pause longer than "
-                                     "`liveness_slack` (a restart that kept its storage)",
+                                     "`liveness_slack` (a restart that kept its storage), or no target was "
+                                     "scraped within `liveness_slack` (its first scrape after a restart)",
     "grpo:rules:evaluated_time": "the time of the alert group's last evaluation: a pause since shows at the next",
     "run_id:grpo_process:idle_seconds": "seconds since that progress, for live runs (heard from within the "
                                         "slack, not ended)",
@@ -251,10 +252,15 @@ def render_alerts_md() -> str:
         "  first scrape) never does.",
         "- A Prometheus that restarts with its storage neither scrapes nor evaluates while it is down, and its",
         "  first evaluation back may come before its first scrape (service discovery's first update): every run",
-        "  would look overdue until then. Its evaluations resumed after a pause longer than `liveness_slack` count",
-        f"  as a path just back: no run is judged absent for `path_settle` ({s.path_settle}), so a healthy run",
-        "  notifies nobody, and a crash while it was down or just after pages within `path_settle`, `for_fast`",
-        "  and group_wait of the restart. Other failures meanwhile page within their usual bound of it. promtool",
+        "  would look overdue until then. Its evaluations resumed after a pause longer than `liveness_slack`, and",
+        "  evaluations while no target has been scraped within it, count as a path just back: no run is judged",
+        f"  absent until `path_settle` ({s.path_settle}) after its first scrape, so a healthy run notifies nobody,",
+        "  and a crash while it was down or just after pages within `path_settle`, `for_fast` and group_wait of",
+        "  that scrape. A record Prometheus wrote before the restart and not since is no stale series to it and",
+        "  reads at its last value for 5 minutes (its lookback delta): the run-end alerts read their judgement",
+        "  and the run's end as this evaluation wrote them, so a run judged crashed before the restart and",
+        "  relaunched while Prometheus was down pages nobody. Other failures meanwhile page within their usual",
+        "  bound of the restart. promtool",
         "  cannot pause its evaluations, so the grid has no such restart: `tests/stack/test_prometheus_restart.py`",
         "  restarts the local stack's real Prometheus under a real trainer.",
         "",

@@ -41,10 +41,16 @@ fills with an older process's values), each moved onto Prometheus's clock first:
   pages for it alone), and for `path_settle` after one is back (one export interval and a
   scrape for every run to be heard again), no run is judged absent: GRPOCollectorDown pages
   for all of them. Prometheus itself back from a pause of its evaluations longer than
-  `liveness_slack` (a restart that kept its storage: its first evaluation may come before its
-  first scrape) counts as such a path: no run is judged absent for `path_settle` after it.
+  `liveness_slack` (a restart that kept its storage), or scraping nothing for longer than that (its
+  first evaluations back come before its first scrape, service discovery's first update), counts as such
+  a path: no run is judged absent until `path_settle` after its first scrape.
   A run judged crashed, preempted or hung before stays so meanwhile (`_judged`): the outage hides
   it, and would resolve its page and page again after.
+- *a restart's leftovers*: Prometheus marks a record stale when a rule stops writing it, but only one it
+  wrote since it started; a record written before a restart and not since is read at its last value for
+  the lookback delta (5 minutes). So each alert reads the run's judgement and end as written at this
+  evaluation (`_written_now`): a crash judged before a restart is no page for the process relaunched
+  while Prometheus was down.
 
 Each building block is a named recording rule (`run_id:grpo_process:*`, `run_id:grpo_run:*`),
 evaluated in the alert group before the alerts: a live run's idle seconds and the limits they are
@@ -87,7 +93,9 @@ LAST_END = "run_id:grpo_step:end_time"
 LAST_STEP = "run_id:grpo_step_index:last"
 INTERVAL = "run_id:grpo_step:longest_interval_seconds"
 ENDED = "run_id:grpo_run:ended"  # label `how`: finished, preempted
-PATH_DOWN = "grpo:collector_down:last_time"  # the last time no collector seen was up, or the rules resumed
+PREEMPTED_END = ENDED + '{how="preempted"}'
+PATH_DOWN = "grpo:collector_down:last_time"  # the last time no collector seen was up, the rules resumed or
+# nothing had been scraped
 COLLECTOR_UP = "grpo:collector:up"  # 1 while a collector seen is up, 0 while none is; absent where none was seen
 EVALUATED = "grpo:rules:evaluated_time"  # the time of the alert group's last evaluation
 IDLE = "run_id:grpo_process:idle_seconds"  # live runs only
@@ -242,6 +250,7 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
 
     # No seen collector up (a series only then): one replica of several down is on nobody's path.
     down = f"{COLLECTOR_UP} == 0"
+    slack = seconds(s.liveness_slack)
     return [
         *_clock_rules(s),
         # 0 also where no collector seen has a target at all (gone from service discovery, none back yet).
@@ -274,9 +283,11 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
         {"record": ENDED, "labels": {"how": "preempted"}, "expr": f"{_latest(s, PREEMPTED)} == 1"},
         # Prometheus itself down (a restart that kept its storage): it neither scrapes nor evaluates, and at its
         # first evaluations back every run looks overdue until its path is scraped again. The group's previous
-        # evaluation (read before this one writes it) more than the slack ago: judged as a path just back.
+        # evaluation (read before this one writes it) more than the slack ago, or no target scraped within the
+        # slack (the first scrape waits for service discovery, seconds after the first evaluation; every `up`
+        # read meanwhile is one from before the restart): judged as a path just back, until it is scraped.
         {"record": PATH_DOWN, "expr": f"timestamp({down}) or timestamp(time() - last_over_time({EVALUATED}"
-                                      f"[{s.absent_window}]) > {seconds(s.liveness_slack)})"
+                                      f"[{s.absent_window}]) > {slack} or time() - max(timestamp(up)) > {slack})"
                                       f" or last_over_time({PATH_DOWN}[{s.absent_window}])"},
         {"record": EVALUATED, "expr": "vector(time())"},
         # Live runs (heard from within their promise and the slack, not ended on purpose): seconds without a
@@ -315,14 +326,21 @@ def clock_offset_annotation() -> dict[str, str]:
     return {CLOCK_OFFSET_ANNOTATION: "{{ with " + query + ' }}{{ . | first | value | printf "%.3f" }}{{ end }}'}
 
 
+def _written_now(record: str) -> str:
+    """`record` as this evaluation wrote it, for an alert to read (the module's docstring: a restart's leftovers).
+    A group's rules all evaluate at one timestamp, so only this evaluation's samples fall in the last millisecond;
+    one written before a restart and not since (no stale marker ends it) is older."""
+    return f"last_over_time({record}[1ms])"
+
+
 def _stalled() -> str:
     # Value: the last step.
-    return f"{STALLED_JUDGED} * 0 + on (run_id) {LAST_STEP}"
+    return f"{_written_now(STALLED_JUDGED)} * 0 + on (run_id) {LAST_STEP}"
 
 
 def _no_first_step() -> str:
     # Value: the seconds since the process started.
-    return f"{NO_FIRST_JUDGED} * 0 + on (run_id) (time() - {START})"
+    return f"{_written_now(NO_FIRST_JUDGED)} * 0 + on (run_id) (time() - {START})"
 
 
 def suspended(s: RuleSettings) -> str:
@@ -333,7 +351,7 @@ def suspended(s: RuleSettings) -> str:
 def _overdue(s: RuleSettings) -> str:
     """Runs whose latest promise is overdue, judged only with the collector up and settled (or judged so before
     it went down: `_judged`); value: the last step (-1: none)."""
-    return f"{OVERDUE_JUDGED} * 0 + on (run_id) {LAST_STEP}"
+    return f"{_written_now(OVERDUE_JUDGED)} * 0 + on (run_id) {LAST_STEP}"
 
 
 def suspended_alert(s: RuleSettings, panel: str) -> dict:
@@ -382,7 +400,8 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
               "first step (model or data loading, a collective or an inference server that never answers). A "
               "process that dies before its first step is GRPOMetricsAbsent. Under `instrument` or "
               "`OtelGrpoCallback` the first step is the first optimizer step, whatever logging_steps is.", panel),
-        alert(s, "GRPOMetricsAbsent", f"{_overdue(s)} unless on (run_id) {ENDED}", s.for_fast, "critical",
+        alert(s, "GRPOMetricsAbsent", f"{_overdue(s)} unless on (run_id) {_written_now(ENDED)}", s.for_fast,
+              "critical",
               f"{RUN} crashed: it stopped exporting at step {_STEP} without finishing",
               "The run's latest process stopped vouching for itself (grpo_process_alive_until is overdue by more "
               f"than {s.liveness_slack}, whatever the collector still serves) and neither finished "
@@ -392,7 +411,7 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
               "run judged crashed before stays so), "
               "nor for as long after Prometheus itself restarts with its storage (until it has scraped again).",
               panel),
-        alert(s, "GRPORunPreempted", f'{_overdue(s)} and on (run_id) {ENDED}{{how="preempted"}}', s.for_fast,
+        alert(s, "GRPORunPreempted", f"{_overdue(s)} and on (run_id) {_written_now(PREEMPTED_END)}", s.for_fast,
               "warning", f"{RUN} was preempted at step {_STEP} and has not resumed",
               "The run was stopped by SIGTERM (a scheduler's preemption or a job's time limit): resume it from its "
               "last checkpoint. A resumed run exports again and this resolves. A launcher that stops its workers "

@@ -45,30 +45,67 @@ def _scraped(stack) -> bool:
     return bool(got["data"]["result"])
 
 
+def _restart_notifies_nothing(stack, prometheus, down_s: float, while_down=lambda: None) -> None:
+    """Stop Prometheus for `down_s` (calling `while_down` once it is stopped), start it again, and check that no
+    alert of the run fires until `path_settle` and `for_fast` after it is ready, and a scrape or two more."""
+    rules = stack.settings.rules
+    prometheus.stop()
+    while_down()
+    time.sleep(down_s)
+    prometheus.start()
+    prometheus.wait_ready(60)
+    fired: set[str] = set()
+    deadline = time.monotonic() + seconds(rules.path_settle) + seconds(rules.for_fast) + 5
+    while time.monotonic() < deadline:
+        fired |= {a for a in _run_alerts(stack) if a.endswith("firing")}
+        time.sleep(0.2)
+    assert fired == set()
+
+
+def _crash_pages(stack, trainer) -> None:
+    rules = stack.settings.rules
+    trainer.kill()
+    wait_for(lambda: "GRPOMetricsAbsent firing" in _run_alerts(stack), "the crash paged",
+             seconds(rules.path_settle) + seconds(rules.liveness_slack) + seconds(rules.for_fast) + 10)
+
+
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("down", ["overdue", "forgotten"])
 def test_a_restart_that_keeps_the_storage_notifies_nothing_and_a_crash_after_it_pages(stack, tmp_path, down):
     """`overdue`: down long enough that the run's promise is overdue by more than the slack; `forgotten`: longer
     than the alert group reads a series and the memory group's records back (`_memory.fresh_window`), so that
-    until the memory group's first evaluation nothing is remembered of the run."""
+    until the memory group's first evaluation nothing is remembered of the run. Watched past the first scrape
+    (which waits for service discovery, seconds after the first evaluation), `path_settle` and `for_fast`."""
     rules = stack.settings.rules
     prometheus = next(c for c in stack.components if c.name == "prometheus")
     trainer = scraped_process(TRAINER.format(run_id=RUN_ID), stack.settings, tmp_path)
     try:
         wait_for(lambda: _scraped(stack), "the run scraped", 30)
-        prometheus.stop()
-        time.sleep(2 * seconds(rules.liveness_slack) + 1 if down == "overdue" else seconds(fresh_window(rules)) + 5)
-        prometheus.start()
-        prometheus.wait_ready(60)
-        fired: set[str] = set()
-        deadline = time.monotonic() + seconds(rules.path_settle)  # past the first scrape and `for_fast`
-        while time.monotonic() < deadline:
-            fired |= {a for a in _run_alerts(stack) if a.endswith("firing")}
-            time.sleep(0.2)
-        assert fired == set()
-        trainer.kill()
-        wait_for(lambda: "GRPOMetricsAbsent firing" in _run_alerts(stack), "the crash paged after the restart",
-                 seconds(rules.path_settle) + seconds(rules.liveness_slack) + seconds(rules.for_fast) + 10)
+        _restart_notifies_nothing(stack, prometheus, 2 * seconds(rules.liveness_slack) + 1 if down == "overdue"
+                                  else seconds(fresh_window(rules)) + 5)
+        _crash_pages(stack, trainer)
     finally:
         trainer.kill()
         trainer.wait(10)
+
+
+@pytest.mark.timeout(150)
+def test_a_crash_judged_before_a_restart_is_no_page_for_the_process_relaunched_meanwhile(stack, tmp_path):
+    """The run crashes and pages; Prometheus stops before it hears anything newer, and the job is relaunched under
+    the same run id while it is down. Prometheus marks stale only what it wrote since it started, so the judgement
+    it recorded before would read as current for 5 minutes (its lookback delta) and page the healthy relaunch."""
+    rules = stack.settings.rules
+    prometheus = next(c for c in stack.components if c.name == "prometheus")
+    first = scraped_process(TRAINER.format(run_id=RUN_ID), stack.settings, tmp_path / "first")
+    relaunched: list = []
+    try:
+        wait_for(lambda: _scraped(stack), "the run scraped", 30)
+        _crash_pages(stack, first)
+        relaunch = lambda: relaunched.append(  # noqa: E731
+            scraped_process(TRAINER.format(run_id=RUN_ID), stack.settings, tmp_path / "relaunched"))
+        _restart_notifies_nothing(stack, prometheus, 2 * seconds(rules.liveness_slack) + 1, relaunch)
+        _crash_pages(stack, relaunched[0])
+    finally:
+        for trainer in (first, *relaunched):
+            trainer.kill()
+            trainer.wait(10)
