@@ -109,6 +109,23 @@ def test_helm_lint_passes_strict(helm, root):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_helm_show_readme_names_values_and_a_guide_that_exist(helm, root):
+    """The chart's README (`helm show readme`, what a registry shows) installs with values the chart has and
+    sends the reader to a section of docs/operations.md that exists."""
+    out = subprocess.run([helm, "show", "readme", str(root / CHART)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("# otel-grpo Helm chart"), out.stderr
+    values = yaml.safe_load((root / CHART / "values.yaml").read_text())
+    named = re.findall(r"`?((?:global|monitoring|tokens|sidecar|collector|follower)\.[A-Za-z.]+)", out.stdout)
+    assert named
+    for key in named:
+        node = values
+        for part in key.rstrip(".").split("."):
+            assert isinstance(node, dict) and part in node, key
+            node = node[part]
+    section = re.search(r'section "([^"]+)"', out.stdout).group(1)
+    assert f"### {section}" in (root / "docs/operations.md").read_text()
+
+
 @pytest.mark.parametrize("sets", [
     (),
     ("follower.enabled=true", "follower.logs.persistentVolumeClaim.claimName=verl-logs",
@@ -655,24 +672,38 @@ def test_the_values_schema_rejects_wrong_types_and_unknown_keys(helm, root, args
     (("--set", "sidecar.tolerations[0].key=gpu", "--set", "sidecar.tolerations[0].efect=NoSchedule"),
      "additional properties 'efect'"),
     (("--set", "collector.tolerations[0].tolerationSeconds=soon"), "collector/tolerations/0/tolerationSeconds"),
-], ids=["container", "pod", "toleration", "toleration-type"])
-def test_security_contexts_and_tolerations_refuse_a_misspelt_field(helm, root, args, where):
-    """securityContext, podSecurityContext and tolerations were free-form objects: a misspelt field
-    (readOnlyRootFileSystem) passed `helm lint --strict` and the pod ran without the setting meant. The schema
-    holds Kubernetes' own fields for each (the test below keeps them in step), and refuses others."""
+    (("--set", "sidecar.affinity.nodeAfinity.x=y"), "additional properties 'nodeAfinity'"),
+    (("--set", "follower.affinity.podAntiAffinity.preferredDuringScheduling[0].weight=1"),
+     "additional properties 'preferredDuringScheduling'"),
+    (("--set", "collector.resources.limits.memory=512 MiB"), "collector/resources/limits/memory"),
+    (("--set", "sidecar.resources.requests.cpu=half"), "sidecar/resources/requests/cpu"),
+], ids=["container", "pod", "toleration", "toleration-type", "affinity", "affinity-term", "quantity-space",
+        "quantity-word"])
+def test_security_contexts_tolerations_affinity_and_resources_refuse_a_misspelt_field(helm, root, args, where):
+    """securityContext, podSecurityContext, tolerations, affinity and resources were free-form objects: a
+    misspelt field (readOnlyRootFileSystem, nodeAfinity) passed `helm lint --strict` and the pod ran without the
+    setting meant (the API server drops fields it does not know), and a quantity Kubernetes cannot read failed
+    only at install, object by object. The schema holds Kubernetes' own fields for each (the test below keeps
+    them in step) and its quantity syntax, and refuses others."""
     err = _template(helm, root, args=args, ok=False)
     assert "values don't meet the specifications of the schema" in err and where in err, err
 
 
 def test_the_schemas_kubernetes_objects_have_kubernetes_fields(root):
-    """The field names the values schema allows in securityContext, podSecurityContext and a toleration are
-    Kubernetes 1.37's (kubernetes-validate's copy of its OpenAPI schema), neither fewer nor more."""
+    """The field names the values schema allows in securityContext, podSecurityContext, a toleration, affinity
+    (and its three kinds) and resources are Kubernetes 1.37's (kubernetes-validate's copy of its OpenAPI schema),
+    neither fewer nor more."""
     import kubernetes_validate
     k8s = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema/v1.37.0-local-strict"
     schema = json.loads((root / CHART / "values.schema.json").read_text())["definitions"]
+    affinity = schema["affinity"]
     for ours, theirs in ((schema["securityContext"], "securitycontext-v1.json"),
                          (schema["podSecurityContext"], "podsecuritycontext-v1.json"),
-                         (schema["tolerations"]["items"], "toleration-v1.json")):
+                         (schema["tolerations"]["items"], "toleration-v1.json"),
+                         (affinity, "affinity-v1.json"),
+                         *((affinity["properties"][kind], f"{kind.lower()}-v1.json")
+                           for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity")),
+                         (schema["resources"], "resourcerequirements-v1.json")):
         assert ours["additionalProperties"] is False
         assert set(ours["properties"]) == set(json.loads((k8s / theirs).read_text())["properties"]), theirs
 
@@ -872,6 +903,24 @@ def test_the_strict_kubernetes_check_catches_a_misspelt_field():
            "spec": {"enableServiceLink": False, "containers": [{"name": "c", "image": "i"}]}}
     with pytest.raises(kubernetes_validate.ValidationError, match="enableServiceLink"):
         kubernetes_validate.validate(bad, "1.37.0", strict=True)
+
+
+def test_affinity_and_extended_resources_as_kubernetes_takes_them_reach_the_pods(helm, root, tmp_path):
+    """What the schema holds to is still everything Kubernetes takes: a node affinity, a preferred pod
+    anti-affinity, an extended resource and quantities as numbers reach the pod unchanged."""
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cpu"]}]}]}},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "otel-grpo"}}}}]}}
+    resources = {"requests": {"cpu": 0.5, "memory": "1Gi", "example.com/dongle": 1}, "limits": {"memory": "2500M"}}
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"sidecar": {"affinity": affinity, "resources": resources}}))
+    pod = _pods(_template(helm, root, values=(values,)))["grpo-otel-grpo-sidecar"]
+    assert pod["spec"]["affinity"] == affinity
+    given = pod["spec"]["containers"][0]["resources"]  # over the chart's defaults
+    for section, quantities in resources.items():
+        assert quantities.items() <= given[section].items(), section
 
 
 def test_helm_lint_passes_with_every_optional_piece(helm, root):
