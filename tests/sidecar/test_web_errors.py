@@ -293,3 +293,51 @@ def test_a_step_picked_while_the_sidecar_is_away_is_shown_once_a_read_works(site
     assert page.locator("#samples-table tbody tr").count() == 8
     assert "cannot" not in page.text_content("#samples-note")
     assert page.evaluate("document.getElementById('samples').dataset.error") is None
+
+
+def _samples_reads(url: str) -> bool:
+    return "/samples" in url
+
+
+@pytest.mark.parametrize("second", ["sort-again", "live-retry"])
+def test_sorts_refused_while_the_sidecar_is_away_keep_the_rows_shown(site, new_page, second):
+    """A sort clicked while the sidecar does not answer the samples' reads and, before that read fails, either
+    (`sort-again`) the same header clicked again or (`live-retry`) the live refresh, which asks again for a read
+    the outage failed before: the table keeps the rows it showed, sorted as they were, and says what it could
+    not show. The second sort's way back went to the first sort, never shown, and cleared the table; the
+    retry's read superseded the sort's and, refused, had no way back."""
+    page = new_page()
+    open_run(page, f"{site.url}/#/run/{MAIN}?step=1")
+    rows = "[...document.querySelectorAll('#samples-table tbody tr')].map((r) => r.textContent)"
+    shown = page.evaluate(rows)
+    assert len(shown) == 8
+    held = []
+
+    def hold(route) -> None:  # unanswered until the test fails it, oldest first
+        held.append(route)
+
+    page.route(_samples_reads, hold)
+    refused = "document.getElementById('samples').dataset.error === '1'"
+    if second == "live-retry":  # a sort refused first: the rows stay, and a refresh that works asks again
+        page.click('th[data-col="reward"]')
+        wait(page, f"{len(held)} >= 0 && document.getElementById('samples').ariaBusy === 'true'")
+        page.wait_for_timeout(200)
+        held.pop(0).abort("connectionrefused")
+        wait(page, refused + " && document.getElementById('samples').dataset.retry === '1'")
+        assert page.evaluate(rows) == shown
+    page.click('th[data-col="reward"]')
+    page.wait_for_timeout(200)
+    if second == "sort-again":
+        page.click('th[data-col="reward"]')
+    else:
+        page.evaluate("() => { window.otelGrpoRefresh(); }")  # the timer's, while the sort is read: not awaited
+    page.wait_for_timeout(500)
+    for route in list(held):
+        route.abort("connectionrefused")
+        page.wait_for_timeout(200)
+    page.unroute(_samples_reads, hold)
+    wait(page, f"!document.getElementById('samples').ariaBusy && {refused}")
+    assert page.text_content("#samples-note").startswith("cannot show these samples")
+    assert page.evaluate(rows) == shown
+    assert page.evaluate("document.querySelector('th[data-col=\"reward\"]').getAttribute('aria-sort')") == "none"
+    assert "sort" not in _hash(page)

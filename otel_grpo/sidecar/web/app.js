@@ -343,7 +343,8 @@ async function refreshRun() {
   document.getElementById("alerts").replaceWith(alertsSection(data.alerts));
   // A run opened before its first samples shows its latest step once there is one (the URL names it), a step
   // shown without samples shows them once they come, and a samples read that failed while the sidecar was
-  // away (data-retry: loadSamples) is read again now that a read works.
+  // away (data-retry: loadSamples) is read again now that a read works, unless one is under way (a sort
+  // clicked meanwhile): asked again, that one's answer would be dropped, and with it its way back if refused.
   const arrived = state.step === null ? sampleSteps.length > 0
     : !before.includes(+state.step) && sampleSteps.includes(+state.step);
   const failed = !!document.getElementById("samples")?.dataset.retry;
@@ -352,7 +353,7 @@ async function refreshRun() {
     writeUrl();
   }
   showSamplesState();
-  if ((arrived && !state.q) || failed) await loadSamples();
+  if ((arrived && !state.q) || (failed && !samplesPending())) await loadSamples();
 }
 
 // The live view's refresh (the timer's, every REFRESH_MS): one that fails (the database away) leaves

@@ -462,9 +462,21 @@ function setLoading(text) {
 // that works (data-retry: refreshRun).
 let samplesAsked = 0;
 let samplesShown = null;  // the view whose rows the table holds (samplesView)
+let sortShown = null;  // the sort of those rows: what a refused sort goes back to, not a sort asked for since
+let samplesReading = 0;  // reads under way: the live refresh's retry waits for their answer (refreshRun)
 const samplesView = () => `${state.run}?${samplesParams(PAGE_ROWS)}`;
+const samplesPending = () => samplesReading > 0;
 // `more`: the next PAGE_ROWS rows after those loaded, else the first page (and the linked sample).
 async function loadSamples(more = false, undo = null) {
+  samplesReading++;
+  try {
+    await readAndShowSamples(more, undo);
+  } finally {
+    samplesReading--;
+  }
+}
+
+async function readAndShowSamples(more, undo) {
   const wrap = document.getElementById("samples");
   const note = document.getElementById("samples-note");
   const asked = ++samplesAsked, view = samplesView();
@@ -501,6 +513,7 @@ async function loadSamples(more = false, undo = null) {
     wrap.removeAttribute("data-error");
     wrap.removeAttribute("data-retry");
     samplesShown = view;
+    sortShown = { orderBy: state.orderBy, desc: state.desc };
     setLoading(null);
     render();
   } catch (err) {
@@ -508,7 +521,7 @@ async function loadSamples(more = false, undo = null) {
     if (undo) undo();
     setLoading(null);
     if (!more && samplesView() !== samplesShown) {
-      [shownRows, totalRows, linkedRow, samplesShown] = [[], 0, null, null];
+      [shownRows, totalRows, linkedRow, samplesShown, sortShown] = [[], 0, null, null, null];
       wrap.replaceChildren(h("p", { class: "muted empty", text: "no rows shown: they could not be read" }));
       document.getElementById("samples-common").replaceChildren();
       document.getElementById("samples-more").hidden = true;
@@ -543,11 +556,13 @@ async function linkedSample(rows) {
   return namedRow(found, state.sample);
 }
 
+// A sort refused goes back to the sort of the rows shown: a sort clicked while another was still being read
+// would otherwise go back to that one, never shown, and the rows shown would give way to the error.
 function sortBy(column) {
-  const before = { orderBy: state.orderBy, desc: state.desc };
+  const shown = sortShown || { orderBy: state.orderBy, desc: state.desc };
   state.desc = state.orderBy === column ? !state.desc : HIGH_FIRST.test(column);
   state.orderBy = column;
-  loadSamples(false, () => Object.assign(state, before)).then(() => {  // refused: what is shown is kept
+  loadSamples(false, () => Object.assign(state, shown)).then(() => {  // refused: what is shown is kept
     writeUrl(!document.getElementById("samples").dataset.error);  // a sort shown is a step back can undo
   });
 }
