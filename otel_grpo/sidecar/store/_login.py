@@ -1,6 +1,6 @@
 """Whether the database lets the sidecar connect, as each new connection finds out; said in the log once.
 
-    login = Login("postgresql://otel:***@db:5432/otel")
+    login = Login("postgresql://otel:***@db:5432/otel", hold_s=30)
     login.refused(exc)     # a connection attempt failed (a rotated password, every slot taken, the server down):
                            # logged the first time, once one had got in (a failure at start-up fails the
                            # start-up, which says so)
@@ -8,7 +8,8 @@
     login.problem          # None, or what the 503s and /readyz say (AUTH_FAILED, "cannot connect ...")
     login.auth             # the problem is a refused log-in
     logging.getLogger("psycopg.pool").addFilter(login)   # its warnings per attempt, dropped meanwhile (a
-                                                         # timeout's too: the requests' failures say it)
+                                                         # timeout's too, for `hold_s` after the last one:
+                                                         # the requests' failures say it)
 
 A password rotated under a running sidecar, or every connection slot taken by other clients (max_connections),
 surfaces when it next connects (a restart of the database, terminated sessions, the read pool growing). A
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from ._errors import auth_failed, connect_failure, describe
 
@@ -29,16 +31,20 @@ log = logging.getLogger("otel_grpo.sidecar")
 
 
 class Login(logging.Filter):
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, hold_s: float) -> None:
         super().__init__()
         self.name = name
         """How the store is named in the log (its URL without the password)."""
+        self.hold_s = hold_s
+        """How long after a timed-out attempt psycopg_pool's warnings are held back: the pool's longest wait
+        between two attempts (its reconnect_timeout). Not until a connection gets in: a pool that no longer
+        needs one would hold back every later warning, about anything, for as long as the sidecar runs."""
         self.problem: str | None = None
         self.auth = False
         self._refusals = 0
         self._got_in = False
         self._said = False  # the refusal was logged: its end is too
-        self._unanswered = False  # the last attempt timed out: the server did not answer
+        self._unanswered_until = 0.0  # monotonic: an attempt timed out (the server did not answer) before this
         self._lock = threading.Lock()
 
     def refused(self, exc: BaseException) -> None:
@@ -46,8 +52,9 @@ class Login(logging.Filter):
         auth = auth_failed(exc)
         if not auth and connect_failure(exc) is None:
             # not an attempt the server answered or refused (a timeout: the requests' failures say so, once a
-            # streak); psycopg_pool's warnings of each attempt are held back until one gets in
-            self._unanswered = True
+            # streak); psycopg_pool's warnings of each attempt are held back until one gets in, or `hold_s` passes
+            # without another attempt timing out
+            self._unanswered_until = time.monotonic() + self.hold_s
             return
         problem = describe(exc)
         with self._lock:
@@ -67,7 +74,7 @@ class Login(logging.Filter):
                       connect_failure(exc))
 
     def accepted(self) -> None:
-        self._got_in, self._unanswered = True, False
+        self._got_in, self._unanswered_until = True, 0.0
         if self.problem is None:
             return
         with self._lock:
@@ -81,4 +88,4 @@ class Login(logging.Filter):
         """As a filter of psycopg_pool's logger: while connections fail or time out, its warnings (an error
         connecting, a reconnection given up, every few seconds while reads wait) are all about that, said once
         here or by the requests' failures (a database that does not answer: 33 lines in a minute of 7 reads)."""
-        return (self.problem is None and not self._unanswered) or record.levelno > logging.WARNING
+        return (self.problem is None and time.monotonic() >= self._unanswered_until) or record.levelno > logging.WARNING

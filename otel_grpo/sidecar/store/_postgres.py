@@ -128,7 +128,7 @@ class PgStore(_queries.Reads, _writes.Writes):
         self.synchronous = synchronous
         self.timeout_s = timeout_s
         self.health = WriteHealth(None, redact(url), probe_writes=True)
-        self.login = Login(redact(url))
+        self.login = Login(redact(url), hold_s=timeout_s)  # the pool's reconnect_timeout, below
         logging.getLogger("psycopg.pool").addFilter(self.login)
         self.found_version: int | None = None
         self._wlock = threading.Lock()
