@@ -350,6 +350,13 @@ def test_trls_output_directory_may_be_the_followed_volume_itself(helm, root):
      'path "/" (Exact) of ml.example.org: the explorer is served at its host\'s root, and below it'),
     (("sidecar.podDisruptionBudget.minAvailable=50%",),  # rounded up: the one pod stays
      "sidecar.podDisruptionBudget.minAvailable=50% with 1 replica(s) lets no pod be evicted"),
+    (("sidecar.extraVolumes[0].name=data", "sidecar.extraVolumes[0].emptyDir.medium=Memory"),
+     'sidecar.extraVolumes: "data" is the name of a volume of the chart\'s (tmp, data); name it otherwise'),
+    (("sidecar.extraVolumeMounts[0].name=pg-ca", "sidecar.extraVolumeMounts[0].mountPath=/etc/pg-ca"),
+     'sidecar.extraVolumeMounts: "pg-ca" names no volume of sidecar.extraVolumes (none)'),
+    (("sidecar.extraVolumes[0].name=scratch", "sidecar.extraVolumes[0].emptyDir.medium=Memory",
+      "sidecar.extraVolumeMounts[0].name=scratch", "sidecar.extraVolumeMounts[0].mountPath=/tmp/"),
+     "sidecar.extraVolumeMounts: /tmp/ would cover or sit in the chart's /tmp or /data; mount it elsewhere"),
 ])
 def test_impossible_values_fail_with_one_line(helm, root, sets, message):
     """Each refusal is one line of `helm template`'s error, whole (a collector queue claim shared by
@@ -921,6 +928,28 @@ def test_affinity_and_extended_resources_as_kubernetes_takes_them_reach_the_pods
     given = pod["spec"]["containers"][0]["resources"]  # over the chart's defaults
     for section, quantities in resources.items():
         assert quantities.items() <= given[section].items(), section
+
+
+def test_a_postgresql_ca_mounted_from_a_secret_reaches_the_sidecar(helm, root, tmp_path):
+    """sslmode=verify-full needs the server's CA in the sidecar's container: a Secret of the team's, mounted by
+    sidecar.extraVolumes and extraVolumeMounts beside the chart's own volumes, and the pod still valid."""
+    import kubernetes_validate
+
+    url = "postgresql://grpo@pg:5432/grpo?sslmode=verify-full&sslrootcert=/etc/pg-ca/ca.crt"
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"sidecar": {
+        "database": url, "extraVolumes": [{"name": "pg-ca", "secret": {"secretName": "pg-ca"}}],
+        "extraVolumeMounts": [{"name": "pg-ca", "mountPath": "/etc/pg-ca", "readOnly": True}]}}))
+    docs = _template(helm, root, values=(values,))
+    spec = _pods(docs)["grpo-otel-grpo-sidecar"]["spec"]
+    container = spec["containers"][0]
+    assert {"name": "pg-ca", "secret": {"secretName": "pg-ca"}} in spec["volumes"]
+    assert [v["name"] for v in spec["volumes"]] == ["tmp", "pg-ca"]
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"},
+                                         {"name": "pg-ca", "mountPath": "/etc/pg-ca", "readOnly": True}]
+    assert {"name": "OTEL_GRPO_SIDECAR_DB", "value": url} in container["env"]
+    deployment = _objects(docs, "Deployment")["grpo-otel-grpo-sidecar"]
+    kubernetes_validate.validate(deployment, "1.37.0", strict=True)
 
 
 def test_helm_lint_passes_with_every_optional_piece(helm, root):
