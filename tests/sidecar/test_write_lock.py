@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -215,4 +216,29 @@ def test_a_write_behind_a_transaction_left_open_without_the_flock_is_a_retryable
         store.write_batch(extract(otlp.request(otlp.spans("shell", [1], samples=2))))  # the lock is free again
     finally:
         shell.close()
+        store.close()
+
+
+def test_the_statistics_pass_behind_a_shells_transaction_leaves_the_flock_to_the_writes(tmp_path, otlp):
+    """While the sqlite3 shell holds SQLite's lock (a transaction left open), the statistics pass waited for it
+    for the store's whole timeout holding our flock, so another process's write failed naming our lock file
+    (held by the sidecar itself) instead of SQLite's lock, whose holder is the one to find. The pass now gives
+    up on SQLite's lock at once and lets go of the flock: the write waits on SQLite's lock and says so."""
+    store = Store.open(tmp_path / "s.db", timeout_s=4)
+    worker = Store.open_writer(tmp_path / "s.db", timeout_s=1)  # an ingest worker's handle: a flock of its own
+    shell = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        store.write_batch(extract(otlp.request(otlp.spans("stats", [0, 1], samples=4))))
+        shell.execute("BEGIN IMMEDIATE")
+        analyzing = threading.Thread(target=store.optimize)
+        analyzing.start()
+        time.sleep(0.5)  # the pass has met the shell's lock
+        with pytest.raises(sqlite3.OperationalError, match="locked") as raised:
+            worker.write_batch(extract(otlp.request(otlp.spans("stats", [2], samples=2))))
+        assert unavailable(raised.value)
+        analyzing.join()
+    finally:
+        shell.execute("ROLLBACK")
+        shell.close()
+        worker.close()
         store.close()

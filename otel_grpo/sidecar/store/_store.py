@@ -65,6 +65,10 @@ def lock_path(db: Path) -> Path:
     return Path(str(db) + "-ingest.lock")
 
 
+FOREIGN_LOCK_PROBE_S = 0.1
+"""How long the statistics pass (`Store.optimize`) waits for SQLite's lock held by a process without our flock."""
+
+
 def flock_until(file, deadline: float) -> bool:
     """Take an exclusive flock of `file`, waiting until `deadline` (`time.monotonic()`) at most;
     False if another process held it all that time."""
@@ -356,11 +360,15 @@ class Store(_queries.Reads, _writes.Writes):
         if self._analyzed_at is not None and written < 2 * max(self._analyzed_at, 1):
             return
         try:
-            with self._tx() as conn:  # a write like the others: under both write locks, waited for as long
+            # A write like the others: under both write locks. Our flock is waited for as long (its holders
+            # commit and let go); SQLite's, held by a process without the flock (the sqlite3 shell's transaction
+            # left open), only briefly: waiting longer held our flock meanwhile, so the writes of the other
+            # processes failed naming our lock file instead of SQLite's lock, whose holder is the one to find.
+            with _Transaction(self, foreign_wait_s=FOREIGN_LOCK_PROBE_S) as conn:
                 conn.execute("PRAGMA analysis_limit = 1000")
                 conn.execute("ANALYZE")
-        except Exception as exc:  # a lock held (our flock, or SQLite's by a process without it: the sqlite3
-            if not unavailable(exc):  # shell's transaction left open), the disk full: the writes say so; next time
+        except Exception as exc:  # a lock held (our flock, or SQLite's by a process without it), the disk full:
+            if not unavailable(exc):  # the writes say so; next time
                 raise
             return
         self._analyzed_at = written
@@ -377,8 +385,11 @@ class Store(_queries.Reads, _writes.Writes):
 
 
 class _Transaction:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, foreign_wait_s: float | None = None) -> None:
         self.store = store
+        self.foreign_wait_s = foreign_wait_s
+        """How long to wait for SQLite's own lock where a process without our flock holds it; None: what is
+        left of the store's timeout, as every write."""
 
     def __enter__(self) -> sqlite3.Connection:
         store = self.store
@@ -403,7 +414,9 @@ class _Transaction:
             store._same_file()  # else it commits into a deleted file, or one no longer at the path
             # SQLite's own lock, within what is left: a process that writes without the flock (the sqlite3
             # shell with a transaction left open) held each write for the connection's 30 s.
-            conn.execute(f"PRAGMA busy_timeout = {max(1, round((deadline - time.monotonic()) * 1000))}")
+            left = deadline - time.monotonic()
+            wait_s = left if self.foreign_wait_s is None else min(left, self.foreign_wait_s)
+            conn.execute(f"PRAGMA busy_timeout = {max(1, round(wait_s * 1000))}")
             conn.execute("BEGIN IMMEDIATE")
         except BaseException:
             self._unlock()
