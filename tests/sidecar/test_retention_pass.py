@@ -118,6 +118,25 @@ def test_a_max_steps_pass_gives_the_write_lock_back_between_chunks_of_runs(db, o
     store.close()
 
 
+def test_a_long_runs_first_trim_goes_in_chunks_of_its_oldest_steps(db, otlp, monkeypatch):
+    """A run whose first trim deletes more sample rows than `RETENTION_CHUNK_ROWS` (max_steps set on a store of
+    long runs: millions of rows, the write lock held until they were gone) loses its oldest steps a chunk a
+    transaction, the lock given back between them, and ends with its latest `max_steps` as in one go; the next
+    run of the pass is trimmed after it."""
+    monkeypatch.setattr(_writes, "RETENTION_CHUNK_ROWS", 12)  # 3 steps of 4 samples
+    store = open_store(db)
+    _load(store, otlp, "long", range(12), samples=4)
+    _load(store, otlp, "other", range(4), samples=4)
+    deleted, transactions = _pass(store, max_steps=2)
+    assert deleted["steps"] == 10 + 2 and deleted["samples"] == 40 + 8
+    steps_deleted = [sum(sql.startswith("DELETE FROM steps") for sql in t) for t in transactions]
+    assert steps_deleted == [0, 1, 1, 1, 2]  # long's 10 steps: 3, 3, 3, then 1 and other's in one transaction
+    assert [r["step"] for r in store.steps("long")] == [10, 11]
+    assert [r["step"] for r in store.steps("other")] == [2, 3]
+    assert {r["run_id"]: (r["first_step"], r["sample_count"]) for r in store.runs()} == {"long": (10, 8), "other": (2, 8)}
+    store.close()
+
+
 def test_a_max_steps_chunk_ends_once_its_time_is_spent(db, otlp, monkeypatch):
     """However far the database (each statement a round trip), a chunk reads no further run once
     `RETENTION_CHUNK_S` has passed: here none is left, so each transaction reads one run."""

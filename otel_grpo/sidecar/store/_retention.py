@@ -86,21 +86,43 @@ def step_candidates(conn, max_steps: int, since: float | None) -> list[str]:
     return [run_id for (run_id,) in conn.execute(sql + " ORDER BY run_id", params).fetchall()]
 
 
-def trim_steps(conn, run_ids: list[str], max_steps: int, counts: dict[str, int], budget_s: float = math.inf) -> int:
+def trim_steps(conn, run_ids: list[str], max_steps: int, counts: dict[str, int], budget_s: float = math.inf,
+               chunk_rows: int = 20_000) -> int:
     """Keep the latest `max_steps` steps (and their samples) of each of `run_ids`, in order, until `budget_s` has
-    passed (one run at least); add the rows deleted to `counts`; returns how many runs it did. One statement a run
-    that keeps all its steps; eight for one that loses some."""
+    passed (one run at least); add the rows deleted to `counts`; returns how many runs it finished. One statement
+    a run that keeps all its steps; eight and a few for one that loses some.
+
+    A run's oldest steps go `chunk_rows` sample rows at most a call (its rows per step, from its sample count and
+    step range): the first trim of a long run, millions of rows, held the write lock for as long as it took. A run
+    left with more steps to delete is not finished: the call ends there, and the caller calls again for it, in a
+    transaction of its own, once writes have had the lock."""
     deadline = time.monotonic() + budget_s
     for done, run_id in enumerate(run_ids):
         if done and time.monotonic() >= deadline:
             return done
-        row = conn.execute("""
-            SELECT step FROM (SELECT step FROM steps WHERE run_id = ?
-                              UNION SELECT DISTINCT step FROM samples WHERE run_id = ?) AS u
-            ORDER BY step DESC LIMIT 1 OFFSET ?""", (run_id, run_id, max_steps - 1)).fetchone()
-        if row is not None:
-            before = dict(counts)
-            _delete_before(conn, run_id, row[0], counts)
-            if counts != before:
-                refresh_run(conn, run_id, counts["steps"] > before["steps"])
+        row = conn.execute(f"""
+            SELECT step FROM ({_STEPS_OF_RUN}) AS u ORDER BY step DESC LIMIT 1 OFFSET ?""",
+                           (run_id, run_id, max_steps - 1)).fetchone()
+        if row is None:
+            continue
+        keep_from, finished = row[0], True
+        first, last, samples = conn.execute("SELECT first_step, last_step, sample_count FROM runs WHERE run_id = ?",
+                                            (run_id,)).fetchone()
+        per_step = max(1.0, (samples or 0) / max(1, (last or 0) - (first or 0) + 1))
+        if per_step * (keep_from - (first or 0)) > chunk_rows:  # more than a chunk, by its average: read where it ends
+            chunk = conn.execute(f"""
+                SELECT step FROM ({_STEPS_OF_RUN}) AS u WHERE step < ? ORDER BY step LIMIT 1 OFFSET ?""",
+                                 (run_id, run_id, keep_from, max(1, int(chunk_rows / per_step)))).fetchone()
+            if chunk is not None:  # its oldest steps now, the rest in the next call
+                keep_from, finished = chunk[0], False
+        before = dict(counts)
+        _delete_before(conn, run_id, keep_from, counts)
+        if counts != before:
+            refresh_run(conn, run_id, counts["steps"] > before["steps"])
+        if not finished:
+            return done
     return len(run_ids)
+
+
+_STEPS_OF_RUN = "SELECT step FROM steps WHERE run_id = ? UNION SELECT DISTINCT step FROM samples WHERE run_id = ?"
+"""The steps a run holds rows of (bind its run id twice)."""

@@ -33,6 +33,9 @@ RETENTION_CHUNK_S = 0.25
 """And the time after which it reads no further run (it reads one at least), whatever the database's distance:
 then the write lock goes back to ingest. (50 runs trimmed, with the database a millisecond away, held it several
 times this: benchmarks/README.md, retention.)"""
+RETENTION_CHUNK_ROWS = 20_000
+"""And the sample rows of one run's oldest steps it deletes at most (by the run's average per step): a long run's
+first trim, millions of rows, is as many transactions, each of them a write's wait at most."""
 RETENTION_SLACK_S = 600.0
 """How far before its previous pass a `max_steps` pass looks for runs written: a write's `last_update` is its
 clock when it began, which may be before a pass that did not see it yet committed (a write waits for the lock,
@@ -217,9 +220,9 @@ class Writes:
         The rules by runs and by age in one transaction; then `max_steps` over the runs that may hold more
         steps than that (`_retention.step_candidates`), written since this store's previous pass (less
         `RETENTION_SLACK_S`; the first pass, and one with another `max_steps`, reads them all),
-        `RETENTION_CHUNK_RUNS` runs or `RETENTION_CHUNK_S` a transaction: the write lock is given back between
-        them, so a write waits for one of these transactions, not for the pass. (One run's trim that deletes many
-        rows, a long run's first, still holds the lock as long as that takes.)"""
+        `RETENTION_CHUNK_RUNS` runs or `RETENTION_CHUNK_S` a transaction, and a long run's first trim in chunks
+        of its oldest steps (`_retention.trim_steps`): the write lock is given back between them, so a write
+        waits for one of these transactions, not for the pass."""
         now = time.time() if now is None else now
         started = time.time()  # the wall clock, as writers' `last_update` (`now` may be a test's)
         since = None if self._retained_at is None or max_steps != self._retained_steps \
@@ -230,7 +233,7 @@ class Writes:
         while candidates:
             with self._tx(timeout_s=MAINTENANCE_TIMEOUT_S) as conn:
                 done = _retention.trim_steps(conn, candidates[:RETENTION_CHUNK_RUNS], max_steps, counts,
-                                             RETENTION_CHUNK_S)
+                                             RETENTION_CHUNK_S, RETENTION_CHUNK_ROWS)
             candidates = candidates[done:]
         self._retained_at, self._retained_steps = started, max_steps  # not on failure: the next pass reads as many
         return counts
