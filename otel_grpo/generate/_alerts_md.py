@@ -102,7 +102,8 @@ BLOCKS = {
     "run_id:grpo_judged:no_first_step_progress": "the progress of a run judged hung before its first step, held the "
                                                  "same way: GRPONoFirstStep",
     "grpo:collector:up": "1 while a collector seen is up (one replica of several is enough), 0 while none is (none "
-                         "scraped, or none with a target at all)",
+                         "scraped, none with a target at all, or none scraped within `liveness_slack`: an `up` "
+                         "from before a restart of Prometheus, of a collector gone meanwhile)",
 }
 
 

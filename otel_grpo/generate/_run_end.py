@@ -253,9 +253,12 @@ def run_end_rules(s: RuleSettings, collector_seen: str) -> list[dict]:
     slack = seconds(s.liveness_slack)
     return [
         *_clock_rules(s),
-        # 0 also where no collector seen has a target at all (gone from service discovery, none back yet).
+        # 0 also where no collector seen has a target at all (gone from service discovery, none back yet), or
+        # only an `up` not scraped within the slack: one from before a restart of Prometheus, of a collector gone
+        # meanwhile (no stale marker ends it), read for the lookback delta; judged up, every run paged crashed.
         {"record": COLLECTOR_UP,
-         "expr": f"max(up and on (job, instance) {collector_seen}) or 0 * group({collector_seen})"},
+         "expr": f"max(up and on (job, instance) {collector_seen} unless on (job, instance) time() - timestamp(up)"
+                 f" > {slack}) or 0 * group({collector_seen})"},
         {"record": START, "expr": _last(s, STARTED)},
         {"record": LATEST, "expr": f"{_on_prometheus_clock(s, STARTED)} == on (run_id) group_left {START}"},
         {"record": ALIVE_UNTIL, "expr": _latest_process(s, ALIVE)},

@@ -53,7 +53,7 @@ def _timed_out_attempt(port: int) -> psycopg.OperationalError:
 
 
 def test_a_timed_out_attempt_holds_back_pool_warnings_for_hold_s_only(silent_server):
-    login = Login("postgresql://otel@127.0.0.1/otel", hold_s=1.0)
+    login = Login("postgresql://otel@127.0.0.1/otel", hold_s=2.0)
     pool_log = logging.getLogger("psycopg.pool")
     seen: list[str] = []
 
@@ -69,7 +69,7 @@ def test_a_timed_out_attempt_holds_back_pool_warnings_for_hold_s_only(silent_ser
         assert login.problem is None  # a timeout is no refusal: the requests' failures say it
         pool_log.warning("error connecting in 'pool': connection timeout expired")
         pool_log.error("an error is never held back")
-        time.sleep(1.2)  # no attempt since: the hold is over, with no connection got in
+        time.sleep(2.3)  # no attempt since: the hold is over, with no connection got in
         pool_log.warning("rolling back returned connection: <psycopg.Connection [INTRANS]>")
         login.refused(_timed_out_attempt(silent_server))
         pool_log.warning("held again while attempts time out")

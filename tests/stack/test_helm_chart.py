@@ -357,6 +357,9 @@ def test_trls_output_directory_may_be_the_followed_volume_itself(helm, root):
     (("sidecar.extraVolumes[0].name=scratch", "sidecar.extraVolumes[0].emptyDir.medium=Memory",
       "sidecar.extraVolumeMounts[0].name=scratch", "sidecar.extraVolumeMounts[0].mountPath=/tmp/"),
      "sidecar.extraVolumeMounts: /tmp/ would cover or sit in the chart's /tmp or /data; mount it elsewhere"),
+    (("sidecar.extraVolumes[0].name=scratch", "sidecar.extraVolumes[0].emptyDir.medium=Memory",
+      "sidecar.extraVolumeMounts[0].name=scratch", "sidecar.extraVolumeMounts[0].mountPath=/x/../data"),
+     "sidecar.extraVolumeMounts: /x/../data would cover or sit in the chart's /tmp or /data"),
 ])
 def test_impossible_values_fail_with_one_line(helm, root, sets, message):
     """Each refusal is one line of `helm template`'s error, whole (a collector queue claim shared by
@@ -684,8 +687,10 @@ def test_the_values_schema_rejects_wrong_types_and_unknown_keys(helm, root, args
      "additional properties 'preferredDuringScheduling'"),
     (("--set", "collector.resources.limits.memory=512 MiB"), "collector/resources/limits/memory"),
     (("--set", "sidecar.resources.requests.cpu=half"), "sidecar/resources/requests/cpu"),
+    (("--set-string", "follower.resources.limits.memory=1K"), "follower/resources/limits/memory"),  # kilo is k
+    (("--set-string", "collector.resources.requests.memory=1Gi5"), "collector/resources/requests/memory"),
 ], ids=["container", "pod", "toleration", "toleration-type", "affinity", "affinity-term", "quantity-space",
-        "quantity-word"])
+        "quantity-word", "quantity-kilo", "quantity-tail"])
 def test_security_contexts_tolerations_affinity_and_resources_refuse_a_misspelt_field(helm, root, args, where):
     """securityContext, podSecurityContext, tolerations, affinity and resources were free-form objects: a
     misspelt field (readOnlyRootFileSystem, nodeAfinity) passed `helm lint --strict` and the pod ran without the
