@@ -181,6 +181,15 @@ def _limits(s: RuleSettings) -> list[str]:
         "  host killed outright unless a rank of its host handled the launcher's SIGTERM before rank 0 did, and",
         "  any rank's fall where the store does not answer within 2 s. A rank blocked in a collective handles",
         "  SIGTERM only when it returns (or is killed by the launcher's SIGKILL).",
+        "- The rules read records their group wrote earlier in the same evaluation, and the run-end alerts read",
+        "  only what that evaluation wrote (a record left from before a restart of Prometheus is not marked stale):",
+        "  they are written for Prometheus's own rule evaluation (a Prometheus server, the Operator's included).",
+        "  A ruler that writes its records to remote storage and reads them back (Thanos Ruler, Grafana Mimir's or",
+        "  Cortex's) may not see a record of the same evaluation yet: untested there.",
+        "- Other alerts than the run-end ones read their records as Prometheus does: after a restart of it that",
+        "  kept its storage, a breach it recorded before and no longer does (KL back under its bound while it was",
+        "  down) can keep its alert firing, or a record that withholds one (GRPOKLHigh's streak) hold it back, for",
+        "  up to its lookback delta (5 minutes) after its last evaluation before the restart.",
     ]
 
 
