@@ -15,6 +15,7 @@ import pytest
 import torch.distributed as dist
 
 from otel_grpo.telemetry._rank_ends import _BOUND_S, RankEnds
+from tests._support.waiting import wait_for
 
 from ._receiver import OTLPReceiver
 
@@ -105,6 +106,12 @@ time.sleep(600)
 """
 
 
+def _stopped(pid: int) -> bool:
+    """Every thread of the process stopped, as /proc says (state T): the store's server thread included."""
+    return all(stat.read_text().rsplit(")", 1)[1].split()[0] == "T"
+               for stat in Path(f"/proc/{pid}/task").glob("*/stat"))
+
+
 def test_a_store_that_does_not_answer_holds_neither_the_end_nor_the_sigterm():
     host = subprocess.Popen([sys.executable, "-c", _STORE_HOST], stdout=subprocess.PIPE, text=True)
     try:
@@ -113,6 +120,9 @@ def test_a_store_that_does_not_answer_holds_neither_the_end_nor_the_sigterm():
         ends = _ends(store, 1)
         assert ends._running()
         os.kill(host.pid, signal.SIGSTOP)  # the store's host hangs (a launcher stuck in swap)
+        # Stopped once the kernel says so, not when kill() returns: a host still running on the other core took
+        # the writes below (a fresh CI's failure: the rank read as fallen).
+        wait_for(lambda: _stopped(host.pid), "the store's host stopped", 10)
         began = time.monotonic()
         ends.record("stopped")
         assert ends.fallen() == []  # nothing known: the preemption stands
