@@ -733,7 +733,7 @@ def test_touch_zoom_and_tap_on_a_phone(site, tmp_path, new_page):
                              "app.js", "style.css"} | vendor
     assert all(name.startswith(f"{site.url}/static/vendor/") for name, _ in resources if name.rsplit("/", 1)[1] in vendor)
     # A few KB above what is served (the commit that last moved the bound says how much that is).
-    assert sum(size for name, size in static.items() if name not in vendor) < 145_000  # 140.5 KB with rows named by their writer attempt
+    assert sum(size for name, size in static.items() if name not in vendor) < 150_000  # 146.5 KB with a read's stall bound
     assert sum(static[name] for name in vendor) < 60_000
 
 

@@ -8,6 +8,7 @@ history no default chart draws (an evaluation's alone) is charted, not called em
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -266,6 +267,32 @@ def test_a_page_opened_while_the_database_is_stopped_comes_back_with_it(server, 
             server.thaw()
         wait(page, "document.body.dataset.ready === 'run'")
         assert page.text_content("#view-title") == "Run frozen"
+    finally:
+        proc.stop()
+
+
+def test_a_sidecar_that_answers_nothing_is_given_up_on_and_tried_again(tmp_path, new_page):
+    """A stopped sidecar (SIGSTOP: the connection is accepted, nothing comes back) is a read with no answer after
+    the bound the sidecar wrote into the page, not a page loading for ever (fetch itself would wait minutes or
+    for good, and every retry behind it); once the sidecar runs again, the page comes back by itself."""
+    proc = SidecarProcess(tmp_path / "sidecar.db", {"OTEL_GRPO_SIDECAR_DB_TIMEOUT_S": "0.5"}).start()
+    try:
+        spans = grpo_spans("silent", range(3), samples=2, metrics=lambda step: {"kl": 0.1, "reward": 0.5})
+        assert httpx.post(proc.url + "/v1/traces", content=request_pb(spans).SerializeToString(),
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 200
+        page = new_page()
+        open_run(page, f"{proc.url}/#/run/silent")
+        proc.proc.send_signal(signal.SIGSTOP)
+        try:
+            page.evaluate("() => { location.hash = '#/'; }")
+            wait(page, "document.body.dataset.ready === 'error'")
+            # 2 x (0.5 s + the client's 1 s) + 5 s: the sidecar's bound on a read, doubled, and 5 s
+            assert page.text_content("#error-message") == "the sidecar did not answer (nothing for 8 s)"
+            assert page.locator("#retry-when").count() == 1
+        finally:
+            proc.proc.send_signal(signal.SIGCONT)
+        wait(page, "document.body.dataset.ready === 'runs'")
+        assert page.locator("#runs-table").count() == 1
     finally:
         proc.stop()
 

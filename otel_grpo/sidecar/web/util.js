@@ -82,13 +82,41 @@ function tokenRefused(status) {
   return new ApiError(message);
 }
 
-async function apiFetch(path) {
-  let r;
+// The longest a read goes without a byte from the sidecar before the page gives it up as unanswered
+// (retryable: the error page and the live refresh try it again): a stopped sidecar, or a proxy
+// holding the connection, answers nothing, and fetch itself would wait minutes or for ever, holding
+// every retry behind it. The sidecar writes its own bound into the page (routes/web.py), so a read
+// it is still working on is never cut; 30 s where the page was not served by a sidecar.
+const READ_STALL_S = Number(document.querySelector('meta[name="otel-grpo-read-stall-s"]')?.content) || 30;
+
+// The whole answer to a read, its body read here so that the stall bound covers it too (an answer
+// whose body stops coming is no answer); callers read the copy as they would the network's.
+async function readWhole(path) {
+  const stalled = new AbortController();
+  let timer = null;
+  const wait = () => { clearTimeout(timer); timer = setTimeout(() => stalled.abort(), READ_STALL_S * 1000); };
   try {
-    r = await fetch(path, { headers: authHeaders() });
-  } catch (e) {  // no answer: the sidecar or the network is down (fetch says only "Failed to fetch")
-    throw new ApiError(`the sidecar did not answer (${e.message})`, { retryable: true });
+    wait();
+    const r = await fetch(path, { headers: authHeaders(), signal: stalled.signal });
+    const chunks = [];
+    for (const reader = r.body?.getReader(); reader;) {  // a 204 has no body
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      wait();
+    }
+    const body = chunks.length ? new Blob(chunks) : null;
+    return new Response(body, { status: r.status, statusText: r.statusText, headers: r.headers });
+  } catch (e) {  // no answer: the sidecar or the network is down (fetch says only "Failed to fetch"), or silent
+    const why = stalled.signal.aborted ? `nothing for ${READ_STALL_S} s` : e.message;
+    throw new ApiError(`the sidecar did not answer (${why})`, { retryable: true });
+  } finally {
+    clearTimeout(timer);
   }
+}
+
+async function apiFetch(path) {
+  const r = await readWhole(path);
   if (r.status === 401 || r.status === 403) throw tokenRefused(r.status);
   if (!r.ok) {
     let detail = "";

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import APIRouter
-from fastapi.responses import FileResponse
+from fastapi.responses import HTMLResponse
 
 from ..._panels import PANELS
+from ..._settings import SidecarSettings
 from ...schemas import Panel
-from ..deps import FastJSON
+from ..deps import FastJSON, SettingsDep
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 router = APIRouter(tags=["web"])
@@ -28,9 +29,22 @@ PAGE_HEADERS = {
 }
 
 
+PAGE = (WEB_DIR / "index.html").read_text(encoding="utf-8")
+READ_STALL_MARK = "{read_stall_s}"
+
+
+def read_stall_s(settings: SidecarSettings) -> float:
+    """How long the page waits for a byte of a read before it gives the read up as unanswered and
+    tries again (a stopped sidecar or a proxy holding the connection answers nothing, and a browser's
+    fetch waits minutes or for ever): twice what this sidecar lets a read wait on the database
+    (`db_timeout_s`, plus the client's one second on a silent server), a read queued behind another,
+    plus 5 s. A read the sidecar is still working on is never cut."""
+    return 2 * (settings.db_timeout_s + 1) + 5
+
+
 @router.get("/", include_in_schema=False)
-def index() -> FileResponse:
-    return FileResponse(WEB_DIR / "index.html", media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
+async def index(settings: SettingsDep) -> HTMLResponse:
+    return HTMLResponse(PAGE.replace(READ_STALL_MARK, f"{read_stall_s(settings):g}"), headers=PAGE_HEADERS)
 
 
 @router.get("/api/panels", response_model=list[Panel], response_class=FastJSON)
