@@ -10,6 +10,7 @@ A name (stat key, TRL or verl name, or anything else) is resolved once into a
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ class Instruments:
         self._by_name: dict[str, Any] = {}
         self._routes: dict[str, Route | None] = {}
         self._warned: set[str] = set()
+        self._extra_owners: dict[str, str] = {}  # an extra gauge's name -> the input name that made it
         self._histograms: dict[str, HistogramRecorder] = {}
         self._gauge_steps = StepGauges()  # per-step gauges: only the latest step's values are current
         self._steps = self._instrument(get("steps"))
@@ -149,6 +151,17 @@ class Instruments:
 
     def _extra_route(self, key: str, original: str) -> Route:
         name = (EXTRA_PREFIX + key)[:_MAX_NAME]
+        owner = self._extra_owners.setdefault(name, original)
+        if owner != original:
+            # Another name already sanitized to this one (`a/b` and `a_b`, `Loss` and `loss`, two names alike in
+            # their first 200 characters): one series would show whichever was recorded last, and a step row would
+            # keep one of the two values. This one takes its own, marked with its name's hash (stable: the same
+            # name gets the same series in every process of the run that logs both in the same order).
+            mark = "_" + hashlib.blake2s(original.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+            shared, key, name = name, key + mark, name[:_MAX_NAME - len(mark)] + mark
+            self._extra_owners.setdefault(name, original)
+            self._warn_once("extra:" + original, "metric names %r and %r both export as %s; %r exports as %s",
+                            owner, original, shared, original, name)
         gauge = self._by_name.get(name)
         if gauge is None:
             desc = f"Metric {original!r} logged by the trainer; not in the otel-grpo catalog."

@@ -79,14 +79,20 @@ def checked_seconds(value: Any, argument: str, *, positive: bool = False) -> flo
     return seconds
 
 
+MAX_NS = 2**63 - 1
+"""The latest time a span may carry (the year 2262): past it OTLP's encoder fails, and the whole batch with it."""
+
+
 def checked_ns(value: Any, argument: str) -> int:
-    """`value` as a time in ns (`time.time_ns()`): an integer >= 0, else a `ValueError` naming `argument`."""
+    """`value` as a time in ns (`time.time_ns()`): an integer in 0 .. `MAX_NS`, else a `ValueError` naming
+    `argument`."""
     try:
         ns = -1 if isinstance(value, bool) else operator.index(value)  # an int or numpy's; no float, no string
     except TypeError:
         ns = -1
-    if ns < 0:
-        raise ValueError(f"{argument}: expected a time in ns, an int >= 0 (time.time_ns()), got {value!r}")
+    if not 0 <= ns <= MAX_NS:
+        raise ValueError(f"{argument}: expected a time in ns, an int in 0 .. 2**63 - 1 (time.time_ns()), "
+                         f"got {value!r}")
     return ns
 
 
@@ -189,12 +195,16 @@ class Step:
     def record_phase(self, name: str, seconds: float, *, end_ns: int | None = None) -> None:
         """A phase measured elsewhere (a framework's own timer): the same span and histogram as `phase`.
 
-        The span ends at `end_ns` (default: now) and starts `seconds` earlier.
+        The span ends at `end_ns` (default: now) and starts `seconds` earlier, not before 1970: a start the
+        exporter cannot encode would lose every span of its batch, this step's and others'.
         """
         name = _phase_name(name)
         seconds = checked_seconds(seconds, "seconds")
         end = clock.now_ns() if end_ns is None else checked_ns(end_ns, "end_ns")
-        self._record.phases.append((name, end - round(seconds * 1e9), end, None))
+        start = end - round(seconds * 1e9)
+        if start < 0:
+            raise ValueError(f"seconds: a phase of {seconds!r} s ending at {end} ns would start before 1970")
+        self._record.phases.append((name, start, end, None))
 
     def skip(self) -> None:
         """Mark the step's update as skipped (counted by `grpo.skipped_steps`)."""

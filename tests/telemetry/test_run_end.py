@@ -112,14 +112,29 @@ def test_a_bad_phase_duration_names_the_argument_and_records_nothing(captured, s
     assert captured.spans("grpo.phase.update") == []
 
 
-@pytest.mark.parametrize("end_ns", ["x", -1, 1.5e18, True, [1]])
+@pytest.mark.parametrize("end_ns", ["x", -1, 1.5e18, True, [1], 2**63, 2**70])
 def test_a_bad_phase_end_names_the_argument_and_records_nothing(captured, end_ns):
     with captured.tel.step(0) as s:
-        with pytest.raises(ValueError, match=r"^end_ns: expected a time in ns, an int >= 0 \(time.time_ns\(\)\), got "):
+        with pytest.raises(ValueError, match=r"^end_ns: expected a time in ns, an int in 0 \.\. 2\*\*63 - 1 "
+                                             r"\(time.time_ns\(\)\), got "):
             s.record_phase("update", 1.0, end_ns=end_ns)
         s.record_phase("update", 1.0, end_ns=np.int64(3_000_000_000))  # any integer type
     (phase,) = captured.spans("grpo.phase.update")
     assert (phase.start_time, phase.end_time) == (2_000_000_000, 3_000_000_000)
+
+
+def test_a_phase_that_would_start_before_1970_is_refused_and_the_batch_goes_out(captured):
+    """A finite but absurd duration (a timer's 1e10 s) would start the span before 1970: OTLP's encoder fails on it,
+    and every span of its batch (this step's, the steps beside it) was lost. It is refused; the rest goes out."""
+    with captured.tel.step(0) as s:
+        with pytest.raises(ValueError, match=r"^seconds: a phase of 10000000000\.0 s ending at \d+ ns would start "
+                                             r"before 1970"):
+            s.record_phase("generation", 1e10)
+        s.record_phase("generation", 3.0, end_ns=3_000_000_000)  # from 0 on: the earliest that is fine
+        s.samples([{"prompt": "p", "completion": "c", "reward": 1.0}])
+    (phase,) = captured.spans("grpo.phase.generation")
+    assert (phase.start_time, phase.end_time) == (0, 3_000_000_000)
+    assert len(captured.spans("grpo.step")) == 1 and captured.spans("grpo.samples")
 
 
 @pytest.mark.parametrize("name", ["", None, 3])

@@ -32,19 +32,28 @@ logged before the first step), not a training step."""
 STEP_TIMER = "step"
 
 
+MAX_PHASES_S = 30 * 86400.0
+"""The most a step's phases may last together. They are laid end to end before the step's end (the follower
+reads when the step ended, not when each phase began): a timer reading of 1e10 s, or inf, is no phase, and laid
+out it would start before 1970, which no exporter can encode."""
+
+
 def split_timing(data: dict[str, float]) -> tuple[dict[str, float], list[tuple[str, float]]]:
     """`timing_s/<phase>` entries become phases (`grpo.phase.duration`, a child span); the rest stay scalars.
 
     `timing_s/step` is the whole step (the `grpo.step_time` gauge), and nested names
     (`timing_s/agent_loop/tool_calls/max`) are statistics over requests, not phases:
-    both stay scalars.
+    both stay scalars. So does a reading that is no duration (negative, not finite, or past
+    `MAX_PHASES_S` with the step's phases before it): shown as the file says, not dropped.
     """
     scalars: dict[str, float] = {}
     phases: list[tuple[str, float]] = []
+    total = 0.0
     for name, value in data.items():
         phase = name[len(TIMING_PREFIX):] if name.startswith(TIMING_PREFIX) else None
-        if phase and phase != STEP_TIMER and "/" not in phase and value >= 0:
+        if phase and phase != STEP_TIMER and "/" not in phase and 0 <= value <= MAX_PHASES_S - total:
             phases.append((phase, value))
+            total += value
         else:
             scalars[name] = value
     return scalars, phases

@@ -279,3 +279,25 @@ def test_a_fifo_metrics_path_is_never_opened_so_verls_writer_is_never_let_in(tmp
     finally:
         writer.proc.kill()
         writer.proc.wait()
+
+
+def test_a_timing_that_is_no_duration_stays_a_number_and_the_steps_go_out(tmp_path, verl):
+    """verl's `timing_s/<phase>` as inf (Python's json writes `Infinity`), 1e300 or 1e10 s is no phase: laid out
+    before the step's end it would start before 1970 (inf crashed the follower at every restart; 1e10 failed the
+    exporter's batch, which was sent again for ever as an outage). Such a reading stays a number, shown as the
+    file says; the valid phases of the step, and the steps around it, go out."""
+    path = tmp_path / "exp.jsonl"
+    good = _lines(verl, tmp_path, 1, 3)
+    odd = {"critic/score/mean": 0.5, "timing_s/gen": float("inf"), "timing_s/ref": 1e300, "timing_s/adv": 1e10,
+           "timing_s/old_log_prob": float("nan"), "timing_s/update_actor": 2.0}
+    path.write_bytes(good[0] + json.dumps({"step": 2, "data": odd}).encode() + b"\n" + good[2])
+    run = Run(tmp_path, [VerlMetrics(path)])
+    run.once()
+    assert run.steps() == [1, 2, 3] and run.follower.malformed == 0
+    phases = [s for s in run.spans.get_finished_spans() if s.name.startswith("grpo.phase.")]
+    assert all(0 <= s.start_time <= s.end_time for s in phases)
+    assert sorted(s.name for s in phases if s.attributes["grpo.step"] == 2) == ["grpo.phase.update_actor"]
+    attrs = run.step_attrs(2)
+    assert (attrs["grpo.metric.timing_s_gen"], attrs["grpo.metric.timing_s_ref"],
+            attrs["grpo.metric.timing_s_adv"]) == (math.inf, 1e300, 1e10)
+    assert math.isnan(attrs["grpo.metric.timing_s_old_log_prob"])
