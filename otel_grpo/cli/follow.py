@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -20,10 +21,13 @@ def _weights(text: str | None) -> list[float] | None:
     if not text:
         return None
     try:
-        return [float(w) for w in text.split(",")]
+        weights = [float(w) for w in text.split(",")]
     except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a comma-separated list of numbers",
-                                 param_hint="--trl-reward-weights") from None
+        weights = [math.nan]
+    if not all(map(math.isfinite, weights)):  # a NaN weight makes every total reward NaN
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of finite numbers",
+                                 param_hint="--trl-reward-weights")
+    return weights
 
 
 def _default_run_id(verl_metrics: Path | None, trl_output: Path | None, jsonl: Path | None) -> str:
@@ -49,8 +53,8 @@ def follow(
     from_start: Annotated[bool, typer.Option("--from-start", envvar="OTEL_GRPO_FOLLOW_FROM_START", help="Read what the files already hold; by default only what is written from now on (a saved state always wins).")] = False,
     finished: Annotated[bool, typer.Option("--finished", envvar="OTEL_GRPO_FOLLOW_FINISHED", help="The run is over: read everything (implies --from-start), mark it finished (grpo.run.finished) and exit.")] = False,
     state: Annotated[Optional[Path], typer.Option(envvar="OTEL_GRPO_FOLLOW_STATE", help="Where the resume offsets are kept (default .otel-grpo-follow/<run id>.json).")] = None,
-    poll: Annotated[float, typer.Option(envvar="OTEL_GRPO_FOLLOW_POLL", min=0.01, help="Seconds between polls when nothing is new.")] = 0.5,
-    pair_wait: Annotated[float, typer.Option(envvar="OTEL_GRPO_FOLLOW_PAIR_WAIT", min=0.0, help="Seconds a verl step's metrics wait for its rollout dump (and the reverse).")] = 10.0,
+    poll: Annotated[float, typer.Option(envvar="OTEL_GRPO_FOLLOW_POLL", min=0.01, max=60.0, help="Seconds between polls when nothing is new (at most 60: a longer one reads a live job's steps late).")] = 0.5,
+    pair_wait: Annotated[float, typer.Option(envvar="OTEL_GRPO_FOLLOW_PAIR_WAIT", min=0.0, max=3600.0, help="Seconds a verl step's metrics wait for its rollout dump (and the reverse), at most 3600.")] = 10.0,
 ) -> None:
     """Follow a job's own log files and re-emit them through Telemetry, with no change to its code.
 
@@ -82,10 +86,15 @@ def follow(
     if jsonl_source != "none" and jsonl is None:
         fail(f"--source {jsonl_source}: says whose names --jsonl's lines use; give --jsonl (--verl-metrics and "
              "--trl-output know their own)", 2)
+    weights = _weights(trl_reward_weights)
+    if weights is not None and trl_output is None:
+        fail("--trl-reward-weights: weighs the reward functions of --trl-output's completions; give --trl-output", 2)
     if finished:
-        for given in (verl_metrics, verl_rollouts, trl_output, jsonl):
+        for given, directory in ((verl_metrics, False), (verl_rollouts, True), (trl_output, True), (jsonl, False)):
             if given is not None and not given.exists():
                 fail(f"--finished: {given} does not exist (a finished run's files are all there)", 2)
+            if given is not None and not directory and not given.is_file():  # /dev/null, a FIFO: no finished file
+                fail(f"--finished: {given} is not a regular file (a finished run's files are all there)", 2)
     sources = []
     if verl_metrics:
         sources.append(VerlMetrics(verl_metrics, total_steps=verl_total_steps))
@@ -93,7 +102,7 @@ def follow(
         sources.append(VerlRollouts(verl_rollouts, settle_s=0.0 if finished else 2.0))
     if trl_output:
         try:
-            sources.append(TrlOutput(trl_output, _weights(trl_reward_weights)))
+            sources.append(TrlOutput(trl_output, weights))
         except ValueError as exc:
             fail(str(exc), 2)
     if jsonl:

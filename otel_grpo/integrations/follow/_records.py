@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -65,6 +66,12 @@ class BadInput:
 # What decoding and reading a hostile line can raise: bad JSON or types, an integer too large for a float
 # or over Python's digit limit (ValueError), nesting deeper than the decoder's recursion limit.
 PARSE_ERRORS = (ValueError, KeyError, TypeError, OverflowError, RecursionError)
+
+
+def json_line(line: bytes) -> Any:
+    """One line's JSON, its bytes read as UTF-8 and any that are not as U+FFFD: a completion cut mid-character (a
+    tokenizer's bad decode written as raw bytes) is still a sample, its text shown as a trainer's would be."""
+    return json.loads(line.decode("utf-8", "replace"))
 
 
 def numbers(data: Mapping[str, Any]) -> dict[str, float]:

@@ -16,7 +16,6 @@ rewrites change no directory entry); in between only files not yet done are look
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -25,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._records import PARSE_ERRORS, BadInput, Record, carried, finite_or_none
+from ._records import PARSE_ERRORS, BadInput, Record, carried, finite_or_none, json_line
 from ._tail import LineTail, open_regular
 from ._verl import VERL
 
@@ -222,7 +221,7 @@ class VerlRollouts:
                     if not line.strip():
                         continue
                     try:
-                        entry = json.loads(line)
+                        entry = json_line(line)
                         if not isinstance(entry, dict):
                             raise TypeError(f"a {type(entry).__name__}, not an object")
                     except PARSE_ERRORS as exc:

@@ -10,7 +10,6 @@ Formats, from verl's source:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Any
@@ -19,7 +18,7 @@ from otel_grpo.catalog import PEERS, is_evaluation, peer_scalars
 from otel_grpo.catalog.spans import check_step
 from otel_grpo.telemetry import _clock as clock
 
-from ._records import PARSE_ERRORS, BadInput, Record, numbers
+from ._records import PARSE_ERRORS, BadInput, Record, json_line, numbers
 from ._tail import LineTail, Position
 
 TRL = "trl"
@@ -122,7 +121,7 @@ class JsonlStream:
             if not line.strip():
                 continue
             try:
-                doc = json.loads(line)
+                doc = json_line(line)
                 record = self.parse(check_step(doc["step"]), doc)
             except PARSE_ERRORS as exc:
                 self.bad.skip(f"{self.tail.path}:{end - len(line) - 1}", f"{type(exc).__name__}: {str(exc)[:200]}")

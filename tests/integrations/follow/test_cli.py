@@ -31,6 +31,14 @@ def follow(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess[str]:
     (("--jsonl", "x.jsonl", "--run-id", "exp/steps"), "ends in '/steps'"),
     (("--jsonl", "x.jsonl", "--source", "wandb"), "Invalid value for '--source'"),
     (("--trl-output", "d", "--source", "trl"), "--source trl: says whose names --jsonl's lines use; give --jsonl"),
+    (("--trl-output", "d", "--trl-reward-weights", "1,nan"), "'1,nan' is not a comma-separated list of finite numbers"),
+    (("--trl-output", "d", "--trl-reward-weights", "inf"), "'inf' is not a comma-separated list of finite numbers"),
+    (("--jsonl", "x.jsonl", "--trl-reward-weights", "1,2"), "--trl-reward-weights: weighs the reward functions of"),
+    (("--jsonl", "x.jsonl", "--trl-reward-weights", "1,x"), "'1,x' is not a comma-separated list of finite numbers"),
+    (("--jsonl", "x.jsonl", "--poll", "inf"), "Invalid value for '--poll'"),
+    (("--jsonl", "x.jsonl", "--poll", "1e300"), "Invalid value for '--poll'"),
+    (("--jsonl", "x.jsonl", "--pair-wait", "inf"), "Invalid value for '--pair-wait'"),
+    (("--verl-metrics", "/dev/null", "--finished"), "--finished: /dev/null is not a regular file"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
     out = follow(*args, *(() if "--state" in args else ("--state", str(tmp_path / "s.json"))))

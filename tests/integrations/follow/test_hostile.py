@@ -301,3 +301,21 @@ def test_a_timing_that_is_no_duration_stays_a_number_and_the_steps_go_out(tmp_pa
     assert (attrs["grpo.metric.timing_s_gen"], attrs["grpo.metric.timing_s_ref"],
             attrs["grpo.metric.timing_s_adv"]) == (math.inf, 1e300, 1e10)
     assert math.isnan(attrs["grpo.metric.timing_s_old_log_prob"])
+
+
+def test_bytes_that_are_not_utf8_in_a_dump_are_shown_as_u_fffd_and_the_sample_is_kept(tmp_path, verl, caplog):
+    """A completion cut mid-character (a tokenizer's bad decode, written as raw bytes) is still a sample: its text
+    carries U+FFFD where the bytes were, as the trainer-side telemetry does; nothing is reported malformed."""
+    rollouts = tmp_path / "rollouts"
+    verl_dump(str(verl), str(rollouts), 1)
+    dump = rollouts / "1.jsonl"
+    lines = dump.read_bytes().splitlines(keepends=True)
+    lines[3] = lines[3].replace(b"answer 1.3", b"answer \xff\xfe 1.3 \xe2\x82")
+    dump.write_bytes(b"".join(lines))
+    run = Run(tmp_path, [VerlRollouts(rollouts, settle_s=0.0)])
+    with caplog.at_level(logging.WARNING, logger="otel_grpo.follow"):
+        run.once()
+    events = {e.attributes["sample_index"]: dict(e.attributes) for s in run.spans.get_finished_spans()
+              if s.name == "grpo.samples" for e in s.events}
+    assert sorted(events) == list(range(8)) and run.follower.malformed == 0 and _reports(caplog) == []
+    assert events[3]["completion"] == "answer \ufffd\ufffd 1.3 \ufffd"
