@@ -26,6 +26,18 @@ logger = logging.getLogger("otel_grpo.telemetry")
 
 TRUNCATION_MARKER = "…[truncated]"
 _PRIMITIVES = (bool, int, float, str)
+_INT64 = range(-(2**63), 2**63)  # OTLP's int_value: the encoder drops a wider int, with a traceback per event
+
+
+def _int64(value: int) -> int | float:
+    """An int as an attribute carries it: itself within int64, else the nearest float (+-inf past a float's range),
+    so a 2**70 id is a number in the event and the spill alike, not a key dropped from every event."""
+    if value in _INT64:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 EVENT_ATTRIBUTE_LIMIT = 512
 """Attributes one sample event holds (its row's columns and bookkeeping): the tracer provider's `max_event_attributes`,
 raised from the SDK's 128. Beyond it the SDK drops the oldest (`as_kept`): an event's attributes are added in
@@ -174,6 +186,8 @@ def _attribute_value(value: Any) -> Any:
     None to drop."""
     if isinstance(value, str):
         return valid_text(value)
+    if type(value) is int:
+        return _int64(value)
     if value is None or isinstance(value, _PRIMITIVES):
         return value
     item = getattr(value, "item", None)
@@ -185,6 +199,8 @@ def _attribute_value(value: Any) -> Any:
         kinds = {type(v) for v in value}
         if kinds == {str}:
             return tuple(map(valid_text, value))
+        if kinds == {int} and not all(v in _INT64 for v in value):  # one type in a tuple: all floats
+            return tuple(float(_int64(v)) for v in value)
         if len(kinds) == 1 and kinds <= set(_PRIMITIVES):
             return tuple(value)
         if kinds and kinds <= {int, float}:
@@ -204,7 +220,7 @@ def flatten_row(row: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in row.items():
         name = valid_text(key if type(key) is str else str(key))
         if isinstance(value, _PRIMITIVES):  # most columns: no Mapping check (an ABC check costs ~10x)
-            flat[name] = valid_text(value) if isinstance(value, str) else value
+            flat[name] = valid_text(value) if isinstance(value, str) else _int64(value) if type(value) is int else value
             continue
         if isinstance(value, abc.Mapping):
             prefix = "reward" if key == "rewards" else name

@@ -133,6 +133,20 @@ def test_sample_events_with_flattened_columns(captured):
     assert [e.attributes["selection"] for e in events] == ["top"] * 4 + ["bottom"] * 4 + ["random"] * 4
 
 
+def test_an_int_wider_than_int64_is_a_number_in_the_event_not_a_dropped_column(captured):
+    """OTLP's ints are int64: a wider one made the encoder drop the column from every event (with a traceback
+    logged each time). It goes out as the nearest float (+-inf past a float's range), a list of ints with one
+    as floats; ints within int64 stay ints."""
+    row = {"prompt": "p", "completion": "c", "reward": 1.0, "id": 2**70, "neg": -(2**64), "huge": 10**400,
+           "ids": [1, 2**70], "small": [1, 2], "meta": {"seed": 2**65}, "ok": 2**63 - 1}
+    with captured.tel.step(0) as s:
+        s.samples([row])
+    (event,) = [dict(e.attributes) for sp in captured.spans("grpo.samples") for e in sp.events]
+    assert (event["id"], event["neg"], event["huge"], event["meta.seed"]) == (2.0**70, -(2.0**64), math.inf, 2.0**65)
+    assert tuple(event["ids"]) == (1.0, 2.0**70) and tuple(event["small"]) == (1, 2) and event["ok"] == 2**63 - 1
+    assert isinstance(event["ok"], int) and all(isinstance(v, int) for v in event["small"])
+
+
 def test_top_and_bottom_k_match_a_full_sort(make_captured):
     cap = make_captured(top_k=5, bottom_k=3, random_k=0)
     rows = _rows(300, seed=3)
