@@ -131,7 +131,8 @@ class Backend:
             self._instruments.record_scalars({"run_finished": 1.0})
         closed = self.exporters.close(timeout_s, linger=finished or preempted)
         if self.spill is not None:  # after the exporters' last word: whether what was not spilled is lost
-            self.spill.report(exported=closed and not self.exporters.health.failures
+            health = self.exporters.health
+            self.spill.report(exported=closed and not health.failures and not health.dropped
                               and "otlp" in self._settings.traces_exporters)
 
     # ---- one step ------------------------------------------------------------------------

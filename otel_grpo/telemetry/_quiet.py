@@ -95,6 +95,15 @@ def _as_record(exc: BaseException) -> logging.LogRecord:
     return logging.LogRecord("otel_grpo.telemetry", logging.ERROR, __file__, 0, repr(exc), None, None)
 
 
+def _unencodable(captured: list[logging.LogRecord]) -> str | None:
+    """The SDK's words where the batch failed in its encoder, before any endpoint saw it ("Failed to encode span
+    batch: Value out of range: ..."); None for any other failure."""
+    for record in captured:
+        if isinstance(record.msg, str) and record.msg.startswith("Failed to encode") and "batch" in record.msg:
+            return record.getMessage()[:200]
+    return None
+
+
 def _detail(captured: list[logging.LogRecord]) -> str:
     """The SDK's own words on the failure, for our one warning: the first (the cause) and the last."""
     messages = [r.getMessage()[:200] for r in captured if r.levelno >= logging.WARNING]
@@ -117,6 +126,8 @@ class ExportHealth:
         """(signal, target) of each exporter whose endpoint has taken an export (something downstream knows the
         run), and when it last took one (`time.monotonic`): a console exporter's success is no collector's."""
         self.failures = 0
+        self.dropped = 0
+        """Batches the SDK's encoder refused (`unencodable`): lost to every endpoint, not an outage."""
         self.spill: SampleSpill | None = None
         """The local copy of the same steps (set by the backend), which the warning names; None: not spilled."""
 
@@ -135,6 +146,18 @@ class ExportHealth:
                 "are counted, not logged; %s",
                 signal, target, detail, self._kept(),
             )
+
+    def unencodable(self, signal: str, target: str, detail: str, what: str) -> None:
+        """A batch the encoder refused: no endpoint will ever take it, so it is no outage (which a follower
+        answers by sending the same batch again, for ever) and not counted as a failure. Said once, as the bug it
+        is: the value that cannot be encoded should have been refused where it was recorded."""
+        with self._lock:
+            self.dropped += 1
+            first = self.dropped == 1
+        if first:
+            logger.error("otel-grpo: %s of %s for %s could not be encoded (%s) and are dropped; a value recorded "
+                         "should have been refused: please report it; %s", what, signal, target, detail,
+                         self._kept())
 
     def _kept(self) -> str:
         """Where the steps that are not exported remain, as the warning says it."""
@@ -173,6 +196,8 @@ class QuietSpanExporter(SpanExporter):
                 result, captured[:] = SpanExportResult.FAILURE, [_as_record(exc)]
         if result is SpanExportResult.SUCCESS:
             self.health.succeeded("traces", self._target)
+        elif (why := _unencodable(captured)) is not None:
+            self.health.unencodable("traces", self._target, why, f"{len(spans)} spans")
         else:
             self.health.failed("traces", self._target, _detail(captured))
         return result
@@ -212,6 +237,8 @@ class QuietMetricExporter(MetricExporter):
                 result, captured[:] = MetricExportResult.FAILURE, [_as_record(exc)]
         if result is MetricExportResult.SUCCESS:
             self.health.succeeded("metrics", self._target)
+        elif (why := _unencodable(captured)) is not None:
+            self.health.unencodable("metrics", self._target, why, "one collection's points")
         else:
             self.health.failed("metrics", self._target, _detail(captured))
         return result
