@@ -190,6 +190,18 @@ def test_a_link_with_what_is_not_there_says_so_once_and_shows_the_rest(site, new
         "This link asked for what is not here: zz=1 (not a setting of this page): ignored; "
         "status=bogus (not firing, active or idle): ignored; page=-4 (not a page number): ignored.")
     assert page.evaluate("location.hash") == "#/" and page.locator("#runs-table tbody tr").count() == 2
+    # Past what the read API pages (it skips 10^9 runs at most) and searches (128 characters): said, not an error
+    # page; the box takes no more than the API does.
+    long_q = "x" * 129
+    page.goto("about:blank")
+    page.goto(site.url + f"/#/?page=20000002&q={long_q}")
+    wait(page, "document.body.dataset.ready === 'runs'")
+    assert page.locator("#link-note").text_content() == (
+        "This link asked for what is not here: page=20000002 (past the last page any store has (20000001)): "
+        f"ignored; q={long_q} (a search of more than 128 characters): ignored.")
+    assert page.locator("#runs-table tbody tr").count() == 2
+    page.fill("#runs-search", long_q)
+    assert page.input_value("#runs-search") == long_q[:128]
 
     # A run with no samples at all: the sample and group a link names are said, not dropped unsaid.
     body = request_pb(grpo_spans("bare", range(2), samples=0)).SerializeToString()

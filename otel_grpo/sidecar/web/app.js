@@ -164,6 +164,7 @@ async function overlaidRuns(values, runId) {
 // page draws RUNS_PAGE rows whether there are ten runs or 10,000. The list's view is in the URL too:
 // #/?q=exp&status=active&page=3.
 const RUNS_PAGE = 50;
+const LAST_RUNS_PAGE = Math.floor(1e9 / RUNS_PAGE) + 1;  // the read API skips 10^9 runs at most (routes/runs.py)
 const STATUS_CHOICES = [["", "any status"], ["firing", "firing"], ["active", "active"], ["idle", "idle"]];
 
 function runsHash(view) {
@@ -178,9 +179,13 @@ async function showRuns(query) {
   const offered = STATUS_CHOICES.some(([v]) => v === p.get("status")) ? p.get("status")
     : p.get("status") && ignore("status", p.get("status"), "not firing, active or idle") || "";
   const page = p.get("page") && !/^[1-9]\d{0,8}$/.test(p.get("page")) ? ignore("page", p.get("page"), "not a page number")
+    : +p.get("page") > LAST_RUNS_PAGE ? ignore("page", p.get("page"), `past the last page any store has (${LAST_RUNS_PAGE})`)
     : p.get("page");
-  const view = { q: p.get("q") || "", status: offered, page: Math.max(1, parseInt(page, 10) || 1) };
-  const search = h("input", { id: "runs-search", type: "search", placeholder: "search run ids", value: view.q });
+  const q = (p.get("q") || "").length > SEARCH_MAX_CHARS
+    ? ignore("q", p.get("q"), `a search of more than ${SEARCH_MAX_CHARS} characters`) : p.get("q");
+  const view = { q: q || "", status: offered, page: Math.max(1, parseInt(page, 10) || 1) };
+  const search = h("input", { id: "runs-search", type: "search", placeholder: "search run ids", value: view.q,
+                              maxlength: String(SEARCH_MAX_CHARS) });
   const status = h("select", { id: "runs-status", "aria-label": "status" },
     ...STATUS_CHOICES.map(([v, t]) => h("option", { value: v, text: t })));
   status.value = view.status;

@@ -433,7 +433,8 @@ function plotTools(runs) {
   });
   smooth.addEventListener("change", () => writeUrl());  // once let go (a URL a step of the slider is many history writes)
   const choices = h("div", { class: "choices" });
-  const search = h("input", { id: "compare-search", type: "search", placeholder: "search runs", "aria-label": "search runs to compare" });
+  const search = h("input", { id: "compare-search", type: "search", placeholder: "search runs", "aria-label": "search runs to compare",
+                              maxlength: String(SEARCH_MAX_CHARS) });
   const list = h("div", { id: "compare-list" });
   const box = (run) => {
     const input = h("input", { type: "checkbox", "data-run": run, onchange: async (e) => {
@@ -460,8 +461,16 @@ function plotTools(runs) {
   let asked = 0;
   onTyped(search, async (q) => {
     const mine = ++asked;
-    const found = await api(`/api/runs?limit=${COMPARE_CHOICES + 1}` + (q ? "&q=" + encodeURIComponent(q) : ""))
-      .catch(() => []);
+    let found;
+    try {
+      found = await api(`/api/runs?limit=${COMPARE_CHOICES + 1}` + (q ? "&q=" + encodeURIComponent(q) : ""));
+    } catch (err) {  // the database away: said, not "no other runs"; the runs overlaid stay ticked
+      if (mine === asked) {
+        list.replaceChildren(...state.overlay.map(box), h("span", { id: "compare-error", class: "alert-firing",
+          text: `cannot search runs: ${err.message || err}; edit the search to try again` }));
+      }
+      return;
+    }
     if (mine === asked) fill(found);
   });
   fill(runs);

@@ -89,9 +89,29 @@ function tokenRefused(status) {
 // it is still working on is never cut; 30 s where the page was not served by a sidecar.
 const READ_STALL_S = Number(document.querySelector('meta[name="otel-grpo-read-stall-s"]')?.content) || 30;
 
+// At most this many reads of the page's in flight, the rest waiting here: a run page with overlays asks
+// for tens at once, and past 6 a host the browser queues them itself, a wait the stall bound would count
+// (a slow sidecar's answers, each in time, were given up on in the queue). Fewer also spares a slow sidecar.
+const READS_AT_ONCE = 6;
+let readsOpen = 0;
+const readsWaiting = [];
+
+async function readSlot() {
+  if (readsOpen < READS_AT_ONCE) readsOpen += 1;
+  else await new Promise((resolve) => readsWaiting.push(resolve));  // handed over by freeSlot
+}
+
+function freeSlot() {
+  const next = readsWaiting.shift();
+  if (next) next();
+  else readsOpen -= 1;
+}
+
 // The whole answer to a read, its body read here so that the stall bound covers it too (an answer
-// whose body stops coming is no answer); callers read the copy as they would the network's.
+// whose body stops coming is no answer); callers read the copy as they would the network's. The bound
+// counts from the read's own start, not its wait for a slot.
 async function readWhole(path) {
+  await readSlot();
   const stalled = new AbortController();
   let timer = null;
   const wait = () => { clearTimeout(timer); timer = setTimeout(() => stalled.abort(), READ_STALL_S * 1000); };
@@ -112,6 +132,7 @@ async function readWhole(path) {
     throw new ApiError(`the sidecar did not answer (${why})`, { retryable: true });
   } finally {
     clearTimeout(timer);
+    freeSlot();
   }
 }
 
@@ -152,6 +173,7 @@ async function runThere(path) {
 const runPath = (runId) => "/api/runs/" + encodeURIComponent(runId).replace(/\./g, "%2E");
 
 const SEARCH_WAIT_MS = 250;  // typing pauses this long before a search box's text is used
+const SEARCH_MAX_CHARS = 128;  // the read API's longest run search (`q`, api/listing.py): the boxes' maxlength
 
 // Search as you type: `use(text)` with the box's text, trimmed, once the typing pauses.
 function onTyped(box, use) {
