@@ -27,8 +27,8 @@ from ._alerts_base import RUN as _RUN, STEP as _STEP, VAL as _VAL, alert as _ale
 from ._evidence import HELD, at_step, counted, counter_rules, evidence_rules, held, held_uses
 from ._memory import last_record, memory_group, remembered
 from ._rules import NONFINITE, SKIPPED, STEP_INDEX, STEP_MAX, STEP_THRESHOLDS, RuleSettings, prometheus_name, seconds
-from ._run_end import (clock_offset_annotation, remembered_rules, run_end_alerts, run_end_rules, suspended_alert,
-                       watched_rule)
+from ._run_end import (clock_offset_annotation, newest_value_rules, remembered_rules, run_end_alerts, run_end_rules,
+                       suspended_alert, watched_rule)
 from .dashboards import STACK_COLLECTOR, STACK_SIDECAR, STACK_TARGETS
 
 BETA = prometheus_name("beta")
@@ -43,16 +43,15 @@ _GRAD = catalog.STEP_CHECKS["grad_norm"].baseline
 
 
 def _run_rules(s: RuleSettings) -> list[dict]:
-    """What every check reads of a run now: its step and its beta."""
-    return [{"record": STEP_MAX, "expr": f"max by (run_id) ({STEP_INDEX})"},
-            # The run's last beta within `absent_window`: a step that logs none keeps it (`_kl_on`).
-            remembered(s, BETA, s.absent_window),
-            {"record": BETA_LAST, "expr": f"max by (run_id) ({last_record(BETA)})"}]
+    """What every check reads of a run now: its step, and each process's last beta within `absent_window` (a
+    step that logs none keeps it, `_kl_on`; the run's is its newest process's, `BETA_LAST` after the clocks)."""
+    return [{"record": STEP_MAX, "expr": f"max by (run_id) ({STEP_INDEX})"}, remembered(s, BETA, s.absent_window)]
 
 
 def _kl_on(s: RuleSettings) -> str:
-    """beta = 0: KL is not optimised, so no KL alert. The run's last beta within `absent_window`: a step that
-    logs none (a failed batch, a run that logs it once) has no beta gauge, and its KL alerts stay off."""
+    """beta = 0: KL is not optimised, so no KL alert. The last beta within `absent_window` of the run's newest
+    process that logged one: a step that logs none (a failed batch, a run that logs it once) has no beta gauge, and
+    its KL alerts stay off; a relaunch's beta, not the largest of the run's processes' (`newest_value_rules`)."""
     return f"unless on (run_id) {BETA_LAST} == 0"
 
 
@@ -329,7 +328,8 @@ def alert_rules(s: RuleSettings) -> dict:
     records = counter_rules(s, uses) + remembered_rules(s) + _run_rules(s) + [watched_rule(s), _nonfinite_rule(s)]
     records += evidence_rules(s, uses)
     collector, sidecar = _seen_rule(s, "collector"), _seen_rule(s, "sidecar")
-    records += [collector, sidecar] + run_end_rules(s, collector["record"]) + _increase_rules(s) + _delivery_rules(s)
+    records += [collector, sidecar] + run_end_rules(s, collector["record"]) + newest_value_rules(s, BETA, BETA_LAST)
+    records += _increase_rules(s) + _delivery_rules(s)
     # The memory group after it: `[0]` is the alert group wherever the file is read.
     return {"groups": [{"name": "grpo-alerts", "rules": records + alerts}, memory_group(s, records + alerts)]}
 

@@ -25,7 +25,10 @@ BLOCKS = {
     "run_id:grpo_step_index:max": "the run's highest step index now",
     "run_id_signal:grpo_nonfinite:counted": "the run's signals with non-finite values counted within "
                                             "`counter_window` (a new series: by its value, in a watched run)",
-    "run_id:grpo_kl_coef:last": "the run's last beta within `absent_window` (0: KL alerts off)",
+    "run_id:grpo_kl_coef:last": "the last beta within `absent_window` of the run's newest process that logged one "
+                                "(0: KL alerts off)",
+    "run_id_job_instance:grpo_kl_coef:process_start": "the start of each process that logged a beta (on "
+                                                      "Prometheus's clock): the newest one's beta is the run's",
     "run_id:grpo_process:watched": "runs Prometheus heard before `counter_window` or from their process's start: "
                                    "a counter series new to it is a new event (first heard mid-run, by a "
                                    "Prometheus that lost its storage: what it counted before)",

@@ -131,10 +131,14 @@ def _destination(d: Destination, secrets_dir: str, *, resolved: bool) -> dict:
     url_file = f"{secrets_dir.rstrip('/')}/{d.url_file}"
     if d.kind == "webhook":
         return {"webhook_configs": [{"url_file": url_file, "send_resolved": resolved}]}
+    # The state first, as Alertmanager's default title says it: a resolved crash page must not read as a second
+    # crash page; a group with some alerts resolved lists those apart, not as firing.
     slack = {"api_url_file": url_file, "send_resolved": resolved,
-             "title": '{{ .CommonLabels.severity }}: {{ .CommonLabels.alertname }} {{ .CommonLabels.run_id }}',
-             "text": "{{ range .Alerts }}{{ .Annotations.summary }}\n{{ .Annotations.dashboard_url }}\n"
-                     "{{ .Annotations.runbook_url }}\n{{ end }}"}
+             "title": '[{{ .Status | toUpper }}{{ if eq .Status "firing" }}:{{ .Alerts.Firing | len }}{{ end }}] '
+                      '{{ .CommonLabels.severity }}: {{ .CommonLabels.alertname }} {{ .CommonLabels.run_id }}',
+             "text": "{{ range .Alerts.Firing }}{{ .Annotations.summary }}\n{{ .Annotations.dashboard_url }}\n"
+                     "{{ .Annotations.runbook_url }}\n{{ end }}"
+                     "{{ range .Alerts.Resolved }}resolved: {{ .Annotations.summary }}\n{{ end }}"}
     return {"slack_configs": [{**({"channel": d.channel} if d.channel else {}), **slack}]}
 
 

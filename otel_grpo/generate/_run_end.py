@@ -123,6 +123,18 @@ def _last(s: RuleSettings, metric: str) -> str:
     return f"max by (run_id) ({_on_prometheus_clock(s, metric)})"
 
 
+def newest_value_rules(s: RuleSettings, metric: str, record: str) -> list[dict]:
+    """`record`, by run_id: the last value of `metric` (within its memory, `last_record`) that the run's newest
+    process to export one exported. A setting a process logs, not a judgement: a relaunch under the run id (on
+    another target: another world size) may change it, and the older process's value, held for a day, must
+    not win by being larger (beta 0.04 before, 0 now: KL alerts paged a run that optimises no KL). Not `LATEST`:
+    the newest process may not export it yet (before its first step), nor at all where only rank 0 logs it."""
+    starts = f"run_id_job_instance:{metric}:process_start"  # the start of each process that exported `metric`
+    return [{"record": starts, "expr": f"{_on_prometheus_clock(s, STARTED)} and on ({TARGET}) {last_record(metric)}"},
+            {"record": record, "expr": f"max by (run_id) ({last_record(metric)} and on ({TARGET}) ({starts}"
+                                       f" == on (run_id) group_left max by (run_id) ({starts})))"}]
+
+
 def _latest_process(s: RuleSettings, metric: str, latest: str = LATEST) -> str:
     """The last exported time `metric` of the run's latest process (`LATEST`; `RANK_LATEST`: of each rank's, where
     every rank exports), on Prometheus's clock: a second live process under the run id (a job started twice)
@@ -425,5 +437,5 @@ def run_end_alerts(s: RuleSettings) -> list[dict]:
     ]
 
 
-__all__ = ["FINISHED", "PREEMPTED", "WATCHED", "clock_offset_annotation", "remembered_rules", "run_end_alerts",
+__all__ = ["FINISHED", "PREEMPTED", "WATCHED", "clock_offset_annotation", "newest_value_rules", "remembered_rules", "run_end_alerts",
            "run_end_rules", "suspended_alert", "watched_rule"]

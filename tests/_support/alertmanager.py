@@ -44,7 +44,9 @@ class Hooks(ThreadingHTTPServer):
                     if not failing:
                         hooks.received[self.path].append(body)
                 self.send_response(500 if failing else 200)
+                self.send_header("Content-Length", "2")
                 self.end_headers()
+                self.wfile.write(b"ok")  # what Slack's webhook answers (Alertmanager's Slack notifier reads it)
 
             def log_message(self, *args) -> None:
                 pass
