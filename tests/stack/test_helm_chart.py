@@ -360,6 +360,13 @@ def test_trls_output_directory_may_be_the_followed_volume_itself(helm, root):
     (("sidecar.extraVolumes[0].name=scratch", "sidecar.extraVolumes[0].emptyDir.medium=Memory",
       "sidecar.extraVolumeMounts[0].name=scratch", "sidecar.extraVolumeMounts[0].mountPath=/x/../data"),
      "sidecar.extraVolumeMounts: /x/../data would cover or sit in the chart's /tmp or /data"),
+    (("sidecar.podDisruptionBudget.minAvailable=null", "sidecar.podDisruptionBudget.maxUnavailable=null"),
+     "sidecar.podDisruptionBudget: set minAvailable or maxUnavailable (both are null: a budget that limits nothing)"),
+    (("collector.image.tag=",), "collector.image.tag (or .digest) is empty: the chart's appVersion names otel-grpo's"),
+    (("networkPolicy.enabled=true", "sidecar.ingress.enabled=true", "sidecar.ingress.hosts[0].host=grpo.example.org"),
+     "networkPolicy.enabled admits nobody from outside the chart to the sidecar, yet sidecar.ingress is on"),
+    (("networkPolicy.enabled=true", "sidecar.service.type=LoadBalancer"),
+     "networkPolicy.enabled admits nobody from outside the chart to the sidecar, yet sidecar.service.type is LoadBalancer"),
 ])
 def test_impossible_values_fail_with_one_line(helm, root, sets, message):
     """Each refusal is one line of `helm template`'s error, whole (a collector queue claim shared by
@@ -669,11 +676,46 @@ def test_every_pod_reading_a_secret_or_config_restarts_when_it_changes(helm, roo
     (("--set", "collector.queue.persistence.accessModes={ReadWriteSometimes}"), "collector/queue/persistence/accessModes"),
     (("--set", "tokens.existingSecret=true"), "tokens/existingSecret"),
     (("--set", "alerting.namespace=Monitoring"), "alerting/namespace"),
+    # a count as a string: Kubernetes reads the unquoted "3" the chart writes as 3 pods, past the drain check
+    (("--set", "sidecar.replicas=3", "--set", "sidecar.database=postgresql://pg/grpo",
+      "--set-string", "sidecar.podDisruptionBudget.minAvailable=3"), "sidecar/podDisruptionBudget/minAvailable"),
+    (("--set", "commonLabels.team=rl team"), "commonLabels/team"),
+    (("--set", "sidecar.nodeSelector.pool=" + "x" * 64), "sidecar/nodeSelector/pool"),
+    (("--set", "monitoring.serviceMonitors.interval=1s1m"), "monitoring/serviceMonitors/interval"),
 ], ids=["replicas-string", "misspelt-key", "pull-policy", "digest", "service-type", "access-mode", "secret-bool",
-        "alerting-namespace"])
+        "alerting-namespace", "pdb-count-string", "label-value", "label-value-length", "monitor-interval"])
 def test_the_values_schema_rejects_wrong_types_and_unknown_keys(helm, root, args, where):
     err = _template(helm, root, args=args, ok=False)
     assert "values don't meet the specifications of the schema" in err and where in err, err
+
+
+def test_a_label_key_kubernetes_refuses_is_refused_by_the_schema(helm, root, tmp_path):
+    (tmp_path / "v.yaml").write_text('commonLabels:\n  "bad key": x\npodAnnotations:\n  "example.com/ok": "any text"\n')
+    err = _template(helm, root, args=("-f", str(tmp_path / "v.yaml")), ok=False)
+    assert "at '/commonLabels': additional properties 'bad key' not allowed" in err, err
+
+
+def test_names_yaml_would_read_as_numbers_or_booleans_stay_strings(helm, root):
+    """A secret named 0123 (octal 83 to YAML), a key "on" (true), "-" for no storage class: written as the strings
+    given, as Kubernetes' schema wants them."""
+    strings = ("tokens.existingSecret=0123", "sidecar.databasePasswordSecret.name=0777",
+               "sidecar.databasePasswordSecret.key=on", "collector.priorityClassName=0x10")
+    docs = _template(helm, root, "monitoring.grafanaDatasource.bearerToken=x", "sidecar.persistence.storageClass=-",
+                     args=tuple(a for given in strings for a in ("--set-string", given)))
+    (c,) = _pods(docs)["grpo-otel-grpo-sidecar"]["spec"]["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if "valueFrom" in e}
+    assert refs["OTEL_GRPO_SIDECAR_TOKEN"]["name"] == "0123" and refs["PGPASSWORD"] == {"name": "0777", "key": "on"}
+    (claim,) = [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert claim["spec"]["storageClassName"] == ""
+    assert _pods(docs)["grpo-otel-grpo-collector"]["spec"]["priorityClassName"] == "0x10"
+
+
+def test_a_dollar_in_the_database_url_reaches_the_sidecar_as_written(helm, root):
+    """The kubelet expands $(VAR) and turns $$ into $ in env values: a password with a $ would not log in."""
+    docs = _template(helm, root, args=("--set-string", "sidecar.database=postgresql://grpo:pa$$w$(X)@pg:5432/grpo"))
+    (c,) = _pods(docs)["grpo-otel-grpo-sidecar"]["spec"]["containers"]
+    (db,) = [e["value"] for e in c["env"] if e["name"] == "OTEL_GRPO_SIDECAR_DB"]
+    assert db == "postgresql://grpo:pa$$$$w$$(X)@pg:5432/grpo"  # what the kubelet makes pa$$w$(X) of
 
 
 @pytest.mark.parametrize("args,where", [
@@ -809,6 +851,7 @@ def test_a_release_named_otel_grpo_gets_no_service_links_that_would_crash_the_si
 
 # Every optional piece of the chart on: every kind of object it can make.
 ALL_ON = (*EVERYTHING, "networkPolicy.enabled=true", "networkPolicy.otlpFrom[0].namespaceSelector.matchLabels.team=rl",
+          "networkPolicy.sidecarFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=ingress-nginx",
           "collector.podDisruptionBudget.enabled=true",
           "sidecar.podDisruptionBudget.enabled=true",
           "sidecar.ingress.enabled=true", "sidecar.ingress.hosts[0].host=grpo.example.org",

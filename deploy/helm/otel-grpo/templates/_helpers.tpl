@@ -197,7 +197,7 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with .values.priorityClassName }}
-priorityClassName: {{ . }}
+priorityClassName: {{ . | quote }}
 {{- end }}
 {{- with .values.nodeSelector }}
 nodeSelector:
@@ -246,9 +246,12 @@ kube-score/ignore: {{ $ignore | uniq | sortAlpha | join "," | quote }}
 
 {{/* A PodDisruptionBudget for a component whose values hold podDisruptionBudget. */}}
 {{- define "otel-grpo.pdb" -}}
-{{- $replicas := .values.replicas | default 1 | int }}
+{{- $replicas := ternary 1 .values.replicas (kindIs "invalid" .values.replicas) | int }}
 {{- with .values.podDisruptionBudget }}
 {{- if .enabled }}
+{{- if and (kindIs "invalid" .minAvailable) (kindIs "invalid" .maxUnavailable) }}
+{{- fail (printf "%s.podDisruptionBudget: set minAvailable or maxUnavailable (both are null: a budget that limits nothing), or enabled=false" $.component) }}
+{{- end }}
 {{- /* A budget that lets none of the pods go blocks every node drain (kubectl drain retries for ever). */}}
 {{- $none := false }}
 {{- $said := printf "maxUnavailable=%v" .maxUnavailable }}
@@ -264,7 +267,7 @@ kube-score/ignore: {{ $ignore | uniq | sortAlpha | join "," | quote }}
 {{- else }}
 {{- $none = has (toString .maxUnavailable) (list "0" "0%") }}
 {{- end }}
-{{- if $none }}
+{{- if and $none (gt $replicas 0) }}{{- /* no pods (scaled to 0): the budget holds nothing back */}}
 {{- fail (printf "%s.podDisruptionBudget.%s with %d replica(s) lets no pod be evicted: every node drain would wait for ever; lower it or set enabled=false" $.component $said $replicas) }}
 {{- end }}
 apiVersion: policy/v1
