@@ -150,18 +150,30 @@ class Instruments:
         return Route(stat_key, kind, record, {**self._base, **labels}, histogram, clear)
 
     def _extra_route(self, key: str, original: str) -> Route:
+        """The gauge `grpo.extra.<key>` for `original`, or where another input name sanitizes to the same one (`a/b`
+        and `a_b`; two names alike in their first 200 characters), a gauge of its own, marked with its name's hash:
+        one series would show whichever was recorded last, and a step row would keep one of the two values. The
+        plain name is the input's that is its own key (`a_b`), whichever came first: a name logged as given keeps
+        its series in every process of the run; `a/b` moves to its marked one when `a_b` comes (said once)."""
         name = (EXTRA_PREFIX + key)[:_MAX_NAME]
         owner = self._extra_owners.setdefault(name, original)
         if owner != original:
-            # Another name already sanitized to this one (`a/b` and `a_b`, `Loss` and `loss`, two names alike in
-            # their first 200 characters): one series would show whichever was recorded last, and a step row would
-            # keep one of the two values. This one takes its own, marked with its name's hash (stable: the same
-            # name gets the same series in every process of the run that logs both in the same order).
-            mark = "_" + hashlib.blake2s(original.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
-            shared, key, name = name, key + mark, name[:_MAX_NAME - len(mark)] + mark
-            self._extra_owners.setdefault(name, original)
-            self._warn_once("extra:" + original, "metric names %r and %r both export as %s; %r exports as %s",
-                            owner, original, shared, original, name)
+            if original == key and sanitize_key(owner) != owner:  # its own key: it takes the plain name back
+                self._extra_owners[name] = original
+                self._routes[owner] = self._marked_route(sanitize_key(owner), owner, name, original)
+            else:
+                return self._marked_route(key, original, name, owner)
+        return self._gauge_route(key, original, name)
+
+    def _marked_route(self, key: str, original: str, shared: str, owner: str) -> Route:
+        mark = "_" + hashlib.blake2s(original.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+        name = shared[:_MAX_NAME - len(mark)] + mark
+        self._extra_owners.setdefault(name, original)
+        self._warn_once("extra:" + original, "metric names %r and %r both export as %s; %r exports as %s",
+                        owner, original, shared, original, name)
+        return self._gauge_route(key + mark, original, name)
+
+    def _gauge_route(self, key: str, original: str, name: str) -> Route:
         gauge = self._by_name.get(name)
         if gauge is None:
             desc = f"Metric {original!r} logged by the trainer; not in the otel-grpo catalog."
@@ -214,6 +226,10 @@ class Instruments:
         """Record one step's scalars; returns `{stat_key: value}` of those it took, non-finite ones included (span
         attributes: the sidecar stores a non-finite value as null, in place of any earlier one of the step)."""
         taken: dict[str, float] = {}
+        if not self._routes.keys() >= values.keys():  # new names first: one may move an earlier one's extra gauge
+            for name in values:  # in the dict's order, as before
+                if name not in self._routes:
+                    self.route(name)
         for name, value in values.items():
             route = self._routes.get(name) or self.route(name)
             if route is None:

@@ -95,9 +95,17 @@ def _as_record(exc: BaseException) -> logging.LogRecord:
     return logging.LogRecord("otel_grpo.telemetry", logging.ERROR, __file__, 0, repr(exc), None, None)
 
 
-def _unencodable(captured: list[logging.LogRecord]) -> str | None:
-    """The SDK's words where the batch failed in its encoder, before any endpoint saw it ("Failed to encode span
-    batch: Value out of range: ..."); None for any other failure."""
+_ENCODER_ERRORS = (ValueError, TypeError, OverflowError)
+"""What protobuf raises for a value it cannot encode; the gRPC exporters let it out of `export` (their network
+failures are grpc.RpcError, handled inside), the HTTP ones log it (`_unencodable`)."""
+
+
+def _unencodable(captured: list[logging.LogRecord], raised: BaseException | None) -> str | None:
+    """The words for a batch that failed in its encoder, before any endpoint saw it: the HTTP exporters' log
+    ("Failed to encode span batch: Value out of range: ...") or what a gRPC exporter raised; None for any other
+    failure."""
+    if isinstance(raised, _ENCODER_ERRORS):
+        return repr(raised)[:200]
     for record in captured:
         if isinstance(record.msg, str) and record.msg.startswith("Failed to encode") and "batch" in record.msg:
             return record.getMessage()[:200]
@@ -189,14 +197,15 @@ class QuietSpanExporter(SpanExporter):
         GATE.install()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        raised = None
         with GATE.capturing() as captured:
             try:
                 result = self._inner.export(spans)
             except Exception as exc:  # an exporter bug must not kill the batch thread
-                result, captured[:] = SpanExportResult.FAILURE, [_as_record(exc)]
+                raised, result, captured[:] = exc, SpanExportResult.FAILURE, [_as_record(exc)]
         if result is SpanExportResult.SUCCESS:
             self.health.succeeded("traces", self._target)
-        elif (why := _unencodable(captured)) is not None:
+        elif (why := _unencodable(captured, raised)) is not None:
             self.health.unencodable("traces", self._target, why, f"{len(spans)} spans")
         else:
             self.health.failed("traces", self._target, _detail(captured))
@@ -230,14 +239,15 @@ class QuietMetricExporter(MetricExporter):
         GATE.install()
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        raised = None
         with GATE.capturing() as captured:
             try:
                 result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
             except Exception as exc:
-                result, captured[:] = MetricExportResult.FAILURE, [_as_record(exc)]
+                raised, result, captured[:] = exc, MetricExportResult.FAILURE, [_as_record(exc)]
         if result is MetricExportResult.SUCCESS:
             self.health.succeeded("metrics", self._target)
-        elif (why := _unencodable(captured)) is not None:
+        elif (why := _unencodable(captured, raised)) is not None:
             self.health.unencodable("metrics", self._target, why, "one collection's points")
         else:
             self.health.failed("metrics", self._target, _detail(captured))

@@ -38,3 +38,19 @@ def test_a_batch_the_encoder_refuses_is_said_once_and_is_no_export_failure(caplo
     assert said[0].getMessage().startswith("otel-grpo: 2 spans of traces for rx could not be encoded (Failed to "
                                            "encode span batch: ")
     assert "please report it" in said[0].getMessage()
+
+
+def test_over_grpc_an_encoder_refusal_is_no_export_failure_either(caplog):
+    """The gRPC exporter encodes inside `export` and lets protobuf's ValueError out (its network failures are
+    handled within): the same refusal, not an outage. No endpoint is needed: nothing is sent."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+
+    tracer = TracerProvider().get_tracer("test")
+    health = ExportHealth()
+    exporter = QuietSpanExporter(GrpcSpanExporter(endpoint="127.0.0.1:9", insecure=True, timeout=1), "grpc", health)
+    with caplog.at_level(logging.INFO, logger="otel_grpo.telemetry"):
+        assert exporter.export([_span(tracer, "bad", -5)]) is SpanExportResult.FAILURE
+    exporter.shutdown()
+    assert (health.dropped, health.failures) == (1, 0)
+    (said,) = [r.getMessage() for r in caplog.records if r.name == "otel_grpo.telemetry"]
+    assert said.startswith("otel-grpo: 1 spans of traces for grpc could not be encoded (ValueError(")

@@ -381,7 +381,22 @@ async function liveRefresh() {
   setText(note, failed ? `could not refresh: ${failed.message || failed}; retrying every ${REFRESH_MS / 1000} s `
                          + `(shown: as read at ${shownAt.toLocaleTimeString()})` : "");
 }
-window.otelGrpoRefresh = liveRefresh;
+// One live refresh at a time: the timer skips its tick while one is under way (a slow sidecar's refresh of a
+// page comparing runs can outlast the interval, and ticks piling up would queue reads without end behind the
+// page's 6 in flight, ahead of a navigation's); asked for by hand, it waits for the one under way, then runs.
+let refreshing = null;
+function refreshOnce() {
+  const run = liveRefresh().finally(() => { if (refreshing === run) refreshing = null; });
+  refreshing = run;
+  return run;
+}
+function refreshTick() {
+  if (!refreshing) refreshOnce();
+}
+window.otelGrpoRefresh = async () => {
+  await refreshing;
+  return refreshOnce();
+};
 
 // What of the link the page did not show as asked, in one line at the top of the page (a step
 // without samples, a sort column the samples lack, a group not at its step, a parameter it could not
@@ -449,7 +464,7 @@ async function showRun(runId, query, current) {
   }
   current();
   writeUrl();
-  refreshTimer = setInterval(liveRefresh, REFRESH_MS);
+  refreshTimer = setInterval(refreshTick, REFRESH_MS);
 }
 
 // The one place an error replaces the view: a title and what went wrong, said to a screen reader.
