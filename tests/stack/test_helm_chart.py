@@ -1346,6 +1346,18 @@ def test_notes_name_the_endpoints_and_warn_about_unpublished_images(helm, root, 
                    "sidecar.ingress.hosts[0].host=grpo.example.org", "sidecar.ingress.tls[0].secretName=x")
     assert "No otel-grpo image is published" not in notes and "Argo CD" not in notes
     assert "https://grpo.example.org/" in notes and "secret t -o jsonpath" in notes
+    # https only for a host a TLS entry covers (by name or a one-label wildcard); a LoadBalancer's DNS name needs
+    # sidecar.allowedHosts
+    hosts = ("grpo.example.org", "plain.example.org", "a.wild.example.org", "a.b.wild.example.org")
+    notes = _notes(helm, root, tmp_path, "sidecar.ingress.enabled=true", "sidecar.service.type=LoadBalancer",
+                   *(f"sidecar.ingress.hosts[{i}].host={h}" for i, h in enumerate(hosts)),
+                   "sidecar.ingress.tls[0].secretName=x", "sidecar.ingress.tls[0].hosts[0]=grpo.example.org",
+                   "sidecar.ingress.tls[1].secretName=y", "sidecar.ingress.tls[1].hosts[0]=*.wild.example.org")
+    assert ["https://grpo.example.org/", "http://plain.example.org/", "https://a.wild.example.org/",
+            "http://a.b.wild.example.org/"] == [line.strip() for line in notes.splitlines() if "://" in line
+                                                and ".example.org/" in line]
+    assert "or the LoadBalancer's address: kubectl -n ml get svc grpo-otel-grpo-sidecar" in notes
+    assert "a DNS name for it must be in sidecar.allowedHosts" in notes
 
 
 # --- the docs' kube-prometheus-stack values -------------------------------------------------------
