@@ -159,8 +159,10 @@ def test_a_stopped_database_is_a_fast_503_and_nothing_acknowledged_is_lost(sidec
     assert slowest < 10, f"an ingest request took {slowest:.1f} s"  # bound: db_timeout_s is 2 s
     refused = [a for a in while_stopped if a[2] != 200]
     assert refused and all(a[2] == 503 and a[4] == "1" for a in refused), while_stopped
-    assert max(health) < 1.0, f"/healthz took {max(health):.2f} s with the database stopped"
-    assert max(scrapes) < 1.0, f"/metrics took {max(scrapes):.2f} s with the database stopped"
+    # Neither waits on the database: a wait would take its whole timeout (2 s) at least. Not a speed bound (a
+    # loaded 2-core CI machine answered /healthz in 1.15 s once, against a 1-s bound this replaced).
+    assert max(health) < 2.0, f"/healthz took {max(health):.2f} s with the database stopped"
+    assert max(scrapes) < 2.0, f"/metrics took {max(scrapes):.2f} s with the database stopped"
     assert not _missing(url, ingest.answers)
     proc.stop()
     noise = [line for line in log.read_text().splitlines() if "error connecting" in line or "reconnection" in line]
