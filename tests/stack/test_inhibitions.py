@@ -7,6 +7,8 @@ the committed ones, checked below, and every notification is a real HTTP request
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 import yaml
@@ -58,7 +60,18 @@ def test_each_class_reaches_exactly_its_receiver_and_every_alert_the_sidecar(del
         alert("CustomInfo", "info", run_id="r"),
         alert("GRPOWatchdog", "none"),
     ]
+    # The inhibited warning after Alertmanager holds its cause: posted in one batch, the inhibitor (fed apart from
+    # the dispatcher) had not always taken the cause in within the test's 1-s group_wait on a loaded machine (a
+    # fresh CI delivered GRPOStepsSkipped/p), a race Prometheus's 10-s group_wait does not run in production.
+    skipped = alerts.pop(2)
     assert httpx.post(f"{url}/api/v2/alerts", json=alerts, timeout=10).status_code == 200
+    deadline = time.monotonic() + 30
+    while not any(a["labels"]["alertname"] == "GRPONonFiniteValues"
+                  for a in httpx.get(f"{url}/api/v2/alerts", timeout=10).json()):
+        assert time.monotonic() < deadline, "Alertmanager never listed the cause"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert httpx.post(f"{url}/api/v2/alerts", json=[skipped], timeout=10).status_code == 200
     page = {"GRPOKLHigh/p", "GRPONonFiniteValues/p", "GRPOCollectorDown/", "GRPOMetricsAbsent/crashed"}
     notify = {"GRPOEntropyCollapse/n", "GRPOSidecarDown/", "GRPORunPreempted/preempted"}
     expected = {"/page": page, "/notify": notify, "/deadman": {"GRPOWatchdog/"},
